@@ -1,0 +1,8 @@
+"""ncclprobe: measure multi-GPU collectives, prove NCCL settings took effect, recommend better ones.
+
+The command line lives in `ncclprobe.cli`; everything it does is a library call that tests and
+users can make directly (`ncclprobe.sweep`, `ncclprobe.evidence`, `ncclprobe.envcheck`, ...).
+Importing this package is cheap: nothing here imports torch.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,133 @@
+"""The `ncclprobe` command group: global options, lazy subcommands and the exit-code contract.
+
+Exit codes, for every command:
+  0  everything measured or checked is fine;
+  1  findings (wrong results, unmet expectations, lint errors, hung or crashed configurations);
+  2  bad usage or bad input (one line on stderr, never a traceback);
+  3  nothing could be measured or read here (no GPU for a GPU-only probe, no readable process);
+  4  internal error (a bug: one line, the traceback with -v).
+
+Subcommands are imported only when used, so `ncclprobe --help` and the parsers never import
+torch. Each lives in its own module and exposes a click command named `command`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from ncclprobe import __version__
+from ncclprobe.errors import NcclprobeError, UsageProblem
+
+# name -> "module:attribute"; one module per command keeps each command thin and separate.
+SUBCOMMANDS = {
+    "sweep": "ncclprobe.cli.sweep:command",
+    "knobs": "ncclprobe.cli.knobs:command",
+    "topo": "ncclprobe.cli.topo:command",
+    "nccl-log": "ncclprobe.cli.nccl_log:command",
+    "import": "ncclprobe.cli.import_tests:command",
+    "env-check": "ncclprobe.cli.env_check:command",
+    "probe": "ncclprobe.cli.probe:group",
+    "run-engine": "ncclprobe.cli.run_engine:command",
+    "train-draft": "ncclprobe.cli.train_draft:command",
+    "recommend": "ncclprobe.cli.recommend:command",
+    "report": "ncclprobe.cli.report:command",
+    "diagnose": "ncclprobe.cli.diagnose:command",
+}
+
+log = logging.getLogger("ncclprobe")
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when it is needed, and turns
+    every error into one line on stderr with the documented exit code."""
+
+    def list_commands(self, ctx):
+        return sorted(name for name in SUBCOMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx, name):
+        return self._load(name)
+
+    @staticmethod
+    def _load(name):
+        target = SUBCOMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # command not built yet; any other missing module is a bug
+                return None
+            raise
+        return getattr(module, attr)
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help(), err=True)
+            sys.exit(2)
+        except (click.UsageError, click.BadParameter, UsageProblem) as exc:
+            _one_line_error(exc.format_message() if isinstance(exc, click.ClickException) else str(exc))
+            sys.exit(2)
+        except NcclprobeError as exc:
+            _one_line_error(str(exc))
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _one_line_error(exc.format_message())
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            _one_line_error("aborted")
+            sys.exit(130)
+        except KeyboardInterrupt:
+            _one_line_error("interrupted")
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so in one line, traceback only with -v
+            if log.isEnabledFor(logging.DEBUG):
+                logging.getLogger("ncclprobe").exception("internal error")
+            _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
+            sys.exit(4)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _one_line_error(message: str) -> None:
+    text = " ".join(str(message).split())
+    click.echo(f"ncclprobe: error: {text}", err=True)
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("ncclprobe")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="ncclprobe")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """Diagnostics for multi-GPU collectives: measure NCCL settings, prove they reached the
+    workers and took effect, and recommend settings that help.
+
+    Data goes to stdout (a table, or JSON/CSV with --format); progress, logs and warnings
+    go to stderr.
+    """
+    verbosity = -1 if quiet else verbose
+    _configure_logging(verbosity)
+    ctx.obj = {"verbosity": verbosity, "quiet": quiet}
+
+
+def main() -> None:
+    cli.main(prog_name="ncclprobe")

@@ -1,0 +1,98 @@
+"""Shared CLI conventions: the --format option, rendering data to stdout, progress to stderr.
+
+Every data-producing command builds one JSON-able document (with `schema_version` and units in
+key names) and a list of table rows; `emit` prints one of table, JSON or CSV to stdout. Nothing
+else writes to stdout.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from typing import Any, Iterable, Sequence
+
+import click
+from tabulate import tabulate
+
+FORMATS = ("table", "json", "csv")
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="Output format on stdout.")
+
+
+def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str | None = None,
+         notes: Iterable[str] = ()) -> None:
+    """Print `doc` as JSON, or `rows` as a table/CSV. `notes` become `#` lines above a table."""
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default))
+        return
+    rows = list(rows if rows is not None else [])
+    if fmt == "csv":
+        click.echo(to_csv(rows), nl=False)
+        return
+    lines = [f"# {title}"] if title else []
+    lines += [f"# {note}" for note in notes]
+    if rows:
+        lines.append(tabulate(rows, headers="keys", tablefmt="simple", floatfmt=".2f", missingval="-"))
+    click.echo("\n".join(lines))
+
+
+def to_csv(rows: Sequence[dict]) -> str:
+    if not rows:
+        return ""
+    fields: list[str] = []
+    for row in rows:
+        fields += [key for key in row if key not in fields]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+class Progress:
+    """Progress with an ETA on stderr: a bar on a terminal, one line per step otherwise.
+
+    Silent under -q. Usage: `with Progress(total, "sweep") as p: p.advance("config 3")`.
+    """
+
+    def __init__(self, total: int, label: str, *, quiet: bool = False, stream=None):
+        self.total, self.label, self.quiet = max(total, 1), label, quiet
+        self.stream = stream or sys.stderr
+        self.done, self.started = 0, time.monotonic()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.quiet and self.stream.isatty():
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def advance(self, what: str = "", steps: int = 1) -> None:
+        self.done += steps
+        if self.quiet:
+            return
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        pct = 100.0 * self.done / self.total
+        if self.stream.isatty():
+            width = 30
+            filled = int(width * self.done / self.total)
+            bar = "#" * filled + "-" * (width - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
+        else:
+            self.stream.write(f"{self.label}: {self.done}/{self.total} ({pct:.0f}%) eta {eta:.0f}s {what}\n")
+        self.stream.flush()

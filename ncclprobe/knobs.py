@@ -1,0 +1,206 @@
+"""The NCCL knowledge table: one row per NCCL variable that matters for collectives on a node.
+
+Every command that needs to know something about an NCCL variable reads it here: the sweep
+planner (which variables force a new worker process), value validation, the lint in
+`ncclprobe.lint`, `ncclprobe knobs`, env-check and the recommender. Facts come from
+../shared/reference/nccl-facts.md §2-§5, which cites the NCCL source (tags 2.21.5, 2.27.7,
+2.30.7); `source` on each row says where.
+
+Scope is the fact the sweep is planned around:
+  COMMUNICATOR  re-read at every communicator creation (ncclGetEnv in the init path): a worker can
+                set it in its own environment and build a new communicator to try another value;
+  PROCESS       read once and cached for the life of the process (NCCL_PARAM's static cache,
+                ncclTopoUserP2pLevel, ncclDebugInit): another value needs a new process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ncclprobe.errors import UsageProblem
+
+
+class Scope(str, Enum):
+    COMMUNICATOR = "communicator"
+    PROCESS = "process"
+
+
+class Kind(str, Enum):
+    TOKENS = "tokens"      # comma list of names, optional ^ exclusion, optional func:list forms
+    LEVEL = "level"        # one path-type name (case-sensitive) or a legacy integer
+    INT = "int"
+    BOOL = "bool"          # 0 or 1
+    CHOICE = "choice"      # one of `values`
+    PATH = "path"
+    TEXT = "text"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    name: str
+    scope: Scope
+    kind: Kind
+    summary: str
+    values: tuple[str, ...] = ()          # canonical spellings; for TOKENS the allowed tokens
+    case_sensitive: bool = False          # True: a wrong-case value is silently ignored by NCCL
+    default: str = "unset"                # what NCCL does when the variable is unset
+    syntax: str = ""                      # how values are written (exclusion, per-collective forms)
+    version_notes: tuple[str, ...] = ()   # behaviour that changed between NCCL versions
+    risks: tuple[str, ...] = ()           # what can go wrong when it is set
+    log_proof: str = ""                   # how NCCL's debug log shows it was read
+    source: str = ""                      # where the fact comes from
+    extra: dict = field(default_factory=dict)
+
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
+P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+# path types NCCL's code accepts beyond the documented six (2.30.7 topoPathTypeStr)
+P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
+COLLECTIVE_NAMES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
+DEBUG_SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
+                    "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALLOC_HOST", "DESTROY", "ALL")
+
+_PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob(name="NCCL_PROTO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=PROTOCOLS,
+         summary="Protocols NCCL may use: LL (low latency), LL128, Simple (bandwidth).",
+         default="NCCL's cost model picks per size; LL128 only where it is known safe (NVLink)",
+         syntax="comma list, case-insensitive; ^ prefix excludes (^LL128); 2.24+: `;`-separated "
+                "per-collective forms like `^LL128;allreduce:LL128`",
+         version_notes=("2.24+: an unknown token is a WARN and ncclInvalidUsage; 2.23 and older ignore it silently",
+                        "2.24+: per-collective `func:list` forms"),
+         risks=("LL128 forced on a node without NVLink can corrupt data silently (NVIDIA/nccl#786, #831)",
+                "^LL (or any ^ list without LL128) force-enables LL128, bypassing NCCL's safety check"),
+         log_proof="`NCCL_PROTO set by environment to <value>` (ENV subsystem, no trailing period)",
+         source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc"),
+    Knob(name="NCCL_ALGO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=ALGORITHMS,
+         summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
+         default="NCCL's cost model picks per size",
+         syntax="comma list, case-insensitive; ^ excludes; 2.24+ per-collective `allreduce:tree;broadcast:ring`",
+         version_notes=("CollnetDirect/CollnetChain 2.14+ (Collnet before), NVLS 2.17+, NVLSTree 2.18+, PAT 2.23+",
+                        "2.24+: unknown tokens fail; if Ring is excluded and nothing valid remains init fails"),
+         risks=("forcing Tree on one node rarely helps; excluding Ring can make init fail on 2.24+",),
+         log_proof="`NCCL_ALGO set by environment to <value>`",
+         source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc"),
+    Knob(name="NCCL_P2P_LEVEL", scope=Scope.PROCESS, kind=Kind.LEVEL, values=P2P_LEVELS, case_sensitive=True,
+         summary="Furthest topology path over which GPUs talk peer-to-peer (else SHM or NET).",
+         default="2.23+: PXB (SYS for AMD CPUs with 2 GPUs or fewer); 2.22 and older: SYS (PXB on Intel/ARM)",
+         syntax="one of LOC NVL PIX PXB PHB SYS, exact upper case (strcmp); legacy ints 0-4 = LOC PIX PXB PHB SYS",
+         version_notes=("the default changed in 2.23: P2P no longer crosses CPU host bridges (PHB/SYS use SHM)",),
+         risks=("a lowercase value is silently ignored",
+                "P2P over PHB/SYS behind PCIe ACS can hang or corrupt data"),
+         log_proof="`NCCL_P2P_LEVEL set by environment to <LEVEL>` (normalised name)",
+         source="ncclGetLevel -> process-global ncclTopoUserP2pLevel, src/graph/paths.cc"),
+    Knob(name="NCCL_P2P_DISABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
+         summary="1 turns peer-to-peer off entirely (same as P2P level LOC).",
+         default="0", risks=("overrides NCCL_P2P_LEVEL: setting both is contradictory",),
+         log_proof="`NCCL_P2P_DISABLE set by environment to 1` (2.30+)",
+         source="ncclGetLevel(..., NCCL_P2P_DISABLE, NCCL_P2P_LEVEL), src/graph/paths.cc"),
+    Knob(name="NCCL_SHM_DISABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
+         summary="1 disables the shared-memory transport (then NET/sockets carry non-P2P pairs).",
+         default="0", log_proof="`NCCL_SHM_DISABLE set by environment to 1.`", source=_PARAM + ", src/transport/shm.cc"),
+    Knob(name="NCCL_BUFFSIZE", scope=Scope.PROCESS, kind=Kind.INT,
+         summary="Simple-protocol buffer per channel and peer, in bytes.", default="4194304 (4 MiB)",
+         risks=("large values multiply GPU memory by channels x peers",),
+         log_proof="`NCCL_BUFFSIZE set by environment to N.`", source=_PARAM + ", src/init.cc"),
+    Knob(name="NCCL_NTHREADS", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("64", "128", "256", "512"),
+         summary="CUDA threads per NCCL block (Simple and LL).", default="256 or 512 by link speed",
+         log_proof="`NCCL_NTHREADS set by environment to N.`", source=_PARAM + ", src/graph/tuning.cc"),
+    Knob(name="NCCL_MIN_NCHANNELS", scope=Scope.PROCESS, kind=Kind.INT,
+         summary="Lower bound on channels (deprecated in 2.17 for NCCL_MIN_CTAS).",
+         log_proof="`NCCL_MIN_NCHANNELS set by environment to N.`", source=_PARAM + ", src/graph/connect.cc"),
+    Knob(name="NCCL_MAX_NCHANNELS", scope=Scope.PROCESS, kind=Kind.INT,
+         summary="Upper bound on channels (deprecated in 2.17 for NCCL_MAX_CTAS).",
+         log_proof="`NCCL_MAX_NCHANNELS set by environment to N.`", source=_PARAM + ", src/graph/connect.cc"),
+    Knob(name="NCCL_MIN_CTAS", scope=Scope.PROCESS, kind=Kind.INT,
+         summary="Lower bound on CTAs (channels); overrides ncclConfig_t.minCTAs.",
+         version_notes=("2.17+",), source="envConfigOverride, src/init.cc"),
+    Knob(name="NCCL_MAX_CTAS", scope=Scope.PROCESS, kind=Kind.INT,
+         summary="Upper bound on CTAs (channels); overrides ncclConfig_t.maxCTAs.",
+         version_notes=("2.17+",), source="envConfigOverride, src/init.cc"),
+    Knob(name="NCCL_NVLS_ENABLE", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("0", "1", "2"),
+         summary="NVLink SHARP (multicast) algorithms; needs NVSwitch and Hopper or newer.", default="2 (auto)",
+         risks=("NVLink multicast on shared hosts can take GPUs down: keep 0 there",),
+         source=_PARAM + ", src/transport/nvls.cc"),
+    Knob(name="NCCL_CUMEM_ENABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
+         summary="Use the cuMem* virtual memory API for buffers (P2P/CUMEM instead of P2P/IPC).",
+         default="auto since 2.19", source=_PARAM + ", src/misc/cudawrap.cc"),
+    Knob(name="NCCL_DEBUG", scope=Scope.PROCESS, kind=Kind.CHOICE, values=DEBUG_LEVELS,
+         summary="Log level: VERSION, WARN, INFO, ABORT, TRACE.", default="none",
+         source="ncclDebugInit, runs once per process"),
+    Knob(name="NCCL_DEBUG_SUBSYS", scope=Scope.PROCESS, kind=Kind.TOKENS, values=DEBUG_SUBSYSTEMS,
+         summary="Which subsystems log; setting it replaces the default mask.",
+         default="INIT,ENV (2.22 and older), INIT,BOOTSTRAP,ENV (2.23+)", syntax="comma list; ^ excludes",
+         risks=("a list without ENV hides every `set by environment` line, the proof that a setting was read",),
+         source="ncclDebugInit, src/debug.cc"),
+    Knob(name="NCCL_DEBUG_FILE", scope=Scope.PROCESS, kind=Kind.PATH,
+         summary="Log file; %h is the hostname, %p the pid. Overwritten, not appended.",
+         risks=("without %p every process of a host writes the same file",),
+         source="ncclDebugInit, src/debug.cc"),
+    Knob(name="NCCL_TOPO_FILE", scope=Scope.COMMUNICATOR, kind=Kind.PATH,
+         summary="XML topology to load instead of probing.",
+         log_proof="`NCCL_TOPO_FILE set by environment to <path>`", source="ncclTopoGetSystem, src/graph/topo.cc"),
+    Knob(name="NCCL_TOPO_DUMP_FILE", scope=Scope.COMMUNICATOR, kind=Kind.PATH,
+         summary="Write the detected topology as XML (rank NCCL_TOPO_DUMP_FILE_RANK, default 0).",
+         log_proof="`NCCL_TOPO_DUMP_FILE set by environment to <path>`", source="src/graph/topo.cc, src/init.cc"),
+    Knob(name="NCCL_LAUNCH_MODE", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("PARALLEL", "GROUP"),
+         summary="How kernels of several GPUs in one process are launched; GROUP is deprecated since 2.9.",
+         default="PARALLEL", source="ncclGetEnv in init, stored in a process-global"),
+    Knob(name="NCCL_TUNER_PLUGIN", scope=Scope.PROCESS, kind=Kind.TEXT,
+         summary="Tuner plugin library: a name, libnccl-tuner-<name>.so or a path; `none` (2.30+).",
+         risks=("a failed load is sticky for the process until every communicator is gone",),
+         log_proof="`TUNER/Plugin: Using tuner plugin ...` (2.21) / `Successfully loaded external tuner plugin` (2.30)",
+         source="src/plugin/tuner.cc"),
+    Knob(name="NCCL_TUNER_CONFIG_FILE", scope=Scope.COMMUNICATOR, kind=Kind.PATH,
+         summary="CSV for NCCL's example tuner plugin (2.27.7+): per size range algorithm/protocol/channels.",
+         default="nccl_tuner.conf in the working directory", source="plugins/tuner/example/plugin.c"),
+)}
+
+
+def knob(name: str) -> Knob | None:
+    return KNOBS.get(name)
+
+
+def scope_of(name: str) -> Scope:
+    """Unknown NCCL variables are treated as once per process: the safe assumption for planning."""
+    row = KNOBS.get(name)
+    return row.scope if row else Scope.PROCESS
+
+
+def validate_value(name: str, value: str) -> str:
+    """Return the value NCCL would act on, or raise UsageProblem naming what is wrong.
+
+    Strict on purpose: the sweep must never measure a setting NCCL would ignore.
+    """
+    row = KNOBS.get(name)
+    if row is None:
+        return value
+    if row.kind is Kind.TOKENS:
+        return _validate_tokens(row, value)
+    if row.kind is Kind.LEVEL:
+        if value in row.values or value.isdigit():
+            return value
+        hint = f" (NCCL matches case exactly: did you mean {value.upper()}?)" if value.upper() in row.values else ""
+        raise UsageProblem(f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}")
+    if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
+        raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
+    if row.kind is Kind.INT and not value.lstrip("-").isdigit():
+        raise UsageProblem(f"{name}={value!r} is not an integer")
+    return value
+
+
+def _validate_tokens(row: Knob, value: str) -> str:
+    allowed = {token.lower(): token for token in row.values}
+    for clause in value.split(";"):
+        tokens = clause.split(":", 1)[-1] if ":" in clause else clause
+        if ":" in clause and clause.split(":", 1)[0].strip().lower() not in COLLECTIVE_NAMES:
+            raise UsageProblem(f"{row.name}={value!r}: unknown collective {clause.split(':', 1)[0]!r}")
+        for token in tokens.lstrip("^").split(","):
+            if token.strip().lower() not in allowed:
+                raise UsageProblem(f"{row.name}={value!r}: unknown token {token.strip()!r}; "
+                                   f"known: {', '.join(row.values)}")
+    return value

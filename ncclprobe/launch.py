@@ -1,0 +1,222 @@
+"""The launcher: start one worker process per rank, rendezvous them, collect their messages, and
+kill the whole pool when it hangs or a rank crashes.
+
+Every multi-rank piece of ncclprobe (the sweep, the engine, the probes) runs through `run_pool`.
+
+Why subprocesses and not multiprocessing: each worker is a fresh interpreter (like
+multiprocessing's spawn, which SGLang and vLLM use for TP workers) whose environment is given
+explicitly at exec, so what NCCL reads is exactly what the pool asked for; and each worker leads
+its own process group, so a hung NCCL call is ended with killpg, children included.
+
+Rendezvous: the launcher hosts torch's TCPStore on 127.0.0.1 with a port the OS picks (no race
+for a free port); workers connect to it as clients. Under torchrun the same worker code uses
+torchrun's env:// rendezvous instead (see `ncclprobe.worker`).
+
+Messages: each rank appends JSON lines to its own file in the run directory, flushed per line;
+the launcher tails them. A message from any rank resets the silence watchdog, so `timeout_s` is
+the longest a pool may go without progress, not a budget for the whole pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+log = logging.getLogger("ncclprobe.launch")
+
+POLL_S = 0.05
+KILL_GRACE_S = 0.5     # after one rank fails, how long the others get to exit on their own
+STDERR_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSpec:
+    nranks: int                                   # worker processes, one per rank
+    backend: str                                  # "nccl" (one GPU per rank) or "gloo" (CPU)
+    entry: str                                    # "module:function" called with a WorkerContext
+    payload: Mapping = field(default_factory=dict)  # JSON-able input for the entry
+    env: Mapping[str, str] = field(default_factory=dict)  # set in every worker's environment at exec
+    unset: tuple[str, ...] = ()                   # removed from the inherited environment
+    timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds
+
+    def __post_init__(self):
+        if self.nranks < 1:
+            raise ValueError(f"a pool needs at least one rank, got {self.nranks}")
+        if self.backend not in ("nccl", "gloo"):
+            raise ValueError(f"backend must be nccl or gloo, got {self.backend!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclass
+class PoolOutcome:
+    status: str                                  # "ok", "hang" or "error"
+    reason: str | None                           # why, when not ok
+    messages: list[dict]                         # every message, in arrival order, each with "rank"
+    returncodes: dict[int, int | None]
+    stderr_tails: dict[int, str]
+    wall_s: float
+    pids: dict[int, int]
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if m.get("kind") == kind]
+
+
+def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in spec.unset}
+    env.update(spec.env)
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(spec.nranks), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(spec.nranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port),
+        "NCCLPROBE_STORE_PORT": str(store_port), "NCCLPROBE_RUN_DIR": str(run_dir),
+        "NCCLPROBE_BACKEND": spec.backend, "NCCLPROBE_ENTRY": spec.entry,
+        "PYTHONUNBUFFERED": "1",
+    })
+    # the worker must import this ncclprobe, also when it runs from a source checkout
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None,
+             keep_dir: bool = False) -> PoolOutcome:
+    """Run `spec.entry` on `spec.nranks` worker processes until all exit, one fails, or they go silent."""
+    from torch.distributed import TCPStore  # the parent hosts the rendezvous store
+
+    run_dir = Path(tempfile.mkdtemp(prefix="ncclprobe-pool-"))
+    (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
+    store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
+    started = time.monotonic()
+    procs = {rank: _start(spec, rank, run_dir, store.port) for rank in range(spec.nranks)}
+    try:
+        status, reason, messages = _watch(spec, procs, run_dir, on_message)
+    finally:
+        for proc in procs.values():
+            _kill_group(proc)
+        del store
+    outcome = PoolOutcome(
+        status=status, reason=reason, messages=messages,
+        returncodes={rank: proc.returncode for rank, proc in procs.items()},
+        stderr_tails={rank: _tail(run_dir / f"rank{rank}.err") for rank in procs},
+        wall_s=time.monotonic() - started, pids={rank: proc.pid for rank, proc in procs.items()})
+    if status == "error" and reason:
+        failing = [r for r, rc in outcome.returncodes.items() if rc not in (0, None, -signal.SIGKILL)]
+        tail = outcome.stderr_tails.get(failing[0], "") if failing else ""
+        outcome.reason = f"{reason}\n{tail}".strip()
+    if not keep_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return outcome
+
+
+def _start(spec: PoolSpec, rank: int, run_dir: Path, port: int) -> subprocess.Popen:
+    out = open(run_dir / f"rank{rank}.out", "wb")
+    err = open(run_dir / f"rank{rank}.err", "wb")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "ncclprobe.worker"], env=worker_env(spec, rank, run_dir, port),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+    finally:
+        out.close()
+        err.close()
+
+
+def _watch(spec, procs, run_dir, on_message):
+    readers = {rank: _LineReader(run_dir / f"rank{rank}.jsonl") for rank in procs}
+    messages: list[dict] = []
+    last_progress = time.monotonic()
+    failed_at = None
+    while True:
+        for rank, reader in readers.items():
+            for line in reader.new_lines():
+                message = {"rank": rank, **line}
+                messages.append(message)
+                last_progress = time.monotonic()
+                if on_message:
+                    on_message(message)
+        codes = {rank: proc.poll() for rank, proc in procs.items()}
+        if all(code == 0 for code in codes.values()):
+            _drain(readers, messages, on_message)
+            return "ok", None, messages
+        bad = {rank: code for rank, code in codes.items() if code not in (None, 0)}
+        if bad:
+            failed_at = failed_at or time.monotonic()
+            if all(code is not None for code in codes.values()) or time.monotonic() - failed_at > KILL_GRACE_S:
+                _drain(readers, messages, on_message)
+                rank, code = next(iter(sorted(bad.items())))
+                return "error", f"rank {rank} exited with {_describe_code(code)}", messages
+        if time.monotonic() - last_progress > spec.timeout_s:
+            _drain(readers, messages, on_message)
+            return "hang", f"no progress from any rank for {spec.timeout_s:g} s; pool killed", messages
+        time.sleep(POLL_S)
+
+
+def _drain(readers, messages, on_message):
+    for rank, reader in readers.items():
+        for line in reader.new_lines():
+            message = {"rank": rank, **line}
+            messages.append(message)
+            if on_message:
+                on_message(message)
+
+
+def _describe_code(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own group: children go too
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("worker pid %d did not exit after SIGKILL", proc.pid)
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-STDERR_TAIL_CHARS:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+class _LineReader:
+    """Reads complete JSON lines appended to a file since the last call; a partial line waits."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        data = self.partial + chunk
+        *complete, self.partial = data.split(b"\n")
+        out = []
+        for raw in complete:
+            if raw.strip():
+                try:
+                    out.append(json.loads(raw))
+                except json.JSONDecodeError:
+                    out.append({"kind": "garbled", "text": raw.decode("utf-8", "replace")[:200]})
+        return out

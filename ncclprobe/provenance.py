@@ -1,0 +1,67 @@
+"""What a result needs to be reproducible: versions, GPUs, host and the NCCL_*/CUDA_* environment.
+
+Every results file, trace and report header carries `collect()`. Unknowns are None, never guessed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import subprocess
+import sys
+
+from ncclprobe import __version__
+
+ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_")
+
+
+def relevant_env(environ: dict | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def nccl_version_string() -> str | None:
+    """NCCL's version as torch was built against it ("2.28.9"), or None without NCCL."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        version = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    return ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+
+
+def driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def gpu_names() -> list[str]:
+    try:
+        import torch
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
+
+
+def collect(argv: list[str] | None = None) -> dict:
+    import torch
+    return {
+        "argv": list(sys.argv if argv is None else argv),
+        "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "versions": {
+            "ncclprobe": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "nccl": nccl_version_string(), "cuda": torch.version.cuda, "driver": driver_version(),
+        },
+        "gpus": gpu_names(),
+        "env": relevant_env(),
+    }

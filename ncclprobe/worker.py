@@ -1,0 +1,124 @@
+"""The worker side of the launcher: join the rendezvous, run the entry, report through messages.
+
+Started by `ncclprobe.launch.run_pool` as `python -m ncclprobe.worker`, or under torchrun (then
+RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT come from torchrun and env:// is used).
+
+An entry is a function `entry(ctx: WorkerContext) -> None`. It reports with `ctx.emit(kind, **data)`;
+every message is one flushed JSON line in the rank's own file, so nothing a rank reported is lost
+if it is killed a moment later.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def torchrun_env() -> bool:
+    """True when this process was started by torchrun (or another env:// launcher), not by run_pool."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "NCCLPROBE_STORE_PORT" not in os.environ
+
+
+@dataclass
+class WorkerContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    payload: dict
+    run_dir: Path | None
+    started_at: float = field(default_factory=time.time)
+    _sink: object = None
+    _control: object = None
+
+    @property
+    def device(self):
+        import torch
+        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+
+    def emit(self, kind: str, **data) -> None:
+        """Report a message to the launcher (one JSON line, flushed)."""
+        if self._sink is None:
+            return
+        self._sink.write(json.dumps({"kind": kind, "t": time.time(), **data}, default=str) + "\n")
+        self._sink.flush()
+
+    def control_group(self):
+        """A gloo group over all ranks for CPU-side coordination that never touches NCCL."""
+        import torch.distributed as dist
+        if self._control is None:
+            self._control = dist.new_group(backend="gloo") if self.backend != "gloo" else dist.group.WORLD
+        return self._control
+
+
+def init_distributed(backend: str, rank: int, world_size: int, local_rank: int) -> None:
+    import torch
+    import torch.distributed as dist
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    port = os.environ.get("NCCLPROBE_STORE_PORT")
+    if port:  # the launcher hosts the store; every rank is a client
+        store = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port), world_size,
+                              is_master=False, timeout=_timedelta(300))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    else:  # torchrun
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
+
+
+def _timedelta(seconds: float):
+    from datetime import timedelta
+    return timedelta(seconds=seconds)
+
+
+def context_from_env(payload: dict | None = None) -> WorkerContext:
+    run_dir = os.environ.get("NCCLPROBE_RUN_DIR")
+    rank = int(os.environ["RANK"])
+    ctx = WorkerContext(
+        rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+        local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        backend=os.environ.get("NCCLPROBE_BACKEND") or _default_backend(),
+        payload=payload if payload is not None else _read_payload(run_dir),
+        run_dir=Path(run_dir) if run_dir else None)
+    if run_dir:
+        ctx._sink = open(Path(run_dir) / f"rank{rank}.jsonl", "a", encoding="utf-8")
+    return ctx
+
+
+def _default_backend() -> str:
+    import torch
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def _read_payload(run_dir: str | None) -> dict:
+    if not run_dir:
+        return {}
+    return json.loads((Path(run_dir) / "payload.json").read_text())
+
+
+def resolve(entry: str):
+    module_name, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def main() -> int:
+    ctx = context_from_env()
+    entry = resolve(os.environ["NCCLPROBE_ENTRY"])
+    init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.local_rank)
+    ctx.emit("ready", pid=os.getpid(), backend=ctx.backend)
+    try:
+        entry(ctx)
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    ctx.emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Worker entries used by the launcher tests: each one a real behaviour a pool must survive."""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def sum_ranks(ctx):
+    """All-reduce rank+1 over the pool: the exact answer is n(n+1)/2."""
+    value = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(value)
+    ctx.emit("sum", value=value.item(), env_probe=os.environ.get("NCCLPROBE_TEST_VAR"))
+
+
+def hang_on_rank1(ctx):
+    ctx.emit("before-hang")
+    if ctx.rank == 1:
+        time.sleep(3600)
+    dist.barrier()
+
+
+def crash_on_rank1(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("planted crash in rank 1")
+    time.sleep(30)
