@@ -1,0 +1,277 @@
+"""Read NCCL_DEBUG=INFO/WARN logs (NCCL 2.8 to 2.30) into facts: version, environment NCCL read,
+communicator sizes, transports, per-call algorithm/protocol choices and warnings.
+
+This is the proof reader of the project: the sweep and env-check ask it whether a setting
+reached NCCL (`set by environment` lines) and what NCCL then did (TUNING lines, transports).
+Formats follow ../shared/reference/nccl-facts.md §3, which cites the NCCL source:
+
+- prefix `host:pid:tid [cudaDev] NCCL INFO|WARN ...` (WARN may add `file.cc:line `, TRACE a time);
+- version banner bare (`NCCL version 2.8.3+cuda11.2`, rank 0, up to 2.21) or as an INFO line (2.22+);
+- `VAR set by environment to VALUE` - integer parameters end with a period, strings do not;
+- TUNING per-call lines in three generations: numeric codes (2.20-2.22), a function-name
+  prefix with codes (2.23), names (2.24+).
+
+Real logs interleave application output, mpirun tags and timestamps; anything that is not an
+NCCL line is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.evidence.text import clean_line, read_text_file
+
+# NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
+ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+PROTO_NAMES = ("LL", "LL128", "SIMPLE")
+
+_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+                     r"(?:[\d.]+ )?(?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
+_VERSION = re.compile(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+_SET_BY_ENV = re.compile(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
+_INT_WITH_PERIOD = re.compile(r"^-?\d+\.$")
+_COMM_INIT = re.compile(r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
+                        r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+                        r".* - Init (?P<phase>START|COMPLETE)")
+_COMM_SHAPE = re.compile(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+                         r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
+_CONNECTION = re.compile(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
+                         r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
+_RING = re.compile(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
+_TUNING = re.compile(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+                     r"(?: time (?P<time>[\d.]+))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
+_SYMMETRIC = re.compile(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
+_CALL = re.compile(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)")
+_CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
+_CHANNEL_COUNTS = re.compile(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
+                             r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
+_TUNER = re.compile(r"^TUNER/Plugin: (?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
+                    r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
+_MATRIX_START = re.compile(r"^Enabled NCCL Func/Proto/Algo Matrix:")
+_MATRIX_ROW = re.compile(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")
+
+
+@dataclass(frozen=True)
+class TuningEntry:
+    """One algorithm/protocol choice NCCL logged for one collective call (rank 0 only)."""
+
+    collective: str | None   # "AllReduce"; None in 2.20-2.22, whose lines carry no function name
+    bytes: int
+    algo: str                # "RING", "TREE", ... never a numeric code
+    proto: str               # "LL", "LL128", "SIMPLE"
+    channels: tuple[int, int] | None = None   # channel{Lo..Hi} (2.24+)
+    predicted_time_us: float | None = None    # the cost model's time (2.20-2.23)
+    pid: int | None = None
+
+    def to_json(self) -> dict:
+        return {"collective": self.collective, "bytes": self.bytes, "algo": self.algo, "proto": self.proto,
+                "channels": list(self.channels) if self.channels else None,
+                "predicted_time_us": self.predicted_time_us, "pid": self.pid}
+
+
+@dataclass
+class NcclLog:
+    """Everything read from one or more NCCL debug logs; empty fields mean "not in the log"."""
+
+    nccl_version: str | None = None           # "2.28.9"
+    nccl_version_full: str | None = None      # "2.28.9+cuda13.0"
+    versions: set[str] = field(default_factory=set)     # every version seen (mixed installs show >1)
+    env: dict[str, str] = field(default_factory=dict)   # first value NCCL reported per variable
+    env_values: dict[str, list[str]] = field(default_factory=dict)  # every distinct value, in order
+    nranks: int | None = None                 # largest communicator seen
+    communicators: list[dict] = field(default_factory=list)
+    transports: dict[str, int] = field(default_factory=dict)         # "P2P"/"SHM"/"NET" -> connection lines
+    transport_details: dict[str, int] = field(default_factory=dict)  # "P2P/CUMEM/read" -> lines
+    ring_channels: int | None = None
+    channel_counts: dict[str, int] = field(default_factory=dict)
+    connected: dict[str, int] = field(default_factory=dict)          # "rings"/"trees" -> lines
+    tuning: list[TuningEntry] = field(default_factory=list)
+    symmetric_kernels: list[dict] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)              # COLL-subsystem call lines per function
+    enabled_matrix: dict[str, dict[str, list[str]]] | None = None    # 2.24+ Func/Proto/Algo matrix
+    tuner_plugin: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    pids: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    nccl_lines: int = 0
+    total_lines: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": 1, "nccl_version": self.nccl_version, "nccl_version_full": self.nccl_version_full,
+            "versions": sorted(self.versions), "env": dict(self.env), "env_values": dict(self.env_values),
+            "nranks": self.nranks, "communicators": list(self.communicators),
+            "transports": dict(self.transports), "transport_details": dict(self.transport_details),
+            "ring_channels": self.ring_channels, "channel_counts": dict(self.channel_counts),
+            "connected": dict(self.connected), "tuning": [t.to_json() for t in self.tuning],
+            "symmetric_kernels": list(self.symmetric_kernels), "calls": dict(self.calls),
+            "enabled_matrix": self.enabled_matrix, "tuner_plugin": self.tuner_plugin,
+            "warnings": list(self.warnings), "pids": sorted(self.pids), "hosts": sorted(self.hosts),
+            "nccl_lines": self.nccl_lines, "total_lines": self.total_lines,
+        }
+
+
+def parse_nccl_log(text: str) -> NcclLog:
+    """Parse log text; never raises on garbage, returns whatever NCCL facts it found."""
+    reader = _Reader()
+    for raw in text.splitlines():
+        reader.feed(clean_line(raw))
+    return reader.finish()
+
+
+def parse_nccl_log_file(path: str | Path) -> NcclLog:
+    """Parse one log file; an unreadable file is a UsageProblem naming it."""
+    return parse_nccl_log(read_text_file(path, "NCCL log"))
+
+
+def algo_name(token: str) -> str:
+    """`1` -> `RING` (2.20-2.23 codes); names are upper-cased; unknown codes stay visible as `ALGO_<n>`."""
+    return _code_name(token, ALGO_NAMES, "ALGO")
+
+
+def proto_name(token: str) -> str:
+    return _code_name(token, PROTO_NAMES, "PROTO")
+
+
+def _code_name(token: str, names: tuple[str, ...], kind: str) -> str:
+    if token.isdigit():
+        index = int(token)
+        return names[index] if index < len(names) else f"{kind}_{index}"
+    return _CANONICAL.get(token.replace("_", "").lower(), token.upper())
+
+
+# "CollNetDirect" (matrix), "COLLNET_DIRECT" (TUNING), "Simple" -> one spelling each
+_CANONICAL = {name.replace("_", "").lower(): name for name in ALGO_NAMES + PROTO_NAMES}
+
+
+class _Reader:
+    """Line-by-line state: the only multi-line construct is the Func/Proto/Algo matrix."""
+
+    def __init__(self) -> None:
+        self.log = NcclLog()
+        self.ring_counts: Counter = Counter()
+        self.transports: Counter = Counter()
+        self.details: Counter = Counter()
+        self.calls: Counter = Counter()
+        self.connected: Counter = Counter()
+        self.matrix_header: list[list[str]] | None = None   # [protocols, algorithms] while inside one
+        self.comms: dict[tuple, dict] = {}
+        self.handlers = self._handlers()
+
+    def feed(self, line: str) -> None:
+        self.log.total_lines += 1
+        if self.matrix_header is not None and self._matrix_line(line):
+            return
+        match = _PREFIX.search(line)
+        if match is None:
+            bare = _VERSION.match(line.strip())
+            if bare:
+                self._version(bare)
+            return
+        self.log.nccl_lines += 1
+        self.log.pids.add(int(match["pid"]))
+        self.log.hosts.add(match["host"])
+        if match["level"] == "WARN":
+            self.log.warnings.append(match["msg"].strip())
+        self._message(match["msg"].strip(), int(match["pid"]))
+
+    def _message(self, msg: str, pid: int) -> None:
+        for pattern, handler in self.handlers:
+            found = pattern.match(msg)
+            if found:
+                handler(found, pid)
+                return
+
+    def _handlers(self) -> tuple:
+        """(pattern, handler) in matching order; the first match wins."""
+        return ((_VERSION, lambda m, pid: self._version(m)),
+                (_SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
+                (_TUNING, self._tuning),
+                (_CONNECTION, lambda m, pid: self._connection(m["via"])),
+                (_RING, lambda m, pid: self.ring_counts.update([int(m["n"])])),
+                (_COMM_INIT, self._comm),
+                (_COMM_SHAPE, self._comm),
+                (_SYMMETRIC, lambda m, pid: self.log.symmetric_kernels.append(
+                    {"collective": m["coll"], "bytes": int(m["bytes"]), "kernel": m["kernel"]})),
+                (_CALL, lambda m, pid: self.calls.update([m["coll"]])),
+                (_CONNECTED, lambda m, pid: self.connected.update([m["what"]])),
+                (_CHANNEL_COUNTS, lambda m, pid: self.log.channel_counts.update(
+                    {k: int(v) for k, v in m.groupdict().items()})),
+                (_TUNER, lambda m, pid: self._tuner(m)),
+                (_MATRIX_START, lambda m, pid: self._matrix_start()))
+
+    def _version(self, match: re.Match) -> None:
+        self.log.versions.add(match["v"])
+        if self.log.nccl_version is None:
+            self.log.nccl_version, self.log.nccl_version_full = match["v"], match["full"]
+
+    def _env(self, var: str, value: str) -> None:
+        value = value.strip()
+        if _INT_WITH_PERIOD.match(value):  # integer parameters are logged as "%lld."
+            value = value[:-1]
+        self.log.env.setdefault(var, value)
+        seen = self.log.env_values.setdefault(var, [])
+        if value not in seen:
+            seen.append(value)
+
+    def _tuning(self, m: re.Match, pid: int) -> None:
+        channels = (int(m["lo"]), int(m["hi"])) if m["lo"] is not None else None
+        self.log.tuning.append(TuningEntry(
+            collective=m["coll"], bytes=int(m["bytes"]), algo=algo_name(m["algo"]), proto=proto_name(m["proto"]),
+            channels=channels, predicted_time_us=float(m["time"]) if m["time"] else None, pid=pid))
+
+    def _connection(self, via: str) -> None:
+        via = via.strip()
+        self.transports.update([via.split("/", 1)[0]])
+        self.details.update([re.sub(r"/\d+(?=/|$)", "", via)])   # drop NET device indices
+
+    def _comm(self, m: re.Match, pid: int) -> None:
+        nranks = int(m["nranks"])
+        self.log.nranks = max(self.log.nranks or 0, nranks)
+        groups = m.groupdict()
+        facts = {"pid": pid, "comm": m["comm"], "rank": int(m["rank"]), "nranks": nranks,
+                 "cuda_dev": int(groups["dev"]) if groups.get("dev") else None,
+                 "bus_id": groups.get("bus"), "nnodes": int(groups["nnodes"]) if groups.get("nnodes") else None}
+        known = self.comms.setdefault((pid, m["comm"], int(m["rank"])), facts)
+        known.update({key: value for key, value in facts.items() if value is not None})
+
+    def _tuner(self, m: re.Match) -> None:
+        self.log.tuner_plugin = m["name"] or m["name2"] or "internal"
+
+    def _matrix_start(self) -> None:
+        self.matrix_header = []
+        if self.log.enabled_matrix is None:
+            self.log.enabled_matrix = {}
+
+    def _matrix_line(self, line: str) -> bool:
+        """Consume one line of the matrix that follows `Enabled NCCL Func/Proto/Algo Matrix:`."""
+        row = _MATRIX_ROW.match(line)
+        if row is None:
+            self.matrix_header = None
+            return not line.strip()   # the blank line that ends the matrix is consumed
+        protos, algos = row["protos"].split(), row["algos"].split()
+        if row["func"] == "Function":
+            self.matrix_header = [protos, algos]
+            return True
+        if len(self.matrix_header) != 2:
+            self.matrix_header = None
+            return False
+        names_p, names_a = self.matrix_header
+        self.log.enabled_matrix[row["func"]] = {
+            "protocols": [proto_name(n) for n, v in zip(names_p, protos) if v != "0"],
+            "algorithms": [algo_name(n) for n, v in zip(names_a, algos) if v != "0"]}
+        return True
+
+    def finish(self) -> NcclLog:
+        log = self.log
+        log.transports = dict(self.transports)
+        log.transport_details = dict(self.details)
+        log.calls = dict(self.calls)
+        log.connected = dict(self.connected)
+        log.communicators = list(self.comms.values())
+        if self.ring_counts:
+            log.ring_channels = max(self.ring_counts)
+        return log
