@@ -15,6 +15,7 @@ Scope is the fact the sweep is planned around:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -50,6 +51,8 @@ class Knob:
     risks: tuple[str, ...] = ()           # what can go wrong when it is set
     log_proof: str = ""                   # how NCCL's debug log shows it was read
     source: str = ""                      # where the fact comes from
+    since: str = ""                       # NCCL version that introduced it, when later than 2.8
+    unverified: tuple[str, ...] = ()      # facts read from NCCL's source, not yet seen on hardware
     extra: dict = field(default_factory=dict)
 
 
@@ -63,6 +66,10 @@ DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 DEBUG_SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
                     "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALLOC_HOST", "DESTROY", "ALL")
 
+# NCCL versions that introduced each algorithm (NCCL_ALGO tokens, lower case)
+ALGORITHM_SINCE = {"collnetdirect": (2, 14, 0), "collnetchain": (2, 14, 0), "nvls": (2, 17, 0),
+                   "nvlstree": (2, 18, 0), "pat": (2, 23, 0)}
+
 _PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
@@ -75,8 +82,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                         "2.24+: per-collective `func:list` forms"),
          risks=("LL128 forced on a node without NVLink can corrupt data silently (NVIDIA/nccl#786, #831)",
                 "^LL (or any ^ list without LL128) force-enables LL128, bypassing NCCL's safety check"),
-         log_proof="`NCCL_PROTO set by environment to <value>` (ENV subsystem, no trailing period)",
-         source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc"),
+         log_proof="`NCCL_PROTO set by environment to <value>` (ENV subsystem, no trailing period); 2.24+ rank 0 "
+                   "also prints `Enabled NCCL Func/Proto/Algo Matrix:`",
+         source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc",
+         unverified=("^LL force-enables LL128: read from parseList, not yet seen in a log's Func/Proto/Algo matrix",
+                     "one-rank communicators print no `NCCL_PROTO set by environment` line (seen in the H200 "
+                     "2.28.9 log with NCCL_PROTO=LL set): with one rank the tuning model may not run")),
     Knob(name="NCCL_ALGO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=ALGORITHMS,
          summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
          default="NCCL's cost model picks per size",
@@ -84,7 +95,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          version_notes=("CollnetDirect/CollnetChain 2.14+ (Collnet before), NVLS 2.17+, NVLSTree 2.18+, PAT 2.23+",
                         "2.24+: unknown tokens fail; if Ring is excluded and nothing valid remains init fails"),
          risks=("forcing Tree on one node rarely helps; excluding Ring can make init fail on 2.24+",),
-         log_proof="`NCCL_ALGO set by environment to <value>`",
+         log_proof="`NCCL_ALGO set by environment to <value>`; per call, TUNING lines `... -> Algo RING proto ...`",
          source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc"),
     Knob(name="NCCL_P2P_LEVEL", scope=Scope.PROCESS, kind=Kind.LEVEL, values=P2P_LEVELS, case_sensitive=True,
          summary="Furthest topology path over which GPUs talk peer-to-peer (else SHM or NET).",
@@ -93,8 +104,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          version_notes=("the default changed in 2.23: P2P no longer crosses CPU host bridges (PHB/SYS use SHM)",),
          risks=("a lowercase value is silently ignored",
                 "P2P over PHB/SYS behind PCIe ACS can hang or corrupt data"),
-         log_proof="`NCCL_P2P_LEVEL set by environment to <LEVEL>` (normalised name)",
-         source="ncclGetLevel -> process-global ncclTopoUserP2pLevel, src/graph/paths.cc"),
+         log_proof="`NCCL_P2P_LEVEL set by environment to <LEVEL>` (normalised name: 2 logs PXB)",
+         source="ncclGetLevel -> process-global ncclTopoUserP2pLevel, src/graph/paths.cc",
+         extra={"undocumented_levels": P2P_LEVELS_UNDOCUMENTED,
+                "legacy_integers": {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}},
+         unverified=("lowercase values silently ignored: read from strcmp in ncclGetLevel, not yet seen on a GPU",)),
     Knob(name="NCCL_P2P_DISABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
          summary="1 turns peer-to-peer off entirely (same as P2P level LOC).",
          default="0", risks=("overrides NCCL_P2P_LEVEL: setting both is contradictory",),
@@ -109,6 +123,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          log_proof="`NCCL_BUFFSIZE set by environment to N.`", source=_PARAM + ", src/init.cc"),
     Knob(name="NCCL_NTHREADS", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("64", "128", "256", "512"),
          summary="CUDA threads per NCCL block (Simple and LL).", default="256 or 512 by link speed",
+         syntax="documented: 64, 128, 256, 512; the code takes any multiple of 32 in [64, 512]",
          log_proof="`NCCL_NTHREADS set by environment to N.`", source=_PARAM + ", src/graph/tuning.cc"),
     Knob(name="NCCL_MIN_NCHANNELS", scope=Scope.PROCESS, kind=Kind.INT,
          summary="Lower bound on channels (deprecated in 2.17 for NCCL_MIN_CTAS).",
@@ -117,28 +132,34 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          summary="Upper bound on channels (deprecated in 2.17 for NCCL_MAX_CTAS).",
          log_proof="`NCCL_MAX_NCHANNELS set by environment to N.`", source=_PARAM + ", src/graph/connect.cc"),
     Knob(name="NCCL_MIN_CTAS", scope=Scope.PROCESS, kind=Kind.INT,
-         summary="Lower bound on CTAs (channels); overrides ncclConfig_t.minCTAs.",
-         version_notes=("2.17+",), source="envConfigOverride, src/init.cc"),
+         summary="Lower bound on CTAs (channels); overrides ncclConfig_t.minCTAs.", since="2.17",
+         source="envConfigOverride, src/init.cc"),
     Knob(name="NCCL_MAX_CTAS", scope=Scope.PROCESS, kind=Kind.INT,
-         summary="Upper bound on CTAs (channels); overrides ncclConfig_t.maxCTAs.",
-         version_notes=("2.17+",), source="envConfigOverride, src/init.cc"),
+         summary="Upper bound on CTAs (channels); overrides ncclConfig_t.maxCTAs.", since="2.17",
+         source="envConfigOverride, src/init.cc"),
     Knob(name="NCCL_NVLS_ENABLE", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("0", "1", "2"),
          summary="NVLink SHARP (multicast) algorithms; needs NVSwitch and Hopper or newer.", default="2 (auto)",
          risks=("NVLink multicast on shared hosts can take GPUs down: keep 0 there",),
          source=_PARAM + ", src/transport/nvls.cc"),
     Knob(name="NCCL_CUMEM_ENABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
          summary="Use the cuMem* virtual memory API for buffers (P2P/CUMEM instead of P2P/IPC).",
-         default="auto since 2.19", source=_PARAM + ", src/misc/cudawrap.cc"),
+         default="auto since 2.19", log_proof="transport lines read `via P2P/CUMEM` when on, `via P2P/IPC` when off",
+         source=_PARAM + ", src/misc/cudawrap.cc"),
     Knob(name="NCCL_DEBUG", scope=Scope.PROCESS, kind=Kind.CHOICE, values=DEBUG_LEVELS,
-         summary="Log level: VERSION, WARN, INFO, ABORT, TRACE.", default="none",
-         source="ncclDebugInit, runs once per process"),
+         summary="Log level: VERSION, WARN, INFO, ABORT, TRACE (case-insensitive).", default="none",
+         syntax="one level name, any case (strcasecmp); TRACE needs a debug build of NCCL for most lines",
+         version_notes=("2.22+: the version banner is an INFO line of every process; before, rank 0 printed it bare",),
+         source="ncclDebugInit (strcasecmp), src/debug.cc: runs once per process"),
     Knob(name="NCCL_DEBUG_SUBSYS", scope=Scope.PROCESS, kind=Kind.TOKENS, values=DEBUG_SUBSYSTEMS,
          summary="Which subsystems log; setting it replaces the default mask.",
-         default="INIT,ENV (2.22 and older), INIT,BOOTSTRAP,ENV (2.23+)", syntax="comma list; ^ excludes",
+         default="INIT,ENV (2.22 and older), INIT,BOOTSTRAP,ENV (2.23+)",
+         syntax="comma list of subsystem names, any case; ^ prefix excludes the listed ones from ALL",
          risks=("a list without ENV hides every `set by environment` line, the proof that a setting was read",),
+         version_notes=("2.20+: TUNING per-call lines are INFO (TRACE before); 2.24+ they name the algorithm",),
          source="ncclDebugInit, src/debug.cc"),
     Knob(name="NCCL_DEBUG_FILE", scope=Scope.PROCESS, kind=Kind.PATH,
          summary="Log file; %h is the hostname, %p the pid. Overwritten, not appended.",
+         syntax="a path; %h hostname, %p pid, %% a percent sign; used only when NCCL_DEBUG is above VERSION",
          risks=("without %p every process of a host writes the same file",),
          source="ncclDebugInit, src/debug.cc"),
     Knob(name="NCCL_TOPO_FILE", scope=Scope.COMMUNICATOR, kind=Kind.PATH,
@@ -149,7 +170,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          log_proof="`NCCL_TOPO_DUMP_FILE set by environment to <path>`", source="src/graph/topo.cc, src/init.cc"),
     Knob(name="NCCL_LAUNCH_MODE", scope=Scope.PROCESS, kind=Kind.CHOICE, values=("PARALLEL", "GROUP"),
          summary="How kernels of several GPUs in one process are launched; GROUP is deprecated since 2.9.",
-         default="PARALLEL", source="ncclGetEnv in init, stored in a process-global"),
+         default="PARALLEL", case_sensitive=True, source="ncclGetEnv in init, stored in a process-global",
+         unverified=("exact-case match (strcmp) is from reading old source",)),
     Knob(name="NCCL_TUNER_PLUGIN", scope=Scope.PROCESS, kind=Kind.TEXT,
          summary="Tuner plugin library: a name, libnccl-tuner-<name>.so or a path; `none` (2.30+).",
          risks=("a failed load is sticky for the process until every communicator is gone",),
@@ -157,7 +179,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          source="src/plugin/tuner.cc"),
     Knob(name="NCCL_TUNER_CONFIG_FILE", scope=Scope.COMMUNICATOR, kind=Kind.PATH,
          summary="CSV for NCCL's example tuner plugin (2.27.7+): per size range algorithm/protocol/channels.",
-         default="nccl_tuner.conf in the working directory", source="plugins/tuner/example/plugin.c"),
+         default="nccl_tuner.conf in the working directory", since="2.27.7",
+         syntax="CSV: collective,min_bytes,max_bytes,algorithm,protocol,channels[,nNodes,nRanks[,numPipeOps,regBuff]]"
+                "; -1 keeps NCCL's choice; # comments",
+         source="plugins/tuner/example/plugin.c"),
 )}
 
 
@@ -186,6 +211,8 @@ def validate_value(name: str, value: str) -> str:
             return value
         hint = f" (NCCL matches case exactly: did you mean {value.upper()}?)" if value.upper() in row.values else ""
         raise UsageProblem(f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}")
+    if row.kind is Kind.CHOICE and not row.case_sensitive and value.upper() in (v.upper() for v in row.values):
+        return value
     if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
         raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
     if row.kind is Kind.INT and not value.lstrip("-").isdigit():
@@ -204,3 +231,53 @@ def _validate_tokens(row: Knob, value: str) -> str:
                 raise UsageProblem(f"{row.name}={value!r}: unknown token {token.strip()!r}; "
                                    f"known: {', '.join(row.values)}")
     return value
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """`"2.28.9"`, `"2.29.7+cuda12.9"` -> (2, 28, 9); None when absent or unreadable."""
+    match = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not match:
+        return None
+    return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+def protocol_states(value: str) -> dict[str, dict[str, str]]:
+    """What an NCCL_PROTO value does to each protocol, per scope ("all" or a collective name).
+
+    "forced": the setting turns it on, which for LL128 bypasses NCCL's NVLink-only safety check;
+    "off": the setting turns it off. NCCL's parseList: a plain list enables what it names and
+    disables the rest; a ^ list disables what it names and sets every other protocol to 1 (on).
+    """
+    states: dict[str, dict[str, str]] = {}
+    for clause in value.split(";"):
+        scope, _, tokens = clause.rpartition(":")
+        tokens = tokens.strip()
+        if not tokens:
+            continue
+        exclude = tokens.startswith("^")
+        named = {t.strip().lower() for t in tokens.lstrip("^").split(",") if t.strip()}
+        states[scope.strip().lower() or "all"] = {
+            proto: ("off" if (proto.lower() in named) == exclude else "forced") for proto in PROTOCOLS}
+    return states
+
+
+def subsystems_enabled(value: str) -> set[str]:
+    """The debug subsystems an NCCL_DEBUG_SUBSYS value turns on (it replaces the default list)."""
+    names = {t.strip().upper() for t in value.lstrip("^").split(",") if t.strip()}
+    every = set(DEBUG_SUBSYSTEMS) - {"ALL"}
+    chosen = every if "ALL" in names else names & every
+    return every - chosen if value.strip().startswith("^") else chosen
+
+
+def explain(name: str) -> dict:
+    """One row as a JSON-able explanation, for `ncclprobe knobs VAR` and the lint's messages."""
+    row = KNOBS.get(name)
+    if row is None:
+        raise UsageProblem(f"{name!r} is not in the knowledge table; known: {', '.join(sorted(KNOBS))}")
+    when = ("at every communicator creation: a new communicator in the same process sees a new value"
+            if row.scope is Scope.COMMUNICATOR else "once per process and cached: another value needs a new process")
+    return {"name": row.name, "summary": row.summary, "read": row.scope.value, "read_when": when,
+            "kind": row.kind.value, "values": list(row.values), "case_sensitive": row.case_sensitive,
+            "default": row.default, "syntax": row.syntax, "since": row.since or None,
+            "version_notes": list(row.version_notes), "risks": list(row.risks), "log_proof": row.log_proof,
+            "source": row.source, "unverified": list(row.unverified), **row.extra}

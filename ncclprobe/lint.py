@@ -1,0 +1,237 @@
+"""Lint an NCCL environment: settings NCCL ignores silently, rejects, or that can corrupt data.
+
+env-check runs it over what a worker actually saw, the sweep over each configuration before
+measuring it, and recommend refuses anything it calls an error. Every rule comes from the
+knowledge table (`ncclprobe.knobs`) and so from ../shared/reference/nccl-facts.md; a finding says
+what NCCL will do with the value and how to fix it. `nvlink` (from the topology) and
+`nccl_version` sharpen the verdicts; None means unknown and the lint says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.knobs import (ALGORITHM_SINCE, KNOBS, P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, parse_version,
+                             protocol_states, subsystems_enabled, validate_value)
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str            # "error" | "warning" | "info"
+    variable: str | None
+    message: str
+    fix: str
+    code: str = ""           # stable rule id, e.g. "ll128-without-nvlink", for callers that filter
+
+    def to_json(self) -> dict:
+        return {"severity": self.severity, "variable": self.variable, "message": self.message,
+                "fix": self.fix, "code": self.code}
+
+
+@dataclass(frozen=True)
+class _Context:
+    env: Mapping[str, str]
+    nvlink: bool | None
+    version: tuple[int, int, int] | None
+
+    def at_least(self, major: int, minor: int) -> bool | None:
+        return None if self.version is None else self.version >= (major, minor, 0)
+
+
+def lint_env(env: Mapping[str, str], *, nvlink: bool | None = None,
+             nccl_version: str | None = None) -> list[Finding]:
+    """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored."""
+    ctx = _Context({k: v for k, v in env.items() if k.startswith("NCCL_")}, nvlink, parse_version(nccl_version))
+    findings: list[Finding] = []
+    for rule in _RULES:
+        findings.extend(rule(ctx))
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.variable or ""))
+
+
+def _values(ctx: _Context) -> Iterator[Finding]:
+    """Values the knowledge table's validation rejects, and values written with quotes or spaces.
+
+    NCCL_P2P_LEVEL, NCCL_PROTO and NCCL_ALGO have their own rules with sharper messages."""
+    for name, value in ctx.env.items():
+        if name not in KNOBS or name in ("NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO"):
+            continue
+        if value != value.strip() or value[:1] in "\"'":
+            yield Finding("error", name, f"{name}={value!r} carries quotes or spaces that NCCL reads as part "
+                          "of the value", f"export {name}={value.strip().strip(_QUOTES)}", "quoted-value")
+            continue
+        try:
+            validate_value(name, value)
+        except UsageProblem as exc:
+            yield Finding("error", name, str(exc), f"use one of the values `ncclprobe knobs {name}` lists",
+                          "invalid-value")
+
+
+_QUOTES = "\"'"
+
+
+def _p2p_level(ctx: _Context) -> Iterator[Finding]:
+    value = ctx.env.get("NCCL_P2P_LEVEL")
+    if value is None:
+        return
+    if value in P2P_LEVELS:
+        return
+    if value.isdigit():
+        legacy = ("LOC", "PIX", "PXB", "PHB", "SYS")[min(int(value), 4)]
+        yield Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is a legacy integer; NCCL reads it as "
+                      f"{legacy}", f"export NCCL_P2P_LEVEL={legacy}", "p2p-level-legacy-int")
+    elif value in P2P_LEVELS_UNDOCUMENTED:
+        yield Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is accepted by NCCL's code but not "
+                      "documented; its meaning may change between versions",
+                      "prefer one of " + ", ".join(P2P_LEVELS), "p2p-level-undocumented")
+    elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:
+        yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is silently ignored: NCCL compares "
+                      "level names case-sensitively, so the default level applies",
+                      f"export NCCL_P2P_LEVEL={value.upper()}", "p2p-level-case")
+    else:
+        yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value!r} is not a P2P level; NCCL ignores it",
+                      "use one of " + ", ".join(P2P_LEVELS), "p2p-level-unknown")
+
+
+def _p2p_disable_with_level(ctx: _Context) -> Iterator[Finding]:
+    if ctx.env.get("NCCL_P2P_DISABLE") == "1" and "NCCL_P2P_LEVEL" in ctx.env:
+        yield Finding("warning", "NCCL_P2P_DISABLE", "NCCL_P2P_DISABLE=1 turns P2P off, so NCCL_P2P_LEVEL="
+                      f"{ctx.env['NCCL_P2P_LEVEL']} has no effect", "unset one of the two", "p2p-disable-and-level")
+
+
+def _tokens(ctx: _Context) -> Iterator[Finding]:
+    """NCCL_PROTO / NCCL_ALGO: unknown tokens, per-collective forms before 2.24, too-new algorithms."""
+    for name in ("NCCL_PROTO", "NCCL_ALGO"):
+        value = ctx.env.get(name)
+        if value is None:
+            continue
+        try:
+            validate_value(name, value)
+        except UsageProblem as exc:
+            consequence = {True: "NCCL 2.24+ refuses it and communicator creation fails",
+                           False: "NCCL before 2.24 ignores the unknown token silently",
+                           None: "NCCL 2.24+ fails communicator creation; older versions ignore it silently"}
+            yield Finding("error", name, f"{exc}. {consequence[ctx.at_least(2, 24)]}",
+                          f"see `ncclprobe knobs {name}` for the accepted names", "unknown-token")
+            continue
+        if ":" in value and ctx.at_least(2, 24) is False:
+            yield Finding("error", name, f"{name}={value!r} uses the per-collective form, which NCCL reads only "
+                          "from 2.24", "use a plain comma list, or upgrade NCCL", "per-collective-too-old")
+        yield from _algorithm_versions(ctx, name, value)
+
+
+def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[Finding]:
+    if name != "NCCL_ALGO" or ctx.version is None:
+        return
+    for token in {t.strip().lower() for t in value.replace(";", ",").replace(":", ",").replace("^", "").split(",")}:
+        since = ALGORITHM_SINCE.get(token)
+        if since and ctx.version < since:
+            yield Finding("error", name, f"algorithm {token!r} needs NCCL {'.'.join(map(str, since[:2]))}+; "
+                          f"this is {'.'.join(map(str, ctx.version))}", "drop it or upgrade NCCL", "algo-too-new")
+
+
+def _ll128(ctx: _Context) -> Iterator[Finding]:
+    """LL128 forced on, directly or by a ^ list that does not exclude it, where NVLink is absent or unknown."""
+    value = ctx.env.get("NCCL_PROTO")
+    if value is None or ctx.nvlink is True:
+        return
+    forcing = [clause.strip() for clause in value.split(";")
+               if any(states.get("LL128") == "forced" for states in protocol_states(clause).values())]
+    if not forcing:
+        return
+    clause = forcing[0]
+    how = (f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in"
+           if "^" in clause else f"`{clause}` names LL128")
+    where = "this node has no NVLink" if ctx.nvlink is False else "NVLink is not known to be present"
+    yield Finding("error" if ctx.nvlink is False else "warning", "NCCL_PROTO",
+                  f"NCCL_PROTO={value} forces LL128 on ({how}) and {where}: NCCL keeps LL128 off without NVLink "
+                  "because it can corrupt data silently",
+                  "exclude LL128 too (NCCL_PROTO=^LL,LL128) or name only what you want (NCCL_PROTO=LL,Simple)",
+                  "ll128-without-nvlink")
+
+
+def _debug_subsys(ctx: _Context) -> Iterator[Finding]:
+    value = ctx.env.get("NCCL_DEBUG_SUBSYS")
+    if value is None:
+        return
+    if "ENV" not in subsystems_enabled(value):
+        yield Finding("warning", "NCCL_DEBUG_SUBSYS", f"NCCL_DEBUG_SUBSYS={value} replaces the default list and "
+                      "leaves out ENV: the `set by environment` lines, the proof a setting was read, vanish",
+                      f"export NCCL_DEBUG_SUBSYS={value.rstrip(',')},ENV" if not value.startswith("^")
+                      else "do not exclude ENV", "debug-subsys-without-env")
+    if ctx.env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        yield Finding("info", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS only filters INFO lines, and NCCL_DEBUG is "
+                      f"{ctx.env.get('NCCL_DEBUG', 'unset')}", "export NCCL_DEBUG=INFO", "debug-subsys-without-info")
+
+
+def _debug_file(ctx: _Context) -> Iterator[Finding]:
+    value = ctx.env.get("NCCL_DEBUG_FILE")
+    if value is not None and "%p" not in value:
+        yield Finding("warning", "NCCL_DEBUG_FILE", f"NCCL_DEBUG_FILE={value} has no %p: every process on a host "
+                      "opens the same file for writing and they overwrite each other",
+                      "add %p (pid) and %h (host) to the name, e.g. nccl.%h.%p.log", "debug-file-shared")
+
+
+def _deprecations(ctx: _Context) -> Iterator[Finding]:
+    for old, new in (("NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"), ("NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS")):
+        if old in ctx.env and ctx.at_least(2, 17) is not False:
+            yield Finding("info", old, f"{old} is deprecated since NCCL 2.17; the most restrictive of it, {new} "
+                          "and the communicator config wins", f"use {new}", "deprecated")
+    if ctx.env.get("NCCL_LAUNCH_MODE", "").upper() == "GROUP":
+        yield Finding("info", "NCCL_LAUNCH_MODE", "NCCL_LAUNCH_MODE=GROUP is deprecated since NCCL 2.9",
+                      "unset it", "deprecated")
+
+
+def _channel_bounds(ctx: _Context) -> Iterator[Finding]:
+    for low_name, high_name in (("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"), ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")):
+        low, high = ctx.env.get(low_name, ""), ctx.env.get(high_name, "")
+        if low.isdigit() and high.isdigit() and int(low) > int(high):
+            yield Finding("error", low_name, f"{low_name}={low} is above {high_name}={high}",
+                          "make the minimum at most the maximum", "min-above-max")
+
+
+def _transports_off(ctx: _Context) -> Iterator[Finding]:
+    if ctx.env.get("NCCL_P2P_DISABLE") == "1" and ctx.env.get("NCCL_SHM_DISABLE") == "1":
+        yield Finding("warning", "NCCL_SHM_DISABLE", "P2P and SHM are both disabled: GPUs of one node talk through "
+                      "the network transport (sockets), far slower", "re-enable one of them", "no-intranode-transport")
+
+
+def _nvls(ctx: _Context) -> Iterator[Finding]:
+    if ctx.env.get("NCCL_NVLS_ENABLE") == "1" and ctx.nvlink is False:
+        yield Finding("warning", "NCCL_NVLS_ENABLE", "NCCL_NVLS_ENABLE=1 asks for NVLink SHARP, which needs "
+                      "NVSwitch; this node has no NVLink", "unset it", "nvls-without-nvlink")
+
+
+def _tuner_config(ctx: _Context) -> Iterator[Finding]:
+    if "NCCL_TUNER_CONFIG_FILE" in ctx.env and "NCCL_TUNER_PLUGIN" not in ctx.env:
+        yield Finding("info", "NCCL_TUNER_CONFIG_FILE", "NCCL_TUNER_CONFIG_FILE is read only by NCCL's example "
+                      "tuner plugin, and NCCL_TUNER_PLUGIN is not set", "set NCCL_TUNER_PLUGIN to that plugin",
+                      "tuner-config-without-plugin")
+
+
+# NCCL variables that sit close to a table name but are real (not typos)
+_REAL_NEIGHBOURS = {"NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_LL128_NTHREADS", "NCCL_NVLS_CHUNKSIZE",
+                    "NCCL_GRAPH_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_DUMP_FILE_RANK", "NCCL_CONF_FILE",
+                    "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_PROFILER_PLUGIN",
+                    "NCCL_NET_PLUGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_READ_ENABLE", "NCCL_SHM_USE_CUDA_MEMCPY"}
+
+
+def _typos(ctx: _Context) -> Iterator[Finding]:
+    for name in ctx.env:
+        if name in KNOBS or name in _REAL_NEIGHBOURS:
+            continue
+        close = difflib.get_close_matches(name, list(KNOBS), n=1, cutoff=0.85)
+        if close:
+            yield Finding("warning", name, f"{name} is not a variable NCCL reads; it is ignored",
+                          f"did you mean {close[0]}?", "unknown-variable")
+
+
+_RULES: tuple[Callable[[_Context], Iterable[Finding]], ...] = (
+    _values, _p2p_level, _p2p_disable_with_level, _tokens, _ll128, _debug_subsys, _debug_file,
+    _deprecations, _channel_bounds, _transports_off, _nvls, _tuner_config, _typos)
+
+__all__ = ["Finding", "lint_env", "SEVERITIES"]
