@@ -1,0 +1,148 @@
+"""Write a recommendation as something a user applies: shell exports, a tuner CSV, or JSON.
+
+The tuner CSV is the configuration file of NCCL's example tuner plugin (plugins/tuner/example,
+NCCL 2.27.7 and later; nccl-facts.md §4): `collective_type,min_bytes,max_bytes,algorithm,protocol,
+channels,nNodes,nRanks,numPipeOps,regBuff`, bounds inclusive, `-1` a wildcard, `#` comments, the
+first matching row wins and a size no row matches keeps NCCL's own choice. A row needs an
+algorithm and a protocol; a measured configuration that set only one of them gets the other from
+NCCL's own TUNING log in the sweep's proof, and is left out (with a comment) when that is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+from ncclprobe.recommend.recommendation import Recommendation
+from ncclprobe.records import short_label
+from ncclprobe.sizes import format_size
+
+EMIT_KINDS = ("env", "tuner-csv", "json")
+TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
+                 "nNodes", "nRanks", "numPipeOps", "regBuff")
+TUNER_MAX_BYTES = 4294967295   # the example plugin's documented "covers all sizes" upper bound
+TUNER_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
+                     "broadcast": "broadcast", "reduce": "reduce"}
+TUNER_ALGORITHMS = {"ring": "ring", "tree": "tree", "collnetdirect": "collnet_direct",
+                    "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+TUNER_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
+
+
+def render(kind: str, rec: Recommendation) -> str:
+    return {"env": env_snippet, "tuner-csv": tuner_csv, "json": json_text}[kind](rec)
+
+
+def json_text(rec: Recommendation) -> str:
+    return json.dumps(rec.to_json(), indent=2) + "\n"
+
+
+def env_snippet(rec: Recommendation) -> str:
+    """A POSIX shell snippet: `source` it in the shell that launches the job."""
+    lines = ["# ncclprobe recommend: NCCL settings for "
+             f"{rec.evidence.collective} ({rec.evidence.mode}), weighted by {rec.workload.source}",
+             f"# from: {' '.join(rec.evidence.paths)}"]
+    if not rec.env:
+        lines.append("# no change recommended: no configuration beat the default beyond the noise")
+    else:
+        lines.append(f"# expected gain over the default for this workload: {100 * rec.overall.gain:.1f}%")
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in rec.env.items()]
+    lines += ["#"] + [f"# {line}" for line in launch_notes(rec)]
+    return "\n".join(lines) + "\n"
+
+
+def launch_notes(rec: Recommendation, *, recommendation_file: str = "recommendation.json") -> list[str]:
+    """How to apply the settings to SGLang and vLLM servers and check that the workers got them."""
+    return [
+        "Export these before launching: every NCCL worker process must inherit them, and NCCL reads",
+        "most of them when the process creates its first communicator (some once per process).",
+        "SGLang: source this file, then `python -m sglang.launch_server --tp N ...` in the same shell.",
+        "vLLM: source this file, then `vllm serve MODEL --tensor-parallel-size N` in the same shell;",
+        "  with Ray, set them on every node (ray start inherits the environment) or use runtime_env.",
+        f"Verify the running workers: ncclprobe recommend ... --emit json --output {recommendation_file}",
+        f"  then: ncclprobe env-check --expect-from {recommendation_file} (with the server's PID).",
+    ]
+
+
+def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
+    """The CSV rows for every non-default size range, and comments for ranges left out."""
+    rows, skipped = [], []
+    coll = TUNER_COLLECTIVES.get(rec.evidence.collective)
+    nranks = str(rec.evidence.nranks) if rec.evidence.nranks else "-1"
+    bounds = _range_bounds([(r.min_size_bytes, r.max_size_bytes) for r in rec.ranges])
+    for r, (lo, hi) in zip(rec.ranges, bounds):
+        if r.config_id == "default":
+            continue
+        span = f"{format_size(r.min_size_bytes)}..{format_size(r.max_size_bytes)}"
+        choice = _algo_proto(rec, r.config_id, r.min_size_bytes, r.max_size_bytes)
+        if coll is None or isinstance(choice, str):
+            skipped.append(f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.evidence.collective}")
+            continue
+        rows.append([coll, str(lo), str(hi), choice[0], choice[1], "-1", "1", nranks, "-1", "-1"])
+    return rows, skipped
+
+
+def tuner_csv(rec: Recommendation) -> str:
+    rows, skipped = tuner_rows(rec)
+    head = [
+        "# NCCL example tuner plugin configuration, written by ncclprobe recommend",
+        f"# measured: {rec.evidence.collective} {rec.evidence.mode}, {rec.evidence.nranks} ranks on one node; "
+        f"NCCL {rec.evidence.nccl_version or 'version unknown'}",
+        "# Format: NCCL 2.27.7 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
+        "# Older NCCL ships an example plugin without a config file (2.21-2.26 only force ring/simple).",
+        "# Load it: build libnccl-tuner-example.so from NCCL's plugins/tuner/example (make), then",
+        "#   export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so",
+        "#   export NCCL_TUNER_CONFIG_FILE=/path/to/this.csv   (default: nccl_tuner.conf in the CWD)",
+        "# Bounds are inclusive bytes; -1 = any; the first matching row wins; sizes without a row keep",
+        "# NCCL's own choice. Do not also set NCCL_PROTO/NCCL_ALGO to values that exclude a row's choice:",
+        "# an excluded algorithm/protocol is IGNORE in the cost table and the row is skipped.",
+        "# Check it loaded: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING shows 'TUNER/ExamplePlugin: Loaded config'.",
+        "# " + ",".join(TUNER_COLUMNS),
+    ]
+    if not rows:
+        head.append("# no size range beat the default beyond the noise: no rows")
+    head += [f"# left out {line}" for line in skipped]
+    return "\n".join(head + [",".join(row) for row in rows]) + "\n"
+
+
+def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Measured ranges -> contiguous byte bounds: split between neighbours at the geometric mean,
+    open the first range down to 0 and the last up to the plugin's maximum."""
+    bounds = []
+    for i, (lo, hi) in enumerate(spans):
+        start = 0 if i == 0 else bounds[-1][1] + 1
+        end = TUNER_MAX_BYTES if i == len(spans) - 1 else int(math.sqrt(hi * spans[i + 1][0]))
+        bounds.append((start, max(start, end)))
+    return bounds
+
+
+def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, str] | str:
+    """(algorithm, protocol) for the tuner, or the reason it cannot be told."""
+    curve = rec.evidence.curves[cid]
+    algo = _single(curve.settings.get("NCCL_ALGO"), TUNER_ALGORITHMS)
+    proto = _single(curve.settings.get("NCCL_PROTO"), TUNER_PROTOCOLS)
+    seen = [t for t in curve.tuning if lo <= int(t.get("bytes") or 0) <= hi and _same_collective(t, rec)]
+    algo = algo or _agreed([TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen])
+    proto = proto or _agreed([TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen])
+    if algo and proto:
+        return algo, proto
+    missing = " and ".join(name for name, v in (("algorithm", algo), ("protocol", proto)) if not v)
+    return (f"{short_label(curve.settings)} does not fix one {missing} and the sweep's proof has no "
+            "single TUNING choice for these sizes")
+
+
+def _single(value: str | None, names: dict[str, str]) -> str | None:
+    """`LL` -> `ll`; lists, exclusions and per-collective forms are not one choice."""
+    if not value or any(ch in value for ch in ",^;:"):
+        return None
+    return names.get(value.strip().lower())
+
+
+def _agreed(values: list[str | None]) -> str | None:
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 and None not in distinct else None
+
+
+def _same_collective(entry: dict, rec: Recommendation) -> bool:
+    name = str(entry.get("collective") or "").lower().replace("_", "")
+    return not name or name == rec.evidence.collective.replace("_", "")

@@ -1,0 +1,195 @@
+"""Read sweep and imported nccl-tests results into one curve per configuration.
+
+A configuration is excluded, with the reason a user can act on, when its config record says it
+hung, errored, gave wrong results, was skipped or was ignored (the settings did not take effect),
+or when any of its result records is wrong (any wrong element), ignored, hung or errored -- at any size
+or collective: a setting that corrupts data once is not a candidate anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.recommend.noise import Point, merge
+from ncclprobe.records import ResultsFile, config_id, read_results
+from ncclprobe.sizes import format_size
+
+BAD_CONFIG_STATUSES = ("hang", "error", "wrong", "ignored", "skipped")
+BAD_RESULT_STATUSES = ("wrong", "ignored", "hang", "error")
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A configuration that is not a candidate, and why."""
+
+    config_id: str
+    settings: dict
+    status: str   # wrong | hang | error | ignored | skipped
+    reason: str
+
+
+@dataclass
+class Curve:
+    """One eligible configuration: its points by size and what its correctness checks showed."""
+
+    config_id: str
+    settings: dict
+    points: dict[int, Point] = field(default_factory=dict)
+    correctness_checked: bool = False   # every record reported wrong == 0 (not merely unchecked)
+    tuning: list[dict] = field(default_factory=list)   # NCCL's own algo/proto per size (proof)
+
+
+@dataclass
+class Evidence:
+    """Everything recommend and report need from the results files."""
+
+    paths: list[str]
+    headers: list[dict]
+    collective: str
+    mode: str
+    curves: dict[str, Curve]
+    excluded: list[Exclusion]
+    nvlink: bool | None          # False if any file's topology says no NVLink; None if unknown
+    nranks: int | None
+    nccl_version: str | None
+    marks: dict[str, dict[int, str]] = field(default_factory=dict)   # config -> size -> bad status
+
+    @property
+    def default(self) -> Curve | None:
+        return self.curves.get("default")
+
+
+def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mode: str | None = None) -> Evidence:
+    """Read every file, merge configurations across files, keep `collective` in `mode`
+    (eager when measured, else graph, unless given)."""
+    if not paths:
+        raise UsageProblem("no results files given: pass one or more files written by `ncclprobe sweep` or `ncclprobe import`")
+    files = [read_results(p) for p in paths]
+    configs = _config_records(files)
+    results = [r for f in files for r in f.results]
+    mode = mode or _pick_mode(results, collective)
+    excluded = _exclusions(configs, results)
+    bad = {e.config_id for e in excluded}
+    curves = _curves(configs, results, collective, mode, bad)
+    if not curves and not excluded:
+        raise UsageProblem(f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}")
+    return Evidence(paths=[str(p) for p in paths], headers=[f.header for f in files], collective=collective,
+                    mode=mode, curves=curves, excluded=excluded, nvlink=_nvlink(files),
+                    marks=_marks(results, collective, mode),
+                    nranks=_first(f.header.get("nranks") for f in files),
+                    nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files))
+
+
+def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
+    """config_id -> its config record; results without one get a synthetic ok record."""
+    configs: dict[str, dict] = {}
+    for f in files:
+        for record in f.configs:
+            cid = record.get("config_id") or config_id(record.get("settings") or {})
+            previous = configs.get(cid)
+            if previous is None or previous.get("status") == "ok":   # a bad status anywhere wins
+                configs[cid] = record
+        for record in f.results:
+            configs.setdefault(record["config_id"], {"config_id": record["config_id"], "status": "ok",
+                                                     "settings": record.get("settings") or {}})
+    return configs
+
+
+def _pick_mode(results: list[dict], collective: str) -> str:
+    modes = {r.get("mode") for r in results if r.get("collective") == collective}
+    return "eager" if "eager" in modes or not modes else sorted(m for m in modes if m)[0]
+
+
+def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion]:
+    out = []
+    for cid, record in configs.items():
+        settings = record.get("settings") or {}
+        status = record.get("status") or "ok"
+        if status in BAD_CONFIG_STATUSES:
+            out.append(Exclusion(cid, settings, status, _config_reason(status, record.get("reason"))))
+            continue
+        bad = [r for r in results if r["config_id"] == cid and _result_is_bad(r)]
+        if bad:
+            out.append(Exclusion(cid, settings, _result_status(bad[0]), _result_reason(bad)))
+    return sorted(out, key=lambda e: e.config_id)
+
+
+def _result_is_bad(record: dict) -> bool:
+    return record.get("status") in BAD_RESULT_STATUSES or (record.get("wrong") or 0) > 0
+
+
+def _result_status(record: dict) -> str:
+    return "wrong" if (record.get("wrong") or 0) > 0 else record.get("status")
+
+
+def _config_reason(status: str, reason: str | None) -> str:
+    lead = {"ignored": "the settings did not take effect", "skipped": "not measured",
+            "hang": "hung", "error": "failed", "wrong": "wrong results"}[status]
+    return f"{lead}: {reason}" if reason else lead
+
+
+def _result_reason(bad: list[dict]) -> str:
+    """`wrong results at 64K (12 wrong elements), 1M (3 wrong elements)`; `hung at 4M: ...`."""
+    first = bad[0]
+    status = _result_status(first)
+    where = ", ".join(_where(r) for r in bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    lead = {"wrong": "wrong results at", "ignored": "settings did not take effect at", "hang": "hung at",
+            "error": "failed at"}[status]
+    tail = f": {first['reason']}" if status != "wrong" and first.get("reason") else ""
+    return f"{lead} {where}{tail}"
+
+
+def _where(record: dict) -> str:
+    size = format_size(record["size_bytes"]) if record.get("size_bytes") else "?"
+    label = f"{record.get('collective', '?')} {size} {record.get('mode', '')}".strip()
+    wrong = record.get("wrong") or 0
+    return f"{label} ({wrong} wrong elements)" if wrong else label
+
+
+def _curves(configs: dict[str, dict], results: list[dict], collective: str, mode: str, bad: set[str]) -> dict[str, Curve]:
+    grouped: dict[str, dict[int, list[Point]]] = {}
+    checked: dict[str, bool] = {}
+    for r in results:
+        cid = r["config_id"]
+        if cid in bad or r.get("status") != "ok":
+            continue
+        checked[cid] = checked.get(cid, True) and r.get("wrong") == 0
+        if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):
+            continue
+        grouped.setdefault(cid, {}).setdefault(int(r["size_bytes"]), []).append(_point(r))
+    return {cid: Curve(config_id=cid, settings=configs[cid].get("settings") or {},
+                       points={size: merge(pts) for size, pts in sorted(by_size.items())},
+                       correctness_checked=checked.get(cid, False),
+                       tuning=list((configs[cid].get("proof") or {}).get("tuning") or []))
+            for cid, by_size in sorted(grouped.items())}
+
+
+def _marks(results: list[dict], collective: str, mode: str) -> dict[str, dict[int, str]]:
+    """Where measurements went bad, for the report's heatmap: config -> size -> status."""
+    marks: dict[str, dict[int, str]] = {}
+    for r in results:
+        if r.get("collective") == collective and r.get("mode") == mode and _result_is_bad(r):
+            marks.setdefault(r["config_id"], {})[int(r.get("size_bytes") or 0)] = _result_status(r)
+    return marks
+
+
+def _point(record: dict) -> Point:
+    time_us = float(record["time_us"])
+    p10, p90 = record.get("time_us_p10"), record.get("time_us_p90")
+    return Point(size_bytes=int(record["size_bytes"]), time_us=time_us,
+                 p10_us=float(p10) if p10 is not None else time_us,
+                 p90_us=float(p90) if p90 is not None else time_us,
+                 busbw_gbps=record.get("busbw_gbps"), trials=int(record.get("trials") or 1))
+
+
+def _nvlink(files: list[ResultsFile]) -> bool | None:
+    seen = [(f.header.get("topology") or {}).get("nvlink") for f in files]
+    if any(v is False for v in seen):
+        return False
+    return True if seen and all(v is True for v in seen) else None
+
+
+def _first(values):
+    return next((v for v in values if v is not None), None)

@@ -1,0 +1,87 @@
+"""What recommend refuses to suggest, whatever the measurements say.
+
+1. LL128 on a node without NVLink (or whose topology is unknown). NCCL itself keeps LL128 off
+   there because a 128-byte store split and reordered on PCIe corrupts data silently
+   (nccl-facts.md §5.3; NVIDIA/nccl#786, #831). It is allowed only when the user passes the
+   explicit flag *and* the sweep's correctness checks ran and passed for that configuration.
+   A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) force-enables LL128 too.
+2. Any setting `ncclprobe.lint.lint_env` flags as an error (the knowledge table's rules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ncclprobe.errors import UsageProblem
+
+
+LL128_RULE = "ll128-without-nvlink"   # the lint's rule id for the same hazard
+
+
+@dataclass(frozen=True)
+class SafetyPolicy:
+    nvlink: bool | None          # from the results' topology; None = unknown, treated as no NVLink
+    allow_ll128: bool = False    # the user's explicit --allow-ll128-without-nvlink
+    nccl_version: str | None = None
+
+
+def enables_ll128(settings: dict) -> bool:
+    """True when these settings force LL128 on: NCCL_PROTO lists it, or excludes others but not it."""
+    value = settings.get("NCCL_PROTO")
+    if value is None:
+        return False
+    for clause in value.split(";"):
+        tokens = clause.split(":", 1)[-1].strip()
+        if not tokens:
+            continue
+        if tokens.startswith("^"):
+            if "ll128" not in _names(tokens[1:]):
+                return True
+        elif "ll128" in _names(tokens):
+            return True
+    return False
+
+
+def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy) -> list[str]:
+    """Every reason not to recommend `settings`; empty when it may be recommended."""
+    reasons = []
+    if enables_ll128(settings) and policy.nvlink is not True:
+        where = "this node has no NVLink" if policy.nvlink is False else "the results do not show NVLink"
+        if not policy.allow_ll128:
+            reasons.append(f"LL128 refused: {where}, where LL128 can corrupt data silently "
+                           "(pass --allow-ll128-without-nvlink to consider it)")
+        elif not correctness_checked:
+            reasons.append(f"LL128 refused: {where} and the sweep did not verify this configuration's "
+                           "results (run the sweep with correctness checks)")
+    reasons += [f"lint error: {message}" for message in lint_errors(settings, policy)]
+    return reasons
+
+
+def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
+    """Messages of the lint's error findings for `settings` (the knowledge table's verdict)."""
+    if not settings:
+        return []
+    try:
+        from ncclprobe.lint import lint_env
+    except ModuleNotFoundError as exc:   # the lint lands with the evidence helper; until then
+        if exc.name != "ncclprobe.lint":  # the table's own value check is the error rule
+            raise
+        return _value_errors(settings)
+    findings = lint_env(settings, nvlink=policy.nvlink, nccl_version=policy.nccl_version)
+    # LL128 without NVLink is rule 1's call (flag + verified results), not an unconditional no
+    return [f.message for f in findings if f.severity == "error" and getattr(f, "code", "") != LL128_RULE]
+
+
+def _value_errors(settings: dict) -> list[str]:
+    from ncclprobe.knobs import validate_value
+    errors = []
+    for name, value in settings.items():
+        try:
+            validate_value(name, value)
+        except UsageProblem as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def _names(tokens: str) -> set[str]:
+    return {t.strip().lower() for t in tokens.split(",") if t.strip()}

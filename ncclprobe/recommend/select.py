@@ -1,0 +1,118 @@
+"""Choose: the fastest safe configuration per size, and one global setting for the workload.
+
+Environment variables apply to every collective of a process, so the global choice is the one
+configuration that minimises the workload-weighted total time -- sum over sizes of count x time,
+the time interpolated log-log between measured sizes. A choice that does not clear the noise
+(see noise.py) leaves the default in place: "no change" is a valid, often the right, answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.recommend.load import Curve
+from ncclprobe.recommend.noise import Point, gain, interpolate, significant, significant_totals
+from ncclprobe.recommend.workload import Workload
+from ncclprobe.sizes import format_size
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    """At one measured size: the fastest safe configuration and whether its gain is real."""
+
+    size_bytes: int
+    fastest: str          # config_id of the fastest safe configuration (may be "default")
+    time_us: float
+    default_time_us: float
+    gain: float           # fraction of the default's time saved by `fastest`
+    noise: float          # the larger relative half-spread of the two
+    significant: bool
+
+    @property
+    def chosen(self) -> str:
+        return self.fastest if self.significant else "default"
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """Consecutive measured sizes with the same chosen configuration."""
+
+    min_size_bytes: int
+    max_size_bytes: int
+    config_id: str
+    gain_min: float
+    gain_max: float
+
+
+@dataclass
+class GlobalChoice:
+    """The one setting for every size, weighed by the workload."""
+
+    config_id: str                          # "default" when nothing clears the noise
+    gain: float                             # of the best total over the default total
+    significant: bool
+    best_config_id: str                     # the best total, recommended or not
+    totals_us: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # (median, p10, p90)
+    notes: list[str] = field(default_factory=list)
+
+
+def per_size(default: Curve, candidates: list[Curve], *, min_gain: float) -> list[SizeChoice]:
+    """One SizeChoice per size the default was measured at."""
+    choices = []
+    for size, base in default.points.items():
+        rivals = [(c.config_id, c.points[size]) for c in candidates if size in c.points]
+        best_id, best = min(rivals + [("default", base)], key=lambda pair: pair[1].time_us)
+        choices.append(SizeChoice(size_bytes=size, fastest=best_id, time_us=best.time_us,
+                                  default_time_us=base.time_us, gain=gain(best.time_us, base.time_us),
+                                  noise=max(best.noise, base.noise),
+                                  significant=best_id != "default" and significant(best, base, min_gain=min_gain)))
+    return choices
+
+
+def size_ranges(choices: list[SizeChoice]) -> list[SizeRange]:
+    """Group consecutive sizes by their chosen configuration."""
+    ranges: list[SizeRange] = []
+    for choice in choices:
+        last = ranges[-1] if ranges else None
+        if last and last.config_id == choice.chosen:
+            ranges[-1] = SizeRange(last.min_size_bytes, choice.size_bytes, last.config_id,
+                                   min(last.gain_min, choice.gain), max(last.gain_max, choice.gain))
+        else:
+            ranges.append(SizeRange(choice.size_bytes, choice.size_bytes, choice.chosen, choice.gain, choice.gain))
+    return ranges
+
+
+def global_choice(default: Curve, candidates: list[Curve], workload: Workload, *, min_gain: float) -> GlobalChoice:
+    """The configuration with the least weighted total time; default unless it clears the noise."""
+    notes = _coverage_notes(default, workload)
+    complete = [c for c in candidates if set(default.points) <= set(c.points)]
+    for c in candidates:
+        if c not in complete:
+            missing = sorted(set(default.points) - set(c.points))
+            notes.append(f"{c.config_id} left out of the global choice: not measured at "
+                         f"{', '.join(format_size(s) for s in missing[:5])}")
+    totals = {c.config_id: _total(c.points, workload) for c in [default] + complete}
+    best_id = min(totals, key=lambda cid: totals[cid][0])
+    best_gain = gain(totals[best_id][0], totals["default"][0])
+    ok = best_id != "default" and significant_totals(totals[best_id], totals["default"], min_gain=min_gain)
+    return GlobalChoice(config_id=best_id if ok else "default", gain=best_gain, significant=ok,
+                        best_config_id=best_id, totals_us=totals, notes=notes)
+
+
+def _total(points: dict[int, Point], workload: Workload) -> tuple[float, float, float]:
+    sums = [0.0, 0.0, 0.0]
+    for size, count in workload.counts.items():
+        values = interpolate(points, size)
+        for i in range(3):
+            sums[i] += count * values[i]
+    return sums[0], sums[1], sums[2]
+
+
+def _coverage_notes(default: Curve, workload: Workload) -> list[str]:
+    lo, hi = min(default.points), max(default.points)
+    outside = [s for s in workload.counts if s < lo or s > hi]
+    if not outside:
+        return []
+    return [f"{len(outside)} workload sizes lie outside the measured {format_size(lo)}..{format_size(hi)} "
+            f"(e.g. {format_size(outside[0])}); they were costed at the nearest measured size -- "
+            "sweep those sizes for a firmer answer"]
