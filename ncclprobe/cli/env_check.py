@@ -1,0 +1,112 @@
+"""`ncclprobe env-check --pid PID`: which NCCL settings each process of a running job really has."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import click
+
+from ncclprobe.cli.output import emit, format_option, to_csv
+from ncclprobe.errors import UsageProblem
+
+log = logging.getLogger("ncclprobe.env_check")
+
+EPILOG = """\b
+Examples:
+  ncclprobe env-check --pid 4242
+  ncclprobe env-check --pid 4242 --expect NCCL_PROTO=LL --expect NCCL_P2P_LEVEL=SYS
+  ncclprobe env-check --pid 4242 --expect-from recommendation.json --format json
+  ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
+  ncclprobe env-check --pid 4242 --watch 2 --count 10
+\b
+Exit codes: 0 expectations met and no lint errors; 1 findings; 2 bad usage or no such pid;
+3 nothing readable.
+"""
+
+
+@click.command("env-check", epilog=EPILOG, short_help="NCCL settings of every process of a running job.")
+@click.option("--pid", "pid", type=int, required=True, help="Root of the job's process tree.")
+@click.option("--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable).")
+@click.option("--expect-from", "expect_from", type=click.Path(dir_okay=False), default=None,
+              help="A recommendation JSON file (ncclprobe recommend --emit json); its env is expected.")
+@click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False),
+              help="NCCL_DEBUG=INFO log of a process of the job (repeatable): cross-check what NCCL read.")
+@click.option("--all", "show_all", is_flag=True, help="Show every variable (secret-looking values masked).")
+@click.option("--watch", "watch_s", type=float, default=None, metavar="SECONDS",
+              help="Re-check every SECONDS as workers come and go.")
+@click.option("--count", type=int, default=0, show_default=True,
+              help="With --watch: how many checks (0: until interrupted).")
+@format_option
+@click.pass_context
+def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
+    """Walk PID and all its descendants; show each one's role, whether it loaded libnccl, its GPUs,
+    the NCCL/CUDA/torch.distributed variables of its environment and what differs from its parent.
+    Check expectations and lint every process. Secrets are never printed, in any format.
+    """
+    from ncclprobe.envcheck import env_check
+    from ncclprobe.envcheck.expect import load_recommendation, parse_expect
+
+    if watch_s is not None and watch_s <= 0:
+        raise UsageProblem(f"--watch {watch_s} must be a positive number of seconds")
+    if count < 0:
+        raise UsageProblem(f"--count {count} must be 0 (until interrupted) or more")
+    expectations = parse_expect(expect) + (load_recommendation(expect_from) if expect_from else [])
+
+    def check():
+        return env_check(pid, expectations=expectations, log_paths=logs, show_all=show_all)
+
+    if watch_s is None:
+        result = check()
+        _render(result, fmt)
+        return result.exit_code()
+    return _watch(check, fmt, watch_s, count, quiet=bool(ctx.obj and ctx.obj.get("quiet")))
+
+
+def _render(result, fmt: str, snapshot: int | None = None) -> None:
+    if snapshot is None:
+        rows = result.rows(joiner="\n" if fmt == "table" else "; ")
+        emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
+        return
+    if fmt == "json":  # JSON lines: one document per snapshot
+        click.echo(json.dumps({**result.to_json(), "snapshot": snapshot, "time": time.time()}))
+    elif fmt == "csv":
+        text = to_csv([{"snapshot": snapshot, **row} for row in result.rows(joiner="; ")])
+        click.echo(text if snapshot == 1 else text.split("\n", 1)[-1], nl=False)
+    else:
+        emit(fmt, None, result.rows(), title=f"snapshot {snapshot}: {result.title()}", notes=result.all_notes())
+
+
+def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> int:
+    """Re-check until `count` snapshots (0: until interrupted) or the root process is gone."""
+    previous: dict[int, str] = {}
+    code, snapshot = 3, 0
+    try:
+        while count == 0 or snapshot < count:
+            if snapshot:
+                time.sleep(interval_s)
+            try:
+                result = check()
+            except UsageProblem:
+                if not snapshot:
+                    raise
+                log.warning("the root process is gone; stopping the watch")
+                break
+            snapshot += 1
+            current = {p.info.pid: p.info.role for p in result.processes if p.live}
+            _report_changes(previous, current, snapshot, quiet)
+            previous, code = current, result.exit_code()
+            _render(result, fmt, snapshot)
+    except KeyboardInterrupt:
+        pass
+    return code
+
+
+def _report_changes(previous: dict[int, str], current: dict[int, str], snapshot: int, quiet: bool) -> None:
+    if quiet or snapshot == 1:
+        return
+    for pid in sorted(set(current) - set(previous)):
+        click.echo(f"snapshot {snapshot}: appeared: pid {pid} ({current[pid]})", err=True)
+    for pid in sorted(set(previous) - set(current)):
+        click.echo(f"snapshot {snapshot}: gone: pid {pid} ({previous[pid]})", err=True)

@@ -1,0 +1,88 @@
+"""env-check: which NCCL settings each process of a running job really has.
+
+`env_check(pid, ...)` walks the process tree (`walk`), reads each environment from /proc
+(`environ`, secrets masked), checks expectations and lint (`expect`), cross-checks NCCL's own
+logs (`logcheck`) and returns an `EnvCheckResult` (`report`) that the CLI renders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from ncclprobe.envcheck import expect as _expect
+from ncclprobe.envcheck.logcheck import LogEvidence, cross_check, read_logs
+from ncclprobe.envcheck.report import EnvCheckResult, ProcessReport
+from ncclprobe.envcheck.walk import ProcessInfo, walk
+
+__all__ = ["env_check", "EnvCheckResult"]
+
+
+def env_check(pid: int, *, expectations: Iterable[_expect.Expectation] = (),
+              log_paths: Iterable[str | Path] = (), show_all: bool = False) -> EnvCheckResult:
+    """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
+    expectations = _expect.merge(expectations)
+    logs = _logs_by_pid(read_logs(list(log_paths)))
+    infos = walk(pid)
+    by_pid = {info.pid: info for info in infos}
+    reports = [_process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid)) for info in infos]
+    disagreements = [d for pid_, log in logs.items() if pid_ in by_pid and by_pid[pid_].readable
+                     for d in cross_check(pid_, by_pid[pid_].environ, log.env)]
+    result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all,
+                            lint_available=_lint_available())
+    result.notes += _notes(infos, logs, by_pid, result.lint_available)
+    return result
+
+
+def _process_report(info: ProcessInfo, parent: ProcessInfo | None, expectations, log: LogEvidence | None):
+    parent_env = parent.environ if parent is not None and parent.readable else None
+    report = ProcessReport(info, parent_env, log=log)
+    if not (info.readable and info.status not in ("zombie", "gone")):
+        report.caveats.append(info.problem or "not readable")
+        return report
+    report.checks = _expect.check(info.environ, expectations, log.env if log else None)
+    report.lint = _expect.lint(info.environ, log.nccl_version if log else None)
+    report.caveats += _caveats(info, report.checks, log)
+    return report
+
+
+def _caveats(info: ProcessInfo, checks, log) -> list[str]:
+    caveats = []
+    if info.forked_from is not None:
+        caveats.append(f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
+                       "with, not what its os.environ held at the fork; this process may differ")
+    unsure = [c.variable for c in checks if c.status != "ok" and c.source == "/proc"]
+    if unsure and log is None:
+        caveats.append(f"{', '.join(unsure)}: judged from the exec-time environment; if the process sets it "
+                       "itself before creating its communicator NCCL still reads it (check with --log)")
+    return caveats
+
+
+def _logs_by_pid(evidence: list[LogEvidence]) -> dict[int, LogEvidence]:
+    merged: dict[int, LogEvidence] = {}
+    for item in evidence:
+        if item.pid in merged:  # several files for one pid: the first value NCCL reported wins
+            earlier = merged[item.pid]
+            env = {**item.env, **earlier.env}
+            item = LogEvidence(item.pid, f"{earlier.path}, {item.path}", env, earlier.nccl_version or item.nccl_version)
+        merged[item.pid] = item
+    return merged
+
+
+def _notes(infos, logs, by_pid, lint_available: bool) -> list[str]:
+    notes = []
+    if infos and all(info.gpus is None for info in infos):
+        notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")
+    if not lint_available:
+        notes.append("lint skipped: ncclprobe.lint is not part of this build")
+    notes += [f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
+              for pid, log in logs.items() if pid not in by_pid]
+    return notes
+
+
+def _lint_available() -> bool:
+    try:
+        import ncclprobe.lint  # noqa: F401
+    except ImportError:
+        return False
+    return True

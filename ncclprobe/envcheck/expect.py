@@ -1,0 +1,124 @@
+"""What a job's processes should have: `--expect NAME=VALUE`, `--expect-from` a recommendation
+file, and the knowledge table's lint over what each process really has.
+
+A recommendation file is what `ncclprobe recommend --emit json` writes:
+`{"schema_version": 1, "kind": "recommendation", "env": {"NCCL_PROTO": "LL", ...}, ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ncclprobe.envcheck.environ import display_value, is_relevant
+from ncclprobe.envcheck.logcheck import normalise
+from ncclprobe.errors import UsageProblem
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    variable: str
+    value: str
+    source: str             # "--expect" or the recommendation file's path
+
+
+@dataclass(frozen=True)
+class Check:
+    variable: str
+    expected: str
+    actual: str | None
+    status: str             # "ok", "missing" or "different"
+    source: str = "/proc"   # where `actual` comes from: "/proc" or "NCCL log" (what NCCL read)
+
+    def to_json(self) -> dict:
+        return {"variable": self.variable, "expected": display_value(self.variable, self.expected),
+                "actual": display_value(self.variable, self.actual), "status": self.status,
+                "source": self.source}
+
+
+def parse_expect(items: Iterable[str]) -> list[Expectation]:
+    """`NAME=VALUE` strings from the command line; an empty VALUE expects the variable set empty."""
+    parsed = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.match(name):
+            raise UsageProblem(f"--expect {name or item.split('=')[0]!r} is not NAME=VALUE "
+                               f"(for example --expect NCCL_PROTO=LL)")
+        parsed.append(Expectation(name, value, "--expect"))
+    return parsed
+
+
+def load_recommendation(path: str | Path) -> list[Expectation]:
+    """The `env` of a recommendation file as expectations; UsageProblem naming what is wrong."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageProblem(f"--expect-from {path}: can't read it ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError):
+        raise UsageProblem(f"--expect-from {path}: not a JSON document") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "recommendation":
+        raise UsageProblem(f"--expect-from {path}: not a recommendation file (kind must be \"recommendation\")")
+    if doc.get("schema_version") != 1:
+        raise UsageProblem(f"--expect-from {path}: schema_version {doc.get('schema_version')!r} is not supported (need 1)")
+    env = doc.get("env")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and _NAME.match(k) for k in env):
+        raise UsageProblem(f"--expect-from {path}: \"env\" must map variable names to values")
+    return [Expectation(name, str(value), str(path)) for name, value in env.items()]
+
+
+def merge(expectations: Iterable[Expectation]) -> list[Expectation]:
+    """One expectation per variable; two different values for one variable is a usage error."""
+    chosen: dict[str, Expectation] = {}
+    for item in expectations:
+        earlier = chosen.get(item.variable)
+        if earlier is not None and earlier.value != item.value:
+            raise UsageProblem(f"{item.variable} is expected with two values: "
+                               f"{display_value(item.variable, earlier.value)!r} ({earlier.source}) and "
+                               f"{display_value(item.variable, item.value)!r} ({item.source})")
+        chosen[item.variable] = item
+    return list(chosen.values())
+
+
+def check(env: Mapping[str, str], expectations: Iterable[Expectation],
+          nccl_read: Mapping[str, str] | None = None) -> list[Check]:
+    """Each expectation against the process: what NCCL reported reading wins over /proc, because
+    /proc can't show values the process set itself after exec."""
+    checks = []
+    for item in expectations:
+        if nccl_read and item.variable in nccl_read:
+            actual, source = nccl_read[item.variable], "NCCL log"
+            same = normalise(item.variable, actual) == normalise(item.variable, item.value)
+        else:
+            actual, source = env.get(item.variable), "/proc"
+            same = actual == item.value
+        status = "missing" if actual is None else ("ok" if same else "different")
+        checks.append(Check(item.variable, item.value, actual, status, source))
+    return checks
+
+
+def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict] | None:
+    """The knowledge table's lint over a process's NCCL settings, or None where lint isn't built."""
+    try:
+        from ncclprobe.lint import lint_env
+    except ImportError:
+        return None
+    settings = {name: value for name, value in env.items() if is_relevant(name)}
+    findings = lint_env(settings, nccl_version=nccl_version)
+    return [{"severity": f.severity, "variable": f.variable, "message": _masked(f.message, env),
+             "fix": _masked(f.fix, env)} for f in findings]
+
+
+def _masked(text: str, env: Mapping[str, str]) -> str:
+    """Lint messages quote values; make sure no secret value rides along in one."""
+    for name, value in env.items():
+        shown = display_value(name, value)
+        if value and shown != value and value in text:
+            text = text.replace(value, shown)
+    return text

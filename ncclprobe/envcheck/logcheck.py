@@ -1,0 +1,118 @@
+"""Cross-check /proc against what NCCL itself says it read (`--log`, NCCL_DEBUG=INFO logs).
+
+/proc/PID/environ is the environment at exec; NCCL's `VAR set by environment to VALUE` lines are
+what it found when it looked. The three disagreements worth a user's time:
+  set, never read     in /proc, but NCCL never reported reading it (unused on this path, a name
+                      NCCL doesn't know, or the ENV debug subsystem was off);
+  read, other value   NCCL read a value different from /proc (the process changed it at runtime);
+  read, not in /proc  NCCL read it but exec didn't carry it (set in os.environ/setenv inside the
+                      process, or from ~/.nccl.conf or /etc/nccl.conf).
+Logs map to processes by the pid in each line's `host:pid:tid` prefix, or by the `%p` part of an
+NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ncclprobe.envcheck.environ import display_value
+from ncclprobe.errors import UsageProblem
+
+# NCCL reads these without a `set by environment` line, so their absence proves nothing.
+NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
+                        "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_CONF_FILE", "NCCL_NO_CACHE"})
+# Legacy integer NCCL_P2P_LEVEL values and the path name NCCL logs for them (levelsOldToNew).
+_P2P_LEGACY = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
+_LINE_PID = re.compile(r"^[^\s:\[\]]+:(\d+):\d+ \[\d+\]")
+_FILE_PID = re.compile(r"(?<![0-9])(\d{2,9})(?![0-9])")
+
+
+@dataclass(frozen=True)
+class LogEvidence:
+    pid: int
+    path: str
+    env: dict[str, str]          # variable -> first value NCCL reported
+    nccl_version: str | None
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    pid: int
+    variable: str
+    kind: str                    # "set, never read" | "read, other value" | "read, not in /proc"
+    proc_value: str | None
+    nccl_value: str | None
+
+    @property
+    def severity(self) -> str:
+        return {"read, other value": "error", "set, never read": "warning"}.get(self.kind, "info")
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "variable": self.variable, "kind": self.kind, "severity": self.severity,
+                "proc_value": display_value(self.variable, self.proc_value),
+                "nccl_value": display_value(self.variable, self.nccl_value)}
+
+
+def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
+    """Per-process evidence from each log; UsageProblem for an unreadable or pid-less log."""
+    try:
+        from ncclprobe.evidence.nccl_log import parse_nccl_log
+        from ncclprobe.evidence.text import clean_line, read_text_file
+    except ImportError:
+        raise UsageProblem("--log needs ncclprobe.evidence.nccl_log, which this build lacks") from None
+    evidence = []
+    for path in paths:
+        text = read_text_file(path, "NCCL log")
+        groups = _lines_by_pid(text, clean_line)
+        if not groups:
+            pid = pid_from_filename(path)
+            if pid is None:
+                raise UsageProblem(f"--log {path}: no NCCL lines with a pid and no pid in the file name")
+            groups = {pid: text.splitlines()}
+        for pid, lines in groups.items():
+            parsed = parse_nccl_log("\n".join(lines))
+            evidence.append(LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version))
+    return evidence
+
+
+def _lines_by_pid(text: str, clean_line) -> dict[int, list[str]]:
+    groups: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        match = _LINE_PID.match(clean_line(line))
+        if match:
+            groups.setdefault(int(match.group(1)), []).append(line)
+    return groups
+
+
+def pid_from_filename(path: str | Path) -> int | None:
+    """The pid in an NCCL_DEBUG_FILE name (`%h.%p`): the last all-digit part of the name."""
+    found = _FILE_PID.findall(Path(path).name)
+    return int(found[-1]) if found else None
+
+
+def cross_check(pid: int, proc_env: Mapping[str, str], nccl_env: Mapping[str, str]) -> list[Disagreement]:
+    out = []
+    for name in sorted(set(proc_env) | set(nccl_env)):
+        if not name.startswith("NCCL_") or name in NOT_ECHOED:
+            continue
+        in_proc, in_log = proc_env.get(name), nccl_env.get(name)
+        if in_log is None and in_proc is not None:
+            out.append(Disagreement(pid, name, "set, never read", in_proc, None))
+        elif in_log is not None and in_proc is None:
+            out.append(Disagreement(pid, name, "read, not in /proc", None, in_log))
+        elif in_log is not None and normalise(name, in_proc) != normalise(name, in_log):
+            out.append(Disagreement(pid, name, "read, other value", in_proc, in_log))
+    return out
+
+
+def normalise(name: str, value: str | None) -> str | None:
+    """The spelling NCCL logs: integer levels as path names, integers without a trailing period."""
+    if value is None:
+        return None
+    value = value.strip()
+    if name == "NCCL_P2P_LEVEL" and value.isdigit():
+        return _P2P_LEGACY.get(value, "SYS")
+    return value[:-1] if re.fullmatch(r"-?\d+\.", value) else value

@@ -1,0 +1,153 @@
+"""The env-check result: one document for JSON, rows for a table or CSV, notes, and the exit code.
+
+Everything here is built from masked views (`visible_env`, `display_value`); the raw
+environments the walk read never reach an output.
+
+Exit code: 3 when no process could be read; 1 when a process that matters (one with libnccl
+mapped, or every readable process when none has it) misses an expectation or has a lint error,
+or when NCCL's log shows it read another value than the process was started with; else 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.envcheck.environ import display_value, env_diff, visible_env
+from ncclprobe.envcheck.expect import Check, Expectation
+from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
+from ncclprobe.envcheck.walk import ProcessInfo
+
+SCHEMA_VERSION = 1
+PROC_CAVEAT = ("/proc/PID/environ is each process's environment at exec: values a process sets later "
+               "(os.environ, setenv) before or after creating its communicator are not visible there; "
+               "--log with its NCCL_DEBUG=INFO log shows what NCCL really read")
+
+
+@dataclass
+class ProcessReport:
+    info: ProcessInfo
+    parent_env: dict[str, str] | None
+    checks: list[Check] = field(default_factory=list)
+    lint: list[dict] | None = None
+    caveats: list[str] = field(default_factory=list)
+    log: LogEvidence | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.info.readable and self.info.status not in ("zombie", "gone")
+
+    def diff(self, show_all: bool) -> dict[str, dict]:
+        if self.parent_env is None or not self.live:
+            return {}
+        return env_diff(self.parent_env, self.info.environ, show_all)
+
+    def to_json(self, show_all: bool) -> dict:
+        info = self.info
+        return {"pid": info.pid, "ppid": info.ppid, "depth": info.depth, "role": info.role, "status": info.status,
+                "command": info.command, "readable": info.readable, "problem": info.problem,
+                "libnccl": info.libnccl, "maps_readable": info.maps_readable, "gpus": info.gpus,
+                "forked_from": info.forked_from,
+                "env": visible_env(info.environ, show_all) if info.readable else None,
+                "diff_from_parent": self.diff(show_all) if self.parent_env is not None else None,
+                "checks": [c.to_json() for c in self.checks], "lint": self.lint,
+                "nccl_log": ({"path": self.log.path, "nccl_version": self.log.nccl_version,
+                              "read": {k: display_value(k, v) for k, v in self.log.env.items()}}
+                             if self.log else None),
+                "caveats": list(self.caveats)}
+
+
+@dataclass
+class EnvCheckResult:
+    root_pid: int
+    processes: list[ProcessReport]
+    expectations: list[Expectation]
+    disagreements: list[Disagreement]
+    show_all: bool = False
+    lint_available: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    def targets(self) -> list[ProcessReport]:
+        """The processes the verdict is about: those with libnccl mapped, else every live one."""
+        live = [p for p in self.processes if p.live]
+        with_nccl = [p for p in live if p.info.libnccl]
+        return with_nccl or live
+
+    def findings(self) -> list[str]:
+        found = []
+        for proc in self.targets():
+            found += [f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
+                      f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
+                      for c in proc.checks if c.status != "ok"]
+            found += [f"pid {proc.info.pid}: lint error: {f['message']}"
+                      for f in proc.lint or () if f["severity"] == "error"]
+        found += [f"pid {d.pid}: {d.variable} read by NCCL as {display_value(d.variable, d.nccl_value)!r}, "
+                  f"/proc has {display_value(d.variable, d.proc_value)!r}"
+                  for d in self.disagreements if d.severity == "error"]
+        return found
+
+    def exit_code(self) -> int:
+        if not any(p.live for p in self.processes):
+            return 3
+        return 1 if self.findings() else 0
+
+    def to_json(self) -> dict:
+        targets = {p.info.pid for p in self.targets()}
+        return {"schema_version": SCHEMA_VERSION, "kind": "env-check", "root_pid": self.root_pid,
+                "show_all": self.show_all,
+                "expectations": [{"variable": e.variable, "value": display_value(e.variable, e.value),
+                                  "source": e.source} for e in self.expectations],
+                "processes": [p.to_json(self.show_all) for p in self.processes],
+                "log_checks": [d.to_json() for d in self.disagreements],
+                "lint_available": self.lint_available,
+                "verdict": {"exit_code": self.exit_code(), "checked_pids": sorted(targets),
+                            "findings": self.findings()},
+                "notes": self.all_notes()}
+
+    def all_notes(self) -> list[str]:
+        notes = list(self.notes) + [PROC_CAVEAT]
+        notes += _grouped((p.info.pid, text) for p in self.processes for text in p.caveats)
+        notes += [f"pid {d.pid}: {d.variable}: {d.kind} (/proc {display_value(d.variable, d.proc_value)!r}, "
+                  f"NCCL {display_value(d.variable, d.nccl_value)!r})" for d in self.disagreements]
+        notes += _grouped((p.info.pid, f"lint {f['severity']}: {f['message']}")
+                          for p in self.processes for f in p.lint or ())
+        return notes
+
+    def rows(self, joiner: str = "\n") -> list[dict]:
+        return [_row(p, self.show_all, joiner) for p in self.processes]
+
+    def title(self) -> str:
+        live = sum(p.live for p in self.processes)
+        return (f"env-check of pid {self.root_pid}: {len(self.processes)} processes, {live} readable; "
+                f"exit {self.exit_code()}")
+
+
+def _grouped(pairs) -> list[str]:
+    """One note per distinct text, naming every pid it applies to (a job has many alike workers)."""
+    pids_by_text: dict[str, list[int]] = {}
+    for pid, text in pairs:
+        pids_by_text.setdefault(text, []).append(pid)
+    return [f"pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}: {text}"
+            for text, pids in pids_by_text.items()]
+
+
+def _row(proc: ProcessReport, show_all: bool, joiner: str) -> dict:
+    info = proc.info
+    env = visible_env(info.environ, show_all) if info.readable else {}
+    return {
+        "pid": info.pid, "ppid": info.ppid, "role": ("  " * min(info.depth, 4)) + info.role,
+        "status": info.status, "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
+        "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
+        "command": info.command,
+        "settings": joiner.join(f"{k}={v}" for k, v in env.items()) if info.readable else (info.problem or ""),
+        "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
+        "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
+                  or ("ok" if proc.checks else ""),
+    }
+
+
+def _diff_text(name: str, change: dict) -> str:
+    if change["parent"] is None:
+        return f"+{name}={change['child']}"
+    if change["child"] is None:
+        return f"-{name}"
+    return f"~{name}={change['child']}"
