@@ -55,6 +55,7 @@ class Evidence:
     nranks: int | None
     nccl_version: str | None
     marks: dict[str, dict[int, str]] = field(default_factory=dict)   # config -> size -> bad status
+    excluded_curves: dict[str, Curve] = field(default_factory=dict)  # what excluded configs measured fine
 
     @property
     def default(self) -> Curve | None:
@@ -72,12 +73,14 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
     mode = mode or _pick_mode(results, collective)
     excluded = _exclusions(configs, results)
     bad = {e.config_id for e in excluded}
-    curves = _curves(configs, results, collective, mode, bad)
+    curves = _curves(configs, results, collective, mode)
+    excluded_curves = {cid: c for cid, c in curves.items() if cid in bad}
+    curves = {cid: c for cid, c in curves.items() if cid not in bad}
     if not curves and not excluded:
         raise UsageProblem(f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}")
     return Evidence(paths=[str(p) for p in paths], headers=[f.header for f in files], collective=collective,
                     mode=mode, curves=curves, excluded=excluded, nvlink=_nvlink(files),
-                    marks=_marks(results, collective, mode),
+                    marks=_marks(results, collective, mode), excluded_curves=excluded_curves,
                     nranks=_first(f.header.get("nranks") for f in files),
                     nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files))
 
@@ -148,12 +151,12 @@ def _where(record: dict) -> str:
     return f"{label} ({wrong} wrong elements)" if wrong else label
 
 
-def _curves(configs: dict[str, dict], results: list[dict], collective: str, mode: str, bad: set[str]) -> dict[str, Curve]:
+def _curves(configs: dict[str, dict], results: list[dict], collective: str, mode: str) -> dict[str, Curve]:
     grouped: dict[str, dict[int, list[Point]]] = {}
     checked: dict[str, bool] = {}
     for r in results:
         cid = r["config_id"]
-        if cid in bad or r.get("status") != "ok":
+        if r.get("status") != "ok":
             continue
         checked[cid] = checked.get(cid, True) and r.get("wrong") == 0
         if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):

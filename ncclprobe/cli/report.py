@@ -1,0 +1,44 @@
+"""`ncclprobe report`: results and an engine trace -> pictures and a Markdown/HTML report."""
+
+from __future__ import annotations
+
+import click
+
+from ncclprobe.cli.output import emit, format_option
+from ncclprobe.errors import UsageProblem
+from ncclprobe.recommend.workload import from_sizes
+from ncclprobe.report import build_report
+
+EPILOG = """\b
+Examples:
+  ncclprobe report sweep.jsonl --out report/
+  ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --out report/
+  ncclprobe report sweep.jsonl --sizes 14K,1M --out report/ --format json
+"""
+
+
+@click.command(epilog=EPILOG, short_help="Plots and a Markdown/HTML report from results.")
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
+@click.option("--trace", type=click.Path(dir_okay=False), help="Engine trace: phases, acceptance, workload sizes.")
+@click.option("--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's).")
+@click.option("--collective", default="all_reduce", show_default=True, help="Collective to report on.")
+@click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
+@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
+              help="Let the recommendation consider LL128 without NVLink (verified results only).")
+@format_option
+def command(results, out_dir, trace, sizes, collective, mode, allow_ll128, fmt):
+    """Write a self-contained report: latency, bus bandwidth, speedup heatmap (wrong and hung
+    cells marked), eager against CUDA graph, the engine's phase breakdown and acceptance
+    histogram (PNG and SVG), the recommendation, and the environment and versions of the runs.
+    Lists the files written on stdout.
+    """
+    if sizes and not sizes.strip():
+        raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
+    files = build_report(list(results), out_dir, trace_path=trace, workload=from_sizes(sizes) if sizes else None,
+                         collective=collective, mode=mode, allow_ll128=allow_ll128)
+    rows = [{"file": str(p), "what": what} for p, what in
+            [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]
+            + ([(files.recommendation, "recommendation JSON")] if files.recommendation else [])
+            + [(f.png, f.title) for f in files.figures] + [(f.svg, f.title + " (SVG)") for f in files.figures]]
+    emit(fmt, files.to_json(), rows, title=f"report written to {out_dir}")

@@ -1,0 +1,93 @@
+"""`build_report`: results (and an engine trace) -> figures, report.md, report.html and the
+recommendation JSON, all in one directory. A report is still written when no recommendation can
+be made (no default configuration measured): it says why instead."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.recommend import Recommendation, build_recommendation
+from ncclprobe.recommend.load import Evidence, load_evidence
+from ncclprobe.recommend.workload import Workload, from_trace, read_trace
+from ncclprobe.report import html, markdown, plots
+from ncclprobe.report.content import sections
+
+log = logging.getLogger("ncclprobe.report")
+
+
+@dataclass
+class ReportFiles:
+    out_dir: Path
+    markdown: Path
+    html: Path
+    recommendation: Path | None
+    figures: list[plots.Figure] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"schema_version": 1, "kind": "report", "out_dir": str(self.out_dir),
+                "markdown": str(self.markdown), "html": str(self.html),
+                "recommendation": str(self.recommendation) if self.recommendation else None,
+                "figures": [{"name": f.name, "title": f.title, "png": str(f.png), "svg": str(f.svg)}
+                            for f in self.figures]}
+
+
+def build_report(results: list[str | Path], out_dir: str | Path, *, trace_path: str | Path | None = None,
+                 workload: Workload | None = None, collective: str = "all_reduce", mode: str | None = None,
+                 min_gain: float = 0.05, allow_ll128: bool = False) -> ReportFiles:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = read_trace(trace_path) if trace_path else None
+    ev = load_evidence(results, collective=collective, mode=mode)
+    if workload is None and trace is not None:
+        workload = _trace_workload(trace, collective)
+    rec, problem = _recommend(results, workload, collective, ev.mode, min_gain, allow_ll128)
+    figures = _figures(ev, results, collective, trace, out / "figures", frozenset(rec.refused if rec else ()))
+    content = sections(ev, rec, problem, figures, trace)
+    title = f"ncclprobe report: {collective}"
+    md_path, html_path = out / "report.md", out / "report.html"
+    md_path.write_text(markdown.render(title, content, out), encoding="utf-8")
+    html_path.write_text(html.render(title, content), encoding="utf-8")
+    rec_path = None
+    if rec is not None:
+        rec_path = out / "recommendation.json"
+        rec_path.write_text(json.dumps(rec.to_json(), indent=2) + "\n", encoding="utf-8")
+    return ReportFiles(out_dir=out, markdown=md_path, html=html_path, recommendation=rec_path,
+                       figures=[f for figs in figures.values() for f in figs])
+
+
+def _recommend(results, workload, collective, mode, min_gain, allow_ll128) -> tuple[Recommendation | None, str | None]:
+    try:
+        return build_recommendation(results, workload=workload, collective=collective, mode=mode,
+                                    min_gain=min_gain, allow_ll128=allow_ll128), None
+    except UsageProblem as exc:
+        log.warning("no recommendation: %s", exc)
+        return None, str(exc)
+
+
+def _trace_workload(trace: dict, collective: str) -> Workload | None:
+    try:
+        return from_trace(trace, collective=collective)
+    except UsageProblem as exc:   # a trace without collectives (a 1-rank run) still has phases to draw
+        log.warning("%s; weighting every measured size equally", exc)
+        return None
+
+
+def _figures(ev: Evidence, results, collective: str, trace: dict | None, fig_dir: Path,
+             refused: frozenset[str]) -> dict[str, list[plots.Figure]]:
+    eager, graph = (_mode_evidence(results, collective, m) for m in ("eager", "graph"))
+    return {"latency": plots.latency(ev, fig_dir), "busbw": plots.busbw(ev, fig_dir),
+            "speedup": plots.speedup_heatmap(ev, fig_dir, refused),
+            "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir),
+            "phases": plots.phase_breakdown(trace, fig_dir), "acceptance": plots.acceptance(trace, fig_dir)}
+
+
+def _mode_evidence(results, collective: str, mode: str) -> Evidence | None:
+    try:
+        ev = load_evidence(results, collective=collective, mode=mode)
+    except UsageProblem:
+        return None
+    return ev if ev.curves else None

@@ -1,0 +1,120 @@
+"""What a report says, independent of how it is written: sections of text, tables, figures and
+code blocks. markdown.py and html.py render the same sections, so the two never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.recommend import Recommendation
+from ncclprobe.recommend.emit import env_snippet
+from ncclprobe.recommend.load import Evidence
+from ncclprobe.report.plots import Figure
+from ncclprobe.records import short_label
+from ncclprobe.sizes import format_size
+
+
+@dataclass
+class Section:
+    heading: str
+    blocks: list[tuple[str, object]] = field(default_factory=list)   # ("text"|"table"|"figure"|"code", value)
+
+    def text(self, value: str) -> "Section":
+        self.blocks.append(("text", value))
+        return self
+
+    def table(self, rows: list[dict]) -> "Section":
+        if rows:
+            self.blocks.append(("table", rows))
+        return self
+
+    def figure(self, fig: Figure) -> "Section":
+        self.blocks.append(("figure", fig))
+        return self
+
+    def code(self, value: str) -> "Section":
+        self.blocks.append(("code", value))
+        return self
+
+
+def sections(ev: Evidence, rec: Recommendation | None, rec_problem: str | None, figures: dict[str, list[Figure]],
+             trace: dict | None) -> list[Section]:
+    out = [_recommendation(rec, rec_problem), _measurements(ev, figures), _exclusions(ev)]
+    if trace is not None:
+        out.append(_engine(trace, figures))
+    out.append(_environment(ev, trace))
+    return out
+
+
+def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
+    section = Section("Recommendation")
+    if rec is None:
+        return section.text(f"No recommendation: {problem}")
+    if rec.env:
+        section.text(f"Set {', '.join(f'`{k}={v}`' for k, v in rec.env.items())}: "
+                     f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}.")
+    else:
+        section.text(f"No change: no configuration beat the default beyond the noise for {rec.workload.source}.")
+    section.text(f"A gain counts only when the candidate's p90 is below the default's p10 and it is at least "
+                 f"{100 * rec.min_gain:.0f}%.")
+    section.table([{"size": format_size(c.size_bytes), "default (µs)": round(c.default_time_us, 2),
+                    "fastest": short_label(rec.settings_of(c.fastest)), "time (µs)": round(c.time_us, 2),
+                    "gain (%)": round(100 * c.gain, 1), "noise (±%)": round(100 * c.noise, 1),
+                    "verdict": "change" if c.significant else "keep default"} for c in rec.per_size])
+    section.table([{"configuration": short_label(rec.settings_of(cid)) if cid != "default" else "default",
+                    "workload total (µs)": round(t[0], 2), "p10": round(t[1], 2), "p90": round(t[2], 2)}
+                   for cid, t in sorted(rec.overall.totals_us.items(), key=lambda kv: kv[1][0])])
+    for note in rec.notes:
+        section.text(f"Note: {note}")
+    return section.code(env_snippet(rec))
+
+
+def _measurements(ev: Evidence, figures: dict[str, list[Figure]]) -> Section:
+    section = Section(f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} ranks")
+    for name in ("latency", "busbw", "speedup", "eager_vs_graph"):
+        for fig in figures.get(name, []):
+            section.figure(fig)
+    if not figures.get("eager_vs_graph"):
+        section.text("Eager against CUDA graph: not drawn, the results do not hold both modes.")
+    return section
+
+
+def _exclusions(ev: Evidence) -> Section:
+    section = Section("Excluded configurations")
+    if not ev.excluded:
+        return section.text("None: every configuration gave correct results and finished.")
+    return section.table([{"configuration": short_label(e.settings), "status": e.status, "reason": e.reason}
+                          for e in ev.excluded])
+
+
+def _engine(trace: dict, figures: dict[str, list[Figure]]) -> Section:
+    section = Section("Engine")
+    cfg = trace.get("config") or {}
+    section.text(", ".join(f"{k} {cfg[k]}" for k in ("preset", "tp", "batch", "k", "graphs", "device", "backend")
+                           if k in cfg))
+    section.table([{"run": f"{r.get('mode')} / {r.get('label')}", "tokens/s": r.get("tokens_per_s"),
+                    "ms/token": r.get("ms_per_token"),
+                    "settings": " ".join(f"{k}={v}" for k, v in (r.get("settings") or {}).items()) or "default",
+                    "mean accepted": (r.get("acceptance") or {}).get("mean_length")}
+                   for r in trace.get("runs") or []])
+    for name in ("phases", "acceptance"):
+        for fig in figures.get(name, []):
+            section.figure(fig)
+    return section
+
+
+def _environment(ev: Evidence, trace: dict | None) -> Section:
+    section = Section("Environment and versions")
+    rows = []
+    for path, header in zip(ev.paths, ev.headers):
+        versions = header.get("versions") or {}
+        rows.append({"file": path, "kind": header.get("kind"), "host": header.get("hostname"),
+                     "started": header.get("started_at"), "backend": header.get("backend"),
+                     "ranks": header.get("nranks"), "gpus": ", ".join(header.get("gpus") or []) or "-",
+                     "nvlink": (header.get("topology") or {}).get("nvlink"),
+                     **{k: versions.get(k) for k in ("ncclprobe", "torch", "nccl", "cuda", "driver")}})
+    section.table(rows)
+    env = {k: v for h in ev.headers for k, v in (h.get("env") or {}).items()}
+    section.table([{"variable": k, "value": v} for k, v in sorted(env.items())])
+    if trace is not None:
+        section.table([{"trace": k, "value": v} for k, v in ((trace.get("provenance") or {}).get("versions") or {}).items()])
+    return section

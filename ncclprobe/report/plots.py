@@ -1,0 +1,238 @@
+"""The report's figures, each saved as PNG and SVG with matplotlib's Agg backend.
+
+Readability rules every figure follows: labelled axes with units, sizes on a log2 axis labelled
+K/M/G, legends placed outside the data area, one colour per configuration across figures.
+Every function returns the Figure records it wrote, or [] when its data is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
+
+from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
+from ncclprobe.records import short_label  # noqa: E402
+from ncclprobe.sizes import format_size  # noqa: E402
+
+PHASE_ORDER = ("decode", "draft", "verify", "accept", "draft_extend", "host")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str      # file stem, e.g. "latency"
+    title: str
+    png: Path
+    svg: Path
+
+
+def latency(ev: Evidence, out: Path) -> list[Figure]:
+    """Median time against size per configuration, log-log, with the p10-p90 band."""
+    if not ev.curves:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    colours = _colours(ev)
+    for curve in _ordered(ev):
+        sizes = list(curve.points)
+        pts = [curve.points[s] for s in sizes]
+        colour = colours[curve.config_id]
+        ax.plot(sizes, [p.time_us for p in pts], marker="o", ms=3, color=colour, label=_label(curve))
+        ax.fill_between(sizes, [p.p10_us for p in pts], [p.p90_us for p in pts], color=colour, alpha=0.15)
+    _time_axis(ax)
+    _size_axis(ax, _all_sizes(ev))
+    ax.set_ylabel("time per collective (µs, median; band p10-p90)")
+    title = f"{ev.collective} latency ({ev.mode}, {ev.nranks} ranks)"
+    return [_save(fig, ax, out, "latency", title)]
+
+
+def busbw(ev: Evidence, out: Path) -> list[Figure]:
+    """Bus bandwidth (nccl-tests' busbw) against size per configuration."""
+    curves = [c for c in ev.curves.values() if any(p.busbw_gbps for p in c.points.values())]
+    if not curves:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    colours = _colours(ev)
+    for curve in _ordered(ev):
+        if curve in curves:
+            sizes = [s for s, p in curve.points.items() if p.busbw_gbps is not None]
+            ax.plot(sizes, [curve.points[s].busbw_gbps for s in sizes], marker="o", ms=3,
+                    color=colours[curve.config_id], label=_label(curve))
+    _size_axis(ax, _all_sizes(ev))
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylim(bottom=0)
+    return [_save(fig, ax, out, "busbw", f"{ev.collective} bus bandwidth ({ev.mode})")]
+
+
+def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset()) -> list[Figure]:
+    """Speedup over the default (default time / config time) per configuration and size, the
+    value written in each cell; cells where a configuration gave wrong results, hung or failed
+    are marked instead. Excluded and refused (unsafe) configurations say so in their row label."""
+    default = ev.default
+    if default is None:
+        return []
+    sizes = sorted(default.points)
+    rows = sorted((set(ev.curves) | {e.config_id for e in ev.excluded}) - {"default"})
+    if not rows:
+        return []
+    grid, marks = _speedup_grid(ev, rows, sizes)
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(sizes) + 3), max(2.5, 0.5 * len(rows) + 1.5)))
+    values = [v for row in grid for v in row if v is not None]
+    top = max([max(v, 1 / v) for v in values if v > 0] + [1.05])
+    masked = [[float("nan") if v is None else v for v in row] for row in grid]
+    image = ax.imshow(masked, cmap="RdYlGn", norm=TwoSlopeNorm(1.0, 1 / top, top), aspect="auto")
+    for r, row in enumerate(grid):
+        for c, value in enumerate(row):
+            text = marks.get((r, c)) or (f"{value:.2f}" if value is not None else "")
+            ax.text(c, r, text, ha="center", va="center", fontsize=7, fontweight="bold" if (r, c) in marks else None)
+    ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes], rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), [_row_label(ev, cid, refused) for cid in rows])
+    ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
+    ax.set_title(f"speedup over default ({ev.collective}, {ev.mode}); x = wrong, H = hang, E = error")
+    fig.colorbar(image, ax=ax, label="speedup (default time / config time)")
+    return [_write(fig, out, "speedup", "speedup over default")]
+
+
+def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) -> list[Figure]:
+    """Time per size of each configuration measured both eagerly and inside a CUDA graph."""
+    if eager is None or graph is None:
+        return []
+    both = [c.config_id for c in _ordered(eager) if c.config_id in graph.curves]
+    if not both:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    colours = _colours(eager)
+    for cid in both:
+        for ev, style in ((eager, "-"), (graph, "--")):
+            pts = ev.curves[cid].points
+            ax.plot(list(pts), [p.time_us for p in pts.values()], style, marker="o", ms=3, color=colours[cid],
+                    label=f"{_label(ev.curves[cid])} ({ev.mode})")
+    _time_axis(ax)
+    _size_axis(ax, sorted({s for ev in (eager, graph) for c in ev.curves.values() for s in c.points}))
+    ax.set_ylabel("time per collective (µs, median)")
+    return [_save(fig, ax, out, "eager_vs_graph", f"{eager.collective}: eager (solid) vs CUDA graph (dashed)")]
+
+
+def phase_breakdown(trace: dict | None, out: Path) -> list[Figure]:
+    """Per engine run (baseline, speculative, tuned): milliseconds per generated token by phase."""
+    runs = [r for r in (trace or {}).get("runs") or [] if r.get("phases") and r.get("new_tokens")]
+    if not runs:
+        return []
+    phases = [p for p in PHASE_ORDER if any(p in r["phases"] for r in runs)]
+    phases += sorted({p for r in runs for p in r["phases"]} - set(phases))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = [f"{r.get('mode', '?')}\n{r.get('label', '')}" for r in runs]
+    bottoms = [0.0] * len(runs)
+    for i, phase in enumerate(phases):
+        heights = [(r["phases"].get(phase) or {}).get("total_ms", 0.0) / r["new_tokens"] for r in runs]
+        ax.bar(names, heights, bottom=bottoms, color=_colour(i), label=phase)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_ylabel("time per generated token (ms)")
+    ax.set_xlabel("engine run (mode / settings)")
+    return [_save(fig, ax, out, "phases", "engine time per token by phase")]
+
+
+def acceptance(trace: dict | None, out: Path) -> list[Figure]:
+    """How many draft tokens each speculative cycle accepted (0..k), per speculative run."""
+    runs = [r for r in (trace or {}).get("runs") or []
+            if r.get("mode") == "speculative" and sum((r.get("acceptance") or {}).get("histogram") or []) > 0]
+    if not runs:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    width = 0.8 / len(runs)
+    for i, run in enumerate(runs):
+        hist = run["acceptance"]["histogram"]
+        total = sum(hist)
+        xs = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(hist))]
+        mean = run["acceptance"].get("mean_length")
+        label = f"{run.get('label', '?')}" + (f" (mean {mean:.2f})" if mean is not None else "")
+        ax.bar(xs, [100 * h / total for h in hist], width=width, color=_colour(i), label=label)
+    ax.set_xticks(range(len(runs[0]["acceptance"]["histogram"])))
+    ax.set_xlabel("draft tokens accepted per cycle (bonus token not counted)")
+    ax.set_ylabel("cycles (%)")
+    return [_save(fig, ax, out, "acceptance", "speculative acceptance")]
+
+
+def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
+    grid, marks = [], {}
+    symbols = {"wrong": "x", "hang": "H", "error": "E", "ignored": "I", "skipped": "-"}
+    excluded = {e.config_id: e.status for e in ev.excluded}
+    for r, cid in enumerate(rows):
+        curve, row_marks = ev.curves.get(cid) or ev.excluded_curves.get(cid), ev.marks.get(cid, {})
+        row = []
+        for c, size in enumerate(sizes):
+            point = curve.points.get(size) if curve else None
+            status = row_marks.get(size) or (excluded.get(cid) if point is None and cid in excluded else None)
+            if status:
+                marks[(r, c)] = symbols.get(status, "?")
+            row.append(ev.default.points[size].time_us / point.time_us if point and not status else None)
+        grid.append(row)
+    return grid, marks
+
+
+def _row_label(ev: Evidence, cid: str, refused: frozenset[str]) -> str:
+    curve = ev.curves.get(cid)
+    settings = curve.settings if curve else next(e.settings for e in ev.excluded if e.config_id == cid)
+    return short_label(settings) + (" (refused: unsafe)" if cid in refused else "" if curve else " (excluded)")
+
+
+def _label(curve: Curve) -> str:
+    return short_label(curve.settings)
+
+
+def _colours(ev: Evidence) -> dict[str, object]:
+    """One colour per configuration for every figure: default black, the rest tab10 in id order."""
+    others = sorted((set(ev.curves) | set(ev.excluded_curves)) - {"default"})
+    return {"default": "black", **{cid: _colour(i) for i, cid in enumerate(others)}}
+
+
+def _ordered(ev: Evidence) -> list[Curve]:
+    """Default first, so it leads every legend."""
+    return sorted(ev.curves.values(), key=lambda c: (c.config_id != "default", c.config_id))
+
+
+def _colour(i: int):
+    return plt.get_cmap("tab10")(i % 10)
+
+
+def _all_sizes(ev: Evidence) -> list[int]:
+    return sorted({s for c in ev.curves.values() for s in c.points})
+
+
+def _size_axis(ax, sizes: list[int]) -> None:
+    """Log2 x axis with ticks at the measured sizes (thinned to ~10), labelled 1K, 64K, 1M."""
+    ax.set_xscale("log", base=2)
+    step = max(1, len(sizes) // 10)
+    ax.xaxis.set_major_locator(FixedLocator(sizes[::step]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: format_size(int(round(x)))))
+    ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _time_axis(ax) -> None:
+    """Log y axis in microseconds with 1-2-5 ticks written plainly (5, 10, 20, 50), not 10^1."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+
+
+def _save(fig, ax, out: Path, name: str, title: str) -> Figure:
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=8)
+    return _write(fig, out, name, title)
+
+
+def _write(fig, out: Path, name: str, title: str) -> Figure:
+    out.mkdir(parents=True, exist_ok=True)
+    png, svg = out / f"{name}.png", out / f"{name}.svg"
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight")
+    plt.close(fig)
+    return Figure(name=name, title=title, png=png, svg=svg)

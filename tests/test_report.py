@@ -1,0 +1,105 @@
+"""report: figures and reports written, valid PNG/SVG/HTML, Markdown links resolve."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from ncclprobe.report import build_report
+from tests.data.resultsets import config, curve, engine_trace, scaled, write_set
+
+DEFAULT = curve(20.0, 0.05)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    eager = write_set(tmp / "eager.jsonl", [
+        config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.6, 1.3)),
+        config({"NCCL_ALGO": "Tree"}, scaled(DEFAULT, 0.3, 0.3), wrong={1 << 14: 12}),
+        config({"NCCL_PROTO": "LL128"}, scaled(DEFAULT, 0.5, 0.5)),
+        config({"NCCL_P2P_LEVEL": "SYS"}, {}, status="hang", reason="silent for 60 s")])
+    graph = write_set(tmp / "graph.jsonl", [config({}, scaled(DEFAULT, 0.5, 0.9)),
+                                            config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.35, 1.1))], mode="graph")
+    trace = tmp / "trace.json"
+    trace.write_text(json.dumps(engine_trace({14336: 640, 1 << 20: 3})))
+    return build_report([eager, graph], tmp / "out", trace_path=trace)
+
+
+def test_every_figure_is_drawn_as_valid_png_and_svg(report):
+    names = {f.name for f in report.figures}
+    assert names == {"latency", "busbw", "speedup", "eager_vs_graph", "phases", "acceptance"}
+    for fig in report.figures:
+        assert fig.png.read_bytes()[:8] == PNG_MAGIC and fig.png.stat().st_size > 5000
+        root = ET.parse(fig.svg).getroot()
+        assert root.tag.endswith("svg")
+
+
+def test_markdown_links_resolve_and_carry_the_recommendation(report):
+    text = report.markdown.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert len(links) == 12
+    for link in links:
+        assert (report.out_dir / link).is_file(), link
+    assert "Set `NCCL_PROTO=LL`" in text and "export NCCL_PROTO=LL" in text
+    assert "| ALGO=Tree | wrong |" in text and "| P2P_LEVEL=SYS | hang |" in text
+    assert "LL128 refused" in text and "2.28.9" in text
+
+
+class _Checker(HTMLParser):
+    """Counts images and checks that every opened element (but void ones) is closed in order."""
+    VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.images, self.errors = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        elif tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack.pop() != tag:
+            self.errors.append(tag)
+
+
+def test_html_is_well_formed_and_self_contained(report):
+    checker = _Checker()
+    checker.feed(report.html.read_text())
+    assert checker.errors == [] and checker.stack == []
+    assert len(checker.images) == 6 and all(src.startswith("data:image/svg+xml;base64,") for src in checker.images)
+
+
+def test_recommendation_json_beside_the_report(report):
+    doc = json.loads(report.recommendation.read_text())
+    assert doc["kind"] == "recommendation" and doc["env"] == {"NCCL_PROTO": "LL"}
+
+
+def test_report_without_a_default_still_writes_and_says_why(tmp_path):
+    path = write_set(tmp_path / "r.jsonl", [config({"NCCL_PROTO": "LL"}, DEFAULT)])
+    files = build_report([path], tmp_path / "out")
+    assert files.recommendation is None
+    assert "No recommendation: the results have no all-default configuration" in files.markdown.read_text()
+    assert {f.name for f in files.figures} == {"latency", "busbw"}
+
+
+def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)])
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o"),
+                           "--format", "json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert Path(doc["html"]).is_file() and doc["kind"] == "report"
+    (tmp_path / "bad.json").write_text("{\"kind\": \"other\"}")
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o"),
+                           "--trace", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "is not an engine trace" in proc.stderr and proc.stdout == ""
