@@ -1,0 +1,18 @@
+"""`ncclprobe diagnose`: turn an engine trace (plus optional sweep results, env-check output and a
+baseline trace) into ranked causes, each with the numbers it rests on, a confidence and the next
+command, and a list of the hypotheses it ruled out and why.
+
+The reasoning mirrors what a careful engineer does with the seed case (verify 29 ms against a
+12 ms decode step; hours spent on NCCL variables): check where the step time goes before touching
+NCCL settings, compare every phase with what the model shape says it should cost, and prove that
+the settings being compared were in force when the collectives were created or captured.
+
+Modules: `evidence` (loading and small accessors), `expectations` (what a verify step should cost),
+`rules` and `rules_settings` (one pure function per hypothesis), `rank` (ordering and the report).
+"""
+
+from ncclprobe.diagnose.evidence import Evidence, load_evidence
+from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.diagnose.rank import Diagnosis, diagnose
+
+__all__ = ["Evidence", "load_evidence", "Finding", "RuledOut", "NotChecked", "Diagnosis", "diagnose"]

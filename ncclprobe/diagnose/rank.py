@@ -1,0 +1,62 @@
+"""Run every rule, rank the findings, and build the report.
+
+Ranking: severity first (error, warning, info), then confidence, then the estimated cost per
+generated token (largest first). A cause the evidence shows directly (a phase that is eager, a
+setting a worker never had) thus outranks a symptom with a bigger number (speculative slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.diagnose import rules, rules_settings
+from ncclprobe.diagnose.evidence import Evidence
+from ncclprobe.diagnose.expectations import expected_verify_ratio
+from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
+
+SCHEMA_VERSION = 1
+ALL_RULES = rules_settings.RULES + rules.RULES
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    ruled_out: list[RuledOut]
+    not_checked: list[NotChecked]
+    inputs: dict = field(default_factory=dict)
+    expectation: dict | None = None
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def actionable(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != "info"]
+
+    def exit_code(self) -> int:
+        return 1 if self.actionable() else 0
+
+    def to_json(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", "inputs": self.inputs,
+                "expected_verify": self.expectation,
+                "findings": [f.to_json() for f in self.findings],
+                "ruled_out": [r.to_json() for r in self.ruled_out],
+                "not_checked": [n.to_json() for n in self.not_checked]}
+
+
+def rank_key(finding: Finding) -> tuple:
+    return (SEVERITIES.index(finding.severity), CONFIDENCES.index(finding.confidence),
+            -(finding.cost_ms_per_token or 0.0))
+
+
+def diagnose(ev: Evidence) -> Diagnosis:
+    outcomes = [item for rule in ALL_RULES for item in rule(ev)]
+    findings = sorted((o for o in outcomes if isinstance(o, Finding)), key=rank_key)
+    expectation = expected_verify_ratio(ev.config)
+    return Diagnosis(
+        findings=findings,
+        ruled_out=[o for o in outcomes if isinstance(o, RuledOut)],
+        not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
+        inputs={"trace": ev.trace_path, "baseline": ev.baseline_path, "sweep": ev.sweep_path,
+                "env_check": ev.env_check_path},
+        expectation=expectation.to_json() if expectation else None)

@@ -1,0 +1,185 @@
+"""Hypotheses about NCCL settings: did they reach every worker, were they in force when NCCL
+created the communicators (and so when the graphs were captured), and do two compared runs
+really differ in them? One pure function each, as in `rules`.
+
+What a worker reports (trace `workers[]`): `env_at_comm_init`, its NCCL_* environment when it
+created its communicator (what NCCL's per-communicator reads see, and what a CUDA graph captured
+on it keeps); `nccl_read`, what NCCL's own debug log says it read (empty without NCCL, e.g. gloo);
+and, when the engine recorded one, a later snapshot (`env_after_comm_init` / `env_at_exit`): a
+value that appears only there was set after NCCL read it.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.diagnose import evidence as E
+from ncclprobe.diagnose.commands import engine_command
+from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.diagnose.sweep_match import tuning_settings
+from ncclprobe.knobs import Scope, scope_of
+
+LATER_ENV_KEYS = ("env_after_comm_init", "env_at_exit", "env_at_end", "env_now")
+UNSET = "<unset>"
+
+
+def settings_reached_workers(ev: E.Evidence) -> list:
+    """Every setting a run asked for is in every worker's environment at communicator creation,
+    and, where NCCL logged what it read, NCCL read that value."""
+    out = []
+    for source, run in ev.all_runs():
+        asked = tuning_settings(run.get("settings"))
+        workers = [w for w in run.get("workers") or [] if w.get("env_at_comm_init") is not None]
+        if not asked:
+            continue
+        if not workers:
+            out.append(NotChecked(rule="settings-propagation", hypothesis=f"{E.run_name(source, run)}: settings never reached a worker",
+                                  missing="the workers reported no environment at communicator creation"))
+            continue
+        problems = [p for w in workers for p in _worker_problems(w, asked)]
+        if problems:
+            out.append(_propagation_finding(ev, source, run, asked, problems))
+        else:
+            out.append(RuledOut(rule="settings-propagation", hypothesis=f"{E.run_name(source, run)}: settings never reached a worker",
+                                reason=f"all {len(workers)} workers had {_fmt(asked)} when they created their communicator"
+                                       + (" and NCCL reported reading it" if any(w.get("nccl_read") for w in workers) else "")))
+    return out
+
+
+def _worker_problems(worker: dict, asked: dict) -> list[dict]:
+    had, read = E.nccl_env(worker), worker.get("nccl_read") or {}
+    later = {k: str(v) for key in LATER_ENV_KEYS for k, v in (worker.get(key) or {}).items()}
+    problems = []
+    for var, value in asked.items():
+        if had.get(var) != value:
+            kind = "set-after-init" if later.get(var) == value else "not-propagated"
+            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+                             "at_comm_init": had.get(var, UNSET), "later": later.get(var, UNSET), "kind": kind})
+        elif read and var in read and str(read[var]).rstrip(".") != value:
+            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+                             "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"})
+    return problems
+
+
+def _propagation_finding(ev, source, run, asked, problems) -> Finding:
+    after = [p for p in problems if p["kind"] == "set-after-init"]
+    first = (after or problems)[0]
+    where = f"rank {first['rank']} (pid {first['pid']})"
+    if after:
+        scope = scope_of(first["variable"])
+        consequence = ("it applies only to communicators created after it was set, and graphs captured on the old one keep the old value"
+                       if scope is Scope.COMMUNICATOR else "NCCL reads it once per process, so it needs a new process")
+        title = f"{first['variable']}={first['asked']} was set in {where} after NCCL created its communicator"
+        detail = (f"At communicator creation {where} had {first['variable']}={first['at_comm_init']}; the value "
+                  f"{first['asked']} appeared only later. {first['variable']} is read per {scope.value}: {consequence}.")
+        fix = "set it before the workers start: " + engine_command(ev.config, env=f"{first['variable']}={first['asked']}")
+    elif first["kind"] == "read-other-value":
+        title = f"NCCL in {where} read {first['variable']}={first['nccl_read']}, not {first['asked']}"
+        detail = "The worker's environment had the asked value but NCCL's log reports another one (a config file or a later override)."
+        fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']} --log <nccl log>"
+    else:
+        ranks = sorted({p["rank"] for p in problems})
+        title = f"{first['variable']}={first['asked']} never reached {len(ranks)} worker(s) (ranks {', '.join(map(str, ranks))})"
+        detail = (f"The {run.get('label')} {run.get('mode')} run asked for {_fmt(asked)}, but {where} created its communicator "
+                  f"with {first['variable']}={first['at_comm_init']}: the setting was lost between the launcher and the worker, "
+                  f"so this run measured NCCL's defaults, not the setting.")
+        fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']}"
+    return Finding(rule="settings-propagation", severity="error", confidence="high", title=title,
+                   detail=detail, evidence={"run": E.run_name(source, run), "asked": asked, "problems": problems},
+                   next_command=fix)
+
+
+def tuned_vs_untuned(ev: E.Evidence) -> list:
+    """Runs labelled differently (tuned/untuned, or this trace against --baseline) whose
+    collectives were created - and captured - under the same NCCL settings: tuning could not
+    change them, so their difference is noise or something else."""
+    out = []
+    runs = ev.all_runs()
+    for i, (src_a, a) in enumerate(runs):
+        for src_b, b in runs[i + 1:]:
+            if a.get("mode") != b.get("mode") or (a.get("label") == b.get("label") and src_a == src_b):
+                continue
+            asked_differ = tuning_settings(a.get("settings")) != tuning_settings(b.get("settings"))
+            if not asked_differ:
+                continue
+            out.append(_compare_pair(ev, (src_a, a), (src_b, b)))
+    return out
+
+
+def _compare_pair(ev, pa, pb):
+    (src_a, a), (src_b, b) = pa, pb
+    name_a, name_b = E.run_name(src_a, a), E.run_name(src_b, b)
+    eff_a, eff_b = E.effective_settings(a), E.effective_settings(b)
+    hyp = f"{name_a} vs {name_b}: the runs differ in NCCL settings"
+    if eff_a is None or eff_b is None:
+        return NotChecked(rule="tuned-same-settings", hypothesis=hyp,
+                          missing="the workers' environments at communicator creation are missing or disagree")
+    if tuning_settings(eff_a) != tuning_settings(eff_b):
+        return RuledOut(rule="tuned-same-settings", hypothesis=f"{name_a} and {name_b} ran under the same NCCL settings",
+                        reason=f"their communicators were created under different settings ({_fmt(tuning_settings(eff_a))} "
+                               f"vs {_fmt(tuning_settings(eff_b))}): the comparison measures them")
+    captured = E.captured_graphs(a) and E.captured_graphs(b)
+    how = "captured their collectives in CUDA graphs" if captured else "created their communicators"
+    speed = {"tokens_per_s": {name_a: a.get("tokens_per_s"), name_b: b.get("tokens_per_s")}}
+    return Finding(
+        rule="tuned-same-settings", severity="error", confidence="high",
+        title=f"{name_a} and {name_b} {how} under the same NCCL settings",
+        detail=(f"They asked for {_fmt(tuning_settings(a.get('settings')))} and {_fmt(tuning_settings(b.get('settings')))}, "
+                f"but both {how} under {_fmt(tuning_settings(eff_a))}: tuning could not change their collectives, so any "
+                f"difference between them ({a.get('tokens_per_s')} vs {b.get('tokens_per_s')} tok/s) is noise or another cause."),
+        evidence={"asked": {name_a: a.get("settings"), name_b: b.get("settings")},
+                  "in_force_at_comm_init": tuning_settings(eff_a), "graphs": sorted(E.captured_graphs(a)), **speed},
+        next_command=engine_command(ev.config, tuned=True, trace_out="trace-tuned.json"))
+
+
+def settings_between_modes(ev: E.Evidence) -> list:
+    """Baseline and speculative of one label: were their collectives under the same settings?
+    If so, NCCL settings cannot explain the gap between them."""
+    out = []
+    for run in ev.runs:
+        if run.get("mode") != "speculative":
+            continue
+        base = E.find_run(ev.runs, mode="baseline", label=run.get("label"))
+        if not base:
+            continue
+        eff_s, eff_b = E.effective_settings(run), E.effective_settings(base)
+        hyp = f"{run.get('label')}: NCCL settings explain the speculative/baseline difference"
+        if eff_s is None or eff_b is None:
+            out.append(NotChecked(rule="nccl-settings", hypothesis=hyp, missing="workers' environments at communicator creation"))
+        elif tuning_settings(eff_s) == tuning_settings(eff_b):
+            both = bool(E.captured_graphs(run)) and bool(E.captured_graphs(base))
+            captured = "captured in graphs alike" if both else "created alike"
+            out.append(RuledOut(rule="nccl-settings", hypothesis=hyp,
+                                reason=f"identical in both runs ({_fmt(tuning_settings(eff_s))}), communicators {captured}: not the cause"))
+        else:
+            out.append(Finding(rule="nccl-settings", severity="info", confidence="high",
+                               title=f"{run.get('label')}: baseline and speculative ran under different NCCL settings",
+                               detail="Their comparison mixes the speculative loop with a settings change.",
+                               evidence={"baseline": tuning_settings(eff_b), "speculative": tuning_settings(eff_s)}))
+    return out
+
+
+def env_check_findings(ev: E.Evidence) -> list:
+    """What `ncclprobe env-check` found in the live job: processes with libnccl missing or
+    differing from the expected settings, and NCCL reading another value than /proc shows."""
+    doc = ev.env_check
+    if doc is None:
+        return []
+    if doc.get("kind") != "env-check":
+        return [NotChecked(rule="env-check", hypothesis="settings reached the job's processes",
+                           missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output")]
+    found = (doc.get("verdict") or {}).get("findings") or []
+    if not found:
+        checked = (doc.get("verdict") or {}).get("checked_pids") or []
+        return [RuledOut(rule="env-check", hypothesis="settings never reached the job's processes",
+                         reason=f"env-check found every expectation met in {len(checked)} checked process(es)")]
+    return [Finding(rule="env-check", severity="error", confidence="high",
+                    title=f"env-check: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+                    detail="In the live job, processes that create NCCL communicators lack expected settings or NCCL read other values.",
+                    evidence={"findings": found, "checked_pids": (doc.get("verdict") or {}).get("checked_pids")},
+                    next_command=f"ncclprobe env-check --pid {doc.get('root_pid')} --log <nccl debug log>")]
+
+
+def _fmt(settings: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "NCCL defaults"
+
+
+RULES = (settings_reached_workers, tuned_vs_untuned, settings_between_modes, env_check_findings)

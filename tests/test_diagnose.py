@@ -1,0 +1,186 @@
+"""diagnose: each scenario's top finding, the healthy trace's silence, the ruled-out list."""
+
+import copy
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.diagnose import Evidence, diagnose
+from ncclprobe.diagnose.expectations import ModelShape, distinct_experts, expected_verify_ratio, step_bytes
+from ncclprobe.records import ResultWriter
+from tests import diagnose_scenarios as S
+
+LL = {"NCCL_PROTO": "LL"}
+
+
+def run_diagnosis(trace, **extra):
+    return diagnose(Evidence(trace=trace, trace_path="t.json", **extra))
+
+
+def rules_of(items):
+    return [item.rule for item in items]
+
+
+def test_healthy_trace_has_nothing_above_info():
+    result = run_diagnosis(S.healthy_trace())
+    assert result.actionable() == []
+    assert result.exit_code() == 0
+    assert "nccl-settings" in rules_of(result.ruled_out)
+
+
+def test_seed_case_top_finding_is_eager_verify_with_its_cost():
+    trace = S.make_seed_case(S.healthy_trace())
+    result = run_diagnosis(trace)
+    top = result.top
+    assert (top.rule, top.evidence["phase"], top.severity) == ("eager-phase", "verify", "error")
+    decode = S.runs(trace, "baseline", "untuned")[0]["phases"]["decode"]["median_ms"]
+    verify = S.runs(trace, "speculative", "untuned")[0]["phases"]["verify"]["median_ms"]
+    expected = decode * expected_verify_ratio(trace["config"]).ratio
+    assert top.evidence["cost_ms_per_cycle"] == pytest.approx(verify - expected, abs=1e-3)
+    assert "verify-ratio" in rules_of(result.findings)
+    assert "--graphs all" in top.next_command
+    # NCCL settings are identical in both runs: ruled out, as in the seed story
+    assert any(r.rule == "nccl-settings" and "identical" in r.reason for r in result.ruled_out)
+
+
+def test_seed_case_against_a_separate_baseline_trace():
+    seed = S.make_seed_case(S.healthy_trace())
+    spec_only = copy.deepcopy(seed)
+    spec_only["runs"] = S.runs(spec_only, "speculative")
+    base_only = copy.deepcopy(seed)
+    base_only["runs"] = S.runs(base_only, "baseline")
+    result = run_diagnosis(spec_only, baseline=base_only, baseline_path="b.json")
+    assert result.top.rule == "eager-phase"
+    assert "--baseline" in result.top.detail
+
+
+def test_graphed_verify_far_above_expectation():
+    result = run_diagnosis(S.make_all_graphed(S.healthy_trace(), verify_factor=2.4))
+    assert result.top.rule == "verify-ratio"
+    assert "eager-phase" in rules_of(result.ruled_out)
+
+
+def test_graphed_verify_at_expectation_is_ruled_out():
+    result = run_diagnosis(S.make_all_graphed(S.healthy_trace(), verify_factor=1.05))
+    assert "verify-ratio" in rules_of(result.ruled_out)
+    assert "verify-ratio" not in rules_of(result.findings)
+
+
+def test_settings_lost_on_one_rank():
+    result = run_diagnosis(S.make_not_propagated(S.healthy_trace(), LL, lost_on_rank=1))
+    top = result.top
+    assert (top.rule, top.severity) == ("settings-propagation", "error")
+    assert {p["rank"] for p in top.evidence["problems"]} == {1}
+    assert all(p["kind"] == "not-propagated" for p in top.evidence["problems"])
+
+
+def test_settings_set_after_communicator_creation():
+    result = run_diagnosis(S.make_set_after_init(S.healthy_trace(), LL))
+    top = result.top
+    assert top.rule == "settings-propagation"
+    assert "after NCCL created its communicator" in top.title
+    assert "per communicator" in top.detail  # NCCL_PROTO is re-read at each communicator creation
+
+
+def test_tuned_and_untuned_under_the_same_settings():
+    result = run_diagnosis(S.make_inherited_settings(S.healthy_trace(), LL))
+    top = result.top
+    assert top.rule == "tuned-same-settings"
+    assert top.evidence["in_force_at_comm_init"] == LL
+
+
+def test_working_tuning_is_ruled_out():
+    result = run_diagnosis(S.make_tuned_pair(S.healthy_trace(), LL, reached=True))
+    assert result.actionable() == []
+    assert "tuned-same-settings" in rules_of(result.ruled_out)
+    assert "settings-propagation" in rules_of(result.ruled_out)
+
+
+def test_collective_bound_run():
+    result = run_diagnosis(S.make_collective_bound(S.healthy_trace(), share=0.7))
+    assert result.top.rule == "collective-bound"
+    assert "ncclprobe sweep" in result.top.next_command
+
+
+def _sweep_file(tmp_path, time_us, size=256, settings=None):
+    path = tmp_path / "sweep.jsonl"
+    with ResultWriter(path, {"kind": "sweep", "backend": "gloo", "nranks": 2}) as writer:
+        writer.write({"record": "result", "config_id": "default", "settings": settings or {},
+                      "collective": "all_reduce", "mode": "eager", "in_place": True, "dtype": "float32",
+                      "size_bytes": size, "count": size // 4, "nranks": 2, "status": "ok", "reason": None,
+                      "time_us": time_us, "trials": 5, "source": "sweep"})
+    from ncclprobe.diagnose.evidence import load_sweep
+    return load_sweep(path)
+
+
+@pytest.mark.parametrize("time_us,expect_finding", [(5.0, True), (60.0, False)])
+def test_collectives_against_the_sweep(tmp_path, time_us, expect_finding):
+    trace = S.healthy_trace()
+    result = run_diagnosis(trace, sweep=_sweep_file(tmp_path, time_us), sweep_path="sweep.jsonl")
+    run = S.runs(trace, "baseline")[0]
+    measured = run["collective_share"] * run["ms_per_token"]
+    count = sum(s["count"] for s in run["collectives"]["sizes"])
+    expected = count * time_us / 1000 / run["new_tokens"]
+    found = [f for f in result.findings if f.rule == "collectives-vs-sweep"]
+    assert bool(found) == expect_finding == (measured / expected > 2.0)
+    if found:
+        assert found[0].evidence["sweep_collective_ms_per_token"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_sweep_without_matching_settings_is_not_checked(tmp_path):
+    sweep = _sweep_file(tmp_path, 5.0, settings={"NCCL_PROTO": "Simple"})
+    result = run_diagnosis(S.healthy_trace(), sweep=sweep, sweep_path="sweep.jsonl")
+    assert "collectives-vs-sweep" in rules_of(result.not_checked)
+
+
+def test_step_bytes_by_hand():
+    shape = ModelShape(hidden=4, layers=1, vocab=8, intermediate=8, heads=1, kv_heads=1)
+    # attention 2*16 + 2*16 = 64, MLP 3*4*8 = 96, head 8*4 = 32 -> 192 weights; KV 2*4*10 = 80;
+    # activations per token 8*4 + 3*8 = 56
+    decode = step_bytes(shape, batch=1, tokens_per_seq=1, context=10, dtype_bytes=1)
+    verify = step_bytes(shape, batch=1, tokens_per_seq=4, context=10, dtype_bytes=1)
+    assert sum(decode.values()) == 192 + 80 + 56
+    assert sum(verify.values()) == 192 + 80 + 4 * 56
+
+
+def test_moe_verify_expectation_grows_with_experts():
+    assert distinct_experts(384, 8, 1) == pytest.approx(8.0)
+    assert distinct_experts(4, 4, 3) == pytest.approx(4.0)
+    dense = {"hidden": 4096, "layers": 32, "vocab": 128256, "intermediate": 14336, "heads": 32, "kv_heads": 8}
+    moe = {"hidden": 7168, "layers": 4, "vocab": 163840, "heads": 64, "kv_heads": 8, "moe": True,
+           "experts": 384, "top_k": 8, "expert_intermediate": 2048, "dense_layers": 1}
+    config = {"batch": 1, "k": 3, "prompt_len": 64, "new_tokens": 64, "dtype": "bfloat16"}
+    dense_ratio = expected_verify_ratio({**config, "model": dense}).ratio
+    moe_exp = expected_verify_ratio({**config, "model": moe})
+    assert 1.0 < dense_ratio < 1.05
+    routed = moe_exp.verify_bytes["routed_experts"] / moe_exp.decode_bytes["routed_experts"]
+    assert routed == pytest.approx(distinct_experts(384, 8, 4) / 8)  # ~31 of 384 experts instead of 8
+    assert moe_exp.ratio > 1.5
+
+
+def write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    runner = CliRunner()
+    healthy = write(tmp_path, "healthy.json", S.healthy_trace())
+    seed = write(tmp_path, "seed.json", S.make_seed_case(S.healthy_trace()))
+    ok = runner.invoke(cli, ["diagnose", "--trace", healthy])
+    assert ok.exit_code == 0, ok.output
+    assert "no findings" in ok.output and "ruled out:" in ok.output
+    bad = runner.invoke(cli, ["diagnose", "--trace", seed, "--format", "json"])
+    assert bad.exit_code == 1
+    doc = json.loads(bad.output)
+    assert doc["schema_version"] == 1 and doc["findings"][0]["rule"] == "eager-phase"
+
+
+def test_cli_rejects_a_file_that_is_not_a_trace(tmp_path):
+    path = write(tmp_path, "other.json", {"kind": "sweep"})
+    result = CliRunner().invoke(cli, ["diagnose", "--trace", path])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "not an engine trace" in result.output
