@@ -47,6 +47,7 @@ class PoolSpec:
     payload: Mapping = field(default_factory=dict)  # JSON-able input for the entry
     env: Mapping[str, str] = field(default_factory=dict)  # set in every worker's environment at exec
     unset: tuple[str, ...] = ()                   # removed from the inherited environment
+    rank_env: Mapping[str, str] = field(default_factory=dict)  # per-rank values: "{rank}" is replaced
     timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds
 
     def __post_init__(self):
@@ -75,6 +76,7 @@ class PoolOutcome:
 def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in spec.unset}
     env.update(spec.env)
+    env.update({key: template.replace("{rank}", str(rank)) for key, template in spec.rank_env.items()})
     env.update({
         "RANK": str(rank), "WORLD_SIZE": str(spec.nranks), "LOCAL_RANK": str(rank),
         "LOCAL_WORLD_SIZE": str(spec.nranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port),

@@ -8,16 +8,21 @@ work, appended and fsynced as soon as it is known, so a killed run keeps everyth
    "backend": "nccl"|"gloo", "nranks": n, ...}
   {"record": "config", "config_id": "...", "settings": {"NCCL_PROTO": "LL", ...}, "pool": k,
    "status": "ok"|"ignored"|"hang"|"error"|"wrong"|"skipped", "reason": str|null,
+   "results_expected": int (the result records that follow it),
    "proof": {"seen_env": {...}, "set_by_environment": {...}, "tuning": [...], "verdicts": {...}}}
   {"record": "result", "config_id", "settings", "collective": "all_reduce", "mode": "eager"|"graph",
    "in_place": bool, "dtype": "float32", "size_bytes": int, "count": int, "nranks": int,
-   "status": "ok"|"wrong"|"hang"|"error"|"skipped", "reason": str|null,
+   "status": "ok"|"wrong"|"ignored"|"hang"|"error"|"skipped", "reason": str|null,
    "time_us": median, "time_us_p10", "time_us_p90", "algbw_gbps", "busbw_gbps",
    "wrong": int|null, "rank_spread_us": float|null, "trials": int, "source": "sweep"|"nccl-tests"}
   {"record": "summary", "wall_s": float, ...}
 
 `settings` maps each NCCL variable the configuration sets to its value; a variable that is absent
 is unset ("default"). The all-default configuration has `settings == {}`.
+
+A sweep writes each configuration as one group: its config record, then its `results_expected`
+result records. Only the tail group can be incomplete (a killed run); `trim_incomplete_tail` cuts
+it off before --resume measures that configuration again, so a resumed file has no duplicates.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Iterable, Iterator
 from ncclprobe.errors import UsageProblem
 
 SCHEMA_VERSION = 1
-RESULT_STATUSES = ("ok", "wrong", "hang", "error", "skipped")
+RESULT_STATUSES = ("ok", "wrong", "ignored", "hang", "error", "skipped")
 
 
 def config_id(settings: dict[str, str]) -> str:
@@ -131,3 +136,36 @@ def _parse_lines(lines: Iterable[str], path: Path) -> Iterator[dict]:
         if not isinstance(record, dict):
             raise UsageProblem(f"{str(path)!r} line {number} is not a JSON object")
         yield record
+
+
+def trim_incomplete_tail(path: str | Path) -> ResultsFile:
+    """Cut a torn last line and an unfinished last configuration group off a results file."""
+    path = Path(path)
+    read_results(path)  # validates the header and schema first
+    data = path.read_bytes()
+    keep = _complete_length(data)
+    if keep < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+            os.fsync(fh.fileno())
+    return read_results(path)
+
+
+def _complete_length(data: bytes) -> int:
+    """Bytes up to the end of the last complete configuration group (or non-config record)."""
+    offset, keep, open_group = 0, 0, None     # open_group: [offset, results still expected]
+    for line in data.splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        try:
+            record = json.loads(line) if line.endswith(b"\n") else None
+        except json.JSONDecodeError:
+            record = None
+        if record is None:
+            break
+        if record.get("record") == "config":
+            open_group = [start, int(record.get("results_expected", 0))]
+        elif record.get("record") == "result" and open_group:
+            open_group[1] -= 1
+        if open_group is None or open_group[1] <= 0:
+            keep, open_group = offset, None
+    return keep

@@ -1,0 +1,135 @@
+"""`ncclprobe sweep`: measure a collective over a grid of NCCL settings, prove each one took effect."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe.errors import UsageProblem
+
+log = logging.getLogger("ncclprobe.sweep")
+
+CPU_DEFAULTS = {"sizes": "64..1M:4", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager"}
+GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 20, "trials": 5, "mode": "eager,graph"}
+SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trials", "proto", "algo",
+                "p2p_level", "settings", "nranks", "backend", "timeout")
+
+EPILOG = """\b
+Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:4 (x4 steps), warm-up 2, 5 iterations x 3 trials, eager only;
+on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
+Grid default: --proto default,LL,LL128,Simple --algo default,Ring,Tree (12 configurations);
+with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
+
+\b
+Examples:
+  ncclprobe sweep                                   # the default grid, results under ./runs/
+  ncclprobe sweep --sizes 4K,64K,1M --proto LL,Simple --algo default
+  ncclprobe sweep --p2p-level default,PHB,SYS --set NCCL_BUFFSIZE=default,8388608
+  ncclprobe sweep --output sweep.jsonl --format json
+  ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
+"""
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@click.command("sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings.")
+@click.option("--sizes", help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--placement", type=click.Choice(["both", "in", "out"]), default="both", show_default=True,
+              help="In-place, out-of-place or both.")
+@click.option("--mode", help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).")
+@click.option("--warmup", type=int, help="Untimed collectives per size.")
+@click.option("--iters", type=int, help="Collectives per timed trial.")
+@click.option("--trials", type=int, help="Timed trials per size (median, p10/p90 over them).")
+@click.option("--proto", default="default,LL,LL128,Simple", show_default=True, help="NCCL_PROTO values.")
+@click.option("--algo", default="default,Ring,Tree", show_default=True, help="NCCL_ALGO values.")
+@click.option("--p2p-level", default="default", show_default=True,
+              help="NCCL_P2P_LEVEL values (LOC NVL PIX PXB PHB SYS, exact case).")
+@click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
+              help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset.")
+@click.option("--nranks", type=int, help="Ranks: one per GPU by default, 2 on CPU.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds a pool may stay silent before it counts as hung and is killed.")
+@click.option("--output", type=click.Path(dir_okay=False), help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl.")
+@click.option("--resume", type=click.Path(dir_okay=False), help="Continue the sweep recorded in this results file.")
+@format_option
+@click.pass_context
+def command(ctx, resume, output, fmt, **options):
+    """Measure a collective (all-reduce) over every combination of the NCCL settings given, one
+    worker pool per combination of once-per-process settings, and prove from NCCL's own debug
+    log that each setting was read. Results are appended to a JSON Lines file as each
+    configuration finishes; a table per size with the speedup against all-default goes to stdout.
+    """
+    from ncclprobe.sweep import session
+    quiet = (ctx.obj or {}).get("quiet", False)
+    if resume:
+        explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
+        if explicit or output:
+            raise UsageProblem(f"--resume continues the sweep recorded in {resume!r} with its own settings; "
+                               f"drop --{(explicit or ['output'])[0].replace('_', '-')}")
+        job = session.resume_job(resume)
+    else:
+        tuning_explicit = any(ctx.get_parameter_source(n).name == "COMMANDLINE" for n in ("proto", "algo"))
+        spec, skipped = session.spec_from_options(_spec_options(options), tuning_explicit=tuning_explicit)
+        job = session.new_job(spec, skipped, output or _default_output(), sys.argv)
+    if not quiet:
+        click.echo(f"ncclprobe: results go to {job.path}", err=True)
+    with Progress(job.total, "sweep", quiet=quiet) as progress:
+        results_file = session.run_job(job, progress)
+    if not quiet:
+        click.echo(f"ncclprobe: results written to {job.path}", err=True)
+    _render(fmt, results_file)
+    ctx.exit(session.exit_code(results_file))
+
+
+def _spec_options(options: dict) -> dict:
+    backend_defaults = GPU_DEFAULTS if _has_gpu(options["backend"]) else CPU_DEFAULTS
+    merged = {k: (v if v is not None else backend_defaults.get(k)) for k, v in options.items()}
+    grid = {"NCCL_PROTO": _csv(merged.pop("proto")), "NCCL_ALGO": _csv(merged.pop("algo")),
+            "NCCL_P2P_LEVEL": _csv(merged.pop("p2p_level"))}
+    for item in merged.pop("settings"):
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not _csv(values):
+            raise UsageProblem(f"--set {item!r}: expected NCCL_VAR=value1,value2")
+        if name.strip() in grid:
+            raise UsageProblem(f"--set {name.strip()}: use its own option (--proto, --algo or --p2p-level)")
+        grid[name.strip()] = _csv(values)
+    merged["grid"] = {k: v for k, v in grid.items() if v != ("default",)}
+    return merged
+
+
+def _has_gpu(backend: str) -> bool:
+    if backend == "gloo":
+        return False
+    from ncclprobe.sweep.setup import gpu_count
+    return gpu_count() > 0
+
+
+def _default_output() -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    Path("runs").mkdir(exist_ok=True)
+    return str(Path("runs") / f"sweep-{stamp}.jsonl")
+
+
+def _render(fmt: str, results_file) -> None:
+    from ncclprobe.sweep import table
+    doc = table.document(results_file)
+    notes = list(doc["notes"]) + table.config_problems(results_file.configs)
+    summary = table.summary_note(doc["summary"])
+    if summary:
+        notes.append(summary)
+    if fmt != "table":
+        rows = [table.csv_row(r) for r in doc["results"]]
+        emit(fmt, doc, rows)
+        return
+    emit(fmt, doc, [], title=f"sweep: {results_file.path}", notes=notes)
+    for size, rows in table.rows_by_size(doc["results"]).items():
+        emit(fmt, doc, rows, title=f"{rows[0]['size']} ({size} bytes)")

@@ -1,0 +1,153 @@
+"""The sweep's grid and its plan: which configurations share a pool of worker processes.
+
+NCCL reads some variables at every communicator creation and others once per process
+(`ncclprobe.knobs`, Scope). A pool of worker processes can therefore try every value of the
+per-communicator variables by building a fresh communicator per configuration, but a new value
+of a once-per-process variable needs new processes. The planner groups configurations by their
+once-per-process settings, so a new pool starts only when one of those changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from ncclprobe.knobs import Scope, scope_of, validate_value
+from ncclprobe.probes.collectives.base import DTYPES
+from ncclprobe.records import config_id
+from ncclprobe.errors import UsageProblem
+
+DEFAULT = "default"   # the grid value meaning "leave the variable unset"
+MODES = ("eager", "graph")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSpec:
+    """Everything a sweep measures; stored in the results header so --resume can continue it."""
+
+    grid: dict[str, tuple[str, ...]]       # NCCL variable -> values to try ("default" = unset)
+    sizes: tuple[int, ...]                 # message sizes, bytes
+    collective: str = "all_reduce"
+    dtype: str = "float32"
+    in_place: tuple[bool, ...] = (True, False)
+    modes: tuple[str, ...] = ("eager",)    # "eager" and/or "graph" (graph needs CUDA)
+    warmup: int = 2                        # untimed collectives before the trials, per size
+    iters: int = 5                         # collectives per timed trial
+    trials: int = 3                        # timed trials per size; median and p10/p90 over them
+    nranks: int = 2
+    backend: str = "gloo"                  # "nccl" (one GPU per rank) or "gloo" (CPU)
+    timeout_s: float = 120.0               # longest a pool may stay silent before it counts as hung
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise UsageProblem(f"dtype {self.dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+        for mode in self.modes:
+            if mode not in MODES:
+                raise UsageProblem(f"mode {mode!r} is not known; use eager or graph")
+        for name, value in (("warmup", self.warmup), ("iters", self.iters), ("trials", self.trials)):
+            if value < (0 if name == "warmup" else 1):
+                raise UsageProblem(f"--{name} must be {'0 or more' if name == 'warmup' else 'at least 1'}, got {value}")
+        if self.nranks < 1:
+            raise UsageProblem(f"--nranks must be at least 1, got {self.nranks}")
+        if not self.sizes:
+            raise UsageProblem("no message sizes to measure")
+        for name, values in self.grid.items():
+            if not name.startswith("NCCL_"):
+                raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
+            for value in values:
+                if value != DEFAULT:
+                    validate_value(name, value)
+
+    def to_json(self) -> dict:
+        return {"grid": {k: list(v) for k, v in self.grid.items()}, "sizes": list(self.sizes),
+                "collective": self.collective, "dtype": self.dtype, "in_place": list(self.in_place),
+                "modes": list(self.modes), "warmup": self.warmup, "iters": self.iters,
+                "trials": self.trials, "nranks": self.nranks, "backend": self.backend,
+                "timeout_s": self.timeout_s}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "SweepSpec":
+        tuples = {"sizes", "in_place", "modes"}
+        fields = {k: (tuple(v) if k in tuples else v) for k, v in doc.items() if k != "grid"}
+        return cls(grid={k: tuple(v) for k, v in doc["grid"].items()}, **fields)
+
+
+@dataclass(frozen=True)
+class Config:
+    settings: dict[str, str]               # variables this configuration sets; absent = unset
+
+    @property
+    def config_id(self) -> str:
+        return config_id(self.settings)
+
+    @property
+    def process_settings(self) -> dict[str, str]:
+        return {k: v for k, v in self.settings.items() if scope_of(k) is Scope.PROCESS}
+
+    @property
+    def comm_settings(self) -> dict[str, str]:
+        return {k: v for k, v in self.settings.items() if scope_of(k) is Scope.COMMUNICATOR}
+
+
+@dataclass
+class Pool:
+    """Configurations that can share worker processes: the same once-per-process settings."""
+
+    process_settings: dict[str, str]
+    configs: list[Config] = field(default_factory=list)
+
+
+@dataclass
+class Skip:
+    config: Config
+    reason: str
+    measured_as: str                       # config_id of the configuration that stands for it
+
+
+def build_grid(grid: dict[str, tuple[str, ...]]) -> list[Config]:
+    """Every combination of the grid's values, all-default first; `default` leaves a variable unset."""
+    names = sorted(grid)
+    combos = itertools.product(*(_unique(grid[name]) for name in names))
+    configs = [Config({n: v for n, v in zip(names, values) if v != DEFAULT}) for values in combos]
+    configs.sort(key=lambda c: (len(c.settings) > 0,))  # stable: keeps the grid order otherwise
+    return configs
+
+
+def _unique(values) -> list[str]:
+    return list(dict.fromkeys(values)) or [DEFAULT]
+
+
+def plan_pools(configs: list[Config]) -> list[Pool]:
+    """Group configurations by their once-per-process settings, in first-seen order."""
+    pools: dict[tuple, Pool] = {}
+    for config in configs:
+        key = tuple(sorted(config.process_settings.items()))
+        pools.setdefault(key, Pool(process_settings=dict(key))).configs.append(config)
+    return list(pools.values())
+
+
+def skip_equivalent_levels(configs: list[Config], groups: list[list[str]]) -> tuple[list[Config], list[Skip]]:
+    """Keep one P2P level of each group that connects the same GPU pairs on this topology.
+
+    `groups` comes from `ncclprobe.evidence.topo.equivalent_levels`: levels in one group make NCCL
+    connect exactly the same pairs peer-to-peer, so measuring more than one of them measures the
+    same thing twice. `default` is never skipped (it is the baseline).
+    """
+    keep, skips, seen = [], [], {}
+    group_of = {level: tuple(group) for group in groups if len(group) > 1 for level in group}
+    for config in configs:
+        level = config.settings.get("NCCL_P2P_LEVEL")
+        if level not in group_of:
+            keep.append(config)
+            continue
+        rest = {k: v for k, v in config.settings.items() if k != "NCCL_P2P_LEVEL"}
+        key = (group_of[level], tuple(sorted(rest.items())))
+        if key in seen:
+            first = seen[key]
+            skips.append(Skip(config, f"NCCL_P2P_LEVEL={level} connects the same GPU pairs as "
+                                      f"{first.settings['NCCL_P2P_LEVEL']} on this topology; measured once as "
+                                      f"{first.config_id}", first.config_id))
+        else:
+            seen[key] = config
+            keep.append(config)
+    return keep, skips

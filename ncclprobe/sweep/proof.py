@@ -1,0 +1,115 @@
+"""Did each setting take effect? Evidence from the workers' environment and NCCL's own log.
+
+Two independent checks per configuration:
+  1. the environment: every rank reports the NCCL_* variables it saw right before its
+     communicator was created; for each swept variable that must equal the configuration exactly
+     (set to its value, or unset for `default`);
+  2. NCCL's word: with NCCL_DEBUG=INFO and the ENV subsystem, NCCL prints `<VAR> set by
+     environment to <value>` when it reads a variable. Per-communicator variables are printed at
+     each communicator creation, so they are looked for in the log lines written during this
+     configuration; once-per-process variables are printed once, at the pool's first
+     communicator, so they are looked for in everything the process logged up to the end of it.
+
+A setting NCCL did not report reading, or reported with another value, makes the configuration
+`ignored`: its numbers are kept but never presented as the effect of that setting. On gloo NCCL
+is not involved at all; only check 1 applies and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.knobs import Kind, Scope, knob, scope_of
+
+GLOO_VERDICT = "not applicable: the gloo backend does not use NCCL, so NCCL settings do not affect it"
+LEGACY_LEVELS = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
+
+
+def env_mismatches(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict]) -> list[str]:
+    """Ranks whose environment at communicator creation differs from the configuration."""
+    problems = []
+    for rank, seen in sorted(seen_by_rank.items()):
+        for name in swept:
+            if seen.get(name) != settings.get(name):
+                problems.append(f"rank {rank} saw {name}={seen.get(name)!r}, the configuration sets "
+                                f"{settings.get(name, 'it unset')!r}")
+    return problems
+
+
+def prove(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict], backend: str,
+          logs: dict[int, tuple[str, str]] | None = None) -> tuple[str, str | None, dict]:
+    """(status, reason, proof) for one configuration.
+
+    `logs` maps rank -> (everything the process logged up to the end of the configuration, the
+    part logged during it); None on gloo.
+    """
+    mismatches = env_mismatches(settings, swept, seen_by_rank)
+    proof = {"seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
+             "env_matches": not mismatches, "env_mismatches": mismatches,
+             "set_by_environment": {}, "tuning": [], "verdicts": {}}
+    if mismatches:
+        return "error", "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]), proof
+    if backend != "nccl":
+        proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
+        return "ok", None, proof
+    return _prove_from_log(settings, logs or {}, proof)
+
+
+def _prove_from_log(settings, logs, proof):
+    parsed = _parse_rank_logs(logs)
+    if parsed is None:
+        proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
+        return ("ignored" if settings else "ok"), ("cannot read NCCL's log" if settings else None), proof
+    whole, during = parsed
+    reported = {**whole.env, **during.env}
+    proof["set_by_environment"] = {k: v for k, v in sorted(reported.items())}
+    proof["tuning"] = summarize_tuning(during.tuning)
+    proof["nccl_version"] = whole.nccl_version
+    unproven = []
+    for name, value in sorted(settings.items()):
+        source = during if scope_of(name) is Scope.COMMUNICATOR else whole
+        verdict = verdict_for(name, value, source.env.get(name))
+        proof["verdicts"][name] = verdict
+        if verdict != "applied":
+            unproven.append(f"{name}={value}: {verdict}")
+    if unproven:
+        return "ignored", "NCCL did not confirm " + "; ".join(unproven), proof
+    return "ok", None, proof
+
+
+def _parse_rank_logs(logs):
+    """(log of the whole process up to now, log of this configuration) for the lowest rank with a log."""
+    try:
+        from ncclprobe.evidence.nccl_log import parse_nccl_log
+    except ImportError:
+        return None
+    if not logs:
+        return parse_nccl_log(""), parse_nccl_log("")
+    whole, during = logs[min(logs)]
+    return parse_nccl_log(whole), parse_nccl_log(during)
+
+
+def verdict_for(name: str, wanted: str, reported: str | None) -> str:
+    """`applied` when NCCL reported reading the value; otherwise why not."""
+    if reported is None:
+        return "ignored: NCCL did not report reading it (no `set by environment` line)"
+    if _same_value(name, wanted, reported):
+        return "applied"
+    return f"ignored: NCCL reported {reported!r}, not {wanted!r}"
+
+
+def _same_value(name: str, wanted: str, reported: str) -> bool:
+    row = knob(name)
+    if row is not None and row.kind is Kind.LEVEL:
+        return LEGACY_LEVELS.get(wanted, wanted) == reported
+    if row is not None and row.kind is Kind.TOKENS:
+        return wanted.replace(" ", "").lower() == reported.replace(" ", "").lower()
+    return wanted == reported.rstrip(".")
+
+
+def summarize_tuning(entries) -> list[dict]:
+    """NCCL's per-call choices, one row per (collective, bytes, algo, proto) with how often."""
+    counts: dict[tuple, int] = {}
+    for entry in entries:
+        key = (entry.collective, entry.bytes, entry.algo, entry.proto)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"collective": c, "size_bytes": b, "algo": a, "proto": p, "calls": n}
+            for (c, b, a, p), n in sorted(counts.items(), key=lambda kv: (kv[0][1], str(kv[0])))]

@@ -1,0 +1,204 @@
+"""Run a planned sweep: one worker pool at a time, records written as configurations finish.
+
+A pool runs its configurations in order and reports each through messages. When every rank has
+ended a configuration, its records are written (config record, then its results), fsynced, so
+a killed sweep keeps every finished configuration. When a pool hangs or a rank crashes, the
+configuration it was in is recorded as `hang` or `error` and the configurations after it go to a
+fresh pool: one bad setting never takes the rest of the sweep with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.probes.collectives import COLLECTIVES
+from ncclprobe.records import ResultWriter
+from ncclprobe.sweep.aggregate import aggregate_trials
+from ncclprobe.sweep.plan import Config, Pool, Skip, SweepSpec, build_grid, plan_pools, skip_equivalent_levels
+from ncclprobe.sweep.proof import prove
+
+log = logging.getLogger("ncclprobe.sweep")
+
+ENTRY = "ncclprobe.probes.sweep_worker:run"
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+
+
+@dataclass
+class SweepStats:
+    """What the summary record reports: outcome counts and what pool reuse saved."""
+
+    statuses: dict[str, int] = field(default_factory=dict)
+    pools_run: int = 0
+    configs_run: int = 0
+    pool_start_s: list[float] = field(default_factory=list)
+    config_s: list[float] = field(default_factory=list)
+
+    def count(self, status: str) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def summary(self, wall_s: float) -> dict:
+        start = sum(self.pool_start_s) / len(self.pool_start_s) if self.pool_start_s else None
+        avoided = max(0, self.configs_run - self.pools_run)
+        return {"record": "summary", "wall_s": round(wall_s, 3), "statuses": dict(self.statuses),
+                "configs_run": self.configs_run, "pools_run": self.pools_run,
+                "pool_start_s_mean": start and round(start, 3),
+                "config_s_mean": round(sum(self.config_s) / len(self.config_s), 3) if self.config_s else None,
+                "pools_avoided": avoided,
+                "pool_reuse_saved_s_est": round(start * avoided, 3) if start is not None else None}
+
+
+def configs_to_run(spec: SweepSpec, equivalent_levels: list[list[str]] | None) -> tuple[list[Config], list[Skip]]:
+    configs = build_grid(spec.grid)
+    if equivalent_levels:
+        return skip_equivalent_levels(configs, equivalent_levels)
+    return configs, []
+
+
+def run_sweep(spec: SweepSpec, writer: ResultWriter, *, done: set[str] = frozenset(),
+              equivalent_levels: list[list[str]] | None = None, progress=None) -> dict:
+    """Measure every configuration not in `done`; return the summary record (also written)."""
+    started = time.monotonic()
+    configs, skips = configs_to_run(spec, equivalent_levels)
+    stats = SweepStats()
+    for skip in skips:
+        if skip.config.config_id not in done:
+            _write_skip(writer, skip, stats, progress)
+    queue = deque(plan_pools([c for c in configs if c.config_id not in done]))
+    with tempfile.TemporaryDirectory(prefix="ncclprobe-sweep-") as log_dir:
+        while queue:
+            pool = queue.popleft()
+            left = _PoolRun(spec, pool, stats.pools_run, Path(log_dir), writer, stats, progress).run()
+            stats.pools_run += 1
+            if left:
+                queue.appendleft(Pool(pool.process_settings, left))
+    summary = stats.summary(time.monotonic() - started)
+    writer.write(summary)
+    return summary
+
+
+def _write_skip(writer, skip: Skip, stats: SweepStats, progress) -> None:
+    writer.write({"record": "config", "config_id": skip.config.config_id, "settings": skip.config.settings,
+                  "pool": None, "status": "skipped", "reason": skip.reason, "measured_as": skip.measured_as,
+                  "results_expected": 0, "proof": None})
+    stats.count("skipped")
+    if progress:
+        progress.advance(skip.config.config_id)
+
+
+class _PoolRun:
+    """One pool's life: start it, turn its messages into records, say what is left to run."""
+
+    def __init__(self, spec, pool, index, log_dir, writer, stats, progress):
+        self.spec, self.pool, self.index, self.log_dir = spec, pool, index, log_dir
+        self.writer, self.stats, self.progress = writer, stats, progress
+        self.swept = sorted(spec.grid)
+        self.by_config: dict[str, dict] = {c.config_id: {"starts": {}, "ends": {}, "results": {}} for c in pool.configs}
+        self.finished: list[str] = []
+        self.ready: set[int] = set()
+        self.config_began: dict[str, float] = {}
+
+    def run(self) -> list[Config]:
+        self.began = time.monotonic()
+        outcome = run_pool(self._pool_spec(), on_message=self._on_message)
+        left = [c for c in self.pool.configs if c.config_id not in self.finished]
+        if outcome.status == "ok" or not left:
+            if left:  # every rank exited cleanly yet some configurations never ended
+                self._write_failed(left[0], "error", "the pool ended without finishing this configuration")
+                return left[1:]
+            return []
+        self._write_failed(left[0], outcome.status, outcome.reason)
+        return left[1:]
+
+    def _pool_spec(self) -> PoolSpec:
+        nccl = self.spec.backend == "nccl"
+        env = {**(NCCL_DEBUG_ENV if nccl else {}), **self.pool.process_settings}
+        rank_env = {"NCCL_DEBUG_FILE": str(self.log_dir / f"pool{self.index}-rank{{rank}}.log")} if nccl else {}
+        payload = {"configs": [{"config_id": c.config_id, "comm_settings": c.comm_settings} for c in self.pool.configs],
+                   "collective": self.spec.collective, "dtype": self.spec.dtype, "sizes": list(self.spec.sizes),
+                   "in_place": list(self.spec.in_place), "modes": list(self.spec.modes), "warmup": self.spec.warmup,
+                   "iters": self.spec.iters, "trials": self.spec.trials}
+        unset = tuple(self.swept) + (tuple(NCCL_DEBUG_ENV) + ("NCCL_DEBUG_FILE",) if nccl else ())
+        return PoolSpec(nranks=self.spec.nranks, backend=self.spec.backend, entry=ENTRY, payload=payload,
+                        env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s)
+
+    def _on_message(self, message: dict) -> None:
+        kind, rank = message.get("kind"), message["rank"]
+        if kind == "ready":
+            self.ready.add(rank)
+            if len(self.ready) == self.spec.nranks:
+                self.stats.pool_start_s.append(time.monotonic() - self.began)
+            return
+        state = self.by_config.get(message.get("config_id"))
+        if state is None:
+            return
+        if kind == "config-start":
+            state["starts"][rank] = message
+            self.config_began.setdefault(message["config_id"], time.monotonic())
+        elif kind == "result":
+            key = (message["mode"], message["in_place"], message["size_bytes"])
+            state["results"].setdefault(key, {})[rank] = message
+        elif kind == "config-end":
+            state["ends"][rank] = message
+            if len(state["ends"]) == self.spec.nranks:
+                self._finish(message["config_id"], state)
+
+    def _finish(self, config_id: str, state: dict) -> None:
+        config = next(c for c in self.pool.configs if c.config_id == config_id)
+        seen = {rank: m["seen_env"] for rank, m in state["starts"].items()}
+        status, reason, proof = prove(config.settings, self.swept, seen, self.spec.backend, self._logs(state))
+        results = [self._result(config, key, by_rank, status) for key, by_rank in sorted(state["results"].items())]
+        wrong = [r for r in results if r["status"] == "wrong"]
+        if wrong and status in ("ok", "ignored"):
+            status, reason = "wrong", f"{len(wrong)} measurement(s) returned wrong elements"
+            log.error("WRONG RESULTS with %s: %s", config_id, reason)
+        self._write_config(config, status, reason, proof, len(results))
+        for record in results:
+            self.writer.write(record)
+        self.finished.append(config_id)
+        self.stats.config_s.append(time.monotonic() - self.config_began.get(config_id, time.monotonic()))
+
+    def _logs(self, state) -> dict[int, tuple[str, str]] | None:
+        if self.spec.backend != "nccl":
+            return None
+        logs = {}
+        for rank, start in state["starts"].items():
+            path = self.log_dir / f"pool{self.index}-rank{rank}.log"
+            try:
+                data = path.read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            end = state["ends"][rank]["log_offset"]
+            logs[rank] = (data[:end], data[start["log_offset"]:end])
+        return logs
+
+    def _result(self, config: Config, key, by_rank: dict[int, dict], config_status: str) -> dict:
+        mode, in_place, size = key
+        coll = COLLECTIVES[self.spec.collective]
+        timing = aggregate_trials({rank: m["trial_us"] for rank, m in by_rank.items()})
+        algbw, busbw = coll.bandwidths(size, self.spec.dtype, self.spec.nranks, timing["time_us"])
+        wrong = sum(m["wrong"] for m in by_rank.values())
+        status = "wrong" if wrong else (config_status if config_status in ("ok", "ignored") else "error")
+        return {"record": "result", "config_id": config.config_id, "settings": config.settings,
+                "collective": self.spec.collective, "mode": mode, "in_place": in_place, "dtype": self.spec.dtype,
+                "size_bytes": size, "count": by_rank[min(by_rank)]["count"], "nranks": self.spec.nranks,
+                "status": status, "reason": None if status == "ok" else f"configuration {config_status}",
+                **timing, "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "source": "sweep"}
+
+    def _write_config(self, config, status, reason, proof, n_results) -> None:
+        self.writer.write({"record": "config", "config_id": config.config_id, "settings": config.settings,
+                           "pool": self.index, "status": status, "reason": reason,
+                           "results_expected": n_results, "proof": proof})
+        self.stats.count(status)
+        self.stats.configs_run += 1
+        if self.progress:
+            self.progress.advance(f"{config.config_id}: {status}")
+
+    def _write_failed(self, config: Config, status: str, reason: str | None) -> None:
+        log.warning("%s: %s", config.config_id, status)
+        self._write_config(config, status, reason, None, 0)

@@ -1,0 +1,104 @@
+"""A sweep from start to results file: validate everything, open the file, run, read it back.
+
+The CLI is a thin layer over these functions, and tests call them directly. Everything that can
+be wrong with the input is found before the results file is created, so bad input never leaves
+a half-written file behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.records import ResultsFile, ResultWriter, read_results, trim_incomplete_tail
+from ncclprobe.sizes import parse_sizes
+from ncclprobe.sweep import setup
+from ncclprobe.sweep.plan import SweepSpec
+from ncclprobe.sweep.run import configs_to_run, run_sweep
+
+FINDING_STATUSES = ("wrong", "hang", "error", "ignored")
+
+
+@dataclass
+class Job:
+    spec: SweepSpec
+    path: Path
+    header: dict | None                      # None when resuming: the file has one
+    done: set[str] = field(default_factory=set)
+    equivalent_levels: list[list[str]] | None = None
+
+    @property
+    def total(self) -> int:
+        configs, skips = configs_to_run(self.spec, self.equivalent_levels)
+        return sum(1 for c in configs + [s.config for s in skips] if c.config_id not in self.done)
+
+
+def spec_from_options(options: dict, *, tuning_explicit: bool = True) -> tuple[SweepSpec, dict[str, str]]:
+    """Options as the CLI collects them -> a validated spec and the modes skipped (with why).
+
+    With one NCCL rank NCCL never runs its tuner (no `NCCL_PROTO set by environment` line, real
+    2.28.9 log in the fixtures), so the default protocol/algorithm axes are dropped there; given
+    explicitly they are measured and reported as ignored.
+    """
+    backend = setup.resolve_backend(options["backend"])
+    nranks = options["nranks"] or (setup.gpu_count() if backend == "nccl" else 2)
+    setup.check_ranks(backend, nranks)
+    grid = dict(options["grid"])
+    if backend == "nccl" and nranks == 1 and not tuning_explicit:
+        grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
+    modes, skipped = setup.usable_modes(tuple(m.strip() for m in options["mode"].split(",") if m.strip()), backend)
+    placement = {"both": (True, False), "in": (True,), "out": (False,)}[options["placement"]]
+    if options["timeout"] <= 0:
+        raise UsageProblem(f"--timeout must be positive, got {options['timeout']:g}")
+    spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])), dtype=options["dtype"],
+                     in_place=placement, modes=modes, warmup=options["warmup"], iters=options["iters"],
+                     trials=options["trials"], nranks=nranks, backend=backend, timeout_s=options["timeout"])
+    return spec, skipped
+
+
+def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: list[str]) -> Job:
+    path = Path(output)
+    _check_writable(path)
+    topo, levels = setup.topology() if spec.backend == "nccl" else (None, None)
+    head = setup.header(spec, list(argv), topo, setup.notes(spec, skipped_modes), skipped_modes)
+    return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
+
+
+def _check_writable(path: Path) -> None:
+    if path.exists():
+        raise UsageProblem(f"output file {str(path)!r} already exists; choose a new name or --resume it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageProblem(f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist")
+    try:
+        with open(path, "x"):
+            pass
+    except OSError as exc:
+        raise UsageProblem(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    path.unlink()
+
+
+def resume_job(path_text: str) -> Job:
+    """Reopen a results file: cut an unfinished tail, skip every configuration it recorded."""
+    path = Path(path_text)
+    existing = trim_incomplete_tail(path)
+    if existing.header.get("kind") != "sweep" or "spec" not in existing.header:
+        raise UsageProblem(f"{path_text!r} is not a sweep results file (header kind {existing.header.get('kind')!r})")
+    spec = SweepSpec.from_json(existing.header["spec"])
+    _, levels = setup.topology() if spec.backend == "nccl" else (None, None)
+    return Job(spec=spec, path=path, header=None, done={c["config_id"] for c in existing.configs},
+               equivalent_levels=levels)
+
+
+def run_job(job: Job, progress=None) -> ResultsFile:
+    if job.header is None and job.total == 0:  # a finished file: nothing to add, not even a summary
+        return read_results(job.path)
+    with ResultWriter(job.path, job.header, resume=job.header is None) as writer:
+        run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
+    return read_results(job.path)
+
+
+def exit_code(results_file: ResultsFile) -> int:
+    """1 when any configuration is wrong, hung, crashed or not confirmed by NCCL; else 0."""
+    return 1 if any(c["status"] in FINDING_STATUSES for c in results_file.configs) else 0

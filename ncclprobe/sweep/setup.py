@@ -1,0 +1,78 @@
+"""Where a sweep runs: backend, rank count, topology, the results header and the notes shown
+with the results. Kept apart from planning so the plan stays a pure function of the grid.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ncclprobe import provenance
+from ncclprobe.errors import UsageProblem
+from ncclprobe.sweep.plan import SweepSpec
+
+log = logging.getLogger("ncclprobe.sweep")
+
+GRAPH_ON_CPU = "graph mode skipped: CUDA graphs need a GPU; on the gloo backend only eager is measured"
+GLOO_NOTE = "backend gloo: NCCL settings shape the grid and the worker pools but do not affect gloo's numbers"
+ONE_RANK_NOTE = ("one rank: NCCL moves no data between GPUs, so protocol and algorithm choices need two or "
+                 "more GPUs; eager vs graph overhead is still real")
+
+
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    return "nccl" if gpu_count() > 0 else "gloo"
+
+
+def check_ranks(backend: str, nranks: int) -> None:
+    gpus = gpu_count()
+    if backend == "nccl" and nranks > gpus:
+        raise UsageProblem(f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank")
+
+
+def topology() -> tuple[dict | None, list[list[str]] | None]:
+    """(header topology, equivalent P2P level groups); (None, None) without GPUs."""
+    gpus = gpu_count()
+    if gpus == 0:
+        return None, None
+    try:
+        from ncclprobe.evidence.topo import equivalent_levels, read_live_topology
+    except ImportError:
+        return {"nvlink": None, "gpu_count": gpus, "source": None}, None
+    try:
+        topo = read_live_topology()
+    except Exception as exc:  # nvidia-smi missing or unreadable: measure every level
+        log.warning("cannot read the GPU topology (%s); every P2P level is measured", exc)
+        return {"nvlink": None, "gpu_count": gpus, "source": None}, None
+    summary = getattr(topo, "summary", {}) or {}
+    return ({"nvlink": summary.get("nvlink"), "gpu_count": gpus, "source": "nvidia-smi topo -m"},
+            equivalent_levels(topo))
+
+
+def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
+    out = list(skipped_modes.values())
+    if spec.backend == "gloo":
+        out.append(GLOO_NOTE)
+    elif spec.nranks == 1:
+        out.append(ONE_RANK_NOTE)
+    return out
+
+
+def usable_modes(modes: tuple[str, ...], backend: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Graph mode needs CUDA: on gloo it is dropped with its reason, never faked."""
+    if backend == "nccl" or "graph" not in modes:
+        return modes, {}
+    kept = tuple(m for m in modes if m != "graph")
+    if not kept:
+        raise UsageProblem("--mode graph needs CUDA GPUs (the NCCL backend); this run uses gloo on CPU")
+    return kept, {"graph": GRAPH_ON_CPU}
+
+
+def header(spec: SweepSpec, argv: list[str], topo: dict | None, notes_: list[str], skipped_modes: dict) -> dict:
+    return {"kind": "sweep", **provenance.collect(argv), "backend": spec.backend, "nranks": spec.nranks,
+            "topology": topo, "spec": spec.to_json(), "skipped_modes": skipped_modes, "notes": notes_}

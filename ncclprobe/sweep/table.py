@@ -1,0 +1,94 @@
+"""Sweep results as tables: one per message size, each configuration's time and busbw beside
+its speedup against the all-default configuration measured the same way.
+
+Only a configuration whose results are `ok` (exact elements, settings confirmed) can be `best`;
+a wrong or ignored one is shown with its status and never ranked.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.records import ResultsFile, short_label
+from ncclprobe.sizes import format_size
+
+SCHEMA_VERSION = 1
+
+
+def _same_measurement(record: dict) -> tuple:
+    return (record["collective"], record["mode"], record["in_place"], record["dtype"], record["size_bytes"])
+
+
+def annotate(results: list[dict]) -> list[dict]:
+    """Each result plus `speedup_vs_default` (default time / this time) and `best` per measurement."""
+    defaults = {_same_measurement(r): r["time_us"] for r in results
+                if r["config_id"] == "default" and r["status"] == "ok"}
+    best: dict[tuple, dict] = {}
+    for r in results:
+        key = _same_measurement(r)
+        if r["status"] == "ok" and r.get("time_us") and (key not in best or r["time_us"] < best[key]["time_us"]):
+            best[key] = r
+    out = []
+    for r in results:
+        base = defaults.get(_same_measurement(r))
+        speedup = base / r["time_us"] if base and r["status"] == "ok" and r.get("time_us") else None
+        out.append({**r, "speedup_vs_default": speedup, "best": best.get(_same_measurement(r)) is r})
+    return out
+
+
+def rows_by_size(results: list[dict]) -> dict[int, list[dict]]:
+    """Table rows grouped by size, fastest first within a (mode, placement) block."""
+    grouped: dict[int, list[dict]] = {}
+    ordered = sorted(results, key=lambda r: (r["size_bytes"], r["mode"], not r["in_place"],
+                                             r["status"] != "ok", r.get("time_us") or float("inf")))
+    for r in ordered:
+        grouped.setdefault(r["size_bytes"], []).append(table_row(r))
+    return grouped
+
+
+def table_row(r: dict) -> dict:
+    return {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"]), "mode": r["mode"],
+            "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
+            "p10_us": r.get("time_us_p10"), "p90_us": r.get("time_us_p90"), "busbw_gbps": _sig(r.get("busbw_gbps")),
+            "speedup": r.get("speedup_vs_default"), "status": r["status"] + (" WRONG" if r.get("wrong") else ""),
+            "best": "*" if r.get("best") else ""}
+
+
+def _sig(value: float | None) -> str | None:
+    """Three significant digits: CPU bandwidths are far below the 0.01 a fixed format shows."""
+    return None if value is None else f"{value:.3g}"
+
+
+def csv_row(r: dict) -> dict:
+    """The machine-readable row: raw units, no formatting."""
+    keys = ("size_bytes", "config_id", "collective", "mode", "in_place", "dtype", "nranks", "time_us", "time_us_p10",
+            "time_us_p90", "rank_spread_us", "algbw_gbps", "busbw_gbps", "speedup_vs_default", "wrong", "status", "best")
+    return {key: r.get(key) for key in keys}
+
+
+def config_problems(configs: list[dict]) -> list[str]:
+    """One line per configuration that is not plainly ok, for the notes and stderr."""
+    return [f"{c['config_id']}: {c['status']}" + (f" ({_first_line(c.get('reason'))})" if c.get("reason") else "")
+            for c in configs if c["status"] != "ok"]
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:200] if text and text.strip() else ""
+
+
+def document(results_file: ResultsFile) -> dict:
+    """The JSON document of `ncclprobe sweep --format json`."""
+    header = results_file.header
+    summary = results_file.summaries[-1] if results_file.summaries else None
+    return {"schema_version": SCHEMA_VERSION, "kind": "sweep-results", "results_path": results_file.path,
+            "backend": header.get("backend"), "nranks": header.get("nranks"), "topology": header.get("topology"),
+            "versions": header.get("versions"), "notes": header.get("notes", []),
+            "configs": results_file.configs, "results": annotate(results_file.results), "summary": summary}
+
+
+def summary_note(summary: dict | None) -> str | None:
+    if not summary:
+        return None
+    saved = summary.get("pool_reuse_saved_s_est")
+    return (f"{summary['configs_run']} configuration(s) ran in {summary['pools_run']} worker pool(s); pool reuse "
+            f"saved about {saved:.1f} s (pool start {summary['pool_start_s_mean']:.2f} s x "
+            f"{summary['pools_avoided']} avoided pools)" if saved is not None else
+            f"{summary['configs_run']} configuration(s) ran in {summary['pools_run']} worker pool(s)")

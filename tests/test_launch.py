@@ -1,0 +1,60 @@
+"""The launcher with real worker processes: rendezvous, environment, hang and crash handling."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+from ncclprobe.launch import PoolSpec, run_pool
+
+ENTRIES = "tests.pool_entries"
+
+
+def _alive(pids):
+    return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_ranks_rendezvous_and_see_their_environment():
+    spec = PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:sum_ranks", env={"NCCLPROBE_TEST_VAR": "seen"},
+                    timeout_s=60)
+    outcome = run_pool(spec)
+    assert outcome.status == "ok", outcome.reason
+    sums = outcome.of_kind("sum")
+    assert sorted(m["rank"] for m in sums) == [0, 1]
+    assert all(m["value"] == 3.0 and m["env_probe"] == "seen" for m in sums)  # 1 + 2
+
+
+def test_rank_env_is_per_rank_and_unset_removes(monkeypatch):
+    monkeypatch.setenv("NCCLPROBE_TEST_VAR", "inherited")
+    spec = PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:sum_ranks", unset=("NCCLPROBE_TEST_VAR",),
+                    rank_env={"NCCLPROBE_TEST_VAR": "rank-{rank}"}, timeout_s=60)
+    outcome = run_pool(spec)
+    assert outcome.status == "ok", outcome.reason
+    assert {m["rank"]: m["env_probe"] for m in outcome.of_kind("sum")} == {0: "rank-0", 1: "rank-1"}
+
+
+def test_hung_pool_is_killed_within_the_bound():
+    timeout = 4.0
+    began = time.monotonic()
+    outcome = run_pool(PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:hang_on_rank1", timeout_s=timeout))
+    assert outcome.status == "hang"
+    assert "no progress" in outcome.reason
+    # silence starts at the last message; startup of two interpreters comes on top of the timeout
+    assert time.monotonic() - began < timeout + 15
+    assert _alive(outcome.pids.values()) == []
+
+
+def test_crashed_rank_is_an_error_with_its_stderr():
+    outcome = run_pool(PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:crash_on_rank1", timeout_s=60))
+    assert outcome.status == "error"
+    assert "rank 1 exited with exit code 1" in outcome.reason
+    assert "planted crash in rank 1" in outcome.reason
+    assert _alive(outcome.pids.values()) == []
+
+
+def test_pool_spec_rejects_nonsense():
+    with pytest.raises(ValueError):
+        PoolSpec(nranks=0, backend="gloo", entry="x:y")
+    with pytest.raises(ValueError):
+        PoolSpec(nranks=1, backend="mpi", entry="x:y")

@@ -1,0 +1,78 @@
+"""The planner: a new pool only when a once-per-process setting changes (table-driven)."""
+
+import pytest
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.sweep.plan import Config, SweepSpec, build_grid, plan_pools, skip_equivalent_levels
+
+
+def _pools(grid):
+    return [[c.config_id for c in pool.configs] for pool in plan_pools(build_grid(grid))]
+
+
+@pytest.mark.parametrize("grid,expected", [
+    # per-communicator variables only: one pool for everything
+    ({"NCCL_PROTO": ("default", "LL", "Simple")},
+     [["default", "NCCL_PROTO=LL", "NCCL_PROTO=Simple"]]),
+    ({"NCCL_PROTO": ("LL",), "NCCL_ALGO": ("Ring", "Tree")},
+     [["NCCL_ALGO=Ring,NCCL_PROTO=LL", "NCCL_ALGO=Tree,NCCL_PROTO=LL"]]),
+    # a once-per-process variable splits pools by its value
+    ({"NCCL_P2P_LEVEL": ("default", "SYS")}, [["default"], ["NCCL_P2P_LEVEL=SYS"]]),
+    ({"NCCL_PROTO": ("default", "LL"), "NCCL_P2P_LEVEL": ("default", "PHB")},
+     [["default", "NCCL_PROTO=LL"], ["NCCL_P2P_LEVEL=PHB", "NCCL_P2P_LEVEL=PHB,NCCL_PROTO=LL"]]),
+    # two process-scope variables: one pool per combination
+    ({"NCCL_BUFFSIZE": ("default", "8388608"), "NCCL_SHM_DISABLE": ("0", "1")},
+     [["NCCL_SHM_DISABLE=0"], ["NCCL_SHM_DISABLE=1"], ["NCCL_BUFFSIZE=8388608,NCCL_SHM_DISABLE=0"],
+      ["NCCL_BUFFSIZE=8388608,NCCL_SHM_DISABLE=1"]]),
+    # unknown NCCL variables are assumed once per process (the safe side)
+    ({"NCCL_SOMETHING_NEW": ("a", "b")}, [["NCCL_SOMETHING_NEW=a"], ["NCCL_SOMETHING_NEW=b"]]),
+    ({}, [["default"]]),
+])
+def test_pools_follow_the_knowledge_table(grid, expected):
+    assert _pools(grid) == expected
+
+
+def test_grid_puts_all_default_first_and_has_every_combination():
+    configs = build_grid({"NCCL_ALGO": ("Ring", "default"), "NCCL_PROTO": ("LL", "default", "LL")})
+    assert configs[0].settings == {}
+    assert len(configs) == 4  # duplicates in a value list count once
+    assert {c.config_id for c in configs} == {"default", "NCCL_PROTO=LL", "NCCL_ALGO=Ring",
+                                               "NCCL_ALGO=Ring,NCCL_PROTO=LL"}
+
+
+def test_config_splits_scopes():
+    config = Config({"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_BUFFSIZE": "1048576"})
+    assert config.comm_settings == {"NCCL_PROTO": "LL"}
+    assert config.process_settings == {"NCCL_P2P_LEVEL": "SYS", "NCCL_BUFFSIZE": "1048576"}
+
+
+def test_equivalent_levels_are_measured_once_with_a_reason():
+    configs = build_grid({"NCCL_P2P_LEVEL": ("default", "PIX", "PXB", "PHB", "SYS"), "NCCL_PROTO": ("default", "LL")})
+    keep, skips = skip_equivalent_levels(configs, [["LOC"], ["NVL", "PIX", "PXB"], ["PHB", "SYS"]])
+    kept = {c.config_id for c in keep}
+    assert "NCCL_P2P_LEVEL=PIX" in kept and "NCCL_P2P_LEVEL=PXB" not in kept
+    assert "NCCL_P2P_LEVEL=PHB,NCCL_PROTO=LL" in kept and "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL" not in kept
+    assert "default" in kept and "NCCL_PROTO=LL" in kept
+    by_id = {s.config.config_id: s for s in skips}
+    assert set(by_id) == {"NCCL_P2P_LEVEL=PXB", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=PXB,NCCL_PROTO=LL",
+                          "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"}
+    assert by_id["NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"].measured_as == "NCCL_P2P_LEVEL=PHB,NCCL_PROTO=LL"
+    assert "same GPU pairs" in by_id["NCCL_P2P_LEVEL=SYS"].reason
+
+
+@pytest.mark.parametrize("grid,needle", [
+    ({"NCCL_PROTO": ("LL", "Fast")}, "unknown token 'Fast'"),
+    ({"NCCL_ALGO": ("Ringg",)}, "Ringg"),
+    ({"NCCL_P2P_LEVEL": ("sys",)}, "did you mean SYS"),
+    ({"NCCL_SHM_DISABLE": ("2",)}, "NCCL_SHM_DISABLE='2'"),
+    ({"GLOO_THING": ("1",)}, "only NCCL_"),
+])
+def test_spec_rejects_bad_values_before_anything_runs(grid, needle):
+    with pytest.raises(UsageProblem) as info:
+        SweepSpec(grid=grid, sizes=(8,))
+    assert needle in str(info.value)
+
+
+def test_spec_round_trips_through_json():
+    spec = SweepSpec(grid={"NCCL_PROTO": ("default", "LL")}, sizes=(8, 1024), in_place=(True,), modes=("eager",))
+    assert SweepSpec.from_json(spec.to_json()) == spec
