@@ -139,3 +139,21 @@ def test_two_files_merge_and_widen_the_spread(tmp_path):
     assert point.p10_us == pytest.approx(DEFAULT[1 << 10][1] * 0.6)
     assert point.p90_us == pytest.approx(DEFAULT[1 << 10][2] * 0.7)
     assert rec.env == LL
+
+
+def test_gloo_measurements_never_recommend_an_nccl_setting(tmp_path):
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(LL, scaled(DEFAULT, 0.5, 0.5))],
+                     backend="gloo")
+    rec = build_recommendation([path])
+    assert rec.env == {} and "gloo" in rec.refused["NCCL_PROTO=LL"][0]
+
+
+def test_imported_nccl_tests_runs_have_no_spread_so_the_floor_decides(tmp_path):
+    """nccl-tests prints one time per size: no p10/p90. Two imported runs (default and LL)."""
+    flat = {s: (t, t, t) for s, (t, _, _) in DEFAULT.items()}
+    default = write_set(tmp_path / "d.jsonl", [config({}, flat)], kind="nccl-tests", trials=1)
+    close = write_set(tmp_path / "c.jsonl", [config(LL, scaled(flat, 0.96, 0.96))], kind="nccl-tests", trials=1)
+    rec = build_recommendation([default, close])
+    assert rec.env == {} and any("no trial spread" in n for n in rec.notes)
+    clear = write_set(tmp_path / "l.jsonl", [config(LL, scaled(flat, 0.8, 0.8))], kind="nccl-tests", trials=1)
+    assert build_recommendation([default, clear]).env == LL

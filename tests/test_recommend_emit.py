@@ -39,7 +39,7 @@ def parse_tuner_csv(text: str) -> list[dict]:
 
 def mixed_set(tmp_path, **kw):
     """LL wins up to 64K, Simple (with its TUNING proof saying ring) wins from 256K."""
-    simple_tuning = [{"collective": "AllReduce", "bytes": s, "algo": "RING", "proto": "SIMPLE"} for s in (1 << 18, 1 << 20)]
+    simple_tuning = [{"collective": "AllReduce", "size_bytes": s, "algo": "RING", "proto": "SIMPLE", "calls": 3} for s in (1 << 18, 1 << 20)]
     ll = config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.6, 1.3), tuning=[])
     simple = config({"NCCL_PROTO": "Simple"}, scaled(DEFAULT, 1.2, 0.7), tuning=simple_tuning)
     return write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), ll, simple], **kw)
@@ -129,3 +129,12 @@ def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, message):
                           cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert proc.stdout == ""
+
+
+def test_env_check_reads_the_recommendation_file(tmp_path):
+    from ncclprobe.envcheck.expect import load_recommendation
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.6, 0.6))])
+    out_file = tmp_path / "rec.json"
+    code, _, stderr = run_cli(["recommend", path, "--emit", "json", "--output", str(out_file)])
+    assert code == 0, stderr
+    assert [(e.variable, e.value) for e in load_recommendation(out_file)] == [("NCCL_PROTO", "LL")]

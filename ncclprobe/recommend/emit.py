@@ -60,7 +60,7 @@ def launch_notes(rec: Recommendation, *, recommendation_file: str = "recommendat
         "vLLM: source this file, then `vllm serve MODEL --tensor-parallel-size N` in the same shell;",
         "  with Ray, set them on every node (ray start inherits the environment) or use runtime_env.",
         f"Verify the running workers: ncclprobe recommend ... --emit json --output {recommendation_file}",
-        f"  then: ncclprobe env-check --expect-from {recommendation_file} (with the server's PID).",
+        f"  then: ncclprobe env-check --pid SERVER_PID --expect-from {recommendation_file}",
     ]
 
 
@@ -121,7 +121,7 @@ def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, s
     curve = rec.evidence.curves[cid]
     algo = _single(curve.settings.get("NCCL_ALGO"), TUNER_ALGORITHMS)
     proto = _single(curve.settings.get("NCCL_PROTO"), TUNER_PROTOCOLS)
-    seen = [t for t in curve.tuning if lo <= int(t.get("bytes") or 0) <= hi and _same_collective(t, rec)]
+    seen = [t for t in curve.tuning if lo <= _tuning_bytes(t) <= hi and _same_collective(t, rec)]
     algo = algo or _agreed([TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen])
     proto = proto or _agreed([TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen])
     if algo and proto:
@@ -129,6 +129,11 @@ def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, s
     missing = " and ".join(name for name, v in (("algorithm", algo), ("protocol", proto)) if not v)
     return (f"{short_label(curve.settings)} does not fix one {missing} and the sweep's proof has no "
             "single TUNING choice for these sizes")
+
+
+def _tuning_bytes(entry: dict) -> int:
+    """The sweep's proof says `size_bytes`; the log parser's own entries say `bytes`."""
+    return int(entry.get("size_bytes", entry.get("bytes")) or 0)
 
 
 def _single(value: str | None, names: dict[str, str]) -> str | None:

@@ -73,7 +73,8 @@ def build_recommendation(paths: list[str | Path], *, workload: Workload | None =
     default = evidence.default
     if default is None:
         raise UsageProblem(_no_default_message(evidence))
-    policy = SafetyPolicy(nvlink=evidence.nvlink, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version)
+    policy = SafetyPolicy(nvlink=evidence.nvlink, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
+                          measured_with_nccl=all(h.get("backend") != "gloo" for h in evidence.headers))
     refused = {c.config_id: reasons for c in evidence.curves.values()
                if c.config_id != "default"
                and (reasons := refusals(c.settings, correctness_checked=c.correctness_checked, policy=policy))}
