@@ -1,0 +1,65 @@
+"""`ncclprobe probe env-propagation`: which ways of setting an NCCL variable reach a worker's NCCL."""
+
+from __future__ import annotations
+
+import click
+
+from ncclprobe.cli.output import emit, format_option
+from ncclprobe.errors import Unsupported
+
+EPILOG = """\b
+Examples:
+  ncclprobe probe env-propagation
+  ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start
+  ncclprobe probe env-propagation --nccl --workdir /tmp/envprop --format json
+\b
+Columns: /proc (what env-check sees from outside), getenv (C getenv in the worker: what NCCL
+calls), os.environ (Python's view), read by NCCL (NCCL's own `set by environment` line; on a GPU).
+"""
+
+
+def _mechanism_names():
+    from ncclprobe.probes.env_propagation import MECHANISMS
+    return [m.name for m in MECHANISMS]
+
+
+@click.command("env-propagation", epilog=EPILOG, short_help="Which ways of setting NCCL variables reach NCCL.")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(_mechanism_names()),
+              help="Only this mechanism (repeatable; default: all).")
+@click.option("--nccl/--no-nccl", "nccl", default=None,
+              help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Keep specs, results and NCCL logs here (default: a temporary directory, removed).")
+@click.option("--timeout", "timeout_s", type=float, default=180.0, show_default=True,
+              help="Seconds one mechanism may take.")
+@format_option
+@click.pass_context
+def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
+    """Start a worker by each mechanism (shell export, multiprocessing spawn/fork/forkserver, a
+    started pool, torchrun, subprocess env=, the worker's own os.environ or setenv before/after its
+    communicator) and report what the worker really sees: in /proc, through C getenv, and what
+    NCCL reads. Exit 0 when every mechanism was measured, 1 when one failed, 3 when none could be.
+    """
+    from ncclprobe.probes.env_propagation import exit_code, run_probe, table_rows
+
+    gpu = _gpu_present()
+    if nccl and not gpu:
+        raise Unsupported("--nccl needs a CUDA GPU and torch with CUDA; none is usable here")
+    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+
+    def progress(row):
+        if not quiet:
+            click.echo(f"env-propagation: {row['mechanism']}: {row['status']}", err=True)
+
+    doc = run_probe(list(mechanisms) or None, nccl=gpu if nccl is None else nccl, workdir=workdir,
+                    timeout_s=timeout_s, on_row=progress)
+    emit(fmt, doc, table_rows(doc), title="env-propagation: what reaches a worker", notes=doc["notes"])
+    return exit_code(doc)
+
+
+def _gpu_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()

@@ -1,0 +1,334 @@
+"""Measure, don't assume, which ways of setting an NCCL variable reach a worker's NCCL.
+
+For each mechanism a fresh driver process (`python -m ncclprobe.probes.env_propagation drive`)
+starts one worker the way real launchers do (a shell, multiprocessing spawn/fork/forkserver, a
+pool, torchrun, subprocess env=) or lets the worker set the variable itself. The worker reports
+three views of the variable: its /proc/self/environ (what `env-check` sees from outside), its
+os.environ, and C getenv through ctypes (what NCCL calls). On a GPU it also creates one-rank NCCL
+communicators with NCCL_DEBUG=INFO and a per-process NCCL_DEBUG_FILE, and the parent reads
+NCCL's own `set by environment` lines with the shared log parser: the fourth view.
+
+The variables are chosen from what a one-rank communicator logs (NCCL 2.28.9 fixture
+nccl_2.28.9_1x_h200_1rank_debug_subsys_all.log: only NCCL_P2P_LEVEL was reported; PROTO/ALGO are
+not, because one rank runs no tuning):
+  NCCL_P2P_LEVEL       read once per process (process-global ncclTopoUserP2pLevel, paths.cc);
+  NCCL_TOPO_DUMP_FILE  read at every communicator creation by rank 0 (ncclTopoGetSystem, topo.cc).
+Both are harmless with one GPU. A fresh driver per mechanism means no value leaks between rows
+(each forkserver, pool and os.environ starts clean), and the driver's own environment has both
+variables removed, so any value a worker sees came from the mechanism under test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import multiprocessing
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PROCESS_VAR = "NCCL_P2P_LEVEL"
+COMM_VAR = "NCCL_TOPO_DUMP_FILE"
+VALUE = "SYS"          # the value each mechanism tries to deliver
+STALE = "PHB"          # what the forkserver or pool saw when it started, before the parent changed it
+MODULE = "ncclprobe.probes.env_propagation"
+NEEDS_GPU = "needs a GPU"
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str
+    description: str
+    variable: str = PROCESS_VAR
+
+
+MECHANISMS = (
+    Mechanism("shell-export", "exported in the launching shell (export VAR=...; exec python ...)"),
+    Mechanism("shell-no-export", "assigned in the launching shell without export"),
+    Mechanism("spawn", "parent os.environ before multiprocessing spawn"),
+    Mechanism("fork", "parent os.environ before multiprocessing fork"),
+    Mechanism("forkserver", "parent os.environ before the forkserver started"),
+    Mechanism("forkserver-after-start", f"parent os.environ after the forkserver started (it had {STALE})"),
+    Mechanism("pool-after-start", f"parent os.environ after a spawn Pool started (it had {STALE})"),
+    Mechanism("torchrun", "exported to torchrun --standalone --nproc-per-node 1"),
+    Mechanism("subprocess-env", "subprocess.Popen(env={..., VAR: value})"),
+    Mechanism("worker-before-comm", "worker's own os.environ, before creating its communicator"),
+    Mechanism("worker-setenv", "worker's C setenv via ctypes, before creating its communicator"),
+    Mechanism("worker-after-comm", "worker's own os.environ after its first communicator "
+                                   "(once-per-process variable), then a second communicator"),
+    Mechanism("worker-after-comm-percomm", "worker's own os.environ after its first communicator "
+                                           "(per-communicator variable), then a second communicator", COMM_VAR),
+)
+BY_NAME = {m.name: m for m in MECHANISMS}
+
+
+class Skip(Exception):
+    """This mechanism can't be tried here (say, torchrun is not installed)."""
+
+
+# ---------------------------------------------------------------- parent side
+
+def run_probe(names: list[str] | None = None, *, nccl: bool = False, workdir: str | Path | None = None,
+              timeout_s: float = 180.0, on_row=None) -> dict:
+    """Run the mechanisms (all by default) and return the result document (schema_version 1)."""
+    mechanisms = [BY_NAME[n] for n in names] if names else list(MECHANISMS)
+    own_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="ncclprobe-envprop-") if own_dir else workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        env = driver_env(root, nccl)
+        rows = []
+        for mechanism in mechanisms:
+            rows.append(measure(mechanism, root, env, nccl, timeout_s))
+            if on_row:
+                on_row(rows[-1])
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    return {"schema_version": 1, "kind": "env-propagation", "nccl_checked": nccl,
+            "variables": {"process_scope": PROCESS_VAR, "communicator_scope": COMM_VAR},
+            "value": VALUE, "stale_value": STALE, "rows": rows, "notes": notes(nccl)}
+
+
+def notes(nccl: bool) -> list[str]:
+    out = [f"each row: a fresh driver process with {PROCESS_VAR} and {COMM_VAR} removed from its environment",
+           "/proc: the worker's /proc/PID/environ (what env-check sees); getenv: C getenv via ctypes "
+           "(what NCCL calls); os.environ: Python's view"]
+    if not nccl:
+        out.append(f"read by NCCL {NEEDS_GPU}: run on a GPU machine (one GPU is enough)")
+    return out
+
+
+def driver_env(root: Path, nccl: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (PROCESS_VAR, COMM_VAR) and not k.startswith("NCCL_DEBUG")}
+    if nccl:
+        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV", NCCL_DEBUG_FILE=str(root / "nccl.%h.%p.log"))
+    return env
+
+
+def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, timeout_s: float) -> dict:
+    value = str(root / f"topo.{mechanism.name}.xml") if mechanism.variable == COMM_VAR else VALUE
+    result_path = root / f"{mechanism.name}.result.json"
+    spec = {"mechanism": mechanism.name, "variable": mechanism.variable, "value": value, "stale": STALE,
+            "nccl": nccl, "result": str(result_path)}
+    spec_path = root / f"{mechanism.name}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    row = {"mechanism": mechanism.name, "description": mechanism.description, "variable": mechanism.variable,
+           "scope": "communicator" if mechanism.variable == COMM_VAR else "process", "value_set": value}
+    try:
+        done = subprocess.run([sys.executable, "-m", MODULE, "drive", str(spec_path)], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "error", "reason": f"no result within {timeout_s:.0f} s"}
+    if done.returncode == 3:
+        return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
+    if done.returncode != 0 or not result_path.exists():
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        return {**row, "status": "error", "reason": f"driver exited {done.returncode}: {tail}"}
+    seen = json.loads(result_path.read_text())
+    return {**row, "status": "measured", "reason": seen.get("nccl_error"), "worker_pid": seen["pid"],
+            "proc": seen["proc"], "os_environ": seen["os_environ"], "getenv": seen["getenv"],
+            "nccl": nccl_read(root, seen["pid"], mechanism.variable) if nccl else NEEDS_GPU}
+
+
+def nccl_read(root: Path, pid: int, variable: str) -> str | None:
+    """The value NCCL reported reading in worker `pid`'s own debug file, or None."""
+    from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+    logs = sorted(root.glob(f"nccl.*.{pid}.log"))
+    values = [parse_nccl_log_file(path).env.get(variable) for path in logs]
+    return next((v for v in values if v is not None), None)
+
+
+def cell(observed: str | None, expected: str) -> str:
+    """'yes' when the worker saw the value set, 'no' when nothing, 'no (other)' for another value."""
+    if observed == NEEDS_GPU:
+        return NEEDS_GPU
+    if observed is None:
+        return "no"
+    return "yes" if observed == expected else f"no ({observed})"
+
+
+def table_rows(doc: dict) -> list[dict]:
+    rows = []
+    for row in doc["rows"]:
+        base = {"mechanism": row["mechanism"], "variable": row["variable"]}
+        if row["status"] != "measured":
+            rows.append({**base, "/proc": "-", "getenv": "-", "os.environ": "-", "read by NCCL": "-",
+                         "note": f"{row['status']}: {row['reason']}"})
+            continue
+        expected = row["value_set"]
+        rows.append({**base, "/proc": cell(row["proc"], expected), "getenv": cell(row["getenv"], expected),
+                     "os.environ": cell(row["os_environ"], expected),
+                     "read by NCCL": cell(row["nccl"], expected), "note": row.get("reason") or ""})
+    return rows
+
+
+def exit_code(doc: dict) -> int:
+    statuses = [row["status"] for row in doc["rows"]]
+    if statuses and all(s != "measured" for s in statuses):
+        return 3
+    return 1 if "error" in statuses else 0
+
+
+# ---------------------------------------------------------------- driver side (one process per mechanism)
+
+def drive(spec: dict) -> None:
+    """Deliver spec["value"] to a worker by spec["mechanism"]; the worker writes the result file."""
+    name, var, value = spec["mechanism"], spec["variable"], spec["value"]
+    worker = {"variable": var, "nccl": spec["nccl"], "result": spec["result"]}
+    if name.startswith("worker-"):
+        key = {"worker-before-comm": "set_before", "worker-setenv": "setenv_before"}.get(name, "set_after")
+        worker[key] = {var: value}
+    path = Path(spec["result"]).with_suffix(".worker.json")
+    path.write_text(json.dumps(worker))
+    _DRIVERS.get(name, _drive_plain)(spec, str(path))
+
+
+def _worker_cmd(path: str) -> list[str]:
+    return [sys.executable, "-m", MODULE, "work", path]
+
+
+def _drive_plain(spec: dict, path: str) -> None:
+    subprocess.run(_worker_cmd(path), check=True)
+
+
+def _drive_shell(spec: dict, path: str, export: bool) -> None:
+    assign = f"{spec['variable']}={shlex.quote(spec['value'])}"
+    script = f"{'export ' if export else ''}{assign}; exec {shlex.join(_worker_cmd(path))}"
+    subprocess.run(["/bin/sh", "-c", script], check=True)
+
+
+def _drive_context(spec: dict, path: str, method: str) -> None:
+    os.environ[spec["variable"]] = spec["value"]
+    _run_process(multiprocessing.get_context(method), path)
+
+
+def _drive_after_forkserver(spec: dict, path: str) -> None:
+    ctx = multiprocessing.get_context("forkserver")
+    os.environ[spec["variable"]] = spec["stale"]
+    _run_process(ctx, None)                       # starts the forkserver with the stale value
+    os.environ[spec["variable"]] = spec["value"]
+    _run_process(ctx, path)
+
+
+def _drive_after_pool(spec: dict, path: str) -> None:
+    os.environ[spec["variable"]] = spec["stale"]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(os.getpid)                     # the pool's worker is running now
+        os.environ[spec["variable"]] = spec["value"]
+        pool.apply(work_from_file, (path,))
+
+
+def _drive_torchrun(spec: dict, path: str) -> None:
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        raise Skip("torchrun is not installed here")
+    os.environ[spec["variable"]] = spec["value"]
+    subprocess.run([torchrun, "--standalone", "--nproc-per-node", "1", "--module", MODULE, "work", path],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def _drive_subprocess_env(spec: dict, path: str) -> None:
+    subprocess.run(_worker_cmd(path), env={**os.environ, spec["variable"]: spec["value"]}, check=True)
+
+
+def _run_process(ctx, path: str | None) -> None:
+    proc = ctx.Process(target=work_from_file if path else os.getpid, args=(path,) if path else ())
+    proc.start()
+    proc.join()
+    if proc.exitcode != 0:
+        raise RuntimeError(f"the worker exited with {proc.exitcode}")
+
+
+_DRIVERS = {
+    "shell-export": lambda s, p: _drive_shell(s, p, export=True),
+    "shell-no-export": lambda s, p: _drive_shell(s, p, export=False),
+    "spawn": lambda s, p: _drive_context(s, p, "spawn"),
+    "fork": lambda s, p: _drive_context(s, p, "fork"),
+    "forkserver": lambda s, p: _drive_context(s, p, "forkserver"),
+    "forkserver-after-start": _drive_after_forkserver,
+    "pool-after-start": _drive_after_pool,
+    "torchrun": _drive_torchrun,
+    "subprocess-env": _drive_subprocess_env,
+}
+
+
+# ---------------------------------------------------------------- worker side
+
+def work_from_file(path: str) -> None:
+    work(json.loads(Path(path).read_text()))
+
+
+def work(spec: dict) -> None:
+    """Set what the spec says, create communicators on a GPU, and report the three views."""
+    var, libc = spec["variable"], ctypes.CDLL(None)
+    os.environ.update(spec.get("set_before", {}))
+    for name, value in spec.get("setenv_before", {}).items():
+        libc.setenv(name.encode(), value.encode(), 1)
+    nccl_error = None
+    try:
+        comms = _Communicators() if spec["nccl"] else None
+        os.environ.update(spec.get("set_after", {}))
+        if comms and spec.get("set_after"):
+            comms.create_another()
+        if comms:
+            comms.close()
+    except Exception as exc:  # report, don't hide: the NCCL column then says why it is empty
+        nccl_error = f"NCCL communicator failed: {type(exc).__name__}: {exc}"
+    libc.fflush(None)  # NCCL's debug FILE*: multiprocessing children leave through os._exit
+    Path(spec["result"]).write_text(json.dumps(_views(var, libc) | {"pid": os.getpid(), "nccl_error": nccl_error}))
+
+
+def _views(var: str, libc) -> dict:
+    from ncclprobe.envcheck.environ import read_environ
+    libc.getenv.restype = ctypes.c_char_p
+    raw = libc.getenv(var.encode())
+    return {"proc": read_environ(os.getpid()).get(var), "os_environ": os.environ.get(var),
+            "getenv": raw.decode() if raw is not None else None}
+
+
+class _Communicators:
+    """One-rank NCCL communicators through torch.distributed (GPU only)."""
+
+    def __init__(self):
+        import torch
+        import torch.distributed as dist
+        self.torch, self.dist = torch, dist
+        torch.cuda.set_device(0)
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        self._use(None)
+
+    def _use(self, group) -> None:
+        tensor = self.torch.ones(1, device="cuda")
+        self.dist.all_reduce(tensor, group=group)  # torch creates the NCCL communicator lazily, here
+        self.torch.cuda.synchronize()
+
+    def create_another(self) -> None:
+        self._use(self.dist.new_group([0]))
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("drive", "work"):
+        print("usage: python -m ncclprobe.probes.env_propagation drive|work SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    # through the installed module, not __main__, so multiprocessing pickles importable names
+    from ncclprobe.probes import env_propagation as probe
+    try:
+        probe.drive(spec) if argv[0] == "drive" else probe.work(spec)
+    except Skip as exc:
+        print(f"skipped: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
