@@ -41,6 +41,20 @@ SUBCOMMANDS = {
 log = logging.getLogger("ncclprobe")
 
 
+def load_target(target: str | None):
+    """The click command named by "module:attribute", or None when its module is not built yet."""
+    if target is None:
+        return None
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:  # command not built yet; any other missing module is a bug
+            return None
+        raise
+    return getattr(module, attr)
+
+
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when it is needed, and turns
     every error into one line on stderr with the documented exit code."""
@@ -53,17 +67,7 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _load(name):
-        target = SUBCOMMANDS.get(name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # command not built yet; any other missing module is a bug
-                return None
-            raise
-        return getattr(module, attr)
+        return load_target(SUBCOMMANDS.get(name))
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)

@@ -6,9 +6,9 @@ is simply not listed.
 
 from __future__ import annotations
 
-import importlib
-
 import click
+
+from ncclprobe.cli import load_target
 
 PROBES = {
     "env-propagation": "ncclprobe.cli.probe_env_propagation:command",
@@ -28,17 +28,7 @@ class LazyProbes(click.Group):
         return sorted(name for name in PROBES if self.get_command(ctx, name) is not None)
 
     def get_command(self, ctx, name):
-        target = PROBES.get(name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # probe not built yet; any other missing module is a bug
-                return None
-            raise
-        return getattr(module, attr)
+        return load_target(PROBES.get(name))
 
 
 @click.group("probe", cls=LazyProbes, epilog=EPILOG, short_help="Focused measurements (env propagation, graph capture).")
