@@ -22,6 +22,7 @@ COLLS = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"}
 def parse_tuner_csv(text: str) -> list[dict]:
     """Read a tuner config the way plugins/tuner/example/plugin.c does, failing on what it would drop."""
     rows = []
+    assert all(len(line) + 1 <= 256 for line in text.splitlines())   # plugin.c reads 256-byte lines
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -55,6 +56,14 @@ def test_tuner_csv_rows_cover_the_winning_ranges(tmp_path):
                      "max_bytes": TUNER_MAX_BYTES, "algorithm": "ring", "protocol": "simple", "channels": "-1",
                      "nNodes": "1", "nRanks": "2", "numPipeOps": "-1", "regBuff": "-1"}]
     assert "NCCL_TUNER_PLUGIN" in text and "NCCL_TUNER_CONFIG_FILE" in text and "2.27.7" in text
+    assert "sets nChannels=1" in text   # the example plugin's channel cap is spelled out
+
+
+def test_tuner_csv_long_comments_are_cut_below_the_plugin_line_limit(tmp_path):
+    many = {f"NCCL_SETTING_NUMBER_{i}": "VALUE" * 4 for i in range(12)}
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(many, scaled(DEFAULT, 0.5, 0.5))])
+    text = tuner_csv(build_recommendation([path]))
+    assert parse_tuner_csv(text) == [] and "left out 1K..1M" in text
 
 
 def test_tuner_csv_ranges_are_contiguous_and_disjoint(tmp_path):

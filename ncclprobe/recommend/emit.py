@@ -21,6 +21,7 @@ from ncclprobe.sizes import format_size
 EMIT_KINDS = ("env", "tuner-csv", "json")
 TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
                  "nNodes", "nRanks", "numPipeOps", "regBuff")
+TUNER_LINE_MAX = 255           # plugin.c MAX_LINE_LENGTH 256, including the newline
 TUNER_MAX_BYTES = 4294967295   # the example plugin's documented "covers all sizes" upper bound
 TUNER_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
                      "broadcast": "broadcast", "reduce": "reduce"}
@@ -94,15 +95,24 @@ def tuner_csv(rec: Recommendation) -> str:
         "#   export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so",
         "#   export NCCL_TUNER_CONFIG_FILE=/path/to/this.csv   (default: nccl_tuner.conf in the CWD)",
         "# Bounds are inclusive bytes; -1 = any; the first matching row wins; sizes without a row keep",
-        "# NCCL's own choice. Do not also set NCCL_PROTO/NCCL_ALGO to values that exclude a row's choice:",
-        "# an excluded algorithm/protocol is IGNORE in the cost table and the row is skipped.",
-        "# Check it loaded: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING shows 'TUNER/ExamplePlugin: Loaded config'.",
+        "# NCCL's own algorithm and protocol. Do not also set NCCL_PROTO/NCCL_ALGO to values that exclude",
+        "# a row's choice: an excluded algorithm/protocol is IGNORE in the cost table and the row is skipped.",
+        "# CAUTION channels: the example plugin's code (plugin.c, 2.28 and 2.30 trees) sets nChannels=1 before",
+        "# matching, and NCCL caps the collective at a non-zero plugin value -- for rows with channels -1 and",
+        "# for sizes no row matches alike (its README says -1 keeps NCCL's count; the code does not).",
+        "# With NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING check 'TUNER/ExamplePlugin: Loaded config' and the",
+        "# channel{Lo..Hi} ranges, and re-measure large sizes with the plugin loaded before keeping it.",
         "# " + ",".join(TUNER_COLUMNS),
     ]
-    if not rows:
+    if not any(r.config_id != "default" for r in rec.ranges):
         head.append("# no size range beat the default beyond the noise: no rows")
+    elif not rows:
+        head.append("# no row could be written: see why below")
     head += [f"# left out {line}" for line in skipped]
-    return "\n".join(head + [",".join(row) for row in rows]) + "\n"
+    # the plugin reads lines with fgets into 256 bytes: the rest of a longer comment would come
+    # back as a separate, non-comment line and be parsed as a config
+    lines = [line if len(line) < TUNER_LINE_MAX else line[:TUNER_LINE_MAX - 4] + "..." for line in head]
+    return "\n".join(lines + [",".join(row) for row in rows]) + "\n"
 
 
 def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
