@@ -157,3 +157,14 @@ def test_imported_nccl_tests_runs_have_no_spread_so_the_floor_decides(tmp_path):
     assert rec.env == {} and any("no trial spread" in n for n in rec.notes)
     clear = write_set(tmp_path / "l.jsonl", [config(LL, scaled(flat, 0.8, 0.8))], kind="nccl-tests", trials=1)
     assert build_recommendation([default, clear]).env == LL
+
+
+def test_a_graphed_workload_measured_eagerly_says_so(tmp_path):
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(LL, scaled(DEFAULT, 0.6, 1.3))])
+    trace = engine_trace({14336: 64})
+    for run in trace["runs"]:
+        for entry in run["collectives"]["sizes"]:
+            entry["graph"] = "verify"
+    rec = build_recommendation([path], workload=from_trace(trace))
+    assert rec.workload.graphed_share == 1.0
+    assert any("ran inside CUDA graphs" in note and "--mode graph" in note for note in rec.notes)

@@ -87,8 +87,8 @@ def explanation(rec: Recommendation) -> list[str]:
 
 
 def table_rows(rec: Recommendation) -> list[dict]:
-    return [{"size": format_size(c.size_bytes), "default_us": c.default_time_us,
-             "fastest": short_label(rec.settings_of(c.fastest)), "time_us": c.time_us,
-             "gain_pct": 100 * c.gain, "noise_pct": 100 * c.noise,
+    return [{"size": format_size(c.size_bytes), "default_us": round(c.default_time_us, 3),
+             "fastest": short_label(rec.settings_of(c.fastest)), "time_us": round(c.time_us, 3),
+             "gain_pct": round(100 * c.gain, 2), "noise_pct": round(100 * c.noise, 2),
              "verdict": "change" if c.significant else ("keep default" if c.fastest != "default" else "default fastest")}
             for c in rec.per_size]

@@ -105,6 +105,11 @@ def _notes(rec: Recommendation) -> list[str]:
     if best != "default" and not rec.overall.significant:
         notes.append(f"{short_label(rec.settings_of(best))} is {100 * rec.overall.gain:.1f}% faster over the "
                      "workload, inside the noise or below the floor: no change recommended")
+    share, mode = rec.workload.graphed_share, rec.evidence.mode
+    if share is not None and (share > 0.5) != (mode == "graph"):
+        other = "graph" if mode == "eager" else "eager"
+        notes.append(f"{100 * share:.0f}% of the workload's collectives ran inside CUDA graphs but the choice used "
+                     f"{mode} measurements; pass --mode {other} if the sweep measured {other} mode")
     for cid, reasons in rec.refused.items():
         notes += [f"{cid}: {reason}" for reason in reasons]
     return notes

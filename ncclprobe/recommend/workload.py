@@ -22,6 +22,7 @@ class Workload:
 
     counts: dict[int, float]
     source: str
+    graphed_share: float | None = None   # fraction of the collectives issued inside CUDA graphs
 
     @property
     def total(self) -> float:
@@ -64,6 +65,7 @@ def workload_runs(trace: dict) -> list[dict]:
 def from_trace(trace: dict, *, collective: str = "all_reduce", source: str = "engine trace") -> Workload:
     """Sum `count` per `size_bytes` over the workload runs' collective histograms for `collective`."""
     counts: dict[int, float] = {}
+    graphed = 0.0
     runs = workload_runs(trace)
     for run in runs:
         for entry in (run.get("collectives") or {}).get("sizes") or []:
@@ -71,7 +73,9 @@ def from_trace(trace: dict, *, collective: str = "all_reduce", source: str = "en
                 continue
             size = int(entry["size_bytes"])
             counts[size] = counts.get(size, 0.0) + float(entry["count"])
+            graphed += float(entry["count"]) if entry.get("graph") else 0.0
     if not counts:
         raise UsageProblem(f"{source} has no {collective} collectives in its runs' collectives.sizes histogram")
     labels = sorted({f"{r.get('label', '?')}/{r.get('mode', '?')}" for r in runs})
-    return Workload(counts=dict(sorted(counts.items())), source=f"{source} ({', '.join(labels)} runs)")
+    return Workload(counts=dict(sorted(counts.items())), source=f"{source} ({', '.join(labels)} runs)",
+                    graphed_share=graphed / sum(counts.values()))
