@@ -1,0 +1,46 @@
+"""The one communicator every engine collective goes through.
+
+Model code never calls torch.distributed; `tp.apply_tp` hooks `Communicator.all_reduce` onto the
+sharded modules. Keeping every collective behind this one object is what makes the runtime's
+instrumentation honest and cheap:
+- `listener(op, tensor)` is called on the host for each collective as it is issued, so a tracer
+  sees every one (inside a CUDA graph capture it is called once, at capture; the graph runner
+  then counts the captured collectives per replay);
+- `enabled = False` turns the collectives into no-ops, which is how the runtime measures the
+  share of step time they take (a timing-only variant whose outputs are discarded).
+
+For one rank it is a no-op and reports nothing: no collective happens. It works inside CUDA
+graph capture because it issues plain in-place `dist.all_reduce` calls, which ProcessGroupNCCL
+records into the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+class Communicator:
+    def __init__(self, rank: int = 0, world_size: int = 1, group=None):
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.enabled = True
+        self.listener: Callable[[str, torch.Tensor], None] | None = None
+
+    @classmethod
+    def from_default_group(cls) -> "Communicator":
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            return cls()
+        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` over the ranks, in place; returns `x`."""
+        if self.world_size == 1:
+            return x
+        if self.listener is not None:
+            self.listener("all_reduce", x)
+        if self.enabled:
+            import torch.distributed as dist
+            dist.all_reduce(x, group=self.group)
+        return x

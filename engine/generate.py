@@ -1,0 +1,182 @@
+"""The generation loops: baseline (target only) and speculative (EAGLE-3 chain drafting).
+
+One speculative cycle, for a sequence whose last committed token `cur` sits at position n
+(not yet in the target's KV cache), with d_1 and the draft hidden g already produced:
+  draft         k-1 chained draft steps at slots n+1..n+k-1 produce d_2..d_k
+  verify        one target forward over [cur, d_1..d_k] at positions n..n+k (logits + features)
+  accept        greedy or rejection sampling: keep d_1..d_a, then the target's next token
+  draft_extend  one draft forward over slots n+1..n+k+1 with the target's features, whose output
+                at slot n+a+1 gives the next cycle's d_1 and g
+Every step has a fixed shape per (batch, k), so the runtime can capture each one in a CUDA graph;
+positions and lengths differ per sequence and live in tensors, never in Python branches. The one
+host sync per cycle is the acceptance readout (the loop must know what was emitted and when to
+stop); the baseline loop never syncs until the end.
+
+The steps are called through `Steps`, so the runtime can swap in graph-replaying versions.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+
+from ncclprobe.engine.speculative import greedy_accept, probabilities, rejection_accept, sample
+
+
+@dataclass
+class Steps:
+    """The model calls of the loops; the runtime replaces them with CUDA-graph replays."""
+
+    target: object          # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
+    draft: object = None    # (tokens, hidden, positions, fuse) -> (logits, hidden)
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]                 # per sequence, exactly new_tokens ids
+    wall_s: float
+    histogram: list[int] = field(default_factory=list)  # cycles that accepted i drafts, i = 0..k
+    cycles: int = 0
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Mean tokens emitted per sequence per cycle (accepted drafts + the target's token)."""
+        total = sum(self.histogram)
+        return sum((i + 1) * c for i, c in enumerate(self.histogram)) / total if total else None
+
+
+class Engine:
+    def __init__(self, target, draft=None, *, k: int = 3, temperature: float = 0.0, seed: int = 0,
+                 steps: Steps | None = None, timer=None):
+        self.target, self.draft, self.k, self.temperature = target, draft, k, temperature
+        self.device = next(target.parameters()).device
+        self.seed = seed
+        self.steps = steps or Steps(target=target, draft=draft)
+        self.timer = timer
+        if draft is not None:
+            self.draft_ids = draft.to_target(torch.arange(draft.cfg.vocab, device=self.device))
+
+    def _phase(self, name: str):
+        return self.timer.phase(name) if self.timer is not None else nullcontext()
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed)
+
+    def pick(self, logits: torch.Tensor, gen) -> torch.Tensor:
+        if self.temperature == 0:
+            return logits.argmax(-1)
+        return sample(probabilities(logits, self.temperature), gen)
+
+    def draft_pick(self, logits: torch.Tensor, gen):
+        """(target ids [B], draft distribution over the target vocabulary [B, V] or None)."""
+        if self.temperature == 0:
+            return self.draft_ids[logits.argmax(-1)], None
+        q = probabilities(logits, self.temperature)
+        full = torch.zeros(q.shape[0], self.target.cfg.vocab, device=q.device)
+        full[:, self.draft_ids] = q
+        return self.draft_ids[sample(q, gen)], full
+
+    @torch.inference_mode()
+    def baseline(self, prompt: torch.Tensor, new_tokens: int) -> Generation:
+        started = time.perf_counter()
+        gen = self._generator()
+        B, n = prompt.shape
+        with self._phase("prefill"):
+            logits, _ = self.steps.target(prompt, _positions(B, 0, n, self.device), False)
+            cur = self.pick(logits[:, -1], gen)
+        out = torch.empty(B, new_tokens, dtype=torch.long, device=self.device)
+        out[:, 0] = cur
+        pos = torch.full((B, 1), n, dtype=torch.long, device=self.device)
+        for i in range(1, new_tokens):
+            with self._phase("decode"):
+                logits, _ = self.steps.target(cur[:, None], pos, False)
+                cur = self.pick(logits[:, -1], gen)
+                out[:, i] = cur
+                pos += 1
+        tokens = out.tolist()
+        return Generation(tokens=tokens, wall_s=time.perf_counter() - started)
+
+    @torch.inference_mode()
+    def speculative(self, prompt: torch.Tensor, new_tokens: int) -> Generation:
+        started = time.perf_counter()
+        gen = self._generator()
+        B, n = prompt.shape
+        with self._phase("prefill"):
+            cur, d1, q1, hidden = self._prefill(prompt, gen)
+        emitted = [[t] for t in cur.tolist()]
+        pos = torch.full((B,), n, dtype=torch.long, device=self.device)
+        result = Generation(tokens=emitted, wall_s=0.0, histogram=[0] * (self.k + 1))
+        while min(len(seq) for seq in emitted) < new_tokens:
+            active = [len(seq) < new_tokens for seq in emitted]
+            cur, pos, d1, q1, hidden = self._cycle(cur, pos, d1, q1, hidden, gen, active, result)
+        result.tokens = [seq[:new_tokens] for seq in emitted]
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    def _prefill(self, prompt, gen):
+        B, n = prompt.shape
+        logits, features = self.steps.target(prompt, _positions(B, 0, n, self.device), True)
+        cur = self.pick(logits[:, -1], gen)
+        # draft slots 1..n: token x_p with the feature of position p-1
+        tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1)
+        dlogits, dhidden = self.steps.draft(tokens, features, _positions(B, 1, n, self.device), True)
+        d1, q1 = self.draft_pick(dlogits[:, -1], gen)
+        return cur, d1, q1, dhidden[:, -1:]
+
+    def _cycle(self, cur, pos, d1, q1, hidden, gen, active, result):
+        k, B = self.k, cur.shape[0]
+        with self._phase("draft"):
+            drafts, qs = self._draft_chain(d1, q1, hidden, pos, gen)
+        with self._phase("verify"):
+            tokens = torch.cat([cur[:, None], drafts], dim=1)
+            logits, features = self.steps.target(tokens, pos[:, None] + self._span(k + 1), True)
+        with self._phase("accept"):
+            if self.temperature == 0:
+                accepted, nxt = greedy_accept(drafts, logits)
+            else:
+                accepted, nxt = rejection_accept(drafts, qs, probabilities(logits, self.temperature), gen)
+        with self._phase("draft_extend"):
+            d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
+        with self._phase("accept"):
+            readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
+        advance = torch.tensor(active, device=self.device, dtype=torch.long)
+        pos = pos + (accepted + 1) * advance  # finished sequences stand still, inside their cache
+        for seq, row, live in zip(result.tokens, readout, active):
+            if live:
+                a = row[0]
+                seq.extend(row[2:2 + a] + [row[1]])
+                result.histogram[a] += 1
+        result.cycles += 1
+        return nxt, pos, d1, q1, hidden
+
+    def _draft_chain(self, d1, q1, hidden, pos, gen):
+        drafts, qs = [d1], [q1]
+        for j in range(1, self.k):
+            dlogits, hidden = self.steps.draft(drafts[-1][:, None], hidden, (pos + j)[:, None], False)
+            d, q = self.draft_pick(dlogits[:, -1], gen)
+            drafts.append(d)
+            qs.append(q)
+        probs = torch.stack(qs, dim=1) if qs[0] is not None else None
+        return torch.stack(drafts, dim=1), probs
+
+    def _draft_extend(self, drafts, accepted, nxt, features, pos, gen):
+        """Draft forward over slots n+1..n+k+1: d_1..d_a then the target's token at slot n+a+1;
+        slots beyond hold filler whose cache entries are masked and later overwritten."""
+        k = self.k
+        span = self._span(k + 1)
+        keep = span[None, :] < accepted[:, None]
+        tokens = torch.where(keep, torch.cat([drafts, nxt[:, None]], dim=1), nxt[:, None])
+        dlogits, dhidden = self.steps.draft(tokens, features, pos[:, None] + 1 + span, True)
+        last = accepted[:, None, None]
+        d1, q1 = self.draft_pick(dlogits.gather(1, last.expand(-1, 1, dlogits.shape[-1]))[:, 0], gen)
+        return d1, q1, dhidden.gather(1, last.expand(-1, 1, dhidden.shape[-1]))
+
+    def _span(self, length: int) -> torch.Tensor:
+        return torch.arange(length, device=self.device)
+
+
+def _positions(batch: int, start: int, length: int, device) -> torch.Tensor:
+    return torch.arange(start, start + length, device=device).expand(batch, length)

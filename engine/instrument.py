@@ -1,0 +1,105 @@
+"""Instrumentation of the engine loop: per-phase timing and the collective trace.
+
+Phase timing adds no synchronisation to the hot loop. On a GPU each phase records a pair of CUDA
+events on the current stream (enqueued, not waited for); the elapsed times are read once, after
+the run has ended and been synchronised. On the CPU the work is synchronous and
+`time.perf_counter` around the phase measures it.
+
+The collective trace listens on the communicator: every collective issued is recorded with its
+operation, byte size, dtype, the phase running at the time and the CUDA graph being captured (or
+None when eager). A graph replay re-runs the collectives captured into it without Python seeing
+them, so the graph runner adds the captured records once per replay (`replayed`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+
+
+class PhaseTimer:
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.current: str | None = None
+        self._spans: dict[str, list] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        outer, self.current = self.current, name
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._spans.setdefault(name, []).append((start, end))
+                self.current = outer
+        else:
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._spans.setdefault(name, []).append(time.perf_counter() - started)
+                self.current = outer
+
+    def durations_ms(self) -> dict[str, list[float]]:
+        """Every phase's durations in ms; on a GPU call after the run was synchronised."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return {name: [s.elapsed_time(e) for s, e in spans] for name, spans in self._spans.items()}
+        return {name: [1000.0 * s for s in spans] for name, spans in self._spans.items()}
+
+    def summary(self, graphed: dict[str, bool] | None = None) -> dict[str, dict]:
+        graphed = graphed or {}
+        return {name: distribution(values) | {"graphed": bool(graphed.get(name, False))}
+                for name, values in self.durations_ms().items()}
+
+
+def distribution(values_ms: list[float]) -> dict:
+    ordered = sorted(values_ms)
+    if not ordered:
+        return {"count": 0, "total_ms": 0.0, "median_ms": None, "p90_ms": None}
+    return {"count": len(ordered), "total_ms": sum(ordered), "median_ms": _quantile(ordered, 0.5),
+            "p90_ms": _quantile(ordered, 0.9)}
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class CollectiveTrace:
+    """Counts collectives by (op, size, dtype, phase, graph); attach with `attach(comm, timer)`."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+        self.capturing: str | None = None   # name of the graph being captured, set by the runner
+        self._timer = None
+
+    def attach(self, comm, timer: PhaseTimer | None) -> None:
+        self._timer = timer
+        comm.listener = self.record
+
+    def record(self, op: str, tensor: torch.Tensor) -> None:
+        phase = self._timer.current if self._timer else None
+        key = (op, tensor.numel() * tensor.element_size(), str(tensor.dtype).removeprefix("torch."),
+               phase, self.capturing)
+        self.counts[key] += 1
+
+    def replayed(self, captured: Counter, phase: str | None) -> None:
+        """A replay of a graph whose capture recorded `captured`: count its collectives again."""
+        for (op, size, dtype, _phase, graph), count in captured.items():
+            self.counts[(op, size, dtype, phase, graph)] += count
+
+    def sizes(self) -> list[dict]:
+        return [{"op": op, "size_bytes": size, "dtype": dtype, "count": count, "phase": phase, "graph": graph}
+                for (op, size, dtype, phase, graph), count in sorted(self.counts.items(), key=str)]
+
+    def totals(self) -> tuple[int, int]:
+        return (sum(self.counts.values()), sum(size * c for (_, size, *_rest), c in self.counts.items()))

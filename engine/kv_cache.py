@@ -1,0 +1,38 @@
+"""Static, position-indexed KV caches (the gpt-fast scheme).
+
+A cache is one preallocated buffer per layer, `[batch, max_seq, kv_heads, head_dim]`, written at
+each sequence's own positions. Nothing is ever rolled back: attention masks every key whose
+position is above the query's, so the slots of a rejected draft are invisible until a later step
+overwrites them. Because the buffers never move or change shape, a CUDA graph captured over a
+step keeps reading and writing the right memory on every replay.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class KVCache(nn.Module):
+    def __init__(self, batch: int, max_seq: int, kv_heads: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (batch, max_seq, kv_heads, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("rows", torch.arange(batch, device=device)[:, None], persistent=False)
+
+    @property
+    def max_seq(self) -> int:
+        return self.k.shape[1]
+
+    def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """Write `k`, `v` ([B, T, kv_heads, head_dim]) at `positions` ([B, T]); return the whole cache."""
+        self.k.index_put_((self.rows, positions), k)
+        self.v.index_put_((self.rows, positions), v)
+        return self.k, self.v
+
+
+def causal_mask(positions: torch.Tensor, max_seq: int) -> torch.Tensor:
+    """[B, 1, T, max_seq] booleans: query at position p sees cache slots 0..p (indexed by position)."""
+    slots = torch.arange(max_seq, device=positions.device)
+    return (slots[None, None, None, :] <= positions[:, None, :, None])

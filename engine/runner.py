@@ -1,0 +1,110 @@
+"""The parent side of `run-engine`: start the TP workers, collect their reports, build the trace.
+
+One pool per `RunSpec` (a pool's environment is fixed at exec, so untuned and tuned settings need
+separate pools). The result is the engine-trace document of docs/DESIGN.md ("Engine trace"),
+which the report, recommend and diagnose commands read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ncclprobe.engine.config import preset
+from ncclprobe.engine.spec import RunSpec
+from ncclprobe.errors import NcclprobeError
+from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.provenance import collect
+
+SCHEMA_VERSION = 1
+ENTRY = "ncclprobe.engine.worker:run_jobs"
+
+
+class EngineFailed(NcclprobeError):
+    """The workers hung or crashed: a finding about this configuration (exit 1)."""
+
+    exit_code = 1
+
+
+def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | None = None,
+               timeout_s: float = 600.0) -> dict:
+    """Run every spec in its own worker pool; return the engine-trace document."""
+    for spec in specs:
+        spec.check_runnable()
+    runs = []
+    for spec in specs:
+        runs += _run_pool(spec, on_message, timeout_s)
+    _link_verify_to_decode(runs)
+    first = specs[0]
+    return {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
+            "config": _config(first), "runs": runs, "checks": _checks(first, runs)}
+
+
+def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
+    device = spec.resolved_device()
+    pool = PoolSpec(nranks=spec.tp, backend="nccl" if device == "cuda" else "gloo", entry=ENTRY,
+                    payload={"jobs": [spec.to_json()]}, env=dict(spec.settings), timeout_s=timeout_s)
+    outcome = run_pool(pool, on_message=on_message)
+    if outcome.status != "ok":
+        raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
+    workers = [{"rank": m["rank"], "pid": m["pid"], "env_at_comm_init": m["env_at_comm_init"],
+                "device": m["device"], "nccl_version": m["nccl_version"], "nccl_read": {}}
+               for m in outcome.of_kind("engine-worker")]
+    digests = {}
+    for m in outcome.of_kind("engine-digest"):
+        digests.setdefault(m["mode"], set()).add(m["digest"])
+    return [_run_record(spec, m, workers, len(digests.get(m["mode"], ())) == 1)
+            for m in outcome.of_kind("engine-run")]
+
+
+def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: bool) -> dict:
+    wall_s = message["wall_s"]
+    total_count, total_bytes = _collective_totals(message["collectives"])
+    histogram = message["histogram"]
+    return {
+        "label": spec.label, "mode": message["mode"], "settings": dict(spec.settings),
+        "tokens_per_s": spec.batch * spec.new_tokens / wall_s if wall_s else None,
+        "ms_per_token": 1000.0 * wall_s / spec.new_tokens, "new_tokens": spec.new_tokens, "wall_s": wall_s,
+        "phases": message["phases"], "verify_decode_ratio": None,
+        "acceptance": {"mean_length": message["mean_acceptance_length"], "histogram": histogram,
+                       "cycles": message["cycles"]},
+        "collectives": {"per_token_count": total_count / spec.new_tokens,
+                        "per_token_bytes": total_bytes / spec.new_tokens, "sizes": message["collectives"]},
+        "collective_share": None, "graph_coverage": None,
+        "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
+
+
+def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
+    return sum(s["count"] for s in sizes), sum(s["count"] * s["size_bytes"] for s in sizes)
+
+
+def _link_verify_to_decode(runs: list[dict]) -> None:
+    """verify/decode ratio: the speculative run's median verify over the baseline's median decode
+    under the same label (the seed case's 29 ms vs 12 ms)."""
+    decode = {r["label"]: r["phases"].get("decode", {}).get("median_ms") for r in runs if r["mode"] == "baseline"}
+    for run in runs:
+        verify = run["phases"].get("verify", {}).get("median_ms")
+        if run["mode"] == "speculative" and verify and decode.get(run["label"]):
+            run["verify_decode_ratio"] = verify / decode[run["label"]]
+
+
+def _config(spec: RunSpec) -> dict:
+    device = spec.resolved_device()
+    model = preset(spec.preset).summary() if not spec.checkpoint else {"name": spec.checkpoint}
+    return {"preset": spec.preset if not spec.checkpoint else None, "checkpoint": spec.checkpoint,
+            "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
+            "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
+            "graphs": spec.graphs, "draft_tp": spec.draft_tp, "draft": spec.draft,
+            "dtype": spec.resolved_dtype(device), "device": device,
+            "backend": "nccl" if device == "cuda" else "gloo", "model": model}
+
+
+def _checks(spec: RunSpec, runs: list[dict]) -> dict:
+    """Self-checks any reader can rely on: ranks agree; greedy speculative equals the baseline."""
+    greedy_match = None
+    if spec.temperature == 0:
+        by_label: dict[str, dict] = {}
+        for run in runs:
+            by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]
+        pairs = [modes for modes in by_label.values() if len(modes) == 2]
+        greedy_match = all(m["baseline"] == m["speculative"] for m in pairs) if pairs else None
+    return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match}

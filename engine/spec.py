@@ -1,0 +1,94 @@
+"""`RunSpec`: everything one engine run needs, validated before any worker starts.
+
+The CLI maps its options one to one onto these fields; the spec travels to the workers as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ncclprobe.engine.config import PRESETS
+from ncclprobe.errors import UsageProblem
+
+GRAPH_MODES = ("none", "decode", "all")
+MODES = ("baseline", "speculative")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    preset: str = "tiny"                # model shape (ignored when `checkpoint` is given)
+    checkpoint: str | None = None       # local Hugging Face Llama-family directory
+    prompt_len: int = 16                # tokens per prompt (random, seeded)
+    new_tokens: int = 32                # tokens generated per sequence
+    batch: int = 1                      # sequences decoded together
+    k: int = 3                          # drafted tokens per speculative cycle
+    temperature: float = 0.0            # 0: greedy
+    seed: int = 0                       # weights, prompts and sampling
+    tp: int = 1                         # tensor-parallel ranks (worker processes)
+    draft: str | None = None            # trained draft (safetensors from train-draft); None: untrained
+    draft_tp: bool = False              # shard the draft like the target (its steps then all-reduce)
+    graphs: str = "none"                # none | decode | all (CUDA graphs; GPU only)
+    device: str = "auto"                # auto | cpu | cuda
+    dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
+    modes: tuple[str, ...] = MODES
+    warmup_tokens: int = 4              # an untimed short run per mode first; 0 to skip
+    label: str = "untuned"              # untuned | tuned | anything naming the settings
+    settings: dict = field(default_factory=dict)  # NCCL_* etc. set in every worker's environment
+
+    def __post_init__(self):
+        object.__setattr__(self, "modes", tuple(self.modes))
+        for name in ("prompt_len", "new_tokens", "batch", "k", "tp"):
+            if getattr(self, name) < 1:
+                raise UsageProblem(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.prompt_len < 2:
+            raise UsageProblem(f"prompt-len must be at least 2 (the draft needs one prompt slot), got {self.prompt_len}")
+        if self.temperature < 0:
+            raise UsageProblem(f"temperature must be 0 (greedy) or positive, got {self.temperature}")
+        if not self.checkpoint and self.preset not in PRESETS:
+            raise UsageProblem(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        for path, what in ((self.checkpoint, "checkpoint directory"), (self.draft, "draft file")):
+            if path and not Path(path).exists():
+                raise UsageProblem(f"{what} {path} does not exist")
+        if self.graphs not in GRAPH_MODES:
+            raise UsageProblem(f"graphs must be one of {', '.join(GRAPH_MODES)}, got {self.graphs!r}")
+        if self.dtype not in DTYPES:
+            raise UsageProblem(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageProblem(f"device must be auto, cpu or cuda, got {self.device!r}")
+        unknown = set(self.modes) - set(MODES)
+        if unknown or not self.modes:
+            raise UsageProblem(f"modes must be among {', '.join(MODES)}, got {', '.join(self.modes) or 'none'}")
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self, device_type: str) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if device_type == "cuda" else "float32"
+
+    def check_runnable(self) -> None:
+        """Refuse, before starting workers, what this machine cannot run (one-line errors)."""
+        device = self.resolved_device()
+        if device == "cpu" and self.graphs != "none":
+            raise UsageProblem(f"--graphs {self.graphs} needs a CUDA GPU; on CPU only --graphs none runs "
+                               f"(refusing rather than silently running eagerly)")
+        if device == "cuda":
+            import torch
+            if not torch.cuda.is_available():
+                raise UsageProblem("device cuda was requested but torch sees no CUDA GPU")
+            if self.tp > torch.cuda.device_count():
+                raise UsageProblem(f"--tp {self.tp} needs {self.tp} GPUs (one per rank); "
+                                   f"this machine has {torch.cuda.device_count()}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "RunSpec":
+        return cls(**doc)
