@@ -1,0 +1,86 @@
+"""`ncclprobe probe graph-capture`: what CUDA graphs change for NCCL collectives (GPU only)."""
+
+from __future__ import annotations
+
+import click
+
+from ncclprobe.cli.output import emit, format_option
+from ncclprobe.errors import UsageProblem
+
+EPILOG = """\b
+Examples:
+  ncclprobe probe graph-capture
+  ncclprobe probe graph-capture --sizes 8K,64K,1M --format json
+  ncclprobe probe graph-capture --trace trace.json --nranks 2
+  ncclprobe probe graph-capture --variable NCCL_ALGO --values Ring,Tree --nranks 2
+
+Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage,
+3 no CUDA GPU with NCCL here (or fewer GPUs than --nranks)."""
+
+
+@click.command(epilog=EPILOG, short_help="Eager vs CUDA-graph collectives: host cost, settings baked in at capture.")
+@click.option("--sizes", default="8K,64K,1M,16M", show_default=True, help="All-reduce sizes (float32 buffers).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Take the sizes from an engine trace (`run-engine --trace`) instead of --sizes.")
+@click.option("--nranks", default=1, show_default=True, type=int, help="Ranks, one GPU each.")
+@click.option("--iters", default=200, show_default=True, type=int, help="Eager calls per timing.")
+@click.option("--graph-ops", default=20, show_default=True, type=int, help="Collectives per captured graph.")
+@click.option("--replays", default=50, show_default=True, type=int, help="Graph replays per timing.")
+@click.option("--variable", default="NCCL_PROTO", show_default=True,
+              help="Per-communicator NCCL variable switched between the two communicators.")
+@click.option("--values", default="LL,Simple", show_default=True, help="FIRST,SECOND values of --variable.")
+@click.option("--capture-size", default="1M", show_default=True, help="Size of the captured all-reduce for the settings part.")
+@click.option("--raw-nccl/--no-raw-nccl", default=True, show_default=True,
+              help="Also time a raw NCCL communicator through cupy (optional extra).")
+@format_option
+@click.pass_context
+def command(ctx, sizes, trace_path, nranks, iters, graph_ops, replays, variable, values, capture_size, raw_nccl, fmt):
+    """Measure eager all-reduce calls against CUDA-graph replays, with the eager path's host cost
+    separated from its device time; capture a graph under one value of a per-communicator NCCL
+    setting, build a new communicator under another, replay the old graph and show from NCCL's
+    own log that it keeps the value it was captured with; and compare torch.distributed with a
+    raw NCCL communicator (cupy). Needs a GPU: on a CPU-only machine it exits 3 and says why."""
+    from ncclprobe.probes.graph_capture_run import GraphCaptureSpec, run_graph_capture
+    from ncclprobe.sizes import parse_size, parse_sizes
+    first, second = _two_values(values)
+    spec = GraphCaptureSpec(sizes=tuple(_trace_sizes(trace_path) if trace_path else parse_sizes(sizes)),
+                            nranks=nranks, iters=iters, graph_ops=graph_ops, replays=replays, variable=variable,
+                            first=first, second=second, capture_size=parse_size(capture_size), raw_nccl=raw_nccl)
+    doc = run_graph_capture(spec)
+    emit(fmt, doc, doc["timings"], title="graph-capture: eager vs graph replay (us per all-reduce)",
+         notes=doc["notes"] + capture_notes(doc.get("capture")))
+    verdict = doc.get("capture") or {}
+    return 1 if verdict.get("replay_kept_capture") is False else 0
+
+
+def _two_values(values: str) -> tuple[str, str]:
+    parts = [v.strip() for v in values.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise UsageProblem(f"--values needs exactly two values separated by a comma, got {values!r}")
+    return parts[0], parts[1]
+
+
+def _trace_sizes(path: str) -> list[int]:
+    from ncclprobe.diagnose.commands import engine_sizes
+    from ncclprobe.diagnose.evidence import load_trace
+    sizes = sorted({s for run in load_trace(path)["runs"] for s in engine_sizes(run)})
+    if not sizes:
+        raise UsageProblem(f"the trace {path!r} records no collective sizes")
+    return sizes
+
+
+def capture_notes(verdict: dict | None) -> list[str]:
+    if not verdict:
+        return []
+    var = verdict["variable"]
+    lines = [f"{var}: first communicator read {verdict['first_comm_read']!r}, second read "
+             f"{verdict['second_comm_read']!r} (asked {verdict['first']!r}, {verdict['second']!r})",
+             f"algo/proto planned at first capture {verdict['protos_at_first_capture'] or 'none logged'}, "
+             f"at second {verdict['protos_at_second_capture'] or 'none logged'}; "
+             f"TUNING lines during the old graph's replay: {verdict['tuning_lines_at_replay']}",
+             f"old graph replay {verdict['replay_us_per_op_before_switch']:.2f} us/op before the switch, "
+             f"{verdict['replay_us_per_op_after_switch']:.2f} after; new communicator's graph "
+             f"{verdict['second_graph_us_per_op']:.2f} us/op"]
+    kept = verdict["replay_kept_capture"]
+    lines.append("replay kept its captured setting: " + {True: "yes", False: "NO", None: "not shown with one rank"}[kept])
+    return lines
