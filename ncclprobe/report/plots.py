@@ -186,9 +186,11 @@ def _label(curve: Curve) -> str:
 
 
 def _colours(ev: Evidence) -> dict[str, object]:
-    """One colour per configuration for every figure: default black, the rest tab10 in id order."""
+    """One colour per configuration for every figure: default black, the rest tab10 (tab20 past ten
+    configurations, so none repeats) in id order."""
     others = sorted((set(ev.curves) | set(ev.excluded_curves)) - {"default"})
-    return {"default": "black", **{cid: _colour(i) for i, cid in enumerate(others)}}
+    palette = plt.get_cmap("tab10" if len(others) <= 10 else "tab20")
+    return {"default": "black", **{cid: palette(i % palette.N) for i, cid in enumerate(others)}}
 
 
 def _ordered(ev: Evidence) -> list[Curve]:
