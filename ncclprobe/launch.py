@@ -82,6 +82,7 @@ def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dic
         "LOCAL_WORLD_SIZE": str(spec.nranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port),
         "NCCLPROBE_STORE_PORT": str(store_port), "NCCLPROBE_RUN_DIR": str(run_dir),
         "NCCLPROBE_BACKEND": spec.backend, "NCCLPROBE_ENTRY": spec.entry,
+        "NCCLPROBE_PARENT_PID": str(os.getpid()),  # workers die with the launcher (worker.die_with_launcher)
         "PYTHONUNBUFFERED": "1",
     })
     # the worker must import this ncclprobe, also when it runs from a source checkout

@@ -105,7 +105,25 @@ def resolve(entry: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
+def die_with_launcher() -> None:
+    """Linux: ask the kernel to SIGKILL this worker when the launcher dies (kill -9 of a sweep),
+    so no orphaned rank keeps a GPU busy. Workers lead their own process group, so nothing else
+    would stop them."""
+    parent = os.environ.get("NCCLPROBE_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the launcher died before prctl took hold
+        os._exit(1)
+
+
 def main() -> int:
+    die_with_launcher()
     ctx = context_from_env()
     entry = resolve(os.environ["NCCLPROBE_ENTRY"])
     init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.local_rank)

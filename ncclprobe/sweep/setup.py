@@ -49,9 +49,14 @@ def topology() -> tuple[dict | None, list[list[str]] | None]:
     except Exception as exc:  # nvidia-smi missing or unreadable: measure every level
         log.warning("cannot read the GPU topology (%s); every P2P level is measured", exc)
         return {"nvlink": None, "gpu_count": gpus, "source": None}, None
-    summary = getattr(topo, "summary", {}) or {}
-    return ({"nvlink": summary.get("nvlink"), "gpu_count": gpus, "source": "nvidia-smi topo -m"},
-            equivalent_levels(topo))
+    summary = topo.summary
+    head = {"nvlink": summary.get("nvlink"), "gpu_count": gpus, "worst_path": summary.get("worst_path"),
+            "source": getattr(topo, "source", None)}
+    unknown = any(link is None for i, row in enumerate(topo.gpu_links) for j, link in enumerate(row) if i != j)
+    if unknown:  # a level's pair set is only complete when every link is known: measure them all
+        log.warning("some GPU links are unknown; every P2P level is measured")
+        return head, None
+    return head, equivalent_levels(topo)
 
 
 def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
