@@ -48,7 +48,7 @@ _CALL = re.compile(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\
 _CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
 _CHANNEL_COUNTS = re.compile(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
                              r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
-_TUNER = re.compile(r"^TUNER/Plugin: (?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
+_TUNER = re.compile(r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
                     r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
 _MATRIX_START = re.compile(r"^Enabled NCCL Func/Proto/Algo Matrix:")
 _MATRIX_ROW = re.compile(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")

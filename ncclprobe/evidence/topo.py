@@ -59,6 +59,7 @@ class Topology:
     source: str = "text"
     sources: dict[str, str] = field(default_factory=dict)         # live reading: what each source gave
     p2p_check: dict | None = None                                 # the real P2P data check, when run
+    peer_access: list[list[bool]] | None = None                   # torch.cuda.can_device_access_peer
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -79,7 +80,7 @@ class Topology:
                 "nic_links": dict(self.nic_links), "p2p_status": self.p2p_status, "summary": self.summary,
                 "p2p_levels": {level: sorted(list(p) for p in pairs) for level, pairs in levels.items()},
                 "equivalent_levels": equivalent_levels(self), "sources": dict(self.sources),
-                "p2p_check": self.p2p_check, "notes": list(self.notes)}
+                "peer_access": self.peer_access, "p2p_check": self.p2p_check, "notes": list(self.notes)}
 
 
 def _smi_rank(code: str) -> int:

@@ -1,0 +1,77 @@
+"""`ncclprobe knobs`: the NCCL knowledge table, one variable explained, or a lint of this environment."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ncclprobe.cli.output import emit, format_option
+from ncclprobe.errors import UsageProblem
+from ncclprobe.knobs import KNOBS, explain
+from ncclprobe.lint import lint_env
+
+EPILOG = """\b
+Examples:
+  ncclprobe knobs
+  ncclprobe knobs NCCL_P2P_LEVEL
+  ncclprobe knobs proto --format json
+  NCCL_PROTO=^LL ncclprobe knobs --lint --no-nvlink --nccl-version 2.28.9
+"""
+
+
+@click.command(epilog=EPILOG, short_help="Explain NCCL variables; lint this environment.")
+@click.argument("variable", required=False)
+@click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
+@click.option("--nvlink/--no-nvlink", default=None, help="For --lint: whether the GPUs are linked by NVLink.")
+@click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9.")
+@format_option
+def command(variable, do_lint, nvlink, nccl_version, fmt):
+    """Print the NCCL knowledge table, or explain one VARIABLE (NCCL_P2P_LEVEL, p2p_level, ...):
+    its values and syntax, when NCCL reads it (each communicator creation or once per process),
+    version notes, risks, how NCCL's log proves it was read, and facts not yet checked on a GPU.
+
+    With --lint, check the NCCL_* variables of the current environment; exits 1 on errors.
+    """
+    if do_lint:
+        if variable:
+            raise UsageProblem("--lint checks the environment; give no VARIABLE with it")
+        return _lint(nvlink, nccl_version, fmt)
+    if variable:
+        doc = explain(_canonical(variable))
+        emit(fmt, {"schema_version": 1, **doc}, _explain_rows(doc), title=f"{doc['name']}: {doc['summary']}")
+        return 0
+    rows = [{"variable": k.name, "read": k.scope.value, "values": ", ".join(k.values) or k.kind.value,
+             "default": k.default, "summary": k.summary} for k in KNOBS.values()]
+    emit(fmt, {"schema_version": 1, "knobs": [explain(name) for name in KNOBS]}, rows,
+         title="NCCL variables that matter for collectives on a node",
+         notes=["read: communicator = re-read at every communicator creation; process = once per process"])
+    return 0
+
+
+def _canonical(name: str) -> str:
+    name = name.strip().upper()
+    return name if name.startswith("NCCL_") else "NCCL_" + name
+
+
+def _explain_rows(doc: dict) -> list[dict]:
+    rows = []
+    for key, value in doc.items():
+        if key in ("name", "summary") or value in (None, "", [], ()):
+            continue
+        if isinstance(value, (list, tuple)):
+            value = "; ".join(map(str, value))
+        elif isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        rows.append({"field": key, "value": value})
+    return rows
+
+
+def _lint(nvlink, nccl_version, fmt) -> int:
+    env = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+    findings = lint_env(env, nvlink=nvlink, nccl_version=nccl_version)
+    rows = [{"severity": f.severity, "variable": f.variable, "finding": f.message, "fix": f.fix} for f in findings]
+    doc = {"schema_version": 1, "env": env, "nvlink": nvlink, "nccl_version": nccl_version,
+           "findings": [f.to_json() for f in findings]}
+    emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s): {len(findings)} finding(s)")
+    return 1 if any(f.severity == "error" for f in findings) else 0

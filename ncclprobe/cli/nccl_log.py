@@ -1,0 +1,64 @@
+"""`ncclprobe nccl-log`: what NCCL debug logs say NCCL read and did."""
+
+from __future__ import annotations
+
+import click
+
+from ncclprobe.cli.output import emit, format_option
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
+from ncclprobe.evidence.text import read_text_file
+from ncclprobe.lint import lint_env
+from ncclprobe.sizes import format_size
+
+EPILOG = """\b
+Examples:
+  ncclprobe nccl-log nccl.host1.1234.log
+  ncclprobe nccl-log logs/nccl.*.log --format json
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING python train.py 2>&1 | tee run.log; ncclprobe nccl-log run.log
+"""
+
+
+@click.command(epilog=EPILOG, short_help="Read NCCL_DEBUG=INFO logs: version, env, transports, algorithms.")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@format_option
+def command(files, fmt):
+    """Read NCCL_DEBUG=INFO/WARN logs (NCCL 2.8 to 2.30; application output, mpirun tags and
+    timestamps in between are fine) and report the NCCL version, every variable NCCL said it read
+    (`set by environment`), communicator sizes, transports, the algorithm/protocol NCCL chose per
+    call (TUNING lines) and WARN lines, plus lint findings on the variables NCCL read.
+
+    Several files (one per process) are read as one log. Exits 1 on NCCL WARN lines or lint errors.
+    """
+    texts = [read_text_file(path, "NCCL log") for path in files]
+    log = parse_nccl_log("\n".join(texts))
+    if log.nccl_lines == 0 and log.nccl_version is None:
+        raise UsageProblem(f"no NCCL log lines in {', '.join(files)}: expected lines like "
+                           "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)")
+    findings = lint_env(log.env, nccl_version=log.nccl_version)
+    doc = {**log.to_json(), "files": list(files), "lint": [f.to_json() for f in findings]}
+    emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f.severity}: {f.message}" for f in findings])
+    return 1 if log.warnings or any(f.severity == "error" for f in findings) else 0
+
+
+def _title(log: NcclLog) -> str:
+    return (f"NCCL {log.nccl_version or '(version not logged)'}, {log.nranks or '?'} ranks, "
+            f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines")
+
+
+def _rows(log: NcclLog) -> list[dict]:
+    rows = [{"what": "set by environment", "detail": f"{k}={v}"} for k, v in log.env.items()]
+    rows += [{"what": "transport", "detail": f"{kind}: {count} connection lines"} for kind, count in log.transports.items()]
+    rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
+    rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
+    rows += [{"what": "WARN", "detail": text} for text in log.warnings]
+    return rows
+
+
+def tuning_summary(log: NcclLog) -> list[str]:
+    """`AllReduce RING/SIMPLE 32K..64M (12 calls)`: consecutive sizes with one choice merged."""
+    groups: dict[tuple, list[int]] = {}
+    for entry in log.tuning:
+        groups.setdefault((entry.collective or "?", entry.algo, entry.proto), []).append(entry.bytes)
+    return [f"{coll} {algo}/{proto} {format_size(min(sizes))}..{format_size(max(sizes))} ({len(sizes)} calls)"
+            for (coll, algo, proto), sizes in groups.items()]

@@ -1,0 +1,179 @@
+"""Read this machine's GPU topology from every source there is, naming each one that is missing.
+
+Sources, best first: `nvidia-smi topo -m` (parsed by `ncclprobe.evidence.topo`), NVML through
+nvidia-ml-py (common-ancestor levels and NVLink counts), torch's peer-access matrix, and the real
+P2P data check (`ncclprobe.probes.p2p_check`, run in its own process group with a timeout, since
+a broken P2P path can hang). A missing source is recorded in `Topology.sources`, never fatal; only
+when no source can see a GPU is the topology Unsupported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+from ncclprobe.errors import Unsupported, UsageProblem
+from ncclprobe.evidence.topo import GpuInfo, Topology, parse_topo
+
+log = logging.getLogger("ncclprobe.topo")
+
+# NVML common-ancestor levels (nvmlGpuTopologyLevel_t) -> nvidia-smi codes
+_NVML_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def read_live_topology(*, p2p_check: bool = True, p2p_timeout_s: float = 120.0,
+                       p2p_bytes: int = 64 << 20) -> Topology:
+    """The live topology; `sources` says what each source gave ("used", "missing: ...", ...)."""
+    sources: dict[str, str] = {}
+    topo = _from_nvidia_smi(sources)
+    nvml = _from_nvml(sources, needed=topo is None)
+    topo = topo or nvml
+    peers = _peer_access(sources)
+    if topo is None and peers is not None:
+        topo = Topology(gpus=[GpuInfo(i) for i in range(len(peers))],
+                        gpu_links=[["X" if i == j else None for j in range(len(peers))] for i in range(len(peers))],
+                        source="torch")
+        topo.notes.append("link types unknown (no nvidia-smi, no NVML): P2P-level pairs cannot be derived")
+    if topo is None:
+        raise Unsupported("no GPU topology readable here: " + "; ".join(f"{k} {v}" for k, v in sources.items()))
+    topo.peer_access = peers
+    if p2p_check:
+        topo.p2p_check = run_p2p_check(timeout_s=p2p_timeout_s, nbytes=p2p_bytes)
+        sources["p2p_check"] = topo.p2p_check["status"]
+    else:
+        sources["p2p_check"] = "skipped: --no-p2p-check"
+    topo.sources = sources
+    return topo
+
+
+def _from_nvidia_smi(sources: dict) -> Topology | None:
+    if shutil.which("nvidia-smi") is None:
+        sources["nvidia-smi"] = "missing: not on PATH"
+        return None
+    try:
+        proc = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        sources["nvidia-smi"] = f"failed: {exc}"
+        return None
+    if proc.returncode != 0:
+        sources["nvidia-smi"] = f"failed: exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}"
+        return None
+    try:
+        topo = parse_topo(proc.stdout)
+    except UsageProblem as exc:
+        sources["nvidia-smi"] = f"failed: {exc}"
+        return None
+    topo.source = "nvidia-smi"
+    sources["nvidia-smi"] = "used"
+    return topo
+
+
+def _from_nvml(sources: dict, *, needed: bool) -> Topology | None:
+    try:
+        import pynvml
+    except ImportError:
+        sources["nvml"] = "missing: nvidia-ml-py not installed (pip install nvidia-ml-py)"
+        return None
+    if not needed:
+        sources["nvml"] = "available, not needed"
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            topo = _nvml_topology(pynvml)
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError as exc:
+        sources["nvml"] = f"failed: {exc}"
+        return None
+    sources["nvml"] = "used"
+    return topo
+
+
+def _nvml_topology(pynvml) -> Topology:
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    buses = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in handles]
+    buses = [b.decode() if isinstance(b, bytes) else b for b in buses]
+    links = [[_nvml_link(pynvml, handles, buses, i, j) for j in range(len(handles))] for i in range(len(handles))]
+    return Topology(gpus=[GpuInfo(i) for i in range(len(handles))], gpu_links=links, source="nvml")
+
+
+def _nvml_link(pynvml, handles, buses, i: int, j: int) -> str | None:
+    if i == j:
+        return "X"
+    nvlinks = _nvlink_count(pynvml, handles[i], buses[j])
+    if nvlinks:
+        return f"NV{nvlinks}"
+    try:
+        return _NVML_LEVELS.get(pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j]))
+    except pynvml.NVMLError:
+        return None
+
+
+def _nvlink_count(pynvml, handle, peer_bus: str) -> int:
+    count = 0
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId
+        except pynvml.NVMLError:
+            continue
+        remote = remote.decode() if isinstance(remote, bytes) else remote
+        count += remote.lower() == peer_bus.lower()
+    return count
+
+
+def _peer_access(sources: dict) -> list[list[bool]] | None:
+    try:
+        import torch
+    except ImportError:
+        sources["torch"] = "missing: torch not installed"
+        return None
+    if not torch.cuda.is_available():
+        sources["torch"] = "missing: torch sees no CUDA GPU"
+        return None
+    n = torch.cuda.device_count()
+    sources["torch"] = "used"
+    return [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
+
+
+def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20) -> dict:
+    """Run the data check in its own process group; a hang is killed and reported with the pair
+    it was on. Returns the summary dict with the per-pair results under "pairs"."""
+    command = [sys.executable, "-m", "ncclprobe.probes.p2p_check", "--bytes", str(nbytes)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return _summary(out, {"status": "hang", "reason": f"no answer within {timeout_s:.0f} s: "
+                                                          "a P2P copy never completed (killed)"}, hung=True)
+    if proc.returncode not in (0, 1):
+        tail = (err or "").strip().splitlines()[-1:] or ["no output"]
+        return _summary(out, {"status": "error", "reason": f"check exited {proc.returncode}: {tail[0][:200]}"})
+    return _summary(out, None)
+
+
+def _summary(out: str, override: dict | None, *, hung: bool = False) -> dict:
+    records = []
+    for line in (out or "").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    pairs = [r["pair"] for r in records if "pair" in r]
+    started = [r["checking"] for r in records if "checking" in r]
+    if hung and override and len(started) > len(pairs):
+        src, dst = started[-1]
+        override = {**override, "reason": override["reason"] + f" on GPU{src} -> GPU{dst}", "hung_pair": [src, dst]}
+    final = override or next((r for r in reversed(records) if "status" in r),
+                             {"status": "error", "reason": "the check printed no summary"})
+    return {**final, "pairs": pairs}
