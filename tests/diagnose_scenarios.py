@@ -61,14 +61,36 @@ def runs(trace, mode=None, label=None):
     return [r for r in trace["runs"] if (mode is None or r["mode"] == mode) and (label is None or r["label"] == label)]
 
 
+LLAMA3_8B = {"name": "llama3-8b", "hidden": 4096, "layers": 32, "vocab": 128256, "heads": 32, "kv_heads": 8,
+             "moe": False, "experts": None, "top_k": None}
+
+
+def as_gpu_run(trace: dict, decode_ms: float = 12.0) -> dict:
+    """What a GPU run of the same loop looks like, for the graph scenarios a CPU cannot record:
+    config set to cuda/bfloat16/nccl with the llama3-8b shape (the engine's preset summary), and
+    every time scaled by one factor so the baseline decode step takes `decode_ms` (12 ms in the
+    seed story). Counts, acceptance and collectives are the recorded ones."""
+    t = copy.deepcopy(trace)
+    t["config"].update(device="cuda", dtype="bfloat16", backend="nccl", preset="llama3-8b", model=dict(LLAMA3_8B))
+    scale = decode_ms / runs(t, "baseline")[0]["phases"]["decode"]["median_ms"]
+    for run in t["runs"]:
+        for rec in run["phases"].values():
+            for key in ("total_ms", "median_ms", "p90_ms"):
+                rec[key] = rec[key] * scale
+        run["ms_per_token"] *= scale
+        run["wall_s"] *= scale
+        run["tokens_per_s"] /= scale
+    return t
+
+
 def make_seed_case(trace: dict, verify_factor: float = 2.4) -> dict:
     """The seed case, as `--graphs decode` produces it on a GPU: decode is a graph replay, verify runs
     eagerly and costs `verify_factor` x the decode step (29 ms vs 12 ms in the story). Changes:
     config.graphs = "decode"; the baseline decode phases marked graphed (`--graphs decode`
     captures the baseline decode only, so the draft phases stay eager too); the verify
     median/total scaled so verify/decode = verify_factor; the speculative run's tokens/s
-    recomputed from its phase totals."""
-    t = copy.deepcopy(trace)
+    recomputed from its phase totals. Built on `as_gpu_run`: CUDA graphs exist only on a GPU."""
+    t = as_gpu_run(trace)
     t["config"]["graphs"] = "decode"
     for run in runs(t, "baseline"):
         run["phases"]["decode"]["graphed"] = True
@@ -84,12 +106,12 @@ def make_seed_case(trace: dict, verify_factor: float = 2.4) -> dict:
 
 
 def _retime(spec: dict) -> None:
-    """Recompute tokens/s of a speculative run from its phase totals (the wall time is their sum)."""
+    """Recompute a speculative run's speed from its phase totals (the wall time is their sum)."""
     total_ms = sum(p["total_ms"] for p in spec["phases"].values())
     ms_per_token = total_ms / spec["new_tokens"]
+    spec["tokens_per_s"] *= spec["ms_per_token"] / ms_per_token
     spec["ms_per_token"] = ms_per_token
-    spec["tokens_per_s"] = 1000.0 / ms_per_token
-    spec["wall_s"] = ms_per_token * spec["new_tokens"] / 1000.0
+    spec["wall_s"] = total_ms / 1000.0
 
 
 def make_tuned_pair(trace: dict, settings: dict, *, reached: bool = True) -> dict:

@@ -36,6 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ALLOWANCE = 1.5
+# A decode step that moves its weights slower than this is bound by per-step overheads (launches,
+# Python, collective latency), not by bandwidth: a tiny model on a CPU runs at MB/s, a GPU decode
+# step of a real model at hundreds of GB/s. Below it the bytes ratio predicts nothing.
+BANDWIDTH_BOUND_GBPS = 100.0
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8": 1}
 
 _ALIASES = {
@@ -142,6 +146,14 @@ class Expectation:
     decode_bytes: dict
     verify_bytes: dict
     assumptions: tuple[str, ...]
+
+    def decode_gbps(self, decode_ms: float, tp: int) -> float:
+        """Bytes per second one rank's decode step achieves (each rank reads 1/tp of the weights)."""
+        return sum(self.decode_bytes.values()) / max(tp, 1) / (decode_ms / 1e3) / 1e9 if decode_ms else 0.0
+
+    def applies(self, decode_ms: float, tp: int) -> bool:
+        """Whether the bandwidth-bound premise holds for this measured decode step."""
+        return self.decode_gbps(decode_ms, tp) >= BANDWIDTH_BOUND_GBPS
 
     def to_json(self) -> dict:
         return {"expected_ratio": round(self.ratio, 3), "limit_ratio": round(self.limit, 3),
