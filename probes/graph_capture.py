@@ -10,7 +10,7 @@ GPU per rank). Three measurements, each emitted as messages:
    before the GPU reaches it (`eager_device_us`: the device time alone; `queued_ahead` says the
    sleep outlasted the enqueue). A graph of `graph_ops` collectives plus one 1-element marker op
    (so a one-rank graph is never empty) is replayed `replays` times (`graph_us_per_op`).
-2. `capture` : a communicator created under VAR=first gets a captured graph; then VAR=second is
+2. `capture`: a communicator created under VAR=first gets a captured graph; then VAR=second is
    set and a new communicator built (dist.new_group); the old graph is replayed again. NCCL's own
    log, read back between the steps, shows which value each communicator read (`set by
    environment` lines) and which algorithm/protocol each collective was planned with (TUNING
@@ -40,8 +40,8 @@ def run(ctx) -> None:
         x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
         call = lambda x=x: dist.all_reduce(x)
         ctx.emit("timing", path="torch.distributed", size_bytes=size, **measure(call, x, p))
-    _raw_nccl_timings(ctx, p)
     capture_settings(ctx, p)
+    _raw_nccl_timings(ctx, p)   # last: a second libnccl (cupy's own) could reopen the debug file
 
 
 def measure(call, buf, p) -> dict:
@@ -186,6 +186,8 @@ class _DebugLog:
         if self.path is None:
             return None
         from ncclprobe.evidence.nccl_log import parse_nccl_log
+        if os.path.getsize(self.path) < self.offset:   # truncated by another opener: start over
+            self.offset = 0
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             data = fh.read()

@@ -100,3 +100,25 @@ def test_gpu_probe_measures_host_cost_and_capture():
         assert row["graph_us_per_op"] < row["eager_loop_us"]
     verdict = doc["capture"]
     assert verdict["each_comm_read_its_value"], verdict
+
+
+def test_debug_log_segments_follow_what_nccl_appends(tmp_path, monkeypatch):
+    """The worker reads its own NCCL debug file in segments between steps (NCCL flushes per line)."""
+    import os
+
+    from ncclprobe.probes.graph_capture import _DebugLog
+    path = tmp_path / f"nccl.host.{os.getpid()}.log"
+    prefix = f"host:{os.getpid()}:{os.getpid()} [0] NCCL INFO "
+    path.write_text(prefix + "NCCL_PROTO set by environment to Simple\n")
+    monkeypatch.setenv("NCCLPROBE_NCCL_LOG_DIR", str(tmp_path))
+    log = _DebugLog()
+    assert log.since()["env"] == {}  # what was there before is not this segment's
+    with open(path, "a") as fh:
+        fh.write(prefix + "NCCL_PROTO set by environment to LL\n")
+        fh.write(prefix + "AllReduce: 1048576 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}\n")
+    seg = log.since()
+    assert seg["env"] == {"NCCL_PROTO": "LL"}
+    assert seg["tuning"] == [{"collective": "AllReduce", "bytes": 1048576, "algo": "RING", "proto": "LL"}]
+    assert log.since()["tuning"] == []
+    path.write_text(prefix + "NCCL_ALGO set by environment to Tree\n")  # reopened with "w" elsewhere
+    assert log.since()["env"] == {"NCCL_ALGO": "Tree"}
