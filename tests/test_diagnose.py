@@ -184,3 +184,28 @@ def test_cli_rejects_a_file_that_is_not_a_trace(tmp_path):
     result = CliRunner().invoke(cli, ["diagnose", "--trace", path])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "not an engine trace" in result.output
+
+
+@pytest.mark.parametrize("has,expect_finding", [("Simple", True), ("LL", False)])
+def test_env_check_of_a_live_process(tmp_path, has, expect_finding):
+    """A real `ncclprobe env-check --format json` of a live process with NCCL_PROTO=`has`."""
+    import os
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, "NCCL_PROTO": has})
+    try:
+        out = CliRunner().invoke(cli, ["env-check", "--pid", str(child.pid), "--expect", "NCCL_PROTO=LL",
+                                       "--format", "json"])
+    finally:
+        child.kill()
+        child.wait()
+    env_check = json.loads(out.output)
+    result = run_diagnosis(S.healthy_trace(), env_check=env_check, env_check_path="ec.json")
+    found = [f for f in result.findings if f.rule == "env-check"]
+    assert bool(found) == expect_finding
+    if found:
+        assert found[0].severity == "error" and "NCCL_PROTO different" in found[0].title
+        assert f"--pid {child.pid}" in found[0].next_command
+    else:
+        assert "env-check" in rules_of(result.ruled_out)
