@@ -209,3 +209,13 @@ def test_env_check_of_a_live_process(tmp_path, has, expect_finding):
         assert f"--pid {child.pid}" in found[0].next_command
     else:
         assert "env-check" in rules_of(result.ruled_out)
+
+
+def test_low_graph_coverage_with_graphs_on():
+    trace = S.make_all_graphed(S.healthy_trace())
+    for run in trace["runs"]:
+        run["graph_coverage"] = 0.95
+    assert "graph-coverage" in rules_of(run_diagnosis(trace).ruled_out)
+    S.runs(trace, "speculative")[0]["graph_coverage"] = 0.4
+    found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
+    assert len(found) == 1 and found[0].evidence["graph_coverage"] == 0.4

@@ -16,6 +16,7 @@ GRAPH_PHASES = ("verify", "draft", "draft_extend")
 COLLECTIVE_BOUND_SHARE = 0.5     # at least half the step in collectives: NCCL settings can matter
 COLLECTIVE_MINOR_SHARE = 0.15    # below this, no NCCL setting can win much
 SWEEP_EXCESS = 2.0               # engine collectives this many times the sweep's time: suspicious
+GRAPH_COVERAGE_OK = 0.8          # with graphs on, at least this share of step time in replays
 
 
 def _spec_runs(ev: E.Evidence):
@@ -237,8 +238,35 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     return out
 
 
+def graph_coverage(ev: E.Evidence) -> list:
+    """With graphs requested, the share of step time spent in graph replays: what is left eager
+    pays the host launch path (about 18 us per torch.distributed call on the H200, before kernels)."""
+    if ev.config.get("graphs") in (None, "none"):
+        return []
+    out = []
+    for _, run in _runs_with(ev, "graph_coverage"):
+        coverage = run["graph_coverage"]
+        hyp = f"{run.get('label')} {run.get('mode')}: steps fall off the captured graphs"
+        if coverage >= GRAPH_COVERAGE_OK:
+            out.append(RuledOut(rule="graph-coverage", hypothesis=hyp, reason=f"{coverage:.0%} of step time is graph replay"))
+            continue
+        out.append(Finding(
+            rule="graph-coverage", severity="warning", confidence="medium",
+            title=f"{run.get('label')} {run.get('mode')}: only {coverage:.0%} of step time is graph replay (--graphs {ev.config.get('graphs')})",
+            detail=("Steps outside the captured graphs run eagerly: a batch size or token count outside the capture "
+                    "list, or a phase the graph mode leaves out."),
+            evidence={"graph_coverage": coverage, "graphs": ev.config.get("graphs"),
+                      "eager_phases": [n for n in E.PHASES if E.phase(run, n) and not E.phase(run, n).get("graphed")]},
+            next_command=engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")))
+    return out
+
+
+def _runs_with(ev: E.Evidence, key: str):
+    return [(src, run) for src, run in ev.all_runs() if src == "trace" and run.get(key) is not None]
+
+
 def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep)
+RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage)
