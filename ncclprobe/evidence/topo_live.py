@@ -143,10 +143,11 @@ def _peer_access(sources: dict) -> list[list[bool]] | None:
     return [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
 
 
-def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20) -> dict:
+def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20, command: list[str] | None = None) -> dict:
     """Run the data check in its own process group; a hang is killed and reported with the pair
-    it was on. Returns the summary dict with the per-pair results under "pairs"."""
-    command = [sys.executable, "-m", "ncclprobe.probes.p2p_check", "--bytes", str(nbytes)]
+    it was on. Returns the summary dict with the per-pair results under "pairs". `command`
+    replaces the check itself (tests use it to exercise the hang path)."""
+    command = command or [sys.executable, "-m", "ncclprobe.probes.p2p_check", "--bytes", str(nbytes)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -156,10 +157,11 @@ def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20) -> dict:
         out, err = proc.communicate()
         return _summary(out, {"status": "hang", "reason": f"no answer within {timeout_s:.0f} s: "
                                                           "a P2P copy never completed (killed)"}, hung=True)
-    if proc.returncode not in (0, 1):
+    summary = _summary(out, None)
+    if proc.returncode not in (0, 1) or ("pairs_checked" not in summary and summary["status"] != "unavailable"):
         tail = (err or "").strip().splitlines()[-1:] or ["no output"]
-        return _summary(out, {"status": "error", "reason": f"check exited {proc.returncode}: {tail[0][:200]}"})
-    return _summary(out, None)
+        return {**summary, "status": "error", "reason": f"check exited {proc.returncode}: {tail[0][:200]}"}
+    return summary
 
 
 def _summary(out: str, override: dict | None, *, hung: bool = False) -> dict:

@@ -1,0 +1,97 @@
+"""Fuzz each evidence parser with mangled real inputs: it may reject with a UsageProblem (a clear
+one-line error), never crash or hang. Bounded: few examples, a per-example deadline."""
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl_tests import parse_nccl_tests, to_records
+from ncclprobe.evidence.topo import equivalent_levels, parse_topo
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _texts(folder: str) -> list[str]:
+    # the first 300 lines keep each example fast; every fixture still contributes its format
+    return ["\n".join(p.read_text(errors="replace").splitlines()[:300]) for p in sorted((FIXTURES / folder).iterdir())]
+
+
+TOPO, LOGS, TESTS = _texts("topo"), _texts("nccl_logs"), _texts("nccl_tests")
+NOISE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+OPS = st.lists(st.tuples(st.sampled_from(["drop", "dup", "cut", "insert", "swap", "tabs", "ansi"]),
+                         st.integers(min_value=0, max_value=10_000), NOISE), max_size=6)
+
+
+def mangle(text: str, ops) -> str:
+    lines = text.splitlines()
+    for kind, where, noise in ops:
+        if not lines:
+            lines = [noise]
+        i = where % len(lines)
+        if kind == "drop":
+            del lines[i]
+        elif kind == "dup":
+            lines.insert(i, lines[i])
+        elif kind == "cut":
+            lines[i] = lines[i][: where % (len(lines[i]) + 1)]
+        elif kind == "insert":
+            lines.insert(i, noise)
+        elif kind == "swap":
+            words = lines[i].split()
+            lines[i] = " ".join(reversed(words)) + noise
+        elif kind == "tabs":
+            lines[i] = lines[i].replace(" ", "\t")
+        else:
+            lines[i] = "\x1b[4m" + lines[i] + "\x1b[0m"
+    return "\n".join(lines)
+
+
+FUZZ = settings(max_examples=40, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.sampled_from(range(len(TOPO))), OPS)
+def test_topo_parser_rejects_or_parses(index, ops):
+    try:
+        topo = parse_topo(mangle(TOPO[index], ops))
+    except UsageProblem as exc:
+        assert "\n" not in str(exc)
+        return
+    assert len(topo.gpu_links) == len(topo.gpus)
+    assert all(len(row) == len(topo.gpus) for row in topo.gpu_links)
+    equivalent_levels(topo)
+    topo.to_json()
+
+
+@FUZZ
+@given(st.sampled_from(range(len(LOGS))), OPS)
+def test_nccl_log_parser_never_raises(index, ops):
+    log = parse_nccl_log(mangle(LOGS[index], ops))
+    doc = log.to_json()
+    assert all(isinstance(t["bytes"], int) and not t["algo"].isdigit() for t in doc["tuning"])
+
+
+@FUZZ
+@given(st.sampled_from(range(len(TESTS))), OPS)
+def test_nccl_tests_parser_rejects_or_parses(index, ops):
+    try:
+        run = parse_nccl_tests(mangle(TESTS[index], ops))
+    except UsageProblem as exc:
+        assert "\n" not in str(exc)
+        return
+    assert run.rows
+    records = to_records(run, source_file="fuzz")
+    assert records[0]["record"] == "header" and len(records) == 2 + 2 * len(run.rows)
+
+
+@settings(max_examples=30, deadline=2000)
+@given(st.text(max_size=400))
+def test_arbitrary_text(text):
+    parse_nccl_log(text)
+    for parser in (parse_topo, parse_nccl_tests):
+        try:
+            parser(text)
+        except UsageProblem:
+            pass
