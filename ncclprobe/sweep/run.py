@@ -36,21 +36,30 @@ class SweepStats:
     statuses: dict[str, int] = field(default_factory=dict)
     pools_run: int = 0
     configs_run: int = 0
-    pool_start_s: list[float] = field(default_factory=list)
+    pool_start_s: list[float] = field(default_factory=list)    # launch to every rank ready
+    pool_overhead_s: list[float] = field(default_factory=list)  # a pool's life outside its configurations
     config_s: list[float] = field(default_factory=list)
 
     def count(self, status: str) -> None:
         self.statuses[status] = self.statuses.get(status, 0) + 1
 
     def summary(self, wall_s: float) -> dict:
-        start = sum(self.pool_start_s) / len(self.pool_start_s) if self.pool_start_s else None
+        start = _mean(self.pool_start_s)
+        overhead = _mean(self.pool_overhead_s)
         avoided = max(0, self.configs_run - self.pools_run)
         return {"record": "summary", "wall_s": round(wall_s, 3), "statuses": dict(self.statuses),
                 "configs_run": self.configs_run, "pools_run": self.pools_run,
-                "pool_start_s_mean": start and round(start, 3),
-                "config_s_mean": round(sum(self.config_s) / len(self.config_s), 3) if self.config_s else None,
-                "pools_avoided": avoided,
-                "pool_reuse_saved_s_est": round(start * avoided, 3) if start is not None else None}
+                "pool_start_s_mean": _round(start), "pool_overhead_s_mean": _round(overhead),
+                "config_s_mean": _round(_mean(self.config_s)), "pools_avoided": avoided,
+                "pool_reuse_saved_s_est": _round(overhead * avoided) if overhead is not None else None}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def configs_to_run(spec: SweepSpec, equivalent_levels: list[list[str]] | None) -> tuple[list[Config], list[Skip]]:
@@ -102,10 +111,13 @@ class _PoolRun:
         self.finished: list[str] = []
         self.ready: set[int] = set()
         self.config_began: dict[str, float] = {}
+        self.config_s_total = 0.0
 
     def run(self) -> list[Config]:
         self.began = time.monotonic()
         outcome = run_pool(self._pool_spec(), on_message=self._on_message)
+        if outcome.status == "ok" and self.config_s_total:
+            self.stats.pool_overhead_s.append(max(0.0, outcome.wall_s - self.config_s_total))
         left = [c for c in self.pool.configs if c.config_id not in self.finished]
         if outcome.status == "ok" or not left:
             if left:  # every rank exited cleanly yet some configurations never ended
@@ -161,7 +173,9 @@ class _PoolRun:
         for record in results:
             self.writer.write(record)
         self.finished.append(config_id)
-        self.stats.config_s.append(time.monotonic() - self.config_began.get(config_id, time.monotonic()))
+        spent = time.monotonic() - self.config_began.get(config_id, time.monotonic())
+        self.stats.config_s.append(spent)
+        self.config_s_total += spent
 
     def _logs(self, state) -> dict[int, tuple[str, str]] | None:
         if self.spec.backend != "nccl":
