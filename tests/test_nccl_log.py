@@ -54,7 +54,7 @@ def test_integer_values_lose_their_period_and_strings_keep_theirs():
     assert log.env["NCCL_BUFFSIZE"] == "8388608"            # logged as "8388608."
     assert log.env["NCCL_TOPO_FILE"].endswith(".xml")        # string: no period to strip
     assert log.hosts == {"test-nccl-worker-0", "test-nccl-worker-1"}   # mpirun tags removed
-    assert log.ring_channels == 16
+    assert log.ring_channels == 16 and log.tree_channels == 16
     assert log.connected == {"rings": 16, "trees": 16}
     assert log.transport_details == {"P2P/CUMEM": 464, "NET/AWS Libfabric/GDRDMA": 512}
 

@@ -41,6 +41,7 @@ _COMM_SHAPE = re.compile(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+
 _CONNECTION = re.compile(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
                          r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
 _RING = re.compile(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
+_TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
 _TUNING = re.compile(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
                      r"(?: time (?P<time>[\d.]+))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
 _SYMMETRIC = re.compile(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
@@ -86,6 +87,7 @@ class NcclLog:
     transports: dict[str, int] = field(default_factory=dict)         # "P2P"/"SHM"/"NET" -> connection lines
     transport_details: dict[str, int] = field(default_factory=dict)  # "P2P/CUMEM/read" -> lines
     ring_channels: int | None = None
+    tree_channels: int | None = None          # entries of a `Trees [0] a/b/c->r->p [1] ...` line
     channel_counts: dict[str, int] = field(default_factory=dict)
     connected: dict[str, int] = field(default_factory=dict)          # "rings"/"trees" -> lines
     tuning: list[TuningEntry] = field(default_factory=list)
@@ -105,7 +107,7 @@ class NcclLog:
             "versions": sorted(self.versions), "env": dict(self.env), "env_values": dict(self.env_values),
             "nranks": self.nranks, "communicators": list(self.communicators),
             "transports": dict(self.transports), "transport_details": dict(self.transport_details),
-            "ring_channels": self.ring_channels, "channel_counts": dict(self.channel_counts),
+            "ring_channels": self.ring_channels, "tree_channels": self.tree_channels, "channel_counts": dict(self.channel_counts),
             "connected": dict(self.connected), "tuning": [t.to_json() for t in self.tuning],
             "symmetric_kernels": list(self.symmetric_kernels), "calls": dict(self.calls),
             "enabled_matrix": self.enabled_matrix, "tuner_plugin": self.tuner_plugin,
@@ -192,6 +194,7 @@ class _Reader:
                 (_TUNING, self._tuning),
                 (_CONNECTION, lambda m, pid: self._connection(m["via"])),
                 (_RING, lambda m, pid: self.ring_counts.update([int(m["n"])])),
+                (_TREES, lambda m, pid: self._trees(m[1])),
                 (_COMM_INIT, self._comm),
                 (_COMM_SHAPE, self._comm),
                 (_SYMMETRIC, lambda m, pid: self.log.symmetric_kernels.append(
@@ -237,6 +240,9 @@ class _Reader:
                  "bus_id": groups.get("bus"), "nnodes": int(groups["nnodes"]) if groups.get("nnodes") else None}
         known = self.comms.setdefault((pid, m["comm"], int(m["rank"])), facts)
         known.update({key: value for key, value in facts.items() if value is not None})
+
+    def _trees(self, entries: str) -> None:
+        self.log.tree_channels = max(self.log.tree_channels or 0, entries.count("["))
 
     def _tuner(self, m: re.Match) -> None:
         self.log.tuner_plugin = m["name"] or m["name2"] or "internal"
