@@ -1,0 +1,89 @@
+"""Our own loader for a local Hugging Face checkpoint of the Llama family (config.json plus
+safetensors, one file or sharded with an index). Nothing is downloaded; transformers is not
+needed at run time.
+
+Our module names follow Llama's, so loading is the checkpoint's names without the `model.`
+prefix; RoPE uses the same rotate-half layout, so no weight is permuted. Refused with a one-line
+reason: other architectures, attention or MLP biases, and RoPE scalings other than Llama-3's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ncclprobe.engine import safetensors_io
+from ncclprobe.engine.config import ModelConfig, RopeScaling
+from ncclprobe.engine.model import Transformer
+from ncclprobe.errors import UsageProblem
+
+SUPPORTED_TYPES = ("llama", "mistral")
+
+
+def read_config(directory: str | Path) -> ModelConfig:
+    path = Path(directory) / "config.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageProblem(f"cannot read {path}: {exc}") from None
+    return config_from_hf(doc, name=str(directory))
+
+
+def config_from_hf(doc: dict, name: str) -> ModelConfig:
+    if doc.get("model_type") not in SUPPORTED_TYPES:
+        raise UsageProblem(f"{name}: model_type {doc.get('model_type')!r} is not a Llama-family model "
+                           f"({', '.join(SUPPORTED_TYPES)})")
+    if doc.get("attention_bias") or doc.get("mlp_bias"):
+        raise UsageProblem(f"{name}: checkpoints with attention or MLP biases are not supported")
+    rope = doc.get("rope_parameters") or {}
+    heads = doc["num_attention_heads"]
+    return ModelConfig(
+        name=name, vocab=doc["vocab_size"], hidden=doc["hidden_size"], layers=doc["num_hidden_layers"],
+        heads=heads, kv_heads=doc.get("num_key_value_heads") or heads, intermediate=doc["intermediate_size"],
+        head_dim=doc.get("head_dim") or 0, rope_theta=float(doc.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+        rope_scaling=_rope_scaling(doc.get("rope_scaling") or rope, name),
+        norm_eps=float(doc.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(doc.get("tie_word_embeddings", False)))
+
+
+def _rope_scaling(doc: dict | None, name: str) -> RopeScaling | None:
+    kind = (doc or {}).get("rope_type") or (doc or {}).get("type")
+    if kind in (None, "default"):
+        return None
+    if kind != "llama3":
+        raise UsageProblem(f"{name}: RoPE scaling {kind!r} is not supported (only Llama-3's)")
+    return RopeScaling(factor=float(doc["factor"]), low_freq_factor=float(doc["low_freq_factor"]),
+                       high_freq_factor=float(doc["high_freq_factor"]),
+                       original_max_position=int(doc["original_max_position_embeddings"]))
+
+
+def weight_files(directory: Path) -> list[Path]:
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [directory / name for name in names]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise UsageProblem(f"{directory} holds no .safetensors weights")
+    return files
+
+
+def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
+    """The checkpoint as our Transformer on `device` in `dtype`, ready for `apply_tp`."""
+    directory = Path(directory)
+    cfg = read_config(directory)
+    with torch.device(device):
+        model = Transformer(cfg).to(dtype)
+    state = {}
+    for path in weight_files(directory):
+        tensors, _ = safetensors_io.load(path)
+        state.update({name.removeprefix("model."): t.to(device=device, dtype=dtype) for name, t in tensors.items()
+                      if not name.endswith("rotary_emb.inv_freq")})
+    if cfg.tie_embeddings:
+        state.setdefault("lm_head.weight", state.get("embed_tokens.weight"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise UsageProblem(f"{directory}: weights do not match a {cfg.layers}-layer Llama: "
+                           f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
+    return model.eval().requires_grad_(False)

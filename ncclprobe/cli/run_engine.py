@@ -1,0 +1,132 @@
+"""`ncclprobe run-engine`: the speculative engine, baseline against speculative, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe.errors import UsageProblem
+
+EPILOG = """\b
+Examples:
+  ncclprobe run-engine --preset tiny --tp 2 -k 3
+  ncclprobe run-engine --preset tiny-moe --batch 3 --draft draft.safetensors --format json
+  ncclprobe run-engine --preset small --graphs all --trace spec.json
+  ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
+
+Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree or
+the workers hung/crashed, 2 bad options, 4 internal error."""
+
+PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
+
+
+@click.command(epilog=EPILOG, short_help="Run the TP speculative-decoding engine: baseline vs speculative.")
+@click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Model shape.")
+@click.option("--checkpoint", type=click.Path(file_okay=False), help="Local Hugging Face Llama directory (overrides --preset).")
+@click.option("--prompt-len", default=16, show_default=True, type=int, help="Prompt tokens per sequence.")
+@click.option("--new-tokens", default=32, show_default=True, type=int, help="Tokens generated per sequence.")
+@click.option("--batch", default=1, show_default=True, type=int, help="Sequences decoded together.")
+@click.option("-k", "--k", "k", default=3, show_default=True, type=int, help="Drafted tokens per cycle.")
+@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 is greedy.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of weights, prompts and sampling.")
+@click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel ranks (one process each).")
+@click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Trained draft from train-draft; default untrained.")
+@click.option("--draft-tp/--no-draft-tp", default=False, show_default=True,
+              help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
+@click.option("--graphs", default="none", show_default=True, type=click.Choice(("none", "decode", "all")),
+              help="CUDA graphs: none, the baseline decode only, or every step (GPU only).")
+@click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
+@click.option("--dtype", default="auto", show_default=True, type=click.Choice(("auto", "float32", "bfloat16", "float16")),
+              help="auto: bfloat16 on GPU, float32 on CPU.")
+@click.option("--mode", "modes", multiple=True, type=click.Choice(("baseline", "speculative")),
+              help="Run only these modes (repeatable); default both.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Setting for every worker's environment (repeatable).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
+@format_option
+@click.pass_context
+def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
+            graphs, device, dtype, modes, env_pairs, trace_path, fmt):
+    """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
+    worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
+    the collectives issued per token. With --temperature 0 the speculative output must equal the
+    baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
+    from ncclprobe.engine.runner import run_engine
+    from ncclprobe.engine.spec import RunSpec
+    settings = parse_env_pairs(env_pairs)
+    spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
+                   k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
+                   device=device, dtype=dtype, modes=modes or ("baseline", "speculative"), settings=settings,
+                   label="env" if settings else "untuned")
+    spec.check_runnable()
+    out = _open_trace(trace_path)
+    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    with Progress(len(spec.modes) * tp, "run-engine", quiet=quiet) as progress:
+        doc = run_engine([spec], on_message=lambda m: m.get("kind") == "engine-digest" and progress.advance(m["mode"]))
+    if out:
+        with out:
+            json.dump(doc, out, indent=1)
+    emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine", notes=table_notes(doc))
+    return 0 if _checks_pass(doc) else 1
+
+
+def parse_env_pairs(pairs) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise UsageProblem(f"--env expects KEY=VALUE, got {pair!r}")
+        settings[key] = value
+    return settings
+
+
+def _open_trace(path):
+    if not path:
+        return None
+    try:
+        return open(Path(path), "x", encoding="utf-8")
+    except FileExistsError:
+        raise UsageProblem(f"trace file {path} already exists; choose another name (traces are never overwritten)") from None
+    except OSError as exc:
+        raise UsageProblem(f"cannot write trace file {path}: {exc.strerror}") from None
+
+
+def _checks_pass(doc: dict) -> bool:
+    checks = doc["checks"]
+    return checks["ranks_agree"] and checks["greedy_match"] is not False
+
+
+def _median(run: dict, phase: str):
+    return (run["phases"].get(phase) or {}).get("median_ms")
+
+
+def table_rows(doc: dict) -> list[dict]:
+    rows = []
+    for run in doc["runs"]:
+        rows.append({"label": run["label"], "mode": run["mode"], "tokens_per_s": run["tokens_per_s"],
+                     "ms_per_token": run["ms_per_token"], "decode_ms": _median(run, "decode"),
+                     "draft_ms": _median(run, "draft"), "verify_ms": _median(run, "verify"),
+                     "verify_decode": run["verify_decode_ratio"], "accept_len": run["acceptance"]["mean_length"],
+                     "coll_per_token": run["collectives"]["per_token_count"],
+                     "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
+                     "coll_share": run["collective_share"], "graph_coverage": run["graph_coverage"]})
+    return rows
+
+
+def table_notes(doc: dict) -> list[str]:
+    cfg = doc["config"]
+    model = cfg["model"].get("name")
+    notes = [f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
+             f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']} {cfg['dtype']} on {cfg['device']}",
+             "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1)"]
+    for run in doc["runs"]:
+        if run["acceptance"]["histogram"]:
+            notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")
+    checks = doc["checks"]
+    if checks["greedy_match"] is not None:
+        notes.append("greedy speculative output equals the baseline: " + ("yes" if checks["greedy_match"] else "NO"))
+    if not checks["ranks_agree"]:
+        notes.append("ranks produced DIFFERENT tokens")
+    return notes

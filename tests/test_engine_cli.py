@@ -1,0 +1,77 @@
+"""`run-engine` and `train-draft` through the CLI: JSON output and trace contents, refusals."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+
+
+def _run(args):
+    """A real `python -m ncclprobe` process: exit codes and streams exactly as a user sees them."""
+    return subprocess.run([sys.executable, "-m", "ncclprobe", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_run_engine_json_and_trace_tp2(tmp_path):
+    """tiny at TP=2 with a tensor-parallel draft: per mode tokens and histogram, collective counts
+    exactly 2 per layer per decode step, plus 2 per draft step in the speculative mode."""
+    trace = tmp_path / "trace.json"
+    result = _run(["-q", "run-engine", "--preset", "tiny", "--tp", "2", "--batch", "2", "-k", "3", "--new-tokens", "12",
+                   "--prompt-len", "8", "--draft-tp", "--env", "NCCL_ALGO=Ring", "--trace", str(trace),
+                   "--format", "json"])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""                                     # -q: nothing but errors
+    doc = json.loads(result.stdout)
+    assert json.loads(trace.read_text()) == doc
+    assert doc["schema_version"] == 1 and doc["kind"] == "engine-trace"
+    assert doc["checks"] == {"ranks_agree": True, "greedy_match": True}
+    runs = {r["mode"]: r for r in doc["runs"]}
+    layers = doc["config"]["model"]["layers"]
+    base, spec = runs["baseline"], runs["speculative"]
+    assert base["tokens"] == spec["tokens"] and len(base["tokens"]) == 2 and len(base["tokens"][0]) == 12
+    assert base["collectives"]["per_token_count"] == 2 * layers           # prefill + 11 decode steps
+    cycles = spec["acceptance"]["cycles"]
+    assert cycles <= sum(spec["acceptance"]["histogram"]) <= 2 * cycles   # one entry per live sequence
+    # prefill: target 2L + draft extend 2; each cycle: verify 2L + (k-1) draft steps + extend, 2 each
+    expected = (2 * layers + 2) + cycles * (2 * layers + 2 * 3)
+    assert sum(s["count"] for s in spec["collectives"]["sizes"]) == expected
+    hidden_bytes = 64 * 4
+    assert {s["size_bytes"] for s in base["collectives"]["sizes"]} == {2 * 8 * hidden_bytes, 2 * hidden_bytes}
+    assert {s["phase"] for s in spec["collectives"]["sizes"]} == {"prefill", "draft", "verify", "draft_extend"}
+    for run in doc["runs"]:
+        assert run["settings"] == {"NCCL_ALGO": "Ring"}
+        assert sorted(w["rank"] for w in run["workers"]) == [0, 1]
+        assert all(w["env_at_comm_init"].get("NCCL_ALGO") == "Ring" for w in run["workers"])  # their own report
+        assert set(run["phases"]) >= {"prefill"}
+        for phase in run["phases"].values():
+            assert phase["count"] >= 1 and phase["total_ms"] >= 0 and phase["graphed"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--graphs", "decode"], "needs a CUDA GPU"),
+    (["--tp", "0"], "tp must be at least 1"),
+    (["--draft", "/nonexistent/draft.safetensors"], "does not exist"),
+    (["--env", "NOEQUALS"], "KEY=VALUE"),
+])
+def test_run_engine_refuses_bad_options(args, message):
+    result = _run(["run-engine", "--device", "cpu", *args])
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_trace_is_never_overwritten(tmp_path):
+    existing = tmp_path / "t.json"
+    existing.write_text("{}")
+    result = _run(["run-engine", "--trace", str(existing)])
+    assert result.returncode == 2 and "already exists" in result.stderr
+    assert existing.read_text() == "{}"
+
+
+def test_help_has_examples():
+    for command in ("run-engine", "train-draft"):
+        result = CliRunner().invoke(cli, [command, "--help"])
+        assert result.exit_code == 0 and result.output.startswith("Usage:") and "Examples:" in result.output
