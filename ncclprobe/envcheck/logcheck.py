@@ -21,9 +21,10 @@ from typing import Iterable, Mapping
 from ncclprobe.envcheck.environ import display_value
 from ncclprobe.errors import UsageProblem
 
-# NCCL reads these without a `set by environment` line, so their absence proves nothing.
+# NCCL reads these without a `set by environment` line, so their absence proves nothing;
+# NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
 NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
-                        "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_CONF_FILE", "NCCL_NO_CACHE"})
+                        "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
 # Legacy integer NCCL_P2P_LEVEL values and the path name NCCL logs for them (levelsOldToNew).
 _P2P_LEGACY = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
 _LINE_PID = re.compile(r"^[^\s:\[\]]+:(\d+):\d+ \[\d+\]")
@@ -48,7 +49,8 @@ class Disagreement:
 
     @property
     def severity(self) -> str:
-        return {"read, other value": "error", "set, never read": "warning"}.get(self.kind, "info")
+        """Only expectations and lint decide the exit code; these explain what /proc hides."""
+        return "info" if self.kind == "read, not in /proc" else "warning"
 
     def to_json(self) -> dict:
         return {"pid": self.pid, "variable": self.variable, "kind": self.kind, "severity": self.severity,
