@@ -152,9 +152,10 @@ def guess_role(argv: list[str]) -> str:
     for needle, role in rules:
         if needle in text:
             return role
-    if argv and argv[0].rsplit("/", 1)[-1] in ("torchrun",) or any(a.endswith("/torchrun") for a in argv[:2]):
+    programs = [word.rsplit("/", 1)[-1] for word in argv[:2]]  # `torchrun ...` or `python .../torchrun ...`
+    if "torchrun" in programs:
         return "torchrun agent"
-    if argv and argv[0].rsplit("/", 1)[-1] in ("mpirun", "mpiexec", "srun", "deepspeed", "accelerate"):
+    if any(p in ("mpirun", "mpiexec", "srun", "deepspeed", "accelerate") for p in programs):
         return "launcher"
     return "process"
 

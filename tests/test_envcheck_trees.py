@@ -1,0 +1,112 @@
+"""env-check on two more real trees: a torchrun job (agent and two workers) and a job part of
+which another user owns (the walk reports what it can't read and goes on)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.envcheck.walk import walk
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _wait_for(predicate, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("the process tree did not come up in time")
+
+
+def _start(argv, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    return subprocess.Popen(argv, env={**clean, **env}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def torchrun_job(tmp_path):
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not installed")
+    script = tmp_path / "train.py"
+    script.write_text("import os, pathlib, sys, time\n"
+                      "pathlib.Path(sys.argv[1], os.environ['RANK']).touch()\n"
+                      "time.sleep(120)\n")
+    proc = _start([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
+                  NCCL_PROTO="LL")
+    try:
+        _wait_for(lambda: (tmp_path / "0").exists() and (tmp_path / "1").exists())
+        yield proc.pid
+    finally:
+        _stop(proc)
+
+
+def test_torchrun_agent_and_workers(torchrun_job):
+    infos = walk(torchrun_job)
+    agent = infos[0]
+    workers = [i for i in infos if i.role == "torchrun worker"]
+    assert agent.role == "torchrun agent"
+    assert sorted(w.environ["RANK"] for w in workers) == ["0", "1"]
+    assert all(w.ppid == agent.pid and w.environ["NCCL_PROTO"] == "LL" for w in workers)
+    result = CliRunner().invoke(cli, ["env-check", "--pid", str(torchrun_job), "--format", "json"])
+    doc = json.loads(result.stdout)
+    diffs = [p["diff_from_parent"] for p in doc["processes"] if p["role"] == "torchrun worker"]
+    assert all(d["RANK"]["parent"] is None and d["LOCAL_RANK"]["child"] in ("0", "1") for d in diffs)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                reason="needs root and setpriv to run the checker as another user")
+
+
+def _check_as_nobody(pid: int, *args: str) -> subprocess.CompletedProcess:
+    cmd = NOBODY + [sys.executable, "-m", "ncclprobe", "env-check", "--pid", str(pid), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
+
+
+@needs_root
+def test_unreadable_processes_are_reported_and_the_walk_goes_on():
+    # a root-owned shell whose child runs as nobody: the checker (nobody) can read only the child
+    job = _start(["/bin/sh", "-c", " ".join(NOBODY) + " sleep 60 & wait"], NCCL_PROTO="LL")
+    try:
+        _wait_for(lambda: len(_children(job.pid)) == 1)
+        done = _check_as_nobody(job.pid, "--expect", "NCCL_PROTO=LL", "--format", "json")
+        doc = json.loads(done.stdout)
+        root, child = doc["processes"]
+        assert not root["readable"] and "permission denied" in root["problem"] and root["env"] is None
+        assert child["readable"] and child["env"]["NCCL_PROTO"] == "LL"
+        assert done.returncode == 0 and doc["verdict"]["checked_pids"] == [child["pid"]]
+    finally:
+        _stop(job)
+
+
+@needs_root
+def test_nothing_readable_exits_3():
+    job = _start([sys.executable, "-c", "import time; time.sleep(60)"], NCCL_PROTO="LL")
+    try:
+        done = _check_as_nobody(job.pid)
+        assert done.returncode == 3 and "permission denied" in done.stdout
+    finally:
+        _stop(job)
+
+
+def _children(pid: int) -> list:
+    import psutil
+    return psutil.Process(pid).children()
