@@ -4,41 +4,23 @@ which another user owns (the walk reports what it can't read and goes on)."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.envcheck.walk import walk
+from tests.test_envcheck import _stop_tree, _wait_for
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-
-
-def _wait_for(predicate, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("the process tree did not come up in time")
 
 
 def _start(argv, **env):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     return subprocess.Popen(argv, env={**clean, **env}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _stop(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -53,10 +35,10 @@ def torchrun_job(tmp_path):
     proc = _start([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
                   NCCL_PROTO="LL")
     try:
-        _wait_for(lambda: (tmp_path / "0").exists() and (tmp_path / "1").exists())
+        _wait_for(lambda: (tmp_path / "0").exists() and (tmp_path / "1").exists(), timeout_s=60)
         yield proc.pid
     finally:
-        _stop(proc)
+        _stop_tree(proc)
 
 
 def test_torchrun_agent_and_workers(torchrun_job):
@@ -94,7 +76,7 @@ def test_unreadable_processes_are_reported_and_the_walk_goes_on():
         assert child["readable"] and child["env"]["NCCL_PROTO"] == "LL"
         assert done.returncode == 0 and doc["verdict"]["checked_pids"] == [child["pid"]]
     finally:
-        _stop(job)
+        _stop_tree(job)
 
 
 @needs_root
@@ -104,7 +86,7 @@ def test_nothing_readable_exits_3():
         done = _check_as_nobody(job.pid)
         assert done.returncode == 3 and "permission denied" in done.stdout
     finally:
-        _stop(job)
+        _stop_tree(job)
 
 
 def _children(pid: int) -> list:
