@@ -151,6 +151,9 @@ def test_exit_codes(job, tmp_path):
     assert _run("env-check", "--pid", str(zombie))[0] == 3
     code, out, err = _run("env-check", "--pid", "999999999")
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "999999999" in err
+    for bad_pid in ("-5", "0", "abc"):
+        code, out, err = _run("env-check", "--pid", bad_pid)
+        assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     code, _, err = _run("env-check", "--pid", str(root), "--expect", "NCCL_PROTO")
     assert code == 2 and "NAME=VALUE" in err and err.count("\n") == 1
     bad = tmp_path / "rec.json"

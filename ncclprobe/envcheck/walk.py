@@ -42,6 +42,8 @@ class ProcessInfo:
 
 def walk(root_pid: int) -> list[ProcessInfo]:
     """The root and every descendant, parents before children. UsageProblem if the root is absent."""
+    if root_pid < 1:
+        raise UsageProblem(f"--pid {root_pid} is not a process id (pids start at 1)")
     try:
         root = psutil.Process(root_pid)
     except psutil.NoSuchProcess:
