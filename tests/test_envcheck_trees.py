@@ -92,3 +92,15 @@ def test_nothing_readable_exits_3():
 def _children(pid: int) -> list:
     import psutil
     return psutil.Process(pid).children()
+
+
+def test_lint_error_in_a_process_is_a_finding():
+    job = _start([sys.executable, "-c", "import time; time.sleep(60)"], NCCL_P2P_LEVEL="sys")
+    try:
+        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--format", "json"])
+        doc = json.loads(result.stdout)
+        assert result.exit_code == 1
+        assert [f["code"] for f in doc["processes"][0]["lint"]] == ["p2p-level-case"]
+        assert doc["verdict"]["findings"][0].startswith(f"pid {job.pid}: lint error: NCCL_P2P_LEVEL=sys")
+    finally:
+        _stop_tree(job)

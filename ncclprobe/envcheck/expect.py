@@ -111,8 +111,8 @@ def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict] 
         return None
     settings = {name: value for name, value in env.items() if is_relevant(name)}
     findings = lint_env(settings, nccl_version=nccl_version)
-    return [{"severity": f.severity, "variable": f.variable, "message": _masked(f.message, env),
-             "fix": _masked(f.fix, env)} for f in findings]
+    return [{"severity": f.severity, "variable": f.variable, "code": getattr(f, "code", ""),
+             "message": _masked(f.message, env), "fix": _masked(f.fix, env)} for f in findings]
 
 
 def _masked(text: str, env: Mapping[str, str]) -> str:
