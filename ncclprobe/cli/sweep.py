@@ -32,6 +32,8 @@ Examples:
   ncclprobe sweep --p2p-level default,PHB,SYS --set NCCL_BUFFSIZE=default,8388608
   ncclprobe sweep --output sweep.jsonl --format json
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
+  ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
+  ncclprobe sweep --collect /shared/sw              #   run the printed torchrun lines, then collect
 """
 
 
@@ -60,9 +62,13 @@ def _csv(value: str) -> tuple[str, ...]:
               help="Seconds a pool may stay silent before it counts as hung and is killed.")
 @click.option("--output", type=click.Path(dir_okay=False), help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl.")
 @click.option("--resume", type=click.Path(dir_okay=False), help="Continue the sweep recorded in this results file.")
+@click.option("--torchrun-dir", type=click.Path(file_okay=False),
+              help="Plan a multi-node sweep: write payloads here, print one torchrun command per pool.")
+@click.option("--collect", type=click.Path(file_okay=False, exists=True),
+              help="Turn a --torchrun-dir whose commands have run into a results file.")
 @format_option
 @click.pass_context
-def command(ctx, resume, output, fmt, **options):
+def command(ctx, resume, output, torchrun_dir, collect, fmt, **options):
     """Measure a collective (all-reduce) over every combination of the NCCL settings given, one
     worker pool per combination of once-per-process settings, and prove from NCCL's own debug
     log that each setting was read. Results are appended to a JSON Lines file as each
@@ -70,7 +76,12 @@ def command(ctx, resume, output, fmt, **options):
     """
     from ncclprobe.sweep import session
     quiet = (ctx.obj or {}).get("quiet", False)
-    if resume:
+    if torchrun_dir:
+        _plan_torchrun(ctx, torchrun_dir, options)
+        return
+    if collect:
+        job = session.collect_job(collect, output or _default_output())
+    elif resume:
         explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
         if explicit or output:
             raise UsageProblem(f"--resume continues the sweep recorded in {resume!r} with its own settings; "
@@ -88,6 +99,17 @@ def command(ctx, resume, output, fmt, **options):
         click.echo(f"ncclprobe: results written to {job.path}", err=True)
     _render(fmt, results_file)
     ctx.exit(session.exit_code(results_file))
+
+
+def _plan_torchrun(ctx, directory: str, options: dict) -> None:
+    from ncclprobe.sweep import session
+    if not options["nranks"]:
+        raise UsageProblem("--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)")
+    spec, skipped = session.spec_from_options(_spec_options(options), local=False)
+    for line in session.plan_torchrun(spec, skipped, directory, sys.argv):
+        click.echo(line)
+    click.echo(f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
+               f"then: ncclprobe sweep --collect {directory}", err=True)
 
 
 def _spec_options(options: dict) -> dict:

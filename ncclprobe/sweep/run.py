@@ -82,7 +82,7 @@ def run_sweep(spec: SweepSpec, writer: ResultWriter, *, done: set[str] = frozens
     with tempfile.TemporaryDirectory(prefix="ncclprobe-sweep-") as log_dir:
         while queue:
             pool = queue.popleft()
-            left = _PoolRun(spec, pool, stats.pools_run, Path(log_dir), writer, stats, progress).run()
+            left = PoolRun(spec, pool, stats.pools_run, Path(log_dir), writer, stats, progress).run()
             stats.pools_run += 1
             if left:
                 queue.appendleft(Pool(pool.process_settings, left))
@@ -100,11 +100,20 @@ def _write_skip(writer, skip: Skip, stats: SweepStats, progress) -> None:
         progress.advance(skip.config.config_id)
 
 
-class _PoolRun:
+def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
+    """What every worker of a pool gets: its configurations and how to measure."""
+    return {"configs": [{"config_id": c.config_id, "comm_settings": c.comm_settings} for c in pool.configs],
+            "collective": spec.collective, "dtype": spec.dtype, "sizes": list(spec.sizes),
+            "in_place": list(spec.in_place), "modes": list(spec.modes), "warmup": spec.warmup,
+            "iters": spec.iters, "trials": spec.trials}
+
+
+class PoolRun:
     """One pool's life: start it, turn its messages into records, say what is left to run."""
 
-    def __init__(self, spec, pool, index, log_dir, writer, stats, progress):
+    def __init__(self, spec, pool, index, log_dir, writer, stats, progress, log_name="pool{index}-rank{rank}.log"):
         self.spec, self.pool, self.index, self.log_dir = spec, pool, index, log_dir
+        self.log_name = log_name
         self.writer, self.stats, self.progress = writer, stats, progress
         self.swept = sorted(spec.grid)
         self.by_config: dict[str, dict] = {c.config_id: {"starts": {}, "ends": {}, "results": {}} for c in pool.configs}
@@ -127,14 +136,25 @@ class _PoolRun:
         self._write_failed(left[0], outcome.status, outcome.reason)
         return left[1:]
 
+    def replay(self, messages: list[dict]) -> None:
+        """Records from messages that workers wrote elsewhere (torchrun); unfinished configs are errors.
+
+        Pool start is not measured here: nobody here saw the pool start."""
+        for message in messages:
+            if message.get("kind") != "ready":
+                self._on_message(message)
+        for config in self.pool.configs:
+            if config.config_id not in self.finished:
+                self._write_failed(config, "error", "not every rank reported the end of this configuration")
+
+    def log_path(self, rank: int | str) -> Path:
+        return self.log_dir / self.log_name.format(index=self.index, rank=rank)
+
     def _pool_spec(self) -> PoolSpec:
         nccl = self.spec.backend == "nccl"
         env = {**(NCCL_DEBUG_ENV if nccl else {}), **self.pool.process_settings}
-        rank_env = {"NCCL_DEBUG_FILE": str(self.log_dir / f"pool{self.index}-rank{{rank}}.log")} if nccl else {}
-        payload = {"configs": [{"config_id": c.config_id, "comm_settings": c.comm_settings} for c in self.pool.configs],
-                   "collective": self.spec.collective, "dtype": self.spec.dtype, "sizes": list(self.spec.sizes),
-                   "in_place": list(self.spec.in_place), "modes": list(self.spec.modes), "warmup": self.spec.warmup,
-                   "iters": self.spec.iters, "trials": self.spec.trials}
+        rank_env = {"NCCL_DEBUG_FILE": str(self.log_path("{rank}"))} if nccl else {}
+        payload = pool_payload(self.spec, self.pool)
         unset = tuple(self.swept) + (tuple(NCCL_DEBUG_ENV) + ("NCCL_DEBUG_FILE",) if nccl else ())
         return PoolSpec(nranks=self.spec.nranks, backend=self.spec.backend, entry=ENTRY, payload=payload,
                         env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s)
@@ -151,16 +171,16 @@ class _PoolRun:
             return
         if kind == "config-start":
             state["starts"][rank] = message
-            self.config_began.setdefault(message["config_id"], time.monotonic())
+            self.config_began.setdefault(message["config_id"], message.get("t", time.time()))
         elif kind == "result":
             key = (message["mode"], message["in_place"], message["size_bytes"])
             state["results"].setdefault(key, {})[rank] = message
         elif kind == "config-end":
             state["ends"][rank] = message
             if len(state["ends"]) == self.spec.nranks:
-                self._finish(message["config_id"], state)
+                self._finish(message["config_id"], state, message.get("t", time.time()))
 
-    def _finish(self, config_id: str, state: dict) -> None:
+    def _finish(self, config_id: str, state: dict, ended_at: float) -> None:
         config = next(c for c in self.pool.configs if c.config_id == config_id)
         seen = {rank: m["seen_env"] for rank, m in state["starts"].items()}
         status, reason, proof = prove(config.settings, self.swept, seen, self.spec.backend, self._logs(state))
@@ -173,7 +193,7 @@ class _PoolRun:
         for record in results:
             self.writer.write(record)
         self.finished.append(config_id)
-        spent = time.monotonic() - self.config_began.get(config_id, time.monotonic())
+        spent = max(0.0, ended_at - self.config_began.get(config_id, ended_at))  # workers' clocks
         self.stats.config_s.append(spent)
         self.config_s_total += spent
 
@@ -182,7 +202,7 @@ class _PoolRun:
             return None
         logs = {}
         for rank, start in state["starts"].items():
-            path = self.log_dir / f"pool{self.index}-rank{rank}.log"
+            path = self.log_path(rank)
             try:
                 data = path.read_bytes().decode("utf-8", "replace")
             except OSError:

@@ -27,6 +27,7 @@ class Job:
     header: dict | None                      # None when resuming: the file has one
     done: set[str] = field(default_factory=set)
     equivalent_levels: list[list[str]] | None = None
+    collect_dir: Path | None = None          # torchrun: collect what the workers left here
 
     @property
     def total(self) -> int:
@@ -34,16 +35,18 @@ class Job:
         return sum(1 for c in configs + [s.config for s in skips] if c.config_id not in self.done)
 
 
-def spec_from_options(options: dict, *, tuning_explicit: bool = True) -> tuple[SweepSpec, dict[str, str]]:
+def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: bool = True) -> tuple[SweepSpec, dict[str, str]]:
     """Options as the CLI collects them -> a validated spec and the modes skipped (with why).
 
     With one NCCL rank NCCL never runs its tuner (no `NCCL_PROTO set by environment` line, real
     2.28.9 log in the fixtures), so the default protocol/algorithm axes are dropped there; given
-    explicitly they are measured and reported as ignored.
+    explicitly they are measured and reported as ignored. `local=False` plans for torchrun on other
+    hosts: this host's GPU count says nothing about theirs.
     """
     backend = setup.resolve_backend(options["backend"])
     nranks = options["nranks"] or (setup.gpu_count() if backend == "nccl" else 2)
-    setup.check_ranks(backend, nranks)
+    if local:
+        setup.check_ranks(backend, nranks)
     grid = dict(options["grid"])
     if backend == "nccl" and nranks == 1 and not tuning_explicit:
         grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
@@ -91,10 +94,29 @@ def resume_job(path_text: str) -> Job:
                equivalent_levels=levels)
 
 
+def plan_torchrun(spec: SweepSpec, skipped_modes: dict[str, str], directory: str, argv: list[str]) -> list[str]:
+    from ncclprobe.sweep import torchrun
+    head = setup.header(spec, list(argv), None, setup.notes(spec, skipped_modes), skipped_modes)
+    return torchrun.write_plan(spec, head, Path(directory))
+
+
+def collect_job(directory: str, output: str) -> Job:
+    """A job whose measurements already happened under torchrun: only the collection is left."""
+    from ncclprobe.sweep import torchrun
+    path = Path(output)
+    _check_writable(path)
+    header = torchrun.collect_header(Path(directory))
+    return Job(spec=SweepSpec.from_json(header["spec"]), path=path, header=header, collect_dir=Path(directory))
+
+
 def run_job(job: Job, progress=None) -> ResultsFile:
     if job.header is None and job.total == 0:  # a finished file: nothing to add, not even a summary
         return read_results(job.path)
     with ResultWriter(job.path, job.header, resume=job.header is None) as writer:
+        if job.collect_dir is not None:
+            from ncclprobe.sweep.torchrun import collect
+            collect(job.collect_dir, writer)
+            return read_results(job.path)
         run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
     return read_results(job.path)
 

@@ -1,0 +1,103 @@
+"""Sweeps across nodes: torchrun starts the workers, ncclprobe plans the pools and collects.
+
+`ncclprobe.launch` starts workers on this host only. Across nodes, torchrun (or any env://
+launcher) starts them and the same worker code runs: `ncclprobe.worker` sees torchrun's
+RANK/WORLD_SIZE/LOCAL_RANK and joins through env://. The workflow, with DIR on a filesystem every
+node sees:
+
+  1. ncclprobe sweep --torchrun-dir DIR --nranks 16 [grid options]
+        writes one payload per pool and prints one torchrun command per pool;
+  2. run each printed command on every node, pool after pool;
+  3. ncclprobe sweep --collect DIR [--output FILE]
+        turns the workers' messages and NCCL logs into a results file, with the same proof.
+
+Each pool is one torchrun launch, so once-per-process settings still get fresh processes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.records import ResultWriter
+from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
+from ncclprobe.sweep.run import ENTRY, NCCL_DEBUG_ENV, PoolRun, SweepStats, pool_payload
+
+PLAN = "plan.json"
+TORCHRUN = ("torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d "
+            "--rdzv-endpoint HEAD_NODE:29500 -m ncclprobe.worker")
+
+
+def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
+    """Write DIR/plan.json and DIR/pool<k>/payload.json; return the command line of each pool."""
+    if directory.exists() and any(directory.iterdir()):
+        raise UsageProblem(f"--torchrun-dir {str(directory)!r} is not empty; give a new directory")
+    pools = plan_pools(build_grid(spec.grid))
+    directory.mkdir(parents=True, exist_ok=True)
+    commands = []
+    for index, pool in enumerate(pools):
+        pool_dir = directory / f"pool{index}"
+        pool_dir.mkdir()
+        (pool_dir / "payload.json").write_text(json.dumps(pool_payload(spec, pool)))
+        commands.append(pool_command(spec, pool, pool_dir.resolve()))
+    plan = {"header": header, "pools": [[c.settings for c in pool.configs] for pool in pools]}
+    (directory / PLAN).write_text(json.dumps(plan, indent=1))
+    return commands
+
+
+def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
+    """`env -u <swept> VAR=value ... torchrun ...`: swept variables start unset, as in a local pool."""
+    unset = " ".join(f"-u {name}" for name in sorted(spec.grid))
+    env = {**(NCCL_DEBUG_ENV if spec.backend == "nccl" else {}), **pool.process_settings,
+           "NCCLPROBE_ENTRY": ENTRY, "NCCLPROBE_RUN_DIR": str(pool_dir), "NCCLPROBE_BACKEND": spec.backend}
+    assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+    return " ".join(part for part in ("env", unset, assignments, TORCHRUN) if part)
+
+
+def read_plan(directory: Path) -> tuple[dict, list[Pool]]:
+    try:
+        plan = json.loads((directory / PLAN).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageProblem(f"--collect {str(directory)!r}: no readable {PLAN} (made by --torchrun-dir): {exc}") from exc
+    pools = []
+    for settings_list in plan["pools"]:
+        configs = [Config(settings) for settings in settings_list]
+        pools.append(Pool(configs[0].process_settings if configs else {}, configs))
+    return plan["header"], pools
+
+
+def collect(directory: Path, writer: ResultWriter) -> dict:
+    """Write every pool's configurations from the messages its ranks left in DIR/pool<k>/."""
+    header, pools = read_plan(directory)
+    spec = SweepSpec.from_json(header["spec"])
+    stats, stamps = SweepStats(), []
+    for index, pool in enumerate(pools):
+        pool_dir = directory / f"pool{index}"
+        messages = _rank_messages(pool_dir)
+        stamps += [m["t"] for m in messages if "t" in m]
+        PoolRun(spec, pool, index, pool_dir, writer, stats, None, log_name="nccl-rank{rank}.log").replay(messages)
+        stats.pools_run += 1
+    summary = stats.summary(max(stamps) - min(stamps) if stamps else 0.0)
+    writer.write(summary)
+    return summary
+
+
+def _rank_messages(pool_dir: Path) -> list[dict]:
+    """Every rank's messages, rank by rank (each file is one rank's own order)."""
+    out = []
+    for path in sorted(pool_dir.glob("rank*.jsonl"), key=lambda p: int(p.stem[4:])):
+        rank = int(path.stem[4:])
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                out.append({"rank": rank, **json.loads(line)})
+            except json.JSONDecodeError:
+                continue  # a line torn by a killed rank
+    return out
+
+
+def collect_header(directory: Path) -> dict:
+    header, _ = read_plan(directory)
+    return {**header, "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
