@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,11 +121,9 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
     spec_path.write_text(json.dumps(spec))
     row = {"mechanism": mechanism.name, "description": mechanism.description, "variable": mechanism.variable,
            "scope": "communicator" if mechanism.variable == COMM_VAR else "process", "value_set": value}
-    try:
-        done = subprocess.run([sys.executable, "-m", MODULE, "drive", str(spec_path)], env=env, cwd=root,
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {**row, "status": "error", "reason": f"no result within {timeout_s:.0f} s"}
+    done = _run_driver(spec_path, env, root, timeout_s)
+    if done is None:
+        return {**row, "status": "error", "reason": f"no result within {timeout_s:g} s (driver and workers killed)"}
     if done.returncode == 3:
         return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
     if done.returncode != 0 or not result_path.exists():
@@ -134,6 +133,20 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
     return {**row, "status": "measured", "reason": seen.get("nccl_error"), "worker_pid": seen["pid"],
             "proc": seen["proc"], "os_environ": seen["os_environ"], "getenv": seen["getenv"],
             "nccl": nccl_read(root, seen["pid"], mechanism.variable) if nccl else NEEDS_GPU}
+
+
+def _run_driver(spec_path: Path, env: dict, root: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
+    """Run one driver in its own session; on timeout kill the session, so no worker outlives it."""
+    cmd = [sys.executable, "-m", MODULE, "drive", str(spec_path)]
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def nccl_read(root: Path, pid: int, variable: str) -> str | None:
@@ -324,7 +337,7 @@ def main(argv: list[str]) -> int:
     from ncclprobe.probes import env_propagation as probe
     try:
         probe.drive(spec) if argv[0] == "drive" else probe.work(spec)
-    except Skip as exc:
+    except probe.Skip as exc:  # the installed module's class, not this __main__ copy's
         print(f"skipped: {exc}", file=sys.stderr)
         return 3
     return 0
