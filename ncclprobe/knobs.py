@@ -53,6 +53,7 @@ class Knob:
     source: str = ""                      # where the fact comes from
     since: str = ""                       # NCCL version that introduced it, when later than 2.8
     unverified: tuple[str, ...] = ()      # facts read from NCCL's source, not yet seen on hardware
+    verified: tuple[str, ...] = ()        # facts seen in NCCL's own log on real hardware, and where
     extra: dict = field(default_factory=dict)
 
 
@@ -71,6 +72,7 @@ ALGORITHM_SINCE = {"collnetdirect": (2, 14, 0), "collnetchain": (2, 14, 0), "nvl
                    "nvlstree": (2, 18, 0), "pat": (2, 23, 0)}
 
 _PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
+_H200 = "NCCL 2.28.9, H200, two ranks on one GPU over NET/Socket, 2026-11-29"
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob(name="NCCL_PROTO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=PROTOCOLS,
@@ -85,9 +87,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          log_proof="`NCCL_PROTO set by environment to <value>` (ENV subsystem, no trailing period); 2.24+ rank 0 "
                    "also prints `Enabled NCCL Func/Proto/Algo Matrix:`",
          source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc",
-         unverified=("^LL force-enables LL128: read from parseList, not yet seen in a log's Func/Proto/Algo matrix",
-                     "one-rank communicators print no `NCCL_PROTO set by environment` line (seen in the H200 "
-                     "2.28.9 log with NCCL_PROTO=LL set): with one rank the tuning model may not run")),
+         verified=(_H200 + ": ^LL gives matrix LL 0 / LL128 1 / Simple 1 and NCCL then picks RING/LL128 for "
+                   "1K and 64K on a path without NVLink (tests/fixtures/nccl_logs/*proto_excl_ll_tuning.log)",
+                   _H200 + ": an unknown token is `WARN Unrecognized element token` and communicator creation fails",
+                   "NCCL 2.28.9 H200, one rank: no `NCCL_PROTO set by environment` line although NCCL_PROTO=LL "
+                   "was set (the one-rank log in tests/fixtures): one-rank communicators cannot prove it")),
     Knob(name="NCCL_ALGO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=ALGORITHMS,
          summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
          default="NCCL's cost model picks per size",
@@ -96,6 +100,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                         "2.24+: unknown tokens fail; if Ring is excluded and nothing valid remains init fails"),
          risks=("forcing Tree on one node rarely helps; excluding Ring can make init fail on 2.24+",),
          log_proof="`NCCL_ALGO set by environment to <value>`; per call, TUNING lines `... -> Algo RING proto ...`",
+         verified=(_H200 + ": `Ring,Bogus` is `WARN Unrecognized element token` and communicator creation fails",),
          source="ncclGetEnv in ncclTopoTuneModel, src/graph/tuning.cc"),
     Knob(name="NCCL_P2P_LEVEL", scope=Scope.PROCESS, kind=Kind.LEVEL, values=P2P_LEVELS, case_sensitive=True,
          summary="Furthest topology path over which GPUs talk peer-to-peer (else SHM or NET).",
@@ -108,7 +113,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          source="ncclGetLevel -> process-global ncclTopoUserP2pLevel, src/graph/paths.cc",
          extra={"undocumented_levels": P2P_LEVELS_UNDOCUMENTED,
                 "legacy_integers": {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}},
-         unverified=("lowercase values silently ignored: read from strcmp in ncclGetLevel, not yet seen on a GPU",)),
+         verified=(_H200 + ": `sys` prints no set-by-environment line and no WARN while `SYS` does; `2` is "
+                   "logged as PXB (tests/fixtures/nccl_logs/*p2p_level_lowercase.log)",),
+         unverified=("the lowercase value's effect on P2P itself needs two GPUs on one host to observe",)),
     Knob(name="NCCL_P2P_DISABLE", scope=Scope.PROCESS, kind=Kind.BOOL, values=("0", "1"),
          summary="1 turns peer-to-peer off entirely (same as P2P level LOC).",
          default="0", risks=("overrides NCCL_P2P_LEVEL: setting both is contradictory",),
@@ -156,6 +163,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          syntax="comma list of subsystem names, any case; ^ prefix excludes the listed ones from ALL",
          risks=("a list without ENV hides every `set by environment` line, the proof that a setting was read",),
          version_notes=("2.20+: TUNING per-call lines are INFO (TRACE before); 2.24+ they name the algorithm",),
+         verified=(_H200 + ": NCCL_DEBUG_SUBSYS=TUNING alone prints TUNING lines but no `set by environment` line",),
          source="ncclDebugInit, src/debug.cc"),
     Knob(name="NCCL_DEBUG_FILE", scope=Scope.PROCESS, kind=Kind.PATH,
          summary="Log file; %h is the hostname, %p the pid. Overwritten, not appended.",
@@ -280,4 +288,4 @@ def explain(name: str) -> dict:
             "kind": row.kind.value, "values": list(row.values), "case_sensitive": row.case_sensitive,
             "default": row.default, "syntax": row.syntax, "since": row.since or None,
             "version_notes": list(row.version_notes), "risks": list(row.risks), "log_proof": row.log_proof,
-            "source": row.source, "unverified": list(row.unverified), **row.extra}
+            "source": row.source, "verified": list(row.verified), "unverified": list(row.unverified), **row.extra}

@@ -144,7 +144,8 @@ def _ll128(ctx: _Context) -> Iterator[Finding]:
     if not forcing:
         return
     clause = forcing[0]
-    how = (f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in"
+    how = (f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in "
+           "(seen on 2.28.9: it then picks LL128 without NVLink)"
            if "^" in clause else f"`{clause}` names LL128")
     where = "this node has no NVLink" if ctx.nvlink is False else "NVLink is not known to be present"
     yield Finding("error" if ctx.nvlink is False else "warning", "NCCL_PROTO",

@@ -137,3 +137,18 @@ def test_errors_come_first_and_findings_serialise():
     assert [f.severity for f in findings] == ["error", "warning"]
     assert set(findings[0].to_json()) == {"severity", "variable", "message", "fix", "code"}
     assert Finding("info", None, "m", "f").code == ""
+
+
+def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
+    """The environment NCCL itself reported (2.28.9, a path without NVLink) gets the verdicts the
+    same logs prove: ^LL forced LL128 there; the lowercase level left no trace."""
+    from pathlib import Path
+    from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+    logs = Path(__file__).parent / "fixtures" / "nccl_logs"
+    forced = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log")
+    assert any(t.proto == "LL128" for t in forced.tuning)
+    codes = {f.code for f in lint_env(forced.env, nvlink=False, nccl_version=forced.nccl_version)}
+    assert codes == {"ll128-without-nvlink"}
+    ignored = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log")
+    assert "NCCL_P2P_LEVEL" not in ignored.env
+    assert {f.code for f in lint_env({"NCCL_P2P_LEVEL": "sys"}, nccl_version=ignored.nccl_version)} == {"p2p-level-case"}

@@ -28,6 +28,12 @@ FACTS = {
     "nccl_2.27.3_l40s_g6e48xlarge_4pod_net_libfabric_p2plevel_nvl.log":
         ("2.27.3", {"NCCL_P2P_LEVEL": "NVL", "NCCL_PROTO": "simple"}, 4, {"NET": 24}, 0),
     "nccl_2.28.9_1x_h200_1rank_debug_subsys_all.log": ("2.28.9", {"NCCL_P2P_LEVEL": "SYS"}, 1, {}, 0),
+    "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log":
+        ("2.28.9", {"NCCL_PROTO": "^LL", "NCCL_NVLS_ENABLE": "0", "NCCL_HOSTID": "fakehost0"}, 2, {"NET": 4}, 0),
+    "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_unknown_token.log":
+        ("2.28.9", {"NCCL_PROTO": "LL,Bogus"}, 2, {}, 1),
+    "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log":
+        ("2.28.9", {"NCCL_P2P_LEVEL": None, "NCCL_NVLS_ENABLE": "0"}, 2, {"NET": 4}, 0),
     "nccl_2.29.7dev_tuning_subsys_rtx5090_2ranks_1gpu_socket.log":
         ("2.29.7", {"NCCL_P2P_DISABLE": "1"}, None, {}, 0),
 }
@@ -88,6 +94,20 @@ def test_func_proto_algo_matrix_shows_simple_only():
     assert log.enabled_matrix["AllReduce"]["protocols"] == ["SIMPLE"]
     assert "COLLNET_DIRECT" in log.enabled_matrix["AllReduce"]["algorithms"]
     assert log.tuner_plugin == "nccl_ofi_tuner"
+
+
+def test_h200_exclusion_list_forces_ll128_without_nvlink():
+    """Recorded on NCCL 2.28.9: NCCL_PROTO=^LL enables LL128 in the matrix and NCCL then picks it."""
+    log = parse_nccl_log_file(LOGS / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log")
+    assert log.enabled_matrix["AllReduce"]["protocols"] == ["LL128", "SIMPLE"]
+    assert [(t.bytes, t.algo, t.proto) for t in log.tuning] == [
+        (1024, "RING", "LL128"), (65536, "RING", "LL128"), (4194304, "RING", "SIMPLE"), (67108864, "RING", "SIMPLE")]
+    assert log.communicators[0]["nnodes"] == 2 and log.connected == {"rings": 1}
+
+
+def test_timestamped_warn_line_of_2_28():
+    log = parse_nccl_log_file(LOGS / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_unknown_token.log")
+    assert log.warnings == ['Unrecognized element token "Bogus" when parsing "LL,Bogus"']
 
 
 def test_warn_lines_keep_their_message():
