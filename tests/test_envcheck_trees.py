@@ -104,3 +104,22 @@ def test_lint_error_in_a_process_is_a_finding():
         assert doc["verdict"]["findings"][0].startswith(f"pid {job.pid}: lint error: NCCL_P2P_LEVEL=sys")
     finally:
         _stop_tree(job)
+
+
+def test_expect_from_what_the_recommender_wrote(tmp_path):
+    from tests.data.resultsets import config, curve, scaled, write_set
+    default = curve(20.0, 0.05)
+    results = write_set(tmp_path / "r.jsonl", [config({}, default),
+                                               config({"NCCL_PROTO": "LL"}, scaled(default, 0.6, 1.3))])
+    rec = tmp_path / "rec.json"
+    made = CliRunner().invoke(cli, ["recommend", results, "--sizes", "4K,16K", "--emit", "json", "--output", str(rec)])
+    assert made.exit_code == 0 and json.loads(rec.read_text())["env"] == {"NCCL_PROTO": "LL"}
+    tuned = _start([sys.executable, "-c", "import time; time.sleep(60)"], NCCL_PROTO="LL")
+    untuned = _start([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for job, code in ((tuned, 0), (untuned, 1)):
+            result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect-from", str(rec)])
+            assert result.exit_code == code, result.stdout
+    finally:
+        _stop_tree(tuned)
+        _stop_tree(untuned)
