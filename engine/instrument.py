@@ -46,6 +46,9 @@ class PhaseTimer:
                 self._spans.setdefault(name, []).append(time.perf_counter() - started)
                 self.current = outer
 
+    def current_names(self) -> list[str]:
+        return list(self._spans)
+
     def durations_ms(self) -> dict[str, list[float]]:
         """Every phase's durations in ms; on a GPU call after the run was synchronised."""
         if self.cuda:

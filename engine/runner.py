@@ -7,6 +7,8 @@ which the report, recommend and diagnose commands read.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Callable
 
 from ncclprobe.engine.config import preset
@@ -41,19 +43,38 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
 
 def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     device = spec.resolved_device()
-    pool = PoolSpec(nranks=spec.tp, backend="nccl" if device == "cuda" else "gloo", entry=ENTRY,
-                    payload={"jobs": [spec.to_json()]}, env=dict(spec.settings), timeout_s=timeout_s)
-    outcome = run_pool(pool, on_message=on_message)
+    backend = "nccl" if device == "cuda" else "gloo"
+    with tempfile.TemporaryDirectory(prefix="ncclprobe-engine-nccl-") as log_dir:
+        env = dict(spec.settings)
+        if backend == "nccl":
+            env.update(nccl_log_env(log_dir, spec.settings))
+        pool = PoolSpec(nranks=spec.tp, backend=backend, entry=ENTRY, payload={"jobs": [spec.to_json()]},
+                        env=env, timeout_s=timeout_s)
+        outcome = run_pool(pool, on_message=on_message)
     if outcome.status != "ok":
         raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
+    logs = {m["rank"]: m for m in outcome.of_kind("engine-nccl-log")}
     workers = [{"rank": m["rank"], "pid": m["pid"], "env_at_comm_init": m["env_at_comm_init"],
-                "device": m["device"], "nccl_version": m["nccl_version"], "nccl_read": {}}
-               for m in outcome.of_kind("engine-worker")]
+                "device": m["device"], "nccl_version": m["nccl_version"],
+                "nccl_read": logs.get(m["rank"], {}).get("nccl_read", {}),
+                "nccl_warnings": logs.get(m["rank"], {}).get("warnings", [])}
+               for m in sorted(outcome.of_kind("engine-worker"), key=lambda m: m["rank"])]
     digests = {}
     for m in outcome.of_kind("engine-digest"):
         digests.setdefault(m["mode"], set()).add(m["digest"])
     return [_run_record(spec, m, workers, len(digests.get(m["mode"], ())) == 1)
             for m in outcome.of_kind("engine-run")]
+
+
+def nccl_log_env(log_dir: str, settings: dict) -> dict[str, str]:
+    """Ask NCCL for its INFO log (init and environment lines only) in a file per process, unless
+    the user chose their own NCCL_DEBUG settings; the workers parse their own file."""
+    from ncclprobe.engine.worker import NCCL_LOG_DIR_VAR
+    env = {NCCL_LOG_DIR_VAR: log_dir}
+    if "NCCL_DEBUG" not in settings and "NCCL_DEBUG" not in os.environ:
+        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+                    "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%p.log")})
+    return env
 
 
 def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: bool) -> dict:
@@ -69,7 +90,8 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
                        "cycles": message["cycles"]},
         "collectives": {"per_token_count": total_count / spec.new_tokens,
                         "per_token_bytes": total_bytes / spec.new_tokens, "sizes": message["collectives"]},
-        "collective_share": None, "graph_coverage": None,
+        "collective_share": message["collective_share"], "graph_coverage": message["graph_coverage"],
+        "graphs": message["graphs"],
         "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
 
 
@@ -107,4 +129,18 @@ def _checks(spec: RunSpec, runs: list[dict]) -> dict:
             by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]
         pairs = [modes for modes in by_label.values() if len(modes) == 2]
         greedy_match = all(m["baseline"] == m["speculative"] for m in pairs) if pairs else None
-    return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match}
+    return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match,
+            "settings": [settings_check(run) for run in runs if run["settings"]]}
+
+
+def settings_check(run: dict) -> dict:
+    """Did every worker have each requested setting when it created its communicator, and did
+    NCCL report reading it? (`read` is None without an NCCL log, e.g. on gloo.)"""
+    received, read = {}, {}
+    workers = run["workers"]
+    for key, value in run["settings"].items():
+        received[key] = bool(workers) and all(w["env_at_comm_init"].get(key) == value for w in workers)
+        logs = [w["nccl_read"] for w in workers if w["nccl_read"]]
+        read[key] = (all(log.get(key) == value for log in logs) if logs and key.startswith("NCCL_") else None)
+    return {"label": run["label"], "mode": run["mode"], "received_by_every_worker": received,
+            "read_by_nccl": read}

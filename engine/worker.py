@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import torch
 
@@ -19,15 +20,21 @@ from ncclprobe.engine.build import build_draft, build_target, max_positions, ran
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
+from ncclprobe.engine.graphs import GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.provenance import nccl_version_string, relevant_env
+
+NCCL_LOG_DIR_VAR = "NCCLPROBE_ENGINE_NCCL_LOG_DIR"
 
 def run_jobs(ctx) -> None:
     if ctx.backend == "gloo" and ctx.world_size > 1:
         torch.set_num_threads(1)  # ranks share the CPU cores: oversubscribed threads stall collectives
     comm = Communicator.from_default_group()
-    ctx.emit("engine-worker", pid=os.getpid(), env_at_comm_init=relevant_env(), device=str(ctx.device),
+    asked = {key for job in ctx.payload["jobs"] for key in job.get("settings", {})}
+    env = relevant_env() | {key: os.environ[key] for key in asked if key in os.environ}
+    ctx.emit("engine-worker", pid=os.getpid(), env_at_comm_init=env, device=str(ctx.device),
              nccl_version=nccl_version_string() if ctx.backend == "nccl" else None)
     for index, job in enumerate(ctx.payload["jobs"]):
         spec = RunSpec.from_json(job)
@@ -35,6 +42,20 @@ def run_jobs(ctx) -> None:
             ctx.emit("engine-digest", job=index, mode=record["mode"], digest=_digest(record["tokens"]))
             if ctx.rank == 0:
                 ctx.emit("engine-run", job=index, **record)
+    _report_nccl_log(ctx)
+
+
+def _report_nccl_log(ctx) -> None:
+    """What NCCL itself says it read: its debug log, written where the runner asked (NCCL_DEBUG_FILE
+    with %p), parsed by the evidence reader. Nothing to report on gloo."""
+    log_dir = os.environ.get(NCCL_LOG_DIR_VAR)
+    path = Path(log_dir) / f"nccl.{os.getpid()}.log" if log_dir else None
+    if path is None or not path.exists():
+        return
+    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    parsed = parse_nccl_log(path.read_text(errors="replace"))
+    ctx.emit("engine-nccl-log", nccl_read=parsed.env, nccl_version=parsed.nccl_version,
+             warnings=parsed.warnings[:20], transports=parsed.transports)
 
 
 def run_job(spec: RunSpec, comm: Communicator, device):
@@ -59,20 +80,42 @@ def _target(spec: RunSpec, device, dtype):
 
 def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     engine = Engine(target, draft, k=spec.k, temperature=spec.temperature, seed=spec.seed)
+    steps = None
+    if spec.graphs != "none":
+        steps = GraphedSteps(target, draft, comm, mode=spec.graphs)
+        steps.capture(spec.batch, spec.k, speculative=mode == "speculative")
+        engine.steps = steps
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:
         run(prompts, spec.warmup_tokens)  # first-call effects (allocator, thread pools) stay out
     timer, trace = PhaseTimer(device), CollectiveTrace()
     engine.timer = timer
     trace.attach(comm, timer)
+    if steps is not None:
+        steps.trace, steps.timer, steps.replay_timer = trace, timer, PhaseTimer(device)
     try:
         generation = run(prompts, spec.new_tokens)
     finally:
         comm.listener = None
-    return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s,
-            "phases": timer.summary(), "histogram": generation.histogram if mode == "speculative" else None,
+    phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None)
+    return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "phases": phases,
+            "histogram": generation.histogram if mode == "speculative" else None,
             "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,
-            "collectives": trace.sizes()}
+            "collectives": trace.sizes(), "graphs": steps.graph_names() if steps else [],
+            "graph_coverage": _coverage(steps, generation.wall_s, device),
+            "collective_share": collective_share(phases, target=target, draft=draft, comm=comm, batch=spec.batch,
+                                                 k=spec.k, wall_s=generation.wall_s, device=device,
+                                                 draft_tp=spec.draft_tp) if spec.measure_share else None}
+
+
+def _coverage(steps, wall_s: float, device) -> float | None:
+    """Share of the run's wall time spent inside graph replays (None on CPU: no graphs exist)."""
+    if torch.device(device).type != "cuda":
+        return None
+    if steps is None or steps.replay_timer is None:
+        return 0.0
+    replay_ms = sum(sum(v) for v in steps.replay_timer.durations_ms().values())
+    return min(1.0, replay_ms / (1000.0 * wall_s)) if wall_s > 0 else None
 
 
 def _digest(tokens) -> str:

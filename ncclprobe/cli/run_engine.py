@@ -95,7 +95,9 @@ def _open_trace(path):
 
 def _checks_pass(doc: dict) -> bool:
     checks = doc["checks"]
-    return checks["ranks_agree"] and checks["greedy_match"] is not False
+    received = all(all(c["received_by_every_worker"].values()) for c in checks["settings"])
+    read = all(v is not False for c in checks["settings"] for v in c["read_by_nccl"].values())
+    return checks["ranks_agree"] and checks["greedy_match"] is not False and received and read
 
 
 def _median(run: dict, phase: str):

@@ -1,0 +1,131 @@
+"""CUDA graphs for the engine's fixed-shape steps, with the collectives captured inside them.
+
+`GraphedSteps` stands in for `generate.Steps`: a call whose (kind, tokens per sequence, feature
+flag) was captured copies its inputs into the graph's static buffers and replays; anything else
+runs eagerly. What is captured (for the run's one batch size):
+- `decode`: the target's 1-token step (the baseline decode). Verify and the draft stay eager:
+  the seed case's "verify runs in extend mode without graphs", reproducible on purpose.
+- `all`: additionally the target's k+1-token verify, the draft's chained 1-token step and the
+  draft extend over k+1 slots.
+
+Capture writes garbage into the KV caches at the dummy positions 0..T-1; harmless, because
+prefill and every later step write a slot before any query at or after it attends to it (the
+position-indexed design of kv_cache.py). Each graph gets its own memory pool, so one graph's
+replay can never overwrite another graph's outputs.
+
+All-reduces issued while capturing are recorded into the graph by ProcessGroupNCCL; the NCCL
+settings in force at capture are the ones every replay uses. The communicator's listener sees
+them once, at capture; each replay then adds the captured records to the collective trace.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+
+WARMUP_CALLS = 2   # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
+
+
+class CapturedStep:
+    """One captured call: static inputs, static outputs, the graph, and its collectives."""
+
+    def __init__(self, name: str, fn, example_inputs: tuple, comm, pool=None):
+        self.name = name
+        self.inputs = tuple(x.clone() for x in example_inputs)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        listener, comm.listener = comm.listener, None
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_CALLS):
+                fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        recorder = CollectiveTrace()
+        recorder.capturing = name
+        comm.listener = recorder.record
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.outputs = fn(*self.inputs)
+        finally:
+            comm.listener = listener
+        self.collectives: Counter = recorder.counts
+
+    def __call__(self, *inputs):
+        for static, value in zip(self.inputs, inputs):
+            static.copy_(value)
+        self.graph.replay()
+        return self.outputs
+
+
+class GraphedSteps:
+    """Target and draft steps that replay CUDA graphs for the captured shapes."""
+
+    def __init__(self, target, draft, comm, *, mode: str, trace: CollectiveTrace | None = None,
+                 timer: PhaseTimer | None = None):
+        self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, mode
+        self.trace, self.timer = trace, timer
+        self.captured: dict[tuple, CapturedStep] = {}
+        self.graphed_phases: set[str] = set()
+        self.replay_timer: PhaseTimer | None = None
+
+    @torch.inference_mode()
+    def capture(self, batch: int, k: int, *, speculative: bool) -> None:
+        """Capture the steps `mode` asks for; call after the caches exist, before the run."""
+        device = next(self.target_model.parameters()).device
+        if not speculative:
+            self._capture_target(batch, 1, False, device)
+        elif self.mode == "all":
+            self._capture_target(batch, k + 1, True, device)
+            if self.draft_model is not None:
+                self._capture_draft(batch, 1, False, device)
+                self._capture_draft(batch, k + 1, True, device)
+
+    def _capture_target(self, batch, tokens, features, device):
+        name = f"target_{'verify' if features else 'decode'}_b{batch}_t{tokens}"
+        inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device), _dummy_positions(batch, tokens, device))
+        self.captured[("target", tokens, features)] = CapturedStep(
+            name, lambda t, p: self.target_model(t, p, features), inputs, self.comm)
+
+    def _capture_draft(self, batch, tokens, fuse, device):
+        cfg = self.draft_model.cfg
+        width = 3 * cfg.target_hidden if fuse else cfg.hidden
+        dtype = self.draft_model.fc.weight.dtype
+        name = f"draft_{'extend' if fuse else 'step'}_b{batch}_t{tokens}"
+        inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device),
+                  torch.zeros(batch, tokens, width, dtype=dtype, device=device),
+                  _dummy_positions(batch, tokens, device))
+        self.captured[("draft", tokens, fuse)] = CapturedStep(
+            name, lambda t, h, p: self.draft_model(t, h, p, fuse), inputs, self.comm)
+
+    def target(self, tokens, positions, features):
+        step = self.captured.get(("target", tokens.shape[1], features))
+        if step is None:
+            return self.target_model(tokens, positions, features)
+        return self._replay(step, tokens, positions)
+
+    def draft(self, tokens, hidden, positions, fuse):
+        step = self.captured.get(("draft", tokens.shape[1], fuse))
+        if step is None:
+            return self.draft_model(tokens, hidden, positions, fuse)
+        return self._replay(step, tokens, hidden, positions)
+
+    def _replay(self, step: CapturedStep, *inputs):
+        phase = self.timer.current if self.timer else None
+        if phase:
+            self.graphed_phases.add(phase)
+        if self.trace is not None:
+            self.trace.replayed(step.collectives, phase)
+        if self.replay_timer is not None:
+            with self.replay_timer.phase(step.name):
+                return step(*inputs)
+        return step(*inputs)
+
+    def graph_names(self) -> list[str]:
+        return sorted(step.name for step in self.captured.values())
+
+
+def _dummy_positions(batch: int, tokens: int, device) -> torch.Tensor:
+    return torch.arange(tokens, device=device).expand(batch, tokens).contiguous()
