@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.envcheck import env_check
 from ncclprobe.envcheck.expect import Expectation
-from ncclprobe.envcheck.walk import _tree, describe, walk
+from ncclprobe.envcheck.walk import _recheck, _tree, describe, walk
 
 HF_SECRET = "hf_PlantedTokenValue0123456789abcd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTEDKEY"
@@ -219,6 +219,21 @@ def test_process_exiting_mid_walk_is_reported_and_walk_goes_on(tmp_path):
         assert [i.pid for i in rest] == [k for k in kids if k != first_kid.pid] and rest[0].readable
     finally:
         _stop_tree(parent)
+
+
+def test_what_was_read_is_dropped_when_the_process_dies_before_the_walk_is_done():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ, NCCL_PROTO="LL"))
+    try:
+        handle = psutil.Process(proc.pid)
+        info = describe(handle, 1, None)
+        assert info.readable and info.environ["NCCL_PROTO"] == "LL"
+        proc.kill()  # not reaped yet: a zombie, whose /proc/PID/environ now reads as empty
+        _wait_for(lambda: handle.status() == psutil.STATUS_ZOMBIE)
+        _recheck(handle, info)
+        assert (info.status, info.readable, info.environ) == ("gone", False, {})
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_log_cross_check(job, tmp_path):

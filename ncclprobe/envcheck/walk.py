@@ -94,7 +94,20 @@ def describe(proc: psutil.Process, depth: int, gpu_map: dict[int, list[int]] | N
     info.libnccl, info.maps_readable = mapped_libnccl(pid)
     info.gpus = gpu_map.get(pid, []) if gpu_map is not None else None
     info.role = guess_role(argv)
+    _recheck(proc, info)
     return info
+
+
+def _recheck(proc: psutil.Process, info: ProcessInfo) -> None:
+    """Drop what was read if the process died meanwhile: a zombie's environ reads as empty, and
+    a reused pid would lend us a stranger's environment."""
+    try:
+        alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        alive = False
+    if not alive:
+        info.status, info.role, info.readable, info.environ = "gone", "gone", False, {}
+        info.libnccl, info.problem = None, "exited during the walk"
 
 
 def _basic(proc: psutil.Process) -> tuple[list[str], str, int | None]:
