@@ -179,3 +179,19 @@ def test_p2p_pattern_round_trip_on_gpu():
         assert result["status"] == "unavailable"
     else:
         assert result["status"] == "ok" and len(result["pairs"]) == torch.cuda.device_count() * (torch.cuda.device_count() - 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nvml_and_nvidia_smi_agree_on_gpu():
+    import shutil
+    import subprocess
+    pytest.importorskip("pynvml")
+    from ncclprobe.evidence.topo_live import _from_nvml
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi not on PATH")
+    smi = parse_topo(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=60).stdout)
+    sources = {}
+    nvml = _from_nvml(sources, needed=True)
+    assert sources["nvml"] == "used"
+    assert nvml.gpu_links == smi.gpu_links and len(nvml.gpus) == torch.cuda.device_count()
