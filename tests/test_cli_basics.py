@@ -25,7 +25,7 @@ def test_sweep_help_has_examples_and_states_the_cpu_defaults():
     result = _invoke("sweep", "--help")
     assert result.exit_code == 0
     assert "Examples:" in result.output and "ncclprobe sweep --resume" in result.output
-    assert "64..1M:4" in result.output and "2 local ranks" in result.output
+    assert "64..1M:16" in result.output and "2 local ranks" in result.output
 
 
 def test_python_dash_m_prints_help_and_lists_sweep():

@@ -14,13 +14,13 @@ from ncclprobe.errors import UsageProblem
 
 log = logging.getLogger("ncclprobe.sweep")
 
-CPU_DEFAULTS = {"sizes": "64..1M:4", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager"}
+CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager"}
 GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 20, "trials": 5, "mode": "eager,graph"}
 SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trials", "proto", "algo",
                 "p2p_level", "settings", "nranks", "backend", "timeout")
 
 EPILOG = """\b
-Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:4 (x4 steps), warm-up 2, 5 iterations x 3 trials, eager only;
+Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager only;
 on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
 Grid default: --proto default,LL,LL128,Simple --algo default,Ring,Tree (12 configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
