@@ -38,7 +38,18 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
     _link_verify_to_decode(runs)
     first = specs[0]
     return {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
-            "config": _config(first), "runs": runs, "checks": _checks(first, runs)}
+            "config": _config(first), "runs": runs, "checks": _checks(first.temperature, runs)}
+
+
+def merge_traces(first: dict, second: dict) -> dict:
+    """One trace holding both documents' runs (e.g. untuned then tuned), checks recomputed."""
+    from ncclprobe.engine.tuning import compare
+    merged = dict(first)
+    merged["runs"] = first["runs"] + second["runs"]
+    _link_verify_to_decode(merged["runs"])
+    merged["checks"] = _checks(first["config"]["temperature"], merged["runs"])
+    merged["comparison"] = compare(merged["runs"])
+    return merged
 
 
 def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
@@ -120,10 +131,10 @@ def _config(spec: RunSpec) -> dict:
             "backend": "nccl" if device == "cuda" else "gloo", "model": model}
 
 
-def _checks(spec: RunSpec, runs: list[dict]) -> dict:
+def _checks(temperature: float, runs: list[dict]) -> dict:
     """Self-checks any reader can rely on: ranks agree; greedy speculative equals the baseline."""
     greedy_match = None
-    if spec.temperature == 0:
+    if temperature == 0:
         by_label: dict[str, dict] = {}
         for run in runs:
             by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]

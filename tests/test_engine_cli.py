@@ -54,11 +54,32 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
         assert 0.0 < run["collective_share"] <= 1.0 and run["graph_coverage"] is None   # measured; no graphs on CPU
 
 
+def test_tuned_file_reaches_every_worker(tmp_path):
+    """--tuned FILE: the tuned runs' workers report the recommended settings in their own
+    environment at communicator creation; the untuned runs' workers do not have them."""
+    recommendation = tmp_path / "rec.json"
+    recommendation.write_text(json.dumps({"schema_version": 1, "kind": "recommendation",
+                                          "env": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}))
+    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline",
+                   "--tuned", str(recommendation), "--format", "json"])
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    runs = {r["label"]: r for r in doc["runs"]}
+    assert set(runs) == {"untuned", "tuned"}
+    assert all("NCCL_PROTO" not in w["env_at_comm_init"] for w in runs["untuned"]["workers"])
+    assert [w["env_at_comm_init"].get("NCCL_PROTO") for w in runs["tuned"]["workers"]] == ["LL", "LL"]
+    assert [w["env_at_comm_init"].get("NCCL_ALGO") for w in runs["tuned"]["workers"]] == ["Ring", "Ring"]
+    assert doc["checks"]["settings"][0]["received_by_every_worker"] == {"NCCL_PROTO": True, "NCCL_ALGO": True}
+    assert doc["comparison"][0]["mode"] == "baseline" and runs["tuned"]["tokens"] == runs["untuned"]["tokens"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--graphs", "decode"], "needs a CUDA GPU"),
     (["--tp", "0"], "tp must be at least 1"),
     (["--draft", "/nonexistent/draft.safetensors"], "does not exist"),
     (["--env", "NOEQUALS"], "KEY=VALUE"),
+    (["--tuned", "/nonexistent/rec.json"], "cannot read recommendation file"),
+    (["--tuned"], "issues no collectives"),
 ])
 def test_run_engine_refuses_bad_options(args, message):
     result = _run(["run-engine", "--device", "cpu", *args])

@@ -20,6 +20,7 @@ Examples:
 Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree or
 the workers hung/crashed, 2 bad options, 4 internal error."""
 
+SWEEP_FIRST = "\0sweep"
 PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
 
 
@@ -44,32 +45,72 @@ PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(("baseline", "speculative")),
               help="Run only these modes (repeatable); default both.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Setting for every worker's environment (repeatable).")
+@click.option("--tuned", "tuned", is_flag=False, flag_value=SWEEP_FIRST, default=None, metavar="[FILE]",
+              help="Also run with the NCCL settings of a recommendation FILE (alone: sweep the engine's own "
+                   "all-reduce sizes first) and show untuned against tuned.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, device, dtype, modes, env_pairs, trace_path, fmt):
+            graphs, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
-    from ncclprobe.engine.runner import run_engine
     from ncclprobe.engine.spec import RunSpec
     settings = parse_env_pairs(env_pairs)
+    recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
                    device=device, dtype=dtype, modes=modes or ("baseline", "speculative"), settings=settings,
-                   label="env" if settings else "untuned")
+                   label="untuned")
     spec.check_runnable()
+    if tuned == SWEEP_FIRST and tp == 1:
+        raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
+                           "issues no collectives; give a recommendation FILE or --tp 2 or more")
     out = _open_trace(trace_path)
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
-    with Progress(len(spec.modes) * tp, "run-engine", quiet=quiet) as progress:
-        doc = run_engine([spec], on_message=lambda m: m.get("kind") == "engine-digest" and progress.advance(m["mode"]))
+    doc = run_with_progress([spec], quiet)
+    if tuned is not None:
+        doc = add_tuned_runs(doc, spec, recommended, quiet)
     if out:
         with out:
             json.dump(doc, out, indent=1)
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine", notes=table_notes(doc))
     return 0 if _checks_pass(doc) else 1
+
+
+def read_recommendation(path: str) -> dict[str, str]:
+    from ncclprobe.engine.tuning import read_recommendation as read
+    return read(path)
+
+
+def run_with_progress(specs, quiet: bool) -> dict:
+    from ncclprobe.engine.runner import run_engine
+    total = sum(len(s.modes) * s.tp for s in specs)
+    with Progress(total, "run-engine", quiet=quiet) as progress:
+        return run_engine(specs, on_message=lambda m: m.get("kind") == "engine-digest" and progress.advance(m["mode"]))
+
+
+def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool) -> dict:
+    """Run `spec` again with the recommended settings on top of --env; merge into one trace."""
+    import dataclasses
+    from ncclprobe.engine.runner import merge_traces
+    from ncclprobe.engine.tuning import quick_sweep_settings
+    recommendation = None
+    if recommended is None:
+        from ncclprobe.engine.tuning import QUICK_GRID
+        combos = 1
+        for values in QUICK_GRID.values():
+            combos *= len(values)
+        with Progress(combos, "tuning sweep", quiet=quiet) as progress:
+            recommended, recommendation = quick_sweep_settings(
+                doc, nranks=spec.tp, backend=doc["config"]["backend"], graph_mode=spec.graphs != "none",
+                progress=progress)
+    tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label="tuned")
+    merged = merge_traces(doc, run_with_progress([tuned], quiet))
+    merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
+    return merged
 
 
 def parse_env_pairs(pairs) -> dict[str, str]:
@@ -127,6 +168,16 @@ def table_notes(doc: dict) -> list[str]:
         if run["acceptance"]["histogram"]:
             notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")
     checks = doc["checks"]
+    for row in doc.get("comparison", []):
+        notes.append(f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
+                     f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)")
+    for check in checks["settings"]:
+        missing = [k for k, ok in check["received_by_every_worker"].items() if not ok]
+        unread = [k for k, ok in check["read_by_nccl"].items() if ok is False]
+        notes.append(f"{check['label']}/{check['mode']} settings: " + (
+            f"NOT in every worker's environment: {', '.join(missing)}" if missing else "in every worker's environment")
+            + (f"; NCCL did NOT read: {', '.join(unread)}" if unread else
+               ("; NCCL reported reading them" if any(v for v in check["read_by_nccl"].values()) else "")))
     if checks["greedy_match"] is not None:
         notes.append("greedy speculative output equals the baseline: " + ("yes" if checks["greedy_match"] else "NO"))
     if not checks["ranks_agree"]:

@@ -1,0 +1,71 @@
+"""`run-engine --tuned`: the NCCL settings to apply, and untuned against tuned.
+
+The settings come from a recommendation file (`ncclprobe recommend` writes it; only its `env`
+is used) or, without a file, from a quick sweep of the engine's own all-reduce sizes, taken from
+the untuned run's collective trace, recommended by the same code as `ncclprobe recommend`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+
+QUICK_GRID = {"NCCL_PROTO": ("default", "LL", "LL128", "Simple"), "NCCL_ALGO": ("default", "Ring", "Tree")}
+
+
+def read_recommendation(path: str | Path) -> dict[str, str]:
+    """The `env` of a recommendation file, validated (a one-line UsageProblem otherwise)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageProblem(f"cannot read recommendation file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageProblem(f"recommendation file {path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "recommendation":
+        raise UsageProblem(f"{path} is not a recommendation (expected \"kind\": \"recommendation\")")
+    env = doc.get("env")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise UsageProblem(f"{path}: \"env\" must map variable names to string values")
+    return dict(env)
+
+
+def compare(runs: list[dict]) -> list[dict]:
+    """Per mode: untuned against tuned tokens/s and verify/decode ms, with the change in percent."""
+    by = {(r["label"], r["mode"]): r for r in runs}
+    rows = []
+    for mode in ("baseline", "speculative"):
+        before, after = by.get(("untuned", mode)), by.get(("tuned", mode))
+        if not before or not after:
+            continue
+        row = {"mode": mode, "untuned_tokens_per_s": before["tokens_per_s"], "tuned_tokens_per_s": after["tokens_per_s"],
+               "change_pct": _change(before["tokens_per_s"], after["tokens_per_s"])}
+        for phase in ("decode", "verify"):
+            b, a = (before["phases"].get(phase) or {}).get("median_ms"), (after["phases"].get(phase) or {}).get("median_ms")
+            if b and a:
+                row[f"{phase}_ms_change_pct"] = _change(b, a)
+        rows.append(row)
+    return rows
+
+
+def _change(before, after) -> float | None:
+    return 100.0 * (after - before) / before if before and after is not None else None
+
+
+def quick_sweep_settings(untuned_trace: dict, *, nranks: int, backend: str, graph_mode: bool,
+                         progress=None) -> tuple[dict[str, str], dict]:
+    """Sweep QUICK_GRID at the engine's own all-reduce sizes, recommend, return (env, recommendation)."""
+    from ncclprobe.recommend.recommendation import build_recommendation
+    from ncclprobe.recommend.workload import from_trace
+    from ncclprobe.sweep.plan import SweepSpec
+    from ncclprobe.sweep.session import new_job, run_job
+    workload = from_trace(untuned_trace)
+    spec = SweepSpec(grid=dict(QUICK_GRID), sizes=tuple(sorted(workload.counts)), nranks=nranks, backend=backend,
+                     modes=("graph",) if graph_mode else ("eager",), in_place=(True,), iters=20, trials=3)
+    with tempfile.TemporaryDirectory(prefix="ncclprobe-tuned-") as tmp:
+        path = Path(tmp) / "sweep.jsonl"
+        run_job(new_job(spec, {}, str(path), ["run-engine", "--tuned"]), progress=progress)
+        recommendation = build_recommendation([path], workload=workload)
+        return recommendation.env, recommendation.to_json()
