@@ -195,3 +195,14 @@ def test_nvml_and_nvidia_smi_agree_on_gpu():
     nvml = _from_nvml(sources, needed=True)
     assert sources["nvml"] == "used"
     assert nvml.gpu_links == smi.gpu_links and len(nvml.gpus) == torch.cuda.device_count()
+
+
+def test_live_reader_is_importable_from_topo_and_names_sources_without_gpu():
+    from ncclprobe.errors import Unsupported
+    from ncclprobe.evidence.topo import read_live_topology
+    if torch.cuda.is_available():
+        topo = read_live_topology()
+        assert topo.sources["p2p_check"].startswith("skipped") and len(topo.gpus) == torch.cuda.device_count()
+    else:
+        with pytest.raises(Unsupported, match="torch"):
+            read_live_topology()

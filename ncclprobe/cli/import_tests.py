@@ -65,7 +65,7 @@ def _write(output: str, records: list[dict]) -> None:
 
 
 def _rows(run) -> list[dict]:
-    return [{"size": format_size(r.size_bytes), "type": r.dtype, "oop_time_us": r.out_of_place.time_us,
+    return [{"size": format_size(r.size_bytes), "size_bytes": r.size_bytes, "type": r.dtype, "oop_time_us": r.out_of_place.time_us,
              "oop_busbw_gbps": r.out_of_place.busbw_gbps, "oop_wrong": r.out_of_place.wrong,
              "ip_time_us": r.in_place.time_us, "ip_busbw_gbps": r.in_place.busbw_gbps, "ip_wrong": r.in_place.wrong}
             for r in run.rows]

@@ -26,9 +26,12 @@ log = logging.getLogger("ncclprobe.topo")
 _NVML_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
-def read_live_topology(*, p2p_check: bool = True, p2p_timeout_s: float = 120.0,
+def read_live_topology(*, p2p_check: bool = False, p2p_timeout_s: float = 120.0,
                        p2p_bytes: int = 64 << 20) -> Topology:
-    """The live topology; `sources` says what each source gave ("used", "missing: ...", ...)."""
+    """The live topology; `sources` says what each source gave ("used", "missing: ...", ...).
+
+    The P2P data check moves real data and can take a while (or hit its timeout on a broken
+    path), so it runs only when asked: `ncclprobe topo` asks by default."""
     sources: dict[str, str] = {}
     topo = _from_nvidia_smi(sources)
     nvml = _from_nvml(sources, needed=topo is None)
@@ -46,7 +49,7 @@ def read_live_topology(*, p2p_check: bool = True, p2p_timeout_s: float = 120.0,
         topo.p2p_check = run_p2p_check(timeout_s=p2p_timeout_s, nbytes=p2p_bytes)
         sources["p2p_check"] = topo.p2p_check["status"]
     else:
-        sources["p2p_check"] = "skipped: --no-p2p-check"
+        sources["p2p_check"] = "skipped (not asked for)"
     topo.sources = sources
     return topo
 
