@@ -49,6 +49,8 @@ class PoolSpec:
     unset: tuple[str, ...] = ()                   # removed from the inherited environment
     rank_env: Mapping[str, str] = field(default_factory=dict)  # per-rank values: "{rank}" is replaced
     timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds
+    startup_s: float = 60.0                       # silence allowed before the first message: interpreter
+                                                  # and torch import on a busy machine are not a hang
 
     def __post_init__(self):
         if self.nranks < 1:
@@ -156,9 +158,10 @@ def _watch(spec, procs, run_dir, on_message):
                 _drain(readers, messages, on_message)
                 rank, code = next(iter(sorted(bad.items())))
                 return "error", f"rank {rank} exited with {_describe_code(code)}", messages
-        if time.monotonic() - last_progress > spec.timeout_s:
+        limit = spec.timeout_s if messages else max(spec.timeout_s, spec.startup_s)
+        if time.monotonic() - last_progress > limit:
             _drain(readers, messages, on_message)
-            return "hang", f"no progress from any rank for {spec.timeout_s:g} s; pool killed", messages
+            return "hang", f"no progress from any rank for {limit:g} s; pool killed", messages
         time.sleep(POLL_S)
 
 
