@@ -249,6 +249,25 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     return int(match[1]), int(match[2]), int(match[3] or 0)
 
 
+def default_p2p_level(nccl_version: str | None, cpu_vendor: str | None, gpu_count: int) -> str | None:
+    """The P2P level NCCL uses when NCCL_P2P_LEVEL is unset (ncclTopoCheckP2p, src/graph/paths.cc).
+
+    2.22 and older: SYS, lowered to PXB on ARM, Intel and Zhaoxin CPUs. 2.23+: PXB ("don't use
+    P2P across CPU host bridges"), raised to SYS on AMD x86 with at most two GPUs. `cpu_vendor` is
+    "intel", "amd", "zhaoxin" or "arm"; None (unknown) gives None unless the answer does not depend on it.
+    """
+    version = parse_version(nccl_version)
+    if version is None:
+        return None
+    if version >= (2, 23, 0):
+        if cpu_vendor is None:
+            return "PXB" if gpu_count > 2 else None
+        return "SYS" if cpu_vendor == "amd" and gpu_count <= 2 else "PXB"
+    if cpu_vendor is None:
+        return None
+    return "PXB" if cpu_vendor in ("arm", "intel", "zhaoxin") else "SYS"
+
+
 def protocol_states(value: str) -> dict[str, dict[str, str]]:
     """What an NCCL_PROTO value does to each protocol, per scope ("all" or a collective name).
 

@@ -130,3 +130,11 @@ def test_malformed_or_empty_input_exits_2_with_one_line(tmp_path, command, conte
 def test_missing_file_exits_2(tmp_path, command):
     result = _invoke(*command, tmp_path / "nope.txt")
     assert result.exit_code == 2 and "cannot read" in result.stderr
+
+
+def test_topo_names_the_default_level_for_a_given_version():
+    result = _invoke("topo", "--from", FIXTURES / "topo" / "aws_g6e12xlarge_4x_l40s_node.txt",
+                     "--nccl-version", "2.27.3", "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["default_p2p_level"] == "PXB"     # 4 GPUs: PXB whatever the CPU
+    assert ["LOC", "NVL", "PIX", "PXB"] in doc["equivalent_levels"]        # NODE pairs: the default uses SHM

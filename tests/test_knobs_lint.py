@@ -152,3 +152,13 @@ def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
     ignored = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log")
     assert "NCCL_P2P_LEVEL" not in ignored.env
     assert {f.code for f in lint_env({"NCCL_P2P_LEVEL": "sys"}, nccl_version=ignored.nccl_version)} == {"p2p-level-case"}
+
+
+@pytest.mark.parametrize("version, vendor, gpus, expected", [
+    ("2.28.9", "intel", 8, "PXB"), ("2.28.9", "amd", 2, "SYS"), ("2.28.9", "amd", 4, "PXB"),
+    ("2.28.9", None, 8, "PXB"), ("2.28.9", None, 2, None), ("2.21.5", "amd", 8, "SYS"),
+    ("2.21.5", "intel", 2, "PXB"), ("2.21.5", "arm", 4, "PXB"), ("2.21.5", None, 4, None), (None, "intel", 4, None),
+])
+def test_default_p2p_level(version, vendor, gpus, expected):
+    from ncclprobe.knobs import default_p2p_level
+    assert default_p2p_level(version, vendor, gpus) == expected

@@ -54,6 +54,22 @@ def read_live_topology(*, p2p_check: bool = False, p2p_timeout_s: float = 120.0,
     return topo
 
 
+def host_cpu_vendor() -> str | None:
+    """"intel", "amd", "zhaoxin" or "arm" for this host (what NCCL's default P2P level depends on)."""
+    import platform
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "arm"
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read(65536)
+    except OSError:
+        return None
+    for needle, vendor in (("GenuineIntel", "intel"), ("AuthenticAMD", "amd"), ("CentaurHauls", "zhaoxin"),
+                           ("Shanghai", "zhaoxin")):
+        if needle in text:
+            return vendor
+    return None
+
+
 def _from_nvidia_smi(sources: dict) -> Topology | None:
     if shutil.which("nvidia-smi") is None:
         sources["nvidia-smi"] = "missing: not on PATH"
