@@ -76,3 +76,36 @@ def test_spec_rejects_bad_values_before_anything_runs(grid, needle):
 def test_spec_round_trips_through_json():
     spec = SweepSpec(grid={"NCCL_PROTO": ("default", "LL")}, sizes=(8, 1024), in_place=(True,), modes=("eager",))
     assert SweepSpec.from_json(spec.to_json()) == spec
+
+
+TOPO = "/work/shared/fixtures/topo/"
+
+
+@pytest.mark.parametrize("fixture,measured,skipped", [
+    # 4 PCIe GPUs: a PIX pair, a PXB pair, SYS across sockets, no PHB path: PHB = PXB, NVL = LOC
+    ("4gpu_pxb_pix_sys_tabs_no_legend_nccl667.txt", ["LOC", "PIX", "PXB", "SYS"], ["NVL", "PHB"]),
+    # 2 GPUs behind one host bridge: only "below PHB" and "PHB or further" differ
+    ("rtx5090_2gpu_phb_tabs.txt", ["LOC", "PHB"], ["NVL", "PIX", "PXB", "SYS"]),
+    # 8 H100 on NVSwitch: every level from NVL up connects all pairs
+    ("aws_p5_8x_h100_nv18_no_nic_rows.txt", ["LOC", "NVL"], ["PIX", "PXB", "PHB", "SYS"]),
+])
+def test_real_topologies_measure_each_distinct_level_once(fixture, measured, skipped):
+    from pathlib import Path
+    from ncclprobe.evidence.topo import parse_topo
+    from ncclprobe.sweep.setup import describe_topology
+    path = Path(TOPO + fixture)
+    if not path.exists():
+        pytest.skip("shared topology fixtures not present")
+    head, groups = describe_topology(parse_topo(path.read_text()))
+    assert head["gpu_count"] >= 2
+    levels = ("default", "LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
+    keep, skips = skip_equivalent_levels(build_grid({"NCCL_P2P_LEVEL": levels}), groups)
+    assert [c.settings.get("NCCL_P2P_LEVEL", "default") for c in keep] == ["default"] + measured
+    assert sorted(s.config.settings["NCCL_P2P_LEVEL"] for s in skips) == sorted(skipped)
+
+
+def test_unknown_links_measure_every_level():
+    from ncclprobe.evidence.topo import GpuInfo, Topology
+    from ncclprobe.sweep.setup import describe_topology
+    topo = Topology(gpus=[GpuInfo(0), GpuInfo(1)], gpu_links=[["X", None], [None, "X"]])
+    assert describe_topology(topo)[1] is None

@@ -41,7 +41,7 @@ def topology() -> tuple[dict | None, list[list[str]] | None]:
     if gpus == 0:
         return None, None
     try:
-        from ncclprobe.evidence.topo import equivalent_levels, read_live_topology
+        from ncclprobe.evidence.topo import read_live_topology
     except ImportError:
         return {"nvlink": None, "gpu_count": gpus, "source": None}, None
     try:
@@ -49,13 +49,19 @@ def topology() -> tuple[dict | None, list[list[str]] | None]:
     except Exception as exc:  # nvidia-smi missing or unreadable: measure every level
         log.warning("cannot read the GPU topology (%s); every P2P level is measured", exc)
         return {"nvlink": None, "gpu_count": gpus, "source": None}, None
+    return describe_topology(topo)
+
+
+def describe_topology(topo) -> tuple[dict, list[list[str]] | None]:
+    """(header topology, equivalent P2P level groups or None when a link is unknown)."""
     summary = topo.summary
-    head = {"nvlink": summary.get("nvlink"), "gpu_count": gpus, "worst_path": summary.get("worst_path"),
-            "source": getattr(topo, "source", None)}
+    head = {"nvlink": summary.get("nvlink"), "gpu_count": summary.get("gpu_count"),
+            "worst_path": summary.get("worst_path"), "source": getattr(topo, "source", None)}
     unknown = any(link is None for i, row in enumerate(topo.gpu_links) for j, link in enumerate(row) if i != j)
     if unknown:  # a level's pair set is only complete when every link is known: measure them all
         log.warning("some GPU links are unknown; every P2P level is measured")
         return head, None
+    from ncclprobe.evidence.topo import equivalent_levels
     return head, equivalent_levels(topo)
 
 
