@@ -225,6 +225,7 @@ def test_what_was_read_is_dropped_when_the_process_dies_before_the_walk_is_done(
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ, NCCL_PROTO="LL"))
     try:
         handle = psutil.Process(proc.pid)
+        _wait_for(lambda: handle.cmdline()[1:2] == ["-c"])  # exec'd: /proc now shows its own environment
         info = describe(handle, 1, None)
         assert info.readable and info.environ["NCCL_PROTO"] == "LL"
         proc.kill()  # not reaped yet: a zombie, whose /proc/PID/environ now reads as empty

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -18,9 +19,12 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def _start(argv, **env):
+    """Start `argv` and return once it has exec'd: until then /proc shows the forked test's environment."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    return subprocess.Popen(argv, env={**clean, **env}, start_new_session=True,
+    proc = subprocess.Popen(argv, env={**clean, **env}, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: psutil.Process(proc.pid).cmdline()[-len(argv) + 1:] == argv[1:])
+    return proc
 
 
 @pytest.fixture
@@ -90,7 +94,6 @@ def test_nothing_readable_exits_3():
 
 
 def _children(pid: int) -> list:
-    import psutil
     return psutil.Process(pid).children()
 
 
