@@ -190,11 +190,14 @@ def test_secrets_never_printed(job, tmp_path, fmt, show_all):
     assert "<masked>" in out or not (show_all or fmt == "json")
 
 
-def test_secret_in_conflicting_expectations_error_is_masked(job):
+def test_secrets_in_bad_expectations_stay_out_of_error_lines(job):
     root, _ = job
     code, out, err = _run("env-check", "--pid", str(root), "--expect", f"HF_TOKEN={HF_SECRET}",
                           "--expect", "HF_TOKEN=hf_AnotherPlantedValue00000000000")
     assert code == 2 and HF_SECRET not in err and "HF_TOKEN" in err
+    for mistyped in (f"HF_TOKEN:{HF_SECRET}", HF_SECRET, AWS_SECRET):
+        code, out, err = _run("env-check", "--pid", str(root), "--expect", mistyped)
+        assert code == 2 and "NAME=VALUE" in err and HF_SECRET not in err and AWS_SECRET not in err
 
 
 def test_process_exiting_mid_walk_is_reported_and_walk_goes_on(tmp_path):

@@ -48,8 +48,8 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or not _NAME.match(name):
-            raise UsageProblem(f"--expect {name or item.split('=')[0]!r} is not NAME=VALUE "
-                               f"(for example --expect NCCL_PROTO=LL)")
+            shown = display_value(name, name) if name else "''"  # a mistyped secret stays masked here too
+            raise UsageProblem(f"--expect {shown!r} is not NAME=VALUE (for example --expect NCCL_PROTO=LL)")
         parsed.append(Expectation(name, value, "--expect"))
     return parsed
 
