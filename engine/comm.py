@@ -22,21 +22,29 @@ import torch
 
 
 class Communicator:
-    def __init__(self, rank: int = 0, world_size: int = 1, group=None):
+    def __init__(self, rank: int = 0, world_size: int = 1, group=None, *, issue_single_rank: bool = False):
         self.rank, self.world_size, self.group = rank, world_size, group
+        # one rank normally skips its collectives; issuing them anyway (a real one-rank NCCL call,
+        # nothing moved) lets a one-GPU machine measure and graph-capture the engine's all-reduces
+        self.issue_single_rank = issue_single_rank
         self.enabled = True
         self.listener: Callable[[str, torch.Tensor], None] | None = None
 
+    @property
+    def active(self) -> bool:
+        """Whether collectives are issued at all (more than one rank, or forced for one)."""
+        return self.world_size > 1 or self.issue_single_rank
+
     @classmethod
-    def from_default_group(cls) -> "Communicator":
+    def from_default_group(cls, *, issue_single_rank: bool = False) -> "Communicator":
         import torch.distributed as dist
         if not dist.is_initialized():
             return cls()
-        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD)
+        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, issue_single_rank=issue_single_rank)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum `x` over the ranks, in place; returns `x`."""
-        if self.world_size == 1:
+        if not self.active:
             return x
         if self.listener is not None:
             self.listener("all_reduce", x)

@@ -175,6 +175,13 @@ def small() -> ModelConfig:
                        intermediate=8192, rope_theta=500000.0)
 
 
+def llama_16l() -> ModelConfig:
+    """The reference shape of ../shared/reference/h200-measurements.md: Llama-3-8B's layer with 16
+    layers and a 32K vocabulary (7.50 GB of bf16 weights), for the speed comparisons there."""
+    return ModelConfig(name="llama-16l", vocab=32000, hidden=4096, layers=16, heads=32, kv_heads=8,
+                       intermediate=14336, rope_theta=500000.0)
+
+
 def llama3_8b() -> ModelConfig:
     """The real Llama-3-8B shape (random weights unless a checkpoint is given)."""
     return ModelConfig(name="llama3-8b", vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8,
@@ -198,7 +205,7 @@ def kimi_k2_slice() -> ModelConfig:
                                      dense_layers=1, route_scale=2.827))
 
 
-PRESETS = {"tiny": tiny, "tiny-moe": tiny_moe, "small": small, "llama3-8b": llama3_8b,
+PRESETS = {"tiny": tiny, "tiny-moe": tiny_moe, "small": small, "llama-16l": llama_16l, "llama3-8b": llama3_8b,
            "kimi-k2-slice": kimi_k2_slice}
 
 

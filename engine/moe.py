@@ -9,7 +9,7 @@ Two ways to run the experts, chosen from static shapes only (never from tensor v
   runs batched matmuls. Static shapes, no host sync, so it can be captured in a CUDA graph; the
   price is one extra copy of the chosen experts' weights.
 - grouped (many pairs: prefill): sort the pairs by expert, one host sync for the counts, then one
-  matmul per expert that received tokens. Eager only.
+  matmul per expert that received tokens. Eager only: a step being captured always gathers.
 
 Under tensor parallelism every expert is sharded along its intermediate dimension (`tp.py`), so
 each rank computes a partial sum for every token and one all-reduce after the layer completes it.
@@ -61,6 +61,11 @@ def experts_grouped(x, experts, weights, gate, up, down):
     return out
 
 
+def _capturing() -> bool:
+    """Inside CUDA-graph capture the grouped path's host sync is impossible: gather regardless."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 class MoE(nn.Module):
     def __init__(self, hidden: int, cfg):
         super().__init__()
@@ -77,7 +82,8 @@ class MoE(nn.Module):
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         weights, experts = route(self.router(flat), self.cfg.top_k, self.cfg.route_scale)
-        run = experts_gathered if flat.shape[0] * self.cfg.top_k <= GATHER_MAX_PAIRS else experts_grouped
+        few = flat.shape[0] * self.cfg.top_k <= GATHER_MAX_PAIRS
+        run = experts_gathered if few or _capturing() else experts_grouped
         y = run(flat, experts, weights, self.experts_gate, self.experts_up, self.experts_down)
         if self.shared is not None:
             y = y + self.shared(flat)

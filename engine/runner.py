@@ -101,9 +101,24 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
                        "cycles": message["cycles"]},
         "collectives": {"per_token_count": total_count / spec.new_tokens,
                         "per_token_bytes": total_bytes / spec.new_tokens, "sizes": message["collectives"]},
+        "loop": _loop_efficiency(spec, message) if message["mode"] == "speculative" else None,
         "collective_share": message["collective_share"], "graph_coverage": message["graph_coverage"],
         "graphs": message["graphs"],
         "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
+
+
+def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
+    """Ideal tokens/s from measured acceptance and phase times: B x mean tokens per cycle over the
+    cycle's device time (draft + verify + accept + draft extend per cycle); measured / ideal says
+    how much the loop loses to prefill, host work and scheduling."""
+    cycles, mean_len = message["cycles"], message["mean_acceptance_length"]
+    phases = message["phases"]
+    cycle_ms = sum((phases.get(p) or {}).get("total_ms", 0.0) for p in ("draft", "verify", "accept", "draft_extend"))
+    if not cycles or not mean_len or cycle_ms <= 0:
+        return None
+    ideal = spec.batch * mean_len / (cycle_ms / cycles / 1000.0)
+    measured = spec.batch * spec.new_tokens / message["wall_s"]
+    return {"cycle_ms": cycle_ms / cycles, "ideal_tokens_per_s": ideal, "efficiency": measured / ideal}
 
 
 def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
@@ -132,16 +147,30 @@ def _config(spec: RunSpec) -> dict:
 
 
 def _checks(temperature: float, runs: list[dict]) -> dict:
-    """Self-checks any reader can rely on: ranks agree; greedy speculative equals the baseline."""
-    greedy_match = None
+    """Self-checks any reader can rely on: ranks agree; greedy speculative equals the baseline.
+
+    `greedy_matched_prefix` is the share of tokens before the first difference: a bug shows up
+    at once, while in bf16 a verify and a decode step (different kernel shapes) may round a
+    near-tie differently and diverge late, which is not a bug."""
+    greedy_match, prefix = None, None
     if temperature == 0:
         by_label: dict[str, dict] = {}
         for run in runs:
             by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]
         pairs = [modes for modes in by_label.values() if len(modes) == 2]
-        greedy_match = all(m["baseline"] == m["speculative"] for m in pairs) if pairs else None
+        if pairs:
+            greedy_match = all(m["baseline"] == m["speculative"] for m in pairs)
+            prefix = min(_matched_prefix(m["baseline"], m["speculative"]) for m in pairs)
     return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match,
-            "settings": [settings_check(run) for run in runs if run["settings"]]}
+            "greedy_matched_prefix": prefix, "settings": [settings_check(run) for run in runs if run["settings"]]}
+
+
+def _matched_prefix(a: list[list[int]], b: list[list[int]]) -> float:
+    total = matched = 0
+    for x, y in zip(a, b):
+        same = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        matched, total = matched + same, total + len(x)
+    return matched / total if total else 1.0
 
 
 def settings_check(run: dict) -> dict:

@@ -87,7 +87,7 @@ def step_collective_ms(model, kind: str, flag: bool, *, batch: int, tokens: int,
 def collective_share(phases: dict, *, target, draft, comm, batch: int, k: int, wall_s: float,
                      device, draft_tp: bool) -> float:
     """Measured share (0..1) of `wall_s` spent in collectives; 0.0 when there is one rank."""
-    if comm.world_size == 1 or wall_s <= 0:
+    if not comm.active or wall_s <= 0:
         return 0.0
     total_ms = 0.0
     for phase, (kind, multi, flag) in PHASE_STEPS.items():

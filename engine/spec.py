@@ -34,6 +34,7 @@ class RunSpec:
     dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
     modes: tuple[str, ...] = MODES
     warmup_tokens: int = 4              # an untimed short run per mode first; 0 to skip
+    single_rank_collectives: bool = False  # with tp=1, still issue (and trace) the all-reduces
     measure_share: bool = True         # time steps without collectives after the run (see share.py)
     label: str = "untuned"              # untuned | tuned | anything naming the settings
     settings: dict = field(default_factory=dict)  # NCCL_* etc. set in every worker's environment

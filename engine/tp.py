@@ -25,8 +25,8 @@ from ncclprobe.errors import UsageProblem
 
 def apply_tp(model: nn.Module, comm: Communicator) -> nn.Module:
     """Shard `model` (a Transformer or a DraftHead: anything with `.layers` of blocks having
-    `self_attn` and `mlp`) for `comm`'s rank; a no-op for one rank."""
-    if comm.world_size == 1:
+    `self_attn` and `mlp`) for `comm`'s rank; a no-op for one rank unless it issues collectives."""
+    if not comm.active:
         return model
     for layer in model.layers:
         _shard_attention(layer.self_attn, comm)

@@ -31,7 +31,8 @@ NCCL_LOG_DIR_VAR = "NCCLPROBE_ENGINE_NCCL_LOG_DIR"
 def run_jobs(ctx) -> None:
     if ctx.backend == "gloo" and ctx.world_size > 1:
         torch.set_num_threads(1)  # ranks share the CPU cores: oversubscribed threads stall collectives
-    comm = Communicator.from_default_group()
+    jobs = ctx.payload["jobs"]
+    comm = Communicator.from_default_group(issue_single_rank=any(j.get("single_rank_collectives") for j in jobs))
     asked = {key for job in ctx.payload["jobs"] for key in job.get("settings", {})}
     env = relevant_env() | {key: os.environ[key] for key in asked if key in os.environ}
     ctx.emit("engine-worker", pid=os.getpid(), env_at_comm_init=env, device=str(ctx.device),

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe.engine.config import PRESETS
 from ncclprobe.errors import UsageProblem
 
 EPILOG = """\b
@@ -21,7 +22,7 @@ Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks
 the workers hung/crashed, 2 bad options, 4 internal error."""
 
 SWEEP_FIRST = "\0sweep"
-PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
+PRESET_NAMES = tuple(PRESETS)
 
 
 @click.command(epilog=EPILOG, short_help="Run the TP speculative-decoding engine: baseline vs speculative.")
@@ -39,6 +40,9 @@ PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
               help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
 @click.option("--graphs", default="none", show_default=True, type=click.Choice(("none", "decode", "all")),
               help="CUDA graphs: none, the baseline decode only, or every step (GPU only).")
+@click.option("--single-rank-collectives", is_flag=True,
+              help="With --tp 1, issue the all-reduces anyway (one-rank NCCL: real calls, nothing moved) "
+                   "to trace and time them on one GPU.")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
 @click.option("--dtype", default="auto", show_default=True, type=click.Choice(("auto", "float32", "bfloat16", "float16")),
               help="auto: bfloat16 on GPU, float32 on CPU.")
@@ -52,7 +56,7 @@ PRESET_NAMES = ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice")
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
+            graphs, single_rank_collectives, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -62,7 +66,8 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
-                   device=device, dtype=dtype, modes=modes or ("baseline", "speculative"), settings=settings,
+                   single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
+                   modes=modes or ("baseline", "speculative"), settings=settings,
                    label="untuned")
     spec.check_runnable()
     if tuned == SWEEP_FIRST and tp == 1:
@@ -138,7 +143,9 @@ def _checks_pass(doc: dict) -> bool:
     checks = doc["checks"]
     received = all(all(c["received_by_every_worker"].values()) for c in checks["settings"])
     read = all(v is not False for c in checks["settings"] for v in c["read_by_nccl"].values())
-    return checks["ranks_agree"] and checks["greedy_match"] is not False and received and read
+    exact = doc["config"]["dtype"] == "float32"   # bf16 near-ties may diverge late: reported, not failed
+    greedy_ok = checks["greedy_match"] is not False or not exact
+    return checks["ranks_agree"] and greedy_ok and received and read
 
 
 def _median(run: dict, phase: str):
@@ -179,7 +186,9 @@ def table_notes(doc: dict) -> list[str]:
             + (f"; NCCL did NOT read: {', '.join(unread)}" if unread else
                ("; NCCL reported reading them" if any(v for v in check["read_by_nccl"].values()) else "")))
     if checks["greedy_match"] is not None:
-        notes.append("greedy speculative output equals the baseline: " + ("yes" if checks["greedy_match"] else "NO"))
+        notes.append("greedy speculative output equals the baseline: " + (
+            "yes" if checks["greedy_match"] else
+            f"NO (identical for the first {100 * checks['greedy_matched_prefix']:.0f}% of tokens)"))
     if not checks["ranks_agree"]:
         notes.append("ranks produced DIFFERENT tokens")
     return notes

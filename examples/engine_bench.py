@@ -1,0 +1,139 @@
+"""Speed figures of the engine on one GPU (issue 6's targets); prints figures, asserts nothing.
+
+  python examples/engine_bench.py steps --preset llama-16l     # decode/verify: graph vs eager vs roofline
+  python examples/engine_bench.py steps --preset llama3-8b
+  python examples/engine_bench.py hf --preset llama-16l        # our graph decode vs HF generate()
+  python examples/engine_bench.py kimi                         # kimi-k2-slice: per-layer decode, all-reduce sizes
+
+Roofline = bytes of all weights / measured device copy bandwidth (a copy reads and writes, so
+bandwidth = 2 x bytes / time), as in ../shared/reference/h200-measurements.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from ncclprobe.engine.build import build_target
+from ncclprobe.engine.comm import Communicator
+from ncclprobe.engine.config import preset
+from ncclprobe.engine.graphs import CapturedStep
+from ncclprobe.engine.share import time_call_ms
+
+REPS_NOTE = "mean of 10 calls after 2 warm-ups (engine.share.time_call_ms)"
+
+
+def copy_bandwidth_gbps(gib: float = 2.0) -> float:
+    x = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = time_call_ms(lambda: y.copy_(x), "cuda")
+    return 2 * x.numel() / (ms / 1000) / 1e9
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def step_times(model, batch: int, tokens: int, position: int, comm) -> tuple[float, float]:
+    """(graph ms, eager ms) of one target step of `tokens` per sequence at `position`."""
+    ids = torch.zeros(batch, tokens, dtype=torch.long, device="cuda")
+    pos = (position + torch.arange(tokens, device="cuda")).expand(batch, tokens).contiguous()
+    fn = lambda t, p: model(t, p, tokens > 1)  # noqa: E731 - verify captures features, decode does not
+    with torch.inference_mode():
+        graph = CapturedStep(f"t{tokens}", fn, (ids, pos), comm)
+        return time_call_ms(graph.graph.replay, "cuda"), time_call_ms(lambda: fn(ids, pos), "cuda")
+
+
+def cmd_steps(args) -> None:
+    model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
+    model.setup_caches(1, args.max_seq)
+    comm = Communicator()
+    bw = copy_bandwidth_gbps()
+    roofline_ms = weight_bytes(model) / (bw * 1e9) * 1000
+    print(f"# {args.preset}: {weight_bytes(model) / 1e9:.2f} GB bf16 weights, copy bandwidth {bw / 1000:.2f} TB/s, "
+          f"roofline {roofline_ms:.3f} ms; {REPS_NOTE}")
+    decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm)
+    print(f"decode  graph {decode_graph:.3f} ms ({decode_graph / roofline_ms:.2f}x roofline)  eager {decode_eager:.3f} ms")
+    for tokens in args.verify_tokens:
+        graph, eager = step_times(model, 1, tokens, args.position, comm)
+        print(f"verify{tokens} graph {graph:.3f} ms ({graph / decode_graph:.2f}x graph decode)  eager {eager:.3f} ms "
+              f"({eager / decode_graph:.2f}x graph decode)")
+
+
+def cmd_hf(args) -> None:
+    """HF generate() (random weights, default cache, greedy) against our graph decode, same shape."""
+    import transformers
+    cfg = preset(args.preset)
+    hf_cfg = transformers.LlamaConfig(vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+                                      num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+                                      num_key_value_heads=cfg.kv_heads, max_position_embeddings=4096,
+                                      rope_theta=cfg.rope_theta)
+    with torch.device("cuda"):
+        hf = transformers.LlamaForCausalLM(hf_cfg).to(torch.bfloat16).eval()
+    prompt = torch.randint(0, cfg.vocab, (1, 16), device="cuda")
+    hf.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    hf.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False)
+    torch.cuda.synchronize()
+    hf_tps = args.new_tokens / (time.perf_counter() - started)
+    del hf
+    torch.cuda.empty_cache()
+    from ncclprobe.engine.generate import Engine
+    from ncclprobe.engine.graphs import GraphedSteps
+    model = build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16)
+    model.setup_caches(1, 16 + args.new_tokens + 8)
+    steps = GraphedSteps(model, None, Communicator(), mode="decode")
+    steps.capture(1, 1, speculative=False)
+    engine = Engine(model, steps=steps)
+    engine.baseline(prompt, 8)
+    ours = engine.baseline(prompt, args.new_tokens)
+    ours_tps = args.new_tokens / ours.wall_s
+    print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens, one run each")
+    print(f"HF generate(): {hf_tps:.1f} tokens/s   engine (graph decode): {ours_tps:.1f} tokens/s   "
+          f"ratio {ours_tps / hf_tps:.1f}x")
+
+
+def cmd_kimi(args) -> None:
+    """kimi-k2-slice: decode ms per layer (graph), and the all-reduce sizes a token causes at TP."""
+    import torch.distributed as dist
+    from ncclprobe.engine.instrument import CollectiveTrace
+    from ncclprobe.engine.tp import apply_tp
+    cfg = preset("kimi-k2-slice")
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    comm = Communicator(0, 1, dist.group.WORLD, issue_single_rank=True)
+    model = apply_tp(build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16), comm)
+    model.setup_caches(1, 512)
+    trace = CollectiveTrace()
+    trace.attach(comm, None)
+    graph, eager = step_times(model, 1, 1, 100, comm)
+    comm.listener = None
+    print(f"# kimi-k2-slice: {cfg.layers} layers ({cfg.moe.dense_layers} dense), {weight_bytes(model) / 1e9:.1f} GB bf16; "
+          f"{REPS_NOTE}")
+    print(f"decode graph {graph:.3f} ms = {graph / cfg.layers:.3f} ms per layer (eager {eager:.3f} ms)")
+    for entry in trace.sizes():
+        print(f"all_reduce {entry['size_bytes']} bytes x {entry['count']} per decode step "
+              f"(captured in {entry['graph']}); per layer per token: 2 x {cfg.hidden * 2} bytes")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    steps = sub.add_parser("steps")
+    steps.add_argument("--preset", default="llama-16l")
+    steps.add_argument("--max-seq", type=int, default=2048)
+    steps.add_argument("--position", type=int, default=512)
+    steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
+    hf = sub.add_parser("hf")
+    hf.add_argument("--preset", default="llama-16l")
+    hf.add_argument("--new-tokens", type=int, default=256)
+    sub.add_parser("kimi")
+    args = parser.parse_args()
+    {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
