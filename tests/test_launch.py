@@ -1,7 +1,7 @@
 """The launcher with real worker processes: rendezvous, environment, hang and crash handling."""
 
-import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -15,23 +15,25 @@ def _alive(pids):
     return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
-def test_two_ranks_rendezvous_and_see_their_environment():
-    spec = PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:sum_ranks", env={"NCCLPROBE_TEST_VAR": "seen"},
-                    timeout_s=60)
-    outcome = run_pool(spec)
-    assert outcome.status == "ok", outcome.reason
-    sums = outcome.of_kind("sum")
-    assert sorted(m["rank"] for m in sums) == [0, 1]
-    assert all(m["value"] == 3.0 and m["env_probe"] == "seen" for m in sums)  # 1 + 2
-
-
-def test_rank_env_is_per_rank_and_unset_removes(monkeypatch):
+def test_two_ranks_rendezvous_and_see_exactly_their_environment(monkeypatch):
+    """One pool checks the rendezvous (exact sum), per-rank values and removal of inherited ones."""
     monkeypatch.setenv("NCCLPROBE_TEST_VAR", "inherited")
     spec = PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:sum_ranks", unset=("NCCLPROBE_TEST_VAR",),
                     rank_env={"NCCLPROBE_TEST_VAR": "rank-{rank}"}, timeout_s=60)
     outcome = run_pool(spec)
     assert outcome.status == "ok", outcome.reason
-    assert {m["rank"]: m["env_probe"] for m in outcome.of_kind("sum")} == {0: "rank-0", 1: "rank-1"}
+    sums = outcome.of_kind("sum")
+    assert all(m["value"] == 3.0 for m in sums)  # ranks add 1 + 2
+    assert {m["rank"]: m["env_probe"] for m in sums} == {0: "rank-0", 1: "rank-1"}
+
+
+def test_unset_variables_stay_unset(monkeypatch):
+    from ncclprobe.launch import worker_env
+    monkeypatch.setenv("NCCLPROBE_TEST_VAR", "inherited")
+    spec = PoolSpec(nranks=2, backend="gloo", entry="x:y", env={"NCCL_PROTO": "LL"}, unset=("NCCLPROBE_TEST_VAR",))
+    env = worker_env(spec, 1, Path("/tmp/run"), 1234)
+    assert "NCCLPROBE_TEST_VAR" not in env and env["NCCL_PROTO"] == "LL"
+    assert (env["RANK"], env["WORLD_SIZE"], env["NCCLPROBE_STORE_PORT"]) == ("1", "2", "1234")
 
 
 def test_hung_pool_is_killed_within_the_bound():
