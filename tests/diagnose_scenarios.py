@@ -1,10 +1,11 @@
-"""Scenario traces for the diagnose tests, and the edits that turn a healthy trace into each one.
+"""Scenario traces for the diagnose tests: the recorded ones, and edits of them for what a CPU
+cannot record.
 
-`healthy_trace()` returns the engine trace recorded on CPU (examples/traces/healthy.json, command in
-examples/traces/README.md) when it exists, else one written from the schema in docs/DESIGN.md.
-Each `make_*` function below edits a copy of a trace to plant exactly one problem; its docstring
-says what it changes and why. None of them pretends to be a recording: the graph cases need a GPU,
-and until a GPU run of `--graphs decode` is committed they are built this way.
+`recorded(name)` loads a trace recorded with `ncclprobe run-engine` (examples/traces/, each
+command in the README there). Every other function below edits a copy of a recorded trace to plant
+exactly one problem; its docstring says what it changes and why. None of them pretends to be a
+recording: the graph cases need a GPU, and until a GPU run of `--graphs decode` is committed they
+are built this way.
 """
 
 from __future__ import annotations
@@ -16,45 +17,13 @@ from pathlib import Path
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
 
-def _phase(count, median_ms, graphed=False):
-    return {"count": count, "total_ms": count * median_ms, "median_ms": median_ms, "p90_ms": median_ms * 1.1,
-            "graphed": graphed}
-
-
-def _workers(env, tp=2):
-    return [{"rank": r, "pid": 1000 + r, "env_at_comm_init": dict(env), "nccl_read": {}} for r in range(tp)]
-
-
-def schema_trace() -> dict:
-    """A healthy 2-rank trace written from the DESIGN.md schema: the speculative run is faster than
-    the baseline, verify costs about what k+1 tokens explain, settings reached every worker."""
-    sizes = lambda phase, n: [{"op": "all_reduce", "size_bytes": 256, "dtype": "float32", "count": n,
-                               "phase": phase, "graph": None}]
-    def run(mode, tps, phases, hist, coll):
-        return {"label": "untuned", "mode": mode, "settings": {}, "tokens_per_s": tps, "ms_per_token": 1000 / tps,
-                "new_tokens": 32, "wall_s": 32 / tps, "phases": phases,
-                "verify_decode_ratio": None if mode == "baseline" else phases["verify"]["median_ms"] / 2.0,
-                "acceptance": {"mean_length": None if mode == "baseline" else 2.6, "histogram": hist},
-                "collectives": {"per_token_count": 4.0, "per_token_bytes": 1024.0, "sizes": coll},
-                "collective_share": 0.08, "graph_coverage": 0.0, "workers": _workers({}), "tokens": [[1, 2, 3]]}
-    base = run("baseline", 500.0, {"decode": _phase(32, 2.0), "host": _phase(32, 0.0)}, [0, 0, 0, 0],
-               sizes("decode", 128))
-    spec = run("speculative", 700.0, {"draft": _phase(36, 0.3), "verify": _phase(12, 2.2),
-                                      "accept": _phase(12, 0.05), "draft_extend": _phase(12, 0.3),
-                                      "host": _phase(12, 0.02)}, [1, 2, 4, 5], sizes("verify", 48))
-    return {"schema_version": 1, "kind": "engine-trace", "provenance": {},
-            "config": {"preset": "tiny", "tp": 2, "batch": 1, "k": 3, "prompt_len": 16, "new_tokens": 32,
-                       "temperature": 0.0, "seed": 0, "graphs": "none", "draft_tp": False, "dtype": "float32",
-                       "device": "cpu", "backend": "gloo",
-                       "model": {"hidden": 64, "layers": 2, "vocab": 256, "moe": False}},
-            "runs": [base, spec]}
+def recorded(name: str) -> dict:
+    """A trace recorded with `ncclprobe run-engine` (examples/traces/README.md has each command)."""
+    return json.loads((TRACES / name).read_text())
 
 
 def healthy_trace() -> dict:
-    recorded = TRACES / "healthy.json"
-    if recorded.exists():
-        return json.loads(recorded.read_text())
-    return schema_trace()
+    return recorded("healthy.json")
 
 
 def runs(trace, mode=None, label=None):
@@ -69,9 +38,11 @@ def as_gpu_run(trace: dict, decode_ms: float = 12.0) -> dict:
     """What a GPU run of the same loop looks like, for the graph scenarios a CPU cannot record:
     config set to cuda/bfloat16/nccl with the llama3-8b shape (the engine's preset summary), and
     every time scaled by one factor so the baseline decode step takes `decode_ms` (12 ms in the
-    seed story). Counts, acceptance and collectives are the recorded ones."""
+    seed story); the tiny draft's path is dropped. Counts, acceptance and collectives are the
+    recorded ones."""
     t = copy.deepcopy(trace)
-    t["config"].update(device="cuda", dtype="bfloat16", backend="nccl", preset="llama3-8b", model=dict(LLAMA3_8B))
+    t["config"].update(device="cuda", dtype="bfloat16", backend="nccl", preset="llama3-8b", model=dict(LLAMA3_8B),
+                       draft=None)
     scale = decode_ms / runs(t, "baseline")[0]["phases"]["decode"]["median_ms"]
     for run in t["runs"]:
         for rec in run["phases"].values():
@@ -114,57 +85,28 @@ def _retime(spec: dict) -> None:
     spec["wall_s"] = total_ms / 1000.0
 
 
-def make_tuned_pair(trace: dict, settings: dict, *, reached: bool = True) -> dict:
-    """Add a "tuned" copy of every run that asks for `settings`. With reached=True its workers had
-    them at communicator creation, as a working `--tuned` does; with reached=False they did not:
-    the settings were lost between the launcher and the workers."""
+def lose_settings_on_rank(trace: dict, rank: int = 1) -> dict:
+    """Settings lost on the way to one worker: remove every setting a run asked for from rank
+    `rank`'s environment at communicator creation (e.g. a wrapper script that rebuilt the
+    environment). The engine's own launcher always delivers them, so this cannot be recorded."""
     t = copy.deepcopy(trace)
-    for run in list(t["runs"]):
-        tuned = copy.deepcopy(run)
-        tuned["label"], tuned["settings"] = "tuned", dict(settings)
-        if reached:
-            for worker in tuned["workers"]:
-                worker["env_at_comm_init"].update(settings)
-        t["runs"].append(tuned)
-    return t
-
-
-def make_not_propagated(trace: dict, settings: dict, lost_on_rank: int = 1) -> dict:
-    """`--tuned` whose settings reached every worker but one: rank `lost_on_rank` created its
-    communicator without them (e.g. a wrapper script that rebuilt the environment)."""
-    t = make_tuned_pair(trace, settings, reached=True)
-    for run in runs(t, label="tuned"):
-        env = run["workers"][lost_on_rank]["env_at_comm_init"]
-        for key in settings:
+    for run in t["runs"]:
+        env = run["workers"][rank]["env_at_comm_init"]
+        for key in run["settings"]:
             env.pop(key, None)
     return t
 
 
-def make_set_after_init(trace: dict, settings: dict) -> dict:
-    """The worker set the settings in its own environment after it created its communicator: the
-    environment at creation lacks them, a later snapshot (`env_after_comm_init`) has them."""
-    t = make_tuned_pair(trace, settings, reached=False)
-    for run in runs(t, label="tuned"):
-        for worker in run["workers"]:
-            worker["env_after_comm_init"] = {**worker["env_at_comm_init"], **settings}
-    return t
-
-
-def make_inherited_settings(trace: dict, settings: dict) -> dict:
-    """"Untuned" was never untuned: the shell exported `settings`, so the untuned workers created
-    (and captured) their communicators under the same settings the tuned run asked for."""
-    t = make_tuned_pair(trace, settings, reached=True)
-    for run in runs(t, label="untuned"):
-        for worker in run["workers"]:
-            worker["env_at_comm_init"].update(settings)
-    return t
-
-
-def make_collective_bound(trace: dict, share: float = 0.7) -> dict:
-    """Collectives take `share` of every run's step time (a wide model over a slow link)."""
+def set_after_init(trace: dict) -> dict:
+    """Settings a worker set in its own environment only after it created its communicator: move
+    every asked setting from `env_at_comm_init` to a later snapshot, `env_after_comm_init`."""
     t = copy.deepcopy(trace)
     for run in t["runs"]:
-        run["collective_share"] = share
+        for worker in run["workers"]:
+            later = dict(worker["env_at_comm_init"])
+            for key in run["settings"]:
+                worker["env_at_comm_init"].pop(key, None)
+            worker["env_after_comm_init"] = later
     return t
 
 

@@ -69,70 +69,79 @@ def test_graphed_verify_at_expectation_is_ruled_out():
 
 
 def test_settings_lost_on_one_rank():
-    result = run_diagnosis(S.make_not_propagated(S.healthy_trace(), LL, lost_on_rank=1))
+    result = run_diagnosis(S.lose_settings_on_rank(S.recorded("tuned.json"), rank=1))
     top = result.top
     assert (top.rule, top.severity) == ("settings-propagation", "error")
     assert {p["rank"] for p in top.evidence["problems"]} == {1}
-    assert all(p["kind"] == "not-propagated" for p in top.evidence["problems"])
+    assert all(p["kind"] == "not-propagated" and p["variable"] == "NCCL_PROTO" for p in top.evidence["problems"])
 
 
 def test_settings_set_after_communicator_creation():
-    result = run_diagnosis(S.make_set_after_init(S.healthy_trace(), LL))
+    result = run_diagnosis(S.set_after_init(S.recorded("tuned.json")))
     top = result.top
     assert top.rule == "settings-propagation"
     assert "after NCCL created its communicator" in top.title
     assert "per communicator" in top.detail  # NCCL_PROTO is re-read at each communicator creation
 
 
-def test_tuned_and_untuned_under_the_same_settings():
-    result = run_diagnosis(S.make_inherited_settings(S.healthy_trace(), LL))
-    top = result.top
+def test_recorded_untuned_run_inherited_the_tuned_settings():
+    trace = S.recorded("untuned-inherits-settings.json")
+    top = run_diagnosis(trace).top
     assert top.rule == "tuned-same-settings"
     assert top.evidence["in_force_at_comm_init"] == LL
+    assert top.next_command.startswith("env -u NCCL_PROTO ")
 
 
-def test_working_tuning_is_ruled_out():
-    result = run_diagnosis(S.make_tuned_pair(S.healthy_trace(), LL, reached=True))
-    assert result.actionable() == []
-    assert "tuned-same-settings" in rules_of(result.ruled_out)
-    assert "settings-propagation" in rules_of(result.ruled_out)
+def test_recorded_working_tuning_is_ruled_out():
+    result = run_diagnosis(S.recorded("tuned.json"))
+    assert not [f for f in result.findings if f.rule in ("tuned-same-settings", "settings-propagation")]
+    assert {"tuned-same-settings", "settings-propagation"} <= set(rules_of(result.ruled_out))
 
 
-def test_collective_bound_run():
-    result = run_diagnosis(S.make_collective_bound(S.healthy_trace(), share=0.7))
+def test_recorded_collective_bound_run():
+    result = run_diagnosis(S.recorded("collective-bound.json"))
     assert result.top.rule == "collective-bound"
-    assert "ncclprobe sweep" in result.top.next_command
+    assert result.top.next_command.startswith("ncclprobe sweep --nranks 2 --sizes ")
 
 
-def _sweep_file(tmp_path, time_us, size=256, settings=None):
+def _sweep_file(tmp_path, time_us, sizes, settings=None):
+    """A real results file (ResultWriter) with one eager all-reduce result per size."""
     path = tmp_path / "sweep.jsonl"
     with ResultWriter(path, {"kind": "sweep", "backend": "gloo", "nranks": 2}) as writer:
-        writer.write({"record": "result", "config_id": "default", "settings": settings or {},
-                      "collective": "all_reduce", "mode": "eager", "in_place": True, "dtype": "float32",
-                      "size_bytes": size, "count": size // 4, "nranks": 2, "status": "ok", "reason": None,
-                      "time_us": time_us, "trials": 5, "source": "sweep"})
+        for size in sizes:
+            writer.write({"record": "result", "config_id": "default", "settings": settings or {},
+                          "collective": "all_reduce", "mode": "eager", "in_place": True, "dtype": "float32",
+                          "size_bytes": size, "count": size // 4, "nranks": 2, "status": "ok", "reason": None,
+                          "time_us": time_us, "trials": 5, "source": "sweep"})
     from ncclprobe.diagnose.evidence import load_sweep
     return load_sweep(path)
 
 
-@pytest.mark.parametrize("time_us,expect_finding", [(5.0, True), (60.0, False)])
-def test_collectives_against_the_sweep(tmp_path, time_us, expect_finding):
-    trace = S.healthy_trace()
-    result = run_diagnosis(trace, sweep=_sweep_file(tmp_path, time_us), sweep_path="sweep.jsonl")
-    run = S.runs(trace, "baseline")[0]
-    measured = run["collective_share"] * run["ms_per_token"]
-    count = sum(s["count"] for s in run["collectives"]["sizes"])
-    expected = count * time_us / 1000 / run["new_tokens"]
-    found = [f for f in result.findings if f.rule == "collectives-vs-sweep"]
-    assert bool(found) == expect_finding == (measured / expected > 2.0)
-    if found:
-        assert found[0].evidence["sweep_collective_ms_per_token"] == pytest.approx(expected, abs=1e-4)
+@pytest.mark.parametrize("time_us", [20.0, 20000.0])
+def test_collectives_against_the_sweep(tmp_path, time_us):
+    trace = S.recorded("collective-bound.json")
+    sizes = sorted({s["size_bytes"] for run in trace["runs"] for s in run["collectives"]["sizes"]})
+    result = run_diagnosis(trace, sweep=_sweep_file(tmp_path, time_us, sizes), sweep_path="sweep.jsonl")
+    for run in trace["runs"]:
+        measured = run["collective_share"] * run["ms_per_token"]
+        expected = sum(s["count"] for s in run["collectives"]["sizes"]) * time_us / 1000 / run["new_tokens"]
+        name = f"{run['label']} {run['mode']}"
+        found = [f for f in result.findings if f.rule == "collectives-vs-sweep" and f.title.startswith(name + ":")]
+        cleared = [r for r in result.ruled_out if r.rule == "collectives-vs-sweep" and r.hypothesis.startswith(name + ":")]
+        assert (len(found), len(cleared)) == ((1, 0) if measured / expected > 2.0 else (0, 1))
+        if found:
+            assert found[0].evidence["sweep_collective_ms_per_token"] == pytest.approx(expected, abs=1e-4)
 
 
 def test_sweep_without_matching_settings_is_not_checked(tmp_path):
-    sweep = _sweep_file(tmp_path, 5.0, settings={"NCCL_PROTO": "Simple"})
-    result = run_diagnosis(S.healthy_trace(), sweep=sweep, sweep_path="sweep.jsonl")
+    trace = S.recorded("collective-bound.json")
+    sweep = _sweep_file(tmp_path, 5.0, [256, 1024, 4096], settings={"NCCL_PROTO": "Simple"})
+    result = run_diagnosis(trace, sweep=sweep, sweep_path="sweep.jsonl")
     assert "collectives-vs-sweep" in rules_of(result.not_checked)
+
+
+def test_no_collectives_at_tp1_rules_out_the_sweep_comparison():
+    assert "collectives-vs-sweep" in rules_of(run_diagnosis(S.healthy_trace()).ruled_out)
 
 
 def test_step_bytes_by_hand():

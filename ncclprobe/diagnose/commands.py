@@ -11,7 +11,8 @@ from ncclprobe.sizes import format_size
 def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> str:
     """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag)."""
     flags = {"preset": config.get("preset"), "tp": config.get("tp"), "batch": config.get("batch"),
-             "k": config.get("k"), "graphs": config.get("graphs")}
+             "k": config.get("k"), "new_tokens": config.get("new_tokens"), "draft": config.get("draft"),
+             "graphs": config.get("graphs")}
     flags.update(changes)
     parts = ["ncclprobe", "run-engine"]
     for name, value in flags.items():

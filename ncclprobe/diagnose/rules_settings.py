@@ -127,7 +127,15 @@ def _compare_pair(ev, pa, pb):
                 f"difference between them ({a.get('tokens_per_s')} vs {b.get('tokens_per_s')} tok/s) is noise or another cause."),
         evidence={"asked": {name_a: a.get("settings"), name_b: b.get("settings")},
                   "in_force_at_comm_init": tuning_settings(eff_a), "graphs": sorted(E.captured_graphs(a)), **speed},
-        next_command=engine_command(ev.config, tuned=True, trace_out="trace-tuned.json"))
+        next_command=_clean_env_command(ev, pa, pb, eff_a))
+
+
+def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
+    """Re-run from an environment without the settings the untuned side inherited."""
+    inherited = sorted(k for (_, run) in (pa, pb) for k in tuning_settings(in_force)
+                       if k not in tuning_settings(run.get("settings")))
+    prefix = "env " + " ".join(f"-u {k}" for k in sorted(set(inherited))) + " " if inherited else ""
+    return prefix + engine_command(ev.config, tuned="RECOMMENDATION.json", trace_out="trace-tuned.json")
 
 
 def settings_between_modes(ev: E.Evidence) -> list:

@@ -63,7 +63,7 @@ def compare_run(ev: E.Evidence, run: dict, name: str, hypothesis: str, excess: f
         label = ",".join(f"{k}={v}" for k, v in sorted(settings.items())) or "default settings"
         return NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
                           missing=f"the sweep has no {label} result within 2x of {sizes_arg(missing)} at {nranks} ranks",
-                          next_command=f"ncclprobe sweep --nranks {nranks} --sizes {sizes_arg(missing)} --results sweep.jsonl")
+                          next_command=f"ncclprobe sweep --nranks {nranks} --sizes {sizes_arg(missing)} --output sweep.jsonl")
     return _verdict(ev, run, name, hypothesis, excess, share * ms_token, expected_ms / tokens, settings)
 
 
@@ -78,7 +78,7 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
     eager = any(not s.get("graph") for s in (run.get("collectives") or {}).get("sizes") or [])
     sizes = sorted({int(s["size_bytes"]) for s in run["collectives"]["sizes"]})
     nxt = (f"ncclprobe probe graph-capture --sizes {sizes_arg(sizes)}" if eager else
-           f"ncclprobe sweep --nranks {ev.config.get('tp')} --sizes {sizes_arg(sizes)} --mode graph --results sweep.jsonl")
+           f"ncclprobe sweep --nranks {ev.config.get('tp')} --sizes {sizes_arg(sizes)} --mode graph --output sweep.jsonl")
     return Finding(
         rule="collectives-vs-sweep", severity="warning", confidence="medium",
         title=f"{name}: collectives cost {ratio:.1f}x what the sweep measured for the same sizes and settings",
