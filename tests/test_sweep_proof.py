@@ -72,3 +72,34 @@ def test_a_worker_with_the_wrong_environment_is_an_error():
     assert status == "error"
     assert "rank 1 saw NCCL_ALGO='Tree'" in reason
     assert not proof["env_matches"]
+
+
+@needs_fixtures
+def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_path):
+    """What a one-GPU pool reports, replayed against the real H200 log it would have written."""
+    from ncclprobe.records import ResultWriter, read_results
+    from ncclprobe.sweep.plan import Config, Pool, SweepSpec
+    from ncclprobe.sweep.run import PoolRun, SweepStats
+
+    log_bytes = H200_ONE_RANK.read_bytes()
+    (tmp_path / "nccl-rank0.log").write_bytes(log_bytes)
+    settings = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}
+    spec = SweepSpec(grid={k: (v,) for k, v in settings.items()}, sizes=(4096,), in_place=(True,),
+                     nranks=1, backend="nccl")
+    messages = [
+        {"rank": 0, "kind": "config-start", "config_id": Config(settings).config_id, "log_offset": 0, "t": 1.0,
+         "seen_env": {**settings, "NCCL_DEBUG": "INFO"}},
+        {"rank": 0, "kind": "result", "config_id": Config(settings).config_id, "mode": "eager", "in_place": True,
+         "size_bytes": 4096, "count": 1024, "wrong": 0, "trial_us": [20.0, 18.0, 19.0], "median_us": 19.0, "t": 2.0},
+        {"rank": 0, "kind": "config-end", "config_id": Config(settings).config_id, "log_offset": len(log_bytes),
+         "t": 3.0},
+    ]
+    with ResultWriter(tmp_path / "r.jsonl", {"kind": "sweep"}) as writer:
+        PoolRun(spec, Pool(Config(settings).process_settings, [Config(settings)]), 0, tmp_path, writer,
+                SweepStats(), None, log_name="nccl-rank{rank}.log").replay(messages)
+    results = read_results(tmp_path / "r.jsonl")
+    config, result = results.configs[0], results.results[0]
+    assert config["status"] == "ignored" and config["results_expected"] == 1
+    assert config["proof"]["verdicts"]["NCCL_P2P_LEVEL"] == "applied"
+    assert config["proof"]["nccl_version"] == "2.28.9"
+    assert result["status"] == "ignored" and result["time_us"] == 19.0 and result["busbw_gbps"] == 0.0

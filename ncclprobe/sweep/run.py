@@ -204,11 +204,12 @@ class PoolRun:
         for rank, start in state["starts"].items():
             path = self.log_path(rank)
             try:
-                data = path.read_bytes().decode("utf-8", "replace")
+                data = path.read_bytes()
             except OSError:
                 continue
-            end = state["ends"][rank]["log_offset"]
-            logs[rank] = (data[:end], data[start["log_offset"]:end])
+            end = state["ends"][rank]["log_offset"]  # offsets are bytes: slice before decoding
+            logs[rank] = (data[:end].decode("utf-8", "replace"),
+                          data[start["log_offset"]:end].decode("utf-8", "replace"))
         return logs
 
     def _result(self, config: Config, key, by_rank: dict[int, dict], config_status: str) -> dict:
