@@ -228,3 +228,20 @@ def test_low_graph_coverage_with_graphs_on():
     S.runs(trace, "speculative")[0]["graph_coverage"] = 0.4
     found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
     assert len(found) == 1 and found[0].evidence["graph_coverage"] == 0.4
+
+
+@pytest.mark.parametrize("nccl_read,kind", [({"NCCL_PROTO": "LL"}, None), ({"NCCL_PROTO": "Simple"}, "read-other-value"),
+                                            ({"NCCL_DEBUG_FILE": "/tmp/x"}, "not-read")])
+def test_what_nccl_reported_reading(nccl_read, kind):
+    """GPU traces carry NCCL's own `set by environment` lines per worker (workers[].nccl_read);
+    this edit puts them into the recorded tuned trace's tuned runs, as NCCL would log them."""
+    trace = copy.deepcopy(S.recorded("tuned.json"))
+    for run in S.runs(trace, label="tuned"):
+        for worker in run["workers"]:
+            worker["nccl_read"] = dict(nccl_read)
+    found = [f for f in run_diagnosis(trace).findings if f.rule == "settings-propagation"]
+    if kind is None:
+        assert found == []
+    else:
+        assert {p["kind"] for f in found for p in f.evidence["problems"]} == {kind}
+        assert found[0].severity == ("warning" if kind == "not-read" else "error")

@@ -39,6 +39,16 @@ def test_bad_usage_exits_2(args, fragment):
     assert fragment in result.output and result.output.count("\n") == 1
 
 
+def test_sizes_from_an_engine_trace():
+    """--trace reads the engine's collective sizes (then, on CPU, refuses to run: exit 3)."""
+    from pathlib import Path
+    traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
+    no_collectives = invoke("--trace", str(traces / "healthy.json"))  # tp=1: the engine issued none
+    assert no_collectives.exit_code == 2 and "records no collective sizes" in no_collectives.output
+    if no_gpu:
+        assert invoke("--trace", str(traces / "collective-bound.json")).exit_code == 3
+
+
 def test_spec_rejects_zero_iterations():
     with pytest.raises(UsageProblem):
         GraphCaptureSpec(sizes=(1024,), iters=0)

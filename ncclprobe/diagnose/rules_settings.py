@@ -53,7 +53,10 @@ def _worker_problems(worker: dict, asked: dict) -> list[dict]:
             kind = "set-after-init" if later.get(var) == value else "not-propagated"
             problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
                              "at_comm_init": had.get(var, UNSET), "later": later.get(var, UNSET), "kind": kind})
-        elif read and var in read and str(read[var]).rstrip(".") != value:
+        elif read and var not in read:   # NCCL logged what it read (ENV lines), but not this one
+            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+                             "at_comm_init": value, "nccl_read": None, "kind": "not-read"})
+        elif read and str(read[var]).rstrip(".").lower() != value.lower():
             problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
                              "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"})
     return problems
@@ -71,6 +74,12 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
         detail = (f"At communicator creation {where} had {first['variable']}={first['at_comm_init']}; the value "
                   f"{first['asked']} appeared only later. {first['variable']} is read per {scope.value}: {consequence}.")
         fix = "set it before the workers start: " + engine_command(ev.config, env=f"{first['variable']}={first['asked']}")
+    elif all(p["kind"] == "not-read" for p in problems):
+        title = f"NCCL in {where} logged the variables it read, but not {first['variable']}"
+        detail = (f"The worker had {first['variable']}={first['asked']} when it created its communicator, yet NCCL's debug "
+                  f"log lists other `set by environment` lines and not this one: NCCL did not read it there (a "
+                  f"variable read elsewhere or only by newer NCCL versions), or the log misses its subsystem.")
+        fix = f"ncclprobe knobs {first['variable']}"
     elif first["kind"] == "read-other-value":
         title = f"NCCL in {where} read {first['variable']}={first['nccl_read']}, not {first['asked']}"
         detail = "The worker's environment had the asked value but NCCL's log reports another one (a config file or a later override)."
@@ -82,7 +91,9 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
                   f"with {first['variable']}={first['at_comm_init']}: the setting was lost between the launcher and the worker, "
                   f"so this run measured NCCL's defaults, not the setting.")
         fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']}"
-    return Finding(rule="settings-propagation", severity="error", confidence="high", title=title,
+    only_unread = all(p["kind"] == "not-read" for p in problems)
+    return Finding(rule="settings-propagation", severity="warning" if only_unread else "error",
+                   confidence="medium" if only_unread else "high", title=title,
                    detail=detail, evidence={"run": E.run_name(source, run), "asked": asked, "problems": problems},
                    next_command=fix)
 
