@@ -60,7 +60,8 @@ def _eager_finding(ev, run, name, decode, source) -> Finding:
         ev_num.update(expected_graphed_verify_ms=round(expected_ms, 4), expected_ratio=round(expectation.ratio, 3))
         how = (f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
                f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about {cost_cycle:.3f} ms per cycle")
-        confidence = "high"
+        # the bytes model holds only for a bandwidth-bound decode step (see expectations)
+        confidence = "high" if expectation.applies(decode["median_ms"], int(ev.config.get("tp") or 1)) else "medium"
     else:
         cost_cycle = rec["median_ms"] * steps_per_cycle
         how = f"its eager time, {cost_cycle:.3f} ms per cycle, is the upper bound of what capturing it can save"
