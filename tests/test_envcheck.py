@@ -5,10 +5,12 @@ with an extra variable, a zombie, and a process that exits while the walk runs."
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,6 +19,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.envcheck import env_check
 from ncclprobe.envcheck.expect import Expectation
+from ncclprobe.envcheck.logcheck import pid_from_filename, read_logs
 from ncclprobe.envcheck.walk import _recheck, _tree, describe, walk
 
 HF_SECRET = "hf_PlantedTokenValue0123456789abcd"
@@ -214,7 +217,6 @@ def test_process_exiting_mid_walk_is_reported_and_walk_goes_on(tmp_path):
         assert next(walker)[0].pid == parent.pid
         first_kid, depth = next(walker)
         os.kill(first_kid.pid, signal.SIGKILL)  # exits after the walk listed it, before it is read
-        _wait_for(lambda: not psutil.pid_exists(first_kid.pid) or psutil.Process(first_kid.pid).status() != "running")
         _wait_for(lambda: not psutil.pid_exists(first_kid.pid))
         gone = describe(first_kid, depth, None)
         assert gone.status == "gone" and not gone.readable and "exited" in gone.problem
@@ -244,9 +246,10 @@ def test_log_cross_check(job, tmp_path):
     root, pids = job
     pid = pids["mutating"]
     log = tmp_path / f"nccl.host.{pid}.log"
-    log.write_text(f"host:{pid}:{pid} [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
-                   f"host:{pid}:{pid} [0] NCCL INFO NCCL_PROTO set by environment to Simple\n"
-                   f"host:{pid}:{pid} [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.\n")
+    host = socket.gethostname()
+    log.write_text(f"{host}:{pid}:{pid} [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
+                   f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_PROTO set by environment to Simple\n"
+                   f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.\n")
     code, out, _ = _run("env-check", "--pid", str(root), "--log", str(log), "--expect", "NCCL_PROTO=Simple",
                         "--format", "json")
     doc = json.loads(out)
@@ -260,6 +263,25 @@ def test_log_cross_check(job, tmp_path):
     # a disagreement alone explains, it doesn't fail: expectations and lint decide the exit code
     code, out, _ = _run("env-check", "--pid", str(root), "--log", str(log), "--expect", "NCCL_P2P_LEVEL=SYS")
     assert code == 0 and "NCCL_PROTO: read, other value (/proc 'LL', NCCL 'Simple')" in out
+
+
+FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"
+
+
+def test_real_logs_split_per_process_and_per_host():
+    one_node = read_logs([FIXTURE_LOGS / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log"])
+    assert sorted(e.pid for e in one_node) == [232, 233, 234, 235]
+    assert {e.env["NCCL_P2P_LEVEL"] for e in one_node} == {"NVL"} and {e.nccl_version for e in one_node} == {"2.27.3"}
+    two_nodes = read_logs([FIXTURE_LOGS / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"])
+    assert len({e.host for e in two_nodes}) == 2 and not any(e.on_this_host() for e in two_nodes)
+    assert pid_from_filename("nccl.node12.4242.log") == 4242 and pid_from_filename("nccl.log") is None
+
+
+def test_a_log_from_another_host_is_not_matched_to_local_pids(job):
+    root, _ = job
+    log = FIXTURE_LOGS / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log"
+    result = env_check(root, log_paths=[log])
+    assert result.disagreements == [] and any("not this host" in n for n in result.all_notes())
 
 
 def test_watch_follows_workers_that_come_and_go(tmp_path):

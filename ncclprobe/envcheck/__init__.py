@@ -22,7 +22,8 @@ def env_check(pid: int, *, expectations: Iterable[_expect.Expectation] = (),
               log_paths: Iterable[str | Path] = (), show_all: bool = False) -> EnvCheckResult:
     """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
     expectations = _expect.merge(expectations)
-    logs = _logs_by_pid(read_logs(list(log_paths)))
+    evidence = read_logs(list(log_paths))
+    logs = _logs_by_pid([item for item in evidence if item.on_this_host()])
     infos = walk(pid)
     by_pid = {info.pid: info for info in infos}
     reports = [_process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid)) for info in infos]
@@ -31,6 +32,7 @@ def env_check(pid: int, *, expectations: Iterable[_expect.Expectation] = (),
     result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all,
                             lint_available=_lint_available())
     result.notes += _notes(infos, logs, by_pid, result.lint_available)
+    result.notes += _other_hosts(evidence)
     return result
 
 
@@ -64,7 +66,8 @@ def _logs_by_pid(evidence: list[LogEvidence]) -> dict[int, LogEvidence]:
         if item.pid in merged:  # several files for one pid: the first value NCCL reported wins
             earlier = merged[item.pid]
             env = {**item.env, **earlier.env}
-            item = LogEvidence(item.pid, f"{earlier.path}, {item.path}", env, earlier.nccl_version or item.nccl_version)
+            item = LogEvidence(item.pid, f"{earlier.path}, {item.path}", env,
+                               earlier.nccl_version or item.nccl_version, earlier.host)
         merged[item.pid] = item
     return merged
 
@@ -78,6 +81,15 @@ def _notes(infos, logs, by_pid, lint_available: bool) -> list[str]:
     notes += [f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
               for pid, log in logs.items() if pid not in by_pid]
     return notes
+
+
+def _other_hosts(evidence: list[LogEvidence]) -> list[str]:
+    hosts: dict[str, set[str]] = {}
+    for item in evidence:
+        if not item.on_this_host():
+            hosts.setdefault(item.path, set()).add(item.host)
+    return [f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
+            for path, names in hosts.items()]
 
 
 def _lint_available() -> bool:

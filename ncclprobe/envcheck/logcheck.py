@@ -14,6 +14,7 @@ NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -27,7 +28,7 @@ NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "N
                         "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
 # Legacy integer NCCL_P2P_LEVEL values and the path name NCCL logs for them (levelsOldToNew).
 _P2P_LEGACY = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
-_LINE_PID = re.compile(r"^[^\s:\[\]]+:(\d+):\d+ \[\d+\]")
+_LINE_PID = re.compile(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
 _FILE_PID = re.compile(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
 
@@ -37,6 +38,11 @@ class LogEvidence:
     path: str
     env: dict[str, str]          # variable -> first value NCCL reported
     nccl_version: str | None
+    host: str | None = None      # the hostname NCCL printed; None when the log had no prefixed lines
+
+    def on_this_host(self) -> bool:
+        """Pids are per host: a multi-node log's lines from other nodes must not match local pids."""
+        return self.host is None or _short_host(self.host) == _short_host(socket.gethostname())
 
 
 @dataclass(frozen=True)
@@ -68,25 +74,30 @@ def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
     evidence = []
     for path in paths:
         text = read_text_file(path, "NCCL log")
-        groups = _lines_by_pid(text, clean_line)
+        groups = _lines_by_process(text, clean_line)
         if not groups:
             pid = pid_from_filename(path)
             if pid is None:
                 raise UsageProblem(f"--log {path}: no NCCL lines with a pid and no pid in the file name")
-            groups = {pid: text.splitlines()}
-        for pid, lines in groups.items():
+            groups = {(None, pid): text.splitlines()}
+        for (host, pid), lines in groups.items():
             parsed = parse_nccl_log("\n".join(lines))
-            evidence.append(LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version))
+            evidence.append(LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version, host))
     return evidence
 
 
-def _lines_by_pid(text: str, clean_line) -> dict[int, list[str]]:
-    groups: dict[int, list[str]] = {}
+def _lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+    """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
+    groups: dict[tuple[str, int], list[str]] = {}
     for line in text.splitlines():
         match = _LINE_PID.match(clean_line(line))
         if match:
-            groups.setdefault(int(match.group(1)), []).append(line)
+            groups.setdefault((match.group(1), int(match.group(2))), []).append(line)
     return groups
+
+
+def _short_host(name: str) -> str:
+    return name.split(".", 1)[0]
 
 
 def pid_from_filename(path: str | Path) -> int | None:
