@@ -245,3 +245,17 @@ def test_what_nccl_reported_reading(nccl_read, kind):
     else:
         assert {p["kind"] for f in found for p in f.evidence["problems"]} == {kind}
         assert found[0].severity == ("warning" if kind == "not-read" else "error")
+
+
+def test_recorded_sweep_against_recorded_engine_run():
+    """Both inputs recorded on this machine (examples/traces/README.md): every run gets a verdict,
+    and a finding exactly where the engine paid more than twice the sweep's time."""
+    from ncclprobe.diagnose import load_evidence
+    result = diagnose(load_evidence(S.TRACES / "collective-bound.json", sweep=S.TRACES / "collective-bound.sweep.jsonl"))
+    verdicts = [v for v in result.findings + result.ruled_out if v.rule == "collectives-vs-sweep"]
+    assert len(verdicts) == 2
+    for verdict in verdicts:
+        if hasattr(verdict, "evidence"):
+            assert verdict.evidence["ratio"] > 2.0
+        else:
+            assert "what the sweep measured" in verdict.reason
