@@ -48,7 +48,7 @@ def _row(index, finding) -> dict:
 
 
 def render_text(result) -> str:
-    lines = [f"# diagnosis of {result.inputs.get('trace')}"]
+    lines = [f"# diagnosis of {result.inputs.get('trace')}"] + _expectation_lines(result.expectation)
     if not result.findings:
         lines.append("# no findings: nothing above informational")
     for index, f in enumerate(result.findings, 1):
@@ -66,6 +66,17 @@ def render_text(result) -> str:
         lines += [f"  - {n.hypothesis}: {n.missing}" + (f" (next: {n.next_command})" if n.next_command else "")
                   for n in result.not_checked]
     return "\n".join(lines)
+
+
+def _expectation_lines(exp: dict | None) -> list[str]:
+    """How the expected verify/decode ratio was derived (see ncclprobe.diagnose.expectations)."""
+    if not exp:
+        return []
+    mb = lambda parts: ", ".join(f"{k} {v / 1e6:.3g} MB" for k, v in parts.items())
+    lines = [f"# expected verify/decode {exp['expected_ratio']:.2f}x = bytes moved by a verify step / by a decode step "
+             f"(weight-bandwidth bound); flagged above {exp['limit_ratio']:.2f}x",
+             f"#   decode: {mb(exp['decode_bytes'])}", f"#   verify: {mb(exp['verify_bytes'])}"]
+    return lines + [f"#   assumed: {a}" for a in exp.get("assumptions") or []]
 
 
 def _wrap(text: str, indent: str) -> list[str]:
