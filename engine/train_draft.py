@@ -106,11 +106,21 @@ def measure_acceptance(target: Transformer, draft: DraftHead, spec: TrainSpec, d
     return Engine(target, draft, k=spec.eval_k).speculative(prompts, spec.gen_len).mean_acceptance_length
 
 
+def start_from_target_head(draft: DraftHead, target: Transformer) -> None:
+    """EAGLE-3 loads the draft's head from the target's when their vocabularies agree: the draft
+    then only has to learn the target's last hidden state, not the whole vocabulary map."""
+    if draft.cfg.vocab == target.cfg.vocab and draft.cfg.hidden == target.cfg.hidden:
+        with torch.no_grad():
+            draft.lm_head.weight.copy_(target.lm_head.weight)
+            draft.norm.weight.copy_(target.norm.weight)
+
+
 def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None) -> dict:
     """Train `draft` in place (float32); returns losses and acceptance before and after."""
     device = next(target.parameters()).device
     before = measure_acceptance(target, draft, spec, device)
     tokens, features, probs = collect(target, spec, device)
+    start_from_target_head(draft, target)
     draft.float().requires_grad_(True)
     draft.setup_caches(1, tokens.shape[1] + 1)
     optimiser = torch.optim.AdamW(draft.parameters(), lr=spec.lr, weight_decay=0.0)

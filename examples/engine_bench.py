@@ -4,6 +4,7 @@
   python examples/engine_bench.py steps --preset llama3-8b
   python examples/engine_bench.py hf --preset llama-16l        # our graph decode vs HF generate()
   python examples/engine_bench.py kimi                         # kimi-k2-slice: per-layer decode, all-reduce sizes
+  python examples/engine_bench.py overhead --preset small      # tokens/s with and without instrumentation
 
 Roofline = bytes of all weights / measured device copy bandwidth (a copy reads and writes, so
 bandwidth = 2 x bytes / time), as in ../shared/reference/h200-measurements.md.
@@ -119,6 +120,40 @@ def cmd_kimi(args) -> None:
     dist.destroy_process_group()
 
 
+def cmd_overhead(args) -> None:
+    """Instrumentation overhead: the same graph-captured run with and without phase timing and
+    the collective trace (alternating, best of 3 each, to keep drift out of the comparison)."""
+    from ncclprobe.engine.build import build_draft, max_positions, random_prompts
+    from ncclprobe.engine.generate import Engine
+    from ncclprobe.engine.graphs import GraphedSteps
+    from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+    model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
+    draft = build_draft(model, seed=0)
+    max_seq = max_positions(16, args.new_tokens, 3)
+    model.setup_caches(1, max_seq)
+    draft.setup_caches(1, max_seq)
+    comm = Communicator()
+    prompts = random_prompts(model.cfg.vocab, 1, 16, 0, "cuda")
+    print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of 3 runs each")
+    for mode in ("baseline", "speculative"):
+        steps = GraphedSteps(model, draft, comm, mode="all")
+        steps.capture(1, 3, speculative=mode == "speculative")
+        engine = Engine(model, draft, k=3, steps=steps)
+        run = engine.baseline if mode == "baseline" else engine.speculative
+        run(prompts, 8)
+        best = {"off": 0.0, "on": 0.0}
+        for _ in range(3):
+            for label in ("off", "on"):
+                timer = PhaseTimer("cuda") if label == "on" else None
+                trace = CollectiveTrace() if label == "on" else None
+                engine.timer, steps.timer, steps.trace = timer, timer, trace
+                steps.replay_timer = PhaseTimer("cuda") if label == "on" else None
+                tps = args.new_tokens / run(prompts, args.new_tokens).wall_s
+                best[label] = max(best[label], tps)
+        drop = 100 * (best["off"] - best["on"]) / best["off"]
+        print(f"{mode}: {best['off']:.1f} tokens/s without instrumentation, {best['on']:.1f} with ({drop:+.2f}% drop)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -131,8 +166,11 @@ def main() -> None:
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
     sub.add_parser("kimi")
+    overhead = sub.add_parser("overhead")
+    overhead.add_argument("--preset", default="small")
+    overhead.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()
-    {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi}[args.cmd](args)
+    {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi, "overhead": cmd_overhead}[args.cmd](args)
 
 
 if __name__ == "__main__":

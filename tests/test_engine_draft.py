@@ -15,7 +15,7 @@ from ncclprobe.engine.draft import load_draft, save_draft
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.train_draft import TrainSpec, train
 
-TEST_TRAINING = TrainSpec(sequences=48, prompt_len=8, gen_len=40, steps=120, batch=16, lr=3e-3, unroll=3,
+TEST_TRAINING = TrainSpec(sequences=40, prompt_len=8, gen_len=40, steps=100, batch=16, lr=3e-3, unroll=3,
                           eval_prompts=3, eval_k=3)
 
 
@@ -64,8 +64,9 @@ def _generate_both(name, batch, k, draft_path):
     return engine.baseline(prompts, 24), engine.speculative(prompts, 24)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny-moe"])
-@pytest.mark.parametrize("trained", [False, True], ids=["untrained", "trained"])
+# the trained draft exists for `tiny` only (training costs seconds); the acceptance path it
+# exercises is the same code for MoE targets, which the untrained case and TP=2 cases cover
+@pytest.mark.parametrize("name, trained", [("tiny", False), ("tiny", True), ("tiny-moe", False)])
 def test_greedy_speculative_equals_baseline_tp1(name, trained):
     draft_path = _trained(name)[0] if trained else None
     accepted_any = 0
