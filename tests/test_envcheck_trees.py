@@ -126,3 +126,13 @@ def test_expect_from_what_the_recommender_wrote(tmp_path):
     finally:
         _stop_tree(tuned)
         _stop_tree(untuned)
+
+
+def test_an_empty_environment_block_is_called_out():
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={}, start_new_session=True)
+    try:
+        _wait_for(lambda: psutil.Process(job.pid).cmdline()[1:2] == ["-c"])
+        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL"])
+        assert result.exit_code == 1 and "environment block is empty" in result.stdout
+    finally:
+        _stop_tree(job)

@@ -50,6 +50,10 @@ def _process_report(info: ProcessInfo, parent: ProcessInfo | None, expectations,
 
 def _caveats(info: ProcessInfo, checks, log) -> list[str]:
     caveats = []
+    if not info.environ:
+        caveats.append("its /proc environment block is empty: exec'd with no environment, or the process "
+                       "reused the block for a longer title (setproctitle can; vLLM and SGLang name their "
+                       "workers with it); use --log")
     if info.forked_from is not None:
         caveats.append(f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
                        "with, not what its os.environ held at the fork; this process may differ")

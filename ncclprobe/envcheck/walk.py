@@ -163,6 +163,8 @@ def guess_role(argv: list[str]) -> str:
         ("torch.distributed.launch", "torchrun agent"),
         ("ncclprobe.worker", "ncclprobe worker"),
         ("ray::", "ray worker"),
+        ("VLLM::", "vLLM process"),         # vLLM and SGLang rename their workers (setproctitle)
+        ("sglang::", "SGLang process"),
     )
     for needle, role in rules:
         if needle in text:
