@@ -32,7 +32,7 @@ class Check:
     variable: str
     expected: str
     actual: str | None
-    status: str             # "ok", "missing" or "different"
+    status: str             # "ok", "missing", "different", or "unknown" (empty /proc environment block)
     source: str = "/proc"   # where `actual` comes from: "/proc" or "NCCL log" (what NCCL read)
 
     def to_json(self) -> dict:
@@ -99,6 +99,8 @@ def check(env: Mapping[str, str], expectations: Iterable[Expectation],
             actual, source = env.get(item.variable), "/proc"
             same = actual == item.value
         status = "missing" if actual is None else ("ok" if same else "different")
+        if status == "missing" and source == "/proc" and not env:
+            status = "unknown"  # an empty block says nothing about what the process holds
         checks.append(Check(item.variable, item.value, actual, status, source))
     return checks
 

@@ -135,7 +135,7 @@ def _safe_ppid(proc: psutil.Process) -> int | None:
 def _short(argv: list[str], pid: int) -> str:
     if not argv:
         return f"[pid {pid}]"
-    text = " ".join(mask_argv(argv))
+    text = " ".join(" ".join(mask_argv(argv)).split())  # setproctitle pads titles with spaces
     return text if len(text) <= CMDLINE_CHARS else text[:CMDLINE_CHARS - 3] + "..."
 
 
