@@ -137,3 +137,21 @@ def test_an_empty_environment_block_is_called_out():
         assert "NCCL_PROTO unknown" in result.stdout  # not "missing": /proc can't tell
     finally:
         _stop_tree(job)
+
+
+def test_a_worker_renamed_with_setproctitle_hides_its_environment():
+    """What vLLM and SGLang workers do: /proc then shows no environment though os.environ has it."""
+    pytest.importorskip("setproctitle")
+    code = ("import os, setproctitle, sys, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+            "print(os.environ['NCCL_PROTO'], flush=True); time.sleep(60)")
+    job = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, NCCL_PROTO="LL"),
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert job.stdout.readline().strip() == "LL"  # renamed, and still has the variable
+        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL",
+                                          "--format", "json"])
+        proc = json.loads(result.stdout)["processes"][0]
+        assert proc["role"] == "SGLang process" and proc["command"] == "sglang::scheduler_TP0"
+        assert proc["env"] == {} and proc["checks"][0]["status"] == "unknown" and result.exit_code == 1
+    finally:
+        _stop_tree(job)
