@@ -6,6 +6,8 @@ for the rank (`apply_tp`), then allocate the KV caches at the per-rank head coun
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from ncclprobe.engine.comm import Communicator
@@ -17,10 +19,22 @@ from ncclprobe.engine.tp import apply_tp
 DRAFT_SEED_OFFSET = 7919  # the draft's random init must not mirror the target's
 
 
+@contextmanager
+def materialised_on(device, dtype):
+    """Create parameters directly on `device` in `dtype`: a float32 copy of a large model first
+    (kimi-k2-slice: 150 GB) would not fit."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def build_target(cfg: ModelConfig, *, seed: int, device, dtype) -> Transformer:
-    with torch.device(device):
+    with materialised_on(device, dtype):
         model = Transformer(cfg)
-    model.to(dtype=dtype)
     init_weights(model, seed)
     return model.eval().requires_grad_(False)
 
@@ -31,9 +45,8 @@ def build_draft(target: Transformer, *, seed: int, path: str | None = None) -> D
     if path:
         return load_draft(path, embedding, target.cfg.vocab, target.cfg.hidden).eval()
     weight = embedding.weight
-    with torch.device(weight.device):
+    with materialised_on(weight.device, weight.dtype):
         draft = DraftHead(DraftConfig.for_target(target.cfg), embedding)
-    draft.to(dtype=weight.dtype)
     init_weights(draft, seed + DRAFT_SEED_OFFSET)
     return draft.eval().requires_grad_(False)
 

@@ -69,7 +69,6 @@ class GraphedSteps:
         self.trace, self.timer = trace, timer
         self.captured: dict[tuple, CapturedStep] = {}
         self.graphed_phases: set[str] = set()
-        self.replay_timer: PhaseTimer | None = None
 
     @torch.inference_mode()
     def capture(self, batch: int, k: int, *, speculative: bool) -> None:
@@ -118,9 +117,6 @@ class GraphedSteps:
             self.graphed_phases.add(phase)
         if self.trace is not None:
             self.trace.replayed(step.collectives, phase)
-        if self.replay_timer is not None:
-            with self.replay_timer.phase(step.name):
-                return step(*inputs)
         return step(*inputs)
 
     def graph_names(self) -> list[str]:

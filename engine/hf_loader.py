@@ -73,8 +73,9 @@ def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
     """The checkpoint as our Transformer on `device` in `dtype`, ready for `apply_tp`."""
     directory = Path(directory)
     cfg = read_config(directory)
-    with torch.device(device):
-        model = Transformer(cfg).to(dtype)
+    from ncclprobe.engine.build import materialised_on
+    with materialised_on(device, dtype):
+        model = Transformer(cfg)
     state = {}
     for path in weight_files(directory):
         tensors, _ = safetensors_io.load(path)

@@ -93,7 +93,7 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     engine.timer = timer
     trace.attach(comm, timer)
     if steps is not None:
-        steps.trace, steps.timer, steps.replay_timer = trace, timer, PhaseTimer(device)
+        steps.trace, steps.timer = trace, timer
     try:
         generation = run(prompts, spec.new_tokens)
     finally:
@@ -103,20 +103,19 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
             "histogram": generation.histogram if mode == "speculative" else None,
             "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,
             "collectives": trace.sizes(), "graphs": steps.graph_names() if steps else [],
-            "graph_coverage": _coverage(steps, generation.wall_s, device),
+            "graph_coverage": _coverage(phases, generation.wall_s, device),
             "collective_share": collective_share(phases, target=target, draft=draft, comm=comm, batch=spec.batch,
                                                  k=spec.k, wall_s=generation.wall_s, device=device,
                                                  draft_tp=spec.draft_tp) if spec.measure_share else None}
 
 
-def _coverage(steps, wall_s: float, device) -> float | None:
-    """Share of the run's wall time spent inside graph replays (None on CPU: no graphs exist)."""
+def _coverage(phases: dict, wall_s: float, device) -> float | None:
+    """Share of the run's wall time spent in phases whose step ran as a graph replay (the few
+    small eager ops around a replay, e.g. the argmax, count with it). None on CPU: no graphs."""
     if torch.device(device).type != "cuda":
         return None
-    if steps is None or steps.replay_timer is None:
-        return 0.0
-    replay_ms = sum(sum(v) for v in steps.replay_timer.durations_ms().values())
-    return min(1.0, replay_ms / (1000.0 * wall_s)) if wall_s > 0 else None
+    graphed_ms = sum(p["total_ms"] for p in phases.values() if p.get("graphed"))
+    return min(1.0, graphed_ms / (1000.0 * wall_s)) if wall_s > 0 else None
 
 
 def _digest(tokens) -> str:

@@ -147,7 +147,6 @@ def cmd_overhead(args) -> None:
                 timer = PhaseTimer("cuda") if label == "on" else None
                 trace = CollectiveTrace() if label == "on" else None
                 engine.timer, steps.timer, steps.trace = timer, timer, trace
-                steps.replay_timer = PhaseTimer("cuda") if label == "on" else None
                 tps = args.new_tokens / run(prompts, args.new_tokens).wall_s
                 best[label] = max(best[label], tps)
         drop = 100 * (best["off"] - best["on"]) / best["off"]
