@@ -15,8 +15,9 @@ GPU per rank). Three measurements, each emitted as messages:
    log, read back between the steps, shows which value each communicator read (`set by
    environment` lines) and which algorithm/protocol each collective was planned with (TUNING
    lines, rank 0, printed when a plan is built: at capture, not at replay). With one rank NCCL runs
-   a collective as a local copy (in place: nothing) without choosing an algorithm, so the
-   per-collective part needs two or more GPUs; the per-communicator part works on one.
+   no tuning model (no `set by environment` line, no TUNING line), so this part needs two or more
+   ranks: two GPUs, or `--share-gpu N` (N ranks on GPU 0, kept apart by a distinct NCCL_HOSTID
+   each, talking over NET/Socket); `graph_capture_verdict` reads the result.
 3. `timing` for path `cupy.nccl`: the same all-reduce through a raw NCCL communicator from cupy's
    bindings (the optional extra), eager and captured, when cupy imports.
 """
@@ -30,12 +31,14 @@ import time
 import torch
 import torch.distributed as dist
 
+from ncclprobe.probes.graph_capture_verdict import log_segment
+
 CLOCK_HZ = 2.0e9   # GPU clock used to size the sleep kernel; a long sleep only costs idle time
 
 
 def run(ctx) -> None:
     p = ctx.payload
-    torch.cuda.set_device(ctx.local_rank)
+    torch.cuda.set_device(ctx.device)   # GPU 0 for every rank under --share-gpu
     for size in p["sizes"]:
         x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
         call = lambda x=x: dist.all_reduce(x)
@@ -129,7 +132,7 @@ def raw_communicator(ctx):
     """A raw NCCL communicator over the same ranks, its unique id shared over the gloo control group."""
     import cupy
     from cupy.cuda import nccl
-    cupy.cuda.Device(ctx.local_rank).use()
+    cupy.cuda.Device(ctx.device.index).use()
     holder = [nccl.get_unique_id() if ctx.rank == 0 else None]
     if ctx.world_size > 1:
         dist.broadcast_object_list(holder, src=0, group=ctx.control_group())
@@ -185,15 +188,10 @@ class _DebugLog:
     def since(self) -> dict | None:
         if self.path is None:
             return None
-        from ncclprobe.evidence.nccl_log import parse_nccl_log
         if os.path.getsize(self.path) < self.offset:   # truncated by another opener: start over
             self.offset = 0
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             data = fh.read()
         self.offset += len(data)
-        parsed = parse_nccl_log(data.decode("utf-8", "replace"))
-        return {"env": parsed.env, "env_values": parsed.env_values,
-                "tuning": [{"collective": t.collective, "bytes": t.bytes, "algo": t.algo, "proto": t.proto}
-                           for t in parsed.tuning],
-                "communicators": len(parsed.communicators), "enabled_matrix": parsed.enabled_matrix}
+        return log_segment(data.decode("utf-8", "replace"))

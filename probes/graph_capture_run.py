@@ -9,15 +9,21 @@ from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.knobs import Scope, scope_of, validate_value
+from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.probes.graph_capture_verdict import capture_verdict
 
 SCHEMA_VERSION = 1
 ENTRY = "ncclprobe.probes.graph_capture:run"
+SHARE_GPU_NOTE = ("diagnostic mode --share-gpu {n}: {n} ranks on GPU 0, each with its own NCCL_HOSTID so NCCL "
+                  "takes them for separate hosts and connects them over NET/Socket; the timings say nothing "
+                  "about NVLink or PCIe, but which setting each communicator and each captured graph uses is real")
 
 
 @dataclass(frozen=True, kw_only=True)
 class GraphCaptureSpec:
     sizes: tuple[int, ...]            # all-reduce sizes to time, bytes (float32 buffers)
     nranks: int = 1                   # one GPU per rank
+    share_gpu: int = 0                # >= 2: that many ranks on GPU 0 (diagnostic: NET/Socket); 0: off
     iters: int = 200                  # eager calls per timing
     graph_ops: int = 20               # collectives captured in one graph
     replays: int = 50                 # graph replays per timing
@@ -33,6 +39,8 @@ class GraphCaptureSpec:
             raise UsageProblem(f"sizes must be at least 4 bytes (one float32), got {list(self.sizes)}")
         if self.nranks < 1 or self.iters < 1 or self.graph_ops < 1 or self.replays < 1:
             raise UsageProblem("nranks, iters, graph-ops and replays must all be at least 1")
+        if self.share_gpu:
+            self._check_share_gpu()
         if scope_of(self.variable) is not Scope.COMMUNICATOR:
             raise UsageProblem(f"{self.variable} is read once per process, so a new communicator in the same "
                                "process cannot change it; use a per-communicator variable such as NCCL_PROTO or NCCL_ALGO")
@@ -41,31 +49,53 @@ class GraphCaptureSpec:
         if self.first.lower() == self.second.lower():
             raise UsageProblem(f"the two values of {self.variable} must differ, got {self.first!r} twice")
 
+    def _check_share_gpu(self) -> None:
+        if self.share_gpu < 2:
+            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {self.share_gpu}")
+        if self.nranks != 1:
+            raise UsageProblem(f"--share-gpu {self.share_gpu} sets the number of ranks (all on GPU 0); "
+                               f"drop --nranks {self.nranks}")
+        if self.variable == "NCCL_HOSTID":
+            raise UsageProblem("--share-gpu sets a distinct NCCL_HOSTID per rank, so it cannot be the --variable")
 
-def check_available(nranks: int) -> None:
+    @property
+    def world_size(self) -> int:
+        return self.share_gpu or self.nranks
+
+
+def check_available(spec: GraphCaptureSpec) -> None:
     """Raise Unsupported (exit 3) with the reason when this machine cannot run the probe."""
     import torch
     import torch.distributed as dist
     if not torch.cuda.is_available():
-        raise Unsupported("graph-capture needs a CUDA GPU with NCCL: torch.cuda.is_available() is False on this machine")
+        mode = f" (--share-gpu {spec.share_gpu} too: its ranks share one CUDA GPU)" if spec.share_gpu else ""
+        raise Unsupported(f"graph-capture needs a CUDA GPU with NCCL{mode}: torch.cuda.is_available() is False "
+                          "on this machine")
     if not dist.is_nccl_available():
         raise Unsupported("graph-capture needs torch built with NCCL: torch.distributed.is_nccl_available() is False")
-    if torch.cuda.device_count() < nranks:
-        raise Unsupported(f"--nranks {nranks} needs {nranks} GPUs (one per rank; NCCL refuses two ranks on one GPU); "
-                          f"this machine has {torch.cuda.device_count()}")
+    if not spec.share_gpu and torch.cuda.device_count() < spec.nranks:
+        raise Unsupported(f"--nranks {spec.nranks} needs {spec.nranks} GPUs (one per rank; NCCL refuses two ranks "
+                          f"on one GPU, see --share-gpu); this machine has {torch.cuda.device_count()}")
+
+
+def pool_spec(spec: GraphCaptureSpec, log_dir: str) -> PoolSpec:
+    """The workers' pool: NCCL logs what it reads and plans into one file per process; NVLS stays
+    off (a multicast setup is not what this probe measures); under --share-gpu every rank runs on
+    GPU 0 with its own NCCL_HOSTID, without which NCCL refuses a second rank on the same GPU."""
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_NVLS_ENABLE": "0",
+           "NCCL_DEBUG_FILE": f"{log_dir}/nccl.%h.%p.log", "NCCLPROBE_NCCL_LOG_DIR": log_dir}
+    payload = {k: v for k, v in asdict(spec).items() if k not in ("nranks", "share_gpu", "timeout_s")}
+    payload["sizes"] = list(spec.sizes)
+    shared = {"rank_env": {"NCCL_HOSTID": "ncclprobe-share-gpu-{rank}"}, "gpu": 0} if spec.share_gpu else {}
+    return PoolSpec(nranks=spec.world_size, backend="nccl", entry=ENTRY, payload=payload, env=env,
+                    unset=(spec.variable,), timeout_s=spec.timeout_s, **shared)
 
 
 def run_graph_capture(spec: GraphCaptureSpec, on_message=None) -> dict:
-    check_available(spec.nranks)
-    from ncclprobe.launch import PoolSpec, run_pool
+    check_available(spec)
     log_dir = tempfile.mkdtemp(prefix="ncclprobe-graph-capture-")
-    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
-           "NCCL_DEBUG_FILE": f"{log_dir}/nccl.%h.%p.log", "NCCLPROBE_NCCL_LOG_DIR": log_dir}
-    payload = {k: v for k, v in asdict(spec).items() if k not in ("nranks", "timeout_s")}
-    payload["sizes"] = list(spec.sizes)
     try:
-        outcome = run_pool(PoolSpec(nranks=spec.nranks, backend="nccl", entry=ENTRY, payload=payload, env=env,
-                                    unset=(spec.variable,), timeout_s=spec.timeout_s), on_message=on_message)
+        outcome = run_pool(pool_spec(spec, log_dir), on_message=on_message)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     if outcome.status != "ok":
@@ -77,15 +107,18 @@ def build_document(spec: GraphCaptureSpec, messages: list[dict]) -> dict:
     rows = timing_rows([m for m in messages if m.get("kind") == "timing"])
     capture = next((m for m in messages if m.get("kind") == "capture" and m.get("rank") == 0), None)
     unavailable = next((m["reason"] for m in messages if m.get("kind") == "raw-nccl-unavailable"), None)
-    notes = []
+    notes = [SHARE_GPU_NOTE.format(n=spec.share_gpu)] if spec.share_gpu else []
     if unavailable:
         notes.append(f"raw NCCL path (cupy) not measured: {unavailable}")
-    if spec.nranks == 1:
+    if spec.world_size == 1:
         notes.append("one rank: NCCL runs a one-rank all-reduce in place as a no-op, without choosing an algorithm, "
-                     "so eager time is the host path alone and TUNING lines need two or more GPUs")
-    return {"schema_version": SCHEMA_VERSION, "kind": "graph-capture", "nranks": spec.nranks,
-            "spec": {**asdict(spec), "sizes": list(spec.sizes)}, "timings": rows,
-            "capture": capture_verdict(spec, capture) if capture else None, "notes": notes}
+                     "so eager time is the host path alone")
+    verdict = None
+    if capture:
+        verdict = capture_verdict(spec.variable, spec.first, spec.second, spec.world_size, capture["steps"])
+    return {"schema_version": SCHEMA_VERSION, "kind": "graph-capture", "nranks": spec.world_size,
+            "share_gpu": spec.share_gpu, "spec": {**asdict(spec), "sizes": list(spec.sizes)}, "timings": rows,
+            "capture": verdict, "notes": notes}
 
 
 def timing_rows(timings: list[dict]) -> list[dict]:
@@ -101,40 +134,3 @@ def timing_rows(timings: list[dict]) -> list[dict]:
         row["queued_ahead"] = all(t["queued_ahead"] for t in mine)
         rows.append(row)
     return rows
-
-
-def capture_verdict(spec: GraphCaptureSpec, msg: dict) -> dict:
-    """What the log and the timings show about settings baked in at capture."""
-    steps = msg["steps"]
-    first_log, second_log = steps["first_comm_capture"]["log"], steps["second_comm_capture"]["log"]
-    replay_log = steps["first_graph_replayed_after_switch"]["log"]
-    eager_log = steps["first_comm_eager_after_switch"]["log"]
-    before = steps["first_comm_capture"]["graph_us_per_op"]
-    after = steps["first_graph_replayed_after_switch"]["graph_us_per_op"]
-    verdict = {
-        "variable": spec.variable, "first": spec.first, "second": spec.second, "steps": steps,
-        "first_comm_read": _read(first_log, spec.variable), "second_comm_read": _read(second_log, spec.variable),
-        "protos_at_first_capture": _protos(first_log), "protos_at_second_capture": _protos(second_log),
-        "tuning_lines_at_replay": len((replay_log or {}).get("tuning") or []),
-        "protos_first_comm_after_switch": _protos(eager_log),
-        "replay_us_per_op_before_switch": before, "replay_us_per_op_after_switch": after,
-        "second_graph_us_per_op": steps["second_comm_capture"]["graph_us_per_op"],
-    }
-    verdict["each_comm_read_its_value"] = (_same(verdict["first_comm_read"], spec.first)
-                                           and _same(verdict["second_comm_read"], spec.second))
-    # one rank: NCCL plans nothing, so there is no per-collective setting to keep
-    verdict["replay_kept_capture"] = None if spec.nranks == 1 else (
-        verdict["tuning_lines_at_replay"] == 0 and before > 0 and abs(after - before) <= 0.25 * before)
-    return verdict
-
-
-def _read(log: dict | None, variable: str) -> str | None:
-    return (log or {}).get("env", {}).get(variable)
-
-
-def _protos(log: dict | None) -> list[str]:
-    return sorted({f"{t['algo']}/{t['proto']}" for t in (log or {}).get("tuning") or []})
-
-
-def _same(read: str | None, value: str) -> bool:
-    return read is not None and read.strip().lower() == value.lower()

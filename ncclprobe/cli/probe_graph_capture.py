@@ -13,6 +13,12 @@ Examples:
   ncclprobe probe graph-capture --sizes 8K,64K,1M --format json
   ncclprobe probe graph-capture --trace trace.json --nranks 2
   ncclprobe probe graph-capture --variable NCCL_ALGO --values Ring,Tree --nranks 2
+  ncclprobe probe graph-capture --share-gpu 2 --sizes 64K --iters 50 --replays 10
+
+--share-gpu N is a diagnostic mode for a machine with one GPU: N ranks share GPU 0, each with
+its own NCCL_HOSTID, so NCCL takes them for separate hosts and connects them over NET/Socket.
+Its timings say nothing about NVLink or PCIe; which setting a communicator and a captured graph
+use (from NCCL's own TUNING lines) is real, and that is what one rank cannot show.
 
 Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage,
 3 no CUDA GPU with NCCL here (or fewer GPUs than --nranks)."""
@@ -23,6 +29,9 @@ Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Take the sizes from an engine trace (`run-engine --trace`) instead of --sizes.")
 @click.option("--nranks", default=1, show_default=True, type=int, help="Ranks, one GPU each.")
+@click.option("--share-gpu", default=0, type=int, metavar="N",
+              help="DIAGNOSTIC: N ranks on GPU 0 (distinct NCCL_HOSTID each, NET/Socket transport): timings "
+                   "are not NVLink/PCIe, but the settings shown from NCCL's log are real.")
 @click.option("--iters", default=200, show_default=True, type=int, help="Eager calls per timing.")
 @click.option("--graph-ops", default=20, show_default=True, type=int, help="Collectives per captured graph.")
 @click.option("--replays", default=50, show_default=True, type=int, help="Graph replays per timing.")
@@ -34,17 +43,19 @@ Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage
               help="Also time a raw NCCL communicator through cupy (optional extra).")
 @format_option
 @click.pass_context
-def command(ctx, sizes, trace_path, nranks, iters, graph_ops, replays, variable, values, capture_size, raw_nccl, fmt):
+def command(ctx, sizes, trace_path, nranks, share_gpu, iters, graph_ops, replays, variable, values, capture_size, raw_nccl, fmt):
     """Measure eager all-reduce calls against CUDA-graph replays, with the eager path's host cost
     separated from its device time; capture a graph under one value of a per-communicator NCCL
     setting, build a new communicator under another, replay the old graph and show from NCCL's
     own log that it keeps the value it was captured with; and compare torch.distributed with a
-    raw NCCL communicator (cupy). Needs a GPU: on a CPU-only machine it exits 3 and says why."""
+    raw NCCL communicator (cupy). The settings part needs two or more ranks (one rank runs no
+    NCCL tuning model): two GPUs, or --share-gpu on one. Needs a GPU: on a CPU-only machine it
+    exits 3 and says why."""
     from ncclprobe.probes.graph_capture_run import GraphCaptureSpec, run_graph_capture
     from ncclprobe.sizes import parse_size, parse_sizes
     first, second = _two_values(values)
     spec = GraphCaptureSpec(sizes=tuple(_trace_sizes(trace_path) if trace_path else parse_sizes(sizes)),
-                            nranks=nranks, iters=iters, graph_ops=graph_ops, replays=replays, variable=variable,
+                            nranks=nranks, share_gpu=share_gpu, iters=iters, graph_ops=graph_ops, replays=replays, variable=variable,
                             first=first, second=second, capture_size=parse_size(capture_size), raw_nccl=raw_nccl)
     doc = run_graph_capture(spec)
     emit(fmt, doc, doc["timings"], title="graph-capture: eager vs graph replay (us per all-reduce)",
@@ -73,14 +84,21 @@ def capture_notes(verdict: dict | None) -> list[str]:
     if not verdict:
         return []
     var = verdict["variable"]
+    timing = (f"old graph replay {verdict['replay_us_per_op_before_switch']:.2f} us/op before the switch, "
+              f"{verdict['replay_us_per_op_after_switch']:.2f} after; new communicator's graph "
+              f"{verdict['second_graph_us_per_op']:.2f} us/op")
+    if verdict["world_size"] < 2:
+        return [verdict["why_not_shown"], timing]
     lines = [f"{var}: first communicator read {verdict['first_comm_read']!r}, second read "
              f"{verdict['second_comm_read']!r} (asked {verdict['first']!r}, {verdict['second']!r})",
-             f"algo/proto planned at first capture {verdict['protos_at_first_capture'] or 'none logged'}, "
-             f"at second {verdict['protos_at_second_capture'] or 'none logged'}; "
-             f"TUNING lines during the old graph's replay: {verdict['tuning_lines_at_replay']}",
-             f"old graph replay {verdict['replay_us_per_op_before_switch']:.2f} us/op before the switch, "
-             f"{verdict['replay_us_per_op_after_switch']:.2f} after; new communicator's graph "
-             f"{verdict['second_graph_us_per_op']:.2f} us/op"]
-    kept = verdict["replay_kept_capture"]
-    lines.append("replay kept its captured setting: " + {True: "yes", False: "NO", None: "not shown with one rank"}[kept])
+             f"planned at first capture {verdict['planned_at_first_capture'] or 'none logged'}, "
+             f"at second {verdict['planned_at_second_capture'] or 'none logged'}; "
+             f"TUNING lines during the old graph's replay: {verdict['tuning_lines_at_replay']} "
+             "(none: the replay built no new plan)", timing]
+    word = {True: "yes", False: "NO", None: "unknown"}
+    lines.append(f"captured under {verdict['first']}: {word[verdict['captured_under_first']]}; replay kept it: "
+                 f"{word[verdict['replay_kept_capture']]}; new communicator followed {verdict['second']}: "
+                 f"{word[verdict['new_comm_followed_switch']]}")
+    if verdict["why_not_shown"]:
+        lines.append(verdict["why_not_shown"])
     return lines
