@@ -51,6 +51,9 @@ class PoolSpec:
     timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds
     startup_s: float = 60.0                       # silence allowed before the first message: interpreter
                                                   # and torch import on a busy machine are not a hang
+    gpu: int | None = None                        # NCCL: every rank on this GPU (None: GPU = local rank);
+                                                  # NCCL refuses that unless the ranks seem to be on
+                                                  # different hosts (a distinct NCCL_HOSTID per rank)
 
     def __post_init__(self):
         if self.nranks < 1:
@@ -87,6 +90,8 @@ def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dic
         "NCCLPROBE_PARENT_PID": str(os.getpid()),  # workers die with the launcher (worker.die_with_launcher)
         "PYTHONUNBUFFERED": "1",
     })
+    if spec.gpu is not None:
+        env["NCCLPROBE_GPU"] = str(spec.gpu)
     # the worker must import this ncclprobe, also when it runs from a source checkout
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

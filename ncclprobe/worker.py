@@ -32,6 +32,7 @@ class WorkerContext:
     backend: str
     payload: dict
     run_dir: Path | None
+    gpu: int = 0                       # the CUDA device this rank uses (NCCL backend)
     started_at: float = field(default_factory=time.time)
     _sink: object = None
     _control: object = None
@@ -39,7 +40,7 @@ class WorkerContext:
     @property
     def device(self):
         import torch
-        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+        return torch.device("cuda", self.gpu) if self.backend == "nccl" else torch.device("cpu")
 
     def emit(self, kind: str, **data) -> None:
         """Report a message to the launcher (one JSON line, flushed)."""
@@ -56,11 +57,14 @@ class WorkerContext:
         return self._control
 
 
-def init_distributed(backend: str, rank: int, world_size: int, local_rank: int) -> None:
+def init_distributed(backend: str, rank: int, world_size: int, gpu: int) -> None:
+    """Join the rendezvous. No device_id is bound: NCCL communicators are created lazily, per
+    group, so a sweep's fresh group reads the environment again (and several ranks may share a
+    GPU, where torch would otherwise guess the device from the rank)."""
     import torch
     import torch.distributed as dist
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
+        torch.cuda.set_device(gpu)
     port = os.environ.get("NCCLPROBE_STORE_PORT")
     if port:  # the launcher hosts the store; every rank is a client
         store = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port), world_size,
@@ -78,9 +82,10 @@ def _timedelta(seconds: float):
 def context_from_env(payload: dict | None = None) -> WorkerContext:
     run_dir = os.environ.get("NCCLPROBE_RUN_DIR")
     rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
     ctx = WorkerContext(
         rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
-        local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        local_rank=local_rank, gpu=int(os.environ.get("NCCLPROBE_GPU", local_rank)),
         backend=os.environ.get("NCCLPROBE_BACKEND") or _default_backend(),
         payload=payload if payload is not None else _read_payload(run_dir),
         run_dir=Path(run_dir) if run_dir else None)
@@ -126,7 +131,7 @@ def main() -> int:
     die_with_launcher()
     ctx = context_from_env()
     entry = resolve(os.environ["NCCLPROBE_ENTRY"])
-    init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.local_rank)
+    init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.gpu)
     ctx.emit("ready", pid=os.getpid(), backend=ctx.backend)
     try:
         entry(ctx)

@@ -86,6 +86,19 @@ def test_pools_split_on_the_process_scoped_variable_and_workers_saw_exactly_thei
         assert all("do not affect" in v for v in proof["verdicts"].values())
 
 
+def test_gloo_tables_rank_nothing_and_say_why(sweep):
+    from ncclprobe.sweep import table
+    results, _ = sweep
+    doc = table.document(results)
+    assert len(doc["results"]) == len(results.results)
+    assert not any(r["best"] or r["speedup_vs_default"] is not None for r in doc["results"])
+    rows = table.rows_by_size(doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"]))
+    assert all("best" not in row and "speedup" not in row for block in rows.values() for row in block)
+    assert any("differences between configurations are noise" in note for note in doc["notes"])
+    ranked = table.annotate(results.results)   # what NCCL would get: the same rows, ranked
+    assert any(r["best"] for r in ranked)
+
+
 def test_summary_reports_pool_reuse(sweep):
     results, _ = sweep
     summary = results.summaries[-1]

@@ -43,3 +43,49 @@ def test_protocol_on_one_rank_is_reported_ignored_not_measured_as_applied(tmp_pa
     assert config["status"] == "ignored", config["proof"]
     assert all(r["status"] == "ignored" for r in results.results)
     assert session.exit_code(results) == 1
+
+
+SHARED_GRID = {"NCCL_PROTO": ("default", "LL", "Simple"), "NCCL_ALGO": ("default", "Ring")}
+CANONICAL = {"LL": "LL", "Simple": "SIMPLE", "Ring": "RING"}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """--share-gpu 2: both ranks on GPU 0, told apart by NCCL_HOSTID, talking over NET/Socket."""
+    options = {"backend": "auto", "nranks": None, "share_gpu": 2, "grid": SHARED_GRID, "mode": "eager,graph",
+               "placement": "both", "timeout": 120.0, "sizes": "4K,1M", "dtype": "float32",
+               "warmup": 1, "iters": 3, "trials": 2}
+    spec, skipped = session.spec_from_options(options)
+    job = session.new_job(spec, skipped, str(tmp_path_factory.mktemp("shared") / "s.jsonl"), ["test"])
+    return session.run_job(job)
+
+
+def test_shared_gpu_runs_every_configuration_exactly(shared):
+    from ncclprobe.sweep.table import document
+    assert shared.header["share_gpu"] is True and shared.header["nranks"] == 2
+    assert any("NET/Socket" in note for note in shared.header["notes"])
+    assert {c["status"] for c in shared.configs} == {"ok"}, [(c["config_id"], c["reason"]) for c in shared.configs]
+    assert len(shared.results) == 6 * 2 * 2 * 2   # configs x modes x placements x sizes
+    assert all(r["status"] == "ok" and r["wrong"] == 0 and r["time_us"] > 0 for r in shared.results)
+    assert session.exit_code(shared) == 0
+    assert not any(r["best"] or r["speedup_vs_default"] for r in document(shared)["results"])   # not ranked
+
+
+def test_shared_gpu_ranks_are_separate_hosts_on_one_device(shared):
+    for config in shared.configs:
+        seen = config["proof"]["seen_env"]
+        assert seen["0"]["NCCL_HOSTID"] != seen["1"]["NCCL_HOSTID"]
+        assert set(config["proof"]["transports"]) == {"NET"}, config["proof"]["transports"]
+
+
+def test_shared_gpu_each_forced_setting_was_read_and_chosen_in_every_call(shared):
+    for config in shared.configs:
+        proof = config["proof"]
+        assert proof["tuning"], f"{config['config_id']}: NCCL logged no TUNING lines"
+        for name, value in config["settings"].items():
+            assert proof["set_by_environment"][name] == value
+            assert proof["verdicts"][name] == "applied"
+            chosen = proof["chosen"][name]
+            assert chosen["calls"] > 0 and chosen["matching"] == chosen["calls"], chosen
+            field = "proto" if name == "NCCL_PROTO" else "algo"
+            assert {row[field] for row in proof["tuning"]} == {CANONICAL[value]}

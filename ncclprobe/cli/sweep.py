@@ -16,14 +16,24 @@ log = logging.getLogger("ncclprobe.sweep")
 
 CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager"}
 GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 20, "trials": 5, "mode": "eager,graph"}
+# ranks sharing one GPU over sockets are slow and their times mean little: a few sizes suffice
+SHARED_GPU_DEFAULTS = {"sizes": "1K..1M:32", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
 SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trials", "proto", "algo",
-                "p2p_level", "settings", "nranks", "backend", "timeout")
+                "p2p_level", "settings", "nranks", "backend", "timeout", "share_gpu")
 
 EPILOG = """\b
 Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager only;
 on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
 Grid default: --proto default,LL,LL128,Simple --algo default,Ring,Tree (12 configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
+With --share-gpu N: sizes 1K..1M:32 (1K, 32K, 1M), warm-up 2, 5 iterations x 3 trials, eager and graph.
+
+\b
+--share-gpu N is a diagnostic mode for a machine with one GPU: N ranks on GPU 0, each with its
+own NCCL_HOSTID, so NCCL treats them as separate hosts, connects them over NET/Socket and runs
+its tuning model. The times say nothing about NVLink/PCIe performance; which settings NCCL read,
+which protocol/algorithm it chose per call, and the correctness checks are real.
+P2P and SHM settings (--p2p-level, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE) cannot act there: refused.
 
 \b
 Examples:
@@ -31,6 +41,7 @@ Examples:
   ncclprobe sweep --sizes 4K,64K,1M --proto LL,Simple --algo default
   ncclprobe sweep --p2p-level default,PHB,SYS --set NCCL_BUFFSIZE=default,8388608
   ncclprobe sweep --output sweep.jsonl --format json
+  ncclprobe sweep --share-gpu 2 --proto default,LL,Simple --algo default,Ring   # one GPU: prove NCCL_PROTO/ALGO
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   run the printed torchrun lines, then collect
@@ -57,6 +68,9 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
               help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset.")
 @click.option("--nranks", type=int, help="Ranks: one per GPU by default, 2 on CPU.")
+@click.option("--share-gpu", type=int, metavar="N",
+              help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "
+                   "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds a pool may stay silent before it counts as hung and is killed.")
@@ -113,7 +127,10 @@ def _plan_torchrun(ctx, directory: str, options: dict) -> None:
 
 
 def _spec_options(options: dict) -> dict:
-    backend_defaults = GPU_DEFAULTS if _has_gpu(options["backend"]) else CPU_DEFAULTS
+    if options["share_gpu"] is not None:
+        backend_defaults = SHARED_GPU_DEFAULTS
+    else:
+        backend_defaults = GPU_DEFAULTS if _has_gpu(options["backend"]) else CPU_DEFAULTS
     merged = {k: (v if v is not None else backend_defaults.get(k)) for k, v in options.items()}
     grid = {"NCCL_PROTO": _csv(merged.pop("proto")), "NCCL_ALGO": _csv(merged.pop("algo")),
             "NCCL_P2P_LEVEL": _csv(merged.pop("p2p_level"))}
@@ -153,5 +170,5 @@ def _render(fmt: str, results_file) -> None:
         emit(fmt, doc, rows)
         return
     emit(fmt, doc, [], title=f"sweep: {results_file.path}", notes=notes)
-    for size, rows in table.rows_by_size(doc["results"]).items():
+    for size, rows in table.rows_by_size(doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])).items():
         emit(fmt, doc, rows, title=f"{rows[0]['size']} ({size} bytes)")

@@ -19,6 +19,15 @@ from ncclprobe.errors import UsageProblem
 
 DEFAULT = "default"   # the grid value meaning "leave the variable unset"
 MODES = ("eager", "graph")
+# With --share-gpu the ranks reach each other over NET/Socket only (they believe they are on
+# different hosts), so variables of the P2P and SHM transports have nothing to act on, and
+# NCCL_HOSTID is how the ranks are kept apart: none of these can be swept there.
+NOT_WITH_SHARED_GPU = {
+    "NCCL_P2P_LEVEL": "ranks sharing one GPU talk over NET/Socket, never P2P",
+    "NCCL_P2P_DISABLE": "ranks sharing one GPU talk over NET/Socket, never P2P",
+    "NCCL_SHM_DISABLE": "ranks sharing one GPU talk over NET/Socket, never SHM",
+    "NCCL_HOSTID": "the sweep sets a distinct NCCL_HOSTID per rank to share the GPU",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +46,7 @@ class SweepSpec:
     nranks: int = 2
     backend: str = "gloo"                  # "nccl" (one GPU per rank) or "gloo" (CPU)
     timeout_s: float = 120.0               # longest a pool may stay silent before it counts as hung
+    share_gpu: bool = False                # every rank on GPU 0, each with its own NCCL_HOSTID (diagnostic)
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -57,13 +67,24 @@ class SweepSpec:
             for value in values:
                 if value != DEFAULT:
                     validate_value(name, value)
+        if self.share_gpu:
+            self._check_share_gpu()
+
+    def _check_share_gpu(self) -> None:
+        if self.backend != "nccl":
+            raise UsageProblem(f"--share-gpu needs the NCCL backend on a CUDA GPU; this run uses {self.backend}")
+        if self.nranks < 2:
+            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {self.nranks}")
+        for name in sorted(set(self.grid) & set(NOT_WITH_SHARED_GPU)):
+            if set(self.grid[name]) != {DEFAULT}:
+                raise UsageProblem(f"--share-gpu: {name} cannot be swept: {NOT_WITH_SHARED_GPU[name]}")
 
     def to_json(self) -> dict:
         return {"grid": {k: list(v) for k, v in self.grid.items()}, "sizes": list(self.sizes),
                 "collective": self.collective, "dtype": self.dtype, "in_place": list(self.in_place),
                 "modes": list(self.modes), "warmup": self.warmup, "iters": self.iters,
                 "trials": self.trials, "nranks": self.nranks, "backend": self.backend,
-                "timeout_s": self.timeout_s}
+                "timeout_s": self.timeout_s, "share_gpu": self.share_gpu}
 
     @classmethod
     def from_json(cls, doc: dict) -> "SweepSpec":

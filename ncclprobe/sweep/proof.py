@@ -10,6 +10,10 @@ Two independent checks per configuration:
      configuration; once-per-process variables are printed once, at the pool's first
      communicator, so they are looked for in everything the process logged up to the end of it.
 
+  3. NCCL's choice: where NCCL ran its tuning model (two or more ranks) it prints one TUNING line
+     per collective call, `AllReduce: 1024 Bytes -> Algo RING proto LL ...`. For NCCL_PROTO and
+     NCCL_ALGO every such line of the configuration must pick an allowed protocol/algorithm.
+
 A setting NCCL did not report reading, or reported with another value, makes the configuration
 `ignored`: its numbers are kept but never presented as the effect of that setting. On gloo NCCL
 is not involved at all; only check 1 applies and the verdict says so.
@@ -62,11 +66,18 @@ def _prove_from_log(settings, logs, proof):
     reported = {**whole.env, **during.env}
     proof["set_by_environment"] = {k: v for k, v in sorted(reported.items())}
     proof["tuning"] = summarize_tuning(during.tuning)
+    proof["transports"] = dict(during.transports)   # "NET" with --share-gpu: how the ranks were connected
     proof["nccl_version"] = whole.nccl_version
     unproven = []
     for name, value in sorted(settings.items()):
         source = during if scope_of(name) is Scope.COMMUNICATOR else whole
         verdict = verdict_for(name, value, source.env.get(name))
+        check = tuning_check(name, value, during.tuning)
+        if check is not None:
+            proof.setdefault("chosen", {})[name] = check
+            if verdict == "applied" and check["calls"] and check["matching"] < check["calls"]:
+                verdict = (f"ignored: NCCL read it, but its TUNING lines chose {', '.join(check['choices'])} "
+                           f"in {check['calls'] - check['matching']} of {check['calls']} calls")
         proof["verdicts"][name] = verdict
         if verdict != "applied":
             unproven.append(f"{name}={value}: {verdict}")
@@ -103,6 +114,29 @@ def _same_value(name: str, wanted: str, reported: str) -> bool:
     if row is not None and row.kind is Kind.TOKENS:
         return wanted.replace(" ", "").lower() == reported.replace(" ", "").lower()
     return wanted == reported.rstrip(".")
+
+
+TUNED_BY = {"NCCL_PROTO": "proto", "NCCL_ALGO": "algo"}   # variable -> the TuningEntry field it decides
+
+
+def tuning_check(name: str, value: str, entries) -> dict | None:
+    """How many of NCCL's per-call choices the setting allows; None where no check applies.
+
+    Plain lists (`LL`, `LL,Simple`) and exclusions (`^LL128`) are checked; the per-collective
+    forms of 2.24+ (`allreduce:tree;...`) are not. With no TUNING lines (one rank) `calls` is 0:
+    no evidence either way.
+    """
+    field = TUNED_BY.get(name)
+    if field is None or ";" in value or ":" in value:
+        return None
+    from ncclprobe.evidence.nccl_log import algo_name, proto_name
+    canonical = proto_name if field == "proto" else algo_name
+    excluded = value.startswith("^")
+    named = {canonical(token.strip()) for token in value.lstrip("^").split(",") if token.strip()}
+    choices = [getattr(entry, field) for entry in entries]
+    matching = sum(1 for choice in choices if (choice in named) != excluded)
+    return {"allowed": ("all but " if excluded else "") + ",".join(sorted(named)), "calls": len(choices),
+            "matching": matching, "choices": sorted(set(choices))}
 
 
 def summarize_tuning(entries) -> list[dict]:

@@ -27,6 +27,17 @@ log = logging.getLogger("ncclprobe.sweep")
 
 ENTRY = "ncclprobe.probes.sweep_worker:run"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+# --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they seem to be
+# on different hosts, so each rank gets its own host id; they then talk over NET/Socket.
+SHARED_GPU_RANK_ENV = {"NCCL_HOSTID": "ncclprobe-shared-gpu-rank{rank}"}
+# NVLS needs several GPUs on one NVLink fabric, which ranks on one GPU never are; the recorded H200
+# runs of this mode (tests/fixtures/nccl_logs/*_1gpu_hostid_*) had it off too.
+SHARED_GPU_ENV = {"NCCL_NVLS_ENABLE": "0"}
+
+
+def shared_gpu_env(swept: list[str]) -> dict[str, str]:
+    """The fixed variables of --share-gpu, minus any the grid sweeps (the grid decides those)."""
+    return {k: v for k, v in SHARED_GPU_ENV.items() if k not in swept}
 
 
 @dataclass
@@ -156,8 +167,13 @@ class PoolRun:
         rank_env = {"NCCL_DEBUG_FILE": str(self.log_path("{rank}"))} if nccl else {}
         payload = pool_payload(self.spec, self.pool)
         unset = tuple(self.swept) + (tuple(NCCL_DEBUG_ENV) + ("NCCL_DEBUG_FILE",) if nccl else ())
+        if self.spec.share_gpu:
+            env = {**shared_gpu_env(self.swept), **env}
+            rank_env = {**rank_env, **SHARED_GPU_RANK_ENV}
+            unset += tuple(SHARED_GPU_RANK_ENV)
         return PoolSpec(nranks=self.spec.nranks, backend=self.spec.backend, entry=ENTRY, payload=payload,
-                        env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s)
+                        env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s,
+                        gpu=0 if self.spec.share_gpu else None)
 
     def _on_message(self, message: dict) -> None:
         kind, rank = message.get("kind"), message["rank"]

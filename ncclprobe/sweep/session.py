@@ -43,10 +43,18 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
     explicitly they are measured and reported as ignored. `local=False` plans for torchrun on other
     hosts: this host's GPU count says nothing about theirs.
     """
+    share = options.get("share_gpu")
     backend = setup.resolve_backend(options["backend"])
-    nranks = options["nranks"] or (setup.gpu_count() if backend == "nccl" else 2)
+    if share is not None:
+        if share < 2:
+            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {share}")
+        if options["nranks"] and options["nranks"] != share:
+            raise UsageProblem(f"--nranks {options['nranks']} contradicts --share-gpu {share}, which sets the rank count")
+        if not local:
+            raise UsageProblem("--share-gpu runs every rank on this host's GPU 0; it cannot be planned for torchrun")
+    nranks = share if share is not None else options["nranks"] or (setup.gpu_count() if backend == "nccl" else 2)
     if local:
-        setup.check_ranks(backend, nranks)
+        setup.check_ranks(backend, nranks, share_gpu=share is not None)
     grid = dict(options["grid"])
     if backend == "nccl" and nranks == 1 and not tuning_explicit:
         grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
@@ -56,7 +64,8 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
         raise UsageProblem(f"--timeout must be positive, got {options['timeout']:g}")
     spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])), dtype=options["dtype"],
                      in_place=placement, modes=modes, warmup=options["warmup"], iters=options["iters"],
-                     trials=options["trials"], nranks=nranks, backend=backend, timeout_s=options["timeout"])
+                     trials=options["trials"], nranks=nranks, backend=backend, timeout_s=options["timeout"],
+                     share_gpu=share is not None)
     return spec, skipped
 
 

@@ -13,7 +13,12 @@ from ncclprobe.sweep.plan import SweepSpec
 log = logging.getLogger("ncclprobe.sweep")
 
 GRAPH_ON_CPU = "graph mode skipped: CUDA graphs need a GPU; on the gloo backend only eager is measured"
-GLOO_NOTE = "backend gloo: NCCL settings shape the grid and the worker pools but do not affect gloo's numbers"
+GLOO_NOTE = ("backend gloo: NCCL settings shape the grid and the worker pools but do not affect gloo's numbers; "
+             "no best configuration or speedup is shown, differences between configurations are noise")
+SHARED_GPU_NOTE = ("--share-gpu (diagnostic mode): {n} ranks share GPU 0, each with its own NCCL_HOSTID, so NCCL "
+                   "connects them over NET/Socket as if on different hosts; times and bandwidths say nothing about "
+                   "NVLink or PCIe, but the settings, NCCL's proof of them and the correctness checks are real "
+                   "(P2P and SHM settings cannot act here and are refused); no best configuration or speedup is shown")
 ONE_RANK_NOTE = ("one rank: NCCL moves no data between GPUs, so protocol and algorithm choices need two or "
                  "more GPUs; eager vs graph overhead is still real")
 
@@ -29,8 +34,14 @@ def resolve_backend(backend: str) -> str:
     return "nccl" if gpu_count() > 0 else "gloo"
 
 
-def check_ranks(backend: str, nranks: int) -> None:
+def check_ranks(backend: str, nranks: int, share_gpu: bool = False) -> None:
     gpus = gpu_count()
+    if share_gpu:
+        if gpus == 0:
+            raise UsageProblem("--share-gpu needs a CUDA GPU; none is visible here")
+        if backend != "nccl":
+            raise UsageProblem(f"--share-gpu needs the NCCL backend; --backend {backend} was given")
+        return
     if backend == "nccl" and nranks > gpus:
         raise UsageProblem(f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank")
 
@@ -67,7 +78,9 @@ def describe_topology(topo) -> tuple[dict, list[list[str]] | None]:
 
 def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
     out = list(skipped_modes.values())
-    if spec.backend == "gloo":
+    if spec.share_gpu:
+        out.append(SHARED_GPU_NOTE.format(n=spec.nranks))
+    elif spec.backend == "gloo":
         out.append(GLOO_NOTE)
     elif spec.nranks == 1:
         out.append(ONE_RANK_NOTE)
@@ -86,4 +99,5 @@ def usable_modes(modes: tuple[str, ...], backend: str) -> tuple[tuple[str, ...],
 
 def header(spec: SweepSpec, argv: list[str], topo: dict | None, notes_: list[str], skipped_modes: dict) -> dict:
     return {"kind": "sweep", **provenance.collect(argv), "backend": spec.backend, "nranks": spec.nranks,
+            "share_gpu": spec.share_gpu,
             "topology": topo, "spec": spec.to_json(), "skipped_modes": skipped_modes, "notes": notes_}

@@ -1,6 +1,8 @@
 """Sweep results as tables: one per message size, each configuration's time and busbw beside
 its speedup against the all-default configuration measured the same way.
 
+On gloo and with --share-gpu no configuration is ranked: their times do not show what the
+settings would do on the real links.
 Only a configuration whose results are `ok` (exact elements, settings confirmed) can be `best`;
 a wrong or ignored one is shown with its status and never ranked.
 """
@@ -17,8 +19,13 @@ def _same_measurement(record: dict) -> tuple:
     return (record["collective"], record["mode"], record["in_place"], record["dtype"], record["size_bytes"])
 
 
-def annotate(results: list[dict]) -> list[dict]:
-    """Each result plus `speedup_vs_default` (default time / this time) and `best` per measurement."""
+def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
+    """Each result plus `speedup_vs_default` (default time / this time) and `best` per measurement.
+
+    `ranked=False` (gloo: NCCL settings cannot change its numbers) leaves both empty, so noise
+    is never presented as the effect of a setting."""
+    if not ranked:
+        return [{**r, "speedup_vs_default": None, "best": False} for r in results]
     defaults = {_same_measurement(r): r["time_us"] for r in results
                 if r["config_id"] == "default" and r["status"] == "ok"}
     best: dict[tuple, dict] = {}
@@ -34,22 +41,32 @@ def annotate(results: list[dict]) -> list[dict]:
     return out
 
 
-def rows_by_size(results: list[dict]) -> dict[int, list[dict]]:
-    """Table rows grouped by size, fastest first within a (mode, placement) block."""
+def can_rank(backend: str | None, share_gpu: bool = False) -> bool:
+    """Whether configurations can be ranked: not on gloo, which NCCL settings do not affect, nor
+    with ranks sharing one GPU, whose times are socket and GPU time-slicing, not the real links."""
+    return backend != "gloo" and not share_gpu
+
+
+def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[int, list[dict]]:
+    """Table rows grouped by size, fastest first within a (mode, placement) block; without
+    `ranked` the speedup and best columns are left out."""
     grouped: dict[int, list[dict]] = {}
     ordered = sorted(results, key=lambda r: (r["size_bytes"], r["mode"], not r["in_place"],
                                              r["status"] != "ok", r.get("time_us") or float("inf")))
     for r in ordered:
-        grouped.setdefault(r["size_bytes"], []).append(table_row(r))
+        grouped.setdefault(r["size_bytes"], []).append(table_row(r, ranked=ranked))
     return grouped
 
 
-def table_row(r: dict) -> dict:
-    return {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"]), "mode": r["mode"],
-            "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
-            "p10_us": r.get("time_us_p10"), "p90_us": r.get("time_us_p90"), "busbw_gbps": _sig(r.get("busbw_gbps")),
-            "speedup": r.get("speedup_vs_default"), "status": r["status"] + (" WRONG" if r.get("wrong") else ""),
-            "best": "*" if r.get("best") else ""}
+def table_row(r: dict, *, ranked: bool = True) -> dict:
+    row = {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"]), "mode": r["mode"],
+           "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
+           "p10_us": r.get("time_us_p10"), "p90_us": r.get("time_us_p90"), "busbw_gbps": _sig(r.get("busbw_gbps")),
+           "speedup": r.get("speedup_vs_default"), "status": r["status"] + (" WRONG" if r.get("wrong") else ""),
+           "best": "*" if r.get("best") else ""}
+    if not ranked:
+        del row["speedup"], row["best"]
+    return row
 
 
 def _sig(value: float | None) -> str | None:
@@ -81,7 +98,8 @@ def document(results_file: ResultsFile) -> dict:
     return {"schema_version": SCHEMA_VERSION, "kind": "sweep-results", "results_path": results_file.path,
             "backend": header.get("backend"), "nranks": header.get("nranks"), "topology": header.get("topology"),
             "versions": header.get("versions"), "notes": header.get("notes", []),
-            "configs": results_file.configs, "results": annotate(results_file.results), "summary": summary}
+            "share_gpu": header.get("share_gpu", False), "configs": results_file.configs,
+            "results": annotate(results_file.results, ranked=can_rank(header.get("backend"), header.get("share_gpu", False))), "summary": summary}
 
 
 def summary_note(summary: dict | None) -> str | None:
