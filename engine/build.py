@@ -13,7 +13,7 @@ import torch
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import DraftConfig, ModelConfig
 from ncclprobe.engine.draft import DraftHead, load_draft
-from ncclprobe.engine.model import Transformer, init_weights
+from ncclprobe.engine.model import Transformer, fuse_projections, init_weights
 from ncclprobe.engine.tp import apply_tp
 
 DRAFT_SEED_OFFSET = 7919  # the draft's random init must not mirror the target's
@@ -59,10 +59,12 @@ def max_positions(prompt_len: int, new_tokens: int, k: int) -> int:
 def shard_and_allocate(target: Transformer, draft: DraftHead | None, comm: Communicator, *,
                        draft_tp: bool, batch: int, max_seq: int) -> None:
     apply_tp(target, comm)
+    fuse_projections(target)
     target.setup_caches(batch, max_seq)
     if draft is not None:
         if draft_tp:
             apply_tp(draft, comm)
+        fuse_projections(draft)
         draft.setup_caches(batch, max_seq)
 
 

@@ -35,9 +35,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()  # the variance in float32, as Llama does, so bf16 does not lose it
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # one fused kernel on GPU (it accumulates in float32, like Llama's reference); at batch 1
+        # the six separate elementwise kernels of the textbook form cost more than the matmuls' gaps
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
@@ -86,16 +86,38 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(in_dim, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, out_dim, bias=False)
         self.kv_cache: KVCache | None = None
+        self.qkv_proj: nn.Linear | None = None   # set by fuse(); then q/k/v_proj are gone
+        self.widths = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
 
     @property
     def local_kv_heads(self) -> int:
-        return self.k_proj.out_features // self.head_dim  # per rank once sharded
+        return self._widths()[1] // self.head_dim  # per rank once sharded
+
+    def _widths(self) -> tuple[int, int, int]:
+        if self.qkv_proj is not None:
+            return self.widths
+        return (self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features)
+
+    def fuse(self) -> None:
+        """One GEMM for q, k and v (after sharding, for running only): at batch 1 three small
+        matrix-vector products waste bandwidth and launches that one larger product does not."""
+        self.widths = self._widths()
+        self.qkv_proj = _concat(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x, rope, positions, mask):
         B, T, _ = x.shape
-        q = apply_rope(self.q_proj(x).view(B, T, -1, self.head_dim), rope)
-        k = apply_rope(self.k_proj(x).view(B, T, -1, self.head_dim), rope)
-        v = self.v_proj(x).view(B, T, -1, self.head_dim)
+        if self.qkv_proj is not None:  # q and k sit side by side: rotate both in one pass
+            qkv = self.qkv_proj(x)
+            q_width, k_width, _ = self.widths
+            qk = apply_rope(qkv[..., :q_width + k_width].view(B, T, -1, self.head_dim), rope)
+            q, k = qk.split((q_width // self.head_dim, k_width // self.head_dim), dim=2)
+            v = qkv[..., q_width + k_width:].view(B, T, -1, self.head_dim)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q = apply_rope(q.view(B, T, -1, self.head_dim), rope)
+            k = apply_rope(k.view(B, T, -1, self.head_dim), rope)
+            v = v.view(B, T, -1, self.head_dim)
         keys, values = self.kv_cache.update(positions, k, v)
         y = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
                                            attn_mask=mask, enable_gqa=True)
@@ -108,9 +130,34 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj: nn.Linear | None = None   # set by fuse()
+
+    def fuse(self) -> None:
+        """One GEMM for gate and up (after sharding, for running only)."""
+        self.gate_up_proj = _concat(self.gate_proj, self.up_proj)
+        del self.gate_proj, self.up_proj
 
     def forward(self, x):
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _concat(*linears: nn.Linear) -> nn.Linear:
+    weight = torch.cat([linear.weight.detach() for linear in linears], dim=0)
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    return fused
+
+
+def fuse_projections(model: nn.Module) -> nn.Module:
+    """Fuse q/k/v and gate/up in every attention and MLP of `model` (call after `apply_tp`)."""
+    for module in list(model.modules()):
+        if isinstance(module, (Attention, MLP)) and getattr(module, "qkv_proj", None) is None \
+                and getattr(module, "gate_up_proj", None) is None:
+            module.fuse()
+    return model
 
 
 class Block(nn.Module):

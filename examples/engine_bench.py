@@ -21,6 +21,7 @@ from ncclprobe.engine.build import build_target
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.graphs import CapturedStep
+from ncclprobe.engine.model import fuse_projections
 from ncclprobe.engine.share import time_call_ms
 
 REPS_NOTE = "mean of 10 calls after 2 warm-ups (engine.share.time_call_ms)"
@@ -47,8 +48,13 @@ def step_times(model, batch: int, tokens: int, position: int, comm) -> tuple[flo
         return time_call_ms(graph.graph.replay, "cuda"), time_call_ms(lambda: fn(ids, pos), "cuda")
 
 
+def target(name: str, fuse: bool = True):
+    model = build_target(preset(name), seed=0, device="cuda", dtype=torch.bfloat16)
+    return fuse_projections(model) if fuse else model
+
+
 def cmd_steps(args) -> None:
-    model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
+    model = target(args.preset, not args.no_fuse)
     model.setup_caches(1, args.max_seq)
     comm = Communicator()
     bw = copy_bandwidth_gbps()
@@ -84,7 +90,7 @@ def cmd_hf(args) -> None:
     torch.cuda.empty_cache()
     from ncclprobe.engine.generate import Engine
     from ncclprobe.engine.graphs import GraphedSteps
-    model = build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16)
+    model = target(args.preset)
     model.setup_caches(1, 16 + args.new_tokens + 8)
     steps = GraphedSteps(model, None, Communicator(), mode="decode")
     steps.capture(1, 1, speculative=False)
@@ -105,7 +111,7 @@ def cmd_kimi(args) -> None:
     cfg = preset("kimi-k2-slice")
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
     comm = Communicator(0, 1, dist.group.WORLD, issue_single_rank=True)
-    model = apply_tp(build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16), comm)
+    model = fuse_projections(apply_tp(build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16), comm))
     model.setup_caches(1, 512)
     trace = CollectiveTrace()
     trace.attach(comm, None)
@@ -128,7 +134,8 @@ def cmd_overhead(args) -> None:
     from ncclprobe.engine.graphs import GraphedSteps
     from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
     model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
-    draft = build_draft(model, seed=0)
+    draft = fuse_projections(build_draft(model, seed=0))
+    fuse_projections(model)
     max_seq = max_positions(16, args.new_tokens, 3)
     model.setup_caches(1, max_seq)
     draft.setup_caches(1, max_seq)
@@ -161,6 +168,7 @@ def main() -> None:
     steps.add_argument("--max-seq", type=int, default=2048)
     steps.add_argument("--position", type=int, default=512)
     steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
+    steps.add_argument("--no-fuse", action="store_true", help="separate q/k/v and gate/up GEMMs")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)

@@ -6,7 +6,7 @@ import torch
 from ncclprobe.engine.build import build_target
 from ncclprobe.engine.config import MoEConfig, preset
 from ncclprobe.engine.moe import MoE, experts_gathered, experts_grouped
-from ncclprobe.engine.model import init_weights
+from ncclprobe.engine.model import fuse_projections, init_weights
 
 
 def _naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
@@ -64,3 +64,17 @@ def test_presets_validate_and_describe_themselves():
         cfg = preset(name)
         assert cfg.summary()["hidden"] == cfg.hidden and len(cfg.capture_layers) == 3
     assert preset("kimi-k2-slice").moe.experts == 384 and preset("kimi-k2-slice").hidden == 7168
+
+
+def test_fused_projections_match_separate_ones():
+    for name in ("tiny", "tiny-moe"):
+        separate = build_target(preset(name), seed=0, device="cpu", dtype=torch.float32)
+        fused = fuse_projections(build_target(preset(name), seed=0, device="cpu", dtype=torch.float32))
+        assert fused.layers[0].self_attn.qkv_proj is not None and not hasattr(fused.layers[0].self_attn, "q_proj")
+        tokens = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(8))
+        outputs = []
+        for model in (separate, fused):
+            model.setup_caches(2, 8)
+            outputs.append(model(tokens, torch.arange(7).expand(2, 7), capture=True))
+        torch.testing.assert_close(outputs[1][0], outputs[0][0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(outputs[1][1], outputs[0][1], atol=1e-5, rtol=1e-5)
