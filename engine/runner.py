@@ -137,7 +137,11 @@ def _link_verify_to_decode(runs: list[dict]) -> None:
 
 def _config(spec: RunSpec) -> dict:
     device = spec.resolved_device()
-    model = preset(spec.preset).summary() if not spec.checkpoint else {"name": spec.checkpoint}
+    if spec.checkpoint:
+        from ncclprobe.engine.hf_loader import read_config
+        model = read_config(spec.checkpoint).summary()
+    else:
+        model = preset(spec.preset).summary()
     return {"preset": spec.preset if not spec.checkpoint else None, "checkpoint": spec.checkpoint,
             "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
             "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
