@@ -213,8 +213,8 @@ def test_gpu_probe_measures_host_cost_and_claims_no_setting_with_one_rank():
 def test_gpu_share_gpu_graph_keeps_ll_while_new_communicator_uses_simple():
     """Two ranks on GPU 0: NCCL's own TUNING lines show the graph captured under NCCL_PROTO=LL,
     no new plan at its replay after the switch, and the new communicator planning SIMPLE."""
-    result = invoke("--share-gpu", "2", "--sizes", "64K", "--iters", "20", "--graph-ops", "4", "--replays", "4",
-                    "--capture-size", "64K", "--no-raw-nccl", "--format", "json")
+    result = invoke("--share-gpu", "2", "--sizes", "64K", "--iters", "20", "--graph-ops", "2", "--replays", "3",
+                    "--no-raw-nccl", "--format", "json")
     assert result.exit_code == 0, result.output
     verdict = json.loads(result.output)["capture"]
     assert (verdict["first_comm_read"], verdict["second_comm_read"]) == ("LL", "Simple"), verdict

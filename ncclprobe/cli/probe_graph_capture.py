@@ -13,12 +13,14 @@ Examples:
   ncclprobe probe graph-capture --sizes 8K,64K,1M --format json
   ncclprobe probe graph-capture --trace trace.json --nranks 2
   ncclprobe probe graph-capture --variable NCCL_ALGO --values Ring,Tree --nranks 2
-  ncclprobe probe graph-capture --share-gpu 2 --sizes 64K --iters 50 --replays 10
+  ncclprobe probe graph-capture --share-gpu 2 --sizes 64K --iters 20 --graph-ops 2 --replays 3
 
 --share-gpu N is a diagnostic mode for a machine with one GPU: N ranks share GPU 0, each with
 its own NCCL_HOSTID, so NCCL takes them for separate hosts and connects them over NET/Socket.
 Its timings say nothing about NVLink or PCIe; which setting a communicator and a captured graph
-use (from NCCL's own TUNING lines) is real, and that is what one rank cannot show.
+use (from NCCL's own TUNING lines) is real, and that is what one rank cannot show. Two
+processes time-slice the GPU (about 4-5 ms per call on an H200, 36 ms for LL at 1M), so keep
+--iters, --graph-ops and --replays small.
 
 Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage,
 3 no CUDA GPU with NCCL here (or fewer GPUs than --nranks)."""
