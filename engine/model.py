@@ -77,22 +77,6 @@ def apply_rope(x: torch.Tensor, rope) -> torch.Tensor:
     return x * cos + rotated * sin
 
 
-def grouped_attention(q, keys, values, mask):
-    """GQA without copying K/V: the G query heads that share a KV head become G*T query rows of
-    that head, so attention reads each cached K/V once (SDPA's enable_gqa, or a repeat of K/V,
-    would touch them G times on the paths a boolean mask allows).
-
-    q [B, T, H, D]; keys/values [B, S, Hkv, D]; mask [B, 1, T, S] -> [B, T, H*D].
-    Query head h uses KV head h // G (the Llama/HF convention)."""
-    B, T, H, D = q.shape
-    kv_heads = keys.shape[2]
-    G = H // kv_heads
-    rows = q.view(B, T, kv_heads, G, D).permute(0, 2, 3, 1, 4).reshape(B, kv_heads, G * T, D)
-    y = F.scaled_dot_product_attention(rows, keys.transpose(1, 2), values.transpose(1, 2),
-                                       attn_mask=mask.repeat(1, 1, G, 1))
-    return y.view(B, kv_heads, G, T, D).permute(0, 3, 1, 2, 4).reshape(B, T, H * D)
-
-
 class Attention(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, heads: int, kv_heads: int, head_dim: int):
         super().__init__()
@@ -135,7 +119,9 @@ class Attention(nn.Module):
             k = apply_rope(k.view(B, T, -1, self.head_dim), rope)
             v = v.view(B, T, -1, self.head_dim)
         keys, values = self.kv_cache.update(positions, k, v)
-        return self.o_proj(grouped_attention(q, keys, values, mask))
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                           attn_mask=mask, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
 class MLP(nn.Module):
