@@ -38,13 +38,16 @@ def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def step_times(model, batch: int, tokens: int, position: int, comm) -> tuple[float, float]:
-    """(graph ms, eager ms) of one target step of `tokens` per sequence at `position`."""
+def step_times(model, batch: int, tokens: int, position: int, comm, captured: list | None = None):
+    """(graph ms, eager ms) of one target step of `tokens` per sequence at `position`; the
+    graph's captured collectives are appended to `captured` when given."""
     ids = torch.zeros(batch, tokens, dtype=torch.long, device="cuda")
     pos = (position + torch.arange(tokens, device="cuda")).expand(batch, tokens).contiguous()
     fn = lambda t, p: model(t, p, tokens > 1)  # noqa: E731 - verify captures features, decode does not
     with torch.inference_mode():
         graph = CapturedStep(f"t{tokens}", fn, (ids, pos), comm)
+        if captured is not None:
+            captured.append(graph.collectives)
         return time_call_ms(graph.graph.replay, "cuda"), time_call_ms(lambda: fn(ids, pos), "cuda")
 
 
@@ -106,23 +109,20 @@ def cmd_hf(args) -> None:
 def cmd_kimi(args) -> None:
     """kimi-k2-slice: decode ms per layer (graph), and the all-reduce sizes a token causes at TP."""
     import torch.distributed as dist
-    from ncclprobe.engine.instrument import CollectiveTrace
     from ncclprobe.engine.tp import apply_tp
     cfg = preset("kimi-k2-slice")
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
     comm = Communicator(0, 1, dist.group.WORLD, issue_single_rank=True)
     model = fuse_projections(apply_tp(build_target(cfg, seed=0, device="cuda", dtype=torch.bfloat16), comm))
     model.setup_caches(1, 512)
-    trace = CollectiveTrace()
-    trace.attach(comm, None)
-    graph, eager = step_times(model, 1, 1, 100, comm)
-    comm.listener = None
+    captured: list = []
+    graph, eager = step_times(model, 1, 1, 100, comm, captured)
     print(f"# kimi-k2-slice: {cfg.layers} layers ({cfg.moe.dense_layers} dense), {weight_bytes(model) / 1e9:.1f} GB bf16; "
           f"{REPS_NOTE}")
     print(f"decode graph {graph:.3f} ms = {graph / cfg.layers:.3f} ms per layer (eager {eager:.3f} ms)")
-    for entry in trace.sizes():
-        print(f"all_reduce {entry['size_bytes']} bytes x {entry['count']} per decode step "
-              f"(captured in {entry['graph']}); per layer per token: 2 x {cfg.hidden * 2} bytes")
+    for (op, size, dtype, _phase, name), count in captured[0].items():
+        print(f"{op} {size} bytes ({dtype}) x {count} per decode step, captured in graph {name} "
+              f"(2 per layer: after attention, after the MLP/MoE)")
     dist.destroy_process_group()
 
 
