@@ -161,7 +161,8 @@ def table_rows(doc: dict) -> list[dict]:
                      "verify_decode": run["verify_decode_ratio"], "accept_len": run["acceptance"]["mean_length"],
                      "coll_per_token": run["collectives"]["per_token_count"],
                      "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
-                     "coll_share": run["collective_share"], "graph_coverage": run["graph_coverage"]})
+                     "coll_share": run["collective_share"], "graph_coverage": run["graph_coverage"],
+                     "loop_eff": (run.get("loop") or {}).get("efficiency")})
     return rows
 
 
@@ -170,7 +171,8 @@ def table_notes(doc: dict) -> list[str]:
     model = cfg["model"].get("name")
     notes = [f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
              f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']} {cfg['dtype']} on {cfg['device']}",
-             "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1)"]
+             "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
+             "loop_eff = tokens/s over the ideal from acceptance and phase times"]
     for run in doc["runs"]:
         if run["acceptance"]["histogram"]:
             notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")
