@@ -62,6 +62,10 @@ class Engine:
     def _phase(self, name: str):
         return self.timer.phase(name) if self.timer is not None else nullcontext()
 
+    def _mark(self) -> None:
+        if self.timer is not None:
+            self.timer.mark()
+
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.seed)
 
@@ -106,7 +110,8 @@ class Engine:
         B, n = prompt.shape
         with self._phase("prefill"):
             cur, d1, q1, hidden = self._prefill(prompt, gen)
-        emitted = [[t] for t in cur.tolist()]
+        emitted = [[t] for t in cur.tolist()]   # a sync: the first cycle starts from here
+        self._mark()
         pos = torch.full((B,), n, dtype=torch.long, device=self.device)
         result = Generation(tokens=emitted, wall_s=0.0, histogram=[0] * (self.k + 1))
         while min(len(seq) for seq in emitted) < new_tokens:
@@ -142,6 +147,7 @@ class Engine:
             d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
         with self._phase("accept"):
             readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
+        self._mark()
         advance = torch.tensor(active, device=self.device, dtype=torch.long)
         pos = pos + (accepted + 1) * advance  # finished sequences stand still, inside their cache
         for seq, row, live in zip(result.tokens, readout, active):

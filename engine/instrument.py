@@ -25,6 +25,7 @@ class PhaseTimer:
         self.cuda = torch.device(device).type == "cuda"
         self.current: str | None = None
         self._spans: dict[str, list] = {}
+        self._marks: list[tuple[float, dict[str, int]]] = []
 
     @contextmanager
     def phase(self, name: str):
@@ -46,6 +47,12 @@ class PhaseTimer:
                 self._spans.setdefault(name, []).append(time.perf_counter() - started)
                 self.current = outer
 
+    def mark(self) -> None:
+        """A point where the loop has just synchronised with the device (the speculative cycle's
+        readout): the wall time between two marks minus the phases recorded between them is the
+        host time of that interval. The baseline loop never syncs, so it has no marks."""
+        self._marks.append((time.perf_counter(), {name: len(spans) for name, spans in self._spans.items()}))
+
     def current_names(self) -> list[str]:
         return list(self._spans)
 
@@ -56,10 +63,30 @@ class PhaseTimer:
             return {name: [s.elapsed_time(e) for s, e in spans] for name, spans in self._spans.items()}
         return {name: [1000.0 * s for s in spans] for name, spans in self._spans.items()}
 
-    def summary(self, graphed: dict[str, bool] | None = None) -> dict[str, dict]:
+    def summary(self, graphed: dict[str, bool] | None = None, *, wall_s: float | None = None,
+                steps: int = 0) -> dict[str, dict]:
+        """Per phase: count, total, median and p90 in ms. With `wall_s`, also `host`: the wall time
+        no phase accounts for (see `host_summary`)."""
         graphed = graphed or {}
-        return {name: distribution(values) | {"graphed": bool(graphed.get(name, False))}
-                for name, values in self.durations_ms().items()}
+        durations = self.durations_ms()
+        phases = {name: distribution(values) | {"graphed": bool(graphed.get(name, False))}
+                  for name, values in durations.items()}
+        if wall_s is not None:
+            phases["host"] = self.host_summary(durations, wall_s, steps)
+        return phases
+
+    def host_summary(self, durations: dict[str, list[float]], wall_s: float, steps: int) -> dict:
+        """Host time: the run's wall time minus every timed phase (prefill included), i.e. Python,
+        launches and syncs the device phases do not cover. Its per-step distribution comes from
+        the marks (one value per speculative cycle); without marks (the baseline, which never
+        syncs) only the total is known and the median and p90 are null; `count` is then `steps`."""
+        total = max(0.0, 1000.0 * wall_s - sum(sum(values) for values in durations.values()))
+        per_interval = []
+        for (t0, before), (t1, after) in zip(self._marks, self._marks[1:]):
+            inside = sum(sum(durations[name][before.get(name, 0):n]) for name, n in after.items())
+            per_interval.append(max(0.0, 1000.0 * (t1 - t0) - inside))
+        summary = distribution(per_interval) if per_interval else {**distribution([]), "count": steps}
+        return summary | {"total_ms": total, "graphed": False}
 
 
 def distribution(values_ms: list[float]) -> dict:

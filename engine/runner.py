@@ -107,18 +107,27 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
         "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
 
 
+CYCLE_PHASES = ("draft", "verify", "accept", "draft_extend")
+
+
 def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
-    """Ideal tokens/s from measured acceptance and phase times: B x mean tokens per cycle over the
-    cycle's device time (draft + verify + accept + draft extend per cycle); measured / ideal says
-    how much the loop loses to prefill, host work and scheduling."""
+    """Speculative loop efficiency (docs/METRICS.md "Engine"): the ideal tokens/s is what the loop
+    would reach if a cycle cost only its measured phases, B x mean tokens per cycle / (sum of the
+    phases' per-cycle ms); measured / ideal says how much the loop loses to prefill, host work and
+    scheduling. Every input is in the record so a reader can redo the arithmetic."""
     cycles, mean_len = message["cycles"], message["mean_acceptance_length"]
     phases = message["phases"]
-    cycle_ms = sum((phases.get(p) or {}).get("total_ms", 0.0) for p in ("draft", "verify", "accept", "draft_extend"))
+    per_cycle = {p: (phases.get(p) or {}).get("total_ms", 0.0) / cycles for p in CYCLE_PHASES} if cycles else {}
+    cycle_ms = sum(per_cycle.values())
     if not cycles or not mean_len or cycle_ms <= 0:
         return None
-    ideal = spec.batch * mean_len / (cycle_ms / cycles / 1000.0)
+    ideal = spec.batch * mean_len / (cycle_ms / 1000.0)
     measured = spec.batch * spec.new_tokens / message["wall_s"]
-    return {"cycle_ms": cycle_ms / cycles, "ideal_tokens_per_s": ideal, "efficiency": measured / ideal}
+    return {"batch": spec.batch, "cycles": cycles, "mean_acceptance_length": mean_len,
+            "phase_ms_per_cycle": per_cycle, "cycle_ms": cycle_ms, "ideal_tokens_per_s": ideal,
+            "measured_tokens_per_s": measured, "efficiency": measured / ideal,
+            "prefill_ms": (phases.get("prefill") or {}).get("total_ms", 0.0),
+            "host_ms": (phases.get("host") or {}).get("total_ms", 0.0)}
 
 
 def _collective_totals(sizes: list[dict]) -> tuple[int, int]:

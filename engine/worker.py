@@ -98,7 +98,9 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
         generation = run(prompts, spec.new_tokens)
     finally:
         comm.listener = None
-    phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None)
+    phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,
+                           wall_s=generation.wall_s,
+                           steps=generation.cycles if mode == "speculative" else spec.new_tokens - 1)
     return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "phases": phases,
             "histogram": generation.histogram if mode == "speculative" else None,
             "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,

@@ -48,10 +48,25 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
         assert run["settings"] == {"NCCL_ALGO": "Ring"}
         assert sorted(w["rank"] for w in run["workers"]) == [0, 1]
         assert all(w["env_at_comm_init"].get("NCCL_ALGO") == "Ring" for w in run["workers"])  # their own report
-        assert set(run["phases"]) >= {"prefill"}
+        assert set(run["phases"]) >= {"prefill", "host"}
         for phase in run["phases"].values():
             assert phase["count"] >= 1 and phase["total_ms"] >= 0 and phase["graphed"] is False
+        # host = wall minus the timed phases, so all phases together account for the wall time
+        assert sum(p["total_ms"] for p in run["phases"].values()) == pytest.approx(1000 * run["wall_s"], rel=1e-6)
         assert 0.0 < run["collective_share"] <= 1.0 and run["graph_coverage"] is None   # measured; no graphs on CPU
+    assert spec["phases"]["host"]["count"] == cycles and spec["phases"]["host"]["median_ms"] is not None
+    assert base["phases"]["host"]["count"] == 11 and base["phases"]["host"]["median_ms"] is None  # never syncs
+    _check_loop_arithmetic(spec, batch=2)
+
+
+def _check_loop_arithmetic(run, *, batch):
+    """The loop record's ideal is redone from the run's own phases and acceptance."""
+    loop, cycles = run["loop"], run["acceptance"]["cycles"]
+    cycle_ms = sum(run["phases"][p]["total_ms"] for p in ("draft", "verify", "accept", "draft_extend")) / cycles
+    assert loop["cycle_ms"] == pytest.approx(cycle_ms)
+    ideal = batch * run["acceptance"]["mean_length"] * 1000 / cycle_ms
+    assert loop["ideal_tokens_per_s"] == pytest.approx(ideal)
+    assert loop["efficiency"] == pytest.approx(run["tokens_per_s"] / ideal)
 
 
 def test_tuned_file_reaches_every_worker(tmp_path):

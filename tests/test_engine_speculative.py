@@ -65,3 +65,26 @@ def test_rejection_accepts_everything_when_draft_equals_target():
     accepted, _ = rejection_accept(drafts, p[:2].expand(500, 2, 7), p.expand(500, 3, 7),
                                    torch.Generator().manual_seed(5))
     assert accepted.eq(2).all()                       # u * q < p with p == q holds for every u < 1
+
+
+def test_phase_timer_host_time_between_marks():
+    """Host time per interval is the wall time between two marks minus the phases recorded in
+    between; a sleep outside any phase is host time, a sleep inside a phase is not."""
+    import time
+    from ncclprobe.engine.instrument import PhaseTimer
+    timer = PhaseTimer("cpu")
+    started = time.perf_counter()
+    timer.mark()
+    for _ in range(3):
+        with timer.phase("verify"):
+            time.sleep(0.04)
+        time.sleep(0.01)
+        timer.mark()
+    wall_s = time.perf_counter() - started
+    phases = timer.summary(wall_s=wall_s, steps=3)
+    host = phases["host"]
+    assert host["count"] == 3 and host["graphed"] is False
+    assert all(0.01 <= ms / 1000 < 0.035 for ms in (host["median_ms"], host["p90_ms"]))  # not the phase's 0.04
+    assert phases["verify"]["total_ms"] + host["total_ms"] == pytest.approx(1000 * wall_s)
+    assert PhaseTimer("cpu").summary(wall_s=0.5, steps=7)["host"] == {
+        "count": 7, "total_ms": 500.0, "median_ms": None, "p90_ms": None, "graphed": False}

@@ -162,8 +162,19 @@ def table_rows(doc: dict) -> list[dict]:
                      "coll_per_token": run["collectives"]["per_token_count"],
                      "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
                      "coll_share": run["collective_share"], "graph_coverage": run["graph_coverage"],
+                     "ideal_tok_s": (run.get("loop") or {}).get("ideal_tokens_per_s"),
                      "loop_eff": (run.get("loop") or {}).get("efficiency")})
     return rows
+
+
+def loop_note(run: dict) -> str:
+    """The loop-efficiency arithmetic with the run's own numbers, so a reader can check it."""
+    loop = run["loop"]
+    parts = " + ".join(f"{name} {ms:.3f}" for name, ms in loop["phase_ms_per_cycle"].items())
+    return (f"{run['label']} loop: ideal = batch {loop['batch']} x {loop['mean_acceptance_length']:.2f} tokens/cycle / "
+            f"({parts} = {loop['cycle_ms']:.3f} ms/cycle) = {loop['ideal_tokens_per_s']:.1f} tok/s; measured "
+            f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} (lost to prefill "
+            f"{loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms over {loop['cycles']} cycles)")
 
 
 def table_notes(doc: dict) -> list[str]:
@@ -176,6 +187,8 @@ def table_notes(doc: dict) -> list[str]:
     for run in doc["runs"]:
         if run["acceptance"]["histogram"]:
             notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")
+        if run.get("loop"):
+            notes.append(loop_note(run))
     checks = doc["checks"]
     for row in doc.get("comparison", []):
         notes.append(f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
