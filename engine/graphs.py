@@ -1,8 +1,9 @@
 """CUDA graphs for the engine's fixed-shape steps, with the collectives captured inside them.
 
-`GraphedSteps` stands in for `generate.Steps`: a call whose (kind, tokens per sequence, feature
-flag) was captured copies its inputs into the graph's static buffers and replays; anything else
-runs eagerly. What is captured (for the run's one batch size):
+`GraphedSteps` stands in for `generate.Steps`: a call whose (kind, batch, tokens per sequence,
+feature flag) was captured copies its inputs into the graph's static buffers and replays; anything else
+runs eagerly. What is captured, for each batch size of the capture list (a run replays the graphs
+of its own batch size; a batch size outside the list runs eagerly, and its graph coverage says so):
 - `decode`: the target's 1-token step (the baseline decode). Verify and the draft stay eager:
   the seed case's "verify runs in extend mode without graphs", reproducible on purpose.
 - `all`: additionally the target's k+1-token verify, the draft's chained 1-token step and the
@@ -71,21 +72,23 @@ class GraphedSteps:
         self.graphed_phases: set[str] = set()
 
     @torch.inference_mode()
-    def capture(self, batch: int, k: int, *, speculative: bool) -> None:
-        """Capture the steps `mode` asks for; call after the caches exist, before the run."""
+    def capture(self, batches, k: int, *, speculative: bool) -> None:
+        """Capture the steps `mode` asks for at each batch size of `batches` (an int or a list, none
+        above the caches' batch); call after the caches exist, before the run."""
         device = next(self.target_model.parameters()).device
-        if not speculative:
-            self._capture_target(batch, 1, False, device)
-        elif self.mode == "all":
-            self._capture_target(batch, k + 1, True, device)
-            if self.draft_model is not None:
-                self._capture_draft(batch, 1, False, device)
-                self._capture_draft(batch, k + 1, True, device)
+        for batch in ([batches] if isinstance(batches, int) else sorted(set(batches))):
+            if not speculative:
+                self._capture_target(batch, 1, False, device)
+            elif self.mode == "all":
+                self._capture_target(batch, k + 1, True, device)
+                if self.draft_model is not None:
+                    self._capture_draft(batch, 1, False, device)
+                    self._capture_draft(batch, k + 1, True, device)
 
     def _capture_target(self, batch, tokens, features, device):
         name = f"target_{'verify' if features else 'decode'}_b{batch}_t{tokens}"
         inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device), _dummy_positions(batch, tokens, device))
-        self.captured[("target", tokens, features)] = CapturedStep(
+        self.captured[("target", batch, tokens, features)] = CapturedStep(
             name, lambda t, p: self.target_model(t, p, features), inputs, self.comm)
 
     def _capture_draft(self, batch, tokens, fuse, device):
@@ -96,17 +99,17 @@ class GraphedSteps:
         inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device),
                   torch.zeros(batch, tokens, width, dtype=dtype, device=device),
                   _dummy_positions(batch, tokens, device))
-        self.captured[("draft", tokens, fuse)] = CapturedStep(
+        self.captured[("draft", batch, tokens, fuse)] = CapturedStep(
             name, lambda t, h, p: self.draft_model(t, h, p, fuse), inputs, self.comm)
 
     def target(self, tokens, positions, features):
-        step = self.captured.get(("target", tokens.shape[1], features))
+        step = self.captured.get(("target", *tokens.shape, features))
         if step is None:
             return self.target_model(tokens, positions, features)
         return self._replay(step, tokens, positions)
 
     def draft(self, tokens, hidden, positions, fuse):
-        step = self.captured.get(("draft", tokens.shape[1], fuse))
+        step = self.captured.get(("draft", *tokens.shape, fuse))
         if step is None:
             return self.draft_model(tokens, hidden, positions, fuse)
         return self._replay(step, tokens, hidden, positions)

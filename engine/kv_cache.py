@@ -26,10 +26,14 @@ class KVCache(nn.Module):
         return self.k.shape[1]
 
     def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        """Write `k`, `v` ([B, T, kv_heads, head_dim]) at `positions` ([B, T]); return the whole cache."""
-        self.k.index_put_((self.rows, positions), k)
-        self.v.index_put_((self.rows, positions), v)
-        return self.k, self.v
+        """Write `k`, `v` ([B, T, kv_heads, head_dim]) at `positions` ([B, T]); return the cache of
+        those B sequences. B may be below the allocated batch: the step then uses the first B rows
+        (fixed views, so a graph captured at batch B keeps hitting the same memory), which is how
+        one cache serves the graphs of every batch size in a capture list."""
+        batch = positions.shape[0]
+        self.k[:batch].index_put_((self.rows[:batch], positions), k)
+        self.v[:batch].index_put_((self.rows[:batch], positions), v)
+        return self.k[:batch], self.v[:batch]
 
 
 def causal_mask(positions: torch.Tensor, max_seq: int) -> torch.Tensor:

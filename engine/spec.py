@@ -30,6 +30,7 @@ class RunSpec:
     draft: str | None = None            # trained draft (safetensors from train-draft); None: untrained
     draft_tp: bool = False              # shard the draft like the target (its steps then all-reduce)
     graphs: str = "none"                # none | decode | all (CUDA graphs; GPU only)
+    capture_batches: tuple[int, ...] = ()  # batch sizes to capture graphs for; () = just `batch`
     device: str = "auto"                # auto | cpu | cuda
     dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
     modes: tuple[str, ...] = MODES
@@ -41,6 +42,7 @@ class RunSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "modes", tuple(self.modes))
+        object.__setattr__(self, "capture_batches", tuple(self.capture_batches))
         for name in ("prompt_len", "new_tokens", "batch", "k", "tp"):
             if getattr(self, name) < 1:
                 raise UsageProblem(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -55,6 +57,11 @@ class RunSpec:
                 raise UsageProblem(f"{what} {path} does not exist")
         if self.graphs not in GRAPH_MODES:
             raise UsageProblem(f"graphs must be one of {', '.join(GRAPH_MODES)}, got {self.graphs!r}")
+        if any(b < 1 for b in self.capture_batches):
+            raise UsageProblem(f"capture batch sizes must be at least 1, got {list(self.capture_batches)}")
+        if self.capture_batches and self.graphs == "none":
+            raise UsageProblem("--capture-batches lists the batch sizes to capture CUDA graphs for; "
+                               "it needs --graphs decode or --graphs all")
         if self.dtype not in DTYPES:
             raise UsageProblem(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -62,6 +69,14 @@ class RunSpec:
         unknown = set(self.modes) - set(MODES)
         if unknown or not self.modes:
             raise UsageProblem(f"modes must be among {', '.join(MODES)}, got {', '.join(self.modes) or 'none'}")
+
+    def graph_batches(self) -> tuple[int, ...]:
+        """The batch sizes whose graphs are captured (the run's own when no list was given)."""
+        return tuple(sorted(set(self.capture_batches))) or (self.batch,)
+
+    def cache_batch(self) -> int:
+        """Rows the KV caches need: the run's batch and every captured batch size fit in them."""
+        return max(self.batch, *self.graph_batches())
 
     def resolved_device(self) -> str:
         if self.device != "auto":

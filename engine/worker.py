@@ -65,7 +65,7 @@ def run_job(spec: RunSpec, comm: Communicator, device):
     dtype = getattr(torch, spec.resolved_dtype(torch.device(device).type))
     target = _target(spec, device, dtype)
     draft = build_draft(target, seed=spec.seed, path=spec.draft) if "speculative" in spec.modes else None
-    shard_and_allocate(target, draft, comm, draft_tp=spec.draft_tp, batch=spec.batch,
+    shard_and_allocate(target, draft, comm, draft_tp=spec.draft_tp, batch=spec.cache_batch(),
                        max_seq=max_positions(spec.prompt_len, spec.new_tokens, spec.k))
     prompts = random_prompts(target.cfg.vocab, spec.batch, spec.prompt_len, spec.seed, device)
     for mode in spec.modes:
@@ -84,7 +84,7 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     steps = None
     if spec.graphs != "none":
         steps = GraphedSteps(target, draft, comm, mode=spec.graphs)
-        steps.capture(spec.batch, spec.k, speculative=mode == "speculative")
+        steps.capture(spec.graph_batches(), spec.k, speculative=mode == "speculative")
         engine.steps = steps
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:

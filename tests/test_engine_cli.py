@@ -95,6 +95,9 @@ def test_tuned_file_reaches_every_worker(tmp_path):
     (["--env", "NOEQUALS"], "KEY=VALUE"),
     (["--tuned", "/nonexistent/rec.json"], "cannot read recommendation file"),
     (["--tuned"], "issues no collectives"),
+    (["--capture-batches", "1,x", "--graphs", "all"], "comma-separated batch sizes"),
+    (["--capture-batches", "1,2"], "needs --graphs decode or --graphs all"),
+    (["--capture-batches", "0,2", "--graphs", "all"], "at least 1"),
 ])
 def test_run_engine_refuses_bad_options(args, message):
     result = _run(["run-engine", "--device", "cpu", *args])

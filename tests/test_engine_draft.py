@@ -79,3 +79,18 @@ def test_greedy_speculative_equals_baseline_tp1(name, trained):
             accepted_any += sum(speculative.histogram[1:])
     if trained:
         assert accepted_any > 0          # the accept-and-extend path really ran with accepted drafts
+
+
+def test_caches_larger_than_the_batch_give_the_same_tokens():
+    """A capture list allocates the KV caches for its largest batch size; a step at a smaller
+    batch uses the caches' first rows and must produce exactly the tokens of right-sized caches."""
+    def generate(cache_batch):
+        target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
+        draft = build_draft(target, seed=0)
+        target.setup_caches(cache_batch, max_positions(8, 16, 3))
+        draft.setup_caches(cache_batch, max_positions(8, 16, 3))
+        engine = Engine(target, draft, k=3)
+        prompts = random_prompts(256, 2, 8, seed=5, device="cpu")
+        return engine.baseline(prompts, 16).tokens, engine.speculative(prompts, 16).tokens
+    exact, larger = generate(2), generate(5)
+    assert larger == exact and exact[0] == exact[1]   # baseline == speculative (greedy), caches of 5 == of 2

@@ -46,14 +46,14 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
     return target, draft
 
 
-def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None):
+def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None):
     engine = Engine(target, draft, k=k)
     timer = PhaseTimer("cuda")
     engine.timer = timer
     steps = None
     if graphs != "none":
         steps = GraphedSteps(target, draft, comm, mode=graphs)
-        steps.capture(batch, k, speculative=mode == "speculative")
+        steps.capture(capture or batch, k, speculative=mode == "speculative")
         steps.trace, steps.timer = trace, timer
         engine.steps = steps
     if trace is not None:
@@ -93,19 +93,43 @@ def test_captured_all_reduces_are_counted_per_replay(comm):
     assert sizes[(None, "prefill", batch * PROMPT * hidden * 2)] == 2 * layers                # eager prefill
 
 
+@pytest.mark.parametrize("batch, in_list", [(2, True), (3, False)])
+def test_capture_list_replays_its_batch_and_runs_others_eagerly(comm, batch, in_list):
+    """Graphs captured for batch sizes 1, 2, 4 over caches of 4 rows: a batch-2 run replays the
+    b2 graphs (and their all-reduces), a batch-3 run runs eagerly; tokens equal eager either way."""
+    k, graph_kinds = 3, {"baseline": 1, "speculative": 3}
+    target, draft = _models("tiny", torch.float32, comm, 4, k, draft_tp=True)
+    for mode in ("baseline", "speculative"):
+        eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
+        trace = CollectiveTrace()
+        graphed, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, trace=trace,
+                              capture=(1, 2, 4))
+        assert graphed.tokens == eager.tokens, (batch, mode)
+        assert len(steps.captured) == 3 * graph_kinds[mode]
+        replayed = {s["graph"] for s in trace.sizes() if s["graph"]}
+        if in_list:
+            assert steps.graphed_phases == ({"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"})
+            assert len(replayed) == graph_kinds[mode] and all(f"_b{batch}_" in name for name in replayed)
+        else:
+            assert steps.graphed_phases == set() and replayed == set()
+
+
 def test_run_engine_graphs_all_reports_coverage_and_nccl_read(tmp_path):
     result = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "run-engine", "--preset", "tiny", "--graphs", "all",
-                             "--single-rank-collectives", "--batch", "2", "--env", "NCCL_P2P_LEVEL=SYS",
+                             "--capture-batches", "1,2,4", "--single-rank-collectives", "--batch", "2", "--env", "NCCL_P2P_LEVEL=SYS",
                              "--format", "json"], capture_output=True, text=True, timeout=600)
     assert result.returncode in (0, 1), result.stderr
     doc = json.loads(result.stdout)
     runs = {r["mode"]: r for r in doc["runs"]}
+    assert doc["config"]["capture_batches"] == [1, 2, 4]
+    assert {g.split("_b")[1][0] for g in runs["speculative"]["graphs"]} == {"1", "2", "4"}
     assert runs["baseline"]["phases"]["decode"]["graphed"] is True
     assert all(runs["speculative"]["phases"][p]["graphed"] for p in ("draft", "verify", "draft_extend"))
     for run in runs.values():
         assert 0.0 < run["graph_coverage"] <= 1.0
         assert any(s["graph"] for s in run["collectives"]["sizes"])
         assert run["collective_share"] is not None
+        assert {s["graph"] for s in run["collectives"]["sizes"]} - {None} <= {g for g in run["graphs"] if "_b2_" in g}
     assert doc["checks"]["settings"][0]["read_by_nccl"] == {"NCCL_P2P_LEVEL": True}   # NCCL's own log
     print(json.dumps({m: {k: r[k] for k in ("tokens_per_s", "graph_coverage", "collective_share", "verify_decode_ratio")}
                       for m, r in runs.items()}))

@@ -16,6 +16,7 @@ Examples:
   ncclprobe run-engine --preset tiny --tp 2 -k 3
   ncclprobe run-engine --preset tiny-moe --batch 3 --draft draft.safetensors --format json
   ncclprobe run-engine --preset small --graphs all --trace spec.json
+  ncclprobe run-engine --preset small --graphs all --capture-batches 1,2,4,8 --batch 3
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
 
 Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree or
@@ -40,6 +41,8 @@ PRESET_NAMES = tuple(PRESETS)
               help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
 @click.option("--graphs", default="none", show_default=True, type=click.Choice(("none", "decode", "all")),
               help="CUDA graphs: none, the baseline decode only, or every step (GPU only).")
+@click.option("--capture-batches", "capture_batches", metavar="B1,B2,...",
+              help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.")
 @click.option("--single-rank-collectives", is_flag=True,
               help="With --tp 1, issue the all-reduces anyway (one-rank NCCL: real calls, nothing moved) "
                    "to trace and time them on one GPU.")
@@ -56,7 +59,7 @@ PRESET_NAMES = tuple(PRESETS)
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, single_rank_collectives, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
+            graphs, capture_batches, single_rank_collectives, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -66,6 +69,7 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
+                   capture_batches=parse_batch_list(capture_batches),
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
                    label="untuned")
@@ -116,6 +120,15 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool) -> di
     merged = merge_traces(doc, run_with_progress([tuned], quiet))
     merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
     return merged
+
+
+def parse_batch_list(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(item) for item in text.split(","))
+    except ValueError:
+        raise UsageProblem(f"--capture-batches expects comma-separated batch sizes like 1,2,4,8, got {text!r}") from None
 
 
 def parse_env_pairs(pairs) -> dict[str, str]:
@@ -181,7 +194,9 @@ def table_notes(doc: dict) -> list[str]:
     cfg = doc["config"]
     model = cfg["model"].get("name")
     notes = [f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
-             f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']} {cfg['dtype']} on {cfg['device']}",
+             f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']}"
+             + (f" (batches {','.join(map(str, cfg['capture_batches']))})" if cfg.get("capture_batches") else "")
+             + f" {cfg['dtype']} on {cfg['device']}",
              "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
              "loop_eff = tokens/s over the ideal from acceptance and phase times"]
     for run in doc["runs"]:
