@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One batched GPU session: install, then the GPU measurements recorded in docs/LOG.md.
+# Usage: OUT=/some/dir bash examples/gpu_check.sh [step ...]     (no step: all of them)
+# Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
+# Each step has its own time limit so one failure does not cost the others; everything is logged
+# to $OUT/log.txt. NVLink multicast stays off in every environment started here.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/ncclprobe-gpu}; mkdir -p "$OUT"; LOG="$OUT/log.txt"
+STEPS=" ${*:-facts pytest sweep share-sweep graph share-graph propagation engine bench} "
+step() {
+  local name=$1 limit=$2; shift 2
+  [[ $STEPS == *" $name "* ]] || return 0
+  echo "=== $name ($(date -u +%T), limit ${limit}s): $*" >>"$LOG"
+  local t0=$SECONDS; timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+  echo "=== $name rc=$? wall=$((SECONDS - t0))s" >>"$LOG"
+}
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >>"$LOG" 2>&1
+nvidia-smi topo -m >>"$LOG" 2>&1
+step facts 120 sh -c "python3 examples/check_nccl_facts_gpu.py > $OUT/facts.jsonl"
+step pytest 300 python3 -m pytest -q -m gpu -p no:cacheprovider
+step sweep 120 ncclprobe sweep --sizes 4K..256M:4 --output "$OUT/sweep.jsonl"
+step share-sweep 120 ncclprobe sweep --share-gpu 2 --proto default,LL,Simple --algo default,Ring,Tree --sizes 4K,1M --output "$OUT/share-sweep.jsonl"
+step graph 90 ncclprobe probe graph-capture --sizes 4K,64K,1M,16M
+step share-graph 90 ncclprobe probe graph-capture --share-gpu 2 --sizes 64K --iters 20 --graph-ops 2 --replays 3
+step propagation 150 ncclprobe probe env-propagation --nccl
+step engine 120 ncclprobe run-engine --preset small --graphs decode --new-tokens 48 --single-rank-collectives --trace "$OUT/seed-graphs-decode.json"
+step engine 120 ncclprobe run-engine --preset small --graphs all --new-tokens 48 --single-rank-collectives --trace "$OUT/graphs-all.json"
+step bench 120 python3 examples/bench_allreduce_gpu.py
+exit 0
