@@ -23,8 +23,8 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Target model shape.")
 @click.option("--checkpoint", type=click.Path(file_okay=False), help="Local Hugging Face Llama directory (overrides --preset).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Draft file to write (.safetensors); never overwritten.")
-@click.option("--steps", default=300, show_default=True, type=int, help="Optimiser steps.")
-@click.option("--sequences", default=64, show_default=True, type=int, help="Training sequences the target generates.")
+@click.option("--steps", default=1000, show_default=True, type=int, help="Optimiser steps.")
+@click.option("--sequences", default=512, show_default=True, type=int, help="Training sequences the target generates.")
 @click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence.")
 @click.option("--gen-len", default=56, show_default=True, type=int, help="Tokens the target generates per sequence.")
 @click.option("--batch", default=16, show_default=True, type=int, help="Sequences per optimiser step.")
@@ -56,7 +56,7 @@ def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen
     doc = {"schema_version": 1, "kind": "draft-training", "preset": None if checkpoint else preset,
            "checkpoint": checkpoint, "out": str(out), **report}
     emit(fmt, doc, [{k: v for k, v in report.items()}], title="ncclprobe train-draft",
-         notes=[f"saved {out}", "acceptance length = tokens per cycle (drafts kept + 1), greedy, k=3"])
+         notes=[f"saved {out}", f"acceptance length = tokens per cycle (drafts kept + 1), greedy, k={spec.eval_k}, {spec.eval_prompts} fresh prompts"])
     return 0 if report["acceptance_length_after"] > report["acceptance_length_before"] else 1
 
 
