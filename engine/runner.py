@@ -114,7 +114,11 @@ def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
     """Speculative loop efficiency (docs/METRICS.md "Engine"): the ideal tokens/s is what the loop
     would reach if a cycle cost only its measured phases, B x mean tokens per cycle / (sum of the
     phases' per-cycle ms); measured / ideal says how much the loop loses to prefill, host work and
-    scheduling. Every input is in the record so a reader can redo the arithmetic."""
+    scheduling. Every input is in the record so a reader can redo the arithmetic. The efficiency
+    splits exactly into `cycle_time_share` (cycles x cycle_ms over the wall time: what prefill and
+    host time take) times `token_yield` (N over cycles x mean length: what the last cycles lose to
+    tokens beyond N and to sequences that finished early while the batch runs on; N includes the
+    prefill's token, so a very short run can yield above 1)."""
     cycles, mean_len = message["cycles"], message["mean_acceptance_length"]
     phases = message["phases"]
     per_cycle = {p: (phases.get(p) or {}).get("total_ms", 0.0) / cycles for p in CYCLE_PHASES} if cycles else {}
@@ -126,6 +130,8 @@ def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
     return {"batch": spec.batch, "cycles": cycles, "mean_acceptance_length": mean_len,
             "phase_ms_per_cycle": per_cycle, "cycle_ms": cycle_ms, "ideal_tokens_per_s": ideal,
             "measured_tokens_per_s": measured, "efficiency": measured / ideal,
+            "cycle_time_share": cycles * cycle_ms / (1000.0 * message["wall_s"]),
+            "token_yield": spec.new_tokens / (cycles * mean_len),
             "prefill_ms": (phases.get("prefill") or {}).get("total_ms", 0.0),
             "host_ms": (phases.get("host") or {}).get("total_ms", 0.0)}
 

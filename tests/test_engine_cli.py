@@ -67,6 +67,8 @@ def _check_loop_arithmetic(run, *, batch):
     ideal = batch * run["acceptance"]["mean_length"] * 1000 / cycle_ms
     assert loop["ideal_tokens_per_s"] == pytest.approx(ideal)
     assert loop["efficiency"] == pytest.approx(run["tokens_per_s"] / ideal)
+    assert loop["efficiency"] == pytest.approx(loop["cycle_time_share"] * loop["token_yield"])
+    assert 0 < loop["cycle_time_share"] <= 1 and loop["token_yield"] > 0   # N includes the prefill's token
 
 
 def test_tuned_file_reaches_every_worker(tmp_path):

@@ -186,8 +186,10 @@ def loop_note(run: dict) -> str:
     parts = " + ".join(f"{name} {ms:.3f}" for name, ms in loop["phase_ms_per_cycle"].items())
     return (f"{run['label']} loop: ideal = batch {loop['batch']} x {loop['mean_acceptance_length']:.2f} tokens/cycle / "
             f"({parts} = {loop['cycle_ms']:.3f} ms/cycle) = {loop['ideal_tokens_per_s']:.1f} tok/s; measured "
-            f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} (lost to prefill "
-            f"{loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms over {loop['cycles']} cycles)")
+            f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} = cycle time share "
+            f"{loop['cycle_time_share']:.2f} (prefill {loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms "
+            f"outside {loop['cycles']} cycles) x token yield {loop['token_yield']:.2f} (tokens past --new-tokens, "
+            f"finished sequences)")
 
 
 def table_notes(doc: dict) -> list[str]:
