@@ -57,6 +57,18 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
     assert spec["phases"]["host"]["count"] == cycles and spec["phases"]["host"]["median_ms"] is not None
     assert base["phases"]["host"]["count"] == 11 and base["phases"]["host"]["median_ms"] is None  # never syncs
     _check_loop_arithmetic(spec, batch=2)
+    _check_capture_list_notes(doc)
+
+
+def _check_capture_list_notes(doc):
+    """The table says when the run's batch is outside the capture list (a GPU-only situation,
+    so the notes are checked on this real CPU trace with its config set as a GPU run's would be)."""
+    from ncclprobe.cli.run_engine import table_notes
+    config = doc["config"]
+    outside = {**doc, "config": {**config, "graphs": "all", "capture_batches": [1, 4]}}
+    inside = {**doc, "config": {**config, "graphs": "all", "capture_batches": [1, 2]}}
+    assert "batch 2 is not in the capture list" in table_notes(outside)[1]
+    assert "(batches 1,2)" in table_notes(inside)[0] and "not in the capture list" not in " ".join(table_notes(inside))
 
 
 def _check_loop_arithmetic(run, *, batch):

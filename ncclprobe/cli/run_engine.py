@@ -199,6 +199,8 @@ def table_notes(doc: dict) -> list[str]:
              f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']}"
              + (f" (batches {','.join(map(str, cfg['capture_batches']))})" if cfg.get("capture_batches") else "")
              + f" {cfg['dtype']} on {cfg['device']}",
+             *([f"batch {cfg['batch']} is not in the capture list: every step ran eagerly (graph coverage 0)"]
+               if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"] else []),
              "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
              "loop_eff = tokens/s over the ideal from acceptance and phase times"]
     for run in doc["runs"]:
