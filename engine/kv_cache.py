@@ -31,9 +31,13 @@ class KVCache(nn.Module):
         (fixed views, so a graph captured at batch B keeps hitting the same memory), which is how
         one cache serves the graphs of every batch size in a capture list."""
         batch = positions.shape[0]
-        self.k[:batch].index_put_((self.rows[:batch], positions), k)
-        self.v[:batch].index_put_((self.rows[:batch], positions), v)
-        return self.k[:batch], self.v[:batch]
+        if batch == self.k.shape[0]:          # the common case: no slicing ops on the eager path
+            keys, values, rows = self.k, self.v, self.rows
+        else:
+            keys, values, rows = self.k[:batch], self.v[:batch], self.rows[:batch]
+        keys.index_put_((rows, positions), k)
+        values.index_put_((rows, positions), v)
+        return keys, values
 
 
 def causal_mask(positions: torch.Tensor, max_seq: int) -> torch.Tensor:
