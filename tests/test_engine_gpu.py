@@ -131,5 +131,8 @@ def test_run_engine_graphs_all_reports_coverage_and_nccl_read(tmp_path):
         assert run["collective_share"] is not None
         assert {s["graph"] for s in run["collectives"]["sizes"]} - {None} <= {g for g in run["graphs"] if "_b2_" in g}
     assert doc["checks"]["settings"][0]["read_by_nccl"] == {"NCCL_P2P_LEVEL": True}   # NCCL's own log
-    print(json.dumps({m: {k: r[k] for k in ("tokens_per_s", "graph_coverage", "collective_share", "verify_decode_ratio")}
+    spec = runs["speculative"]
+    assert spec["phases"]["host"]["count"] == spec["acceptance"]["cycles"]          # CUDA events + readout marks
+    assert spec["loop"]["efficiency"] == pytest.approx(spec["loop"]["cycle_time_share"] * spec["loop"]["token_yield"])
+    print(json.dumps({m: {k: r[k] for k in ("tokens_per_s", "graph_coverage", "collective_share", "verify_decode_ratio", "loop")}
                       for m, r in runs.items()}))
