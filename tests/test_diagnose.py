@@ -259,3 +259,17 @@ def test_recorded_sweep_against_recorded_engine_run():
             assert verdict.evidence["ratio"] > 2.0
         else:
             assert "what the sweep measured" in verdict.reason
+
+
+def test_slower_speculative_above_break_even_does_not_blame_the_draft():
+    """Regression: on CPU the rule used to suggest train-draft whenever speculative was slower, even
+    when each cycle already yielded more tokens than break-even (3.08 against 2.94 on a tiny trace).
+    Then the loss is outside the cycle, and the next command must say so."""
+    from ncclprobe.diagnose.rules import _faster_spec_command
+    trace = S.healthy_trace()
+    ev = Evidence(trace=trace, trace_path="t.json")
+    run = S.runs(trace, "speculative")[0]
+    base = S.runs(trace, "baseline")[0]
+    assert "train-draft" in _faster_spec_command(ev, run, base, tpc=1.5, breakeven=2.94)
+    above = _faster_spec_command(ev, run, base, tpc=3.08, breakeven=2.94)
+    assert "train-draft" not in above and "longer run" in above

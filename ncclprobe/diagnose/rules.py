@@ -185,14 +185,19 @@ def _slower_finding(ev, run, base, noise: bool) -> Finding:
 
 def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
     """Graphs first when verify is eager against a captured decode; else a better draft when the
-    cycle yields fewer tokens than break-even; else capture everything (GPU) or train (CPU)."""
+    cycle yields fewer tokens than break-even; else the loss is outside the cycle (prefill, host):
+    capture everything on a GPU, or amortise it over a longer run on CPU."""
     verify, decode = E.phase(run, "verify") or {}, E.phase(base, "decode") or {}
     if decode.get("graphed") and not verify.get("graphed"):
         return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
-    if (tpc is not None and breakeven is not None and tpc < breakeven) or ev.config.get("device") != "cuda":
-        return (f"ncclprobe train-draft --preset {ev.config.get('preset')}  "
-                "# then run-engine --draft PATH: the cycle yields fewer tokens than break-even")
-    return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
+    if tpc is not None and breakeven is not None and tpc < breakeven:
+        return (f"ncclprobe train-draft --preset {ev.config.get('preset')}  # then run-engine --draft PATH: "
+                f"the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}")
+    if ev.config.get("device") == "cuda":
+        return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
+    longer = 4 * int(ev.config.get("new_tokens") or 32)
+    return (engine_command(ev.config, new_tokens=longer, trace_out="trace-longer.json") +
+            "  # the cycle beats break-even: the loss is prefill and host time, which a longer run amortises")
 
 
 def collective_share(ev: E.Evidence) -> list:
