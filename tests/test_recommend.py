@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
+
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import build_recommendation
@@ -168,3 +170,12 @@ def test_a_graphed_workload_measured_eagerly_says_so(tmp_path):
     rec = build_recommendation([path], workload=from_trace(trace))
     assert rec.workload.graphed_share == 1.0
     assert any("ran inside CUDA graphs" in note and "--mode graph" in note for note in rec.notes)
+
+
+def test_share_gpu_results_from_the_h200_never_recommend_a_setting():
+    """A real `sweep --share-gpu 2` on the H200: the proofs are real, the timings are two processes
+    time-slicing one GPU over sockets. Before this rule, recommend suggested Tree/LL at 4K from them."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "results" / "h200_share_gpu2_sweep.jsonl"
+    rec = build_recommendation([path])
+    assert rec.env == {}
+    assert len(rec.refused) == 8 and all("--share-gpu" in reasons[0] for reasons in rec.refused.values())

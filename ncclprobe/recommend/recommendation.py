@@ -14,7 +14,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import select
 from ncclprobe.recommend.load import Evidence, load_evidence
 from ncclprobe.recommend.noise import DEFAULT_MIN_GAIN
-from ncclprobe.recommend.safety import SafetyPolicy, refusals
+from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.recommend.workload import Workload, uniform
 from ncclprobe.records import short_label
 
@@ -74,7 +74,7 @@ def build_recommendation(paths: list[str | Path], *, workload: Workload | None =
     if default is None:
         raise UsageProblem(_no_default_message(evidence))
     policy = SafetyPolicy(nvlink=evidence.nvlink, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
-                          measured_with_nccl=all(h.get("backend") != "gloo" for h in evidence.headers))
+                          timing_caveat=timing_caveat(evidence.headers))
     refused = {c.config_id: reasons for c in evidence.curves.values()
                if c.config_id != "default"
                and (reasons := refusals(c.settings, correctness_checked=c.correctness_checked, policy=policy))}
@@ -110,9 +110,18 @@ def _notes(rec: Recommendation) -> list[str]:
         other = "graph" if mode == "eager" else "eager"
         notes.append(f"{100 * share:.0f}% of the workload's collectives ran inside CUDA graphs but the choice used "
                      f"{mode} measurements; pass --mode {other} if the sweep measured {other} mode")
-    for cid, reasons in rec.refused.items():
-        notes += [f"{cid}: {reason}" for reason in reasons]
-    return notes
+    return notes + _refusal_notes(rec.refused)
+
+
+def _refusal_notes(refused: dict[str, list[str]]) -> list[str]:
+    """One note per reason, naming every configuration it refused (a gloo or --share-gpu caveat
+    applies to all of them: say it once)."""
+    by_reason: dict[str, list[str]] = {}
+    for cid, reasons in refused.items():
+        for reason in reasons:
+            by_reason.setdefault(reason, []).append(cid)
+    return [f"{cids[0]}: {reason}" if len(cids) == 1 else f"{len(cids)} configurations ({'; '.join(cids)}): {reason}"
+            for reason, cids in by_reason.items()]
 
 
 def _global_json(g: select.GlobalChoice) -> dict:

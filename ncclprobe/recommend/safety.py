@@ -6,8 +6,9 @@
    explicit flag *and* the sweep's correctness checks ran and passed for that configuration.
    A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) force-enables LL128 too.
 2. Any setting `ncclprobe.lint.lint_env` flags as an error (the knowledge table's rules).
-3. Any setting at all when the numbers were measured with gloo: NCCL variables do not touch gloo,
-   so a "gain" there is noise by construction.
+3. Any setting at all when the numbers cannot reflect NCCL's settings: measured with gloo (NCCL
+   variables do not touch gloo), or with `sweep --share-gpu` (ranks time-slicing one GPU over
+   sockets: the settings and proofs are real, the timings are not), so a "gain" is noise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ class SafetyPolicy:
     nvlink: bool | None          # from the results' topology; None = unknown, treated as no NVLink
     allow_ll128: bool = False    # the user's explicit --allow-ll128-without-nvlink
     nccl_version: str | None = None
-    measured_with_nccl: bool = True   # False when a results file was measured with gloo
+    timing_caveat: str | None = None  # why these timings cannot rank NCCL settings (gloo, --share-gpu)
+
+
+def timing_caveat(headers: list[dict]) -> str | None:
+    """Why the results' timings cannot rank NCCL settings, or None when they can."""
+    if any(h.get("backend") == "gloo" for h in headers):
+        return ("measured with the gloo backend: NCCL settings did not shape these numbers, "
+                "so any difference is noise (sweep on GPUs with NCCL)")
+    if any(h.get("share_gpu") for h in headers):
+        return ("measured with sweep --share-gpu: the ranks time-slice one GPU over sockets, so the settings "
+                "and their proofs are real but the timings are not (sweep with one GPU per rank)")
+    return None
 
 
 def enables_ll128(settings: dict) -> bool:
@@ -48,9 +60,8 @@ def enables_ll128(settings: dict) -> bool:
 def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy) -> list[str]:
     """Every reason not to recommend `settings`; empty when it may be recommended."""
     reasons = []
-    if not policy.measured_with_nccl:
-        reasons.append("measured with the gloo backend: NCCL settings did not shape these numbers, "
-                       "so any difference is noise (sweep on GPUs with NCCL)")
+    if policy.timing_caveat:
+        reasons.append(policy.timing_caveat)
     if enables_ll128(settings) and policy.nvlink is not True:
         where = "this node has no NVLink" if policy.nvlink is False else "the results do not show NVLink"
         if not policy.allow_ll128:
