@@ -13,6 +13,7 @@ EPILOG = """\b
 Examples:
   ncclprobe report sweep.jsonl --out report/
   ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --out report/
+  ncclprobe report sweep.jsonl --trace graphs-decode.json --trace graphs-all.json --out report/
   ncclprobe report sweep.jsonl --sizes 14K,1M --out report/ --format json
 """
 
@@ -20,7 +21,8 @@ Examples:
 @click.command(epilog=EPILOG, short_help="Plots and a Markdown/HTML report from results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
-@click.option("--trace", type=click.Path(dir_okay=False), help="Engine trace: phases, acceptance, workload sizes.")
+@click.option("--trace", type=click.Path(dir_okay=False), multiple=True,
+              help="Engine trace: phases, acceptance, workload sizes (repeatable: runs drawn side by side).")
 @click.option("--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's).")
 @click.option("--collective", default="all_reduce", show_default=True, help="Collective to report on.")
 @click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
@@ -35,7 +37,7 @@ def command(results, out_dir, trace, sizes, collective, mode, allow_ll128, fmt):
     """
     if sizes and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
-    files = build_report(list(results), out_dir, trace_path=trace, workload=from_sizes(sizes) if sizes else None,
+    files = build_report(list(results), out_dir, trace_path=list(trace) or None, workload=from_sizes(sizes) if sizes else None,
                          collective=collective, mode=mode, allow_ll128=allow_ll128)
     rows = [{"file": str(p), "what": what} for p, what in
             [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]

@@ -35,12 +35,13 @@ class ReportFiles:
                             for f in self.figures]}
 
 
-def build_report(results: list[str | Path], out_dir: str | Path, *, trace_path: str | Path | None = None,
+def build_report(results: list[str | Path], out_dir: str | Path, *,
+                 trace_path: str | Path | list[str | Path] | None = None,
                  workload: Workload | None = None, collective: str = "all_reduce", mode: str | None = None,
                  min_gain: float = 0.05, allow_ll128: bool = False) -> ReportFiles:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    trace = read_trace(trace_path) if trace_path else None
+    trace = merge_traces(trace_path) if trace_path else None
     ev = load_evidence(results, collective=collective, mode=mode)
     if workload is None and trace is not None:
         workload = _trace_workload(trace, collective)
@@ -57,6 +58,22 @@ def build_report(results: list[str | Path], out_dir: str | Path, *, trace_path: 
         rec_path.write_text(json.dumps(rec.to_json(), indent=2) + "\n", encoding="utf-8")
     return ReportFiles(out_dir=out, markdown=md_path, html=html_path, recommendation=rec_path,
                        figures=[f for figs in figures.values() for f in figs])
+
+
+def merge_traces(paths: str | Path | list[str | Path]) -> dict:
+    """One trace, or several drawn side by side (e.g. `--graphs decode` next to `--graphs all`, or an
+    untuned and a tuned run): the first trace's config, every run, each label naming what differs
+    between the traces' configs (`graphs=decode`), or the file name when nothing does."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    traces = [read_trace(p) for p in paths]
+    if len(traces) == 1:
+        return traces[0]
+    configs = [t.get("config") or {} for t in traces]
+    differ = [k for k in configs[0] if k != "model" and len({str(c.get(k)) for c in configs}) > 1]
+    tags = [" ".join(f"{k}={c.get(k)}" for k in differ) or Path(p).stem for p, c in zip(paths, configs)]
+    runs = [{**run, "label": f"{run.get('label', '')} {tag}".strip()}
+            for tag, trace in zip(tags, traces) for run in trace.get("runs") or []]
+    return {**traces[0], "runs": runs, "merged_from": [str(p) for p in paths]}
 
 
 def _recommend(results, workload, collective, mode, min_gain, allow_ll128) -> tuple[Recommendation | None, str | None]:

@@ -125,8 +125,9 @@ def phase_breakdown(trace: dict | None, out: Path) -> list[Figure]:
         return []
     phases = [p for p in PHASE_ORDER if any(p in r["phases"] for r in runs)]
     phases += sorted({p for r in runs for p in r["phases"]} - set(phases))
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    names = [f"{r.get('mode', '?')}\n{r.get('label', '')}" for r in runs]
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(runs) + 2), 4.5))
+    # one word per line, so labels of merged traces ("untuned seed-graphs-decode") never overlap
+    names = ["\n".join([r.get("mode", "?"), *str(r.get("label", "")).split()]) for r in runs]
     bottoms = [0.0] * len(runs)
     for i, phase in enumerate(phases):
         heights = [(r["phases"].get(phase) or {}).get("total_ms", 0.0) / r["new_tokens"] for r in runs]
