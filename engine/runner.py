@@ -58,14 +58,16 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="ncclprobe-engine-nccl-") as log_dir:
         env = dict(spec.settings)
         if backend == "nccl":
-            env.update(nccl_log_env(log_dir, spec.settings))
+            env.update(nccl_log_env(log_dir, {**spec.settings, **spec.env_after_init}))
         pool = PoolSpec(nranks=spec.tp, backend=backend, entry=ENTRY, payload={"jobs": [spec.to_json()]},
                         env=env, timeout_s=timeout_s)
         outcome = run_pool(pool, on_message=on_message)
     if outcome.status != "ok":
         raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
     logs = {m["rank"]: m for m in outcome.of_kind("engine-nccl-log")}
+    exits = {m["rank"]: m["env_at_exit"] for m in outcome.of_kind("engine-worker-exit")}
     workers = [{"rank": m["rank"], "pid": m["pid"], "env_at_comm_init": m["env_at_comm_init"],
+                "env_at_exit": exits.get(m["rank"]),
                 "device": m["device"], "nccl_version": m["nccl_version"],
                 "nccl_read": logs.get(m["rank"], {}).get("nccl_read", {}),
                 "nccl_warnings": logs.get(m["rank"], {}).get("warnings", [])}
@@ -93,7 +95,8 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
     total_count, total_bytes = _collective_totals(message["collectives"])
     histogram = message["histogram"]
     return {
-        "label": spec.label, "mode": message["mode"], "settings": dict(spec.settings),
+        "label": spec.label, "mode": message["mode"], "settings": {**spec.settings, **spec.env_after_init},
+        "env_after_init": dict(spec.env_after_init),
         "tokens_per_s": spec.batch * spec.new_tokens / wall_s if wall_s else None,
         "ms_per_token": 1000.0 * wall_s / spec.new_tokens, "new_tokens": spec.new_tokens, "wall_s": wall_s,
         "phases": message["phases"], "verify_decode_ratio": None,

@@ -39,6 +39,9 @@ class RunSpec:
     measure_share: bool = True         # time steps without collectives after the run (see share.py)
     label: str = "untuned"              # untuned | tuned | anything naming the settings
     settings: dict = field(default_factory=dict)  # NCCL_* etc. set in every worker's environment
+    # set by each worker in its own environment only after its communicator exists: reproduces on
+    # purpose the classic mistake of setting NCCL variables too late (NCCL has already read them)
+    env_after_init: dict = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "modes", tuple(self.modes))

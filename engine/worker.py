@@ -33,17 +33,33 @@ def run_jobs(ctx) -> None:
         torch.set_num_threads(1)  # ranks share the CPU cores: oversubscribed threads stall collectives
     jobs = ctx.payload["jobs"]
     comm = Communicator.from_default_group(issue_single_rank=any(j.get("single_rank_collectives") for j in jobs))
-    asked = {key for job in ctx.payload["jobs"] for key in job.get("settings", {})}
-    env = relevant_env() | {key: os.environ[key] for key in asked if key in os.environ}
-    ctx.emit("engine-worker", pid=os.getpid(), env_at_comm_init=env, device=str(ctx.device),
+    _create_communicator(comm, ctx.device)
+    late = {key: value for job in jobs for key, value in (job.get("env_after_init") or {}).items()}
+    asked = {key for job in jobs for key in job.get("settings", {})} | set(late)
+    ctx.emit("engine-worker", pid=os.getpid(), env_at_comm_init=_env_snapshot(asked), device=str(ctx.device),
              nccl_version=nccl_version_string() if ctx.backend == "nccl" else None)
+    os.environ.update(late)   # too late on purpose: NCCL read its settings when the communicator was created
     for index, job in enumerate(ctx.payload["jobs"]):
         spec = RunSpec.from_json(job)
         for record in run_job(spec, comm, ctx.device):
             ctx.emit("engine-digest", job=index, mode=record["mode"], digest=_digest(record["tokens"]))
             if ctx.rank == 0:
                 ctx.emit("engine-run", job=index, **record)
+    ctx.emit("engine-worker-exit", env_at_exit=_env_snapshot(asked))
     _report_nccl_log(ctx)
+
+
+def _create_communicator(comm: Communicator, device) -> None:
+    """Create the communicator now, so the environment reported as `env_at_comm_init` is the one NCCL
+    read (torch creates NCCL communicators lazily, at the first collective). Not traced: it goes
+    straight to torch.distributed, not through the engine's communicator."""
+    if comm.active and comm.enabled:
+        import torch.distributed as dist
+        dist.all_reduce(torch.zeros(1, device=device), group=comm.group)
+
+
+def _env_snapshot(asked: set[str]) -> dict[str, str]:
+    return relevant_env() | {key: os.environ[key] for key in asked if key in os.environ}
 
 
 def _report_nccl_log(ctx) -> None:

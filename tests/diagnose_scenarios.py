@@ -97,19 +97,6 @@ def lose_settings_on_rank(trace: dict, rank: int = 1) -> dict:
     return t
 
 
-def set_after_init(trace: dict) -> dict:
-    """Settings a worker set in its own environment only after it created its communicator: move
-    every asked setting from `env_at_comm_init` to a later snapshot, `env_after_comm_init`."""
-    t = copy.deepcopy(trace)
-    for run in t["runs"]:
-        for worker in run["workers"]:
-            later = dict(worker["env_at_comm_init"])
-            for key in run["settings"]:
-                worker["env_at_comm_init"].pop(key, None)
-            worker["env_after_comm_init"] = later
-    return t
-
-
 def make_all_graphed(trace: dict, verify_factor: float | None = None) -> dict:
     """`--graphs all`: every phase a graph replay; with verify_factor the captured verify step
     still costs that multiple of the decode step (a slow masked-attention path)."""

@@ -77,11 +77,16 @@ def test_settings_lost_on_one_rank():
 
 
 def test_settings_set_after_communicator_creation():
-    result = run_diagnosis(S.set_after_init(S.recorded("tuned.json")))
-    top = result.top
+    """Recorded: `run-engine --env-after-init NCCL_PROTO=LL` has every worker set it only after its
+    communicator exists; the workers' exit-time snapshot shows the value, the creation-time one not."""
+    trace = S.recorded("set-after-init.json")
+    assert all(w["env_at_comm_init"].get("NCCL_PROTO") is None and w["env_at_exit"]["NCCL_PROTO"] == "LL"
+               for run in trace["runs"] for w in run["workers"])
+    top = run_diagnosis(trace).top
     assert top.rule == "settings-propagation"
     assert "after NCCL created its communicator" in top.title
     assert "per communicator" in top.detail  # NCCL_PROTO is re-read at each communicator creation
+    assert "--env NCCL_PROTO=LL" in top.next_command
 
 
 def test_recorded_untuned_run_inherited_the_tuned_settings():

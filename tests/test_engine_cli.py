@@ -102,11 +102,27 @@ def test_tuned_file_reaches_every_worker(tmp_path):
     assert doc["comparison"][0]["mode"] == "baseline" and runs["tuned"]["tokens"] == runs["untuned"]["tokens"]
 
 
+def test_env_after_init_is_set_too_late_on_purpose_and_caught():
+    """--env-after-init reproduces the classic mistake: every worker sets the variable only after
+    its communicator exists. The workers' own snapshots show it absent at creation and present at
+    exit, the settings check fails and the command exits 1."""
+    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline",
+                   "--env-after-init", "NCCL_PROTO=LL", "--format", "json"])
+    assert result.returncode == 1, result.stderr
+    doc = json.loads(result.stdout)
+    workers = doc["runs"][0]["workers"]
+    assert [w["env_at_comm_init"].get("NCCL_PROTO") for w in workers] == [None, None]
+    assert [w["env_at_exit"].get("NCCL_PROTO") for w in workers] == ["LL", "LL"]
+    assert doc["runs"][0]["settings"] == {"NCCL_PROTO": "LL"} and doc["runs"][0]["env_after_init"] == {"NCCL_PROTO": "LL"}
+    assert doc["checks"]["settings"][0]["received_by_every_worker"] == {"NCCL_PROTO": False}
+
+
 @pytest.mark.parametrize("args, message", [
     (["--graphs", "decode"], "needs a CUDA GPU"),
     (["--tp", "0"], "tp must be at least 1"),
     (["--draft", "/nonexistent/draft.safetensors"], "does not exist"),
     (["--env", "NOEQUALS"], "KEY=VALUE"),
+    (["--env-after-init", "NOEQUALS"], "--env-after-init expects KEY=VALUE"),
     (["--tuned", "/nonexistent/rec.json"], "cannot read recommendation file"),
     (["--tuned"], "issues no collectives"),
     (["--capture-batches", "1,x", "--graphs", "all"], "comma-separated batch sizes"),

@@ -18,9 +18,11 @@ Examples:
   ncclprobe run-engine --preset small --graphs all --trace spec.json
   ncclprobe run-engine --preset small --graphs all --capture-batches 1,2,4,8 --batch 3
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
+  ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
 
-Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree or
-the workers hung/crashed, 2 bad options, 4 internal error."""
+Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree, a
+setting did not reach every worker when it created its communicator, or the workers hung/crashed;
+2 bad options, 4 internal error."""
 
 SWEEP_FIRST = "\0sweep"
 PRESET_NAMES = tuple(PRESETS)
@@ -52,6 +54,9 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--mode", "modes", multiple=True, type=click.Choice(("baseline", "speculative")),
               help="Run only these modes (repeatable); default both.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Setting for every worker's environment (repeatable).")
+@click.option("--env-after-init", "late_pairs", multiple=True, metavar="K=V",
+              help="Reproduce a classic mistake on purpose: each worker sets K=V in its own environment only "
+                   "after its communicator exists, when NCCL has already read it (repeatable).")
 @click.option("--tuned", "tuned", is_flag=False, flag_value=SWEEP_FIRST, default=None, metavar="[FILE]",
               help="Also run with the NCCL settings of a recommendation FILE (alone: sweep the engine's own "
                    "all-reduce sizes first) and show untuned against tuned.")
@@ -59,7 +64,8 @@ PRESET_NAMES = tuple(PRESETS)
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, capture_batches, single_rank_collectives, device, dtype, modes, env_pairs, tuned, trace_path, fmt):
+            graphs, capture_batches, single_rank_collectives, device, dtype, modes, env_pairs, late_pairs, tuned, trace_path,
+            fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -72,7 +78,7 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
                    capture_batches=parse_batch_list(capture_batches),
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
-                   label="untuned")
+                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
     spec.check_runnable()
     if tuned == SWEEP_FIRST and tp == 1:
         raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
@@ -131,12 +137,12 @@ def parse_batch_list(text: str | None) -> tuple[int, ...]:
         raise UsageProblem(f"--capture-batches expects comma-separated batch sizes like 1,2,4,8, got {text!r}") from None
 
 
-def parse_env_pairs(pairs) -> dict[str, str]:
+def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
     settings = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not key.replace("_", "").isalnum():
-            raise UsageProblem(f"--env expects KEY=VALUE, got {pair!r}")
+            raise UsageProblem(f"{option} expects KEY=VALUE, got {pair!r}")
         settings[key] = value
     return settings
 
