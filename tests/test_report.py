@@ -113,3 +113,28 @@ def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     labels = [(run["mode"], run["label"]) for run in merged["runs"]]
     assert labels == [("baseline", "untuned graphs=decode"), ("speculative", "untuned graphs=decode"),
                       ("baseline", "untuned graphs=all"), ("speculative", "untuned graphs=all")]
+
+
+def test_speedup_colour_ticks_are_symmetric_powers_of_two():
+    """The heatmap's colour scale is log and centred on 1, so 2x faster and 2x slower sit equally
+    far from neutral; its ticks must name those ratios, not crowd on one side."""
+    from ncclprobe.report.plots import _ratio_ticks
+
+    assert _ratio_ticks(4.2) == [0.25, 0.5, 1.0, 2.0, 4.0]
+    assert _ratio_ticks(1.3) == [0.77, 1.0, 1.3]
+
+
+def test_latency_axis_has_several_labelled_ticks_inside_one_decade(tmp_path):
+    """A sweep whose times span less than a decade (one rank, or a flat curve) still gets a
+    readable time axis: at least three labelled ticks inside the plotted range."""
+    import matplotlib.pyplot as plt
+
+    from ncclprobe.report.plots import _time_axis
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [26.0, 120.0])
+    _time_axis(ax)
+    low, high = ax.get_ylim()
+    ticks = [t for t in ax.yaxis.get_major_locator().tick_values(low, high) if low <= t <= high]
+    plt.close(fig)
+    assert len(ticks) >= 3, ticks

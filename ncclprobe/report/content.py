@@ -94,7 +94,7 @@ def _engine(trace: dict, figures: dict[str, list[Figure]]) -> Section:
     section.table([{"run": f"{r.get('mode')} / {r.get('label')}", "tokens/s": r.get("tokens_per_s"),
                     "ms/token": r.get("ms_per_token"),
                     "settings": " ".join(f"{k}={v}" for k, v in (r.get("settings") or {}).items()) or "default",
-                    "mean accepted": (r.get("acceptance") or {}).get("mean_length")}
+                    "tokens per cycle (incl. bonus)": (r.get("acceptance") or {}).get("mean_length")}
                    for r in trace.get("runs") or []])
     for name in ("phases", "acceptance"):
         for fig in figures.get(name, []):

@@ -14,7 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
@@ -47,7 +47,7 @@ def latency(ev: Evidence, out: Path) -> list[Figure]:
     _time_axis(ax)
     _size_axis(ax, _all_sizes(ev))
     ax.set_ylabel("time per collective (µs, median; band p10-p90)")
-    title = f"{ev.collective} latency ({ev.mode}, {ev.nranks} ranks)"
+    title = f"{ev.collective} latency ({ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''})"
     return [_save(fig, ax, out, "latency", title)]
 
 
@@ -85,7 +85,8 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     values = [v for row in grid for v in row if v is not None]
     top = max([max(v, 1 / v) for v in values if v > 0] + [1.05])
     masked = [[float("nan") if v is None else v for v in row] for row in grid]
-    image = ax.imshow(masked, cmap="RdYlGn", norm=TwoSlopeNorm(1.0, 1 / top, top), aspect="auto")
+    # log scale symmetric about 1: 2x faster and 2x slower sit equally far from the neutral colour
+    image = ax.imshow(masked, cmap="RdYlGn", norm=LogNorm(1 / top, top), aspect="auto")
     for r, row in enumerate(grid):
         for c, value in enumerate(row):
             text = marks.get((r, c)) or (f"{value:.2f}" if value is not None else "")
@@ -94,7 +95,10 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     ax.set_yticks(range(len(rows)), [_row_label(ev, cid, refused) for cid in rows])
     ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
     ax.set_title(f"speedup over default ({ev.collective}, {ev.mode}); x = wrong, H = hang, E = error")
-    fig.colorbar(image, ax=ax, label="speedup (default time / config time)")
+    bar = fig.colorbar(image, ax=ax, label="speedup (default time / config time)")
+    bar.set_ticks(_ratio_ticks(top))
+    bar.set_ticks([], minor=True)
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
     return [_write(fig, out, "speedup", "speedup over default")]
 
 
@@ -151,7 +155,7 @@ def acceptance(trace: dict | None, out: Path) -> list[Figure]:
         total = sum(hist)
         xs = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(hist))]
         mean = run["acceptance"].get("mean_length")
-        label = f"{run.get('label', '?')}" + (f" (mean {mean:.2f})" if mean is not None else "")
+        label = f"{run.get('label', '?')}" + (f" ({mean:.2f} tokens/cycle incl. bonus)" if mean is not None else "")
         ax.bar(xs, [100 * h / total for h in hist], width=width, color=_colour(i), label=label)
     ax.set_xticks(range(len(runs[0]["acceptance"]["histogram"])))
     ax.set_xlabel("draft tokens accepted per cycle (bonus token not counted)")
@@ -179,7 +183,14 @@ def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
 def _row_label(ev: Evidence, cid: str, refused: frozenset[str]) -> str:
     curve = ev.curves.get(cid)
     settings = curve.settings if curve else next(e.settings for e in ev.excluded if e.config_id == cid)
-    return short_label(settings) + (" (refused: unsafe)" if cid in refused else "" if curve else " (excluded)")
+    # refusals are not all about safety (gloo or --share-gpu timings rank nothing): the notes say why
+    return short_label(settings) + (" (refused)" if cid in refused else "" if curve else " (excluded)")
+
+
+def _ratio_ticks(top: float) -> list[float]:
+    """Powers of two inside [1/top, top] (0.25, 0.5, 1, 2, 4), and the ends when few fit."""
+    ticks = [2.0 ** k for k in range(-12, 13) if 1 / top <= 2.0 ** k <= top]
+    return ticks if len(ticks) >= 3 else sorted({round(1 / top, 2), 1.0, round(top, 2)})
 
 
 def _label(curve: Curve) -> str:
@@ -219,9 +230,13 @@ def _size_axis(ax, sizes: list[int]) -> None:
 
 
 def _time_axis(ax) -> None:
-    """Log y axis in microseconds with 1-2-5 ticks written plainly (5, 10, 20, 50), not 10^1."""
+    """Log y axis in microseconds with 1-2-5 ticks written plainly (5, 10, 20, 50), not 10^1;
+    denser ticks when the data spans about a decade or less, where 1-2-5 would leave one or two."""
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.autoscale_view()
+    low, high = ax.get_ylim()
+    subs = (1.0, 2.0, 5.0) if high > 12 * low else (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=30))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
 
