@@ -300,3 +300,16 @@ def test_watch_follows_workers_that_come_and_go(tmp_path):
         assert len(child_pids) >= 3 and "appeared" in err and "gone" in err
     finally:
         _stop_tree(churn)
+
+
+def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
+    """Short secrets under names with no TOKEN/KEY word, passwords in userless URLs, and
+    `env NAME=secret cmd` on a command line: each was printed before these rules."""
+    from ncclprobe.envcheck.environ import MASKED, display_value, mask_argv
+
+    assert display_value("MYSQL_PWD", "hunter2") == MASKED
+    assert display_value("REDIS_URL", "redis://:s3cretpw@cache:6379/0") == MASKED
+    assert display_value("PWD", "/work/job") == "/work/job" and display_value("OLDPWD", "/w") == "/w"
+    assert display_value("MASTER_ADDR", "http://host:29500/x") == "http://host:29500/x"
+    argv = ["env", "HF_TOKEN=short1", "python", "serve.py", "--lr=3e-4", "--cache", "redis://:pw12345@h/0"]
+    assert mask_argv(argv) == ["env", f"HF_TOKEN={MASKED}", "python", "serve.py", "--lr=3e-4", "--cache", MASKED]

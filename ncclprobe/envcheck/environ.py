@@ -33,14 +33,16 @@ RELEVANT_NAMES = frozenset({
 _SECRET_WORDS = frozenset({
     "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "KEY", "KEYS",
     "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "SESSION",
-    "PRIVATE", "SIGNATURE", "PAT", "DSN", "CERT", "JWT", "BEARER", "WEBHOOK",
+    "PRIVATE", "SIGNATURE", "PAT", "DSN", "CERT", "JWT", "BEARER", "WEBHOOK", "PWD",
 })
+# Names that contain a secret word but are well known not to hold one (the shell's working directories).
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 _SECRET_FRAGMENTS = ("SECRET", "TOKEN", "PASSW", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
 # Value shapes of well-known credentials, and URLs carrying a password.
 _SECRET_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}"
     r"|github_pat_\w{20,}|sk-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,}"
-    r"|-----BEGIN|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|://[^/\s:@]+:[^/\s@]+@)")
+    r"|-----BEGIN|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|://[^/\s:@]*:[^/\s@]+@)")  # redis://:pw@ too
 _RANDOM_LOOKING = re.compile(r"^[A-Za-z0-9+/=_\-]{32,}$")
 
 
@@ -75,6 +77,8 @@ def is_relevant(name: str) -> bool:
 
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
+    if upper in _NOT_SECRET_NAMES:
+        return False
     words = set(re.split(r"[^A-Z0-9]+", upper))
     squashed = upper.replace("_", "")
     return bool(words & _SECRET_WORDS) or any(fragment in squashed for fragment in _SECRET_FRAGMENTS)
@@ -108,7 +112,7 @@ def mask_argv(argv: list[str]) -> list[str]:
         if hide_next:
             out.append(MASKED)
             hide_next = False
-        elif word.startswith("-") and sep and is_secret_name(flag.lstrip("-")):
+        elif sep and is_secret_name(flag.lstrip("-")):  # --password=X, and `env HF_TOKEN=X cmd`
             out.append(f"{flag}={MASKED}")
         elif word.startswith("-") and not sep and is_secret_name(word.lstrip("-")):
             out.append(word)
