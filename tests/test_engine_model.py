@@ -78,3 +78,50 @@ def test_fused_projections_match_separate_ones():
             outputs.append(model(tokens, torch.arange(7).expand(2, 7), capture=True))
         torch.testing.assert_close(outputs[1][0], outputs[0][0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(outputs[1][1], outputs[0][1], atol=1e-5, rtol=1e-5)
+
+
+MODEL_MODULES = ("model", "moe", "draft", "kv_cache", "config", "speculative")   # the model and its acceptance rules
+
+
+def _imports(path):
+    """Every module a source file imports, at any depth (deferred imports inside functions too)."""
+    import ast
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _source_of(module):
+    """Our own module's file (engine/ installs as ncclprobe.engine), or None for third-party code."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    parts = module.split(".")
+    if parts[0] != "ncclprobe":
+        return None
+    base = root / "engine" / Path(*parts[2:]) if parts[1:2] == ["engine"] else root / "ncclprobe" / Path(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def test_model_code_never_imports_torch_distributed():
+    """The model runs unchanged with or without tensor parallelism: only `tp.apply_tp` and the
+    communicator touch torch.distributed. Walk the model modules and everything of ours they
+    import; none may import torch.distributed (`from torch import distributed` included)."""
+    seen, todo, offenders = set(), [f"ncclprobe.engine.{m}" for m in MODEL_MODULES], []
+    while todo:
+        module = todo.pop()
+        path = _source_of(module)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        for name in _imports(path):
+            if name == "torch.distributed" or name.startswith("torch.distributed."):
+                offenders.append(f"{path.name} imports {name}")
+            todo.append(name)
+    assert {p.name for p in seen} >= {f"{m}.py" for m in MODEL_MODULES} | {"errors.py"}   # the walk really ran
+    assert not offenders, offenders
