@@ -11,7 +11,7 @@ from ncclprobe.engine.spec import RunSpec
 from ncclprobe.engine.tp import apply_tp
 from ncclprobe.errors import UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
-from tests.test_engine_draft import trained_tiny_draft  # noqa: F401  (fixture)
+from tests.test_engine_draft import trained_tiny_draft, trained_tiny_moe_draft  # noqa: F401  (fixtures)
 
 # Sharded float32 differs from unsharded only in summation order: each all-reduce adds two partial
 # sums of ~hidden/2 products instead of one sum of all of them. Relative rounding per layer is a few
@@ -58,14 +58,16 @@ def test_tp_refuses_indivisible_heads():
         apply_tp(model, FakeComm(rank=0, world_size=3))
 
 
-def test_tp2_greedy_speculative_equals_baseline(trained_tiny_draft):
+def test_tp2_greedy_speculative_equals_baseline(trained_tiny_draft, trained_tiny_moe_draft):
     """Several configurations in one 2-rank pool: dense and MoE, batch 1 and 3, k 1/3/5, draft
-    replicated or tensor-parallel, untrained and trained draft."""
+    replicated or tensor-parallel, untrained and trained draft (each model with both drafts, each
+    k and each batch at least once per model; the full cross product runs at TP=1)."""
     cases = [dict(preset="tiny", batch=1, k=3),
              dict(preset="tiny", batch=3, k=5, draft=str(trained_tiny_draft), draft_tp=True),
              dict(preset="tiny", batch=3, k=1, draft=str(trained_tiny_draft)),
              dict(preset="tiny-moe", batch=3, k=3, draft_tp=True),
-             dict(preset="tiny-moe", batch=1, k=5)]
+             dict(preset="tiny-moe", batch=1, k=5),
+             dict(preset="tiny-moe", batch=3, k=1, draft=str(trained_tiny_moe_draft), draft_tp=True)]
     jobs = [RunSpec(tp=2, prompt_len=8, new_tokens=20, warmup_tokens=0, **case).to_json() for case in cases]
     outcome = run_pool(PoolSpec(nranks=2, backend="gloo", entry="ncclprobe.engine.worker:run_jobs",
                                 payload={"jobs": jobs}, timeout_s=120))
@@ -80,3 +82,4 @@ def test_tp2_greedy_speculative_equals_baseline(trained_tiny_draft):
         assert digests[(0, "speculative")] == digests[(1, "speculative")]   # ranks agree token for token
     trained = {r["job"]: r["mean_acceptance_length"] for r in runs if r["mode"] == "speculative"}
     assert trained[1] > 1.0 or trained[2] > 1.0       # the trained draft gets drafts accepted under TP too
+    assert trained[5] > 1.0                           # and so does the MoE target's trained draft
