@@ -87,6 +87,19 @@ def test_settings_set_after_communicator_creation():
     assert "after NCCL created its communicator" in top.title
     assert "per communicator" in top.detail  # NCCL_PROTO is re-read at each communicator creation
     assert "--env NCCL_PROTO=LL" in top.next_command
+    assert "2 workers (ranks 0, 1)" in top.title      # every worker, not only the first one found
+
+
+def test_text_report_shows_nested_evidence():
+    """The per-rank problems and per-run speeds a finding rests on are dicts and lists: the text
+    report must show them too, not only the flat numbers."""
+    from ncclprobe.cli.diagnose import render_text
+    flat = lambda result: " ".join(render_text(result).split())     # undo the line wrapping
+    text = flat(run_diagnosis(S.recorded("set-after-init.json")))
+    assert "rank=1, pid=" in text and "at_comm_init=<unset>" in text
+    text = flat(run_diagnosis(S.recorded("untuned-inherits-settings.json")))
+    assert "in_force_at_comm_init={NCCL_PROTO=LL}" in text
+    assert "(76.1 vs 50.2 tok/s)" in text                # speeds rounded, not 16 digits
 
 
 def test_recorded_untuned_run_inherited_the_tuned_settings():
@@ -233,6 +246,18 @@ def test_low_graph_coverage_with_graphs_on():
     S.runs(trace, "speculative")[0]["graph_coverage"] = 0.4
     found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
     assert len(found) == 1 and found[0].evidence["graph_coverage"] == 0.4
+
+
+def test_low_graph_coverage_is_informational_when_every_capturable_phase_is_graphed():
+    """Recorded on the H200 with --graphs all: 79% coverage because a 48-token run's prefill,
+    the accept step and host time are eager by design; nothing is left to capture. The same run
+    with its verify phase eager again is a warning."""
+    trace = S.recorded("graphs-all.h200.json")
+    found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
+    assert [(f.severity, f.evidence["eager_phases"]) for f in found] == [("info", ["accept"])]
+    S.runs(trace, "speculative")[0]["phases"]["verify"]["graphed"] = False
+    found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
+    assert [(f.severity, f.evidence["eager_phases"]) for f in found] == [("warning", ["verify", "accept"])]
 
 
 @pytest.mark.parametrize("nccl_read,kind", [({"NCCL_PROTO": "LL"}, None), ({"NCCL_PROTO": "Simple"}, "read-other-value"),

@@ -55,7 +55,7 @@ def render_text(result) -> str:
         cost = f", costs ~{f.cost_ms_per_token:.3f} ms/token" if f.cost_ms_per_token else ""
         lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
-        lines.append("   evidence: " + ", ".join(f"{k}={v}" for k, v in f.evidence.items() if not isinstance(v, (dict, list))))
+        lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
         if f.next_command:
             lines.append(f"   next: {f.next_command}")
     if result.ruled_out:
@@ -66,6 +66,17 @@ def render_text(result) -> str:
         lines += [f"  - {n.hypothesis}: {n.missing}" + (f" (next: {n.next_command})" if n.next_command else "")
                   for n in result.not_checked]
     return "\n".join(lines)
+
+
+def _evidence_text(value) -> str:
+    """Every number a finding rests on, nested runs and per-rank problems included (the JSON
+    output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_evidence_text(v) if not isinstance(v, dict) else '{' + _evidence_text(v) + '}'}"
+                         for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + "; ".join(_evidence_text(v) for v in value) + "]"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _expectation_lines(exp: dict | None) -> list[str]:

@@ -67,6 +67,9 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
     first = (after or problems)[0]
     where = f"rank {first['rank']} (pid {first['pid']})"
     if after:
+        late_ranks = sorted({p["rank"] for p in after if p["variable"] == first["variable"]}, key=str)
+        if len(late_ranks) > 1:
+            where = f"{len(late_ranks)} workers (ranks {', '.join(map(str, late_ranks))})"
         scope = scope_of(first["variable"])
         consequence = ("it applies only to communicators created after it was set, and graphs captured on the old one keep the old value"
                        if scope is Scope.COMMUNICATOR else "NCCL reads it once per process, so it needs a new process")
@@ -135,7 +138,7 @@ def _compare_pair(ev, pa, pb):
         title=f"{name_a} and {name_b} {how} under the same NCCL settings",
         detail=(f"They asked for {_fmt(tuning_settings(a.get('settings')))} and {_fmt(tuning_settings(b.get('settings')))}, "
                 f"but both {how} under {_fmt(tuning_settings(eff_a))}: tuning could not change their collectives, so any "
-                f"difference between them ({a.get('tokens_per_s')} vs {b.get('tokens_per_s')} tok/s) is noise or another cause."),
+                f"difference between them ({_tok_s(a)} vs {_tok_s(b)} tok/s) is noise or another cause."),
         evidence={"asked": {name_a: a.get("settings"), name_b: b.get("settings")},
                   "in_force_at_comm_init": tuning_settings(eff_a), "graphs": sorted(E.captured_graphs(a)), **speed},
         next_command=_clean_env_command(ev, pa, pb, eff_a))
@@ -195,6 +198,11 @@ def env_check_findings(ev: E.Evidence) -> list:
                     detail="In the live job, processes that create NCCL communicators lack expected settings or NCCL read other values.",
                     evidence={"findings": found, "checked_pids": (doc.get("verdict") or {}).get("checked_pids")},
                     next_command=f"ncclprobe env-check --pid {doc.get('root_pid')} --log <nccl debug log>")]
+
+
+def _tok_s(run: dict) -> str:
+    value = run.get("tokens_per_s")
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "unknown"
 
 
 def _fmt(settings: dict) -> str:
