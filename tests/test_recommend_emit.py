@@ -131,6 +131,8 @@ def test_cli_emit_to_stdout_and_json_format(tmp_path):
     (["--output", "x.json"], "add --emit"),
     (["--sizes", "4Q"], "bad size '4Q'"),
     (["--workload", "missing.json"], "cannot read engine trace"),
+    (["--sizes", ""], "--sizes is empty"),
+    (["--emit", "env", "--output", "/nonexistent-dir/nccl.env"], "cannot write it"),
 ])
 def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, message):
     path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)])

@@ -103,6 +103,12 @@ def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
     proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o"),
                            "--trace", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert proc.returncode == 2 and "is not an engine trace" in proc.stderr and proc.stdout == ""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(blocker / "sub")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot create the directory" in proc.stderr and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():

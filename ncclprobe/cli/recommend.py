@@ -51,20 +51,29 @@ def command(results, trace, sizes, collective, mode, min_gain_pct, allow_ll128, 
     """
     if trace and sizes:
         raise UsageProblem("give either --workload TRACE or --sizes, not both")
+    if sizes is not None and not sizes.strip():
+        raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
     if output and not emit_kind:
         raise UsageProblem("--output names the file for --emit; add --emit env, tuner-csv or json")
     workload = from_trace(read_trace(trace), collective=collective, source=f"trace {trace}") if trace else None
-    workload = from_sizes(sizes) if sizes else workload
+    workload = from_sizes(sizes) if sizes is not None else workload
     rec = build_recommendation(list(results), workload=workload, collective=collective, mode=mode,
                                min_gain=min_gain_pct / 100, allow_ll128=allow_ll128)
     if emit_kind and not output:
         click.echo(render(emit_kind, rec), nl=False)
     else:
         if emit_kind:
-            Path(output).write_text(render(emit_kind, rec), encoding="utf-8")
-            log.warning("wrote %s (%s)", output, emit_kind)
+            _write(Path(output), render(emit_kind, rec))
+            log.info("wrote %s (%s)", output, emit_kind)
         emit(fmt, rec.to_json(), table_rows(rec), title=headline(rec), notes=explanation(rec))
     return 1 if any(e.status in ("wrong", "hang", "error") for e in rec.evidence.excluded) else 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageProblem(f"--output {str(path)!r}: cannot write it ({exc.strerror or exc})") from None
 
 
 def headline(rec: Recommendation) -> str:

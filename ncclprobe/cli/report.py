@@ -35,9 +35,9 @@ def command(results, out_dir, trace, sizes, collective, mode, allow_ll128, fmt):
     histogram (PNG and SVG), the recommendation, and the environment and versions of the runs.
     Lists the files written on stdout.
     """
-    if sizes and not sizes.strip():
+    if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
-    files = build_report(list(results), out_dir, trace_path=list(trace) or None, workload=from_sizes(sizes) if sizes else None,
+    files = build_report(list(results), out_dir, trace_path=list(trace) or None, workload=from_sizes(sizes) if sizes is not None else None,
                          collective=collective, mode=mode, allow_ll128=allow_ll128)
     rows = [{"file": str(p), "what": what} for p, what in
             [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]

@@ -40,7 +40,10 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
                  workload: Workload | None = None, collective: str = "all_reduce", mode: str | None = None,
                  min_gain: float = 0.05, allow_ll128: bool = False) -> ReportFiles:
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageProblem(f"--out {str(out)!r}: cannot create the directory ({exc.strerror or exc})") from None
     trace = merge_traces(trace_path) if trace_path else None
     ev = load_evidence(results, collective=collective, mode=mode)
     if workload is None and trace is not None:
