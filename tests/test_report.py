@@ -144,3 +144,15 @@ def test_latency_axis_has_several_labelled_ticks_inside_one_decade(tmp_path):
     ticks = [t for t in ax.yaxis.get_major_locator().tick_values(low, high) if low <= t <= high]
     plt.close(fig)
     assert len(ticks) >= 3, ticks
+
+
+def test_environment_section_masks_secret_values(tmp_path):
+    """A results header's env ends up in a report people pass around: secrets there are masked
+    the way env-check masks them, ordinary NCCL values are shown."""
+    secret = "hf_ReportPlantedToken0123456789"
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)],
+                     env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET_PLUGIN_TOKEN": secret})
+    files = build_report([path], tmp_path / "out")
+    for written in (files.markdown, files.html):
+        text = written.read_text()
+        assert secret not in text and "eth0" in text and "NCCL_NET_PLUGIN_TOKEN" in text

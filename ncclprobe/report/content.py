@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.envcheck.environ import display_value
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
 from ncclprobe.recommend.load import Evidence
@@ -69,7 +70,7 @@ def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
 
 
 def _measurements(ev: Evidence, figures: dict[str, list[Figure]]) -> Section:
-    section = Section(f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} ranks")
+    section = Section(f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''}")
     for name in ("latency", "busbw", "speedup", "eager_vs_graph"):
         for fig in figures.get(name, []):
             section.figure(fig)
@@ -91,8 +92,8 @@ def _engine(trace: dict, figures: dict[str, list[Figure]]) -> Section:
     cfg = trace.get("config") or {}
     section.text(", ".join(f"{k} {cfg[k]}" for k in ("preset", "tp", "batch", "k", "graphs", "device", "backend")
                            if k in cfg))
-    section.table([{"run": f"{r.get('mode')} / {r.get('label')}", "tokens/s": r.get("tokens_per_s"),
-                    "ms/token": r.get("ms_per_token"),
+    section.table([{"run": f"{r.get('mode')} / {r.get('label')}", "tokens/s": _round(r.get("tokens_per_s"), 1),
+                    "ms/token": _round(r.get("ms_per_token"), 3),
                     "settings": " ".join(f"{k}={v}" for k, v in (r.get("settings") or {}).items()) or "default",
                     "tokens per cycle (incl. bonus)": (r.get("acceptance") or {}).get("mean_length")}
                    for r in trace.get("runs") or []])
@@ -114,7 +115,12 @@ def _environment(ev: Evidence, trace: dict | None) -> Section:
                      **{k: versions.get(k) for k in ("ncclprobe", "torch", "nccl", "cuda", "driver")}})
     section.table(rows)
     env = {k: v for h in ev.headers for k, v in (h.get("env") or {}).items()}
-    section.table([{"variable": k, "value": v} for k, v in sorted(env.items())])
+    # the report is a file people pass around: the same masking as env-check, in case a header holds a secret
+    section.table([{"variable": k, "value": display_value(k, str(v))} for k, v in sorted(env.items())])
     if trace is not None:
         section.table([{"trace": k, "value": v} for k, v in ((trace.get("provenance") or {}).get("versions") or {}).items()])
     return section
+
+
+def _round(value, digits: int):
+    return round(value, digits) if isinstance(value, (int, float)) else value
