@@ -106,3 +106,11 @@ def test_nccl_reads_what_getenv_sees_except_after_its_first_communicator(tmp_pat
     percomm = rows["worker-after-comm-percomm"]
     assert percomm["nccl"] == percomm["value_set"]             # per communicator: the second comm reads it
     assert (tmp_path / "topo.worker-after-comm-percomm.xml").exists()
+
+
+@pytest.mark.parametrize("args, message", [(["--timeout", "0"], "--timeout"),
+                                           (["--workdir", "/proc/no-such-dir/x"], "--workdir")])
+def test_bad_timeout_or_workdir_is_one_line_exit_2(args, message):
+    result = CliRunner().invoke(cli, ["probe", "env-propagation", "--mechanism", "fork", *args])
+    assert result.exit_code == 2 and result.stdout == "" and message in result.stderr
+    assert result.stderr.count("\n") == 1

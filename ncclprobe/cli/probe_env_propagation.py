@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ncclprobe.cli.output import emit, format_option
-from ncclprobe.errors import Unsupported
+from ncclprobe.errors import Unsupported, UsageProblem
 
 EPILOG = """\b
 Examples:
@@ -30,7 +32,7 @@ def _mechanism_names():
               help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Keep specs, results and NCCL logs here (default: a temporary directory, removed).")
-@click.option("--timeout", "timeout_s", type=float, default=180.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=180.0, show_default=True,
               help="Seconds one mechanism may take.")
 @format_option
 @click.pass_context
@@ -46,6 +48,8 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
     if nccl and not gpu:
         raise Unsupported("--nccl needs a CUDA GPU and torch with CUDA; none is usable here")
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    if workdir is not None:
+        _make_workdir(workdir)
 
     def progress(row):
         if not quiet:
@@ -63,3 +67,10 @@ def _gpu_present() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def _make_workdir(workdir: str) -> None:
+    try:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageProblem(f"--workdir {workdir!r}: cannot create it ({exc.strerror or exc})") from None
