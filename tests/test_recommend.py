@@ -143,6 +143,14 @@ def test_two_files_merge_and_widen_the_spread(tmp_path):
     assert rec.env == LL
 
 
+def test_files_with_different_rank_counts_are_not_merged(tmp_path):
+    """A 2-rank and an 8-rank default averaged into one curve describe neither job."""
+    a = write_set(tmp_path / "a.jsonl", [config({}, DEFAULT), config(LL, scaled(DEFAULT, 0.6, 0.6))])
+    b = write_set(tmp_path / "b.jsonl", [config({}, DEFAULT)], nranks=8)
+    with pytest.raises(UsageProblem, match=r"different rank counts: .*a.jsonl \(2 ranks\), .*b.jsonl \(8 ranks\)"):
+        build_recommendation([a, b])
+
+
 def test_gloo_measurements_never_recommend_an_nccl_setting(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(LL, scaled(DEFAULT, 0.5, 0.5))],
                      backend="gloo")

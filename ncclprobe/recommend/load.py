@@ -68,6 +68,7 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
     if not paths:
         raise UsageProblem("no results files given: pass one or more files written by `ncclprobe sweep` or `ncclprobe import`")
     files = [read_results(p) for p in paths]
+    _same_rank_count(files, paths)
     configs = _config_records(files)
     results = [r for f in files for r in f.results]
     mode = mode or _pick_mode(results, collective)
@@ -83,6 +84,15 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
                     marks=_marks(results, collective, mode), excluded_curves=excluded_curves,
                     nranks=_first(f.header.get("nranks") for f in files),
                     nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files))
+
+
+def _same_rank_count(files: list[ResultsFile], paths) -> None:
+    """Curves merge by configuration across files, so every file must measure the same rank count:
+    a 2-rank and an 8-rank "default" averaged together describe neither job."""
+    counts = {f.header.get("nranks") for f in files} - {None}
+    if len(counts) > 1:
+        listing = ", ".join(f"{p} ({f.header.get('nranks')} ranks)" for p, f in zip(paths, files))
+        raise UsageProblem(f"the results measure different rank counts: {listing}; recommend one setup at a time")
 
 
 def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
