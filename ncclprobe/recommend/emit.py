@@ -69,7 +69,8 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
     """The CSV rows for every non-default size range, and comments for ranges left out."""
     rows, skipped = [], []
     coll = TUNER_COLLECTIVES.get(rec.evidence.collective)
-    nranks = str(rec.evidence.nranks) if rec.evidence.nranks else "-1"
+    nranks = str(rec.evidence.nranks) if rec.evidence.nranks and not _multi_node(rec) else "-1"
+    nnodes = "-1" if _multi_node(rec) else "1"
     bounds = _range_bounds([(r.min_size_bytes, r.max_size_bytes) for r in rec.ranges])
     for r, (lo, hi) in zip(rec.ranges, bounds):
         if r.config_id == "default":
@@ -79,7 +80,7 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
         if coll is None or isinstance(choice, str):
             skipped.append(f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.evidence.collective}")
             continue
-        rows.append([coll, str(lo), str(hi), choice[0], choice[1], "-1", "1", nranks, "-1", "-1"])
+        rows.append([coll, str(lo), str(hi), choice[0], choice[1], "-1", nnodes, nranks, "-1", "-1"])
     return rows, skipped
 
 
@@ -87,7 +88,8 @@ def tuner_csv(rec: Recommendation) -> str:
     rows, skipped = tuner_rows(rec)
     head = [
         "# NCCL example tuner plugin configuration, written by ncclprobe recommend",
-        f"# measured: {rec.evidence.collective} {rec.evidence.mode}, {rec.evidence.nranks} ranks on one node; "
+        f"# measured: {rec.evidence.collective} {rec.evidence.mode}, {rec.evidence.nranks} ranks "
+        f"{'from a torchrun plan (node and rank counts not recorded: rows use -1)' if _multi_node(rec) else 'on one node'}; "
         f"NCCL {rec.evidence.nccl_version or 'version unknown'}",
         "# Format: NCCL 2.27.7 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
         "# Older NCCL ships an example plugin without a config file (2.21-2.26 only force ring/simple).",
@@ -113,6 +115,13 @@ def tuner_csv(rec: Recommendation) -> str:
     # back as a separate, non-comment line and be parsed as a config
     lines = [line if len(line) < TUNER_LINE_MAX else line[:TUNER_LINE_MAX - 4] + "..." for line in head]
     return "\n".join(lines + [",".join(row) for row in rows]) + "\n"
+
+
+def _multi_node(rec: Recommendation) -> bool:
+    """Results collected from a `sweep --torchrun-dir` plan ran on however many nodes the user
+    launched; their headers record neither that nor the real world size, so tuner rows must not
+    claim nNodes 1 or the planning host's rank count (rows that never match do nothing)."""
+    return any("collected_at" in header for header in rec.evidence.headers)
 
 
 def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
