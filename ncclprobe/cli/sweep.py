@@ -66,7 +66,8 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--p2p-level", default="default", show_default=True,
               help="NCCL_P2P_LEVEL values (LOC NVL PIX PXB PHB SYS, exact case).")
 @click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
-              help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset.")
+              help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
+                   "NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are the sweep's own (its proof).")
 @click.option("--nranks", type=int, help="Ranks: one per GPU by default, 2 on CPU.")
 @click.option("--share-gpu", type=int, metavar="N",
               help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "

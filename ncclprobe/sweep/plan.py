@@ -28,6 +28,10 @@ NOT_WITH_SHARED_GPU = {
     "NCCL_SHM_DISABLE": "ranks sharing one GPU talk over NET/Socket, never SHM",
     "NCCL_HOSTID": "the sweep sets a distinct NCCL_HOSTID per rank to share the GPU",
 }
+# The sweep sets these itself in every NCCL worker (NCCL_DEBUG=INFO, the INIT,ENV,TUNING subsystems,
+# a per-rank log file): they are how it proves each setting took effect. A swept value would
+# override them, hide the `set by environment` lines and mark every setting as ignored.
+OWNED_BY_SWEEP = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,9 @@ class SweepSpec:
         for name, values in self.grid.items():
             if not name.startswith("NCCL_"):
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
+            if name in OWNED_BY_SWEEP:
+                raise UsageProblem(f"--set {name}: the sweep sets {', '.join(OWNED_BY_SWEEP)} itself to read "
+                                   "NCCL's proof that each setting took effect; it cannot be swept")
             for value in values:
                 if value != DEFAULT:
                     validate_value(name, value)
