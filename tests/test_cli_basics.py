@@ -47,6 +47,8 @@ def test_python_dash_m_prints_help_and_lists_sweep():
     (["--mode", "graph", "--backend", "gloo"], "--mode graph needs CUDA"),
     (["--iters", "0"], "--iters must be at least 1"),
     (["--output", "/nonexistent-dir/x.jsonl"], "does not exist"),
+    (["--nranks", "0"], "--nranks must be at least 1"),         # not silently the default 2
+    (["--set", "NCCL_DEBUG=WARN"], "cannot be swept"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
     cwd = os.getcwd()
@@ -92,3 +94,13 @@ def test_resume_cannot_be_combined_with_grid_options(tmp_path):
 def test_resume_of_a_missing_file_is_refused(tmp_path):
     result = _invoke("sweep", "--resume", str(tmp_path / "missing.jsonl"))
     assert result.exit_code == 2 and "cannot read results file" in result.stderr
+
+
+def test_resume_of_a_header_with_a_broken_spec_is_a_usage_error(tmp_path):
+    path = tmp_path / "broken.jsonl"
+    content = json.dumps({"record": "header", "schema_version": 1, "kind": "sweep", "spec": {"grid": {}}}) + "\n"
+    path.write_text(content)
+    result = _invoke("sweep", "--resume", str(path))
+    assert result.exit_code == 2, result.output
+    assert "unreadable sweep spec" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert path.read_text() == content

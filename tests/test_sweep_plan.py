@@ -66,6 +66,9 @@ def test_equivalent_levels_are_measured_once_with_a_reason():
     ({"NCCL_P2P_LEVEL": ("sys",)}, "did you mean SYS"),
     ({"NCCL_SHM_DISABLE": ("2",)}, "NCCL_SHM_DISABLE='2'"),
     ({"GLOO_THING": ("1",)}, "only NCCL_"),
+    ({"NCCL_DEBUG": ("WARN",)}, "cannot be swept"),          # would hide NCCL's proof lines
+    ({"NCCL_DEBUG_SUBSYS": ("INIT",)}, "cannot be swept"),
+    ({"NCCL_DEBUG_FILE": ("/tmp/x",)}, "cannot be swept"),   # the sweep reads each rank's own log
 ])
 def test_spec_rejects_bad_values_before_anything_runs(grid, needle):
     with pytest.raises(UsageProblem) as info:
@@ -109,3 +112,30 @@ def test_unknown_links_measure_every_level():
     from ncclprobe.sweep.setup import describe_topology
     topo = Topology(gpus=[GpuInfo(0), GpuInfo(1)], gpu_links=[["X", None], [None, "X"]])
     assert describe_topology(topo)[1] is None
+
+
+def test_lint_runs_over_every_configuration_before_the_sweep():
+    from ncclprobe.sweep.setup import lint_findings
+    configs = build_grid({"NCCL_PROTO": ("default", "LL128", "^LL"), "NCCL_BUFSIZE": ("1024",)})
+
+    def flagged(backend, nvlink):
+        out = {}
+        for finding in lint_findings(configs, backend, nvlink):
+            out.setdefault((finding["code"], finding["severity"]), []).extend(finding["config_ids"])
+        return out
+
+    on_pcie = flagged("nccl", False)
+    assert sorted(on_pcie[("ll128-without-nvlink", "error")]) == [         # named, and through ^LL
+        "NCCL_BUFSIZE=1024,NCCL_PROTO=LL128", "NCCL_BUFSIZE=1024,NCCL_PROTO=^LL"]
+    assert len(on_pcie[("unknown-variable", "warning")]) == 3              # the typo, in every configuration
+    assert set(flagged("nccl", True)) == {("unknown-variable", "warning")}
+    assert set(flagged("gloo", None)) == {("unknown-variable", "warning")}  # no NCCL links on gloo
+
+
+def test_lint_findings_reach_the_results_header_and_its_notes(tmp_path):
+    from ncclprobe.sweep import session
+    spec = SweepSpec(grid={"NCCL_BUFSIZE": ("default", "1024")}, sizes=(8,), backend="gloo")
+    job = session.new_job(spec, {}, str(tmp_path / "r.jsonl"), ["ncclprobe", "sweep"])
+    assert [(f["code"], f["config_ids"]) for f in job.header["lint"]] == [("unknown-variable", ["NCCL_BUFSIZE=1024"])]
+    assert any("did you mean NCCL_BUFFSIZE" in note for note in job.header["notes"])
+    assert not (tmp_path / "r.jsonl").exists()                        # nothing written before the run

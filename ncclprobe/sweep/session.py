@@ -7,6 +7,7 @@ a half-written file behind.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import setup
 from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.run import configs_to_run, run_sweep
+
+log = logging.getLogger("ncclprobe.sweep")
 
 FINDING_STATUSES = ("wrong", "hang", "error", "ignored")
 
@@ -52,7 +55,9 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
             raise UsageProblem(f"--nranks {options['nranks']} contradicts --share-gpu {share}, which sets the rank count")
         if not local:
             raise UsageProblem("--share-gpu runs every rank on this host's GPU 0; it cannot be planned for torchrun")
-    nranks = share if share is not None else options["nranks"] or (setup.gpu_count() if backend == "nccl" else 2)
+    nranks = share if share is not None else options["nranks"]
+    if nranks is None:
+        nranks = setup.gpu_count() if backend == "nccl" else 2
     if local:
         setup.check_ranks(backend, nranks, share_gpu=share is not None)
     grid = dict(options["grid"])
@@ -73,7 +78,12 @@ def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: l
     path = Path(output)
     _check_writable(path)
     topo, levels = setup.topology() if spec.backend == "nccl" else (None, None)
-    head = setup.header(spec, list(argv), topo, setup.notes(spec, skipped_modes), skipped_modes)
+    configs, _ = configs_to_run(spec, levels)
+    findings = setup.lint_findings(configs, spec.backend, (topo or {}).get("nvlink"))
+    for entry in findings:
+        log.warning("%s", setup.lint_note(entry))
+    notes = setup.notes(spec, skipped_modes) + [setup.lint_note(entry) for entry in findings]
+    head = {**setup.header(spec, list(argv), topo, notes, skipped_modes), "lint": findings}
     return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
 
 
@@ -97,7 +107,10 @@ def resume_job(path_text: str) -> Job:
     existing = trim_incomplete_tail(path)
     if existing.header.get("kind") != "sweep" or "spec" not in existing.header:
         raise UsageProblem(f"{path_text!r} is not a sweep results file (header kind {existing.header.get('kind')!r})")
-    spec = SweepSpec.from_json(existing.header["spec"])
+    try:
+        spec = SweepSpec.from_json(existing.header["spec"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UsageProblem(f"{path_text!r} has an unreadable sweep spec in its header ({exc})") from exc
     _, levels = setup.topology() if spec.backend == "nccl" else (None, None)
     return Job(spec=spec, path=path, header=None, done={c["config_id"] for c in existing.configs},
                equivalent_levels=levels)

@@ -42,6 +42,8 @@ def check_ranks(backend: str, nranks: int, share_gpu: bool = False) -> None:
         if backend != "nccl":
             raise UsageProblem(f"--share-gpu needs the NCCL backend; --backend {backend} was given")
         return
+    if backend == "nccl" and gpus == 0:
+        raise UsageProblem("--backend nccl needs CUDA GPUs; none is visible here (use --backend gloo on CPU)")
     if backend == "nccl" and nranks > gpus:
         raise UsageProblem(f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank")
 
@@ -85,6 +87,31 @@ def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
     elif spec.nranks == 1:
         out.append(ONE_RANK_NOTE)
     return out
+
+
+# lint rules about the links between GPUs: with gloo no NCCL runs, so they concern nothing here
+TOPOLOGY_CODES = ("ll128-without-nvlink", "nvls-without-nvlink")
+
+
+def lint_findings(configs, backend: str, nvlink: bool | None) -> list[dict]:
+    """The knowledge table's lint over every configuration, before anything runs: one entry per
+    distinct error or warning with the configurations it concerns. They are not refused (LL128
+    without NVLink is worth measuring: the correctness pass shows what it does) but said loudly."""
+    from ncclprobe.lint import lint_env
+    found: dict[tuple, dict] = {}
+    for config in configs:
+        for finding in lint_env(config.settings, nvlink=nvlink):
+            if finding.severity == "info" or (backend != "nccl" and finding.code in TOPOLOGY_CODES):
+                continue
+            entry = found.setdefault((finding.severity, finding.message), {**finding.to_json(), "config_ids": []})
+            entry["config_ids"].append(config.config_id)
+    return list(found.values())
+
+
+def lint_note(entry: dict) -> str:
+    ids = entry["config_ids"]
+    where = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return f"lint {entry['severity']}: {entry['message']}; fix: {entry['fix']} (in {where})"
 
 
 def usable_modes(modes: tuple[str, ...], backend: str) -> tuple[tuple[str, ...], dict[str, str]]:
