@@ -105,6 +105,15 @@ def test_env_snippet_with_no_change_exports_nothing(tmp_path):
     out = subprocess.run(["bash", "-c", f"set -eu; source {snippet}; env"], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"}, check=True).stdout
     assert "NCCL_" not in out and "no change recommended" in snippet.read_text()
+    assert "tuner-csv" not in snippet.read_text()   # nothing per size to point at either
+
+
+def test_env_snippet_points_to_the_tuner_csv_when_only_some_sizes_gain(tmp_path):
+    """LL wins small sizes but loses large ones: no global export, but the per-size gain is real."""
+    ll = config({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, scaled(DEFAULT, 0.6, 1.3))
+    rec = build_recommendation([write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), ll])])
+    text = env_snippet(rec)
+    assert rec.env == {} and "export" not in text and "--emit tuner-csv applies those per size" in text
 
 
 def run_cli(args):
@@ -125,6 +134,7 @@ def test_cli_emit_json_file_and_table(tmp_path):
     assert doc["schema_version"] == 1 and doc["kind"] == "recommendation" and doc["env"] == {"NCCL_PROTO": "LL"}
     assert doc["excluded"][0]["config_id"] == "NCCL_ALGO=Tree" and doc["per_size"][0]["size_bytes"] == 1024
     assert "recommendation: NCCL_PROTO=LL" in stdout and "excluded NCCL_ALGO=Tree: wrong results" in stdout
+    assert "SGLang" in stdout and "vLLM" in stdout and "env-check --pid" in stdout   # how to apply and verify
 
 
 def test_cli_emit_to_stdout_and_json_format(tmp_path):

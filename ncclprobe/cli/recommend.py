@@ -10,7 +10,7 @@ import click
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation, build_recommendation
-from ncclprobe.recommend.emit import EMIT_KINDS, render
+from ncclprobe.recommend.emit import EMIT_KINDS, launch_notes, render
 from ncclprobe.recommend.workload import from_sizes, from_trace, read_trace
 from ncclprobe.records import short_label
 from ncclprobe.sizes import format_size
@@ -92,7 +92,7 @@ def explanation(rec: Recommendation) -> list[str]:
                          f"{short_label(rec.settings_of(r.config_id))} saves "
                          f"{100 * r.gain_min:.0f}-{100 * r.gain_max:.0f}% (tuner CSV can apply it per size)")
     lines += [f"excluded {e.config_id}: {e.reason}" for e in rec.evidence.excluded]
-    return lines + rec.notes
+    return lines + rec.notes + (launch_notes(rec) if rec.env else [])
 
 
 def table_rows(rec: Recommendation) -> list[dict]:

@@ -44,7 +44,9 @@ def env_snippet(rec: Recommendation) -> str:
              f"{rec.evidence.collective} ({rec.evidence.mode}), weighted by {rec.workload.source}",
              f"# from: {' '.join(rec.evidence.paths)}"]
     if not rec.env:
-        lines.append("# no change recommended: no configuration beat the default beyond the noise")
+        lines.append("# no change recommended: no single setting beat the default over this workload beyond the noise")
+        if any(r.config_id != "default" for r in rec.ranges):  # environment variables can't be per size
+            lines.append("# some size ranges do gain from another setting: --emit tuner-csv applies those per size")
     else:
         lines.append(f"# expected gain over the default for this workload: {100 * rec.overall.gain:.1f}%")
         lines += [f"export {name}={shlex.quote(value)}" for name, value in rec.env.items()]
