@@ -104,3 +104,17 @@ def test_resume_of_a_header_with_a_broken_spec_is_a_usage_error(tmp_path):
     assert result.exit_code == 2, result.output
     assert "unreadable sweep spec" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert path.read_text() == content
+
+
+def test_cpu_sweep_states_why_graph_mode_was_skipped(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("graph mode runs where CUDA is available")
+    out = tmp_path / "r.jsonl"
+    result = _invoke("-q", "sweep", "--sizes", "64", "--proto", "default", "--algo", "default", "--iters", "1",
+                     "--trials", "1", "--warmup", "0", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "# graph mode skipped: CUDA graphs need a GPU" in result.stdout
+    assert result.stderr == ""                                        # -q: no progress, no notes on stderr
+    results = [json.loads(line) for line in out.read_text().splitlines() if '"result"' in line]
+    assert {r["mode"] for r in results} == {"eager"} and len(results) == 2   # in and out of place, no graph rows

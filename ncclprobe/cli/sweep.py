@@ -14,7 +14,8 @@ from ncclprobe.errors import UsageProblem
 
 log = logging.getLogger("ncclprobe.sweep")
 
-CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager"}
+# graph is asked for on CPU too, so the output states why it was skipped instead of staying silent
+CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
 GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 20, "trials": 5, "mode": "eager,graph"}
 # ranks sharing one GPU over sockets are slow and their times mean little: a few sizes suffice
 SHARED_GPU_DEFAULTS = {"sizes": "1K..1M:32", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
@@ -22,7 +23,8 @@ SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trial
                 "p2p_level", "settings", "nranks", "backend", "timeout", "share_gpu")
 
 EPILOG = """\b
-Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager only;
+Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager
+(graph mode is skipped there, with the reason in the notes: CUDA graphs need a GPU);
 on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
 Grid default: --proto default,LL,LL128,Simple --algo default,Ring,Tree (12 configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
