@@ -13,12 +13,13 @@ from typing import Callable
 
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.spec import RunSpec
-from ncclprobe.errors import NcclprobeError
+from ncclprobe.errors import NcclprobeError, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
 from ncclprobe.provenance import collect
 
 SCHEMA_VERSION = 1
 ENTRY = "ncclprobe.engine.worker:run_jobs"
+USAGE_PROBLEM = "engine-usage-problem"   # a worker found a bad input: the parent reports it as exit 2
 
 
 class EngineFailed(NcclprobeError):
@@ -62,6 +63,9 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
         pool = PoolSpec(nranks=spec.tp, backend=backend, entry=ENTRY, payload={"jobs": [spec.to_json()]},
                         env=env, timeout_s=timeout_s)
         outcome = run_pool(pool, on_message=on_message)
+    problems = outcome.of_kind(USAGE_PROBLEM)
+    if problems:
+        raise UsageProblem(problems[0]["message"])
     if outcome.status != "ok":
         raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
     logs = {m["rank"]: m for m in outcome.of_kind("engine-nccl-log")}

@@ -26,6 +26,8 @@ def read_header(path: Path) -> tuple[dict, int]:
     try:
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
+            if length > path.stat().st_size - 8:   # not safetensors: the first 8 bytes are text, not a size
+                raise ValueError(f"its header claims {length} bytes, more than the file holds")
             header = json.loads(fh.read(length))
     except (OSError, struct.error, ValueError) as exc:
         raise UsageProblem(f"{path} is not a readable safetensors file: {exc}") from None

@@ -23,12 +23,25 @@ from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.graphs import GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 from ncclprobe.engine.share import collective_share
+from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
+from ncclprobe.errors import UsageProblem
 from ncclprobe.provenance import nccl_version_string, relevant_env
 
 NCCL_LOG_DIR_VAR = "NCCLPROBE_ENGINE_NCCL_LOG_DIR"
 
 def run_jobs(ctx) -> None:
+    """Run every job; a bad input found only here (a draft file that is not safetensors, heads not
+    divisible by --tp, a directory without config.json) goes to the parent as one message, which
+    it reports as a one-line usage error instead of this rank's traceback."""
+    try:
+        _run_jobs(ctx)
+    except UsageProblem as problem:
+        ctx.emit(USAGE_PROBLEM, message=str(problem))
+        raise
+
+
+def _run_jobs(ctx) -> None:
     if ctx.backend == "gloo" and ctx.world_size > 1:
         torch.set_num_threads(1)  # ranks share the CPU cores: oversubscribed threads stall collectives
     jobs = ctx.payload["jobs"]

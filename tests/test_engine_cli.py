@@ -136,6 +136,19 @@ def test_run_engine_refuses_bad_options(args, message):
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_bad_inputs_found_by_the_workers_are_one_line_usage_errors(tmp_path):
+    """Some inputs are only checked where the model is built, inside the workers: they must still
+    end as one line and exit 2, not as a rank's traceback and 'workers crashed' (exit 1)."""
+    not_safetensors = tmp_path / "draft.safetensors"
+    not_safetensors.write_text("{not a draft")
+    for args, message in ((["--draft", str(not_safetensors)], "is not a readable safetensors file"),
+                          (["--tp", "3", "--mode", "baseline"], "divisible by 3")):
+        result = _run(["run-engine", "--device", "cpu", "--new-tokens", "4", *args])
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_trace_is_never_overwritten(tmp_path):
     existing = tmp_path / "t.json"
     existing.write_text("{}")
@@ -148,3 +161,29 @@ def test_help_has_examples():
     for command in ("run-engine", "train-draft"):
         result = CliRunner().invoke(cli, [command, "--help"])
         assert result.exit_code == 0 and result.output.startswith("Usage:") and "Examples:" in result.output
+
+
+def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
+    """A few steps through the CLI: JSON with schema_version on stdout only, a draft file that
+    run-engine's loader reads, and the exit code saying whether acceptance rose."""
+    out = tmp_path / "d.safetensors"
+    result = _run(["-q", "train-draft", "--preset", "tiny", "--steps", "5", "--sequences", "4", "--gen-len", "8",
+                   "--out", str(out), "--format", "json"])
+    assert result.returncode in (0, 1), result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1 and doc["kind"] == "draft-training" and doc["out"] == str(out)
+    rose = doc["acceptance_length_after"] > doc["acceptance_length_before"]
+    assert result.returncode == (0 if rose else 1)
+    from ncclprobe.engine import safetensors_io
+    tensors, _ = safetensors_io.load(out)
+    assert "fc.weight" in tensors
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "/nonexistent-dir/d.safetensors"], "directory /nonexistent-dir does not exist"),
+    (["--out", "/nonexistent-dir/d.safetensors", "--steps", "0"], "steps must be at least 1"),
+])
+def test_train_draft_refuses_bad_options_before_training(args, message):
+    result = _run(["train-draft", "--preset", "tiny", *args])
+    assert result.returncode == 2 and result.stdout == ""
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
