@@ -46,6 +46,10 @@ def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen
     out = Path(out_path)
     if out.exists():
         raise UsageProblem(f"{out} already exists; choose another name (drafts are never overwritten)")
+    if not out.resolve().parent.is_dir():   # found now, not after minutes of training
+        raise UsageProblem(f"cannot write {out}: directory {out.resolve().parent} does not exist")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
