@@ -7,6 +7,7 @@ Every function returns the Figure records it wrote, or [] when its data is absen
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,9 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     for r, row in enumerate(grid):
         for c, value in enumerate(row):
             text = marks.get((r, c)) or (f"{value:.2f}" if value is not None else "")
-            ax.text(c, r, text, ha="center", va="center", fontsize=7, fontweight="bold" if (r, c) in marks else None)
+            dark = value is not None and value > 0 and abs(math.log(value)) > 0.6 * math.log(top)
+            ax.text(c, r, text, ha="center", va="center", fontsize=7, color="white" if dark else "black",
+                    fontweight="bold" if (r, c) in marks else None)
     ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes], rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), [_row_label(ev, cid, refused) for cid in rows])
     ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
