@@ -35,7 +35,7 @@ Exit codes: 0 expectations met and no lint errors; 1 findings; 2 bad usage or no
               help="NCCL_DEBUG=INFO log of a process of the job (repeatable): cross-check what NCCL read.")
 @click.option("--all", "show_all", is_flag=True, help="Show every variable (secret-looking values masked).")
 @click.option("--watch", "watch_s", type=float, default=None, metavar="SECONDS",
-              help="Re-check every SECONDS as workers come and go.")
+              help="Re-check every SECONDS as workers come and go (JSON: one document per line per check).")
 @click.option("--count", type=int, default=0, show_default=True,
               help="With --watch: how many checks (0: until interrupted).")
 @format_option
