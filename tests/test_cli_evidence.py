@@ -41,6 +41,12 @@ def test_knobs_lint_exit_codes():
     assert good.exit_code == 0
 
 
+def test_knobs_lint_refuses_an_unreadable_version():
+    result = _invoke("knobs", "--lint", "--nccl-version", "latest")   # would silently lint as "version unknown"
+    assert result.exit_code == 2 and "'latest' is not a version" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
 def test_topo_from_file_json():
     result = _invoke("topo", "--from", FIXTURES / "topo" / "dgx_a100_80g_8gpu_nv12_4nic.txt", "--format", "json")
     assert result.exit_code == 0

@@ -8,7 +8,7 @@ import click
 
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
-from ncclprobe.knobs import KNOBS, explain
+from ncclprobe.knobs import KNOBS, explain, parse_version
 from ncclprobe.lint import lint_env
 
 EPILOG = """\b
@@ -36,6 +36,8 @@ def command(variable, do_lint, nvlink, nccl_version, fmt):
     if do_lint:
         if variable:
             raise UsageProblem("--lint checks the environment; give no VARIABLE with it")
+        if nccl_version is not None and parse_version(nccl_version) is None:
+            raise UsageProblem(f"--nccl-version {nccl_version!r} is not a version like 2.28.9")
         return _lint(nvlink, nccl_version, fmt)
     if variable:
         doc = explain(_canonical(variable))
