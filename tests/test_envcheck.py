@@ -275,6 +275,7 @@ def test_real_logs_split_per_process_and_per_host():
     two_nodes = read_logs([FIXTURE_LOGS / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"])
     assert len({e.host for e in two_nodes}) == 2 and not any(e.on_this_host() for e in two_nodes)
     assert pid_from_filename("nccl.node12.4242.log") == 4242 and pid_from_filename("nccl.log") is None
+    assert pid_from_filename("nccl.4242.gpu12.log") == 4242 and pid_from_filename("nccl-4242.log") == 4242
 
 
 def test_a_log_from_another_host_is_not_matched_to_local_pids(job):

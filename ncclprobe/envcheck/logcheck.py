@@ -101,8 +101,13 @@ def _short_host(name: str) -> str:
 
 
 def pid_from_filename(path: str | Path) -> int | None:
-    """The pid in an NCCL_DEBUG_FILE name (`%h.%p`): the last all-digit part of the name."""
-    found = _FILE_PID.findall(Path(path).name)
+    """The pid in an NCCL_DEBUG_FILE name: the last all-digit dot-separated part (`%h.%p` and
+    `%p.%h` alike, so host `gpu12` never wins), else the last run of digits (`nccl-4242.log`)."""
+    name = Path(path).name
+    parts = [part for part in name.split(".") if part.isdigit() and 2 <= len(part) <= 9]
+    if parts:
+        return int(parts[-1])
+    found = _FILE_PID.findall(name)
     return int(found[-1]) if found else None
 
 
