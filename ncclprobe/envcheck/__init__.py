@@ -29,9 +29,8 @@ def env_check(pid: int, *, expectations: Iterable[_expect.Expectation] = (),
     reports = [_process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid)) for info in infos]
     disagreements = [d for pid_, log in logs.items() if pid_ in by_pid and by_pid[pid_].readable
                      for d in cross_check(pid_, by_pid[pid_].environ, log.env)]
-    result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all,
-                            lint_available=_lint_available())
-    result.notes += _notes(infos, logs, by_pid, result.lint_available)
+    result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all)
+    result.notes += _notes(infos, logs, by_pid)
     result.notes += _other_hosts(evidence)
     return result
 
@@ -76,12 +75,10 @@ def _logs_by_pid(evidence: list[LogEvidence]) -> dict[int, LogEvidence]:
     return merged
 
 
-def _notes(infos, logs, by_pid, lint_available: bool) -> list[str]:
+def _notes(infos, logs, by_pid) -> list[str]:
     notes = []
     if infos and all(info.gpus is None for info in infos):
         notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")
-    if not lint_available:
-        notes.append("lint skipped: ncclprobe.lint is not part of this build")
     notes += [f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
               for pid, log in logs.items() if pid not in by_pid]
     return notes
@@ -94,11 +91,3 @@ def _other_hosts(evidence: list[LogEvidence]) -> list[str]:
             hosts.setdefault(item.path, set()).add(item.host)
     return [f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
             for path, names in hosts.items()]
-
-
-def _lint_available() -> bool:
-    try:
-        import ncclprobe.lint  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
+from ncclprobe.lint import lint_env
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -105,12 +106,8 @@ def check(env: Mapping[str, str], expectations: Iterable[Expectation],
     return checks
 
 
-def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict] | None:
-    """The knowledge table's lint over a process's NCCL settings, or None where lint isn't built."""
-    try:
-        from ncclprobe.lint import lint_env
-    except ImportError:
-        return None
+def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict]:
+    """The knowledge table's lint over a process's NCCL settings."""
     settings = {name: value for name, value in env.items() if is_relevant(name)}
     findings = lint_env(settings, nccl_version=nccl_version)
     return [{"severity": f.severity, "variable": f.variable, "code": getattr(f, "code", ""),

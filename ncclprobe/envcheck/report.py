@@ -64,7 +64,6 @@ class EnvCheckResult:
     expectations: list[Expectation]
     disagreements: list[Disagreement]
     show_all: bool = False
-    lint_available: bool = True
     notes: list[str] = field(default_factory=list)
 
     def targets(self) -> list[ProcessReport]:
@@ -96,7 +95,6 @@ class EnvCheckResult:
                                   "source": e.source} for e in self.expectations],
                 "processes": [p.to_json(self.show_all) for p in self.processes],
                 "log_checks": [d.to_json() for d in self.disagreements],
-                "lint_available": self.lint_available,
                 "verdict": {"exit_code": self.exit_code(), "checked_pids": sorted(targets),
                             "findings": self.findings()},
                 "notes": self.all_notes()}

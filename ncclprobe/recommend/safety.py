@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.errors import UsageProblem
+from ncclprobe.lint import lint_env
 
 
 LL128_RULE = "ll128-without-nvlink"   # the lint's rule id for the same hazard
@@ -78,26 +78,9 @@ def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
     """Messages of the lint's error findings for `settings` (the knowledge table's verdict)."""
     if not settings:
         return []
-    try:
-        from ncclprobe.lint import lint_env
-    except ModuleNotFoundError as exc:   # the lint lands with the evidence helper; until then
-        if exc.name != "ncclprobe.lint":  # the table's own value check is the error rule
-            raise
-        return _value_errors(settings)
     findings = lint_env(settings, nvlink=policy.nvlink, nccl_version=policy.nccl_version)
     # LL128 without NVLink is rule 1's call (flag + verified results), not an unconditional no
     return [f.message for f in findings if f.severity == "error" and getattr(f, "code", "") != LL128_RULE]
-
-
-def _value_errors(settings: dict) -> list[str]:
-    from ncclprobe.knobs import validate_value
-    errors = []
-    for name, value in settings.items():
-        try:
-            validate_value(name, value)
-        except UsageProblem as exc:
-            errors.append(str(exc))
-    return errors
 
 
 def _names(tokens: str) -> set[str]:
