@@ -89,11 +89,17 @@ class ModelConfig:
         return doc
 
     def summary(self) -> dict:
-        """The trace's `config.model`: the few numbers a reader needs to size the collectives."""
+        """The trace's `config.model`: the numbers a reader needs to size the collectives and the
+        bytes a step moves (diagnose's expected verify/decode ratio reads the widths and MoE counts;
+        without them it falls back to Llama rules, which are wrong for MoE experts)."""
+        moe = self.moe
         return {"name": self.name, "hidden": self.hidden, "layers": self.layers, "vocab": self.vocab,
-                "heads": self.heads, "kv_heads": self.kv_heads, "moe": self.moe is not None,
-                "experts": self.moe.experts if self.moe else None,
-                "top_k": self.moe.top_k if self.moe else None}
+                "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+                "intermediate": self.intermediate, "moe": moe is not None,
+                "experts": moe.experts if moe else None, "top_k": moe.top_k if moe else None,
+                "expert_intermediate": moe.expert_intermediate if moe else None,
+                "shared_experts": moe.shared_experts if moe else None,
+                "dense_layers": moe.dense_layers if moe else None}
 
 
 def eagle3_capture_layers(layers: int) -> tuple[int, int, int]:

@@ -303,3 +303,22 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     assert "train-draft" in _faster_spec_command(ev, run, base, tpc=1.5, breakeven=2.94)
     above = _faster_spec_command(ev, run, base, tpc=3.08, breakeven=2.94)
     assert "train-draft" not in above and "longer run" in above
+
+
+def test_engine_traces_carry_the_shape_the_expectation_needs():
+    """The trace's config.model (a preset's summary) must give every width and MoE count, so the
+    expected verify/decode ratio uses the real shape: with Llama's MLP rule standing in for
+    kimi-k2-slice's expert width (19200 instead of 2048) the expectation was 3.5x (flagged only
+    above 5.2x) where the real shape gives 1.75x (flagged above 2.6x)."""
+    from ncclprobe.engine.config import PRESETS, preset
+    for name in PRESETS:
+        config = {"model": preset(name).summary(), "batch": 1, "k": 3, "prompt_len": 128, "new_tokens": 128}
+        assert expected_verify_ratio(config).assumptions == (), name
+    cfg = preset("kimi-k2-slice")
+    exact = ModelShape(hidden=7168, layers=3, vocab=163840, intermediate=18432, heads=64, kv_heads=8, moe=True,
+                       experts=384, top_k=8, expert_intermediate=2048, shared_experts=1, dense_layers=1, head_dim=112)
+    config = {"model": cfg.summary(), "batch": 1, "k": 3, "prompt_len": 128, "new_tokens": 128, "dtype": "bfloat16"}
+    common = dict(batch=1, context=192, dtype_bytes=2)
+    ratio = sum(step_bytes(exact, tokens_per_seq=4, **common).values()) / sum(step_bytes(exact, tokens_per_seq=1, **common).values())
+    assert expected_verify_ratio(config).ratio == pytest.approx(ratio)
+    assert expected_verify_ratio(config).ratio < 2.0
