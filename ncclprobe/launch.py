@@ -107,24 +107,32 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None,
     (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
     store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
     started = time.monotonic()
-    procs = {rank: _start(spec, rank, run_dir, store.port) for rank in range(spec.nranks)}
+    procs: dict[int, subprocess.Popen] = {}
     try:
-        status, reason, messages = _watch(spec, procs, run_dir, on_message)
+        try:  # filled rank by rank: ranks already started are killed even when a later start fails
+            for rank in range(spec.nranks):
+                procs[rank] = _start(spec, rank, run_dir, store.port)
+            status, reason, messages = _watch(spec, procs, run_dir, on_message)
+        finally:
+            for proc in procs.values():
+                _kill_group(proc)
+            del store
+        return _outcome(status, reason, messages, procs, run_dir, time.monotonic() - started)
     finally:
-        for proc in procs.values():
-            _kill_group(proc)
-        del store
+        if not keep_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> PoolOutcome:
     outcome = PoolOutcome(
         status=status, reason=reason, messages=messages,
         returncodes={rank: proc.returncode for rank, proc in procs.items()},
         stderr_tails={rank: _tail(run_dir / f"rank{rank}.err") for rank in procs},
-        wall_s=time.monotonic() - started, pids={rank: proc.pid for rank, proc in procs.items()})
+        wall_s=wall_s, pids={rank: proc.pid for rank, proc in procs.items()})
     if status == "error" and reason:
         failing = [r for r, rc in outcome.returncodes.items() if rc not in (0, None, -signal.SIGKILL)]
         tail = outcome.stderr_tails.get(failing[0], "") if failing else ""
         outcome.reason = f"{reason}\n{tail}".strip()
-    if not keep_dir:
-        shutil.rmtree(run_dir, ignore_errors=True)
     return outcome
 
 

@@ -60,3 +60,23 @@ def test_pool_spec_rejects_nonsense():
         PoolSpec(nranks=0, backend="gloo", entry="x:y")
     with pytest.raises(ValueError):
         PoolSpec(nranks=1, backend="mpi", entry="x:y")
+
+
+def test_a_failed_start_kills_the_ranks_already_started_and_removes_the_run_dir(monkeypatch, tmp_path):
+    import tempfile
+
+    from ncclprobe import launch
+    real_start, started = launch._start, []
+
+    def start_then_fail(spec, rank, run_dir, port):
+        if rank == 1:   # e.g. out of file descriptors or processes at the second exec
+            raise OSError("planted failure to start rank 1")
+        started.append(real_start(spec, rank, run_dir, port))
+        return started[-1]
+
+    monkeypatch.setattr(launch, "_start", start_then_fail)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(OSError, match="planted"):
+        run_pool(PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:hang_on_rank1", timeout_s=60))
+    assert len(started) == 1 and _alive([started[0].pid]) == []
+    assert list(tmp_path.iterdir()) == []
