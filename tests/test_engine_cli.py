@@ -100,6 +100,12 @@ def test_tuned_file_reaches_every_worker(tmp_path):
     assert [w["env_at_comm_init"].get("NCCL_ALGO") for w in runs["tuned"]["workers"]] == ["Ring", "Ring"]
     assert doc["checks"]["settings"][0]["received_by_every_worker"] == {"NCCL_PROTO": True, "NCCL_ALGO": True}
     assert doc["comparison"][0]["mode"] == "baseline" and runs["tuned"]["tokens"] == runs["untuned"]["tokens"]
+    from ncclprobe.cli.run_engine import table_notes
+    notes = " ".join(table_notes(doc))        # on gloo the tuned/untuned difference is noise, and says so
+    assert "tuned settings: NCCL_ALGO=Ring, NCCL_PROTO=LL; gloo does not use NCCL settings" in notes
+    assert "tuned vs untuned, baseline:" in notes
+    nothing = {**doc, "tuning": {**doc["tuning"], "settings": {}}}   # what the quick sweep gives on gloo
+    assert "the recommendation changes no setting" in " ".join(table_notes(nothing))
 
 
 def test_env_after_init_is_set_too_late_on_purpose_and_caught():

@@ -198,6 +198,27 @@ def loop_note(run: dict) -> str:
             f"finished sequences)")
 
 
+def tuning_notes(doc: dict) -> list[str]:
+    """What --tuned applied, then untuned against tuned. When the tuned run changed nothing that
+    NCCL acts on (an empty recommendation, or gloo), its difference is run-to-run noise: say so,
+    rather than let a percentage pass for the effect of tuning."""
+    tuning = doc.get("tuning")
+    if tuning is None:
+        return []
+    applied = ", ".join(f"{k}={v}" for k, v in sorted((tuning.get("settings") or {}).items()))
+    if not applied:
+        notes = ["tuned: the recommendation changes no setting, so the tuned runs repeat the untuned ones and "
+                 "the difference below is run-to-run noise"]
+    elif doc["config"].get("backend") == "gloo":
+        notes = [f"tuned settings: {applied}; gloo does not use NCCL settings, so the difference below is "
+                 f"run-to-run noise"]
+    else:
+        notes = [f"tuned settings: {applied}"]
+    return notes + [f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
+                    f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)"
+                    for row in doc.get("comparison", [])]
+
+
 def table_notes(doc: dict) -> list[str]:
     cfg = doc["config"]
     model = cfg["model"].get("name")
@@ -215,9 +236,7 @@ def table_notes(doc: dict) -> list[str]:
         if run.get("loop"):
             notes.append(loop_note(run))
     checks = doc["checks"]
-    for row in doc.get("comparison", []):
-        notes.append(f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
-                     f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)")
+    notes += tuning_notes(doc)
     for check in checks["settings"]:
         missing = [k for k, ok in check["received_by_every_worker"].items() if not ok]
         unread = [k for k, ok in check["read_by_nccl"].items() if ok is False]
