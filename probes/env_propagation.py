@@ -115,6 +115,7 @@ def driver_env(root: Path, nccl: bool) -> dict[str, str]:
 def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, timeout_s: float) -> dict:
     value = str(root / f"topo.{mechanism.name}.xml") if mechanism.variable == COMM_VAR else VALUE
     result_path = root / f"{mechanism.name}.result.json"
+    result_path.unlink(missing_ok=True)  # a kept --workdir must not lend this row an earlier run's result
     spec = {"mechanism": mechanism.name, "variable": mechanism.variable, "value": value, "stale": STALE,
             "nccl": nccl, "result": str(result_path)}
     spec_path = root / f"{mechanism.name}.spec.json"
