@@ -322,3 +322,35 @@ def test_engine_traces_carry_the_shape_the_expectation_needs():
     ratio = sum(step_bytes(exact, tokens_per_seq=4, **common).values()) / sum(step_bytes(exact, tokens_per_seq=1, **common).values())
     assert expected_verify_ratio(config).ratio == pytest.approx(ratio)
     assert expected_verify_ratio(config).ratio < 2.0
+
+
+def _readme_rows():
+    """(trace file, what diagnose must say) from the tables of examples/traces/README.md."""
+    import re
+    for line in (S.TRACES / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        match = re.fullmatch(r"`([\w.-]+\.json)`", cells[0]) if len(cells) >= 3 else None
+        if match:
+            yield match.group(1), cells[-1]
+
+
+def test_every_trace_gives_what_the_readme_says():
+    """The README's claims, checked: `top finding X`, `nothing above informational`, and
+    `A` and `B` ruled out, for every trace it lists (the recorded H200 ones included)."""
+    import re
+    from ncclprobe.diagnose import load_evidence
+    rows = list(_readme_rows())
+    assert {name for name, _ in rows} >= {"healthy.json", "collective-bound.json", "tuned.json", "set-after-init.json",
+                                          "untuned-inherits-settings.json", "seed-graphs-decode.h200.json",
+                                          "graphs-all.h200.json"}
+    for name, claim in rows:
+        result = diagnose(load_evidence(S.TRACES / name))
+        top = re.search(r"top finding `([\w-]+)`", claim)
+        if top:
+            assert result.top is not None and result.top.rule == top.group(1), (name, claim)
+        if "nothing above informational" in claim:
+            assert result.actionable() == [], name
+        ruled = re.search(r"((?:`[\w-]+`(?:,| and| or)? *)+) ruled out", claim)
+        for rule in re.findall(r"`([\w-]+)`", ruled.group(1)) if ruled else []:
+            assert rule in rules_of(result.ruled_out) and rule not in rules_of(result.actionable()), (name, rule)
+        assert top or ruled or "nothing above" in claim, f"README row for {name} makes no checkable claim"
