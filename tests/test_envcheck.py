@@ -85,10 +85,21 @@ def _start_tree(tmp_path, env_extra):
 
 
 def _stop_tree(proc):
+    """Kill the tree by pid as well as by group: torchrun starts its workers in sessions of their
+    own, so killing the agent's group alone left them running as orphans."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for child in descendants:
+        try:
+            child.kill()  # psutil checks the pid still names the same process
+        except psutil.NoSuchProcess:
+            pass
     proc.wait(timeout=10)
 
 
