@@ -106,13 +106,15 @@ def test_resume_of_a_header_with_a_broken_spec_is_a_usage_error(tmp_path):
     assert path.read_text() == content
 
 
-def test_cpu_sweep_states_why_graph_mode_was_skipped(tmp_path):
+@pytest.mark.parametrize("quiet_first", [True, False], ids=["ncclprobe -q sweep", "ncclprobe sweep -q"])
+def test_cpu_sweep_states_why_graph_mode_was_skipped(tmp_path, quiet_first):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("graph mode runs where CUDA is available")
     out = tmp_path / "r.jsonl"
-    result = _invoke("-q", "sweep", "--sizes", "64", "--proto", "default", "--algo", "default", "--iters", "1",
-                     "--trials", "1", "--warmup", "0", "--output", str(out))
+    args = ["sweep", "--sizes", "64", "--proto", "default", "--algo", "default", "--iters", "1",
+            "--trials", "1", "--warmup", "0", "--output", str(out)]
+    result = _invoke(*(["-q", *args] if quiet_first else [*args, "-q"]))
     assert result.exit_code == 0, result.output
     assert "# graph mode skipped: CUDA graphs need a GPU" in result.stdout
     assert result.stderr == ""                                        # -q: no progress, no notes on stderr

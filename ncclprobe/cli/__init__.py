@@ -67,7 +67,10 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _load(name):
-        return load_target(SUBCOMMANDS.get(name))
+        command = load_target(SUBCOMMANDS.get(name))
+        if command is not None:
+            _accept_verbosity_options(command)
+        return command
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
@@ -99,6 +102,33 @@ class LazyGroup(click.Group):
             _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
             sys.exit(4)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _accept_verbosity_options(command: click.Command) -> None:
+    """Let -q/-v also follow the subcommand (`ncclprobe sweep -q`), where users type them; they
+    act exactly like the group's. Added once per command, to a group's subcommands too."""
+    names = {name for param in command.params for name in param.opts}
+    if not names & {"-q", "--quiet", "-v", "--verbose"}:
+        command.params += [
+            click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_verbosity,
+                         help="More detail on stderr (-vv for debug); same as before the command."),
+            click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_quiet,
+                         help="Only errors on stderr; no progress; same as before the command.")]
+    for sub in getattr(command, "commands", {}).values():
+        _accept_verbosity_options(sub)
+
+
+def _set_verbosity(ctx: click.Context, _param, count: int) -> None:
+    state = ctx.ensure_object(dict)
+    if count and not state.get("quiet"):
+        state["verbosity"] = max(count, state.get("verbosity", 0))
+        _configure_logging(state["verbosity"])
+
+
+def _set_quiet(ctx: click.Context, _param, quiet: bool) -> None:
+    if quiet:
+        ctx.ensure_object(dict).update(quiet=True, verbosity=-1)
+        _configure_logging(-1)
 
 
 def _one_line_error(message: str) -> None:
