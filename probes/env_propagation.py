@@ -137,17 +137,32 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
 
 
 def _run_driver(spec_path: Path, env: dict, root: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
-    """Run one driver in its own session; on timeout kill the session, so no worker outlives it."""
+    """Run one driver in its own session; on timeout kill the session and every descendant by pid,
+    so no worker outlives it (torchrun starts its workers in sessions of their own)."""
     cmd = [sys.executable, "-m", MODULE, "drive", str(spec_path)]
     proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_tree(proc.pid)
         proc.communicate()
         return None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    os.killpg(pid, signal.SIGKILL)
+    for child in descendants:
+        try:
+            child.kill()  # psutil checks the pid still names the same process
+        except psutil.NoSuchProcess:
+            pass
 
 
 def nccl_read(root: Path, pid: int, variable: str) -> str | None:
