@@ -45,7 +45,7 @@ def test_tp2_logits_match_tp1():
     reports = outcome.of_kind("tp-logits")
     assert len(reports) == 4
     for report in reports:
-        assert report["magnitude"] > 0.1                       # not trivially zero
+        assert 0.1 < report["magnitude"] < 10                  # not trivially zero; the range TP_ATOL assumes
         assert report["max_abs_diff"] < TP_ATOL, report
         assert report["feature_diff"] < TP_ATOL, report
 
