@@ -139,3 +139,9 @@ def test_lint_findings_reach_the_results_header_and_its_notes(tmp_path):
     assert [(f["code"], f["config_ids"]) for f in job.header["lint"]] == [("unknown-variable", ["NCCL_BUFSIZE=1024"])]
     assert any("did you mean NCCL_BUFFSIZE" in note for note in job.header["notes"])
     assert not (tmp_path / "r.jsonl").exists()                        # nothing written before the run
+
+
+def test_sizes_must_be_whole_elements_so_size_bytes_is_what_moved():
+    SweepSpec(grid={}, sizes=(2, 6), dtype="bfloat16")
+    with pytest.raises(UsageProblem, match="size 6 bytes is not a whole number of float32 elements"):
+        SweepSpec(grid={}, sizes=(8, 6), dtype="float32")

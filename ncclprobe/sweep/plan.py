@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ncclprobe.knobs import Scope, scope_of, validate_value
-from ncclprobe.probes.collectives.base import DTYPES
+from ncclprobe.probes.collectives.base import DTYPES, element_size
 from ncclprobe.records import config_id
 from ncclprobe.errors import UsageProblem
 
@@ -65,6 +65,10 @@ class SweepSpec:
             raise UsageProblem(f"--nranks must be at least 1, got {self.nranks}")
         if not self.sizes:
             raise UsageProblem("no message sizes to measure")
+        odd = [size for size in self.sizes if size % element_size(self.dtype)]
+        if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
+            raise UsageProblem(f"size {odd[0]} bytes is not a whole number of {self.dtype} elements "
+                               f"({element_size(self.dtype)} bytes each); use multiples of {element_size(self.dtype)}")
         for name, values in self.grid.items():
             if not name.startswith("NCCL_"):
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
