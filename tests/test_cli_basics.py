@@ -120,3 +120,15 @@ def test_cpu_sweep_states_why_graph_mode_was_skipped(tmp_path, quiet_first):
     assert result.stderr == ""                                        # -q: no progress, no notes on stderr
     results = [json.loads(line) for line in out.read_text().splitlines() if '"result"' in line]
     assert {r["mode"] for r in results} == {"eager"} and len(results) == 2   # in and out of place, no graph rows
+
+
+def test_sweep_json_is_stdout_only_and_carries_the_lint(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = _invoke("sweep", "--sizes", "64", "--proto", "default", "--algo", "default", "--set", "NCCL_BUFSIZE=8",
+                     "--iters", "1", "--trials", "1", "--warmup", "0", "--backend", "gloo", "--output", str(out),
+                     "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)                                   # one JSON document, nothing else
+    assert doc["schema_version"] == 1 and {"time_us", "busbw_gbps", "size_bytes"} <= set(doc["results"][0])
+    assert [(f["code"], f["config_ids"]) for f in doc["lint"]] == [("unknown-variable", ["NCCL_BUFSIZE=8"])]
+    assert "did you mean NCCL_BUFFSIZE" in result.stderr              # said on stderr before the run too

@@ -97,7 +97,7 @@ def document(results_file: ResultsFile) -> dict:
     summary = results_file.summaries[-1] if results_file.summaries else None
     return {"schema_version": SCHEMA_VERSION, "kind": "sweep-results", "results_path": results_file.path,
             "backend": header.get("backend"), "nranks": header.get("nranks"), "topology": header.get("topology"),
-            "versions": header.get("versions"), "notes": header.get("notes", []),
+            "versions": header.get("versions"), "notes": header.get("notes", []), "lint": header.get("lint", []),
             "share_gpu": header.get("share_gpu", False), "configs": results_file.configs,
             "results": annotate(results_file.results, ranked=can_rank(header.get("backend"), header.get("share_gpu", False))), "summary": summary}
 
