@@ -2,7 +2,9 @@
 over dense/MoE x batch 1/3 x k 1/3/5 x untrained/trained draft) and draft training (its loss falls
 and its acceptance rises on `tiny`)."""
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,7 +33,9 @@ def _trained(name: str) -> tuple[Path, dict]:
     target = build_target(preset(name), seed=0, device="cpu", dtype=torch.float32)
     draft = build_draft(target, seed=0)
     report = train(target, draft, MOE_TEST_TRAINING if preset(name).moe else TEST_TRAINING)
-    path = Path(tempfile.mkdtemp(prefix="ncclprobe-draft-")) / f"{name}.safetensors"
+    folder = tempfile.mkdtemp(prefix="ncclprobe-draft-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)   # cached for the session, removed after it
+    path = Path(folder) / f"{name}.safetensors"
     save_draft(draft, path, {"training": report})
     return path, report
 
