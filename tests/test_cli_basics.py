@@ -132,3 +132,16 @@ def test_sweep_json_is_stdout_only_and_carries_the_lint(tmp_path):
     assert doc["schema_version"] == 1 and {"time_us", "busbw_gbps", "size_bytes"} <= set(doc["results"][0])
     assert [(f["code"], f["config_ids"]) for f in doc["lint"]] == [("unknown-variable", ["NCCL_BUFSIZE=8"])]
     assert "did you mean NCCL_BUFFSIZE" in result.stderr              # said on stderr before the run too
+
+
+def test_resume_of_a_gpu_sweep_on_a_host_without_enough_gpus_is_refused(tmp_path):
+    from ncclprobe.sweep.plan import SweepSpec
+    spec = SweepSpec(grid={}, sizes=(8,), nranks=64, backend="nccl")
+    path = tmp_path / "gpu.jsonl"
+    content = (json.dumps({"record": "header", "schema_version": 1, "kind": "sweep", "spec": spec.to_json()}) + "\n"
+               + json.dumps({"record": "config", "config_id": "default", "results_expected": 2}) + "\n")
+    path.write_text(content)                                          # an unfinished tail: left alone when refused
+    result = _invoke("sweep", "--resume", str(path))
+    assert result.exit_code == 2, result.output
+    assert "cannot resume" in result.stderr and "GPU" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert path.read_text() == content

@@ -102,18 +102,29 @@ def _check_writable(path: Path) -> None:
 
 
 def resume_job(path_text: str) -> Job:
-    """Reopen a results file: cut an unfinished tail, skip every configuration it recorded."""
+    """Reopen a results file: cut an unfinished tail, skip every configuration it recorded.
+
+    Everything is checked before the tail is cut, so a refused file is left exactly as it was."""
     path = Path(path_text)
+    spec = _resumable_spec(path_text, read_results(path).header)
     existing = trim_incomplete_tail(path)
-    if existing.header.get("kind") != "sweep" or "spec" not in existing.header:
-        raise UsageProblem(f"{path_text!r} is not a sweep results file (header kind {existing.header.get('kind')!r})")
-    try:
-        spec = SweepSpec.from_json(existing.header["spec"])
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise UsageProblem(f"{path_text!r} has an unreadable sweep spec in its header ({exc})") from exc
     _, levels = setup.topology() if spec.backend == "nccl" else (None, None)
     return Job(spec=spec, path=path, header=None, done={c["config_id"] for c in existing.configs},
                equivalent_levels=levels)
+
+
+def _resumable_spec(path_text: str, header: dict) -> SweepSpec:
+    if header.get("kind") != "sweep" or "spec" not in header:
+        raise UsageProblem(f"{path_text!r} is not a sweep results file (header kind {header.get('kind')!r})")
+    try:
+        spec = SweepSpec.from_json(header["spec"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UsageProblem(f"{path_text!r} has an unreadable sweep spec in its header ({exc})") from exc
+    try:  # e.g. a GPU sweep resumed on a CPU host, or a torchrun sweep's file resumed on one node
+        setup.check_ranks(spec.backend, spec.nranks, share_gpu=spec.share_gpu)
+    except UsageProblem as exc:
+        raise UsageProblem(f"cannot resume {path_text!r} here: {exc}") from exc
+    return spec
 
 
 def plan_torchrun(spec: SweepSpec, skipped_modes: dict[str, str], directory: str, argv: list[str]) -> list[str]:
