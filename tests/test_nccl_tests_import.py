@@ -82,6 +82,16 @@ def test_missing_footer_is_tolerated():
     assert run.avg_busbw_gbps is None and len(run.rows) == 25 and any("footer" in n for n in run.notes)
 
 
+@pytest.mark.parametrize("value", ["1.2.3", "nan", "e", "9.09703 GB/s"])
+def test_a_mangled_average_is_unknown_not_a_crash(value):
+    text = (TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text()
+    run = parse_nccl_tests(text.replace("Avg bus bandwidth    : 9.09703", f"Avg bus bandwidth    : {value}"))
+    assert run.avg_busbw_gbps is None and len(run.rows) == 25
+    assert parse_nccl_tests(text).avg_busbw_gbps == 9.09703                 # the real footer still reads
+    with_min_bw = text.replace("Avg bus bandwidth    : 9.09703", "Avg bus bandwidth    : 9.09703 FAILED")
+    assert parse_nccl_tests(with_min_bw).avg_busbw_gbps == 9.09703          # NCCL_TESTS_MIN_BW's verdict
+
+
 @pytest.mark.parametrize("text", ["", "hello", "#       size         count      type   redop    root     time   algbw"
                                   "   busbw #wrong     time   algbw   busbw #wrong\n"])
 def test_no_table_is_a_usage_problem(text):

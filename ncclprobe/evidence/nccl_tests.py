@@ -28,7 +28,9 @@ _RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pi
                    r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
 _COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+(?P<check>#wrong|error)")
 _FOOTER_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
-_FOOTER_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>[\d.eE+-]+)")
+# only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
+_FOOTER_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+                         r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
 _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
 _COLLECTIVE = re.compile(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf\b")
 _REDUCING = re.compile(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
