@@ -152,7 +152,9 @@ def test_interleaved_output_timestamps_and_ansi_are_skipped():
 
 
 @pytest.mark.parametrize("garbage", ["", "\x00\x01", "NCCL INFO", "host:1:2 [0] NCCL INFO 99 Bytes -> Algo 9 proto 7",
-                                     "NCCL version", "a:1:1 [0] NCCL INFO Channel 00/ : x"])
+                                     "NCCL version", "a:1:1 [0] NCCL INFO Channel 00/ : x",
+                                     "h:1:1 [0] NCCL INFO 8 Bytes -> Algo 1 proto 0 time .",      # was ValueError
+                                     "h:1:1 [0] NCCL INFO 8 Bytes -> Algo 1 proto 0 time 1.2.3"])
 def test_garbage_never_raises(garbage):
     log = parse_nccl_log(garbage)
     assert log.nccl_version is None

@@ -82,6 +82,14 @@ def test_missing_footer_is_tolerated():
     assert run.avg_busbw_gbps is None and len(run.rows) == 25 and any("footer" in n for n in run.notes)
 
 
+def test_an_overflowing_cell_drops_its_row_instead_of_crashing():
+    text = (TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text()
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["8"])
+    mangled = text.replace(row, row.rsplit(" ", 1)[0] + " 1e999")       # the in-place #wrong column
+    run = parse_nccl_tests(mangled)
+    assert len(run.rows) == 24 and run.rows[0].size_bytes == 16
+
+
 @pytest.mark.parametrize("value", ["1.2.3", "nan", "e", "9.09703 GB/s"])
 def test_a_mangled_average_is_unknown_not_a_crash(value):
     text = (TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text()

@@ -13,6 +13,7 @@ environment` lines, or `NAME=value` on the command line) become the configuratio
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -161,6 +162,8 @@ def _data_row(tokens: list[str], columns: tuple[bool, str]) -> Row | None:
         return None
     cells = tokens[lead:lead + 8]
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells) or any(c == "N/A" for c in (cells[:3] + cells[4:7])):
+        return None
+    if not all(math.isfinite(float(c)) for c in cells if c != "N/A"):  # 1e999: not JSON, not a count
         return None
     root = int(tokens[4]) if has_root and re.match(r"^-?\d+$", tokens[4]) else None
     return Row(int(tokens[0]), int(tokens[1]), tokens[2], tokens[3], root,
