@@ -19,8 +19,11 @@ def _texts(folder: str) -> list[str]:
 
 
 TOPO, LOGS, TESTS = _texts("topo"), _texts("nccl_logs"), _texts("nccl_tests")
-NOISE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
-OPS = st.lists(st.tuples(st.sampled_from(["drop", "dup", "cut", "insert", "swap", "tabs", "ansi"]),
+# numbers that look right to a loose regex but break float()/int() (each once crashed a parser)
+ODD_TOKENS = ("1.2.3", ".", "e", "1e999", "-", "nan", "99999999999999999999999", "NV", "GPU99")
+NOISE = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
+                  st.sampled_from(ODD_TOKENS))
+OPS = st.lists(st.tuples(st.sampled_from(["drop", "dup", "cut", "insert", "swap", "tabs", "ansi", "token"]),
                          st.integers(min_value=0, max_value=10_000), NOISE), max_size=6)
 
 
@@ -41,6 +44,10 @@ def mangle(text: str, ops) -> str:
         elif kind == "swap":
             words = lines[i].split()
             lines[i] = " ".join(reversed(words)) + noise
+        elif kind == "token":  # one whitespace-separated token replaced, the line's layout kept
+            words = lines[i].split(" ")
+            words[where % len(words)] = noise
+            lines[i] = " ".join(words)
         elif kind == "tabs":
             lines[i] = lines[i].replace(" ", "\t")
         else:
