@@ -1,5 +1,6 @@
 """A sweep started by real torchrun (the multi-node path), planned and collected by ncclprobe."""
 
+import json
 import os
 import shutil
 import socket
@@ -50,3 +51,13 @@ def test_a_plan_never_overwrites_a_directory(tmp_path):
     spec = SweepSpec(grid={}, sizes=(8,), nranks=2, backend="gloo")
     with pytest.raises(UsageProblem, match="not empty"):
         session.plan_torchrun(spec, {}, str(tmp_path / "used"), ["test"])
+
+
+def test_a_plan_carries_the_lint_of_its_configurations(tmp_path):
+    spec = SweepSpec(grid={"NCCL_PROTO": ("LL128",), "NCCL_BUFSIZE": ("1",)}, sizes=(8,), nranks=2, backend="nccl")
+    session.plan_torchrun(spec, {}, str(tmp_path / "plan"), ["test"])
+    header = json.loads((tmp_path / "plan" / "plan.json").read_text())["header"]
+    codes = {(f["code"], f["severity"]) for f in header["lint"]}
+    # the plan runs on other hosts whose links are unknown here: LL128 is a warning, not an error
+    assert codes == {("unknown-variable", "warning"), ("ll128-without-nvlink", "warning")}
+    assert any(note.startswith("lint warning:") for note in header["notes"])

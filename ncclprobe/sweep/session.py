@@ -78,13 +78,18 @@ def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: l
     path = Path(output)
     _check_writable(path)
     topo, levels = setup.topology() if spec.backend == "nccl" else (None, None)
-    configs, _ = configs_to_run(spec, levels)
+    head = _linted_header(spec, skipped_modes, argv, topo, configs_to_run(spec, levels)[0])
+    return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
+
+
+def _linted_header(spec: SweepSpec, skipped_modes: dict[str, str], argv: list[str], topo: dict | None,
+                   configs) -> dict:
+    """The results header, with the lint's findings over `configs` in its notes and `lint` (said on stderr too)."""
     findings = setup.lint_findings(configs, spec.backend, (topo or {}).get("nvlink"))
     for entry in findings:
         log.warning("%s", setup.lint_note(entry))
     notes = setup.notes(spec, skipped_modes) + [setup.lint_note(entry) for entry in findings]
-    head = {**setup.header(spec, list(argv), topo, notes, skipped_modes), "lint": findings}
-    return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
+    return {**setup.header(spec, list(argv), topo, notes, skipped_modes), "lint": findings}
 
 
 def _check_writable(path: Path) -> None:
@@ -129,7 +134,7 @@ def _resumable_spec(path_text: str, header: dict) -> SweepSpec:
 
 def plan_torchrun(spec: SweepSpec, skipped_modes: dict[str, str], directory: str, argv: list[str]) -> list[str]:
     from ncclprobe.sweep import torchrun
-    head = setup.header(spec, list(argv), None, setup.notes(spec, skipped_modes), skipped_modes)
+    head = _linted_header(spec, skipped_modes, argv, None, configs_to_run(spec, None)[0])  # other hosts: links unknown
     return torchrun.write_plan(spec, head, Path(directory))
 
 
