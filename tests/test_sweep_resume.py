@@ -17,9 +17,12 @@ ARGS = ["--sizes", "8,4K", "--iters", "2", "--trials", "2", "--warmup", "1", "--
         "--algo", "default", "--p2p-level", "default,SYS", "--backend", "gloo", "--nranks", "2"]
 
 
-def _cli(*args, **kw):
+def _cli(*args, tmp_dir=None, **kw):
+    """The sweep CLI as a separate process. A SIGKILLed sweep cannot remove its working directories,
+    so the tests give it their own TMPDIR instead of littering the machine's /tmp."""
+    env = {**os.environ, "TMPDIR": str(tmp_dir)} if tmp_dir else None
     return subprocess.Popen([sys.executable, "-m", "ncclprobe", "-q", "sweep", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, **kw)
 
 
 def _wait_for_config_record(path, proc, limit_s=60):
@@ -33,7 +36,7 @@ def _wait_for_config_record(path, proc, limit_s=60):
 
 def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
     out = tmp_path / "sweep.jsonl"
-    proc = _cli(*ARGS, "--output", str(out))
+    proc = _cli(*ARGS, "--output", str(out), tmp_dir=tmp_path)
     assert _wait_for_config_record(out, proc), proc.communicate()[1]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -67,7 +70,7 @@ def test_resume_of_a_finished_file_adds_nothing(tmp_path):
 
 
 def test_sigkill_takes_the_workers_down_too(tmp_path):
-    proc = _cli(*ARGS, "--output", str(tmp_path / "k.jsonl"))
+    proc = _cli(*ARGS, "--output", str(tmp_path / "k.jsonl"), tmp_dir=tmp_path)
     deadline = time.monotonic() + 60
     workers = []
     while time.monotonic() < deadline and len(workers) < 2:
