@@ -98,8 +98,7 @@ def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dic
     return env
 
 
-def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None,
-             keep_dir: bool = False) -> PoolOutcome:
+def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -> PoolOutcome:
     """Run `spec.entry` on `spec.nranks` worker processes until all exit, one fails, or they go silent."""
     from torch.distributed import TCPStore  # the parent hosts the rendezvous store
 
@@ -119,8 +118,7 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None,
             del store
         return _outcome(status, reason, messages, procs, run_dir, time.monotonic() - started)
     finally:
-        if not keep_dir:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> PoolOutcome:
