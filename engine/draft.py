@@ -82,7 +82,7 @@ class DraftHead(nn.Module):
         h = self.fc(hidden) if fuse else hidden
         layer = self.layers[0]
         x = layer.attention_input(self.embed(tokens), h)
-        mask = causal_mask(positions, self.rope.cos.shape[0])
+        mask = causal_mask(positions, self.rope.cos.shape[0], self.cfg.heads // self.cfg.kv_heads)
         out = layer.finish(h, layer.self_attn(x, self.rope(positions), positions, mask))
         return self.lm_head(self.norm(out)), out
 

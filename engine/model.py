@@ -119,9 +119,22 @@ class Attention(nn.Module):
             k = apply_rope(k.view(B, T, -1, self.head_dim), rope)
             v = v.view(B, T, -1, self.head_dim)
         keys, values = self.kv_cache.update(positions, k, v)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                           attn_mask=mask, enable_gqa=True)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+        return self.o_proj(grouped_attention(q, keys, values, mask))
+
+
+def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Attention of q [B, T, H, D] over the cache [B, S, KVH, D]; returns [B, T, H*D].
+
+    The G = H/KVH query heads that share a KV head are folded into the query rows (t-major, the
+    mask of `causal_mask(..., group=G)`), so every KV head is read once. SDPA's own `enable_gqa`
+    with a boolean mask falls back to its math kernel, which first repeats K and V G times over the
+    whole cache: at batch 1 that copy cost more than the attention itself."""
+    B, T, H, D = q.shape
+    kv_heads = keys.shape[2]
+    group = H // kv_heads
+    rows = q.view(B, T, kv_heads, group, D).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, D)
+    y = F.scaled_dot_product_attention(rows, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask)
+    return y.view(B, kv_heads, T, group, D).transpose(1, 2).reshape(B, T, H * D)
 
 
 class MLP(nn.Module):
@@ -199,7 +212,7 @@ class Transformer(nn.Module):
         the inputs of the layers in `cfg.capture_layers` (EAGLE-3's low, middle and high)."""
         x = self.embed_tokens(tokens)
         rope = self.rope(positions)
-        mask = causal_mask(positions, self.rope.cos.shape[0])
+        mask = causal_mask(positions, self.rope.cos.shape[0], self.cfg.heads // self.cfg.kv_heads)
         inputs = {}
         for i, layer in enumerate(self.layers):
             if capture and i in self.cfg.capture_layers:

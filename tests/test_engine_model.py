@@ -6,7 +6,8 @@ import torch
 from ncclprobe.engine.build import build_target
 from ncclprobe.engine.config import MoEConfig, preset
 from ncclprobe.engine.moe import MoE, experts_gathered, experts_grouped
-from ncclprobe.engine.model import fuse_projections, init_weights
+from ncclprobe.engine.kv_cache import causal_mask
+from ncclprobe.engine.model import fuse_projections, grouped_attention, init_weights
 
 
 def _naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
@@ -57,6 +58,22 @@ def test_cached_decode_equals_full_forward_and_activations_stay_finite():
         steps = [model(tokens[:, i:i + 1], torch.full((2, 1), i))[0] for i in range(6, 10)]
         torch.testing.assert_close(torch.cat(steps, 1), full[:, 6:], atol=1e-5, rtol=1e-5)
         assert full.isfinite().all() and full.abs().max() < 100
+
+
+def test_grouped_attention_equals_attention_over_repeated_kv_heads():
+    # the reference: SDPA over K/V repeated per query head (what enable_gqa does), one mask row per
+    # query; sequences at different positions, 1 (decode) and 4 (verify) tokens
+    gen = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, dim, slots = 2, 8, 2, 16, 24
+    keys, values = (torch.randn(batch, slots, kv_heads, dim, generator=gen) for _ in range(2))
+    for tokens in (1, 4):
+        q = torch.randn(batch, tokens, heads, dim, generator=gen)
+        positions = torch.stack([torch.arange(tokens) + 3, torch.arange(tokens) + 17])
+        got = grouped_attention(q, keys, values, causal_mask(positions, slots, heads // kv_heads))
+        repeat = lambda t: t.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)  # noqa: E731
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), repeat(keys), repeat(values), attn_mask=causal_mask(positions, slots))
+        torch.testing.assert_close(got, want.transpose(1, 2).reshape(batch, tokens, heads * dim), rtol=1e-5, atol=1e-5)
 
 
 def test_presets_validate_and_describe_themselves():
