@@ -46,6 +46,12 @@ class Communicator:
         """Sum `x` over the ranks, in place; returns `x`."""
         if not self.active:
             return x
+        return self._issue(x)
+
+    @torch.compiler.disable
+    def _issue(self, x: torch.Tensor) -> torch.Tensor:
+        # kept out of torch.compile (a graph break): the listener is host code, and the in-place
+        # all-reduce must stay the plain ProcessGroupNCCL call that CUDA-graph capture records
         if self.listener is not None:
             self.listener("all_reduce", x)
         if self.enabled:

@@ -14,6 +14,11 @@ prefill and every later step write a slot before any query at or after it attend
 position-indexed design of kv_cache.py). Each graph gets its own memory pool, so one graph's
 replay can never overwrite another graph's outputs.
 
+With `compile`, each captured step is first compiled by `torch.compile` (inductor, static shapes,
+no cudagraphs of its own) and the compiled code is what gets captured: at batch 1 a decode step is
+hundreds of tiny elementwise kernels around the GEMMs, and fusing them is the step's largest cost
+after the weights. The collectives stay plain calls between the compiled pieces (comm.py).
+
 All-reduces issued while capturing are recorded into the graph by ProcessGroupNCCL; the NCCL
 settings in force at capture are the ones every replay uses. The communicator's listener sees
 them once, at capture; each replay then adds the captured records to the collective trace.
@@ -65,8 +70,9 @@ class GraphedSteps:
     """Target and draft steps that replay CUDA graphs for the captured shapes."""
 
     def __init__(self, target, draft, comm, *, mode: str, trace: CollectiveTrace | None = None,
-                 timer: PhaseTimer | None = None):
+                 timer: PhaseTimer | None = None, compile: bool = False):
         self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, mode
+        self.target_fn, self.draft_fn = (_compiled(target), _compiled(draft)) if compile else (target, draft)
         self.trace, self.timer = trace, timer
         self.captured: dict[tuple, CapturedStep] = {}
         self.graphed_phases: set[str] = set()
@@ -89,7 +95,7 @@ class GraphedSteps:
         name = f"target_{'verify' if features else 'decode'}_b{batch}_t{tokens}"
         inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device), _dummy_positions(batch, tokens, device))
         self.captured[("target", batch, tokens, features)] = CapturedStep(
-            name, lambda t, p: self.target_model(t, p, features), inputs, self.comm)
+            name, lambda t, p: self.target_fn(t, p, features), inputs, self.comm)
 
     def _capture_draft(self, batch, tokens, fuse, device):
         cfg = self.draft_model.cfg
@@ -100,7 +106,7 @@ class GraphedSteps:
                   torch.zeros(batch, tokens, width, dtype=dtype, device=device),
                   _dummy_positions(batch, tokens, device))
         self.captured[("draft", batch, tokens, fuse)] = CapturedStep(
-            name, lambda t, h, p: self.draft_model(t, h, p, fuse), inputs, self.comm)
+            name, lambda t, h, p: self.draft_fn(t, h, p, fuse), inputs, self.comm)
 
     def target(self, tokens, positions, features):
         step = self.captured.get(("target", *tokens.shape, features))
@@ -124,6 +130,15 @@ class GraphedSteps:
 
     def graph_names(self) -> list[str]:
         return sorted(step.name for step in self.captured.values())
+
+
+def _compiled(model):
+    """`model`'s forward compiled for fixed shapes (one specialisation per captured shape, made
+    during the warm-up calls before capture, never inside it)."""
+    if model is None:
+        return None
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    return torch.compile(model, dynamic=False, mode="default")
 
 
 def _dummy_positions(batch: int, tokens: int, device) -> torch.Tensor:

@@ -168,6 +168,7 @@ def _config(spec: RunSpec) -> dict:
             "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
             "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
             "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
+            "compile": spec.compile,
             "draft_tp": spec.draft_tp, "draft": spec.draft,
             "dtype": spec.resolved_dtype(device), "device": device,
             "backend": "nccl" if device == "cuda" else "gloo", "model": model}

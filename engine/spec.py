@@ -31,6 +31,7 @@ class RunSpec:
     draft_tp: bool = False              # shard the draft like the target (its steps then all-reduce)
     graphs: str = "none"                # none | decode | all (CUDA graphs; GPU only)
     capture_batches: tuple[int, ...] = ()  # batch sizes to capture graphs for; () = just `batch`
+    compile: bool = False               # torch.compile each captured step before capture (graphs.py)
     device: str = "auto"                # auto | cpu | cuda
     dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
     modes: tuple[str, ...] = MODES
@@ -65,6 +66,9 @@ class RunSpec:
         if self.capture_batches and self.graphs == "none":
             raise UsageProblem("--capture-batches lists the batch sizes to capture CUDA graphs for; "
                                "it needs --graphs decode or --graphs all")
+        if self.compile and self.graphs == "none":
+            raise UsageProblem("--compile compiles the steps that CUDA graphs capture; it needs --graphs decode "
+                               "or --graphs all")
         if self.dtype not in DTYPES:
             raise UsageProblem(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):

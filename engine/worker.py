@@ -112,7 +112,7 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     engine = Engine(target, draft, k=spec.k, temperature=spec.temperature, seed=spec.seed)
     steps = None
     if spec.graphs != "none":
-        steps = GraphedSteps(target, draft, comm, mode=spec.graphs)
+        steps = GraphedSteps(target, draft, comm, mode=spec.graphs, compile=spec.compile)
         steps.capture(spec.graph_batches(), spec.k, speculative=mode == "speculative")
         engine.steps = steps
     run = engine.baseline if mode == "baseline" else engine.speculative

@@ -134,6 +134,7 @@ def test_env_after_init_is_set_too_late_on_purpose_and_caught():
     (["--capture-batches", "1,x", "--graphs", "all"], "comma-separated batch sizes"),
     (["--capture-batches", "1,2"], "needs --graphs decode or --graphs all"),
     (["--capture-batches", "0,2", "--graphs", "all"], "at least 1"),
+    (["--compile"], "--compile compiles the steps that CUDA graphs capture"),
 ])
 def test_run_engine_refuses_bad_options(args, message):
     result = _run(["run-engine", "--device", "cpu", *args])

@@ -46,13 +46,13 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
     return target, draft
 
 
-def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None):
+def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile=False):
     engine = Engine(target, draft, k=k)
     timer = PhaseTimer("cuda")
     engine.timer = timer
     steps = None
     if graphs != "none":
-        steps = GraphedSteps(target, draft, comm, mode=graphs)
+        steps = GraphedSteps(target, draft, comm, mode=graphs, compile=compile)
         steps.capture(capture or batch, k, speculative=mode == "speculative")
         steps.trace, steps.timer = trace, timer
         engine.steps = steps
@@ -78,6 +78,20 @@ def test_graph_replay_tokens_equal_eager(comm, name, dtype):
         spec, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="speculative")
         base, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="baseline")
         assert spec.tokens == base.tokens
+
+
+def test_compiled_graphs_give_the_eager_tokens_and_keep_their_all_reduces(comm):
+    """torch.compile before capture: same greedy tokens as eager (float32), and the all-reduces,
+    kept out of the compiled code, are still captured inside every graph (2 per target layer, 2
+    per draft step with a tensor-parallel draft)."""
+    batch, k = 2, 3
+    target, draft = _models("tiny", torch.float32, comm, batch, k, draft_tp=True)
+    for mode in ("baseline", "speculative"):
+        eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
+        compiled, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, compile=True)
+        assert compiled.tokens == eager.tokens, mode
+        for step in steps.captured.values():
+            assert sum(step.collectives.values()) == (2 * target.cfg.layers if "target" in step.name else 2), step.name
 
 
 def test_captured_all_reduces_are_counted_per_replay(comm):
