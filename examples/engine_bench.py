@@ -5,6 +5,8 @@
   python examples/engine_bench.py hf --preset llama-16l        # our graph decode vs HF generate()
   python examples/engine_bench.py kimi                         # kimi-k2-slice: per-layer decode, all-reduce sizes
   python examples/engine_bench.py overhead --preset small      # tokens/s with and without instrumentation
+  python examples/engine_bench.py attention                    # one layer's attention: formulations and backends
+Add --compile to steps, hf and overhead to torch.compile each step before capture.
 
 Roofline = bytes of all weights / measured device copy bandwidth (a copy reads and writes, so
 bandwidth = 2 x bytes / time), as in ../shared/reference/h200-measurements.md.
@@ -38,17 +40,25 @@ def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def step_times(model, batch: int, tokens: int, position: int, comm, captured: list | None = None):
+def step_times(model, batch: int, tokens: int, position: int, comm, captured: list | None = None,
+               compiled=None):
     """(graph ms, eager ms) of one target step of `tokens` per sequence at `position`; the
-    graph's captured collectives are appended to `captured` when given."""
+    graph's captured collectives are appended to `captured` when given. With `compiled` (the
+    torch.compile'd model) the graph captures the compiled step; eager stays the plain model."""
     ids = torch.zeros(batch, tokens, dtype=torch.long, device="cuda")
     pos = (position + torch.arange(tokens, device="cuda")).expand(batch, tokens).contiguous()
     fn = lambda t, p: model(t, p, tokens > 1)  # noqa: E731 - verify captures features, decode does not
+    graph_fn = (lambda t, p: compiled(t, p, tokens > 1)) if compiled is not None else fn  # noqa: E731
     with torch.inference_mode():
-        graph = CapturedStep(f"t{tokens}", fn, (ids, pos), comm)
+        graph = CapturedStep(f"t{tokens}", graph_fn, (ids, pos), comm)
         if captured is not None:
             captured.append(graph.collectives)
         return time_call_ms(graph.graph.replay, "cuda"), time_call_ms(lambda: fn(ids, pos), "cuda")
+
+
+def compiled_or_none(model, wanted: bool):
+    from ncclprobe.engine.graphs import _compiled
+    return _compiled(model) if wanted else None
 
 
 def target(name: str, fuse: bool = True):
@@ -62,12 +72,15 @@ def cmd_steps(args) -> None:
     comm = Communicator()
     bw = copy_bandwidth_gbps()
     roofline_ms = weight_bytes(model) / (bw * 1e9) * 1000
+    compiled = compiled_or_none(model, args.compile)
     print(f"# {args.preset}: {weight_bytes(model) / 1e9:.2f} GB bf16 weights, copy bandwidth {bw / 1000:.2f} TB/s, "
-          f"roofline {roofline_ms:.3f} ms; {REPS_NOTE}")
-    decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm)
+          f"roofline {roofline_ms:.3f} ms; {'compiled, ' if args.compile else ''}{REPS_NOTE}")
+    started = time.perf_counter()
+    decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm, compiled=compiled)
+    print(f"# decode capture (and compile) {time.perf_counter() - started:.1f} s")
     print(f"decode  graph {decode_graph:.3f} ms ({decode_graph / roofline_ms:.2f}x roofline)  eager {decode_eager:.3f} ms")
     for tokens in args.verify_tokens:
-        graph, eager = step_times(model, 1, tokens, args.position, comm)
+        graph, eager = step_times(model, 1, tokens, args.position, comm, compiled=compiled)
         print(f"verify{tokens} graph {graph:.3f} ms ({graph / decode_graph:.2f}x graph decode)  eager {eager:.3f} ms "
               f"({eager / decode_graph:.2f}x graph decode)")
 
@@ -95,13 +108,14 @@ def cmd_hf(args) -> None:
     from ncclprobe.engine.graphs import GraphedSteps
     model = target(args.preset)
     model.setup_caches(1, 16 + args.new_tokens + 8)
-    steps = GraphedSteps(model, None, Communicator(), mode="decode")
+    steps = GraphedSteps(model, None, Communicator(), mode="decode", compile=args.compile)
     steps.capture(1, 1, speculative=False)
     engine = Engine(model, steps=steps)
     engine.baseline(prompt, 8)
     ours = engine.baseline(prompt, args.new_tokens)
     ours_tps = args.new_tokens / ours.wall_s
-    print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens, one run each")
+    print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens, one run each"
+          f"{'; engine steps compiled' if args.compile else ''}")
     print(f"HF generate(): {hf_tps:.1f} tokens/s   engine (graph decode): {ours_tps:.1f} tokens/s   "
           f"ratio {ours_tps / hf_tps:.1f}x")
 
@@ -143,7 +157,7 @@ def cmd_overhead(args) -> None:
     prompts = random_prompts(model.cfg.vocab, 1, 16, 0, "cuda")
     print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of 3 runs each")
     for mode in ("baseline", "speculative"):
-        steps = GraphedSteps(model, draft, comm, mode="all")
+        steps = GraphedSteps(model, draft, comm, mode="all", compile=args.compile)
         steps.capture(1, 3, speculative=mode == "speculative")
         engine = Engine(model, draft, k=3, steps=steps)
         run = engine.baseline if mode == "baseline" else engine.speculative
@@ -158,6 +172,47 @@ def cmd_overhead(args) -> None:
                 best[label] = max(best[label], tps)
         drop = 100 * (best["off"] - best["on"]) / best["off"]
         print(f"{mode}: {best['off']:.1f} tokens/s without instrumentation, {best['on']:.1f} with ({drop:+.2f}% drop)")
+
+
+def cmd_attention(args) -> None:
+    """One layer's attention over a 2048-slot cache at llama-16l's head shape, in a CUDA graph:
+    SDPA with enable_gqa (the old path) against grouped query rows (model.grouped_attention) on
+    each SDPA backend, and a plain matmul-softmax-matmul over the grouped rows."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from ncclprobe.engine.kv_cache import causal_mask
+    from ncclprobe.engine.model import grouped_attention
+    heads, kv_heads, dim, slots, group = 32, 8, 128, args.slots, 4
+    keys, values = (torch.randn(1, slots, kv_heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def math_grouped(q, mask):
+        B, T = q.shape[:2]
+        rows = q.view(B, T, kv_heads, group, dim).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, dim)
+        scores = (rows @ keys.permute(0, 2, 3, 1)).float() * dim ** -0.5
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
+        return (probs @ values.transpose(1, 2)).view(B, kv_heads, T, group, dim).transpose(1, 2).reshape(B, T, -1)
+
+    print(f"# attention of one layer, {heads} query / {kv_heads} KV heads x {dim}, cache {slots} slots, batch 1, "
+          f"CUDA graph; {REPS_NOTE}")
+    for tokens in (1, 4):
+        q = torch.randn(1, tokens, heads, dim, device="cuda", dtype=torch.bfloat16)
+        pos = (512 + torch.arange(tokens, device="cuda"))[None]
+        flat, grouped = causal_mask(pos, slots), causal_mask(pos, slots, group)
+        variants = {"sdpa enable_gqa (old)": lambda: torch.nn.functional.scaled_dot_product_attention(
+                        q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=flat, enable_gqa=True),
+                    "grouped, sdpa default": lambda: grouped_attention(q, keys, values, grouped),
+                    "grouped, matmul-softmax": lambda: math_grouped(q, grouped)}
+        for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
+            def pinned(backend=backend):
+                with sdpa_kernel(backend):
+                    return grouped_attention(q, keys, values, grouped)
+            variants[f"grouped, sdpa {backend.name.lower()}"] = pinned
+        for name, fn in variants.items():
+            try:
+                with torch.inference_mode():
+                    graph = CapturedStep(name, fn, (), Communicator())
+                    print(f"T={tokens} {name}: {time_call_ms(graph.graph.replay, 'cuda') * 1000:.1f} us")
+            except RuntimeError as error:
+                print(f"T={tokens} {name}: not available ({str(error).splitlines()[0][:100]})")
 
 
 def main() -> None:
@@ -176,8 +231,13 @@ def main() -> None:
     overhead = sub.add_parser("overhead")
     overhead.add_argument("--preset", default="small")
     overhead.add_argument("--new-tokens", type=int, default=128)
+    for sub_parser in (steps, hf, overhead):
+        sub_parser.add_argument("--compile", action="store_true", help="torch.compile each step before capture")
+    attention = sub.add_parser("attention")
+    attention.add_argument("--slots", type=int, default=2048)
     args = parser.parse_args()
-    {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi, "overhead": cmd_overhead}[args.cmd](args)
+    {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi, "overhead": cmd_overhead,
+     "attention": cmd_attention}[args.cmd](args)
 
 
 if __name__ == "__main__":
