@@ -148,8 +148,10 @@ class Engine:
         with self._phase("accept"):
             readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
         self._mark()
-        advance = torch.tensor(active, device=self.device, dtype=torch.long)
-        pos = pos + (accepted + 1) * advance  # finished sequences stand still, inside their cache
+        if all(active):   # the common case: no host-to-device copy of the flags
+            pos = pos + accepted + 1
+        else:             # finished sequences stand still, inside their cache
+            pos = pos + (accepted + 1) * torch.tensor(active, device=self.device, dtype=torch.long)
         for seq, row, live in zip(result.tokens, readout, active):
             if live:
                 a = row[0]

@@ -132,13 +132,13 @@ class GraphedSteps:
         return sorted(step.name for step in self.captured.values())
 
 
-def _compiled(model):
+def _compiled(model, mode: str = "default"):
     """`model`'s forward compiled for fixed shapes (one specialisation per captured shape, made
     during the warm-up calls before capture, never inside it)."""
     if model is None:
         return None
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    return torch.compile(model, dynamic=False, mode="default")
+    return torch.compile(model, dynamic=False, mode=mode)
 
 
 def _dummy_positions(batch: int, tokens: int, device) -> torch.Tensor:

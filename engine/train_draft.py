@@ -9,7 +9,8 @@
    as chained drafting does at inference. Attention reproduces what the draft's KV cache holds at
    inference: a query at slot p in step j sees step-0 keys at slots <= p-j (written by the draft
    extend with target features) and, for each step s = 1..j, the one key step s wrote at slot
-   p-j+s. The loss is the soft cross-entropy against the target's distribution, weighted 0.8^j.
+   p-j+s. The loss is the cross-entropy against the target, weighted 0.8^j: against its whole
+   distribution (`soft`), its greedy choice (`hard`) or the mean of both (`mixed`, the default).
 
 Data, not tricks, is what the draft of a random-weight target needs: its next-token distributions
 are nearly flat (the loss stays near 5.1 nats against ln 256 = 5.55 on `tiny`), so what is
@@ -17,7 +18,11 @@ learnable is mostly its greedy choice in context, and that takes many (prompt, c
 pairs. On `tiny` (k=3, 16 fresh prompts) 64 sequences x 300 steps reach an acceptance length of
 2.15, 256 x 600 reach 2.63, 512 x 1000 2.67, 1024 x 1500 2.76; a lower learning rate (2.48), a
 deeper unroll (5: 2.68 / 2.76) or hard argmax labels (2.53; half hard, half soft 2.69) did not do
-better than more data (docs/LOG.md).
+better than more data (docs/LOG.md). On `small` (vocabulary 32000) the target's distributions are
+so flat that the soft loss sits at ln 32000 = 10.37 nats and teaches the draft nothing (acceptance
+1.00 before and after on the H200): the soft gradient p_draft - p_target carries almost no
+information about the argmax, which is what greedy acceptance needs. The hard half of `mixed`
+does.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ncclprobe.engine.model import Transformer, apply_rope
 from ncclprobe.errors import UsageProblem
 
 log = logging.getLogger("ncclprobe.engine.train_draft")
+LABELS = ("soft", "hard", "mixed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +55,15 @@ class TrainSpec:
     data_temperature: float = 0.0  # 0: greedy continuations, like the greedy runs it will serve
     eval_prompts: int = 16      # prompts for the before/after acceptance measurement (4 is too noisy)
     eval_k: int = 3
+    labels: str = "mixed"       # soft | hard | mixed (see the module docstring)
     seed: int = 0
 
     def __post_init__(self):
         for name in ("sequences", "prompt_len", "gen_len", "steps", "batch", "unroll", "eval_prompts", "eval_k"):
             if getattr(self, name) < 1:
                 raise UsageProblem(f"train-draft: {name} must be at least 1, got {getattr(self, name)}")
+        if self.labels not in LABELS:
+            raise UsageProblem(f"train-draft: labels must be one of {', '.join(LABELS)}, got {self.labels!r}")
         if self.lr <= 0:
             raise UsageProblem(f"train-draft: learning rate must be positive, got {self.lr}")
 
@@ -73,7 +82,8 @@ def collect(target: Transformer, spec: TrainSpec, device):
     return tokens, features.float(), torch.softmax(logits.float(), dim=-1)
 
 
-def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: int) -> list[torch.Tensor]:
+def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: int,
+                    labels: str = "soft") -> list[torch.Tensor]:
     """One loss per unrolled step (see the module docstring)."""
     B, L = tokens.shape
     T = L - 1                                    # slots 1..L-1
@@ -98,10 +108,15 @@ def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: in
         out = layer.finish(hidden, attn.o_proj(y.transpose(1, 2).reshape(B, T, -1)))
         logp = torch.log_softmax(draft.lm_head(draft.norm(out)).float(), dim=-1)
         valid = slot >= j                         # step j needs a chain back to slot 1
-        ce = -(target_probs[:, 1:] * logp).sum(-1)[:, valid]
-        losses.append(ce.mean())
+        losses.append(_cross_entropy(logp, target_probs[:, 1:], labels)[:, valid].mean())
         hidden = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)  # own output, one slot on
     return losses
+
+
+def _cross_entropy(logp: torch.Tensor, target_probs: torch.Tensor, labels: str) -> torch.Tensor:
+    soft = -(target_probs * logp).sum(-1) if labels != "hard" else 0.0
+    hard = -logp.gather(-1, target_probs.argmax(-1, keepdim=True)).squeeze(-1) if labels != "soft" else 0.0
+    return 0.5 * (soft + hard) if labels == "mixed" else soft + hard
 
 
 @torch.no_grad()
@@ -136,7 +151,7 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
     history = []
     for step in range(spec.steps):
         rows = torch.randperm(spec.sequences, generator=gen)[:spec.batch].to(device)
-        losses = unrolled_losses(draft, tokens[rows], features[rows], probs[rows], spec.unroll)
+        losses = unrolled_losses(draft, tokens[rows], features[rows], probs[rows], spec.unroll, spec.labels)
         loss = sum(0.8 ** j * value for j, value in enumerate(losses))
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -149,4 +164,4 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
     window = max(1, spec.steps // 10)
     return {"loss_first": sum(history[:window]) / window, "loss_last": sum(history[-window:]) / window,
             "acceptance_length_before": before, "acceptance_length_after": after, "steps": spec.steps,
-            "unroll": spec.unroll, "sequences": spec.sequences}
+            "unroll": spec.unroll, "sequences": spec.sequences, "labels": spec.labels}

@@ -56,9 +56,9 @@ def step_times(model, batch: int, tokens: int, position: int, comm, captured: li
         return time_call_ms(graph.graph.replay, "cuda"), time_call_ms(lambda: fn(ids, pos), "cuda")
 
 
-def compiled_or_none(model, wanted: bool):
+def compiled_or_none(model, wanted: bool, mode: str = "default"):
     from ncclprobe.engine.graphs import _compiled
-    return _compiled(model) if wanted else None
+    return _compiled(model, mode) if wanted else None
 
 
 def target(name: str, fuse: bool = True):
@@ -72,9 +72,9 @@ def cmd_steps(args) -> None:
     comm = Communicator()
     bw = copy_bandwidth_gbps()
     roofline_ms = weight_bytes(model) / (bw * 1e9) * 1000
-    compiled = compiled_or_none(model, args.compile)
+    compiled = compiled_or_none(model, args.compile, args.compile_mode)
     print(f"# {args.preset}: {weight_bytes(model) / 1e9:.2f} GB bf16 weights, copy bandwidth {bw / 1000:.2f} TB/s, "
-          f"roofline {roofline_ms:.3f} ms; {'compiled, ' if args.compile else ''}{REPS_NOTE}")
+          f"roofline {roofline_ms:.3f} ms; {f'compiled ({args.compile_mode}), ' if args.compile else ''}{REPS_NOTE}")
     started = time.perf_counter()
     decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm, compiled=compiled)
     print(f"# decode capture (and compile) {time.perf_counter() - started:.1f} s")
@@ -184,13 +184,24 @@ def cmd_attention(args) -> None:
     heads, kv_heads, dim, slots, group = 32, 8, 128, args.slots, 4
     keys, values = (torch.randn(1, slots, kv_heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 
-    def math_grouped(q, mask):
+    def math_grouped(q, mask, chunks=1):
+        """Grouped rows, matmul-softmax-matmul; with `chunks`, probs @ V runs as `chunks` partial
+        products over slices of the cache, summed (split-KV: more blocks than 8 KV heads give)."""
         B, T = q.shape[:2]
         rows = q.view(B, T, kv_heads, group, dim).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, dim)
         scores = (rows @ keys.permute(0, 2, 3, 1)).float() * dim ** -0.5
         probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
-        return (probs @ values.transpose(1, 2)).view(B, kv_heads, T, group, dim).transpose(1, 2).reshape(B, T, -1)
+        if chunks == 1:
+            y = probs @ values.transpose(1, 2)
+        else:
+            R = T * group
+            parts = probs.view(B, kv_heads, R, chunks, slots // chunks).transpose(2, 3)
+            y = (parts @ values.transpose(1, 2).reshape(B, kv_heads, chunks, slots // chunks, dim)).sum(2)
+        return y.view(B, kv_heads, T, group, dim).transpose(1, 2).reshape(B, T, -1)
 
+    compiled_math = torch.compile(math_grouped, dynamic=False)
+    compiled_old = torch.compile(lambda q, mask: torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask, enable_gqa=True), dynamic=False)
     print(f"# attention of one layer, {heads} query / {kv_heads} KV heads x {dim}, cache {slots} slots, batch 1, "
           f"CUDA graph; {REPS_NOTE}")
     for tokens in (1, 4):
@@ -200,7 +211,12 @@ def cmd_attention(args) -> None:
         variants = {"sdpa enable_gqa (old)": lambda: torch.nn.functional.scaled_dot_product_attention(
                         q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=flat, enable_gqa=True),
                     "grouped, sdpa default": lambda: grouped_attention(q, keys, values, grouped),
-                    "grouped, matmul-softmax": lambda: math_grouped(q, grouped)}
+                    "grouped, matmul-softmax": lambda: math_grouped(q, grouped),
+                    "sdpa enable_gqa, compiled": lambda: compiled_old(q, flat),
+                    "grouped, matmul-softmax, compiled": lambda: compiled_math(q, grouped)}
+        for chunks in (8, 16, 32):
+            variants[f"grouped, split-KV {chunks}"] = lambda chunks=chunks: math_grouped(q, grouped, chunks)
+            variants[f"grouped, split-KV {chunks}, compiled"] = lambda chunks=chunks: compiled_math(q, grouped, chunks)
         for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
             def pinned(backend=backend):
                 with sdpa_kernel(backend):
@@ -224,6 +240,7 @@ def main() -> None:
     steps.add_argument("--position", type=int, default=512)
     steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
     steps.add_argument("--no-fuse", action="store_true", help="separate q/k/v and gate/up GEMMs")
+    steps.add_argument("--compile-mode", default="default", help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
