@@ -26,7 +26,7 @@ from torch import nn
 from ncclprobe.engine import safetensors_io
 from ncclprobe.engine.config import DraftConfig
 from ncclprobe.engine.kv_cache import KVCache, causal_mask
-from ncclprobe.engine.model import MLP, Attention, RMSNorm, Rope
+from ncclprobe.engine.model import MLP, Attention, RMSNorm, Rope, attention_group
 from ncclprobe.errors import UsageProblem
 
 CONFIG_KEY = "ncclprobe_draft_config"
@@ -82,7 +82,7 @@ class DraftHead(nn.Module):
         h = self.fc(hidden) if fuse else hidden
         layer = self.layers[0]
         x = layer.attention_input(self.embed(tokens), h)
-        mask = causal_mask(positions, self.rope.cos.shape[0], self.cfg.heads // self.cfg.kv_heads)
+        mask = causal_mask(positions, self.rope.cos.shape[0], attention_group(tokens.shape[1], self.cfg.heads, self.cfg.kv_heads))
         out = layer.finish(h, layer.self_attn(x, self.rope(positions), positions, mask))
         return self.lm_head(self.norm(out)), out
 

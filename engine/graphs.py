@@ -14,7 +14,7 @@ prefill and every later step write a slot before any query at or after it attend
 position-indexed design of kv_cache.py). Each graph gets its own memory pool, so one graph's
 replay can never overwrite another graph's outputs.
 
-With `compile`, each captured step is first compiled by `torch.compile` (inductor, static shapes,
+With `compile` (a mode: default or max-autotune), each captured step is first compiled by `torch.compile` (inductor, static shapes,
 no cudagraphs of its own) and the compiled code is what gets captured: at batch 1 a decode step is
 hundreds of tiny elementwise kernels around the GEMMs, and fusing them is the step's largest cost
 after the weights. The collectives stay plain calls between the compiled pieces (comm.py).
@@ -70,9 +70,10 @@ class GraphedSteps:
     """Target and draft steps that replay CUDA graphs for the captured shapes."""
 
     def __init__(self, target, draft, comm, *, mode: str, trace: CollectiveTrace | None = None,
-                 timer: PhaseTimer | None = None, compile: bool = False):
+                 timer: PhaseTimer | None = None, compile: str = ""):
         self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, mode
-        self.target_fn, self.draft_fn = (_compiled(target), _compiled(draft)) if compile else (target, draft)
+        self.target_fn, self.draft_fn = (_compiled(target, compile), _compiled(draft, compile)) if compile \
+            else (target, draft)
         self.trace, self.timer = trace, timer
         self.captured: dict[tuple, CapturedStep] = {}
         self.graphed_phases: set[str] = set()
@@ -132,13 +133,18 @@ class GraphedSteps:
         return sorted(step.name for step in self.captured.values())
 
 
+# our names -> torch.compile modes; CUDA graphs are ours (captured around the compiled code), so
+# never inductor's: `max-autotune` benchmarks Triton GEMM templates against cuBLAS per shape
+COMPILE_MODES = {"default": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+
+
 def _compiled(model, mode: str = "default"):
     """`model`'s forward compiled for fixed shapes (one specialisation per captured shape, made
     during the warm-up calls before capture, never inside it)."""
     if model is None:
         return None
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    return torch.compile(model, dynamic=False, mode=mode)
+    return torch.compile(model, dynamic=False, mode=COMPILE_MODES.get(mode, mode))
 
 
 def _dummy_positions(batch: int, tokens: int, device) -> torch.Tensor:

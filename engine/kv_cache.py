@@ -42,8 +42,8 @@ class KVCache(nn.Module):
 
 def causal_mask(positions: torch.Tensor, max_seq: int, group: int = 1) -> torch.Tensor:
     """[B, 1, T*group, max_seq] booleans: query at position p sees cache slots 0..p (indexed by
-    position). Each query row is repeated `group` times in a row (t-major), the layout of
-    `model.grouped_attention`, which folds the query heads sharing a KV head into the rows."""
+    position). Each query row is repeated `group` times in a row (t-major): the layout in which
+    `model.grouped_attention` folds the query heads sharing a KV head into the rows."""
     slots = torch.arange(max_seq, device=positions.device)
     rows = positions if group == 1 else positions.repeat_interleave(group, dim=1)
     return slots[None, None, None, :] <= rows[:, None, :, None]

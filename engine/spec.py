@@ -14,6 +14,7 @@ from ncclprobe.errors import UsageProblem
 GRAPH_MODES = ("none", "decode", "all")
 MODES = ("baseline", "speculative")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+COMPILE_MODES = ("default", "max-autotune")   # graphs.COMPILE_MODES maps them onto torch.compile's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +32,7 @@ class RunSpec:
     draft_tp: bool = False              # shard the draft like the target (its steps then all-reduce)
     graphs: str = "none"                # none | decode | all (CUDA graphs; GPU only)
     capture_batches: tuple[int, ...] = ()  # batch sizes to capture graphs for; () = just `batch`
-    compile: bool = False               # torch.compile each captured step before capture (graphs.py)
+    compile: str = ""                   # "", default or max-autotune: torch.compile each captured step first
     device: str = "auto"                # auto | cpu | cuda
     dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
     modes: tuple[str, ...] = MODES
@@ -66,6 +67,8 @@ class RunSpec:
         if self.capture_batches and self.graphs == "none":
             raise UsageProblem("--capture-batches lists the batch sizes to capture CUDA graphs for; "
                                "it needs --graphs decode or --graphs all")
+        if self.compile not in ("",) + COMPILE_MODES:
+            raise UsageProblem(f"compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
         if self.compile and self.graphs == "none":
             raise UsageProblem("--compile compiles the steps that CUDA graphs capture; it needs --graphs decode "
                                "or --graphs all")

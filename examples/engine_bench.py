@@ -108,14 +108,14 @@ def cmd_hf(args) -> None:
     from ncclprobe.engine.graphs import GraphedSteps
     model = target(args.preset)
     model.setup_caches(1, 16 + args.new_tokens + 8)
-    steps = GraphedSteps(model, None, Communicator(), mode="decode", compile=args.compile)
+    steps = GraphedSteps(model, None, Communicator(), mode="decode", compile=args.compile_mode if args.compile else "")
     steps.capture(1, 1, speculative=False)
     engine = Engine(model, steps=steps)
     engine.baseline(prompt, 8)
     ours = engine.baseline(prompt, args.new_tokens)
     ours_tps = args.new_tokens / ours.wall_s
     print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens, one run each"
-          f"{'; engine steps compiled' if args.compile else ''}")
+          f"{f'; engine steps compiled ({args.compile_mode})' if args.compile else ''}")
     print(f"HF generate(): {hf_tps:.1f} tokens/s   engine (graph decode): {ours_tps:.1f} tokens/s   "
           f"ratio {ours_tps / hf_tps:.1f}x")
 
@@ -157,7 +157,7 @@ def cmd_overhead(args) -> None:
     prompts = random_prompts(model.cfg.vocab, 1, 16, 0, "cuda")
     print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of 3 runs each")
     for mode in ("baseline", "speculative"):
-        steps = GraphedSteps(model, draft, comm, mode="all", compile=args.compile)
+        steps = GraphedSteps(model, draft, comm, mode="all", compile=args.compile_mode if args.compile else "")
         steps.capture(1, 3, speculative=mode == "speculative")
         engine = Engine(model, draft, k=3, steps=steps)
         run = engine.baseline if mode == "baseline" else engine.speculative
@@ -240,7 +240,6 @@ def main() -> None:
     steps.add_argument("--position", type=int, default=512)
     steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
     steps.add_argument("--no-fuse", action="store_true", help="separate q/k/v and gate/up GEMMs")
-    steps.add_argument("--compile-mode", default="default", help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
@@ -250,6 +249,7 @@ def main() -> None:
     overhead.add_argument("--new-tokens", type=int, default=128)
     for sub_parser in (steps, hf, overhead):
         sub_parser.add_argument("--compile", action="store_true", help="torch.compile each step before capture")
+        sub_parser.add_argument("--compile-mode", default="default", choices=("default", "max-autotune"))
     attention = sub.add_parser("attention")
     attention.add_argument("--slots", type=int, default=2048)
     args = parser.parse_args()

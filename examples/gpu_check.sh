@@ -2,7 +2,7 @@
 # One batched GPU session: install, then the GPU measurements recorded in docs/LOG.md.
 # Usage: OUT=/some/dir bash examples/gpu_check.sh [step ...]     (no step: all of them)
 # Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
-#        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi (engine speed, issues 5 and 6)
+#        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -35,11 +35,12 @@ step steps-compile 200 python3 examples/engine_bench.py steps --preset llama3-8b
 step engine-eager 100 ncclprobe run-engine --preset small --graphs none --new-tokens 64 --trace "$OUT/small-eager.json"
 step engine-eager 150 ncclprobe run-engine --preset llama3-8b --graphs none --new-tokens 32 --trace "$OUT/llama3-8b-eager.json"
 DRAFT=/tmp/ncclprobe-small-draft.safetensors; rm -f "$DRAFT"
-step draft 240 ncclprobe train-draft --preset small --out "$DRAFT"
+step draft 240 ncclprobe train-draft --preset small --out "$DRAFT" --sequences 2048 --steps 2000
 step draft 240 ncclprobe run-engine --preset small --draft "$DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-trained-graphs.json"
-step autotune 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --compile-mode max-autotune-no-cudagraphs
-step pytest-engine 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py
+step autotune 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --compile-mode max-autotune
+step pytest-engine 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py tests/test_diagnose_gpu.py
 step hf 200 python3 examples/engine_bench.py hf --preset llama-16l --compile
 step overhead 200 python3 examples/engine_bench.py overhead --preset small --compile
 step kimi 200 python3 examples/engine_bench.py kimi
+step engine-8b 240 ncclprobe run-engine --preset llama3-8b --graphs all --compile --new-tokens 128 --trace "$OUT/llama3-8b-graphs-compiled.json"
 exit 0

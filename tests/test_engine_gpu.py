@@ -46,7 +46,7 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
     return target, draft
 
 
-def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile=False):
+def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile=""):
     engine = Engine(target, draft, k=k)
     timer = PhaseTimer("cuda")
     engine.timer = timer
@@ -88,7 +88,7 @@ def test_compiled_graphs_give_the_eager_tokens_and_keep_their_all_reduces(comm):
     target, draft = _models("tiny", torch.float32, comm, batch, k, draft_tp=True)
     for mode in ("baseline", "speculative"):
         eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
-        compiled, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, compile=True)
+        compiled, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, compile="default")
         assert compiled.tokens == eager.tokens, mode
         for step in steps.captured.values():
             assert sum(step.collectives.values()) == (2 * target.cfg.layers if "target" in step.name else 2), step.name

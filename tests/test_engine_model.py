@@ -7,7 +7,7 @@ from ncclprobe.engine.build import build_target
 from ncclprobe.engine.config import MoEConfig, preset
 from ncclprobe.engine.moe import MoE, experts_gathered, experts_grouped
 from ncclprobe.engine.kv_cache import causal_mask
-from ncclprobe.engine.model import fuse_projections, grouped_attention, init_weights
+from ncclprobe.engine.model import attention_group, fuse_projections, grouped_attention, init_weights
 
 
 def _naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
@@ -69,7 +69,7 @@ def test_grouped_attention_equals_attention_over_repeated_kv_heads():
     for tokens in (1, 4):
         q = torch.randn(batch, tokens, heads, dim, generator=gen)
         positions = torch.stack([torch.arange(tokens) + 3, torch.arange(tokens) + 17])
-        got = grouped_attention(q, keys, values, causal_mask(positions, slots, heads // kv_heads))
+        got = grouped_attention(q, keys, values, causal_mask(positions, slots, attention_group(tokens, heads, kv_heads)))
         repeat = lambda t: t.repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)  # noqa: E731
         want = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), repeat(keys), repeat(values), attn_mask=causal_mask(positions, slots))

@@ -46,9 +46,10 @@ PRESET_NAMES = tuple(PRESETS)
               help="CUDA graphs: none, the baseline decode only, or every step (GPU only).")
 @click.option("--capture-batches", "capture_batches", metavar="B1,B2,...",
               help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.")
-@click.option("--compile", "compile_steps", is_flag=True,
-              help="torch.compile each captured step before capturing it (fuses the small kernels around the "
-                   "GEMMs; needs --graphs decode or all; compiling takes a while on first use).")
+@click.option("--compile", "compile_steps", is_flag=False, flag_value="default", default=None, metavar="[MODE]",
+              type=click.Choice(("default", "max-autotune")),
+              help="torch.compile each captured step before capturing it (fuses the small kernels around the GEMMs; "
+                   "max-autotune also tries Triton GEMMs; needs --graphs decode or all; compiling takes a while).")
 @click.option("--single-rank-collectives", is_flag=True,
               help="With --tp 1, issue the all-reduces anyway (one-rank NCCL: real calls, nothing moved) "
                    "to trace and time them on one GPU.")
@@ -79,7 +80,7 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
-                   capture_batches=parse_batch_list(capture_batches), compile=compile_steps,
+                   capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
                    env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
@@ -229,7 +230,7 @@ def table_notes(doc: dict) -> list[str]:
     notes = [f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
              f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']}"
              + (f" (batches {','.join(map(str, cfg['capture_batches']))})" if cfg.get("capture_batches") else "")
-             + (" compiled" if cfg.get("compile") else "")
+             + (f" compiled ({cfg['compile']})" if cfg.get("compile") else "")
              + f" {cfg['dtype']} on {cfg['device']}",
              *([f"batch {cfg['batch']} is not in the capture list: every step ran eagerly (graph coverage 0)"]
                if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"] else []),
