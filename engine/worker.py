@@ -21,7 +21,7 @@ from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.graphs import GraphedSteps
-from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
 from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
@@ -118,7 +118,7 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:
         run(prompts, spec.warmup_tokens)  # first-call effects (allocator, thread pools) stay out
-    timer, trace = PhaseTimer(device), CollectiveTrace()
+    timer, trace = PhaseTimer(device, reserve=events_needed(spec.new_tokens)), CollectiveTrace()
     engine.timer = timer
     trace.attach(comm, timer)
     if steps is not None:

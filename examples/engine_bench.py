@@ -146,7 +146,7 @@ def cmd_overhead(args) -> None:
     from ncclprobe.engine.build import build_draft, max_positions, random_prompts
     from ncclprobe.engine.generate import Engine
     from ncclprobe.engine.graphs import GraphedSteps
-    from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+    from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
     model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
     draft = fuse_projections(build_draft(model, seed=0))
     fuse_projections(model)
@@ -165,7 +165,7 @@ def cmd_overhead(args) -> None:
         best = {"off": 0.0, "on": 0.0}
         for _ in range(3):
             for label in ("off", "on"):
-                timer = PhaseTimer("cuda") if label == "on" else None
+                timer = PhaseTimer("cuda", reserve=events_needed(args.new_tokens)) if label == "on" else None
                 trace = CollectiveTrace() if label == "on" else None
                 engine.timer, steps.timer, steps.trace = timer, timer, trace
                 tps = args.new_tokens / run(prompts, args.new_tokens).wall_s

@@ -35,7 +35,7 @@ step steps-compile 200 python3 examples/engine_bench.py steps --preset llama3-8b
 step engine-eager 100 ncclprobe run-engine --preset small --graphs none --new-tokens 64 --trace "$OUT/small-eager.json"
 step engine-eager 150 ncclprobe run-engine --preset llama3-8b --graphs none --new-tokens 32 --trace "$OUT/llama3-8b-eager.json"
 DRAFT=/tmp/ncclprobe-small-draft.safetensors; rm -f "$DRAFT"
-step draft 240 ncclprobe train-draft --preset small --out "$DRAFT" --sequences 2048 --steps 2000
+step draft 150 ncclprobe train-draft --preset small --out "$DRAFT" --sequences 1024 --steps 1500
 step draft 240 ncclprobe run-engine --preset small --draft "$DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-trained-graphs.json"
 step autotune 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --compile-mode max-autotune
 step pytest-engine 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py tests/test_diagnose_gpu.py
