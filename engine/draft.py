@@ -82,7 +82,8 @@ class DraftHead(nn.Module):
         h = self.fc(hidden) if fuse else hidden
         layer = self.layers[0]
         x = layer.attention_input(self.embed(tokens), h)
-        mask = causal_mask(positions, self.rope.cos.shape[0], attention_group(tokens.shape[1], self.cfg.heads, self.cfg.kv_heads))
+        group = attention_group(tokens.shape[1], self.cfg.heads, self.cfg.kv_heads)
+        mask = causal_mask(positions, self.rope.cos.shape[0], group)
         out = layer.finish(h, layer.self_attn(x, self.rope(positions), positions, mask))
         return self.lm_head(self.norm(out)), out
 

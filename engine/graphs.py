@@ -14,10 +14,11 @@ prefill and every later step write a slot before any query at or after it attend
 position-indexed design of kv_cache.py). Each graph gets its own memory pool, so one graph's
 replay can never overwrite another graph's outputs.
 
-With `compile` (a mode: default or max-autotune), each captured step is first compiled by `torch.compile` (inductor, static shapes,
-no cudagraphs of its own) and the compiled code is what gets captured: at batch 1 a decode step is
-hundreds of tiny elementwise kernels around the GEMMs, and fusing them is the step's largest cost
-after the weights. The collectives stay plain calls between the compiled pieces (comm.py).
+With `compile` (a mode: default or max-autotune), each captured step is first compiled by
+`torch.compile` (inductor, static shapes, no cudagraphs of its own) and the compiled code is what
+gets captured: at batch 1 a decode step is hundreds of tiny elementwise kernels around the GEMMs,
+and fusing them is the step's largest cost after the weights. The collectives stay plain calls
+between the compiled pieces (comm.py).
 
 All-reduces issued while capturing are recorded into the graph by ProcessGroupNCCL; the NCCL
 settings in force at capture are the ones every replay uses. The communicator's listener sees
@@ -72,8 +73,9 @@ class GraphedSteps:
     def __init__(self, target, draft, comm, *, mode: str, trace: CollectiveTrace | None = None,
                  timer: PhaseTimer | None = None, compile: str = ""):
         self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, mode
-        self.target_fn, self.draft_fn = (_compiled(target, compile), _compiled(draft, compile)) if compile \
-            else (target, draft)
+        self.target_fn, self.draft_fn = target, draft
+        if compile:
+            self.target_fn, self.draft_fn = compile_for_capture(target, compile), compile_for_capture(draft, compile)
         self.trace, self.timer = trace, timer
         self.captured: dict[tuple, CapturedStep] = {}
         self.graphed_phases: set[str] = set()
@@ -138,11 +140,13 @@ class GraphedSteps:
 COMPILE_MODES = {"default": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 
 
-def _compiled(model, mode: str = "default"):
+def compile_for_capture(model, mode: str = "default"):
     """`model`'s forward compiled for fixed shapes (one specialisation per captured shape, made
     during the warm-up calls before capture, never inside it)."""
     if model is None:
         return None
+    # one specialisation per captured shape: past dynamo's default limit of 8 it would silently
+    # run the remaining shapes uncompiled
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     return torch.compile(model, dynamic=False, mode=COMPILE_MODES.get(mode, mode))
 

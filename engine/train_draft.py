@@ -85,7 +85,7 @@ def collect(target: Transformer, spec: TrainSpec, device):
 
 
 def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: int,
-                    labels: str = "soft") -> list[torch.Tensor]:
+                    labels: str = "mixed") -> list[torch.Tensor]:
     """One loss per unrolled step (see the module docstring)."""
     B, L = tokens.shape
     T = L - 1                                    # slots 1..L-1

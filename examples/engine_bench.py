@@ -57,8 +57,8 @@ def step_times(model, batch: int, tokens: int, position: int, comm, captured: li
 
 
 def compiled_or_none(model, wanted: bool, mode: str = "default"):
-    from ncclprobe.engine.graphs import _compiled
-    return _compiled(model, mode) if wanted else None
+    from ncclprobe.engine.graphs import compile_for_capture
+    return compile_for_capture(model, mode) if wanted else None
 
 
 def target(name: str, fuse: bool = True):
@@ -176,20 +176,32 @@ def cmd_overhead(args) -> None:
 
 def cmd_attention(args) -> None:
     """One layer's attention over a 2048-slot cache at llama-16l's head shape, in a CUDA graph:
-    SDPA with enable_gqa (the old path) against grouped query rows (model.grouped_attention) on
-    each SDPA backend, and a plain matmul-softmax-matmul over the grouped rows."""
+    SDPA with enable_gqa against the query heads folded into rows (through each SDPA backend, and
+    as a plain matmul-softmax-matmul, whole or split over the cache), eager and compiled; and
+    the model's own `grouped_attention`, which picks per step the two fastest of these."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from ncclprobe.engine.kv_cache import causal_mask
-    from ncclprobe.engine.model import grouped_attention
+    from ncclprobe.engine.model import attention_group, grouped_attention
     heads, kv_heads, dim, slots, group = 32, 8, 128, args.slots, 4
     keys, values = (torch.randn(1, slots, kv_heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def folded(q):
+        B, T = q.shape[:2]
+        return q.view(B, T, kv_heads, group, dim).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, dim)
+
+    def unfold(y, B, T):
+        return y.view(B, kv_heads, T, group, dim).transpose(1, 2).reshape(B, T, -1)
+
+    def sdpa_folded(q, mask):
+        y = torch.nn.functional.scaled_dot_product_attention(folded(q), keys.transpose(1, 2), values.transpose(1, 2),
+                                                             attn_mask=mask)
+        return unfold(y, *q.shape[:2])
 
     def math_grouped(q, mask, chunks=1):
         """Grouped rows, matmul-softmax-matmul; with `chunks`, probs @ V runs as `chunks` partial
         products over slices of the cache, summed (split-KV: more blocks than 8 KV heads give)."""
         B, T = q.shape[:2]
-        rows = q.view(B, T, kv_heads, group, dim).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, dim)
-        scores = (rows @ keys.permute(0, 2, 3, 1)).float() * dim ** -0.5
+        scores = (folded(q) @ keys.permute(0, 2, 3, 1)).float() * dim ** -0.5
         probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
         if chunks == 1:
             y = probs @ values.transpose(1, 2)
@@ -197,7 +209,7 @@ def cmd_attention(args) -> None:
             R = T * group
             parts = probs.view(B, kv_heads, R, chunks, slots // chunks).transpose(2, 3)
             y = (parts @ values.transpose(1, 2).reshape(B, kv_heads, chunks, slots // chunks, dim)).sum(2)
-        return y.view(B, kv_heads, T, group, dim).transpose(1, 2).reshape(B, T, -1)
+        return unfold(y, B, T)
 
     compiled_math = torch.compile(math_grouped, dynamic=False)
     compiled_old = torch.compile(lambda q, mask: torch.nn.functional.scaled_dot_product_attention(
@@ -210,7 +222,7 @@ def cmd_attention(args) -> None:
         flat, grouped = causal_mask(pos, slots), causal_mask(pos, slots, group)
         variants = {"sdpa enable_gqa (old)": lambda: torch.nn.functional.scaled_dot_product_attention(
                         q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=flat, enable_gqa=True),
-                    "grouped, sdpa default": lambda: grouped_attention(q, keys, values, grouped),
+                    "grouped, sdpa default": lambda: sdpa_folded(q, grouped),
                     "grouped, matmul-softmax": lambda: math_grouped(q, grouped),
                     "sdpa enable_gqa, compiled": lambda: compiled_old(q, flat),
                     "grouped, matmul-softmax, compiled": lambda: compiled_math(q, grouped)}
@@ -220,8 +232,10 @@ def cmd_attention(args) -> None:
         for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH):
             def pinned(backend=backend):
                 with sdpa_kernel(backend):
-                    return grouped_attention(q, keys, values, grouped)
+                    return sdpa_folded(q, grouped)
             variants[f"grouped, sdpa {backend.name.lower()}"] = pinned
+        own_mask = causal_mask(pos, slots, attention_group(tokens, heads, kv_heads))
+        variants["model.grouped_attention"] = lambda: grouped_attention(q, keys, values, own_mask)
         for name, fn in variants.items():
             try:
                 with torch.inference_mode():
