@@ -59,9 +59,8 @@ class Engine:
         if draft is not None:
             self.draft_ids = draft.to_target(torch.arange(draft.cfg.vocab, device=self.device))
 
-    def _phase(self, name: str, joined: bool = False):
-        """A timed phase; `joined` when no device work was enqueued since the previous phase ended."""
-        return self.timer.phase(name, joined=joined) if self.timer is not None else nullcontext()
+    def _phase(self, name: str):
+        return self.timer.phase(name) if self.timer is not None else nullcontext()
 
     def _mark(self) -> None:
         if self.timer is not None:
@@ -96,7 +95,7 @@ class Engine:
         out[:, 0] = cur
         pos = torch.full((B, 1), n, dtype=torch.long, device=self.device)
         for i in range(1, new_tokens):
-            with self._phase("decode", joined=i > 1):
+            with self._phase("decode"):
                 logits, _ = self.steps.target(cur[:, None], pos, False)
                 cur = self.pick(logits[:, -1], gen)
                 out[:, i] = cur
@@ -136,17 +135,17 @@ class Engine:
         k, B = self.k, cur.shape[0]
         with self._phase("draft"):
             drafts, qs = self._draft_chain(d1, q1, hidden, pos, gen)
-        with self._phase("verify", joined=True):
+        with self._phase("verify"):
             tokens = torch.cat([cur[:, None], drafts], dim=1)
             logits, features = self.steps.target(tokens, pos[:, None] + self._span(k + 1), True)
-        with self._phase("accept", joined=True):
+        with self._phase("accept"):
             if self.temperature == 0:
                 accepted, nxt = greedy_accept(drafts, logits)
             else:
                 accepted, nxt = rejection_accept(drafts, qs, probabilities(logits, self.temperature), gen)
-        with self._phase("draft_extend", joined=True):
+        with self._phase("draft_extend"):
             d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
-        with self._phase("accept", joined=True):
+        with self._phase("accept"):
             readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
         self._mark()
         if all(active):   # the common case: no host-to-device copy of the flags

@@ -24,7 +24,7 @@ def events_needed(new_tokens: int) -> int:
     """CUDA events a run of `new_tokens` can use: two per phase span, at most 5 spans per
     speculative cycle (draft, verify, accept, draft extend, readout) and one cycle per token, plus
     the prefill; the baseline needs fewer (one decode span per token)."""
-    return 2 * (5 * new_tokens + 2)   # as if no phase were joined
+    return 2 * (5 * new_tokens + 2)
 
 
 class PhaseTimer:
@@ -38,7 +38,6 @@ class PhaseTimer:
         self._spans: dict[str, list] = {}
         self._marks: list[tuple[float, dict[str, int]]] = []
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(reserve if self.cuda else 0)]
-        self._last_end = None
         for event in self._events:
             event.record()   # created now; recording again later simply moves it
 
@@ -46,21 +45,15 @@ class PhaseTimer:
         return self._events.pop() if self._events else torch.cuda.Event(enable_timing=True)
 
     @contextmanager
-    def phase(self, name: str, *, joined: bool = False):
-        """Time the device work enqueued inside the block. `joined`: the phase starts where the
-        previous one ended, with no device work enqueued in between, so the previous end event
-        is its start event too (one record per boundary instead of two, on the hot loop)."""
+    def phase(self, name: str):
         outer, self.current = self.current, name
         if self.cuda:
-            start = self._last_end if joined and self._last_end is not None else self._event()
-            if start is not self._last_end:
-                start.record()
-            end = self._event()
+            start, end = self._event(), self._event()
+            start.record()
             try:
                 yield
             finally:
                 end.record()
-                self._last_end = end
                 self._spans.setdefault(name, []).append((start, end))
                 self.current = outer
         else:
