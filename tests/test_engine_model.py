@@ -76,6 +76,26 @@ def test_grouped_attention_equals_attention_over_repeated_kv_heads():
         torch.testing.assert_close(got, want.transpose(1, 2).reshape(batch, tokens, heads * dim), rtol=1e-5, atol=1e-5)
 
 
+def test_steps_compiled_for_capture_match_the_eager_model():
+    """What `run-engine --compile` captures on a GPU is the compiled forward; on the CPU the same
+    compiled code (inductor's C++ backend) runs without graphs and must give the eager outputs."""
+    from ncclprobe.engine.build import build_draft
+    from ncclprobe.engine.comm import Communicator
+    from ncclprobe.engine.graphs import GraphedSteps
+    target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
+    draft = build_draft(target, seed=0)
+    target.setup_caches(2, 64)
+    draft.setup_caches(2, 64)
+    steps = GraphedSteps(target, draft, Communicator(), mode="all", compile="default")
+    tokens, positions = torch.randint(0, 256, (2, 4)), torch.arange(4).expand(2, 4) + 5
+    features = torch.randn(2, 4, 3 * target.cfg.hidden)
+    with torch.inference_mode():
+        for got, want in ((steps.target_fn(tokens, positions, True), target(tokens, positions, True)),
+                          (steps.draft_fn(tokens, features, positions, True), draft(tokens, features, positions, True))):
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 def test_presets_validate_and_describe_themselves():
     for name in ("tiny", "tiny-moe", "small", "llama3-8b", "kimi-k2-slice"):
         cfg = preset(name)
