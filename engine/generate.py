@@ -12,7 +12,9 @@ positions and lengths differ per sequence and live in tensors, never in Python b
 host sync per cycle is the acceptance readout (the loop must know what was emitted and when to
 stop); the baseline loop never syncs until the end.
 
-The steps are called through `Steps`, so the runtime can swap in graph-replaying versions.
+The steps are called through `Steps`, so the runtime can swap in graph-replaying versions. A greedy
+cycle calls its draft chain and its draft extend as whole functions (`Steps.chain`, `Steps.extend`:
+forward, pick and bookkeeping together), so the runtime can capture each as one graph.
 """
 
 from __future__ import annotations
@@ -32,6 +34,44 @@ class Steps:
 
     target: object          # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
     draft: object = None    # (tokens, hidden, positions, fuse) -> (logits, hidden)
+
+    def chain(self, d1, hidden, pos, draft_ids, k):
+        return greedy_chain(self.draft, draft_ids, k, d1, hidden, pos)
+
+    def extend(self, drafts, accepted, nxt, features, pos, draft_ids):
+        return greedy_extend(self.draft, draft_ids, drafts, accepted, nxt, features, pos)
+
+
+def greedy_chain(draft, draft_ids, k: int, d1, hidden, pos) -> torch.Tensor:
+    """The greedy cycle's k-1 chained draft steps: drafts [B, k] from d_1, the draft hidden
+    [B, 1, H] and the positions n [B]. A function of tensors only, so the runtime can capture the
+    whole chain as one CUDA graph: step by step, the host launches (input copies, replay, argmax,
+    vocabulary map) cost more than a small draft's GPU time, and the GPU waits for them."""
+    drafts = [d1]
+    for j in range(1, k):
+        dlogits, hidden = draft(drafts[-1][:, None], hidden, (pos + j)[:, None], False)
+        drafts.append(draft_ids[dlogits[:, -1].argmax(-1)])
+    return torch.stack(drafts, dim=1)
+
+
+def greedy_extend(draft, draft_ids, drafts, accepted, nxt, features, pos):
+    """The greedy draft extend (see `Engine._draft_extend`) as a function of tensors, for the
+    same reason as `greedy_chain`: (d1 [B], hidden [B, 1, H]) of the next cycle."""
+    tokens, positions = _extend_inputs(drafts, accepted, nxt, pos)
+    dlogits, dhidden = draft(tokens, features, positions, True)
+    last = accepted[:, None, None]
+    d1 = draft_ids[dlogits.gather(1, last.expand(-1, 1, dlogits.shape[-1]))[:, 0].argmax(-1)]
+    return d1, dhidden.gather(1, last.expand(-1, 1, dhidden.shape[-1]))
+
+
+def _extend_inputs(drafts, accepted, nxt, pos):
+    """Draft-extend tokens and positions over slots n+1..n+k+1: d_1..d_a, then the target's
+    token at slot n+a+1; the slots beyond hold filler whose cache entries are masked and later
+    overwritten."""
+    span = torch.arange(drafts.shape[1] + 1, device=drafts.device)
+    keep = span[None, :] < accepted[:, None]
+    tokens = torch.where(keep, torch.cat([drafts, nxt[:, None]], dim=1), nxt[:, None])
+    return tokens, pos[:, None] + 1 + span
 
 
 @dataclass
@@ -59,8 +99,8 @@ class Engine:
         if draft is not None:
             self.draft_ids = draft.to_target(torch.arange(draft.cfg.vocab, device=self.device))
 
-    def _phase(self, name: str):
-        return self.timer.phase(name) if self.timer is not None else nullcontext()
+    def _phase(self, name: str, joined: bool = False):
+        return self.timer.phase(name, joined=joined) if self.timer is not None else nullcontext()
 
     def _mark(self) -> None:
         if self.timer is not None:
@@ -132,20 +172,26 @@ class Engine:
         return cur, d1, q1, dhidden[:, -1:]
 
     def _cycle(self, cur, pos, d1, q1, hidden, gen, active, result):
-        k, B = self.k, cur.shape[0]
+        k, greedy = self.k, self.temperature == 0
         with self._phase("draft"):
-            drafts, qs = self._draft_chain(d1, q1, hidden, pos, gen)
-        with self._phase("verify"):
+            if greedy:
+                drafts, qs = self.steps.chain(d1, hidden, pos, self.draft_ids, k), None
+            else:
+                drafts, qs = self._draft_chain(d1, q1, hidden, pos, gen)
+        with self._phase("verify", joined=True):
             tokens = torch.cat([cur[:, None], drafts], dim=1)
             logits, features = self.steps.target(tokens, pos[:, None] + self._span(k + 1), True)
-        with self._phase("accept"):
-            if self.temperature == 0:
+        with self._phase("accept", joined=True):
+            if greedy:
                 accepted, nxt = greedy_accept(drafts, logits)
             else:
                 accepted, nxt = rejection_accept(drafts, qs, probabilities(logits, self.temperature), gen)
-        with self._phase("draft_extend"):
-            d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
-        with self._phase("accept"):
+        with self._phase("draft_extend", joined=True):
+            if greedy:
+                (d1, hidden), q1 = self.steps.extend(drafts, accepted, nxt, features, pos, self.draft_ids), None
+            else:
+                d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
+        with self._phase("accept", joined=True):
             readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
         self._mark()
         if all(active):   # the common case: no host-to-device copy of the flags
@@ -161,6 +207,8 @@ class Engine:
         return nxt, pos, d1, q1, hidden
 
     def _draft_chain(self, d1, q1, hidden, pos, gen):
+        """Sampling's chain: each draft step samples from the draft's distribution, which is kept
+        for rejection sampling (greedy runs use `greedy_chain`)."""
         drafts, qs = [d1], [q1]
         for j in range(1, self.k):
             dlogits, hidden = self.steps.draft(drafts[-1][:, None], hidden, (pos + j)[:, None], False)
@@ -171,13 +219,9 @@ class Engine:
         return torch.stack(drafts, dim=1), probs
 
     def _draft_extend(self, drafts, accepted, nxt, features, pos, gen):
-        """Draft forward over slots n+1..n+k+1: d_1..d_a then the target's token at slot n+a+1;
-        slots beyond hold filler whose cache entries are masked and later overwritten."""
-        k = self.k
-        span = self._span(k + 1)
-        keep = span[None, :] < accepted[:, None]
-        tokens = torch.where(keep, torch.cat([drafts, nxt[:, None]], dim=1), nxt[:, None])
-        dlogits, dhidden = self.steps.draft(tokens, features, pos[:, None] + 1 + span, True)
+        """Sampling's draft extend: `greedy_extend`, with d_1 sampled and its distribution kept."""
+        tokens, positions = _extend_inputs(drafts, accepted, nxt, pos)
+        dlogits, dhidden = self.steps.draft(tokens, features, positions, True)
         last = accepted[:, None, None]
         d1, q1 = self.draft_pick(dlogits.gather(1, last.expand(-1, 1, dlogits.shape[-1]))[:, 0], gen)
         return d1, q1, dhidden.gather(1, last.expand(-1, 1, dhidden.shape[-1]))

@@ -6,8 +6,11 @@ runs eagerly. What is captured, for each batch size of the capture list (a run r
 of its own batch size; a batch size outside the list runs eagerly, and its graph coverage says so):
 - `decode`: the target's 1-token step (the baseline decode). Verify and the draft stay eager:
   the seed case's "verify runs in extend mode without graphs", reproducible on purpose.
-- `all`: additionally the target's k+1-token verify, the draft's chained 1-token step and the
-  draft extend over k+1 slots.
+- `all`: additionally the target's k+1-token verify and the draft: for greedy runs the whole
+  chain of k-1 draft steps as one graph and the whole draft extend (inputs, forward, pick) as
+  another (`generate.greedy_chain`, `greedy_extend`: replayed step by step, the host's launches
+  around a small draft cost more than its GPU time); for sampling runs the draft's 1-token step
+  and its extend forward over k+1 slots.
 
 Capture writes garbage into the KV caches at the dummy positions 0..T-1; harmless, because
 prefill and every later step write a slot before any query at or after it attends to it (the
@@ -31,6 +34,7 @@ from collections import Counter
 
 import torch
 
+from ncclprobe.engine.generate import greedy_chain, greedy_extend
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 
 WARMUP_CALLS = 2   # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
@@ -41,6 +45,9 @@ class CapturedStep:
 
     def __init__(self, name: str, fn, example_inputs: tuple, comm, pool=None):
         self.name = name
+        # the graph reads every tensor `fn` closed over by its address: keeping `fn` keeps them
+        # alive (a freed one's memory is reused, and the replay reads garbage)
+        self.fn = fn
         self.inputs = tuple(x.clone() for x in example_inputs)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -62,7 +69,8 @@ class CapturedStep:
 
     def __call__(self, *inputs):
         for static, value in zip(self.inputs, inputs):
-            static.copy_(value)
+            if value.data_ptr() != static.data_ptr():   # e.g. another graph's output fed back
+                static.copy_(value)
         self.graph.replay()
         return self.outputs
 
@@ -81,16 +89,20 @@ class GraphedSteps:
         self.graphed_phases: set[str] = set()
 
     @torch.inference_mode()
-    def capture(self, batches, k: int, *, speculative: bool) -> None:
+    def capture(self, batches, k: int, *, speculative: bool, greedy: bool = True) -> None:
         """Capture the steps `mode` asks for at each batch size of `batches` (an int or a list, none
-        above the caches' batch); call after the caches exist, before the run."""
+        above the caches' batch); call after the caches exist, before the run. `greedy`: the run
+        is greedy (temperature 0), so the draft's chain and extend are captured whole."""
         device = next(self.target_model.parameters()).device
         for batch in ([batches] if isinstance(batches, int) else sorted(set(batches))):
             if not speculative:
                 self._capture_target(batch, 1, False, device)
             elif self.mode == "all":
                 self._capture_target(batch, k + 1, True, device)
-                if self.draft_model is not None:
+                if self.draft_model is not None and greedy:
+                    self._capture_chain(batch, k, device)
+                    self._capture_extend(batch, k, device)
+                elif self.draft_model is not None:
                     self._capture_draft(batch, 1, False, device)
                     self._capture_draft(batch, k + 1, True, device)
 
@@ -110,6 +122,40 @@ class GraphedSteps:
                   _dummy_positions(batch, tokens, device))
         self.captured[("draft", batch, tokens, fuse)] = CapturedStep(
             name, lambda t, h, p: self.draft_fn(t, h, p, fuse), inputs, self.comm)
+
+    def _draft_ids(self, device):
+        return self.draft_model.to_target(torch.arange(self.draft_model.cfg.vocab, device=device))
+
+    def _capture_chain(self, batch, k, device):
+        draft_ids, hidden = self._draft_ids(device), self.draft_model.cfg.hidden
+        inputs = (torch.zeros(batch, dtype=torch.long, device=device),
+                  torch.zeros(batch, 1, hidden, dtype=self.draft_model.fc.weight.dtype, device=device),
+                  torch.zeros(batch, dtype=torch.long, device=device))
+        self.captured[("chain", batch, k)] = CapturedStep(
+            f"draft_chain_b{batch}_k{k}", lambda d1, h, p: greedy_chain(self.draft_fn, draft_ids, k, d1, h, p),
+            inputs, self.comm)
+
+    def _capture_extend(self, batch, k, device):
+        draft_ids, width = self._draft_ids(device), 3 * self.draft_model.cfg.target_hidden
+        long = dict(dtype=torch.long, device=device)
+        inputs = (torch.zeros(batch, k, **long), torch.zeros(batch, **long), torch.zeros(batch, **long),
+                  torch.zeros(batch, k + 1, width, dtype=self.draft_model.fc.weight.dtype, device=device),
+                  torch.zeros(batch, **long))
+        self.captured[("extend", batch, k)] = CapturedStep(
+            f"draft_extend_b{batch}_t{k + 1}",
+            lambda *tensors: greedy_extend(self.draft_fn, draft_ids, *tensors), inputs, self.comm)
+
+    def chain(self, d1, hidden, pos, draft_ids, k):
+        step = self.captured.get(("chain", d1.shape[0], k))
+        if step is None:
+            return greedy_chain(self.draft, draft_ids, k, d1, hidden, pos)
+        return self._replay(step, d1, hidden, pos)
+
+    def extend(self, drafts, accepted, nxt, features, pos, draft_ids):
+        step = self.captured.get(("extend", *drafts.shape))
+        if step is None:
+            return greedy_extend(self.draft, draft_ids, drafts, accepted, nxt, features, pos)
+        return self._replay(step, drafts, accepted, nxt, features, pos)
 
     def target(self, tokens, positions, features):
         step = self.captured.get(("target", *tokens.shape, features))
