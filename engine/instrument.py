@@ -21,9 +21,9 @@ import torch
 
 
 def events_needed(new_tokens: int) -> int:
-    """CUDA events a run of `new_tokens` can use: two per phase span, at most 5 spans per
-    speculative cycle (draft, verify, accept, draft extend, readout) and one cycle per token, plus
-    the prefill; the baseline needs fewer (one decode span per token)."""
+    """CUDA events a run of `new_tokens` can use: at most two per phase span (joined spans share
+    one), at most 5 spans per speculative cycle (draft, verify, accept, draft extend, readout) and
+    one cycle per token, plus the prefill; the baseline needs fewer (one decode span per token)."""
     return 2 * (5 * new_tokens + 2)
 
 
@@ -38,24 +38,24 @@ class PhaseTimer:
         self.current: str | None = None
         self._spans: dict[str, list] = {}
         self._marks: list[tuple[float, dict[str, int]]] = []
+        self._last_end = None
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(reserve if self.cuda else 0)]
         for event in self._events:
             event.record()   # created now; recording again later simply moves it
 
-    def _event(self):
-        return self._events.pop() if self._events else torch.cuda.Event(enable_timing=True)
-
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str, joined: bool = False):
+        """Time the body as phase `name`. `joined`: the phase starts where the previous one ended
+        (the loop runs nothing in between), so on a GPU it reuses that phase's end event as its
+        start instead of recording one more: a speculative cycle records 6 events, not 10."""
         outer, self.current = self.current, name
         if self.cuda:
-            start, end = self._event(), self._event()
-            start.record()
+            start = self._last_end if joined and self._last_end is not None else self._recorded()
             try:
                 yield
             finally:
-                end.record()
-                self._spans.setdefault(name, []).append((start, end))
+                self._last_end = self._recorded()
+                self._spans.setdefault(name, []).append((start, self._last_end))
                 self.current = outer
         else:
             started = time.perf_counter()
@@ -64,6 +64,11 @@ class PhaseTimer:
             finally:
                 self._spans.setdefault(name, []).append(time.perf_counter() - started)
                 self.current = outer
+
+    def _recorded(self):
+        event = self._events.pop() if self._events else torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
     def mark(self) -> None:
         """A point where the loop has just synchronised with the device (the speculative cycle's
