@@ -67,6 +67,8 @@ def target(name: str, fuse: bool = True):
 
 
 def cmd_steps(args) -> None:
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
     model = target(args.preset, not args.no_fuse)
     model.setup_caches(1, args.max_seq)
     comm = Communicator()
@@ -74,7 +76,8 @@ def cmd_steps(args) -> None:
     roofline_ms = weight_bytes(model) / (bw * 1e9) * 1000
     compiled = compiled_or_none(model, args.compile, args.compile_mode)
     print(f"# {args.preset}: {weight_bytes(model) / 1e9:.2f} GB bf16 weights, copy bandwidth {bw / 1000:.2f} TB/s, "
-          f"roofline {roofline_ms:.3f} ms; {f'compiled ({args.compile_mode}), ' if args.compile else ''}{REPS_NOTE}")
+          f"roofline {roofline_ms:.3f} ms; {f'compiled ({args.compile_mode}), ' if args.compile else ''}"
+          f"{f'BLAS {args.blas}, ' if args.blas else ''}{REPS_NOTE}")
     started = time.perf_counter()
     decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm, compiled=compiled)
     print(f"# decode capture (and compile) {time.perf_counter() - started:.1f} s")
@@ -142,7 +145,7 @@ def cmd_kimi(args) -> None:
 
 def cmd_overhead(args) -> None:
     """Instrumentation overhead: the same graph-captured run with and without phase timing and
-    the collective trace (alternating, best of 3 each, to keep drift out of the comparison)."""
+    the collective trace (alternating, best of --repeats each, to keep drift out of the comparison)."""
     from ncclprobe.engine.build import build_draft, max_positions, random_prompts
     from ncclprobe.engine.generate import Engine
     from ncclprobe.engine.graphs import GraphedSteps
@@ -155,23 +158,28 @@ def cmd_overhead(args) -> None:
     draft.setup_caches(1, max_seq)
     comm = Communicator()
     prompts = random_prompts(model.cfg.vocab, 1, 16, 0, "cuda")
-    print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of 3 runs each")
+    print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of {args.repeats} runs each, "
+          f"alternating")
     for mode in ("baseline", "speculative"):
         steps = GraphedSteps(model, draft, comm, mode="all", compile=args.compile_mode if args.compile else "")
         steps.capture(1, 3, speculative=mode == "speculative")
         engine = Engine(model, draft, k=3, steps=steps)
         run = engine.baseline if mode == "baseline" else engine.speculative
         run(prompts, 8)
-        best = {"off": 0.0, "on": 0.0}
-        for _ in range(3):
-            for label in ("off", "on"):
-                timer = PhaseTimer("cuda", reserve=events_needed(args.new_tokens)) if label == "on" else None
-                trace = CollectiveTrace() if label == "on" else None
+        labels = ("off", "on", "timer only", "trace only", "host-clock timer") if args.parts else ("off", "on")
+        best = dict.fromkeys(labels, 0.0)
+        for _ in range(args.repeats):
+            for label in labels:
+                timer = PhaseTimer("cuda", reserve=events_needed(args.new_tokens)) if label in ("on", "timer only") else None
+                if label == "host-clock timer":   # perf_counter around each phase, no CUDA events
+                    timer = PhaseTimer("cpu")
+                trace = CollectiveTrace() if label in ("on", "trace only") else None
                 engine.timer, steps.timer, steps.trace = timer, timer, trace
                 tps = args.new_tokens / run(prompts, args.new_tokens).wall_s
                 best[label] = max(best[label], tps)
-        drop = 100 * (best["off"] - best["on"]) / best["off"]
-        print(f"{mode}: {best['off']:.1f} tokens/s without instrumentation, {best['on']:.1f} with ({drop:+.2f}% drop)")
+        drops = ", ".join(f"{label} {best[label]:.1f} ({100 * (best['off'] - best[label]) / best['off']:+.2f}% drop)"
+                          for label in labels[1:])
+        print(f"{mode}: {best['off']:.1f} tokens/s without instrumentation; {drops}")
 
 
 def cmd_attention(args) -> None:
@@ -254,13 +262,18 @@ def main() -> None:
     steps.add_argument("--position", type=int, default=512)
     steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
     steps.add_argument("--no-fuse", action="store_true", help="separate q/k/v and gate/up GEMMs")
+    steps.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's preferred BLAS library")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
     sub.add_parser("kimi")
     overhead = sub.add_parser("overhead")
     overhead.add_argument("--preset", default="small")
-    overhead.add_argument("--new-tokens", type=int, default=128)
+    overhead.add_argument("--new-tokens", type=int, default=256)
+    overhead.add_argument("--repeats", type=int, default=10,
+                          help="runs per variant; 3 left the speculative figures within +-4%% run-to-run noise")
+    overhead.add_argument("--parts", action="store_true",
+                          help="also the phase timer alone, the trace alone, and a host-clock timer (no CUDA events)")
     for sub_parser in (steps, hf, overhead):
         sub_parser.add_argument("--compile", action="store_true", help="torch.compile each step before capture")
         sub_parser.add_argument("--compile-mode", default="default", choices=("default", "max-autotune"))

@@ -3,6 +3,7 @@
 # Usage: OUT=/some/dir bash examples/gpu_check.sh [step ...]     (no step: all of them)
 # Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
 #        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
+#        overhead-parts engine-small gemv blas (third round of issue 6)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -43,4 +44,8 @@ step hf 200 python3 examples/engine_bench.py hf --preset llama-16l --compile
 step overhead 200 python3 examples/engine_bench.py overhead --preset small --compile
 step kimi 200 python3 examples/engine_bench.py kimi
 step engine-8b 240 ncclprobe run-engine --preset llama3-8b --graphs all --compile --new-tokens 128 --trace "$OUT/llama3-8b-graphs-compiled.json"
+step overhead-parts 300 python3 examples/engine_bench.py overhead --preset small --compile --parts
+step engine-small 240 ncclprobe run-engine --preset small --graphs all --compile --new-tokens 256 --trace "$OUT/small-compiled.json"
+step gemv 240 python3 examples/gemv_bench.py
+step blas 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --blas cublaslt
 exit 0
