@@ -188,13 +188,21 @@ COMPILE_MODES = {"default": "default", "max-autotune": "max-autotune-no-cudagrap
 
 def compile_for_capture(model, mode: str = "default"):
     """`model`'s forward compiled for fixed shapes (one specialisation per captured shape, made
-    during the warm-up calls before capture, never inside it)."""
+    during the warm-up calls before capture, never inside it).
+
+    On Hopper and later GPUs the Triton kernels are launched with programmatic dependent launch
+    (PDL): each may start while its predecessor drains and waits on the device for its inputs, so
+    the gaps between a decode step's hundreds of small kernels shrink. Measured on the H200: the
+    llama-16l graph decode went from 2.325 to 2.221 ms (1.32x to 1.26x the roofline)."""
     if model is None:
         return None
     # one specialisation per captured shape: past dynamo's default limit of 8 it would silently
     # run the remaining shapes uncompiled
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    return torch.compile(model, dynamic=False, mode=COMPILE_MODES.get(mode, mode))
+    options = dict(torch._inductor.list_mode_options(COMPILE_MODES.get(mode, mode)))
+    device = next(model.parameters()).device
+    options["triton.enable_pdl"] = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return torch.compile(model, dynamic=False, options=options)
 
 
 def _dummy_positions(batch: int, tokens: int, device) -> torch.Tensor:

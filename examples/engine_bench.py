@@ -66,9 +66,24 @@ def target(name: str, fuse: bool = True):
     return fuse_projections(model) if fuse else model
 
 
+def set_inductor_option(dotted: str, value: str) -> None:
+    import torch._inductor.config as inductor
+    *path, name = dotted.split(".")
+    target = inductor
+    for part in path:
+        target = getattr(target, part)
+    if not hasattr(target, name):
+        print(f"# inductor has no option {dotted}; ignored")
+        return
+    setattr(target, name, value not in ("0", "False", "false"))
+    print(f"# inductor {dotted} = {getattr(target, name)}")
+
+
 def cmd_steps(args) -> None:
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
+    for setting in args.inductor:   # e.g. coordinate_descent_tuning=1
+        set_inductor_option(*setting.split("=", 1))
     model = target(args.preset, not args.no_fuse)
     model.setup_caches(1, args.max_seq)
     comm = Communicator()
@@ -219,6 +234,21 @@ def cmd_attention(args) -> None:
             y = (parts @ values.transpose(1, 2).reshape(B, kv_heads, chunks, slots // chunks, dim)).sum(2)
         return unfold(y, B, T)
 
+    def flex(q, pos, live_only: bool, block: int = 128):
+        """flex_attention (flash-decoding kernel for short queries) with a block mask built from
+        the position tensor inside the step: `live_only` visits only the KV blocks up to the
+        query's position, so the step reads the live part of the cache, in one graph."""
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
+        blocks = slots // block
+        counts = (pos[:, :1] // block + 1) if live_only else torch.full_like(pos[:, :1], blocks)
+        block_mask = BlockMask.from_kv_blocks(
+            counts.to(torch.int32).view(1, 1, 1), torch.arange(blocks, dtype=torch.int32, device=q.device).view(1, 1, 1, -1),
+            BLOCK_SIZE=block, mask_mod=lambda b, h, q_idx, kv_idx: kv_idx <= pos[b, 0], seq_lengths=(1, slots),
+            compute_q_blocks=False)
+        return flex_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), block_mask=block_mask,
+                              enable_gqa=True)
+
+    compiled_flex = torch.compile(flex, dynamic=False)
     compiled_math = torch.compile(math_grouped, dynamic=False)
     compiled_old = torch.compile(lambda q, mask: torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask, enable_gqa=True), dynamic=False)
@@ -242,6 +272,10 @@ def cmd_attention(args) -> None:
                 with sdpa_kernel(backend):
                     return sdpa_folded(q, grouped)
             variants[f"grouped, sdpa {backend.name.lower()}"] = pinned
+        if tokens == 1:
+            for live_only in (False, True):
+                variants[f"flex_attention, compiled, {'live' if live_only else 'all'} KV blocks"] = \
+                    lambda live_only=live_only: compiled_flex(q, pos, live_only)
         own_mask = causal_mask(pos, slots, attention_group(tokens, heads, kv_heads))
         variants["model.grouped_attention"] = lambda: grouped_attention(q, keys, values, own_mask)
         for name, fn in variants.items():
@@ -249,8 +283,8 @@ def cmd_attention(args) -> None:
                 with torch.inference_mode():
                     graph = CapturedStep(name, fn, (), Communicator())
                     print(f"T={tokens} {name}: {time_call_ms(graph.graph.replay, 'cuda') * 1000:.1f} us")
-            except RuntimeError as error:
-                print(f"T={tokens} {name}: not available ({str(error).splitlines()[0][:100]})")
+            except Exception as error:  # noqa: BLE001 - a variant this torch cannot run is reported, not fatal
+                print(f"T={tokens} {name}: not available ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
 
 
 def main() -> None:
@@ -263,6 +297,8 @@ def main() -> None:
     steps.add_argument("--verify-tokens", type=int, nargs="+", default=[3, 4, 8])
     steps.add_argument("--no-fuse", action="store_true", help="separate q/k/v and gate/up GEMMs")
     steps.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's preferred BLAS library")
+    steps.add_argument("--inductor", action="append", default=[], metavar="OPTION=0|1",
+                       help="a boolean torch._inductor.config option, e.g. coordinate_descent_tuning=1")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)

@@ -3,7 +3,7 @@
 # Usage: OUT=/some/dir bash examples/gpu_check.sh [step ...]     (no step: all of them)
 # Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
 #        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
-#        overhead-parts engine-small gemv blas (third round of issue 6)
+#        overhead-parts engine-small gemv blas pdl cdt (third round of issue 6)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -48,4 +48,6 @@ step overhead-parts 300 python3 examples/engine_bench.py overhead --preset small
 step engine-small 240 ncclprobe run-engine --preset small --graphs all --compile --new-tokens 256 --trace "$OUT/small-compiled.json"
 step gemv 240 python3 examples/gemv_bench.py
 step blas 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --blas cublaslt
+step pdl 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --inductor triton.enable_pdl=1
+step cdt 300 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --inductor coordinate_descent_tuning=1
 exit 0
