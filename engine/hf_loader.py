@@ -1,6 +1,7 @@
 """Our own loader for a local Hugging Face checkpoint of the Llama family (config.json plus
 safetensors, one file or sharded with an index). Nothing is downloaded; transformers is not
-needed at run time.
+needed at run time. `save_hf_checkpoint` writes the same format back (one file), so a model we
+trained ourselves (`train_target.py`) is served through the same `--checkpoint` path.
 
 Our module names follow Llama's, so loading is the checkpoint's names without the `model.`
 prefix; RoPE uses the same rotate-half layout, so no weight is permuted. Refused with a one-line
@@ -88,3 +89,43 @@ def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
         raise UsageProblem(f"{directory}: weights do not match a {cfg.layers}-layer Llama: "
                            f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
     return model.eval().requires_grad_(False)
+
+
+def config_to_hf(cfg: ModelConfig, max_positions: int) -> dict:
+    """The config.json of a Llama checkpoint for `cfg`: every field `config_from_hf` reads, plus
+    the ones transformers' LlamaConfig needs to load it."""
+    if cfg.moe is not None:
+        raise UsageProblem(f"{cfg.name}: MoE models cannot be saved as a Llama checkpoint")
+    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg.vocab,
+           "hidden_size": cfg.hidden, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+           "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate,
+           "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
+           "tie_word_embeddings": cfg.tie_embeddings, "max_position_embeddings": max_positions,
+           "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16"}
+    if cfg.rope_scaling is not None:
+        s = cfg.rope_scaling
+        doc["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
+                               "high_freq_factor": s.high_freq_factor,
+                               "original_max_position_embeddings": s.original_max_position}
+    return doc
+
+
+def save_hf_checkpoint(model: Transformer, directory: str | Path, *, max_positions: int,
+                       dtype=torch.bfloat16, extra_config: dict | None = None) -> Path:
+    """Write `model` as config.json + model.safetensors (HF names: `model.` prefix, `lm_head.weight`
+    without; the head omitted when tied) in `dtype`. `extra_config` keys go into config.json too
+    (provenance; loaders ignore them). The directory must not hold a checkpoint already."""
+    directory = Path(directory)
+    if (directory / "config.json").exists() or (directory / "model.safetensors").exists():
+        raise UsageProblem(f"{directory} already holds a checkpoint; choose another directory")
+    if any(getattr(layer.self_attn, "qkv_proj", None) is not None for layer in model.layers):
+        raise UsageProblem("cannot save a model whose projections are fused (save before fuse_projections)")
+    doc = {**config_to_hf(model.cfg, max_positions), "torch_dtype": str(dtype).removeprefix("torch."),
+           **(extra_config or {})}
+    tensors = {(name if name.startswith("lm_head.") else f"model.{name}"): t.detach().to(dtype)
+               for name, t in model.state_dict().items()
+               if not (model.cfg.tie_embeddings and name == "lm_head.weight")}
+    directory.mkdir(parents=True, exist_ok=True)
+    safetensors_io.save(directory / "model.safetensors", tensors, {"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return directory
