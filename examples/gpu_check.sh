@@ -3,7 +3,7 @@
 # Usage: OUT=/some/dir bash examples/gpu_check.sh [step ...]     (no step: all of them)
 # Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
 #        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
-#        overhead-parts engine-small gemv blas pdl cdt (third round of issue 6)
+#        overhead-parts engine-small gemv blas pdl cdt pytest-compiled synthetic (third round of issue 6)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -50,4 +50,10 @@ step gemv 240 python3 examples/gemv_bench.py
 step blas 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --blas cublaslt
 step pdl 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --inductor triton.enable_pdl=1
 step cdt 300 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --inductor coordinate_descent_tuning=1
+step pytest-compiled 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py -k compiled
+SYN=/tmp/ncclprobe-small-chain SYN_DRAFT=/tmp/ncclprobe-small-chain-draft.safetensors; rm -rf "$SYN" "$SYN_DRAFT"
+step synthetic 200 python3 examples/synthetic_target.py --preset small --out "$SYN" --device cuda
+step synthetic 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT"
+step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained.json"
+step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 64 --trace "$OUT/small-chain-trained-64.json"
 exit 0
