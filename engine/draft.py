@@ -19,6 +19,7 @@ Saved files use EAGLE-3's tensor names (`fc.weight`, `midlayer.self_attn.q_proj.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -97,6 +98,16 @@ def save_draft(draft: DraftHead, path, extra_metadata: dict | None = None) -> No
     metadata = {CONFIG_KEY: json.dumps(draft.cfg.to_json())}
     metadata.update({k: json.dumps(v) for k, v in (extra_metadata or {}).items()})
     safetensors_io.save(path, tensors, metadata)
+
+
+def trained_positions(path) -> int | None:
+    """The sequence length `train-draft` trained the draft on (positions 0 to this minus 1), from
+    its file's metadata; None for a draft saved without it. Beyond those positions a draft has
+    never learnt to predict, and its acceptance falls (4.00 inside, 2.50 over a run four times as
+    long, docs/LOG.md)."""
+    header, _ = safetensors_io.read_header(Path(path))
+    training = json.loads(header.get("__metadata__", {}).get("training", "{}"))
+    return training.get("trained_positions") if isinstance(training, dict) else None
 
 
 def load_draft(path, embedding: nn.Embedding, target_vocab: int, target_hidden: int) -> DraftHead:

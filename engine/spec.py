@@ -113,6 +113,18 @@ class RunSpec:
                 raise UsageProblem(f"--tp {self.tp} needs {self.tp} GPUs (one per rank); "
                                    f"this machine has {torch.cuda.device_count()}")
 
+    def warnings(self) -> list[str]:
+        """What this run can do but will do badly, said before it starts (the CLI logs each and
+        puts it in the trace's `warnings`)."""
+        found = []
+        if self.draft and "speculative" in self.modes:
+            from ncclprobe.engine.draft import trained_positions
+            trained, reach = trained_positions(self.draft), self.prompt_len + self.new_tokens
+            if trained is not None and reach > trained:
+                found.append(f"draft {self.draft} was trained on positions below {trained}, this run reaches "
+                             f"{reach}: expect its acceptance to fall beyond them (train-draft --gen-len)")
+        return found
+
     def to_json(self) -> dict:
         return asdict(self)
 

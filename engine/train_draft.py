@@ -166,4 +166,5 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
     window = max(1, spec.steps // 10)
     return {"loss_first": sum(history[:window]) / window, "loss_last": sum(history[-window:]) / window,
             "acceptance_length_before": before, "acceptance_length_after": after, "steps": spec.steps,
-            "unroll": spec.unroll, "sequences": spec.sequences, "labels": spec.labels}
+            "unroll": spec.unroll, "sequences": spec.sequences, "labels": spec.labels,
+            "trained_positions": spec.prompt_len + spec.gen_len}

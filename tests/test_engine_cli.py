@@ -186,6 +186,26 @@ def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
     assert "fc.weight" in tensors
 
 
+def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
+    """train-draft records the positions it trained on; a longer run says so on stderr, in the
+    table notes and in the trace's `warnings`, and still runs."""
+    import torch
+    from ncclprobe.engine.build import build_draft, build_target
+    from ncclprobe.engine.config import preset
+    from ncclprobe.engine.draft import save_draft, trained_positions
+    path = tmp_path / "d.safetensors"
+    save_draft(build_draft(build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32), seed=0), path,
+               {"training": {"trained_positions": 16}})
+    assert trained_positions(path) == 16
+    args = ["run-engine", "--preset", "tiny", "--draft", str(path), "--prompt-len", "8", "--mode", "speculative"]
+    inside, beyond = _run([*args, "--new-tokens", "8"]), _run([*args, "--new-tokens", "12", "--format", "json"])
+    assert inside.returncode == 0 and "trained on positions" not in inside.stderr + inside.stdout
+    assert beyond.returncode == 0, beyond.stderr
+    assert "trained on positions below 16, this run reaches 20" in beyond.stderr
+    warnings = json.loads(beyond.stdout)["warnings"]
+    assert len(warnings) == 1 and "trained on positions below 16, this run reaches 20" in warnings[0]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--out", "/nonexistent-dir/d.safetensors"], "directory /nonexistent-dir does not exist"),
     (["--out", "/nonexistent-dir/d.safetensors", "--steps", "0"], "steps must be at least 1"),

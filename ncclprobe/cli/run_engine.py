@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import click
@@ -85,6 +86,9 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
                    modes=modes or ("baseline", "speculative"), settings=settings,
                    env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
     spec.check_runnable()
+    warnings = spec.warnings()
+    for warning in warnings:
+        logging.getLogger("ncclprobe.run_engine").warning(warning)
     if tuned == SWEEP_FIRST and tp == 1:
         raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
                            "issues no collectives; give a recommendation FILE or --tp 2 or more")
@@ -93,10 +97,12 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     doc = run_with_progress([spec], quiet)
     if tuned is not None:
         doc = add_tuned_runs(doc, spec, recommended, quiet)
+    doc["warnings"] = warnings
     if out:
         with out:
             json.dump(doc, out, indent=1)
-    emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine", notes=table_notes(doc))
+    emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
+         notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
     return 0 if _checks_pass(doc) else 1
 
 
