@@ -26,7 +26,8 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--steps", default=1000, show_default=True, type=int, help="Optimiser steps.")
 @click.option("--sequences", default=512, show_default=True, type=int, help="Training sequences the target generates.")
 @click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence.")
-@click.option("--gen-len", default=56, show_default=True, type=int, help="Tokens the target generates per sequence.")
+@click.option("--gen-len", default=56, show_default=True, type=int, help="Tokens the target generates per sequence; prompt + these are the positions the draft "
+                   "learns, so cover the runs it will serve (run-engine warns when a run goes beyond).")
 @click.option("--batch", default=16, show_default=True, type=int, help="Sequences per optimiser step.")
 @click.option("--unroll", default=3, show_default=True, type=int, help="Training-time-test depth.")
 @click.option("--labels", default="mixed", show_default=True, type=click.Choice(("soft", "hard", "mixed")),
