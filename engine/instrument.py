@@ -33,7 +33,9 @@ class PhaseTimer:
         event is created by the driver at its first record; doing that inside the loop put tens of
         microseconds per phase on the speculative cycle's critical path (the host launches the next
         cycle right after the readout sync). Reserving them took the measured instrumentation
-        overhead of `small`'s speculative run with compiled graphs from 8.4% to 3.0% on the H200."""
+        overhead of `small`'s speculative run with compiled graphs from 8.4% to 3.0% on the H200
+        (best of 3); with joined phases and the draft captured whole it measured 0.11% (best of 10,
+        256 tokens; run-to-run spread about 3.5%, docs/LOG.md)."""
         self.cuda = torch.device(device).type == "cuda"
         self.current: str | None = None
         self._spans: dict[str, list] = {}
