@@ -36,7 +36,7 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
     runs = []
     for spec in specs:
         runs += _run_pool(spec, on_message, timeout_s)
-    _link_to_baseline(runs)
+    _link_verify_to_decode(runs)
     first = specs[0]
     return {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
             "config": _config(first), "runs": runs, "checks": _checks(first.temperature, runs)}
@@ -47,7 +47,7 @@ def merge_traces(first: dict, second: dict) -> dict:
     from ncclprobe.engine.tuning import compare
     merged = dict(first)
     merged["runs"] = first["runs"] + second["runs"]
-    _link_to_baseline(merged["runs"])
+    _link_verify_to_decode(merged["runs"])
     merged["checks"] = _checks(first["config"]["temperature"], merged["runs"])
     merged["comparison"] = compare(merged["runs"])
     return merged
@@ -147,22 +147,14 @@ def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
     return sum(s["count"] for s in sizes), sum(s["count"] * s["size_bytes"] for s in sizes)
 
 
-def _link_to_baseline(runs: list[dict]) -> None:
-    """What a speculative run's figures mean against the baseline run under the same label:
-    - verify/decode ratio: its median verify over the baseline's median decode (the seed case's
-      29 ms vs 12 ms);
-    - `loop.break_even_acceptance`: cycle ms over the baseline's median decode ms, the mean
-      acceptance length at which an ideal loop only matches the baseline (the ideal speedup is
-      acceptance x decode / cycle). Below it, speculative decoding must be slower, whatever NCCL does."""
+def _link_verify_to_decode(runs: list[dict]) -> None:
+    """verify/decode ratio: the speculative run's median verify over the baseline's median decode
+    under the same label (the seed case's 29 ms vs 12 ms)."""
     decode = {r["label"]: r["phases"].get("decode", {}).get("median_ms") for r in runs if r["mode"] == "baseline"}
     for run in runs:
-        if run["mode"] != "speculative" or not decode.get(run["label"]):
-            continue
         verify = run["phases"].get("verify", {}).get("median_ms")
-        if verify:
+        if run["mode"] == "speculative" and verify and decode.get(run["label"]):
             run["verify_decode_ratio"] = verify / decode[run["label"]]
-        if run.get("loop"):
-            run["loop"]["break_even_acceptance"] = run["loop"]["cycle_ms"] / decode[run["label"]]
 
 
 def _config(spec: RunSpec) -> dict:

@@ -56,7 +56,7 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
         assert 0.0 < run["collective_share"] <= 1.0 and run["graph_coverage"] is None   # measured; no graphs on CPU
     assert spec["phases"]["host"]["count"] == cycles and spec["phases"]["host"]["median_ms"] is not None
     assert base["phases"]["host"]["count"] == 11 and base["phases"]["host"]["median_ms"] is None  # never syncs
-    _check_loop_arithmetic(spec, batch=2, baseline=base)
+    _check_loop_arithmetic(spec, batch=2)
     _check_capture_list_notes(doc)
 
 
@@ -71,7 +71,7 @@ def _check_capture_list_notes(doc):
     assert "(batches 1,2)" in table_notes(inside)[0] and "not in the capture list" not in " ".join(table_notes(inside))
 
 
-def _check_loop_arithmetic(run, *, batch, baseline=None):
+def _check_loop_arithmetic(run, *, batch):
     """The loop record's ideal is redone from the run's own phases and acceptance."""
     loop, cycles = run["loop"], run["acceptance"]["cycles"]
     cycle_ms = sum(run["phases"][p]["total_ms"] for p in ("draft", "verify", "accept", "draft_extend")) / cycles
@@ -81,8 +81,6 @@ def _check_loop_arithmetic(run, *, batch, baseline=None):
     assert loop["efficiency"] == pytest.approx(run["tokens_per_s"] / ideal)
     assert loop["efficiency"] == pytest.approx(loop["cycle_time_share"] * loop["token_yield"])
     assert 0 < loop["cycle_time_share"] <= 1 and loop["token_yield"] > 0   # N includes the prefill's token
-    if baseline is not None:
-        assert loop["break_even_acceptance"] == pytest.approx(cycle_ms / baseline["phases"]["decode"]["median_ms"])
 
 
 def test_tuned_file_reaches_every_worker(tmp_path):

@@ -206,9 +206,7 @@ def loop_note(run: dict) -> str:
             f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} = cycle time share "
             f"{loop['cycle_time_share']:.2f} (prefill {loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms "
             f"outside {loop['cycles']} cycles) x token yield {loop['token_yield']:.2f} (tokens past --new-tokens, "
-            f"finished sequences)" + (
-                f"; break-even acceptance {loop['break_even_acceptance']:.2f} (cycle / baseline decode: below it "
-                f"speculative decoding is slower whatever the settings)" if loop.get("break_even_acceptance") else ""))
+            f"finished sequences)")
 
 
 def tuning_notes(doc: dict) -> list[str]:
