@@ -39,14 +39,15 @@ def build_target(cfg: ModelConfig, *, seed: int, device, dtype) -> Transformer:
     return model.eval().requires_grad_(False)
 
 
-def build_draft(target: Transformer, *, seed: int, path: str | None = None) -> DraftHead:
-    """A trained draft from `path`, or a seeded untrained one (accepts almost nothing)."""
+def build_draft(target: Transformer, *, seed: int, path: str | None = None, vocab: int | None = None) -> DraftHead:
+    """A trained draft from `path`, or a seeded untrained one (accepts almost nothing) whose head
+    covers `vocab` tokens (default: the target's whole vocabulary)."""
     embedding = target.embed_tokens
     if path:
         return load_draft(path, embedding, target.cfg.vocab, target.cfg.hidden).eval()
     weight = embedding.weight
     with materialised_on(weight.device, weight.dtype):
-        draft = DraftHead(DraftConfig.for_target(target.cfg), embedding)
+        draft = DraftHead(DraftConfig.for_target(target.cfg, vocab), embedding)
     init_weights(draft, seed + DRAFT_SEED_OFFSET)
     return draft.eval().requires_grad_(False)
 

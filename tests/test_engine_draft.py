@@ -106,3 +106,38 @@ def test_caches_larger_than_the_batch_give_the_same_tokens():
         return engine.baseline(prompts, 16).tokens, engine.speculative(prompts, 16).tokens
     exact, larger = generate(2), generate(5)
     assert larger == exact and exact[0] == exact[1]   # baseline == speculative (greedy), caches of 5 == of 2
+
+
+def test_reduced_draft_vocabulary_holds_the_most_generated_tokens():
+    """choose_vocabulary: the draft's head gets the tokens the target generated most (prompts not
+    counted), in id order, through d2t; positions whose greedy token is outside get no hard label."""
+    from ncclprobe.engine.train_draft import _draft_labels, choose_vocabulary
+    target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
+    draft = build_draft(target, seed=0, vocab=3)
+    prompt = torch.tensor([[200, 200, 200, 200]])                 # frequent, but a prompt: not counted
+    generated = torch.tensor([[9, 9, 9, 9, 5, 5, 5, 7, 7, 1]])
+    coverage = choose_vocabulary(draft, torch.cat([prompt, generated], dim=1), prompt_len=4)
+    assert draft.to_target(torch.arange(3)).tolist() == [5, 7, 9] and coverage == pytest.approx(0.9)
+    probs = torch.zeros(1, 2, 256)
+    probs[0, 0, 7], probs[0, 1, 1] = 1.0, 1.0                     # greedy 7 (in the head), then 1 (not)
+    in_head, greedy = _draft_labels(draft, probs)
+    assert in_head.shape == (1, 2, 3) and in_head[0, 0].tolist() == [0.0, 1.0, 0.0]
+    assert greedy.tolist() == [[1, -1]]
+
+
+def test_draft_with_a_reduced_vocabulary_trains_saves_and_keeps_greedy_output():
+    """Trained with half the target's vocabulary, saved and loaded back (its d2t map included),
+    the draft still only proposes: greedy speculative output equals the baseline's."""
+    target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
+    draft = build_draft(target, seed=0, vocab=128)
+    spec = TrainSpec(sequences=16, prompt_len=8, gen_len=24, steps=20, batch=16, eval_prompts=2, eval_k=3,
+                     draft_vocab=128)
+    report = train(target, draft, spec)
+    assert report["draft_vocab"] == 128 and 0.5 < report["draft_vocab_coverage"] <= 1.0
+    path = Path(tempfile.mkdtemp(prefix="ncclprobe-draft-")) / "d.safetensors"
+    atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
+    save_draft(draft, path, {"training": report})
+    loaded = load_draft(path, target.embed_tokens, 256, 64)
+    assert loaded.cfg.vocab == 128 and torch.equal(loaded.d2t, draft.d2t) and loaded.d2t.any()
+    baseline, speculative = _generate_both("tiny", 2, 3, path)
+    assert speculative.tokens == baseline.tokens

@@ -33,11 +33,15 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--labels", default="mixed", show_default=True, type=click.Choice(("soft", "hard", "mixed")),
               help="Train against the target's distribution, its greedy choice, or the mean of both losses.")
 @click.option("--lr", default=3e-3, show_default=True, type=float, help="AdamW learning rate.")
+@click.option("--draft-vocab", default=0, show_default=True, type=int,
+              help="Tokens the draft's head covers (EAGLE-3's reduced vocabulary: the ones the target generated "
+                   "most); 0: the target's whole vocabulary.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the target's weights (match run-engine's).")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
 @format_option
 @click.pass_context
-def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen_len, batch, unroll, labels, lr, seed, device, fmt):
+def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen_len, batch, unroll, labels, lr,
+            draft_vocab, seed, device, fmt):
     """Generate sequences with the target (seeded weights of --preset, or --checkpoint), record its
     features and next-token distributions, and train the draft with unrolled steps that feed it its
     own outputs (EAGLE-3's training-time test). Reports the loss and the greedy acceptance length
@@ -45,7 +49,7 @@ def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen
     import torch
     from ncclprobe.engine.train_draft import TrainSpec
     spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
-                     lr=lr, unroll=unroll, labels=labels, seed=seed)
+                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed)
     out = Path(out_path)
     if out.exists():
         raise UsageProblem(f"{out} already exists; choose another name (drafts are never overwritten)")
@@ -80,7 +84,7 @@ def train_and_save(preset_name, checkpoint, spec, device, out, progress) -> dict
         target = load_checkpoint(checkpoint, device=device, dtype=dtype)
     else:
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
-    draft = build_draft(target, seed=spec.seed)
+    draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
     report = train(target, draft, spec, progress=progress)
     save_draft(draft, out, {"training": report})
     return report
