@@ -169,9 +169,16 @@ def _config(spec: RunSpec) -> dict:
             "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
             "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
             "compile": spec.compile,
-            "draft_tp": spec.draft_tp, "draft": spec.draft,
+            "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),
             "dtype": spec.resolved_dtype(device), "device": device,
             "backend": "nccl" if device == "cuda" else "gloo", "model": model}
+
+
+def _trained_positions(draft_path: str | None) -> int | None:
+    if not draft_path:
+        return None
+    from ncclprobe.engine.draft import trained_positions
+    return trained_positions(draft_path)
 
 
 def _checks(temperature: float, runs: list[dict]) -> dict:

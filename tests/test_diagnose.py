@@ -354,3 +354,24 @@ def test_every_trace_gives_what_the_readme_says():
         for rule in re.findall(r"`([\w-]+)`", ruled.group(1)) if ruled else []:
             assert rule in rules_of(result.ruled_out) and rule not in rules_of(result.actionable()), (name, rule)
         assert top or ruled or "nothing above" in claim, f"README row for {name} makes no checkable claim"
+
+
+def test_a_run_past_the_drafts_trained_positions():
+    """The H200 run with the synthetic-chain target (examples/results/): its draft came from
+    train-draft's defaults, 8 + 56 tokens, and the run reached position 272 with an acceptance of
+    2.50 (4.00 in a 64-token run). The trace predates the config field, so the test sets it to those
+    64 positions; then the field moved past the run, and away."""
+    trace = json.loads((S.TRACES.parent / "results" / "h200_small_synthetic_target_trace.json").read_text())
+    assert "draft_trained_positions" not in trace["config"]
+    assert rules_of(run_diagnosis(trace).not_checked).count("draft-positions") == 1
+    trace["config"]["draft_trained_positions"] = 64
+    top = run_diagnosis(trace).top
+    assert (top.rule, top.severity) == ("draft-positions", "warning")
+    assert top.evidence["run_positions"] == 272 and top.evidence["mean_acceptance_length"] == {
+        "untuned speculative": pytest.approx(2.50, abs=0.005)}
+    assert "--checkpoint /tmp/ncclprobe-small-chain --gen-len 272" in top.next_command
+    trace["config"]["draft_trained_positions"] = 272
+    assert "draft-positions" in rules_of(run_diagnosis(trace).ruled_out)
+    trace["config"]["draft"] = None                                # no draft file: nothing to say
+    result = run_diagnosis(trace)
+    assert "draft-positions" not in rules_of(result.ruled_out + result.not_checked + result.actionable())
