@@ -182,7 +182,12 @@ def start_from_target_head(draft: DraftHead, target: Transformer) -> None:
 
 
 def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None) -> dict:
-    """Train `draft` in place (float32); returns losses and acceptance before and after."""
+    """Train `draft` in place (float32); returns losses and acceptance before and after. The
+    draft's head size is the draft's (`build_draft(vocab=spec.draft_vocab)`); a spec asking for
+    another is refused rather than ignored."""
+    if spec.draft_vocab and spec.draft_vocab != draft.cfg.vocab:
+        raise UsageProblem(f"train-draft: the spec asks for a {spec.draft_vocab}-token draft vocabulary, the draft has "
+                           f"{draft.cfg.vocab}")
     device = next(target.parameters()).device
     before = measure_acceptance(target, draft, spec, device)
     tokens, features, probs = collect(target, spec, device)

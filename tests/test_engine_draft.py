@@ -16,6 +16,7 @@ from ncclprobe.engine.config import preset
 from ncclprobe.engine.draft import load_draft, save_draft
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.train_draft import TrainSpec, train
+from ncclprobe.errors import UsageProblem
 
 TEST_TRAINING = TrainSpec(sequences=40, prompt_len=8, gen_len=40, steps=100, batch=16, lr=3e-3, unroll=3,
                           eval_prompts=3, eval_k=3)
@@ -132,6 +133,8 @@ def test_draft_with_a_reduced_vocabulary_trains_saves_and_keeps_greedy_output():
     draft = build_draft(target, seed=0, vocab=128)
     spec = TrainSpec(sequences=16, prompt_len=8, gen_len=24, steps=20, batch=16, eval_prompts=2, eval_k=3,
                      draft_vocab=128)
+    with pytest.raises(UsageProblem, match="asks for a 128-token draft vocabulary, the draft has 256"):
+        train(target, build_draft(target, seed=0), spec)
     report = train(target, draft, spec)
     assert report["draft_vocab"] == 128 and 0.5 < report["draft_vocab_coverage"] <= 1.0
     path = Path(tempfile.mkdtemp(prefix="ncclprobe-draft-")) / "d.safetensors"
