@@ -145,19 +145,24 @@ def _run_driver(spec_path: Path, env: dict, root: Path, timeout_s: float) -> sub
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc.pid)
+        kill_tree(proc.pid)
         proc.communicate()
         return None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> None:
+    """SIGKILL process group `pid` and every descendant by pid as well: a child that started a
+    session of its own (torchrun's workers do) is outside the group and would live on as an orphan."""
     import psutil
     try:
         descendants = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
-    os.killpg(pid, signal.SIGKILL)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:   # the group is gone already
+        pass
     for child in descendants:
         try:
             child.kill()  # psutil checks the pid still names the same process

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.envcheck import env_check
+from ncclprobe.probes.env_propagation import kill_tree
 from ncclprobe.envcheck.expect import Expectation
 from ncclprobe.envcheck.logcheck import pid_from_filename, read_logs
 from ncclprobe.envcheck.walk import _recheck, _tree, describe, walk
@@ -85,21 +86,9 @@ def _start_tree(tmp_path, env_extra):
 
 
 def _stop_tree(proc):
-    """Kill the tree by pid as well as by group: torchrun starts its workers in sessions of their
-    own, so killing the agent's group alone left them running as orphans."""
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for child in descendants:
-        try:
-            child.kill()  # psutil checks the pid still names the same process
-        except psutil.NoSuchProcess:
-            pass
+    """torchrun starts its workers in sessions of their own, so killing the agent's group alone
+    left them running as orphans: kill the tree by pid as well."""
+    kill_tree(proc.pid)
     proc.wait(timeout=10)
 
 
