@@ -80,6 +80,8 @@ def set_inductor_option(dotted: str, value: str) -> None:
 
 
 def cmd_steps(args) -> None:
+    from ncclprobe.engine import split_kv_attention
+    split_kv_attention.ENABLED = args.attention == "split-kv"
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     for setting in args.inductor:   # e.g. coordinate_descent_tuning=1
@@ -92,7 +94,7 @@ def cmd_steps(args) -> None:
     compiled = compiled_or_none(model, args.compile, args.compile_mode)
     print(f"# {args.preset}: {weight_bytes(model) / 1e9:.2f} GB bf16 weights, copy bandwidth {bw / 1000:.2f} TB/s, "
           f"roofline {roofline_ms:.3f} ms; {f'compiled ({args.compile_mode}), ' if args.compile else ''}"
-          f"{f'BLAS {args.blas}, ' if args.blas else ''}{REPS_NOTE}")
+          f"{f'BLAS {args.blas}, ' if args.blas else ''}attention {args.attention}; {REPS_NOTE}")
     started = time.perf_counter()
     decode_graph, decode_eager = step_times(model, 1, 1, args.position, comm, compiled=compiled)
     print(f"# decode capture (and compile) {time.perf_counter() - started:.1f} s")
@@ -205,6 +207,7 @@ def cmd_attention(args) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from ncclprobe.engine.kv_cache import causal_mask
     from ncclprobe.engine.model import attention_group, grouped_attention
+    from ncclprobe.engine.split_kv_attention import split_kv_attention
     heads, kv_heads, dim, slots, group = 32, 8, 128, args.slots, 4
     keys, values = (torch.randn(1, slots, kv_heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 
@@ -277,8 +280,13 @@ def cmd_attention(args) -> None:
                 variants[f"flex_attention, compiled, {'live' if live_only else 'all'} KV blocks"] = \
                     lambda live_only=live_only: compiled_flex(q, pos, live_only)
         own_mask = causal_mask(pos, slots, attention_group(tokens, heads, kv_heads))
-        variants["model.grouped_attention"] = lambda: grouped_attention(q, keys, values, own_mask)
+        variants["model.grouped_attention, torch paths"] = lambda: grouped_attention(q, keys, values, own_mask)
+        late = pos + slots - 512 - tokens      # the last slots of the cache: every chunk live
+        for name, at in (("position 512", pos), (f"position {slots - tokens}", late)):
+            variants[f"split-KV Triton kernel, {name}"] = lambda at=at: split_kv_attention(q, keys, values, at)
         for name, fn in variants.items():
+            if args.only and not any(part in name for part in args.only):
+                continue
             try:
                 with torch.inference_mode():
                     graph = CapturedStep(name, fn, (), Communicator())
@@ -299,6 +307,8 @@ def main() -> None:
     steps.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's preferred BLAS library")
     steps.add_argument("--inductor", action="append", default=[], metavar="OPTION=0|1",
                        help="a boolean torch._inductor.config option, e.g. coordinate_descent_tuning=1")
+    steps.add_argument("--attention", choices=("split-kv", "torch"), default="split-kv",
+                       help="the Triton split-KV kernel (the engine's default on GPUs) or the torch paths")
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
@@ -315,6 +325,8 @@ def main() -> None:
         sub_parser.add_argument("--compile-mode", default="default", choices=("default", "max-autotune"))
     attention = sub.add_parser("attention")
     attention.add_argument("--slots", type=int, default=2048)
+    attention.add_argument("--only", action="append", default=[], metavar="TEXT",
+                           help="time only the variants whose name contains TEXT (repeatable)")
     args = parser.parse_args()
     {"steps": cmd_steps, "hf": cmd_hf, "kimi": cmd_kimi, "overhead": cmd_overhead,
      "attention": cmd_attention}[args.cmd](args)
