@@ -88,12 +88,16 @@ class GraphedSteps:
         self.graphed_phases: set[str] = set()
 
     @torch.inference_mode()
-    def capture(self, batches, k: int, *, speculative: bool, greedy: bool = True) -> None:
+    def capture(self, batches, k: int, *, speculative: bool, greedy: bool = True, prompt_len: int | None = None) -> None:
         """Capture the steps `mode` asks for at each batch size of `batches` (an int or a list, none
         above the caches' batch); call after the caches exist, before the run. `greedy`: the run
-        is greedy (temperature 0), so the draft's chain and extend are captured whole."""
+        is greedy (temperature 0), so the draft's chain and extend are captured whole.
+        `prompt_len` (mode `all`): the prefill too, target and draft, for prompts of that length;
+        eager, it took 13.8 ms of a 256-token `small` run that lasted 115 ms (docs/LOG.md)."""
         device = next(self.target_model.parameters()).device
         for batch in ([batches] if isinstance(batches, int) else sorted(set(batches))):
+            if self.mode == "all" and prompt_len:
+                self._capture_prefill(batch, prompt_len, speculative, device)
             if not speculative:
                 self._capture_target(batch, 1, False, device)
             elif self.mode == "all":
@@ -105,17 +109,26 @@ class GraphedSteps:
                     self._capture_draft(batch, 1, False, device)
                     self._capture_draft(batch, k + 1, True, device)
 
-    def _capture_target(self, batch, tokens, features, device):
-        name = f"target_{'verify' if features else 'decode'}_b{batch}_t{tokens}"
+    def _capture_prefill(self, batch, tokens, speculative, device):
+        """The prompt's target step and, when speculative, the draft's step over the prompt: the
+        same functions as verify and draft extend, at the prompt's length (a shape a later step
+        shares keeps that step's graph)."""
+        if ("target", batch, tokens, speculative) not in self.captured:
+            self._capture_target(batch, tokens, speculative, device, name="prefill")
+        if speculative and self.draft_model is not None and ("draft", batch, tokens, True) not in self.captured:
+            self._capture_draft(batch, tokens, True, device, name="prefill")
+
+    def _capture_target(self, batch, tokens, features, device, name=None):
+        name = f"target_{name or ('verify' if features else 'decode')}_b{batch}_t{tokens}"
         inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device), _dummy_positions(batch, tokens, device))
         self.captured[("target", batch, tokens, features)] = CapturedStep(
             name, lambda t, p: self.target_fn(t, p, features), inputs, self.comm)
 
-    def _capture_draft(self, batch, tokens, fuse, device):
+    def _capture_draft(self, batch, tokens, fuse, device, name=None):
         cfg = self.draft_model.cfg
         width = 3 * cfg.target_hidden if fuse else cfg.hidden
         dtype = self.draft_model.fc.weight.dtype
-        name = f"draft_{'extend' if fuse else 'step'}_b{batch}_t{tokens}"
+        name = f"draft_{name or ('extend' if fuse else 'step')}_b{batch}_t{tokens}"
         inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device),
                   torch.zeros(batch, tokens, width, dtype=dtype, device=device),
                   _dummy_positions(batch, tokens, device))

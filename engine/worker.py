@@ -114,7 +114,7 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     if spec.graphs != "none":
         steps = GraphedSteps(target, draft, comm, mode=spec.graphs, compile=spec.compile)
         steps.capture(spec.graph_batches(), spec.k, speculative=mode == "speculative",
-                      greedy=spec.temperature == 0)
+                      greedy=spec.temperature == 0, prompt_len=spec.prompt_len)
         engine.steps = steps
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:

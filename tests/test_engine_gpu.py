@@ -46,14 +46,14 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
     return target, draft
 
 
-def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile=""):
+def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile="", prefill=False):
     engine = Engine(target, draft, k=k)
     timer = PhaseTimer("cuda")
     engine.timer = timer
     steps = None
     if graphs != "none":
         steps = GraphedSteps(target, draft, comm, mode=graphs, compile=compile)
-        steps.capture(capture or batch, k, speculative=mode == "speculative")
+        steps.capture(capture or batch, k, speculative=mode == "speculative", prompt_len=PROMPT if prefill else None)
         steps.trace, steps.timer = trace, timer
         engine.steps = steps
     if trace is not None:
@@ -74,6 +74,9 @@ def test_graph_replay_tokens_equal_eager(comm, name, dtype):
         graphed, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode)
         assert graphed.tokens == eager.tokens, (name, dtype, mode)
         assert steps.graphed_phases == ({"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"})
+        with_prefill, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, prefill=True)
+        assert with_prefill.tokens == eager.tokens, (name, dtype, mode, "prefill graphed")
+        assert "prefill" in steps.graphed_phases and any("prefill" in n for n in steps.graph_names())
     if dtype == torch.float32:       # exact greedy equivalence also holds on the GPU in float32
         spec, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="speculative")
         base, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="baseline")
