@@ -4,6 +4,7 @@
 # Steps: facts pytest sweep share-sweep graph share-graph propagation engine bench
 #        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
 #        overhead-parts engine-small gemv blas pdl cdt pytest-compiled synthetic (third round of issue 6)
+#        splitkv attention-splitkv attention-16k chain16 chain-small steps-8b pytest-prefill (fourth round of issue 6)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -56,4 +57,20 @@ step synthetic 200 python3 examples/synthetic_target.py --preset small --out "$S
 step synthetic 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT"
 step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained.json"
 step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 64 --trace "$OUT/small-chain-trained-64.json"
+step splitkv 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_split_kv.py
+step splitkv 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile
+step splitkv 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --attention torch
+step attention-splitkv 150 python3 examples/engine_bench.py attention --only "split-KV Triton" --only "enable_gqa, compiled" --only "matmul-softmax, compiled"
+step splitkv 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py tests/test_diagnose_gpu.py
+step attention-16k 150 python3 examples/engine_bench.py attention --slots 16384 --only "split-KV Triton" --only "enable_gqa, compiled" --only "matmul-softmax, compiled"
+C16=/tmp/ncclprobe-l16-chain C16_DRAFT=/tmp/ncclprobe-l16-chain-draft.safetensors
+step chain16 300 python3 examples/synthetic_target.py --preset llama-16l --batch 16 --out "$C16" --device cuda
+step chain16 300 ncclprobe train-draft --checkpoint "$C16" --out "$C16_DRAFT" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
+step chain16 300 ncclprobe run-engine --checkpoint "$C16" --draft "$C16_DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/l16-chain-trained.json"
+SYN_DRAFT2=/tmp/ncclprobe-small-chain-draft-272.safetensors; rm -f "$SYN_DRAFT2"
+step chain-small 200 python3 examples/synthetic_target.py --preset small --out "$SYN" --device cuda
+step chain-small 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT2" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
+step chain-small 200 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT2" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained-272.json"
+step steps-8b 200 python3 examples/engine_bench.py steps --preset llama3-8b --verify-tokens 4 --compile
+step pytest-prefill 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py
 exit 0

@@ -10,10 +10,11 @@ measured with it must be labelled "target trained on a synthetic corpus".
 
   python examples/synthetic_target.py --preset small --out small-chain --device cuda   # 61 s on one H200
   python examples/synthetic_target.py --preset tiny --out tiny-chain                   # ~1 min on a CPU
+  python examples/synthetic_target.py --preset llama-16l --batch 16 --out l16-chain --device cuda   # 91 s
 
 then, with the same directory:
 
-  ncclprobe train-draft --checkpoint small-chain --out small-chain-draft.safetensors
+  ncclprobe train-draft --checkpoint small-chain --out small-chain-draft.safetensors --gen-len 272 --draft-vocab 8000
   ncclprobe run-engine --checkpoint small-chain --draft small-chain-draft.safetensors --graphs all --compile \
       --new-tokens 256
 
@@ -21,8 +22,8 @@ Keep run-engine's --prompt-len + --new-tokens + k within the trained positions (
 as `trained_positions`): the target has never seen positions beyond them, and on `tiny` its greedy
 tokens stop following the chain right there. The draft has the same limit: train-draft's default
 sequences (8 + 56 tokens) teach it positions below 64, and on the H200 its acceptance with this
-target was 4.00 in a 64-token run but 2.50 in a 256-token one (docs/LOG.md); give train-draft a
---gen-len that covers the run.
+target was 4.00 in a 64-token run but 2.50 in a 256-token one; with --gen-len 272 the 256-token run
+reached 3.91 (docs/LOG.md). Give train-draft a --gen-len that covers the run.
 
 Figures go to stdout (one `name value` per line), progress to stderr. Besides the loss against
 its floor (the chain's entropy) and the argmax agreement on held-out chain text, the script
