@@ -29,7 +29,7 @@ def case(gen, batch, tokens, heads, kv_heads, dim, slots, starts, transposed_q):
     positions = torch.stack([torch.arange(tokens) + s for s in starts])
     got = split_kv_attention(q, keys, values, positions)
     error = (got - reference(q, keys, values, positions)).abs().max().item()
-    return {"batch": batch, "tokens": tokens, "heads": heads, "kv_heads": kv_heads, "slots": slots,
+    return {"batch": batch, "tokens": tokens, "heads": heads, "kv_heads": kv_heads, "dim": dim, "slots": slots,
             "starts": list(starts), "max_abs_error": error, "shape": list(got.shape)}
 
 
