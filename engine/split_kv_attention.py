@@ -30,23 +30,21 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:  # CPU-only installs: `available()` is False and the model keeps its torch paths
+except ImportError:  # CPU-only installs: `applies` is False and the model keeps its torch paths
     triton = None
 
 MIN_CHUNK = 128    # cache slots per program at least: 16 chunks over 2048 slots -> 128 programs at 8 KV heads
 MAX_SPLITS = 32    # and at most this many chunks (larger ones over long caches): the merge walks them in turn
 BLOCK_M = 16       # query rows per program, the smallest tl.dot tile
 BLOCK_N = 64       # slots per inner step
-MAX_ROWS = 64      # longer steps (prefill) keep the matmul path: their rows would need many row blocks
+MAX_ROWS = 64      # longer steps (long prompts) keep the torch paths: their rows would need many row blocks
 ENABLED = True     # benchmarks switch it off to time the torch paths on the same build
 
 
-def available() -> bool:
-    return triton is not None
-
-
 def applies(q: torch.Tensor, kv_heads: int) -> bool:
-    """Whether the kernel serves a step with queries `q` [B, T, H, D] over a cache of `kv_heads`."""
+    """Whether the kernel serves a step with queries `q` [B, T, H, D] over a cache of `kv_heads`:
+    GPU tensors, a power-of-two head size from 64 (llama's 128 and `small`'s 64; `tiny`'s 16 and
+    kimi's 112 keep the torch paths) and at most MAX_ROWS query rows."""
     B, T, H, D = q.shape
     return (ENABLED and triton is not None and q.device.type == "cuda" and D in (64, 128, 256)
             and H % kv_heads == 0 and T * (H // kv_heads) <= MAX_ROWS)
