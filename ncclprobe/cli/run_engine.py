@@ -44,7 +44,7 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--draft-tp/--no-draft-tp", default=False, show_default=True,
               help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
 @click.option("--graphs", default="none", show_default=True, type=click.Choice(("none", "decode", "all")),
-              help="CUDA graphs: none, the baseline decode only, or every step (GPU only).")
+              help="CUDA graphs: none, the baseline decode only, or every step, prefill included (GPU only).")
 @click.option("--capture-batches", "capture_batches", metavar="B1,B2,...",
               help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.")
 @click.option("--compile", "compile_steps", is_flag=False, flag_value="default", default=None, metavar="[MODE]",
