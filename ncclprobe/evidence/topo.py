@@ -188,6 +188,16 @@ def _p2p_block(lines: list[str], start: int, ngpus: int) -> list[list[str]] | No
     return matrix if len(matrix) == ngpus else None
 
 
+def parse_p2p_status(text: str) -> list[list[str]] | None:
+    """A standalone `nvidia-smi topo -p2p r|w|n|a|p` block (OK, NS, CNS, GNS, TNS, U); None when absent."""
+    lines = [clean_line(line) for line in text.splitlines()]
+    start = _find_header(lines, 0)
+    if start is None:
+        return None
+    gpus = [t for t in lines[start].split() if t.startswith("GPU")]
+    return _p2p_block(lines, start, len(gpus))
+
+
 def nccl_path_types(topology: Topology) -> list[list[str | None]]:
     """The NCCL path type between each GPU pair: NV# -> NVL; PCIe codes mapped; NVB where two GPUs
     are not linked directly but share an NVLink neighbour (NCCL routes P2P through it)."""
