@@ -1,0 +1,332 @@
+"""The `topo --check` measurement: host<->device per GPU and every GPU pair's bandwidth and latency,
+with peer access disabled (host-staged, as the driver does it) and enabled, by copy engine and by SM
+copy, unidirectional and bidirectional, a concurrent all-to-one test, and every copy checked.
+
+Why ctypes: torch enables peer access by itself on the first cross-device copy and never turns it
+off, so the peer-disabled copies go through the CUDA runtime directly (`cudaMemcpyPeerAsync` on
+buffers torch allocated, before anything enables peer access), as p2pBandwidthLatencyTest does. The
+runtime is the libcudart torch loaded (found in /proc/self/maps), so both share one context.
+Copy-engine copies are timed by CUDA events on the issuing stream; concurrent copies (bidirectional,
+all-to-one) by the host clock around a synchronised batch. Each figure is the median of `--trials`
+batches of `--repeat` copies, with the spread (max - min) beside it. The pattern is
+`p2p_check.pattern`, so a dropped or reordered chunk is counted.
+
+Run by `ncclprobe.pcie.check` as `python -m ncclprobe.probes.p2p_bandwidth`, in its own process group
+with a timeout (a broken P2P path can hang). Prints one JSON line per result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from ncclprobe.probes.p2p_check import pattern
+
+MEMCPY_DEFAULT = 4
+
+
+def emit(out, **record) -> None:
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+
+
+def load_cudart():
+    """The CUDA runtime torch loaded, or None (then peer-disabled copies are not measured)."""
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            if "libcudart" in line and line.split()[-1].startswith("/"):
+                return ctypes.CDLL(line.split()[-1])
+    except OSError:
+        pass
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+class Runtime:
+    def __init__(self, lib):
+        self.lib = lib
+        lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                            ctypes.c_size_t, ctypes.c_void_p]
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+
+    def check(self, code: int, what: str) -> None:
+        if code:
+            raise RuntimeError(f"{what}: {self.lib.cudaGetErrorString(code).decode()}")
+
+    def peer_copy(self, dst, src, nbytes: int, stream) -> None:
+        self.check(self.lib.cudaMemcpyPeerAsync(ctypes.c_void_p(dst.data_ptr()), dst.device.index,
+                                                ctypes.c_void_p(src.data_ptr()), src.device.index,
+                                                ctypes.c_size_t(nbytes), ctypes.c_void_p(stream.cuda_stream)),
+                   "cudaMemcpyPeerAsync")
+
+    def enable_peer(self, device: int, peer: int) -> str:
+        self.check(self.lib.cudaSetDevice(device), "cudaSetDevice")
+        code = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
+        if code == 704:                       # cudaErrorPeerAccessAlreadyEnabled
+            self.lib.cudaGetLastError()
+            return "already enabled"
+        self.check(code, "cudaDeviceEnablePeerAccess")
+        return "enabled"
+
+
+class Bench:
+    def __init__(self, torch, nbytes: int, repeat: int, trials: int, runtime: Runtime | None):
+        self.torch, self.nbytes, self.repeat, self.trials, self.rt = torch, nbytes, repeat, trials, runtime
+        self.count = nbytes // 4
+        self.expected = pattern(self.count)
+        self.bad: list[dict] = []
+
+    def buffers(self, device: int):
+        t = self.torch
+        return self.expected.to(f"cuda:{device}"), t.empty(self.count, dtype=t.int32, device=f"cuda:{device}")
+
+    def verify(self, what: str, src: int, dst: int, tensor) -> None:
+        got = tensor.contiguous().view(-1)
+        wrong = int((got != self.expected.to(got.device)).sum())
+        if wrong:
+            self.bad.append({"what": what, "src": src, "dst": dst, "mismatches": wrong})
+        tensor.zero_()
+
+    def timed(self, stream, issue) -> tuple[float, float]:
+        """Median and spread of GB/s over trials of `repeat` copies issued by `issue()` on `stream`."""
+        t = self.torch
+        rates = []
+        for _ in range(self.trials):
+            start, stop = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(self.repeat):
+                issue()
+            stop.record(stream)
+            stop.synchronize()
+            rates.append(self.nbytes * self.repeat / (start.elapsed_time(stop) / 1e3) / 1e9)
+        return statistics.median(rates), max(rates) - min(rates)
+
+    def wall(self, devices, issue_all) -> tuple[float, float]:
+        """Concurrent copies on several devices: total GB/s by the host clock around each batch."""
+        rates = []
+        for _ in range(self.trials):
+            for d in devices:
+                self.torch.cuda.synchronize(d)
+            began = time.perf_counter()
+            moved = issue_all()
+            for d in devices:
+                self.torch.cuda.synchronize(d)
+            rates.append(moved / (time.perf_counter() - began) / 1e9)
+        return statistics.median(rates), max(rates) - min(rates)
+
+    def latency(self, stream, issue, copies: int = 100) -> float:
+        t = self.torch
+        values = []
+        for _ in range(self.trials):
+            start, stop = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for _ in range(copies):
+                issue()
+            stop.record(stream)
+            stop.synchronize()
+            values.append(start.elapsed_time(stop) * 1e3 / copies)
+        return statistics.median(values)
+
+
+def host_device(b: Bench, n: int, out, link_reader) -> None:
+    t = b.torch
+    h2d, d2h, lat_h2d, spread = [], [], [], [[], []]
+    for d in range(n):
+        src, dst = b.buffers(d)
+        host = t.empty(b.count, dtype=t.int32, pin_memory=True)
+        host.copy_(b.expected)
+        stream = t.cuda.Stream(device=d)
+        with t.cuda.stream(stream):
+            value, sp = b.timed(stream, lambda: dst.copy_(host, non_blocking=True))
+            h2d.append(value); spread[0].append(sp)
+            b.verify("host->device", -1, d, dst)
+            burst = [dst.copy_(host, non_blocking=True) for _ in range(max(8, b.repeat * 4))]
+            emit(out, link_under_load={"device": d, "state": link_reader(d)})
+            stream.synchronize()
+            del burst
+            back = t.empty(b.count, dtype=t.int32, pin_memory=True)
+            value, sp = b.timed(stream, lambda: back.copy_(src, non_blocking=True))
+            stream.synchronize()
+            d2h.append(value); spread[1].append(sp)
+            if not t.equal(back, b.expected):
+                b.bad.append({"what": "device->host", "src": d, "dst": -1, "mismatches": int((back != b.expected).sum())})
+            one = t.empty(1, dtype=t.int32, pin_memory=True)
+            lat_h2d.append(b.latency(stream, lambda: dst[:1].copy_(one, non_blocking=True)))
+    gpus = [f"GPU{i}" for i in range(n)]
+    emit(out, matrix=dict(metric="bandwidth", rows=["CPU"], cols=gpus, values=[h2d], spread=[spread[0]],
+                          engine="ce", source="topo --check: host->device, pinned, cudaMemcpyAsync"))
+    emit(out, matrix=dict(metric="bandwidth", rows=gpus, cols=["CPU"], values=[[v] for v in d2h],
+                          spread=[[s] for s in spread[1]], engine="ce",
+                          source="topo --check: device->host, pinned, cudaMemcpyAsync"))
+    emit(out, matrix=dict(metric="latency", rows=["CPU"], cols=gpus, values=[lat_h2d], engine="ce", timer="gpu",
+                          source="topo --check: host->device 4-byte copy latency"))
+
+
+def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
+    """Every ordered pair (or 0->0 with self_pair, to exercise the code on one GPU)."""
+    t = b.torch
+    ordered = [(0, 0)] if self_pair else [(i, j) for i in range(n) for j in range(n) if i != j]
+    size = 1 if self_pair else n
+    can = [[i == j or bool(t.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
+    emit(out, peer_access=can)
+    bufs = {d: b.buffers(d) for d in range(n)}
+    streams = {d: t.cuda.Stream(device=d) for d in range(n)}
+    grids = {k: [[None] * size for _ in range(size)] for k in
+             ("off", "on", "sm", "off_sp", "on_sp", "sm_sp", "off_lat", "on_lat", "off_bi", "on_bi")}
+    at = (lambda i, j: (0, 0)) if self_pair else (lambda i, j: (i, j))
+
+    def stage(mode: str) -> None:
+        for i, j in ordered:
+            if mode == "on" and not can[i][j]:
+                continue
+            emit(out, checking=[i, j, mode])
+            src, dst = bufs[i][0], bufs[j][1]
+            r, c = at(i, j)
+            copy = (lambda: b.rt.peer_copy(dst, src, b.nbytes, streams[i])) if b.rt else (lambda: dst.copy_(src))
+            grids[mode][r][c], grids[mode + "_sp"][r][c] = b.timed(streams[i], copy)
+            b.verify(f"P2P={'enabled' if mode == 'on' else 'disabled'} ce", i, j, dst)
+            one_src, one_dst = src[:1], dst[:1]
+            tiny = (lambda: b.rt.peer_copy(one_dst, one_src, 4, streams[i])) if b.rt else (lambda: one_dst.copy_(one_src))
+            grids[mode + "_lat"][r][c] = b.latency(streams[i], tiny)
+            if i < j or self_pair:
+                back_src, back_dst = bufs[j][0], bufs[i][1]
+                def both():
+                    for _ in range(b.repeat):
+                        b.rt.peer_copy(dst, src, b.nbytes, streams[i]) if b.rt else dst.copy_(src)
+                        b.rt.peer_copy(back_dst, back_src, b.nbytes, streams[j]) if b.rt else back_dst.copy_(back_src)
+                    return 2 * b.nbytes * b.repeat
+                value, _ = b.wall({i, j}, both)
+                grids[mode + "_bi"][r][c] = value
+                grids[mode + "_bi"][c][r] = value
+                b.verify("bidirectional", i, j, dst)
+                b.verify("bidirectional", j, i, back_dst)
+
+    if b.rt:
+        stage("off")                                   # before anything enables peer access
+        for i, j in ordered:
+            if i != j and can[i][j]:
+                b.rt.enable_peer(i, j)
+    stage("on")
+    for i, j in ordered:                               # SM copies: torch's kernel reads/writes the peer
+        if not can[i][j]:
+            continue
+        cols = 1024
+        padded = t.empty(b.count // cols, cols + 1, dtype=t.int32, device=f"cuda:{j}")
+        view = padded[:, :cols]                         # not contiguous: copy_ launches a kernel
+        src = bufs[i][0].view(-1, cols)
+        r, c = at(i, j)
+        def sm_batch():                                # host clock: torch picks the stream of the copy
+            for _ in range(b.repeat):
+                view.copy_(src)
+            return b.nbytes * b.repeat
+        grids["sm"][r][c], grids["sm_sp"][r][c] = b.wall({i, j}, sm_batch)
+        b.verify("P2P=enabled sm", i, j, view)
+    labels = ["GPU0"] if self_pair else [f"GPU{k}" for k in range(n)]
+    note = " (one GPU: GPU0->GPU0 exercises the code path; not a P2P figure)" if self_pair else ""
+    for key, peer, engine, metric, direction in (
+            ("off", "disabled", "ce", "bandwidth", "unidirectional"), ("on", "enabled", "ce", "bandwidth", "unidirectional"),
+            ("sm", "enabled", "sm", "bandwidth", "unidirectional"), ("off_bi", "disabled", "ce", "bandwidth", "bidirectional"),
+            ("on_bi", "enabled", "ce", "bandwidth", "bidirectional"), ("off_lat", "disabled", "ce", "latency", "unidirectional"),
+            ("on_lat", "enabled", "ce", "latency", "unidirectional")):
+        if key.startswith("off") and not b.rt:
+            continue
+        emit(out, matrix=dict(metric=metric, rows=labels, cols=labels, values=grids[key], direction=direction,
+                              peer_access=peer, engine=engine, access="write" if engine == "ce" else None,
+                              timer="gpu" if metric == "latency" else None, spread=grids.get(key + "_sp"),
+                              source=f"topo --check: {key}{note}"))
+    if not self_pair:
+        all_to_one(b, n, bufs, streams, can, out)
+
+
+def all_to_one(b: Bench, n: int, bufs, streams, can, out) -> None:
+    t = b.torch
+    values = []
+    for target in range(n):
+        sinks = {s: t.empty(b.count, dtype=t.int32, device=f"cuda:{target}") for s in range(n) if s != target}
+        def issue():
+            for _ in range(b.repeat):
+                for s, sink in sinks.items():
+                    with t.cuda.stream(streams[s]):
+                        sink.copy_(bufs[s][0], non_blocking=True)
+            return b.nbytes * b.repeat * len(sinks)
+        values.append(b.wall(set(range(n)), issue)[0])
+        for s, sink in sinks.items():
+            b.verify("all-to-one", s, target, sink)
+    emit(out, matrix=dict(metric="bandwidth", rows=["all"], cols=[f"GPU{k}" for k in range(n)], values=[values],
+                          peer_access="enabled", engine="ce",
+                          source="topo --check: all-to-one, every other GPU copying into the column GPU at once"))
+
+
+def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
+    try:
+        import torch
+    except ImportError:
+        emit(out, status="unavailable", reason="torch is not installed")
+        return 0
+    if not torch.cuda.is_available():
+        emit(out, status="unavailable", reason="no CUDA GPU visible")
+        return 0
+    torch.cuda.init()
+    n = torch.cuda.device_count()
+    for d in range(n):
+        torch.empty(1, device=f"cuda:{d}")           # create every context before the runtime is called
+    lib = load_cudart()
+    if lib is None:
+        emit(out, note="libcudart not found: peer-disabled (host-staged) copies are not measured")
+    b = Bench(torch, args.bytes // 4 * 4, args.repeat, args.trials, Runtime(lib) if lib else None)
+    emit(out, stage="host<->device", devices=n)
+    host_device(b, n, out, link_reader)
+    if n >= 2 or args.self_pair:
+        emit(out, stage="pairs")
+        pairs(b, n, out, self_pair=n < 2)
+    emit(out, copy_checks=b.bad)
+    emit(out, status="corrupt" if b.bad else "ok", devices=n,
+         reason=f"{len(b.bad)} copy(ies) returned wrong data" if b.bad else None)
+    return 1 if b.bad else 0
+
+
+def sysfs_link_reader():
+    """Link state of each CUDA device from sysfs, read while a transfer runs."""
+    try:
+        import torch
+        buses = {d: torch.cuda.get_device_properties(d).pci_bus_id.lower() for d in range(torch.cuda.device_count())}
+    except Exception:   # an older torch without pci_bus_id: no under-load reading
+        return lambda d: None
+
+    def read(d):
+        bdf = buses.get(d)
+        if not bdf:
+            return None
+        bdf = bdf if len(bdf.split(":")[0]) == 4 else bdf[-12:]
+        state = {"bdf": bdf}
+        for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
+            try:
+                state[key] = Path(f"/sys/bus/pci/devices/{bdf}/{key}").read_text().strip()
+            except OSError:
+                state[key] = None
+        return state
+    return read
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, default=32 << 20)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--self-pair", action="store_true", help="one GPU: run the pair code on GPU0->GPU0")
+    args = parser.parse_args(argv)
+    args.bytes = max(args.bytes, 4096)
+    return run(args, link_reader=sysfs_link_reader())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
