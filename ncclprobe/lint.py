@@ -216,7 +216,7 @@ def _tuner_config(ctx: _Context) -> Iterator[Finding]:
 
 # NCCL variables that sit close to a table name but are real (not typos)
 _REAL_NEIGHBOURS = {"NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_LL128_NTHREADS", "NCCL_NVLS_CHUNKSIZE",
-                    "NCCL_GRAPH_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_TOPO_DUMP_FILE_RANK", "NCCL_CONF_FILE",
+                    "NCCL_GRAPH_FILE", "NCCL_TOPO_DUMP_FILE_RANK", "NCCL_CONF_FILE",
                     "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_PROFILER_PLUGIN",
                     "NCCL_NET_PLUGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_P2P_READ_ENABLE", "NCCL_SHM_USE_CUDA_MEMCPY"}
 
