@@ -279,6 +279,7 @@ def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
     n = torch.cuda.device_count()
     for d in range(n):
         torch.empty(1, device=f"cuda:{d}")           # create every context before the runtime is called
+    emit(out, devices=[_bus_id(torch, d) for d in range(n)])
     lib = load_cudart()
     if lib is None:
         emit(out, note="libcudart not found: peer-disabled (host-staged) copies are not measured")
@@ -294,19 +295,27 @@ def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
     return 1 if b.bad else 0
 
 
+def _bus_id(torch, device: int) -> str | None:
+    """The device's PCI address as sysfs names it (0000:3b:00.0), or None on an older torch."""
+    props = torch.cuda.get_device_properties(device)
+    bus = getattr(props, "pci_bus_id", None)
+    if isinstance(bus, int):                 # torch 2.x: integers domain / bus / device
+        return f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+    if not bus:
+        return None
+    bus = bus.lower()
+    return bus if len(bus.split(":")[0]) == 4 else bus[-12:]
+
+
 def sysfs_link_reader():
     """Link state of each CUDA device from sysfs, read while a transfer runs."""
-    try:
-        import torch
-        buses = {d: torch.cuda.get_device_properties(d).pci_bus_id.lower() for d in range(torch.cuda.device_count())}
-    except Exception:   # an older torch without pci_bus_id: no under-load reading
-        return lambda d: None
+    import torch
+    buses = {d: _bus_id(torch, d) for d in range(torch.cuda.device_count())}
 
     def read(d):
         bdf = buses.get(d)
         if not bdf:
             return None
-        bdf = bdf if len(bdf.split(":")[0]) == 4 else bdf[-12:]
         state = {"bdf": bdf}
         for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width"):
             try:

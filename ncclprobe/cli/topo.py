@@ -1,4 +1,5 @@
-"""`ncclprobe topo`: the GPU topology (saved or live), and what each NCCL_P2P_LEVEL would connect."""
+"""`ncclprobe topo`: the GPU topology (saved or live), and what each NCCL_P2P_LEVEL would connect;
+with --check, the PCIe health evidence (`ncclprobe.pcie.check`)."""
 
 from __future__ import annotations
 
@@ -14,24 +15,47 @@ Examples:
   ncclprobe topo
   ncclprobe topo --no-p2p-check --format json
   nvidia-smi topo -m > topo.txt; ncclprobe topo --from topo.txt
-"""
+  ncclprobe topo --check --output-dir topo-check/
+
+Exit codes: 0 fine; 1 a P2P copy returned wrong data or hung; 2 bad input; 3 nothing readable here."""
 
 
-@click.command(epilog=EPILOG, short_help="Show the GPU topology and which P2P levels differ.")
+@click.command(epilog=EPILOG, short_help="Show the GPU topology; --check: PCIe health evidence and advice.")
 @click.option("--from", "source", type=click.Path(dir_okay=False), help="Saved `nvidia-smi topo -m` output.")
 @click.option("--p2p-check/--no-p2p-check", default=True, show_default=True,
               help="Live only: copy a known pattern across every GPU pair and read it back.")
 @click.option("--p2p-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
-              help="Seconds before the P2P check counts as hung.")
+              help="Seconds before the P2P check (or --check's measurement) counts as hung.")
 @click.option("--nccl-version", help="NCCL version, to name the default P2P level [live: torch's NCCL].")
+@click.option("--check", "health", is_flag=True,
+              help="Measure P2P and host<->device bandwidth/latency, read ACS/IOMMU/link state and the driver's "
+                   "P2P support, dump NCCL's topology and graphs, and advise.")
+@click.option("--output-dir", type=click.Path(file_okay=False),
+              help="With --check: write topo-check.json, NCCL's XML dumps and a heatmap here (never overwrites).")
+@click.option("--bytes", "nbytes", type=click.IntRange(4096, 1 << 32), default=32 << 20, show_default=True,
+              help="With --check: bytes per copy.")
+@click.option("--nccl-job/--no-nccl-job", default=True, show_default=True,
+              help="With --check: run the short NCCL job that writes NCCL's topology and graph dumps.")
 @format_option
-def command(source, p2p_check, p2p_timeout, nccl_version, fmt):
+def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nbytes, nccl_job, fmt):
     """Read the GPU topology from a saved `nvidia-smi topo -m` (--from) or from this machine
     (nvidia-smi, NVML, torch's peer-access matrix; each missing source is named), and show for
     each NCCL_P2P_LEVEL the GPU pairs NCCL would connect peer-to-peer, grouping levels that
     connect the same pairs. Live, it also checks real data across every GPU pair, because the
     driver can report P2P that corrupts data or hangs. Exits 1 when that check fails.
+
+    With --check: every GPU pair's bandwidth and latency with peer access enabled and disabled
+    (copy engine and SM copies, both directions), host<->device per GPU, an all-to-one test, every
+    copy verified; ACS on the bridges above the GPUs, the IOMMU mode, each link's generation and width
+    under load, `nvidia-smi topo -p2p r/w/n`; NCCL's own topology and graph dumps; findings and advice,
+    each with its evidence. Checks that cannot be read here say why.
     """
+    if health:
+        if source:
+            raise click.UsageError("--check measures this machine; --from reads a saved topology (use one)")
+        return _check(p2p_timeout, output_dir, nbytes, nccl_job, fmt)
+    if output_dir:
+        raise click.UsageError("--output-dir goes with --check")
     vendor = None
     if source:
         topo = parse_topo(read_text_file(source, "topology file"))
@@ -45,6 +69,40 @@ def command(source, p2p_check, p2p_timeout, nccl_version, fmt):
     extra = [f"NCCL {nccl_version} default P2P level here: {default}"] if default else []
     emit(fmt, doc, matrix_rows(topo), title=_title(topo), notes=notes(topo) + extra)
     return 1 if topo.p2p_check and topo.p2p_check["status"] in ("corrupt", "hang", "error") else 0
+
+
+def _check(timeout, output_dir, nbytes, nccl_job, fmt) -> int:
+    from ncclprobe.pcie.check import exit_code, run_check, save
+    from ncclprobe.pcie.matrix import Matrix
+    from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block
+    click.echo("topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...", err=True)
+    doc = run_check(timeout_s=timeout, nbytes=nbytes, nccl_job=nccl_job)
+    if output_dir:
+        for path in save(doc, output_dir):
+            click.echo(f"wrote {path}", err=True)
+    if fmt == "json":
+        emit(fmt, {k: v for k, v in doc.items()}, None)
+    elif fmt == "csv":
+        rows = [{"matrix": r["source"], "row": label, **dict(zip(r["cols"], values))}
+                for r in doc["matrices"] for label, values in zip(r["rows"], r["values"])]
+        emit(fmt, doc, rows)
+    else:
+        m = doc["measurement"]
+        lines = [f"# topo --check: measurement {m['status']}" + (f" ({m['reason']})" if m.get("reason") else "")
+                 + f", {len(m['devices'])} GPU(s)"]
+        for record in doc["matrices"]:
+            lines += matrix_block(Matrix.from_record(record))
+        lines += check_lines(doc["platform"])
+        nccl = doc["nccl"]
+        lines.append(f"## NCCL's model: job {nccl.get('status')}" + (f" ({nccl['reason']})" if nccl.get("reason") else "")
+                     + "".join(f"; {x}" for x in nccl.get("missing", [])))
+        for g in nccl.get("graphs") or []:
+            lines.append(f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
+                         f"over {g['type_intra']}")
+        lines += [f"  disagrees: {d}" for d in doc["nccl_model_vs_measured"]]
+        lines += finding_lines(doc["findings"], doc["advice"])
+        click.echo("\n".join(lines))
+    return exit_code(doc)
 
 
 def _title(topo: Topology) -> str:

@@ -162,11 +162,9 @@ def _peer_access(sources: dict) -> list[list[bool]] | None:
     return [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
 
 
-def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20, command: list[str] | None = None) -> dict:
-    """Run the data check in its own process group; a hang is killed and reported with the pair
-    it was on. Returns the summary dict with the per-pair results under "pairs". `command`
-    replaces the check itself (tests use it to exercise the hang path)."""
-    command = command or [sys.executable, "-m", "ncclprobe.probes.p2p_check", "--bytes", str(nbytes)]
+def run_json_probe(command: list[str], timeout_s: float) -> tuple[str, str, int | None]:
+    """Run a probe that prints JSON lines, in its own process group; (stdout, stderr, exit code or
+    None when it hung and was killed with its group)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -174,22 +172,44 @@ def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20, command: 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        return out, err, None
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return out, err, proc.returncode
+
+
+def json_lines(out: str) -> list[dict]:
+    records = []
+    for line in (out or "").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def run_p2p_check(*, timeout_s: float = 120.0, nbytes: int = 64 << 20, command: list[str] | None = None) -> dict:
+    """Run the data check in its own process group; a hang is killed and reported with the pair
+    it was on. Returns the summary dict with the per-pair results under "pairs". `command`
+    replaces the check itself (tests use it to exercise the hang path)."""
+    command = command or [sys.executable, "-m", "ncclprobe.probes.p2p_check", "--bytes", str(nbytes)]
+    out, err, code = run_json_probe(command, timeout_s)
+    if code is None:
         return _summary(out, {"status": "hang", "reason": f"no answer within {timeout_s:.0f} s: "
                                                           "a P2P copy never completed (killed)"}, hung=True)
     summary = _summary(out, None)
-    if proc.returncode not in (0, 1) or ("pairs_checked" not in summary and summary["status"] != "unavailable"):
+    if code not in (0, 1) or ("pairs_checked" not in summary and summary["status"] != "unavailable"):
         tail = (err or "").strip().splitlines()[-1:] or ["no output"]
-        return {**summary, "status": "error", "reason": f"check exited {proc.returncode}: {tail[0][:200]}"}
+        return {**summary, "status": "error", "reason": f"check exited {code}: {tail[0][:200]}"}
     return summary
 
 
 def _summary(out: str, override: dict | None, *, hung: bool = False) -> dict:
-    records = []
-    for line in (out or "").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    records = json_lines(out)
     pairs = [r["pair"] for r in records if "pair" in r]
     started = [r["checking"] for r in records if "checking" in r]
     if hung and override and len(started) > len(pairs):

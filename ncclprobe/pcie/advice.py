@@ -30,7 +30,8 @@ class Advice:
                 "evidence": list(self.evidence)}
 
 
-def advise(findings: list[Finding], checks: list[Check], topology: Topology | None = None) -> list[Advice]:
+def advise(findings: list[Finding], checks: list[Check], topology: Topology | None = None, *,
+           measured: bool = True) -> list[Advice]:
     codes = {f.code: f for f in findings}
     by_check = {c.name: c for c in checks}
     out: list[Advice] = []
@@ -61,6 +62,11 @@ def advise(findings: list[Finding], checks: list[Check], topology: Topology | No
         slow = codes["slow-pair"]
         out.append(Advice("check the link and switch of the slow pair(s) before tuning NCCL", slow.message, {},
                           ("slow-pair",)))
+    if not out and not measured:
+        readable = [c.name for c in checks if c.status != "not readable"]
+        out.append(Advice("no advice on NCCL settings: no GPU pair or host copy was measured here",
+                          "the platform checks that could be read (" + (", ".join(readable) or "none")
+                          + ") found nothing to change", {}, tuple(readable)))
     if not out:
         looked = sorted({f.code for f in findings} | {c.name for c in checks if c.status == "ok"})
         out.append(Advice("nothing to change", "no finding calls for an NCCL setting or a platform change "
