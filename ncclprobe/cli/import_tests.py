@@ -30,13 +30,24 @@ Examples:
 @click.option("--collective", help="Name the collective when the output does not (e.g. all_reduce, sendrecv).")
 @format_option
 def command(file, output, collective, fmt):
-    """Read the output of an nccl-tests *_perf binary (any generation; mpirun tags, prompts and NCCL
+    """Also reads p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix
+    records with findings and advice, and `vllm collect-env` / `python -m sglang.check_env` text.
+
+    Read the output of an nccl-tests *_perf binary (any generation; mpirun tags, prompts and NCCL
     INFO lines are skipped) and print its rows, or write them with --output as result records
     (one per size and in/out-of-place) that `ncclprobe recommend` and `report` read.
 
     Exits 1 when nccl-tests counted wrong values.
     """
-    run = parse_nccl_tests(read_text_file(file, "nccl-tests output"))
+    text = read_text_file(file, "nccl-tests output")
+    from ncclprobe.pcie.importers import recognise, write_records   # P2P evidence readers (issue 20)
+    other = recognise(text, str(file))
+    if other is not None:
+        if output:
+            log.warning("wrote %d records to %s", write_records(other, output), output)
+        emit(fmt, other.doc, other.rows, title=other.title, notes=other.notes)
+        return other.exit_code
+    run = parse_nccl_tests(text)
     name = collective or run.collective
     if name is None:
         log.warning("the output does not name its collective; records say 'unknown' (pass --collective)")

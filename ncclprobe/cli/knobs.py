@@ -25,8 +25,11 @@ Examples:
 @click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
 @click.option("--nvlink/--no-nvlink", default=None, help="For --lint: whether the GPUs are linked by NVLink.")
 @click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9.")
+@click.option("--collect-env", "collect_env", type=click.Path(dir_okay=False),
+              help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
+                   "`python -m sglang.check_env` output instead of this environment.")
 @format_option
-def command(variable, do_lint, nvlink, nccl_version, fmt):
+def command(variable, do_lint, nvlink, nccl_version, collect_env, fmt):
     """Print the NCCL knowledge table, or explain one VARIABLE (NCCL_P2P_LEVEL, p2p_level, ...):
     its values and syntax, when NCCL reads it (each communicator creation or once per process),
     version notes, risks, how NCCL's log proves it was read, and facts not yet checked on a GPU.
@@ -38,6 +41,8 @@ def command(variable, do_lint, nvlink, nccl_version, fmt):
             raise UsageProblem("--lint checks the environment; give no VARIABLE with it")
         if nccl_version is not None and parse_version(nccl_version) is None:
             raise UsageProblem(f"--nccl-version {nccl_version!r} is not a version like 2.28.9")
+        if collect_env:
+            return _lint_collect_env(collect_env, nvlink, nccl_version, fmt)
         return _lint(nvlink, nccl_version, fmt)
     if variable:
         doc = explain(_canonical(variable))
@@ -69,11 +74,21 @@ def _explain_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def _lint(nvlink, nccl_version, fmt) -> int:
-    env = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+def _lint_collect_env(path, nvlink, nccl_version, fmt) -> int:
+    from ncclprobe.evidence.text import read_text_file
+    from ncclprobe.pcie.collect_env import parse_collect_env
+    collected = parse_collect_env(read_text_file(path, "collect-env output"))
+    topo_nvlink = collected.topology.summary["nvlink"] if collected.topology else None
+    return _lint(nvlink if nvlink is not None else topo_nvlink, nccl_version or collected.nccl_version, fmt,
+                 env=collected.nccl_settings, notes=collected.notes, source=str(path))
+
+
+def _lint(nvlink, nccl_version, fmt, *, env=None, notes=(), source="this environment") -> int:
+    env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     findings = lint_env(env, nvlink=nvlink, nccl_version=nccl_version)
     rows = [{"severity": f.severity, "variable": f.variable, "finding": f.message, "fix": f.fix} for f in findings]
-    doc = {"schema_version": 1, "env": env, "nvlink": nvlink, "nccl_version": nccl_version,
-           "findings": [f.to_json() for f in findings]}
-    emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s): {len(findings)} finding(s)")
+    doc = {"schema_version": 1, "env": env, "nvlink": nvlink, "nccl_version": nccl_version, "source": source,
+           "findings": [f.to_json() for f in findings], "notes": list(notes)}
+    emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
+         notes=notes)
     return 1 if any(f.severity == "error" for f in findings) else 0

@@ -1,0 +1,88 @@
+"""`ncclprobe import` for P2P evidence: recognise p2pBandwidthLatencyTest, nvbandwidth and collect-env
+text, and turn each into the same document (matrix records, findings, advice) that `topo --check`
+prints. The import command calls `recognise` first and falls back to nccl-tests when it returns None.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.pcie.advice import advise
+from ncclprobe.pcie.collect_env import looks_like_collect_env, parse_collect_env
+from ncclprobe.pcie.findings import matrix_findings
+from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
+from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
+
+
+@dataclass
+class Imported:
+    kind: str
+    doc: dict
+    rows: list[dict]
+    title: str
+    notes: list[str]
+    exit_code: int
+
+
+def recognise(text: str, source_file: str) -> Imported | None:
+    if looks_like_p2p_test(text):
+        parsed = parse_p2p_test(text)
+        return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, source_file)
+    if looks_like_nvbandwidth(text):
+        parsed = parse_nvbandwidth(text)
+        return _matrices("nvbandwidth", parsed, None, source_file)
+    if looks_like_collect_env(text) and "# nThread" not in text:
+        parsed = parse_collect_env(text)
+        doc = {**parsed.to_json(), "source_file": source_file}
+        rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
+        versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
+        notes = [f"NCCL: {src} {ver}" for src, ver in parsed.nccl.items()] + parsed.notes
+        if parsed.topology:
+            notes.append("topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items()))
+        notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + source_file)
+        return Imported("collect-env", doc, rows, f"{parsed.tool}: {versions}", notes, 0)
+    return None
+
+
+def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
+    findings = matrix_findings(parsed.matrices, access)
+    advice = advise(findings, [], None)
+    doc = {**parsed.to_json(), "source_file": source_file, "findings": [f.to_json() for f in findings],
+           "advice": [a.to_json() for a in advice]}
+    rows = [{"matrix": m.label, "unit": m.unit, "from": label,
+             **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)}}
+            for m in parsed.matrices for label, values in zip(m.rows, m.values)]
+    notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
+    notes += [f"advice: {a.action} ({a.reason})" for a in advice] + parsed.notes
+    gpus = max((len(m.rows) for m in parsed.matrices if m.square), default=0)
+    return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
+                    1 if any(f.severity == "error" for f in findings) else 0)
+
+
+def write_records(imported: Imported, output: str) -> int:
+    """The matrix records (and the findings) as JSONL; refuses an existing file, never half-written."""
+    path = Path(output)
+    if path.exists():
+        raise UsageProblem(f"{output!r} exists; results files are never overwritten: choose another name")
+    records = [{"record": "header", "schema_version": 1, "kind": imported.kind,
+                "source_file": imported.doc.get("source_file")}]
+    records += imported.doc.get("matrices", [])
+    records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            for record in records:
+                fh.write(json.dumps(record, allow_nan=False) + "\n")
+        os.link(tmp, path)                      # fails if the path appeared meanwhile
+    except FileExistsError as exc:
+        raise UsageProblem(f"{output!r} exists; results files are never overwritten") from exc
+    except OSError as exc:
+        raise UsageProblem(f"cannot write {output!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.unlink(tmp)
+    return len(records) - 1
