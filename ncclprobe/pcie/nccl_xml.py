@@ -107,6 +107,10 @@ def read_topology(text: str) -> NcclTopology:
     if not gpus:
         raise UsageProblem("NCCL topology file holds no <gpu> node and no GPU-class <pci> node")
     out = NcclTopology(sorted(gpus, key=lambda g: g.dev), cpus, nics, notes)
+    selfish = [g.dev for g in out.gpus if any(n["target"] == g.busid for n in g.nvlinks)]
+    if selfish:
+        out.notes.append(f"GPU(s) {selfish}: an <nvlink> whose target is the GPU's own bus id (the file is "
+                         "inconsistent: an NVLink peer should be another device)")
     fallback = [g.dev for g in out.gpus if g.assumed_pci_gbps[1]]
     if fallback:
         out.notes.append(f"GPU(s) {fallback}: no link speed/width in the dump, so NCCL assumed its fallback "
