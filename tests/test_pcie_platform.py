@@ -1,0 +1,188 @@
+"""Platform checks on sysfs trees laid out as the kernel lays them out (devices under
+/sys/devices/pciDDDD:BB/<root port>/<switch ports>/<GPU>, /sys/bus/pci/devices symlinks, config
+space bytes with the ACS extended capability), and `topo --check` end to end without a GPU."""
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.pcie.check import measure, run_check, save
+from ncclprobe.pcie.findings import matrix_findings
+from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.pcie.platform import check_acs, check_driver_p2p, check_iommu, check_links, platform_checks
+from ncclprobe.pcie.sysfs import crossing, parse_acs, read_gpu_paths
+
+FIX = Path(__file__).parent / "fixtures"
+# ACSCtl of an AMD Matisse GPP bridge as `lspci -vvv` printed it in an NVIDIA/nccl issue thread
+# (vasslavich, 2022-06-28): SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
+MATISSE_ACS = 0b0011101
+LSPCI_MATISSE = ("40:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal "
+                 "decode])\n\tCapabilities: [2a0 v1] Access Control Services\n\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ "
+                 "CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ "
+                 "UpstreamFwd+ EgressCtrl- DirectTrans-\n")
+
+
+def config_space(acs_control: int | None, size: int = 4096) -> bytes:
+    data = bytearray(size)
+    if size > 0x100:
+        struct.pack_into("<I", data, 0x100, 0x0001 | (1 << 16) | (0x2a0 << 20))      # AER, next at 0x2a0
+        if acs_control is not None:
+            struct.pack_into("<IHH", data, 0x2a0, 0x000D | (1 << 16), 0x5f, acs_control)
+    return bytes(data)
+
+
+def device(root: Path, rel: str, vendor: str, cls: str, *, config: bytes, link=("16.0 GT/s PCIe", "16")):
+    d = root / "sys/devices" / rel
+    d.mkdir(parents=True)
+    for name, value in (("vendor", vendor), ("device", "0x8747" if vendor == "0x10b5" else "0x2684"),
+                        ("class", cls), ("current_link_speed", link[0]), ("current_link_width", link[1]),
+                        ("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", "16")):
+        (d / name).write_text(value + "\n")
+    (d / "config").write_bytes(config)
+    bus = root / "sys/bus/pci/devices"
+    bus.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(d, bus), bus / d.name)
+    return d
+
+
+@pytest.fixture
+def box(tmp_path):
+    """Two GPUs behind one PLX switch, one GPU on its own root port, one on the other socket."""
+    sw = "pci0000:00/0000:00:01.1/0000:01:00.0"
+    device(tmp_path, "pci0000:00/0000:00:01.1", "0x1022", "0x060400", config=config_space(MATISSE_ACS))
+    device(tmp_path, sw, "0x10b5", "0x060400", config=config_space(None))
+    for port, gpu in (("0000:02:08.0", "0000:03:00.0"), ("0000:02:10.0", "0000:04:00.0")):
+        device(tmp_path, f"{sw}/{port}", "0x10b5", "0x060400", config=config_space(0b0011101))
+        device(tmp_path, f"{sw}/{port}/{gpu}", "0x10de", "0x030000", config=config_space(None, 256))
+    device(tmp_path, "pci0000:00/0000:00:03.1", "0x1022", "0x060400", config=config_space(0, 64))
+    device(tmp_path, "pci0000:00/0000:00:03.1/0000:05:00.0", "0x10de", "0x030000", config=config_space(None, 64),
+           link=("16.0 GT/s PCIe", "8"))
+    device(tmp_path, "pci0000:80/0000:80:01.1/0000:81:00.0", "0x10de", "0x030000", config=config_space(None, 64),
+           link=("2.5 GT/s PCIe", "16"))
+    (tmp_path / "sys/class/iommu/ivhd0").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz root=/dev/sda1 amd_iommu=on\n")
+    group = tmp_path / "sys/bus/pci/devices/0000:03:00.0/iommu_group"
+    group.mkdir()
+    (group / "type").write_text("DMA\n")
+    return tmp_path
+
+
+def test_tree_and_crossings(box):
+    paths, reason = read_gpu_paths(box)
+    assert reason is None and [p.bdf for p in paths] == ["0000:03:00.0", "0000:04:00.0", "0000:05:00.0", "0000:81:00.0"]
+    a, b, c, d = paths
+    assert [n.bdf for n in a.chain] == ["0000:00:01.1", "0000:01:00.0", "0000:02:08.0", "0000:03:00.0"]
+    assert crossing(a, b) == "PCIe switch above 0000:01:00.0 [0x10b5:0x8747]"
+    assert crossing(a, c) == "root complex pci0000:00 (root ports 0000:00:01.1 and 0000:00:03.1)"
+    assert crossing(c, d).startswith("different host bridges pci0000:00 and pci0000:80")
+
+
+def test_acs_reads_config_space_and_names_what_it_cannot_read(box):
+    paths, reason = read_gpu_paths(box)
+    check = check_acs(paths, reason, run=lambda argv: None)
+    assert check.status == "warning" and "0000:02:08.0 (ReqRedir/CmpltRedir)" in check.summary
+    assert set(check.evidence["redirecting"]) == {"0000:00:01.1", "0000:02:08.0", "0000:02:10.0"}
+    assert check.unread == ["0000:00:03.1: only 64 bytes of configuration space readable (extended space, where ACS "
+                            "lives, needs root): run as root or give `lspci -vvv` output"]
+    assert parse_acs(config_space(None)).reason == "no ACS capability"
+
+
+def test_acs_falls_back_to_lspci(box):
+    paths, reason = read_gpu_paths(box)
+    (box / "sys/devices/pci0000:00/0000:00:01.1/config").write_bytes(bytes(64))
+    listing = LSPCI_MATISSE.replace("40:01.1", "00:01.1")
+    check = check_acs(paths, reason, run=lambda argv: (0, listing) if argv[0] == "lspci" else None)
+    assert check.source == "sysfs config space, then lspci -vvv"
+    assert check.evidence["redirecting"]["0000:00:01.1"] == ["ReqRedir", "CmpltRedir"]
+
+
+def test_links_and_iommu(box):
+    paths, reason = read_gpu_paths(box)
+    links = check_links(paths, reason, {})
+    assert links.status == "warning" and links.summary == "link trained down: GPU 0000:05:00.0 runs x8 of x16"
+    assert links.evidence["idle_low_speed"] == ["GPU 0000:81:00.0 at Gen1 of Gen4 at idle"]
+    loaded = check_links(paths, reason, {"0000:81:00.0": {"current_link_speed": "2.5 GT/s PCIe", "current_link_width": "16",
+                                                          "max_link_speed": "16.0 GT/s PCIe", "max_link_width": "16"}})
+    assert "GPU 0000:81:00.0 at Gen1 of Gen4 under load" in loaded.summary
+    iommu = check_iommu(box, paths)
+    assert iommu.status == "warning" and "0000:03:00.0" in iommu.summary and iommu.evidence["kernel_parameters"] == {
+        "amd_iommu": "on"}
+    (box / "sys/bus/pci/devices/0000:03:00.0/iommu_group/type").write_text("identity\n")
+    assert check_iommu(box, paths).evidence["mode"] == "passthrough"
+
+
+def test_driver_p2p_from_nvidia_smi_text():
+    block = (FIX / "topo/rtx2080ti_2gpu_pix_autodl_with_p2p_matrix.txt").read_text().split("topo -p2p p\n")[1]
+    check = check_driver_p2p(lambda argv: (0, block))
+    assert check.status == "warning" and check.evidence["refused_pairs"] == [[0, 1]]
+    assert check_driver_p2p(lambda argv: None).status == "not readable"
+
+
+def test_every_check_names_its_source_on_an_empty_machine(tmp_path):
+    checks = platform_checks(tmp_path, run=lambda argv: None)
+    assert [c.name for c in checks] == ["acs", "iommu", "link", "driver-p2p"]
+    assert all(c.status == "not readable" and c.source and c.unread for c in checks)
+
+
+def test_findings_name_the_switch(box):
+    paths, _ = read_gpu_paths(box)
+    values = [[None, 20.0, 20.0, 20.0], [20.0, None, 20.0, 20.0], [20.0, 20.0, None, 20.0], [4.0, 20.0, 20.0, None]]
+    m = Matrix(metric="bandwidth", rows=[f"GPU{i}" for i in range(4)], cols=[f"GPU{i}" for i in range(4)], values=values)
+    found = matrix_findings([m], where=lambda i, j: crossing(paths[i], paths[j]))
+    slow = [f for f in found if f.code == "slow-pair"][0]
+    assert "GPU3->GPU0 (crosses different host bridges pci0000:80 and pci0000:00" in slow.message
+
+
+def test_measurement_hang_names_the_pair_and_is_an_error_finding():
+    stuck = [sys.executable, "-c", "import json,time; print(json.dumps({'devices': ['0000:03:00.0', '0000:04:00.0']}));"
+             "print(json.dumps({'checking': [1, 0, 'off']}), flush=True); time.sleep(600)"]
+    result = measure(2, 1 << 20, stuck)
+    assert result["status"] == "hang" and "GPU1 -> GPU0 (P2P=disabled)" in result["reason"]
+
+
+def test_topo_check_without_gpu_end_to_end(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--format", "json", "--output-dir", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "topo-check" and {c["check"] for c in doc["platform"]} == {"acs", "iommu", "link", "driver-p2p"}
+    assert all(c["source"] for c in doc["platform"])
+    assert doc["measurement"]["status"] in ("unavailable", "ok")
+    saved = json.loads((tmp_path / "o/topo-check.json").read_text())
+    assert saved["advice"] == doc["advice"]
+    again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output-dir", str(tmp_path / "o")])
+    assert again.exit_code == 2 and "never overwritten" in again.stderr
+
+
+def test_import_p2p_and_records(tmp_path):
+    runner = CliRunner()
+    f = FIX / "p2p/p2p_4x_a100_pcie_nvlink_pairs_can_cannot_sushruta.txt"
+    out = tmp_path / "p2p.jsonl"
+    result = runner.invoke(cli, ["import", str(f), "--output", str(out), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(l) for l in out.read_text().splitlines()]
+    assert records[0]["kind"] == "p2pBandwidthLatencyTest" and sum(r["record"] == "matrix" for r in records) == 8
+    assert Matrix.from_record(records[1]).values[0][1] == 21.51
+    assert runner.invoke(cli, ["import", str(f), "--output", str(out)]).exit_code == 2
+    broken = tmp_path / "cut.txt"
+    broken.write_text(f.read_text()[:1400])
+    cut = runner.invoke(cli, ["import", str(broken)])
+    assert cut.exit_code == 2 and "cut short" in cut.stderr and "Traceback" not in cut.stderr
+
+
+def test_knobs_lint_reads_collect_env(tmp_path):
+    text = (FIX / "collect_env/vllm_0.6.3_collect_env_8x_h100_nv18_indented_dstack.txt").read_text()
+    f = tmp_path / "env.txt"
+    f.write_text(text + "    NCCL_P2P_LEVEL=sys\n")
+    result = CliRunner().invoke(cli, ["knobs", "--lint", "--collect-env", str(f), "--format", "json"])
+    doc = json.loads(result.stdout)
+    assert doc["env"] == {"NCCL_P2P_LEVEL": "sys"} and doc["nccl_version"] == "2.21.5" and doc["nvlink"] is True
+    assert any(x["variable"] == "NCCL_P2P_LEVEL" for x in doc["findings"])
+    assert any("not of the serving workers" in n for n in doc["notes"])
