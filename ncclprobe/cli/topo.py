@@ -72,9 +72,11 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
 
 
 def _check(timeout, output_dir, nbytes, nccl_job, fmt) -> int:
-    from ncclprobe.pcie.check import exit_code, run_check, save
+    from ncclprobe.pcie.check import check_output_dir, exit_code, run_check, save
     from ncclprobe.pcie.matrix import Matrix
     from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block
+    if output_dir:
+        check_output_dir(output_dir)
     click.echo("topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...", err=True)
     doc = run_check(timeout_s=timeout, nbytes=nbytes, nccl_job=nccl_job)
     if output_dir:

@@ -127,6 +127,19 @@ def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
     return result
 
 
+OUTPUT_FILES = ("topo-check.json", "nccl-topo.xml", "nccl-graph.xml", "p2p-heatmap.png")
+
+
+def check_output_dir(directory: str | Path) -> None:
+    """Refuse, before anything is measured, a directory that already holds results."""
+    clash = [n for n in OUTPUT_FILES if (Path(directory) / n).exists()]
+    if clash:
+        raise UsageProblem(f"{directory}: {', '.join(clash)} exist; results are never overwritten: "
+                           "choose another directory")
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise UsageProblem(f"{directory} exists and is not a directory")
+
+
 def save(doc: dict, directory: str | Path) -> list[Path]:
     """topo-check.json and NCCL's XML dumps into `directory`; never overwrite, never leave half a file."""
     directory = Path(directory)
@@ -135,9 +148,7 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
     for key, name in (("topology_xml", "nccl-topo.xml"), ("graphs_xml", "nccl-graph.xml")):
         if doc.get("nccl", {}).get(key):
             files[name] = doc["nccl"][key]
-    clash = [n for n in list(files) + ["p2p-heatmap.png"] if (directory / n).exists()]
-    if clash:
-        raise UsageProblem(f"{directory}: {', '.join(clash)} exist; results are never overwritten: choose another directory")
+    check_output_dir(directory)
     written = []
     for name, text in files.items():
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
