@@ -94,7 +94,8 @@ class Bench:
         wrong = int((got != self.expected.to(got.device)).sum())
         if wrong:
             self.bad.append({"what": what, "src": src, "dst": dst, "mismatches": wrong})
-        tensor.zero_()
+        tensor.zero_()                          # on this device's current stream: wait for it, or the next
+        self.torch.cuda.synchronize(tensor.device)   # copy (on another stream) could be overwritten by it
 
     def timed(self, stream, issue) -> tuple[float, float]:
         """Median and spread of GB/s over trials of `repeat` copies issued by `issue()` on `stream`."""
@@ -149,7 +150,8 @@ def host_device(b: Bench, n: int, out, link_reader) -> None:
             value, sp = b.timed(stream, lambda: dst.copy_(host, non_blocking=True))
             h2d.append(value); spread[0].append(sp)
             b.verify("host->device", -1, d, dst)
-            burst = [dst.copy_(host, non_blocking=True) for _ in range(max(8, b.repeat * 4))]
+            burst = [dst.copy_(host, non_blocking=True) for _ in range(64)]   # tens of ms of traffic
+            time.sleep(0.005)                 # let the link train up before reading its state
             emit(out, link_under_load={"device": d, "state": link_reader(d)})
             stream.synchronize()
             del burst
@@ -212,8 +214,11 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
 
     if b.rt:
         stage("off")                                   # before anything enables peer access
-        for i, j in ordered:
-            if i != j and can[i][j]:
+    for i, j in ordered:                               # torch enables peer access on its first copy;
+        if i != j and can[i][j]:                       # the runtime call then finds it enabled (704)
+            bufs[j][1][:1].copy_(bufs[i][0][:1])
+            t.cuda.synchronize(j)
+            if b.rt:
                 b.rt.enable_peer(i, j)
     stage("on")
     for i, j in ordered:                               # SM copies: torch's kernel reads/writes the peer
@@ -263,7 +268,8 @@ def all_to_one(b: Bench, n: int, bufs, streams, can, out) -> None:
             b.verify("all-to-one", s, target, sink)
     emit(out, matrix=dict(metric="bandwidth", rows=["all"], cols=[f"GPU{k}" for k in range(n)], values=[values],
                           peer_access="enabled", engine="ce",
-                          source="topo --check: all-to-one, every other GPU copying into the column GPU at once"))
+                          source="topo --check: all-to-one, every other GPU copying into the column GPU at once "
+                                 "(pairs without peer access go through the host)"))
 
 
 def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
@@ -333,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--self-pair", action="store_true", help="one GPU: run the pair code on GPU0->GPU0")
     args = parser.parse_args(argv)
-    args.bytes = max(args.bytes, 4096)
+    args.bytes = max(args.bytes // 4096 * 4096, 4096)   # whole rows of the SM copy's 1024-wide view
     return run(args, link_reader=sysfs_link_reader())
 
 
