@@ -186,3 +186,25 @@ def test_knobs_lint_reads_collect_env(tmp_path):
     assert doc["env"] == {"NCCL_P2P_LEVEL": "sys"} and doc["nccl_version"] == "2.21.5" and doc["nvlink"] is True
     assert any(x["variable"] == "NCCL_P2P_LEVEL" for x in doc["findings"])
     assert any("not of the serving workers" in n for n in doc["notes"])
+
+
+def test_advice_names_the_level_the_acs_fix_or_nothing(box):
+    from ncclprobe.evidence.topo import parse_topo
+    from ncclprobe.pcie.advice import advise
+    topo = parse_topo((FIX / "topo/4gpu_pxb_pix_sys_tabs_no_legend_nccl667.txt").read_text())   # 0-1 PXB, 2-3 PIX
+    gpus = [f"GPU{i}" for i in range(4)]
+    near = {(0, 1), (1, 0), (2, 3), (3, 2)}
+    on = Matrix(metric="bandwidth", rows=gpus, cols=gpus, peer_access="enabled", engine="ce",
+                values=[[None if i == j else 20.0 if (i, j) in near else 5.0 for j in range(4)] for i in range(4)])
+    off = Matrix(metric="bandwidth", rows=gpus, cols=gpus, peer_access="disabled", engine="ce",
+                 values=[[None if i == j else 10.0 for j in range(4)] for i in range(4)])
+    findings = matrix_findings([on, off], [[True] * 4 for _ in range(4)])
+    assert [a.setting for a in advise(findings, [], topo)] == [{"NCCL_P2P_LEVEL": "PXB"}]
+    paths, reason = read_gpu_paths(box)
+    acs = check_acs(paths, reason, run=lambda argv: None)
+    actions = [a.action for a in advise(findings, [acs], topo)]
+    assert actions[0] == "set NCCL_P2P_LEVEL=PXB" and actions[1].startswith("disable ACS")
+    corrupt = matrix_findings([off], corrupt=[{"what": "P2P=enabled ce", "src": 1, "dst": 2, "mismatches": 7}])
+    assert advise(corrupt, [], topo)[0].setting == {"NCCL_P2P_DISABLE": "1"}
+    healthy = matrix_findings([off])
+    assert [a.action for a in advise(healthy, [])] == ["nothing to change"]

@@ -83,7 +83,6 @@ def test_findings_fire_on_their_case_and_not_on_the_healthy_twin():
     out, on, off = _titan()
     can = [[True] * 8 for _ in range(8)]
     assert [f.code for f in matrix_findings([on, off], can)] == []          # the real, healthy matrices
-    slow = Matrix(**{**on.to_record(), "values": [r[:] for r in on.values]} | {}) if False else None
     values = [r[:] for r in on.values]
     values[2][5] = 3.0                                                        # one pair far below, one way only
     sick = Matrix(metric="bandwidth", rows=on.rows, cols=on.cols, values=values, peer_access="enabled",

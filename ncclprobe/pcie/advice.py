@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.evidence.topo import NCCL_PATH_ORDER, P2P_LEVELS, Topology, nccl_path_types
+from ncclprobe.evidence.topo import NCCL_PATH_ORDER, P2P_LEVELS, Topology, nccl_path_types, p2p_level_pairs
 from ncclprobe.pcie.findings import Finding
 from ncclprobe.pcie.platform import Check
 
@@ -84,9 +84,11 @@ def _level_advice(slow: Finding, topology: Topology | None) -> Advice:
     bad = {types[i][j] for i, j in pairs if types[i][j]}
     worst_ok = min((NCCL_PATH_ORDER.index(t) for t in bad), default=None)
     levels = [lv for lv in P2P_LEVELS if worst_ok is not None and NCCL_PATH_ORDER.index(lv) < worst_ok]
-    if not levels or levels[-1] == "LOC":
+    same = p2p_level_pairs(topology)
+    if not levels or not same[levels[-1]]:
         return Advice("set NCCL_P2P_DISABLE=1", f"{slow.message}; the slow pairs' path types "
                       f"({', '.join(sorted(bad))}) leave no P2P level that keeps a fast pair",
                       {"NCCL_P2P_DISABLE": "1"}, (slow.code,))
-    return Advice(f"set NCCL_P2P_LEVEL={levels[-1]}", f"{slow.message}; those pairs cross {', '.join(sorted(bad))}, "
-                  f"and NCCL uses P2P only up to the level's path type", {"NCCL_P2P_LEVEL": levels[-1]}, (slow.code,))
+    level = next(lv for lv in levels if same[lv] == same[levels[-1]])   # the lowest level with the same pairs
+    return Advice(f"set NCCL_P2P_LEVEL={level}", f"{slow.message}; those pairs cross {', '.join(sorted(bad))}, "
+                  f"and NCCL uses P2P only up to the level's path type", {"NCCL_P2P_LEVEL": level}, (slow.code,))
