@@ -15,6 +15,7 @@ from ncclprobe.engine.config import preset
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.errors import NcclprobeError, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect
 
 SCHEMA_VERSION = 1
@@ -57,11 +58,12 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     device = spec.resolved_device()
     backend = "nccl" if device == "cuda" else "gloo"
     with tempfile.TemporaryDirectory(prefix="ncclprobe-engine-nccl-") as log_dir:
-        env = dict(spec.settings)
-        if backend == "nccl":
-            env.update(nccl_log_env(log_dir, {**spec.settings, **spec.env_after_init}))
+        env, rank_env = dict(spec.settings), {}
+        if backend == "nccl" and _ncclprobe_logs({**spec.settings, **spec.env_after_init}):
+            env.update(proof_env(tuning=False))
+            rank_env = rank_log_env(log_dir)
         pool = PoolSpec(nranks=spec.tp, backend=backend, entry=ENTRY, payload={"jobs": [spec.to_json()]},
-                        env=env, timeout_s=timeout_s)
+                        env=env, rank_env=rank_env, timeout_s=timeout_s)
         outcome = run_pool(pool, on_message=on_message)
     problems = outcome.of_kind(USAGE_PROBLEM)
     if problems:
@@ -83,15 +85,10 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
             for m in outcome.of_kind("engine-run")]
 
 
-def nccl_log_env(log_dir: str, settings: dict) -> dict[str, str]:
-    """Ask NCCL for its INFO log (init and environment lines only) in a file per process, unless
-    the user chose their own NCCL_DEBUG settings; the workers parse their own file."""
-    from ncclprobe.engine.worker import NCCL_LOG_DIR_VAR
-    env = {NCCL_LOG_DIR_VAR: log_dir}
-    if "NCCL_DEBUG" not in settings and "NCCL_DEBUG" not in os.environ:
-        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
-                    "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%p.log")})
-    return env
+def _ncclprobe_logs(settings: dict) -> bool:
+    """Whether ncclprobe asks NCCL for its log (init and environment lines, a file per rank, which
+    the workers parse): always, unless the user chose their own NCCL_DEBUG settings."""
+    return "NCCL_DEBUG" not in settings and "NCCL_DEBUG" not in os.environ
 
 
 def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: bool) -> dict:

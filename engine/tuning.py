@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-
-QUICK_GRID = {"NCCL_PROTO": ("default", "LL", "LL128", "Simple"), "NCCL_ALGO": ("default", "Ring", "Tree")}
+from ncclprobe.nccl.recipes import DEFAULT_GRID
 
 
 def read_recommendation(path: str | Path) -> dict[str, str]:
@@ -56,13 +55,13 @@ def _change(before, after) -> float | None:
 
 def quick_sweep_settings(untuned_trace: dict, *, nranks: int, backend: str, graph_mode: bool,
                          progress=None) -> tuple[dict[str, str], dict]:
-    """Sweep QUICK_GRID at the engine's own all-reduce sizes, recommend, return (env, recommendation)."""
+    """Sweep the default protocol x algorithm grid at the engine's own all-reduce sizes, recommend, return (env, recommendation)."""
     from ncclprobe.recommend.recommendation import build_recommendation
     from ncclprobe.recommend.workload import from_trace
     from ncclprobe.sweep.plan import SweepSpec
     from ncclprobe.sweep.session import new_job, run_job
     workload = from_trace(untuned_trace)
-    spec = SweepSpec(grid=dict(QUICK_GRID), sizes=tuple(sorted(workload.counts)), nranks=nranks, backend=backend,
+    spec = SweepSpec(grid=dict(DEFAULT_GRID), sizes=tuple(sorted(workload.counts)), nranks=nranks, backend=backend,
                      modes=("graph",) if graph_mode else ("eager",), in_place=(True,), iters=20, trials=3)
     with tempfile.TemporaryDirectory(prefix="ncclprobe-tuned-") as tmp:
         path = Path(tmp) / "sweep.jsonl"

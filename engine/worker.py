@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 
 import torch
 
@@ -26,9 +25,8 @@ from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.recipes import own_log
 from ncclprobe.provenance import nccl_version_string, relevant_env
-
-NCCL_LOG_DIR_VAR = "NCCLPROBE_ENGINE_NCCL_LOG_DIR"
 
 def run_jobs(ctx) -> None:
     """Run every job; a bad input found only here (a draft file that is not safetensors, heads not
@@ -76,10 +74,9 @@ def _env_snapshot(asked: set[str]) -> dict[str, str]:
 
 
 def _report_nccl_log(ctx) -> None:
-    """What NCCL itself says it read: its debug log, written where the runner asked (NCCL_DEBUG_FILE
-    with %p), parsed by the evidence reader. Nothing to report on gloo."""
-    log_dir = os.environ.get(NCCL_LOG_DIR_VAR)
-    path = Path(log_dir) / f"nccl.{os.getpid()}.log" if log_dir else None
+    """What NCCL itself says it read: this rank's debug log, written where the runner asked,
+    parsed by the evidence reader. Nothing to report on gloo or when the user chose NCCL_DEBUG."""
+    path = own_log(ctx.rank)
     if path is None or not path.exists():
         return
     from ncclprobe.evidence.nccl_log import parse_nccl_log

@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ncclprobe.nccl.recipes import DEFAULT_GRID
 from ncclprobe.records import read_results
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
-PROTOS = ("default", "LL", "LL128", "Simple")          # per communicator: one pool
+PROTOS = DEFAULT_GRID["NCCL_PROTO"]                    # per communicator: one pool
 BUFFSIZES = ("1048576", "2097152", "4194304", "8388608")  # once per process: one pool each
 
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ncclprobe.nccl.recipes import NO_NVLS, proof_env, rank_log, rank_log_env
+
 CASES = [
     # (name, environment, what the knowledge table claims)
     ("p2p_level_upper", {"NCCL_P2P_LEVEL": "SYS"}, "read: `NCCL_P2P_LEVEL set by environment to SYS`"),
@@ -50,13 +52,14 @@ print("COMPLETED")
 
 
 def run_case(name: str, env: dict, workdir: Path) -> dict:
-    log_file = workdir / f"{name}.%p.log"
+    log_dir = workdir / name
+    log_dir.mkdir()
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    child_env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
-                      "NCCL_DEBUG_FILE": str(log_file), "NCCL_NVLS_ENABLE": "0"})
+    child_env.update({**proof_env(), **rank_log_env(log_dir, rank=0), **NO_NVLS})
     child_env.update(env)
     proc = subprocess.run([sys.executable, "-c", CHILD], env=child_env, capture_output=True, text=True, timeout=180)
-    text = "".join(p.read_text(errors="replace") for p in sorted(workdir.glob(f"{name}.*.log")))
+    log = rank_log(log_dir, 0)
+    text = log.read_text(errors="replace") if log.exists() else ""
     return {"case": name, "env": env, "completed": "COMPLETED" in proc.stdout, "returncode": proc.returncode,
             "set_by_environment": [l.split("NCCL INFO ", 1)[-1] for l in text.splitlines() if "set by environment" in l],
             "warnings": [l.split("NCCL WARN ", 1)[-1] for l in text.splitlines() if "NCCL WARN" in l][:5],

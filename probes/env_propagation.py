@@ -5,8 +5,9 @@ starts one worker the way real launchers do (a shell, multiprocessing spawn/fork
 pool, torchrun, subprocess env=) or lets the worker set the variable itself. The worker reports
 three views of the variable: its /proc/self/environ (what `env-check` sees from outside), its
 os.environ, and C getenv through ctypes (what NCCL calls). On a GPU it also creates one-rank NCCL
-communicators with NCCL_DEBUG=INFO and a per-process NCCL_DEBUG_FILE, and the parent reads
-NCCL's own `set by environment` lines with the shared log parser: the fourth view.
+communicators with NCCL_DEBUG=INFO and a log file of its own (`ncclprobe.nccl.recipes`: rank 0
+in a directory per mechanism), and the parent reads NCCL's own `set by environment` lines with
+the shared log parser: the fourth view.
 
 The variables are chosen from what a one-rank communicator logs (NCCL 2.28.9 fixture
 nccl_2.28.9_1x_h200_1rank_debug_subsys_all.log: only NCCL_P2P_LEVEL was reported; PROTO/ALGO are
@@ -32,6 +33,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
 COMM_VAR = "NCCL_TOPO_DUMP_FILE"
@@ -106,10 +109,14 @@ def notes(nccl: bool) -> list[str]:
 
 
 def driver_env(root: Path, nccl: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (PROCESS_VAR, COMM_VAR) and not k.startswith("NCCL_DEBUG")}
+    env = {k: v for k, v in os.environ.items() if k not in (PROCESS_VAR, COMM_VAR) and not only_shapes_the_log(k)}
     if nccl:
-        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV", NCCL_DEBUG_FILE=str(root / "nccl.%h.%p.log"))
+        env.update(proof_env(tuning=False))
     return env
+
+
+def _log_dir(root: Path, mechanism: Mechanism) -> Path:
+    return root / "nccl-logs" / mechanism.name
 
 
 def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, timeout_s: float) -> dict:
@@ -122,6 +129,11 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
     spec_path.write_text(json.dumps(spec))
     row = {"mechanism": mechanism.name, "description": mechanism.description, "variable": mechanism.variable,
            "scope": "communicator" if mechanism.variable == COMM_VAR else "process", "value_set": value}
+    if nccl:  # the mechanism's one worker is rank 0 of its own one-rank job
+        log_dir = _log_dir(root, mechanism)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        rank_log(log_dir, 0).unlink(missing_ok=True)  # nor an earlier run's NCCL log
+        env = {**env, **rank_log_env(log_dir, rank=0)}
     done = _run_driver(spec_path, env, root, timeout_s)
     if done is None:
         return {**row, "status": "error", "reason": f"no result within {timeout_s:g} s (driver and workers killed)"}
@@ -133,7 +145,7 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
     seen = json.loads(result_path.read_text())
     return {**row, "status": "measured", "reason": seen.get("nccl_error"), "worker_pid": seen["pid"],
             "proc": seen["proc"], "os_environ": seen["os_environ"], "getenv": seen["getenv"],
-            "nccl": nccl_read(root, seen["pid"], mechanism.variable) if nccl else NEEDS_GPU}
+            "nccl": nccl_read(rank_log(_log_dir(root, mechanism), 0), mechanism.variable) if nccl else NEEDS_GPU}
 
 
 def _run_driver(spec_path: Path, env: dict, root: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
@@ -170,12 +182,10 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def nccl_read(root: Path, pid: int, variable: str) -> str | None:
-    """The value NCCL reported reading in worker `pid`'s own debug file, or None."""
+def nccl_read(log: Path, variable: str) -> str | None:
+    """The value NCCL reported reading in the worker's own debug file, or None."""
     from ncclprobe.evidence.nccl_log import parse_nccl_log_file
-    logs = sorted(root.glob(f"nccl.*.{pid}.log"))
-    values = [parse_nccl_log_file(path).env.get(variable) for path in logs]
-    return next((v for v in values if v is not None), None)
+    return parse_nccl_log_file(log).env.get(variable) if log.exists() else None
 
 
 def cell(observed: str | None, expected: str) -> str:

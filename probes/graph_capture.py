@@ -24,13 +24,13 @@ GPU per rank). Three measurements, each emitted as messages:
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 
 import torch
 import torch.distributed as dist
 
+from ncclprobe.nccl.recipes import own_log
 from ncclprobe.probes.graph_capture_verdict import log_segment
 
 CLOCK_HZ = 2.0e9   # GPU clock used to size the sleep kernel; a long sleep only costs idle time
@@ -143,7 +143,7 @@ def capture_settings(ctx, p) -> None:
     """Capture under VAR=first, switch to VAR=second with a new communicator, replay the old graph."""
     var, first, second = p["variable"], p["first"], p["second"]
     size, ops, replays = p["capture_size"], p["graph_ops"], p["replays"]
-    log = _DebugLog()
+    log = _DebugLog(own_log(ctx.rank))
     ranks = list(range(ctx.world_size))
     steps = {}
 
@@ -177,12 +177,10 @@ def _captured(call, buf, ops):
 
 
 class _DebugLog:
-    """This process's NCCL debug file, read in segments: what NCCL logged since the last call."""
+    """This rank's NCCL debug file, read in segments: what NCCL logged since the last call."""
 
-    def __init__(self):
-        pattern = os.environ.get("NCCLPROBE_NCCL_LOG_DIR")
-        found = glob.glob(os.path.join(pattern, f"*.{os.getpid()}.log")) if pattern else []
-        self.path = found[0] if found else None
+    def __init__(self, path):
+        self.path = str(path) if path is not None and os.path.exists(path) else None
         self.offset = os.path.getsize(self.path) if self.path else 0   # only what comes next
 
     def since(self) -> dict | None:

@@ -8,8 +8,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import Unsupported, UsageProblem
-from ncclprobe.knobs import Scope, scope_of, validate_value
 from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.nccl.knobs import Scope, scope_of
+from ncclprobe.nccl.recipes import (NO_NVLS, NOT_WITH_SHARED_GPU, SHARE_GPU_RANK_ENV, check_share_gpu_ranks,
+                                    proof_env, rank_log_env)
+from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.graph_capture_verdict import capture_verdict
 
 SCHEMA_VERSION = 1
@@ -50,13 +53,13 @@ class GraphCaptureSpec:
             raise UsageProblem(f"the two values of {self.variable} must differ, got {self.first!r} twice")
 
     def _check_share_gpu(self) -> None:
-        if self.share_gpu < 2:
-            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {self.share_gpu}")
+        check_share_gpu_ranks(self.share_gpu)
         if self.nranks != 1:
             raise UsageProblem(f"--share-gpu {self.share_gpu} sets the number of ranks (all on GPU 0); "
                                f"drop --nranks {self.nranks}")
-        if self.variable == "NCCL_HOSTID":
-            raise UsageProblem("--share-gpu sets a distinct NCCL_HOSTID per rank, so it cannot be the --variable")
+        if self.variable in NOT_WITH_SHARED_GPU:
+            raise UsageProblem(f"--share-gpu: {self.variable} cannot be the --variable: "
+                               f"{NOT_WITH_SHARED_GPU[self.variable]}")
 
     @property
     def world_size(self) -> int:
@@ -79,16 +82,16 @@ def check_available(spec: GraphCaptureSpec) -> None:
 
 
 def pool_spec(spec: GraphCaptureSpec, log_dir: str) -> PoolSpec:
-    """The workers' pool: NCCL logs what it reads and plans into one file per process; NVLS stays
+    """The workers' pool: NCCL logs what it reads and plans into one file per rank; NVLS stays
     off (a multicast setup is not what this probe measures); under --share-gpu every rank runs on
     GPU 0 with its own NCCL_HOSTID, without which NCCL refuses a second rank on the same GPU."""
-    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_NVLS_ENABLE": "0",
-           "NCCL_DEBUG_FILE": f"{log_dir}/nccl.%h.%p.log", "NCCLPROBE_NCCL_LOG_DIR": log_dir}
+    env = {**proof_env(), **NO_NVLS}
     payload = {k: v for k, v in asdict(spec).items() if k not in ("nranks", "share_gpu", "timeout_s")}
     payload["sizes"] = list(spec.sizes)
-    shared = {"rank_env": {"NCCL_HOSTID": "ncclprobe-share-gpu-{rank}"}, "gpu": 0} if spec.share_gpu else {}
+    rank_env = {**rank_log_env(log_dir), **(SHARE_GPU_RANK_ENV if spec.share_gpu else {})}
     return PoolSpec(nranks=spec.world_size, backend="nccl", entry=ENTRY, payload=payload, env=env,
-                    unset=(spec.variable,), timeout_s=spec.timeout_s, **shared)
+                    unset=(spec.variable,), rank_env=rank_env, timeout_s=spec.timeout_s,
+                    gpu=0 if spec.share_gpu else None)
 
 
 def run_graph_capture(spec: GraphCaptureSpec, on_message=None) -> dict:

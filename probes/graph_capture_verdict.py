@@ -13,6 +13,7 @@ about settings can be shown there and the verdict claims nothing (every judgemen
 from __future__ import annotations
 
 from ncclprobe.evidence.nccl_log import ALGO_NAMES, PROTO_NAMES, algo_name, parse_nccl_log, proto_name
+from ncclprobe.nccl.values import token_list_for
 
 ONE_RANK = ("one rank: NCCL runs no tuning model for a one-rank communicator, so it neither reports reading "
             "{var} nor plans an algorithm/protocol; settings baked in at capture cannot be shown here "
@@ -71,24 +72,16 @@ def planned(log: dict) -> list[str]:
 
 
 def allowed(variable: str, value: str) -> set[str] | None:
-    """The canonical names an all-reduce may use under VAR=value; None when we cannot tell.
-
-    NCCL's parseList: a plain list enables what it names; a ^ list enables all but what it names.
-    2.24+ accepts `func:list` clauses; the all-reduce one wins over a clause without a function.
-    """
+    """The canonical names an all-reduce may use under VAR=value; None when we cannot tell
+    (2.24+ `func:list` clauses: the all-reduce one wins over a clause without a function)."""
     if variable not in _DECIDES:
         return None
     _, universe, canonical = _DECIDES[variable]
-    clauses = {}
-    for clause in value.split(";"):
-        scope, _, tokens = clause.rpartition(":")
-        clauses[scope.strip().lower() or "all"] = tokens.strip()
-    tokens = clauses.get("allreduce", clauses.get("all"))
-    if not tokens:
+    clause = token_list_for(value, "allreduce")
+    if clause is None:
         return None
-    exclude = tokens.startswith("^")
-    named = {canonical(t.strip()) for t in tokens.lstrip("^").split(",") if t.strip()}
-    return {name for name in universe if (name in named) != exclude}
+    named = {canonical(token) for token in clause.names}
+    return {name for name in universe if (name in named) != clause.exclude}
 
 
 def follows(log: dict, variable: str, value: str) -> bool | None:

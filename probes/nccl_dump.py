@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 
-from ncclprobe.knobs import KNOBS
+from ncclprobe.nccl.knobs import KNOBS
+from ncclprobe.nccl.recipes import NO_NVLS, proof_env, rank_log_env
 
 TOPO_VAR = KNOBS["NCCL_TOPO_DUMP_FILE"].name
 GRAPH_VAR = KNOBS["NCCL_GRAPH_DUMP_FILE"].name
@@ -45,11 +46,10 @@ def launch(out_dir: str, timeout_s: float) -> dict:
         port = s.getsockname()[1]
     os.makedirs(out_dir, exist_ok=True)
     env = {**os.environ, TOPO_VAR: os.path.join(out_dir, "nccl-topo.xml"),
-           GRAPH_VAR: os.path.join(out_dir, "nccl-graph.xml"), "NCCL_NVLS_ENABLE": "0",
-           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH"}
+           GRAPH_VAR: os.path.join(out_dir, "nccl-graph.xml"), **NO_NVLS, **proof_env(tuning=False, also=("GRAPH",))}
     procs = []
     for rank in range(world):
-        rank_env = {**env, "NCCL_DEBUG_FILE": os.path.join(out_dir, f"nccl-rank{rank}.log")}
+        rank_env = {**env, **rank_log_env(out_dir, rank)}
         procs.append(subprocess.Popen([sys.executable, "-m", "ncclprobe.probes.nccl_dump", "--worker", str(rank),
                                        "--world", str(world), "--port", str(port)], env=rank_env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -25,6 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ncclprobe.nccl.recipes import rank_log
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import torch_dtype
 
@@ -44,7 +45,7 @@ def run(ctx) -> None:
 def _own_debug_file(ctx) -> None:
     """Under torchrun nobody set a per-rank NCCL log: choose one before NCCL starts logging."""
     if os.environ.get("NCCL_DEBUG") and not os.environ.get("NCCL_DEBUG_FILE") and ctx.run_dir:
-        os.environ["NCCL_DEBUG_FILE"] = str(ctx.run_dir / f"nccl-rank{ctx.rank}.log")
+        os.environ["NCCL_DEBUG_FILE"] = str(rank_log(ctx.run_dir, ctx.rank))
 
 
 def _run_config(ctx, payload, config, switched) -> None:

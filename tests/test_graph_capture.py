@@ -227,12 +227,14 @@ def test_debug_log_segments_follow_what_nccl_appends(tmp_path, monkeypatch):
     """The worker reads its own NCCL debug file in segments between steps (NCCL flushes per line)."""
     import os
 
+    from ncclprobe.nccl.recipes import LOG_DIR_VAR, own_log, rank_log
     from ncclprobe.probes.graph_capture import _DebugLog
-    path = tmp_path / f"nccl.host.{os.getpid()}.log"
+    path = rank_log(tmp_path, 1)
     prefix = f"host:{os.getpid()}:{os.getpid()} [0] NCCL INFO "
     path.write_text(prefix + "NCCL_PROTO set by environment to Simple\n")
-    monkeypatch.setenv("NCCLPROBE_NCCL_LOG_DIR", str(tmp_path))
-    log = _DebugLog()
+    monkeypatch.setenv(LOG_DIR_VAR, str(tmp_path))
+    assert own_log(1) == path
+    log = _DebugLog(own_log(1))
     assert log.since()["env"] == {}  # what was there before is not this segment's
     with open(path, "a") as fh:
         fh.write(prefix + "NCCL_PROTO set by environment to LL\n")

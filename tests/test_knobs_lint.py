@@ -3,9 +3,10 @@
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.knobs import (KNOBS, Scope, explain, parse_version, protocol_states, scope_of,
-                             subsystems_enabled, validate_value)
-from ncclprobe.lint import Finding, lint_env
+from ncclprobe.nccl.knobs import KNOBS, Scope, explain, scope_of
+from ncclprobe.nccl.lint import Finding, lint_env
+from ncclprobe.nccl.values import protocol_states, subsystems_enabled, validate_value
+from ncclprobe.nccl.version import parse_version
 
 ISSUE_VARIABLES = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
                    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
@@ -160,5 +161,5 @@ def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
     ("2.21.5", "intel", 2, "PXB"), ("2.21.5", "arm", 4, "PXB"), ("2.21.5", None, 4, None), (None, "intel", 4, None),
 ])
 def test_default_p2p_level(version, vendor, gpus, expected):
-    from ncclprobe.knobs import default_p2p_level
+    from ncclprobe.nccl.p2p import default_p2p_level
     assert default_p2p_level(version, vendor, gpus) == expected

@@ -77,12 +77,13 @@ def test_a_worker_with_the_wrong_environment_is_an_error():
 @needs_fixtures
 def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_path):
     """What a one-GPU pool reports, replayed against the real H200 log it would have written."""
+    from ncclprobe.nccl.recipes import rank_log
     from ncclprobe.records import ResultWriter, read_results
     from ncclprobe.sweep.plan import Config, Pool, SweepSpec
     from ncclprobe.sweep.run import PoolRun, SweepStats
 
     log_bytes = H200_ONE_RANK.read_bytes()
-    (tmp_path / "nccl-rank0.log").write_bytes(log_bytes)
+    rank_log(tmp_path, 0).write_bytes(log_bytes)
     settings = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}
     spec = SweepSpec(grid={k: (v,) for k, v in settings.items()}, sizes=(4096,), in_place=(True,),
                      nranks=1, backend="nccl")
@@ -96,7 +97,7 @@ def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_pat
     ]
     with ResultWriter(tmp_path / "r.jsonl", {"kind": "sweep"}) as writer:
         PoolRun(spec, Pool(Config(settings).process_settings, [Config(settings)]), 0, tmp_path, writer,
-                SweepStats(), None, log_name="nccl-rank{rank}.log").replay(messages)
+                SweepStats(), None).replay(messages)
     results = read_results(tmp_path / "r.jsonl")
     config, result = results.configs[0], results.results[0]
     assert config["status"] == "ignored" and config["results_expected"] == 1

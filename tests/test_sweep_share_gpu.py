@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
 from ncclprobe.launch import worker_env
+from ncclprobe.nccl.recipes import rank_log
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec
 from ncclprobe.sweep.proof import prove, tuning_check
 from ncclprobe.sweep.run import PoolRun
@@ -53,7 +54,7 @@ def test_every_rank_gets_gpu_0_and_its_own_host_id(tmp_path, monkeypatch):
     assert len({env["NCCL_HOSTID"] for env in envs}) == 3 and "inherited" not in {e["NCCL_HOSTID"] for e in envs}
     assert {env["NCCLPROBE_GPU"] for env in envs} == {"0"}
     assert {env["NCCL_NVLS_ENABLE"] for env in envs} == {"0"}
-    assert {env["NCCL_DEBUG_FILE"] for env in envs} == {str(tmp_path / f"pool0-rank{r}.log") for r in range(3)}
+    assert {env["NCCL_DEBUG_FILE"] for env in envs} == {str(rank_log(tmp_path, r)) for r in range(3)}
 
 
 def test_a_swept_nvls_setting_is_left_to_the_grid(tmp_path):

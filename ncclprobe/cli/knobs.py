@@ -8,8 +8,9 @@ import click
 
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
-from ncclprobe.knobs import KNOBS, explain, parse_version
-from ncclprobe.lint import lint_env
+from ncclprobe.nccl.knobs import KNOBS, explain
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.version import parse_version
 
 EPILOG = """\b
 Examples:

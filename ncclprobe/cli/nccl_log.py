@@ -8,14 +8,16 @@ from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.text import read_text_file
-from ncclprobe.lint import lint_env
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.sizes import format_size
 
-EPILOG = """\b
+_PROOF = " ".join(f"{k}={v}" for k, v in proof_env().items())
+EPILOG = f"""\b
 Examples:
   ncclprobe nccl-log nccl.host1.1234.log
   ncclprobe nccl-log logs/nccl.*.log --format json
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING python train.py 2>&1 | tee run.log; ncclprobe nccl-log run.log
+  {_PROOF} python train.py 2>&1 | tee run.log; ncclprobe nccl-log run.log
 """
 
 

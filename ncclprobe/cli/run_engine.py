@@ -125,9 +125,9 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool) -> di
     from ncclprobe.engine.tuning import quick_sweep_settings
     recommendation = None
     if recommended is None:
-        from ncclprobe.engine.tuning import QUICK_GRID
+        from ncclprobe.nccl.recipes import DEFAULT_GRID
         combos = 1
-        for values in QUICK_GRID.values():
+        for values in DEFAULT_GRID.values():
             combos *= len(values)
         with Progress(combos, "tuning sweep", quiet=quiet) as progress:
             recommended, recommendation = quick_sweep_settings(

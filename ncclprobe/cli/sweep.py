@@ -11,6 +11,8 @@ import click
 
 from ncclprobe.cli.output import Progress, emit, format_option
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.p2p import P2P_LEVELS
+from ncclprobe.nccl.recipes import DEFAULT_GRID, PROOF_VARIABLES
 
 log = logging.getLogger("ncclprobe.sweep")
 
@@ -22,11 +24,13 @@ SHARED_GPU_DEFAULTS = {"sizes": "1K..1M:32", "warmup": 2, "iters": 5, "trials": 
 SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trials", "proto", "algo",
                 "p2p_level", "settings", "nranks", "backend", "timeout", "share_gpu")
 
-EPILOG = """\b
+_PROTO, _ALGO = ",".join(DEFAULT_GRID["NCCL_PROTO"]), ",".join(DEFAULT_GRID["NCCL_ALGO"])
+_CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
+EPILOG = f"""\b
 Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager
 (graph mode is skipped there, with the reason in the notes: CUDA graphs need a GPU);
 on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
-Grid default: --proto default,LL,LL128,Simple --algo default,Ring,Tree (12 configurations);
+Grid default: --proto {_PROTO} --algo {_ALGO} ({_CONFIGS} configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
 With --share-gpu N: sizes 1K..1M:32 (1K, 32K, 1M), warm-up 2, 5 iterations x 3 trials, eager and graph.
 
@@ -63,13 +67,13 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--warmup", type=int, help="Untimed collectives per size.")
 @click.option("--iters", type=int, help="Collectives per timed trial.")
 @click.option("--trials", type=int, help="Timed trials per size (median, p10/p90 over them).")
-@click.option("--proto", default="default,LL,LL128,Simple", show_default=True, help="NCCL_PROTO values.")
-@click.option("--algo", default="default,Ring,Tree", show_default=True, help="NCCL_ALGO values.")
+@click.option("--proto", default=_PROTO, show_default=True, help="NCCL_PROTO values.")
+@click.option("--algo", default=_ALGO, show_default=True, help="NCCL_ALGO values.")
 @click.option("--p2p-level", default="default", show_default=True,
-              help="NCCL_P2P_LEVEL values (LOC NVL PIX PXB PHB SYS, exact case).")
+              help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).")
 @click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
               help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
-                   "NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are the sweep's own (its proof).")
+                   f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).")
 @click.option("--nranks", type=int, help="Ranks: one per GPU by default, 2 on CPU.")
 @click.option("--share-gpu", type=int, metavar="N",
               help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "

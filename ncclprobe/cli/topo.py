@@ -8,7 +8,7 @@ import click
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.evidence.topo import Topology, equivalent_levels, p2p_level_pairs, parse_topo
-from ncclprobe.knobs import default_p2p_level
+from ncclprobe.nccl.p2p import default_p2p_level
 
 EPILOG = """\b
 Examples:

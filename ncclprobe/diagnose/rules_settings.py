@@ -15,7 +15,7 @@ from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
-from ncclprobe.knobs import Scope, scope_of
+from ncclprobe.nccl.knobs import Scope, scope_of
 
 LATER_ENV_KEYS = ("env_after_comm_init", "env_at_exit", "env_at_end", "env_now")
 UNSET = "<unset>"

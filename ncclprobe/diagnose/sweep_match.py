@@ -13,13 +13,14 @@ import math
 from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import sizes_arg
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.nccl.recipes import only_shapes_the_log
 
 NEAREST_FACTOR = 2.0
 
 
 def tuning_settings(settings: dict | None) -> dict[str, str]:
     """The settings that change what NCCL does, without the debug/logging ones."""
-    return {k: str(v) for k, v in (settings or {}).items() if not k.startswith("NCCL_DEBUG")}
+    return {k: str(v) for k, v in (settings or {}).items() if not only_shapes_the_log(k)}
 
 
 def run_settings(run: dict) -> dict[str, str]:

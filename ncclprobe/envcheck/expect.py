@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
-from ncclprobe.lint import lint_env
+from ncclprobe.nccl.lint import lint_env
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -21,13 +21,13 @@ from typing import Iterable, Mapping
 
 from ncclprobe.envcheck.environ import display_value
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.p2p import level_as_logged
+from ncclprobe.nccl.recipes import PROOF_VARIABLES
 
 # NCCL reads these without a `set by environment` line, so their absence proves nothing;
 # NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
-NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
-                        "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
-# Legacy integer NCCL_P2P_LEVEL values and the path name NCCL logs for them (levelsOldToNew).
-_P2P_LEGACY = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
+NOT_ECHOED = frozenset({*PROOF_VARIABLES, "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS",
+                        "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
 _LINE_PID = re.compile(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
 _FILE_PID = re.compile(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
@@ -131,6 +131,6 @@ def normalise(name: str, value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip()
-    if name == "NCCL_P2P_LEVEL" and value.isdigit():
-        return _P2P_LEGACY.get(value, "SYS")
+    if name == "NCCL_P2P_LEVEL":
+        return level_as_logged(value)
     return value[:-1] if re.fullmatch(r"-?\d+\.", value) else value

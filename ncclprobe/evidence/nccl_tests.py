@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.nccl.recipes import only_shapes_the_log
 
 _PARAMS = re.compile(r"^#\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
                      r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
@@ -36,7 +37,6 @@ _TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
 _COLLECTIVE = re.compile(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf\b")
 _REDUCING = re.compile(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
-_DIAGNOSTIC = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
           "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
@@ -184,7 +184,7 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     run.nccl_version = log.nccl_version
     run.nranks = len(run.devices) or log.nranks
     run.settings = {k: v for k, v in {**_command_line_settings(lines), **log.env}.items()
-                    if k.startswith("NCCL_") and k not in _DIAGNOSTIC}
+                    if k.startswith("NCCL_") and not only_shapes_the_log(k)}
     named = [m["name"] for line in lines for m in [_COLLECTIVE.match(line.strip())] if m]
     run.collective = named[0] if named else _infer_collective(run)
     run.collective_inferred = not named and run.collective is not None

@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 
-# NCCL path types (src/graph/topo.h) in order, with the documented P2P levels among them
-NCCL_PATH_ORDER = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS")
-P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
 _SMI_TO_NCCL = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
 # nvidia-smi's codes from nearest to furthest, for "worst path"
 _SMI_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -226,9 +224,9 @@ def p2p_level_pairs(topology: Topology) -> dict[str, frozenset[tuple[int, int]]]
     n = len(types)
     out = {}
     for level in P2P_LEVELS:
-        limit = NCCL_PATH_ORDER.index(level)
+        limit = PATH_TYPES.index(level)
         out[level] = frozenset((i, j) for i in range(n) for j in range(i + 1, n)
-                               if types[i][j] is not None and NCCL_PATH_ORDER.index(types[i][j]) <= limit)
+                               if types[i][j] is not None and PATH_TYPES.index(types[i][j]) <= limit)
     return out
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.evidence.topo import NCCL_PATH_ORDER, P2P_LEVELS, Topology, nccl_path_types, p2p_level_pairs
+from ncclprobe.evidence.topo import Topology, nccl_path_types, p2p_level_pairs
+from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 from ncclprobe.pcie.findings import Finding
 from ncclprobe.pcie.platform import Check
 
@@ -82,8 +83,8 @@ def _level_advice(slow: Finding, topology: Topology | None) -> Advice:
                       slow.message, {}, (slow.code,))
     types = nccl_path_types(topology)
     bad = {types[i][j] for i, j in pairs if types[i][j]}
-    worst_ok = min((NCCL_PATH_ORDER.index(t) for t in bad), default=None)
-    levels = [lv for lv in P2P_LEVELS if worst_ok is not None and NCCL_PATH_ORDER.index(lv) < worst_ok]
+    worst_ok = min((PATH_TYPES.index(t) for t in bad), default=None)
+    levels = [lv for lv in P2P_LEVELS if worst_ok is not None and PATH_TYPES.index(lv) < worst_ok]
     same = p2p_level_pairs(topology)
     if not levels or not same[levels[-1]]:
         return Advice("set NCCL_P2P_DISABLE=1", f"{slow.message}; the slow pairs' path types "

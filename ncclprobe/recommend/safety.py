@@ -5,7 +5,7 @@
    (nccl-facts.md §5.3; NVIDIA/nccl#786, #831). It is allowed only when the user passes the
    explicit flag *and* the sweep's correctness checks ran and passed for that configuration.
    A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) force-enables LL128 too.
-2. Any setting `ncclprobe.lint.lint_env` flags as an error (the knowledge table's rules).
+2. Any setting `ncclprobe.nccl.lint.lint_env` flags as an error (the knowledge table's rules).
 3. Any setting at all when the numbers cannot reflect NCCL's settings: measured with gloo (NCCL
    variables do not touch gloo), or with `sweep --share-gpu` (ranks time-slicing one GPU over
    sockets: the settings and proofs are real, the timings are not), so a "gain" is noise.
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.lint import lint_env
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.values import forcing_ll128
 
 
 LL128_RULE = "ll128-without-nvlink"   # the lint's rule id for the same hazard
@@ -42,19 +43,7 @@ def timing_caveat(headers: list[dict]) -> str | None:
 
 def enables_ll128(settings: dict) -> bool:
     """True when these settings force LL128 on: NCCL_PROTO lists it, or excludes others but not it."""
-    value = settings.get("NCCL_PROTO")
-    if value is None:
-        return False
-    for clause in value.split(";"):
-        tokens = clause.split(":", 1)[-1].strip()
-        if not tokens:
-            continue
-        if tokens.startswith("^"):
-            if "ll128" not in _names(tokens[1:]):
-                return True
-        elif "ll128" in _names(tokens):
-            return True
-    return False
+    return bool(forcing_ll128(settings.get("NCCL_PROTO")))
 
 
 def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy) -> list[str]:
@@ -82,6 +71,3 @@ def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
     # LL128 without NVLink is rule 1's call (flag + verified results), not an unconditional no
     return [f.message for f in findings if f.severity == "error" and getattr(f, "code", "") != LL128_RULE]
 
-
-def _names(tokens: str) -> set[str]:
-    return {t.strip().lower() for t in tokens.split(",") if t.strip()}

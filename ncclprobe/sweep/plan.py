@@ -1,7 +1,7 @@
 """The sweep's grid and its plan: which configurations share a pool of worker processes.
 
 NCCL reads some variables at every communicator creation and others once per process
-(`ncclprobe.knobs`, Scope). A pool of worker processes can therefore try every value of the
+(`ncclprobe.nccl.knobs`, Scope). A pool of worker processes can therefore try every value of the
 per-communicator variables by building a fresh communicator per configuration, but a new value
 of a once-per-process variable needs new processes. The planner groups configurations by their
 once-per-process settings, so a new pool starts only when one of those changes.
@@ -12,26 +12,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ncclprobe.knobs import Scope, scope_of, validate_value
+from ncclprobe.nccl.knobs import Scope, scope_of
+from ncclprobe.nccl.recipes import NOT_WITH_SHARED_GPU, PROOF_VARIABLES, check_share_gpu_ranks
+from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.collectives.base import DTYPES, element_size
 from ncclprobe.records import config_id
 from ncclprobe.errors import UsageProblem
 
 DEFAULT = "default"   # the grid value meaning "leave the variable unset"
 MODES = ("eager", "graph")
-# With --share-gpu the ranks reach each other over NET/Socket only (they believe they are on
-# different hosts), so variables of the P2P and SHM transports have nothing to act on, and
-# NCCL_HOSTID is how the ranks are kept apart: none of these can be swept there.
-NOT_WITH_SHARED_GPU = {
-    "NCCL_P2P_LEVEL": "ranks sharing one GPU talk over NET/Socket, never P2P",
-    "NCCL_P2P_DISABLE": "ranks sharing one GPU talk over NET/Socket, never P2P",
-    "NCCL_SHM_DISABLE": "ranks sharing one GPU talk over NET/Socket, never SHM",
-    "NCCL_HOSTID": "the sweep sets a distinct NCCL_HOSTID per rank to share the GPU",
-}
-# The sweep sets these itself in every NCCL worker (NCCL_DEBUG=INFO, the INIT,ENV,TUNING subsystems,
-# a per-rank log file): they are how it proves each setting took effect. A swept value would
-# override them, hide the `set by environment` lines and mark every setting as ignored.
-OWNED_BY_SWEEP = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +61,8 @@ class SweepSpec:
         for name, values in self.grid.items():
             if not name.startswith("NCCL_"):
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
-            if name in OWNED_BY_SWEEP:
-                raise UsageProblem(f"--set {name}: the sweep sets {', '.join(OWNED_BY_SWEEP)} itself to read "
+            if name in PROOF_VARIABLES:  # a swept value would hide the proof and mark every setting ignored
+                raise UsageProblem(f"--set {name}: the sweep sets {', '.join(PROOF_VARIABLES)} itself to read "
                                    "NCCL's proof that each setting took effect; it cannot be swept")
             for value in values:
                 if value != DEFAULT:
@@ -84,8 +73,7 @@ class SweepSpec:
     def _check_share_gpu(self) -> None:
         if self.backend != "nccl":
             raise UsageProblem(f"--share-gpu needs the NCCL backend on a CUDA GPU; this run uses {self.backend}")
-        if self.nranks < 2:
-            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {self.nranks}")
+        check_share_gpu_ranks(self.nranks)
         for name in sorted(set(self.grid) & set(NOT_WITH_SHARED_GPU)):
             if set(self.grid[name]) != {DEFAULT}:
                 raise UsageProblem(f"--share-gpu: {name} cannot be swept: {NOT_WITH_SHARED_GPU[name]}")

@@ -21,10 +21,11 @@ is not involved at all; only check 1 applies and the verdict says so.
 
 from __future__ import annotations
 
-from ncclprobe.knobs import Kind, Scope, knob, scope_of
+from ncclprobe.nccl.knobs import Kind, Scope, knob, scope_of
+from ncclprobe.nccl.p2p import level_as_logged
+from ncclprobe.nccl.values import token_lists
 
 GLOO_VERDICT = "not applicable: the gloo backend does not use NCCL, so NCCL settings do not affect it"
-LEGACY_LEVELS = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}
 
 
 def env_mismatches(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict]) -> list[str]:
@@ -110,7 +111,7 @@ def verdict_for(name: str, wanted: str, reported: str | None) -> str:
 def _same_value(name: str, wanted: str, reported: str) -> bool:
     row = knob(name)
     if row is not None and row.kind is Kind.LEVEL:
-        return LEGACY_LEVELS.get(wanted, wanted) == reported
+        return level_as_logged(wanted) == reported
     if row is not None and row.kind is Kind.TOKENS:
         return wanted.replace(" ", "").lower() == reported.replace(" ", "").lower()
     return wanted == reported.rstrip(".")
@@ -131,11 +132,13 @@ def tuning_check(name: str, value: str, entries) -> dict | None:
         return None
     from ncclprobe.evidence.nccl_log import algo_name, proto_name
     canonical = proto_name if field == "proto" else algo_name
-    excluded = value.startswith("^")
-    named = {canonical(token.strip()) for token in value.lstrip("^").split(",") if token.strip()}
+    clause = token_lists(value).get("all")
+    if clause is None:
+        return None
+    named = {canonical(token) for token in clause.names}
     choices = [getattr(entry, field) for entry in entries]
-    matching = sum(1 for choice in choices if (choice in named) != excluded)
-    return {"allowed": ("all but " if excluded else "") + ",".join(sorted(named)), "calls": len(choices),
+    matching = sum(1 for choice in choices if (choice in named) != clause.exclude)
+    return {"allowed": ("all but " if clause.exclude else "") + ",".join(sorted(named)), "calls": len(choices),
             "matching": matching, "choices": sorted(set(choices))}
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.nccl.recipes import PROOF_VARIABLES, SHARE_GPU_RANK_ENV, proof_env, rank_log, rank_log_env, share_gpu_env
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.records import ResultWriter
 from ncclprobe.sweep.aggregate import aggregate_trials
@@ -26,18 +27,6 @@ from ncclprobe.sweep.proof import prove
 log = logging.getLogger("ncclprobe.sweep")
 
 ENTRY = "ncclprobe.probes.sweep_worker:run"
-NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
-# --share-gpu: NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they seem to be
-# on different hosts, so each rank gets its own host id; they then talk over NET/Socket.
-SHARED_GPU_RANK_ENV = {"NCCL_HOSTID": "ncclprobe-shared-gpu-rank{rank}"}
-# NVLS needs several GPUs on one NVLink fabric, which ranks on one GPU never are; the recorded H200
-# runs of this mode (tests/fixtures/nccl_logs/*_1gpu_hostid_*) had it off too.
-SHARED_GPU_ENV = {"NCCL_NVLS_ENABLE": "0"}
-
-
-def shared_gpu_env(swept: list[str]) -> dict[str, str]:
-    """The fixed variables of --share-gpu, minus any the grid sweeps (the grid decides those)."""
-    return {k: v for k, v in SHARED_GPU_ENV.items() if k not in swept}
 
 
 @dataclass
@@ -93,13 +82,20 @@ def run_sweep(spec: SweepSpec, writer: ResultWriter, *, done: set[str] = frozens
     with tempfile.TemporaryDirectory(prefix="ncclprobe-sweep-") as log_dir:
         while queue:
             pool = queue.popleft()
-            left = PoolRun(spec, pool, stats.pools_run, Path(log_dir), writer, stats, progress).run()
+            directory = pool_dir(Path(log_dir), stats.pools_run)
+            directory.mkdir()
+            left = PoolRun(spec, pool, stats.pools_run, directory, writer, stats, progress).run()
             stats.pools_run += 1
             if left:
                 queue.appendleft(Pool(pool.process_settings, left))
     summary = stats.summary(time.monotonic() - started)
     writer.write(summary)
     return summary
+
+
+def pool_dir(root: Path, index: int) -> Path:
+    """Where pool `index` keeps its ranks' NCCL logs (and, under torchrun, their messages)."""
+    return root / f"pool{index}"
 
 
 def _write_skip(writer, skip: Skip, stats: SweepStats, progress) -> None:
@@ -122,9 +118,8 @@ def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
 class PoolRun:
     """One pool's life: start it, turn its messages into records, say what is left to run."""
 
-    def __init__(self, spec, pool, index, log_dir, writer, stats, progress, log_name="pool{index}-rank{rank}.log"):
-        self.spec, self.pool, self.index, self.log_dir = spec, pool, index, log_dir
-        self.log_name = log_name
+    def __init__(self, spec, pool, index, log_dir, writer, stats, progress):
+        self.spec, self.pool, self.index, self.log_dir = spec, pool, index, log_dir   # log_dir: this pool's
         self.writer, self.stats, self.progress = writer, stats, progress
         self.swept = sorted(spec.grid)
         self.by_config: dict[str, dict] = {c.config_id: {"starts": {}, "ends": {}, "results": {}} for c in pool.configs}
@@ -158,19 +153,16 @@ class PoolRun:
             if config.config_id not in self.finished:
                 self._write_failed(config, "error", "not every rank reported the end of this configuration")
 
-    def log_path(self, rank: int | str) -> Path:
-        return self.log_dir / self.log_name.format(index=self.index, rank=rank)
-
     def _pool_spec(self) -> PoolSpec:
         nccl = self.spec.backend == "nccl"
-        env = {**(NCCL_DEBUG_ENV if nccl else {}), **self.pool.process_settings}
-        rank_env = {"NCCL_DEBUG_FILE": str(self.log_path("{rank}"))} if nccl else {}
+        env = {**(proof_env() if nccl else {}), **self.pool.process_settings}
+        rank_env = rank_log_env(self.log_dir) if nccl else {}
         payload = pool_payload(self.spec, self.pool)
-        unset = tuple(self.swept) + (tuple(NCCL_DEBUG_ENV) + ("NCCL_DEBUG_FILE",) if nccl else ())
+        unset = tuple(self.swept) + (PROOF_VARIABLES if nccl else ())
         if self.spec.share_gpu:
-            env = {**shared_gpu_env(self.swept), **env}
-            rank_env = {**rank_env, **SHARED_GPU_RANK_ENV}
-            unset += tuple(SHARED_GPU_RANK_ENV)
+            env = {**share_gpu_env(self.swept), **env}
+            rank_env = {**rank_env, **SHARE_GPU_RANK_ENV}
+            unset += tuple(SHARE_GPU_RANK_ENV)
         return PoolSpec(nranks=self.spec.nranks, backend=self.spec.backend, entry=ENTRY, payload=payload,
                         env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s,
                         gpu=0 if self.spec.share_gpu else None)
@@ -218,7 +210,7 @@ class PoolRun:
             return None
         logs = {}
         for rank, start in state["starts"].items():
-            path = self.log_path(rank)
+            path = rank_log(self.log_dir, rank)
             try:
                 data = path.read_bytes()
             except OSError:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.recipes import check_share_gpu_ranks
 from ncclprobe.records import ResultsFile, ResultWriter, read_results, trim_incomplete_tail
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import setup
@@ -49,8 +50,7 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
     share = options.get("share_gpu")
     backend = setup.resolve_backend(options["backend"])
     if share is not None:
-        if share < 2:
-            raise UsageProblem(f"--share-gpu needs at least 2 ranks (NCCL tunes nothing for one), got {share}")
+        check_share_gpu_ranks(share)
         if options["nranks"] and options["nranks"] != share:
             raise UsageProblem(f"--nranks {options['nranks']} contradicts --share-gpu {share}, which sets the rank count")
         if not local:

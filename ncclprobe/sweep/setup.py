@@ -97,7 +97,7 @@ def lint_findings(configs, backend: str, nvlink: bool | None) -> list[dict]:
     """The knowledge table's lint over every configuration, before anything runs: one entry per
     distinct error or warning with the configurations it concerns. They are not refused (LL128
     without NVLink is worth measuring: the correctness pass shows what it does) but said loudly."""
-    from ncclprobe.lint import lint_env
+    from ncclprobe.nccl.lint import lint_env
     found: dict[tuple, dict] = {}
     for config in configs:
         for finding in lint_env(config.settings, nvlink=nvlink):

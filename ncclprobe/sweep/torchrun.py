@@ -24,7 +24,8 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import ResultWriter
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
-from ncclprobe.sweep.run import ENTRY, NCCL_DEBUG_ENV, PoolRun, SweepStats, pool_payload
+from ncclprobe.nccl.recipes import proof_env
+from ncclprobe.sweep.run import ENTRY, PoolRun, SweepStats, pool_dir, pool_payload
 
 PLAN = "plan.json"
 TORCHRUN = ("torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d "
@@ -39,10 +40,10 @@ def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     commands = []
     for index, pool in enumerate(pools):
-        pool_dir = directory / f"pool{index}"
-        pool_dir.mkdir()
-        (pool_dir / "payload.json").write_text(json.dumps(pool_payload(spec, pool)))
-        commands.append(pool_command(spec, pool, pool_dir.resolve()))
+        here = pool_dir(directory, index)
+        here.mkdir()
+        (here / "payload.json").write_text(json.dumps(pool_payload(spec, pool)))
+        commands.append(pool_command(spec, pool, here.resolve()))
     plan = {"header": header, "pools": [[c.settings for c in pool.configs] for pool in pools]}
     (directory / PLAN).write_text(json.dumps(plan, indent=1))
     return commands
@@ -51,7 +52,7 @@ def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
 def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
     """`env -u <swept> VAR=value ... torchrun ...`: swept variables start unset, as in a local pool."""
     unset = " ".join(f"-u {name}" for name in sorted(spec.grid))
-    env = {**(NCCL_DEBUG_ENV if spec.backend == "nccl" else {}), **pool.process_settings,
+    env = {**(proof_env() if spec.backend == "nccl" else {}), **pool.process_settings,
            "NCCLPROBE_ENTRY": ENTRY, "NCCLPROBE_RUN_DIR": str(pool_dir), "NCCLPROBE_BACKEND": spec.backend}
     assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
     return " ".join(part for part in ("env", unset, assignments, TORCHRUN) if part)
@@ -75,10 +76,10 @@ def collect(directory: Path, writer: ResultWriter) -> dict:
     spec = SweepSpec.from_json(header["spec"])
     stats, stamps = SweepStats(), []
     for index, pool in enumerate(pools):
-        pool_dir = directory / f"pool{index}"
-        messages = _rank_messages(pool_dir)
+        here = pool_dir(directory, index)
+        messages = _rank_messages(here)
         stamps += [m["t"] for m in messages if "t" in m]
-        PoolRun(spec, pool, index, pool_dir, writer, stats, None, log_name="nccl-rank{rank}.log").replay(messages)
+        PoolRun(spec, pool, index, here, writer, stats, None).replay(messages)
         stats.pools_run += 1
     summary = stats.summary(max(stamps) - min(stamps) if stamps else 0.0)
     writer.write(summary)

@@ -2,7 +2,7 @@
 
 env-check runs it over what a worker actually saw, the sweep over each configuration before
 measuring it, and recommend refuses anything it calls an error. Every rule comes from the
-knowledge table (`ncclprobe.knobs`) and so from ../shared/reference/nccl-facts.md; a finding says
+knowledge table (`ncclprobe.nccl.knobs`) and so from ../shared/reference/nccl-facts.md; a finding says
 what NCCL will do with the value and how to fix it. `nvlink` (from the topology) and
 `nccl_version` sharpen the verdicts; None means unknown and the lint says so instead of guessing.
 """
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.knobs import (ALGORITHM_SINCE, KNOBS, P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, parse_version,
-                             protocol_states, subsystems_enabled, validate_value)
+from ncclprobe.nccl.knobs import ALGORITHM_SINCE, KNOBS
+from ncclprobe.nccl.p2p import P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, is_legacy_level, legacy_level
+from ncclprobe.nccl.values import forcing_ll128, subsystems_enabled, validate_value
+from ncclprobe.nccl.version import parse_version
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -80,8 +82,8 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
         return
     if value in P2P_LEVELS:
         return
-    if value.isdigit():
-        legacy = ("LOC", "PIX", "PXB", "PHB", "SYS")[min(int(value), 4)]
+    if is_legacy_level(value):
+        legacy = legacy_level(value)
         yield Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is a legacy integer; NCCL reads it as "
                       f"{legacy}", f"export NCCL_P2P_LEVEL={legacy}", "p2p-level-legacy-int")
     elif value in P2P_LEVELS_UNDOCUMENTED:
@@ -139,8 +141,7 @@ def _ll128(ctx: _Context) -> Iterator[Finding]:
     value = ctx.env.get("NCCL_PROTO")
     if value is None or ctx.nvlink is True:
         return
-    forcing = [clause.strip() for clause in value.split(";")
-               if any(states.get("LL128") == "forced" for states in protocol_states(clause).values())]
+    forcing = forcing_ll128(value)
     if not forcing:
         return
     clause = forcing[0]

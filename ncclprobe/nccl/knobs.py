@@ -1,8 +1,8 @@
 """The NCCL knowledge table: one row per NCCL variable that matters for collectives on a node.
 
 Every command that needs to know something about an NCCL variable reads it here: the sweep
-planner (which variables force a new worker process), value validation, the lint in
-`ncclprobe.lint`, `ncclprobe knobs`, env-check and the recommender. Facts come from
+planner (which variables force a new worker process), value validation (`ncclprobe.nccl.values`),
+the lint (`ncclprobe.nccl.lint`), `ncclprobe knobs`, env-check and the recommender. Facts come from
 ../shared/reference/nccl-facts.md §2-§5, which cites the NCCL source (tags 2.21.5, 2.27.7,
 2.30.7); `source` on each row says where.
 
@@ -15,11 +15,11 @@ Scope is the fact the sweep is planned around:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.p2p import LEGACY_P2P_LEVELS, P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED
 
 
 class Scope(str, Enum):
@@ -59,9 +59,6 @@ class Knob:
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
-P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-# path types NCCL's code accepts beyond the documented six (2.30.7 topoPathTypeStr)
-P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
 COLLECTIVE_NAMES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 DEBUG_SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
@@ -112,7 +109,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          log_proof="`NCCL_P2P_LEVEL set by environment to <LEVEL>` (normalised name: 2 logs PXB)",
          source="ncclGetLevel -> process-global ncclTopoUserP2pLevel, src/graph/paths.cc",
          extra={"undocumented_levels": P2P_LEVELS_UNDOCUMENTED,
-                "legacy_integers": {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "SYS"}},
+                "legacy_integers": {str(i): name for i, name in enumerate(LEGACY_P2P_LEVELS)}},
          verified=(_H200 + ": `sys` prints no set-by-environment line and no WARN while `SYS` does; `2` is "
                    "logged as PXB (tests/fixtures/nccl_logs/*p2p_level_lowercase.log)",),
          unverified=("the lowercase value's effect on P2P itself needs two GPUs on one host to observe",)),
@@ -207,98 +204,6 @@ def scope_of(name: str) -> Scope:
     """Unknown NCCL variables are treated as once per process: the safe assumption for planning."""
     row = KNOBS.get(name)
     return row.scope if row else Scope.PROCESS
-
-
-def validate_value(name: str, value: str) -> str:
-    """Return the value NCCL would act on, or raise UsageProblem naming what is wrong.
-
-    Strict on purpose: the sweep must never measure a setting NCCL would ignore.
-    """
-    row = KNOBS.get(name)
-    if row is None:
-        return value
-    if row.kind is Kind.TOKENS:
-        return _validate_tokens(row, value)
-    if row.kind is Kind.LEVEL:
-        if value in row.values or value.isdigit():
-            return value
-        hint = f" (NCCL matches case exactly: did you mean {value.upper()}?)" if value.upper() in row.values else ""
-        raise UsageProblem(f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}")
-    if row.kind is Kind.CHOICE and not row.case_sensitive and value.upper() in (v.upper() for v in row.values):
-        return value
-    if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
-        raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
-    if row.kind is Kind.INT and not value.lstrip("-").isdigit():
-        raise UsageProblem(f"{name}={value!r} is not an integer")
-    return value
-
-
-def _validate_tokens(row: Knob, value: str) -> str:
-    allowed = {token.lower(): token for token in row.values}
-    for clause in value.split(";"):
-        tokens = clause.split(":", 1)[-1] if ":" in clause else clause
-        if ":" in clause and clause.split(":", 1)[0].strip().lower() not in COLLECTIVE_NAMES:
-            raise UsageProblem(f"{row.name}={value!r}: unknown collective {clause.split(':', 1)[0]!r}")
-        for token in tokens.lstrip("^").split(","):
-            if token.strip().lower() not in allowed:
-                raise UsageProblem(f"{row.name}={value!r}: unknown token {token.strip()!r}; "
-                                   f"known: {', '.join(row.values)}")
-    return value
-
-
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """`"2.28.9"`, `"2.29.7+cuda12.9"` -> (2, 28, 9); None when absent or unreadable."""
-    match = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if not match:
-        return None
-    return int(match[1]), int(match[2]), int(match[3] or 0)
-
-
-def default_p2p_level(nccl_version: str | None, cpu_vendor: str | None, gpu_count: int) -> str | None:
-    """The P2P level NCCL uses when NCCL_P2P_LEVEL is unset (ncclTopoCheckP2p, src/graph/paths.cc).
-
-    2.22 and older: SYS, lowered to PXB on ARM, Intel and Zhaoxin CPUs. 2.23+: PXB ("don't use
-    P2P across CPU host bridges"), raised to SYS on AMD x86 with at most two GPUs. `cpu_vendor` is
-    "intel", "amd", "zhaoxin" or "arm"; None (unknown) gives None unless the answer does not depend on it.
-    """
-    version = parse_version(nccl_version)
-    if version is None:
-        return None
-    if version >= (2, 23, 0):
-        if cpu_vendor is None:
-            return "PXB" if gpu_count > 2 else None
-        return "SYS" if cpu_vendor == "amd" and gpu_count <= 2 else "PXB"
-    if cpu_vendor is None:
-        return None
-    return "PXB" if cpu_vendor in ("arm", "intel", "zhaoxin") else "SYS"
-
-
-def protocol_states(value: str) -> dict[str, dict[str, str]]:
-    """What an NCCL_PROTO value does to each protocol, per scope ("all" or a collective name).
-
-    "forced": the setting turns it on, which for LL128 bypasses NCCL's NVLink-only safety check;
-    "off": the setting turns it off. NCCL's parseList: a plain list enables what it names and
-    disables the rest; a ^ list disables what it names and sets every other protocol to 1 (on).
-    """
-    states: dict[str, dict[str, str]] = {}
-    for clause in value.split(";"):
-        scope, _, tokens = clause.rpartition(":")
-        tokens = tokens.strip()
-        if not tokens:
-            continue
-        exclude = tokens.startswith("^")
-        named = {t.strip().lower() for t in tokens.lstrip("^").split(",") if t.strip()}
-        states[scope.strip().lower() or "all"] = {
-            proto: ("off" if (proto.lower() in named) == exclude else "forced") for proto in PROTOCOLS}
-    return states
-
-
-def subsystems_enabled(value: str) -> set[str]:
-    """The debug subsystems an NCCL_DEBUG_SUBSYS value turns on (it replaces the default list)."""
-    names = {t.strip().upper() for t in value.lstrip("^").split(",") if t.strip()}
-    every = set(DEBUG_SUBSYSTEMS) - {"ALL"}
-    chosen = every if "ALL" in names else names & every
-    return every - chosen if value.strip().startswith("^") else chosen
 
 
 def explain(name: str) -> dict:

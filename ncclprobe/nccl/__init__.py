@@ -1,0 +1,12 @@
+"""Everything ncclprobe knows about NCCL, in one place.
+
+  knobs     the knowledge table: one row per NCCL variable (when NCCL reads it, values, risks, proof);
+  values    how NCCL reads a value: validation, NCCL_PROTO/NCCL_ALGO lists, debug subsystems;
+  p2p       P2P level names, the legacy integers and NCCL's default level;
+  version   NCCL version strings;
+  lint      findings over an environment, from the table's rules;
+  recipes   how ncclprobe runs NCCL: the environment that makes NCCL prove what it read, each rank's
+            log file, the --share-gpu recipe, the variables that are ncclprobe's own, the default grid.
+
+Every other module imports these facts from here; none writes them again.
+"""

@@ -1,0 +1,62 @@
+"""NCCL_P2P_LEVEL: the level names NCCL accepts, the legacy integers, and the default level.
+
+NCCL reads the variable once per process (ncclGetLevel -> the process-global
+ncclTopoUserP2pLevel, src/graph/paths.cc): a name must match one of topoPathTypeStr exactly
+(strcmp), else a value starting with a digit is an old-style level mapped by levelsOldToNew,
+else it is ignored without a word.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.nccl.version import parse_version
+
+# NCCL's path types, nearest first (src/graph/topo.h, topoPathTypeStr up to SYS; 2.28): P2P between
+# two GPUs is allowed when their path type is at most the level (`path->type <= p2pLevel`)
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")   # the documented ones
+# path types NCCL's code accepts beyond the documented six (2.30.7 topoPathTypeStr)
+P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
+# levelsOldToNew: old-style integer -> the path type NCCL uses (and logs); larger integers are SYS
+LEGACY_P2P_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+
+
+def is_legacy_level(value: str) -> bool:
+    """An old-style integer level (ASCII digits only: the sweep never measures a value it cannot read)."""
+    return value.isascii() and value.isdigit()
+
+
+def legacy_level(value: str) -> str:
+    """The path type NCCL reads an old-style integer level as (`2` -> PXB, `9` -> SYS).
+
+    NCCL parses it with strtol(str, NULL, 0): a leading 0 makes it octal, read up to the first
+    digit that is not octal (`010` is 8, `08` is 0)."""
+    if value.startswith("0"):
+        octal = value[:len(value) - len(value.lstrip("01234567"))]
+        number = int(octal, 8)
+    else:
+        number = int(value)
+    return LEGACY_P2P_LEVELS[min(number, len(LEGACY_P2P_LEVELS) - 1)]
+
+
+def level_as_logged(value: str) -> str:
+    """The spelling of `NCCL_P2P_LEVEL set by environment to <LEVEL>`: integers as path names."""
+    return legacy_level(value) if is_legacy_level(value) else value
+
+
+def default_p2p_level(nccl_version: str | None, cpu_vendor: str | None, gpu_count: int) -> str | None:
+    """The P2P level NCCL uses when NCCL_P2P_LEVEL is unset (ncclTopoCheckP2p, src/graph/paths.cc).
+
+    2.22 and older: SYS, lowered to PXB on ARM, Intel and Zhaoxin CPUs. 2.23+: PXB ("don't use
+    P2P across CPU host bridges"), raised to SYS on AMD x86 with at most two GPUs. `cpu_vendor` is
+    "intel", "amd", "zhaoxin" or "arm"; None (unknown) gives None unless the answer does not depend on it.
+    """
+    version = parse_version(nccl_version)
+    if version is None:
+        return None
+    if version >= (2, 23, 0):
+        if cpu_vendor is None:
+            return "PXB" if gpu_count > 2 else None
+        return "SYS" if cpu_vendor == "amd" and gpu_count <= 2 else "PXB"
+    if cpu_vendor is None:
+        return None
+    return "PXB" if cpu_vendor in ("arm", "intel", "zhaoxin") else "SYS"

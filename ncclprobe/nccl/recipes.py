@@ -1,0 +1,83 @@
+"""How ncclprobe runs NCCL: the recipes every launcher of NCCL workers follows.
+
+Proof. NCCL prints `<VAR> set by environment to <value>` (ENV subsystem) when it reads a variable
+and, with TUNING, one line per collective call naming the algorithm and protocol it chose; both
+are INFO lines. So every NCCL worker ncclprobe starts gets NCCL_DEBUG=INFO, the INIT,ENV[,TUNING]
+subsystems and a log file of its own: `nccl-rank<R>.log` in a directory that belongs to that
+launch (NCCL opens the file for writing, so two processes must never share one). The parent and
+the worker itself find a rank's log with `rank_log`. These variables are ncclprobe's own while it
+runs NCCL: a user's value would hide the proof, so they are never swept.
+
+--share-gpu. NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they seem to be on
+different hosts, so each rank gets its own NCCL_HOSTID; they then talk over NET/Socket, where the
+P2P and SHM variables have nothing to act on. NVLS needs several GPUs on one NVLink fabric, which
+ranks on one GPU never are: it stays off (the recorded H200 runs of this mode had it off too).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+
+PROOF_VARIABLES = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+LOG_DIR_VAR = "NCCLPROBE_NCCL_LOG_DIR"     # tells a worker where ncclprobe asked NCCL to write its log
+RANK_LOG = "nccl-rank{rank}.log"
+
+# NVLink multicast (NVLS) off: what the probes measure needs none, and on shared hosts it can take GPUs down
+NO_NVLS = {"NCCL_NVLS_ENABLE": "0"}
+
+SHARE_GPU_MIN_RANKS = 2
+SHARE_GPU_ENV = NO_NVLS
+SHARE_GPU_RANK_ENV = {"NCCL_HOSTID": "ncclprobe-share-gpu-rank{rank}"}   # "{rank}": PoolSpec.rank_env
+NOT_WITH_SHARED_GPU = {
+    "NCCL_P2P_LEVEL": "ranks sharing one GPU talk over NET/Socket, never P2P",
+    "NCCL_P2P_DISABLE": "ranks sharing one GPU talk over NET/Socket, never P2P",
+    "NCCL_SHM_DISABLE": "ranks sharing one GPU talk over NET/Socket, never SHM",
+    "NCCL_HOSTID": "ncclprobe sets a distinct NCCL_HOSTID per rank to share the GPU",
+}
+
+# the protocol x algorithm grid of `sweep` and `run-engine --tuned` ("default" leaves it unset)
+DEFAULT_GRID = {"NCCL_PROTO": ("default", "LL", "LL128", "Simple"), "NCCL_ALGO": ("default", "Ring", "Tree")}
+
+
+def proof_env(*, tuning: bool = True, also: tuple[str, ...] = ()) -> dict[str, str]:
+    """NCCL_DEBUG and NCCL_DEBUG_SUBSYS, the same for every rank. `tuning=False` leaves out the
+    per-call TUNING lines, for long runs whose thousands of calls would only fill the log; `also`
+    adds subsystems (GRAPH for the rings and trees NCCL searched)."""
+    subsystems = ("INIT", "ENV") + (("TUNING",) if tuning else ()) + tuple(also)
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": ",".join(subsystems)}
+
+
+def rank_log_env(directory: str | Path, rank: int | None = None) -> dict[str, str]:
+    """NCCL_DEBUG_FILE for a rank's own log in `directory`, and where the worker finds it. Without
+    `rank` the file name keeps `{rank}`, which the launcher fills in (PoolSpec.rank_env)."""
+    name = RANK_LOG if rank is None else RANK_LOG.format(rank=rank)
+    return {"NCCL_DEBUG_FILE": str(Path(directory) / name), LOG_DIR_VAR: str(directory)}
+
+
+def rank_log(directory: str | Path, rank: int | str) -> Path:
+    return Path(directory) / RANK_LOG.format(rank=rank)
+
+
+def own_log(rank: int) -> Path | None:
+    """In a worker: the log ncclprobe asked NCCL to write for this rank; None when it asked for none."""
+    directory = os.environ.get(LOG_DIR_VAR)
+    return rank_log(directory, rank) if directory else None
+
+
+def only_shapes_the_log(name: str) -> bool:
+    """NCCL_DEBUG and its NCCL_DEBUG_* companions change what NCCL logs, never what it does."""
+    return name == "NCCL_DEBUG" or name.startswith("NCCL_DEBUG_")
+
+
+def check_share_gpu_ranks(nranks: int) -> None:
+    if nranks < SHARE_GPU_MIN_RANKS:
+        raise UsageProblem(f"--share-gpu needs at least {SHARE_GPU_MIN_RANKS} ranks (NCCL tunes nothing for one), "
+                           f"got {nranks}")
+
+
+def share_gpu_env(swept=()) -> dict[str, str]:
+    """The fixed variables of --share-gpu, minus any a grid sweeps (the grid decides those)."""
+    return {k: v for k, v in SHARE_GPU_ENV.items() if k not in swept}

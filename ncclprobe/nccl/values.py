@@ -1,0 +1,116 @@
+"""How NCCL reads a value: validation against the knowledge table, and the list syntaxes.
+
+`validate_value` is the one place a value is checked against its row; NCCL_PROTO and NCCL_ALGO
+lists are parsed once, by `token_lists` (NCCL's parseList), for everything that asks what a list
+allows: the lint, recommend's safety rule, the sweep's proof and the graph-capture verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.knobs import COLLECTIVE_NAMES, DEBUG_SUBSYSTEMS, KNOBS, PROTOCOLS, Kind, Knob
+from ncclprobe.nccl.p2p import is_legacy_level
+
+
+def validate_value(name: str, value: str) -> str:
+    """Return the value NCCL would act on, or raise UsageProblem naming what is wrong.
+
+    Strict on purpose: the sweep must never measure a setting NCCL would ignore.
+    """
+    row = KNOBS.get(name)
+    if row is None:
+        return value
+    if row.kind is Kind.TOKENS:
+        return _validate_tokens(row, value)
+    if row.kind is Kind.LEVEL:
+        if value in row.values or is_legacy_level(value):
+            return value
+        hint = f" (NCCL matches case exactly: did you mean {value.upper()}?)" if value.upper() in row.values else ""
+        raise UsageProblem(f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}")
+    if row.kind is Kind.CHOICE and not row.case_sensitive and value.upper() in (v.upper() for v in row.values):
+        return value
+    if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
+        raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
+    if row.kind is Kind.INT and not _is_integer(value):
+        raise UsageProblem(f"{name}={value!r} is not an integer")
+    return value
+
+
+def _is_integer(value: str) -> bool:
+    digits = value[1:] if value.startswith("-") else value
+    return digits.isascii() and digits.isdigit()
+
+
+def _validate_tokens(row: Knob, value: str) -> str:
+    allowed = {token.lower(): token for token in row.values}
+    for clause in value.split(";"):
+        tokens = clause.split(":", 1)[-1] if ":" in clause else clause
+        if ":" in clause and clause.split(":", 1)[0].strip().lower() not in COLLECTIVE_NAMES:
+            raise UsageProblem(f"{row.name}={value!r}: unknown collective {clause.split(':', 1)[0]!r}")
+        for token in tokens.lstrip("^").split(","):
+            if token.strip().lower() not in allowed:
+                raise UsageProblem(f"{row.name}={value!r}: unknown token {token.strip()!r}; "
+                                   f"known: {', '.join(row.values)}")
+    return value
+
+
+@dataclass(frozen=True)
+class TokenList:
+    """One clause of an NCCL_PROTO / NCCL_ALGO value: the names it lists, and whether it excludes them."""
+
+    exclude: bool
+    names: frozenset[str]            # lower case, as written
+
+    def allows(self, name: str) -> bool:
+        """NCCL's parseList: a plain list enables what it names and disables the rest; a ^ list
+        disables what it names and sets every other one to 1 (on)."""
+        return (name.lower() in self.names) != self.exclude
+
+
+def token_lists(value: str) -> dict[str, TokenList]:
+    """An NCCL_PROTO / NCCL_ALGO value per scope: "all" for a clause without a function, else the
+    collective's name in lower case (2.24+ `func:list` clauses, `;`-separated)."""
+    lists: dict[str, TokenList] = {}
+    for clause in value.split(";"):
+        scope, _, tokens = clause.rpartition(":")
+        tokens = tokens.strip()
+        if not tokens:
+            continue
+        names = frozenset(t.strip().lower() for t in tokens.lstrip("^").split(",") if t.strip())
+        lists[scope.strip().lower() or "all"] = TokenList(tokens.startswith("^"), names)
+    return lists
+
+
+def token_list_for(value: str, collective: str) -> TokenList | None:
+    """The clause that governs `collective` ("allreduce"): its own, else the one without a function."""
+    lists = token_lists(value)
+    return lists.get(collective, lists.get("all"))
+
+
+def protocol_states(value: str) -> dict[str, dict[str, str]]:
+    """What an NCCL_PROTO value does to each protocol, per scope ("all" or a collective name).
+
+    "forced": the setting turns it on, which for LL128 bypasses NCCL's own LL128 safety check;
+    "off": the setting turns it off.
+    """
+    return {scope: {proto: ("forced" if clause.allows(proto) else "off") for proto in PROTOCOLS}
+            for scope, clause in token_lists(value).items()}
+
+
+def forcing_ll128(value: str | None) -> list[str]:
+    """The clauses of an NCCL_PROTO value that force LL128 on: they name it, or are a ^ list that
+    leaves it in. Empty when the value leaves LL128 to NCCL or turns it off."""
+    if value is None:
+        return []
+    return [clause.strip() for clause in value.split(";")
+            if any(clause_.allows("LL128") for clause_ in token_lists(clause).values())]
+
+
+def subsystems_enabled(value: str) -> set[str]:
+    """The debug subsystems an NCCL_DEBUG_SUBSYS value turns on (it replaces the default list)."""
+    names = {t.strip().upper() for t in value.lstrip("^").split(",") if t.strip()}
+    every = set(DEBUG_SUBSYSTEMS) - {"ALL"}
+    chosen = every if "ALL" in names else names & every
+    return every - chosen if value.strip().startswith("^") else chosen
