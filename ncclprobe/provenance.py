@@ -52,6 +52,18 @@ def gpu_names() -> list[str]:
         return []
 
 
+def compute_capabilities() -> list[int] | None:
+    """Each visible GPU's compute capability as major*10+minor (86 for an RTX 3090); None without CUDA."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        return [major * 10 + minor for major, minor in
+                (torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))]
+    except Exception:
+        return None
+
+
 def collect(argv: list[str] | None = None) -> dict:
     import torch
     return {

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
-from ncclprobe.nccl.knobs import Scope, scope_of
+from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.recipes import (NO_NVLS, NOT_WITH_SHARED_GPU, SHARE_GPU_RANK_ENV, check_share_gpu_ranks,
                                     proof_env, rank_log_env)
 from ncclprobe.nccl.values import validate_value
@@ -44,9 +44,10 @@ class GraphCaptureSpec:
             raise UsageProblem("nranks, iters, graph-ops and replays must all be at least 1")
         if self.share_gpu:
             self._check_share_gpu()
-        if scope_of(self.variable) is not Scope.COMMUNICATOR:
-            raise UsageProblem(f"{self.variable} is read once per process, so a new communicator in the same "
-                               "process cannot change it; use a per-communicator variable such as NCCL_PROTO or NCCL_ALGO")
+        if proof_scope(self.variable) is not Scope.COMMUNICATOR:
+            raise UsageProblem(f"{self.variable} is read (or logged) once per process, so NCCL's log cannot show a "
+                               "new communicator in the same process taking another value; use a per-communicator "
+                               "variable such as NCCL_PROTO or NCCL_ALGO")
         validate_value(self.variable, self.first)
         validate_value(self.variable, self.second)
         if self.first.lower() == self.second.lower():

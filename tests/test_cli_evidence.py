@@ -32,7 +32,8 @@ def test_knobs_table_and_one_variable():
 
 
 def test_knobs_lint_exit_codes():
-    bad = _invoke("knobs", "--lint", "--no-nvlink", "--format", "json",
+    pcie = str(Path(__file__).parent / "fixtures" / "topo" / "rtx5090_2gpu_phb_tabs.txt")
+    bad = _invoke("knobs", "--lint", "--topo", pcie, "--format", "json",
                   env={"NCCL_PROTO": "^LL", "NCCL_P2P_LEVEL": "sys"})
     assert bad.exit_code == 1
     codes = {f["code"] for f in json.loads(bad.stdout)["findings"]}

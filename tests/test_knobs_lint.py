@@ -5,8 +5,12 @@ import pytest
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, Scope, explain, scope_of
 from ncclprobe.nccl.lint import Finding, lint_env
+from ncclprobe.nccl.node import NO_NVLINK, NVLINK_ALL, NodeFacts
 from ncclprobe.nccl.values import protocol_states, subsystems_enabled, validate_value
 from ncclprobe.nccl.version import parse_version
+
+PCIE = NodeFacts(links=NO_NVLINK)
+HOPPER_NVSWITCH = NodeFacts(links=NVLINK_ALL, compute_capabilities=(90, 90))
 
 ISSUE_VARIABLES = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
                    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
@@ -58,7 +62,10 @@ def test_subsystems_enabled():
 
 
 @pytest.mark.parametrize("name, value", [("NCCL_DEBUG", "info"), ("NCCL_PROTO", "^LL128;allreduce:LL128"),
-                                         ("NCCL_ALGO", "allreduce:^tree"), ("NCCL_P2P_LEVEL", "2")])
+                                         ("NCCL_ALGO", "allreduce:^tree"), ("NCCL_P2P_LEVEL", "2"),
+                                         ("NCCL_LAUNCH_MODE", "group"),       # strcasecmp since 2.13
+                                         ("NCCL_NTHREADS", "384"), ("NCCL_NTHREADS", "64"),   # multiples of 32
+                                         ("NCCL_BUFFSIZE", "0x400000")])      # strtoll, base 0
 def test_values_nccl_accepts(name, value):
     assert validate_value(name, value) == value
 
@@ -66,7 +73,9 @@ def test_values_nccl_accepts(name, value):
 @pytest.mark.parametrize("name, value, match", [("NCCL_P2P_LEVEL", "nvl", "did you mean NVL"),
                                                 ("NCCL_PROTO", "LL,Fast", "unknown token 'Fast'"),
                                                 ("NCCL_ALGO", "gather:ring", "unknown collective"),
-                                                ("NCCL_LAUNCH_MODE", "group", "not valid")])
+                                                ("NCCL_LAUNCH_MODE", "grouped", "not valid"),
+                                                ("NCCL_NTHREADS", "100", "multiple of 32 from 64 to 512"),
+                                                ("NCCL_NTHREADS", "1024", "multiple of 32 from 64 to 512")])
 def test_values_nccl_rejects_or_ignores(name, value, match):
     with pytest.raises(UsageProblem, match=match):
         validate_value(name, value)
@@ -76,7 +85,7 @@ def test_values_nccl_rejects_or_ignores(name, value, match):
 CASES = [
     ({}, {}, set()),
     ({"NCCL_PROTO": "LL,Simple", "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO",
-      "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"}, {"nvlink": False}, set()),
+      "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"}, {"node": PCIE}, set()),
     ({"PATH": "/bin", "HOME": "/root"}, {}, set()),
     ({"NCCL_P2P_LEVEL": "sys"}, {}, {("error", "p2p-level-case")}),
     ({"NCCL_P2P_LEVEL": "Nvl"}, {}, {("error", "p2p-level-case")}),
@@ -85,12 +94,12 @@ CASES = [
     ({"NCCL_P2P_LEVEL": "PXN"}, {}, {("info", "p2p-level-undocumented")}),
     ({"NCCL_PROTO": "LL,Bogus"}, {"nccl_version": "2.28.9"}, {("error", "unknown-token")}),
     ({"NCCL_ALGO": "Ring,Bogus"}, {}, {("error", "unknown-token")}),
-    ({"NCCL_PROTO": "^LL"}, {"nvlink": False}, {("error", "ll128-without-nvlink")}),
+    ({"NCCL_PROTO": "^LL"}, {"node": PCIE}, {("error", "ll128-without-nvlink")}),
     ({"NCCL_PROTO": "^LL"}, {}, {("warning", "ll128-without-nvlink")}),
-    ({"NCCL_PROTO": "^LL"}, {"nvlink": True}, set()),
-    ({"NCCL_PROTO": "LL128"}, {"nvlink": False}, {("error", "ll128-without-nvlink")}),
-    ({"NCCL_PROTO": "^LL,LL128"}, {"nvlink": False}, set()),
-    ({"NCCL_PROTO": "^LL128;allreduce:LL128"}, {"nvlink": False}, {("error", "ll128-without-nvlink")}),
+    ({"NCCL_PROTO": "^LL"}, {"node": HOPPER_NVSWITCH}, set()),
+    ({"NCCL_PROTO": "LL128"}, {"node": PCIE}, {("error", "ll128-without-nvlink")}),
+    ({"NCCL_PROTO": "^LL,LL128"}, {"node": PCIE}, set()),
+    ({"NCCL_PROTO": "^LL128;allreduce:LL128"}, {"node": PCIE}, {("error", "ll128-without-nvlink")}),
     ({"NCCL_PROTO": "allreduce:LL"}, {"nccl_version": "2.21.5"}, {("error", "per-collective-too-old")}),
     ({"NCCL_ALGO": "NVLS"}, {"nccl_version": "2.16.2"}, {("error", "algo-too-new")}),
     ({"NCCL_ALGO": "NVLS"}, {"nccl_version": "2.18.1"}, set()),
@@ -103,9 +112,27 @@ CASES = [
      {("error", "min-above-max")}),
     ({"NCCL_MAX_NCHANNELS": "4"}, {}, {("info", "deprecated")}),
     ({"NCCL_LAUNCH_MODE": "GROUP"}, {}, {("info", "deprecated")}),
+    ({"NCCL_LAUNCH_MODE": "group"}, {"nccl_version": "2.28.9"}, {("info", "deprecated")}),   # any case since 2.13
+    ({"NCCL_LAUNCH_MODE": "group"}, {"nccl_version": "2.12.12"}, {("error", "launch-mode-case")}),
+    ({"NCCL_NTHREADS": "384"}, {}, set()),
+    ({"NCCL_P2P_LEVEL": "C2C"}, {"nccl_version": "2.25.1"}, {("error", "p2p-level-too-new")}),
+    ({"NCCL_P2P_LEVEL": "C2C"}, {"nccl_version": "2.26.2"}, {("info", "p2p-level-undocumented")}),
+    ({"NCCL_P2P_LEVEL": "P2C"}, {"nccl_version": "2.26.6"}, {("error", "p2p-level-too-new")}),
+    ({"NCCL_P2P_LEVEL": "P2C"}, {"nccl_version": "2.27.3"}, {("info", "p2p-level-undocumented")}),
+    ({"NCCL_P2P_LEVEL": "P2C"}, {}, {("info", "p2p-level-undocumented")}),
+    ({"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"}, {"nccl_version": "2.27.3"},
+     {("warning", "tuner-config-too-old")}),
+    ({"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"}, {"nccl_version": "2.27.5"}, set()),
+    ({"NCCL_TUNER_PLUGIN": "none"}, {"nccl_version": "2.27.7"}, {("warning", "tuner-none-too-old")}),
+    ({"NCCL_TUNER_PLUGIN": "none"}, {"nccl_version": "2.28.3"}, set()),
+    ({"NCCL_NO_CACHE": "ALL"}, {"nccl_version": "2.29.3"}, {("warning", "no-cache-too-old")}),
+    ({"NCCL_NO_CACHE": "NCCL_BUFFSIZE,ALL"}, {"nccl_version": "2.29.7"}, set()),
+    ({"NCCL_NO_CACHE": "BUFFSIZE"}, {"nccl_version": "2.30.7"}, {("warning", "no-cache-name")}),
+    ({"NCCL_NO_CACHE": "NCCL_P2P_LEVEL"}, {"nccl_version": "2.30.7"}, {("info", "no-cache-no-effect")}),
     ({"NCCL_BUFFSIZE": "4M"}, {}, {("error", "invalid-value")}),
     ({"NCCL_NTHREADS": " 256"}, {}, {("error", "quoted-value")}),
-    ({"NCCL_NVLS_ENABLE": "1"}, {"nvlink": False}, {("warning", "nvls-without-nvlink")}),
+    ({"NCCL_NVLS_ENABLE": "1"}, {"node": PCIE}, {("warning", "nvls-without-nvlink")}),
+    ({"NCCL_NVLS_ENABLE": "1"}, {"node": HOPPER_NVSWITCH}, set()),
     ({"NCCL_TUNER_CONFIG_FILE": "t.csv"}, {}, {("info", "tuner-config-without-plugin")}),
     ({"NCCL_PROTOCOL": "LL"}, {}, {("warning", "unknown-variable")}),
     ({"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_LL128_BUFFSIZE": "1"}, {}, set()),
@@ -121,9 +148,9 @@ def test_lint_rules(env, kwargs, expected):
 
 
 def test_lint_message_names_the_forcing_clause():
-    [finding] = lint_env({"NCCL_PROTO": "^LL128;allreduce:LL128"}, nvlink=False)
+    [finding] = lint_env({"NCCL_PROTO": "^LL128;allreduce:LL128"}, node=PCIE)
     assert "`allreduce:LL128` names LL128" in finding.message
-    [finding] = lint_env({"NCCL_PROTO": "^LL"}, nvlink=False)
+    [finding] = lint_env({"NCCL_PROTO": "^LL"}, node=PCIE)
     assert "^ list that leaves LL128 in" in finding.message
 
 
@@ -148,7 +175,8 @@ def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
     logs = Path(__file__).parent / "fixtures" / "nccl_logs"
     forced = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log")
     assert any(t.proto == "LL128" for t in forced.tuning)
-    codes = {f.code for f in lint_env(forced.env, nvlink=False, nccl_version=forced.nccl_version)}
+    shared_gpu = NodeFacts(over_network=True)   # --share-gpu: the ranks meet over NET/Socket
+    codes = {f.code for f in lint_env(forced.env, node=shared_gpu, nccl_version=forced.nccl_version)}
     assert codes == {"ll128-without-nvlink"}
     ignored = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log")
     assert "NCCL_P2P_LEVEL" not in ignored.env

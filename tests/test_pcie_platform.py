@@ -183,7 +183,8 @@ def test_knobs_lint_reads_collect_env(tmp_path):
     f.write_text(text + "    NCCL_P2P_LEVEL=sys\n")
     result = CliRunner().invoke(cli, ["knobs", "--lint", "--collect-env", str(f), "--format", "json"])
     doc = json.loads(result.stdout)
-    assert doc["env"] == {"NCCL_P2P_LEVEL": "sys"} and doc["nccl_version"] == "2.21.5" and doc["nvlink"] is True
+    assert doc["env"] == {"NCCL_P2P_LEVEL": "sys"} and doc["nccl_version"] == "2.21.5"
+    assert doc["node"]["nvlink"] is True and doc["node"]["links"] == "nvlink-all"   # NV18 between every pair
     assert any(x["variable"] == "NCCL_P2P_LEVEL" for x in doc["findings"])
     assert any("not of the serving workers" in n for n in doc["notes"])
 

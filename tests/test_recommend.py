@@ -91,10 +91,25 @@ def test_ll128_with_the_flag_still_needs_verified_results(tmp_path):
     assert rec.env == {} and "did not verify" in rec.refused["NCCL_PROTO=LL128"][0]
 
 
-def test_ll128_on_nvlink_needs_no_flag(tmp_path):
+HOPPER_NVSWITCH = {"links": "nvlink-all", "compute_capabilities": [90, 90]}
+
+
+def test_ll128_where_nccl_keeps_it_on_needs_no_flag(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(LL128, scaled(DEFAULT, 0.5, 0.5))],
-                     nvlink=True)
+                     nvlink=True, node=HOPPER_NVSWITCH)
     assert build_recommendation([path]).env == LL128
+
+
+@pytest.mark.parametrize("node, why", [
+    ({"links": "nvlink-partial", "compute_capabilities": [86, 86]}, "some hop is PCIe"),  # bridged RTX 3090 pairs
+    ({"links": "nvlink-all", "compute_capabilities": [80, 90]}, "the GPUs differ"),
+    (None, "nothing shows"),                # an older file: "NVLink yes" says nothing about every hop
+])
+def test_ll128_refused_where_nccl_keeps_it_off_although_nvlink_is_there(tmp_path, node, why):
+    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT), config(LL128, scaled(DEFAULT, 0.5, 0.5))],
+                     nvlink=True, node=node)
+    rec = build_recommendation([path])
+    assert rec.env == {} and why in rec.refused["NCCL_PROTO=LL128"][0]
 
 
 @pytest.mark.parametrize("value, forced", [("LL128", True), ("LL,LL128,Simple", True), ("^LL", True),

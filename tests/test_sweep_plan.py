@@ -115,21 +115,25 @@ def test_unknown_links_measure_every_level():
 
 
 def test_lint_runs_over_every_configuration_before_the_sweep():
+    from ncclprobe.nccl.node import NO_NVLINK, NVLINK_ALL, NodeFacts
     from ncclprobe.sweep.setup import lint_findings
-    configs = build_grid({"NCCL_PROTO": ("default", "LL128", "^LL"), "NCCL_BUFSIZE": ("1024",)})
+    configs = build_grid({"NCCL_PROTO": ("default", "LL128", "^LL"), "NCCL_BUFSIZE": ("1024",),
+                          "NCCL_P2P_LEVEL": ("P2C",)})
 
-    def flagged(backend, nvlink):
+    def flagged(backend, node, version="2.28.9"):
         out = {}
-        for finding in lint_findings(configs, backend, nvlink):
+        for finding in lint_findings(configs, backend, node, version):
             out.setdefault((finding["code"], finding["severity"]), []).extend(finding["config_ids"])
         return out
 
-    on_pcie = flagged("nccl", False)
+    on_pcie = flagged("nccl", NodeFacts(links=NO_NVLINK))
     assert sorted(on_pcie[("ll128-without-nvlink", "error")]) == [         # named, and through ^LL
-        "NCCL_BUFSIZE=1024,NCCL_PROTO=LL128", "NCCL_BUFSIZE=1024,NCCL_PROTO=^LL"]
+        "NCCL_BUFSIZE=1024,NCCL_P2P_LEVEL=P2C,NCCL_PROTO=LL128", "NCCL_BUFSIZE=1024,NCCL_P2P_LEVEL=P2C,NCCL_PROTO=^LL"]
     assert len(on_pcie[("unknown-variable", "warning")]) == 3              # the typo, in every configuration
-    assert set(flagged("nccl", True)) == {("unknown-variable", "warning")}
+    hopper = NodeFacts(links=NVLINK_ALL, compute_capabilities=(90, 90))
+    assert set(flagged("nccl", hopper)) == {("unknown-variable", "warning")}
     assert set(flagged("gloo", None)) == {("unknown-variable", "warning")}  # no NCCL links on gloo
+    assert len(flagged("nccl", hopper, "2.26.6")[("p2p-level-too-new", "error")]) == 3   # the version in use
 
 
 def test_lint_findings_reach_the_results_header_and_its_notes(tmp_path):

@@ -10,27 +10,36 @@ from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, explain
 from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.version import parse_version
+from ncclprobe.provenance import nccl_version_string
 
 EPILOG = """\b
 Examples:
   ncclprobe knobs
   ncclprobe knobs NCCL_P2P_LEVEL
   ncclprobe knobs proto --format json
-  NCCL_PROTO=^LL ncclprobe knobs --lint --no-nvlink --nccl-version 2.28.9
+  NCCL_PROTO=^LL ncclprobe knobs --lint --topo topo.txt --nccl-version 2.28.9
+  ncclprobe knobs --lint                     # this machine: its GPU topology and torch's NCCL version
+  ncclprobe knobs --lint --collect-env collect_env.txt   # what `vllm collect-env` printed
+
+\b
+--topo FILE is saved `nvidia-smi topo -m` output; without it the lint reads this machine's topology
+(none on a machine without GPUs: rules that depend on the links then say so instead of deciding).
 """
 
 
 @click.command(epilog=EPILOG, short_help="Explain NCCL variables; lint this environment.")
 @click.argument("variable", required=False)
 @click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
-@click.option("--nvlink/--no-nvlink", default=None, help="For --lint: whether the GPUs are linked by NVLink.")
-@click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9.")
+@click.option("--topo", "topo_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="For --lint: the GPUs' topology (saved `nvidia-smi topo -m`)  [default: this machine's].")
+@click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
 @click.option("--collect-env", "collect_env", type=click.Path(dir_okay=False),
               help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
                    "`python -m sglang.check_env` output instead of this environment.")
 @format_option
-def command(variable, do_lint, nvlink, nccl_version, collect_env, fmt):
+def command(variable, do_lint, topo_file, nccl_version, collect_env, fmt):
     """Print the NCCL knowledge table, or explain one VARIABLE (NCCL_P2P_LEVEL, p2p_level, ...):
     its values and syntax, when NCCL reads it (each communicator creation or once per process),
     version notes, risks, how NCCL's log proves it was read, and facts not yet checked on a GPU.
@@ -43,8 +52,10 @@ def command(variable, do_lint, nvlink, nccl_version, collect_env, fmt):
         if nccl_version is not None and parse_version(nccl_version) is None:
             raise UsageProblem(f"--nccl-version {nccl_version!r} is not a version like 2.28.9")
         if collect_env:
-            return _lint_collect_env(collect_env, nvlink, nccl_version, fmt)
-        return _lint(nvlink, nccl_version, fmt)
+            return _lint_collect_env(collect_env, topo_file, nccl_version, fmt)
+        return _lint(_node(topo_file), nccl_version or nccl_version_string(), fmt)
+    if topo_file or nccl_version or collect_env:
+        raise UsageProblem("--topo, --nccl-version and --collect-env go with --lint")
     if variable:
         doc = explain(_canonical(variable))
         emit(fmt, {"schema_version": 1, **doc}, _explain_rows(doc), title=f"{doc['name']}: {doc['summary']}")
@@ -75,21 +86,33 @@ def _explain_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def _lint_collect_env(path, nvlink, nccl_version, fmt) -> int:
+def _lint_collect_env(path, topo_file, nccl_version, fmt) -> int:
     from ncclprobe.evidence.text import read_text_file
+    from ncclprobe.evidence.topo import node_facts
     from ncclprobe.pcie.collect_env import parse_collect_env
     collected = parse_collect_env(read_text_file(path, "collect-env output"))
-    topo_nvlink = collected.topology.summary["nvlink"] if collected.topology else None
-    return _lint(nvlink if nvlink is not None else topo_nvlink, nccl_version or collected.nccl_version, fmt,
+    node = _node(topo_file) if topo_file else node_facts(collected.topology) if collected.topology else None
+    return _lint(node, nccl_version or collected.nccl_version, fmt,
                  env=collected.nccl_settings, notes=collected.notes, source=str(path))
 
 
-def _lint(nvlink, nccl_version, fmt, *, env=None, notes=(), source="this environment") -> int:
+def _node(topo_file: str | None) -> NodeFacts | None:
+    """The GPUs the lint judges: a saved topology, or this machine's (None without GPUs)."""
+    if topo_file:
+        from ncclprobe.evidence.text import read_text_file
+        from ncclprobe.evidence.topo import node_facts, parse_topo
+        return node_facts(parse_topo(read_text_file(topo_file, "topology file")))
+    from ncclprobe.evidence.topo_live import live_node_facts
+    return live_node_facts()
+
+
+def _lint(node: NodeFacts | None, nccl_version: str | None, fmt, *, env=None, notes=(),
+          source="this environment") -> int:
     env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-    findings = lint_env(env, nvlink=nvlink, nccl_version=nccl_version)
+    findings = lint_env(env, node=node, nccl_version=nccl_version)
     rows = [{"severity": f.severity, "variable": f.variable, "finding": f.message, "fix": f.fix} for f in findings]
-    doc = {"schema_version": 1, "env": env, "nvlink": nvlink, "nccl_version": nccl_version, "source": source,
-           "findings": [f.to_json() for f in findings], "notes": list(notes)}
+    doc = {"schema_version": 1, "env": env, "node": node.to_json() if node else None, "nccl_version": nccl_version,
+           "source": source, "findings": [f.to_json() for f in findings], "notes": list(notes)}
     emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
          notes=notes)
     return 1 if any(f.severity == "error" for f in findings) else 0

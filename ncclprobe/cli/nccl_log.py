@@ -9,6 +9,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.sizes import format_size
 
@@ -37,10 +38,15 @@ def command(files, fmt):
     if log.nccl_lines == 0 and log.nccl_version is None:
         raise UsageProblem(f"no NCCL log lines in {', '.join(files)}: expected lines like "
                            "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)")
-    findings = lint_env(log.env, nccl_version=log.nccl_version)
+    findings = lint_env(log.env, node=_node(log), nccl_version=log.nccl_version)
     doc = {**log.to_json(), "files": list(files), "lint": [f.to_json() for f in findings]}
     emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f.severity}: {f.message}" for f in findings])
     return 1 if log.warnings or any(f.severity == "error" for f in findings) else 0
+
+
+def _node(log: NcclLog) -> NodeFacts | None:
+    """What the log itself shows of the links: ranks connected only through NET met over the network."""
+    return NodeFacts(over_network=True) if log.transports and set(log.transports) == {"NET"} else None
 
 
 def _title(log: NcclLog) -> str:

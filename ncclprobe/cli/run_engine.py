@@ -22,6 +22,10 @@ Examples:
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
 
+Every --env, --env-after-init and --tuned setting is linted first (a value NCCL rejects or ignores
+is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
+unless --allow-ll128-without-nvlink.
+
 Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree, a
 setting did not reach every worker when it created its communicator, or the workers hung/crashed;
 2 bad options, 4 internal error."""
@@ -66,12 +70,14 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--tuned", "tuned", is_flag=False, flag_value=SWEEP_FIRST, default=None, metavar="[FILE]",
               help="Also run with the NCCL settings of a recommendation FILE (alone: sweep the engine's own "
                    "all-reduce sizes first) and show untuned against tuned.")
+@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
+              help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, capture_batches, compile_steps, single_rank_collectives, device, dtype, modes, env_pairs, late_pairs, tuned, trace_path,
-            fmt):
+            graphs, capture_batches, compile_steps, single_rank_collectives, device, dtype, modes, env_pairs, late_pairs, tuned,
+            allow_ll128, trace_path, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -86,7 +92,10 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
                    modes=modes or ("baseline", "speculative"), settings=settings,
                    env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
     spec.check_runnable()
-    warnings = spec.warnings()
+    guard = SettingsGuard.for_spec(spec, allow_ll128)
+    warnings = spec.warnings() + guard.check(spec.settings, "--env") + guard.check(spec.env_after_init, "--env-after-init")
+    if recommended is not None:
+        warnings += guard.check({**spec.settings, **recommended}, f"--tuned {tuned} (on top of --env)")
     for warning in warnings:
         logging.getLogger("ncclprobe.run_engine").warning(warning)
     if tuned == SWEEP_FIRST and tp == 1:
@@ -96,8 +105,10 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     doc = run_with_progress([spec], quiet)
     if tuned is not None:
-        doc = add_tuned_runs(doc, spec, recommended, quiet)
+        doc, tuned_warnings = add_tuned_runs(doc, spec, recommended, quiet, guard)
+        warnings += tuned_warnings
     doc["warnings"] = warnings
+    doc["node"] = guard.node.to_json() if guard.node else None   # what the NCCL rules knew of the GPUs
     if out:
         with out:
             json.dump(doc, out, indent=1)
@@ -118,8 +129,32 @@ def run_with_progress(specs, quiet: bool) -> dict:
         return run_engine(specs, on_message=lambda m: m.get("kind") == "engine-digest" and progress.advance(m["mode"]))
 
 
-def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool) -> dict:
-    """Run `spec` again with the recommended settings on top of --env; merge into one trace."""
+class SettingsGuard:
+    """The safety rule over what the workers will run with (`ncclprobe.nccl.safety`), with this
+    machine's GPUs and NCCL version when the run uses NCCL."""
+
+    def __init__(self, node, nccl_version: str | None, nccl_used: bool, allow_ll128: bool):
+        self.node, self.nccl_version, self.nccl_used, self.allow_ll128 = node, nccl_version, nccl_used, allow_ll128
+
+    @classmethod
+    def for_spec(cls, spec, allow_ll128: bool) -> "SettingsGuard":
+        if spec.resolved_device() != "cuda":
+            return cls(None, None, False, allow_ll128)
+        from ncclprobe.evidence.topo_live import live_node_facts
+        from ncclprobe.provenance import nccl_version_string
+        return cls(live_node_facts(gpus=spec.tp), nccl_version_string(), True, allow_ll128)
+
+    def check(self, settings: dict, source: str) -> list[str]:
+        """Warnings to show; UsageProblem (exit 2) for a lint error or an unsafe LL128."""
+        from ncclprobe.nccl.safety import check_job_settings
+        return check_job_settings(settings, source=source, node=self.node, nccl_version=self.nccl_version,
+                                  nccl_used=self.nccl_used, allow_ll128=self.allow_ll128)
+
+
+def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
+                   guard: SettingsGuard) -> tuple[dict, list[str]]:
+    """Run `spec` again with the recommended settings on top of --env; merge into one trace. A
+    quick sweep's recommendation is checked like --env before it runs; the warnings come back."""
     import dataclasses
     from ncclprobe.engine.runner import merge_traces
     from ncclprobe.engine.tuning import quick_sweep_settings
@@ -133,10 +168,12 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool) -> di
             recommended, recommendation = quick_sweep_settings(
                 doc, nranks=spec.tp, backend=doc["config"]["backend"], graph_mode=spec.graphs != "none",
                 progress=progress)
+    warnings = [] if recommendation is None else guard.check(
+        {**spec.settings, **recommended}, "--tuned: the quick sweep's recommendation (on top of --env)")
     tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label="tuned")
     merged = merge_traces(doc, run_with_progress([tuned], quiet))
     merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
-    return merged
+    return merged, warnings
 
 
 def parse_batch_list(text: str | None) -> tuple[int, ...]:

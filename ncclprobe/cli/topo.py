@@ -109,7 +109,10 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt) -> int:
 
 def _title(topo: Topology) -> str:
     s = topo.summary
-    return (f"{s['gpu_count']} GPU(s), NVLink {'yes' if s['nvlink'] else 'no' if s['nvlink'] is False else 'unknown'}, "
+    nvlink = {True: "yes", False: "no", None: "unknown"}[s["nvlink"]]
+    if s["nvlink"] and s.get("links"):
+        nvlink += f" ({s['links']})"   # whether NVLink joins every GPU, which LL128 needs
+    return (f"{s['gpu_count']} GPU(s), NVLink {nvlink}, "
             f"worst path {s['worst_path'] or '-'}, NUMA nodes {s['numa_spread'] or '?'} ({topo.source})")
 
 

@@ -15,7 +15,8 @@ from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
-from ncclprobe.nccl.knobs import Scope, scope_of
+from ncclprobe.nccl.knobs import Scope, effective_scope
+from ncclprobe.nccl.version import parse_version
 
 LATER_ENV_KEYS = ("env_after_comm_init", "env_at_exit", "env_at_end", "env_now")
 UNSET = "<unset>"
@@ -70,7 +71,8 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
         late_ranks = sorted({p["rank"] for p in after if p["variable"] == first["variable"]}, key=str)
         if len(late_ranks) > 1:
             where = f"{len(late_ranks)} workers (ranks {', '.join(map(str, late_ranks))})"
-        scope = scope_of(first["variable"])
+        worker = next((w for w in run.get("workers") or [] if w.get("rank") == first["rank"]), {})
+        scope = effective_scope(first["variable"], E.nccl_env(worker), parse_version(worker.get("nccl_version")))
         consequence = ("it applies only to communicators created after it was set, and graphs captured on the old one keep the old value"
                        if scope is Scope.COMMUNICATOR else "NCCL reads it once per process, so it needs a new process")
         title = f"{first['variable']}={first['asked']} was set in {where} after NCCL created its communicator"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 
 _SMI_TO_NCCL = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
@@ -67,6 +68,7 @@ class Topology:
         numa = sorted({g.numa_affinity for g in self.gpus if g.numa_affinity})
         return {"gpu_count": len(self.gpus),
                 "nvlink": any(c.startswith("NV") for c in known) if known or not codes else None,
+                "links": node_facts(self).links,
                 "worst_path": max(known, key=_smi_rank) if known else None,
                 "numa_nodes": numa, "numa_spread": len(numa) if numa else None,
                 "nic_count": len(self.nics)}
@@ -214,6 +216,12 @@ def _nccl_type(code: str | None) -> str | None:
     if code is None:
         return None
     return "NVL" if code.startswith("NV") else _SMI_TO_NCCL.get(code)
+
+
+def node_facts(topology: Topology, *, gpus=None, compute_capabilities=None, over_network: bool = False) -> NodeFacts:
+    """What NCCL's topology rules (LL128, NVLS) need to know about `gpus` (default all) of this topology."""
+    return NodeFacts.from_path_types(nccl_path_types(topology), gpus=gpus, compute_capabilities=compute_capabilities,
+                                     over_network=over_network)
 
 
 def p2p_level_pairs(topology: Topology) -> dict[str, frozenset[tuple[int, int]]]:

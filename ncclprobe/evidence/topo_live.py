@@ -54,6 +54,39 @@ def read_live_topology(*, p2p_check: bool = False, p2p_timeout_s: float = 120.0,
     return topo
 
 
+def live_node_facts(*, gpus: int | None = None, over_network: bool = False, topology: Topology | None = None):
+    """What NCCL's topology rules need about the first `gpus` CUDA devices of this machine (default
+    all), from its topology (read here unless given) and torch's compute capabilities; None
+    without a readable topology."""
+    from ncclprobe.evidence.topo import node_facts
+    from ncclprobe.provenance import compute_capabilities
+    try:
+        topo = topology or read_live_topology()
+    except Exception as exc:   # no GPU, no nvidia-smi/NVML: the rules say what they could not decide
+        log.info("no live GPU topology for the NCCL rules (%s)", exc)
+        return None
+    caps = compute_capabilities() or []
+    physical = _physical_indices(len(caps), len(topo.gpus))
+    if physical is None:
+        return node_facts(topo, over_network=over_network)   # links of every GPU; which are used is unknown
+    used = physical[:gpus] if gpus else physical
+    by_index = {p: caps[i] for i, p in enumerate(physical)}
+    return node_facts(topo, gpus=used, compute_capabilities=[by_index.get(i, 0) for i in range(len(topo.gpus))],
+                      over_network=over_network)
+
+
+def _physical_indices(visible: int, total: int) -> list[int] | None:
+    """nvidia-smi's index of each CUDA device (CUDA_VISIBLE_DEVICES as integers); None when unknown."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return list(range(total)) if visible == total else None
+    try:
+        indices = [int(part) for part in listed.split(",") if part.strip()]
+    except ValueError:   # UUIDs or MIG names: the mapping needs NVML
+        return None
+    return indices if len(indices) == visible and all(0 <= i < total for i in indices) else None
+
+
 def host_cpu_vendor() -> str | None:
     """"intel", "amd", "zhaoxin" or "arm" for this host (what NCCL's default P2P level depends on)."""
     import platform

@@ -3,8 +3,9 @@
 env-check runs it over what a worker actually saw, the sweep over each configuration before
 measuring it, and recommend refuses anything it calls an error. Every rule comes from the
 knowledge table (`ncclprobe.nccl.knobs`) and so from ../shared/reference/nccl-facts.md; a finding says
-what NCCL will do with the value and how to fix it. `nvlink` (from the topology) and
-`nccl_version` sharpen the verdicts; None means unknown and the lint says so instead of guessing.
+what NCCL will do with the value and how to fix it. `node` (what the topology says about the
+GPUs: `ncclprobe.nccl.node`) and `nccl_version` sharpen the verdicts; None means unknown and the
+lint says so instead of guessing.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import ALGORITHM_SINCE, KNOBS
-from ncclprobe.nccl.p2p import P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, is_legacy_level, legacy_level
-from ncclprobe.nccl.values import forcing_ll128, subsystems_enabled, validate_value
-from ncclprobe.nccl.version import parse_version
+from ncclprobe.nccl.knobs import ALGORITHM_SINCE, KNOBS, NO_CACHE_SINCE
+from ncclprobe.nccl.ll128 import ll128_default
+from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU, NodeFacts
+from ncclprobe.nccl.p2p import P2P_LEVEL_SINCE, P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, is_legacy_level, legacy_level
+from ncclprobe.nccl.values import forcing_ll128, parse_integer, subsystems_enabled, validate_value
+from ncclprobe.nccl.version import Version, parse_version
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -38,17 +41,17 @@ class Finding:
 @dataclass(frozen=True)
 class _Context:
     env: Mapping[str, str]
-    nvlink: bool | None
-    version: tuple[int, int, int] | None
+    node: NodeFacts | None
+    version: Version | None
 
-    def at_least(self, major: int, minor: int) -> bool | None:
-        return None if self.version is None else self.version >= (major, minor, 0)
+    def at_least(self, major: int, minor: int, patch: int = 0) -> bool | None:
+        return None if self.version is None else self.version >= (major, minor, patch)
 
 
-def lint_env(env: Mapping[str, str], *, nvlink: bool | None = None,
+def lint_env(env: Mapping[str, str], *, node: NodeFacts | None = None,
              nccl_version: str | None = None) -> list[Finding]:
     """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored."""
-    ctx = _Context({k: v for k, v in env.items() if k.startswith("NCCL_")}, nvlink, parse_version(nccl_version))
+    ctx = _Context({k: v for k, v in env.items() if k.startswith("NCCL_")}, node, parse_version(nccl_version))
     findings: list[Finding] = []
     for rule in _RULES:
         findings.extend(rule(ctx))
@@ -87,9 +90,7 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
         yield Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is a legacy integer; NCCL reads it as "
                       f"{legacy}", f"export NCCL_P2P_LEVEL={legacy}", "p2p-level-legacy-int")
     elif value in P2P_LEVELS_UNDOCUMENTED:
-        yield Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is accepted by NCCL's code but not "
-                      "documented; its meaning may change between versions",
-                      "prefer one of " + ", ".join(P2P_LEVELS), "p2p-level-undocumented")
+        yield _undocumented_level(ctx, value)
     elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:
         yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is silently ignored: NCCL compares "
                       "level names case-sensitively, so the default level applies",
@@ -97,6 +98,19 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
     else:
         yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value!r} is not a P2P level; NCCL ignores it",
                       "use one of " + ", ".join(P2P_LEVELS), "p2p-level-unknown")
+
+
+def _undocumented_level(ctx: _Context, value: str) -> Finding:
+    since = P2P_LEVEL_SINCE.get(value)
+    shown = ".".join(map(str, since[:2])) if since else ""
+    if since and ctx.version is not None and ctx.version < since:
+        return Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is not a level name before NCCL {shown} "
+                       f"(this is {'.'.join(map(str, ctx.version))}): NCCL ignores it and uses its default level",
+                       "use one of " + ", ".join(P2P_LEVELS), "p2p-level-too-new")
+    needs = f" (NCCL {shown}+; older versions ignore it)" if since else ""
+    return Finding("info", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is accepted by NCCL's code but not "
+                   f"documented{needs}; its meaning may change between versions",
+                   "prefer one of " + ", ".join(P2P_LEVELS), "p2p-level-undocumented")
 
 
 def _p2p_disable_with_level(ctx: _Context) -> Iterator[Finding]:
@@ -137,23 +151,26 @@ def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[Findin
 
 
 def _ll128(ctx: _Context) -> Iterator[Finding]:
-    """LL128 forced on, directly or by a ^ list that does not exclude it, where NVLink is absent or unknown."""
-    value = ctx.env.get("NCCL_PROTO")
-    if value is None or ctx.nvlink is True:
-        return
-    forcing = forcing_ll128(value)
-    if not forcing:
+    """LL128 forced on, directly or by a ^ list that does not exclude it, where NCCL's own rule keeps
+    it off (`ncclprobe.nccl.ll128`) or cannot be decided from what is known."""
+    forcing = forcing_ll128(ctx.env.get("NCCL_PROTO"))
+    default = ll128_default(ctx.node, ctx.version)
+    if not forcing or default.on is True:
         return
     clause = forcing[0]
     how = (f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in "
            "(seen on 2.28.9: it then picks LL128 without NVLink)"
            if "^" in clause else f"`{clause}` names LL128")
-    where = "this node has no NVLink" if ctx.nvlink is False else "NVLink is not known to be present"
-    yield Finding("error" if ctx.nvlink is False else "warning", "NCCL_PROTO",
-                  f"NCCL_PROTO={value} forces LL128 on ({how}) and {where}: NCCL keeps LL128 off without NVLink "
-                  "because it can corrupt data silently",
+    verdict = ("NCCL keeps LL128 off here" if default.on is False
+               else "whether NCCL would keep LL128 on here is not known")
+    yield Finding("error" if default.on is False else "warning", "NCCL_PROTO",
+                  f"NCCL_PROTO={ctx.env['NCCL_PROTO']} forces LL128 on ({how}), and {verdict}: {default.why}. "
+                  "NCCL enables LL128 only where it verified that it cannot corrupt data silently",
                   "exclude LL128 too (NCCL_PROTO=^LL,LL128) or name only what you want (NCCL_PROTO=LL,Simple)",
-                  "ll128-without-nvlink")
+                  LL128_RULE)
+
+
+LL128_RULE = "ll128-without-nvlink"   # the rule id recommend and run-engine look for
 
 
 def _debug_subsys(ctx: _Context) -> Iterator[Finding]:
@@ -183,7 +200,11 @@ def _deprecations(ctx: _Context) -> Iterator[Finding]:
         if old in ctx.env and ctx.at_least(2, 17) is not False:
             yield Finding("info", old, f"{old} is deprecated since NCCL 2.17; the most restrictive of it, {new} "
                           "and the communicator config wins", f"use {new}", "deprecated")
-    if ctx.env.get("NCCL_LAUNCH_MODE", "").upper() == "GROUP":
+    mode = ctx.env.get("NCCL_LAUNCH_MODE", "").strip()
+    if mode.upper() == "GROUP" and mode != "GROUP" and ctx.at_least(2, 13) is False:
+        yield Finding("error", "NCCL_LAUNCH_MODE", f"NCCL_LAUNCH_MODE={mode} means PARALLEL before NCCL 2.13, which "
+                      "compares it with exact case", "export NCCL_LAUNCH_MODE=GROUP (or unset it)", "launch-mode-case")
+    elif mode.upper() == "GROUP":
         yield Finding("info", "NCCL_LAUNCH_MODE", "NCCL_LAUNCH_MODE=GROUP is deprecated since NCCL 2.9",
                       "unset it", "deprecated")
 
@@ -191,7 +212,8 @@ def _deprecations(ctx: _Context) -> Iterator[Finding]:
 def _channel_bounds(ctx: _Context) -> Iterator[Finding]:
     for low_name, high_name in (("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"), ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")):
         low, high = ctx.env.get(low_name, ""), ctx.env.get(high_name, "")
-        if low.isdigit() and high.isdigit() and int(low) > int(high):
+        low_n, high_n = parse_integer(low), parse_integer(high)
+        if low_n is not None and high_n is not None and low_n > high_n:
             yield Finding("error", low_name, f"{low_name}={low} is above {high_name}={high}",
                           "make the minimum at most the maximum", "min-above-max")
 
@@ -203,16 +225,52 @@ def _transports_off(ctx: _Context) -> Iterator[Finding]:
 
 
 def _nvls(ctx: _Context) -> Iterator[Finding]:
-    if ctx.env.get("NCCL_NVLS_ENABLE") == "1" and ctx.nvlink is False:
-        yield Finding("warning", "NCCL_NVLS_ENABLE", "NCCL_NVLS_ENABLE=1 asks for NVLink SHARP, which needs "
-                      "NVSwitch; this node has no NVLink", "unset it", "nvls-without-nvlink")
+    links = ctx.node.links if ctx.node else None
+    if ctx.env.get("NCCL_NVLS_ENABLE") == "1" and links is not None and links not in (NVLINK_ALL, ONE_GPU):
+        yield Finding("warning", "NCCL_NVLS_ENABLE", "NCCL_NVLS_ENABLE=1 asks for NVLink SHARP, which needs every "
+                      "GPU on one NVSwitch fabric; this node's GPUs are not all linked by NVLink", "unset it",
+                      "nvls-without-nvlink")
 
 
 def _tuner_config(ctx: _Context) -> Iterator[Finding]:
-    if "NCCL_TUNER_CONFIG_FILE" in ctx.env and "NCCL_TUNER_PLUGIN" not in ctx.env:
+    if "NCCL_TUNER_CONFIG_FILE" not in ctx.env:
+        return
+    if ctx.at_least(2, 27, 5) is False:
+        yield Finding("warning", "NCCL_TUNER_CONFIG_FILE", "NCCL's example tuner plugin reads NCCL_TUNER_CONFIG_FILE "
+                      f"only from 2.27.5; this is {'.'.join(map(str, ctx.version))}", "upgrade NCCL or unset it",
+                      "tuner-config-too-old")
+    if "NCCL_TUNER_PLUGIN" not in ctx.env:
         yield Finding("info", "NCCL_TUNER_CONFIG_FILE", "NCCL_TUNER_CONFIG_FILE is read only by NCCL's example "
                       "tuner plugin, and NCCL_TUNER_PLUGIN is not set", "set NCCL_TUNER_PLUGIN to that plugin",
                       "tuner-config-without-plugin")
+
+
+def _tuner_plugin(ctx: _Context) -> Iterator[Finding]:
+    value = ctx.env.get("NCCL_TUNER_PLUGIN", "")
+    if value.strip().lower() == "none" and ctx.at_least(2, 28) is False:
+        yield Finding("warning", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_PLUGIN=none means `no plugin` only from NCCL 2.28; "
+                      "older versions look for a library called none, fail, and fall back (to a tuner inside the "
+                      "net plugin, else the internal one)", "unset it to get the internal tuner", "tuner-none-too-old")
+
+
+def _no_cache(ctx: _Context) -> Iterator[Finding]:
+    """NCCL_NO_CACHE (2.29.7+): which once-per-process caches it really lifts."""
+    value = ctx.env.get("NCCL_NO_CACHE")
+    if value is None:
+        return
+    if ctx.version is not None and ctx.version < NO_CACHE_SINCE:
+        yield Finding("warning", "NCCL_NO_CACHE", f"NCCL_NO_CACHE exists from NCCL 2.29.7; this is "
+                      f"{'.'.join(map(str, ctx.version))}, which caches every variable once per process",
+                      "upgrade NCCL or unset it", "no-cache-too-old")
+    for token in (t for t in value.split(",") if t and t != "ALL"):
+        row = KNOBS.get(token)
+        if not token.startswith("NCCL_"):
+            yield Finding("warning", "NCCL_NO_CACHE", f"NCCL_NO_CACHE lists {token!r}: NCCL compares full names "
+                          "exactly (NCCL_BUFFSIZE, ALL), so this matches nothing", f"write NCCL_{token.upper()}"
+                          if token.upper() != "ALL" else "write ALL", "no-cache-name")
+        elif row is not None and not row.nccl_param:
+            yield Finding("info", "NCCL_NO_CACHE", f"NCCL_NO_CACHE lists {token}, which NCCL does not read through "
+                          "its cached parameters: it stays read once per process", f"drop {token}", "no-cache-no-effect")
 
 
 # NCCL variables that sit close to a table name but are real (not typos)
@@ -234,6 +292,6 @@ def _typos(ctx: _Context) -> Iterator[Finding]:
 
 _RULES: tuple[Callable[[_Context], Iterable[Finding]], ...] = (
     _values, _p2p_level, _p2p_disable_with_level, _tokens, _ll128, _debug_subsys, _debug_file,
-    _deprecations, _channel_bounds, _transports_off, _nvls, _tuner_config, _typos)
+    _deprecations, _channel_bounds, _transports_off, _nvls, _tuner_config, _tuner_plugin, _no_cache, _typos)
 
-__all__ = ["Finding", "lint_env", "SEVERITIES"]
+__all__ = ["Finding", "LL128_RULE", "lint_env", "SEVERITIES"]

@@ -14,8 +14,10 @@ from ncclprobe.nccl.version import parse_version
 # two GPUs is allowed when their path type is at most the level (`path->type <= p2pLevel`)
 PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")   # the documented ones
-# path types NCCL's code accepts beyond the documented six (2.30.7 topoPathTypeStr)
+# path types NCCL's code accepts beyond the documented six (topoPathTypeStr up to SYS), and the
+# versions that added them: not in v2.25.1-1, C2C in v2.26.2-1, P2C in v2.27.3-1 (NVB, PXN in v2.12.12-1)
 P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
+P2P_LEVEL_SINCE = {"C2C": (2, 26, 0), "P2C": (2, 27, 0)}
 # levelsOldToNew: old-style integer -> the path type NCCL uses (and logs); larger integers are SYS
 LEGACY_P2P_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 

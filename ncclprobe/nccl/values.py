@@ -33,14 +33,34 @@ def validate_value(name: str, value: str) -> str:
         return value
     if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
         raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
-    if row.kind is Kind.INT and not _is_integer(value):
-        raise UsageProblem(f"{name}={value!r} is not an integer")
+    if row.kind is Kind.INT:
+        _check_integer(row, value)
     return value
 
 
-def _is_integer(value: str) -> bool:
-    digits = value[1:] if value.startswith("-") else value
-    return digits.isascii() and digits.isdigit()
+def _check_integer(row: Knob, value: str) -> None:
+    number = parse_integer(value)
+    if number is None:
+        raise UsageProblem(f"{row.name}={value!r} is not an integer")
+    low, high, step = row.minimum, row.maximum, row.multiple_of
+    if (low is not None and number < low) or (high is not None and number > high) or number % step:
+        span = f"from {low} to {high}" if low is not None and high is not None else ""
+        raise UsageProblem(f"{row.name}={value!r} is not one NCCL uses as given: it takes "
+                           f"{f'a multiple of {step} ' if step > 1 else ''}{span}".rstrip() + " and replaces others")
+
+
+def parse_integer(value: str) -> int | None:
+    """An integer as NCCL_PARAM reads it (strtoll, base 0: 42, 0x2a, 052), whole value only; None otherwise.
+
+    ASCII only: a value NCCL cannot read is never measured as if it could."""
+    text = value[1:] if value[:1] in "+-" else value
+    if not text or not text.isascii() or not text.isalnum():
+        return None
+    try:
+        number = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 8) if text[:1] == "0" else int(text, 10)
+    except ValueError:
+        return None
+    return -number if value.startswith("-") else number
 
 
 def _validate_tokens(row: Knob, value: str) -> str:

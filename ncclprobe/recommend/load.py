@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.recommend.noise import Point, merge
 from ncclprobe.records import ResultsFile, config_id, read_results
 from ncclprobe.sizes import format_size
@@ -52,6 +53,7 @@ class Evidence:
     curves: dict[str, Curve]
     excluded: list[Exclusion]
     nvlink: bool | None          # False if any file's topology says no NVLink; None if unknown
+    node: NodeFacts | None       # what the files agree on about the GPUs (LL128's rule), None if unknown
     nranks: int | None
     nccl_version: str | None
     marks: dict[str, dict[int, str]] = field(default_factory=dict)   # config -> size -> bad status
@@ -81,6 +83,7 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
         raise UsageProblem(f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}")
     return Evidence(paths=[str(p) for p in paths], headers=[f.header for f in files], collective=collective,
                     mode=mode, curves=curves, excluded=excluded, nvlink=_nvlink(files),
+                    node=NodeFacts.merge([_node(f.header) for f in files]),
                     marks=_marks(results, collective, mode), excluded_curves=excluded_curves,
                     nranks=_first(f.header.get("nranks") for f in files),
                     nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files))
@@ -202,6 +205,12 @@ def _nvlink(files: list[ResultsFile]) -> bool | None:
     if any(v is False for v in seen):
         return False
     return True if seen and all(v is True for v in seen) else None
+
+
+def _node(header: dict) -> NodeFacts:
+    """A sweep's header holds the GPUs' facts (`topology.node`); older files only whether NVLink was seen."""
+    topology = header.get("topology") or {}
+    return NodeFacts.from_json(topology.get("node") or topology, over_network=bool(header.get("share_gpu")))
 
 
 def _first(values):

@@ -59,7 +59,8 @@ class Recommendation:
             "refused": [{"config_id": cid, "settings": self.settings_of(cid), "reasons": reasons}
                         for cid, reasons in self.refused.items()],
             "min_gain_pct": round(100 * self.min_gain, 3),
-            "evidence": {"files": ev.paths, "nvlink": ev.nvlink, "nccl_version": ev.nccl_version,
+            "evidence": {"files": ev.paths, "nvlink": ev.nvlink, "node": ev.node.to_json() if ev.node else None,
+                         "nccl_version": ev.nccl_version,
                          "runs": [_header_json(h) for h in ev.headers]},
             "notes": self.notes,
         }
@@ -73,7 +74,7 @@ def build_recommendation(paths: list[str | Path], *, workload: Workload | None =
     default = evidence.default
     if default is None:
         raise UsageProblem(_no_default_message(evidence))
-    policy = SafetyPolicy(nvlink=evidence.nvlink, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
+    policy = SafetyPolicy(node=evidence.node, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
                           timing_caveat=timing_caveat(evidence.headers))
     refused = {c.config_id: reasons for c in evidence.curves.values()
                if c.config_id != "default"

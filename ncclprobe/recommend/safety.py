@@ -1,10 +1,11 @@
 """What recommend refuses to suggest, whatever the measurements say.
 
-1. LL128 on a node without NVLink (or whose topology is unknown). NCCL itself keeps LL128 off
-   there because a 128-byte store split and reordered on PCIe corrupts data silently
-   (nccl-facts.md §5.3; NVIDIA/nccl#786, #831). It is allowed only when the user passes the
-   explicit flag *and* the sweep's correctness checks ran and passed for that configuration.
-   A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) force-enables LL128 too.
+1. LL128 forced where NCCL's own rule keeps it off, or where the results cannot show that it
+   would keep it on (`ncclprobe.nccl.ll128`: every intra-node hop NVLink, GPUs of one type, an
+   architecture NCCL verified). NCCL keeps it off there because a 128-byte store split and
+   reordered on the way corrupts data silently (NVIDIA/nccl#786, #831). It is allowed only when the
+   user passes the explicit flag *and* the sweep's correctness checks ran and passed for that
+   configuration. A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) forces it too.
 2. Any setting `ncclprobe.nccl.lint.lint_env` flags as an error (the knowledge table's rules).
 3. Any setting at all when the numbers cannot reflect NCCL's settings: measured with gloo (NCCL
    variables do not touch gloo), or with `sweep --share-gpu` (ranks time-slicing one GPU over
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint import LL128_RULE, lint_env
+from ncclprobe.nccl.node import NodeFacts
+from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, ll128_hazard
 from ncclprobe.nccl.values import forcing_ll128
-
-
-LL128_RULE = "ll128-without-nvlink"   # the lint's rule id for the same hazard
 
 
 @dataclass(frozen=True)
 class SafetyPolicy:
-    nvlink: bool | None          # from the results' topology; None = unknown, treated as no NVLink
+    node: NodeFacts | None       # the GPUs the results were measured on; None = unknown, treated as unsafe
     allow_ll128: bool = False    # the user's explicit --allow-ll128-without-nvlink
     nccl_version: str | None = None
     timing_caveat: str | None = None  # why these timings cannot rank NCCL settings (gloo, --share-gpu)
@@ -51,23 +51,24 @@ def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy)
     reasons = []
     if policy.timing_caveat:
         reasons.append(policy.timing_caveat)
-    if enables_ll128(settings) and policy.nvlink is not True:
-        where = "this node has no NVLink" if policy.nvlink is False else "the results do not show NVLink"
+    unsafe = ll128_hazard(settings, policy.node, policy.nccl_version)
+    if unsafe:
         if not policy.allow_ll128:
-            reasons.append(f"LL128 refused: {where}, where LL128 can corrupt data silently "
-                           "(pass --allow-ll128-without-nvlink to consider it)")
+            reasons.append(f"LL128 refused: {unsafe.summary}, where forced LL128 can corrupt data silently "
+                           f"(pass {ALLOW_LL128_FLAG} to consider it)")
         elif not correctness_checked:
-            reasons.append(f"LL128 refused: {where} and the sweep did not verify this configuration's "
+            reasons.append(f"LL128 refused: {unsafe.summary} and the sweep did not verify this configuration's "
                            "results (run the sweep with correctness checks)")
     reasons += [f"lint error: {message}" for message in lint_errors(settings, policy)]
     return reasons
+
 
 
 def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
     """Messages of the lint's error findings for `settings` (the knowledge table's verdict)."""
     if not settings:
         return []
-    findings = lint_env(settings, nvlink=policy.nvlink, nccl_version=policy.nccl_version)
-    # LL128 without NVLink is rule 1's call (flag + verified results), not an unconditional no
+    findings = lint_env(settings, node=policy.node, nccl_version=policy.nccl_version)
+    # forced LL128 is rule 1's call (flag + verified results), not an unconditional no
     return [f.message for f in findings if f.severity == "error" and getattr(f, "code", "") != LL128_RULE]
 

@@ -4,7 +4,14 @@ NCCL reads some variables at every communicator creation and others once per pro
 (`ncclprobe.nccl.knobs`, Scope). A pool of worker processes can therefore try every value of the
 per-communicator variables by building a fresh communicator per configuration, but a new value
 of a once-per-process variable needs new processes. The planner groups configurations by their
-once-per-process settings, so a new pool starts only when one of those changes.
+once-per-process settings, so a new pool starts only when one of those changes. It plans by
+`proof_scope`: a variable NCCL re-reads per communicator but logs only once (NCCL_LAUNCH_MODE)
+gets a process per value too, so NCCL's log can prove each one.
+
+NCCL_NO_CACHE (2.29.7+) lifts NCCL's once-per-process cache of the variables it lists. The plan
+does not lean on it: a once-per-process variable still gets a pool per value (right with or
+without the cache), and NCCL_NO_CACHE itself is read once per process (std::call_once), so each
+of its values is a pool of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ncclprobe.nccl.knobs import Scope, scope_of
+from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.recipes import NOT_WITH_SHARED_GPU, PROOF_VARIABLES, check_share_gpu_ranks
 from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.collectives.base import DTYPES, element_size
@@ -102,11 +109,11 @@ class Config:
 
     @property
     def process_settings(self) -> dict[str, str]:
-        return {k: v for k, v in self.settings.items() if scope_of(k) is Scope.PROCESS}
+        return {k: v for k, v in self.settings.items() if proof_scope(k) is Scope.PROCESS}
 
     @property
     def comm_settings(self) -> dict[str, str]:
-        return {k: v for k, v in self.settings.items() if scope_of(k) is Scope.COMMUNICATOR}
+        return {k: v for k, v in self.settings.items() if proof_scope(k) is Scope.COMMUNICATOR}
 
 
 @dataclass

@@ -21,7 +21,7 @@ is not involved at all; only check 1 applies and the verdict says so.
 
 from __future__ import annotations
 
-from ncclprobe.nccl.knobs import Kind, Scope, knob, scope_of
+from ncclprobe.nccl.knobs import Kind, Scope, knob, proof_scope
 from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.values import token_lists
 
@@ -71,7 +71,7 @@ def _prove_from_log(settings, logs, proof):
     proof["nccl_version"] = whole.nccl_version
     unproven = []
     for name, value in sorted(settings.items()):
-        source = during if scope_of(name) is Scope.COMMUNICATOR else whole
+        source = during if proof_scope(name) is Scope.COMMUNICATOR else whole
         verdict = verdict_for(name, value, source.env.get(name))
         check = tuning_check(name, value, during.tuning)
         if check is not None:

@@ -77,19 +77,22 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
 def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: list[str]) -> Job:
     path = Path(output)
     _check_writable(path)
-    topo, levels = setup.topology() if spec.backend == "nccl" else (None, None)
+    topo, levels = setup.topology(spec) if spec.backend == "nccl" else (None, None)
     head = _linted_header(spec, skipped_modes, argv, topo, configs_to_run(spec, levels)[0])
     return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
 
 
 def _linted_header(spec: SweepSpec, skipped_modes: dict[str, str], argv: list[str], topo: dict | None,
                    configs) -> dict:
-    """The results header, with the lint's findings over `configs` in its notes and `lint` (said on stderr too)."""
-    findings = setup.lint_findings(configs, spec.backend, (topo or {}).get("nvlink"))
+    """The results header, with the lint's findings over `configs` (with the GPUs' facts and the
+    NCCL version in use) in its notes and `lint` (said on stderr too)."""
+    head = setup.header(spec, list(argv), topo, [], skipped_modes)
+    version = (head.get("versions") or {}).get("nccl") if spec.backend == "nccl" else None
+    findings = setup.lint_findings(configs, spec.backend, setup.node_facts(spec, topo), version)
     for entry in findings:
         log.warning("%s", setup.lint_note(entry))
-    notes = setup.notes(spec, skipped_modes) + [setup.lint_note(entry) for entry in findings]
-    return {**setup.header(spec, list(argv), topo, notes, skipped_modes), "lint": findings}
+    head["notes"] = setup.notes(spec, skipped_modes) + [setup.lint_note(entry) for entry in findings]
+    return {**head, "lint": findings}
 
 
 def _check_writable(path: Path) -> None:

@@ -8,6 +8,7 @@ import logging
 
 from ncclprobe import provenance
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.sweep.plan import SweepSpec
 
 log = logging.getLogger("ncclprobe.sweep")
@@ -48,8 +49,9 @@ def check_ranks(backend: str, nranks: int, share_gpu: bool = False) -> None:
         raise UsageProblem(f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank")
 
 
-def topology() -> tuple[dict | None, list[list[str]] | None]:
-    """(header topology, equivalent P2P level groups); (None, None) without GPUs."""
+def topology(spec: SweepSpec | None = None) -> tuple[dict | None, list[list[str]] | None]:
+    """(header topology, equivalent P2P level groups); (None, None) without GPUs. With `spec`, the
+    header also holds what NCCL's LL128 and NVLS rules need about the GPUs it runs on (`node`)."""
     gpus = gpu_count()
     if gpus == 0:
         return None, None
@@ -61,8 +63,28 @@ def topology() -> tuple[dict | None, list[list[str]] | None]:
         topo = read_live_topology()
     except Exception as exc:  # nvidia-smi missing or unreadable: measure every level
         log.warning("cannot read the GPU topology (%s); every P2P level is measured", exc)
-        return {"nvlink": None, "gpu_count": gpus, "source": None}, None
-    return describe_topology(topo)
+        return {"nvlink": None, "gpu_count": gpus, "source": None, "node": _node(spec, None)}, None
+    head, levels = describe_topology(topo)
+    return {**head, "node": _node(spec, topo)}, levels
+
+
+def _node(spec: SweepSpec | None, topo) -> dict | None:
+    if spec is None:
+        return None
+    if topo is None:
+        return NodeFacts(over_network=spec.share_gpu).to_json()
+    from ncclprobe.evidence.topo_live import live_node_facts
+    facts = live_node_facts(gpus=1 if spec.share_gpu else spec.nranks, over_network=spec.share_gpu, topology=topo)
+    return facts.to_json() if facts else None
+
+
+def node_facts(spec: SweepSpec, head: dict | None) -> NodeFacts | None:
+    """What the header says about the GPUs, for the lint; on gloo NCCL's links concern nothing."""
+    if spec.backend != "nccl":
+        return None
+    if head is None or head.get("node") is None:
+        return NodeFacts(over_network=True) if spec.share_gpu else None
+    return NodeFacts.from_json(head["node"])
 
 
 def describe_topology(topo) -> tuple[dict, list[list[str]] | None]:
@@ -89,18 +111,16 @@ def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
     return out
 
 
-# lint rules about the links between GPUs: with gloo no NCCL runs, so they concern nothing here
-TOPOLOGY_CODES = ("ll128-without-nvlink", "nvls-without-nvlink")
-
-
-def lint_findings(configs, backend: str, nvlink: bool | None) -> list[dict]:
-    """The knowledge table's lint over every configuration, before anything runs: one entry per
-    distinct error or warning with the configurations it concerns. They are not refused (LL128
-    without NVLink is worth measuring: the correctness pass shows what it does) but said loudly."""
+def lint_findings(configs, backend: str, node: NodeFacts | None, nccl_version: str | None = None) -> list[dict]:
+    """The knowledge table's lint over every configuration, with the GPUs' facts and the NCCL
+    version in use, before anything runs: one entry per distinct error or warning with the
+    configurations it concerns. They are not refused (forced LL128 is worth measuring: the
+    correctness pass shows what it does) but said loudly."""
     from ncclprobe.nccl.lint import lint_env
+    from ncclprobe.nccl.safety import TOPOLOGY_CODES
     found: dict[tuple, dict] = {}
     for config in configs:
-        for finding in lint_env(config.settings, nvlink=nvlink):
+        for finding in lint_env(config.settings, node=node, nccl_version=nccl_version):
             if finding.severity == "info" or (backend != "nccl" and finding.code in TOPOLOGY_CODES):
                 continue
             entry = found.setdefault((finding.severity, finding.message), {**finding.to_json(), "config_ids": []})

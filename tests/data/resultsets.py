@@ -19,11 +19,12 @@ def config(settings: dict, times: dict, *, status: str = "ok", reason=None, wron
 
 
 def write_set(path, configs: list[dict], *, nvlink: bool | None = False, nranks: int = 2, kind: str = "sweep",
-              mode: str = "eager", trials: int = 5, backend: str = "nccl", env: dict | None = None) -> str:
+              mode: str = "eager", trials: int = 5, backend: str = "nccl", env: dict | None = None,
+              node: dict | None = None) -> str:
     header = {"kind": kind, "argv": ["test"], "started_at": "2026-11-29T09:00:00+00:00", "hostname": "testhost",
               "versions": {"ncclprobe": "0", "python": "3.11", "torch": "2", "nccl": "2.28.9", "cuda": None},
               "gpus": ["Test GPU"] * nranks, "env": env or {}, "backend": backend, "nranks": nranks,
-              "topology": {"nvlink": nvlink, "gpu_count": nranks}}
+              "topology": {"nvlink": nvlink, "gpu_count": nranks, **({"node": node} if node else {})}}
     with ResultWriter(path, header) as writer:
         for cfg in configs:
             cid = config_id(cfg["settings"])
