@@ -29,7 +29,8 @@ def read_config(directory: str | Path) -> ModelConfig:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UsageProblem(f"cannot read {path}: {exc}") from None
-    return config_from_hf(doc, name=str(directory))
+    # a converted GGUF names its source file (its directory is a cache entry nobody chose)
+    return config_from_hf(doc, name=doc.get("ncclprobe_source") or str(directory))
 
 
 def config_from_hf(doc: dict, name: str) -> ModelConfig:
@@ -74,8 +75,7 @@ def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
     """The checkpoint as our Transformer on `device` in `dtype`, ready for `apply_tp`."""
     directory = Path(directory)
     cfg = read_config(directory)
-    from ncclprobe.engine.build import materialised_on
-    with materialised_on(device, dtype):
+    with torch.device("meta"):   # no random init to overwrite: the checkpoint's tensors are assigned
         model = Transformer(cfg)
     state = {}
     for path in weight_files(directory):
@@ -84,7 +84,9 @@ def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
                       if not name.endswith("rotary_emb.inv_freq")})
     if cfg.tie_embeddings:
         state.setdefault("lm_head.weight", state.get("embed_tokens.weight"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_embeddings:   # assigning made two parameters of one tensor: one parameter again
+        model.lm_head.weight = model.embed_tokens.weight
     if missing or unexpected:
         raise UsageProblem(f"{directory}: weights do not match a {cfg.layers}-layer Llama: "
                            f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
