@@ -124,16 +124,19 @@ class Engine:
         return self.draft_ids[sample(q, gen)], full
 
     @torch.inference_mode()
-    def baseline(self, prompt: torch.Tensor, new_tokens: int) -> Generation:
+    def baseline(self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None) -> Generation:
+        """Greedy or sampled decoding of `new_tokens` per sequence. `lengths` [B]: each prompt's
+        own length when the rows of `prompt` are right-padded to a common one (see `_last`)."""
         started = time.perf_counter()
         gen = self._generator()
         B, n = prompt.shape
+        last = _last(lengths, B, n, self.device)
         with self._phase("prefill"):
             logits, _ = self.steps.target(prompt, _positions(B, 0, n, self.device), False)
-            cur = self.pick(logits[:, -1], gen)
+            cur = self.pick(_at(logits, last), gen)
         out = torch.empty(B, new_tokens, dtype=torch.long, device=self.device)
         out[:, 0] = cur
-        pos = torch.full((B, 1), n, dtype=torch.long, device=self.device)
+        pos = (last + 1)[:, None]
         for i in range(1, new_tokens):
             with self._phase("decode"):
                 logits, _ = self.steps.target(cur[:, None], pos, False)
@@ -144,15 +147,16 @@ class Engine:
         return Generation(tokens=tokens, wall_s=time.perf_counter() - started)
 
     @torch.inference_mode()
-    def speculative(self, prompt: torch.Tensor, new_tokens: int) -> Generation:
+    def speculative(self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None) -> Generation:
         started = time.perf_counter()
         gen = self._generator()
         B, n = prompt.shape
+        last = _last(lengths, B, n, self.device)
         with self._phase("prefill"):
-            cur, d1, q1, hidden = self._prefill(prompt, gen)
+            cur, d1, q1, hidden = self._prefill(prompt, last, gen)
         emitted = [[t] for t in cur.tolist()]   # a sync: the first cycle starts from here
         self._mark()
-        pos = torch.full((B,), n, dtype=torch.long, device=self.device)
+        pos = last + 1
         result = Generation(tokens=emitted, wall_s=0.0, histogram=[0] * (self.k + 1))
         while min(len(seq) for seq in emitted) < new_tokens:
             active = [len(seq) < new_tokens for seq in emitted]
@@ -161,15 +165,16 @@ class Engine:
         result.wall_s = time.perf_counter() - started
         return result
 
-    def _prefill(self, prompt, gen):
+    def _prefill(self, prompt, last, gen):
         B, n = prompt.shape
         logits, features = self.steps.target(prompt, _positions(B, 0, n, self.device), True)
-        cur = self.pick(logits[:, -1], gen)
-        # draft slots 1..n: token x_p with the feature of position p-1
-        tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1)
+        cur = self.pick(_at(logits, last), gen)
+        # draft slots 1..n: token x_p with the feature of position p-1; the target's token goes
+        # into the slot after each prompt's last token (slot n, unless the prompt is shorter)
+        tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1).scatter(1, last[:, None], cur[:, None])
         dlogits, dhidden = self.steps.draft(tokens, features, _positions(B, 1, n, self.device), True)
-        d1, q1 = self.draft_pick(dlogits[:, -1], gen)
-        return cur, d1, q1, dhidden[:, -1:]
+        d1, q1 = self.draft_pick(_at(dlogits, last), gen)
+        return cur, d1, q1, _at(dhidden, last)[:, None]
 
     def _cycle(self, cur, pos, d1, q1, hidden, gen, active, result):
         k, greedy = self.k, self.temperature == 0
@@ -232,3 +237,18 @@ class Engine:
 
 def _positions(batch: int, start: int, length: int, device) -> torch.Tensor:
     return torch.arange(start, start + length, device=device).expand(batch, length)
+
+
+def _last(lengths: torch.Tensor | None, batch: int, n: int, device) -> torch.Tensor:
+    """Index of each prompt's last token [B]. Right padding needs nothing else: a sequence's first
+    generated token goes to the position after its own prompt, and the static cache (kv_cache.py)
+    masks every slot above a query's position, so the pad tokens' cache entries are never read
+    before a later step has overwritten them."""
+    if lengths is None:
+        return torch.full((batch,), n - 1, dtype=torch.long, device=device)
+    return lengths.to(device=device, dtype=torch.long) - 1
+
+
+def _at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Row b of `x` [B, T, ...] at position index[b]: [B, ...]."""
+    return x[torch.arange(x.shape[0], device=x.device), index]

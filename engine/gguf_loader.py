@@ -216,3 +216,16 @@ def conversion_record(directory: str | Path) -> dict | None:
     """The conversion record of a directory `convert_gguf` wrote; None for any other checkpoint."""
     record = Path(directory) / CONVERSION_FILE
     return json.loads(record.read_text()) if record.exists() else None
+
+
+def resolve_checkpoint(path: str | Path, on_convert=None) -> Path:
+    """The Llama checkpoint directory `--checkpoint PATH` stands for: PATH itself, or for a .gguf
+    file its converted copy in the cache (converted now if it is not there yet)."""
+    path = Path(path)
+    if is_gguf(path):
+        if not path.is_file():
+            raise UsageProblem(f"checkpoint {path} does not exist or is not a file")
+        return cached_checkpoint(path, on_convert)
+    if not path.is_dir():
+        raise UsageProblem(f"checkpoint {path} is neither a Llama checkpoint directory nor a .gguf file")
+    return path

@@ -11,7 +11,7 @@ import os
 import tempfile
 from typing import Callable
 
-from ncclprobe.engine.config import preset
+from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.errors import NcclprobeError, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
@@ -39,8 +39,10 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
         runs += _run_pool(spec, on_message, timeout_s)
     _link_verify_to_decode(runs)
     first = specs[0]
-    return {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
-            "config": _config(first), "runs": runs, "checks": _checks(first.temperature, runs)}
+    doc = {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
+           "config": _config(first), "runs": runs, "checks": _checks(first.temperature, runs)}
+    add_text(doc, first)
+    return doc
 
 
 def merge_traces(first: dict, second: dict) -> dict:
@@ -98,8 +100,9 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
     return {
         "label": spec.label, "mode": message["mode"], "settings": {**spec.settings, **spec.env_after_init},
         "env_after_init": dict(spec.env_after_init),
-        "tokens_per_s": spec.batch * spec.new_tokens / wall_s if wall_s else None,
-        "ms_per_token": 1000.0 * wall_s / spec.new_tokens, "new_tokens": spec.new_tokens, "wall_s": wall_s,
+        "tokens_per_s": spec.sequences() * spec.new_tokens / wall_s if wall_s else None,
+        "ms_per_token": 1000.0 * wall_s / (spec.groups() * spec.new_tokens), "new_tokens": spec.new_tokens,
+        "wall_s": wall_s,
         "phases": message["phases"], "verify_decode_ratio": None,
         "acceptance": {"mean_length": message["mean_acceptance_length"], "histogram": histogram,
                        "cycles": message["cycles"]},
@@ -130,12 +133,12 @@ def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
     if not cycles or not mean_len or cycle_ms <= 0:
         return None
     ideal = spec.batch * mean_len / (cycle_ms / 1000.0)
-    measured = spec.batch * spec.new_tokens / message["wall_s"]
+    measured = spec.sequences() * spec.new_tokens / message["wall_s"]
     return {"batch": spec.batch, "cycles": cycles, "mean_acceptance_length": mean_len,
             "phase_ms_per_cycle": per_cycle, "cycle_ms": cycle_ms, "ideal_tokens_per_s": ideal,
             "measured_tokens_per_s": measured, "efficiency": measured / ideal,
             "cycle_time_share": cycles * cycle_ms / (1000.0 * message["wall_s"]),
-            "token_yield": spec.new_tokens / (cycles * mean_len),
+            "token_yield": spec.groups() * spec.new_tokens / (cycles * mean_len),
             "prefill_ms": (phases.get("prefill") or {}).get("total_ms", 0.0),
             "host_ms": (phases.get("host") or {}).get("total_ms", 0.0)}
 
@@ -156,12 +159,9 @@ def _link_verify_to_decode(runs: list[dict]) -> None:
 
 def _config(spec: RunSpec) -> dict:
     device = spec.resolved_device()
-    if spec.checkpoint:
-        from ncclprobe.engine.hf_loader import read_config
-        model = read_config(spec.checkpoint).summary()
-    else:
-        model = preset(spec.preset).summary()
+    model = spec.model_config().summary()
     return {"preset": spec.preset if not spec.checkpoint else None, "checkpoint": spec.checkpoint,
+            "weights": _weights(spec), "prompts_given": len(spec.prompts), "chat": spec.chat,
             "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
             "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
             "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
@@ -169,6 +169,16 @@ def _config(spec: RunSpec) -> dict:
             "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),
             "dtype": spec.resolved_dtype(device), "device": device,
             "backend": "nccl" if device == "cuda" else "gloo", "model": model}
+
+
+def _weights(spec: RunSpec) -> dict | None:
+    """Where the target's weights came from when they were converted (a .gguf: which GGUF type
+    each weight was dequantized from); None for presets and Hugging Face directories."""
+    from ncclprobe.engine.gguf_loader import conversion_record, is_gguf, resolve_checkpoint
+    if not spec.checkpoint or not is_gguf(spec.checkpoint):
+        return None
+    directory = resolve_checkpoint(spec.checkpoint)
+    return {**conversion_record(directory), "converted_directory": str(directory)}
 
 
 def _trained_positions(draft_path: str | None) -> int | None:

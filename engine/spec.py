@@ -20,8 +20,10 @@ COMPILE_MODES = ("default", "max-autotune")   # graphs.COMPILE_MODES maps them o
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
     preset: str = "tiny"                # model shape (ignored when `checkpoint` is given)
-    checkpoint: str | None = None       # local Hugging Face Llama-family directory
-    prompt_len: int = 16                # tokens per prompt (random, seeded)
+    checkpoint: str | None = None       # local Hugging Face Llama-family directory or a .gguf file
+    prompt_len: int = 16                # tokens per random (seeded) prompt; with `prompts`, the longest
+    prompts: tuple[tuple[int, ...], ...] = ()  # token ids of given prompts, decoded `batch` at a time
+    chat: bool = False                  # the prompts were wrapped in the chat template (recorded only)
     new_tokens: int = 32                # tokens generated per sequence
     batch: int = 1                      # sequences decoded together
     k: int = 3                          # drafted tokens per speculative cycle
@@ -47,17 +49,20 @@ class RunSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "modes", tuple(self.modes))
+        object.__setattr__(self, "prompts", tuple(tuple(int(i) for i in p) for p in self.prompts))
         object.__setattr__(self, "capture_batches", tuple(self.capture_batches))
         for name in ("prompt_len", "new_tokens", "batch", "k", "tp"):
             if getattr(self, name) < 1:
                 raise UsageProblem(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.prompts:
+            self._check_prompts()
         if self.prompt_len < 2:
             raise UsageProblem(f"prompt-len must be at least 2 (the draft needs one prompt slot), got {self.prompt_len}")
         if self.temperature < 0:
             raise UsageProblem(f"temperature must be 0 (greedy) or positive, got {self.temperature}")
         if not self.checkpoint and self.preset not in PRESETS:
             raise UsageProblem(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        for path, what in ((self.checkpoint, "checkpoint directory"), (self.draft, "draft file")):
+        for path, what in ((self.checkpoint, "checkpoint"), (self.draft, "draft file")):
             if path and not Path(path).exists():
                 raise UsageProblem(f"{what} {path} does not exist")
         if self.graphs not in GRAPH_MODES:
@@ -80,6 +85,24 @@ class RunSpec:
         if unknown or not self.modes:
             raise UsageProblem(f"modes must be among {', '.join(MODES)}, got {', '.join(self.modes) or 'none'}")
 
+    def _check_prompts(self) -> None:
+        """Given prompts set the run's prompt length (the longest: shorter ones are right-padded,
+        generate._last) and must split into batches of `batch` sequences."""
+        short = next((i for i, p in enumerate(self.prompts, 1) if len(p) < 2), None)
+        if short:
+            raise UsageProblem(f"prompt {short} has fewer than 2 tokens; the draft needs one prompt slot")
+        if len(self.prompts) % self.batch:
+            raise UsageProblem(f"--batch {self.batch} must divide the number of prompts ({len(self.prompts)}): "
+                               f"prompts are decoded {self.batch} at a time")
+        object.__setattr__(self, "prompt_len", max(len(p) for p in self.prompts))
+
+    def groups(self) -> int:
+        """How many batches of `batch` sequences the run decodes one after another."""
+        return len(self.prompts) // self.batch if self.prompts else 1
+
+    def sequences(self) -> int:
+        return self.batch * self.groups()
+
     def graph_batches(self) -> tuple[int, ...]:
         """The batch sizes whose graphs are captured (the run's own when no list was given)."""
         return tuple(sorted(set(self.capture_batches))) or (self.batch,)
@@ -99,8 +122,23 @@ class RunSpec:
             return self.dtype
         return "bfloat16" if device_type == "cuda" else "float32"
 
+    def model_config(self):
+        """The target's shape: the preset's, or the checkpoint's (a .gguf converted on first use)."""
+        if not self.checkpoint:
+            from ncclprobe.engine.config import preset
+            return preset(self.preset)
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
+        from ncclprobe.engine.hf_loader import read_config
+        return read_config(resolve_checkpoint(self.checkpoint))
+
     def check_runnable(self) -> None:
-        """Refuse, before starting workers, what this machine cannot run (one-line errors)."""
+        """Refuse, before starting workers, what this machine or the model cannot run (one-line errors)."""
+        from ncclprobe.engine.tp import check_tp_shape
+        cfg = self.model_config()
+        check_tp_shape(cfg, self.tp)
+        if self.prompts and max(max(p) for p in self.prompts) >= cfg.vocab:
+            raise UsageProblem(f"a prompt holds token id {max(max(p) for p in self.prompts)}, outside {cfg.name}'s "
+                               f"vocabulary of {cfg.vocab}")
         device = self.resolved_device()
         if device == "cpu" and self.graphs != "none":
             raise UsageProblem(f"--graphs {self.graphs} needs a CUDA GPU; on CPU only --graphs none runs "
@@ -130,4 +168,4 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, doc: dict) -> "RunSpec":
-        return cls(**doc)
+        return cls(**{**doc, "prompts": tuple(tuple(p) for p in doc.get("prompts", ()))})

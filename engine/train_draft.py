@@ -1,9 +1,9 @@
 """Training the EAGLE-3 draft by self-distillation from the target.
 
-1. Data: the target continues random prompts (greedy or sampled); one more target forward over
-   each whole sequence records its features (the 3 captured layers) and its next-token
-   distribution at every position. No dataset, nothing downloaded: the draft learns the target
-   it will serve.
+1. Data (`distill_data.py`): the target continues real prompts (a prompt set's text; for presets
+   without a tokenizer, random tokens); one more target forward over each whole sequence records
+   its features (the 3 captured layers) and its next-token distribution at every position.
+   Nothing downloaded: the draft learns the target it will serve, on the target's own text.
 2. Training-time test (EAGLE-3): the draft is unrolled `unroll` steps. Step 0 sees the target's
    features; step j feeds back the draft's own output of step j-1 from the previous slot, exactly
    as chained drafting does at inference. Attention reproduces what the draft's KV cache holds at
@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from ncclprobe.engine.build import random_prompts
+from ncclprobe.engine.distill_data import generate, label, padded
 from ncclprobe.engine.draft import DraftHead
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.model import Transformer, apply_rope
@@ -59,8 +60,10 @@ class TrainSpec:
     batch: int = 16             # sequences per step
     lr: float = 3e-3
     unroll: int = 3             # training-time-test depth (draft steps fed their own output)
-    data_temperature: float = 0.0  # 0: greedy continuations, like the greedy runs it will serve
-    eval_prompts: int = 16      # prompts for the before/after acceptance measurement (4 is too noisy)
+    data_temperature: float = 0.7  # each prompt's first continuation is greedy (as the runs it serves), more sampled
+    prompts: tuple[tuple[int, ...], ...] = ()   # training prompts as token ids; (): random prompts
+    eval_prompt_ids: tuple[tuple[int, ...], ...] = ()  # held-out prompts for acceptance; (): random
+    eval_prompts: int = 16      # random prompts for the before/after acceptance measurement (4 is too noisy)
     eval_k: int = 3
     labels: str = "mixed"       # soft | hard | mixed (see the module docstring)
     draft_vocab: int = 0        # tokens the draft's head covers; 0: the target's whole vocabulary
@@ -74,44 +77,46 @@ class TrainSpec:
             raise UsageProblem(f"train-draft: labels must be one of {', '.join(LABELS)}, got {self.labels!r}")
         if self.lr <= 0:
             raise UsageProblem(f"train-draft: learning rate must be positive, got {self.lr}")
+        if self.data_temperature < 0:
+            raise UsageProblem(f"train-draft: data temperature must be 0 or positive, got {self.data_temperature}")
+        object.__setattr__(self, "prompts", tuple(tuple(p) for p in self.prompts))
+        object.__setattr__(self, "eval_prompt_ids", tuple(tuple(p) for p in self.eval_prompt_ids))
+        if self.prompts and self.data_temperature == 0 and self.sequences > len(self.prompts):
+            raise UsageProblem(f"train-draft: {self.sequences} sequences from {len(self.prompts)} prompts at data "
+                               f"temperature 0 would repeat the same greedy text; sample (--data-temperature) or "
+                               f"ask for at most {len(self.prompts)} sequences")
         if self.draft_vocab < 0:
             raise UsageProblem(f"train-draft: draft vocabulary must be positive (or 0: the target's), "
                                f"got {self.draft_vocab}")
 
 
-@torch.no_grad()
-def collect(target: Transformer, spec: TrainSpec, device):
-    """(tokens [N, L], features [N, L, 3H] float32, target probabilities [N, L, V] float32)."""
-    prompts = random_prompts(target.cfg.vocab, spec.sequences, spec.prompt_len, spec.seed + 1, device)
-    length = spec.prompt_len + spec.gen_len
-    target.setup_caches(spec.sequences, length + 1)
-    engine = Engine(target, temperature=spec.data_temperature, seed=spec.seed)
-    generated = torch.tensor(engine.baseline(prompts, spec.gen_len).tokens, device=device)
-    tokens = torch.cat([prompts, generated], dim=1)
-    positions = torch.arange(length, device=device).expand(spec.sequences, length)
-    logits, features = target(tokens, positions, capture=True)
-    return tokens, features.float(), torch.softmax(logits.float(), dim=-1)
+def positions_trained(spec: TrainSpec) -> int:
+    """The sequence length the draft learns: the longest prompt plus the continuation."""
+    return (max(len(p) for p in spec.prompts) if spec.prompts else spec.prompt_len) + spec.gen_len
 
 
-def choose_vocabulary(draft: DraftHead, tokens: torch.Tensor, prompt_len: int) -> float:
+def choose_vocabulary(draft: DraftHead, tokens: torch.Tensor, prompt_len: int = 0,
+                      generated: torch.Tensor | None = None) -> float:
     """Give a draft whose head is smaller than the target's vocabulary (EAGLE-3's reduced draft
     vocabulary) the tokens the target generated most often, in id order, through its `d2t` map;
-    returns the share of generated tokens they cover. Why: the draft's head is most of its cost at
-    batch 1 (on `small` its 32000 x 2048 head is as large as the target's), and a draft only ever
-    needs to propose what the target actually says."""
-    generated = tokens[:, prompt_len:].reshape(-1)
-    counts = torch.bincount(generated, minlength=draft.cfg.target_vocab)
+    returns the share of generated tokens they cover. Generated tokens are those past `prompt_len`,
+    or where `generated` [N, L] is true. Why: the draft's head is most of its cost at batch 1 (on
+    `small` its 32000 x 2048 head is as large as the target's; SmolLM2's 49152 x 576 head is a fifth of
+    its target), and a draft only ever needs to propose what the target actually says."""
+    chosen_tokens = tokens[generated] if generated is not None else tokens[:, prompt_len:].reshape(-1)
+    counts = torch.bincount(chosen_tokens, minlength=draft.cfg.target_vocab)
     chosen = torch.sort(counts, descending=True, stable=True).indices[:draft.cfg.vocab].sort().values
     with torch.no_grad():
         draft.d2t.copy_(chosen - torch.arange(draft.cfg.vocab, device=chosen.device))
-    return float(counts[chosen].sum() / generated.numel())
+    return float(counts[chosen].sum() / chosen_tokens.numel())
 
 
-def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: int,
-                    labels: str = "mixed") -> list[torch.Tensor]:
-    """One loss per unrolled step (see the module docstring). With a reduced draft vocabulary the
-    target's distribution is read at the draft's tokens only, and a position whose greedy token
-    is outside them has no hard label."""
+def unrolled_losses(draft: DraftHead, tokens, features, probs, greedy, unroll: int, labels: str = "mixed",
+                    valid: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """One loss per unrolled step (see the module docstring), against the target's distribution
+    at the draft's tokens `probs` [B, L, draft vocab] and its greedy token `greedy` [B, L] (a draft
+    index, -1 where the draft's head lacks it: no hard label there; `draft_labels`). `valid`
+    [B, L]: the real tokens of right-padded rows; padding is never a label."""
     B, L = tokens.shape
     T = L - 1                                    # slots 1..L-1
     positions = torch.arange(1, L, device=tokens.device).expand(B, T)
@@ -122,7 +127,8 @@ def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: in
     hidden = draft.fc(features[:, :-1])
     keys, values, losses = [], [], []
     slot = torch.arange(T, device=tokens.device)
-    probs, hard = _draft_labels(draft, target_probs[:, 1:])
+    probs, hard = probs[:, 1:], greedy[:, 1:]
+    real = valid[:, 1:] if valid is not None else torch.ones(B, T, dtype=torch.bool, device=tokens.device)
     for j in range(unroll):
         x = layer.attention_input(embedded, hidden)
         q = apply_rope(attn.q_proj(x).view(B, T, -1, attn.head_dim), rope)
@@ -135,13 +141,13 @@ def unrolled_losses(draft: DraftHead, tokens, features, target_probs, unroll: in
                                            attn_mask=torch.cat(masks, dim=1), enable_gqa=True)
         out = layer.finish(hidden, attn.o_proj(y.transpose(1, 2).reshape(B, T, -1)))
         logp = torch.log_softmax(draft.lm_head(draft.norm(out)).float(), dim=-1)
-        valid = slot >= j                         # step j needs a chain back to slot 1
-        losses.append(_cross_entropy(logp, probs, hard, labels)[:, valid].mean())
+        counted = real & (slot >= j)[None, :]     # step j needs a chain back to slot 1
+        losses.append(_cross_entropy(logp, probs, hard, labels)[counted].mean())
         hidden = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)  # own output, one slot on
     return losses
 
 
-def _draft_labels(draft: DraftHead, target_probs: torch.Tensor):
+def draft_labels(draft: DraftHead, target_probs: torch.Tensor):
     """(target probabilities at the draft's tokens [..., draft vocab], the target's greedy token
     as a draft id [...], -1 where the draft's head lacks it)."""
     vocab, target_vocab = draft.cfg.vocab, target_probs.shape[-1]
@@ -163,12 +169,18 @@ def _cross_entropy(logp: torch.Tensor, probs: torch.Tensor, greedy: torch.Tensor
 
 @torch.no_grad()
 def measure_acceptance(target: Transformer, draft: DraftHead, spec: TrainSpec, device) -> float:
-    """Mean tokens per cycle (accepted drafts + 1) of greedy speculative decoding on fresh prompts."""
-    prompts = random_prompts(target.cfg.vocab, spec.eval_prompts, spec.prompt_len, spec.seed + 2, device)
-    max_seq = spec.prompt_len + spec.gen_len + 2 * (spec.eval_k + 2)
-    target.setup_caches(spec.eval_prompts, max_seq)
-    draft.setup_caches(spec.eval_prompts, max_seq)
-    return Engine(target, draft, k=spec.eval_k).speculative(prompts, spec.gen_len).mean_acceptance_length
+    """Mean tokens per cycle (accepted drafts + 1) of greedy speculative decoding on prompts the
+    draft was not trained on: the held-out ones given, or fresh random ones."""
+    if spec.eval_prompt_ids:
+        prompts, lengths = padded(spec.eval_prompt_ids, device)
+    else:
+        prompts = random_prompts(target.cfg.vocab, spec.eval_prompts, spec.prompt_len, spec.seed + 2, device)
+        lengths = None
+    max_seq = prompts.shape[1] + spec.gen_len + 2 * (spec.eval_k + 2)
+    target.setup_caches(prompts.shape[0], max_seq)
+    draft.setup_caches(prompts.shape[0], max_seq)
+    engine = Engine(target, draft, k=spec.eval_k)
+    return engine.speculative(prompts, spec.gen_len, lengths).mean_acceptance_length
 
 
 def start_from_target_head(draft: DraftHead, target: Transformer) -> None:
@@ -206,18 +218,21 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
                            f"{draft.cfg.vocab}")
     device = next(target.parameters()).device
     before = measure_acceptance(target, draft, spec, device)
-    tokens, features, probs = collect(target, spec, device)
-    coverage = choose_vocabulary(draft, tokens, spec.prompt_len) if draft.cfg.vocab < target.cfg.vocab else 1.0
+    data = generate(target, spec, device)
+    coverage = choose_vocabulary(draft, data.tokens, generated=data.generated) \
+        if draft.cfg.vocab < target.cfg.vocab else 1.0
+    label(target, draft, data)
     start_from_target_head(draft, target)
     draft.float().requires_grad_(True)
-    draft.setup_caches(1, tokens.shape[1] + 1)
+    draft.setup_caches(1, data.tokens.shape[1] + 1)
     optimiser = torch.optim.AdamW(draft.parameters(), lr=spec.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(spec.seed)
     history = []
     with tf32_matmuls(device):
         for step in range(spec.steps):
             rows = torch.randperm(spec.sequences, generator=gen)[:spec.batch].to(device)
-            losses = unrolled_losses(draft, tokens[rows], features[rows], probs[rows], spec.unroll, spec.labels)
+            losses = unrolled_losses(draft, data.tokens[rows], data.features[rows], data.probs[rows],
+                                     data.greedy[rows], spec.unroll, spec.labels, data.valid[rows])
             loss = sum(0.8 ** j * value for j, value in enumerate(losses))
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
@@ -231,5 +246,7 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
     return {"loss_first": sum(history[:window]) / window, "loss_last": sum(history[-window:]) / window,
             "acceptance_length_before": before, "acceptance_length_after": after, "steps": spec.steps,
             "unroll": spec.unroll, "sequences": spec.sequences, "labels": spec.labels,
-            "trained_positions": spec.prompt_len + spec.gen_len, "draft_vocab": draft.cfg.vocab,
-            "draft_vocab_coverage": coverage}
+            "trained_positions": positions_trained(spec), "draft_vocab": draft.cfg.vocab,
+            "draft_vocab_coverage": coverage, "prompts": len(spec.prompts) or None,
+            "eval_prompts": len(spec.eval_prompt_ids) or spec.eval_prompts,
+            "data_temperature": spec.data_temperature if spec.prompts else None}

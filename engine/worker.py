@@ -18,7 +18,7 @@ import torch
 from ncclprobe.engine.build import build_draft, build_target, max_positions, random_prompts, shard_and_allocate
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
-from ncclprobe.engine.generate import Engine
+from ncclprobe.engine.generate import Engine, Generation
 from ncclprobe.engine.graphs import GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
 from ncclprobe.engine.share import collective_share
@@ -93,16 +93,44 @@ def run_job(spec: RunSpec, comm: Communicator, device):
     draft = build_draft(target, seed=spec.seed, path=spec.draft) if "speculative" in spec.modes else None
     shard_and_allocate(target, draft, comm, draft_tp=spec.draft_tp, batch=spec.cache_batch(),
                        max_seq=max_positions(spec.prompt_len, spec.new_tokens, spec.k))
-    prompts = random_prompts(target.cfg.vocab, spec.batch, spec.prompt_len, spec.seed, device)
+    prompts = _prompts(spec, target.cfg.vocab, device)
     for mode in spec.modes:
         yield _measure(spec, mode, target, draft, comm, prompts, device)
 
 
+def _prompts(spec: RunSpec, vocab: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(prompts [sequences, prompt_len], lengths [sequences] or None): the given prompts
+    right-padded to the longest (generate._last), or seeded random ones."""
+    if not spec.prompts:
+        return random_prompts(vocab, spec.batch, spec.prompt_len, spec.seed, device), None
+    padded = torch.zeros(len(spec.prompts), spec.prompt_len, dtype=torch.long)
+    for row, ids in enumerate(spec.prompts):
+        padded[row, :len(ids)] = torch.tensor(ids)
+    lengths = torch.tensor([len(ids) for ids in spec.prompts])
+    return padded.to(device), lengths.to(device)
+
+
 def _target(spec: RunSpec, device, dtype):
     if spec.checkpoint:
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
         from ncclprobe.engine.hf_loader import load_checkpoint
-        return load_checkpoint(spec.checkpoint, device=device, dtype=dtype)
+        return load_checkpoint(resolve_checkpoint(spec.checkpoint), device=device, dtype=dtype)
     return build_target(preset(spec.preset), seed=spec.seed, device=device, dtype=dtype)
+
+
+def _decode_groups(run, prompts, new_tokens: int, batch: int) -> Generation:
+    """Decode the prompts `batch` at a time, one batch after another, as one generation: tokens in
+    prompt order, wall time, acceptance histogram and cycles summed."""
+    tokens, lengths = prompts
+    total = Generation(tokens=[], wall_s=0.0)
+    for start in range(0, tokens.shape[0], batch):
+        part = run(tokens[start:start + batch], new_tokens,
+                   None if lengths is None else lengths[start:start + batch])
+        total.tokens += part.tokens
+        total.wall_s += part.wall_s
+        total.cycles += part.cycles
+        total.histogram = [a + b for a, b in zip(total.histogram, part.histogram)] or list(part.histogram)
+    return total
 
 
 def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
@@ -114,20 +142,20 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
                       greedy=spec.temperature == 0, prompt_len=spec.prompt_len)
         engine.steps = steps
     run = engine.baseline if mode == "baseline" else engine.speculative
-    if spec.warmup_tokens:
-        run(prompts, spec.warmup_tokens)  # first-call effects (allocator, thread pools) stay out
-    timer, trace = PhaseTimer(device, reserve=events_needed(spec.new_tokens)), CollectiveTrace()
+    if spec.warmup_tokens:   # first-call effects (allocator, thread pools) stay out
+        run(prompts[0][:spec.batch], spec.warmup_tokens, None if prompts[1] is None else prompts[1][:spec.batch])
+    timer, trace = PhaseTimer(device, reserve=spec.groups() * events_needed(spec.new_tokens)), CollectiveTrace()
     engine.timer = timer
     trace.attach(comm, timer)
     if steps is not None:
         steps.trace, steps.timer = trace, timer
     try:
-        generation = run(prompts, spec.new_tokens)
+        generation = _decode_groups(run, prompts, spec.new_tokens, spec.batch)
     finally:
         comm.listener = None
     phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,
                            wall_s=generation.wall_s,
-                           steps=generation.cycles if mode == "speculative" else spec.new_tokens - 1)
+                           steps=generation.cycles if mode == "speculative" else spec.groups() * (spec.new_tokens - 1))
     return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "phases": phases,
             "histogram": generation.histogram if mode == "speculative" else None,
             "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,

@@ -112,7 +112,7 @@ def test_caches_larger_than_the_batch_give_the_same_tokens():
 def test_reduced_draft_vocabulary_holds_the_most_generated_tokens():
     """choose_vocabulary: the draft's head gets the tokens the target generated most (prompts not
     counted), in id order, through d2t; positions whose greedy token is outside get no hard label."""
-    from ncclprobe.engine.train_draft import _draft_labels, choose_vocabulary
+    from ncclprobe.engine.train_draft import choose_vocabulary, draft_labels
     target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
     draft = build_draft(target, seed=0, vocab=3)
     prompt = torch.tensor([[200, 200, 200, 200]])                 # frequent, but a prompt: not counted
@@ -121,7 +121,7 @@ def test_reduced_draft_vocabulary_holds_the_most_generated_tokens():
     assert draft.to_target(torch.arange(3)).tolist() == [5, 7, 9] and coverage == pytest.approx(0.9)
     probs = torch.zeros(1, 2, 256)
     probs[0, 0, 7], probs[0, 1, 1] = 1.0, 1.0                     # greedy 7 (in the head), then 1 (not)
-    in_head, greedy = _draft_labels(draft, probs)
+    in_head, greedy = draft_labels(draft, probs)
     assert in_head.shape == (1, 2, 3) and in_head[0, 0].tolist() == [0.0, 1.0, 0.0]
     assert greedy.tolist() == [[1, -1]]
 

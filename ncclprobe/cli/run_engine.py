@@ -21,6 +21,8 @@ Examples:
   ncclprobe run-engine --preset llama3-8b --graphs all --compile
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
+  ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is"
+  ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.safetensors
 
 Every --env, --env-after-init and --tuned setting is linted first (a value NCCL rejects or ignores
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
@@ -36,8 +38,17 @@ PRESET_NAMES = tuple(PRESETS)
 
 @click.command(epilog=EPILOG, short_help="Run the TP speculative-decoding engine: baseline vs speculative.")
 @click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Model shape.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), help="Local Hugging Face Llama directory (overrides --preset).")
-@click.option("--prompt-len", default=16, show_default=True, type=int, help="Prompt tokens per sequence.")
+@click.option("--checkpoint", type=click.Path(), help="Local Hugging Face Llama directory, or a llama.cpp "
+              ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]); overrides --preset.")
+@click.option("--prompt-len", default=16, show_default=True, type=int,
+              help="Tokens per random prompt (when no prompt is given).")
+@click.option("--prompt", "prompt_texts", multiple=True, metavar="TEXT",
+              help="A text prompt, encoded by the checkpoint's tokenizer (repeatable); --batch of them decode together.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
+              help="Prompts file: one text prompt per line, or .jsonl lines of {\"text\": ...} or {\"ids\": [...]}.")
+@click.option("--prompt-set", type=click.Choice(("train", "heldout")),
+              help="The shipped prompt set's split (80 prompts, docs: engine/prompts.py); heldout: what no draft trained on.")
+@click.option("--chat", is_flag=True, help="Wrap each text prompt in the checkpoint's chat template (instruct models).")
 @click.option("--new-tokens", default=32, show_default=True, type=int, help="Tokens generated per sequence.")
 @click.option("--batch", default=1, show_default=True, type=int, help="Sequences decoded together.")
 @click.option("-k", "--k", "k", default=3, show_default=True, type=int, help="Drafted tokens per cycle.")
@@ -75,17 +86,22 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
 @format_option
 @click.pass_context
-def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
-            graphs, capture_batches, compile_steps, single_rank_collectives, device, dtype, modes, env_pairs, late_pairs, tuned,
-            allow_ll128, trace_path, fmt):
+def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, prompt_set, chat, new_tokens, batch, k,
+            temperature, seed, tp, draft_path, draft_tp, graphs, capture_batches, compile_steps, single_rank_collectives,
+            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
+    from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec
     settings = parse_env_pairs(env_pairs)
     recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
-    spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, new_tokens=new_tokens, batch=batch,
+    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    prepare_checkpoint(checkpoint, quiet)
+    prompts = gather_prompts(checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat)
+    spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, prompts=prompts, chat=chat,
+                   new_tokens=new_tokens, batch=batch,
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
                    capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
@@ -102,7 +118,6 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
         raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
                            "issues no collectives; give a recommendation FILE or --tp 2 or more")
     out = _open_trace(trace_path)
-    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     doc = run_with_progress([spec], quiet)
     if tuned is not None:
         doc, tuned_warnings = add_tuned_runs(doc, spec, recommended, quiet, guard)
@@ -115,6 +130,15 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
          notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
     return 0 if _checks_pass(doc) else 1
+
+
+def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
+    """Convert a .gguf checkpoint now (once; later runs find it in the cache), saying so on stderr:
+    it takes seconds, and every rank then loads the converted float tensors."""
+    if checkpoint:
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
+        resolve_checkpoint(checkpoint, on_convert=None if quiet else lambda path, directory: click.echo(
+            f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it", err=True))
 
 
 def read_recommendation(path: str) -> dict[str, str]:
@@ -246,6 +270,35 @@ def loop_note(run: dict) -> str:
             f"finished sequences)")
 
 
+TEXT_SHOWN = 4          # sequences whose text the table shows (the JSON holds every one)
+TEXT_CHARS = 400
+
+
+def _quoted(text: str) -> str:
+    quoted = json.dumps(text, ensure_ascii=False)
+    return quoted if len(quoted) <= TEXT_CHARS else quoted[:TEXT_CHARS] + "...\""
+
+
+def text_notes(doc: dict) -> list[str]:
+    """The prompts and what each mode generated, as text (newlines escaped), for the first few
+    sequences of the first label's runs: a mode whose text equals the baseline's says so."""
+    runs = [run for run in doc["runs"] if run.get("text") and run["label"] == doc["runs"][0]["label"]]
+    if not runs:
+        return []
+    prompts = doc["config"].get("prompts") or []
+    notes = []
+    for index in range(min(TEXT_SHOWN, len(runs[0]["text"]))):
+        if index < len(prompts) and prompts[index].get("text") is not None:
+            notes.append(f"prompt {index + 1}: {_quoted(prompts[index]['text'])}")
+        first = runs[0]["text"][index]
+        for run in runs:
+            same = run is not runs[0] and run["text"][index] == first
+            notes.append(f"  {run['mode']} {index + 1}: " + (f"same as {runs[0]['mode']}" if same
+                                                             else _quoted(run["text"][index])))
+    hidden = len(runs[0]["text"]) - TEXT_SHOWN
+    return notes + ([f"text of {hidden} more sequence(s) in --format json and the trace"] if hidden > 0 else [])
+
+
 def tuning_notes(doc: dict) -> list[str]:
     """What --tuned applied, then untuned against tuned. When the tuned run changed nothing that
     NCCL acts on (an empty recommendation, or gloo), its difference is run-to-run noise: say so,
@@ -279,6 +332,10 @@ def table_notes(doc: dict) -> list[str]:
                if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"] else []),
              "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
              "loop_eff = tokens/s over the ideal from acceptance and phase times"]
+    if cfg.get("weights"):
+        from ncclprobe.engine.gguf_loader import quantized_summary
+        notes.append(f"weights: {quantized_summary(cfg['weights'])}: the logits are the quantized model's")
+    notes += text_notes(doc)
     for run in doc["runs"]:
         if run["acceptance"]["histogram"]:
             notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")

@@ -15,17 +15,27 @@ Examples:
   ncclprobe train-draft --preset tiny --out tiny-draft.safetensors
   ncclprobe train-draft --preset small --steps 2000 --sequences 512 --out small-draft.safetensors
   ncclprobe run-engine --preset tiny --draft tiny-draft.safetensors
+  ncclprobe train-draft --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --chat --draft-vocab 4096 --gen-len 96 --out smol-draft.safetensors
 
 Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 internal error."""
 
 
 @click.command(epilog=EPILOG, short_help="Train an EAGLE-3 draft head on the target's own outputs.")
 @click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Target model shape.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), help="Local Hugging Face Llama directory (overrides --preset).")
+@click.option("--checkpoint", type=click.Path(), help="Local Hugging Face Llama directory or .gguf file (overrides --preset).")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
+              help="Training prompts (as run-engine's --prompts). Default with a tokenizer: the shipped prompt set's "
+                   "64 train prompts; without one: random tokens.")
+@click.option("--eval-prompts", "eval_file", type=click.Path(dir_okay=False),
+              help="Prompts for the acceptance before/after. Default with a tokenizer: the shipped 16 held-out prompts.")
+@click.option("--chat", is_flag=True, help="Wrap text prompts in the checkpoint's chat template (train as run-engine --chat serves).")
+@click.option("--data-temperature", default=0.7, show_default=True, type=float,
+              help="Each prompt's first continuation is greedy; its further ones (--sequences beyond the prompts) are "
+                   "sampled at this temperature.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Draft file to write (.safetensors); never overwritten.")
 @click.option("--steps", default=1000, show_default=True, type=int, help="Optimiser steps.")
 @click.option("--sequences", default=512, show_default=True, type=int, help="Training sequences the target generates.")
-@click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence.")
+@click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence (no tokenizer).")
 @click.option("--gen-len", default=56, show_default=True, type=int, help="Tokens the target generates per sequence; prompt + these are the positions the draft "
                    "learns, so cover the runs it will serve (run-engine warns when a run goes beyond).")
 @click.option("--batch", default=16, show_default=True, type=int, help="Sequences per optimiser step.")
@@ -40,16 +50,22 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
 @format_option
 @click.pass_context
-def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen_len, batch, unroll, labels, lr,
-            draft_vocab, seed, device, fmt):
+def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_temperature, out_path, steps, sequences,
+            prompt_len, gen_len, batch, unroll, labels, lr, draft_vocab, seed, device, fmt):
     """Generate sequences with the target (seeded weights of --preset, or --checkpoint), record its
     features and next-token distributions, and train the draft with unrolled steps that feed it its
     own outputs (EAGLE-3's training-time test). Reports the loss and the greedy acceptance length
-    before and after training, and saves the draft for `run-engine --draft`."""
+    before and after training, and saves the draft for `run-engine --draft`. With a checkpoint
+    that has a tokenizer (a .gguf file has one) the data is the model's own text from real prompts."""
     import torch
+    from ncclprobe.cli.run_engine import prepare_checkpoint
     from ncclprobe.engine.train_draft import TrainSpec
+    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    prepare_checkpoint(checkpoint, quiet)
+    prompts, eval_prompts, prompt_source = training_prompts(checkpoint, prompts_file, eval_file, chat)
     spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
-                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed)
+                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed, prompts=prompts,
+                     eval_prompt_ids=eval_prompts, data_temperature=data_temperature)
     out = Path(out_path)
     if out.exists():
         raise UsageProblem(f"{out} already exists; choose another name (drafts are never overwritten)")
@@ -59,16 +75,33 @@ def command(ctx, preset, checkpoint, out_path, steps, sequences, prompt_len, gen
         raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     with Progress(steps, "train-draft", quiet=quiet) as progress:
         report = train_and_save(preset, checkpoint, spec, device, out,
                                 lambda step, total, loss: step % max(1, total // 20) == 0 and progress.advance(
                                     f"loss {loss:.3f}", steps=max(1, total // 20)))
     doc = {"schema_version": 1, "kind": "draft-training", "preset": None if checkpoint else preset,
-           "checkpoint": checkpoint, "out": str(out), **report}
+           "checkpoint": checkpoint, "out": str(out), "prompt_source": prompt_source, "chat": chat, **report}
     emit(fmt, doc, [{k: v for k, v in report.items()}], title="ncclprobe train-draft",
-         notes=[f"saved {out}", f"acceptance length = tokens per cycle (drafts kept + 1), greedy, k={spec.eval_k}, {spec.eval_prompts} fresh prompts"])
+         notes=[f"saved {out}", f"prompts: {prompt_source}",
+                f"acceptance length = tokens per cycle (drafts kept + 1), greedy, k={spec.eval_k}, "
+                f"{report['eval_prompts']} prompts the draft was not trained on"])
     return 0 if report["acceptance_length_after"] > report["acceptance_length_before"] else 1
+
+
+def training_prompts(checkpoint, prompts_file, eval_file, chat):
+    """(training prompt ids, held-out prompt ids, a sentence naming their source): the given
+    files, else the shipped set when the checkpoint has a tokenizer, else random tokens."""
+    from ncclprobe.engine.prompts import SHIPPED, codec_for, encode_prompts, read_prompts_file, shipped_prompts
+    codec = codec_for(checkpoint)
+    if codec is None and not (prompts_file or eval_file or chat):
+        return (), (), "random tokens (the target has no tokenizer)"
+    if codec is None:
+        codec_for(checkpoint, required=True)   # says why text cannot be used
+    train = read_prompts_file(prompts_file) if prompts_file else shipped_prompts("train")
+    held = read_prompts_file(eval_file) if eval_file else shipped_prompts("heldout")
+    source = (f"{prompts_file}" if prompts_file else f"the shipped set's train split ({len(train)} prompts, {SHIPPED.name}, "
+              f"Apache-2.0)") + f"; acceptance on {eval_file or f'its {len(held)} held-out prompts'}"
+    return encode_prompts(train, codec, chat), encode_prompts(held, codec, chat), source
 
 
 def train_and_save(preset_name, checkpoint, spec, device, out, progress) -> dict:
@@ -80,8 +113,9 @@ def train_and_save(preset_name, checkpoint, spec, device, out, progress) -> dict
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(spec.seed)
     if checkpoint:
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
         from ncclprobe.engine.hf_loader import load_checkpoint
-        target = load_checkpoint(checkpoint, device=device, dtype=dtype)
+        target = load_checkpoint(resolve_checkpoint(checkpoint), device=device, dtype=dtype)
     else:
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
     draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
