@@ -207,3 +207,22 @@ def test_self_distilled_draft_raises_acceptance(smollm):
     assert report["acceptance_length_after"] > report["acceptance_length_before"] + 0.1, report
     assert report["prompts"] == 8 and report["draft_vocab_coverage"] == 1.0   # 16 x 12 tokens: fewer than 512
     assert len(set(draft.to_target(torch.arange(512)).tolist())) == 512
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_graphs_all_greedy_speculative_equals_baseline_on_real_prompts(smollm):
+    """On a GPU, float32, every step in CUDA graphs (prefill captured at the longest prompt, the
+    shorter ones right-padded into it): greedy speculative equals the baseline on three held-out
+    prompts decoded one after another, and the graphs covered the run."""
+    from ncclprobe.engine.prompts import encode_prompts, shipped_prompts
+    from ncclprobe.engine.runner import run_engine
+    from ncclprobe.engine.spec import RunSpec
+    path, _ = smollm
+    prompts = encode_prompts(shipped_prompts("heldout")[:3], _codec(), chat=True)
+    doc = run_engine([RunSpec(checkpoint=str(path), prompts=prompts, chat=True, new_tokens=24, k=3, graphs="all",
+                              device="cuda", dtype="float32")])
+    assert doc["checks"]["greedy_match"] is True and doc["checks"]["ranks_agree"] is True
+    for run in doc["runs"]:
+        assert len(run["text"]) == 3 and run["graph_coverage"] > 0.5
+        assert any(name.startswith("target_prefill_b1_t") for name in run["graphs"])
