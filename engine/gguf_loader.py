@@ -150,8 +150,12 @@ def read_weights(reader, config: dict, path) -> tuple[dict[str, torch.Tensor], d
 
 def quantized_summary(record: dict) -> str:
     """One line saying which weights were dequantized from which type, for tables and logs."""
-    parts = [f"{kind}: {', '.join(info['weights'])} ({info['tensors']} tensors)"
-             for kind, info in record["tensor_types"].items()]
+    def short(name: str) -> str:
+        return name.removeprefix("self_attn.").removeprefix("mlp.")
+
+    parts = [f"{kind}{' (as stored)' if kind == 'F32' else ''} {', '.join(map(short, info['weights']))} "
+             f"({info['tensors']} tensors)"
+             for kind, info in sorted(record["tensor_types"].items(), key=lambda item: -item[1]["tensors"])]
     return f"{record['file_name']} dequantized to float32 from " + "; ".join(parts)
 
 
