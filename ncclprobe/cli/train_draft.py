@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -61,16 +62,17 @@ def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_tempera
     from ncclprobe.cli.run_engine import prepare_checkpoint
     from ncclprobe.engine.train_draft import TrainSpec
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
+                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed,
+                     data_temperature=data_temperature)
     out = Path(out_path)
     if out.exists():
         raise UsageProblem(f"{out} already exists; choose another name (drafts are never overwritten)")
     if not out.resolve().parent.is_dir():   # found now, not after minutes of training
         raise UsageProblem(f"cannot write {out}: directory {out.resolve().parent} does not exist")
-    prepare_checkpoint(checkpoint, quiet)
+    prepare_checkpoint(checkpoint, quiet)   # every option is valid: now a .gguf may be converted
     prompts, eval_prompts, prompt_source = training_prompts(checkpoint, prompts_file, eval_file, chat)
-    spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
-                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed, prompts=prompts,
-                     eval_prompt_ids=eval_prompts, data_temperature=data_temperature)
+    spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")
     if device == "auto":
