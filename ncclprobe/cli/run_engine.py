@@ -156,7 +156,7 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
     """Run `spec` again with the recommended settings on top of --env; merge into one trace. A
     quick sweep's recommendation is checked like --env before it runs; the warnings come back."""
     import dataclasses
-    from ncclprobe.engine.runner import merge_traces
+    from ncclprobe.enginerun.trace import merge_tuned
     from ncclprobe.engine.tuning import quick_sweep_settings
     recommendation = None
     if recommended is None:
@@ -171,7 +171,7 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
     warnings = [] if recommendation is None else guard.check(
         {**spec.settings, **recommended}, "--tuned: the quick sweep's recommendation (on top of --env)")
     tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label="tuned")
-    merged = merge_traces(doc, run_with_progress([tuned], quiet))
+    merged = merge_tuned(doc, run_with_progress([tuned], quiet))
     merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
     return merged, warnings
 
@@ -207,12 +207,8 @@ def _open_trace(path):
 
 
 def _checks_pass(doc: dict) -> bool:
-    checks = doc["checks"]
-    received = all(all(c["received_by_every_worker"].values()) for c in checks["settings"])
-    read = all(v is not False for c in checks["settings"] for v in c["read_by_nccl"].values())
-    exact = doc["config"]["dtype"] == "float32"   # bf16 near-ties may diverge late: reported, not failed
-    greedy_ok = checks["greedy_match"] is not False or not exact
-    return checks["ranks_agree"] and greedy_ok and received and read
+    from ncclprobe.enginerun.trace import checks_pass
+    return checks_pass(doc)
 
 
 def _median(run: dict, phase: str):
