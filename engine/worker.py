@@ -21,6 +21,7 @@ from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.graphs import GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
+from ncclprobe.engine.profiling import profiled
 from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
@@ -116,13 +117,15 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:
         run(prompts, spec.warmup_tokens)  # first-call effects (allocator, thread pools) stay out
-    timer, trace = PhaseTimer(device, reserve=events_needed(spec.new_tokens)), CollectiveTrace()
+    timer = PhaseTimer(device, reserve=events_needed(spec.new_tokens), annotate=bool(spec.profile_dir))
+    trace = CollectiveTrace()
     engine.timer = timer
     trace.attach(comm, timer)
     if steps is not None:
         steps.trace, steps.timer = trace, timer
     try:
-        generation = run(prompts, spec.new_tokens)
+        with profiled(spec.profile_dir, label=spec.label, mode=mode, rank=comm.rank, device=device):
+            generation = run(prompts, spec.new_tokens)
     finally:
         comm.listener = None
     phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,

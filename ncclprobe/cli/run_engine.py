@@ -21,6 +21,7 @@ Examples:
   ncclprobe run-engine --preset llama3-8b --graphs all --compile
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
+  ncclprobe run-engine --preset small --graphs decode --profile profiles/   # then diagnose --profile
 
 Every --env, --env-after-init and --tuned setting is linted first (a value NCCL rejects or ignores
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
@@ -73,11 +74,14 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
+@click.option("--profile", "profile_dir", type=click.Path(file_okay=False),
+              help="Write a torch.profiler trace of each rank's measured loop into this directory "
+                   "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).")
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperature, seed, tp, draft_path, draft_tp,
             graphs, capture_batches, compile_steps, single_rank_collectives, device, dtype, modes, env_pairs, late_pairs, tuned,
-            allow_ll128, trace_path, fmt):
+            allow_ll128, trace_path, profile_dir, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -90,8 +94,10 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
                    capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
-                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
+                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned",
+                   profile_dir=profile_dir)
     spec.check_runnable()
+    profiles = check_profile_dir(spec, tuned is not None)
     guard = SettingsGuard.for_spec(spec, allow_ll128)
     warnings = spec.warnings() + guard.check(spec.settings, "--env") + guard.check(spec.env_after_init, "--env-after-init")
     if recommended is not None:
@@ -109,12 +115,33 @@ def command(ctx, preset, checkpoint, prompt_len, new_tokens, batch, k, temperatu
         warnings += tuned_warnings
     doc["warnings"] = warnings
     doc["node"] = guard.node.to_json() if guard.node else None   # what the NCCL rules knew of the GPUs
+    if profiles:
+        doc["profiles"] = [str(p) for p in profiles]
+        doc["warnings"] = warnings = warnings + [
+            "the measured loop ran under torch.profiler (--profile): its times include the profiler's overhead; "
+            "take speed figures from a run without --profile"]
     if out:
         with out:
             json.dump(doc, out, indent=1)
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
          notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
     return 0 if _checks_pass(doc) else 1
+
+
+def check_profile_dir(spec, tuned: bool) -> list:
+    """The profile files this run will write (`--profile DIR`), refused before anything runs if one exists."""
+    if not spec.profile_dir:
+        return []
+    from ncclprobe.engine.profiling import profile_paths
+    paths = profile_paths(spec.profile_dir, labels=("untuned", "tuned") if tuned else ("untuned",),
+                          modes=spec.modes, tp=spec.tp)
+    taken = [p for p in paths if p.exists()]
+    if taken:
+        raise UsageProblem(f"profile {taken[0]} already exists; choose another --profile directory "
+                           "(profiles are never overwritten)")
+    if Path(spec.profile_dir).exists() and not Path(spec.profile_dir).is_dir():
+        raise UsageProblem(f"--profile {spec.profile_dir} is not a directory")
+    return paths
 
 
 def read_recommendation(path: str) -> dict[str, str]:

@@ -267,7 +267,8 @@ def collective_share(ev: E.Evidence) -> list:
 
 
 def _step_ms(run) -> float:
-    steps = [p for p in run.phases.values() if p.count and p.median_ms and p.kind != "other"]
+    """The median time of the run's most frequent step (a profile's time unit; our trace uses tokens)."""
+    steps = [p for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill"]
     return max(steps, key=lambda p: p.count).median_ms if steps else 0.0
 
 
@@ -333,12 +334,16 @@ def graph_coverage(ev: E.Evidence) -> list:
             continue   # nothing of this profile is a graph replay: eager-launches says it once
         detail = ("Steps outside the captured graphs run eagerly: a batch size or token count outside the capture "
                   "list, or a phase the graph mode leaves out.")
-        if not capturable_eager:   # the rest is prefill (once per run), accept and host: no graph mode captures them
+        if ev.kind != "engine-trace":
+            detail = (f"{coverage:.0%} of the steps' GPU time came from kernels a graph launch issued; the rest was launched "
+                      f"kernel by kernel ({', '.join(eager) or 'inside otherwise captured steps'}).")
+        elif not capturable_eager:   # the rest is prefill (once per run), accept and host: no graph mode captures them
             detail = ("Every capturable phase is a graph replay; the rest is the prefill (once per run, so a short run "
                       "weighs it more), acceptance and host time, which no graph mode captures.")
         graphs = f" (--graphs {ev.config.get('graphs')})" if ev.kind == "engine-trace" else ""
+        profile = ev.kind != "engine-trace"      # eager-launches carries a profile's cost; this is the overview
         out.append(Finding(
-            rule="graph-coverage", severity="warning" if capturable_eager else "info",
+            rule="graph-coverage", severity="warning" if capturable_eager and not profile else "info",
             confidence="medium" if capturable_eager else "high",
             title=f"{run.label} {run.mode or 'run'}: only {coverage:.0%} of step time is graph replay{graphs}",
             detail=detail, evidence={"graph_coverage": coverage, "graphs": ev.config.get("graphs"), "eager_phases": eager},

@@ -21,10 +21,10 @@ from ncclprobe.errors import UsageProblem
 SAME_JOB_WINDOW_S = 600.0     # ranks of one job are profiled within minutes of each other
 
 
-def load_profiles(paths, *, model_config=None, label: str = "profile") -> RunSet:
+def load_profiles(paths, *, model_config=None) -> RunSet:
     timelines = [read_timeline(str(p)) for p in paths]
     check_same_job(timelines)
-    per_rank = [_rank_view(tl, label) for tl in timelines]
+    per_rank = [_rank_view(tl) for tl in timelines]
     run = combine(per_rank, timelines)
     config = _config(timelines, run, model_config)
     notes = _notes(timelines, run)
@@ -64,12 +64,14 @@ def _wall_window(tl: Timeline) -> tuple[float, float] | None:
     return base / 1000.0 + window[0], base / 1000.0 + window[1]
 
 
-def _rank_view(tl: Timeline, label: str) -> dict:
+def _rank_view(tl: Timeline) -> dict:
     steps, how = S.find_steps(tl)
-    return {"timeline": tl, "steps": steps, "how": how, "phases": summary.phases_of(tl, steps),
+    phases = summary.phases_of(tl, steps)
+    engine = steps[0].engine if steps else "unknown"
+    return {"timeline": tl, "steps": steps, "how": how, "phases": phases,
             "collectives": summary.collectives_of(tl, steps), "share": summary.collective_share(tl, steps),
-            "coverage": summary.graph_coverage(tl, steps), "label": label,
-            "engine": steps[0].engine if steps else "unknown"}
+            "coverage": summary.graph_coverage(tl, steps), "engine": engine,
+            "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile"}
 
 
 def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:

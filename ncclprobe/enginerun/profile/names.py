@@ -58,6 +58,11 @@ _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<args>[^\]]*)\]$")
 _VLLM = re.compile(r"^execute_(?P<reqs>\d+)_context_(?P<ctx>\d+)\((?P<cargs>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gargs>[^)]*)\)")
 _OURS = re.compile(r"^ncclprobe::(?P<phase>[a-z_]+)(?:\[(?P<args>[^\]]*)\])?$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d+)$")
+_BACKEND_OP = re.compile(r"^(?P<backend>nccl|gloo|ucc|mpi|xccl|hccl):(?P<op>[a-z_]+)$")
+# `Input type` of a collective's `<backend>:<op>` annotation (C++ type names as torch prints them)
+CPP_DTYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
+              "long int": "int64", "int": "int32", "signed char": "int8", "unsigned char": "uint8",
+              "c10::Float8_e4m3fn": "float8_e4m3", "c10::Float8_e5m2": "float8_e5m2"}
 _KV = re.compile(r"(\w+)=([\w.]+)")
 _SQ = re.compile(r"^sq(?P<sq>\d+)")
 
@@ -128,6 +133,14 @@ def step_annotation(name: str) -> dict | None:
                 "batch": _int(args.get("b")), "tokens_per_seq": _float(args.get("t")),
                 "found_by": "ncclprobe step annotation"}
     return None
+
+
+def backend_collective(name: str) -> tuple[str, str] | None:
+    """(backend, op) of torch's per-collective annotation, `gloo:all_reduce`, `nccl:all_gather`."""
+    m = _BACKEND_OP.match(name)
+    if not m:
+        return None
+    return m.group("backend"), ARG_COLLECTIVES.get(m.group("op"), m.group("op"))
 
 
 def profiler_step(name: str) -> int | None:

@@ -110,8 +110,11 @@ class _Buffer:
         while True:
             try:
                 obj, end = scan(self.text, self.pos)
-            except StopIteration:
-                if self.pos < len(self.text):
+            except StopIteration as stop:
+                # no value starts at the index it names, or only part of one (`tr` of `true`, or a
+                # nested value cut at the buffer's end: the C scanner lets StopIteration escape)
+                where = stop.value if isinstance(stop.value, int) else self.pos
+                if self.source.done or len(self.text) - where > 16:
                     raise self.error("invalid JSON (no value where one is expected)") from None
                 obj, end = None, -1
             except json.JSONDecodeError as exc:

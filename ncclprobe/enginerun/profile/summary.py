@@ -15,6 +15,7 @@ with their host time.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import defaultdict
 
@@ -24,11 +25,26 @@ from ncclprobe.enginerun.profile.timeline import Timeline
 from ncclprobe.enginerun.view import Collective, Phase
 
 
+EAGER_SUFFIX = " (kernel by kernel)"
+
+
 def phases_of(tl: Timeline, steps: list[Step]) -> dict[str, Phase]:
+    """Steps grouped by label; a label whose steps ran partly as graph replays and partly kernel by
+    kernel (a batch size outside the captured ones, a step kind the engine does not capture) is
+    split in two, the eager part named `<label> (kernel by kernel)`: the two are different costs."""
+    graphed = {id(s): _graphed(tl, s) for s in steps}
+    mixed = {s.label for s in steps if graphed[id(s)]} & {s.label for s in steps if graphed[id(s)] is False}
     groups: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
+        eager = step.label in mixed and graphed[id(step)] is False
+        step.label = step.label + EAGER_SUFFIX if eager else step.label
         groups[step.label].append(step)
     return {label: _phase(tl, label, group) for label, group in groups.items()}
+
+
+def _graphed(tl: Timeline, step: Step) -> bool | None:
+    share = step.graph_share(tl.launches)
+    return None if share is None else share >= GRAPHED_SHARE
 
 
 def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
@@ -112,14 +128,19 @@ def _captured_sizes(tl: Timeline) -> dict[tuple, int]:
 
 
 def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
+    """A CPU-only profile's collectives: torch's `<backend>:<op>` annotations (their duration is the
+    collective's work, on gloo's thread), else the `record_param_comms` host records."""
     ordered = sorted(steps, key=lambda s: s.t0)
+    starts = [s.t0 for s in ordered]
     groups: dict[tuple, list] = defaultdict(list)
-    for op in tl.comm_ops:
+    group_size = tl.world_size
+    for op in tl.backend_ops or tl.comm_ops:
         if op.op == "barrier":
             continue
-        label = next((s.label for s in ordered if s.t0 <= op.ts <= s.t1), None)
+        at = bisect.bisect_right(starts, op.ts) - 1
+        label = ordered[at].label if at >= 0 and op.ts <= ordered[at].t1 + op.dur else None
         size = op.nelems * DTYPE_BYTES[op.dtype] if op.nelems is not None and op.dtype in DTYPE_BYTES else None
-        groups[(op.op, size, op.dtype, label, op.group_size)].append(op)
+        groups[(op.op, size, op.dtype, label, op.group_size or group_size)].append(op)
     return [Collective(op=op, size_bytes=size, count=float(len(ops)), dtype=dtype, phase=label, graph=None,
                        group_size=group, time_us=sum(o.dur for o in ops),
                        size_source="host op" if size is not None else "unknown")
@@ -127,9 +148,14 @@ def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
 
 
 def collective_share(tl: Timeline, steps: list[Step]) -> float | None:
-    """NCCL/RCCL kernel time inside the steps over the steps' GPU span (None without GPU events)."""
-    if not tl.gpu or not steps:
+    """NCCL/RCCL kernel time inside the steps over the steps' GPU span; on a CPU-only profile the
+    collectives' own time (gloo's work) over the steps' host time."""
+    if not steps:
         return None
+    if not tl.gpu:
+        host = sum(s.host_ms for s in steps)
+        coll = sum(c.time_us or 0.0 for c in _host_collectives(tl, steps) if c.phase) / 1000.0
+        return min(1.0, coll / host) if host and tl.backend_ops else None
     spans = sum(s.span_ms() for s in steps if s.kernels)
     coll = sum(union_us([k for k in s.kernels if k.coll]) for s in steps) / 1000.0
     return min(1.0, coll / spans) if spans else None

@@ -72,7 +72,8 @@ class Timeline:
     kernels: list[Kernel] = field(default_factory=list)
     launches: dict[int, Launch] = field(default_factory=dict)
     annotations: list[Annotation] = field(default_factory=list)
-    comm_ops: list[CommOp] = field(default_factory=list)
+    comm_ops: list[CommOp] = field(default_factory=list)           # record_param_comms (host side)
+    backend_ops: list[CommOp] = field(default_factory=list)        # `gloo:all_reduce`-style annotations
     embeddings: list[tuple[float, list]] = field(default_factory=list)   # (ts, [batch, tokens]) per lookup
     events: int = 0
     cpu_ops: int = 0
@@ -122,10 +123,10 @@ class Timeline:
 
 def read_timeline(path: str) -> Timeline:
     """Stream `path` once and keep its Timeline (see the module docstring for what is kept)."""
-    kernels, launches, annotations, comm_ops, embeddings = [], {}, [], [], []
+    kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     counts = {"events": 0, "cpu_ops": 0}
     launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
-    step_annotation, profiler_step = names.step_annotation, names.profiler_step
+    step_annotation, profiler_step, backend_collective = names.step_annotation, names.profiler_step, names.backend_collective
     gpu_cats, api_cats = names.GPU_CATEGORIES, names.HOST_API_CATEGORIES
 
     def on_event(ev: dict) -> None:
@@ -151,6 +152,10 @@ def read_timeline(path: str) -> Timeline:
             step, pstep = step_annotation(name), profiler_step(name)
             if step or pstep is not None:
                 annotations.append(Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep))
+            elif ":" in name:
+                coll = backend_collective(name)
+                if coll:
+                    backend_ops.append(_backend_op(ev, coll[1]))
         elif cat == "cpu_op":
             counts["cpu_ops"] += 1
             name = ev.get("name")
@@ -169,7 +174,7 @@ def read_timeline(path: str) -> Timeline:
     kernels.sort(key=lambda k: k.ts)
     annotations.sort(key=lambda a: a.ts)
     return Timeline(path=str(path), header=header, kernels=kernels, launches=launches, annotations=annotations,
-                    comm_ops=comm_ops, embeddings=embeddings, events=counts["events"], cpu_ops=counts["cpu_ops"])
+                    comm_ops=comm_ops, backend_ops=backend_ops, embeddings=embeddings, events=counts["events"], cpu_ops=counts["cpu_ops"])
 
 
 def _num(ev: dict, key: str) -> float:
@@ -201,6 +206,21 @@ def _comm_op(ev: dict) -> CommOp | None:
                   op=names.ARG_COLLECTIVES.get(str(name), str(name)), nelems=_as_int(args.get("In msg nelems")),
                   dtype=names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
                   group_size=_as_int(args.get("Group size")), tid=ev.get("tid"))
+
+
+def _backend_op(ev: dict, op: str) -> CommOp:
+    """torch's `<backend>:<op>` annotation: the collective's tensor shape and C++ dtype, and, on gloo,
+    the time its work took (on gloo's own thread)."""
+    args = ev.get("args") or {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    nelems = None
+    if isinstance(dims, list) and dims and isinstance(dims[0], list) and all(isinstance(d, int) for d in dims[0]):
+        nelems = 1
+        for d in dims[0]:
+            nelems *= d
+    dtype = names.CPP_DTYPES.get(types[0]) if isinstance(types, list) and types and isinstance(types[0], str) else None
+    return CommOp(ts=_num(ev, "ts"), dur=_num(ev, "dur"), ext=args.get("External id"), op=op, nelems=nelems,
+                  dtype=dtype, group_size=None, tid=ev.get("tid"))
 
 
 def _as_int(value) -> int | None:
