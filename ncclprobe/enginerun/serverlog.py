@@ -30,6 +30,9 @@ from ncclprobe.enginerun import RunSet
 from ncclprobe.enginerun.view import Acceptance, EngineRun
 from ncclprobe.errors import UsageProblem
 
+SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")
+VLLM_MARKERS = ("Avg generation throughput", "SpecDecoding metrics", "V1 LLM engine", "setting cudagraph_mode",
+                "Overriding cudagraph_mode", "[gpu_model_runner.py")
 MAX_LINE = 1 << 16           # longer lines are not log lines we read; only their head is looked at
 _NUM = r"[0-9]+(?:\.[0-9]+)?"
 _VLLM_TPUT = re.compile(r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]+) reqs")
@@ -62,16 +65,16 @@ def read_log(path: str | Path) -> dict:
             lines = [line[:MAX_LINE] for line in f]
     except OSError as exc:
         raise UsageProblem(f"cannot read server log {str(path)!r}: {exc.strerror or exc}") from None
-    sglang = sum(1 for line in lines if "Decode batch" in line or "Prefill batch" in line)
-    vllm = sum(1 for line in lines if "Avg generation throughput" in line or "SpecDecoding metrics" in line)
+    sglang = sum(1 for line in lines if any(m in line for m in SGLANG_MARKERS))
+    vllm = sum(1 for line in lines if any(m in line for m in VLLM_MARKERS))
     if sglang >= vllm and sglang:
         return _sglang(lines, str(path))
     if vllm:
         return _vllm(lines, str(path))
     engine = detect_engine("".join(lines[:200]))
     what = f"a {engine} log without any batch or throughput line" if engine else "not an SGLang or vLLM server log"
-    raise UsageProblem(f"{path}: {what} (no 'Decode batch' or 'Avg generation throughput' lines); give the log of "
-                       "the server that ran the requests")
+    raise UsageProblem(f"{path}: {what} (no 'Decode batch', 'Avg generation throughput' or engine start-up lines); "
+                       "give the log of the server that ran the requests")
 
 
 def _sglang(lines: list[str], path: str) -> dict:

@@ -1,0 +1,241 @@
+"""diagnose --profile / --server-log: the readers on real traces and logs, every rule on its case
+and its healthy twin, and every bad input a one-line exit 2."""
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.diagnose import diagnose, load_evidence
+from ncclprobe.enginerun import load_runs, sniff
+from ncclprobe.enginerun.profile import names
+from ncclprobe.enginerun.profile.stream import read_events
+from ncclprobe.errors import UsageProblem
+from tests import profile_scenarios as P
+
+
+def rules(items):
+    return [i.rule for i in items]
+
+
+def run_cli(args):
+    result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def engine_profiles(tmp_path_factory):
+    """One CPU recording per session: our engine, tiny, --tp 2, both modes, profiled (8 tokens)."""
+    out = tmp_path_factory.mktemp("engine-profile")
+    code, output = run_cli(["-q", "run-engine", "--preset", "tiny", "--tp", "2", "-k", "3", "--new-tokens", "8",
+                            "--profile", str(out / "p"), "--trace", str(out / "trace.json")])
+    assert code == 0, output
+    return out
+
+
+# ---- the reader ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [P.VLLM, P.SGLANG, P.DDP, P.H200_NCCL])
+def test_streamed_events_are_json_loads(path):
+    seen = []
+    header = read_events(path, seen.append)
+    doc = P.load(path)
+    assert seen == doc["traceEvents"]
+    assert header == {k: v for k, v in doc.items() if k != "traceEvents"}
+
+
+def test_nccl_and_rccl_kernel_names():
+    assert names.collective_kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
+        {"op": "all_reduce", "algo": "RING", "proto": "LL", "dtype": "bfloat16"}
+    assert names.collective_kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)") == \
+        {"op": "all_reduce", "algo": "RING", "proto": "LL", "dtype": "float32"}
+    assert names.collective_kernel("ncclDevKernel_ReduceScatter_Sum_f16_RING_LL128(x)")["proto"] == "LL128"
+    assert names.collective_kernel("void at::native::vectorized_elementwise_kernel<4>") is None
+    assert names.launch_kind("hipExtModuleLaunchKernel") == "kernel" and names.launch_kind("hipGraphLaunch") == "graph"
+    assert names.launch_kind("cuLaunchKernelEx") == "kernel" and names.launch_kind("cudaGraphLaunch") == "graph"
+
+
+def test_step_annotations_of_each_engine():
+    assert names.step_annotation("step[DECODE bs=32]")["kind"] == "decode"
+    extend = names.step_annotation("step[EXTEND bs=15 toks=15360]")
+    assert (extend["kind"], extend["batch"], extend["tokens_per_seq"]) == ("prefill", 15, 1024.0)
+    vllm = names.step_annotation("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq128sk55086sqsq32sqsk55086)")
+    assert (vllm["kind"], vllm["tokens_per_seq"], vllm["batch"]) == ("verify", 4.0, 32)
+    assert names.step_annotation("ncclprobe::draft_extend")["kind"] == "draft"
+
+
+def test_real_vllm_and_sglang_decodes_are_graph_replays_with_nothing_to_fix():
+    for path, engine, label in ((P.VLLM, "vllm", "execute[generation]"), (P.SGLANG, "sglang", "step[DECODE]")):
+        ev = load_evidence(profiles=[path])
+        phase = ev.runs[0].phases[label]
+        assert (ev.config["engine"], ev.config["rocm"], phase.graphed, phase.batch, phase.tokens_per_seq) == \
+            (engine, True, True, 32, 1.0)
+        result = diagnose(ev)
+        assert result.actionable() == [], [f.title for f in result.findings]
+        assert {"eager-launches", "host-bound", "nccl-settings"} <= set(rules(result.ruled_out))
+
+
+def test_eager_and_replayed_nccl_kernels():
+    """Recorded on the H200: eager kernels carry their size; replayed ones do not, and say so."""
+    run = load_runs(profiles=[P.H200_NCCL]).runs[0]
+    by_mode = {bool(c.graph): c for c in run.collectives}
+    assert (by_mode[False].size_bytes, by_mode[False].count, by_mode[False].size_source) == (7168 * 2, 10, "kernel args")
+    assert (by_mode[True].size_bytes, by_mode[True].count, by_mode[True].size_source) == (None, 10, "unknown")
+    assert {(c.algo, c.proto, c.dtype) for c in run.collectives} == {("RING", "LL", "bfloat16")}
+    assert any("sizes are unknown" in n for n in run.notes)
+
+
+def test_training_trace_steps_and_collectives():
+    run = load_runs(profiles=[P.DDP]).runs[0]
+    assert run.phases["ProfilerStep"].count == 3 and run.phases["ProfilerStep"].graphed is False
+    sizes = {c.size_bytes for c in run.collectives if c.op == "all_reduce"}
+    assert 6637568 * 4 in sizes and all(c.size_source == "kernel args" for c in run.collectives)
+    assert rules(diagnose(load_evidence(profiles=[P.DDP])).findings)[0] == "host-bound"
+
+
+# ---- the seed case from profiles, and its healthy twin -----------------------------------------
+
+def test_seed_case_from_profiles_names_the_eager_verify_with_its_cost(tmp_path):
+    spec = P.write(P.unrolled_verify(P.load(P.VLLM)), tmp_path / "spec.json.gz")
+    ev = load_evidence(profiles=[spec], baseline_profiles=[P.VLLM])
+    result = diagnose(ev)
+    top = result.top
+    verify = ev.runs[0].first_of_kind("verify")
+    assert (top.rule, top.evidence["phase"], verify.graphed, verify.tokens_per_seq) == \
+        ("eager-phase", "execute[generation, several tokens]", False, 4.0)
+    assert top.cost_ms_per_step == pytest.approx(verify.idle_ms) and top.cost_ms_per_step > 2.0
+    assert "vLLM" in top.next_command and "cudagraph_mode" in top.next_command
+    assert any(r.rule == "nccl-settings" and "no NCCL/RCCL kernel" in r.reason for r in result.ruled_out)
+    twin = diagnose(load_evidence(profiles=[P.VLLM], baseline_profiles=[P.VLLM]))
+    assert "eager-phase" not in rules(twin.findings) and twin.actionable() == []
+
+
+def test_cli_on_profiles_text_and_json(tmp_path):
+    spec = P.write(P.unrolled_verify(P.load(P.VLLM)), tmp_path / "spec.json.gz")
+    code, out = run_cli(["diagnose", "--profile", str(spec), "--baseline-profile", str(P.VLLM)])
+    assert code == 1 and "1. [" in out and "ms/step" in out and "GPU busy" in out
+    code, out = run_cli(["diagnose", "--profile", str(P.VLLM), "--format", "json"])
+    doc = json.loads(out)
+    assert code == 0 and doc["evidence_kind"] == "profile" and doc["runs"][0]["phases"]
+
+
+# ---- our engine, recorded on CPU -----------------------------------------------------------------
+
+def test_engine_profile_steps_shapes_and_collectives(engine_profiles):
+    trace = json.loads((engine_profiles / "trace.json").read_text())
+    spec = sorted((engine_profiles / "p").glob("untuned-speculative-rank*.trace.json.gz"))
+    base = sorted((engine_profiles / "p").glob("untuned-baseline-rank*.trace.json.gz"))
+    assert len(spec) == len(base) == 2 and trace["profiles"]
+    ev = load_evidence(profiles=spec, baseline_profiles=base)
+    run, baseline = ev.runs[0], ev.baseline[0]
+    recorded = next(r for r in trace["runs"] if r["mode"] == "speculative")
+    assert run.phases["verify"].count == recorded["phases"]["verify"]["count"]
+    assert (run.phases["verify"].tokens_per_seq, baseline.phases["decode"].tokens_per_seq) == (4.0, 1.0)
+    assert baseline.phases["decode"].count == 7 and len(run.ranks) == 2
+    decode_sizes = {c.size_bytes for c in baseline.collectives if c.phase == "decode"}
+    trace_sizes = {s["size_bytes"] for r in trace["runs"] if r["mode"] == "baseline"
+                   for s in r["collectives"]["sizes"] if s["phase"] == "decode"}
+    assert decode_sizes == trace_sizes
+    result = diagnose(ev)
+    assert "GPU kernels" in next(n.missing for n in result.not_checked if n.rule == "nccl-settings")
+    assert any("no GPU events" in n for n in result.notes)
+    assert "eager-phase" in rules(result.not_checked)      # graphs cannot be known from a CPU profile
+
+
+def test_profiles_of_different_jobs_are_refused(engine_profiles):
+    rank1 = next((engine_profiles / "p").glob("untuned-baseline-rank1.trace.json.gz"))
+    with pytest.raises(UsageProblem, match="different jobs"):
+        load_runs(profiles=[P.H200_NCCL, rank1])
+    with pytest.raises(UsageProblem, match="rank 0 appears in more than one"):
+        load_runs(profiles=[P.H200_NCCL, P.DDP])
+
+
+def test_profile_feeds_recommend_and_report(engine_profiles, tmp_path):
+    base = sorted((engine_profiles / "p").glob("untuned-baseline-rank*.trace.json.gz"))
+    from ncclprobe.recommend.workload import from_files
+    workload = from_files(base)
+    assert set(workload.counts) == {256, 4096} and workload.source.startswith("profile")
+    from ncclprobe.recommend.workload import from_runs
+    replayed = load_runs(profiles=[P.H200_NCCL]).runs[0]
+    replayed.collectives = [c for c in replayed.collectives if c.graph]     # only the graph replay's calls
+    with pytest.raises(UsageProblem, match="unknown size"):
+        from_runs([replayed])
+    assert from_files([P.H200_NCCL]).unknown_calls == 10
+    assert sniff(base[0]) == "profile" and sniff(engine_profiles / "trace.json") == "engine-trace"
+
+
+# ---- server logs --------------------------------------------------------------------------------
+
+def test_sglang_log_says_what_it_cannot_prove():
+    ev = load_evidence(server_logs=[P.LOGS / "sglang_eagle3_cuda_graph_true_issue11948.log"])
+    run = ev.runs[0]
+    assert (run.engine, run.mode, run.log["graph_true"], run.log["graph_lines"]) == ("sglang", "speculative", 5, 5)
+    assert run.acceptance.mean_length == pytest.approx((2.17 + 1.95 + 1.80 + 2.05 + 1.80) / 5)
+    result = diagnose(ev)
+    verify = next(n for n in result.not_checked if n.rule == "verify-captured")
+    assert "does not show whether the verify" in verify.missing and "SGLANG_TORCH_PROFILER_DIR" in verify.next_command
+    assert "log-graphs" in rules(result.ruled_out)
+
+
+def test_sglang_batches_without_graphs_and_the_break_even():
+    result = diagnose(load_evidence(server_logs=[P.LOGS / "sglang_spec_cuda_graph_false_fastrl_pr4.log"]))
+    found = next(f for f in result.findings if f.rule == "log-graphs")
+    assert found.severity == "warning" and "100% of decode batches" in found.title
+    assert next(f for f in result.findings if f.rule == "acceptance").evidence["mean_acceptance_length"] == 1.0
+    faster = diagnose(load_evidence(server_logs=[P.LOGS / "sglang_eagle3_cuda_graph_true_issue11948.log"],
+                                    baseline_server_logs=[P.LOGS / "sglang_plain_decode_issue6949.log"]))
+    assert "speculative-slower" in rules(faster.ruled_out)
+    slower = diagnose(load_evidence(server_logs=[P.LOGS / "sglang_spec_cuda_graph_false_fastrl_pr4.log"],
+                                    baseline_server_logs=[P.LOGS / "sglang_eagle3_cuda_graph_true_issue11948.log"]))
+    assert not any(f.rule == "speculative-slower" for f in slower.findings)   # that "baseline" is speculative too
+
+
+def test_vllm_logs_acceptance_capture_sizes_and_lowered_graph_mode():
+    ev = load_evidence(server_logs=[P.LOGS / "vllm_0.22_mtp_spec_decoding_dgx_spark.log"])
+    log = ev.runs[0].log
+    assert (log["cudagraph_mode"], log["capture_sizes"], log["num_spec_tokens"]) == \
+        ("FULL_AND_PIECEWISE", [1, 2, 4, 8, 16, 24], 2)
+    assert ev.runs[0].acceptance.per_position[0] == pytest.approx((0.919 + 0.769 + 0.927 + 0.850 + 0.751) / 5)
+    result = diagnose(ev)
+    assert "capture-sizes" in rules(result.ruled_out) and "acceptance" in rules(result.ruled_out)
+    lowered = diagnose(load_evidence(server_logs=[P.LOGS / "vllm_cudagraph_mode_lowered_tritonmla_tp2.log"]))
+    top = lowered.top
+    assert (top.rule, top.evidence["cudagraph_mode"], top.severity) == ("cudagraph-mode", "PIECEWISE", "warning")
+
+
+def test_log_adds_acceptance_to_the_profile(tmp_path):
+    ev = load_evidence(profiles=[P.VLLM], server_logs=[P.LOGS / "vllm_0.22_mtp_spec_decoding_dgx_spark.log"])
+    assert ev.runs[0].acceptance.mean_length == pytest.approx(2.518, abs=1e-3)
+    assert ev.inputs["server_log"]
+
+
+# ---- bad input: one line, exit 2 ----------------------------------------------------------------
+
+def _bad_inputs(tmp_path):
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes(P.VLLM.read_bytes()[:5000])
+    cut_json = tmp_path / "cut.json"
+    cut_json.write_text(gzip.decompress(P.VLLM.read_bytes()).decode()[:20000])
+    (tmp_path / "other.json").write_text('{"rows": [1, 2]}')
+    (tmp_path / "empty.json").write_text('{"traceEvents": []}')
+    (tmp_path / "text.json").write_text("hello")
+    (tmp_path / "array.json").write_text('[{"ph": "X"}]')
+    return [("--profile", truncated, "truncated"), ("--profile", cut_json, "truncated"),
+            ("--profile", tmp_path / "other.json", "no \"traceEvents\""),
+            ("--profile", tmp_path / "empty.json", "no events"), ("--profile", tmp_path / "text.json", "not JSON"),
+            ("--profile", tmp_path / "array.json", "array"),
+            ("--server-log", P.PROFILES.parent / "nccl_logs" / "nccl_2.28.9_1x_h200_1rank_debug_subsys_all.log",
+             "not an SGLang or vLLM server log")]
+
+
+def test_bad_inputs_are_one_line_exit_2(tmp_path):
+    for flag, path, message in _bad_inputs(tmp_path):
+        proc = subprocess.run([sys.executable, "-m", "ncclprobe", "diagnose", flag, str(path)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2, (path, proc.stderr)
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stdout == ""
