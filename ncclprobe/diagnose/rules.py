@@ -22,7 +22,8 @@ NEVER_CAPTURED = ("accept", "host")   # host-side work between replays: no --gra
 
 
 def _spec_runs(ev: E.Evidence):
-    return [(src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace"]
+    """The speculative runs under diagnosis that have steps (a server log has none: rules_log)."""
+    return [(src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace" and run.phases]
 
 
 def eager_phase(ev: E.Evidence) -> list:
