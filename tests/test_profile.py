@@ -239,3 +239,14 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path):
         assert proc.returncode == 2, (path, proc.stderr)
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stdout == ""
+
+
+def test_report_draws_a_profiled_run(engine_profiles, tmp_path):
+    """report --trace takes the profiles of one run (one per rank): its engine section and step figure."""
+    from ncclprobe.report import build_report
+    sweep = P.PROFILES.parent.parent.parent / "examples" / "traces" / "collective-bound.sweep.jsonl"
+    spec = sorted((engine_profiles / "p").glob("untuned-speculative-rank*.trace.json.gz"))
+    files = build_report([sweep], tmp_path / "report", trace_path=spec)
+    text = files.markdown.read_text()
+    assert "profile:" in text and "verify" in text and "GPU busy" in text
+    assert any(f.name == "phases" for f in files.figures)

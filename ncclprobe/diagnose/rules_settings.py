@@ -2,11 +2,12 @@
 created the communicators (and so when the graphs were captured), and do two compared runs
 really differ in them? One pure function each, as in `rules`.
 
-What a worker reports (trace `workers[]`): `env_at_comm_init`, its NCCL_* environment when it
+What a worker reports (the view's `Worker`, from the engine trace's `workers[]`; profiles and logs
+have none, so these rules stay silent on them): `env_at_comm_init`, its NCCL_* environment when it
 created its communicator (what NCCL's per-communicator reads see, and what a CUDA graph captured
 on it keeps); `nccl_read`, what NCCL's own debug log says it read (empty without NCCL, e.g. gloo);
-and, when the engine recorded one, a later snapshot (`env_after_comm_init` / `env_at_exit`): a
-value that appears only there was set after NCCL read it.
+and `later_env`, a later snapshot (`env_after_comm_init` / `env_at_exit`): a value that appears only
+there was set after NCCL read it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ diagnose, recommend and report read the view, never a file's own keys.
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +59,9 @@ def load_runs(*, trace=None, profiles=(), server_logs=(), model_config=None, req
     if trace and (profiles or server_logs):
         raise UsageProblem(f"give the {role} as an engine trace or as profiles/server logs, not both")
     if trace:
+        if Path(trace).is_file() and sniff(trace) != "engine-trace":
+            raise UsageProblem(f"{trace} looks like a {sniff(trace)}, not an ncclprobe engine trace: give it as "
+                               + ("--profile" if sniff(trace) == "profile" else "--server-log"))
         return from_trace_file(trace)
     if profiles:
         from ncclprobe.enginerun.profile import load_profiles

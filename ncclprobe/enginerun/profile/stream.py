@@ -97,6 +97,20 @@ class _Buffer:
             if not self.fill():
                 return ""
 
+    def next_item(self, close: str, where: str) -> bool:
+        """Skip blanks and commas: False at `close` (consumed), True before the next item."""
+        while True:
+            char = self.skip_ws()
+            if char == close:
+                self.pos += 1
+                return False
+            if char == ",":
+                self.pos += 1
+                continue
+            if not char:
+                raise self.error(f"the file ends inside {where} (truncated?)")
+            return True
+
     def expect(self, char: str, what: str) -> None:
         got = self.skip_ws()
         if got != char:
@@ -160,15 +174,8 @@ def _read(buf: _Buffer, on_event) -> dict:
         raise buf.error("not JSON" if first else "an empty file")
     buf.pos += 1
     header, seen_events = {}, False
-    while True:
-        char = buf.skip_ws()
-        if char == "}":
-            buf.pos += 1
-            break
-        if char == ",":
-            buf.pos += 1
-            continue
-        if char != '"':
+    while buf.next_item("}", "the top-level object"):
+        if buf.skip_ws() != '"':
             raise buf.error("expected a key")
         key = buf.value(scan)
         buf.expect(":", "':' after a key")
@@ -187,16 +194,7 @@ def _read(buf: _Buffer, on_event) -> dict:
 def _read_array(buf: _Buffer, scan, on_event) -> None:
     buf.expect("[", "'[' starting traceEvents")
     index = 0
-    while True:
-        char = buf.skip_ws()
-        if char == "]":
-            buf.pos += 1
-            return
-        if char == ",":
-            buf.pos += 1
-            continue
-        if not char:
-            raise buf.error("the file ends inside traceEvents (truncated?)")
+    while buf.next_item("]", "traceEvents"):
         event = buf.value(scan)
         if not isinstance(event, dict):
             raise buf.error(f"traceEvents[{index}] is not an object")
