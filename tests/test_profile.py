@@ -87,6 +87,8 @@ def test_eager_and_replayed_nccl_kernels():
     assert (by_mode[True].size_bytes, by_mode[True].count, by_mode[True].size_source) == (None, 10, "unknown")
     assert {(c.algo, c.proto, c.dtype) for c in run.collectives} == {("RING", "LL", "bfloat16")}
     assert any("sizes are unknown" in n for n in run.notes)
+    # steps from the gaps: the eager burst and the replayed one are different costs, kept apart
+    assert {n: p.graphed for n, p in run.phases.items()} == {"burst (kernel by kernel)": False, "burst": True}
 
 
 def test_training_trace_steps_and_collectives():
@@ -233,12 +235,14 @@ def _bad_inputs(tmp_path):
 
 
 def test_bad_inputs_are_one_line_exit_2(tmp_path):
-    for flag, path, message in _bad_inputs(tmp_path):
-        proc = subprocess.run([sys.executable, "-m", "ncclprobe", "diagnose", flag, str(path)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 2, (path, proc.stderr)
-        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert proc.stdout == ""
+    cases = _bad_inputs(tmp_path)
+    for flag, path, message in cases:
+        code, output = run_cli(["diagnose", flag, str(path)])
+        assert code == 2 and message in output and output.count("\n") == 1, (path, output)
+    flag, path, message = cases[0]        # and once as a real process: stderr only, nothing on stdout
+    proc = subprocess.run([sys.executable, "-m", "ncclprobe", "diagnose", flag, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_report_draws_a_profiled_run(engine_profiles, tmp_path):
@@ -250,3 +254,77 @@ def test_report_draws_a_profiled_run(engine_profiles, tmp_path):
     text = files.markdown.read_text()
     assert "profile:" in text and "verify" in text and "GPU busy" in text
     assert any(f.name == "phases" for f in files.figures)
+
+
+def _sweep(tmp_path, time_us, size=7168 * 2):
+    from ncclprobe.records import ResultWriter
+    path = tmp_path / f"sweep-{time_us}.jsonl"
+    with ResultWriter(path, {"kind": "sweep", "backend": "nccl", "nranks": 2}) as writer:
+        writer.write({"record": "result", "config_id": "default", "settings": {}, "collective": "all_reduce",
+                      "mode": "graph", "in_place": True, "dtype": "bfloat16", "size_bytes": size, "count": size // 2,
+                      "nranks": 2, "status": "ok", "reason": None, "time_us": time_us, "trials": 5, "source": "sweep"})
+    return path
+
+
+@pytest.mark.parametrize("time_us,verdict", [(4500.0, "ruled out"), (1000.0, "finding")])
+def test_profile_collectives_against_the_sweep(tmp_path, time_us, verdict):
+    """The H200 eager all-reduce kernels (4.3 ms per call: two ranks time-slicing one GPU) against a
+    sweep of the same size; the replayed calls of unknown size are not compared."""
+    result = diagnose(load_evidence(profiles=[P.H200_NCCL], sweep=_sweep(tmp_path, time_us)))
+    found = [f for f in result.findings if f.rule == "collectives-vs-sweep"]
+    cleared = [r for r in result.ruled_out if r.rule == "collectives-vs-sweep"]
+    assert (len(found), len(cleared)) == ((0, 1) if verdict == "ruled out" else (1, 0))
+    if found:
+        assert found[0].evidence["profile_us_per_call"] == pytest.approx(4300, rel=0.01)
+        assert found[0].evidence["launched"] == "RING/LL" and found[0].evidence["sweep_mode"] == "graph"
+
+
+def test_shared_gpu_sweep_of_other_sizes_is_not_a_match():
+    sweep = P.PROFILES.parent.parent.parent / "examples" / "results" / "h200_share_gpu2_sweep.jsonl"
+    result = diagnose(load_evidence(profiles=[P.H200_NCCL], sweep=sweep))
+    missing = next(n for n in result.not_checked if n.rule == "collectives-vs-sweep")
+    assert "within 2x of 14K" in missing.missing and "--sizes 14K" in missing.next_command
+
+
+def test_model_config_gives_a_profile_the_expected_verify_cost(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                                  "vocab_size": 128256, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                  "intermediate_size": 14336}))
+    spec = P.write(P.unrolled_verify(P.load(P.VLLM)), tmp_path / "spec.json.gz")
+    ev = load_evidence(profiles=[spec], baseline_profiles=[P.VLLM], model_config=config)
+    assert ev.config["k"] == 3 and ev.config["model"]["hidden"] == 4096
+    top = diagnose(ev).top
+    assert top.rule == "eager-phase" and top.evidence["expected_ratio"] > 1.0
+    decode = ev.baseline[0].first_of_kind("decode").median_ms
+    assert top.evidence["expected_graphed_verify_ms"] == pytest.approx(decode * top.evidence["expected_ratio"], rel=1e-3)
+
+
+def _as_rank(doc: dict, rank: int, stretch: float = 1.0) -> dict:
+    """The vLLM trace as rank `rank` of 2 (distributedInfo edited), its kernels `stretch` x longer."""
+    t = json.loads(json.dumps(doc))
+    t["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+    for e in t["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["ts"] = e["ts"] + (e["ts"] - 6520618861901.0) * (stretch - 1.0)
+            e["dur"] *= stretch
+    return t
+
+
+@pytest.mark.parametrize("stretch,slow", [(1.3, True), (1.0, False)])
+def test_a_lagging_rank_is_named(tmp_path, stretch, slow):
+    doc = P.load(P.VLLM)
+    ranks = [P.write(_as_rank(doc, 0), tmp_path / "r0.json.gz"), P.write(_as_rank(doc, 1, stretch), tmp_path / "r1.json.gz")]
+    result = diagnose(load_evidence(profiles=ranks))
+    if slow:
+        found = next(f for f in result.findings if f.rule == "rank-skew")
+        assert "rank 1 is 23% slower" in found.title and found.severity == "warning"
+    else:
+        assert "rank-skew" in rules(result.ruled_out)
+
+
+def test_run_engine_refuses_an_existing_profile_before_running(tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "untuned-baseline-rank0.trace.json.gz").write_bytes(b"x")
+    code, output = run_cli(["run-engine", "--preset", "tiny", "--profile", str(tmp_path / "p")])
+    assert code == 2 and "already exists" in output
