@@ -69,11 +69,14 @@ def test_step_annotations_of_each_engine():
 
 
 def test_real_vllm_and_sglang_decodes_are_graph_replays_with_nothing_to_fix():
-    for path, engine, label in ((P.VLLM, "vllm", "execute[generation]"), (P.SGLANG, "sglang", "step[DECODE]")):
+    # vLLM's annotation counts the step's query tokens; SGLang schedules speculative steps as DECODE
+    # too, and a graph replay records no input shapes: its tokens per sequence stay unknown
+    for path, engine, label, tokens in ((P.VLLM, "vllm", "execute[generation]", 1.0),
+                                        (P.SGLANG, "sglang", "step[DECODE]", None)):
         ev = load_evidence(profiles=[path])
         phase = ev.runs[0].phases[label]
         assert (ev.config["engine"], ev.config["rocm"], phase.graphed, phase.batch, phase.tokens_per_seq) == \
-            (engine, True, True, 32, 1.0)
+            (engine, True, True, 32, tokens)
         result = diagnose(ev)
         assert result.actionable() == [], [f.title for f in result.findings]
         assert {"eager-launches", "host-bound", "nccl-settings"} <= set(rules(result.ruled_out))
@@ -328,3 +331,22 @@ def test_run_engine_refuses_an_existing_profile_before_running(tmp_path):
     (tmp_path / "p" / "untuned-baseline-rank0.trace.json.gz").write_bytes(b"x")
     code, output = run_cli(["run-engine", "--preset", "tiny", "--profile", str(tmp_path / "p")])
     assert code == 2 and "already exists" in output
+
+
+def test_a_decode_annotated_step_with_a_multi_token_forward_is_speculative(engine_profiles, tmp_path):
+    """SGLang schedules a speculative step as DECODE; the recorded shapes show its k+1-token verify.
+    Edit: our engine's CPU profile with each `ncclprobe::verify` annotation renamed `step[DECODE bs=1]`
+    and the other phases' annotations dropped (one SGLang-like step per cycle)."""
+    path = next((engine_profiles / "p").glob("untuned-speculative-rank0.trace.json.gz"))
+    doc = P.load(path)
+    events = []
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ncclprobe::"):
+            if e["name"] != "ncclprobe::verify":
+                continue
+            e = {**e, "name": "step[DECODE bs=1]"}
+        events.append(e)
+    doc["traceEvents"] = events
+    run = load_runs(profiles=[P.write(doc, tmp_path / "sglang-like.json.gz")]).runs[0]
+    phase = run.phases["step[DECODE] (4 tokens/seq: speculative)"]
+    assert (phase.kind, phase.tokens_per_seq, run.mode, run.engine) == ("verify", 4.0, "speculative", "sglang")

@@ -111,7 +111,9 @@ def step_annotation(name: str) -> dict | None:
         args = dict(_KV.findall(m.group("args")))
         batch, toks = _int(args.get("bs")), _int(args.get("toks"))
         kind = SGLANG_KINDS.get(m.group("mode"), "other")
-        per_seq = toks / batch if toks and batch else (1.0 if kind == "decode" else None)
+        # a speculative SGLang step is scheduled as DECODE too: tokens per sequence come from the
+        # recorded shapes then (steps._shape_tokens), not from the mode's name
+        per_seq = toks / batch if toks and batch else None
         return {"kind": kind, "label": f"step[{m.group('mode')}]", "engine": "sglang", "batch": batch,
                 "tokens_per_seq": per_seq, "found_by": "SGLang step annotation"}
     m = _VLLM.match(name)

@@ -171,27 +171,36 @@ def _attach(tl: Timeline, steps: list[Step]) -> None:
 
 
 def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
-    """Tokens per sequence from the recorded input shapes (record_shapes): the first embedding
-    lookup inside a step gives its token ids' shape, [batch, tokens] or a flat [tokens]."""
+    """Tokens per sequence from the recorded input shapes (record_shapes): the embedding lookups
+    inside a step give its token ids' shapes, [batch, tokens] or a flat [tokens] over the batch.
+    The largest wins: a speculative step holds a draft's 1-token lookups and the verify's k+1, and
+    it is the verify that tells it from a plain decode step (SGLang schedules both as DECODE)."""
     if not tl.embeddings:
         return
     times = [ts for ts, _ in tl.embeddings]
     for step in steps:
         if step.tokens_per_seq is not None:
             continue
-        at = bisect.bisect_left(times, step.t0)
-        if at >= len(times) or times[at] > step.t1:
+        lo, hi = bisect.bisect_left(times, step.t0), bisect.bisect_right(times, step.t1)
+        found = [_tokens(dims, step.batch) for _, dims in tl.embeddings[lo:hi]]
+        found = [f for f in found if f is not None]
+        if not found:
             continue
-        dims = tl.embeddings[at][1]
-        if len(dims) == 2 and all(isinstance(d, int) for d in dims) and dims[0] > 0:
-            step.batch = step.batch or dims[0]
-            step.tokens_per_seq = float(dims[1])
-        elif len(dims) == 1 and isinstance(dims[0], int) and step.batch:
-            step.tokens_per_seq = dims[0] / step.batch
-        if step.kind == "other" and step.tokens_per_seq:
-            step.kind = kind_from_tokens(step.tokens_per_seq)
-            step.label = {"decode": "decode", "verify": "several tokens per sequence", "prefill": "prefill"}[step.kind]
+        batch, per_seq = max(found, key=lambda f: f[1])
+        step.batch, step.tokens_per_seq = step.batch or batch, per_seq
+        if step.kind == "other" or (step.kind == "decode" and per_seq > 1.0):
+            old, step.kind = step.kind, kind_from_tokens(per_seq)
+            step.label = ({"decode": "decode", "verify": "several tokens per sequence", "prefill": "prefill"}[step.kind]
+                          if old == "other" else f"{step.label} ({per_seq:g} tokens/seq: speculative)")
             step.found_by += "; decode or verify from the recorded input shapes"
+
+
+def _tokens(dims: list, batch: int | None) -> tuple[int | None, float] | None:
+    if len(dims) == 2 and all(isinstance(d, int) for d in dims) and dims[0] > 0:
+        return dims[0], float(dims[1])
+    if len(dims) == 1 and isinstance(dims[0], int) and batch:
+        return batch, dims[0] / batch
+    return None
 
 
 def kind_from_tokens(tokens_per_seq: float) -> str:
