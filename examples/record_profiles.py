@@ -51,28 +51,33 @@ def engine_traces(out: Path, tokens: int, preset: str) -> list[tuple[str, list[s
     return cases
 
 
-class StepMarkers:
+def step_markers():
     """A stopping criterion that never stops: it closes the previous `ProfilerStep#N` annotation and
-    opens the next at every generation step, so the trace has one marker per step."""
+    opens the next at every generation step (every cycle in assisted generation), so the trace has
+    one marker per step."""
+    import torch
+    from transformers import StoppingCriteria
 
-    def __init__(self):
-        self.step, self.current = 0, None
+    class StepMarkers(StoppingCriteria):
+        def __init__(self):
+            self.step, self.current = 0, None
 
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-        self.close()
-        self.current = torch.profiler.record_function(f"ProfilerStep#{self.step}")
-        self.current.__enter__()
-        self.step += 1
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        def __call__(self, input_ids, scores, **kwargs):
+            self.close()
+            self.current = torch.profiler.record_function(f"ProfilerStep#{self.step}")
+            self.current.__enter__()
+            self.step += 1
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
-    def close(self):
-        if self.current is not None:
-            self.current.__exit__(None, None, None)
-            self.current = None
+        def close(self):
+            if self.current is not None:
+                self.current.__exit__(None, None, None)
+                self.current = None
+
+    return StepMarkers()
 
 
-def hf_models(checkpoint: str | None):
+def hf_models(checkpoint: str | None, device: str):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
@@ -84,26 +89,30 @@ def hf_models(checkpoint: str | None):
     vocab = target.config.vocab_size
     assistant = LlamaForCausalLM(LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab))
-    target = target.to("cuda", torch.bfloat16).eval()
-    assistant = assistant.to("cuda", torch.bfloat16).eval()
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    target = target.to(device, dtype).eval()
+    assistant = assistant.to(device, dtype).eval()
     for model in (target, assistant):
         model.generation_config.pad_token_id = 0
         model.generation_config.eos_token_id = None
     return target, assistant
 
 
-def hf_profile(path: Path, generate) -> None:
+def hf_profile(path: Path, generate, device: str) -> None:
     """Profile one generate() call (after an untimed one: compilation and capture stay out)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     from transformers import StoppingCriteriaList
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     generate(StoppingCriteriaList())
-    torch.cuda.synchronize()
-    markers = StepMarkers()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    sync()
+    markers = step_markers()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, record_shapes=True) as prof:
         generate(StoppingCriteriaList([markers]))
         markers.close()
-        torch.cuda.synchronize()
+        sync()
     plain = path.with_suffix("")
     prof.export_chrome_trace(str(plain))
     with open(plain, "rb") as src, gzip.open(path, "wb") as dst:
@@ -111,18 +120,18 @@ def hf_profile(path: Path, generate) -> None:
     plain.unlink()
 
 
-def hf_traces(out: Path, tokens: int, checkpoint: str | None) -> list[tuple[str, list[str]]]:
+def hf_traces(out: Path, tokens: int, checkpoint: str | None, device: str = "cuda") -> list[tuple[str, list[str]]]:
     import torch
-    target, assistant = hf_models(checkpoint)
-    ids = torch.randint(1, target.config.vocab_size - 1, (1, 32), device="cuda")
-    common = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    target, assistant = hf_models(checkpoint, device)
+    ids = torch.randint(1, target.config.vocab_size - 1, (1, 32), device=device)
+    common = dict(max_new_tokens=tokens, do_sample=False)      # no EOS token: every run makes `tokens`
     paths = {}
 
     def record(name, **kw):
         path = out / f"hf-{name}.trace.json.gz"
         try:
             with torch.inference_mode():
-                hf_profile(path, lambda crit: target.generate(ids, stopping_criteria=crit, **common, **kw))
+                hf_profile(path, lambda crit: target.generate(ids, stopping_criteria=crit, **common, **kw), device)
             paths[name] = path
         except Exception as exc:  # one variant failing must not lose the others
             print(f"hf {name}: {type(exc).__name__}: {exc}"[:400], file=sys.stderr)
@@ -130,8 +139,9 @@ def hf_traces(out: Path, tokens: int, checkpoint: str | None) -> list[tuple[str,
     record("plain")
     eager_forward = target.forward
     try:
-        target.forward = torch.compile(target.forward, mode="reduce-overhead", fullgraph=True)
-        record("static-compiled", cache_implementation="static")
+        if device == "cuda":   # "reduce-overhead" replays CUDA graphs: a GPU-only mode
+            target.forward = torch.compile(target.forward, mode="reduce-overhead", fullgraph=True)
+            record("static-compiled", cache_implementation="static")
     except Exception as exc:
         print(f"hf static-compiled: {exc}"[:400], file=sys.stderr)
     target.forward = eager_forward
@@ -171,14 +181,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24, help="tokens generated per run")
     parser.add_argument("--preset", default="small", help="our engine's model preset")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the Hugging Face part (no graphs)")
     opts = parser.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    cases = engine_traces(out, opts.tokens, opts.preset)
+    cases = [] if opts.skip_engine else engine_traces(out, opts.tokens, opts.preset)
     if not opts.skip_hf:
-        cases += hf_traces(out, opts.tokens, opts.checkpoint)
+        cases += hf_traces(out, opts.tokens, opts.checkpoint, opts.device)
     rows = [diagnose(name, args, out) for name, args in cases]
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
     sizes = {str(p.relative_to(out)): round(p.stat().st_size / 1e6, 2) for p in sorted(out.rglob("*.json.gz"))}

@@ -190,8 +190,7 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
         step.batch, step.tokens_per_seq = step.batch or batch, per_seq
         if step.kind == "other" or (step.kind == "decode" and per_seq > 1.0):
             old, step.kind = step.kind, kind_from_tokens(per_seq)
-            step.label = ({"decode": "decode", "verify": "several tokens per sequence", "prefill": "prefill"}[step.kind]
-                          if old == "other" else f"{step.label} ({per_seq:g} tokens/seq: speculative)")
+            step.label = step.kind if old == "other" else f"{step.label} ({per_seq:g} tokens/seq: speculative)"
             step.found_by += "; decode or verify from the recorded input shapes"
 
 
