@@ -89,13 +89,15 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     for entry in ranks:
         entry["slowest_for"] = sorted(n for n, p in slowest.items() if entry["phases"].get(n) == p.median_ms)
     first = per_rank[0]
+    # every rank issues the same collectives; their kernel times differ by the waiting: the slowest rank's
+    slowest_rank = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
     kinds = {p.kind for p in slowest.values() if p.count}
     mode = "speculative" if kinds & set(SPECULATIVE_KINDS) else ("baseline" if "decode" in kinds else None)
     shares = [rv["share"] for rv in per_rank if rv["share"] is not None]
     coverages = [rv["coverage"] for rv in per_rank if rv["coverage"] is not None]
     return EngineRun(
         label=first["label"], mode=mode, source="profile", path=", ".join(tl.path for tl in timelines),
-        engine=first["engine"], phases=slowest, collectives=first["collectives"],
+        engine=first["engine"], phases=slowest, collectives=slowest_rank["collectives"],
         collective_share=max(shares) if shares else None, graph_coverage=min(coverages) if coverages else None,
         ranks=ranks)
 
