@@ -350,3 +350,17 @@ def test_a_decode_annotated_step_with_a_multi_token_forward_is_speculative(engin
     run = load_runs(profiles=[P.write(doc, tmp_path / "sglang-like.json.gz")]).runs[0]
     phase = run.phases["step[DECODE] (4 tokens/seq: speculative)"]
     assert (phase.kind, phase.tokens_per_seq, run.mode, run.engine) == ("verify", 4.0, "speculative", "sglang")
+
+
+def test_a_baseline_of_unknown_step_kind_still_counts_when_it_replays_graphs(tmp_path):
+    """A compiled, graph-replayed baseline (Hugging Face static cache + reduce-overhead) records no
+    input shapes, so its steps keep the kind `other`: its graph replay is still the reference.
+    Edit: the vLLM trace's annotation renamed `ProfilerStep#3`."""
+    spec = P.write(P.unrolled_verify(P.load(P.VLLM)), tmp_path / "spec.json.gz")
+    base = P.load(P.VLLM)
+    for e in base["traceEvents"]:
+        if e.get("cat") == "user_annotation":
+            e["name"] = "ProfilerStep#3"
+    result = diagnose(load_evidence(profiles=[spec], baseline_profiles=[P.write(base, tmp_path / "base.json.gz")]))
+    assert (result.top.rule, result.top.evidence["reference_phase"]) == ("eager-launches", "ProfilerStep")
+    assert result.top.cost_ms_per_step > 2.0 and "nccl-settings" in rules(result.ruled_out)

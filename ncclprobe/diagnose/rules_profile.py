@@ -51,13 +51,26 @@ def eager_launches(ev: E.Evidence) -> list:
     return out
 
 
-def _graphed_reference(ev, run, phase):
-    """The graphed phase to compare with: the baseline's of the same kind, else its decode, else a
-    graphed phase of this run (another kind)."""
+def _baseline_reference(ev, kind: str):
+    """The baseline's graphed phase to compare a `kind` step with: the same kind, else its decode,
+    else its most frequent graphed step of any kind but prefill (a compiled, graph-replayed decode
+    records no input shapes, so its kind may be unknown)."""
     for base in ev.baseline:
-        same = base.first_of_kind(phase.kind) or base.first_of_kind("decode")
+        same = base.first_of_kind(kind) or base.first_of_kind("decode")
         if same and same.graphed:
-            return same, f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph"
+            return base, same
+        graphed = [p for p in base.phases.values() if p.graphed and p.count and p.kind != "prefill"]
+        if graphed:
+            return base, max(graphed, key=lambda p: p.count)
+    return None, None
+
+
+def _graphed_reference(ev, run, phase):
+    """The graphed phase to compare with: the baseline's (see _baseline_reference), else a graphed
+    phase of this run (another kind)."""
+    base, same = _baseline_reference(ev, phase.kind)
+    if same is not None:
+        return same, f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph"
     others = [p for p in run.phases.values() if p.graphed and p.count and p.name != phase.name]
     if others:
         other = max(others, key=lambda p: p.count)
@@ -177,10 +190,9 @@ def _slowest_pair(ev):
     if not candidates:
         return None, None
     run_s, ph_s = max(candidates, key=lambda rp: rp[1].median_ms or 0)
-    for base in ev.baseline:
-        ref = base.first_of_kind(ph_s.kind) or base.first_of_kind("decode")
-        if ref and ref.graphed:
-            return (run_s, ph_s), (base, ref)
+    base, ref = _baseline_reference(ev, ph_s.kind)
+    if ref is not None:
+        return (run_s, ph_s), (base, ref)
     others = [p for p in run_s.phases.values() if p.graphed and p.count]
     if others:
         return (run_s, ph_s), (run_s, max(others, key=lambda p: p.count))
