@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ncclprobe.enginerun import RunSet, load_runs
 from ncclprobe.enginerun.trace import to_runs
-from ncclprobe.enginerun.view import EngineRun, Phase, nccl_env  # noqa: F401  (re-exported for the rules)
+from ncclprobe.enginerun.view import EngineRun, Phase
 from ncclprobe.errors import UsageProblem
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
