@@ -63,7 +63,6 @@ _BACKEND_OP = re.compile(r"^(?P<backend>nccl|gloo|ucc|mpi|xccl|hccl):(?P<op>[a-z
 CPP_DTYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
               "long int": "int64", "int": "int32", "signed char": "int8", "unsigned char": "uint8",
               "c10::Float8_e4m3fn": "float8_e4m3", "c10::Float8_e5m2": "float8_e5m2"}
-_KV = re.compile(r"(\w+)=([\w.]+)")
 _SQ = re.compile(r"^sq(?P<sq>\d+)")
 
 # SGLang forward modes (python/sglang/srt/model_executor/forward_batch_info.py) by phase kind
@@ -108,7 +107,7 @@ def step_annotation(name: str) -> dict | None:
     """A step's {kind, label, engine, batch, tokens, tokens_per_seq} from an engine's annotation."""
     m = _SGLANG.match(name)
     if m:
-        args = dict(_KV.findall(m.group("args")))
+        args = _pairs(m.group("args"))
         batch, toks = _int(args.get("bs")), _int(args.get("toks"))
         kind = SGLANG_KINDS.get(m.group("mode"), "other")
         # a speculative SGLang step is scheduled as DECODE too: tokens per sequence come from the
@@ -130,7 +129,7 @@ def step_annotation(name: str) -> dict | None:
                 "tokens_per_seq": per_seq, "found_by": "vLLM execute annotation"}
     m = _OURS.match(name)
     if m:
-        args = dict(_KV.findall(m.group("args") or ""))
+        args = _pairs(m.group("args") or "")
         return {"kind": OUR_KINDS.get(m.group("phase"), "other"), "label": m.group("phase"), "engine": "ncclprobe",
                 "batch": _int(args.get("b")), "tokens_per_seq": _float(args.get("t")),
                 "found_by": "ncclprobe step annotation"}
@@ -148,6 +147,11 @@ def backend_collective(name: str) -> tuple[str, str] | None:
 def profiler_step(name: str) -> int | None:
     m = _PROFILER_STEP.match(name)
     return int(m.group("n")) if m else None
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """`bs=32 toks=15360` as a dict (split on blanks, never a backtracking pattern)."""
+    return {k: v for k, sep, v in (part.partition("=") for part in text.split()) if sep}
 
 
 def _int(text: str | None) -> int | None:
