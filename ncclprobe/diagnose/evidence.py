@@ -31,13 +31,14 @@ class Evidence:
     env_check: dict | None = None
     inputs: dict = field(default_factory=dict)        # which files each piece came from
     notes: list[str] = field(default_factory=list)    # what the evidence cannot tell
+    node: dict | None = None                          # the GPUs and links the run saw (engine trace `node`)
 
     @classmethod
     def from_trace(cls, trace: dict, path: str = "TRACE", *, baseline: dict | None = None,
                    baseline_path: str | None = None, sweep: list[dict] | None = None, sweep_path: str | None = None,
                    env_check: dict | None = None, env_check_path: str | None = None) -> "Evidence":
         """An Evidence from engine-trace documents already in memory (tests, library users)."""
-        return cls(runs=to_runs(trace, path), config=dict(trace.get("config") or {}),
+        return cls(runs=to_runs(trace, path), config=dict(trace.get("config") or {}), node=trace.get("node"),
                    baseline=to_runs(baseline, baseline_path or "BASELINE") if baseline else [],
                    sweep=sweep or [], env_check=env_check,
                    inputs={"trace": path, "baseline": baseline_path, "sweep": sweep_path, "env_check": env_check_path})
@@ -67,7 +68,8 @@ def load_evidence(trace: str | Path | None = None, *, profiles=(), server_logs=(
                      model_config=model_config, required=False, role="baseline")
     ev = Evidence(runs=main.runs, config=_merged_config(main, base), kind=main.kind, baseline=base.runs,
                   inputs={**main.inputs, **{f"baseline_{k}" if k != "trace" else "baseline": v for k, v in base.inputs.items()}},
-                  notes=main.notes + [f"baseline: {n}" for n in base.notes])
+                  notes=main.notes + [f"baseline: {n}" for n in base.notes],
+                  node=next((t.get("node") for t in main.traces + base.traces if t.get("node")), None))
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
     if env_check:

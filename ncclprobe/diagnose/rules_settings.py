@@ -71,8 +71,9 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
         late_ranks = sorted({p["rank"] for p in after if p["variable"] == first["variable"]}, key=str)
         if len(late_ranks) > 1:
             where = f"{len(late_ranks)} workers (ranks {', '.join(map(str, late_ranks))})"
-        worker = next((w for w in run.get("workers") or [] if w.get("rank") == first["rank"]), {})
-        scope = effective_scope(first["variable"], E.nccl_env(worker), parse_version(worker.get("nccl_version")))
+        worker = next((w for w in run.workers if w.rank == first["rank"]), None)
+        scope = effective_scope(first["variable"], nccl_env(worker.env_at_comm_init if worker else None),
+                                parse_version(worker.nccl_version if worker else None))
         consequence = ("it applies only to communicators created after it was set, and graphs captured on the old one keep the old value"
                        if scope is Scope.COMMUNICATOR else "NCCL reads it once per process, so it needs a new process")
         title = f"{first['variable']}={first['asked']} was set in {where} after NCCL created its communicator"

@@ -266,4 +266,4 @@ def _phase(name: str, rec: dict) -> Phase:
 def _worker(w: dict) -> Worker:
     later = {k: str(v) for key in LATER_ENV_KEYS for k, v in (w.get(key) or {}).items()}
     return Worker(rank=w.get("rank"), pid=w.get("pid"), env_at_comm_init=w.get("env_at_comm_init"),
-                  later_env=later, nccl_read=dict(w.get("nccl_read") or {}))
+                  later_env=later, nccl_read=dict(w.get("nccl_read") or {}), nccl_version=w.get("nccl_version"))

@@ -80,6 +80,7 @@ class Worker:
     env_at_comm_init: dict | None           # NCCL_* etc. when the worker created its communicator
     later_env: dict = field(default_factory=dict)   # a later snapshot (env_at_exit, ...)
     nccl_read: dict = field(default_factory=dict)   # what NCCL's own log says it read
+    nccl_version: str | None = None
 
 
 @dataclass(frozen=True)
