@@ -10,8 +10,8 @@ the settings being compared were in force when the collectives were created or c
 
 Modules: `evidence` (the run as the normalized view of `ncclprobe.enginerun`, plus sweep and
 env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_profile` and `rules_log` (one pure function per hypothesis; they read
-only the view), `rank` (ordering and the report).
+`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile` and `rules_log` (one pure function
+per hypothesis; they read only the view), `rank` (ordering and the report).
 """
 
 from ncclprobe.diagnose.evidence import Evidence, load_evidence

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose import rules, rules_log, rules_profile, rules_safety, rules_settings
+from ncclprobe.diagnose import rules, rules_draft, rules_log, rules_profile, rules_safety, rules_settings
 from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 
 SCHEMA_VERSION = 1
-ALL_RULES = (rules_safety.unsafe_settings,) + rules_settings.RULES + rules.RULES + rules_profile.RULES + rules_log.RULES
+ALL_RULES = (rules_safety.unsafe_settings,) + rules_settings.RULES + rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES
 
 
 @dataclass

@@ -8,7 +8,7 @@ Settings-related hypotheses live in `rules_settings`.
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.commands import engine_command, graphs_command, sizes_arg
+from ncclprobe.diagnose.commands import engine_command, graphs_command, profile_command, sizes_arg
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.enginerun.view import SPECULATIVE_KINDS
@@ -33,9 +33,11 @@ def eager_phase(ev: E.Evidence) -> list:
     for _, run in _spec_runs(ev):
         decode, source = E.baseline_decode(ev, run.label)
         if decode is None:
+            trace = ev.kind == "engine-trace"
             out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs",
-                                  missing="no baseline decode step in the trace or --baseline",
-                                  next_command=engine_command(ev.config)))
+                                  missing="no baseline decode step in the trace or --baseline" if trace else
+                                  "a baseline: a profile of the same server decoding without speculation (--baseline-profile)",
+                                  next_command=engine_command(ev.config) if trace else profile_command(ev.config.get("engine"))))
             continue
         if decode.graphed is None:
             out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
@@ -44,8 +46,9 @@ def eager_phase(ev: E.Evidence) -> list:
             continue
         if not decode.graphed:
             out.append(RuledOut(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                reason=f"the baseline decode step ({source}) is not captured either "
-                                       f"(graphs: {ev.config.get('graphs', '?')}): both sides run eagerly, like for like"))
+                                reason=f"the baseline decode step ({source}) is not captured either"
+                                       + (f" (graphs: {ev.config.get('graphs', '?')})" if ev.kind == "engine-trace" else "")
+                                       + ": both sides run eagerly, like for like"))
             continue
         eager = [p for p in run.phases.values() if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False]
         if not eager:
@@ -352,40 +355,6 @@ def graph_coverage(ev: E.Evidence) -> list:
     return out
 
 
-def draft_positions(ev: E.Evidence) -> list:
-    """The run goes past the positions the draft was trained on (`train-draft` records them, the
-    trace's config carries them): there the draft predicts what it never learnt, and acceptance
-    falls. Measured on the H200: a draft trained below 64 positions accepted 4.00 tokens per cycle
-    in a 64-token run and 2.50 over 256 tokens (docs/LOG.md)."""
-    specs = _spec_runs(ev)
-    if not specs or not ev.config.get("draft"):
-        return []
-    hyp = "the run goes past the positions the draft was trained on"
-    trained = ev.config.get("draft_trained_positions")
-    reach = (ev.config.get("prompt_len") or 0) + (ev.config.get("new_tokens") or 0)
-    if trained is None:
-        return [NotChecked(rule="draft-positions", hypothesis=hyp,
-                           missing="the trace does not record the draft's trained positions (a draft file without "
-                                   "train-draft's metadata, or a trace from before they were recorded)")]
-    if reach <= trained:
-        return [RuledOut(rule="draft-positions", hypothesis=hyp,
-                         reason=f"the run reaches position {reach}, within the {trained} the draft was trained on")]
-    acceptance = {run.name(src): run.acceptance.mean_length if run.acceptance else None for src, run in specs}
-    source = f"--checkpoint {ev.config['checkpoint']}" if ev.config.get("checkpoint") else \
-        f"--preset {ev.config.get('preset')}"
-    return [Finding(
-        rule="draft-positions", severity="warning", confidence="medium",
-        title=f"the run reaches position {reach}, but the draft was trained on positions below {trained}",
-        detail=(f"{reach - trained} of the run's {reach} positions are beyond anything the draft saw in training, where "
-                f"it predicts what it never learnt and the acceptance falls (on the H200 one such draft accepted 4.00 "
-                f"tokens per cycle inside its positions and 2.50 over a run four times longer). Acceptance here: "
-                + ", ".join(f"{name} {value:.2f}" for name, value in acceptance.items() if value is not None)
-                + ". Train the draft on sequences as long as the runs it serves."),
-        evidence={"draft_trained_positions": trained, "run_positions": reach,
-                  "mean_acceptance_length": acceptance},
-        next_command=f"ncclprobe train-draft {source} --gen-len {reach} --out draft-{reach}.safetensors")]
-
-
 def _all_sizes(ev: E.Evidence) -> list[int]:
     return sorted({size for _, run in ev.all_runs() for size in run.collective_sizes()})
 
@@ -398,5 +367,4 @@ def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage,
-         draft_positions)
+RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage)
