@@ -28,7 +28,7 @@ def events_needed(new_tokens: int) -> int:
 
 
 class PhaseTimer:
-    def __init__(self, device, *, reserve: int = 0):
+    def __init__(self, device, *, reserve: int = 0, annotate: bool = False):
         """`reserve`: CUDA events to create before the run (two per phase span expected). A CUDA
         event is created by the driver at its first record; doing that inside the loop put tens of
         microseconds per phase on the speculative cycle's critical path (the host launches the next
@@ -37,6 +37,8 @@ class PhaseTimer:
         (best of 3); with joined phases and the draft captured whole it measured 0.11% (best of 10,
         256 tokens; run-to-run spread about 3.5%, docs/LOG.md)."""
         self.cuda = torch.device(device).type == "cuda"
+        # `run-engine --profile`: each phase also a profiler annotation the trace reader knows
+        self.annotate = annotate
         self.current: str | None = None
         self._spans: dict[str, list] = {}
         self._marks: list[tuple[float, dict[str, int]]] = []
@@ -50,6 +52,15 @@ class PhaseTimer:
         """Time the body as phase `name`. `joined`: the phase starts where the previous one ended
         (the loop runs nothing in between), so on a GPU it reuses that phase's end event as its
         start instead of recording one more: a speculative cycle records 6 events, not 10."""
+        if not self.annotate:
+            yield from self._timed(name, joined)
+            return
+        with torch.profiler.record_function(f"ncclprobe::{name}"):
+            yield from self._timed(name, joined)
+
+    def _timed(self, name: str, joined: bool):
+        """The timing itself, a plain generator `phase` delegates to (no second context manager
+        on the hot path)."""
         outer, self.current = self.current, name
         if self.cuda:
             start = self._last_end if joined and self._last_end is not None else self._recorded()

@@ -1,8 +1,9 @@
 """The parent side of `run-engine`: start the TP workers, collect their reports, build the trace.
 
 One pool per `RunSpec` (a pool's environment is fixed at exec, so untuned and tuned settings need
-separate pools). The result is the engine-trace document of docs/DESIGN.md ("Engine trace"),
-which the report, recommend and diagnose commands read.
+separate pools). The result is the engine-trace document of docs/DESIGN.md ("Engine trace"):
+the run records are assembled here, and `ncclprobe.enginerun.trace` (the trace's owner: schema,
+loader, merges, self-checks) links and checks them.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from typing import Callable
 
 from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
+from ncclprobe.enginerun import trace
 from ncclprobe.errors import NcclprobeError, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
 from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect
 
-SCHEMA_VERSION = 1
 ENTRY = "ncclprobe.engine.worker:run_jobs"
 USAGE_PROBLEM = "engine-usage-problem"   # a worker found a bad input: the parent reports it as exit 2
 
@@ -37,23 +38,10 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
     runs = []
     for spec in specs:
         runs += _run_pool(spec, on_message, timeout_s)
-    _link_verify_to_decode(runs)
-    first = specs[0]
-    doc = {"schema_version": SCHEMA_VERSION, "kind": "engine-trace", "provenance": collect(),
-           "config": _config(first), "runs": runs, "checks": _checks(first.temperature, runs)}
-    add_text(doc, first)
+    doc = trace.finish({"schema_version": trace.SCHEMA_VERSION, "kind": trace.KIND, "provenance": collect(),
+                        "config": _config(specs[0]), "runs": runs})
+    add_text(doc, specs[0])
     return doc
-
-
-def merge_traces(first: dict, second: dict) -> dict:
-    """One trace holding both documents' runs (e.g. untuned then tuned), checks recomputed."""
-    from ncclprobe.engine.tuning import compare
-    merged = dict(first)
-    merged["runs"] = first["runs"] + second["runs"]
-    _link_verify_to_decode(merged["runs"])
-    merged["checks"] = _checks(first["config"]["temperature"], merged["runs"])
-    merged["comparison"] = compare(merged["runs"])
-    return merged
 
 
 def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
@@ -148,16 +136,6 @@ def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
     return sum(s["count"] for s in sizes), sum(s["count"] * s["size_bytes"] for s in sizes)
 
 
-def _link_verify_to_decode(runs: list[dict]) -> None:
-    """verify/decode ratio: the speculative run's median verify over the baseline's median decode
-    under the same label (the seed case's 29 ms vs 12 ms)."""
-    decode = {r["label"]: r["phases"].get("decode", {}).get("median_ms") for r in runs if r["mode"] == "baseline"}
-    for run in runs:
-        verify = run["phases"].get("verify", {}).get("median_ms")
-        if run["mode"] == "speculative" and verify and decode.get(run["label"]):
-            run["verify_decode_ratio"] = verify / decode[run["label"]]
-
-
 def _config(spec: RunSpec) -> dict:
     device = spec.resolved_device()
     model = spec.model_config().summary()
@@ -187,43 +165,3 @@ def _trained_positions(draft_path: str | None) -> int | None:
         return None
     from ncclprobe.engine.draft import trained_positions
     return trained_positions(draft_path)
-
-
-def _checks(temperature: float, runs: list[dict]) -> dict:
-    """Self-checks any reader can rely on: ranks agree; greedy speculative equals the baseline.
-
-    `greedy_matched_prefix` is the share of tokens before the first difference: a bug shows up
-    at once, while in bf16 a verify and a decode step (different kernel shapes) may round a
-    near-tie differently and diverge late, which is not a bug."""
-    greedy_match, prefix = None, None
-    if temperature == 0:
-        by_label: dict[str, dict] = {}
-        for run in runs:
-            by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]
-        pairs = [modes for modes in by_label.values() if len(modes) == 2]
-        if pairs:
-            greedy_match = all(m["baseline"] == m["speculative"] for m in pairs)
-            prefix = min(_matched_prefix(m["baseline"], m["speculative"]) for m in pairs)
-    return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match,
-            "greedy_matched_prefix": prefix, "settings": [settings_check(run) for run in runs if run["settings"]]}
-
-
-def _matched_prefix(a: list[list[int]], b: list[list[int]]) -> float:
-    total = matched = 0
-    for x, y in zip(a, b):
-        same = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-        matched, total = matched + same, total + len(x)
-    return matched / total if total else 1.0
-
-
-def settings_check(run: dict) -> dict:
-    """Did every worker have each requested setting when it created its communicator, and did
-    NCCL report reading it? (`read` is None without an NCCL log, e.g. on gloo.)"""
-    received, read = {}, {}
-    workers = run["workers"]
-    for key, value in run["settings"].items():
-        received[key] = bool(workers) and all(w["env_at_comm_init"].get(key) == value for w in workers)
-        logs = [w["nccl_read"] for w in workers if w["nccl_read"]]
-        read[key] = (all(log.get(key) == value for log in logs) if logs and key.startswith("NCCL_") else None)
-    return {"label": run["label"], "mode": run["mode"], "received_by_every_worker": received,
-            "read_by_nccl": read}

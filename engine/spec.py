@@ -42,6 +42,7 @@ class RunSpec:
     single_rank_collectives: bool = False  # with tp=1, still issue (and trace) the all-reduces
     measure_share: bool = True         # time steps without collectives after the run (see share.py)
     label: str = "untuned"              # untuned | tuned | anything naming the settings
+    profile_dir: str | None = None      # write a torch.profiler trace of each rank's measured loop here
     settings: dict = field(default_factory=dict)  # NCCL_* etc. set in every worker's environment
     # set by each worker in its own environment only after its communicator exists: reproduces on
     # purpose the classic mistake of setting NCCL variables too late (NCCL has already read them)

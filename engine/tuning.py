@@ -31,28 +31,6 @@ def read_recommendation(path: str | Path) -> dict[str, str]:
     return dict(env)
 
 
-def compare(runs: list[dict]) -> list[dict]:
-    """Per mode: untuned against tuned tokens/s and verify/decode ms, with the change in percent."""
-    by = {(r["label"], r["mode"]): r for r in runs}
-    rows = []
-    for mode in ("baseline", "speculative"):
-        before, after = by.get(("untuned", mode)), by.get(("tuned", mode))
-        if not before or not after:
-            continue
-        row = {"mode": mode, "untuned_tokens_per_s": before["tokens_per_s"], "tuned_tokens_per_s": after["tokens_per_s"],
-               "change_pct": _change(before["tokens_per_s"], after["tokens_per_s"])}
-        for phase in ("decode", "verify"):
-            b, a = (before["phases"].get(phase) or {}).get("median_ms"), (after["phases"].get(phase) or {}).get("median_ms")
-            if b and a:
-                row[f"{phase}_ms_change_pct"] = _change(b, a)
-        rows.append(row)
-    return rows
-
-
-def _change(before, after) -> float | None:
-    return 100.0 * (after - before) / before if before and after is not None else None
-
-
 def quick_sweep_settings(untuned_trace: dict, *, nranks: int, backend: str, graph_mode: bool,
                          progress=None) -> tuple[dict[str, str], dict]:
     """Sweep the default protocol x algorithm grid at the engine's own all-reduce sizes, recommend, return (env, recommendation)."""

@@ -21,6 +21,7 @@ from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine, Generation
 from ncclprobe.engine.graphs import GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
+from ncclprobe.engine.profiling import profiled
 from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
@@ -144,13 +145,15 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:   # first-call effects (allocator, thread pools) stay out
         run(prompts[0][:spec.batch], spec.warmup_tokens, None if prompts[1] is None else prompts[1][:spec.batch])
-    timer, trace = PhaseTimer(device, reserve=spec.groups() * events_needed(spec.new_tokens)), CollectiveTrace()
+    timer = PhaseTimer(device, reserve=spec.groups() * events_needed(spec.new_tokens), annotate=bool(spec.profile_dir))
+    trace = CollectiveTrace()
     engine.timer = timer
     trace.attach(comm, timer)
     if steps is not None:
         steps.trace, steps.timer = trace, timer
     try:
-        generation = _decode_groups(run, prompts, spec.new_tokens, spec.batch)
+        with profiled(spec.profile_dir, label=spec.label, mode=mode, rank=comm.rank, device=device):
+            generation = _decode_groups(run, prompts, spec.new_tokens, spec.batch)
     finally:
         comm.listener = None
     phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,

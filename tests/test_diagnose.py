@@ -16,7 +16,7 @@ LL = {"NCCL_PROTO": "LL"}
 
 
 def run_diagnosis(trace, **extra):
-    return diagnose(Evidence(trace=trace, trace_path="t.json", **extra))
+    return diagnose(Evidence.from_trace(trace, "t.json", **extra))
 
 
 def rules_of(items):
@@ -297,9 +297,9 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     Then the loss is outside the cycle, and the next command must say so."""
     from ncclprobe.diagnose.rules import _faster_spec_command
     trace = S.healthy_trace()
-    ev = Evidence(trace=trace, trace_path="t.json")
-    run = S.runs(trace, "speculative")[0]
-    base = S.runs(trace, "baseline")[0]
+    ev = Evidence.from_trace(trace, "t.json")
+    run = next(r for r in ev.runs if r.mode == "speculative")
+    base = next(r for r in ev.runs if r.mode == "baseline")
     assert "train-draft" in _faster_spec_command(ev, run, base, tpc=1.5, breakeven=2.94)
     above = _faster_spec_command(ev, run, base, tpc=3.08, breakeven=2.94)
     assert "train-draft" not in above and "longer run" in above

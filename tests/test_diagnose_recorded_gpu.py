@@ -14,7 +14,7 @@ TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
 def diagnose_recorded(name):
     trace = json.loads((TRACES / name).read_text())
-    return trace, diagnose(Evidence(trace=trace, trace_path=name))
+    return trace, diagnose(Evidence.from_trace(trace, name))
 
 
 def test_recorded_seed_case_top_finding_is_the_eager_verify():

@@ -167,9 +167,9 @@ def test_diagnose_names_unsafe_settings_once_across_runs():
     runs = [{"label": "untuned", "mode": mode, "settings": {"NCCL_PROTO": "LL128", "NCCL_P2P_LEVEL": "sys"},
              "workers": [{"rank": r, "nccl_version": "2.28.9"} for r in range(2)]} for mode in ("baseline", "speculative")]
     trace = {"config": {"backend": "nccl"}, "runs": runs, "node": PCIE.to_json()}
-    found = unsafe_settings(Evidence(trace=trace))
+    found = unsafe_settings(Evidence.from_trace(trace))
     assert sorted((f.severity, f.evidence.get("lint", "ll128")) for f in found) == [
         ("error", "ll128"), ("error", "p2p-level-case")]
     assert "NCCL keeps LL128 off here" in next(f.title for f in found if "LL128" in f.title)
     clean = {**trace, "runs": [{**runs[0], "settings": {"NCCL_PROTO": "LL"}}]}
-    assert type(unsafe_settings(Evidence(trace=clean))[0]).__name__ == "RuledOut"
+    assert type(unsafe_settings(Evidence.from_trace(clean))[0]).__name__ == "RuledOut"

@@ -149,7 +149,7 @@ def test_cli_emit_to_stdout_and_json_format(tmp_path):
     (["--sizes", "4K", "--workload", "t.json"], "either --workload TRACE or --sizes"),
     (["--output", "x.json"], "add --emit"),
     (["--sizes", "4Q"], "bad size '4Q'"),
-    (["--workload", "missing.json"], "cannot read engine trace"),
+    (["--workload", "missing.json"], "cannot read 'missing.json'"),
     (["--sizes", ""], "--sizes is empty"),
     (["--emit", "env", "--output", "/nonexistent-dir/nccl.env"], "cannot write it"),
 ])

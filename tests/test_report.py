@@ -113,9 +113,9 @@ def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
 
 def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     """The seed story in one picture: the H200 `--graphs decode` and `--graphs all` traces merged."""
-    from ncclprobe.report.build import merge_traces
+    from ncclprobe.enginerun.trace import side_by_side
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
-    merged = merge_traces([traces / "seed-graphs-decode.h200.json", traces / "graphs-all.h200.json"])
+    merged = side_by_side([traces / "seed-graphs-decode.h200.json", traces / "graphs-all.h200.json"])
     labels = [(run["mode"], run["label"]) for run in merged["runs"]]
     assert labels == [("baseline", "untuned graphs=decode"), ("speculative", "untuned graphs=decode"),
                       ("baseline", "untuned graphs=all"), ("speculative", "untuned graphs=all")]

@@ -1,4 +1,5 @@
-"""`ncclprobe diagnose`: ranked causes from an engine trace and the evidence around it."""
+"""`ncclprobe diagnose`: ranked causes from an engine run (engine trace, profiles or server log) and the
+evidence around it."""
 
 from __future__ import annotations
 
@@ -12,47 +13,81 @@ EPILOG = """\b
 Examples:
   ncclprobe diagnose --trace trace.json
   ncclprobe diagnose --trace spec.json --baseline untuned.json --sweep sweep.jsonl
-  ncclprobe diagnose --trace trace.json --env-check envcheck.json --format json
+  ncclprobe diagnose --profile rank0.trace.json.gz --profile rank1.trace.json.gz
+  ncclprobe diagnose --profile spec.json.gz --baseline-profile plain.json.gz --model-config model/config.json
+  ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
+  ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
 
 Exit codes: 0 no finding above informational, 1 findings, 2 unreadable input."""
 
 
 @click.command(epilog=EPILOG, short_help="Ranked causes of a slow engine run, with evidence and next steps.")
-@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Engine trace from `ncclprobe run-engine --trace FILE`.")
+@click.option("--profile", "profiles", multiple=True, type=click.Path(dir_okay=False),
+              help="PyTorch profiler trace (.json or .json.gz) of any engine; one per rank (repeatable).")
+@click.option("--server-log", "server_logs", multiple=True, type=click.Path(dir_okay=False),
+              help="SGLang or vLLM server log of the run (repeatable; with --profile: the same run's log).")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="Another engine trace to compare with (e.g. the untuned or known-good run).")
+@click.option("--baseline-profile", "baseline_profiles", multiple=True, type=click.Path(dir_okay=False),
+              help="Profiles of the run to compare against, e.g. plain decoding (repeatable, one per rank).")
+@click.option("--baseline-server-log", "baseline_logs", multiple=True, type=click.Path(dir_okay=False),
+              help="Server log of the run to compare against.")
+@click.option("--model-config", "model_config", type=click.Path(),
+              help="The model's config.json (or its directory): the shape for the expected verify/decode ratio.")
 @click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False), help="Sweep results (JSONL) to compare collectives with.")
 @click.option("--env-check", "env_check_path", type=click.Path(dir_okay=False),
               help="`ncclprobe env-check --format json` output of the live job.")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
-              help="Another engine trace to compare with (e.g. the untuned or known-good run).")
 @format_option
-def command(trace_path, sweep_path, env_check_path, baseline_path, fmt):
-    """Reason over an engine trace the way a careful engineer would: find phases that run without
-    CUDA graphs, compare the verify step with what its extra tokens explain, check that NCCL
-    settings reached every worker before NCCL read them, and compare the engine's collectives
-    with sweep measurements. Each finding carries its numbers, a confidence and the next command;
-    hypotheses the evidence excludes are listed as ruled out."""
+def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles, baseline_logs, model_config,
+            sweep_path, env_check_path, fmt):
+    """Reason over an engine run the way a careful engineer would: find phases that run without
+    CUDA graphs, steps where the GPU waits for the host, compare the verify step with what its
+    extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
+    and compare the engine's collectives with sweep measurements. The run is an ncclprobe engine
+    trace, PyTorch profiler traces of any engine (SGLang, vLLM, ...), or an SGLang/vLLM server
+    log. Each finding carries its numbers, a confidence and the next command; hypotheses the
+    evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
-    ev = load_evidence(trace_path, sweep=sweep_path, env_check=env_check_path, baseline=baseline_path)
+    ev = load_evidence(trace_path, profiles=profiles, server_logs=server_logs, baseline=baseline_path,
+                       baseline_profiles=baseline_profiles, baseline_server_logs=baseline_logs, sweep=sweep_path,
+                       env_check=env_check_path, model_config=model_config)
     result = diagnose(ev)
     if fmt == "table":
-        click.echo(render_text(result))
+        click.echo(render_text(result, ev))
     else:
-        emit(fmt, result.to_json(), [_row(i, f) for i, f in enumerate(result.findings, 1)])
+        doc = result.to_json()
+        doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
+        emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
     return result.exit_code()
 
 
 def _row(index, finding) -> dict:
     return {"rank": index, "severity": finding.severity, "confidence": finding.confidence, "rule": finding.rule,
-            "cost_ms_per_token": finding.cost_ms_per_token, "finding": finding.title, "next_command": finding.next_command}
+            "cost_ms_per_token": finding.cost_ms_per_token, "cost_ms_per_step": finding.cost_ms_per_step,
+            "finding": finding.title, "next_command": finding.next_command}
 
 
-def render_text(result) -> str:
-    lines = [f"# diagnosis of {result.inputs.get('trace')}"] + _expectation_lines(result.expectation)
+def run_summary(source: str, run) -> dict:
+    """A run of the view, for --format json: its phases and what could not be known."""
+    return {"input": source, "label": run.label, "mode": run.mode, "source": run.source, "engine": run.engine,
+            "path": run.path, "phases": {name: p.to_json() for name, p in run.phases.items()},
+            "collective_share": run.collective_share, "graph_coverage": run.graph_coverage,
+            "acceptance": run.acceptance.__dict__ if run.acceptance else None, "ranks": run.ranks, "log": run.log,
+            "notes": run.notes}
+
+
+def render_text(result, ev=None) -> str:
+    lines = [f"# diagnosis of {_inputs(result.inputs)}"] + _expectation_lines(result.expectation)
+    if ev is not None and ev.kind != "engine-trace":
+        lines += _step_lines(ev)
+    lines += [f"# note: {note}" for note in result.notes]
     if not result.findings:
         lines.append("# no findings: nothing above informational")
     for index, f in enumerate(result.findings, 1):
-        cost = f", costs ~{f.cost_ms_per_token:.3f} ms/token" if f.cost_ms_per_token else ""
+        cost = (f", costs ~{f.cost_ms_per_token:.3f} ms/token" if f.cost_ms_per_token else
+                f", costs ~{f.cost_ms_per_step:.3f} ms/step" if f.cost_ms_per_step else "")
         lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
         lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
@@ -66,6 +101,33 @@ def render_text(result) -> str:
         lines += [f"  - {n.hypothesis}: {n.missing}" + (f" (next: {n.next_command})" if n.next_command else "")
                   for n in result.not_checked]
     return "\n".join(lines)
+
+
+def _inputs(inputs: dict) -> str:
+    parts = []
+    for key, value in inputs.items():
+        if value:
+            names = value if isinstance(value, list) else [value]
+            parts.append(f"{key.replace('_', ' ')} " + ", ".join(map(str, names)))
+    return "; ".join(parts) or "nothing"
+
+
+def _step_lines(ev) -> list[str]:
+    """Per run and phase: steps, time per step, GPU busy and idle, graph share, launches."""
+    lines = []
+    for source, run in ev.all_runs():
+        for p in run.phases.values():
+            if not p.count:
+                continue
+            gpu = (f", GPU busy {p.device_ms:.3f} ms, idle {p.idle_ms:.3f} ms" if p.device_ms is not None else
+                   ", no GPU events")
+            graph = f", graph {p.graph_share:.0%}" if p.graph_share is not None else ""
+            launches = ", ".join(f"{k} {v:g}" for k, v in p.launches.items())
+            tokens = f", {p.tokens_per_seq:g} tok/seq" if p.tokens_per_seq else ""
+            batch = f", batch {p.batch}" if p.batch else ""
+            lines.append(f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
+                         f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else ""))
+    return lines
 
 
 def _evidence_text(value) -> str:

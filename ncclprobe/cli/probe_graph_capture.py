@@ -74,9 +74,8 @@ def _two_values(values: str) -> tuple[str, str]:
 
 
 def _trace_sizes(path: str) -> list[int]:
-    from ncclprobe.diagnose.commands import engine_sizes
-    from ncclprobe.diagnose.evidence import load_trace
-    sizes = sorted({s for run in load_trace(path)["runs"] for s in engine_sizes(run)})
+    from ncclprobe.enginerun import from_trace_file
+    sizes = sorted({s for run in from_trace_file(path).runs for s in run.collective_sizes()})
     if not sizes:
         raise UsageProblem(f"the trace {path!r} records no collective sizes")
     return sizes

@@ -11,7 +11,7 @@ from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation, build_recommendation
 from ncclprobe.recommend.emit import EMIT_KINDS, launch_notes, render
-from ncclprobe.recommend.workload import from_sizes, from_trace, read_trace
+from ncclprobe.recommend.workload import from_files, from_sizes
 from ncclprobe.records import short_label
 from ncclprobe.sizes import format_size
 
@@ -21,6 +21,7 @@ EPILOG = """\b
 Examples:
   ncclprobe recommend sweep.jsonl
   ncclprobe recommend sweep.jsonl --workload trace.json --emit env --output nccl.env
+  ncclprobe recommend sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz
   ncclprobe recommend sweep.jsonl imported.jsonl --sizes 14K,56K,1M --emit json --output rec.json
   ncclprobe recommend sweep.jsonl --emit tuner-csv --output nccl_tuner.conf
 """
@@ -28,8 +29,9 @@ Examples:
 
 @click.command(epilog=EPILOG, short_help="Recommend NCCL settings from sweep results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--workload", "trace", type=click.Path(dir_okay=False),
-              help="Engine trace whose collective-size histogram weighs the global choice.")
+@click.option("--workload", "--trace", "traces", multiple=True, type=click.Path(dir_okay=False),
+              help="The job whose collective sizes weigh the global choice: an engine trace, PyTorch profiler "
+                   "traces (one per rank; repeatable) or a server log.")
 @click.option("--sizes", help="Workload sizes instead of a trace, e.g. 14K,56K,1M (each counted once).")
 @click.option("--collective", default="all_reduce", show_default=True, help="Collective to tune.")
 @click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
@@ -41,7 +43,7 @@ Examples:
               help="Write shell exports, a tuner-plugin CSV or the recommendation JSON.")
 @click.option("--output", type=click.Path(dir_okay=False), help="File for --emit (default: stdout).")
 @format_option
-def command(results, trace, sizes, collective, mode, min_gain_pct, allow_ll128, emit_kind, output, fmt):
+def command(results, traces, sizes, collective, mode, min_gain_pct, allow_ll128, emit_kind, output, fmt):
     """Recommend NCCL settings from sweep and imported nccl-tests results.
 
     Configurations with wrong results, hangs or errors are excluded and listed. Per size, the
@@ -49,13 +51,13 @@ def command(results, trace, sizes, collective, mode, min_gain_pct, allow_ll128, 
     minimises the workload-weighted total time. A gain inside the run-to-run noise is not
     recommended. Exits 1 when a configuration was excluded for wrong results, a hang or an error.
     """
-    if trace and sizes:
+    if traces and sizes:
         raise UsageProblem("give either --workload TRACE or --sizes, not both")
     if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
     if output and not emit_kind:
         raise UsageProblem("--output names the file for --emit; add --emit env, tuner-csv or json")
-    workload = from_trace(read_trace(trace), collective=collective, source=f"trace {trace}") if trace else None
+    workload = from_files(list(traces), collective=collective) if traces else None
     workload = from_sizes(sizes) if sizes is not None else workload
     rec = build_recommendation(list(results), workload=workload, collective=collective, mode=mode,
                                min_gain=min_gain_pct / 100, allow_ll128=allow_ll128)

@@ -15,6 +15,7 @@ Examples:
   ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --out report/
   ncclprobe report sweep.jsonl --trace graphs-decode.json --trace graphs-all.json --out report/
   ncclprobe report sweep.jsonl --sizes 14K,1M --out report/ --format json
+  ncclprobe report sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz --out report/
 """
 
 
@@ -22,7 +23,8 @@ Examples:
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
 @click.option("--trace", type=click.Path(dir_okay=False), multiple=True,
-              help="Engine trace: phases, acceptance, workload sizes (repeatable: runs drawn side by side).")
+              help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
+                   "(one per rank) or a server log; phases, acceptance, workload sizes.")
 @click.option("--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's).")
 @click.option("--collective", default="all_reduce", show_default=True, help="Collective to report on.")
 @click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")

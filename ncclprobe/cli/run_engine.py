@@ -23,6 +23,7 @@ Examples:
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
   ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is"
   ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.safetensors
+  ncclprobe run-engine --preset small --graphs decode --profile profiles/   # then diagnose --profile
 
 Every --env, --env-after-init and --tuned setting is linted first (a value NCCL rejects or ignores
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
@@ -84,11 +85,14 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
+@click.option("--profile", "profile_dir", type=click.Path(file_okay=False),
+              help="Write a torch.profiler trace of each rank's measured loop into this directory "
+                   "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).")
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, prompt_set, chat, new_tokens, batch, k,
             temperature, seed, tp, draft_path, draft_tp, graphs, capture_batches, compile_steps, single_rank_collectives,
-            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, fmt):
+            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, profile_dir, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -106,8 +110,10 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
                    capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
-                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned")
+                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned",
+                   profile_dir=profile_dir)
     spec.check_runnable()
+    profiles = check_profile_dir(spec, tuned is not None)
     guard = SettingsGuard.for_spec(spec, allow_ll128)
     warnings = spec.warnings() + guard.check(spec.settings, "--env") + guard.check(spec.env_after_init, "--env-after-init")
     if recommended is not None:
@@ -124,6 +130,11 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
         warnings += tuned_warnings
     doc["warnings"] = warnings
     doc["node"] = guard.node.to_json() if guard.node else None   # what the NCCL rules knew of the GPUs
+    if profiles:
+        doc["profiles"] = [str(p) for p in profiles]
+        doc["warnings"] = warnings = warnings + [
+            "the measured loop ran under torch.profiler (--profile): its times include the profiler's overhead; "
+            "take speed figures from a run without --profile"]
     if out:
         with out:
             json.dump(doc, out, indent=1)
@@ -139,6 +150,22 @@ def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
         from ncclprobe.engine.gguf_loader import resolve_checkpoint
         resolve_checkpoint(checkpoint, on_convert=None if quiet else lambda path, directory: click.echo(
             f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it", err=True))
+
+
+def check_profile_dir(spec, tuned: bool) -> list:
+    """The profile files this run will write (`--profile DIR`), refused before anything runs if one exists."""
+    if not spec.profile_dir:
+        return []
+    from ncclprobe.engine.profiling import profile_paths
+    paths = profile_paths(spec.profile_dir, labels=("untuned", "tuned") if tuned else ("untuned",),
+                          modes=spec.modes, tp=spec.tp)
+    taken = [p for p in paths if p.exists()]
+    if taken:
+        raise UsageProblem(f"profile {taken[0]} already exists; choose another --profile directory "
+                           "(profiles are never overwritten)")
+    if Path(spec.profile_dir).exists() and not Path(spec.profile_dir).is_dir():
+        raise UsageProblem(f"--profile {spec.profile_dir} is not a directory")
+    return paths
 
 
 def read_recommendation(path: str) -> dict[str, str]:
@@ -180,7 +207,7 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
     """Run `spec` again with the recommended settings on top of --env; merge into one trace. A
     quick sweep's recommendation is checked like --env before it runs; the warnings come back."""
     import dataclasses
-    from ncclprobe.engine.runner import merge_traces
+    from ncclprobe.enginerun.trace import merge_tuned
     from ncclprobe.engine.tuning import quick_sweep_settings
     recommendation = None
     if recommended is None:
@@ -195,7 +222,7 @@ def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
     warnings = [] if recommendation is None else guard.check(
         {**spec.settings, **recommended}, "--tuned: the quick sweep's recommendation (on top of --env)")
     tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label="tuned")
-    merged = merge_traces(doc, run_with_progress([tuned], quiet))
+    merged = merge_tuned(doc, run_with_progress([tuned], quiet))
     merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
     return merged, warnings
 
@@ -231,12 +258,8 @@ def _open_trace(path):
 
 
 def _checks_pass(doc: dict) -> bool:
-    checks = doc["checks"]
-    received = all(all(c["received_by_every_worker"].values()) for c in checks["settings"])
-    read = all(v is not False for c in checks["settings"] for v in c["read_by_nccl"].values())
-    exact = doc["config"]["dtype"] == "float32"   # bf16 near-ties may diverge late: reported, not failed
-    greedy_ok = checks["greedy_match"] is not False or not exact
-    return checks["ranks_agree"] and greedy_ok and received and read
+    from ncclprobe.enginerun.trace import checks_pass
+    return checks_pass(doc)
 
 
 def _median(run: dict, phase: str):

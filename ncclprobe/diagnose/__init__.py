@@ -1,5 +1,6 @@
-"""`ncclprobe diagnose`: turn an engine trace (plus optional sweep results, env-check output and a
-baseline trace) into ranked causes, each with the numbers it rests on, a confidence and the next
+"""`ncclprobe diagnose`: turn an engine run (ncclprobe's engine trace, PyTorch profiler traces of any
+engine, or an SGLang/vLLM server log; plus optional sweep results, env-check output and a baseline
+run) into ranked causes, each with the numbers it rests on, a confidence and the next
 command, and a list of the hypotheses it ruled out and why.
 
 The reasoning mirrors what a careful engineer does with the seed case (verify 29 ms against a
@@ -7,8 +8,10 @@ The reasoning mirrors what a careful engineer does with the seed case (verify 29
 NCCL settings, compare every phase with what the model shape says it should cost, and prove that
 the settings being compared were in force when the collectives were created or captured.
 
-Modules: `evidence` (loading and small accessors), `expectations` (what a verify step should cost),
-`rules` and `rules_settings` (one pure function per hypothesis), `rank` (ordering and the report).
+Modules: `evidence` (the run as the normalized view of `ncclprobe.enginerun`, plus sweep and
+env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
+`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile` and `rules_log` (one pure function
+per hypothesis; they read only the view), `rank` (ordering and the report).
 """
 
 from ncclprobe.diagnose.evidence import Evidence, load_evidence

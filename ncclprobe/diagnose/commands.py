@@ -1,11 +1,25 @@
-"""The next commands diagnose suggests, built from the trace's own configuration so they can be
-pasted as they are."""
+"""The next commands diagnose suggests, built from the evidence's own configuration so they can be
+pasted as they are, and phrased for the engine that produced the evidence (ncclprobe's engine,
+SGLang, vLLM, or any PyTorch program)."""
 
 from __future__ import annotations
 
 import shlex
 
 from ncclprobe.sizes import format_size
+
+# How to record a profile that diagnose reads, per engine (`diagnose --profile FILE`). SGLang
+# writes one trace per TP rank into SGLANG_TORCH_PROFILER_DIR; vLLM into its profiler directory.
+PROFILE_COMMANDS = {
+    "sglang": ("SGLANG_TORCH_PROFILER_DIR=/tmp/sglang-profile python -m sglang.launch_server ...  # then: "
+               "curl -X POST http://localhost:30000/start_profile -H 'Content-Type: application/json' "
+               "-d '{\"num_steps\": 20, \"activities\": [\"CPU\", \"GPU\"], \"record_shapes\": true}'  "
+               "# send requests; then: ncclprobe diagnose --profile /tmp/sglang-profile/*.trace.json.gz"),
+    "vllm": ("vllm serve MODEL --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/tmp/vllm-profile\", "
+             "\"torch_profiler_record_shapes\": true}'  # then: curl -X POST http://localhost:8000/start_profile; "
+             "send requests; curl -X POST http://localhost:8000/stop_profile; "
+             "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz"),
+}
 
 
 def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> str:
@@ -23,10 +37,26 @@ def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> st
     return shlex.join(parts + ["--trace", trace_out])
 
 
+def graphs_command(ev, phase: str) -> str:
+    """What captures `phase` in a CUDA graph, for the engine the evidence came from."""
+    engine = ev.config.get("engine") or "ncclprobe"
+    if ev.kind == "engine-trace" or engine == "ncclprobe":
+        return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
+    if engine == "sglang":
+        return ("SGLang: keep CUDA graphs on for the speculative steps (no --disable-cuda-graph; --cuda-graph-max-bs "
+                "at least the running batch size), then profile again: " + PROFILE_COMMANDS["sglang"])
+    if engine == "vllm":
+        return ("vLLM: --compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}' and check the server log for "
+                "'setting cudagraph_mode=PIECEWISE' (the attention backend may refuse full graphs with spec-decode); "
+                "then profile again: " + PROFILE_COMMANDS["vllm"])
+    return (f"capture the {phase} step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')) "
+            "and profile again")
+
+
+def profile_command(engine: str | None) -> str:
+    return PROFILE_COMMANDS.get(engine or "", "record torch.profiler traces (one per rank, with record_shapes=True) "
+                                               "and run: ncclprobe diagnose --profile FILE")
+
+
 def sizes_arg(sizes: list[int]) -> str:
     return ",".join(format_size(s) for s in sorted(set(sizes)))
-
-
-def engine_sizes(run: dict) -> list[int]:
-    return sorted({int(s["size_bytes"]) for s in (run.get("collectives") or {}).get("sizes") or []
-                   if s.get("size_bytes")})

@@ -1,17 +1,20 @@
-"""Loading the evidence diagnose reasons over, and small accessors that keep the rules short.
+"""The evidence diagnose reasons over, and small accessors that keep the rules short.
 
-An engine trace follows the schema in docs/DESIGN.md ("Engine trace"); a sweep results file is the
-JSONL of `ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output.
-Everything but the trace is optional: a rule whose evidence is missing says so (NotChecked)
-instead of guessing.
+The engine run comes as the normalized view of `ncclprobe.enginerun` (an engine trace, profiler
+traces or a server log, each turned into `EngineRun`s); a sweep results file is the JSONL of
+`ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output.
+Everything but the run is optional: a rule whose evidence is missing says so (NotChecked)
+instead of guessing. The rules read only these objects, never a file's own keys.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.enginerun import RunSet, load_runs
+from ncclprobe.enginerun.trace import to_runs
+from ncclprobe.enginerun.view import EngineRun, Phase
 from ncclprobe.errors import UsageProblem
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
@@ -20,54 +23,65 @@ OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 @dataclass
 class Evidence:
-    trace: dict
-    trace_path: str = "TRACE"
-    baseline: dict | None = None               # --baseline TRACE: another run to compare against
-    baseline_path: str | None = None
+    runs: list[EngineRun]
+    config: dict = field(default_factory=dict)        # what is known of the engine's configuration
+    kind: str = "engine-trace"                         # engine-trace | profile | server-log
+    baseline: list[EngineRun] = field(default_factory=list)   # the run to compare against
     sweep: list[dict] = field(default_factory=list)   # sweep result records
-    sweep_path: str | None = None
     env_check: dict | None = None
-    env_check_path: str | None = None
+    inputs: dict = field(default_factory=dict)        # which files each piece came from
+    notes: list[str] = field(default_factory=list)    # what the evidence cannot tell
+    node: dict | None = None                          # the GPUs and links the run saw (engine trace `node`)
+
+    @classmethod
+    def from_trace(cls, trace: dict, path: str = "TRACE", *, baseline: dict | None = None,
+                   baseline_path: str | None = None, sweep: list[dict] | None = None, sweep_path: str | None = None,
+                   env_check: dict | None = None, env_check_path: str | None = None) -> "Evidence":
+        """An Evidence from engine-trace documents already in memory (tests, library users)."""
+        return cls(runs=to_runs(trace, path), config=dict(trace.get("config") or {}), node=trace.get("node"),
+                   baseline=to_runs(baseline, baseline_path or "BASELINE") if baseline else [],
+                   sweep=sweep or [], env_check=env_check,
+                   inputs={"trace": path, "baseline": baseline_path, "sweep": sweep_path, "env_check": env_check_path})
 
     @property
-    def config(self) -> dict:
-        return self.trace.get("config") or {}
+    def sweep_path(self) -> str | None:
+        return self.inputs.get("sweep")
 
     @property
-    def runs(self) -> list[dict]:
-        return self.trace.get("runs") or []
+    def env_check_path(self) -> str | None:
+        return self.inputs.get("env_check")
 
-    def all_runs(self) -> list[tuple[str, dict]]:
-        """Every run with the name of the trace it came from ("trace" or "baseline")."""
-        out = [("trace", run) for run in self.runs]
-        if self.baseline:
-            out += [("baseline", run) for run in self.baseline.get("runs") or []]
-        return out
+    @property
+    def tp(self) -> int | None:
+        return self.config.get("tp")
+
+    def all_runs(self) -> list[tuple[str, EngineRun]]:
+        """Every run with the name of the input it came from ("trace" or "baseline")."""
+        return [("trace", run) for run in self.runs] + [("baseline", run) for run in self.baseline]
 
 
-def load_evidence(trace: str | Path, *, sweep: str | Path | None = None, env_check: str | Path | None = None,
-                  baseline: str | Path | None = None) -> Evidence:
-    ev = Evidence(trace=load_trace(trace), trace_path=str(trace))
-    if baseline:
-        ev.baseline, ev.baseline_path = load_trace(baseline), str(baseline)
+def load_evidence(trace: str | Path | None = None, *, profiles=(), server_logs=(), baseline: str | Path | None = None,
+                  baseline_profiles=(), baseline_server_logs=(), sweep: str | Path | None = None,
+                  env_check: str | Path | None = None, model_config: str | Path | None = None) -> Evidence:
+    main = load_runs(trace=trace, profiles=profiles, server_logs=server_logs, model_config=model_config)
+    base = load_runs(trace=baseline, profiles=baseline_profiles, server_logs=baseline_server_logs,
+                     model_config=model_config, required=False, role="baseline")
+    ev = Evidence(runs=main.runs, config=_merged_config(main, base), kind=main.kind, baseline=base.runs,
+                  inputs={**main.inputs, **{f"baseline_{k}" if k != "trace" else "baseline": v for k, v in base.inputs.items()}},
+                  notes=main.notes + [f"baseline: {n}" for n in base.notes],
+                  node=next((t.get("node") for t in main.traces + base.traces if t.get("node")), None))
     if sweep:
-        ev.sweep, ev.sweep_path = load_sweep(sweep), str(sweep)
+        ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
     if env_check:
-        ev.env_check, ev.env_check_path = _load_json(env_check, "env-check document"), str(env_check)
+        ev.env_check, ev.inputs["env_check"] = _load_env_check(env_check), str(env_check)
     return ev
 
 
-def load_trace(path: str | Path) -> dict:
-    doc = _load_json(path, "engine trace")
-    if not isinstance(doc, dict) or doc.get("kind") != "engine-trace":
-        raise UsageProblem(f"{str(path)!r} is not an engine trace (expected \"kind\": \"engine-trace\"; "
-                           "write one with `ncclprobe run-engine ... --trace FILE`)")
-    if doc.get("schema_version") != 1:
-        raise UsageProblem(f"{str(path)!r} has trace schema version {doc.get('schema_version')!r}; "
-                           "this ncclprobe reads version 1")
-    if not isinstance(doc.get("runs"), list) or not doc["runs"]:
-        raise UsageProblem(f"{str(path)!r} holds no runs")
-    return doc
+def _merged_config(main: RunSet, base: RunSet) -> dict:
+    """The main input's configuration, with what only the baseline knows filled in (a profile knows
+    no model shape; an engine trace given as baseline does)."""
+    return {**{k: v for k, v in base.config.items() if v is not None},
+            **{k: v for k, v in main.config.items() if v is not None}}
 
 
 def load_sweep(path: str | Path) -> list[dict]:
@@ -76,88 +90,33 @@ def load_sweep(path: str | Path) -> list[dict]:
     return [r for r in results.results if r.get("status") == "ok" and r.get("time_us") is not None]
 
 
-def _load_json(path: str | Path, what: str):
+def _load_env_check(path: str | Path):
+    import json
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageProblem(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageProblem(f"cannot read env-check document {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{str(path)!r} is not JSON ({exc.msg} at line {exc.lineno}); expected an {what}") from exc
+        raise UsageProblem(f"{str(path)!r} is not JSON ({exc.msg} at line {exc.lineno}); expected an env-check document") from None
 
 
-# ---- accessors over one run ------------------------------------------------------------------
+# ---- accessors ------------------------------------------------------------------------------
 
-def phase(run: dict, name: str) -> dict | None:
-    """The phase's record when it ran at least once, else None."""
-    rec = (run.get("phases") or {}).get(name)
-    return rec if rec and rec.get("count") else None
-
-
-def cycles(run: dict) -> int:
-    """Speculative cycles: one verify per cycle."""
-    verify = phase(run, "verify")
-    return int(verify["count"]) if verify else 0
-
-
-def per_cycle_ms(run: dict, name: str) -> float | None:
-    rec, n = phase(run, name), cycles(run)
-    return rec["total_ms"] / n if rec and n else None
-
-
-def per_token_ms(run: dict, total_ms: float) -> float | None:
-    tokens = run.get("new_tokens") or 0
-    return total_ms / tokens if tokens else None
-
-
-def tokens_per_cycle(run: dict) -> float | None:
-    """Mean tokens a cycle yields per sequence: accepted drafts plus the bonus token."""
-    hist = (run.get("acceptance") or {}).get("histogram") or []
-    total = sum(hist)
-    if total:
-        return sum(i * n for i, n in enumerate(hist)) / total + 1.0
-    return None
-
-
-def find_run(runs: list[dict], *, mode: str, label: str | None = None) -> dict | None:
+def find_run(runs: list[EngineRun], *, mode: str, label: str | None = None) -> EngineRun | None:
     for run in runs:
-        if run.get("mode") == mode and (label is None or run.get("label") == label):
+        if run.mode == mode and (label is None or run.label == label):
             return run
     return None
 
 
-def baseline_decode(ev: Evidence, label: str | None) -> tuple[dict | None, str]:
+def baseline_decode(ev: Evidence, label: str | None) -> tuple[Phase | None, str]:
     """The decode phase a speculative run should be compared with: the baseline run of the same
-    label in this trace, else of any label, else the --baseline trace's. Returns (phase, source)."""
-    for source, runs in (("this trace", ev.runs), ("--baseline", (ev.baseline or {}).get("runs") or [])):
+    label in this input, else of any label, else the --baseline input's. Returns (phase, source)."""
+    for source, runs in (("this trace", ev.runs), ("--baseline", ev.baseline)):
         for lab in (label, None):
             run = find_run(runs, mode="baseline", label=lab)
-            if run and phase(run, "decode"):
-                return phase(run, "decode"), f"{source}, {run.get('label')} baseline"
+            if run and run.first_of_kind("decode"):
+                return run.first_of_kind("decode"), f"{source}, {run.label} baseline"
     return None, ""
-
-
-def nccl_env(worker: dict, key: str = "env_at_comm_init") -> dict[str, str]:
-    return {k: str(v) for k, v in (worker.get(key) or {}).items() if k.startswith("NCCL_")}
-
-
-def effective_settings(run: dict) -> dict[str, str] | None:
-    """The NCCL_* variables every worker had when it created its communicator (the settings in
-    force at creation, hence at capture); None when the workers disagree or none reported."""
-    workers = run.get("workers") or []
-    envs = [nccl_env(w) for w in workers if w.get("env_at_comm_init") is not None]
-    if not envs:
-        return None
-    first = envs[0]
-    return dict(first) if all(env == first for env in envs[1:]) else None
-
-
-def captured_graphs(run: dict) -> set[str]:
-    sizes = (run.get("collectives") or {}).get("sizes") or []
-    return {s["graph"] for s in sizes if s.get("graph")}
-
-
-def run_name(source: str, run: dict) -> str:
-    prefix = "" if source == "trace" else "baseline trace: "
-    return f"{prefix}{run.get('label', '?')} {run.get('mode', '?')}"

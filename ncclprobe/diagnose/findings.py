@@ -20,6 +20,7 @@ class Finding:
     evidence: dict = field(default_factory=dict)   # the numbers it rests on; units in key names
     next_command: str = ""         # what to run to confirm or fix it
     cost_ms_per_token: float | None = None         # estimated time it costs per generated token
+    cost_ms_per_step: float | None = None          # ... per step of the phase it concerns (profiles)
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose import rules, rules_safety, rules_settings
+from ncclprobe.diagnose import rules, rules_draft, rules_log, rules_profile, rules_safety, rules_settings
 from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 
 SCHEMA_VERSION = 1
-ALL_RULES = (rules_safety.unsafe_settings,) + rules_settings.RULES + rules.RULES
+ALL_RULES = (rules_safety.unsafe_settings,) + rules_settings.RULES + rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES
 
 
 @dataclass
@@ -25,6 +25,8 @@ class Diagnosis:
     not_checked: list[NotChecked]
     inputs: dict = field(default_factory=dict)
     expectation: dict | None = None
+    notes: list[str] = field(default_factory=list)     # what the evidence cannot tell
+    kind: str = "engine-trace"
 
     @property
     def top(self) -> Finding | None:
@@ -37,8 +39,8 @@ class Diagnosis:
         return 1 if self.actionable() else 0
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", "inputs": self.inputs,
-                "expected_verify": self.expectation,
+        return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", "evidence_kind": self.kind,
+                "inputs": self.inputs, "expected_verify": self.expectation, "notes": self.notes,
                 "findings": [f.to_json() for f in self.findings],
                 "ruled_out": [r.to_json() for r in self.ruled_out],
                 "not_checked": [n.to_json() for n in self.not_checked]}
@@ -46,7 +48,7 @@ class Diagnosis:
 
 def rank_key(finding: Finding) -> tuple:
     return (SEVERITIES.index(finding.severity), CONFIDENCES.index(finding.confidence),
-            -(finding.cost_ms_per_token or 0.0))
+            -(finding.cost_ms_per_token or 0.0), -(finding.cost_ms_per_step or 0.0))
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
@@ -57,6 +59,5 @@ def diagnose(ev: Evidence) -> Diagnosis:
         findings=findings,
         ruled_out=[o for o in outcomes if isinstance(o, RuledOut)],
         not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
-        inputs={"trace": ev.trace_path, "baseline": ev.baseline_path, "sweep": ev.sweep_path,
-                "env_check": ev.env_check_path},
+        inputs={k: v for k, v in ev.inputs.items() if v}, kind=ev.kind, notes=list(ev.notes),
         expectation=expectation.to_json() if expectation else None)

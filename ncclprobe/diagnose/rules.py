@@ -8,11 +8,11 @@ Settings-related hypotheses live in `rules_settings`.
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.commands import engine_command, engine_sizes, sizes_arg
+from ncclprobe.diagnose.commands import engine_command, graphs_command, profile_command, sizes_arg
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.enginerun.view import SPECULATIVE_KINDS
 
-GRAPH_PHASES = ("verify", "draft", "draft_extend")
 COLLECTIVE_BOUND_SHARE = 0.5     # at least half the step in collectives: NCCL settings can matter
 COLLECTIVE_MINOR_SHARE = 0.15    # below this, no NCCL setting can win much
 SWEEP_EXCESS = 2.0               # engine collectives this many times the sweep's time: suspicious
@@ -22,7 +22,8 @@ NEVER_CAPTURED = ("accept", "host")   # host-side work between replays: no --gra
 
 
 def _spec_runs(ev: E.Evidence):
-    return [(src, run) for src, run in ev.all_runs() if run.get("mode") == "speculative" and src == "trace"]
+    """The speculative runs under diagnosis that have steps (a server log has none: rules_log)."""
+    return [(src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace" and run.phases]
 
 
 def eager_phase(ev: E.Evidence) -> list:
@@ -30,54 +31,95 @@ def eager_phase(ev: E.Evidence) -> list:
     the seed case (verify in extend mode without graphs, 2.4x the decode step)."""
     out = []
     for _, run in _spec_runs(ev):
-        decode, source = E.baseline_decode(ev, run.get("label"))
+        decode, source = E.baseline_decode(ev, run.label)
         if decode is None:
+            trace = ev.kind == "engine-trace"
             out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs",
-                                  missing="no baseline decode step in the trace or --baseline",
-                                  next_command=engine_command(ev.config)))
+                                  missing="no baseline decode step in the trace or --baseline" if trace else
+                                  "a baseline: a profile of the same server decoding without speculation (--baseline-profile)",
+                                  next_command=engine_command(ev.config) if trace else profile_command(ev.config.get("engine"))))
             continue
-        if not decode.get("graphed"):
+        if decode.graphed is None:
+            out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
+                                  missing=f"whether the baseline decode step ({source}) is a graph replay: the profile "
+                                          "holds no GPU launches (a CPU-only profile)"))
+            continue
+        if not decode.graphed:
             out.append(RuledOut(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                reason=f"the baseline decode step ({source}) is not captured either "
-                                       f"(graphs: {ev.config.get('graphs', '?')}): both sides run eagerly, like for like"))
+                                reason=f"the baseline decode step ({source}) is not captured either"
+                                       + (f" (graphs: {ev.config.get('graphs', '?')})" if ev.kind == "engine-trace" else "")
+                                       + ": both sides run eagerly, like for like"))
             continue
-        eager = [name for name in GRAPH_PHASES if E.phase(run, name) and not E.phase(run, name).get("graphed")]
+        eager = [p for p in run.phases.values() if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False]
         if not eager:
             out.append(RuledOut(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                reason=f"every phase of the {run.get('label')} speculative run is a graph replay, as the decode step is"))
-        out += [_eager_finding(ev, run, name, decode, source) for name in eager]
+                                reason=f"every phase of the {run.label} speculative run is a graph replay, as the decode step is"))
+        out += [_eager_finding(ev, run, phase, decode, source) for phase in eager]
     return out
 
 
-def _eager_finding(ev, run, name, decode, source) -> Finding:
-    rec, n_cycles = E.phase(run, name), E.cycles(run)
-    steps_per_cycle = rec["count"] / n_cycles if n_cycles else 1.0
-    ev_num = {"phase": name, f"{name}_median_ms": rec["median_ms"], "decode_median_ms": decode["median_ms"],
+def _eager_finding(ev, run, rec, decode, source) -> Finding:
+    name, n_cycles = rec.name, run.cycles
+    steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
+    ev_num = {"phase": name, f"{name}_median_ms": rec.median_ms, "decode_median_ms": decode.median_ms,
               "decode_graphed": True, f"{name}_graphed": False, "steps_per_cycle": round(steps_per_cycle, 3)}
-    expectation = expected_verify_ratio(ev.config) if name == "verify" else None
+    expectation = expected_verify_ratio(ev.config) if rec.kind == "verify" else None
     if expectation:
-        expected_ms = decode["median_ms"] * expectation.ratio
-        cost_cycle = max(0.0, rec["median_ms"] - expected_ms) * steps_per_cycle
+        expected_ms = decode.median_ms * expectation.ratio
+        cost_step = max(0.0, rec.median_ms - expected_ms)
         ev_num.update(expected_graphed_verify_ms=round(expected_ms, 4), expected_ratio=round(expectation.ratio, 3))
         how = (f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
-               f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about {cost_cycle:.3f} ms per cycle")
+               f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about "
+               f"{cost_step * steps_per_cycle:.3f} ms per cycle")
         # the bytes model holds only for a bandwidth-bound decode step (see expectations)
-        confidence = "high" if expectation.applies(decode["median_ms"], int(ev.config.get("tp") or 1)) else "medium"
+        confidence = "high" if expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1)) else "medium"
+    elif rec.idle_ms is not None:
+        # a profile: the GPU sat idle inside each eager step while the host launched kernels one by
+        # one; a graph replay launches them all at once, so that idle time is what capture recovers
+        cost_step = rec.idle_ms
+        ev_num.update({f"{name}_device_ms": _r(rec.device_ms), f"{name}_gpu_idle_ms": _r(rec.idle_ms),
+                       f"{name}_launches_per_step": rec.launches})
+        how = (f"of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle {rec.idle_ms:.3f} ms "
+               f"while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one; a graph replay "
+               f"removes those gaps, about {cost_step:.3f} ms per step")
+        confidence = "high"
     else:
-        cost_cycle = rec["median_ms"] * steps_per_cycle
-        how = f"its eager time, {cost_cycle:.3f} ms per cycle, is the upper bound of what capturing it can save"
+        cost_step = rec.median_ms
+        how = f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what capturing it can save"
         confidence = "medium"
-    cost_token = E.per_token_ms(run, cost_cycle * E.cycles(run))
-    share = cost_token / run["ms_per_token"] if cost_token is not None and run.get("ms_per_token") else None
-    ev_num.update(cost_ms_per_cycle=round(cost_cycle, 4), cost_ms_per_token=_r(cost_token), share_of_ms_per_token=_r(share))
+    cost_cycle = cost_step * steps_per_cycle
+    cost_token = _cost_per_token(run, cost_cycle)
+    share = _share(run, cost_token, cost_cycle)
+    ev_num.update(cost_ms_per_step=round(cost_step, 4), cost_ms_per_cycle=round(cost_cycle, 4),
+                  cost_ms_per_token=_r(cost_token), share_of_time=_r(share))
     return Finding(
         rule="eager-phase", severity=severity_for_share(share), confidence=confidence,
-        title=f"{name} runs without CUDA graphs while the baseline decode step is captured",
-        detail=(f"In the {run.get('label')} speculative run the {name} phase ran eagerly ({rec['median_ms']:.3f} ms median) "
-                f"while the decode step it is compared with ({source}) is a graph replay ({decode['median_ms']:.3f} ms). "
-                f"{how.capitalize()}. NCCL settings cannot close this gap: it is host launch overhead, not the collectives."),
-        evidence=ev_num, cost_ms_per_token=cost_token,
-        next_command=engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json"))
+        title=f"{name} runs without CUDA graphs while the baseline decode step is captured "
+              f"({rec.median_ms:.3f} ms against {decode.median_ms:.3f} ms per step)",
+        detail=(f"In the {run.label} speculative run the {name} phase ran as individual kernel launches "
+                f"({rec.median_ms:.3f} ms median per step) while the decode step it is compared with ({source}) is a "
+                f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. NCCL settings cannot close this "
+                f"gap: it is host launch overhead, not the collectives."),
+        evidence=ev_num, cost_ms_per_token=cost_token, cost_ms_per_step=cost_step,
+        next_command=graphs_command(ev, name))
+
+
+def _cost_per_token(run, cost_cycle: float) -> float | None:
+    """A per-cycle cost spread over the tokens a cycle yields (per sequence): from the run's own
+    token count where it has one (our trace), else from the acceptance length (profile + log)."""
+    if run.new_tokens and run.cycles:
+        return run.per_token_ms(cost_cycle * run.cycles)
+    tpc = run.tokens_per_cycle()
+    return cost_cycle / tpc if tpc else None
+
+
+def _share(run, cost_token: float | None, cost_cycle: float) -> float | None:
+    """What share of the run's time a cost is: per token when both are known, else per cycle."""
+    if cost_token is not None and run.ms_per_token:
+        return cost_token / run.ms_per_token
+    cycle = sum((p.median_ms or 0.0) * (p.count / run.cycles if run.cycles else 1.0)
+                for p in run.phases.values() if p.kind in SPECULATIVE_KINDS and p.count)
+    return cost_cycle / cycle if cycle else None
 
 
 def verify_ratio(ev: E.Evidence) -> list:
@@ -85,14 +127,16 @@ def verify_ratio(ev: E.Evidence) -> list:
     expectation = expected_verify_ratio(ev.config)
     out = []
     for _, run in _spec_runs(ev):
-        verify = E.phase(run, "verify")
-        decode, source = E.baseline_decode(ev, run.get("label"))
-        if expectation is None or verify is None or decode is None:
+        verify = run.first_of_kind("verify")
+        decode, source = E.baseline_decode(ev, run.label)
+        if expectation is None or verify is None or decode is None or not verify.median_ms or not decode.median_ms:
+            missing = ("the model shape (give --model-config CONFIG.json, the checkpoint's config.json)"
+                       if expectation is None else "a verify phase or a baseline decode step")
             out.append(NotChecked(rule="verify-ratio", hypothesis="verify costs more than its extra tokens explain",
-                                  missing="the trace lacks the model shape, a verify phase or a baseline decode step"))
+                                  missing=f"the evidence lacks {missing}"))
             continue
-        measured = run.get("verify_decode_ratio") or verify["median_ms"] / decode["median_ms"]
-        nums = {"verify_median_ms": verify["median_ms"], "decode_median_ms": decode["median_ms"],
+        measured = run.verify_decode_ratio or verify.median_ms / decode.median_ms
+        nums = {"verify_median_ms": verify.median_ms, "decode_median_ms": decode.median_ms,
                 "measured_ratio": round(measured, 3), **expectation.to_json()}
         if measured <= expectation.limit:
             out.append(RuledOut(rule="verify-ratio", hypothesis="verify costs more than its extra tokens explain",
@@ -105,9 +149,9 @@ def verify_ratio(ev: E.Evidence) -> list:
 
 def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Finding:
     tp = int(ev.config.get("tp") or 1)
-    gbps = expectation.decode_gbps(decode["median_ms"], tp)
+    gbps = expectation.decode_gbps(decode.median_ms, tp)
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)
-    if not expectation.applies(decode["median_ms"], tp):
+    if not expectation.applies(decode.median_ms, tp):
         return Finding(
             rule="verify-ratio", severity="info", confidence="low",
             title=f"verify costs {measured:.2f}x the decode step; the bytes model does not apply to this run",
@@ -116,10 +160,11 @@ def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Find
                     f"so the {expectation.ratio:.2f}x expected from the model shape does not predict its verify step. "
                     f"On a GPU with a real model the comparison is meaningful."),
             evidence=nums)
-    mismatch = decode.get("graphed") and not verify.get("graphed")
-    excess_cycle = (measured - expectation.ratio) * decode["median_ms"]
-    cost_token = E.per_token_ms(run, excess_cycle * E.cycles(run))
-    share = cost_token / run["ms_per_token"] if cost_token is not None and run.get("ms_per_token") else None
+    mismatch = decode.graphed and verify.graphed is False
+    excess_step = (measured - expectation.ratio) * decode.median_ms
+    excess_cycle = excess_step * (verify.count / run.cycles if run.cycles else 1.0)
+    cost_token = _cost_per_token(run, excess_cycle)
+    share = _share(run, cost_token, excess_cycle)
     why = ("The verify step is eager and the decode step captured (see eager-phase), which explains it."
            if mismatch else "Both run the same way (graphs), so the excess is in the verify path itself: "
                             "its attention/mask handling at k+1 query rows, or a shape that falls off the captured sizes.")
@@ -128,10 +173,10 @@ def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Find
         title=f"verify costs {measured:.2f}x the decode step; k+1 tokens explain about {expectation.ratio:.2f}x",
         detail=(f"A decode step is bound by weight bandwidth, so a verify step over the same weights should cost "
                 f"the bytes ratio, {expectation.ratio:.2f}x (allowance up to {expectation.limit:.2f}x); measured "
-                f"{verify['median_ms']:.3f} ms against {decode['median_ms']:.3f} ms = {measured:.2f}x. {why}"),
+                f"{verify.median_ms:.3f} ms against {decode.median_ms:.3f} ms = {measured:.2f}x. {why}"),
         evidence={**nums, "excess_ms_per_cycle": round(excess_cycle, 4), "cost_ms_per_token": _r(cost_token)},
-        cost_ms_per_token=cost_token,
-        next_command=engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json"))
+        cost_ms_per_token=cost_token, cost_ms_per_step=excess_step,
+        next_command=graphs_command(ev, verify.name))
 
 
 def speculative_slower(ev: E.Evidence) -> list:
@@ -139,63 +184,65 @@ def speculative_slower(ev: E.Evidence) -> list:
     overhead, and say what acceptance would break even."""
     out = []
     for _, run in _spec_runs(ev):
-        base = E.find_run(ev.runs, mode="baseline", label=run.get("label")) or \
-            E.find_run((ev.baseline or {}).get("runs") or [], mode="baseline")
-        if not base or not base.get("tokens_per_s") or not run.get("tokens_per_s"):
+        if run.source != "engine-trace":
+            continue      # profiles and logs: rules_log weighs their throughputs
+        base = E.find_run(ev.runs, mode="baseline", label=run.label) or E.find_run(ev.baseline, mode="baseline")
+        if not base or not base.tokens_per_s or not run.tokens_per_s:
             out.append(NotChecked(rule="speculative-slower", hypothesis="speculative slower than the baseline",
                                   missing="no baseline run with tokens/s to compare with"))
             continue
-        speedup = run["tokens_per_s"] / base["tokens_per_s"]
+        speedup = run.tokens_per_s / base.tokens_per_s
         if speedup >= 1.0:
             out.append(RuledOut(rule="speculative-slower", hypothesis="speculative slower than the baseline",
-                                reason=f"{run.get('label')}: speculative {run['tokens_per_s']:.1f} tok/s >= baseline "
-                                       f"{base['tokens_per_s']:.1f} tok/s ({speedup:.2f}x)"))
+                                reason=f"{run.label}: speculative {run.tokens_per_s:.1f} tok/s >= baseline "
+                                       f"{base.tokens_per_s:.1f} tok/s ({speedup:.2f}x)"))
             continue
         out.append(_slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE))
     return out
 
 
 def _slower_finding(ev, run, base, noise: bool) -> Finding:
-    parts = {name: E.per_token_ms(run, (E.phase(run, name) or {}).get("total_ms", 0.0)) or 0.0
+    parts = {name: run.per_token_ms((run.phase(name).total_ms if run.phase(name) else 0.0)) or 0.0
              for name in ("draft", "verify", *E.OVERHEAD_PHASES)}
     overhead = sum(parts[name] for name in E.OVERHEAD_PHASES)
-    unaccounted = max(0.0, run["ms_per_token"] - parts["draft"] - parts["verify"] - overhead)
-    cycle_ms = sum(E.per_cycle_ms(run, name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES))
-    decode_ms = base["ms_per_token"]
-    tpc = E.tokens_per_cycle(run)
-    breakeven = cycle_ms / decode_ms if decode_ms else None   # tokens a cycle must yield to match the baseline
-    nums = {"speculative_tokens_per_s": _r(run["tokens_per_s"]), "baseline_tokens_per_s": _r(base["tokens_per_s"]),
-            "speculative_ms_per_token": _r(run["ms_per_token"]), "baseline_ms_per_token": _r(decode_ms),
+    ms_token = run.ms_per_token or 1000.0 / run.tokens_per_s
+    unaccounted = max(0.0, ms_token - parts["draft"] - parts["verify"] - overhead)
+    cycle_ms = sum(run.per_cycle_ms(name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES))
+    decode_ms = base.ms_per_token or 1000.0 / base.tokens_per_s
+    tpc = run.tokens_per_cycle()
+    breakeven = cycle_ms / decode_ms if decode_ms and cycle_ms else None   # tokens a cycle must yield to match the baseline
+    nums = {"speculative_tokens_per_s": _r(run.tokens_per_s), "baseline_tokens_per_s": _r(base.tokens_per_s),
+            "speculative_ms_per_token": _r(ms_token), "baseline_ms_per_token": _r(decode_ms),
             "draft_ms_per_token": _r(parts["draft"]), "verify_ms_per_token": _r(parts["verify"]),
             "overhead_ms_per_token": _r(overhead + unaccounted), "cycle_ms": _r(cycle_ms),
             "tokens_per_cycle": _r(tpc), "breakeven_tokens_per_cycle": _r(breakeven)}
     biggest = max(("draft", "verify", "overhead"),
                   key=lambda k: {"draft": parts["draft"], "verify": parts["verify"], "overhead": overhead + unaccounted}[k])
     fix = _faster_spec_command(ev, run, base, tpc, breakeven)
+    arithmetic = (f"A cycle costs {cycle_ms:.3f} ms, so it must yield {breakeven:.2f} tokens to break even; it yields "
+                  f"{tpc if tpc is not None else float('nan'):.2f}. " if breakeven else "")
     return Finding(
         rule="speculative-slower", severity="info" if noise else "warning", confidence="low" if noise else "high",
-        title=(f"speculative {run['tokens_per_s']:.1f} tok/s is " + ("no faster than (within timing noise)" if noise else
-               "slower than") + f" the baseline's {base['tokens_per_s']:.1f} tok/s"),
+        title=(f"speculative {run.tokens_per_s:.1f} tok/s is " + ("no faster than (within timing noise)" if noise else
+               "slower than") + f" the baseline's {base.tokens_per_s:.1f} tok/s"),
         detail=(f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
-                f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {run['ms_per_token']:.3f} ms, "
-                f"against {decode_ms:.3f} ms per token for the baseline. A cycle costs {cycle_ms:.3f} ms, so it must yield "
-                f"{breakeven:.2f} tokens to break even; it yields {tpc if tpc is not None else float('nan'):.2f}. "
-                f"The largest share is {biggest}."),
-        evidence=nums, cost_ms_per_token=run["ms_per_token"] - decode_ms, next_command=fix)
+                f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
+                f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."),
+        evidence=nums, cost_ms_per_token=ms_token - decode_ms, next_command=fix)
 
 
 def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
     """Graphs first when verify is eager against a captured decode; else a better draft when the
     cycle yields fewer tokens than break-even; else the loss is outside the cycle (prefill, host):
     capture everything on a GPU, or amortise it over a longer run on CPU."""
-    verify, decode = E.phase(run, "verify") or {}, E.phase(base, "decode") or {}
-    if decode.get("graphed") and not verify.get("graphed"):
-        return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
+    verify, decode = run.first_of_kind("verify"), base.first_of_kind("decode")
+    if decode and verify and decode.graphed and verify.graphed is False:
+        return graphs_command(ev, verify.name)
     if tpc is not None and breakeven is not None and tpc < breakeven:
         return (f"ncclprobe train-draft --preset {ev.config.get('preset')}  # then run-engine --draft PATH: "
                 f"the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}")
     if ev.config.get("device") == "cuda":
-        return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
+        return graphs_command(ev, "verify")
     longer = 4 * int(ev.config.get("new_tokens") or 32)
     return (engine_command(ev.config, new_tokens=longer, trace_out="trace-longer.json") +
             "  # the cycle beats break-even: the loss is prefill and host time, which a longer run amortises")
@@ -203,133 +250,121 @@ def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
 
 def collective_share(ev: E.Evidence) -> list:
     """How much of the step the collectives take: the ceiling on what any NCCL setting can win.
-    One verdict for the whole trace, with every run's share as evidence."""
-    shares = {E.run_name(src, run): (run["collective_share"], run) for src, run in ev.all_runs()
-              if run.get("collective_share") is not None}
+    One verdict for the whole input, with every run's share as evidence."""
+    shares = {run.name(src): (run.collective_share, run) for src, run in ev.all_runs()
+              if run.collective_share is not None}
     if not shares:
         return [NotChecked(rule="collective-share", hypothesis="collectives dominate the step",
-                           missing="the trace has no measured collective share")]
+                           missing="the evidence has no measured collective share")]
     bound = {name: pair for name, pair in shares.items() if pair[0] >= COLLECTIVE_BOUND_SHARE}
     if bound:
         return [_bound_finding(ev, bound)]
     if all(share < COLLECTIVE_MINOR_SHARE for share, _ in shares.values()):
         worst = max(shares, key=lambda name: shares[name][0])
         share, run = shares[worst]
+        per = "token" if run.ms_per_token else "step"
+        total = run.ms_per_token or _step_ms(run)
         return [RuledOut(rule="collective-share", hypothesis="NCCL settings as the main lever",
                          reason=f"collectives take at most {share:.0%} of the step time ({worst}): no NCCL setting can "
-                                f"win more than {share * (run.get('ms_per_token') or 0):.3f} ms of its "
-                                f"{run.get('ms_per_token') or 0:.3f} ms per token")]
+                                f"win more than {share * total:.3f} ms of its {total:.3f} ms per {per}")]
     return []
+
+
+def _step_ms(run) -> float:
+    """The median time of the run's most frequent step (a profile's time unit; our trace uses tokens)."""
+    steps = [p for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill"]
+    return max(steps, key=lambda p: p.count).median_ms if steps else 0.0
 
 
 def _bound_finding(ev, bound: dict) -> Finding:
     worst = max(bound, key=lambda name: bound[name][0])
     share, run = bound[worst]
     sizes = _all_sizes(ev)
-    coll = run.get("collectives") or {}
+    per_step = run.ms_per_token or _step_ms(run)
+    count = f"{run.per_token_count:.1f} collectives and {run.per_token_bytes:.0f} bytes per token " \
+        if run.per_token_count is not None else ""
     return Finding(
         rule="collective-bound", severity="warning", confidence="high",
         title=f"collectives take {share:.0%} of the step time ({worst}"
               + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
-        detail=(f"{coll.get('per_token_count', 0):.1f} collectives and {coll.get('per_token_bytes', 0):.0f} bytes per token "
-                f"take {share:.0%} of the step: here the collective path (NCCL settings, fewer or larger collectives, "
-                f"a replicated draft) is the lever. Measure the engine's own sizes and compare settings."),
+        detail=(f"{count}The collectives take {share:.0%} of the step: here the collective path (NCCL settings, fewer or "
+                f"larger collectives, a replicated draft) is the lever. Measure the engine's own sizes and compare settings."),
         evidence={"collective_share_by_run": {name: round(pair[0], 3) for name, pair in bound.items()},
-                  "per_token_count": coll.get("per_token_count"), "per_token_bytes": coll.get("per_token_bytes"),
-                  "ms_per_token": run.get("ms_per_token"), "sizes_bytes": sizes},
-        cost_ms_per_token=share * (run.get("ms_per_token") or 0.0),
-        next_command=f"ncclprobe sweep --nranks {ev.config.get('tp', 2)} --sizes {sizes_arg(sizes) or '8K..1M'} --output sweep.jsonl")
+                  "per_token_count": run.per_token_count, "per_token_bytes": run.per_token_bytes,
+                  "ms_per_token": run.ms_per_token, "sizes_bytes": sizes},
+        cost_ms_per_token=share * (run.ms_per_token or 0.0) or None, cost_ms_per_step=share * per_step,
+        next_command=f"ncclprobe sweep --nranks {ev.config.get('tp') or 2} --sizes {sizes_arg(sizes) or '8K..1M'} --output sweep.jsonl")
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:
     """The engine's collectives against the sweep's time for the same sizes, settings and mode."""
     hyp = "engine collectives cost more than the sweep measured"
-    if not _all_sizes(ev):
+    if not any(run.collectives for _, run in ev.all_runs()):
+        if ev.kind != "engine-trace" and not ev.config.get("tp"):
+            return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="the evidence shows no collectives")]
         return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp,
                          reason=f"the engine issued no collectives (tp={ev.config.get('tp')})")]
+    sizes = _all_sizes(ev)
     if not ev.sweep:
         return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="no --sweep results",
-                           next_command=f"ncclprobe sweep --nranks {ev.config.get('tp')} --sizes {sizes_arg(_all_sizes(ev))} --output sweep.jsonl")]
-    from ncclprobe.diagnose.sweep_match import compare_run
+                           next_command=f"ncclprobe sweep --nranks {ev.config.get('tp') or 2} "
+                                        f"--sizes {sizes_arg(sizes) or '8K..1M'} --output sweep.jsonl")]
+    from ncclprobe.diagnose.sweep_match import compare_calls, compare_run
     out = []
     for source, run in ev.all_runs():
-        out.append(compare_run(ev, run, E.run_name(source, run), hyp, SWEEP_EXCESS))
+        if run.source == "engine-trace":
+            out.append(compare_run(ev, run, run.name(source), hyp, SWEEP_EXCESS))
+        else:
+            out += compare_calls(ev, run, run.name(source), hyp, SWEEP_EXCESS)
     return out
 
 
 def graph_coverage(ev: E.Evidence) -> list:
     """With graphs requested, the share of step time spent in graph replays: what is left eager
     pays the host launch path (about 18 us per torch.distributed call on the H200, before kernels)."""
-    if ev.config.get("graphs") in (None, "none"):
+    if ev.kind == "engine-trace" and ev.config.get("graphs") in (None, "none"):
         return []
     out = []
     for _, run in _runs_with(ev, "graph_coverage"):
-        coverage = run["graph_coverage"]
-        hyp = f"{run.get('label')} {run.get('mode')}: steps fall off the captured graphs"
+        coverage = run.graph_coverage
+        hyp = f"{run.label} {run.mode or 'run'}: steps fall off the captured graphs"
         if coverage >= GRAPH_COVERAGE_OK:
             out.append(RuledOut(rule="graph-coverage", hypothesis=hyp, reason=f"{coverage:.0%} of step time is graph replay"))
             continue
-        eager = [n for n in E.PHASES if E.phase(run, n) and not E.phase(run, n).get("graphed")]
-        capturable_eager = [n for n in eager if n not in NEVER_CAPTURED]
+        names = E.PHASES if run.source == "engine-trace" else list(run.phases)   # the trace's prefill runs once
+        eager = [n for n in names if run.phase(n) and run.phase(n).graphed is False]
+        capturable_eager = [n for n in eager if n not in NEVER_CAPTURED and run.phases[n].kind != "prefill"]
+        if ev.kind != "engine-trace" and not any(p.graphed for p in run.phases.values()):
+            continue   # nothing of this profile is a graph replay: eager-launches says it once
         detail = ("Steps outside the captured graphs run eagerly: a batch size or token count outside the capture "
                   "list, or a phase the graph mode leaves out.")
-        if not capturable_eager:   # the rest is prefill (once per run), accept and host: no graph mode captures them
+        if ev.kind != "engine-trace":
+            detail = (f"{coverage:.0%} of the steps' GPU time came from kernels a graph launch issued; the rest was launched "
+                      f"kernel by kernel ({', '.join(eager) or 'inside otherwise captured steps'}).")
+        elif not capturable_eager:   # the rest is prefill (once per run), accept and host: no graph mode captures them
             detail = ("Every capturable phase is a graph replay; the rest is the prefill (once per run, so a short run "
                       "weighs it more), acceptance and host time, which no graph mode captures.")
+        graphs = f" (--graphs {ev.config.get('graphs')})" if ev.kind == "engine-trace" else ""
+        profile = ev.kind != "engine-trace"      # eager-launches carries a profile's cost; this is the overview
         out.append(Finding(
-            rule="graph-coverage", severity="warning" if capturable_eager else "info",
+            rule="graph-coverage", severity="warning" if capturable_eager and not profile else "info",
             confidence="medium" if capturable_eager else "high",
-            title=f"{run.get('label')} {run.get('mode')}: only {coverage:.0%} of step time is graph replay (--graphs {ev.config.get('graphs')})",
+            title=f"{run.label} {run.mode or 'run'}: only {coverage:.0%} of step time is graph replay{graphs}",
             detail=detail, evidence={"graph_coverage": coverage, "graphs": ev.config.get("graphs"), "eager_phases": eager},
-            next_command=engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json") if capturable_eager else ""))
+            next_command=graphs_command(ev, capturable_eager[0]) if capturable_eager else ""))
     return out
 
 
-def draft_positions(ev: E.Evidence) -> list:
-    """The run goes past the positions the draft was trained on (`train-draft` records them, the
-    trace's config carries them): there the draft predicts what it never learnt, and acceptance
-    falls. Measured on the H200: a draft trained below 64 positions accepted 4.00 tokens per cycle
-    in a 64-token run and 2.50 over 256 tokens (docs/LOG.md)."""
-    specs = _spec_runs(ev)
-    if not specs or not ev.config.get("draft"):
-        return []
-    hyp = "the run goes past the positions the draft was trained on"
-    trained = ev.config.get("draft_trained_positions")
-    reach = (ev.config.get("prompt_len") or 0) + (ev.config.get("new_tokens") or 0)
-    if trained is None:
-        return [NotChecked(rule="draft-positions", hypothesis=hyp,
-                           missing="the trace does not record the draft's trained positions (a draft file without "
-                                   "train-draft's metadata, or a trace from before they were recorded)")]
-    if reach <= trained:
-        return [RuledOut(rule="draft-positions", hypothesis=hyp,
-                         reason=f"the run reaches position {reach}, within the {trained} the draft was trained on")]
-    acceptance = {E.run_name(src, run): (run.get("acceptance") or {}).get("mean_length") for src, run in specs}
-    source = f"--checkpoint {ev.config['checkpoint']}" if ev.config.get("checkpoint") else \
-        f"--preset {ev.config.get('preset')}"
-    return [Finding(
-        rule="draft-positions", severity="warning", confidence="medium",
-        title=f"the run reaches position {reach}, but the draft was trained on positions below {trained}",
-        detail=(f"{reach - trained} of the run's {reach} positions are beyond anything the draft saw in training, where "
-                f"it predicts what it never learnt and the acceptance falls (on the H200 one such draft accepted 4.00 "
-                f"tokens per cycle inside its positions and 2.50 over a run four times longer). Acceptance here: "
-                + ", ".join(f"{name} {value:.2f}" for name, value in acceptance.items() if value is not None)
-                + ". Train the draft on sequences as long as the runs it serves."),
-        evidence={"draft_trained_positions": trained, "run_positions": reach,
-                  "mean_acceptance_length": acceptance},
-        next_command=f"ncclprobe train-draft {source} --gen-len {reach} --out draft-{reach}.safetensors")]
-
-
 def _all_sizes(ev: E.Evidence) -> list[int]:
-    return sorted({size for _, run in ev.all_runs() for size in engine_sizes(run)})
+    return sorted({size for _, run in ev.all_runs() for size in run.collective_sizes()})
 
 
 def _runs_with(ev: E.Evidence, key: str):
-    return [(src, run) for src, run in ev.all_runs() if src == "trace" and run.get(key) is not None]
+    return [(src, run) for src, run in ev.all_runs() if src == "trace" and getattr(run, key) is not None]
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage,
-         draft_positions)
+RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage)

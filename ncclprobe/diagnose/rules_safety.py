@@ -18,16 +18,16 @@ HYPOTHESIS = "a setting NCCL rejects, ignores, or that forces LL128 where NCCL k
 
 def unsafe_settings(ev: E.Evidence) -> list:
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
-    node = NodeFacts.from_json(ev.trace["node"]) if ev.trace.get("node") else None
+    node = NodeFacts.from_json(ev.node) if ev.node else None
     found: dict[tuple, Finding] = {}
     checked = []
     for source, run in ev.all_runs():
-        settings = tuning_settings(E.effective_settings(run) or run.get("settings"))
+        settings = tuning_settings(run.effective_settings() or run.settings)
         if not settings:
             continue
-        checked.append(E.run_name(source, run))
-        version = next((w.get("nccl_version") for w in run.get("workers") or [] if w.get("nccl_version")), None)
-        for key, finding in _problems(settings, node, version, nccl, E.run_name(source, run)):
+        checked.append(run.name(source))
+        version = next((w.nccl_version for w in run.workers if w.nccl_version), None)
+        for key, finding in _problems(settings, node, version, nccl, run.name(source)):
             found.setdefault(key, finding)
     if found:
         return list(found.values())

@@ -2,23 +2,24 @@
 created the communicators (and so when the graphs were captured), and do two compared runs
 really differ in them? One pure function each, as in `rules`.
 
-What a worker reports (trace `workers[]`): `env_at_comm_init`, its NCCL_* environment when it
+What a worker reports (the view's `Worker`, from the engine trace's `workers[]`; profiles and logs
+have none, so these rules stay silent on them): `env_at_comm_init`, its NCCL_* environment when it
 created its communicator (what NCCL's per-communicator reads see, and what a CUDA graph captured
 on it keeps); `nccl_read`, what NCCL's own debug log says it read (empty without NCCL, e.g. gloo);
-and, when the engine recorded one, a later snapshot (`env_after_comm_init` / `env_at_exit`): a
-value that appears only there was set after NCCL read it.
+and `later_env`, a later snapshot (`env_after_comm_init` / `env_at_exit`): a value that appears only
+there was set after NCCL read it.
 """
 
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
+from ncclprobe.enginerun.view import nccl_env
 from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.nccl.knobs import Scope, effective_scope
 from ncclprobe.nccl.version import parse_version
 
-LATER_ENV_KEYS = ("env_after_comm_init", "env_at_exit", "env_at_end", "env_now")
 UNSET = "<unset>"
 
 
@@ -27,38 +28,37 @@ def settings_reached_workers(ev: E.Evidence) -> list:
     and, where NCCL logged what it read, NCCL read that value."""
     out = []
     for source, run in ev.all_runs():
-        asked = tuning_settings(run.get("settings"))
-        workers = [w for w in run.get("workers") or [] if w.get("env_at_comm_init") is not None]
+        asked = tuning_settings(run.settings)
+        workers = [w for w in run.workers if w.env_at_comm_init is not None]
         if not asked:
             continue
         if not workers:
-            out.append(NotChecked(rule="settings-propagation", hypothesis=f"{E.run_name(source, run)}: settings never reached a worker",
+            out.append(NotChecked(rule="settings-propagation", hypothesis=f"{run.name(source)}: settings never reached a worker",
                                   missing="the workers reported no environment at communicator creation"))
             continue
         problems = [p for w in workers for p in _worker_problems(w, asked)]
         if problems:
             out.append(_propagation_finding(ev, source, run, asked, problems))
         else:
-            out.append(RuledOut(rule="settings-propagation", hypothesis=f"{E.run_name(source, run)}: settings never reached a worker",
+            out.append(RuledOut(rule="settings-propagation", hypothesis=f"{run.name(source)}: settings never reached a worker",
                                 reason=f"all {len(workers)} workers had {_fmt(asked)} when they created their communicator"
-                                       + (" and NCCL reported reading it" if any(w.get("nccl_read") for w in workers) else "")))
+                                       + (" and NCCL reported reading it" if any(w.nccl_read for w in workers) else "")))
     return out
 
 
-def _worker_problems(worker: dict, asked: dict) -> list[dict]:
-    had, read = E.nccl_env(worker), worker.get("nccl_read") or {}
-    later = {k: str(v) for key in LATER_ENV_KEYS for k, v in (worker.get(key) or {}).items()}
+def _worker_problems(worker, asked: dict) -> list[dict]:
+    had, read, later = nccl_env(worker.env_at_comm_init), worker.nccl_read, worker.later_env
     problems = []
     for var, value in asked.items():
         if had.get(var) != value:
             kind = "set-after-init" if later.get(var) == value else "not-propagated"
-            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
                              "at_comm_init": had.get(var, UNSET), "later": later.get(var, UNSET), "kind": kind})
         elif read and var not in read:   # NCCL logged what it read (ENV lines), but not this one
-            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
                              "at_comm_init": value, "nccl_read": None, "kind": "not-read"})
         elif read and str(read[var]).rstrip(".").lower() != value.lower():
-            problems.append({"rank": worker.get("rank"), "pid": worker.get("pid"), "variable": var, "asked": value,
+            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
                              "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"})
     return problems
 
@@ -71,8 +71,9 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
         late_ranks = sorted({p["rank"] for p in after if p["variable"] == first["variable"]}, key=str)
         if len(late_ranks) > 1:
             where = f"{len(late_ranks)} workers (ranks {', '.join(map(str, late_ranks))})"
-        worker = next((w for w in run.get("workers") or [] if w.get("rank") == first["rank"]), {})
-        scope = effective_scope(first["variable"], E.nccl_env(worker), parse_version(worker.get("nccl_version")))
+        worker = next((w for w in run.workers if w.rank == first["rank"]), None)
+        scope = effective_scope(first["variable"], nccl_env(worker.env_at_comm_init if worker else None),
+                                parse_version(worker.nccl_version if worker else None))
         consequence = ("it applies only to communicators created after it was set, and graphs captured on the old one keep the old value"
                        if scope is Scope.COMMUNICATOR else "NCCL reads it once per process, so it needs a new process")
         title = f"{first['variable']}={first['asked']} was set in {where} after NCCL created its communicator"
@@ -92,14 +93,14 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
     else:
         ranks = sorted({p["rank"] for p in problems})
         title = f"{first['variable']}={first['asked']} never reached {len(ranks)} worker(s) (ranks {', '.join(map(str, ranks))})"
-        detail = (f"The {run.get('label')} {run.get('mode')} run asked for {_fmt(asked)}, but {where} created its communicator "
+        detail = (f"The {run.label} {run.mode} run asked for {_fmt(asked)}, but {where} created its communicator "
                   f"with {first['variable']}={first['at_comm_init']}: the setting was lost between the launcher and the worker, "
                   f"so this run measured NCCL's defaults, not the setting.")
         fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']}"
     only_unread = all(p["kind"] == "not-read" for p in problems)
     return Finding(rule="settings-propagation", severity="warning" if only_unread else "error",
                    confidence="medium" if only_unread else "high", title=title,
-                   detail=detail, evidence={"run": E.run_name(source, run), "asked": asked, "problems": problems},
+                   detail=detail, evidence={"run": run.name(source), "asked": asked, "problems": problems},
                    next_command=fix)
 
 
@@ -111,9 +112,9 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     runs = ev.all_runs()
     for i, (src_a, a) in enumerate(runs):
         for src_b, b in runs[i + 1:]:
-            if a.get("mode") != b.get("mode") or (a.get("label") == b.get("label") and src_a == src_b):
+            if a.mode != b.mode or (a.label == b.label and src_a == src_b):
                 continue
-            asked_differ = tuning_settings(a.get("settings")) != tuning_settings(b.get("settings"))
+            asked_differ = tuning_settings(a.settings) != tuning_settings(b.settings)
             if not asked_differ:
                 continue
             out.append(_compare_pair(ev, (src_a, a), (src_b, b)))
@@ -122,8 +123,8 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
 
 def _compare_pair(ev, pa, pb):
     (src_a, a), (src_b, b) = pa, pb
-    name_a, name_b = E.run_name(src_a, a), E.run_name(src_b, b)
-    eff_a, eff_b = E.effective_settings(a), E.effective_settings(b)
+    name_a, name_b = a.name(src_a), b.name(src_b)
+    eff_a, eff_b = a.effective_settings(), b.effective_settings()
     hyp = f"{name_a} vs {name_b}: the runs differ in NCCL settings"
     if eff_a is None or eff_b is None:
         return NotChecked(rule="tuned-same-settings", hypothesis=hyp,
@@ -132,24 +133,24 @@ def _compare_pair(ev, pa, pb):
         return RuledOut(rule="tuned-same-settings", hypothesis=f"{name_a} and {name_b} ran under the same NCCL settings",
                         reason=f"their communicators were created under different settings ({_fmt(tuning_settings(eff_a))} "
                                f"vs {_fmt(tuning_settings(eff_b))}): the comparison measures them")
-    captured = E.captured_graphs(a) and E.captured_graphs(b)
+    captured = a.captured_graphs() and b.captured_graphs()
     how = "captured their collectives in CUDA graphs" if captured else "created their communicators"
-    speed = {"tokens_per_s": {name_a: a.get("tokens_per_s"), name_b: b.get("tokens_per_s")}}
+    speed = {"tokens_per_s": {name_a: a.tokens_per_s, name_b: b.tokens_per_s}}
     return Finding(
         rule="tuned-same-settings", severity="error", confidence="high",
         title=f"{name_a} and {name_b} {how} under the same NCCL settings",
-        detail=(f"They asked for {_fmt(tuning_settings(a.get('settings')))} and {_fmt(tuning_settings(b.get('settings')))}, "
+        detail=(f"They asked for {_fmt(tuning_settings(a.settings))} and {_fmt(tuning_settings(b.settings))}, "
                 f"but both {how} under {_fmt(tuning_settings(eff_a))}: tuning could not change their collectives, so any "
                 f"difference between them ({_tok_s(a)} vs {_tok_s(b)} tok/s) is noise or another cause."),
-        evidence={"asked": {name_a: a.get("settings"), name_b: b.get("settings")},
-                  "in_force_at_comm_init": tuning_settings(eff_a), "graphs": sorted(E.captured_graphs(a)), **speed},
+        evidence={"asked": {name_a: a.settings, name_b: b.settings},
+                  "in_force_at_comm_init": tuning_settings(eff_a), "graphs": sorted(a.captured_graphs()), **speed},
         next_command=_clean_env_command(ev, pa, pb, eff_a))
 
 
 def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
     """Re-run from an environment without the settings the untuned side inherited."""
     inherited = sorted(k for (_, run) in (pa, pb) for k in tuning_settings(in_force)
-                       if k not in tuning_settings(run.get("settings")))
+                       if k not in tuning_settings(run.settings))
     prefix = "env " + " ".join(f"-u {k}" for k in sorted(set(inherited))) + " " if inherited else ""
     return prefix + engine_command(ev.config, tuned="RECOMMENDATION.json", trace_out="trace-tuned.json")
 
@@ -159,23 +160,23 @@ def settings_between_modes(ev: E.Evidence) -> list:
     If so, NCCL settings cannot explain the gap between them."""
     out = []
     for run in ev.runs:
-        if run.get("mode") != "speculative":
-            continue
-        base = E.find_run(ev.runs, mode="baseline", label=run.get("label"))
+        if run.mode != "speculative" or run.source != "engine-trace":
+            continue   # profiles and logs carry no worker environments: rules_profile weighs their collectives
+        base = E.find_run(ev.runs, mode="baseline", label=run.label)
         if not base:
             continue
-        eff_s, eff_b = E.effective_settings(run), E.effective_settings(base)
-        hyp = f"{run.get('label')}: NCCL settings explain the speculative/baseline difference"
+        eff_s, eff_b = run.effective_settings(), base.effective_settings()
+        hyp = f"{run.label}: NCCL settings explain the speculative/baseline difference"
         if eff_s is None or eff_b is None:
             out.append(NotChecked(rule="nccl-settings", hypothesis=hyp, missing="workers' environments at communicator creation"))
         elif tuning_settings(eff_s) == tuning_settings(eff_b):
-            both = bool(E.captured_graphs(run)) and bool(E.captured_graphs(base))
+            both = bool(run.captured_graphs()) and bool(base.captured_graphs())
             captured = "captured in graphs alike" if both else "created alike"
             out.append(RuledOut(rule="nccl-settings", hypothesis=hyp,
                                 reason=f"identical in both runs ({_fmt(tuning_settings(eff_s))}), communicators {captured}: not the cause"))
         else:
             out.append(Finding(rule="nccl-settings", severity="info", confidence="high",
-                               title=f"{run.get('label')}: baseline and speculative ran under different NCCL settings",
+                               title=f"{run.label}: baseline and speculative ran under different NCCL settings",
                                detail="Their comparison mixes the speculative loop with a settings change.",
                                evidence={"baseline": tuning_settings(eff_b), "speculative": tuning_settings(eff_s)}))
     return out
@@ -202,8 +203,8 @@ def env_check_findings(ev: E.Evidence) -> list:
                     next_command=f"ncclprobe env-check --pid {doc.get('root_pid')} --log <nccl debug log>")]
 
 
-def _tok_s(run: dict) -> str:
-    value = run.get("tokens_per_s")
+def _tok_s(run) -> str:
+    value = run.tokens_per_s
     return f"{value:.1f}" if isinstance(value, (int, float)) else "unknown"
 
 

@@ -23,11 +23,11 @@ def tuning_settings(settings: dict | None) -> dict[str, str]:
     return {k: str(v) for k, v in (settings or {}).items() if not only_shapes_the_log(k)}
 
 
-def run_settings(run: dict) -> dict[str, str]:
+def run_settings(run) -> dict[str, str]:
     """What was in force: the workers' environment at communicator creation when they agree,
-    else what the run asked for."""
-    eff = E.effective_settings(run)
-    return tuning_settings(eff if eff is not None else run.get("settings"))
+    else what the run asked for (a profile or log records none: NCCL's defaults, as far as known)."""
+    eff = run.effective_settings()
+    return tuning_settings(eff if eff is not None else run.settings)
 
 
 def sweep_time_us(sweep: list[dict], *, settings: dict, nranks: int | None, op: str, mode: str,
@@ -44,22 +44,21 @@ def sweep_time_us(sweep: list[dict], *, settings: dict, nranks: int | None, op: 
     return float(best["time_us"]), int(best["size_bytes"])
 
 
-def compare_run(ev: E.Evidence, run: dict, name: str, hypothesis: str, excess: float):
-    share, ms_token, tokens = run.get("collective_share"), run.get("ms_per_token"), run.get("new_tokens")
-    sizes = (run.get("collectives") or {}).get("sizes") or []
+def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
+    share, ms_token, tokens = run.collective_share, run.ms_per_token, run.new_tokens
+    sizes = [c for c in run.collectives if c.size_bytes]
     if share is None or not ms_token or not tokens or not sizes:
         return NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
                           missing="the run has no measured collective share or collective sizes")
     settings, nranks = run_settings(run), ev.config.get("tp")
     expected_ms, missing = 0.0, []
     for entry in sizes:
-        mode = "graph" if entry.get("graph") else "eager"
-        hit = sweep_time_us(ev.sweep, settings=settings, nranks=nranks, op=entry.get("op", "all_reduce"),
-                            mode=mode, size=int(entry["size_bytes"]))
+        mode = "eager" if entry.eager else "graph"
+        hit = sweep_time_us(ev.sweep, settings=settings, nranks=nranks, op=entry.op, mode=mode, size=int(entry.size_bytes))
         if hit is None:
-            missing.append(int(entry["size_bytes"]))
+            missing.append(int(entry.size_bytes))
             continue
-        expected_ms += entry.get("count", 0) * hit[0] / 1000.0
+        expected_ms += entry.count * hit[0] / 1000.0
     if missing:
         label = ",".join(f"{k}={v}" for k, v in sorted(settings.items())) or "default settings"
         return NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
@@ -76,8 +75,8 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
         return RuledOut(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
                         reason=f"the engine's collectives cost {measured:.3f} ms per token, {ratio:.2f}x what the sweep "
                                f"measured for the same sizes and settings ({expected:.3f} ms)")
-    eager = any(not s.get("graph") for s in (run.get("collectives") or {}).get("sizes") or [])
-    sizes = sorted({int(s["size_bytes"]) for s in run["collectives"]["sizes"]})
+    eager = any(c.eager for c in run.collectives)
+    sizes = run.collective_sizes()
     nxt = (f"ncclprobe probe graph-capture --sizes {sizes_arg(sizes)}" if eager else
            f"ncclprobe sweep --nranks {ev.config.get('tp')} --sizes {sizes_arg(sizes)} --mode graph --output sweep.jsonl")
     return Finding(
@@ -87,3 +86,63 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
                 f"for the same sizes, settings and eager/graph mode. The difference is outside NCCL's algorithm choice: "
                 f"host-side cost of the eager path, waiting on a straggling rank, or contention with compute."),
         evidence=nums, cost_ms_per_token=measured - expected, next_command=nxt)
+
+
+def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float) -> list:
+    """A profile's collectives, per size, against the sweep: the kernel time per call (GPU time,
+    without the host's launch path) against the sweep's graph-mode time at that size when it has
+    one (also GPU time between CUDA events), else its eager time (which includes the launch path,
+    so it flatters the profile). The profile records no NCCL settings: the sweep's default
+    configuration is the match, and its best configuration at that size is named beside it."""
+    out, missing = [], []
+    nranks = ev.config.get("tp")
+    for c in run.collectives:
+        if not c.size_bytes or not c.time_us or not c.count:
+            continue
+        per_call = c.time_us / c.count
+        hit = sweep_time_us(ev.sweep, settings={}, nranks=nranks, op=c.op, mode="graph", size=c.size_bytes)
+        mode = "graph"
+        if hit is None:
+            hit, mode = sweep_time_us(ev.sweep, settings={}, nranks=nranks, op=c.op, mode="eager", size=c.size_bytes), "eager"
+        if hit is None:
+            missing.append(c.size_bytes)
+            continue
+        best = _best_at(ev.sweep, nranks, c.op, c.size_bytes)
+        ratio = per_call / hit[0] if hit[0] else math.inf
+        hyp = f"{name}: {c.op} {sizes_arg([c.size_bytes])} calls cost more than the sweep measured"
+        nums = {"size_bytes": c.size_bytes, "profile_us_per_call": round(per_call, 3), "sweep_us": hit[0],
+                "sweep_size_bytes": hit[1], "sweep_mode": mode, "launched": f"{c.algo}/{c.proto}" if c.algo else None,
+                "sweep_best": best}
+        if ratio <= excess:
+            out.append(RuledOut(rule="collectives-vs-sweep", hypothesis=hyp,
+                                reason=f"{per_call:.2f} us per call in the profile, {ratio:.2f}x the sweep's default "
+                                       f"{hit[0]:.2f} us ({mode}) at {sizes_arg([hit[1]])}"))
+            continue
+        out.append(Finding(
+            rule="collectives-vs-sweep", severity="warning", confidence="medium",
+            title=f"{name}: {c.op} of {sizes_arg([c.size_bytes])} takes {per_call:.2f} us per call, "
+                  f"{ratio:.1f}x the sweep's {hit[0]:.2f} us",
+            detail=(f"The profile's kernel time per call is GPU time; the sweep measured {hit[0]:.2f} us in {mode} mode "
+                    f"with NCCL's defaults (the profile records no settings). NCCL launched "
+                    f"{c.algo or '?'}/{c.proto or '?'} here" + (f"; the sweep's best at this size is {best['config']} at "
+                                                                 f"{best['time_us']:.2f} us" if best else "") +
+                    ". A kernel slower on the engine's GPU than alone points at contention with compute or a rank that "
+                    "arrives late (the kernel waits for its peers)."),
+            evidence=nums, cost_ms_per_step=(per_call - hit[0]) * c.count / 1000.0))
+    if missing:
+        out.append(NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
+                              missing=f"the sweep has no default-settings result within 2x of {sizes_arg(missing)}",
+                              next_command=f"ncclprobe sweep --nranks {nranks or 2} --sizes {sizes_arg(missing)} --output sweep.jsonl"))
+    if not out:
+        out.append(NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
+                              missing="collectives with known sizes and times in the profile"))
+    return out
+
+
+def _best_at(sweep: list[dict], nranks, op: str, size: int) -> dict | None:
+    rows = [r for r in sweep if r.get("collective") == op and r.get("size_bytes") == size
+            and (nranks is None or r.get("nranks") in (None, nranks))]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: r["time_us"])
+    return {"config": best.get("config_id", "default"), "time_us": best["time_us"], "mode": best.get("mode")}

@@ -111,6 +111,9 @@ def _notes(rec: Recommendation) -> list[str]:
         other = "graph" if mode == "eager" else "eager"
         notes.append(f"{100 * share:.0f}% of the workload's collectives ran inside CUDA graphs but the choice used "
                      f"{mode} measurements; pass --mode {other} if the sweep measured {other} mode")
+    if rec.workload.unknown_calls:
+        notes.append(f"{rec.workload.unknown_calls:.0f} of the workload's calls were replayed from CUDA graphs whose "
+                     "capture the profile does not hold: their sizes are unknown and they are not weighed")
     return notes + _refusal_notes(rec.refused)
 
 

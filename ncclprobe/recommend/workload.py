@@ -1,17 +1,19 @@
 """The workload that weighs the global choice: how many collectives of each size a job issues.
 
-Either a size list the user gives (each size counted once) or the engine trace's real histogram
-(`runs[*].collectives.sizes`, docs/DESIGN.md): a decode all-reduce moves batch x hidden x dtype
-bytes, so a 7168-wide bf16 model issues 14 KiB all-reduces per token, and those sizes -- not a
-sweep's doubling grid -- decide which setting pays off.
+Either a size list the user gives (each size counted once) or the collectives an engine run
+really issued, read through the engine-run view (`ncclprobe.enginerun`): an engine trace's
+histogram, a profile's NCCL kernels (one per rank: sizes from the eager kernels' args), never a
+file's keys directly. A decode all-reduce moves batch x hidden x dtype bytes, so a 7168-wide bf16
+model issues 14 KiB all-reduces per token, and those sizes -- not a sweep's doubling grid --
+decide which setting pays off.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclprobe.enginerun.view import EngineRun
 from ncclprobe.errors import UsageProblem
 from ncclprobe.sizes import parse_sizes
 
@@ -23,6 +25,7 @@ class Workload:
     counts: dict[int, float]
     source: str
     graphed_share: float | None = None   # fraction of the collectives issued inside CUDA graphs
+    unknown_calls: float = 0.0           # calls whose size the evidence does not hold (not weighed)
 
     @property
     def total(self) -> float:
@@ -39,43 +42,49 @@ def uniform(sizes: list[int]) -> Workload:
     return Workload(counts={size: 1.0 for size in sizes}, source="every measured size, weighted equally")
 
 
-def read_trace(path: str | Path) -> dict:
-    """Load an engine trace, or raise UsageProblem naming what is wrong with the file."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageProblem(f"cannot read engine trace {str(path)!r}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageProblem(f"engine trace {str(path)!r} is not JSON: {exc.msg} at line {exc.lineno}") from exc
-    if not isinstance(doc, dict) or doc.get("kind") != "engine-trace":
-        raise UsageProblem(f"{str(path)!r} is not an engine trace (its kind is not \"engine-trace\")")
-    if doc.get("schema_version") != 1:
-        raise UsageProblem(f"engine trace {str(path)!r} has schema version {doc.get('schema_version')!r}; this ncclprobe reads 1")
-    return doc
-
-
-def workload_runs(trace: dict) -> list[dict]:
+def workload_runs(runs: list[EngineRun]) -> list[EngineRun]:
     """The runs that stand for the user's job: the untuned speculative runs if there are any
     (that is what is being tuned), else every untuned run, else every run."""
-    runs = [r for r in trace.get("runs") or [] if isinstance(r, dict)]
-    untuned = [r for r in runs if r.get("label", "untuned") == "untuned"] or runs
-    return [r for r in untuned if r.get("mode") == "speculative"] or untuned
+    untuned = [r for r in runs if r.label == "untuned"] or runs
+    return [r for r in untuned if r.mode == "speculative"] or untuned
+
+
+def from_files(paths: list[str | Path], *, collective: str = "all_reduce") -> Workload:
+    """The workload of an engine trace, profiles (one per rank) or a server log, told apart by content."""
+    from ncclprobe.enginerun import load_any
+    runset = load_any(list(paths))
+    names = ", ".join(str(p) for p in paths)
+    return from_runs(runset.runs, collective=collective, source=f"{runset.kind} {names}")
 
 
 def from_trace(trace: dict, *, collective: str = "all_reduce", source: str = "engine trace") -> Workload:
-    """Sum `count` per `size_bytes` over the workload runs' collective histograms for `collective`."""
+    """The workload of an engine-trace document in memory (run-engine --tuned's own run)."""
+    from ncclprobe.enginerun.trace import to_runs
+    return from_runs(to_runs(trace), collective=collective, source=source)
+
+
+def from_runs(runs: list[EngineRun], *, collective: str = "all_reduce", source: str = "engine run") -> Workload:
+    """Sum the calls per size of `collective` over the workload runs. Calls of unknown size
+    (replayed from a graph whose capture a profile does not hold) cannot be weighed: counted apart."""
     counts: dict[int, float] = {}
-    graphed = 0.0
-    runs = workload_runs(trace)
-    for run in runs:
-        for entry in (run.get("collectives") or {}).get("sizes") or []:
-            if entry.get("op") != collective or not entry.get("size_bytes") or not entry.get("count"):
+    graphed = unknown = 0.0
+    chosen = workload_runs(runs)
+    for run in chosen:
+        for entry in run.collectives:
+            if entry.op != collective or not entry.count:
                 continue
-            size = int(entry["size_bytes"])
-            counts[size] = counts.get(size, 0.0) + float(entry["count"])
-            graphed += float(entry["count"]) if entry.get("graph") else 0.0
+            if not entry.size_bytes:
+                unknown += entry.count
+                continue
+            size = int(entry.size_bytes)
+            counts[size] = counts.get(size, 0.0) + float(entry.count)
+            graphed += float(entry.count) if entry.graph else 0.0
     if not counts:
-        raise UsageProblem(f"{source} has no {collective} collectives in its runs' collectives.sizes histogram")
-    labels = sorted({f"{r.get('label', '?')}/{r.get('mode', '?')}" for r in runs})
+        why = f" ({unknown:.0f} calls of unknown size, replayed from CUDA graphs)" if unknown else ""
+        kinds = {r.source for r in runs}
+        if "server-log" in kinds:
+            why = " (a server log records no collectives; give the run's profile or an engine trace)"
+        raise UsageProblem(f"{source} has no {collective} collectives of known size{why}")
+    labels = sorted({f"{r.label}/{r.mode or 'run'}" for r in chosen})
     return Workload(counts=dict(sorted(counts.items())), source=f"{source} ({', '.join(labels)} runs)",
-                    graphed_share=graphed / sum(counts.values()))
+                    graphed_share=graphed / sum(counts.values()), unknown_calls=unknown)

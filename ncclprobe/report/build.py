@@ -1,4 +1,4 @@
-"""`build_report`: results (and an engine trace) -> figures, report.md, report.html and the
+"""`build_report`: results (and an engine run: trace, profiles or server log) -> figures, report.md, report.html and the
 recommendation JSON, all in one directory. A report is still written when no recommendation can
 be made (no default configuration measured): it says why instead."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation, build_recommendation
 from ncclprobe.recommend.load import Evidence, load_evidence
-from ncclprobe.recommend.workload import Workload, from_trace, read_trace
+from ncclprobe.enginerun import RunSet, load_any
+from ncclprobe.recommend.workload import Workload, from_runs
 from ncclprobe.report import html, markdown, plots
 from ncclprobe.report.content import sections
 
@@ -44,13 +45,14 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageProblem(f"--out {str(out)!r}: cannot create the directory ({exc.strerror or exc})") from None
-    trace = merge_traces(trace_path) if trace_path else None
+    paths = [trace_path] if isinstance(trace_path, (str, Path)) else list(trace_path or [])
+    engine = load_any(paths) if paths else None
     ev = load_evidence(results, collective=collective, mode=mode)
-    if workload is None and trace is not None:
-        workload = _trace_workload(trace, collective)
+    if workload is None and engine is not None:
+        workload = _engine_workload(engine, collective)
     rec, problem = _recommend(results, workload, collective, ev.mode, min_gain, allow_ll128)
-    figures = _figures(ev, results, collective, trace, out / "figures", frozenset(rec.refused if rec else ()))
-    content = sections(ev, rec, problem, figures, trace)
+    figures = _figures(ev, results, collective, engine, out / "figures", frozenset(rec.refused if rec else ()))
+    content = sections(ev, rec, problem, figures, engine)
     title = f"ncclprobe report: {collective}"
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text(markdown.render(title, content, out), encoding="utf-8")
@@ -63,22 +65,6 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
                        figures=[f for figs in figures.values() for f in figs])
 
 
-def merge_traces(paths: str | Path | list[str | Path]) -> dict:
-    """One trace, or several drawn side by side (e.g. `--graphs decode` next to `--graphs all`, or an
-    untuned and a tuned run): the first trace's config, every run, each label naming what differs
-    between the traces' configs (`graphs=decode`), or the file name when nothing does."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    traces = [read_trace(p) for p in paths]
-    if len(traces) == 1:
-        return traces[0]
-    configs = [t.get("config") or {} for t in traces]
-    differ = [k for k in configs[0] if k != "model" and len({str(c.get(k)) for c in configs}) > 1]
-    tags = [" ".join(f"{k}={c.get(k)}" for k in differ) or Path(p).stem for p, c in zip(paths, configs)]
-    runs = [{**run, "label": f"{run.get('label', '')} {tag}".strip()}
-            for tag, trace in zip(tags, traces) for run in trace.get("runs") or []]
-    return {**traces[0], "runs": runs, "merged_from": [str(p) for p in paths]}
-
-
 def _recommend(results, workload, collective, mode, min_gain, allow_ll128) -> tuple[Recommendation | None, str | None]:
     try:
         return build_recommendation(results, workload=workload, collective=collective, mode=mode,
@@ -88,21 +74,27 @@ def _recommend(results, workload, collective, mode, min_gain, allow_ll128) -> tu
         return None, str(exc)
 
 
-def _trace_workload(trace: dict, collective: str) -> Workload | None:
+def _engine_workload(engine: RunSet, collective: str) -> Workload | None:
     try:
-        return from_trace(trace, collective=collective)
+        return from_runs(engine.runs, collective=collective, source=f"{engine.kind} {_names(engine)}")
     except UsageProblem as exc:   # a trace without collectives (a 1-rank run) still has phases to draw
         log.warning("%s; weighting every measured size equally", exc)
         return None
 
 
-def _figures(ev: Evidence, results, collective: str, trace: dict | None, fig_dir: Path,
+def _names(engine: RunSet) -> str:
+    value = next(iter(engine.inputs.values()), "")
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _figures(ev: Evidence, results, collective: str, engine: RunSet | None, fig_dir: Path,
              refused: frozenset[str]) -> dict[str, list[plots.Figure]]:
     eager, graph = (_mode_evidence(results, collective, m) for m in ("eager", "graph"))
     return {"latency": plots.latency(ev, fig_dir), "busbw": plots.busbw(ev, fig_dir),
             "speedup": plots.speedup_heatmap(ev, fig_dir, refused),
             "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir),
-            "phases": plots.phase_breakdown(trace, fig_dir), "acceptance": plots.acceptance(trace, fig_dir)}
+            "phases": plots.phase_breakdown(engine.runs if engine else [], fig_dir),
+            "acceptance": plots.acceptance(engine.runs if engine else [], fig_dir)}
 
 
 def _mode_evidence(results, collective: str, mode: str) -> Evidence | None:

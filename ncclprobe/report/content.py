@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.enginerun import RunSet
 from ncclprobe.envcheck.environ import display_value
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
@@ -38,11 +39,11 @@ class Section:
 
 
 def sections(ev: Evidence, rec: Recommendation | None, rec_problem: str | None, figures: dict[str, list[Figure]],
-             trace: dict | None) -> list[Section]:
+             engine: RunSet | None) -> list[Section]:
     out = [_recommendation(rec, rec_problem), _measurements(ev, figures), _exclusions(ev)]
-    if trace is not None:
-        out.append(_engine(trace, figures))
-    out.append(_environment(ev, trace))
+    if engine is not None:
+        out.append(_engine(engine, figures))
+    out.append(_environment(ev, engine))
     return out
 
 
@@ -87,23 +88,31 @@ def _exclusions(ev: Evidence) -> Section:
                           for e in ev.excluded])
 
 
-def _engine(trace: dict, figures: dict[str, list[Figure]]) -> Section:
+def _engine(engine: RunSet, figures: dict[str, list[Figure]]) -> Section:
     section = Section("Engine")
-    cfg = trace.get("config") or {}
-    section.text(", ".join(f"{k} {cfg[k]}" for k in ("preset", "tp", "batch", "k", "graphs", "device", "backend")
-                           if k in cfg))
-    section.table([{"run": f"{r.get('mode')} / {r.get('label')}", "tokens/s": _round(r.get("tokens_per_s"), 1),
-                    "ms/token": _round(r.get("ms_per_token"), 3),
-                    "settings": " ".join(f"{k}={v}" for k, v in (r.get("settings") or {}).items()) or "default",
-                    "tokens per cycle (incl. bonus)": (r.get("acceptance") or {}).get("mean_length")}
-                   for r in trace.get("runs") or []])
+    cfg = engine.config
+    section.text(f"{engine.kind}: " + ", ".join(f"{k} {cfg[k]}" for k in
+                                               ("engine", "preset", "tp", "batch", "k", "graphs", "device", "backend")
+                                               if cfg.get(k) is not None))
+    section.table([{"run": f"{r.mode or 'run'} / {r.label}", "tokens/s": _round(r.tokens_per_s, 1),
+                    "ms/token": _round(r.ms_per_token, 3),
+                    "settings": " ".join(f"{k}={v}" for k, v in r.settings.items()) or "default",
+                    "tokens per cycle (incl. bonus)": _round(r.acceptance.mean_length, 3) if r.acceptance else None}
+                   for r in engine.runs])
+    if engine.kind == "profile":
+        section.table([{"run": r.label, "phase": p.name, "steps": p.count, "ms/step": _round(p.median_ms, 3),
+                        "GPU busy (ms)": _round(p.device_ms, 3), "GPU idle (ms)": _round(p.idle_ms, 3),
+                        "graph share": _round(p.graph_share, 2)}
+                       for r in engine.runs for p in r.phases.values()])
+    for note in engine.notes:
+        section.text(f"Note: {note}")
     for name in ("phases", "acceptance"):
         for fig in figures.get(name, []):
             section.figure(fig)
     return section
 
 
-def _environment(ev: Evidence, trace: dict | None) -> Section:
+def _environment(ev: Evidence, engine: RunSet | None) -> Section:
     section = Section("Environment and versions")
     rows = []
     for path, header in zip(ev.paths, ev.headers):
@@ -117,7 +126,7 @@ def _environment(ev: Evidence, trace: dict | None) -> Section:
     env = {k: v for h in ev.headers for k, v in (h.get("env") or {}).items()}
     # the report is a file people pass around: the same masking as env-check, in case a header holds a secret
     section.table([{"variable": k, "value": display_value(k, str(v))} for k, v in sorted(env.items())])
-    if trace is not None:
+    for trace in engine.traces if engine is not None else []:
         section.table([{"trace": k, "value": v} for k, v in ((trace.get("provenance") or {}).get("versions") or {}).items()])
     return section
 

@@ -125,42 +125,51 @@ def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) ->
     return [_save(fig, ax, out, "eager_vs_graph", f"{eager.collective}: eager (solid) vs CUDA graph (dashed)")]
 
 
-def phase_breakdown(trace: dict | None, out: Path) -> list[Figure]:
-    """Per engine run (baseline, speculative, tuned): milliseconds per generated token by phase."""
-    runs = [r for r in (trace or {}).get("runs") or [] if r.get("phases") and r.get("new_tokens")]
+def phase_breakdown(runs: list, out: Path) -> list[Figure]:
+    """Per engine run (baseline, speculative, tuned): milliseconds per generated token by phase;
+    for profiles, which count steps rather than tokens, the median milliseconds per step."""
+    runs = [r for r in runs if r.phases]
     if not runs:
         return []
-    phases = [p for p in PHASE_ORDER if any(p in r["phases"] for r in runs)]
-    phases += sorted({p for r in runs for p in r["phases"]} - set(phases))
+    per_token = all(r.new_tokens for r in runs)
+    phases = [p for p in PHASE_ORDER if any(p in r.phases for r in runs)]
+    phases += sorted({p for r in runs for p in r.phases} - set(phases))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(runs) + 2), 4.5))
     # one word per line, so labels of merged traces ("untuned seed-graphs-decode") never overlap
-    names = ["\n".join([r.get("mode", "?"), *str(r.get("label", "")).split()]) for r in runs]
+    names = ["\n".join([r.mode or "run", *str(r.label).split()]) for r in runs]
     bottoms = [0.0] * len(runs)
     for i, phase in enumerate(phases):
-        heights = [(r["phases"].get(phase) or {}).get("total_ms", 0.0) / r["new_tokens"] for r in runs]
+        heights = [_phase_height(r, phase, per_token) for r in runs]
         ax.bar(names, heights, bottom=bottoms, color=_colour(i), label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_ylabel("time per generated token (ms)")
+    ax.set_ylabel("time per generated token (ms)" if per_token else "median time per step (ms), stacked by phase")
     ax.set_xlabel("engine run (mode / settings)")
-    return [_save(fig, ax, out, "phases", "engine time per token by phase")]
+    title = "engine time per token by phase" if per_token else "engine step time by phase (profile)"
+    return [_save(fig, ax, out, "phases", title)]
 
 
-def acceptance(trace: dict | None, out: Path) -> list[Figure]:
+def _phase_height(run, phase: str, per_token: bool) -> float:
+    rec = run.phases.get(phase)
+    if rec is None:
+        return 0.0
+    return rec.total_ms / run.new_tokens if per_token else (rec.median_ms or 0.0)
+
+
+def acceptance(runs: list, out: Path) -> list[Figure]:
     """How many draft tokens each speculative cycle accepted (0..k), per speculative run."""
-    runs = [r for r in (trace or {}).get("runs") or []
-            if r.get("mode") == "speculative" and sum((r.get("acceptance") or {}).get("histogram") or []) > 0]
+    runs = [r for r in runs if r.mode == "speculative" and r.acceptance and sum(r.acceptance.histogram) > 0]
     if not runs:
         return []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     width = 0.8 / len(runs)
     for i, run in enumerate(runs):
-        hist = run["acceptance"]["histogram"]
+        hist = run.acceptance.histogram
         total = sum(hist)
         xs = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(hist))]
-        mean = run["acceptance"].get("mean_length")
-        label = f"{run.get('label', '?')}" + (f" ({mean:.2f} tokens/cycle incl. bonus)" if mean is not None else "")
+        mean = run.acceptance.mean_length
+        label = f"{run.label}" + (f" ({mean:.2f} tokens/cycle incl. bonus)" if mean is not None else "")
         ax.bar(xs, [100 * h / total for h in hist], width=width, color=_colour(i), label=label)
-    ax.set_xticks(range(len(runs[0]["acceptance"]["histogram"])))
+    ax.set_xticks(range(len(runs[0].acceptance.histogram)))
     ax.set_xlabel("draft tokens accepted per cycle (bonus token not counted)")
     ax.set_ylabel("cycles (%)")
     return [_save(fig, ax, out, "acceptance", "speculative acceptance")]
