@@ -54,7 +54,13 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
     names = [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
     content, figures, recs, first_ev = [], [], [], None
     for name in names:
-        ev = load_evidence(results, collective=name, mode=mode)
+        try:
+            ev = load_evidence(results, collective=name, mode=mode)
+        except UsageProblem as exc:
+            if len(names) == 1:
+                raise
+            log.warning("%s: not reported (%s)", name, exc)
+            continue
         first_ev = first_ev or ev
         load = workload or (_trace_workload(trace, name) if trace is not None else None)
         rec, problem = _recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline)
@@ -63,6 +69,8 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
         content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
         figures += [f for group in figs.values() for f in group]
         recs += [rec] if rec else []
+    if first_ev is None:
+        raise UsageProblem(f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}")
     trace_figs = {"phases": plots.phase_breakdown(trace, out / "figures"),
                   "acceptance": plots.acceptance(trace, out / "figures")}
     content += run_sections(first_ev, trace, trace_figs)

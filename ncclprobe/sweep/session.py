@@ -67,6 +67,11 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
         grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
     modes, skipped = setup.usable_modes(tuple(m.strip() for m in options["mode"].split(",") if m.strip()), backend)
     placement = {"both": (True, False), "in": (True,), "out": (False,)}[options["placement"]]
+    if (options.get("path") or "torch") == "nccl" and local:
+        import importlib.util
+        if importlib.util.find_spec("cupy") is None:
+            raise UsageProblem("--path nccl calls NCCL through cupy, which is not installed here "
+                               "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)")
     if options["timeout"] <= 0:
         raise UsageProblem(f"--timeout must be positive, got {options['timeout']:g}")
     spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])),
