@@ -3,40 +3,48 @@
 Run by `ncclprobe.launch.run_pool` (entry `ncclprobe.probes.sweep_worker:run`). Every configuration
 of a pool shares the pool's once-per-process settings (set at exec by the launcher); its
 per-communicator settings are put into os.environ here, right before a fresh communicator is
-created with `dist.new_group`, because NCCL reads them again at every communicator creation.
+created (`dist.new_group`, or a raw NCCL communicator with `--path nccl`), because NCCL reads them
+again at every communicator creation.
 
 Per configuration the worker emits `config-start` (with the NCCL log offset and the NCCL_*
-variables it saw), one `result` per (mode, placement, size) with its per-trial times, and
-`config-end`. The parent aggregates across ranks and decides what was proven.
+variables it saw), one `result` per (case, mode, placement, size) with its per-trial, per-iteration
+and host-issue times (probes/sweep_timing.py), and `config-end`. A case is one (collective, op,
+dtype) the parent planned. The parent aggregates across ranks and decides what was proven.
 
 Test hooks (honoured only when set; the tests set them, nobody else should):
   NCCLPROBE_TEST_HANG_CONFIG=<config_id>   rank 1 sleeps forever in that configuration;
   NCCLPROBE_TEST_CRASH_CONFIG=<config_id>  rank 1 exits with status 3 in that configuration;
-  NCCLPROBE_TEST_WRONG_CONFIG=<config_id>  rank 1 perturbs its correctness input there.
+  NCCLPROBE_TEST_WRONG_CONFIG=<config_id>  one rank perturbs its correctness input there: the root
+                                           of a rooted collective (others ignore its input), else rank 1;
+  NCCLPROBE_TEST_REFUSE_CASE=<collective>  rank 1 raises where that collective is measured, as torch does
+                                           for a combination it does not support.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 
 import torch
-import torch.distributed as dist
 
 from ncclprobe.nccl.recipes import rank_log
+from ncclprobe.probes import sweep_timing
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import torch_dtype
+from ncclprobe.probes.sweep_comm import open_comm
 
-HANG_HOOK, CRASH_HOOK, WRONG_HOOK = ("NCCLPROBE_TEST_HANG_CONFIG", "NCCLPROBE_TEST_CRASH_CONFIG",
-                                     "NCCLPROBE_TEST_WRONG_CONFIG")
+HANG_HOOK, CRASH_HOOK, WRONG_HOOK, REFUSE_HOOK = ("NCCLPROBE_TEST_HANG_CONFIG", "NCCLPROBE_TEST_CRASH_CONFIG",
+                                                  "NCCLPROBE_TEST_WRONG_CONFIG", "NCCLPROBE_TEST_REFUSE_CASE")
+DIGITS = 4   # µs to 0.1 ns: messages stay small, nothing measurable is lost
 
 
 def run(ctx) -> None:
     """Measure every configuration in `ctx.payload["configs"]`, in order."""
     payload = ctx.payload
     _own_debug_file(ctx)
+    if ctx.backend != "nccl":
+        torch.set_num_threads(1)   # ranks share the CPU cores: oversubscribed threads stall collectives
     switched = sorted({key for config in payload["configs"] for key in config["comm_settings"]})
     for config in payload["configs"]:
         _run_config(ctx, payload, config, switched)
@@ -58,16 +66,40 @@ def _run_config(ctx, payload, config, switched) -> None:
     ctx.emit("config-start", config_id=config_id, log_offset=_log_size(),
              seen_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
     _test_hooks(ctx, config_id)
-    group = dist.new_group(list(range(ctx.world_size)), backend=ctx.backend)
+    comm = open_comm(ctx, payload.get("path", "torch"))
     try:
-        for mode in payload["modes"]:
-            for in_place in payload["in_place"]:
-                for size in payload["sizes"]:
-                    ctx.emit("result", config_id=config_id, mode=mode, in_place=in_place, size_bytes=size,
-                             **_measure(ctx, payload, group, mode, in_place, size, config_id))
+        for case in payload["cases"]:
+            _run_case(ctx, payload, comm, case, config_id)
     finally:
-        dist.destroy_process_group(group)
+        comm.close()
     ctx.emit("config-end", config_id=config_id, log_offset=_log_size())
+
+
+def _run_case(ctx, payload, comm, case, config_id) -> None:
+    coll = COLLECTIVES[case["collective"]]
+    shapes = _distinct_shapes(coll, payload["sizes"], case["dtype"], ctx.world_size)
+    largest = max(s.size_bytes for s in shapes)
+    for mode in payload["modes"]:
+        for in_place in [p for p in payload["in_place"] if p in coll.placements]:
+            for shape in shapes:
+                try:
+                    timing = _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id)
+                except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
+                    # torch or cupy refusing this one measurement (not a hung or broken communicator):
+                    # record why and go on with the rest of the configuration
+                    timing = {"wrong": None, "trial_us": [], "iter_us": [], "issue_us": [],
+                              "error": f"{type(exc).__name__}: {exc}"[:300]}
+                ctx.emit("result", config_id=config_id, collective=coll.name, op=case["op"], dtype=case["dtype"],
+                         mode=mode, in_place=in_place, size_bytes=shape.size_bytes, count=shape.count, **timing)
+
+
+def _distinct_shapes(coll, sizes, dtype, nranks):
+    """One shape per distinct message: small sizes can round to the same buffers."""
+    shapes = {}
+    for size in sizes:
+        shape = coll.shape(size, dtype, nranks)
+        shapes.setdefault(shape.size_bytes, shape)
+    return [shapes[k] for k in sorted(shapes)]
 
 
 def _test_hooks(ctx, config_id: str) -> None:
@@ -87,95 +119,52 @@ def _log_size() -> int:
         return 0
 
 
-def _measure(ctx, payload, group, mode, in_place, size, config_id) -> dict:
-    coll = COLLECTIVES[payload["collective"]]
-    dtype = torch_dtype(payload["dtype"])
-    count = coll.count(size, payload["dtype"], ctx.world_size)
-    wrong = _correctness(ctx, coll, group, count, dtype, in_place, mode,
-                         perturb=os.environ.get(WRONG_HOOK) == config_id and ctx.rank == 1)
-    inp, out = coll.make_buffers(count, ctx.rank, ctx.world_size, dtype, ctx.device)
-    timer = _graph_trials if mode == "graph" else _eager_trials
-    trials = timer(ctx, coll, group, inp, out, in_place, payload)
-    return {"count": count, "wrong": wrong, "trial_us": trials, "median_us": statistics.median(trials)}
+def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id) -> dict:
+    if ctx.rank == 1 and os.environ.get(REFUSE_HOOK) == coll.name:
+        raise RuntimeError(f"planted refusal (test hook {REFUSE_HOOK})")
+    dtype, op = torch_dtype(case["dtype"]), case["op"]
+    comm.bind(shape, case["dtype"])
+    wrong = None
+    if payload.get("check", True):
+        perturb = os.environ.get(WRONG_HOOK) == config_id and ctx.rank == (coll.root if coll.root >= 0 else 1)
+        wrong = _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb)
+    slots = _slots(ctx, coll, shape, largest, dtype, in_place, op, payload)
+    timer = sweep_timing.graph_trials if mode == "graph" else sweep_timing.eager_trials
+    times = timer(ctx, comm, coll, slots, payload, in_place, op)
+    return {"wrong": wrong, **{k: [round(t, DIGITS) for t in v] for k, v in times.items()}}
 
 
-def _correctness(ctx, coll, group, count, dtype, in_place, mode, perturb) -> int:
+def _slots(ctx, coll, shape, largest, dtype, in_place, op, payload):
+    """The (send, recv) pairs the timed iterations cycle through (see sweep_timing)."""
+    calls = payload["iters"] * payload["agg"]
+    count = 1 if payload.get("buffers") == "reuse" else max(1, min(calls, largest // shape.size_bytes))
+    return [coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op) for _ in range(count)]
+
+
+def _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb) -> int:
     """One collective on crafted inputs, compared element by element with the analytic result."""
-    inp, out = coll.make_buffers(count, ctx.rank, ctx.world_size, dtype, ctx.device)
+    op = case["op"]
+    send, recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
     if mode == "graph":  # capturing runs one warm-up collective: restore the inputs after it
-        graph = _capture(coll, group, inp, out, in_place, 1)
-        fresh_inp, fresh_out = coll.make_buffers(count, ctx.rank, ctx.world_size, dtype, ctx.device)
-        inp.copy_(fresh_inp)
-        out.copy_(fresh_out)
+        graph = sweep_timing.capture(lambda: comm.launch(coll, send, recv, in_place, op))
+        fresh_send, fresh_recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
+        recv.copy_(fresh_recv)
+        send.copy_(fresh_send)
     if perturb:
-        inp[0] += 1
+        send[0] += 1
     if mode == "graph":
         graph.replay()
-        torch.cuda.synchronize()
     else:
-        coll.launch(inp, out, group, in_place)
-    got = inp if in_place else out
-    expected = coll.expected(count, ctx.rank, ctx.world_size, dtype, ctx.device)
-    return int((got != expected).sum().item())
-
-
-def _eager_trials(ctx, coll, group, inp, out, in_place, payload) -> list[float]:
-    for _ in range(payload["warmup"]):
-        coll.launch(inp, out, group, in_place)
-    iters, times = payload["iters"], []
-    for _ in range(payload["trials"]):
-        _sync(ctx)
-        if ctx.backend == "nccl":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                coll.launch(inp, out, group, in_place)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / iters)
-        else:
-            began = time.perf_counter()
-            for _ in range(iters):
-                coll.launch(inp, out, group, in_place)
-            times.append((time.perf_counter() - began) * 1e6 / iters)
-    return times
-
-
-def _graph_trials(ctx, coll, group, inp, out, in_place, payload) -> list[float]:
-    """The timed iterations captured once in a CUDA graph, replayed once per trial."""
-    iters = payload["iters"]
-    graph = _capture(coll, group, inp, out, in_place, iters)
-    for _ in range(max(1, payload["warmup"] // max(iters, 1))):
-        graph.replay()
-    times = []
-    for _ in range(payload["trials"]):
-        _sync(ctx)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / iters)
-    return times
-
-
-def _capture(coll, group, inp, out, in_place, calls: int):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on the capture stream, as torch's graph docs ask
-        coll.launch(inp, out, group, in_place)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            coll.launch(inp, out, group, in_place)
-    torch.cuda.synchronize()
-    return graph
-
-
-def _sync(ctx) -> None:
-    """Line the ranks up before a timed trial, outside the measured communicator."""
+        comm.launch(coll, send, recv, in_place, op)
     if ctx.backend == "nccl":
         torch.cuda.synchronize()
-    dist.barrier(group=ctx.control_group())
+    expected = coll.expected(shape, ctx.rank, ctx.world_size, op)
+    if expected is None:
+        return 0
+    got = recv.cpu()
+    tolerance = coll.tolerance(case["dtype"], op, ctx.world_size)
+    if got.dtype.is_floating_point:
+        wrong = (got.double() - expected.double()).abs() > tolerance
+    else:
+        wrong = got.long() != expected.long()
+    return int(wrong.sum().item())

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests, to_records
+from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl_tests_records import to_records
 from ncclprobe.evidence.topo import equivalent_levels, parse_topo
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -144,7 +144,7 @@ def test_weighted_totals_interpolate_between_measured_sizes(tmp_path):
 
 def test_no_default_configuration_is_a_usage_problem(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config(LL, DEFAULT)])
-    with pytest.raises(UsageProblem, match="no all-default configuration"):
+    with pytest.raises(UsageProblem, match="no all-default all_reduce run and fewer than two"):
         build_recommendation([path])
 
 

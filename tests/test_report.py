@@ -88,7 +88,7 @@ def test_report_without_a_default_still_writes_and_says_why(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({"NCCL_PROTO": "LL"}, DEFAULT)])
     files = build_report([path], tmp_path / "out")
     assert files.recommendation is None
-    assert "No recommendation: the results have no all-default configuration" in files.markdown.read_text()
+    assert "No recommendation: no all-default all_reduce run and fewer than two" in files.markdown.read_text()
     assert {f.name for f in files.figures} == {"latency", "busbw"}
 
 

@@ -89,3 +89,51 @@ def test_shared_gpu_each_forced_setting_was_read_and_chosen_in_every_call(shared
             assert chosen["calls"] > 0 and chosen["matching"] == chosen["calls"], chosen
             field = "proto" if name == "NCCL_PROTO" else "algo"
             assert {row[field] for row in proof["tuning"]} == {CANONICAL[value]}
+
+
+# ---- every collective (issue 19) ----
+from ncclprobe.probes.collectives import COLLECTIVES  # noqa: E402
+
+
+def _every(tmp_path, name, **kw):
+    spec = SweepSpec(grid=kw.pop("grid", {}), sizes=(4096, 1 << 20), collectives=tuple(COLLECTIVES),
+                     modes=("eager", "graph"), iters=10, trials=3, warmup=2, backend="nccl", timeout_s=180, **kw)
+    return session.run_job(session.new_job(spec, {}, str(tmp_path / name), ["test"]))
+
+
+def _check_exact_and_timed(results, expect):
+    assert {r["collective"] for r in results.results} == expect
+    bad = [(r["collective"], r["mode"], r["in_place"], r["size_bytes"], r["status"], r.get("reason"))
+           for r in results.results if r["status"] != "ok" or r["wrong"] != 0 or not r["time_us"]]
+    assert not bad, bad
+    for r in results.results:
+        clock = r["iter"]["clock"]
+        assert clock == ("CUDA events per graph replay" if r["mode"] == "graph" else "CUDA events per iteration")
+        assert r["iter"]["min_us"] <= r["iter"]["p50_us"] <= r["iter"]["p99_us"] and r["cpu_issue_us"] > 0
+
+
+def test_every_collective_on_one_rank_eager_and_graph(tmp_path):
+    results = _every(tmp_path, "every.jsonl", nranks=1)
+    _check_exact_and_timed(results, set(COLLECTIVES) - {"sendrecv"})     # torch refuses a send to itself
+    assert any("sendrecv" in note and "itself" in note for note in results.header["notes"])
+
+
+def test_every_collective_through_raw_nccl_on_one_rank(tmp_path):
+    pytest.importorskip("cupy")
+    results = _every(tmp_path, "raw.jsonl", nranks=1, path="nccl")
+    _check_exact_and_timed(results, set(COLLECTIVES))
+    assert {r["path"] for r in results.results} == {"nccl"}
+
+
+def test_every_collective_with_shared_gpu_proves_the_protocol_per_collective(tmp_path):
+    results = _every(tmp_path, "shared.jsonl", nranks=2, share_gpu=True, grid={"NCCL_PROTO": ("default", "Simple")})
+    _check_exact_and_timed(results, set(COLLECTIVES))
+    simple = next(c for c in results.configs if c["config_id"] == "NCCL_PROTO=Simple")
+    assert simple["status"] == "ok", simple["reason"]
+    by = simple["proof"]["chosen_by_collective"]
+    for name, coll in COLLECTIVES.items():
+        check = by[name]["NCCL_PROTO"]
+        if coll.tuned_by_nccl:
+            assert check["calls"] > 0 and check["matching"] == check["calls"], (name, check)
+        else:
+            assert "do not apply" in check["not_applicable"]

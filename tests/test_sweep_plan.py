@@ -146,6 +146,6 @@ def test_lint_findings_reach_the_results_header_and_its_notes(tmp_path):
 
 
 def test_sizes_must_be_whole_elements_so_size_bytes_is_what_moved():
-    SweepSpec(grid={}, sizes=(2, 6), dtype="bfloat16")
+    SweepSpec(grid={}, sizes=(2, 6), dtypes=("bfloat16",))
     with pytest.raises(UsageProblem, match="size 6 bytes is not a whole number of float32 elements"):
-        SweepSpec(grid={}, sizes=(8, 6), dtype="float32")
+        SweepSpec(grid={}, sizes=(8, 6), dtypes=("float32",))

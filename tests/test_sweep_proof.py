@@ -90,8 +90,9 @@ def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_pat
     messages = [
         {"rank": 0, "kind": "config-start", "config_id": Config(settings).config_id, "log_offset": 0, "t": 1.0,
          "seen_env": {**settings, "NCCL_DEBUG": "INFO"}},
-        {"rank": 0, "kind": "result", "config_id": Config(settings).config_id, "mode": "eager", "in_place": True,
-         "size_bytes": 4096, "count": 1024, "wrong": 0, "trial_us": [20.0, 18.0, 19.0], "median_us": 19.0, "t": 2.0},
+        {"rank": 0, "kind": "result", "config_id": Config(settings).config_id, "collective": "all_reduce", "op": "sum",
+         "dtype": "float32", "mode": "eager", "in_place": True, "size_bytes": 4096, "count": 1024, "wrong": 0,
+         "trial_us": [20.0, 18.0, 19.0], "iter_us": [20.0, 18.0, 19.0], "issue_us": [5.0, 5.0, 5.0], "t": 2.0},
         {"rank": 0, "kind": "config-end", "config_id": Config(settings).config_id, "log_offset": len(log_bytes),
          "t": 3.0},
     ]

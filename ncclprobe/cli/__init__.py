@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "topo": "ncclprobe.cli.topo:command",
     "nccl-log": "ncclprobe.cli.nccl_log:command",
     "import": "ncclprobe.cli.import_tests:command",
+    "export": "ncclprobe.cli.export:command",
     "env-check": "ncclprobe.cli.env_check:command",
     "probe": "ncclprobe.cli.probe:group",
     "run-engine": "ncclprobe.cli.run_engine:command",

@@ -26,12 +26,14 @@ Examples:
               help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
                    "(one per rank) or a server log; phases, acceptance, workload sizes.")
 @click.option("--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's).")
-@click.option("--collective", default="all_reduce", show_default=True, help="Collective to report on.")
+@click.option("--collective", help="Collectives to report on, comma separated [every collective in the results].")
+@click.option("--baseline", metavar="K=V,...|default",
+              help="The configuration gains are measured against [the all-default run].")
 @click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="Let the recommendation consider LL128 without NVLink (verified results only).")
 @format_option
-def command(results, out_dir, trace, sizes, collective, mode, allow_ll128, fmt):
+def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll128, fmt):
     """Write a self-contained report: latency, bus bandwidth, speedup heatmap (wrong and hung
     cells marked), eager against CUDA graph, the engine's phase breakdown and acceptance
     histogram (PNG and SVG), the recommendation, and the environment and versions of the runs.
@@ -39,8 +41,12 @@ def command(results, out_dir, trace, sizes, collective, mode, allow_ll128, fmt):
     """
     if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
-    files = build_report(list(results), out_dir, trace_path=list(trace) or None, workload=from_sizes(sizes) if sizes is not None else None,
-                         collective=collective, mode=mode, allow_ll128=allow_ll128)
+    from ncclprobe.evidence.labels import parse_labels
+    names = [n.strip() for n in collective.split(",") if n.strip()] if collective else None
+    files = build_report(list(results), out_dir, trace_path=list(trace) or None,
+                         workload=from_sizes(sizes) if sizes is not None else None, collective=names, mode=mode,
+                         allow_ll128=allow_ll128,
+                         baseline=parse_labels(baseline, "--baseline") if baseline is not None else None)
     rows = [{"file": str(p), "what": what} for p, what in
             [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]
             + ([(files.recommendation, "recommendation JSON")] if files.recommendation else [])

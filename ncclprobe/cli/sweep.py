@@ -18,18 +18,30 @@ log = logging.getLogger("ncclprobe.sweep")
 
 # graph is asked for on CPU too, so the output states why it was skipped instead of staying silent
 CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
-GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 20, "trials": 5, "mode": "eager,graph"}
+# 100 iterations: a graph of 100 calls amortises the replay's own start over them (docs/METRICS.md)
+GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 100, "trials": 5, "mode": "eager,graph"}
 # ranks sharing one GPU over sockets are slow and their times mean little: a few sizes suffice
 SHARED_GPU_DEFAULTS = {"sizes": "1K..1M:32", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
-SPEC_OPTIONS = ("sizes", "dtype", "placement", "mode", "warmup", "iters", "trials", "proto", "algo",
-                "p2p_level", "settings", "nranks", "backend", "timeout", "share_gpu")
+SPEC_OPTIONS = ("sizes", "collective", "dtype", "op", "placement", "mode", "warmup", "iters", "trials", "agg",
+                "check", "buffers", "path", "iter_events", "proto", "algo", "p2p_level", "settings", "nranks",
+                "backend", "timeout", "share_gpu")
 
 _PROTO, _ALGO = ",".join(DEFAULT_GRID["NCCL_PROTO"]), ",".join(DEFAULT_GRID["NCCL_ALGO"])
 _CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
 EPILOG = f"""\b
 Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager
 (graph mode is skipped there, with the reason in the notes: CUDA graphs need a GPU);
-on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 20 iterations x 5 trials, eager and graph.
+on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 100 iterations x 5 trials, eager and graph.
+Sizes are nccl-tests' size column: the larger of one rank's send and receive buffers (all_gather: the
+gathered output; reduce_scatter and alltoall: the whole input), so busbw compares with nccl-tests'.
+
+\b
+Collectives (--collective, comma list or `all`): all_reduce all_gather reduce_scatter broadcast reduce
+alltoall sendrecv. gloo runs all seven (no float8 types there); alltoall and sendrecv are out of place only.
+--op sum,prod,max,min,avg applies to all_reduce, reduce_scatter and reduce; --dtype float32,bfloat16,float16,
+float64,int8,int32,int64,float8_e4m3fn,float8_e5m2 (float8: non-reducing collectives on NCCL only).
+--min-busbw GBPS[@SIZE] and --max-latency US[@SIZE] exit 1 naming every measurement that falls short
+(default sizes: the largest measured for busbw, the smallest for latency).
 Grid default: --proto {_PROTO} --algo {_ALGO} ({_CONFIGS} configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
 With --share-gpu N: sizes 1K..1M:32 (1K, 32K, 1M), warm-up 2, 5 iterations x 3 trials, eager and graph.
@@ -60,13 +72,32 @@ def _csv(value: str) -> tuple[str, ...]:
 
 @click.command("sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings.")
 @click.option("--sizes", help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--collective", default="all_reduce", show_default=True,
+              help="Collectives to measure, comma separated, or `all` (see below).")
+@click.option("--dtype", default="float32", show_default=True, help="Element types, comma separated.")
+@click.option("--op", default="sum", show_default=True,
+              help="Reduction ops of reducing collectives: sum,prod,max,min,avg.")
 @click.option("--placement", type=click.Choice(["both", "in", "out"]), default="both", show_default=True,
               help="In-place, out-of-place or both.")
 @click.option("--mode", help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).")
-@click.option("--warmup", type=int, help="Untimed collectives per size.")
-@click.option("--iters", type=int, help="Collectives per timed trial.")
+@click.option("--warmup", type=int, help="Untimed iterations per size.")
+@click.option("--iters", type=int, help="Iterations per timed trial (a graph captures them all).")
 @click.option("--trials", type=int, help="Timed trials per size (median, p10/p90 over them).")
+@click.option("-m", "--agg", type=click.IntRange(1), default=1, show_default=True,
+              help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).")
+@click.option("--check", type=click.IntRange(0, 1), default=1, show_default=True,
+              help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).")
+@click.option("--buffers", type=click.Choice(["rotate", "reuse"]), default="rotate", show_default=True,
+              help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
+                   "reuse: one L2-hot buffer.")
+@click.option("--path", type=click.Choice(["torch", "nccl"]), default="torch", show_default=True,
+              help="torch: torch.distributed (what engines run); nccl: a raw NCCL communicator through cupy.")
+@click.option("--iter-events/--no-iter-events", "iter_events", default=True, show_default=True,
+              help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).")
+@click.option("--min-busbw", "min_busbw", metavar="GBPS[@SIZE]",
+              help="Exit 1 when any measurement's busbw at SIZE is below GBPS.")
+@click.option("--max-latency", "max_latency", metavar="US[@SIZE]",
+              help="Exit 1 when any measurement's time at SIZE is above US microseconds.")
 @click.option("--proto", default=_PROTO, show_default=True, help="NCCL_PROTO values.")
 @click.option("--algo", default=_ALGO, show_default=True, help="NCCL_ALGO values.")
 @click.option("--p2p-level", default="default", show_default=True,
@@ -89,14 +120,18 @@ def _csv(value: str) -> tuple[str, ...]:
               help="Turn a --torchrun-dir whose commands have run into a results file.")
 @format_option
 @click.pass_context
-def command(ctx, resume, output, torchrun_dir, collect, fmt, **options):
-    """Measure a collective (all-reduce) over every combination of the NCCL settings given, one
-    worker pool per combination of once-per-process settings, and prove from NCCL's own debug
-    log that each setting was read. Results are appended to a JSON Lines file as each
-    configuration finishes; a table per size with the speedup against all-default goes to stdout.
+def command(ctx, resume, output, torchrun_dir, collect, fmt, min_busbw, max_latency, **options):
+    """Measure collectives (all-reduce unless --collective says otherwise) over every combination
+    of the NCCL settings given, one worker pool per combination of once-per-process settings, and
+    prove from NCCL's own debug log that each setting was read. Results are appended to a JSON
+    Lines file as each configuration finishes; a table per collective and size (median, per-iteration
+    p50/p99, host issue time, busbw, speedup against all-default) goes to stdout.
+
+    Exits 1 when a configuration is wrong, hung, crashed or unconfirmed, or a threshold is missed.
     """
-    from ncclprobe.sweep import session
+    from ncclprobe.sweep import session, thresholds
     quiet = (ctx.obj or {}).get("quiet", False)
+    criteria = thresholds.parse(min_busbw, max_latency)
     if torchrun_dir:
         _plan_torchrun(ctx, torchrun_dir, options)
         return
@@ -118,8 +153,11 @@ def command(ctx, resume, output, torchrun_dir, collect, fmt, **options):
         results_file = session.run_job(job, progress)
     if not quiet:
         click.echo(f"ncclprobe: results written to {job.path}", err=True)
-    _render(fmt, results_file)
-    ctx.exit(session.exit_code(results_file))
+    shortfalls = thresholds.check(results_file.results, criteria)
+    _render(fmt, results_file, shortfalls)
+    for line in shortfalls:
+        log.error("%s", line)
+    ctx.exit(max(session.exit_code(results_file), 1 if shortfalls else 0))
 
 
 def _plan_torchrun(ctx, directory: str, options: dict) -> None:
@@ -149,6 +187,7 @@ def _spec_options(options: dict) -> dict:
             raise UsageProblem(f"--set {name.strip()}: use its own option (--proto, --algo or --p2p-level)")
         grid[name.strip()] = _csv(values)
     merged["grid"] = {k: v for k, v in grid.items() if v != ("default",)}
+    merged["check"] = bool(merged["check"])
     return merged
 
 
@@ -165,10 +204,12 @@ def _default_output() -> str:
     return str(Path("runs") / f"sweep-{stamp}.jsonl")
 
 
-def _render(fmt: str, results_file) -> None:
+def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
     from ncclprobe.sweep import table
     doc = table.document(results_file)
-    notes = list(doc["notes"]) + table.config_problems(results_file.configs)
+    doc["shortfalls"] = shortfalls
+    notes = (list(doc["notes"]) + table.config_problems(results_file.configs)
+             + table.failed_measurements(results_file.results) + shortfalls)
     summary = table.summary_note(doc["summary"])
     if summary:
         notes.append(summary)
@@ -177,5 +218,6 @@ def _render(fmt: str, results_file) -> None:
         emit(fmt, doc, rows)
         return
     emit(fmt, doc, [], title=f"sweep: {results_file.path}", notes=notes)
-    for size, rows in table.rows_by_size(doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])).items():
-        emit(fmt, doc, rows, title=f"{rows[0]['size']} ({size} bytes)")
+    for (collective, size), rows in table.rows_by_size(
+            doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])).items():
+        emit(fmt, doc, rows, title=f"{collective} {rows[0]['size']} ({size} bytes)")

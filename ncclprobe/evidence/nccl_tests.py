@@ -1,18 +1,23 @@
-"""Read nccl-tests `*_perf` output of every generation into rows, and into our result records.
+"""Read one run of nccl-tests `*_perf` text output, of every generation, into rows.
 
-Formats (../shared/reference/nccl-facts.md §1.2): the data line is size, count, type, redop,
-[root], then time/algbw/busbw/#wrong for out-of-place and again for in-place. Before v2.13 there
-was no root column and an `error` column (max error) stood where `#wrong` is; `-c 0` prints N/A.
-Times are µs, bandwidths GB/s with 1 GB = 1e9 B. Real captures add mpirun tags, prompts and
-command lines, NCCL INFO lines between rows, and may lack the footer; all of that is tolerated.
+Formats (src/util.cu `writeResultHeader`/`writeBenchmarkLine*`; nccl-facts.md §1.2): the data line
+is size, count, type, redop, [root], then time/algbw/busbw/#wrong for out-of-place and again for
+in-place. Before v2.13 there was no root column and an `error` column (max error) stood where
+`#wrong` is; `-c 0` prints N/A; `-C 1` prints `cputime` (the host's issue time per call) in the
+time column while algbw/busbw still come from the completion time; `-I 1` adds i_min, i_max, i_p99
+and i_cv% per placement. Times are µs, bandwidths GB/s with 1 GB = 1e9 B. Real captures add mpirun
+tags, prompts and command lines, NCCL INFO lines between rows, and may lack the footer; all of
+that is tolerated. A file holding several runs is split first (`nccl_tests_split`); -J JSON has
+its own reader (`nccl_tests_json`); both give the same `NcclTestsRun`, which `nccl_tests_records`
+turns into result records.
 
-Imported runs become the same records the sweep writes (`ncclprobe.records`), so recommend,
-report and diagnose read them unchanged. The NCCL variables a file shows (NCCL's own `set by
-environment` lines, or `NAME=value` on the command line) become the configuration's settings.
+The NCCL variables a file shows (NCCL's own `set by environment` lines, or `NAME=value` on the
+command line) become the run's settings.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -23,20 +28,29 @@ from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
 
-_PARAMS = re.compile(r"^#\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-                     r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-                     r"(?:.*?graph: (?P<graph>\d+))?")
-_RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-                   r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
-_COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+(?P<check>#wrong|error)")
-_FOOTER_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
+PARAMS = re.compile(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
+                    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
+                    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
+RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
+                  r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
+COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw\s+busbw"
+                     r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
+FOOTER_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
-_FOOTER_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
-                         r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
-_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
-_COLLECTIVE = re.compile(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf\b")
+FOOTER_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+                        r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
+TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
+STARTING = re.compile(r"^#\s*Collective test starting: (?P<name>\S+)")
+CONCLUDED = re.compile(r"^#\s*Collective test concluded")
+# ncclprobe export's own line: what its table measured (nccl-tests prints nothing like it)
+EXPORTED = re.compile(r"^#\s*ncclprobe export: (?P<body>.*)$")
+_COLLECTIVE = re.compile(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b")
 _REDUCING = re.compile(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
 _NUMBER = re.compile(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+# not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
+# nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
+NOT_SETTINGS = ("NCCL_VERSION",)
+TESTS_PREFIX = "NCCL_TESTS_"
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
           "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
@@ -44,15 +58,21 @@ DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16"
 
 @dataclass
 class Measurement:
-    time_us: float
+    time_us: float | None      # completion time per call (None when only -C's cputime was printed)
     algbw_gbps: float
     busbw_gbps: float
     wrong: int | None          # None when unchecked (-c 0) or in the old `error` format
     max_error: float | None = None   # the old `error` column
+    cpu_time_us: float | None = None   # -C 1: the host's issue time per call
+    iteration: dict | None = None      # -I 1: per-iteration statistics (our `iter` record)
 
     def to_json(self) -> dict:
-        return {"time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
-                "wrong": self.wrong, **({"max_error": self.max_error} if self.max_error is not None else {})}
+        out = {"time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
+               "wrong": self.wrong}
+        for key, value in (("max_error", self.max_error), ("cpu_time_us", self.cpu_time_us), ("iter", self.iteration)):
+            if value is not None:
+                out[key] = value
+        return out
 
 
 @dataclass
@@ -62,12 +82,16 @@ class Row:
     dtype: str
     redop: str
     root: int | None
-    out_of_place: Measurement
-    in_place: Measurement
+    out_of_place: Measurement | None
+    in_place: Measurement | None
 
     def to_json(self) -> dict:
         return {"size_bytes": self.size_bytes, "count": self.count, "type": self.dtype, "redop": self.redop,
-                "root": self.root, "out_of_place": self.out_of_place.to_json(), "in_place": self.in_place.to_json()}
+                "root": self.root, "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
+                "in_place": self.in_place.to_json() if self.in_place else None}
+
+    def measurements(self):
+        return [(False, self.out_of_place), (True, self.in_place)]
 
 
 @dataclass
@@ -82,9 +106,11 @@ class NcclTestsRun:
     devices: list[dict] = field(default_factory=list)
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
-    format: str = "current"            # "current" (root, #wrong) or "old" (no root, error column)
+    format: str = "current"            # "current" (root, #wrong), "old" (no root, error column) or "json"
     settings: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)     # the relevant environment, masked (-J files)
     notes: list[str] = field(default_factory=list)
+    exported: dict | None = None       # what `ncclprobe export` wrote about its table
 
     def to_json(self) -> dict:
         return {"schema_version": 1, "collective": self.collective, "collective_inferred": self.collective_inferred,
@@ -94,9 +120,13 @@ class NcclTestsRun:
                 "rows": [r.to_json() for r in self.rows], "avg_busbw_gbps": self.avg_busbw_gbps,
                 "out_of_bounds": self.out_of_bounds, "notes": list(self.notes)}
 
+    @property
+    def wrong(self) -> bool:
+        return bool(self.out_of_bounds) or any((m.wrong or 0) > 0 for r in self.rows for _, m in r.measurements() if m)
+
 
 def parse_nccl_tests(text: str) -> NcclTestsRun:
-    """Parse nccl-tests output; UsageProblem when it holds no result table."""
+    """Parse the output of one nccl-tests run; UsageProblem when it holds no result table."""
     lines = [clean_line(line) for line in text.splitlines()]
     run = NcclTestsRun(rows=[], nranks=None, collective=None)
     columns = None
@@ -105,7 +135,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
         if stripped.startswith("#"):
             columns = _header_line(run, stripped) or columns
         elif columns is not None:
-            row = _data_row(stripped.split(), columns)
+            row = data_row(stripped.split(), columns)
             if row is not None:
                 run.rows.append(row)
     if columns is None or not run.rows:
@@ -115,14 +145,22 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
     return run
 
 
-def _header_line(run: NcclTestsRun, line: str) -> tuple[bool, str] | None:
+@dataclass(frozen=True)
+class Columns:
+    root: bool          # a root column (v2.13 and later)
+    check: str          # "#wrong" or "error"
+    cputime: bool       # -C 1: the time column is the host's issue time
+    per_iter: bool      # -I 1: i_min i_max i_p99 i_cv% after each placement
+
+
+def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
     """Record what a `#` line says; return the column layout when it is the table header."""
-    columns = _COLUMNS.match(line)
+    columns = COLUMNS.match(line)
     if columns:
         run.format = "current" if columns["root"] else "old"
-        return bool(columns["root"]), columns["check"]
-    for pattern, action in ((_PARAMS, _params), (_RANK, _rank), (_FOOTER_AVG, _avg), (_FOOTER_OOB, _oob),
-                            (_TESTS_VERSION, _tests_version), (_REDUCING, _reducing)):
+        return Columns(bool(columns["root"]), columns["check"], columns["time"] == "cputime", bool(columns["periter"]))
+    for pattern, action in ((PARAMS, _params), (RANK, _rank), (FOOTER_AVG, _avg), (FOOTER_OOB, _oob),
+                            (TESTS_VERSION, _tests_version), (_REDUCING, _reducing), (EXPORTED, _exported)):
         match = pattern.match(line)
         if match:
             action(run, match)
@@ -155,36 +193,59 @@ def _reducing(run, m):
     run.notes.append(f"nccl-tests reduced maxBytes to {m['n']} for lack of GPU memory")
 
 
-def _data_row(tokens: list[str], columns: tuple[bool, str]) -> Row | None:
-    has_root, check = columns
-    lead = 5 if has_root else 4
-    if len(tokens) < lead + 8 or not tokens[0].isdigit() or not tokens[1].isdigit():
+def _exported(run, m):
+    try:
+        doc = json.loads(m["body"])
+    except json.JSONDecodeError:
+        return
+    if isinstance(doc, dict):
+        run.exported = doc
+
+
+def data_row(tokens: list[str], columns: Columns) -> Row | None:
+    lead = 5 if columns.root else 4
+    per = 8 if columns.per_iter else 4
+    if len(tokens) < lead + 2 * per or not tokens[0].isdigit() or not tokens[1].isdigit():
         return None
-    cells = tokens[lead:lead + 8]
-    if not all(_NUMBER.match(c) or c == "N/A" for c in cells) or any(c == "N/A" for c in (cells[:3] + cells[4:7])):
+    cells = tokens[lead:lead + 2 * per]
+    if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
         return None
     if not all(math.isfinite(float(c)) for c in cells if c != "N/A"):  # 1e999: not JSON, not a count
         return None
-    root = int(tokens[4]) if has_root and re.match(r"^-?\d+$", tokens[4]) else None
-    return Row(int(tokens[0]), int(tokens[1]), tokens[2], tokens[3], root,
-               _measurement(cells[:4], check), _measurement(cells[4:], check))
+    placements = [cells[:per], cells[per:]]
+    missing = [all(c == "N/A" for c in cells_[:4]) for cells_ in placements]   # ncclprobe export: not measured
+    if all(missing) or any(c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]):
+        return None
+    root = int(tokens[4]) if columns.root and re.match(r"^-?\d+$", tokens[4]) else None
+    size = int(tokens[0])
+    oop, ip = (None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing))
+    return Row(size, int(tokens[1]), tokens[2], tokens[3], root, oop, ip)
 
 
-def _measurement(cells: list[str], check: str) -> Measurement:
-    time_us, algbw, busbw, verdict = cells
-    if check == "error":
-        return Measurement(float(time_us), float(algbw), float(busbw), None,
-                           None if verdict == "N/A" else float(verdict))
-    wrong = None if verdict == "N/A" else int(float(verdict))
-    return Measurement(float(time_us), float(algbw), float(busbw), wrong)
+def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
+    time_us, algbw, busbw, verdict = cells[:4]
+    time_value, cpu = float(time_us), None
+    if columns.cputime:   # the time column is the issue time; the completion time is size / algbw
+        cpu, time_value = time_value, (size / (float(algbw) * 1e3) if float(algbw) > 0 else None)
+    if columns.check == "error":
+        wrong, max_error = None, None if verdict == "N/A" else float(verdict)
+    else:
+        wrong, max_error = (None if verdict == "N/A" else int(float(verdict))), None
+    iteration = None
+    if columns.per_iter:
+        i_min, i_max, i_p99, i_cv = (float(c) for c in cells[4:8])
+        iteration = {"min_us": i_min, "p99_us": i_p99, "max_us": i_max, "cv_pct": i_cv,
+                     "clock": "nccl-tests -I (CUDA events per iteration)"}
+    return Measurement(time_value, float(algbw), float(busbw), wrong, max_error, cpu, iteration)
 
 
 def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     log = parse_nccl_log(text)
     run.nccl_version = log.nccl_version
-    run.nranks = len(run.devices) or log.nranks
-    run.settings = {k: v for k, v in {**_command_line_settings(lines), **log.env}.items()
-                    if k.startswith("NCCL_") and not only_shapes_the_log(k)}
+    run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
+    exported = run.exported or {}
+    shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
+    run.settings = nccl_settings({**command_line_settings(lines), **log.env, **{str(k): str(v) for k, v in shown.items()}})
     named = [m["name"] for line in lines for m in [_COLLECTIVE.match(line.strip())] if m]
     run.collective = named[0] if named else _infer_collective(run)
     run.collective_inferred = not named and run.collective is not None
@@ -194,7 +255,18 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
         run.notes.append("no footer: the output ends before `# Avg bus bandwidth`")
 
 
-def _command_line_settings(lines: list[str]) -> dict[str, str]:
+def _exported_int(run: NcclTestsRun, key: str) -> int | None:
+    value = (run.exported or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def nccl_settings(found: dict[str, str]) -> dict[str, str]:
+    """The NCCL variables that configure a run: NCCL_*, without the debug variables."""
+    return {k: v for k, v in found.items() if k.startswith("NCCL_") and not only_shapes_the_log(k)
+            and k not in NOT_SETTINGS and not k.startswith(TESTS_PREFIX)}
+
+
+def command_line_settings(lines: list[str]) -> dict[str, str]:
     """`NAME=value` words on the command line that ran the test (`-x NAME=value` for mpirun)."""
     found: dict[str, str] = {}
     for line in lines:
@@ -216,48 +288,15 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
 
     With two ranks that factor is 1, the same as broadcast, reduce and sendrecv: no inference."""
     n = run.nranks
-    ratios = [r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps for r in run.rows if r.out_of_place.algbw_gbps >= 1]
+    ratios = [r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps for r in run.rows
+              if r.out_of_place and r.out_of_place.algbw_gbps >= 1]
     if not n or n < 3 or not ratios:
         return None
     expected = 2 * (n - 1) / n
     return "all_reduce" if all(abs(ratio - expected) < 0.02 * expected + 0.01 for ratio in ratios) else None
 
 
-def to_records(run: NcclTestsRun, *, source_file: str, argv: list[str] | None = None,
-               collective: str | None = None) -> list[dict]:
-    """The run as result records: a header (kind "nccl-tests"), one config, then one result per
-    size x in/out-of-place. `collective` overrides what the file says or what was inferred."""
-    from datetime import datetime, timezone
-
-    from ncclprobe.records import SCHEMA_VERSION, config_id
-
-    name = collective or run.collective or "unknown"
-    cid = config_id(run.settings)
-    header = {"record": "header", "schema_version": SCHEMA_VERSION, "kind": "nccl-tests", "argv": list(argv or []),
-              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source_file": source_file,
-              "hostname": run.devices[0]["host"] if run.devices else None,
-              "versions": {"nccl": run.nccl_version, "nccl_tests": run.nccl_tests_version},
-              "gpus": [{"rank": d["rank"], "name": d["name"], "host": d["host"], "device": d["device"]}
-                       for d in run.devices],
-              "env": dict(run.settings), "backend": "nccl", "nranks": run.nranks, "topology": None,
-              "collective": name, "params": dict(run.params), "avg_busbw_gbps": run.avg_busbw_gbps,
-              "notes": list(run.notes)}
-    config = {"record": "config", "config_id": cid, "settings": dict(run.settings), "pool": 0,
-              "status": "ok" if not run.out_of_bounds else "wrong",
-              "reason": None if not run.out_of_bounds else f"nccl-tests counted {run.out_of_bounds} wrong values",
-              "proof": {"set_by_environment": dict(run.settings), "source": "nccl-tests output"}}
-    mode = "graph" if run.params.get("graph") else "eager"
-    results = [_result(row, measurement, in_place, cid, run, name, mode)
-               for row in run.rows for in_place, measurement in ((False, row.out_of_place), (True, row.in_place))]
-    return [header, config, *results]
-
-
-def _result(row: Row, m: Measurement, in_place: bool, cid: str, run: NcclTestsRun, collective: str, mode: str) -> dict:
-    wrong = m.wrong
-    return {"record": "result", "config_id": cid, "settings": dict(run.settings), "collective": collective,
-            "mode": mode, "in_place": in_place, "dtype": DTYPES.get(row.dtype, row.dtype), "redop": row.redop,
-            "root": row.root, "size_bytes": row.size_bytes, "count": row.count, "nranks": run.nranks,
-            "status": "wrong" if wrong else "ok", "reason": f"{wrong} wrong elements" if wrong else None,
-            "time_us": m.time_us, "time_us_p10": None, "time_us_p90": None, "algbw_gbps": m.algbw_gbps,
-            "busbw_gbps": m.busbw_gbps, "wrong": wrong, "rank_spread_us": None,
-            "trials": 1, "iters": run.params.get("iters"), "source": "nccl-tests"}
+def collective_of_binary(name: str) -> str:
+    """`./build/all_gather_perf_mpi` -> `all_gather`."""
+    base = name.rsplit("/", 1)[-1]
+    return re.sub(r"_perf(?:_mpi)?$", "", base)

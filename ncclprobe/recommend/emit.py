@@ -1,5 +1,9 @@
 """Write a recommendation as something a user applies: shell exports, a tuner CSV, or JSON.
 
+Every writer takes a `RecommendationSet` (one collective or several): the exports are the set's
+combined environment, the tuner CSV holds one block of rows per collective (its `collective_type`
+column), the JSON is the set's.
+
 The tuner CSV is the configuration file of NCCL's example tuner plugin (plugins/tuner/example,
 NCCL 2.27.7 and later; nccl-facts.md §4): `collective_type,min_bytes,max_bytes,algorithm,protocol,
 channels,nNodes,nRanks,numPipeOps,regBuff`, bounds inclusive, `-1` a wildcard, `#` comments, the
@@ -14,7 +18,9 @@ import json
 import math
 import shlex
 
+from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.recommend.recommendation import Recommendation
+from ncclprobe.recommend.select import NO_WINNER
 from ncclprobe.records import short_label
 from ncclprobe.sizes import format_size
 
@@ -30,28 +36,44 @@ TUNER_ALGORITHMS = {"ring": "ring", "tree": "tree", "collnetdirect": "collnet_di
 TUNER_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 
 
-def render(kind: str, rec: Recommendation) -> str:
-    return {"env": env_snippet, "tuner-csv": tuner_csv, "json": json_text}[kind](rec)
+def render(kind: str, recs) -> str:
+    return {"env": env_snippet, "tuner-csv": tuner_csv, "json": json_text}[kind](recs)
 
 
-def json_text(rec: Recommendation) -> str:
-    return json.dumps(rec.to_json(), indent=2) + "\n"
+def as_set(recs):
+    """A RecommendationSet, from one Recommendation or a set."""
+    if isinstance(recs, Recommendation):
+        from ncclprobe.recommend.collectives import combine
+        return combine([recs], {}, recs.min_gain)
+    return recs
 
 
-def env_snippet(rec: Recommendation) -> str:
+def json_text(recs) -> str:
+    return json.dumps(as_set(recs).to_json(), indent=2) + "\n"
+
+
+def env_snippet(recs) -> str:
     """A POSIX shell snippet: `source` it in the shell that launches the job."""
-    lines = ["# ncclprobe recommend: NCCL settings for "
-             f"{rec.evidence.collective} ({rec.evidence.mode}), weighted by {rec.workload.source}",
-             f"# from: {' '.join(rec.evidence.paths)}"]
-    if not rec.env:
-        lines.append("# no change recommended: no single setting beat the default over this workload beyond the noise")
-        if any(r.config_id != "default" for r in rec.ranges):  # environment variables can't be per size
+    recs = as_set(recs)
+    first = recs.recs[0]
+    names = ", ".join(f"{r.evidence.collective} ({r.evidence.mode})" for r in recs.recs)
+    lines = [f"# ncclprobe recommend: NCCL settings for {names}, weighted by {first.workload.source}",
+             f"# from: {' '.join(first.evidence.paths)}", f"# gains are relative to {first.against}"]
+    if not recs.change:
+        lines.append("# no change recommended: no single setting beat the baseline over this workload beyond the noise")
+        if any(not _is_baseline(r.config_id, rec) for rec in recs.recs for r in rec.ranges):
             lines.append("# some size ranges do gain from another setting: --emit tuner-csv applies those per size")
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in recs.env.items()]   # a named baseline
     else:
-        lines.append(f"# expected gain over the default for this workload: {100 * rec.overall.gain:.1f}%")
-        lines += [f"export {name}={shlex.quote(value)}" for name, value in rec.env.items()]
-    lines += ["#"] + [f"# {line}" for line in launch_notes(rec)]
+        lines.append(f"# expected gain for this workload: {100 * recs.gain:.1f}%")
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in recs.env.items()]
+    lines += [f"# {note}" for note in recs.conflicts + recs.notes]
+    lines += ["#"] + [f"# {line}" for line in launch_notes(first)]
     return "\n".join(lines) + "\n"
+
+
+def _is_baseline(cid: str, rec: Recommendation) -> bool:
+    return cid in (rec.baseline_id, NO_WINNER, "default")
 
 
 def launch_notes(rec: Recommendation, *, recommendation_file: str = "recommendation.json") -> list[str]:
@@ -75,7 +97,7 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
     nnodes = "-1" if _multi_node(rec) else "1"
     bounds = _range_bounds([(r.min_size_bytes, r.max_size_bytes) for r in rec.ranges])
     for r, (lo, hi) in zip(rec.ranges, bounds):
-        if r.config_id == "default":
+        if r.config_id in ("default", NO_WINNER):
             continue
         span = f"{format_size(r.min_size_bytes)}..{format_size(r.max_size_bytes)}"
         choice = _algo_proto(rec, r.config_id, r.min_size_bytes, r.max_size_bytes)
@@ -86,11 +108,18 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
     return rows, skipped
 
 
-def tuner_csv(rec: Recommendation) -> str:
-    rows, skipped = tuner_rows(rec)
+def tuner_csv(recs) -> str:
+    recs = as_set(recs)
+    rows, skipped = [], []
+    for rec in recs.recs:
+        r, s = tuner_rows(rec)
+        rows += r
+        skipped += [f"{line} ({rec.evidence.collective})" if len(recs.recs) > 1 else line for line in s]
+    rec = recs.recs[0]
+    measured = ", ".join(f"{r.evidence.collective} {r.evidence.mode}" for r in recs.recs)
     head = [
         "# NCCL example tuner plugin configuration, written by ncclprobe recommend",
-        f"# measured: {rec.evidence.collective} {rec.evidence.mode}, {rec.evidence.nranks} ranks "
+        f"# measured: {measured}, {rec.evidence.nranks} ranks "
         f"{'from a torchrun plan (node and rank counts not recorded: rows use -1)' if _multi_node(rec) else 'on one node'}; "
         f"NCCL {rec.evidence.nccl_version or 'version unknown'}",
         "# Format: NCCL 2.27.7 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
@@ -108,8 +137,8 @@ def tuner_csv(rec: Recommendation) -> str:
         "# channel{Lo..Hi} ranges, and re-measure large sizes with the plugin loaded before keeping it.",
         "# " + ",".join(TUNER_COLUMNS),
     ]
-    if not any(r.config_id != "default" for r in rec.ranges):
-        head.append("# no size range beat the default beyond the noise: no rows")
+    if not any(r.config_id not in ("default", NO_WINNER) for rec in recs.recs for r in rec.ranges):
+        head.append("# no size range beat the baseline beyond the noise: no rows")
     elif not rows:
         head.append("# no row could be written: see why below")
     head += [f"# left out {line}" for line in skipped]
@@ -142,7 +171,9 @@ def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, s
     curve = rec.evidence.curves[cid]
     algo = _single(curve.settings.get("NCCL_ALGO"), TUNER_ALGORITHMS)
     proto = _single(curve.settings.get("NCCL_PROTO"), TUNER_PROTOCOLS)
-    seen = [t for t in curve.tuning if lo <= _tuning_bytes(t) <= hi and _same_collective(t, rec)]
+    coll = COLLECTIVES.get(rec.evidence.collective)
+    size = (lambda t: coll.tuning_size(_tuning_bytes(t), rec.evidence.nranks or 1)) if coll else _tuning_bytes
+    seen = [t for t in curve.tuning if lo <= size(t) <= hi and _same_collective(t, rec)]
     algo = algo or _agreed([TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen])
     proto = proto or _agreed([TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen])
     if algo and proto:

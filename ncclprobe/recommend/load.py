@@ -58,22 +58,34 @@ class Evidence:
     nccl_version: str | None
     marks: dict[str, dict[int, str]] = field(default_factory=dict)   # config -> size -> bad status
     excluded_curves: dict[str, Curve] = field(default_factory=dict)  # what excluded configs measured fine
+    dtype: str | None = None
+    op: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def default(self) -> Curve | None:
         return self.curves.get("default")
 
 
-def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mode: str | None = None) -> Evidence:
-    """Read every file, merge configurations across files, keep `collective` in `mode`
-    (eager when measured, else graph, unless given)."""
+def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mode: str | None = None,
+                  dtype: str | None = None, op: str | None = None, files: list[ResultsFile] | None = None) -> Evidence:
+    """Read every file, merge configurations across files, keep `collective` in `mode` (eager when
+    measured, else graph, unless given), for one dtype and reduction op (the most measured unless given)."""
     if not paths:
         raise UsageProblem("no results files given: pass one or more files written by `ncclprobe sweep` or `ncclprobe import`")
-    files = [read_results(p) for p in paths]
+    files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
     results = [r for f in files for r in f.results]
     mode = mode or _pick_mode(results, collective)
+    mine = [r for r in results if r.get("collective") == collective and r.get("mode") == mode]
+    dtype, op, notes = _pick(mine, "dtype", dtype, "float32"), _pick(mine, "op", op, "sum"), []
+    for key, chosen in (("dtype", dtype), ("op", op)):
+        others = sorted({str(r.get(key)) for r in mine} - {str(chosen), "None"})
+        if others:
+            notes.append(f"{collective} was measured with {key} {', '.join(others)} too; this uses {chosen} "
+                         f"(pass --{key} to choose)")
+    results = [r for r in results if not _other_case(r, collective, dtype, op)]
     excluded = _exclusions(configs, results)
     bad = {e.config_id for e in excluded}
     curves = _curves(configs, results, collective, mode)
@@ -82,11 +94,33 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
     if not curves and not excluded:
         raise UsageProblem(f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}")
     return Evidence(paths=[str(p) for p in paths], headers=[f.header for f in files], collective=collective,
-                    mode=mode, curves=curves, excluded=excluded, nvlink=_nvlink(files),
-                    node=NodeFacts.merge([_node(f.header) for f in files]),
+                    mode=mode, curves=curves, excluded=excluded, nvlink=nvlink_of(files),
+                    node=node_of(files),
                     marks=_marks(results, collective, mode), excluded_curves=excluded_curves,
                     nranks=_first(f.header.get("nranks") for f in files),
-                    nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files))
+                    nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files),
+                    dtype=dtype, op=op, notes=notes)
+
+
+def _pick(records: list[dict], key: str, given: str | None, preferred: str) -> str | None:
+    """The value of `key` to use: the one given, else `preferred` when measured, else the most measured."""
+    if given is not None:
+        return given
+    counts: dict = {}
+    for r in records:
+        counts[r.get(key)] = counts.get(r.get(key), 0) + 1
+    if preferred in counts or not counts:
+        return preferred if counts else None
+    return max(counts, key=lambda v: (counts[v], str(v)))
+
+
+def _other_case(record: dict, collective: str, dtype: str | None, op: str | None) -> bool:
+    """A result of this collective measured with another dtype or op: not part of these curves (records
+    written before ops were measured carry no op: they count as sum)."""
+    if record.get("collective") != collective:
+        return False
+    rec_op = record.get("op") or ("sum" if record.get("redop", "sum") == "sum" else record.get("redop"))
+    return (dtype is not None and record.get("dtype") != dtype) or (op is not None and rec_op != op)
 
 
 def _same_rank_count(files: list[ResultsFile], paths) -> None:
@@ -200,11 +234,17 @@ def _point(record: dict) -> Point:
                  busbw_gbps=record.get("busbw_gbps"), trials=int(record.get("trials") or 1))
 
 
-def _nvlink(files: list[ResultsFile]) -> bool | None:
+def nvlink_of(files: list[ResultsFile]) -> bool | None:
+    """False if any file's topology says no NVLink, True if all say NVLink, None if unknown."""
     seen = [(f.header.get("topology") or {}).get("nvlink") for f in files]
     if any(v is False for v in seen):
         return False
     return True if seen and all(v is True for v in seen) else None
+
+
+def node_of(files: list[ResultsFile]) -> NodeFacts | None:
+    """What the files agree on about the GPUs (LL128's rule)."""
+    return NodeFacts.merge([_node(f.header) for f in files])
 
 
 def _node(header: dict) -> NodeFacts:

@@ -1,5 +1,10 @@
 """Assemble a recommendation: evidence -> safe candidates -> per-size and global choices.
 
+The baseline is the all-default configuration; the user may name another (`baseline=`, the
+settings their job runs with today, for imported runs that never measured the default). With no
+default and no baseline the candidates are compared with each other (`select.among_candidates`)
+and the result says so. Safety applies unchanged in every mode (safety.py).
+
 The JSON form (`to_json`) is the file `run-engine --tuned` and `env-check --expect-from` read:
 they need only its `env` (the variables to export; empty when no change is recommended).
 """
@@ -16,9 +21,10 @@ from ncclprobe.recommend.load import Evidence, load_evidence
 from ncclprobe.recommend.noise import DEFAULT_MIN_GAIN
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.recommend.workload import Workload, uniform
-from ncclprobe.records import short_label
+from ncclprobe.records import config_id, short_label
 
 SCHEMA_VERSION = 1
+AGAINST_DEFAULT, AGAINST_BASELINE, AMONG_CANDIDATES = "default", "baseline", "candidates"
 
 
 @dataclass
@@ -31,12 +37,29 @@ class Recommendation:
     ranges: list[select.SizeRange]
     overall: select.GlobalChoice
     notes: list[str] = field(default_factory=list)
+    baseline_id: str = "default"          # what gains are measured against (NO_WINNER among candidates)
+    comparison: str = AGAINST_DEFAULT
+
+    @property
+    def change(self) -> bool:
+        return self.overall.config_id not in (self.baseline_id, select.NO_WINNER)
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables to export: the global choice's settings ({} = leave NCCL's defaults)."""
-        curve = self.evidence.curves.get(self.overall.config_id)
+        """The variables to export: the global choice's settings ({} = leave NCCL's defaults). Against a
+        named baseline with no change, the baseline's own settings (what the job keeps running with)."""
+        cid = self.overall.config_id if self.change or self.comparison == AGAINST_BASELINE else None
+        curve = self.evidence.curves.get(cid) if cid else None
         return dict(sorted((curve.settings if curve else {}).items()))
+
+    @property
+    def against(self) -> str:
+        """What the gains are relative to, in words."""
+        if self.comparison == AGAINST_BASELINE:
+            return f"the baseline {short_label(self.settings_of(self.baseline_id))}"
+        if self.comparison == AMONG_CANDIDATES:
+            return "the next best candidate (no all-default run was measured)"
+        return "the all-default configuration"
 
     def settings_of(self, cid: str) -> dict:
         curve = self.evidence.curves.get(cid)
@@ -47,8 +70,9 @@ class Recommendation:
         return {
             "schema_version": SCHEMA_VERSION, "kind": "recommendation",
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "env": self.env, "change": bool(self.env),
-            "collective": ev.collective, "mode": ev.mode, "nranks": ev.nranks,
+            "env": self.env, "change": self.change, "comparison": self.comparison,
+            "baseline": None if self.comparison == AMONG_CANDIDATES else self.baseline_id, "against": self.against,
+            "collective": ev.collective, "mode": ev.mode, "dtype": ev.dtype, "op": ev.op, "nranks": ev.nranks,
             "global": _global_json(self.overall),
             "per_size": [_size_json(c) for c in self.per_size],
             "ranges": [_range_json(r, self.settings_of(r.config_id)) for r in self.ranges],
@@ -68,42 +92,71 @@ class Recommendation:
 
 def build_recommendation(paths: list[str | Path], *, workload: Workload | None = None,
                          collective: str = "all_reduce", mode: str | None = None,
-                         min_gain: float = DEFAULT_MIN_GAIN, allow_ll128: bool = False) -> Recommendation:
-    """Read `paths` and decide. Raises UsageProblem when there is no usable default to compare with."""
-    evidence = load_evidence(paths, collective=collective, mode=mode)
-    default = evidence.default
-    if default is None:
-        raise UsageProblem(_no_default_message(evidence))
+                         min_gain: float = DEFAULT_MIN_GAIN, allow_ll128: bool = False,
+                         baseline: dict[str, str] | None = None, dtype: str | None = None,
+                         op: str | None = None, evidence: Evidence | None = None) -> Recommendation:
+    """Read `paths` and decide. Raises UsageProblem when the named baseline (or, with none named and
+    a default measured, the default) is unusable, or when fewer than two candidates are left."""
+    evidence = evidence or load_evidence(paths, collective=collective, mode=mode, dtype=dtype, op=op)
+    base_id = config_id(baseline) if baseline is not None else "default"
+    base = evidence.curves.get(base_id)
+    comparison = AGAINST_BASELINE if baseline is not None else AGAINST_DEFAULT
+    if base is None:
+        _check_missing_baseline(evidence, base_id, baseline)
+        comparison = AMONG_CANDIDATES
     policy = SafetyPolicy(node=evidence.node, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
                           timing_caveat=timing_caveat(evidence.headers))
     refused = {c.config_id: reasons for c in evidence.curves.values()
-               if c.config_id != "default"
+               if c.config_id != base_id
                and (reasons := refusals(c.settings, correctness_checked=c.correctness_checked, policy=policy))}
-    candidates = [c for c in evidence.curves.values() if c.config_id != "default" and c.config_id not in refused]
-    workload = workload or uniform(sorted(default.points))
-    choices = select.per_size(default, candidates, min_gain=min_gain)
-    overall = select.global_choice(default, candidates, workload, min_gain=min_gain)
+    candidates = [c for c in evidence.curves.values() if c.config_id != base_id and c.config_id not in refused]
+    if base is None:
+        if len(candidates) < 2:
+            raise UsageProblem(f"no all-default {evidence.collective} run and fewer than two safe candidates to "
+                               "compare; name the baseline your job runs with today (--baseline NCCL_VAR=value,...)")
+        workload = workload or uniform(sorted({s for c in candidates for s in c.points}))
+        choices, overall = select.among_candidates(candidates, workload, min_gain=min_gain)
+    else:
+        workload = workload or uniform(sorted(base.points))
+        choices = select.per_size(base, candidates, min_gain=min_gain)
+        overall = select.global_choice(base, candidates, workload, min_gain=min_gain)
     rec = Recommendation(evidence=evidence, workload=workload, min_gain=min_gain, refused=refused,
-                         per_size=choices, ranges=select.size_ranges(choices), overall=overall)
-    rec.notes = _notes(rec)
+                         per_size=choices, ranges=select.size_ranges(choices), overall=overall,
+                         baseline_id=select.NO_WINNER if base is None else base_id, comparison=comparison)
+    rec.notes = _notes(rec) + _baseline_notes(rec, base, policy)
     return rec
 
 
-def _no_default_message(evidence: Evidence) -> str:
-    bad = next((e for e in evidence.excluded if e.config_id == "default"), None)
+def _check_missing_baseline(evidence: Evidence, base_id: str, baseline: dict | None) -> None:
+    bad = next((e for e in evidence.excluded if e.config_id == base_id), None)
+    what = "the all-default configuration" if baseline is None else f"the baseline {base_id}"
     if bad is not None:
-        return f"the all-default configuration is excluded ({bad.reason}); nothing can be compared against it"
-    return ("the results have no all-default configuration (settings {}) to measure gains against; "
-            "sweep again including the default")
+        raise UsageProblem(f"{what} is excluded ({bad.reason}); nothing can be compared against it")
+    if baseline is not None:
+        measured = ", ".join(sorted(evidence.curves)) or "none"
+        raise UsageProblem(f"--baseline {base_id} was not measured for {evidence.collective} {evidence.mode} "
+                           f"(measured: {measured})")
+
+
+def _baseline_notes(rec: Recommendation, base, policy) -> list[str]:
+    if rec.comparison == AMONG_CANDIDATES:
+        return ["no all-default run: the candidates are compared with each other, so a gain is relative to the next "
+                "best candidate, not to NCCL's defaults (measure the default, or name --baseline)"]
+    if rec.comparison == AGAINST_BASELINE:
+        unsafe = refusals(base.settings, correctness_checked=base.correctness_checked,
+                          policy=SafetyPolicy(policy.node, policy.allow_ll128, policy.nccl_version))
+        return [f"the baseline itself would be refused here: {reason}" for reason in unsafe]
+    return []
 
 
 def _notes(rec: Recommendation) -> list[str]:
     notes = list(rec.overall.notes)
-    if all(p.trials <= 1 for p in rec.evidence.default.points.values()):
+    points = [p for c in rec.evidence.curves.values() for p in c.points.values()]
+    if points and all(p.trials <= 1 for p in points):
         notes.append("the results carry no trial spread (one trial per size); "
                      f"only gains of at least {100 * rec.min_gain:.0f}% count")
     best = rec.overall.best_config_id
-    if best != "default" and not rec.overall.significant:
+    if best not in (rec.baseline_id, select.NO_WINNER) and not rec.overall.significant:
         notes.append(f"{short_label(rec.settings_of(best))} is {100 * rec.overall.gain:.1f}% faster over the "
                      "workload, inside the noise or below the floor: no change recommended")
     share, mode = rec.workload.graphed_share, rec.evidence.mode

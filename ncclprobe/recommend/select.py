@@ -3,7 +3,11 @@
 Environment variables apply to every collective of a process, so the global choice is the one
 configuration that minimises the workload-weighted total time -- sum over sizes of count x time,
 the time interpolated log-log between measured sizes. A choice that does not clear the noise
-(see noise.py) leaves the default in place: "no change" is a valid, often the right, answer.
+(see noise.py) leaves the baseline in place: "no change" is a valid, often the right, answer.
+
+The baseline is the all-default configuration, or the one the user names (`--baseline`). With
+neither, `among_candidates` compares the candidates with each other: the fastest wins only when it
+beats the next best beyond the noise, and the result says it is relative to the candidates only.
 """
 
 from __future__ import annotations
@@ -27,10 +31,14 @@ class SizeChoice:
     gain: float           # fraction of the default's time saved by `fastest`
     noise: float          # the larger relative half-spread of the two
     significant: bool
+    baseline: str = "default"   # what `default_time_us` measured: the baseline, or NO_WINNER's next best
 
     @property
     def chosen(self) -> str:
-        return self.fastest if self.significant else "default"
+        return self.fastest if self.significant else self.baseline
+
+
+NO_WINNER = "none"   # among candidates, no configuration beat the next best beyond the noise
 
 
 @dataclass(frozen=True)
@@ -59,14 +67,42 @@ class GlobalChoice:
 def per_size(default: Curve, candidates: list[Curve], *, min_gain: float) -> list[SizeChoice]:
     """One SizeChoice per size the default was measured at."""
     choices = []
+    base_id = default.config_id
     for size, base in default.points.items():
         rivals = [(c.config_id, c.points[size]) for c in candidates if size in c.points]
-        best_id, best = min(rivals + [("default", base)], key=lambda pair: pair[1].time_us)
+        best_id, best = min(rivals + [(base_id, base)], key=lambda pair: pair[1].time_us)
         choices.append(SizeChoice(size_bytes=size, fastest=best_id, time_us=best.time_us,
                                   default_time_us=base.time_us, gain=gain(best.time_us, base.time_us),
                                   noise=max(best.noise, base.noise),
-                                  significant=best_id != "default" and significant(best, base, min_gain=min_gain)))
+                                  significant=best_id != base_id and significant(best, base, min_gain=min_gain),
+                                  baseline=base_id))
     return choices
+
+
+def among_candidates(curves: list[Curve], workload: Workload, *, min_gain: float) -> tuple[list[SizeChoice], GlobalChoice]:
+    """No baseline: per size the fastest against the next best; globally the best total against the
+    next best total. A winner must clear the noise against the runner-up, else NO_WINNER."""
+    choices = []
+    for size in sorted({s for c in curves for s in c.points}):
+        ranked = sorted(((c.config_id, c.points[size]) for c in curves if size in c.points), key=lambda p: p[1].time_us)
+        if len(ranked) < 2:
+            continue
+        (best_id, best), (_, runner) = ranked[0], ranked[1]
+        choices.append(SizeChoice(size_bytes=size, fastest=best_id, time_us=best.time_us,
+                                  default_time_us=runner.time_us, gain=gain(best.time_us, runner.time_us),
+                                  noise=max(best.noise, runner.noise),
+                                  significant=significant(best, runner, min_gain=min_gain), baseline=NO_WINNER))
+    sizes = sorted(set.intersection(*(set(c.points) for c in curves))) if curves else []
+    totals = {c.config_id: _total({s: c.points[s] for s in sizes}, workload) for c in curves} if sizes else {}
+    notes = [] if sizes else ["the candidates share no measured size: no global comparison"]
+    ranked = sorted(totals, key=lambda cid: totals[cid][0])
+    if len(ranked) < 2:
+        return choices, GlobalChoice(NO_WINNER, 0.0, False, ranked[0] if ranked else NO_WINNER, totals, notes)
+    best, runner = ranked[0], ranked[1]
+    ok = significant_totals(totals[best], totals[runner], min_gain=min_gain)
+    return choices, GlobalChoice(config_id=best if ok else NO_WINNER, gain=gain(totals[best][0], totals[runner][0]),
+                                 significant=ok, best_config_id=best, totals_us=totals,
+                                 notes=notes + [f"compared among candidates: {best} against the next best, {runner}"])
 
 
 def size_ranges(choices: list[SizeChoice]) -> list[SizeRange]:
@@ -91,11 +127,12 @@ def global_choice(default: Curve, candidates: list[Curve], workload: Workload, *
             missing = sorted(set(default.points) - set(c.points))
             notes.append(f"{c.config_id} left out of the global choice: not measured at "
                          f"{', '.join(format_size(s) for s in missing[:5])}")
+    base_id = default.config_id
     totals = {c.config_id: _total(c.points, workload) for c in [default] + complete}
     best_id = min(totals, key=lambda cid: totals[cid][0])
-    best_gain = gain(totals[best_id][0], totals["default"][0])
-    ok = best_id != "default" and significant_totals(totals[best_id], totals["default"], min_gain=min_gain)
-    return GlobalChoice(config_id=best_id if ok else "default", gain=best_gain, significant=ok,
+    best_gain = gain(totals[best_id][0], totals[base_id][0])
+    ok = best_id != base_id and significant_totals(totals[best_id], totals[base_id], min_gain=min_gain)
+    return GlobalChoice(config_id=best_id if ok else base_id, gain=best_gain, significant=ok,
                         best_config_id=best_id, totals_us=totals, notes=notes)
 
 

@@ -1,6 +1,10 @@
 """`build_report`: results (and an engine run: trace, profiles or server log) -> figures, report.md, report.html and the
 recommendation JSON, all in one directory. A report is still written when no recommendation can
-be made (no default configuration measured): it says why instead."""
+be made (no default or baseline configuration measured): it says why instead.
+
+Every collective the results measured (or those asked for) gets its own recommendation,
+measurements and exclusions; with several, figures go under figures/<collective>/ and the
+recommendation JSON is the combined one (recommend/collectives.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation, build_recommendation
+from ncclprobe.recommend.collectives import collectives_in, combine
 from ncclprobe.recommend.load import Evidence, load_evidence
 from ncclprobe.enginerun import RunSet, load_any
 from ncclprobe.recommend.workload import Workload, from_runs
 from ncclprobe.report import html, markdown, plots
-from ncclprobe.report.content import sections
+from ncclprobe.report.content import collective_sections, run_sections
 
 log = logging.getLogger("ncclprobe.report")
 
@@ -38,8 +43,9 @@ class ReportFiles:
 
 def build_report(results: list[str | Path], out_dir: str | Path, *,
                  trace_path: str | Path | list[str | Path] | None = None,
-                 workload: Workload | None = None, collective: str = "all_reduce", mode: str | None = None,
-                 min_gain: float = 0.05, allow_ll128: bool = False) -> ReportFiles:
+                 workload: Workload | None = None, collective: str | list[str] | None = None,
+                 mode: str | None = None, min_gain: float = 0.05, allow_ll128: bool = False,
+                 baseline: dict[str, str] | None = None) -> ReportFiles:
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -47,28 +53,47 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
         raise UsageProblem(f"--out {str(out)!r}: cannot create the directory ({exc.strerror or exc})") from None
     paths = [trace_path] if isinstance(trace_path, (str, Path)) else list(trace_path or [])
     engine = load_any(paths) if paths else None
-    ev = load_evidence(results, collective=collective, mode=mode)
-    if workload is None and engine is not None:
-        workload = _engine_workload(engine, collective)
-    rec, problem = _recommend(results, workload, collective, ev.mode, min_gain, allow_ll128)
-    figures = _figures(ev, results, collective, engine, out / "figures", frozenset(rec.refused if rec else ()))
-    content = sections(ev, rec, problem, figures, engine)
-    title = f"ncclprobe report: {collective}"
+    names = [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
+    content, figures, recs, first_ev = [], [], [], None
+    for name in names:
+        try:
+            ev = load_evidence(results, collective=name, mode=mode)
+        except UsageProblem as exc:
+            if len(names) == 1:
+                raise
+            log.warning("%s: not reported (%s)", name, exc)
+            continue
+        first_ev = first_ev or ev
+        load = workload or (_engine_workload(engine, name) if engine is not None else None)
+        rec, problem = _recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline)
+        fig_dir = out / "figures" if len(names) == 1 else out / "figures" / name
+        figs = _figures(ev, results, name, fig_dir, frozenset(rec.refused if rec else ()))
+        content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
+        figures += [f for group in figs.values() for f in group]
+        recs += [rec] if rec else []
+    if first_ev is None:
+        raise UsageProblem(f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}")
+    runs = engine.runs if engine else []
+    engine_figs = {"phases": plots.phase_breakdown(runs, out / "figures"),
+                   "acceptance": plots.acceptance(runs, out / "figures")}
+    content += run_sections(first_ev, engine, engine_figs)
+    figures += [f for group in engine_figs.values() for f in group]
+    title = f"ncclprobe report: {', '.join(names)}"
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text(markdown.render(title, content, out), encoding="utf-8")
     html_path.write_text(html.render(title, content), encoding="utf-8")
     rec_path = None
-    if rec is not None:
+    if recs:
         rec_path = out / "recommendation.json"
-        rec_path.write_text(json.dumps(rec.to_json(), indent=2) + "\n", encoding="utf-8")
-    return ReportFiles(out_dir=out, markdown=md_path, html=html_path, recommendation=rec_path,
-                       figures=[f for figs in figures.values() for f in figs])
+        rec_path.write_text(json.dumps(combine(recs, {}, min_gain).to_json(), indent=2) + "\n", encoding="utf-8")
+    return ReportFiles(out_dir=out, markdown=md_path, html=html_path, recommendation=rec_path, figures=figures)
 
 
-def _recommend(results, workload, collective, mode, min_gain, allow_ll128) -> tuple[Recommendation | None, str | None]:
+def _recommend(results, workload, collective, mode, min_gain, allow_ll128,
+               baseline=None) -> tuple[Recommendation | None, str | None]:
     try:
         return build_recommendation(results, workload=workload, collective=collective, mode=mode,
-                                    min_gain=min_gain, allow_ll128=allow_ll128), None
+                                    min_gain=min_gain, allow_ll128=allow_ll128, baseline=baseline), None
     except UsageProblem as exc:
         log.warning("no recommendation: %s", exc)
         return None, str(exc)
@@ -87,14 +112,12 @@ def _names(engine: RunSet) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def _figures(ev: Evidence, results, collective: str, engine: RunSet | None, fig_dir: Path,
+def _figures(ev: Evidence, results, collective: str, fig_dir: Path,
              refused: frozenset[str]) -> dict[str, list[plots.Figure]]:
     eager, graph = (_mode_evidence(results, collective, m) for m in ("eager", "graph"))
     return {"latency": plots.latency(ev, fig_dir), "busbw": plots.busbw(ev, fig_dir),
             "speedup": plots.speedup_heatmap(ev, fig_dir, refused),
-            "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir),
-            "phases": plots.phase_breakdown(engine.runs if engine else [], fig_dir),
-            "acceptance": plots.acceptance(engine.runs if engine else [], fig_dir)}
+            "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir)}
 
 
 def _mode_evidence(results, collective: str, mode: str) -> Evidence | None:

@@ -38,31 +38,38 @@ class Section:
         return self
 
 
-def sections(ev: Evidence, rec: Recommendation | None, rec_problem: str | None, figures: dict[str, list[Figure]],
-             engine: RunSet | None) -> list[Section]:
+def collective_sections(ev: Evidence, rec: Recommendation | None, rec_problem: str | None,
+                        figures: dict[str, list[Figure]], *, several: bool = False) -> list[Section]:
+    """Recommendation, measurements and exclusions of one collective (headings name it when several)."""
     out = [_recommendation(rec, rec_problem), _measurements(ev, figures), _exclusions(ev)]
-    if engine is not None:
-        out.append(_engine(engine, figures))
-    out.append(_environment(ev, engine))
+    if several:
+        for section in out:
+            section.heading = f"{ev.collective}: {section.heading}"
     return out
+
+
+def run_sections(ev: Evidence, engine: RunSet | None, figures: dict[str, list[Figure]]) -> list[Section]:
+    """What every collective shares: the engine run (trace, profiles or server log) and the runs' environment."""
+    return ([_engine(engine, figures)] if engine is not None else []) + [_environment(ev, engine)]
 
 
 def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
     section = Section("Recommendation")
     if rec is None:
         return section.text(f"No recommendation: {problem}")
-    if rec.env:
+    if rec.change:
         section.text(f"Set {', '.join(f'`{k}={v}`' for k, v in rec.env.items())}: "
-                     f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}.")
+                     f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}, "
+                     f"against {rec.against}.")
     else:
-        section.text(f"No change: no configuration beat the default beyond the noise for {rec.workload.source}.")
+        section.text(f"No change: no configuration beat {rec.against} beyond the noise for {rec.workload.source}.")
     section.text(f"A gain counts only when the candidate's p90 is below the default's p10 and it is at least "
                  f"{100 * rec.min_gain:.0f}%.")
-    section.table([{"size": format_size(c.size_bytes), "default (µs)": round(c.default_time_us, 2),
+    section.table([{"size": format_size(c.size_bytes), "baseline (µs)": round(c.default_time_us, 2),
                     "fastest": short_label(rec.settings_of(c.fastest)), "time (µs)": round(c.time_us, 2),
                     "gain (%)": round(100 * c.gain, 1), "noise (±%)": round(100 * c.noise, 1),
                     "verdict": "change" if c.significant else "keep default"} for c in rec.per_size])
-    section.table([{"configuration": short_label(rec.settings_of(cid)) if cid != "default" else "default",
+    section.table([{"configuration": short_label(rec.settings_of(cid)),
                     "workload total (µs)": round(t[0], 2), "p10": round(t[1], 2), "p90": round(t[2], 2)}
                    for cid, t in sorted(rec.overall.totals_us.items(), key=lambda kv: kv[1][0])])
     for note in rec.notes:
@@ -119,7 +126,7 @@ def _environment(ev: Evidence, engine: RunSet | None) -> Section:
         versions = header.get("versions") or {}
         rows.append({"file": path, "kind": header.get("kind"), "host": header.get("hostname"),
                      "started": header.get("started_at"), "backend": header.get("backend"),
-                     "ranks": header.get("nranks"), "gpus": ", ".join(header.get("gpus") or []) or "-",
+                     "ranks": header.get("nranks"), "gpus": ", ".join(_gpu_name(g) for g in header.get("gpus") or []) or "-",
                      "nvlink": (header.get("topology") or {}).get("nvlink"),
                      **{k: versions.get(k) for k in ("ncclprobe", "torch", "nccl", "cuda", "driver")}})
     section.table(rows)
@@ -133,3 +140,8 @@ def _environment(ev: Evidence, engine: RunSet | None) -> Section:
 
 def _round(value, digits: int):
     return round(value, digits) if isinstance(value, (int, float)) else value
+
+
+def _gpu_name(gpu) -> str:
+    """A sweep header lists names; an imported run lists {rank, name, host, device}."""
+    return gpu if isinstance(gpu, str) else str((gpu or {}).get("name") or "?")

@@ -19,15 +19,18 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.recipes import NOT_WITH_SHARED_GPU, PROOF_VARIABLES, check_share_gpu_ranks
 from ncclprobe.nccl.values import validate_value
-from ncclprobe.probes.collectives.base import DTYPES, element_size
+from ncclprobe.probes.collectives import COLLECTIVES
+from ncclprobe.probes.collectives.base import DTYPES, OPS, element_size
 from ncclprobe.records import config_id
-from ncclprobe.errors import UsageProblem
 
 DEFAULT = "default"   # the grid value meaning "leave the variable unset"
 MODES = ("eager", "graph")
+BUFFERS = ("rotate", "reuse")
+PATHS = ("torch", "nccl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,36 +38,48 @@ class SweepSpec:
     """Everything a sweep measures; stored in the results header so --resume can continue it."""
 
     grid: dict[str, tuple[str, ...]]       # NCCL variable -> values to try ("default" = unset)
-    sizes: tuple[int, ...]                 # message sizes, bytes
-    collective: str = "all_reduce"
-    dtype: str = "float32"
+    sizes: tuple[int, ...]                 # message sizes, bytes (nccl-tests' size: see Collective.shape)
+    collectives: tuple[str, ...] = ("all_reduce",)
+    dtypes: tuple[str, ...] = ("float32",)
+    ops: tuple[str, ...] = ("sum",)        # reduction ops of the reducing collectives
     in_place: tuple[bool, ...] = (True, False)
     modes: tuple[str, ...] = ("eager",)    # "eager" and/or "graph" (graph needs CUDA)
-    warmup: int = 2                        # untimed collectives before the trials, per size
-    iters: int = 5                         # collectives per timed trial
+    warmup: int = 2                        # untimed iterations before the trials, per size
+    iters: int = 5                         # iterations per timed trial (a graph captures them)
     trials: int = 3                        # timed trials per size; median and p10/p90 over them
+    agg: int = 1                           # collectives per iteration, in one NCCL group (nccl-tests -m)
+    check: bool = True                     # the exact correctness pass (nccl-tests -c)
+    buffers: str = "rotate"                # rotate through a largest-message buffer (nccl-tests) or reuse one
+    path: str = "torch"                    # torch.distributed, or a raw NCCL communicator through cupy
+    iter_events: bool = True               # a CUDA event per eager iteration (per-iteration statistics)
     nranks: int = 2
     backend: str = "gloo"                  # "nccl" (one GPU per rank) or "gloo" (CPU)
     timeout_s: float = 120.0               # longest a pool may stay silent before it counts as hung
     share_gpu: bool = False                # every rank on GPU 0, each with its own NCCL_HOSTID (diagnostic)
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise UsageProblem(f"dtype {self.dtype!r} is not supported; use one of {', '.join(DTYPES)}")
-        for mode in self.modes:
-            if mode not in MODES:
-                raise UsageProblem(f"mode {mode!r} is not known; use eager or graph")
-        for name, value in (("warmup", self.warmup), ("iters", self.iters), ("trials", self.trials)):
+        _one_of("collective", self.collectives, COLLECTIVES)
+        _one_of("dtype", self.dtypes, DTYPES)
+        _one_of("op", self.ops, OPS)
+        _one_of("mode", self.modes, MODES)
+        _one_of("buffers", (self.buffers,), BUFFERS)
+        _one_of("path", (self.path,), PATHS)
+        for name, value in (("warmup", self.warmup), ("iters", self.iters), ("trials", self.trials), ("agg", self.agg)):
             if value < (0 if name == "warmup" else 1):
                 raise UsageProblem(f"--{name} must be {'0 or more' if name == 'warmup' else 'at least 1'}, got {value}")
         if self.nranks < 1:
             raise UsageProblem(f"--nranks must be at least 1, got {self.nranks}")
         if not self.sizes:
             raise UsageProblem("no message sizes to measure")
-        odd = [size for size in self.sizes if size % element_size(self.dtype)]
-        if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
-            raise UsageProblem(f"size {odd[0]} bytes is not a whole number of {self.dtype} elements "
-                               f"({element_size(self.dtype)} bytes each); use multiples of {element_size(self.dtype)}")
+        if self.path == "nccl" and self.backend != "nccl":
+            raise UsageProblem("--path nccl calls NCCL through cupy on CUDA GPUs; this run uses gloo")
+        for dtype in self.dtypes:
+            odd = [size for size in self.sizes if size % element_size(dtype)]
+            if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
+                raise UsageProblem(f"size {odd[0]} bytes is not a whole number of {dtype} elements "
+                                   f"({element_size(dtype)} bytes each); use multiples of {element_size(dtype)}")
+        if not plan_cases(self)[0]:
+            raise UsageProblem("nothing to measure: " + "; ".join(plan_cases(self)[1]))
         for name, values in self.grid.items():
             if not name.startswith("NCCL_"):
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
@@ -87,16 +102,63 @@ class SweepSpec:
 
     def to_json(self) -> dict:
         return {"grid": {k: list(v) for k, v in self.grid.items()}, "sizes": list(self.sizes),
-                "collective": self.collective, "dtype": self.dtype, "in_place": list(self.in_place),
-                "modes": list(self.modes), "warmup": self.warmup, "iters": self.iters,
-                "trials": self.trials, "nranks": self.nranks, "backend": self.backend,
-                "timeout_s": self.timeout_s, "share_gpu": self.share_gpu}
+                "collectives": list(self.collectives), "dtypes": list(self.dtypes), "ops": list(self.ops),
+                "in_place": list(self.in_place), "modes": list(self.modes), "warmup": self.warmup,
+                "iters": self.iters, "trials": self.trials, "agg": self.agg, "check": self.check,
+                "buffers": self.buffers, "path": self.path, "iter_events": self.iter_events,
+                "nranks": self.nranks, "backend": self.backend, "timeout_s": self.timeout_s,
+                "share_gpu": self.share_gpu}
 
     @classmethod
     def from_json(cls, doc: dict) -> "SweepSpec":
-        tuples = {"sizes", "in_place", "modes"}
+        doc = dict(doc)
+        if "collective" in doc:   # results files written before the sweep measured several collectives
+            doc["collectives"] = [doc.pop("collective")]
+        if "dtype" in doc:
+            doc["dtypes"] = [doc.pop("dtype")]
+        tuples = {"sizes", "in_place", "modes", "collectives", "dtypes", "ops"}
         fields = {k: (tuple(v) if k in tuples else v) for k, v in doc.items() if k != "grid"}
         return cls(grid={k: tuple(v) for k, v in doc["grid"].items()}, **fields)
+
+
+def _one_of(what: str, values, known) -> None:
+    if not values:
+        raise UsageProblem(f"no {what} given")
+    for value in values:
+        if value not in known:
+            raise UsageProblem(f"{what} {value!r} is not known; use {', '.join(known)}")
+
+
+def plan_cases(spec: SweepSpec) -> tuple[list[dict], list[str]]:
+    """Every (collective, op, dtype) the sweep measures, and one line per combination it cannot,
+    with why (a backend without the dtype, a result the dtype cannot hold exactly, ...).
+
+    A collective that reduces nothing runs once per dtype, whatever --op says (redop "none")."""
+    cases, skipped = [], []
+    for name in spec.collectives:
+        coll = COLLECTIVES[name]
+        for dtype in spec.dtypes:
+            for op in (spec.ops if coll.reduces else ("none",)):
+                why = (coll.unsupported(dtype, op, spec.backend, spec.path) or coll.ranks_problem(spec.nranks, spec.path)
+                       or _placement_problem(coll, spec) or _agg_problem(coll, spec)
+                       or (coll.exactness_problem(dtype, op, spec.nranks) if spec.check else None))
+                if why:
+                    skipped.append(f"{name} {op} {dtype}: {why}")
+                else:
+                    cases.append({"collective": name, "op": op, "dtype": dtype})
+    return cases, list(dict.fromkeys(skipped))
+
+
+def _placement_problem(coll, spec: SweepSpec) -> str | None:
+    if not set(spec.in_place) & set(coll.placements):
+        return "it has no in-place form (out of place only)"
+    return None
+
+
+def _agg_problem(coll, spec: SweepSpec) -> str | None:
+    if spec.agg > 1 and coll.name == "sendrecv" and spec.path == "torch" and spec.backend == "nccl":
+        return "torch's batch_isend_irecv opens its own NCCL group, so it cannot be aggregated (use --path nccl)"
+    return None
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ Two independent checks per configuration:
      communicator, so they are looked for in everything the process logged up to the end of it.
 
   3. NCCL's choice: where NCCL ran its tuning model (two or more ranks) it prints one TUNING line
-     per collective call, `AllReduce: 1024 Bytes -> Algo RING proto LL ...`. For NCCL_PROTO and
-     NCCL_ALGO every such line of the configuration must pick an allowed protocol/algorithm.
+     per collective call, `AllReduce: 1024 Bytes -> Algo RING proto LL ...`, naming the
+     collective. For NCCL_PROTO and NCCL_ALGO every such line of the configuration must pick an
+     allowed protocol/algorithm; `chosen_by_collective` splits the count per collective measured.
+     Point-to-point operations (sendrecv, and alltoall, which NCCL runs as grouped sends and
+     receives) go through no tuning model: the proof says so instead of counting nothing.
 
 A setting NCCL did not report reading, or reported with another value, makes the configuration
 `ignored`: its numbers are kept but never presented as the effect of that setting. On gloo NCCL
@@ -40,11 +43,12 @@ def env_mismatches(settings: dict[str, str], swept: list[str], seen_by_rank: dic
 
 
 def prove(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict], backend: str,
-          logs: dict[int, tuple[str, str]] | None = None) -> tuple[str, str | None, dict]:
+          logs: dict[int, tuple[str, str]] | None = None, *,
+          collectives: tuple[str, ...] = ("all_reduce",)) -> tuple[str, str | None, dict]:
     """(status, reason, proof) for one configuration.
 
     `logs` maps rank -> (everything the process logged up to the end of the configuration, the
-    part logged during it); None on gloo.
+    part logged during it); None on gloo. `collectives`: what the configuration measured.
     """
     mismatches = env_mismatches(settings, swept, seen_by_rank)
     proof = {"seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
@@ -55,10 +59,10 @@ def prove(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, di
     if backend != "nccl":
         proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
         return "ok", None, proof
-    return _prove_from_log(settings, logs or {}, proof)
+    return _prove_from_log(settings, logs or {}, proof, collectives)
 
 
-def _prove_from_log(settings, logs, proof):
+def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     parsed = _parse_rank_logs(logs)
     if parsed is None:
         proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
@@ -76,6 +80,7 @@ def _prove_from_log(settings, logs, proof):
         check = tuning_check(name, value, during.tuning)
         if check is not None:
             proof.setdefault("chosen", {})[name] = check
+            _per_collective(proof, name, value, during.tuning, collectives)
             if verdict == "applied" and check["calls"] and check["matching"] < check["calls"]:
                 verdict = (f"ignored: NCCL read it, but its TUNING lines chose {', '.join(check['choices'])} "
                            f"in {check['calls'] - check['matching']} of {check['calls']} calls")
@@ -85,6 +90,23 @@ def _prove_from_log(settings, logs, proof):
     if unproven:
         return "ignored", "NCCL did not confirm " + "; ".join(unproven), proof
     return "ok", None, proof
+
+
+def _per_collective(proof: dict, name: str, value: str, entries, collectives) -> None:
+    """The TUNING check of `name` split by the collective each line names."""
+    from ncclprobe.probes.collectives import COLLECTIVES
+    by = proof.setdefault("chosen_by_collective", {})
+    for coll_name in collectives:
+        coll = COLLECTIVES[coll_name]
+        if not coll.tuned_by_nccl:
+            by.setdefault(coll_name, {})[name] = {"not_applicable": P2P_NOT_TUNED}
+            continue
+        mine = [e for e in entries if (e.collective or "").lower() == coll.nccl_name.lower()]
+        by.setdefault(coll_name, {})[name] = tuning_check(name, value, mine)
+
+
+P2P_NOT_TUNED = ("point-to-point (NCCL runs no tuning model for sends and receives): "
+                 "NCCL_PROTO/NCCL_ALGO do not apply")
 
 
 def _parse_rank_logs(logs):

@@ -18,11 +18,10 @@ from pathlib import Path
 
 from ncclprobe.launch import PoolSpec, run_pool
 from ncclprobe.nccl.recipes import PROOF_VARIABLES, SHARE_GPU_RANK_ENV, proof_env, rank_log, rank_log_env, share_gpu_env
-from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.records import ResultWriter
-from ncclprobe.sweep.aggregate import aggregate_trials
-from ncclprobe.sweep.plan import Config, Pool, Skip, SweepSpec, build_grid, plan_pools, skip_equivalent_levels
+from ncclprobe.sweep.plan import Config, Pool, Skip, SweepSpec, build_grid, plan_cases, plan_pools, skip_equivalent_levels
 from ncclprobe.sweep.proof import prove
+from ncclprobe.sweep.result import result_record
 
 log = logging.getLogger("ncclprobe.sweep")
 
@@ -108,11 +107,12 @@ def _write_skip(writer, skip: Skip, stats: SweepStats, progress) -> None:
 
 
 def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
-    """What every worker of a pool gets: its configurations and how to measure."""
+    """What every worker of a pool gets: its configurations, the cases and how to measure."""
     return {"configs": [{"config_id": c.config_id, "comm_settings": c.comm_settings} for c in pool.configs],
-            "collective": spec.collective, "dtype": spec.dtype, "sizes": list(spec.sizes),
-            "in_place": list(spec.in_place), "modes": list(spec.modes), "warmup": spec.warmup,
-            "iters": spec.iters, "trials": spec.trials}
+            "cases": plan_cases(spec)[0], "sizes": list(spec.sizes), "in_place": list(spec.in_place),
+            "modes": list(spec.modes), "warmup": spec.warmup, "iters": spec.iters, "trials": spec.trials,
+            "agg": spec.agg, "check": spec.check, "buffers": spec.buffers, "path": spec.path,
+            "iter_events": spec.iter_events}
 
 
 class PoolRun:
@@ -181,7 +181,7 @@ class PoolRun:
             state["starts"][rank] = message
             self.config_began.setdefault(message["config_id"], message.get("t", time.time()))
         elif kind == "result":
-            key = (message["mode"], message["in_place"], message["size_bytes"])
+            key = tuple(message[k] for k in ("collective", "op", "dtype", "mode", "in_place", "size_bytes"))
             state["results"].setdefault(key, {})[rank] = message
         elif kind == "config-end":
             state["ends"][rank] = message
@@ -191,8 +191,10 @@ class PoolRun:
     def _finish(self, config_id: str, state: dict, ended_at: float) -> None:
         config = next(c for c in self.pool.configs if c.config_id == config_id)
         seen = {rank: m["seen_env"] for rank, m in state["starts"].items()}
-        status, reason, proof = prove(config.settings, self.swept, seen, self.spec.backend, self._logs(state))
-        results = [self._result(config, key, by_rank, status) for key, by_rank in sorted(state["results"].items())]
+        status, reason, proof = prove(config.settings, self.swept, seen, self.spec.backend, self._logs(state),
+                                      collectives=self.spec.collectives)
+        ordered = sorted(state["results"].items(), key=lambda item: self._order(item[0]))
+        results = [result_record(self.spec, config, by_rank, status) for _, by_rank in ordered]
         wrong = [r for r in results if r["status"] == "wrong"]
         if wrong and status in ("ok", "ignored"):
             status, reason = "wrong", f"{len(wrong)} measurement(s) returned wrong elements"
@@ -220,18 +222,13 @@ class PoolRun:
                           data[start["log_offset"]:end].decode("utf-8", "replace"))
         return logs
 
-    def _result(self, config: Config, key, by_rank: dict[int, dict], config_status: str) -> dict:
-        mode, in_place, size = key
-        coll = COLLECTIVES[self.spec.collective]
-        timing = aggregate_trials({rank: m["trial_us"] for rank, m in by_rank.items()})
-        algbw, busbw = coll.bandwidths(size, self.spec.dtype, self.spec.nranks, timing["time_us"])
-        wrong = sum(m["wrong"] for m in by_rank.values())
-        status = "wrong" if wrong else (config_status if config_status in ("ok", "ignored") else "error")
-        return {"record": "result", "config_id": config.config_id, "settings": config.settings,
-                "collective": self.spec.collective, "mode": mode, "in_place": in_place, "dtype": self.spec.dtype,
-                "size_bytes": size, "count": by_rank[min(by_rank)]["count"], "nranks": self.spec.nranks,
-                "status": status, "reason": None if status == "ok" else f"configuration {config_status}",
-                **timing, "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "source": "sweep"}
+    def _order(self, key: tuple) -> tuple:
+        """The spec's order: collective, op, dtype as given; mode; in place first; size."""
+        collective, op, dtype, mode, in_place, size = key
+        spec = self.spec
+        index = lambda values, value: values.index(value) if value in values else len(values)
+        return (index(spec.collectives, collective), index(spec.ops, op), index(spec.dtypes, dtype),
+                index(spec.modes, mode), not in_place, size)
 
     def _write_config(self, config, status, reason, proof, n_results) -> None:
         self.writer.write({"record": "config", "config_id": config.config_id, "settings": config.settings,

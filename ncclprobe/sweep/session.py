@@ -13,6 +13,8 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import check_share_gpu_ranks
+from ncclprobe.probes.collectives import COLLECTIVES
+from ncclprobe.probes.collectives.base import DTYPES, OPS
 from ncclprobe.records import ResultsFile, ResultWriter, read_results, trim_incomplete_tail
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import setup
@@ -65,13 +67,28 @@ def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: boo
         grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
     modes, skipped = setup.usable_modes(tuple(m.strip() for m in options["mode"].split(",") if m.strip()), backend)
     placement = {"both": (True, False), "in": (True,), "out": (False,)}[options["placement"]]
+    if (options.get("path") or "torch") == "nccl" and local:
+        import importlib.util
+        if importlib.util.find_spec("cupy") is None:
+            raise UsageProblem("--path nccl calls NCCL through cupy, which is not installed here "
+                               "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)")
     if options["timeout"] <= 0:
         raise UsageProblem(f"--timeout must be positive, got {options['timeout']:g}")
-    spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])), dtype=options["dtype"],
+    spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])),
+                     collectives=names(options.get("collective") or "all_reduce", COLLECTIVES),
+                     dtypes=names(options.get("dtype") or "float32", DTYPES), ops=names(options.get("op") or "sum", OPS),
                      in_place=placement, modes=modes, warmup=options["warmup"], iters=options["iters"],
-                     trials=options["trials"], nranks=nranks, backend=backend, timeout_s=options["timeout"],
-                     share_gpu=share is not None)
+                     trials=options["trials"], agg=options.get("agg") or 1, check=options.get("check", True),
+                     buffers=options.get("buffers") or "rotate", path=options.get("path") or "torch",
+                     iter_events=options.get("iter_events", True), nranks=nranks, backend=backend,
+                     timeout_s=options["timeout"], share_gpu=share is not None)
     return spec, skipped
+
+
+def names(text: str, universe) -> tuple[str, ...]:
+    """`all_reduce,all_gather` -> a tuple, in the order given; `all` -> every name of `universe`."""
+    given = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    return tuple(universe) if given == ("all",) else given
 
 
 def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: list[str]) -> Job:
@@ -163,5 +180,7 @@ def run_job(job: Job, progress=None) -> ResultsFile:
 
 
 def exit_code(results_file: ResultsFile) -> int:
-    """1 when any configuration is wrong, hung, crashed or not confirmed by NCCL; else 0."""
-    return 1 if any(c["status"] in FINDING_STATUSES for c in results_file.configs) else 0
+    """1 when any configuration is wrong, hung, crashed or not confirmed by NCCL, or a measurement
+    failed; else 0."""
+    failed = any(r.get("status") == "error" for r in results_file.results)
+    return 1 if failed or any(c["status"] in FINDING_STATUSES for c in results_file.configs) else 0

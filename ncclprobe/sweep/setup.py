@@ -108,7 +108,35 @@ def notes(spec: SweepSpec, skipped_modes: dict[str, str]) -> list[str]:
         out.append(GLOO_NOTE)
     elif spec.nranks == 1:
         out.append(ONE_RANK_NOTE)
+    return out + measurement_notes(spec)
+
+
+def measurement_notes(spec: SweepSpec) -> list[str]:
+    """What the records cannot say by themselves: cases not measured, how the path differs from
+    nccl-tests, the buffer policy (docs/METRICS.md "Agreement with nccl-tests")."""
+    from ncclprobe.probes.collectives import COLLECTIVES
+    from ncclprobe.probes.sweep_comm import GLOO_AGG_NOTE
+    from ncclprobe.sweep.plan import plan_cases
+    out = [f"not measured: {line}" for line in plan_cases(spec)[1]]
+    if spec.path == "torch" and False in spec.in_place:
+        out += [f"{name}: {COLLECTIVES[name].torch_note}; --path nccl makes NCCL's own call"
+                for name in spec.collectives if COLLECTIVES[name].torch_note]
+    if spec.path == "torch" and spec.backend == "nccl":
+        out.append(TORCH_PATH_NOTE)
+    if spec.buffers == "reuse":
+        out.append(REUSE_NOTE)
+    if spec.agg > 1 and spec.backend != "nccl":
+        out.append(GLOO_AGG_NOTE)
+    if not spec.check:
+        out.append("--check 0: no correctness pass; `wrong` is null (unchecked) and LL128 stays refused")
     return out
+
+
+TORCH_PATH_NOTE = ("path torch.distributed: eager times include torch's host dispatch (15-25 µs per call on an H200), "
+                   "which nccl-tests does not pay; --path nccl calls NCCL directly through cupy")
+REUSE_NOTE = ("--buffers reuse: every iteration reuses one buffer, so a message that fits in the GPU's L2 cache is "
+              "timed from it (nccl-tests rotates through a largest-message buffer: the default)")
+
 
 
 def lint_findings(configs, backend: str, node: NodeFacts | None, nccl_version: str | None = None) -> list[dict]:

@@ -16,7 +16,8 @@ SCHEMA_VERSION = 1
 
 
 def _same_measurement(record: dict) -> tuple:
-    return (record["collective"], record["mode"], record["in_place"], record["dtype"], record["size_bytes"])
+    return (record["collective"], record.get("op"), record["mode"], record["in_place"], record["dtype"],
+            record["size_bytes"])
 
 
 def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
@@ -47,23 +48,29 @@ def can_rank(backend: str | None, share_gpu: bool = False) -> bool:
     return backend != "gloo" and not share_gpu
 
 
-def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[int, list[dict]]:
-    """Table rows grouped by size, fastest first within a (mode, placement) block; without
-    `ranked` the speedup and best columns are left out."""
-    grouped: dict[int, list[dict]] = {}
-    ordered = sorted(results, key=lambda r: (r["size_bytes"], r["mode"], not r["in_place"],
-                                             r["status"] != "ok", r.get("time_us") or float("inf")))
+def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[tuple[str, int], list[dict]]:
+    """Table rows grouped by (collective, size), fastest first within an (op, dtype, mode,
+    placement) block; without `ranked` the speedup and best columns are left out."""
+    grouped: dict[tuple[str, int], list[dict]] = {}
+    order = {name: i for i, name in enumerate(dict.fromkeys(r["collective"] for r in results))}
+    several = {key: len({r.get(key) for r in results}) > 1 for key in ("op", "dtype")}
+    ordered = sorted(results, key=lambda r: (order[r["collective"]], r["size_bytes"], str(r.get("op")), r["dtype"],
+                                             r["mode"], not r["in_place"], r["status"] != "ok",
+                                             r.get("time_us") or float("inf")))
     for r in ordered:
-        grouped.setdefault(r["size_bytes"], []).append(table_row(r, ranked=ranked))
+        grouped.setdefault((r["collective"], r["size_bytes"]), []).append(table_row(r, ranked=ranked, show=several))
     return grouped
 
 
-def table_row(r: dict, *, ranked: bool = True) -> dict:
-    row = {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"]), "mode": r["mode"],
-           "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
-           "p10_us": r.get("time_us_p10"), "p90_us": r.get("time_us_p90"), "busbw_gbps": _sig(r.get("busbw_gbps")),
-           "speedup": r.get("speedup_vs_default"), "status": r["status"] + (" WRONG" if r.get("wrong") else ""),
-           "best": "*" if r.get("best") else ""}
+def table_row(r: dict, *, ranked: bool = True, show: dict | None = None) -> dict:
+    """The terminal row: median, the per-iteration p50 and p99, the host issue time per call."""
+    it = r.get("iter") or {}
+    row = {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"])}
+    row.update({key: r.get(key) for key in ("op", "dtype") if (show or {}).get(key)})
+    row.update({"mode": r["mode"], "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
+                "p50_us": it.get("p50_us"), "p99_us": it.get("p99_us"), "cpu_us": r.get("cpu_issue_us"),
+                "busbw_gbps": _sig(r.get("busbw_gbps")), "speedup": r.get("speedup_vs_default"),
+                "status": r["status"] + (" WRONG" if r.get("wrong") else ""), "best": "*" if r.get("best") else ""})
     if not ranked:
         del row["speedup"], row["best"]
     return row
@@ -76,15 +83,27 @@ def _sig(value: float | None) -> str | None:
 
 def csv_row(r: dict) -> dict:
     """The machine-readable row: raw units, no formatting."""
-    keys = ("size_bytes", "config_id", "collective", "mode", "in_place", "dtype", "nranks", "time_us", "time_us_p10",
-            "time_us_p90", "rank_spread_us", "algbw_gbps", "busbw_gbps", "speedup_vs_default", "wrong", "status", "best")
-    return {key: r.get(key) for key in keys}
+    keys = ("size_bytes", "config_id", "collective", "op", "mode", "in_place", "dtype", "nranks", "time_us",
+            "time_us_p10", "time_us_p90", "rank_spread_us", "cpu_issue_us", "algbw_gbps", "busbw_gbps",
+            "speedup_vs_default", "wrong", "status", "best")
+    it = r.get("iter") or {}
+    return {**{key: r.get(key) for key in keys},
+            **{f"iter_{k}": it.get(k) for k in ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "cv_pct")}}
 
 
 def config_problems(configs: list[dict]) -> list[str]:
     """One line per configuration that is not plainly ok, for the notes and stderr."""
     return [f"{c['config_id']}: {c['status']}" + (f" ({_first_line(c.get('reason'))})" if c.get("reason") else "")
             for c in configs if c["status"] != "ok"]
+
+
+def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
+    """One line per measurement a worker could not make (the rest of its configuration ran)."""
+    failed = [r for r in results if r.get("status") == "error" and r.get("reason", "").startswith("rank ")]
+    lines = [f"measurement failed: {r['collective']} {r.get('op')} {r['dtype']} {r['config_id']} {r['mode']} "
+             f"{'in' if r['in_place'] else 'out of'} place {format_size(r['size_bytes'])}: {_first_line(r['reason'])}"
+             for r in failed[:limit]]
+    return lines + ([f"... and {len(failed) - limit} more failed measurement(s)"] if len(failed) > limit else [])
 
 
 def _first_line(text: str) -> str:

@@ -1,42 +1,38 @@
-"""All-reduce (sum): every rank ends with the element-wise sum of all inputs.
+"""All-reduce: every rank ends with the element-wise reduction of all inputs.
 
 busbw factor 2(n-1)/n: in a ring all-reduce each rank sends and receives 2(n-1)/n of the buffer
 (reduce-scatter, then all-gather), whatever the algorithm (nccl-tests doc/PERFORMANCE.md).
 
-torch has no out-of-place all-reduce: "out of place" here copies the input into the output
-buffer and reduces that in place, which is what torch's functional all_reduce does; the copy is
-part of the measured time, and the input stays untouched as in nccl-tests.
+torch has no out-of-place all-reduce: "out of place" through torch copies the input into the
+output buffer and reduces that in place, which is what torch's functional all_reduce does; the
+copy is part of the measured time, and the input stays untouched as in nccl-tests. The raw NCCL
+path (`--path nccl`) makes the real out-of-place call, as nccl-tests does.
 """
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import PATTERN, Collective, crafted_input
+from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, reduce_values, torch_op, whole_shape
 
 
 class AllReduce(Collective):
-    name = "all_reduce"
+    name, nccl_name, reduces = "all_reduce", "AllReduce", True
+    torch_note = "out of place through torch is a copy plus an in-place all-reduce (torch has no out-of-place form)"
 
-    def busbw_factor(self, nranks: int) -> float:
+    def shape(self, size_bytes, dtype, nranks):
+        return whole_shape(size_bytes, dtype)
+
+    def busbw_factor(self, nranks):
         return 2.0 * (nranks - 1) / nranks
 
-    def make_buffers(self, count, rank, nranks, dtype, device):
-        inp = crafted_input(count, rank, dtype, device)
-        return inp, inp.clone()
+    def expected(self, shape, rank, nranks, op):
+        return reduce_values(arange(shape.recv_elems), nranks, op)
 
-    def expected(self, count, rank, nranks, dtype, device):
-        import torch
-        index = torch.arange(count, device=device, dtype=torch.int64)
-        # sum over r of ((i + r) % P + 1): whole cycles of P contribute P(P+1)/2 each
-        cycles, rest = divmod(nranks, PATTERN)
-        total = torch.full_like(index, cycles * PATTERN * (PATTERN + 1) // 2 + rest)
-        for r in range(rest):
-            total += (index + r) % PATTERN
-        return total.to(dtype)
-
-    def launch(self, inp, out, group, in_place: bool) -> None:
+    def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
-        if in_place:
-            dist.all_reduce(inp, group=group)
-        else:
-            out.copy_(inp)
-            dist.all_reduce(out, group=group)
+        if not in_place:
+            recv.copy_(send)
+        dist.all_reduce(recv, op=torch_op(op), group=group)
+
+    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
+        kind, red = cupy_types(dtype, op)
+        comm.allReduce(send.data_ptr(), recv.data_ptr(), shape.count, kind, red, stream)

@@ -13,9 +13,9 @@ SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20]
 
 
 def config(settings: dict, times: dict, *, status: str = "ok", reason=None, wrong: dict | None = None,
-           checked: bool = True, tuning: list | None = None) -> dict:
+           checked: bool = True, tuning: list | None = None, collective: str = "all_reduce") -> dict:
     return {"settings": settings, "times": times, "status": status, "reason": reason, "wrong": wrong or {},
-            "checked": checked, "tuning": tuning or []}
+            "checked": checked, "tuning": tuning or [], "collective": collective}
 
 
 def write_set(path, configs: list[dict], *, nvlink: bool | None = False, nranks: int = 2, kind: str = "sweep",
@@ -40,7 +40,7 @@ def write_set(path, configs: list[dict], *, nvlink: bool | None = False, nranks:
 def _result(cid, cfg, size, median, p10, p90, nranks, mode, trials) -> dict:
     wrong = cfg["wrong"].get(size, 0) if cfg["checked"] else None
     algbw = size / median / 1e3
-    return {"record": "result", "config_id": cid, "settings": cfg["settings"], "collective": "all_reduce",
+    return {"record": "result", "config_id": cid, "settings": cfg["settings"], "collective": cfg["collective"],
             "mode": mode, "in_place": False, "dtype": "float32", "size_bytes": size, "count": size // 4,
             "nranks": nranks, "status": "wrong" if wrong else "ok", "reason": None, "time_us": median,
             "time_us_p10": p10, "time_us_p90": p90, "algbw_gbps": algbw,

@@ -1,0 +1,80 @@
+"""Pass/fail thresholds for CI and fleet checks (nccl-tests' NCCL_TESTS_MIN_BW, made per size).
+
+`--min-busbw GBPS[@SIZE]`: every ok measurement at SIZE (default: the largest size measured, where
+bandwidth means something) must reach GBPS of bus bandwidth. `--max-latency US[@SIZE]`: every ok
+measurement at SIZE (default: the smallest size measured) must take at most US microseconds. Each
+shortfall is one line naming the collective, configuration, mode, placement and size; any makes
+the sweep exit 1. A size given that was not measured is a shortfall too: nothing was shown to pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.sizes import format_size, parse_size
+
+
+@dataclass(frozen=True)
+class Criterion:
+    metric: str              # "busbw_gbps" (at least) or "time_us" (at most)
+    limit: float
+    size_bytes: int | None   # None: the largest (busbw) or smallest (latency) size measured
+
+    def describe(self) -> str:
+        where = format_size(self.size_bytes) if self.size_bytes else ("the largest size" if self.metric == "busbw_gbps"
+                                                                      else "the smallest size")
+        return (f"busbw >= {self.limit:g} GB/s" if self.metric == "busbw_gbps" else f"time <= {self.limit:g} us") + f" at {where}"
+
+
+def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
+    out = []
+    for flag, text, metric in (("--min-busbw", min_busbw, "busbw_gbps"), ("--max-latency", max_latency, "time_us")):
+        if text is not None:
+            out.append(_parse_one(flag, text, metric))
+    return out
+
+
+def _parse_one(flag: str, text: str, metric: str) -> Criterion:
+    value, _, size = text.partition("@")
+    try:
+        limit = float(value)
+    except ValueError:
+        raise UsageProblem(f"{flag} {text!r}: expected a number, optionally @SIZE (like 100@1G)") from None
+    if not math.isfinite(limit) or limit <= 0:
+        raise UsageProblem(f"{flag} {text!r}: the limit must be a positive finite number")
+    return Criterion(metric, limit, parse_size(size) if size else None)
+
+
+def check(results: list[dict], criteria: list[Criterion]) -> list[str]:
+    """One line per measurement that misses a criterion."""
+    lines = []
+    ok = [r for r in results if r.get("status") == "ok" and r.get("time_us")]
+    for criterion in criteria:
+        lines += _check_one(ok, criterion)
+    return lines
+
+
+def _check_one(ok: list[dict], criterion: Criterion) -> list[str]:
+    by_collective: dict[str, list[dict]] = {}
+    for r in ok:
+        by_collective.setdefault(r["collective"], []).append(r)
+    lines = []
+    for collective, records in sorted(by_collective.items()):
+        sizes = sorted({r["size_bytes"] for r in records})
+        size = criterion.size_bytes or (sizes[-1] if criterion.metric == "busbw_gbps" else sizes[0])
+        at = [r for r in records if r["size_bytes"] == size]
+        if not at:
+            lines.append(f"threshold {criterion.describe()}: {collective} was not measured at {format_size(size)}")
+            continue
+        for r in at:
+            value = r.get(criterion.metric)
+            bad = value is None or (value < criterion.limit if criterion.metric == "busbw_gbps" else value > criterion.limit)
+            if bad:
+                unit = "GB/s" if criterion.metric == "busbw_gbps" else "us"
+                what = " ".join(str(x) for x in (collective, r.get("op"), r.get("dtype"), r["config_id"], r["mode"],
+                                                     "in place" if r["in_place"] else "out of place") if x)
+                lines.append(f"threshold {criterion.describe()} missed: {what} {format_size(size)}: "
+                             f"{'n/a' if value is None else f'{value:.4g}'} {unit}")
+    return lines

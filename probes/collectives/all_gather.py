@@ -1,0 +1,39 @@
+"""All-gather: every rank ends with the concatenation of every rank's piece, in rank order.
+
+nccl-tests' size is the gathered buffer, n pieces of `count` elements (`AllGatherGetCollByteCount`),
+algbw = size / time and busbw factor (n-1)/n: each rank receives the n-1 pieces it lacks.
+In place, a rank's own piece already lies at its offset in the output (`recv[rank*count:]`), as
+in nccl-tests; torch's `all_gather_into_tensor` accepts that view as its input.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, per_rank_shape
+
+
+class AllGather(Collective):
+    name, nccl_name = "all_gather", "AllGather"
+
+    def shape(self, size_bytes, dtype, nranks):
+        return per_rank_shape(size_bytes, dtype, nranks, send_whole=False)
+
+    def busbw_factor(self, nranks):
+        return (nranks - 1) / nranks
+
+    def tuning_size(self, logged_bytes, nranks):
+        return logged_bytes * nranks
+
+    def in_place_send(self, recv, shape, rank):
+        return recv[rank * shape.count:(rank + 1) * shape.count]
+
+    def expected(self, shape, rank, nranks, op):
+        index = arange(shape.recv_elems)
+        return input_values(index % shape.count, index // shape.count, "none")
+
+    def launch(self, send, recv, group, in_place, op):
+        import torch.distributed as dist
+        dist.all_gather_into_tensor(recv, send, group=group)
+
+    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
+        kind, _ = cupy_types(dtype, "sum")
+        comm.allGather(send.data_ptr(), recv.data_ptr(), shape.count, kind, stream)

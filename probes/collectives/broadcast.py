@@ -1,0 +1,37 @@
+"""Broadcast from rank 0: every rank ends with rank 0's buffer.
+
+busbw factor 1: all the data leaves the root, whose one link is the bottleneck (nccl-tests
+doc/PERFORMANCE.md). torch's broadcast is in place only: "out of place" through torch copies the
+root's input into its output buffer, then broadcasts that (the copy is timed on the root); the raw
+NCCL path makes the real out-of-place ncclBroadcast call nccl-tests makes.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, whole_shape
+
+ROOT = 0
+
+
+class Broadcast(Collective):
+    name, nccl_name, root = "broadcast", "Broadcast", ROOT
+    torch_note = "out of place through torch is a copy on the root plus an in-place broadcast"
+
+    def shape(self, size_bytes, dtype, nranks):
+        return whole_shape(size_bytes, dtype)
+
+    def busbw_factor(self, nranks):
+        return 1.0
+
+    def expected(self, shape, rank, nranks, op):
+        return input_values(arange(shape.recv_elems), ROOT, "none")
+
+    def launch(self, send, recv, group, in_place, op):
+        import torch.distributed as dist
+        if not in_place and dist.get_rank(group) == ROOT:
+            recv.copy_(send)
+        dist.broadcast(recv, src=dist.get_global_rank(group, ROOT), group=group)
+
+    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
+        kind, _ = cupy_types(dtype, "sum")
+        comm.broadcast(send.data_ptr(), recv.data_ptr(), shape.count, kind, ROOT, stream)

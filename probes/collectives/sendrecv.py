@@ -1,0 +1,47 @@
+"""Send/receive in a ring: rank r sends its buffer to rank r+1 and receives rank r-1's (nccl-tests'
+sendrecv_perf pattern).
+
+busbw factor 1: each rank's link carries the whole buffer once. Out of place only: sending and
+receiving through one buffer races by construction. Point-to-point: NCCL runs no tuning model
+for it, so NCCL_PROTO/NCCL_ALGO do not apply. With one rank the rank sends to itself.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, whole_shape
+
+
+class SendRecv(Collective):
+    name, nccl_name, placements, tuned_by_nccl = "sendrecv", "SendRecv", (False,), False
+    moves_bytes_only = True
+
+    def shape(self, size_bytes, dtype, nranks):
+        return whole_shape(size_bytes, dtype)
+
+    def busbw_factor(self, nranks):
+        return 1.0
+
+    def ranks_problem(self, nranks, path):
+        if nranks == 1 and path == "torch":
+            return "torch.distributed refuses a send to the sending rank itself (one rank; --path nccl can)"
+        return None
+
+    def expected(self, shape, rank, nranks, op):
+        return input_values(arange(shape.recv_elems), (rank - 1) % nranks, "none")
+
+    def launch(self, send, recv, group, in_place, op):
+        import torch.distributed as dist
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
+        ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(group, (rank + 1) % n), group),
+               dist.P2POp(dist.irecv, recv, dist.get_global_rank(group, (rank - 1) % n), group)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
+        from cupy.cuda import nccl
+        kind, _ = cupy_types(dtype, "sum")
+        rank, n = comm.rank_id(), comm.size()
+        nccl.groupStart()
+        comm.send(send.data_ptr(), shape.count, kind, (rank + 1) % n, stream)
+        comm.recv(recv.data_ptr(), shape.count, kind, (rank - 1) % n, stream)
+        nccl.groupEnd()
