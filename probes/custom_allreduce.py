@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ncclprobe.probes.collectives.base import crafted_input, torch_dtype
-from ncclprobe.probes.custom_allreduce_methods import build
+from ncclprobe.probes.custom_allreduce_methods import Unavailable, build
 
 
 def run(ctx) -> None:
@@ -56,10 +56,17 @@ def _set_up(ctx, method) -> bool:
     for stage in (method.prepare, method.connect):
         reasons = _agree(ctx, _attempt(stage))
         if reasons:
-            ctx.emit("unavailable", method=method.name,
-                     reason="; ".join(f"rank {r}: {text}" for r, text in reasons.items()))
+            ctx.emit("unavailable", method=method.name, reasons=reasons)
             return False
+    ctx.emit("method", method=method.name, description=_description(method))
     return True
+
+
+def _description(method) -> str:
+    try:
+        return method.describe()
+    except Exception as exc:  # noqa: BLE001  (a description is never worth a failed run)
+        return f"(not described: {type(exc).__name__}: {exc})"
 
 
 def _run_step(ctx, method, step: dict, p: dict) -> bool:
@@ -88,14 +95,19 @@ def _attempt(stage) -> str | None:
     """Run a stage; its failure as text (returned or raised), None when it went fine."""
     try:
         return stage() or None
+    except Unavailable as exc:
+        return str(exc)[:500]
     except Exception as exc:  # noqa: BLE001  (reported, and agreed on by every rank; a CUDA fault ends the worker)
         return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def _agree(ctx, reason: str | None) -> dict[str, str]:
-    """Every rank's failure of the stage just run, {rank: reason}; empty when all went fine."""
+    """Every rank's failure of the stage just run: {rank: reason}, or {"all ranks": reason} when
+    every rank failed alike; empty when all went fine."""
     reasons = [None] * ctx.world_size
     dist.all_gather_object(reasons, reason, group=ctx.control_group())
+    if reasons[0] and len(set(reasons)) == 1:
+        return {"all ranks": reasons[0]}
     return {str(rank): text for rank, text in enumerate(reasons) if text}
 
 
@@ -182,7 +194,7 @@ def _device_facts(ctx) -> dict:
     props = torch.cuda.get_device_properties(ctx.device)
     facts = {"gpu": ctx.gpu, "name": props.name, "sm_count": props.multi_processor_count,
              "capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
-             "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+             "cuda": torch.version.cuda}
     try:
         import triton
         facts["triton"] = triton.__version__

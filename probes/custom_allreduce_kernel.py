@@ -16,7 +16,7 @@ writes before the signal; rank r stores `val` into flags[val % 2][b][r] of every
 release store at system scope: PCIe carries it without peer atomics), then spins on its own
 flags[val % 2][b][p] until each equals `val` (acquire, local memory). Counts only grow, so nothing
 is reset and a CUDA graph replays the same kernels forever; two parities because a rank that is
-one barrier ahead writes the next count into the other slot, never over a flag its peer has not
+one barrier ahead writes the next count into the other slot (parity = count & 1), never over a flag its peer has not
 read yet.
 
 One-shot: copy in, barrier, every rank sums all ranks' data (same order everywhere, so every rank
@@ -126,7 +126,7 @@ def _barrier(bases, rank, max_spins, phase, WORLD: tl.constexpr, INTERPRET: tl.c
     counter = (own + _COUNTERS + block * 4).to(tl.pointer_type(tl.int32))
     val = tl.load(counter) + 1
     tl.store(counter, val)
-    slot = (val % 2) * _SLOTS + block * _NRANKS
+    slot = (val & 1) * _SLOTS + block * _NRANKS
     tl.debug_barrier()   # every thread's writes of this phase come before the signal
     for peer in tl.static_range(WORLD):
         flag = (_base(bases, peer, _FLAGS) + (slot + rank) * 4).to(tl.pointer_type(tl.int32))

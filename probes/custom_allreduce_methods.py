@@ -8,6 +8,7 @@ each stage that can fail, so a failure on one rank never leaves another waiting 
   `call()`     one all-reduce; returns the tensor holding the result (the same tensor every call,
                so a CUDA graph can capture it);
   `failure()`  after a synchronize: why the last calls cannot be trusted, or None;
+  `describe()` what exactly runs (which op, which variant), for the document;
   `close()`    at the end, on every rank alike (collective where the method is).
 
 - `nccl`: torch.distributed.all_reduce in place, as engines call it.
@@ -33,6 +34,10 @@ from ncclprobe.probes.custom_allreduce_plan import METHODS
 NCCL, IPC_ONESHOT, IPC_TWOSHOT, SYMM_ONESHOT, SYMM_TWOSHOT = METHODS
 
 
+class Unavailable(RuntimeError):
+    """This method cannot run here; the message says why, in full."""
+
+
 class Nccl:
     name, group = NCCL, None
 
@@ -54,6 +59,11 @@ class Nccl:
 
     def failure(self) -> str | None:
         return None
+
+    def describe(self) -> str:
+        version = torch.cuda.nccl.version()
+        version = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        return f"torch.distributed.all_reduce in place, NCCL {version}"
 
     def close(self) -> None:
         pass
@@ -79,10 +89,10 @@ class IpcShared:
                 from ncclprobe.probes.custom_allreduce_ipc import Driver, Workspace
                 self.workspace = Workspace(Driver(), self.layout.total)
                 self.handle = self.workspace.handle()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (Triton missing, no driver, allocation refused)
                 self.error = f"CUDA IPC workspace: {type(exc).__name__}: {exc}"
         if self.error:
-            raise RuntimeError(self.error)
+            raise Unavailable(self.error)
 
     def connect(self) -> None:
         if not self.connected:
@@ -92,10 +102,10 @@ class IpcShared:
             try:
                 self.bases = torch.tensor(self.workspace.open(handles, self.ctx.rank), dtype=torch.int64,
                                           device=self.ctx.device)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (the driver refused a peer's handle)
                 self.error = f"CUDA IPC mapping: {type(exc).__name__}: {exc}"
-        if self.error or self.bases is None:
-            raise RuntimeError(self.error or "a peer's CUDA IPC mapping failed")
+        if self.error:
+            raise Unavailable(self.error)
 
     def status(self) -> int:
         return self.workspace.read_int32(self.layout.status)
@@ -149,6 +159,11 @@ class IpcAllReduce:
         from ncclprobe.probes.custom_allreduce_kernel import describe_status
         return describe_status(self.shared.status())
 
+    def describe(self) -> str:
+        from ncclprobe.probes.custom_allreduce_kernel import BLOCK, MAX_BLOCKS
+        return (f"Triton {self.algorithm} kernel over CUDA IPC workspaces (copy-in fused), at most "
+                f"{min(self.max_blocks, MAX_BLOCKS)} blocks of {BLOCK} elements")
+
     def close(self) -> None:
         pass   # the shared workspace closes once, after both kernels
 
@@ -162,8 +177,8 @@ class SymmMem:
 
     def prepare(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
-        op = "one_shot_all_reduce" if self.name == SYMM_ONESHOT else "two_shot_all_reduce_"
-        self.op = getattr(torch.ops.symm_mem, op)   # absent from builds without CUDA 12.3+
+        self.op_name = "one_shot_all_reduce" if self.name == SYMM_ONESHOT else "two_shot_all_reduce_"
+        self.op = getattr(torch.ops.symm_mem, self.op_name)   # absent from builds without CUDA 12.3+
         self.group_name = dist.group.WORLD.group_name
         enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
         if enable is not None:   # required up to torch 2.7, a deprecated no-op after
@@ -190,6 +205,11 @@ class SymmMem:
 
     def failure(self) -> str | None:
         return None   # its kernels trap on a timeout: the worker dies and the pool reports it
+
+    def describe(self) -> str:
+        import torch.distributed._symmetric_memory as symm_mem
+        backend = getattr(symm_mem, "get_backend", lambda device: None)(self.ctx.device) or "default"
+        return f"torch.ops.symm_mem.{self.op_name} on a symmetric-memory buffer ({backend} backend), input copied in first"
 
     def close(self) -> None:
         self.buffer = self.handle = None

@@ -31,11 +31,12 @@ def build_document(spec, machine: dict, skip: dict[str, str], messages: list[dic
     unavailable = dict(skip)
     for m in messages:
         if m.get("kind") == "unavailable":
-            unavailable.setdefault(m["method"], m["reason"])
+            unavailable.setdefault(m["method"], _reasons(m["reasons"]))
     dropped = {tuple(m[k] for k in _KEY): m["reasons"] for m in messages if m.get("kind") == "dropped"}
     doc = {"schema_version": SCHEMA_VERSION, "kind": "custom-allreduce", "nranks": world,
            "share_gpu": spec.share_gpu, "spec": spec.to_json(), "machine": machine,
            "devices": {str(m["rank"]): _device(m) for m in messages if m.get("kind") == "device"},
+           "methods": {m["method"]: m["description"] for m in messages if m.get("kind") == "method" and m["rank"] == 0},
            "rows": rows, "verdicts": [] if spec.share_gpu else verdicts(rows),
            "unavailable": unavailable,
            "dropped": [{**dict(zip(_KEY, key)), "reasons": reasons} for key, reasons in dropped.items()],
@@ -90,7 +91,9 @@ def verdicts(rows: list[dict]) -> list[dict]:
         best = min(faster, key=lambda r: r["time_us"]) if faster else None
         if best:
             text = f"{best['method']} {best['vs_nccl']:.2f}x faster than nccl"
-        elif len(slower) == len(members) - 1 and slower:
+        elif len(members) == 1:
+            text = "only nccl measured"
+        elif len(slower) == len(members) - 1:
             text = "nccl fastest"
         else:
             text = "no method beats nccl beyond the noise"
@@ -114,7 +117,7 @@ def notes(doc: dict, machine: dict) -> list[str]:
     out += engine_notes(doc["nranks"], bool(doc["share_gpu"]), machine.get("all_nvlink"))
     out += [f"{method} not measured: {why}" for method, why in doc["unavailable"].items()]
     for d in doc["dropped"]:
-        reasons = "; ".join(f"{_who(r)}: {text}" for r, text in d["reasons"].items())
+        reasons = _reasons(d["reasons"])
         out.append(f"{d['method']} FAILED at {d['dtype']} {format_size(d['size_bytes'])} {d['mode']} and was "
                    f"not run further: {reasons}")
     bound = [r for r in doc["rows"] if r["host_bound"]]
@@ -131,8 +134,11 @@ def notes(doc: dict, machine: dict) -> list[str]:
     return out
 
 
-def _who(rank: str) -> str:
-    return f"rank {rank}" if rank.isdigit() else rank
+def _reasons(reasons: dict[str, str]) -> str:
+    """{"0": why, "1": why} as one line; {"all ranks": why} as the reason alone."""
+    if list(reasons) == ["all ranks"]:
+        return reasons["all ranks"]
+    return "; ".join(f"rank {who}: {text}" if who.isdigit() else f"{who}: {text}" for who, text in reasons.items())
 
 
 def table_rows(doc: dict) -> list[dict]:
@@ -140,11 +146,16 @@ def table_rows(doc: dict) -> list[dict]:
     methods = [m for m in doc["spec"]["methods"] if m not in doc["unavailable"]]
     verdict = {(v["dtype"], v["size_bytes"], v["mode"]): v["verdict"] for v in doc["verdicts"]}
     lines: dict[tuple, dict] = {}
+
+    def line(entry: dict) -> dict:
+        return lines.setdefault((entry["dtype"], entry["size_bytes"], entry["mode"]), {
+            "size": format_size(entry["size_bytes"]), "dtype": entry["dtype"], "mode": entry["mode"],
+            **{m: None for m in methods}})
+
     for row in doc["rows"]:
-        key = (row["dtype"], row["size_bytes"], row["mode"])
-        line = lines.setdefault(key, {"size": format_size(row["size_bytes"]), "dtype": row["dtype"],
-                                      "mode": row["mode"], **{m: None for m in methods}})
-        line[row["method"]] = round(row["time_us"], 2) if row["status"] == "ok" else row["status"]
+        line(row)[row["method"]] = round(row["time_us"], 2) if row["status"] == "ok" else row["status"]
+    for dropped in doc["dropped"]:
+        line(dropped)[dropped["method"]] = "FAILED"
     for key, line in lines.items():
         line["verdict"] = ("not link times (--share-gpu)" if doc["share_gpu"]
                            else verdict.get(key, "no nccl baseline"))

@@ -152,7 +152,8 @@ def test_document_takes_the_slowest_rank_and_calls_a_winner_only_beyond_the_nois
     messages = (_two_ranks("nccl", "graph", [20.0, 21.0, 20.5]) + _two_ranks("ipc-oneshot", "graph", [8.0, 8.2, 8.1])
                 + _two_ranks("ipc-twoshot", "graph", [19.0, 22.0, 20.0])
                 + _two_ranks("nccl", "eager", [30.0, 30.0, 30.0], host=[29.5, 29.5, 29.5])
-                + [{"kind": "unavailable", "rank": r, "method": "symm-oneshot", "reason": "no P2P"} for r in (0, 1)])
+                + [{"kind": "unavailable", "rank": r, "method": "symm-oneshot", "reasons": {"all ranks": "no P2P"}}
+                   for r in (0, 1)])
     doc = _document(messages)
     graph = {r["method"]: r for r in doc["rows"] if r["mode"] == "graph"}
     assert graph["nccl"]["time_us"] == 21.0 and graph["ipc-oneshot"]["vs_nccl"] == pytest.approx(21.0 / 8.6, rel=1e-3)
@@ -174,6 +175,7 @@ def test_wrong_results_dropped_methods_and_an_early_end_exit_1():
                "mode": "graph", "reasons": {"1": "a barrier gave up waiting"}}
     doc = _document(_two_ranks("nccl", "eager", [9.0] * 3) + [dropped])
     assert exit_code(doc) == 1 and any("ipc-twoshot FAILED at bfloat16 4K graph" in n for n in doc["notes"])
+    assert [line["ipc-twoshot"] for line in table_rows(doc)] == [None, "FAILED"]
     early = _document(_two_ranks("nccl", "eager", [9.0] * 3)[:1], pool={"status": "hang", "reason": "no progress",
                                                                         "wall_s": 3.0})
     assert early["rows"][0]["status"] == "incomplete" and exit_code(early) == 1
@@ -355,8 +357,8 @@ def test_gpu_probe_with_two_ranks_sharing_the_gpu():
     result = invoke("--share-gpu", "2", "--sizes", "4K,1M", "--iters", "3", "--trials", "2", "--warmup", "1",
                     "--graph-ops", "2", "--replays", "1", "--checks", "2", "--format", "json", "-q")
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
-    assert doc["verdicts"] == [] and doc["dropped"] == [] and doc["pool"]["status"] == "ok"
+    doc = json.loads(result.stdout)
+    assert doc["verdicts"] == [] and doc["dropped"] == [] and doc["pool"]["status"] == "ok", doc["notes"]
     measured = {r["method"] for r in doc["rows"]}
     assert {"nccl", "ipc-oneshot", "ipc-twoshot"} <= measured
     assert measured | set(doc["unavailable"]) == set(plan.METHODS)
