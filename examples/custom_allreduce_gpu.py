@@ -1,13 +1,13 @@
 """Custom all-reduce against NCCL on this GPU machine: `probe custom-allreduce` end to end.
 
-Usage: python examples/custom_allreduce_gpu.py OUTDIR [--sizes 4K..1M] [--dtype bfloat16,float32]
+Usage: python examples/custom_allreduce_gpu.py OUTDIR [--sizes 4K..1M:4] [--dtype bfloat16,float32]
 
 With one GPU it runs two ranks on it (--share-gpu 2): correctness of every method across two
 processes (our IPC one-shot/two-shot kernels, torch symmetric memory, NCCL), eager and in CUDA
-graphs, at 4 KiB..1 MiB; the times are time-slicing, not links. With several GPUs it runs one rank
+graphs, at 4K, 16K, 64K, 256K and 1M; the times are time-slicing, not links. With several GPUs it runs one rank
 per GPU and the times are link times. Writes OUTDIR/custom_allreduce_<gpu>_<ranks>.json (the
 probe's JSON document; refuses to replace a file) and prints the table last. About a minute on
-one H200 with the default counts.
+one H200 (two ranks sharing it) with the default counts.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ncclprobe.sizes import parse_sizes
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
-    parser.add_argument("--sizes", default="4K..1M")
+    parser.add_argument("--sizes", default="4K..1M:4")
     parser.add_argument("--dtype", default="bfloat16,float32")
     args = parser.parse_args()
     if not torch.cuda.is_available():

@@ -120,11 +120,17 @@ def unavailable_before_launch(spec: CustomAllReduceSpec, world: int, *, triton_e
     return {m: why for m, why in out.items() if m in spec.methods}
 
 
-def engine_notes(world: int, share_gpu: bool, all_nvlink: bool | None) -> list[str]:
+SYMM_NOTE = ("symm-* are torch's peer-to-peer one-shot/two-shot kernels; vLLM's symmetric-memory "
+             "all-reduce uses them only on compute capability 9.0 and 10.x and only where NVLink multicast "
+             "exists (it stays off when the rendezvous has no multicast address), and this probe never creates "
+             "multicast objects")
+
+
+def engine_notes(world: int, share_gpu: bool, all_nvlink: bool | None, methods=METHODS) -> list[str]:
     """What vLLM/SGLang do with their own custom all-reduce on this topology."""
+    notes = [SYMM_NOTE] if set(methods) & set(SYMM_METHODS) else []
     if share_gpu:
-        return []
-    notes = []
+        return notes
     if world > 2 and all_nvlink is False:
         notes.append(f"{world} GPUs without NVLink between every pair: vLLM and SGLang switch their custom "
                      "all-reduce off here (\"not supported on more than two PCIe-only GPUs\"), so their "

@@ -114,7 +114,7 @@ def _device(message: dict) -> dict:
 
 def notes(doc: dict, machine: dict) -> list[str]:
     out = [SHARE_GPU_NOTE.format(n=doc["share_gpu"])] if doc["share_gpu"] else []
-    out += engine_notes(doc["nranks"], bool(doc["share_gpu"]), machine.get("all_nvlink"))
+    out += engine_notes(doc["nranks"], bool(doc["share_gpu"]), machine.get("all_nvlink"), doc["spec"]["methods"])
     out += [f"{method} not measured: {why}" for method, why in doc["unavailable"].items()]
     for d in doc["dropped"]:
         reasons = _reasons(d["reasons"])

@@ -93,7 +93,8 @@ def test_what_vllm_would_do_on_real_topologies(fixture, gpus, nvlink, vllm_off):
 def test_engine_notes_for_odd_world_sizes_unknown_links_and_a_shared_gpu():
     assert any("supports 2, 4, 6, 8 ranks only" in n for n in plan.engine_notes(3, False, True))
     assert any("link types unknown" in n for n in plan.engine_notes(4, False, None))
-    assert plan.engine_notes(2, True, None) == []
+    assert plan.engine_notes(2, True, None) == [plan.SYMM_NOTE]
+    assert plan.engine_notes(2, True, None, ("nccl", "ipc-oneshot")) == []
 
 
 def test_unavailable_before_launch_names_the_reason():
@@ -185,7 +186,7 @@ def test_wrong_results_dropped_methods_and_an_early_end_exit_1():
 def test_table_under_share_gpu_gives_no_verdict_and_shows_every_method(capsys):
     messages = _two_ranks("nccl", "graph", [900.0] * 3) + _two_ranks("ipc-oneshot", "graph", [300.0] * 3)
     doc = _document(messages, share_gpu=2)
-    assert doc["verdicts"] == [] and doc["notes"][0].startswith("--share-gpu 2:")
+    assert doc["verdicts"] == [] and doc["notes"][0].startswith("--share-gpu 2:") and plan.SYMM_NOTE in doc["notes"]
     rows = table_rows(doc)
     assert rows == [{"size": "4K", "dtype": "bfloat16", "mode": "graph", "nccl": 900.5, "ipc-oneshot": 300.5,
                      "ipc-twoshot": None, "symm-oneshot": None, "symm-twoshot": None,

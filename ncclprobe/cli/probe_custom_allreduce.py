@@ -3,6 +3,8 @@ against NCCL at decode sizes, eager and in CUDA graphs (GPU only)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from ncclprobe.cli.output import Progress, emit, format_option
@@ -67,19 +69,15 @@ def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials
                                share_gpu=share_gpu, iters=iters, trials=trials, warmup=warmup, graph_ops=graph_ops,
                                replays=replays, checks=checks, timeout_s=timeout_s)
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
-    progress = None
+    with contextlib.ExitStack() as stack:
+        bar = []
 
-    def on_step(step: dict, total: int) -> None:
-        nonlocal progress
-        if progress is None:
-            progress = Progress(total, "custom-allreduce", quiet=quiet).__enter__()
-        progress.advance(f"{step['method']} {step['dtype']} {step['size_bytes']}B {step['mode']}")
+        def on_step(step: dict, total: int) -> None:
+            if not bar:
+                bar.append(stack.enter_context(Progress(total, "custom-allreduce", quiet=quiet)))
+            bar[0].advance(f"{step['method']} {step['dtype']} {step['size_bytes']}B {step['mode']}")
 
-    try:
         doc = run_custom_allreduce(spec, on_step=on_step)
-    finally:
-        if progress is not None:
-            progress.__exit__(None, None, None)
     rows = table_rows(doc) if fmt == "table" else doc["rows"]
     emit(fmt, doc, rows, title="custom-allreduce: us per all-reduce (slowest rank, median of trials)",
          notes=doc["notes"])
