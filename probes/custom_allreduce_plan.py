@@ -152,9 +152,21 @@ def no_peer_access_pairs(peer_access: list[list[bool]] | None, gpus: list[int]) 
             if not (peer_access[a][b] and peer_access[b][a])]
 
 
-def all_nvlink(links: list[list[str | None]] | None, gpus: list[int]) -> bool | None:
-    """True when every pair among `gpus` is NVLink (nvidia-smi NV# codes); None when a link is unknown."""
-    if links is None:
+def physical_gpus(gpus: list[int], visible: str | None) -> list[int] | None:
+    """nvidia-smi's indices of torch's devices `gpus`, through CUDA_VISIBLE_DEVICES; None when it
+    names devices by UUID (or names too few), so the link matrix cannot be matched to the ranks."""
+    if not visible:
+        return list(gpus)
+    names = [name.strip() for name in visible.split(",")]
+    if not all(name.isascii() and name.isdigit() for name in names) or max(gpus, default=0) >= len(names):
+        return None
+    return [int(names[g]) for g in gpus]
+
+
+def all_nvlink(links: list[list[str | None]] | None, gpus: list[int] | None) -> bool | None:
+    """True when every pair among `gpus` (nvidia-smi's indices) is NVLink (NV# codes); None when a
+    link is unknown."""
+    if links is None or gpus is None or max(gpus, default=0) >= len(links):
         return None
     codes = [links[a][b] for i, a in enumerate(gpus) for b in gpus[i + 1:]]
     if any(code is None for code in codes):

@@ -11,12 +11,13 @@ otherwise) and torch's symmetric memory is told that ranks may share a device.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import Unsupported
 from ncclprobe.launch import PoolSpec, run_pool
-from ncclprobe.probes.custom_allreduce_plan import (CustomAllReduceSpec, all_nvlink, no_peer_access_pairs, steps,
-                                                    unavailable_before_launch)
+from ncclprobe.probes.custom_allreduce_plan import (CustomAllReduceSpec, all_nvlink, no_peer_access_pairs,
+                                                    physical_gpus, steps, unavailable_before_launch)
 from ncclprobe.probes.custom_allreduce_report import build_document
 
 ENTRY = "ncclprobe.probes.custom_allreduce:run"
@@ -57,11 +58,11 @@ def read_machine(spec: CustomAllReduceSpec) -> Machine:
     if not spec.share_gpu and world > count:
         raise Unsupported(f"--nranks {world} needs {world} GPUs (one per rank); this machine has {count}")
     gpus = [0] * world if spec.share_gpu else list(range(world))
-    peer = [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(count)] for i in range(count)]
-    links = _links()
+    links, peer = _topology()
     return Machine(gpus=gpus, gpu_count=count, triton_error=_triton_error(),
                    no_peer_access=[] if spec.share_gpu else no_peer_access_pairs(peer, gpus),
-                   all_nvlink=None if spec.share_gpu else all_nvlink(links, gpus), links=links)
+                   all_nvlink=None if spec.share_gpu else all_nvlink(links, physical_gpus(
+                       gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))), links=links)
 
 
 def _triton_error() -> str | None:
@@ -72,12 +73,15 @@ def _triton_error() -> str | None:
     return None
 
 
-def _links() -> list[list[str | None]] | None:
+def _topology() -> tuple[list[list[str | None]] | None, list[list[bool]] | None]:
+    """(nvidia-smi link codes, torch's peer-access matrix); None for what cannot be read (then the
+    notes say the links are unknown, and a missing peer access shows when the ranks try)."""
     try:
         from ncclprobe.evidence.topo_live import read_live_topology
-        return read_live_topology().gpu_links
-    except Exception:  # noqa: BLE001  (no nvidia-smi, no NVML: the links stay unknown, and the notes say so)
-        return None
+        topo = read_live_topology()
+    except Exception:  # noqa: BLE001  (no nvidia-smi, no NVML, no torch view)
+        return None, None
+    return topo.gpu_links, topo.peer_access
 
 
 def pool_spec(spec: CustomAllReduceSpec, machine: Machine, skip: dict[str, str]) -> PoolSpec:

@@ -90,6 +90,15 @@ def test_what_vllm_would_do_on_real_topologies(fixture, gpus, nvlink, vllm_off):
     assert any("switch their custom all-reduce off" in n for n in notes) is vllm_off
 
 
+def test_links_follow_cuda_visible_devices():
+    links = _links("rtx3090_4gpu_nvlink_bridge_pairs_nv4_phb_node.txt")   # NV4 bridges GPU0-GPU2, GPU1-GPU3
+    assert plan.all_nvlink(links, plan.physical_gpus([0, 1], "0,2")) is True
+    assert plan.all_nvlink(links, plan.physical_gpus([0, 1], "0,1")) is False   # PHB
+    assert plan.all_nvlink(links, plan.physical_gpus([0, 1], "1,3")) is True
+    assert plan.physical_gpus([0, 1], "GPU-5a3c,GPU-77e1") is None and plan.physical_gpus([0, 1], "3") is None
+    assert plan.all_nvlink(links, None) is None and plan.physical_gpus([0, 1], None) == [0, 1]
+
+
 def test_engine_notes_for_odd_world_sizes_unknown_links_and_a_shared_gpu():
     assert any("supports 2, 4, 6, 8 ranks only" in n for n in plan.engine_notes(3, False, True))
     assert any("link types unknown" in n for n in plan.engine_notes(4, False, None))
