@@ -118,18 +118,12 @@ def _eager_step(ctx, method, n, dtype, p) -> dict:
         wrong += _mismatches(method.call(), ctx, n, dtype, k)
     for _ in range(p["warmup"]):
         method.call()
-    trials, host = [], []
-    for _ in range(p["trials"]):
-        _line_up(ctx)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        began = time.perf_counter()
-        start.record()
+
+    def calls():
         for _ in range(p["iters"]):
             method.call()
-        end.record()
-        host.append((time.perf_counter() - began) * 1e6 / p["iters"])
-        end.synchronize()
-        trials.append(start.elapsed_time(end) * 1e3 / p["iters"])
+
+    trials, host = _trials(ctx, p["trials"], calls, p["iters"])
     return {"wrong": wrong, "checked": p["checks"] * n, "trial_us": trials, "host_us": host}
 
 
@@ -144,17 +138,30 @@ def _graph_step(ctx, method, n, dtype, p) -> dict:
     many, _ = _capture(method, p["graph_ops"])
     for _ in range(max(1, p["warmup"] // p["graph_ops"])):
         many.replay()
-    trials = []
-    for _ in range(p["trials"]):
-        _line_up(ctx)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+
+    def replays():
         for _ in range(p["replays"]):
             many.replay()
-        end.record()
-        end.synchronize()
-        trials.append(start.elapsed_time(end) * 1e3 / (p["replays"] * p["graph_ops"]))
+
+    trials, _ = _trials(ctx, p["trials"], replays, p["replays"] * p["graph_ops"])
     return {"wrong": wrong, "checked": p["checks"] * n, "trial_us": trials}
+
+
+def _trials(ctx, trials: int, body, calls: int) -> tuple[list[float], list[float]]:
+    """Per-call device time (CUDA events) and host enqueue time of `body`, which makes `calls`
+    all-reduces, once per trial, every rank lined up before each."""
+    device, host = [], []
+    for _ in range(trials):
+        _line_up(ctx)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        began = time.perf_counter()
+        start.record()
+        body()
+        end.record()
+        host.append((time.perf_counter() - began) * 1e6 / calls)
+        end.synchronize()
+        device.append(start.elapsed_time(end) * 1e3 / calls)
+    return device, host
 
 
 def _capture(method, calls: int):
