@@ -204,7 +204,7 @@ class SymmMem:
         return self.view
 
     def failure(self) -> str | None:
-        return None   # its kernels trap on a timeout: the worker dies and the pool reports it
+        return None   # a hang in its kernels is ended by the launcher's silence timeout
 
     def describe(self) -> str:
         import torch.distributed._symmetric_memory as symm_mem
