@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.recipes import check_share_gpu_ranks
 from ncclprobe.sizes import format_size
 
 METHODS = ("nccl", "ipc-oneshot", "ipc-twoshot", "symm-oneshot", "symm-twoshot")
@@ -55,9 +56,8 @@ class CustomAllReduceSpec:
         low = [f"--{name} {value}" for name, value in counts.items() if value < 1]
         if low or self.warmup < 0 or self.max_blocks < 0:
             raise UsageProblem(f"counts must be at least 1 (warmup and max-blocks at least 0): {', '.join(low)}")
-        if self.share_gpu and self.share_gpu < 2:
-            raise UsageProblem(f"--share-gpu needs at least 2 ranks (an all-reduce of one rank moves nothing), "
-                               f"got {self.share_gpu}")
+        if self.share_gpu:
+            check_share_gpu_ranks(self.share_gpu)
         if self.share_gpu and self.nranks:
             raise UsageProblem(f"--share-gpu {self.share_gpu} sets the number of ranks (all on GPU 0); "
                                f"drop --nranks {self.nranks}")

@@ -4,8 +4,8 @@ ranks, and hand their messages to the report. The measurements are in `custom_al
 Every worker environment keeps NVLink multicast off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1): the probe compares point-to-point
 paths, and multicast objects are not to be created on shared machines. Under --share-gpu every
-rank runs on GPU 0 with the sweep's NCCL_HOSTID recipe (NCCL refuses two ranks on one GPU
-otherwise) and torch's symmetric memory is told that ranks may share a device.
+rank runs on GPU 0 with ncclprobe's NCCL_HOSTID recipe (ncclprobe.nccl.recipes: NCCL refuses two
+ranks on one GPU otherwise) and torch's symmetric memory is told that ranks may share a device.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from dataclasses import asdict, dataclass
 
 from ncclprobe.errors import Unsupported
 from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.nccl.recipes import NO_NVLS, SHARE_GPU_RANK_ENV
 from ncclprobe.probes.custom_allreduce_plan import (CustomAllReduceSpec, all_nvlink, no_peer_access_pairs,
                                                     physical_gpus, steps, unavailable_before_launch)
 from ncclprobe.probes.custom_allreduce_report import build_document
 
 ENTRY = "ncclprobe.probes.custom_allreduce:run"
-NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+NO_MULTICAST_ENV = {**NO_NVLS, "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 SHARED_DEVICE_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
 
 
@@ -85,13 +86,12 @@ def _topology() -> tuple[list[list[str | None]] | None, list[list[bool]] | None]
 
 
 def pool_spec(spec: CustomAllReduceSpec, machine: Machine, skip: dict[str, str]) -> PoolSpec:
-    from ncclprobe.sweep.run import SHARED_GPU_RANK_ENV
     payload = {**spec.to_json(), "skip": sorted(skip), "steps": steps(spec, skip), "max_bytes": max(spec.sizes)}
     env = dict(NO_MULTICAST_ENV)
     shared = {}
     if spec.share_gpu:
         env.update(SHARED_DEVICE_ENV)
-        shared = {"rank_env": dict(SHARED_GPU_RANK_ENV), "gpu": 0}
+        shared = {"rank_env": dict(SHARE_GPU_RANK_ENV), "gpu": 0}
     return PoolSpec(nranks=machine.world, backend="nccl", entry=ENTRY, payload=payload, env=env,
                     timeout_s=spec.timeout_s, **shared)
 
