@@ -209,7 +209,8 @@ class SymmMem:
     def describe(self) -> str:
         import torch.distributed._symmetric_memory as symm_mem
         backend = getattr(symm_mem, "get_backend", lambda device: None)(self.ctx.device) or "default"
-        return f"torch.ops.symm_mem.{self.op_name} on a symmetric-memory buffer ({backend} backend), input copied in first"
+        return (f"torch.ops.symm_mem.{self.op_name} on a symmetric-memory buffer ({backend} backend), "
+                "input copied in first")
 
     def close(self) -> None:
         self.buffer = self.handle = None

@@ -50,7 +50,8 @@ def read_machine(spec: CustomAllReduceSpec) -> Machine:
     if not torch.cuda.is_available():
         raise Unsupported(f"custom-allreduce needs CUDA GPUs{mode}: torch.cuda.is_available() is False on this machine")
     if not dist.is_nccl_available():
-        raise Unsupported("custom-allreduce needs torch built with NCCL: torch.distributed.is_nccl_available() is False")
+        raise Unsupported("custom-allreduce needs torch built with NCCL: "
+                          "torch.distributed.is_nccl_available() is False")
     count = torch.cuda.device_count()
     world = spec.world_size(count)
     if not spec.share_gpu and world < 2:

@@ -33,6 +33,7 @@ class LazyProbes(click.Group):
         return load_target(PROBES.get(name))
 
 
-@click.group("probe", cls=LazyProbes, epilog=EPILOG, short_help="Focused measurements (env propagation, graph capture, custom all-reduce).")
+@click.group("probe", cls=LazyProbes, epilog=EPILOG,
+             short_help="Focused measurements (env propagation, graph capture, custom all-reduce).")
 def group():
     """Focused measurements that each answer one question about how NCCL behaves in a worker."""
