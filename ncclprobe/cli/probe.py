@@ -11,6 +11,7 @@ import click
 from ncclprobe.cli import load_target
 
 PROBES = {
+    "custom-allreduce": "ncclprobe.cli.probe_custom_allreduce:command",
     "env-propagation": "ncclprobe.cli.probe_env_propagation:command",
     "graph-capture": "ncclprobe.cli.probe_graph_capture:command",
 }
@@ -20,6 +21,7 @@ Examples:
   ncclprobe probe env-propagation
   ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start --format json
   ncclprobe probe graph-capture
+  ncclprobe probe custom-allreduce --share-gpu 2
 """
 
 
@@ -31,6 +33,7 @@ class LazyProbes(click.Group):
         return load_target(PROBES.get(name))
 
 
-@click.group("probe", cls=LazyProbes, epilog=EPILOG, short_help="Focused measurements (env propagation, graph capture).")
+@click.group("probe", cls=LazyProbes, epilog=EPILOG,
+             short_help="Focused measurements (env propagation, graph capture, custom all-reduce).")
 def group():
     """Focused measurements that each answer one question about how NCCL behaves in a worker."""
