@@ -77,6 +77,8 @@ def build(steps: Steps, tools: Path, build_dir: Path) -> tuple[Path | None, bool
     script = tools / "build-nccl-tests.sh"
     for mpi in ("1", "0"):
         out = build_dir / f"mpi{mpi}"
+        if (out / "all_reduce_perf").exists():   # built earlier (--build-dir): a build is CPU work only
+            return out / "all_reduce_perf", mpi == "1"
         if steps.run(f"build nccl-tests (MPI={mpi})", ["bash", str(script), str(out)], 300,
                      env={"MPI": mpi, "TARGETS": "all_reduce_perf"}):
             return out / "all_reduce_perf", mpi == "1"
@@ -230,11 +232,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("tools", type=Path, help="folder with build-nccl-tests.sh and nccl-tests/")
     parser.add_argument("out", type=Path, help="output folder (created)")
+    parser.add_argument("--build-dir", type=Path, help="where nccl-tests is (or gets) built [OUT/build]; a "
+                        "binary already there is reused, so the build can run earlier, beside GPU work")
+    parser.add_argument("--build-only", action="store_true", help="build nccl-tests and stop")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     steps = Steps(args.out)
     began = time.monotonic()
-    binary, mpi = build(steps, args.tools.resolve(), args.out / "build")
+    binary, mpi = build(steps, args.tools.resolve(), (args.build_dir or args.out / "build").resolve())
+    if args.build_only:
+        print(f"built: {binary} (MPI: {mpi})" if binary else "build FAILED", file=sys.stderr)
+        return 0 if binary else 1
     tests = nccl_tests(steps, binary, mpi, args.out) if binary else {}
     try:
         import cupy  # noqa: F401

@@ -5,6 +5,7 @@
 #        attention steps steps-compile engine-eager draft autotune pytest-engine hf overhead kimi engine-8b (engine speed, issues 5 and 6)
 #        overhead-parts engine-small gemv blas pdl cdt pytest-compiled synthetic (third round of issue 6)
 #        splitkv attention-splitkv attention-16k chain16 chain-small steps-8b pytest-prefill (fourth round of issue 6)
+#        stash-a build-tests pcie profiles pytest-new smol agreement custom-ar lint (issues 15-22; see below)
 # Each step has its own time limit so one failure does not cost the others; everything is logged
 # to $OUT/log.txt. NVLink multicast stays off in every environment started here.
 set -u
@@ -73,4 +74,21 @@ step chain-small 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT
 step chain-small 200 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT2" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained-272.json"
 step steps-8b 200 python3 examples/engine_bench.py steps --preset llama3-8b --verify-tokens 4 --compile
 step pytest-prefill 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py
+# Issues 15-22 (2026-12-01). The device returns at most 8 files from $OUT, so these steps write under $W and
+# `pack` tars each step's folder into $OUT. The gguf wheel and the nccl-tests source travel as carried folders
+# (.whl, .devtools/tools); the 98 MB SmolLM2 file travels in two parts in two calls (.smol1, .smol2) and
+# is reassembled in /tmp/smol, which lives as long as the machine stays warm between the calls.
+W=/tmp/ncclprobe-gpu-work; mkdir -p "$W"
+[[ $STEPS == *" smol "* || $STEPS == *" profiles "* ]] && python3 -m pip install -q --no-deps --no-index .whl/gguf-*.whl >>"$LOG" 2>&1
+step stash-a 30 sh -c "mkdir -p /tmp/smol && cp .smol1/part_aa /tmp/smol/"
+[[ $STEPS == *" build-tests "* ]] && { python3 examples/agreement_nccl_tests.py .devtools/tools "$W/build-log" --build-dir /tmp/nt --build-only >>"$LOG" 2>&1 & }
+step pcie 150 python3 examples/pcie_check_gpu.py "$W/pcie"
+step profiles 360 python3 examples/record_profiles.py "$W/profiles"
+step pytest-new 300 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 150 tests/test_profile_gpu.py tests/test_pcie_gpu.py tests/test_custom_allreduce.py tests/test_sweep_gpu.py tests/test_diagnose_gpu.py
+step smol 560 sh -c "cat /tmp/smol/part_aa .smol2/part_ab > /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf && md5sum /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf && python3 examples/smollm_bench.py /tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf $W/smol --deadline-s ${SMOL_DEADLINE:-500}"
+step agreement 400 python3 examples/agreement_nccl_tests.py .devtools/tools "$W/agreement" --build-dir /tmp/nt
+step custom-ar 200 python3 examples/custom_allreduce_gpu.py "$W/custom-ar" --dtype ${CAR_DTYPES:-bfloat16,float32}
+step lint 90 sh -c "mkdir -p $W/lint; NCCL_PROTO=^LL ncclprobe knobs --lint --format json > $W/lint/lint.json; echo lint rc=\$?; ncclprobe -q sweep --share-gpu 2 --proto default,LL128 --algo default --sizes 64K --mode eager --output $W/lint/ll128.jsonl; echo ll128 rc=\$?; ncclprobe run-engine --preset tiny --new-tokens 4 --env NCCL_PROTO=LL129; echo ll129 rc=\$?"
+wait
+for d in "$W"/*/; do [ -d "$d" ] && tar czf "$OUT/$(basename "$d").tgz" --exclude='*.safetensors' -C "$W" "$(basename "$d")" && rm -rf "$d"; done
 exit 0
