@@ -86,6 +86,12 @@ def input_values(index, rank: int, op: str):
     return (index + rank) % PATTERN + 1
 
 
+def crafted_input(count: int, rank: int, dtype, device):
+    """Rank `rank`'s exact sum input of `count` elements in `dtype` (probes outside the sweep use it)."""
+    import torch
+    return input_values(torch.arange(count, device=device, dtype=torch.int64), rank, "sum").to(dtype)
+
+
 def reduce_values(index, nranks: int, op: str):
     """The exact reduction over every rank's input at `index`, as int64 (float64 for avg)."""
     import torch
