@@ -200,7 +200,8 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
             tiny = (lambda: b.rt.peer_copy(one_dst, one_src, 4, streams[i])) if b.rt else (lambda: one_dst.copy_(one_src))
             grids[mode + "_lat"][r][c] = b.latency(streams[i], tiny)
             if i < j or self_pair:
-                back_src, back_dst = bufs[j][0], bufs[i][1]
+                # one GPU (self_pair): the way back needs its own target, or it would be the way there's
+                back_src, back_dst = bufs[j][0], bufs[i][1] if i != j else t.empty_like(bufs[i][1])
                 def both():
                     for _ in range(b.repeat):
                         b.rt.peer_copy(dst, src, b.nbytes, streams[i]) if b.rt else dst.copy_(src)

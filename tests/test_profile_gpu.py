@@ -29,8 +29,9 @@ def test_profiled_seed_case_names_the_eager_verify(tmp_path):
     assert (result.top.rule, result.top.evidence["phase"]) == ("eager-phase", "verify")
     assert result.top.cost_ms_per_step > 0
     assert any(r.rule == "nccl-settings" for r in result.ruled_out)
-    replayed = [c for c in ev.baseline[0].collectives if c.graph]
-    assert replayed and all(c.size_bytes is None for c in replayed)        # the capture is not profiled
+    # one-rank NCCL moves nothing and launches no kernel (seen on the H200, NCCL 2.28.9): the profile
+    # holds only the host's nccl:all_reduce calls, so no collective kernel may be reported
+    assert not ev.baseline[0].collectives and not ev.runs[0].collectives
 
 
 def test_profiled_graphs_all_rules_the_eager_phase_out(tmp_path):

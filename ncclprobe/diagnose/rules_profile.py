@@ -80,7 +80,10 @@ def _graphed_reference(ev, run, phase):
 
 def _eager_launch_finding(ev, run, phase, ref, where) -> Finding:
     cost = phase.idle_ms or 0.0
-    share = cost / phase.median_ms if phase.median_ms else None
+    # weigh the gaps against the whole run, not the step: a short eager step (accept, a few tiny
+    # kernels) beside graph-replayed ones costs a sliver of the run however idle it is itself
+    total = sum(p.median_ms * p.count for p in run.phases.values() if p.median_ms and p.count)
+    share = cost * phase.count / total if total else None
     launches = phase.launches.get("kernel", 0)
     return Finding(
         rule="eager-launches", severity=severity_for_share(share), confidence="high",
@@ -95,7 +98,7 @@ def _eager_launch_finding(ev, run, phase, ref, where) -> Finding:
                   "gpu_idle_ms": phase.idle_ms, "kernel_launches_per_step": launches,
                   "graph_share": phase.graph_share, "reference_phase": ref.name,
                   "reference_median_ms": ref.median_ms, "reference_graph_share": ref.graph_share,
-                  "cost_ms_per_step": round(cost, 4)},
+                  "cost_ms_per_step": round(cost, 4), "share_of_run_time": None if share is None else round(share, 4)},
         cost_ms_per_step=cost, next_command=graphs_command(ev, phase.name))
 
 
