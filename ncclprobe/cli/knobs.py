@@ -7,6 +7,7 @@ import os
 import click
 
 from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.types import NonEmpty, Version
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, explain
 from ncclprobe.nccl.lint import lint_env
@@ -30,11 +31,11 @@ Examples:
 
 
 @click.command(epilog=EPILOG, short_help="Explain NCCL variables; lint this environment.")
-@click.argument("variable", required=False)
+@click.argument("variable", required=False, type=NonEmpty())
 @click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
 @click.option("--topo", "topo_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="For --lint: the GPUs' topology (saved `nvidia-smi topo -m`)  [default: this machine's].")
-@click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
+@click.option("--nccl-version", type=Version(), help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
 @click.option("--collect-env", "collect_env", type=click.Path(dir_okay=False),
               help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
                    "`python -m sglang.check_env` output instead of this environment.")

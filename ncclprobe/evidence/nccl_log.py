@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.numbers import is_digits
 
 # NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
 ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -139,7 +140,7 @@ def proto_name(token: str) -> str:
 
 
 def _code_name(token: str, names: tuple[str, ...], kind: str) -> str:
-    if token.isdigit():
+    if is_digits(token):
         index = int(token)
         return names[index] if index < len(names) else f"{kind}_{index}"
     return _CANONICAL.get(token.replace("_", "").lower(), token.upper())

@@ -27,6 +27,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
+from ncclprobe.numbers import is_digits
 
 PARAMS = re.compile(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
                     r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
@@ -205,7 +206,7 @@ def _exported(run, m):
 def data_row(tokens: list[str], columns: Columns) -> Row | None:
     lead = 5 if columns.root else 4
     per = 8 if columns.per_iter else 4
-    if len(tokens) < lead + 2 * per or not tokens[0].isdigit() or not tokens[1].isdigit():
+    if len(tokens) < lead + 2 * per or not is_digits(tokens[0]) or not is_digits(tokens[1]):
         return None
     cells = tokens[lead:lead + 2 * per]
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
@@ -216,7 +217,7 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     missing = [all(c == "N/A" for c in cells_[:4]) for cells_ in placements]   # ncclprobe export: not measured
     if all(missing) or any(c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]):
         return None
-    root = int(tokens[4]) if columns.root and re.match(r"^-?\d+$", tokens[4]) else None
+    root = int(tokens[4]) if columns.root and is_digits(tokens[4].removeprefix("-")) else None
     size = int(tokens[0])
     oop, ip = (None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing))
     return Row(size, int(tokens[1]), tokens[2], tokens[3], root, oop, ip)
