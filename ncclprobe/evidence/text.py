@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ncclprobe.errors import UsageProblem
+from ncclprobe.validate import read_text
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _MPIRUN_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
@@ -31,12 +31,6 @@ def clean_line(line: str) -> str:
 
 
 def read_text_file(path: str | Path, what: str) -> str:
-    """Read a user's evidence file; unreadable or binary files are a UsageProblem naming the file."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageProblem(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from exc
-    if b"\x00" in data[:65536]:
-        raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
-    return data.decode("utf-8", errors="replace")
+    """Read a user's evidence file (UTF-8, or UTF-16/32 as Windows tools write it); unreadable,
+    binary or oversized files are a UsageProblem naming the file (`ncclprobe.validate`)."""
+    return read_text(path, what)
