@@ -22,7 +22,7 @@ log = logging.getLogger("ncclprobe.tempdirs")
 
 OWNER = ".owner"
 PREFIXES = ("ncclprobe-pool-", "ncclprobe-sweep-", "ncclprobe-engine-nccl-", "ncclprobe-envprop-",
-            "ncclprobe-graph-capture-")
+            "ncclprobe-graph-capture-", "ncclprobe-tuned-")
 
 
 def make(prefix: str) -> Path:

@@ -136,6 +136,17 @@ class Where:
         return value
 
 
+    def list_of(self, doc: dict, name: str, kind: str, *, required: bool = True, min: float | None = None,
+                max: float | None = None) -> list | None:
+        """`doc[name]` as a list whose every item is `kind` (null or absent allowed unless `required`)."""
+        items = self.field(doc, name, "list", required=required, nullable=not required)
+        for index, item in enumerate(items or []):
+            problem = _check(item, kind, min, max, None)
+            if problem:
+                raise self.fail(f'field "{name}"[{index}] must be {problem}, got {_shown(item)}')
+        return items
+
+
 def _check(value, kind: str, low, high, choices) -> str | None:
     """What `value` should have been, or None when it is fine."""
     if kind == "str":
