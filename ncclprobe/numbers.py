@@ -30,6 +30,12 @@ _VERSION = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?:[+~-][0-
 _VERSION_PREFIX = re.compile(r"\s*([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?![0-9])")
 
 
+def ascii_re(pattern: str) -> re.Pattern:
+    """A regular expression over ASCII only, as every evidence reader compiles its patterns: `\\d`
+    would also match other scripts' digits (which `int()` reads) and `\\w` letters of any script."""
+    return re.compile(pattern, re.ASCII)
+
+
 def is_digits(text: str) -> bool:
     """True for a non-empty run of ASCII digits (at most 19): what `str.isdigit()` is wrongly used for."""
     return isinstance(text, str) and _DIGITS.fullmatch(text) is not None
