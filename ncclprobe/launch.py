@@ -16,7 +16,8 @@ Messages: each rank appends JSON lines to its own file in the run directory, flu
 the launcher tails them. A message from any rank resets the silence watchdog, so `timeout_s` is
 the longest a pool may go without progress, not a budget for the whole pool. The same bound holds
 from the start, before the first message: a worker that hangs while starting is killed after
-`timeout_s` like any other.
+`timeout_s` like any other. Before that first message, progress is also CPU time a rank spends
+(an interpreter importing torch on a busy machine is slow, not hung; a hung start spends none).
 
 Faults are attributed to the rank that caused them: every rank's exit status is read before one is
 blamed, and a rank killed by a signal, or the first to exit, is named before the peers that merely
@@ -162,6 +163,7 @@ def _watch(spec, procs, run_dir, on_message):
     last_progress = time.monotonic()
     failed_at = None
     exited_at: dict[int, float] = {}
+    cpu_seen = 0.0
     while True:
         for rank, reader in readers.items():
             for line in reader.new_lines():
@@ -184,11 +186,28 @@ def _watch(spec, procs, run_dir, on_message):
             if all(code is not None for code in codes.values()) or now - failed_at > KILL_GRACE_S:
                 _drain(readers, messages, on_message)
                 return "error", failure_reason(bad, exited_at, run_dir), messages
+        if not messages:
+            cpu = _cpu_seconds(procs)
+            if cpu > cpu_seen + 0.02:   # starting, not hung (more than clock-tick noise)
+                cpu_seen, last_progress = cpu, now
         if now - last_progress > spec.timeout_s:
             _drain(readers, messages, on_message)
             started = "before any rank started" if not messages else "from any rank"
             return "hang", f"no progress {started} for {spec.timeout_s:g} s; pool killed", messages
         time.sleep(POLL_S)
+
+
+def _cpu_seconds(procs) -> float:
+    """CPU time the ranks have spent so far (user + system), 0 for ranks already gone."""
+    import psutil
+    total = 0.0
+    for proc in procs.values():
+        try:
+            times = psutil.Process(proc.pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
 
 
 def failure_reason(bad: dict[int, int], exited_at: dict[int, float], run_dir: Path) -> str:

@@ -105,6 +105,7 @@ class LazyGroup(click.Group):
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
         interrupts.install()
+        interrupts.set_hint(None)
         try:
             rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
         except _Interrupted as exc:
