@@ -94,7 +94,11 @@ class ResultWriter:
                 self.path.unlink()   # the user asked to replace it; everything was validated before
             self._fh = self._open(lambda: open(self.path, "x", encoding="utf-8"))  # never overwrite otherwise
             self._created = True
-        self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
+        try:
+            self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
+        except BaseException:   # no `with` owns this writer yet: clean up here
+            self.close(failed=True)
+            raise
 
     def _open(self, opener):
         try:
@@ -127,8 +131,19 @@ class ResultWriter:
                 self._temp.unlink(missing_ok=True)
             else:
                 commit_file(self._temp, self.path, self.force, "results file")
-        elif failed and self._created and self.configs_written == 0:
+        elif failed and self._created and not self._holds_a_configuration():
             self.path.unlink(missing_ok=True)
+
+    def _holds_a_configuration(self) -> bool:
+        """Whether the journal recorded a configuration. The file decides, not the counter: an
+        interrupt can land after a record reached the disk and before the counter moved."""
+        if self.configs_written:
+            return True
+        try:
+            lines = self.path.read_bytes().splitlines()
+        except OSError:
+            return False
+        return any(line.startswith(b'{"record": "config"') and line.endswith(b"}") for line in lines[1:])
 
     def __enter__(self) -> "ResultWriter":
         return self
