@@ -173,7 +173,7 @@ def read_results(path: str | Path) -> ResultsFile:
     """Read and validate a results file: its header, then every record against the schema above
     (`validate_record`). Anything wrong is a UsageProblem naming the file, the line and the field."""
     path = Path(path)
-    text = decode_text(read_bytes(path, "results file", limit=RESULTS_LIMIT), path, "results file")
+    text = decode_text(read_bytes(path, "results file", limit=RESULTS_LIMIT, text=True), path, "results file")
     records = list(_parse_lines(text.splitlines(), path))
     if not records or records[0][1].get("record") != "header":
         raise UsageProblem(f"{str(path)!r} is not an ncclprobe results file (no header record on its first line)")

@@ -26,6 +26,7 @@ other text that may quote a user's values (log lines, error messages).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 MASK = "<masked>"
@@ -69,8 +70,11 @@ _RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
 _ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
 _PAIR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-]*", re.ASCII)
 _SPACES = re.compile(r"(\s+)")
+_SPECIAL = re.compile(r"[:=@]")
+_HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)   # an HTTP header's name
 
 
+@lru_cache(maxsize=4096)
 def is_harmless_name(name: str) -> bool:
     """Whether a variable's value may be shown: a known family that holds no credentials, and a
     name without credential words."""
@@ -103,11 +107,18 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def mask_text(text: str) -> str:
     """Free text with every secret-shaped part replaced by MASK; the rest is kept as it was."""
+    return _mask_words(text)[0]
+
+
+def _mask_words(text: str, hide: int = 0) -> tuple[str, int]:
+    """`mask_text`, starting with `hide` words to hide; also returns how many words the next text
+    must hide (an auth header or scheme at the end: `Authorization:`, `Bearer`)."""
     if not text:
-        return text
+        return text, hide
+    if not hide and len(text) < 15 and not _SPECIAL.search(text) and text not in _AUTH_SCHEMES:
+        return text, 0
     text = _mask_pem(text)
     parts = _SPACES.split(text)
-    hide = 0            # words still to hide after an auth header or scheme
     for index in range(0, len(parts), 2):
         word = parts[index]
         if not word:
@@ -118,14 +129,19 @@ def mask_text(text: str) -> str:
                 hide = 1
             continue
         parts[index], hide = _mask_word(word)
-    return "".join(parts)
+    return "".join(parts), hide
 
 
 def mask_argv(argv: Iterable[str]) -> list[str]:
     """A command line safe to print: credential flags' values hidden, every word masked by shape."""
     out: list[str] = []
     pending = None      # the flag whose value the next word is
+    hide = 0            # words an auth scheme or header in the previous word left to hide
     for word in argv:
+        if hide:
+            masked, hide = _mask_words(word, hide)
+            out.append(masked)
+            continue
         if pending is not None:
             out.append(_flag_value(pending, word))
             chained = word in ("-", "") or (word.startswith("-") and _takes_credential(word.split("=", 1)[0]))
@@ -145,12 +161,14 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
         if env and env.group(1).upper() == env.group(1):   # `env HF_TOKEN=x cmd`, `NCCL_PROTO=LL`
             out.append(f"{env.group(1)}={mask_env_value(env.group(1), env.group(2))}")
         else:
-            out.append(mask_text(word))
+            masked, hide = _mask_words(word)
+            out.append(masked)
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=4096)
 def _takes_credential(flag: str) -> bool:
     if flag in _SHORT_VALUE_FLAGS or flag in _HEADER_FLAGS or flag in _USER_FLAGS:
         return True
@@ -177,11 +195,13 @@ def _mask_word(word: str) -> tuple[str, int]:
     header or scheme whose credential comes next)."""
     if word in _AUTH_SCHEMES:
         return word, 1
+    if len(word) < 15 and not _SPECIAL.search(word):   # too short for any token shape, no structure
+        return word, 0
     head, sep, rest = word.partition(":")
-    if sep and not rest and any(w in head.lower() for w in _AUTH_HEADER_WORDS):
+    header = sep and _HEADER_NAME.fullmatch(head) and any(w in head.lower() for w in _AUTH_HEADER_WORDS)
+    if header and not rest:
         return word, 1                                   # `Authorization:` then its value
-    if sep and rest and "//" not in rest[:2] and any(w in head.lower() for w in _AUTH_HEADER_WORDS) \
-            and "=" not in head:
+    if header and not rest.startswith("//"):
         return f"{head}:{MASK}", 0                       # `Authorization:Bearer_x`, `X-Api-Key:abc`
     scheme_last = re.split(r"[=:]", word)[-1] in _AUTH_SCHEMES   # `...=Bearer` then the token
     word = _mask_userinfo(word)

@@ -35,10 +35,12 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
          (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
-def read_bytes(path: str | Path, what: str, *, limit: int = DEFAULT_LIMIT) -> bytes:
+def read_bytes(path: str | Path, what: str, *, limit: int | None = None, text: bool = False) -> bytes:
     """The file's bytes, at most `limit`: a larger file, or an endless one (a device, a pipe), is
-    refused with its name and the limit rather than read until memory runs out."""
+    refused with its name and the limit rather than read until memory runs out. With `text`, a
+    start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
     path = Path(path)
+    limit = DEFAULT_LIMIT if limit is None else limit
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -46,7 +48,11 @@ def read_bytes(path: str | Path, what: str, *, limit: int = DEFAULT_LIMIT) -> by
                 raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file")
             if stat.S_ISREG(info.st_mode) and info.st_size > limit:
                 raise UsageProblem(_too_large(path, what, limit))
-            data = handle.read(limit + 1)
+            data = handle.read(min(limit + 1, 65536))
+            if text and _binary(data):
+                raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
+            if len(data) == 65536:
+                data += handle.read(limit + 1 - len(data))
     except IsADirectoryError:
         raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file") from None
     except OSError as exc:
@@ -70,8 +76,14 @@ def decode_text(data: bytes, path: str | Path, what: str, *, errors: str = "repl
     return _decode(data, "utf-8", path, what, errors)
 
 
-def read_text(path: str | Path, what: str, *, limit: int = DEFAULT_LIMIT, errors: str = "replace") -> str:
-    return decode_text(read_bytes(path, what, limit=limit), path, what, errors=errors)
+def read_text(path: str | Path, what: str, *, limit: int | None = None, errors: str = "replace") -> str:
+    return decode_text(read_bytes(path, what, limit=limit, text=True), path, what, errors=errors)
+
+
+def _binary(start: bytes) -> bool:
+    """Zero bytes in a pattern no text encoding makes (UTF-16/32 put them in every other byte)."""
+    return (b"\x00" in start and not any(start.startswith(bom) for bom, _ in _BOMS)
+            and _bomless_utf16(start) is None)
 
 
 def loads_json(text: str, label: str):

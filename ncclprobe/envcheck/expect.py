@@ -105,6 +105,7 @@ def _masked(text: str, settings: Mapping[str, str]) -> str:
     """Lint messages quote the values they judge (only `settings`); none may carry a secret."""
     for name, value in settings.items():
         shown = display_value(name, value)
-        if value and shown != value and value in text:
-            text = text.replace(value, shown)
+        if value and shown != value:
+            for form in (value, repr(value)[1:-1]):   # as written, and as `{value!r}` quotes it
+                text = text.replace(form, shown)
     return mask_text(text)
