@@ -115,11 +115,11 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
     from torch.distributed import TCPStore  # the parent hosts the rendezvous store
 
     run_dir = tempdirs.make("ncclprobe-pool-")
-    (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
-    store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
-    started = time.monotonic()
     procs: dict[int, subprocess.Popen] = {}
-    try:
+    try:   # from here on, whatever happens (Ctrl-C during the store's start too), the run dir goes
+        (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
+        store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
+        started = time.monotonic()
         try:  # filled rank by rank: ranks already started are killed even when a later start fails
             for rank in range(spec.nranks):
                 procs[rank] = _start(spec, rank, run_dir, store.port)

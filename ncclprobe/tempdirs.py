@@ -22,7 +22,7 @@ log = logging.getLogger("ncclprobe.tempdirs")
 
 OWNER = ".owner"
 PREFIXES = ("ncclprobe-pool-", "ncclprobe-sweep-", "ncclprobe-engine-nccl-", "ncclprobe-envprop-",
-            "ncclprobe-graph-capture-", "ncclprobe-tuned-")
+            "ncclprobe-graph-capture-", "ncclprobe-tuned-", "ncclprobe-dump-")
 
 
 def make(prefix: str) -> Path:
@@ -30,7 +30,11 @@ def make(prefix: str) -> Path:
     after removing those whose owner died. The caller removes it (or use `owned`)."""
     reap_stale()
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    (path / OWNER).write_text(_stamp(os.getpid()) or str(os.getpid()), encoding="utf-8")
+    try:
+        (path / OWNER).write_text(_stamp(os.getpid()) or str(os.getpid()), encoding="utf-8")
+    except BaseException:   # an interrupt between the two: no unstamped directory stays behind
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 

@@ -61,7 +61,7 @@ def test_every_number_option_refuses_every_bad_number(path, option):
 @pytest.mark.parametrize("args, needle", [
     (["topo", "--from", "x", "--nccl-version", "banana"], "not a version"),
     (["knobs", ""], "is empty"),
-    (["knobs", "--nccl-version", "2.28.9"], "add --lint"),
+    (["knobs", "--nccl-version", "2.28.9"], "go with --lint"),
     (["env-check", "--pid", "1", "--count", "3"], "--count is the number of --watch checks"),
     (["env-check", "--pid", "1", "--watch", "nan"], "not a finite"),
     (["sweep", "--collect", ".", "--resume", "x.jsonl"], "cannot be combined"),
@@ -102,7 +102,7 @@ def test_file_readers_read_ascii_numbers_only(tmp_path):
     there either (skipped or reported), never a crash."""
     from ncclprobe.evidence.nccl_log import parse_nccl_log
     from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-    from ncclprobe.lint import lint_env
+    from ncclprobe.nccl.lint import lint_env
     log = parse_nccl_log("h:1:2 [0] NCCL INFO AllReduce: ² Bytes -> Algo ² proto ²\n"
                          "h:1:2 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to ²\n"
                          "h:１:2 [0] NCCL INFO NCCL_PROTO set by environment to LL\n")

@@ -19,6 +19,10 @@ from ncclprobe.evidence.nccl_tests import parse_nccl_tests
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.evidence.topo import parse_topo
 from ncclprobe.launch import error_summary
+from ncclprobe.pcie.collect_env import parse_collect_env
+from ncclprobe.pcie.lspci import parse_lspci
+from ncclprobe.pcie.nvbandwidth import parse_nvbandwidth
+from ncclprobe.pcie.p2p_test_output import parse_p2p_test
 from ncclprobe.records import _parse_lines
 from ncclprobe.secrets import mask_argv, mask_env_value, mask_text
 
@@ -44,9 +48,14 @@ PARSERS = {
     "mask_env_value": lambda t: mask_env_value("NCCL_SOCKET_IFNAME", t),
     "error_summary": error_summary,
     "results lines": _quiet(lambda t: list(_parse_lines([t, t], "x.jsonl"))),
+    "p2pBandwidthLatencyTest": _quiet(parse_p2p_test),
+    "nvbandwidth": _quiet(parse_nvbandwidth),
+    "collect-env": _quiet(parse_collect_env),
+    "lspci": _quiet(parse_lspci),
 }
 SHAPES = ["a", "a:", "[", "x:1:", "h:1:1 [0] ", "h:1:1 [0] NCCL INFO ", "h:1:1 [0] NCCL INFO a:1 ", "eyJ", "://a:",
-          "a=b;", "# ", "#  size  count ", "1 ", "NCCL_X=", "Bearer ", "-----BEGIN", "{\"a\": ", "aB3+/"]
+          "a=b;", "# ", "#  size  count ", "1 ", "NCCL_X=", "Bearer ", "-----BEGIN", "{\"a\": ", "aB3+/",
+          "Speed 8GT/s ", "Running a_ce.", "   D\\D  ", "Device: 0, "]
 
 
 def _best(parse, text, repeats=3) -> float:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -130,3 +131,15 @@ def test_nccl_logs_print_no_planted_secret_on_read_or_import(tmp_path):
                                      *(["--output", str(out)] if fmt == "json" else [])])
         assert result.exit_code == 0 and _leaks(result.stdout + result.stderr) == [], result.output
     assert _leaks(out.read_text()) == []
+
+
+def test_a_collect_env_environment_is_masked_on_import_and_lint(tmp_path):
+    """`vllm collect-env` prints the shell's environment: its values go through the same masks."""
+    fixture = Path(__file__).parent / "fixtures" / "collect_env" / "vllm_0.6.3_collect_env_8x_h100_nv18_indented_dstack.txt"
+    planted = tmp_path / "collect_env.txt"
+    planted.write_text(fixture.read_text() + f"    HF_TOKEN={S['hf']}\n    NCCL_SOCKET_IFNAME=https://u:{S['nccl']}@p\n")
+    runner = CliRunner()
+    for args in (["import", str(planted), "--format", "json"], ["knobs", "--lint", "--collect-env", str(planted),
+                                                                  "--format", "json"]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code in (0, 1) and _leaks(result.stdout + result.stderr) == [], result.output

@@ -61,7 +61,7 @@ def command(file, output, collective, labels, force, fmt):
                             labels=[parse_labels(text) for text in labels])
     imported = import_text(read_text_file(file, "input"), options)
     if output and imported.write is not None:
-        log.warning("wrote %d records to %s", imported.write(output), output)
+        log.warning("wrote %d records to %s", imported.write(output, force), output)
         output = None
     paths = output_paths(output, len(imported.record_sets)) if output else []
     for path in paths:   # every name is checked before anything is written
