@@ -34,28 +34,28 @@ PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 # `]`): without that look-behind the engine tries the pattern from every character of a long run
 # without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
 _PREFIX = ascii_re(r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
-                     r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
+                   r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
 _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
 _COMM_INIT = ascii_re(r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
-                        r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
-                        r".* - Init (?P<phase>START|COMPLETE)")
+                      r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+                      r".* - Init (?P<phase>START|COMPLETE)")
 _COMM_SHAPE = ascii_re(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-                         r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
+                       r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
 _CONNECTION = ascii_re(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
-                         r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
+                       r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
 _RING = ascii_re(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
 _TREES = ascii_re(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
 _TUNING = ascii_re(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-                     r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
+                   r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
 _SYMMETRIC = ascii_re(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
 _CALL = ascii_re(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)")
 _CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
 _CHANNEL_COUNTS = ascii_re(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
-                             r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
+                           r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
 _TUNER = ascii_re(r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
-                    r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
+                  r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
 _MATRIX_START = ascii_re(r"^Enabled NCCL Func/Proto/Algo Matrix:")
 _MATRIX_ROW = ascii_re(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")
 

@@ -31,16 +31,16 @@ from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
 
 PARAMS = ascii_re(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-                    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-                    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
+                  r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
+                  r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
 RANK = ascii_re(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-                  r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
+                r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
 COLUMNS = ascii_re(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw\s+busbw"
-                     r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
+                   r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
 FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
 FOOTER_AVG = ascii_re(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
-                        r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
+                      r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
 TESTS_VERSION = ascii_re(r"^#\s*nccl-tests version (?P<v>\S+)")
 STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
 CONCLUDED = ascii_re(r"^#\s*Collective test concluded")

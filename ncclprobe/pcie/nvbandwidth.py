@@ -25,7 +25,7 @@ from ncclprobe.pcie.matrix import Matrix
 
 _RUNNING = ascii_re(r"^Running (?P<name>\w+)\.\s*$")
 _DESCRIPTION = ascii_re(r"^(?:memcpy|memory latency) (?P<engine>CE|SM) (?P<a>CPU|GPU)\(row\) (?P<arrow><->|->|<-) "
-                          r"(?P<b>CPU|GPU)\(column\)(?: bandwidth)? \((?P<unit>GB/s|ns)\)\s*$")
+                        r"(?P<b>CPU|GPU)\(column\)(?: bandwidth)? \((?P<unit>GB/s|ns)\)\s*$")
 _NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 
 

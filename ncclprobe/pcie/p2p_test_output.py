@@ -27,10 +27,10 @@ from ncclprobe.pcie.matrix import Matrix, gpu_labels
 
 BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
 _DEVICE = ascii_re(r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
-                     r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$")
+                   r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$")
 _ACCESS = ascii_re(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)\s*$")
 _TITLE = ascii_re(r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
-                    r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
+                  r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
 _HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
 _NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 EXPECTED = ("Unidirectional P2P=Disabled Bandwidth", "Unidirectional P2P=Enabled Bandwidth",
