@@ -66,6 +66,7 @@ def test_every_number_option_refuses_every_bad_number(path, option):
     (["env-check", "--pid", "1", "--watch", "nan"], "not a finite"),
     (["sweep", "--collect", ".", "--resume", "x.jsonl"], "cannot be combined"),
     (["sweep", "--resume", "x.jsonl", "--force"], "drop --force"),
+    (["sweep", "--torchrun-dir", "p", "--nranks", "2", "--backend", "gloo", "--output", "x"], "the later --collect"),
     (["sweep", "--sizes", "1K..64K:²"], "step factor"),
     (["sweep", "--sizes", "9" * 5000], "bad size"),
     (["sweep", "--p2p-level", "²"], "not a P2P level"),

@@ -143,7 +143,7 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
     explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
     if torchrun_dir:
-        _plan_torchrun(ctx, torchrun_dir, options)
+        _plan_torchrun(ctx, torchrun_dir, options, bool(output or force))
         return
     if collect:
         job = session.collect_job(collect, output, force)
@@ -183,9 +183,6 @@ def _refuse_contradictions(resume, collect, torchrun_dir, output, force, explici
     if collect and explicit:
         raise UsageProblem(f"--collect reads the settings the plan in {collect!r} recorded; drop "
                            f"--{explicit[0].replace('_', '-')}")
-    if torchrun_dir and (output or force):
-        raise UsageProblem("--torchrun-dir writes a plan, not results; --output and --force belong to the "
-                           "later --collect")
 
 
 def resume_hint(path) -> str | None:
@@ -200,11 +197,14 @@ def resume_hint(path) -> str | None:
             if configs else None)
 
 
-def _plan_torchrun(ctx, directory: str, options: dict) -> None:
+def _plan_torchrun(ctx, directory: str, options: dict, output_given: bool) -> None:
     from ncclprobe.sweep import session
     if not options["nranks"]:
         raise UsageProblem("--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)")
     spec, skipped = session.spec_from_options(_spec_options(options), local=False)
+    if output_given:   # after the grid's own checks, which say more
+        raise UsageProblem("--torchrun-dir writes a plan, not results; --output and --force belong to the "
+                           "later --collect")
     for line in session.plan_torchrun(spec, skipped, directory, sys.argv):
         click.echo(line)
     click.echo(f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "

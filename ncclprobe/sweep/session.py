@@ -182,11 +182,11 @@ def run_job(job: Job, progress=None) -> ResultsFile:
     job.path.parent.mkdir(parents=True, exist_ok=True)   # ./runs/ by default; everything was checked
     with ResultWriter(job.path, job.header, resume=job.header is None, force=job.force,
                       atomic=job.collect_dir is not None) as writer:
-        if job.collect_dir is not None:
+        if job.collect_dir is not None:   # written beside the path, renamed into place on closing
             from ncclprobe.sweep.torchrun import collect
             collect(job.collect_dir, writer)
-            return read_results(job.path)
-        run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
+        else:
+            run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
     return read_results(job.path)
 
 
