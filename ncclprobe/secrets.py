@@ -132,6 +132,18 @@ def _mask_words(text: str, hide: int = 0) -> tuple[str, int]:
     return "".join(parts), hide
 
 
+def mask_shapes(text: str) -> str:
+    """Only what is a secret whatever surrounds it: URL userinfo, token formats, JWTs and PEM blocks.
+    The last line of defence for messages that quote a user's input (an error line), where the
+    looser rules (key=value, headers) would garble the message itself."""
+    if not text or not (_SPECIAL.search(text) or "-----BEGIN" in text or len(text) >= 15):
+        return text
+    parts = _SPACES.split(_mask_pem(text))
+    for index in range(0, len(parts), 2):
+        parts[index] = _TOKEN_SHAPES.sub(MASK, _mask_userinfo(parts[index]))
+    return "".join(parts)
+
+
 def mask_argv(argv: Iterable[str]) -> list[str]:
     """A command line safe to print: credential flags' values hidden, every word masked by shape."""
     out: list[str] = []

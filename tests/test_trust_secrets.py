@@ -143,3 +143,11 @@ def test_a_collect_env_environment_is_masked_on_import_and_lint(tmp_path):
                                                                   "--format", "json"]):
         result = runner.invoke(cli, args)
         assert result.exit_code in (0, 1) and _leaks(result.stdout + result.stderr) == [], result.output
+
+
+def test_an_error_line_that_quotes_the_input_masks_what_it_quotes(tmp_path):
+    for value in (f"https://u:{S['dburl']}@h", S["hf"]):    # an invalid NCCL_PROTO: the error quotes it
+        result = CliRunner().invoke(cli, ["sweep", "--proto", value, "--output", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 2 and _leaks(result.stdout + result.stderr) == [], result.output
+    result = CliRunner().invoke(cli, ["run-engine", "--env", "NOEQUALS"])
+    assert result.exit_code == 2 and "KEY=VALUE" in result.stderr          # a message stays readable

@@ -184,7 +184,9 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def _one_line_error(message: str) -> None:
-    text = " ".join(str(message).split())
+    """The one line of every error; a secret the message quotes (a URL password, a token) is masked."""
+    from ncclprobe.secrets import mask_shapes
+    text = mask_shapes(" ".join(str(message).split()))
     click.echo(f"ncclprobe: error: {text}", err=True)
 
 
