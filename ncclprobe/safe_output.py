@@ -29,6 +29,9 @@ from typing import Iterable, Iterator
 
 from ncclprobe.errors import UsageProblem
 
+EXISTS = "already exists and is never overwritten without --force; choose another name or pass --force"
+MARKER = ".ncclprobe-output"   # left in every directory written by atomic_directory
+
 
 class OutputProblem(UsageProblem):
     """An output cannot be written (exists, not writable, disk full): one line, exit 2."""
@@ -38,14 +41,16 @@ def check_output(path: str | Path, *, force: bool = False, what: str = "output f
                  inputs: Iterable[str | Path] = ()) -> Path:
     """Refuse, before any work starts, an output that exists (without --force), is a directory,
     is one of `inputs`, or cannot be created in its directory. Returns the path."""
-    path = Path(path)
+    path = _target(path)
     for item in inputs:
         if _same_file(path, Path(item)):
             raise OutputProblem(f"{what} {str(path)!r} is also an input of this command; refusing to replace "
                                 "what is being read (choose another name)")
     if path.is_dir():
         raise OutputProblem(f"{what} {str(path)!r} is a directory")
-    if path.exists() or path.is_symlink():
+    if path.exists() and not path.is_file():   # /dev/stdout, a FIFO, a device: never replaced by a file
+        raise OutputProblem(f"{what} {str(path)!r} is not a regular file (leave the option out to print to stdout)")
+    if path.exists():
         if not force:
             raise OutputProblem(f"{what} {str(path)!r} {EXISTS}")
         if not os.access(path, os.W_OK) and not os.access(_parent(path), os.W_OK):
@@ -75,9 +80,6 @@ def check_output_dir(path: str | Path, *, force: bool = False, what: str = "outp
     return path
 
 
-EXISTS = "already exists and is never overwritten without --force; choose another name or pass --force"
-MARKER = ".ncclprobe-output"   # left in every directory written by atomic_directory
-
 
 @contextmanager
 def atomic_file(path: str | Path, *, force: bool = False, binary: bool = False,
@@ -85,7 +87,7 @@ def atomic_file(path: str | Path, *, force: bool = False, binary: bool = False,
     """Yield a file handle on a temporary file beside `path`; on success it is fsynced and renamed
     to `path` (refusing an existing one unless `force`); on any failure, Ctrl-C included, it is
     removed and `path` is untouched."""
-    path = Path(path)
+    path = _target(path)
     parent = _parent(path)
     try:
         fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -172,6 +174,12 @@ def describe_os_error(exc: OSError, path: str | Path, what: str, kept: str = "no
 
 
 # ---------------------------------------------------------------------------------------------
+
+def _target(path: str | Path) -> Path:
+    """The file a path names: through a symbolic link, so --force replaces the file, not the link."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
 
 def _parent(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
