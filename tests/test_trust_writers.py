@@ -221,3 +221,10 @@ def test_a_sweep_interrupted_before_any_result_leaves_no_file(tmp_path):
     assert proc.returncode == 130 and last.startswith("ncclprobe: interrupted"), err
     assert "no output file was left behind" in last
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_device_is_never_replaced_by_a_file(results):
+    """`--output /dev/null --force` must not turn the device node into a regular file."""
+    result = _invoke("recommend", results, "--emit", "json", "--output", "/dev/null", "--force")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+    assert not Path("/dev/null").is_file()
