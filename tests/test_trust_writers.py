@@ -40,13 +40,14 @@ def results(tmp_path):
 
 
 def _nccl_tests_file():
-    return next(p for p in sorted(FIXTURE.glob("*.txt")))
+    return FIXTURE / "allreduce_4x_rtx5090_pcie_genoa.txt"   # one run: one output file
 
 
 # every command that writes a file: (arguments, the output path inside tmp_path)
 WRITERS = {
     "recommend": lambda r, out: ["recommend", r, "--emit", "json", "--output", out],
     "import": lambda r, out: ["import", str(_nccl_tests_file()), "--output", out],
+    "export": lambda r, out: ["export", r, "--output", out],
     "sweep": lambda r, out: ["sweep", "--backend", "gloo", "--sizes", "64", "--proto", "default", "--algo", "default",
                              "--output", out],
     "run-engine": lambda r, out: ["run-engine", "--preset", "tiny", "--new-tokens", "2", "--trace", out],
