@@ -2,8 +2,8 @@
 
 Each file kind has one loader that every command reading it shares (results JSONL:
 `ncclprobe.records.read_results`; env-check documents: `ncclprobe.envcheck.document`;
-recommendation files: `ncclprobe.recommend.file`; engine traces: the trace loader, with the
-checks below). A loader reads through `read_bytes`/`read_text`/`load_json` here, which
+recommendation files: `ncclprobe.recommend.file`; engine traces: `ncclprobe.enginerun.trace`).
+A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 
   - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file);
   - recognise UTF-16/UTF-32 text (Windows editors and PowerShell's `>` write it) and decode it,
