@@ -63,6 +63,8 @@ class ModelConfig:
     tie_embeddings: bool = False  # output head shares the embedding matrix
     moe: MoEConfig | None = None
     capture_layers: tuple[int, ...] = ()  # layers whose *input* feeds the draft; () = EAGLE-3 default
+    max_positions: int | None = None      # the context length it serves (a checkpoint's
+                                          # max_position_embeddings; a preset's real model's); None: unknown
 
     def __post_init__(self):
         for name in ("vocab", "hidden", "layers", "heads", "kv_heads", "intermediate"):
@@ -79,6 +81,8 @@ class ModelConfig:
         _require(len(self.capture_layers) == 3 and all(0 <= i < self.layers for i in self.capture_layers),
                  f"model {self.name}: capture_layers must be 3 layer indices below {self.layers}, "
                  f"got {self.capture_layers}")
+        _require(self.max_positions is None or self.max_positions >= 1,
+                 f"model {self.name}: max_positions must be positive, got {self.max_positions}")
 
     def is_moe_layer(self, index: int) -> bool:
         return self.moe is not None and index >= self.moe.dense_layers
@@ -165,33 +169,33 @@ def model_config_from_json(doc: dict) -> ModelConfig:
 def tiny() -> ModelConfig:
     """CPU tests in seconds: 4 layers of width 64, vocabulary 256."""
     return ModelConfig(name="tiny", vocab=256, hidden=64, layers=4, heads=4, kv_heads=2, intermediate=128,
-                       capture_layers=(1, 2, 3))
+                       capture_layers=(1, 2, 3), max_positions=4096)
 
 
 def tiny_moe() -> ModelConfig:
     """`tiny` with MoE from layer 1 on: 8 experts, 2 per token, one shared expert."""
     return ModelConfig(name="tiny-moe", vocab=256, hidden=64, layers=4, heads=4, kv_heads=2, intermediate=128,
-                       capture_layers=(1, 2, 3),
+                       capture_layers=(1, 2, 3), max_positions=4096,
                        moe=MoEConfig(experts=8, top_k=2, expert_intermediate=32, shared_experts=1, dense_layers=1))
 
 
 def small() -> ModelConfig:
     """About 1B parameters, dense (Llama-3.2-1B's body with a 32K vocabulary): one GPU."""
     return ModelConfig(name="small", vocab=32000, hidden=2048, layers=16, heads=32, kv_heads=8,
-                       intermediate=8192, rope_theta=500000.0)
+                       intermediate=8192, rope_theta=500000.0, max_positions=8192)
 
 
 def llama_16l() -> ModelConfig:
     """The reference shape of ../shared/reference/h200-measurements.md: Llama-3-8B's layer with 16
     layers and a 32K vocabulary (7.50 GB of bf16 weights), for the speed comparisons there."""
     return ModelConfig(name="llama-16l", vocab=32000, hidden=4096, layers=16, heads=32, kv_heads=8,
-                       intermediate=14336, rope_theta=500000.0)
+                       intermediate=14336, rope_theta=500000.0, max_positions=8192)
 
 
 def llama3_8b() -> ModelConfig:
     """The real Llama-3-8B shape (random weights unless a checkpoint is given)."""
     return ModelConfig(name="llama3-8b", vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8,
-                       intermediate=14336, rope_theta=500000.0)
+                       intermediate=14336, rope_theta=500000.0, max_positions=8192)
 
 
 def kimi_k2_slice() -> ModelConfig:
@@ -206,7 +210,7 @@ def kimi_k2_slice() -> ModelConfig:
     than a grouped-GEMM kernel would.
     """
     return ModelConfig(name="kimi-k2-slice", vocab=163840, hidden=7168, layers=3, heads=64, kv_heads=8,
-                       intermediate=18432, rope_theta=50000.0, capture_layers=(0, 1, 2),
+                       intermediate=18432, rope_theta=50000.0, capture_layers=(0, 1, 2), max_positions=131072,
                        moe=MoEConfig(experts=384, top_k=8, expert_intermediate=2048, shared_experts=1,
                                      dense_layers=1, route_scale=2.827))
 

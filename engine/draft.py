@@ -93,11 +93,11 @@ def _eagle_name(name: str) -> str:
     return name.replace("layers.0.", "midlayer.", 1)
 
 
-def save_draft(draft: DraftHead, path, extra_metadata: dict | None = None) -> None:
+def save_draft(draft: DraftHead, path, extra_metadata: dict | None = None, *, replace: bool = False) -> None:
     tensors = {_eagle_name(name): t for name, t in draft.state_dict().items()}
     metadata = {CONFIG_KEY: json.dumps(draft.cfg.to_json())}
     metadata.update({k: json.dumps(v) for k, v in (extra_metadata or {}).items()})
-    safetensors_io.save(path, tensors, metadata)
+    safetensors_io.save(path, tensors, metadata, replace=replace)
 
 
 def trained_positions(path) -> int | None:

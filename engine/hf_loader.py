@@ -19,6 +19,7 @@ from ncclprobe.engine import safetensors_io
 from ncclprobe.engine.config import ModelConfig, RopeScaling
 from ncclprobe.engine.model import Transformer
 from ncclprobe.errors import UsageProblem
+from ncclprobe.safe_output import write_text
 
 SUPPORTED_TYPES = ("llama", "mistral")
 
@@ -46,7 +47,13 @@ def config_from_hf(doc: dict, name: str) -> ModelConfig:
         heads=heads, kv_heads=doc.get("num_key_value_heads") or heads, intermediate=doc["intermediate_size"],
         head_dim=doc.get("head_dim") or 0, rope_theta=float(doc.get("rope_theta") or rope.get("rope_theta", 10000.0)),
         rope_scaling=_rope_scaling(doc.get("rope_scaling") or rope, name),
-        norm_eps=float(doc.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(doc.get("tie_word_embeddings", False)))
+        norm_eps=float(doc.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(doc.get("tie_word_embeddings", False)),
+        max_positions=_positive_int(doc.get("max_position_embeddings")))
+
+
+def _positive_int(value) -> int | None:
+    """A config.json count when it is one (some configs write null or a float); None otherwise."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _rope_scaling(doc: dict | None, name: str) -> RopeScaling | None:
@@ -129,5 +136,5 @@ def save_hf_checkpoint(model: Transformer, directory: str | Path, *, max_positio
                if not (model.cfg.tie_embeddings and name == "lm_head.weight")}
     directory.mkdir(parents=True, exist_ok=True)
     safetensors_io.save(directory / "model.safetensors", tensors, {"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_text(directory / "config.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")  # whole or not at all
     return directory

@@ -9,9 +9,9 @@ loader, merges, self-checks) links and checks them.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Callable
 
+from ncclprobe import tempdirs
 from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.enginerun import trace
@@ -47,7 +47,8 @@ def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | Non
 def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     device = spec.resolved_device()
     backend = "nccl" if device == "cuda" else "gloo"
-    with tempfile.TemporaryDirectory(prefix="ncclprobe-engine-nccl-") as log_dir:
+    with tempdirs.owned("ncclprobe-engine-nccl-") as log_dir:
+        log_dir = str(log_dir)
         env, rank_env = dict(spec.settings), {}
         if backend == "nccl" and _ncclprobe_logs({**spec.settings, **spec.env_after_init}):
             env.update(proof_env(tuning=False))

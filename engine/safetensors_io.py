@@ -54,7 +54,11 @@ def load(path: str | Path, device="cpu") -> tuple[dict[str, torch.Tensor], dict[
     return tensors, dict(header.get("__metadata__", {}))
 
 
-def save(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+def save(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None, *,
+         replace: bool = False) -> None:
+    """Write a safetensors file whole or not at all (`ncclprobe.safe_output.atomic_file`): an existing
+    file is replaced only with `replace`."""
+    from ncclprobe.safe_output import atomic_file
     header: dict = {"__metadata__": dict(metadata or {})}
     blobs, offset = [], 0
     for name, tensor in tensors.items():
@@ -65,7 +69,7 @@ def save(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str,
         offset += len(blob)
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the spec pads the header to 8-byte alignment
-    with open(path, "wb") as fh:
+    with atomic_file(path, force=replace, binary=True, what="safetensors file") as fh:
         fh.write(struct.pack("<Q", len(encoded)))
         fh.write(encoded)
         for blob in blobs:

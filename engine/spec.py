@@ -132,11 +132,27 @@ class RunSpec:
         from ncclprobe.engine.hf_loader import read_config
         return read_config(resolve_checkpoint(self.checkpoint))
 
+    def check_limits(self, cfg=None) -> None:
+        """Refuse, before any worker starts, a run the model cannot serve: more positions than its
+        context (prompt + new tokens + the last cycle's k drafts), or KV caches and prefill scores
+        that do not fit this machine's memory (CPU; a GPU's memory is only known inside its workers).
+        Each is one line naming the options to change."""
+        from ncclprobe.engine.build import max_positions
+        cfg = cfg or self.model_config()
+        reach = max_positions(self.prompt_len, self.new_tokens, self.k)
+        if cfg.max_positions is not None and reach > cfg.max_positions:
+            raise UsageProblem(
+                f"prompt {self.prompt_len} + new tokens {self.new_tokens} + 2 x (k {self.k} + 2) = {reach} positions, "
+                f"more than {cfg.name} serves ({cfg.max_positions}); lower --prompt-len, --new-tokens or -k")
+        if self.resolved_device() == "cpu":
+            _check_cpu_memory(self, cfg, reach)
+
     def check_runnable(self) -> None:
         """Refuse, before starting workers, what this machine or the model cannot run (one-line errors)."""
         from ncclprobe.engine.tp import check_tp_shape
         cfg = self.model_config()
         check_tp_shape(cfg, self.tp)
+        self.check_limits(cfg)
         if self.prompts and max(max(p) for p in self.prompts) >= cfg.vocab:
             raise UsageProblem(f"a prompt holds token id {max(max(p) for p in self.prompts)}, outside {cfg.name}'s "
                                f"vocabulary of {cfg.vocab}")
@@ -170,3 +186,23 @@ class RunSpec:
     @classmethod
     def from_json(cls, doc: dict) -> "RunSpec":
         return cls(**{**doc, "prompts": tuple(tuple(p) for p in doc.get("prompts", ()))})
+
+
+def _check_cpu_memory(spec: RunSpec, cfg, positions: int) -> None:
+    """The big allocations of a run against the memory available now: per rank, the KV caches
+    (target, and the draft's one layer) and the prefill's attention scores (float32, T x S per head)."""
+    import psutil
+    element = 2 if spec.dtype in ("bfloat16", "float16") else 4
+    batch = spec.cache_batch()
+    kv_heads = max(1, cfg.kv_heads // spec.tp)
+    kv = 2 * (cfg.layers + 1) * batch * positions * kv_heads * cfg.head_dim * element
+    scores = batch * max(1, cfg.heads // spec.tp) * spec.prompt_len * positions * 4
+    weights = element * cfg.vocab * cfg.hidden * 2 + element * cfg.layers * cfg.hidden * (
+        4 * cfg.hidden + 3 * cfg.intermediate) // spec.tp
+    needed = spec.tp * (kv + scores + weights)
+    available = psutil.virtual_memory().available
+    if needed > available:
+        raise UsageProblem(f"this run needs about {needed / 2**30:.1f} GiB ({spec.tp} rank(s): KV caches for batch "
+                           f"{batch} x {positions} positions, prefill scores for {spec.prompt_len} prompt tokens, "
+                           f"weights); {available / 2**30:.1f} GiB are free here: lower --batch, --prompt-len or "
+                           "--new-tokens")

@@ -7,28 +7,16 @@ the untuned run's collective trace, recommended by the same code as `ncclprobe r
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
-from ncclprobe.errors import UsageProblem
+from ncclprobe import tempdirs
 from ncclprobe.nccl.recipes import DEFAULT_GRID
 
 
 def read_recommendation(path: str | Path) -> dict[str, str]:
-    """The `env` of a recommendation file, validated (a one-line UsageProblem otherwise)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageProblem(f"cannot read recommendation file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageProblem(f"recommendation file {path} is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "recommendation":
-        raise UsageProblem(f"{path} is not a recommendation (expected \"kind\": \"recommendation\")")
-    env = doc.get("env")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise UsageProblem(f"{path}: \"env\" must map variable names to string values")
-    return dict(env)
+    """The `env` of a recommendation file, validated by the one loader (`ncclprobe.recommend.file`)."""
+    from ncclprobe.recommend.file import recommended_env
+    return recommended_env(path, "--tuned")
 
 
 def quick_sweep_settings(untuned_trace: dict, *, nranks: int, backend: str, graph_mode: bool,
@@ -41,8 +29,8 @@ def quick_sweep_settings(untuned_trace: dict, *, nranks: int, backend: str, grap
     workload = from_trace(untuned_trace)
     spec = SweepSpec(grid=dict(DEFAULT_GRID), sizes=tuple(sorted(workload.counts)), nranks=nranks, backend=backend,
                      modes=("graph",) if graph_mode else ("eager",), in_place=(True,), iters=20, trials=3)
-    with tempfile.TemporaryDirectory(prefix="ncclprobe-tuned-") as tmp:
-        path = Path(tmp) / "sweep.jsonl"
+    with tempdirs.owned("ncclprobe-tuned-") as tmp:
+        path = tmp / "sweep.jsonl"
         run_job(new_job(spec, {}, str(path), ["run-engine", "--tuned"]), progress=progress)
         recommendation = build_recommendation([path], workload=workload)
         return recommendation.env, recommendation.to_json()

@@ -14,7 +14,18 @@ torchrun's env:// rendezvous instead (see `ncclprobe.worker`).
 
 Messages: each rank appends JSON lines to its own file in the run directory, flushed per line;
 the launcher tails them. A message from any rank resets the silence watchdog, so `timeout_s` is
-the longest a pool may go without progress, not a budget for the whole pool.
+the longest a pool may go without progress, not a budget for the whole pool. The same bound holds
+from the start, before the first message: a worker that hangs while starting is killed after
+`timeout_s` like any other. Before that first message, progress is also CPU time a rank spends
+(an interpreter importing torch on a busy machine is slow, not hung; a hung start spends none).
+
+Faults are attributed to the rank that caused them: every rank's exit status is read before one is
+blamed, and a rank killed by a signal, or the first to exit, is named before the peers that merely
+noticed it ("Connection reset by peer"). The reason is one line (the failing rank's last error
+line, never its traceback); the full stderr tails are in the outcome and logged at -v.
+
+The run directory is made by `ncclprobe.tempdirs`, so one left by a SIGKILLed launcher is removed
+by the next run.
 """
 
 from __future__ import annotations
@@ -22,15 +33,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
+
+from ncclprobe import tempdirs
 
 log = logging.getLogger("ncclprobe.launch")
 
@@ -48,9 +61,8 @@ class PoolSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # set in every worker's environment at exec
     unset: tuple[str, ...] = ()                   # removed from the inherited environment
     rank_env: Mapping[str, str] = field(default_factory=dict)  # per-rank values: "{rank}" is replaced
-    timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds
-    startup_s: float = 60.0                       # silence allowed before the first message: interpreter
-                                                  # and torch import on a busy machine are not a hang
+    timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds,
+                                                  # the start (interpreter, torch import, rendezvous) included
     gpu: int | None = None                        # NCCL: every rank on this GPU (None: GPU = local rank);
                                                   # NCCL refuses that unless the ranks seem to be on
                                                   # different hosts (a distinct NCCL_HOSTID per rank)
@@ -60,8 +72,8 @@ class PoolSpec:
             raise ValueError(f"a pool needs at least one rank, got {self.nranks}")
         if self.backend not in ("nccl", "gloo"):
             raise ValueError(f"backend must be nccl or gloo, got {self.backend!r}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        if not (0 < self.timeout_s < float("inf")):   # also refuses nan, which compares false with 0
+            raise ValueError(f"timeout_s must be a positive finite number, got {self.timeout_s}")
 
 
 @dataclass
@@ -102,12 +114,12 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
     """Run `spec.entry` on `spec.nranks` worker processes until all exit, one fails, or they go silent."""
     from torch.distributed import TCPStore  # the parent hosts the rendezvous store
 
-    run_dir = Path(tempfile.mkdtemp(prefix="ncclprobe-pool-"))
-    (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
-    store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
-    started = time.monotonic()
+    run_dir = tempdirs.make("ncclprobe-pool-")
     procs: dict[int, subprocess.Popen] = {}
-    try:
+    try:   # from here on, whatever happens (Ctrl-C during the store's start too), the run dir goes
+        (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
+        store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
+        started = time.monotonic()
         try:  # filled rank by rank: ranks already started are killed even when a later start fails
             for rank in range(spec.nranks):
                 procs[rank] = _start(spec, rank, run_dir, store.port)
@@ -127,10 +139,10 @@ def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> P
         returncodes={rank: proc.returncode for rank, proc in procs.items()},
         stderr_tails={rank: _tail(run_dir / f"rank{rank}.err") for rank in procs},
         wall_s=wall_s, pids={rank: proc.pid for rank, proc in procs.items()})
-    if status == "error" and reason:
-        failing = [r for r, rc in outcome.returncodes.items() if rc not in (0, None, -signal.SIGKILL)]
-        tail = outcome.stderr_tails.get(failing[0], "") if failing else ""
-        outcome.reason = f"{reason}\n{tail}".strip()
+    if status != "ok":
+        for rank, tail in sorted(outcome.stderr_tails.items()):
+            if tail:
+                log.info("rank %d stderr (last %d characters):\n%s", rank, STDERR_TAIL_CHARS, tail)
     return outcome
 
 
@@ -150,6 +162,8 @@ def _watch(spec, procs, run_dir, on_message):
     messages: list[dict] = []
     last_progress = time.monotonic()
     failed_at = None
+    exited_at: dict[int, float] = {}
+    cpu_seen = 0.0
     while True:
         for rank, reader in readers.items():
             for line in reader.new_lines():
@@ -159,21 +173,76 @@ def _watch(spec, procs, run_dir, on_message):
                 if on_message:
                     on_message(message)
         codes = {rank: proc.poll() for rank, proc in procs.items()}
+        now = time.monotonic()
+        for rank, code in codes.items():
+            if code is not None:
+                exited_at.setdefault(rank, now)
         if all(code == 0 for code in codes.values()):
             _drain(readers, messages, on_message)
             return "ok", None, messages
         bad = {rank: code for rank, code in codes.items() if code not in (None, 0)}
         if bad:
-            failed_at = failed_at or time.monotonic()
-            if all(code is not None for code in codes.values()) or time.monotonic() - failed_at > KILL_GRACE_S:
+            failed_at = failed_at or now
+            if all(code is not None for code in codes.values()) or now - failed_at > KILL_GRACE_S:
                 _drain(readers, messages, on_message)
-                rank, code = next(iter(sorted(bad.items())))
-                return "error", f"rank {rank} exited with {_describe_code(code)}", messages
-        limit = spec.timeout_s if messages else max(spec.timeout_s, spec.startup_s)
-        if time.monotonic() - last_progress > limit:
+                return "error", failure_reason(bad, exited_at, run_dir), messages
+        if not messages:
+            cpu = _cpu_seconds(procs)
+            if cpu > cpu_seen + 0.02:   # starting, not hung (more than clock-tick noise)
+                cpu_seen, last_progress = cpu, now
+        if now - last_progress > spec.timeout_s:
             _drain(readers, messages, on_message)
-            return "hang", f"no progress from any rank for {limit:g} s; pool killed", messages
+            started = "before any rank started" if not messages else "from any rank"
+            return "hang", f"no progress {started} for {spec.timeout_s:g} s; pool killed", messages
         time.sleep(POLL_S)
+
+
+def _cpu_seconds(procs) -> float:
+    """CPU time the ranks have spent so far (user + system), 0 for ranks already gone."""
+    import psutil
+    total = 0.0
+    for proc in procs.values():
+        try:
+            times = psutil.Process(proc.pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def failure_reason(bad: dict[int, int], exited_at: dict[int, float], run_dir: Path) -> str:
+    """One line naming the rank that failed first (a rank killed by a signal before one that exited
+    with an error at the same moment: the latter usually noticed the former), then the others."""
+    order = sorted(bad, key=lambda r: (exited_at.get(r, float("inf")), bad[r] >= 0, r))
+    first, others = order[0], order[1:]
+    text = f"rank {first} {_died(bad[first])}" + _error_of(run_dir, first)
+    if others:
+        text += "; then " + ", ".join(f"rank {r} {_died(bad[r])}" + _error_of(run_dir, r) for r in others)
+    return text
+
+
+def _died(code: int) -> str:
+    return f"was killed by {describe_code(code)}" if code < 0 else f"exited with {describe_code(code)}"
+
+
+def _error_of(run_dir: Path, rank: int) -> str:
+    summary = error_summary(_tail(run_dir / f"rank{rank}.err"))
+    return f" ({summary})" if summary else ""
+
+
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)|[A-Za-z_][\w.]*Error\b)"
+                         r"(?::.*)?$")
+
+
+def error_summary(stderr: str, limit: int = 300) -> str:
+    """The line that says what went wrong (`RuntimeError: ...`), never traceback frames; empty when
+    the stream holds none."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    chosen = next((line for line in reversed(lines) if _ERROR_LINE.match(line)), None)
+    if chosen is None:
+        chosen = next((line for line in reversed(lines)
+                       if not line.startswith(("File ", "Traceback", "^", "~")) and not line.endswith(("^", "~"))), "")
+    return chosen if len(chosen) <= limit else chosen[:limit - 3] + "..."
 
 
 def _drain(readers, messages, on_message):
@@ -185,7 +254,7 @@ def _drain(readers, messages, on_message):
                 on_message(message)
 
 
-def _describe_code(code: int) -> str:
+def describe_code(code: int) -> str:
     if code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"

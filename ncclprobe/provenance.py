@@ -1,6 +1,7 @@
 """What a result needs to be reproducible: versions, GPUs, host and the NCCL_*/CUDA_* environment.
 
-Every results file, trace and report header carries `collect()`. Unknowns are None, never guessed.
+Every results file, trace and report header carries `collect()`. Unknowns are None, never guessed;
+the command line and environment are masked (`ncclprobe.secrets`), since files outlive the shell.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 from ncclprobe import __version__
+from ncclprobe.secrets import mask_argv, mask_env
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_")
 
@@ -67,7 +69,7 @@ def compute_capabilities() -> list[int] | None:
 def collect(argv: list[str] | None = None) -> dict:
     import torch
     return {
-        "argv": list(sys.argv if argv is None else argv),
+        "argv": mask_argv(sys.argv if argv is None else argv),   # files outlive the shell: no secrets
         "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
         "versions": {
@@ -75,5 +77,5 @@ def collect(argv: list[str] | None = None) -> dict:
             "nccl": nccl_version_string(), "cuda": torch.version.cuda, "driver": driver_version(),
         },
         "gpus": gpu_names(),
-        "env": relevant_env(),
+        "env": mask_env(relevant_env()),
     }

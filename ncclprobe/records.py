@@ -27,13 +27,17 @@ it off before --resume measures that configuration again, so a resumed file has 
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.safe_output import EXISTS, OutputProblem, check_appendable, commit_file, describe_os_error, dumps_json
+from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
 SCHEMA_VERSION = 1
 RESULT_STATUSES = ("ok", "wrong", "ignored", "hang", "error", "skipped")
@@ -60,31 +64,92 @@ def result_key(record: dict) -> tuple:
 
 
 class ResultWriter:
-    """Append-only JSONL writer: every record is flushed and fsynced before `write` returns."""
+    """Append-only JSONL writer: every record is flushed and fsynced before `write` returns.
 
-    def __init__(self, path: str | Path, header: dict | None, *, resume: bool = False):
-        self.path = Path(path)
+    Two ways to create a file, both following `ncclprobe.safe_output`'s rules:
+      - a journal (the sweep): created at `path` at once, so a killed run keeps every finished
+        configuration for --resume; an existing file is refused unless `force`; when the run fails
+        before one configuration was recorded, the file goes (a bare header would only block the rerun);
+      - `atomic=True` (import, collect): written beside `path` and renamed into place when closed
+        cleanly; on any failure nothing is left.
+    `resume=True` appends to an existing, writable results file.
+    """
+
+    def __init__(self, path: str | Path, header: dict | None, *, resume: bool = False, force: bool = False,
+                 atomic: bool = False):
+        self.path, self.force, self.atomic = Path(path), force, atomic
+        self.configs_written, self._temp, self._created = 0, None, False
         if resume:
-            self._fh = open(self.path, "a", encoding="utf-8")
+            check_appendable(self.path, "results file")
+            self._fh = self._open(lambda: open(self.path, "a", encoding="utf-8"))
+            return
+        if header is None:
+            raise ValueError("a new results file needs a header")
+        if atomic:
+            fd, temp = self._open(lambda: tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
+                                                           suffix=".tmp"))
+            self._temp, self._fh = Path(temp), os.fdopen(fd, "w", encoding="utf-8")
         else:
-            if header is None:
-                raise ValueError("a new results file needs a header")
-            self._fh = open(self.path, "x", encoding="utf-8")  # never overwrite a results file
+            if force and self.path.is_file():
+                self.path.unlink()   # the user asked to replace it; everything was validated before
+            self._fh = self._open(lambda: open(self.path, "x", encoding="utf-8"))  # never overwrite otherwise
+            self._created = True
+        try:
             self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
+        except BaseException:   # no `with` owns this writer yet: clean up here
+            self.close(failed=True)
+            raise
+
+    def _open(self, opener):
+        try:
+            return opener()
+        except FileExistsError:
+            raise OutputProblem(f"results file {str(self.path)!r} {EXISTS} (or --resume it)") from None
+        except OSError as exc:
+            raise OutputProblem(describe_os_error(exc, self.path, "results file")) from None
 
     def write(self, record: dict) -> None:
-        self._fh.write(json.dumps(record, sort_keys=False, default=str) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        line = dumps_json(record, sort_keys=False, default=str) + "\n"
+        try:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            kept = (f"the {self.configs_written} configuration(s) recorded before are kept (--resume continues)"
+                    if self.configs_written and not self.atomic else "nothing was left behind")
+            raise OutputProblem(describe_os_error(exc, self.path, "results file", kept)) from None
+        if record.get("record") == "config":
+            self.configs_written += 1
 
-    def close(self) -> None:
-        self._fh.close()
+    def close(self, failed: bool = False) -> None:
+        try:
+            self._fh.close()
+        except OSError:
+            failed = True
+        if self._temp is not None:
+            if failed:
+                self._temp.unlink(missing_ok=True)
+            else:
+                commit_file(self._temp, self.path, self.force, "results file")
+        elif failed and self._created and not self._holds_a_configuration():
+            self.path.unlink(missing_ok=True)
+
+    def _holds_a_configuration(self) -> bool:
+        """Whether the journal recorded a configuration. The file decides, not the counter: an
+        interrupt can land after a record reached the disk and before the counter moved."""
+        if self.configs_written:
+            return True
+        try:
+            lines = self.path.read_bytes().splitlines()
+        except OSError:
+            return False
+        return any(line.startswith(b'{"record": "config"') and line.endswith(b"}") for line in lines[1:])
 
     def __enter__(self) -> "ResultWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(failed=exc_type is not None)
 
 
 @dataclass
@@ -101,41 +166,78 @@ class ResultsFile:
         return {result_key(r) for r in self.results}
 
 
+RESULTS_LIMIT = 2048 << 20     # a results file of a huge sweep is tens of MB; 2 GiB is not one
+
+
 def read_results(path: str | Path) -> ResultsFile:
-    """Read and validate a results file; a wrong schema or a non-results file is a UsageProblem."""
+    """Read and validate a results file: its header, then every record against the schema above
+    (`validate_record`). Anything wrong is a UsageProblem naming the file, the line and the field."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageProblem(f"cannot read results file {str(path)!r}: {exc.strerror or exc}") from exc
-    records = list(_parse_lines(lines, path))
-    if not records or records[0].get("record") != "header":
+    text = decode_text(read_bytes(path, "results file", limit=RESULTS_LIMIT, text=True), path, "results file")
+    records = list(_parse_lines(text.splitlines(), path))
+    if not records or records[0][1].get("record") != "header":
         raise UsageProblem(f"{str(path)!r} is not an ncclprobe results file (no header record on its first line)")
-    header = records[0]
+    _, header = records[0]
     if header.get("schema_version") != SCHEMA_VERSION:
         raise UsageProblem(f"{str(path)!r} has schema version {header.get('schema_version')!r}; "
                            f"this ncclprobe reads version {SCHEMA_VERSION}")
     out = ResultsFile(path=str(path), header=header)
-    buckets = {"config": out.configs, "result": out.results, "summary": out.summaries}
-    for record in records[1:]:
-        buckets.get(record.get("record"), []).append(record)
+    buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
+    for number, record in records:
+        validate_record(record, Where(str(path), number))
+        buckets.get(record.get("record"), []).append(record)   # other kinds: newer writers' records
     return out
 
 
-def _parse_lines(lines: Iterable[str], path: Path) -> Iterator[dict]:
-    lines = list(lines)
+def validate_record(record: dict, where: Where) -> None:
+    """Check the fields readers use (recommend, report, diagnose, --resume); fields this version
+    does not know are left alone, so newer writers' additions still read."""
+    kind = where.field(record, "record", "str")
+    checks = _SCHEMA.get(kind, ())
+    for name, field_kind, extra in checks:
+        where.field(record, name, field_kind, **extra)
+    if kind == "header" and isinstance(record.get("env"), dict):
+        where.field(record, "env", "str-map")
+
+
+_OPTIONAL = {"required": False, "nullable": True}
+_SCHEMA = {
+    "header": (("kind", "str", {}), ("nranks", "int", {**_OPTIONAL, "min": 1}), ("backend", "str", _OPTIONAL),
+               ("topology", "dict", _OPTIONAL), ("versions", "dict", _OPTIONAL), ("spec", "dict", _OPTIONAL),
+               ("notes", "list", _OPTIONAL)),
+    "config": (("config_id", "str", _OPTIONAL), ("settings", "str-map", _OPTIONAL),
+               ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}), ("reason", "str", _OPTIONAL),
+               ("results_expected", "int", {**_OPTIONAL, "min": 0}), ("proof", "dict", _OPTIONAL),
+               ("pool", "int", {**_OPTIONAL, "min": 0})),
+    "result": (("config_id", "str", {}), ("settings", "str-map", _OPTIONAL), ("collective", "str", _OPTIONAL),
+               ("mode", "str", _OPTIONAL), ("in_place", "bool", _OPTIONAL), ("dtype", "str", _OPTIONAL),
+               ("size_bytes", "int", {"min": 0}), ("count", "int", {**_OPTIONAL, "min": 0}),
+               ("nranks", "int", {**_OPTIONAL, "min": 1}),
+               ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}), ("reason", "str", _OPTIONAL),
+               ("time_us", "number", {**_OPTIONAL, "min": 0}), ("time_us_p10", "number", {**_OPTIONAL, "min": 0}),
+               ("time_us_p90", "number", {**_OPTIONAL, "min": 0}), ("algbw_gbps", "number", _OPTIONAL),
+               ("busbw_gbps", "number", _OPTIONAL), ("wrong", "int", {**_OPTIONAL, "min": 0}),
+               ("trials", "int", {**_OPTIONAL, "min": 1})),
+    "summary": (),
+}
+
+
+def _parse_lines(lines: list[str], path: Path) -> Iterator[tuple[int, dict]]:
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):  # a write torn by a kill: everything before it is intact
+            json.loads(line)
+        except json.JSONDecodeError:
+            if number == last:   # a write torn by a kill: everything before it is intact
                 return
-            raise UsageProblem(f"{str(path)!r} line {number} is not JSON: {exc.msg}") from exc
+        except RecursionError:
+            pass                 # loads_json below says so
+        record = loads_json(line, f"{str(path)!r} line {number}")
         if not isinstance(record, dict):
             raise UsageProblem(f"{str(path)!r} line {number} is not a JSON object")
-        yield record
+        yield number, record
 
 
 def trim_incomplete_tail(path: str | Path) -> ResultsFile:
@@ -143,6 +245,8 @@ def trim_incomplete_tail(path: str | Path) -> ResultsFile:
     path = Path(path)
     read_results(path)  # validates the header and schema first
     data = path.read_bytes()
+    if b"\x00" in data[:65536] or data.startswith(codecs.BOM_UTF8):   # read fine, but cut by bytes below
+        raise UsageProblem(f"results file {str(path)!r} is not UTF-8 (as ncclprobe writes it); convert it to resume it")
     keep = _complete_length(data)
     if keep < len(data):
         with open(path, "r+b") as fh:

@@ -1,7 +1,8 @@
 """Message sizes: parse `8..1G` (doubling), `4K,64K,1M`, `1M..16M:4` (factor 4); print them short.
 
 Suffixes are binary (K = 1024), as in nccl-tests' -b/-e. Every size is a positive whole number of
-bytes; anything else is a UsageProblem naming the bad token.
+bytes written in ASCII digits, at most MAX_SIZE (256 TiB); anything else is a UsageProblem naming the
+bad token. The digits go through `ncclprobe.numbers`, the one strict number parser.
 """
 
 from __future__ import annotations
@@ -9,19 +10,26 @@ from __future__ import annotations
 import re
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.numbers import MAX_INT_DIGITS, parse_int
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+MAX_SIZE = 1 << 48
+MAX_SIZES = 4096             # sizes in one list: a range to 1T by a factor of 2 has 41
+_SIZE_RE = re.compile(r"^\s*([0-9]{1,%d})\s*([KMGT]?)(?:I?B)?\s*$" % MAX_INT_DIGITS, re.IGNORECASE)
 
 
 def parse_size(token: str) -> int:
-    """`'64K'` -> 65536. Rejects negatives, fractions, zero and unknown suffixes."""
-    match = _SIZE_RE.match(token)
+    """`'64K'` -> 65536. Rejects negatives, fractions, zero, non-ASCII digits, unknown suffixes and
+    sizes above MAX_SIZE."""
+    match = _SIZE_RE.match(token) if isinstance(token, str) else None
     if not match:
-        raise UsageProblem(f"bad size {token!r}: expected a positive integer with an optional K/M/G suffix, like 64K")
+        shown = token if len(str(token)) <= 40 else str(token)[:37] + "..."
+        raise UsageProblem(f"bad size {shown!r}: expected a positive integer with an optional K/M/G suffix, like 64K")
     value = int(match.group(1)) * _UNITS[match.group(2).upper()]
     if value <= 0:
         raise UsageProblem(f"bad size {token!r}: sizes must be positive")
+    if value > MAX_SIZE:
+        raise UsageProblem(f"bad size {token.strip()!r}: larger than {format_size(MAX_SIZE)} bytes")
     return value
 
 
@@ -36,6 +44,8 @@ def parse_sizes(spec: str) -> list[int]:
             sizes.update(_parse_range(part))
         else:
             sizes.add(parse_size(part))
+        if len(sizes) > MAX_SIZES:
+            raise UsageProblem(f"size list {spec[:40]!r}... has more than {MAX_SIZES} sizes")
     return sorted(sizes)
 
 
@@ -47,9 +57,10 @@ def _parse_range(part: str) -> list[int]:
         raise UsageProblem(f"bad size range {part!r}: the maximum {hi_text.strip()} is below the minimum {lo_text.strip()}")
     factor = 2
     if factor_text:
-        if not factor_text.strip().isdigit() or int(factor_text) < 2:
-            raise UsageProblem(f"bad size range {part!r}: the step factor must be an integer of at least 2")
-        factor = int(factor_text)
+        try:
+            factor = parse_int(factor_text, "step factor", min=2, max=MAX_SIZE)
+        except UsageProblem:
+            raise UsageProblem(f"bad size range {part!r}: the step factor must be an integer of at least 2") from None
     out, size = [], lo
     while size <= hi:
         out.append(size)

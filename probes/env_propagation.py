@@ -30,10 +30,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclprobe import tempdirs
 from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
@@ -82,7 +82,7 @@ def run_probe(names: list[str] | None = None, *, nccl: bool = False, workdir: st
     """Run the mechanisms (all by default) and return the result document (schema_version 1)."""
     mechanisms = [BY_NAME[n] for n in names] if names else list(MECHANISMS)
     own_dir = workdir is None
-    root = Path(tempfile.mkdtemp(prefix="ncclprobe-envprop-") if own_dir else workdir)
+    root = tempdirs.make("ncclprobe-envprop-") if own_dir else Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     try:
         env = driver_env(root, nccl)

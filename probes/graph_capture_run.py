@@ -4,9 +4,9 @@ their messages into one document with verdicts. The measurements are in `graph_c
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 
+from ncclprobe import tempdirs
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.launch import PoolSpec, run_pool
 from ncclprobe.nccl.knobs import Scope, proof_scope
@@ -97,7 +97,7 @@ def pool_spec(spec: GraphCaptureSpec, log_dir: str) -> PoolSpec:
 
 def run_graph_capture(spec: GraphCaptureSpec, on_message=None) -> dict:
     check_available(spec)
-    log_dir = tempfile.mkdtemp(prefix="ncclprobe-graph-capture-")
+    log_dir = str(tempdirs.make("ncclprobe-graph-capture-"))
     try:
         outcome = run_pool(pool_spec(spec, log_dir), on_message=on_message)
     finally:

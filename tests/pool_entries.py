@@ -25,3 +25,13 @@ def crash_on_rank1(ctx):
     if ctx.rank == 1:
         raise RuntimeError("planted crash in rank 1")
     time.sleep(30)
+
+
+def sigkill_rank1(ctx):
+    """Rank 1 dies by SIGKILL (the OOM killer's way) after a barrier; rank 0 then fails in the
+    next collective, noticing the dead peer: the launcher must blame rank 1, not rank 0."""
+    import signal
+    dist.barrier()
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()

@@ -15,6 +15,13 @@ def _run(args):
     return subprocess.run([sys.executable, "-m", "ncclprobe", *args], capture_output=True, text=True, timeout=300)
 
 
+def _refused(args):
+    """A refusal is decided before any worker starts: in-process (the same main, exit code and
+    streams) saves an interpreter and a torch import per case."""
+    result = CliRunner().invoke(cli, args, prog_name="ncclprobe")
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def test_run_engine_json_and_trace_tp2(tmp_path):
     """tiny at TP=2 with a tensor-parallel draft: per mode tokens and histogram, collective counts
     exactly 2 per layer per decode step, plus 2 per draft step in the speculative mode."""
@@ -137,7 +144,7 @@ def test_env_after_init_is_set_too_late_on_purpose_and_caught():
     (["--compile"], "--compile compiles the steps that CUDA graphs capture"),
 ])
 def test_run_engine_refuses_bad_options(args, message):
-    result = _run(["run-engine", "--device", "cpu", *args])
+    result = _refused(["run-engine", "--device", "cpu", *args])
     assert result.returncode == 2
     assert result.stdout == ""
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -160,7 +167,7 @@ def test_bad_inputs_found_by_the_workers_are_one_line_usage_errors(tmp_path):
 def test_trace_is_never_overwritten(tmp_path):
     existing = tmp_path / "t.json"
     existing.write_text("{}")
-    result = _run(["run-engine", "--trace", str(existing)])
+    result = _refused(["run-engine", "--trace", str(existing)])
     assert result.returncode == 2 and "already exists" in result.stderr
     assert existing.read_text() == "{}"
 
@@ -212,6 +219,6 @@ def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
     (["--out", "/nonexistent-dir/d.safetensors", "--steps", "0"], "steps must be at least 1"),
 ])
 def test_train_draft_refuses_bad_options_before_training(args, message):
-    result = _run(["train-draft", "--preset", "tiny", *args])
+    result = _refused(["train-draft", "--preset", "tiny", *args])
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

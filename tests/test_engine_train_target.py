@@ -52,7 +52,9 @@ def test_checkpoint_round_trip_is_exact(tmp_path, cfg):
     loaded = load_checkpoint(tmp_path / "bf16", device="cpu", dtype=torch.float32)
     assert torch.equal(_engine_logits(loaded, tokens), _engine_logits(rounded, tokens))
     again = read_config(tmp_path / "bf16")
-    assert {**again.to_json(), "name": cfg.name} == cfg.to_json() | {"capture_layers": again.capture_layers}
+    assert again.max_positions == 64   # the context the file declares (max_position_embeddings), a save choice
+    assert {**again.to_json(), "name": cfg.name} == cfg.to_json() | {"capture_layers": again.capture_layers,
+                                                                      "max_positions": 64}
 
 
 def test_checkpoint_loads_in_transformers(tmp_path):

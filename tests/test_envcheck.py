@@ -313,4 +313,5 @@ def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
     assert display_value("PWD", "/work/job") == "/work/job" and display_value("OLDPWD", "/w") == "/w"
     assert display_value("MASTER_ADDR", "http://host:29500/x") == "http://host:29500/x"
     argv = ["env", "HF_TOKEN=short1", "python", "serve.py", "--lr=3e-4", "--cache", "redis://:pw12345@h/0"]
-    assert mask_argv(argv) == ["env", f"HF_TOKEN={MASKED}", "python", "serve.py", "--lr=3e-4", "--cache", MASKED]
+    assert mask_argv(argv) == ["env", f"HF_TOKEN={MASKED}", "python", "serve.py", "--lr=3e-4", "--cache",
+                               f"redis://{MASKED}@h/0"]   # by structure: the host stays, the password goes

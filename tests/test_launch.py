@@ -1,6 +1,5 @@
 """The launcher with real worker processes: rendezvous, environment, hang and crash handling."""
 
-import time
 from pathlib import Path
 
 import psutil
@@ -36,15 +35,8 @@ def test_unset_variables_stay_unset(monkeypatch):
     assert (env["RANK"], env["WORLD_SIZE"], env["NCCLPROBE_STORE_PORT"]) == ("1", "2", "1234")
 
 
-def test_hung_pool_is_killed_within_the_bound():
-    timeout = 4.0
-    outcome = run_pool(PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:hang_on_rank1", timeout_s=timeout))
-    returned_at = time.time()
-    assert outcome.status == "hang"
-    assert "no progress from any rank for 4 s" in outcome.reason
-    last_message = max(m["t"] for m in outcome.messages)   # silence starts at the last message
-    assert timeout <= returned_at - last_message < timeout + 5
-    assert _alive(outcome.pids.values()) == []
+# The hang bounds (silence, and a hung start, at --timeout 3, 5 and 10 s) are in test_trust_faults.py,
+# run side by side with the attribution of a SIGKILLed rank.
 
 
 def test_crashed_rank_is_an_error_with_its_stderr():

@@ -100,7 +100,7 @@ def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
     doc = json.loads(proc.stdout)
     assert Path(doc["html"]).is_file() and doc["kind"] == "report"
     (tmp_path / "bad.json").write_text("{\"kind\": \"other\"}")
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o"),
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o2"),
                            "--trace", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert proc.returncode == 2 and "is not an engine trace" in proc.stderr and proc.stdout == ""
     blocker = tmp_path / "a-file"

@@ -53,7 +53,7 @@ def test_trim_refuses_another_schema(tmp_path):
 def test_writer_never_overwrites(tmp_path):
     path = tmp_path / "r.jsonl"
     _write(path, [])
-    with pytest.raises(FileExistsError):
+    with pytest.raises(UsageProblem, match="exists"):
         ResultWriter(path, {"kind": "sweep"})
     assert read_results(path).header["kind"] == "sweep"
 

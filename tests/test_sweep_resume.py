@@ -43,9 +43,11 @@ def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
     killed = read_results(out)
     assert 1 <= len(killed.configs) < 4, "the kill came too late to test resuming"
 
+    assert list(tmp_path.glob("ncclprobe-pool-*")), "a SIGKILLed launcher cannot remove its pool directory"
     resumed = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "sweep", "--resume", str(out), "--format", "json"],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert resumed.returncode == 0, resumed.stderr
+    assert not list(tmp_path.glob("ncclprobe-*")), "the next run removes what a killed one left (tempdirs)"
     final = read_results(out)
     ids = [c["config_id"] for c in final.configs]
     assert sorted(ids) == sorted(["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"])

@@ -5,7 +5,13 @@ Exit codes, for every command:
   1  findings (wrong results, unmet expectations, lint errors, hung or crashed configurations);
   2  bad usage or bad input (one line on stderr, never a traceback);
   3  nothing could be measured or read here (no GPU for a GPU-only probe, no readable process);
-  4  internal error (a bug: one line, the traceback with -v).
+  4  internal error (a bug: one line, the traceback with -v);
+  130  interrupted by Ctrl-C, 143 terminated by SIGTERM: one line saying how to continue (e.g.
+     `--resume FILE`); nothing half-written is left behind (`ncclprobe.interrupts`).
+
+Every file a command writes goes through `ncclprobe.safe_output` (an existing path is refused
+unless --force, written to a temporary file and renamed); every number is parsed by
+`ncclprobe.numbers` (click options through `ncclprobe.cli.types`, applied to every command here).
 
 Subcommands are imported only when used, so `ncclprobe --help` and the parsers never import
 torch. Each lives in its own module and exposes a click command named `command`.
@@ -13,13 +19,14 @@ torch. Each lives in its own module and exposes a click command named `command`.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import sys
 
 import click
 
-from ncclprobe import __version__
+from ncclprobe import __version__, interrupts
 from ncclprobe.errors import NcclprobeError, UsageProblem
 
 # name -> "module:attribute"; one module per command keeps each command thin and separate.
@@ -40,10 +47,16 @@ SUBCOMMANDS = {
 }
 
 log = logging.getLogger("ncclprobe")
+# OSErrors that describe the machine, not a bug: reported as one line with exit 2
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                errno.EFBIG, errno.EIO, errno.EMFILE, errno.ENFILE})
 
 
 def load_target(target: str | None):
-    """The click command named by "module:attribute", or None when its module is not built yet."""
+    """The click command named by "module:attribute", or None when its module is not built yet.
+
+    Its number options are made strict here (`ncclprobe.cli.types.harden`), so every command,
+    new ones included, parses numbers one way."""
     if target is None:
         return None
     module_name, attr = target.split(":")
@@ -53,7 +66,17 @@ def load_target(target: str | None):
         if exc.name == module_name:  # command not built yet; any other missing module is a bug
             return None
         raise
-    return getattr(module, attr)
+    from ncclprobe.cli.types import harden
+    return harden(getattr(module, attr))
+
+
+class _Interrupted(Exception):
+    """Carries a KeyboardInterrupt (Ctrl-C or SIGTERM) past click, which would otherwise turn it
+    into Abort after printing a blank line; by then every `finally` of the command has run."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(str(original))
+        self.original = original
 
 
 class LazyGroup(click.Group):
@@ -66,6 +89,12 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         return self._load(name)
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(exc) from None
+
     @staticmethod
     def _load(name):
         command = load_target(SUBCOMMANDS.get(name))
@@ -75,8 +104,12 @@ class LazyGroup(click.Group):
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
+        interrupts.install()
+        interrupts.set_hint(None)
         try:
             rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except _Interrupted as exc:
+            _exit_interrupted(exc.original)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -91,18 +124,25 @@ class LazyGroup(click.Group):
         except click.ClickException as exc:
             _one_line_error(exc.format_message())
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
-            _one_line_error("aborted")
-            sys.exit(130)
-        except KeyboardInterrupt:
-            _one_line_error("interrupted")
-            sys.exit(130)
+        except click.exceptions.Abort as exc:
+            _exit_interrupted(exc.__cause__ or KeyboardInterrupt())
+        except KeyboardInterrupt as exc:
+            _exit_interrupted(exc)
+        except OSError as exc:
+            if exc.errno not in ENVIRONMENT_ERRNOS:
+                _internal_error(exc)
+            _one_line_error(_os_error_text(exc))   # a full disk, a read-only file: the system's reason
+            sys.exit(2)
         except Exception as exc:  # a bug: say so in one line, traceback only with -v
-            if log.isEnabledFor(logging.DEBUG):
-                logging.getLogger("ncclprobe").exception("internal error")
-            _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
-            sys.exit(4)
+            _internal_error(exc)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _internal_error(exc: BaseException) -> None:
+    if log.isEnabledFor(logging.INFO):
+        log.error("internal error", exc_info=exc)
+    _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
+    sys.exit(4)
 
 
 def _accept_verbosity_options(command: click.Command) -> None:
@@ -132,8 +172,21 @@ def _set_quiet(ctx: click.Context, _param, quiet: bool) -> None:
         _configure_logging(-1)
 
 
+def _exit_interrupted(exc: BaseException) -> None:
+    line, code = interrupts.describe(exc)
+    click.echo(f"ncclprobe: {line}", err=True)
+    sys.exit(code)
+
+
+def _os_error_text(exc: OSError) -> str:
+    where = f" {exc.filename!r}" if getattr(exc, "filename", None) else ""
+    return f"cannot write or read{where}: {exc.strerror or exc}"
+
+
 def _one_line_error(message: str) -> None:
-    text = " ".join(str(message).split())
+    """The one line of every error; a secret the message quotes (a URL password, a token) is masked."""
+    from ncclprobe.secrets import mask_shapes
+    text = mask_shapes(" ".join(str(message).split()))
     click.echo(f"ncclprobe: error: {text}", err=True)
 
 

@@ -8,7 +8,9 @@ import time
 
 import click
 
+from ncclprobe import interrupts
 from ncclprobe.cli.output import emit, format_option, to_csv
+from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 
 log = logging.getLogger("ncclprobe.env_check")
@@ -22,22 +24,22 @@ Examples:
   ncclprobe env-check --pid 4242 --watch 2 --count 10
 \b
 Exit codes: 0 expectations met and no lint errors; 1 findings; 2 bad usage or no such pid;
-3 nothing readable.
+3 nothing readable; 130 when Ctrl-C ends a --watch (after the snapshots it printed).
 """
 
 
 @click.command("env-check", epilog=EPILOG, short_help="NCCL settings of every process of a running job.")
-@click.option("--pid", "pid", type=int, required=True, help="Root of the job's process tree.")
+@click.option("--pid", "pid", type=StrictInt(min=1, max=2 ** 31 - 1), required=True, help="Root of the job's process tree.")
 @click.option("--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable).")
 @click.option("--expect-from", "expect_from", type=click.Path(dir_okay=False), default=None,
               help="A recommendation JSON file (ncclprobe recommend --emit json); its env is expected.")
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False),
               help="NCCL_DEBUG=INFO log of a process of the job (repeatable): cross-check what NCCL read.")
 @click.option("--all", "show_all", is_flag=True, help="Show every variable (secret-looking values masked).")
-@click.option("--watch", "watch_s", type=float, default=None, metavar="SECONDS",
+@click.option("--watch", "watch_s", type=Duration(min_s=0.0, max_s=86400.0), default=None, metavar="SECONDS",
               help="Re-check every SECONDS as workers come and go (JSON: one document per line per check).")
-@click.option("--count", type=int, default=0, show_default=True,
-              help="With --watch: how many checks (0: until interrupted).")
+@click.option("--count", type=StrictInt(min=0, max=10 ** 9), default=None,
+              help="With --watch: how many checks (default 0: until interrupted).")
 @format_option
 @click.pass_context
 def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
@@ -48,10 +50,8 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
     from ncclprobe.envcheck import env_check
     from ncclprobe.envcheck.expect import load_recommendation, parse_expect
 
-    if watch_s is not None and watch_s <= 0:
-        raise UsageProblem(f"--watch {watch_s} must be a positive number of seconds")
-    if count < 0:
-        raise UsageProblem(f"--count {count} must be 0 (until interrupted) or more")
+    if count is not None and watch_s is None:
+        raise UsageProblem("--count is the number of --watch checks; add --watch SECONDS (or drop --count)")
     expectations = parse_expect(expect) + (load_recommendation(expect_from) if expect_from else [])
 
     def check():
@@ -61,7 +61,7 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
         result = check()
         _render(result, fmt)
         return result.exit_code()
-    return _watch(check, fmt, watch_s, count, quiet=bool(ctx.obj and ctx.obj.get("quiet")))
+    return _watch(check, fmt, watch_s, count or 0, quiet=bool(ctx.obj and ctx.obj.get("quiet")))
 
 
 def _render(result, fmt: str, snapshot: int | None = None) -> None:
@@ -70,7 +70,7 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
         emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
         return
     if fmt == "json":  # JSON lines: one document per snapshot
-        click.echo(json.dumps({**result.to_json(), "snapshot": snapshot, "time": time.time()}))
+        click.echo(json.dumps({**result.to_json(), "snapshot": snapshot, "time": time.time()}, allow_nan=False))
     elif fmt == "csv":
         text = to_csv([{"snapshot": snapshot, **row} for row in result.rows(joiner="; ")])
         click.echo(text if snapshot == 1 else text.split("\n", 1)[-1], nl=False)
@@ -82,24 +82,23 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> int:
     """Re-check until `count` snapshots (0: until interrupted) or the root process is gone."""
     previous: dict[int, str] = {}
     code, snapshot = 3, 0
-    try:
-        while count == 0 or snapshot < count:
-            if snapshot:
-                time.sleep(interval_s)
-            try:
-                result = check()
-            except UsageProblem:
-                if not snapshot:
-                    raise
-                log.warning("the root process is gone; stopping the watch")
-                break
-            snapshot += 1
-            current = {p.info.pid: p.info.role for p in result.processes if p.live}
-            _report_changes(previous, current, snapshot, quiet)
-            previous, code = current, result.exit_code()
-            _render(result, fmt, snapshot)
-    except KeyboardInterrupt:
-        pass
+    interrupts.set_hint(lambda: f"the watch stopped after {snapshot} snapshot(s), all printed above")
+    while count == 0 or snapshot < count:
+        if snapshot:
+            time.sleep(interval_s)
+        try:
+            result = check()
+        except UsageProblem:
+            if not snapshot:
+                raise
+            log.warning("the root process is gone; stopping the watch")
+            break
+        snapshot += 1
+        current = {p.info.pid: p.info.role for p in result.processes if p.live}
+        _report_changes(previous, current, snapshot, quiet)
+        previous, code = current, result.exit_code()
+        _render(result, fmt, snapshot)
+    interrupts.set_hint(None)
     return code
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import click
 
+from ncclprobe.cli.output import force_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import read_results
+from ncclprobe.safe_output import check_output, write_text
 
 log = logging.getLogger("ncclprobe.export")
 
@@ -35,10 +36,14 @@ Examples:
               help="perf-csv: the measurements to export (the CSV has no mode column).")
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="perf-csv: keep verified LL128 results on a node without NVLink.")
-@click.option("--output", type=click.Path(dir_okay=False), help="Write to this file (never overwritten) instead of stdout.")
-def command(results, kind, mode, allow_ll128, output):
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="Write to this file instead of stdout (an existing file only with --force; never an input).")
+@force_option
+def command(results, kind, mode, allow_ll128, output, force):
     """Write results (from `sweep` or `import`) in another tool's format."""
     from ncclprobe import export
+    if output:
+        check_output(output, force=force, what="--output", inputs=results)
     files = [read_results(p) for p in results]
     if not any(f.results for f in files):
         raise UsageProblem("the results files hold no result records to export")
@@ -47,13 +52,6 @@ def command(results, kind, mode, allow_ll128, output):
     for line in done.left_out:
         log.warning("left out: %s", line)
     if output:
-        path = Path(output)
-        try:
-            with open(path, "x", encoding="utf-8") as fh:
-                fh.write(done.text)
-        except FileExistsError:
-            raise UsageProblem(f"--output {output!r} exists; choose a new name") from None
-        except OSError as exc:
-            raise UsageProblem(f"--output {output!r}: cannot write it ({exc.strerror or exc})") from None
+        write_text(output, done.text, force=force, what="--output")   # whole, or not at all
     else:
         click.echo(done.text, nl=False)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import emit, format_option
-from ncclprobe.errors import UsageProblem
+from ncclprobe.cli.output import emit, force_option, format_option
 from ncclprobe.evidence.imports import ImportOptions, import_text
 from ncclprobe.evidence.labels import parse_labels
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.records import ResultWriter
+from ncclprobe.safe_output import check_output
 
 log = logging.getLogger("ncclprobe.import")
 
@@ -46,26 +46,27 @@ Examples:
 @click.option("--collective", help="Name the collective when the output does not (e.g. all_reduce, sendrecv).")
 @click.option("--settings", "labels", multiple=True, metavar="K=V,...",
               help="NCCL settings of the run(s) (repeatable: once per run).")
+@force_option
 @format_option
-def command(file, output, collective, labels, fmt):
+def command(file, output, collective, labels, force, fmt):
     """Read what nccl-tests printed or wrote with -J and print its rows, or write them with
     --output as result records (one per size and in/out-of-place) that `ncclprobe recommend`,
     `report` and `export` read.
 
     Exits 1 when nccl-tests counted wrong values.
     """
+    if output:   # the directory and the kind of target now; each output's own name once the runs are known
+        check_output(output, force=True, what="--output", inputs=[file])
     options = ImportOptions(source=str(file), argv=list(sys.argv), collective=collective,
                             labels=[parse_labels(text) for text in labels])
     imported = import_text(read_text_file(file, "input"), options)
     if output and imported.write is not None:
-        log.warning("wrote %d records to %s", imported.write(output), output)
+        log.warning("wrote %d records to %s", imported.write(output, force), output)
         output = None
     paths = output_paths(output, len(imported.record_sets)) if output else []
     for path in paths:   # every name is checked before anything is written
-        if path.exists():
-            raise UsageProblem(f"{str(path)!r} exists; results files are never overwritten: choose another name")
-    for path, records in zip(paths, imported.record_sets):
-        _write(path, records)
+        check_output(path, force=force, what="--output", inputs=[file])
+    _write_all(paths, imported.record_sets, force)
     if fmt != "table":
         emit(fmt, imported.doc, [row for block in imported.blocks for row in block.rows])
     else:
@@ -81,15 +82,26 @@ def output_paths(output: str, count: int) -> list[Path]:
     return [path.with_name(f"{path.stem}-{k}{path.suffix}") for k in range(1, count + 1)]
 
 
-def _write(path: Path, records: list[dict]) -> None:
+def _write_all(paths: list[Path], record_sets: list[list[dict]], force: bool) -> None:
+    """Every results file whole (`ResultWriter(atomic=True)`), and all or none: a failure removes
+    the files this call created before it."""
+    created = []
+    try:
+        for path, records in zip(paths, record_sets):
+            existed = path.exists()
+            _write(path, records, force)
+            if not existed:
+                created.append(path)
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _write(path: Path, records: list[dict], force: bool) -> None:
     header, *rest = records
     header = {k: v for k, v in header.items() if k not in ("record", "schema_version")}
-    try:
-        with ResultWriter(path, header) as writer:
-            for record in rest:
-                writer.write(record)
-    except FileExistsError as exc:
-        raise UsageProblem(f"{str(path)!r} exists; results files are never overwritten: choose another name") from exc
-    except OSError as exc:
-        raise UsageProblem(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
+    with ResultWriter(path, header, atomic=True, force=force) as writer:   # whole, or not at all
+        for record in rest:
+            writer.write(record)
     log.warning("wrote %d result records to %s", len(rest) - 1, path)

@@ -7,12 +7,14 @@ import os
 import click
 
 from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.types import NonEmpty, Version
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, explain
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.provenance import nccl_version_string
+from ncclprobe.secrets import mask_env, mask_text
 
 EPILOG = """\b
 Examples:
@@ -30,11 +32,11 @@ Examples:
 
 
 @click.command(epilog=EPILOG, short_help="Explain NCCL variables; lint this environment.")
-@click.argument("variable", required=False)
+@click.argument("variable", required=False, type=NonEmpty())
 @click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
 @click.option("--topo", "topo_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="For --lint: the GPUs' topology (saved `nvidia-smi topo -m`)  [default: this machine's].")
-@click.option("--nccl-version", help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
+@click.option("--nccl-version", type=Version(), help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
 @click.option("--collect-env", "collect_env", type=click.Path(dir_okay=False),
               help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
                    "`python -m sglang.check_env` output instead of this environment.")
@@ -110,9 +112,11 @@ def _lint(node: NodeFacts | None, nccl_version: str | None, fmt, *, env=None, no
           source="this environment") -> int:
     env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     findings = lint_env(env, node=node, nccl_version=nccl_version)
-    rows = [{"severity": f.severity, "variable": f.variable, "finding": f.message, "fix": f.fix} for f in findings]
-    doc = {"schema_version": 1, "env": env, "node": node.to_json() if node else None, "nccl_version": nccl_version,
-           "source": source, "findings": [f.to_json() for f in findings], "notes": list(notes)}
+    rows = [{"severity": f.severity, "variable": f.variable, "finding": mask_text(f.message), "fix": mask_text(f.fix)}
+            for f in findings]
+    doc = {"schema_version": 1, "env": mask_env(env), "node": node.to_json() if node else None, "nccl_version": nccl_version,
+           "source": source, "notes": list(notes),
+           "findings": [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]}
     emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
          notes=notes)
     return 1 if any(f.severity == "error" for f in findings) else 0

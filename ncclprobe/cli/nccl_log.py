@@ -11,6 +11,7 @@ from ncclprobe.evidence.text import read_text_file
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.recipes import proof_env
+from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.sizes import format_size
 
 _PROOF = " ".join(f"{k}={v}" for k, v in proof_env().items())
@@ -39,8 +40,9 @@ def command(files, fmt):
         raise UsageProblem(f"no NCCL log lines in {', '.join(files)}: expected lines like "
                            "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)")
     findings = lint_env(log.env, node=_node(log), nccl_version=log.nccl_version)
-    doc = {**log.to_json(), "files": list(files), "lint": [f.to_json() for f in findings]}
-    emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f.severity}: {f.message}" for f in findings])
+    lint = [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]
+    doc = {**log.to_json(), "files": list(files), "lint": lint}
+    emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f['severity']}: {f['message']}" for f in lint])
     return 1 if log.warnings or any(f.severity == "error" for f in findings) else 0
 
 
@@ -55,11 +57,11 @@ def _title(log: NcclLog) -> str:
 
 
 def _rows(log: NcclLog) -> list[dict]:
-    rows = [{"what": "set by environment", "detail": f"{k}={v}"} for k, v in log.env.items()]
+    rows = [{"what": "set by environment", "detail": f"{k}={v}"} for k, v in mask_env(log.env).items()]
     rows += [{"what": "transport", "detail": f"{kind}: {count} connection lines"} for kind, count in log.transports.items()]
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
-    rows += [{"what": "WARN", "detail": text} for text in log.warnings]
+    rows += [{"what": "WARN", "detail": mask_text(text)} for text in log.warnings]
     return rows
 
 

@@ -23,12 +23,16 @@ format_option = click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
     help="Output format on stdout.")
 
+# every command that writes a file takes this flag; `ncclprobe.safe_output` enforces it
+force_option = click.option("--force", is_flag=True, help="Replace an output file or directory that exists "
+                            "(default: refuse).")
+
 
 def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str | None = None,
          notes: Iterable[str] = ()) -> None:
     """Print `doc` as JSON, or `rows` as a table/CSV. `notes` become `#` lines above a table."""
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default))
+        click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default, allow_nan=False))
         return
     rows = list(rows if rows is not None else [])
     if fmt == "csv":

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.types import Duration
 from ncclprobe.errors import Unsupported, UsageProblem
 
 EPILOG = """\b
@@ -32,7 +33,7 @@ def _mechanism_names():
               help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Keep specs, results and NCCL logs here (default: a temporary directory, removed).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=180.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Duration(), default=180.0, show_default=True,
               help="Seconds one mechanism may take.")
 @format_option
 @click.pass_context

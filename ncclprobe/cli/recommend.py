@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.output import emit, force_option, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.collectives import RecommendationSet, build_recommendations, collectives_in
 from ncclprobe.recommend.emit import EMIT_KINDS, launch_notes, render
 from ncclprobe.recommend.workload import from_files, from_sizes
 from ncclprobe.records import short_label
+from ncclprobe.safe_output import check_output, write_text
 from ncclprobe.sizes import format_size
 
 log = logging.getLogger("ncclprobe.recommend")
@@ -53,9 +53,11 @@ Examples:
               help="Consider LL128 without NVLink (only if the sweep verified its results).")
 @click.option("--emit", "emit_kind", type=click.Choice(EMIT_KINDS),
               help="Write shell exports, a tuner-plugin CSV or the recommendation JSON.")
-@click.option("--output", type=click.Path(dir_okay=False), help="File for --emit (default: stdout).")
+@click.option("--output", type=click.Path(dir_okay=False), help="File for --emit (default: stdout); never one of "
+              "the inputs, and an existing file only with --force.")
+@force_option
 @format_option
-def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, allow_ll128, emit_kind, output, fmt):
+def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, allow_ll128, emit_kind, output, force, fmt):
     """Recommend NCCL settings from sweep and imported nccl-tests results.
 
     Configurations with wrong results, hangs or errors are excluded and listed. Per size, the
@@ -69,6 +71,8 @@ def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, al
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
     if output and not emit_kind:
         raise UsageProblem("--output names the file for --emit; add --emit env, tuner-csv or json")
+    if output:
+        check_output(output, force=force, what="--output", inputs=[*results, *traces])
     from ncclprobe.evidence.labels import parse_labels
     names = [n.strip() for n in collective.split(",") if n.strip()] if collective else collectives_in(list(results))
     workloads = {name: _workload(traces, sizes, name, len(names)) for name in names}
@@ -79,7 +83,7 @@ def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, al
         click.echo(render(emit_kind, recs), nl=False)
     else:
         if emit_kind:
-            _write(Path(output), render(emit_kind, recs))
+            write_text(output, render(emit_kind, recs), force=force, what="--output")
             log.info("wrote %s (%s)", output, emit_kind)
         _show(fmt, recs)
     return 1 if any(e.status in ("wrong", "hang", "error") for r in recs.recs for e in r.evidence.excluded) else 0
@@ -110,13 +114,6 @@ def _show(fmt: str, recs: RecommendationSet) -> None:
         title = (f"all collectives: {'export ' + settings if recs.change else 'no global change'}"
                  + (f" ({100 * recs.gain:.1f}% less time summed over them)" if recs.change else ""))
         emit(fmt, recs.to_json(), [], title=title, notes=recs.conflicts + recs.notes)
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageProblem(f"--output {str(path)!r}: cannot write it ({exc.strerror or exc})") from None
 
 
 def headline(rec: Recommendation) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.output import emit, force_option, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend.workload import from_sizes
 from ncclprobe.report import build_report
@@ -21,7 +21,8 @@ Examples:
 
 @click.command(epilog=EPILOG, short_help="Plots and a Markdown/HTML report from results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory to write (new or empty; an earlier report there only with --force, replaced whole).")
 @click.option("--trace", type=click.Path(dir_okay=False), multiple=True,
               help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
                    "(one per rank) or a server log; phases, acceptance, workload sizes.")
@@ -32,8 +33,9 @@ Examples:
 @click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="Let the recommendation consider LL128 without NVLink (verified results only).")
+@force_option
 @format_option
-def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll128, fmt):
+def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll128, force, fmt):
     """Write a self-contained report: latency, bus bandwidth, speedup heatmap (wrong and hung
     cells marked), eager against CUDA graph, the engine's phase breakdown and acceptance
     histogram (PNG and SVG), the recommendation, and the environment and versions of the runs.
@@ -46,7 +48,7 @@ def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll
     files = build_report(list(results), out_dir, trace_path=list(trace) or None,
                          workload=from_sizes(sizes) if sizes is not None else None, collective=names, mode=mode,
                          allow_ll128=allow_ll128,
-                         baseline=parse_labels(baseline, "--baseline") if baseline is not None else None)
+                         baseline=parse_labels(baseline, "--baseline") if baseline is not None else None, force=force)
     rows = [{"file": str(p), "what": what} for p, what in
             [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]
             + ([(files.recommendation, "recommendation JSON")] if files.recommendation else [])

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe.cli.output import Progress, emit, force_option, format_option
+from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
 from ncclprobe.errors import UsageProblem
+from ncclprobe.safe_output import check_output, write_json
 
 EPILOG = """\b
 Examples:
@@ -53,7 +55,7 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--new-tokens", default=32, show_default=True, type=int, help="Tokens generated per sequence.")
 @click.option("--batch", default=1, show_default=True, type=int, help="Sequences decoded together.")
 @click.option("-k", "--k", "k", default=3, show_default=True, type=int, help="Drafted tokens per cycle.")
-@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 is greedy.")
+@click.option("--temperature", default=0.0, show_default=True, type=StrictFloat(min=0, max=100), help="0 is greedy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of weights, prompts and sampling.")
 @click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel ranks (one process each).")
 @click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Trained draft from train-draft; default untrained.")
@@ -84,15 +86,17 @@ PRESET_NAMES = tuple(PRESETS)
                    "all-reduce sizes first) and show untuned against tuned.")
 @click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
               help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the engine trace (JSON) here; never overwritten.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Write the engine trace (JSON) here when the run ends; an existing file only with --force.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False),
               help="Write a torch.profiler trace of each rank's measured loop into this directory "
                    "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).")
+@force_option
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, prompt_set, chat, new_tokens, batch, k,
             temperature, seed, tp, draft_path, draft_tp, graphs, capture_batches, compile_steps, single_rank_collectives,
-            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, profile_dir, fmt):
+            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, profile_dir, force, fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -102,6 +106,9 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     settings = parse_env_pairs(env_pairs)
     recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
+    if trace_path:   # before any work; written whole at the end, so a failed or interrupted run leaves none
+        check_output(trace_path, force=force, what="trace file",
+                     inputs=[p for p in (tuned, draft_path, prompts_file) if p and p != SWEEP_FIRST])
     prepare_checkpoint(checkpoint, quiet)
     prompts = gather_prompts(checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat)
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, prompts=prompts, chat=chat,
@@ -123,7 +130,6 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     if tuned == SWEEP_FIRST and tp == 1:
         raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
                            "issues no collectives; give a recommendation FILE or --tp 2 or more")
-    out = _open_trace(trace_path)
     doc = run_with_progress([spec], quiet)
     if tuned is not None:
         doc, tuned_warnings = add_tuned_runs(doc, spec, recommended, quiet, guard)
@@ -135,9 +141,8 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
         doc["warnings"] = warnings = warnings + [
             "the measured loop ran under torch.profiler (--profile): its times include the profiler's overhead; "
             "take speed figures from a run without --profile"]
-    if out:
-        with out:
-            json.dump(doc, out, indent=1)
+    if trace_path:
+        write_json(trace_path, doc, force=force, what="trace file")
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
          notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
     return 0 if _checks_pass(doc) else 1
@@ -244,17 +249,6 @@ def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
             raise UsageProblem(f"{option} expects KEY=VALUE, got {pair!r}")
         settings[key] = value
     return settings
-
-
-def _open_trace(path):
-    if not path:
-        return None
-    try:
-        return open(Path(path), "x", encoding="utf-8")
-    except FileExistsError:
-        raise UsageProblem(f"trace file {path} already exists; choose another name (traces are never overwritten)") from None
-    except OSError as exc:
-        raise UsageProblem(f"cannot write trace file {path}: {exc.strerror}") from None
 
 
 def _checks_pass(doc: dict) -> bool:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import sys
-from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe import interrupts
+from ncclprobe.cli.output import Progress, emit, force_option, format_option
+from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.p2p import P2P_LEVELS
 from ncclprobe.nccl.recipes import DEFAULT_GRID, PROOF_VARIABLES
@@ -63,6 +63,12 @@ Examples:
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   run the printed torchrun lines, then collect
+
+\b
+Exit codes: 0 every configuration ran and was confirmed, 1 a configuration was wrong, hung, crashed
+or not confirmed by NCCL, 2 bad usage or input, 130 interrupted (Ctrl-C) and 143 terminated
+(SIGTERM): the configurations finished so far stay in the results file, and the last line says
+`--resume FILE` to continue.
 """
 
 
@@ -80,9 +86,9 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--placement", type=click.Choice(["both", "in", "out"]), default="both", show_default=True,
               help="In-place, out-of-place or both.")
 @click.option("--mode", help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).")
-@click.option("--warmup", type=int, help="Untimed iterations per size.")
-@click.option("--iters", type=int, help="Iterations per timed trial (a graph captures them all).")
-@click.option("--trials", type=int, help="Timed trials per size (median, p10/p90 over them).")
+@click.option("--warmup", type=StrictInt(min=0, max=1_000_000), help="Untimed iterations per size.")
+@click.option("--iters", type=StrictInt(min=1, max=1_000_000), help="Iterations per timed trial (a graph captures them all).")
+@click.option("--trials", type=StrictInt(min=1, max=10_000), help="Timed trials per size (median, p10/p90 over them).")
 @click.option("-m", "--agg", type=click.IntRange(1), default=1, show_default=True,
               help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).")
 @click.option("--check", type=click.IntRange(0, 1), default=1, show_default=True,
@@ -105,22 +111,24 @@ def _csv(value: str) -> tuple[str, ...]:
 @click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
               help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
                    f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).")
-@click.option("--nranks", type=int, help="Ranks: one per GPU by default, 2 on CPU.")
-@click.option("--share-gpu", type=int, metavar="N",
+@click.option("--nranks", type=StrictInt(min=1, max=65536), help="Ranks: one per GPU by default, 2 on CPU.")
+@click.option("--share-gpu", type=StrictInt(min=0, max=64), metavar="N",
               help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "
                    "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds a pool may stay silent before it counts as hung and is killed.")
-@click.option("--output", type=click.Path(dir_okay=False), help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl.")
+@click.option("--timeout", type=Duration(), default=120.0, show_default=True,
+              help="Seconds a pool may stay silent (starting included) before it counts as hung and is killed.")
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl. An existing file only with --force.")
 @click.option("--resume", type=click.Path(dir_okay=False), help="Continue the sweep recorded in this results file.")
 @click.option("--torchrun-dir", type=click.Path(file_okay=False),
               help="Plan a multi-node sweep: write payloads here, print one torchrun command per pool.")
 @click.option("--collect", type=click.Path(file_okay=False, exists=True),
               help="Turn a --torchrun-dir whose commands have run into a results file.")
+@force_option
 @format_option
 @click.pass_context
-def command(ctx, resume, output, torchrun_dir, collect, fmt, min_busbw, max_latency, **options):
+def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, max_latency, **options):
     """Measure collectives (all-reduce unless --collective says otherwise) over every combination
     of the NCCL settings given, one worker pool per combination of once-per-process settings, and
     prove from NCCL's own debug log that each setting was read. Results are appended to a JSON
@@ -132,25 +140,26 @@ def command(ctx, resume, output, torchrun_dir, collect, fmt, min_busbw, max_late
     from ncclprobe.sweep import session, thresholds
     quiet = (ctx.obj or {}).get("quiet", False)
     criteria = thresholds.parse(min_busbw, max_latency)
+    explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
+    _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
     if torchrun_dir:
-        _plan_torchrun(ctx, torchrun_dir, options)
+        _plan_torchrun(ctx, torchrun_dir, options, bool(output or force))
         return
     if collect:
-        job = session.collect_job(collect, output or _default_output())
+        job = session.collect_job(collect, output, force)
     elif resume:
-        explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
-        if explicit or output:
-            raise UsageProblem(f"--resume continues the sweep recorded in {resume!r} with its own settings; "
-                               f"drop --{(explicit or ['output'])[0].replace('_', '-')}")
         job = session.resume_job(resume)
     else:
         tuning_explicit = any(ctx.get_parameter_source(n).name == "COMMANDLINE" for n in ("proto", "algo"))
         spec, skipped = session.spec_from_options(_spec_options(options), tuning_explicit=tuning_explicit)
-        job = session.new_job(spec, skipped, output or _default_output(), sys.argv)
+        job = session.new_job(spec, skipped, output, sys.argv, force=force)
     if not quiet:
         click.echo(f"ncclprobe: results go to {job.path}", err=True)
+    if not collect:
+        interrupts.set_hint(lambda: resume_hint(job.path))
     with Progress(job.total, "sweep", quiet=quiet) as progress:
         results_file = session.run_job(job, progress)
+    interrupts.set_hint(None)
     if not quiet:
         click.echo(f"ncclprobe: results written to {job.path}", err=True)
     shortfalls = thresholds.check(results_file.results, criteria)
@@ -160,11 +169,42 @@ def command(ctx, resume, output, torchrun_dir, collect, fmt, min_busbw, max_late
     ctx.exit(max(session.exit_code(results_file), 1 if shortfalls else 0))
 
 
-def _plan_torchrun(ctx, directory: str, options: dict) -> None:
+def _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit: list[str]) -> None:
+    """--resume, --collect and --torchrun-dir are three different jobs; each refuses what the others
+    take, rather than ignoring it."""
+    modes = [name for name, value in (("--resume", resume), ("--collect", collect), ("--torchrun-dir", torchrun_dir))
+             if value]
+    if len(modes) > 1:
+        raise UsageProblem(f"{modes[0]} and {modes[1]} cannot be combined: each is a job of its own")
+    if resume and (explicit or output or force):
+        given = f"--{explicit[0].replace('_', '-')}" if explicit else ("--output" if output else "--force")
+        raise UsageProblem(f"--resume continues the sweep recorded in {resume!r} with its own settings and file; "
+                           f"drop {given}")
+    if collect and explicit:
+        raise UsageProblem(f"--collect reads the settings the plan in {collect!r} recorded; drop "
+                           f"--{explicit[0].replace('_', '-')}")
+
+
+def resume_hint(path) -> str | None:
+    """How to continue an interrupted sweep: only when its file holds a finished configuration
+    (otherwise the file was removed and the sweep starts over)."""
+    from ncclprobe.records import read_results
+    try:
+        configs = len(read_results(path).configs)
+    except Exception:   # gone, or unreadable mid-write: nothing to continue
+        return None
+    return (f"{configs} configuration(s) are kept in {path}; continue with: ncclprobe sweep --resume {path}"
+            if configs else None)
+
+
+def _plan_torchrun(ctx, directory: str, options: dict, output_given: bool) -> None:
     from ncclprobe.sweep import session
     if not options["nranks"]:
         raise UsageProblem("--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)")
     spec, skipped = session.spec_from_options(_spec_options(options), local=False)
+    if output_given:   # after the grid's own checks, which say more
+        raise UsageProblem("--torchrun-dir writes a plan, not results; --output and --force belong to the "
+                           "later --collect")
     for line in session.plan_torchrun(spec, skipped, directory, sys.argv):
         click.echo(line)
     click.echo(f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
@@ -196,12 +236,6 @@ def _has_gpu(backend: str) -> bool:
         return False
     from ncclprobe.sweep.setup import gpu_count
     return gpu_count() > 0
-
-
-def _default_output() -> str:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    Path("runs").mkdir(exist_ok=True)
-    return str(Path("runs") / f"sweep-{stamp}.jsonl")
 
 
 def _render(fmt: str, results_file, shortfalls: list[str]) -> None:

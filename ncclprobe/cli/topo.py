@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.types import StrictFloat, Version
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.evidence.topo import Topology, equivalent_levels, p2p_level_pairs, parse_topo
 from ncclprobe.nccl.p2p import default_p2p_level
@@ -24,9 +25,9 @@ Exit codes: 0 fine; 1 a P2P copy returned wrong data or hung; 2 bad input; 3 not
 @click.option("--from", "source", type=click.Path(dir_okay=False), help="Saved `nvidia-smi topo -m` output.")
 @click.option("--p2p-check/--no-p2p-check", default=True, show_default=True,
               help="Live only: copy a known pattern across every GPU pair and read it back.")
-@click.option("--p2p-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--p2p-timeout", type=StrictFloat(min=1, max=3600), default=120.0, show_default=True,
               help="Seconds before the P2P check (or --check's measurement) counts as hung.")
-@click.option("--nccl-version", help="NCCL version, to name the default P2P level [live: torch's NCCL].")
+@click.option("--nccl-version", type=Version(), help="NCCL version, to name the default P2P level [live: torch's NCCL].")
 @click.option("--check", "health", is_flag=True,
               help="Measure P2P and host<->device bandwidth/latency, read ACS/IOMMU/link state and the driver's "
                    "P2P support, dump NCCL's topology and graphs, and advise.")

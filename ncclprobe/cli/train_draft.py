@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import Progress, emit, format_option
+from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.run_engine import PRESET_NAMES
+from ncclprobe.cli.types import StrictFloat
 from ncclprobe.errors import UsageProblem
+from ncclprobe.safe_output import check_output
 
 EPILOG = """\b
 Examples:
@@ -33,7 +34,8 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--data-temperature", default=0.7, show_default=True, type=float,
               help="Each prompt's first continuation is greedy; its further ones (--sequences beyond the prompts) are "
                    "sampled at this temperature.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Draft file to write (.safetensors); never overwritten.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Draft file to write (.safetensors), checked before training; an existing file only with --force.")
 @click.option("--steps", default=1000, show_default=True, type=int, help="Optimiser steps.")
 @click.option("--sequences", default=512, show_default=True, type=int, help="Training sequences the target generates.")
 @click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence (no tokenizer).")
@@ -43,16 +45,17 @@ Exit codes: 0 trained and saved, 1 acceptance did not rise, 2 bad options, 4 int
 @click.option("--unroll", default=3, show_default=True, type=int, help="Training-time-test depth.")
 @click.option("--labels", default="mixed", show_default=True, type=click.Choice(("soft", "hard", "mixed")),
               help="Train against the target's distribution, its greedy choice, or the mean of both losses.")
-@click.option("--lr", default=3e-3, show_default=True, type=float, help="AdamW learning rate.")
+@click.option("--lr", default=3e-3, show_default=True, type=StrictFloat(min=0, max=10, min_open=True), help="AdamW learning rate.")
 @click.option("--draft-vocab", default=0, show_default=True, type=int,
               help="Tokens the draft's head covers (EAGLE-3's reduced vocabulary: the ones the target generated "
                    "most); 0: the target's whole vocabulary.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the target's weights (match run-engine's).")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
+@force_option
 @format_option
 @click.pass_context
 def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_temperature, out_path, steps, sequences,
-            prompt_len, gen_len, batch, unroll, labels, lr, draft_vocab, seed, device, fmt):
+            prompt_len, gen_len, batch, unroll, labels, lr, draft_vocab, seed, device, force, fmt):
     """Generate sequences with the target (seeded weights of --preset, or --checkpoint), record its
     features and next-token distributions, and train the draft with unrolled steps that feed it its
     own outputs (EAGLE-3's training-time test). Reports the loss and the greedy acceptance length
@@ -65,20 +68,17 @@ def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_tempera
     spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
                      lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed,
                      data_temperature=data_temperature)
-    out = Path(out_path)
-    if out.exists():
-        raise UsageProblem(f"{out} already exists; choose another name (drafts are never overwritten)")
-    if not out.resolve().parent.is_dir():   # found now, not after minutes of training
-        raise UsageProblem(f"cannot write {out}: directory {out.resolve().parent} does not exist")
+    out = check_output(out_path, force=force, what="--out")   # found now, not after minutes of training
     prepare_checkpoint(checkpoint, quiet)   # every option is valid: now a .gguf may be converted
     prompts, eval_prompts, prompt_source = training_prompts(checkpoint, prompts_file, eval_file, chat)
     spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)
+    check_training_limits(preset, checkpoint, spec)
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     with Progress(steps, "train-draft", quiet=quiet) as progress:
-        report = train_and_save(preset, checkpoint, spec, device, out,
+        report = train_and_save(preset, checkpoint, spec, device, out, force,
                                 lambda step, total, loss: step % max(1, total // 20) == 0 and progress.advance(
                                     f"loss {loss:.3f}", steps=max(1, total // 20)))
     doc = {"schema_version": 1, "kind": "draft-training", "preset": None if checkpoint else preset,
@@ -106,7 +106,17 @@ def training_prompts(checkpoint, prompts_file, eval_file, chat):
     return encode_prompts(train, codec, chat), encode_prompts(held, codec, chat), source
 
 
-def train_and_save(preset_name, checkpoint, spec, device, out, progress) -> dict:
+def check_training_limits(preset_name, checkpoint, spec) -> None:
+    """The positions training touches (prompt + generated + the evaluation's last cycle) against the
+    context the target serves; one line before any work."""
+    from ncclprobe.engine.spec import RunSpec
+    longest = max((len(p) for p in (*spec.prompts, *spec.eval_prompt_ids)), default=spec.prompt_len)
+    RunSpec(preset=preset_name, checkpoint=checkpoint, prompt_len=max(2, longest), new_tokens=spec.gen_len,
+            k=spec.eval_k, device="cpu" if checkpoint is None else "auto").check_limits()
+
+
+def train_and_save(preset_name, checkpoint, spec, device, out, force, progress) -> dict:
+
     import torch
     from ncclprobe.engine.build import build_draft, build_target
     from ncclprobe.engine.config import preset
@@ -122,5 +132,5 @@ def train_and_save(preset_name, checkpoint, spec, device, out, progress) -> dict
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
     draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
     report = train(target, draft, spec, progress=progress)
-    save_draft(draft, out, {"training": report})
+    save_draft(draft, out, {"training": report}, replace=force)
     return report

@@ -15,7 +15,7 @@ from pathlib import Path
 from ncclprobe.enginerun import RunSet, load_runs
 from ncclprobe.enginerun.trace import to_runs
 from ncclprobe.enginerun.view import EngineRun, Phase
-from ncclprobe.errors import UsageProblem
+from ncclprobe.envcheck.document import load_document
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
 OVERHEAD_PHASES = ("accept", "draft_extend", "host")
@@ -73,7 +73,7 @@ def load_evidence(trace: str | Path | None = None, *, profiles=(), server_logs=(
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
     if env_check:
-        ev.env_check, ev.inputs["env_check"] = _load_env_check(env_check), str(env_check)
+        ev.env_check, ev.inputs["env_check"] = load_document(env_check), str(env_check)
     return ev
 
 
@@ -90,16 +90,6 @@ def load_sweep(path: str | Path) -> list[dict]:
     return [r for r in results.results if r.get("status") == "ok" and r.get("time_us") is not None]
 
 
-def _load_env_check(path: str | Path):
-    import json
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageProblem(f"cannot read env-check document {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{str(path)!r} is not JSON ({exc.msg} at line {exc.lineno}); expected an env-check document") from None
 
 
 # ---- accessors ------------------------------------------------------------------------------

@@ -10,12 +10,12 @@ normalized view (`ncclprobe.enginerun.view`) that the diagnose rules read.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from ncclprobe.enginerun.view import ENGINE_PHASE_KIND, Acceptance, Collective, EngineRun, Phase, Worker
 from ncclprobe.errors import UsageProblem
+from ncclprobe.validate import load_json
 
 SCHEMA_VERSION = 1
 KIND = "engine-trace"
@@ -38,19 +38,8 @@ def is_engine_trace(doc) -> bool:
 
 
 def _read_json(path: str | Path):
-    p = Path(path)
-    try:
-        if p.stat().st_size > MAX_BYTES:
-            raise UsageProblem(f"{str(path)!r} is {p.stat().st_size / 1e6:.0f} MB, too large for an engine trace")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageProblem(f"{str(path)!r} is not UTF-8 text, so not an engine trace") from None
-    except OSError as exc:
-        raise UsageProblem(f"cannot read engine trace {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{str(path)!r} is not JSON ({exc.msg} at line {exc.lineno}); expected an engine trace") from None
+    """Size limit, UTF-16 recognised, no NaN, /dev/zero refused: `ncclprobe.validate`."""
+    return load_json(path, "engine trace", limit=MAX_BYTES)
 
 
 def validate(doc, where: str) -> None:
@@ -101,6 +90,10 @@ def _validate_run(run, at: str) -> None:
                 raise UsageProblem(f"{at}.workers[{j}].{key} must be an object")
     if run.get("settings") is not None and not isinstance(run.get("settings"), dict):
         raise UsageProblem(f"{at}.settings must be an object")
+    histogram = (run.get("acceptance") or {}).get("histogram") if isinstance(run.get("acceptance"), dict) else None
+    if histogram is not None and not (isinstance(histogram, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in histogram)):
+        raise UsageProblem(f"{at}.acceptance.histogram must be a list of counts, got {str(histogram)[:60]}")
 
 
 def _number(value, at: str, optional: bool = False) -> None:

@@ -2,8 +2,8 @@
 
 Why an allowlist: a process environment routinely holds tokens, cloud keys and passwords. By
 default only the families that decide what NCCL and torch.distributed do are shown; `--all`
-shows every name, but the value of anything that looks like a secret (by its name or by the
-shape of its value) is replaced by `MASKED`. Every value that leaves this package goes through
+shows every name, but values only of families known to hold no credentials, and those masked by
+shape too (`ncclprobe.secrets`). Every value that leaves this package goes through
 `display_value`, so no output format (table, JSON, CSV, error line) can carry a secret.
 
 What /proc can't show: /proc/PID/environ is the block of memory the kernel filled at exec. A
@@ -13,10 +13,13 @@ block; a child made by fork() without exec shows its ancestor's exec-time block.
 
 from __future__ import annotations
 
-import re
 from typing import Mapping
 
-MASKED = "<masked>"
+from ncclprobe.secrets import MASK as MASKED
+from ncclprobe.secrets import mask_argv, mask_env_value
+
+__all__ = ["MASKED", "EnvironUnreadable", "display_value", "env_diff", "is_relevant", "mask_argv",
+           "parse_environ_block", "read_environ", "visible_env"]
 
 # Families whose values decide what NCCL, CUDA and torch.distributed do in a worker.
 RELEVANT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
@@ -28,22 +31,6 @@ RELEVANT_NAMES = frozenset({
     "VLLM_NCCL_SO_PATH", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
     "OMP_NUM_THREADS",
 })
-
-# Name words that mark a secret. Matching whole `_`-separated words keeps NCCL_IB_PKEY visible.
-_SECRET_WORDS = frozenset({
-    "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "KEY", "KEYS",
-    "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "SESSION",
-    "PRIVATE", "SIGNATURE", "PAT", "DSN", "CERT", "JWT", "BEARER", "WEBHOOK", "PWD",
-})
-# Names that contain a secret word but are well known not to hold one (the shell's working directories).
-_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
-_SECRET_FRAGMENTS = ("SECRET", "TOKEN", "PASSW", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
-# Value shapes of well-known credentials, and URLs carrying a password.
-_SECRET_VALUE = re.compile(
-    r"(hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}"
-    r"|github_pat_\w{20,}|sk-[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,}"
-    r"|-----BEGIN|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|://[^/\s:@]*:[^/\s@]+@)")  # redis://:pw@ too
-_RANDOM_LOOKING = re.compile(r"^[A-Za-z0-9+/=_\-]{32,}$")
 
 
 class EnvironUnreadable(Exception):
@@ -75,51 +62,10 @@ def is_relevant(name: str) -> bool:
     return name.startswith(RELEVANT_PREFIXES) or name in RELEVANT_NAMES
 
 
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    if upper in _NOT_SECRET_NAMES:
-        return False
-    words = set(re.split(r"[^A-Z0-9]+", upper))
-    squashed = upper.replace("_", "")
-    return bool(words & _SECRET_WORDS) or any(fragment in squashed for fragment in _SECRET_FRAGMENTS)
-
-
-def looks_secret_value(value: str) -> bool:
-    if _SECRET_VALUE.search(value):
-        return True
-    return bool(_RANDOM_LOOKING.match(value)) and _mixed_classes(value)
-
-
-def _mixed_classes(value: str) -> bool:
-    return any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
-
-
 def display_value(name: str, value: str | None) -> str | None:
-    """The value as it may be printed: secrets (by name or by shape) become MASKED."""
-    if value is None:
-        return None
-    if is_secret_name(name) or looks_secret_value(value):
-        return MASKED
-    return value
-
-
-def mask_argv(argv: list[str]) -> list[str]:
-    """A command line safe to print: `--hf-token X`, `--password=X` and token-shaped words masked."""
-    out: list[str] = []
-    hide_next = False
-    for word in argv:
-        flag, sep, value = word.partition("=")
-        if hide_next:
-            out.append(MASKED)
-            hide_next = False
-        elif sep and is_secret_name(flag.lstrip("-")):  # --password=X, and `env HF_TOKEN=X cmd`
-            out.append(f"{flag}={MASKED}")
-        elif word.startswith("-") and not sep and is_secret_name(word.lstrip("-")):
-            out.append(word)
-            hide_next = True
-        else:
-            out.append(MASKED if looks_secret_value(word) else word)
-    return out
+    """The value as it may be printed (`ncclprobe.secrets`): shown only for harmless families, and
+    even then masked by shape (URL passwords, key=value pairs, tokens)."""
+    return mask_env_value(name, value)
 
 
 def visible_env(env: Mapping[str, str], show_all: bool = False) -> dict[str, str]:

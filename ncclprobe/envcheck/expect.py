@@ -7,7 +7,6 @@ A recommendation file is what `ncclprobe recommend --emit json` writes:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.lint import lint_env
+from ncclprobe.secrets import mask_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -56,22 +56,9 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
 
 
 def load_recommendation(path: str | Path) -> list[Expectation]:
-    """The `env` of a recommendation file as expectations; UsageProblem naming what is wrong."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageProblem(f"--expect-from {path}: can't read it ({exc.strerror or exc})") from None
-    except (ValueError, UnicodeDecodeError):
-        raise UsageProblem(f"--expect-from {path}: not a JSON document") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "recommendation":
-        raise UsageProblem(f"--expect-from {path}: not a recommendation file (kind must be \"recommendation\")")
-    if doc.get("schema_version") != 1:
-        raise UsageProblem(f"--expect-from {path}: schema_version {doc.get('schema_version')!r} is not supported (need 1)")
-    env = doc.get("env")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and _NAME.match(k) for k in env):
-        raise UsageProblem(f"--expect-from {path}: \"env\" must map variable names to values")
-    return [Expectation(name, str(value), str(path)) for name, value in env.items()]
+    """The `env` of a recommendation file as expectations (`ncclprobe.recommend.file`, the one loader)."""
+    from ncclprobe.recommend.file import recommended_env
+    return [Expectation(name, value, str(path)) for name, value in recommended_env(path, "--expect-from").items()]
 
 
 def merge(expectations: Iterable[Expectation]) -> list[Expectation]:
@@ -111,13 +98,14 @@ def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict]:
     settings = {name: value for name, value in env.items() if is_relevant(name)}
     findings = lint_env(settings, nccl_version=nccl_version)
     return [{"severity": f.severity, "variable": f.variable, "code": getattr(f, "code", ""),
-             "message": _masked(f.message, env), "fix": _masked(f.fix, env)} for f in findings]
+             "message": _masked(f.message, settings), "fix": _masked(f.fix, settings)} for f in findings]
 
 
-def _masked(text: str, env: Mapping[str, str]) -> str:
-    """Lint messages quote values; make sure no secret value rides along in one."""
-    for name, value in env.items():
+def _masked(text: str, settings: Mapping[str, str]) -> str:
+    """Lint messages quote the values they judge (only `settings`); none may carry a secret."""
+    for name, value in settings.items():
         shown = display_value(name, value)
-        if value and shown != value and value in text:
-            text = text.replace(value, shown)
-    return text
+        if value and shown != value:
+            for form in (value, repr(value)[1:-1]):   # as written, and as `{value!r}` quotes it
+                text = text.replace(form, shown)
+    return mask_text(text)

@@ -23,13 +23,14 @@ from ncclprobe.envcheck.environ import display_value
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.recipes import PROOF_VARIABLES
+from ncclprobe.numbers import ascii_re, is_digits
 
 # NCCL reads these without a `set by environment` line, so their absence proves nothing;
 # NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
 NOT_ECHOED = frozenset({*PROOF_VARIABLES, "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS",
                         "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
-_LINE_PID = re.compile(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
-_FILE_PID = re.compile(r"(?<![0-9])(\d{2,9})(?![0-9])")
+_LINE_PID = ascii_re(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
+_FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def pid_from_filename(path: str | Path) -> int | None:
     """The pid in an NCCL_DEBUG_FILE name: the last all-digit dot-separated part (`%h.%p` and
     `%p.%h` alike, so host `gpu12` never wins), else the last run of digits (`nccl-4242.log`)."""
     name = Path(path).name
-    parts = [part for part in name.split(".") if part.isdigit() and 2 <= len(part) <= 9]
+    parts = [part for part in name.split(".") if is_digits(part) and 2 <= len(part) <= 9]
     if parts:
         return int(parts[-1])
     found = _FILE_PID.findall(name)
@@ -133,4 +134,4 @@ def normalise(name: str, value: str | None) -> str | None:
     value = value.strip()
     if name == "NCCL_P2P_LEVEL":
         return level_as_logged(value)
-    return value[:-1] if re.fullmatch(r"-?\d+\.", value) else value
+    return value[:-1] if re.fullmatch(r"-?[0-9]+\.", value) else value

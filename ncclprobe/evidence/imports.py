@@ -42,7 +42,7 @@ class Imported:
     blocks: list[Block]
     record_sets: list[list[dict]] = field(default_factory=list)   # results files to write, header first
     findings: bool = False
-    write: Callable[[str], int] | None = None   # an importer with its own file format writes it itself
+    write: Callable[..., int] | None = None   # an importer with its own file format writes it itself
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def _p2p_evidence(text: str, options: ImportOptions) -> Imported:
     from ncclprobe.pcie.importers import recognise, write_records
     found = recognise(text, options.source)
     return Imported(kind=found.kind, doc=found.doc, blocks=[Block(found.title, found.rows, found.notes)],
-                    findings=found.exit_code == 1, write=lambda output: write_records(found, output))
+                    findings=found.exit_code == 1, write=lambda output, force=False: write_records(found, output, force))
 
 
 IMPORTERS: list[Importer] = [

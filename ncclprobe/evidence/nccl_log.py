@@ -23,36 +23,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.numbers import ascii_re, is_digits
+from ncclprobe.secrets import mask_env, mask_env_value, mask_text
 
 # NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
 ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
 PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 
-_PREFIX = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-                     r"(?:[\d.]+ )?(?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
-_VERSION = re.compile(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
-_SET_BY_ENV = re.compile(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
-_INT_WITH_PERIOD = re.compile(r"^-?\d+\.$")
-_COMM_INIT = re.compile(r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
-                        r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
-                        r".* - Init (?P<phase>START|COMPLETE)")
-_COMM_SHAPE = re.compile(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-                         r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
-_CONNECTION = re.compile(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
-                         r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
-_RING = re.compile(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
-_TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
-_TUNING = re.compile(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-                     r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
-_SYMMETRIC = re.compile(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
-_CALL = re.compile(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)")
-_CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
-_CHANNEL_COUNTS = re.compile(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
-                             r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
-_TUNER = re.compile(r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
-                    r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
-_MATRIX_START = re.compile(r"^Enabled NCCL Func/Proto/Algo Matrix:")
-_MATRIX_ROW = re.compile(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")
+# The host must start where a host name can start (after the line's start, a space, `:`, `[` or
+# `]`): without that look-behind the engine tries the pattern from every character of a long run
+# without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
+_PREFIX = ascii_re(r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
+                   r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
+_VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+_SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
+_INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
+_COMM_INIT = ascii_re(r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
+                      r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+                      r".* - Init (?P<phase>START|COMPLETE)")
+_COMM_SHAPE = ascii_re(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+                       r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
+_CONNECTION = ascii_re(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
+                       r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
+_RING = ascii_re(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
+_TREES = ascii_re(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
+_TUNING = ascii_re(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+                   r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
+_SYMMETRIC = ascii_re(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
+_CALL = ascii_re(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)")
+_CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
+_CHANNEL_COUNTS = ascii_re(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
+                           r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
+_TUNER = ascii_re(r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
+                  r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
+_MATRIX_START = ascii_re(r"^Enabled NCCL Func/Proto/Algo Matrix:")
+_MATRIX_ROW = ascii_re(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")
 
 
 @dataclass(frozen=True)
@@ -102,16 +107,19 @@ class NcclLog:
     total_lines: int = 0
 
     def to_json(self) -> dict:
+        """The facts for output: values and warnings masked (`ncclprobe.secrets`); `env` itself stays
+        raw for the comparisons that prove a setting was read."""
         return {
             "schema_version": 1, "nccl_version": self.nccl_version, "nccl_version_full": self.nccl_version_full,
-            "versions": sorted(self.versions), "env": dict(self.env), "env_values": dict(self.env_values),
+            "versions": sorted(self.versions), "env": mask_env(self.env),
+            "env_values": {k: [mask_env_value(k, v) for v in values] for k, values in self.env_values.items()},
             "nranks": self.nranks, "communicators": list(self.communicators),
             "transports": dict(self.transports), "transport_details": dict(self.transport_details),
             "ring_channels": self.ring_channels, "tree_channels": self.tree_channels, "channel_counts": dict(self.channel_counts),
             "connected": dict(self.connected), "tuning": [t.to_json() for t in self.tuning],
             "symmetric_kernels": list(self.symmetric_kernels), "calls": dict(self.calls),
             "enabled_matrix": self.enabled_matrix, "tuner_plugin": self.tuner_plugin,
-            "warnings": list(self.warnings), "pids": sorted(self.pids), "hosts": sorted(self.hosts),
+            "warnings": [mask_text(w) for w in self.warnings], "pids": sorted(self.pids), "hosts": sorted(self.hosts),
             "nccl_lines": self.nccl_lines, "total_lines": self.total_lines,
         }
 
@@ -139,7 +147,7 @@ def proto_name(token: str) -> str:
 
 
 def _code_name(token: str, names: tuple[str, ...], kind: str) -> str:
-    if token.isdigit():
+    if is_digits(token):
         index = int(token)
         return names[index] if index < len(names) else f"{kind}_{index}"
     return _CANONICAL.get(token.replace("_", "").lower(), token.upper())
@@ -167,44 +175,54 @@ class _Reader:
         self.log.total_lines += 1
         if self.matrix_header is not None and self._matrix_line(line):
             return
-        match = _PREFIX.search(line)
+        # most lines of a real log are not NCCL's: a substring test rules them out before any regex
+        match = _PREFIX.search(line) if "NCCL " in line else None
         if match is None:
-            bare = _VERSION.match(line.strip())
-            if bare:
-                self._version(bare)
+            if "NCCL version" in line:
+                bare = _VERSION.match(line.strip())
+                if bare:
+                    self._version(bare)
             return
-        self.log.nccl_lines += 1
-        self.log.pids.add(int(match["pid"]))
-        self.log.hosts.add(match["host"])
+        log, pid = self.log, int(match["pid"])
+        log.nccl_lines += 1
+        log.pids.add(pid)
+        log.hosts.add(match["host"])
+        msg = match["msg"].strip()
         if match["level"] == "WARN":
-            self.log.warnings.append(match["msg"].strip())
-        self._message(match["msg"].strip(), int(match["pid"]))
+            log.warnings.append(msg)
+        self._message(msg, pid)
 
     def _message(self, msg: str, pid: int) -> None:
-        for pattern, handler in self.handlers:
-            found = pattern.match(msg)
-            if found:
-                handler(found, pid)
-                return
+        for guard, pattern, handler in self.handlers:
+            if guard in msg:   # a literal every match contains: skips the regex for the other lines
+                found = pattern.match(msg)
+                if found:
+                    handler(found, pid)
+                    return
 
     def _handlers(self) -> tuple:
-        """(pattern, handler) in matching order; the first match wins."""
-        return ((_VERSION, lambda m, pid: self._version(m)),
-                (_SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
-                (_TUNING, self._tuning),
-                (_CONNECTION, lambda m, pid: self._connection(m["via"])),
-                (_RING, lambda m, pid: self.ring_counts.update([int(m["n"])])),
-                (_TREES, lambda m, pid: self._trees(m[1])),
-                (_COMM_INIT, self._comm),
-                (_COMM_SHAPE, self._comm),
-                (_SYMMETRIC, lambda m, pid: self.log.symmetric_kernels.append(
+        """(guard, pattern, handler) in matching order; the first match wins. The guard is a
+        substring of every line the pattern matches (a plain `in` test, far cheaper than a match)."""
+        return (("NCCL version", _VERSION, lambda m, pid: self._version(m)),
+                (" set by environment", _SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
+                (" Bytes -> Algo ", _TUNING, self._tuning),
+                (" via ", _CONNECTION, lambda m, pid: self._connection(m["via"])),
+                ("Channel ", _RING, lambda m, pid: self._count(self.ring_counts, int(m["n"]))),
+                ("Trees", _TREES, lambda m, pid: self._trees(m[1])),
+                (" - Init ", _COMM_INIT, self._comm),
+                (" nRanks ", _COMM_SHAPE, self._comm),
+                ("[Symmetric]", _SYMMETRIC, lambda m, pid: self.log.symmetric_kernels.append(
                     {"collective": m["coll"], "bytes": int(m["bytes"]), "kernel": m["kernel"]})),
-                (_CALL, lambda m, pid: self.calls.update([m["coll"]])),
-                (_CONNECTED, lambda m, pid: self.connected.update([m["what"]])),
-                (_CHANNEL_COUNTS, lambda m, pid: self.log.channel_counts.update(
+                (" opCount ", _CALL, lambda m, pid: self._count(self.calls, m["coll"])),
+                ("Connected all ", _CONNECTED, lambda m, pid: self._count(self.connected, m["what"])),
+                (" coll channels, ", _CHANNEL_COUNTS, lambda m, pid: self.log.channel_counts.update(
                     {k: int(v) for k, v in m.groupdict().items()})),
-                (_TUNER, lambda m, pid: self._tuner(m)),
-                (_MATRIX_START, lambda m, pid: self._matrix_start()))
+                ("tuner plugin", _TUNER, lambda m, pid: self._tuner(m)),
+                ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()))
+
+    @staticmethod
+    def _count(counter: Counter, key) -> None:
+        counter[key] += 1   # Counter.update([key]) costs several isinstance calls per line
 
     def _version(self, match: re.Match) -> None:
         self.log.versions.add(match["v"])
@@ -228,8 +246,8 @@ class _Reader:
 
     def _connection(self, via: str) -> None:
         via = via.strip()
-        self.transports.update([via.split("/", 1)[0]])
-        self.details.update([re.sub(r"/\d+(?=/|$)", "", via)])   # drop NET device indices
+        self._count(self.transports, via.split("/", 1)[0])
+        self._count(self.details, re.sub(r"/[0-9]+(?=/|$)", "", via))   # drop NET device indices
 
     def _comm(self, m: re.Match, pid: int) -> None:
         nranks = int(m["nranks"])

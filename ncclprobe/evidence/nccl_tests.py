@@ -27,26 +27,28 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
+from ncclprobe.numbers import ascii_re, is_digits
+from ncclprobe.secrets import mask_env
 
-PARAMS = re.compile(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-                    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-                    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
-RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-                  r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
-COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw\s+busbw"
-                     r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
-FOOTER_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
+PARAMS = ascii_re(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
+                  r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
+                  r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
+RANK = ascii_re(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
+                r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
+COLUMNS = ascii_re(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw\s+busbw"
+                   r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
+FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
-FOOTER_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
-                        r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
-TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<v>\S+)")
-STARTING = re.compile(r"^#\s*Collective test starting: (?P<name>\S+)")
-CONCLUDED = re.compile(r"^#\s*Collective test concluded")
+FOOTER_AVG = ascii_re(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+                      r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
+TESTS_VERSION = ascii_re(r"^#\s*nccl-tests version (?P<v>\S+)")
+STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
+CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
 # ncclprobe export's own line: what its table measured (nccl-tests prints nothing like it)
-EXPORTED = re.compile(r"^#\s*ncclprobe export: (?P<body>.*)$")
-_COLLECTIVE = re.compile(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b")
-_REDUCING = re.compile(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
-_NUMBER = re.compile(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+EXPORTED = ascii_re(r"^#\s*ncclprobe export: (?P<body>.*)$")
+_COLLECTIVE = ascii_re(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b")
+_REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
+_NUMBER = ascii_re(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
 # not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
 # nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
 NOT_SETTINGS = ("NCCL_VERSION",)
@@ -205,7 +207,7 @@ def _exported(run, m):
 def data_row(tokens: list[str], columns: Columns) -> Row | None:
     lead = 5 if columns.root else 4
     per = 8 if columns.per_iter else 4
-    if len(tokens) < lead + 2 * per or not tokens[0].isdigit() or not tokens[1].isdigit():
+    if len(tokens) < lead + 2 * per or not is_digits(tokens[0]) or not is_digits(tokens[1]):
         return None
     cells = tokens[lead:lead + 2 * per]
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
@@ -216,7 +218,7 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     missing = [all(c == "N/A" for c in cells_[:4]) for cells_ in placements]   # ncclprobe export: not measured
     if all(missing) or any(c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]):
         return None
-    root = int(tokens[4]) if columns.root and re.match(r"^-?\d+$", tokens[4]) else None
+    root = int(tokens[4]) if columns.root and is_digits(tokens[4].removeprefix("-")) else None
     size = int(tokens[0])
     oop, ip = (None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing))
     return Row(size, int(tokens[1]), tokens[2], tokens[3], root, oop, ip)
@@ -245,7 +247,7 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
     shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
-    run.settings = nccl_settings({**command_line_settings(lines), **log.env, **{str(k): str(v) for k, v in shown.items()}})
+    run.settings = mask_env(nccl_settings({**command_line_settings(lines), **log.env, **{str(k): str(v) for k, v in shown.items()}}))   # masked for every output
     named = [m["name"] for line in lines for m in [_COLLECTIVE.match(line.strip())] if m]
     run.collective = named[0] if named else _infer_collective(run)
     run.collective_inferred = not named and run.collective is not None

@@ -30,6 +30,7 @@ import math
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import Measurement, NcclTestsRun, Row, collective_of_binary, nccl_settings
+from ncclprobe.secrets import mask_env
 
 READ_VERSIONS = (3,)
 
@@ -58,7 +59,7 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     run.nccl_version = _version(doc.get("nccl_version"))
     args = doc.get("args") if isinstance(doc.get("args"), list) else []
     run.collective = collective_of_binary(str(args[0])) if args else None
-    run.settings = nccl_settings(env)
+    run.settings = mask_env(nccl_settings(env))   # a value shaped like a secret is masked here too
     run.env = {k: display_value(k, v) for k, v in sorted(env.items()) if is_relevant(k)}
     run.rows = [_row(r, i, source) for i, r in enumerate(doc["results"])]
     run.out_of_bounds = _int((doc.get("out_of_bounds") or {}).get("count"))

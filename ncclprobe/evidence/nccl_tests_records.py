@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import DTYPES, NcclTestsRun
 from ncclprobe.records import SCHEMA_VERSION, config_id
+from ncclprobe.secrets import mask_argv
 
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
@@ -34,7 +35,7 @@ def to_records(run: NcclTestsRun, *, source_file: str, argv: list[str] | None = 
     labels = labels or {}
     settings = label_settings(run, labels)
     cid = config_id(settings)
-    header = {"record": "header", "schema_version": SCHEMA_VERSION, "kind": "nccl-tests", "argv": list(argv or []),
+    header = {"record": "header", "schema_version": SCHEMA_VERSION, "kind": "nccl-tests", "argv": mask_argv(argv or []),
               "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source_file": source_file,
               "hostname": run.devices[0]["host"] if run.devices else None,
               "versions": {"nccl": run.nccl_version, "nccl_tests": run.nccl_tests_version},

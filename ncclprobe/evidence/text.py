@@ -8,35 +8,36 @@ same way, before matching anything.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from ncclprobe.errors import UsageProblem
+from ncclprobe.numbers import ascii_re
+from ncclprobe.validate import read_text
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_MPIRUN_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
-_TIMESTAMP = re.compile(
+_ANSI = ascii_re(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_MPIRUN_TAG = ascii_re(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
+_TIMESTAMP = ascii_re(
     r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+")
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def clean_line(line: str) -> str:
-    """One captured line without escapes, an mpirun tag or a leading timestamp; right-stripped."""
+    """One captured line without escapes, an mpirun tag or a leading timestamp; right-stripped.
+    Each pattern runs only where it can match (a log has millions of lines; most carry none)."""
     line = strip_ansi(line).rstrip()
-    line = _MPIRUN_TAG.sub("", line)
-    return _TIMESTAMP.sub("", line)
+    if line[:1] == "[":
+        line = _MPIRUN_TAG.sub("", line)
+    if line[:1] in _TIMESTAMP_STARTS:
+        line = _TIMESTAMP.sub("", line)
+    return line
+
+
+_TIMESTAMP_STARTS = frozenset("[0123456789")
 
 
 def read_text_file(path: str | Path, what: str) -> str:
-    """Read a user's evidence file; unreadable or binary files are a UsageProblem naming the file."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageProblem(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from exc
-    if b"\x00" in data[:65536]:
-        raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
-    return data.decode("utf-8", errors="replace")
+    """Read a user's evidence file (UTF-8, or UTF-16/32 as Windows tools write it); unreadable,
+    binary or oversized files are a UsageProblem naming the file (`ncclprobe.validate`)."""
+    return read_text(path, what)

@@ -15,22 +15,22 @@ give the same pairs are equivalent: the sweep measures one and says why it skipp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
+from ncclprobe.numbers import ascii_re
 
 _SMI_TO_NCCL = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
 # nvidia-smi's codes from nearest to furthest, for "worst path"
 _SMI_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
-_LINK_CODE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
-_P2P_STATUS = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
-_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|[a-z][a-z0-9_]*\d)$")
+_LINK_CODE = ascii_re(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_P2P_STATUS = ascii_re(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
+_DEVICE = ascii_re(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|[a-z][a-z0-9_]*\d)$")
 _ATTRIBUTES = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
-_NIC_LEGEND = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
+_NIC_LEGEND = ascii_re(r"^\s*(NIC\d+):\s*(\S+)\s*$")
 
 
 @dataclass

@@ -9,6 +9,7 @@ else it is ignored without a word.
 from __future__ import annotations
 
 from ncclprobe.nccl.version import parse_version
+from ncclprobe.numbers import is_digits
 
 # NCCL's path types, nearest first (src/graph/topo.h, topoPathTypeStr up to SYS; 2.28): P2P between
 # two GPUs is allowed when their path type is at most the level (`path->type <= p2pLevel`)
@@ -24,7 +25,7 @@ LEGACY_P2P_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 
 def is_legacy_level(value: str) -> bool:
     """An old-style integer level (ASCII digits only: the sweep never measures a value it cannot read)."""
-    return value.isascii() and value.isdigit()
+    return is_digits(value)   # ASCII, and at most 19 digits: int() of 5000 digits fails
 
 
 def legacy_level(value: str) -> str:

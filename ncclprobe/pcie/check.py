@@ -10,11 +10,10 @@ GPU. Every part that cannot run here says why; only bad input is an error.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from ncclprobe import tempdirs
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.topo_live import json_lines, run_json_probe
 from ncclprobe.pcie.advice import advise
@@ -23,6 +22,7 @@ from ncclprobe.pcie.matrix import Matrix
 from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topology
 from ncclprobe.pcie.platform import platform_checks, run_command
 from ncclprobe.pcie.sysfs import crossing, read_gpu_paths
+from ncclprobe.safe_output import write_text
 
 SCHEMA_VERSION = 1
 
@@ -102,8 +102,8 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
 
 
 def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
-    with tempfile.TemporaryDirectory(prefix="ncclprobe-dump-") as tmp:
-        where = work_dir or tmp
+    with tempdirs.owned("ncclprobe-dump-") as tmp:   # reaped by the next run if this one is SIGKILLed
+        where = work_dir or str(tmp)
         out, err, code = run_json_probe([sys.executable, "-m", "ncclprobe.probes.nccl_dump", "--out", where,
                                          "--timeout", str(timeout_s)], timeout_s + 30)
         records = json_lines(out)
@@ -149,17 +149,8 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
         if doc.get("nccl", {}).get(key):
             files[name] = doc["nccl"][key]
     check_output_dir(directory)
-    written = []
-    for name, text in files.items():
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, directory / name)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        written.append(directory / name)
+    written = [write_text(directory / name, text, what="--output-dir file")   # whole, never over a file
+               for name, text in files.items()]
     from ncclprobe.pcie.heatmap import write_heatmap
     picture = write_heatmap([Matrix.from_record(r) for r in doc.get("matrices", [])], directory / "p2p-heatmap.png",
                             "topo --check")

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import strip_ansi
 from ncclprobe.evidence.topo import Topology, parse_topo
+from ncclprobe.numbers import ascii_re
+from ncclprobe.secrets import mask_env
 
 CAVEAT = ("collect-env shows the environment of the shell that ran it, not of the serving workers; "
           "`ncclprobe env-check --pid PID` reads what a worker really has")
-_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
-_ENV = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
-_PIP = re.compile(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
+_KEY_VALUE = ascii_re(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
+_ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
+_PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
 _TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
 # variables collect-env prints that describe the image, not NCCL settings
 IMAGE_FACTS = ("NCCL_VERSION",)
@@ -50,8 +52,8 @@ class CollectEnv:
 
     def to_json(self) -> dict:
         return {"schema_version": 1, "kind": "collect-env", "tool": self.tool, "versions": self.versions,
-                "nccl_versions": self.nccl, "nccl_version": self.nccl_version, "env": self.env,
-                "nccl_settings": self.nccl_settings, "topology": self.topology.to_json() if self.topology else None,
+                "nccl_versions": self.nccl, "nccl_version": self.nccl_version, "env": mask_env(self.env),
+                "nccl_settings": mask_env(self.nccl_settings), "topology": self.topology.to_json() if self.topology else None,
                 "caveat": CAVEAT, "notes": self.notes}
 
 

@@ -5,18 +5,14 @@ prints. The import command calls `recognise` first and falls back to nccl-tests 
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from ncclprobe.errors import UsageProblem
 from ncclprobe.pcie.advice import advise
 from ncclprobe.pcie.collect_env import looks_like_collect_env, parse_collect_env
 from ncclprobe.pcie.findings import matrix_findings
 from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
+from ncclprobe.safe_output import dumps_json, write_text
 
 
 @dataclass
@@ -64,25 +60,12 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
                     1 if any(f.severity == "error" for f in findings) else 0)
 
 
-def write_records(imported: Imported, output: str) -> int:
-    """The matrix records (and the findings) as JSONL; refuses an existing file, never half-written."""
-    path = Path(output)
-    if path.exists():
-        raise UsageProblem(f"{output!r} exists; results files are never overwritten: choose another name")
+def write_records(imported: Imported, output: str, force: bool = False) -> int:
+    """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
+    with `force` (`ncclprobe.safe_output`)."""
     records = [{"record": "header", "schema_version": 1, "kind": imported.kind,
                 "source_file": imported.doc.get("source_file")}]
     records += imported.doc.get("matrices", [])
     records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            for record in records:
-                fh.write(json.dumps(record, allow_nan=False) + "\n")
-        os.link(tmp, path)                      # fails if the path appeared meanwhile
-    except FileExistsError as exc:
-        raise UsageProblem(f"{output!r} exists; results files are never overwritten") from exc
-    except OSError as exc:
-        raise UsageProblem(f"cannot write {output!r}: {exc.strerror or exc}") from exc
-    finally:
-        os.unlink(tmp)
+    write_text(output, "".join(dumps_json(record) + "\n" for record in records), force=force, what="--output")
     return len(records) - 1

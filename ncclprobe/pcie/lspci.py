@@ -9,14 +9,13 @@ and `LnkSta:\tSpeed 2.5GT/s (downgraded), Width x16`. Run without root, lspci pr
 
 from __future__ import annotations
 
-import re
-
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.sysfs import ACS_BITS, Acs
 
-_HEADER = re.compile(r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$")
-_FLAGS = re.compile(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
-_LINK = re.compile(r"Speed (?P<speed>[\d.]+)GT/s.*?Width x(?P<width>\d+)")
+_HEADER = ascii_re(r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$")
+_FLAGS = ascii_re(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
+_LINK = ascii_re(r"Speed (?P<speed>\d{1,3}(?:\.\d{1,3})?)GT/s.*?Width x(?P<width>\d{1,3})")
 
 
 def parse_lspci(text: str) -> dict[str, dict]:

@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.numbers import is_digits
 
 MAX_BYTES = 16 << 20
 PCI_GEN_RATE = {"2.5 GT/s": 15, "5 GT/s": 30, "8 GT/s": 60, "16 GT/s": 120, "32 GT/s": 240,
@@ -182,17 +183,17 @@ def read_graphs(text: str) -> list[NcclGraph]:
 
 
 def _int(value, what) -> int:
-    if value is None or not re.fullmatch(r"-?\d+", value.strip()):
+    if value is None or not is_digits(value.strip().removeprefix("-")):
         raise UsageProblem(f"NCCL dump: {what} {value!r} is not an integer")
     return int(value)
 
 
 def _opt_int(value) -> int | None:
-    return int(value) if value is not None and re.fullmatch(r"-?\d+", value.strip()) else None
+    return int(value) if value is not None and is_digits(value.strip().removeprefix("-")) else None
 
 
 def _float(value, what) -> float:
-    if value is None or not re.fullmatch(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", value.strip(), re.I):
+    if value is None or not re.fullmatch(r"[0-9]{1,15}(?:\.[0-9]{1,15})?(?:e[+-]?[0-9]{1,3})?", value.strip(), re.I):
         raise UsageProblem(f"NCCL dump: {what} {value!r} is not a number")
     return float(value)
 

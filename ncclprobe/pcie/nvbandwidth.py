@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.matrix import Matrix
 
-_RUNNING = re.compile(r"^Running (?P<name>\w+)\.\s*$")
-_DESCRIPTION = re.compile(r"^(?:memcpy|memory latency) (?P<engine>CE|SM) (?P<a>CPU|GPU)\(row\) (?P<arrow><->|->|<-) "
-                          r"(?P<b>CPU|GPU)\(column\)(?: bandwidth)? \((?P<unit>GB/s|ns)\)\s*$")
-_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+_RUNNING = ascii_re(r"^Running (?P<name>\w+)\.\s*$")
+_DESCRIPTION = ascii_re(r"^(?:memcpy|memory latency) (?P<engine>CE|SM) (?P<a>CPU|GPU)\(row\) (?P<arrow><->|->|<-) "
+                        r"(?P<b>CPU|GPU)\(column\)(?: bandwidth)? \((?P<unit>GB/s|ns)\)\s*$")
+_NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 
 
 @dataclass

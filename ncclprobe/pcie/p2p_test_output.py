@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.matrix import Matrix, gpu_labels
 
 BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
-_DEVICE = re.compile(r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
-                     r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$")
-_ACCESS = re.compile(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)\s*$")
-_TITLE = re.compile(r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
-                    r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
-_HEADER = re.compile(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
-_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+_DEVICE = ascii_re(r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
+                   r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$")
+_ACCESS = ascii_re(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)\s*$")
+_TITLE = ascii_re(r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
+                  r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
+_HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
+_NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 EXPECTED = ("Unidirectional P2P=Disabled Bandwidth", "Unidirectional P2P=Enabled Bandwidth",
             "Bidirectional P2P=Disabled Bandwidth", "Bidirectional P2P=Enabled Bandwidth",
             "P2P=Disabled Latency", "P2P=Enabled Latency")

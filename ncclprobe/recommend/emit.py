@@ -49,7 +49,7 @@ def as_set(recs):
 
 
 def json_text(recs) -> str:
-    return json.dumps(as_set(recs).to_json(), indent=2) + "\n"
+    return json.dumps(as_set(recs).to_json(), indent=2, allow_nan=False) + "\n"
 
 
 def env_snippet(recs) -> str:

@@ -8,7 +8,6 @@ recommendation JSON is the combined one (recommend/collectives.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from ncclprobe.enginerun import RunSet, load_any
 from ncclprobe.recommend.workload import Workload, from_runs
 from ncclprobe.report import html, markdown, plots
 from ncclprobe.report.content import collective_sections, run_sections
+from ncclprobe.safe_output import atomic_directory, check_output_dir, dumps_json
 
 log = logging.getLogger("ncclprobe.report")
 
@@ -41,20 +41,22 @@ class ReportFiles:
                             for f in self.figures]}
 
 
+REPORT_ENTRIES = ("report.md", "report.html", "recommendation.json", "figures")
+
+
 def build_report(results: list[str | Path], out_dir: str | Path, *,
                  trace_path: str | Path | list[str | Path] | None = None,
                  workload: Workload | None = None, collective: str | list[str] | None = None,
                  mode: str | None = None, min_gain: float = 0.05, allow_ll128: bool = False,
-                 baseline: dict[str, str] | None = None) -> ReportFiles:
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageProblem(f"--out {str(out)!r}: cannot create the directory ({exc.strerror or exc})") from None
+                 baseline: dict[str, str] | None = None, force: bool = False) -> ReportFiles:
+    """Every input is read and every recommendation made before anything is written; the directory
+    is then built beside `out_dir` and swapped in whole (`ncclprobe.safe_output.atomic_directory`),
+    so an existing report is replaced only with `force` and never mixed with this one's files."""
+    out = check_output_dir(out_dir, force=force, what="--out", owned=REPORT_ENTRIES)
     paths = [trace_path] if isinstance(trace_path, (str, Path)) else list(trace_path or [])
     engine = load_any(paths) if paths else None
     names = [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
-    content, figures, recs, first_ev = [], [], [], None
+    reported = []   # (name, evidence, recommendation, why none)
     for name in names:
         try:
             ev = load_evidence(results, collective=name, mode=mode)
@@ -63,30 +65,33 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
                 raise
             log.warning("%s: not reported (%s)", name, exc)
             continue
-        first_ev = first_ev or ev
         load = workload or (_engine_workload(engine, name) if engine is not None else None)
-        rec, problem = _recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline)
-        fig_dir = out / "figures" if len(names) == 1 else out / "figures" / name
-        figs = _figures(ev, results, name, fig_dir, frozenset(rec.refused if rec else ()))
-        content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
-        figures += [f for group in figs.values() for f in group]
-        recs += [rec] if rec else []
-    if first_ev is None:
+        reported.append((name, ev, *_recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline)))
+    if not reported:
         raise UsageProblem(f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}")
-    runs = engine.runs if engine else []
-    engine_figs = {"phases": plots.phase_breakdown(runs, out / "figures"),
-                   "acceptance": plots.acceptance(runs, out / "figures")}
-    content += run_sections(first_ev, engine, engine_figs)
-    figures += [f for group in engine_figs.values() for f in group]
-    title = f"ncclprobe report: {', '.join(names)}"
-    md_path, html_path = out / "report.md", out / "report.html"
-    md_path.write_text(markdown.render(title, content, out), encoding="utf-8")
-    html_path.write_text(html.render(title, content), encoding="utf-8")
-    rec_path = None
-    if recs:
-        rec_path = out / "recommendation.json"
-        rec_path.write_text(json.dumps(combine(recs, {}, min_gain).to_json(), indent=2) + "\n", encoding="utf-8")
-    return ReportFiles(out_dir=out, markdown=md_path, html=html_path, recommendation=rec_path, figures=figures)
+    recs = [rec for _, _, rec, _ in reported if rec]
+    with atomic_directory(out, force=force, what="--out", owned=REPORT_ENTRIES) as work:
+        content, figures = [], []
+        for name, ev, rec, problem in reported:
+            fig_dir = work / "figures" if len(names) == 1 else work / "figures" / name
+            figs = _figures(ev, results, name, fig_dir, frozenset(rec.refused if rec else ()))
+            content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
+            figures += [f for group in figs.values() for f in group]
+        runs = engine.runs if engine else []
+        engine_figs = {"phases": plots.phase_breakdown(runs, work / "figures"),
+                       "acceptance": plots.acceptance(runs, work / "figures")}
+        content += run_sections(reported[0][1], engine, engine_figs)
+        figures += [f for group in engine_figs.values() for f in group]
+        title = f"ncclprobe report: {', '.join(names)}"
+        (work / "report.md").write_text(markdown.render(title, content, work), encoding="utf-8")
+        (work / "report.html").write_text(html.render(title, content), encoding="utf-8")
+        if recs:
+            (work / "recommendation.json").write_text(
+                dumps_json(combine(recs, {}, min_gain).to_json(), indent=2) + "\n", encoding="utf-8")
+    moved = [plots.Figure(f.name, f.title, out / f.png.relative_to(work), out / f.svg.relative_to(work))
+             for f in figures]
+    return ReportFiles(out_dir=out, markdown=out / "report.md", html=out / "report.html",
+                       recommendation=out / "recommendation.json" if recs else None, figures=moved)
 
 
 def _recommend(results, workload, collective, mode, min_gain, allow_ll128,

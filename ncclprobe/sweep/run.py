@@ -10,12 +10,12 @@ fresh pool: one bad setting never takes the rest of the sweep with it.
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe import tempdirs
 from ncclprobe.launch import PoolSpec, run_pool
 from ncclprobe.nccl.recipes import PROOF_VARIABLES, SHARE_GPU_RANK_ENV, proof_env, rank_log, rank_log_env, share_gpu_env
 from ncclprobe.records import ResultWriter
@@ -78,7 +78,7 @@ def run_sweep(spec: SweepSpec, writer: ResultWriter, *, done: set[str] = frozens
         if skip.config.config_id not in done:
             _write_skip(writer, skip, stats, progress)
     queue = deque(plan_pools([c for c in configs if c.config_id not in done]))
-    with tempfile.TemporaryDirectory(prefix="ncclprobe-sweep-") as log_dir:
+    with tempdirs.owned("ncclprobe-sweep-") as log_dir:
         while queue:
             pool = queue.popleft()
             directory = pool_dir(Path(log_dir), stats.pools_run)

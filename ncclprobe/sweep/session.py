@@ -1,12 +1,14 @@
 """A sweep from start to results file: validate everything, open the file, run, read it back.
 
 The CLI is a thin layer over these functions, and tests call them directly. Everything that can
-be wrong with the input is found before the results file is created, so bad input never leaves
-a half-written file behind.
+be wrong with the input is found before the results file (or the default ./runs/ directory) is
+created, so bad input never leaves a half-written file behind; the file follows
+`ncclprobe.safe_output`'s rules (an existing one is replaced only with `force`).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,7 @@ from ncclprobe.nccl.recipes import check_share_gpu_ranks
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS
 from ncclprobe.records import ResultsFile, ResultWriter, read_results, trim_incomplete_tail
+from ncclprobe.safe_output import check_appendable, check_output
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import setup
 from ncclprobe.sweep.plan import SweepSpec
@@ -34,6 +37,7 @@ class Job:
     done: set[str] = field(default_factory=set)
     equivalent_levels: list[list[str]] | None = None
     collect_dir: Path | None = None          # torchrun: collect what the workers left here
+    force: bool = False                      # replace an existing results file (--force)
 
     @property
     def total(self) -> int:
@@ -91,12 +95,17 @@ def names(text: str, universe) -> tuple[str, ...]:
     return tuple(universe) if given == ("all",) else given
 
 
-def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str, argv: list[str]) -> Job:
-    path = Path(output)
-    _check_writable(path)
+def default_output() -> Path:
+    """./runs/sweep-<time>.jsonl; ./runs/ is made only when the file is (`run_job`)."""
+    return Path("runs") / f"sweep-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def new_job(spec: SweepSpec, skipped_modes: dict[str, str], output: str | None, argv: list[str],
+            force: bool = False) -> Job:
+    path = _check_writable(output, force)
     topo, levels = setup.topology(spec) if spec.backend == "nccl" else (None, None)
     head = _linted_header(spec, skipped_modes, argv, topo, configs_to_run(spec, levels)[0])
-    return Job(spec=spec, path=path, header=head, equivalent_levels=levels)
+    return Job(spec=spec, path=path, header=head, equivalent_levels=levels, force=force)
 
 
 def _linted_header(spec: SweepSpec, skipped_modes: dict[str, str], argv: list[str], topo: dict | None,
@@ -112,18 +121,14 @@ def _linted_header(spec: SweepSpec, skipped_modes: dict[str, str], argv: list[st
     return {**head, "lint": findings}
 
 
-def _check_writable(path: Path) -> None:
-    if path.exists():
-        raise UsageProblem(f"output file {str(path)!r} already exists; choose a new name or --resume it")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageProblem(f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist")
-    try:
-        with open(path, "x"):
-            pass
-    except OSError as exc:
-        raise UsageProblem(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
-    path.unlink()
+def _check_writable(output: str | None, force: bool) -> Path:
+    if output is not None:
+        return check_output(output, force=force, what="output file")
+    path = default_output()
+    if not path.parent.is_dir():   # ./runs/ is made later, once nothing can fail any more
+        check_output(Path(path.name), what="output file (under ./runs/)")
+        return path
+    return check_output(path, what="output file")
 
 
 def resume_job(path_text: str) -> Job:
@@ -132,6 +137,7 @@ def resume_job(path_text: str) -> Job:
     Everything is checked before the tail is cut, so a refused file is left exactly as it was."""
     path = Path(path_text)
     spec = _resumable_spec(path_text, read_results(path).header)
+    check_appendable(path, "--resume")
     existing = trim_incomplete_tail(path)
     _, levels = setup.topology() if spec.backend == "nccl" else (None, None)
     return Job(spec=spec, path=path, header=None, done={c["config_id"] for c in existing.configs},
@@ -158,24 +164,29 @@ def plan_torchrun(spec: SweepSpec, skipped_modes: dict[str, str], directory: str
     return torchrun.write_plan(spec, head, Path(directory))
 
 
-def collect_job(directory: str, output: str) -> Job:
+def collect_job(directory: str, output: str | None, force: bool = False) -> Job:
     """A job whose measurements already happened under torchrun: only the collection is left."""
     from ncclprobe.sweep import torchrun
-    path = Path(output)
-    _check_writable(path)
     header = torchrun.collect_header(Path(directory))
-    return Job(spec=SweepSpec.from_json(header["spec"]), path=path, header=header, collect_dir=Path(directory))
+    try:
+        spec = SweepSpec.from_json(header["spec"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UsageProblem(f"--collect {directory!r}: its plan has an unreadable sweep spec ({exc})") from None
+    path = _check_writable(output, force)
+    return Job(spec=spec, path=path, header=header, collect_dir=Path(directory), force=force)
 
 
 def run_job(job: Job, progress=None) -> ResultsFile:
     if job.header is None and job.total == 0:  # a finished file: nothing to add, not even a summary
         return read_results(job.path)
-    with ResultWriter(job.path, job.header, resume=job.header is None) as writer:
-        if job.collect_dir is not None:
+    job.path.parent.mkdir(parents=True, exist_ok=True)   # ./runs/ by default; everything was checked
+    with ResultWriter(job.path, job.header, resume=job.header is None, force=job.force,
+                      atomic=job.collect_dir is not None) as writer:
+        if job.collect_dir is not None:   # written beside the path, renamed into place on closing
             from ncclprobe.sweep.torchrun import collect
             collect(job.collect_dir, writer)
-            return read_results(job.path)
-        run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
+        else:
+            run_sweep(job.spec, writer, done=job.done, equivalent_levels=job.equivalent_levels, progress=progress)
     return read_results(job.path)
 
 

@@ -9,10 +9,10 @@ the sweep exit 1. A size given that was not measured is a shortfall too: nothing
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.numbers import parse_float
 from ncclprobe.sizes import format_size, parse_size
 
 
@@ -39,11 +39,9 @@ def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
 def _parse_one(flag: str, text: str, metric: str) -> Criterion:
     value, _, size = text.partition("@")
     try:
-        limit = float(value)
-    except ValueError:
-        raise UsageProblem(f"{flag} {text!r}: expected a number, optionally @SIZE (like 100@1G)") from None
-    if not math.isfinite(limit) or limit <= 0:
-        raise UsageProblem(f"{flag} {text!r}: the limit must be a positive finite number")
+        limit = parse_float(value, flag, min=0, min_open=True)   # ASCII, finite: ncclprobe.numbers
+    except UsageProblem:
+        raise UsageProblem(f"{flag} {text!r}: expected a positive finite number, optionally @SIZE (like 100@1G)") from None
     return Criterion(metric, limit, parse_size(size) if size else None)
 
 

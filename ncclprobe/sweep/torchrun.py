@@ -23,9 +23,12 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import ResultWriter
+from ncclprobe.safe_output import atomic_directory, dumps_json
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.sweep.run import ENTRY, PoolRun, SweepStats, pool_dir, pool_payload
+from ncclprobe.numbers import is_digits
+from ncclprobe.validate import Where, load_json, read_text
 
 PLAN = "plan.json"
 TORCHRUN = ("torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d "
@@ -33,19 +36,20 @@ TORCHRUN = ("torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d
 
 
 def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
-    """Write DIR/plan.json and DIR/pool<k>/payload.json; return the command line of each pool."""
-    if directory.exists() and any(directory.iterdir()):
+    """Write DIR/plan.json and DIR/pool<k>/payload.json; return the command line of each pool.
+    DIR must be new or empty; it appears whole or not at all (`ncclprobe.safe_output`)."""
+    if directory.exists() and directory.is_dir() and any(directory.iterdir()):
         raise UsageProblem(f"--torchrun-dir {str(directory)!r} is not empty; give a new directory")
     pools = plan_pools(build_grid(spec.grid))
-    directory.mkdir(parents=True, exist_ok=True)
     commands = []
-    for index, pool in enumerate(pools):
-        here = pool_dir(directory, index)
-        here.mkdir()
-        (here / "payload.json").write_text(json.dumps(pool_payload(spec, pool)))
-        commands.append(pool_command(spec, pool, here.resolve()))
-    plan = {"header": header, "pools": [[c.settings for c in pool.configs] for pool in pools]}
-    (directory / PLAN).write_text(json.dumps(plan, indent=1))
+    with atomic_directory(directory, what="--torchrun-dir") as work:
+        for index, pool in enumerate(pools):
+            here = pool_dir(work, index)
+            here.mkdir()
+            (here / "payload.json").write_text(dumps_json(pool_payload(spec, pool)))
+            commands.append(pool_command(spec, pool, pool_dir(directory, index).resolve()))
+        plan = {"header": header, "pools": [[c.settings for c in pool.configs] for pool in pools]}
+        (work / PLAN).write_text(dumps_json(plan, indent=1))
     return commands
 
 
@@ -59,15 +63,22 @@ def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
 
 
 def read_plan(directory: Path) -> tuple[dict, list[Pool]]:
-    try:
-        plan = json.loads((directory / PLAN).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageProblem(f"--collect {str(directory)!r}: no readable {PLAN} (made by --torchrun-dir): {exc}") from exc
+    if not (directory / PLAN).is_file():
+        raise UsageProblem(f"--collect {str(directory)!r}: no {PLAN} there (made by --torchrun-dir)")
+    where = Where(str(directory / PLAN))
+    plan = where.object(load_json(directory / PLAN, f"--collect {PLAN}"))
+    header = where.at("header").object(where.field(plan, "header", "dict"))
+    where.at("header").field(header, "spec", "dict")
     pools = []
-    for settings_list in plan["pools"]:
+    for index, settings_list in enumerate(where.field(plan, "pools", "list")):
+        place = where.at("pools").at(index)
+        if not isinstance(settings_list, list) or not all(isinstance(x, dict) for x in settings_list):
+            raise place.fail("expected a list of settings objects")
+        for settings in settings_list:
+            place.field({"settings": settings}, "settings", "str-map")
         configs = [Config(settings) for settings in settings_list]
         pools.append(Pool(configs[0].process_settings if configs else {}, configs))
-    return plan["header"], pools
+    return header, pools
 
 
 def collect(directory: Path, writer: ResultWriter) -> dict:
@@ -89,13 +100,16 @@ def collect(directory: Path, writer: ResultWriter) -> dict:
 def _rank_messages(pool_dir: Path) -> list[dict]:
     """Every rank's messages, rank by rank (each file is one rank's own order)."""
     out = []
-    for path in sorted(pool_dir.glob("rank*.jsonl"), key=lambda p: int(p.stem[4:])):
-        rank = int(path.stem[4:])
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    ranks = sorted(int(p.stem[4:]) for p in pool_dir.glob("rank*.jsonl") if is_digits(p.stem[4:]))
+    for rank in ranks:
+        text = read_text(pool_dir / f"rank{rank}.jsonl", "worker message file")
+        for line in text.splitlines():
             try:
-                out.append({"rank": rank, **json.loads(line)})
+                message = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line torn by a killed rank
+            if isinstance(message, dict):
+                out.append({"rank": rank, **message})
     return out
 
 

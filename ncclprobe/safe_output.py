@@ -1,0 +1,252 @@
+"""Safe output: the one way every command writes a file or a directory.
+
+The rules (docs/DESIGN.md, "Trust"):
+  - a path that exists is refused unless the user passed --force (`check_output`, before any work);
+  - an output is never one of the command's inputs, --force or not;
+  - it is written to a temporary file in the same directory and renamed into place when complete,
+    so a reader never sees half of it and a failure or Ctrl-C leaves nothing behind (`atomic_file`);
+  - a directory output (a report) is built beside its destination and swapped in whole, so stale
+    files of an earlier run never mix with new ones (`atomic_directory`);
+  - JSON is written with `allow_nan=False`: a NaN is a bug to catch, never a file nobody can read;
+  - a full disk or a read-only file is one line naming the file and what was kept (`OutputProblem`).
+
+A command adopts them in three lines: a `--force` flag (`ncclprobe.cli.output.force_option`), `check_output(path,
+force=force, inputs=...)` right after parsing its options, and `write_text`/`write_json`/`atomic_file`
+(or `atomic_directory`) to write. Journals that must survive a kill (the sweep's results file) use
+`ncclprobe.records.ResultWriter`, which follows the same rules for creation.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ncclprobe.errors import UsageProblem
+
+EXISTS = "already exists and is never overwritten without --force; choose another name or pass --force"
+MARKER = ".ncclprobe-output"   # left in every directory written by atomic_directory
+
+
+class OutputProblem(UsageProblem):
+    """An output cannot be written (exists, not writable, disk full): one line, exit 2."""
+
+
+def check_output(path: str | Path, *, force: bool = False, what: str = "output file",
+                 inputs: Iterable[str | Path] = ()) -> Path:
+    """Refuse, before any work starts, an output that exists (without --force), is a directory,
+    is one of `inputs`, or cannot be created in its directory. Returns the path."""
+    path = _target(path)
+    for item in inputs:
+        if _same_file(path, Path(item)):
+            raise OutputProblem(f"{what} {str(path)!r} is also an input of this command; refusing to replace "
+                                "what is being read (choose another name)")
+    if path.is_dir():
+        raise OutputProblem(f"{what} {str(path)!r} is a directory")
+    if path.exists() and not path.is_file():   # /dev/stdout, a FIFO, a device: never replaced by a file
+        raise OutputProblem(f"{what} {str(path)!r} is not a regular file (leave the option out to print to stdout)")
+    if path.exists():
+        if not force:
+            raise OutputProblem(f"{what} {str(path)!r} {EXISTS}")
+        if not os.access(path, os.W_OK) and not os.access(_parent(path), os.W_OK):
+            raise OutputProblem(f"{what} {str(path)!r} cannot be replaced: permission denied")
+    _probe_directory(_parent(path), path, what)
+    return path
+
+
+def check_output_dir(path: str | Path, *, force: bool = False, what: str = "output directory",
+                     owned: Iterable[str] = ()) -> Path:
+    """The directory rule: a missing or empty directory is fine; one with files needs --force, and
+    even then only when every entry is one this command writes (`owned` names, or the marker file
+    it leaves), so --force can never wipe a directory of the user's own files."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputProblem(f"{what} {str(path)!r} exists and is not a directory")
+    entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    if entries:
+        if not force:
+            raise OutputProblem(f"{what} {str(path)!r} is not empty; choose a new directory or pass --force to "
+                                "replace it")
+        foreign = [name for name in entries if name not in set(owned) | {MARKER}]
+        if foreign and MARKER not in entries:
+            raise OutputProblem(f"{what} {str(path)!r} holds files ncclprobe did not write ({', '.join(foreign[:3])}"
+                                f"{', ...' if len(foreign) > 3 else ''}); refusing to replace it even with --force")
+    _probe_directory(_parent(path), path, what, "directory")
+    return path
+
+
+
+@contextmanager
+def atomic_file(path: str | Path, *, force: bool = False, binary: bool = False,
+                what: str = "output file") -> Iterator:
+    """Yield a file handle on a temporary file beside `path`; on success it is fsynced and renamed
+    to `path` (refusing an existing one unless `force`); on any failure, Ctrl-C included, it is
+    removed and `path` is untouched."""
+    path = _target(path)
+    parent = _parent(path)
+    try:
+        fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _problem(exc, path, what) from None
+    handle = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+    try:
+        try:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            handle.close()
+        commit_file(Path(temp), path, force, what)
+    except OSError as exc:
+        _remove(Path(temp))
+        raise _problem(exc, path, what) from None
+    except BaseException:
+        _remove(Path(temp))
+        raise
+
+
+def write_text(path: str | Path, text: str, *, force: bool = False, what: str = "output file") -> Path:
+    with atomic_file(path, force=force, what=what) as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def write_bytes(path: str | Path, data: bytes, *, force: bool = False, what: str = "output file") -> Path:
+    with atomic_file(path, force=force, binary=True, what=what) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def dumps_json(doc, **kwargs) -> str:
+    """JSON as every output writes it: strict (no NaN/Infinity, which no JSON reader accepts)."""
+    return json.dumps(doc, allow_nan=False, **kwargs)
+
+
+def write_json(path: str | Path, doc, *, force: bool = False, what: str = "output file", indent: int = 1) -> Path:
+    return write_text(path, dumps_json(doc, indent=indent) + "\n", force=force, what=what)
+
+
+@contextmanager
+def atomic_directory(path: str | Path, *, force: bool = False, what: str = "output directory",
+                     owned: Iterable[str] = ()) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `path` to fill; on success it replaces `path` whole
+    (an earlier one goes only with `force`, under `check_output_dir`'s rule); on failure it is removed."""
+    path = Path(path)
+    owned = tuple(owned)
+    check_output_dir(path, force=force, what=what, owned=owned)
+    try:
+        temp = Path(tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise _problem(exc, path, what) from None
+    try:
+        yield temp
+        (temp / MARKER).write_text("written by ncclprobe; --force may replace this directory\n", encoding="utf-8")
+        _swap_directory(temp, path, force, what, owned)
+    except OSError as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise _problem(exc, path, what) from None
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
+def check_appendable(path: str | Path, what: str) -> Path:
+    """A file a command will append to (--resume): it exists, is a regular file and is writable."""
+    path = Path(path)
+    if not path.is_file():
+        raise OutputProblem(f"{what} {str(path)!r} does not exist or is not a regular file")
+    if not os.access(path, os.W_OK):
+        raise OutputProblem(f"{what} {str(path)!r} is read-only; make it writable (chmod u+w) to continue it")
+    return path
+
+
+def describe_os_error(exc: OSError, path: str | Path, what: str, kept: str = "nothing was changed") -> str:
+    """One line for a write that the system refused: which file, why, what is left."""
+    reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+              errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+              errno.EPERM: "permission denied", errno.EFBIG: "the file is too large for this file system"}
+    return f"cannot write {what} {str(path)!r}: {reason.get(exc.errno, exc.strerror or str(exc))}; {kept}"
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _target(path: str | Path) -> Path:
+    """The file a path names: through a symbolic link, so --force replaces the file, not the link."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _parent(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _probe_directory(parent: Path, path: Path, what: str, kind: str = "file") -> None:
+    """Create and remove a temporary file where the output will go: the only honest writability test
+    (permissions, read-only mounts, /proc, full inode tables all show up here)."""
+    if not parent.is_dir():
+        why = f"{parent} is not a directory" if parent.exists() else f"directory {parent} does not exist"
+        verb = "cannot create the directory" if kind == "directory" else "cannot write it"
+        raise OutputProblem(f"{what} {str(path)!r}: {verb}: {why}")
+    try:
+        fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{path.name[:64]}.", suffix=".probe")
+    except OSError as exc:
+        raise _problem(exc, path, what) from None
+    os.close(fd)
+    _remove(Path(temp))
+
+
+def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
+    """Move a finished temporary file (in `path`'s directory) to `path`: over an existing one only
+    with `force`; otherwise atomically refusing a file that appeared meanwhile."""
+    if force:
+        os.replace(temp, path)
+        return
+    try:   # link refuses an existing target atomically: a file that appeared meanwhile is kept
+        os.link(temp, path)
+    except FileExistsError:
+        raise OutputProblem(f"{what} {str(path)!r} appeared while this command ran; it was kept, the new output "
+                            "was discarded (pass --force to replace it)") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if path.exists():   # a file system without hard links: check, then rename
+            raise OutputProblem(f"{what} {str(path)!r} appeared while this command ran; it was kept") from None
+        os.replace(temp, path)
+        return
+    _remove(temp)
+
+
+def _swap_directory(temp: Path, path: Path, force: bool, what: str, owned: tuple[str, ...]) -> None:
+    if path.exists():
+        check_output_dir(path, force=force, what=what, owned=owned)   # again: it may have changed meanwhile
+        old = Path(tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".old"))
+        os.replace(path, old / "previous")
+        os.replace(temp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(temp, path)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _problem(exc: OSError, path: Path, what: str) -> UsageProblem:
+    if isinstance(exc, UsageProblem):
+        return exc
+    return OutputProblem(describe_os_error(exc, path, what))

@@ -1,0 +1,79 @@
+"""Every parser runs in linear time on any line (issue 16 §4): bounded, not timed.
+
+Each parser reads lines of 10K and of 40K characters in shapes that make a backtracking pattern
+quadratic (runs without spaces, repeated separators, prefixes that almost match). Linear work
+grows 4x; quadratic 16x (the NCCL prefix pattern took 0.36 s at 10K and 5.5 s at 40K). The bound,
+8x on the best of three plus 0.1 s for a busy machine's noise, tells the two apart (a quadratic
+pattern costs seconds at 40K). Absolute
+speed lives in examples/bench_parsers.py."""
+
+import time
+
+import pytest
+
+from ncclprobe.envcheck.environ import parse_environ_block
+from ncclprobe.envcheck.logcheck import _lines_by_process
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.text import clean_line
+from ncclprobe.evidence.topo import parse_topo
+from ncclprobe.launch import error_summary
+from ncclprobe.pcie.collect_env import parse_collect_env
+from ncclprobe.pcie.lspci import parse_lspci
+from ncclprobe.pcie.nvbandwidth import parse_nvbandwidth
+from ncclprobe.pcie.p2p_test_output import parse_p2p_test
+from ncclprobe.records import _parse_lines
+from ncclprobe.secrets import mask_argv, mask_env_value, mask_text
+
+
+def _quiet(parse):
+    def run(text):
+        try:
+            parse(text)
+        except UsageProblem:   # "no table found" is an answer too; only the time matters here
+            pass
+    return run
+
+
+PARSERS = {
+    "nccl-log": parse_nccl_log,
+    "nccl-tests": _quiet(parse_nccl_tests),
+    "topo": _quiet(parse_topo),
+    "clean_line": clean_line,
+    "env-check log pids": lambda t: _lines_by_process(t, clean_line),
+    "environ block": lambda t: parse_environ_block(t.encode()),
+    "mask_text": mask_text,
+    "mask_argv": lambda t: mask_argv(t.split(" ") + [t]),
+    "mask_env_value": lambda t: mask_env_value("NCCL_SOCKET_IFNAME", t),
+    "error_summary": error_summary,
+    "results lines": _quiet(lambda t: list(_parse_lines([t, t], "x.jsonl"))),
+    "p2pBandwidthLatencyTest": _quiet(parse_p2p_test),
+    "nvbandwidth": _quiet(parse_nvbandwidth),
+    "collect-env": _quiet(parse_collect_env),
+    "lspci": _quiet(parse_lspci),
+}
+SHAPES = ["a", "a:", "[", "x:1:", "h:1:1 [0] ", "h:1:1 [0] NCCL INFO ", "h:1:1 [0] NCCL INFO a:1 ", "eyJ", "://a:",
+          "a=b;", "# ", "#  size  count ", "1 ", "NCCL_X=", "Bearer ", "-----BEGIN", "{\"a\": ", "aB3+/",
+          "Speed 8GT/s ", "Running a_ce.", "   D\\D  ", "Device: 0, "]
+
+
+def _best(parse, text, repeats=3) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        parse(text)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_a_long_line_costs_linear_time(name):
+    parse = PARSERS[name]
+    slow = []
+    for shape in SHAPES:
+        short, long = (shape * (n // len(shape)) for n in (10_000, 40_000))
+        t_short, t_long = _best(parse, short), _best(parse, long)
+        if t_long > 8 * t_short + 0.1:
+            slow.append(f"{shape!r}: {t_short * 1e3:.1f} ms -> {t_long * 1e3:.1f} ms")
+    assert slow == [], f"{name} grows faster than linearly: {slow}"

@@ -1,0 +1,231 @@
+"""No command destroys a file or leaves debris (issue 16 §1): one rule for every writer.
+
+Each class is checked across every command that writes: an existing output (or one of the inputs)
+is refused unless --force; --force replaces it whole and never wipes what ncclprobe did not write;
+a failure or an interrupt leaves nothing; inputs are read before any output exists; Ctrl-C and
+SIGTERM exit 130 and 143 with one line that says how to continue."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.errors import UsageProblem
+from ncclprobe.safe_output import atomic_directory, atomic_file, write_text
+from tests.data.resultsets import config, curve, engine_trace, write_set
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nccl_tests"
+PRECIOUS = "precious\n"
+
+
+def _invoke(*args, cwd=None):
+    old = os.getcwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, list(args), prog_name="ncclprobe")
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture()
+def results(tmp_path):
+    return write_set(tmp_path / "s.jsonl", [config({}, curve(10, 1)), config({"NCCL_PROTO": "LL"}, curve(5, 1))])
+
+
+def _nccl_tests_file():
+    return FIXTURE / "allreduce_4x_rtx5090_pcie_genoa.txt"   # one run: one output file
+
+
+# every command that writes a file: (arguments, the output path inside tmp_path)
+WRITERS = {
+    "recommend": lambda r, out: ["recommend", r, "--emit", "json", "--output", out],
+    "import": lambda r, out: ["import", str(_nccl_tests_file()), "--output", out],
+    "export": lambda r, out: ["export", r, "--output", out],
+    "sweep": lambda r, out: ["sweep", "--backend", "gloo", "--sizes", "64", "--proto", "default", "--algo", "default",
+                             "--output", out],
+    "run-engine": lambda r, out: ["run-engine", "--preset", "tiny", "--new-tokens", "2", "--trace", out],
+    "train-draft": lambda r, out: ["train-draft", "--preset", "tiny", "--out", out],
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_an_existing_output_is_refused_before_any_work(tmp_path, results, command):
+    out = tmp_path / "taken.out"
+    out.write_text(PRECIOUS)
+    started = time.monotonic()
+    result = _invoke(*WRITERS[command](results, str(out)), cwd=tmp_path)
+    assert result.exit_code == 2 and "already exists" in result.stderr and "--force" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and out.read_text() == PRECIOUS
+    assert time.monotonic() - started < 60          # refused up front (train-draft would train for minutes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["taken.out", "s.jsonl"])
+
+
+def test_an_input_is_never_an_output_even_with_force(tmp_path, results):
+    before = Path(results).read_text()
+    for extra in ([], ["--force"]):
+        result = _invoke("recommend", results, "--emit", "json", "--output", results, *extra)
+        assert result.exit_code == 2 and "also an input" in result.stderr
+    trace = tmp_path / "t.json"
+    trace.write_text(__import__("json").dumps(engine_trace({1 << 14: 10})))
+    result = _invoke("recommend", results, "--workload", str(trace), "--emit", "env", "--output", str(trace), "--force")
+    assert result.exit_code == 2 and "also an input" in result.stderr
+    assert Path(results).read_text() == before
+
+
+def test_force_replaces_a_file_whole(tmp_path, results):
+    out = tmp_path / "rec.json"
+    out.write_text(PRECIOUS)
+    result = _invoke("recommend", results, "--emit", "json", "--output", str(out), "--force")
+    assert result.exit_code == 0, result.output
+    assert '"kind": "recommendation"' in out.read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temporary file left
+
+
+def test_a_report_directory_is_replaced_whole_and_never_one_of_the_users(tmp_path, results):
+    out = tmp_path / "report"
+    (out / "figures").mkdir(parents=True)                       # an earlier report, as ncclprobe left it
+    (out / ".ncclprobe-output").write_text("written by ncclprobe\n")
+    (out / "figures" / "stale-from-an-earlier-run.png").write_bytes(b"old")
+    again = _invoke("report", results, "--out", str(out))
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert _invoke("report", results, "--out", str(out), "--force").exit_code == 0
+    assert not (out / "figures" / "stale-from-an-earlier-run.png").exists()   # never mixed with new files
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text(PRECIOUS)
+    refused = _invoke("report", results, "--out", str(mine), "--force")
+    assert refused.exit_code == 2 and "did not write" in refused.stderr
+    assert (mine / "thesis.tex").read_text() == PRECIOUS
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "{results}", "--out", "{tmp}/new", "--trace", "{tmp}/missing.json"],
+    ["report", "{tmp}/missing.jsonl", "--out", "{tmp}/new"],
+    ["recommend", "{tmp}/missing.jsonl", "--emit", "json", "--output", "{tmp}/new"],
+    ["import", "{tmp}/missing.txt", "--output", "{tmp}/new"],
+    ["sweep", "--collect", "{tmp}", "--output", "{tmp}/new"],
+    ["sweep", "--collect", "{tmp}"],
+    ["sweep", "--p2p-level", "²"],
+])
+def test_bad_input_creates_no_output(tmp_path, results, args):
+    """Every input is read and checked before an output (or ./runs/) exists."""
+    argv = [a.format(results=results, tmp=tmp_path) for a in args]
+    result = _invoke(*argv, cwd=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("planted"), KeyboardInterrupt()])
+def test_a_failed_or_interrupted_write_leaves_nothing(tmp_path, failure):
+    with pytest.raises(type(failure)):
+        with atomic_file(tmp_path / "out.json") as handle:
+            handle.write("half")
+            raise failure
+    with pytest.raises(type(failure)):
+        with atomic_directory(tmp_path / "dir") as work:
+            (work / "a").write_text("half")
+            raise failure
+    (tmp_path / "kept.txt").write_text(PRECIOUS)
+    with pytest.raises(type(failure)):
+        with atomic_file(tmp_path / "kept.txt", force=True) as handle:
+            handle.write("half")
+            raise failure
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+    assert (tmp_path / "kept.txt").read_text() == PRECIOUS
+
+
+def test_a_file_that_appears_meanwhile_is_kept(tmp_path):
+    with pytest.raises(UsageProblem, match="appeared"):
+        with atomic_file(tmp_path / "race.txt") as handle:
+            handle.write("new")
+            (tmp_path / "race.txt").write_text(PRECIOUS)
+    assert (tmp_path / "race.txt").read_text() == PRECIOUS
+    write_text(tmp_path / "race.txt", "replaced\n", force=True)
+    assert (tmp_path / "race.txt").read_text() == "replaced\n"
+
+
+def test_a_full_file_system_is_one_line_and_leaves_nothing(tmp_path):
+    """RLIMIT_FSIZE makes the kernel refuse the write, like a full disk (EFBIG for ENOSPC)."""
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from ncclprobe.cli import main; "
+            "sys.argv = ['ncclprobe'] + sys.argv[1:]; main()")
+    out = tmp_path / "imported.jsonl"
+    done = subprocess.run([sys.executable, "-c", code, "import", str(_nccl_tests_file()), "--output", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot write" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_results_file_is_not_resumed(tmp_path, results):
+    os.chmod(results, 0o444)
+    try:
+        if os.access(results, os.W_OK):
+            pytest.skip("running as a user who can write read-only files (root)")
+        result = _invoke("sweep", "--resume", results)
+        assert result.exit_code == 2 and "read-only" in result.stderr
+    finally:
+        os.chmod(results, 0o644)
+
+
+ARGS = ["--sizes", "8", "--iters", "1", "--trials", "1", "--warmup", "0", "--proto", "default", "--algo", "default",
+        "--p2p-level", "default,SYS", "--backend", "gloo", "--nranks", "2", "--placement", "in"]
+
+
+def _sweep(tmp_path, out):
+    return subprocess.Popen([sys.executable, "-m", "ncclprobe", "sweep", *ARGS, "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def _wait_for(predicate, proc, limit_s=90):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue(tmp_path):
+    """SIGTERM after the first configuration (the second pool is starting): the finished
+    configuration stays, the last line says --resume, no pool or log directory is left."""
+    out = tmp_path / "sweep.jsonl"
+    proc = _sweep(tmp_path, out)
+    assert _wait_for(lambda: out.exists() and '"record": "config"' in out.read_text(), proc), proc.communicate()
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ncclprobe: terminated") and f"--resume {out}" in last, err
+    assert '"record": "config"' in out.read_text()
+    assert not list(tmp_path.glob("ncclprobe-*"))
+
+
+def test_a_sweep_interrupted_before_any_result_leaves_no_file(tmp_path):
+    """Ctrl-C before the first configuration ends: exit 130, and no file that would block the rerun."""
+    out = tmp_path / "sweep.jsonl"
+    proc = _sweep(tmp_path, out)
+    assert _wait_for(out.exists, proc), proc.communicate()
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 130 and last.startswith("ncclprobe: interrupted"), err
+    assert "no output file was left behind" in last
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_device_is_never_replaced_by_a_file(results):
+    """`--output /dev/null --force` must not turn the device node into a regular file."""
+    result = _invoke("recommend", results, "--emit", "json", "--output", "/dev/null", "--force")
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+    assert not Path("/dev/null").is_file()
