@@ -141,7 +141,9 @@ def _barrier(bases, rank, max_spins, phase, WORLD: tl.constexpr, INTERPRET: tl.c
     tl.debug_barrier()   # nobody reads peer data before the signals arrived
 
 
-@triton.jit
+# Triton specialises an integer argument equal to 1: without this, rank 1 gets a binary of its own, loaded at
+# its first launch, while rank 0's kernel may already spin in the barrier (one process driving both ranks)
+@triton.jit(do_not_specialize=["rank"])
 def one_shot_kernel(inp, out, bases, rank, n, data_offset, max_spins,
                     WORLD: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     dtype = inp.dtype.element_ty
@@ -162,7 +164,9 @@ def one_shot_kernel(inp, out, bases, rank, n, data_offset, max_spins,
     _barrier(bases, rank, max_spins, 2, WORLD, INTERPRET)
 
 
-@triton.jit
+# Triton specialises an integer argument equal to 1: without this, rank 1 gets a binary of its own, loaded at
+# its first launch, while rank 0's kernel may already spin in the barrier (one process driving both ranks)
+@triton.jit(do_not_specialize=["rank"])
 def two_shot_kernel(inp, out, bases, rank, n, chunk, data_offset, tmp_offset, max_spins,
                     WORLD: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     dtype = inp.dtype.element_ty

@@ -67,7 +67,9 @@ def load_target(target: str | None):
             return None
         raise
     from ncclprobe.cli.types import harden
-    return harden(getattr(module, attr))
+    command = harden(getattr(module, attr))
+    _accept_verbosity_options(command)   # lazily loaded subcommands of groups (`probe X -q`) too
+    return command
 
 
 class _Interrupted(Exception):
@@ -97,10 +99,7 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _load(name):
-        command = load_target(SUBCOMMANDS.get(name))
-        if command is not None:
-            _accept_verbosity_options(command)
-        return command
+        return load_target(SUBCOMMANDS.get(name))
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
