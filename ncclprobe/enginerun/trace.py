@@ -225,11 +225,19 @@ def checks_pass(doc: dict) -> bool:
 
 def to_runs(doc: dict, path: str = "") -> list[EngineRun]:
     """Every run of a (validated) trace as the normalized view."""
-    gpu = (doc.get("config") or {}).get("device") == "cuda"
-    return [_run_view(run, path, gpu) for run in doc["runs"]]
+    config = doc.get("config") or {}
+    gpu = config.get("device") == "cuda"
+    return [_run_view(run, path, gpu, _groups(config)) for run in doc["runs"]]
 
 
-def _run_view(run: dict, path: str, gpu: bool) -> EngineRun:
+def _groups(config: dict) -> int:
+    """How many batches a run decoded one after another: with more prompts than --batch each run
+    record covers them all, and its `new_tokens` is per batch (engine/spec.py RunSpec.groups)."""
+    prompts, batch = config.get("prompts") or [], int(config.get("batch") or 1)
+    return max(1, len(prompts) // batch) if prompts and batch > 0 else 1
+
+
+def _run_view(run: dict, path: str, gpu: bool, groups: int = 1) -> EngineRun:
     coll = run.get("collectives") or {}
     acceptance = run.get("acceptance") or {}
     return EngineRun(
@@ -242,7 +250,7 @@ def _run_view(run: dict, path: str, gpu: bool) -> EngineRun:
                               histogram=tuple(acceptance.get("histogram") or ()), source="engine")
         if run.get("mode") == "speculative" else None,
         tokens_per_s=run.get("tokens_per_s"), ms_per_token=run.get("ms_per_token"),
-        new_tokens=run.get("new_tokens"), wall_s=run.get("wall_s"),
+        new_tokens=run["new_tokens"] * groups if run.get("new_tokens") else None, wall_s=run.get("wall_s"),
         collective_share=run.get("collective_share"), graph_coverage=run.get("graph_coverage"),
         verify_decode_ratio=run.get("verify_decode_ratio"), settings=dict(run.get("settings") or {}),
         workers=[_worker(w) for w in run.get("workers") or []], graphs=list(run.get("graphs") or []),

@@ -109,7 +109,7 @@ class EngineRun:
     acceptance: Acceptance | None = None
     tokens_per_s: float | None = None
     ms_per_token: float | None = None
-    new_tokens: int | None = None
+    new_tokens: int | None = None            # tokens each sequence slot generated over the whole run
     wall_s: float | None = None
     collective_share: float | None = None    # measured share of the run's time in collectives
     graph_coverage: float | None = None
