@@ -262,18 +262,23 @@ def collective_share(ev: E.Evidence) -> list:
     if all(share < COLLECTIVE_MINOR_SHARE for share, _ in shares.values()):
         worst = max(shares, key=lambda name: shares[name][0])
         share, run = shares[worst]
-        per = "token" if run.ms_per_token else "step"
-        total = run.ms_per_token or _step_ms(run)
+        total = run.ms_per_token or _steps_ms(run)
+        of = f"its {total:.3f} ms per token" if run.ms_per_token else f"the {total:.3f} ms its profiled steps took"
         return [RuledOut(rule="collective-share", hypothesis="NCCL settings as the main lever",
                          reason=f"collectives take at most {share:.0%} of the step time ({worst}): no NCCL setting can "
-                                f"win more than {share * total:.3f} ms of its {total:.3f} ms per {per}")]
+                                f"win more than {share * total:.3f} ms of {of}")]
     return []
 
 
 def _step_ms(run) -> float:
-    """The median time of the run's most frequent step (a profile's time unit; our trace uses tokens)."""
+    """The median time of the step kind that takes most of a profile's time (prefill aside)."""
     steps = [p for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill"]
-    return max(steps, key=lambda p: p.count).median_ms if steps else 0.0
+    return max(steps, key=lambda p: p.median_ms * p.count).median_ms if steps else 0.0
+
+
+def _steps_ms(run) -> float:
+    """All the time of a profile's steps but the prefill (a profile counts steps, not tokens)."""
+    return sum(p.median_ms * p.count for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill")
 
 
 def _bound_finding(ev, bound: dict) -> Finding:
