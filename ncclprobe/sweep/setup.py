@@ -132,8 +132,9 @@ def measurement_notes(spec: SweepSpec) -> list[str]:
     return out
 
 
-TORCH_PATH_NOTE = ("path torch.distributed: eager times include torch's host dispatch (15-25 µs per call on an H200), "
-                   "which nccl-tests does not pay; --path nccl calls NCCL directly through cupy")
+TORCH_PATH_NOTE = ("path torch.distributed: small eager calls are host-bound: torch's dispatch plus the sweep's own "
+                   "per-iteration events (40-70 µs per call on an H200, where nccl-tests issues one in 6.2 µs; "
+                   "docs/METRICS.md); --path nccl calls NCCL directly through cupy, and --no-iter-events drops the events")
 REUSE_NOTE = ("--buffers reuse: every iteration reuses one buffer, so a message that fits in the GPU's L2 cache is "
               "timed from it (nccl-tests rotates through a largest-message buffer: the default)")
 
