@@ -39,6 +39,9 @@ FACTS = {
 OTHER = {"allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt",
          "interleaved_2proc_1rank_v100_old_format_nccltests107.txt", "interleaved_2proc_8gpu_h800_nccltests213.txt",
          "allreduce_1x_h200_1rank_nccltests2.19.6_eager_J.json"}
+# text and -J of one H200 run each: test_nccl_tests_runs compares the two imports row by row
+OTHER |= {f"allreduce_1x_h200_1rank_nccltests2.19.6_{kind}_same_run.{ext}" for kind in ("eager", "eager_I")
+          for ext in ("txt", "json")}
 
 
 def test_every_fixture_is_covered():
