@@ -45,9 +45,13 @@ def applies(q: torch.Tensor, kv_heads: int) -> bool:
     """Whether the kernel serves a step with queries `q` [B, T, H, D] over a cache of `kv_heads`:
     GPU tensors, a power-of-two head size from 64 (llama's 128 and `small`'s 64; `tiny`'s 16 and
     kimi's 112 keep the torch paths) and at most MAX_ROWS query rows."""
-    B, T, H, D = q.shape
-    return (ENABLED and triton is not None and q.device.type == "cuda" and D in (64, 128, 256)
-            and H % kv_heads == 0 and T * (H // kv_heads) <= MAX_ROWS)
+    return ENABLED and triton is not None and serves(tuple(q.shape), q.device.type, kv_heads)
+
+
+def serves(shape: tuple[int, int, int, int], device_type: str, kv_heads: int) -> bool:
+    """The shape and device rule of `applies`, apart from whether Triton is installed."""
+    B, T, H, D = shape
+    return device_type == "cuda" and D in (64, 128, 256) and H % kv_heads == 0 and T * (H // kv_heads) <= MAX_ROWS
 
 
 def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -1,12 +1,14 @@
 """Model pieces against references: MoE routing vs a naive per-token loop, the KV cache path vs a
 full forward, and seeded initialisation keeping activations finite."""
 
+import pytest
 import torch
 
 from ncclprobe.engine.build import build_target
 from ncclprobe.engine.config import MoEConfig, preset
 from ncclprobe.engine.moe import MoE, experts_gathered, experts_grouped
 from ncclprobe.engine.kv_cache import causal_mask
+from ncclprobe.engine import split_kv_attention as split_kv
 from ncclprobe.engine.model import attention_group, fuse_projections, grouped_attention, init_weights
 
 
@@ -74,6 +76,30 @@ def test_grouped_attention_equals_attention_over_repeated_kv_heads():
         want = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), repeat(keys), repeat(values), attn_mask=causal_mask(positions, slots))
         torch.testing.assert_close(got, want.transpose(1, 2).reshape(batch, tokens, heads * dim), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,kv_heads,on_gpu", [
+    ((1, 1, 32, 128), 8, True), ((2, 4, 32, 128), 8, True), ((1, 4, 9, 64), 3, True),   # decode, verify, SmolLM2
+    ((1, 4, 4, 16), 2, False),       # tiny's head size 16: not a kernel size
+    ((1, 16, 32, 128), 8, True),     # 16 tokens x 4 query heads per KV head = 64 rows: MAX_ROWS still fits
+    ((1, 17, 32, 128), 8, False),    # 68 rows: past MAX_ROWS
+])
+def test_the_kernel_serves_exactly_its_gpu_shapes_and_cpu_steps_keep_the_torch_paths(shape, kv_heads, on_gpu,
+                                                                                      monkeypatch):
+    """The rule on its own (so it can be checked without a GPU) says which GPU steps the kernel takes;
+    on the CPU the same shapes never reach it: grouped_attention's result is the torch paths'."""
+    assert split_kv.serves(shape, "cuda", kv_heads) is on_gpu
+    assert not split_kv.serves(shape, "cpu", kv_heads)
+    monkeypatch.setattr(split_kv, "split_kv_attention", lambda *a: pytest.fail("the CPU reached the GPU kernel"))
+    B, T, H, D = shape
+    slots = T + 3
+    q, keys, values = torch.randn(B, T, H, D), torch.randn(B, slots, kv_heads, D), torch.randn(B, slots, kv_heads, D)
+    positions = torch.arange(T).repeat(B, 1) + 2
+    got = grouped_attention(q, keys, values, causal_mask(positions, slots, attention_group(T, H, kv_heads)), positions)
+    repeat = lambda t: t.repeat_interleave(H // kv_heads, dim=2).transpose(1, 2)  # noqa: E731
+    want = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), repeat(keys), repeat(values),
+                                                            attn_mask=causal_mask(positions, slots))
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(B, T, H * D), atol=1e-5, rtol=1e-5)
 
 
 def test_steps_compiled_for_capture_match_the_eager_model():

@@ -30,10 +30,6 @@ def test_interpreted_kernel_equals_sdpa_with_the_causal_mask():
         assert c["max_abs_error"] < 1e-4, c
 
 
-def test_cpu_steps_keep_the_torch_paths():
-    assert not split_kv.applies(torch.zeros(1, 4, 32, 128), 8)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

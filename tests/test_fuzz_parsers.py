@@ -9,6 +9,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.nccl_tests import parse_nccl_tests
 from ncclprobe.evidence.nccl_tests_records import to_records
+from ncclprobe.evidence.text import clean_line
 from ncclprobe.evidence.topo import equivalent_levels, parse_topo
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -94,12 +95,26 @@ def test_nccl_tests_parser_rejects_or_parses(index, ops):
     assert records[0]["record"] == "header" and len(records) == 2 + 2 * len(run.rows)
 
 
+PLANTED = "host:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL128"
+
+
 @settings(max_examples=30, deadline=2000)
 @given(st.text(max_size=400))
 def test_arbitrary_text(text):
-    parse_nccl_log(text)
+    """Any text: the log reader counts every line and still finds an NCCL line planted after it;
+    the table readers either parse a consistent table or refuse in one line."""
+    log = parse_nccl_log(text + "\n" + PLANTED)
+    assert log.total_lines == len((text + "\n" + PLANTED).splitlines())
+    assert 1 <= log.nccl_lines <= log.total_lines and "LL128" in log.env_values["NCCL_PROTO"]
+    assert 1 in log.pids and "host" in log.hosts
     for parser in (parse_topo, parse_nccl_tests):
         try:
-            parser(text)
-        except UsageProblem:
-            pass
+            parsed = parser(text)
+        except UsageProblem as exc:
+            assert str(exc) and "\n" not in str(exc)
+            continue
+        if parser is parse_topo:   # only a text with a GPU0 header line parses as a matrix
+            assert any(clean_line(line).split()[:1] == ["GPU0"] for line in text.splitlines())
+            assert all(len(row) == len(parsed.gpus) for row in parsed.gpu_links)
+        else:
+            assert parsed.rows and all(row.size_bytes >= 0 for row in parsed.rows)

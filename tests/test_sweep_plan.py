@@ -1,5 +1,7 @@
 """The planner: a new pool only when a once-per-process setting changes (table-driven)."""
 
+from pathlib import Path
+
 import pytest
 
 from ncclprobe.errors import UsageProblem
@@ -81,7 +83,7 @@ def test_spec_round_trips_through_json():
     assert SweepSpec.from_json(spec.to_json()) == spec
 
 
-TOPO = "/work/shared/fixtures/topo/"
+TOPO = Path(__file__).parent / "fixtures" / "topo"
 
 
 @pytest.mark.parametrize("fixture,measured,skipped", [
@@ -93,12 +95,9 @@ TOPO = "/work/shared/fixtures/topo/"
     ("aws_p5_8x_h100_nv18_no_nic_rows.txt", ["LOC", "NVL"], ["PIX", "PXB", "PHB", "SYS"]),
 ])
 def test_real_topologies_measure_each_distinct_level_once(fixture, measured, skipped):
-    from pathlib import Path
     from ncclprobe.evidence.topo import parse_topo
     from ncclprobe.sweep.setup import describe_topology
-    path = Path(TOPO + fixture)
-    if not path.exists():
-        pytest.skip("shared topology fixtures not present")
+    path = TOPO / fixture
     head, groups = describe_topology(parse_topo(path.read_text()))
     assert head["gpu_count"] >= 2
     levels = ("default", "LOC", "NVL", "PIX", "PXB", "PHB", "SYS")

@@ -8,18 +8,15 @@ from ncclprobe.sweep.proof import GLOO_VERDICT, prove, verdict_for
 
 pytest.importorskip("ncclprobe.evidence.nccl_log")
 
-LOGS = Path("/work/shared/fixtures/nccl_logs")
+LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"   # copied from the shared fixtures (INDEX.md)
 H200_ONE_RANK = LOGS / "nccl_2.28.9_1x_h200_1rank_debug_subsys_all.log"   # PROTO=LL, ALGO=Ring, P2P_LEVEL=SYS set
 L40S_NET = LOGS / "nccl_2.27.3_l40s_g6e48xlarge_4pod_net_libfabric_p2plevel_nvl.log"
-
-needs_fixtures = pytest.mark.skipif(not LOGS.is_dir(), reason="shared NCCL log fixtures not present")
 
 
 def _seen(settings):
     return {0: dict(settings), 1: dict(settings)}
 
 
-@needs_fixtures
 def test_one_rank_h200_reads_p2p_level_but_never_the_protocol():
     text = H200_ONE_RANK.read_text()
     settings = {"NCCL_P2P_LEVEL": "SYS", "NCCL_PROTO": "LL"}
@@ -30,7 +27,6 @@ def test_one_rank_h200_reads_p2p_level_but_never_the_protocol():
     assert proof["set_by_environment"]["NCCL_P2P_LEVEL"] == "SYS"
 
 
-@needs_fixtures
 def test_protocol_tokens_compare_case_insensitively_as_nccl_does():
     text = L40S_NET.read_text()
     settings = {"NCCL_P2P_LEVEL": "NVL", "NCCL_PROTO": "Simple"}
@@ -39,7 +35,6 @@ def test_protocol_tokens_compare_case_insensitively_as_nccl_does():
     assert proof["verdicts"] == {"NCCL_P2P_LEVEL": "applied", "NCCL_PROTO": "applied"}
 
 
-@needs_fixtures
 def test_per_communicator_settings_must_be_read_during_their_own_configuration():
     text = L40S_NET.read_text()
     cut = text.index("NCCL_PROTO set by environment")
@@ -74,7 +69,6 @@ def test_a_worker_with_the_wrong_environment_is_an_error():
     assert not proof["env_matches"]
 
 
-@needs_fixtures
 def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_path):
     """What a one-GPU pool reports, replayed against the real H200 log it would have written."""
     from ncclprobe.nccl.recipes import rank_log
