@@ -41,8 +41,6 @@ def run_jobs(ctx) -> None:
 
 
 def _run_jobs(ctx) -> None:
-    if ctx.backend == "gloo" and ctx.world_size > 1:
-        torch.set_num_threads(1)  # ranks share the CPU cores: oversubscribed threads stall collectives
     jobs = ctx.payload["jobs"]
     comm = Communicator.from_default_group(issue_single_rank=any(j.get("single_rank_collectives") for j in jobs))
     _create_communicator(comm, ctx.device)

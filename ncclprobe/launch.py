@@ -114,6 +114,7 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
     """Run `spec.entry` on `spec.nranks` worker processes until all exit, one fails, or they go silent."""
     from torch.distributed import TCPStore  # the parent hosts the rendezvous store
 
+    _check_thread_override()
     run_dir = tempdirs.make("ncclprobe-pool-")
     procs: dict[int, subprocess.Popen] = {}
     try:   # from here on, whatever happens (Ctrl-C during the store's start too), the run dir goes
@@ -131,6 +132,16 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
         return _outcome(status, reason, messages, procs, run_dir, time.monotonic() - started)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _check_thread_override() -> None:
+    """A bad NCCLPROBE_WORKER_THREADS is the user's mistake: one line before any rank starts."""
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.worker import worker_threads
+    try:
+        worker_threads(1)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> PoolOutcome:

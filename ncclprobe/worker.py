@@ -127,12 +127,38 @@ def die_with_launcher() -> None:
         os._exit(1)
 
 
+THREADS_ENV = "NCCLPROBE_WORKER_THREADS"   # the override: torch threads per worker rank
+
+
+def worker_threads(local_ranks: int, environ=os.environ) -> int:
+    """Torch threads for one rank: the cores this process may run on shared among the host's ranks,
+    at least 1, unless NCCLPROBE_WORKER_THREADS says otherwise. torch's default (a thread per core in
+    every rank) oversubscribes the cores as soon as two ranks share them, and a rank whose threads
+    wait for a core stalls every collective: out-of-place 256 KiB over gloo took 7458 us against
+    1984 us with one thread per rank on the 2-core machine (issue 17)."""
+    override = environ.get(THREADS_ENV, "").strip()
+    if override:
+        if not (override.isascii() and override.isdigit()) or int(override) < 1:
+            raise ValueError(f"{THREADS_ENV}={override!r}: expected a whole number of threads, at least 1")
+        return int(override)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_ranks))
+
+
+def _local_ranks(ctx: WorkerContext) -> int:
+    """Ranks on this host: torchrun says so; run_pool starts every rank here."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or ctx.world_size)
+
+
 def main() -> int:
     die_with_launcher()
     ctx = context_from_env()
     entry = resolve(os.environ["NCCLPROBE_ENTRY"])
+    import torch
+    threads = worker_threads(_local_ranks(ctx))
+    torch.set_num_threads(threads)
     init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.gpu)
-    ctx.emit("ready", pid=os.getpid(), backend=ctx.backend)
+    ctx.emit("ready", pid=os.getpid(), backend=ctx.backend, torch_threads=threads)
     try:
         entry(ctx)
     finally:

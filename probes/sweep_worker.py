@@ -42,9 +42,7 @@ DIGITS = 4   # µs to 0.1 ns: messages stay small, nothing measurable is lost
 def run(ctx) -> None:
     """Measure every configuration in `ctx.payload["configs"]`, in order."""
     payload = ctx.payload
-    _own_debug_file(ctx)
-    if ctx.backend != "nccl":
-        torch.set_num_threads(1)   # ranks share the CPU cores: oversubscribed threads stall collectives
+    _own_debug_file(ctx)   # torch threads: pinned for every worker by ncclprobe.worker
     switched = sorted({key for config in payload["configs"] for key in config["comm_settings"]})
     for config in payload["configs"]:
         _run_config(ctx, payload, config, switched)

@@ -11,7 +11,7 @@ def sum_ranks(ctx):
     """All-reduce rank+1 over the pool: the exact answer is n(n+1)/2."""
     value = torch.tensor([float(ctx.rank + 1)])
     dist.all_reduce(value)
-    ctx.emit("sum", value=value.item(), env_probe=os.environ.get("NCCLPROBE_TEST_VAR"))
+    ctx.emit("sum", value=value.item(), env_probe=os.environ.get("NCCLPROBE_TEST_VAR"), threads=torch.get_num_threads())
 
 
 def hang_on_rank1(ctx):

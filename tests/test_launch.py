@@ -1,5 +1,6 @@
 """The launcher with real worker processes: rendezvous, environment, hang and crash handling."""
 
+import os
 from pathlib import Path
 
 import psutil
@@ -24,6 +25,19 @@ def test_two_ranks_rendezvous_and_see_exactly_their_environment(monkeypatch):
     sums = outcome.of_kind("sum")
     assert all(m["value"] == 3.0 for m in sums)  # ranks add 1 + 2
     assert {m["rank"]: m["env_probe"] for m in sums} == {0: "rank-0", 1: "rank-1"}
+    # the two ranks share this machine's cores instead of each taking all of them
+    assert {m["threads"] for m in sums} == {max(1, len(os.sched_getaffinity(0)) // 2)}
+
+
+def test_worker_threads_can_be_overridden_and_a_bad_override_is_refused_before_any_rank_starts(monkeypatch):
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.worker import THREADS_ENV, worker_threads
+    assert worker_threads(2, {THREADS_ENV: "3"}) == 3
+    assert worker_threads(10_000, {}) == 1
+    for bad in ("0", "two", "²", "-1"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(UsageProblem, match=THREADS_ENV):
+            run_pool(PoolSpec(nranks=2, backend="gloo", entry=f"{ENTRIES}:sum_ranks", timeout_s=60))
 
 
 def test_unset_variables_stay_unset(monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from ncclprobe.records import RESULT_STATUSES, SCHEMA_VERSION
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
-from ncclprobe.sweep.table import annotate
+from ncclprobe.sweep.table import annotate, summary_note
 from ncclprobe.probes.sweep_worker import CRASH_HOOK, HANG_HOOK, WRONG_HOOK
 
 SIZES = (8, 4096, 65536)
@@ -104,7 +104,12 @@ def test_summary_reports_pool_reuse(sweep):
     summary = results.summaries[-1]
     assert summary["configs_run"] == 4 and summary["pools_run"] == 2 and summary["pools_avoided"] == 2
     assert 0 < summary["pool_start_s_mean"] < summary["pool_overhead_s_mean"]
-    assert summary["pool_reuse_saved_s_est"] == pytest.approx(2 * summary["pool_overhead_s_mean"], abs=0.01)
+    # against what was measured around it: an avoided pool saves at least a Python + torch start (over
+    # 0.1 s anywhere) and at most what a whole pool took here, start, configurations and exit
+    per_avoided = summary["pool_reuse_saved_s_est"] / summary["pools_avoided"]
+    assert 0.1 < per_avoided < summary["wall_s"] / summary["pools_run"]
+    assert summary["pool_reuse_saved_basis"].startswith("estimate")
+    assert "an estimated" in summary_note(summary) and "not measured" in summary_note(summary)
 
 
 def test_a_hang_and_a_crash_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):

@@ -50,7 +50,14 @@ class SweepStats:
                 "configs_run": self.configs_run, "pools_run": self.pools_run,
                 "pool_start_s_mean": _round(start), "pool_overhead_s_mean": _round(overhead),
                 "config_s_mean": _round(_mean(self.config_s)), "pools_avoided": avoided,
-                "pool_reuse_saved_s_est": _round(overhead * avoided) if overhead is not None else None}
+                "pool_reuse_saved_s_est": _round(start * avoided) if start is not None else None,
+                "pool_reuse_saved_basis": POOL_REUSE_BASIS}
+
+
+# What `pool_reuse_saved_s_est` is: each avoided pool would have paid one more measured start. Not
+# start + teardown: docs/LOG.md measured that formula 37 % above the real saving (teardown overlaps
+# the next pool's start); the start alone came within 6 % of it there. Still not a measurement.
+POOL_REUSE_BASIS = "estimate: pool_start_s_mean x pools_avoided (not measured; docs/METRICS.md)"
 
 
 def _mean(values: list[float]) -> float | None:
