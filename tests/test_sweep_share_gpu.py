@@ -110,8 +110,11 @@ def test_proof_on_a_real_shared_gpu_log_confirms_an_exclusion_by_every_choice():
     settings = {"NCCL_PROTO": "^LL"}
     status, reason, proof = prove(settings, ["NCCL_PROTO"], {0: settings, 1: settings}, "nccl", {0: (text, text)})
     assert status == "ok", reason
-    assert proof["chosen"]["NCCL_PROTO"] == {"allowed": "all but LL", "calls": 4, "matching": 4,
-                                             "choices": ["LL128", "SIMPLE"]}
+    chosen = proof["chosen"]["NCCL_PROTO"]
+    assert {k: chosen[k] for k in ("allowed", "calls", "matching", "choices")} == {
+        "allowed": "all but LL", "calls": 4, "matching": 4, "choices": ["LL128", "SIMPLE"]}
+    assert chosen["observable"] and chosen["chosen"]
+    assert proof["proven"]["NCCL_PROTO"].startswith("read and chosen: read by rank 0; rank 0's TUNING lines")
     assert set(proof["transports"]) == {"NET"}
 
 
@@ -120,4 +123,5 @@ def test_a_setting_nccl_read_but_did_not_choose_is_ignored():
     text = EXCL_LL.read_text().replace("NCCL_PROTO set by environment to ^LL", "NCCL_PROTO set by environment to LL128")
     settings = {"NCCL_PROTO": "LL128"}
     status, reason, proof = prove(settings, ["NCCL_PROTO"], {0: settings}, "nccl", {0: (text, text)})
-    assert status == "ignored" and "chose LL128, SIMPLE in 2 of 4 calls" in reason
+    assert status == "ignored" and "2 of 4 calls chose LL128 (the calls chose LL128, SIMPLE)" in reason
+    assert proof["proven"]["NCCL_PROTO"].startswith("read, not chosen")

@@ -242,7 +242,8 @@ def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
     from ncclprobe.sweep import table
     doc = table.document(results_file)
     doc["shortfalls"] = shortfalls
-    notes = (list(doc["notes"]) + table.config_problems(results_file.configs)
+    notes = (list(doc["notes"]) + table.proof_notes(results_file.configs, doc["backend"])
+             + table.config_problems(results_file.configs)
              + table.failed_measurements(results_file.results) + shortfalls)
     summary = table.summary_note(doc["summary"])
     if summary:

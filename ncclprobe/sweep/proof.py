@@ -1,32 +1,35 @@
-"""Did each setting take effect? Evidence from the workers' environment and NCCL's own log.
+"""What the sweep proves about each setting, per configuration and per rank, from the workers'
+environment and NCCL's own log. Three levels, worded exactly as proven (`proof["proven"]`):
 
-Two independent checks per configuration:
-  1. the environment: every rank reports the NCCL_* variables it saw right before its
-     communicator was created; for each swept variable that must equal the configuration exactly
-     (set to its value, or unset for `default`);
-  2. NCCL's word: with NCCL_DEBUG=INFO and the ENV subsystem, NCCL prints `<VAR> set by
-     environment to <value>` when it reads a variable. Per-communicator variables are printed at
-     each communicator creation, so they are looked for in the log lines written during this
-     configuration; once-per-process variables are printed once, at the pool's first
-     communicator, so they are looked for in everything the process logged up to the end of it.
+  read        NCCL printed `<VAR> set by environment to <value>` (NCCL_DEBUG=INFO, ENV subsystem)
+              in every rank's log, in the lines that belong to this configuration: a variable
+              read at every communicator creation only between the configuration's start and end
+              (another configuration of the same pool does not count), one read once per process
+              from everything that process logged up to its end (NCCL printed it at the pool's
+              first communicator);
+  chosen      read, and NCCL's log shows the choice it decides (`ncclprobe.sweep.choice`: TUNING
+              lines for NCCL_PROTO/NCCL_ALGO, printed on rank 0 only; connection lines for
+              disabled transports; channel counts);
+  not observable here
+              the log cannot show it: NCCL logs no choice for the setting, or not in this run (one
+              rank runs no tuning model), or never logs the read of this value (NCCL_P2P_DISABLE=0).
 
-  3. NCCL's choice: where NCCL ran its tuning model (two or more ranks) it prints one TUNING line
-     per collective call, `AllReduce: 1024 Bytes -> Algo RING proto LL ...`, naming the
-     collective. For NCCL_PROTO and NCCL_ALGO every such line of the configuration must pick an
-     allowed protocol/algorithm; `chosen_by_collective` splits the count per collective measured.
-     Point-to-point operations (sendrecv, and alltoall, which NCCL runs as grouped sends and
-     receives) go through no tuning model: the proof says so instead of counting nothing.
-
-A setting NCCL did not report reading, or reported with another value, makes the configuration
-`ignored`: its numbers are kept but never presented as the effect of that setting. On gloo NCCL
-is not involved at all; only check 1 applies and the verdict says so.
+Before any of that, every rank reports the NCCL_* variables it saw right before its communicator
+was created; for each swept variable they must equal the configuration (else `error`). A setting
+NCCL did not report reading on some rank, reported with another value, or read and then not
+chosen in every call makes the configuration `ignored`: its numbers are kept but never presented
+as the effect of that setting, and a rank that disagrees with the others is named
+(`rank_disagreements`). Point-to-point operations (sendrecv, alltoall) go through no tuning model:
+`chosen_by_collective` says so instead of counting nothing. On gloo NCCL is not involved at all;
+only the environment check applies and the verdict says so.
 """
 
 from __future__ import annotations
 
 from ncclprobe.nccl.knobs import Kind, Scope, knob, proof_scope
 from ncclprobe.nccl.p2p import level_as_logged
-from ncclprobe.nccl.values import token_lists
+from ncclprobe.nccl.version import parse_version
+from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
 GLOO_VERDICT = "not applicable: the gloo backend does not use NCCL, so NCCL settings do not affect it"
 
@@ -58,6 +61,7 @@ def prove(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, di
         return "error", "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]), proof
     if backend != "nccl":
         proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
+        proof["proven"] = {name: GLOO_VERDICT for name in settings}
         return "ok", None, proof
     return _prove_from_log(settings, logs or {}, proof, collectives)
 
@@ -67,29 +71,65 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     if parsed is None:
         proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
         return ("ignored" if settings else "ok"), ("cannot read NCCL's log" if settings else None), proof
-    whole, during = parsed
-    reported = {**whole.env, **during.env}
-    proof["set_by_environment"] = {k: v for k, v in sorted(reported.items())}
+    if not parsed:
+        parsed = {0: (_empty_log(), _empty_log())}
+    lowest = min(parsed)
+    whole, during = parsed[lowest]
+    read = {rank: read_in_configuration(w, d) for rank, (w, d) in parsed.items()}
+    version = parse_version(whole.nccl_version)
+    proof["set_by_environment"] = dict(sorted(read[lowest].items()))
+    proof["read_by_rank"] = {str(rank): dict(sorted(values.items())) for rank, values in sorted(read.items())}
     proof["tuning"] = summarize_tuning(during.tuning)
     proof["transports"] = dict(during.transports)   # "NET" with --share-gpu: how the ranks were connected
     proof["nccl_version"] = whole.nccl_version
+    proof["rank_disagreements"] = []
+    during_by_rank = {rank: d for rank, (_, d) in parsed.items()}
     unproven = []
     for name, value in sorted(settings.items()):
-        source = during if proof_scope(name) is Scope.COMMUNICATOR else whole
-        verdict = verdict_for(name, value, source.env.get(name))
-        check = tuning_check(name, value, during.tuning)
-        if check is not None:
-            proof.setdefault("chosen", {})[name] = check
-            _per_collective(proof, name, value, during.tuning, collectives)
-            if verdict == "applied" and check["calls"] and check["matching"] < check["calls"]:
-                verdict = (f"ignored: NCCL read it, but its TUNING lines chose {', '.join(check['choices'])} "
-                           f"in {check['calls'] - check['matching']} of {check['calls']} calls")
+        verdict, wording = _one_setting(proof, name, value, read, during_by_rank, version, collectives)
         proof["verdicts"][name] = verdict
-        if verdict != "applied":
+        proof.setdefault("proven", {})[name] = wording
+        if verdict.startswith("ignored"):
             unproven.append(f"{name}={value}: {verdict}")
     if unproven:
         return "ignored", "NCCL did not confirm " + "; ".join(unproven), proof
     return "ok", None, proof
+
+
+def _one_setting(proof, name, value, read, during, version, collectives) -> tuple[str, str]:
+    """(verdict, the exact wording of what was proven) for one setting over every rank."""
+    per_rank = {rank: verdict_for(name, value, values.get(name), read=values, version=version)
+                for rank, values in sorted(read.items())}
+    readers = [rank for rank, verdict in per_rank.items() if verdict == "applied"]
+    others = {rank: verdict for rank, verdict in per_rank.items() if verdict != "applied"}
+    if readers and others:
+        proof["rank_disagreements"] += [f"{name}: rank {rank}: {verdict.removeprefix('ignored: ')}, while "
+                                        f"{_ranks(readers)} read it" for rank, verdict in others.items()]
+    if others:
+        rank, verdict = next(iter(others.items()))
+        where = f"rank {rank}: " if len(per_rank) > 1 else ""
+        if verdict.startswith("not observable"):
+            return verdict, verdict
+        return ("ignored: " + where + verdict.removeprefix("ignored: ")), "not read: " + where + verdict.removeprefix("ignored: ")
+    picked = choice(name, value, during)
+    proof.setdefault("chosen", {})[name] = picked
+    if name in TUNED_BY:
+        _per_collective(proof, name, value, during[min(during)].tuning, collectives)
+    who = f"read by {_ranks(readers)}"
+    if not picked["observable"]:
+        return "applied", f"read: {who}; its choice is {picked['evidence']}"
+    if picked["chosen"]:
+        return "applied", f"read and chosen: {who}; {picked['evidence']}"
+    return f"ignored: NCCL read it, but {picked['evidence']}", f"read, not chosen: {who}; {picked['evidence']}"
+
+
+def read_in_configuration(whole, during) -> dict[str, str]:
+    """What NCCL reported reading that holds for this configuration: a variable read at every
+    communicator creation only from the lines written during it, one read once per process from
+    everything the process logged up to its end (NCCL printed it at the pool's first communicator)."""
+    out = {name: value for name, value in whole.env.items() if proof_scope(name) is Scope.PROCESS}
+    out.update({name: value for name, value in during.env.items()})
+    return out
 
 
 def _per_collective(proof: dict, name: str, value: str, entries, collectives) -> None:
@@ -105,29 +145,56 @@ def _per_collective(proof: dict, name: str, value: str, entries, collectives) ->
         by.setdefault(coll_name, {})[name] = tuning_check(name, value, mine)
 
 
-P2P_NOT_TUNED = ("point-to-point (NCCL runs no tuning model for sends and receives): "
-                 "NCCL_PROTO/NCCL_ALGO do not apply")
-
-
 def _parse_rank_logs(logs):
-    """(log of the whole process up to now, log of this configuration) for the lowest rank with a log."""
+    """rank -> (log of the whole process up to now, log of this configuration), every rank with a log."""
     try:
         from ncclprobe.evidence.nccl_log import parse_nccl_log
     except ImportError:
         return None
-    if not logs:
-        return parse_nccl_log(""), parse_nccl_log("")
-    whole, during = logs[min(logs)]
-    return parse_nccl_log(whole), parse_nccl_log(during)
+    return {rank: (parse_nccl_log(whole), parse_nccl_log(during)) for rank, (whole, during) in sorted(logs.items())}
 
 
-def verdict_for(name: str, wanted: str, reported: str | None) -> str:
-    """`applied` when NCCL reported reading the value; otherwise why not."""
+def _empty_log():
+    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    return parse_nccl_log("")
+
+
+P2P_DISABLE_LOGGED_SINCE = (2, 23, 0)   # before: NCCL_P2P_DISABLE=1 is logged as NCCL_P2P_LEVEL=LOC
+
+
+def verdict_for(name: str, wanted: str, reported: str | None, *, read: dict | None = None,
+                version=None) -> str:
+    """`applied` when NCCL reported reading the value; otherwise why not (`ignored: ...`), or
+    `not observable here: ...` where NCCL never logs the read of this value."""
+    if name == "NCCL_P2P_DISABLE":
+        return _p2p_disable(wanted, reported, read or {}, version)
     if reported is None:
         return "ignored: NCCL did not report reading it (no `set by environment` line)"
     if _same_value(name, wanted, reported):
         return "applied"
     return f"ignored: NCCL reported {reported!r}, not {wanted!r}"
+
+
+def _p2p_disable(wanted: str, reported: str | None, read: dict, version) -> str:
+    """NCCL logs NCCL_P2P_DISABLE only when strtol reads it as 1 (ncclGetLevel, src/graph/paths.cc):
+    since 2.23 as its own line, before as `NCCL_P2P_LEVEL set by environment to LOC`."""
+    if _strtol(wanted) != 1:
+        return (f"not observable here: NCCL logs NCCL_P2P_DISABLE only when it is 1; {wanted} leaves P2P "
+                "as NCCL_P2P_LEVEL or the default decides")
+    if reported is not None:
+        return "applied" if _strtol(reported) == 1 else f"ignored: NCCL reported {reported!r}, not '1'"
+    if read.get("NCCL_P2P_LEVEL") == "LOC" and (version is None or version < P2P_DISABLE_LOGGED_SINCE):
+        return "applied"   # NCCL before 2.23 prints the level it turns into
+    return "ignored: NCCL did not report reading it (no `set by environment` line)"
+
+
+def _strtol(text: str) -> int | None:
+    """strtol(text, NULL, 0) for the values that matter here (decimal, 0x hex, leading-0 octal)."""
+    text = text.strip()
+    try:
+        return int(text, 0) if not (text.startswith("0") and text[1:2].isdigit()) else int(text, 8)
+    except ValueError:
+        return None
 
 
 def _same_value(name: str, wanted: str, reported: str) -> bool:
@@ -139,29 +206,9 @@ def _same_value(name: str, wanted: str, reported: str) -> bool:
     return wanted == reported.rstrip(".")
 
 
-TUNED_BY = {"NCCL_PROTO": "proto", "NCCL_ALGO": "algo"}   # variable -> the TuningEntry field it decides
-
-
-def tuning_check(name: str, value: str, entries) -> dict | None:
-    """How many of NCCL's per-call choices the setting allows; None where no check applies.
-
-    Plain lists (`LL`, `LL,Simple`) and exclusions (`^LL128`) are checked; the per-collective
-    forms of 2.24+ (`allreduce:tree;...`) are not. With no TUNING lines (one rank) `calls` is 0:
-    no evidence either way.
-    """
-    field = TUNED_BY.get(name)
-    if field is None or ";" in value or ":" in value:
-        return None
-    from ncclprobe.evidence.nccl_log import algo_name, proto_name
-    canonical = proto_name if field == "proto" else algo_name
-    clause = token_lists(value).get("all")
-    if clause is None:
-        return None
-    named = {canonical(token) for token in clause.names}
-    choices = [getattr(entry, field) for entry in entries]
-    matching = sum(1 for choice in choices if (choice in named) != clause.exclude)
-    return {"allowed": ("all but " if clause.exclude else "") + ",".join(sorted(named)), "calls": len(choices),
-            "matching": matching, "choices": sorted(set(choices))}
+def _ranks(ranks) -> str:
+    ranks = list(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(rank) for rank in ranks)
 
 
 def summarize_tuning(entries) -> list[dict]:

@@ -97,6 +97,35 @@ def config_problems(configs: list[dict]) -> list[str]:
             for c in configs if c["status"] != "ok"]
 
 
+PROOF_LEVELS = ("read and chosen", "read, not chosen", "read", "not read", "not observable here", "not applicable")
+
+
+def proof_notes(configs: list[dict], backend: str | None) -> list[str]:
+    """What NCCL's log proved, worded as proven (`proof.proven`): one line on gloo, else one per
+    configuration that sets something: each setting read and chosen, read only (its choice not
+    observable here), not observable here, or not read, with the ranks that disagree."""
+    proven = [c for c in configs if (c.get("proof") or {}).get("proven")]
+    if backend != "nccl":
+        return ["proof: gloo does not use NCCL; every rank's environment matched its configuration, and nothing "
+                "NCCL read or chose is observable here"] if proven else []
+    lines = []
+    for config in proven:
+        proof = config["proof"]
+        parts = [f"{name}={config['settings'].get(name)} {_level(text)}" for name, text in sorted(proof["proven"].items())]
+        disagree = proof.get("rank_disagreements") or []
+        lines.append(f"proof {config['config_id']}: " + "; ".join(parts)
+                     + (f"; {len(disagree)} rank disagreement(s): {disagree[0]}" if disagree else ""))
+    return lines
+
+
+def _level(wording: str) -> str:
+    """`read and chosen`, `read (its choice is not observable here)`, ... from the proof's wording."""
+    level = next((lvl for lvl in PROOF_LEVELS if wording.startswith(lvl)), wording)
+    if level == "read":
+        return "read (its choice is not observable here)"
+    return level
+
+
 def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
     """One line per measurement a worker could not make (the rest of its configuration ran)."""
     failed = [r for r in results if r.get("status") == "error" and r.get("reason", "").startswith("rank ")]
