@@ -375,3 +375,87 @@ def test_a_run_past_the_drafts_trained_positions():
     trace["config"]["draft"] = None                                # no draft file: nothing to say
     result = run_diagnosis(trace)
     assert "draft-positions" not in rules_of(result.ruled_out + result.not_checked + result.actionable())
+
+
+def _with_settings(trace: dict, settings: dict, nccl_read: dict) -> dict:
+    """Every run asked for `settings`, every worker had them at communicator creation, and NCCL's log
+    (workers[].nccl_read) lists `nccl_read`: what a GPU run records."""
+    for run in trace["runs"]:
+        run["settings"] = dict(settings)
+        for worker in run["workers"]:
+            worker["env_at_comm_init"] = {**worker["env_at_comm_init"], **settings}
+            worker["nccl_read"] = dict(nccl_read)
+    return trace
+
+
+def test_an_invalid_value_is_named_as_the_cause_first_once_for_every_run_and_rank():
+    """NCCL_P2P_LEVEL=sys in all four runs of a tp 2 trace: one finding, first, saying why NCCL ignored
+    it and what to write, confirmed by NCCL's own log; no second finding about the symptom."""
+    trace = _with_settings(S.as_gpu_run(S.recorded("tuned.json")), {"NCCL_P2P_LEVEL": "sys"}, {"NCCL_NVLS_ENABLE": "0"})
+    result = run_diagnosis(trace)
+    top = result.findings[0]
+    assert top.rule == "unsafe-settings" and "`sys` is not a level name" in top.title and "write `SYS`" in top.title
+    assert "NCCL's own log confirms it" in top.detail
+    assert {place.partition(" rank ")[0] for place in top.evidence["found_in"]} == {
+        "untuned baseline", "untuned speculative", "tuned baseline", "tuned speculative"}
+    about = [f for f in result.findings if "NCCL_P2P_LEVEL" in f.title]
+    assert about == [top]
+
+
+def test_one_rank_says_nccl_never_reads_a_peer_setting_instead_of_not_read():
+    trace = _with_settings(S.as_gpu_run(S.healthy_trace()), {"NCCL_PROTO": "LL"}, {"NCCL_NVLS_ENABLE": "0"})
+    [finding] = [f for f in run_diagnosis(trace).findings if f.rule == "settings-propagation"]
+    assert finding.severity == "info" and "cannot act on one rank: NCCL never reads it there" in finding.title
+    assert "--tp 2" in finding.next_command
+    assert "The same in 2 runs" in finding.detail         # baseline and speculative: one finding
+
+
+LAUNCHER = """
+import os, subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+early = subprocess.Popen(sleep)                      # started before the launcher set the variable
+os.environ["NCCL_PROTO"] = "LL"                      # in-process: /proc of the launcher never shows it
+late = [subprocess.Popen(sleep) for _ in range(2)]
+print(early.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_env_check_names_the_worker_that_lacks_what_its_siblings_have(tmp_path):
+    """A real launcher that sets NCCL_PROTO in-process after starting its first worker: that worker is
+    named first, with the mechanism; the launcher's /proc is a caveat, not a finding."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import psutil
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True,
+                                env={k: v for k, v in os.environ.items() if k != "NCCL_PROTO"})
+    try:
+        early = int(launcher.stdout.readline())
+        while len(psutil.Process(launcher.pid).children()) < 3:
+            time.sleep(0.05)
+        out = CliRunner().invoke(cli, ["env-check", "--pid", str(launcher.pid), "--expect", "NCCL_PROTO=LL",
+                                       "--format", "json"])
+    finally:
+        for child in psutil.Process(launcher.pid).children():
+            child.kill()
+        launcher.kill()
+        launcher.wait()
+    doc = json.loads(out.output)
+    result = run_diagnosis(S.healthy_trace(), env_check=doc, env_check_path="ec.json")
+    top = result.findings[0]
+    assert top.rule == "env-check-sibling" and f"pid {early}" in top.title and "1 of 3 workers" in top.title
+    assert "started before the launcher set the variable" in top.detail
+    caveat = [f for f in result.findings if f.rule == "env-check-launcher"]
+    assert caveat and caveat[0].severity == "info" and caveat[0].evidence["pid"] == launcher.pid
+    assert not [f for f in result.findings if f.rule == "env-check"]     # both missing lines are explained
+
+
+def test_an_env_check_that_read_no_process_rules_nothing_out():
+    doc = {"kind": "env-check", "root_pid": 1, "processes": [{"pid": 1, "readable": False, "env": None}],
+           "verdict": {"checked_pids": [], "findings": []}}
+    result = run_diagnosis(S.healthy_trace(), env_check=doc, env_check_path="ec.json")
+    assert "env-check" not in rules_of(result.ruled_out)
+    [missing] = [n for n in result.not_checked if n.rule == "env-check"]
+    assert "env-check read 0 of the job's processes" in missing.missing

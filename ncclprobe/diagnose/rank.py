@@ -1,7 +1,8 @@
 """Run every rule, rank the findings, and build the report.
 
-Ranking: severity first (error, warning, info), then confidence, then the estimated cost per
-generated token (largest first). A cause the evidence shows directly (a phase that is eager, a
+Ranking: severity first (error, warning, info), then confidence, then what the user must fix first
+(`FIX_FIRST`: the run did not run what was asked), then the estimated cost per generated token
+(largest first). A cause the evidence shows directly (a phase that is eager, a
 setting a worker never had) thus outranks a symptom with a bigger number (speculative slower).
 """
 
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose import rules, rules_draft, rules_log, rules_profile, rules_safety, rules_settings
+from ncclprobe.diagnose import (rules, rules_draft, rules_envcheck, rules_log, rules_profile, rules_safety,
+                                rules_settings)
 from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 
 SCHEMA_VERSION = 1
-ALL_RULES = (rules_safety.unsafe_settings,) + rules_settings.RULES + rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES
+ALL_RULES = ((rules_safety.unsafe_settings,) + rules_settings.RULES + rules_envcheck.RULES + rules.RULES
+             + rules_draft.RULES + rules_profile.RULES + rules_log.RULES)
 
 
 @dataclass
@@ -46,9 +49,15 @@ class Diagnosis:
                 "not_checked": [n.to_json() for n in self.not_checked]}
 
 
+# Findings that say the run did not run what the user asked (a setting NCCL ignores or rejects, one
+# that never reached a worker): fixed first, since every other figure of the run was measured under
+# them. Ahead of findings of the same severity and confidence.
+FIX_FIRST = ("unsafe-settings", "env-check-sibling", "settings-propagation", "env-check")
+
+
 def rank_key(finding: Finding) -> tuple:
     return (SEVERITIES.index(finding.severity), CONFIDENCES.index(finding.confidence),
-            -(finding.cost_ms_per_token or 0.0), -(finding.cost_ms_per_step or 0.0))
+            finding.rule not in FIX_FIRST, -(finding.cost_ms_per_token or 0.0), -(finding.cost_ms_per_step or 0.0))
 
 
 def diagnose(ev: Evidence) -> Diagnosis:

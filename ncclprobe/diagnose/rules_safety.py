@@ -1,13 +1,18 @@
 """The settings found in the evidence, judged by the same safety rule as recommend and run-engine
 (`ncclprobe.nccl.safety`): a value NCCL rejects or silently ignores, and LL128 forced where NCCL
-keeps it off on the GPUs the trace recorded (`node`). One finding per distinct problem, however
-many runs, modes and ranks carry it."""
+keeps it off on the GPUs the trace recorded (`node`). Every environment in the evidence is linted:
+the runs' settings, each worker's environment at communicator creation (a value exported in the
+shell reaches the workers without being asked for) and each process an env-check read. One finding
+per distinct problem, however many runs, modes and ranks carry it, naming the cause first."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.findings import Finding, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
+from ncclprobe.enginerun.view import nccl_env
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, TOPOLOGY_CODES, ll128_hazard
@@ -17,24 +22,72 @@ HYPOTHESIS = "a setting NCCL rejects, ignores, or that forces LL128 where NCCL k
 
 
 def unsafe_settings(ev: E.Evidence) -> list:
+    """The lint over every environment in the evidence: each run's settings, each worker's
+    environment at communicator creation, each process env-check read. One finding per problem,
+    naming every place it was found, and what NCCL's own log says about it where one was read."""
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
     node = NodeFacts.from_json(ev.node) if ev.node else None
     found: dict[tuple, Finding] = {}
+    places: dict[tuple, list[str]] = {}
     checked = []
-    for source, run in ev.all_runs():
-        settings = tuning_settings(run.effective_settings() or run.settings)
-        if not settings:
-            continue
-        checked.append(run.name(source))
-        version = next((w.nccl_version for w in run.workers if w.nccl_version), None)
-        for key, finding in _problems(settings, node, version, nccl, run.name(source)):
+    for where, settings, version in _environments(ev):
+        checked.append(where)
+        for key, finding in _problems(settings, node, version, nccl, where):
             found.setdefault(key, finding)
+            places.setdefault(key, []).append(where)
     if found:
-        return list(found.values())
-    if not checked:   # no run set an NCCL variable: nothing to judge
+        return [_with_places(finding, places[key], _log_confirms(ev, finding)) for key, finding in found.items()]
+    if not checked:   # no environment set an NCCL variable: nothing to judge
         return []
     return [RuledOut(rule=RULE, hypothesis=HYPOTHESIS,
-                     reason=f"the knowledge table's lint finds no error in the settings of {', '.join(checked)}")]
+                     reason=f"the knowledge table's lint finds no error in the settings of {_short(checked)}")]
+
+
+def _environments(ev: E.Evidence):
+    """(where, NCCL settings, NCCL version) for every environment the evidence holds."""
+    for source, run in ev.all_runs():
+        version = next((w.nccl_version for w in run.workers if w.nccl_version), None)
+        asked = tuning_settings(run.settings)
+        if asked:
+            yield run.name(source), asked, version
+        for worker in run.workers:
+            env = tuning_settings(nccl_env(worker.env_at_comm_init))
+            if env and env != asked:
+                yield f"{run.name(source)} rank {worker.rank}", env, worker.nccl_version or version
+    doc = ev.env_check if isinstance(ev.env_check, dict) and ev.env_check.get("kind") == "env-check" else {}
+    for proc in doc.get("processes") or []:
+        env = tuning_settings(nccl_env(proc.get("env"))) if isinstance(proc, dict) else {}
+        if env:
+            yield f"env-check pid {proc.get('pid')}", env, (proc.get("nccl_log") or {}).get("nccl_version")
+
+
+def _with_places(finding: Finding, places: list[str], confirmed: str) -> Finding:
+    detail = finding.detail.replace(f"Found in {places[0]}.", f"Found in {_short(places)}.") + confirmed
+    return replace(finding, detail=detail, evidence={**finding.evidence, "found_in": places})
+
+
+def _log_confirms(ev: E.Evidence, finding: Finding) -> str:
+    """What NCCL's own log says about the variable, on the workers that had it set."""
+    variable = finding.evidence.get("variable")
+    workers = [w for _, run in ev.all_runs() for w in run.workers
+               if variable and variable in nccl_env(w.env_at_comm_init) and w.nccl_read]
+    if not workers:
+        return ""
+    unread = sorted({w.rank for w in workers if variable not in w.nccl_read}, key=str)
+    if unread:
+        return (f" NCCL's own log confirms it: rank{'s' if len(unread) > 1 else ''} {', '.join(map(str, unread))} "
+                f"logged the variables NCCL read, and {variable} is not among them.")
+    return ""
+
+
+def _short(places: list[str], limit: int = 4) -> str:
+    """`untuned baseline (ranks 0, 1), tuned baseline, ...`: places grouped by run."""
+    ranks: dict[str, list[str]] = {}
+    for place in places:
+        run, sep, rank = place.partition(" rank ")
+        ranks.setdefault(run, []).extend([rank] if sep else [])
+    shown = [run + (f" (rank{'s' if len(r) > 1 else ''} {', '.join(r)})" if r else "") for run, r in ranks.items()]
+    return ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
 
 
 def _problems(settings: dict, node: NodeFacts | None, version: str | None, nccl: bool, run: str):

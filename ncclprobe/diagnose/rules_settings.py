@@ -12,12 +12,15 @@ there was set after NCCL read it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ncclprobe.diagnose import evidence as E
 from ncclprobe.enginerun.view import nccl_env
 from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
-from ncclprobe.nccl.knobs import Scope, effective_scope
+from ncclprobe.nccl.knobs import Scope, acts_on_one_rank, effective_scope
+from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.version import parse_version
 
 UNSET = "<unset>"
@@ -25,8 +28,10 @@ UNSET = "<unset>"
 
 def settings_reached_workers(ev: E.Evidence) -> list:
     """Every setting a run asked for is in every worker's environment at communicator creation,
-    and, where NCCL logged what it read, NCCL read that value."""
-    out = []
+    and, where NCCL logged what it read, NCCL read that value. The same problem in several runs
+    (modes, labels) is one finding naming them all; a value NCCL ignores because it is invalid is
+    the lint's finding (`rules_safety`, the cause), not a second one here about the symptom."""
+    out, problems, runs_with = [], [], {}
     for source, run in ev.all_runs():
         asked = tuning_settings(run.settings)
         workers = [w for w in run.workers if w.env_at_comm_init is not None]
@@ -36,37 +41,67 @@ def settings_reached_workers(ev: E.Evidence) -> list:
             out.append(NotChecked(rule="settings-propagation", hypothesis=f"{run.name(source)}: settings never reached a worker",
                                   missing="the workers reported no environment at communicator creation"))
             continue
-        problems = [p for w in workers for p in _worker_problems(w, asked)]
-        if problems:
-            out.append(_propagation_finding(ev, source, run, asked, problems))
-        else:
+        found = [p for w in workers for p in _worker_problems(w, asked, one_rank=len(workers) == 1)]
+        for p in found:
+            p["run"] = run.name(source)
+            runs_with.setdefault((p["variable"], p["kind"]), (source, run))
+        problems += found
+        if not found:
             out.append(RuledOut(rule="settings-propagation", hypothesis=f"{run.name(source)}: settings never reached a worker",
                                 reason=f"all {len(workers)} workers had {_fmt(asked)} when they created their communicator"
                                        + (" and NCCL reported reading it" if any(w.nccl_read for w in workers) else "")))
+    for (variable, kind), group in _grouped(problems).items():
+        source, run = runs_with[(variable, kind)]
+        out.append(_propagation_finding(ev, source, run, tuning_settings(run.settings), group))
     return out
 
 
-def _worker_problems(worker, asked: dict) -> list[dict]:
+def _grouped(problems: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for p in problems:
+        groups.setdefault((p["variable"], p["kind"]), []).append(p)
+    return groups
+
+
+def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dict]:
     had, read, later = nccl_env(worker.env_at_comm_init), worker.nccl_read, worker.later_env
+    invalid = {f.variable for f in lint_env(had, nccl_version=worker.nccl_version) if f.severity == "error"}
     problems = []
     for var, value in asked.items():
+        base = {"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value}
         if had.get(var) != value:
             kind = "set-after-init" if later.get(var) == value else "not-propagated"
-            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
-                             "at_comm_init": had.get(var, UNSET), "later": later.get(var, UNSET), "kind": kind})
+            problems.append({**base, "at_comm_init": had.get(var, UNSET), "later": later.get(var, UNSET), "kind": kind})
+        elif read and var not in read and var in invalid:
+            continue   # NCCL ignores an invalid value: unsafe-settings names that cause
         elif read and var not in read:   # NCCL logged what it read (ENV lines), but not this one
-            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
-                             "at_comm_init": value, "nccl_read": None, "kind": "not-read"})
+            kind = "no-peer" if one_rank and not acts_on_one_rank(var) else "not-read"
+            problems.append({**base, "at_comm_init": value, "nccl_read": None, "kind": kind})
         elif read and str(read[var]).rstrip(".").lower() != value.lower():
-            problems.append({"rank": worker.rank, "pid": worker.pid, "variable": var, "asked": value,
-                             "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"})
+            problems.append({**base, "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"})
     return problems
 
 
 def _propagation_finding(ev, source, run, asked, problems) -> Finding:
+    finding = _propagation_one(ev, source, run, asked, problems)
+    runs = list(dict.fromkeys(p["run"] for p in problems))
+    if len(runs) > 1:
+        finding = replace(finding, detail=f"{finding.detail} The same in {len(runs)} runs: {', '.join(runs)}.")
+    return finding
+
+
+def _propagation_one(ev, source, run, asked, problems) -> Finding:
     after = [p for p in problems if p["kind"] == "set-after-init"]
     first = (after or problems)[0]
     where = f"rank {first['rank']} (pid {first['pid']})"
+    if first["kind"] == "no-peer":
+        return Finding(rule="settings-propagation", severity="info", confidence="high",
+                       title=f"{first['variable']}={first['asked']} cannot act on one rank: NCCL never reads it there",
+                       detail=(f"The run has one rank, so NCCL connects no peers and runs no tuning model: it has no "
+                               f"use for {first['variable']}, and its log shows no read of it. That is not a lost "
+                               f"setting; its effect can only be measured with two or more ranks."),
+                       evidence={"run": first["run"], "asked": asked, "problems": problems},
+                       next_command=engine_command(ev.config, tp=2, trace_out="trace-tp2.json"))
     if after:
         late_ranks = sorted({p["rank"] for p in after if p["variable"] == first["variable"]}, key=str)
         if len(late_ranks) > 1:
@@ -100,7 +135,7 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
     only_unread = all(p["kind"] == "not-read" for p in problems)
     return Finding(rule="settings-propagation", severity="warning" if only_unread else "error",
                    confidence="medium" if only_unread else "high", title=title,
-                   detail=detail, evidence={"run": run.name(source), "asked": asked, "problems": problems},
+                   detail=detail, evidence={"run": problems[0]["run"], "asked": asked, "problems": problems},
                    next_command=fix)
 
 
@@ -182,27 +217,6 @@ def settings_between_modes(ev: E.Evidence) -> list:
     return out
 
 
-def env_check_findings(ev: E.Evidence) -> list:
-    """What `ncclprobe env-check` found in the live job: processes with libnccl missing or
-    differing from the expected settings, and NCCL reading another value than /proc shows."""
-    doc = ev.env_check
-    if doc is None:
-        return []
-    if doc.get("kind") != "env-check":
-        return [NotChecked(rule="env-check", hypothesis="settings reached the job's processes",
-                           missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output")]
-    found = (doc.get("verdict") or {}).get("findings") or []
-    if not found:
-        checked = (doc.get("verdict") or {}).get("checked_pids") or []
-        return [RuledOut(rule="env-check", hypothesis="settings never reached the job's processes",
-                         reason=f"env-check found every expectation met in {len(checked)} checked process(es)")]
-    return [Finding(rule="env-check", severity="error", confidence="high",
-                    title=f"env-check: {found[0]}" + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
-                    detail="In the live job, processes that create NCCL communicators lack expected settings or NCCL read other values.",
-                    evidence={"findings": found, "checked_pids": (doc.get("verdict") or {}).get("checked_pids")},
-                    next_command=f"ncclprobe env-check --pid {doc.get('root_pid')} --log <nccl debug log>")]
-
-
 def _tok_s(run) -> str:
     value = run.tokens_per_s
     return f"{value:.1f}" if isinstance(value, (int, float)) else "unknown"
@@ -212,4 +226,4 @@ def _fmt(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "NCCL defaults"
 
 
-RULES = (settings_reached_workers, tuned_vs_untuned, settings_between_modes, env_check_findings)
+RULES = (settings_reached_workers, tuned_vs_untuned, settings_between_modes)

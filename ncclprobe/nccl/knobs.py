@@ -267,6 +267,18 @@ def proof_scope(name: str) -> Scope:
     return row.scope
 
 
+# What a single rank never uses, so NCCL never reads (or never needs) it there: the tuning model
+# (NCCL_PROTO, NCCL_ALGO: no TUNING line and no `set by environment` line with one rank, seen on the
+# H200 with NCCL 2.28.9) and the transports between peers (P2P, SHM, the network's GPU Direct).
+NEEDS_PEERS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
+               "NCCL_NET_GDR_LEVEL", "NCCL_CUMEM_ENABLE")
+
+
+def acts_on_one_rank(name: str) -> bool:
+    """Whether a variable can change anything in a communicator of one rank."""
+    return name not in NEEDS_PEERS
+
+
 def knob(name: str) -> Knob | None:
     return KNOBS.get(name)
 

@@ -92,9 +92,9 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
     elif value in P2P_LEVELS_UNDOCUMENTED:
         yield _undocumented_level(ctx, value)
     elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:
-        yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value} is silently ignored: NCCL compares "
-                      "level names case-sensitively, so the default level applies",
-                      f"export NCCL_P2P_LEVEL={value.upper()}", "p2p-level-case")
+        yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value}: `{value}` is not a level name (NCCL "
+                      f"compares them case-sensitively); NCCL ignores it and uses its default level; write "
+                      f"`{value.upper()}`", f"export NCCL_P2P_LEVEL={value.upper()}", "p2p-level-case")
     else:
         yield Finding("error", "NCCL_P2P_LEVEL", f"NCCL_P2P_LEVEL={value!r} is not a P2P level; NCCL ignores it",
                       "use one of " + ", ".join(P2P_LEVELS), "p2p-level-unknown")

@@ -1,0 +1,134 @@
+"""What an `ncclprobe env-check --format json` document says about the live job, cause first.
+
+A worker that lacks a setting its siblings have is the finding that explains the others: the
+workers of one job are started alike, so one without the setting was started another way, and the
+usual ways are few (named in the finding). The launcher itself often shows the setting missing in
+/proc although it set it in-process (os.environ) before starting the workers: /proc holds the
+environment a process was exec'd with, so that is a caveat about the evidence, not a problem,
+whenever its children have the value. Nothing is ruled out from processes env-check could not read.
+"""
+
+from __future__ import annotations
+
+from ncclprobe.diagnose import evidence as E
+from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+
+RULE = "env-check"
+HYPOTHESIS = "settings never reached the job's processes"
+MECHANISMS = {
+    "forkserver worker": "it was forked from a multiprocessing forkserver (or a pool) started before the launcher "
+                         "set the variable: forked children inherit the forkserver's environment, not the launcher's",
+    "forked child": "it was forked from a process that did not have the variable yet (a pool or worker started "
+                    "earlier): a fork copies the parent's environment as it was then",
+}
+DEFAULT_MECHANISM = ("it was started before the launcher set the variable, or by a launcher step that builds the "
+                     "environment anew (an allow-list of variables, `env -i`, a container or ssh boundary)")
+
+
+def env_check_findings(ev: E.Evidence) -> list:
+    doc = ev.env_check
+    if doc is None:
+        return []
+    if doc.get("kind") != "env-check":
+        return [NotChecked(rule=RULE, hypothesis="settings reached the job's processes",
+                           missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output")]
+    processes = [p for p in doc.get("processes") or [] if isinstance(p, dict)]
+    checked = set((doc.get("verdict") or {}).get("checked_pids") or [])
+    targets = [p for p in processes if p.get("pid") in checked and p.get("readable") and p.get("env") is not None]
+    if not targets:
+        return [NotChecked(rule=RULE, hypothesis=HYPOTHESIS,
+                           missing=f"env-check read {len(targets)} of the job's processes ({len(processes)} found): "
+                                   "nothing can be ruled out from processes it could not read",
+                           next_command=_again(doc))]
+    out = _lacking_siblings(doc, targets) + _launcher_caveats(processes, targets)
+    rest = [f for f in (doc.get("verdict") or {}).get("findings") or [] if not _explained(f, out)]
+    if rest:
+        out.append(Finding(rule=RULE, severity="error", confidence="high",
+                           title=f"env-check: {rest[0]}" + (f" (and {len(rest) - 1} more)" if len(rest) > 1 else ""),
+                           detail="In the live job, processes that create NCCL communicators lack expected settings "
+                                  "or NCCL read other values.",
+                           evidence={"findings": rest, "checked_pids": sorted(checked)}, next_command=_again(doc)))
+    if not any(isinstance(o, Finding) and o.severity != "info" for o in out):
+        out.append(RuledOut(rule=RULE, hypothesis=HYPOTHESIS,
+                            reason=f"env-check read {len(targets)} process(es) that create NCCL communicators "
+                                   f"(pids {', '.join(str(p['pid']) for p in targets)}) and found every expectation met"))
+    return out
+
+
+def _lacking_siblings(doc: dict, targets: list[dict]) -> list[Finding]:
+    """Per NCCL variable that some workers of one parent have and others lack: the lacking ones,
+    with the likely mechanism."""
+    out = []
+    families: dict = {}
+    for proc in targets:
+        families.setdefault(proc.get("ppid"), []).append(proc)
+    for family in (f for f in families.values() if len(f) > 1):
+        out += _lacking_in_family(doc, family)
+    return out
+
+
+def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
+    out = []
+    for variable in sorted({k for p in targets for k in p["env"] if k.startswith("NCCL_")}):
+        have = [p for p in targets if variable in p["env"]]
+        lack = [p for p in targets if variable not in p["env"] and not _empty_block(p)]
+        if not have or not lack:
+            continue
+        value = have[0]["env"][variable]
+        mechanism = MECHANISMS.get(lack[0].get("role"), DEFAULT_MECHANISM)
+        pids = ", ".join(f"{p['pid']} ({p.get('role') or 'process'})" for p in lack)
+        out.append(Finding(
+            rule="env-check-sibling", severity="error", confidence="high",
+            title=f"{len(lack)} of {len(targets)} workers lack {variable}={value} that the others have (pid {pids})",
+            detail=(f"The job's workers are started alike, yet pid {lack[0]['pid']} has no {variable} while pids "
+                    f"{', '.join(str(p['pid']) for p in have)} have {variable}={value}. Likely: {mechanism}. NCCL in "
+                    f"that worker runs with its default, and every collective it joins is shaped by the mismatch."),
+            evidence={"variable": variable, "value": value, "lacking_pids": [p["pid"] for p in lack],
+                      "having_pids": [p["pid"] for p in have], "roles": {p["pid"]: p.get("role") for p in lack},
+                      "forked_from": {p["pid"]: p.get("forked_from") for p in lack if p.get("forked_from")}},
+            next_command=f"set {variable} before the launcher starts any worker or pool, then: {_again(doc, variable, value)}"))
+    return out
+
+
+def _empty_block(proc: dict) -> bool:
+    """An empty /proc environment block says nothing about what the process holds (env-check marks
+    its expectations `unknown`)."""
+    return any(c.get("status") == "unknown" for c in proc.get("checks") or [])
+
+
+def _launcher_caveats(processes: list[dict], targets: list[dict]) -> list[Finding]:
+    """Expectations a launcher misses in /proc while workers it started have them."""
+    out = []
+    for proc in processes:
+        if not proc.get("readable"):
+            continue
+        children = [p for p in targets if p.get("ppid") == proc.get("pid")]
+        missing = [c["variable"] for c in proc.get("checks") or [] if c.get("status") == "missing"
+                   and children and any(c["variable"] in p["env"] for p in children)]
+        if missing:
+            out.append(Finding(
+                rule="env-check-launcher", severity="info", confidence="high",
+                title=f"the launcher (pid {proc['pid']}) shows no {', '.join(missing)} in /proc, its workers have it",
+                detail=("/proc/PID/environ is the environment a process was exec'd with: a launcher that sets the "
+                        "variable in-process (os.environ) before starting its workers shows it missing there while "
+                        "the workers receive it. A caveat about the evidence, not a problem."),
+                evidence={"pid": proc["pid"], "variables": missing}))
+    return out
+
+
+def _explained(text: str, found: list) -> bool:
+    """env-check's own finding lines that the findings above already explain (same pid)."""
+    pids = set()
+    for f in found:
+        pids.update(f.evidence.get("lacking_pids") or [])
+        if f.rule == "env-check-launcher":
+            pids.add(f.evidence["pid"])
+    return any(text.startswith(f"pid {pid}:") for pid in pids)
+
+
+def _again(doc: dict, variable: str | None = None, value: str | None = None) -> str:
+    expect = f" --expect {variable}={value}" if variable else ""
+    return f"ncclprobe env-check --pid {doc.get('root_pid')}{expect} --log <nccl debug log>"
+
+
+RULES = (env_check_findings,)
