@@ -100,8 +100,22 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
                         "sizes": message["collectives"]},
         "loop": _loop_efficiency(spec, message) if message["mode"] == "speculative" else None,
         "collective_share": message["collective_share"], "graph_coverage": message["graph_coverage"],
-        "graphs": message["graphs"],
+        "graphs": message["graphs"], "repeats": _repeats(spec, message),
         "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
+
+
+def _repeats(spec: RunSpec, message: dict) -> dict:
+    """Tokens/s of every timed repeat, their median and spread (docs/METRICS.md "Engine"). The run
+    record's other figures are those of the median repeat; one repeat has no spread."""
+    rates = [spec.sequences() * spec.new_tokens / wall for wall in message.get("repeat_wall_s") or [message["wall_s"]]
+             if wall]
+    ordered = sorted(rates)
+    middle = len(ordered) // 2
+    median = (ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2) if ordered else None
+    spread = (ordered[-1] - ordered[0]) / median if median and len(ordered) > 1 else None
+    return {"n": len(rates), "tokens_per_s": rates, "tokens_per_s_median": median,
+            "tokens_per_s_min": ordered[0] if ordered else None, "tokens_per_s_max": ordered[-1] if ordered else None,
+            "spread": spread}
 
 
 CYCLE_PHASES = ("draft", "verify", "accept", "draft_extend")
@@ -143,7 +157,7 @@ def _config(spec: RunSpec) -> dict:
     return {"preset": spec.preset if not spec.checkpoint else None, "checkpoint": spec.checkpoint,
             "weights": _weights(spec), "prompts_given": len(spec.prompts), "chat": spec.chat,
             "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
-            "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed,
+            "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed, "repeats": spec.repeats,
             "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
             "compile": spec.compile,
             "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),

@@ -39,6 +39,7 @@ class RunSpec:
     dtype: str = "auto"                 # auto: bfloat16 on GPU, float32 on CPU
     modes: tuple[str, ...] = MODES
     warmup_tokens: int = 4              # an untimed short run per mode first; 0 to skip
+    repeats: int = 1                    # timed runs per mode: the record is the median one, with the spread
     single_rank_collectives: bool = False  # with tp=1, still issue (and trace) the all-reduces
     measure_share: bool = True         # time steps without collectives after the run (see share.py)
     label: str = "untuned"              # untuned | tuned | anything naming the settings
@@ -52,7 +53,7 @@ class RunSpec:
         object.__setattr__(self, "modes", tuple(self.modes))
         object.__setattr__(self, "prompts", tuple(tuple(int(i) for i in p) for p in self.prompts))
         object.__setattr__(self, "capture_batches", tuple(self.capture_batches))
-        for name in ("prompt_len", "new_tokens", "batch", "k", "tp"):
+        for name in ("prompt_len", "new_tokens", "batch", "k", "tp", "repeats"):
             if getattr(self, name) < 1:
                 raise UsageProblem(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.prompts:

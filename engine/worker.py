@@ -133,6 +133,8 @@ def _decode_groups(run, prompts, new_tokens: int, batch: int) -> Generation:
 
 
 def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
+    """The mode's record: `spec.repeats` timed runs of one engine (graphs captured once), the one of
+    median wall time kept whole, every repeat's wall time beside it (`repeat_wall_s`)."""
     engine = Engine(target, draft, k=spec.k, temperature=spec.temperature, seed=spec.seed)
     steps = None
     if spec.graphs != "none":
@@ -143,6 +145,26 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     run = engine.baseline if mode == "baseline" else engine.speculative
     if spec.warmup_tokens:   # first-call effects (allocator, thread pools) stay out
         run(prompts[0][:spec.batch], spec.warmup_tokens, None if prompts[1] is None else prompts[1][:spec.batch])
+    timed = [_timed(spec, mode, engine, steps, run, comm, prompts, device, profile=i == 0)
+             for i in range(spec.repeats)]
+    walls = [generation.wall_s for generation, _, _ in timed]
+    generation, timer, trace = sorted(timed, key=lambda t: t[0].wall_s)[(len(timed) - 1) // 2]
+    phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,
+                           wall_s=generation.wall_s,
+                           steps=generation.cycles if mode == "speculative" else spec.groups() * (spec.new_tokens - 1))
+    return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "repeat_wall_s": walls,
+            "phases": phases, "histogram": generation.histogram if mode == "speculative" else None,
+            "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,
+            "collectives": trace.sizes(), "graphs": steps.graph_names() if steps else [],
+            "graph_coverage": _coverage(phases, generation.wall_s, device),
+            "collective_share": collective_share(phases, target=target, draft=draft, comm=comm, batch=spec.batch,
+                                                 k=spec.k, wall_s=generation.wall_s, device=device,
+                                                 draft_tp=spec.draft_tp) if spec.measure_share else None}
+
+
+def _timed(spec, mode, engine, steps, run, comm, prompts, device, *, profile: bool):
+    """One timed run: (generation, its phase timer, its collective trace). Only the first repeat is
+    profiled (--profile writes one trace per rank and mode)."""
     timer = PhaseTimer(device, reserve=spec.groups() * events_needed(spec.new_tokens), annotate=bool(spec.profile_dir))
     trace = CollectiveTrace()
     engine.timer = timer
@@ -150,21 +172,11 @@ def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
     if steps is not None:
         steps.trace, steps.timer = trace, timer
     try:
-        with profiled(spec.profile_dir, label=spec.label, mode=mode, rank=comm.rank, device=device):
+        with profiled(spec.profile_dir if profile else None, label=spec.label, mode=mode, rank=comm.rank, device=device):
             generation = _decode_groups(run, prompts, spec.new_tokens, spec.batch)
     finally:
         comm.listener = None
-    phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,
-                           wall_s=generation.wall_s,
-                           steps=generation.cycles if mode == "speculative" else spec.groups() * (spec.new_tokens - 1))
-    return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "phases": phases,
-            "histogram": generation.histogram if mode == "speculative" else None,
-            "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,
-            "collectives": trace.sizes(), "graphs": steps.graph_names() if steps else [],
-            "graph_coverage": _coverage(phases, generation.wall_s, device),
-            "collective_share": collective_share(phases, target=target, draft=draft, comm=comm, batch=spec.batch,
-                                                 k=spec.k, wall_s=generation.wall_s, device=device,
-                                                 draft_tp=spec.draft_tp) if spec.measure_share else None}
+    return generation, timer, trace
 
 
 def _coverage(phases: dict, wall_s: float, device) -> float | None:

@@ -459,3 +459,40 @@ def test_an_env_check_that_read_no_process_rules_nothing_out():
     assert "env-check" not in rules_of(result.ruled_out)
     [missing] = [n for n in result.not_checked if n.rule == "env-check"]
     assert "env-check read 0 of the job's processes" in missing.missing
+
+
+def _speeds(trace: dict, baseline: list, speculative: list) -> dict:
+    """Repeats as `run-engine --repeats` records them, each run's tokens/s their median."""
+    for run in trace["runs"]:
+        rates = baseline if run["mode"] == "baseline" else speculative
+        run["repeats"] = {"n": len(rates), "tokens_per_s": list(rates)}
+        run["tokens_per_s"] = sorted(rates)[len(rates) // 2]
+    return trace
+
+
+@pytest.mark.parametrize("baseline,speculative,verdict", [
+    ([60.0, 120.0, 198.0], [90.0, 130.0, 150.0], "inconclusive"),   # the shared machine's 60-198 tok/s
+    ([60.0, 70.0, 80.0], [90.0, 130.0, 150.0], "ruled out"),
+    ([160.0, 170.0, 180.0], [90.0, 130.0, 150.0], "slower"),
+])
+def test_speculative_against_baseline_is_judged_by_the_spread_of_the_repeats(baseline, speculative, verdict):
+    result = run_diagnosis(_speeds(S.healthy_trace(), baseline, speculative))
+    found = [f for f in result.findings if f.rule == "speculative-slower"]
+    ruled_out = "speculative-slower" in rules_of(result.ruled_out)
+    if verdict == "inconclusive":
+        assert not ruled_out and found[0].severity == "info" and "inconclusive" in found[0].title
+        assert "--repeats 7" in found[0].next_command
+    elif verdict == "ruled out":
+        assert ruled_out and not found
+    else:
+        assert not ruled_out and found[0].severity == "warning" and found[0].confidence == "high"
+
+
+def test_one_measurement_faster_never_rules_slower_out():
+    trace = S.healthy_trace()
+    for run in trace["runs"]:
+        run["tokens_per_s"] = 100.0 if run["mode"] == "baseline" else 120.0
+    result = run_diagnosis(trace)
+    assert "speculative-slower" not in rules_of(result.ruled_out)
+    [missing] = [n for n in result.not_checked if n.rule == "speculative-slower"]
+    assert "one measurement each" in missing.missing and "--repeats 5" in missing.next_command

@@ -64,6 +64,13 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
     assert spec["phases"]["host"]["count"] == cycles and spec["phases"]["host"]["median_ms"] is not None
     assert base["phases"]["host"]["count"] == 11 and base["phases"]["host"]["median_ms"] is None  # never syncs
     _check_loop_arithmetic(spec, batch=2, k=3, new_tokens=12)
+    assert doc["config"]["repeats"] == 3                             # a CPU preset: cheap, so repeated
+    for run in (base, spec):
+        repeats = run["repeats"]
+        assert repeats["n"] == len(repeats["tokens_per_s"]) == 3
+        assert run["tokens_per_s"] == pytest.approx(sorted(repeats["tokens_per_s"])[1])   # the median run's
+        assert repeats["spread"] == pytest.approx((max(repeats["tokens_per_s"]) - min(repeats["tokens_per_s"]))
+                                                  / repeats["tokens_per_s_median"])
     _check_capture_list_notes(doc)
 
 
@@ -230,3 +237,28 @@ def test_train_draft_refuses_bad_options_before_training(args, message):
     result = _refused(["train-draft", "--preset", "tiny", *args])
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("dtype,exit_code", [("float32", 1), ("bfloat16", 0)])
+def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtype, exit_code):
+    """The recorded healthy trace with one speculative token changed, as a broken verify step would
+    produce it, through the command's own verdict: float32 must match token for token (exit 1 when
+    not); bf16 may diverge at a near-tie (reported, exit 0)."""
+    import copy
+    from pathlib import Path
+    from ncclprobe.cli import run_engine as command
+    from ncclprobe.enginerun import trace
+    recorded = json.loads((Path(__file__).parent.parent / "examples/traces/healthy.json").read_text())
+
+    def broken(specs, quiet):
+        doc = copy.deepcopy(recorded)
+        doc["config"]["dtype"] = dtype
+        speculative = next(r for r in doc["runs"] if r["mode"] == "speculative")
+        speculative["tokens"][0][-1] += 1
+        speculative["loop"] = None   # recorded before the loop record had its per-phase inputs
+        return trace.finish(doc)
+
+    monkeypatch.setattr(command, "run_with_progress", broken)
+    result = CliRunner().invoke(cli, ["-q", "run-engine", "--format", "json"])
+    assert result.exit_code == exit_code, result.output
+    assert json.loads(result.output)["checks"]["greedy_match"] is False

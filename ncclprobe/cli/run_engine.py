@@ -88,6 +88,10 @@ PRESET_NAMES = tuple(PRESETS)
               help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="Write the engine trace (JSON) here when the run ends; an existing file only with --force.")
+@click.option("--repeats", type=click.IntRange(1), metavar="N",
+              help="Timed runs per mode, on the same loaded model: the trace keeps the median run and the "
+                   "tokens/s of every repeat (median and spread).  [default: 3 for a preset on the CPU, where a "
+                   "run takes a second; 1 on a GPU or with --checkpoint]")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False),
               help="Write a torch.profiler trace of each rank's measured loop into this directory "
                    "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).")
@@ -96,7 +100,8 @@ PRESET_NAMES = tuple(PRESETS)
 @click.pass_context
 def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, prompt_set, chat, new_tokens, batch, k,
             temperature, seed, tp, draft_path, draft_tp, graphs, capture_batches, compile_steps, single_rank_collectives,
-            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, profile_dir, force, fmt):
+            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, repeats, profile_dir, force,
+            fmt):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -118,7 +123,7 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
                    modes=modes or ("baseline", "speculative"), settings=settings,
                    env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned",
-                   profile_dir=profile_dir)
+                   profile_dir=profile_dir, repeats=repeats or default_repeats(device, checkpoint))
     spec.check_runnable()
     profiles = check_profile_dir(spec, tuned is not None)
     guard = SettingsGuard.for_spec(spec, allow_ll128)
@@ -146,6 +151,17 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
          notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
     return 0 if _checks_pass(doc) else 1
+
+
+CHEAP_REPEATS = 3   # CPU presets: a timed run takes about a second, and one run's tokens/s is not a figure
+
+
+def default_repeats(device: str, checkpoint: str | None) -> int:
+    """3 timed runs per mode where a run is cheap (a preset on the CPU); 1 on a GPU or for a real
+    checkpoint, whose runs can take minutes (ask for --repeats there)."""
+    from ncclprobe.engine.spec import RunSpec
+    cpu = RunSpec(device=device).resolved_device() == "cpu"
+    return CHEAP_REPEATS if cpu and not checkpoint else 1
 
 
 def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
@@ -263,7 +279,9 @@ def _median(run: dict, phase: str):
 def table_rows(doc: dict) -> list[dict]:
     rows = []
     for run in doc["runs"]:
+        spread = (run.get("repeats") or {}).get("spread")
         rows.append({"label": run["label"], "mode": run["mode"], "tokens_per_s": run["tokens_per_s"],
+                     "tok_s_spread": f"{spread:.0%}" if spread is not None else None,
                      "ms_per_token": run["ms_per_token"], "decode_ms": _median(run, "decode"),
                      "draft_ms": _median(run, "draft"), "verify_ms": _median(run, "verify"),
                      "verify_decode": run["verify_decode_ratio"], "accept_len": run["acceptance"]["mean_length"],
@@ -337,6 +355,14 @@ def tuning_notes(doc: dict) -> list[str]:
                     for row in doc.get("comparison", [])]
 
 
+def speed_note(repeats: int) -> str:
+    if repeats > 1:
+        return (f"tokens_per_s and the phases are the median of {repeats} timed runs per mode; tok_s_spread = "
+                "(fastest - slowest) / median: a difference inside it is noise")
+    return ("one timed run per mode: tokens_per_s has no spread and is no verdict on a shared machine "
+            "(--repeats 3 gives median and spread)")
+
+
 def table_notes(doc: dict) -> list[str]:
     cfg = doc["config"]
     model = cfg["model"].get("name")
@@ -348,7 +374,8 @@ def table_notes(doc: dict) -> list[str]:
              *([f"batch {cfg['batch']} is not in the capture list: every step ran eagerly (graph coverage 0)"]
                if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"] else []),
              "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
-             "loop_eff = tokens/s over the ideal from acceptance and phase times"]
+             "loop_eff = tokens/s over the ideal from acceptance and phase times",
+             speed_note(cfg.get("repeats") or 1)]
     if cfg.get("weights"):
         from ncclprobe.engine.gguf_loader import quantized_summary
         notes.append(f"weights: {quantized_summary(cfg['weights'])}: the logits are the quantized model's")

@@ -26,7 +26,7 @@ def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> st
     """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag)."""
     flags = {"preset": config.get("preset"), "tp": config.get("tp"), "batch": config.get("batch"),
              "k": config.get("k"), "new_tokens": config.get("new_tokens"), "draft": config.get("draft"),
-             "graphs": config.get("graphs")}
+             "graphs": config.get("graphs"), "repeats": config.get("repeats") if (config.get("repeats") or 1) > 1 else None}
     flags.update(changes)
     parts = ["ncclprobe", "run-engine"]
     for name, value in flags.items():

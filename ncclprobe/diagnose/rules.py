@@ -191,17 +191,49 @@ def speculative_slower(ev: E.Evidence) -> list:
             out.append(NotChecked(rule="speculative-slower", hypothesis="speculative slower than the baseline",
                                   missing="no baseline run with tokens/s to compare with"))
             continue
-        speedup = run.tokens_per_s / base.tokens_per_s
-        if speedup >= 1.0:
-            out.append(RuledOut(rule="speculative-slower", hypothesis="speculative slower than the baseline",
-                                reason=f"{run.label}: speculative {run.tokens_per_s:.1f} tok/s >= baseline "
-                                       f"{base.tokens_per_s:.1f} tok/s ({speedup:.2f}x)"))
-            continue
-        out.append(_slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE))
+        out.append(_compare_speeds(ev, run, base))
     return out
 
 
-def _slower_finding(ev, run, base, noise: bool) -> Finding:
+def _compare_speeds(ev, run, base):
+    """A verdict only beyond the spread of the repeats (run-engine --repeats): every speculative
+    repeat faster than every baseline one rules the hypothesis out, every one slower is a finding,
+    overlapping ranges are inconclusive. One measurement each has no spread: it never rules out,
+    and a slower speculative run is reported with medium confidence."""
+    hyp = "speculative slower than the baseline"
+    speedup = run.tokens_per_s / base.tokens_per_s
+    spec_range, base_range = run.speed_range(), base.speed_range()
+    figures = f"speculative {_rate(run)} against baseline {_rate(base)} tok/s ({speedup:.2f}x)"
+    if spec_range and base_range:
+        if spec_range[0] > base_range[1]:
+            return RuledOut(rule="speculative-slower", hypothesis=hyp,
+                            reason=f"{run.label}: every speculative repeat was faster than every baseline repeat: {figures}")
+        if spec_range[1] >= base_range[0]:
+            return Finding(rule="speculative-slower", severity="info", confidence="low",
+                           title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
+                                 f"inside the spread of the repeats ({figures})",
+                           detail="The ranges of the repeats overlap, so the measurements cannot tell which mode is "
+                                  "faster; nothing is ruled out. More repeats or a longer run narrow them.",
+                           evidence={"speculative_tokens_per_s": list(run.tokens_per_s_repeats),
+                                     "baseline_tokens_per_s": list(base.tokens_per_s_repeats)},
+                           next_command=engine_command(ev.config, repeats=2 * len(run.tokens_per_s_repeats) + 1,
+                                                       trace_out="trace-repeats.json"))
+        return _slower_finding(ev, run, base, noise=False)
+    if speedup >= 1.0:
+        return NotChecked(rule="speculative-slower", hypothesis=hyp,
+                          missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and a single "
+                                  "run's tokens/s can vary by 2x or more on a shared machine",
+                          next_command=engine_command(ev.config, repeats=5, trace_out="trace-repeats.json"))
+    return _slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE, single=True)
+
+
+def _rate(run) -> str:
+    spread = run.speed_range()
+    return f"{run.tokens_per_s:.1f}" + (f" ({spread[0]:.1f}-{spread[1]:.1f} over {len(run.tokens_per_s_repeats)} repeats)"
+                                        if spread else "")
+
+
+def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding:
     parts = {name: run.per_token_ms((run.phase(name).total_ms if run.phase(name) else 0.0)) or 0.0
              for name in ("draft", "verify", *E.OVERHEAD_PHASES)}
     overhead = sum(parts[name] for name in E.OVERHEAD_PHASES)
@@ -222,12 +254,14 @@ def _slower_finding(ev, run, base, noise: bool) -> Finding:
     arithmetic = (f"A cycle costs {cycle_ms:.3f} ms, so it must yield {breakeven:.2f} tokens to break even; it yields "
                   f"{tpc if tpc is not None else float('nan'):.2f}. " if breakeven else "")
     return Finding(
-        rule="speculative-slower", severity="info" if noise else "warning", confidence="low" if noise else "high",
+        rule="speculative-slower", severity="info" if noise else "warning",
+        confidence="low" if noise else ("medium" if single else "high"),
         title=(f"speculative {run.tokens_per_s:.1f} tok/s is " + ("no faster than (within timing noise)" if noise else
                "slower than") + f" the baseline's {base.tokens_per_s:.1f} tok/s"),
         detail=(f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
                 f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
-                f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."),
+                f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."
+                + (" One measurement each: no spread to weigh it by (run-engine --repeats)." if single else "")),
         evidence=nums, cost_ms_per_token=ms_token - decode_ms, next_command=fix)
 
 

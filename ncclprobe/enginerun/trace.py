@@ -94,6 +94,12 @@ def _validate_run(run, at: str) -> None:
     if histogram is not None and not (isinstance(histogram, list) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in histogram)):
         raise UsageProblem(f"{at}.acceptance.histogram must be a list of counts, got {str(histogram)[:60]}")
+    repeats = run.get("repeats")
+    if repeats is not None:
+        if not isinstance(repeats, dict) or not isinstance(repeats.get("tokens_per_s"), list):
+            raise UsageProblem(f"{at}.repeats must be an object with a tokens_per_s list")
+        for j, value in enumerate(repeats["tokens_per_s"]):
+            _number(value, f"{at}.repeats.tokens_per_s[{j}]")
 
 
 def _number(value, at: str, optional: bool = False) -> None:
@@ -251,6 +257,7 @@ def _run_view(run: dict, path: str, gpu: bool, groups: int = 1) -> EngineRun:
         if run.get("mode") == "speculative" else None,
         tokens_per_s=run.get("tokens_per_s"), ms_per_token=run.get("ms_per_token"),
         new_tokens=run["new_tokens"] * groups if run.get("new_tokens") else None, wall_s=run.get("wall_s"),
+        tokens_per_s_repeats=tuple((run.get("repeats") or {}).get("tokens_per_s") or ()),
         collective_share=run.get("collective_share"), graph_coverage=run.get("graph_coverage"),
         verify_decode_ratio=run.get("verify_decode_ratio"), settings=dict(run.get("settings") or {}),
         workers=[_worker(w) for w in run.get("workers") or []], graphs=list(run.get("graphs") or []),

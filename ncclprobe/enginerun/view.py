@@ -109,6 +109,7 @@ class EngineRun:
     acceptance: Acceptance | None = None
     tokens_per_s: float | None = None
     ms_per_token: float | None = None
+    tokens_per_s_repeats: tuple[float, ...] = ()   # every timed repeat (run-engine --repeats); () unknown
     new_tokens: int | None = None            # tokens each sequence slot generated over the whole run
     wall_s: float | None = None
     collective_share: float | None = None    # measured share of the run's time in collectives
@@ -122,6 +123,11 @@ class EngineRun:
     ranks: list[dict] = field(default_factory=list)   # per-rank step summaries (profiles)
     log: dict | None = None                  # server-log statistics (batches with graphs, sizes, ...)
     notes: list[str] = field(default_factory=list)    # what this evidence cannot tell, in words
+
+    def speed_range(self) -> tuple[float, float] | None:
+        """(slowest, fastest) tokens/s over the repeats; None from one measurement (no spread)."""
+        rates = self.tokens_per_s_repeats
+        return (min(rates), max(rates)) if len(rates) > 1 else None
 
     def phase(self, name: str) -> Phase | None:
         """The phase called `name`, when it ran at least once."""
