@@ -5,6 +5,7 @@ SGLang, vLLM, or any PyTorch program)."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from ncclprobe.sizes import format_size
 
@@ -22,11 +23,27 @@ PROFILE_COMMANDS = {
 }
 
 
-def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> str:
-    """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag)."""
-    flags = {"preset": config.get("preset"), "tp": config.get("tp"), "batch": config.get("batch"),
-             "k": config.get("k"), "new_tokens": config.get("new_tokens"), "draft": config.get("draft"),
-             "graphs": config.get("graphs"), "repeats": config.get("repeats") if (config.get("repeats") or 1) > 1 else None}
+def fresh(name: str) -> str:
+    """`name`, or `name` numbered (trace-2.json, ...) when a file of that name exists here: every
+    suggested command must run as printed, and ncclprobe never overwrites an output."""
+    path = Path(name)
+    n = 2
+    while path.exists():
+        path = Path(f"{Path(name).stem}-{n}{Path(name).suffix}")
+        n += 1
+    return str(path)
+
+
+def engine_command(config: dict, trace_out: str = "trace.json", *, train_missing_draft: bool = True, **changes) -> str:
+    """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag).
+    A draft the trace used that is not here is trained first (`train-draft ... &&`), so the
+    command runs as printed."""
+    flags = {"preset": config.get("preset"), "checkpoint": config.get("checkpoint"), "tp": config.get("tp"),
+             "batch": config.get("batch"), "k": config.get("k"), "new_tokens": config.get("new_tokens"),
+             "draft": config.get("draft"), "graphs": config.get("graphs"),
+             "repeats": config.get("repeats") if (config.get("repeats") or 1) > 1 else None}
+    if flags["checkpoint"]:
+        flags["preset"] = None
     flags.update(changes)
     parts = ["ncclprobe", "run-engine"]
     for name, value in flags.items():
@@ -34,7 +51,24 @@ def engine_command(config: dict, trace_out: str = "trace.json", **changes) -> st
             continue
         flag = "--" + name.replace("_", "-")
         parts += [flag] if value is True else [flag, str(value)]
-    return shlex.join(parts + ["--trace", trace_out])
+    command = shlex.join(parts + ["--trace", fresh(trace_out)])
+    draft = flags.get("draft")
+    if draft and train_missing_draft and not Path(draft).exists():
+        return f"{draft_command(config, str(draft))} && {command}"
+    return command
+
+
+def draft_command(config: dict, out: str, *extra: str) -> str:
+    """`ncclprobe train-draft` for the trace's target (its preset or checkpoint, and seed)."""
+    target = ["--checkpoint", config["checkpoint"]] if config.get("checkpoint") else ["--preset", config.get("preset") or "tiny"]
+    seed = ["--seed", str(config["seed"])] if config.get("seed") else []
+    return shlex.join(["ncclprobe", "train-draft", *target, *seed, *extra, "--out", out])
+
+
+def sweep_command(nranks, sizes: str, *extra: str) -> str:
+    """`ncclprobe sweep` of the engine's collective sizes at its rank count, into a new results file."""
+    return shlex.join(["ncclprobe", "sweep", "--nranks", str(nranks or 2), "--sizes", sizes, *extra,
+                       "--output", fresh("sweep.jsonl")])
 
 
 def graphs_command(ev, phase: str) -> str:

@@ -8,7 +8,8 @@ Settings-related hypotheses live in `rules_settings`.
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.commands import engine_command, graphs_command, profile_command, sizes_arg
+from ncclprobe.diagnose.commands import (draft_command, engine_command, fresh, graphs_command, profile_command,
+                                         sizes_arg, sweep_command)
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.enginerun.view import SPECULATIVE_KINDS
@@ -273,8 +274,10 @@ def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
     if decode and verify and decode.graphed and verify.graphed is False:
         return graphs_command(ev, verify.name)
     if tpc is not None and breakeven is not None and tpc < breakeven:
-        return (f"ncclprobe train-draft --preset {ev.config.get('preset')}  # then run-engine --draft PATH: "
-                f"the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}")
+        draft = fresh("draft-trained.safetensors")
+        return (f"{draft_command(ev.config, draft)} && "
+                f"{engine_command(ev.config, draft=draft, trace_out='trace-trained-draft.json', train_missing_draft=False)}"
+                f"  # the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}: a trained draft")
     if ev.config.get("device") == "cuda":
         return graphs_command(ev, "verify")
     longer = 4 * int(ev.config.get("new_tokens") or 32)
@@ -326,13 +329,17 @@ def _bound_finding(ev, bound: dict) -> Finding:
         rule="collective-bound", severity="warning", confidence="high",
         title=f"collectives take {share:.0%} of the step time ({worst}"
               + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
-        detail=(f"{count}The collectives take {share:.0%} of the step: here the collective path (NCCL settings, fewer or "
-                f"larger collectives, a replicated draft) is the lever. Measure the engine's own sizes and compare settings."),
+        detail=(f"{count}The collectives take {share:.0%} of the step: here the collective path is what to work on: "
+                + ("fewer or larger collectives, a replicated draft. This run used gloo, which NCCL settings do not "
+                   "affect: a sweep of its sizes shows gloo's cost, and NCCL settings need a GPU run to compare."
+                   if _gloo(ev) else
+                   "NCCL settings, fewer or larger collectives, a replicated draft. Measure the engine's own sizes and "
+                   "compare settings.")),
         evidence={"collective_share_by_run": {name: round(pair[0], 3) for name, pair in bound.items()},
                   "per_token_count": run.per_token_count, "per_token_bytes": run.per_token_bytes,
                   "ms_per_token": run.ms_per_token, "sizes_bytes": sizes},
         cost_ms_per_token=share * (run.ms_per_token or 0.0) or None, cost_ms_per_step=share * per_step,
-        next_command=f"ncclprobe sweep --nranks {ev.config.get('tp') or 2} --sizes {sizes_arg(sizes) or '8K..1M'} --output sweep.jsonl")
+        next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"))
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:
@@ -346,8 +353,7 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     sizes = _all_sizes(ev)
     if not ev.sweep:
         return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="no --sweep results",
-                           next_command=f"ncclprobe sweep --nranks {ev.config.get('tp') or 2} "
-                                        f"--sizes {sizes_arg(sizes) or '8K..1M'} --output sweep.jsonl")]
+                           next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"))]
     from ncclprobe.diagnose.sweep_match import compare_calls, compare_run
     out = []
     for source, run in ev.all_runs():
@@ -392,6 +398,10 @@ def graph_coverage(ev: E.Evidence) -> list:
             detail=detail, evidence={"graph_coverage": coverage, "graphs": ev.config.get("graphs"), "eager_phases": eager},
             next_command=graphs_command(ev, capturable_eager[0]) if capturable_eager else ""))
     return out
+
+
+def _gloo(ev: E.Evidence) -> bool:
+    return ev.kind == "engine-trace" and ev.config.get("backend") == "gloo"
 
 
 def _all_sizes(ev: E.Evidence) -> list[int]:

@@ -86,7 +86,8 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
             evidence={"variable": variable, "value": value, "lacking_pids": [p["pid"] for p in lack],
                       "having_pids": [p["pid"] for p in have], "roles": {p["pid"]: p.get("role") for p in lack},
                       "forked_from": {p["pid"]: p.get("forked_from") for p in lack if p.get("forked_from")}},
-            next_command=f"set {variable} before the launcher starts any worker or pool, then: {_again(doc, variable, value)}"))
+            next_command=f"{_again(doc, variable, value)}  # after setting {variable} before the launcher starts any "
+                         "worker or pool"))
     return out
 
 
@@ -128,7 +129,7 @@ def _explained(text: str, found: list) -> bool:
 
 def _again(doc: dict, variable: str | None = None, value: str | None = None) -> str:
     expect = f" --expect {variable}={value}" if variable else ""
-    return f"ncclprobe env-check --pid {doc.get('root_pid')}{expect} --log <nccl debug log>"
+    return f"ncclprobe env-check --pid {doc.get('root_pid')}{expect}  # add --log FILE: the job's NCCL_DEBUG=INFO log"
 
 
 RULES = (env_check_findings,)

@@ -107,4 +107,4 @@ def _problems(settings: dict, node: NodeFacts | None, version: str | None, nccl:
                     "order; forced elsewhere it can corrupt data silently. run-engine and recommend refuse it "
                     f"without {ALLOW_LL128_FLAG}."),
             evidence={"run": run, "NCCL_PROTO": settings["NCCL_PROTO"], "node": node.to_json() if node else None},
-            next_command="ncclprobe knobs --lint --topo <nvidia-smi topo -m output>")
+            next_command="nvidia-smi topo -m > topo.txt && ncclprobe knobs --lint --topo topo.txt")

@@ -114,7 +114,7 @@ def _propagation_one(ev, source, run, asked, problems) -> Finding:
         title = f"{first['variable']}={first['asked']} was set in {where} after NCCL created its communicator"
         detail = (f"At communicator creation {where} had {first['variable']}={first['at_comm_init']}; the value "
                   f"{first['asked']} appeared only later. {first['variable']} is read per {scope.value}: {consequence}.")
-        fix = "set it before the workers start: " + engine_command(ev.config, env=f"{first['variable']}={first['asked']}")
+        fix = engine_command(ev.config, env=f"{first['variable']}={first['asked']}") + "  # set before the workers start"
     elif all(p["kind"] == "not-read" for p in problems):
         title = f"NCCL in {where} logged the variables it read, but not {first['variable']}"
         detail = (f"The worker had {first['variable']}={first['asked']} when it created its communicator, yet NCCL's debug "
@@ -124,14 +124,16 @@ def _propagation_one(ev, source, run, asked, problems) -> Finding:
     elif first["kind"] == "read-other-value":
         title = f"NCCL in {where} read {first['variable']}={first['nccl_read']}, not {first['asked']}"
         detail = "The worker's environment had the asked value but NCCL's log reports another one (a config file or a later override)."
-        fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']} --log <nccl log>"
+        fix = (f"ncclprobe knobs {first['variable']}  # then, in your live job: ncclprobe env-check --pid PID "
+               f"--expect {first['variable']}={first['asked']} --log NCCL_LOG")
     else:
         ranks = sorted({p["rank"] for p in problems})
         title = f"{first['variable']}={first['asked']} never reached {len(ranks)} worker(s) (ranks {', '.join(map(str, ranks))})"
         detail = (f"The {run.label} {run.mode} run asked for {_fmt(asked)}, but {where} created its communicator "
                   f"with {first['variable']}={first['at_comm_init']}: the setting was lost between the launcher and the worker, "
                   f"so this run measured NCCL's defaults, not the setting.")
-        fix = f"ncclprobe env-check --pid <launcher pid> --expect {first['variable']}={first['asked']}"
+        fix = (engine_command(ev.config, env=f"{first['variable']}={first['asked']}", trace_out="trace-again.json")
+               + f"  # in your live job: ncclprobe env-check --pid PID --expect {first['variable']}={first['asked']}")
     only_unread = all(p["kind"] == "not-read" for p in problems)
     return Finding(rule="settings-propagation", severity="warning" if only_unread else "error",
                    confidence="medium" if only_unread else "high", title=title,
@@ -187,7 +189,8 @@ def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
     inherited = sorted(k for (_, run) in (pa, pb) for k in tuning_settings(in_force)
                        if k not in tuning_settings(run.settings))
     prefix = "env " + " ".join(f"-u {k}" for k in sorted(set(inherited))) + " " if inherited else ""
-    return prefix + engine_command(ev.config, tuned="RECOMMENDATION.json", trace_out="trace-tuned.json")
+    return (prefix + engine_command(ev.config, tuned=True, trace_out="trace-tuned.json")
+            + "  # --tuned alone sweeps first; or --tuned FILE, the recommendation you used")
 
 
 def settings_between_modes(ev: E.Evidence) -> list:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.commands import sizes_arg
+from ncclprobe.diagnose.commands import sizes_arg, sweep_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 
@@ -63,7 +63,7 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
         label = ",".join(f"{k}={v}" for k, v in sorted(settings.items())) or "default settings"
         return NotChecked(rule="collectives-vs-sweep", hypothesis=f"{name}: {hypothesis}",
                           missing=f"the sweep has no {label} result within 2x of {sizes_arg(missing)} at {nranks} ranks",
-                          next_command=f"ncclprobe sweep --nranks {nranks} --sizes {sizes_arg(missing)} --output sweep.jsonl")
+                          next_command=sweep_command(nranks, sizes_arg(missing)))
     return _verdict(ev, run, name, hypothesis, excess, share * ms_token, expected_ms / tokens, settings)
 
 
@@ -77,8 +77,12 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
                                f"measured for the same sizes and settings ({expected:.3f} ms)")
     eager = any(c.eager for c in run.collectives)
     sizes = run.collective_sizes()
-    nxt = (f"ncclprobe probe graph-capture --sizes {sizes_arg(sizes)}" if eager else
-           f"ncclprobe sweep --nranks {ev.config.get('tp')} --sizes {sizes_arg(sizes)} --mode graph --output sweep.jsonl")
+    if ev.config.get("backend") == "gloo":   # no CUDA graphs, no NCCL: the sweep again, under the same load
+        nxt = sweep_command(ev.config.get("tp"), sizes_arg(sizes)) + "  # gloo: rerun beside the engine's load"
+    elif eager:
+        nxt = f"ncclprobe probe graph-capture --sizes {sizes_arg(sizes)}"
+    else:
+        nxt = sweep_command(ev.config.get("tp"), sizes_arg(sizes), "--mode", "graph")
     return Finding(
         rule="collectives-vs-sweep", severity="warning", confidence="medium",
         title=f"{name}: collectives cost {ratio:.1f}x what the sweep measured for the same sizes and settings",
