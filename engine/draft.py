@@ -110,6 +110,14 @@ def trained_positions(path) -> int | None:
     return training.get("trained_positions") if isinstance(training, dict) else None
 
 
+def draft_target(path) -> dict | None:
+    """The target identity `train-draft` recorded in the draft file (`ncclprobe.engine.target_identity`);
+    None for a draft saved without it."""
+    header, _ = safetensors_io.read_header(Path(path))
+    target = json.loads(header.get("__metadata__", {}).get("target", "null"))
+    return target if isinstance(target, dict) else None
+
+
 def load_draft(path, embedding: nn.Embedding, target_vocab: int, target_hidden: int) -> DraftHead:
     """A trained draft from `save_draft`'s file, checked against the target it will serve."""
     tensors, metadata = safetensors_io.load(path)

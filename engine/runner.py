@@ -161,6 +161,7 @@ def _config(spec: RunSpec) -> dict:
             "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
             "compile": spec.compile,
             "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),
+            "draft_target": _draft_target(spec.draft), "target": spec.target_identity(),
             "dtype": spec.resolved_dtype(device), "device": device,
             "backend": "nccl" if device == "cuda" else "gloo", "model": model}
 
@@ -173,6 +174,13 @@ def _weights(spec: RunSpec) -> dict | None:
         return None
     directory = resolve_checkpoint(spec.checkpoint)
     return {**conversion_record(directory), "converted_directory": str(directory)}
+
+
+def _draft_target(draft_path: str | None) -> dict | None:
+    if not draft_path:
+        return None
+    from ncclprobe.engine.draft import draft_target
+    return draft_target(draft_path)
 
 
 def _trained_positions(draft_path: str | None) -> int | None:

@@ -179,7 +179,24 @@ class RunSpec:
             if trained is not None and reach > trained:
                 found.append(f"draft {self.draft} was trained on positions below {trained}, this run reaches "
                              f"{reach}: expect its acceptance to fall beyond them (train-draft --gen-len)")
+            differs = self.draft_mismatch()
+            if differs:
+                found.append(f"draft {self.draft} was trained for another target: {differs}; a draft serves only "
+                             "the weights it learnt, expect acceptance near 1 (train-draft for this target)")
         return found
+
+    def target_identity(self) -> dict:
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
+        from ncclprobe.engine.target_identity import target_identity
+        return target_identity(self.model_config().summary(), preset=None if self.checkpoint else self.preset,
+                               seed=self.seed, checkpoint=str(resolve_checkpoint(self.checkpoint)) if self.checkpoint else None)
+
+    def draft_mismatch(self) -> str | None:
+        """How the draft's recorded target differs from this run's (None: same, or not recorded)."""
+        from ncclprobe.engine.draft import draft_target
+        from ncclprobe.engine.target_identity import mismatch
+        trained_for = draft_target(self.draft) if self.draft else None
+        return mismatch(trained_for, self.target_identity()) if trained_for else None
 
     def to_json(self) -> dict:
         return asdict(self)

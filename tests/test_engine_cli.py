@@ -205,8 +205,21 @@ def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
     rose = doc["acceptance_length_after"] > doc["acceptance_length_before"]
     assert result.returncode == (0 if rose else 1)
     from ncclprobe.engine import safetensors_io
+    from ncclprobe.engine.draft import draft_target
     tensors, _ = safetensors_io.load(out)
     assert "fc.weight" in tensors
+    assert draft_target(out) == {"shape": {"hidden": 64, "layers": 4, "vocab": 256, "heads": 4, "kv_heads": 2},
+                                 "preset": "tiny", "seed": 0}
+    # the same draft on the target of another seed: same shapes, other weights; warned, and diagnosed
+    trace = tmp_path / "other-seed.json"
+    other = _run(["run-engine", "--preset", "tiny", "--seed", "1", "--draft", str(out), "--prompt-len", "4",
+                  "--new-tokens", "4", "--mode", "speculative", "--repeats", "1", "--trace", str(trace)])
+    assert other.returncode == 0, other.stderr
+    assert "was trained for another target: seed 0 (now 1)" in other.stderr
+    from ncclprobe.diagnose.evidence import load_evidence
+    from ncclprobe.diagnose.rank import diagnose
+    [finding] = [f for f in diagnose(load_evidence(trace)).findings if f.rule == "draft-target"]
+    assert "seed 0 (now 1)" in finding.title and "train-draft --preset tiny --seed 1" in finding.next_command
 
 
 def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):

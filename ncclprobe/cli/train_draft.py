@@ -124,13 +124,16 @@ def train_and_save(preset_name, checkpoint, spec, device, out, force, progress) 
     from ncclprobe.engine.train_draft import train
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(spec.seed)
+    from ncclprobe.engine.gguf_loader import resolve_checkpoint
     if checkpoint:
-        from ncclprobe.engine.gguf_loader import resolve_checkpoint
         from ncclprobe.engine.hf_loader import load_checkpoint
         target = load_checkpoint(resolve_checkpoint(checkpoint), device=device, dtype=dtype)
     else:
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
     draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
     report = train(target, draft, spec, progress=progress)
-    save_draft(draft, out, {"training": report}, replace=force)
+    from ncclprobe.engine.target_identity import target_identity
+    identity = target_identity(target.cfg.summary(), preset=None if checkpoint else preset_name, seed=spec.seed,
+                               checkpoint=str(resolve_checkpoint(checkpoint)) if checkpoint else None)
+    save_draft(draft, out, {"training": report, "target": identity}, replace=force)
     return report

@@ -1,10 +1,13 @@
-"""The draft's own limit: a run longer than the positions the draft was trained on. One pure
-function, as in `rules`; it reads the engine trace's config (`draft`, `draft_trained_positions`)."""
+"""The draft's own limits: a run longer than the positions the draft was trained on, and a draft
+trained for another target. Pure functions, as in `rules`; they read the engine trace's config
+(`draft`, `draft_trained_positions`, `draft_target`, `target`)."""
 
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
+from ncclprobe.diagnose.commands import draft_command, engine_command, fresh
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.engine.target_identity import mismatch
 
 
 def draft_positions(ev: E.Evidence) -> list:
@@ -26,8 +29,6 @@ def draft_positions(ev: E.Evidence) -> list:
         return [RuledOut(rule="draft-positions", hypothesis=hyp,
                          reason=f"the run reaches position {reach}, within the {trained} the draft was trained on")]
     acceptance = {run.name(src): run.acceptance.mean_length if run.acceptance else None for src, run in specs}
-    source = f"--checkpoint {ev.config['checkpoint']}" if ev.config.get("checkpoint") else \
-        f"--preset {ev.config.get('preset')}"
     return [Finding(
         rule="draft-positions", severity="warning", confidence="medium",
         title=f"the run reaches position {reach}, but the draft was trained on positions below {trained}",
@@ -38,7 +39,47 @@ def draft_positions(ev: E.Evidence) -> list:
                 + ". Train the draft on sequences as long as the runs it serves."),
         evidence={"draft_trained_positions": trained, "run_positions": reach,
                   "mean_acceptance_length": acceptance},
-        next_command=f"ncclprobe train-draft {source} --gen-len {reach} --out draft-{reach}.safetensors")]
+        next_command=_retrain(ev, f"draft-{reach}.safetensors", "--gen-len", str(reach)))]
 
 
-RULES = (draft_positions,)
+def draft_for_another_target(ev: E.Evidence) -> list:
+    """The draft's file records the target it was trained for (train-draft); this run's target is
+    another (another seed, preset or checkpoint): the draft predicts hidden states it never saw."""
+    if not ev.config.get("draft") or not any(run.mode == "speculative" for run in ev.runs):
+        return []
+    hyp = "the draft was trained for another target"
+    trained_for, running = ev.config.get("draft_target"), ev.config.get("target")
+    if not trained_for or not running:
+        return [NotChecked(rule="draft-target", hypothesis=hyp,
+                           missing="the target the draft was trained for (a draft saved before train-draft recorded "
+                                   "it, or a trace from before the target was recorded)")]
+    differs = mismatch(trained_for, running)
+    if not differs:
+        return [RuledOut(rule="draft-target", hypothesis=hyp,
+                         reason=f"the draft records the target this run used ({_name(running)})")]
+    acceptance = [run.acceptance.mean_length for run in ev.runs if run.acceptance and run.acceptance.mean_length]
+    return [Finding(
+        rule="draft-target", severity="warning", confidence="high",
+        title=f"the draft was trained for another target: {differs}",
+        detail=(f"A draft learns one target's hidden states; trained for {_name(trained_for)} it serves "
+                f"{_name(running)}, whose weights it never saw, so it accepts little (tiny seed 0's draft on seed 1: "
+                f"1.0 tokens per cycle against 2.99, docs/LOG.md)."
+                + (f" Acceptance here: {max(acceptance):.2f}." if acceptance else "")),
+        evidence={"draft_target": trained_for, "target": running},
+        next_command=_retrain(ev, "draft-this-target.safetensors"))]
+
+
+def _retrain(ev: E.Evidence, name: str, *extra: str) -> str:
+    """Train a draft for the trace's target, then run with it: a command that runs as printed."""
+    draft = fresh(name)
+    return (f"{draft_command(ev.config, draft, *extra)} && "
+            f"{engine_command(ev.config, draft=draft, trace_out='trace-new-draft.json', train_missing_draft=False)}")
+
+
+def _name(identity: dict) -> str:
+    if identity.get("checkpoint"):
+        return f"checkpoint {identity['checkpoint']}"
+    return f"preset {identity.get('preset')} seed {identity.get('seed')}"
+
+
+RULES = (draft_positions, draft_for_another_target)
