@@ -275,3 +275,30 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
     result = CliRunner().invoke(cli, ["-q", "run-engine", "--format", "json"])
     assert result.exit_code == exit_code, result.output
     assert json.loads(result.output)["checks"]["greedy_match"] is False
+
+
+def test_sampling_end_to_end_at_tp2():
+    """--temperature > 0 through the CLI at --tp 2: every rank draws the same tokens (the sampling
+    generator is seeded alike on each, or the shards would decode different sequences), repeats of
+    one seed sample the same run, the output is a sample, not the greedy continuation of the same
+    prompts, and greedy equality is not judged."""
+    import torch
+    from ncclprobe.engine.build import build_target, random_prompts
+    from ncclprobe.engine.config import preset
+    from ncclprobe.engine.generate import Engine
+    result = _run(["-q", "run-engine", "--tp", "2", "--temperature", "1.0", "--batch", "2", "--new-tokens", "10",
+                   "--prompt-len", "4", "--repeats", "2", "--format", "json"])
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["checks"]["ranks_agree"] is True and doc["checks"]["greedy_match"] is None
+    vocab = doc["config"]["model"]["vocab"]
+    runs = {r["mode"]: r for r in doc["runs"]}
+    for run in runs.values():
+        assert [len(seq) for seq in run["tokens"]] == [10, 10]
+        assert all(0 <= t < vocab for seq in run["tokens"] for t in seq)
+        assert run["repeats"]["n"] == 2
+    target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
+    target.setup_caches(2, 4 + 10 + 4)
+    greedy = Engine(target, k=3, temperature=0.0, seed=0).baseline(random_prompts(vocab, 2, 4, 0, "cpu"), 10)
+    assert runs["baseline"]["tokens"] != greedy.tokens
+    assert runs["speculative"]["acceptance"]["cycles"] > 0
