@@ -23,10 +23,11 @@ TOKEN = "hf_" + "QmTk8vPz2LxW9rYc4NbJd7HsFq1GaE5uRo"
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_a_hugging_face_token_is_masked_by_its_shape_alone(fmt):
-    """Under an innocent variable name and as a bare command-line argument (no TOKEN/KEY word, no
-    credential flag), only the token's own shape can tell: it must still never be printed."""
-    env = {**os.environ, "NOTES": TOKEN}
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)", TOKEN], env=env)
+    """Inside an innocent variable's value and inside a command-line argument (no TOKEN/KEY word, no
+    credential flag, and not a whole random-looking value), only the token's own shape can tell: it
+    must still never be printed."""
+    env = {**os.environ, "NOTES": f"pull the weights with {TOKEN} from the hub"}
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)", f"hub:{TOKEN}@main"], env=env)
     try:
         result = CliRunner().invoke(cli, ["env-check", "--pid", str(child.pid), "--all", "--format", fmt])
     finally:

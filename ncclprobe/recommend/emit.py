@@ -5,7 +5,7 @@ combined environment, the tuner CSV holds one block of rows per collective (its 
 column), the JSON is the set's.
 
 The tuner CSV is the configuration file of NCCL's example tuner plugin (plugins/tuner/example,
-NCCL 2.27.7 and later; nccl-facts.md §4): `collective_type,min_bytes,max_bytes,algorithm,protocol,
+NCCL 2.27.5 and later; nccl-facts.md §4): `collective_type,min_bytes,max_bytes,algorithm,protocol,
 channels,nNodes,nRanks,numPipeOps,regBuff`, bounds inclusive, `-1` a wildcard, `#` comments, the
 first matching row wins and a size no row matches keeps NCCL's own choice. A row needs an
 algorithm and a protocol; a measured configuration that set only one of them gets the other from
@@ -122,7 +122,7 @@ def tuner_csv(recs) -> str:
         f"# measured: {measured}, {rec.evidence.nranks} ranks "
         f"{'from a torchrun plan (node and rank counts not recorded: rows use -1)' if _multi_node(rec) else 'on one node'}; "
         f"NCCL {rec.evidence.nccl_version or 'version unknown'}",
-        "# Format: NCCL 2.27.7 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
+        "# Format: NCCL 2.27.5 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
         "# Older NCCL ships an example plugin without a config file (2.21-2.26 only force ring/simple).",
         "# Load it: build libnccl-tuner-example.so from NCCL's plugins/tuner/example (make), then",
         "#   export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so",
