@@ -106,8 +106,10 @@ def cmd_steps(args) -> None:
 
 
 def cmd_hf(args) -> None:
-    """HF generate() (random weights, default cache, greedy) against our graph decode, same shape."""
+    """HF generate() (random weights, greedy) in its plain configuration and its fastest one (static
+    cache, compiled forward: CUDA graphs), against our graph decode of the same shape, one call."""
     import transformers
+    from hf_speeds import generate_speeds   # examples/hf_speeds.py
     cfg = preset(args.preset)
     hf_cfg = transformers.LlamaConfig(vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
                                       num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
@@ -116,12 +118,7 @@ def cmd_hf(args) -> None:
     with torch.device("cuda"):
         hf = transformers.LlamaForCausalLM(hf_cfg).to(torch.bfloat16).eval()
     prompt = torch.randint(0, cfg.vocab, (1, 16), device="cuda")
-    hf.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    hf.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False)
-    torch.cuda.synchronize()
-    hf_tps = args.new_tokens / (time.perf_counter() - started)
+    hf_speeds = generate_speeds(hf, [prompt] * args.prompts, args.new_tokens, "cuda")
     del hf
     torch.cuda.empty_cache()
     from ncclprobe.engine.generate import Engine
@@ -132,12 +129,17 @@ def cmd_hf(args) -> None:
     steps.capture(1, 1, speculative=False)
     engine = Engine(model, steps=steps)
     engine.baseline(prompt, 8)
-    ours = engine.baseline(prompt, args.new_tokens)
-    ours_tps = args.new_tokens / ours.wall_s
-    print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens, one run each"
-          f"{f'; engine steps compiled ({args.compile_mode})' if args.compile else ''}")
-    print(f"HF generate(): {hf_tps:.1f} tokens/s   engine (graph decode): {ours_tps:.1f} tokens/s   "
-          f"ratio {ours_tps / hf_tps:.1f}x")
+    walls = sorted(engine.baseline(prompt, args.new_tokens).wall_s for _ in range(args.prompts))
+    ours_tps = args.new_tokens / walls[len(walls) // 2]
+    print(f"# {args.preset}, batch 1, greedy, {args.new_tokens} new tokens; HF: {args.prompts} calls per "
+          f"configuration after a warm-up (transformers {hf_speeds['transformers']}); engine: median of "
+          f"{args.prompts} runs{f', steps compiled ({args.compile_mode})' if args.compile else ''}")
+    print(f"{'configuration':44s} {'tokens/s':>9s} {'engine / it':>12s}")
+    for name in ("plain", "static_compiled"):
+        speed = hf_speeds[name]
+        note = "" if name == "plain" or speed["compiled"] else "  (NOT compiled: transformers declined)"
+        print(f"{'HF generate() ' + name:44s} {speed['tokens_per_s']:9.1f} {ours_tps / speed['tokens_per_s']:11.1f}x{note}")
+    print(f"{'engine graph decode':44s} {ours_tps:9.1f}")
 
 
 def cmd_kimi(args) -> None:
@@ -312,6 +314,7 @@ def main() -> None:
     hf = sub.add_parser("hf")
     hf.add_argument("--preset", default="llama-16l")
     hf.add_argument("--new-tokens", type=int, default=256)
+    hf.add_argument("--prompts", type=int, default=3, help="timed calls per configuration (same prompt)")
     sub.add_parser("kimi")
     overhead = sub.add_parser("overhead")
     overhead.add_argument("--preset", default="small")

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from hf_speeds import generate_speeds   # examples/hf_speeds.py (this script runs from examples/ on sys.path)
+
 PARTS = ("train", "sweep", "graphs", "decode", "hf")
 # what each part may take on the H200, seconds (conversion 10, compile of a 30-layer step ~30 s each)
 BUDGET_S = {"train": 120, "sweep": 40, "graphs": 200, "decode": 90, "hf": 120}
@@ -136,35 +138,9 @@ def hf_part(args, held_ids, prompts_shown: int) -> dict:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(args.device).eval()
     prompts = [torch.tensor([ids], device=args.device) for ids in held_ids[:prompts_shown]]
-    n = args.new_tokens
-    results = {}
-    configs = {"plain": {}, "static_compiled": {"cache_implementation": "static"}}
-    for name, extra in configs.items():
-        options = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, **extra)
-        if name == "static_compiled":
-            try:   # transformers >= 4.48 compiles the decoding forward itself when the cache is static
-                options["compile_config"] = transformers.CompileConfig(fullgraph=True, mode="reduce-overhead")
-            except AttributeError:
-                model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-        started = time.perf_counter()
-        model.generate(prompts[0], **options)                    # warm-up: compiles here
-        sync(args.device)
-        warm_s = time.perf_counter() - started
-        started = time.perf_counter()
-        for prompt in prompts:
-            model.generate(prompt, **options)
-        sync(args.device)
-        wall = time.perf_counter() - started
-        results[name] = {"tokens_per_s": n * len(prompts) / wall, "prompts": len(prompts), "warmup_s": warm_s,
-                         "compiled": getattr(model, "_compiled_call", None) is not None}
-    results["transformers"] = transformers.__version__
+    results = generate_speeds(model, prompts, args.new_tokens, args.device)
     del model
     return results
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def table(report: dict) -> str:
