@@ -135,13 +135,9 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
 
 
 def _check_thread_override() -> None:
-    """A bad NCCLPROBE_WORKER_THREADS is the user's mistake: one line before any rank starts."""
-    from ncclprobe.errors import UsageProblem
+    """A bad NCCLPROBE_WORKER_THREADS is the user's mistake: one line (UsageProblem) before any rank starts."""
     from ncclprobe.worker import worker_threads
-    try:
-        worker_threads(1)
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
+    worker_threads(1)
 
 
 def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> PoolOutcome:

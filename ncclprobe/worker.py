@@ -138,9 +138,8 @@ def worker_threads(local_ranks: int, environ=os.environ) -> int:
     1984 us with one thread per rank on the 2-core machine (issue 17)."""
     override = environ.get(THREADS_ENV, "").strip()
     if override:
-        if not (override.isascii() and override.isdigit()) or int(override) < 1:
-            raise ValueError(f"{THREADS_ENV}={override!r}: expected a whole number of threads, at least 1")
-        return int(override)
+        from ncclprobe.numbers import parse_int
+        return parse_int(override, THREADS_ENV, min=1)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // max(1, local_ranks))
 
