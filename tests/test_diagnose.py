@@ -407,7 +407,7 @@ def test_an_invalid_value_is_named_as_the_cause_first_once_for_every_run_and_ran
 def test_one_rank_says_nccl_never_reads_a_peer_setting_instead_of_not_read():
     trace = _with_settings(S.as_gpu_run(S.healthy_trace()), {"NCCL_PROTO": "LL"}, {"NCCL_NVLS_ENABLE": "0"})
     [finding] = [f for f in run_diagnosis(trace).findings if f.rule == "settings-propagation"]
-    assert finding.severity == "info" and "cannot act on one rank: NCCL never reads it there" in finding.title
+    assert finding.severity == "info" and "cannot act on one rank, and NCCL did not read it there" in finding.title
     assert "--tp 2" in finding.next_command
     assert "The same in 2 runs" in finding.detail         # baseline and speculative: one finding
 

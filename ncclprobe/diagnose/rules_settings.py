@@ -96,10 +96,12 @@ def _propagation_one(ev, source, run, asked, problems) -> Finding:
     where = f"rank {first['rank']} (pid {first['pid']})"
     if first["kind"] == "no-peer":
         return Finding(rule="settings-propagation", severity="info", confidence="high",
-                       title=f"{first['variable']}={first['asked']} cannot act on one rank: NCCL never reads it there",
+                       title=f"{first['variable']}={first['asked']} cannot act on one rank, and NCCL did not read it there",
                        detail=(f"The run has one rank, so NCCL connects no peers and runs no tuning model: it has no "
-                               f"use for {first['variable']}, and its log shows no read of it. That is not a lost "
-                               f"setting; its effect can only be measured with two or more ranks."),
+                               f"use for {first['variable']} (NCCL_PROTO and NCCL_ALGO are never read by a one-rank "
+                               f"communicator; a valid P2P level still is, by NCCL 2.27+), and its log shows no read "
+                               f"of it. That is not a lost setting; its effect can only be measured with two or more "
+                               f"ranks."),
                        evidence={"run": first["run"], "asked": asked, "problems": problems},
                        next_command=engine_command(ev.config, tp=2, trace_out="trace-tp2.json"))
     if after:
