@@ -172,9 +172,20 @@ def _set_quiet(ctx: click.Context, _param, quiet: bool) -> None:
 
 
 def _exit_interrupted(exc: BaseException) -> None:
+    """The one line, then exit with the documented code. Every `finally` has run by now; the exit
+    handlers run here, then the process ends at once. Seen on the CPU machine (strace): a Ctrl-C that
+    came early in a sweep was caught and reported, yet the process died by SIGINT (-2) after
+    `sys.exit(130)`: CPython's own exit path reset SIGINT and killed itself, which it does when it
+    believes a KeyboardInterrupt went unhandled (a flag that code run through PyRun_String sets even
+    when the exception is caught further up; not pinned down further). Ending here keeps 130/143."""
+    import atexit
+    import os
     line, code = interrupts.describe(exc)
     click.echo(f"ncclprobe: {line}", err=True)
-    sys.exit(code)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _os_error_text(exc: OSError) -> str:
