@@ -111,7 +111,7 @@ def test_tuned_file_reaches_every_worker(tmp_path):
     recommendation = tmp_path / "rec.json"
     recommendation.write_text(json.dumps({"schema_version": 1, "kind": "recommendation",
                                           "env": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}))
-    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline",
+    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline", "--repeats", "1",
                    "--tuned", str(recommendation), "--format", "json"])
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -134,7 +134,7 @@ def test_env_after_init_is_set_too_late_on_purpose_and_caught():
     """--env-after-init reproduces the classic mistake: every worker sets the variable only after
     its communicator exists. The workers' own snapshots show it absent at creation and present at
     exit, the settings check fails and the command exits 1."""
-    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline",
+    result = _run(["-q", "run-engine", "--tp", "2", "--new-tokens", "6", "--prompt-len", "4", "--mode", "baseline", "--repeats", "1",
                    "--env-after-init", "NCCL_PROTO=LL", "--format", "json"])
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
@@ -233,7 +233,8 @@ def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
     save_draft(build_draft(build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32), seed=0), path,
                {"training": {"trained_positions": 16}})
     assert trained_positions(path) == 16
-    args = ["run-engine", "--preset", "tiny", "--draft", str(path), "--prompt-len", "8", "--mode", "speculative"]
+    args = ["run-engine", "--preset", "tiny", "--draft", str(path), "--prompt-len", "8", "--mode", "speculative",
+            "--repeats", "1"]
     inside, beyond = _run([*args, "--new-tokens", "8"]), _run([*args, "--new-tokens", "12", "--format", "json"])
     assert inside.returncode == 0 and "trained on positions" not in inside.stderr + inside.stdout
     assert beyond.returncode == 0, beyond.stderr

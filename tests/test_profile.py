@@ -31,7 +31,7 @@ def run_cli(args):
 def engine_profiles(tmp_path_factory):
     """One CPU recording per session: our engine, tiny, --tp 2, both modes, profiled (8 tokens)."""
     out = tmp_path_factory.mktemp("engine-profile")
-    code, output = run_cli(["-q", "run-engine", "--preset", "tiny", "--tp", "2", "-k", "3", "--new-tokens", "8",
+    code, output = run_cli(["-q", "run-engine", "--preset", "tiny", "--tp", "2", "-k", "3", "--new-tokens", "8", "--repeats", "1",
                             "--profile", str(out / "p"), "--trace", str(out / "trace.json")])
     assert code == 0, output
     return out
