@@ -23,7 +23,7 @@ import torch
 
 from ncclprobe.cli.output import emit
 from ncclprobe.probes.custom_allreduce_plan import CustomAllReduceSpec
-from ncclprobe.probes.custom_allreduce_report import exit_code, table_rows
+from ncclprobe.probes.custom_allreduce_report import table_rows, verdict
 from ncclprobe.probes.custom_allreduce_run import run_custom_allreduce
 from ncclprobe.sizes import parse_sizes
 
@@ -58,7 +58,7 @@ def main() -> int:
     print(f"wrote {target}", file=sys.stderr)
     emit("table", doc, table_rows(doc), title=f"custom-allreduce on {torch.cuda.get_device_name(0)}, "
          f"{doc['nranks']} ranks{' sharing GPU 0' if shared else ''}: us per all-reduce", notes=doc["notes"])
-    return exit_code(doc)
+    return verdict(doc).exit_code
 
 
 if __name__ == "__main__":

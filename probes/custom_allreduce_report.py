@@ -14,6 +14,7 @@ from ncclprobe.probes.custom_allreduce_plan import engine_notes
 from ncclprobe.recommend.noise import Point, significant
 from ncclprobe.sizes import format_size
 from ncclprobe.sweep.aggregate import aggregate_trials
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 BASELINE = "nccl"
@@ -162,7 +163,7 @@ def table_rows(doc: dict) -> list[dict]:
     return list(lines.values())
 
 
-def exit_code(doc: dict) -> int:
-    """1 when a result was wrong, a method failed or the ranks ended early; 0 otherwise."""
-    bad = any(r["status"] != "ok" for r in doc["rows"]) or doc["dropped"] or doc["pool"]["status"] != "ok"
-    return 1 if bad else 0
+def verdict(doc: dict) -> Verdict:
+    """FINDINGS when a result was wrong, a method failed or the ranks ended early."""
+    return Verdict.of(any(r["status"] != "ok" for r in doc["rows"]) or bool(doc["dropped"])
+                      or doc["pool"]["status"] != "ok")

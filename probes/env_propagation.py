@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ncclprobe import tempdirs
 from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
+from ncclprobe.verdict import Verdict
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
 COMM_VAR = "NCCL_TOPO_DUMP_FILE"
@@ -212,11 +213,12 @@ def table_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def exit_code(doc: dict) -> int:
+def verdict(doc: dict) -> Verdict:
+    """NOTHING_HERE when no mechanism could be measured here; FINDINGS when one failed."""
     statuses = [row["status"] for row in doc["rows"]]
     if statuses and all(s != "measured" for s in statuses):
-        return 3
-    return 1 if "error" in statuses else 0
+        return Verdict.NOTHING_HERE
+    return Verdict.of("error" in statuses)
 
 
 # ---------------------------------------------------------------- driver side (one process per mechanism)

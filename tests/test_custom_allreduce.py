@@ -18,7 +18,7 @@ from ncclprobe.cli.output import emit
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.topo import parse_topo
 from ncclprobe.probes import custom_allreduce_plan as plan
-from ncclprobe.probes.custom_allreduce_report import build_document, exit_code, table_rows
+from ncclprobe.probes.custom_allreduce_report import build_document, table_rows, verdict as report_verdict
 from ncclprobe.probes.custom_allreduce_run import Machine, pool_spec
 
 try:
@@ -173,22 +173,22 @@ def test_document_takes_the_slowest_rank_and_calls_a_winner_only_beyond_the_nois
     assert next(r for r in doc["rows"] if r["mode"] == "eager")["host_bound"] is True
     assert any("symm-oneshot not measured: no P2P" in n for n in doc["notes"])
     assert any("switch their custom all-reduce off" in n for n in doc["notes"]) is False   # two GPUs
-    assert exit_code(doc) == 0
+    assert report_verdict(doc).exit_code == 0
     json.dumps(doc, allow_nan=False)
 
 
 def test_wrong_results_dropped_methods_and_an_early_end_exit_1():
     wrong = _document(_two_ranks("nccl", "eager", [9.0, 9.0, 9.0], wrong=3))
-    assert wrong["rows"][0]["status"] == "WRONG" and exit_code(wrong) == 1
+    assert wrong["rows"][0]["status"] == "WRONG" and report_verdict(wrong).exit_code == 1
     assert any("WRONG RESULTS: nccl" in n and "6 of" in n for n in wrong["notes"])
     dropped = {"kind": "dropped", "rank": 0, "dtype": "bfloat16", "size_bytes": 4096, "method": "ipc-twoshot",
                "mode": "graph", "reasons": {"1": "a barrier gave up waiting"}}
     doc = _document(_two_ranks("nccl", "eager", [9.0] * 3) + [dropped])
-    assert exit_code(doc) == 1 and any("ipc-twoshot FAILED at bfloat16 4K graph" in n for n in doc["notes"])
+    assert report_verdict(doc).exit_code == 1 and any("ipc-twoshot FAILED at bfloat16 4K graph" in n for n in doc["notes"])
     assert [line["ipc-twoshot"] for line in table_rows(doc)] == [None, "FAILED"]
     early = _document(_two_ranks("nccl", "eager", [9.0] * 3)[:1], pool={"status": "hang", "reason": "no progress",
                                                                         "wall_s": 3.0})
-    assert early["rows"][0]["status"] == "incomplete" and exit_code(early) == 1
+    assert early["rows"][0]["status"] == "incomplete" and report_verdict(early).exit_code == 1
     assert any("ended early (hang)" in n for n in early["notes"])
 
 

@@ -26,7 +26,7 @@ def rules_of(items):
 def test_healthy_trace_has_nothing_above_info():
     result = run_diagnosis(S.healthy_trace())
     assert result.actionable() == []
-    assert result.exit_code() == 0
+    assert result.verdict().exit_code == 0
     assert "nccl-settings" in rules_of(result.ruled_out)
 
 

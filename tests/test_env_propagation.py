@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.probes.env_propagation import MECHANISMS, NEEDS_GPU, STALE, exit_code, run_probe, table_rows
+from ncclprobe.probes.env_propagation import MECHANISMS, NEEDS_GPU, STALE, run_probe, table_rows, verdict
 
 V, S = "SYS", STALE
 # mechanism -> (/proc, C getenv, os.environ) in the worker. Why:
@@ -77,15 +77,15 @@ def test_torchrun_missing_is_a_skip_not_an_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     doc = run_probe(["torchrun"])
     assert doc["rows"][0]["status"] == "skipped" and "torchrun is not installed" in doc["rows"][0]["reason"]
-    assert exit_code(doc) == 3
+    assert verdict(doc).exit_code == 3
 
 
 def test_a_mechanism_past_its_timeout_is_killed_with_its_workers():
     doc = run_probe(["spawn", "worker-before-comm"], timeout_s=0.05)
     assert {r["status"] for r in doc["rows"]} == {"error"} and "no result within 0.05 s" in doc["rows"][0]["reason"]
-    assert exit_code(doc) == 3
+    assert verdict(doc).exit_code == 3
     mixed = {"rows": [doc["rows"][0], {"status": "measured"}]}
-    assert exit_code(mixed) == 1
+    assert verdict(mixed).exit_code == 1
 
 
 def test_probe_group_lists_env_propagation():

@@ -142,7 +142,7 @@ def test_expectations_diff_and_caveats(job):
     assert status[pids["mutating"]]["NCCL_PROTO"] == "ok"
     assert any("exec-time environment" in c for c in by_pid[pids["mutating"]].caveats)
     assert any("forked without exec" in c for c in by_pid[pids["forkserver"]].caveats)
-    assert result.exit_code() == 1
+    assert result.verdict().exit_code == 1
     assert any("NCCL_ALGO missing" in f for f in result.findings())
 
 

@@ -25,7 +25,7 @@ def test_seed_case_on_the_h200_names_the_eager_verify_with_its_cost_and_rules_nc
     assert (top.rule, top.severity, top.evidence["phase"]) == ("eager-phase", "error", "verify")
     assert 20 < top.cost_ms_per_step < verify.median_ms            # the GPU idled 21.1 ms of each step
     assert any(r.rule == "nccl-settings" for r in result.ruled_out)
-    assert result.exit_code() == 1
+    assert result.verdict().exit_code == 1
 
 
 def test_its_healthy_twin_graphs_all_has_nothing_above_informational():
@@ -33,7 +33,7 @@ def test_its_healthy_twin_graphs_all_has_nothing_above_informational():
     assert ev.runs[0].phases["verify"].graphed is True
     assert not result.actionable(), [f.title for f in result.findings]
     assert "eager-phase" in [r.rule for r in result.ruled_out]
-    assert result.exit_code() == 0
+    assert result.verdict().exit_code == 0
 
 
 def test_hf_assisted_generation_is_seen_as_verify_steps_launched_kernel_by_kernel():

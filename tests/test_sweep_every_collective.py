@@ -111,6 +111,6 @@ def test_aggregated_groups_unchecked_runs_and_a_refused_measurement(tmp_path, mo
     assert all(r["status"] == "ok" and r["time_us"] > 0 for r in ok)
     refused = [r for r in done.results if r["collective"] == "broadcast"]
     assert refused and all(r["status"] == "error" and "planted refusal" in r["reason"] for r in refused)
-    assert session.exit_code(done) == 1
+    assert session.verdict(done).exit_code == 1
     assert any("gloo has no grouped launch" in note for note in done.header["notes"])
     assert any("--check 0" in note for note in done.header["notes"])

@@ -47,25 +47,23 @@ SUBCOMMANDS = {
 }
 
 log = logging.getLogger("ncclprobe")
+# an internal error's traceback is logged from this verbosity on; every hint names this flag
+TRACEBACK_VERBOSITY, TRACEBACK_FLAG = 1, "-v"
+HELP_WIDTH = 100   # every --help is wrapped to this width
 # OSErrors that describe the machine, not a bug: reported as one line with exit 2
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
                                 errno.EFBIG, errno.EIO, errno.EMFILE, errno.ENFILE})
 
 
 def load_target(target: str | None):
-    """The click command named by "module:attribute", or None when its module is not built yet.
+    """The click command named by "module:attribute" (None for no name).
 
     Its number options are made strict here (`ncclprobe.cli.types.harden`), so every command,
     new ones included, parses numbers one way."""
     if target is None:
         return None
     module_name, attr = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:  # command not built yet; any other missing module is a bug
-            return None
-        raise
+    module = importlib.import_module(module_name)
     from ncclprobe.cli.types import harden
     command = harden(getattr(module, attr))
     _accept_verbosity_options(command)   # lazily loaded subcommands of groups (`probe X -q`) too
@@ -86,7 +84,7 @@ class LazyGroup(click.Group):
     every error into one line on stderr with the documented exit code."""
 
     def list_commands(self, ctx):
-        return sorted(name for name in SUBCOMMANDS if self._load(name) is not None)
+        return sorted(SUBCOMMANDS)
 
     def get_command(self, ctx, name):
         return self._load(name)
@@ -106,7 +104,7 @@ class LazyGroup(click.Group):
         interrupts.install()
         interrupts.set_hint(None)
         try:
-            rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+            code = exit_code(super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra))
         except _Interrupted as exc:
             _exit_interrupted(exc.original)
         except click.exceptions.Exit as exc:
@@ -134,13 +132,23 @@ class LazyGroup(click.Group):
             sys.exit(2)
         except Exception as exc:  # a bug: say so in one line, traceback only with -v
             _internal_error(exc)
-        sys.exit(rv if isinstance(rv, int) else 0)
+        sys.exit(code)
+
+
+def exit_code(returned) -> int:
+    """The one mapping from what a command returned to the process's exit code: a command returns
+    its library call's `Verdict`, or nothing (it printed what was asked: 0); click itself returns
+    the code of its own exits (--help, --version)."""
+    from ncclprobe.verdict import Verdict
+    if isinstance(returned, Verdict):
+        return returned.exit_code
+    return returned if isinstance(returned, int) else 0
 
 
 def _internal_error(exc: BaseException) -> None:
-    if log.isEnabledFor(logging.INFO):
+    if log.isEnabledFor(_LEVELS[TRACEBACK_VERBOSITY]):
         log.error("internal error", exc_info=exc)
-    _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
+    _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with {TRACEBACK_FLAG} for the traceback)")
     sys.exit(4)
 
 
@@ -200,8 +208,11 @@ def _one_line_error(message: str) -> None:
     click.echo(f"ncclprobe: error: {text}", err=True)
 
 
+_LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}   # -q, default, -v; -vv and more: DEBUG
+
+
 def _configure_logging(verbosity: int) -> None:
-    level = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    level = _LEVELS.get(verbosity, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("ncclprobe")
@@ -210,7 +221,7 @@ def _configure_logging(verbosity: int) -> None:
     root.propagate = False
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH})
 @click.version_option(__version__, "--version", prog_name="ncclprobe")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress.")

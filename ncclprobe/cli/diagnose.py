@@ -60,7 +60,7 @@ def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles,
         doc = result.to_json()
         doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
         emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
-    return result.exit_code()
+    return result.verdict()
 
 
 def _row(index, finding) -> dict:

@@ -12,6 +12,7 @@ from ncclprobe import interrupts
 from ncclprobe.cli.output import emit, format_option, to_csv
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
+from ncclprobe.verdict import Verdict
 
 log = logging.getLogger("ncclprobe.env_check")
 
@@ -60,7 +61,7 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
     if watch_s is None:
         result = check()
         _render(result, fmt)
-        return result.exit_code()
+        return result.verdict()
     return _watch(check, fmt, watch_s, count or 0, quiet=bool(ctx.obj and ctx.obj.get("quiet")))
 
 
@@ -78,10 +79,10 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
         emit(fmt, None, result.rows(), title=f"snapshot {snapshot}: {result.title()}", notes=result.all_notes())
 
 
-def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> int:
+def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdict:
     """Re-check until `count` snapshots (0: until interrupted) or the root process is gone."""
     previous: dict[int, str] = {}
-    code, snapshot = 3, 0
+    verdict, snapshot = Verdict.NOTHING_HERE, 0
     interrupts.set_hint(lambda: f"the watch stopped after {snapshot} snapshot(s), all printed above")
     while count == 0 or snapshot < count:
         if snapshot:
@@ -96,10 +97,10 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> int:
         snapshot += 1
         current = {p.info.pid: p.info.role for p in result.processes if p.live}
         _report_changes(previous, current, snapshot, quiet)
-        previous, code = current, result.exit_code()
+        previous, verdict = current, result.verdict()
         _render(result, fmt, snapshot)
     interrupts.set_hint(None)
-    return code
+    return verdict
 
 
 def _report_changes(previous: dict[int, str], current: dict[int, str], snapshot: int, quiet: bool) -> None:

@@ -72,7 +72,7 @@ def command(file, output, collective, labels, force, fmt):
     else:
         for block in imported.blocks:
             emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
-    return 1 if imported.findings else 0
+    return imported.verdict
 
 
 def output_paths(output: str, count: int) -> list[Path]:

@@ -10,11 +10,12 @@ from ncclprobe.cli.output import emit, format_option
 from ncclprobe.cli.types import NonEmpty, Version
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, explain
-from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint import lint_env, verdict
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.provenance import nccl_version_string
 from ncclprobe.secrets import mask_env, mask_text
+from ncclprobe.verdict import Verdict
 
 EPILOG = """\b
 Examples:
@@ -61,13 +62,13 @@ def command(variable, do_lint, topo_file, nccl_version, collect_env, fmt):
     if variable:
         doc = explain(_canonical(variable))
         emit(fmt, {"schema_version": 1, **doc}, _explain_rows(doc), title=f"{doc['name']}: {doc['summary']}")
-        return 0
+        return None
     rows = [{"variable": k.name, "read": k.scope.value, "values": ", ".join(k.values) or k.kind.value,
              "default": k.default, "summary": k.summary} for k in KNOBS.values()]
     emit(fmt, {"schema_version": 1, "knobs": [explain(name) for name in KNOBS]}, rows,
          title="NCCL variables that matter for collectives on a node",
          notes=["read: communicator = re-read at every communicator creation; process = once per process"])
-    return 0
+    return None
 
 
 def _canonical(name: str) -> str:
@@ -88,7 +89,7 @@ def _explain_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def _lint_collect_env(path, topo_file, nccl_version, fmt) -> int:
+def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
     from ncclprobe.evidence.text import read_text_file
     from ncclprobe.evidence.topo import node_facts
     from ncclprobe.pcie.collect_env import parse_collect_env
@@ -109,7 +110,7 @@ def _node(topo_file: str | None) -> NodeFacts | None:
 
 
 def _lint(node: NodeFacts | None, nccl_version: str | None, fmt, *, env=None, notes=(),
-          source="this environment") -> int:
+          source="this environment") -> Verdict:
     env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     findings = lint_env(env, node=node, nccl_version=nccl_version)
     rows = [{"severity": f.severity, "variable": f.variable, "finding": mask_text(f.message), "fix": mask_text(f.fix)}
@@ -119,4 +120,4 @@ def _lint(node: NodeFacts | None, nccl_version: str | None, fmt, *, env=None, no
            "findings": [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]}
     emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
          notes=notes)
-    return 1 if any(f.severity == "error" for f in findings) else 0
+    return verdict(findings)

@@ -43,7 +43,7 @@ def command(files, fmt):
     lint = [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]
     doc = {**log.to_json(), "files": list(files), "lint": lint}
     emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f['severity']}: {f['message']}" for f in lint])
-    return 1 if log.warnings or any(f.severity == "error" for f in findings) else 0
+    return log.verdict(findings)
 
 
 def _node(log: NcclLog) -> NodeFacts | None:

@@ -61,7 +61,7 @@ def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials
     Says which methods cannot run here and why, and whether vLLM/SGLang would use theirs on this
     topology. Needs CUDA GPUs: on a CPU-only machine it exits 3 and says why."""
     from ncclprobe.probes.custom_allreduce_plan import CustomAllReduceSpec
-    from ncclprobe.probes.custom_allreduce_report import exit_code, table_rows
+    from ncclprobe.probes.custom_allreduce_report import table_rows, verdict
     from ncclprobe.probes.custom_allreduce_run import run_custom_allreduce
     from ncclprobe.sizes import parse_sizes
     spec = CustomAllReduceSpec(sizes=tuple(parse_sizes(sizes)), dtypes=_names(dtypes, "--dtype"),
@@ -81,7 +81,7 @@ def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials
     rows = table_rows(doc) if fmt == "table" else doc["rows"]
     emit(fmt, doc, rows, title="custom-allreduce: us per all-reduce (slowest rank, median of trials)",
          notes=doc["notes"])
-    return exit_code(doc)
+    return verdict(doc)
 
 
 def _names(text: str, option: str) -> tuple[str, ...]:

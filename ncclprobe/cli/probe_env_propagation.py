@@ -43,7 +43,7 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
     communicator) and report what the worker really sees: in /proc, through C getenv, and what
     NCCL reads. Exit 0 when every mechanism was measured, 1 when one failed, 3 when none could be.
     """
-    from ncclprobe.probes.env_propagation import exit_code, run_probe, table_rows
+    from ncclprobe.probes.env_propagation import run_probe, table_rows, verdict
 
     gpu = _gpu_present()
     if nccl and not gpu:
@@ -59,7 +59,7 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
     doc = run_probe(list(mechanisms) or None, nccl=gpu if nccl is None else nccl, workdir=workdir,
                     timeout_s=timeout_s, on_row=progress)
     emit(fmt, doc, table_rows(doc), title="env-propagation: what reaches a worker", notes=doc["notes"])
-    return exit_code(doc)
+    return verdict(doc)
 
 
 def _gpu_present() -> bool:

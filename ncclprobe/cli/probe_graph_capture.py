@@ -53,7 +53,7 @@ def command(ctx, sizes, trace_path, nranks, share_gpu, iters, graph_ops, replays
     raw NCCL communicator (cupy). The settings part needs two or more ranks (one rank runs no
     NCCL tuning model): two GPUs, or --share-gpu on one. Needs a GPU: on a CPU-only machine it
     exits 3 and says why."""
-    from ncclprobe.probes.graph_capture_run import GraphCaptureSpec, run_graph_capture
+    from ncclprobe.probes.graph_capture_run import GraphCaptureSpec, run_graph_capture, verdict
     from ncclprobe.sizes import parse_size, parse_sizes
     first, second = _two_values(values)
     spec = GraphCaptureSpec(sizes=tuple(_trace_sizes(trace_path) if trace_path else parse_sizes(sizes)),
@@ -62,8 +62,7 @@ def command(ctx, sizes, trace_path, nranks, share_gpu, iters, graph_ops, replays
     doc = run_graph_capture(spec)
     emit(fmt, doc, doc["timings"], title="graph-capture: eager vs graph replay (us per all-reduce)",
          notes=doc["notes"] + capture_notes(doc.get("capture")))
-    verdict = doc.get("capture") or {}
-    return 1 if verdict.get("replay_kept_capture") is False else 0
+    return verdict(doc)
 
 
 def _two_values(values: str) -> tuple[str, str]:

@@ -86,7 +86,7 @@ def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, al
             write_text(output, render(emit_kind, recs), force=force, what="--output")
             log.info("wrote %s (%s)", output, emit_kind)
         _show(fmt, recs)
-    return 1 if any(e.status in ("wrong", "hang", "error") for r in recs.recs for e in r.evidence.excluded) else 0
+    return recs.verdict()
 
 
 def _workload(traces, sizes, name: str, count: int):

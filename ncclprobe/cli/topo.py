@@ -69,11 +69,11 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
     doc = {**topo.to_json(), "nccl_version": nccl_version, "cpu_vendor": vendor, "default_p2p_level": default}
     extra = [f"NCCL {nccl_version} default P2P level here: {default}"] if default else []
     emit(fmt, doc, matrix_rows(topo), title=_title(topo), notes=notes(topo) + extra)
-    return 1 if topo.p2p_check and topo.p2p_check["status"] in ("corrupt", "hang", "error") else 0
+    return topo.verdict()
 
 
-def _check(timeout, output_dir, nbytes, nccl_job, fmt) -> int:
-    from ncclprobe.pcie.check import check_output_dir, exit_code, run_check, save
+def _check(timeout, output_dir, nbytes, nccl_job, fmt):
+    from ncclprobe.pcie.check import check_output_dir, run_check, save, verdict
     from ncclprobe.pcie.matrix import Matrix
     from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block
     if output_dir:
@@ -105,7 +105,7 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt) -> int:
         lines += [f"  disagrees: {d}" for d in doc["nccl_model_vs_measured"]]
         lines += finding_lines(doc["findings"], doc["advice"])
         click.echo("\n".join(lines))
-    return exit_code(doc)
+    return verdict(doc)
 
 
 def _title(topo: Topology) -> str:

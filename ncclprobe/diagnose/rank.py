@@ -15,6 +15,7 @@ from ncclprobe.diagnose import (rules, rules_draft, rules_envcheck, rules_log, r
 from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 ALL_RULES = ((rules_safety.unsafe_settings,) + rules_settings.RULES + rules_envcheck.RULES + rules.RULES
@@ -38,8 +39,8 @@ class Diagnosis:
     def actionable(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != "info"]
 
-    def exit_code(self) -> int:
-        return 1 if self.actionable() else 0
+    def verdict(self) -> Verdict:
+        return Verdict.of(bool(self.actionable()))
 
     def to_json(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", "evidence_kind": self.kind,

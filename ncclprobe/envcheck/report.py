@@ -17,6 +17,7 @@ from ncclprobe.envcheck.environ import display_value, env_diff, visible_env
 from ncclprobe.envcheck.expect import Check, Expectation
 from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
 from ncclprobe.envcheck.walk import ProcessInfo
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 PROC_CAVEAT = ("/proc/PID/environ is each process's environment at exec: values a process sets later "
@@ -82,10 +83,10 @@ class EnvCheckResult:
                       for f in proc.lint or () if f["severity"] == "error"]
         return found
 
-    def exit_code(self) -> int:
+    def verdict(self) -> Verdict:
         if not any(p.live for p in self.processes):
-            return 3
-        return 1 if self.findings() else 0
+            return Verdict.NOTHING_HERE
+        return Verdict.of(bool(self.findings()))
 
     def to_json(self) -> dict:
         targets = {p.info.pid for p in self.targets()}
@@ -95,7 +96,7 @@ class EnvCheckResult:
                                   "source": e.source} for e in self.expectations],
                 "processes": [p.to_json(self.show_all) for p in self.processes],
                 "log_checks": [d.to_json() for d in self.disagreements],
-                "verdict": {"exit_code": self.exit_code(), "checked_pids": sorted(targets),
+                "verdict": {"exit_code": self.verdict().exit_code, "checked_pids": sorted(targets),
                             "findings": self.findings()},
                 "notes": self.all_notes()}
 
@@ -114,7 +115,7 @@ class EnvCheckResult:
     def title(self) -> str:
         live = sum(p.live for p in self.processes)
         return (f"env-check of pid {self.root_pid}: {len(self.processes)} processes, {live} readable; "
-                f"exit {self.exit_code()}")
+                f"exit {self.verdict().exit_code}")
 
 
 def _grouped(pairs) -> list[str]:

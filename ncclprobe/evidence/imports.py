@@ -18,6 +18,7 @@ from ncclprobe.evidence.nccl_tests_json import looks_like_json, parse_nccl_tests
 from ncclprobe.evidence.nccl_tests_records import to_records
 from ncclprobe.evidence.nccl_tests_split import parse_runs
 from ncclprobe.sizes import format_size
+from ncclprobe.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Imported:
     doc: dict
     blocks: list[Block]
     record_sets: list[list[dict]] = field(default_factory=list)   # results files to write, header first
-    findings: bool = False
+    verdict: Verdict = Verdict.FINE      # FINDINGS: nccl-tests counted wrong values, or the matrices show errors
     write: Callable[..., int] | None = None   # an importer with its own file format writes it itself
 
 
@@ -84,7 +85,7 @@ def _nccl_tests(runs: list[NcclTestsRun], notes: list[str], options: ImportOptio
     doc = docs[0] if len(docs) == 1 else {"schema_version": 1, "kind": "nccl-tests-runs", "runs": docs, "notes": notes}
     if notes:
         blocks[0].notes += notes
-    return Imported(kind=kind, doc=doc, blocks=blocks, record_sets=record_sets, findings=any(r.wrong for r in runs))
+    return Imported(kind=kind, doc=doc, blocks=blocks, record_sets=record_sets, verdict=Verdict.of(any(r.wrong for r in runs)))
 
 
 def _labels_per_run(labels: list[dict[str, str]], nruns: int) -> list[dict[str, str]]:
@@ -138,7 +139,7 @@ def _p2p_evidence(text: str, options: ImportOptions) -> Imported:
     from ncclprobe.pcie.importers import recognise, write_records
     found = recognise(text, options.source)
     return Imported(kind=found.kind, doc=found.doc, blocks=[Block(found.title, found.rows, found.notes)],
-                    findings=found.exit_code == 1, write=lambda output, force=False: write_records(found, output, force))
+                    verdict=found.verdict, write=lambda output, force=False: write_records(found, output, force))
 
 
 IMPORTERS: list[Importer] = [

@@ -21,10 +21,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.nccl import lint
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
+from ncclprobe.verdict import Verdict, worst
 
 # NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
 ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
@@ -105,6 +108,10 @@ class NcclLog:
     hosts: set[str] = field(default_factory=set)
     nccl_lines: int = 0
     total_lines: int = 0
+
+    def verdict(self, findings: Iterable[lint.Finding] = ()) -> Verdict:
+        """FINDINGS on an NCCL WARN line, or on a lint error over the variables NCCL read (`findings`)."""
+        return worst([Verdict.of(bool(self.warnings)), lint.verdict(findings)])
 
     def to_json(self) -> dict:
         """The facts for output: values and warnings masked (`ncclprobe.secrets`); `env` itself stays

@@ -22,6 +22,7 @@ from ncclprobe.evidence.text import clean_line
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 from ncclprobe.numbers import ascii_re
+from ncclprobe.verdict import Verdict
 
 _SMI_TO_NCCL = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
 # nvidia-smi's codes from nearest to furthest, for "worst path"
@@ -72,6 +73,10 @@ class Topology:
                 "worst_path": max(known, key=_smi_rank) if known else None,
                 "numa_nodes": numa, "numa_spread": len(numa) if numa else None,
                 "nic_count": len(self.nics)}
+
+    def verdict(self) -> Verdict:
+        """FINDINGS when the live P2P data check saw wrong data, hung or failed."""
+        return Verdict.of(bool(self.p2p_check) and self.p2p_check["status"] in ("corrupt", "hang", "error"))
 
     def to_json(self) -> dict:
         levels = p2p_level_pairs(self)

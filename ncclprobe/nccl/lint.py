@@ -21,6 +21,7 @@ from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU, NodeFacts
 from ncclprobe.nccl.p2p import P2P_LEVEL_SINCE, P2P_LEVELS, P2P_LEVELS_UNDOCUMENTED, is_legacy_level, legacy_level
 from ncclprobe.nccl.values import forcing_ll128, parse_integer, subsystems_enabled, validate_value
 from ncclprobe.nccl.version import Version, parse_version
+from ncclprobe.verdict import Verdict
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -56,6 +57,11 @@ def lint_env(env: Mapping[str, str], *, node: NodeFacts | None = None,
     for rule in _RULES:
         findings.extend(rule(ctx))
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.variable or ""))
+
+
+def verdict(findings: Iterable[Finding]) -> Verdict:
+    """FINDINGS when the lint found an error (warnings and notes alone are FINE)."""
+    return Verdict.of(any(f.severity == "error" for f in findings))
 
 
 def _values(ctx: _Context) -> Iterator[Finding]:

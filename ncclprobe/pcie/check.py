@@ -23,6 +23,7 @@ from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topol
 from ncclprobe.pcie.platform import platform_checks, run_command
 from ncclprobe.pcie.sysfs import crossing, read_gpu_paths
 from ncclprobe.safe_output import write_text
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 
@@ -157,5 +158,5 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
     return written + ([picture] if picture else [])
 
 
-def exit_code(doc: dict) -> int:
-    return 1 if any(f["severity"] == "error" for f in doc["findings"]) else 0
+def verdict(doc: dict) -> Verdict:
+    return Verdict.of(any(f["severity"] == "error" for f in doc["findings"]))

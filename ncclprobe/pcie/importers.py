@@ -13,6 +13,7 @@ from ncclprobe.pcie.findings import matrix_findings
 from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
+from ncclprobe.verdict import Verdict
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Imported:
     rows: list[dict]
     title: str
     notes: list[str]
-    exit_code: int
+    verdict: Verdict
 
 
 def recognise(text: str, source_file: str) -> Imported | None:
@@ -41,7 +42,7 @@ def recognise(text: str, source_file: str) -> Imported | None:
         if parsed.topology:
             notes.append("topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items()))
         notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + source_file)
-        return Imported("collect-env", doc, rows, f"{parsed.tool}: {versions}", notes, 0)
+        return Imported("collect-env", doc, rows, f"{parsed.tool}: {versions}", notes, Verdict.FINE)
     return None
 
 
@@ -57,7 +58,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     notes += [f"advice: {a.action} ({a.reason})" for a in advice] + parsed.notes
     gpus = max((len(m.rows) for m in parsed.matrices if m.square), default=0)
     return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
-                    1 if any(f.severity == "error" for f in findings) else 0)
+                    Verdict.of(any(f.severity == "error" for f in findings)))
 
 
 def write_records(imported: Imported, output: str, force: bool = False) -> int:

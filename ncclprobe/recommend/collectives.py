@@ -21,6 +21,7 @@ from ncclprobe.recommend.noise import DEFAULT_MIN_GAIN, gain, significant_totals
 from ncclprobe.recommend.recommendation import SCHEMA_VERSION, Recommendation, build_recommendation
 from ncclprobe.recommend.workload import Workload
 from ncclprobe.records import read_results, short_label
+from ncclprobe.verdict import Verdict
 
 TUNER_ADVICE = ("an environment variable applies to every collective, so prefer the tuner CSV, which sets each "
                 "collective per size range: --emit tuner-csv")
@@ -39,6 +40,10 @@ class RecommendationSet:
     @property
     def change(self) -> bool:
         return self.combined_id is not None and any(self.combined_id != r.baseline_id for r in self.recs)
+
+    def verdict(self) -> Verdict:
+        """FINDINGS when a configuration was excluded for wrong results, a hang or an error."""
+        return Verdict.of(any(e.status in ("wrong", "hang", "error") for r in self.recs for e in r.evidence.excluded))
 
     def to_json(self) -> dict:
         """One collective: that recommendation's own JSON (what `run-engine --tuned` has always read);
