@@ -55,18 +55,22 @@ def test_the_sweep_and_the_probes_use_the_shared_recipes():
 
 def test_the_cli_grid_and_the_tuned_sweep_are_the_default_grid():
     from ncclprobe.cli.sweep import command
-    defaults = {p.name: p.default for p in command.params}
-    assert defaults["proto"] == ",".join(recipes.DEFAULT_GRID["NCCL_PROTO"])
-    assert defaults["algo"] == ",".join(recipes.DEFAULT_GRID["NCCL_ALGO"])
+    from ncclprobe.sweep.build import SweepRequest, build_spec
+    from ncclprobe.sweep.defaults import QUICK
+    shown = {p.name: p.show_default for p in command.params}
+    assert shown["proto"] == ",".join(recipes.DEFAULT_GRID["NCCL_PROTO"])
+    assert shown["algo"] == ",".join(recipes.DEFAULT_GRID["NCCL_ALGO"])
+    spec, _ = build_spec(SweepRequest(sizes=(4096,), backend="gloo"), effort=QUICK)   # what --tuned sweeps
+    assert {k: spec.grid[k] for k in ("NCCL_PROTO", "NCCL_ALGO")} == recipes.DEFAULT_GRID
 
 
 def test_every_nccl_pool_gets_the_proof_environment_and_a_log_per_rank(tmp_path):
     from ncclprobe.launch import worker_env
     from ncclprobe.probes.graph_capture_run import GraphCaptureSpec, pool_spec
     from ncclprobe.sweep.plan import Config, Pool, SweepSpec
-    from ncclprobe.sweep.run import PoolRun
+    from ncclprobe.sweep.run import pool_spec as sweep_pool_spec
     sweep = SweepSpec(grid={"NCCL_PROTO": ("LL",)}, sizes=(4096,), nranks=2, backend="nccl")
-    pools = {"sweep": PoolRun(sweep, Pool({}, [Config({})]), 0, tmp_path, None, None, None)._pool_spec(),
+    pools = {"sweep": sweep_pool_spec(sweep, Pool({}, [Config({})]), tmp_path),
              "graph-capture": pool_spec(GraphCaptureSpec(sizes=(4096,), share_gpu=2), str(tmp_path))}
     for name, spec in pools.items():
         for rank in range(2):
@@ -78,12 +82,12 @@ def test_every_nccl_pool_gets_the_proof_environment_and_a_log_per_rank(tmp_path)
 def test_share_gpu_with_one_rank_is_refused_in_the_same_words_everywhere():
     from ncclprobe.probes.graph_capture_run import GraphCaptureSpec
     from ncclprobe.sweep.plan import SweepSpec
-    from ncclprobe.sweep.session import spec_from_options
+    from ncclprobe.sweep.build import SweepRequest, build_spec
     with pytest.raises(UsageProblem) as home:
         recipes.check_share_gpu_ranks(1)
     refusals = [lambda: SweepSpec(grid={}, sizes=(4,), nranks=1, backend="nccl", share_gpu=True),
                 lambda: GraphCaptureSpec(sizes=(4,), share_gpu=1),
-                lambda: spec_from_options({"share_gpu": 1, "backend": "nccl", "nranks": None})]
+                lambda: build_spec(SweepRequest(share_gpu=1, backend="nccl"))]
     for refuse in refusals:
         with pytest.raises(UsageProblem) as caught:
             refuse()

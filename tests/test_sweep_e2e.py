@@ -60,7 +60,7 @@ def test_wrong_results_are_flagged_never_best_and_exit_1(sweep):
     config = {c["config_id"]: c for c in results.configs}["NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"]
     assert config["status"] == "wrong" and "wrong elements" in config["reason"]
     assert not any(r["best"] for r in annotate(results.results) if r["status"] == "wrong")
-    assert session.exit_code(results) == 1
+    assert session.verdict(results).exit_code == 1
 
 
 def test_busbw_and_algbw_follow_nccl_tests_formulas(sweep):
@@ -124,4 +124,4 @@ def test_a_hang_and_a_crash_are_recorded_and_the_sweep_goes_on(tmp_path, monkeyp
     assert by_id["default"]["status"] == by_id["NCCL_PROTO=Simple"]["status"] == "ok"
     assert {r["config_id"] for r in results.results} == {"default", "NCCL_PROTO=Simple"}
     assert results.summaries[-1]["pools_run"] == 3   # a fresh pool after the hang and after the crash
-    assert session.exit_code(results) == 1
+    assert session.verdict(results).exit_code == 1

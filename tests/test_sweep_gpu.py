@@ -42,7 +42,7 @@ def test_protocol_on_one_rank_is_reported_ignored_not_measured_as_applied(tmp_pa
     config = results.configs[0]
     assert config["status"] == "ignored", config["proof"]
     assert all(r["status"] == "ignored" for r in results.results)
-    assert session.exit_code(results) == 1
+    assert session.verdict(results).exit_code == 1
 
 
 SHARED_GRID = {"NCCL_PROTO": ("default", "LL", "Simple"), "NCCL_ALGO": ("default", "Ring")}
@@ -52,10 +52,10 @@ CANONICAL = {"LL": "LL", "Simple": "SIMPLE", "Ring": "RING"}
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """--share-gpu 2: both ranks on GPU 0, told apart by NCCL_HOSTID, talking over NET/Socket."""
-    options = {"backend": "auto", "nranks": None, "share_gpu": 2, "grid": SHARED_GRID, "mode": "eager,graph",
-               "placement": "both", "timeout": 120.0, "sizes": "4K,1M", "dtype": "float32",
-               "warmup": 1, "iters": 3, "trials": 2}
-    spec, skipped = session.spec_from_options(options)
+    from ncclprobe.sweep.build import SweepRequest, build_spec
+    spec, skipped = build_spec(SweepRequest(share_gpu=2, protocols=SHARED_GRID["NCCL_PROTO"],
+                                            algorithms=SHARED_GRID["NCCL_ALGO"], modes=("eager", "graph"),
+                                            sizes=(4096, 1 << 20), warmup=1, iters=3, trials=2))
     job = session.new_job(spec, skipped, str(tmp_path_factory.mktemp("shared") / "s.jsonl"), ["test"])
     return session.run_job(job)
 
@@ -67,7 +67,7 @@ def test_shared_gpu_runs_every_configuration_exactly(shared):
     assert {c["status"] for c in shared.configs} == {"ok"}, [(c["config_id"], c["reason"]) for c in shared.configs]
     assert len(shared.results) == 6 * 2 * 2 * 2   # configs x modes x placements x sizes
     assert all(r["status"] == "ok" and r["wrong"] == 0 and r["time_us"] > 0 for r in shared.results)
-    assert session.exit_code(shared) == 0
+    assert session.verdict(shared).exit_code == 0
     assert not any(r["best"] or r["speedup_vs_default"] for r in document(shared)["results"])   # not ranked
 
 

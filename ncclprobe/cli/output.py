@@ -11,11 +11,14 @@ import csv
 import io
 import json
 import sys
+import textwrap
 import time
 from typing import Any, Iterable, Sequence
 
 import click
 from tabulate import tabulate
+
+from ncclprobe.cli import HELP_WIDTH, TRACEBACK_FLAG
 
 FORMATS = ("table", "json", "csv")
 
@@ -26,6 +29,49 @@ format_option = click.option(
 # every command that writes a file takes this flag; `ncclprobe.safe_output` enforces it
 force_option = click.option("--force", is_flag=True, help="Replace an output file or directory that exists "
                             "(default: refuse).")
+
+
+class AliasedOption(click.Option):
+    """An option with old spellings that still work but are not shown (`--out` for `--output`):
+    help and error messages name only the current one."""
+
+    def __init__(self, *args, hidden_aliases: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = tuple(hidden_aliases)
+
+    def _shown(self, method, ctx):
+        opts, self.opts = self.opts, [o for o in self.opts if o not in self.hidden_aliases]
+        try:
+            return method(ctx)
+        finally:
+            self.opts = opts
+
+    def get_help_record(self, ctx):
+        return self._shown(super().get_help_record, ctx)
+
+    def get_error_hint(self, ctx):
+        return self._shown(super().get_error_hint, ctx)
+
+
+def output_option(help: str, *, dest: str = "output", directory: bool = False, required: bool = False,
+                  old: tuple[str, ...] = ()):
+    """`--output`: the one spelling of every file or directory a command writes. `old`: earlier
+    spellings, accepted and hidden, so scripts written for them keep working."""
+    kind = click.Path(file_okay=False) if directory else click.Path(dir_okay=False)
+    return click.option("--output", *old, dest, cls=AliasedOption, hidden_aliases=old, type=kind,
+                        required=required, help=help)
+
+
+def exit_codes(fine: str, findings: str | None = None, nothing_here: str | None = None,
+               interrupted: str = "nothing half-written is left") -> str:
+    """The `Exit codes:` paragraph of a command's --help: what 0, 1 and 3 mean for this command,
+    then the codes every command shares (`ncclprobe.cli`'s contract, `ncclprobe.verdict`)."""
+    codes = [f"0 {fine}"] + ([f"1 {findings}"] if findings else []) + ["2 bad usage or input (one line)"]
+    codes += [f"3 {nothing_here}"] if nothing_here else []
+    codes += [f"4 internal error ({TRACEBACK_FLAG} shows the traceback)",
+              f"130 interrupted (Ctrl-C) and 143 terminated (SIGTERM): {interrupted}"]
+    text = "Exit codes: " + "; ".join(codes) + "."
+    return "\b\n" + textwrap.fill(text, width=HELP_WIDTH - 4, break_on_hyphens=False, break_long_words=False)
 
 
 def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str | None = None,

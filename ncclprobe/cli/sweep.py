@@ -8,30 +8,36 @@ import sys
 import click
 
 from ncclprobe import interrupts
-from ncclprobe.cli.output import Progress, emit, force_option, format_option
+from ncclprobe.cli.output import Progress, emit, exit_codes, force_option, format_option
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.p2p import P2P_LEVELS
 from ncclprobe.nccl.recipes import DEFAULT_GRID, PROOF_VARIABLES
+from ncclprobe.sizes import format_size, parse_sizes
+from ncclprobe.sweep import defaults
 
 log = logging.getLogger("ncclprobe.sweep")
 
-# graph is asked for on CPU too, so the output states why it was skipped instead of staying silent
-CPU_DEFAULTS = {"sizes": "64..1M:16", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
-# 100 iterations: a graph of 100 calls amortises the replay's own start over them (docs/METRICS.md)
-GPU_DEFAULTS = {"sizes": "8..1G", "warmup": 5, "iters": 100, "trials": 5, "mode": "eager,graph"}
-# ranks sharing one GPU over sockets are slow and their times mean little: a few sizes suffice
-SHARED_GPU_DEFAULTS = {"sizes": "1K..1M:32", "warmup": 2, "iters": 5, "trials": 3, "mode": "eager,graph"}
+# the options that describe the measurement (the ones --resume and --collect refuse)
 SPEC_OPTIONS = ("sizes", "collective", "dtype", "op", "placement", "mode", "warmup", "iters", "trials", "agg",
                 "check", "buffers", "path", "iter_events", "proto", "algo", "p2p_level", "settings", "nranks",
                 "backend", "timeout", "share_gpu")
 
 _PROTO, _ALGO = ",".join(DEFAULT_GRID["NCCL_PROTO"]), ",".join(DEFAULT_GRID["NCCL_ALGO"])
 _CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
+
+
+def _effort(effort: defaults.Effort) -> str:
+    sizes = parse_sizes(effort.sizes)
+    listed = f" ({', '.join(format_size(s) for s in sizes)})" if len(sizes) <= 6 else ""
+    return (f"sizes {effort.sizes}{listed}, warm-up {effort.warmup}, {effort.iters} iterations x "
+            f"{effort.trials} trials, {' and '.join(effort.modes)}")
+
+
 EPILOG = f"""\b
-Defaults: on CPU (gloo, 2 local ranks) sizes 64..1M:16 (64, 1K, 16K, 256K), warm-up 2, 5 iterations x 3 trials, eager
+Defaults: on CPU (gloo, 2 local ranks) {_effort(defaults.CPU)}
 (graph mode is skipped there, with the reason in the notes: CUDA graphs need a GPU);
-on GPUs (NCCL, one rank per GPU) sizes 8..1G, warm-up 5, 100 iterations x 5 trials, eager and graph.
+on GPUs (NCCL, one rank per GPU) {_effort(defaults.GPU)}.
 Sizes are nccl-tests' size column: the larger of one rank's send and receive buffers (all_gather: the
 gathered output; reduce_scatter and alltoall: the whole input), so busbw compares with nccl-tests'.
 
@@ -44,7 +50,7 @@ float64,int8,int32,int64,float8_e4m3fn,float8_e5m2 (float8: non-reducing collect
 (default sizes: the largest measured for busbw, the smallest for latency).
 Grid default: --proto {_PROTO} --algo {_ALGO} ({_CONFIGS} configurations);
 with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
-With --share-gpu N: sizes 1K..1M:32 (1K, 32K, 1M), warm-up 2, 5 iterations x 3 trials, eager and graph.
+With --share-gpu N: {_effort(defaults.SHARED_GPU)}.
 
 \b
 --share-gpu N is a diagnostic mode for a machine with one GPU: N ranks on GPU 0, each with its
@@ -64,16 +70,11 @@ Examples:
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   run the printed torchrun lines, then collect
 
-\b
-Exit codes: 0 every configuration ran and was confirmed, 1 a configuration was wrong, hung, crashed
-or not confirmed by NCCL, 2 bad usage or input, 130 interrupted (Ctrl-C) and 143 terminated
-(SIGTERM): the configurations finished so far stay in the results file, and the last line says
-`--resume FILE` to continue.
+{exit_codes("every configuration ran and was confirmed by NCCL",
+            "a configuration was wrong, hung, crashed or not confirmed by NCCL, or a --min-busbw/--max-latency "
+            "threshold was missed", interrupted="the configurations finished so far stay in the results file, "
+            "and the last line says `--resume FILE` to continue")}
 """
-
-
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 @click.command("sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings.")
@@ -104,8 +105,8 @@ def _csv(value: str) -> tuple[str, ...]:
               help="Exit 1 when any measurement's busbw at SIZE is below GBPS.")
 @click.option("--max-latency", "max_latency", metavar="US[@SIZE]",
               help="Exit 1 when any measurement's time at SIZE is above US microseconds.")
-@click.option("--proto", default=_PROTO, show_default=True, help="NCCL_PROTO values.")
-@click.option("--algo", default=_ALGO, show_default=True, help="NCCL_ALGO values.")
+@click.option("--proto", show_default=_PROTO, help="NCCL_PROTO values.")
+@click.option("--algo", show_default=_ALGO, help="NCCL_ALGO values.")
 @click.option("--p2p-level", default="default", show_default=True,
               help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).")
 @click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
@@ -143,15 +144,14 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
     explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
     if torchrun_dir:
-        _plan_torchrun(ctx, torchrun_dir, options, bool(output or force))
-        return
+        return _plan_torchrun(torchrun_dir, request(**options), bool(output or force))
     if collect:
         job = session.collect_job(collect, output, force)
     elif resume:
         job = session.resume_job(resume)
     else:
-        tuning_explicit = any(ctx.get_parameter_source(n).name == "COMMANDLINE" for n in ("proto", "algo"))
-        spec, skipped = session.spec_from_options(_spec_options(options), tuning_explicit=tuning_explicit)
+        from ncclprobe.sweep.build import build_spec
+        spec, skipped = build_spec(request(**options))
         job = session.new_job(spec, skipped, output, sys.argv, force=force)
     if not quiet:
         click.echo(f"ncclprobe: results go to {job.path}", err=True)
@@ -166,7 +166,22 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
     _render(fmt, results_file, shortfalls)
     for line in shortfalls:
         log.error("%s", line)
-    ctx.exit(max(session.exit_code(results_file), 1 if shortfalls else 0))
+    return session.verdict(results_file, shortfalls)
+
+
+def request(*, sizes, collective, dtype, op, placement, mode, warmup, iters, trials, agg, check, buffers, path,
+            iter_events, proto, algo, p2p_level, settings, nranks, backend, timeout, share_gpu):
+    """The command line's options as the library's typed request (`ncclprobe.sweep.build`)."""
+    from ncclprobe.sweep.build import SweepRequest, parse_settings, split_list
+    return SweepRequest(sizes=tuple(parse_sizes(sizes)) if sizes is not None else None,
+                        collectives=split_list(collective), dtypes=split_list(dtype), ops=split_list(op),
+                        placement=placement, modes=split_list(mode) if mode is not None else None,
+                        warmup=warmup, iters=iters, trials=trials, agg=agg, check=bool(check), buffers=buffers,
+                        path=path, iter_events=iter_events,
+                        protocols=split_list(proto) if proto is not None else None,
+                        algorithms=split_list(algo) if algo is not None else None,
+                        p2p_levels=split_list(p2p_level), settings=parse_settings(settings), nranks=nranks,
+                        backend=backend, timeout_s=timeout, share_gpu=share_gpu)
 
 
 def _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit: list[str]) -> None:
@@ -197,11 +212,12 @@ def resume_hint(path) -> str | None:
             if configs else None)
 
 
-def _plan_torchrun(ctx, directory: str, options: dict, output_given: bool) -> None:
+def _plan_torchrun(directory: str, asked, output_given: bool) -> None:
     from ncclprobe.sweep import session
-    if not options["nranks"]:
+    from ncclprobe.sweep.build import build_spec
+    if not asked.nranks:
         raise UsageProblem("--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)")
-    spec, skipped = session.spec_from_options(_spec_options(options), local=False)
+    spec, skipped = build_spec(asked, local=False)
     if output_given:   # after the grid's own checks, which say more
         raise UsageProblem("--torchrun-dir writes a plan, not results; --output and --force belong to the "
                            "later --collect")
@@ -209,33 +225,6 @@ def _plan_torchrun(ctx, directory: str, options: dict, output_given: bool) -> No
         click.echo(line)
     click.echo(f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
                f"then: ncclprobe sweep --collect {directory}", err=True)
-
-
-def _spec_options(options: dict) -> dict:
-    if options["share_gpu"] is not None:
-        backend_defaults = SHARED_GPU_DEFAULTS
-    else:
-        backend_defaults = GPU_DEFAULTS if _has_gpu(options["backend"]) else CPU_DEFAULTS
-    merged = {k: (v if v is not None else backend_defaults.get(k)) for k, v in options.items()}
-    grid = {"NCCL_PROTO": _csv(merged.pop("proto")), "NCCL_ALGO": _csv(merged.pop("algo")),
-            "NCCL_P2P_LEVEL": _csv(merged.pop("p2p_level"))}
-    for item in merged.pop("settings"):
-        name, sep, values = item.partition("=")
-        if not sep or not name.strip() or not _csv(values):
-            raise UsageProblem(f"--set {item!r}: expected NCCL_VAR=value1,value2")
-        if name.strip() in grid:
-            raise UsageProblem(f"--set {name.strip()}: use its own option (--proto, --algo or --p2p-level)")
-        grid[name.strip()] = _csv(values)
-    merged["grid"] = {k: v for k, v in grid.items() if v != ("default",)}
-    merged["check"] = bool(merged["check"])
-    return merged
-
-
-def _has_gpu(backend: str) -> bool:
-    if backend == "gloo":
-        return False
-    from ncclprobe.sweep.setup import gpu_count
-    return gpu_count() > 0
 
 
 def _render(fmt: str, results_file, shortfalls: list[str]) -> None:

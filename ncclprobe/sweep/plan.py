@@ -26,6 +26,7 @@ from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS, element_size
 from ncclprobe.records import config_id
+from ncclprobe.sweep import defaults
 
 DEFAULT = "default"   # the grid value meaning "leave the variable unset"
 MODES = ("eager", "graph")
@@ -44,9 +45,9 @@ class SweepSpec:
     ops: tuple[str, ...] = ("sum",)        # reduction ops of the reducing collectives
     in_place: tuple[bool, ...] = (True, False)
     modes: tuple[str, ...] = ("eager",)    # "eager" and/or "graph" (graph needs CUDA)
-    warmup: int = 2                        # untimed iterations before the trials, per size
-    iters: int = 5                         # iterations per timed trial (a graph captures them)
-    trials: int = 3                        # timed trials per size; median and p10/p90 over them
+    warmup: int = defaults.CPU.warmup      # untimed iterations before the trials, per size
+    iters: int = defaults.CPU.iters        # iterations per timed trial (a graph captures them)
+    trials: int = defaults.CPU.trials      # timed trials per size; median and p10/p90 over them
     agg: int = 1                           # collectives per iteration, in one NCCL group (nccl-tests -m)
     check: bool = True                     # the exact correctness pass (nccl-tests -c)
     buffers: str = "rotate"                # rotate through a largest-message buffer (nccl-tests) or reuse one

@@ -14,19 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.recipes import check_share_gpu_ranks
-from ncclprobe.probes.collectives import COLLECTIVES
-from ncclprobe.probes.collectives.base import DTYPES, OPS
-from ncclprobe.records import ResultsFile, ResultWriter, read_results, trim_incomplete_tail
+from ncclprobe.records import FINDING_STATUSES, ResultsFile, ResultWriter, Status, read_results, trim_incomplete_tail
 from ncclprobe.safe_output import check_appendable, check_output
-from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import setup
 from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.run import configs_to_run, run_sweep
+from ncclprobe.verdict import Verdict
 
 log = logging.getLogger("ncclprobe.sweep")
 
-FINDING_STATUSES = ("wrong", "hang", "error", "ignored")
 
 
 @dataclass
@@ -43,56 +39,6 @@ class Job:
     def total(self) -> int:
         configs, skips = configs_to_run(self.spec, self.equivalent_levels)
         return sum(1 for c in configs + [s.config for s in skips] if c.config_id not in self.done)
-
-
-def spec_from_options(options: dict, *, tuning_explicit: bool = True, local: bool = True) -> tuple[SweepSpec, dict[str, str]]:
-    """Options as the CLI collects them -> a validated spec and the modes skipped (with why).
-
-    With one NCCL rank NCCL never runs its tuner (no `NCCL_PROTO set by environment` line, real
-    2.28.9 log in the fixtures), so the default protocol/algorithm axes are dropped there; given
-    explicitly they are measured and reported as ignored. `local=False` plans for torchrun on other
-    hosts: this host's GPU count says nothing about theirs.
-    """
-    share = options.get("share_gpu")
-    backend = setup.resolve_backend(options["backend"])
-    if share is not None:
-        check_share_gpu_ranks(share)
-        if options["nranks"] and options["nranks"] != share:
-            raise UsageProblem(f"--nranks {options['nranks']} contradicts --share-gpu {share}, which sets the rank count")
-        if not local:
-            raise UsageProblem("--share-gpu runs every rank on this host's GPU 0; it cannot be planned for torchrun")
-    nranks = share if share is not None else options["nranks"]
-    if nranks is None:
-        nranks = setup.gpu_count() if backend == "nccl" else 2
-    if local:
-        setup.check_ranks(backend, nranks, share_gpu=share is not None)
-    grid = dict(options["grid"])
-    if backend == "nccl" and nranks == 1 and not tuning_explicit:
-        grid = {k: v for k, v in grid.items() if k not in ("NCCL_PROTO", "NCCL_ALGO")}
-    modes, skipped = setup.usable_modes(tuple(m.strip() for m in options["mode"].split(",") if m.strip()), backend)
-    placement = {"both": (True, False), "in": (True,), "out": (False,)}[options["placement"]]
-    if (options.get("path") or "torch") == "nccl" and local:
-        import importlib.util
-        if importlib.util.find_spec("cupy") is None:
-            raise UsageProblem("--path nccl calls NCCL through cupy, which is not installed here "
-                               "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)")
-    if options["timeout"] <= 0:
-        raise UsageProblem(f"--timeout must be positive, got {options['timeout']:g}")
-    spec = SweepSpec(grid=grid, sizes=tuple(parse_sizes(options["sizes"])),
-                     collectives=names(options.get("collective") or "all_reduce", COLLECTIVES),
-                     dtypes=names(options.get("dtype") or "float32", DTYPES), ops=names(options.get("op") or "sum", OPS),
-                     in_place=placement, modes=modes, warmup=options["warmup"], iters=options["iters"],
-                     trials=options["trials"], agg=options.get("agg") or 1, check=options.get("check", True),
-                     buffers=options.get("buffers") or "rotate", path=options.get("path") or "torch",
-                     iter_events=options.get("iter_events", True), nranks=nranks, backend=backend,
-                     timeout_s=options["timeout"], share_gpu=share is not None)
-    return spec, skipped
-
-
-def names(text: str, universe) -> tuple[str, ...]:
-    """`all_reduce,all_gather` -> a tuple, in the order given; `all` -> every name of `universe`."""
-    given = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    return tuple(universe) if given == ("all",) else given
 
 
 def default_output() -> Path:
@@ -190,8 +136,8 @@ def run_job(job: Job, progress=None) -> ResultsFile:
     return read_results(job.path)
 
 
-def exit_code(results_file: ResultsFile) -> int:
-    """1 when any configuration is wrong, hung, crashed or not confirmed by NCCL, or a measurement
-    failed; else 0."""
-    failed = any(r.get("status") == "error" for r in results_file.results)
-    return 1 if failed or any(c["status"] in FINDING_STATUSES for c in results_file.configs) else 0
+def verdict(results_file: ResultsFile, shortfalls: list[str] = ()) -> Verdict:
+    """FINDINGS when any configuration is wrong, hung, crashed or not confirmed by NCCL, a
+    measurement failed, or a threshold was missed (`shortfalls`, from `sweep.thresholds.check`)."""
+    failed = any(r.get("status") == Status.ERROR for r in results_file.results)
+    return Verdict.of(failed or bool(shortfalls) or any(c["status"] in FINDING_STATUSES for c in results_file.configs))
