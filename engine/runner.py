@@ -15,8 +15,9 @@ from ncclprobe import tempdirs
 from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.enginerun import trace
+from ncclprobe.enginerun.modes import GraphMode, Mode
 from ncclprobe.errors import NcclprobeError, UsageProblem
-from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect
 
@@ -59,7 +60,7 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     problems = outcome.of_kind(USAGE_PROBLEM)
     if problems:
         raise UsageProblem(problems[0]["message"])
-    if outcome.status != "ok":
+    if outcome.status is not PoolStatus.OK:
         raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
     logs = {m["rank"]: m for m in outcome.of_kind("engine-nccl-log")}
     exits = {m["rank"]: m["env_at_exit"] for m in outcome.of_kind("engine-worker-exit")}
@@ -98,7 +99,7 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
         "collectives": {"per_token_count": total_count / (spec.groups() * spec.new_tokens),
                         "per_token_bytes": total_bytes / (spec.groups() * spec.new_tokens),
                         "sizes": message["collectives"]},
-        "loop": _loop_efficiency(spec, message) if message["mode"] == "speculative" else None,
+        "loop": _loop_efficiency(spec, message) if message["mode"] == Mode.SPECULATIVE else None,
         "collective_share": message["collective_share"], "graph_coverage": message["graph_coverage"],
         "graphs": message["graphs"], "repeats": _repeats(spec, message),
         "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
@@ -158,7 +159,7 @@ def _config(spec: RunSpec) -> dict:
             "weights": _weights(spec), "prompts_given": len(spec.prompts), "chat": spec.chat,
             "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
             "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed, "repeats": spec.repeats,
-            "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != "none" else [],
+            "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != GraphMode.NONE else [],
             "compile": spec.compile,
             "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),
             "draft_target": _draft_target(spec.draft), "target": spec.target_identity(),

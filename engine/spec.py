@@ -9,12 +9,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ncclprobe.engine.config import PRESETS
+from ncclprobe.enginerun.modes import GraphMode, Label, Mode
 from ncclprobe.errors import UsageProblem
 
-GRAPH_MODES = ("none", "decode", "all")
-MODES = ("baseline", "speculative")
+GRAPH_MODES = GraphMode.values()
+MODES = Mode.values()
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 COMPILE_MODES = ("default", "max-autotune")   # graphs.COMPILE_MODES maps them onto torch.compile's
+
+
+CHEAP_REPEATS = 3   # CPU presets: a timed run takes about a second, and one run's tokens/s is not a figure
+
+
+def default_repeats(device: str, checkpoint: str | None) -> int:
+    """3 timed runs per mode where a run is cheap (a preset on the CPU); 1 on a GPU or for a real
+    checkpoint, whose runs can take minutes (ask for --repeats there)."""
+    cpu = RunSpec(device=device).resolved_device() == "cpu"
+    return CHEAP_REPEATS if cpu and not checkpoint else 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +43,7 @@ class RunSpec:
     tp: int = 1                         # tensor-parallel ranks (worker processes)
     draft: str | None = None            # trained draft (safetensors from train-draft); None: untrained
     draft_tp: bool = False              # shard the draft like the target (its steps then all-reduce)
-    graphs: str = "none"                # none | decode | all (CUDA graphs; GPU only)
+    graphs: str = GraphMode.NONE        # none | decode | all (CUDA graphs; GPU only)
     capture_batches: tuple[int, ...] = ()  # batch sizes to capture graphs for; () = just `batch`
     compile: str = ""                   # "", default or max-autotune: torch.compile each captured step first
     device: str = "auto"                # auto | cpu | cuda
@@ -42,7 +53,7 @@ class RunSpec:
     repeats: int = 1                    # timed runs per mode: the record is the median one, with the spread
     single_rank_collectives: bool = False  # with tp=1, still issue (and trace) the all-reduces
     measure_share: bool = True         # time steps without collectives after the run (see share.py)
-    label: str = "untuned"              # untuned | tuned | anything naming the settings
+    label: str = Label.UNTUNED          # untuned | tuned | anything naming the settings
     profile_dir: str | None = None      # write a torch.profiler trace of each rank's measured loop here
     settings: dict = field(default_factory=dict)  # NCCL_* etc. set in every worker's environment
     # set by each worker in its own environment only after its communicator exists: reproduces on
@@ -71,12 +82,12 @@ class RunSpec:
             raise UsageProblem(f"graphs must be one of {', '.join(GRAPH_MODES)}, got {self.graphs!r}")
         if any(b < 1 for b in self.capture_batches):
             raise UsageProblem(f"capture batch sizes must be at least 1, got {list(self.capture_batches)}")
-        if self.capture_batches and self.graphs == "none":
+        if self.capture_batches and self.graphs == GraphMode.NONE:
             raise UsageProblem("--capture-batches lists the batch sizes to capture CUDA graphs for; "
                                "it needs --graphs decode or --graphs all")
         if self.compile not in ("",) + COMPILE_MODES:
             raise UsageProblem(f"compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
-        if self.compile and self.graphs == "none":
+        if self.compile and self.graphs == GraphMode.NONE:
             raise UsageProblem("--compile compiles the steps that CUDA graphs capture; it needs --graphs decode "
                                "or --graphs all")
         if self.dtype not in DTYPES:
@@ -158,7 +169,7 @@ class RunSpec:
             raise UsageProblem(f"a prompt holds token id {max(max(p) for p in self.prompts)}, outside {cfg.name}'s "
                                f"vocabulary of {cfg.vocab}")
         device = self.resolved_device()
-        if device == "cpu" and self.graphs != "none":
+        if device == "cpu" and self.graphs != GraphMode.NONE:
             raise UsageProblem(f"--graphs {self.graphs} needs a CUDA GPU; on CPU only --graphs none runs "
                                f"(refusing rather than silently running eagerly)")
         if device == "cuda":
@@ -173,7 +184,7 @@ class RunSpec:
         """What this run can do but will do badly, said before it starts (the CLI logs each and
         puts it in the trace's `warnings`)."""
         found = []
-        if self.draft and "speculative" in self.modes:
+        if self.draft and Mode.SPECULATIVE in self.modes:
             from ncclprobe.engine.draft import trained_positions
             trained, reach = trained_positions(self.draft), self.prompt_len + self.new_tokens
             if trained is not None and reach > trained:

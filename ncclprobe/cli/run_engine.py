@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
-from pathlib import Path
 
 import click
 
 from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
+from ncclprobe.engine.spec import MODES
+from ncclprobe.enginerun.modes import GraphMode
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import check_output, write_json
 
@@ -61,7 +61,7 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Trained draft from train-draft; default untrained.")
 @click.option("--draft-tp/--no-draft-tp", default=False, show_default=True,
               help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
-@click.option("--graphs", default="none", show_default=True, type=click.Choice(("none", "decode", "all")),
+@click.option("--graphs", default=GraphMode.NONE.value, show_default=True, type=click.Choice(GraphMode.values()),
               help="CUDA graphs: none, the baseline decode only, or every step, prefill included (GPU only).")
 @click.option("--capture-batches", "capture_batches", metavar="B1,B2,...",
               help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.")
@@ -75,7 +75,7 @@ PRESET_NAMES = tuple(PRESETS)
 @click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
 @click.option("--dtype", default="auto", show_default=True, type=click.Choice(("auto", "float32", "bfloat16", "float16")),
               help="auto: bfloat16 on GPU, float32 on CPU.")
-@click.option("--mode", "modes", multiple=True, type=click.Choice(("baseline", "speculative")),
+@click.option("--mode", "modes", multiple=True, type=click.Choice(MODES),
               help="Run only these modes (repeatable); default both.")
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Setting for every worker's environment (repeatable).")
 @click.option("--env-after-init", "late_pairs", multiple=True, metavar="K=V",
@@ -106,10 +106,12 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
+    from ncclprobe import engine_session
     from ncclprobe.engine.prompts import gather_prompts
-    from ncclprobe.engine.spec import RunSpec
-    settings = parse_env_pairs(env_pairs)
-    recommended = read_recommendation(tuned) if tuned not in (None, SWEEP_FIRST) else None
+    from ncclprobe.engine.spec import RunSpec, default_repeats
+    from ncclprobe.enginerun.trace import verdict
+    tuning = None if tuned is None else (
+        engine_session.Tuning.sweep_first() if tuned == SWEEP_FIRST else engine_session.Tuning.from_file(tuned))
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     if trace_path:   # before any work; written whole at the end, so a failed or interrupted run leaves none
         check_output(trace_path, force=force, what="trace file",
@@ -121,47 +123,16 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
                    k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
                    capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
                    single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
-                   modes=modes or ("baseline", "speculative"), settings=settings,
-                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), label="untuned",
-                   profile_dir=profile_dir, repeats=repeats or default_repeats(device, checkpoint))
-    spec.check_runnable()
-    profiles = check_profile_dir(spec, tuned is not None)
-    guard = SettingsGuard.for_spec(spec, allow_ll128)
-    warnings = spec.warnings() + guard.check(spec.settings, "--env") + guard.check(spec.env_after_init, "--env-after-init")
-    if recommended is not None:
-        warnings += guard.check({**spec.settings, **recommended}, f"--tuned {tuned} (on top of --env)")
-    for warning in warnings:
-        logging.getLogger("ncclprobe.run_engine").warning(warning)
-    if tuned == SWEEP_FIRST and tp == 1:
-        raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
-                           "issues no collectives; give a recommendation FILE or --tp 2 or more")
-    doc = run_with_progress([spec], quiet)
-    if tuned is not None:
-        doc, tuned_warnings = add_tuned_runs(doc, spec, recommended, quiet, guard)
-        warnings += tuned_warnings
-    doc["warnings"] = warnings
-    doc["node"] = guard.node.to_json() if guard.node else None   # what the NCCL rules knew of the GPUs
-    if profiles:
-        doc["profiles"] = [str(p) for p in profiles]
-        doc["warnings"] = warnings = warnings + [
-            "the measured loop ran under torch.profiler (--profile): its times include the profiler's overhead; "
-            "take speed figures from a run without --profile"]
+                   modes=modes or MODES, settings=parse_env_pairs(env_pairs),
+                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), profile_dir=profile_dir,
+                   repeats=repeats or default_repeats(device, checkpoint))
+    doc = engine_session.run(spec, tuning=tuning, allow_ll128=allow_ll128,
+                             progress=lambda total, label: Progress(total, label, quiet=quiet))
     if trace_path:
         write_json(trace_path, doc, force=force, what="trace file")
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
-         notes=table_notes(doc) + [f"warning: {warning}" for warning in warnings])
-    return 0 if _checks_pass(doc) else 1
-
-
-CHEAP_REPEATS = 3   # CPU presets: a timed run takes about a second, and one run's tokens/s is not a figure
-
-
-def default_repeats(device: str, checkpoint: str | None) -> int:
-    """3 timed runs per mode where a run is cheap (a preset on the CPU); 1 on a GPU or for a real
-    checkpoint, whose runs can take minutes (ask for --repeats there)."""
-    from ncclprobe.engine.spec import RunSpec
-    cpu = RunSpec(device=device).resolved_device() == "cpu"
-    return CHEAP_REPEATS if cpu and not checkpoint else 1
+         notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]])
+    return verdict(doc)
 
 
 def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
@@ -171,81 +142,6 @@ def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
         from ncclprobe.engine.gguf_loader import resolve_checkpoint
         resolve_checkpoint(checkpoint, on_convert=None if quiet else lambda path, directory: click.echo(
             f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it", err=True))
-
-
-def check_profile_dir(spec, tuned: bool) -> list:
-    """The profile files this run will write (`--profile DIR`), refused before anything runs if one exists."""
-    if not spec.profile_dir:
-        return []
-    from ncclprobe.engine.profiling import profile_paths
-    paths = profile_paths(spec.profile_dir, labels=("untuned", "tuned") if tuned else ("untuned",),
-                          modes=spec.modes, tp=spec.tp)
-    taken = [p for p in paths if p.exists()]
-    if taken:
-        raise UsageProblem(f"profile {taken[0]} already exists; choose another --profile directory "
-                           "(profiles are never overwritten)")
-    if Path(spec.profile_dir).exists() and not Path(spec.profile_dir).is_dir():
-        raise UsageProblem(f"--profile {spec.profile_dir} is not a directory")
-    return paths
-
-
-def read_recommendation(path: str) -> dict[str, str]:
-    from ncclprobe.engine.tuning import read_recommendation as read
-    return read(path)
-
-
-def run_with_progress(specs, quiet: bool) -> dict:
-    from ncclprobe.engine.runner import run_engine
-    total = sum(len(s.modes) * s.tp for s in specs)
-    with Progress(total, "run-engine", quiet=quiet) as progress:
-        return run_engine(specs, on_message=lambda m: m.get("kind") == "engine-digest" and progress.advance(m["mode"]))
-
-
-class SettingsGuard:
-    """The safety rule over what the workers will run with (`ncclprobe.nccl.safety`), with this
-    machine's GPUs and NCCL version when the run uses NCCL."""
-
-    def __init__(self, node, nccl_version: str | None, nccl_used: bool, allow_ll128: bool):
-        self.node, self.nccl_version, self.nccl_used, self.allow_ll128 = node, nccl_version, nccl_used, allow_ll128
-
-    @classmethod
-    def for_spec(cls, spec, allow_ll128: bool) -> "SettingsGuard":
-        if spec.resolved_device() != "cuda":
-            return cls(None, None, False, allow_ll128)
-        from ncclprobe.evidence.topo_live import live_node_facts
-        from ncclprobe.provenance import nccl_version_string
-        return cls(live_node_facts(gpus=spec.tp), nccl_version_string(), True, allow_ll128)
-
-    def check(self, settings: dict, source: str) -> list[str]:
-        """Warnings to show; UsageProblem (exit 2) for a lint error or an unsafe LL128."""
-        from ncclprobe.nccl.safety import check_job_settings
-        return check_job_settings(settings, source=source, node=self.node, nccl_version=self.nccl_version,
-                                  nccl_used=self.nccl_used, allow_ll128=self.allow_ll128)
-
-
-def add_tuned_runs(doc: dict, spec, recommended: dict | None, quiet: bool,
-                   guard: SettingsGuard) -> tuple[dict, list[str]]:
-    """Run `spec` again with the recommended settings on top of --env; merge into one trace. A
-    quick sweep's recommendation is checked like --env before it runs; the warnings come back."""
-    import dataclasses
-    from ncclprobe.enginerun.trace import merge_tuned
-    from ncclprobe.engine.tuning import quick_sweep_settings
-    recommendation = None
-    if recommended is None:
-        from ncclprobe.nccl.recipes import DEFAULT_GRID
-        combos = 1
-        for values in DEFAULT_GRID.values():
-            combos *= len(values)
-        with Progress(combos, "tuning sweep", quiet=quiet) as progress:
-            recommended, recommendation = quick_sweep_settings(
-                doc, nranks=spec.tp, backend=doc["config"]["backend"], graph_mode=spec.graphs != "none",
-                progress=progress)
-    warnings = [] if recommendation is None else guard.check(
-        {**spec.settings, **recommended}, "--tuned: the quick sweep's recommendation (on top of --env)")
-    tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label="tuned")
-    merged = merge_tuned(doc, run_with_progress([tuned], quiet))
-    merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
-    return merged, warnings
 
 
 def parse_batch_list(text: str | None) -> tuple[int, ...]:
@@ -265,11 +161,6 @@ def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
             raise UsageProblem(f"{option} expects KEY=VALUE, got {pair!r}")
         settings[key] = value
     return settings
-
-
-def _checks_pass(doc: dict) -> bool:
-    from ncclprobe.enginerun.trace import checks_pass
-    return checks_pass(doc)
 
 
 def _median(run: dict, phase: str):

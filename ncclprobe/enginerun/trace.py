@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ncclprobe.enginerun.modes import Label, Mode
 from ncclprobe.enginerun.view import ENGINE_PHASE_KIND, Acceptance, Collective, EngineRun, Phase, Worker
 from ncclprobe.errors import UsageProblem
 from ncclprobe.validate import load_json
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 KIND = "engine-trace"
-MODES = ("baseline", "speculative")
+MODES = Mode.values()
 LATER_ENV_KEYS = ("env_after_comm_init", "env_at_exit", "env_at_end", "env_now")
 MAX_BYTES = 512 * 1024 * 1024       # an engine trace is kilobytes; anything this large is not one
 
@@ -148,7 +150,7 @@ def compare_tuned(runs: list[dict]) -> list[dict]:
     by = {(r["label"], r["mode"]): r for r in runs}
     rows = []
     for mode in MODES:
-        before, after = by.get(("untuned", mode)), by.get(("tuned", mode))
+        before, after = by.get((Label.UNTUNED, mode)), by.get((Label.TUNED, mode))
         if not before or not after:
             continue
         row = {"mode": mode, "untuned_tokens_per_s": before["tokens_per_s"], "tuned_tokens_per_s": after["tokens_per_s"],
@@ -168,10 +170,10 @@ def _change(before, after) -> float | None:
 def link_verify_to_decode(runs: list[dict]) -> None:
     """verify/decode ratio: the speculative run's median verify over the baseline's median decode
     under the same label (the seed case's 29 ms vs 12 ms)."""
-    decode = {r["label"]: r["phases"].get("decode", {}).get("median_ms") for r in runs if r["mode"] == "baseline"}
+    decode = {r["label"]: r["phases"].get("decode", {}).get("median_ms") for r in runs if r["mode"] == Mode.BASELINE}
     for run in runs:
         verify = run["phases"].get("verify", {}).get("median_ms")
-        if run["mode"] == "speculative" and verify and decode.get(run["label"]):
+        if run["mode"] == Mode.SPECULATIVE and verify and decode.get(run["label"]):
             run["verify_decode_ratio"] = verify / decode[run["label"]]
 
 
@@ -188,8 +190,8 @@ def checks(temperature: float, runs: list[dict]) -> dict:
             by_label.setdefault(run["label"], {})[run["mode"]] = run["tokens"]
         pairs = [modes for modes in by_label.values() if len(modes) == 2]
         if pairs:
-            greedy_match = all(m["baseline"] == m["speculative"] for m in pairs)
-            prefix = min(_matched_prefix(m["baseline"], m["speculative"]) for m in pairs)
+            greedy_match = all(m[Mode.BASELINE] == m[Mode.SPECULATIVE] for m in pairs)
+            prefix = min(_matched_prefix(m[Mode.BASELINE], m[Mode.SPECULATIVE]) for m in pairs)
     return {"ranks_agree": all(r["ranks_agree"] for r in runs), "greedy_match": greedy_match,
             "greedy_matched_prefix": prefix, "settings": [settings_check(run) for run in runs if run["settings"]]}
 
@@ -215,16 +217,16 @@ def settings_check(run: dict) -> dict:
             "read_by_nccl": read}
 
 
-def checks_pass(doc: dict) -> bool:
-    """The run-engine exit code's verdict: ranks agree, float32 greedy output equals the baseline
+def verdict(doc: dict) -> Verdict:
+    """run-engine's verdict: FINE when ranks agree, float32 greedy output equals the baseline
     (bf16 near-ties may diverge late: reported, not failed), every setting reached every worker
-    and, where NCCL logged it, NCCL read it."""
+    and, where NCCL logged it, NCCL read it; FINDINGS otherwise."""
     result = doc["checks"]
     received = all(all(c["received_by_every_worker"].values()) for c in result["settings"])
     read = all(v is not False for c in result["settings"] for v in c["read_by_nccl"].values())
     exact = doc["config"]["dtype"] == "float32"
     greedy_ok = result["greedy_match"] is not False or not exact
-    return result["ranks_agree"] and greedy_ok and received and read
+    return Verdict.of(not (result["ranks_agree"] and greedy_ok and received and read))
 
 
 # ---- the view ---------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ def _run_view(run: dict, path: str, gpu: bool, groups: int = 1) -> EngineRun:
                      for s in coll.get("sizes") or []],
         acceptance=Acceptance(mean_length=acceptance.get("mean_length"),
                               histogram=tuple(acceptance.get("histogram") or ()), source="engine")
-        if run.get("mode") == "speculative" else None,
+        if run.get("mode") == Mode.SPECULATIVE else None,
         tokens_per_s=run.get("tokens_per_s"), ms_per_token=run.get("ms_per_token"),
         new_tokens=run["new_tokens"] * groups if run.get("new_tokens") else None, wall_s=run.get("wall_s"),
         tokens_per_s_repeats=tuple((run.get("repeats") or {}).get("tokens_per_s") or ()),
