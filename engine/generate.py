@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ncclprobe.engine.speculative import greedy_accept, probabilities, rejection_accept, sample
+from ncclprobe.enginerun.modes import Mode
 
 
 @dataclass
@@ -74,6 +75,19 @@ def _extend_inputs(drafts, accepted, nxt, pos):
     return tokens, pos[:, None] + 1 + span
 
 
+@dataclass(frozen=True)
+class CycleState:
+    """What one speculative cycle hands the next, per sequence: the last committed token `cur`
+    [B] at position `pos` [B] (not yet in the target's KV cache), the first draft token `d1` [B]
+    with its draft distribution `q1` [B, V] (None when greedy) and the draft hidden `hidden` [B, 1, H]."""
+
+    cur: torch.Tensor
+    pos: torch.Tensor
+    d1: torch.Tensor
+    q1: torch.Tensor | None
+    hidden: torch.Tensor
+
+
 @dataclass
 class Generation:
     tokens: list[list[int]]                 # per sequence, exactly new_tokens ids
@@ -89,6 +103,9 @@ class Generation:
 
 
 class Engine:
+    """The loops over one target (and draft), with the steps they call (`Steps`, or the runtime's
+    graph-replaying ones) and the timer of their phases (None: untimed), both fixed when built."""
+
     def __init__(self, target, draft=None, *, k: int = 3, temperature: float = 0.0, seed: int = 0,
                  steps: Steps | None = None, timer=None):
         self.target, self.draft, self.k, self.temperature = target, draft, k, temperature
@@ -105,6 +122,10 @@ class Engine:
     def _mark(self) -> None:
         if self.timer is not None:
             self.timer.mark()
+
+    def loop(self, mode: str):
+        """The generation loop of a run mode (`Mode`): `baseline` or `speculative`."""
+        return {Mode.BASELINE: self.baseline, Mode.SPECULATIVE: self.speculative}[Mode(mode)]
 
     def _generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.seed)
@@ -153,19 +174,18 @@ class Engine:
         B, n = prompt.shape
         last = _last(lengths, B, n, self.device)
         with self._phase("prefill"):
-            cur, d1, q1, hidden = self._prefill(prompt, last, gen)
-        emitted = [[t] for t in cur.tolist()]   # a sync: the first cycle starts from here
+            state = self._prefill(prompt, last, gen)
+        emitted = [[t] for t in state.cur.tolist()]   # a sync: the first cycle starts from here
         self._mark()
-        pos = last + 1
         result = Generation(tokens=emitted, wall_s=0.0, histogram=[0] * (self.k + 1))
         while min(len(seq) for seq in emitted) < new_tokens:
             active = [len(seq) < new_tokens for seq in emitted]
-            cur, pos, d1, q1, hidden = self._cycle(cur, pos, d1, q1, hidden, gen, active, result)
+            state = self._cycle(state, gen, active, result)
         result.tokens = [seq[:new_tokens] for seq in emitted]
         result.wall_s = time.perf_counter() - started
         return result
 
-    def _prefill(self, prompt, last, gen):
+    def _prefill(self, prompt, last, gen) -> CycleState:
         B, n = prompt.shape
         logits, features = self.steps.target(prompt, _positions(B, 0, n, self.device), True)
         cur = self.pick(_at(logits, last), gen)
@@ -174,10 +194,12 @@ class Engine:
         tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1).scatter(1, last[:, None], cur[:, None])
         dlogits, dhidden = self.steps.draft(tokens, features, _positions(B, 1, n, self.device), True)
         d1, q1 = self.draft_pick(_at(dlogits, last), gen)
-        return cur, d1, q1, _at(dhidden, last)[:, None]
+        return CycleState(cur=cur, pos=last + 1, d1=d1, q1=q1, hidden=_at(dhidden, last)[:, None])
 
-    def _cycle(self, cur, pos, d1, q1, hidden, gen, active, result):
+    def _cycle(self, state: CycleState, gen, active: list[bool], result: Generation) -> CycleState:
+        """One draft-verify-accept-extend cycle; appends what each live sequence emitted to `result`."""
         k, greedy = self.k, self.temperature == 0
+        cur, pos, d1, q1, hidden = state.cur, state.pos, state.d1, state.q1, state.hidden
         with self._phase("draft"):
             if greedy:
                 drafts, qs = self.steps.chain(d1, hidden, pos, self.draft_ids, k), None
@@ -209,7 +231,7 @@ class Engine:
                 seq.extend(row[2:2 + a] + [row[1]])
                 result.histogram[a] += 1
         result.cycles += 1
-        return nxt, pos, d1, q1, hidden
+        return CycleState(cur=nxt, pos=pos, d1=d1, q1=q1, hidden=hidden)
 
     def _draft_chain(self, d1, q1, hidden, pos, gen):
         """Sampling's chain: each draft step samples from the draft's distribution, which is kept

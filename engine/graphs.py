@@ -1,9 +1,12 @@
 """CUDA graphs for the engine's fixed-shape steps, with the collectives captured inside them.
 
-`GraphedSteps` stands in for `generate.Steps`: a call whose (kind, batch, tokens per sequence,
-feature flag) was captured copies its inputs into the graph's static buffers and replays; anything else
-runs eagerly. What is captured, for each batch size of the capture list (a run replays the graphs
-of its own batch size; a batch size outside the list runs eagerly, and its graph coverage says so):
+`CapturedGraphs` captures every graph a run can replay when it is built (once per mode; the
+repeats of a run share them). `GraphedSteps` stands in for `generate.Steps` in one timed run: a call
+whose (kind, batch, tokens per sequence, feature flag) was captured copies its inputs into the
+graph's static buffers and replays; anything else runs eagerly; it records which phases replayed
+and adds the replayed collectives to that run's trace. What is captured, for each batch size of
+the capture list (a run replays the graphs of its own batch size; a batch size outside the list
+runs eagerly, and its graph coverage says so):
 - `decode`: the target's 1-token step (the baseline decode). Verify and the draft stay eager:
   the seed case's "verify runs in extend mode without graphs", reproducible on purpose.
 - `all`: additionally the target's k+1-token verify and the draft: for greedy runs the whole
@@ -34,8 +37,10 @@ from collections import Counter
 
 import torch
 
+from ncclprobe.cudagraph import capture_graph
 from ncclprobe.engine.generate import greedy_chain, greedy_extend
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+from ncclprobe.enginerun.modes import GraphMode
 
 WARMUP_CALLS = 2   # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
 
@@ -49,20 +54,17 @@ class CapturedStep:
         # alive (a freed one's memory is reused, and the replay reads garbage)
         self.fn = fn
         self.inputs = tuple(x.clone() for x in example_inputs)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        listener, comm.listener = comm.listener, None
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_CALLS):
-                fn(*self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
         recorder = CollectiveTrace()
         recorder.capturing = name
-        comm.listener = recorder.record
-        self.graph = torch.cuda.CUDAGraph()
+
+        def captured():   # the warm-up calls are not recorded; the captured one is, once
+            comm.listener = recorder.record
+            return fn(*self.inputs)
+
+        listener, comm.listener = comm.listener, None
         try:
-            with torch.cuda.graph(self.graph, pool=pool):
-                self.outputs = fn(*self.inputs)
+            self.graph, self.outputs = capture_graph(captured, warmup=lambda: fn(*self.inputs),
+                                                     warmups=WARMUP_CALLS, pool=pool, synchronize=False)
         finally:
             comm.listener = listener
         self.collectives: Counter = recorder.counts
@@ -74,33 +76,31 @@ class CapturedStep:
         return self.outputs
 
 
-class GraphedSteps:
-    """Target and draft steps that replay CUDA graphs for the captured shapes."""
+class CapturedGraphs:
+    """Every graph `mode` asks for, captured when built: at each batch size of `batches` (an int or
+    a list, none above the caches' batch), after the caches exist and before the run. `greedy`: the
+    run is greedy (temperature 0), so the draft's chain and extend are captured whole. `prompt_len`
+    (mode `all`): the prefill too, target and draft, for prompts of that length (eager, it is a
+    tenth of a short run: docs/LOG.md). `compile`: each step compiled first (`compile_for_capture`)."""
 
-    def __init__(self, target, draft, comm, *, mode: str, trace: CollectiveTrace | None = None,
-                 timer: PhaseTimer | None = None, compile: str = ""):
-        self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, mode
+    def __init__(self, target, draft, comm, *, mode: str, batches=(), k: int = 1, speculative: bool = False,
+                 greedy: bool = True, prompt_len: int | None = None, compile: str = ""):
+        self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, GraphMode(mode)
         self.target_fn, self.draft_fn = target, draft
         if compile:
             self.target_fn, self.draft_fn = compile_for_capture(target, compile), compile_for_capture(draft, compile)
-        self.trace, self.timer = trace, timer
         self.captured: dict[tuple, CapturedStep] = {}
-        self.graphed_phases: set[str] = set()
+        self._capture(batches, k, speculative, greedy, prompt_len)
 
     @torch.inference_mode()
-    def capture(self, batches, k: int, *, speculative: bool, greedy: bool = True, prompt_len: int | None = None) -> None:
-        """Capture the steps `mode` asks for at each batch size of `batches` (an int or a list, none
-        above the caches' batch); call after the caches exist, before the run. `greedy`: the run
-        is greedy (temperature 0), so the draft's chain and extend are captured whole.
-        `prompt_len` (mode `all`): the prefill too, target and draft, for prompts of that length;
-        eager, it took 13.8 ms of a 256-token `small` run that lasted 115 ms (docs/LOG.md)."""
+    def _capture(self, batches, k: int, speculative: bool, greedy: bool, prompt_len: int | None) -> None:
         device = next(self.target_model.parameters()).device
         for batch in ([batches] if isinstance(batches, int) else sorted(set(batches))):
-            if self.mode == "all" and prompt_len:
+            if self.mode == GraphMode.ALL and prompt_len:
                 self._capture_prefill(batch, prompt_len, speculative, device)
             if not speculative:
                 self._capture_target(batch, 1, False, device)
-            elif self.mode == "all":
+            elif self.mode == GraphMode.ALL:
                 self._capture_target(batch, k + 1, True, device)
                 if self.draft_model is not None and greedy:
                     self._capture_chain(batch, k, device)
@@ -157,6 +157,22 @@ class GraphedSteps:
             f"draft_extend_b{batch}_t{k + 1}",
             lambda *tensors: greedy_extend(self.draft_fn, draft_ids, *tensors), inputs, self.comm)
 
+    def graph_names(self) -> list[str]:
+        return sorted(step.name for step in self.captured.values())
+
+
+class GraphedSteps:
+    """`generate.Steps` for one timed run over `graphs`: replays where a shape was captured, eager
+    elsewhere. It notes the phases (from `timer`) that replayed a graph, and adds each replay's
+    captured collectives to `trace`; both None for an untimed run (the warm-up)."""
+
+    def __init__(self, graphs: CapturedGraphs, *, trace: CollectiveTrace | None = None,
+                 timer: PhaseTimer | None = None):
+        self.graphs, self.trace, self.timer = graphs, trace, timer
+        self.target_model, self.draft_model = graphs.target_model, graphs.draft_model
+        self.captured = graphs.captured
+        self.graphed_phases: set[str] = set()
+
     def chain(self, d1, hidden, pos, draft_ids, k):
         step = self.captured.get(("chain", d1.shape[0], k))
         if step is None:
@@ -190,7 +206,7 @@ class GraphedSteps:
         return step(*inputs)
 
     def graph_names(self) -> list[str]:
-        return sorted(step.name for step in self.captured.values())
+        return self.graphs.graph_names()
 
 
 # our names -> torch.compile modes; CUDA graphs are ours (captured around the compiled code), so

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -19,12 +20,13 @@ from ncclprobe.engine.build import build_draft, build_target, max_positions, ran
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine, Generation
-from ncclprobe.engine.graphs import GraphedSteps
+from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
 from ncclprobe.engine.profiling import profiled
 from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.spec import RunSpec
+from ncclprobe.enginerun.modes import GraphMode, Mode
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import own_log
 from ncclprobe.provenance import nccl_version_string, relevant_env
@@ -89,7 +91,7 @@ def run_job(spec: RunSpec, comm: Communicator, device):
     torch.manual_seed(spec.seed)
     dtype = getattr(torch, spec.resolved_dtype(torch.device(device).type))
     target = _target(spec, device, dtype)
-    draft = build_draft(target, seed=spec.seed, path=spec.draft) if "speculative" in spec.modes else None
+    draft = build_draft(target, seed=spec.seed, path=spec.draft) if Mode.SPECULATIVE in spec.modes else None
     shard_and_allocate(target, draft, comm, draft_tp=spec.draft_tp, batch=spec.cache_batch(),
                        max_seq=max_positions(spec.prompt_len, spec.new_tokens, spec.k))
     prompts = _prompts(spec, target.cfg.vocab, device)
@@ -133,50 +135,66 @@ def _decode_groups(run, prompts, new_tokens: int, batch: int) -> Generation:
 
 
 def _measure(spec, mode, target, draft, comm, prompts, device) -> dict:
-    """The mode's record: `spec.repeats` timed runs of one engine (graphs captured once), the one of
+    """The mode's record: `spec.repeats` timed runs over the same captured graphs, the one of
     median wall time kept whole, every repeat's wall time beside it (`repeat_wall_s`)."""
-    engine = Engine(target, draft, k=spec.k, temperature=spec.temperature, seed=spec.seed)
-    steps = None
-    if spec.graphs != "none":
-        steps = GraphedSteps(target, draft, comm, mode=spec.graphs, compile=spec.compile)
-        steps.capture(spec.graph_batches(), spec.k, speculative=mode == "speculative",
-                      greedy=spec.temperature == 0, prompt_len=spec.prompt_len)
-        engine.steps = steps
-    run = engine.baseline if mode == "baseline" else engine.speculative
+    graphs = None
+    if spec.graphs != GraphMode.NONE:
+        graphs = CapturedGraphs(target, draft, comm, mode=spec.graphs, compile=spec.compile,
+                                batches=spec.graph_batches(), k=spec.k, speculative=mode == Mode.SPECULATIVE,
+                                greedy=spec.temperature == 0, prompt_len=spec.prompt_len)
     if spec.warmup_tokens:   # first-call effects (allocator, thread pools) stay out
-        run(prompts[0][:spec.batch], spec.warmup_tokens, None if prompts[1] is None else prompts[1][:spec.batch])
-    timed = [_timed(spec, mode, engine, steps, run, comm, prompts, device, profile=i == 0)
+        warm = _engine(spec, target, draft, graphs).loop(mode)
+        warm(prompts[0][:spec.batch], spec.warmup_tokens, None if prompts[1] is None else prompts[1][:spec.batch])
+    timed = [_timed(spec, mode, target, draft, graphs, comm, prompts, device, profile=i == 0)
              for i in range(spec.repeats)]
-    walls = [generation.wall_s for generation, _, _ in timed]
-    generation, timer, trace = sorted(timed, key=lambda t: t[0].wall_s)[(len(timed) - 1) // 2]
+    walls = [run.generation.wall_s for run in timed]
+    median = sorted(timed, key=lambda run: run.generation.wall_s)[(len(timed) - 1) // 2]
+    generation, timer, trace, steps = median.generation, median.timer, median.trace, median.steps
     phases = timer.summary(graphed={p: p in steps.graphed_phases for p in timer.current_names()} if steps else None,
                            wall_s=generation.wall_s,
-                           steps=generation.cycles if mode == "speculative" else spec.groups() * (spec.new_tokens - 1))
+                           steps=generation.cycles if mode == Mode.SPECULATIVE else spec.groups() * (spec.new_tokens - 1))
     return {"mode": mode, "tokens": generation.tokens, "wall_s": generation.wall_s, "repeat_wall_s": walls,
-            "phases": phases, "histogram": generation.histogram if mode == "speculative" else None,
+            "phases": phases, "histogram": generation.histogram if mode == Mode.SPECULATIVE else None,
             "mean_acceptance_length": generation.mean_acceptance_length, "cycles": generation.cycles,
-            "collectives": trace.sizes(), "graphs": steps.graph_names() if steps else [],
+            "collectives": trace.sizes(), "graphs": graphs.graph_names() if graphs else [],
             "graph_coverage": _coverage(phases, generation.wall_s, device),
             "collective_share": collective_share(phases, target=target, draft=draft, comm=comm, batch=spec.batch,
                                                  k=spec.k, wall_s=generation.wall_s, device=device,
                                                  draft_tp=spec.draft_tp) if spec.measure_share else None}
 
 
-def _timed(spec, mode, engine, steps, run, comm, prompts, device, *, profile: bool):
-    """One timed run: (generation, its phase timer, its collective trace). Only the first repeat is
-    profiled (--profile writes one trace per rank and mode)."""
+@dataclass(frozen=True)
+class TimedRun:
+    """One timed run: what it generated, its phase timer, its collective trace, and its graph
+    replays (None: every step eager)."""
+
+    generation: Generation
+    timer: PhaseTimer
+    trace: CollectiveTrace
+    steps: GraphedSteps | None
+
+
+def _timed(spec, mode, target, draft, graphs, comm, prompts, device, *, profile: bool) -> TimedRun:
+    """A timed run on a fresh engine over the captured graphs. Only the first repeat is profiled
+    (--profile writes one trace per rank and mode)."""
     timer = PhaseTimer(device, reserve=spec.groups() * events_needed(spec.new_tokens), annotate=bool(spec.profile_dir))
     trace = CollectiveTrace()
-    engine.timer = timer
+    engine = _engine(spec, target, draft, graphs, trace=trace, timer=timer)
     trace.attach(comm, timer)
-    if steps is not None:
-        steps.trace, steps.timer = trace, timer
     try:
         with profiled(spec.profile_dir if profile else None, label=spec.label, mode=mode, rank=comm.rank, device=device):
-            generation = _decode_groups(run, prompts, spec.new_tokens, spec.batch)
+            generation = _decode_groups(engine.loop(mode), prompts, spec.new_tokens, spec.batch)
     finally:
         comm.listener = None
-    return generation, timer, trace
+    return TimedRun(generation, timer, trace, engine.steps if graphs is not None else None)
+
+
+def _engine(spec: RunSpec, target, draft, graphs: CapturedGraphs | None, *, trace: CollectiveTrace | None = None,
+            timer: PhaseTimer | None = None) -> Engine:
+    """An engine for one run of `spec`: replaying `graphs` where they were captured (None: every
+    step eager), timed by `timer` and with its collectives in `trace` (None: an untimed run)."""
+    steps = GraphedSteps(graphs, trace=trace, timer=timer) if graphs is not None else None
+    return Engine(target, draft, k=spec.k, temperature=spec.temperature, seed=spec.seed, steps=steps, timer=timer)
 
 
 def _coverage(phases: dict, wall_s: float, device) -> float | None:

@@ -122,12 +122,12 @@ def cmd_hf(args) -> None:
     del hf
     torch.cuda.empty_cache()
     from ncclprobe.engine.generate import Engine
-    from ncclprobe.engine.graphs import GraphedSteps
+    from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
     model = target(args.preset)
     model.setup_caches(1, 16 + args.new_tokens + 8)
-    steps = GraphedSteps(model, None, Communicator(), mode="decode", compile=args.compile_mode if args.compile else "")
-    steps.capture(1, 1, speculative=False)
-    engine = Engine(model, steps=steps)
+    graphs = CapturedGraphs(model, None, Communicator(), mode="decode", batches=1, k=1, speculative=False,
+                            compile=args.compile_mode if args.compile else "")
+    engine = Engine(model, steps=GraphedSteps(graphs))
     engine.baseline(prompt, 8)
     walls = sorted(engine.baseline(prompt, args.new_tokens).wall_s for _ in range(args.prompts))
     ours_tps = args.new_tokens / walls[len(walls) // 2]
@@ -167,7 +167,7 @@ def cmd_overhead(args) -> None:
     the collective trace (alternating, best of --repeats each, to keep drift out of the comparison)."""
     from ncclprobe.engine.build import build_draft, max_positions, random_prompts
     from ncclprobe.engine.generate import Engine
-    from ncclprobe.engine.graphs import GraphedSteps
+    from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
     from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
     model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
     draft = fuse_projections(build_draft(model, seed=0))
@@ -180,11 +180,9 @@ def cmd_overhead(args) -> None:
     print(f"# {args.preset}, graphs all, batch 1, k 3, {args.new_tokens} tokens; best of {args.repeats} runs each, "
           f"alternating")
     for mode in ("baseline", "speculative"):
-        steps = GraphedSteps(model, draft, comm, mode="all", compile=args.compile_mode if args.compile else "")
-        steps.capture(1, 3, speculative=mode == "speculative")
-        engine = Engine(model, draft, k=3, steps=steps)
-        run = engine.baseline if mode == "baseline" else engine.speculative
-        run(prompts, 8)
+        graphs = CapturedGraphs(model, draft, comm, mode="all", batches=1, k=3, speculative=mode == "speculative",
+                                compile=args.compile_mode if args.compile else "")
+        Engine(model, draft, k=3, steps=GraphedSteps(graphs)).loop(mode)(prompts, 8)
         labels = ("off", "on", "timer only", "trace only", "host-clock timer") if args.parts else ("off", "on")
         best = dict.fromkeys(labels, 0.0)
         for _ in range(args.repeats):
@@ -193,8 +191,8 @@ def cmd_overhead(args) -> None:
                 if label == "host-clock timer":   # perf_counter around each phase, no CUDA events
                     timer = PhaseTimer("cpu")
                 trace = CollectiveTrace() if label in ("on", "trace only") else None
-                engine.timer, steps.timer, steps.trace = timer, timer, trace
-                tps = args.new_tokens / run(prompts, args.new_tokens).wall_s
+                engine = Engine(model, draft, k=3, steps=GraphedSteps(graphs, trace=trace, timer=timer), timer=timer)
+                tps = args.new_tokens / engine.loop(mode)(prompts, args.new_tokens).wall_s
                 best[label] = max(best[label], tps)
         drops = ", ".join(f"{label} {best[label]:.1f} ({100 * (best['off'] - best[label]) / best['off']:+.2f}% drop)"
                           for label in labels[1:])

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ncclprobe import tempdirs
+from ncclprobe.textenum import TextEnum
 
 log = logging.getLogger("ncclprobe.launch")
 
@@ -76,9 +77,15 @@ class PoolSpec:
             raise ValueError(f"timeout_s must be a positive finite number, got {self.timeout_s}")
 
 
+class PoolStatus(TextEnum):
+    OK = "ok"          # every rank exited 0
+    HANG = "hang"      # silent for timeout_s (its start included): killed
+    ERROR = "error"    # a rank exited non-zero or was killed: the others were killed
+
+
 @dataclass
 class PoolOutcome:
-    status: str                                  # "ok", "hang" or "error"
+    status: PoolStatus
     reason: str | None                           # why, when not ok
     messages: list[dict]                         # every message, in arrival order, each with "rank"
     returncodes: dict[int, int | None]
@@ -146,7 +153,7 @@ def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> P
         returncodes={rank: proc.returncode for rank, proc in procs.items()},
         stderr_tails={rank: _tail(run_dir / f"rank{rank}.err") for rank in procs},
         wall_s=wall_s, pids={rank: proc.pid for rank, proc in procs.items()})
-    if status != "ok":
+    if status is not PoolStatus.OK:
         for rank, tail in sorted(outcome.stderr_tails.items()):
             if tail:
                 log.info("rank %d stderr (last %d characters):\n%s", rank, STDERR_TAIL_CHARS, tail)
@@ -164,44 +171,60 @@ def _start(spec: PoolSpec, rank: int, run_dir: Path, port: int) -> subprocess.Po
         err.close()
 
 
-def _watch(spec, procs, run_dir, on_message):
-    readers = {rank: _LineReader(run_dir / f"rank{rank}.jsonl") for rank in procs}
-    messages: list[dict] = []
+def _watch(spec, procs, run_dir, on_message) -> tuple[PoolStatus, str | None, list[dict]]:
+    inbox = _Inbox(procs, run_dir, on_message)
     last_progress = time.monotonic()
     failed_at = None
     exited_at: dict[int, float] = {}
     cpu_seen = 0.0
     while True:
-        for rank, reader in readers.items():
-            for line in reader.new_lines():
-                message = {"rank": rank, **line}
-                messages.append(message)
-                last_progress = time.monotonic()
-                if on_message:
-                    on_message(message)
+        if inbox.collect():
+            last_progress = time.monotonic()
         codes = {rank: proc.poll() for rank, proc in procs.items()}
         now = time.monotonic()
         for rank, code in codes.items():
             if code is not None:
                 exited_at.setdefault(rank, now)
         if all(code == 0 for code in codes.values()):
-            _drain(readers, messages, on_message)
-            return "ok", None, messages
+            inbox.collect()
+            return PoolStatus.OK, None, inbox.messages
         bad = {rank: code for rank, code in codes.items() if code not in (None, 0)}
         if bad:
             failed_at = failed_at or now
             if all(code is not None for code in codes.values()) or now - failed_at > KILL_GRACE_S:
-                _drain(readers, messages, on_message)
-                return "error", failure_reason(bad, exited_at, run_dir), messages
-        if not messages:
+                inbox.collect()
+                return PoolStatus.ERROR, failure_reason(bad, exited_at, run_dir), inbox.messages
+        if not inbox.messages:
             cpu = _cpu_seconds(procs)
             if cpu > cpu_seen + 0.02:   # starting, not hung (more than clock-tick noise)
                 cpu_seen, last_progress = cpu, now
         if now - last_progress > spec.timeout_s:
-            _drain(readers, messages, on_message)
-            started = "before any rank started" if not messages else "from any rank"
-            return "hang", f"no progress {started} for {spec.timeout_s:g} s; pool killed", messages
+            inbox.collect()
+            started = "before any rank started" if not inbox.messages else "from any rank"
+            return PoolStatus.HANG, f"no progress {started} for {spec.timeout_s:g} s; pool killed", inbox.messages
         time.sleep(POLL_S)
+
+
+class _Inbox:
+    """Every rank's message file read as one stream: each new line becomes a message carrying its
+    rank, kept in arrival order and handed to `on_message` as it arrives."""
+
+    def __init__(self, procs, run_dir: Path, on_message: Callable[[dict], None] | None):
+        self.readers = {rank: _LineReader(run_dir / f"rank{rank}.jsonl") for rank in procs}
+        self.on_message = on_message
+        self.messages: list[dict] = []
+
+    def collect(self) -> int:
+        """Take in what every rank appended since the last call; the number of new messages."""
+        arrived = 0
+        for rank, reader in self.readers.items():
+            for line in reader.new_lines():
+                message = {"rank": rank, **line}
+                self.messages.append(message)
+                arrived += 1
+                if self.on_message:
+                    self.on_message(message)
+        return arrived
 
 
 def _cpu_seconds(procs) -> float:
@@ -250,15 +273,6 @@ def error_summary(stderr: str, limit: int = 300) -> str:
         chosen = next((line for line in reversed(lines)
                        if not line.startswith(("File ", "Traceback", "^", "~")) and not line.endswith(("^", "~"))), "")
     return chosen if len(chosen) <= limit else chosen[:limit - 3] + "..."
-
-
-def _drain(readers, messages, on_message):
-    for rank, reader in readers.items():
-        for line in reader.new_lines():
-            message = {"rank": rank, **line}
-            messages.append(message)
-            if on_message:
-                on_message(message)
 
 
 def describe_code(code: int) -> str:

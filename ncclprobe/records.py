@@ -37,10 +37,25 @@ from typing import Iterator
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import EXISTS, OutputProblem, check_appendable, commit_file, describe_os_error, dumps_json
+from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
 SCHEMA_VERSION = 1
-RESULT_STATUSES = ("ok", "wrong", "ignored", "hang", "error", "skipped")
+
+
+class Status(TextEnum):
+    """A config's or a result's status."""
+
+    OK = "ok"                  # measured, and NCCL confirmed the settings (or there were none)
+    WRONG = "wrong"            # the correctness pass found wrong elements
+    IGNORED = "ignored"        # measured, but NCCL did not confirm every setting
+    HANG = "hang"              # the pool went silent and was killed
+    ERROR = "error"            # a rank failed, or the workers did not see the configuration
+    SKIPPED = "skipped"        # measured as another configuration that connects the same pairs
+
+
+RESULT_STATUSES = Status.values()
+FINDING_STATUSES = (Status.WRONG, Status.HANG, Status.ERROR, Status.IGNORED)   # what fails a sweep
 
 
 def config_id(settings: dict[str, str]) -> str:
@@ -55,12 +70,6 @@ def short_label(settings: dict[str, str]) -> str:
     if not settings:
         return "default"
     return " ".join(f"{key.removeprefix('NCCL_')}={settings[key]}" for key in sorted(settings))
-
-
-def result_key(record: dict) -> tuple:
-    """What identifies one measurement, for --resume."""
-    return (record["config_id"], record.get("collective"), record.get("mode"), record.get("in_place"),
-            record.get("dtype"), record.get("size_bytes"))
 
 
 class ResultWriter:
@@ -161,9 +170,6 @@ class ResultsFile:
     configs: list[dict] = field(default_factory=list)
     results: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
-
-    def done_keys(self) -> set[tuple]:
-        return {result_key(r) for r in self.results}
 
 
 RESULTS_LIMIT = 2048 << 20     # a results file of a huge sweep is tens of MB; 2 GiB is not one

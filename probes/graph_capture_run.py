@@ -8,12 +8,13 @@ from dataclasses import asdict, dataclass
 
 from ncclprobe import tempdirs
 from ncclprobe.errors import Unsupported, UsageProblem
-from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.recipes import (NO_NVLS, NOT_WITH_SHARED_GPU, SHARE_GPU_RANK_ENV, check_share_gpu_ranks,
                                     proof_env, rank_log_env)
 from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.graph_capture_verdict import capture_verdict
+from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
 ENTRY = "ncclprobe.probes.graph_capture:run"
@@ -102,7 +103,7 @@ def run_graph_capture(spec: GraphCaptureSpec, on_message=None) -> dict:
         outcome = run_pool(pool_spec(spec, log_dir), on_message=on_message)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
-    if outcome.status != "ok":
+    if outcome.status is not PoolStatus.OK:
         raise Unsupported(f"graph-capture probe {outcome.status}: {outcome.reason}")
     return build_document(spec, outcome.messages)
 
@@ -123,6 +124,12 @@ def build_document(spec: GraphCaptureSpec, messages: list[dict]) -> dict:
     return {"schema_version": SCHEMA_VERSION, "kind": "graph-capture", "nranks": spec.world_size,
             "share_gpu": spec.share_gpu, "spec": {**asdict(spec), "sizes": list(spec.sizes)}, "timings": rows,
             "capture": verdict, "notes": notes}
+
+
+def verdict(doc: dict) -> Verdict:
+    """FINDINGS when NCCL's log shows a replayed graph did not keep the setting it was captured
+    with; FINE otherwise (one rank: nothing about settings can be shown, nothing is claimed)."""
+    return Verdict.of((doc.get("capture") or {}).get("replay_kept_capture") is False)
 
 
 def timing_rows(timings: list[dict]) -> list[dict]:

@@ -17,7 +17,7 @@ from ncclprobe.engine.build import build_draft, build_target, max_positions, ran
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
-from ncclprobe.engine.graphs import GraphedSteps
+from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 from ncclprobe.engine.tp import apply_tp
 
@@ -47,15 +47,13 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
 
 
 def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile="", prefill=False):
-    engine = Engine(target, draft, k=k)
     timer = PhaseTimer("cuda")
-    engine.timer = timer
     steps = None
     if graphs != "none":
-        steps = GraphedSteps(target, draft, comm, mode=graphs, compile=compile)
-        steps.capture(capture or batch, k, speculative=mode == "speculative", prompt_len=PROMPT if prefill else None)
-        steps.trace, steps.timer = trace, timer
-        engine.steps = steps
+        captured = CapturedGraphs(target, draft, comm, mode=graphs, compile=compile, batches=capture or batch, k=k,
+                                  speculative=mode == "speculative", prompt_len=PROMPT if prefill else None)
+        steps = GraphedSteps(captured, trace=trace, timer=timer)
+    engine = Engine(target, draft, k=k, steps=steps, timer=timer)
     if trace is not None:
         trace.attach(comm, timer)
     prompts = random_prompts(256, batch, PROMPT, seed=batch + k, device="cuda")

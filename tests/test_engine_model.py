@@ -107,12 +107,12 @@ def test_steps_compiled_for_capture_match_the_eager_model():
     compiled code (inductor's C++ backend) runs without graphs and must give the eager outputs."""
     from ncclprobe.engine.build import build_draft
     from ncclprobe.engine.comm import Communicator
-    from ncclprobe.engine.graphs import GraphedSteps
+    from ncclprobe.engine.graphs import CapturedGraphs
     target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
     draft = build_draft(target, seed=0)
     target.setup_caches(2, 64)
     draft.setup_caches(2, 64)
-    steps = GraphedSteps(target, draft, Communicator(), mode="all", compile="default")
+    steps = CapturedGraphs(target, draft, Communicator(), mode="all", compile="default")   # no batches: none captured
     tokens, positions = torch.randint(0, 256, (2, 4)), torch.arange(4).expand(2, 4) + 5
     features = torch.randn(2, 4, 3 * target.cfg.hidden)
     with torch.inference_mode():

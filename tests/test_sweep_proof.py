@@ -74,7 +74,7 @@ def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_pat
     from ncclprobe.nccl.recipes import rank_log
     from ncclprobe.records import ResultWriter, read_results
     from ncclprobe.sweep.plan import Config, Pool, SweepSpec
-    from ncclprobe.sweep.run import PoolRun, SweepStats
+    from ncclprobe.sweep.run import PoolRun, Recorder
 
     log_bytes = H200_ONE_RANK.read_bytes()
     rank_log(tmp_path, 0).write_bytes(log_bytes)
@@ -91,8 +91,8 @@ def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_pat
          "t": 3.0},
     ]
     with ResultWriter(tmp_path / "r.jsonl", {"kind": "sweep"}) as writer:
-        PoolRun(spec, Pool(Config(settings).process_settings, [Config(settings)]), 0, tmp_path, writer,
-                SweepStats(), None).replay(messages)
+        PoolRun(spec, Pool(Config(settings).process_settings, [Config(settings)]), index=0, log_dir=tmp_path,
+                recorder=Recorder(writer)).replay(messages)
     results = read_results(tmp_path / "r.jsonl")
     config, result = results.configs[0], results.results[0]
     assert config["status"] == "ignored" and config["results_expected"] == 1

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from ncclprobe.records import read_results, result_key
+from ncclprobe.records import read_results
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
@@ -51,7 +51,8 @@ def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
     final = read_results(out)
     ids = [c["config_id"] for c in final.configs]
     assert sorted(ids) == sorted(["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"])
-    keys = [result_key(r) for r in final.results]
+    keys = [(r["config_id"], r["collective"], r["mode"], r["in_place"], r["dtype"], r["size_bytes"])
+            for r in final.results]
     assert len(keys) == len(set(keys)) == 4 * 2 * 2       # configs x sizes x placements
     assert all(r["wrong"] == 0 for r in final.results)
     lines = out.read_text().splitlines()

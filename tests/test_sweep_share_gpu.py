@@ -14,7 +14,7 @@ from ncclprobe.launch import worker_env
 from ncclprobe.nccl.recipes import rank_log
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec
 from ncclprobe.sweep.proof import prove, tuning_check
-from ncclprobe.sweep.run import PoolRun
+from ncclprobe.sweep.run import pool_spec as sweep_pool_spec
 
 LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"
 EXCL_LL = LOGS / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log"      # ^LL: LL128 x2, SIMPLE x2
@@ -49,7 +49,7 @@ def test_spec_round_trips_and_old_files_mean_no_sharing():
 def test_every_rank_gets_gpu_0_and_its_own_host_id(tmp_path, monkeypatch):
     monkeypatch.setenv("NCCL_HOSTID", "inherited")
     spec = _spec()
-    pool_spec = PoolRun(spec, Pool({}, [Config({})]), 0, tmp_path, None, None, None)._pool_spec()
+    pool_spec = sweep_pool_spec(spec, Pool({}, [Config({})]), tmp_path)
     envs = [worker_env(pool_spec, rank, tmp_path, 1234) for rank in range(3)]
     assert len({env["NCCL_HOSTID"] for env in envs}) == 3 and "inherited" not in {e["NCCL_HOSTID"] for e in envs}
     assert {env["NCCLPROBE_GPU"] for env in envs} == {"0"}
@@ -59,7 +59,7 @@ def test_every_rank_gets_gpu_0_and_its_own_host_id(tmp_path, monkeypatch):
 
 def test_a_swept_nvls_setting_is_left_to_the_grid(tmp_path):
     spec = _spec(grid={"NCCL_NVLS_ENABLE": ("default", "1")})
-    pool_spec = PoolRun(spec, Pool({}, [Config({})]), 0, tmp_path, None, None, None)._pool_spec()
+    pool_spec = sweep_pool_spec(spec, Pool({}, [Config({})]), tmp_path)
     assert "NCCL_NVLS_ENABLE" not in worker_env(pool_spec, 0, tmp_path, 1234)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ncclprobe.probes.collectives import COLLECTIVES
+from ncclprobe.records import Status
 from ncclprobe.sweep.aggregate import aggregate_trials, issue_time, iteration_stats
 
 
@@ -24,7 +25,7 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
         return {"record": "result", "config_id": config.config_id, "settings": config.settings,
                 "collective": coll.name, "op": first["op"], "mode": first["mode"], "in_place": first["in_place"],
                 "dtype": first["dtype"], "size_bytes": shape.size_bytes, "count": first["count"], "root": coll.root,
-                "nranks": spec.nranks, "status": "error", "reason": "; ".join(errors) or "no timing reported",
+                "nranks": spec.nranks, "status": Status.ERROR, "reason": "; ".join(errors) or "no timing reported",
                 "time_us": None, "wrong": None, "checked": False, "agg": spec.agg, "path": spec.path,
                 "buffers": spec.buffers, "source": "sweep"}
     timing = aggregate_trials({rank: m["trial_us"] for rank, m in by_rank.items()})
@@ -33,11 +34,12 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
     algbw, busbw = coll.bandwidths(shape, timing["time_us"], spec.nranks)
     checked = [m["wrong"] for m in by_rank.values() if m.get("wrong") is not None]
     wrong = sum(checked) if checked else None
-    status = "wrong" if wrong else (config_status if config_status in ("ok", "ignored") else "error")
+    status = Status.WRONG if wrong else (Status(config_status) if config_status in (Status.OK, Status.IGNORED)
+                                         else Status.ERROR)
     return {"record": "result", "config_id": config.config_id, "settings": config.settings,
             "collective": coll.name, "op": first["op"], "mode": first["mode"], "in_place": first["in_place"],
             "dtype": first["dtype"], "size_bytes": shape.size_bytes, "count": first["count"], "root": coll.root,
-            "nranks": spec.nranks, "status": status, "reason": None if status == "ok" else f"configuration {config_status}",
+            "nranks": spec.nranks, "status": status, "reason": None if status is Status.OK else f"configuration {config_status}",
             **timing, "iter": iteration_stats(samples, clock), "cpu_issue_us": issue_time({r: m["issue_us"] for r, m in by_rank.items()}),
             "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "checked": wrong is not None,
             "agg": spec.agg, "path": spec.path, "buffers": spec.buffers, "source": "sweep"}

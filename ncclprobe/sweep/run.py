@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe import tempdirs
-from ncclprobe.launch import PoolSpec, run_pool
+from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import PROOF_VARIABLES, SHARE_GPU_RANK_ENV, proof_env, rank_log, rank_log_env, share_gpu_env
-from ncclprobe.records import ResultWriter
+from ncclprobe.records import ResultWriter, Status
 from ncclprobe.sweep.plan import Config, Pool, Skip, SweepSpec, build_grid, plan_cases, plan_pools, skip_equivalent_levels
 from ncclprobe.sweep.proof import prove
 from ncclprobe.sweep.result import result_record
@@ -80,21 +80,22 @@ def run_sweep(spec: SweepSpec, writer: ResultWriter, *, done: set[str] = frozens
     """Measure every configuration not in `done`; return the summary record (also written)."""
     started = time.monotonic()
     configs, skips = configs_to_run(spec, equivalent_levels)
-    stats = SweepStats()
+    recorder = Recorder(writer, progress=progress)
     for skip in skips:
         if skip.config.config_id not in done:
-            _write_skip(writer, skip, stats, progress)
+            recorder.skipped(skip)
     queue = deque(plan_pools([c for c in configs if c.config_id not in done]))
     with tempdirs.owned("ncclprobe-sweep-") as log_dir:
         while queue:
             pool = queue.popleft()
-            directory = pool_dir(Path(log_dir), stats.pools_run)
+            index = recorder.stats.pools_run
+            directory = pool_dir(Path(log_dir), index)
             directory.mkdir()
-            left = PoolRun(spec, pool, stats.pools_run, directory, writer, stats, progress).run()
-            stats.pools_run += 1
+            left = PoolRun(spec, pool, index=index, log_dir=directory, recorder=recorder).run()
+            recorder.stats.pools_run += 1
             if left:
                 queue.appendleft(Pool(pool.process_settings, left))
-    summary = stats.summary(time.monotonic() - started)
+    summary = recorder.stats.summary(time.monotonic() - started)
     writer.write(summary)
     return summary
 
@@ -104,13 +105,37 @@ def pool_dir(root: Path, index: int) -> Path:
     return root / f"pool{index}"
 
 
-def _write_skip(writer, skip: Skip, stats: SweepStats, progress) -> None:
-    writer.write({"record": "config", "config_id": skip.config.config_id, "settings": skip.config.settings,
-                  "pool": None, "status": "skipped", "reason": skip.reason, "measured_as": skip.measured_as,
-                  "results_expected": 0, "proof": None})
-    stats.count("skipped")
-    if progress:
-        progress.advance(skip.config.config_id)
+@dataclass
+class Recorder:
+    """Where a sweep's records go as configurations end: the results file, the counts of the
+    summary record and the progress bar (None: no progress shown)."""
+
+    writer: ResultWriter
+    stats: SweepStats = field(default_factory=SweepStats)
+    progress: object | None = None
+
+    def config(self, config: Config, status: Status, reason: str | None, proof: dict | None, *, pool: int,
+               results: list[dict] = ()) -> None:
+        """A configuration's record, then its result records: the group --resume keeps or cuts whole."""
+        self.writer.write({"record": "config", "config_id": config.config_id, "settings": config.settings,
+                           "pool": pool, "status": status, "reason": reason, "results_expected": len(results),
+                           "proof": proof})
+        for record in results:
+            self.writer.write(record)
+        self.stats.count(status)
+        self.stats.configs_run += 1
+        self._advance(f"{config.config_id}: {status}")
+
+    def skipped(self, skip: Skip) -> None:
+        self.writer.write({"record": "config", "config_id": skip.config.config_id, "settings": skip.config.settings,
+                           "pool": None, "status": Status.SKIPPED, "reason": skip.reason,
+                           "measured_as": skip.measured_as, "results_expected": 0, "proof": None})
+        self.stats.count(Status.SKIPPED)
+        self._advance(skip.config.config_id)
+
+    def _advance(self, what: str) -> None:
+        if self.progress:
+            self.progress.advance(what)
 
 
 def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
@@ -122,12 +147,31 @@ def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
             "iter_events": spec.iter_events}
 
 
+def pool_spec(spec: SweepSpec, pool: Pool, log_dir: Path) -> PoolSpec:
+    """How a pool's workers start: the proof environment and a log per rank in `log_dir` (NCCL),
+    the pool's once-per-process settings, the --share-gpu recipe, and nothing of the swept
+    variables inherited from this shell."""
+    nccl = spec.backend == "nccl"
+    swept = tuple(sorted(spec.grid))
+    env = {**(proof_env() if nccl else {}), **pool.process_settings}
+    rank_env = rank_log_env(log_dir) if nccl else {}
+    unset = swept + (PROOF_VARIABLES if nccl else ())
+    if spec.share_gpu:
+        env = {**share_gpu_env(swept), **env}
+        rank_env = {**rank_env, **SHARE_GPU_RANK_ENV}
+        unset += tuple(SHARE_GPU_RANK_ENV)
+    return PoolSpec(nranks=spec.nranks, backend=spec.backend, entry=ENTRY, payload=pool_payload(spec, pool),
+                    env=env, unset=unset, rank_env=rank_env, timeout_s=spec.timeout_s,
+                    gpu=0 if spec.share_gpu else None)
+
+
 class PoolRun:
     """One pool's life: start it, turn its messages into records, say what is left to run."""
 
-    def __init__(self, spec, pool, index, log_dir, writer, stats, progress):
-        self.spec, self.pool, self.index, self.log_dir = spec, pool, index, log_dir   # log_dir: this pool's
-        self.writer, self.stats, self.progress = writer, stats, progress
+    def __init__(self, spec: SweepSpec, pool: Pool, *, index: int, log_dir: Path, recorder: Recorder):
+        self.spec, self.pool, self.index = spec, pool, index
+        self.log_dir = log_dir            # this pool's: its ranks' NCCL logs
+        self.recorder, self.stats = recorder, recorder.stats
         self.swept = sorted(spec.grid)
         self.by_config: dict[str, dict] = {c.config_id: {"starts": {}, "ends": {}, "results": {}} for c in pool.configs}
         self.finished: list[str] = []
@@ -137,16 +181,16 @@ class PoolRun:
 
     def run(self) -> list[Config]:
         self.began = time.monotonic()
-        outcome = run_pool(self._pool_spec(), on_message=self._on_message)
-        if outcome.status == "ok" and self.config_s_total:
+        outcome = run_pool(pool_spec(self.spec, self.pool, self.log_dir), on_message=self._on_message)
+        if outcome.status is PoolStatus.OK and self.config_s_total:
             self.stats.pool_overhead_s.append(max(0.0, outcome.wall_s - self.config_s_total))
         left = [c for c in self.pool.configs if c.config_id not in self.finished]
-        if outcome.status == "ok" or not left:
+        if outcome.status is PoolStatus.OK or not left:
             if left:  # every rank exited cleanly yet some configurations never ended
-                self._write_failed(left[0], "error", "the pool ended without finishing this configuration")
+                self._write_failed(left[0], Status.ERROR, "the pool ended without finishing this configuration")
                 return left[1:]
             return []
-        self._write_failed(left[0], outcome.status, outcome.reason)
+        self._write_failed(left[0], Status(outcome.status), outcome.reason)
         return left[1:]
 
     def replay(self, messages: list[dict]) -> None:
@@ -158,21 +202,7 @@ class PoolRun:
                 self._on_message(message)
         for config in self.pool.configs:
             if config.config_id not in self.finished:
-                self._write_failed(config, "error", "not every rank reported the end of this configuration")
-
-    def _pool_spec(self) -> PoolSpec:
-        nccl = self.spec.backend == "nccl"
-        env = {**(proof_env() if nccl else {}), **self.pool.process_settings}
-        rank_env = rank_log_env(self.log_dir) if nccl else {}
-        payload = pool_payload(self.spec, self.pool)
-        unset = tuple(self.swept) + (PROOF_VARIABLES if nccl else ())
-        if self.spec.share_gpu:
-            env = {**share_gpu_env(self.swept), **env}
-            rank_env = {**rank_env, **SHARE_GPU_RANK_ENV}
-            unset += tuple(SHARE_GPU_RANK_ENV)
-        return PoolSpec(nranks=self.spec.nranks, backend=self.spec.backend, entry=ENTRY, payload=payload,
-                        env=env, unset=unset, rank_env=rank_env, timeout_s=self.spec.timeout_s,
-                        gpu=0 if self.spec.share_gpu else None)
+                self._write_failed(config, Status.ERROR, "not every rank reported the end of this configuration")
 
     def _on_message(self, message: dict) -> None:
         kind, rank = message.get("kind"), message["rank"]
@@ -202,13 +232,11 @@ class PoolRun:
                                       collectives=self.spec.collectives)
         ordered = sorted(state["results"].items(), key=lambda item: self._order(item[0]))
         results = [result_record(self.spec, config, by_rank, status) for _, by_rank in ordered]
-        wrong = [r for r in results if r["status"] == "wrong"]
-        if wrong and status in ("ok", "ignored"):
-            status, reason = "wrong", f"{len(wrong)} measurement(s) returned wrong elements"
+        wrong = [r for r in results if r["status"] == Status.WRONG]
+        if wrong and status in (Status.OK, Status.IGNORED):
+            status, reason = Status.WRONG, f"{len(wrong)} measurement(s) returned wrong elements"
             log.error("WRONG RESULTS with %s: %s", config_id, reason)
-        self._write_config(config, status, reason, proof, len(results))
-        for record in results:
-            self.writer.write(record)
+        self.recorder.config(config, Status(status), reason, proof, pool=self.index, results=results)
         self.finished.append(config_id)
         spent = max(0.0, ended_at - self.config_began.get(config_id, ended_at))  # workers' clocks
         self.stats.config_s.append(spent)
@@ -237,15 +265,6 @@ class PoolRun:
         return (index(spec.collectives, collective), index(spec.ops, op), index(spec.dtypes, dtype),
                 index(spec.modes, mode), not in_place, size)
 
-    def _write_config(self, config, status, reason, proof, n_results) -> None:
-        self.writer.write({"record": "config", "config_id": config.config_id, "settings": config.settings,
-                           "pool": self.index, "status": status, "reason": reason,
-                           "results_expected": n_results, "proof": proof})
-        self.stats.count(status)
-        self.stats.configs_run += 1
-        if self.progress:
-            self.progress.advance(f"{config.config_id}: {status}")
-
-    def _write_failed(self, config: Config, status: str, reason: str | None) -> None:
+    def _write_failed(self, config: Config, status: Status, reason: str | None) -> None:
         log.warning("%s: %s", config.config_id, status)
-        self._write_config(config, status, reason, None, 0)
+        self.recorder.config(config, status, reason, None, pool=self.index)

@@ -26,7 +26,7 @@ from ncclprobe.records import ResultWriter
 from ncclprobe.safe_output import atomic_directory, dumps_json
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
 from ncclprobe.nccl.recipes import proof_env
-from ncclprobe.sweep.run import ENTRY, PoolRun, SweepStats, pool_dir, pool_payload
+from ncclprobe.sweep.run import ENTRY, PoolRun, Recorder, pool_dir, pool_payload
 from ncclprobe.numbers import is_digits
 from ncclprobe.validate import Where, load_json, read_text
 
@@ -85,14 +85,14 @@ def collect(directory: Path, writer: ResultWriter) -> dict:
     """Write every pool's configurations from the messages its ranks left in DIR/pool<k>/."""
     header, pools = read_plan(directory)
     spec = SweepSpec.from_json(header["spec"])
-    stats, stamps = SweepStats(), []
+    recorder, stamps = Recorder(writer), []
     for index, pool in enumerate(pools):
         here = pool_dir(directory, index)
         messages = _rank_messages(here)
         stamps += [m["t"] for m in messages if "t" in m]
-        PoolRun(spec, pool, index, here, writer, stats, None).replay(messages)
-        stats.pools_run += 1
-    summary = stats.summary(max(stamps) - min(stamps) if stamps else 0.0)
+        PoolRun(spec, pool, index=index, log_dir=here, recorder=recorder).replay(messages)
+        recorder.stats.pools_run += 1
+    summary = recorder.stats.summary(max(stamps) - min(stamps) if stamps else 0.0)
     writer.write(summary)
     return summary
 
