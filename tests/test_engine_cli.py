@@ -198,7 +198,7 @@ def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
     run-engine's loader reads, and the exit code saying whether acceptance rose."""
     out = tmp_path / "d.safetensors"
     result = _run(["-q", "train-draft", "--preset", "tiny", "--steps", "5", "--sequences", "4", "--gen-len", "8",
-                   "--out", str(out), "--format", "json"])
+                   "--output", str(out), "--format", "json"])
     assert result.returncode in (0, 1), result.stderr
     doc = json.loads(result.stdout)
     assert doc["schema_version"] == 1 and doc["kind"] == "draft-training" and doc["out"] == str(out)
@@ -244,8 +244,8 @@ def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--out", "/nonexistent-dir/d.safetensors"], "directory /nonexistent-dir does not exist"),
-    (["--out", "/nonexistent-dir/d.safetensors", "--steps", "0"], "steps must be at least 1"),
+    (["--output", "/nonexistent-dir/d.safetensors"], "directory /nonexistent-dir does not exist"),
+    (["--output", "/nonexistent-dir/d.safetensors", "--steps", "0"], "steps must be at least 1"),
 ])
 def test_train_draft_refuses_bad_options_before_training(args, message):
     result = _refused(["train-draft", "--preset", "tiny", *args])

@@ -58,7 +58,7 @@ def test_import_then_recommend_then_report(tmp_path):
         assert per_size[size]["fastest"] == "NCCL_PROTO=Simple" and per_size[size]["gain_pct"] > 30
         assert per_size[size]["significant"] is False and per_size[size]["chosen"] == "default"
 
-    report = ncclprobe("report", *runs, "--out", tmp_path / "report", "--format", "json")
+    report = ncclprobe("report", *runs, "--output", tmp_path / "report", "--format", "json")
     files = json.loads(report.output)
     assert {f["name"] for f in files["figures"]} >= {"latency", "busbw"}
     assert (tmp_path / "report" / "report.md").read_text().count("No change") >= 1

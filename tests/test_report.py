@@ -94,18 +94,18 @@ def test_report_without_a_default_still_writes_and_says_why(tmp_path):
 
 def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)])
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o"),
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(tmp_path / "o"),
                            "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert Path(doc["html"]).is_file() and doc["kind"] == "report"
     (tmp_path / "bad.json").write_text("{\"kind\": \"other\"}")
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(tmp_path / "o2"),
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(tmp_path / "o2"),
                            "--trace", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert proc.returncode == 2 and "is not an engine trace" in proc.stderr and proc.stdout == ""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--out", str(blocker / "sub")],
+    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(blocker / "sub")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot create the directory" in proc.stderr and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1

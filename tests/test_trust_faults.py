@@ -79,9 +79,9 @@ def test_run_engine_refuses_what_the_model_cannot_serve_before_any_worker_starts
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--out", "/proc/x.safetensors"], "cannot write"),
-    (["--out", "d.safetensors", "--lr", "nan"], "not a finite decimal number"),
-    (["--out", "d.safetensors", "--gen-len", "100000"], "more than tiny serves"),
+    (["--output", "/proc/x.safetensors"], "cannot write"),
+    (["--output", "d.safetensors", "--lr", "nan"], "not a finite decimal number"),
+    (["--output", "d.safetensors", "--gen-len", "100000"], "more than tiny serves"),
 ])
 def test_train_draft_checks_its_output_and_limits_before_training(tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)

@@ -73,7 +73,7 @@ def test_every_number_option_refuses_every_bad_number(path, option):
     (["sweep", "--set", "NCCL_BUFFSIZE=²"], "not an integer"),
     (["sweep", "--timeout", "nan"], "not a finite"),
     (["probe", "env-propagation", "--timeout", "inf"], "not a finite"),
-    (["train-draft", "--out", "d.st", "--lr", "nan"], "not a finite"),
+    (["train-draft", "--output", "d.st", "--lr", "nan"], "not a finite"),
     (["run-engine", "--temperature", "nan"], "not a finite"),
 ])
 def test_contradictions_and_nonsense_values_are_refused(tmp_path, monkeypatch, args, needle):

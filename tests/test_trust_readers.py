@@ -57,7 +57,7 @@ def test_a_malformed_results_file_is_named_with_line_and_field_by_every_reader(t
     bad = _write_lines(tmp_path / "bad.jsonl", records)
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps(engine_trace({1 << 14: 10})))
-    for args in (["recommend", bad], ["report", bad, "--out", str(tmp_path / "rep")],
+    for args in (["recommend", bad], ["report", bad, "--output", str(tmp_path / "rep")],
                  ["diagnose", "--trace", str(trace), "--sweep", bad], ["sweep", "--resume", bad]):
         _one_line_exit_2(_invoke(*args), "bad.jsonl", *needles)
     assert not (tmp_path / "rep").exists()
@@ -83,7 +83,7 @@ def test_a_malformed_engine_trace_is_named_by_every_reader(tmp_path, what, damag
     good = tmp_path / "good.json"
     good.write_text(json.dumps(engine_trace({1 << 14: 10})))
     for args in (["diagnose", "--trace", str(bad)], ["diagnose", "--trace", str(good), "--baseline", str(bad)],
-                 ["recommend", results, "--workload", str(bad)], ["report", results, "--trace", str(bad), "--out",
+                 ["recommend", results, "--trace", str(bad)], ["report", results, "--trace", str(bad), "--output",
                                                                    str(tmp_path / "rep")]):
         _one_line_exit_2(_invoke(*args), "bad.json", *needles)
 

@@ -51,7 +51,7 @@ WRITERS = {
     "sweep": lambda r, out: ["sweep", "--backend", "gloo", "--sizes", "64", "--proto", "default", "--algo", "default",
                              "--output", out],
     "run-engine": lambda r, out: ["run-engine", "--preset", "tiny", "--new-tokens", "2", "--trace", out],
-    "train-draft": lambda r, out: ["train-draft", "--preset", "tiny", "--out", out],
+    "train-draft": lambda r, out: ["train-draft", "--preset", "tiny", "--output", out],
 }
 
 
@@ -93,22 +93,22 @@ def test_a_report_directory_is_replaced_whole_and_never_one_of_the_users(tmp_pat
     (out / "figures").mkdir(parents=True)                       # an earlier report, as ncclprobe left it
     (out / ".ncclprobe-output").write_text("written by ncclprobe\n")
     (out / "figures" / "stale-from-an-earlier-run.png").write_bytes(b"old")
-    again = _invoke("report", results, "--out", str(out))
+    again = _invoke("report", results, "--output", str(out))
     assert again.exit_code == 2 and "--force" in again.stderr
-    assert _invoke("report", results, "--out", str(out), "--force").exit_code == 0
+    assert _invoke("report", results, "--output", str(out), "--force").exit_code == 0
     assert not (out / "figures" / "stale-from-an-earlier-run.png").exists()   # never mixed with new files
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text(PRECIOUS)
-    refused = _invoke("report", results, "--out", str(mine), "--force")
+    refused = _invoke("report", results, "--output", str(mine), "--force")
     assert refused.exit_code == 2 and "did not write" in refused.stderr
     assert (mine / "thesis.tex").read_text() == PRECIOUS
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 @pytest.mark.parametrize("args", [
-    ["report", "{results}", "--out", "{tmp}/new", "--trace", "{tmp}/missing.json"],
-    ["report", "{tmp}/missing.jsonl", "--out", "{tmp}/new"],
+    ["report", "{results}", "--output", "{tmp}/new", "--trace", "{tmp}/missing.json"],
+    ["report", "{tmp}/missing.jsonl", "--output", "{tmp}/new"],
     ["recommend", "{tmp}/missing.jsonl", "--emit", "json", "--output", "{tmp}/new"],
     ["import", "{tmp}/missing.txt", "--output", "{tmp}/new"],
     ["sweep", "--collect", "{tmp}", "--output", "{tmp}/new"],

@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import click
 
-from ncclprobe.cli.output import emit, force_option, format_option
+from ncclprobe.cli.output import emit, exit_codes, force_option, format_option, output_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend.workload import from_sizes
 from ncclprobe.report import build_report
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
-  ncclprobe report sweep.jsonl --out report/
-  ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --out report/
-  ncclprobe report sweep.jsonl --trace graphs-decode.json --trace graphs-all.json --out report/
-  ncclprobe report sweep.jsonl --sizes 14K,1M --out report/ --format json
-  ncclprobe report sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz --out report/
+  ncclprobe report sweep.jsonl --output report/
+  ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --output report/
+  ncclprobe report sweep.jsonl --trace graphs-decode.json --trace graphs-all.json --output report/
+  ncclprobe report sweep.jsonl --sizes 14K,1M --output report/ --format json
+  ncclprobe report sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz --output report/
+
+{exit_codes("the report was written")}
 """
 
 
 @click.command(epilog=EPILOG, short_help="Plots and a Markdown/HTML report from results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Directory to write (new or empty; an earlier report there only with --force, replaced whole).")
+@output_option("Directory to write (new or empty; an earlier report there only with --force, replaced whole).",
+               dest="out_dir", directory=True, required=True, old=("--out",))
 @click.option("--trace", type=click.Path(dir_okay=False), multiple=True,
               help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
                    "(one per rank) or a server log; phases, acceptance, workload sizes.")
