@@ -153,17 +153,6 @@ class DraftConfig:
         return cls(**doc)
 
 
-def model_config_from_json(doc: dict) -> ModelConfig:
-    doc = dict(doc)
-    doc.pop("moe_enabled", None)
-    if doc.get("moe"):
-        doc["moe"] = MoEConfig(**doc["moe"])
-    if doc.get("rope_scaling"):
-        doc["rope_scaling"] = RopeScaling(**doc["rope_scaling"])
-    doc["capture_layers"] = tuple(doc.get("capture_layers") or ())
-    return ModelConfig(**doc)
-
-
 # ---------------------------------------------------------------- presets
 
 def tiny() -> ModelConfig:

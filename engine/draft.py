@@ -103,8 +103,7 @@ def save_draft(draft: DraftHead, path, extra_metadata: dict | None = None, *, re
 def trained_positions(path) -> int | None:
     """The sequence length `train-draft` trained the draft on (positions 0 to this minus 1), from
     its file's metadata; None for a draft saved without it. Beyond those positions a draft has
-    never learnt to predict, and its acceptance falls (4.00 inside, 2.50 over a run four times as
-    long, docs/LOG.md)."""
+    never learnt to predict, and its acceptance falls (docs/LOG.md)."""
     header, _ = safetensors_io.read_header(Path(path))
     training = json.loads(header.get("__metadata__", {}).get("training", "{}"))
     return training.get("trained_positions") if isinstance(training, dict) else None

@@ -220,9 +220,7 @@ def compile_for_capture(model, mode: str = "default"):
 
     On Hopper and later GPUs the Triton kernels are launched with programmatic dependent launch
     (PDL): each may start while its predecessor drains and waits on the device for its inputs, so
-    the gaps between a decode step's hundreds of small kernels shrink. Measured on H200 instances:
-    the llama-16l graph decode at 2.221 and 2.273 ms with it, 2.298 and 2.325 ms without (1.26-1.29x
-    against 1.30-1.32x the roofline; instances differ by about 2%, docs/LOG.md)."""
+    the gaps between a decode step's hundreds of small kernels shrink (docs/LOG.md)."""
     if model is None:
         return None
     # one specialisation per captured shape: past dynamo's default limit of 8 it would silently

@@ -29,13 +29,10 @@ def events_needed(new_tokens: int) -> int:
 
 class PhaseTimer:
     def __init__(self, device, *, reserve: int = 0, annotate: bool = False):
-        """`reserve`: CUDA events to create before the run (two per phase span expected). A CUDA
-        event is created by the driver at its first record; doing that inside the loop put tens of
+        """`reserve`: CUDA events to create before the run (two per phase span expected). The driver
+        creates a CUDA event at its first record; doing that inside the loop puts tens of
         microseconds per phase on the speculative cycle's critical path (the host launches the next
-        cycle right after the readout sync). Reserving them took the measured instrumentation
-        overhead of `small`'s speculative run with compiled graphs from 8.4% to 3.0% on the H200
-        (best of 3); with joined phases and the draft captured whole it measured 0.11% (best of 10,
-        256 tokens; run-to-run spread about 3.5%, docs/LOG.md)."""
+        cycle right after the readout sync). What the instrumentation costs: docs/LOG.md."""
         self.cuda = torch.device(device).type == "cuda"
         # `run-engine --profile`: each phase also a profiler annotation the trace reader knows
         self.annotate = annotate

@@ -130,19 +130,13 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 
     On a GPU, steps of up to `split_kv.MAX_ROWS` query rows (decode, verify, draft steps, short
     prompts) go to `split_kv_attention`, which computes the same causal mask from `positions` and
-    reads only the live part of the cache: 9.6 us per layer at one token and 9.9 at four, against
-    11.2 and 15.9 for the best torch paths below, compiled (2048 slots; 14.2 against 27.7 and 53.6
-    over 16384 slots; docs/LOG.md). The torch paths serve the CPU, longer prompts and benchmarks,
-    each the fastest measured on the H200 for its step at llama shapes (32 query and 8 KV heads,
-    2048 slots), eager and compiled alike:
-    - one token (decode, chained draft steps): SDPA with `enable_gqa`, 14.5 us per layer eager and
-      11.5 compiled;
+    reads only the live part of the cache. The torch paths serve the CPU, longer prompts and
+    benchmarks, each the fastest for its step at llama shapes (docs/LOG.md, "Figures that lived in
+    docstrings"):
+    - one token (decode, chained draft steps): SDPA with `enable_gqa`;
     - several tokens (verify, draft extend, prefill): the G = H/KVH query heads sharing a KV head
-      are folded into the query rows (t-major), then matmul, float32 softmax, matmul: each KV head
-      is read once. 37 us eager and 15.7 compiled at 4 tokens, against 51 and 48.5 for SDPA's
-      `enable_gqa`, whose math fallback repeats K and V G times over the whole cache, and 57 for
-      the folded rows through SDPA's fused kernels (presumably too few thread blocks: they
-      parallelise over heads, and there are 8 KV heads).
+      are folded into the query rows (t-major), then matmul, float32 softmax, matmul, so each KV
+      head is read once (SDPA's `enable_gqa` math fallback repeats K and V G times over the cache).
     """
     B, T, H, D = q.shape
     kv_heads = keys.shape[2]

@@ -4,10 +4,7 @@ Why a kernel of our own: at batch 1 SDPA's fused kernels parallelise over heads 
 llama shapes, so a one-token step leaves most of an H200's 132 SMs idle, and with a boolean mask
 they read the whole cache whatever the position. Splitting the cache's slots into chunks gives
 (batch x KV heads x chunks) programs, and each stops at the last live slot of its rows, so a step
-reads the live part of the cache. On the H200 (docs/LOG.md): 9.6 us per layer at one token and
-9.9 at four (2048 slots, position 512) against 11.2 for SDPA and 15.9 for the grouped matmul path,
-both compiled; over 16384 slots 14.2 against 27.7 and 53.6. In the compiled llama-16l step the
-decode went from 2.193 to 2.155 ms and verify of 4 tokens from 2.360 to 2.247 ms. No kernel
+reads the live part of the cache (its speed against the torch paths: docs/LOG.md). No kernel
 library that does this (FlashInfer, flash-attn) is on the machines we run on; Triton is, with
 torch on every GPU.
 

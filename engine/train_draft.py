@@ -12,23 +12,16 @@
    p-j+s. The loss is the cross-entropy against the target, weighted 0.8^j: against its whole
    distribution (`soft`), its greedy choice (`hard`) or the mean of both (`mixed`, the default).
 3. Reduced vocabulary (`draft_vocab`, EAGLE-3's d2t): the draft's head covers only the tokens the
-   target generated most; on `tiny` half the vocabulary (95% of generated tokens) kept the
-   acceptance (2.82 against 2.81), a quarter (79%) lowered it to 2.39; on a target trained on a
-   64-token synthetic chain a 64-token head reached 3.55 against 3.59 (docs/LOG.md).
+   target generated most, which keeps the acceptance as long as they cover most of what the target
+   says (docs/LOG.md).
 
 Data, not tricks, is what the draft of a random-weight target needs: its next-token distributions
-are nearly flat (the loss stays near 5.1 nats against ln 256 = 5.55 on `tiny`), so what is
-learnable is mostly its greedy choice in context, and that takes many (prompt, continuation)
-pairs. On `tiny` (k=3, 16 fresh prompts) 64 sequences x 300 steps reach an acceptance length of
-2.15, 256 x 600 reach 2.63, 512 x 1000 2.67, 1024 x 1500 2.76; a lower learning rate (2.48), a
-deeper unroll (5: 2.68 / 2.76) or hard argmax labels (2.53; half hard, half soft 2.69) did not do
-better than more data (docs/LOG.md); `mixed` labels reach 2.81. On `small` (vocabulary 32000)
-the target's distributions are so flat that the soft loss sits at ln 32000 = 10.37 nats and
-teaches the draft nothing (acceptance 1.00 before and after on the H200): the soft gradient
-p_draft - p_target carries almost no information about the argmax, which is what greedy
-acceptance needs; the hard half of `mixed` does. Even so a draft of the random 1B target reached
-only 1.02 (1024 x 1500): its greedy token is a context hash of 16 random layers, matching the
-current token's "bigram" choice only 29% of the time. A draft learns what is learnable.
+are nearly flat, so what is learnable is mostly its greedy choice in context, and that takes many
+(prompt, continuation) pairs; more data did better than a lower learning rate, a deeper unroll or
+hard labels (docs/LOG.md). Where the target's distributions are flat over a large vocabulary the
+soft loss teaches nothing (the gradient p_draft - p_target carries almost no information about the
+argmax, which greedy acceptance needs); the hard half of `mixed` does. A draft learns what is
+learnable: of a random target's greedy token, almost nothing.
 """
 
 from __future__ import annotations

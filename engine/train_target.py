@@ -16,18 +16,11 @@ Trained positions: the target only follows the chain at positions below `seq_len
 greedy agreement falls from 99.9% to about 5% past them), so `seq_len` must cover run-engine's
 prompt + new tokens + k; the saved config.json says so in `max_position_embeddings`.
 
-Sizing for `small` (1.039e9 weights outside the embedding, 6 x that FLOPs per trained token; the
-attention adds ~1% at 320 positions): 320 steps of 24 x 320 tokens = 2.46e6 tokens = 1.53e16 FLOPs,
-estimated at 77 s for 200 TFLOP/s (bf16 autocast, eager); measured on the H200: 44 s (55,500
-tokens/s), held-out loss 0.944 nats against the chain's floor of 0.930, argmax agreement 1.00. 320 positions cover run-engine's 16-token prompts
-with up to ~300 new tokens. The chain has 64^2 = 4096 order-2 contexts, each seen ~550 times:
-enough to learn its successors, and few enough that a one-layer draft learns the greedy walk too
-(on `tiny`, 800 steps of 32 x 96 reach 98% argmax agreement in a minute of CPU).
-
-Learning rate: the best peak halves as the width doubles. CPU proxies (vocabulary 1024, 320 steps
-of 8 x 160 tokens, held-out argmax agreement): width 512 x 4 layers 95.3 / 97.6 / 96.6% at
-2e-3 / 1e-3 / 5e-4; width 1024 x 2 layers 94.5 / 98.3% at 1e-3 / 5e-4. So width 2048 gets 3e-4
-(`small` trains on 6x the tokens of the proxies: a lower rate has the steps it needs).
+Sizing (the defaults below are `small`'s): 320 positions cover run-engine's 16-token prompts with
+up to ~300 new tokens, and the chain's 64^2 = 4096 order-2 contexts are each seen hundreds of times:
+enough to learn their successors, and few enough that a one-layer draft learns the greedy walk too.
+The best learning rate halves as the width doubles. The sizing arithmetic, the learning-rate
+proxies and the measured times: docs/LOG.md, "Figures that lived in docstrings".
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from ncclprobe.cudagraph import capture_graph
 from ncclprobe.engine.share import time_call_ms
 
 SHAPES = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (28672, 4096),
@@ -50,13 +51,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, block_n: int, bloc
 
 def graphed_ms(fn) -> float:
     """ms per call of `fn`, from a CUDA graph of CALLS calls (launch gaps as in the decode graph)."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def calls_in_a_row():
         for _ in range(CALLS):
             fn()
+
+    graph, _ = capture_graph(calls_in_a_row, warmup=fn, warmups=2)
     return time_call_ms(graph.replay, "cuda") / CALLS
 
 

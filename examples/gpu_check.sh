@@ -21,7 +21,7 @@ step() {
 }
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >>"$LOG" 2>&1
 nvidia-smi topo -m >>"$LOG" 2>&1
-step facts 120 sh -c "python3 examples/check_nccl_facts_gpu.py > $OUT/facts.jsonl"
+step facts 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_nccl_facts_gpu.py
 step pytest 300 python3 -m pytest -q -m gpu -p no:cacheprovider
 step sweep 120 ncclprobe sweep --sizes 4K..256M:4 --output "$OUT/sweep.jsonl"
 step share-sweep 120 ncclprobe sweep --share-gpu 2 --proto default,LL,Simple --algo default,Ring,Tree --sizes 4K,1M --output "$OUT/share-sweep.jsonl"
@@ -38,7 +38,7 @@ step steps-compile 200 python3 examples/engine_bench.py steps --preset llama3-8b
 step engine-eager 100 ncclprobe run-engine --preset small --graphs none --new-tokens 64 --trace "$OUT/small-eager.json"
 step engine-eager 150 ncclprobe run-engine --preset llama3-8b --graphs none --new-tokens 32 --trace "$OUT/llama3-8b-eager.json"
 DRAFT=/tmp/ncclprobe-small-draft.safetensors; rm -f "$DRAFT"
-step draft 150 ncclprobe train-draft --preset small --out "$DRAFT" --sequences 1024 --steps 1500
+step draft 150 ncclprobe train-draft --preset small --output "$DRAFT" --sequences 1024 --steps 1500
 step draft 240 ncclprobe run-engine --preset small --draft "$DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-trained-graphs.json"
 step autotune 240 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --compile-mode max-autotune
 step pytest-engine 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py tests/test_diagnose_gpu.py
@@ -54,8 +54,8 @@ step pdl 200 python3 examples/engine_bench.py steps --preset llama-16l --verify-
 step cdt 300 python3 examples/engine_bench.py steps --preset llama-16l --verify-tokens 4 --compile --inductor coordinate_descent_tuning=1
 step pytest-compiled 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py -k compiled
 SYN=/tmp/ncclprobe-small-chain SYN_DRAFT=/tmp/ncclprobe-small-chain-draft.safetensors; rm -rf "$SYN" "$SYN_DRAFT"
-step synthetic 200 python3 examples/synthetic_target.py --preset small --out "$SYN" --device cuda
-step synthetic 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT"
+step synthetic 200 ncclprobe train-target --preset small --output "$SYN" --device cuda
+step synthetic 200 ncclprobe train-draft --checkpoint "$SYN" --output "$SYN_DRAFT"
 step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained.json"
 step synthetic 150 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT" --graphs all --compile --new-tokens 64 --trace "$OUT/small-chain-trained-64.json"
 step splitkv 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_split_kv.py
@@ -65,12 +65,12 @@ step attention-splitkv 150 python3 examples/engine_bench.py attention --only "sp
 step splitkv 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py tests/test_diagnose_gpu.py
 step attention-16k 150 python3 examples/engine_bench.py attention --slots 16384 --only "split-KV Triton" --only "enable_gqa, compiled" --only "matmul-softmax, compiled"
 C16=/tmp/ncclprobe-l16-chain C16_DRAFT=/tmp/ncclprobe-l16-chain-draft.safetensors
-step chain16 300 python3 examples/synthetic_target.py --preset llama-16l --batch 16 --out "$C16" --device cuda
-step chain16 300 ncclprobe train-draft --checkpoint "$C16" --out "$C16_DRAFT" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
+step chain16 300 ncclprobe train-target --preset llama-16l --batch 16 --output "$C16" --device cuda
+step chain16 300 ncclprobe train-draft --checkpoint "$C16" --output "$C16_DRAFT" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
 step chain16 300 ncclprobe run-engine --checkpoint "$C16" --draft "$C16_DRAFT" --graphs all --compile --new-tokens 256 --trace "$OUT/l16-chain-trained.json"
 SYN_DRAFT2=/tmp/ncclprobe-small-chain-draft-272.safetensors; rm -f "$SYN_DRAFT2"
-step chain-small 200 python3 examples/synthetic_target.py --preset small --out "$SYN" --device cuda
-step chain-small 200 ncclprobe train-draft --checkpoint "$SYN" --out "$SYN_DRAFT2" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
+step chain-small 200 ncclprobe train-target --preset small --output "$SYN" --device cuda --force
+step chain-small 200 ncclprobe train-draft --checkpoint "$SYN" --output "$SYN_DRAFT2" --sequences 256 --gen-len 272 --batch 8 --steps 800 --draft-vocab 8000
 step chain-small 200 ncclprobe run-engine --checkpoint "$SYN" --draft "$SYN_DRAFT2" --graphs all --compile --new-tokens 256 --trace "$OUT/small-chain-trained-272.json"
 step steps-8b 200 python3 examples/engine_bench.py steps --preset llama3-8b --verify-tokens 4 --compile
 step pytest-prefill 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_gpu.py

@@ -19,11 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def torchrun_env() -> bool:
-    """True when this process was started by torchrun (or another env:// launcher), not by run_pool."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "NCCLPROBE_STORE_PORT" not in os.environ
-
-
 @dataclass
 class WorkerContext:
     rank: int

@@ -25,6 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ncclprobe.cudagraph import capture_graph
 from ncclprobe.probes.collectives.base import crafted_input, torch_dtype
 from ncclprobe.probes.custom_allreduce_methods import Unavailable, build
 
@@ -165,19 +166,14 @@ def _trials(ctx, trials: int, body, calls: int) -> tuple[list[float], list[float
 
 
 def _capture(method, calls: int):
-    """A graph of `calls` all-reduces; the warm-up call runs for real, on every rank alike."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        method.call()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    """A graph of `calls` all-reduces and the output of the last; the warm-up call runs for real,
+    on every rank alike (`ncclprobe.cudagraph`)."""
+    def calls_in_a_row():
         for _ in range(calls):
             result = method.call()
-    torch.cuda.synchronize()
-    return graph, result
+        return result
+
+    return capture_graph(calls_in_a_row, warmup=method.call)
 
 
 def _pattern(ctx, n, dtype, call: int):

@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ncclprobe.cudagraph import capture_graph
 from ncclprobe.nccl.recipes import own_log
 from ncclprobe.probes.graph_capture_verdict import log_segment
 
@@ -81,20 +82,14 @@ def eager_times(call, iters: int) -> dict:
 
 
 def capture(call, buf, ops: int) -> torch.cuda.CUDAGraph:
-    """A graph of `ops` calls plus a 1-element marker op (a one-rank all-reduce adds no node)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):   # warm up on a side stream, as torch's graph docs require
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    """A graph of `ops` calls plus a 1-element marker op (a one-rank all-reduce adds no node),
+    after 3 warm-up calls on a side stream (`ncclprobe.cudagraph`)."""
+    def ops_and_marker():
         for _ in range(ops):
             call()
         buf[:1].add_(0.0)
-    torch.cuda.synchronize()
+
+    graph, _ = capture_graph(ops_and_marker, warmup=call, warmups=3)
     return graph
 
 

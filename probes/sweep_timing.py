@@ -21,6 +21,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from ncclprobe.cudagraph import capture_graph
+
 
 def iteration(comm, coll, slots, k: int, agg: int, in_place: bool, op: str) -> None:
     """The k-th iteration: `agg` collectives in one group, each on its own slot."""
@@ -98,18 +100,9 @@ def graph_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
 
 
 def capture(work):
-    """`work()` captured in a CUDA graph after one warm-up run on a side stream (torch's graph
-    docs ask for it; it also creates the communicator's resources outside the capture)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        work()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        work()
-    torch.cuda.synchronize()
+    """`work()` captured in a CUDA graph after one warm-up run on a side stream (which also
+    creates the communicator's resources outside the capture: `ncclprobe.cudagraph`)."""
+    graph, _ = capture_graph(work)
     return graph
 
 

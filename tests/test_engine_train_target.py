@@ -2,10 +2,8 @@
 forward is the engine's forward, the HF checkpoint round-trips exactly, the chain samples what it
 specifies, and a short training run learns."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -163,14 +161,17 @@ def test_short_training_moves_the_loss_towards_the_chain_entropy():
     assert report["argmax_agreement"] > before["argmax_agreement"] + 0.2
 
 
-def test_example_script_trains_saves_and_checks(tmp_path, capsys):
-    path = Path(__file__).resolve().parents[1] / "examples" / "synthetic_target.py"
-    loaded = importlib.util.spec_from_file_location("synthetic_target_example", path)
-    script = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(script)
-    assert script.main(["--preset", "tiny", "--out", str(tmp_path / "ckpt"), "--device", "cpu", "--steps", "3",
-                        "--batch", "4", "--seq-len", "40", "--check-prompts", "2", "--check-tokens", "8"]) == 0
-    figures = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
-    assert figures["steps"] == "3" and 0 <= float(figures["greedy_agreement_random_prompts"]) <= 1
-    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+def test_train_target_command_trains_saves_and_checks(tmp_path):
+    from click.testing import CliRunner
+    from ncclprobe.cli import cli
+    out = tmp_path / "ckpt"
+    args = ["train-target", "--preset", "tiny", "--output", str(out), "--device", "cpu", "--steps", "3", "--batch", "4",
+            "--seq-len", "40", "--check-prompts", "2", "--check-tokens", "8", "--format", "json", "-q"]
+    result = CliRunner().invoke(cli, args, prog_name="ncclprobe")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["steps"] == 3 and 0 <= doc["greedy_agreement_random_prompts"] <= 1 and "synthetic" in doc["label"]
+    config = json.loads((out / "config.json").read_text())
     assert config["max_position_embeddings"] == 40 and config["ncclprobe_synthetic_target"]["steps"] == 3
+    again = CliRunner().invoke(cli, args, prog_name="ncclprobe")   # a checkpoint is never replaced without --force
+    assert again.exit_code == 2 and "--force" in again.output

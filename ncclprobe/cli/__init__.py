@@ -41,6 +41,7 @@ SUBCOMMANDS = {
     "probe": "ncclprobe.cli.probe:group",
     "run-engine": "ncclprobe.cli.run_engine:command",
     "train-draft": "ncclprobe.cli.train_draft:command",
+    "train-target": "ncclprobe.cli.train_target:command",
     "recommend": "ncclprobe.cli.recommend:command",
     "report": "ncclprobe.cli.report:command",
     "diagnose": "ncclprobe.cli.diagnose:command",

@@ -27,10 +27,6 @@ class Point:
     trials: int = 1
 
     @property
-    def has_spread(self) -> bool:
-        return self.trials > 1
-
-    @property
     def noise(self) -> float:
         """Half the p10..p90 spread relative to the median: 0.04 means +/- 4 %."""
         return (self.p90_us - self.p10_us) / (2 * self.time_us) if self.time_us > 0 else 0.0
