@@ -109,7 +109,7 @@ def test_nccl_reads_what_getenv_sees_except_after_its_first_communicator(tmp_pat
 
 
 @pytest.mark.parametrize("args, message", [(["--timeout", "0"], "--timeout"),
-                                           (["--workdir", "/proc/no-such-dir/x"], "--workdir")])
+                                           (["--output", "/proc/no-such-dir/x"], "--output")])
 def test_bad_timeout_or_workdir_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(cli, ["probe", "env-propagation", "--mechanism", "fork", *args])
     assert result.exit_code == 2 and result.stdout == "" and message in result.stderr

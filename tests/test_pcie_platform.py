@@ -149,7 +149,7 @@ def test_measurement_hang_names_the_pair_and_is_an_error_finding():
 
 def test_topo_check_without_gpu_end_to_end(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--format", "json", "--output-dir", str(tmp_path / "o")])
+    result = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--format", "json", "--output", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["kind"] == "topo-check" and {c["check"] for c in doc["platform"]} == {"acs", "iommu", "link", "driver-p2p"}
@@ -157,7 +157,7 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     assert doc["measurement"]["status"] in ("unavailable", "ok")
     saved = json.loads((tmp_path / "o/topo-check.json").read_text())
     assert saved["advice"] == doc["advice"]
-    again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output-dir", str(tmp_path / "o")])
+    again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")])
     assert again.exit_code == 2 and "never overwritten" in again.stderr
 
 

@@ -146,7 +146,7 @@ def test_cli_emit_to_stdout_and_json_format(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--sizes", "4K", "--workload", "t.json"], "either --workload TRACE or --sizes"),
+    (["--sizes", "4K", "--trace", "t.json"], "either --trace FILE or --sizes"),
     (["--output", "x.json"], "add --emit"),
     (["--sizes", "4Q"], "bad size '4Q'"),
     (["--workload", "missing.json"], "cannot read 'missing.json'"),

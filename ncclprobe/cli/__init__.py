@@ -23,6 +23,7 @@ import errno
 import importlib
 import logging
 import sys
+import textwrap
 
 import click
 
@@ -67,8 +68,20 @@ def load_target(target: str | None):
     module = importlib.import_module(module_name)
     from ncclprobe.cli.types import harden
     command = harden(getattr(module, attr))
-    _accept_verbosity_options(command)   # lazily loaded subcommands of groups (`probe X -q`) too
+    _accept_common_options(command)   # lazily loaded subcommands of groups (`probe X -q`) too
     return command
+
+
+def exit_codes(fine: str, findings: str | None = None, nothing_here: str | None = None,
+               interrupted: str = "nothing half-written is left") -> str:
+    """The `Exit codes:` paragraph of a command's --help: what 0, 1 and 3 mean for this command,
+    then the codes every command shares (this module's contract, `ncclprobe.verdict`)."""
+    codes = [f"0 {fine}"] + ([f"1 {findings}"] if findings else []) + ["2 bad usage or input (one line)"]
+    codes += [f"3 {nothing_here}"] if nothing_here else []
+    codes += [f"4 internal error ({TRACEBACK_FLAG} shows the traceback)",
+              f"130 interrupted (Ctrl-C) and 143 terminated (SIGTERM): {interrupted}"]
+    text = "Exit codes: " + "; ".join(codes) + "."
+    return "\b\n" + textwrap.fill(text, width=HELP_WIDTH - 4, break_on_hyphens=False, break_long_words=False)
 
 
 class _Interrupted(Exception):
@@ -153,18 +166,20 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(4)
 
 
-def _accept_verbosity_options(command: click.Command) -> None:
-    """Let -q/-v also follow the subcommand (`ncclprobe sweep -q`), where users type them; they
-    act exactly like the group's. Added once per command, to a group's subcommands too."""
+def _accept_common_options(command: click.Command) -> None:
+    """Let -q/-v/--wide also follow the subcommand (`ncclprobe sweep -q`), where users type them;
+    they act exactly like the group's. Added once per command, to a group's subcommands too."""
     names = {name for param in command.params for name in param.opts}
-    if not names & {"-q", "--quiet", "-v", "--verbose"}:
+    if not names & {"-q", "--quiet", "-v", "--verbose", "--wide"}:
         command.params += [
             click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_verbosity,
                          help="More detail on stderr (-vv for debug); same as before the command."),
             click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_quiet,
-                         help="Only errors on stderr; no progress; same as before the command.")]
+                         help="Only errors on stderr; no progress; same as before the command."),
+            click.Option(["--wide"], is_flag=True, expose_value=False, callback=_set_wide,
+                         help="Tables with every column, unwrapped; same as before the command.")]
     for sub in getattr(command, "commands", {}).values():
-        _accept_verbosity_options(sub)
+        _accept_common_options(sub)
 
 
 def _set_verbosity(ctx: click.Context, _param, count: int) -> None:
@@ -178,6 +193,11 @@ def _set_quiet(ctx: click.Context, _param, quiet: bool) -> None:
     if quiet:
         ctx.ensure_object(dict).update(quiet=True, verbosity=-1)
         _configure_logging(-1)
+
+
+def _set_wide(ctx: click.Context, _param, wide: bool) -> None:
+    if wide:
+        ctx.find_root().ensure_object(dict)["wide"] = True
 
 
 def _exit_interrupted(exc: BaseException) -> None:
@@ -222,12 +242,17 @@ def _configure_logging(verbosity: int) -> None:
     root.propagate = False
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH})
+@click.group(cls=LazyGroup, epilog=exit_codes(
+    "everything measured or checked is fine", "findings: wrong results, unmet expectations, lint errors, hung or "
+    "crashed configurations", "nothing could be measured or read here (no GPU for a GPU-only probe, no readable "
+    "process)", interrupted="one line says how to continue (`--resume FILE` where it applies)"), context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH})
 @click.version_option(__version__, "--version", prog_name="ncclprobe")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress.")
+@click.option("--wide", is_flag=True, help="Tables with every column, unwrapped (default: they fit the terminal; "
+              "JSON and CSV are always complete).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool, wide: bool) -> None:
     """Diagnostics for multi-GPU collectives: measure NCCL settings, prove they reached the
     workers and took effect, and recommend settings that help.
 
@@ -236,7 +261,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """
     verbosity = -1 if quiet else verbose
     _configure_logging(verbosity)
-    ctx.obj = {"verbosity": verbosity, "quiet": quiet}
+    ctx.obj = {"verbosity": verbosity, "quiet": quiet, "wide": wide}
 
 
 def main() -> None:

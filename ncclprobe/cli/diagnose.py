@@ -7,9 +7,11 @@ import textwrap
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.table import terminal_width
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe diagnose --trace trace.json
   ncclprobe diagnose --trace spec.json --baseline untuned.json --sweep sweep.jsonl
@@ -18,7 +20,7 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
 
-Exit codes: 0 no finding above informational, 1 findings, 2 unreadable input."""
+{exit_codes("no finding above informational", "findings")}"""
 
 
 @click.command(epilog=EPILOG, short_help="Ranked causes of a slow engine run, with evidence and next steps.")
@@ -100,7 +102,23 @@ def render_text(result, ev=None) -> str:
         lines.append("not checked (missing evidence):")
         lines += [f"  - {n.hypothesis}: {n.missing}" + (f" (next: {n.next_command})" if n.next_command else "")
                   for n in result.not_checked]
-    return "\n".join(lines)
+    return "\n".join(_fit(lines, terminal_width()))
+
+
+def _fit(lines: list[str], width: int | None) -> list[str]:
+    """Every line wrapped to the terminal: `#` lines under their first words, the others under
+    their own indent (--wide: as they are)."""
+    if width is None:
+        return lines
+    fitted = []
+    for line in lines:
+        if len(line) <= width:
+            fitted.append(line)
+            continue
+        indent = "#   " if line.startswith("#") else " " * (len(line) - len(line.lstrip()) + 3)
+        fitted += textwrap.wrap(line, width=width, subsequent_indent=indent, break_on_hyphens=False,
+                                break_long_words=False)
+    return fitted
 
 
 def _inputs(inputs: dict) -> str:
@@ -153,4 +171,5 @@ def _expectation_lines(exp: dict | None) -> list[str]:
 
 
 def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, width=100, initial_indent=indent, subsequent_indent=indent)
+    return textwrap.wrap(text, width=terminal_width() or len(indent) + len(text), initial_indent=indent,
+                         subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)

@@ -9,6 +9,7 @@ import time
 import click
 
 from ncclprobe import interrupts
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option, to_csv
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
@@ -16,7 +17,7 @@ from ncclprobe.verdict import Verdict
 
 log = logging.getLogger("ncclprobe.env_check")
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe env-check --pid 4242
   ncclprobe env-check --pid 4242 --expect NCCL_PROTO=LL --expect NCCL_P2P_LEVEL=SYS
@@ -24,8 +25,8 @@ Examples:
   ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
   ncclprobe env-check --pid 4242 --watch 2 --count 10
 \b
-Exit codes: 0 expectations met and no lint errors; 1 findings; 2 bad usage or no such pid;
-3 nothing readable; 130 when Ctrl-C ends a --watch (after the snapshots it printed).
+{exit_codes("expectations met and no lint errors", "findings", "nothing readable",
+            interrupted="a --watch ends with the snapshots it printed")}
 """
 
 

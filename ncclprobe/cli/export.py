@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import force_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import read_results
@@ -13,7 +14,7 @@ from ncclprobe.safe_output import check_output, write_text
 
 log = logging.getLogger("ncclprobe.export")
 
-EPILOG = """\b
+EPILOG = f"""\b
 --to nccl-tests: one table per collective, configuration, mode, op and dtype, in nccl-tests'
   current text format (paste it into an issue; `ncclprobe import` reads it back, settings and all).
 --to perf-csv: the input of NCCL's plugins/tuner/example/scripts/optimize_config.py
@@ -26,6 +27,8 @@ Examples:
   ncclprobe export sweep.jsonl --to nccl-tests > sweep.txt
   ncclprobe export sweep.jsonl imported.jsonl --to perf-csv --output perf.csv
   python optimize_config.py perf.csv -o nccl_tuner.conf        # NVIDIA/nccl plugins/tuner/example/scripts
+
+{exit_codes("exported")}
 """
 
 

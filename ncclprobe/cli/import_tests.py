@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, force_option, format_option
 from ncclprobe.evidence.imports import ImportOptions, import_text
 from ncclprobe.evidence.labels import parse_labels
@@ -17,7 +18,7 @@ from ncclprobe.safe_output import check_output
 
 log = logging.getLogger("ncclprobe.import")
 
-EPILOG = """\b
+EPILOG = f"""\b
 Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix records with
 findings and advice, `vllm collect-env` / `python -m sglang.check_env` text, nccl-tests text output (any generation; mpirun tags, prompts and NCCL INFO lines are
 skipped; a file of several runs is split into runs, each with its own header; the interleaved
@@ -37,6 +38,8 @@ Examples:
   ncclprobe import nt.json --output imported.jsonl             # all_reduce_perf ... -J nt.json
   ncclprobe import runs.txt --settings default --settings NCCL_ALGO=Tree --output runs.jsonl
   ncclprobe import mpirun.log --collective all_reduce --format json
+
+{exit_codes("imported", "nccl-tests counted wrong values, or the P2P matrices show an error")}
 """
 
 

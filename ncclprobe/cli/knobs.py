@@ -6,6 +6,7 @@ import os
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.cli.types import NonEmpty, Version
 from ncclprobe.errors import UsageProblem
@@ -17,7 +18,7 @@ from ncclprobe.provenance import nccl_version_string
 from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.verdict import Verdict
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe knobs
   ncclprobe knobs NCCL_P2P_LEVEL
@@ -29,6 +30,8 @@ Examples:
 \b
 --topo FILE is saved `nvidia-smi topo -m` output; without it the lint reads this machine's topology
 (none on a machine without GPUs: rules that depend on the links then say so instead of deciding).
+
+{exit_codes("shown, or the lint found no error", "the lint found an error")}
 """
 
 

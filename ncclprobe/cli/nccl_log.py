@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
@@ -20,6 +21,8 @@ Examples:
   ncclprobe nccl-log nccl.host1.1234.log
   ncclprobe nccl-log logs/nccl.*.log --format json
   {_PROOF} python train.py 2>&1 | tee run.log; ncclprobe nccl-log run.log
+
+{exit_codes("read, no WARN line and no lint error", "an NCCL WARN line or a lint error")}
 """
 
 

@@ -11,14 +11,12 @@ import csv
 import io
 import json
 import sys
-import textwrap
 import time
 from typing import Any, Iterable, Sequence
 
 import click
-from tabulate import tabulate
 
-from ncclprobe.cli import HELP_WIDTH, TRACEBACK_FLAG
+from ncclprobe.cli.table import left_out_note, note_lines, render_table, terminal_width
 
 FORMATS = ("table", "json", "csv")
 
@@ -62,21 +60,10 @@ def output_option(help: str, *, dest: str = "output", directory: bool = False, r
                         required=required, help=help)
 
 
-def exit_codes(fine: str, findings: str | None = None, nothing_here: str | None = None,
-               interrupted: str = "nothing half-written is left") -> str:
-    """The `Exit codes:` paragraph of a command's --help: what 0, 1 and 3 mean for this command,
-    then the codes every command shares (`ncclprobe.cli`'s contract, `ncclprobe.verdict`)."""
-    codes = [f"0 {fine}"] + ([f"1 {findings}"] if findings else []) + ["2 bad usage or input (one line)"]
-    codes += [f"3 {nothing_here}"] if nothing_here else []
-    codes += [f"4 internal error ({TRACEBACK_FLAG} shows the traceback)",
-              f"130 interrupted (Ctrl-C) and 143 terminated (SIGTERM): {interrupted}"]
-    text = "Exit codes: " + "; ".join(codes) + "."
-    return "\b\n" + textwrap.fill(text, width=HELP_WIDTH - 4, break_on_hyphens=False, break_long_words=False)
-
-
 def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str | None = None,
          notes: Iterable[str] = ()) -> None:
-    """Print `doc` as JSON, or `rows` as a table/CSV. `notes` become `#` lines above a table."""
+    """Print `doc` as JSON, or `rows` as a table/CSV. `notes` become `#` lines above a table. A
+    table fits the terminal (`ncclprobe.cli.table`); JSON and CSV are always complete."""
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default, allow_nan=False))
         return
@@ -84,10 +71,12 @@ def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str |
     if fmt == "csv":
         click.echo(to_csv(rows), nl=False)
         return
-    lines = [f"# {title}"] if title else []
-    lines += [f"# {note}" for note in notes]
+    width = terminal_width()
+    lines = note_lines(([title] if title else []) + list(notes), width)
     if rows:
-        lines.append(tabulate(rows, headers="keys", tablefmt="simple", floatfmt=".2f", missingval="-"))
+        table, left_out = render_table(rows, width)
+        lines += note_lines([left_out_note(left_out, width)], width) if left_out else []
+        lines.append(table)
     click.echo("\n".join(lines))
 
 

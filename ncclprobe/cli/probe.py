@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from ncclprobe.cli import load_target
+from ncclprobe.cli import exit_codes, load_target
 
 PROBES = {
     "custom-allreduce": "ncclprobe.cli.probe_custom_allreduce:command",
@@ -16,12 +16,15 @@ PROBES = {
     "graph-capture": "ncclprobe.cli.probe_graph_capture:command",
 }
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe probe env-propagation
   ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start --format json
   ncclprobe probe graph-capture
   ncclprobe probe custom-allreduce --share-gpu 2
+
+{exit_codes("the probe measured what it asks (each probe's --help says exactly)", "the probe found a problem",
+            "the probe cannot run here (no GPU, too few GPUs)")}
 """
 
 

@@ -7,10 +7,11 @@ import contextlib
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import Progress, emit, format_option
 from ncclprobe.errors import UsageProblem
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe probe custom-allreduce
   ncclprobe probe custom-allreduce --sizes 4K,64K,1M --dtype bfloat16,float32 --format json
@@ -29,8 +30,8 @@ Methods:
 so the times are not link times and no verdict is given, but every method's correctness across
 processes is real. Speed needs one GPU per rank.
 
-Exit codes: 0 every measured result exact, 1 a wrong result, a failed method or ranks that ended
-early, 2 bad usage, 3 no CUDA GPU with NCCL here (or too few GPUs)."""
+{exit_codes("every measured result exact", "a wrong result, a failed method or ranks that ended early",
+            "no CUDA GPU with NCCL here (or too few GPUs)")}"""
 
 
 @click.command(epilog=EPILOG, short_help="Custom IPC and symmetric-memory all-reduce against NCCL.")

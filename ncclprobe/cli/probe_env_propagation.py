@@ -6,18 +6,21 @@ from pathlib import Path
 
 import click
 
-from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import emit, format_option, output_option
 from ncclprobe.cli.types import Duration
 from ncclprobe.errors import Unsupported, UsageProblem
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe probe env-propagation
   ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start
-  ncclprobe probe env-propagation --nccl --workdir /tmp/envprop --format json
+  ncclprobe probe env-propagation --nccl --output /tmp/envprop --format json
 \b
 Columns: /proc (what env-check sees from outside), getenv (C getenv in the worker: what NCCL
 calls), os.environ (Python's view), read by NCCL (NCCL's own `set by environment` line; on a GPU).
+
+{exit_codes("every mechanism was measured", "a mechanism failed", "no mechanism could be measured here")}
 """
 
 
@@ -31,8 +34,8 @@ def _mechanism_names():
               help="Only this mechanism (repeatable; default: all).")
 @click.option("--nccl/--no-nccl", "nccl", default=None,
               help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
-@click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Keep specs, results and NCCL logs here (default: a temporary directory, removed).")
+@output_option("Keep the specs, results and NCCL logs in this directory (default: a temporary one, removed).",
+               dest="workdir", directory=True, old=("--workdir",))
 @click.option("--timeout", "timeout_s", type=Duration(), default=180.0, show_default=True,
               help="Seconds one mechanism may take.")
 @format_option
@@ -41,7 +44,7 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
     """Start a worker by each mechanism (shell export, multiprocessing spawn/fork/forkserver, a
     started pool, torchrun, subprocess env=, the worker's own os.environ or setenv before/after its
     communicator) and report what the worker really sees: in /proc, through C getenv, and what
-    NCCL reads. Exit 0 when every mechanism was measured, 1 when one failed, 3 when none could be.
+    NCCL reads.
     """
     from ncclprobe.probes.env_propagation import run_probe, table_rows, verdict
 
@@ -74,4 +77,4 @@ def _make_workdir(workdir: str) -> None:
     try:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageProblem(f"--workdir {workdir!r}: cannot create it ({exc.strerror or exc})") from None
+        raise UsageProblem(f"--output {workdir!r}: cannot create it ({exc.strerror or exc})") from None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe probe graph-capture
   ncclprobe probe graph-capture --sizes 8K,64K,1M --format json
@@ -22,8 +23,8 @@ use (from NCCL's own TUNING lines) is real, and that is what one rank cannot sho
 processes time-slice the GPU (about 4-5 ms per call on an H200, 36 ms for LL at 1M), so keep
 --iters, --graph-ops and --replays small.
 
-Exit codes: 0 measured, 1 a captured graph did not keep its setting, 2 bad usage,
-3 no CUDA GPU with NCCL here (or fewer GPUs than --nranks)."""
+{exit_codes("measured", "a captured graph did not keep its setting",
+            "no CUDA GPU with NCCL here (or fewer GPUs than --nranks)")}"""
 
 
 @click.command(epilog=EPILOG, short_help="Eager vs CUDA-graph collectives: host cost, settings baked in at capture.")

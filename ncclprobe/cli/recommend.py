@@ -6,7 +6,8 @@ import logging
 
 import click
 
-from ncclprobe.cli.output import emit, force_option, format_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import AliasedOption, emit, force_option, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.collectives import RecommendationSet, build_recommendations, collectives_in
@@ -18,7 +19,7 @@ from ncclprobe.sizes import format_size
 
 log = logging.getLogger("ncclprobe.recommend")
 
-EPILOG = """\b
+EPILOG = f"""\b
 Every collective in the results is recommended on its own (or those named by --collective);
 the exported environment is the one setting that serves them all together, and where their own
 best settings differ the tuner CSV (one row per collective and size range) is the better vehicle.
@@ -30,16 +31,19 @@ compared with each other and the output says so. LL128 without NVLink stays refu
 Examples:
   ncclprobe recommend sweep.jsonl
   ncclprobe recommend runs-1.jsonl runs-2.jsonl runs-3.jsonl --baseline NCCL_ALGO=Ring
-  ncclprobe recommend sweep.jsonl --workload trace.json --emit env --output nccl.env
+  ncclprobe recommend sweep.jsonl --trace trace.json --emit env --output nccl.env
   ncclprobe recommend sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz
   ncclprobe recommend sweep.jsonl imported.jsonl --sizes 14K,56K,1M --emit json --output rec.json
   ncclprobe recommend sweep.jsonl --emit tuner-csv --output nccl_tuner.conf
+
+{exit_codes("recommended (a change or none)", "a configuration was excluded for wrong results, a hang or an error")}
 """
 
 
 @click.command(epilog=EPILOG, short_help="Recommend NCCL settings from sweep results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--workload", "--trace", "traces", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--trace", "--workload", "traces", multiple=True, type=click.Path(dir_okay=False), cls=AliasedOption,
+              hidden_aliases=("--workload",),
               help="The job whose collective sizes weigh the global choice: an engine trace, PyTorch profiler "
                    "traces (one per rank; repeatable) or a server log.")
 @click.option("--sizes", help="Workload sizes instead of a trace, e.g. 14K,56K,1M (each counted once).")
@@ -66,7 +70,7 @@ def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, al
     recommended. Exits 1 when a configuration was excluded for wrong results, a hang or an error.
     """
     if traces and sizes:
-        raise UsageProblem("give either --workload TRACE or --sizes, not both")
+        raise UsageProblem("give either --trace FILE or --sizes, not both")
     if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
     if output and not emit_kind:

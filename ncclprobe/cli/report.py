@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ncclprobe.cli.output import emit, exit_codes, force_option, format_option, output_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import emit, force_option, format_option, output_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend.workload import from_sizes
 from ncclprobe.report import build_report

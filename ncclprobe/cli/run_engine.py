@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
@@ -14,7 +15,7 @@ from ncclprobe.enginerun.modes import GraphMode
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import check_output, write_json
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe run-engine --preset tiny --tp 2 -k 3
   ncclprobe run-engine --preset tiny-moe --batch 3 --draft draft.safetensors --format json
@@ -31,9 +32,9 @@ Every --env, --env-after-init and --tuned setting is linted first (a value NCCL 
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
 unless --allow-ll128-without-nvlink.
 
-Exit codes: 0 fine, 1 greedy speculative output differs from the baseline, ranks disagree, a
-setting did not reach every worker when it created its communicator, or the workers hung/crashed;
-2 bad options, 4 internal error."""
+{exit_codes("fine", "greedy speculative output differs from the baseline (float32), ranks disagree, a "
+            "setting did not reach every worker when it created its communicator, or the workers hung or crashed",
+            interrupted="no trace or profile is left half-written")}"""
 
 SWEEP_FIRST = "\0sweep"
 PRESET_NAMES = tuple(PRESETS)
@@ -168,19 +169,19 @@ def _median(run: dict, phase: str):
 
 
 def table_rows(doc: dict) -> list[dict]:
+    """One row per run, the columns in order of importance (a narrow terminal keeps the first)."""
     rows = []
     for run in doc["runs"]:
         spread = (run.get("repeats") or {}).get("spread")
         rows.append({"label": run["label"], "mode": run["mode"], "tokens_per_s": run["tokens_per_s"],
                      "tok_s_spread": f"{spread:.0%}" if spread is not None else None,
-                     "ms_per_token": run["ms_per_token"], "decode_ms": _median(run, "decode"),
-                     "draft_ms": _median(run, "draft"), "verify_ms": _median(run, "verify"),
-                     "verify_decode": run["verify_decode_ratio"], "accept_len": run["acceptance"]["mean_length"],
-                     "coll_per_token": run["collectives"]["per_token_count"],
+                     "accept_len": run["acceptance"]["mean_length"], "verify_decode": run["verify_decode_ratio"],
+                     "decode_ms": _median(run, "decode"), "verify_ms": _median(run, "verify"),
+                     "draft_ms": _median(run, "draft"), "loop_eff": (run.get("loop") or {}).get("efficiency"),
+                     "graph_coverage": run["graph_coverage"], "coll_share": run["collective_share"],
+                     "ms_per_token": run["ms_per_token"], "coll_per_token": run["collectives"]["per_token_count"],
                      "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
-                     "coll_share": run["collective_share"], "graph_coverage": run["graph_coverage"],
-                     "ideal_tok_s": (run.get("loop") or {}).get("ideal_tokens_per_s"),
-                     "loop_eff": (run.get("loop") or {}).get("efficiency")})
+                     "ideal_tok_s": (run.get("loop") or {}).get("ideal_tokens_per_s")})
     return rows
 
 

@@ -8,7 +8,8 @@ import sys
 import click
 
 from ncclprobe import interrupts
-from ncclprobe.cli.output import Progress, emit, exit_codes, force_option, format_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.p2p import P2P_LEVELS

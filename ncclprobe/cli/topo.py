@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import click
 
-from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import emit, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, Version
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.evidence.topo import Topology, equivalent_levels, p2p_level_pairs, parse_topo
 from ncclprobe.nccl.p2p import default_p2p_level
 
-EPILOG = """\b
+EPILOG = f"""\b
 Examples:
   ncclprobe topo
   ncclprobe topo --no-p2p-check --format json
   nvidia-smi topo -m > topo.txt; ncclprobe topo --from topo.txt
-  ncclprobe topo --check --output-dir topo-check/
+  ncclprobe topo --check --output topo-check/
 
-Exit codes: 0 fine; 1 a P2P copy returned wrong data or hung; 2 bad input; 3 nothing readable here."""
+{exit_codes("fine", "a P2P copy returned wrong data or hung, or --check found an error", "nothing readable here")}"""
 
 
 @click.command(epilog=EPILOG, short_help="Show the GPU topology; --check: PCIe health evidence and advice.")
@@ -31,8 +32,8 @@ Exit codes: 0 fine; 1 a P2P copy returned wrong data or hung; 2 bad input; 3 not
 @click.option("--check", "health", is_flag=True,
               help="Measure P2P and host<->device bandwidth/latency, read ACS/IOMMU/link state and the driver's "
                    "P2P support, dump NCCL's topology and graphs, and advise.")
-@click.option("--output-dir", type=click.Path(file_okay=False),
-              help="With --check: write topo-check.json, NCCL's XML dumps and a heatmap here (never overwrites).")
+@output_option("With --check: write topo-check.json, NCCL's XML dumps and a heatmap into this directory "
+               "(never over earlier ones).", dest="output_dir", directory=True, old=("--output-dir",))
 @click.option("--bytes", "nbytes", type=click.IntRange(4096, 1 << 32), default=32 << 20, show_default=True,
               help="With --check: bytes per copy.")
 @click.option("--nccl-job/--no-nccl-job", default=True, show_default=True,
@@ -56,7 +57,7 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
             raise click.UsageError("--check measures this machine; --from reads a saved topology (use one)")
         return _check(p2p_timeout, output_dir, nbytes, nccl_job, fmt)
     if output_dir:
-        raise click.UsageError("--output-dir goes with --check")
+        raise click.UsageError("--output goes with --check")
     vendor = None
     if source:
         topo = parse_topo(read_text_file(source, "topology file"))

@@ -6,7 +6,8 @@ import dataclasses
 
 import click
 
-from ncclprobe.cli.output import Progress, emit, exit_codes, force_option, format_option, output_option
+from ncclprobe.cli import exit_codes
+from ncclprobe.cli.output import Progress, emit, force_option, format_option, output_option
 from ncclprobe.cli.run_engine import PRESET_NAMES
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.safe_output import check_output

@@ -150,7 +150,7 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
         if doc.get("nccl", {}).get(key):
             files[name] = doc["nccl"][key]
     check_output_dir(directory)
-    written = [write_text(directory / name, text, what="--output-dir file")   # whole, never over a file
+    written = [write_text(directory / name, text, what="--output file")   # whole, never over a file
                for name, text in files.items()]
     from ncclprobe.pcie.heatmap import write_heatmap
     picture = write_heatmap([Matrix.from_record(r) for r in doc.get("matrices", [])], directory / "p2p-heatmap.png",

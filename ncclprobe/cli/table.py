@@ -1,0 +1,109 @@
+"""Tables and note lines that fit the terminal.
+
+A table wider than the terminal first wraps its text columns (widest first, down to `MIN_TEXT`
+characters), then leaves out its last columns, and says which with the flags that show them
+(`--wide`, or `--format json/csv`, which are always complete). Note lines (`# ...`) wrap under
+their first line. `--wide` (any command, before or after it) prints everything unwrapped.
+Columns come in order of importance: the first ones stay.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from typing import Sequence
+
+import click
+from tabulate import tabulate
+
+FALLBACK_COLUMNS = 100   # not a terminal and no COLUMNS: what a pasted block reads well at
+MIN_TEXT = 16            # a text column is wrapped no narrower than this (or its header)
+FLOAT_FORMAT = ".2f"
+MISSING = "-"
+
+
+def terminal_width() -> int | None:
+    """Columns a table may use: None under --wide, else the terminal's (COLUMNS first)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and (ctx.find_root().obj or {}).get("wide"):
+        return None
+    return shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns
+
+
+def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str]]:
+    """(the table, the names of the columns left out to fit `width`; None: all of them)."""
+    headers = _headers(rows)
+    cells = {h: [_cell(row.get(h)) for row in rows] for h in headers}
+    natural = {h: max([len(h)] + [_longest_line(c) for c in cells[h]]) for h in headers}
+    widths, shown = dict(natural), list(headers)
+    table = _tabulate(rows, shown, widths, natural)
+    while width is not None and _widest_line(table) > width:
+        text = [h for h in shown if _is_text(cells[h]) and widths[h] > max(MIN_TEXT, len(h))]
+        if text:
+            widest = max(text, key=widths.get)
+            widths[widest] = max(MIN_TEXT, len(widest), widths[widest] - (_widest_line(table) - width))
+        elif len(shown) > 1:
+            shown.pop()
+        else:
+            break
+        table = _tabulate(rows, shown, widths, natural)
+    return table, headers[len(shown):]
+
+
+def _tabulate(rows, shown: list[str], widths: dict[str, int], natural: dict[str, int]) -> str:
+    return tabulate([{h: row.get(h) for h in shown} for row in rows], headers="keys", tablefmt="simple",
+                    floatfmt=FLOAT_FORMAT, missingval=MISSING,
+                    maxcolwidths=[widths[h] if widths[h] < natural[h] else None for h in shown])
+
+
+def _widest_line(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def note_lines(notes: Sequence[str], width: int | None) -> list[str]:
+    """`# note` lines, each wrapped to `width` under its first line."""
+    lines = []
+    for note in notes:
+        if width is None:
+            lines.append(f"# {note}")
+        else:
+            lines += textwrap.wrap(note, width=max(20, width), initial_indent="# ", subsequent_indent="#   ",
+                                   break_on_hyphens=False, break_long_words=False) or ["#"]
+    return lines
+
+
+def left_out_note(columns: Sequence[str], width: int) -> str:
+    return (f"columns left out to fit {width} columns: {', '.join(columns)} (all of them with --wide, "
+            f"or --format csv/json)")
+
+
+def _headers(rows: Sequence[dict]) -> list[str]:
+    headers: list[str] = []
+    for row in rows:
+        headers += [key for key in row if key not in headers]
+    return headers
+
+
+def _cell(value) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, float):
+        return format(value, FLOAT_FORMAT)
+    return str(value)
+
+
+def _is_text(cells: list[str]) -> bool:
+    """A column tabulate can wrap: words, not numbers."""
+    return any(" " in c or "," in c or len(c) > MIN_TEXT for c in cells) and not all(_numeric(c) for c in cells)
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return cell == MISSING
+    return True
+
+
+def _longest_line(cell: str) -> int:
+    return max((len(line) for line in cell.splitlines()), default=0)
