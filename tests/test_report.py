@@ -156,3 +156,34 @@ def test_environment_section_masks_secret_values(tmp_path):
     for written in (files.markdown, files.html):
         text = written.read_text()
         assert secret not in text and "eth0" in text and "NCCL_NET_PLUGIN_TOKEN" in text
+
+
+def test_eight_traces_of_one_configuration_keep_eight_runs_apart(tmp_path):
+    """`report --trace` x 8 of runs alike: every run keeps a label of its own (8 runs drew 6 bars
+    when two traces' labels met), and every table cell is rounded (a mean over ranks is 3.556)."""
+    from ncclprobe.enginerun.trace import side_by_side
+    from ncclprobe.report.content import cell_text
+    paths = []
+    for i in range(8):
+        path = tmp_path / ("a" if i < 4 else "b") / f"run{i % 4}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(engine_trace({14336: 640})))
+        paths.append(path)
+    merged = side_by_side(paths)
+    labels = [(run["mode"], run["label"]) for run in merged["runs"]]
+    assert len(labels) == len(set(labels)) == 8 * len(json.loads(paths[0].read_text())["runs"])
+    assert cell_text(32 / 9) == "3.556" and cell_text(None) == "-" and cell_text(7) == "7"
+
+
+def test_figures_of_gloo_timings_carry_the_caveat_the_text_carries(tmp_path):
+    import matplotlib
+
+    from ncclprobe.recommend.load import load_evidence
+    from ncclprobe.recommend.safety import timing_caveat
+    from ncclprobe.report import plots
+    results = write_set(tmp_path / "gloo.jsonl", [config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, DEFAULT)],
+                        backend="gloo")
+    ev = load_evidence([results])
+    with matplotlib.rc_context({"svg.fonttype": "none"}):   # text as text, to be read back
+        [figure] = plots.latency(ev, tmp_path / "figs")
+    assert timing_caveat(ev.headers).split(":")[0] in figure.svg.read_text()

@@ -139,10 +139,21 @@ def side_by_side(paths: list[str | Path]) -> dict:
         return traces[0]
     configs = [t.get("config") or {} for t in traces]
     differ = [k for k in configs[0] if k != "model" and len({str(c.get(k)) for c in configs}) > 1]
-    tags = [" ".join(f"{k}={c.get(k)}" for k in differ) or Path(p).stem for p, c in zip(paths, configs)]
+    tags = _unique([" ".join(f"{k}={c.get(k)}" for k in differ) or Path(p).stem for p, c in zip(paths, configs)],
+                   [Path(p).stem for p in paths])
     runs = [{**run, "label": f"{run.get('label', '')} {tag}".strip()}
             for tag, trace in zip(tags, traces) for run in trace["runs"]]
     return {**traces[0], "runs": runs, "merged_from": [str(p) for p in paths]}
+
+
+def _unique(tags: list[str], stems: list[str]) -> list[str]:
+    """Tags that tell every trace apart: one shared by several traces gets the file's name, then
+    its position, so no two traces' runs carry one label (their bars would be drawn as one)."""
+    if len(set(tags)) < len(tags):
+        tags = [f"{tag} ({stem})" if tags.count(tag) > 1 and tag != stem else tag for tag, stem in zip(tags, stems)]
+    if len(set(tags)) < len(tags):
+        tags = [f"{tag} #{i + 1}" if tags.count(tag) > 1 else tag for i, tag in enumerate(tags)]
+    return tags
 
 
 def compare_tuned(runs: list[dict]) -> list[dict]:

@@ -52,7 +52,7 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
     """Every input is read and every recommendation made before anything is written; the directory
     is then built beside `out_dir` and swapped in whole (`ncclprobe.safe_output.atomic_directory`),
     so an existing report is replaced only with `force` and never mixed with this one's files."""
-    out = check_output_dir(out_dir, force=force, what="--out", owned=REPORT_ENTRIES)
+    out = check_output_dir(out_dir, force=force, what="--output", owned=REPORT_ENTRIES)
     paths = [trace_path] if isinstance(trace_path, (str, Path)) else list(trace_path or [])
     engine = load_any(paths) if paths else None
     names = [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
@@ -70,7 +70,7 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
     if not reported:
         raise UsageProblem(f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}")
     recs = [rec for _, _, rec, _ in reported if rec]
-    with atomic_directory(out, force=force, what="--out", owned=REPORT_ENTRIES) as work:
+    with atomic_directory(out, force=force, what="--output", owned=REPORT_ENTRIES) as work:
         content, figures = [], []
         for name, ev, rec, problem in reported:
             fig_dir = work / "figures" if len(names) == 1 else work / "figures" / name
@@ -78,7 +78,7 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
             content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
             figures += [f for group in figs.values() for f in group]
         runs = engine.runs if engine else []
-        engine_figs = {"phases": plots.phase_breakdown(runs, work / "figures"),
+        engine_figs = {"phases": plots.phase_breakdown(runs, work / "figures", _engine_caveat(engine)),
                        "acceptance": plots.acceptance(runs, work / "figures")}
         content += run_sections(reported[0][1], engine, engine_figs)
         figures += [f for group in engine_figs.values() for f in group]
@@ -92,6 +92,15 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
              for f in figures]
     return ReportFiles(out_dir=out, markdown=out / "report.md", html=out / "report.html",
                        recommendation=out / "recommendation.json" if recs else None, figures=moved)
+
+
+def _engine_caveat(engine: RunSet | None) -> str | None:
+    """What the engine figure must say with it: on gloo, tuned against untuned is run-to-run noise."""
+    if engine is None or engine.config.get("backend") != "gloo":
+        return None
+    if any(str(r.label).startswith("tuned") for r in engine.runs):
+        return "gloo does not use NCCL settings: tuned against untuned differs by run-to-run noise"
+    return None
 
 
 def _recommend(results, workload, collective, mode, min_gain, allow_ll128,

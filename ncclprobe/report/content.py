@@ -15,6 +15,16 @@ from ncclprobe.records import short_label
 from ncclprobe.sizes import format_size
 
 
+def cell_text(value) -> str:
+    """A table cell as both renderers write it: floats to 4 significant digits (a mean over ranks is
+    3.556, not 3.5555555555555554), nothing as `-`."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 @dataclass
 class Section:
     heading: str

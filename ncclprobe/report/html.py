@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 
-from ncclprobe.report.content import Section
+from ncclprobe.report.content import Section, cell_text
 
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
@@ -45,4 +45,4 @@ def _table(rows: list[dict]) -> str:
 
 
 def _cell(value) -> str:
-    return "-" if value is None else str(value)
+    return cell_text(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ncclprobe.report.content import Section
+from ncclprobe.report.content import Section, cell_text
 
 
 def render(title: str, sections: list[Section], out_dir: Path) -> str:
@@ -35,5 +35,4 @@ def _table(rows: list[dict]) -> list[str]:
 
 
 def _cell(value) -> str:
-    text = "-" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    return cell_text(value).replace("|", "\\|").replace("\n", " ")

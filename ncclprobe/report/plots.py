@@ -1,13 +1,16 @@
 """The report's figures, each saved as PNG and SVG with matplotlib's Agg backend.
 
 Readability rules every figure follows: labelled axes with units, sizes on a log2 axis labelled
-K/M/G, legends placed outside the data area, one colour per configuration across figures.
+K/M/G, legends placed outside the data area, one colour per configuration across figures. A figure
+carries the caveat its text carries (gloo timings are noise; `--share-gpu` times are not link
+times: `recommend.safety.timing_caveat`) as a caption under it, so a picture passed on alone says it.
 Every function returns the Figure records it wrote, or [] when its data is absent.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
+from ncclprobe.recommend.safety import timing_caveat  # noqa: E402
 from ncclprobe.records import short_label  # noqa: E402
 from ncclprobe.sizes import format_size  # noqa: E402
 
@@ -49,7 +53,7 @@ def latency(ev: Evidence, out: Path) -> list[Figure]:
     _size_axis(ax, _all_sizes(ev))
     ax.set_ylabel("time per collective (µs, median; band p10-p90)")
     title = f"{ev.collective} latency ({ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''})"
-    return [_save(fig, ax, out, "latency", title)]
+    return [_save(fig, ax, out, "latency", title, timing_caveat(ev.headers))]
 
 
 def busbw(ev: Evidence, out: Path) -> list[Figure]:
@@ -67,7 +71,7 @@ def busbw(ev: Evidence, out: Path) -> list[Figure]:
     _size_axis(ax, _all_sizes(ev))
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_ylim(bottom=0)
-    return [_save(fig, ax, out, "busbw", f"{ev.collective} bus bandwidth ({ev.mode})")]
+    return [_save(fig, ax, out, "busbw", f"{ev.collective} bus bandwidth ({ev.mode})", timing_caveat(ev.headers))]
 
 
 def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset()) -> list[Figure]:
@@ -102,7 +106,7 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     bar.set_ticks(_ratio_ticks(top))
     bar.set_ticks([], minor=True)
     bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
-    return [_write(fig, out, "speedup", "speedup over default")]
+    return [_write(fig, out, "speedup", "speedup over default", timing_caveat(ev.headers))]
 
 
 def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) -> list[Figure]:
@@ -122,12 +126,14 @@ def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) ->
     _time_axis(ax)
     _size_axis(ax, sorted({s for ev in (eager, graph) for c in ev.curves.values() for s in c.points}))
     ax.set_ylabel("time per collective (µs, median)")
-    return [_save(fig, ax, out, "eager_vs_graph", f"{eager.collective}: eager (solid) vs CUDA graph (dashed)")]
+    return [_save(fig, ax, out, "eager_vs_graph", f"{eager.collective}: eager (solid) vs CUDA graph (dashed)",
+                  timing_caveat(eager.headers + graph.headers))]
 
 
-def phase_breakdown(runs: list, out: Path) -> list[Figure]:
+def phase_breakdown(runs: list, out: Path, caveat: str | None = None) -> list[Figure]:
     """Per engine run (baseline, speculative, tuned): milliseconds per generated token by phase;
-    for profiles, which count steps rather than tokens, the median milliseconds per step."""
+    for profiles, which count steps rather than tokens, the median milliseconds per step. Every
+    run is a bar of its own, even where two runs' names read alike."""
     runs = [r for r in runs if r.phases]
     if not runs:
         return []
@@ -137,15 +143,16 @@ def phase_breakdown(runs: list, out: Path) -> list[Figure]:
     fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(runs) + 2), 4.5))
     # one word per line, so labels of merged traces ("untuned seed-graphs-decode") never overlap
     names = ["\n".join([r.mode or "run", *str(r.label).split()]) for r in runs]
-    bottoms = [0.0] * len(runs)
+    bottoms, places = [0.0] * len(runs), list(range(len(runs)))
     for i, phase in enumerate(phases):
         heights = [_phase_height(r, phase, per_token) for r in runs]
-        ax.bar(names, heights, bottom=bottoms, color=_colour(i), label=phase)
+        ax.bar(places, heights, bottom=bottoms, color=_colour(i), label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax.set_xticks(places, names, fontsize=8)
     ax.set_ylabel("time per generated token (ms)" if per_token else "median time per step (ms), stacked by phase")
     ax.set_xlabel("engine run (mode / settings)")
     title = "engine time per token by phase" if per_token else "engine step time by phase (profile)"
-    return [_save(fig, ax, out, "phases", title)]
+    return [_save(fig, ax, out, "phases", title, caveat)]
 
 
 def _phase_height(run, phase: str, per_token: bool) -> float:
@@ -253,13 +260,16 @@ def _time_axis(ax) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
 
 
-def _save(fig, ax, out: Path, name: str, title: str) -> Figure:
+def _save(fig, ax, out: Path, name: str, title: str, caveat: str | None = None) -> Figure:
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=8)
-    return _write(fig, out, name, title)
+    return _write(fig, out, name, title, caveat)
 
 
-def _write(fig, out: Path, name: str, title: str) -> Figure:
+def _write(fig, out: Path, name: str, title: str, caveat: str | None = None) -> Figure:
+    if caveat:   # under the axes, inside the saved area (bbox_inches="tight" keeps it)
+        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(f"Caveat: {caveat}", 110)), ha="left", va="top",
+                 fontsize=8, color="#a00000")
     out.mkdir(parents=True, exist_ok=True)
     png, svg = out / f"{name}.png", out / f"{name}.svg"
     fig.savefig(png, dpi=120, bbox_inches="tight")
