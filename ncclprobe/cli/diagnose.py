@@ -16,7 +16,8 @@ Examples:
   ncclprobe diagnose --trace trace.json
   ncclprobe diagnose --trace spec.json --baseline untuned.json --sweep sweep.jsonl
   ncclprobe diagnose --profile rank0.trace.json.gz --profile rank1.trace.json.gz
-  ncclprobe diagnose --profile spec.json.gz --baseline-profile plain.json.gz --model-config model/config.json
+  ncclprobe diagnose --profile spec.json.gz --baseline-profile plain.json.gz \\
+      --model-config model/config.json
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
 

@@ -14,19 +14,19 @@ from ncclprobe.safe_output import check_output, write_text
 
 log = logging.getLogger("ncclprobe.export")
 
-EPILOG = f"""\b
---to nccl-tests: one table per collective, configuration, mode, op and dtype, in nccl-tests'
-  current text format (paste it into an issue; `ncclprobe import` reads it back, settings and all).
+EPILOG = f"""--to nccl-tests: one table per collective, configuration, mode, op and dtype, in nccl-tests'
+current text format (paste it into an issue; `ncclprobe import` reads it back, settings and all).
+
 --to perf-csv: the input of NCCL's plugins/tuner/example/scripts/optimize_config.py
-  (collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,
-  bandwidth_gbps,latency_us), out of place, one mode (--mode); results that cannot be attributed to
-  one algorithm and protocol, and configurations recommend refuses, are left out (said on stderr).
+(collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,
+bandwidth_gbps,latency_us), out of place, one mode (--mode); results that cannot be attributed to
+one algorithm and protocol, and configurations recommend refuses, are left out (said on stderr).
 
 \b
 Examples:
   ncclprobe export sweep.jsonl --to nccl-tests > sweep.txt
   ncclprobe export sweep.jsonl imported.jsonl --to perf-csv --output perf.csv
-  python optimize_config.py perf.csv -o nccl_tuner.conf        # NVIDIA/nccl plugins/tuner/example/scripts
+  python optimize_config.py perf.csv -o nccl_tuner.conf   # from NCCL's plugins/tuner/example
 
 {exit_codes("exported")}
 """

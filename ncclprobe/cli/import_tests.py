@@ -18,18 +18,17 @@ from ncclprobe.safe_output import check_output
 
 log = logging.getLogger("ncclprobe.import")
 
-EPILOG = f"""\b
-Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix records with
-findings and advice, `vllm collect-env` / `python -m sglang.check_env` text, nccl-tests text output (any generation; mpirun tags, prompts and NCCL INFO lines are
-skipped; a file of several runs is split into runs, each with its own header; the interleaved
-output of a non-MPI binary launched N times is refused with the reason) and nccl-tests -J JSON
-(its `env` gives the run's NCCL settings; only NCCL/CUDA/torch variables are kept, masked).
+EPILOG = f"""Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix records
+with findings and advice; `vllm collect-env` / `python -m sglang.check_env` text; nccl-tests text
+output (any generation; mpirun tags, prompts and NCCL INFO lines are skipped; a file of several runs
+is split into runs, each with its own header; the interleaved output of a non-MPI binary launched N
+times is refused with the reason) and nccl-tests -J JSON (its `env` gives the run's NCCL settings;
+only NCCL/CUDA/torch variables are kept, masked).
 
-\b
 --settings K=V,... labels runs whose text does not record its environment: given once it labels
-every run, given once per run it labels them in order (`default` for a run with no setting). A label
-may add to what the file shows, never contradict it.
-With --output and several runs, run k is written to NAME-k.EXT (all or nothing).
+every run, given once per run it labels them in order (`default` for a run with no setting). A
+label may add to what the file shows, never contradict it. With --output and several runs, run k
+is written to NAME-k.EXT (all or nothing).
 
 \b
 Examples:

@@ -24,12 +24,12 @@ Examples:
   ncclprobe knobs NCCL_P2P_LEVEL
   ncclprobe knobs proto --format json
   NCCL_PROTO=^LL ncclprobe knobs --lint --topo topo.txt --nccl-version 2.28.9
-  ncclprobe knobs --lint                     # this machine: its GPU topology and torch's NCCL version
+  ncclprobe knobs --lint              # this machine: its GPU topology and torch's NCCL version
   ncclprobe knobs --lint --collect-env collect_env.txt   # what `vllm collect-env` printed
 
-\b
---topo FILE is saved `nvidia-smi topo -m` output; without it the lint reads this machine's topology
-(none on a machine without GPUs: rules that depend on the links then say so instead of deciding).
+--topo FILE is saved `nvidia-smi topo -m` output; without it the lint reads this machine's
+topology (none on a machine without GPUs: rules that depend on the links then say so instead of
+deciding).
 
 {exit_codes("shown, or the lint found no error", "the lint found an error")}
 """

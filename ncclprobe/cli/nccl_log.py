@@ -20,7 +20,8 @@ EPILOG = f"""\b
 Examples:
   ncclprobe nccl-log nccl.host1.1234.log
   ncclprobe nccl-log logs/nccl.*.log --format json
-  {_PROOF} python train.py 2>&1 | tee run.log; ncclprobe nccl-log run.log
+  {_PROOF} python train.py 2>&1 | tee run.log
+  ncclprobe nccl-log run.log
 
 {exit_codes("read, no WARN line and no lint error", "an NCCL WARN line or a lint error")}
 """

@@ -19,7 +19,7 @@ PROBES = {
 EPILOG = f"""\b
 Examples:
   ncclprobe probe env-propagation
-  ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start --format json
+  ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start
   ncclprobe probe graph-capture
   ncclprobe probe custom-allreduce --share-gpu 2
 

@@ -30,8 +30,8 @@ def _mechanism_names():
 
 
 @click.command("env-propagation", epilog=EPILOG, short_help="Which ways of setting NCCL variables reach NCCL.")
-@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(_mechanism_names()),
-              help="Only this mechanism (repeatable; default: all).")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(_mechanism_names()), metavar="NAME",
+              help=f"Only this mechanism (repeatable; default: all): {', '.join(_mechanism_names())}.")
 @click.option("--nccl/--no-nccl", "nccl", default=None,
               help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
 @output_option("Keep the specs, results and NCCL logs in this directory (default: a temporary one, removed).",

@@ -16,7 +16,8 @@ Examples:
   ncclprobe report sweep.jsonl imported.jsonl --trace trace.json --output report/
   ncclprobe report sweep.jsonl --trace graphs-decode.json --trace graphs-all.json --output report/
   ncclprobe report sweep.jsonl --sizes 14K,1M --output report/ --format json
-  ncclprobe report sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz --output report/
+  ncclprobe report sweep.jsonl --trace rank0.trace.json.gz --trace rank1.trace.json.gz \\
+      --output report/
 
 {exit_codes("the report was written")}
 """

@@ -24,9 +24,9 @@ Examples:
   ncclprobe run-engine --preset llama3-8b --graphs all --compile
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
-  ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is"
-  ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.safetensors
-  ncclprobe run-engine --preset small --graphs decode --profile profiles/   # then diagnose --profile
+  ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of"
+  ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.st
+  ncclprobe run-engine --preset small --graphs decode --profile profiles/  # diagnose reads them
 
 Every --env, --env-after-init and --tuned setting is linted first (a value NCCL rejects or ignores
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused

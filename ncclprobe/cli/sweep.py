@@ -35,23 +35,20 @@ def _effort(effort: defaults.Effort) -> str:
             f"{effort.trials} trials, {' and '.join(effort.modes)}")
 
 
-EPILOG = f"""\b
-Defaults: on CPU (gloo, 2 local ranks) {_effort(defaults.CPU)}
-(graph mode is skipped there, with the reason in the notes: CUDA graphs need a GPU);
-on GPUs (NCCL, one rank per GPU) {_effort(defaults.GPU)}.
-Sizes are nccl-tests' size column: the larger of one rank's send and receive buffers (all_gather: the
-gathered output; reduce_scatter and alltoall: the whole input), so busbw compares with nccl-tests'.
+EPILOG = f"""Defaults: on CPU (gloo, 2 local ranks) {_effort(defaults.CPU)} (graph mode is
+skipped there, with the reason in the notes: CUDA graphs need a GPU); on GPUs (NCCL, one rank per
+GPU) {_effort(defaults.GPU)}; with --share-gpu N {_effort(defaults.SHARED_GPU)}. Sizes are
+nccl-tests' size column: the larger of one rank's send and receive buffers (all_gather: the gathered
+output; reduce_scatter and alltoall: the whole input), so busbw compares with nccl-tests'.
 
-\b
-Collectives (--collective, comma list or `all`): all_reduce all_gather reduce_scatter broadcast reduce
-alltoall sendrecv. gloo runs all seven (no float8 types there); alltoall and sendrecv are out of place only.
---op sum,prod,max,min,avg applies to all_reduce, reduce_scatter and reduce; --dtype float32,bfloat16,float16,
-float64,int8,int32,int64,float8_e4m3fn,float8_e5m2 (float8: non-reducing collectives on NCCL only).
---min-busbw GBPS[@SIZE] and --max-latency US[@SIZE] exit 1 naming every measurement that falls short
-(default sizes: the largest measured for busbw, the smallest for latency).
-Grid default: --proto {_PROTO} --algo {_ALGO} ({_CONFIGS} configurations);
-with one GPU only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
-With --share-gpu N: {_effort(defaults.SHARED_GPU)}.
+Collectives (--collective, comma list or `all`): all_reduce all_gather reduce_scatter broadcast
+reduce alltoall sendrecv. gloo runs all seven (no float8 types there); alltoall and sendrecv are out
+of place only. --op sum,prod,max,min,avg applies to all_reduce, reduce_scatter and reduce; --dtype
+float32,bfloat16,float16,float64,int8,int32,int64,float8_e4m3fn,float8_e5m2 (float8: non-reducing
+collectives on NCCL only). --min-busbw GBPS[@SIZE] and --max-latency US[@SIZE] exit 1 naming every
+measurement that falls short (default sizes: the largest measured for busbw, the smallest for
+latency). Grid default: --proto {_PROTO} --algo {_ALGO} ({_CONFIGS} configurations); with one GPU
+only the all-default configuration (NCCL picks no protocol or algorithm for one rank).
 
 \b
 --share-gpu N is a diagnostic mode for a machine with one GPU: N ranks on GPU 0, each with its
@@ -66,10 +63,10 @@ Examples:
   ncclprobe sweep --sizes 4K,64K,1M --proto LL,Simple --algo default
   ncclprobe sweep --p2p-level default,PHB,SYS --set NCCL_BUFFSIZE=default,8388608
   ncclprobe sweep --output sweep.jsonl --format json
-  ncclprobe sweep --share-gpu 2 --proto default,LL,Simple --algo default,Ring   # one GPU: prove NCCL_PROTO/ALGO
+  ncclprobe sweep --share-gpu 2 --proto default,LL,Simple --algo default,Ring   # one GPU
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
-  ncclprobe sweep --collect /shared/sw              #   run the printed torchrun lines, then collect
+  ncclprobe sweep --collect /shared/sw              #   after the printed torchrun lines ran
 
 {exit_codes("every configuration ran and was confirmed by NCCL",
             "a configuration was wrong, hung, crashed or not confirmed by NCCL, or a --min-busbw/--max-latency "

@@ -15,9 +15,10 @@ from ncclprobe.safe_output import check_output
 EPILOG = f"""\b
 Examples:
   ncclprobe train-draft --preset tiny --output tiny-draft.safetensors
-  ncclprobe train-draft --preset small --steps 2000 --sequences 512 --output small-draft.safetensors
+  ncclprobe train-draft --preset small --steps 2000 --sequences 512 --output small-draft.st
   ncclprobe run-engine --preset tiny --draft tiny-draft.safetensors
-  ncclprobe train-draft --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --chat --draft-vocab 4096 --gen-len 96 --output smol-draft.safetensors
+  ncclprobe train-draft --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --chat --draft-vocab 4096 \\
+      --gen-len 96 --output smol-draft.safetensors
 
 {exit_codes("trained and saved", "the draft's acceptance length did not rise")}"""
 

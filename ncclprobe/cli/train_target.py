@@ -14,11 +14,13 @@ from ncclprobe.cli.types import StrictFloat, StrictInt
 
 EPILOG = f"""\b
 Examples:
-  ncclprobe train-target --preset tiny --output tiny-chain                              # about a minute on a CPU
-  ncclprobe train-target --preset small --output small-chain --device cuda               # about a minute on one H200
+  ncclprobe train-target --preset tiny --output tiny-chain                  # a minute on a CPU
+  ncclprobe train-target --preset small --output small-chain --device cuda   # a minute on an H200
   ncclprobe train-target --preset llama-16l --batch 16 --output l16-chain --device cuda
-  ncclprobe train-draft --checkpoint small-chain --output small-chain-draft.safetensors --gen-len 272 --draft-vocab 8000
-  ncclprobe run-engine --checkpoint small-chain --draft small-chain-draft.safetensors --graphs all --compile --new-tokens 256
+  ncclprobe train-draft --checkpoint small-chain --output chain-draft.safetensors \\
+      --gen-len 272 --draft-vocab 8000
+  ncclprobe run-engine --checkpoint small-chain --draft chain-draft.safetensors \\
+      --graphs all --compile --new-tokens 256
 
 Keep run-engine's --prompt-len + --new-tokens + k within the trained positions (--seq-len, printed as
 trained_positions), and give train-draft a --gen-len that covers the run: neither model has seen

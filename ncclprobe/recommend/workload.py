@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclprobe.enginerun.modes import Label, Mode
 from ncclprobe.enginerun.view import EngineRun
 from ncclprobe.errors import UsageProblem
 from ncclprobe.sizes import parse_sizes
@@ -45,8 +46,8 @@ def uniform(sizes: list[int]) -> Workload:
 def workload_runs(runs: list[EngineRun]) -> list[EngineRun]:
     """The runs that stand for the user's job: the untuned speculative runs if there are any
     (that is what is being tuned), else every untuned run, else every run."""
-    untuned = [r for r in runs if r.label == "untuned"] or runs
-    return [r for r in untuned if r.mode == "speculative"] or untuned
+    untuned = [r for r in runs if r.label == Label.UNTUNED] or runs
+    return [r for r in untuned if r.mode == Mode.SPECULATIVE] or untuned
 
 
 def from_files(paths: list[str | Path], *, collective: str = "all_reduce") -> Workload:

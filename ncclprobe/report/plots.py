@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
+from ncclprobe.enginerun.modes import Mode  # noqa: E402
 from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
 from ncclprobe.recommend.safety import timing_caveat  # noqa: E402
 from ncclprobe.records import short_label  # noqa: E402
@@ -164,7 +165,7 @@ def _phase_height(run, phase: str, per_token: bool) -> float:
 
 def acceptance(runs: list, out: Path) -> list[Figure]:
     """How many draft tokens each speculative cycle accepted (0..k), per speculative run."""
-    runs = [r for r in runs if r.mode == "speculative" and r.acceptance and sum(r.acceptance.histogram) > 0]
+    runs = [r for r in runs if r.mode == Mode.SPECULATIVE and r.acceptance and sum(r.acceptance.histogram) > 0]
     if not runs:
         return []
     fig, ax = plt.subplots(figsize=(7, 4.5))

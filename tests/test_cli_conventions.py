@@ -1,0 +1,135 @@
+"""One CLI convention for every command (issue 18 §5), checked by walking `ncclprobe --help`
+through every command and subcommand, and on the tables of real commands at 100 columns."""
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import HELP_WIDTH, TRACEBACK_FLAG, cli
+
+ROOT = Path(__file__).resolve().parent.parent
+# every command that writes a file or directory, and the option that names it
+WRITERS = {("sweep",): "--output", ("import",): "--output", ("export",): "--output", ("recommend",): "--output",
+           ("report",): "--output", ("train-draft",): "--output", ("train-target",): "--output",
+           ("topo",): "--output", ("probe", "env-propagation"): "--output", ("run-engine",): "--trace"}
+OLD_SPELLINGS = ("--out", "--output-dir", "--workdir", "--workload")
+ENGINE_TRACE_READERS = (("diagnose",), ("recommend",), ("report",), ("run-engine",), ("probe", "graph-capture"))
+
+
+def _commands():
+    ctx = click.Context(cli)
+    yield ()
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        yield (name,)
+        if isinstance(command, click.Group):
+            yield from ((name, sub) for sub in command.list_commands(ctx))
+
+
+COMMANDS = list(_commands())
+
+
+def _invoke(*args, columns=100):
+    return CliRunner().invoke(cli, list(args), prog_name="ncclprobe", env={"COLUMNS": str(columns)})
+
+
+@pytest.fixture(scope="module")
+def helps():
+    return {path: _invoke(*path, "--help") for path in COMMANDS}
+
+
+def test_the_walk_reaches_every_command():
+    assert len(COMMANDS) >= 18 and ("probe", "custom-allreduce") in COMMANDS and ("train-target",) in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "ncclprobe")
+def test_every_help_states_its_exit_codes_fits_100_columns_and_takes_q_v_wide(helps, path):
+    result = helps[path]
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for code in ("Exit codes: 0", "2 bad usage", "130", "143", f"4 internal error ({TRACEBACK_FLAG} shows"):
+        assert code in text, (path, code)
+    for flag in ("-q, --quiet", "-v, --verbose", "--wide"):
+        assert flag in result.output, (path, flag)
+    assert max(len(line) for line in result.output.splitlines()) <= HELP_WIDTH
+    shown = {word.strip(",") for line in result.output.splitlines() for word in line.split() if word.startswith("--")}
+    assert not shown & set(OLD_SPELLINGS), (path, shown & set(OLD_SPELLINGS))
+    if path in WRITERS:
+        assert WRITERS[path] in shown, path
+    if path in ENGINE_TRACE_READERS:
+        assert "--trace" in shown, path
+    if path:   # -q, -v and --wide after the command act as before it
+        assert _invoke(*path, "-q", "-v", "--wide", "--help").exit_code == 0
+
+
+def test_old_spellings_still_work_hidden(tmp_path):
+    result = _invoke("train-draft", "--out", str(tmp_path / "d.safetensors"), "--lr", "nan")
+    assert result.exit_code == 2 and "--lr" in result.output   # parsed past --out: the alias is accepted
+    missing = _invoke("train-draft")
+    assert missing.exit_code == 2 and "'--output'" in missing.output and "--out'" not in missing.output
+
+
+def test_the_hint_names_the_flag_that_really_shows_the_traceback(monkeypatch):
+    import ncclprobe.cli.knobs as knobs
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(knobs, "explain", broken)
+    plain = _invoke("knobs", "NCCL_PROTO")
+    assert plain.exit_code == 4 and f"run with {TRACEBACK_FLAG} for the traceback" in plain.output
+    assert "Traceback" not in plain.output
+    for args in ((TRACEBACK_FLAG, "knobs", "NCCL_PROTO"), ("knobs", "NCCL_PROTO", TRACEBACK_FLAG)):
+        shown = _invoke(*args)
+        assert shown.exit_code == 4 and "Traceback" in shown.output and "planted bug" in shown.output, args
+
+
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def test_knobs_fits_100_columns_and_wide_shows_everything():
+    narrow, wide, doc = _invoke("knobs"), _invoke("knobs", "--wide"), _invoke("knobs", "--format", "json")
+    assert narrow.exit_code == wide.exit_code == 0
+    assert _widest(narrow.stdout) <= 100 < _widest(wide.stdout)
+    assert all(k["summary"] for k in json.loads(doc.stdout)["knobs"])   # JSON stays complete
+
+
+def test_run_engine_table_and_notes_fit_100_columns_and_say_what_they_left_out(monkeypatch, capsys):
+    from ncclprobe.cli.output import emit
+    from ncclprobe.cli.run_engine import table_notes, table_rows
+    doc = json.loads((ROOT / "examples" / "results" / "h200_small_synthetic_target_272_trace.json").read_text())
+    doc.setdefault("warnings", [])
+    monkeypatch.setenv("COLUMNS", "100")
+    emit("table", doc, table_rows(doc), title="ncclprobe run-engine", notes=table_notes(doc))
+    out = capsys.readouterr().out
+    assert _widest(out) <= 100 and "columns left out to fit 100 columns" in out and "--wide" in out
+    assert "tokens_per_s" in out and "accept_len" in out   # the first columns stay
+
+
+def test_recommend_notes_wrap_to_100_columns(tmp_path):
+    from tests.data.resultsets import config, curve, write_set
+    results = write_set(tmp_path / "r.jsonl", [config({}, curve(20.0, 0.05)), config({"NCCL_PROTO": "LL"},
+                                                                                   curve(15.0, 0.05))], backend="gloo")
+    narrow = _invoke("recommend", results)
+    assert narrow.exit_code == 0, narrow.output
+    assert _widest(narrow.stdout) <= 100 and any(line.startswith("#   ") for line in narrow.stdout.splitlines())
+
+
+def test_no_link_in_the_docs_leaves_the_repository():
+    import re
+    link = re.compile(r"\]\(([^)#\s]+)")
+    found = []
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*.md")]:
+        for target in link.findall(doc.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            resolved = (doc.parent / target).resolve()
+            if ROOT not in resolved.parents or not resolved.exists():
+                found.append(f"{doc.relative_to(ROOT)}: {target}")
+        if "../shared" in doc.read_text(encoding="utf-8"):
+            found.append(f"{doc.relative_to(ROOT)}: ../shared")
+    assert not found, found
