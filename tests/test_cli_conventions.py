@@ -92,7 +92,7 @@ def _widest(text: str) -> int:
 
 
 def test_knobs_fits_100_columns_and_wide_shows_everything():
-    narrow, wide, doc = _invoke("knobs"), _invoke("knobs", "--wide"), _invoke("knobs", "--format", "json")
+    narrow, wide, doc = _invoke("knobs"), _invoke("--wide", "knobs"), _invoke("knobs", "--format", "json")
     assert narrow.exit_code == wide.exit_code == 0
     assert _widest(narrow.stdout) <= 100 < _widest(wide.stdout)
     assert all(k["summary"] for k in json.loads(doc.stdout)["knobs"])   # JSON stays complete
