@@ -36,7 +36,7 @@ class Mutant:
 
 
 MUTANTS = (
-    Mutant("masking: hf_ token pattern removed", "ncclprobe/envcheck/environ.py",
+    Mutant("masking: hf_ token pattern removed", "ncclprobe/secrets.py",
            "hf_[A-Za-z0-9]{16,}|", "", ("tests/test_escaped_mutants.py", "tests/test_envcheck.py")),
     Mutant("recommend: p90-below-p10 spread rule removed", "ncclprobe/recommend/noise.py",
            "return candidate.p90_us < default.p10_us and gain(", "return gain(",

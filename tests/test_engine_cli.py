@@ -260,11 +260,11 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
     not); bf16 may diverge at a near-tie (reported, exit 0)."""
     import copy
     from pathlib import Path
-    from ncclprobe.cli import run_engine as command
+    from ncclprobe.engine import runner
     from ncclprobe.enginerun import trace
     recorded = json.loads((Path(__file__).parent.parent / "examples/traces/healthy.json").read_text())
 
-    def broken(specs, quiet):
+    def broken(specs, **_kwargs):   # the engine's runs, as the workers would have reported them
         doc = copy.deepcopy(recorded)
         doc["config"]["dtype"] = dtype
         speculative = next(r for r in doc["runs"] if r["mode"] == "speculative")
@@ -272,7 +272,7 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
         speculative["loop"] = None   # recorded before the loop record had its per-phase inputs
         return trace.finish(doc)
 
-    monkeypatch.setattr(command, "run_with_progress", broken)
+    monkeypatch.setattr(runner, "run_engine", broken)
     result = CliRunner().invoke(cli, ["-q", "run-engine", "--format", "json"])
     assert result.exit_code == exit_code, result.output
     assert json.loads(result.output)["checks"]["greedy_match"] is False

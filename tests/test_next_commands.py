@@ -42,10 +42,10 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in LEFT_BY_THE_README:
         (tmp_path / name).write_text("{}\n")
-    from ncclprobe.cli import run_engine, train_draft
+    from ncclprobe.engine import runner, train_job
     from ncclprobe.sweep import session
-    monkeypatch.setattr(run_engine, "run_with_progress", _stop)
-    monkeypatch.setattr(train_draft, "train_and_save", _stop)
+    monkeypatch.setattr(runner, "run_engine", _stop)          # the engine's workers start here
+    monkeypatch.setattr(train_job, "train_and_save", _stop)
     monkeypatch.setattr(session, "run_job", _stop)
     return tmp_path
 

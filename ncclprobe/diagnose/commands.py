@@ -62,7 +62,7 @@ def draft_command(config: dict, out: str, *extra: str) -> str:
     """`ncclprobe train-draft` for the trace's target (its preset or checkpoint, and seed)."""
     target = ["--checkpoint", config["checkpoint"]] if config.get("checkpoint") else ["--preset", config.get("preset") or "tiny"]
     seed = ["--seed", str(config["seed"])] if config.get("seed") else []
-    return shlex.join(["ncclprobe", "train-draft", *target, *seed, *extra, "--out", out])
+    return shlex.join(["ncclprobe", "train-draft", *target, *seed, *extra, "--output", out])
 
 
 def sweep_command(nranks, sizes: str, *extra: str) -> str:

@@ -6,7 +6,7 @@ Three sources, one normalized view (`view.EngineRun`, docs/DESIGN.md "Evidence m
   CUDA or ROCm, read incrementally;
 - `serverlog`: SGLang and vLLM server logs.
 `load_runs` reads whichever were given and returns them as one `RunSet`; `sniff` tells which kind
-a file is, for the commands that take any of the three (`recommend --workload`, `report --trace`).
+a file is, for the commands that take any of the three (`recommend --trace`, `report --trace`).
 diagnose, recommend and report read the view, never a file's own keys.
 """
 
