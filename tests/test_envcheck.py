@@ -184,7 +184,7 @@ def test_secrets_never_printed(job, tmp_path, fmt, show_all):
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps({"schema_version": 1, "kind": "recommendation", "env": {"HF_TOKEN": HF_SECRET}}))
     args = ["env-check", "--pid", str(root), "--format", fmt, "--expect", f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
-            "--expect-from", str(rec)] + (["--all"] if show_all else [])
+            "--expect-from", str(rec), "--wide"] + (["--all"] if show_all else [])   # --wide: every column is searched
     code, out, err = _run(*args)
     assert code == 0
     for secret in SECRETS:

@@ -132,7 +132,7 @@ def test_an_empty_environment_block_is_called_out():
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={}, start_new_session=True)
     try:
         _wait_for(lambda: psutil.Process(job.pid).cmdline()[1:2] == ["-c"])
-        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL"])
+        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL", "--wide"])
         assert result.exit_code == 1 and "environment block is empty" in result.stdout
         assert "NCCL_PROTO unknown" in result.stdout  # not "missing": /proc can't tell
     finally:

@@ -28,7 +28,8 @@ def _numeric_options():
         if command is None or isinstance(command, click.Group):
             continue
         for param in command.params:
-            if isinstance(param, click.Option) and isinstance(param.type, (StrictInt, StrictFloat)):
+            if (isinstance(param, click.Option) and isinstance(param.type, (StrictInt, StrictFloat))
+                    and not param.count):   # -v/-q count: they take no value
                 found.append((name.split(), max(param.opts, key=len)))
     return found
 

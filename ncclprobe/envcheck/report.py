@@ -110,7 +110,8 @@ class EnvCheckResult:
         return notes
 
     def rows(self, joiner: str = "\n") -> list[dict]:
-        return [_row(p, self.show_all, joiner) for p in self.processes]
+        expecting = any(p.checks for p in self.processes)
+        return [_row(p, self.show_all, joiner, expecting) for p in self.processes]
 
     def title(self) -> str:
         live = sum(p.live for p in self.processes)
@@ -127,19 +128,23 @@ def _grouped(pairs) -> list[str]:
             for text, pids in pids_by_text.items()]
 
 
-def _row(proc: ProcessReport, show_all: bool, joiner: str) -> dict:
+def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool) -> dict:
     info = proc.info
     env = visible_env(info.environ, show_all) if info.readable else {}
-    return {
+    row = {
         "pid": info.pid, "ppid": info.ppid, "role": ("  " * min(info.depth, 4)) + info.role,
         "status": info.status, "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
         "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
+        # the verdict against --expect before the long text columns: a narrow terminal leaves out the last ones
+        "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
+                  or ("ok" if proc.checks else ""),
         "command": info.command,
         "settings": joiner.join(f"{k}={v}" for k, v in env.items()) if info.readable else (info.problem or ""),
         "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
-        "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
-                  or ("ok" if proc.checks else ""),
     }
+    if not expecting:   # no --expect: no empty column
+        del row["expect"]
+    return row
 
 
 def _diff_text(name: str, change: dict) -> str:
