@@ -11,7 +11,8 @@ Workspace (one per rank, every rank maps every other's; `layout` gives the byte 
   tmp       two-shot only: this rank's reduced partition
 
 Barrier (per block b, pairwise with block b of every rank, so no kernel needs all its blocks
-resident at once): the count of b goes up by one to `val`; a CTA barrier orders every thread's
+resident at once): the count of b goes up by one to `val` (every warp reads the count, a CTA barrier,
+then one thread stores it: no warp may read the new count and signal one too far); a CTA barrier orders every thread's
 writes before the signal; rank r stores `val` into flags[val % 2][b][r] of every rank (a plain
 release store at system scope: PCIe carries it without peer atomics), then spins on its own
 flags[val % 2][b][p] until each equals `val` (acquire, local memory). Counts only grow, so nothing
@@ -125,6 +126,9 @@ def _barrier(bases, rank, max_spins, phase, WORLD: tl.constexpr, INTERPRET: tl.c
     own = tl.load(bases + rank)
     counter = (own + _COUNTERS + block * 4).to(tl.pointer_type(tl.int32))
     val = tl.load(counter) + 1
+    # every warp reads the count before it is stored: the store is one thread's, and a warp that read after
+    # it would signal count + 1, which a peer takes for the next barrier's signal and reads data not yet written
+    tl.debug_barrier()
     tl.store(counter, val)
     slot = (val & 1) * _SLOTS + block * _NRANKS
     tl.debug_barrier()   # every thread's writes of this phase come before the signal
