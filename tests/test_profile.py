@@ -212,6 +212,33 @@ def test_vllm_logs_acceptance_capture_sizes_and_lowered_graph_mode():
     assert (top.rule, top.evidence["cudagraph_mode"], top.severity) == ("cudagraph-mode", "PIECEWISE", "warning")
 
 
+def test_vllm_logs_of_every_metrics_format_give_the_tokens_per_cycle():
+    """The spec-decode line changed three times: V0's cumulative `Speculative metrics` counts, V1's
+    first `Draft acceptance rate: 100.0%, Accepted: N tokens` (no mean length, no k), and the
+    later lines with `Mean acceptance length` (vLLM's own, bonus included)."""
+    v0 = load_evidence(server_logs=[P.LOGS / "vllm_0.6.3_v0_speculative_metrics_issue9539.log"]).runs[0]
+    # emitted / (drafted / k) = 10616 / (13311 / 3); vLLM's system efficiency 0.598 = that / (k + 1)
+    assert (v0.engine, v0.mode) == ("vllm", "speculative")
+    assert v0.acceptance.mean_length == pytest.approx(10616 * 3 / 13311) and v0.acceptance.mean_length / 4 == \
+        pytest.approx(0.598, abs=1e-3)
+    medusa = diagnose(load_evidence(server_logs=[P.LOGS / "vllm_0.5_v0_medusa_zero_acceptance_issue6768.log"]))
+    low = next(f for f in medusa.findings if f.rule == "acceptance")
+    assert low.severity == "warning" and low.evidence["mean_acceptance_length"] == 1.0   # the last (cumulative) line
+    newer = load_evidence(server_logs=[P.LOGS / "vllm_0.10_v1_specdecoding_throughput_pr24127.log"]).runs[0]
+    assert newer.acceptance.mean_length == 5.44 and newer.acceptance.per_position[-1] == 0.712
+    first_v1 = load_evidence(server_logs=[P.LOGS / "vllm_0.8_v1_specdecoding_rate_only_pr15902.log"])
+    assert first_v1.runs[0].mode == "speculative" and first_v1.runs[0].acceptance is None
+    result = diagnose(first_v1)
+    assert "acceptance" in rules(result.not_checked) and not result.findings
+
+
+def test_sglang_log_alone_shows_the_batch_that_outgrew_the_graphs():
+    result = diagnose(load_evidence(server_logs=[P.LOGS / "sglang_decode_comma_graph_false_above_capture_pr13023.log"]))
+    top = result.top
+    assert top.rule == "log-graphs" and "36, 46" in top.title and "(28)" in top.title
+    assert "for the decode step" in top.next_command
+
+
 def test_log_adds_acceptance_to_the_profile(tmp_path):
     ev = load_evidence(profiles=[P.VLLM], server_logs=[P.LOGS / "vllm_0.22_mtp_spec_decoding_dgx_spark.log"])
     assert ev.runs[0].acceptance.mean_length == pytest.approx(2.518, abs=1e-3)

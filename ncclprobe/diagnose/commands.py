@@ -19,7 +19,8 @@ PROFILE_COMMANDS = {
     "vllm": ("vllm serve MODEL --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/tmp/vllm-profile\", "
              "\"torch_profiler_record_shapes\": true}'  # then: curl -X POST http://localhost:8000/start_profile; "
              "send requests; curl -X POST http://localhost:8000/stop_profile; "
-             "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz"),
+             "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz  "
+             "# vLLM before 0.13 has no --profiler-config: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-profile vllm serve MODEL"),
 }
 
 
@@ -77,7 +78,7 @@ def graphs_command(ev, phase: str) -> str:
     if ev.kind == "engine-trace" or engine == "ncclprobe":
         return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
     if engine == "sglang":
-        return ("SGLang: keep CUDA graphs on for the speculative steps (no --disable-cuda-graph; --cuda-graph-max-bs "
+        return (f"SGLang: keep CUDA graphs on for the {phase} step (no --disable-cuda-graph; --cuda-graph-max-bs "
                 "at least the running batch size), then profile again: " + PROFILE_COMMANDS["sglang"])
     if engine == "vllm":
         return ("vLLM: --compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}' and check the server log for "

@@ -50,7 +50,7 @@ def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
     eager_sizes = sorted({int(b) for b in log["batch_sizes"]
                           if log["max_capture_size"] and int(b) > log["max_capture_size"]})
     why = (f" at batch sizes {', '.join(map(str, eager_sizes))}, above cuda-graph-max-bs {log['max_capture_size']}"
-           if eager_sizes else (" (CUDA graphs are disabled)" if log["graphs_disabled"] else ""))
+           if eager_sizes else (" (CUDA graphs are disabled)" if log["graphs_disabled"] else _split_by_size(log)))
     return Finding(
         rule="log-graphs", severity="warning" if share < 0.9 else "info", confidence="high",
         title=f"{1 - share:.0%} of decode batches ran without CUDA graphs{why}",
@@ -60,6 +60,17 @@ def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
         evidence={"graph_lines": log["graph_lines"], "graph_true": log["graph_true"], "batch_sizes": log["batch_sizes"],
                   "max_capture_size": log["max_capture_size"]},
         next_command=graphs_command(ev, "decode"))
+
+
+def _split_by_size(log) -> str:
+    """Without the server arguments, the log's own lines can still show the capture limit: when
+    every batch without a graph is larger than every batch with one, the largest captured size
+    lies between them."""
+    graphed, eager = log.get("graph_batch_sizes") or [], log.get("eager_batch_sizes") or []
+    if graphed and eager and min(eager) > max(graphed):
+        return (f" at batch sizes {', '.join(map(str, eager))}, every one above the largest batch that replayed a graph "
+                f"({max(graphed)}): the batch outgrew the captured sizes")
+    return ""
 
 
 def _capture_sizes(ev, run, log) -> list:
@@ -99,6 +110,10 @@ def log_acceptance(ev: E.Evidence) -> list:
     out = []
     for src, run in _logs(ev):
         acc = run.acceptance
+        if src == "trace" and (acc is None or acc.mean_length is None) and run.log.get("speculative"):
+            out.append(NotChecked(rule="acceptance", hypothesis="the drafts are rarely accepted",
+                                  missing=("tokens kept per cycle: the log prints no mean acceptance length and no "
+                                           "number of speculative tokens to compute it from")))
         if src != "trace" or acc is None or acc.mean_length is None:
             continue
         per_pos = ", ".join(f"{p:.2f}" for p in acc.per_position)

@@ -31,13 +31,18 @@ from ncclprobe.enginerun.view import Acceptance, EngineRun
 from ncclprobe.errors import UsageProblem
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")
-VLLM_MARKERS = ("Avg generation throughput", "SpecDecoding metrics", "V1 LLM engine", "setting cudagraph_mode",
+VLLM_MARKERS = ("Avg generation throughput", "SpecDecoding metrics", "Speculative metrics:", "V1 LLM engine",
+                "setting cudagraph_mode",
                 "Overriding cudagraph_mode", "[gpu_model_runner.py")
 MAX_LINE = 1 << 16           # longer lines are not log lines we read; only their head is looked at
 _NUM = r"[0-9]+(?:\.[0-9]+)?"
 _VLLM_TPUT = re.compile(r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]+) reqs")
 _VLLM_MEAN = re.compile(r"Mean acceptance length: (" + _NUM + ")")
 _VLLM_RATE = re.compile(r"(?:Avg )?Draft acceptance rate: (" + _NUM + ")(%?)")
+# V0 (vLLM <= 0.7) prints cumulative counts; 0.5.x doubled the word: `Number of draft tokens tokens: 42272`
+_V0_COUNT = re.compile(r"Number of (speculative|accepted|draft|emitted) tokens(?: tokens)?: ([0-9]+)")
+# V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
+_V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]+) tokens\b")
 _VLLM_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
 _VLLM_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([0-9, ]*)\]")
 _VLLM_SPEC = re.compile(r"num_spec_tokens=([0-9]+)")
@@ -91,12 +96,15 @@ def _sglang(lines: list[str], path: str) -> dict:
                 capture = _ints(bs.group(1))
     running = [_int(b.get("#running-req")) for b in batches]
     graph = [b.get("cuda graph") for b in batches if "cuda graph" in b]
+    by_graph = {flag: sorted({r for r, b in zip(running, batches) if r is not None and b.get("cuda graph") == flag})
+                for flag in ("True", "False")}
     accept = [float(b["accept len"]) for b in batches if "accept len" in b]
     tput = [float(b["gen throughput (token/s)"]) for b in batches if "gen throughput (token/s)" in b]
     max_bs = _int(args.get("cuda_graph_max_bs"))
     speculative = bool(accept) or args.get("speculative_algorithm", "None").strip("'") not in ("None", "")
     return {"engine": "sglang", "path": path, "decode_lines": len(batches), "speculative": speculative,
             "graph_lines": len(graph), "graph_true": graph.count("True"),
+            "graph_batch_sizes": by_graph["True"], "eager_batch_sizes": by_graph["False"],
             "batch_sizes": dict(Counter(r for r in running if r is not None)),
             "capture_sizes": capture, "max_capture_size": max_bs or (max(capture) if capture else None),
             "graphs_disabled": args.get("disable_cuda_graph") == "True",
@@ -111,6 +119,8 @@ def _sglang(lines: list[str], path: str) -> dict:
 def _vllm(lines: list[str], path: str) -> dict:
     tput, running, means, positions, rates, downgrades = [], [], [], [], [], []
     mode = sizes = spec = tp = eager = None
+    v0 = None                        # the last V0 line's cumulative counts (the whole run so far)
+    interval = {"Accepted": 0, "Drafted": 0, "lines": 0}   # V1 lines without a mean acceptance length
     for line in lines:
         if "Avg generation throughput" in line:
             m = _VLLM_TPUT.search(line)
@@ -127,6 +137,13 @@ def _vllm(lines: list[str], path: str) -> dict:
             r = _VLLM_RATE.search(line)
             if r:
                 rates.append(float(r.group(1)) / (100.0 if r.group(2) else 1.0))
+            counts = {k.lower(): int(v) for k, v in _V0_COUNT.findall(line)}
+            if {"speculative", "draft", "emitted"} <= counts.keys():
+                v0 = counts
+            elif not m:
+                for key, value in _V1_COUNT.findall(line):
+                    interval[key] += int(value)
+                interval["lines"] += 1
         elif "cudagraph_mode" in line and ("setting cudagraph_mode" in line or "Overriding cudagraph_mode" in line):
             m = _VLLM_DOWNGRADE.search(line)
             downgrades.append({"to": (m.group(1) or m.group(2)) if m else None, "line": _clip(line)})
@@ -138,10 +155,22 @@ def _vllm(lines: list[str], path: str) -> dict:
             tp = _int(_first(_VLLM_TP, line)) or tp
             eager = _first(_VLLM_EAGER, line) or eager
     per_position = [statistics.fmean(col) for col in zip(*positions)] if positions else []
-    return {"engine": "vllm", "path": path, "decode_lines": len(tput), "speculative": bool(means) or bool(spec),
+    spec = spec or (v0["speculative"] if v0 else None)
+    accept_len, accept_values, how = _mean(means), len(means), None
+    if accept_len is None and v0 and v0["draft"]:
+        # tokens per verify step: emitted / (drafted / k), the bonus token included (V0's counts are cumulative)
+        accept_len, accept_values, how = v0["emitted"] * v0["speculative"] / v0["draft"], 1, "V0 counts"
+    elif accept_len is None and interval["Drafted"] and spec:
+        accept_len, accept_values, how = 1.0 + interval["Accepted"] * spec / interval["Drafted"], interval["lines"], \
+            "accepted and drafted counts"
+    if v0:
+        rates = rates[-1:]           # cumulative: the last line holds the whole run
+    speculative = bool(means) or bool(spec) or bool(rates) or v0 is not None
+    return {"engine": "vllm", "path": path, "decode_lines": len(tput), "speculative": speculative,
             "graph_lines": 0, "graph_true": 0, "batch_sizes": dict(Counter(running)), "capture_sizes": sizes,
             "max_capture_size": max(sizes) if sizes else None, "graphs_disabled": eager == "True" or mode == "NONE",
-            "cudagraph_mode": mode, "accept_len": _mean(means), "accept_len_values": len(means),
+            "cudagraph_mode": mode, "accept_len": accept_len, "accept_len_values": accept_values,
+            "accept_len_from": how,
             "accept_rate": _mean(rates), "per_position": per_position, "gen_throughput": _median(tput),
             "throughput_by_batch": _by_batch(running, tput), "num_spec_tokens": spec, "tp": tp,
             "downgrades": downgrades}
@@ -175,6 +204,13 @@ def log_notes(log: dict) -> list[str]:
     if log["engine"] == "sglang" and log["speculative"]:
         notes.append("SGLang's 'cuda graph: True' describes the decode batch the scheduler ran, not that the speculative "
                      "verify inside it was captured")
+    if log["speculative"] and log["accept_len"] is None:
+        notes.append("the log shows speculative decoding but not how many tokens a cycle kept (this vLLM version prints "
+                     "no mean acceptance length, and the number of speculative tokens is not in the log): give the "
+                     "start-up lines with num_spec_tokens, or a log of a newer vLLM")
+    elif log.get("accept_len_from"):
+        notes.append(f"mean acceptance length {log['accept_len']:.2f} tokens per cycle computed from the log's "
+                     f"{log['accept_len_from']} (this vLLM version does not print it)")
     if log["engine"] == "vllm" and log.get("cudagraph_mode"):
         notes.append(f"vLLM's engine config says cudagraph_mode {log['cudagraph_mode']}: the mode it started with; "
                      "which steps replayed a graph is not in the log")
