@@ -63,3 +63,18 @@ def unrolled_verify(doc: dict, tokens_per_seq: int = 4, launch_us: float = 40.0)
             e["name"] = e["name"].replace("generation_32(sq32", f"generation_32(sq{32 * tokens_per_seq}")
             e["dur"] = host_ts - e["ts"] + 50.0
     return t
+
+
+def torch18_categories(doc: dict) -> dict:
+    """The same trace with the category names torch 1.8's Kineto wrote (`Kernel`, `Runtime`,
+    `Memcpy`, `Memset`, `Operator`) and `ProfilerStep#N` as an operator, as torch 1.x recorded it
+    (the TensorBoard profiler plugin reads both spellings). Nothing else changes."""
+    old = {"kernel": "Kernel", "cuda_runtime": "Runtime", "cuda_driver": "Runtime", "gpu_memcpy": "Memcpy",
+           "gpu_memset": "Memset", "cpu_op": "Operator"}
+    t = copy.deepcopy(doc)
+    for e in t["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation":
+            e["cat"] = "Operator"
+        elif e.get("cat") in old:
+            e["cat"] = old[e["cat"]]
+    return t

@@ -173,6 +173,16 @@ def test_profile_feeds_recommend_and_report(engine_profiles, tmp_path):
     assert sniff(base[0]) == "profile" and sniff(engine_profiles / "trace.json") == "engine-trace"
 
 
+def test_torch_1_8_category_names_read_as_today(tmp_path):
+    """Old Kineto spelled the categories `Kernel`/`Runtime`/`Memcpy`/`Operator` and recorded
+    `ProfilerStep#N` as an operator: the same steps, launches and collectives come out."""
+    old = P.write(P.torch18_categories(P.load(P.DDP)), tmp_path / "ddp_torch18.json.gz")
+    today, then = load_evidence(profiles=[P.DDP]).runs[0], load_evidence(profiles=[old]).runs[0]
+    assert then.phases and {n: (p.count, p.launches) for n, p in then.phases.items()} == \
+        {n: (p.count, p.launches) for n, p in today.phases.items()}
+    assert then.collective_share == pytest.approx(today.collective_share) and today.collective_share
+
+
 # ---- server logs --------------------------------------------------------------------------------
 
 def test_sglang_log_says_what_it_cannot_prove():

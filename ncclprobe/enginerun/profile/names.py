@@ -28,6 +28,10 @@ SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaE
                         "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize"})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 HOST_API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+# torch 1.8's Kineto wrote capitalised categories (the TensorBoard plugin maps them the same way:
+# pytorch/kineto tb_plugin/torch_tb_profiler/profiler/trace.py, EventTypeMap)
+OLD_CATEGORIES = {"Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+                  "Operator": "cpu_op", "Python": "python_function"}
 
 NCCL_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "half": "float16",
                "float": "float32", "double": "float64", "i8": "int8", "u8": "uint8", "i32": "int32",

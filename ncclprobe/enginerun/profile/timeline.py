@@ -127,19 +127,29 @@ def read_timeline(path: str) -> Timeline:
     counts = {"events": 0, "cpu_ops": 0}
     launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
     step_annotation, profiler_step, backend_collective = names.step_annotation, names.profiler_step, names.backend_collective
-    gpu_cats, api_cats = names.GPU_CATEGORIES, names.HOST_API_CATEGORIES
+    gpu_cats, api_cats, old_cats = names.GPU_CATEGORIES, names.HOST_API_CATEGORIES, names.OLD_CATEGORIES
+    seen_steps = set()
+
+    def on_annotation(ev: dict, name: str, step, pstep) -> None:
+        # torch 1.x wrote `ProfilerStep#N` as a cpu_op, 2.x as a user_annotation: one of each is kept
+        key = (name, _num(ev, "ts"))
+        if key not in seen_steps:
+            seen_steps.add(key)
+            annotations.append(Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep))
 
     def on_event(ev: dict) -> None:
         counts["events"] += 1
         if ev.get("ph") != "X":
             return
         cat = ev.get("cat")
+        cat = old_cats.get(cat, cat)
         if cat in gpu_cats:
             args = ev.get("args") or {}
             name = str(ev.get("name", ""))
             coll = collective_kernel(name) if cat == "kernel" else None
             kernels.append(Kernel(ts=_num(ev, "ts"), dur=_num(ev, "dur"), stream=args.get("stream", ev.get("tid", 0)),
-                                  corr=args.get("correlation"), name=name, ext=args.get("External id"), category=cat,
+                                  corr=args.get("correlation"), name=name, category=cat,
+                                  ext=args.get("External id", args.get("external id")),
                                   coll=coll, args=_coll_args(args) if coll else None))
         elif cat in api_cats:
             name = str(ev.get("name", ""))
@@ -151,7 +161,7 @@ def read_timeline(path: str) -> Timeline:
             name = str(ev.get("name", ""))
             step, pstep = step_annotation(name), profiler_step(name)
             if step or pstep is not None:
-                annotations.append(Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep))
+                on_annotation(ev, name, step, pstep)
             elif ":" in name:
                 coll = backend_collective(name)
                 if coll:
@@ -159,7 +169,9 @@ def read_timeline(path: str) -> Timeline:
         elif cat == "cpu_op":
             counts["cpu_ops"] += 1
             name = ev.get("name")
-            if name == "record_param_comms":
+            if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                on_annotation(ev, name, None, names.profiler_step(name))
+            elif name == "record_param_comms":
                 op = _comm_op(ev)
                 if op:
                     comm_ops.append(op)
