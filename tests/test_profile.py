@@ -183,6 +183,20 @@ def test_torch_1_8_category_names_read_as_today(tmp_path):
     assert then.collective_share == pytest.approx(today.collective_share) and today.collective_share
 
 
+def test_ranks_of_different_engines_are_refused_without_headers(tmp_path):
+    """Without distributedInfo and a wall clock, the step annotations still tell two jobs apart."""
+    bare = []
+    for name, path in (("sglang", P.SGLANG), ("vllm", P.VLLM)):
+        doc = P.load(path)
+        for key in ("distributedInfo", "baseTimeNanoseconds"):
+            doc.pop(key, None)
+        bare.append(P.write(doc, tmp_path / f"{name}.json.gz"))
+    with pytest.raises(UsageProblem, match="different engines"):
+        load_evidence(profiles=bare)
+    code, output = run_cli(["diagnose", "--profile", str(bare[0]), "--profile", str(bare[1])])
+    assert code == 2 and len(output.strip().splitlines()) == 1
+
+
 # ---- server logs --------------------------------------------------------------------------------
 
 def test_sglang_log_says_what_it_cannot_prove():

@@ -25,6 +25,7 @@ def load_profiles(paths, *, model_config=None) -> RunSet:
     timelines = [read_timeline(str(p)) for p in paths]
     check_same_job(timelines)
     per_rank = [_rank_view(tl) for tl in timelines]
+    check_same_engine(per_rank)
     run = combine(per_rank, timelines)
     config = _config(timelines, run, model_config)
     notes = _notes(timelines, run)
@@ -53,6 +54,17 @@ def check_same_job(timelines: list[Timeline]) -> None:
         if (latest - earliest) / 1e6 > SAME_JOB_WINDOW_S:
             raise UsageProblem(f"these profiles come from different jobs: they were recorded "
                                f"{(latest - earliest) / 1e6 / 60:.0f} minutes apart")
+
+
+def check_same_engine(per_rank: list[dict]) -> None:
+    """Ranks of one job run one engine: profiles whose step annotations name different engines
+    (SGLang's `step[...]` in one, vLLM's `execute_...` in another) cannot be combined, whatever
+    their headers lack."""
+    engines = {rv["engine"] for rv in per_rank if rv["engine"] not in ("unknown", "torch")}
+    if len(engines) > 1:
+        listing = ", ".join(f"{Path(rv['timeline'].path).name}: {rv['engine']}" for rv in per_rank)
+        raise UsageProblem(f"these profiles come from different jobs: their steps are annotated by different engines "
+                           f"({listing})")
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
