@@ -44,7 +44,9 @@ _V0_COUNT = re.compile(r"Number of (speculative|accepted|draft|emitted) tokens(?
 # V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
 _V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]+) tokens\b")
 _VLLM_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
-_VLLM_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([0-9, ]*)\]")
+# the engine config prints a Python dict (0.10+: `'cudagraph_capture_sizes': [1, 2]`); earlier V1 versions
+# printed the compilation config as JSON (`"cudagraph_capture_sizes":[512,504]`)
+_VLLM_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]: ?\[([0-9, ]*)\]""")
 _VLLM_SPEC = re.compile(r"num_spec_tokens=([0-9]+)")
 _VLLM_TP = re.compile(r"tensor_parallel_size=([0-9]+)")
 _VLLM_EAGER = re.compile(r"enforce_eager=(True|False)")
@@ -147,7 +149,7 @@ def _vllm(lines: list[str], path: str) -> dict:
         elif "cudagraph_mode" in line and ("setting cudagraph_mode" in line or "Overriding cudagraph_mode" in line):
             m = _VLLM_DOWNGRADE.search(line)
             downgrades.append({"to": (m.group(1) or m.group(2)) if m else None, "line": _clip(line)})
-        if "cudagraph_mode" in line or "num_spec_tokens" in line:
+        if "cudagraph_mode" in line or "num_spec_tokens" in line or "cudagraph_capture_sizes" in line:
             mode = _first(_VLLM_MODE, line) or mode
             found = _VLLM_SIZES.search(line)
             sizes = _ints(found.group(1)) if found else sizes
