@@ -248,6 +248,8 @@ def test_vllm_logs_of_every_metrics_format_give_the_tokens_per_cycle():
     medusa = diagnose(load_evidence(server_logs=[P.LOGS / "vllm_0.5_v0_medusa_zero_acceptance_issue6768.log"]))
     low = next(f for f in medusa.findings if f.rule == "acceptance")
     assert low.severity == "warning" and low.evidence["mean_acceptance_length"] == 1.0   # the last (cumulative) line
+    medusa_log = load_evidence(server_logs=[P.LOGS / "vllm_0.5_v0_medusa_zero_acceptance_issue6768.log"]).runs[0].log
+    assert (medusa_log["gen_tokens_per_s"], medusa_log["tokens_per_cycle_from"]) == (pytest.approx(118.9), "V0 counts")
     newer = load_evidence(server_logs=[P.LOGS / "vllm_0.10_v1_specdecoding_throughput_pr24127.log"]).runs[0]
     assert newer.acceptance.mean_length == 5.44 and newer.acceptance.per_position[-1] == 0.712
     first_v1 = load_evidence(server_logs=[P.LOGS / "vllm_0.8_v1_specdecoding_rate_only_pr15902.log"])

@@ -143,10 +143,10 @@ def log_breakeven(ev: E.Evidence) -> list:
         return [NotChecked(rule="speculative-slower", hypothesis=hyp,
                            missing="a baseline: the same server's log without speculative decoding (--baseline-server-log)")]
     s, b = spec[0], base[0]
-    common = sorted(set(s.log["throughput_by_batch"]) & set(b.log["throughput_by_batch"]))
+    common = sorted(set(s.log["tokens_per_s_by_batch"]) & set(b.log["tokens_per_s_by_batch"]))
     if common:
         batch = max(common, key=lambda n: s.log["batch_sizes"].get(n, 0))
-        s_tput, b_tput, where = s.log["throughput_by_batch"][batch], b.log["throughput_by_batch"][batch], f"at batch {batch}"
+        s_tput, b_tput, where = s.log["tokens_per_s_by_batch"][batch], b.log["tokens_per_s_by_batch"][batch], f"at batch {batch}"
     else:
         s_tput, b_tput, where = s.tokens_per_s, b.tokens_per_s, "over the whole logs (no batch size in common)"
     if not s_tput or not b_tput:

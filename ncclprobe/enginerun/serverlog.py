@@ -110,10 +110,10 @@ def _sglang(lines: list[str], path: str) -> dict:
             "batch_sizes": dict(Counter(r for r in running if r is not None)),
             "capture_sizes": capture, "max_capture_size": max_bs or (max(capture) if capture else None),
             "graphs_disabled": args.get("disable_cuda_graph") == "True",
-            "accept_len": _mean(accept), "accept_len_values": len(accept),
+            "tokens_per_cycle": _mean(accept), "tokens_per_cycle_values": len(accept),
             "accept_rate": _mean([float(b["accept rate"]) for b in batches if "accept rate" in b]),
-            "per_position": [], "gen_throughput": _median(tput[1:] if len(tput) > 1 else tput),
-            "throughput_by_batch": _by_batch(running, [b.get("gen throughput (token/s)") for b in batches]),
+            "per_position": [], "gen_tokens_per_s": _median(tput[1:] if len(tput) > 1 else tput),
+            "tokens_per_s_by_batch": _by_batch(running, [b.get("gen throughput (token/s)") for b in batches]),
             "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
             "tp": _int(args.get("tp_size")), "downgrades": []}
 
@@ -171,10 +171,10 @@ def _vllm(lines: list[str], path: str) -> dict:
     return {"engine": "vllm", "path": path, "decode_lines": len(tput), "speculative": speculative,
             "graph_lines": 0, "graph_true": 0, "batch_sizes": dict(Counter(running)), "capture_sizes": sizes,
             "max_capture_size": max(sizes) if sizes else None, "graphs_disabled": eager == "True" or mode == "NONE",
-            "cudagraph_mode": mode, "accept_len": accept_len, "accept_len_values": accept_values,
-            "accept_len_from": how,
-            "accept_rate": _mean(rates), "per_position": per_position, "gen_throughput": _median(tput),
-            "throughput_by_batch": _by_batch(running, tput), "num_spec_tokens": spec, "tp": tp,
+            "cudagraph_mode": mode, "tokens_per_cycle": accept_len, "tokens_per_cycle_values": accept_values,
+            "tokens_per_cycle_from": how,
+            "accept_rate": _mean(rates), "per_position": per_position, "gen_tokens_per_s": _median(tput),
+            "tokens_per_s_by_batch": _by_batch(running, tput), "num_spec_tokens": spec, "tp": tp,
             "downgrades": downgrades}
 
 
@@ -193,11 +193,11 @@ def load_server_logs(paths) -> RunSet:
 
 
 def to_run(log: dict) -> EngineRun:
-    acceptance = Acceptance(mean_length=log["accept_len"], per_position=tuple(log["per_position"]),
-                            source=f"{log['engine']} log") if log["accept_len"] is not None else None
+    acceptance = Acceptance(mean_length=log["tokens_per_cycle"], per_position=tuple(log["per_position"]),
+                            source=f"{log['engine']} log") if log["tokens_per_cycle"] is not None else None
     return EngineRun(label=Path(log["path"]).name, mode="speculative" if log["speculative"] else "baseline",
                      source="server-log", path=log["path"], engine=log["engine"], acceptance=acceptance,
-                     tokens_per_s=log["gen_throughput"], log=log, notes=log_notes(log))
+                     tokens_per_s=log["gen_tokens_per_s"], log=log, notes=log_notes(log))
 
 
 def log_notes(log: dict) -> list[str]:
@@ -206,13 +206,13 @@ def log_notes(log: dict) -> list[str]:
     if log["engine"] == "sglang" and log["speculative"]:
         notes.append("SGLang's 'cuda graph: True' describes the decode batch the scheduler ran, not that the speculative "
                      "verify inside it was captured")
-    if log["speculative"] and log["accept_len"] is None:
+    if log["speculative"] and log["tokens_per_cycle"] is None:
         notes.append("the log shows speculative decoding but not how many tokens a cycle kept (this vLLM version prints "
                      "no mean acceptance length, and the number of speculative tokens is not in the log): give the "
                      "start-up lines with num_spec_tokens, or a log of a newer vLLM")
-    elif log.get("accept_len_from"):
-        notes.append(f"mean acceptance length {log['accept_len']:.2f} tokens per cycle computed from the log's "
-                     f"{log['accept_len_from']} (this vLLM version does not print it)")
+    elif log.get("tokens_per_cycle_from"):
+        notes.append(f"mean acceptance length {log['tokens_per_cycle']:.2f} tokens per cycle computed from the log's "
+                     f"{log['tokens_per_cycle_from']} (this vLLM version does not print it)")
     if log["engine"] == "vllm" and log.get("cudagraph_mode"):
         notes.append(f"vLLM's engine config says cudagraph_mode {log['cudagraph_mode']}: the mode it started with; "
                      "which steps replayed a graph is not in the log")
@@ -224,13 +224,13 @@ def add_log_to_profile(runset: RunSet, paths) -> None:
     logs = [read_log(p) for p in paths]
     run = runset.runs[0]
     log = logs[0]
-    if log["accept_len"] is not None:
-        run.acceptance = Acceptance(mean_length=log["accept_len"], per_position=tuple(log["per_position"]),
+    if log["tokens_per_cycle"] is not None:
+        run.acceptance = Acceptance(mean_length=log["tokens_per_cycle"], per_position=tuple(log["per_position"]),
                                     source=f"{log['engine']} log")
         if run.mode is None:
             run.mode = "speculative"
     run.log = log
-    run.tokens_per_s = run.tokens_per_s or log["gen_throughput"]
+    run.tokens_per_s = run.tokens_per_s or log["gen_tokens_per_s"]
     runset.inputs["server_log"] = [str(p) for p in paths]
     runset.notes.append(f"acceptance and throughput from the {log['engine']} log {Path(log['path']).name}")
 
