@@ -54,6 +54,11 @@ def test_nccl_and_rccl_kernel_names():
     assert names.collective_kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)") == \
         {"op": "all_reduce", "algo": "RING", "proto": "LL", "dtype": "float32"}
     assert names.collective_kernel("ncclDevKernel_ReduceScatter_Sum_f16_RING_LL128(x)")["proto"] == "LL128"
+    # C type names split by "_": the first as quoted in ROCm/roctracer#101, the second built the same way
+    assert names.collective_kernel("ncclKernel_ReduceScatter_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, "
+                                   "ncclWork*)")["dtype"] == "bfloat16"
+    assert names.collective_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)")["dtype"] == "int8"
+    assert names.collective_kernel("ncclDevKernel_Generic(ncclDevComm*, channelMasks, ncclWork*)")["op"] == "unknown"
     assert names.collective_kernel("void at::native::vectorized_elementwise_kernel<4>") is None
     assert names.launch_kind("hipExtModuleLaunchKernel") == "kernel" and names.launch_kind("hipGraphLaunch") == "graph"
     assert names.launch_kind("cuLaunchKernelEx") == "kernel" and names.launch_kind("cudaGraphLaunch") == "graph"

@@ -180,7 +180,8 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
                           f"{ph_s.name} and {ph_f.name} steps",
                     detail=(f"Collective kernels take {coll_s:.3f} ms per {ph_s.name} step and {coll_f:.3f} ms per "
                             f"{ph_f.name} step. NCCL launched {', '.join(sorted(kernels_s)) or 'no kernels'} on the slow side and "
-                            f"{', '.join(sorted(kernels_f)) or 'no kernels'} on the fast side (names say what was launched). "
+                            f"{', '.join(sorted(kernels_f)) or 'no kernels'} on the fast side (kernel names: the kernel launched, not "
+                            "proof of the algorithm/protocol it ran; NCCL_DEBUG_SUBSYS=TUNING logs those). "
                             "Compare with a sweep at the same sizes."),
                     evidence={"collective_ms_per_step": {ph_s.name: round(coll_s, 4), ph_f.name: round(coll_f, 4)},
                               "gap_ms": round(gap, 4)})]
@@ -237,7 +238,8 @@ def collective_calls(ev: E.Evidence) -> list:
                       + (f" ({unknown} of unknown size: replayed from graphs)" if unknown else ""),
                 detail=("Per operation and size: calls, time per call (kernel time on the GPU, or the host op's "
                         "time on a CPU-only profile), bus bandwidth, the share of its phase, and the algorithm/protocol "
-                        "in the kernel's name (what NCCL launched)."),
+                        "in the kernel's name (the kernel NCCL launched; NCCL_DEBUG_SUBSYS=TUNING logs the algorithm and "
+                        "protocol it chose)."),
                 evidence={"collectives": rows}))
     return out
 

@@ -127,8 +127,8 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
             title=f"{name}: {c.op} of {sizes_arg([c.size_bytes])} takes {per_call:.2f} us per call, "
                   f"{ratio:.1f}x the sweep's {hit[0]:.2f} us",
             detail=(f"The profile's kernel time per call is GPU time; the sweep measured {hit[0]:.2f} us in {mode} mode "
-                    f"with NCCL's defaults (the profile records no settings). NCCL launched "
-                    f"{c.algo or '?'}/{c.proto or '?'} here" + (f"; the sweep's best at this size is {best['config']} at "
+                    f"with NCCL's defaults (the profile records no settings). The kernel here is named "
+                    f"{c.algo or '?'}/{c.proto or '?'} (its name, not proof of the protocol it ran)" + (f"; the sweep's best at this size is {best['config']} at "
                                                                  f"{best['time_us']:.2f} us" if best else "") +
                     ". A kernel slower on the engine's GPU than alone points at contention with compute or a rank that "
                     "arrives late (the kernel waits for its peers)."),

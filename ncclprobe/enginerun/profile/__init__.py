@@ -162,7 +162,8 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
         notes.append("some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
                      "sizes are unknown (profile the capture too, or read them from the engine's own records)")
     if any(c.algo for c in run.collectives):
-        notes.append("algorithm and protocol are read from the NCCL kernel names: what NCCL launched for those calls")
+        notes.append("algorithm and protocol are read from the NCCL kernel names: the kernel NCCL launched, which can run "
+                     "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)")
     if len(timelines) == 1 and (tl.world_size or 1) > 1:
         notes.append(f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "
                      "(give every rank's profile)")

@@ -7,7 +7,11 @@ Facts, from traces recorded on the H200 and the public ROCm traces in tests/fixt
   replayed from a graph carry the id of the `cudaGraphLaunch`/`hipGraphLaunch` call;
 - NCCL names its kernels `ncclDevKernel_<Coll>_<Op>_<dtype>_<ALGO>_<PROTO>` (2.19+) or
   `ncclKernel_<Coll>_<ALGO>_<PROTO>_<Op>_<dtype>` (older); RCCL keeps the older form. A fused
-  generic kernel (`ncclDevKernel_Generic`) carries no collective in its name;
+  generic kernel (`ncclDevKernel_Generic`) carries no collective in its name. The name is the
+  kernel's specialization, not a record of the call: NCCL's maintainers say one kernel runs any
+  operation, algorithm and protocol (AllGather/ReduceScatter kernels are named `RING_LL` whatever
+  protocol ran: NVIDIA/nccl#2196; 2.13 named most kernels SendRecv: #714, #739). Only
+  `NCCL_DEBUG_SUBSYS=TUNING` shows the choice;
 - SGLang annotates each scheduler step `step[DECODE bs=32]`, `step[EXTEND bs=15 toks=15360]`;
   vLLM `execute_<N>_context_<C>(...)_generation_<G>(...)`; torch.profiler's schedule
   `ProfilerStep#<n>`; ncclprobe's engine `ncclprobe::<phase>` (engine/profiling.py).
@@ -38,7 +42,11 @@ NCCL_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bf
                "u32": "uint32", "i64": "int64", "u64": "uint64", "int8_t": "int8", "uint8_t": "uint8",
                "int32_t": "int32", "uint32_t": "uint32", "int64_t": "int64", "uint64_t": "uint64",
                "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "__nv_bfloat16": "bfloat16", "__half": "float16",
-               "rccl_bfloat16": "bfloat16", "hip_bfloat16": "bfloat16"}
+               "rccl_bfloat16": "bfloat16", "hip_bfloat16": "bfloat16",
+               # the tails of C type names once the kernel name is split on "_":
+               # `Sum___nv_bfloat16` ends in "bfloat16", `Sum_int8_t` in "int8", "t"
+               "bfloat16": "bfloat16", "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
+               "int64": "int64", "uint64": "uint64"}
 TORCH_DTYPES = {"BFloat16": "bfloat16", "Float": "float32", "Half": "float16", "Double": "float64",
                 "Int": "int32", "Long": "int64", "Char": "int8", "Byte": "uint8", "Float8_e4m3fn": "float8_e4m3"}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,

@@ -7,8 +7,9 @@ by operation, size, dtype, algorithm, protocol and whether they ran eagerly or f
 - a replayed kernel carries none: its size is taken from the capture when the profile holds the
   capture's host records (every captured call of that operation and dtype had one size), else it
   is unknown and said so;
-- algorithm and protocol come from the kernel's name: what NCCL launched, which is what it chose
-  for that call (not what the environment asked for).
+- algorithm and protocol come from the kernel's name: the kernel NCCL launched, a specialization
+  that can run another algorithm or protocol inside it (names.py has the sources), so they are
+  reported as the kernel's name says, never as proof of NCCL's choice.
 On a CPU-only profile the collectives are the host ops (`record_param_comms`, gloo included),
 with their host time.
 """
