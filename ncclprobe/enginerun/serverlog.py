@@ -207,9 +207,10 @@ def log_notes(log: dict) -> list[str]:
         notes.append("SGLang's 'cuda graph: True' describes the decode batch the scheduler ran, not that the speculative "
                      "verify inside it was captured")
     if log["speculative"] and log["tokens_per_cycle"] is None:
-        notes.append("the log shows speculative decoding but not how many tokens a cycle kept (this vLLM version prints "
-                     "no mean acceptance length, and the number of speculative tokens is not in the log): give the "
-                     "start-up lines with num_spec_tokens, or a log of a newer vLLM")
+        notes.append("the log shows speculative decoding but not how many tokens a cycle kept: "
+                     + ("this vLLM version prints no mean acceptance length, and the number of speculative tokens is "
+                        "not in the log (give the start-up lines with num_spec_tokens, or a newer vLLM's log)"
+                        if log["engine"] == "vllm" else "its decode lines have no 'accept len' field"))
     elif log.get("tokens_per_cycle_from"):
         notes.append(f"mean acceptance length {log['tokens_per_cycle']:.2f} tokens per cycle computed from the log's "
                      f"{log['tokens_per_cycle_from']} (this vLLM version does not print it)")
