@@ -39,6 +39,12 @@ FACTS = {
 OTHER = {"allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt",
          "interleaved_2proc_1rank_v100_old_format_nccltests107.txt", "interleaved_2proc_8gpu_h800_nccltests213.txt",
          "allreduce_1x_h200_1rank_nccltests2.19.6_eager_J.json"}
+# covered by tests/test_nccl_tests_shapes.py: every header shape nccl-tests has printed
+OTHER |= {"broadcast_2node_v100_pcie_old_format_root_no_redop_c0_nccl2.9.6_issue82.txt",
+          "alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt",
+          "sendrecv_2x_gtx1080_old_format_no_redop_no_root_issue104.txt",
+          "sendrecv_2node_a40_root_minus1_inplace_wrong_na_issue214.txt",
+          "allgather_4node_mi250x_rccl_srun_label_issue1490.txt"}
 # text and -J of one H200 run each: test_nccl_tests_runs compares the two imports row by row
 OTHER |= {f"allreduce_1x_h200_1rank_nccltests2.19.6_{kind}_same_run.{ext}" for kind in ("eager", "eager_I")
           for ext in ("txt", "json")}

@@ -112,17 +112,20 @@ def _block(run: NcclTestsRun, records: list[dict], options: ImportOptions, index
         notes.append(f"avg busbw {run.avg_busbw_gbps} GB/s (nccl-tests' mean over every row)")
     if options.collective is None and run.collective is None:
         notes.append("the output does not name its collective: records say 'unknown' (pass --collective)")
-    title = f"{where}{name}, {run.nranks} ranks, {len(run.rows)} sizes"
+    ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
+    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes"
     return Block(title=title, rows=_rows(run), notes=notes + run.notes)
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:
+    """The table as the file printed it: before v2.13 the check column is the max error, not a count."""
     def cell(m, key):
         return getattr(m, key) if m is not None else None
+    check, key = ("error", "max_error") if run.format == "old" else ("wrong", "wrong")
     return [{"size": format_size(r.size_bytes), "size_bytes": r.size_bytes, "type": r.dtype,
              "oop_time_us": cell(r.out_of_place, "time_us"), "oop_busbw_gbps": cell(r.out_of_place, "busbw_gbps"),
-             "oop_wrong": cell(r.out_of_place, "wrong"), "ip_time_us": cell(r.in_place, "time_us"),
-             "ip_busbw_gbps": cell(r.in_place, "busbw_gbps"), "ip_wrong": cell(r.in_place, "wrong")}
+             f"oop_{check}": cell(r.out_of_place, key), "ip_time_us": cell(r.in_place, "time_us"),
+             "ip_busbw_gbps": cell(r.in_place, "busbw_gbps"), f"ip_{check}": cell(r.in_place, key)}
             for r in run.rows]
 
 

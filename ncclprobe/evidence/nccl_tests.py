@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
-from ncclprobe.evidence.text import clean_line
+from ncclprobe.evidence.text import clean_task_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
@@ -35,8 +35,11 @@ PARAMS = ascii_re(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes 
                   r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
 RANK = ascii_re(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
                 r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
-COLUMNS = ascii_re(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw\s+busbw"
-                   r"\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
+# before v2.13 every test printed its own header: `type redop` (all_reduce, reduce_scatter, alltoall),
+# `type redop root` (reduce), `type root` (broadcast), `type` alone (all_gather, sendrecv); since v2.13 one
+# header, `type redop root`, for every test
+COLUMNS = ascii_re(r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
+                   r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
 FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
 FOOTER_AVG = ascii_re(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
@@ -108,7 +111,8 @@ class NcclTestsRun:
     devices: list[dict] = field(default_factory=list)
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
-    format: str = "current"            # "current" (root, #wrong), "old" (no root, error column) or "json"
+    format: str = "current"            # "current" (#wrong column, v2.13+), "old" (error column) or "json"
+    header: tuple[str, ...] = ()       # the columns between type and time, as the table header names them
     settings: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)     # the relevant environment, masked (-J files)
     notes: list[str] = field(default_factory=list)
@@ -129,7 +133,7 @@ class NcclTestsRun:
 
 def parse_nccl_tests(text: str) -> NcclTestsRun:
     """Parse the output of one nccl-tests run; UsageProblem when it holds no result table."""
-    lines = [clean_line(line) for line in text.splitlines()]
+    lines = [clean_task_line(line) for line in text.splitlines()]
     run = NcclTestsRun(rows=[], nranks=None, collective=None)
     columns = None
     for line in lines:
@@ -149,8 +153,9 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
 
 @dataclass(frozen=True)
 class Columns:
-    root: bool          # a root column (v2.13 and later)
-    check: str          # "#wrong" or "error"
+    redop: bool         # a redop column (every test since v2.13; before, the reducing ones and alltoall)
+    root: bool          # a root column (every test since v2.13; before, broadcast and reduce)
+    check: str          # "#wrong" (v2.13+) or "error" (the max error, before)
     cputime: bool       # -C 1: the time column is the host's issue time
     per_iter: bool      # -I 1: i_min i_max i_p99 i_cv% after each placement
 
@@ -159,8 +164,10 @@ def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
     """Record what a `#` line says; return the column layout when it is the table header."""
     columns = COLUMNS.match(line)
     if columns:
-        run.format = "current" if columns["root"] else "old"
-        return Columns(bool(columns["root"]), columns["check"], columns["time"] == "cputime", bool(columns["periter"]))
+        run.format = "current" if columns["check"] == "#wrong" else "old"
+        run.header = tuple(name for name in ("redop", "root") if columns[name])
+        return Columns(bool(columns["redop"]), bool(columns["root"]), columns["check"], columns["time"] == "cputime",
+                       bool(columns["periter"]))
     for pattern, action in ((PARAMS, _params), (RANK, _rank), (FOOTER_AVG, _avg), (FOOTER_OOB, _oob),
                             (TESTS_VERSION, _tests_version), (_REDUCING, _reducing), (EXPORTED, _exported)):
         match = pattern.match(line)
@@ -205,7 +212,10 @@ def _exported(run, m):
 
 
 def data_row(tokens: list[str], columns: Columns) -> Row | None:
-    lead = 5 if columns.root else 4
+    # a test without a reduction printed its redop cell empty (alltoall before v2.17, all_gather and
+    # broadcast v2.13-v2.16, hypercube): then the token after the type is already a number
+    redop_shown = columns.redop and len(tokens) > 3 and not _NUMBER.match(tokens[3])
+    lead = 3 + redop_shown + columns.root
     per = 8 if columns.per_iter else 4
     if len(tokens) < lead + 2 * per or not is_digits(tokens[0]) or not is_digits(tokens[1]):
         return None
@@ -218,10 +228,13 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     missing = [all(c == "N/A" for c in cells_[:4]) for cells_ in placements]   # ncclprobe export: not measured
     if all(missing) or any(c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]):
         return None
-    root = int(tokens[4]) if columns.root and is_digits(tokens[4].removeprefix("-")) else None
+    root_cell = tokens[lead - 1] if columns.root else ""
+    if columns.root and not is_digits(root_cell.removeprefix("-")):
+        return None
+    root = int(root_cell) if columns.root else None
     size = int(tokens[0])
     oop, ip = (None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing))
-    return Row(size, int(tokens[1]), tokens[2], tokens[3], root, oop, ip)
+    return Row(size, int(tokens[1]), tokens[2], tokens[3] if redop_shown else "none", root, oop, ip)
 
 
 def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
@@ -242,7 +255,7 @@ def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
 
 
 def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
-    log = parse_nccl_log(text)
+    log = parse_nccl_log("\n".join(lines))   # without task labels: NCCL's lines behind `0: ` count too
     run.nccl_version = log.nccl_version
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
@@ -252,7 +265,8 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     run.collective = named[0] if named else _infer_collective(run)
     run.collective_inferred = not named and run.collective is not None
     if run.collective_inferred:
-        run.notes.append(f"collective not named in the file; {run.collective} inferred from busbw/algbw")
+        how = "the table's columns" if run.collective == "reduce" else "busbw/algbw"
+        run.notes.append(f"collective not named in the file; {run.collective} inferred from {how}")
     if run.avg_busbw_gbps is None:
         run.notes.append("no footer: the output ends before `# Avg bus bandwidth`")
 
@@ -288,7 +302,11 @@ def command_line_settings(lines: list[str]) -> dict[str, str]:
 def _infer_collective(run: NcclTestsRun) -> str | None:
     """all_reduce is the only test whose busbw/algbw is 2(n-1)/n; name it only when the rows agree.
 
-    With two ranks that factor is 1, the same as broadcast, reduce and sendrecv: no inference."""
+    With two ranks that factor is 1, the same as broadcast, reduce and sendrecv: no inference. Before
+    v2.13 the header itself tells one test apart: only reduce printed both a redop and a root column
+    (broadcast, scatter and gather printed root alone; all_gather, sendrecv and hypercube neither)."""
+    if run.format == "old" and run.header == ("redop", "root"):
+        return "reduce"
     n = run.nranks
     ratios = [r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps for r in run.rows
               if r.out_of_place and r.out_of_place.algbw_gbps >= 1]

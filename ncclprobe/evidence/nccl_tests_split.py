@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import (CONCLUDED, FOOTER_AVG, FOOTER_OOB, PARAMS, RANK, STARTING, TESTS_VERSION,
                                            NcclTestsRun, parse_nccl_tests)
-from ncclprobe.evidence.text import clean_line
+from ncclprobe.evidence.text import clean_task_line
 
 HEADERS = (("version", TESTS_VERSION), ("starting", STARTING), ("params", PARAMS))
 FOOTERS = (FOOTER_AVG, FOOTER_OOB, CONCLUDED)
@@ -45,7 +45,7 @@ def split_runs(text: str) -> list[str]:
     """The text of each run, in order; UsageProblem for interleaved processes."""
     segments, current, tail = [], Segment(), []
     for raw in text.splitlines():
-        line = clean_line(raw).strip()
+        line = clean_task_line(raw).strip()
         kind = next((name for name, pattern in HEADERS if pattern.match(line)), None)
         if kind and current.kinds and (kind in current.kinds or current.rows or current.ended):
             if not current.rows and not current.ended and not current.failed:
@@ -122,7 +122,7 @@ def _cycle_end(run: NcclTestsRun, top: int) -> int:
 
 
 def interleaved_message(text: str, sign: str) -> str:
-    cleaned = [clean_line(line).strip() for line in text.splitlines()]
+    cleaned = [clean_task_line(line).strip() for line in text.splitlines()]
     headers = sum(1 for line in cleaned if PARAMS.match(line))
     devices = [RANK.match(line) for line in cleaned]
     zero = sum(1 for m in devices if m and m["rank"] == "0")

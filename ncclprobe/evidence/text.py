@@ -2,7 +2,7 @@
 
 Real captures carry decorations that are not part of what the tool printed: ANSI colour and
 underline escapes (nvidia-smi underlines its header even into a pipe), mpirun's
-`[1,N]<stdout>:` tags, and timestamps added by log collectors. Readers strip them here, the
+`[1,N]<stdout>:` tags, srun's `N: ` task labels, and timestamps added by log collectors. Readers strip them here, the
 same way, before matching anything.
 """
 
@@ -35,6 +35,15 @@ def clean_line(line: str) -> str:
 
 
 _TIMESTAMP_STARTS = frozenset("[0123456789")
+# `srun --label` and `pdsh` put the task number before every line (`0: #  size  count ...`); only the
+# readers of benchmark output strip it: in other text a leading `N: ` may be content
+_TASK_LABEL = ascii_re(r"^\s*\d{1,6}: ")
+
+
+def clean_task_line(line: str) -> str:
+    """`clean_line`, and then without an srun/pdsh task label."""
+    line = clean_line(line)
+    return _TASK_LABEL.sub("", line) if ": " in line[:10] else line
 
 
 def read_text_file(path: str | Path, what: str) -> str:
