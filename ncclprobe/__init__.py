@@ -1,4 +1,4 @@
-"""ncclprobe: measure multi-GPU collectives, prove NCCL settings took effect, recommend better ones.
+"""ncclprobe: measure multi-GPU collectives, show which NCCL settings NCCL read and chose, recommend better ones.
 
 The command line lives in `ncclprobe.cli`; everything it does is a library call that tests and
 users can make directly (`ncclprobe.sweep`, `ncclprobe.evidence`, `ncclprobe.envcheck`, ...).

@@ -76,3 +76,14 @@ def test_old_format_table_shows_the_max_error_not_a_count(name):
     (block,) = imported.blocks
     assert "ranks not shown" in block.title
     assert [r["ip_error"] for r in block.rows] == [1.0, 1.0] and "ip_wrong" not in block.rows[0]
+
+
+def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
+    """Users paste runs one after another, the second often trimmed to its table: before, its rows
+    joined the first run's (an all_reduce of 27 sizes, and the old format's columns for all of them)."""
+    from ncclprobe.evidence.nccl_tests_split import parse_runs
+    text = ((TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text()
+            + (TESTS / "alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt").read_text())
+    runs, notes = parse_runs(text)
+    assert [(len(r.rows), r.format, r.collective) for r in runs] == [(25, "current", "all_reduce"), (2, "old", None)]
+    assert notes == []

@@ -253,8 +253,9 @@ def _configure_logging(verbosity: int) -> None:
               "JSON and CSV are always complete).")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool, wide: bool) -> None:
-    """Diagnostics for multi-GPU collectives: measure NCCL settings, prove they reached the
-    workers and took effect, and recommend settings that help.
+    """Diagnostics for multi-GPU collectives: measure NCCL settings, show that they reached
+    the workers and, from NCCL's own log, that NCCL read them and (where its log shows it) chose
+    them, and recommend settings that help.
 
     Data goes to stdout (a table, or JSON/CSV with --format); progress, logs and warnings
     go to stderr.

@@ -1,4 +1,4 @@
-"""`ncclprobe sweep`: measure a collective over a grid of NCCL settings, prove each one took effect."""
+"""`ncclprobe sweep`: measure a collective over a grid of NCCL settings, show from NCCL's log which it read and chose."""
 
 from __future__ import annotations
 

@@ -20,11 +20,13 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import (CONCLUDED, FOOTER_AVG, FOOTER_OOB, PARAMS, RANK, STARTING, TESTS_VERSION,
+from ncclprobe.evidence.nccl_tests import (COLUMNS, CONCLUDED, FOOTER_AVG, FOOTER_OOB, PARAMS, RANK, STARTING, TESTS_VERSION,
                                            NcclTestsRun, parse_nccl_tests)
 from ncclprobe.evidence.text import clean_task_line
 
-HEADERS = (("version", TESTS_VERSION), ("starting", STARTING), ("params", PARAMS))
+# the table header counts too: a pasted run often starts at it (its `# nThread` lines trimmed away), and
+# nccl-tests prints it once per run
+HEADERS = (("version", TESTS_VERSION), ("starting", STARTING), ("params", PARAMS), ("table", COLUMNS))
 FOOTERS = (FOOTER_AVG, FOOTER_OOB, CONCLUDED)
 _ROW = re.compile(r"^\d+\s+\d+\s+\S+\s+\S+\s")
 _FAILURE = re.compile(r"fail|error|abort", re.IGNORECASE)

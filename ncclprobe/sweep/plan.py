@@ -86,7 +86,7 @@ class SweepSpec:
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
             if name in PROOF_VARIABLES:  # a swept value would hide the proof and mark every setting ignored
                 raise UsageProblem(f"--set {name}: the sweep sets {', '.join(PROOF_VARIABLES)} itself to read "
-                                   "NCCL's proof that each setting took effect; it cannot be swept")
+                                   "NCCL's log of what it read and chose; it cannot be swept")
             for value in values:
                 if value != DEFAULT:
                     validate_value(name, value)
