@@ -87,3 +87,12 @@ def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
     runs, notes = parse_runs(text)
     assert [(len(r.rows), r.format, r.collective) for r in runs] == [(25, "current", "all_reduce"), (2, "old", None)]
     assert notes == []
+
+
+def test_the_nccl_version_from_nccl_tests_own_version_line():
+    """nccl-tests 2.18+ prints `nccl-library=22907` (ncclGetVersion) even where NCCL prints no banner."""
+    from ncclprobe.evidence.nccl_tests import nccl_version_of_code
+    from ncclprobe.evidence.nccl_tests_split import parse_runs
+    runs, _ = parse_runs((TESTS / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt").read_text())
+    assert {(r.nccl_tests_version, r.nccl_version) for r in runs} == {("2.18.0", "2.29.7")}
+    assert (nccl_version_of_code(21905), nccl_version_of_code(2803), nccl_version_of_code(7)) == ("2.19.5", "2.8.3", None)

@@ -44,7 +44,8 @@ FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
 FOOTER_AVG = ascii_re(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
                       r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
-TESTS_VERSION = ascii_re(r"^#\s*nccl-tests version (?P<v>\S+)")
+# since 2.18 (util.cu): `nccl-headers=%d nccl-library=%d`, NCCL_VERSION_CODE and ncclGetVersion()
+TESTS_VERSION = ascii_re(r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d+))?")
 STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
 CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
 # ncclprobe export's own line: what its table measured (nccl-tests prints nothing like it)
@@ -196,6 +197,17 @@ def _oob(run, m):
 
 def _tests_version(run, m):
     run.nccl_tests_version = m["v"]
+    if m["library"]:
+        run.nccl_version = nccl_version_of_code(int(m["library"]))
+
+
+def nccl_version_of_code(code: int) -> str | None:
+    """ncclGetVersion's integer as a version: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before)."""
+    if code >= 20900:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    if 2000 <= code < 3000:
+        return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+    return None
 
 
 def _reducing(run, m):
@@ -256,7 +268,7 @@ def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
 
 def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     log = parse_nccl_log("\n".join(lines))   # without task labels: NCCL's lines behind `0: ` count too
-    run.nccl_version = log.nccl_version
+    run.nccl_version = log.nccl_version or run.nccl_version   # NCCL's own banner first, else nccl-tests' line
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
     shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
