@@ -29,7 +29,8 @@ import math
 
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import Measurement, NcclTestsRun, Row, collective_of_binary, nccl_settings
+from ncclprobe.evidence.nccl_tests import (Measurement, NcclTestsRun, Row, collective_of_binary, nccl_settings,
+                                           nccl_version_of_code)
 from ncclprobe.secrets import mask_env
 
 READ_VERSIONS = (3,)
@@ -103,11 +104,7 @@ def _device(d: dict) -> dict:
 def _version(code) -> str | None:
     """NCCL_VERSION_CODE -> "2.28.9" (X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before)."""
     code = _int(code)
-    if code is None or code <= 0:
-        return None
-    if code >= 20900:
-        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
-    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+    return None if code is None else nccl_version_of_code(code)
 
 
 def _row(r, index: int, source: str) -> Row:
