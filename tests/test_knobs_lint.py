@@ -72,6 +72,8 @@ def test_values_nccl_accepts(name, value):
 
 @pytest.mark.parametrize("name, value, match", [("NCCL_P2P_LEVEL", "nvl", "did you mean NVL"),
                                                 ("NCCL_PROTO", "LL,Fast", "unknown token 'Fast'"),
+                                                ("NCCL_PROTO", "LL, Simple", "unknown token ' Simple'.*no spaces"),
+                                                ("NCCL_ALGO", "allreduce :tree", "unknown collective.*no spaces"),
                                                 ("NCCL_ALGO", "gather:ring", "unknown collective"),
                                                 ("NCCL_LAUNCH_MODE", "grouped", "not valid"),
                                                 ("NCCL_NTHREADS", "100", "multiple of 32 from 64 to 512"),
@@ -154,9 +156,10 @@ def test_lint_message_names_the_forcing_clause():
     assert "^ list that leaves LL128 in" in finding.message
 
 
-def test_unknown_token_consequence_depends_on_version():
-    old = lint_env({"NCCL_PROTO": "Fast"}, nccl_version="2.21.5")[0].message
-    new = lint_env({"NCCL_PROTO": "Fast"}, nccl_version="2.24.3")[0].message
+@pytest.mark.parametrize("value", ["Fast", "LL, Simple"])
+def test_unknown_token_consequence_depends_on_version(value):
+    old = lint_env({"NCCL_PROTO": value}, nccl_version="2.21.5")[0].message
+    new = lint_env({"NCCL_PROTO": value}, nccl_version="2.24.3")[0].message
     assert "silently" in old and "fails" in new
 
 

@@ -85,7 +85,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          summary="Protocols NCCL may use: LL (low latency), LL128, Simple (bandwidth).",
          default="NCCL's cost model picks per size; LL128 only where NCCL's own rule allows it (every hop "
                  "NVLink, GPUs alike, a verified architecture: `ncclprobe.nccl.ll128`)",
-         syntax="comma list, case-insensitive; ^ prefix excludes (^LL128); 2.24+: `;`-separated "
+         syntax="comma list, case-insensitive, no spaces (each token is compared whole); ^ prefix excludes (^LL128); 2.24+: `;`-separated "
                 "per-collective forms like `^LL128;allreduce:LL128` (only the first clause may lack a function)",
          version_notes=("2.24+: an unknown token is a WARN and ncclInvalidUsage; 2.23 and older ignore it silently",
                         "2.24+: per-collective `func:list` forms"),
@@ -104,7 +104,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob(name="NCCL_ALGO", scope=Scope.COMMUNICATOR, kind=Kind.TOKENS, values=ALGORITHMS,
          summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
          default="NCCL's cost model picks per size",
-         syntax="comma list, case-insensitive; ^ excludes; 2.24+ per-collective `allreduce:tree;broadcast:ring`",
+         syntax="comma list, case-insensitive, no spaces; ^ excludes; 2.24+ per-collective `allreduce:tree;broadcast:ring`",
          version_notes=("CollnetDirect/CollnetChain 2.14+ (Collnet before), NVLS 2.17+, NVLSTree 2.18+, PAT 2.23+",
                         "2.24+: unknown tokens fail; if Ring is excluded and nothing valid remains init fails"),
          risks=("forcing Tree on one node rarely helps; excluding Ring can make init fail on 2.24+",),

@@ -64,15 +64,21 @@ def parse_integer(value: str) -> int | None:
 
 
 def _validate_tokens(row: Knob, value: str) -> str:
+    """NCCL's parseList (src/graph/tuning.cc): strtok on `;`, `:` and `,` (empty tokens vanish), then
+    strcasecmp of each whole token: a space around a name makes it unknown (`LL, Simple`: 2.24+ fails
+    communicator creation, older versions silently leave Simple out)."""
     allowed = {token.lower(): token for token in row.values}
+    spaced = " (NCCL compares each token whole: no spaces around names)"
     for clause in value.split(";"):
         tokens = clause.split(":", 1)[-1] if ":" in clause else clause
-        if ":" in clause and clause.split(":", 1)[0].strip().lower() not in COLLECTIVE_NAMES:
-            raise UsageProblem(f"{row.name}={value!r}: unknown collective {clause.split(':', 1)[0]!r}")
+        prefix = clause.split(":", 1)[0] if ":" in clause else None
+        if prefix is not None and prefix.lower() not in COLLECTIVE_NAMES:
+            hint = spaced if prefix.strip().lower() in COLLECTIVE_NAMES else ""
+            raise UsageProblem(f"{row.name}={value!r}: unknown collective {prefix!r}{hint}")
         for token in tokens.lstrip("^").split(","):
-            if token.strip().lower() not in allowed:
-                raise UsageProblem(f"{row.name}={value!r}: unknown token {token.strip()!r}; "
-                                   f"known: {', '.join(row.values)}")
+            if token and token.lower() not in allowed:
+                hint = spaced if token.strip().lower() in allowed else f"; known: {', '.join(row.values)}"
+                raise UsageProblem(f"{row.name}={value!r}: unknown token {token!r}{hint}")
     return value
 
 
