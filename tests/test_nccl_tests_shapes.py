@@ -96,3 +96,22 @@ def test_the_nccl_version_from_nccl_tests_own_version_line():
     runs, _ = parse_runs((TESTS / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt").read_text())
     assert {(r.nccl_tests_version, r.nccl_version) for r in runs} == {("2.18.0", "2.29.7")}
     assert (nccl_version_of_code(21905), nccl_version_of_code(2803), nccl_version_of_code(7)) == ("2.19.5", "2.8.3", None)
+
+
+def test_json_of_every_format_version_reads_the_same_rows():
+    """JSON_FILE_VERSION 1 (nccl-tests 2.17.3-2.19.1; `average_bus_bandwidith` up to 2.18) and 2
+    (2.19.3-2.19.5) differ from 3 only in the keys src/util.cu wrote at those tags: the recorded
+    2.19.6 file rewritten to each of them reads the same. Before, versions 1 and 2 were refused."""
+    import json
+    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+    doc = json.loads((TESTS / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_J.json").read_text())
+    current = parse_nccl_tests_json(json.dumps(doc))
+    v2 = dict(doc, version=2)
+    v2["config"] = {k: v for k, v in doc["config"].items() if k != "per_iter_skip"}
+    v1 = dict(v2, version=1)
+    v1["config"] = {k: v for k, v in v2["config"].items() if k != "per_iter_timing"}
+    v1["average_bus_bandwidith"] = {"bandwidith": v1.pop("average_bus_bandwidth")["bandwidth"]}
+    for old in (v1, v2):
+        run = parse_nccl_tests_json(json.dumps(old))
+        assert [r.to_json() for r in run.rows] == [r.to_json() for r in current.rows]
+        assert run.avg_busbw_gbps == current.avg_busbw_gbps is not None

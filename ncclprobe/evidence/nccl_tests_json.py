@@ -1,4 +1,4 @@
-"""Read the JSON that nccl-tests writes with `-J FILE` (2.19's format, `"version": 3`).
+"""Read the JSON that nccl-tests writes with `-J FILE` (versions 1-3: nccl-tests 2.17.3 to 2.19.6).
 
 The schema, from nccl-tests src/util.cu (`jsonOutputInit`, `writeDeviceReport`,
 `writeBenchmarkLine*`, `writePerIterReport`, `writeResultFooter`), checked against a file recorded
@@ -17,6 +17,11 @@ on the H200 (tests/fixtures/nccl_tests/allreduce_1x_h200_1rank_nccltests2.19.6_e
   out_of_bounds {count, okay}, average_bus_bandwidth {bandwidth, okay}, errors, end_time.
 A double that is NaN is written as the string "nan".
 
+Earlier versions of the format (JSON_FILE_VERSION in src/util.cu, read at each tag): 1 (nccl-tests
+2.17.3-2.19.1) has no per-iteration objects, no per_iter_* config keys, and up to 2.18 spells the
+footer `average_bus_bandwidith {bandwidith}`; 2 (2.19.3-2.19.5) adds the per-iteration objects
+without skipped_iterations; 3 (2.19.6) adds skipped_iterations and per_iter_skip. All three read here.
+
 Only the NCCL variables of `env` become the run's settings; the header keeps the variables that
 decide what NCCL and torch do (envcheck's families), every value through envcheck's masking
 (`display_value`), never the rest of the environment.
@@ -33,7 +38,7 @@ from ncclprobe.evidence.nccl_tests import (Measurement, NcclTestsRun, Row, colle
                                            nccl_version_of_code)
 from ncclprobe.secrets import mask_env
 
-READ_VERSIONS = (3,)
+READ_VERSIONS = (1, 2, 3)
 
 
 def looks_like_json(text: str) -> bool:
@@ -50,7 +55,7 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         raise UsageProblem(f"{source} is JSON but not nccl-tests -J output (no `config` object and `results` list)")
     if doc.get("version") not in READ_VERSIONS:
         raise UsageProblem(f"{source}: nccl-tests JSON version {doc.get('version')!r}; this ncclprobe reads "
-                           f"{', '.join(map(str, READ_VERSIONS))} (nccl-tests 2.19)")
+                           f"{', '.join(map(str, READ_VERSIONS))} (nccl-tests 2.17.3 to 2.19.6)")
     config = doc["config"]
     env = _environment(doc.get("env"), source)
     run = NcclTestsRun(rows=[], nranks=None, collective=None, format="json")
@@ -64,7 +69,8 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     run.env = {k: display_value(k, v) for k, v in sorted(env.items()) if is_relevant(k)}
     run.rows = [_row(r, i, source) for i, r in enumerate(doc["results"])]
     run.out_of_bounds = _int((doc.get("out_of_bounds") or {}).get("count"))
-    run.avg_busbw_gbps = _float((doc.get("average_bus_bandwidth") or {}).get("bandwidth"))
+    average = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}   # version 1's spelling
+    run.avg_busbw_gbps = _float(average.get("bandwidth", average.get("bandwidith"))) if isinstance(average, dict) else None
     errors = [e for e in doc.get("errors") or [] if isinstance(e, str) and e.strip()]
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
