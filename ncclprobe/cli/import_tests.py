@@ -22,8 +22,8 @@ EPILOG = f"""Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j J
 with findings and advice; `vllm collect-env` / `python -m sglang.check_env` text; nccl-tests text
 output (any generation; mpirun tags, prompts and NCCL INFO lines are skipped; a file of several runs
 is split into runs, each with its own header; the interleaved output of a non-MPI binary launched N
-times is refused with the reason) and nccl-tests -J JSON of 2.17.3 to 2.19.6 (its `env` gives the run's NCCL settings;
-only NCCL/CUDA/torch variables are kept, masked).
+times is refused with the reason) and nccl-tests -J JSON of 2.17.3 to 2.19.6 (its `env` gives the
+run's NCCL settings; only NCCL/CUDA/torch variables are kept, masked).
 
 --settings K=V,... labels runs whose text does not record its environment: given once it labels
 every run, given once per run it labels them in order (`default` for a run with no setting). A
