@@ -17,16 +17,19 @@ from ncclprobe.cli import cli
 from ncclprobe.recommend import build_recommendation
 from tests.data.resultsets import SIZES, config, curve, scaled, write_set
 
-# the shape of a Hugging Face access token: hf_ and 34 letters and digits
-TOKEN = "hf_" + "QmTk8vPz2LxW9rYc4NbJd7HsFq1GaE5uRo"
+# the shape of a Hugging Face access token: hf_ and 34 letters and digits (37 characters: also a
+# random-looking run of 32+, which another rule masks), and a shorter one that only the hf_ shape catches
+TOKENS = ("hf_" + "QmTk8vPz2LxW9rYc4NbJd7HsFq1GaE5uRo", "hf_" + "QmTk8vPz2LxW9rYc4NbJd")
 
 
-@pytest.mark.parametrize("fmt", ["table", "json"])
-def test_a_hugging_face_token_is_masked_by_its_shape_alone(fmt):
-    """Inside an innocent variable's value and inside a command-line argument (no TOKEN/KEY word, no
+@pytest.mark.parametrize("fmt, TOKEN", [("table", TOKENS[0]), ("json", TOKENS[1])])
+def test_a_hugging_face_token_is_masked_by_its_shape_alone(fmt, TOKEN):
+    """Inside a shown variable's value and inside a command-line argument (no TOKEN/KEY word, no
     credential flag, and not a whole random-looking value), only the token's own shape can tell: it
-    must still never be printed."""
-    env = {**os.environ, "NOTES": f"pull the weights with {TOKEN} from the hub"}
+    must still never be printed. The short token is what kills the mutant that drops the hf_ pattern
+    (the full-length one is a 37-character random-looking run, masked by that rule as well)."""
+    env = {**os.environ, "NOTES": f"pull the weights with {TOKEN} from the hub",
+           "NCCL_DEBUG_FILE": f"/tmp/{TOKEN}.%h.%p.log"}   # a name whose values are shown: only the shape hides it
     child = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)", f"hub:{TOKEN}@main"], env=env)
     try:
         result = CliRunner().invoke(cli, ["env-check", "--pid", str(child.pid), "--all", "--format", fmt])
@@ -34,7 +37,9 @@ def test_a_hugging_face_token_is_masked_by_its_shape_alone(fmt):
         child.kill()
         child.wait()
     assert result.exit_code in (0, 1), result.output
-    assert "NOTES" in result.output and TOKEN not in result.output
+    assert "NOTES" in result.output and "NCCL_DEBUG_FILE" in result.output and TOKEN not in result.output
+    if fmt == "json":   # complete (a table may wrap a path): the rest of the value is shown
+        assert ".%h.%p.log" in result.output
     assert TOKEN[:12] not in result.output        # not even a prefix long enough to search for
 
 
