@@ -170,3 +170,28 @@ def test_collect_env_readers():
     assert rocm.topology is None and "rocm-smi" in rocm.notes[0]
     with pytest.raises(UsageProblem, match="not collect-env"):
         parse_collect_env("hello\nworld\n")
+
+
+def test_p2p_slower_everywhere_advises_disable_and_a_mentioned_flag_is_no_command_line():
+    """NVIDIA/nccl#814: every peer-enabled copy is below the staged one; the paste says `# Without --sm_copy`."""
+    from ncclprobe.pcie.advice import advise
+    out = parse_p2p_test(text("p2p", "p2p_6gpu_p2p_writes_reads_slower_than_staged_nccl814.txt"))
+    assert [m.label for m in out.matrices] == ["bandwidth uni P2P=disabled ce", "bandwidth uni P2P=enabled ce write",
+                                               "bandwidth uni P2P=enabled ce read"]
+    assert out.matrices[2].values[5][2] == 10.46 and "not a command line" in out.notes[-1]
+    findings = matrix_findings(out.matrices, out.peer_access)
+    slow = next(f for f in findings if f.code == "p2p-slower-than-staged")
+    assert len(slow.pairs) == 30
+    assert [a.setting for a in advise(findings, [])] == [{"NCCL_P2P_DISABLE": "1"}]
+    ran = parse_p2p_test("$ ./p2pBandwidthLatencyTest --sm_copy\n" + text("p2p", "p2p_6gpu_p2p_writes_reads_"
+                                                                         "slower_than_staged_nccl814.txt"))
+    assert [m.engine for m in ran.matrices] == ["ce", "sm", "sm"]    # P2P=Disabled stays a cudaMemcpyPeer
+
+
+def test_p2p_cut_after_a_matrix_reads_what_is_there_and_advises_nothing():
+    from ncclprobe.pcie.advice import advise
+    out = parse_p2p_test(text("p2p", "p2p_2x_rtx4090_tinygrad_driver_cut_after_third_matrix_tg44.txt"))
+    assert len(out.matrices) == 3 and out.matrices[1].values[0][1] == 6.60 and out.peer_access == [[True, True]] * 2
+    assert "no Bidirectional P2P=Enabled Bandwidth;" in out.notes[0]
+    [advice] = advise(matrix_findings(out.matrices, out.peer_access), [])
+    assert advice.action == "nothing to change" and "nothing readable" not in advice.reason

@@ -150,5 +150,6 @@ def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[Finding]:
                                "against P2P=disabled): " + "; ".join(f"{_pair_text(i, j, where)} {v:.2f} vs {s:.2f} "
                                                                      f"{on.unit}" for i, j, v, s in slow[:6]),
                                tuple((i, j) for i, j, _, _ in slow),
-                               {"matrix": on.label, "pairs": [[i, j, v, s] for i, j, v, s in slow]}))
+                               {"matrix": on.label, "gpus": len(on.rows),
+                                "pairs": [[i, j, v, s] for i, j, v, s in slow]}))
     return out

@@ -55,7 +55,10 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
              **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)}}
             for m in parsed.matrices for label, values in zip(m.rows, m.values)]
     notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
-    notes += [f"advice: {a.action} ({a.reason})" for a in advice] + parsed.notes
+    shown = {f.code for f in findings}   # a finding printed above is named, not repeated
+    notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.evidence and
+                                          set(a.evidence) <= shown else a.reason) + ")" for a in advice]
+    notes += parsed.notes
     gpus = max((len(m.rows) for m in parsed.matrices if m.square), default=0)
     return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
                     Verdict.of(any(f.severity == "error" for f in findings)))
