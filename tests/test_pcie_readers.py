@@ -195,3 +195,28 @@ def test_p2p_cut_after_a_matrix_reads_what_is_there_and_advises_nothing():
     assert "no Bidirectional P2P=Enabled Bandwidth;" in out.notes[0]
     [advice] = advise(matrix_findings(out.matrices, out.peer_access), [])
     assert advice.action == "nothing to change" and "nothing readable" not in advice.reason
+
+
+def test_nvbandwidth_other_versions_and_pastes():
+    from ncclprobe.pcie.importers import recognise
+    v02 = recognise(text("nvbandwidth", "nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt"), "f")
+    assert v02.doc["version"] == "v0.2" and v02.title == "nvbandwidth: 2 matrices, 8 GPU(s)"
+    h2d, d2h = (Matrix.from_record(r) for r in v02.doc["matrices"])
+    assert h2d.rows == ["CPU"] and h2d.values[0][7] == 26.31 and d2h.cols == ["CPU"] and d2h.values[4][0] == 27.10
+    quoted = recognise(text("nvbandwidth", "nvbandwidth_8x_h100_h2d_d2h_sm_quoted_no_indent_nvbw24.txt"), "f")
+    assert quoted is not None and quoted.kind == "nvbandwidth"           # no banner: the description lines say it
+    assert [m["engine"] for m in quoted.doc["matrices"]] == ["sm", "sm"] and quoted.doc["matrices"][1]["values"][2] == [52.77]
+
+
+def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
+    from ncclprobe.pcie.importers import recognise
+    from ncclprobe.verdict import Verdict
+    bad = recognise(text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"), "f")
+    assert bad.verdict is Verdict.FINDINGS and bad.doc["corrupt"][0]["offset"] == 11136
+    assert [f["code"] for f in bad.doc["findings"]] == ["copy-corrupt"]
+    assert bad.doc["advice"][0]["setting"] == {"NCCL_P2P_DISABLE": "1"}
+    host = text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt").replace(
+        "Running device_to_device_memcpy_read_ce", "Running host_to_device_memcpy_ce")
+    assert [a["setting"] for a in recognise(host, "f").doc["advice"]] == [{}]   # not P2P: no P2P setting
+    with pytest.raises(UsageProblem, match="every test was waived: device_to_device_memcpy_write_ce"):
+        parse_nvbandwidth(text("nvbandwidth", "nvbandwidth_v0.2_2x_rtx2080ti_d2d_write_waived_nvbw13.txt"))

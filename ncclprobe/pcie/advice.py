@@ -41,6 +41,10 @@ def advise(findings: list[Finding], checks: list[Check], topology: Topology | No
         out.append(Advice("set NCCL_P2P_DISABLE=1 until the platform is fixed",
                           f"P2P moved wrong data or hung: {bad.message}", {"NCCL_P2P_DISABLE": "1"},
                           (bad.code,)))
+    elif "host-copy-corrupt" in codes:
+        bad = codes["host-copy-corrupt"]
+        out.append(Advice("check the GPU and its PCIe link (reseat, a lower slot generation in the BIOS, the "
+                          "driver's Xid messages) before any NCCL tuning", bad.message, {}, (bad.code,)))
     elif "p2p-slower-than-staged" in codes:
         out.append(_level_advice(codes["p2p-slower-than-staged"], topology))
     acs = by_check.get("acs")

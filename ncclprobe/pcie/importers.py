@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ncclprobe.pcie.advice import advise
 from ncclprobe.pcie.collect_env import looks_like_collect_env, parse_collect_env
-from ncclprobe.pcie.findings import matrix_findings
+from ncclprobe.pcie.findings import matrix_findings, reported_corrupt
 from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
@@ -48,6 +48,7 @@ def recognise(text: str, source_file: str) -> Imported | None:
 
 def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     findings = matrix_findings(parsed.matrices, access)
+    findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
     advice = advise(findings, [], None)
     doc = {**parsed.to_json(), "source_file": source_file, "findings": [f.to_json() for f in findings],
            "advice": [a.to_json() for a in advice]}
@@ -59,7 +60,8 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.evidence and
                                           set(a.evidence) <= shown else a.reason) + ")" for a in advice]
     notes += parsed.notes
-    gpus = max((len(m.rows) for m in parsed.matrices if m.square), default=0)
+    gpus = max(len({label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}),
+               len(parsed.devices))
     return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
                     Verdict.of(any(f.severity == "error" for f in findings)))
 
