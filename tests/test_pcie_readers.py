@@ -220,3 +220,12 @@ def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
     assert [a["setting"] for a in recognise(host, "f").doc["advice"]] == [{}]   # not P2P: no P2P setting
     with pytest.raises(UsageProblem, match="every test was waived: device_to_device_memcpy_write_ce"):
         parse_nvbandwidth(text("nvbandwidth", "nvbandwidth_v0.2_2x_rtx2080ti_d2d_write_waived_nvbw13.txt"))
+
+
+def test_collect_env_sectioned_format_of_newer_vllm():
+    new = parse_collect_env(text("collect_env", "vllm_0.8.5_collect_env_2x_nv12_8nic_sectioned_issue19607.txt"))
+    assert new.versions == {"vLLM Version": "0.8.5.post1"} and new.topology.gpu_links[0][1] == "NV12"
+    assert new.topology.summary["nic_count"] == 8
+    tabs = parse_collect_env(text("collect_env", "vllm_dev_collect_env_8x_nv18_tabs_issue22372.txt"))
+    assert "ROCM Version" not in tabs.versions    # `Could not collect` is no version
+    assert tabs.topology.summary["gpu_count"] == 8 and tabs.topology.summary["numa_nodes"] == ["0", "1"]
