@@ -159,6 +159,9 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     assert saved["advice"] == doc["advice"]
     again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")])
     assert again.exit_code == 2 and "never overwritten" in again.stderr
+    narrow = runner.invoke(cli, ["topo", "--check", "--no-nccl-job"], env={"COLUMNS": "60"})
+    assert narrow.exit_code == 0 and max(map(len, narrow.stdout.splitlines())) <= 60   # the terminal's width
+    assert "## advice" in narrow.stdout and "(source: " in narrow.stdout
 
 
 def test_import_p2p_and_records(tmp_path):
