@@ -133,3 +133,14 @@ def test_no_link_in_the_docs_leaves_the_repository():
         if "../shared" in doc.read_text(encoding="utf-8"):
             found.append(f"{doc.relative_to(ROOT)}: ../shared")
     assert not found, found
+
+
+def test_two_long_text_columns_share_the_width():
+    """knobs --lint's finding and fix: before, the finding was cut to 16 characters (27 lines) while
+    the fix kept 58."""
+    topo = str(ROOT / "tests/fixtures/topo/rtx3090_4gpu_nvlink_bridge_pairs_nv4_phb_node.txt")
+    result = CliRunner().invoke(cli, ["knobs", "--lint", "--topo", topo], env={"COLUMNS": "100", "NCCL_PROTO": "^LL"})
+    assert result.exit_code == 1, result.output
+    rule = next(line for line in result.stdout.splitlines() if line.startswith("----"))
+    finding, fix = (len(dashes) for dashes in rule.split()[2:4])
+    assert _widest(result.stdout) <= 100 and min(finding, fix) >= 30, (finding, fix)

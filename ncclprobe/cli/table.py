@@ -40,14 +40,24 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
     while width is not None and _widest_line(table) > width:
         text = [h for h in shown if _is_text(cells[h]) and widths[h] > max(MIN_TEXT, len(h))]
         if text:
-            widest = max(text, key=widths.get)
-            widths[widest] = max(MIN_TEXT, len(widest), widths[widest] - (_widest_line(table) - width))
+            widths.update(_level(widths, text, _widest_line(table) - width))
         elif len(shown) > 1:
             shown.pop()
         else:
             break
         table = _tabulate(rows, shown, widths, natural)
     return table, headers[len(shown):]
+
+
+def _level(widths: dict[str, int], text: list[str], excess: int) -> dict[str, int]:
+    """The widest text columns cut to one common width (none below MIN_TEXT or its header) until
+    `excess` characters are saved: two long columns share the room instead of one shrinking to
+    MIN_TEXT while the other stays wide."""
+    floor = {h: max(MIN_TEXT, len(h)) for h in text}
+    level = max(widths[h] for h in text)
+    while level > 0 and sum(max(0, widths[h] - max(level, floor[h])) for h in text) < excess:
+        level -= 1
+    return {h: min(widths[h], max(level, floor[h])) for h in text}
 
 
 def _tabulate(rows, shown: list[str], widths: dict[str, int], natural: dict[str, int]) -> str:
