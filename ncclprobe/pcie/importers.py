@@ -57,7 +57,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
             for m in parsed.matrices for label, values in zip(m.rows, m.values)]
     notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
     shown = {f.code for f in findings}   # a finding printed above is named, not repeated
-    notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.evidence and
+    notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.setting and
                                           set(a.evidence) <= shown else a.reason) + ")" for a in advice]
     notes += parsed.notes
     gpus = max(len({label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}),
