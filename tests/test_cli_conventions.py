@@ -176,3 +176,14 @@ def test_readme_real_output_blocks_are_what_the_commands_print_now(env, argv, pr
     for line in (p for p in printed if p.strip() != "..." and not p.startswith("# ...")):
         assert line in out[at:], (argv, line)
         at = out.index(line, at) + 1
+
+
+def test_numbers_the_caller_formatted_are_printed_as_given():
+    """The sweep gives busbw three significant digits (gloo's 0.00123 GB/s); tabulate used to reparse
+    the string and print 0.00 in every CPU row."""
+    from ncclprobe.cli.table import render_table
+    from ncclprobe.sweep.table import table_row
+    row = table_row({"size_bytes": 64, "settings": {}, "mode": "eager", "in_place": True, "time_us": 444.28,
+                     "busbw_gbps": 0.00123456, "status": "ok"}, ranked=False)
+    table, _ = render_table([row], None)
+    assert "0.00123" in table and "444.28" in table

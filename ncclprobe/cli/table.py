@@ -61,9 +61,24 @@ def _level(widths: dict[str, int], text: list[str], excess: int) -> dict[str, in
 
 
 def _tabulate(rows, shown: list[str], widths: dict[str, int], natural: dict[str, int]) -> str:
+    """Floats get FLOAT_FORMAT; a number the caller formatted itself (a string, such as three
+    significant digits of a CPU busbw, 0.00123) is printed as given, right-aligned, not reparsed."""
+    kinds = [_kind([row.get(h) for row in rows]) for h in shown]
     return tabulate([{h: row.get(h) for h in shown} for row in rows], headers="keys", tablefmt="simple",
                     floatfmt=FLOAT_FORMAT, missingval=MISSING,
+                    disable_numparse=[i for i, kind in enumerate(kinds) if kind == "formatted"] or False,
+                    colalign=[{"formatted": "right", "number": "decimal"}.get(kind, "left") for kind in kinds],
                     maxcolwidths=[widths[h] if widths[h] < natural[h] else None for h in shown])
+
+
+def _kind(values: list) -> str:
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, str) and _numeric(v) for v in present):
+        return "formatted"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, str) and _numeric(v)
+                       for v in present):
+        return "number"
+    return "text"
 
 
 def _widest_line(text: str) -> int:
