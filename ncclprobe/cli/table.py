@@ -1,7 +1,7 @@
 """Tables and note lines that fit the terminal.
 
-A table wider than the terminal first wraps its text columns (widest first, down to `MIN_TEXT`
-characters), then leaves out its last columns, and says which with the flags that show them
+A table wider than the terminal first wraps its text columns (the widest cut to one common width,
+none below `MIN_TEXT` characters), then leaves out its last columns, and says which with the flags that show them
 (`--wide`, or `--format json/csv`, which are always complete). Note lines (`# ...`) wrap under
 their first line. `--wide` (any command, before or after it) prints everything unwrapped.
 Columns come in order of importance: the first ones stay.
