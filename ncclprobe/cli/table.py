@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 FALLBACK_COLUMNS = 100   # not a terminal and no COLUMNS: what a pasted block reads well at
 MIN_TEXT = 16            # a text column is wrapped no narrower than this (or its header)
+MAX_NAME = 32            # ... nor, in a column of names, below its longest name up to this
 FLOAT_FORMAT = ".2f"
 MISSING = "-"
 
@@ -38,9 +39,10 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
     widths, shown = dict(natural), list(headers)
     table = _tabulate(rows, shown, widths, natural)
     while width is not None and _widest_line(table) > width:
-        text = [h for h in shown if _is_text(cells[h]) and widths[h] > max(MIN_TEXT, len(h))]
+        floor = {h: max(MIN_TEXT, len(h), _name_width(cells[h])) for h in headers}
+        text = [h for h in shown if _is_text(cells[h]) and widths[h] > floor[h]]
         if text:
-            widths.update(_level(widths, text, _widest_line(table) - width))
+            widths.update(_level(widths, text, floor, _widest_line(table) - width))
         elif len(shown) > 1:
             shown.pop()
         else:
@@ -49,11 +51,10 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
     return table, headers[len(shown):]
 
 
-def _level(widths: dict[str, int], text: list[str], excess: int) -> dict[str, int]:
-    """The widest text columns cut to one common width (none below MIN_TEXT or its header) until
-    `excess` characters are saved: two long columns share the room instead of one shrinking to
-    MIN_TEXT while the other stays wide."""
-    floor = {h: max(MIN_TEXT, len(h)) for h in text}
+def _level(widths: dict[str, int], text: list[str], floor: dict[str, int], excess: int) -> dict[str, int]:
+    """The widest text columns cut to one common width (none below its floor: MIN_TEXT, its header,
+    the longest name of a column of names) until `excess` characters are saved: two
+    long columns share the room instead of one shrinking to MIN_TEXT while the other stays wide."""
     level = max(widths[h] for h in text)
     while level > 0 and sum(max(0, widths[h] - max(level, floor[h])) for h in text) < excess:
         level -= 1
@@ -128,6 +129,14 @@ def _numeric(cell: str) -> bool:
     except ValueError:
         return cell == MISSING
     return True
+
+
+def _name_width(cells: list[str]) -> int:
+    """A column of names (one word per cell, such as NCCL_TUNER_CONFIG_FILE) is never split below
+    its longest name, up to MAX_NAME; sentences wrap at spaces instead."""
+    if any(len(cell.split()) > 1 for cell in cells):
+        return 0
+    return min(MAX_NAME, max((len(cell) for cell in cells), default=0))
 
 
 def _longest_line(cell: str) -> int:
