@@ -134,9 +134,8 @@ def _numeric(cell: str) -> bool:
 def _name_width(cells: list[str]) -> int:
     """A column of names (one word per cell, such as NCCL_TUNER_CONFIG_FILE) is never split below
     its longest name, up to MAX_NAME; sentences wrap at spaces instead."""
-    if any(len(cell.split()) > 1 for cell in cells):
-        return 0
-    return min(MAX_NAME, max((len(cell) for cell in cells), default=0))
+    names = all(len(cell.split()) <= 1 for cell in cells)
+    return min(MAX_NAME, max((len(cell) for cell in cells), default=0)) if names else MIN_TEXT
 
 
 def _longest_line(cell: str) -> int:
