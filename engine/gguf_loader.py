@@ -154,7 +154,7 @@ def quantized_summary(record: dict) -> str:
         return name.removeprefix("self_attn.").removeprefix("mlp.")
 
     parts = [f"{kind}{' (as stored)' if kind == 'F32' else ''} {', '.join(map(short, info['weights']))} "
-             f"({info['tensors']} tensors)"
+             f"({info['tensors']} tensor{'' if info['tensors'] == 1 else 's'})"
              for kind, info in sorted(record["tensor_types"].items(), key=lambda item: -item[1]["tensors"])]
     return f"{record['file_name']} dequantized to float32 from " + "; ".join(parts)
 

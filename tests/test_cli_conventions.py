@@ -133,3 +133,57 @@ def test_no_link_in_the_docs_leaves_the_repository():
         if "../shared" in doc.read_text(encoding="utf-8"):
             found.append(f"{doc.relative_to(ROOT)}: ../shared")
     assert not found, found
+
+
+def test_two_long_text_columns_share_the_width():
+    """knobs --lint's finding and fix: before, the finding was cut to 16 characters (27 lines) while
+    the fix kept 58."""
+    topo = str(ROOT / "tests/fixtures/topo/rtx3090_4gpu_nvlink_bridge_pairs_nv4_phb_node.txt")
+    result = CliRunner().invoke(cli, ["knobs", "--lint", "--topo", topo], env={"COLUMNS": "100", "NCCL_PROTO": "^LL"})
+    assert result.exit_code == 1, result.output
+    rule = next(line for line in result.stdout.splitlines() if line.startswith("----"))
+    finding, fix = (len(dashes) for dashes in rule.split()[2:4])
+    assert _widest(result.stdout) <= 100 and min(finding, fix) >= 30, (finding, fix)
+
+
+def _readme_fixture_blocks():
+    """(environment, argv, printed lines) of each README command that reads only a fixture."""
+    import shlex
+    lines, blocks = (ROOT / "README.md").read_text(encoding="utf-8").splitlines(), []
+    for n, line in enumerate(lines):
+        while line.endswith("\\"):          # a command continued on the next line
+            n += 1
+            line = line[:-1] + lines[n]
+        if not line.startswith("$ ") or "ncclprobe " not in line or "tests/fixtures/" not in line or "--output" in line:
+            continue
+        words = shlex.split(line[2:].split("   #")[0])
+        env = dict(w.split("=", 1) for w in words[:words.index("ncclprobe")])
+        printed = []
+        for after in lines[n + 1:]:
+            if after.startswith(("$ ", "```")):
+                break
+            printed.append(after)
+        blocks.append((env, words[words.index("ncclprobe") + 1:], printed))
+    return blocks
+
+
+@pytest.mark.parametrize("env, argv, printed", _readme_fixture_blocks(), ids=lambda v: v[0] if isinstance(v, list) and v else "")
+def test_readme_real_output_blocks_are_what_the_commands_print_now(env, argv, printed):
+    """Every line of the README block is a line of today's output, in order; `...` marks a cut."""
+    result = CliRunner().invoke(cli, argv, env={"COLUMNS": "100", **env})
+    assert result.exit_code in (0, 1), result.output
+    out, at = result.stdout.splitlines(), 0
+    for line in (p for p in printed if p.strip() != "..." and not p.startswith("# ...")):
+        assert line in out[at:], (argv, line)
+        at = out.index(line, at) + 1
+
+
+def test_numbers_the_caller_formatted_are_printed_as_given():
+    """The sweep gives busbw three significant digits (gloo's 0.00123 GB/s); tabulate used to reparse
+    the string and print 0.00 in every CPU row."""
+    from ncclprobe.cli.table import render_table
+    from ncclprobe.sweep.table import table_row
+    row = table_row({"size_bytes": 64, "settings": {}, "mode": "eager", "in_place": True, "time_us": 444.28,
+                     "busbw_gbps": 0.00123456, "status": "ok"}, ranked=False)
+    table, _ = render_table([row], None)
+    assert "0.00123" in table and "444.28" in table

@@ -159,6 +159,9 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     assert saved["advice"] == doc["advice"]
     again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")])
     assert again.exit_code == 2 and "never overwritten" in again.stderr
+    narrow = runner.invoke(cli, ["topo", "--check", "--no-nccl-job"], env={"COLUMNS": "60"})
+    assert narrow.exit_code == 0 and max(map(len, narrow.stdout.splitlines())) <= 60   # the terminal's width
+    assert "## advice" in narrow.stdout and "(source: " in narrow.stdout
 
 
 def test_import_p2p_and_records(tmp_path):
@@ -209,3 +212,19 @@ def test_advice_names_the_level_the_acs_fix_or_nothing(box):
     assert advise(corrupt, [], topo)[0].setting == {"NCCL_P2P_DISABLE": "1"}
     healthy = matrix_findings([off])
     assert [a.action for a in advise(healthy, [])] == ["nothing to change"]
+
+
+def test_a_gpu_behind_an_intel_vmd_domain_keeps_its_bridges(tmp_path):
+    """VMD puts its devices in a 5-digit PCI domain (10000:e0:..); made-up tree of that real layout."""
+    from ncclprobe.pcie.lspci import parse_lspci
+    vmd = "pci0000:00/0000:00:0e.0/pci10000:e0"
+    device(tmp_path, "pci0000:00/0000:00:0e.0", "0x8086", "0x010400", config=config_space(None, 64))
+    device(tmp_path, f"{vmd}/10000:e0:06.0", "0x8086", "0x060400", config=config_space(0b0011101))
+    device(tmp_path, f"{vmd}/10000:e0:06.0/10000:e1:00.0", "0x10de", "0x030000", config=config_space(None, 64))
+    [path], _ = read_gpu_paths(tmp_path)
+    assert path.bdf == "10000:e1:00.0" and [b.bdf for b in path.bridges] == ["10000:e0:06.0"]
+    assert path.bridges[0].acs.redirects == ["ReqRedir", "CmpltRedir"]
+    listing = parse_lspci("10000:e0:06.0 PCI bridge: Intel Corporation Device 352a\n" + LSPCI_MATISSE.split("\n", 1)[1]
+                          + "10000:e1:00.0 3D controller: NVIDIA Corporation Device 2684\n\tCapabilities: [60] Power\n")
+    assert listing["10000:e0:06.0"]["acs"].redirects == ["ReqRedir", "CmpltRedir"]
+    assert listing["10000:e1:00.0"]["acs"].reason == "no ACS capability"

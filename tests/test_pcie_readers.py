@@ -170,3 +170,62 @@ def test_collect_env_readers():
     assert rocm.topology is None and "rocm-smi" in rocm.notes[0]
     with pytest.raises(UsageProblem, match="not collect-env"):
         parse_collect_env("hello\nworld\n")
+
+
+def test_p2p_slower_everywhere_advises_disable_and_a_mentioned_flag_is_no_command_line():
+    """NVIDIA/nccl#814: every peer-enabled copy is below the staged one; the paste says `# Without --sm_copy`."""
+    from ncclprobe.pcie.advice import advise
+    out = parse_p2p_test(text("p2p", "p2p_6gpu_p2p_writes_reads_slower_than_staged_nccl814.txt"))
+    assert [m.label for m in out.matrices] == ["bandwidth uni P2P=disabled ce", "bandwidth uni P2P=enabled ce write",
+                                               "bandwidth uni P2P=enabled ce read"]
+    assert out.matrices[2].values[5][2] == 10.46 and "not a command line" in out.notes[-1]
+    findings = matrix_findings(out.matrices, out.peer_access)
+    slow = next(f for f in findings if f.code == "p2p-slower-than-staged")
+    assert len(slow.pairs) == 30
+    assert [a.setting for a in advise(findings, [])] == [{"NCCL_P2P_DISABLE": "1"}]
+    ran = parse_p2p_test("$ ./p2pBandwidthLatencyTest --sm_copy\n" + text("p2p", "p2p_6gpu_p2p_writes_reads_"
+                                                                         "slower_than_staged_nccl814.txt"))
+    assert [m.engine for m in ran.matrices] == ["ce", "sm", "sm"]    # P2P=Disabled stays a cudaMemcpyPeer
+
+
+def test_p2p_cut_after_a_matrix_reads_what_is_there_and_advises_nothing():
+    from ncclprobe.pcie.advice import advise
+    out = parse_p2p_test(text("p2p", "p2p_2x_rtx4090_tinygrad_driver_cut_after_third_matrix_tg44.txt"))
+    assert len(out.matrices) == 3 and out.matrices[1].values[0][1] == 6.60 and out.peer_access == [[True, True]] * 2
+    assert "no Bidirectional P2P=Enabled Bandwidth;" in out.notes[0]
+    [advice] = advise(matrix_findings(out.matrices, out.peer_access), [])
+    assert advice.action == "nothing to change" and "nothing readable" not in advice.reason
+
+
+def test_nvbandwidth_other_versions_and_pastes():
+    from ncclprobe.pcie.importers import recognise
+    v02 = recognise(text("nvbandwidth", "nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt"), "f")
+    assert v02.doc["version"] == "v0.2" and v02.title == "nvbandwidth: 2 matrices, 8 GPU(s)"
+    h2d, d2h = (Matrix.from_record(r) for r in v02.doc["matrices"])
+    assert h2d.rows == ["CPU"] and h2d.values[0][7] == 26.31 and d2h.cols == ["CPU"] and d2h.values[4][0] == 27.10
+    quoted = recognise(text("nvbandwidth", "nvbandwidth_8x_h100_h2d_d2h_sm_quoted_no_indent_nvbw24.txt"), "f")
+    assert quoted is not None and quoted.kind == "nvbandwidth"           # no banner: the description lines say it
+    assert [m["engine"] for m in quoted.doc["matrices"]] == ["sm", "sm"] and quoted.doc["matrices"][1]["values"][2] == [52.77]
+
+
+def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
+    from ncclprobe.pcie.importers import recognise
+    from ncclprobe.verdict import Verdict
+    bad = recognise(text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"), "f")
+    assert bad.verdict is Verdict.FINDINGS and bad.doc["corrupt"][0]["offset"] == 11136
+    assert [f["code"] for f in bad.doc["findings"]] == ["copy-corrupt"]
+    assert bad.doc["advice"][0]["setting"] == {"NCCL_P2P_DISABLE": "1"}
+    host = text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt").replace(
+        "Running device_to_device_memcpy_read_ce", "Running host_to_device_memcpy_ce")
+    assert [a["setting"] for a in recognise(host, "f").doc["advice"]] == [{}]   # not P2P: no P2P setting
+    with pytest.raises(UsageProblem, match="every test was waived: device_to_device_memcpy_write_ce"):
+        parse_nvbandwidth(text("nvbandwidth", "nvbandwidth_v0.2_2x_rtx2080ti_d2d_write_waived_nvbw13.txt"))
+
+
+def test_collect_env_sectioned_format_of_newer_vllm():
+    new = parse_collect_env(text("collect_env", "vllm_0.8.5_collect_env_2x_nv12_8nic_sectioned_issue19607.txt"))
+    assert new.versions == {"vLLM Version": "0.8.5.post1"} and new.topology.gpu_links[0][1] == "NV12"
+    assert new.topology.summary["nic_count"] == 8
+    tabs = parse_collect_env(text("collect_env", "vllm_dev_collect_env_8x_nv18_tabs_issue22372.txt"))
+    assert "ROCM Version" not in tabs.versions    # `Could not collect` is no version
+    assert tabs.topology.summary["gpu_count"] == 8 and tabs.topology.summary["numa_nodes"] == ["0", "1"]

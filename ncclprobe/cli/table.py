@@ -1,7 +1,7 @@
 """Tables and note lines that fit the terminal.
 
-A table wider than the terminal first wraps its text columns (widest first, down to `MIN_TEXT`
-characters), then leaves out its last columns, and says which with the flags that show them
+A table wider than the terminal first wraps its text columns (the widest cut to one common width,
+none below `MIN_TEXT` characters), then leaves out its last columns, and says which with the flags that show them
 (`--wide`, or `--format json/csv`, which are always complete). Note lines (`# ...`) wrap under
 their first line. `--wide` (any command, before or after it) prints everything unwrapped.
 Columns come in order of importance: the first ones stay.
@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 FALLBACK_COLUMNS = 100   # not a terminal and no COLUMNS: what a pasted block reads well at
 MIN_TEXT = 16            # a text column is wrapped no narrower than this (or its header)
+MAX_NAME = 32            # ... nor, in a column of names, below its longest name up to this
 FLOAT_FORMAT = ".2f"
 MISSING = "-"
 
@@ -38,10 +39,10 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
     widths, shown = dict(natural), list(headers)
     table = _tabulate(rows, shown, widths, natural)
     while width is not None and _widest_line(table) > width:
-        text = [h for h in shown if _is_text(cells[h]) and widths[h] > max(MIN_TEXT, len(h))]
+        floor = {h: max(MIN_TEXT, len(h), _name_width(cells[h])) for h in headers}
+        text = [h for h in shown if _is_text(cells[h]) and widths[h] > floor[h]]
         if text:
-            widest = max(text, key=widths.get)
-            widths[widest] = max(MIN_TEXT, len(widest), widths[widest] - (_widest_line(table) - width))
+            widths.update(_level(widths, text, floor, _widest_line(table) - width))
         elif len(shown) > 1:
             shown.pop()
         else:
@@ -50,10 +51,35 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
     return table, headers[len(shown):]
 
 
+def _level(widths: dict[str, int], text: list[str], floor: dict[str, int], excess: int) -> dict[str, int]:
+    """The widest text columns cut to one common width (none below its floor: MIN_TEXT, its header,
+    the longest name of a column of names) until `excess` characters are saved: two
+    long columns share the room instead of one shrinking to MIN_TEXT while the other stays wide."""
+    level = max(widths[h] for h in text)
+    while level > 0 and sum(max(0, widths[h] - max(level, floor[h])) for h in text) < excess:
+        level -= 1
+    return {h: min(widths[h], max(level, floor[h])) for h in text}
+
+
 def _tabulate(rows, shown: list[str], widths: dict[str, int], natural: dict[str, int]) -> str:
+    """Floats get FLOAT_FORMAT; a number the caller formatted itself (a string, such as three
+    significant digits of a CPU busbw, 0.00123) is printed as given, right-aligned, not reparsed."""
+    kinds = [_kind([row.get(h) for row in rows]) for h in shown]
     return tabulate([{h: row.get(h) for h in shown} for row in rows], headers="keys", tablefmt="simple",
                     floatfmt=FLOAT_FORMAT, missingval=MISSING,
+                    disable_numparse=[i for i, kind in enumerate(kinds) if kind == "formatted"] or False,
+                    colalign=[{"formatted": "right", "number": "decimal"}.get(kind, "left") for kind in kinds],
                     maxcolwidths=[widths[h] if widths[h] < natural[h] else None for h in shown])
+
+
+def _kind(values: list) -> str:
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, str) and _numeric(v) for v in present):
+        return "formatted"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, str) and _numeric(v)
+                       for v in present):
+        return "number"
+    return "text"
 
 
 def _widest_line(text: str) -> int:
@@ -103,6 +129,13 @@ def _numeric(cell: str) -> bool:
     except ValueError:
         return cell == MISSING
     return True
+
+
+def _name_width(cells: list[str]) -> int:
+    """A column of names (one word per cell, such as NCCL_TUNER_CONFIG_FILE) is never split below
+    its longest name, up to MAX_NAME; sentences wrap at spaces instead."""
+    names = all(len(cell.split()) <= 1 for cell in cells)
+    return min(MAX_NAME, max((len(cell) for cell in cells), default=0)) if names else MIN_TEXT
 
 
 def _longest_line(cell: str) -> int:

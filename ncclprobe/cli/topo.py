@@ -76,7 +76,8 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
 def _check(timeout, output_dir, nbytes, nccl_job, fmt):
     from ncclprobe.pcie.check import check_output_dir, run_check, save, verdict
     from ncclprobe.pcie.matrix import Matrix
-    from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block
+    from ncclprobe.cli.table import terminal_width
+    from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block, wrap_line
     if output_dir:
         check_output_dir(output_dir)
     click.echo("topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...", err=True)
@@ -91,20 +92,22 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt):
                 for r in doc["matrices"] for label, values in zip(r["rows"], r["values"])]
         emit(fmt, doc, rows)
     else:
-        m = doc["measurement"]
-        lines = [f"# topo --check: measurement {m['status']}" + (f" ({m['reason']})" if m.get("reason") else "")
-                 + f", {len(m['devices'])} GPU(s)"]
+        m, width = doc["measurement"], terminal_width()
+        lines = wrap_line(f"topo --check: measurement {m['status']}" + (f" ({m['reason']})" if m.get("reason") else "")
+                          + f", {len(m['devices'])} GPU(s)", "# ", width)
         for record in doc["matrices"]:
             lines += matrix_block(Matrix.from_record(record))
-        lines += check_lines(doc["platform"])
+        lines += check_lines(doc["platform"], width)
         nccl = doc["nccl"]
-        lines.append(f"## NCCL's model: job {nccl.get('status')}" + (f" ({nccl['reason']})" if nccl.get("reason") else "")
-                     + "".join(f"; {x}" for x in nccl.get("missing", [])))
+        lines += wrap_line(f"## NCCL's model: job {nccl.get('status')}" + (f" ({nccl['reason']})" if nccl.get("reason")
+                                                                          else "")
+                           + "".join(f"; {x}" for x in nccl.get("missing", [])), "", width)
         for g in nccl.get("graphs") or []:
             lines.append(f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
                          f"over {g['type_intra']}")
-        lines += [f"  disagrees: {d}" for d in doc["nccl_model_vs_measured"]]
-        lines += finding_lines(doc["findings"], doc["advice"])
+        for d in doc["nccl_model_vs_measured"]:
+            lines += wrap_line(f"disagrees: {d}", "  ", width)
+        lines += finding_lines(doc["findings"], doc["advice"], width)
         click.echo("\n".join(lines))
     return verdict(doc)
 

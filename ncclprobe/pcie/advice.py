@@ -41,6 +41,10 @@ def advise(findings: list[Finding], checks: list[Check], topology: Topology | No
         out.append(Advice("set NCCL_P2P_DISABLE=1 until the platform is fixed",
                           f"P2P moved wrong data or hung: {bad.message}", {"NCCL_P2P_DISABLE": "1"},
                           (bad.code,)))
+    elif "host-copy-corrupt" in codes:
+        bad = codes["host-copy-corrupt"]
+        out.append(Advice("check the GPU and its PCIe link (reseat, a lower slot generation in the BIOS, the "
+                          "driver's Xid messages) before any NCCL tuning", bad.message, {}, (bad.code,)))
     elif "p2p-slower-than-staged" in codes:
         out.append(_level_advice(codes["p2p-slower-than-staged"], topology))
     acs = by_check.get("acs")
@@ -70,13 +74,19 @@ def advise(findings: list[Finding], checks: list[Check], topology: Topology | No
                           + ") found nothing to change", {}, tuple(readable)))
     if not out:
         looked = sorted({f.code for f in findings} | {c.name for c in checks if c.status == "ok"})
+        scope = ", ".join(looked) or ("the matrices for slow, asymmetric and refused pairs, peer access against "
+                                      "staged copies, latency outliers" if measured else "nothing readable")
         out.append(Advice("nothing to change", "no finding calls for an NCCL setting or a platform change "
-                          "(checked: " + (", ".join(looked) or "nothing readable") + ")", {}, tuple(looked)))
+                          f"(checked: {scope})", {}, tuple(looked)))
     return out
 
 
 def _level_advice(slow: Finding, topology: Topology | None) -> Advice:
     pairs = [tuple(p) for p in slow.pairs]
+    gpus = slow.evidence.get("gpus")
+    if gpus and len(set(pairs)) == gpus * (gpus - 1):
+        return Advice("set NCCL_P2P_DISABLE=1", f"{slow.message}; every GPU pair, both ways, so no P2P level "
+                      "keeps a fast pair", {"NCCL_P2P_DISABLE": "1"}, (slow.code,))
     if topology is None or len(topology.gpus) <= max(max(p) for p in pairs):
         return Advice("set NCCL_P2P_LEVEL below the path type of the slow pairs (or NCCL_P2P_DISABLE=1 if every "
                       "pair is slow); give the topology (`nvidia-smi topo -m`) to name the level",

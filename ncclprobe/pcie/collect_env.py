@@ -90,7 +90,8 @@ def parse_collect_env(text: str) -> CollectEnv:
             if key in ("PyTorch version", "PyTorch", "vLLM Version", "sglang", "CUDA runtime version",
                        "CUDA used to build PyTorch", "Nvidia driver version", "CUDA Driver Version", "Python version",
                        "Python", "ROCM Version", "NCCL version", "transformers", "triton"):
-                versions[key] = kv["value"].strip()
+                if kv["value"].strip() not in ("Could not collect", "N/A"):   # said, not a version
+                    versions[key] = kv["value"].strip()
     if "NCCL version" in versions:
         nccl["NCCL version line"] = versions["NCCL version"]
     if "NCCL_VERSION" in env:

@@ -69,6 +69,20 @@ def _corrupt(bad: list[dict]) -> list[Finding]:
                     ((b["src"], b["dst"]),), b) for b in bad]
 
 
+def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
+    """Wrong data a tool reported without naming the pair (nvbandwidth's pattern check): a peer test's
+    failure is P2P moving wrong data (`copy-corrupt`); a host or local test's is the GPU or its link."""
+    out = []
+    for e in entries:
+        peer = not any(word in e["test"] for word in ("host", "local"))
+        where = f" at offset {e['offset']}" if e.get("offset") is not None else ""
+        out.append(Finding("error", "copy-corrupt" if peer else "host-copy-corrupt",
+                           f"{tool} {e['test']}: its check found a wrong value{where} and the run stopped there: "
+                           + ("a peer copy moved wrong data (the output does not name the pair)" if peer else
+                              "a copy between host and GPU (or inside the GPU) moved wrong data"), (), dict(e)))
+    return out
+
+
 def _refused(access) -> list[Finding]:
     if not access:
         return []
@@ -150,5 +164,6 @@ def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[Finding]:
                                "against P2P=disabled): " + "; ".join(f"{_pair_text(i, j, where)} {v:.2f} vs {s:.2f} "
                                                                      f"{on.unit}" for i, j, v, s in slow[:6]),
                                tuple((i, j) for i, j, _, _ in slow),
-                               {"matrix": on.label, "pairs": [[i, j, v, s] for i, j, v, s in slow]}))
+                               {"matrix": on.label, "gpus": len(on.rows),
+                                "pairs": [[i, j, v, s] for i, j, v, s in slow]}))
     return out

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ncclprobe.pcie.advice import advise
 from ncclprobe.pcie.collect_env import looks_like_collect_env, parse_collect_env
-from ncclprobe.pcie.findings import matrix_findings
+from ncclprobe.pcie.findings import matrix_findings, reported_corrupt
 from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
@@ -48,6 +48,7 @@ def recognise(text: str, source_file: str) -> Imported | None:
 
 def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     findings = matrix_findings(parsed.matrices, access)
+    findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
     advice = advise(findings, [], None)
     doc = {**parsed.to_json(), "source_file": source_file, "findings": [f.to_json() for f in findings],
            "advice": [a.to_json() for a in advice]}
@@ -55,8 +56,12 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
              **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)}}
             for m in parsed.matrices for label, values in zip(m.rows, m.values)]
     notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
-    notes += [f"advice: {a.action} ({a.reason})" for a in advice] + parsed.notes
-    gpus = max((len(m.rows) for m in parsed.matrices if m.square), default=0)
+    shown = {f.code for f in findings}   # a finding printed above is named, not repeated
+    notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.setting and
+                                          set(a.evidence) <= shown else a.reason) + ")" for a in advice]
+    notes += parsed.notes
+    gpus = max(len({label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}),
+               len(parsed.devices))
     return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
                     Verdict.of(any(f.severity == "error" for f in findings)))
 

@@ -13,7 +13,7 @@ from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.sysfs import ACS_BITS, Acs
 
-_HEADER = ascii_re(r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$")
+_HEADER = ascii_re(r"^(?P<bdf>(?:[0-9a-fA-F]{4,5}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$")
 _FLAGS = ascii_re(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
 _LINK = ascii_re(r"Speed (?P<speed>\d{1,3}(?:\.\d{1,3})?)GT/s.*?Width x(?P<width>\d{1,3})")
 

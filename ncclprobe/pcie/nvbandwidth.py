@@ -2,8 +2,12 @@
 
 Text (output.cpp, v0.2-v0.10): `Running <test>.`, a description such as `memcpy CE CPU(row) -> GPU(column)
 bandwidth (GB/s)` or `memory latency SM CPU(row) <-> GPU(column) (ns)`, a column-index header, rows
-of numbers or `N/A`, then `SUM <test> <value>` (v0.10 adds `COEFFICIENT_OF_VARIATION`). `Waived:` and
-error lines stand where a test did not run. JSON (json_output.cpp): `{"nvbandwidth": {"testcases":
+of numbers or `N/A`, then `SUM <test> <value>` (v0.10 adds `COEFFICIENT_OF_VARIATION`). `Waiving <test>.`
+stands where a test did not run (a peer test is waived when the driver cannot map peer memory,
+NVIDIA/nvbandwidth#13). A copy that returned wrong data prints `Invalid value when checking the
+pattern at ADDR`, `Current offset : N` and an `ASSERT` line, and the run ends there
+(NVIDIA/nvbandwidth#34): that is wrong data, recorded in `corrupt`, never an unreadable file. Pasted
+text often quotes lines (`> Running ...`) or loses the header's indentation; both are read. JSON (json_output.cpp): `{"nvbandwidth": {"testcases":
 [{"name", "status", "bandwidth_description", "bandwidth_matrix": [["12.3", "N/A"]], "sum"}]}}`; the
 matrix cells are strings. Tools that wrap it print warnings around the JSON, so the JSON object is
 found where it starts.
@@ -23,8 +27,11 @@ from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.matrix import Matrix
 
-_RUNNING = ascii_re(r"^Running (?P<name>\w+)\.\s*$")
-_DESCRIPTION = ascii_re(r"^(?:memcpy|memory latency) (?P<engine>CE|SM) (?P<a>CPU|GPU)\(row\) (?P<arrow><->|->|<-) "
+_RUNNING = ascii_re(r"^(?:>\s*)?Running (?P<name>\w+)\.\s*$")
+_WAIVING = ascii_re(r"^(?:>\s*)?Waiving (?P<name>\w+)\.\s*$")
+_PATTERN_FAIL = ascii_re(r"^Invalid value when checking the pattern at (?P<address>\S+)\s*$")
+_OFFSET = ascii_re(r"^Current offset\s*:\s*(?P<offset>\d+)\s*$")
+_DESCRIPTION = ascii_re(r"^(?:>\s*)?(?:memcpy|memory latency) (?P<engine>CE|SM) (?P<a>CPU|GPU)\(row\) (?P<arrow><->|->|<-) "
                         r"(?P<b>CPU|GPU)\(column\)(?: bandwidth)? \((?P<unit>GB/s|ns)\)\s*$")
 _NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 
@@ -36,17 +43,19 @@ class NvbandwidthOutput:
     driver: str | None = None
     devices: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)    # test -> status (Waived, Error ...)
+    corrupt: list[dict] = field(default_factory=list)        # {"test", "address", "offset"}: wrong data
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"schema_version": 1, "tool": "nvbandwidth", "version": self.version, "driver": self.driver,
-                "devices": self.devices, "skipped": self.skipped,
+                "devices": self.devices, "skipped": self.skipped, "corrupt": self.corrupt,
                 "matrices": [m.to_record() for m in self.matrices], "notes": list(self.notes)}
 
 
 def looks_like_nvbandwidth(text: str) -> bool:
     head = text[:200_000]
-    return "nvbandwidth" in head or bool(re.search(r"^Running \w+_(?:ce|sm)\.\s*$", head, re.M))
+    return "nvbandwidth" in head or bool(re.search(r"^(?:>\s*)?Running \w+_(?:ce|sm)\.\s*$|^(?:>\s*)?memcpy "
+                                                   r"(?:CE|SM) (?:CPU|GPU)\(row\)", head, re.M))
 
 
 def parse_nvbandwidth(text: str) -> NvbandwidthOutput:
@@ -108,18 +117,25 @@ def _parse_text(text: str) -> NvbandwidthOutput:
             out.driver = line.split(":", 1)[1].strip()
         elif re.match(r"^Device \d+: ", line):
             out.devices.append(line)
-        running = _RUNNING.match(line)
+        running, waiving, failed = _RUNNING.match(line), _WAIVING.match(line), _PATTERN_FAIL.match(line)
         if running:
             current = running["name"]
+        elif waiving:
+            out.skipped[waiving["name"]] = "waived"
+        elif failed:
+            offset = next((int(m["offset"]) for m in (_OFFSET.match(n.strip()) for n in lines[number + 1:number + 3]) if m), None)
+            out.corrupt.append({"test": current or "unnamed", "address": failed["address"], "offset": offset})
         elif _DESCRIPTION.match(line):
             rows, number = _text_rows(lines, number + 1, line)
             out.matrices.append(_matrix(current or _sum_name(lines, number) or "unnamed", line, rows))
             current = None
             continue
         number += 1
-    if not out.matrices:
+    if not out.matrices and not out.corrupt:
         raise UsageProblem("no nvbandwidth result matrix found: expected a line such as "
-                           "'memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)' followed by its rows")
+                           "'memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)' followed by its rows"
+                           + (f" (every test was waived: {', '.join(out.skipped)}; nvbandwidth waives a peer test "
+                              "when the driver cannot map peer memory)" if out.skipped else ""))
     return _finish(out)
 
 

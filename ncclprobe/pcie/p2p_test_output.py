@@ -8,8 +8,10 @@ Device=j` lines, a `P2P Connectivity Matrix`, then titled matrices. Titles vary 
 `(P2P Reads)` variants with `--p2p_read`, `Bidirectional ...`, and latency matrices whose body is a
 `GPU` block (CUDA events) followed by a `CPU` block (host timer) in newer versions, or one `D\\D`
 block in older ones. Diagonals are same-GPU copies. `--sm_copy` changes the peer-enabled copies to a
-kernel; the output does not say so, so the engine is taken from a command line when one is pasted
-and is otherwise the tool's default (copy engine), with a note saying so.
+kernel; the output does not say so, so the engine is taken from a pasted command line that runs the
+test with `--sm_copy` and is otherwise the tool's default (copy engine), with a note saying so. A
+line that only mentions the flag (NVIDIA/nccl#814 pastes `# Without --sm_copy` above its matrices)
+is no command line.
 
 A matrix cut short, or one whose size disagrees with the device list, is a UsageProblem naming the
 line; an output that simply stops after complete matrices is read and the missing ones are noted.
@@ -33,6 +35,7 @@ _TITLE = ascii_re(r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabl
                   r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
 _HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
 _NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
+_SM_COPY_RUN = ascii_re(r"p2pBandwidthLatencyTest(?:\.exe)?\s(?:.*\s)?--sm_copy(?:\s|$)")
 EXPECTED = ("Unidirectional P2P=Disabled Bandwidth", "Unidirectional P2P=Enabled Bandwidth",
             "Bidirectional P2P=Disabled Bandwidth", "Bidirectional P2P=Enabled Bandwidth",
             "P2P=Disabled Latency", "P2P=Enabled Latency")
@@ -60,7 +63,7 @@ def looks_like_p2p_test(text: str) -> bool:
 def parse_p2p_test(text: str) -> P2PTestOutput:
     lines = [clean_line(line) for line in text.splitlines()]
     devices, access = _devices(lines), _access_lines(lines)
-    sm_copy = any("--sm_copy" in line for line in lines)
+    sm_copy = any(_SM_COPY_RUN.search(line) for line in lines)
     count = len(devices) or None
     matrices, connectivity, seen = [], None, []
     number = 0
@@ -93,8 +96,11 @@ def parse_p2p_test(text: str) -> P2PTestOutput:
                          "reports it is unknown (the connectivity matrix says it when present)")
         if connectivity:
             out.peer_access = [[bool(v) for v in row] for row in connectivity]
+    mentioned = not sm_copy and any("--sm_copy" in line for line in lines)
     out.notes.append("engine: SM copies (--sm_copy on the command line)" if sm_copy else
-                     "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it)")
+                     "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
+                     + ("; a line mentions --sm_copy but is not a command line running the test)" if mentioned
+                        else ")"))
     return out
 
 

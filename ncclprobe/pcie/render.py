@@ -1,4 +1,7 @@
-"""Text rendering of P2P evidence for the table format: matrices, checks, findings, advice."""
+"""Text rendering of P2P evidence for the table format: matrices, checks, findings, advice.
+
+Lines wrap to `width` (the terminal's, from the CLI) under their first line; None (`--wide`) leaves
+them whole."""
 
 from __future__ import annotations
 
@@ -15,23 +18,28 @@ def matrix_block(m: Matrix) -> list[str]:
     return lines
 
 
-def check_lines(checks: list[dict]) -> list[str]:
+def check_lines(checks: list[dict], width: int | None = 100) -> list[str]:
     out = ["## platform"]
     for c in checks:
-        out += _wrap(f"[{c['status']}] {c['check']}: {c['summary']} (source: {c['source']})", "  ")
-        out += [f"      not readable: {u}" for u in c.get("not_readable", [])[:8]]
+        out += wrap_line(f"[{c['status']}] {c['check']}: {c['summary']} (source: {c['source']})", "  ", width)
+        for unread in c.get("not_readable", [])[:8]:
+            out += wrap_line(f"not readable: {unread}", "      ", width)
     return out
 
 
-def finding_lines(findings: list[dict], advice: list[dict]) -> list[str]:
+def finding_lines(findings: list[dict], advice: list[dict], width: int | None = 100) -> list[str]:
     out = ["## findings"] + ([] if findings else ["  none"])
     for f in findings:
-        out += _wrap(f"[{f['severity']}] {f['code']}: {f['message']}", "  ")
+        out += wrap_line(f"[{f['severity']}] {f['code']}: {f['message']}", "  ", width)
     out.append("## advice")
     for a in advice:
-        out += _wrap(f"- {a['action']}: {a['reason']} (evidence: {', '.join(a['evidence']) or 'none'})", "  ")
+        out += wrap_line(f"- {a['action']}: {a['reason']} (evidence: {', '.join(a['evidence']) or 'none'})", "  ",
+                         width)
     return out
 
 
-def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, width=100, initial_indent=indent, subsequent_indent=indent + "    ") or [indent]
+def wrap_line(text: str, indent: str, width: int | None = 100) -> list[str]:
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width=max(40, width), initial_indent=indent, subsequent_indent=indent + "    ",
+                         break_on_hyphens=False) or [indent]

@@ -17,8 +17,9 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_HOST = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+# PCI domains are 4 hex digits, or 5 behind an Intel VMD controller (`10000:e1:00.0`)
+_BDF = re.compile(r"^[0-9a-f]{4,5}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_HOST = re.compile(r"^pci[0-9a-f]{4,5}:[0-9a-f]{2}$")
 NVIDIA = "0x10de"
 ACS_ID = 0x000D
 # ACS capability/control bits (PCIe base spec 7.7.11; lspci's names)
