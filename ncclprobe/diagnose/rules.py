@@ -348,8 +348,10 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     if not any(run.collectives for _, run in ev.all_runs()):
         if ev.kind != "engine-trace" and not ev.config.get("tp"):
             return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="the evidence shows no collectives")]
-        return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp,
-                         reason=f"the engine issued no collectives (tp={ev.config.get('tp')})")]
+        # a profile's tp may be only the number of files given: say what was seen, not a size inferred
+        seen = (f"the engine issued no collectives (tp={ev.config.get('tp')})" if ev.kind == "engine-trace"
+                else "no collective kernel ran in the profiled steps")
+        return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp, reason=seen)]
     sizes = _all_sizes(ev)
     if not ev.sweep:
         return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="no --sweep results",

@@ -67,10 +67,12 @@ def table_row(r: dict, *, ranked: bool = True, show: dict | None = None) -> dict
     it = r.get("iter") or {}
     row = {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"])}
     row.update({key: r.get(key) for key in ("op", "dtype") if (show or {}).get(key)})
-    row.update({"mode": r["mode"], "place": "in" if r["in_place"] else "out", "time_us": r.get("time_us"),
-                "p50_us": it.get("p50_us"), "p99_us": it.get("p99_us"), "cpu_us": r.get("cpu_issue_us"),
+    # in order of importance: a narrow terminal leaves out the last columns, never the status
+    row.update({"mode": r["mode"], "place": "in" if r["in_place"] else "out",
+                "status": r["status"] + (" WRONG" if r.get("wrong") else ""), "time_us": r.get("time_us"),
                 "busbw_gbps": _sig(r.get("busbw_gbps")), "speedup": r.get("speedup_vs_default"),
-                "status": r["status"] + (" WRONG" if r.get("wrong") else ""), "best": "*" if r.get("best") else ""})
+                "best": "*" if r.get("best") else "",
+                "p50_us": it.get("p50_us"), "p99_us": it.get("p99_us"), "cpu_us": r.get("cpu_issue_us")})
     if not ranked:
         del row["speedup"], row["best"]
     return row
