@@ -137,7 +137,10 @@ def test_nccl_topology_and_graph_dumps():
     assert topo.gpus[0].assumed_pci_gbps == (12.0, True) and "fallback" in topo.notes[1]
     graphs = read_graphs(text("nccl_xml", "azure_ncv4_4x_a100_pcie_nvlink_pairs_graph.xml", header=True))
     assert [(g.algorithm, g.nchannels, g.type_intra) for g in graphs] == \
-        [("ring", 2, "SYS"), ("balanced tree", 4, "SYS"), ("tree", 4, "SYS")]
+        [("ring", 2, "SYS"), ("balanced tree", 4, "SYS"), ("collnet chain", 4, "SYS")]
+    h200 = read_graphs(text("nccl_xml", "h200_1gpu_1rank_nccl2.28.9_graph.xml"))   # as NCCL wrote it, no header
+    assert {g.id: g.algorithm for g in h200} == {0: "ring", 1: "tree", 2: "collnet chain", 3: "nvls",
+                                                4: "collnet direct"}   # id 1 and id 2 both have pattern 3
     assert graphs[0].channels == [[0, 1, 2, 3], [0, 3, 2, 1]]
     handwritten = read_topology(text("nccl_xml", "azure_ndv5_8x_h100_topo.xml", header=True))
     assert len(handwritten.gpus) == 8 and handwritten.gpus[0].assumed_pci_gbps == (48.0, False)

@@ -32,6 +32,7 @@ PCI_GEN_RATE = {"2.5 GT/s": 15, "5 GT/s": 30, "8 GT/s": 60, "16 GT/s": 120, "32 
                 "32.0 GT/s PCIe": 240, "64.0 GT/s PCIe": 480}
 PCI_FALLBACK_RATE = 60
 PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls", 6: "collnet direct"}
+COLLNET_CHAIN_ID = 2   # NCCL's init.cc: collNetChainGraph->id = 2, pattern NCCL_TOPO_PATTERN_TREE (every version)
 
 
 def parse_xml(text: str, what: str) -> ET.Element:
@@ -153,6 +154,8 @@ class NcclGraph:
 
     @property
     def algorithm(self) -> str:
+        if self.id == COLLNET_CHAIN_ID:   # searched with the tree pattern: only its id tells it from the tree
+            return "collnet chain"
         return PATTERNS.get(self.pattern, f"pattern {self.pattern}")
 
     def to_json(self) -> dict:
