@@ -188,7 +188,10 @@ def _parent(path: Path) -> Path:
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """`a` is `b`, or an existing file inside `b` when `b` is a directory (a checkpoint's weights)."""
     try:
+        if b.is_dir():
+            return a.exists() and os.path.realpath(a).startswith(os.path.join(os.path.realpath(b), ""))
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
