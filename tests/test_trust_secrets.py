@@ -174,3 +174,17 @@ def test_a_results_file_or_trace_from_another_writer_is_masked_on_read(tmp_path)
         assert result.exit_code in (0, 1) and _leaks(result.output) == [], (args, _leaks(result.output))
     written = "".join(p.read_text(errors="replace") for p in (tmp_path / "rep").rglob("*") if p.is_file())
     assert written and _leaks(written) == []
+
+
+def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
+    """-v/-vv print log lines and an internal error's traceback: both go through the one formatter."""
+    import logging
+    from ncclprobe.cli import _configure_logging
+    _configure_logging(2)
+    try:
+        raise ValueError(f"connect postgres://eve:{S['dburl']}@db/app {S['hf']}")
+    except ValueError as exc:
+        logging.getLogger("ncclprobe").error("internal error at %s", f"https://u:{S['nccl']}@proxy", exc_info=exc)
+    _configure_logging(0)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "postgres://" in err and _leaks(err) == []
