@@ -20,18 +20,17 @@ from ncclprobe.engine.config import ModelConfig, RopeScaling
 from ncclprobe.engine.model import Transformer
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import write_text
+from ncclprobe.validate import MIB, Where, load_json
 
 SUPPORTED_TYPES = ("llama", "mistral")
 
 
 def read_config(directory: str | Path) -> ModelConfig:
     path = Path(directory) / "config.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageProblem(f"cannot read {path}: {exc}") from None
+    doc = Where(str(path)).object(load_json(path, "checkpoint config", limit=16 * MIB), "a config.json object")
     # a converted GGUF names its source file (its directory is a cache entry nobody chose)
-    return config_from_hf(doc, name=doc.get("ncclprobe_source") or str(directory))
+    source = doc.get("ncclprobe_source")
+    return config_from_hf(doc, name=source if isinstance(source, str) and source else str(directory))
 
 
 def config_from_hf(doc: dict, name: str) -> ModelConfig:
@@ -40,14 +39,19 @@ def config_from_hf(doc: dict, name: str) -> ModelConfig:
                            f"({', '.join(SUPPORTED_TYPES)})")
     if doc.get("attention_bias") or doc.get("mlp_bias"):
         raise UsageProblem(f"{name}: checkpoints with attention or MLP biases are not supported")
-    rope = doc.get("rope_parameters") or {}
-    heads = doc["num_attention_heads"]
+    at = Where(name)   # every field a shape needs, checked where it is read: one line naming it
+    count = lambda key, required=True: at.field(doc, key, "int", min=1, max=1 << 40, required=required)
+    rope = at.field(doc, "rope_parameters", "dict", required=False) or {}
+    heads = count("num_attention_heads")
+    number = lambda key, default: at.field(doc, key, "number", min=0, required=False, default=default)
     return ModelConfig(
-        name=name, vocab=doc["vocab_size"], hidden=doc["hidden_size"], layers=doc["num_hidden_layers"],
-        heads=heads, kv_heads=doc.get("num_key_value_heads") or heads, intermediate=doc["intermediate_size"],
-        head_dim=doc.get("head_dim") or 0, rope_theta=float(doc.get("rope_theta") or rope.get("rope_theta", 10000.0)),
-        rope_scaling=_rope_scaling(doc.get("rope_scaling") or rope, name),
-        norm_eps=float(doc.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(doc.get("tie_word_embeddings", False)),
+        name=name, vocab=count("vocab_size"), hidden=count("hidden_size"), layers=count("num_hidden_layers"),
+        heads=heads, kv_heads=count("num_key_value_heads", False) or heads, intermediate=count("intermediate_size"),
+        head_dim=count("head_dim", False) or 0,
+        rope_theta=float(number("rope_theta", None) or Where(name).at("rope_parameters").field(
+            rope, "rope_theta", "number", min=0, required=False, default=10000.0)),
+        rope_scaling=_rope_scaling(at.field(doc, "rope_scaling", "dict", required=False) or rope, name),
+        norm_eps=float(number("rms_norm_eps", 1e-5)), tie_embeddings=bool(doc.get("tie_word_embeddings", False)),
         max_positions=_positive_int(doc.get("max_position_embeddings")))
 
 
@@ -62,15 +66,21 @@ def _rope_scaling(doc: dict | None, name: str) -> RopeScaling | None:
         return None
     if kind != "llama3":
         raise UsageProblem(f"{name}: RoPE scaling {kind!r} is not supported (only Llama-3's)")
-    return RopeScaling(factor=float(doc["factor"]), low_freq_factor=float(doc["low_freq_factor"]),
-                       high_freq_factor=float(doc["high_freq_factor"]),
-                       original_max_position=int(doc["original_max_position_embeddings"]))
+    at = Where(name).at("rope_scaling")
+    number = lambda key: float(at.field(doc, key, "number", min=0))
+    return RopeScaling(factor=number("factor"), low_freq_factor=number("low_freq_factor"),
+                       high_freq_factor=number("high_freq_factor"),
+                       original_max_position=at.field(doc, "original_max_position_embeddings", "int", min=1))
 
 
 def weight_files(directory: Path) -> list[Path]:
     index = directory / "model.safetensors.index.json"
     if index.exists():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        doc = Where(str(index)).object(load_json(index, "weight index", limit=64 * MIB))
+        weight_map = Where(str(index)).field(doc, "weight_map", "str-map")
+        names = sorted(set(weight_map.values()))
+        if any(Path(name).name != name for name in names):   # weights live beside the index, nowhere else
+            raise UsageProblem(f"{index}: weight_map names a file outside the checkpoint directory")
         return [directory / name for name in names]
     files = sorted(directory.glob("*.safetensors"))
     if not files:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.validate import loads_json, read_text
 
 SHIPPED = Path(__file__).parent / "data" / "prompts.jsonl"
 SPLITS = ("train", "heldout")
@@ -40,14 +41,8 @@ def shipped_prompts(split: str) -> list[Prompt]:
 
 def read_prompts_file(path: str | Path) -> list[Prompt]:
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_PROMPT_FILE_BYTES:
-            raise UsageProblem(f"{path} is larger than {MAX_PROMPT_FILE_BYTES // 2**20} MiB; not a prompts file")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageProblem(f"cannot read prompts file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageProblem(f"{path} is not UTF-8 text; a prompts file holds one prompt per line") from None
+    # size limit, devices (/dev/zero), binary files, UTF-16: the one input reader (ncclprobe.validate)
+    text = read_text(path, "prompts file", limit=MAX_PROMPT_FILE_BYTES, errors="strict")
     if path.suffix.lower() != ".jsonl":
         prompts = [Prompt(text=line) for line in text.splitlines() if line.strip()]
     else:
@@ -59,10 +54,7 @@ def read_prompts_file(path: str | Path) -> list[Prompt]:
 
 
 def _json_prompt(line: str, path: Path, number: int) -> Prompt:
-    try:
-        doc = json.loads(line)
-    except ValueError as exc:
-        raise UsageProblem(f"{path}:{number}: not JSON: {exc}") from None
+    doc = loads_json(line, f"{path}:{number}")   # strict: no NaN, nesting bounded
     if isinstance(doc, str):
         return Prompt(text=doc)
     if isinstance(doc, dict) and isinstance(doc.get("text"), str):

@@ -109,12 +109,10 @@ def planned_profiles(spec: RunSpec, *, tuned: bool) -> list[Path]:
     from ncclprobe.engine.profiling import profile_paths
     labels = (Label.UNTUNED, Label.TUNED) if tuned else (Label.UNTUNED,)
     paths = profile_paths(spec.profile_dir, labels=labels, modes=spec.modes, tp=spec.tp)
-    taken = [p for p in paths if p.exists()]
-    if taken:
-        raise UsageProblem(f"profile {taken[0]} already exists; choose another --profile directory "
-                           "(profiles are never overwritten)")
-    if Path(spec.profile_dir).exists() and not Path(spec.profile_dir).is_dir():
-        raise UsageProblem(f"--profile {spec.profile_dir} is not a directory")
+    # a new or empty directory only (ncclprobe.safe_output's directory rule): an earlier run's profiles
+    # beside these would be read as ranks of this run by `diagnose --profile DIR/*`
+    from ncclprobe.safe_output import check_output_dir
+    check_output_dir(spec.profile_dir, what="--profile", has_force=False)
     return paths
 
 

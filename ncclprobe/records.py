@@ -37,6 +37,7 @@ from typing import Iterator
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import EXISTS, OutputProblem, check_appendable, commit_file, describe_os_error, dumps_json
+from ncclprobe.secrets import mask_provenance
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
@@ -187,10 +188,11 @@ def read_results(path: str | Path) -> ResultsFile:
     if header.get("schema_version") != SCHEMA_VERSION:
         raise UsageProblem(f"{str(path)!r} has schema version {header.get('schema_version')!r}; "
                            f"this ncclprobe reads version {SCHEMA_VERSION}")
-    out = ResultsFile(path=str(path), header=header)
-    buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
     for number, record in records:
         validate_record(record, Where(str(path), number))
+    out = ResultsFile(path=str(path), header=mask_provenance(header))   # masked on read: ncclprobe.secrets
+    buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
+    for number, record in records[1:]:
         buckets.get(record.get("record"), []).append(record)   # other kinds: newer writers' records
     return out
 

@@ -60,18 +60,20 @@ def check_output(path: str | Path, *, force: bool = False, what: str = "output f
 
 
 def check_output_dir(path: str | Path, *, force: bool = False, what: str = "output directory",
-                     owned: Iterable[str] = ()) -> Path:
+                     owned: Iterable[str] = (), has_force: bool = True) -> Path:
     """The directory rule: a missing or empty directory is fine; one with files needs --force, and
     even then only when every entry is one this command writes (`owned` names, or the marker file
-    it leaves), so --force can never wipe a directory of the user's own files."""
+    it leaves), so --force can never wipe a directory of the user's own files. `has_force=False`: the
+    command has no --force, so the message does not offer it."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputProblem(f"{what} {str(path)!r} exists and is not a directory")
     entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     if entries:
         if not force:
-            raise OutputProblem(f"{what} {str(path)!r} is not empty; choose a new directory or pass --force to "
-                                "replace it")
+            raise OutputProblem(f"{what} {str(path)!r} is not empty; choose a new directory"
+                                + (" or pass --force to replace it" if has_force else " (nothing is written into a "
+                                   "directory that holds files)"))
         foreign = [name for name in entries if name not in set(owned) | {MARKER}]
         if foreign and MARKER not in entries:
             raise OutputProblem(f"{what} {str(path)!r} holds files ncclprobe did not write ({', '.join(foreign[:3])}"
@@ -186,7 +188,10 @@ def _parent(path: Path) -> Path:
 
 
 def _same_file(a: Path, b: Path) -> bool:
+    """`a` is `b`, or an existing file inside `b` when `b` is a directory (a checkpoint's weights)."""
     try:
+        if b.is_dir():
+            return a.exists() and os.path.realpath(a).startswith(os.path.join(os.path.realpath(b), ""))
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False

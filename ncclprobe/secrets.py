@@ -105,6 +105,18 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     return {str(name): mask_env_value(str(name), str(value)) for name, value in env.items()}
 
 
+def mask_provenance(doc: dict) -> dict:
+    """A file's record of where it came from (`env`, `argv`) masked as it is read: a results file or
+    trace written by another tool, an older ncclprobe or a hand may hold what ours never writes, and
+    every command that echoes a header (recommend's JSON, report, diagnose) then prints it."""
+    out = dict(doc)
+    if isinstance(out.get("env"), dict):
+        out["env"] = mask_env(out["env"])
+    if isinstance(out.get("argv"), list) and all(isinstance(word, str) for word in out["argv"]):
+        out["argv"] = mask_argv(out["argv"])
+    return out
+
+
 def mask_text(text: str) -> str:
     """Free text with every secret-shaped part replaced by MASK; the rest is kept as it was."""
     return _mask_words(text)[0]

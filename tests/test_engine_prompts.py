@@ -47,8 +47,10 @@ def test_prompts_file_formats(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ('{"ids": [1, -2]}\n', "p.jsonl:1: expected"),
     ('{"ids": [1, true]}\n', "p.jsonl:1: expected"),
-    ("not json\n", "p.jsonl:1: not JSON"),
+    ("not json\n", "p.jsonl:1 is not JSON"),
+    ('{"ids": NaN}\n', "p.jsonl:1: NaN is not a JSON number"),
     ("\n\n", "holds no prompt"),
+    ("\x7fELF\x00\x01\x02" * 50, "binary file"),
 ])
 def test_bad_prompts_files_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "p.jsonl"

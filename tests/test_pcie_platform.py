@@ -158,7 +158,7 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     saved = json.loads((tmp_path / "o/topo-check.json").read_text())
     assert saved["advice"] == doc["advice"]
     again = runner.invoke(cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")])
-    assert again.exit_code == 2 and "never overwritten" in again.stderr
+    assert again.exit_code == 2 and "is not empty" in again.stderr
     narrow = runner.invoke(cli, ["topo", "--check", "--no-nccl-job"], env={"COLUMNS": "60"})
     assert narrow.exit_code == 0 and max(map(len, narrow.stdout.splitlines())) <= 60   # the terminal's width
     assert "## advice" in narrow.stdout and "(source: " in narrow.stdout

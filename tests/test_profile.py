@@ -385,10 +385,13 @@ def test_a_lagging_rank_is_named(tmp_path, stretch, slow):
 
 
 def test_run_engine_refuses_an_existing_profile_before_running(tmp_path):
+    """An earlier profile, or any file: a stale rank beside new ones would be read as this run's."""
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "untuned-baseline-rank0.trace.json.gz").write_bytes(b"x")
-    code, output = run_cli(["run-engine", "--preset", "tiny", "--profile", str(tmp_path / "p")])
-    assert code == 2 and "already exists" in output
+    for name in ("untuned-baseline-rank0.trace.json.gz", "notes.txt"):
+        (tmp_path / "p" / name).write_bytes(b"x")
+        code, output = run_cli(["run-engine", "--preset", "tiny", "--profile", str(tmp_path / "p")])
+        assert code == 2 and "is not empty" in output and (tmp_path / "p" / name).read_bytes() == b"x"
+        (tmp_path / "p" / name).unlink()
 
 
 def test_a_decode_annotated_step_with_a_multi_token_forward_is_speculative(engine_profiles, tmp_path):

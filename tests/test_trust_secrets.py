@@ -151,3 +151,40 @@ def test_an_error_line_that_quotes_the_input_masks_what_it_quotes(tmp_path):
         assert result.exit_code == 2 and _leaks(result.stdout + result.stderr) == [], result.output
     result = CliRunner().invoke(cli, ["run-engine", "--env", "NOEQUALS"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.stderr          # a message stays readable
+
+
+def test_a_results_file_or_trace_from_another_writer_is_masked_on_read(tmp_path):
+    """ncclprobe writes headers masked; a file from an older version, another tool or a hand may not.
+    Every command that echoes a header or a trace's provenance (recommend, report, diagnose) reads it
+    through the one loader of its kind, which masks it."""
+    from tests.data.resultsets import config, curve, engine_trace, write_set
+    results = write_set(tmp_path / "s.jsonl", [config({}, curve(10, 1)), config({"NCCL_PROTO": "LL"}, curve(5, 1))])
+    lines = Path(results).read_text().splitlines()
+    header = {**json.loads(lines[0]), "env": ENV, "argv": ARGV}   # what our writer would have masked
+    Path(results).write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    trace = engine_trace({1 << 14: 10})
+    trace["provenance"].update(env=ENV, argv=ARGV)
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    runner, t = CliRunner(), str(tmp_path / "t.json")
+    for args in (["recommend", results, "--format", "json"], ["recommend", results, "--emit", "json"],
+                 ["recommend", results, "--trace", t, "--format", "csv"], ["-vv", "diagnose", "--trace", t,
+                 "--sweep", results, "--format", "json"],
+                 ["report", results, "--trace", t, "--output", str(tmp_path / "rep"), "--format", "json"]):
+        result = runner.invoke(cli, args, prog_name="ncclprobe")
+        assert result.exit_code in (0, 1) and _leaks(result.output) == [], (args, _leaks(result.output))
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "rep").rglob("*") if p.is_file())
+    assert written and _leaks(written) == []
+
+
+def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
+    """-v/-vv print log lines and an internal error's traceback: both go through the one formatter."""
+    import logging
+    from ncclprobe.cli import _configure_logging
+    _configure_logging(2)
+    try:
+        raise ValueError(f"connect postgres://eve:{S['dburl']}@db/app {S['hf']}")
+    except ValueError as exc:
+        logging.getLogger("ncclprobe").error("internal error at %s", f"https://u:{S['nccl']}@proxy", exc_info=exc)
+    _configure_logging(0)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "postgres://" in err and _leaks(err) == []

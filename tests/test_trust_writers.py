@@ -79,6 +79,23 @@ def test_an_input_is_never_an_output_even_with_force(tmp_path, results):
     assert Path(results).read_text() == before
 
 
+def test_no_file_of_a_checkpoint_or_prompts_input_is_replaced_even_with_force(tmp_path):
+    """A checkpoint directory's files and a prompts file are inputs too: --force never replaces them."""
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(PRECIOUS)
+    (checkpoint / "model.safetensors").write_text(PRECIOUS)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(PRECIOUS)
+    for args in (["train-draft", "--checkpoint", str(checkpoint), "--output", str(checkpoint / "model.safetensors")],
+                 ["run-engine", "--checkpoint", str(checkpoint), "--trace", str(checkpoint / "config.json")],
+                 ["train-draft", "--prompts", str(prompts), "--output", str(prompts)],
+                 ["train-draft", "--eval-prompts", str(prompts), "--output", str(prompts)]):
+        result = _invoke(*args, "--force", cwd=tmp_path)
+        assert result.exit_code == 2 and "also an input" in result.stderr, (args, result.output)
+    assert all(p.read_text() == PRECIOUS for p in (prompts, *checkpoint.iterdir()))
+
+
 def test_force_replaces_a_file_whole(tmp_path, results):
     out = tmp_path / "rec.json"
     out.write_text(PRECIOUS)

@@ -229,13 +229,22 @@ def _one_line_error(message: str) -> None:
     click.echo(f"ncclprobe: error: {text}", err=True)
 
 
+class _MaskingFormatter(logging.Formatter):
+    """Every log line, and the traceback -v adds, masked by shape like the error line: a log message or
+    an exception that quotes a user's input (a URL with a password, a token) never prints it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from ncclprobe.secrets import mask_shapes
+        return "\n".join(mask_shapes(line) for line in super().format(record).split("\n"))
+
+
 _LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}   # -q, default, -v; -vv and more: DEBUG
 
 
 def _configure_logging(verbosity: int) -> None:
     level = _LEVELS.get(verbosity, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("ncclprobe")
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -74,6 +74,8 @@ def _gpu_present() -> bool:
 
 
 def _make_workdir(workdir: str) -> None:
+    from ncclprobe.safe_output import check_output_dir
+    check_output_dir(workdir, what="--output", has_force=False)   # new or empty: an earlier run's specs and logs never mix in
     try:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -116,7 +116,7 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     if trace_path:   # before any work; written whole at the end, so a failed or interrupted run leaves none
         check_output(trace_path, force=force, what="trace file",
-                     inputs=[p for p in (tuned, draft_path, prompts_file) if p and p != SWEEP_FIRST])
+                     inputs=[p for p in (tuned, draft_path, prompts_file, checkpoint) if p and p != SWEEP_FIRST])
     prepare_checkpoint(checkpoint, quiet)
     prompts = gather_prompts(checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat)
     spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, prompts=prompts, chat=chat,

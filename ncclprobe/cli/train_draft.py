@@ -69,7 +69,8 @@ def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_tempera
     spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
                      lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed,
                      data_temperature=data_temperature)
-    out = check_output(out_path, force=force, what="--output")   # found now, not after minutes of training
+    out = check_output(out_path, force=force, what="--output",   # found now, not after minutes of training
+                       inputs=[p for p in (checkpoint, prompts_file, eval_file) if p])
     prepare_checkpoint(checkpoint, quiet)   # every option is valid: now a .gguf may be converted
     prompts, eval_prompts, prompt_source = train_job.training_prompts(checkpoint, prompts_file, eval_file, chat)
     spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)

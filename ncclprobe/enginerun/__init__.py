@@ -58,21 +58,32 @@ def load_runs(*, trace=None, profiles=(), server_logs=(), model_config=None, req
     profiles, server_logs = [p for p in profiles or () if p], [p for p in server_logs or () if p]
     if trace and (profiles or server_logs):
         raise UsageProblem(f"give the {role} as an engine trace or as profiles/server logs, not both")
+    # read (and so validated) whichever evidence it comes with; an engine trace's own model shape wins,
+    # the config.json fills in what the trace does not record (MLP width, heads)
+    model = None
+    if model_config:
+        from ncclprobe.enginerun.model_config import read_model_config
+        model = read_model_config(model_config)
     if trace:
         if Path(trace).is_file() and sniff(trace) != "engine-trace":
             raise UsageProblem(f"{trace} looks like a {sniff(trace)}, not an ncclprobe engine trace: give it as "
                                + ("--profile" if sniff(trace) == "profile" else "--server-log"))
-        return from_trace_file(trace)
-    if profiles:
+        out = from_trace_file(trace)
+    elif profiles:
         from ncclprobe.enginerun.profile import load_profiles
-        out = load_profiles(profiles, model_config=model_config)
+        out = load_profiles(profiles)
         if server_logs:
             from ncclprobe.enginerun.serverlog import add_log_to_profile
             add_log_to_profile(out, server_logs)
-        return out
-    if server_logs:
+    elif server_logs:
         from ncclprobe.enginerun.serverlog import load_server_logs
-        return load_server_logs(server_logs)
+        out = load_server_logs(server_logs)
+    else:
+        out = None
+    if out is not None:
+        if model is not None:
+            out.config["model"] = {**model, **(out.config.get("model") or {})}
+        return out
     if required:
         raise UsageProblem("nothing to diagnose: give --trace TRACE, --profile FILE (one per rank) or --server-log FILE")
     return RunSet()

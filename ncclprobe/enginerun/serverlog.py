@@ -29,6 +29,7 @@ from pathlib import Path
 from ncclprobe.enginerun import RunSet
 from ncclprobe.enginerun.view import Acceptance, EngineRun
 from ncclprobe.errors import UsageProblem
+from ncclprobe.validate import read_text
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")
 VLLM_MARKERS = ("Avg generation throughput", "SpecDecoding metrics", "Speculative metrics:", "V1 LLM engine",
@@ -67,11 +68,8 @@ def detect_engine(text_head: str) -> str | None:
 
 def read_log(path: str | Path) -> dict:
     """Parse one server log into its statistics; UsageProblem when it is neither SGLang's nor vLLM's."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line[:MAX_LINE] for line in f]
-    except OSError as exc:
-        raise UsageProblem(f"cannot read server log {str(path)!r}: {exc.strerror or exc}") from None
+    # size limit, devices (/dev/zero), binary files, UTF-16: the one input reader (ncclprobe.validate)
+    lines = [line[:MAX_LINE] for line in read_text(path, "server log").splitlines(keepends=True)]
     sglang = sum(1 for line in lines if any(m in line for m in SGLANG_MARKERS))
     vllm = sum(1 for line in lines if any(m in line for m in VLLM_MARKERS))
     if sglang >= vllm and sglang:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ncclprobe.enginerun.modes import Label, Mode
 from ncclprobe.enginerun.view import ENGINE_PHASE_KIND, Acceptance, Collective, EngineRun, Phase, Worker
 from ncclprobe.errors import UsageProblem
+from ncclprobe.secrets import mask_provenance
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict
 
@@ -32,6 +33,8 @@ def load_trace(path: str | Path) -> dict:
     """Read and validate an engine trace; a UsageProblem names the file and the first bad field."""
     doc = _read_json(path)
     validate(doc, str(path))
+    if isinstance(doc.get("provenance"), dict):   # masked on read (ncclprobe.secrets): any writer's trace
+        doc["provenance"] = mask_provenance(doc["provenance"])
     return doc
 
 

@@ -132,13 +132,11 @@ OUTPUT_FILES = ("topo-check.json", "nccl-topo.xml", "nccl-graph.xml", "p2p-heatm
 
 
 def check_output_dir(directory: str | Path) -> None:
-    """Refuse, before anything is measured, a directory that already holds results."""
-    clash = [n for n in OUTPUT_FILES if (Path(directory) / n).exists()]
-    if clash:
-        raise UsageProblem(f"{directory}: {', '.join(clash)} exist; results are never overwritten: "
-                           "choose another directory")
-    if Path(directory).exists() and not Path(directory).is_dir():
-        raise UsageProblem(f"{directory} exists and is not a directory")
+    """Refuse, before anything is measured, a directory that holds anything (an earlier check, the
+    user's own files): the one directory rule of `ncclprobe.safe_output`, so no stale file sits beside
+    new results."""
+    from ncclprobe.safe_output import check_output_dir as refuse_unless_new
+    refuse_unless_new(directory, what="--output", has_force=False)
 
 
 def save(doc: dict, directory: str | Path) -> list[Path]:

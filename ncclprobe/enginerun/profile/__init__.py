@@ -21,13 +21,13 @@ from ncclprobe.errors import UsageProblem
 SAME_JOB_WINDOW_S = 600.0     # ranks of one job are profiled within minutes of each other
 
 
-def load_profiles(paths, *, model_config=None) -> RunSet:
+def load_profiles(paths) -> RunSet:
     timelines = [read_timeline(str(p)) for p in paths]
     check_same_job(timelines)
     per_rank = [_rank_view(tl) for tl in timelines]
     check_same_engine(per_rank)
     run = combine(per_rank, timelines)
-    config = _config(timelines, run, model_config)
+    config = _config(timelines, run)
     notes = _notes(timelines, run)
     run.notes = notes
     return RunSet(runs=[run], config=config, kind="profile",
@@ -124,7 +124,7 @@ def rank_skew(run: EngineRun) -> dict[str, float]:
     return out
 
 
-def _config(timelines: list[Timeline], run: EngineRun, model_config) -> dict:
+def _config(timelines: list[Timeline], run: EngineRun) -> dict:
     tl = timelines[0]
     config = {"engine": run.engine, "tp": tl.world_size or len(timelines), "device": "cuda" if tl.gpu else "cpu",
               "backend": tl.distributed.get("backend"), "nccl_version": tl.distributed.get("nccl_version"),
@@ -136,9 +136,6 @@ def _config(timelines: list[Timeline], run: EngineRun, model_config) -> dict:
         config["batch"] = decode.batch
     if verify and verify.tokens_per_seq and verify.tokens_per_seq > 1:
         config["k"] = int(round(verify.tokens_per_seq)) - 1
-    if model_config:
-        from ncclprobe.enginerun.model_config import read_model_config
-        config["model"] = read_model_config(model_config)
     return config
 
 
