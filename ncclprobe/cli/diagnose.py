@@ -10,6 +10,7 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.cli.table import terminal_width
+from ncclprobe.errors import UsageProblem
 
 EPILOG = f"""\b
 Examples:
@@ -20,6 +21,7 @@ Examples:
       --model-config model/config.json
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
+  ncclprobe diagnose --server-log vllm.log --collect-env collect_env.txt
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -42,9 +44,12 @@ Examples:
 @click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False), help="Sweep results (JSONL) to compare collectives with.")
 @click.option("--env-check", "env_check_path", type=click.Path(dir_okay=False),
               help="`ncclprobe env-check --format json` output of the live job.")
+@click.option("--collect-env", "collect_env_path", type=click.Path(dir_okay=False),
+              help="`vllm collect-env` or `python -m sglang.check_env` output: its NCCL settings are linted (the "
+                   "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.")
 @format_option
 def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles, baseline_logs, model_config,
-            sweep_path, env_check_path, fmt):
+            sweep_path, env_check_path, collect_env_path, fmt):
     """Reason over an engine run the way a careful engineer would: find phases that run without
     CUDA graphs, steps where the GPU waits for the host, compare the verify step with what its
     extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
@@ -53,9 +58,12 @@ def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles,
     log. Each finding carries its numbers, a confidence and the next command; hypotheses the
     evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
+    if collect_env_path and not (trace_path or profiles or server_logs):
+        raise UsageProblem("--collect-env goes with the run it describes (--trace, --profile or --server-log); "
+                           f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}")
     ev = load_evidence(trace_path, profiles=profiles, server_logs=server_logs, baseline=baseline_path,
                        baseline_profiles=baseline_profiles, baseline_server_logs=baseline_logs, sweep=sweep_path,
-                       env_check=env_check_path, model_config=model_config)
+                       env_check=env_check_path, model_config=model_config, collect_env=collect_env_path)
     result = diagnose(ev)
     if fmt == "table":
         click.echo(render_text(result, ev))

@@ -2,7 +2,9 @@
 
 The engine run comes as the normalized view of `ncclprobe.enginerun` (an engine trace, profiler
 traces or a server log, each turned into `EngineRun`s); a sweep results file is the JSONL of
-`ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output.
+`ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output; a
+`vllm collect-env` / `sglang check_env` text gives the NCCL settings, version and topology of the
+shell that collected it (not of the workers: said in a note).
 Everything but the run is optional: a rule whose evidence is missing says so (NotChecked)
 instead of guessing. The rules read only these objects, never a file's own keys.
 """
@@ -32,6 +34,7 @@ class Evidence:
     inputs: dict = field(default_factory=dict)        # which files each piece came from
     notes: list[str] = field(default_factory=list)    # what the evidence cannot tell
     node: dict | None = None                          # the GPUs and links the run saw (engine trace `node`)
+    collect_env: object | None = None                 # pcie.collect_env.CollectEnv: the collecting shell's view
 
     @classmethod
     def from_trace(cls, trace: dict, path: str = "TRACE", *, baseline: dict | None = None,
@@ -62,7 +65,8 @@ class Evidence:
 
 def load_evidence(trace: str | Path | None = None, *, profiles=(), server_logs=(), baseline: str | Path | None = None,
                   baseline_profiles=(), baseline_server_logs=(), sweep: str | Path | None = None,
-                  env_check: str | Path | None = None, model_config: str | Path | None = None) -> Evidence:
+                  env_check: str | Path | None = None, model_config: str | Path | None = None,
+                  collect_env: str | Path | None = None) -> Evidence:
     main = load_runs(trace=trace, profiles=profiles, server_logs=server_logs, model_config=model_config)
     base = load_runs(trace=baseline, profiles=baseline_profiles, server_logs=baseline_server_logs,
                      model_config=model_config, required=False, role="baseline")
@@ -74,7 +78,22 @@ def load_evidence(trace: str | Path | None = None, *, profiles=(), server_logs=(
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
     if env_check:
         ev.env_check, ev.inputs["env_check"] = load_document(env_check), str(env_check)
+    if collect_env:
+        _add_collect_env(ev, collect_env)
     return ev
+
+
+def _add_collect_env(ev: Evidence, path: str | Path) -> None:
+    """The collect-env text as evidence: its settings are linted like every environment, its
+    topology stands in for the run's GPUs where the run recorded none."""
+    from ncclprobe.evidence.text import read_text_file
+    from ncclprobe.evidence.topo import node_facts
+    from ncclprobe.pcie.collect_env import CAVEAT, parse_collect_env
+    collected = parse_collect_env(read_text_file(path, "collect-env output"))
+    ev.collect_env, ev.inputs["collect_env"] = collected, str(path)
+    if ev.node is None and collected.topology is not None:
+        ev.node = node_facts(collected.topology).to_json()
+    ev.notes += [f"{collected.tool}: {n}" for n in dict.fromkeys([CAVEAT, *collected.notes])]
 
 
 def _merged_config(main: RunSet, base: RunSet) -> dict:

@@ -2,7 +2,8 @@
 (`ncclprobe.nccl.safety`): a value NCCL rejects or silently ignores, and LL128 forced where NCCL
 keeps it off on the GPUs the trace recorded (`node`). Every environment in the evidence is linted:
 the runs' settings, each worker's environment at communicator creation (a value exported in the
-shell reaches the workers without being asked for) and each process an env-check read. One finding
+shell reaches the workers without being asked for), each process an env-check read and the shell
+a collect-env text came from. One finding
 per distinct problem, however many runs, modes and ranks carry it, naming the cause first."""
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def _environments(ev: E.Evidence):
         env = tuning_settings(nccl_env(proc.get("env"))) if isinstance(proc, dict) else {}
         if env:
             yield f"env-check pid {proc.get('pid')}", env, (proc.get("nccl_log") or {}).get("nccl_version")
+    collected = ev.collect_env
+    if collected is not None and tuning_settings(collected.nccl_settings):
+        yield (f"{collected.tool} (the collecting shell)", tuning_settings(collected.nccl_settings),
+               collected.nccl_version)
 
 
 def _with_places(finding: Finding, places: list[str], confirmed: str) -> Finding:
