@@ -39,7 +39,9 @@ def build_target(cfg: ModelConfig, *, seed: int, device, dtype) -> Transformer:
     return model.eval().requires_grad_(False)
 
 
-def build_draft(target: Transformer, *, seed: int, path: str | None = None, vocab: int | None = None) -> DraftHead:
+def build_draft(
+    target: Transformer, *, seed: int, path: str | None = None, vocab: int | None = None
+) -> DraftHead:
     """A trained draft from `path`, or a seeded untrained one (accepts almost nothing) whose head
     covers `vocab` tokens (default: the target's whole vocabulary)."""
     embedding = target.embed_tokens
@@ -57,8 +59,15 @@ def max_positions(prompt_len: int, new_tokens: int, k: int) -> int:
     return prompt_len + new_tokens + 2 * (k + 2)
 
 
-def shard_and_allocate(target: Transformer, draft: DraftHead | None, comm: Communicator, *,
-                       draft_tp: bool, batch: int, max_seq: int) -> None:
+def shard_and_allocate(
+    target: Transformer,
+    draft: DraftHead | None,
+    comm: Communicator,
+    *,
+    draft_tp: bool,
+    batch: int,
+    max_seq: int,
+) -> None:
     apply_tp(target, comm)
     fuse_projections(target)
     target.setup_caches(batch, max_seq)

@@ -16,13 +16,15 @@ records into the graph.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 
 class Communicator:
-    def __init__(self, rank: int = 0, world_size: int = 1, group=None, *, issue_single_rank: bool = False):
+    def __init__(
+        self, rank: int = 0, world_size: int = 1, group=None, *, issue_single_rank: bool = False
+    ):
         self.rank, self.world_size, self.group = rank, world_size, group
         # one rank normally skips its collectives; issuing them anyway (a real one-rank NCCL call,
         # nothing moved) lets a one-GPU machine measure and graph-capture the engine's all-reduces
@@ -36,11 +38,17 @@ class Communicator:
         return self.world_size > 1 or self.issue_single_rank
 
     @classmethod
-    def from_default_group(cls, *, issue_single_rank: bool = False) -> "Communicator":
+    def from_default_group(cls, *, issue_single_rank: bool = False) -> Communicator:
         import torch.distributed as dist
+
         if not dist.is_initialized():
             return cls()
-        return cls(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, issue_single_rank=issue_single_rank)
+        return cls(
+            dist.get_rank(),
+            dist.get_world_size(),
+            dist.group.WORLD,
+            issue_single_rank=issue_single_rank,
+        )
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum `x` over the ranks, in place; returns `x`."""
@@ -56,5 +64,6 @@ class Communicator:
             self.listener("all_reduce", x)
         if self.enabled:
             import torch.distributed as dist
+
             dist.all_reduce(x, group=self.group)
         return x

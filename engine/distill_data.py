@@ -26,19 +26,23 @@ from ncclprobe.engine.generate import Engine
 
 @dataclass
 class DistillData:
-    tokens: torch.Tensor       # [N, L] prompt + continuation, right-padded
-    valid: torch.Tensor        # [N, L] bool: a real token (prompt or continuation)
-    generated: torch.Tensor    # [N, L] bool: a token the target generated
-    features: torch.Tensor | None = None   # [N, L, 3H] float32
-    probs: torch.Tensor | None = None      # [N, L, draft vocab] float32: the target's distribution there
-    greedy: torch.Tensor | None = None     # [N, L] the target's greedy token as a draft index, -1 outside
+    tokens: torch.Tensor  # [N, L] prompt + continuation, right-padded
+    valid: torch.Tensor  # [N, L] bool: a real token (prompt or continuation)
+    generated: torch.Tensor  # [N, L] bool: a token the target generated
+    features: torch.Tensor | None = None  # [N, L, 3H] float32
+    probs: torch.Tensor | None = (
+        None  # [N, L, draft vocab] float32: the target's distribution there
+    )
+    greedy: torch.Tensor | None = (
+        None  # [N, L] the target's greedy token as a draft index, -1 outside
+    )
 
 
 def padded(prompts, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompts right-padded to the longest [P, n], lengths [P]) from token-id tuples."""
     tokens = torch.zeros(len(prompts), max(len(p) for p in prompts), dtype=torch.long)
     for row, ids in enumerate(prompts):
-        tokens[row, :len(ids)] = torch.tensor(ids)
+        tokens[row, : len(ids)] = torch.tensor(ids)
     return tokens.to(device), torch.tensor([len(p) for p in prompts], device=device)
 
 
@@ -60,22 +64,30 @@ def generate(target, spec, device, chunk: int = 64) -> DistillData:
     distinct = len(spec.prompts) if spec.prompts else spec.sequences
     width = prompts.shape[1] + spec.gen_len
     tokens = torch.zeros(spec.sequences, width, dtype=torch.long, device=device)
-    tokens[:, :prompts.shape[1]] = prompts
+    tokens[:, : prompts.shape[1]] = prompts
     for start in range(0, spec.sequences, chunk):
         rows = slice(start, min(start + chunk, spec.sequences))
-        greedy_part = min(max(distinct - start, 0), rows.stop - start)   # rows below `distinct` are greedy
-        for sub, temperature in ((slice(rows.start, rows.start + greedy_part), 0.0),
-                                 (slice(rows.start + greedy_part, rows.stop), spec.data_temperature)):
+        greedy_part = min(
+            max(distinct - start, 0), rows.stop - start
+        )  # rows below `distinct` are greedy
+        for sub, temperature in (
+            (slice(rows.start, rows.start + greedy_part), 0.0),
+            (slice(rows.start + greedy_part, rows.stop), spec.data_temperature),
+        ):
             if sub.stop <= sub.start:
                 continue
             target.setup_caches(sub.stop - sub.start, width + 1)
             engine = Engine(target, temperature=temperature, seed=spec.seed + sub.start)
-            out = torch.tensor(engine.baseline(prompts[sub], spec.gen_len, lengths[sub]).tokens, device=device)
+            out = torch.tensor(
+                engine.baseline(prompts[sub], spec.gen_len, lengths[sub]).tokens, device=device
+            )
             index = lengths[sub, None] + torch.arange(spec.gen_len, device=device)
             tokens[sub] = tokens[sub].scatter(1, index, out)
     position = torch.arange(width, device=device)
     valid = position[None, :] < (lengths + spec.gen_len)[:, None]
-    return DistillData(tokens=tokens, valid=valid, generated=valid & (position[None, :] >= lengths[:, None]))
+    return DistillData(
+        tokens=tokens, valid=valid, generated=valid & (position[None, :] >= lengths[:, None])
+    )
 
 
 @torch.no_grad()
@@ -83,16 +95,21 @@ def label(target, draft, data: DistillData, chunk: int = 16) -> DistillData:
     """Fill in the target's features and its distribution at the draft's tokens (call after the
     draft's vocabulary was chosen)."""
     from ncclprobe.engine.train_draft import draft_labels
+
     N, L = data.tokens.shape
     target.setup_caches(min(chunk, N), L + 1)
     features, probs, greedy = [], [], []
     positions = torch.arange(L, device=data.tokens.device)
     for start in range(0, N, chunk):
-        part = data.tokens[start:start + chunk]
+        part = data.tokens[start : start + chunk]
         logits, feats = target(part, positions.expand(part.shape[0], L), capture=True)
         in_head, hard = draft_labels(draft, torch.softmax(logits.float(), dim=-1))
         features.append(feats.float())
         probs.append(in_head)
         greedy.append(hard)
-    data.features, data.probs, data.greedy = torch.cat(features), torch.cat(probs), torch.cat(greedy)
+    data.features, data.probs, data.greedy = (
+        torch.cat(features),
+        torch.cat(probs),
+        torch.cat(greedy),
+    )
     return data

@@ -38,7 +38,9 @@ class DraftLayer(nn.Module):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.self_attn = Attention(2 * cfg.hidden, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim)
+        self.self_attn = Attention(
+            2 * cfg.hidden, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim
+        )
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.mlp = MLP(cfg.hidden, cfg.intermediate)
 
@@ -70,12 +72,22 @@ class DraftHead(nn.Module):
 
     def setup_caches(self, batch: int, max_seq: int) -> None:
         weight = self.fc.weight
-        self.rope = Rope(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling, max_seq,
-                         weight.dtype, weight.device)
+        self.rope = Rope(
+            self.cfg.head_dim,
+            self.cfg.rope_theta,
+            self.cfg.rope_scaling,
+            max_seq,
+            weight.dtype,
+            weight.device,
+        )
         attn = self.layers[0].self_attn
-        attn.kv_cache = KVCache(batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device)
+        attn.kv_cache = KVCache(
+            batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device
+        )
 
-    def forward(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, fuse: bool):
+    def forward(
+        self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, fuse: bool
+    ):
         """(draft logits [B, T, draft vocab], output hidden [B, T, H]) for slots at `positions`.
 
         `fuse`: `hidden` holds the target's 3H features (draft extend) rather than the draft's own
@@ -93,7 +105,9 @@ def _eagle_name(name: str) -> str:
     return name.replace("layers.0.", "midlayer.", 1)
 
 
-def save_draft(draft: DraftHead, path, extra_metadata: dict | None = None, *, replace: bool = False) -> None:
+def save_draft(
+    draft: DraftHead, path, extra_metadata: dict | None = None, *, replace: bool = False
+) -> None:
     tensors = {_eagle_name(name): t for name, t in draft.state_dict().items()}
     metadata = {CONFIG_KEY: json.dumps(draft.cfg.to_json())}
     metadata.update({k: json.dumps(v) for k, v in (extra_metadata or {}).items()})
@@ -124,8 +138,10 @@ def load_draft(path, embedding: nn.Embedding, target_vocab: int, target_hidden: 
         raise UsageProblem(f"{path} is not an ncclprobe draft (no {CONFIG_KEY} in its metadata)")
     cfg = DraftConfig.from_json(json.loads(metadata[CONFIG_KEY]))
     if cfg.target_vocab != target_vocab or cfg.target_hidden != target_hidden:
-        raise UsageProblem(f"draft {path} was trained for a target with vocabulary {cfg.target_vocab} and "
-                           f"hidden {cfg.target_hidden}, not {target_vocab} and {target_hidden}")
+        raise UsageProblem(
+            f"draft {path} was trained for a target with vocabulary {cfg.target_vocab} and "
+            f"hidden {cfg.target_hidden}, not {target_vocab} and {target_hidden}"
+        )
     device, dtype = embedding.weight.device, embedding.weight.dtype
     draft = DraftHead(cfg, embedding)
     state = {name.replace("midlayer.", "layers.0.", 1): t for name, t in tensors.items()}

@@ -33,8 +33,8 @@ from ncclprobe.enginerun.modes import Mode
 class Steps:
     """The model calls of the loops; the runtime replaces them with CUDA-graph replays."""
 
-    target: object          # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
-    draft: object = None    # (tokens, hidden, positions, fuse) -> (logits, hidden)
+    target: object  # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
+    draft: object = None  # (tokens, hidden, positions, fuse) -> (logits, hidden)
 
     def chain(self, d1, hidden, pos, draft_ids, k):
         return greedy_chain(self.draft, draft_ids, k, d1, hidden, pos)
@@ -90,7 +90,7 @@ class CycleState:
 
 @dataclass
 class Generation:
-    tokens: list[list[int]]                 # per sequence, exactly new_tokens ids
+    tokens: list[list[int]]  # per sequence, exactly new_tokens ids
     wall_s: float
     histogram: list[int] = field(default_factory=list)  # cycles that accepted i drafts, i = 0..k
     cycles: int = 0
@@ -106,8 +106,17 @@ class Engine:
     """The loops over one target (and draft), with the steps they call (`Steps`, or the runtime's
     graph-replaying ones) and the timer of their phases (None: untimed), both fixed when built."""
 
-    def __init__(self, target, draft=None, *, k: int = 3, temperature: float = 0.0, seed: int = 0,
-                 steps: Steps | None = None, timer=None):
+    def __init__(
+        self,
+        target,
+        draft=None,
+        *,
+        k: int = 3,
+        temperature: float = 0.0,
+        seed: int = 0,
+        steps: Steps | None = None,
+        timer=None,
+    ):
         self.target, self.draft, self.k, self.temperature = target, draft, k, temperature
         self.device = next(target.parameters()).device
         self.seed = seed
@@ -145,7 +154,9 @@ class Engine:
         return self.draft_ids[sample(q, gen)], full
 
     @torch.inference_mode()
-    def baseline(self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None) -> Generation:
+    def baseline(
+        self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None
+    ) -> Generation:
         """Greedy or sampled decoding of `new_tokens` per sequence. `lengths` [B]: each prompt's
         own length when the rows of `prompt` are right-padded to a common one (see `_last`)."""
         started = time.perf_counter()
@@ -168,14 +179,16 @@ class Engine:
         return Generation(tokens=tokens, wall_s=time.perf_counter() - started)
 
     @torch.inference_mode()
-    def speculative(self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None) -> Generation:
+    def speculative(
+        self, prompt: torch.Tensor, new_tokens: int, lengths: torch.Tensor | None = None
+    ) -> Generation:
         started = time.perf_counter()
         gen = self._generator()
         B, n = prompt.shape
         last = _last(lengths, B, n, self.device)
         with self._phase("prefill"):
             state = self._prefill(prompt, last, gen)
-        emitted = [[t] for t in state.cur.tolist()]   # a sync: the first cycle starts from here
+        emitted = [[t] for t in state.cur.tolist()]  # a sync: the first cycle starts from here
         self._mark()
         result = Generation(tokens=emitted, wall_s=0.0, histogram=[0] * (self.k + 1))
         while min(len(seq) for seq in emitted) < new_tokens:
@@ -191,8 +204,12 @@ class Engine:
         cur = self.pick(_at(logits, last), gen)
         # draft slots 1..n: token x_p with the feature of position p-1; the target's token goes
         # into the slot after each prompt's last token (slot n, unless the prompt is shorter)
-        tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1).scatter(1, last[:, None], cur[:, None])
-        dlogits, dhidden = self.steps.draft(tokens, features, _positions(B, 1, n, self.device), True)
+        tokens = torch.cat([prompt[:, 1:], cur[:, None]], dim=1).scatter(
+            1, last[:, None], cur[:, None]
+        )
+        dlogits, dhidden = self.steps.draft(
+            tokens, features, _positions(B, 1, n, self.device), True
+        )
         d1, q1 = self.draft_pick(_at(dlogits, last), gen)
         return CycleState(cur=cur, pos=last + 1, d1=d1, q1=q1, hidden=_at(dhidden, last)[:, None])
 
@@ -212,23 +229,30 @@ class Engine:
             if greedy:
                 accepted, nxt = greedy_accept(drafts, logits)
             else:
-                accepted, nxt = rejection_accept(drafts, qs, probabilities(logits, self.temperature), gen)
+                accepted, nxt = rejection_accept(
+                    drafts, qs, probabilities(logits, self.temperature), gen
+                )
         with self._phase("draft_extend", joined=True):
             if greedy:
-                (d1, hidden), q1 = self.steps.extend(drafts, accepted, nxt, features, pos, self.draft_ids), None
+                (d1, hidden), q1 = (
+                    self.steps.extend(drafts, accepted, nxt, features, pos, self.draft_ids),
+                    None,
+                )
             else:
                 d1, q1, hidden = self._draft_extend(drafts, accepted, nxt, features, pos, gen)
         with self._phase("accept", joined=True):
-            readout = torch.cat([accepted[:, None], nxt[:, None], drafts], dim=1).tolist()  # the one sync
+            readout = torch.cat(
+                [accepted[:, None], nxt[:, None], drafts], dim=1
+            ).tolist()  # the one sync
         self._mark()
-        if all(active):   # the common case: no host-to-device copy of the flags
+        if all(active):  # the common case: no host-to-device copy of the flags
             pos = pos + accepted + 1
-        else:             # finished sequences stand still, inside their cache
+        else:  # finished sequences stand still, inside their cache
             pos = pos + (accepted + 1) * torch.tensor(active, device=self.device, dtype=torch.long)
         for seq, row, live in zip(result.tokens, readout, active):
             if live:
                 a = row[0]
-                seq.extend(row[2:2 + a] + [row[1]])
+                seq.extend(row[2 : 2 + a] + [row[1]])
                 result.histogram[a] += 1
         result.cycles += 1
         return CycleState(cur=nxt, pos=pos, d1=d1, q1=q1, hidden=hidden)
@@ -238,7 +262,9 @@ class Engine:
         for rejection sampling (greedy runs use `greedy_chain`)."""
         drafts, qs = [d1], [q1]
         for j in range(1, self.k):
-            dlogits, hidden = self.steps.draft(drafts[-1][:, None], hidden, (pos + j)[:, None], False)
+            dlogits, hidden = self.steps.draft(
+                drafts[-1][:, None], hidden, (pos + j)[:, None], False
+            )
             d, q = self.draft_pick(dlogits[:, -1], gen)
             drafts.append(d)
             qs.append(q)
@@ -250,7 +276,9 @@ class Engine:
         tokens, positions = _extend_inputs(drafts, accepted, nxt, pos)
         dlogits, dhidden = self.steps.draft(tokens, features, positions, True)
         last = accepted[:, None, None]
-        d1, q1 = self.draft_pick(dlogits.gather(1, last.expand(-1, 1, dlogits.shape[-1]))[:, 0], gen)
+        d1, q1 = self.draft_pick(
+            dlogits.gather(1, last.expand(-1, 1, dlogits.shape[-1]))[:, 0], gen
+        )
         return d1, q1, dhidden.gather(1, last.expand(-1, 1, dhidden.shape[-1]))
 
     def _span(self, length: int) -> torch.Tensor:

@@ -36,16 +36,27 @@ from ncclprobe.engine import safetensors_io
 from ncclprobe.errors import UsageProblem
 
 CONVERSION_FILE = "ncclprobe_conversion.json"
-CONVERSION_VERSION = 1      # bump when the converted layout changes: old cache entries are redone
+CONVERSION_VERSION = 1  # bump when the converted layout changes: old cache entries are redone
 CACHE_ENV = "NCCLPROBE_CACHE_DIR"
 INSTALL_HINT = "pip install 'ncclprobe[gguf]'"
 
 # GGUF tensor names (llama.cpp's `llama` architecture) -> Hugging Face Llama names
-_BLOCK = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-          "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
-          "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-           "output.weight": "lm_head.weight"}
+_BLOCK = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 _BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
 
 
@@ -89,15 +100,25 @@ def hf_config(reader, path) -> dict:
     if scaling not in (None, "none") or "rope_freqs.weight" in names:
         raise UsageProblem(f"{path}: RoPE scaling ({scaling or 'rope_freqs'}) is not supported")
     vocab = get("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": int(vocab),
-            "hidden_size": hidden, "num_hidden_layers": int(get("block_count")), "num_attention_heads": heads,
-            "num_key_value_heads": int(get("attention.head_count_kv", heads)), "head_dim": head_dim,
-            "intermediate_size": int(get("feed_forward_length")), "hidden_act": "silu",
-            "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-            "rope_theta": float(get("rope.freq_base", 10000.0)),
-            "max_position_embeddings": int(get("context_length", 2048)),
-            "tie_word_embeddings": "output.weight" not in names, "attention_bias": False, "mlp_bias": False,
-            "torch_dtype": "float32"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": int(vocab),
+        "hidden_size": hidden,
+        "num_hidden_layers": int(get("block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(get("attention.head_count_kv", heads)),
+        "head_dim": head_dim,
+        "intermediate_size": int(get("feed_forward_length")),
+        "hidden_act": "silu",
+        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(get("context_length", 2048)),
+        "tie_word_embeddings": "output.weight" not in names,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": "float32",
+    }
 
 
 def hf_name(name: str, path) -> str:
@@ -113,7 +134,11 @@ def unpermute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """Undo llama.cpp's `permute` of a query/key projection ([heads x head_dim, in]): within each
     head it interleaved the two halves (rows 0, D/2, 1, D/2+1, ...); put them back in halves."""
     out_features = weight.shape[0]
-    return weight.reshape(heads, out_features // heads // 2, 2, -1).transpose(1, 2).reshape(weight.shape)
+    return (
+        weight.reshape(heads, out_features // heads // 2, 2, -1)
+        .transpose(1, 2)
+        .reshape(weight.shape)
+    )
 
 
 def read_weights(reader, config: dict, path) -> tuple[dict[str, torch.Tensor], dict]:
@@ -121,41 +146,68 @@ def read_weights(reader, config: dict, path) -> tuple[dict[str, torch.Tensor], d
     our weight kinds came from)."""
     import gguf
     import numpy as np
+
     tensors, kinds = {}, defaultdict(set)
-    heads = {"self_attn.q_proj": config["num_attention_heads"], "self_attn.k_proj": config["num_key_value_heads"]}
+    heads = {
+        "self_attn.q_proj": config["num_attention_heads"],
+        "self_attn.k_proj": config["num_key_value_heads"],
+    }
     for tensor in reader.tensors:
         name = hf_name(tensor.name, path)
         try:
             values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         except NotImplementedError as exc:
-            raise UsageProblem(f"{path}: cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {exc}") from None
+            raise UsageProblem(
+                f"{path}: cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {exc}"
+            ) from None
         weight = torch.from_numpy(np.array(values, dtype=np.float32, copy=True))
-        kind = name.removeprefix("model.").split(".", 2)[-1].removesuffix(".weight") if ".layers." in name \
+        kind = (
+            name.removeprefix("model.").split(".", 2)[-1].removesuffix(".weight")
+            if ".layers." in name
             else name.removeprefix("model.").removesuffix(".weight")
+        )
         if kind in heads:
             weight = unpermute_rotary(weight, heads[kind])
         tensors[name] = weight
-        kinds[tensor.tensor_type.name].add(kind + (" (tied output head)" if kind == "embed_tokens"
-                                                   and config["tie_word_embeddings"] else ""))
+        kinds[tensor.tensor_type.name].add(
+            kind
+            + (
+                " (tied output head)"
+                if kind == "embed_tokens" and config["tie_word_embeddings"]
+                else ""
+            )
+        )
     counts = defaultdict(int)
     for tensor in reader.tensors:
         counts[tensor.tensor_type.name] += 1
-    record = {"format": "gguf", "source": str(path), "file_name": Path(path).name,
-              "model_name": field(reader, "general.name"), "license": field(reader, "general.license"),
-              "dequantized_to": "float32",
-              "tensor_types": {kind: {"tensors": counts[kind], "weights": sorted(names)}
-                               for kind, names in sorted(kinds.items())}}
+    record = {
+        "format": "gguf",
+        "source": str(path),
+        "file_name": Path(path).name,
+        "model_name": field(reader, "general.name"),
+        "license": field(reader, "general.license"),
+        "dequantized_to": "float32",
+        "tensor_types": {
+            kind: {"tensors": counts[kind], "weights": sorted(names)}
+            for kind, names in sorted(kinds.items())
+        },
+    }
     return tensors, record
 
 
 def quantized_summary(record: dict) -> str:
     """One line saying which weights were dequantized from which type, for tables and logs."""
+
     def short(name: str) -> str:
         return name.removeprefix("self_attn.").removeprefix("mlp.")
 
-    parts = [f"{kind}{' (as stored)' if kind == 'F32' else ''} {', '.join(map(short, info['weights']))} "
-             f"({info['tensors']} tensor{'' if info['tensors'] == 1 else 's'})"
-             for kind, info in sorted(record["tensor_types"].items(), key=lambda item: -item[1]["tensors"])]
+    parts = [
+        f"{kind}{' (as stored)' if kind == 'F32' else ''} {', '.join(map(short, info['weights']))} "
+        f"({info['tensors']} tensor{'' if info['tensors'] == 1 else 's'})"
+        for kind, info in sorted(
+            record["tensor_types"].items(), key=lambda item: -item[1]["tensors"]
+        )
+    ]
     return f"{record['file_name']} dequantized to float32 from " + "; ".join(parts)
 
 
@@ -163,6 +215,7 @@ def convert_gguf(path: str | Path, directory: str | Path) -> Path:
     """Write the Llama checkpoint of GGUF `path` into `directory` (which must not exist): built in
     a temporary sibling and renamed into place, so an interrupted conversion leaves nothing."""
     from ncclprobe.engine.gguf_tokenizer import write_tokenizer
+
     path, directory = Path(path), Path(directory)
     if directory.exists():
         raise UsageProblem(f"{directory} already exists; choose another directory")
@@ -177,8 +230,13 @@ def convert_gguf(path: str | Path, directory: str | Path) -> Path:
         record["tokenizer"] = write_tokenizer(reader, staging, path)
         config["ncclprobe_source"] = path.name
         (staging / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-        (staging / CONVERSION_FILE).write_text(json.dumps(
-            {**record, "version": CONVERSION_VERSION, "source_bytes": path.stat().st_size}, indent=1) + "\n")
+        (staging / CONVERSION_FILE).write_text(
+            json.dumps(
+                {**record, "version": CONVERSION_VERSION, "source_bytes": path.stat().st_size},
+                indent=1,
+            )
+            + "\n"
+        )
         staging.rename(directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -202,7 +260,9 @@ def cached_checkpoint(path: str | Path, on_convert=None) -> Path:
         stat = path.resolve().stat()
     except OSError as exc:
         raise UsageProblem(f"cannot read {path}: {exc.strerror}") from None
-    key = hashlib.sha256(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{CONVERSION_VERSION}".encode())
+    key = hashlib.sha256(
+        f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{CONVERSION_VERSION}".encode()
+    )
     directory = cache_root() / "gguf" / f"{path.stem}-{key.hexdigest()[:16]}"
     if (directory / CONVERSION_FILE).exists():
         return directory
@@ -211,7 +271,7 @@ def cached_checkpoint(path: str | Path, on_convert=None) -> Path:
     try:
         return convert_gguf(path, directory)
     except UsageProblem:
-        if (directory / CONVERSION_FILE).exists():   # another process converted it meanwhile
+        if (directory / CONVERSION_FILE).exists():  # another process converted it meanwhile
             return directory
         raise
 
@@ -231,5 +291,7 @@ def resolve_checkpoint(path: str | Path, on_convert=None) -> Path:
             raise UsageProblem(f"checkpoint {path} does not exist or is not a file")
         return cached_checkpoint(path, on_convert)
     if not path.is_dir():
-        raise UsageProblem(f"checkpoint {path} is neither a Llama checkpoint directory nor a .gguf file")
+        raise UsageProblem(
+            f"checkpoint {path} is neither a Llama checkpoint directory nor a .gguf file"
+        )
     return path

@@ -42,7 +42,7 @@ from ncclprobe.engine.generate import greedy_chain, greedy_extend
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 from ncclprobe.enginerun.modes import GraphMode
 
-WARMUP_CALLS = 2   # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
+WARMUP_CALLS = 2  # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
 
 
 class CapturedStep:
@@ -57,14 +57,19 @@ class CapturedStep:
         recorder = CollectiveTrace()
         recorder.capturing = name
 
-        def captured():   # the warm-up calls are not recorded; the captured one is, once
+        def captured():  # the warm-up calls are not recorded; the captured one is, once
             comm.listener = recorder.record
             return fn(*self.inputs)
 
         listener, comm.listener = comm.listener, None
         try:
-            self.graph, self.outputs = capture_graph(captured, warmup=lambda: fn(*self.inputs),
-                                                     warmups=WARMUP_CALLS, pool=pool, synchronize=False)
+            self.graph, self.outputs = capture_graph(
+                captured,
+                warmup=lambda: fn(*self.inputs),
+                warmups=WARMUP_CALLS,
+                pool=pool,
+                synchronize=False,
+            )
         finally:
             comm.listener = listener
         self.collectives: Counter = recorder.counts
@@ -83,19 +88,41 @@ class CapturedGraphs:
     (mode `all`): the prefill too, target and draft, for prompts of that length (eager, it is a
     tenth of a short run: docs/LOG.md). `compile`: each step compiled first (`compile_for_capture`)."""
 
-    def __init__(self, target, draft, comm, *, mode: str, batches=(), k: int = 1, speculative: bool = False,
-                 greedy: bool = True, prompt_len: int | None = None, compile: str = ""):
-        self.target_model, self.draft_model, self.comm, self.mode = target, draft, comm, GraphMode(mode)
+    def __init__(
+        self,
+        target,
+        draft,
+        comm,
+        *,
+        mode: str,
+        batches=(),
+        k: int = 1,
+        speculative: bool = False,
+        greedy: bool = True,
+        prompt_len: int | None = None,
+        compile: str = "",
+    ):
+        self.target_model, self.draft_model, self.comm, self.mode = (
+            target,
+            draft,
+            comm,
+            GraphMode(mode),
+        )
         self.target_fn, self.draft_fn = target, draft
         if compile:
-            self.target_fn, self.draft_fn = compile_for_capture(target, compile), compile_for_capture(draft, compile)
+            self.target_fn, self.draft_fn = (
+                compile_for_capture(target, compile),
+                compile_for_capture(draft, compile),
+            )
         self.captured: dict[tuple, CapturedStep] = {}
         self._capture(batches, k, speculative, greedy, prompt_len)
 
     @torch.inference_mode()
-    def _capture(self, batches, k: int, speculative: bool, greedy: bool, prompt_len: int | None) -> None:
+    def _capture(
+        self, batches, k: int, speculative: bool, greedy: bool, prompt_len: int | None
+    ) -> None:
         device = next(self.target_model.parameters()).device
-        for batch in ([batches] if isinstance(batches, int) else sorted(set(batches))):
+        for batch in [batches] if isinstance(batches, int) else sorted(set(batches)):
             if self.mode == GraphMode.ALL and prompt_len:
                 self._capture_prefill(batch, prompt_len, speculative, device)
             if not speculative:
@@ -115,47 +142,70 @@ class CapturedGraphs:
         shares keeps that step's graph)."""
         if ("target", batch, tokens, speculative) not in self.captured:
             self._capture_target(batch, tokens, speculative, device, name="prefill")
-        if speculative and self.draft_model is not None and ("draft", batch, tokens, True) not in self.captured:
+        if (
+            speculative
+            and self.draft_model is not None
+            and ("draft", batch, tokens, True) not in self.captured
+        ):
             self._capture_draft(batch, tokens, True, device, name="prefill")
 
     def _capture_target(self, batch, tokens, features, device, name=None):
         name = f"target_{name or ('verify' if features else 'decode')}_b{batch}_t{tokens}"
-        inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device), _dummy_positions(batch, tokens, device))
+        inputs = (
+            torch.zeros(batch, tokens, dtype=torch.long, device=device),
+            _dummy_positions(batch, tokens, device),
+        )
         self.captured[("target", batch, tokens, features)] = CapturedStep(
-            name, lambda t, p: self.target_fn(t, p, features), inputs, self.comm)
+            name, lambda t, p: self.target_fn(t, p, features), inputs, self.comm
+        )
 
     def _capture_draft(self, batch, tokens, fuse, device, name=None):
         cfg = self.draft_model.cfg
         width = 3 * cfg.target_hidden if fuse else cfg.hidden
         dtype = self.draft_model.fc.weight.dtype
         name = f"draft_{name or ('extend' if fuse else 'step')}_b{batch}_t{tokens}"
-        inputs = (torch.zeros(batch, tokens, dtype=torch.long, device=device),
-                  torch.zeros(batch, tokens, width, dtype=dtype, device=device),
-                  _dummy_positions(batch, tokens, device))
+        inputs = (
+            torch.zeros(batch, tokens, dtype=torch.long, device=device),
+            torch.zeros(batch, tokens, width, dtype=dtype, device=device),
+            _dummy_positions(batch, tokens, device),
+        )
         self.captured[("draft", batch, tokens, fuse)] = CapturedStep(
-            name, lambda t, h, p: self.draft_fn(t, h, p, fuse), inputs, self.comm)
+            name, lambda t, h, p: self.draft_fn(t, h, p, fuse), inputs, self.comm
+        )
 
     def _draft_ids(self, device):
         return self.draft_model.to_target(torch.arange(self.draft_model.cfg.vocab, device=device))
 
     def _capture_chain(self, batch, k, device):
         draft_ids, hidden = self._draft_ids(device), self.draft_model.cfg.hidden
-        inputs = (torch.zeros(batch, dtype=torch.long, device=device),
-                  torch.zeros(batch, 1, hidden, dtype=self.draft_model.fc.weight.dtype, device=device),
-                  torch.zeros(batch, dtype=torch.long, device=device))
+        inputs = (
+            torch.zeros(batch, dtype=torch.long, device=device),
+            torch.zeros(batch, 1, hidden, dtype=self.draft_model.fc.weight.dtype, device=device),
+            torch.zeros(batch, dtype=torch.long, device=device),
+        )
         self.captured[("chain", batch, k)] = CapturedStep(
-            f"draft_chain_b{batch}_k{k}", lambda d1, h, p: greedy_chain(self.draft_fn, draft_ids, k, d1, h, p),
-            inputs, self.comm)
+            f"draft_chain_b{batch}_k{k}",
+            lambda d1, h, p: greedy_chain(self.draft_fn, draft_ids, k, d1, h, p),
+            inputs,
+            self.comm,
+        )
 
     def _capture_extend(self, batch, k, device):
         draft_ids, width = self._draft_ids(device), 3 * self.draft_model.cfg.target_hidden
         long = dict(dtype=torch.long, device=device)
-        inputs = (torch.zeros(batch, k, **long), torch.zeros(batch, **long), torch.zeros(batch, **long),
-                  torch.zeros(batch, k + 1, width, dtype=self.draft_model.fc.weight.dtype, device=device),
-                  torch.zeros(batch, **long))
+        inputs = (
+            torch.zeros(batch, k, **long),
+            torch.zeros(batch, **long),
+            torch.zeros(batch, **long),
+            torch.zeros(batch, k + 1, width, dtype=self.draft_model.fc.weight.dtype, device=device),
+            torch.zeros(batch, **long),
+        )
         self.captured[("extend", batch, k)] = CapturedStep(
             f"draft_extend_b{batch}_t{k + 1}",
-            lambda *tensors: greedy_extend(self.draft_fn, draft_ids, *tensors), inputs, self.comm)
+            lambda *tensors: greedy_extend(self.draft_fn, draft_ids, *tensors),
+            inputs,
+            self.comm,
+        )
 
     def graph_names(self) -> list[str]:
         return sorted(step.name for step in self.captured.values())
@@ -166,8 +216,13 @@ class GraphedSteps:
     elsewhere. It notes the phases (from `timer`) that replayed a graph, and adds each replay's
     captured collectives to `trace`; both None for an untimed run (the warm-up)."""
 
-    def __init__(self, graphs: CapturedGraphs, *, trace: CollectiveTrace | None = None,
-                 timer: PhaseTimer | None = None):
+    def __init__(
+        self,
+        graphs: CapturedGraphs,
+        *,
+        trace: CollectiveTrace | None = None,
+        timer: PhaseTimer | None = None,
+    ):
         self.graphs, self.trace, self.timer = graphs, trace, timer
         self.target_model, self.draft_model = graphs.target_model, graphs.draft_model
         self.captured = graphs.captured
@@ -228,7 +283,9 @@ def compile_for_capture(model, mode: str = "default"):
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     options = dict(torch._inductor.list_mode_options(COMPILE_MODES.get(mode, mode)))
     device = next(model.parameters()).device
-    options["triton.enable_pdl"] = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    options["triton.enable_pdl"] = (
+        device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    )
     return torch.compile(model, dynamic=False, options=options)
 
 

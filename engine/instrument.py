@@ -40,9 +40,11 @@ class PhaseTimer:
         self._spans: dict[str, list] = {}
         self._marks: list[tuple[float, dict[str, int]]] = []
         self._last_end = None
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(reserve if self.cuda else 0)]
+        self._events = [
+            torch.cuda.Event(enable_timing=True) for _ in range(reserve if self.cuda else 0)
+        ]
         for event in self._events:
-            event.record()   # created now; recording again later simply moves it
+            event.record()  # created now; recording again later simply moves it
 
     @contextmanager
     def phase(self, name: str, joined: bool = False):
@@ -84,7 +86,9 @@ class PhaseTimer:
         """A point where the loop has just synchronised with the device (the speculative cycle's
         readout): the wall time between two marks minus the phases recorded between them is the
         host time of that interval. The baseline loop never syncs, so it has no marks."""
-        self._marks.append((time.perf_counter(), {name: len(spans) for name, spans in self._spans.items()}))
+        self._marks.append(
+            (time.perf_counter(), {name: len(spans) for name, spans in self._spans.items()})
+        )
 
     def current_names(self) -> list[str]:
         return list(self._spans)
@@ -93,17 +97,22 @@ class PhaseTimer:
         """Every phase's durations in ms; on a GPU call after the run was synchronised."""
         if self.cuda:
             torch.cuda.synchronize()
-            return {name: [s.elapsed_time(e) for s, e in spans] for name, spans in self._spans.items()}
+            return {
+                name: [s.elapsed_time(e) for s, e in spans] for name, spans in self._spans.items()
+            }
         return {name: [1000.0 * s for s in spans] for name, spans in self._spans.items()}
 
-    def summary(self, graphed: dict[str, bool] | None = None, *, wall_s: float | None = None,
-                steps: int = 0) -> dict[str, dict]:
+    def summary(
+        self, graphed: dict[str, bool] | None = None, *, wall_s: float | None = None, steps: int = 0
+    ) -> dict[str, dict]:
         """Per phase: count, total, median and p90 in ms. With `wall_s`, also `host`: the wall time
         no phase accounts for (see `host_summary`)."""
         graphed = graphed or {}
         durations = self.durations_ms()
-        phases = {name: distribution(values) | {"graphed": bool(graphed.get(name, False))}
-                  for name, values in durations.items()}
+        phases = {
+            name: distribution(values) | {"graphed": bool(graphed.get(name, False))}
+            for name, values in durations.items()
+        }
         if wall_s is not None:
             phases["host"] = self.host_summary(durations, wall_s, steps)
         return phases
@@ -116,9 +125,11 @@ class PhaseTimer:
         total = max(0.0, 1000.0 * wall_s - sum(sum(values) for values in durations.values()))
         per_interval = []
         for (t0, before), (t1, after) in zip(self._marks, self._marks[1:]):
-            inside = sum(sum(durations[name][before.get(name, 0):n]) for name, n in after.items())
+            inside = sum(sum(durations[name][before.get(name, 0) : n]) for name, n in after.items())
             per_interval.append(max(0.0, 1000.0 * (t1 - t0) - inside))
-        summary = distribution(per_interval) if per_interval else {**distribution([]), "count": steps}
+        summary = (
+            distribution(per_interval) if per_interval else {**distribution([]), "count": steps}
+        )
         return summary | {"total_ms": total, "graphed": False}
 
 
@@ -126,8 +137,12 @@ def distribution(values_ms: list[float]) -> dict:
     ordered = sorted(values_ms)
     if not ordered:
         return {"count": 0, "total_ms": 0.0, "median_ms": None, "p90_ms": None}
-    return {"count": len(ordered), "total_ms": sum(ordered), "median_ms": _quantile(ordered, 0.5),
-            "p90_ms": _quantile(ordered, 0.9)}
+    return {
+        "count": len(ordered),
+        "total_ms": sum(ordered),
+        "median_ms": _quantile(ordered, 0.5),
+        "p90_ms": _quantile(ordered, 0.9),
+    }
 
 
 def _quantile(ordered: list[float], q: float) -> float:
@@ -142,7 +157,7 @@ class CollectiveTrace:
 
     def __init__(self):
         self.counts: Counter = Counter()
-        self.capturing: str | None = None   # name of the graph being captured, set by the runner
+        self.capturing: str | None = None  # name of the graph being captured, set by the runner
         self._timer = None
 
     def attach(self, comm, timer: PhaseTimer | None) -> None:
@@ -151,8 +166,13 @@ class CollectiveTrace:
 
     def record(self, op: str, tensor: torch.Tensor) -> None:
         phase = self._timer.current if self._timer else None
-        key = (op, tensor.numel() * tensor.element_size(), str(tensor.dtype).removeprefix("torch."),
-               phase, self.capturing)
+        key = (
+            op,
+            tensor.numel() * tensor.element_size(),
+            str(tensor.dtype).removeprefix("torch."),
+            phase,
+            self.capturing,
+        )
         self.counts[key] += 1
 
     def replayed(self, captured: Counter, phase: str | None) -> None:
@@ -161,8 +181,20 @@ class CollectiveTrace:
             self.counts[(op, size, dtype, phase, graph)] += count
 
     def sizes(self) -> list[dict]:
-        return [{"op": op, "size_bytes": size, "dtype": dtype, "count": count, "phase": phase, "graph": graph}
-                for (op, size, dtype, phase, graph), count in sorted(self.counts.items(), key=str)]
+        return [
+            {
+                "op": op,
+                "size_bytes": size,
+                "dtype": dtype,
+                "count": count,
+                "phase": phase,
+                "graph": graph,
+            }
+            for (op, size, dtype, phase, graph), count in sorted(self.counts.items(), key=str)
+        ]
 
     def totals(self) -> tuple[int, int]:
-        return (sum(self.counts.values()), sum(size * c for (_, size, *_rest), c in self.counts.items()))
+        return (
+            sum(self.counts.values()),
+            sum(size * c for (_, size, *_rest), c in self.counts.items()),
+        )

@@ -31,7 +31,7 @@ class KVCache(nn.Module):
         (fixed views, so a graph captured at batch B keeps hitting the same memory), which is how
         one cache serves the graphs of every batch size in a capture list."""
         batch = positions.shape[0]
-        if batch == self.k.shape[0]:          # the common case: no slicing ops on the eager path
+        if batch == self.k.shape[0]:  # the common case: no slicing ops on the eager path
             keys, values, rows = self.k, self.v, self.rows
         else:
             keys, values, rows = self.k[:batch], self.v[:batch], self.rows[:batch]

@@ -50,7 +50,8 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -
     high_wavelen = scaling.original_max_position / scaling.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
-        scaling.high_freq_factor - scaling.low_freq_factor)
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
     blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
     out = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, blended)
     return torch.where(wavelen < high_wavelen, inv_freq, out).float()
@@ -59,7 +60,9 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -
 class Rope(nn.Module):
     """cos/sin tables for every cache position, looked up by position (graph-safe indexing)."""
 
-    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None, max_seq: int, dtype, device):
+    def __init__(
+        self, head_dim: int, theta: float, scaling: RopeScaling | None, max_seq: int, dtype, device
+    ):
         super().__init__()
         inv_freq = rope_frequencies(head_dim, theta, scaling).to(device)
         angles = torch.outer(torch.arange(max_seq, device=device, dtype=torch.float32), inv_freq)
@@ -87,7 +90,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(in_dim, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, out_dim, bias=False)
         self.kv_cache: KVCache | None = None
-        self.qkv_proj: nn.Linear | None = None   # set by fuse(); then q/k/v_proj are gone
+        self.qkv_proj: nn.Linear | None = None  # set by fuse(); then q/k/v_proj are gone
         self.widths = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
 
     @property
@@ -111,9 +114,9 @@ class Attention(nn.Module):
         if self.qkv_proj is not None:  # q and k sit side by side: rotate both in one pass
             qkv = self.qkv_proj(x)
             q_width, k_width, _ = self.widths
-            qk = apply_rope(qkv[..., :q_width + k_width].view(B, T, -1, self.head_dim), rope)
+            qk = apply_rope(qkv[..., : q_width + k_width].view(B, T, -1, self.head_dim), rope)
             q, k = qk.split((q_width // self.head_dim, k_width // self.head_dim), dim=2)
-            v = qkv[..., q_width + k_width:].view(B, T, -1, self.head_dim)
+            v = qkv[..., q_width + k_width :].view(B, T, -1, self.head_dim)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
             q = apply_rope(q.view(B, T, -1, self.head_dim), rope)
@@ -123,8 +126,13 @@ class Attention(nn.Module):
         return self.o_proj(grouped_attention(q, keys, values, mask, positions))
 
 
-def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                      positions: torch.Tensor | None = None) -> torch.Tensor:
+def grouped_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Attention of q [B, T, H, D] at `positions` [B, T] over the cache [B, S, KVH, D] with
     `causal_mask(positions, S, attention_group(T, H, KVH))`; returns [B, T, H*D].
 
@@ -143,12 +151,19 @@ def grouped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     if positions is not None and split_kv.applies(q, kv_heads):
         return split_kv.split_kv_attention(q, keys, values, positions)
     if T == 1:
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                           attn_mask=mask, enable_gqa=True)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=mask,
+            enable_gqa=True,
+        )
         return y.transpose(1, 2).reshape(B, T, H * D)
     group = H // kv_heads
-    rows = q.view(B, T, kv_heads, group, D).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, D)
-    scores = (rows @ keys.permute(0, 2, 3, 1)).float() * D ** -0.5
+    rows = (
+        q.view(B, T, kv_heads, group, D).permute(0, 2, 1, 3, 4).reshape(B, kv_heads, T * group, D)
+    )
+    scores = (rows @ keys.permute(0, 2, 3, 1)).float() * D**-0.5
     probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
     y = probs @ values.transpose(1, 2)
     return y.view(B, kv_heads, T, group, D).transpose(1, 2).reshape(B, T, H * D)
@@ -165,7 +180,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-        self.gate_up_proj: nn.Linear | None = None   # set by fuse()
+        self.gate_up_proj: nn.Linear | None = None  # set by fuse()
 
     def fuse(self) -> None:
         """One GEMM for gate and up (after sharding, for running only)."""
@@ -181,7 +196,9 @@ class MLP(nn.Module):
 
 def _concat(*linears: nn.Linear) -> nn.Linear:
     weight = torch.cat([linear.weight.detach() for linear in linears], dim=0)
-    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+    fused = nn.Linear(
+        weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype
+    )
     fused.weight = nn.Parameter(weight, requires_grad=False)
     return fused
 
@@ -189,8 +206,11 @@ def _concat(*linears: nn.Linear) -> nn.Linear:
 def fuse_projections(model: nn.Module) -> nn.Module:
     """Fuse q/k/v and gate/up in every attention and MLP of `model` (call after `apply_tp`)."""
     for module in list(model.modules()):
-        if isinstance(module, (Attention, MLP)) and getattr(module, "qkv_proj", None) is None \
-                and getattr(module, "gate_up_proj", None) is None:
+        if (
+            isinstance(module, (Attention, MLP))
+            and getattr(module, "qkv_proj", None) is None
+            and getattr(module, "gate_up_proj", None) is None
+        ):
             module.fuse()
     return model
 
@@ -201,7 +221,11 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.self_attn = Attention(cfg.hidden, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim)
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.mlp = MoE(cfg.hidden, cfg.moe) if cfg.is_moe_layer(index) else MLP(cfg.hidden, cfg.intermediate)
+        self.mlp = (
+            MoE(cfg.hidden, cfg.moe)
+            if cfg.is_moe_layer(index)
+            else MLP(cfg.hidden, cfg.intermediate)
+        )
 
     def forward(self, x, rope, positions, mask):
         h = x + self.self_attn(self.input_layernorm(x), rope, positions, mask)
@@ -223,11 +247,19 @@ class Transformer(nn.Module):
     def setup_caches(self, batch: int, max_seq: int) -> None:
         """Allocate the static KV caches and RoPE tables once, after any sharding."""
         weight = self.embed_tokens.weight
-        self.rope = Rope(self.cfg.head_dim, self.cfg.rope_theta, self.cfg.rope_scaling, max_seq,
-                         weight.dtype, weight.device)
+        self.rope = Rope(
+            self.cfg.head_dim,
+            self.cfg.rope_theta,
+            self.cfg.rope_scaling,
+            max_seq,
+            weight.dtype,
+            weight.device,
+        )
         for layer in self.layers:
             attn = layer.self_attn
-            attn.kv_cache = KVCache(batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device)
+            attn.kv_cache = KVCache(
+                batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device
+            )
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, capture: bool = False):
         """Logits [B, T, vocab] and, with `capture`, the draft's features [B, T, 3*hidden]:
@@ -242,7 +274,9 @@ class Transformer(nn.Module):
                 inputs[i] = x
             x = layer(x, rope, positions, mask)
         logits = self.lm_head(self.norm(x))
-        features = torch.cat([inputs[i] for i in self.cfg.capture_layers], dim=-1) if capture else None
+        features = (
+            torch.cat([inputs[i] for i in self.cfg.capture_layers], dim=-1) if capture else None
+        )
         return logits, features
 
 

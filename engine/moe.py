@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-GATHER_MAX_PAIRS = 64   # above this many token-expert pairs, the grouped path (weights copied once)
+GATHER_MAX_PAIRS = 64  # above this many token-expert pairs, the grouped path (weights copied once)
 
 
 def route(router_logits: torch.Tensor, top_k: int, scale: float):
@@ -32,12 +32,14 @@ def route(router_logits: torch.Tensor, top_k: int, scale: float):
 
 
 def swiglu(x, gate, up, down):
-    return (F.silu(x @ gate.transpose(-1, -2)) * (x @ up.transpose(-1, -2))) @ down.transpose(-1, -2)
+    return (F.silu(x @ gate.transpose(-1, -2)) * (x @ up.transpose(-1, -2))) @ down.transpose(
+        -1, -2
+    )
 
 
 def experts_gathered(x, experts, weights, gate, up, down):
     """x [N, H]; experts/weights [N, k]; gate/up [E, I, H]; down [E, H, I] -> [N, H]."""
-    xk = x[:, None, None, :]                                   # [N, 1, 1, H]
+    xk = x[:, None, None, :]  # [N, 1, 1, H]
     y = swiglu(xk, gate[experts], up[experts], down[experts])  # [N, k, 1, H]
     return (y.squeeze(2) * weights[..., None].to(y.dtype)).sum(1)
 
@@ -53,9 +55,9 @@ def experts_grouped(x, experts, weights, gate, up, down):
     start = 0
     for e, count in enumerate(counts):
         if count:
-            rows = token_of[start:start + count]
+            rows = token_of[start : start + count]
             y = swiglu(x[rows], gate[e], up[e], down[e])
-            w = weights.reshape(-1)[order[start:start + count]].to(y.dtype)
+            w = weights.reshape(-1)[order[start : start + count]].to(y.dtype)
             out.index_add_(0, rows, y * w[:, None])
         start += count
     return out
@@ -70,6 +72,7 @@ class MoE(nn.Module):
     def __init__(self, hidden: int, cfg):
         super().__init__()
         from ncclprobe.engine.model import MLP  # model imports this module; defer the cycle
+
         self.cfg = cfg
         self.router = nn.Linear(hidden, cfg.experts, bias=False)
         width = cfg.expert_intermediate

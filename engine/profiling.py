@@ -28,8 +28,12 @@ def profile_path(directory: str | Path, *, label: str, mode: str, rank: int) -> 
 
 
 def profile_paths(directory: str | Path, *, labels, modes, tp: int) -> list[Path]:
-    return [profile_path(directory, label=label, mode=mode, rank=rank)
-            for label in labels for mode in modes for rank in range(tp)]
+    return [
+        profile_path(directory, label=label, mode=mode, rank=rank)
+        for label in labels
+        for mode in modes
+        for rank in range(tp)
+    ]
 
 
 @contextmanager
@@ -39,6 +43,7 @@ def profiled(directory: str | None, *, label: str, mode: str, rank: int, device)
         yield
         return
     from torch.profiler import ProfilerActivity, profile
+
     cuda = torch.device(device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, record_shapes=True) as prof:

@@ -35,7 +35,11 @@ def shipped_prompts(split: str) -> list[Prompt]:
     """The shipped set's `train` or `heldout` prompts, in file order."""
     if split not in SPLITS:
         raise UsageProblem(f"prompt set {split!r} does not exist; choose {' or '.join(SPLITS)}")
-    rows = [json.loads(line) for line in SHIPPED.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in SHIPPED.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     return [Prompt(text=row["text"]) for row in rows if row["split"] == split]
 
 
@@ -46,15 +50,18 @@ def read_prompts_file(path: str | Path) -> list[Prompt]:
     if path.suffix.lower() != ".jsonl":
         prompts = [Prompt(text=line) for line in text.splitlines() if line.strip()]
     else:
-        prompts = [_json_prompt(line, path, number) for number, line in enumerate(text.splitlines(), 1)
-                   if line.strip()]
+        prompts = [
+            _json_prompt(line, path, number)
+            for number, line in enumerate(text.splitlines(), 1)
+            if line.strip()
+        ]
     if not prompts:
         raise UsageProblem(f"{path} holds no prompt")
     return prompts
 
 
 def _json_prompt(line: str, path: Path, number: int) -> Prompt:
-    doc = loads_json(line, f"{path}:{number}")   # strict: no NaN, nesting bounded
+    doc = loads_json(line, f"{path}:{number}")  # strict: no NaN, nesting bounded
     if isinstance(doc, str):
         return Prompt(text=doc)
     if isinstance(doc, dict) and isinstance(doc.get("text"), str):
@@ -62,8 +69,10 @@ def _json_prompt(line: str, path: Path, number: int) -> Prompt:
     ids = doc.get("ids") if isinstance(doc, dict) else None
     if isinstance(ids, list) and ids and all(type(i) is int and i >= 0 for i in ids):
         return Prompt(ids=tuple(ids))
-    raise UsageProblem(f"{path}:{number}: expected a string, {{\"text\": STRING}} or {{\"ids\": [non-negative "
-                       f"integers]}}")
+    raise UsageProblem(
+        f'{path}:{number}: expected a string, {{"text": STRING}} or {{"ids": [non-negative '
+        f"integers]}}"
+    )
 
 
 def encode_prompts(prompts: list[Prompt], codec, chat: bool = False) -> tuple[tuple[int, ...], ...]:
@@ -75,7 +84,9 @@ def encode_prompts(prompts: list[Prompt], codec, chat: bool = False) -> tuple[tu
             encoded.append(prompt.ids)
             continue
         if codec is None:
-            raise UsageProblem("text prompts need a checkpoint with a tokenizer (--checkpoint); a preset has none")
+            raise UsageProblem(
+                "text prompts need a checkpoint with a tokenizer (--checkpoint); a preset has none"
+            )
         encoded.append(tuple(codec.encode(codec.chat(prompt.text) if chat else prompt.text)))
     return tuple(encoded)
 
@@ -85,10 +96,13 @@ def codec_for(checkpoint: str | None, required: bool = False):
     `required`: say why there is none instead."""
     if not checkpoint:
         if required:
-            raise UsageProblem("text prompts need a checkpoint with a tokenizer (--checkpoint); a preset has none")
+            raise UsageProblem(
+                "text prompts need a checkpoint with a tokenizer (--checkpoint); a preset has none"
+            )
         return None
     from ncclprobe.engine.gguf_loader import resolve_checkpoint
     from ncclprobe.engine.tokenizer import load_codec
+
     directory = resolve_checkpoint(checkpoint)
     return load_codec(directory) if required or (directory / "tokenizer.json").exists() else None
 
@@ -99,15 +113,22 @@ def add_text(doc: dict, spec) -> None:
     tokenizer."""
     codec = codec_for(spec.checkpoint)
     if spec.prompts:
-        doc["config"]["prompts"] = [{"ids": list(ids), "text": codec.decode(ids) if codec else None}
-                                    for ids in spec.prompts]
+        doc["config"]["prompts"] = [
+            {"ids": list(ids), "text": codec.decode(ids) if codec else None} for ids in spec.prompts
+        ]
     if codec is not None:
         for run in doc["runs"]:
             run["text"] = [codec.decode(tokens) for tokens in run["tokens"]]
 
 
-def gather_prompts(checkpoint: str | None, *, texts=(), file: str | None = None, prompt_set: str | None = None,
-                   chat: bool = False) -> tuple[tuple[int, ...], ...]:
+def gather_prompts(
+    checkpoint: str | None,
+    *,
+    texts=(),
+    file: str | None = None,
+    prompt_set: str | None = None,
+    chat: bool = False,
+) -> tuple[tuple[int, ...], ...]:
     """The token ids of every prompt a command was given: `texts` (each one prompt), then the
     prompts of `file`, then the shipped set's `prompt_set` split; () when none was given."""
     prompts = [Prompt(text=text) for text in texts]
@@ -116,8 +137,12 @@ def gather_prompts(checkpoint: str | None, *, texts=(), file: str | None = None,
     if prompt_set:
         prompts += shipped_prompts(prompt_set)
     if chat and not any(p.text is not None for p in prompts):
-        raise UsageProblem("--chat wraps text prompts in the chat template; give --prompt, --prompts or --prompt-set")
+        raise UsageProblem(
+            "--chat wraps text prompts in the chat template; give --prompt, --prompts or --prompt-set"
+        )
     if not prompts:
         return ()
     needs_text = any(p.text is not None for p in prompts)
-    return encode_prompts(prompts, codec_for(checkpoint, required=True) if needs_text else None, chat)
+    return encode_prompts(
+        prompts, codec_for(checkpoint, required=True) if needs_text else None, chat
+    )

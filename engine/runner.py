@@ -9,7 +9,7 @@ loader, merges, self-checks) links and checks them.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ncclprobe import tempdirs
 from ncclprobe.engine.prompts import add_text
@@ -22,7 +22,9 @@ from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect
 
 ENTRY = "ncclprobe.engine.worker:run_jobs"
-USAGE_PROBLEM = "engine-usage-problem"   # a worker found a bad input: the parent reports it as exit 2
+USAGE_PROBLEM = (
+    "engine-usage-problem"  # a worker found a bad input: the parent reports it as exit 2
+)
 
 
 class EngineFailed(NcclprobeError):
@@ -31,16 +33,27 @@ class EngineFailed(NcclprobeError):
     exit_code = 1
 
 
-def run_engine(specs: list[RunSpec], *, on_message: Callable[[dict], None] | None = None,
-               timeout_s: float = 600.0) -> dict:
+def run_engine(
+    specs: list[RunSpec],
+    *,
+    on_message: Callable[[dict], None] | None = None,
+    timeout_s: float = 600.0,
+) -> dict:
     """Run every spec in its own worker pool; return the engine-trace document."""
     for spec in specs:
         spec.check_runnable()
     runs = []
     for spec in specs:
         runs += _run_pool(spec, on_message, timeout_s)
-    doc = trace.finish({"schema_version": trace.SCHEMA_VERSION, "kind": trace.KIND, "provenance": collect(),
-                        "config": _config(specs[0]), "runs": runs})
+    doc = trace.finish(
+        {
+            "schema_version": trace.SCHEMA_VERSION,
+            "kind": trace.KIND,
+            "provenance": collect(),
+            "config": _config(specs[0]),
+            "runs": runs,
+        }
+    )
     add_text(doc, specs[0])
     return doc
 
@@ -54,27 +67,45 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
         if backend == "nccl" and _ncclprobe_logs({**spec.settings, **spec.env_after_init}):
             env.update(proof_env(tuning=False))
             rank_env = rank_log_env(log_dir)
-        pool = PoolSpec(nranks=spec.tp, backend=backend, entry=ENTRY, payload={"jobs": [spec.to_json()]},
-                        env=env, rank_env=rank_env, timeout_s=timeout_s)
+        pool = PoolSpec(
+            nranks=spec.tp,
+            backend=backend,
+            entry=ENTRY,
+            payload={"jobs": [spec.to_json()]},
+            env=env,
+            rank_env=rank_env,
+            timeout_s=timeout_s,
+        )
         outcome = run_pool(pool, on_message=on_message)
     problems = outcome.of_kind(USAGE_PROBLEM)
     if problems:
         raise UsageProblem(problems[0]["message"])
     if outcome.status is not PoolStatus.OK:
-        raise EngineFailed(f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}")
+        raise EngineFailed(
+            f"engine workers ({spec.label}, tp={spec.tp}) {outcome.status}: {outcome.reason}"
+        )
     logs = {m["rank"]: m for m in outcome.of_kind("engine-nccl-log")}
     exits = {m["rank"]: m["env_at_exit"] for m in outcome.of_kind("engine-worker-exit")}
-    workers = [{"rank": m["rank"], "pid": m["pid"], "env_at_comm_init": m["env_at_comm_init"],
-                "env_at_exit": exits.get(m["rank"]),
-                "device": m["device"], "nccl_version": m["nccl_version"],
-                "nccl_read": logs.get(m["rank"], {}).get("nccl_read", {}),
-                "nccl_warnings": logs.get(m["rank"], {}).get("warnings", [])}
-               for m in sorted(outcome.of_kind("engine-worker"), key=lambda m: m["rank"])]
+    workers = [
+        {
+            "rank": m["rank"],
+            "pid": m["pid"],
+            "env_at_comm_init": m["env_at_comm_init"],
+            "env_at_exit": exits.get(m["rank"]),
+            "device": m["device"],
+            "nccl_version": m["nccl_version"],
+            "nccl_read": logs.get(m["rank"], {}).get("nccl_read", {}),
+            "nccl_warnings": logs.get(m["rank"], {}).get("warnings", []),
+        }
+        for m in sorted(outcome.of_kind("engine-worker"), key=lambda m: m["rank"])
+    ]
     digests = {}
     for m in outcome.of_kind("engine-digest"):
         digests.setdefault(m["mode"], set()).add(m["digest"])
-    return [_run_record(spec, m, workers, len(digests.get(m["mode"], ())) == 1)
-            for m in outcome.of_kind("engine-run")]
+    return [
+        _run_record(spec, m, workers, len(digests.get(m["mode"], ())) == 1)
+        for m in outcome.of_kind("engine-run")
+    ]
 
 
 def _ncclprobe_logs(settings: dict) -> bool:
@@ -88,35 +119,61 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
     total_count, total_bytes = _collective_totals(message["collectives"])
     histogram = message["histogram"]
     return {
-        "label": spec.label, "mode": message["mode"], "settings": {**spec.settings, **spec.env_after_init},
+        "label": spec.label,
+        "mode": message["mode"],
+        "settings": {**spec.settings, **spec.env_after_init},
         "env_after_init": dict(spec.env_after_init),
         "tokens_per_s": spec.sequences() * spec.new_tokens / wall_s if wall_s else None,
-        "ms_per_token": 1000.0 * wall_s / (spec.groups() * spec.new_tokens), "new_tokens": spec.new_tokens,
+        "ms_per_token": 1000.0 * wall_s / (spec.groups() * spec.new_tokens),
+        "new_tokens": spec.new_tokens,
         "wall_s": wall_s,
-        "phases": message["phases"], "verify_decode_ratio": None,
-        "acceptance": {"mean_length": message["mean_acceptance_length"], "histogram": histogram,
-                       "cycles": message["cycles"]},
-        "collectives": {"per_token_count": total_count / (spec.groups() * spec.new_tokens),
-                        "per_token_bytes": total_bytes / (spec.groups() * spec.new_tokens),
-                        "sizes": message["collectives"]},
+        "phases": message["phases"],
+        "verify_decode_ratio": None,
+        "acceptance": {
+            "mean_length": message["mean_acceptance_length"],
+            "histogram": histogram,
+            "cycles": message["cycles"],
+        },
+        "collectives": {
+            "per_token_count": total_count / (spec.groups() * spec.new_tokens),
+            "per_token_bytes": total_bytes / (spec.groups() * spec.new_tokens),
+            "sizes": message["collectives"],
+        },
         "loop": _loop_efficiency(spec, message) if message["mode"] == Mode.SPECULATIVE else None,
-        "collective_share": message["collective_share"], "graph_coverage": message["graph_coverage"],
-        "graphs": message["graphs"], "repeats": _repeats(spec, message),
-        "workers": workers, "ranks_agree": ranks_agree, "tokens": message["tokens"]}
+        "collective_share": message["collective_share"],
+        "graph_coverage": message["graph_coverage"],
+        "graphs": message["graphs"],
+        "repeats": _repeats(spec, message),
+        "workers": workers,
+        "ranks_agree": ranks_agree,
+        "tokens": message["tokens"],
+    }
 
 
 def _repeats(spec: RunSpec, message: dict) -> dict:
     """Tokens/s of every timed repeat, their median and spread (docs/METRICS.md "Engine"). The run
     record's other figures are those of the median repeat; one repeat has no spread."""
-    rates = [spec.sequences() * spec.new_tokens / wall for wall in message.get("repeat_wall_s") or [message["wall_s"]]
-             if wall]
+    rates = [
+        spec.sequences() * spec.new_tokens / wall
+        for wall in message.get("repeat_wall_s") or [message["wall_s"]]
+        if wall
+    ]
     ordered = sorted(rates)
     middle = len(ordered) // 2
-    median = (ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2) if ordered else None
+    median = (
+        (ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
+        if ordered
+        else None
+    )
     spread = (ordered[-1] - ordered[0]) / median if median and len(ordered) > 1 else None
-    return {"n": len(rates), "tokens_per_s": rates, "tokens_per_s_median": median,
-            "tokens_per_s_min": ordered[0] if ordered else None, "tokens_per_s_max": ordered[-1] if ordered else None,
-            "spread": spread}
+    return {
+        "n": len(rates),
+        "tokens_per_s": rates,
+        "tokens_per_s_median": median,
+        "tokens_per_s_min": ordered[0] if ordered else None,
+        "tokens_per_s_max": ordered[-1] if ordered else None,
+        "spread": spread,
+    }
 
 
 CYCLE_PHASES = ("draft", "verify", "accept", "draft_extend")
@@ -133,19 +190,30 @@ def _loop_efficiency(spec: RunSpec, message: dict) -> dict | None:
     prefill's token, so a very short run can yield above 1)."""
     cycles, mean_len = message["cycles"], message["mean_acceptance_length"]
     phases = message["phases"]
-    per_cycle = {p: (phases.get(p) or {}).get("total_ms", 0.0) / cycles for p in CYCLE_PHASES} if cycles else {}
+    per_cycle = (
+        {p: (phases.get(p) or {}).get("total_ms", 0.0) / cycles for p in CYCLE_PHASES}
+        if cycles
+        else {}
+    )
     cycle_ms = sum(per_cycle.values())
     if not cycles or not mean_len or cycle_ms <= 0:
         return None
     ideal = spec.batch * mean_len / (cycle_ms / 1000.0)
     measured = spec.sequences() * spec.new_tokens / message["wall_s"]
-    return {"batch": spec.batch, "cycles": cycles, "mean_acceptance_length": mean_len,
-            "phase_ms_per_cycle": per_cycle, "cycle_ms": cycle_ms, "ideal_tokens_per_s": ideal,
-            "measured_tokens_per_s": measured, "efficiency": measured / ideal,
-            "cycle_time_share": cycles * cycle_ms / (1000.0 * message["wall_s"]),
-            "token_yield": spec.groups() * spec.new_tokens / (cycles * mean_len),
-            "prefill_ms": (phases.get("prefill") or {}).get("total_ms", 0.0),
-            "host_ms": (phases.get("host") or {}).get("total_ms", 0.0)}
+    return {
+        "batch": spec.batch,
+        "cycles": cycles,
+        "mean_acceptance_length": mean_len,
+        "phase_ms_per_cycle": per_cycle,
+        "cycle_ms": cycle_ms,
+        "ideal_tokens_per_s": ideal,
+        "measured_tokens_per_s": measured,
+        "efficiency": measured / ideal,
+        "cycle_time_share": cycles * cycle_ms / (1000.0 * message["wall_s"]),
+        "token_yield": spec.groups() * spec.new_tokens / (cycles * mean_len),
+        "prefill_ms": (phases.get("prefill") or {}).get("total_ms", 0.0),
+        "host_ms": (phases.get("host") or {}).get("total_ms", 0.0),
+    }
 
 
 def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
@@ -155,22 +223,40 @@ def _collective_totals(sizes: list[dict]) -> tuple[int, int]:
 def _config(spec: RunSpec) -> dict:
     device = spec.resolved_device()
     model = spec.model_config().summary()
-    return {"preset": spec.preset if not spec.checkpoint else None, "checkpoint": spec.checkpoint,
-            "weights": _weights(spec), "prompts_given": len(spec.prompts), "chat": spec.chat,
-            "tp": spec.tp, "batch": spec.batch, "k": spec.k, "prompt_len": spec.prompt_len,
-            "new_tokens": spec.new_tokens, "temperature": spec.temperature, "seed": spec.seed, "repeats": spec.repeats,
-            "graphs": spec.graphs, "capture_batches": list(spec.graph_batches()) if spec.graphs != GraphMode.NONE else [],
-            "compile": spec.compile,
-            "draft_tp": spec.draft_tp, "draft": spec.draft, "draft_trained_positions": _trained_positions(spec.draft),
-            "draft_target": _draft_target(spec.draft), "target": spec.target_identity(),
-            "dtype": spec.resolved_dtype(device), "device": device,
-            "backend": "nccl" if device == "cuda" else "gloo", "model": model}
+    return {
+        "preset": spec.preset if not spec.checkpoint else None,
+        "checkpoint": spec.checkpoint,
+        "weights": _weights(spec),
+        "prompts_given": len(spec.prompts),
+        "chat": spec.chat,
+        "tp": spec.tp,
+        "batch": spec.batch,
+        "k": spec.k,
+        "prompt_len": spec.prompt_len,
+        "new_tokens": spec.new_tokens,
+        "temperature": spec.temperature,
+        "seed": spec.seed,
+        "repeats": spec.repeats,
+        "graphs": spec.graphs,
+        "capture_batches": list(spec.graph_batches()) if spec.graphs != GraphMode.NONE else [],
+        "compile": spec.compile,
+        "draft_tp": spec.draft_tp,
+        "draft": spec.draft,
+        "draft_trained_positions": _trained_positions(spec.draft),
+        "draft_target": _draft_target(spec.draft),
+        "target": spec.target_identity(),
+        "dtype": spec.resolved_dtype(device),
+        "device": device,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "model": model,
+    }
 
 
 def _weights(spec: RunSpec) -> dict | None:
     """Where the target's weights came from when they were converted (a .gguf: which GGUF type
     each weight was dequantized from); None for presets and Hugging Face directories."""
     from ncclprobe.engine.gguf_loader import conversion_record, is_gguf, resolve_checkpoint
+
     if not spec.checkpoint or not is_gguf(spec.checkpoint):
         return None
     directory = resolve_checkpoint(spec.checkpoint)
@@ -181,6 +267,7 @@ def _draft_target(draft_path: str | None) -> dict | None:
     if not draft_path:
         return None
     from ncclprobe.engine.draft import draft_target
+
     return draft_target(draft_path)
 
 
@@ -188,4 +275,5 @@ def _trained_positions(draft_path: str | None) -> int | None:
     if not draft_path:
         return None
     from ncclprobe.engine.draft import trained_positions
+
     return trained_positions(draft_path)

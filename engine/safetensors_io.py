@@ -15,9 +15,18 @@ import torch
 
 from ncclprobe.errors import UsageProblem
 
-DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-          "BOOL": torch.bool}
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
@@ -26,7 +35,9 @@ def read_header(path: Path) -> tuple[dict, int]:
     try:
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
-            if length > path.stat().st_size - 8:   # not safetensors: the first 8 bytes are text, not a size
+            if (
+                length > path.stat().st_size - 8
+            ):  # not safetensors: the first 8 bytes are text, not a size
                 raise ValueError(f"its header claims {length} bytes, more than the file holds")
             header = json.loads(fh.read(length))
     except (OSError, struct.error, ValueError) as exc:
@@ -54,17 +65,26 @@ def load(path: str | Path, device="cpu") -> tuple[dict[str, torch.Tensor], dict[
     return tensors, dict(header.get("__metadata__", {}))
 
 
-def save(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None, *,
-         replace: bool = False) -> None:
+def save(
+    path: str | Path,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str] | None = None,
+    *,
+    replace: bool = False,
+) -> None:
     """Write a safetensors file whole or not at all (`ncclprobe.safe_output.atomic_file`): an existing
     file is replaced only with `replace`."""
     from ncclprobe.safe_output import atomic_file
+
     header: dict = {"__metadata__": dict(metadata or {})}
     blobs, offset = [], 0
     for name, tensor in tensors.items():
         blob = tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": NAMES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": NAMES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     encoded = json.dumps(header, separators=(",", ":")).encode()

@@ -24,8 +24,12 @@ REPS = 10
 WARMUP = 2
 
 # phase -> (model, tokens per sequence is k+1?, feature/fuse flag)
-PHASE_STEPS = {"decode": ("target", False, False), "verify": ("target", True, True),
-               "draft": ("draft", False, False), "draft_extend": ("draft", True, True)}
+PHASE_STEPS = {
+    "decode": ("target", False, False),
+    "verify": ("target", True, True),
+    "draft": ("draft", False, False),
+    "draft_extend": ("draft", True, True),
+}
 
 
 def time_call_ms(call, device) -> float:
@@ -52,7 +56,11 @@ def _inputs(model, kind, batch, tokens, fuse, device):
     if kind == "target":
         return (ids, positions)
     width = 3 * model.cfg.target_hidden if fuse else model.cfg.hidden
-    return (ids, torch.zeros(batch, tokens, width, dtype=model.fc.weight.dtype, device=device), positions)
+    return (
+        ids,
+        torch.zeros(batch, tokens, width, dtype=model.fc.weight.dtype, device=device),
+        positions,
+    )
 
 
 def _step_fn(model, kind, flag):
@@ -62,8 +70,9 @@ def _step_fn(model, kind, flag):
 
 
 @torch.inference_mode()
-def step_collective_ms(model, kind: str, flag: bool, *, batch: int, tokens: int, comm, device,
-                       graphed: bool) -> float:
+def step_collective_ms(
+    model, kind: str, flag: bool, *, batch: int, tokens: int, comm, device, graphed: bool
+) -> float:
     """ms of collectives in one step: its time as run minus its time without collectives."""
     inputs = _inputs(model, kind, batch, tokens, flag, device)
     fn = _step_fn(model, kind, flag)
@@ -74,7 +83,11 @@ def step_collective_ms(model, kind: str, flag: bool, *, batch: int, tokens: int,
             without = CapturedStep("share_probe_nocomm", fn, inputs, comm)
         finally:
             comm.enabled = True
-        return max(0.0, time_call_ms(with_comm.graph.replay, device) - time_call_ms(without.graph.replay, device))
+        return max(
+            0.0,
+            time_call_ms(with_comm.graph.replay, device)
+            - time_call_ms(without.graph.replay, device),
+        )
     on = time_call_ms(lambda: fn(*inputs), device)
     comm.enabled = False
     try:
@@ -84,19 +97,32 @@ def step_collective_ms(model, kind: str, flag: bool, *, batch: int, tokens: int,
     return max(0.0, on - off)
 
 
-def collective_share(phases: dict, *, target, draft, comm, batch: int, k: int, wall_s: float,
-                     device, draft_tp: bool) -> float:
+def collective_share(
+    phases: dict, *, target, draft, comm, batch: int, k: int, wall_s: float, device, draft_tp: bool
+) -> float:
     """Measured share (0..1) of `wall_s` spent in collectives; 0.0 when there is one rank."""
     if not comm.active or wall_s <= 0:
         return 0.0
     total_ms = 0.0
     for phase, (kind, multi, flag) in PHASE_STEPS.items():
         summary = phases.get(phase)
-        if not summary or not summary["count"] or (kind == "draft" and (draft is None or not draft_tp)):
+        if (
+            not summary
+            or not summary["count"]
+            or (kind == "draft" and (draft is None or not draft_tp))
+        ):
             continue
         model = target if kind == "target" else draft
-        steps_per_phase = (k - 1) if phase == "draft" else 1   # a draft phase chains k-1 steps
-        per_step = step_collective_ms(model, kind, flag, batch=batch, tokens=k + 1 if multi else 1,
-                                      comm=comm, device=device, graphed=summary.get("graphed", False))
+        steps_per_phase = (k - 1) if phase == "draft" else 1  # a draft phase chains k-1 steps
+        per_step = step_collective_ms(
+            model,
+            kind,
+            flag,
+            batch=batch,
+            tokens=k + 1 if multi else 1,
+            comm=comm,
+            device=device,
+            graphed=summary.get("graphed", False),
+        )
         total_ms += per_step * steps_per_phase * summary["count"]
     return min(1.0, total_ms / (1000.0 * wall_s))

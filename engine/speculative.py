@@ -31,14 +31,18 @@ def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
     drafts [B, k]; target_logits [B, k+1, V]. The output is by construction exactly what greedy
     decoding of the target alone would produce.
     """
-    choice = target_logits.argmax(-1)                       # [B, k+1]
+    choice = target_logits.argmax(-1)  # [B, k+1]
     matches = drafts == choice[:, :-1]
-    accepted = matches.long().cumprod(-1).sum(-1)          # length of the all-match prefix
+    accepted = matches.long().cumprod(-1).sum(-1)  # length of the all-match prefix
     return accepted, choice.gather(1, accepted[:, None]).squeeze(1)
 
 
-def rejection_accept(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                     generator: torch.Generator | None):
+def rejection_accept(
+    drafts: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+):
     """Standard speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
 
     drafts [B, k] were sampled from draft_probs q [B, k, V]; target_probs p [B, k+1, V].
@@ -56,7 +60,9 @@ def rejection_accept(drafts: torch.Tensor, draft_probs: torch.Tensor, target_pro
     u = torch.rand((B, k), generator=generator, device=drafts.device)
     ok = u * q_draft < p_draft
     accepted = ok.long().cumprod(-1).sum(-1)
-    q_padded = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], dim=1)   # q = 0 at position k
+    q_padded = torch.cat(
+        [draft_probs, torch.zeros_like(draft_probs[:, :1])], dim=1
+    )  # q = 0 at position k
     index = accepted[:, None, None].expand(B, 1, target_probs.shape[-1])
     p_at = target_probs.gather(1, index).squeeze(1)
     residual = (p_at - q_padded.gather(1, index).squeeze(1)).clamp_(min=0)

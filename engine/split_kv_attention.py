@@ -30,12 +30,18 @@ try:
 except ImportError:  # CPU-only installs: `applies` is False and the model keeps its torch paths
     triton = None
 
-MIN_CHUNK = 128    # cache slots per program at least: 16 chunks over 2048 slots -> 128 programs at 8 KV heads
-MAX_SPLITS = 32    # and at most this many chunks (larger ones over long caches): the merge walks them in turn
-BLOCK_M = 16       # query rows per program, the smallest tl.dot tile
-BLOCK_N = 64       # slots per inner step
-MAX_ROWS = 64      # longer steps (long prompts) keep the torch paths: their rows would need many row blocks
-ENABLED = True     # benchmarks switch it off to time the torch paths on the same build
+MIN_CHUNK = (
+    128  # cache slots per program at least: 16 chunks over 2048 slots -> 128 programs at 8 KV heads
+)
+MAX_SPLITS = (
+    32  # and at most this many chunks (larger ones over long caches): the merge walks them in turn
+)
+BLOCK_M = 16  # query rows per program, the smallest tl.dot tile
+BLOCK_N = 64  # slots per inner step
+MAX_ROWS = (
+    64  # longer steps (long prompts) keep the torch paths: their rows would need many row blocks
+)
+ENABLED = True  # benchmarks switch it off to time the torch paths on the same build
 
 
 def applies(q: torch.Tensor, kv_heads: int) -> bool:
@@ -48,24 +54,56 @@ def applies(q: torch.Tensor, kv_heads: int) -> bool:
 def serves(shape: tuple[int, int, int, int], device_type: str, kv_heads: int) -> bool:
     """The shape and device rule of `applies`, apart from whether Triton is installed."""
     B, T, H, D = shape
-    return device_type == "cuda" and D in (64, 128, 256) and H % kv_heads == 0 and T * (H // kv_heads) <= MAX_ROWS
+    return (
+        device_type == "cuda"
+        and D in (64, 128, 256)
+        and H % kv_heads == 0
+        and T * (H // kv_heads) <= MAX_ROWS
+    )
 
 
-def split_kv_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                       positions: torch.Tensor) -> torch.Tensor:
+def split_kv_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """Causal attention of q [B, T, H, D] over the cache keys/values [B, S, KVH, D] (slot = position)
     for queries at `positions` [B, T]; returns [B, T, H*D] in q's dtype."""
     return torch.ops.ncclprobe.split_kv_attention(q, keys, values, positions)
 
 
 if triton is not None:
+
     @triton.jit
-    def _chunk_kernel(Q, K, V, POS, O_PART, M_PART, L_PART,
-                      sqb, sqt, sqh, skb, sks, skh, svb, svs, svh, spb, spt,
-                      rows, scale,
-                      KV_HEADS: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr,
-                      ROWS_PAD: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr):
+    def _chunk_kernel(
+        Q,
+        K,
+        V,
+        POS,
+        O_PART,
+        M_PART,
+        L_PART,
+        sqb,
+        sqt,
+        sqh,
+        skb,
+        sks,
+        skh,
+        svb,
+        svs,
+        svh,
+        spb,
+        spt,
+        rows,
+        scale,
+        KV_HEADS: tl.constexpr,
+        GROUP: tl.constexpr,
+        SPLITS: tl.constexpr,
+        ROWS_PAD: tl.constexpr,
+        CHUNK: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         bk, row_block, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b, kvh = bk // KV_HEADS, bk % KV_HEADS
         r = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -73,42 +111,74 @@ if triton is not None:
         t, g = r // GROUP, r % GROUP
         pos = tl.load(POS + b * spb + t * spt, mask=row_ok, other=-1)
         start = split * CHUNK
-        stop = tl.minimum(start + CHUNK, tl.max(pos, 0) + 1)   # past every row's last live slot: skip
+        stop = tl.minimum(
+            start + CHUNK, tl.max(pos, 0) + 1
+        )  # past every row's last live slot: skip
         d = tl.arange(0, HEAD_DIM)
-        q = tl.load(Q + b * sqb + t[:, None] * sqt + (kvh * GROUP + g)[:, None] * sqh + d[None, :],
-                    mask=row_ok[:, None], other=0.0)
+        q = tl.load(
+            Q + b * sqb + t[:, None] * sqt + (kvh * GROUP + g)[:, None] * sqh + d[None, :],
+            mask=row_ok[:, None],
+            other=0.0,
+        )
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         for n0 in range(start, stop, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
-            k = tl.load(K + b * skb + n[:, None] * sks + kvh * skh + d[None, :], mask=(n < stop)[:, None], other=0.0)
+            k = tl.load(
+                K + b * skb + n[:, None] * sks + kvh * skh + d[None, :],
+                mask=(n < stop)[:, None],
+                other=0.0,
+            )
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
             s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)   # a row with nothing live yet
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing live yet
             p = tl.exp(s - m_safe[:, None])
             alpha = tl.exp(m - m_safe)
-            v = tl.load(V + b * svb + n[:, None] * svs + kvh * svh + d[None, :], mask=(n < stop)[:, None], other=0.0)
+            v = tl.load(
+                V + b * svb + n[:, None] * svs + kvh * svh + d[None, :],
+                mask=(n < stop)[:, None],
+                other=0.0,
+            )
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             l = l * alpha + tl.sum(p, 1)
             m = m_new
-        live = tl.full([BLOCK_M], start, tl.int32) < stop   # a chunk past every row's position writes
-        part = (bk * SPLITS + split) * ROWS_PAD + r              # nothing; the merge does not read it
+        live = (
+            tl.full([BLOCK_M], start, tl.int32) < stop
+        )  # a chunk past every row's position writes
+        part = (bk * SPLITS + split) * ROWS_PAD + r  # nothing; the merge does not read it
         tl.store(O_PART + part[:, None] * HEAD_DIM + d[None, :], acc, mask=live[:, None])
         tl.store(M_PART + part, m, mask=live)
         tl.store(L_PART + part, l, mask=live)
 
     @triton.jit
-    def _merge_kernel(O_PART, M_PART, L_PART, OUT, POS, sob, sot, soh, spb, spt, rows,
-                      KV_HEADS: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr,
-                      ROWS_PAD: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    def _merge_kernel(
+        O_PART,
+        M_PART,
+        L_PART,
+        OUT,
+        POS,
+        sob,
+        sot,
+        soh,
+        spb,
+        spt,
+        rows,
+        KV_HEADS: tl.constexpr,
+        GROUP: tl.constexpr,
+        SPLITS: tl.constexpr,
+        ROWS_PAD: tl.constexpr,
+        CHUNK: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+    ):
         bk, row_block = tl.program_id(0), tl.program_id(1)
         b, kvh = bk // KV_HEADS, bk % KV_HEADS
         r = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
         t = r // GROUP
         pos = tl.load(POS + b * spb + t * spt, mask=r < rows, other=-1)
-        live_splits = tl.max(pos, 0) // CHUNK + 1   # the chunks the first kernel wrote, no more
+        live_splits = tl.max(pos, 0) // CHUNK + 1  # the chunks the first kernel wrote, no more
         d = tl.arange(0, HEAD_DIM)
         m_all = tl.full([BLOCK_M], float("-inf"), tl.float32)
         for split in range(0, live_splits):
@@ -118,17 +188,21 @@ if triton is not None:
         total = tl.zeros([BLOCK_M], tl.float32)
         for split in range(0, live_splits):
             part = (bk * SPLITS + split) * ROWS_PAD + r
-            weight = tl.exp(tl.load(M_PART + part) - m_safe)   # 0 for a chunk with nothing live
+            weight = tl.exp(tl.load(M_PART + part) - m_safe)  # 0 for a chunk with nothing live
             total += weight * tl.load(L_PART + part)
             acc += weight[:, None] * tl.load(O_PART + part[:, None] * HEAD_DIM + d[None, :])
         out = acc / tl.where(total == 0.0, 1.0, total)[:, None]
         g = r % GROUP
-        tl.store(OUT + b * sob + t[:, None] * sot + (kvh * GROUP + g)[:, None] * soh + d[None, :],
-                 out.to(OUT.dtype.element_ty), mask=(r < rows)[:, None])
+        tl.store(
+            OUT + b * sob + t[:, None] * sot + (kvh * GROUP + g)[:, None] * soh + d[None, :],
+            out.to(OUT.dtype.element_ty),
+            mask=(r < rows)[:, None],
+        )
 
     @torch.library.custom_op("ncclprobe::split_kv_attention", mutates_args=())
-    def _split_kv_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                               positions: torch.Tensor) -> torch.Tensor:
+    def _split_kv_attention_op(
+        q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         q, keys, values = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, keys, values))
         B, T, H, D = q.shape
         slots, kv_heads = keys.shape[1], keys.shape[2]
@@ -141,17 +215,58 @@ if triton is not None:
         m_part = q.new_empty((B * kv_heads, splits, rows_pad), dtype=torch.float32)
         l_part = torch.empty_like(m_part)
         out = q.new_empty((B, T, H * D))
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"   # float32 runs stay exact
+        precision = "ieee" if q.dtype == torch.float32 else "tf32"  # float32 runs stay exact
         _chunk_kernel[(B * kv_heads, row_blocks, splits)](
-            q, keys, values, positions, o_part, m_part, l_part,
-            q.stride(0), q.stride(1), q.stride(2), keys.stride(0), keys.stride(1), keys.stride(2),
-            values.stride(0), values.stride(1), values.stride(2), positions.stride(0), positions.stride(1),
-            rows, D ** -0.5, KV_HEADS=kv_heads, GROUP=group, SPLITS=splits, ROWS_PAD=rows_pad,
-            CHUNK=chunk, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=D, PRECISION=precision)
+            q,
+            keys,
+            values,
+            positions,
+            o_part,
+            m_part,
+            l_part,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            keys.stride(0),
+            keys.stride(1),
+            keys.stride(2),
+            values.stride(0),
+            values.stride(1),
+            values.stride(2),
+            positions.stride(0),
+            positions.stride(1),
+            rows,
+            D**-0.5,
+            KV_HEADS=kv_heads,
+            GROUP=group,
+            SPLITS=splits,
+            ROWS_PAD=rows_pad,
+            CHUNK=chunk,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            HEAD_DIM=D,
+            PRECISION=precision,
+        )
         _merge_kernel[(B * kv_heads, row_blocks)](
-            o_part, m_part, l_part, out, positions, out.stride(0), out.stride(1), D,
-            positions.stride(0), positions.stride(1), rows, KV_HEADS=kv_heads, GROUP=group, SPLITS=splits,
-            ROWS_PAD=rows_pad, CHUNK=chunk, BLOCK_M=BLOCK_M, HEAD_DIM=D)
+            o_part,
+            m_part,
+            l_part,
+            out,
+            positions,
+            out.stride(0),
+            out.stride(1),
+            D,
+            positions.stride(0),
+            positions.stride(1),
+            rows,
+            KV_HEADS=kv_heads,
+            GROUP=group,
+            SPLITS=splits,
+            ROWS_PAD=rows_pad,
+            CHUNK=chunk,
+            BLOCK_M=BLOCK_M,
+            HEAD_DIM=D,
+        )
         return out
 
     @_split_kv_attention_op.register_fake

@@ -36,31 +36,41 @@ import torch
 from ncclprobe.errors import UsageProblem
 
 MASK31 = (1 << 31) - 1
-MIX = (0x45D9F3B, 0x2C1B3C6D)   # odd multipliers below 2^31: products stay inside int64
+MIX = (0x45D9F3B, 0x2C1B3C6D)  # odd multipliers below 2^31: products stay inside int64
 
 
 @dataclass(frozen=True, kw_only=True)
 class ChainSpec:
-    vocab: int                  # the model's vocabulary (token ids 0..vocab-1)
-    active_vocab: int = 64      # tokens the chain moves between (active_vocab^2 order-2 contexts)
-    successors: int = 5         # distinct successors per context
-    top_prob: float = 0.75      # probability of the most likely successor; the rest share 1 - top_prob
-    prefix_min: int = 2         # random full-vocabulary tokens opening each training sequence ...
-    prefix_max: int = 24        # ... uniform in [prefix_min, prefix_max] (covers prompts of 8 and 16)
+    vocab: int  # the model's vocabulary (token ids 0..vocab-1)
+    active_vocab: int = 64  # tokens the chain moves between (active_vocab^2 order-2 contexts)
+    successors: int = 5  # distinct successors per context
+    top_prob: float = 0.75  # probability of the most likely successor; the rest share 1 - top_prob
+    prefix_min: int = 2  # random full-vocabulary tokens opening each training sequence ...
+    prefix_max: int = 24  # ... uniform in [prefix_min, prefix_max] (covers prompts of 8 and 16)
     seed: int = 0
 
     def __post_init__(self):
-        if not 3 <= self.active_vocab <= min(self.vocab, 46000):   # 46000^2 keys fit the 31-bit hash input
-            raise UsageProblem(f"active vocabulary must be between 3 and min(vocab {self.vocab}, 46000), "
-                               f"got {self.active_vocab}")
+        if (
+            not 3 <= self.active_vocab <= min(self.vocab, 46000)
+        ):  # 46000^2 keys fit the 31-bit hash input
+            raise UsageProblem(
+                f"active vocabulary must be between 3 and min(vocab {self.vocab}, 46000), "
+                f"got {self.active_vocab}"
+            )
         if not 1 <= self.successors <= self.active_vocab:
-            raise UsageProblem(f"successors must be between 1 and the active vocabulary, got {self.successors}")
+            raise UsageProblem(
+                f"successors must be between 1 and the active vocabulary, got {self.successors}"
+            )
         single = self.successors == 1 and self.top_prob == 1
         if not single and not 1 / self.successors < self.top_prob < 1:
-            raise UsageProblem(f"top_prob must lie between 1/successors (so the top successor is the most likely) "
-                               f"and 1 (exactly 1 with one successor), got {self.top_prob}")
+            raise UsageProblem(
+                f"top_prob must lie between 1/successors (so the top successor is the most likely) "
+                f"and 1 (exactly 1 with one successor), got {self.top_prob}"
+            )
         if not 2 <= self.prefix_min <= self.prefix_max:
-            raise UsageProblem(f"prefix lengths need 2 <= min <= max, got {self.prefix_min}..{self.prefix_max}")
+            raise UsageProblem(
+                f"prefix lengths need 2 <= min <= max, got {self.prefix_min}..{self.prefix_max}"
+            )
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -83,10 +93,14 @@ class MarkovChain:
         self.index[self.active.cpu()] = torch.arange(A)
         self.index = self.index.to(device)
         # successor j of a context is active[(base + offsets[j]) % A]: distinct by construction
-        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.randperm(A - 1, generator=gen)[:m - 1] + 1])
+        self.offsets = torch.cat(
+            [torch.zeros(1, dtype=torch.long), torch.randperm(A - 1, generator=gen)[: m - 1] + 1]
+        )
         self.offsets = self.offsets.to(device)
         rest = (1 - spec.top_prob) / (m - 1) if m > 1 else 0.0
-        self.probs = torch.tensor([spec.top_prob] + [rest] * (m - 1), dtype=torch.float64, device=device)
+        self.probs = torch.tensor(
+            [spec.top_prob] + [rest] * (m - 1), dtype=torch.float64, device=device
+        )
         self.cumulative = self.probs.cumsum(0).float()
         self.salt = int(_mix(torch.tensor(spec.seed + 0x9E3779B)))
 
@@ -101,7 +115,7 @@ class MarkovChain:
         ia, ib = self.index[a], self.index[b]
         start = (ia < 0) | (ib < 0)
         base = _mix((ia.clamp(min=0) * A + ib.clamp(min=0)) ^ self.salt) % A
-        for _ in range(2):                        # step past a and b: two moves always suffice
+        for _ in range(2):  # step past a and b: two moves always suffice
             base = torch.where((base == ia) | (base == ib), (base + 1) % A, base)
         return base, start
 
@@ -119,18 +133,26 @@ class MarkovChain:
         A = self.spec.active_vocab
         base, start = self._context(a, b)
         u = torch.rand(a.shape, generator=gen, device=a.device)
-        j = torch.searchsorted(self.cumulative, u.contiguous(), right=True).clamp(max=len(self.offsets) - 1)
+        j = torch.searchsorted(self.cumulative, u.contiguous(), right=True).clamp(
+            max=len(self.offsets) - 1
+        )
         chained = self.active[(base + self.offsets[j]) % A]
         uniform = self.active[torch.randint(0, A, a.shape, generator=gen, device=a.device)]
         return torch.where(start, uniform, chained)
 
-    def sample(self, batch: int, length: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, batch: int, length: int, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [batch, length], ruled [batch, length]): `ruled` marks tokens drawn by the rule
         (after each row's random prefix); only the positions predicting them carry a loss."""
         spec, device = self.spec, self.active.device
         if length <= spec.prefix_max:
-            raise UsageProblem(f"sequence length {length} leaves no chain after a prefix of up to {spec.prefix_max}")
-        prefix_len = torch.randint(spec.prefix_min, spec.prefix_max + 1, (batch, 1), generator=gen, device=device)
+            raise UsageProblem(
+                f"sequence length {length} leaves no chain after a prefix of up to {spec.prefix_max}"
+            )
+        prefix_len = torch.randint(
+            spec.prefix_min, spec.prefix_max + 1, (batch, 1), generator=gen, device=device
+        )
         tokens = torch.randint(0, spec.vocab, (batch, length), generator=gen, device=device)
         ruled = torch.arange(length, device=device)[None, :] >= prefix_len
         for t in range(spec.prefix_min, length):
@@ -154,14 +176,16 @@ def greedy_walk(chain: MarkovChain) -> dict:
             seen[x] = len(path)
             path.append(x)
             x = step[x]
-        if cycle_of[x] < 0:                       # the walk closed a new cycle at x
+        if cycle_of[x] < 0:  # the walk closed a new cycle at x
             lengths.append(len(path) - seen[x])
-            for y in path[seen[x]:]:
+            for y in path[seen[x] :]:
                 cycle_of[y] = len(lengths) - 1
-            path = path[:seen[x]]
-        for y in reversed(path):                  # the tail states, nearest the cycle first
+            path = path[: seen[x]]
+        for y in reversed(path):  # the tail states, nearest the cycle first
             cycle_of[y], tail[y] = cycle_of[step[y]], tail[step[y]] + 1
     shares = [cycle_of.count(c) / (A * A) for c in range(len(lengths))]
     cycles = sorted(zip(lengths, shares), key=lambda pair: -pair[1])
-    return {"cycles": [{"length": n, "share": round(s, 4)} for n, s in cycles],
-            "mean_tail": sum(tail) / (A * A)}
+    return {
+        "cycles": [{"length": n, "share": round(s, 4)} for n, s in cycles],
+        "mean_tail": sum(tail) / (A * A),
+    }

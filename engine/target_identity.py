@@ -18,18 +18,28 @@ CHUNK = 1 << 20
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
 
-def target_identity(model_summary: dict, *, preset: str | None, seed: int, checkpoint: str | None) -> dict:
+def target_identity(
+    model_summary: dict, *, preset: str | None, seed: int, checkpoint: str | None
+) -> dict:
     """What makes a target this target: a checkpoint's fingerprint, else its preset and seed."""
     shape = {k: model_summary.get(k) for k in ("hidden", "layers", "vocab", "heads", "kv_heads")}
     if checkpoint:
-        return {"shape": shape, "checkpoint": Path(checkpoint).name, "fingerprint": checkpoint_fingerprint(checkpoint)}
+        return {
+            "shape": shape,
+            "checkpoint": Path(checkpoint).name,
+            "fingerprint": checkpoint_fingerprint(checkpoint),
+        }
     return {"shape": shape, "preset": preset, "seed": seed}
 
 
 def checkpoint_fingerprint(path: str | Path) -> str:
     """sha256 (16 hex digits) over each weight file's name, size, first and last MiB."""
     path = Path(path)
-    files = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES) if path.is_dir() else [path]
+    files = (
+        sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+        if path.is_dir()
+        else [path]
+    )
     digest = hashlib.sha256()
     for file in files:
         size = file.stat().st_size
@@ -46,8 +56,10 @@ def mismatch(trained_for: dict | None, running: dict) -> str | None:
     they agree or the draft records no target (saved before train-draft recorded it)."""
     if not trained_for:
         return None
-    differences = [f"{key} {trained_for.get(key)!r} (now {running.get(key)!r})"
-                   for key in ("preset", "seed", "checkpoint", "fingerprint", "shape")
-                   if key in trained_for or key in running
-                   if trained_for.get(key) != running.get(key)]
+    differences = [
+        f"{key} {trained_for.get(key)!r} (now {running.get(key)!r})"
+        for key in ("preset", "seed", "checkpoint", "fingerprint", "shape")
+        if key in trained_for or key in running
+        if trained_for.get(key) != running.get(key)
+    ]
     return "; ".join(differences) or None

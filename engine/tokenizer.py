@@ -21,8 +21,8 @@ from ncclprobe.errors import UsageProblem
 
 @dataclass(frozen=True)
 class TextCodec:
-    tokenizer: object          # tokenizers.Tokenizer
-    config: dict               # tokenizer_config.json
+    tokenizer: object  # tokenizers.Tokenizer
+    config: dict  # tokenizer_config.json
     source: str
 
     def encode(self, text: str) -> list[int]:
@@ -51,8 +51,11 @@ class TextCodec:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = refuse
         return env.from_string(template).render(
-            messages=[{"role": "user", "content": text}], add_generation_prompt=True,
-            bos_token=self.config.get("bos_token") or "", eos_token=self.config.get("eos_token") or "")
+            messages=[{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            bos_token=self.config.get("bos_token") or "",
+            eos_token=self.config.get("eos_token") or "",
+        )
 
 
 def load_codec(directory: str | Path) -> TextCodec:
@@ -61,14 +64,19 @@ def load_codec(directory: str | Path) -> TextCodec:
     path = directory / "tokenizer.json"
     if not path.exists():
         from ncclprobe.engine.gguf_loader import conversion_record
+
         record = (conversion_record(directory) or {}).get("tokenizer") or {}
         why = f" ({record['reason']})" if record.get("reason") else ""
-        raise UsageProblem(f"{directory} has no tokenizer.json{why}: text prompts cannot be encoded; "
-                           f"give token ids (--prompts FILE.jsonl with \"ids\") or none (random prompts)")
+        raise UsageProblem(
+            f"{directory} has no tokenizer.json{why}: text prompts cannot be encoded; "
+            f'give token ids (--prompts FILE.jsonl with "ids") or none (random prompts)'
+        )
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise UsageProblem("text prompts need the tokenizers package: pip install 'ncclprobe[gguf]'") from None
+        raise UsageProblem(
+            "text prompts need the tokenizers package: pip install 'ncclprobe[gguf]'"
+        ) from None
     config_path = directory / "tokenizer_config.json"
     try:
         config = json.loads(config_path.read_text()) if config_path.exists() else {}

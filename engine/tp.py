@@ -16,7 +16,6 @@ Every rank must start from the same full weights (same seed or the same checkpoi
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ncclprobe.engine.comm import Communicator
@@ -40,7 +39,9 @@ def valid_tp_sizes(cfg) -> list[int]:
     """The rank counts this model's shape shards over: each rank must own whole query heads and
     whole key/value heads (KV heads are not replicated) and an equal slice of the MLP width (of
     each expert's, for MoE); SmolLM2-135M (9 query, 3 KV heads) allows 1 and 3."""
-    widths = [cfg.heads, cfg.kv_heads, cfg.intermediate] + ([cfg.moe.expert_intermediate] if cfg.moe else [])
+    widths = [cfg.heads, cfg.kv_heads, cfg.intermediate] + (
+        [cfg.moe.expert_intermediate] if cfg.moe else []
+    )
     return [n for n in range(1, cfg.kv_heads + 1) if all(w % n == 0 for w in widths)]
 
 
@@ -48,9 +49,11 @@ def check_tp_shape(cfg, tp: int) -> None:
     """Refuse, before any worker starts, a --tp the model's shape cannot be sharded over."""
     valid = valid_tp_sizes(cfg)
     if tp not in valid:
-        raise UsageProblem(f"--tp {tp} cannot shard {cfg.name}: {cfg.heads} query heads, {cfg.kv_heads} key/value "
-                           f"heads and MLP width {cfg.intermediate} must all divide by it; use --tp "
-                           f"{' or '.join(map(str, valid))}")
+        raise UsageProblem(
+            f"--tp {tp} cannot shard {cfg.name}: {cfg.heads} query heads, {cfg.kv_heads} key/value "
+            f"heads and MLP width {cfg.intermediate} must all divide by it; use --tp "
+            f"{' or '.join(map(str, valid))}"
+        )
 
 
 def _shard_attention(attn: nn.Module, comm: Communicator) -> None:
@@ -58,8 +61,10 @@ def _shard_attention(attn: nn.Module, comm: Communicator) -> None:
     heads = attn.q_proj.out_features // attn.head_dim
     for count, what in ((heads, "query heads"), (kv_heads, "key/value heads")):
         if count % comm.world_size:
-            raise UsageProblem(f"tensor parallelism over {comm.world_size} ranks needs {what} ({count}) "
-                               f"divisible by {comm.world_size}")
+            raise UsageProblem(
+                f"tensor parallelism over {comm.world_size} ranks needs {what} ({count}) "
+                f"divisible by {comm.world_size}"
+            )
     for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
         _shard_linear(proj, 0, comm)
     _shard_linear(attn.o_proj, 1, comm)
@@ -82,8 +87,10 @@ def _shard_ffn(ffn: nn.Module, comm: Communicator) -> None:
 
 def _check_divisible(size: int, comm: Communicator, what: str) -> None:
     if size % comm.world_size:
-        raise UsageProblem(f"tensor parallelism over {comm.world_size} ranks needs the {what} ({size}) "
-                           f"divisible by {comm.world_size}")
+        raise UsageProblem(
+            f"tensor parallelism over {comm.world_size} ranks needs the {what} ({size}) "
+            f"divisible by {comm.world_size}"
+        )
 
 
 def _slice_param(param: nn.Parameter, dim: int, comm: Communicator) -> nn.Parameter:

@@ -39,7 +39,7 @@ from ncclprobe.engine.model import Rope, Transformer, apply_rope, init_weights
 from ncclprobe.engine.synthetic_corpus import ChainSpec, MarkovChain
 from ncclprobe.errors import UsageProblem
 
-EVAL_SEED_OFFSET = 104729   # held-out sequences: a generator stream training never draws from
+EVAL_SEED_OFFSET = 104729  # held-out sequences: a generator stream training never draws from
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,29 +47,38 @@ class TargetTrainSpec:
     """Defaults sized for `small` on one H200 (module docstring); `DEFAULTS` holds other presets'."""
 
     steps: int = 320
-    batch: int = 24             # sequences per step
-    seq_len: int = 320          # tokens per sequence (prefix + chain): the positions the target knows
-    lr: float = 3e-4            # AdamW peak; linear warmup, cosine decay to lr * min_lr_ratio
-    warmup: int = 30            # steps
+    batch: int = 24  # sequences per step
+    seq_len: int = 320  # tokens per sequence (prefix + chain): the positions the target knows
+    lr: float = 3e-4  # AdamW peak; linear warmup, cosine decay to lr * min_lr_ratio
+    warmup: int = 30  # steps
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
-    active_vocab: int = 64      # ChainSpec fields, see synthetic_corpus
+    active_vocab: int = 64  # ChainSpec fields, see synthetic_corpus
     successors: int = 5
     top_prob: float = 0.75
-    eval_batch: int = 32        # held-out sequences for the final loss and argmax agreement
-    seed: int = 0               # weights, chain and data
+    eval_batch: int = 32  # held-out sequences for the final loss and argmax agreement
+    seed: int = 0  # weights, chain and data
 
     def __post_init__(self):
         for name in ("steps", "batch", "seq_len", "eval_batch"):
             if getattr(self, name) < 1:
-                raise UsageProblem(f"train-target: {name} must be at least 1, got {getattr(self, name)}")
+                raise UsageProblem(
+                    f"train-target: {name} must be at least 1, got {getattr(self, name)}"
+                )
         if self.lr <= 0 or self.warmup < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise UsageProblem(f"train-target: need lr > 0, warmup >= 0, 0 <= min_lr_ratio <= 1, got "
-                               f"{self.lr}, {self.warmup}, {self.min_lr_ratio}")
+            raise UsageProblem(
+                f"train-target: need lr > 0, warmup >= 0, 0 <= min_lr_ratio <= 1, got "
+                f"{self.lr}, {self.warmup}, {self.min_lr_ratio}"
+            )
 
     def chain(self, vocab: int) -> ChainSpec:
-        return ChainSpec(vocab=vocab, active_vocab=self.active_vocab, successors=self.successors,
-                         top_prob=self.top_prob, seed=self.seed)
+        return ChainSpec(
+            vocab=vocab,
+            active_vocab=self.active_vocab,
+            successors=self.successors,
+            top_prob=self.top_prob,
+            seed=self.seed,
+        )
 
 
 # `tiny` learns on a CPU in about a minute; `small` in 44 s on one H200 (module docstring)
@@ -114,26 +123,34 @@ def training_logits(model: Transformer, tokens: torch.Tensor, rope=None) -> torc
 def _attention(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     B, T, _ = x.shape
     q = attn.q_proj(x).view(B, T, -1, attn.head_dim)
-    rope = (cos[:, :T].to(q.dtype), sin[:, :T].to(q.dtype))   # the engine keeps its tables in the weights' dtype
+    rope = (
+        cos[:, :T].to(q.dtype),
+        sin[:, :T].to(q.dtype),
+    )  # the engine keeps its tables in the weights' dtype
     q = apply_rope(q, rope)
     k = apply_rope(attn.k_proj(x).view(B, T, -1, attn.head_dim), rope)
     v = attn.v_proj(x).view(B, T, -1, attn.head_dim)
-    y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                       is_causal=True, enable_gqa=True)
+    y = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+    )
     return attn.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
 def sequence_loss(logits: torch.Tensor, tokens: torch.Tensor, ruled: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (nats) over the positions that predict a token drawn by the chain's rule."""
     labels = torch.where(ruled[:, 1:], tokens[:, 1:], -100)
-    return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    return F.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
+    )
 
 
 def learning_rate(spec: TargetTrainSpec, step: int) -> float:
     if step < spec.warmup:
         return spec.lr * (step + 1) / spec.warmup
     progress = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
-    return spec.lr * (spec.min_lr_ratio + (1 - spec.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return spec.lr * (
+        spec.min_lr_ratio + (1 - spec.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    )
 
 
 def _autocast(device: torch.device):
@@ -151,16 +168,20 @@ def evaluate(model: Transformer, chain: MarkovChain, spec: TargetTrainSpec) -> d
     with _autocast(device):
         logits = training_logits(model, tokens)
     mask = ruled[:, 1:]
-    a, b = tokens[:, :-2], tokens[:, 1:-1]      # context of each prediction from position 1 on
+    a, b = tokens[:, :-2], tokens[:, 1:-1]  # context of each prediction from position 1 on
     top = chain.top(a, b)
     judged = mask[:, 1:] & (top >= 0)
     agree = (logits[:, 1:-1].argmax(-1) == top) & judged
-    return {"eval_loss": float(sequence_loss(logits, tokens, ruled)),
-            "entropy_bound": float(chain.entropy(a, b)[mask[:, 1:]].mean()),
-            "argmax_agreement": float(agree.sum() / judged.sum().clamp(min=1))}
+    return {
+        "eval_loss": float(sequence_loss(logits, tokens, ruled)),
+        "entropy_bound": float(chain.entropy(a, b)[mask[:, 1:]].mean()),
+        "argmax_agreement": float(agree.sum() / judged.sum().clamp(min=1)),
+    }
 
 
-def train_target(model: Transformer, spec: TargetTrainSpec, progress=None, log_every: int = 10) -> dict:
+def train_target(
+    model: Transformer, spec: TargetTrainSpec, progress=None, log_every: int = 10
+) -> dict:
     """Train `model` (float32, on its device) in place; `progress(step, steps, loss)` every
     `log_every` steps. Returns the report described in the module docstring's terms."""
     _require_dense(model.cfg)
@@ -168,8 +189,13 @@ def train_target(model: Transformer, spec: TargetTrainSpec, progress=None, log_e
     chain = MarkovChain(spec.chain(model.cfg.vocab), device)
     gen = torch.Generator(device=device).manual_seed(spec.seed)
     rope = rope_tables(model, spec.seq_len, device)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0, betas=(0.9, 0.95),
-                                  fused=device.type == "cuda")
+    optimiser = torch.optim.AdamW(
+        model.parameters(),
+        lr=spec.lr,
+        weight_decay=0.0,
+        betas=(0.9, 0.95),
+        fused=device.type == "cuda",
+    )
     model.train().requires_grad_(True)
     start, losses = time.perf_counter(), []
     for step, (tokens, ruled) in enumerate(_batches(chain, spec, gen)):
@@ -184,15 +210,23 @@ def train_target(model: Transformer, spec: TargetTrainSpec, progress=None, log_e
         losses.append(loss.detach())
         if progress and ((step + 1) % log_every == 0 or step + 1 == spec.steps):
             progress(step + 1, spec.steps, float(losses[-1]))
-    history = torch.stack(losses).tolist()       # one host sync, after the loop
+    history = torch.stack(losses).tolist()  # one host sync, after the loop
     seconds = time.perf_counter() - start
     model.eval().requires_grad_(False)
     window = max(1, spec.steps // 10)
     tokens_seen = spec.steps * spec.batch * spec.seq_len
-    return {"steps": spec.steps, "tokens_seen": tokens_seen, "loss_first": sum(history[:window]) / window,
-            "loss_last": sum(history[-window:]) / window, **evaluate(model, chain, spec),
-            "chain_entropy": chain.chain_entropy, "train_seconds": seconds, "tokens_per_s": tokens_seen / seconds,
-            "device": str(device), "spec": asdict(spec)}
+    return {
+        "steps": spec.steps,
+        "tokens_seen": tokens_seen,
+        "loss_first": sum(history[:window]) / window,
+        "loss_last": sum(history[-window:]) / window,
+        **evaluate(model, chain, spec),
+        "chain_entropy": chain.chain_entropy,
+        "train_seconds": seconds,
+        "tokens_per_s": tokens_seen / seconds,
+        "device": str(device),
+        "spec": asdict(spec),
+    }
 
 
 def _batches(chain: MarkovChain, spec: TargetTrainSpec, gen, chunk: int = 16):
@@ -204,14 +238,19 @@ def _batches(chain: MarkovChain, spec: TargetTrainSpec, gen, chunk: int = 16):
 
 
 @torch.no_grad()
-def greedy_agreement(model: Transformer, chain: MarkovChain, prompts: torch.Tensor, new_tokens: int) -> float:
+def greedy_agreement(
+    model: Transformer, chain: MarkovChain, prompts: torch.Tensor, new_tokens: int
+) -> float:
     """Share of the engine's greedy tokens (cached path, as `run-engine` decodes) after `prompts`
     that are the chain's most likely successor of their context, where the context has one."""
     from ncclprobe.engine.generate import Engine
+
     model.setup_caches(prompts.shape[0], prompts.shape[1] + new_tokens + 1)
-    generated = torch.tensor(Engine(model).baseline(prompts, new_tokens).tokens, device=prompts.device)
+    generated = torch.tensor(
+        Engine(model).baseline(prompts, new_tokens).tokens, device=prompts.device
+    )
     tokens = torch.cat([prompts, generated], dim=1)
     n = prompts.shape[1]
-    top = chain.top(tokens[:, n - 2:-2], tokens[:, n - 1:-1])
+    top = chain.top(tokens[:, n - 2 : -2], tokens[:, n - 1 : -1])
     judged = top >= 0
     return float(((tokens[:, n:] == top) & judged).sum() / judged.sum().clamp(min=1))

@@ -28,19 +28,34 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
-    spec = SweepSpec(grid={}, sizes=tuple(parse_sizes(args.sizes)), modes=("eager", "graph"), in_place=(True,),
-                     iters=args.iters, trials=args.trials, warmup=5, nranks=1, backend="nccl")
+    spec = SweepSpec(
+        grid={},
+        sizes=tuple(parse_sizes(args.sizes)),
+        modes=("eager", "graph"),
+        in_place=(True,),
+        iters=args.iters,
+        trials=args.trials,
+        warmup=5,
+        nranks=1,
+        backend="nccl",
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        results = session.run_job(session.new_job(spec, {}, str(Path(tmp) / "bench.jsonl"), ["bench"]))
+        results = session.run_job(
+            session.new_job(spec, {}, str(Path(tmp) / "bench.jsonl"), ["bench"])
+        )
     by = {(r["mode"], r["size_bytes"]): r for r in results.results}
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, NCCL "
-          f"{'.'.join(map(str, torch.cuda.nccl.version()))}, one rank, in-place float32, "
-          f"{args.iters} calls x {args.trials} trials")
+    print(
+        f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, NCCL "
+        f"{'.'.join(map(str, torch.cuda.nccl.version()))}, one rank, in-place float32, "
+        f"{args.iters} calls x {args.trials} trials"
+    )
     print(f"{'size':>6} {'eager_us':>9} {'graph_us':>9} {'saved_us':>9} {'wrong':>6}")
     for size in spec.sizes:
         eager, graph = by[("eager", size)], by[("graph", size)]
-        print(f"{format_size(size):>6} {eager['time_us']:9.2f} {graph['time_us']:9.2f} "
-              f"{eager['time_us'] - graph['time_us']:9.2f} {eager['wrong'] + graph['wrong']:6d}")
+        print(
+            f"{format_size(size):>6} {eager['time_us']:9.2f} {graph['time_us']:9.2f} "
+            f"{eager['time_us'] - graph['time_us']:9.2f} {eager['wrong'] + graph['wrong']:6d}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,19 +32,32 @@ from ncclprobe.secrets import mask_argv, mask_text
 _PREFIX = re.compile(r"^([^\s:\[\]]+):([0-9]+):", re.M)
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl_logs"
-LONG_LINES = {"1 MB, no spaces": "a" * (1 << 20), "1 MB of 'host:1:'": "host:1:" * ((1 << 20) // 7),
-              "1 MB of '[' ": "[" * (1 << 20), "1 MB after a prefix": "h:1:1 [0] NCCL INFO " + "x" * (1 << 20),
-              "1 MB of 'eyJ'": "eyJ" * ((1 << 20) // 3), "1 MB of '://a:'": "://a:" * ((1 << 20) // 5)}
+LONG_LINES = {
+    "1 MB, no spaces": "a" * (1 << 20),
+    "1 MB of 'host:1:'": "host:1:" * ((1 << 20) // 7),
+    "1 MB of '[' ": "[" * (1 << 20),
+    "1 MB after a prefix": "h:1:1 [0] NCCL INFO " + "x" * (1 << 20),
+    "1 MB of 'eyJ'": "eyJ" * ((1 << 20) // 3),
+    "1 MB of '://a:'": "://a:" * ((1 << 20) // 5),
+}
 
 
 def real_looking_log(path: Path, megabytes: int) -> int:
     """Fixture logs repeated to `megabytes`, each copy with its own host and pids; returns the size."""
-    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(FIXTURES.glob("*.log"))]
+    texts = [
+        p.read_text(encoding="utf-8", errors="replace") for p in sorted(FIXTURES.glob("*.log"))
+    ]
     target, written, copy = megabytes << 20, 0, 0
     with open(path, "w", encoding="utf-8") as out:
         while written < target:
-            for text in texts:   # each copy another job: its own hosts and pids, as in a fleet's logs
-                chunk = _PREFIX.sub(lambda m: f"{m[1]}-{copy}:{int(m[2]) + copy}:", text) if copy else text
+            for (
+                text
+            ) in texts:  # each copy another job: its own hosts and pids, as in a fleet's logs
+                chunk = (
+                    _PREFIX.sub(lambda m: f"{m[1]}-{copy}:{int(m[2]) + copy}:", text)
+                    if copy
+                    else text
+                )
                 out.write(chunk + "\n")
                 written += len(chunk) + 1
             copy += 1
@@ -70,6 +83,7 @@ def quietly(parse):
             parse(text)
         except UsageProblem:
             pass
+
     return run
 
 
@@ -83,17 +97,36 @@ def main() -> None:
     size = real_looking_log(log, args.mb)
     rows = []
     seconds, cpu = cpu_timed(lambda: parse_nccl_log_file(log))
-    rows.append({"input": f"real-looking NCCL log, {size / 2**20:.0f} MiB", "parser": "nccl-log (read+parse)",
-                 "seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "MB_per_s": round(size / 2**20 / seconds, 1)})
-    parsers = {"nccl-log": parse_nccl_log, "nccl-tests": quietly(parse_nccl_tests), "topo": quietly(parse_topo),
-               "mask_text": mask_text, "mask_argv": lambda t: mask_argv([t])}
+    rows.append(
+        {
+            "input": f"real-looking NCCL log, {size / 2**20:.0f} MiB",
+            "parser": "nccl-log (read+parse)",
+            "seconds": round(seconds, 2),
+            "cpu_s": round(cpu, 2),
+            "MB_per_s": round(size / 2**20 / seconds, 1),
+        }
+    )
+    parsers = {
+        "nccl-log": parse_nccl_log,
+        "nccl-tests": quietly(parse_nccl_tests),
+        "topo": quietly(parse_topo),
+        "mask_text": mask_text,
+        "mask_argv": lambda t: mask_argv([t]),
+    }
     for name, text in LONG_LINES.items():
         for parser_name, parse in parsers.items():
-            rows.append({"input": name, "parser": parser_name, "seconds": round(timed(lambda: parse(text)), 3),
-                         "MB_per_s": None})
+            rows.append(
+                {
+                    "input": name,
+                    "parser": parser_name,
+                    "seconds": round(timed(lambda: parse(text)), 3),
+                    "MB_per_s": None,
+                }
+            )
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    (args.outdir / "bench_parsers.json").write_text(json.dumps({"rows": rows, "peak_rss_mib": round(peak_mib)},
-                                                               indent=1))
+    (args.outdir / "bench_parsers.json").write_text(
+        json.dumps({"rows": rows, "peak_rss_mib": round(peak_mib)}, indent=1)
+    )
     log.unlink()
     width = max(len(r["input"]) for r in rows)
     print(f"{'input':<{width}}  {'parser':<22}  {'seconds':>8}  {'cpu_s':>6}  {'MB/s':>6}")

@@ -23,8 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "profiles" / \
-    "vllm_decode_full_cudagraph_bs32_mi300x_tracelens.json.gz"
+SOURCE = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "fixtures"
+    / "profiles"
+    / "vllm_decode_full_cudagraph_bs32_mi300x_tracelens.json.gz"
+)
 
 
 def build(path: Path, megabytes: int) -> int:
@@ -61,8 +66,11 @@ def measure(args: list[str]) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of `ncclprobe diagnose ARGS` in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args, "--format", "json"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode not in (0, 1):
@@ -90,7 +98,9 @@ def main() -> None:
                 with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
                     shutil.copyfileobj(src, dst)
                 wall, peak, _ = measure(["--profile", str(gz)])
-                rows.append((f"{size:.0f} MB as {gz.stat().st_size / 1e6:.0f} MB gz", events, wall, peak))
+                rows.append(
+                    (f"{size:.0f} MB as {gz.stat().st_size / 1e6:.0f} MB gz", events, wall, peak)
+                )
             path.unlink()
     finally:
         shutil.rmtree(out, ignore_errors=True)

@@ -26,19 +26,40 @@ from ncclprobe.records import read_results
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
-PROTOS = DEFAULT_GRID["NCCL_PROTO"]                    # per communicator: one pool
+PROTOS = DEFAULT_GRID["NCCL_PROTO"]  # per communicator: one pool
 BUFFSIZES = ("1048576", "2097152", "4194304", "8388608")  # once per process: one pool each
 
 
 def default_sweep_wall_s(workdir: Path) -> float:
     began = time.monotonic()
-    subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "sweep", "--output", str(workdir / "default.jsonl")],
-                   check=False, stdout=subprocess.DEVNULL, cwd=workdir)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe",
+            "-q",
+            "sweep",
+            "--output",
+            str(workdir / "default.jsonl"),
+        ],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        cwd=workdir,
+    )
     return time.monotonic() - began
 
 
 def tiny_sweep(workdir: Path, name: str, grid: dict) -> tuple[float, dict]:
-    spec = SweepSpec(grid=grid, sizes=(8,), iters=1, trials=1, warmup=0, in_place=(True,), nranks=2, backend="gloo")
+    spec = SweepSpec(
+        grid=grid,
+        sizes=(8,),
+        iters=1,
+        trials=1,
+        warmup=0,
+        in_place=(True,),
+        nranks=2,
+        backend="gloo",
+    )
     began = time.monotonic()
     results = session.run_job(session.new_job(spec, {}, str(workdir / name), ["bench"]))
     return time.monotonic() - began, results.summaries[-1]
@@ -50,25 +71,40 @@ def main() -> None:
         wall = default_sweep_wall_s(workdir)
         results = read_results(workdir / "default.jsonl")
         summary = results.summaries[-1]
-        print(f"default sweep (README command): {wall:.1f} s wall, {summary['configs_run']} configurations "
-              f"in {summary['pools_run']} pool(s); target < 30 s")
-        inplace, outplace = (statistics.median(r["time_us"] for r in results.results
-                                               if r["size_bytes"] == 256 * 1024 and r["in_place"] is place)
-                             for place in (True, False))
-        print(f"256 KiB, median over the configurations: in place {inplace:.0f} us, out of place {outplace:.0f} us "
-              f"(ratio {max(inplace, outplace) / min(inplace, outplace):.2f}; target within 2x: with torch's default "
-              f"threads in each rank it was 3.8x, issue 17)")
+        print(
+            f"default sweep (README command): {wall:.1f} s wall, {summary['configs_run']} configurations "
+            f"in {summary['pools_run']} pool(s); target < 30 s"
+        )
+        inplace, outplace = (
+            statistics.median(
+                r["time_us"]
+                for r in results.results
+                if r["size_bytes"] == 256 * 1024 and r["in_place"] is place
+            )
+            for place in (True, False)
+        )
+        print(
+            f"256 KiB, median over the configurations: in place {inplace:.0f} us, out of place {outplace:.0f} us "
+            f"(ratio {max(inplace, outplace) / min(inplace, outplace):.2f}; target within 2x: with torch's default "
+            f"threads in each rank it was 3.8x, issue 17)"
+        )
         reused_s, reused = tiny_sweep(workdir, "reuse.jsonl", {"NCCL_PROTO": PROTOS})
         fresh_s, fresh = tiny_sweep(workdir, "fresh.jsonl", {"NCCL_BUFFSIZE": BUFFSIZES})
         n = len(PROTOS)
-        print(f"with pool reuse:    {reused['pools_run']} pool(s) for {n} configurations: {reused_s:.2f} s "
-              f"({reused_s / n:.2f} s per configuration)")
-        print(f"without pool reuse: {fresh['pools_run']} pool(s) for {n} configurations: {fresh_s:.2f} s "
-              f"({fresh_s / n:.2f} s per configuration)")
-        print(f"measured pool start {reused['pool_start_s_mean']:.2f} s, start + teardown "
-              f"{reused['pool_overhead_s_mean']:.2f} s; the sweep's own estimate of the saving "
-              f"for the reused grid: {reused['pool_reuse_saved_s_est']:.2f} s; measured difference "
-              f"{fresh_s - reused_s:.2f} s")
+        print(
+            f"with pool reuse:    {reused['pools_run']} pool(s) for {n} configurations: {reused_s:.2f} s "
+            f"({reused_s / n:.2f} s per configuration)"
+        )
+        print(
+            f"without pool reuse: {fresh['pools_run']} pool(s) for {n} configurations: {fresh_s:.2f} s "
+            f"({fresh_s / n:.2f} s per configuration)"
+        )
+        print(
+            f"measured pool start {reused['pool_start_s_mean']:.2f} s, start + teardown "
+            f"{reused['pool_overhead_s_mean']:.2f} s; the sweep's own estimate of the saving "
+            f"for the reused grid: {reused['pool_reuse_saved_s_est']:.2f} s; measured difference "
+            f"{fresh_s - reused_s:.2f} s"
+        )
 
 
 if __name__ == "__main__":

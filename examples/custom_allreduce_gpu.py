@@ -40,24 +40,39 @@ def main() -> int:
     shared = gpus < 2
     # under --share-gpu every call waits for the other process's time slice: keep the counts small
     counts = dict(iters=10, trials=3, warmup=2, graph_ops=5, replays=2) if shared else {}
-    spec = CustomAllReduceSpec(sizes=tuple(parse_sizes(args.sizes)), dtypes=tuple(args.dtype.split(",")),
-                               share_gpu=2 if shared else 0, **counts)
+    spec = CustomAllReduceSpec(
+        sizes=tuple(parse_sizes(args.sizes)),
+        dtypes=tuple(args.dtype.split(",")),
+        share_gpu=2 if shared else 0,
+        **counts,
+    )
     name = re.sub(r"[^a-z0-9]+", "_", torch.cuda.get_device_name(0).lower()).strip("_")
-    target = args.outdir / f"custom_allreduce_{name}_{'share_gpu2' if shared else f'{gpus}ranks'}.json"
+    target = (
+        args.outdir / f"custom_allreduce_{name}_{'share_gpu2' if shared else f'{gpus}ranks'}.json"
+    )
     if target.exists():
         raise SystemExit(f"{target} exists; not replacing it")
     args.outdir.mkdir(parents=True, exist_ok=True)
 
     def progress(step: dict, total: int) -> None:
-        print(f"  {step['method']} {step['dtype']} {step['size_bytes']}B {step['mode']}", file=sys.stderr)
+        print(
+            f"  {step['method']} {step['dtype']} {step['size_bytes']}B {step['mode']}",
+            file=sys.stderr,
+        )
 
     doc = run_custom_allreduce(spec, on_step=progress)
     partial = target.with_suffix(".json.tmp")
     partial.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     os.replace(partial, target)
     print(f"wrote {target}", file=sys.stderr)
-    emit("table", doc, table_rows(doc), title=f"custom-allreduce on {torch.cuda.get_device_name(0)}, "
-         f"{doc['nranks']} ranks{' sharing GPU 0' if shared else ''}: us per all-reduce", notes=doc["notes"])
+    emit(
+        "table",
+        doc,
+        table_rows(doc),
+        title=f"custom-allreduce on {torch.cuda.get_device_name(0)}, "
+        f"{doc['nranks']} ranks{' sharing GPU 0' if shared else ''}: us per all-reduce",
+        notes=doc["notes"],
+    )
     return verdict(doc).exit_code
 
 

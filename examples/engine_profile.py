@@ -1,6 +1,6 @@
 """Where a decode step's GPU time goes: the top kernels of one eager step (torch.profiler).
 
-  python examples/engine_profile.py --preset llama-16l
+python examples/engine_profile.py --preset llama-16l
 """
 
 import argparse
@@ -28,7 +28,9 @@ def main() -> None:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             model(ids, pos)
             torch.cuda.synchronize()
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+    print(
+        prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70)
+    )
 
 
 if __name__ == "__main__":

@@ -29,73 +29,175 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    path: str          # file, relative to the repository root
-    old: str           # exact text replaced (must occur once)
+    path: str  # file, relative to the repository root
+    old: str  # exact text replaced (must occur once)
     new: str
-    tests: tuple[str, ...]   # pytest arguments that cover it
+    tests: tuple[str, ...]  # pytest arguments that cover it
 
 
 MUTANTS = (
-    Mutant("masking: hf_ token pattern removed", "ncclprobe/secrets.py",
-           "hf_[A-Za-z0-9]{16,}|", "", ("tests/test_escaped_mutants.py", "tests/test_envcheck.py")),
-    Mutant("recommend: p90-below-p10 spread rule removed", "ncclprobe/recommend/noise.py",
-           "return candidate.p90_us < default.p10_us and gain(", "return gain(",
-           ("tests/test_recommend.py", "tests/test_escaped_mutants.py", "tests/test_recommend_chain.py")),
-    Mutant("run-engine: float32 greedy mismatch passes", "ncclprobe/enginerun/trace.py",
-           'greedy_ok = result["greedy_match"] is not False or not exact', "greedy_ok = True",
-           ("tests/test_engine_cli.py", "-k", "greedy_mismatch")),
-    Mutant("proof: another configuration's per-communicator reads count", "ncclprobe/sweep/proof.py",
-           "if proof_scope(name) is Scope.PROCESS}", "if True}", ("tests/test_sweep_proof.py",)),
-    Mutant("proof: only the lowest rank's log is read", "ncclprobe/sweep/proof.py",
-           "for rank, (whole, during) in sorted(logs.items())}",
-           "for rank, (whole, during) in sorted(logs.items())[:1]}", ("tests/test_sweep_proof.py",)),
-    Mutant("choice: one matching TUNING call proves the choice", "ncclprobe/sweep/choice.py",
-           'chosen = check["matching"] == check["calls"]', 'chosen = check["matching"] > 0',
-           ("tests/test_sweep_share_gpu.py", "tests/test_sweep_proof.py")),
-    Mutant("choice: connection lines ignored", "ncclprobe/sweep/choice.py",
-           "offending = [rank for rank, counts in lines.items() if counts.get(transport)]", "offending = []",
-           ("tests/test_sweep_proof.py",)),
-    Mutant("lint: lowercase P2P level accepted", "ncclprobe/nccl/lint.py",
-           "elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:", "elif False:",
-           ("tests/test_knobs_lint.py", "tests/test_nccl_rules.py", "tests/test_diagnose.py")),
-    Mutant("ll128: mixed GPU types allowed before 2.30", "ncclprobe/nccl/ll128.py",
-           "if low < 90 or (version is not None and version < (2, 30, 0)):", "if low < 90:",
-           ("tests/test_nccl_rules.py", "tests/test_knobs_lint.py")),
-    Mutant("nccl log: integer values keep NCCL's trailing period", "ncclprobe/evidence/nccl_log.py",
-           "            value = value[:-1]\n", "            pass\n", ("tests/test_nccl_log.py", "tests/test_sweep_proof.py")),
-    Mutant("diagnose: invalid values reported again as 'not read'", "ncclprobe/diagnose/rules_settings.py",
-           "elif read and var not in read and var in invalid:", "elif False:", ("tests/test_diagnose.py",)),
-    Mutant("diagnose: speculative inside the spread called slower", "ncclprobe/diagnose/rules.py",
-           "if spec_range[1] >= base_range[0]:", "if False:", ("tests/test_diagnose.py",)),
-    Mutant("diagnose: one faster measurement rules slower out", "ncclprobe/diagnose/rules.py",
-           "    if speedup >= 1.0:\n        return NotChecked(",
-           "    if speedup >= 1.0:\n        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
-           "        return NotChecked(", ("tests/test_diagnose.py",)),
-    Mutant("env-check: a rule out from zero processes", "ncclprobe/diagnose/rules_envcheck.py",
-           "    if not targets:\n", "    if False:\n", ("tests/test_diagnose.py",)),
-    Mutant("recommend: merging hides the spread", "ncclprobe/recommend/noise.py",
-           "p10_us=min(min(p.p10_us for p in points), times[0]),", "p10_us=times[0],",
-           ("tests/test_recommend.py", "tests/test_nccl_tests_runs.py", "tests/test_recommend_chain.py")),
-    Mutant("sweep: worker environment not compared", "ncclprobe/sweep/proof.py",
-           "if seen.get(name) != settings.get(name):", "if False:", ("tests/test_sweep_proof.py",)),
-    Mutant("nccl-tests: an empty redop cell not recognised", "ncclprobe/evidence/nccl_tests.py",
-           "redop_shown = columns.redop and len(tokens) > 3 and not _NUMBER.match(tokens[3])",
-           "redop_shown = columns.redop", ("tests/test_nccl_tests_shapes.py",)),
-    Mutant("nccl-tests: a trimmed run's table header does not start a run", "ncclprobe/evidence/nccl_tests_split.py",
-           ', ("table", COLUMNS))', ")", ("tests/test_nccl_tests_shapes.py", "tests/test_nccl_tests_runs.py")),
-    Mutant("values: spaces around NCCL_PROTO tokens accepted", "ncclprobe/nccl/values.py",
-           "if token and token.lower() not in allowed:", "if token.strip() and token.strip().lower() not in allowed:",
-           ("tests/test_knobs_lint.py",)),
-    Mutant("sizes: a range's upper bound dropped", "ncclprobe/sizes.py", "    while size <= hi:", "    while size < hi:",
-           ("tests/test_sizes.py",)),
+    Mutant(
+        "masking: hf_ token pattern removed",
+        "ncclprobe/secrets.py",
+        "hf_[A-Za-z0-9]{16,}|",
+        "",
+        ("tests/test_escaped_mutants.py", "tests/test_envcheck.py"),
+    ),
+    Mutant(
+        "recommend: p90-below-p10 spread rule removed",
+        "ncclprobe/recommend/noise.py",
+        "return candidate.p90_us < default.p10_us and gain(",
+        "return gain(",
+        (
+            "tests/test_recommend.py",
+            "tests/test_escaped_mutants.py",
+            "tests/test_recommend_chain.py",
+        ),
+    ),
+    Mutant(
+        "run-engine: float32 greedy mismatch passes",
+        "ncclprobe/enginerun/trace.py",
+        'greedy_ok = result["greedy_match"] is not False or not exact',
+        "greedy_ok = True",
+        ("tests/test_engine_cli.py", "-k", "greedy_mismatch"),
+    ),
+    Mutant(
+        "proof: another configuration's per-communicator reads count",
+        "ncclprobe/sweep/proof.py",
+        "if proof_scope(name) is Scope.PROCESS}",
+        "if True}",
+        ("tests/test_sweep_proof.py",),
+    ),
+    Mutant(
+        "proof: only the lowest rank's log is read",
+        "ncclprobe/sweep/proof.py",
+        "for rank, (whole, during) in sorted(logs.items())}",
+        "for rank, (whole, during) in sorted(logs.items())[:1]}",
+        ("tests/test_sweep_proof.py",),
+    ),
+    Mutant(
+        "choice: one matching TUNING call proves the choice",
+        "ncclprobe/sweep/choice.py",
+        'chosen = check["matching"] == check["calls"]',
+        'chosen = check["matching"] > 0',
+        ("tests/test_sweep_share_gpu.py", "tests/test_sweep_proof.py"),
+    ),
+    Mutant(
+        "choice: connection lines ignored",
+        "ncclprobe/sweep/choice.py",
+        "offending = [rank for rank, counts in lines.items() if counts.get(transport)]",
+        "offending = []",
+        ("tests/test_sweep_proof.py",),
+    ),
+    Mutant(
+        "lint: lowercase P2P level accepted",
+        "ncclprobe/nccl/lint.py",
+        "elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:",
+        "elif False:",
+        ("tests/test_knobs_lint.py", "tests/test_nccl_rules.py", "tests/test_diagnose.py"),
+    ),
+    Mutant(
+        "ll128: mixed GPU types allowed before 2.30",
+        "ncclprobe/nccl/ll128.py",
+        "if low < 90 or (version is not None and version < (2, 30, 0)):",
+        "if low < 90:",
+        ("tests/test_nccl_rules.py", "tests/test_knobs_lint.py"),
+    ),
+    Mutant(
+        "nccl log: integer values keep NCCL's trailing period",
+        "ncclprobe/evidence/nccl_log.py",
+        "            value = value[:-1]\n",
+        "            pass\n",
+        ("tests/test_nccl_log.py", "tests/test_sweep_proof.py"),
+    ),
+    Mutant(
+        "diagnose: invalid values reported again as 'not read'",
+        "ncclprobe/diagnose/rules_settings.py",
+        "elif read and var not in read and var in invalid:",
+        "elif False:",
+        ("tests/test_diagnose.py",),
+    ),
+    Mutant(
+        "diagnose: speculative inside the spread called slower",
+        "ncclprobe/diagnose/rules.py",
+        "if spec_range[1] >= base_range[0]:",
+        "if False:",
+        ("tests/test_diagnose.py",),
+    ),
+    Mutant(
+        "diagnose: one faster measurement rules slower out",
+        "ncclprobe/diagnose/rules.py",
+        "    if speedup >= 1.0:\n        return NotChecked(",
+        "    if speedup >= 1.0:\n        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
+        "        return NotChecked(",
+        ("tests/test_diagnose.py",),
+    ),
+    Mutant(
+        "env-check: a rule out from zero processes",
+        "ncclprobe/diagnose/rules_envcheck.py",
+        "    if not targets:\n",
+        "    if False:\n",
+        ("tests/test_diagnose.py",),
+    ),
+    Mutant(
+        "recommend: merging hides the spread",
+        "ncclprobe/recommend/noise.py",
+        "p10_us=min(min(p.p10_us for p in points), times[0]),",
+        "p10_us=times[0],",
+        (
+            "tests/test_recommend.py",
+            "tests/test_nccl_tests_runs.py",
+            "tests/test_recommend_chain.py",
+        ),
+    ),
+    Mutant(
+        "sweep: worker environment not compared",
+        "ncclprobe/sweep/proof.py",
+        "if seen.get(name) != settings.get(name):",
+        "if False:",
+        ("tests/test_sweep_proof.py",),
+    ),
+    Mutant(
+        "nccl-tests: an empty redop cell not recognised",
+        "ncclprobe/evidence/nccl_tests.py",
+        "redop_shown = columns.redop and len(tokens) > 3 and not _NUMBER.match(tokens[3])",
+        "redop_shown = columns.redop",
+        ("tests/test_nccl_tests_shapes.py",),
+    ),
+    Mutant(
+        "nccl-tests: a trimmed run's table header does not start a run",
+        "ncclprobe/evidence/nccl_tests_split.py",
+        ', ("table", COLUMNS))',
+        ")",
+        ("tests/test_nccl_tests_shapes.py", "tests/test_nccl_tests_runs.py"),
+    ),
+    Mutant(
+        "values: spaces around NCCL_PROTO tokens accepted",
+        "ncclprobe/nccl/values.py",
+        "if token and token.lower() not in allowed:",
+        "if token.strip() and token.strip().lower() not in allowed:",
+        ("tests/test_knobs_lint.py",),
+    ),
+    Mutant(
+        "sizes: a range's upper bound dropped",
+        "ncclprobe/sizes.py",
+        "    while size <= hi:",
+        "    while size < hi:",
+        ("tests/test_sizes.py",),
+    ),
 )
 
 
 def copy_repository(into: Path) -> Path:
     """The tracked files (the working tree's versions) and the links that let `ncclprobe.engine` and
     `ncclprobe.probes` resolve inside the copy, as setup.cfg's package_dir maps them."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for name in files:
         source = ROOT / name
         if source.is_file():
@@ -110,8 +212,13 @@ def copy_repository(into: Path) -> Path:
 def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[bool, float]:
     env = {**os.environ, "PYTHONPATH": str(copy)}
     began = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=copy,
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return done.returncode == 0, time.monotonic() - began
 
 
@@ -119,7 +226,9 @@ def apply(copy: Path, mutant: Mutant) -> str:
     path = copy / mutant.path
     text = path.read_text()
     if text.count(mutant.old) != 1:
-        raise SystemExit(f"{mutant.name}: the text to mutate occurs {text.count(mutant.old)} times in {mutant.path}")
+        raise SystemExit(
+            f"{mutant.name}: the text to mutate occurs {text.count(mutant.old)} times in {mutant.path}"
+        )
     path.write_text(text.replace(mutant.old, mutant.new))
     return text
 
@@ -136,13 +245,20 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="ncclprobe-mutants-") as tmp:
         copy = copy_repository(Path(tmp) / "repo")
-        check = subprocess.run([sys.executable, "-c", "import ncclprobe.engine.spec as m; print(m.__file__)"],
-                               cwd=copy, env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True)
+        check = subprocess.run(
+            [sys.executable, "-c", "import ncclprobe.engine.spec as m; print(m.__file__)"],
+            cwd=copy,
+            env={**os.environ, "PYTHONPATH": str(copy)},
+            capture_output=True,
+            text=True,
+        )
         if not check.stdout.startswith(str(copy)):
-            raise SystemExit(f"the copy is not what gets imported ({check.stdout.strip() or check.stderr.strip()})")
+            raise SystemExit(
+                f"the copy is not what gets imported ({check.stdout.strip() or check.stderr.strip()})"
+            )
         killed = 0
         for mutant in chosen:
-            passed, _ = run_tests(copy, mutant.tests)          # unmutated: the tests must pass first
+            passed, _ = run_tests(copy, mutant.tests)  # unmutated: the tests must pass first
             if not passed:
                 print(f"SKIP    {mutant.name}: its tests fail without the mutant")
                 continue
@@ -152,7 +268,10 @@ def main() -> None:
             finally:
                 (copy / mutant.path).write_text(original)
             killed += not survived
-            print(f"{'ESCAPED' if survived else 'killed '} {mutant.name} ({seconds:.0f} s)", flush=True)
+            print(
+                f"{'ESCAPED' if survived else 'killed '} {mutant.name} ({seconds:.0f} s)",
+                flush=True,
+            )
         print(f"mutation score: {killed}/{len(chosen)} killed ({killed / len(chosen):.0%})")
 
 

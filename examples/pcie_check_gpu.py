@@ -27,22 +27,57 @@ def main(out: Path) -> int:
     for path in save(doc, out / "topo-check"):
         print(f"wrote {path}", file=sys.stderr)
     checked = time.monotonic() - began
-    pair = subprocess.run([sys.executable, "-m", "ncclprobe.probes.p2p_bandwidth", "--self-pair", "--bytes", str(64 << 20)],
-                          capture_output=True, text=True, timeout=300)
+    pair = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe.probes.p2p_bandwidth",
+            "--self-pair",
+            "--bytes",
+            str(64 << 20),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (out / "self-pair.jsonl").write_text(pair.stdout)
     rows = []
     for m in doc["matrices"]:
         for label, values in zip(m["rows"], m["values"]):
-            rows.append({"what": m["source"].replace("topo --check: ", ""), "from": label, "unit": m["unit"],
-                         **{c: v for c, v in zip(m["cols"], values)}})
-    rows += [{"what": f"check {c['check']}", "from": c["status"], "unit": "", "GPU0": c["summary"][:70]}
-             for c in doc["platform"]]
+            rows.append(
+                {
+                    "what": m["source"].replace("topo --check: ", ""),
+                    "from": label,
+                    "unit": m["unit"],
+                    **{c: v for c, v in zip(m["cols"], values)},
+                }
+            )
+    rows += [
+        {"what": f"check {c['check']}", "from": c["status"], "unit": "", "GPU0": c["summary"][:70]}
+        for c in doc["platform"]
+    ]
     nccl = doc["nccl"]
-    rows.append({"what": "NCCL dump job", "from": nccl.get("status"), "unit": "",
-                 "GPU0": f"ranks {nccl.get('ranks')}, NCCL {nccl.get('nccl_version')}, written {nccl.get('written')}"})
-    rows.append({"what": "self-pair probe", "from": pair.stdout.strip().splitlines()[-1][:70] if pair.stdout else pair.stderr[-200:],
-                 "unit": "", "GPU0": ""})
-    rows.append({"what": "topo --check wall time", "from": f"{checked:.1f} s", "unit": "", "GPU0": ""})
+    rows.append(
+        {
+            "what": "NCCL dump job",
+            "from": nccl.get("status"),
+            "unit": "",
+            "GPU0": f"ranks {nccl.get('ranks')}, NCCL {nccl.get('nccl_version')}, written {nccl.get('written')}",
+        }
+    )
+    rows.append(
+        {
+            "what": "self-pair probe",
+            "from": pair.stdout.strip().splitlines()[-1][:70]
+            if pair.stdout
+            else pair.stderr[-200:],
+            "unit": "",
+            "GPU0": "",
+        }
+    )
+    rows.append(
+        {"what": "topo --check wall time", "from": f"{checked:.1f} s", "unit": "", "GPU0": ""}
+    )
     print(tabulate(rows, headers="keys", floatfmt=".2f", missingval="-"))
     return 0
 

@@ -40,13 +40,42 @@ def engine_traces(out: Path, tokens: int, preset: str) -> list[tuple[str, list[s
     cases = []
     for graphs in ("decode", "all"):
         pdir, trace = out / f"engine-graphs-{graphs}", out / f"engine-graphs-{graphs}.trace.json"
-        proc = sh([sys.executable, "-m", "ncclprobe", "-q", "run-engine", "--preset", preset, "--graphs", graphs,
-                   "--new-tokens", str(tokens), "--single-rank-collectives", "--profile", str(pdir), "--trace", str(trace)])
+        proc = sh(
+            [
+                sys.executable,
+                "-m",
+                "ncclprobe",
+                "-q",
+                "run-engine",
+                "--preset",
+                preset,
+                "--graphs",
+                graphs,
+                "--new-tokens",
+                str(tokens),
+                "--single-rank-collectives",
+                "--profile",
+                str(pdir),
+                "--trace",
+                str(trace),
+            ]
+        )
         if proc.returncode not in (0, 1):
-            print(f"run-engine --graphs {graphs} failed: {proc.stderr.strip()[-400:]}", file=sys.stderr)
+            print(
+                f"run-engine --graphs {graphs} failed: {proc.stderr.strip()[-400:]}",
+                file=sys.stderr,
+            )
             continue
-        spec, base = pdir / "untuned-speculative-rank0.trace.json.gz", pdir / "untuned-baseline-rank0.trace.json.gz"
-        cases.append((f"engine --graphs {graphs} (profiles)", ["--profile", str(spec), "--baseline-profile", str(base)]))
+        spec, base = (
+            pdir / "untuned-speculative-rank0.trace.json.gz",
+            pdir / "untuned-baseline-rank0.trace.json.gz",
+        )
+        cases.append(
+            (
+                f"engine --graphs {graphs} (profiles)",
+                ["--profile", str(spec), "--baseline-profile", str(base)],
+            )
+        )
         cases.append((f"engine --graphs {graphs} (its trace)", ["--trace", str(trace)]))
     return cases
 
@@ -80,15 +109,34 @@ def step_markers():
 def hf_models(checkpoint: str | None, device: str):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     if checkpoint:
-        target = AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.bfloat16, local_files_only=True)
+        target = AutoModelForCausalLM.from_pretrained(
+            checkpoint, torch_dtype=torch.bfloat16, local_files_only=True
+        )
     else:
-        target = LlamaForCausalLM(LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                                              num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
+        target = LlamaForCausalLM(
+            LlamaConfig(
+                hidden_size=1024,
+                intermediate_size=2816,
+                num_hidden_layers=8,
+                num_attention_heads=16,
+                num_key_value_heads=4,
+                vocab_size=32000,
+            )
+        )
     vocab = target.config.vocab_size
-    assistant = LlamaForCausalLM(LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-                                             num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab))
+    assistant = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=256,
+            intermediate_size=704,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=vocab,
+        )
+    )
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     target = target.to(device, dtype).eval()
     assistant = assistant.to(device, dtype).eval()
@@ -103,6 +151,7 @@ def hf_profile(path: Path, generate, device: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
     from transformers import StoppingCriteriaList
+
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     generate(StoppingCriteriaList())
@@ -120,18 +169,25 @@ def hf_profile(path: Path, generate, device: str) -> None:
     plain.unlink()
 
 
-def hf_traces(out: Path, tokens: int, checkpoint: str | None, device: str = "cuda") -> list[tuple[str, list[str]]]:
+def hf_traces(
+    out: Path, tokens: int, checkpoint: str | None, device: str = "cuda"
+) -> list[tuple[str, list[str]]]:
     import torch
+
     target, assistant = hf_models(checkpoint, device)
     ids = torch.randint(1, target.config.vocab_size - 1, (1, 32), device=device)
-    common = dict(max_new_tokens=tokens, do_sample=False)      # no EOS token: every run makes `tokens`
+    common = dict(max_new_tokens=tokens, do_sample=False)  # no EOS token: every run makes `tokens`
     paths = {}
 
     def record(name, **kw):
         path = out / f"hf-{name}.trace.json.gz"
         try:
             with torch.inference_mode():
-                hf_profile(path, lambda crit: target.generate(ids, stopping_criteria=crit, **common, **kw), device)
+                hf_profile(
+                    path,
+                    lambda crit: target.generate(ids, stopping_criteria=crit, **common, **kw),
+                    device,
+                )
             paths[name] = path
         except Exception as exc:  # one variant failing must not lose the others
             print(f"hf {name}: {type(exc).__name__}: {exc}"[:400], file=sys.stderr)
@@ -139,7 +195,7 @@ def hf_traces(out: Path, tokens: int, checkpoint: str | None, device: str = "cud
     record("plain")
     eager_forward = target.forward
     try:
-        if device == "cuda":   # "reduce-overhead" replays CUDA graphs: a GPU-only mode
+        if device == "cuda":  # "reduce-overhead" replays CUDA graphs: a GPU-only mode
             target.forward = torch.compile(target.forward, mode="reduce-overhead", fullgraph=True)
             record("static-compiled", cache_implementation="static")
     except Exception as exc:
@@ -153,9 +209,19 @@ def hf_traces(out: Path, tokens: int, checkpoint: str | None, device: str = "cud
     cases = [(f"hf {name}", ["--profile", str(path)]) for name, path in paths.items()]
     base = paths.get("static-compiled") or paths.get("static")
     if "assisted" in paths and base:
-        cases.append(("hf assisted vs static", ["--profile", str(paths["assisted"]), "--baseline-profile", str(base)]))
+        cases.append(
+            (
+                "hf assisted vs static",
+                ["--profile", str(paths["assisted"]), "--baseline-profile", str(base)],
+            )
+        )
     if "plain" in paths and base:
-        cases.append(("hf plain vs static", ["--profile", str(paths["plain"]), "--baseline-profile", str(base)]))
+        cases.append(
+            (
+                "hf plain vs static",
+                ["--profile", str(paths["plain"]), "--baseline-profile", str(base)],
+            )
+        )
     return cases
 
 
@@ -163,26 +229,35 @@ def diagnose(name: str, args: list[str], out: Path) -> dict:
     proc = sh([sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args, "--format", "json"])
     safe = name.replace(" ", "_").replace("(", "").replace(")", "").replace("/", "-")
     (out / f"diagnose-{safe}.txt").write_text(
-        sh([sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args]).stdout)
+        sh([sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args]).stdout
+    )
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
         return {"name": name, "rc": proc.returncode, "top": proc.stderr.strip()[-200:]}
     top = doc["findings"][0] if doc["findings"] else None
-    return {"name": name, "rc": proc.returncode,
-            "top": f"{top['rule']}: {top['title']}" if top else "no findings",
-            "ruled_out": [r["rule"] for r in doc["ruled_out"]]}
+    return {
+        "name": name,
+        "rc": proc.returncode,
+        "top": f"{top['rule']}: {top['title']}" if top else "no findings",
+        "ruled_out": [r["rule"] for r in doc["ruled_out"]],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
-    parser.add_argument("--checkpoint", help="a local Hugging Face Llama checkpoint directory (default: random weights)")
+    parser.add_argument(
+        "--checkpoint",
+        help="a local Hugging Face Llama checkpoint directory (default: random weights)",
+    )
     parser.add_argument("--tokens", type=int, default=24, help="tokens generated per run")
     parser.add_argument("--preset", default="small", help="our engine's model preset")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-engine", action="store_true")
-    parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the Hugging Face part (no graphs)")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda; cpu only to try the Hugging Face part (no graphs)"
+    )
     opts = parser.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     out = Path(opts.out)
@@ -193,8 +268,13 @@ def main() -> None:
         cases += hf_traces(out, opts.tokens, opts.checkpoint, opts.device)
     rows = [diagnose(name, args, out) for name, args in cases]
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    sizes = {str(p.relative_to(out)): round(p.stat().st_size / 1e6, 2) for p in sorted(out.rglob("*.json.gz"))}
-    print(f"# {len(rows)} diagnoses in {time.perf_counter() - started:.0f} s; traces (MB gzipped): {sizes}")
+    sizes = {
+        str(p.relative_to(out)): round(p.stat().st_size / 1e6, 2)
+        for p in sorted(out.rglob("*.json.gz"))
+    }
+    print(
+        f"# {len(rows)} diagnoses in {time.perf_counter() - started:.0f} s; traces (MB gzipped): {sizes}"
+    )
     print(f"{'case':<34} {'rc':>3}  top finding")
     for row in rows:
         print(f"{row['name']:<34} {row['rc']:>3}  {row['top'][:150]}")

@@ -35,9 +35,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FUNCS = {"broadcast": 0, "reduce": 1, "allgather": 2, "reducescatter": 3, "allreduce": 4}   # ncclFunc_t
-ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")      # NCCL_ALGO_*
-PROTOS = ("ll", "ll128", "simple")                                                           # NCCL_PROTO_*
+FUNCS = {
+    "broadcast": 0,
+    "reduce": 1,
+    "allgather": 2,
+    "reducescatter": 3,
+    "allreduce": 4,
+}  # ncclFunc_t
+ALGOS = (
+    "tree",
+    "ring",
+    "collnet_direct",
+    "collnet_chain",
+    "nvls",
+    "nvls_tree",
+    "pat",
+)  # NCCL_ALGO_*
+PROTOS = ("ll", "ll128", "simple")  # NCCL_PROTO_*
 
 HARNESS = r"""
 /* ncclprobe's harness: load a tuner plugin and ask it what NCCL would ask. Reads "func bytes"
@@ -93,27 +107,42 @@ def emitted_csvs(workdir: Path) -> dict[str, str]:
     from ncclprobe.recommend import build_recommendation
     from ncclprobe.recommend.emit import tuner_csv
     from tests.data.resultsets import config, curve, scaled, write_set
+
     default = curve(20.0, 0.05)
     tree_ll = config({"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}, scaled(default, 0.6, 1.4))
     ring_simple = config({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}, scaled(default, 1.3, 0.7))
     sets = {
         "tree-ll-then-ring-simple": [config({}, default), tree_ll, ring_simple],
-        "ring-ll-only-small": [config({}, default), config({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"},
-                                                          scaled(default, 0.6, 1.3))],
+        "ring-ll-only-small": [
+            config({}, default),
+            config({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, scaled(default, 0.6, 1.3)),
+        ],
     }
     out = {}
     for name, configs in sets.items():
         rec = build_recommendation([write_set(workdir / f"{name}.jsonl", configs)])
         out[name] = tuner_csv(rec)
-    gathered = write_set(workdir / "all-gather.jsonl", [config({}, default, collective="all_gather"),
-                         config({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, scaled(default, 0.5, 0.5),
-                                collective="all_gather")])
+    gathered = write_set(
+        workdir / "all-gather.jsonl",
+        [
+            config({}, default, collective="all_gather"),
+            config(
+                {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"},
+                scaled(default, 0.5, 0.5),
+                collective="all_gather",
+            ),
+        ],
+    )
     out["all-gather-ring-ll"] = tuner_csv(build_recommendation([gathered], collective="all_gather"))
     return out
 
 
 def data_rows(text: str) -> list[list[str]]:
-    return [[f.strip() for f in line.split(",")] for line in text.splitlines() if line and not line.startswith("#")]
+    return [
+        [f.strip() for f in line.split(",")]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    ]
 
 
 def build(src: Path, out: Path) -> tuple[Path, Path]:
@@ -125,10 +154,16 @@ def build(src: Path, out: Path) -> tuple[Path, Path]:
     for needed in (src / "plugin.c", headers / "tuner.h", headers / "common.h", headers / "err.h"):
         if not needed.is_file():
             raise SystemExit(f"{needed} is missing: give NCCL's ext-tuner/example directory")
-    plugin, harness_src, harness = out / "libnccl-tuner-example.so", out / "harness.c", out / "harness"
+    plugin, harness_src, harness = (
+        out / "libnccl-tuner-example.so",
+        out / "harness.c",
+        out / "harness",
+    )
     harness_src.write_text(HARNESS)
     shared = ["-Xcompiler", "-fPIC", "-shared"] if cc.endswith("nvcc") else ["-fPIC", "-shared"]
-    subprocess.run([cc, f"-I{headers}", *shared, "-o", str(plugin), str(src / "plugin.c")], check=True)
+    subprocess.run(
+        [cc, f"-I{headers}", *shared, "-o", str(plugin), str(src / "plugin.c")], check=True
+    )
     subprocess.run([cc, f"-I{headers}", "-o", str(harness), str(harness_src), "-ldl"], check=True)
     return plugin, harness
 
@@ -154,10 +189,17 @@ def expected(rows: list[list[str]], func: int, size: int) -> tuple[int, int, int
     return None
 
 
-def ask(harness: Path, plugin: Path, csv: Path, points, nranks: int, nnodes: int) -> tuple[dict, list[str]]:
-    done = subprocess.run([str(harness), str(plugin), str(nranks), str(nnodes)], input="".join(
-        f"{f} {b}\n" for f, b in points), capture_output=True, text=True, check=True,
-        env={**os.environ, "NCCL_TUNER_CONFIG_FILE": str(csv)})
+def ask(
+    harness: Path, plugin: Path, csv: Path, points, nranks: int, nnodes: int
+) -> tuple[dict, list[str]]:
+    done = subprocess.run(
+        [str(harness), str(plugin), str(nranks), str(nnodes)],
+        input="".join(f"{f} {b}\n" for f, b in points),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NCCL_TUNER_CONFIG_FILE": str(csv)},
+    )
     answers = {}
     for line in done.stdout.splitlines():
         func, size, result, algo, proto, channels = map(int, line.split())
@@ -177,47 +219,108 @@ def stage_one(src: Path, out: Path) -> list[dict]:
         for (func, size), (result, algo, proto, channels) in sorted(answers.items()):
             want = expected(rows, func, size)
             got = None if algo < 0 else (algo, proto, channels)
-            report.append({"csv": name, "func": func, "bytes": size, "expected": want, "plugin": got,
-                           "ok": result == 0 and got == want})
-        report.append({"csv": name, "rows": len(rows), "loaded_by_plugin": len(loaded), "ok": len(loaded) == len(rows)})
+            report.append(
+                {
+                    "csv": name,
+                    "func": func,
+                    "bytes": size,
+                    "expected": want,
+                    "plugin": got,
+                    "ok": result == 0 and got == want,
+                }
+            )
+        report.append(
+            {
+                "csv": name,
+                "rows": len(rows),
+                "loaded_by_plugin": len(loaded),
+                "ok": len(loaded) == len(rows),
+            }
+        )
     return report
 
 
 def stage_two(out: Path, plugin: Path) -> list[dict]:
     """NCCL loads the plugin in a two-rank --share-gpu sweep; its TUNING lines must follow the rows."""
-    rows = [["allreduce", "0", "65536", "tree", "simple", "-1", "-1", "-1"],
-            ["allreduce", "65537", "4294967295", "ring", "ll", "-1", "-1", "-1"]]
+    rows = [
+        ["allreduce", "0", "65536", "tree", "simple", "-1", "-1", "-1"],
+        ["allreduce", "65537", "4294967295", "ring", "ll", "-1", "-1", "-1"],
+    ]
     csv = out / "nccl-stage.csv"
-    csv.write_text("# ncclprobe tuner check: rows for NCCL itself (-1 nodes and ranks: --share-gpu meets as 2 nodes)\n"
-                   + "".join(",".join(r) + "\n" for r in rows))
+    csv.write_text(
+        "# ncclprobe tuner check: rows for NCCL itself (-1 nodes and ranks: --share-gpu meets as 2 nodes)\n"
+        + "".join(",".join(r) + "\n" for r in rows)
+    )
     results = out / "nccl-stage.jsonl"
-    done = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "sweep", "--share-gpu", "2", "--proto", "default",
-                           "--algo", "default", "--sizes", "4K,1M", "--mode", "eager",
-                           "--set", f"NCCL_TUNER_PLUGIN={plugin}", "--set", f"NCCL_TUNER_CONFIG_FILE={csv}",
-                           "--output", str(results)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe",
+            "-q",
+            "sweep",
+            "--share-gpu",
+            "2",
+            "--proto",
+            "default",
+            "--algo",
+            "default",
+            "--sizes",
+            "4K,1M",
+            "--mode",
+            "eager",
+            "--set",
+            f"NCCL_TUNER_PLUGIN={plugin}",
+            "--set",
+            f"NCCL_TUNER_CONFIG_FILE={csv}",
+            "--output",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode not in (0, 1):
         raise SystemExit(f"stage 2 sweep failed ({done.returncode}): {done.stderr[-2000:]}")
     from ncclprobe.records import read_results
+
     report = []
     for config in read_results(results).configs:
         proof = config.get("proof") or {}
         read = proof.get("set_by_environment", {})
         for entry in proof.get("tuning", []):
             want = expected(rows, FUNCS["allreduce"], entry["size_bytes"])
-            got = (ALGOS.index(entry["algo"].lower()), PROTOS.index(entry["proto"].lower()), want[2] if want else None)
-            report.append({"csv": "nccl-stage", "bytes": entry["size_bytes"], "calls": entry["calls"],
-                           "expected": want, "nccl": got, "ok": want is not None and got[:2] == want[:2],
-                           "plugin_read": "NCCL_TUNER_PLUGIN" in read})
+            got = (
+                ALGOS.index(entry["algo"].lower()),
+                PROTOS.index(entry["proto"].lower()),
+                want[2] if want else None,
+            )
+            report.append(
+                {
+                    "csv": "nccl-stage",
+                    "bytes": entry["size_bytes"],
+                    "calls": entry["calls"],
+                    "expected": want,
+                    "nccl": got,
+                    "ok": want is not None and got[:2] == want[:2],
+                    "plugin_read": "NCCL_TUNER_PLUGIN" in read,
+                }
+            )
     if not report:
-        report.append({"csv": "nccl-stage", "ok": False, "why": "no TUNING line in the sweep's proof"})
+        report.append(
+            {"csv": "nccl-stage", "ok": False, "why": "no TUNING line in the sweep's proof"}
+        )
     return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("plugin_src", type=Path, help="NCCL's ext-tuner/example directory (plugin.c, nccl/*.h)")
+    parser.add_argument(
+        "plugin_src", type=Path, help="NCCL's ext-tuner/example directory (plugin.c, nccl/*.h)"
+    )
     parser.add_argument("out", type=Path, help="output directory (created)")
-    parser.add_argument("--nccl", action="store_true", help="stage 2: NCCL loads the plugin (one GPU)")
+    parser.add_argument(
+        "--nccl", action="store_true", help="stage 2: NCCL loads the plugin (one GPU)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report = stage_one(args.plugin_src, args.out)

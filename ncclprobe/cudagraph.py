@@ -9,13 +9,20 @@ warm-up records the one-time setup or fails on it.
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-def capture_graph(capture: Callable[[], T], *, warmup: Callable[[], object] | None = None, warmups: int = 1,
-                  pool=None, synchronize: bool = True):
+def capture_graph(
+    capture: Callable[[], T],
+    *,
+    warmup: Callable[[], object] | None = None,
+    warmups: int = 1,
+    pool=None,
+    synchronize: bool = True,
+):
     """(graph, what `capture()` returned: the static outputs a replay overwrites).
 
     `warmups` calls of `warmup` (default: `capture` itself) run on a side stream first. `pool`: a
@@ -23,6 +30,7 @@ def capture_graph(capture: Callable[[], T], *, warmup: Callable[[], object] | No
     warm-up and after the capture (measurements want a quiet device; the engine's many captures do
     not need it)."""
     import torch
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
 
 from ncclprobe.engine.spec import Label, RunSpec
 from ncclprobe.errors import UsageProblem
@@ -25,7 +26,7 @@ from ncclprobe.errors import UsageProblem
 log = logging.getLogger("ncclprobe.run_engine")
 
 # (total steps, label) -> a context manager whose value has `advance(what)`; e.g. cli.output.Progress
-ProgressFactory = Callable[[int, str], ContextManager]
+ProgressFactory = Callable[[int, str], AbstractContextManager]
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,23 @@ class Tuning:
     (`from_file`, read and validated when built), or, with no file, what a quick sweep of the
     engine's own all-reduce sizes recommends (`sweep_first`)."""
 
-    source: str | None = None                 # the recommendation file; None: sweep first
-    settings: dict[str, str] | None = None    # its env
+    source: str | None = None  # the recommendation file; None: sweep first
+    settings: dict[str, str] | None = None  # its env
 
     def __post_init__(self):
         if (self.source is None) != (self.settings is None):
-            raise ValueError("Tuning: a recommendation file comes with its settings (Tuning.from_file)")
+            raise ValueError(
+                "Tuning: a recommendation file comes with its settings (Tuning.from_file)"
+            )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Tuning":
+    def from_file(cls, path: str | Path) -> Tuning:
         from ncclprobe.recommend.file import recommended_env
+
         return cls(str(path), recommended_env(path, "--tuned"))
 
     @classmethod
-    def sweep_first(cls) -> "Tuning":
+    def sweep_first(cls) -> Tuning:
         return cls()
 
 
@@ -56,37 +60,63 @@ class SettingsGuard:
     machine's GPUs and NCCL version when the run uses NCCL."""
 
     def __init__(self, node, nccl_version: str | None, nccl_used: bool, allow_ll128: bool):
-        self.node, self.nccl_version, self.nccl_used, self.allow_ll128 = node, nccl_version, nccl_used, allow_ll128
+        self.node, self.nccl_version, self.nccl_used, self.allow_ll128 = (
+            node,
+            nccl_version,
+            nccl_used,
+            allow_ll128,
+        )
 
     @classmethod
-    def for_spec(cls, spec: RunSpec, allow_ll128: bool) -> "SettingsGuard":
+    def for_spec(cls, spec: RunSpec, allow_ll128: bool) -> SettingsGuard:
         if spec.resolved_device() != "cuda":
             return cls(None, None, False, allow_ll128)
         from ncclprobe.evidence.topo_live import live_node_facts
         from ncclprobe.provenance import nccl_version_string
+
         return cls(live_node_facts(gpus=spec.tp), nccl_version_string(), True, allow_ll128)
 
     def check(self, settings: dict, source: str) -> list[str]:
         """Warnings to show; UsageProblem (exit 2) for a lint error or an unsafe LL128."""
         from ncclprobe.nccl.safety import check_job_settings
-        return check_job_settings(settings, source=source, node=self.node, nccl_version=self.nccl_version,
-                                  nccl_used=self.nccl_used, allow_ll128=self.allow_ll128)
+
+        return check_job_settings(
+            settings,
+            source=source,
+            node=self.node,
+            nccl_version=self.nccl_version,
+            nccl_used=self.nccl_used,
+            allow_ll128=self.allow_ll128,
+        )
 
 
-def run(spec: RunSpec, *, tuning: Tuning | None = None, allow_ll128: bool = False,
-        progress: ProgressFactory | None = None) -> dict:
+def run(
+    spec: RunSpec,
+    *,
+    tuning: Tuning | None = None,
+    allow_ll128: bool = False,
+    progress: ProgressFactory | None = None,
+) -> dict:
     """The engine trace of `spec`'s runs (and, with `tuning`, of its tuned twin), with the
     warnings said before it started, the GPUs' facts the rules used and the profiles written."""
     progress = progress or _silent
     spec.check_runnable()
     profiles = planned_profiles(spec, tuned=tuning is not None)
     if tuning is not None and tuning.source is None and spec.tp == 1:
-        raise UsageProblem("--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
-                           "issues no collectives; give a recommendation FILE or --tp 2 or more")
+        raise UsageProblem(
+            "--tuned without a FILE sweeps the engine's all-reduce sizes, but with --tp 1 the engine "
+            "issues no collectives; give a recommendation FILE or --tp 2 or more"
+        )
     guard = SettingsGuard.for_spec(spec, allow_ll128)
-    warnings = spec.warnings() + guard.check(spec.settings, "--env") + guard.check(spec.env_after_init, "--env-after-init")
+    warnings = (
+        spec.warnings()
+        + guard.check(spec.settings, "--env")
+        + guard.check(spec.env_after_init, "--env-after-init")
+    )
     if tuning is not None and tuning.source is not None:
-        warnings += guard.check({**spec.settings, **tuning.settings}, f"--tuned {tuning.source} (on top of --env)")
+        warnings += guard.check(
+            {**spec.settings, **tuning.settings}, f"--tuned {tuning.source} (on top of --env)"
+        )
     for warning in warnings:
         log.warning("%s", warning)
     doc = _engine(spec, progress)
@@ -95,10 +125,14 @@ def run(spec: RunSpec, *, tuning: Tuning | None = None, allow_ll128: bool = Fals
         warnings += tuned_warnings
     if profiles:
         doc["profiles"] = [str(p) for p in profiles]
-        warnings.append("the measured loop ran under torch.profiler (--profile): its times include the profiler's "
-                        "overhead; take speed figures from a run without --profile")
+        warnings.append(
+            "the measured loop ran under torch.profiler (--profile): its times include the profiler's "
+            "overhead; take speed figures from a run without --profile"
+        )
     doc["warnings"] = warnings
-    doc["node"] = guard.node.to_json() if guard.node else None   # what the NCCL rules knew of the GPUs
+    doc["node"] = (
+        guard.node.to_json() if guard.node else None
+    )  # what the NCCL rules knew of the GPUs
     return doc
 
 
@@ -107,16 +141,20 @@ def planned_profiles(spec: RunSpec, *, tuned: bool) -> list[Path]:
     if not spec.profile_dir:
         return []
     from ncclprobe.engine.profiling import profile_paths
+
     labels = (Label.UNTUNED, Label.TUNED) if tuned else (Label.UNTUNED,)
     paths = profile_paths(spec.profile_dir, labels=labels, modes=spec.modes, tp=spec.tp)
     # a new or empty directory only (ncclprobe.safe_output's directory rule): an earlier run's profiles
     # beside these would be read as ranks of this run by `diagnose --profile DIR/*`
     from ncclprobe.safe_output import check_output_dir
+
     check_output_dir(spec.profile_dir, what="--profile", has_force=False)
     return paths
 
 
-def quick_sweep(untuned: dict, spec: RunSpec, progress: ProgressFactory | None = None) -> tuple[dict[str, str], dict]:
+def quick_sweep(
+    untuned: dict, spec: RunSpec, progress: ProgressFactory | None = None
+) -> tuple[dict[str, str], dict]:
     """Sweep the default protocol x algorithm grid at the engine's own all-reduce sizes (from the
     untuned trace's collectives), in its own mode, and recommend: (env, recommendation JSON)."""
     from ncclprobe import tempdirs
@@ -125,10 +163,15 @@ def quick_sweep(untuned: dict, spec: RunSpec, progress: ProgressFactory | None =
     from ncclprobe.sweep.build import SweepRequest, build_spec
     from ncclprobe.sweep.defaults import QUICK
     from ncclprobe.sweep.session import new_job, run_job
+
     workload = from_trace(untuned)
-    request = SweepRequest(sizes=tuple(sorted(workload.counts)), placement="in",
-                           modes=("graph",) if spec.graphs != "none" else QUICK.modes,
-                           nranks=spec.tp, backend=untuned["config"]["backend"])
+    request = SweepRequest(
+        sizes=tuple(sorted(workload.counts)),
+        placement="in",
+        modes=("graph",) if spec.graphs != "none" else QUICK.modes,
+        nranks=spec.tp,
+        backend=untuned["config"]["backend"],
+    )
     sweep_spec, skipped = build_spec(request, effort=QUICK)
     with tempdirs.owned("ncclprobe-tuned-") as tmp:
         path = tmp / "sweep.jsonl"
@@ -139,16 +182,20 @@ def quick_sweep(untuned: dict, spec: RunSpec, progress: ProgressFactory | None =
         return recommendation.env, recommendation.to_json()
 
 
-def _with_tuned_runs(doc: dict, spec: RunSpec, tuning: Tuning, guard: SettingsGuard,
-                     progress: ProgressFactory) -> tuple[dict, list[str]]:
+def _with_tuned_runs(
+    doc: dict, spec: RunSpec, tuning: Tuning, guard: SettingsGuard, progress: ProgressFactory
+) -> tuple[dict, list[str]]:
     """Run `spec` again with the recommended settings on top of its own; merge into one trace. A
     quick sweep's recommendation is checked like --env before it runs; its warnings come back."""
     from ncclprobe.enginerun.trace import merge_tuned
+
     recommended, recommendation, warnings = tuning.settings, None, []
     if tuning.source is None:
         recommended, recommendation = quick_sweep(doc, spec, progress)
-        warnings = guard.check({**spec.settings, **recommended},
-                               "--tuned: the quick sweep's recommendation (on top of --env)")
+        warnings = guard.check(
+            {**spec.settings, **recommended},
+            "--tuned: the quick sweep's recommendation (on top of --env)",
+        )
     tuned = dataclasses.replace(spec, settings={**spec.settings, **recommended}, label=Label.TUNED)
     merged = merge_tuned(doc, _engine(tuned, progress))
     merged["tuning"] = {"settings": recommended, "recommendation": recommendation}
@@ -157,8 +204,11 @@ def _with_tuned_runs(doc: dict, spec: RunSpec, tuning: Tuning, guard: SettingsGu
 
 def _engine(spec: RunSpec, progress: ProgressFactory) -> dict:
     from ncclprobe.engine.runner import run_engine
+
     with progress(len(spec.modes) * spec.tp, "run-engine") as bar:
-        return run_engine([spec], on_message=lambda m: m.get("kind") == "engine-digest" and bar.advance(m["mode"]))
+        return run_engine(
+            [spec], on_message=lambda m: m.get("kind") == "engine-digest" and bar.advance(m["mode"])
+        )
 
 
 class _Silent:

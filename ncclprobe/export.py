@@ -33,8 +33,20 @@ from ncclprobe.recommend.load import node_of
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.records import ResultsFile
 
-PERF_COLUMNS = ("collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks", "pipeOps",
-                "regBuff", "cost_metric", "bandwidth_gbps", "latency_us")
+PERF_COLUMNS = (
+    "collective",
+    "size_bytes",
+    "algorithm",
+    "protocol",
+    "channels",
+    "nodes",
+    "ranks",
+    "pipeOps",
+    "regBuff",
+    "cost_metric",
+    "bandwidth_gbps",
+    "latency_us",
+)
 TESTS_TYPES = {name: d.tests_name for name, d in DTYPES.items()}
 
 
@@ -49,7 +61,13 @@ def nccl_tests_text(files: list[ResultsFile]) -> Exported:
     for f in files:
         groups: dict[tuple, list[dict]] = {}
         for r in f.results:
-            key = (r.get("collective"), r.get("config_id"), r.get("mode"), r.get("op"), r.get("dtype"))
+            key = (
+                r.get("collective"),
+                r.get("config_id"),
+                r.get("mode"),
+                r.get("op"),
+                r.get("dtype"),
+            )
             groups.setdefault(key, []).append(r)
         configs = {c["config_id"]: c for c in f.configs}
         for key, records in groups.items():
@@ -61,30 +79,43 @@ def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str
     collective, cid, mode, op, dtype = key
     spec = f.header.get("spec") or {}
     params = f.header.get("params") or {}
-    meta = {"collective": collective, "config_id": cid, "settings": records[0].get("settings") or {}, "mode": mode,
-            "op": op, "dtype": dtype, "nranks": f.header.get("nranks"), "source": f.path,
-            "kind": f.header.get("kind"), "status": config.get("status")}
+    meta = {
+        "collective": collective,
+        "config_id": cid,
+        "settings": records[0].get("settings") or {},
+        "mode": mode,
+        "op": op,
+        "dtype": dtype,
+        "nranks": f.header.get("nranks"),
+        "source": f.path,
+        "kind": f.header.get("kind"),
+        "status": config.get("status"),
+    }
     sizes = sorted({r["size_bytes"] for r in records})
     iters = spec.get("iters", params.get("iters", 0))
-    lines = [f"# ncclprobe export: {json.dumps(meta, sort_keys=True)}",
-             f"# Collective test starting: {collective}_perf",
-             f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: as measured warmup iters: "
-             f"{spec.get('warmup', params.get('warmup', 0))} iters: {iters} agg iters: {spec.get('agg', 1)} "
-             f"validation: {int(all(r.get('checked', r.get('wrong') is not None) for r in records))} "
-             f"graph: {1 if mode == 'graph' else 0}",
-             "#",
-             "#" + " " * 62 + "out-of-place                       in-place",
-             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
-             f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
-             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
-             f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"]
+    lines = [
+        f"# ncclprobe export: {json.dumps(meta, sort_keys=True)}",
+        f"# Collective test starting: {collective}_perf",
+        f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: as measured warmup iters: "
+        f"{spec.get('warmup', params.get('warmup', 0))} iters: {iters} agg iters: {spec.get('agg', 1)} "
+        f"validation: {int(all(r.get('checked', r.get('wrong') is not None) for r in records))} "
+        f"graph: {1 if mode == 'graph' else 0}",
+        "#",
+        "#" + " " * 62 + "out-of-place                       in-place",
+        f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+        f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}",
+    ]
     busbw, wrong = [], 0
     for size in sizes:
         at = {bool(r["in_place"]): r for r in records if r["size_bytes"] == size}
         first = at.get(False) or at.get(True)
         redop = op if op and op != "none" else "none"
-        line = (f"{size:>12}  {first.get('count') or 0:>12}  {TESTS_TYPES.get(dtype, dtype):>8}  {redop:>6}  "
-                f"{first.get('root', -1) if first.get('root') is not None else -1:>6}")
+        line = (
+            f"{size:>12}  {first.get('count') or 0:>12}  {TESTS_TYPES.get(dtype, dtype):>8}  {redop:>6}  "
+            f"{first.get('root', -1) if first.get('root') is not None else -1:>6}"
+        )
         for in_place in (False, True):
             r = at.get(in_place)
             line += _cells(r)
@@ -93,8 +124,13 @@ def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str
                 wrong += r.get("wrong") or 0
         lines.append(line)
     average = sum(busbw) / len(busbw) if busbw else 0.0
-    lines += [f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
-              f"# {'Avg bus bandwidth':<20} : {average:g}", "#", f"# Collective test concluded: {collective}_perf", ""]
+    lines += [
+        f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}",
+        f"# {'Avg bus bandwidth':<20} : {average:g}",
+        "#",
+        f"# Collective test concluded: {collective}_perf",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -102,8 +138,10 @@ def _cells(r: dict | None) -> str:
     if r is None or r.get("time_us") is None:
         return f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
     check = "N/A" if r.get("wrong") is None else f"{r['wrong']:g}"
-    return (f"  {fit(r['time_us'], 7)}  {fit(r.get('algbw_gbps') or 0.0, 6)}  {fit(r.get('busbw_gbps') or 0.0, 6)}"
-            f"  {check:>6}")
+    return (
+        f"  {fit(r['time_us'], 7)}  {fit(r.get('algbw_gbps') or 0.0, 6)}  {fit(r.get('busbw_gbps') or 0.0, 6)}"
+        f"  {check:>6}"
+    )
 
 
 def fit(value: float, width: int) -> str:
@@ -112,20 +150,26 @@ def fit(value: float, width: int) -> str:
         text = form.format(value, w=width)
         if len(text) <= width:
             return text
-    return "{:>{w}.1e}".format(value, w=width) if width >= 7 else "{:>{w}.0e}".format(value, w=width)
+    return (
+        "{:>{w}.1e}".format(value, w=width) if width >= 7 else "{:>{w}.0e}".format(value, w=width)
+    )
 
 
-def perf_csv(files: list[ResultsFile], *, mode: str = "eager", allow_ll128: bool = False) -> Exported:
+def perf_csv(
+    files: list[ResultsFile], *, mode: str = "eager", allow_ll128: bool = False
+) -> Exported:
     """Rows for NCCL's optimize_config.py, out of place (nccl-tests' usual figure), one mode."""
     headers = [f.header for f in files]
-    policy = SafetyPolicy(node=node_of(files), allow_ll128=allow_ll128, timing_caveat=timing_caveat(headers))
+    policy = SafetyPolicy(
+        node=node_of(files), allow_ll128=allow_ll128, timing_caveat=timing_caveat(headers)
+    )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PERF_COLUMNS)
     left_out: dict[str, None] = {}
     for f in files:
         tuning: dict[str, list] = {}
-        for c in f.configs:   # one config record per configuration, but merge if a file repeats one
+        for c in f.configs:  # one config record per configuration, but merge if a file repeats one
             tuning.setdefault(c["config_id"], []).extend((c.get("proof") or {}).get("tuning") or [])
         nodes = "-1" if "collected_at" in f.header else "1"
         for r in f.results:
@@ -135,7 +179,9 @@ def perf_csv(files: list[ResultsFile], *, mode: str = "eager", allow_ll128: bool
     return Exported(buf.getvalue(), list(left_out))
 
 
-def _perf_row(r: dict, tuning: list, nodes: str, policy: SafetyPolicy, mode: str, left_out: dict) -> list | None:
+def _perf_row(
+    r: dict, tuning: list, nodes: str, policy: SafetyPolicy, mode: str, left_out: dict
+) -> list | None:
     coll = TUNER_COLLECTIVES.get(r.get("collective"))
     if r.get("mode") != mode or r.get("in_place"):
         return None
@@ -145,17 +191,34 @@ def _perf_row(r: dict, tuning: list, nodes: str, policy: SafetyPolicy, mode: str
     elif r.get("status") != "ok" or not r.get("time_us") or r.get("wrong") is None:
         why = f"{r.get('config_id')}: results that are not ok and checked"
     else:
-        reasons = refusals(r.get("settings") or {}, correctness_checked=(r.get("wrong") == 0), policy=policy)
+        reasons = refusals(
+            r.get("settings") or {}, correctness_checked=(r.get("wrong") == 0), policy=policy
+        )
         why = f"{r.get('config_id')}: {reasons[0]}" if reasons else None
     choice = None if why else _choice(r, tuning)
     if why or isinstance(choice, str):
         left_out.setdefault(why or choice, None)
         return None
     settings = r.get("settings") or {}
-    channels = settings.get("NCCL_MAX_NCHANNELS") if settings.get("NCCL_MAX_NCHANNELS") == settings.get(
-        "NCCL_MIN_NCHANNELS") else None
-    return [coll, r["size_bytes"], choice[0], choice[1], channels or "-1", nodes, r.get("nranks") or -1, "-1", "-1",
-            f"{r['time_us']:.6g}", f"{r.get('busbw_gbps') or 0.0:.6g}", f"{r['time_us']:.6g}"]
+    channels = (
+        settings.get("NCCL_MAX_NCHANNELS")
+        if settings.get("NCCL_MAX_NCHANNELS") == settings.get("NCCL_MIN_NCHANNELS")
+        else None
+    )
+    return [
+        coll,
+        r["size_bytes"],
+        choice[0],
+        choice[1],
+        channels or "-1",
+        nodes,
+        r.get("nranks") or -1,
+        "-1",
+        "-1",
+        f"{r['time_us']:.6g}",
+        f"{r.get('busbw_gbps') or 0.0:.6g}",
+        f"{r['time_us']:.6g}",
+    ]
 
 
 def _choice(r: dict, tuning: list) -> tuple[str, str] | str:
@@ -164,15 +227,24 @@ def _choice(r: dict, tuning: list) -> tuple[str, str] | str:
     algo = TUNER_ALGORITHMS.get(str(settings.get("NCCL_ALGO", "")).strip().lower())
     proto = TUNER_PROTOCOLS.get(str(settings.get("NCCL_PROTO", "")).strip().lower())
     coll, n = COLLECTIVES.get(r.get("collective")), r.get("nranks") or 1
-    seen = [t for t in tuning if coll and _same(t, coll.nccl_name)
-            and coll.tuning_size(int(t.get("size_bytes") or t.get("bytes") or -1), n) == r["size_bytes"]]
+    seen = [
+        t
+        for t in tuning
+        if coll
+        and _same(t, coll.nccl_name)
+        and coll.tuning_size(int(t.get("size_bytes") or t.get("bytes") or -1), n) == r["size_bytes"]
+    ]
     algo = algo or _one({TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen})
     proto = proto or _one({TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen})
     if algo and proto:
         return algo, proto
-    missing = " and ".join(name for name, value in (("algorithm", algo), ("protocol", proto)) if not value)
-    return (f"{r.get('config_id')} ({r.get('collective')}): no single {missing} known (its settings fix none, and "
-            "NCCL logged no TUNING choice at its sizes: one rank, or a log without TUNING)")
+    missing = " and ".join(
+        name for name, value in (("algorithm", algo), ("protocol", proto)) if not value
+    )
+    return (
+        f"{r.get('config_id')} ({r.get('collective')}): no single {missing} known (its settings fix none, and "
+        "NCCL logged no TUNING choice at its sizes: one rank, or a log without TUNING)"
+    )
 
 
 def _same(entry: dict, nccl_name: str) -> bool:

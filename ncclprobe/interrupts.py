@@ -13,11 +13,11 @@ from __future__ import annotations
 import signal
 import threading
 
-EXIT_SIGINT = 130     # 128 + SIGINT, what shells report for Ctrl-C
-EXIT_SIGTERM = 143    # 128 + SIGTERM
+EXIT_SIGINT = 130  # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM
 NOTHING_LEFT = "no output file was left behind; run the command again to start over"
 
-_hint = None          # str, or a callable giving the str when asked
+_hint = None  # str, or a callable giving the str when asked
 
 
 class Terminated(KeyboardInterrupt):
@@ -33,7 +33,7 @@ def install() -> None:
 
 
 def _raise_terminated(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not interrupt the cleanup
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup
     raise Terminated()
 
 

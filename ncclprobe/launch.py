@@ -39,9 +39,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ncclprobe import tempdirs
 from ncclprobe.textenum import TextEnum
@@ -49,45 +49,49 @@ from ncclprobe.textenum import TextEnum
 log = logging.getLogger("ncclprobe.launch")
 
 POLL_S = 0.05
-KILL_GRACE_S = 0.5     # after one rank fails, how long the others get to exit on their own
+KILL_GRACE_S = 0.5  # after one rank fails, how long the others get to exit on their own
 STDERR_TAIL_CHARS = 2000
 
 
 @dataclass(frozen=True, kw_only=True)
 class PoolSpec:
-    nranks: int                                   # worker processes, one per rank
-    backend: str                                  # "nccl" (one GPU per rank) or "gloo" (CPU)
-    entry: str                                    # "module:function" called with a WorkerContext
+    nranks: int  # worker processes, one per rank
+    backend: str  # "nccl" (one GPU per rank) or "gloo" (CPU)
+    entry: str  # "module:function" called with a WorkerContext
     payload: Mapping = field(default_factory=dict)  # JSON-able input for the entry
-    env: Mapping[str, str] = field(default_factory=dict)  # set in every worker's environment at exec
-    unset: tuple[str, ...] = ()                   # removed from the inherited environment
-    rank_env: Mapping[str, str] = field(default_factory=dict)  # per-rank values: "{rank}" is replaced
-    timeout_s: float = 120.0                      # longest silence (no message from any rank), seconds,
-                                                  # the start (interpreter, torch import, rendezvous) included
-    gpu: int | None = None                        # NCCL: every rank on this GPU (None: GPU = local rank);
-                                                  # NCCL refuses that unless the ranks seem to be on
-                                                  # different hosts (a distinct NCCL_HOSTID per rank)
+    env: Mapping[str, str] = field(
+        default_factory=dict
+    )  # set in every worker's environment at exec
+    unset: tuple[str, ...] = ()  # removed from the inherited environment
+    rank_env: Mapping[str, str] = field(
+        default_factory=dict
+    )  # per-rank values: "{rank}" is replaced
+    timeout_s: float = 120.0  # longest silence (no message from any rank), seconds,
+    # the start (interpreter, torch import, rendezvous) included
+    gpu: int | None = None  # NCCL: every rank on this GPU (None: GPU = local rank);
+    # NCCL refuses that unless the ranks seem to be on
+    # different hosts (a distinct NCCL_HOSTID per rank)
 
     def __post_init__(self):
         if self.nranks < 1:
             raise ValueError(f"a pool needs at least one rank, got {self.nranks}")
         if self.backend not in ("nccl", "gloo"):
             raise ValueError(f"backend must be nccl or gloo, got {self.backend!r}")
-        if not (0 < self.timeout_s < float("inf")):   # also refuses nan, which compares false with 0
+        if not (0 < self.timeout_s < float("inf")):  # also refuses nan, which compares false with 0
             raise ValueError(f"timeout_s must be a positive finite number, got {self.timeout_s}")
 
 
 class PoolStatus(TextEnum):
-    OK = "ok"          # every rank exited 0
-    HANG = "hang"      # silent for timeout_s (its start included): killed
-    ERROR = "error"    # a rank exited non-zero or was killed: the others were killed
+    OK = "ok"  # every rank exited 0
+    HANG = "hang"  # silent for timeout_s (its start included): killed
+    ERROR = "error"  # a rank exited non-zero or was killed: the others were killed
 
 
 @dataclass
 class PoolOutcome:
     status: PoolStatus
-    reason: str | None                           # why, when not ok
-    messages: list[dict]                         # every message, in arrival order, each with "rank"
+    reason: str | None  # why, when not ok
+    messages: list[dict]  # every message, in arrival order, each with "rank"
     returncodes: dict[int, int | None]
     stderr_tails: dict[int, str]
     wall_s: float
@@ -100,15 +104,27 @@ class PoolOutcome:
 def worker_env(spec: PoolSpec, rank: int, run_dir: Path, store_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in spec.unset}
     env.update(spec.env)
-    env.update({key: template.replace("{rank}", str(rank)) for key, template in spec.rank_env.items()})
-    env.update({
-        "RANK": str(rank), "WORLD_SIZE": str(spec.nranks), "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(spec.nranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store_port),
-        "NCCLPROBE_STORE_PORT": str(store_port), "NCCLPROBE_RUN_DIR": str(run_dir),
-        "NCCLPROBE_BACKEND": spec.backend, "NCCLPROBE_ENTRY": spec.entry,
-        "NCCLPROBE_PARENT_PID": str(os.getpid()),  # workers die with the launcher (worker.die_with_launcher)
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {key: template.replace("{rank}", str(rank)) for key, template in spec.rank_env.items()}
+    )
+    env.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(spec.nranks),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(spec.nranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(store_port),
+            "NCCLPROBE_STORE_PORT": str(store_port),
+            "NCCLPROBE_RUN_DIR": str(run_dir),
+            "NCCLPROBE_BACKEND": spec.backend,
+            "NCCLPROBE_ENTRY": spec.entry,
+            "NCCLPROBE_PARENT_PID": str(
+                os.getpid()
+            ),  # workers die with the launcher (worker.die_with_launcher)
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if spec.gpu is not None:
         env["NCCLPROBE_GPU"] = str(spec.gpu)
     # the worker must import this ncclprobe, also when it runs from a source checkout
@@ -124,7 +140,7 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
     _check_thread_override()
     run_dir = tempdirs.make("ncclprobe-pool-")
     procs: dict[int, subprocess.Popen] = {}
-    try:   # from here on, whatever happens (Ctrl-C during the store's start too), the run dir goes
+    try:  # from here on, whatever happens (Ctrl-C during the store's start too), the run dir goes
         (run_dir / "payload.json").write_text(json.dumps(dict(spec.payload)))
         store = TCPStore("127.0.0.1", 0, spec.nranks, is_master=True, wait_for_workers=False)
         started = time.monotonic()
@@ -144,15 +160,20 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
 def _check_thread_override() -> None:
     """A bad NCCLPROBE_WORKER_THREADS is the user's mistake: one line (UsageProblem) before any rank starts."""
     from ncclprobe.worker import worker_threads
+
     worker_threads(1)
 
 
 def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> PoolOutcome:
     outcome = PoolOutcome(
-        status=status, reason=reason, messages=messages,
+        status=status,
+        reason=reason,
+        messages=messages,
         returncodes={rank: proc.returncode for rank, proc in procs.items()},
         stderr_tails={rank: _tail(run_dir / f"rank{rank}.err") for rank in procs},
-        wall_s=wall_s, pids={rank: proc.pid for rank, proc in procs.items()})
+        wall_s=wall_s,
+        pids={rank: proc.pid for rank, proc in procs.items()},
+    )
     if status is not PoolStatus.OK:
         for rank, tail in sorted(outcome.stderr_tails.items()):
             if tail:
@@ -164,8 +185,14 @@ def _start(spec: PoolSpec, rank: int, run_dir: Path, port: int) -> subprocess.Po
     out = open(run_dir / f"rank{rank}.out", "wb")
     err = open(run_dir / f"rank{rank}.err", "wb")
     try:
-        return subprocess.Popen([sys.executable, "-m", "ncclprobe.worker"], env=worker_env(spec, rank, run_dir, port),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "ncclprobe.worker"],
+            env=worker_env(spec, rank, run_dir, port),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
     finally:
         out.close()
         err.close()
@@ -196,12 +223,16 @@ def _watch(spec, procs, run_dir, on_message) -> tuple[PoolStatus, str | None, li
                 return PoolStatus.ERROR, failure_reason(bad, exited_at, run_dir), inbox.messages
         if not inbox.messages:
             cpu = _cpu_seconds(procs)
-            if cpu > cpu_seen + 0.02:   # starting, not hung (more than clock-tick noise)
+            if cpu > cpu_seen + 0.02:  # starting, not hung (more than clock-tick noise)
                 cpu_seen, last_progress = cpu, now
         if now - last_progress > spec.timeout_s:
             inbox.collect()
             started = "before any rank started" if not inbox.messages else "from any rank"
-            return PoolStatus.HANG, f"no progress {started} for {spec.timeout_s:g} s; pool killed", inbox.messages
+            return (
+                PoolStatus.HANG,
+                f"no progress {started} for {spec.timeout_s:g} s; pool killed",
+                inbox.messages,
+            )
         time.sleep(POLL_S)
 
 
@@ -230,6 +261,7 @@ class _Inbox:
 def _cpu_seconds(procs) -> float:
     """CPU time the ranks have spent so far (user + system), 0 for ranks already gone."""
     import psutil
+
     total = 0.0
     for proc in procs.values():
         try:
@@ -247,12 +279,16 @@ def failure_reason(bad: dict[int, int], exited_at: dict[int, float], run_dir: Pa
     first, others = order[0], order[1:]
     text = f"rank {first} {_died(bad[first])}" + _error_of(run_dir, first)
     if others:
-        text += "; then " + ", ".join(f"rank {r} {_died(bad[r])}" + _error_of(run_dir, r) for r in others)
+        text += "; then " + ", ".join(
+            f"rank {r} {_died(bad[r])}" + _error_of(run_dir, r) for r in others
+        )
     return text
 
 
 def _died(code: int) -> str:
-    return f"was killed by {describe_code(code)}" if code < 0 else f"exited with {describe_code(code)}"
+    return (
+        f"was killed by {describe_code(code)}" if code < 0 else f"exited with {describe_code(code)}"
+    )
 
 
 def _error_of(run_dir: Path, rank: int) -> str:
@@ -260,8 +296,10 @@ def _error_of(run_dir: Path, rank: int) -> str:
     return f" ({summary})" if summary else ""
 
 
-_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)|[A-Za-z_][\w.]*Error\b)"
-                         r"(?::.*)?$")
+_ERROR_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)|[A-Za-z_][\w.]*Error\b)"
+    r"(?::.*)?$"
+)
 
 
 def error_summary(stderr: str, limit: int = 300) -> str:
@@ -270,9 +308,16 @@ def error_summary(stderr: str, limit: int = 300) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     chosen = next((line for line in reversed(lines) if _ERROR_LINE.match(line)), None)
     if chosen is None:
-        chosen = next((line for line in reversed(lines)
-                       if not line.startswith(("File ", "Traceback", "^", "~")) and not line.endswith(("^", "~"))), "")
-    return chosen if len(chosen) <= limit else chosen[:limit - 3] + "..."
+        chosen = next(
+            (
+                line
+                for line in reversed(lines)
+                if not line.startswith(("File ", "Traceback", "^", "~"))
+                and not line.endswith(("^", "~"))
+            ),
+            "",
+        )
+    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
 
 
 def describe_code(code: int) -> str:

@@ -18,15 +18,17 @@ import re
 
 from ncclprobe.errors import UsageProblem
 
-MAX_INT_DIGITS = 19                 # 2**63 has 19 digits: nothing ncclprobe counts needs more
-INT_LIMIT = 2 ** 63 - 1
+MAX_INT_DIGITS = 19  # 2**63 has 19 digits: nothing ncclprobe counts needs more
+INT_LIMIT = 2**63 - 1
 MAX_FLOAT_CHARS = 64
-MAX_DURATION_S = 7 * 24 * 3600.0    # a week: longer is a typo, not a timeout
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer is a typo, not a timeout
 
-_DIGITS = re.compile(r"[0-9]{1,%d}" % MAX_INT_DIGITS)
-_INT = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INT_DIGITS)
+_DIGITS = re.compile(rf"[0-9]{{1,{MAX_INT_DIGITS}}}")
+_INT = re.compile(rf"[+-]?[0-9]{{1,{MAX_INT_DIGITS}}}")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
-_VERSION = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?:[+~-][0-9A-Za-z.+~-]{0,40})?")
+_VERSION = re.compile(
+    r"([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?:[+~-][0-9A-Za-z.+~-]{0,40})?"
+)
 _VERSION_PREFIX = re.compile(r"\s*([0-9]{1,3})\.([0-9]{1,3})(?:\.([0-9]{1,4}))?(?![0-9])")
 
 
@@ -45,7 +47,9 @@ def parse_int(text: str, what: str, *, min: int | None = None, max: int | None =
     """`"42"` -> 42; an optional sign, ASCII digits only, within [min, max] (and |x| < 2**63)."""
     raw = text.strip() if isinstance(text, str) else text
     if not isinstance(raw, str) or _INT.fullmatch(raw) is None:
-        raise UsageProblem(f"{what} {_shown(text)} is not a whole number (ASCII digits, at most {MAX_INT_DIGITS})")
+        raise UsageProblem(
+            f"{what} {_shown(text)} is not a whole number (ASCII digits, at most {MAX_INT_DIGITS})"
+        )
     value = int(raw)
     return check_int(value, what, min=min, max=max)
 
@@ -60,8 +64,15 @@ def check_int(value: int, what: str, *, min: int | None = None, max: int | None 
     return value
 
 
-def parse_float(text: str, what: str, *, min: float | None = None, max: float | None = None,
-                min_open: bool = False, max_open: bool = False) -> float:
+def parse_float(
+    text: str,
+    what: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+) -> float:
     """`"0.5"`, `"1e-3"` -> a finite float within the bounds; `nan`, `inf`, `٣` and `0x10` are refused."""
     raw = text.strip() if isinstance(text, str) else text
     if not isinstance(raw, str) or len(raw) > MAX_FLOAT_CHARS or _FLOAT.fullmatch(raw) is None:
@@ -69,8 +80,15 @@ def parse_float(text: str, what: str, *, min: float | None = None, max: float | 
     return check_float(float(raw), what, min=min, max=max, min_open=min_open, max_open=max_open)
 
 
-def check_float(value: float | int, what: str, *, min: float | None = None, max: float | None = None,
-                min_open: bool = False, max_open: bool = False) -> float:
+def check_float(
+    value: float | int,
+    what: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+) -> float:
     """A number already in hand (JSON, a computation) checked: a real number, finite, in range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UsageProblem(f"{what} {_shown(value)} is not a number")
@@ -83,7 +101,9 @@ def check_float(value: float | int, what: str, *, min: float | None = None, max:
     return value
 
 
-def parse_duration(text: str, what: str, *, min_s: float = 0.0, max_s: float = MAX_DURATION_S) -> float:
+def parse_duration(
+    text: str, what: str, *, min_s: float = 0.0, max_s: float = MAX_DURATION_S
+) -> float:
     """Seconds: a finite number above `min_s` (exclusive: a zero timeout is no timeout) and at most `max_s`."""
     return parse_float(text, what, min=min_s, max=max_s, min_open=True)
 
@@ -110,9 +130,13 @@ def version_prefix(text: str | None) -> tuple[int, int, int] | None:
 
 def _bounds(value, what, low, high, low_open, high_open) -> None:
     if low is not None and (value < low or (low_open and value == low)):
-        raise UsageProblem(f"{what} must be {'above' if low_open else 'at least'} {_plain(low)}, got {_plain(value)}")
+        raise UsageProblem(
+            f"{what} must be {'above' if low_open else 'at least'} {_plain(low)}, got {_plain(value)}"
+        )
     if high is not None and (value > high or (high_open and value == high)):
-        raise UsageProblem(f"{what} must be {'below' if high_open else 'at most'} {_plain(high)}, got {_plain(value)}")
+        raise UsageProblem(
+            f"{what} must be {'below' if high_open else 'at most'} {_plain(high)}, got {_plain(value)}"
+        )
 
 
 def _plain(value) -> str:

@@ -28,6 +28,7 @@ def nccl_version_string() -> str | None:
     """NCCL's version as torch was built against it ("2.28.9"), or None without NCCL."""
     try:
         import torch
+
         if not torch.cuda.is_available():
             return None
         version = torch.cuda.nccl.version()
@@ -38,8 +39,12 @@ def nccl_version_string() -> str | None:
 
 def driver_version() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = out.stdout.strip().splitlines()
@@ -49,6 +54,7 @@ def driver_version() -> str | None:
 def gpu_names() -> list[str]:
     try:
         import torch
+
         return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     except Exception:
         return []
@@ -58,23 +64,35 @@ def compute_capabilities() -> list[int] | None:
     """Each visible GPU's compute capability as major*10+minor (86 for an RTX 3090); None without CUDA."""
     try:
         import torch
+
         if not torch.cuda.is_available():
             return None
-        return [major * 10 + minor for major, minor in
-                (torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))]
+        return [
+            major * 10 + minor
+            for major, minor in (
+                torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())
+            )
+        ]
     except Exception:
         return None
 
 
 def collect(argv: list[str] | None = None) -> dict:
     import torch
+
     return {
-        "argv": mask_argv(sys.argv if argv is None else argv),   # files outlive the shell: no secrets
+        "argv": mask_argv(
+            sys.argv if argv is None else argv
+        ),  # files outlive the shell: no secrets
         "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
         "versions": {
-            "ncclprobe": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "nccl": nccl_version_string(), "cuda": torch.version.cuda, "driver": driver_version(),
+            "ncclprobe": __version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "nccl": nccl_version_string(),
+            "cuda": torch.version.cuda,
+            "driver": driver_version(),
         },
         "gpus": gpu_names(),
         "env": mask_env(relevant_env()),

@@ -31,12 +31,19 @@ import codecs
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.safe_output import EXISTS, OutputProblem, check_appendable, commit_file, describe_os_error, dumps_json
+from ncclprobe.safe_output import (
+    EXISTS,
+    OutputProblem,
+    check_appendable,
+    commit_file,
+    describe_os_error,
+    dumps_json,
+)
 from ncclprobe.secrets import mask_provenance
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
@@ -47,16 +54,16 @@ SCHEMA_VERSION = 1
 class Status(TextEnum):
     """A config's or a result's status."""
 
-    OK = "ok"                  # measured, and NCCL confirmed the settings (or there were none)
-    WRONG = "wrong"            # the correctness pass found wrong elements
-    IGNORED = "ignored"        # measured, but NCCL did not confirm every setting
-    HANG = "hang"              # the pool went silent and was killed
-    ERROR = "error"            # a rank failed, or the workers did not see the configuration
-    SKIPPED = "skipped"        # measured as another configuration that connects the same pairs
+    OK = "ok"  # measured, and NCCL confirmed the settings (or there were none)
+    WRONG = "wrong"  # the correctness pass found wrong elements
+    IGNORED = "ignored"  # measured, but NCCL did not confirm every setting
+    HANG = "hang"  # the pool went silent and was killed
+    ERROR = "error"  # a rank failed, or the workers did not see the configuration
+    SKIPPED = "skipped"  # measured as another configuration that connects the same pairs
 
 
 RESULT_STATUSES = Status.values()
-FINDING_STATUSES = (Status.WRONG, Status.HANG, Status.ERROR, Status.IGNORED)   # what fails a sweep
+FINDING_STATUSES = (Status.WRONG, Status.HANG, Status.ERROR, Status.IGNORED)  # what fails a sweep
 
 
 def config_id(settings: dict[str, str]) -> str:
@@ -85,8 +92,15 @@ class ResultWriter:
     `resume=True` appends to an existing, writable results file.
     """
 
-    def __init__(self, path: str | Path, header: dict | None, *, resume: bool = False, force: bool = False,
-                 atomic: bool = False):
+    def __init__(
+        self,
+        path: str | Path,
+        header: dict | None,
+        *,
+        resume: bool = False,
+        force: bool = False,
+        atomic: bool = False,
+    ):
         self.path, self.force, self.atomic = Path(path), force, atomic
         self.configs_written, self._temp, self._created = 0, None, False
         if resume:
@@ -96,17 +110,22 @@ class ResultWriter:
         if header is None:
             raise ValueError("a new results file needs a header")
         if atomic:
-            fd, temp = self._open(lambda: tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
-                                                           suffix=".tmp"))
+            fd, temp = self._open(
+                lambda: tempfile.mkstemp(
+                    dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+                )
+            )
             self._temp, self._fh = Path(temp), os.fdopen(fd, "w", encoding="utf-8")
         else:
             if force and self.path.is_file():
-                self.path.unlink()   # the user asked to replace it; everything was validated before
-            self._fh = self._open(lambda: open(self.path, "x", encoding="utf-8"))  # never overwrite otherwise
+                self.path.unlink()  # the user asked to replace it; everything was validated before
+            self._fh = self._open(
+                lambda: open(self.path, "x", encoding="utf-8")
+            )  # never overwrite otherwise
             self._created = True
         try:
             self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
-        except BaseException:   # no `with` owns this writer yet: clean up here
+        except BaseException:  # no `with` owns this writer yet: clean up here
             self.close(failed=True)
             raise
 
@@ -114,7 +133,9 @@ class ResultWriter:
         try:
             return opener()
         except FileExistsError:
-            raise OutputProblem(f"results file {str(self.path)!r} {EXISTS} (or --resume it)") from None
+            raise OutputProblem(
+                f"results file {str(self.path)!r} {EXISTS} (or --resume it)"
+            ) from None
         except OSError as exc:
             raise OutputProblem(describe_os_error(exc, self.path, "results file")) from None
 
@@ -125,8 +146,11 @@ class ResultWriter:
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:
-            kept = (f"the {self.configs_written} configuration(s) recorded before are kept (--resume continues)"
-                    if self.configs_written and not self.atomic else "nothing was left behind")
+            kept = (
+                f"the {self.configs_written} configuration(s) recorded before are kept (--resume continues)"
+                if self.configs_written and not self.atomic
+                else "nothing was left behind"
+            )
             raise OutputProblem(describe_os_error(exc, self.path, "results file", kept)) from None
         if record.get("record") == "config":
             self.configs_written += 1
@@ -153,9 +177,11 @@ class ResultWriter:
             lines = self.path.read_bytes().splitlines()
         except OSError:
             return False
-        return any(line.startswith(b'{"record": "config"') and line.endswith(b"}") for line in lines[1:])
+        return any(
+            line.startswith(b'{"record": "config"') and line.endswith(b"}") for line in lines[1:]
+        )
 
-    def __enter__(self) -> "ResultWriter":
+    def __enter__(self) -> ResultWriter:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -173,27 +199,35 @@ class ResultsFile:
     summaries: list[dict] = field(default_factory=list)
 
 
-RESULTS_LIMIT = 2048 << 20     # a results file of a huge sweep is tens of MB; 2 GiB is not one
+RESULTS_LIMIT = 2048 << 20  # a results file of a huge sweep is tens of MB; 2 GiB is not one
 
 
 def read_results(path: str | Path) -> ResultsFile:
     """Read and validate a results file: its header, then every record against the schema above
     (`validate_record`). Anything wrong is a UsageProblem naming the file, the line and the field."""
     path = Path(path)
-    text = decode_text(read_bytes(path, "results file", limit=RESULTS_LIMIT, text=True), path, "results file")
+    text = decode_text(
+        read_bytes(path, "results file", limit=RESULTS_LIMIT, text=True), path, "results file"
+    )
     records = list(_parse_lines(text.splitlines(), path))
     if not records or records[0][1].get("record") != "header":
-        raise UsageProblem(f"{str(path)!r} is not an ncclprobe results file (no header record on its first line)")
+        raise UsageProblem(
+            f"{str(path)!r} is not an ncclprobe results file (no header record on its first line)"
+        )
     _, header = records[0]
     if header.get("schema_version") != SCHEMA_VERSION:
-        raise UsageProblem(f"{str(path)!r} has schema version {header.get('schema_version')!r}; "
-                           f"this ncclprobe reads version {SCHEMA_VERSION}")
+        raise UsageProblem(
+            f"{str(path)!r} has schema version {header.get('schema_version')!r}; "
+            f"this ncclprobe reads version {SCHEMA_VERSION}"
+        )
     for number, record in records:
         validate_record(record, Where(str(path), number))
-    out = ResultsFile(path=str(path), header=mask_provenance(header))   # masked on read: ncclprobe.secrets
+    out = ResultsFile(
+        path=str(path), header=mask_provenance(header)
+    )  # masked on read: ncclprobe.secrets
     buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
-    for number, record in records[1:]:
-        buckets.get(record.get("record"), []).append(record)   # other kinds: newer writers' records
+    for _number, record in records[1:]:
+        buckets.get(record.get("record"), []).append(record)  # other kinds: newer writers' records
     return out
 
 
@@ -210,22 +244,44 @@ def validate_record(record: dict, where: Where) -> None:
 
 _OPTIONAL = {"required": False, "nullable": True}
 _SCHEMA = {
-    "header": (("kind", "str", {}), ("nranks", "int", {**_OPTIONAL, "min": 1}), ("backend", "str", _OPTIONAL),
-               ("topology", "dict", _OPTIONAL), ("versions", "dict", _OPTIONAL), ("spec", "dict", _OPTIONAL),
-               ("notes", "list", _OPTIONAL)),
-    "config": (("config_id", "str", _OPTIONAL), ("settings", "str-map", _OPTIONAL),
-               ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}), ("reason", "str", _OPTIONAL),
-               ("results_expected", "int", {**_OPTIONAL, "min": 0}), ("proof", "dict", _OPTIONAL),
-               ("pool", "int", {**_OPTIONAL, "min": 0})),
-    "result": (("config_id", "str", {}), ("settings", "str-map", _OPTIONAL), ("collective", "str", _OPTIONAL),
-               ("mode", "str", _OPTIONAL), ("in_place", "bool", _OPTIONAL), ("dtype", "str", _OPTIONAL),
-               ("size_bytes", "int", {"min": 0}), ("count", "int", {**_OPTIONAL, "min": 0}),
-               ("nranks", "int", {**_OPTIONAL, "min": 1}),
-               ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}), ("reason", "str", _OPTIONAL),
-               ("time_us", "number", {**_OPTIONAL, "min": 0}), ("time_us_p10", "number", {**_OPTIONAL, "min": 0}),
-               ("time_us_p90", "number", {**_OPTIONAL, "min": 0}), ("algbw_gbps", "number", _OPTIONAL),
-               ("busbw_gbps", "number", _OPTIONAL), ("wrong", "int", {**_OPTIONAL, "min": 0}),
-               ("trials", "int", {**_OPTIONAL, "min": 1})),
+    "header": (
+        ("kind", "str", {}),
+        ("nranks", "int", {**_OPTIONAL, "min": 1}),
+        ("backend", "str", _OPTIONAL),
+        ("topology", "dict", _OPTIONAL),
+        ("versions", "dict", _OPTIONAL),
+        ("spec", "dict", _OPTIONAL),
+        ("notes", "list", _OPTIONAL),
+    ),
+    "config": (
+        ("config_id", "str", _OPTIONAL),
+        ("settings", "str-map", _OPTIONAL),
+        ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}),
+        ("reason", "str", _OPTIONAL),
+        ("results_expected", "int", {**_OPTIONAL, "min": 0}),
+        ("proof", "dict", _OPTIONAL),
+        ("pool", "int", {**_OPTIONAL, "min": 0}),
+    ),
+    "result": (
+        ("config_id", "str", {}),
+        ("settings", "str-map", _OPTIONAL),
+        ("collective", "str", _OPTIONAL),
+        ("mode", "str", _OPTIONAL),
+        ("in_place", "bool", _OPTIONAL),
+        ("dtype", "str", _OPTIONAL),
+        ("size_bytes", "int", {"min": 0}),
+        ("count", "int", {**_OPTIONAL, "min": 0}),
+        ("nranks", "int", {**_OPTIONAL, "min": 1}),
+        ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}),
+        ("reason", "str", _OPTIONAL),
+        ("time_us", "number", {**_OPTIONAL, "min": 0}),
+        ("time_us_p10", "number", {**_OPTIONAL, "min": 0}),
+        ("time_us_p90", "number", {**_OPTIONAL, "min": 0}),
+        ("algbw_gbps", "number", _OPTIONAL),
+        ("busbw_gbps", "number", _OPTIONAL),
+        ("wrong", "int", {**_OPTIONAL, "min": 0}),
+        ("trials", "int", {**_OPTIONAL, "min": 1}),
+    ),
     "summary": (),
 }
 
@@ -238,10 +294,10 @@ def _parse_lines(lines: list[str], path: Path) -> Iterator[tuple[int, dict]]:
         try:
             json.loads(line)
         except json.JSONDecodeError:
-            if number == last:   # a write torn by a kill: everything before it is intact
+            if number == last:  # a write torn by a kill: everything before it is intact
                 return
         except RecursionError:
-            pass                 # loads_json below says so
+            pass  # loads_json below says so
         record = loads_json(line, f"{str(path)!r} line {number}")
         if not isinstance(record, dict):
             raise UsageProblem(f"{str(path)!r} line {number} is not a JSON object")
@@ -253,8 +309,12 @@ def trim_incomplete_tail(path: str | Path) -> ResultsFile:
     path = Path(path)
     read_results(path)  # validates the header and schema first
     data = path.read_bytes()
-    if b"\x00" in data[:65536] or data.startswith(codecs.BOM_UTF8):   # read fine, but cut by bytes below
-        raise UsageProblem(f"results file {str(path)!r} is not UTF-8 (as ncclprobe writes it); convert it to resume it")
+    if b"\x00" in data[:65536] or data.startswith(
+        codecs.BOM_UTF8
+    ):  # read fine, but cut by bytes below
+        raise UsageProblem(
+            f"results file {str(path)!r} is not UTF-8 (as ncclprobe writes it); convert it to resume it"
+        )
     keep = _complete_length(data)
     if keep < len(data):
         with open(path, "r+b") as fh:
@@ -265,7 +325,7 @@ def trim_incomplete_tail(path: str | Path) -> ResultsFile:
 
 def _complete_length(data: bytes) -> int:
     """Bytes up to the end of the last complete configuration group (or non-config record)."""
-    offset, keep, open_group = 0, 0, None     # open_group: [offset, results still expected]
+    offset, keep, open_group = 0, 0, None  # open_group: [offset, results still expected]
     for line in data.splitlines(keepends=True):
         start, offset = offset, offset + len(line)
         try:

@@ -23,33 +23,46 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ncclprobe.errors import UsageProblem
 
-EXISTS = "already exists and is never overwritten without --force; choose another name or pass --force"
-MARKER = ".ncclprobe-output"   # left in every directory written by atomic_directory
+EXISTS = (
+    "already exists and is never overwritten without --force; choose another name or pass --force"
+)
+MARKER = ".ncclprobe-output"  # left in every directory written by atomic_directory
 
 
 class OutputProblem(UsageProblem):
     """An output cannot be written (exists, not writable, disk full): one line, exit 2."""
 
 
-def check_output(path: str | Path, *, force: bool = False, what: str = "output file",
-                 inputs: Iterable[str | Path] = ()) -> Path:
+def check_output(
+    path: str | Path,
+    *,
+    force: bool = False,
+    what: str = "output file",
+    inputs: Iterable[str | Path] = (),
+) -> Path:
     """Refuse, before any work starts, an output that exists (without --force), is a directory,
     is one of `inputs`, or cannot be created in its directory. Returns the path."""
     path = _target(path)
     for item in inputs:
         if _same_file(path, Path(item)):
-            raise OutputProblem(f"{what} {str(path)!r} is also an input of this command; refusing to replace "
-                                "what is being read (choose another name)")
+            raise OutputProblem(
+                f"{what} {str(path)!r} is also an input of this command; refusing to replace "
+                "what is being read (choose another name)"
+            )
     if path.is_dir():
         raise OutputProblem(f"{what} {str(path)!r} is a directory")
-    if path.exists() and not path.is_file():   # /dev/stdout, a FIFO, a device: never replaced by a file
-        raise OutputProblem(f"{what} {str(path)!r} is not a regular file (leave the option out to print to stdout)")
+    if (
+        path.exists() and not path.is_file()
+    ):  # /dev/stdout, a FIFO, a device: never replaced by a file
+        raise OutputProblem(
+            f"{what} {str(path)!r} is not a regular file (leave the option out to print to stdout)"
+        )
     if path.exists():
         if not force:
             raise OutputProblem(f"{what} {str(path)!r} {EXISTS}")
@@ -59,8 +72,14 @@ def check_output(path: str | Path, *, force: bool = False, what: str = "output f
     return path
 
 
-def check_output_dir(path: str | Path, *, force: bool = False, what: str = "output directory",
-                     owned: Iterable[str] = (), has_force: bool = True) -> Path:
+def check_output_dir(
+    path: str | Path,
+    *,
+    force: bool = False,
+    what: str = "output directory",
+    owned: Iterable[str] = (),
+    has_force: bool = True,
+) -> Path:
     """The directory rule: a missing or empty directory is fine; one with files needs --force, and
     even then only when every entry is one this command writes (`owned` names, or the marker file
     it leaves), so --force can never wipe a directory of the user's own files. `has_force=False`: the
@@ -71,21 +90,28 @@ def check_output_dir(path: str | Path, *, force: bool = False, what: str = "outp
     entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     if entries:
         if not force:
-            raise OutputProblem(f"{what} {str(path)!r} is not empty; choose a new directory"
-                                + (" or pass --force to replace it" if has_force else " (nothing is written into a "
-                                   "directory that holds files)"))
+            raise OutputProblem(
+                f"{what} {str(path)!r} is not empty; choose a new directory"
+                + (
+                    " or pass --force to replace it"
+                    if has_force
+                    else " (nothing is written into a directory that holds files)"
+                )
+            )
         foreign = [name for name in entries if name not in set(owned) | {MARKER}]
         if foreign and MARKER not in entries:
-            raise OutputProblem(f"{what} {str(path)!r} holds files ncclprobe did not write ({', '.join(foreign[:3])}"
-                                f"{', ...' if len(foreign) > 3 else ''}); refusing to replace it even with --force")
+            raise OutputProblem(
+                f"{what} {str(path)!r} holds files ncclprobe did not write ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}); refusing to replace it even with --force"
+            )
     _probe_directory(_parent(path), path, what, "directory")
     return path
 
 
-
 @contextmanager
-def atomic_file(path: str | Path, *, force: bool = False, binary: bool = False,
-                what: str = "output file") -> Iterator:
+def atomic_file(
+    path: str | Path, *, force: bool = False, binary: bool = False, what: str = "output file"
+) -> Iterator:
     """Yield a file handle on a temporary file beside `path`; on success it is fsynced and renamed
     to `path` (refusing an existing one unless `force`); on any failure, Ctrl-C included, it is
     removed and `path` is untouched."""
@@ -112,13 +138,17 @@ def atomic_file(path: str | Path, *, force: bool = False, binary: bool = False,
         raise
 
 
-def write_text(path: str | Path, text: str, *, force: bool = False, what: str = "output file") -> Path:
+def write_text(
+    path: str | Path, text: str, *, force: bool = False, what: str = "output file"
+) -> Path:
     with atomic_file(path, force=force, what=what) as handle:
         handle.write(text)
     return Path(path)
 
 
-def write_bytes(path: str | Path, data: bytes, *, force: bool = False, what: str = "output file") -> Path:
+def write_bytes(
+    path: str | Path, data: bytes, *, force: bool = False, what: str = "output file"
+) -> Path:
     with atomic_file(path, force=force, binary=True, what=what) as handle:
         handle.write(data)
     return Path(path)
@@ -129,13 +159,20 @@ def dumps_json(doc, **kwargs) -> str:
     return json.dumps(doc, allow_nan=False, **kwargs)
 
 
-def write_json(path: str | Path, doc, *, force: bool = False, what: str = "output file", indent: int = 1) -> Path:
+def write_json(
+    path: str | Path, doc, *, force: bool = False, what: str = "output file", indent: int = 1
+) -> Path:
     return write_text(path, dumps_json(doc, indent=indent) + "\n", force=force, what=what)
 
 
 @contextmanager
-def atomic_directory(path: str | Path, *, force: bool = False, what: str = "output directory",
-                     owned: Iterable[str] = ()) -> Iterator[Path]:
+def atomic_directory(
+    path: str | Path,
+    *,
+    force: bool = False,
+    what: str = "output directory",
+    owned: Iterable[str] = (),
+) -> Iterator[Path]:
     """Yield a fresh temporary directory beside `path` to fill; on success it replaces `path` whole
     (an earlier one goes only with `force`, under `check_output_dir`'s rule); on failure it is removed."""
     path = Path(path)
@@ -147,7 +184,9 @@ def atomic_directory(path: str | Path, *, force: bool = False, what: str = "outp
         raise _problem(exc, path, what) from None
     try:
         yield temp
-        (temp / MARKER).write_text("written by ncclprobe; --force may replace this directory\n", encoding="utf-8")
+        (temp / MARKER).write_text(
+            "written by ncclprobe; --force may replace this directory\n", encoding="utf-8"
+        )
         _swap_directory(temp, path, force, what, owned)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
@@ -163,19 +202,29 @@ def check_appendable(path: str | Path, what: str) -> Path:
     if not path.is_file():
         raise OutputProblem(f"{what} {str(path)!r} does not exist or is not a regular file")
     if not os.access(path, os.W_OK):
-        raise OutputProblem(f"{what} {str(path)!r} is read-only; make it writable (chmod u+w) to continue it")
+        raise OutputProblem(
+            f"{what} {str(path)!r} is read-only; make it writable (chmod u+w) to continue it"
+        )
     return path
 
 
-def describe_os_error(exc: OSError, path: str | Path, what: str, kept: str = "nothing was changed") -> str:
+def describe_os_error(
+    exc: OSError, path: str | Path, what: str, kept: str = "nothing was changed"
+) -> str:
     """One line for a write that the system refused: which file, why, what is left."""
-    reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-              errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-              errno.EPERM: "permission denied", errno.EFBIG: "the file is too large for this file system"}
+    reason = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EFBIG: "the file is too large for this file system",
+    }
     return f"cannot write {what} {str(path)!r}: {reason.get(exc.errno, exc.strerror or str(exc))}; {kept}"
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def _target(path: str | Path) -> Path:
     """The file a path names: through a symbolic link, so --force replaces the file, not the link."""
@@ -191,7 +240,9 @@ def _same_file(a: Path, b: Path) -> bool:
     """`a` is `b`, or an existing file inside `b` when `b` is a directory (a checkpoint's weights)."""
     try:
         if b.is_dir():
-            return a.exists() and os.path.realpath(a).startswith(os.path.join(os.path.realpath(b), ""))
+            return a.exists() and os.path.realpath(a).startswith(
+                os.path.join(os.path.realpath(b), "")
+            )
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
@@ -201,7 +252,11 @@ def _probe_directory(parent: Path, path: Path, what: str, kind: str = "file") ->
     """Create and remove a temporary file where the output will go: the only honest writability test
     (permissions, read-only mounts, /proc, full inode tables all show up here)."""
     if not parent.is_dir():
-        why = f"{parent} is not a directory" if parent.exists() else f"directory {parent} does not exist"
+        why = (
+            f"{parent} is not a directory"
+            if parent.exists()
+            else f"directory {parent} does not exist"
+        )
         verb = "cannot create the directory" if kind == "directory" else "cannot write it"
         raise OutputProblem(f"{what} {str(path)!r}: {verb}: {why}")
     try:
@@ -218,16 +273,26 @@ def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
     if force:
         os.replace(temp, path)
         return
-    try:   # link refuses an existing target atomically: a file that appeared meanwhile is kept
+    try:  # link refuses an existing target atomically: a file that appeared meanwhile is kept
         os.link(temp, path)
     except FileExistsError:
-        raise OutputProblem(f"{what} {str(path)!r} appeared while this command ran; it was kept, the new output "
-                            "was discarded (pass --force to replace it)") from None
+        raise OutputProblem(
+            f"{what} {str(path)!r} appeared while this command ran; it was kept, the new output "
+            "was discarded (pass --force to replace it)"
+        ) from None
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+        if exc.errno not in (
+            errno.EPERM,
+            errno.ENOTSUP,
+            errno.EOPNOTSUPP,
+            errno.EXDEV,
+            errno.EMLINK,
+        ):
             raise
-        if path.exists():   # a file system without hard links: check, then rename
-            raise OutputProblem(f"{what} {str(path)!r} appeared while this command ran; it was kept") from None
+        if path.exists():  # a file system without hard links: check, then rename
+            raise OutputProblem(
+                f"{what} {str(path)!r} appeared while this command ran; it was kept"
+            ) from None
         os.replace(temp, path)
         return
     _remove(temp)
@@ -235,7 +300,9 @@ def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
 
 def _swap_directory(temp: Path, path: Path, force: bool, what: str, owned: tuple[str, ...]) -> None:
     if path.exists():
-        check_output_dir(path, force=force, what=what, owned=owned)   # again: it may have changed meanwhile
+        check_output_dir(
+            path, force=force, what=what, owned=owned
+        )  # again: it may have changed meanwhile
         old = Path(tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".old"))
         os.replace(path, old / "previous")
         os.replace(temp, path)

@@ -26,59 +26,154 @@ other text that may quote a user's values (log lines, error messages).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Iterable, Mapping
 
 MASK = "<masked>"
 
 # Families whose values decide what NCCL, CUDA, torch.distributed, MPI and the shell do, and that
 # hold no credentials by design; `mask_text` still runs over their values.
-HARMLESS_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "TORCHELASTIC_", "NVSHMEM_", "CUDA_",
-                     "NVIDIA_", "OMP_", "KMP_", "MKL_", "LC_", "SLURM_", "PMI_", "OMPI_MCA_", "UCX_", "FI_")
-HARMLESS_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "PWD", "OLDPWD", "HOSTNAME",
-    "SHLVL", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "VIRTUAL_ENV",
-    "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD",
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "VLLM_NCCL_SO_PATH", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
-})
+HARMLESS_PREFIXES = (
+    "NCCL_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "TORCHELASTIC_",
+    "NVSHMEM_",
+    "CUDA_",
+    "NVIDIA_",
+    "OMP_",
+    "KMP_",
+    "MKL_",
+    "LC_",
+    "SLURM_",
+    "PMI_",
+    "OMPI_MCA_",
+    "UCX_",
+    "FI_",
+)
+HARMLESS_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "PWD",
+        "OLDPWD",
+        "HOSTNAME",
+        "SHLVL",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "VLLM_NCCL_SO_PATH",
+        "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY",
+        "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
+    }
+)
 # Name words that mark a credential even inside a harmless family (a second line of defence).
-_SECRET_WORDS = frozenset({
-    "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "PWD", "KEY", "KEYS",
-    "APIKEY", "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "SESSION",
-    "PRIVATE", "SIGNATURE", "DSN", "CERT", "JWT", "BEARER", "WEBHOOK",
-})
+_SECRET_WORDS = frozenset(
+    {
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PASSPHRASE",
+        "PWD",
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CRED",
+        "CREDS",
+        "AUTH",
+        "AUTHORIZATION",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+        "SIGNATURE",
+        "DSN",
+        "CERT",
+        "JWT",
+        "BEARER",
+        "WEBHOOK",
+    }
+)
 _SECRET_FRAGMENTS = ("SECRET", "TOKEN", "PASSW", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # Flags whose value is a credential: any flag with one of these words in its name, plus short forms.
 _FLAG_WORDS = _SECRET_WORDS | {"PW", "CONN", "CONNECTION", "CONNSTR", "USERPASS"}
-_SHORT_VALUE_FLAGS = frozenset({"-p"})   # mysql -p PW (a port after ssh -p is hidden too: harmless)
+_SHORT_VALUE_FLAGS = frozenset({"-p"})  # mysql -p PW (a port after ssh -p is hidden too: harmless)
 _HEADER_FLAGS = frozenset({"-H", "--header", "--headers", "--proxy-header"})
-_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "--username"})   # curl: user:password
-_AUTH_SCHEMES = frozenset({"Bearer", "bearer", "Basic", "Digest", "Token", "ApiKey", "Api-Key", "Negotiate", "HMAC"})
-_FLAG_FRAGMENTS = ("SECRET", "PASSW", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY")  # not TOKEN: --tokenizer
-_AUTH_HEADER_WORDS = ("authorization", "auth", "token", "key", "cookie", "secret", "password", "credential",
-                      "signature", "session")
+_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "--username"})  # curl: user:password
+_AUTH_SCHEMES = frozenset(
+    {"Bearer", "bearer", "Basic", "Digest", "Token", "ApiKey", "Api-Key", "Negotiate", "HMAC"}
+)
+_FLAG_FRAGMENTS = (
+    "SECRET",
+    "PASSW",
+    "CREDENTIAL",
+    "APIKEY",
+    "ACCESSKEY",
+    "PRIVATEKEY",
+)  # not TOKEN: --tokenizer
+_AUTH_HEADER_WORDS = (
+    "authorization",
+    "auth",
+    "token",
+    "key",
+    "cookie",
+    "secret",
+    "password",
+    "credential",
+    "signature",
+    "session",
+)
 
-_B = r"(?<![A-Za-z0-9_\-])"   # start of a run: the look-behind that keeps every scan linear
+_B = r"(?<![A-Za-z0-9_\-])"  # start of a run: the look-behind that keeps every scan linear
 _TOKEN_SHAPES = re.compile(
-    _B + r"(?:hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
+    _B
+    + r"(?:hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
     r"|sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|xox[abprs]-[A-Za-z0-9\-]{10,}|glpat-[\w\-]{16,}"
     r"|AIza[0-9A-Za-z_\-]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_\-]{30,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)", re.ASCII)
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)",
+    re.ASCII,
+)
 _RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
 _ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
 _PAIR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-]*", re.ASCII)
 _SPACES = re.compile(r"(\s+)")
 _SPECIAL = re.compile(r"[:=@]")
-_HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)   # an HTTP header's name
+_HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)  # an HTTP header's name
 
 
 @lru_cache(maxsize=4096)
 def is_harmless_name(name: str) -> bool:
     """Whether a variable's value may be shown: a known family that holds no credentials, and a
     name without credential words."""
-    return (name in HARMLESS_NAMES or name.startswith(HARMLESS_PREFIXES)) and not is_secret_name(name)
+    return (name in HARMLESS_NAMES or name.startswith(HARMLESS_PREFIXES)) and not is_secret_name(
+        name
+    )
 
 
 def is_secret_name(name: str) -> bool:
@@ -88,7 +183,9 @@ def is_secret_name(name: str) -> bool:
         return False
     words = set(re.split(r"[^A-Z0-9]+", upper))
     squashed = upper.replace("_", "").replace("-", "")
-    return bool(words & _SECRET_WORDS) or any(fragment in squashed for fragment in _SECRET_FRAGMENTS)
+    return bool(words & _SECRET_WORDS) or any(
+        fragment in squashed for fragment in _SECRET_FRAGMENTS
+    )
 
 
 def mask_env_value(name: str, value: str | None) -> str | None:
@@ -137,7 +234,7 @@ def _mask_words(text: str, hide: int = 0) -> tuple[str, int]:
             continue
         if hide:
             parts[index], hide = MASK, hide - 1
-            if word in _AUTH_SCHEMES:   # `Authorization: Bearer X`: the scheme, then X
+            if word in _AUTH_SCHEMES:  # `Authorization: Bearer X`: the scheme, then X
                 hide = 1
             continue
         parts[index], hide = _mask_word(word)
@@ -159,8 +256,8 @@ def mask_shapes(text: str) -> str:
 def mask_argv(argv: Iterable[str]) -> list[str]:
     """A command line safe to print: credential flags' values hidden, every word masked by shape."""
     out: list[str] = []
-    pending = None      # the flag whose value the next word is
-    hide = 0            # words an auth scheme or header in the previous word left to hide
+    pending = None  # the flag whose value the next word is
+    hide = 0  # words an auth scheme or header in the previous word left to hide
     for word in argv:
         if hide:
             masked, hide = _mask_words(word, hide)
@@ -168,21 +265,23 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
             continue
         if pending is not None:
             out.append(_flag_value(pending, word))
-            chained = word in ("-", "") or (word.startswith("-") and _takes_credential(word.split("=", 1)[0]))
-            pending = pending if chained else None   # `--password - X`, `--token --token X`: X too
+            chained = word in ("-", "") or (
+                word.startswith("-") and _takes_credential(word.split("=", 1)[0])
+            )
+            pending = pending if chained else None  # `--password - X`, `--token --token X`: X too
             continue
         flag, sep, value = word.partition("=")
         if word.startswith("-") and _takes_credential(flag):
             if sep:
                 out.append(f"{flag}={_flag_value(flag, value)}")
             elif len(flag) > 2 and flag[1] != "-" and flag[:2] in _SHORT_VALUE_FLAGS:
-                out.append(flag[:2] + MASK)            # `-pSECRET`, mysql style
+                out.append(flag[:2] + MASK)  # `-pSECRET`, mysql style
             else:
                 out.append(word)
                 pending = flag
             continue
         env = _ENV_WORD.fullmatch(word) if not word.startswith("-") else None
-        if env and env.group(1).upper() == env.group(1):   # `env HF_TOKEN=x cmd`, `NCCL_PROTO=LL`
+        if env and env.group(1).upper() == env.group(1):  # `env HF_TOKEN=x cmd`, `NCCL_PROTO=LL`
             out.append(f"{env.group(1)}={mask_env_value(env.group(1), env.group(2))}")
         else:
             masked, hide = _mask_words(word)
@@ -191,6 +290,7 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=4096)
 def _takes_credential(flag: str) -> bool:
@@ -219,15 +319,17 @@ def _mask_word(word: str) -> tuple[str, int]:
     header or scheme whose credential comes next)."""
     if word in _AUTH_SCHEMES:
         return word, 1
-    if len(word) < 15 and not _SPECIAL.search(word):   # too short for any token shape, no structure
+    if len(word) < 15 and not _SPECIAL.search(word):  # too short for any token shape, no structure
         return word, 0
     head, sep, rest = word.partition(":")
-    header = sep and _HEADER_NAME.fullmatch(head) and any(w in head.lower() for w in _AUTH_HEADER_WORDS)
+    header = (
+        sep and _HEADER_NAME.fullmatch(head) and any(w in head.lower() for w in _AUTH_HEADER_WORDS)
+    )
     if header and not rest:
-        return word, 1                                   # `Authorization:` then its value
+        return word, 1  # `Authorization:` then its value
     if header and not rest.startswith("//"):
-        return f"{head}:{MASK}", 0                       # `Authorization:Bearer_x`, `X-Api-Key:abc`
-    scheme_last = re.split(r"[=:]", word)[-1] in _AUTH_SCHEMES   # `...=Bearer` then the token
+        return f"{head}:{MASK}", 0  # `Authorization:Bearer_x`, `X-Api-Key:abc`
+    scheme_last = re.split(r"[=:]", word)[-1] in _AUTH_SCHEMES  # `...=Bearer` then the token
     word = _mask_userinfo(word)
     word = _mask_pairs(word)
     word = _TOKEN_SHAPES.sub(MASK, word)
@@ -267,7 +369,13 @@ def _mask_pairs(word: str) -> str:
     out = []
     for piece in re.split(r"([;&,|])", word):
         key, sep, value = piece.partition("=")
-        if sep and value and _PAIR_KEY.fullmatch(key) and not is_harmless_name(key) and value != MASK:
+        if (
+            sep
+            and value
+            and _PAIR_KEY.fullmatch(key)
+            and not is_harmless_name(key)
+            and value != MASK
+        ):
             piece = f"{key}={MASK}"
         out.append(piece)
     return "".join(out)
@@ -287,4 +395,8 @@ def _mask_pem(text: str) -> str:
 
 def _mixed(run: str) -> bool:
     """Random-looking: lower and upper case letters and digits all present."""
-    return any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)
+    return (
+        any(c.islower() for c in run)
+        and any(c.isupper() for c in run)
+        and any(c.isdigit() for c in run)
+    )

@@ -14,8 +14,8 @@ from ncclprobe.numbers import MAX_INT_DIGITS, parse_int
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MAX_SIZE = 1 << 48
-MAX_SIZES = 4096             # sizes in one list: a range to 1T by a factor of 2 has 41
-_SIZE_RE = re.compile(r"^\s*([0-9]{1,%d})\s*([KMGT]?)(?:I?B)?\s*$" % MAX_INT_DIGITS, re.IGNORECASE)
+MAX_SIZES = 4096  # sizes in one list: a range to 1T by a factor of 2 has 41
+_SIZE_RE = re.compile(rf"^\s*([0-9]{{1,{MAX_INT_DIGITS}}})\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
 def parse_size(token: str) -> int:
@@ -24,7 +24,9 @@ def parse_size(token: str) -> int:
     match = _SIZE_RE.match(token) if isinstance(token, str) else None
     if not match:
         shown = token if len(str(token)) <= 40 else str(token)[:37] + "..."
-        raise UsageProblem(f"bad size {shown!r}: expected a positive integer with an optional K/M/G suffix, like 64K")
+        raise UsageProblem(
+            f"bad size {shown!r}: expected a positive integer with an optional K/M/G suffix, like 64K"
+        )
     value = int(match.group(1)) * _UNITS[match.group(2).upper()]
     if value <= 0:
         raise UsageProblem(f"bad size {token!r}: sizes must be positive")
@@ -54,13 +56,17 @@ def _parse_range(part: str) -> list[int]:
     lo_text, _, hi_text = body.partition("..")
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if hi < lo:
-        raise UsageProblem(f"bad size range {part!r}: the maximum {hi_text.strip()} is below the minimum {lo_text.strip()}")
+        raise UsageProblem(
+            f"bad size range {part!r}: the maximum {hi_text.strip()} is below the minimum {lo_text.strip()}"
+        )
     factor = 2
     if factor_text:
         try:
             factor = parse_int(factor_text, "step factor", min=2, max=MAX_SIZE)
         except UsageProblem:
-            raise UsageProblem(f"bad size range {part!r}: the step factor must be an integer of at least 2") from None
+            raise UsageProblem(
+                f"bad size range {part!r}: the step factor must be an integer of at least 2"
+            ) from None
     out, size = [], lo
     while size <= hi:
         out.append(size)

@@ -14,15 +14,22 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 log = logging.getLogger("ncclprobe.tempdirs")
 
 OWNER = ".owner"
-PREFIXES = ("ncclprobe-pool-", "ncclprobe-sweep-", "ncclprobe-engine-nccl-", "ncclprobe-envprop-",
-            "ncclprobe-graph-capture-", "ncclprobe-tuned-", "ncclprobe-dump-")
+PREFIXES = (
+    "ncclprobe-pool-",
+    "ncclprobe-sweep-",
+    "ncclprobe-engine-nccl-",
+    "ncclprobe-envprop-",
+    "ncclprobe-graph-capture-",
+    "ncclprobe-tuned-",
+    "ncclprobe-dump-",
+)
 
 
 def make(prefix: str) -> Path:
@@ -32,7 +39,7 @@ def make(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         (path / OWNER).write_text(_stamp(os.getpid()) or str(os.getpid()), encoding="utf-8")
-    except BaseException:   # an interrupt between the two: no unstamped directory stays behind
+    except BaseException:  # an interrupt between the two: no unstamped directory stays behind
         shutil.rmtree(path, ignore_errors=True)
         raise
     return path
@@ -61,17 +68,21 @@ def reap_stale(root: str | Path | None = None) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     if removed:
-        log.info("removed %d temporary director%s left by killed runs", len(removed), "y" if len(removed) == 1 else "ies")
+        log.info(
+            "removed %d temporary director%s left by killed runs",
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+        )
     return removed
 
 
 def _owner_gone(path: Path) -> bool:
     try:
         if path.is_symlink() or not path.is_dir() or path.stat().st_uid != os.getuid():
-            return False   # only our own directories, never through a link
+            return False  # only our own directories, never through a link
         stamp = (path / OWNER).read_text(encoding="utf-8").strip()
     except OSError:
-        return False       # unstamped (being created, or not ours to judge): leave it
+        return False  # unstamped (being created, or not ours to judge): leave it
     pid_text, _, started = stamp.partition(" ")
     if not pid_text.isascii() or not pid_text.isdigit():
         return False
@@ -82,15 +93,16 @@ def _owner_gone(path: Path) -> bool:
     if current is None:
         return True
     _, _, now_started = current.partition(" ")
-    return bool(started and now_started) and now_started != started   # the pid was recycled
+    return bool(started and now_started) and now_started != started  # the pid was recycled
 
 
 def _stamp(pid: int) -> str | None:
     """`"<pid> <start time>"` of a live process, None when there is none."""
     try:
         import psutil
+
         return f"{pid} {psutil.Process(pid).create_time():.3f}"
-    except Exception:   # no such process, or psutil cannot tell: treat as gone only if it is absent
+    except Exception:  # no such process, or psutil cannot tell: treat as gone only if it is absent
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

@@ -11,7 +11,7 @@ import enum
 
 
 class TextEnum(str, enum.Enum):
-    __hash__ = str.__hash__   # a member finds the entry its text keys, and the other way round
+    __hash__ = str.__hash__  # a member finds the entry its text keys, and the other way round
 
     def __str__(self) -> str:
         return self.value

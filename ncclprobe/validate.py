@@ -28,14 +28,21 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 
 MIB = 1 << 20
-DEFAULT_LIMIT = 1024 * MIB      # evidence files: logs and profiles can be large, not unbounded
+DEFAULT_LIMIT = 1024 * MIB  # evidence files: logs and profiles can be large, not unbounded
 JSON_LIMIT = 512 * MIB
 
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"), (codecs.BOM_UTF8, "utf-8"),
-         (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
 
 
-def read_bytes(path: str | Path, what: str, *, limit: int | None = None, text: bool = False) -> bytes:
+def read_bytes(
+    path: str | Path, what: str, *, limit: int | None = None, text: bool = False
+) -> bytes:
     """The file's bytes, at most `limit`: a larger file, or an endless one (a device, a pipe), is
     refused with its name and the limit rather than read until memory runs out. With `text`, a
     start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
@@ -67,7 +74,7 @@ def decode_text(data: bytes, path: str | Path, what: str, *, errors: str = "repl
     UTF-16 without one; a file with zero bytes in any other pattern is binary."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
-            return _decode(data[len(bom):], encoding, path, what, errors)
+            return _decode(data[len(bom) :], encoding, path, what, errors)
     encoding = _bomless_utf16(data)
     if encoding:
         return _decode(data, encoding, path, what, errors)
@@ -76,14 +83,19 @@ def decode_text(data: bytes, path: str | Path, what: str, *, errors: str = "repl
     return _decode(data, "utf-8", path, what, errors)
 
 
-def read_text(path: str | Path, what: str, *, limit: int | None = None, errors: str = "replace") -> str:
+def read_text(
+    path: str | Path, what: str, *, limit: int | None = None, errors: str = "replace"
+) -> str:
     return decode_text(read_bytes(path, what, limit=limit, text=True), path, what, errors=errors)
 
 
 def _binary(start: bytes) -> bool:
     """Zero bytes in a pattern no text encoding makes (UTF-16/32 put them in every other byte)."""
-    return (b"\x00" in start and not any(start.startswith(bom) for bom, _ in _BOMS)
-            and _bomless_utf16(start) is None)
+    return (
+        b"\x00" in start
+        and not any(start.startswith(bom) for bom, _ in _BOMS)
+        and _bomless_utf16(start) is None
+    )
 
 
 def loads_json(text: str, label: str):
@@ -91,9 +103,13 @@ def loads_json(text: str, label: str):
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except _NonFinite as exc:
-        raise UsageProblem(f"{label}: {exc} is not a JSON number (JSON has no NaN or Infinity)") from None
+        raise UsageProblem(
+            f"{label}: {exc} is not a JSON number (JSON has no NaN or Infinity)"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{label} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise UsageProblem(
+            f"{label} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
     except RecursionError:
         raise UsageProblem(f"{label}: JSON nested too deeply") from None
 
@@ -115,7 +131,7 @@ class Where:
     line: int | None = None
     inside: str = ""
 
-    def at(self, part: str | int) -> "Where":
+    def at(self, part: str | int) -> Where:
         step = f"[{part}]" if isinstance(part, int) else (f".{part}" if self.inside else part)
         return Where(self.path, self.line, self.inside + step)
 
@@ -131,8 +147,19 @@ class Where:
             raise self.fail(f"expected {what}, got {_kind(value)}")
         return value
 
-    def field(self, doc: dict, name: str, kind: str, *, required: bool = True, nullable: bool = False,
-              min: float | None = None, max: float | None = None, choices=None, default=None):
+    def field(
+        self,
+        doc: dict,
+        name: str,
+        kind: str,
+        *,
+        required: bool = True,
+        nullable: bool = False,
+        min: float | None = None,
+        max: float | None = None,
+        choices=None,
+        default=None,
+    ):
         """`doc[name]` checked to be `kind`: "str", "int", "number", "bool", "dict", "list", or
         "str-map" (a dict of str to str). Numbers must be finite; bools are not numbers."""
         if name not in doc or (doc[name] is None and not required and not nullable):
@@ -147,9 +174,16 @@ class Where:
             raise self.fail(f'field "{name}" must be {problem}, got {_shown(value)}')
         return value
 
-
-    def list_of(self, doc: dict, name: str, kind: str, *, required: bool = True, min: float | None = None,
-                max: float | None = None) -> list | None:
+    def list_of(
+        self,
+        doc: dict,
+        name: str,
+        kind: str,
+        *,
+        required: bool = True,
+        min: float | None = None,
+        max: float | None = None,
+    ) -> list | None:
         """`doc[name]` as a list whose every item is `kind` (null or absent allowed unless `required`)."""
         items = self.field(doc, name, "list", required=required, nullable=not required)
         for index, item in enumerate(items or []):
@@ -171,7 +205,9 @@ def _check(value, kind: str, low, high, choices) -> str | None:
         is_int = isinstance(value, int) and not isinstance(value, bool)
         is_num = is_int or (isinstance(value, float) and math.isfinite(value))
         if not (is_int if kind == "int" else is_num):
-            return ("a whole number" if kind == "int" else "a finite number") + _range_text(low, high)
+            return ("a whole number" if kind == "int" else "a finite number") + _range_text(
+                low, high
+            )
         if (low is not None and value < low) or (high is not None and value > high):
             return ("a whole number" if kind == "int" else "a number") + _range_text(low, high)
         return None
@@ -182,7 +218,9 @@ def _check(value, kind: str, low, high, choices) -> str | None:
     if kind == "list":
         return None if isinstance(value, list) else "a JSON list"
     if kind == "str-map":
-        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ok = isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        )
         return None if ok else "an object of string values"
     raise ValueError(f"unknown field kind {kind!r}")
 
@@ -196,12 +234,21 @@ def _range_text(low, high) -> str:
 
 
 def _kind(value) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
 def _shown(value) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    text = (
+        json.dumps(value, default=str)
+        if not isinstance(value, float) or math.isfinite(value)
+        else str(value)
+    )
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -214,8 +261,10 @@ def _refuse_constant(name: str):
 
 
 def _too_large(path: Path, what: str, limit: int) -> str:
-    return (f"{what} {str(path)!r} is larger than {limit // MIB} MiB, the most ncclprobe reads; "
-            "is it the right file?")
+    return (
+        f"{what} {str(path)!r} is larger than {limit // MIB} MiB, the most ncclprobe reads; "
+        "is it the right file?"
+    )
 
 
 def _bomless_utf16(data: bytes) -> str | None:
@@ -237,7 +286,9 @@ def _decode(data: bytes, encoding: str, path, what: str, errors: str) -> str:
     try:
         text = data.decode(encoding, errors=errors)
     except UnicodeDecodeError as exc:
-        raise UsageProblem(f"{what} {str(path)!r} is not valid {encoding.upper()} text (byte {exc.start})") from None
+        raise UsageProblem(
+            f"{what} {str(path)!r} is not valid {encoding.upper()} text (byte {exc.start})"
+        ) from None
     if "\x00" in text[:65536]:
         raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
     return text

@@ -8,22 +8,22 @@ place that does. Errors are not verdicts: they are raised (`ncclprobe.errors`) a
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Verdict(enum.Enum):
     """The outcome of a command that ran to its end. Ordered: the worse one wins when combined."""
 
-    FINE = "fine"                      # everything measured or checked is fine
-    FINDINGS = "findings"              # wrong results, unmet expectations, lint errors, hangs, crashes
-    NOTHING_HERE = "nothing-here"      # nothing could be measured or read here
+    FINE = "fine"  # everything measured or checked is fine
+    FINDINGS = "findings"  # wrong results, unmet expectations, lint errors, hangs, crashes
+    NOTHING_HERE = "nothing-here"  # nothing could be measured or read here
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self]
 
     @classmethod
-    def of(cls, findings: bool) -> "Verdict":
+    def of(cls, findings: bool) -> Verdict:
         """FINDINGS when there are findings, else FINE."""
         return cls.FINDINGS if findings else cls.FINE
 

@@ -27,7 +27,7 @@ class WorkerContext:
     backend: str
     payload: dict
     run_dir: Path | None
-    gpu: int = 0                       # the CUDA device this rank uses (NCCL backend)
+    gpu: int = 0  # the CUDA device this rank uses (NCCL backend)
     started_at: float = field(default_factory=time.time)
     _sink: object = None
     _control: object = None
@@ -35,6 +35,7 @@ class WorkerContext:
     @property
     def device(self):
         import torch
+
         return torch.device("cuda", self.gpu) if self.backend == "nccl" else torch.device("cpu")
 
     def emit(self, kind: str, **data) -> None:
@@ -47,8 +48,11 @@ class WorkerContext:
     def control_group(self):
         """A gloo group over all ranks for CPU-side coordination that never touches NCCL."""
         import torch.distributed as dist
+
         if self._control is None:
-            self._control = dist.new_group(backend="gloo") if self.backend != "gloo" else dist.group.WORLD
+            self._control = (
+                dist.new_group(backend="gloo") if self.backend != "gloo" else dist.group.WORLD
+            )
         return self._control
 
 
@@ -58,12 +62,18 @@ def init_distributed(backend: str, rank: int, world_size: int, gpu: int) -> None
     GPU, where torch would otherwise guess the device from the rank)."""
     import torch
     import torch.distributed as dist
+
     if backend == "nccl":
         torch.cuda.set_device(gpu)
     port = os.environ.get("NCCLPROBE_STORE_PORT")
     if port:  # the launcher hosts the store; every rank is a client
-        store = dist.TCPStore(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port), world_size,
-                              is_master=False, timeout=_timedelta(300))
+        store = dist.TCPStore(
+            os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            int(port),
+            world_size,
+            is_master=False,
+            timeout=_timedelta(300),
+        )
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     else:  # torchrun
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
@@ -71,6 +81,7 @@ def init_distributed(backend: str, rank: int, world_size: int, gpu: int) -> None
 
 def _timedelta(seconds: float):
     from datetime import timedelta
+
     return timedelta(seconds=seconds)
 
 
@@ -79,11 +90,14 @@ def context_from_env(payload: dict | None = None) -> WorkerContext:
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     ctx = WorkerContext(
-        rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
-        local_rank=local_rank, gpu=int(os.environ.get("NCCLPROBE_GPU", local_rank)),
+        rank=rank,
+        world_size=int(os.environ["WORLD_SIZE"]),
+        local_rank=local_rank,
+        gpu=int(os.environ.get("NCCLPROBE_GPU", local_rank)),
         backend=os.environ.get("NCCLPROBE_BACKEND") or _default_backend(),
         payload=payload if payload is not None else _read_payload(run_dir),
-        run_dir=Path(run_dir) if run_dir else None)
+        run_dir=Path(run_dir) if run_dir else None,
+    )
     if run_dir:
         ctx._sink = open(Path(run_dir) / f"rank{rank}.jsonl", "a", encoding="utf-8")
     return ctx
@@ -91,6 +105,7 @@ def context_from_env(payload: dict | None = None) -> WorkerContext:
 
 def _default_backend() -> str:
     import torch
+
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -114,6 +129,7 @@ def die_with_launcher() -> None:
         return
     import ctypes
     import signal
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -122,7 +138,7 @@ def die_with_launcher() -> None:
         os._exit(1)
 
 
-THREADS_ENV = "NCCLPROBE_WORKER_THREADS"   # the override: torch threads per worker rank
+THREADS_ENV = "NCCLPROBE_WORKER_THREADS"  # the override: torch threads per worker rank
 
 
 def worker_threads(local_ranks: int, environ=os.environ) -> int:
@@ -134,8 +150,11 @@ def worker_threads(local_ranks: int, environ=os.environ) -> int:
     override = environ.get(THREADS_ENV, "").strip()
     if override:
         from ncclprobe.numbers import parse_int
+
         return parse_int(override, THREADS_ENV, min=1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     return max(1, cores // max(1, local_ranks))
 
 
@@ -149,6 +168,7 @@ def main() -> int:
     ctx = context_from_env()
     entry = resolve(os.environ["NCCLPROBE_ENTRY"])
     import torch
+
     threads = worker_threads(_local_ranks(ctx))
     torch.set_num_threads(threads)
     init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.gpu)
@@ -157,6 +177,7 @@ def main() -> int:
         entry(ctx)
     finally:
         import torch.distributed as dist
+
         if dist.is_initialized():
             dist.destroy_process_group()
     ctx.emit("done")

@@ -33,7 +33,7 @@ from ncclprobe.probes.custom_allreduce_methods import Unavailable, build
 def run(ctx) -> None:
     p = ctx.payload
     torch.cuda.set_device(ctx.device)
-    torch.zeros(1, device=ctx.device)   # the CUDA context exists before any driver call
+    torch.zeros(1, device=ctx.device)  # the CUDA context exists before any driver call
     ctx.emit("device", **_device_facts(ctx))
     methods, shared = build(ctx, [m for m in p["methods"] if m not in p["skip"]], p["max_bytes"], p)
     try:
@@ -44,8 +44,13 @@ def run(ctx) -> None:
                 del active[method.name]
                 for other in [m for m in active.values() if m.group and m.group == method.group]:
                     del active[other.name]
-                    ctx.emit("dropped", **{**step, "method": other.name},
-                             reasons={"all ranks": f"shares its workspace with {method.name}, which failed"})
+                    ctx.emit(
+                        "dropped",
+                        **{**step, "method": other.name},
+                        reasons={
+                            "all ranks": f"shares its workspace with {method.name}, which failed"
+                        },
+                    )
     finally:
         for method in methods:
             method.close()
@@ -131,7 +136,7 @@ def _eager_step(ctx, method, n, dtype, p) -> dict:
 def _graph_step(ctx, method, n, dtype, p) -> dict:
     one, result = _capture(method, 1)
     wrong = 0
-    for k in range(p["checks"]):   # the replayed graph reads the input buffer as it is now
+    for k in range(p["checks"]):  # the replayed graph reads the input buffer as it is now
         method.inp.copy_(_pattern(ctx, n, dtype, k))
         one.replay()
         wrong += _mismatches(result, ctx, n, dtype, k)
@@ -168,6 +173,7 @@ def _trials(ctx, trials: int, body, calls: int) -> tuple[list[float], list[float
 def _capture(method, calls: int):
     """A graph of `calls` all-reduces and the output of the last; the warm-up call runs for real,
     on every rank alike (`ncclprobe.cudagraph`)."""
+
     def calls_in_a_row():
         for _ in range(calls):
             result = method.call()
@@ -183,7 +189,9 @@ def _pattern(ctx, n, dtype, call: int):
 
 def _mismatches(got, ctx, n, dtype, call: int) -> int:
     torch.cuda.synchronize()
-    want = sum(crafted_input(n, r + call, torch.float32, ctx.device) for r in range(ctx.world_size)).to(dtype)
+    want = sum(
+        crafted_input(n, r + call, torch.float32, ctx.device) for r in range(ctx.world_size)
+    ).to(dtype)
     return int((got.view(-1) != want).sum().item())
 
 
@@ -195,11 +203,17 @@ def _line_up(ctx) -> None:
 
 def _device_facts(ctx) -> dict:
     props = torch.cuda.get_device_properties(ctx.device)
-    facts = {"gpu": ctx.gpu, "name": props.name, "sm_count": props.multi_processor_count,
-             "capability": f"{props.major}.{props.minor}", "torch": torch.__version__,
-             "cuda": torch.version.cuda}
+    facts = {
+        "gpu": ctx.gpu,
+        "name": props.name,
+        "sm_count": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
     try:
         import triton
+
         facts["triton"] = triton.__version__
     except ImportError:
         facts["triton"] = None

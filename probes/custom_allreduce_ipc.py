@@ -48,13 +48,18 @@ class Driver:
         self._bind("cuCtxSynchronize", [])
         self._bind("cuCtxGetCurrent", [ctypes.POINTER(ctypes.c_void_p)])
         self._bind("cuIpcGetMemHandle", [ctypes.POINTER(_Handle), u64])
-        self._bind("cuIpcOpenMemHandle_v2", [ctypes.POINTER(u64), _Handle, ctypes.c_uint],
-                   fallback="cuIpcOpenMemHandle")
+        self._bind(
+            "cuIpcOpenMemHandle_v2",
+            [ctypes.POINTER(u64), _Handle, ctypes.c_uint],
+            fallback="cuIpcOpenMemHandle",
+        )
         self._bind("cuIpcCloseMemHandle", [u64])
         self._bind("cuGetErrorString", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])
 
     def _bind(self, name: str, argtypes: list, fallback: str | None = None) -> None:
-        fn = getattr(self.lib, name, None) or (getattr(self.lib, fallback, None) if fallback else None)
+        fn = getattr(self.lib, name, None) or (
+            getattr(self.lib, fallback, None) if fallback else None
+        )
         if fn is None:
             raise IpcError(f"the CUDA driver library has no {name}")
         fn.argtypes, fn.restype = argtypes, ctypes.c_int
@@ -72,7 +77,9 @@ class Driver:
         ctx = ctypes.c_void_p()
         self.check(self.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:
-            raise IpcError("no CUDA context is current on this thread (touch the device with torch first)")
+            raise IpcError(
+                "no CUDA context is current on this thread (touch the device with torch first)"
+            )
 
 
 class Workspace:
@@ -91,7 +98,9 @@ class Workspace:
     def handle(self) -> bytes:
         """The IPC handle of this rank's allocation, to send to the peers."""
         out = _Handle()
-        self.driver.check(self.driver.cuIpcGetMemHandle(ctypes.byref(out), self.own), "cuIpcGetMemHandle")
+        self.driver.check(
+            self.driver.cuIpcGetMemHandle(ctypes.byref(out), self.own), "cuIpcGetMemHandle"
+        )
         return ctypes.string_at(ctypes.addressof(out), HANDLE_BYTES)
 
     def open(self, handles: list[bytes], rank: int) -> list[int]:
@@ -102,9 +111,14 @@ class Workspace:
                 addresses.append(self.own.value)
                 continue
             mapped = ctypes.c_uint64()
-            self.driver.check(self.driver.cuIpcOpenMemHandle(ctypes.byref(mapped), _Handle.from_buffer_copy(raw),
-                                                             CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-                              f"cuIpcOpenMemHandle(rank {peer}'s workspace)")
+            self.driver.check(
+                self.driver.cuIpcOpenMemHandle(
+                    ctypes.byref(mapped),
+                    _Handle.from_buffer_copy(raw),
+                    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+                ),
+                f"cuIpcOpenMemHandle(rank {peer}'s workspace)",
+            )
             self._opened.append(mapped.value)
             addresses.append(mapped.value)
         self.addresses = addresses
@@ -112,13 +126,18 @@ class Workspace:
 
     def read_int32(self, offset: int) -> int:
         value = ctypes.c_int32()
-        self.driver.check(self.driver.cuMemcpyDtoH(ctypes.byref(value), self.own.value + offset, 4), "cuMemcpyDtoH")
+        self.driver.check(
+            self.driver.cuMemcpyDtoH(ctypes.byref(value), self.own.value + offset, 4),
+            "cuMemcpyDtoH",
+        )
         return value.value
 
     def close_peers(self) -> None:
         """First half of teardown: unmap the peers' memory (after every rank stopped using it)."""
         while self._opened:
-            self.driver.check(self.driver.cuIpcCloseMemHandle(self._opened.pop()), "cuIpcCloseMemHandle")
+            self.driver.check(
+                self.driver.cuIpcCloseMemHandle(self._opened.pop()), "cuIpcCloseMemHandle"
+            )
 
     def free(self) -> None:
         """Second half: free our own allocation (after every peer unmapped it)."""

@@ -47,10 +47,10 @@ import triton.language as tl
 
 MAX_BLOCKS = 32
 MAX_RANKS = 8
-BLOCK = 1024                 # elements per block per step
-ALIGN_ELEMENTS = 16          # two-shot partitions start on 16-element boundaries
+BLOCK = 1024  # elements per block per step
+ALIGN_ELEMENTS = 16  # two-shot partitions start on 16-element boundaries
 ONE_SHOT, TWO_SHOT = "one-shot", "two-shot"
-PHASES = {1: "the first barrier (after the copy-in)", 2: "the second barrier"}   # status bits
+PHASES = {1: "the first barrier (after the copy-in)", 2: "the second barrier"}  # status bits
 
 _COUNTERS = tl.constexpr(0)
 _STATUS = tl.constexpr(4 * MAX_BLOCKS)
@@ -93,7 +93,9 @@ def partition(n: int, world: int) -> int:
     return _round_up(-(-n // world), ALIGN_ELEMENTS)
 
 
-def grid(algorithm: str, n: int, world: int, max_blocks: int = MAX_BLOCKS, block: int = BLOCK) -> int:
+def grid(
+    algorithm: str, n: int, world: int, max_blocks: int = MAX_BLOCKS, block: int = BLOCK
+) -> int:
     """Blocks to launch: enough for one step over the range each block strides, at most max_blocks."""
     span = n if algorithm == ONE_SHOT else partition(n, world)
     return max(1, min(max_blocks, MAX_BLOCKS, -(-span // block)))
@@ -116,8 +118,14 @@ def _put(flag, val, INTERPRET: tl.constexpr):
     if INTERPRET:
         tl.atomic_xchg(flag, val, sem="release", scope="sys")
     else:
-        tl.inline_asm_elementwise("st.release.sys.global.b32 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,r",
-                                  [flag, val], dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise(
+            "st.release.sys.global.b32 [$1], $2;\n\tmov.u32 $0, 0;",
+            "=r,l,r",
+            [flag, val],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
 
 
 @triton.jit
@@ -131,7 +139,7 @@ def _barrier(bases, rank, max_spins, phase, WORLD: tl.constexpr, INTERPRET: tl.c
     tl.debug_barrier()
     tl.store(counter, val)
     slot = (val & 1) * _SLOTS + block * _NRANKS
-    tl.debug_barrier()   # every thread's writes of this phase come before the signal
+    tl.debug_barrier()  # every thread's writes of this phase come before the signal
     for peer in tl.static_range(WORLD):
         flag = (_base(bases, peer, _FLAGS) + (slot + rank) * 4).to(tl.pointer_type(tl.int32))
         _put(flag, val, INTERPRET)
@@ -142,14 +150,24 @@ def _barrier(bases, rank, max_spins, phase, WORLD: tl.constexpr, INTERPRET: tl.c
             spins += 1
         if spins >= max_spins:
             tl.atomic_or((own + _STATUS).to(tl.pointer_type(tl.int32)), phase)
-    tl.debug_barrier()   # nobody reads peer data before the signals arrived
+    tl.debug_barrier()  # nobody reads peer data before the signals arrived
 
 
 # Triton specialises an integer argument equal to 1: without this, rank 1 gets a binary of its own, loaded at
 # its first launch, while rank 0's kernel may already spin in the barrier (one process driving both ranks)
 @triton.jit(do_not_specialize=["rank"])
-def one_shot_kernel(inp, out, bases, rank, n, data_offset, max_spins,
-                    WORLD: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+def one_shot_kernel(
+    inp,
+    out,
+    bases,
+    rank,
+    n,
+    data_offset,
+    max_spins,
+    WORLD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
     dtype = inp.dtype.element_ty
     start, step = tl.program_id(0) * BLOCK, tl.num_programs(0) * BLOCK
     lanes = tl.arange(0, BLOCK)
@@ -163,7 +181,9 @@ def one_shot_kernel(inp, out, bases, rank, n, data_offset, max_spins,
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for peer in tl.static_range(WORLD):
             src = _region(bases, peer, data_offset, dtype)
-            acc += tl.load(src + offs, mask=offs < n, other=0.0, cache_modifier=".cg").to(tl.float32)
+            acc += tl.load(src + offs, mask=offs < n, other=0.0, cache_modifier=".cg").to(
+                tl.float32
+            )
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=offs < n)
     _barrier(bases, rank, max_spins, 2, WORLD, INTERPRET)
 
@@ -171,13 +191,25 @@ def one_shot_kernel(inp, out, bases, rank, n, data_offset, max_spins,
 # Triton specialises an integer argument equal to 1: without this, rank 1 gets a binary of its own, loaded at
 # its first launch, while rank 0's kernel may already spin in the barrier (one process driving both ranks)
 @triton.jit(do_not_specialize=["rank"])
-def two_shot_kernel(inp, out, bases, rank, n, chunk, data_offset, tmp_offset, max_spins,
-                    WORLD: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+def two_shot_kernel(
+    inp,
+    out,
+    bases,
+    rank,
+    n,
+    chunk,
+    data_offset,
+    tmp_offset,
+    max_spins,
+    WORLD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
     dtype = inp.dtype.element_ty
     start, step = tl.program_id(0) * BLOCK, tl.num_programs(0) * BLOCK
     lanes = tl.arange(0, BLOCK)
     mine = _region(bases, rank, data_offset, dtype)
-    for first in range(start, chunk, step):   # copy in, partition by partition, same pattern
+    for first in range(start, chunk, step):  # copy in, partition by partition, same pattern
         rel = first + lanes
         for part in tl.static_range(WORLD):
             idx = part * chunk + rel
@@ -185,7 +217,7 @@ def two_shot_kernel(inp, out, bases, rank, n, chunk, data_offset, tmp_offset, ma
             tl.store(mine + idx, tl.load(inp + idx, mask=keep), mask=keep)
     _barrier(bases, rank, max_spins, 1, WORLD, INTERPRET)
     reduced = _region(bases, rank, tmp_offset, dtype)
-    for first in range(start, chunk, step):   # reduce this rank's partition into its tmp
+    for first in range(start, chunk, step):  # reduce this rank's partition into its tmp
         rel = first + lanes
         idx = rank * chunk + rel
         keep = (rel < chunk) & (idx < n)
@@ -195,7 +227,7 @@ def two_shot_kernel(inp, out, bases, rank, n, chunk, data_offset, tmp_offset, ma
             acc += tl.load(src + idx, mask=keep, other=0.0, cache_modifier=".cg").to(tl.float32)
         tl.store(reduced + rel, acc.to(dtype), mask=keep)
     _barrier(bases, rank, max_spins, 2, WORLD, INTERPRET)
-    for first in range(start, chunk, step):   # gather every partition from its owner's tmp
+    for first in range(start, chunk, step):  # gather every partition from its owner's tmp
         rel = first + lanes
         for part in tl.static_range(WORLD):
             idx = part * chunk + rel
@@ -209,8 +241,20 @@ def interpreted() -> bool:
     return type(one_shot_kernel).__name__ == "InterpretedFunction"
 
 
-def launch(algorithm: str, inp, out, bases, rank: int, world: int, layout: Layout, max_spins: int,
-           *, max_blocks: int = MAX_BLOCKS, block: int = BLOCK, warmup: bool = False):
+def launch(
+    algorithm: str,
+    inp,
+    out,
+    bases,
+    rank: int,
+    world: int,
+    layout: Layout,
+    max_spins: int,
+    *,
+    max_blocks: int = MAX_BLOCKS,
+    block: int = BLOCK,
+    warmup: bool = False,
+):
     """One all-reduce of `inp` (n elements, contiguous) into `out` on the current stream.
 
     `bases` holds every rank's workspace address (int64, on the device the kernel runs on); the
@@ -218,7 +262,9 @@ def launch(algorithm: str, inp, out, bases, rank: int, world: int, layout: Layou
     launching (no barrier runs), so a slow compile never leaves a peer spinning."""
     n = inp.numel()
     if not 0 < n * inp.element_size() <= layout.max_bytes:
-        raise ValueError(f"{n * inp.element_size()} bytes do not fit the {layout.max_bytes}-byte workspace")
+        raise ValueError(
+            f"{n * inp.element_size()} bytes do not fit the {layout.max_bytes}-byte workspace"
+        )
     if not 1 < world <= MAX_RANKS:
         raise ValueError(f"world size {world} is outside 2..{MAX_RANKS}")
     blocks = (grid(algorithm, n, world, max_blocks, block),)
@@ -226,8 +272,10 @@ def launch(algorithm: str, inp, out, bases, rank: int, world: int, layout: Layou
     if algorithm == ONE_SHOT:
         kernel, args = one_shot_kernel, (inp, out, bases, rank, n, layout.data, max_spins)
     elif algorithm == TWO_SHOT:
-        kernel, args = two_shot_kernel, (inp, out, bases, rank, n, partition(n, world), layout.data, layout.tmp,
-                                         max_spins)
+        kernel, args = (
+            two_shot_kernel,
+            (inp, out, bases, rank, n, partition(n, world), layout.data, layout.tmp, max_spins),
+        )
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}")
     if warmup:
@@ -242,5 +290,7 @@ def describe_status(bits: int) -> str | None:
     if not bits:
         return None
     where = " and ".join(text for bit, text in PHASES.items() if bits & bit)
-    return (f"a barrier gave up waiting for a peer's signal in {where} (status {bits}): a rank fell behind by "
-            "more than the spin limit or peer writes do not arrive; the results of these calls are not valid")
+    return (
+        f"a barrier gave up waiting for a peer's signal in {where} (status {bits}): a rank fell behind by "
+        "more than the spin limit or peer writes do not arrive; the results of these calls are not valid"
+    )

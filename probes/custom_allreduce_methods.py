@@ -77,6 +77,7 @@ class IpcShared:
 
     def __init__(self, ctx, max_bytes: int, max_spins: int):
         from ncclprobe.probes.custom_allreduce_kernel import Layout
+
         self.ctx, self.max_spins, self.layout = ctx, max_spins, Layout(max_bytes=max_bytes)
         self.workspace = self.bases = self.error = None
         self.prepared = self.connected = False
@@ -87,6 +88,7 @@ class IpcShared:
             try:
                 from ncclprobe.probes import custom_allreduce_kernel  # noqa: F401  (Triton must import)
                 from ncclprobe.probes.custom_allreduce_ipc import Driver, Workspace
+
                 self.workspace = Workspace(Driver(), self.layout.total)
                 self.handle = self.workspace.handle()
             except Exception as exc:  # noqa: BLE001  (Triton missing, no driver, allocation refused)
@@ -100,8 +102,11 @@ class IpcShared:
             handles = [None] * self.ctx.world_size
             dist.all_gather_object(handles, self.handle, group=self.ctx.control_group())
             try:
-                self.bases = torch.tensor(self.workspace.open(handles, self.ctx.rank), dtype=torch.int64,
-                                          device=self.ctx.device)
+                self.bases = torch.tensor(
+                    self.workspace.open(handles, self.ctx.rank),
+                    dtype=torch.int64,
+                    device=self.ctx.device,
+                )
             except Exception as exc:  # noqa: BLE001  (the driver refused a peer's handle)
                 self.error = f"CUDA IPC mapping: {type(exc).__name__}: {exc}"
         if self.error:
@@ -129,9 +134,12 @@ class IpcAllReduce:
 
     def __init__(self, name: str, shared: IpcShared, max_blocks: int):
         from ncclprobe.probes.custom_allreduce_kernel import ONE_SHOT, TWO_SHOT
+
         self.name, self.shared = name, shared
         self.algorithm = ONE_SHOT if name == IPC_ONESHOT else TWO_SHOT
-        self.max_blocks = max_blocks or torch.cuda.get_device_properties(shared.ctx.device).multi_processor_count
+        self.max_blocks = (
+            max_blocks or torch.cuda.get_device_properties(shared.ctx.device).multi_processor_count
+        )
 
     def prepare(self) -> None:
         self.shared.prepare()
@@ -143,13 +151,24 @@ class IpcAllReduce:
         device = self.shared.ctx.device
         self.inp = torch.empty(n, dtype=dtype, device=device)
         self.out = torch.empty(n, dtype=dtype, device=device)
-        self._launch(warmup=True)   # compile now: no rank spins in a barrier while a peer compiles
+        self._launch(warmup=True)  # compile now: no rank spins in a barrier while a peer compiles
 
     def _launch(self, warmup: bool = False):
         from ncclprobe.probes.custom_allreduce_kernel import launch
+
         s = self.shared
-        return launch(self.algorithm, self.inp, self.out, s.bases, s.ctx.rank, s.ctx.world_size, s.layout,
-                      s.max_spins, max_blocks=self.max_blocks, warmup=warmup)
+        return launch(
+            self.algorithm,
+            self.inp,
+            self.out,
+            s.bases,
+            s.ctx.rank,
+            s.ctx.world_size,
+            s.layout,
+            s.max_spins,
+            max_blocks=self.max_blocks,
+            warmup=warmup,
+        )
 
     def call(self):
         self._launch()
@@ -157,15 +176,19 @@ class IpcAllReduce:
 
     def failure(self) -> str | None:
         from ncclprobe.probes.custom_allreduce_kernel import describe_status
+
         return describe_status(self.shared.status())
 
     def describe(self) -> str:
         from ncclprobe.probes.custom_allreduce_kernel import BLOCK, MAX_BLOCKS
-        return (f"Triton {self.algorithm} kernel over CUDA IPC workspaces (copy-in fused), at most "
-                f"{min(self.max_blocks, MAX_BLOCKS)} blocks of {BLOCK} elements")
+
+        return (
+            f"Triton {self.algorithm} kernel over CUDA IPC workspaces (copy-in fused), at most "
+            f"{min(self.max_blocks, MAX_BLOCKS)} blocks of {BLOCK} elements"
+        )
 
     def close(self) -> None:
-        pass   # the shared workspace closes once, after both kernels
+        pass  # the shared workspace closes once, after both kernels
 
 
 class SymmMem:
@@ -177,11 +200,14 @@ class SymmMem:
 
     def prepare(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
-        self.op_name = "one_shot_all_reduce" if self.name == SYMM_ONESHOT else "two_shot_all_reduce_"
-        self.op = getattr(torch.ops.symm_mem, self.op_name)   # absent from builds without CUDA 12.3+
+
+        self.op_name = (
+            "one_shot_all_reduce" if self.name == SYMM_ONESHOT else "two_shot_all_reduce_"
+        )
+        self.op = getattr(torch.ops.symm_mem, self.op_name)  # absent from builds without CUDA 12.3+
         self.group_name = dist.group.WORLD.group_name
         enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-        if enable is not None:   # required up to torch 2.7, a deprecated no-op after
+        if enable is not None:  # required up to torch 2.7, a deprecated no-op after
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 enable(self.group_name)
@@ -189,6 +215,7 @@ class SymmMem:
 
     def connect(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
+
         self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
         torch.cuda.synchronize()
 
@@ -204,13 +231,18 @@ class SymmMem:
         return self.view
 
     def failure(self) -> str | None:
-        return None   # a hang in its kernels is ended by the launcher's silence timeout
+        return None  # a hang in its kernels is ended by the launcher's silence timeout
 
     def describe(self) -> str:
         import torch.distributed._symmetric_memory as symm_mem
-        backend = getattr(symm_mem, "get_backend", lambda device: None)(self.ctx.device) or "default"
-        return (f"torch.ops.symm_mem.{self.op_name} on a symmetric-memory buffer ({backend} backend), "
-                "input copied in first")
+
+        backend = (
+            getattr(symm_mem, "get_backend", lambda device: None)(self.ctx.device) or "default"
+        )
+        return (
+            f"torch.ops.symm_mem.{self.op_name} on a symmetric-memory buffer ({backend} backend), "
+            "input copied in first"
+        )
 
     def close(self) -> None:
         self.buffer = self.handle = None

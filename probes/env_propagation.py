@@ -39,8 +39,8 @@ from ncclprobe.verdict import Verdict
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
 COMM_VAR = "NCCL_TOPO_DUMP_FILE"
-VALUE = "SYS"          # the value each mechanism tries to deliver
-STALE = "PHB"          # what the forkserver or pool saw when it started, before the parent changed it
+VALUE = "SYS"  # the value each mechanism tries to deliver
+STALE = "PHB"  # what the forkserver or pool saw when it started, before the parent changed it
 MODULE = "ncclprobe.probes.env_propagation"
 NEEDS_GPU = "needs a GPU"
 
@@ -58,16 +58,25 @@ MECHANISMS = (
     Mechanism("spawn", "parent os.environ before multiprocessing spawn"),
     Mechanism("fork", "parent os.environ before multiprocessing fork"),
     Mechanism("forkserver", "parent os.environ before the forkserver started"),
-    Mechanism("forkserver-after-start", f"parent os.environ after the forkserver started (it had {STALE})"),
+    Mechanism(
+        "forkserver-after-start", f"parent os.environ after the forkserver started (it had {STALE})"
+    ),
     Mechanism("pool-after-start", f"parent os.environ after a spawn Pool started (it had {STALE})"),
     Mechanism("torchrun", "exported to torchrun --standalone --nproc-per-node 1"),
     Mechanism("subprocess-env", "subprocess.Popen(env={..., VAR: value})"),
     Mechanism("worker-before-comm", "worker's own os.environ, before creating its communicator"),
     Mechanism("worker-setenv", "worker's C setenv via ctypes, before creating its communicator"),
-    Mechanism("worker-after-comm", "worker's own os.environ after its first communicator "
-                                   "(once-per-process variable), then a second communicator"),
-    Mechanism("worker-after-comm-percomm", "worker's own os.environ after its first communicator "
-                                           "(per-communicator variable), then a second communicator", COMM_VAR),
+    Mechanism(
+        "worker-after-comm",
+        "worker's own os.environ after its first communicator "
+        "(once-per-process variable), then a second communicator",
+    ),
+    Mechanism(
+        "worker-after-comm-percomm",
+        "worker's own os.environ after its first communicator "
+        "(per-communicator variable), then a second communicator",
+        COMM_VAR,
+    ),
 )
 BY_NAME = {m.name: m for m in MECHANISMS}
 
@@ -78,8 +87,15 @@ class Skip(Exception):
 
 # ---------------------------------------------------------------- parent side
 
-def run_probe(names: list[str] | None = None, *, nccl: bool = False, workdir: str | Path | None = None,
-              timeout_s: float = 180.0, on_row=None) -> dict:
+
+def run_probe(
+    names: list[str] | None = None,
+    *,
+    nccl: bool = False,
+    workdir: str | Path | None = None,
+    timeout_s: float = 180.0,
+    on_row=None,
+) -> dict:
     """Run the mechanisms (all by default) and return the result document (schema_version 1)."""
     mechanisms = [BY_NAME[n] for n in names] if names else list(MECHANISMS)
     own_dir = workdir is None
@@ -95,22 +111,35 @@ def run_probe(names: list[str] | None = None, *, nccl: bool = False, workdir: st
     finally:
         if own_dir:
             shutil.rmtree(root, ignore_errors=True)
-    return {"schema_version": 1, "kind": "env-propagation", "nccl_checked": nccl,
-            "variables": {"process_scope": PROCESS_VAR, "communicator_scope": COMM_VAR},
-            "value": VALUE, "stale_value": STALE, "rows": rows, "notes": notes(nccl)}
+    return {
+        "schema_version": 1,
+        "kind": "env-propagation",
+        "nccl_checked": nccl,
+        "variables": {"process_scope": PROCESS_VAR, "communicator_scope": COMM_VAR},
+        "value": VALUE,
+        "stale_value": STALE,
+        "rows": rows,
+        "notes": notes(nccl),
+    }
 
 
 def notes(nccl: bool) -> list[str]:
-    out = [f"each row: a fresh driver process with {PROCESS_VAR} and {COMM_VAR} removed from its environment",
-           "/proc: the worker's /proc/PID/environ (what env-check sees); getenv: C getenv via ctypes "
-           "(what NCCL calls); os.environ: Python's view"]
+    out = [
+        f"each row: a fresh driver process with {PROCESS_VAR} and {COMM_VAR} removed from its environment",
+        "/proc: the worker's /proc/PID/environ (what env-check sees); getenv: C getenv via ctypes "
+        "(what NCCL calls); os.environ: Python's view",
+    ]
     if not nccl:
         out.append(f"read by NCCL {NEEDS_GPU}: run on a GPU machine (one GPU is enough)")
     return out
 
 
 def driver_env(root: Path, nccl: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (PROCESS_VAR, COMM_VAR) and not only_shapes_the_log(k)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (PROCESS_VAR, COMM_VAR) and not only_shapes_the_log(k)
+    }
     if nccl:
         env.update(proof_env(tuning=False))
     return env
@@ -120,16 +149,31 @@ def _log_dir(root: Path, mechanism: Mechanism) -> Path:
     return root / "nccl-logs" / mechanism.name
 
 
-def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, timeout_s: float) -> dict:
+def measure(
+    mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, timeout_s: float
+) -> dict:
     value = str(root / f"topo.{mechanism.name}.xml") if mechanism.variable == COMM_VAR else VALUE
     result_path = root / f"{mechanism.name}.result.json"
-    result_path.unlink(missing_ok=True)  # a kept --workdir must not lend this row an earlier run's result
-    spec = {"mechanism": mechanism.name, "variable": mechanism.variable, "value": value, "stale": STALE,
-            "nccl": nccl, "result": str(result_path)}
+    result_path.unlink(
+        missing_ok=True
+    )  # a kept --workdir must not lend this row an earlier run's result
+    spec = {
+        "mechanism": mechanism.name,
+        "variable": mechanism.variable,
+        "value": value,
+        "stale": STALE,
+        "nccl": nccl,
+        "result": str(result_path),
+    }
     spec_path = root / f"{mechanism.name}.spec.json"
     spec_path.write_text(json.dumps(spec))
-    row = {"mechanism": mechanism.name, "description": mechanism.description, "variable": mechanism.variable,
-           "scope": "communicator" if mechanism.variable == COMM_VAR else "process", "value_set": value}
+    row = {
+        "mechanism": mechanism.name,
+        "description": mechanism.description,
+        "variable": mechanism.variable,
+        "scope": "communicator" if mechanism.variable == COMM_VAR else "process",
+        "value_set": value,
+    }
     if nccl:  # the mechanism's one worker is rank 0 of its own one-rank job
         log_dir = _log_dir(root, mechanism)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -137,24 +181,46 @@ def measure(mechanism: Mechanism, root: Path, env: dict[str, str], nccl: bool, t
         env = {**env, **rank_log_env(log_dir, rank=0)}
     done = _run_driver(spec_path, env, root, timeout_s)
     if done is None:
-        return {**row, "status": "error", "reason": f"no result within {timeout_s:g} s (driver and workers killed)"}
+        return {
+            **row,
+            "status": "error",
+            "reason": f"no result within {timeout_s:g} s (driver and workers killed)",
+        }
     if done.returncode == 3:
         return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
     if done.returncode != 0 or not result_path.exists():
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         return {**row, "status": "error", "reason": f"driver exited {done.returncode}: {tail}"}
     seen = json.loads(result_path.read_text())
-    return {**row, "status": "measured", "reason": seen.get("nccl_error"), "worker_pid": seen["pid"],
-            "proc": seen["proc"], "os_environ": seen["os_environ"], "getenv": seen["getenv"],
-            "nccl": nccl_read(rank_log(_log_dir(root, mechanism), 0), mechanism.variable) if nccl else NEEDS_GPU}
+    return {
+        **row,
+        "status": "measured",
+        "reason": seen.get("nccl_error"),
+        "worker_pid": seen["pid"],
+        "proc": seen["proc"],
+        "os_environ": seen["os_environ"],
+        "getenv": seen["getenv"],
+        "nccl": nccl_read(rank_log(_log_dir(root, mechanism), 0), mechanism.variable)
+        if nccl
+        else NEEDS_GPU,
+    }
 
 
-def _run_driver(spec_path: Path, env: dict, root: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
+def _run_driver(
+    spec_path: Path, env: dict, root: Path, timeout_s: float
+) -> subprocess.CompletedProcess | None:
     """Run one driver in its own session; on timeout kill the session and every descendant by pid,
     so no worker outlives it (torchrun starts its workers in sessions of their own)."""
     cmd = [sys.executable, "-m", MODULE, "drive", str(spec_path)]
-    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -168,13 +234,14 @@ def kill_tree(pid: int) -> None:
     """SIGKILL process group `pid` and every descendant by pid as well: a child that started a
     session of its own (torchrun's workers do) is outside the group and would live on as an orphan."""
     import psutil
+
     try:
         descendants = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
     try:
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:   # the group is gone already
+    except ProcessLookupError:  # the group is gone already
         pass
     for child in descendants:
         try:
@@ -186,6 +253,7 @@ def kill_tree(pid: int) -> None:
 def nccl_read(log: Path, variable: str) -> str | None:
     """The value NCCL reported reading in the worker's own debug file, or None."""
     from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+
     return parse_nccl_log_file(log).env.get(variable) if log.exists() else None
 
 
@@ -203,13 +271,28 @@ def table_rows(doc: dict) -> list[dict]:
     for row in doc["rows"]:
         base = {"mechanism": row["mechanism"], "variable": row["variable"]}
         if row["status"] != "measured":
-            rows.append({**base, "/proc": "-", "getenv": "-", "os.environ": "-", "read by NCCL": "-",
-                         "note": f"{row['status']}: {row['reason']}"})
+            rows.append(
+                {
+                    **base,
+                    "/proc": "-",
+                    "getenv": "-",
+                    "os.environ": "-",
+                    "read by NCCL": "-",
+                    "note": f"{row['status']}: {row['reason']}",
+                }
+            )
             continue
         expected = row["value_set"]
-        rows.append({**base, "/proc": cell(row["proc"], expected), "getenv": cell(row["getenv"], expected),
-                     "os.environ": cell(row["os_environ"], expected),
-                     "read by NCCL": cell(row["nccl"], expected), "note": row.get("reason") or ""})
+        rows.append(
+            {
+                **base,
+                "/proc": cell(row["proc"], expected),
+                "getenv": cell(row["getenv"], expected),
+                "os.environ": cell(row["os_environ"], expected),
+                "read by NCCL": cell(row["nccl"], expected),
+                "note": row.get("reason") or "",
+            }
+        )
     return rows
 
 
@@ -223,12 +306,15 @@ def verdict(doc: dict) -> Verdict:
 
 # ---------------------------------------------------------------- driver side (one process per mechanism)
 
+
 def drive(spec: dict) -> None:
     """Deliver spec["value"] to a worker by spec["mechanism"]; the worker writes the result file."""
     name, var, value = spec["mechanism"], spec["variable"], spec["value"]
     worker = {"variable": var, "nccl": spec["nccl"], "result": spec["result"]}
     if name.startswith("worker-"):
-        key = {"worker-before-comm": "set_before", "worker-setenv": "setenv_before"}.get(name, "set_after")
+        key = {"worker-before-comm": "set_before", "worker-setenv": "setenv_before"}.get(
+            name, "set_after"
+        )
         worker[key] = {var: value}
     path = Path(spec["result"]).with_suffix(".worker.json")
     path.write_text(json.dumps(worker))
@@ -257,7 +343,7 @@ def _drive_context(spec: dict, path: str, method: str) -> None:
 def _drive_after_forkserver(spec: dict, path: str) -> None:
     ctx = multiprocessing.get_context("forkserver")
     os.environ[spec["variable"]] = spec["stale"]
-    _run_process(ctx, None)                       # starts the forkserver with the stale value
+    _run_process(ctx, None)  # starts the forkserver with the stale value
     os.environ[spec["variable"]] = spec["value"]
     _run_process(ctx, path)
 
@@ -265,7 +351,7 @@ def _drive_after_forkserver(spec: dict, path: str) -> None:
 def _drive_after_pool(spec: dict, path: str) -> None:
     os.environ[spec["variable"]] = spec["stale"]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pool.apply(os.getpid)                     # the pool's worker is running now
+        pool.apply(os.getpid)  # the pool's worker is running now
         os.environ[spec["variable"]] = spec["value"]
         pool.apply(work_from_file, (path,))
 
@@ -275,12 +361,17 @@ def _drive_torchrun(spec: dict, path: str) -> None:
     if torchrun is None:
         raise Skip("torchrun is not installed here")
     os.environ[spec["variable"]] = spec["value"]
-    subprocess.run([torchrun, "--standalone", "--nproc-per-node", "1", "--module", MODULE, "work", path],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "1", "--module", MODULE, "work", path],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _drive_subprocess_env(spec: dict, path: str) -> None:
-    subprocess.run(_worker_cmd(path), env={**os.environ, spec["variable"]: spec["value"]}, check=True)
+    subprocess.run(
+        _worker_cmd(path), env={**os.environ, spec["variable"]: spec["value"]}, check=True
+    )
 
 
 def _run_process(ctx, path: str | None) -> None:
@@ -306,6 +397,7 @@ _DRIVERS = {
 
 # ---------------------------------------------------------------- worker side
 
+
 def work_from_file(path: str) -> None:
     work(json.loads(Path(path).read_text()))
 
@@ -327,15 +419,21 @@ def work(spec: dict) -> None:
     except Exception as exc:  # report, don't hide: the NCCL column then says why it is empty
         nccl_error = f"NCCL communicator failed: {type(exc).__name__}: {exc}"
     libc.fflush(None)  # NCCL's debug FILE*: multiprocessing children leave through os._exit
-    Path(spec["result"]).write_text(json.dumps(_views(var, libc) | {"pid": os.getpid(), "nccl_error": nccl_error}))
+    Path(spec["result"]).write_text(
+        json.dumps(_views(var, libc) | {"pid": os.getpid(), "nccl_error": nccl_error})
+    )
 
 
 def _views(var: str, libc) -> dict:
     from ncclprobe.envcheck.environ import read_environ
+
     libc.getenv.restype = ctypes.c_char_p
     raw = libc.getenv(var.encode())
-    return {"proc": read_environ(os.getpid()).get(var), "os_environ": os.environ.get(var),
-            "getenv": raw.decode() if raw is not None else None}
+    return {
+        "proc": read_environ(os.getpid()).get(var),
+        "os_environ": os.environ.get(var),
+        "getenv": raw.decode() if raw is not None else None,
+    }
 
 
 class _Communicators:
@@ -344,6 +442,7 @@ class _Communicators:
     def __init__(self):
         import torch
         import torch.distributed as dist
+
         self.torch, self.dist = torch, dist
         torch.cuda.set_device(0)
         dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
@@ -351,7 +450,9 @@ class _Communicators:
 
     def _use(self, group) -> None:
         tensor = self.torch.ones(1, device="cuda")
-        self.dist.all_reduce(tensor, group=group)  # torch creates the NCCL communicator lazily, here
+        self.dist.all_reduce(
+            tensor, group=group
+        )  # torch creates the NCCL communicator lazily, here
         self.torch.cuda.synchronize()
 
     def create_another(self) -> None:
@@ -363,11 +464,15 @@ class _Communicators:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("drive", "work"):
-        print("usage: python -m ncclprobe.probes.env_propagation drive|work SPEC.json", file=sys.stderr)
+        print(
+            "usage: python -m ncclprobe.probes.env_propagation drive|work SPEC.json",
+            file=sys.stderr,
+        )
         return 2
     spec = json.loads(Path(argv[1]).read_text())
     # through the installed module, not __main__, so multiprocessing pickles importable names
     from ncclprobe.probes import env_propagation as probe
+
     try:
         probe.drive(spec) if argv[0] == "drive" else probe.work(spec)
     except probe.Skip as exc:  # the installed module's class, not this __main__ copy's

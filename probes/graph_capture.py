@@ -34,18 +34,18 @@ from ncclprobe.cudagraph import capture_graph
 from ncclprobe.nccl.recipes import own_log
 from ncclprobe.probes.graph_capture_verdict import log_segment
 
-CLOCK_HZ = 2.0e9   # GPU clock used to size the sleep kernel; a long sleep only costs idle time
+CLOCK_HZ = 2.0e9  # GPU clock used to size the sleep kernel; a long sleep only costs idle time
 
 
 def run(ctx) -> None:
     p = ctx.payload
-    torch.cuda.set_device(ctx.device)   # GPU 0 for every rank under --share-gpu
+    torch.cuda.set_device(ctx.device)  # GPU 0 for every rank under --share-gpu
     for size in p["sizes"]:
         x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
         call = lambda x=x: dist.all_reduce(x)
         ctx.emit("timing", path="torch.distributed", size_bytes=size, **measure(call, x, p))
     capture_settings(ctx, p)
-    _raw_nccl_timings(ctx, p)   # last: a second libnccl (cupy's own) could reopen the debug file
+    _raw_nccl_timings(ctx, p)  # last: a second libnccl (cupy's own) could reopen the debug file
 
 
 def measure(call, buf, p) -> dict:
@@ -77,13 +77,18 @@ def eager_times(call, iters: int) -> dict:
     end.record()
     queued_ahead = not start.query()
     torch.cuda.synchronize()
-    return {"eager_loop_us": loop_us, "eager_host_us": host_s * 1e6 / iters,
-            "eager_device_us": start.elapsed_time(end) * 1e3 / iters, "queued_ahead": queued_ahead}
+    return {
+        "eager_loop_us": loop_us,
+        "eager_host_us": host_s * 1e6 / iters,
+        "eager_device_us": start.elapsed_time(end) * 1e3 / iters,
+        "queued_ahead": queued_ahead,
+    }
 
 
 def capture(call, buf, ops: int) -> torch.cuda.CUDAGraph:
     """A graph of `ops` calls plus a 1-element marker op (a one-rank all-reduce adds no node),
     after 3 warm-up calls on a side stream (`ncclprobe.cudagraph`)."""
+
     def ops_and_marker():
         for _ in range(ops):
             call()
@@ -104,8 +109,10 @@ def replay_times(graph, replays: int, ops: int) -> dict:
     end.record()
     host_s = time.perf_counter() - t0
     torch.cuda.synchronize()
-    return {"graph_us_per_op": start.elapsed_time(end) * 1e3 / (replays * ops),
-            "graph_launch_host_us": host_s * 1e6 / replays}
+    return {
+        "graph_us_per_op": start.elapsed_time(end) * 1e3 / (replays * ops),
+        "graph_launch_host_us": host_s * 1e6 / replays,
+    }
 
 
 def _raw_nccl_timings(ctx, p) -> None:
@@ -118,8 +125,14 @@ def _raw_nccl_timings(ctx, p) -> None:
         return
     for size in p["sizes"]:
         x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
-        call = lambda x=x: comm.allReduce(x.data_ptr(), x.data_ptr(), x.numel(), nccl.NCCL_FLOAT32, nccl.NCCL_SUM,
-                                          torch.cuda.current_stream().cuda_stream)
+        call = lambda x=x: comm.allReduce(
+            x.data_ptr(),
+            x.data_ptr(),
+            x.numel(),
+            nccl.NCCL_FLOAT32,
+            nccl.NCCL_SUM,
+            torch.cuda.current_stream().cuda_stream,
+        )
         ctx.emit("timing", path="cupy.nccl", size_bytes=size, **measure(call, x, p))
 
 
@@ -127,6 +140,7 @@ def raw_communicator(ctx):
     """A raw NCCL communicator over the same ranks, its unique id shared over the gloo control group."""
     import cupy
     from cupy.cuda import nccl
+
     cupy.cuda.Device(ctx.device.index).use()
     holder = [nccl.get_unique_id() if ctx.rank == 0 else None]
     if ctx.world_size > 1:
@@ -147,26 +161,44 @@ def capture_settings(ctx, p) -> None:
     x1 = torch.ones(max(1, size // 4), device=ctx.device)
     call1 = lambda: dist.all_reduce(x1, group=g1)
     graph1 = _captured(call1, x1, ops)
-    steps["first_comm_capture"] = {"value_in_env": first, **replay_times(graph1, replays, ops), "log": log.since()}
+    steps["first_comm_capture"] = {
+        "value_in_env": first,
+        **replay_times(graph1, replays, ops),
+        "log": log.since(),
+    }
 
     os.environ[var] = second
     g2 = dist.new_group(ranks, backend="nccl")
     x2 = torch.ones(max(1, size // 4), device=ctx.device)
     graph2 = _captured(lambda: dist.all_reduce(x2, group=g2), x2, ops)
-    steps["second_comm_capture"] = {"value_in_env": second, **replay_times(graph2, replays, ops), "log": log.since()}
+    steps["second_comm_capture"] = {
+        "value_in_env": second,
+        **replay_times(graph2, replays, ops),
+        "log": log.since(),
+    }
 
-    steps["first_graph_replayed_after_switch"] = {"value_in_env": second, **replay_times(graph1, replays, ops),
-                                                  "log": log.since()}
+    steps["first_graph_replayed_after_switch"] = {
+        "value_in_env": second,
+        **replay_times(graph1, replays, ops),
+        "log": log.since(),
+    }
     call1()
     torch.cuda.synchronize()
     steps["first_comm_eager_after_switch"] = {"value_in_env": second, "log": log.since()}
     os.environ.pop(var, None)
-    ctx.emit("capture", variable=var, first=first, second=second, size_bytes=size, log_file=log.path,
-             steps=steps)
+    ctx.emit(
+        "capture",
+        variable=var,
+        first=first,
+        second=second,
+        size_bytes=size,
+        log_file=log.path,
+        steps=steps,
+    )
 
 
 def _captured(call, buf, ops):
-    call()   # creates the communicator (torch creates NCCL communicators lazily)
+    call()  # creates the communicator (torch creates NCCL communicators lazily)
     torch.cuda.synchronize()
     return capture(call, buf, ops)
 
@@ -176,12 +208,12 @@ class _DebugLog:
 
     def __init__(self, path):
         self.path = str(path) if path is not None and os.path.exists(path) else None
-        self.offset = os.path.getsize(self.path) if self.path else 0   # only what comes next
+        self.offset = os.path.getsize(self.path) if self.path else 0  # only what comes next
 
     def since(self) -> dict | None:
         if self.path is None:
             return None
-        if os.path.getsize(self.path) < self.offset:   # truncated by another opener: start over
+        if os.path.getsize(self.path) < self.offset:  # truncated by another opener: start over
             self.offset = 0
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)

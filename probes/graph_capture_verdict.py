@@ -12,24 +12,41 @@ about settings can be shown there and the verdict claims nothing (every judgemen
 
 from __future__ import annotations
 
-from ncclprobe.evidence.nccl_log import ALGO_NAMES, PROTO_NAMES, algo_name, parse_nccl_log, proto_name
+from ncclprobe.evidence.nccl_log import (
+    ALGO_NAMES,
+    PROTO_NAMES,
+    algo_name,
+    parse_nccl_log,
+    proto_name,
+)
 from ncclprobe.nccl.values import token_list_for
 
-ONE_RANK = ("one rank: NCCL runs no tuning model for a one-rank communicator, so it neither reports reading "
-            "{var} nor plans an algorithm/protocol; settings baked in at capture cannot be shown here "
-            "(use --share-gpu 2 on one GPU, or --nranks 2 on two)")
+ONE_RANK = (
+    "one rank: NCCL runs no tuning model for a one-rank communicator, so it neither reports reading "
+    "{var} nor plans an algorithm/protocol; settings baked in at capture cannot be shown here "
+    "(use --share-gpu 2 on one GPU, or --nranks 2 on two)"
+)
 
 # the TUNING-line field each per-communicator variable decides, and its canonical names
-_DECIDES = {"NCCL_PROTO": ("proto", PROTO_NAMES, proto_name), "NCCL_ALGO": ("algo", ALGO_NAMES, algo_name)}
+_DECIDES = {
+    "NCCL_PROTO": ("proto", PROTO_NAMES, proto_name),
+    "NCCL_ALGO": ("algo", ALGO_NAMES, algo_name),
+}
 
 
 def log_segment(text: str) -> dict:
     """The parts of a stretch of NCCL log the verdict reads (what the worker reports per step)."""
     parsed = parse_nccl_log(text)
-    return {"env": parsed.env, "env_values": parsed.env_values,
-            "tuning": [{"collective": t.collective, "bytes": t.bytes, "algo": t.algo, "proto": t.proto}
-                       for t in parsed.tuning],
-            "communicators": len(parsed.communicators), "enabled_matrix": parsed.enabled_matrix}
+    return {
+        "env": parsed.env,
+        "env_values": parsed.env_values,
+        "tuning": [
+            {"collective": t.collective, "bytes": t.bytes, "algo": t.algo, "proto": t.proto}
+            for t in parsed.tuning
+        ],
+        "communicators": len(parsed.communicators),
+        "enabled_matrix": parsed.enabled_matrix,
+    }
 
 
 def capture_verdict(variable: str, first: str, second: str, world_size: int, steps: dict) -> dict:
@@ -38,31 +55,58 @@ def capture_verdict(variable: str, first: str, second: str, world_size: int, ste
     before = steps["first_comm_capture"]["graph_us_per_op"]
     after = steps["first_graph_replayed_after_switch"]["graph_us_per_op"]
     verdict = {
-        "variable": variable, "first": first, "second": second, "world_size": world_size, "steps": steps,
+        "variable": variable,
+        "first": first,
+        "second": second,
+        "world_size": world_size,
+        "steps": steps,
         "first_comm_read": _read(logs["first_comm_capture"], variable),
         "second_comm_read": _read(logs["second_comm_capture"], variable),
         "planned_at_first_capture": planned(logs["first_comm_capture"]),
         "planned_at_second_capture": planned(logs["second_comm_capture"]),
-        "tuning_lines_at_replay": len(logs["first_graph_replayed_after_switch"].get("tuning") or []),
+        "tuning_lines_at_replay": len(
+            logs["first_graph_replayed_after_switch"].get("tuning") or []
+        ),
         "planned_first_comm_after_switch": planned(logs["first_comm_eager_after_switch"]),
-        "replay_us_per_op_before_switch": before, "replay_us_per_op_after_switch": after,
+        "replay_us_per_op_before_switch": before,
+        "replay_us_per_op_after_switch": after,
         "replay_timing_ratio": round(after / before, 3) if before > 0 else None,
         "second_graph_us_per_op": steps["second_comm_capture"]["graph_us_per_op"],
     }
     if world_size < 2:
-        verdict.update(each_comm_read_its_value=None, captured_under_first=None, replay_kept_capture=None,
-                       new_comm_followed_switch=None, shown=False, why_not_shown=ONE_RANK.format(var=variable))
+        verdict.update(
+            each_comm_read_its_value=None,
+            captured_under_first=None,
+            replay_kept_capture=None,
+            new_comm_followed_switch=None,
+            shown=False,
+            why_not_shown=ONE_RANK.format(var=variable),
+        )
         return verdict
     verdict["each_comm_read_its_value"] = _same(verdict["first_comm_read"], first) and _same(
-        verdict["second_comm_read"], second)
+        verdict["second_comm_read"], second
+    )
     verdict["captured_under_first"] = follows(logs["first_comm_capture"], variable, first)
-    verdict["replay_kept_capture"] = _replay_kept(logs["first_comm_capture"], logs["first_graph_replayed_after_switch"])
+    verdict["replay_kept_capture"] = _replay_kept(
+        logs["first_comm_capture"], logs["first_graph_replayed_after_switch"]
+    )
     verdict["new_comm_followed_switch"] = follows(logs["second_comm_capture"], variable, second)
-    missing = [key for key in ("each_comm_read_its_value", "captured_under_first", "replay_kept_capture",
-                               "new_comm_followed_switch") if verdict[key] is not True]
+    missing = [
+        key
+        for key in (
+            "each_comm_read_its_value",
+            "captured_under_first",
+            "replay_kept_capture",
+            "new_comm_followed_switch",
+        )
+        if verdict[key] is not True
+    ]
     verdict["shown"] = not missing
-    verdict["why_not_shown"] = None if not missing else "not shown by NCCL's log: " + ", ".join(
-        f"{key}={verdict[key]}" for key in missing)
+    verdict["why_not_shown"] = (
+        None
+        if not missing
+        else "not shown by NCCL's log: " + ", ".join(f"{key}={verdict[key]}" for key in missing)
+    )
     return verdict
 
 

@@ -26,8 +26,11 @@ GRAPH_VAR = KNOBS["NCCL_GRAPH_DUMP_FILE"].name
 def worker(rank: int, world: int, port: int) -> None:
     import torch
     import torch.distributed as dist
+
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     x = torch.ones(1024, device=f"cuda:{rank}")
     dist.all_reduce(x)
     torch.cuda.synchronize()
@@ -38,6 +41,7 @@ def worker(rank: int, world: int, port: int) -> None:
 
 def launch(out_dir: str, timeout_s: float) -> dict:
     import torch
+
     if not torch.cuda.is_available():
         return {"status": "unavailable", "reason": "no CUDA GPU visible"}
     world = torch.cuda.device_count()
@@ -45,14 +49,35 @@ def launch(out_dir: str, timeout_s: float) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.makedirs(out_dir, exist_ok=True)
-    env = {**os.environ, TOPO_VAR: os.path.join(out_dir, "nccl-topo.xml"),
-           GRAPH_VAR: os.path.join(out_dir, "nccl-graph.xml"), **NO_NVLS, **proof_env(tuning=False, also=("GRAPH",))}
+    env = {
+        **os.environ,
+        TOPO_VAR: os.path.join(out_dir, "nccl-topo.xml"),
+        GRAPH_VAR: os.path.join(out_dir, "nccl-graph.xml"),
+        **NO_NVLS,
+        **proof_env(tuning=False, also=("GRAPH",)),
+    }
     procs = []
     for rank in range(world):
         rank_env = {**env, **rank_log_env(out_dir, rank)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "ncclprobe.probes.nccl_dump", "--worker", str(rank),
-                                       "--world", str(world), "--port", str(port)], env=rank_env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ncclprobe.probes.nccl_dump",
+                    "--worker",
+                    str(rank),
+                    "--world",
+                    str(world),
+                    "--port",
+                    str(port),
+                ],
+                env=rank_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results, failed = [], []
     for rank, proc in enumerate(procs):
         try:
@@ -60,14 +85,27 @@ def launch(out_dir: str, timeout_s: float) -> dict:
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            return {"status": "hang", "reason": f"rank {rank} gave no answer within {timeout_s:.0f} s"}
+            return {
+                "status": "hang",
+                "reason": f"rank {rank} gave no answer within {timeout_s:.0f} s",
+            }
         if proc.returncode != 0:
-            failed.append(f"rank {rank} exited {proc.returncode}: {(err or '').strip().splitlines()[-1:]}")
+            failed.append(
+                f"rank {rank} exited {proc.returncode}: {(err or '').strip().splitlines()[-1:]}"
+            )
         results += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-    written = {name: os.path.exists(os.path.join(out_dir, name)) for name in ("nccl-topo.xml", "nccl-graph.xml")}
-    return {"status": "error" if failed else "ok", "ranks": world, "written": written, "failed": failed,
-            "all_reduce_ok": all(r.get("all_reduce_ok") for r in results) if results else None,
-            "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))}
+    written = {
+        name: os.path.exists(os.path.join(out_dir, name))
+        for name in ("nccl-topo.xml", "nccl-graph.xml")
+    }
+    return {
+        "status": "error" if failed else "ok",
+        "ranks": world,
+        "written": written,
+        "failed": failed,
+        "all_reduce_ok": all(r.get("all_reduce_ok") for r in results) if results else None,
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

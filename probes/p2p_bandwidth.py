@@ -54,8 +54,14 @@ def load_cudart():
 class Runtime:
     def __init__(self, lib):
         self.lib = lib
-        lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                            ctypes.c_size_t, ctypes.c_void_p]
+        lib.cudaMemcpyPeerAsync.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
         lib.cudaGetErrorString.restype = ctypes.c_char_p
 
     def check(self, code: int, what: str) -> None:
@@ -63,15 +69,22 @@ class Runtime:
             raise RuntimeError(f"{what}: {self.lib.cudaGetErrorString(code).decode()}")
 
     def peer_copy(self, dst, src, nbytes: int, stream) -> None:
-        self.check(self.lib.cudaMemcpyPeerAsync(ctypes.c_void_p(dst.data_ptr()), dst.device.index,
-                                                ctypes.c_void_p(src.data_ptr()), src.device.index,
-                                                ctypes.c_size_t(nbytes), ctypes.c_void_p(stream.cuda_stream)),
-                   "cudaMemcpyPeerAsync")
+        self.check(
+            self.lib.cudaMemcpyPeerAsync(
+                ctypes.c_void_p(dst.data_ptr()),
+                dst.device.index,
+                ctypes.c_void_p(src.data_ptr()),
+                src.device.index,
+                ctypes.c_size_t(nbytes),
+                ctypes.c_void_p(stream.cuda_stream),
+            ),
+            "cudaMemcpyPeerAsync",
+        )
 
     def enable_peer(self, device: int, peer: int) -> str:
         self.check(self.lib.cudaSetDevice(device), "cudaSetDevice")
         code = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
-        if code == 704:                       # cudaErrorPeerAccessAlreadyEnabled
+        if code == 704:  # cudaErrorPeerAccessAlreadyEnabled
             self.lib.cudaGetLastError()
             return "already enabled"
         self.check(code, "cudaDeviceEnablePeerAccess")
@@ -80,22 +93,32 @@ class Runtime:
 
 class Bench:
     def __init__(self, torch, nbytes: int, repeat: int, trials: int, runtime: Runtime | None):
-        self.torch, self.nbytes, self.repeat, self.trials, self.rt = torch, nbytes, repeat, trials, runtime
+        self.torch, self.nbytes, self.repeat, self.trials, self.rt = (
+            torch,
+            nbytes,
+            repeat,
+            trials,
+            runtime,
+        )
         self.count = nbytes // 4
         self.expected = pattern(self.count)
         self.bad: list[dict] = []
 
     def buffers(self, device: int):
         t = self.torch
-        return self.expected.to(f"cuda:{device}"), t.empty(self.count, dtype=t.int32, device=f"cuda:{device}")
+        return self.expected.to(f"cuda:{device}"), t.empty(
+            self.count, dtype=t.int32, device=f"cuda:{device}"
+        )
 
     def verify(self, what: str, src: int, dst: int, tensor) -> None:
         got = tensor.contiguous().view(-1)
         wrong = int((got != self.expected.to(got.device)).sum())
         if wrong:
             self.bad.append({"what": what, "src": src, "dst": dst, "mismatches": wrong})
-        tensor.zero_()                          # on this device's current stream: wait for it, or the next
-        self.torch.cuda.synchronize(tensor.device)   # copy (on another stream) could be overwritten by it
+        tensor.zero_()  # on this device's current stream: wait for it, or the next
+        self.torch.cuda.synchronize(
+            tensor.device
+        )  # copy (on another stream) could be overwritten by it
 
     def timed(self, stream, issue) -> tuple[float, float]:
         """Median and spread of GB/s over trials of `repeat` copies issued by `issue()` on `stream`."""
@@ -148,29 +171,67 @@ def host_device(b: Bench, n: int, out, link_reader) -> None:
         stream = t.cuda.Stream(device=d)
         with t.cuda.stream(stream):
             value, sp = b.timed(stream, lambda: dst.copy_(host, non_blocking=True))
-            h2d.append(value); spread[0].append(sp)
+            h2d.append(value)
+            spread[0].append(sp)
             b.verify("host->device", -1, d, dst)
-            burst = [dst.copy_(host, non_blocking=True) for _ in range(64)]   # tens of ms of traffic
-            time.sleep(0.005)                 # let the link train up before reading its state
+            burst = [dst.copy_(host, non_blocking=True) for _ in range(64)]  # tens of ms of traffic
+            time.sleep(0.005)  # let the link train up before reading its state
             emit(out, link_under_load={"device": d, "state": link_reader(d)})
             stream.synchronize()
             del burst
             back = t.empty(b.count, dtype=t.int32, pin_memory=True)
             value, sp = b.timed(stream, lambda: back.copy_(src, non_blocking=True))
             stream.synchronize()
-            d2h.append(value); spread[1].append(sp)
+            d2h.append(value)
+            spread[1].append(sp)
             if not t.equal(back, b.expected):
-                b.bad.append({"what": "device->host", "src": d, "dst": -1, "mismatches": int((back != b.expected).sum())})
+                b.bad.append(
+                    {
+                        "what": "device->host",
+                        "src": d,
+                        "dst": -1,
+                        "mismatches": int((back != b.expected).sum()),
+                    }
+                )
             one = t.empty(1, dtype=t.int32, pin_memory=True)
             lat_h2d.append(b.latency(stream, lambda: dst[:1].copy_(one, non_blocking=True)))
     gpus = [f"GPU{i}" for i in range(n)]
-    emit(out, matrix=dict(metric="bandwidth", rows=["CPU"], cols=gpus, values=[h2d], spread=[spread[0]],
-                          engine="ce", source="topo --check: host->device, pinned, cudaMemcpyAsync"))
-    emit(out, matrix=dict(metric="bandwidth", rows=gpus, cols=["CPU"], values=[[v] for v in d2h],
-                          spread=[[s] for s in spread[1]], engine="ce",
-                          source="topo --check: device->host, pinned, cudaMemcpyAsync"))
-    emit(out, matrix=dict(metric="latency", rows=["CPU"], cols=gpus, values=[lat_h2d], engine="ce", timer="gpu",
-                          source="topo --check: host->device 4-byte copy latency"))
+    emit(
+        out,
+        matrix=dict(
+            metric="bandwidth",
+            rows=["CPU"],
+            cols=gpus,
+            values=[h2d],
+            spread=[spread[0]],
+            engine="ce",
+            source="topo --check: host->device, pinned, cudaMemcpyAsync",
+        ),
+    )
+    emit(
+        out,
+        matrix=dict(
+            metric="bandwidth",
+            rows=gpus,
+            cols=["CPU"],
+            values=[[v] for v in d2h],
+            spread=[[s] for s in spread[1]],
+            engine="ce",
+            source="topo --check: device->host, pinned, cudaMemcpyAsync",
+        ),
+    )
+    emit(
+        out,
+        matrix=dict(
+            metric="latency",
+            rows=["CPU"],
+            cols=gpus,
+            values=[lat_h2d],
+            engine="ce",
+            timer="gpu",
+            source="topo --check: host->device 4-byte copy latency",
+        ),
+    )
 
 
 def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
@@ -178,12 +239,27 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
     t = b.torch
     ordered = [(0, 0)] if self_pair else [(i, j) for i in range(n) for j in range(n) if i != j]
     size = 1 if self_pair else n
-    can = [[i == j or bool(t.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
+    can = [
+        [i == j or bool(t.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)
+    ]
     emit(out, peer_access=can)
     bufs = {d: b.buffers(d) for d in range(n)}
     streams = {d: t.cuda.Stream(device=d) for d in range(n)}
-    grids = {k: [[None] * size for _ in range(size)] for k in
-             ("off", "on", "sm", "off_sp", "on_sp", "sm_sp", "off_lat", "on_lat", "off_bi", "on_bi")}
+    grids = {
+        k: [[None] * size for _ in range(size)]
+        for k in (
+            "off",
+            "on",
+            "sm",
+            "off_sp",
+            "on_sp",
+            "sm_sp",
+            "off_lat",
+            "on_lat",
+            "off_bi",
+            "on_bi",
+        )
+    }
     at = (lambda i, j: (0, 0)) if self_pair else (lambda i, j: (i, j))
 
     def stage(mode: str) -> None:
@@ -193,20 +269,32 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
             emit(out, checking=[i, j, mode])
             src, dst = bufs[i][0], bufs[j][1]
             r, c = at(i, j)
-            copy = (lambda: b.rt.peer_copy(dst, src, b.nbytes, streams[i])) if b.rt else (lambda: dst.copy_(src))
+            copy = (
+                (lambda: b.rt.peer_copy(dst, src, b.nbytes, streams[i]))
+                if b.rt
+                else (lambda: dst.copy_(src))
+            )
             grids[mode][r][c], grids[mode + "_sp"][r][c] = b.timed(streams[i], copy)
             b.verify(f"P2P={'enabled' if mode == 'on' else 'disabled'} ce", i, j, dst)
             one_src, one_dst = src[:1], dst[:1]
-            tiny = (lambda: b.rt.peer_copy(one_dst, one_src, 4, streams[i])) if b.rt else (lambda: one_dst.copy_(one_src))
+            tiny = (
+                (lambda: b.rt.peer_copy(one_dst, one_src, 4, streams[i]))
+                if b.rt
+                else (lambda: one_dst.copy_(one_src))
+            )
             grids[mode + "_lat"][r][c] = b.latency(streams[i], tiny)
             if i < j or self_pair:
                 # one GPU (self_pair): the way back needs its own target, or it would be the way there's
                 back_src, back_dst = bufs[j][0], bufs[i][1] if i != j else t.empty_like(bufs[i][1])
+
                 def both():
                     for _ in range(b.repeat):
                         b.rt.peer_copy(dst, src, b.nbytes, streams[i]) if b.rt else dst.copy_(src)
-                        b.rt.peer_copy(back_dst, back_src, b.nbytes, streams[j]) if b.rt else back_dst.copy_(back_src)
+                        b.rt.peer_copy(
+                            back_dst, back_src, b.nbytes, streams[j]
+                        ) if b.rt else back_dst.copy_(back_src)
                     return 2 * b.nbytes * b.repeat
+
                 value, _ = b.wall({i, j}, both)
                 grids[mode + "_bi"][r][c] = value
                 grids[mode + "_bi"][c][r] = value
@@ -214,41 +302,59 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
                 b.verify("bidirectional", j, i, back_dst)
 
     if b.rt:
-        stage("off")                                   # before anything enables peer access
-    for i, j in ordered:                               # torch enables peer access on its first copy;
-        if i != j and can[i][j]:                       # the runtime call then finds it enabled (704)
+        stage("off")  # before anything enables peer access
+    for i, j in ordered:  # torch enables peer access on its first copy;
+        if i != j and can[i][j]:  # the runtime call then finds it enabled (704)
             bufs[j][1][:1].copy_(bufs[i][0][:1])
             t.cuda.synchronize(j)
             if b.rt:
                 b.rt.enable_peer(i, j)
     stage("on")
-    for i, j in ordered:                               # SM copies: torch's kernel reads/writes the peer
+    for i, j in ordered:  # SM copies: torch's kernel reads/writes the peer
         if not can[i][j]:
             continue
         cols = 1024
         padded = t.empty(b.count // cols, cols + 1, dtype=t.int32, device=f"cuda:{j}")
-        view = padded[:, :cols]                         # not contiguous: copy_ launches a kernel
+        view = padded[:, :cols]  # not contiguous: copy_ launches a kernel
         src = bufs[i][0].view(-1, cols)
         r, c = at(i, j)
-        def sm_batch():                                # host clock: torch picks the stream of the copy
+
+        def sm_batch():  # host clock: torch picks the stream of the copy
             for _ in range(b.repeat):
                 view.copy_(src)
             return b.nbytes * b.repeat
+
         grids["sm"][r][c], grids["sm_sp"][r][c] = b.wall({i, j}, sm_batch)
         b.verify("P2P=enabled sm", i, j, view)
     labels = ["GPU0"] if self_pair else [f"GPU{k}" for k in range(n)]
     note = " (one GPU: GPU0->GPU0 exercises the code path; not a P2P figure)" if self_pair else ""
     for key, peer, engine, metric, direction in (
-            ("off", "disabled", "ce", "bandwidth", "unidirectional"), ("on", "enabled", "ce", "bandwidth", "unidirectional"),
-            ("sm", "enabled", "sm", "bandwidth", "unidirectional"), ("off_bi", "disabled", "ce", "bandwidth", "bidirectional"),
-            ("on_bi", "enabled", "ce", "bandwidth", "bidirectional"), ("off_lat", "disabled", "ce", "latency", "unidirectional"),
-            ("on_lat", "enabled", "ce", "latency", "unidirectional")):
+        ("off", "disabled", "ce", "bandwidth", "unidirectional"),
+        ("on", "enabled", "ce", "bandwidth", "unidirectional"),
+        ("sm", "enabled", "sm", "bandwidth", "unidirectional"),
+        ("off_bi", "disabled", "ce", "bandwidth", "bidirectional"),
+        ("on_bi", "enabled", "ce", "bandwidth", "bidirectional"),
+        ("off_lat", "disabled", "ce", "latency", "unidirectional"),
+        ("on_lat", "enabled", "ce", "latency", "unidirectional"),
+    ):
         if key.startswith("off") and not b.rt:
             continue
-        emit(out, matrix=dict(metric=metric, rows=labels, cols=labels, values=grids[key], direction=direction,
-                              peer_access=peer, engine=engine, access="write" if engine == "ce" else None,
-                              timer="gpu" if metric == "latency" else None, spread=grids.get(key + "_sp"),
-                              source=f"topo --check: {key}{note}"))
+        emit(
+            out,
+            matrix=dict(
+                metric=metric,
+                rows=labels,
+                cols=labels,
+                values=grids[key],
+                direction=direction,
+                peer_access=peer,
+                engine=engine,
+                access="write" if engine == "ce" else None,
+                timer="gpu" if metric == "latency" else None,
+                spread=grids.get(key + "_sp"),
+                source=f"topo --check: {key}{note}",
+            ),
+        )
     if not self_pair:
         all_to_one(b, n, bufs, streams, can, out)
 
@@ -257,20 +363,35 @@ def all_to_one(b: Bench, n: int, bufs, streams, can, out) -> None:
     t = b.torch
     values = []
     for target in range(n):
-        sinks = {s: t.empty(b.count, dtype=t.int32, device=f"cuda:{target}") for s in range(n) if s != target}
+        sinks = {
+            s: t.empty(b.count, dtype=t.int32, device=f"cuda:{target}")
+            for s in range(n)
+            if s != target
+        }
+
         def issue():
             for _ in range(b.repeat):
                 for s, sink in sinks.items():
                     with t.cuda.stream(streams[s]):
                         sink.copy_(bufs[s][0], non_blocking=True)
             return b.nbytes * b.repeat * len(sinks)
+
         values.append(b.wall(set(range(n)), issue)[0])
         for s, sink in sinks.items():
             b.verify("all-to-one", s, target, sink)
-    emit(out, matrix=dict(metric="bandwidth", rows=["all"], cols=[f"GPU{k}" for k in range(n)], values=[values],
-                          peer_access="enabled", engine="ce",
-                          source="topo --check: all-to-one, every other GPU copying into the column GPU at once "
-                                 "(pairs without peer access go through the host)"))
+    emit(
+        out,
+        matrix=dict(
+            metric="bandwidth",
+            rows=["all"],
+            cols=[f"GPU{k}" for k in range(n)],
+            values=[values],
+            peer_access="enabled",
+            engine="ce",
+            source="topo --check: all-to-one, every other GPU copying into the column GPU at once "
+            "(pairs without peer access go through the host)",
+        ),
+    )
 
 
 def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
@@ -285,7 +406,7 @@ def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
     torch.cuda.init()
     n = torch.cuda.device_count()
     for d in range(n):
-        torch.empty(1, device=f"cuda:{d}")           # create every context before the runtime is called
+        torch.empty(1, device=f"cuda:{d}")  # create every context before the runtime is called
     emit(out, devices=[_bus_id(torch, d) for d in range(n)])
     lib = load_cudart()
     if lib is None:
@@ -297,8 +418,12 @@ def run(args, out=sys.stdout, link_reader=lambda d: None) -> int:
         emit(out, stage="pairs")
         pairs(b, n, out, self_pair=n < 2)
     emit(out, copy_checks=b.bad)
-    emit(out, status="corrupt" if b.bad else "ok", devices=n,
-         reason=f"{len(b.bad)} copy(ies) returned wrong data" if b.bad else None)
+    emit(
+        out,
+        status="corrupt" if b.bad else "ok",
+        devices=n,
+        reason=f"{len(b.bad)} copy(ies) returned wrong data" if b.bad else None,
+    )
     return 1 if b.bad else 0
 
 
@@ -306,7 +431,7 @@ def _bus_id(torch, device: int) -> str | None:
     """The device's PCI address as sysfs names it (0000:3b:00.0), or None on an older torch."""
     props = torch.cuda.get_device_properties(device)
     bus = getattr(props, "pci_bus_id", None)
-    if isinstance(bus, int):                 # torch 2.x: integers domain / bus / device
+    if isinstance(bus, int):  # torch 2.x: integers domain / bus / device
         return f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
     if not bus:
         return None
@@ -317,6 +442,7 @@ def _bus_id(torch, device: int) -> str | None:
 def sysfs_link_reader():
     """Link state of each CUDA device from sysfs, read while a transfer runs."""
     import torch
+
     buses = {d: _bus_id(torch, d) for d in range(torch.cuda.device_count())}
 
     def read(d):
@@ -330,6 +456,7 @@ def sysfs_link_reader():
             except OSError:
                 state[key] = None
         return state
+
     return read
 
 
@@ -338,9 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=32 << 20)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--self-pair", action="store_true", help="one GPU: run the pair code on GPU0->GPU0")
+    parser.add_argument(
+        "--self-pair", action="store_true", help="one GPU: run the pair code on GPU0->GPU0"
+    )
     args = parser.parse_args(argv)
-    args.bytes = max(args.bytes // 4096 * 4096, 4096)   # whole rows of the SM copy's 1024-wide view
+    args.bytes = max(args.bytes // 4096 * 4096, 4096)  # whole rows of the SM copy's 1024-wide view
     return run(args, link_reader=sysfs_link_reader())
 
 

@@ -22,17 +22,23 @@ import time
 
 def pattern(count: int):
     import torch
+
     index = torch.arange(count, dtype=torch.int64)
     return ((index * 2654435761) % 2147483629).to(torch.int32)
 
 
 def check_pair(src: int, dst: int, nbytes: int) -> dict:
     import torch
+
     count = max(nbytes // 4 // 2 * 2, 2)
     expected = pattern(count)
     source = expected.to(f"cuda:{src}")
-    result = {"src": src, "dst": dst, "bytes": count * 4,
-              "peer_access": bool(torch.cuda.can_device_access_peer(dst, src))}
+    result = {
+        "src": src,
+        "dst": dst,
+        "bytes": count * 4,
+        "peer_access": bool(torch.cuda.can_device_access_peer(dst, src)),
+    }
     for how, view in (("memcpy", source), ("kernel", source.view(-1, 2).t())):
         target = torch.empty(view.shape, dtype=view.dtype, device=f"cuda:{dst}")
         started = time.perf_counter()
@@ -42,7 +48,9 @@ def check_pair(src: int, dst: int, nbytes: int) -> dict:
         back = target.cpu() if how == "memcpy" else target.t().contiguous().view(-1).cpu()
         result[f"{how}_mismatches"] = int((back != expected).sum())
         result[f"{how}_gbps"] = round(count * 4 / seconds / 1e9, 2) if seconds > 0 else None
-    result["status"] = "ok" if result["memcpy_mismatches"] == result["kernel_mismatches"] == 0 else "corrupt"
+    result["status"] = (
+        "ok" if result["memcpy_mismatches"] == result["kernel_mismatches"] == 0 else "corrupt"
+    )
     return result
 
 
@@ -55,16 +63,24 @@ def run(nbytes: int, out=sys.stdout) -> dict:
         return _emit(out, {"status": "unavailable", "reason": "no CUDA GPU visible"})
     count = torch.cuda.device_count()
     if count < 2:
-        return _emit(out, {"status": "unavailable", "reason": f"{count} GPU visible: the check needs a pair"})
+        return _emit(
+            out, {"status": "unavailable", "reason": f"{count} GPU visible: the check needs a pair"}
+        )
     pairs = []
     for src in range(count):
         for dst in range(count):
             if src != dst:
-                _emit(out, {"checking": [src, dst]})   # names the pair if this copy never returns
+                _emit(out, {"checking": [src, dst]})  # names the pair if this copy never returns
                 pairs.append(_emit(out, {"pair": check_pair(src, dst, nbytes)})["pair"])
     bad = [p for p in pairs if p["status"] != "ok"]
-    return _emit(out, {"status": "corrupt" if bad else "ok", "pairs_checked": len(pairs),
-                       "reason": f"{len(bad)} pair(s) returned wrong data" if bad else None})
+    return _emit(
+        out,
+        {
+            "status": "corrupt" if bad else "ok",
+            "pairs_checked": len(pairs),
+            "reason": f"{len(bad)} pair(s) returned wrong data" if bad else None,
+        },
+    )
 
 
 def _emit(out, record: dict) -> dict:

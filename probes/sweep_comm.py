@@ -1,9 +1,10 @@
 """The two ways the sweep issues a collective: torch.distributed, or a raw NCCL communicator.
 
 `TorchComm` is what inference engines use: ProcessGroupNCCL's dispatch on the host (about 18 µs per
-eager call on the H200, before the sweep's own per-iteration events) and, inside a CUDA graph, the stream dependencies torch adds around each
-collective. `NcclComm` calls NCCL itself through cupy's binding on the current stream, as
-nccl-tests does: no torch dispatch, real out-of-place calls. Both are created fresh per
+eager call on the H200, before the sweep's own per-iteration events) and, inside a CUDA graph, the
+stream dependencies torch adds around each collective. `NcclComm` calls NCCL itself through cupy's
+binding on the current stream, as nccl-tests does: no torch dispatch, real out-of-place calls.
+Both are created fresh per
 configuration (NCCL reads its per-communicator variables at creation) and both log to the same
 NCCL_DEBUG_FILE, so the proof is read the same way.
 
@@ -40,7 +41,9 @@ class TorchComm:
         if m <= 1 or self.ctx.backend != "nccl":
             yield
             return
-        with dist._coalescing_manager(group=self.group, device=self.ctx.device, async_ops=True) as cm:
+        with dist._coalescing_manager(
+            group=self.group, device=self.ctx.device, async_ops=True
+        ) as cm:
             yield
         cm.wait()
 
@@ -54,15 +57,24 @@ class NcclComm:
     def __init__(self, ctx):
         import cupy
         from cupy.cuda import nccl
+
         cupy.cuda.Device(ctx.device.index).use()
         holder = [nccl.get_unique_id() if ctx.rank == 0 else None]
-        if ctx.world_size > 1:   # the unique id travels over the gloo control group, never NCCL
+        if ctx.world_size > 1:  # the unique id travels over the gloo control group, never NCCL
             dist.broadcast_object_list(holder, src=0, group=ctx.control_group())
         self.nccl = nccl
         self.comm = nccl.NcclCommunicator(ctx.world_size, holder[0], ctx.rank)
 
     def launch(self, coll, send, recv, in_place: bool, op: str) -> None:
-        coll.launch_nccl(self.comm, send, recv, self._shape, self._dtype, op, torch.cuda.current_stream().cuda_stream)
+        coll.launch_nccl(
+            self.comm,
+            send,
+            recv,
+            self._shape,
+            self._dtype,
+            op,
+            torch.cuda.current_stream().cuda_stream,
+        )
 
     def bind(self, shape, dtype: str) -> None:
         """The shape and dtype the next launches use (the raw call needs counts, not tensors)."""

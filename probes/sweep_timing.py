@@ -40,8 +40,11 @@ def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
     timer = _gpu_trial if ctx.backend == "nccl" else _cpu_trial
     for _ in range(p["trials"]):
         sync(ctx)
-        trial, per_iter, issued = timer(lambda k: iteration(comm, coll, slots, k, agg, in_place, op), iters,
-                                        p.get("iter_events", True))
+        trial, per_iter, issued = timer(
+            lambda k: iteration(comm, coll, slots, k, agg, in_place, op),
+            iters,
+            p.get("iter_events", True),
+        )
         out["trial_us"].append(trial / agg)
         out["iter_us"] += [t / agg for t in per_iter]
         out["issue_us"].append(issued / agg)
@@ -50,7 +53,9 @@ def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
 
 def _gpu_trial(run, iters: int, per_iteration: bool):
     """(µs per iteration over the trial, per-iteration µs, host issue µs per iteration)."""
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1 if per_iteration else 2)]
+    events = [
+        torch.cuda.Event(enable_timing=True) for _ in range(iters + 1 if per_iteration else 2)
+    ]
     began = time.perf_counter()
     events[0].record()
     for k in range(iters):
@@ -78,7 +83,9 @@ def _cpu_trial(run, iters: int, per_iteration: bool):
 def graph_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
     """The `iters` iterations captured once in a CUDA graph, replayed once per trial."""
     agg, iters = p["agg"], p["iters"]
-    graph = capture(lambda: [iteration(comm, coll, slots, k, agg, in_place, op) for k in range(iters)])
+    graph = capture(
+        lambda: [iteration(comm, coll, slots, k, agg, in_place, op) for k in range(iters)]
+    )
     for _ in range(max(1, p["warmup"] // max(iters, 1))):
         graph.replay()
     out = {"trial_us": [], "iter_us": [], "issue_us": []}

@@ -34,15 +34,19 @@ from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import torch_dtype
 from ncclprobe.probes.sweep_comm import open_comm
 
-HANG_HOOK, CRASH_HOOK, WRONG_HOOK, REFUSE_HOOK = ("NCCLPROBE_TEST_HANG_CONFIG", "NCCLPROBE_TEST_CRASH_CONFIG",
-                                                  "NCCLPROBE_TEST_WRONG_CONFIG", "NCCLPROBE_TEST_REFUSE_CASE")
-DIGITS = 4   # µs to 0.1 ns: messages stay small, nothing measurable is lost
+HANG_HOOK, CRASH_HOOK, WRONG_HOOK, REFUSE_HOOK = (
+    "NCCLPROBE_TEST_HANG_CONFIG",
+    "NCCLPROBE_TEST_CRASH_CONFIG",
+    "NCCLPROBE_TEST_WRONG_CONFIG",
+    "NCCLPROBE_TEST_REFUSE_CASE",
+)
+DIGITS = 4  # µs to 0.1 ns: messages stay small, nothing measurable is lost
 
 
 def run(ctx) -> None:
     """Measure every configuration in `ctx.payload["configs"]`, in order."""
     payload = ctx.payload
-    _own_debug_file(ctx)   # torch threads: pinned for every worker by ncclprobe.worker
+    _own_debug_file(ctx)  # torch threads: pinned for every worker by ncclprobe.worker
     switched = sorted({key for config in payload["configs"] for key in config["comm_settings"]})
     for config in payload["configs"]:
         _run_config(ctx, payload, config, switched)
@@ -61,8 +65,12 @@ def _run_config(ctx, payload, config, switched) -> None:
             os.environ[key] = config["comm_settings"][key]
         else:
             os.environ.pop(key, None)
-    ctx.emit("config-start", config_id=config_id, log_offset=_log_size(),
-             seen_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")})
+    ctx.emit(
+        "config-start",
+        config_id=config_id,
+        log_offset=_log_size(),
+        seen_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+    )
     _test_hooks(ctx, config_id)
     comm = open_comm(ctx, payload.get("path", "torch"))
     try:
@@ -81,14 +89,31 @@ def _run_case(ctx, payload, comm, case, config_id) -> None:
         for in_place in [p for p in payload["in_place"] if p in coll.placements]:
             for shape in shapes:
                 try:
-                    timing = _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id)
+                    timing = _measure(
+                        ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id
+                    )
                 except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
                     # torch or cupy refusing this one measurement (not a hung or broken communicator):
                     # record why and go on with the rest of the configuration
-                    timing = {"wrong": None, "trial_us": [], "iter_us": [], "issue_us": [],
-                              "error": f"{type(exc).__name__}: {exc}"[:300]}
-                ctx.emit("result", config_id=config_id, collective=coll.name, op=case["op"], dtype=case["dtype"],
-                         mode=mode, in_place=in_place, size_bytes=shape.size_bytes, count=shape.count, **timing)
+                    timing = {
+                        "wrong": None,
+                        "trial_us": [],
+                        "iter_us": [],
+                        "issue_us": [],
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
+                    }
+                ctx.emit(
+                    "result",
+                    config_id=config_id,
+                    collective=coll.name,
+                    op=case["op"],
+                    dtype=case["dtype"],
+                    mode=mode,
+                    in_place=in_place,
+                    size_bytes=shape.size_bytes,
+                    count=shape.count,
+                    **timing,
+                )
 
 
 def _distinct_shapes(coll, sizes, dtype, nranks):
@@ -124,7 +149,9 @@ def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, con
     comm.bind(shape, case["dtype"])
     wrong = None
     if payload.get("check", True):
-        perturb = os.environ.get(WRONG_HOOK) == config_id and ctx.rank == (coll.root if coll.root >= 0 else 1)
+        perturb = os.environ.get(WRONG_HOOK) == config_id and ctx.rank == (
+            coll.root if coll.root >= 0 else 1
+        )
         wrong = _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb)
     slots = _slots(ctx, coll, shape, largest, dtype, in_place, op, payload)
     timer = sweep_timing.graph_trials if mode == "graph" else sweep_timing.eager_trials
@@ -135,8 +162,13 @@ def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, con
 def _slots(ctx, coll, shape, largest, dtype, in_place, op, payload):
     """The (send, recv) pairs the timed iterations cycle through (see sweep_timing)."""
     calls = payload["iters"] * payload["agg"]
-    count = 1 if payload.get("buffers") == "reuse" else max(1, min(calls, largest // shape.size_bytes))
-    return [coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op) for _ in range(count)]
+    count = (
+        1 if payload.get("buffers") == "reuse" else max(1, min(calls, largest // shape.size_bytes))
+    )
+    return [
+        coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
+        for _ in range(count)
+    ]
 
 
 def _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb) -> int:
@@ -145,7 +177,9 @@ def _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb) -
     send, recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
     if mode == "graph":  # capturing runs one warm-up collective: restore the inputs after it
         graph = sweep_timing.capture(lambda: comm.launch(coll, send, recv, in_place, op))
-        fresh_send, fresh_recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
+        fresh_send, fresh_recv = coll.buffers(
+            shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op
+        )
         recv.copy_(fresh_recv)
         send.copy_(fresh_send)
     if perturb:

@@ -46,13 +46,17 @@ def _rank(rank, world, names, max_bytes, cases, queue):
 
 def _rank_report(rank, world, names, max_bytes, cases):
     from ncclprobe.probes.collectives.base import crafted_input
+
     kernels = _interpreted_kernels()
     layout = kernels.Layout(max_bytes=max_bytes)
-    order = [(rank + k) % world for k in range(world)]   # forked ranks would otherwise map them alike
+    order = [
+        (rank + k) % world for k in range(world)
+    ]  # forked ranks would otherwise map them alike
     attached = {peer: shared_memory.SharedMemory(name=names[peer]) for peer in order}
     segments = [attached[peer] for peer in range(world)]
-    bases = torch.tensor([torch.frombuffer(s.buf, dtype=torch.uint8).data_ptr() for s in segments],
-                         dtype=torch.int64)
+    bases = torch.tensor(
+        [torch.frombuffer(s.buf, dtype=torch.uint8).data_ptr() for s in segments], dtype=torch.int64
+    )
     report = {"cases": [], "addresses": bases.tolist()}
     for case in cases:
         dtype, n, wrong = getattr(torch, case["dtype"]), case["n"], []
@@ -60,27 +64,52 @@ def _rank_report(rank, world, names, max_bytes, cases):
             inp = crafted_input(n, rank + call, dtype, "cpu")
             out = torch.full_like(inp, -1)
             time.sleep(STAGGER_S * rank)
-            kernels.launch(case["algorithm"], inp, out, bases, rank, world, layout, case.get("max_spins", 1 << 16),
-                           block=case.get("block", 64), max_blocks=case.get("max_blocks", 2))
-            want = sum(crafted_input(n, r + call, torch.float32, "cpu") for r in range(world)).to(dtype)
+            kernels.launch(
+                case["algorithm"],
+                inp,
+                out,
+                bases,
+                rank,
+                world,
+                layout,
+                case.get("max_spins", 1 << 16),
+                block=case.get("block", 64),
+                max_blocks=case.get("max_blocks", 2),
+            )
+            want = sum(crafted_input(n, r + call, torch.float32, "cpu") for r in range(world)).to(
+                dtype
+            )
             wrong.append(int((out != want).sum()))
         status = torch.frombuffer(segments[rank].buf, dtype=torch.int32)[layout.status // 4].item()
-        report["cases"].append({**case, "wrong": wrong, "status": status,
-                                "status_text": kernels.describe_status(status)})
+        report["cases"].append(
+            {
+                **case,
+                "wrong": wrong,
+                "status": status,
+                "status_text": kernels.describe_status(status),
+            }
+        )
     del bases
     for s in segments:
         s.close()
     return report
 
 
-def run_ranks(world: int, cases: list[dict], *, max_bytes: int = 1 << 12, timeout_s: float = 60.0) -> dict[int, dict]:
+def run_ranks(
+    world: int, cases: list[dict], *, max_bytes: int = 1 << 12, timeout_s: float = 60.0
+) -> dict[int, dict]:
     from ncclprobe.probes.custom_allreduce_kernel import Layout
+
     size = Layout(max_bytes=max_bytes).total
     segments = [shared_memory.SharedMemory(create=True, size=size) for _ in range(world)]
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, world, [s.name for s in segments], max_bytes, cases, queue))
-             for r in range(world)]
+    procs = [
+        ctx.Process(
+            target=_rank, args=(r, world, [s.name for s in segments], max_bytes, cases, queue)
+        )
+        for r in range(world)
+    ]
     try:
         for s in segments:
             s.buf[:] = bytes(size)

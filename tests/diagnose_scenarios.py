@@ -27,11 +27,24 @@ def healthy_trace() -> dict:
 
 
 def runs(trace, mode=None, label=None):
-    return [r for r in trace["runs"] if (mode is None or r["mode"] == mode) and (label is None or r["label"] == label)]
+    return [
+        r
+        for r in trace["runs"]
+        if (mode is None or r["mode"] == mode) and (label is None or r["label"] == label)
+    ]
 
 
-LLAMA3_8B = {"name": "llama3-8b", "hidden": 4096, "layers": 32, "vocab": 128256, "heads": 32, "kv_heads": 8,
-             "moe": False, "experts": None, "top_k": None}
+LLAMA3_8B = {
+    "name": "llama3-8b",
+    "hidden": 4096,
+    "layers": 32,
+    "vocab": 128256,
+    "heads": 32,
+    "kv_heads": 8,
+    "moe": False,
+    "experts": None,
+    "top_k": None,
+}
 
 
 def as_gpu_run(trace: dict, decode_ms: float = 12.0) -> dict:
@@ -41,8 +54,14 @@ def as_gpu_run(trace: dict, decode_ms: float = 12.0) -> dict:
     seed story); the tiny draft's path is dropped. Counts, acceptance and collectives are the
     recorded ones."""
     t = copy.deepcopy(trace)
-    t["config"].update(device="cuda", dtype="bfloat16", backend="nccl", preset="llama3-8b", model=dict(LLAMA3_8B),
-                       draft=None)
+    t["config"].update(
+        device="cuda",
+        dtype="bfloat16",
+        backend="nccl",
+        preset="llama3-8b",
+        model=dict(LLAMA3_8B),
+        draft=None,
+    )
     scale = decode_ms / runs(t, "baseline")[0]["phases"]["decode"]["median_ms"]
     for run in t["runs"]:
         for rec in run["phases"].values():

@@ -19,14 +19,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "DESIGN.md"
 BEGIN, END = "<!-- layers:begin (python -m tests.layers --write) -->", "<!-- layers:end -->"
-CORE = ("errors", "numbers", "validate", "safe_output", "secrets", "sizes", "textenum", "verdict", "tempdirs",
-        "interrupts", "provenance", "records", "cudagraph", "__init__", "__version__")
-LAYERS = {   # unit -> (layer, what it is)
-    "core": (0, "errors, strict numbers, readers' validation, safe writing, secret masking, sizes, the "
-                "result-record format, verdicts, owned temporary directories, provenance, the CUDA-graph idiom"),
+CORE = (
+    "errors",
+    "numbers",
+    "validate",
+    "safe_output",
+    "secrets",
+    "sizes",
+    "textenum",
+    "verdict",
+    "tempdirs",
+    "interrupts",
+    "provenance",
+    "records",
+    "cudagraph",
+    "__init__",
+    "__version__",
+)
+LAYERS = {  # unit -> (layer, what it is)
+    "core": (
+        0,
+        "errors, strict numbers, readers' validation, safe writing, secret masking, sizes, the "
+        "result-record format, verdicts, owned temporary directories, provenance, the CUDA-graph idiom",
+    ),
     "nccl": (1, "the NCCL knowledge table, its lint, the recipes"),
     "launch": (1, "worker pools (`launch.py`, `worker.py`)"),
-    "enginerun": (1, "the engine-run evidence: trace schema and loader, profiles, server logs, one view"),
+    "enginerun": (
+        1,
+        "the engine-run evidence: trace schema and loader, profiles, server logs, one view",
+    ),
     "evidence": (2, "readers of topology, NCCL logs, nccl-tests output; `import`'s recognisers"),
     "pcie": (2, "P2P matrices, platform checks, NCCL's XML dumps, collect-env"),
     "envcheck": (2, "process-tree walk, environments, expectations"),
@@ -84,7 +105,11 @@ def _imported(node) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [f"{node.module}.{a.name}" for a in node.names] if node.module == "ncclprobe" else [node.module]
+        return (
+            [f"{node.module}.{a.name}" for a in node.names]
+            if node.module == "ncclprobe"
+            else [node.module]
+        )
     return []
 
 
@@ -94,17 +119,22 @@ def table() -> str:
     unknown = [u for u in unknown if u not in LAYERS]
     if unknown:
         raise SystemExit(f"units without a layer in tests/layers.py: {', '.join(unknown)}")
-    lines = ["| layer | unit | what | imports | imports upward (exceptions) |", "|---|---|---|---|---|"]
+    lines = [
+        "| layer | unit | what | imports | imports upward (exceptions) |",
+        "|---|---|---|---|---|",
+    ]
     for unit, (layer, what) in sorted(LAYERS.items(), key=lambda kv: (kv[1][0], kv[0])):
         down = sorted(t for t in edges.get(unit, ()) if LAYERS[t][0] <= layer)
         up = sorted(t for t in edges.get(unit, ()) if LAYERS[t][0] > layer)
-        lines.append(f"| {layer} | `{unit}` | {what} | {', '.join(down) or '-'} | {', '.join(up) or '-'} |")
+        lines.append(
+            f"| {layer} | `{unit}` | {what} | {', '.join(down) or '-'} | {', '.join(up) or '-'} |"
+        )
     return "\n".join(lines)
 
 
 def design_table() -> str:
     text = DESIGN.read_text(encoding="utf-8")
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
 
 
 def write() -> None:

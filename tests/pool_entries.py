@@ -11,7 +11,12 @@ def sum_ranks(ctx):
     """All-reduce rank+1 over the pool: the exact answer is n(n+1)/2."""
     value = torch.tensor([float(ctx.rank + 1)])
     dist.all_reduce(value)
-    ctx.emit("sum", value=value.item(), env_probe=os.environ.get("NCCLPROBE_TEST_VAR"), threads=torch.get_num_threads())
+    ctx.emit(
+        "sum",
+        value=value.item(),
+        env_probe=os.environ.get("NCCLPROBE_TEST_VAR"),
+        threads=torch.get_num_threads(),
+    )
 
 
 def hang_on_rank1(ctx):
@@ -31,6 +36,7 @@ def sigkill_rank1(ctx):
     """Rank 1 dies by SIGKILL (the OOM killer's way) after a barrier; rank 0 then fails in the
     next collective, noticing the dead peer: the launcher must blame rank 1, not rank 0."""
     import signal
+
     dist.barrier()
     if ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)

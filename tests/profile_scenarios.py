@@ -41,17 +41,31 @@ def unrolled_verify(doc: dict, tokens_per_seq: int = 4, launch_us: float = 40.0)
     durations are kept: an eager step runs the same kernels, only launched one by one."""
     t = copy.deepcopy(doc)
     events = t["traceEvents"]
-    graph = next(e for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "hipGraphLaunch")
+    graph = next(
+        e for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "hipGraphLaunch"
+    )
     gcorr, host_tid, host_pid = graph["args"]["correlation"], graph["tid"], graph["pid"]
-    kernels = sorted((e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") == gcorr),
-                     key=lambda e: e["ts"])
+    kernels = sorted(
+        (e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") == gcorr),
+        key=lambda e: e["ts"],
+    )
     next_corr = 10_000_000
-    host_ts = gpu_free = graph["ts"]          # the GPU waits for the step: it starts when the launches do
+    host_ts = gpu_free = graph["ts"]  # the GPU waits for the step: it starts when the launches do
     launches = []
     for kernel in kernels:
         next_corr += 1
-        launches.append({"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": host_pid, "tid": host_tid,
-                         "ts": host_ts, "dur": 4.0, "args": {"correlation": next_corr}})
+        launches.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "hipLaunchKernel",
+                "pid": host_pid,
+                "tid": host_tid,
+                "ts": host_ts,
+                "dur": 4.0,
+                "args": {"correlation": next_corr},
+            }
+        )
         kernel["args"]["correlation"] = next_corr
         kernel["ts"] = max(gpu_free, host_ts + 5.0)
         gpu_free = kernel["ts"] + kernel["dur"]
@@ -60,7 +74,9 @@ def unrolled_verify(doc: dict, tokens_per_seq: int = 4, launch_us: float = 40.0)
     events.extend(launches)
     for e in events:
         if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"):
-            e["name"] = e["name"].replace("generation_32(sq32", f"generation_32(sq{32 * tokens_per_seq}")
+            e["name"] = e["name"].replace(
+                "generation_32(sq32", f"generation_32(sq{32 * tokens_per_seq}"
+            )
             e["dur"] = host_ts - e["ts"] + 50.0
     return t
 
@@ -69,8 +85,14 @@ def torch18_categories(doc: dict) -> dict:
     """The same trace with the category names torch 1.8's Kineto wrote (`Kernel`, `Runtime`,
     `Memcpy`, `Memset`, `Operator`) and `ProfilerStep#N` as an operator, as torch 1.x recorded it
     (the TensorBoard profiler plugin reads both spellings). Nothing else changes."""
-    old = {"kernel": "Kernel", "cuda_runtime": "Runtime", "cuda_driver": "Runtime", "gpu_memcpy": "Memcpy",
-           "gpu_memset": "Memset", "cpu_op": "Operator"}
+    old = {
+        "kernel": "Kernel",
+        "cuda_runtime": "Runtime",
+        "cuda_driver": "Runtime",
+        "gpu_memcpy": "Memcpy",
+        "gpu_memset": "Memset",
+        "cpu_op": "Operator",
+    }
     t = copy.deepcopy(doc)
     for e in t["traceEvents"]:
         if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation":

@@ -8,7 +8,12 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import Evidence, diagnose
-from ncclprobe.diagnose.expectations import ModelShape, distinct_experts, expected_verify_ratio, step_bytes
+from ncclprobe.diagnose.expectations import (
+    ModelShape,
+    distinct_experts,
+    expected_verify_ratio,
+    step_bytes,
+)
 from ncclprobe.records import ResultWriter
 from tests import diagnose_scenarios as S
 
@@ -73,33 +78,40 @@ def test_settings_lost_on_one_rank():
     top = result.top
     assert (top.rule, top.severity) == ("settings-propagation", "error")
     assert {p["rank"] for p in top.evidence["problems"]} == {1}
-    assert all(p["kind"] == "not-propagated" and p["variable"] == "NCCL_PROTO" for p in top.evidence["problems"])
+    assert all(
+        p["kind"] == "not-propagated" and p["variable"] == "NCCL_PROTO"
+        for p in top.evidence["problems"]
+    )
 
 
 def test_settings_set_after_communicator_creation():
     """Recorded: `run-engine --env-after-init NCCL_PROTO=LL` has every worker set it only after its
     communicator exists; the workers' exit-time snapshot shows the value, the creation-time one not."""
     trace = S.recorded("set-after-init.json")
-    assert all(w["env_at_comm_init"].get("NCCL_PROTO") is None and w["env_at_exit"]["NCCL_PROTO"] == "LL"
-               for run in trace["runs"] for w in run["workers"])
+    assert all(
+        w["env_at_comm_init"].get("NCCL_PROTO") is None and w["env_at_exit"]["NCCL_PROTO"] == "LL"
+        for run in trace["runs"]
+        for w in run["workers"]
+    )
     top = run_diagnosis(trace).top
     assert top.rule == "settings-propagation"
     assert "after NCCL created its communicator" in top.title
     assert "per communicator" in top.detail  # NCCL_PROTO is re-read at each communicator creation
     assert "--env NCCL_PROTO=LL" in top.next_command
-    assert "2 workers (ranks 0, 1)" in top.title      # every worker, not only the first one found
+    assert "2 workers (ranks 0, 1)" in top.title  # every worker, not only the first one found
 
 
 def test_text_report_shows_nested_evidence():
     """The per-rank problems and per-run speeds a finding rests on are dicts and lists: the text
     report must show them too, not only the flat numbers."""
     from ncclprobe.cli.diagnose import render_text
-    flat = lambda result: " ".join(render_text(result).split())     # undo the line wrapping
+
+    flat = lambda result: " ".join(render_text(result).split())  # undo the line wrapping
     text = flat(run_diagnosis(S.recorded("set-after-init.json")))
     assert "rank=1, pid=" in text and "at_comm_init=<unset>" in text
     text = flat(run_diagnosis(S.recorded("untuned-inherits-settings.json")))
     assert "in_force_at_comm_init={NCCL_PROTO=LL}" in text
-    assert "(76.1 vs 50.2 tok/s)" in text                # speeds rounded, not 16 digits
+    assert "(76.1 vs 50.2 tok/s)" in text  # speeds rounded, not 16 digits
 
 
 def test_recorded_untuned_run_inherited_the_tuned_settings():
@@ -112,7 +124,9 @@ def test_recorded_untuned_run_inherited_the_tuned_settings():
 
 def test_recorded_working_tuning_is_ruled_out():
     result = run_diagnosis(S.recorded("tuned.json"))
-    assert not [f for f in result.findings if f.rule in ("tuned-same-settings", "settings-propagation")]
+    assert not [
+        f for f in result.findings if f.rule in ("tuned-same-settings", "settings-propagation")
+    ]
     assert {"tuned-same-settings", "settings-propagation"} <= set(rules_of(result.ruled_out))
 
 
@@ -127,11 +141,27 @@ def _sweep_file(tmp_path, time_us, sizes, settings=None):
     path = tmp_path / "sweep.jsonl"
     with ResultWriter(path, {"kind": "sweep", "backend": "gloo", "nranks": 2}) as writer:
         for size in sizes:
-            writer.write({"record": "result", "config_id": "default", "settings": settings or {},
-                          "collective": "all_reduce", "mode": "eager", "in_place": True, "dtype": "float32",
-                          "size_bytes": size, "count": size // 4, "nranks": 2, "status": "ok", "reason": None,
-                          "time_us": time_us, "trials": 5, "source": "sweep"})
+            writer.write(
+                {
+                    "record": "result",
+                    "config_id": "default",
+                    "settings": settings or {},
+                    "collective": "all_reduce",
+                    "mode": "eager",
+                    "in_place": True,
+                    "dtype": "float32",
+                    "size_bytes": size,
+                    "count": size // 4,
+                    "nranks": 2,
+                    "status": "ok",
+                    "reason": None,
+                    "time_us": time_us,
+                    "trials": 5,
+                    "source": "sweep",
+                }
+            )
     from ncclprobe.diagnose.evidence import load_sweep
+
     return load_sweep(path)
 
 
@@ -139,16 +169,33 @@ def _sweep_file(tmp_path, time_us, sizes, settings=None):
 def test_collectives_against_the_sweep(tmp_path, time_us):
     trace = S.recorded("collective-bound.json")
     sizes = sorted({s["size_bytes"] for run in trace["runs"] for s in run["collectives"]["sizes"]})
-    result = run_diagnosis(trace, sweep=_sweep_file(tmp_path, time_us, sizes), sweep_path="sweep.jsonl")
+    result = run_diagnosis(
+        trace, sweep=_sweep_file(tmp_path, time_us, sizes), sweep_path="sweep.jsonl"
+    )
     for run in trace["runs"]:
         measured = run["collective_share"] * run["ms_per_token"]
-        expected = sum(s["count"] for s in run["collectives"]["sizes"]) * time_us / 1000 / run["new_tokens"]
+        expected = (
+            sum(s["count"] for s in run["collectives"]["sizes"])
+            * time_us
+            / 1000
+            / run["new_tokens"]
+        )
         name = f"{run['label']} {run['mode']}"
-        found = [f for f in result.findings if f.rule == "collectives-vs-sweep" and f.title.startswith(name + ":")]
-        cleared = [r for r in result.ruled_out if r.rule == "collectives-vs-sweep" and r.hypothesis.startswith(name + ":")]
+        found = [
+            f
+            for f in result.findings
+            if f.rule == "collectives-vs-sweep" and f.title.startswith(name + ":")
+        ]
+        cleared = [
+            r
+            for r in result.ruled_out
+            if r.rule == "collectives-vs-sweep" and r.hypothesis.startswith(name + ":")
+        ]
         assert (len(found), len(cleared)) == ((1, 0) if measured / expected > 2.0 else (0, 1))
         if found:
-            assert found[0].evidence["sweep_collective_ms_per_token"] == pytest.approx(expected, abs=1e-4)
+            assert found[0].evidence["sweep_collective_ms_per_token"] == pytest.approx(
+                expected, abs=1e-4
+            )
 
 
 def test_sweep_without_matching_settings_is_not_checked(tmp_path):
@@ -175,15 +222,34 @@ def test_step_bytes_by_hand():
 def test_moe_verify_expectation_grows_with_experts():
     assert distinct_experts(384, 8, 1) == pytest.approx(8.0)
     assert distinct_experts(4, 4, 3) == pytest.approx(4.0)
-    dense = {"hidden": 4096, "layers": 32, "vocab": 128256, "intermediate": 14336, "heads": 32, "kv_heads": 8}
-    moe = {"hidden": 7168, "layers": 4, "vocab": 163840, "heads": 64, "kv_heads": 8, "moe": True,
-           "experts": 384, "top_k": 8, "expert_intermediate": 2048, "dense_layers": 1}
+    dense = {
+        "hidden": 4096,
+        "layers": 32,
+        "vocab": 128256,
+        "intermediate": 14336,
+        "heads": 32,
+        "kv_heads": 8,
+    }
+    moe = {
+        "hidden": 7168,
+        "layers": 4,
+        "vocab": 163840,
+        "heads": 64,
+        "kv_heads": 8,
+        "moe": True,
+        "experts": 384,
+        "top_k": 8,
+        "expert_intermediate": 2048,
+        "dense_layers": 1,
+    }
     config = {"batch": 1, "k": 3, "prompt_len": 64, "new_tokens": 64, "dtype": "bfloat16"}
     dense_ratio = expected_verify_ratio({**config, "model": dense}).ratio
     moe_exp = expected_verify_ratio({**config, "model": moe})
     assert 1.0 < dense_ratio < 1.05
     routed = moe_exp.verify_bytes["routed_experts"] / moe_exp.decode_bytes["routed_experts"]
-    assert routed == pytest.approx(distinct_experts(384, 8, 4) / 8)  # ~31 of 384 experts instead of 8
+    assert routed == pytest.approx(
+        distinct_experts(384, 8, 4) / 8
+    )  # ~31 of 384 experts instead of 8
     assert moe_exp.ratio > 1.5
 
 
@@ -219,11 +285,15 @@ def test_env_check_of_a_live_process(tmp_path, has, expect_finding):
     import os
     import subprocess
     import sys
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env={**os.environ, "NCCL_PROTO": has})
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, "NCCL_PROTO": has}
+    )
     try:
-        out = CliRunner().invoke(cli, ["env-check", "--pid", str(child.pid), "--expect", "NCCL_PROTO=LL",
-                                       "--format", "json"])
+        out = CliRunner().invoke(
+            cli,
+            ["env-check", "--pid", str(child.pid), "--expect", "NCCL_PROTO=LL", "--format", "json"],
+        )
     finally:
         child.kill()
         child.wait()
@@ -257,11 +327,19 @@ def test_low_graph_coverage_is_informational_when_every_capturable_phase_is_grap
     assert [(f.severity, f.evidence["eager_phases"]) for f in found] == [("info", ["accept"])]
     S.runs(trace, "speculative")[0]["phases"]["verify"]["graphed"] = False
     found = [f for f in run_diagnosis(trace).findings if f.rule == "graph-coverage"]
-    assert [(f.severity, f.evidence["eager_phases"]) for f in found] == [("warning", ["verify", "accept"])]
+    assert [(f.severity, f.evidence["eager_phases"]) for f in found] == [
+        ("warning", ["verify", "accept"])
+    ]
 
 
-@pytest.mark.parametrize("nccl_read,kind", [({"NCCL_PROTO": "LL"}, None), ({"NCCL_PROTO": "Simple"}, "read-other-value"),
-                                            ({"NCCL_DEBUG_FILE": "/tmp/x"}, "not-read")])
+@pytest.mark.parametrize(
+    "nccl_read,kind",
+    [
+        ({"NCCL_PROTO": "LL"}, None),
+        ({"NCCL_PROTO": "Simple"}, "read-other-value"),
+        ({"NCCL_DEBUG_FILE": "/tmp/x"}, "not-read"),
+    ],
+)
 def test_what_nccl_reported_reading(nccl_read, kind):
     """GPU traces carry NCCL's own `set by environment` lines per worker (workers[].nccl_read);
     this edit puts them into the recorded tuned trace's tuned runs, as NCCL would log them."""
@@ -281,7 +359,12 @@ def test_recorded_sweep_against_recorded_engine_run():
     """Both inputs recorded on this machine (examples/traces/README.md): every run gets a verdict,
     and a finding exactly where the engine paid more than twice the sweep's time."""
     from ncclprobe.diagnose import load_evidence
-    result = diagnose(load_evidence(S.TRACES / "collective-bound.json", sweep=S.TRACES / "collective-bound.sweep.jsonl"))
+
+    result = diagnose(
+        load_evidence(
+            S.TRACES / "collective-bound.json", sweep=S.TRACES / "collective-bound.sweep.jsonl"
+        )
+    )
     verdicts = [v for v in result.findings + result.ruled_out if v.rule == "collectives-vs-sweep"]
     assert len(verdicts) == 2
     for verdict in verdicts:
@@ -296,6 +379,7 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     when each cycle already yielded more tokens than break-even (3.08 against 2.94 on a tiny trace).
     Then the loss is outside the cycle, and the next command must say so."""
     from ncclprobe.diagnose.rules import _faster_spec_command
+
     trace = S.healthy_trace()
     ev = Evidence.from_trace(trace, "t.json")
     run = next(r for r in ev.runs if r.mode == "speculative")
@@ -304,7 +388,9 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     above = _faster_spec_command(ev, run, base, tpc=3.08, breakeven=2.94)
     # the draft the trace used is trained first only because it is not here; the advice is a longer run
     assert "a trained draft" not in above and "longer run" in above
-    assert above.split(" && ")[-1].startswith("ncclprobe run-engine") and "--new-tokens 512" in above
+    assert (
+        above.split(" && ")[-1].startswith("ncclprobe run-engine") and "--new-tokens 512" in above
+    )
 
 
 def test_engine_traces_carry_the_shape_the_expectation_needs():
@@ -313,15 +399,44 @@ def test_engine_traces_carry_the_shape_the_expectation_needs():
     kimi-k2-slice's expert width (19200 instead of 2048) the expectation was 3.5x (flagged only
     above 5.2x) where the real shape gives 1.75x (flagged above 2.6x)."""
     from ncclprobe.engine.config import PRESETS, preset
+
     for name in PRESETS:
-        config = {"model": preset(name).summary(), "batch": 1, "k": 3, "prompt_len": 128, "new_tokens": 128}
+        config = {
+            "model": preset(name).summary(),
+            "batch": 1,
+            "k": 3,
+            "prompt_len": 128,
+            "new_tokens": 128,
+        }
         assert expected_verify_ratio(config).assumptions == (), name
     cfg = preset("kimi-k2-slice")
-    exact = ModelShape(hidden=7168, layers=3, vocab=163840, intermediate=18432, heads=64, kv_heads=8, moe=True,
-                       experts=384, top_k=8, expert_intermediate=2048, shared_experts=1, dense_layers=1, head_dim=112)
-    config = {"model": cfg.summary(), "batch": 1, "k": 3, "prompt_len": 128, "new_tokens": 128, "dtype": "bfloat16"}
+    exact = ModelShape(
+        hidden=7168,
+        layers=3,
+        vocab=163840,
+        intermediate=18432,
+        heads=64,
+        kv_heads=8,
+        moe=True,
+        experts=384,
+        top_k=8,
+        expert_intermediate=2048,
+        shared_experts=1,
+        dense_layers=1,
+        head_dim=112,
+    )
+    config = {
+        "model": cfg.summary(),
+        "batch": 1,
+        "k": 3,
+        "prompt_len": 128,
+        "new_tokens": 128,
+        "dtype": "bfloat16",
+    }
     common = dict(batch=1, context=192, dtype_bytes=2)
-    ratio = sum(step_bytes(exact, tokens_per_seq=4, **common).values()) / sum(step_bytes(exact, tokens_per_seq=1, **common).values())
+    ratio = sum(step_bytes(exact, tokens_per_seq=4, **common).values()) / sum(
+        step_bytes(exact, tokens_per_seq=1, **common).values()
+    )
     assert expected_verify_ratio(config).ratio == pytest.approx(ratio)
     assert expected_verify_ratio(config).ratio < 2.0
 
@@ -329,6 +444,7 @@ def test_engine_traces_carry_the_shape_the_expectation_needs():
 def _readme_rows():
     """(trace file, what diagnose must say) from the tables of examples/traces/README.md."""
     import re
+
     for line in (S.TRACES / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         match = re.fullmatch(r"`([\w.-]+\.json)`", cells[0]) if len(cells) >= 3 else None
@@ -340,11 +456,19 @@ def test_every_trace_gives_what_the_readme_says():
     """The README's claims, checked: `top finding X`, `nothing above informational`, and
     `A` and `B` ruled out, for every trace it lists (the recorded H200 ones included)."""
     import re
+
     from ncclprobe.diagnose import load_evidence
+
     rows = list(_readme_rows())
-    assert {name for name, _ in rows} >= {"healthy.json", "collective-bound.json", "tuned.json", "set-after-init.json",
-                                          "untuned-inherits-settings.json", "seed-graphs-decode.h200.json",
-                                          "graphs-all.h200.json"}
+    assert {name for name, _ in rows} >= {
+        "healthy.json",
+        "collective-bound.json",
+        "tuned.json",
+        "set-after-init.json",
+        "untuned-inherits-settings.json",
+        "seed-graphs-decode.h200.json",
+        "graphs-all.h200.json",
+    }
     for name, claim in rows:
         result = diagnose(load_evidence(S.TRACES / name))
         top = re.search(r"top finding `([\w-]+)`", claim)
@@ -354,8 +478,12 @@ def test_every_trace_gives_what_the_readme_says():
             assert result.actionable() == [], name
         ruled = re.search(r"((?:`[\w-]+`(?:,| and| or)? *)+) ruled out", claim)
         for rule in re.findall(r"`([\w-]+)`", ruled.group(1)) if ruled else []:
-            assert rule in rules_of(result.ruled_out) and rule not in rules_of(result.actionable()), (name, rule)
-        assert top or ruled or "nothing above" in claim, f"README row for {name} makes no checkable claim"
+            assert rule in rules_of(result.ruled_out) and rule not in rules_of(
+                result.actionable()
+            ), (name, rule)
+        assert top or ruled or "nothing above" in claim, (
+            f"README row for {name} makes no checkable claim"
+        )
 
 
 def test_a_run_past_the_drafts_trained_positions():
@@ -363,20 +491,25 @@ def test_a_run_past_the_drafts_trained_positions():
     train-draft's defaults, 8 + 56 tokens, and the run reached position 272 with an acceptance of
     2.50 (4.00 in a 64-token run). The trace predates the config field, so the test sets it to those
     64 positions; then the field moved past the run, and away."""
-    trace = json.loads((S.TRACES.parent / "results" / "h200_small_synthetic_target_trace.json").read_text())
+    trace = json.loads(
+        (S.TRACES.parent / "results" / "h200_small_synthetic_target_trace.json").read_text()
+    )
     assert "draft_trained_positions" not in trace["config"]
     assert rules_of(run_diagnosis(trace).not_checked).count("draft-positions") == 1
     trace["config"]["draft_trained_positions"] = 64
     top = run_diagnosis(trace).top
     assert (top.rule, top.severity) == ("draft-positions", "warning")
     assert top.evidence["run_positions"] == 272 and top.evidence["mean_acceptance_length"] == {
-        "untuned speculative": pytest.approx(2.50, abs=0.005)}
+        "untuned speculative": pytest.approx(2.50, abs=0.005)
+    }
     assert "--checkpoint /tmp/ncclprobe-small-chain --gen-len 272" in top.next_command
     trace["config"]["draft_trained_positions"] = 272
     assert "draft-positions" in rules_of(run_diagnosis(trace).ruled_out)
-    trace["config"]["draft"] = None                                # no draft file: nothing to say
+    trace["config"]["draft"] = None  # no draft file: nothing to say
     result = run_diagnosis(trace)
-    assert "draft-positions" not in rules_of(result.ruled_out + result.not_checked + result.actionable())
+    assert "draft-positions" not in rules_of(
+        result.ruled_out + result.not_checked + result.actionable()
+    )
 
 
 def _with_settings(trace: dict, settings: dict, nccl_read: dict) -> dict:
@@ -393,23 +526,38 @@ def _with_settings(trace: dict, settings: dict, nccl_read: dict) -> dict:
 def test_an_invalid_value_is_named_as_the_cause_first_once_for_every_run_and_rank():
     """NCCL_P2P_LEVEL=sys in all four runs of a tp 2 trace: one finding, first, saying why NCCL ignored
     it and what to write, confirmed by NCCL's own log; no second finding about the symptom."""
-    trace = _with_settings(S.as_gpu_run(S.recorded("tuned.json")), {"NCCL_P2P_LEVEL": "sys"}, {"NCCL_NVLS_ENABLE": "0"})
+    trace = _with_settings(
+        S.as_gpu_run(S.recorded("tuned.json")), {"NCCL_P2P_LEVEL": "sys"}, {"NCCL_NVLS_ENABLE": "0"}
+    )
     result = run_diagnosis(trace)
     top = result.findings[0]
-    assert top.rule == "unsafe-settings" and "`sys` is not a level name" in top.title and "write `SYS`" in top.title
+    assert (
+        top.rule == "unsafe-settings"
+        and "`sys` is not a level name" in top.title
+        and "write `SYS`" in top.title
+    )
     assert "NCCL's own log confirms it" in top.detail
     assert {place.partition(" rank ")[0] for place in top.evidence["found_in"]} == {
-        "untuned baseline", "untuned speculative", "tuned baseline", "tuned speculative"}
+        "untuned baseline",
+        "untuned speculative",
+        "tuned baseline",
+        "tuned speculative",
+    }
     about = [f for f in result.findings if "NCCL_P2P_LEVEL" in f.title]
     assert about == [top]
 
 
 def test_one_rank_says_nccl_never_reads_a_peer_setting_instead_of_not_read():
-    trace = _with_settings(S.as_gpu_run(S.healthy_trace()), {"NCCL_PROTO": "LL"}, {"NCCL_NVLS_ENABLE": "0"})
+    trace = _with_settings(
+        S.as_gpu_run(S.healthy_trace()), {"NCCL_PROTO": "LL"}, {"NCCL_NVLS_ENABLE": "0"}
+    )
     [finding] = [f for f in run_diagnosis(trace).findings if f.rule == "settings-propagation"]
-    assert finding.severity == "info" and "cannot act on one rank, and NCCL did not read it there" in finding.title
+    assert (
+        finding.severity == "info"
+        and "cannot act on one rank, and NCCL did not read it there" in finding.title
+    )
     assert "--tp 2" in finding.next_command
-    assert "The same in 2 runs" in finding.detail         # baseline and speculative: one finding
+    assert "The same in 2 runs" in finding.detail  # baseline and speculative: one finding
 
 
 LAUNCHER = """
@@ -430,15 +578,31 @@ def test_env_check_names_the_worker_that_lacks_what_its_siblings_have(tmp_path):
     import subprocess
     import sys
     import time
+
     import psutil
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True,
-                                env={k: v for k, v in os.environ.items() if k != "NCCL_PROTO"})
+
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "NCCL_PROTO"},
+    )
     try:
         early = int(launcher.stdout.readline())
         while len(psutil.Process(launcher.pid).children()) < 3:
             time.sleep(0.05)
-        out = CliRunner().invoke(cli, ["env-check", "--pid", str(launcher.pid), "--expect", "NCCL_PROTO=LL",
-                                       "--format", "json"])
+        out = CliRunner().invoke(
+            cli,
+            [
+                "env-check",
+                "--pid",
+                str(launcher.pid),
+                "--expect",
+                "NCCL_PROTO=LL",
+                "--format",
+                "json",
+            ],
+        )
     finally:
         for child in psutil.Process(launcher.pid).children():
             child.kill()
@@ -447,16 +611,26 @@ def test_env_check_names_the_worker_that_lacks_what_its_siblings_have(tmp_path):
     doc = json.loads(out.output)
     result = run_diagnosis(S.healthy_trace(), env_check=doc, env_check_path="ec.json")
     top = result.findings[0]
-    assert top.rule == "env-check-sibling" and f"pid {early}" in top.title and "1 of 3 workers" in top.title
+    assert (
+        top.rule == "env-check-sibling"
+        and f"pid {early}" in top.title
+        and "1 of 3 workers" in top.title
+    )
     assert "started before the launcher set the variable" in top.detail
     caveat = [f for f in result.findings if f.rule == "env-check-launcher"]
     assert caveat and caveat[0].severity == "info" and caveat[0].evidence["pid"] == launcher.pid
-    assert not [f for f in result.findings if f.rule == "env-check"]     # both missing lines are explained
+    assert not [
+        f for f in result.findings if f.rule == "env-check"
+    ]  # both missing lines are explained
 
 
 def test_an_env_check_that_read_no_process_rules_nothing_out():
-    doc = {"kind": "env-check", "root_pid": 1, "processes": [{"pid": 1, "readable": False, "env": None}],
-           "verdict": {"checked_pids": [], "findings": []}}
+    doc = {
+        "kind": "env-check",
+        "root_pid": 1,
+        "processes": [{"pid": 1, "readable": False, "env": None}],
+        "verdict": {"checked_pids": [], "findings": []},
+    }
     result = run_diagnosis(S.healthy_trace(), env_check=doc, env_check_path="ec.json")
     assert "env-check" not in rules_of(result.ruled_out)
     [missing] = [n for n in result.not_checked if n.rule == "env-check"]
@@ -472,12 +646,21 @@ def _speeds(trace: dict, baseline: list, speculative: list) -> dict:
     return trace
 
 
-@pytest.mark.parametrize("baseline,speculative,verdict", [
-    ([60.0, 120.0, 198.0], [90.0, 130.0, 150.0], "inconclusive"),   # the shared machine's 60-198 tok/s
-    ([60.0, 70.0, 80.0], [90.0, 130.0, 150.0], "ruled out"),
-    ([160.0, 170.0, 180.0], [90.0, 130.0, 150.0], "slower"),
-])
-def test_speculative_against_baseline_is_judged_by_the_spread_of_the_repeats(baseline, speculative, verdict):
+@pytest.mark.parametrize(
+    "baseline,speculative,verdict",
+    [
+        (
+            [60.0, 120.0, 198.0],
+            [90.0, 130.0, 150.0],
+            "inconclusive",
+        ),  # the shared machine's 60-198 tok/s
+        ([60.0, 70.0, 80.0], [90.0, 130.0, 150.0], "ruled out"),
+        ([160.0, 170.0, 180.0], [90.0, 130.0, 150.0], "slower"),
+    ],
+)
+def test_speculative_against_baseline_is_judged_by_the_spread_of_the_repeats(
+    baseline, speculative, verdict
+):
     result = run_diagnosis(_speeds(S.healthy_trace(), baseline, speculative))
     found = [f for f in result.findings if f.rule == "speculative-slower"]
     ruled_out = "speculative-slower" in rules_of(result.ruled_out)

@@ -8,13 +8,29 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import diagnose, load_evidence
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 
 def record(tmp_path, graphs):
     path = tmp_path / f"graphs-{graphs}.json"
-    result = CliRunner().invoke(cli, ["-q", "run-engine", "--preset", "small", "--graphs", graphs,
-                                      "--new-tokens", "64", "--trace", str(path)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "-q",
+            "run-engine",
+            "--preset",
+            "small",
+            "--graphs",
+            graphs,
+            "--new-tokens",
+            "64",
+            "--trace",
+            str(path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return diagnose(load_evidence(path))
 

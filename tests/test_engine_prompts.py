@@ -9,7 +9,13 @@ import torch
 from ncclprobe.engine.build import build_draft, build_target
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
-from ncclprobe.engine.prompts import SPLITS, Prompt, gather_prompts, read_prompts_file, shipped_prompts
+from ncclprobe.engine.prompts import (
+    SPLITS,
+    Prompt,
+    gather_prompts,
+    read_prompts_file,
+    shipped_prompts,
+)
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.errors import UsageProblem
 
@@ -22,7 +28,7 @@ def test_prompts_of_different_lengths_decode_together_as_they_do_alone():
     prompts = [[5, 9, 200, 17, 3, 44, 8], [71, 2, 90], [13, 13, 13, 13, 13]]
     padded = torch.zeros(3, 7, dtype=torch.long)
     for row, ids in enumerate(prompts):
-        padded[row, :len(ids)] = torch.tensor(ids)
+        padded[row, : len(ids)] = torch.tensor(ids)
     lengths = torch.tensor([len(p) for p in prompts])
     target.setup_caches(3, 40)
     draft.setup_caches(3, 40)
@@ -31,7 +37,9 @@ def test_prompts_of_different_lengths_decode_together_as_they_do_alone():
     speculative = engine.speculative(padded, 12, lengths).tokens
     alone = [engine.baseline(torch.tensor([ids]), 12).tokens[0] for ids in prompts]
     assert together == alone == speculative
-    assert engine.baseline(padded, 12).tokens[1] != alone[1]      # the padding does matter without lengths
+    assert (
+        engine.baseline(padded, 12).tokens[1] != alone[1]
+    )  # the padding does matter without lengths
 
 
 def test_prompts_file_formats(tmp_path):
@@ -39,19 +47,33 @@ def test_prompts_file_formats(tmp_path):
     text.write_text("first prompt\n\n  second one  \n")
     assert read_prompts_file(text) == [Prompt(text="first prompt"), Prompt(text="  second one  ")]
     lines = tmp_path / "p.jsonl"
-    lines.write_text(json.dumps({"text": "a\nb"}) + "\n" + json.dumps("plain") + "\n" + json.dumps({"ids": [1, 2, 3]}) + "\n")
-    assert read_prompts_file(lines) == [Prompt(text="a\nb"), Prompt(text="plain"), Prompt(ids=(1, 2, 3))]
+    lines.write_text(
+        json.dumps({"text": "a\nb"})
+        + "\n"
+        + json.dumps("plain")
+        + "\n"
+        + json.dumps({"ids": [1, 2, 3]})
+        + "\n"
+    )
+    assert read_prompts_file(lines) == [
+        Prompt(text="a\nb"),
+        Prompt(text="plain"),
+        Prompt(ids=(1, 2, 3)),
+    ]
     assert gather_prompts(None) == ()
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"ids": [1, -2]}\n', "p.jsonl:1: expected"),
-    ('{"ids": [1, true]}\n', "p.jsonl:1: expected"),
-    ("not json\n", "p.jsonl:1 is not JSON"),
-    ('{"ids": NaN}\n', "p.jsonl:1: NaN is not a JSON number"),
-    ("\n\n", "holds no prompt"),
-    ("\x7fELF\x00\x01\x02" * 50, "binary file"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"ids": [1, -2]}\n', "p.jsonl:1: expected"),
+        ('{"ids": [1, true]}\n', "p.jsonl:1: expected"),
+        ("not json\n", "p.jsonl:1 is not JSON"),
+        ('{"ids": NaN}\n', "p.jsonl:1: NaN is not a JSON number"),
+        ("\n\n", "holds no prompt"),
+        ("\x7fELF\x00\x01\x02" * 50, "binary file"),
+    ],
+)
 def test_bad_prompts_files_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "p.jsonl"
     path.write_text(content)
@@ -83,12 +105,30 @@ def test_prompts_decode_batch_after_batch_in_one_record():
     prompt's tokens in order, the same as each prompt decoded alone; histogram and cycles summed."""
     from ncclprobe.engine.comm import Communicator
     from ncclprobe.engine.worker import run_job
+
     prompts = ((5, 9, 200, 17), (71, 2), (13, 13, 13), (8, 1))
-    spec = RunSpec(prompts=prompts, batch=2, new_tokens=8, k=2, warmup_tokens=0, measure_share=False)
+    spec = RunSpec(
+        prompts=prompts, batch=2, new_tokens=8, k=2, warmup_tokens=0, measure_share=False
+    )
     records = {r["mode"]: r for r in run_job(spec, Communicator(rank=0, world_size=1), "cpu")}
-    alone = [next(r["tokens"][0] for r in run_job(RunSpec(prompts=(p,), new_tokens=8, k=2, warmup_tokens=0,
-                                                           measure_share=False, modes=("baseline",)),
-                                                   Communicator(rank=0, world_size=1), "cpu")) for p in prompts]
+    alone = [
+        next(
+            r["tokens"][0]
+            for r in run_job(
+                RunSpec(
+                    prompts=(p,),
+                    new_tokens=8,
+                    k=2,
+                    warmup_tokens=0,
+                    measure_share=False,
+                    modes=("baseline",),
+                ),
+                Communicator(rank=0, world_size=1),
+                "cpu",
+            )
+        )
+        for p in prompts
+    ]
     assert records["baseline"]["tokens"] == records["speculative"]["tokens"] == alone
     speculative = records["speculative"]
     assert sum(speculative["histogram"]) >= speculative["cycles"] >= 2 * (8 - 1) // 3

@@ -21,8 +21,8 @@ def test_greedy_keeps_matching_prefix_and_target_token():
     drafts = torch.tensor([[1, 2, 3], [1, 2, 3], [4, 2, 3], [1, 5, 3]])
     target = _logits_choosing([[1, 2, 3, 0], [1, 2, 4, 0], [1, 2, 3, 0], [1, 2, 3, 5]])
     accepted, nxt = greedy_accept(drafts, target)
-    assert accepted.tolist() == [3, 2, 0, 1]          # a later match after a mismatch does not count
-    assert nxt.tolist() == [0, 4, 1, 2]               # bonus when all match, else the target's choice
+    assert accepted.tolist() == [3, 2, 0, 1]  # a later match after a mismatch does not count
+    assert nxt.tolist() == [0, 4, 1, 2]  # bonus when all match, else the target's choice
 
 
 def _bound(p: float, n: int, sigmas: float = 5.0) -> float:
@@ -51,7 +51,7 @@ def test_rejection_sampling_emits_the_target_distribution(seed):
     drafts = sample(q.expand(n, k, vocab), gen)
     accepted, nxt = rejection_accept(drafts, q.expand(n, k, vocab), p.expand(n, k + 1, vocab), gen)
     first = torch.where(accepted >= 1, drafts[:, 0], nxt)
-    second_rows = accepted >= 1                       # sequences that reached position 1
+    second_rows = accepted >= 1  # sequences that reached position 1
     second = torch.where(accepted[second_rows] >= 2, drafts[second_rows, 1], nxt[second_rows])
     for emitted, target in ((first, p[0]), (second, p[1])):
         freq = torch.bincount(emitted, minlength=vocab).double() / len(emitted)
@@ -62,16 +62,19 @@ def test_rejection_sampling_emits_the_target_distribution(seed):
 def test_rejection_accepts_everything_when_draft_equals_target():
     p = torch.softmax(torch.randn(3, 7, generator=torch.Generator().manual_seed(3)), -1)
     drafts = sample(p[:2].expand(500, 2, 7), torch.Generator().manual_seed(4))
-    accepted, _ = rejection_accept(drafts, p[:2].expand(500, 2, 7), p.expand(500, 3, 7),
-                                   torch.Generator().manual_seed(5))
-    assert accepted.eq(2).all()                       # u * q < p with p == q holds for every u < 1
+    accepted, _ = rejection_accept(
+        drafts, p[:2].expand(500, 2, 7), p.expand(500, 3, 7), torch.Generator().manual_seed(5)
+    )
+    assert accepted.eq(2).all()  # u * q < p with p == q holds for every u < 1
 
 
 def test_phase_timer_host_time_between_marks():
     """Host time per interval is the wall time between two marks minus the phases recorded in
     between; a sleep outside any phase is host time, a sleep inside a phase is not."""
     import time
+
     from ncclprobe.engine.instrument import PhaseTimer
+
     timer = PhaseTimer("cpu")
     started = time.perf_counter()
     timer.mark()
@@ -84,7 +87,14 @@ def test_phase_timer_host_time_between_marks():
     phases = timer.summary(wall_s=wall_s, steps=3)
     host = phases["host"]
     assert host["count"] == 3 and host["graphed"] is False
-    assert all(0.01 <= ms / 1000 < 0.035 for ms in (host["median_ms"], host["p90_ms"]))  # not the phase's 0.04
+    assert all(
+        0.01 <= ms / 1000 < 0.035 for ms in (host["median_ms"], host["p90_ms"])
+    )  # not the phase's 0.04
     assert phases["verify"]["total_ms"] + host["total_ms"] == pytest.approx(1000 * wall_s)
     assert PhaseTimer("cpu").summary(wall_s=0.5, steps=7)["host"] == {
-        "count": 7, "total_ms": 500.0, "median_ms": None, "p90_ms": None, "graphed": False}
+        "count": 7,
+        "total_ms": 500.0,
+        "median_ms": None,
+        "p90_ms": None,
+        "graphed": False,
+    }

@@ -7,7 +7,14 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.probes.env_propagation import MECHANISMS, NEEDS_GPU, STALE, run_probe, table_rows, verdict
+from ncclprobe.probes.env_propagation import (
+    MECHANISMS,
+    NEEDS_GPU,
+    STALE,
+    run_probe,
+    table_rows,
+    verdict,
+)
 
 V, S = "SYS", STALE
 # mechanism -> (/proc, C getenv, os.environ) in the worker. Why:
@@ -51,7 +58,11 @@ def test_cpu_columns_match_what_the_mechanism_does(cpu_matrix, mechanism):
 def test_per_communicator_row_uses_its_own_path(cpu_matrix):
     row = next(r for r in cpu_matrix["rows"] if r["mechanism"] == "worker-after-comm-percomm")
     assert row["variable"] == "NCCL_TOPO_DUMP_FILE" and row["value_set"].endswith(".xml")
-    assert (row["proc"], row["getenv"], row["os_environ"]) == (None, row["value_set"], row["value_set"])
+    assert (row["proc"], row["getenv"], row["os_environ"]) == (
+        None,
+        row["value_set"],
+        row["value_set"],
+    )
 
 
 def test_table_cells(cpu_matrix):
@@ -62,12 +73,27 @@ def test_table_cells(cpu_matrix):
 
 
 def test_cli_json_subset_and_no_gpu_error():
-    result = CliRunner().invoke(cli, ["probe", "env-propagation", "--mechanism", "fork", "--mechanism",
-                                      "worker-setenv", "--format", "json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "probe",
+            "env-propagation",
+            "--mechanism",
+            "fork",
+            "--mechanism",
+            "worker-setenv",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
-    assert doc["schema_version"] == 1 and [r["mechanism"] for r in doc["rows"]] == ["fork", "worker-setenv"]
+    assert doc["schema_version"] == 1 and [r["mechanism"] for r in doc["rows"]] == [
+        "fork",
+        "worker-setenv",
+    ]
     import torch
+
     if not torch.cuda.is_available():
         result = CliRunner().invoke(cli, ["probe", "env-propagation", "--nccl"])
         assert result.exit_code == 3 and result.stdout == "" and result.stderr.count("\n") == 1
@@ -76,13 +102,18 @@ def test_cli_json_subset_and_no_gpu_error():
 def test_torchrun_missing_is_a_skip_not_an_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     doc = run_probe(["torchrun"])
-    assert doc["rows"][0]["status"] == "skipped" and "torchrun is not installed" in doc["rows"][0]["reason"]
+    assert (
+        doc["rows"][0]["status"] == "skipped"
+        and "torchrun is not installed" in doc["rows"][0]["reason"]
+    )
     assert verdict(doc).exit_code == 3
 
 
 def test_a_mechanism_past_its_timeout_is_killed_with_its_workers():
     doc = run_probe(["spawn", "worker-before-comm"], timeout_s=0.05)
-    assert {r["status"] for r in doc["rows"]} == {"error"} and "no result within 0.05 s" in doc["rows"][0]["reason"]
+    assert {r["status"] for r in doc["rows"]} == {"error"} and "no result within 0.05 s" in doc[
+        "rows"
+    ][0]["reason"]
     assert verdict(doc).exit_code == 3
     mixed = {"rows": [doc["rows"][0], {"status": "measured"}]}
     assert verdict(mixed).exit_code == 1
@@ -98,18 +129,22 @@ def test_probe_group_lists_env_propagation():
 def test_nccl_reads_what_getenv_sees_except_after_its_first_communicator(tmp_path):
     doc = run_probe(nccl=True, workdir=tmp_path, timeout_s=300)
     rows = {r["mechanism"]: r for r in doc["rows"]}
-    assert {r["status"] for r in rows.values()} == {"measured"}, [r.get("reason") for r in rows.values()]
+    assert {r["status"] for r in rows.values()} == {"measured"}, [
+        r.get("reason") for r in rows.values()
+    ]
     for name, (_, getenv, _) in TRUTH.items():
         if name != "worker-after-comm":
             assert rows[name]["nccl"] == getenv, (name, rows[name])
-    assert rows["worker-after-comm"]["nccl"] is None          # once per process: the second comm ignores it
+    assert rows["worker-after-comm"]["nccl"] is None  # once per process: the second comm ignores it
     percomm = rows["worker-after-comm-percomm"]
-    assert percomm["nccl"] == percomm["value_set"]             # per communicator: the second comm reads it
+    assert percomm["nccl"] == percomm["value_set"]  # per communicator: the second comm reads it
     assert (tmp_path / "topo.worker-after-comm-percomm.xml").exists()
 
 
-@pytest.mark.parametrize("args, message", [(["--timeout", "0"], "--timeout"),
-                                           (["--output", "/proc/no-such-dir/x"], "--output")])
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--timeout", "0"], "--timeout"), (["--output", "/proc/no-such-dir/x"], "--output")],
+)
 def test_bad_timeout_or_workdir_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(cli, ["probe", "env-propagation", "--mechanism", "fork", *args])
     assert result.exit_code == 2 and result.stdout == "" and message in result.stderr

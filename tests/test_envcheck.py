@@ -18,17 +18,17 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.envcheck import env_check
-from ncclprobe.probes.env_propagation import kill_tree
 from ncclprobe.envcheck.expect import Expectation
 from ncclprobe.envcheck.logcheck import pid_from_filename, read_logs
 from ncclprobe.envcheck.walk import _recheck, _tree, describe, walk
+from ncclprobe.probes.env_propagation import kill_tree
 
 HF_SECRET = "hf_PlantedTokenValue0123456789abcd"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTEDKEY"
 ARG_SECRET = "hf_ArgvTokenValue9876543210zyxwvu"
 SECRETS = (HF_SECRET, AWS_SECRET, ARG_SECRET)
 
-JOB = textwrap.dedent('''
+JOB = textwrap.dedent("""
     import multiprocessing as mp, os, subprocess, sys, time
     from pathlib import Path
 
@@ -61,7 +61,7 @@ JOB = textwrap.dedent('''
             time.sleep(0.05)
         mark("ready")
         time.sleep(120)
-''')
+""")
 
 
 def _wait_for(predicate, timeout_s=30.0):
@@ -80,8 +80,13 @@ def _start_tree(tmp_path, env_extra):
     marks.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(env_extra, ENVCHECK_DIR=str(marks))
-    proc = subprocess.Popen([sys.executable, str(script), "--hf-token", ARG_SECRET], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--hf-token", ARG_SECRET],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return proc, marks
 
 
@@ -95,12 +100,25 @@ def _stop_tree(proc):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("envcheck")
-    proc, marks = _start_tree(tmp_path, {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "HF_TOKEN": HF_SECRET,
-                                         "AWS_SECRET_ACCESS_KEY": AWS_SECRET})
+    proc, marks = _start_tree(
+        tmp_path,
+        {
+            "NCCL_PROTO": "LL",
+            "NCCL_P2P_LEVEL": "SYS",
+            "HF_TOKEN": HF_SECRET,
+            "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        },
+    )
     try:
         _wait_for(lambda: (marks / "ready").exists())
-        _wait_for(lambda: any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process(proc.pid).children()))
-        pids = {name: int((marks / name).read_text()) for name in ("spawn", "mutating", "forkserver")}
+        _wait_for(
+            lambda: any(
+                c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process(proc.pid).children()
+            )
+        )
+        pids = {
+            name: int((marks / name).read_text()) for name in ("spawn", "mutating", "forkserver")
+        }
         yield proc.pid, pids
     finally:
         _stop_tree(proc)
@@ -130,8 +148,13 @@ def test_walk_finds_every_process_with_its_role(job):
 
 def test_expectations_diff_and_caveats(job):
     root, pids = job
-    result = env_check(root, expectations=[Expectation("NCCL_PROTO", "LL", "--expect"),
-                                           Expectation("NCCL_ALGO", "Ring", "--expect")])
+    result = env_check(
+        root,
+        expectations=[
+            Expectation("NCCL_PROTO", "LL", "--expect"),
+            Expectation("NCCL_ALGO", "Ring", "--expect"),
+        ],
+    )
     by_pid = {p.info.pid: p for p in result.processes}
     status = {pid: {c.variable: c.status for c in p.checks} for pid, p in by_pid.items()}
     grandchild = next(p for p in result.processes if p.info.ppid == pids["spawn"])
@@ -150,7 +173,9 @@ def test_exit_codes(job, tmp_path):
     root, pids = job
     assert _run("env-check", "--pid", str(root), "--expect", "NCCL_PROTO=LL")[0] == 0
     assert _run("env-check", "--pid", str(root), "--expect", "NCCL_PROTO=Simple")[0] == 1
-    zombie = next(c.pid for c in psutil.Process(root).children() if c.status() == psutil.STATUS_ZOMBIE)
+    zombie = next(
+        c.pid for c in psutil.Process(root).children() if c.status() == psutil.STATUS_ZOMBIE
+    )
     assert _run("env-check", "--pid", str(zombie))[0] == 3
     code, out, err = _run("env-check", "--pid", "999999999")
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "999999999" in err
@@ -168,13 +193,24 @@ def test_exit_codes(job, tmp_path):
 def test_expect_from_recommendation_file(job, tmp_path):
     root, _ = job
     rec = tmp_path / "recommendation.json"
-    rec.write_text(json.dumps({"schema_version": 1, "kind": "recommendation",
-                               "env": {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}}))
-    code, out, _ = _run("env-check", "--pid", str(root), "--expect-from", str(rec), "--format", "json")
+    rec.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "kind": "recommendation",
+                "env": {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"},
+            }
+        )
+    )
+    code, out, _ = _run(
+        "env-check", "--pid", str(root), "--expect-from", str(rec), "--format", "json"
+    )
     doc = json.loads(out)
     assert code == 0 and doc["verdict"]["findings"] == []
     checks = [c for p in doc["processes"] for c in p["checks"]]
-    assert {c["status"] for c in checks} == {"ok"} and len(checks) == 2 * len(doc["verdict"]["checked_pids"])
+    assert {c["status"] for c in checks} == {"ok"} and len(checks) == 2 * len(
+        doc["verdict"]["checked_pids"]
+    )
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv"])
@@ -182,21 +218,42 @@ def test_expect_from_recommendation_file(job, tmp_path):
 def test_secrets_never_printed(job, tmp_path, fmt, show_all):
     root, _ = job
     rec = tmp_path / "rec.json"
-    rec.write_text(json.dumps({"schema_version": 1, "kind": "recommendation", "env": {"HF_TOKEN": HF_SECRET}}))
-    args = ["env-check", "--pid", str(root), "--format", fmt, "--expect", f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
-            "--expect-from", str(rec), "--wide"] + (["--all"] if show_all else [])   # --wide: every column is searched
+    rec.write_text(
+        json.dumps({"schema_version": 1, "kind": "recommendation", "env": {"HF_TOKEN": HF_SECRET}})
+    )
+    args = [
+        "env-check",
+        "--pid",
+        str(root),
+        "--format",
+        fmt,
+        "--expect",
+        f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
+        "--expect-from",
+        str(rec),
+        "--wide",
+    ] + (["--all"] if show_all else [])  # --wide: every column is searched
     code, out, err = _run(*args)
     assert code == 0
     for secret in SECRETS:
         assert secret not in out and secret not in err
-    assert ("HF_TOKEN" in out) == show_all or fmt == "json"  # names are shown with --all; JSON lists the expectation
+    assert (
+        "HF_TOKEN" in out
+    ) == show_all or fmt == "json"  # names are shown with --all; JSON lists the expectation
     assert "<masked>" in out or not (show_all or fmt == "json")
 
 
 def test_secrets_in_bad_expectations_stay_out_of_error_lines(job):
     root, _ = job
-    code, out, err = _run("env-check", "--pid", str(root), "--expect", f"HF_TOKEN={HF_SECRET}",
-                          "--expect", "HF_TOKEN=hf_AnotherPlantedValue00000000000")
+    code, out, err = _run(
+        "env-check",
+        "--pid",
+        str(root),
+        "--expect",
+        f"HF_TOKEN={HF_SECRET}",
+        "--expect",
+        "HF_TOKEN=hf_AnotherPlantedValue00000000000",
+    )
     assert code == 2 and HF_SECRET not in err and "HF_TOKEN" in err
     for mistyped in (f"HF_TOKEN:{HF_SECRET}", HF_SECRET, AWS_SECRET):
         code, out, err = _run("env-check", "--pid", str(root), "--expect", mistyped)
@@ -204,13 +261,22 @@ def test_secrets_in_bad_expectations_stay_out_of_error_lines(job):
 
 
 def test_process_exiting_mid_walk_is_reported_and_walk_goes_on(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import subprocess, sys, time
         kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
         print(" ".join(str(k.pid) for k in kids), flush=True)
         for k in kids:
             k.wait()
-    """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         kids = [int(pid) for pid in parent.stdout.readline().split()]
         walker = _tree(psutil.Process(parent.pid), skip=os.getpid())
@@ -227,10 +293,14 @@ def test_process_exiting_mid_walk_is_reported_and_walk_goes_on(tmp_path):
 
 
 def test_what_was_read_is_dropped_when_the_process_dies_before_the_walk_is_done():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ, NCCL_PROTO="LL"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ, NCCL_PROTO="LL")
+    )
     try:
         handle = psutil.Process(proc.pid)
-        _wait_for(lambda: handle.cmdline()[1:2] == ["-c"])  # exec'd: /proc now shows its own environment
+        _wait_for(
+            lambda: handle.cmdline()[1:2] == ["-c"]
+        )  # exec'd: /proc now shows its own environment
         info = describe(handle, 1, None)
         assert info.readable and info.environ["NCCL_PROTO"] == "LL"
         proc.kill()  # not reaped yet: a zombie, whose /proc/PID/environ now reads as empty
@@ -247,21 +317,44 @@ def test_log_cross_check(job, tmp_path):
     pid = pids["mutating"]
     log = tmp_path / f"nccl.host.{pid}.log"
     host = socket.gethostname()
-    log.write_text(f"{host}:{pid}:{pid} [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
-                   f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_PROTO set by environment to Simple\n"
-                   f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.\n")
-    code, out, _ = _run("env-check", "--pid", str(root), "--log", str(log), "--expect", "NCCL_PROTO=Simple",
-                        "--format", "json")
+    log.write_text(
+        f"{host}:{pid}:{pid} [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
+        f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_PROTO set by environment to Simple\n"
+        f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.\n"
+    )
+    code, out, _ = _run(
+        "env-check",
+        "--pid",
+        str(root),
+        "--log",
+        str(log),
+        "--expect",
+        "NCCL_PROTO=Simple",
+        "--format",
+        "json",
+    )
     doc = json.loads(out)
     kinds = {(d["variable"], d["kind"]) for d in doc["log_checks"]}
-    assert kinds == {("NCCL_PROTO", "read, other value"), ("NCCL_BUFFSIZE", "read, not in /proc"),
-                     ("NCCL_P2P_LEVEL", "set, never read")}
+    assert kinds == {
+        ("NCCL_PROTO", "read, other value"),
+        ("NCCL_BUFFSIZE", "read, not in /proc"),
+        ("NCCL_P2P_LEVEL", "set, never read"),
+    }
     proc = next(p for p in doc["processes"] if p["pid"] == pid)
-    assert proc["checks"] == [{"variable": "NCCL_PROTO", "expected": "Simple", "actual": "Simple",
-                               "status": "ok", "source": "NCCL log"}]
+    assert proc["checks"] == [
+        {
+            "variable": "NCCL_PROTO",
+            "expected": "Simple",
+            "actual": "Simple",
+            "status": "ok",
+            "source": "NCCL log",
+        }
+    ]
     assert code == 1  # the other processes still have LL
     # a disagreement alone explains, it doesn't fail: expectations and lint decide the exit code
-    code, out, _ = _run("env-check", "--pid", str(root), "--log", str(log), "--expect", "NCCL_P2P_LEVEL=SYS")
+    code, out, _ = _run(
+        "env-check", "--pid", str(root), "--log", str(log), "--expect", "NCCL_P2P_LEVEL=SYS"
+    )
     assert code == 0 and "NCCL_PROTO: read, other value (/proc 'LL', NCCL 'Simple')" in out
 
 
@@ -271,11 +364,20 @@ FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"
 def test_real_logs_split_per_process_and_per_host():
     one_node = read_logs([FIXTURE_LOGS / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log"])
     assert sorted(e.pid for e in one_node) == [232, 233, 234, 235]
-    assert {e.env["NCCL_P2P_LEVEL"] for e in one_node} == {"NVL"} and {e.nccl_version for e in one_node} == {"2.27.3"}
-    two_nodes = read_logs([FIXTURE_LOGS / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"])
+    assert {e.env["NCCL_P2P_LEVEL"] for e in one_node} == {"NVL"} and {
+        e.nccl_version for e in one_node
+    } == {"2.27.3"}
+    two_nodes = read_logs(
+        [FIXTURE_LOGS / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"]
+    )
     assert len({e.host for e in two_nodes}) == 2 and not any(e.on_this_host() for e in two_nodes)
-    assert pid_from_filename("nccl.node12.4242.log") == 4242 and pid_from_filename("nccl.log") is None
-    assert pid_from_filename("nccl.4242.gpu12.log") == 4242 and pid_from_filename("nccl-4242.log") == 4242
+    assert (
+        pid_from_filename("nccl.node12.4242.log") == 4242 and pid_from_filename("nccl.log") is None
+    )
+    assert (
+        pid_from_filename("nccl.4242.gpu12.log") == 4242
+        and pid_from_filename("nccl-4242.log") == 4242
+    )
 
 
 def test_a_log_from_another_host_is_not_matched_to_local_pids(job):
@@ -286,15 +388,34 @@ def test_a_log_from_another_host_is_not_matched_to_local_pids(job):
 
 
 def test_watch_follows_workers_that_come_and_go(tmp_path):
-    churn = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    churn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import subprocess, sys, time
         while True:
             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
             time.sleep(0.2)
-    """)], start_new_session=True, env=dict(os.environ, NCCL_PROTO="LL"))
+    """),
+        ],
+        start_new_session=True,
+        env=dict(os.environ, NCCL_PROTO="LL"),
+    )
     try:
-        code, out, err = _run("env-check", "--pid", str(churn.pid), "--watch", "0.3", "--count", "4",
-                              "--format", "json", "--expect", "NCCL_PROTO=LL")
+        code, out, err = _run(
+            "env-check",
+            "--pid",
+            str(churn.pid),
+            "--watch",
+            "0.3",
+            "--count",
+            "4",
+            "--format",
+            "json",
+            "--expect",
+            "NCCL_PROTO=LL",
+        )
         snapshots = [json.loads(line) for line in out.splitlines()]
         assert code == 0 and [s["snapshot"] for s in snapshots] == [1, 2, 3, 4]
         child_pids = {p["pid"] for s in snapshots for p in s["processes"] if p["depth"] == 1}
@@ -310,8 +431,25 @@ def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
 
     assert display_value("MYSQL_PWD", "hunter2") == MASKED
     assert display_value("REDIS_URL", "redis://:s3cretpw@cache:6379/0") == MASKED
-    assert display_value("PWD", "/work/job") == "/work/job" and display_value("OLDPWD", "/w") == "/w"
+    assert (
+        display_value("PWD", "/work/job") == "/work/job" and display_value("OLDPWD", "/w") == "/w"
+    )
     assert display_value("MASTER_ADDR", "http://host:29500/x") == "http://host:29500/x"
-    argv = ["env", "HF_TOKEN=short1", "python", "serve.py", "--lr=3e-4", "--cache", "redis://:pw12345@h/0"]
-    assert mask_argv(argv) == ["env", f"HF_TOKEN={MASKED}", "python", "serve.py", "--lr=3e-4", "--cache",
-                               f"redis://{MASKED}@h/0"]   # by structure: the host stays, the password goes
+    argv = [
+        "env",
+        "HF_TOKEN=short1",
+        "python",
+        "serve.py",
+        "--lr=3e-4",
+        "--cache",
+        "redis://:pw12345@h/0",
+    ]
+    assert mask_argv(argv) == [
+        "env",
+        f"HF_TOKEN={MASKED}",
+        "python",
+        "serve.py",
+        "--lr=3e-4",
+        "--cache",
+        f"redis://{MASKED}@h/0",
+    ]  # by structure: the host stays, the password goes

@@ -15,9 +15,12 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
-JOB = textwrap.dedent('''
+JOB = textwrap.dedent("""
     import os, sys, time, torch, torch.distributed as dist
     os.environ["NCCL_P2P_LEVEL"] = "PHB"                          # after exec: /proc keeps SYS
     os.environ["NCCL_TOPO_DUMP_FILE"] = sys.argv[1] + "/topo.xml"  # never in /proc at all
@@ -26,7 +29,7 @@ JOB = textwrap.dedent('''
     t = torch.ones(1, device="cuda"); dist.all_reduce(t); torch.cuda.synchronize()
     open(sys.argv[1] + "/ready", "w").write(str(os.getpid()))
     time.sleep(120)
-''')
+""")
 
 
 @pytest.fixture
@@ -34,9 +37,15 @@ def nccl_job(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    env.update(NCCL_P2P_LEVEL="SYS", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV",
-               NCCL_DEBUG_FILE=str(tmp_path / "nccl.%h.%p.log"))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True)
+    env.update(
+        NCCL_P2P_LEVEL="SYS",
+        NCCL_DEBUG="INFO",
+        NCCL_DEBUG_SUBSYS="INIT,ENV",
+        NCCL_DEBUG_FILE=str(tmp_path / "nccl.%h.%p.log"),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "ready").exists():
@@ -50,8 +59,20 @@ def nccl_job(tmp_path):
 
 def test_nccl_job_seen_from_outside(nccl_job):
     pid, log = nccl_job
-    result = CliRunner().invoke(cli, ["env-check", "--pid", str(pid), "--log", str(log), "--format", "json",
-                                      "--expect", "NCCL_P2P_LEVEL=PHB"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "env-check",
+            "--pid",
+            str(pid),
+            "--log",
+            str(log),
+            "--format",
+            "json",
+            "--expect",
+            "NCCL_P2P_LEVEL=PHB",
+        ],
+    )
     doc = json.loads(result.stdout)
     proc = doc["processes"][0]
     assert proc["libnccl"] and "libnccl" in proc["libnccl"]

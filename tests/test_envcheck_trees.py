@@ -21,9 +21,14 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 def _start(argv, **env):
     """Start `argv` and return once it has exec'd: until then /proc shows the forked test's environment."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    proc = subprocess.Popen(argv, env={**clean, **env}, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(lambda: psutil.Process(proc.pid).cmdline()[-len(argv) + 1:] == argv[1:])
+    proc = subprocess.Popen(
+        argv,
+        env={**clean, **env},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait_for(lambda: psutil.Process(proc.pid).cmdline()[-len(argv) + 1 :] == argv[1:])
     return proc
 
 
@@ -33,11 +38,15 @@ def torchrun_job(tmp_path):
     if torchrun is None:
         pytest.skip("torchrun is not installed")
     script = tmp_path / "train.py"
-    script.write_text("import os, pathlib, sys, time\n"
-                      "pathlib.Path(sys.argv[1], os.environ['RANK']).touch()\n"
-                      "time.sleep(120)\n")
-    proc = _start([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
-                  NCCL_PROTO="LL")
+    script.write_text(
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path(sys.argv[1], os.environ['RANK']).touch()\n"
+        "time.sleep(120)\n"
+    )
+    proc = _start(
+        [torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)],
+        NCCL_PROTO="LL",
+    )
     try:
         _wait_for(lambda: (tmp_path / "0").exists() and (tmp_path / "1").exists(), timeout_s=60)
         yield proc.pid
@@ -55,11 +64,15 @@ def test_torchrun_agent_and_workers(torchrun_job):
     result = CliRunner().invoke(cli, ["env-check", "--pid", str(torchrun_job), "--format", "json"])
     doc = json.loads(result.stdout)
     diffs = [p["diff_from_parent"] for p in doc["processes"] if p["role"] == "torchrun worker"]
-    assert all(d["RANK"]["parent"] is None and d["LOCAL_RANK"]["child"] in ("0", "1") for d in diffs)
+    assert all(
+        d["RANK"]["parent"] is None and d["LOCAL_RANK"]["child"] in ("0", "1") for d in diffs
+    )
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="needs root and setpriv to run the checker as another user")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to run the checker as another user",
+)
 
 
 def _check_as_nobody(pid: int, *args: str) -> subprocess.CompletedProcess:
@@ -76,7 +89,9 @@ def test_unreadable_processes_are_reported_and_the_walk_goes_on():
         done = _check_as_nobody(job.pid, "--expect", "NCCL_PROTO=LL", "--format", "json")
         doc = json.loads(done.stdout)
         root, child = doc["processes"]
-        assert not root["readable"] and "permission denied" in root["problem"] and root["env"] is None
+        assert (
+            not root["readable"] and "permission denied" in root["problem"] and root["env"] is None
+        )
         assert child["readable"] and child["env"]["NCCL_PROTO"] == "LL"
         assert done.returncode == 0 and doc["verdict"]["checked_pids"] == [child["pid"]]
     finally:
@@ -104,24 +119,33 @@ def test_lint_error_in_a_process_is_a_finding():
         doc = json.loads(result.stdout)
         assert result.exit_code == 1
         assert [f["code"] for f in doc["processes"][0]["lint"]] == ["p2p-level-case"]
-        assert doc["verdict"]["findings"][0].startswith(f"pid {job.pid}: lint error: NCCL_P2P_LEVEL=sys")
+        assert doc["verdict"]["findings"][0].startswith(
+            f"pid {job.pid}: lint error: NCCL_P2P_LEVEL=sys"
+        )
     finally:
         _stop_tree(job)
 
 
 def test_expect_from_what_the_recommender_wrote(tmp_path):
     from tests.data.resultsets import config, curve, scaled, write_set
+
     default = curve(20.0, 0.05)
-    results = write_set(tmp_path / "r.jsonl", [config({}, default),
-                                               config({"NCCL_PROTO": "LL"}, scaled(default, 0.6, 1.3))])
+    results = write_set(
+        tmp_path / "r.jsonl",
+        [config({}, default), config({"NCCL_PROTO": "LL"}, scaled(default, 0.6, 1.3))],
+    )
     rec = tmp_path / "rec.json"
-    made = CliRunner().invoke(cli, ["recommend", results, "--sizes", "4K,16K", "--emit", "json", "--output", str(rec)])
+    made = CliRunner().invoke(
+        cli, ["recommend", results, "--sizes", "4K,16K", "--emit", "json", "--output", str(rec)]
+    )
     assert made.exit_code == 0 and json.loads(rec.read_text())["env"] == {"NCCL_PROTO": "LL"}
     tuned = _start([sys.executable, "-c", "import time; time.sleep(60)"], NCCL_PROTO="LL")
     untuned = _start([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for job, code in ((tuned, 0), (untuned, 1)):
-            result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect-from", str(rec)])
+            result = CliRunner().invoke(
+                cli, ["env-check", "--pid", str(job.pid), "--expect-from", str(rec)]
+            )
             assert result.exit_code == code, result.stdout
     finally:
         _stop_tree(tuned)
@@ -129,10 +153,14 @@ def test_expect_from_what_the_recommender_wrote(tmp_path):
 
 
 def test_an_empty_environment_block_is_called_out():
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={}, start_new_session=True)
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={}, start_new_session=True
+    )
     try:
         _wait_for(lambda: psutil.Process(job.pid).cmdline()[1:2] == ["-c"])
-        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL", "--wide"])
+        result = CliRunner().invoke(
+            cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL", "--wide"]
+        )
         assert result.exit_code == 1 and "environment block is empty" in result.stdout
         assert "NCCL_PROTO unknown" in result.stdout  # not "missing": /proc can't tell
     finally:
@@ -142,16 +170,27 @@ def test_an_empty_environment_block_is_called_out():
 def test_a_worker_renamed_with_setproctitle_hides_its_environment():
     """What vLLM and SGLang workers do: /proc then shows no environment though os.environ has it."""
     pytest.importorskip("setproctitle")
-    code = ("import os, setproctitle, sys, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
-            "print(os.environ['NCCL_PROTO'], flush=True); time.sleep(60)")
-    job = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, NCCL_PROTO="LL"),
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    code = (
+        "import os, setproctitle, sys, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+        "print(os.environ['NCCL_PROTO'], flush=True); time.sleep(60)"
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, NCCL_PROTO="LL"),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert job.stdout.readline().strip() == "LL"  # renamed, and still has the variable
-        result = CliRunner().invoke(cli, ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL",
-                                          "--format", "json"])
+        result = CliRunner().invoke(
+            cli,
+            ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL", "--format", "json"],
+        )
         proc = json.loads(result.stdout)["processes"][0]
         assert proc["role"] == "SGLang process" and proc["command"] == "sglang::scheduler_TP0"
-        assert proc["env"] == {} and proc["checks"][0]["status"] == "unknown" and result.exit_code == 1
+        assert (
+            proc["env"] == {} and proc["checks"][0]["status"] == "unknown" and result.exit_code == 1
+        )
     finally:
         _stop_tree(job)

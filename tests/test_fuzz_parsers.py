@@ -3,7 +3,8 @@ one-line error), never crash or hang. Bounded: few examples, a per-example deadl
 
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
@@ -17,16 +18,27 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def _texts(folder: str) -> list[str]:
     # the first 300 lines keep each example fast; every fixture still contributes its format
-    return ["\n".join(p.read_text(errors="replace").splitlines()[:300]) for p in sorted((FIXTURES / folder).iterdir())]
+    return [
+        "\n".join(p.read_text(errors="replace").splitlines()[:300])
+        for p in sorted((FIXTURES / folder).iterdir())
+    ]
 
 
 TOPO, LOGS, TESTS = _texts("topo"), _texts("nccl_logs"), _texts("nccl_tests")
 # numbers that look right to a loose regex but break float()/int() (each once crashed a parser)
 ODD_TOKENS = ("1.2.3", ".", "e", "1e999", "-", "nan", "99999999999999999999999", "NV", "GPU99")
-NOISE = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
-                  st.sampled_from(ODD_TOKENS))
-OPS = st.lists(st.tuples(st.sampled_from(["drop", "dup", "cut", "insert", "swap", "tabs", "ansi", "token"]),
-                         st.integers(min_value=0, max_value=10_000), NOISE), max_size=6)
+NOISE = st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
+    st.sampled_from(ODD_TOKENS),
+)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["drop", "dup", "cut", "insert", "swap", "tabs", "ansi", "token"]),
+        st.integers(min_value=0, max_value=10_000),
+        NOISE,
+    ),
+    max_size=6,
+)
 
 
 def mangle(text: str, ops) -> str:
@@ -113,7 +125,7 @@ def test_arbitrary_text(text):
         except UsageProblem as exc:
             assert str(exc) and "\n" not in str(exc)
             continue
-        if parser is parse_topo:   # only a text with a GPU0 header line parses as a matrix
+        if parser is parse_topo:  # only a text with a GPU0 header line parses as a matrix
             assert any(clean_line(line).split()[:1] == ["GPU0"] for line in text.splitlines())
             assert all(len(row) == len(parsed.gpus) for row in parsed.gpu_links)
         else:

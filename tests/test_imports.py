@@ -14,8 +14,11 @@ import ncclprobe
 
 
 def _modules() -> list[str]:
-    return sorted(info.name for info in pkgutil.walk_packages(ncclprobe.__path__, prefix="ncclprobe.")
-                  if not info.name.endswith("__main__"))
+    return sorted(
+        info.name
+        for info in pkgutil.walk_packages(ncclprobe.__path__, prefix="ncclprobe.")
+        if not info.name.endswith("__main__")
+    )
 
 
 @pytest.mark.parametrize("name", _modules())
@@ -28,11 +31,16 @@ def test_setup_cfg_installs_every_package():
     package missing there installs nothing, which CI's editable install would never show)."""
     import configparser
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
     cfg = configparser.ConfigParser()
     cfg.read(root / "setup.cfg")
     listed = set(cfg["options"]["packages"].split())
-    homes = {"ncclprobe": root / "ncclprobe", "ncclprobe.engine": root / "engine", "ncclprobe.probes": root / "probes"}
+    homes = {
+        "ncclprobe": root / "ncclprobe",
+        "ncclprobe.engine": root / "engine",
+        "ncclprobe.probes": root / "probes",
+    }
     found = set()
     for prefix, home in homes.items():
         for init in home.rglob("__init__.py"):

@@ -12,11 +12,29 @@ from ncclprobe.nccl.version import parse_version
 PCIE = NodeFacts(links=NO_NVLINK)
 HOPPER_NVSWITCH = NodeFacts(links=NVLINK_ALL, compute_capabilities=(90, 90))
 
-ISSUE_VARIABLES = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
-                   "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
-                   "NCCL_MAX_CTAS", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
-                   "NCCL_DEBUG_FILE", "NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_LAUNCH_MODE",
-                   "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"]
+ISSUE_VARIABLES = [
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+    "NCCL_TOPO_FILE",
+    "NCCL_TOPO_DUMP_FILE",
+    "NCCL_LAUNCH_MODE",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_TUNER_CONFIG_FILE",
+]
 
 
 def test_table_covers_every_variable_the_issue_names():
@@ -27,8 +45,12 @@ def test_table_covers_every_variable_the_issue_names():
 
 
 def test_scopes_that_plan_the_sweep():
-    assert scope_of("NCCL_PROTO") is Scope.COMMUNICATOR and scope_of("NCCL_ALGO") is Scope.COMMUNICATOR
-    assert scope_of("NCCL_P2P_LEVEL") is Scope.PROCESS and scope_of("NCCL_BUFFSIZE") is Scope.PROCESS
+    assert (
+        scope_of("NCCL_PROTO") is Scope.COMMUNICATOR and scope_of("NCCL_ALGO") is Scope.COMMUNICATOR
+    )
+    assert (
+        scope_of("NCCL_P2P_LEVEL") is Scope.PROCESS and scope_of("NCCL_BUFFSIZE") is Scope.PROCESS
+    )
     assert scope_of("NCCL_SOMETHING_NEW") is Scope.PROCESS
 
 
@@ -37,19 +59,35 @@ def test_explain_unknown_variable_is_a_usage_problem():
         explain("NCCL_NOPE")
 
 
-@pytest.mark.parametrize("text, expected", [("2.28.9", (2, 28, 9)), ("2.29.7+cuda12.9", (2, 29, 7)),
-                                            ("2.30", (2, 30, 0)), (None, None), ("dev", None)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2.28.9", (2, 28, 9)),
+        ("2.29.7+cuda12.9", (2, 29, 7)),
+        ("2.30", (2, 30, 0)),
+        (None, None),
+        ("dev", None),
+    ],
+)
 def test_parse_version(text, expected):
     assert parse_version(text) == expected
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("LL", {"all": {"LL": "forced", "LL128": "off", "Simple": "off"}}),
-    ("^LL", {"all": {"LL": "off", "LL128": "forced", "Simple": "forced"}}),
-    ("simple,ll128", {"all": {"LL": "off", "LL128": "forced", "Simple": "forced"}}),
-    ("^LL128;allreduce:LL128", {"all": {"LL": "forced", "LL128": "off", "Simple": "forced"},
-                                "allreduce": {"LL": "off", "LL128": "forced", "Simple": "off"}}),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("LL", {"all": {"LL": "forced", "LL128": "off", "Simple": "off"}}),
+        ("^LL", {"all": {"LL": "off", "LL128": "forced", "Simple": "forced"}}),
+        ("simple,ll128", {"all": {"LL": "off", "LL128": "forced", "Simple": "forced"}}),
+        (
+            "^LL128;allreduce:LL128",
+            {
+                "all": {"LL": "forced", "LL128": "off", "Simple": "forced"},
+                "allreduce": {"LL": "off", "LL128": "forced", "Simple": "off"},
+            },
+        ),
+    ],
+)
 def test_protocol_states(value, expected):
     assert protocol_states(value) == expected
 
@@ -57,27 +95,42 @@ def test_protocol_states(value, expected):
 def test_subsystems_enabled():
     assert subsystems_enabled("INIT,TUNING") == {"INIT", "TUNING"}
     assert "ENV" in subsystems_enabled("ALL") and "ENV" in subsystems_enabled("^COLL")
-    assert "ENV" not in subsystems_enabled("^ENV,COLL") and "INIT" in subsystems_enabled("^ENV,COLL")
+    assert "ENV" not in subsystems_enabled("^ENV,COLL") and "INIT" in subsystems_enabled(
+        "^ENV,COLL"
+    )
     assert subsystems_enabled("init,env") == {"INIT", "ENV"}
 
 
-@pytest.mark.parametrize("name, value", [("NCCL_DEBUG", "info"), ("NCCL_PROTO", "^LL128;allreduce:LL128"),
-                                         ("NCCL_ALGO", "allreduce:^tree"), ("NCCL_P2P_LEVEL", "2"),
-                                         ("NCCL_LAUNCH_MODE", "group"),       # strcasecmp since 2.13
-                                         ("NCCL_NTHREADS", "384"), ("NCCL_NTHREADS", "64"),   # multiples of 32
-                                         ("NCCL_BUFFSIZE", "0x400000")])      # strtoll, base 0
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("NCCL_DEBUG", "info"),
+        ("NCCL_PROTO", "^LL128;allreduce:LL128"),
+        ("NCCL_ALGO", "allreduce:^tree"),
+        ("NCCL_P2P_LEVEL", "2"),
+        ("NCCL_LAUNCH_MODE", "group"),  # strcasecmp since 2.13
+        ("NCCL_NTHREADS", "384"),
+        ("NCCL_NTHREADS", "64"),  # multiples of 32
+        ("NCCL_BUFFSIZE", "0x400000"),
+    ],
+)  # strtoll, base 0
 def test_values_nccl_accepts(name, value):
     assert validate_value(name, value) == value
 
 
-@pytest.mark.parametrize("name, value, match", [("NCCL_P2P_LEVEL", "nvl", "did you mean NVL"),
-                                                ("NCCL_PROTO", "LL,Fast", "unknown token 'Fast'"),
-                                                ("NCCL_PROTO", "LL, Simple", "unknown token ' Simple'.*no spaces"),
-                                                ("NCCL_ALGO", "allreduce :tree", "unknown collective.*no spaces"),
-                                                ("NCCL_ALGO", "gather:ring", "unknown collective"),
-                                                ("NCCL_LAUNCH_MODE", "grouped", "not valid"),
-                                                ("NCCL_NTHREADS", "100", "multiple of 32 from 64 to 512"),
-                                                ("NCCL_NTHREADS", "1024", "multiple of 32 from 64 to 512")])
+@pytest.mark.parametrize(
+    "name, value, match",
+    [
+        ("NCCL_P2P_LEVEL", "nvl", "did you mean NVL"),
+        ("NCCL_PROTO", "LL,Fast", "unknown token 'Fast'"),
+        ("NCCL_PROTO", "LL, Simple", "unknown token ' Simple'.*no spaces"),
+        ("NCCL_ALGO", "allreduce :tree", "unknown collective.*no spaces"),
+        ("NCCL_ALGO", "gather:ring", "unknown collective"),
+        ("NCCL_LAUNCH_MODE", "grouped", "not valid"),
+        ("NCCL_NTHREADS", "100", "multiple of 32 from 64 to 512"),
+        ("NCCL_NTHREADS", "1024", "multiple of 32 from 64 to 512"),
+    ],
+)
 def test_values_nccl_rejects_or_ignores(name, value, match):
     with pytest.raises(UsageProblem, match=match):
         validate_value(name, value)
@@ -86,8 +139,17 @@ def test_values_nccl_rejects_or_ignores(name, value, match):
 # env, lint keyword arguments, expected {(severity, code)}
 CASES = [
     ({}, {}, set()),
-    ({"NCCL_PROTO": "LL,Simple", "NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO",
-      "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING", "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p"}, {"node": PCIE}, set()),
+    (
+        {
+            "NCCL_PROTO": "LL,Simple",
+            "NCCL_P2P_LEVEL": "SYS",
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
+            "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p",
+        },
+        {"node": PCIE},
+        set(),
+    ),
     ({"PATH": "/bin", "HOME": "/root"}, {}, set()),
     ({"NCCL_P2P_LEVEL": "sys"}, {}, {("error", "p2p-level-case")}),
     ({"NCCL_P2P_LEVEL": "Nvl"}, {}, {("error", "p2p-level-case")}),
@@ -102,19 +164,42 @@ CASES = [
     ({"NCCL_PROTO": "LL128"}, {"node": PCIE}, {("error", "ll128-without-nvlink")}),
     ({"NCCL_PROTO": "^LL,LL128"}, {"node": PCIE}, set()),
     ({"NCCL_PROTO": "^LL128;allreduce:LL128"}, {"node": PCIE}, {("error", "ll128-without-nvlink")}),
-    ({"NCCL_PROTO": "allreduce:LL"}, {"nccl_version": "2.21.5"}, {("error", "per-collective-too-old")}),
+    (
+        {"NCCL_PROTO": "allreduce:LL"},
+        {"nccl_version": "2.21.5"},
+        {("error", "per-collective-too-old")},
+    ),
     ({"NCCL_ALGO": "NVLS"}, {"nccl_version": "2.16.2"}, {("error", "algo-too-new")}),
     ({"NCCL_ALGO": "NVLS"}, {"nccl_version": "2.18.1"}, set()),
-    ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}, {}, {("warning", "debug-subsys-without-env")}),
+    (
+        {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"},
+        {},
+        {("warning", "debug-subsys-without-env")},
+    ),
     ({"NCCL_DEBUG_SUBSYS": "INIT,ENV"}, {}, {("info", "debug-subsys-without-info")}),
-    ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "NVL"}, {}, {("warning", "p2p-disable-and-level")}),
-    ({"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}, {}, {("warning", "no-intranode-transport")}),
+    (
+        {"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "NVL"},
+        {},
+        {("warning", "p2p-disable-and-level")},
+    ),
+    (
+        {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
+        {},
+        {("warning", "no-intranode-transport")},
+    ),
     ({"NCCL_DEBUG_FILE": "/tmp/nccl.log"}, {}, {("warning", "debug-file-shared")}),
-    ({"NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "4"}, {"nccl_version": "2.16.0"},
-     {("error", "min-above-max")}),
+    (
+        {"NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "4"},
+        {"nccl_version": "2.16.0"},
+        {("error", "min-above-max")},
+    ),
     ({"NCCL_MAX_NCHANNELS": "4"}, {}, {("info", "deprecated")}),
     ({"NCCL_LAUNCH_MODE": "GROUP"}, {}, {("info", "deprecated")}),
-    ({"NCCL_LAUNCH_MODE": "group"}, {"nccl_version": "2.28.9"}, {("info", "deprecated")}),   # any case since 2.13
+    (
+        {"NCCL_LAUNCH_MODE": "group"},
+        {"nccl_version": "2.28.9"},
+        {("info", "deprecated")},
+    ),  # any case since 2.13
     ({"NCCL_LAUNCH_MODE": "group"}, {"nccl_version": "2.12.12"}, {("error", "launch-mode-case")}),
     ({"NCCL_NTHREADS": "384"}, {}, set()),
     ({"NCCL_P2P_LEVEL": "C2C"}, {"nccl_version": "2.25.1"}, {("error", "p2p-level-too-new")}),
@@ -122,22 +207,41 @@ CASES = [
     ({"NCCL_P2P_LEVEL": "P2C"}, {"nccl_version": "2.26.6"}, {("error", "p2p-level-too-new")}),
     ({"NCCL_P2P_LEVEL": "P2C"}, {"nccl_version": "2.27.3"}, {("info", "p2p-level-undocumented")}),
     ({"NCCL_P2P_LEVEL": "P2C"}, {}, {("info", "p2p-level-undocumented")}),
-    ({"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"}, {"nccl_version": "2.27.3"},
-     {("warning", "tuner-config-too-old")}),
-    ({"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"}, {"nccl_version": "2.27.5"}, set()),
-    ({"NCCL_TUNER_PLUGIN": "none"}, {"nccl_version": "2.27.7"}, {("warning", "tuner-none-too-old")}),
+    (
+        {"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"},
+        {"nccl_version": "2.27.3"},
+        {("warning", "tuner-config-too-old")},
+    ),
+    (
+        {"NCCL_TUNER_CONFIG_FILE": "t.csv", "NCCL_TUNER_PLUGIN": "example"},
+        {"nccl_version": "2.27.5"},
+        set(),
+    ),
+    (
+        {"NCCL_TUNER_PLUGIN": "none"},
+        {"nccl_version": "2.27.7"},
+        {("warning", "tuner-none-too-old")},
+    ),
     ({"NCCL_TUNER_PLUGIN": "none"}, {"nccl_version": "2.28.3"}, set()),
     ({"NCCL_NO_CACHE": "ALL"}, {"nccl_version": "2.29.3"}, {("warning", "no-cache-too-old")}),
     ({"NCCL_NO_CACHE": "NCCL_BUFFSIZE,ALL"}, {"nccl_version": "2.29.7"}, set()),
     ({"NCCL_NO_CACHE": "BUFFSIZE"}, {"nccl_version": "2.30.7"}, {("warning", "no-cache-name")}),
-    ({"NCCL_NO_CACHE": "NCCL_P2P_LEVEL"}, {"nccl_version": "2.30.7"}, {("info", "no-cache-no-effect")}),
+    (
+        {"NCCL_NO_CACHE": "NCCL_P2P_LEVEL"},
+        {"nccl_version": "2.30.7"},
+        {("info", "no-cache-no-effect")},
+    ),
     ({"NCCL_BUFFSIZE": "4M"}, {}, {("error", "invalid-value")}),
     ({"NCCL_NTHREADS": " 256"}, {}, {("error", "quoted-value")}),
     ({"NCCL_NVLS_ENABLE": "1"}, {"node": PCIE}, {("warning", "nvls-without-nvlink")}),
     ({"NCCL_NVLS_ENABLE": "1"}, {"node": HOPPER_NVSWITCH}, set()),
     ({"NCCL_TUNER_CONFIG_FILE": "t.csv"}, {}, {("info", "tuner-config-without-plugin")}),
     ({"NCCL_PROTOCOL": "LL"}, {}, {("warning", "unknown-variable")}),
-    ({"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_LL128_BUFFSIZE": "1"}, {}, set()),
+    (
+        {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_LL128_BUFFSIZE": "1"},
+        {},
+        set(),
+    ),
 ]
 
 
@@ -174,23 +278,44 @@ def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
     """The environment NCCL itself reported (2.28.9, a path without NVLink) gets the verdicts the
     same logs prove: ^LL forced LL128 there; the lowercase level left no trace."""
     from pathlib import Path
+
     from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+
     logs = Path(__file__).parent / "fixtures" / "nccl_logs"
-    forced = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log")
+    forced = parse_nccl_log_file(
+        logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_proto_excl_ll_tuning.log"
+    )
     assert any(t.proto == "LL128" for t in forced.tuning)
-    shared_gpu = NodeFacts(over_network=True)   # --share-gpu: the ranks meet over NET/Socket
-    codes = {f.code for f in lint_env(forced.env, node=shared_gpu, nccl_version=forced.nccl_version)}
+    shared_gpu = NodeFacts(over_network=True)  # --share-gpu: the ranks meet over NET/Socket
+    codes = {
+        f.code for f in lint_env(forced.env, node=shared_gpu, nccl_version=forced.nccl_version)
+    }
     assert codes == {"ll128-without-nvlink"}
-    ignored = parse_nccl_log_file(logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log")
+    ignored = parse_nccl_log_file(
+        logs / "nccl_2.28.9_h200_2ranks_1gpu_hostid_p2p_level_lowercase.log"
+    )
     assert "NCCL_P2P_LEVEL" not in ignored.env
-    assert {f.code for f in lint_env({"NCCL_P2P_LEVEL": "sys"}, nccl_version=ignored.nccl_version)} == {"p2p-level-case"}
+    assert {
+        f.code for f in lint_env({"NCCL_P2P_LEVEL": "sys"}, nccl_version=ignored.nccl_version)
+    } == {"p2p-level-case"}
 
 
-@pytest.mark.parametrize("version, vendor, gpus, expected", [
-    ("2.28.9", "intel", 8, "PXB"), ("2.28.9", "amd", 2, "SYS"), ("2.28.9", "amd", 4, "PXB"),
-    ("2.28.9", None, 8, "PXB"), ("2.28.9", None, 2, None), ("2.21.5", "amd", 8, "SYS"),
-    ("2.21.5", "intel", 2, "PXB"), ("2.21.5", "arm", 4, "PXB"), ("2.21.5", None, 4, None), (None, "intel", 4, None),
-])
+@pytest.mark.parametrize(
+    "version, vendor, gpus, expected",
+    [
+        ("2.28.9", "intel", 8, "PXB"),
+        ("2.28.9", "amd", 2, "SYS"),
+        ("2.28.9", "amd", 4, "PXB"),
+        ("2.28.9", None, 8, "PXB"),
+        ("2.28.9", None, 2, None),
+        ("2.21.5", "amd", 8, "SYS"),
+        ("2.21.5", "intel", 2, "PXB"),
+        ("2.21.5", "arm", 4, "PXB"),
+        ("2.21.5", None, 4, None),
+        (None, "intel", 4, None),
+    ],
+)
 def test_default_p2p_level(version, vendor, gpus, expected):
     from ncclprobe.nccl.p2p import default_p2p_level
+
     assert default_p2p_level(version, vendor, gpus) == expected

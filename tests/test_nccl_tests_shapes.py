@@ -23,28 +23,54 @@ def _run(name):
 def test_old_broadcast_header_has_root_but_no_redop():
     run = _run("broadcast_2node_v100_pcie_old_format_root_no_redop_c0_nccl2.9.6_issue82.txt")
     (row,) = run.rows
-    assert (run.format, run.collective, run.nranks, run.nccl_version) == ("old", "broadcast", 2, "2.9.6")
+    assert (run.format, run.collective, run.nranks, run.nccl_version) == (
+        "old",
+        "broadcast",
+        2,
+        "2.9.6",
+    )
     assert (row.size_bytes, row.count, row.dtype, row.redop, row.root) == (8, 2, "float", "none", 0)
     assert (row.out_of_place.time_us, row.in_place.time_us) == (45.82, 38.17)
-    assert row.out_of_place.max_error is None and row.out_of_place.wrong is None       # -c 0: N/A
+    assert row.out_of_place.max_error is None and row.out_of_place.wrong is None  # -c 0: N/A
     assert run.settings["NCCL_ALGO"] == "Ring" and run.settings["NCCL_PROTO"] == "Simple"
 
 
 def test_old_alltoall_row_with_an_empty_redop_cell():
     run = _run("alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt")
-    assert [r.size_bytes for r in run.rows] == [268435456, 536870912] and run.avg_busbw_gbps == 0.507636
+    assert [r.size_bytes for r in run.rows] == [
+        268435456,
+        536870912,
+    ] and run.avg_busbw_gbps == 0.507636
     first = run.rows[0]
     assert (first.count, first.redop, first.root) == (1048576, "none", None)
-    assert (first.out_of_place.time_us, first.out_of_place.algbw_gbps, first.out_of_place.busbw_gbps) == (520935, 0.52, 0.51)
-    assert (first.out_of_place.max_error, first.in_place.max_error, first.in_place.time_us) == (0.0, 1.0, 519562)
+    assert (
+        first.out_of_place.time_us,
+        first.out_of_place.algbw_gbps,
+        first.out_of_place.busbw_gbps,
+    ) == (520935, 0.52, 0.51)
+    assert (first.out_of_place.max_error, first.in_place.max_error, first.in_place.time_us) == (
+        0.0,
+        1.0,
+        519562,
+    )
 
 
 def test_old_sendrecv_header_has_neither_redop_nor_root():
     run = _run("sendrecv_2x_gtx1080_old_format_no_redop_no_root_issue104.txt")
     (row,) = run.rows
-    assert (run.nranks, row.size_bytes, row.dtype, row.redop, row.root) == (2, 37748736, "uint8", "none", None)
-    assert (row.out_of_place.time_us, row.out_of_place.busbw_gbps, row.in_place.max_error) == (6485.7, 5.82, 300.0)
-    assert run.collective is None        # all_gather printed the same header: nothing to infer from
+    assert (run.nranks, row.size_bytes, row.dtype, row.redop, row.root) == (
+        2,
+        37748736,
+        "uint8",
+        "none",
+        None,
+    )
+    assert (row.out_of_place.time_us, row.out_of_place.busbw_gbps, row.in_place.max_error) == (
+        6485.7,
+        5.82,
+        300.0,
+    )
+    assert run.collective is None  # all_gather printed the same header: nothing to infer from
 
 
 def test_current_sendrecv_root_minus_one_and_unchecked_in_place():
@@ -66,8 +92,15 @@ def test_v2_13_to_v2_16_empty_redop_before_the_root():
     columns = Columns(redop=True, root=True, check="#wrong", cputime=False, per_iter=False)
     line = "     1048576        262144     float              -1    35.57   29.48   25.80      0    34.11   30.74   26.90      0"
     row = data_row(line.split(), columns)
-    assert (row.redop, row.root, row.out_of_place.time_us, row.in_place.wrong) == ("none", -1, 35.57, 0)
-    assert data_row(line.replace("   -1 ", "  abc ").split(), columns) is None   # a root must be an integer
+    assert (row.redop, row.root, row.out_of_place.time_us, row.in_place.wrong) == (
+        "none",
+        -1,
+        35.57,
+        0,
+    )
+    assert (
+        data_row(line.replace("   -1 ", "  abc ").split(), columns) is None
+    )  # a root must be an integer
 
 
 @pytest.mark.parametrize("name", ["alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt"])
@@ -82,10 +115,15 @@ def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
     """Users paste runs one after another, the second often trimmed to its table: before, its rows
     joined the first run's (an all_reduce of 27 sizes, and the old format's columns for all of them)."""
     from ncclprobe.evidence.nccl_tests_split import parse_runs
-    text = ((TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text()
-            + (TESTS / "alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt").read_text())
+
+    text = (TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text() + (
+        TESTS / "alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt"
+    ).read_text()
     runs, notes = parse_runs(text)
-    assert [(len(r.rows), r.format, r.collective) for r in runs] == [(25, "current", "all_reduce"), (2, "old", None)]
+    assert [(len(r.rows), r.format, r.collective) for r in runs] == [
+        (25, "current", "all_reduce"),
+        (2, "old", None),
+    ]
     assert notes == []
 
 
@@ -93,9 +131,16 @@ def test_the_nccl_version_from_nccl_tests_own_version_line():
     """nccl-tests 2.18+ prints `nccl-library=22907` (ncclGetVersion) even where NCCL prints no banner."""
     from ncclprobe.evidence.nccl_tests import nccl_version_of_code
     from ncclprobe.evidence.nccl_tests_split import parse_runs
-    runs, _ = parse_runs((TESTS / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt").read_text())
+
+    runs, _ = parse_runs(
+        (TESTS / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt").read_text()
+    )
     assert {(r.nccl_tests_version, r.nccl_version) for r in runs} == {("2.18.0", "2.29.7")}
-    assert (nccl_version_of_code(21905), nccl_version_of_code(2803), nccl_version_of_code(7)) == ("2.19.5", "2.8.3", None)
+    assert (nccl_version_of_code(21905), nccl_version_of_code(2803), nccl_version_of_code(7)) == (
+        "2.19.5",
+        "2.8.3",
+        None,
+    )
 
 
 def test_json_of_every_format_version_reads_the_same_rows():
@@ -103,7 +148,9 @@ def test_json_of_every_format_version_reads_the_same_rows():
     (2.19.3-2.19.5) differ from 3 only in the keys src/util.cu wrote at those tags: the recorded
     2.19.6 file rewritten to each of them reads the same. Before, versions 1 and 2 were refused."""
     import json
+
     from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+
     doc = json.loads((TESTS / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_J.json").read_text())
     current = parse_nccl_tests_json(json.dumps(doc))
     v2 = dict(doc, version=2)

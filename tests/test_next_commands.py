@@ -24,9 +24,18 @@ from ncclprobe.diagnose.rank import diagnose
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 SWEEP = TRACES / "collective-bound.sweep.jsonl"
-CPU_TRACES = sorted(p.name for p in TRACES.glob("*.json")
-                    if json.loads(p.read_text()).get("config", {}).get("device") == "cpu")
-LEFT_BY_THE_README = ("sweep.jsonl", "trace.json", "trace-repeats.json", "trace-tuned.json", "ev.jsonl")
+CPU_TRACES = sorted(
+    p.name
+    for p in TRACES.glob("*.json")
+    if json.loads(p.read_text()).get("config", {}).get("device") == "cpu"
+)
+LEFT_BY_THE_README = (
+    "sweep.jsonl",
+    "trace.json",
+    "trace-repeats.json",
+    "trace-tuned.json",
+    "ev.jsonl",
+)
 
 
 class Reached(BaseException):
@@ -44,7 +53,8 @@ def workdir(tmp_path, monkeypatch):
         (tmp_path / name).write_text("{}\n")
     from ncclprobe.engine import runner, train_job
     from ncclprobe.sweep import session
-    monkeypatch.setattr(runner, "run_engine", _stop)          # the engine's workers start here
+
+    monkeypatch.setattr(runner, "run_engine", _stop)  # the engine's workers start here
     monkeypatch.setattr(train_job, "train_and_save", _stop)
     monkeypatch.setattr(session, "run_job", _stop)
     return tmp_path
@@ -72,11 +82,15 @@ def _steps(command: str) -> list[list[str]]:
 def _untrained_draft(args: list[str], path: str) -> None:
     """A draft file in train-draft's format for the step's preset, untrained (training is the work
     the test skips)."""
+    import torch
+
     from ncclprobe.engine.build import build_draft, build_target
     from ncclprobe.engine.config import preset
     from ncclprobe.engine.draft import save_draft
-    import torch
-    target = build_target(preset(args[args.index("--preset") + 1]), seed=0, device="cpu", dtype=torch.float32)
+
+    target = build_target(
+        preset(args[args.index("--preset") + 1]), seed=0, device="cpu", dtype=torch.float32
+    )
     save_draft(build_draft(target, seed=0), path)
 
 
@@ -93,7 +107,7 @@ def test_every_suggested_command_runs_as_printed(workdir, trace, with_sweep):
     commands = _suggestions(trace, SWEEP if with_sweep else None)
     assert commands, "every CPU scenario suggests something"
     before = set(workdir.iterdir())
-    for command in commands:   # each one from the directory as diagnose saw it
+    for command in commands:  # each one from the directory as diagnose saw it
         for made in set(workdir.iterdir()) - before:
             made.unlink()
         assert "<" not in command.split("  # ", 1)[0], f"a placeholder in {command!r}"
@@ -103,6 +117,6 @@ def test_every_suggested_command_runs_as_printed(workdir, trace, with_sweep):
             except Reached:
                 output = _output_of(args)
                 if output and args[0] == "train-draft":
-                    _untrained_draft(args, output)   # what the step makes, for the step after it
+                    _untrained_draft(args, output)  # what the step makes, for the step after it
                 continue
             assert result.exit_code != 2, f"{command!r} exits 2: {result.output.strip()}"

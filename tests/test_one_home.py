@@ -10,22 +10,42 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted(p for folder in ("ncclprobe", "engine", "probes", "examples") for p in (ROOT / folder).rglob("*.py"))
+SOURCES = sorted(
+    p
+    for folder in ("ncclprobe", "engine", "probes", "examples")
+    for p in (ROOT / folder).rglob("*.py")
+)
 
 
-def _grep(pattern: str, *, outside: tuple[str, ...] = (), within: tuple[str, ...] = ("ncclprobe", "engine", "probes",
-                                                                                        "examples")) -> list[str]:
+def _grep(
+    pattern: str,
+    *,
+    outside: tuple[str, ...] = (),
+    within: tuple[str, ...] = ("ncclprobe", "engine", "probes", "examples"),
+) -> list[str]:
     regex = re.compile(pattern)
-    return [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in SOURCES
-            if path.relative_to(ROOT).parts[0] in within and str(path.relative_to(ROOT)) not in outside
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if regex.search(line)]
+    return [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in SOURCES
+        if path.relative_to(ROOT).parts[0] in within and str(path.relative_to(ROOT)) not in outside
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if regex.search(line)
+    ]
 
 
 def test_the_layer_table_in_design_is_the_real_import_graph():
     from tests import layers
-    assert layers.design_table() == layers.table(), "docs/DESIGN.md is stale: python -m tests.layers --write"
+
+    assert layers.design_table() == layers.table(), (
+        "docs/DESIGN.md is stale: python -m tests.layers --write"
+    )
     edges = layers.imports()
-    assert not edges["engine"] & {"sweep", "recommend", "engine_session", "cli"}   # the engine never bounces up
+    assert not edges["engine"] & {
+        "sweep",
+        "recommend",
+        "engine_session",
+        "cli",
+    }  # the engine never bounces up
 
 
 def test_commands_return_their_library_verdict_and_decide_no_exit_code():
@@ -35,37 +55,61 @@ def test_commands_return_their_library_verdict_and_decide_no_exit_code():
         if path.name == "__init__.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+            if (
+                isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int
+            ):
                 found.append(f"{path.name}:{node.lineno}: return {node.value.value}")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exit":
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "exit"
+            ):
                 found.append(f"{path.name}:{node.lineno}: .exit(...)")
     assert not found, found
 
 
 def test_run_engine_tuned_is_one_library_call():
     from ncclprobe import engine_session
+
     assert not (ROOT / "engine" / "tuning.py").exists()
     assert "tuning" in inspect.signature(engine_session.run).parameters
-    assert not _grep(r"quick_sweep|add_tuned_runs|SettingsGuard", within=("ncclprobe",),
-                     outside=("ncclprobe/engine_session.py",))
+    assert not _grep(
+        r"quick_sweep|add_tuned_runs|SettingsGuard",
+        within=("ncclprobe",),
+        outside=("ncclprobe/engine_session.py",),
+    )
 
 
 def test_the_sweep_defaults_and_spec_builder_have_one_home():
     from ncclprobe.cli.sweep import command
     from ncclprobe.sweep import defaults, session
     from ncclprobe.sweep.plan import SweepSpec
+
     assert not hasattr(session, "spec_from_options")
     from ncclprobe.cli.sweep import SPEC_OPTIONS, request
     from ncclprobe.sweep.build import SweepRequest
-    unset = {p.name: p.default if isinstance(p.default, (str, int, float, tuple)) else (() if p.multiple else None)
-             for p in command.params}
+
+    unset = {
+        p.name: p.default
+        if isinstance(p.default, (str, int, float, tuple))
+        else (() if p.multiple else None)
+        for p in command.params
+    }
     # what the command hands the library when nothing is given: the library's own "default of where it runs"
     assert request(**{name: unset[name] for name in SPEC_OPTIONS}) == SweepRequest()
     spec = SweepSpec(grid={}, sizes=(8,))
-    assert (spec.warmup, spec.iters, spec.trials) == (defaults.CPU.warmup, defaults.CPU.iters, defaults.CPU.trials)
+    assert (spec.warmup, spec.iters, spec.trials) == (
+        defaults.CPU.warmup,
+        defaults.CPU.iters,
+        defaults.CPU.trials,
+    )
     sizes = "|".join(re.escape(e.sizes) for e in (defaults.CPU, defaults.GPU, defaults.SHARED_GPU))
     assert not _grep(rf"""["']({sizes})["']""", outside=("ncclprobe/sweep/defaults.py",))
-    assert not _grep(r"iters=20\b", outside=("ncclprobe/sweep/defaults.py",), within=("ncclprobe", "engine"))
+    assert not _grep(
+        r"iters=20\b", outside=("ncclprobe/sweep/defaults.py",), within=("ncclprobe", "engine")
+    )
 
 
 def test_the_cuda_graph_capture_idiom_is_written_once():
@@ -75,9 +119,18 @@ def test_the_cuda_graph_capture_idiom_is_written_once():
 def test_objects_are_whole_when_built():
     from ncclprobe.engine.generate import Engine
     from ncclprobe.sweep.run import PoolRun
-    assert list(inspect.signature(Engine._cycle).parameters) == ["self", "state", "gen", "active", "result"]
+
+    assert list(inspect.signature(Engine._cycle).parameters) == [
+        "self",
+        "state",
+        "gen",
+        "active",
+        "result",
+    ]
     init = inspect.signature(PoolRun.__init__).parameters
-    assert all(p.kind is p.KEYWORD_ONLY for name, p in init.items() if name not in ("self", "spec", "pool"))
+    assert all(
+        p.kind is p.KEYWORD_ONLY for name, p in init.items() if name not in ("self", "spec", "pool")
+    )
     # collaborators are given to the constructor, never assigned afterwards
     assert not _grep(r"\b(engine|steps)\.(steps|timer|trace)\s*=(?!=)")
 
@@ -90,20 +143,37 @@ def test_dead_code_stays_gone():
 def test_run_modes_statuses_and_labels_are_named_once():
     """The engine, the sweep, recommend and report compare against the enums, not against strings
     written again (diagnose's rules, which issue 17 rewrites, still read the view's mode strings)."""
-    diagnose = tuple(str(p.relative_to(ROOT)) for p in (ROOT / "ncclprobe" / "diagnose").glob("*.py"))
-    assert not _grep(r"""==\s*["'](speculative|baseline|untuned|tuned)["']|["'](speculative|baseline)["']\s+in\b""",
-                     within=("engine", "ncclprobe"), outside=("ncclprobe/enginerun/modes.py", *diagnose))
-    pools = ("ncclprobe/launch.py", "ncclprobe/sweep/run.py", "ncclprobe/sweep/result.py", "ncclprobe/sweep/session.py",
-             "engine/runner.py", "probes/graph_capture_run.py")
-    assert not [hit for hit in _grep(r"""status\s*[!=]=\s*["'](ok|hang|error|wrong|ignored|skipped)["']|"""
-                                     r"""status["']\s*:\s*["'](ok|hang|error|wrong|ignored|skipped)["']""")
-                if hit.split(":")[0] in pools]
+    diagnose = tuple(
+        str(p.relative_to(ROOT)) for p in (ROOT / "ncclprobe" / "diagnose").glob("*.py")
+    )
+    assert not _grep(
+        r"""==\s*["'](speculative|baseline|untuned|tuned)["']|["'](speculative|baseline)["']\s+in\b""",
+        within=("engine", "ncclprobe"),
+        outside=("ncclprobe/enginerun/modes.py", *diagnose),
+    )
+    pools = (
+        "ncclprobe/launch.py",
+        "ncclprobe/sweep/run.py",
+        "ncclprobe/sweep/result.py",
+        "ncclprobe/sweep/session.py",
+        "engine/runner.py",
+        "probes/graph_capture_run.py",
+    )
+    assert not [
+        hit
+        for hit in _grep(
+            r"""status\s*[!=]=\s*["'](ok|hang|error|wrong|ignored|skipped)["']|"""
+            r"""status["']\s*:\s*["'](ok|hang|error|wrong|ignored|skipped)["']"""
+        )
+        if hit.split(":")[0] in pools
+    ]
 
 
 @pytest.mark.parametrize("name", ["train_and_save", "training_prompts", "check_training_limits"])
 def test_train_draft_is_a_library_workflow(name):
     import ncclprobe.cli.train_draft as cli_module
     from ncclprobe.engine import train_job
+
     assert hasattr(train_job, name) and not hasattr(cli_module, name)
 
 

@@ -9,22 +9,44 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import diagnose, load_evidence
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 
 def record(tmp_path, graphs):
     out = tmp_path / f"graphs-{graphs}"
-    result = CliRunner().invoke(cli, ["-q", "run-engine", "--preset", "small", "--graphs", graphs, "--new-tokens", "16",
-                                      "--single-rank-collectives", "--profile", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "-q",
+            "run-engine",
+            "--preset",
+            "small",
+            "--graphs",
+            graphs,
+            "--new-tokens",
+            "16",
+            "--single-rank-collectives",
+            "--profile",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
-    return load_evidence(profiles=[out / "untuned-speculative-rank0.trace.json.gz"],
-                         baseline_profiles=[out / "untuned-baseline-rank0.trace.json.gz"])
+    return load_evidence(
+        profiles=[out / "untuned-speculative-rank0.trace.json.gz"],
+        baseline_profiles=[out / "untuned-baseline-rank0.trace.json.gz"],
+    )
 
 
 def test_profiled_seed_case_names_the_eager_verify(tmp_path):
     ev = record(tmp_path, "decode")
     assert ev.baseline[0].phases["decode"].graphed is True
-    assert ev.runs[0].phases["verify"].graphed is False and ev.runs[0].phases["verify"].tokens_per_seq == 4.0
+    assert (
+        ev.runs[0].phases["verify"].graphed is False
+        and ev.runs[0].phases["verify"].tokens_per_seq == 4.0
+    )
     result = diagnose(ev)
     assert (result.top.rule, result.top.evidence["phase"]) == ("eager-phase", "verify")
     assert result.top.cost_ms_per_step > 0

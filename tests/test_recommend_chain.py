@@ -20,7 +20,12 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.records import read_results
 
-SIX = Path(__file__).parent / "fixtures" / "nccl_tests" / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt"
+SIX = (
+    Path(__file__).parent
+    / "fixtures"
+    / "nccl_tests"
+    / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt"
+)
 LABELS = ["default"] * 3 + ["NCCL_PROTO=Simple"] * 3
 
 
@@ -39,16 +44,35 @@ def _times(path: Path) -> dict[int, list[float]]:
 
 
 def test_import_then_recommend_then_report(tmp_path):
-    ncclprobe("import", SIX, "--output", tmp_path / "ag.jsonl", *[a for label in LABELS for a in ("--settings", label)])
+    ncclprobe(
+        "import",
+        SIX,
+        "--output",
+        tmp_path / "ag.jsonl",
+        *[a for label in LABELS for a in ("--settings", label)],
+    )
     runs = [tmp_path / f"ag-{k}.jsonl" for k in range(1, 7)]
     default = [_times(p) for p in runs[:3]]
     simple = [_times(p) for p in runs[3:]]
     sizes = sorted(default[0])
     # the reference, from the files: at no size is every Simple time below every default time
-    beyond_spread = [s for s in sizes if max(t for run in simple for t in run[s]) < min(t for run in default for t in run[s])]
+    beyond_spread = [
+        s
+        for s in sizes
+        if max(t for run in simple for t in run[s]) < min(t for run in default for t in run[s])
+    ]
     assert beyond_spread == []
 
-    ncclprobe("recommend", *runs, "--collective", "all_gather", "--emit", "json", "--output", tmp_path / "rec.json")
+    ncclprobe(
+        "recommend",
+        *runs,
+        "--collective",
+        "all_gather",
+        "--emit",
+        "json",
+        "--output",
+        tmp_path / "rec.json",
+    )
     rec = json.loads((tmp_path / "rec.json").read_text())
     assert rec["env"] == {} and rec["change"] is False and rec["refused"] == []
     assert rec["global"]["best_config_id"] == "NCCL_PROTO=Simple"

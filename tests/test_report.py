@@ -21,13 +21,24 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    eager = write_set(tmp / "eager.jsonl", [
-        config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.6, 1.3)),
-        config({"NCCL_ALGO": "Tree"}, scaled(DEFAULT, 0.3, 0.3), wrong={1 << 14: 12}),
-        config({"NCCL_PROTO": "LL128"}, scaled(DEFAULT, 0.5, 0.5)),
-        config({"NCCL_P2P_LEVEL": "SYS"}, {}, status="hang", reason="silent for 60 s")])
-    graph = write_set(tmp / "graph.jsonl", [config({}, scaled(DEFAULT, 0.5, 0.9)),
-                                            config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.35, 1.1))], mode="graph")
+    eager = write_set(
+        tmp / "eager.jsonl",
+        [
+            config({}, DEFAULT),
+            config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.6, 1.3)),
+            config({"NCCL_ALGO": "Tree"}, scaled(DEFAULT, 0.3, 0.3), wrong={1 << 14: 12}),
+            config({"NCCL_PROTO": "LL128"}, scaled(DEFAULT, 0.5, 0.5)),
+            config({"NCCL_P2P_LEVEL": "SYS"}, {}, status="hang", reason="silent for 60 s"),
+        ],
+    )
+    graph = write_set(
+        tmp / "graph.jsonl",
+        [
+            config({}, scaled(DEFAULT, 0.5, 0.9)),
+            config({"NCCL_PROTO": "LL"}, scaled(DEFAULT, 0.35, 1.1)),
+        ],
+        mode="graph",
+    )
     trace = tmp / "trace.json"
     trace.write_text(json.dumps(engine_trace({14336: 640, 1 << 20: 3})))
     return build_report([eager, graph], tmp / "out", trace_path=trace)
@@ -55,6 +66,7 @@ def test_markdown_links_resolve_and_carry_the_recommendation(report):
 
 class _Checker(HTMLParser):
     """Counts images and checks that every opened element (but void ones) is closed in order."""
+
     VOID = {"meta", "img", "br", "hr", "link", "input"}
 
     def __init__(self):
@@ -76,7 +88,9 @@ def test_html_is_well_formed_and_self_contained(report):
     checker = _Checker()
     checker.feed(report.html.read_text())
     assert checker.errors == [] and checker.stack == []
-    assert len(checker.images) == 6 and all(src.startswith("data:image/svg+xml;base64,") for src in checker.images)
+    assert len(checker.images) == 6 and all(
+        src.startswith("data:image/svg+xml;base64,") for src in checker.images
+    )
 
 
 def test_recommendation_json_beside_the_report(report):
@@ -88,37 +102,78 @@ def test_report_without_a_default_still_writes_and_says_why(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({"NCCL_PROTO": "LL"}, DEFAULT)])
     files = build_report([path], tmp_path / "out")
     assert files.recommendation is None
-    assert "No recommendation: no all-default all_reduce run and fewer than two" in files.markdown.read_text()
+    assert (
+        "No recommendation: no all-default all_reduce run and fewer than two"
+        in files.markdown.read_text()
+    )
     assert {f.name for f in files.figures} == {"latency", "busbw"}
 
 
 def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
     path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)])
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(tmp_path / "o"),
-                           "--format", "json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "python",
+            "-m",
+            "ncclprobe",
+            "report",
+            path,
+            "--output",
+            str(tmp_path / "o"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert Path(doc["html"]).is_file() and doc["kind"] == "report"
-    (tmp_path / "bad.json").write_text("{\"kind\": \"other\"}")
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(tmp_path / "o2"),
-                           "--trace", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    (tmp_path / "bad.json").write_text('{"kind": "other"}')
+    proc = subprocess.run(
+        [
+            "python",
+            "-m",
+            "ncclprobe",
+            "report",
+            path,
+            "--output",
+            str(tmp_path / "o2"),
+            "--trace",
+            str(tmp_path / "bad.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "is not an engine trace" in proc.stderr and proc.stdout == ""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    proc = subprocess.run(["python", "-m", "ncclprobe", "report", path, "--output", str(blocker / "sub")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and "cannot create the directory" in proc.stderr and proc.stdout == ""
+    proc = subprocess.run(
+        ["python", "-m", "ncclprobe", "report", path, "--output", str(blocker / "sub")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        proc.returncode == 2 and "cannot create the directory" in proc.stderr and proc.stdout == ""
+    )
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     """The seed story in one picture: the H200 `--graphs decode` and `--graphs all` traces merged."""
     from ncclprobe.enginerun.trace import side_by_side
+
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
-    merged = side_by_side([traces / "seed-graphs-decode.h200.json", traces / "graphs-all.h200.json"])
+    merged = side_by_side(
+        [traces / "seed-graphs-decode.h200.json", traces / "graphs-all.h200.json"]
+    )
     labels = [(run["mode"], run["label"]) for run in merged["runs"]]
-    assert labels == [("baseline", "untuned graphs=decode"), ("speculative", "untuned graphs=decode"),
-                      ("baseline", "untuned graphs=all"), ("speculative", "untuned graphs=all")]
+    assert labels == [
+        ("baseline", "untuned graphs=decode"),
+        ("speculative", "untuned graphs=decode"),
+        ("baseline", "untuned graphs=all"),
+        ("speculative", "untuned graphs=all"),
+    ]
 
 
 def test_speedup_colour_ticks_are_symmetric_powers_of_two():
@@ -150,8 +205,11 @@ def test_environment_section_masks_secret_values(tmp_path):
     """A results header's env ends up in a report people pass around: secrets there are masked
     the way env-check masks them, ordinary NCCL values are shown."""
     secret = "hf_ReportPlantedToken0123456789"
-    path = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)],
-                     env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET_PLUGIN_TOKEN": secret})
+    path = write_set(
+        tmp_path / "r.jsonl",
+        [config({}, DEFAULT)],
+        env={"NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET_PLUGIN_TOKEN": secret},
+    )
     files = build_report([path], tmp_path / "out")
     for written in (files.markdown, files.html):
         text = written.read_text()
@@ -163,6 +221,7 @@ def test_eight_traces_of_one_configuration_keep_eight_runs_apart(tmp_path):
     when two traces' labels met), and every table cell is rounded (a mean over ranks is 3.556)."""
     from ncclprobe.enginerun.trace import side_by_side
     from ncclprobe.report.content import cell_text
+
     paths = []
     for i in range(8):
         path = tmp_path / ("a" if i < 4 else "b") / f"run{i % 4}.json"
@@ -181,9 +240,13 @@ def test_figures_of_gloo_timings_carry_the_caveat_the_text_carries(tmp_path):
     from ncclprobe.recommend.load import load_evidence
     from ncclprobe.recommend.safety import timing_caveat
     from ncclprobe.report import plots
-    results = write_set(tmp_path / "gloo.jsonl", [config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, DEFAULT)],
-                        backend="gloo")
+
+    results = write_set(
+        tmp_path / "gloo.jsonl",
+        [config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, DEFAULT)],
+        backend="gloo",
+    )
     ev = load_evidence([results])
-    with matplotlib.rc_context({"svg.fonttype": "none"}):   # text as text, to be read back
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
         [figure] = plots.latency(ev, tmp_path / "figs")
     assert timing_caveat(ev.headers).split(":")[0] in figure.svg.read_text()

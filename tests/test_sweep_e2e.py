@@ -5,17 +5,19 @@ import json
 
 import pytest
 
+from ncclprobe.probes.sweep_worker import CRASH_HOOK, HANG_HOOK, WRONG_HOOK
 from ncclprobe.records import RESULT_STATUSES, SCHEMA_VERSION
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.table import annotate, summary_note
-from ncclprobe.probes.sweep_worker import CRASH_HOOK, HANG_HOOK, WRONG_HOOK
 
 SIZES = (8, 4096, 65536)
 
 
 def _run(tmp_path, grid, name="r.jsonl", **kw):
-    spec = SweepSpec(grid=grid, sizes=SIZES, iters=2, trials=2, warmup=1, nranks=2, backend="gloo", **kw)
+    spec = SweepSpec(
+        grid=grid, sizes=SIZES, iters=2, trials=2, warmup=1, nranks=2, backend="gloo", **kw
+    )
     job = session.new_job(spec, {}, str(tmp_path / name), ["ncclprobe", "sweep", "(test)"])
     return session.run_job(job), tmp_path / name
 
@@ -25,9 +27,12 @@ def sweep(tmp_path_factory):
     """PROTO x P2P_LEVEL: two pools; NCCL_PROTO=LL gets a perturbed input on rank 1 (test hook)."""
     mp = pytest.MonkeyPatch()
     mp.setenv(WRONG_HOOK, "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL")
-    mp.setenv("NCCL_PROTO", "Simple")   # an inherited value must not leak into `default`
+    mp.setenv("NCCL_PROTO", "Simple")  # an inherited value must not leak into `default`
     try:
-        yield _run(tmp_path_factory.mktemp("sweep"), {"NCCL_PROTO": ("default", "LL"), "NCCL_P2P_LEVEL": ("default", "SYS")})
+        yield _run(
+            tmp_path_factory.mktemp("sweep"),
+            {"NCCL_PROTO": ("default", "LL"), "NCCL_P2P_LEVEL": ("default", "SYS")},
+        )
     finally:
         mp.undo()
 
@@ -36,14 +41,18 @@ def test_header_and_every_line_follow_the_schema(sweep):
     results, path = sweep
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     head = lines[0]
-    assert head["record"] == "header" and head["schema_version"] == SCHEMA_VERSION and head["kind"] == "sweep"
+    assert (
+        head["record"] == "header"
+        and head["schema_version"] == SCHEMA_VERSION
+        and head["kind"] == "sweep"
+    )
     assert head["backend"] == "gloo" and head["nranks"] == 2 and head["topology"] is None
     for key in ("argv", "versions", "hostname", "env", "gpus", "spec"):
         assert key in head
     assert any("do not affect gloo" in note for note in head["notes"])
     assert [r["record"] for r in lines[1:]].count("summary") == 1
     assert {r["status"] for r in results.results} <= set(RESULT_STATUSES)
-    assert len(results.results) == 4 * len(SIZES) * 2   # configs x sizes x (in, out of place)
+    assert len(results.results) == 4 * len(SIZES) * 2  # configs x sizes x (in, out of place)
 
 
 def test_sums_are_exact_except_where_the_input_was_perturbed(sweep):
@@ -75,34 +84,44 @@ def test_pools_split_on_the_process_scoped_variable_and_workers_saw_exactly_thei
     results, _ = sweep
     pools = {c["config_id"]: c["pool"] for c in results.configs}
     assert pools["default"] == pools["NCCL_PROTO=LL"]
-    assert pools["NCCL_P2P_LEVEL=SYS"] == pools["NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"] != pools["default"]
+    assert (
+        pools["NCCL_P2P_LEVEL=SYS"] == pools["NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"] != pools["default"]
+    )
     for config in results.configs:
         proof = config["proof"]
         assert proof["env_matches"], proof["env_mismatches"]
         for rank in ("0", "1"):
             seen = proof["seen_env"][rank]
             assert {k: seen.get(k) for k in ("NCCL_PROTO", "NCCL_P2P_LEVEL")} == {
-                k: config["settings"].get(k) for k in ("NCCL_PROTO", "NCCL_P2P_LEVEL")}
+                k: config["settings"].get(k) for k in ("NCCL_PROTO", "NCCL_P2P_LEVEL")
+            }
         assert all("do not affect" in v for v in proof["verdicts"].values())
 
 
 def test_gloo_tables_rank_nothing_and_say_why(sweep):
     from ncclprobe.sweep import table
+
     results, _ = sweep
     doc = table.document(results)
     assert len(doc["results"]) == len(results.results)
     assert not any(r["best"] or r["speedup_vs_default"] is not None for r in doc["results"])
-    rows = table.rows_by_size(doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"]))
-    assert all("best" not in row and "speedup" not in row for block in rows.values() for row in block)
+    rows = table.rows_by_size(
+        doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])
+    )
+    assert all(
+        "best" not in row and "speedup" not in row for block in rows.values() for row in block
+    )
     assert any("differences between configurations are noise" in note for note in doc["notes"])
-    ranked = table.annotate(results.results)   # what NCCL would get: the same rows, ranked
+    ranked = table.annotate(results.results)  # what NCCL would get: the same rows, ranked
     assert any(r["best"] for r in ranked)
 
 
 def test_summary_reports_pool_reuse(sweep):
     results, _ = sweep
     summary = results.summaries[-1]
-    assert summary["configs_run"] == 4 and summary["pools_run"] == 2 and summary["pools_avoided"] == 2
+    assert (
+        summary["configs_run"] == 4 and summary["pools_run"] == 2 and summary["pools_avoided"] == 2
+    )
     assert 0 < summary["pool_start_s_mean"] < summary["pool_overhead_s_mean"]
     # against what was measured around it: an avoided pool saves at least a Python + torch start (over
     # 0.1 s anywhere) and at most what a whole pool took here, start, configurations and exit
@@ -118,10 +137,19 @@ def test_a_hang_and_a_crash_are_recorded_and_the_sweep_goes_on(tmp_path, monkeyp
     # 3 s of silence is a hang; a slow start on a busy machine is not (the launcher counts its CPU time)
     results, _ = _run(tmp_path, {"NCCL_PROTO": ("default", "LL", "LL128", "Simple")}, timeout_s=3.0)
     by_id = {c["config_id"]: c for c in results.configs}
-    assert by_id["NCCL_PROTO=LL"]["status"] == "hang" and "no progress" in by_id["NCCL_PROTO=LL"]["reason"]
+    assert (
+        by_id["NCCL_PROTO=LL"]["status"] == "hang"
+        and "no progress" in by_id["NCCL_PROTO=LL"]["reason"]
+    )
     crash = by_id["NCCL_PROTO=LL128"]
-    assert crash["status"] == "error" and "exit code 3" in crash["reason"] and "planted crash" in crash["reason"]
+    assert (
+        crash["status"] == "error"
+        and "exit code 3" in crash["reason"]
+        and "planted crash" in crash["reason"]
+    )
     assert by_id["default"]["status"] == by_id["NCCL_PROTO=Simple"]["status"] == "ok"
     assert {r["config_id"] for r in results.results} == {"default", "NCCL_PROTO=Simple"}
-    assert results.summaries[-1]["pools_run"] == 3   # a fresh pool after the hang and after the crash
+    assert (
+        results.summaries[-1]["pools_run"] == 3
+    )  # a fresh pool after the hang and after the crash
     assert session.verdict(results).exit_code == 1

@@ -29,8 +29,13 @@ def sweep(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(WRONG_HOOK, PERTURBED)
     try:
-        yield _run(tmp_path_factory.mktemp("every") / "s.jsonl", grid={"NCCL_PROTO": ("default", "LL")},
-                   collectives=tuple(COLLECTIVES), ops=("sum", "max"), iters=2)
+        yield _run(
+            tmp_path_factory.mktemp("every") / "s.jsonl",
+            grid={"NCCL_PROTO": ("default", "LL")},
+            collectives=tuple(COLLECTIVES),
+            ops=("sum", "max"),
+            iters=2,
+        )
     finally:
         mp.undo()
 
@@ -42,8 +47,11 @@ def _ok(sweep):
 def test_every_collective_runs_on_gloo_in_each_placement_it_has(sweep):
     measured = {(r["collective"], r["op"], r["in_place"]) for r in _ok(sweep)}
     for name, coll in COLLECTIVES.items():
-        for op in (("sum", "max") if coll.reduces else ("none",)):
-            assert {p for c, o, p in measured if (c, o) == (name, op)} == set(coll.placements), (name, op)
+        for op in ("sum", "max") if coll.reduces else ("none",):
+            assert {p for c, o, p in measured if (c, o) == (name, op)} == set(coll.placements), (
+                name,
+                op,
+            )
     assert len(_ok(sweep)) == (3 * 2 * 2 + 2 * 2 + 2 * 1) * len(SIZES)
 
 
@@ -75,11 +83,15 @@ def test_per_iteration_statistics_and_issue_time(sweep):
 def test_thresholds_name_what_falls_short(sweep):
     assert thresholds.check(sweep.results, thresholds.parse("1e-9", "1e9")) == []
     short = thresholds.check(sweep.results, thresholds.parse("1e9", None))
-    assert len(short) == sum(1 for r in sweep.results if r["size_bytes"] == 4096 and r["status"] == "ok")
+    assert len(short) == sum(
+        1 for r in sweep.results if r["size_bytes"] == 4096 and r["status"] == "ok"
+    )
     assert all("busbw >= 1e+09 GB/s at the largest size missed" in line for line in short)
     late = thresholds.check(sweep.results, thresholds.parse(None, "0.001@64"))
     assert {line.split(" missed: ")[1].split()[0] for line in late} == set(COLLECTIVES)
-    assert "not measured at 1K" in thresholds.check(sweep.results, thresholds.parse("1@1K", None))[0]
+    assert (
+        "not measured at 1K" in thresholds.check(sweep.results, thresholds.parse("1@1K", None))[0]
+    )
 
 
 def test_export_reads_back_through_import(sweep):
@@ -87,16 +99,21 @@ def test_export_reads_back_through_import(sweep):
     runs, _ = parse_runs(text)
     groups = {(r["collective"], r["config_id"], r["op"]) for r in sweep.results}
     assert len(runs) == len(groups)
-    by_key = {(r["collective"], r["config_id"], r["op"], r["size_bytes"], r["in_place"]): r for r in sweep.results}
+    by_key = {
+        (r["collective"], r["config_id"], r["op"], r["size_bytes"], r["in_place"]): r
+        for r in sweep.results
+    }
     for run in runs:
         meta = run.exported
         assert run.collective == meta["collective"] and run.nranks == 2
         assert run.settings == meta["settings"]
         for row in run.rows:
             for in_place, m in row.measurements():
-                original = by_key.get((meta["collective"], meta["config_id"], meta["op"], row.size_bytes, in_place))
+                original = by_key.get(
+                    (meta["collective"], meta["config_id"], meta["op"], row.size_bytes, in_place)
+                )
                 if original is None:
-                    assert m is None         # alltoall, sendrecv: out of place only
+                    assert m is None  # alltoall, sendrecv: out of place only
                     continue
                 assert m.time_us == pytest.approx(original["time_us"], rel=0.01, abs=0.01)
                 assert m.wrong == original["wrong"]
@@ -104,13 +121,25 @@ def test_export_reads_back_through_import(sweep):
 
 def test_aggregated_groups_unchecked_runs_and_a_refused_measurement(tmp_path, monkeypatch):
     monkeypatch.setenv(REFUSE_HOOK, "broadcast")
-    done = _run(tmp_path / "agg.jsonl", grid={}, collectives=("all_reduce", "broadcast"), agg=3, check=False,
-                in_place=(True,))
+    done = _run(
+        tmp_path / "agg.jsonl",
+        grid={},
+        collectives=("all_reduce", "broadcast"),
+        agg=3,
+        check=False,
+        in_place=(True,),
+    )
     ok = [r for r in done.results if r["collective"] == "all_reduce"]
-    assert ok and {r["agg"] for r in ok} == {3} and all(r["wrong"] is None and not r["checked"] for r in ok)
+    assert (
+        ok
+        and {r["agg"] for r in ok} == {3}
+        and all(r["wrong"] is None and not r["checked"] for r in ok)
+    )
     assert all(r["status"] == "ok" and r["time_us"] > 0 for r in ok)
     refused = [r for r in done.results if r["collective"] == "broadcast"]
-    assert refused and all(r["status"] == "error" and "planted refusal" in r["reason"] for r in refused)
+    assert refused and all(
+        r["status"] == "error" and "planted refusal" in r["reason"] for r in refused
+    )
     assert session.verdict(done).exit_code == 1
     assert any("gloo has no grouped launch" in note for note in done.header["notes"])
     assert any("--check 0" in note for note in done.header["notes"])

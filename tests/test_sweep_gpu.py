@@ -10,12 +10,24 @@ import torch
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 
 def _run(tmp_path, grid, name):
-    spec = SweepSpec(grid=grid, sizes=(4096, 1 << 20), modes=("eager", "graph"), iters=10, trials=3, warmup=2,
-                     nranks=1, backend="nccl", timeout_s=120)
+    spec = SweepSpec(
+        grid=grid,
+        sizes=(4096, 1 << 20),
+        modes=("eager", "graph"),
+        iters=10,
+        trials=3,
+        warmup=2,
+        nranks=1,
+        backend="nccl",
+        timeout_s=120,
+    )
     job = session.new_job(spec, {}, str(tmp_path / name), ["test"])
     return session.run_job(job)
 
@@ -25,7 +37,11 @@ def test_one_rank_eager_and_graph_with_proof_of_p2p_level(tmp_path):
     assert results.header["topology"]["gpu_count"] >= 1
     assert any("one rank" in note for note in results.header["notes"])
     assert {(r["mode"], r["in_place"]) for r in results.results} == {
-        ("eager", True), ("eager", False), ("graph", True), ("graph", False)}
+        ("eager", True),
+        ("eager", False),
+        ("graph", True),
+        ("graph", False),
+    }
     assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in results.results)
     by_id = {c["config_id"]: c for c in results.configs}
     sys_level = by_id["NCCL_P2P_LEVEL=SYS"]
@@ -53,22 +69,39 @@ CANONICAL = {"LL": "LL", "Simple": "SIMPLE", "Ring": "RING"}
 def shared(tmp_path_factory):
     """--share-gpu 2: both ranks on GPU 0, told apart by NCCL_HOSTID, talking over NET/Socket."""
     from ncclprobe.sweep.build import SweepRequest, build_spec
-    spec, skipped = build_spec(SweepRequest(share_gpu=2, protocols=SHARED_GRID["NCCL_PROTO"],
-                                            algorithms=SHARED_GRID["NCCL_ALGO"], modes=("eager", "graph"),
-                                            sizes=(4096, 1 << 20), warmup=1, iters=3, trials=2))
-    job = session.new_job(spec, skipped, str(tmp_path_factory.mktemp("shared") / "s.jsonl"), ["test"])
+
+    spec, skipped = build_spec(
+        SweepRequest(
+            share_gpu=2,
+            protocols=SHARED_GRID["NCCL_PROTO"],
+            algorithms=SHARED_GRID["NCCL_ALGO"],
+            modes=("eager", "graph"),
+            sizes=(4096, 1 << 20),
+            warmup=1,
+            iters=3,
+            trials=2,
+        )
+    )
+    job = session.new_job(
+        spec, skipped, str(tmp_path_factory.mktemp("shared") / "s.jsonl"), ["test"]
+    )
     return session.run_job(job)
 
 
 def test_shared_gpu_runs_every_configuration_exactly(shared):
     from ncclprobe.sweep.table import document
+
     assert shared.header["share_gpu"] is True and shared.header["nranks"] == 2
     assert any("NET/Socket" in note for note in shared.header["notes"])
-    assert {c["status"] for c in shared.configs} == {"ok"}, [(c["config_id"], c["reason"]) for c in shared.configs]
-    assert len(shared.results) == 6 * 2 * 2 * 2   # configs x modes x placements x sizes
+    assert {c["status"] for c in shared.configs} == {"ok"}, [
+        (c["config_id"], c["reason"]) for c in shared.configs
+    ]
+    assert len(shared.results) == 6 * 2 * 2 * 2  # configs x modes x placements x sizes
     assert all(r["status"] == "ok" and r["wrong"] == 0 and r["time_us"] > 0 for r in shared.results)
     assert session.verdict(shared).exit_code == 0
-    assert not any(r["best"] or r["speedup_vs_default"] for r in document(shared)["results"])   # not ranked
+    assert not any(
+        r["best"] or r["speedup_vs_default"] for r in document(shared)["results"]
+    )  # not ranked
 
 
 def test_shared_gpu_ranks_are_separate_hosts_on_one_device(shared):
@@ -96,25 +129,45 @@ from ncclprobe.probes.collectives import COLLECTIVES  # noqa: E402
 
 
 def _every(tmp_path, name, **kw):
-    spec = SweepSpec(grid=kw.pop("grid", {}), sizes=(4096, 1 << 20), collectives=tuple(COLLECTIVES),
-                     modes=("eager", "graph"), iters=10, trials=3, warmup=2, backend="nccl", timeout_s=180, **kw)
+    spec = SweepSpec(
+        grid=kw.pop("grid", {}),
+        sizes=(4096, 1 << 20),
+        collectives=tuple(COLLECTIVES),
+        modes=("eager", "graph"),
+        iters=10,
+        trials=3,
+        warmup=2,
+        backend="nccl",
+        timeout_s=180,
+        **kw,
+    )
     return session.run_job(session.new_job(spec, {}, str(tmp_path / name), ["test"]))
 
 
 def _check_exact_and_timed(results, expect):
     assert {r["collective"] for r in results.results} == expect
-    bad = [(r["collective"], r["mode"], r["in_place"], r["size_bytes"], r["status"], r.get("reason"))
-           for r in results.results if r["status"] != "ok" or r["wrong"] != 0 or not r["time_us"]]
+    bad = [
+        (r["collective"], r["mode"], r["in_place"], r["size_bytes"], r["status"], r.get("reason"))
+        for r in results.results
+        if r["status"] != "ok" or r["wrong"] != 0 or not r["time_us"]
+    ]
     assert not bad, bad
     for r in results.results:
         clock = r["iter"]["clock"]
-        assert clock == ("CUDA events per graph replay" if r["mode"] == "graph" else "CUDA events per iteration")
-        assert r["iter"]["min_us"] <= r["iter"]["p50_us"] <= r["iter"]["p99_us"] and r["cpu_issue_us"] > 0
+        assert clock == (
+            "CUDA events per graph replay" if r["mode"] == "graph" else "CUDA events per iteration"
+        )
+        assert (
+            r["iter"]["min_us"] <= r["iter"]["p50_us"] <= r["iter"]["p99_us"]
+            and r["cpu_issue_us"] > 0
+        )
 
 
 def test_every_collective_on_one_rank_eager_and_graph(tmp_path):
     results = _every(tmp_path, "every.jsonl", nranks=1)
-    _check_exact_and_timed(results, set(COLLECTIVES) - {"sendrecv"})     # torch refuses a send to itself
+    _check_exact_and_timed(
+        results, set(COLLECTIVES) - {"sendrecv"}
+    )  # torch refuses a send to itself
     assert any("sendrecv" in note and "itself" in note for note in results.header["notes"])
 
 
@@ -126,7 +179,13 @@ def test_every_collective_through_raw_nccl_on_one_rank(tmp_path):
 
 
 def test_every_collective_with_shared_gpu_proves_the_protocol_per_collective(tmp_path):
-    results = _every(tmp_path, "shared.jsonl", nranks=2, share_gpu=True, grid={"NCCL_PROTO": ("default", "Simple")})
+    results = _every(
+        tmp_path,
+        "shared.jsonl",
+        nranks=2,
+        share_gpu=True,
+        grid={"NCCL_PROTO": ("default", "Simple")},
+    )
     _check_exact_and_timed(results, set(COLLECTIVES))
     simple = next(c for c in results.configs if c["config_id"] == "NCCL_PROTO=Simple")
     assert simple["status"] == "ok", simple["reason"]

@@ -10,8 +10,15 @@ from ncclprobe.sweep.aggregate import aggregate_trials, percentile
 
 
 def _result(config_id, size):
-    return {"record": "result", "config_id": config_id, "collective": "all_reduce", "mode": "eager",
-            "in_place": True, "dtype": "float32", "size_bytes": size}
+    return {
+        "record": "result",
+        "config_id": config_id,
+        "collective": "all_reduce",
+        "mode": "eager",
+        "in_place": True,
+        "dtype": "float32",
+        "size_bytes": size,
+    }
 
 
 def _write(path, groups, torn=""):

@@ -13,16 +13,41 @@ from ncclprobe.records import read_results
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
-ARGS = ["--sizes", "8,4K", "--iters", "2", "--trials", "2", "--warmup", "1", "--proto", "default,LL",
-        "--algo", "default", "--p2p-level", "default,SYS", "--backend", "gloo", "--nranks", "2"]
+ARGS = [
+    "--sizes",
+    "8,4K",
+    "--iters",
+    "2",
+    "--trials",
+    "2",
+    "--warmup",
+    "1",
+    "--proto",
+    "default,LL",
+    "--algo",
+    "default",
+    "--p2p-level",
+    "default,SYS",
+    "--backend",
+    "gloo",
+    "--nranks",
+    "2",
+]
 
 
 def _cli(*args, tmp_dir=None, **kw):
     """The sweep CLI as a separate process. A SIGKILLed sweep cannot remove its working directories,
     so the tests give it their own TMPDIR instead of littering the machine's /tmp."""
     env = {**os.environ, "TMPDIR": str(tmp_dir)} if tmp_dir else None
-    return subprocess.Popen([sys.executable, "-m", "ncclprobe", "-q", "sweep", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ncclprobe", "-q", "sweep", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        **kw,
+    )
 
 
 def _wait_for_config_record(path, proc, limit_s=60):
@@ -43,17 +68,40 @@ def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
     killed = read_results(out)
     assert 1 <= len(killed.configs) < 4, "the kill came too late to test resuming"
 
-    assert list(tmp_path.glob("ncclprobe-pool-*")), "a SIGKILLed launcher cannot remove its pool directory"
-    resumed = subprocess.run([sys.executable, "-m", "ncclprobe", "-q", "sweep", "--resume", str(out), "--format", "json"],
-                             capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert list(tmp_path.glob("ncclprobe-pool-*")), (
+        "a SIGKILLed launcher cannot remove its pool directory"
+    )
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ncclprobe",
+            "-q",
+            "sweep",
+            "--resume",
+            str(out),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert resumed.returncode == 0, resumed.stderr
-    assert not list(tmp_path.glob("ncclprobe-*")), "the next run removes what a killed one left (tempdirs)"
+    assert not list(tmp_path.glob("ncclprobe-*")), (
+        "the next run removes what a killed one left (tempdirs)"
+    )
     final = read_results(out)
     ids = [c["config_id"] for c in final.configs]
-    assert sorted(ids) == sorted(["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"])
-    keys = [(r["config_id"], r["collective"], r["mode"], r["in_place"], r["dtype"], r["size_bytes"])
-            for r in final.results]
-    assert len(keys) == len(set(keys)) == 4 * 2 * 2       # configs x sizes x placements
+    assert sorted(ids) == sorted(
+        ["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"]
+    )
+    keys = [
+        (r["config_id"], r["collective"], r["mode"], r["in_place"], r["dtype"], r["size_bytes"])
+        for r in final.results
+    ]
+    assert len(keys) == len(set(keys)) == 4 * 2 * 2  # configs x sizes x placements
     assert all(r["wrong"] == 0 for r in final.results)
     lines = out.read_text().splitlines()
     assert sum(json.loads(line)["record"] == "header" for line in lines) == 1
@@ -77,7 +125,11 @@ def test_sigkill_takes_the_workers_down_too(tmp_path):
     deadline = time.monotonic() + 60
     workers = []
     while time.monotonic() < deadline and len(workers) < 2:
-        workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "ncclprobe.worker" in p.cmdline()]
+        workers = [
+            p
+            for p in psutil.Process(proc.pid).children(recursive=True)
+            if "ncclprobe.worker" in p.cmdline()
+        ]
         time.sleep(0.1)
     assert len(workers) == 2
     os.kill(proc.pid, signal.SIGKILL)

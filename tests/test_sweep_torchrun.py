@@ -13,8 +13,10 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
 
-pytestmark = pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
-                                reason="torchrun not installed next to this python")
+pytestmark = pytest.mark.skipif(
+    shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None,
+    reason="torchrun not installed next to this python",
+)
 
 
 def _free_port() -> int:
@@ -24,21 +26,38 @@ def _free_port() -> int:
 
 
 def test_torchrun_pools_collect_into_a_proven_results_file(tmp_path):
-    spec = SweepSpec(grid={"NCCL_PROTO": ("default", "LL"), "NCCL_P2P_LEVEL": ("default", "SYS")}, sizes=(8, 4096),
-                     iters=2, trials=2, warmup=1, nranks=2, backend="gloo")
+    spec = SweepSpec(
+        grid={"NCCL_PROTO": ("default", "LL"), "NCCL_P2P_LEVEL": ("default", "SYS")},
+        sizes=(8, 4096),
+        iters=2,
+        trials=2,
+        warmup=1,
+        nranks=2,
+        backend="gloo",
+    )
     commands = session.plan_torchrun(spec, {}, str(tmp_path / "plan"), ["test"])
-    assert len(commands) == 2   # one torchrun launch per once-per-process setting
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
-           "NCCL_PROTO": "Simple"}   # inherited, must be removed by the command's env -u
+    assert len(commands) == 2  # one torchrun launch per once-per-process setting
+    env = {
+        **os.environ,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+        "NCCL_PROTO": "Simple",
+    }  # inherited, must be removed by the command's env -u
     for command in commands:
-        line = (command.replace("NNODES", "1").replace("NPROC", "2")
-                .replace("HEAD_NODE:29500", f"127.0.0.1:{_free_port()}"))
-        done = subprocess.run(line, shell=True, env=env, capture_output=True, text=True, timeout=120)
+        line = (
+            command.replace("NNODES", "1")
+            .replace("NPROC", "2")
+            .replace("HEAD_NODE:29500", f"127.0.0.1:{_free_port()}")
+        )
+        done = subprocess.run(
+            line, shell=True, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     job = session.collect_job(str(tmp_path / "plan"), str(tmp_path / "results.jsonl"))
     results = session.run_job(job)
     by_id = {c["config_id"]: c for c in results.configs}
-    assert sorted(by_id) == sorted(["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"])
+    assert sorted(by_id) == sorted(
+        ["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"]
+    )
     assert all(c["status"] == "ok" and c["proof"]["env_matches"] for c in by_id.values())
     assert by_id["NCCL_P2P_LEVEL=SYS"]["proof"]["seen_env"]["1"]["NCCL_P2P_LEVEL"] == "SYS"
     assert len(results.results) == 4 * 2 * 2 and all(r["wrong"] == 0 for r in results.results)
@@ -54,7 +73,12 @@ def test_a_plan_never_overwrites_a_directory(tmp_path):
 
 
 def test_a_plan_carries_the_lint_of_its_configurations(tmp_path):
-    spec = SweepSpec(grid={"NCCL_PROTO": ("LL128",), "NCCL_BUFSIZE": ("1",)}, sizes=(8,), nranks=2, backend="nccl")
+    spec = SweepSpec(
+        grid={"NCCL_PROTO": ("LL128",), "NCCL_BUFSIZE": ("1",)},
+        sizes=(8,),
+        nranks=2,
+        backend="nccl",
+    )
     session.plan_torchrun(spec, {}, str(tmp_path / "plan"), ["test"])
     header = json.loads((tmp_path / "plan" / "plan.json").read_text())["header"]
     codes = {(f["code"], f["severity"]) for f in header["lint"]}

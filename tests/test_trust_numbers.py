@@ -11,7 +11,14 @@ from ncclprobe.cli import SUBCOMMANDS, cli, load_target
 from ncclprobe.cli.probe import PROBES
 from ncclprobe.cli.types import StrictFloat, StrictInt
 from ncclprobe.errors import UsageProblem
-from ncclprobe.numbers import is_digits, parse_duration, parse_float, parse_int, parse_version, version_prefix
+from ncclprobe.numbers import (
+    is_digits,
+    parse_duration,
+    parse_float,
+    parse_int,
+    parse_version,
+    version_prefix,
+)
 from ncclprobe.safe_output import dumps_json
 from ncclprobe.sizes import parse_sizes
 
@@ -28,8 +35,11 @@ def _numeric_options():
         if command is None or isinstance(command, click.Group):
             continue
         for param in command.params:
-            if (isinstance(param, click.Option) and isinstance(param.type, (StrictInt, StrictFloat))
-                    and not param.count):   # -v/-q count: they take no value
+            if (
+                isinstance(param, click.Option)
+                and isinstance(param.type, (StrictInt, StrictFloat))
+                and not param.count
+            ):  # -v/-q count: they take no value
                 found.append((name.split(), max(param.opts, key=len)))
     return found
 
@@ -43,7 +53,11 @@ def test_no_command_keeps_a_lenient_number_type():
     for name, target in [*SUBCOMMANDS.items(), *PROBES.items()]:
         command = load_target(target)
         for param in getattr(command, "params", []):
-            if param.type is click.INT or param.type is click.FLOAT or isinstance(param.type, click.types._NumberRangeBase):
+            if (
+                param.type is click.INT
+                or param.type is click.FLOAT
+                or isinstance(param.type, click.types._NumberRangeBase)
+            ):
                 lenient.append(f"{name} {param.name}")
     assert lenient == [] and len(OPTIONS) >= 30
 
@@ -55,28 +69,36 @@ def test_every_number_option_refuses_every_bad_number(path, option):
         result = runner.invoke(cli, [*path, option, bad], prog_name="ncclprobe")
         assert result.exit_code == 2, (bad[:20], result.output)
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("ncclprobe: error:") and len(lines[0]) < 300, lines
+        assert (
+            len(lines) == 1 and lines[0].startswith("ncclprobe: error:") and len(lines[0]) < 300
+        ), lines
         assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["topo", "--from", "x", "--nccl-version", "banana"], "not a version"),
-    (["knobs", ""], "is empty"),
-    (["knobs", "--nccl-version", "2.28.9"], "go with --lint"),
-    (["env-check", "--pid", "1", "--count", "3"], "--count is the number of --watch checks"),
-    (["env-check", "--pid", "1", "--watch", "nan"], "not a finite"),
-    (["sweep", "--collect", ".", "--resume", "x.jsonl"], "cannot be combined"),
-    (["sweep", "--resume", "x.jsonl", "--force"], "drop --force"),
-    (["sweep", "--torchrun-dir", "p", "--nranks", "2", "--backend", "gloo", "--output", "x"], "the later --collect"),
-    (["sweep", "--sizes", "1K..64K:²"], "step factor"),
-    (["sweep", "--sizes", "9" * 5000], "bad size"),
-    (["sweep", "--p2p-level", "²"], "not a P2P level"),
-    (["sweep", "--set", "NCCL_BUFFSIZE=²"], "not an integer"),
-    (["sweep", "--timeout", "nan"], "not a finite"),
-    (["probe", "env-propagation", "--timeout", "inf"], "not a finite"),
-    (["train-draft", "--output", "d.st", "--lr", "nan"], "not a finite"),
-    (["run-engine", "--temperature", "nan"], "not a finite"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["topo", "--from", "x", "--nccl-version", "banana"], "not a version"),
+        (["knobs", ""], "is empty"),
+        (["knobs", "--nccl-version", "2.28.9"], "go with --lint"),
+        (["env-check", "--pid", "1", "--count", "3"], "--count is the number of --watch checks"),
+        (["env-check", "--pid", "1", "--watch", "nan"], "not a finite"),
+        (["sweep", "--collect", ".", "--resume", "x.jsonl"], "cannot be combined"),
+        (["sweep", "--resume", "x.jsonl", "--force"], "drop --force"),
+        (
+            ["sweep", "--torchrun-dir", "p", "--nranks", "2", "--backend", "gloo", "--output", "x"],
+            "the later --collect",
+        ),
+        (["sweep", "--sizes", "1K..64K:²"], "step factor"),
+        (["sweep", "--sizes", "9" * 5000], "bad size"),
+        (["sweep", "--p2p-level", "²"], "not a P2P level"),
+        (["sweep", "--set", "NCCL_BUFFSIZE=²"], "not an integer"),
+        (["sweep", "--timeout", "nan"], "not a finite"),
+        (["probe", "env-propagation", "--timeout", "inf"], "not a finite"),
+        (["train-draft", "--output", "d.st", "--lr", "nan"], "not a finite"),
+        (["run-engine", "--temperature", "nan"], "not a finite"),
+    ],
+)
 def test_contradictions_and_nonsense_values_are_refused(tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, args, prog_name="ncclprobe")
@@ -90,8 +112,13 @@ def test_the_parsers_accept_ascii_numbers_only_within_bounds():
     assert version_prefix("2.28.9+cuda13.0 extra") == (2, 28, 9) and version_prefix("²") is None
     assert parse_sizes("1K..4K") == [1024, 2048, 4096] and is_digits("12") and not is_digits("²")
     for text in BAD_NUMBERS:
-        for parse in (lambda t: parse_int(t, "n"), lambda t: parse_float(t, "x"), lambda t: parse_duration(t, "t"),
-                      lambda t: parse_version(t), parse_sizes):
+        for parse in (
+            lambda t: parse_int(t, "n"),
+            lambda t: parse_float(t, "x"),
+            lambda t: parse_duration(t, "t"),
+            lambda t: parse_version(t),
+            parse_sizes,
+        ):
             with pytest.raises(UsageProblem):
                 parse(text)
     for bad in ("0", "-1"):
@@ -105,17 +132,22 @@ def test_file_readers_read_ascii_numbers_only(tmp_path):
     from ncclprobe.evidence.nccl_log import parse_nccl_log
     from ncclprobe.evidence.nccl_tests import parse_nccl_tests
     from ncclprobe.nccl.lint import lint_env
-    log = parse_nccl_log("h:1:2 [0] NCCL INFO AllReduce: ² Bytes -> Algo ² proto ²\n"
-                         "h:1:2 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to ²\n"
-                         "h:１:2 [0] NCCL INFO NCCL_PROTO set by environment to LL\n")
+
+    log = parse_nccl_log(
+        "h:1:2 [0] NCCL INFO AllReduce: ² Bytes -> Algo ² proto ²\n"
+        "h:1:2 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to ²\n"
+        "h:１:2 [0] NCCL INFO NCCL_PROTO set by environment to LL\n"
+    )
     assert log.tuning == [] and log.env == {"NCCL_P2P_LEVEL": "²"} and log.pids == {1}
     findings = lint_env({"NCCL_P2P_LEVEL": "²", "NCCL_MIN_CTAS": "٣", "NCCL_MAX_CTAS": "1"})
     assert {f.code for f in findings} >= {"p2p-level-unknown", "invalid-value"}
-    table = ("#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n"
-             f"{'9' * 5000}  2  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n"
-             "²  2  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n"
-             "1024  256  float  sum  -1  nan  1.0  1.0  0  1.0  1.0  1.0  0\n"
-             "1024  256  float  sum  -1  9.5  0.11  0.11  0  9.4  0.11  0.11  0\n")
+    table = (
+        "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n"
+        f"{'9' * 5000}  2  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n"
+        "²  2  float  sum  -1  1.0  1.0  1.0  0  1.0  1.0  1.0  0\n"
+        "1024  256  float  sum  -1  nan  1.0  1.0  0  1.0  1.0  1.0  0\n"
+        "1024  256  float  sum  -1  9.5  0.11  0.11  0  9.4  0.11  0.11  0\n"
+    )
     run = parse_nccl_tests(table)
     assert [r.size_bytes for r in run.rows] == [1024]
 

@@ -31,8 +31,9 @@ def _quiet(parse):
     def run(text):
         try:
             parse(text)
-        except UsageProblem:   # "no table found" is an answer too; only the time matters here
+        except UsageProblem:  # "no table found" is an answer too; only the time matters here
             pass
+
     return run
 
 
@@ -53,9 +54,30 @@ PARSERS = {
     "collect-env": _quiet(parse_collect_env),
     "lspci": _quiet(parse_lspci),
 }
-SHAPES = ["a", "a:", "[", "x:1:", "h:1:1 [0] ", "h:1:1 [0] NCCL INFO ", "h:1:1 [0] NCCL INFO a:1 ", "eyJ", "://a:",
-          "a=b;", "# ", "#  size  count ", "1 ", "NCCL_X=", "Bearer ", "-----BEGIN", "{\"a\": ", "aB3+/",
-          "Speed 8GT/s ", "Running a_ce.", "   D\\D  ", "Device: 0, "]
+SHAPES = [
+    "a",
+    "a:",
+    "[",
+    "x:1:",
+    "h:1:1 [0] ",
+    "h:1:1 [0] NCCL INFO ",
+    "h:1:1 [0] NCCL INFO a:1 ",
+    "eyJ",
+    "://a:",
+    "a=b;",
+    "# ",
+    "#  size  count ",
+    "1 ",
+    "NCCL_X=",
+    "Bearer ",
+    "-----BEGIN",
+    '{"a": ',
+    "aB3+/",
+    "Speed 8GT/s ",
+    "Running a_ce.",
+    "   D\\D  ",
+    "Device: 0, ",
+]
 
 
 def _best(parse, text, repeats=3) -> float:

@@ -22,7 +22,9 @@ def _invoke(*args):
 def _one_line_exit_2(result, *needles):
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output and result.stdout == "", result.output
+    assert len(lines) == 1 and "Traceback" not in result.output and result.stdout == "", (
+        result.output
+    )
     for needle in needles:
         assert needle in lines[0], lines[0]
 
@@ -39,37 +41,87 @@ def _write_lines(path, records):
 
 # (what is wrong, how to break a good results file's records, what the message names)
 RESULT_DEFECTS = [
-    ("a size that is a word", lambda rs: rs[2].update(size_bytes="big"), ['line 3', '"size_bytes"']),
-    ("a result without config_id", lambda rs: rs[2].pop("config_id"), ['line 3', '"config_id" is missing']),
-    ("a time that is not a number", lambda rs: rs[3].update(time_us="fast"), ['line 4', '"time_us"']),
-    ("NaN, which JSON has not", lambda rs: rs.__setitem__(2, json.dumps({**rs[2], "time_us": float("nan")})),
-     ["line 3", "NaN"]),
-    ("a record that is a list", lambda rs: rs.__setitem__(2, "[1, 2]"), ["line 3", "not a JSON object"]),
-    ("settings that are not strings", lambda rs: rs[1].update(settings={"NCCL_PROTO": 3}), ['line 2', '"settings"']),
-    ("an unknown status", lambda rs: rs[2].update(status="great"), ['line 3', '"status"']),
+    (
+        "a size that is a word",
+        lambda rs: rs[2].update(size_bytes="big"),
+        ["line 3", '"size_bytes"'],
+    ),
+    (
+        "a result without config_id",
+        lambda rs: rs[2].pop("config_id"),
+        ["line 3", '"config_id" is missing'],
+    ),
+    (
+        "a time that is not a number",
+        lambda rs: rs[3].update(time_us="fast"),
+        ["line 4", '"time_us"'],
+    ),
+    (
+        "NaN, which JSON has not",
+        lambda rs: rs.__setitem__(2, json.dumps({**rs[2], "time_us": float("nan")})),
+        ["line 3", "NaN"],
+    ),
+    (
+        "a record that is a list",
+        lambda rs: rs.__setitem__(2, "[1, 2]"),
+        ["line 3", "not a JSON object"],
+    ),
+    (
+        "settings that are not strings",
+        lambda rs: rs[1].update(settings={"NCCL_PROTO": 3}),
+        ["line 2", '"settings"'],
+    ),
+    ("an unknown status", lambda rs: rs[2].update(status="great"), ["line 3", '"status"']),
 ]
 
 
-@pytest.mark.parametrize("what, damage, needles", RESULT_DEFECTS, ids=[d[0] for d in RESULT_DEFECTS])
-def test_a_malformed_results_file_is_named_with_line_and_field_by_every_reader(tmp_path, what, damage, needles):
+@pytest.mark.parametrize(
+    "what, damage, needles", RESULT_DEFECTS, ids=[d[0] for d in RESULT_DEFECTS]
+)
+def test_a_malformed_results_file_is_named_with_line_and_field_by_every_reader(
+    tmp_path, what, damage, needles
+):
     records = _results_lines(tmp_path)
     damage(records)
     bad = _write_lines(tmp_path / "bad.jsonl", records)
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps(engine_trace({1 << 14: 10})))
-    for args in (["recommend", bad], ["report", bad, "--output", str(tmp_path / "rep")],
-                 ["diagnose", "--trace", str(trace), "--sweep", bad], ["sweep", "--resume", bad]):
+    for args in (
+        ["recommend", bad],
+        ["report", bad, "--output", str(tmp_path / "rep")],
+        ["diagnose", "--trace", str(trace), "--sweep", bad],
+        ["sweep", "--resume", bad],
+    ):
         _one_line_exit_2(_invoke(*args), "bad.jsonl", *needles)
     assert not (tmp_path / "rep").exists()
 
 
 TRACE_DEFECTS = [
-    ("runs entries that are not objects", lambda t: t["runs"].__setitem__(0, "oops"), ["runs[0]", "run"]),
-    ("a collective size that is a word", lambda t: t["runs"][1]["collectives"]["sizes"][0].update(size_bytes="big"),
-     ["runs[1].collectives.sizes[0]", "size_bytes"]),
-    ("a phase that is a number", lambda t: t["runs"][0]["phases"].update(decode=3), ["runs[0].phases", "decode"]),
-    ("a histogram of words", lambda t: t["runs"][1]["acceptance"].update(histogram=["a"]), ["histogram"]),
-    ("a non-numeric throughput", lambda t: t["runs"][1].update(tokens_per_s="fast"), ["tokens_per_s"]),
+    (
+        "runs entries that are not objects",
+        lambda t: t["runs"].__setitem__(0, "oops"),
+        ["runs[0]", "run"],
+    ),
+    (
+        "a collective size that is a word",
+        lambda t: t["runs"][1]["collectives"]["sizes"][0].update(size_bytes="big"),
+        ["runs[1].collectives.sizes[0]", "size_bytes"],
+    ),
+    (
+        "a phase that is a number",
+        lambda t: t["runs"][0]["phases"].update(decode=3),
+        ["runs[0].phases", "decode"],
+    ),
+    (
+        "a histogram of words",
+        lambda t: t["runs"][1]["acceptance"].update(histogram=["a"]),
+        ["histogram"],
+    ),
+    (
+        "a non-numeric throughput",
+        lambda t: t["runs"][1].update(tokens_per_s="fast"),
+        ["tokens_per_s"],
+    ),
 ]
 
 
@@ -82,46 +134,91 @@ def test_a_malformed_engine_trace_is_named_by_every_reader(tmp_path, what, damag
     bad.write_text(json.dumps(doc))
     good = tmp_path / "good.json"
     good.write_text(json.dumps(engine_trace({1 << 14: 10})))
-    for args in (["diagnose", "--trace", str(bad)], ["diagnose", "--trace", str(good), "--baseline", str(bad)],
-                 ["recommend", results, "--trace", str(bad)], ["report", results, "--trace", str(bad), "--output",
-                                                                   str(tmp_path / "rep")]):
+    for args in (
+        ["diagnose", "--trace", str(bad)],
+        ["diagnose", "--trace", str(good), "--baseline", str(bad)],
+        ["recommend", results, "--trace", str(bad)],
+        ["report", results, "--trace", str(bad), "--output", str(tmp_path / "rep")],
+    ):
         _one_line_exit_2(_invoke(*args), "bad.json", *needles)
 
 
-@pytest.mark.parametrize("doc, needles", [
-    ({"kind": "env-check", "schema_version": 1, "root_pid": 7, "processes": ["x"], "verdict": {}}, ["processes[0]"]),
-    ({"kind": "env-check", "schema_version": 1, "root_pid": "seven", "processes": [], "verdict": {}}, ['"root_pid"']),
-    ({"kind": "env-check", "schema_version": 1, "root_pid": 7, "processes": [], "verdict": {"findings": [3]}},
-     ['"findings"[0]']),
-    ({"kind": "sweep"}, ["not an env-check document"]),
-])
+@pytest.mark.parametrize(
+    "doc, needles",
+    [
+        (
+            {
+                "kind": "env-check",
+                "schema_version": 1,
+                "root_pid": 7,
+                "processes": ["x"],
+                "verdict": {},
+            },
+            ["processes[0]"],
+        ),
+        (
+            {
+                "kind": "env-check",
+                "schema_version": 1,
+                "root_pid": "seven",
+                "processes": [],
+                "verdict": {},
+            },
+            ['"root_pid"'],
+        ),
+        (
+            {
+                "kind": "env-check",
+                "schema_version": 1,
+                "root_pid": 7,
+                "processes": [],
+                "verdict": {"findings": [3]},
+            },
+            ['"findings"[0]'],
+        ),
+        ({"kind": "sweep"}, ["not an env-check document"]),
+    ],
+)
 def test_a_malformed_env_check_document_is_named(tmp_path, doc, needles):
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps(engine_trace({1 << 14: 10})))
     bad = tmp_path / "env.json"
     bad.write_text(json.dumps(doc))
-    _one_line_exit_2(_invoke("diagnose", "--trace", str(trace), "--env-check", str(bad)), "env.json", *needles)
+    _one_line_exit_2(
+        _invoke("diagnose", "--trace", str(trace), "--env-check", str(bad)), "env.json", *needles
+    )
 
 
-@pytest.mark.parametrize("doc, needle", [
-    ({"kind": "recommendation", "schema_version": 1, "env": {"NCCL_PROTO": 1}}, '"env"'),
-    ({"kind": "recommendation", "schema_version": 1, "env": {"NCCL PROTO": "LL"}}, "not a variable name"),
-    ({"kind": "recommendation", "schema_version": 2, "env": {}}, "schema_version 2"),
-    ([1, 2], "not a recommendation file"),
-])
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        ({"kind": "recommendation", "schema_version": 1, "env": {"NCCL_PROTO": 1}}, '"env"'),
+        (
+            {"kind": "recommendation", "schema_version": 1, "env": {"NCCL PROTO": "LL"}},
+            "not a variable name",
+        ),
+        ({"kind": "recommendation", "schema_version": 2, "env": {}}, "schema_version 2"),
+        ([1, 2], "not a recommendation file"),
+    ],
+)
 def test_a_malformed_recommendation_is_named_by_every_reader(tmp_path, doc, needle):
     bad = tmp_path / "rec.json"
     bad.write_text(json.dumps(doc))
-    _one_line_exit_2(_invoke("env-check", "--pid", "1", "--expect-from", str(bad)), "rec.json", needle)
+    _one_line_exit_2(
+        _invoke("env-check", "--pid", "1", "--expect-from", str(bad)), "rec.json", needle
+    )
     _one_line_exit_2(_invoke("run-engine", "--tuned", str(bad)), "rec.json", needle)
 
 
-@pytest.mark.parametrize("make, needle", [
-    (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4), "binary"),
-    (lambda p: p.write_bytes(b""), "empty"),
-    (lambda p: p.write_text("{\"kind\": "), "not JSON"),
-    (lambda p: p.mkdir(), "directory"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda p: p.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4), "binary"),
+        (lambda p: p.write_bytes(b""), "empty"),
+        (lambda p: p.write_text('{"kind": '), "not JSON"),
+        (lambda p: p.mkdir(), "directory"),
+    ],
+)
 def test_binary_empty_truncated_files_and_directories_are_named(tmp_path, make, needle):
     path = tmp_path / "input"
     make(path)
@@ -135,6 +232,7 @@ def test_dev_zero_is_refused_without_reading_it_all():
 
 def test_an_input_over_the_size_limit_is_refused(tmp_path, monkeypatch):
     from ncclprobe import validate
+
     monkeypatch.setattr(validate, "DEFAULT_LIMIT", 1000)
     big = tmp_path / "big.log"
     big.write_text("x" * 2000)
@@ -142,22 +240,34 @@ def test_an_input_over_the_size_limit_is_refused(tmp_path, monkeypatch):
         validate.read_text(big, "NCCL log")
 
 
-@pytest.mark.parametrize("encoding, bom", [("utf-16-le", codecs.BOM_UTF16_LE), ("utf-16-be", codecs.BOM_UTF16_BE),
-                                           ("utf-16-le", b""), ("utf-8", codecs.BOM_UTF8)])
+@pytest.mark.parametrize(
+    "encoding, bom",
+    [
+        ("utf-16-le", codecs.BOM_UTF16_LE),
+        ("utf-16-be", codecs.BOM_UTF16_BE),
+        ("utf-16-le", b""),
+        ("utf-8", codecs.BOM_UTF8),
+    ],
+)
 def test_utf16_and_bom_files_read_as_the_text_they_are(tmp_path, encoding, bom):
     """PowerShell's `>` writes UTF-16: the same log, the same facts."""
     text = LOG.read_text(encoding="utf-8")
     path = tmp_path / "log.txt"
     path.write_bytes(bom + text.encode(encoding))
-    expected, got = _invoke("nccl-log", str(LOG), "--format", "json"), _invoke("nccl-log", str(path), "--format", "json")
+    expected, got = (
+        _invoke("nccl-log", str(LOG), "--format", "json"),
+        _invoke("nccl-log", str(path), "--format", "json"),
+    )
     assert got.exit_code == expected.exit_code and got.exit_code in (0, 1), got.output
-    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "files"}   # noqa: E731
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "files"}  # noqa: E731
     assert strip(got.stdout) == strip(expected.stdout)
 
 
 def test_a_torn_last_line_is_a_killed_write_not_an_error(tmp_path):
     records = _results_lines(tmp_path)
     path = tmp_path / "torn.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"record": "result", "config_id": "def')
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in records) + '{"record": "result", "config_id": "def'
+    )
     result = _invoke("recommend", str(path))
     assert result.exit_code in (0, 1) and "torn" not in result.stderr, result.output

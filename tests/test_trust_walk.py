@@ -30,10 +30,22 @@ INPUTS = {
     "nccl-log files": lambda f, t, r: ["nccl-log", f],
     "import file": lambda f, t, r: ["import", f],
     "export results": lambda f, t, r: ["export", f, "--output", "o.txt"],
-    "env-check --expect-from": lambda f, t, r: ["env-check", "--pid", str(os.getpid()), "--expect-from", f],
+    "env-check --expect-from": lambda f, t, r: [
+        "env-check",
+        "--pid",
+        str(os.getpid()),
+        "--expect-from",
+        f,
+    ],
     "run-engine --prompts": lambda f, t, r: ["run-engine", "--prompts", f],
     "train-draft --prompts": lambda f, t, r: ["train-draft", "--prompts", f, "--output", "d.st"],
-    "train-draft --eval-prompts": lambda f, t, r: ["train-draft", "--eval-prompts", f, "--output", "d.st"],
+    "train-draft --eval-prompts": lambda f, t, r: [
+        "train-draft",
+        "--eval-prompts",
+        f,
+        "--output",
+        "d.st",
+    ],
     "recommend results": lambda f, t, r: ["recommend", f],
     "recommend --trace": lambda f, t, r: ["recommend", r, "--trace", f],
     "report results": lambda f, t, r: ["report", f, "--output", "rep"],
@@ -42,8 +54,20 @@ INPUTS = {
     "diagnose --profile": lambda f, t, r: ["diagnose", "--profile", f],
     "diagnose --server-log": lambda f, t, r: ["diagnose", "--server-log", f],
     "diagnose --baseline": lambda f, t, r: ["diagnose", "--trace", t, "--baseline", f],
-    "diagnose --baseline-profile": lambda f, t, r: ["diagnose", "--trace", t, "--baseline-profile", f],
-    "diagnose --baseline-server-log": lambda f, t, r: ["diagnose", "--trace", t, "--baseline-server-log", f],
+    "diagnose --baseline-profile": lambda f, t, r: [
+        "diagnose",
+        "--trace",
+        t,
+        "--baseline-profile",
+        f,
+    ],
+    "diagnose --baseline-server-log": lambda f, t, r: [
+        "diagnose",
+        "--trace",
+        t,
+        "--baseline-server-log",
+        f,
+    ],
     "diagnose --model-config": lambda f, t, r: ["diagnose", "--trace", t, "--model-config", f],
     "diagnose --sweep": lambda f, t, r: ["diagnose", "--trace", t, "--sweep", f],
     "diagnose --env-check": lambda f, t, r: ["diagnose", "--trace", t, "--env-check", f],
@@ -52,10 +76,21 @@ INPUTS = {
 }
 # walked elsewhere: a log that may be any text (tests/test_envcheck.py), a checkpoint or draft (torch
 # loads: tests/test_engine_gguf.py, test_engine_draft.py)
-ELSEWHERE = {"env-check --log", "run-engine --checkpoint", "run-engine --draft", "train-draft --checkpoint"}
+ELSEWHERE = {
+    "env-check --log",
+    "run-engine --checkpoint",
+    "run-engine --draft",
+    "train-draft --checkpoint",
+}
 # file outputs: tests/test_trust_writers.py (existing, --force, an input as output, interrupts)
-FILE_OUTPUTS = {"sweep --output", "import --output", "export --output", "run-engine --trace", "recommend --output",
-                "train-draft --output"}
+FILE_OUTPUTS = {
+    "sweep --output",
+    "import --output",
+    "export --output",
+    "run-engine --trace",
+    "recommend --output",
+    "train-draft --output",
+}
 # directory outputs without --force: a directory holding the user's file is refused before any work
 DIR_OUTPUTS = {
     "topo --output": ["topo", "--check", "--no-nccl-job", "--output"],
@@ -75,7 +110,9 @@ def _path_parameters():
             continue
         for param in command.params:
             if isinstance(param.type, (click.Path, click.File)):
-                label = param.opts[0] if isinstance(param, click.Option) else param.name   # not its aliases
+                label = (
+                    param.opts[0] if isinstance(param, click.Option) else param.name
+                )  # not its aliases
                 found.add(f"{name} {label}")
     return found
 
@@ -83,29 +120,40 @@ def _path_parameters():
 def _bad_files(tmp_path, results, trace):
     """Every class of bad file, by name: absent, empty, binary, torn, not UTF-8, a directory, a device,
     JSON that is valid but of no kind or another kind, and a newer schema of the right kind."""
+
     def put(name, data):
         path = tmp_path / name
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
         return str(path)
+
     (tmp_path / "a-dir").mkdir()
     header, *rest = open(results).read().splitlines()
     newer = json.dumps({**json.loads(header), "schema_version": 99})
     return {
-        "missing": str(tmp_path / "absent.json"), "empty": put("empty.json", b""),
+        "missing": str(tmp_path / "absent.json"),
+        "empty": put("empty.json", b""),
         "binary": put("binary.json", b"\x7fELF\x02\x01" + bytes(range(256)) * 8),
-        "torn": put("torn.json", '{"kind": "engine-trace", "runs": ['), "latin-1": put("latin1.json", b"caf\xe9 \x80\xff\n"),
-        "directory": str(tmp_path / "a-dir"), "device": "/dev/zero", "a list": put("list.json", "[1, 2]"),
-        "NaN": put("nan.json", '{"x": NaN}'), "nested": put("nested.json", "[" * 50000 + "]" * 50000),
+        "torn": put("torn.json", '{"kind": "engine-trace", "runs": ['),
+        "latin-1": put("latin1.json", b"caf\xe9 \x80\xff\n"),
+        "directory": str(tmp_path / "a-dir"),
+        "device": "/dev/zero",
+        "a list": put("list.json", "[1, 2]"),
+        "NaN": put("nan.json", '{"x": NaN}'),
+        "nested": put("nested.json", "[" * 50000 + "]" * 50000),
         "newer schema": put("newer.jsonl", "\n".join([newer, *rest]) + "\n"),
-        "newer trace": put("newer.json", json.dumps({**json.loads(open(trace).read()), "schema_version": 99})),
+        "newer trace": put(
+            "newer.json", json.dumps({**json.loads(open(trace).read()), "schema_version": 99})
+        ),
     }
 
 
 @contextmanager
 def _bounded(where, seconds=20):
     """A reader that hangs (an endless /dev/zero, a quadratic parse) fails the walk instead of stalling it."""
+
     def expired(*_):
         raise AssertionError(f"{where}: no answer within {seconds} s")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
     try:
@@ -118,7 +166,10 @@ def _bounded(where, seconds=20):
 def _refused(result, where):
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2, (where, result.exit_code, result.output[-300:])
-    assert len(lines) == 1 and lines[0].startswith("ncclprobe: error: ") and len(lines[0]) < 400, (where, lines)
+    assert len(lines) == 1 and lines[0].startswith("ncclprobe: error: ") and len(lines[0]) < 400, (
+        where,
+        lines,
+    )
     assert "Traceback" not in result.output and result.stdout == "", where
 
 
@@ -138,8 +189,13 @@ def test_every_input_refuses_every_bad_file_in_one_line(tmp_path, monkeypatch):
     runner = CliRunner()
     for name, make in INPUTS.items():
         for kind, path in bad.items():
-            if kind.startswith("newer") and name.split()[0] not in ("recommend", "report", "diagnose", "sweep"):
-                continue   # a results file or trace of a newer ncclprobe: only their readers
+            if kind.startswith("newer") and name.split()[0] not in (
+                "recommend",
+                "report",
+                "diagnose",
+                "sweep",
+            ):
+                continue  # a results file or trace of a newer ncclprobe: only their readers
             with _bounded(f"{name} <- {kind}"):
                 result = runner.invoke(cli, make(path, str(trace), results), prog_name="ncclprobe")
             _refused(result, f"{name} <- {kind}")
@@ -154,7 +210,9 @@ def test_a_directory_of_the_users_files_is_never_written_into(tmp_path, name):
     (mine / "notes.txt").write_text("precious\n")
     args = [results if a == "RESULTS" else a for a in DIR_OUTPUTS[name]] + [str(mine)]
     _refused(CliRunner().invoke(cli, args, prog_name="ncclprobe"), name)
-    assert [p.name for p in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "precious\n"
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"] and (
+        mine / "notes.txt"
+    ).read_text() == "precious\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.jsonl", "mine"]
 
 

@@ -36,11 +36,13 @@ def _invoke(*args, cwd=None):
 
 @pytest.fixture()
 def results(tmp_path):
-    return write_set(tmp_path / "s.jsonl", [config({}, curve(10, 1)), config({"NCCL_PROTO": "LL"}, curve(5, 1))])
+    return write_set(
+        tmp_path / "s.jsonl", [config({}, curve(10, 1)), config({"NCCL_PROTO": "LL"}, curve(5, 1))]
+    )
 
 
 def _nccl_tests_file():
-    return FIXTURE / "allreduce_4x_rtx5090_pcie_genoa.txt"   # one run: one output file
+    return FIXTURE / "allreduce_4x_rtx5090_pcie_genoa.txt"  # one run: one output file
 
 
 # every command that writes a file: (arguments, the output path inside tmp_path)
@@ -48,9 +50,28 @@ WRITERS = {
     "recommend": lambda r, out: ["recommend", r, "--emit", "json", "--output", out],
     "import": lambda r, out: ["import", str(_nccl_tests_file()), "--output", out],
     "export": lambda r, out: ["export", r, "--output", out],
-    "sweep": lambda r, out: ["sweep", "--backend", "gloo", "--sizes", "64", "--proto", "default", "--algo", "default",
-                             "--output", out],
-    "run-engine": lambda r, out: ["run-engine", "--preset", "tiny", "--new-tokens", "2", "--trace", out],
+    "sweep": lambda r, out: [
+        "sweep",
+        "--backend",
+        "gloo",
+        "--sizes",
+        "64",
+        "--proto",
+        "default",
+        "--algo",
+        "default",
+        "--output",
+        out,
+    ],
+    "run-engine": lambda r, out: [
+        "run-engine",
+        "--preset",
+        "tiny",
+        "--new-tokens",
+        "2",
+        "--trace",
+        out,
+    ],
     "train-draft": lambda r, out: ["train-draft", "--preset", "tiny", "--output", out],
 }
 
@@ -61,9 +82,11 @@ def test_an_existing_output_is_refused_before_any_work(tmp_path, results, comman
     out.write_text(PRECIOUS)
     started = time.monotonic()
     result = _invoke(*WRITERS[command](results, str(out)), cwd=tmp_path)
-    assert result.exit_code == 2 and "already exists" in result.stderr and "--force" in result.stderr, result.output
+    assert (
+        result.exit_code == 2 and "already exists" in result.stderr and "--force" in result.stderr
+    ), result.output
     assert len(result.stderr.strip().splitlines()) == 1 and out.read_text() == PRECIOUS
-    assert time.monotonic() - started < 60          # refused up front (train-draft would train for minutes)
+    assert time.monotonic() - started < 60  # refused up front (train-draft would train for minutes)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["taken.out", "s.jsonl"])
 
 
@@ -74,7 +97,17 @@ def test_an_input_is_never_an_output_even_with_force(tmp_path, results):
         assert result.exit_code == 2 and "also an input" in result.stderr
     trace = tmp_path / "t.json"
     trace.write_text(__import__("json").dumps(engine_trace({1 << 14: 10})))
-    result = _invoke("recommend", results, "--workload", str(trace), "--emit", "env", "--output", str(trace), "--force")
+    result = _invoke(
+        "recommend",
+        results,
+        "--workload",
+        str(trace),
+        "--emit",
+        "env",
+        "--output",
+        str(trace),
+        "--force",
+    )
     assert result.exit_code == 2 and "also an input" in result.stderr
     assert Path(results).read_text() == before
 
@@ -87,10 +120,18 @@ def test_no_file_of_a_checkpoint_or_prompts_input_is_replaced_even_with_force(tm
     (checkpoint / "model.safetensors").write_text(PRECIOUS)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(PRECIOUS)
-    for args in (["train-draft", "--checkpoint", str(checkpoint), "--output", str(checkpoint / "model.safetensors")],
-                 ["run-engine", "--checkpoint", str(checkpoint), "--trace", str(checkpoint / "config.json")],
-                 ["train-draft", "--prompts", str(prompts), "--output", str(prompts)],
-                 ["train-draft", "--eval-prompts", str(prompts), "--output", str(prompts)]):
+    for args in (
+        [
+            "train-draft",
+            "--checkpoint",
+            str(checkpoint),
+            "--output",
+            str(checkpoint / "model.safetensors"),
+        ],
+        ["run-engine", "--checkpoint", str(checkpoint), "--trace", str(checkpoint / "config.json")],
+        ["train-draft", "--prompts", str(prompts), "--output", str(prompts)],
+        ["train-draft", "--eval-prompts", str(prompts), "--output", str(prompts)],
+    ):
         result = _invoke(*args, "--force", cwd=tmp_path)
         assert result.exit_code == 2 and "also an input" in result.stderr, (args, result.output)
     assert all(p.read_text() == PRECIOUS for p in (prompts, *checkpoint.iterdir()))
@@ -102,18 +143,22 @@ def test_force_replaces_a_file_whole(tmp_path, results):
     result = _invoke("recommend", results, "--emit", "json", "--output", str(out), "--force")
     assert result.exit_code == 0, result.output
     assert '"kind": "recommendation"' in out.read_text()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temporary file left
+    assert [
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".")
+    ] == []  # no temporary file left
 
 
 def test_a_report_directory_is_replaced_whole_and_never_one_of_the_users(tmp_path, results):
     out = tmp_path / "report"
-    (out / "figures").mkdir(parents=True)                       # an earlier report, as ncclprobe left it
+    (out / "figures").mkdir(parents=True)  # an earlier report, as ncclprobe left it
     (out / ".ncclprobe-output").write_text("written by ncclprobe\n")
     (out / "figures" / "stale-from-an-earlier-run.png").write_bytes(b"old")
     again = _invoke("report", results, "--output", str(out))
     assert again.exit_code == 2 and "--force" in again.stderr
     assert _invoke("report", results, "--output", str(out), "--force").exit_code == 0
-    assert not (out / "figures" / "stale-from-an-earlier-run.png").exists()   # never mixed with new files
+    assert not (
+        out / "figures" / "stale-from-an-earlier-run.png"
+    ).exists()  # never mixed with new files
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text(PRECIOUS)
@@ -123,15 +168,18 @@ def test_a_report_directory_is_replaced_whole_and_never_one_of_the_users(tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("args", [
-    ["report", "{results}", "--output", "{tmp}/new", "--trace", "{tmp}/missing.json"],
-    ["report", "{tmp}/missing.jsonl", "--output", "{tmp}/new"],
-    ["recommend", "{tmp}/missing.jsonl", "--emit", "json", "--output", "{tmp}/new"],
-    ["import", "{tmp}/missing.txt", "--output", "{tmp}/new"],
-    ["sweep", "--collect", "{tmp}", "--output", "{tmp}/new"],
-    ["sweep", "--collect", "{tmp}"],
-    ["sweep", "--p2p-level", "²"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "{results}", "--output", "{tmp}/new", "--trace", "{tmp}/missing.json"],
+        ["report", "{tmp}/missing.jsonl", "--output", "{tmp}/new"],
+        ["recommend", "{tmp}/missing.jsonl", "--emit", "json", "--output", "{tmp}/new"],
+        ["import", "{tmp}/missing.txt", "--output", "{tmp}/new"],
+        ["sweep", "--collect", "{tmp}", "--output", "{tmp}/new"],
+        ["sweep", "--collect", "{tmp}"],
+        ["sweep", "--p2p-level", "²"],
+    ],
+)
 def test_bad_input_creates_no_output(tmp_path, results, args):
     """Every input is read and checked before an output (or ./runs/) exists."""
     argv = [a.format(results=results, tmp=tmp_path) for a in args]
@@ -172,14 +220,24 @@ def test_a_file_that_appears_meanwhile_is_kept(tmp_path):
 
 def test_a_full_file_system_is_one_line_and_leaves_nothing(tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse the write, like a full disk (EFBIG for ENOSPC)."""
-    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from ncclprobe.cli import main; "
-            "sys.argv = ['ncclprobe'] + sys.argv[1:]; main()")
+    code = (
+        "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from ncclprobe.cli import main; "
+        "sys.argv = ['ncclprobe'] + sys.argv[1:]; main()"
+    )
     out = tmp_path / "imported.jsonl"
-    done = subprocess.run([sys.executable, "-c", code, "import", str(_nccl_tests_file()), "--output", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "import", str(_nccl_tests_file()), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and "cannot write" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        done.stderr.count("\n") == 1
+        and "cannot write" in done.stderr
+        and "Traceback" not in done.stderr
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -194,14 +252,39 @@ def test_a_read_only_results_file_is_not_resumed(tmp_path, results):
         os.chmod(results, 0o644)
 
 
-ARGS = ["--sizes", "8", "--iters", "1", "--trials", "1", "--warmup", "0", "--proto", "default", "--algo", "default",
-        "--p2p-level", "default,SYS", "--backend", "gloo", "--nranks", "2", "--placement", "in"]
+ARGS = [
+    "--sizes",
+    "8",
+    "--iters",
+    "1",
+    "--trials",
+    "1",
+    "--warmup",
+    "0",
+    "--proto",
+    "default",
+    "--algo",
+    "default",
+    "--p2p-level",
+    "default,SYS",
+    "--backend",
+    "gloo",
+    "--nranks",
+    "2",
+    "--placement",
+    "in",
+]
 
 
 def _sweep(tmp_path, out):
-    return subprocess.Popen([sys.executable, "-m", "ncclprobe", "sweep", *ARGS, "--output", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "ncclprobe", "sweep", *ARGS, "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
 
 
 def _wait_for(predicate, proc, limit_s=90):
@@ -218,7 +301,9 @@ def test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue(tmp_
     configuration stays, the last line says --resume, no pool or log directory is left."""
     out = tmp_path / "sweep.jsonl"
     proc = _sweep(tmp_path, out)
-    assert _wait_for(lambda: out.exists() and '"record": "config"' in out.read_text(), proc), proc.communicate()
+    assert _wait_for(lambda: out.exists() and '"record": "config"' in out.read_text(), proc), (
+        proc.communicate()
+    )
     os.kill(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err

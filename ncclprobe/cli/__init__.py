@@ -51,10 +51,21 @@ SUBCOMMANDS = {
 log = logging.getLogger("ncclprobe")
 # an internal error's traceback is logged from this verbosity on; every hint names this flag
 TRACEBACK_VERBOSITY, TRACEBACK_FLAG = 1, "-v"
-HELP_WIDTH = 100   # every --help is wrapped to this width
+HELP_WIDTH = 100  # every --help is wrapped to this width
 # OSErrors that describe the machine, not a bug: reported as one line with exit 2
-ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
-                                errno.EFBIG, errno.EIO, errno.EMFILE, errno.ENFILE})
+ENVIRONMENT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EFBIG,
+        errno.EIO,
+        errno.EMFILE,
+        errno.ENFILE,
+    }
+)
 
 
 def load_target(target: str | None):
@@ -67,21 +78,34 @@ def load_target(target: str | None):
     module_name, attr = target.split(":")
     module = importlib.import_module(module_name)
     from ncclprobe.cli.types import harden
+
     command = harden(getattr(module, attr))
-    _accept_common_options(command)   # lazily loaded subcommands of groups (`probe X -q`) too
+    _accept_common_options(command)  # lazily loaded subcommands of groups (`probe X -q`) too
     return command
 
 
-def exit_codes(fine: str, findings: str | None = None, nothing_here: str | None = None,
-               interrupted: str = "nothing half-written is left") -> str:
+def exit_codes(
+    fine: str,
+    findings: str | None = None,
+    nothing_here: str | None = None,
+    interrupted: str = "nothing half-written is left",
+) -> str:
     """The `Exit codes:` paragraph of a command's --help: what 0, 1 and 3 mean for this command,
     then the codes every command shares (this module's contract, `ncclprobe.verdict`)."""
-    codes = [f"0 {fine}"] + ([f"1 {findings}"] if findings else []) + ["2 bad usage or input (one line)"]
+    codes = (
+        [f"0 {fine}"]
+        + ([f"1 {findings}"] if findings else [])
+        + ["2 bad usage or input (one line)"]
+    )
     codes += [f"3 {nothing_here}"] if nothing_here else []
-    codes += [f"4 internal error ({TRACEBACK_FLAG} shows the traceback)",
-              f"130 interrupted (Ctrl-C) and 143 terminated (SIGTERM): {interrupted}"]
+    codes += [
+        f"4 internal error ({TRACEBACK_FLAG} shows the traceback)",
+        f"130 interrupted (Ctrl-C) and 143 terminated (SIGTERM): {interrupted}",
+    ]
     text = "Exit codes: " + "; ".join(codes) + "."
-    return "\b\n" + textwrap.fill(text, width=HELP_WIDTH - 4, break_on_hyphens=False, break_long_words=False)
+    return "\b\n" + textwrap.fill(
+        text, width=HELP_WIDTH - 4, break_on_hyphens=False, break_long_words=False
+    )
 
 
 class _Interrupted(Exception):
@@ -118,7 +142,9 @@ class LazyGroup(click.Group):
         interrupts.install()
         interrupts.set_hint(None)
         try:
-            code = exit_code(super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra))
+            code = exit_code(
+                super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+            )
         except _Interrupted as exc:
             _exit_interrupted(exc.original)
         except click.exceptions.Exit as exc:
@@ -127,7 +153,9 @@ class LazyGroup(click.Group):
             click.echo(exc.ctx.get_help(), err=True)
             sys.exit(2)
         except (click.UsageError, click.BadParameter, UsageProblem) as exc:
-            _one_line_error(exc.format_message() if isinstance(exc, click.ClickException) else str(exc))
+            _one_line_error(
+                exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+            )
             sys.exit(2)
         except NcclprobeError as exc:
             _one_line_error(str(exc))
@@ -142,7 +170,9 @@ class LazyGroup(click.Group):
         except OSError as exc:
             if exc.errno not in ENVIRONMENT_ERRNOS:
                 _internal_error(exc)
-            _one_line_error(_os_error_text(exc))   # a full disk, a read-only file: the system's reason
+            _one_line_error(
+                _os_error_text(exc)
+            )  # a full disk, a read-only file: the system's reason
             sys.exit(2)
         except Exception as exc:  # a bug: say so in one line, traceback only with -v
             _internal_error(exc)
@@ -154,6 +184,7 @@ def exit_code(returned) -> int:
     its library call's `Verdict`, or nothing (it printed what was asked: 0); click itself returns
     the code of its own exits (--help, --version)."""
     from ncclprobe.verdict import Verdict
+
     if isinstance(returned, Verdict):
         return returned.exit_code
     return returned if isinstance(returned, int) else 0
@@ -162,7 +193,9 @@ def exit_code(returned) -> int:
 def _internal_error(exc: BaseException) -> None:
     if log.isEnabledFor(_LEVELS[TRACEBACK_VERBOSITY]):
         log.error("internal error", exc_info=exc)
-    _one_line_error(f"internal error: {type(exc).__name__}: {exc} (run with {TRACEBACK_FLAG} for the traceback)")
+    _one_line_error(
+        f"internal error: {type(exc).__name__}: {exc} (run with {TRACEBACK_FLAG} for the traceback)"
+    )
     sys.exit(4)
 
 
@@ -172,12 +205,28 @@ def _accept_common_options(command: click.Command) -> None:
     names = {name for param in command.params for name in param.opts}
     if not names & {"-q", "--quiet", "-v", "--verbose", "--wide"}:
         command.params += [
-            click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_verbosity,
-                         help="More detail on stderr (-vv for debug); same as before the command."),
-            click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_quiet,
-                         help="Only errors on stderr; no progress; same as before the command."),
-            click.Option(["--wide"], is_flag=True, expose_value=False, callback=_set_wide,
-                         help="Tables with every column, unwrapped; same as before the command.")]
+            click.Option(
+                ["-v", "--verbose"],
+                count=True,
+                expose_value=False,
+                callback=_set_verbosity,
+                help="More detail on stderr (-vv for debug); same as before the command.",
+            ),
+            click.Option(
+                ["-q", "--quiet"],
+                is_flag=True,
+                expose_value=False,
+                callback=_set_quiet,
+                help="Only errors on stderr; no progress; same as before the command.",
+            ),
+            click.Option(
+                ["--wide"],
+                is_flag=True,
+                expose_value=False,
+                callback=_set_wide,
+                help="Tables with every column, unwrapped; same as before the command.",
+            ),
+        ]
     for sub in getattr(command, "commands", {}).values():
         _accept_common_options(sub)
 
@@ -209,6 +258,7 @@ def _exit_interrupted(exc: BaseException) -> None:
     when the exception is caught further up; not pinned down further). Ending here keeps 130/143."""
     import atexit
     import os
+
     line, code = interrupts.describe(exc)
     click.echo(f"ncclprobe: {line}", err=True)
     atexit._run_exitfuncs()
@@ -225,6 +275,7 @@ def _os_error_text(exc: OSError) -> str:
 def _one_line_error(message: str) -> None:
     """The one line of every error; a secret the message quotes (a URL password, a token) is masked."""
     from ncclprobe.secrets import mask_shapes
+
     text = mask_shapes(" ".join(str(message).split()))
     click.echo(f"ncclprobe: error: {text}", err=True)
 
@@ -235,10 +286,15 @@ class _MaskingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         from ncclprobe.secrets import mask_shapes
+
         return "\n".join(mask_shapes(line) for line in super().format(record).split("\n"))
 
 
-_LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}   # -q, default, -v; -vv and more: DEBUG
+_LEVELS = {
+    -1: logging.ERROR,
+    0: logging.WARNING,
+    1: logging.INFO,
+}  # -q, default, -v; -vv and more: DEBUG
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -251,15 +307,25 @@ def _configure_logging(verbosity: int) -> None:
     root.propagate = False
 
 
-@click.group(cls=LazyGroup, epilog=exit_codes(
-    "everything measured or checked is fine", "findings: wrong results, unmet expectations, lint errors, hung or "
-    "crashed configurations", "nothing could be measured or read here (no GPU for a GPU-only probe, no readable "
-    "process)", interrupted="one line says how to continue (`--resume FILE` where it applies)"), context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH})
+@click.group(
+    cls=LazyGroup,
+    epilog=exit_codes(
+        "everything measured or checked is fine",
+        "findings: wrong results, unmet expectations, lint errors, hung or crashed configurations",
+        "nothing could be measured or read here (no GPU for a GPU-only probe, no readable process)",
+        interrupted="one line says how to continue (`--resume FILE` where it applies)",
+    ),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH},
+)
 @click.version_option(__version__, "--version", prog_name="ncclprobe")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr; no progress.")
-@click.option("--wide", is_flag=True, help="Tables with every column, unwrapped (default: they fit the terminal; "
-              "JSON and CSV are always complete).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Tables with every column, unwrapped (default: they fit the terminal; "
+    "JSON and CSV are always complete).",
+)
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool, wide: bool) -> None:
     """Diagnostics for multi-GPU collectives: measure NCCL settings, show that they reached

@@ -26,30 +26,88 @@ Examples:
 {exit_codes("no finding above informational", "findings")}"""
 
 
-@click.command(epilog=EPILOG, short_help="Ranked causes of a slow engine run, with evidence and next steps.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
-              help="Engine trace from `ncclprobe run-engine --trace FILE`.")
-@click.option("--profile", "profiles", multiple=True, type=click.Path(dir_okay=False),
-              help="PyTorch profiler trace (.json or .json.gz) of any engine; one per rank (repeatable).")
-@click.option("--server-log", "server_logs", multiple=True, type=click.Path(dir_okay=False),
-              help="SGLang or vLLM server log of the run (repeatable; with --profile: the same run's log).")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
-              help="Another engine trace to compare with (e.g. the untuned or known-good run).")
-@click.option("--baseline-profile", "baseline_profiles", multiple=True, type=click.Path(dir_okay=False),
-              help="Profiles of the run to compare against, e.g. plain decoding (repeatable, one per rank).")
-@click.option("--baseline-server-log", "baseline_logs", multiple=True, type=click.Path(dir_okay=False),
-              help="Server log of the run to compare against.")
-@click.option("--model-config", "model_config", type=click.Path(),
-              help="The model's config.json (or its directory): the shape for the expected verify/decode ratio.")
-@click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False), help="Sweep results (JSONL) to compare collectives with.")
-@click.option("--env-check", "env_check_path", type=click.Path(dir_okay=False),
-              help="`ncclprobe env-check --format json` output of the live job.")
-@click.option("--collect-env", "collect_env_path", type=click.Path(dir_okay=False),
-              help="`vllm collect-env` or `python -m sglang.check_env` output: its NCCL settings are linted (the "
-                   "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.")
+@click.command(
+    epilog=EPILOG, short_help="Ranked causes of a slow engine run, with evidence and next steps."
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    help="Engine trace from `ncclprobe run-engine --trace FILE`.",
+)
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="PyTorch profiler trace (.json or .json.gz) of any engine; one per rank (repeatable).",
+)
+@click.option(
+    "--server-log",
+    "server_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="SGLang or vLLM server log of the run (repeatable; with --profile: the same run's log).",
+)
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False),
+    help="Another engine trace to compare with (e.g. the untuned or known-good run).",
+)
+@click.option(
+    "--baseline-profile",
+    "baseline_profiles",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Profiles of the run to compare against, e.g. plain decoding (repeatable, one per rank).",
+)
+@click.option(
+    "--baseline-server-log",
+    "baseline_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Server log of the run to compare against.",
+)
+@click.option(
+    "--model-config",
+    "model_config",
+    type=click.Path(),
+    help="The model's config.json (or its directory): the shape for the expected verify/decode ratio.",
+)
+@click.option(
+    "--sweep",
+    "sweep_path",
+    type=click.Path(dir_okay=False),
+    help="Sweep results (JSONL) to compare collectives with.",
+)
+@click.option(
+    "--env-check",
+    "env_check_path",
+    type=click.Path(dir_okay=False),
+    help="`ncclprobe env-check --format json` output of the live job.",
+)
+@click.option(
+    "--collect-env",
+    "collect_env_path",
+    type=click.Path(dir_okay=False),
+    help="`vllm collect-env` or `python -m sglang.check_env` output: its NCCL settings are linted (the "
+    "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.",
+)
 @format_option
-def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles, baseline_logs, model_config,
-            sweep_path, env_check_path, collect_env_path, fmt):
+def command(
+    trace_path,
+    profiles,
+    server_logs,
+    baseline_path,
+    baseline_profiles,
+    baseline_logs,
+    model_config,
+    sweep_path,
+    env_check_path,
+    collect_env_path,
+    fmt,
+):
     """Reason over an engine run the way a careful engineer would: find phases that run without
     CUDA graphs, steps where the GPU waits for the host, compare the verify step with what its
     extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
@@ -58,12 +116,24 @@ def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles,
     log. Each finding carries its numbers, a confidence and the next command; hypotheses the
     evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
+
     if collect_env_path and not (trace_path or profiles or server_logs):
-        raise UsageProblem("--collect-env goes with the run it describes (--trace, --profile or --server-log); "
-                           f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}")
-    ev = load_evidence(trace_path, profiles=profiles, server_logs=server_logs, baseline=baseline_path,
-                       baseline_profiles=baseline_profiles, baseline_server_logs=baseline_logs, sweep=sweep_path,
-                       env_check=env_check_path, model_config=model_config, collect_env=collect_env_path)
+        raise UsageProblem(
+            "--collect-env goes with the run it describes (--trace, --profile or --server-log); "
+            f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}"
+        )
+    ev = load_evidence(
+        trace_path,
+        profiles=profiles,
+        server_logs=server_logs,
+        baseline=baseline_path,
+        baseline_profiles=baseline_profiles,
+        baseline_server_logs=baseline_logs,
+        sweep=sweep_path,
+        env_check=env_check_path,
+        model_config=model_config,
+        collect_env=collect_env_path,
+    )
     result = diagnose(ev)
     if fmt == "table":
         click.echo(render_text(result, ev))
@@ -75,18 +145,35 @@ def command(trace_path, profiles, server_logs, baseline_path, baseline_profiles,
 
 
 def _row(index, finding) -> dict:
-    return {"rank": index, "severity": finding.severity, "confidence": finding.confidence, "rule": finding.rule,
-            "cost_ms_per_token": finding.cost_ms_per_token, "cost_ms_per_step": finding.cost_ms_per_step,
-            "finding": finding.title, "next_command": finding.next_command}
+    return {
+        "rank": index,
+        "severity": finding.severity,
+        "confidence": finding.confidence,
+        "rule": finding.rule,
+        "cost_ms_per_token": finding.cost_ms_per_token,
+        "cost_ms_per_step": finding.cost_ms_per_step,
+        "finding": finding.title,
+        "next_command": finding.next_command,
+    }
 
 
 def run_summary(source: str, run) -> dict:
     """A run of the view, for --format json: its phases and what could not be known."""
-    return {"input": source, "label": run.label, "mode": run.mode, "source": run.source, "engine": run.engine,
-            "path": run.path, "phases": {name: p.to_json() for name, p in run.phases.items()},
-            "collective_share": run.collective_share, "graph_coverage": run.graph_coverage,
-            "acceptance": run.acceptance.__dict__ if run.acceptance else None, "ranks": run.ranks, "log": run.log,
-            "notes": run.notes}
+    return {
+        "input": source,
+        "label": run.label,
+        "mode": run.mode,
+        "source": run.source,
+        "engine": run.engine,
+        "path": run.path,
+        "phases": {name: p.to_json() for name, p in run.phases.items()},
+        "collective_share": run.collective_share,
+        "graph_coverage": run.graph_coverage,
+        "acceptance": run.acceptance.__dict__ if run.acceptance else None,
+        "ranks": run.ranks,
+        "log": run.log,
+        "notes": run.notes,
+    }
 
 
 def render_text(result, ev=None) -> str:
@@ -97,8 +184,13 @@ def render_text(result, ev=None) -> str:
     if not result.findings:
         lines.append("# no findings: nothing above informational")
     for index, f in enumerate(result.findings, 1):
-        cost = (f", costs ~{f.cost_ms_per_token:.3f} ms/token" if f.cost_ms_per_token else
-                f", costs ~{f.cost_ms_per_step:.3f} ms/step" if f.cost_ms_per_step else "")
+        cost = (
+            f", costs ~{f.cost_ms_per_token:.3f} ms/token"
+            if f.cost_ms_per_token
+            else f", costs ~{f.cost_ms_per_step:.3f} ms/step"
+            if f.cost_ms_per_step
+            else ""
+        )
         lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
         lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
@@ -109,8 +201,11 @@ def render_text(result, ev=None) -> str:
         lines += [f"  - {r.hypothesis}: {r.reason}" for r in result.ruled_out]
     if result.not_checked:
         lines.append("not checked (missing evidence):")
-        lines += [f"  - {n.hypothesis}: {n.missing}" + (f" (next: {n.next_command})" if n.next_command else "")
-                  for n in result.not_checked]
+        lines += [
+            f"  - {n.hypothesis}: {n.missing}"
+            + (f" (next: {n.next_command})" if n.next_command else "")
+            for n in result.not_checked
+        ]
     return "\n".join(_fit(lines, terminal_width()))
 
 
@@ -125,8 +220,13 @@ def _fit(lines: list[str], width: int | None) -> list[str]:
             fitted.append(line)
             continue
         indent = "#   " if line.startswith("#") else " " * (len(line) - len(line.lstrip()) + 3)
-        fitted += textwrap.wrap(line, width=width, subsequent_indent=indent, break_on_hyphens=False,
-                                break_long_words=False)
+        fitted += textwrap.wrap(
+            line,
+            width=width,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
     return fitted
 
 
@@ -146,14 +246,19 @@ def _step_lines(ev) -> list[str]:
         for p in run.phases.values():
             if not p.count:
                 continue
-            gpu = (f", GPU busy {p.device_ms:.3f} ms, idle {p.idle_ms:.3f} ms" if p.device_ms is not None else
-                   ", no GPU events")
+            gpu = (
+                f", GPU busy {p.device_ms:.3f} ms, idle {p.idle_ms:.3f} ms"
+                if p.device_ms is not None
+                else ", no GPU events"
+            )
             graph = f", graph {p.graph_share:.0%}" if p.graph_share is not None else ""
             launches = ", ".join(f"{k} {v:g}" for k, v in p.launches.items())
             tokens = f", {p.tokens_per_seq:g} tok/seq" if p.tokens_per_seq else ""
             batch = f", batch {p.batch}" if p.batch else ""
-            lines.append(f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
-                         f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else ""))
+            lines.append(
+                f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
+                f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else "")
+            )
     return lines
 
 
@@ -161,8 +266,10 @@ def _evidence_text(value) -> str:
     """Every number a finding rests on, nested runs and per-rank problems included (the JSON
     output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_evidence_text(v) if not isinstance(v, dict) else '{' + _evidence_text(v) + '}'}"
-                         for k, v in value.items())
+        return ", ".join(
+            f"{k}={_evidence_text(v) if not isinstance(v, dict) else '{' + _evidence_text(v) + '}'}"
+            for k, v in value.items()
+        )
     if isinstance(value, list):
         return "[" + "; ".join(_evidence_text(v) for v in value) + "]"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -173,12 +280,21 @@ def _expectation_lines(exp: dict | None) -> list[str]:
     if not exp:
         return []
     mb = lambda parts: ", ".join(f"{k} {v / 1e6:.3g} MB" for k, v in parts.items())
-    lines = [f"# expected verify/decode {exp['expected_ratio']:.2f}x = bytes moved by a verify step / by a decode step "
-             f"(weight-bandwidth bound); flagged above {exp['limit_ratio']:.2f}x",
-             f"#   decode: {mb(exp['decode_bytes'])}", f"#   verify: {mb(exp['verify_bytes'])}"]
+    lines = [
+        f"# expected verify/decode {exp['expected_ratio']:.2f}x = bytes moved by a verify step / by a decode step "
+        f"(weight-bandwidth bound); flagged above {exp['limit_ratio']:.2f}x",
+        f"#   decode: {mb(exp['decode_bytes'])}",
+        f"#   verify: {mb(exp['verify_bytes'])}",
+    ]
     return lines + [f"#   assumed: {a}" for a in exp.get("assumptions") or []]
 
 
 def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, width=terminal_width() or len(indent) + len(text), initial_indent=indent,
-                         subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+    return textwrap.wrap(
+        text,
+        width=terminal_width() or len(indent) + len(text),
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )

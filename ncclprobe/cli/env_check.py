@@ -25,23 +25,61 @@ Examples:
   ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
   ncclprobe env-check --pid 4242 --watch 2 --count 10
 \b
-{exit_codes("expectations met and no lint errors", "findings", "nothing readable",
-            interrupted="a --watch ends with the snapshots it printed")}
+{
+    exit_codes(
+        "expectations met and no lint errors",
+        "findings",
+        "nothing readable",
+        interrupted="a --watch ends with the snapshots it printed",
+    )
+}
 """
 
 
-@click.command("env-check", epilog=EPILOG, short_help="NCCL settings of every process of a running job.")
-@click.option("--pid", "pid", type=StrictInt(min=1, max=2 ** 31 - 1), required=True, help="Root of the job's process tree.")
-@click.option("--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable).")
-@click.option("--expect-from", "expect_from", type=click.Path(dir_okay=False), default=None,
-              help="A recommendation JSON file (ncclprobe recommend --emit json); its env is expected.")
-@click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False),
-              help="NCCL_DEBUG=INFO log of a process of the job (repeatable): cross-check what NCCL read.")
-@click.option("--all", "show_all", is_flag=True, help="Show every variable (secret-looking values masked).")
-@click.option("--watch", "watch_s", type=Duration(min_s=0.0, max_s=86400.0), default=None, metavar="SECONDS",
-              help="Re-check every SECONDS as workers come and go (JSON: one document per line per check).")
-@click.option("--count", type=StrictInt(min=0, max=10 ** 9), default=None,
-              help="With --watch: how many checks (default 0: until interrupted).")
+@click.command(
+    "env-check", epilog=EPILOG, short_help="NCCL settings of every process of a running job."
+)
+@click.option(
+    "--pid",
+    "pid",
+    type=StrictInt(min=1, max=2**31 - 1),
+    required=True,
+    help="Root of the job's process tree.",
+)
+@click.option(
+    "--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable)."
+)
+@click.option(
+    "--expect-from",
+    "expect_from",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A recommendation JSON file (ncclprobe recommend --emit json); its env is expected.",
+)
+@click.option(
+    "--log",
+    "logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="NCCL_DEBUG=INFO log of a process of the job (repeatable): cross-check what NCCL read.",
+)
+@click.option(
+    "--all", "show_all", is_flag=True, help="Show every variable (secret-looking values masked)."
+)
+@click.option(
+    "--watch",
+    "watch_s",
+    type=Duration(min_s=0.0, max_s=86400.0),
+    default=None,
+    metavar="SECONDS",
+    help="Re-check every SECONDS as workers come and go (JSON: one document per line per check).",
+)
+@click.option(
+    "--count",
+    type=StrictInt(min=0, max=10**9),
+    default=None,
+    help="With --watch: how many checks (default 0: until interrupted).",
+)
 @format_option
 @click.pass_context
 def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
@@ -53,7 +91,9 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
     from ncclprobe.envcheck.expect import load_recommendation, parse_expect
 
     if count is not None and watch_s is None:
-        raise UsageProblem("--count is the number of --watch checks; add --watch SECONDS (or drop --count)")
+        raise UsageProblem(
+            "--count is the number of --watch checks; add --watch SECONDS (or drop --count)"
+        )
     expectations = parse_expect(expect) + (load_recommendation(expect_from) if expect_from else [])
 
     def check():
@@ -72,19 +112,31 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
         emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
         return
     if fmt == "json":  # JSON lines: one document per snapshot
-        click.echo(json.dumps({**result.to_json(), "snapshot": snapshot, "time": time.time()}, allow_nan=False))
+        click.echo(
+            json.dumps(
+                {**result.to_json(), "snapshot": snapshot, "time": time.time()}, allow_nan=False
+            )
+        )
     elif fmt == "csv":
         text = to_csv([{"snapshot": snapshot, **row} for row in result.rows(joiner="; ")])
         click.echo(text if snapshot == 1 else text.split("\n", 1)[-1], nl=False)
     else:
-        emit(fmt, None, result.rows(), title=f"snapshot {snapshot}: {result.title()}", notes=result.all_notes())
+        emit(
+            fmt,
+            None,
+            result.rows(),
+            title=f"snapshot {snapshot}: {result.title()}",
+            notes=result.all_notes(),
+        )
 
 
 def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdict:
     """Re-check until `count` snapshots (0: until interrupted) or the root process is gone."""
     previous: dict[int, str] = {}
     verdict, snapshot = Verdict.NOTHING_HERE, 0
-    interrupts.set_hint(lambda: f"the watch stopped after {snapshot} snapshot(s), all printed above")
+    interrupts.set_hint(
+        lambda: f"the watch stopped after {snapshot} snapshot(s), all printed above"
+    )
     while count == 0 or snapshot < count:
         if snapshot:
             time.sleep(interval_s)
@@ -104,7 +156,9 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdi
     return verdict
 
 
-def _report_changes(previous: dict[int, str], current: dict[int, str], snapshot: int, quiet: bool) -> None:
+def _report_changes(
+    previous: dict[int, str], current: dict[int, str], snapshot: int, quiet: bool
+) -> None:
     if quiet or snapshot == 1:
         return
     for pid in sorted(set(current) - set(previous)):

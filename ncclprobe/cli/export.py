@@ -32,29 +32,53 @@ Examples:
 """
 
 
-@click.command(epilog=EPILOG, short_help="Export results as nccl-tests tables or an optimize_config.py CSV.")
+@click.command(
+    epilog=EPILOG, short_help="Export results as nccl-tests tables or an optimize_config.py CSV."
+)
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--to", "kind", type=click.Choice(["nccl-tests", "perf-csv"]), default="nccl-tests", show_default=True)
-@click.option("--mode", type=click.Choice(["eager", "graph"]), default="eager", show_default=True,
-              help="perf-csv: the measurements to export (the CSV has no mode column).")
-@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
-              help="perf-csv: keep verified LL128 results on a node without NVLink.")
-@click.option("--output", type=click.Path(dir_okay=False),
-              help="Write to this file instead of stdout (an existing file only with --force; never an input).")
+@click.option(
+    "--to",
+    "kind",
+    type=click.Choice(["nccl-tests", "perf-csv"]),
+    default="nccl-tests",
+    show_default=True,
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["eager", "graph"]),
+    default="eager",
+    show_default=True,
+    help="perf-csv: the measurements to export (the CSV has no mode column).",
+)
+@click.option(
+    "--allow-ll128-without-nvlink",
+    "allow_ll128",
+    is_flag=True,
+    help="perf-csv: keep verified LL128 results on a node without NVLink.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write to this file instead of stdout (an existing file only with --force; never an input).",
+)
 @force_option
 def command(results, kind, mode, allow_ll128, output, force):
     """Write results (from `sweep` or `import`) in another tool's format."""
     from ncclprobe import export
+
     if output:
         check_output(output, force=force, what="--output", inputs=results)
     files = [read_results(p) for p in results]
     if not any(f.results for f in files):
         raise UsageProblem("the results files hold no result records to export")
-    done = export.nccl_tests_text(files) if kind == "nccl-tests" else export.perf_csv(files, mode=mode,
-                                                                                   allow_ll128=allow_ll128)
+    done = (
+        export.nccl_tests_text(files)
+        if kind == "nccl-tests"
+        else export.perf_csv(files, mode=mode, allow_ll128=allow_ll128)
+    )
     for line in done.left_out:
         log.warning("left out: %s", line)
     if output:
-        write_text(output, done.text, force=force, what="--output")   # whole, or not at all
+        write_text(output, done.text, force=force, what="--output")  # whole, or not at all
     else:
         click.echo(done.text, nl=False)

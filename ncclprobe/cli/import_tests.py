@@ -42,12 +42,25 @@ Examples:
 """
 
 
-@click.command(epilog=EPILOG, short_help="Import nccl-tests output (text or -J JSON) as result records.")
+@click.command(
+    epilog=EPILOG, short_help="Import nccl-tests output (text or -J JSON) as result records."
+)
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--output", type=click.Path(dir_okay=False), help="Write a results file (JSONL) for recommend/report.")
-@click.option("--collective", help="Name the collective when the output does not (e.g. all_reduce, sendrecv).")
-@click.option("--settings", "labels", multiple=True, metavar="K=V,...",
-              help="NCCL settings of the run(s) (repeatable: once per run).")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write a results file (JSONL) for recommend/report.",
+)
+@click.option(
+    "--collective", help="Name the collective when the output does not (e.g. all_reduce, sendrecv)."
+)
+@click.option(
+    "--settings",
+    "labels",
+    multiple=True,
+    metavar="K=V,...",
+    help="NCCL settings of the run(s) (repeatable: once per run).",
+)
 @force_option
 @format_option
 def command(file, output, collective, labels, force, fmt):
@@ -57,16 +70,22 @@ def command(file, output, collective, labels, force, fmt):
 
     Exits 1 when nccl-tests counted wrong values.
     """
-    if output:   # the directory and the kind of target now; each output's own name once the runs are known
+    if (
+        output
+    ):  # the directory and the kind of target now; each output's own name once the runs are known
         check_output(output, force=True, what="--output", inputs=[file])
-    options = ImportOptions(source=str(file), argv=list(sys.argv), collective=collective,
-                            labels=[parse_labels(text) for text in labels])
+    options = ImportOptions(
+        source=str(file),
+        argv=list(sys.argv),
+        collective=collective,
+        labels=[parse_labels(text) for text in labels],
+    )
     imported = import_text(read_text_file(file, "input"), options)
     if output and imported.write is not None:
         log.warning("wrote %d records to %s", imported.write(output, force), output)
         output = None
     paths = output_paths(output, len(imported.record_sets)) if output else []
-    for path in paths:   # every name is checked before anything is written
+    for path in paths:  # every name is checked before anything is written
         check_output(path, force=force, what="--output", inputs=[file])
     _write_all(paths, imported.record_sets, force)
     if fmt != "table":
@@ -103,7 +122,7 @@ def _write_all(paths: list[Path], record_sets: list[list[dict]], force: bool) ->
 def _write(path: Path, records: list[dict], force: bool) -> None:
     header, *rest = records
     header = {k: v for k, v in header.items() if k not in ("record", "schema_version")}
-    with ResultWriter(path, header, atomic=True, force=force) as writer:   # whole, or not at all
+    with ResultWriter(path, header, atomic=True, force=force) as writer:  # whole, or not at all
         for record in rest:
             writer.write(record)
     log.warning("wrote %d result records to %s", len(rest) - 1, path)

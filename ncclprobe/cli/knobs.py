@@ -37,13 +37,28 @@ deciding).
 
 @click.command(epilog=EPILOG, short_help="Explain NCCL variables; lint this environment.")
 @click.argument("variable", required=False, type=NonEmpty())
-@click.option("--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead.")
-@click.option("--topo", "topo_file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="For --lint: the GPUs' topology (saved `nvidia-smi topo -m`)  [default: this machine's].")
-@click.option("--nccl-version", type=Version(), help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].")
-@click.option("--collect-env", "collect_env", type=click.Path(dir_okay=False),
-              help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
-                   "`python -m sglang.check_env` output instead of this environment.")
+@click.option(
+    "--lint", "do_lint", is_flag=True, help="Lint the NCCL_* variables of this environment instead."
+)
+@click.option(
+    "--topo",
+    "topo_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="For --lint: the GPUs' topology (saved `nvidia-smi topo -m`)  [default: this machine's].",
+)
+@click.option(
+    "--nccl-version",
+    type=Version(),
+    help="For --lint: the NCCL version in use, e.g. 2.28.9  [default: torch's NCCL].",
+)
+@click.option(
+    "--collect-env",
+    "collect_env",
+    type=click.Path(dir_okay=False),
+    help="For --lint: lint the NCCL settings, NCCL version and topology in `vllm collect-env` or "
+    "`python -m sglang.check_env` output instead of this environment.",
+)
 @format_option
 def command(variable, do_lint, topo_file, nccl_version, collect_env, fmt):
     """Print the NCCL knowledge table, or explain one VARIABLE (NCCL_P2P_LEVEL, p2p_level, ...):
@@ -64,13 +79,32 @@ def command(variable, do_lint, topo_file, nccl_version, collect_env, fmt):
         raise UsageProblem("--topo, --nccl-version and --collect-env go with --lint")
     if variable:
         doc = explain(_canonical(variable))
-        emit(fmt, {"schema_version": 1, **doc}, _explain_rows(doc), title=f"{doc['name']}: {doc['summary']}")
+        emit(
+            fmt,
+            {"schema_version": 1, **doc},
+            _explain_rows(doc),
+            title=f"{doc['name']}: {doc['summary']}",
+        )
         return None
-    rows = [{"variable": k.name, "read": k.scope.value, "values": ", ".join(k.values) or k.kind.value,
-             "default": k.default, "summary": k.summary} for k in KNOBS.values()]
-    emit(fmt, {"schema_version": 1, "knobs": [explain(name) for name in KNOBS]}, rows,
-         title="NCCL variables that matter for collectives on a node",
-         notes=["read: communicator = re-read at every communicator creation; process = once per process"])
+    rows = [
+        {
+            "variable": k.name,
+            "read": k.scope.value,
+            "values": ", ".join(k.values) or k.kind.value,
+            "default": k.default,
+            "summary": k.summary,
+        }
+        for k in KNOBS.values()
+    ]
+    emit(
+        fmt,
+        {"schema_version": 1, "knobs": [explain(name) for name in KNOBS]},
+        rows,
+        title="NCCL variables that matter for collectives on a node",
+        notes=[
+            "read: communicator = re-read at every communicator creation; process = once per process"
+        ],
+    )
     return None
 
 
@@ -96,10 +130,23 @@ def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
     from ncclprobe.evidence.text import read_text_file
     from ncclprobe.evidence.topo import node_facts
     from ncclprobe.pcie.collect_env import parse_collect_env
+
     collected = parse_collect_env(read_text_file(path, "collect-env output"))
-    node = _node(topo_file) if topo_file else node_facts(collected.topology) if collected.topology else None
-    return _lint(node, nccl_version or collected.nccl_version, fmt,
-                 env=collected.nccl_settings, notes=collected.notes, source=str(path))
+    node = (
+        _node(topo_file)
+        if topo_file
+        else node_facts(collected.topology)
+        if collected.topology
+        else None
+    )
+    return _lint(
+        node,
+        nccl_version or collected.nccl_version,
+        fmt,
+        env=collected.nccl_settings,
+        notes=collected.notes,
+        source=str(path),
+    )
 
 
 def _node(topo_file: str | None) -> NodeFacts | None:
@@ -107,20 +154,50 @@ def _node(topo_file: str | None) -> NodeFacts | None:
     if topo_file:
         from ncclprobe.evidence.text import read_text_file
         from ncclprobe.evidence.topo import node_facts, parse_topo
+
         return node_facts(parse_topo(read_text_file(topo_file, "topology file")))
     from ncclprobe.evidence.topo_live import live_node_facts
+
     return live_node_facts()
 
 
-def _lint(node: NodeFacts | None, nccl_version: str | None, fmt, *, env=None, notes=(),
-          source="this environment") -> Verdict:
+def _lint(
+    node: NodeFacts | None,
+    nccl_version: str | None,
+    fmt,
+    *,
+    env=None,
+    notes=(),
+    source="this environment",
+) -> Verdict:
     env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     findings = lint_env(env, node=node, nccl_version=nccl_version)
-    rows = [{"severity": f.severity, "variable": f.variable, "finding": mask_text(f.message), "fix": mask_text(f.fix)}
-            for f in findings]
-    doc = {"schema_version": 1, "env": mask_env(env), "node": node.to_json() if node else None, "nccl_version": nccl_version,
-           "source": source, "notes": list(notes),
-           "findings": [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]}
-    emit(fmt, doc, rows, title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
-         notes=notes)
+    rows = [
+        {
+            "severity": f.severity,
+            "variable": f.variable,
+            "finding": mask_text(f.message),
+            "fix": mask_text(f.fix),
+        }
+        for f in findings
+    ]
+    doc = {
+        "schema_version": 1,
+        "env": mask_env(env),
+        "node": node.to_json() if node else None,
+        "nccl_version": nccl_version,
+        "source": source,
+        "notes": list(notes),
+        "findings": [
+            {**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)}
+            for f in findings
+        ],
+    }
+    emit(
+        fmt,
+        doc,
+        rows,
+        title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
+        notes=notes,
+    )
     return verdict(findings)

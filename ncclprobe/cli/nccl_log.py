@@ -27,7 +27,9 @@ Examples:
 """
 
 
-@click.command(epilog=EPILOG, short_help="Read NCCL_DEBUG=INFO logs: version, env, transports, algorithms.")
+@click.command(
+    epilog=EPILOG, short_help="Read NCCL_DEBUG=INFO logs: version, env, transports, algorithms."
+)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @format_option
 def command(files, fmt):
@@ -41,28 +43,47 @@ def command(files, fmt):
     texts = [read_text_file(path, "NCCL log") for path in files]
     log = parse_nccl_log("\n".join(texts))
     if log.nccl_lines == 0 and log.nccl_version is None:
-        raise UsageProblem(f"no NCCL log lines in {', '.join(files)}: expected lines like "
-                           "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)")
+        raise UsageProblem(
+            f"no NCCL log lines in {', '.join(files)}: expected lines like "
+            "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)"
+        )
     findings = lint_env(log.env, node=_node(log), nccl_version=log.nccl_version)
-    lint = [{**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings]
+    lint = [
+        {**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings
+    ]
     doc = {**log.to_json(), "files": list(files), "lint": lint}
-    emit(fmt, doc, _rows(log), title=_title(log), notes=[f"{f['severity']}: {f['message']}" for f in lint])
+    emit(
+        fmt,
+        doc,
+        _rows(log),
+        title=_title(log),
+        notes=[f"{f['severity']}: {f['message']}" for f in lint],
+    )
     return log.verdict(findings)
 
 
 def _node(log: NcclLog) -> NodeFacts | None:
     """What the log itself shows of the links: ranks connected only through NET met over the network."""
-    return NodeFacts(over_network=True) if log.transports and set(log.transports) == {"NET"} else None
+    return (
+        NodeFacts(over_network=True) if log.transports and set(log.transports) == {"NET"} else None
+    )
 
 
 def _title(log: NcclLog) -> str:
-    return (f"NCCL {log.nccl_version or '(version not logged)'}, {log.nranks or '?'} ranks, "
-            f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines")
+    return (
+        f"NCCL {log.nccl_version or '(version not logged)'}, {log.nranks or '?'} ranks, "
+        f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines"
+    )
 
 
 def _rows(log: NcclLog) -> list[dict]:
-    rows = [{"what": "set by environment", "detail": f"{k}={v}"} for k, v in mask_env(log.env).items()]
-    rows += [{"what": "transport", "detail": f"{kind}: {count} connection lines"} for kind, count in log.transports.items()]
+    rows = [
+        {"what": "set by environment", "detail": f"{k}={v}"} for k, v in mask_env(log.env).items()
+    ]
+    rows += [
+        {"what": "transport", "detail": f"{kind}: {count} connection lines"}
+        for kind, count in log.transports.items()
+    ]
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
     rows += [{"what": "WARN", "detail": mask_text(text)} for text in log.warnings]
@@ -73,6 +94,10 @@ def tuning_summary(log: NcclLog) -> list[str]:
     """`AllReduce RING/SIMPLE 32K..64M (12 calls)`: consecutive sizes with one choice merged."""
     groups: dict[tuple, list[int]] = {}
     for entry in log.tuning:
-        groups.setdefault((entry.collective or "?", entry.algo, entry.proto), []).append(entry.bytes)
-    return [f"{coll} {algo}/{proto} {format_size(min(sizes))}..{format_size(max(sizes))} ({len(sizes)} calls)"
-            for (coll, algo, proto), sizes in groups.items()]
+        groups.setdefault((entry.collective or "?", entry.algo, entry.proto), []).append(
+            entry.bytes
+        )
+    return [
+        f"{coll} {algo}/{proto} {format_size(min(sizes))}..{format_size(max(sizes))} ({len(sizes)} calls)"
+        for (coll, algo, proto), sizes in groups.items()
+    ]

@@ -12,7 +12,8 @@ import io
 import json
 import sys
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import click
 
@@ -21,12 +22,20 @@ from ncclprobe.cli.table import left_out_note, note_lines, render_table, termina
 FORMATS = ("table", "json", "csv")
 
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-    help="Output format on stdout.")
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="Output format on stdout.",
+)
 
 # every command that writes a file takes this flag; `ncclprobe.safe_output` enforces it
-force_option = click.option("--force", is_flag=True, help="Replace an output file or directory that exists "
-                            "(default: refuse).")
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an output file or directory that exists (default: refuse).",
+)
 
 
 class AliasedOption(click.Option):
@@ -51,21 +60,43 @@ class AliasedOption(click.Option):
         return self._shown(super().get_error_hint, ctx)
 
 
-def output_option(help: str, *, dest: str = "output", directory: bool = False, required: bool = False,
-                  old: tuple[str, ...] = ()):
+def output_option(
+    help: str,
+    *,
+    dest: str = "output",
+    directory: bool = False,
+    required: bool = False,
+    old: tuple[str, ...] = (),
+):
     """`--output`: the one spelling of every file or directory a command writes. `old`: earlier
     spellings, accepted and hidden, so scripts written for them keep working."""
     kind = click.Path(file_okay=False) if directory else click.Path(dir_okay=False)
-    return click.option("--output", *old, dest, cls=AliasedOption, hidden_aliases=old, type=kind,
-                        required=required, help=help)
+    return click.option(
+        "--output",
+        *old,
+        dest,
+        cls=AliasedOption,
+        hidden_aliases=old,
+        type=kind,
+        required=required,
+        help=help,
+    )
 
 
-def emit(fmt: str, doc: Any, rows: Sequence[dict] | None = None, *, title: str | None = None,
-         notes: Iterable[str] = ()) -> None:
+def emit(
+    fmt: str,
+    doc: Any,
+    rows: Sequence[dict] | None = None,
+    *,
+    title: str | None = None,
+    notes: Iterable[str] = (),
+) -> None:
     """Print `doc` as JSON, or `rows` as a table/CSV. `notes` become `#` lines above a table. A
     table fits the terminal (`ncclprobe.cli.table`); JSON and CSV are always complete."""
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default, allow_nan=False))
+        click.echo(
+            json.dumps(doc, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+        )
         return
     rows = list(rows if rows is not None else [])
     if fmt == "csv":
@@ -112,7 +143,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.done, self.started = 0, time.monotonic()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -133,5 +164,7 @@ class Progress:
             bar = "#" * filled + "-" * (width - filled)
             self.stream.write(f"\r{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
         else:
-            self.stream.write(f"{self.label}: {self.done}/{self.total} ({pct:.0f}%) eta {eta:.0f}s {what}\n")
+            self.stream.write(
+                f"{self.label}: {self.done}/{self.total} ({pct:.0f}%) eta {eta:.0f}s {what}\n"
+            )
         self.stream.flush()

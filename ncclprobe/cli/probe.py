@@ -23,8 +23,13 @@ Examples:
   ncclprobe probe graph-capture
   ncclprobe probe custom-allreduce --share-gpu 2
 
-{exit_codes("the probe measured what it asks (each probe's --help says exactly)", "the probe found a problem",
-            "the probe cannot run here (no GPU, too few GPUs)")}
+{
+    exit_codes(
+        "the probe measured what it asks (each probe's --help says exactly)",
+        "the probe found a problem",
+        "the probe cannot run here (no GPU, too few GPUs)",
+    )
+}
 """
 
 
@@ -36,7 +41,11 @@ class LazyProbes(click.Group):
         return load_target(PROBES.get(name))
 
 
-@click.group("probe", cls=LazyProbes, epilog=EPILOG,
-             short_help="Focused measurements (env propagation, graph capture, custom all-reduce).")
+@click.group(
+    "probe",
+    cls=LazyProbes,
+    epilog=EPILOG,
+    short_help="Focused measurements (env propagation, graph capture, custom all-reduce).",
+)
 def group():
     """Focused measurements that each answer one question about how NCCL behaves in a worker."""

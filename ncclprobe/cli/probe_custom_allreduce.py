@@ -30,32 +30,100 @@ Methods:
 so the times are not link times and no verdict is given, but every method's correctness across
 processes is real. Speed needs one GPU per rank.
 
-{exit_codes("every measured result exact", "a wrong result, a failed method or ranks that ended early",
-            "no CUDA GPU with NCCL here (or too few GPUs)")}"""
+{
+    exit_codes(
+        "every measured result exact",
+        "a wrong result, a failed method or ranks that ended early",
+        "no CUDA GPU with NCCL here (or too few GPUs)",
+    )
+}"""
 
 
 @click.command(epilog=EPILOG, short_help="Custom IPC and symmetric-memory all-reduce against NCCL.")
-@click.option("--sizes", default="4K..1M", show_default=True, help="Message sizes in bytes (4K..1M doubles).")
-@click.option("--dtype", "dtypes", default="bfloat16", show_default=True, help="Comma list of bfloat16, float32.")
-@click.option("--methods", default="nccl,ipc-oneshot,ipc-twoshot,symm-oneshot,symm-twoshot", show_default=True,
-              help="Comma list of methods (see below).")
-@click.option("--mode", "modes", default="eager,graph", show_default=True, help="Comma list of eager, graph.")
-@click.option("--nranks", default=0, type=int, help="Ranks, one GPU each (default: every visible GPU).")
-@click.option("--share-gpu", default=0, type=int, metavar="N",
-              help="DIAGNOSTIC: N ranks on GPU 0; correctness is real, times are not link times.")
+@click.option(
+    "--sizes", default="4K..1M", show_default=True, help="Message sizes in bytes (4K..1M doubles)."
+)
+@click.option(
+    "--dtype",
+    "dtypes",
+    default="bfloat16",
+    show_default=True,
+    help="Comma list of bfloat16, float32.",
+)
+@click.option(
+    "--methods",
+    default="nccl,ipc-oneshot,ipc-twoshot,symm-oneshot,symm-twoshot",
+    show_default=True,
+    help="Comma list of methods (see below).",
+)
+@click.option(
+    "--mode", "modes", default="eager,graph", show_default=True, help="Comma list of eager, graph."
+)
+@click.option(
+    "--nranks", default=0, type=int, help="Ranks, one GPU each (default: every visible GPU)."
+)
+@click.option(
+    "--share-gpu",
+    default=0,
+    type=int,
+    metavar="N",
+    help="DIAGNOSTIC: N ranks on GPU 0; correctness is real, times are not link times.",
+)
 @click.option("--iters", default=50, show_default=True, type=int, help="Eager calls per trial.")
-@click.option("--trials", default=5, show_default=True, type=int, help="Timed trials per step (spread: p10/p90).")
-@click.option("--warmup", default=5, show_default=True, type=int, help="Untimed calls before the trials.")
-@click.option("--graph-ops", default=20, show_default=True, type=int, help="All-reduces captured in the timed graph.")
-@click.option("--replays", default=5, show_default=True, type=int, help="Replays of that graph per trial.")
-@click.option("--checks", default=3, show_default=True, type=int,
-              help="Correctness calls per step, each on fresh inputs, compared exactly.")
-@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
-              help="Seconds the ranks may go without progress before they are killed.")
+@click.option(
+    "--trials",
+    default=5,
+    show_default=True,
+    type=int,
+    help="Timed trials per step (spread: p10/p90).",
+)
+@click.option(
+    "--warmup", default=5, show_default=True, type=int, help="Untimed calls before the trials."
+)
+@click.option(
+    "--graph-ops",
+    default=20,
+    show_default=True,
+    type=int,
+    help="All-reduces captured in the timed graph.",
+)
+@click.option(
+    "--replays", default=5, show_default=True, type=int, help="Replays of that graph per trial."
+)
+@click.option(
+    "--checks",
+    default=3,
+    show_default=True,
+    type=int,
+    help="Correctness calls per step, each on fresh inputs, compared exactly.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=300.0,
+    show_default=True,
+    type=float,
+    help="Seconds the ranks may go without progress before they are killed.",
+)
 @format_option
 @click.pass_context
-def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials, warmup, graph_ops, replays,
-            checks, timeout_s, fmt):
+def command(
+    ctx,
+    sizes,
+    dtypes,
+    methods,
+    modes,
+    nranks,
+    share_gpu,
+    iters,
+    trials,
+    warmup,
+    graph_ops,
+    replays,
+    checks,
+    timeout_s,
+    fmt,
+):
     """Time NCCL's all-reduce against a one-shot and a two-shot all-reduce over CUDA IPC buffers
     (the kind vLLM and SGLang ship for small messages, here our own Triton kernels) and torch's
     symmetric-memory all-reduce, eager and inside CUDA graphs, with every result checked exactly.
@@ -65,10 +133,22 @@ def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials
     from ncclprobe.probes.custom_allreduce_report import table_rows, verdict
     from ncclprobe.probes.custom_allreduce_run import run_custom_allreduce
     from ncclprobe.sizes import parse_sizes
-    spec = CustomAllReduceSpec(sizes=tuple(parse_sizes(sizes)), dtypes=_names(dtypes, "--dtype"),
-                               methods=_names(methods, "--methods"), modes=_names(modes, "--mode"), nranks=nranks,
-                               share_gpu=share_gpu, iters=iters, trials=trials, warmup=warmup, graph_ops=graph_ops,
-                               replays=replays, checks=checks, timeout_s=timeout_s)
+
+    spec = CustomAllReduceSpec(
+        sizes=tuple(parse_sizes(sizes)),
+        dtypes=_names(dtypes, "--dtype"),
+        methods=_names(methods, "--methods"),
+        modes=_names(modes, "--mode"),
+        nranks=nranks,
+        share_gpu=share_gpu,
+        iters=iters,
+        trials=trials,
+        warmup=warmup,
+        graph_ops=graph_ops,
+        replays=replays,
+        checks=checks,
+        timeout_s=timeout_s,
+    )
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     with contextlib.ExitStack() as stack:
         bar = []
@@ -80,8 +160,13 @@ def command(ctx, sizes, dtypes, methods, modes, nranks, share_gpu, iters, trials
 
         doc = run_custom_allreduce(spec, on_step=on_step)
     rows = table_rows(doc) if fmt == "table" else doc["rows"]
-    emit(fmt, doc, rows, title="custom-allreduce: us per all-reduce (slowest rank, median of trials)",
-         notes=doc["notes"])
+    emit(
+        fmt,
+        doc,
+        rows,
+        title="custom-allreduce: us per all-reduce (slowest rank, median of trials)",
+        notes=doc["notes"],
+    )
     return verdict(doc)
 
 

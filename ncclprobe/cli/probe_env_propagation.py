@@ -26,18 +26,41 @@ calls), os.environ (Python's view), read by NCCL (NCCL's own `set by environment
 
 def _mechanism_names():
     from ncclprobe.probes.env_propagation import MECHANISMS
+
     return [m.name for m in MECHANISMS]
 
 
-@click.command("env-propagation", epilog=EPILOG, short_help="Which ways of setting NCCL variables reach NCCL.")
-@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(_mechanism_names()), metavar="NAME",
-              help=f"Only this mechanism (repeatable; default: all): {', '.join(_mechanism_names())}.")
-@click.option("--nccl/--no-nccl", "nccl", default=None,
-              help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).")
-@output_option("Keep the specs, results and NCCL logs in this directory (default: a temporary one, removed).",
-               dest="workdir", directory=True, old=("--workdir",))
-@click.option("--timeout", "timeout_s", type=Duration(), default=180.0, show_default=True,
-              help="Seconds one mechanism may take.")
+@click.command(
+    "env-propagation", epilog=EPILOG, short_help="Which ways of setting NCCL variables reach NCCL."
+)
+@click.option(
+    "--mechanism",
+    "mechanisms",
+    multiple=True,
+    type=click.Choice(_mechanism_names()),
+    metavar="NAME",
+    help=f"Only this mechanism (repeatable; default: all): {', '.join(_mechanism_names())}.",
+)
+@click.option(
+    "--nccl/--no-nccl",
+    "nccl",
+    default=None,
+    help="Fill the 'read by NCCL' column with one-rank communicators (default: when a GPU is present).",
+)
+@output_option(
+    "Keep the specs, results and NCCL logs in this directory (default: a temporary one, removed).",
+    dest="workdir",
+    directory=True,
+    old=("--workdir",),
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=Duration(),
+    default=180.0,
+    show_default=True,
+    help="Seconds one mechanism may take.",
+)
 @format_option
 @click.pass_context
 def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
@@ -59,9 +82,20 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
         if not quiet:
             click.echo(f"env-propagation: {row['mechanism']}: {row['status']}", err=True)
 
-    doc = run_probe(list(mechanisms) or None, nccl=gpu if nccl is None else nccl, workdir=workdir,
-                    timeout_s=timeout_s, on_row=progress)
-    emit(fmt, doc, table_rows(doc), title="env-propagation: what reaches a worker", notes=doc["notes"])
+    doc = run_probe(
+        list(mechanisms) or None,
+        nccl=gpu if nccl is None else nccl,
+        workdir=workdir,
+        timeout_s=timeout_s,
+        on_row=progress,
+    )
+    emit(
+        fmt,
+        doc,
+        table_rows(doc),
+        title="env-propagation: what reaches a worker",
+        notes=doc["notes"],
+    )
     return verdict(doc)
 
 
@@ -75,8 +109,13 @@ def _gpu_present() -> bool:
 
 def _make_workdir(workdir: str) -> None:
     from ncclprobe.safe_output import check_output_dir
-    check_output_dir(workdir, what="--output", has_force=False)   # new or empty: an earlier run's specs and logs never mix in
+
+    check_output_dir(
+        workdir, what="--output", has_force=False
+    )  # new or empty: an earlier run's specs and logs never mix in
     try:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageProblem(f"--output {workdir!r}: cannot create it ({exc.strerror or exc})") from None
+        raise UsageProblem(
+            f"--output {workdir!r}: cannot create it ({exc.strerror or exc})"
+        ) from None

@@ -42,26 +42,72 @@ Examples:
 
 @click.command(epilog=EPILOG, short_help="Recommend NCCL settings from sweep results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--trace", "--workload", "traces", multiple=True, type=click.Path(dir_okay=False), cls=AliasedOption,
-              hidden_aliases=("--workload",),
-              help="The job whose collective sizes weigh the global choice: an engine trace, PyTorch profiler "
-                   "traces (one per rank; repeatable) or a server log.")
-@click.option("--sizes", help="Workload sizes instead of a trace, e.g. 14K,56K,1M (each counted once).")
-@click.option("--collective", help="Collectives to tune, comma separated [every collective in the results].")
-@click.option("--baseline", metavar="K=V,...|default",
-              help="The configuration gains are measured against [the all-default run].")
-@click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
-@click.option("--min-gain-pct", type=click.FloatRange(0, 100), default=5.0, show_default=True,
-              help="Smallest gain worth a change, on top of clearing the trial spread.")
-@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
-              help="Consider LL128 without NVLink (only if the sweep verified its results).")
-@click.option("--emit", "emit_kind", type=click.Choice(EMIT_KINDS),
-              help="Write shell exports, a tuner-plugin CSV or the recommendation JSON.")
-@click.option("--output", type=click.Path(dir_okay=False), help="File for --emit (default: stdout); never one of "
-              "the inputs, and an existing file only with --force.")
+@click.option(
+    "--trace",
+    "--workload",
+    "traces",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    cls=AliasedOption,
+    hidden_aliases=("--workload",),
+    help="The job whose collective sizes weigh the global choice: an engine trace, PyTorch profiler "
+    "traces (one per rank; repeatable) or a server log.",
+)
+@click.option(
+    "--sizes", help="Workload sizes instead of a trace, e.g. 14K,56K,1M (each counted once)."
+)
+@click.option(
+    "--collective", help="Collectives to tune, comma separated [every collective in the results]."
+)
+@click.option(
+    "--baseline",
+    metavar="K=V,...|default",
+    help="The configuration gains are measured against [the all-default run].",
+)
+@click.option(
+    "--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured]."
+)
+@click.option(
+    "--min-gain-pct",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    help="Smallest gain worth a change, on top of clearing the trial spread.",
+)
+@click.option(
+    "--allow-ll128-without-nvlink",
+    "allow_ll128",
+    is_flag=True,
+    help="Consider LL128 without NVLink (only if the sweep verified its results).",
+)
+@click.option(
+    "--emit",
+    "emit_kind",
+    type=click.Choice(EMIT_KINDS),
+    help="Write shell exports, a tuner-plugin CSV or the recommendation JSON.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="File for --emit (default: stdout); never one of "
+    "the inputs, and an existing file only with --force.",
+)
 @force_option
 @format_option
-def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, allow_ll128, emit_kind, output, force, fmt):
+def command(
+    results,
+    traces,
+    sizes,
+    collective,
+    baseline,
+    mode,
+    min_gain_pct,
+    allow_ll128,
+    emit_kind,
+    output,
+    force,
+    fmt,
+):
     """Recommend NCCL settings from sweep and imported nccl-tests results.
 
     Configurations with wrong results, hangs or errors are excluded and listed. Per size, the
@@ -78,11 +124,22 @@ def command(results, traces, sizes, collective, baseline, mode, min_gain_pct, al
     if output:
         check_output(output, force=force, what="--output", inputs=[*results, *traces])
     from ncclprobe.evidence.labels import parse_labels
-    names = [n.strip() for n in collective.split(",") if n.strip()] if collective else collectives_in(list(results))
+
+    names = (
+        [n.strip() for n in collective.split(",") if n.strip()]
+        if collective
+        else collectives_in(list(results))
+    )
     workloads = {name: _workload(traces, sizes, name, len(names)) for name in names}
-    recs = build_recommendations(list(results), collectives=names, workloads=workloads, mode=mode,
-                                 min_gain=min_gain_pct / 100, allow_ll128=allow_ll128,
-                                 baseline=parse_labels(baseline, "--baseline") if baseline is not None else None)
+    recs = build_recommendations(
+        list(results),
+        collectives=names,
+        workloads=workloads,
+        mode=mode,
+        min_gain=min_gain_pct / 100,
+        allow_ll128=allow_ll128,
+        baseline=parse_labels(baseline, "--baseline") if baseline is not None else None,
+    )
     if emit_kind and not output:
         click.echo(render(emit_kind, recs), nl=False)
     else:
@@ -103,7 +160,9 @@ def _workload(traces, sizes, name: str, count: int):
     except UsageProblem:
         if count == 1:
             raise
-        log.warning("%s issues no %s: every measured size weighs the same for it", ", ".join(traces), name)
+        log.warning(
+            "%s issues no %s: every measured size weighs the same for it", ", ".join(traces), name
+        )
         return None
 
 
@@ -115,39 +174,58 @@ def _show(fmt: str, recs: RecommendationSet) -> None:
         emit(fmt, recs.to_json(), table_rows(rec), title=headline(rec), notes=explanation(rec))
     if len(recs.recs) > 1 or recs.problems:
         settings = " ".join(f"{k}={v}" for k, v in recs.env.items())
-        title = (f"all collectives: {'export ' + settings if recs.change else 'no global change'}"
-                 + (f" ({100 * recs.gain:.1f}% less time summed over them)" if recs.change else ""))
+        title = (
+            f"all collectives: {'export ' + settings if recs.change else 'no global change'}"
+            + (f" ({100 * recs.gain:.1f}% less time summed over them)" if recs.change else "")
+        )
         emit(fmt, recs.to_json(), [], title=title, notes=recs.conflicts + recs.notes)
 
 
 def headline(rec: Recommendation) -> str:
     if not rec.change:
         return f"recommendation: no change ({rec.evidence.collective}, {rec.evidence.mode}, {rec.workload.source})"
-    return (f"recommendation: {' '.join(f'{k}={v}' for k, v in rec.env.items())} "
-            f"({100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source})")
+    return (
+        f"recommendation: {' '.join(f'{k}={v}' for k, v in rec.env.items())} "
+        f"({100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source})"
+    )
 
 
 def explanation(rec: Recommendation) -> list[str]:
-    lines = [f"per size: fastest safe configuration vs {rec.against}; a gain counts only beyond the p10-p90 "
-             f"trial spread and at least {100 * rec.min_gain:.0f}%"]
+    lines = [
+        f"per size: fastest safe configuration vs {rec.against}; a gain counts only beyond the p10-p90 "
+        f"trial spread and at least {100 * rec.min_gain:.0f}%"
+    ]
     for r in rec.ranges:
         if r.config_id not in ("default", rec.baseline_id, "none"):
-            lines.append(f"{format_size(r.min_size_bytes)}..{format_size(r.max_size_bytes)}: "
-                         f"{short_label(rec.settings_of(r.config_id))} saves "
-                         f"{100 * r.gain_min:.0f}-{100 * r.gain_max:.0f}% (tuner CSV can apply it per size)")
+            lines.append(
+                f"{format_size(r.min_size_bytes)}..{format_size(r.max_size_bytes)}: "
+                f"{short_label(rec.settings_of(r.config_id))} saves "
+                f"{100 * r.gain_min:.0f}-{100 * r.gain_max:.0f}% (tuner CSV can apply it per size)"
+            )
     lines += [f"excluded {e.config_id}: {e.reason}" for e in rec.evidence.excluded]
     return lines + rec.evidence.notes + rec.notes + (launch_notes(rec) if rec.change else [])
 
 
 def table_rows(rec: Recommendation) -> list[dict]:
-    return [{"size": format_size(c.size_bytes), "baseline_us": round(c.default_time_us, 3),
-             "fastest": short_label(rec.settings_of(c.fastest)), "time_us": round(c.time_us, 3),
-             "gain_pct": round(100 * c.gain, 2), "noise_pct": round(100 * c.noise, 2),
-             "verdict": _verdict(c)}
-            for c in rec.per_size]
+    return [
+        {
+            "size": format_size(c.size_bytes),
+            "baseline_us": round(c.default_time_us, 3),
+            "fastest": short_label(rec.settings_of(c.fastest)),
+            "time_us": round(c.time_us, 3),
+            "gain_pct": round(100 * c.gain, 2),
+            "noise_pct": round(100 * c.noise, 2),
+            "verdict": _verdict(c),
+        }
+        for c in rec.per_size
+    ]
 
 
 def _verdict(c) -> str:
-    if c.baseline == "none":   # among candidates
+    if c.baseline == "none":  # among candidates
         return "winner" if c.significant else "no clear winner"
-    return "change" if c.significant else ("keep baseline" if c.fastest != c.baseline else "baseline fastest")
+    return (
+        "change"
+        if c.significant
+        else ("keep baseline" if c.fastest != c.baseline else "baseline fastest")
+    )

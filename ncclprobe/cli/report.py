@@ -25,18 +25,41 @@ Examples:
 
 @click.command(epilog=EPILOG, short_help="Plots and a Markdown/HTML report from results.")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@output_option("Directory to write (new or empty; an earlier report there only with --force, replaced whole).",
-               dest="out_dir", directory=True, required=True, old=("--out",))
-@click.option("--trace", type=click.Path(dir_okay=False), multiple=True,
-              help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
-                   "(one per rank) or a server log; phases, acceptance, workload sizes.")
-@click.option("--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's).")
-@click.option("--collective", help="Collectives to report on, comma separated [every collective in the results].")
-@click.option("--baseline", metavar="K=V,...|default",
-              help="The configuration gains are measured against [the all-default run].")
-@click.option("--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured].")
-@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
-              help="Let the recommendation consider LL128 without NVLink (verified results only).")
+@output_option(
+    "Directory to write (new or empty; an earlier report there only with --force, replaced whole).",
+    dest="out_dir",
+    directory=True,
+    required=True,
+    old=("--out",),
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    multiple=True,
+    help="The engine run: an engine trace (repeatable: runs drawn side by side), PyTorch profiler traces "
+    "(one per rank) or a server log; phases, acceptance, workload sizes.",
+)
+@click.option(
+    "--sizes", help="Workload sizes for the recommendation, e.g. 14K,1M (default: the trace's)."
+)
+@click.option(
+    "--collective",
+    help="Collectives to report on, comma separated [every collective in the results].",
+)
+@click.option(
+    "--baseline",
+    metavar="K=V,...|default",
+    help="The configuration gains are measured against [the all-default run].",
+)
+@click.option(
+    "--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured]."
+)
+@click.option(
+    "--allow-ll128-without-nvlink",
+    "allow_ll128",
+    is_flag=True,
+    help="Let the recommendation consider LL128 without NVLink (verified results only).",
+)
 @force_option
 @format_option
 def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll128, force, fmt):
@@ -48,13 +71,27 @@ def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll
     if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
     from ncclprobe.evidence.labels import parse_labels
+
     names = [n.strip() for n in collective.split(",") if n.strip()] if collective else None
-    files = build_report(list(results), out_dir, trace_path=list(trace) or None,
-                         workload=from_sizes(sizes) if sizes is not None else None, collective=names, mode=mode,
-                         allow_ll128=allow_ll128,
-                         baseline=parse_labels(baseline, "--baseline") if baseline is not None else None, force=force)
-    rows = [{"file": str(p), "what": what} for p, what in
-            [(files.markdown, "Markdown report"), (files.html, "HTML report (self-contained)")]
-            + ([(files.recommendation, "recommendation JSON")] if files.recommendation else [])
-            + [(f.png, f.title) for f in files.figures] + [(f.svg, f.title + " (SVG)") for f in files.figures]]
+    files = build_report(
+        list(results),
+        out_dir,
+        trace_path=list(trace) or None,
+        workload=from_sizes(sizes) if sizes is not None else None,
+        collective=names,
+        mode=mode,
+        allow_ll128=allow_ll128,
+        baseline=parse_labels(baseline, "--baseline") if baseline is not None else None,
+        force=force,
+    )
+    rows = [
+        {"file": str(p), "what": what}
+        for p, what in [
+            (files.markdown, "Markdown report"),
+            (files.html, "HTML report (self-contained)"),
+        ]
+        + ([(files.recommendation, "recommendation JSON")] if files.recommendation else [])
+        + [(f.png, f.title) for f in files.figures]
+        + [(f.svg, f.title + " (SVG)") for f in files.figures]
+    ]
     emit(fmt, files.to_json(), rows, title=f"report written to {out_dir}")

@@ -32,77 +32,233 @@ Every --env, --env-after-init and --tuned setting is linted first (a value NCCL 
 is exit 2), and on GPUs NCCL_PROTO values that force LL128 where NCCL keeps it off are refused
 unless --allow-ll128-without-nvlink.
 
-{exit_codes("fine", "greedy speculative output differs from the baseline (float32), ranks disagree, a "
-            "setting did not reach every worker when it created its communicator, or the workers hung or crashed",
-            interrupted="no trace or profile is left half-written")}"""
+{
+    exit_codes(
+        "fine",
+        "greedy speculative output differs from the baseline (float32), ranks disagree, a "
+        "setting did not reach every worker when it created its communicator, or the workers hung or crashed",
+        interrupted="no trace or profile is left half-written",
+    )
+}"""
 
 SWEEP_FIRST = "\0sweep"
 PRESET_NAMES = tuple(PRESETS)
 
 
-@click.command(epilog=EPILOG, short_help="Run the TP speculative-decoding engine: baseline vs speculative.")
-@click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Model shape.")
-@click.option("--checkpoint", type=click.Path(), help="Local Hugging Face Llama directory, or a llama.cpp "
-              ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]); overrides --preset.")
-@click.option("--prompt-len", default=16, show_default=True, type=int,
-              help="Tokens per random prompt (when no prompt is given).")
-@click.option("--prompt", "prompt_texts", multiple=True, metavar="TEXT",
-              help="A text prompt, encoded by the checkpoint's tokenizer (repeatable); --batch of them decode together.")
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
-              help="Prompts file: one text prompt per line, or .jsonl lines of {\"text\": ...} or {\"ids\": [...]}.")
-@click.option("--prompt-set", type=click.Choice(("train", "heldout")),
-              help="The shipped prompt set's split (80 prompts, docs: engine/prompts.py); heldout: what no draft trained on.")
-@click.option("--chat", is_flag=True, help="Wrap each text prompt in the checkpoint's chat template (instruct models).")
-@click.option("--new-tokens", default=32, show_default=True, type=int, help="Tokens generated per sequence.")
+@click.command(
+    epilog=EPILOG, short_help="Run the TP speculative-decoding engine: baseline vs speculative."
+)
+@click.option(
+    "--preset",
+    default="tiny",
+    show_default=True,
+    type=click.Choice(PRESET_NAMES),
+    help="Model shape.",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(),
+    help="Local Hugging Face Llama directory, or a llama.cpp "
+    ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]); overrides --preset.",
+)
+@click.option(
+    "--prompt-len",
+    default=16,
+    show_default=True,
+    type=int,
+    help="Tokens per random prompt (when no prompt is given).",
+)
+@click.option(
+    "--prompt",
+    "prompt_texts",
+    multiple=True,
+    metavar="TEXT",
+    help="A text prompt, encoded by the checkpoint's tokenizer (repeatable); --batch of them decode together.",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False),
+    help='Prompts file: one text prompt per line, or .jsonl lines of {"text": ...} or {"ids": [...]}.',
+)
+@click.option(
+    "--prompt-set",
+    type=click.Choice(("train", "heldout")),
+    help="The shipped prompt set's split (80 prompts, docs: engine/prompts.py); heldout: what no draft trained on.",
+)
+@click.option(
+    "--chat",
+    is_flag=True,
+    help="Wrap each text prompt in the checkpoint's chat template (instruct models).",
+)
+@click.option(
+    "--new-tokens", default=32, show_default=True, type=int, help="Tokens generated per sequence."
+)
 @click.option("--batch", default=1, show_default=True, type=int, help="Sequences decoded together.")
-@click.option("-k", "--k", "k", default=3, show_default=True, type=int, help="Drafted tokens per cycle.")
-@click.option("--temperature", default=0.0, show_default=True, type=StrictFloat(min=0, max=100), help="0 is greedy.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of weights, prompts and sampling.")
-@click.option("--tp", default=1, show_default=True, type=int, help="Tensor-parallel ranks (one process each).")
-@click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Trained draft from train-draft; default untrained.")
-@click.option("--draft-tp/--no-draft-tp", default=False, show_default=True,
-              help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.")
-@click.option("--graphs", default=GraphMode.NONE.value, show_default=True, type=click.Choice(GraphMode.values()),
-              help="CUDA graphs: none, the baseline decode only, or every step, prefill included (GPU only).")
-@click.option("--capture-batches", "capture_batches", metavar="B1,B2,...",
-              help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.")
-@click.option("--compile", "compile_steps", is_flag=False, flag_value="default", default=None, metavar="[MODE]",
-              type=click.Choice(("default", "max-autotune")),
-              help="torch.compile each captured step before capturing it (fuses the small kernels around the GEMMs; "
-                   "max-autotune also tries Triton GEMMs; needs --graphs decode or all; compiling takes a while).")
-@click.option("--single-rank-collectives", is_flag=True,
-              help="With --tp 1, issue the all-reduces anyway (one-rank NCCL: real calls, nothing moved) "
-                   "to trace and time them on one GPU.")
-@click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
-@click.option("--dtype", default="auto", show_default=True, type=click.Choice(("auto", "float32", "bfloat16", "float16")),
-              help="auto: bfloat16 on GPU, float32 on CPU.")
-@click.option("--mode", "modes", multiple=True, type=click.Choice(MODES),
-              help="Run only these modes (repeatable); default both.")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Setting for every worker's environment (repeatable).")
-@click.option("--env-after-init", "late_pairs", multiple=True, metavar="K=V",
-              help="Reproduce a classic mistake on purpose: each worker sets K=V in its own environment only "
-                   "after its communicator exists, when NCCL has already read it (repeatable).")
-@click.option("--tuned", "tuned", is_flag=False, flag_value=SWEEP_FIRST, default=None, metavar="[FILE]",
-              help="Also run with the NCCL settings of a recommendation FILE (alone: sweep the engine's own "
-                   "all-reduce sizes first) and show untuned against tuned.")
-@click.option("--allow-ll128-without-nvlink", "allow_ll128", is_flag=True,
-              help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
-              help="Write the engine trace (JSON) here when the run ends; an existing file only with --force.")
-@click.option("--repeats", type=click.IntRange(1), metavar="N",
-              help="Timed runs per mode, on the same loaded model: the trace keeps the median run and the "
-                   "tokens/s of every repeat (median and spread).  [default: 3 for a preset on the CPU, where a "
-                   "run takes a second; 1 on a GPU or with --checkpoint]")
-@click.option("--profile", "profile_dir", type=click.Path(file_okay=False),
-              help="Write a torch.profiler trace of each rank's measured loop into this directory "
-                   "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).")
+@click.option(
+    "-k", "--k", "k", default=3, show_default=True, type=int, help="Drafted tokens per cycle."
+)
+@click.option(
+    "--temperature",
+    default=0.0,
+    show_default=True,
+    type=StrictFloat(min=0, max=100),
+    help="0 is greedy.",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of weights, prompts and sampling."
+)
+@click.option(
+    "--tp", default=1, show_default=True, type=int, help="Tensor-parallel ranks (one process each)."
+)
+@click.option(
+    "--draft",
+    "draft_path",
+    type=click.Path(dir_okay=False),
+    help="Trained draft from train-draft; default untrained.",
+)
+@click.option(
+    "--draft-tp/--no-draft-tp",
+    default=False,
+    show_default=True,
+    help="Shard the draft like the target (each draft step all-reduces) instead of replicating it.",
+)
+@click.option(
+    "--graphs",
+    default=GraphMode.NONE.value,
+    show_default=True,
+    type=click.Choice(GraphMode.values()),
+    help="CUDA graphs: none, the baseline decode only, or every step, prefill included (GPU only).",
+)
+@click.option(
+    "--capture-batches",
+    "capture_batches",
+    metavar="B1,B2,...",
+    help="Batch sizes to capture graphs for (default: --batch only); a --batch outside the list runs eagerly.",
+)
+@click.option(
+    "--compile",
+    "compile_steps",
+    is_flag=False,
+    flag_value="default",
+    default=None,
+    metavar="[MODE]",
+    type=click.Choice(("default", "max-autotune")),
+    help="torch.compile each captured step before capturing it (fuses the small kernels around the GEMMs; "
+    "max-autotune also tries Triton GEMMs; needs --graphs decode or all; compiling takes a while).",
+)
+@click.option(
+    "--single-rank-collectives",
+    is_flag=True,
+    help="With --tp 1, issue the all-reduces anyway (one-rank NCCL: real calls, nothing moved) "
+    "to trace and time them on one GPU.",
+)
+@click.option(
+    "--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda"))
+)
+@click.option(
+    "--dtype",
+    default="auto",
+    show_default=True,
+    type=click.Choice(("auto", "float32", "bfloat16", "float16")),
+    help="auto: bfloat16 on GPU, float32 on CPU.",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(MODES),
+    help="Run only these modes (repeatable); default both.",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="K=V",
+    help="Setting for every worker's environment (repeatable).",
+)
+@click.option(
+    "--env-after-init",
+    "late_pairs",
+    multiple=True,
+    metavar="K=V",
+    help="Reproduce a classic mistake on purpose: each worker sets K=V in its own environment only "
+    "after its communicator exists, when NCCL has already read it (repeatable).",
+)
+@click.option(
+    "--tuned",
+    "tuned",
+    is_flag=False,
+    flag_value=SWEEP_FIRST,
+    default=None,
+    metavar="[FILE]",
+    help="Also run with the NCCL settings of a recommendation FILE (alone: sweep the engine's own "
+    "all-reduce sizes first) and show untuned against tuned.",
+)
+@click.option(
+    "--allow-ll128-without-nvlink",
+    "allow_ll128",
+    is_flag=True,
+    help="Run NCCL_PROTO values that force LL128 where NCCL keeps it off (can corrupt data).",
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    help="Write the engine trace (JSON) here when the run ends; an existing file only with --force.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Timed runs per mode, on the same loaded model: the trace keeps the median run and the "
+    "tokens/s of every repeat (median and spread).  [default: 3 for a preset on the CPU, where a "
+    "run takes a second; 1 on a GPU or with --checkpoint]",
+)
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(file_okay=False),
+    help="Write a torch.profiler trace of each rank's measured loop into this directory "
+    "(LABEL-MODE-rankN.trace.json.gz; read by `diagnose --profile`).",
+)
 @force_option
 @format_option
 @click.pass_context
-def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, prompt_set, chat, new_tokens, batch, k,
-            temperature, seed, tp, draft_path, draft_tp, graphs, capture_batches, compile_steps, single_rank_collectives,
-            device, dtype, modes, env_pairs, late_pairs, tuned, allow_ll128, trace_path, repeats, profile_dir, force,
-            fmt):
+def command(
+    ctx,
+    preset,
+    checkpoint,
+    prompt_len,
+    prompt_texts,
+    prompts_file,
+    prompt_set,
+    chat,
+    new_tokens,
+    batch,
+    k,
+    temperature,
+    seed,
+    tp,
+    draft_path,
+    draft_tp,
+    graphs,
+    capture_batches,
+    compile_steps,
+    single_rank_collectives,
+    device,
+    dtype,
+    modes,
+    env_pairs,
+    late_pairs,
+    tuned,
+    allow_ll128,
+    trace_path,
+    repeats,
+    profile_dir,
+    force,
+    fmt,
+):
     """Run the engine's baseline (target only) and speculative modes on the same prompts, on --tp
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
@@ -111,28 +267,73 @@ def command(ctx, preset, checkpoint, prompt_len, prompt_texts, prompts_file, pro
     from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec, default_repeats
     from ncclprobe.enginerun.trace import verdict
-    tuning = None if tuned is None else (
-        engine_session.Tuning.sweep_first() if tuned == SWEEP_FIRST else engine_session.Tuning.from_file(tuned))
+
+    tuning = (
+        None
+        if tuned is None
+        else (
+            engine_session.Tuning.sweep_first()
+            if tuned == SWEEP_FIRST
+            else engine_session.Tuning.from_file(tuned)
+        )
+    )
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
-    if trace_path:   # before any work; written whole at the end, so a failed or interrupted run leaves none
-        check_output(trace_path, force=force, what="trace file",
-                     inputs=[p for p in (tuned, draft_path, prompts_file, checkpoint) if p and p != SWEEP_FIRST])
+    if (
+        trace_path
+    ):  # before any work; written whole at the end, so a failed or interrupted run leaves none
+        check_output(
+            trace_path,
+            force=force,
+            what="trace file",
+            inputs=[
+                p for p in (tuned, draft_path, prompts_file, checkpoint) if p and p != SWEEP_FIRST
+            ],
+        )
     prepare_checkpoint(checkpoint, quiet)
-    prompts = gather_prompts(checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat)
-    spec = RunSpec(preset=preset, checkpoint=checkpoint, prompt_len=prompt_len, prompts=prompts, chat=chat,
-                   new_tokens=new_tokens, batch=batch,
-                   k=k, temperature=temperature, seed=seed, tp=tp, draft=draft_path, draft_tp=draft_tp, graphs=graphs,
-                   capture_batches=parse_batch_list(capture_batches), compile=compile_steps or "",
-                   single_rank_collectives=single_rank_collectives, device=device, dtype=dtype,
-                   modes=modes or MODES, settings=parse_env_pairs(env_pairs),
-                   env_after_init=parse_env_pairs(late_pairs, "--env-after-init"), profile_dir=profile_dir,
-                   repeats=repeats or default_repeats(device, checkpoint))
-    doc = engine_session.run(spec, tuning=tuning, allow_ll128=allow_ll128,
-                             progress=lambda total, label: Progress(total, label, quiet=quiet))
+    prompts = gather_prompts(
+        checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
+    )
+    spec = RunSpec(
+        preset=preset,
+        checkpoint=checkpoint,
+        prompt_len=prompt_len,
+        prompts=prompts,
+        chat=chat,
+        new_tokens=new_tokens,
+        batch=batch,
+        k=k,
+        temperature=temperature,
+        seed=seed,
+        tp=tp,
+        draft=draft_path,
+        draft_tp=draft_tp,
+        graphs=graphs,
+        capture_batches=parse_batch_list(capture_batches),
+        compile=compile_steps or "",
+        single_rank_collectives=single_rank_collectives,
+        device=device,
+        dtype=dtype,
+        modes=modes or MODES,
+        settings=parse_env_pairs(env_pairs),
+        env_after_init=parse_env_pairs(late_pairs, "--env-after-init"),
+        profile_dir=profile_dir,
+        repeats=repeats or default_repeats(device, checkpoint),
+    )
+    doc = engine_session.run(
+        spec,
+        tuning=tuning,
+        allow_ll128=allow_ll128,
+        progress=lambda total, label: Progress(total, label, quiet=quiet),
+    )
     if trace_path:
         write_json(trace_path, doc, force=force, what="trace file")
-    emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine",
-         notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]])
+    emit(
+        fmt,
+        doc,
+        table_rows(doc),
+        title="ncclprobe run-engine",
+        notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]],
+    )
     return verdict(doc)
 
 
@@ -141,8 +342,16 @@ def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
     it takes seconds, and every rank then loads the converted float tensors."""
     if checkpoint:
         from ncclprobe.engine.gguf_loader import resolve_checkpoint
-        resolve_checkpoint(checkpoint, on_convert=None if quiet else lambda path, directory: click.echo(
-            f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it", err=True))
+
+        resolve_checkpoint(
+            checkpoint,
+            on_convert=None
+            if quiet
+            else lambda path, directory: click.echo(
+                f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it",
+                err=True,
+            ),
+        )
 
 
 def parse_batch_list(text: str | None) -> tuple[int, ...]:
@@ -151,7 +360,9 @@ def parse_batch_list(text: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(item) for item in text.split(","))
     except ValueError:
-        raise UsageProblem(f"--capture-batches expects comma-separated batch sizes like 1,2,4,8, got {text!r}") from None
+        raise UsageProblem(
+            f"--capture-batches expects comma-separated batch sizes like 1,2,4,8, got {text!r}"
+        ) from None
 
 
 def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
@@ -173,15 +384,26 @@ def table_rows(doc: dict) -> list[dict]:
     rows = []
     for run in doc["runs"]:
         spread = (run.get("repeats") or {}).get("spread")
-        rows.append({"label": run["label"], "mode": run["mode"], "tokens_per_s": run["tokens_per_s"],
-                     "tok_s_spread": f"{spread:.0%}" if spread is not None else None,
-                     "accept_len": run["acceptance"]["mean_length"], "verify_decode": run["verify_decode_ratio"],
-                     "decode_ms": _median(run, "decode"), "verify_ms": _median(run, "verify"),
-                     "draft_ms": _median(run, "draft"), "loop_eff": (run.get("loop") or {}).get("efficiency"),
-                     "graph_coverage": run["graph_coverage"], "coll_share": run["collective_share"],
-                     "ms_per_token": run["ms_per_token"], "coll_per_token": run["collectives"]["per_token_count"],
-                     "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
-                     "ideal_tok_s": (run.get("loop") or {}).get("ideal_tokens_per_s")})
+        rows.append(
+            {
+                "label": run["label"],
+                "mode": run["mode"],
+                "tokens_per_s": run["tokens_per_s"],
+                "tok_s_spread": f"{spread:.0%}" if spread is not None else None,
+                "accept_len": run["acceptance"]["mean_length"],
+                "verify_decode": run["verify_decode_ratio"],
+                "decode_ms": _median(run, "decode"),
+                "verify_ms": _median(run, "verify"),
+                "draft_ms": _median(run, "draft"),
+                "loop_eff": (run.get("loop") or {}).get("efficiency"),
+                "graph_coverage": run["graph_coverage"],
+                "coll_share": run["collective_share"],
+                "ms_per_token": run["ms_per_token"],
+                "coll_per_token": run["collectives"]["per_token_count"],
+                "coll_bytes_per_token": run["collectives"]["per_token_bytes"],
+                "ideal_tok_s": (run.get("loop") or {}).get("ideal_tokens_per_s"),
+            }
+        )
     return rows
 
 
@@ -189,27 +411,31 @@ def loop_note(run: dict) -> str:
     """The loop-efficiency arithmetic with the run's own numbers, so a reader can check it."""
     loop = run["loop"]
     parts = " + ".join(f"{name} {ms:.3f}" for name, ms in loop["phase_ms_per_cycle"].items())
-    return (f"{run['label']} loop: ideal = batch {loop['batch']} x {loop['mean_acceptance_length']:.2f} tokens/cycle / "
-            f"({parts} = {loop['cycle_ms']:.3f} ms/cycle) = {loop['ideal_tokens_per_s']:.1f} tok/s; measured "
-            f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} = cycle time share "
-            f"{loop['cycle_time_share']:.2f} (prefill {loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms "
-            f"outside {loop['cycles']} cycles) x token yield {loop['token_yield']:.2f} (tokens past --new-tokens, "
-            f"finished sequences)")
+    return (
+        f"{run['label']} loop: ideal = batch {loop['batch']} x {loop['mean_acceptance_length']:.2f} tokens/cycle / "
+        f"({parts} = {loop['cycle_ms']:.3f} ms/cycle) = {loop['ideal_tokens_per_s']:.1f} tok/s; measured "
+        f"{loop['measured_tokens_per_s']:.1f} -> efficiency {loop['efficiency']:.2f} = cycle time share "
+        f"{loop['cycle_time_share']:.2f} (prefill {loop['prefill_ms']:.1f} ms and host {loop['host_ms']:.1f} ms "
+        f"outside {loop['cycles']} cycles) x token yield {loop['token_yield']:.2f} (tokens past --new-tokens, "
+        f"finished sequences)"
+    )
 
 
-TEXT_SHOWN = 4          # sequences whose text the table shows (the JSON holds every one)
+TEXT_SHOWN = 4  # sequences whose text the table shows (the JSON holds every one)
 TEXT_CHARS = 400
 
 
 def _quoted(text: str) -> str:
     quoted = json.dumps(text, ensure_ascii=False)
-    return quoted if len(quoted) <= TEXT_CHARS else quoted[:TEXT_CHARS] + "...\""
+    return quoted if len(quoted) <= TEXT_CHARS else quoted[:TEXT_CHARS] + '..."'
 
 
 def text_notes(doc: dict) -> list[str]:
     """The prompts and what each mode generated, as text (newlines escaped), for the first few
     sequences of the first label's runs: a mode whose text equals the baseline's says so."""
-    runs = [run for run in doc["runs"] if run.get("text") and run["label"] == doc["runs"][0]["label"]]
+    runs = [
+        run for run in doc["runs"] if run.get("text") and run["label"] == doc["runs"][0]["label"]
+    ]
     if not runs:
         return []
     prompts = doc["config"].get("prompts") or []
@@ -220,10 +446,14 @@ def text_notes(doc: dict) -> list[str]:
         first = runs[0]["text"][index]
         for run in runs:
             same = run is not runs[0] and run["text"][index] == first
-            notes.append(f"  {run['mode']} {index + 1}: " + (f"same as {runs[0]['mode']}" if same
-                                                             else _quoted(run["text"][index])))
+            notes.append(
+                f"  {run['mode']} {index + 1}: "
+                + (f"same as {runs[0]['mode']}" if same else _quoted(run["text"][index]))
+            )
     hidden = len(runs[0]["text"]) - TEXT_SHOWN
-    return notes + ([f"text of {hidden} more sequence(s) in --format json and the trace"] if hidden > 0 else [])
+    return notes + (
+        [f"text of {hidden} more sequence(s) in --format json and the trace"] if hidden > 0 else []
+    )
 
 
 def tuning_notes(doc: dict) -> list[str]:
@@ -235,46 +465,72 @@ def tuning_notes(doc: dict) -> list[str]:
         return []
     applied = ", ".join(f"{k}={v}" for k, v in sorted((tuning.get("settings") or {}).items()))
     if not applied:
-        notes = ["tuned: the recommendation changes no setting, so the tuned runs repeat the untuned ones and "
-                 "the difference below is run-to-run noise"]
+        notes = [
+            "tuned: the recommendation changes no setting, so the tuned runs repeat the untuned ones and "
+            "the difference below is run-to-run noise"
+        ]
     elif doc["config"].get("backend") == "gloo":
-        notes = [f"tuned settings: {applied}; gloo does not use NCCL settings, so the difference below is "
-                 f"run-to-run noise"]
+        notes = [
+            f"tuned settings: {applied}; gloo does not use NCCL settings, so the difference below is "
+            f"run-to-run noise"
+        ]
     else:
         notes = [f"tuned settings: {applied}"]
-    return notes + [f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
-                    f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)"
-                    for row in doc.get("comparison", [])]
+    return notes + [
+        f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
+        f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)"
+        for row in doc.get("comparison", [])
+    ]
 
 
 def speed_note(repeats: int) -> str:
     if repeats > 1:
-        return (f"tokens_per_s and the phases are the median of {repeats} timed runs per mode; tok_s_spread = "
-                "(fastest - slowest) / median: a difference inside it is noise")
-    return ("one timed run per mode: tokens_per_s has no spread and is no verdict on a shared machine "
-            "(--repeats 3 gives median and spread)")
+        return (
+            f"tokens_per_s and the phases are the median of {repeats} timed runs per mode; tok_s_spread = "
+            "(fastest - slowest) / median: a difference inside it is noise"
+        )
+    return (
+        "one timed run per mode: tokens_per_s has no spread and is no verdict on a shared machine "
+        "(--repeats 3 gives median and spread)"
+    )
 
 
 def table_notes(doc: dict) -> list[str]:
     cfg = doc["config"]
     model = cfg["model"].get("name")
-    notes = [f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
-             f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']}"
-             + (f" (batches {','.join(map(str, cfg['capture_batches']))})" if cfg.get("capture_batches") else "")
-             + (f" compiled ({cfg['compile']})" if cfg.get("compile") else "")
-             + f" {cfg['dtype']} on {cfg['device']}",
-             *([f"batch {cfg['batch']} is not in the capture list: every step ran eagerly (graph coverage 0)"]
-               if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"] else []),
-             "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
-             "loop_eff = tokens/s over the ideal from acceptance and phase times",
-             speed_note(cfg.get("repeats") or 1)]
+    notes = [
+        f"{model}: tp={cfg['tp']} batch={cfg['batch']} k={cfg['k']} prompt={cfg['prompt_len']} "
+        f"new={cfg['new_tokens']} T={cfg['temperature']} graphs={cfg['graphs']}"
+        + (
+            f" (batches {','.join(map(str, cfg['capture_batches']))})"
+            if cfg.get("capture_batches")
+            else ""
+        )
+        + (f" compiled ({cfg['compile']})" if cfg.get("compile") else "")
+        + f" {cfg['dtype']} on {cfg['device']}",
+        *(
+            [
+                f"batch {cfg['batch']} is not in the capture list: every step ran eagerly (graph coverage 0)"
+            ]
+            if cfg.get("capture_batches") and cfg["batch"] not in cfg["capture_batches"]
+            else []
+        ),
+        "phase columns are medians in ms; accept_len = tokens per sequence per cycle (drafts kept + 1); "
+        "loop_eff = tokens/s over the ideal from acceptance and phase times",
+        speed_note(cfg.get("repeats") or 1),
+    ]
     if cfg.get("weights"):
         from ncclprobe.engine.gguf_loader import quantized_summary
-        notes.append(f"weights: {quantized_summary(cfg['weights'])}: the logits are the quantized model's")
+
+        notes.append(
+            f"weights: {quantized_summary(cfg['weights'])}: the logits are the quantized model's"
+        )
     notes += text_notes(doc)
     for run in doc["runs"]:
         if run["acceptance"]["histogram"]:
-            notes.append(f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}")
+            notes.append(
+                f"{run['label']} acceptance histogram (0..k drafts kept): {run['acceptance']['histogram']}"
+            )
         if run.get("loop"):
             notes.append(loop_note(run))
     checks = doc["checks"]
@@ -282,14 +538,32 @@ def table_notes(doc: dict) -> list[str]:
     for check in checks["settings"]:
         missing = [k for k, ok in check["received_by_every_worker"].items() if not ok]
         unread = [k for k, ok in check["read_by_nccl"].items() if ok is False]
-        notes.append(f"{check['label']}/{check['mode']} settings: " + (
-            f"NOT in every worker's environment: {', '.join(missing)}" if missing else "in every worker's environment")
-            + (f"; NCCL did NOT read: {', '.join(unread)}" if unread else
-               ("; NCCL reported reading them" if any(v for v in check["read_by_nccl"].values()) else "")))
+        notes.append(
+            f"{check['label']}/{check['mode']} settings: "
+            + (
+                f"NOT in every worker's environment: {', '.join(missing)}"
+                if missing
+                else "in every worker's environment"
+            )
+            + (
+                f"; NCCL did NOT read: {', '.join(unread)}"
+                if unread
+                else (
+                    "; NCCL reported reading them"
+                    if any(v for v in check["read_by_nccl"].values())
+                    else ""
+                )
+            )
+        )
     if checks["greedy_match"] is not None:
-        notes.append("greedy speculative output equals the baseline: " + (
-            "yes" if checks["greedy_match"] else
-            f"NO (identical for the first {100 * checks['greedy_matched_prefix']:.0f}% of tokens)"))
+        notes.append(
+            "greedy speculative output equals the baseline: "
+            + (
+                "yes"
+                if checks["greedy_match"]
+                else f"NO (identical for the first {100 * checks['greedy_matched_prefix']:.0f}% of tokens)"
+            )
+        )
     if not checks["ranks_agree"]:
         notes.append("ranks produced DIFFERENT tokens")
     return notes

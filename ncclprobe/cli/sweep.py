@@ -1,4 +1,5 @@
-"""`ncclprobe sweep`: measure a collective over a grid of NCCL settings, show from NCCL's log which it read and chose."""
+"""`ncclprobe sweep`: measure a collective over a grid of NCCL settings, show from NCCL's log
+which it read and chose."""
 
 from __future__ import annotations
 
@@ -20,9 +21,30 @@ from ncclprobe.sweep import defaults
 log = logging.getLogger("ncclprobe.sweep")
 
 # the options that describe the measurement (the ones --resume and --collect refuse)
-SPEC_OPTIONS = ("sizes", "collective", "dtype", "op", "placement", "mode", "warmup", "iters", "trials", "agg",
-                "check", "buffers", "path", "iter_events", "proto", "algo", "p2p_level", "settings", "nranks",
-                "backend", "timeout", "share_gpu")
+SPEC_OPTIONS = (
+    "sizes",
+    "collective",
+    "dtype",
+    "op",
+    "placement",
+    "mode",
+    "warmup",
+    "iters",
+    "trials",
+    "agg",
+    "check",
+    "buffers",
+    "path",
+    "iter_events",
+    "proto",
+    "algo",
+    "p2p_level",
+    "settings",
+    "nranks",
+    "backend",
+    "timeout",
+    "share_gpu",
+)
 
 _PROTO, _ALGO = ",".join(DEFAULT_GRID["NCCL_PROTO"]), ",".join(DEFAULT_GRID["NCCL_ALGO"])
 _CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
@@ -31,8 +53,10 @@ _CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
 def _effort(effort: defaults.Effort) -> str:
     sizes = parse_sizes(effort.sizes)
     listed = f" ({', '.join(format_size(s) for s in sizes)})" if len(sizes) <= 6 else ""
-    return (f"sizes {effort.sizes}{listed}, warm-up {effort.warmup}, {effort.iters} iterations x "
-            f"{effort.trials} trials, {' and '.join(effort.modes)}")
+    return (
+        f"sizes {effort.sizes}{listed}, warm-up {effort.warmup}, {effort.iters} iterations x "
+        f"{effort.trials} trials, {' and '.join(effort.modes)}"
+    )
 
 
 EPILOG = f"""Defaults: on CPU (gloo, 2 local ranks) {_effort(defaults.CPU)} (graph mode is
@@ -68,66 +92,169 @@ Examples:
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   after the printed torchrun lines ran
 
-{exit_codes("every configuration ran and was confirmed by NCCL",
-            "a configuration was wrong, hung, crashed or not confirmed by NCCL, or a --min-busbw/--max-latency "
-            "threshold was missed", interrupted="the configurations finished so far stay in the results file, "
-            "and the last line says `--resume FILE` to continue")}
+{
+    exit_codes(
+        "every configuration ran and was confirmed by NCCL",
+        "a configuration was wrong, hung, crashed or not confirmed by NCCL, or a --min-busbw/--max-latency "
+        "threshold was missed",
+        interrupted="the configurations finished so far stay in the results file, "
+        "and the last line says `--resume FILE` to continue",
+    )
+}
 """
 
 
-@click.command("sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings.")
-@click.option("--sizes", help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]")
-@click.option("--collective", default="all_reduce", show_default=True,
-              help="Collectives to measure, comma separated, or `all` (see below).")
-@click.option("--dtype", default="float32", show_default=True, help="Element types, comma separated.")
-@click.option("--op", default="sum", show_default=True,
-              help="Reduction ops of reducing collectives: sum,prod,max,min,avg.")
-@click.option("--placement", type=click.Choice(["both", "in", "out"]), default="both", show_default=True,
-              help="In-place, out-of-place or both.")
+@click.command(
+    "sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings."
+)
+@click.option(
+    "--sizes", help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]"
+)
+@click.option(
+    "--collective",
+    default="all_reduce",
+    show_default=True,
+    help="Collectives to measure, comma separated, or `all` (see below).",
+)
+@click.option(
+    "--dtype", default="float32", show_default=True, help="Element types, comma separated."
+)
+@click.option(
+    "--op",
+    default="sum",
+    show_default=True,
+    help="Reduction ops of reducing collectives: sum,prod,max,min,avg.",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(["both", "in", "out"]),
+    default="both",
+    show_default=True,
+    help="In-place, out-of-place or both.",
+)
 @click.option("--mode", help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).")
 @click.option("--warmup", type=StrictInt(min=0, max=1_000_000), help="Untimed iterations per size.")
-@click.option("--iters", type=StrictInt(min=1, max=1_000_000), help="Iterations per timed trial (a graph captures them all).")
-@click.option("--trials", type=StrictInt(min=1, max=10_000), help="Timed trials per size (median, p10/p90 over them).")
-@click.option("-m", "--agg", type=click.IntRange(1), default=1, show_default=True,
-              help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).")
-@click.option("--check", type=click.IntRange(0, 1), default=1, show_default=True,
-              help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).")
-@click.option("--buffers", type=click.Choice(["rotate", "reuse"]), default="rotate", show_default=True,
-              help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
-                   "reuse: one L2-hot buffer.")
-@click.option("--path", type=click.Choice(["torch", "nccl"]), default="torch", show_default=True,
-              help="torch: torch.distributed (what engines run); nccl: a raw NCCL communicator through cupy.")
-@click.option("--iter-events/--no-iter-events", "iter_events", default=True, show_default=True,
-              help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).")
-@click.option("--min-busbw", "min_busbw", metavar="GBPS[@SIZE]",
-              help="Exit 1 when any measurement's busbw at SIZE is below GBPS.")
-@click.option("--max-latency", "max_latency", metavar="US[@SIZE]",
-              help="Exit 1 when any measurement's time at SIZE is above US microseconds.")
+@click.option(
+    "--iters",
+    type=StrictInt(min=1, max=1_000_000),
+    help="Iterations per timed trial (a graph captures them all).",
+)
+@click.option(
+    "--trials",
+    type=StrictInt(min=1, max=10_000),
+    help="Timed trials per size (median, p10/p90 over them).",
+)
+@click.option(
+    "-m",
+    "--agg",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).",
+)
+@click.option(
+    "--check",
+    type=click.IntRange(0, 1),
+    default=1,
+    show_default=True,
+    help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).",
+)
+@click.option(
+    "--buffers",
+    type=click.Choice(["rotate", "reuse"]),
+    default="rotate",
+    show_default=True,
+    help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
+    "reuse: one L2-hot buffer.",
+)
+@click.option(
+    "--path",
+    type=click.Choice(["torch", "nccl"]),
+    default="torch",
+    show_default=True,
+    help="torch: torch.distributed (what engines run); nccl: a raw NCCL communicator through cupy.",
+)
+@click.option(
+    "--iter-events/--no-iter-events",
+    "iter_events",
+    default=True,
+    show_default=True,
+    help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).",
+)
+@click.option(
+    "--min-busbw",
+    "min_busbw",
+    metavar="GBPS[@SIZE]",
+    help="Exit 1 when any measurement's busbw at SIZE is below GBPS.",
+)
+@click.option(
+    "--max-latency",
+    "max_latency",
+    metavar="US[@SIZE]",
+    help="Exit 1 when any measurement's time at SIZE is above US microseconds.",
+)
 @click.option("--proto", show_default=_PROTO, help="NCCL_PROTO values.")
 @click.option("--algo", show_default=_ALGO, help="NCCL_ALGO values.")
-@click.option("--p2p-level", default="default", show_default=True,
-              help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).")
-@click.option("--set", "settings", multiple=True, metavar="NCCL_VAR=v1,v2",
-              help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
-                   f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).")
-@click.option("--nranks", type=StrictInt(min=1, max=65536), help="Ranks: one per GPU by default, 2 on CPU.")
-@click.option("--share-gpu", type=StrictInt(min=0, max=64), metavar="N",
-              help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "
-                   "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.")
-@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
-@click.option("--timeout", type=Duration(), default=120.0, show_default=True,
-              help="Seconds a pool may stay silent (starting included) before it counts as hung and is killed.")
-@click.option("--output", type=click.Path(dir_okay=False),
-              help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl. An existing file only with --force.")
-@click.option("--resume", type=click.Path(dir_okay=False), help="Continue the sweep recorded in this results file.")
-@click.option("--torchrun-dir", type=click.Path(file_okay=False),
-              help="Plan a multi-node sweep: write payloads here, print one torchrun command per pool.")
-@click.option("--collect", type=click.Path(file_okay=False, exists=True),
-              help="Turn a --torchrun-dir whose commands have run into a results file.")
+@click.option(
+    "--p2p-level",
+    default="default",
+    show_default=True,
+    help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NCCL_VAR=v1,v2",
+    help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
+    f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).",
+)
+@click.option(
+    "--nranks", type=StrictInt(min=1, max=65536), help="Ranks: one per GPU by default, 2 on CPU."
+)
+@click.option(
+    "--share-gpu",
+    type=StrictInt(min=0, max=64),
+    metavar="N",
+    help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "
+    "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.",
+)
+@click.option(
+    "--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True
+)
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default=120.0,
+    show_default=True,
+    help="Seconds a pool may stay silent (starting included) before it counts as hung and is killed.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Results file (JSON Lines); default ./runs/sweep-<time>.jsonl. An existing file only with --force.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(dir_okay=False),
+    help="Continue the sweep recorded in this results file.",
+)
+@click.option(
+    "--torchrun-dir",
+    type=click.Path(file_okay=False),
+    help="Plan a multi-node sweep: write payloads here, print one torchrun command per pool.",
+)
+@click.option(
+    "--collect",
+    type=click.Path(file_okay=False, exists=True),
+    help="Turn a --torchrun-dir whose commands have run into a results file.",
+)
 @force_option
 @format_option
 @click.pass_context
-def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, max_latency, **options):
+def command(
+    ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, max_latency, **options
+):
     """Measure collectives (all-reduce unless --collective says otherwise) over every combination
     of the NCCL settings given, one worker pool per combination of once-per-process settings, and
     prove from NCCL's own debug log that each setting was read. Results are appended to a JSON
@@ -137,9 +264,12 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
     Exits 1 when a configuration is wrong, hung, crashed or unconfirmed, or a threshold is missed.
     """
     from ncclprobe.sweep import session, thresholds
+
     quiet = (ctx.obj or {}).get("quiet", False)
     criteria = thresholds.parse(min_busbw, max_latency)
-    explicit = [name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"]
+    explicit = [
+        name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"
+    ]
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
     if torchrun_dir:
         return _plan_torchrun(torchrun_dir, request(**options), bool(output or force))
@@ -149,6 +279,7 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
         job = session.resume_job(resume)
     else:
         from ncclprobe.sweep.build import build_spec
+
         spec, skipped = build_spec(request(**options))
         job = session.new_job(spec, skipped, output, sys.argv, force=force)
     if not quiet:
@@ -167,71 +298,146 @@ def command(ctx, resume, output, torchrun_dir, collect, force, fmt, min_busbw, m
     return session.verdict(results_file, shortfalls)
 
 
-def request(*, sizes, collective, dtype, op, placement, mode, warmup, iters, trials, agg, check, buffers, path,
-            iter_events, proto, algo, p2p_level, settings, nranks, backend, timeout, share_gpu):
+def request(
+    *,
+    sizes,
+    collective,
+    dtype,
+    op,
+    placement,
+    mode,
+    warmup,
+    iters,
+    trials,
+    agg,
+    check,
+    buffers,
+    path,
+    iter_events,
+    proto,
+    algo,
+    p2p_level,
+    settings,
+    nranks,
+    backend,
+    timeout,
+    share_gpu,
+):
     """The command line's options as the library's typed request (`ncclprobe.sweep.build`)."""
     from ncclprobe.sweep.build import SweepRequest, parse_settings, split_list
-    return SweepRequest(sizes=tuple(parse_sizes(sizes)) if sizes is not None else None,
-                        collectives=split_list(collective), dtypes=split_list(dtype), ops=split_list(op),
-                        placement=placement, modes=split_list(mode) if mode is not None else None,
-                        warmup=warmup, iters=iters, trials=trials, agg=agg, check=bool(check), buffers=buffers,
-                        path=path, iter_events=iter_events,
-                        protocols=split_list(proto) if proto is not None else None,
-                        algorithms=split_list(algo) if algo is not None else None,
-                        p2p_levels=split_list(p2p_level), settings=parse_settings(settings), nranks=nranks,
-                        backend=backend, timeout_s=timeout, share_gpu=share_gpu)
+
+    return SweepRequest(
+        sizes=tuple(parse_sizes(sizes)) if sizes is not None else None,
+        collectives=split_list(collective),
+        dtypes=split_list(dtype),
+        ops=split_list(op),
+        placement=placement,
+        modes=split_list(mode) if mode is not None else None,
+        warmup=warmup,
+        iters=iters,
+        trials=trials,
+        agg=agg,
+        check=bool(check),
+        buffers=buffers,
+        path=path,
+        iter_events=iter_events,
+        protocols=split_list(proto) if proto is not None else None,
+        algorithms=split_list(algo) if algo is not None else None,
+        p2p_levels=split_list(p2p_level),
+        settings=parse_settings(settings),
+        nranks=nranks,
+        backend=backend,
+        timeout_s=timeout,
+        share_gpu=share_gpu,
+    )
 
 
-def _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit: list[str]) -> None:
+def _refuse_contradictions(
+    resume, collect, torchrun_dir, output, force, explicit: list[str]
+) -> None:
     """--resume, --collect and --torchrun-dir are three different jobs; each refuses what the others
     take, rather than ignoring it."""
-    modes = [name for name, value in (("--resume", resume), ("--collect", collect), ("--torchrun-dir", torchrun_dir))
-             if value]
+    modes = [
+        name
+        for name, value in (
+            ("--resume", resume),
+            ("--collect", collect),
+            ("--torchrun-dir", torchrun_dir),
+        )
+        if value
+    ]
     if len(modes) > 1:
-        raise UsageProblem(f"{modes[0]} and {modes[1]} cannot be combined: each is a job of its own")
+        raise UsageProblem(
+            f"{modes[0]} and {modes[1]} cannot be combined: each is a job of its own"
+        )
     if resume and (explicit or output or force):
-        given = f"--{explicit[0].replace('_', '-')}" if explicit else ("--output" if output else "--force")
-        raise UsageProblem(f"--resume continues the sweep recorded in {resume!r} with its own settings and file; "
-                           f"drop {given}")
+        given = (
+            f"--{explicit[0].replace('_', '-')}"
+            if explicit
+            else ("--output" if output else "--force")
+        )
+        raise UsageProblem(
+            f"--resume continues the sweep recorded in {resume!r} with its own settings and file; "
+            f"drop {given}"
+        )
     if collect and explicit:
-        raise UsageProblem(f"--collect reads the settings the plan in {collect!r} recorded; drop "
-                           f"--{explicit[0].replace('_', '-')}")
+        raise UsageProblem(
+            f"--collect reads the settings the plan in {collect!r} recorded; drop "
+            f"--{explicit[0].replace('_', '-')}"
+        )
 
 
 def resume_hint(path) -> str | None:
     """How to continue an interrupted sweep: only when its file holds a finished configuration
     (otherwise the file was removed and the sweep starts over)."""
     from ncclprobe.records import read_results
+
     try:
         configs = len(read_results(path).configs)
-    except Exception:   # gone, or unreadable mid-write: nothing to continue
+    except Exception:  # gone, or unreadable mid-write: nothing to continue
         return None
-    return (f"{configs} configuration(s) are kept in {path}; continue with: ncclprobe sweep --resume {path}"
-            if configs else None)
+    return (
+        f"{configs} configuration(s) are kept in {path}; continue with: ncclprobe sweep --resume {path}"
+        if configs
+        else None
+    )
 
 
 def _plan_torchrun(directory: str, asked, output_given: bool) -> None:
     from ncclprobe.sweep import session
     from ncclprobe.sweep.build import build_spec
+
     if not asked.nranks:
-        raise UsageProblem("--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)")
+        raise UsageProblem(
+            "--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)"
+        )
     spec, skipped = build_spec(asked, local=False)
-    if output_given:   # after the grid's own checks, which say more
-        raise UsageProblem("--torchrun-dir writes a plan, not results; --output and --force belong to the "
-                           "later --collect")
+    if output_given:  # after the grid's own checks, which say more
+        raise UsageProblem(
+            "--torchrun-dir writes a plan, not results; --output and --force belong to the "
+            "later --collect"
+        )
     for line in session.plan_torchrun(spec, skipped, directory, sys.argv):
         click.echo(line)
-    click.echo(f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
-               f"then: ncclprobe sweep --collect {directory}", err=True)
+    click.echo(
+        f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
+        f"then: ncclprobe sweep --collect {directory}",
+        err=True,
+    )
 
 
 def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
     from ncclprobe.sweep import table
+
     doc = table.document(results_file)
     doc["shortfalls"] = shortfalls
-    notes = (list(doc["notes"]) + table.proof_notes(results_file.configs, doc["backend"])
-             + table.config_problems(results_file.configs)
-             + table.failed_measurements(results_file.results) + shortfalls)
+    notes = (
+        list(doc["notes"])
+        + table.proof_notes(results_file.configs, doc["backend"])
+        + table.config_problems(results_file.configs)
+        + table.failed_measurements(results_file.results)
+        + shortfalls
+    )
     summary = table.summary_note(doc["summary"])
     if summary:
         notes.append(summary)
@@ -241,5 +447,6 @@ def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
         return
     emit(fmt, doc, [], title=f"sweep: {results_file.path}", notes=notes)
     for (collective, size), rows in table.rows_by_size(
-            doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])).items():
+        doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])
+    ).items():
         emit(fmt, doc, rows, title=f"{collective} {rows[0]['size']} ({size} bytes)")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 from tabulate import tabulate
 
-FALLBACK_COLUMNS = 100   # not a terminal and no COLUMNS: what a pasted block reads well at
-MIN_TEXT = 16            # a text column is wrapped no narrower than this (or its header)
-MAX_NAME = 32            # ... nor, in a column of names, below its longest name up to this
+FALLBACK_COLUMNS = 100  # not a terminal and no COLUMNS: what a pasted block reads well at
+MIN_TEXT = 16  # a text column is wrapped no narrower than this (or its header)
+MAX_NAME = 32  # ... nor, in a column of names, below its longest name up to this
 FLOAT_FORMAT = ".2f"
 MISSING = "-"
 
@@ -48,10 +48,12 @@ def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str
         else:
             break
         table = _tabulate(rows, shown, widths, natural)
-    return table, headers[len(shown):]
+    return table, headers[len(shown) :]
 
 
-def _level(widths: dict[str, int], text: list[str], floor: dict[str, int], excess: int) -> dict[str, int]:
+def _level(
+    widths: dict[str, int], text: list[str], floor: dict[str, int], excess: int
+) -> dict[str, int]:
     """The widest text columns cut to one common width (none below its floor: MIN_TEXT, its header,
     the longest name of a column of names) until `excess` characters are saved: two
     long columns share the room instead of one shrinking to MIN_TEXT while the other stays wide."""
@@ -65,19 +67,29 @@ def _tabulate(rows, shown: list[str], widths: dict[str, int], natural: dict[str,
     """Floats get FLOAT_FORMAT; a number the caller formatted itself (a string, such as three
     significant digits of a CPU busbw, 0.00123) is printed as given, right-aligned, not reparsed."""
     kinds = [_kind([row.get(h) for row in rows]) for h in shown]
-    return tabulate([{h: row.get(h) for h in shown} for row in rows], headers="keys", tablefmt="simple",
-                    floatfmt=FLOAT_FORMAT, missingval=MISSING,
-                    disable_numparse=[i for i, kind in enumerate(kinds) if kind == "formatted"] or False,
-                    colalign=[{"formatted": "right", "number": "decimal"}.get(kind, "left") for kind in kinds],
-                    maxcolwidths=[widths[h] if widths[h] < natural[h] else None for h in shown])
+    return tabulate(
+        [{h: row.get(h) for h in shown} for row in rows],
+        headers="keys",
+        tablefmt="simple",
+        floatfmt=FLOAT_FORMAT,
+        missingval=MISSING,
+        disable_numparse=[i for i, kind in enumerate(kinds) if kind == "formatted"] or False,
+        colalign=[{"formatted": "right", "number": "decimal"}.get(kind, "left") for kind in kinds],
+        maxcolwidths=[widths[h] if widths[h] < natural[h] else None for h in shown],
+    )
 
 
 def _kind(values: list) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, str) and _numeric(v) for v in present):
         return "formatted"
-    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, str) and _numeric(v)
-                       for v in present):
+    if present and all(
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        or isinstance(v, str)
+        and _numeric(v)
+        for v in present
+    ):
         return "number"
     return "text"
 
@@ -93,14 +105,22 @@ def note_lines(notes: Sequence[str], width: int | None) -> list[str]:
         if width is None:
             lines.append(f"# {note}")
         else:
-            lines += textwrap.wrap(note, width=max(20, width), initial_indent="# ", subsequent_indent="#   ",
-                                   break_on_hyphens=False, break_long_words=False) or ["#"]
+            lines += textwrap.wrap(
+                note,
+                width=max(20, width),
+                initial_indent="# ",
+                subsequent_indent="#   ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            ) or ["#"]
     return lines
 
 
 def left_out_note(columns: Sequence[str], width: int) -> str:
-    return (f"columns left out to fit {width} columns: {', '.join(columns)} (all of them with --wide, "
-            f"or --format csv/json)")
+    return (
+        f"columns left out to fit {width} columns: {', '.join(columns)} (all of them with --wide, "
+        f"or --format csv/json)"
+    )
 
 
 def _headers(rows: Sequence[dict]) -> list[str]:
@@ -120,7 +140,9 @@ def _cell(value) -> str:
 
 def _is_text(cells: list[str]) -> bool:
     """A column tabulate can wrap: words, not numbers."""
-    return any(" " in c or "," in c or len(c) > MIN_TEXT for c in cells) and not all(_numeric(c) for c in cells)
+    return any(" " in c or "," in c or len(c) > MIN_TEXT for c in cells) and not all(
+        _numeric(c) for c in cells
+    )
 
 
 def _numeric(cell: str) -> bool:

@@ -22,24 +22,62 @@ Examples:
 {exit_codes("fine", "a P2P copy returned wrong data or hung, or --check found an error", "nothing readable here")}"""
 
 
-@click.command(epilog=EPILOG, short_help="Show the GPU topology; --check: PCIe health evidence and advice.")
-@click.option("--from", "source", type=click.Path(dir_okay=False), help="Saved `nvidia-smi topo -m` output.")
-@click.option("--p2p-check/--no-p2p-check", default=True, show_default=True,
-              help="Live only: copy a known pattern across every GPU pair and read it back.")
-@click.option("--p2p-timeout", type=StrictFloat(min=1, max=3600), default=120.0, show_default=True,
-              help="Seconds before the P2P check (or --check's measurement) counts as hung.")
-@click.option("--nccl-version", type=Version(), help="NCCL version, to name the default P2P level [live: torch's NCCL].")
-@click.option("--check", "health", is_flag=True,
-              help="Measure P2P and host<->device bandwidth/latency, read ACS/IOMMU/link state and the driver's "
-                   "P2P support, dump NCCL's topology and graphs, and advise.")
-@output_option("With --check: write topo-check.json, NCCL's XML dumps and a heatmap into this directory "
-               "(never over earlier ones).", dest="output_dir", directory=True, old=("--output-dir",))
-@click.option("--bytes", "nbytes", type=click.IntRange(4096, 1 << 32), default=32 << 20, show_default=True,
-              help="With --check: bytes per copy.")
-@click.option("--nccl-job/--no-nccl-job", default=True, show_default=True,
-              help="With --check: run the short NCCL job that writes NCCL's topology and graph dumps.")
+@click.command(
+    epilog=EPILOG, short_help="Show the GPU topology; --check: PCIe health evidence and advice."
+)
+@click.option(
+    "--from", "source", type=click.Path(dir_okay=False), help="Saved `nvidia-smi topo -m` output."
+)
+@click.option(
+    "--p2p-check/--no-p2p-check",
+    default=True,
+    show_default=True,
+    help="Live only: copy a known pattern across every GPU pair and read it back.",
+)
+@click.option(
+    "--p2p-timeout",
+    type=StrictFloat(min=1, max=3600),
+    default=120.0,
+    show_default=True,
+    help="Seconds before the P2P check (or --check's measurement) counts as hung.",
+)
+@click.option(
+    "--nccl-version",
+    type=Version(),
+    help="NCCL version, to name the default P2P level [live: torch's NCCL].",
+)
+@click.option(
+    "--check",
+    "health",
+    is_flag=True,
+    help="Measure P2P and host<->device bandwidth/latency, read ACS/IOMMU/link state and the driver's "
+    "P2P support, dump NCCL's topology and graphs, and advise.",
+)
+@output_option(
+    "With --check: write topo-check.json, NCCL's XML dumps and a heatmap into this directory "
+    "(never over earlier ones).",
+    dest="output_dir",
+    directory=True,
+    old=("--output-dir",),
+)
+@click.option(
+    "--bytes",
+    "nbytes",
+    type=click.IntRange(4096, 1 << 32),
+    default=32 << 20,
+    show_default=True,
+    help="With --check: bytes per copy.",
+)
+@click.option(
+    "--nccl-job/--no-nccl-job",
+    default=True,
+    show_default=True,
+    help="With --check: run the short NCCL job that writes NCCL's topology and graph dumps.",
+)
 @format_option
-def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nbytes, nccl_job, fmt):
+def command(
+    source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nbytes, nccl_job, fmt
+):
     """Read the GPU topology from a saved `nvidia-smi topo -m` (--from) or from this machine
     (nvidia-smi, NVML, torch's peer-access matrix; each missing source is named), and show for
     each NCCL_P2P_LEVEL the GPU pairs NCCL would connect peer-to-peer, grouping levels that
@@ -54,7 +92,9 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
     """
     if health:
         if source:
-            raise click.UsageError("--check measures this machine; --from reads a saved topology (use one)")
+            raise click.UsageError(
+                "--check measures this machine; --from reads a saved topology (use one)"
+            )
         return _check(p2p_timeout, output_dir, nbytes, nccl_job, fmt)
     if output_dir:
         raise click.UsageError("--output goes with --check")
@@ -64,23 +104,33 @@ def command(source, p2p_check, p2p_timeout, nccl_version, health, output_dir, nb
         topo.source = str(source)
     else:
         from ncclprobe.evidence.topo_live import host_cpu_vendor, read_live_topology
+
         topo = read_live_topology(p2p_check=p2p_check, p2p_timeout_s=p2p_timeout)
         vendor, nccl_version = host_cpu_vendor(), nccl_version or _torch_nccl_version()
     default = default_p2p_level(nccl_version, vendor, len(topo.gpus))
-    doc = {**topo.to_json(), "nccl_version": nccl_version, "cpu_vendor": vendor, "default_p2p_level": default}
+    doc = {
+        **topo.to_json(),
+        "nccl_version": nccl_version,
+        "cpu_vendor": vendor,
+        "default_p2p_level": default,
+    }
     extra = [f"NCCL {nccl_version} default P2P level here: {default}"] if default else []
     emit(fmt, doc, matrix_rows(topo), title=_title(topo), notes=notes(topo) + extra)
     return topo.verdict()
 
 
 def _check(timeout, output_dir, nbytes, nccl_job, fmt):
+    from ncclprobe.cli.table import terminal_width
     from ncclprobe.pcie.check import check_output_dir, run_check, save, verdict
     from ncclprobe.pcie.matrix import Matrix
-    from ncclprobe.cli.table import terminal_width
     from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block, wrap_line
+
     if output_dir:
         check_output_dir(output_dir)
-    click.echo("topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...", err=True)
+    click.echo(
+        "topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...",
+        err=True,
+    )
     doc = run_check(timeout_s=timeout, nbytes=nbytes, nccl_job=nccl_job)
     if output_dir:
         for path in save(doc, output_dir):
@@ -88,23 +138,37 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt):
     if fmt == "json":
         emit(fmt, {k: v for k, v in doc.items()}, None)
     elif fmt == "csv":
-        rows = [{"matrix": r["source"], "row": label, **dict(zip(r["cols"], values))}
-                for r in doc["matrices"] for label, values in zip(r["rows"], r["values"])]
+        rows = [
+            {"matrix": r["source"], "row": label, **dict(zip(r["cols"], values))}
+            for r in doc["matrices"]
+            for label, values in zip(r["rows"], r["values"])
+        ]
         emit(fmt, doc, rows)
     else:
         m, width = doc["measurement"], terminal_width()
-        lines = wrap_line(f"topo --check: measurement {m['status']}" + (f" ({m['reason']})" if m.get("reason") else "")
-                          + f", {len(m['devices'])} GPU(s)", "# ", width)
+        lines = wrap_line(
+            f"topo --check: measurement {m['status']}"
+            + (f" ({m['reason']})" if m.get("reason") else "")
+            + f", {len(m['devices'])} GPU(s)",
+            "# ",
+            width,
+        )
         for record in doc["matrices"]:
             lines += matrix_block(Matrix.from_record(record))
         lines += check_lines(doc["platform"], width)
         nccl = doc["nccl"]
-        lines += wrap_line(f"## NCCL's model: job {nccl.get('status')}" + (f" ({nccl['reason']})" if nccl.get("reason")
-                                                                          else "")
-                           + "".join(f"; {x}" for x in nccl.get("missing", [])), "", width)
+        lines += wrap_line(
+            f"## NCCL's model: job {nccl.get('status')}"
+            + (f" ({nccl['reason']})" if nccl.get("reason") else "")
+            + "".join(f"; {x}" for x in nccl.get("missing", [])),
+            "",
+            width,
+        )
         for g in nccl.get("graphs") or []:
-            lines.append(f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
-                         f"over {g['type_intra']}")
+            lines.append(
+                f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
+                f"over {g['type_intra']}"
+            )
         for d in doc["nccl_model_vs_measured"]:
             lines += wrap_line(f"disagrees: {d}", "  ", width)
         lines += finding_lines(doc["findings"], doc["advice"], width)
@@ -116,9 +180,11 @@ def _title(topo: Topology) -> str:
     s = topo.summary
     nvlink = {True: "yes", False: "no", None: "unknown"}[s["nvlink"]]
     if s["nvlink"] and s.get("links"):
-        nvlink += f" ({s['links']})"   # whether NVLink joins every GPU, which LL128 needs
-    return (f"{s['gpu_count']} GPU(s), NVLink {nvlink}, "
-            f"worst path {s['worst_path'] or '-'}, NUMA nodes {s['numa_spread'] or '?'} ({topo.source})")
+        nvlink += f" ({s['links']})"  # whether NVLink joins every GPU, which LL128 needs
+    return (
+        f"{s['gpu_count']} GPU(s), NVLink {nvlink}, "
+        f"worst path {s['worst_path'] or '-'}, NUMA nodes {s['numa_spread'] or '?'} ({topo.source})"
+    )
 
 
 def matrix_rows(topo: Topology) -> list[dict]:
@@ -136,22 +202,30 @@ def notes(topo: Topology) -> list[str]:
     out = []
     for group in equivalent_levels(topo):
         pairs = levels[group[0]]
-        shown = " ".join(f"{i}-{j}" for i, j in sorted(pairs)[:12]) + (" ..." if len(pairs) > 12 else "")
+        shown = " ".join(f"{i}-{j}" for i, j in sorted(pairs)[:12]) + (
+            " ..." if len(pairs) > 12 else ""
+        )
         out.append(f"NCCL_P2P_LEVEL {'/'.join(group)}: {len(pairs)} P2P pair(s) {shown}".rstrip())
     if topo.nics:
-        out.append("NICs: " + ", ".join(f"{n} ({topo.nic_devices[n]})" if n in topo.nic_devices else n
-                                        for n in topo.nics))
+        out.append(
+            "NICs: "
+            + ", ".join(
+                f"{n} ({topo.nic_devices[n]})" if n in topo.nic_devices else n for n in topo.nics
+            )
+        )
     out += [f"source {name}: {state}" for name, state in topo.sources.items()]
     if topo.p2p_check:
-        out.append(f"P2P data check: {topo.p2p_check['status']}"
-                   + (f" ({topo.p2p_check['reason']})" if topo.p2p_check.get("reason") else ""))
+        out.append(
+            f"P2P data check: {topo.p2p_check['status']}"
+            + (f" ({topo.p2p_check['reason']})" if topo.p2p_check.get("reason") else "")
+        )
     return out + topo.notes
-
 
 
 def _torch_nccl_version() -> str | None:
     try:
         import torch
+
         return ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
-    except Exception:   # no torch, or a build without NCCL: the default level stays unnamed
+    except Exception:  # no torch, or a build without NCCL: the default level stays unnamed
         return None

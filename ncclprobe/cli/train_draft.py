@@ -24,39 +24,135 @@ Examples:
 
 
 @click.command(epilog=EPILOG, short_help="Train an EAGLE-3 draft head on the target's own outputs.")
-@click.option("--preset", default="tiny", show_default=True, type=click.Choice(PRESET_NAMES), help="Target model shape.")
-@click.option("--checkpoint", type=click.Path(), help="Local Hugging Face Llama directory or .gguf file (overrides --preset).")
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
-              help="Training prompts (as run-engine's --prompts). Default with a tokenizer: the shipped prompt set's "
-                   "64 train prompts; without one: random tokens.")
-@click.option("--eval-prompts", "eval_file", type=click.Path(dir_okay=False),
-              help="Prompts for the acceptance before/after. Default with a tokenizer: the shipped 16 held-out prompts.")
-@click.option("--chat", is_flag=True, help="Wrap text prompts in the checkpoint's chat template (train as run-engine --chat serves).")
-@click.option("--data-temperature", default=0.7, show_default=True, type=float,
-              help="Each prompt's first continuation is greedy; its further ones (--sequences beyond the prompts) are "
-                   "sampled at this temperature.")
-@output_option("Draft file to write (.safetensors), checked before training; an existing file only with --force.",
-               dest="out_path", required=True, old=("--out",))
+@click.option(
+    "--preset",
+    default="tiny",
+    show_default=True,
+    type=click.Choice(PRESET_NAMES),
+    help="Target model shape.",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(),
+    help="Local Hugging Face Llama directory or .gguf file (overrides --preset).",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False),
+    help="Training prompts (as run-engine's --prompts). Default with a tokenizer: the shipped prompt set's "
+    "64 train prompts; without one: random tokens.",
+)
+@click.option(
+    "--eval-prompts",
+    "eval_file",
+    type=click.Path(dir_okay=False),
+    help="Prompts for the acceptance before/after. Default with a tokenizer: the shipped 16 held-out prompts.",
+)
+@click.option(
+    "--chat",
+    is_flag=True,
+    help="Wrap text prompts in the checkpoint's chat template (train as run-engine --chat serves).",
+)
+@click.option(
+    "--data-temperature",
+    default=0.7,
+    show_default=True,
+    type=float,
+    help="Each prompt's first continuation is greedy; its further ones (--sequences beyond the prompts) are "
+    "sampled at this temperature.",
+)
+@output_option(
+    "Draft file to write (.safetensors), checked before training; an existing file only with --force.",
+    dest="out_path",
+    required=True,
+    old=("--out",),
+)
 @click.option("--steps", default=1000, show_default=True, type=int, help="Optimiser steps.")
-@click.option("--sequences", default=512, show_default=True, type=int, help="Training sequences the target generates.")
-@click.option("--prompt-len", default=8, show_default=True, type=int, help="Random prompt tokens per sequence (no tokenizer).")
-@click.option("--gen-len", default=56, show_default=True, type=int, help="Tokens the target generates per sequence; prompt + these are the positions the draft "
-                   "learns, so cover the runs it will serve (run-engine warns when a run goes beyond).")
-@click.option("--batch", default=16, show_default=True, type=int, help="Sequences per optimiser step.")
+@click.option(
+    "--sequences",
+    default=512,
+    show_default=True,
+    type=int,
+    help="Training sequences the target generates.",
+)
+@click.option(
+    "--prompt-len",
+    default=8,
+    show_default=True,
+    type=int,
+    help="Random prompt tokens per sequence (no tokenizer).",
+)
+@click.option(
+    "--gen-len",
+    default=56,
+    show_default=True,
+    type=int,
+    help="Tokens the target generates per sequence; prompt + these are the positions the draft "
+    "learns, so cover the runs it will serve (run-engine warns when a run goes beyond).",
+)
+@click.option(
+    "--batch", default=16, show_default=True, type=int, help="Sequences per optimiser step."
+)
 @click.option("--unroll", default=3, show_default=True, type=int, help="Training-time-test depth.")
-@click.option("--labels", default="mixed", show_default=True, type=click.Choice(("soft", "hard", "mixed")),
-              help="Train against the target's distribution, its greedy choice, or the mean of both losses.")
-@click.option("--lr", default=3e-3, show_default=True, type=StrictFloat(min=0, max=10, min_open=True), help="AdamW learning rate.")
-@click.option("--draft-vocab", default=0, show_default=True, type=int,
-              help="Tokens the draft's head covers (EAGLE-3's reduced vocabulary: the ones the target generated "
-                   "most); 0: the target's whole vocabulary.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the target's weights (match run-engine's).")
-@click.option("--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda")))
+@click.option(
+    "--labels",
+    default="mixed",
+    show_default=True,
+    type=click.Choice(("soft", "hard", "mixed")),
+    help="Train against the target's distribution, its greedy choice, or the mean of both losses.",
+)
+@click.option(
+    "--lr",
+    default=3e-3,
+    show_default=True,
+    type=StrictFloat(min=0, max=10, min_open=True),
+    help="AdamW learning rate.",
+)
+@click.option(
+    "--draft-vocab",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Tokens the draft's head covers (EAGLE-3's reduced vocabulary: the ones the target generated "
+    "most); 0: the target's whole vocabulary.",
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of the target's weights (match run-engine's).",
+)
+@click.option(
+    "--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda"))
+)
 @force_option
 @format_option
 @click.pass_context
-def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_temperature, out_path, steps, sequences,
-            prompt_len, gen_len, batch, unroll, labels, lr, draft_vocab, seed, device, force, fmt):
+def command(
+    ctx,
+    preset,
+    checkpoint,
+    prompts_file,
+    eval_file,
+    chat,
+    data_temperature,
+    out_path,
+    steps,
+    sequences,
+    prompt_len,
+    gen_len,
+    batch,
+    unroll,
+    labels,
+    lr,
+    draft_vocab,
+    seed,
+    device,
+    force,
+    fmt,
+):
     """Generate sequences with the target (seeded weights of --preset, or --checkpoint), record its
     features and next-token distributions, and train the draft with unrolled steps that feed it its
     own outputs (EAGLE-3's training-time test). Reports the loss and the greedy acceptance length
@@ -65,26 +161,67 @@ def command(ctx, preset, checkpoint, prompts_file, eval_file, chat, data_tempera
     from ncclprobe.cli.run_engine import prepare_checkpoint
     from ncclprobe.engine import train_job
     from ncclprobe.engine.train_draft import TrainSpec
+
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
-    spec = TrainSpec(sequences=sequences, prompt_len=prompt_len, gen_len=gen_len, steps=steps, batch=min(batch, sequences),
-                     lr=lr, unroll=unroll, labels=labels, draft_vocab=draft_vocab, seed=seed,
-                     data_temperature=data_temperature)
-    out = check_output(out_path, force=force, what="--output",   # found now, not after minutes of training
-                       inputs=[p for p in (checkpoint, prompts_file, eval_file) if p])
-    prepare_checkpoint(checkpoint, quiet)   # every option is valid: now a .gguf may be converted
-    prompts, eval_prompts, prompt_source = train_job.training_prompts(checkpoint, prompts_file, eval_file, chat)
+    spec = TrainSpec(
+        sequences=sequences,
+        prompt_len=prompt_len,
+        gen_len=gen_len,
+        steps=steps,
+        batch=min(batch, sequences),
+        lr=lr,
+        unroll=unroll,
+        labels=labels,
+        draft_vocab=draft_vocab,
+        seed=seed,
+        data_temperature=data_temperature,
+    )
+    out = check_output(
+        out_path,
+        force=force,
+        what="--output",  # found now, not after minutes of training
+        inputs=[p for p in (checkpoint, prompts_file, eval_file) if p],
+    )
+    prepare_checkpoint(checkpoint, quiet)  # every option is valid: now a .gguf may be converted
+    prompts, eval_prompts, prompt_source = train_job.training_prompts(
+        checkpoint, prompts_file, eval_file, chat
+    )
     spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)
     train_job.check_training_limits(preset, checkpoint, spec)
     device = train_job.resolve_device(device)
     with Progress(steps, "train-draft", quiet=quiet) as progress:
         report = train_job.train_and_save(
-            spec, out, preset_name=preset, checkpoint=checkpoint, device=device, replace=force,
-            progress=lambda step, total, loss: step % max(1, total // 20) == 0 and progress.advance(
-                f"loss {loss:.3f}", steps=max(1, total // 20)))
-    doc = {"schema_version": 1, "kind": "draft-training", "preset": None if checkpoint else preset,
-           "checkpoint": checkpoint, "out": str(out), "prompt_source": prompt_source, "chat": chat, **report}
-    emit(fmt, doc, [{k: v for k, v in report.items()}], title="ncclprobe train-draft",
-         notes=[f"saved {out}", f"prompts: {prompt_source}",
-                f"acceptance length = tokens per cycle (drafts kept + 1), greedy, k={spec.eval_k}, "
-                f"{report['eval_prompts']} prompts the draft was not trained on"])
+            spec,
+            out,
+            preset_name=preset,
+            checkpoint=checkpoint,
+            device=device,
+            replace=force,
+            progress=lambda step, total, loss: (
+                step % max(1, total // 20) == 0
+                and progress.advance(f"loss {loss:.3f}", steps=max(1, total // 20))
+            ),
+        )
+    doc = {
+        "schema_version": 1,
+        "kind": "draft-training",
+        "preset": None if checkpoint else preset,
+        "checkpoint": checkpoint,
+        "out": str(out),
+        "prompt_source": prompt_source,
+        "chat": chat,
+        **report,
+    }
+    emit(
+        fmt,
+        doc,
+        [{k: v for k, v in report.items()}],
+        title="ncclprobe train-draft",
+        notes=[
+            f"saved {out}",
+            f"prompts: {prompt_source}",
+            f"acceptance length = tokens per cycle (drafts kept + 1), greedy, k={spec.eval_k}, "
+            f"{report['eval_prompts']} prompts the draft was not trained on",
+        ],
+    )
     return train_job.verdict(report)

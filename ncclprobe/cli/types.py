@@ -11,7 +11,15 @@ from __future__ import annotations
 import click
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.numbers import MAX_DURATION_S, check_float, check_int, parse_duration, parse_float, parse_int, parse_version
+from ncclprobe.numbers import (
+    MAX_DURATION_S,
+    check_float,
+    check_int,
+    parse_duration,
+    parse_float,
+    parse_int,
+    parse_version,
+)
 
 
 class _Strict(click.ParamType):
@@ -22,7 +30,7 @@ class _Strict(click.ParamType):
             return None
         try:
             return self.parse(value, _label(param))
-        except UsageProblem as exc:   # the message names the option already
+        except UsageProblem as exc:  # the message names the option already
             raise click.UsageError(str(exc), ctx) from None
 
     def parse(self, value, what: str):  # pragma: no cover - every type defines it
@@ -36,7 +44,7 @@ class StrictInt(_Strict):
         self.min, self.max = min, max
 
     def parse(self, value, what):
-        if isinstance(value, int) and not isinstance(value, bool):   # a default
+        if isinstance(value, int) and not isinstance(value, bool):  # a default
             return check_int(value, what, min=self.min, max=self.max)
         return parse_int(str(value), what, min=self.min, max=self.max)
 
@@ -44,8 +52,13 @@ class StrictInt(_Strict):
 class StrictFloat(_Strict):
     name = "number"
 
-    def __init__(self, min: float | None = None, max: float | None = None, min_open: bool = False,
-                 max_open: bool = False):
+    def __init__(
+        self,
+        min: float | None = None,
+        max: float | None = None,
+        min_open: bool = False,
+        max_open: bool = False,
+    ):
         self.min, self.max, self.min_open, self.max_open = min, max, min_open, max_open
 
     def parse(self, value, what):
@@ -117,7 +130,9 @@ def _strict_type(kind: click.ParamType) -> click.ParamType | None:
         high = kind.max if kind.max is None or not kind.max_open else kind.max - 1
         return StrictInt(min=low, max=high)
     if isinstance(kind, click.FloatRange):
-        return StrictFloat(min=kind.min, max=kind.max, min_open=kind.min_open, max_open=kind.max_open)
+        return StrictFloat(
+            min=kind.min, max=kind.max, min_open=kind.min_open, max_open=kind.max_open
+        )
     if kind is click.INT:
         return StrictInt()
     if kind is click.FLOAT:

@@ -18,4 +18,12 @@ from ncclprobe.diagnose.evidence import Evidence, load_evidence
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.rank import Diagnosis, diagnose
 
-__all__ = ["Evidence", "load_evidence", "Finding", "RuledOut", "NotChecked", "Diagnosis", "diagnose"]
+__all__ = [
+    "Evidence",
+    "load_evidence",
+    "Finding",
+    "RuledOut",
+    "NotChecked",
+    "Diagnosis",
+    "diagnose",
+]

@@ -12,15 +12,19 @@ from ncclprobe.sizes import format_size
 # How to record a profile that diagnose reads, per engine (`diagnose --profile FILE`). SGLang
 # writes one trace per TP rank into SGLANG_TORCH_PROFILER_DIR; vLLM into its profiler directory.
 PROFILE_COMMANDS = {
-    "sglang": ("SGLANG_TORCH_PROFILER_DIR=/tmp/sglang-profile python -m sglang.launch_server ...  # then: "
-               "curl -X POST http://localhost:30000/start_profile -H 'Content-Type: application/json' "
-               "-d '{\"num_steps\": 20, \"activities\": [\"CPU\", \"GPU\"], \"record_shapes\": true}'  "
-               "# send requests; then: ncclprobe diagnose --profile /tmp/sglang-profile/*.trace.json.gz"),
-    "vllm": ("vllm serve MODEL --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/tmp/vllm-profile\", "
-             "\"torch_profiler_record_shapes\": true}'  # then: curl -X POST http://localhost:8000/start_profile; "
-             "send requests; curl -X POST http://localhost:8000/stop_profile; "
-             "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz  "
-             "# vLLM before 0.13 has no --profiler-config: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-profile vllm serve MODEL"),
+    "sglang": (
+        "SGLANG_TORCH_PROFILER_DIR=/tmp/sglang-profile python -m sglang.launch_server ...  # then: "
+        "curl -X POST http://localhost:30000/start_profile -H 'Content-Type: application/json' "
+        '-d \'{"num_steps": 20, "activities": ["CPU", "GPU"], "record_shapes": true}\'  '
+        "# send requests; then: ncclprobe diagnose --profile /tmp/sglang-profile/*.trace.json.gz"
+    ),
+    "vllm": (
+        'vllm serve MODEL --profiler-config \'{"profiler": "torch", "torch_profiler_dir": "/tmp/vllm-profile", '
+        '"torch_profiler_record_shapes": true}\'  # then: curl -X POST http://localhost:8000/start_profile; '
+        "send requests; curl -X POST http://localhost:8000/stop_profile; "
+        "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz  "
+        "# vLLM before 0.13 has no --profiler-config: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-profile vllm serve MODEL"
+    ),
 }
 
 
@@ -35,14 +39,23 @@ def fresh(name: str) -> str:
     return str(path)
 
 
-def engine_command(config: dict, trace_out: str = "trace.json", *, train_missing_draft: bool = True, **changes) -> str:
+def engine_command(
+    config: dict, trace_out: str = "trace.json", *, train_missing_draft: bool = True, **changes
+) -> str:
     """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag).
     A draft the trace used that is not here is trained first (`train-draft ... &&`), so the
     command runs as printed."""
-    flags = {"preset": config.get("preset"), "checkpoint": config.get("checkpoint"), "tp": config.get("tp"),
-             "batch": config.get("batch"), "k": config.get("k"), "new_tokens": config.get("new_tokens"),
-             "draft": config.get("draft"), "graphs": config.get("graphs"),
-             "repeats": config.get("repeats") if (config.get("repeats") or 1) > 1 else None}
+    flags = {
+        "preset": config.get("preset"),
+        "checkpoint": config.get("checkpoint"),
+        "tp": config.get("tp"),
+        "batch": config.get("batch"),
+        "k": config.get("k"),
+        "new_tokens": config.get("new_tokens"),
+        "draft": config.get("draft"),
+        "graphs": config.get("graphs"),
+        "repeats": config.get("repeats") if (config.get("repeats") or 1) > 1 else None,
+    }
     if flags["checkpoint"]:
         flags["preset"] = None
     flags.update(changes)
@@ -61,15 +74,30 @@ def engine_command(config: dict, trace_out: str = "trace.json", *, train_missing
 
 def draft_command(config: dict, out: str, *extra: str) -> str:
     """`ncclprobe train-draft` for the trace's target (its preset or checkpoint, and seed)."""
-    target = ["--checkpoint", config["checkpoint"]] if config.get("checkpoint") else ["--preset", config.get("preset") or "tiny"]
+    target = (
+        ["--checkpoint", config["checkpoint"]]
+        if config.get("checkpoint")
+        else ["--preset", config.get("preset") or "tiny"]
+    )
     seed = ["--seed", str(config["seed"])] if config.get("seed") else []
     return shlex.join(["ncclprobe", "train-draft", *target, *seed, *extra, "--output", out])
 
 
 def sweep_command(nranks, sizes: str, *extra: str) -> str:
     """`ncclprobe sweep` of the engine's collective sizes at its rank count, into a new results file."""
-    return shlex.join(["ncclprobe", "sweep", "--nranks", str(nranks or 2), "--sizes", sizes, *extra,
-                       "--output", fresh("sweep.jsonl")])
+    return shlex.join(
+        [
+            "ncclprobe",
+            "sweep",
+            "--nranks",
+            str(nranks or 2),
+            "--sizes",
+            sizes,
+            *extra,
+            "--output",
+            fresh("sweep.jsonl"),
+        ]
+    )
 
 
 def graphs_command(ev, phase: str) -> str:
@@ -78,19 +106,28 @@ def graphs_command(ev, phase: str) -> str:
     if ev.kind == "engine-trace" or engine == "ncclprobe":
         return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
     if engine == "sglang":
-        return (f"SGLang: keep CUDA graphs on for the {phase} step (no --disable-cuda-graph; --cuda-graph-max-bs "
-                "at least the running batch size), then profile again: " + PROFILE_COMMANDS["sglang"])
+        return (
+            f"SGLang: keep CUDA graphs on for the {phase} step (no --disable-cuda-graph; --cuda-graph-max-bs "
+            "at least the running batch size), then profile again: " + PROFILE_COMMANDS["sglang"]
+        )
     if engine == "vllm":
-        return ("vLLM: --compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}' and check the server log for "
-                "'setting cudagraph_mode=PIECEWISE' (the attention backend may refuse full graphs with spec-decode); "
-                "then profile again: " + PROFILE_COMMANDS["vllm"])
-    return (f"capture the {phase} step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')) "
-            "and profile again")
+        return (
+            'vLLM: --compilation-config \'{"cudagraph_mode": "FULL_AND_PIECEWISE"}\' and check the server log for '
+            "'setting cudagraph_mode=PIECEWISE' (the attention backend may refuse full graphs with spec-decode); "
+            "then profile again: " + PROFILE_COMMANDS["vllm"]
+        )
+    return (
+        f"capture the {phase} step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')) "
+        "and profile again"
+    )
 
 
 def profile_command(engine: str | None) -> str:
-    return PROFILE_COMMANDS.get(engine or "", "record torch.profiler traces (one per rank, with record_shapes=True) "
-                                               "and run: ncclprobe diagnose --profile FILE")
+    return PROFILE_COMMANDS.get(
+        engine or "",
+        "record torch.profiler traces (one per rank, with record_shapes=True) "
+        "and run: ncclprobe diagnose --profile FILE",
+    )
 
 
 def sizes_arg(sizes: list[int]) -> str:

@@ -69,20 +69,26 @@ class ModelShape:
     expert_intermediate: int = 0
     shared_experts: int = 0
     dense_layers: int = 0
-    head_dim: int = 0              # 0: hidden // heads
+    head_dim: int = 0  # 0: hidden // heads
     assumptions: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
-    def from_config(cls, model: dict) -> "ModelShape":
+    def from_config(cls, model: dict) -> ModelShape:
         if isinstance(model.get("moe"), dict):  # nested MoE block: flatten it, keep "moe" truthy
             model = {**model, **model["moe"], "moe": True}
-        hidden, layers, vocab = int(model["hidden"]), int(model["layers"]), int(model.get("vocab") or 0)
+        hidden, layers, vocab = (
+            int(model["hidden"]),
+            int(model["layers"]),
+            int(model.get("vocab") or 0),
+        )
         got, assumed = {}, []
         for name, keys in _ALIASES.items():
             got[name] = next((int(model[k]) for k in keys if model.get(k) is not None), None)
         if got["intermediate"] is None:
             got["intermediate"] = _llama_intermediate(hidden)
-            assumed.append(f"MLP width {got['intermediate']} (Llama rule 8/3·hidden; not in the trace)")
+            assumed.append(
+                f"MLP width {got['intermediate']} (Llama rule 8/3·hidden; not in the trace)"
+            )
         if got["heads"] is None:
             got["heads"] = max(1, hidden // 128)
             assumed.append(f"{got['heads']} attention heads of 128 (not in the trace)")
@@ -93,13 +99,22 @@ class ModelShape:
         if moe and not got["experts"]:
             assumed.append("MoE without expert counts in the trace: experts treated as dense MLPs")
             moe = False
-        return cls(hidden=hidden, layers=layers, vocab=vocab, intermediate=got["intermediate"],
-                   heads=got["heads"], kv_heads=got["kv_heads"], moe=moe, experts=got["experts"] or 0,
-                   top_k=got["top_k"] or (1 if moe else 0),
-                   expert_intermediate=got["expert_intermediate"] or got["intermediate"],
-                   shared_experts=got["shared_experts"] or 0, dense_layers=got["dense_layers"] or 0,
-                   head_dim=got["head_dim"] or 0,
-                   assumptions=tuple(assumed))
+        return cls(
+            hidden=hidden,
+            layers=layers,
+            vocab=vocab,
+            intermediate=got["intermediate"],
+            heads=got["heads"],
+            kv_heads=got["kv_heads"],
+            moe=moe,
+            experts=got["experts"] or 0,
+            top_k=got["top_k"] or (1 if moe else 0),
+            expert_intermediate=got["expert_intermediate"] or got["intermediate"],
+            shared_experts=got["shared_experts"] or 0,
+            dense_layers=got["dense_layers"] or 0,
+            head_dim=got["head_dim"] or 0,
+            assumptions=tuple(assumed),
+        )
 
     @property
     def kv_dim(self) -> int:
@@ -124,42 +139,59 @@ def distinct_experts(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
-def step_bytes(shape: ModelShape, *, batch: int, tokens_per_seq: int, context: int, dtype_bytes: int) -> dict:
+def step_bytes(
+    shape: ModelShape, *, batch: int, tokens_per_seq: int, context: int, dtype_bytes: int
+) -> dict:
     """Bytes a step moves, by kind (see the module docstring for each term)."""
     tokens = batch * tokens_per_seq
     dense_mlp_layers = shape.layers - shape.moe_layers()
-    dense = shape.layers * shape.attention_params() + dense_mlp_layers * 3 * shape.hidden * shape.intermediate
+    dense = (
+        shape.layers * shape.attention_params()
+        + dense_mlp_layers * 3 * shape.hidden * shape.intermediate
+    )
     dense += shape.vocab * shape.hidden  # output head; embedding rows read are negligible
     expert = 3 * shape.hidden * shape.expert_intermediate
     routed = shape.moe_layers() * distinct_experts(shape.experts, shape.top_k, tokens) * expert
     shared = shape.moe_layers() * (shape.shared_experts * expert + shape.hidden * shape.experts)
     kv = batch * shape.layers * 2 * shape.kv_dim * context
     acts = tokens * shape.layers * (8 * shape.hidden + 3 * shape.intermediate)
-    parts = {"dense_weights": dense + shared, "routed_experts": routed, "kv_cache": kv, "activations": acts}
+    parts = {
+        "dense_weights": dense + shared,
+        "routed_experts": routed,
+        "kv_cache": kv,
+        "activations": acts,
+    }
     return {k: v * dtype_bytes for k, v in parts.items()}
 
 
 @dataclass(frozen=True)
 class Expectation:
-    ratio: float                   # expected verify/decode time ratio (bytes ratio)
-    limit: float                   # ratio above which diagnose calls it "far above"
+    ratio: float  # expected verify/decode time ratio (bytes ratio)
+    limit: float  # ratio above which diagnose calls it "far above"
     decode_bytes: dict
     verify_bytes: dict
     assumptions: tuple[str, ...]
 
     def decode_gbps(self, decode_ms: float, tp: int) -> float:
         """Bytes per second one rank's decode step achieves (each rank reads 1/tp of the weights)."""
-        return sum(self.decode_bytes.values()) / max(tp, 1) / (decode_ms / 1e3) / 1e9 if decode_ms else 0.0
+        return (
+            sum(self.decode_bytes.values()) / max(tp, 1) / (decode_ms / 1e3) / 1e9
+            if decode_ms
+            else 0.0
+        )
 
     def applies(self, decode_ms: float, tp: int) -> bool:
         """Whether the bandwidth-bound premise holds for this measured decode step."""
         return self.decode_gbps(decode_ms, tp) >= BANDWIDTH_BOUND_GBPS
 
     def to_json(self) -> dict:
-        return {"expected_ratio": round(self.ratio, 3), "limit_ratio": round(self.limit, 3),
-                "decode_bytes": {k: int(v) for k, v in self.decode_bytes.items()},
-                "verify_bytes": {k: int(v) for k, v in self.verify_bytes.items()},
-                "assumptions": list(self.assumptions)}
+        return {
+            "expected_ratio": round(self.ratio, 3),
+            "limit_ratio": round(self.limit, 3),
+            "decode_bytes": {k: int(v) for k, v in self.decode_bytes.items()},
+            "verify_bytes": {k: int(v) for k, v in self.verify_bytes.items()},
+            "assumptions": list(self.assumptions),
+        }
 
 
 def expected_verify_ratio(config: dict) -> Expectation | None:
@@ -169,10 +201,18 @@ def expected_verify_ratio(config: dict) -> Expectation | None:
         return None
     shape = ModelShape.from_config(model)
     dtype = str(config.get("dtype") or "bfloat16").replace("torch.", "")
-    common = dict(batch=int(config.get("batch") or 1), dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-                  context=int((config.get("prompt_len") or 0) + (config.get("new_tokens") or 0) / 2) or 1)
+    common = dict(
+        batch=int(config.get("batch") or 1),
+        dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        context=int((config.get("prompt_len") or 0) + (config.get("new_tokens") or 0) / 2) or 1,
+    )
     decode = step_bytes(shape, tokens_per_seq=1, **common)
     verify = step_bytes(shape, tokens_per_seq=int(config.get("k") or 1) + 1, **common)
     ratio = sum(verify.values()) / sum(decode.values())
-    return Expectation(ratio=ratio, limit=ratio * ALLOWANCE, decode_bytes=decode, verify_bytes=verify,
-                       assumptions=shape.assumptions)
+    return Expectation(
+        ratio=ratio,
+        limit=ratio * ALLOWANCE,
+        decode_bytes=decode,
+        verify_bytes=verify,
+        assumptions=shape.assumptions,
+    )

@@ -10,16 +10,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose import (rules, rules_draft, rules_envcheck, rules_log, rules_profile, rules_safety,
-                                rules_settings)
+from ncclprobe.diagnose import (
+    rules,
+    rules_draft,
+    rules_envcheck,
+    rules_log,
+    rules_profile,
+    rules_safety,
+    rules_settings,
+)
 from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
-ALL_RULES = ((rules_safety.unsafe_settings,) + rules_settings.RULES + rules_envcheck.RULES + rules.RULES
-             + rules_draft.RULES + rules_profile.RULES + rules_log.RULES)
+ALL_RULES = (
+    (rules_safety.unsafe_settings,)
+    + rules_settings.RULES
+    + rules_envcheck.RULES
+    + rules.RULES
+    + rules_draft.RULES
+    + rules_profile.RULES
+    + rules_log.RULES
+)
 
 
 @dataclass
@@ -29,7 +43,7 @@ class Diagnosis:
     not_checked: list[NotChecked]
     inputs: dict = field(default_factory=dict)
     expectation: dict | None = None
-    notes: list[str] = field(default_factory=list)     # what the evidence cannot tell
+    notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
     kind: str = "engine-trace"
 
     @property
@@ -43,11 +57,17 @@ class Diagnosis:
         return Verdict.of(bool(self.actionable()))
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "kind": "diagnosis", "evidence_kind": self.kind,
-                "inputs": self.inputs, "expected_verify": self.expectation, "notes": self.notes,
-                "findings": [f.to_json() for f in self.findings],
-                "ruled_out": [r.to_json() for r in self.ruled_out],
-                "not_checked": [n.to_json() for n in self.not_checked]}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "diagnosis",
+            "evidence_kind": self.kind,
+            "inputs": self.inputs,
+            "expected_verify": self.expectation,
+            "notes": self.notes,
+            "findings": [f.to_json() for f in self.findings],
+            "ruled_out": [r.to_json() for r in self.ruled_out],
+            "not_checked": [n.to_json() for n in self.not_checked],
+        }
 
 
 # Findings that say the run did not run what the user asked (a setting NCCL ignores or rejects, one
@@ -57,8 +77,13 @@ FIX_FIRST = ("unsafe-settings", "env-check-sibling", "settings-propagation", "en
 
 
 def rank_key(finding: Finding) -> tuple:
-    return (SEVERITIES.index(finding.severity), CONFIDENCES.index(finding.confidence),
-            finding.rule not in FIX_FIRST, -(finding.cost_ms_per_token or 0.0), -(finding.cost_ms_per_step or 0.0))
+    return (
+        SEVERITIES.index(finding.severity),
+        CONFIDENCES.index(finding.confidence),
+        finding.rule not in FIX_FIRST,
+        -(finding.cost_ms_per_token or 0.0),
+        -(finding.cost_ms_per_step or 0.0),
+    )
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
@@ -69,5 +94,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         findings=findings,
         ruled_out=[o for o in outcomes if isinstance(o, RuledOut)],
         not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
-        inputs={k: v for k, v in ev.inputs.items() if v}, kind=ev.kind, notes=list(ev.notes),
-        expectation=expectation.to_json() if expectation else None)
+        inputs={k: v for k, v in ev.inputs.items() if v},
+        kind=ev.kind,
+        notes=list(ev.notes),
+        expectation=expectation.to_json() if expectation else None,
+    )

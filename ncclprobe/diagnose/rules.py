@@ -8,23 +8,34 @@ Settings-related hypotheses live in `rules_settings`.
 from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.commands import (draft_command, engine_command, fresh, graphs_command, profile_command,
-                                         sizes_arg, sweep_command)
+from ncclprobe.diagnose.commands import (
+    draft_command,
+    engine_command,
+    fresh,
+    graphs_command,
+    profile_command,
+    sizes_arg,
+    sweep_command,
+)
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.enginerun.view import SPECULATIVE_KINDS
 
-COLLECTIVE_BOUND_SHARE = 0.5     # at least half the step in collectives: NCCL settings can matter
-COLLECTIVE_MINOR_SHARE = 0.15    # below this, no NCCL setting can win much
-SWEEP_EXCESS = 2.0               # engine collectives this many times the sweep's time: suspicious
-SLOWER_NOISE = 0.05              # a speculative run within 5% of the baseline: timing noise, not a finding
-GRAPH_COVERAGE_OK = 0.8          # with graphs on, at least this share of step time in replays
-NEVER_CAPTURED = ("accept", "host")   # host-side work between replays: no --graphs mode captures it
+COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
+COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much
+SWEEP_EXCESS = 2.0  # engine collectives this many times the sweep's time: suspicious
+SLOWER_NOISE = 0.05  # a speculative run within 5% of the baseline: timing noise, not a finding
+GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
+NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
 
 
 def _spec_runs(ev: E.Evidence):
     """The speculative runs under diagnosis that have steps (a server log has none: rules_log)."""
-    return [(src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace" and run.phases]
+    return [
+        (src, run)
+        for src, run in ev.all_runs()
+        if run.mode == "speculative" and src == "trace" and run.phases
+    ]
 
 
 def eager_phase(ev: E.Evidence) -> list:
@@ -35,26 +46,57 @@ def eager_phase(ev: E.Evidence) -> list:
         decode, source = E.baseline_decode(ev, run.label)
         if decode is None:
             trace = ev.kind == "engine-trace"
-            out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs",
-                                  missing="no baseline decode step in the trace or --baseline" if trace else
-                                  "a baseline: a profile of the same server decoding without speculation (--baseline-profile)",
-                                  next_command=engine_command(ev.config) if trace else profile_command(ev.config.get("engine"))))
+            out.append(
+                NotChecked(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs",
+                    missing="no baseline decode step in the trace or --baseline"
+                    if trace
+                    else "a baseline: a profile of the same server decoding without speculation (--baseline-profile)",
+                    next_command=engine_command(ev.config)
+                    if trace
+                    else profile_command(ev.config.get("engine")),
+                )
+            )
             continue
         if decode.graphed is None:
-            out.append(NotChecked(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                  missing=f"whether the baseline decode step ({source}) is a graph replay: the profile "
-                                          "holds no GPU launches (a CPU-only profile)"))
+            out.append(
+                NotChecked(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs while decode is captured",
+                    missing=f"whether the baseline decode step ({source}) is a graph replay: the profile "
+                    "holds no GPU launches (a CPU-only profile)",
+                )
+            )
             continue
         if not decode.graphed:
-            out.append(RuledOut(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                reason=f"the baseline decode step ({source}) is not captured either"
-                                       + (f" (graphs: {ev.config.get('graphs', '?')})" if ev.kind == "engine-trace" else "")
-                                       + ": both sides run eagerly, like for like"))
+            out.append(
+                RuledOut(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs while decode is captured",
+                    reason=f"the baseline decode step ({source}) is not captured either"
+                    + (
+                        f" (graphs: {ev.config.get('graphs', '?')})"
+                        if ev.kind == "engine-trace"
+                        else ""
+                    )
+                    + ": both sides run eagerly, like for like",
+                )
+            )
             continue
-        eager = [p for p in run.phases.values() if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False]
+        eager = [
+            p
+            for p in run.phases.values()
+            if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False
+        ]
         if not eager:
-            out.append(RuledOut(rule="eager-phase", hypothesis="a phase runs without CUDA graphs while decode is captured",
-                                reason=f"every phase of the {run.label} speculative run is a graph replay, as the decode step is"))
+            out.append(
+                RuledOut(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs while decode is captured",
+                    reason=f"every phase of the {run.label} speculative run is a graph replay, as the decode step is",
+                )
+            )
         out += [_eager_finding(ev, run, phase, decode, source) for phase in eager]
     return out
 
@@ -62,47 +104,84 @@ def eager_phase(ev: E.Evidence) -> list:
 def _eager_finding(ev, run, rec, decode, source) -> Finding:
     name, n_cycles = rec.name, run.cycles
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
-    ev_num = {"phase": name, f"{name}_median_ms": rec.median_ms, "decode_median_ms": decode.median_ms,
-              "decode_graphed": True, f"{name}_graphed": False, "steps_per_cycle": round(steps_per_cycle, 3)}
+    ev_num = {
+        "phase": name,
+        f"{name}_median_ms": rec.median_ms,
+        "decode_median_ms": decode.median_ms,
+        "decode_graphed": True,
+        f"{name}_graphed": False,
+        "steps_per_cycle": round(steps_per_cycle, 3),
+    }
     expectation = expected_verify_ratio(ev.config) if rec.kind == "verify" else None
     if expectation:
         expected_ms = decode.median_ms * expectation.ratio
         cost_step = max(0.0, rec.median_ms - expected_ms)
-        ev_num.update(expected_graphed_verify_ms=round(expected_ms, 4), expected_ratio=round(expectation.ratio, 3))
-        how = (f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
-               f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about "
-               f"{cost_step * steps_per_cycle:.3f} ms per cycle")
+        ev_num.update(
+            expected_graphed_verify_ms=round(expected_ms, 4),
+            expected_ratio=round(expectation.ratio, 3),
+        )
+        how = (
+            f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
+            f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about "
+            f"{cost_step * steps_per_cycle:.3f} ms per cycle"
+        )
         # the bytes model holds only for a bandwidth-bound decode step (see expectations)
-        confidence = "high" if expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1)) else "medium"
+        confidence = (
+            "high"
+            if expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
+            else "medium"
+        )
     elif rec.idle_ms is not None:
         # a profile: the GPU sat idle inside each eager step while the host launched kernels one by
         # one; a graph replay launches them all at once, so that idle time is what capture recovers
         cost_step = rec.idle_ms
-        ev_num.update({f"{name}_device_ms": _r(rec.device_ms), f"{name}_gpu_idle_ms": _r(rec.idle_ms),
-                       f"{name}_launches_per_step": rec.launches})
-        how = (f"of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle {rec.idle_ms:.3f} ms "
-               f"while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one; a graph replay "
-               f"removes those gaps, about {cost_step:.3f} ms per step")
+        ev_num.update(
+            {
+                f"{name}_device_ms": _r(rec.device_ms),
+                f"{name}_gpu_idle_ms": _r(rec.idle_ms),
+                f"{name}_launches_per_step": rec.launches,
+            }
+        )
+        how = (
+            f"of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle "
+            f"{rec.idle_ms:.3f} ms "
+            f"while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one; a graph replay "
+            f"removes those gaps, about {cost_step:.3f} ms per step"
+        )
         confidence = "high"
     else:
         cost_step = rec.median_ms
-        how = f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what capturing it can save"
+        how = (
+            f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what "
+            "capturing it can save"
+        )
         confidence = "medium"
     cost_cycle = cost_step * steps_per_cycle
     cost_token = _cost_per_token(run, cost_cycle)
     share = _share(run, cost_token, cost_cycle)
-    ev_num.update(cost_ms_per_step=round(cost_step, 4), cost_ms_per_cycle=round(cost_cycle, 4),
-                  cost_ms_per_token=_r(cost_token), share_of_time=_r(share))
+    ev_num.update(
+        cost_ms_per_step=round(cost_step, 4),
+        cost_ms_per_cycle=round(cost_cycle, 4),
+        cost_ms_per_token=_r(cost_token),
+        share_of_time=_r(share),
+    )
     return Finding(
-        rule="eager-phase", severity=severity_for_share(share), confidence=confidence,
+        rule="eager-phase",
+        severity=severity_for_share(share),
+        confidence=confidence,
         title=f"{name} runs without CUDA graphs while the baseline decode step is captured "
-              f"({rec.median_ms:.3f} ms against {decode.median_ms:.3f} ms per step)",
-        detail=(f"In the {run.label} speculative run the {name} phase ran as individual kernel launches "
-                f"({rec.median_ms:.3f} ms median per step) while the decode step it is compared with ({source}) is a "
-                f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. NCCL settings cannot close this "
-                f"gap: it is host launch overhead, not the collectives."),
-        evidence=ev_num, cost_ms_per_token=cost_token, cost_ms_per_step=cost_step,
-        next_command=graphs_command(ev, name))
+        f"({rec.median_ms:.3f} ms against {decode.median_ms:.3f} ms per step)",
+        detail=(
+            f"In the {run.label} speculative run the {name} phase ran as individual kernel launches "
+            f"({rec.median_ms:.3f} ms median per step) while the decode step it is compared with ({source}) is a "
+            f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. NCCL settings cannot close this "
+            f"gap: it is host launch overhead, not the collectives."
+        ),
+        evidence=ev_num,
+        cost_ms_per_token=cost_token,
+        cost_ms_per_step=cost_step,
+        next_command=graphs_command(ev, name),
+    )
 
 
 def _cost_per_token(run, cost_cycle: float) -> float | None:
@@ -118,8 +197,11 @@ def _share(run, cost_token: float | None, cost_cycle: float) -> float | None:
     """What share of the run's time a cost is: per token when both are known, else per cycle."""
     if cost_token is not None and run.ms_per_token:
         return cost_token / run.ms_per_token
-    cycle = sum((p.median_ms or 0.0) * (p.count / run.cycles if run.cycles else 1.0)
-                for p in run.phases.values() if p.kind in SPECULATIVE_KINDS and p.count)
+    cycle = sum(
+        (p.median_ms or 0.0) * (p.count / run.cycles if run.cycles else 1.0)
+        for p in run.phases.values()
+        if p.kind in SPECULATIVE_KINDS and p.count
+    )
     return cost_cycle / cycle if cycle else None
 
 
@@ -130,19 +212,42 @@ def verify_ratio(ev: E.Evidence) -> list:
     for _, run in _spec_runs(ev):
         verify = run.first_of_kind("verify")
         decode, source = E.baseline_decode(ev, run.label)
-        if expectation is None or verify is None or decode is None or not verify.median_ms or not decode.median_ms:
-            missing = ("the model shape (give --model-config CONFIG.json, the checkpoint's config.json)"
-                       if expectation is None else "a verify phase or a baseline decode step")
-            out.append(NotChecked(rule="verify-ratio", hypothesis="verify costs more than its extra tokens explain",
-                                  missing=f"the evidence lacks {missing}"))
+        if (
+            expectation is None
+            or verify is None
+            or decode is None
+            or not verify.median_ms
+            or not decode.median_ms
+        ):
+            missing = (
+                "the model shape (give --model-config CONFIG.json, the checkpoint's config.json)"
+                if expectation is None
+                else "a verify phase or a baseline decode step"
+            )
+            out.append(
+                NotChecked(
+                    rule="verify-ratio",
+                    hypothesis="verify costs more than its extra tokens explain",
+                    missing=f"the evidence lacks {missing}",
+                )
+            )
             continue
         measured = run.verify_decode_ratio or verify.median_ms / decode.median_ms
-        nums = {"verify_median_ms": verify.median_ms, "decode_median_ms": decode.median_ms,
-                "measured_ratio": round(measured, 3), **expectation.to_json()}
+        nums = {
+            "verify_median_ms": verify.median_ms,
+            "decode_median_ms": decode.median_ms,
+            "measured_ratio": round(measured, 3),
+            **expectation.to_json(),
+        }
         if measured <= expectation.limit:
-            out.append(RuledOut(rule="verify-ratio", hypothesis="verify costs more than its extra tokens explain",
-                                reason=f"verify/decode = {measured:.2f}, within the {expectation.limit:.2f} that "
-                                       f"k+1 = {int(ev.config.get('k') or 1) + 1} tokens explain (expected {expectation.ratio:.2f})"))
+            out.append(
+                RuledOut(
+                    rule="verify-ratio",
+                    hypothesis="verify costs more than its extra tokens explain",
+                    reason=f"verify/decode = {measured:.2f}, within the {expectation.limit:.2f} that "
+                    f"k+1 = {int(ev.config.get('k') or 1) + 1} tokens explain (expected {expectation.ratio:.2f})",
+                )
+            )
             continue
         out.append(_ratio_finding(ev, run, verify, decode, measured, expectation, nums))
     return out
@@ -154,30 +259,48 @@ def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Find
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)
     if not expectation.applies(decode.median_ms, tp):
         return Finding(
-            rule="verify-ratio", severity="info", confidence="low",
+            rule="verify-ratio",
+            severity="info",
+            confidence="low",
             title=f"verify costs {measured:.2f}x the decode step; the bytes model does not apply to this run",
-            detail=(f"The decode step moves its weights at {gbps:.3g} GB/s per rank, far below any memory bandwidth: "
-                    f"it is bound by per-step overheads (launches, Python, collective latency), not by weight bytes, "
-                    f"so the {expectation.ratio:.2f}x expected from the model shape does not predict its verify step. "
-                    f"On a GPU with a real model the comparison is meaningful."),
-            evidence=nums)
+            detail=(
+                f"The decode step moves its weights at {gbps:.3g} GB/s per rank, far below any memory bandwidth: "
+                f"it is bound by per-step overheads (launches, Python, collective latency), not by weight bytes, "
+                f"so the {expectation.ratio:.2f}x expected from the model shape does not predict its verify step. "
+                f"On a GPU with a real model the comparison is meaningful."
+            ),
+            evidence=nums,
+        )
     mismatch = decode.graphed and verify.graphed is False
     excess_step = (measured - expectation.ratio) * decode.median_ms
     excess_cycle = excess_step * (verify.count / run.cycles if run.cycles else 1.0)
     cost_token = _cost_per_token(run, excess_cycle)
     share = _share(run, cost_token, excess_cycle)
-    why = ("The verify step is eager and the decode step captured (see eager-phase), which explains it."
-           if mismatch else "Both run the same way (graphs), so the excess is in the verify path itself: "
-                            "its attention/mask handling at k+1 query rows, or a shape that falls off the captured sizes.")
+    why = (
+        "The verify step is eager and the decode step captured (see eager-phase), which explains it."
+        if mismatch
+        else "Both run the same way (graphs), so the excess is in the verify path itself: "
+        "its attention/mask handling at k+1 query rows, or a shape that falls off the captured sizes."
+    )
     return Finding(
-        rule="verify-ratio", severity="warning" if mismatch else severity_for_share(share), confidence="high",
+        rule="verify-ratio",
+        severity="warning" if mismatch else severity_for_share(share),
+        confidence="high",
         title=f"verify costs {measured:.2f}x the decode step; k+1 tokens explain about {expectation.ratio:.2f}x",
-        detail=(f"A decode step is bound by weight bandwidth, so a verify step over the same weights should cost "
-                f"the bytes ratio, {expectation.ratio:.2f}x (allowance up to {expectation.limit:.2f}x); measured "
-                f"{verify.median_ms:.3f} ms against {decode.median_ms:.3f} ms = {measured:.2f}x. {why}"),
-        evidence={**nums, "excess_ms_per_cycle": round(excess_cycle, 4), "cost_ms_per_token": _r(cost_token)},
-        cost_ms_per_token=cost_token, cost_ms_per_step=excess_step,
-        next_command=graphs_command(ev, verify.name))
+        detail=(
+            f"A decode step is bound by weight bandwidth, so a verify step over the same weights should cost "
+            f"the bytes ratio, {expectation.ratio:.2f}x (allowance up to {expectation.limit:.2f}x); measured "
+            f"{verify.median_ms:.3f} ms against {decode.median_ms:.3f} ms = {measured:.2f}x. {why}"
+        ),
+        evidence={
+            **nums,
+            "excess_ms_per_cycle": round(excess_cycle, 4),
+            "cost_ms_per_token": _r(cost_token),
+        },
+        cost_ms_per_token=cost_token,
+        cost_ms_per_step=excess_step,
+        next_command=graphs_command(ev, verify.name),
+    )
 
 
 def speculative_slower(ev: E.Evidence) -> list:
@@ -186,11 +309,18 @@ def speculative_slower(ev: E.Evidence) -> list:
     out = []
     for _, run in _spec_runs(ev):
         if run.source != "engine-trace":
-            continue      # profiles and logs: rules_log weighs their throughputs
-        base = E.find_run(ev.runs, mode="baseline", label=run.label) or E.find_run(ev.baseline, mode="baseline")
+            continue  # profiles and logs: rules_log weighs their throughputs
+        base = E.find_run(ev.runs, mode="baseline", label=run.label) or E.find_run(
+            ev.baseline, mode="baseline"
+        )
         if not base or not base.tokens_per_s or not run.tokens_per_s:
-            out.append(NotChecked(rule="speculative-slower", hypothesis="speculative slower than the baseline",
-                                  missing="no baseline run with tokens/s to compare with"))
+            out.append(
+                NotChecked(
+                    rule="speculative-slower",
+                    hypothesis="speculative slower than the baseline",
+                    missing="no baseline run with tokens/s to compare with",
+                )
+            )
             continue
         out.append(_compare_speeds(ev, run, base))
     return out
@@ -207,63 +337,117 @@ def _compare_speeds(ev, run, base):
     figures = f"speculative {_rate(run)} against baseline {_rate(base)} tok/s ({speedup:.2f}x)"
     if spec_range and base_range:
         if spec_range[0] > base_range[1]:
-            return RuledOut(rule="speculative-slower", hypothesis=hyp,
-                            reason=f"{run.label}: every speculative repeat was faster than every baseline repeat: {figures}")
+            return RuledOut(
+                rule="speculative-slower",
+                hypothesis=hyp,
+                reason=f"{run.label}: every speculative repeat was faster than every baseline repeat: {figures}",
+            )
         if spec_range[1] >= base_range[0]:
-            return Finding(rule="speculative-slower", severity="info", confidence="low",
-                           title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
-                                 f"inside the spread of the repeats ({figures})",
-                           detail="The ranges of the repeats overlap, so the measurements cannot tell which mode is "
-                                  "faster; nothing is ruled out. More repeats or a longer run narrow them.",
-                           evidence={"speculative_tokens_per_s": list(run.tokens_per_s_repeats),
-                                     "baseline_tokens_per_s": list(base.tokens_per_s_repeats)},
-                           next_command=engine_command(ev.config, repeats=2 * len(run.tokens_per_s_repeats) + 1,
-                                                       trace_out="trace-repeats.json"))
+            return Finding(
+                rule="speculative-slower",
+                severity="info",
+                confidence="low",
+                title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
+                f"inside the spread of the repeats ({figures})",
+                detail="The ranges of the repeats overlap, so the measurements cannot tell which mode is "
+                "faster; nothing is ruled out. More repeats or a longer run narrow them.",
+                evidence={
+                    "speculative_tokens_per_s": list(run.tokens_per_s_repeats),
+                    "baseline_tokens_per_s": list(base.tokens_per_s_repeats),
+                },
+                next_command=engine_command(
+                    ev.config,
+                    repeats=2 * len(run.tokens_per_s_repeats) + 1,
+                    trace_out="trace-repeats.json",
+                ),
+            )
         return _slower_finding(ev, run, base, noise=False)
     if speedup >= 1.0:
-        return NotChecked(rule="speculative-slower", hypothesis=hyp,
-                          missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and a single "
-                                  "run's tokens/s can vary by 2x or more on a shared machine",
-                          next_command=engine_command(ev.config, repeats=5, trace_out="trace-repeats.json"))
+        return NotChecked(
+            rule="speculative-slower",
+            hypothesis=hyp,
+            missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and a single "
+            "run's tokens/s can vary by 2x or more on a shared machine",
+            next_command=engine_command(ev.config, repeats=5, trace_out="trace-repeats.json"),
+        )
     return _slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE, single=True)
 
 
 def _rate(run) -> str:
     spread = run.speed_range()
-    return f"{run.tokens_per_s:.1f}" + (f" ({spread[0]:.1f}-{spread[1]:.1f} over {len(run.tokens_per_s_repeats)} repeats)"
-                                        if spread else "")
+    return f"{run.tokens_per_s:.1f}" + (
+        f" ({spread[0]:.1f}-{spread[1]:.1f} over {len(run.tokens_per_s_repeats)} repeats)"
+        if spread
+        else ""
+    )
 
 
 def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding:
-    parts = {name: run.per_token_ms((run.phase(name).total_ms if run.phase(name) else 0.0)) or 0.0
-             for name in ("draft", "verify", *E.OVERHEAD_PHASES)}
+    parts = {
+        name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
+        for name in ("draft", "verify", *E.OVERHEAD_PHASES)
+    }
     overhead = sum(parts[name] for name in E.OVERHEAD_PHASES)
     ms_token = run.ms_per_token or 1000.0 / run.tokens_per_s
     unaccounted = max(0.0, ms_token - parts["draft"] - parts["verify"] - overhead)
-    cycle_ms = sum(run.per_cycle_ms(name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES))
+    cycle_ms = sum(
+        run.per_cycle_ms(name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES)
+    )
     decode_ms = base.ms_per_token or 1000.0 / base.tokens_per_s
     tpc = run.tokens_per_cycle()
-    breakeven = cycle_ms / decode_ms if decode_ms and cycle_ms else None   # tokens a cycle must yield to match the baseline
-    nums = {"speculative_tokens_per_s": _r(run.tokens_per_s), "baseline_tokens_per_s": _r(base.tokens_per_s),
-            "speculative_ms_per_token": _r(ms_token), "baseline_ms_per_token": _r(decode_ms),
-            "draft_ms_per_token": _r(parts["draft"]), "verify_ms_per_token": _r(parts["verify"]),
-            "overhead_ms_per_token": _r(overhead + unaccounted), "cycle_ms": _r(cycle_ms),
-            "tokens_per_cycle": _r(tpc), "breakeven_tokens_per_cycle": _r(breakeven)}
-    biggest = max(("draft", "verify", "overhead"),
-                  key=lambda k: {"draft": parts["draft"], "verify": parts["verify"], "overhead": overhead + unaccounted}[k])
+    breakeven = (
+        cycle_ms / decode_ms if decode_ms and cycle_ms else None
+    )  # tokens a cycle must yield to match the baseline
+    nums = {
+        "speculative_tokens_per_s": _r(run.tokens_per_s),
+        "baseline_tokens_per_s": _r(base.tokens_per_s),
+        "speculative_ms_per_token": _r(ms_token),
+        "baseline_ms_per_token": _r(decode_ms),
+        "draft_ms_per_token": _r(parts["draft"]),
+        "verify_ms_per_token": _r(parts["verify"]),
+        "overhead_ms_per_token": _r(overhead + unaccounted),
+        "cycle_ms": _r(cycle_ms),
+        "tokens_per_cycle": _r(tpc),
+        "breakeven_tokens_per_cycle": _r(breakeven),
+    }
+    biggest = max(
+        ("draft", "verify", "overhead"),
+        key=lambda k: {
+            "draft": parts["draft"],
+            "verify": parts["verify"],
+            "overhead": overhead + unaccounted,
+        }[k],
+    )
     fix = _faster_spec_command(ev, run, base, tpc, breakeven)
-    arithmetic = (f"A cycle costs {cycle_ms:.3f} ms, so it must yield {breakeven:.2f} tokens to break even; it yields "
-                  f"{tpc if tpc is not None else float('nan'):.2f}. " if breakeven else "")
+    arithmetic = (
+        f"A cycle costs {cycle_ms:.3f} ms, so it must yield {breakeven:.2f} tokens to break even; it yields "
+        f"{tpc if tpc is not None else float('nan'):.2f}. "
+        if breakeven
+        else ""
+    )
     return Finding(
-        rule="speculative-slower", severity="info" if noise else "warning",
+        rule="speculative-slower",
+        severity="info" if noise else "warning",
         confidence="low" if noise else ("medium" if single else "high"),
-        title=(f"speculative {run.tokens_per_s:.1f} tok/s is " + ("no faster than (within timing noise)" if noise else
-               "slower than") + f" the baseline's {base.tokens_per_s:.1f} tok/s"),
-        detail=(f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
-                f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
-                f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."
-                + (" One measurement each: no spread to weigh it by (run-engine --repeats)." if single else "")),
-        evidence=nums, cost_ms_per_token=ms_token - decode_ms, next_command=fix)
+        title=(
+            f"speculative {run.tokens_per_s:.1f} tok/s is "
+            + ("no faster than (within timing noise)" if noise else "slower than")
+            + f" the baseline's {base.tokens_per_s:.1f} tok/s"
+        ),
+        detail=(
+            f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
+            f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
+            f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."
+            + (
+                " One measurement each: no spread to weigh it by (run-engine --repeats)."
+                if single
+                else ""
+            )
+        ),
+        evidence=nums,
+        cost_ms_per_token=ms_token - decode_ms,
+        next_command=fix,
+    )
 
 
 def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
@@ -275,24 +459,36 @@ def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
         return graphs_command(ev, verify.name)
     if tpc is not None and breakeven is not None and tpc < breakeven:
         draft = fresh("draft-trained.safetensors")
-        return (f"{draft_command(ev.config, draft)} && "
-                f"{engine_command(ev.config, draft=draft, trace_out='trace-trained-draft.json', train_missing_draft=False)}"
-                f"  # the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}: a trained draft")
+        return (
+            f"{draft_command(ev.config, draft)} && "
+            f"{engine_command(ev.config, draft=draft, trace_out='trace-trained-draft.json', train_missing_draft=False)}"
+            f"  # the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}: a trained draft"
+        )
     if ev.config.get("device") == "cuda":
         return graphs_command(ev, "verify")
     longer = 4 * int(ev.config.get("new_tokens") or 32)
-    return (engine_command(ev.config, new_tokens=longer, trace_out="trace-longer.json") +
-            "  # the cycle beats break-even: the loss is prefill and host time, which a longer run amortises")
+    return (
+        engine_command(ev.config, new_tokens=longer, trace_out="trace-longer.json")
+        + "  # the cycle beats break-even: the loss is prefill and host time, which a longer run amortises"
+    )
 
 
 def collective_share(ev: E.Evidence) -> list:
     """How much of the step the collectives take: the ceiling on what any NCCL setting can win.
     One verdict for the whole input, with every run's share as evidence."""
-    shares = {run.name(src): (run.collective_share, run) for src, run in ev.all_runs()
-              if run.collective_share is not None}
+    shares = {
+        run.name(src): (run.collective_share, run)
+        for src, run in ev.all_runs()
+        if run.collective_share is not None
+    }
     if not shares:
-        return [NotChecked(rule="collective-share", hypothesis="collectives dominate the step",
-                           missing="the evidence has no measured collective share")]
+        return [
+            NotChecked(
+                rule="collective-share",
+                hypothesis="collectives dominate the step",
+                missing="the evidence has no measured collective share",
+            )
+        ]
     bound = {name: pair for name, pair in shares.items() if pair[0] >= COLLECTIVE_BOUND_SHARE}
     if bound:
         return [_bound_finding(ev, bound)]
@@ -300,10 +496,19 @@ def collective_share(ev: E.Evidence) -> list:
         worst = max(shares, key=lambda name: shares[name][0])
         share, run = shares[worst]
         total = run.ms_per_token or _steps_ms(run)
-        of = f"its {total:.3f} ms per token" if run.ms_per_token else f"the {total:.3f} ms its profiled steps took"
-        return [RuledOut(rule="collective-share", hypothesis="NCCL settings as the main lever",
-                         reason=f"collectives take at most {share:.0%} of the step time ({worst}): no NCCL setting can "
-                                f"win more than {share * total:.3f} ms of {of}")]
+        of = (
+            f"its {total:.3f} ms per token"
+            if run.ms_per_token
+            else f"the {total:.3f} ms its profiled steps took"
+        )
+        return [
+            RuledOut(
+                rule="collective-share",
+                hypothesis="NCCL settings as the main lever",
+                reason=f"collectives take at most {share:.0%} of the step time ({worst}): no NCCL setting can "
+                f"win more than {share * total:.3f} ms of {of}",
+            )
+        ]
     return []
 
 
@@ -315,7 +520,11 @@ def _step_ms(run) -> float:
 
 def _steps_ms(run) -> float:
     """All the time of a profile's steps but the prefill (a profile counts steps, not tokens)."""
-    return sum(p.median_ms * p.count for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill")
+    return sum(
+        p.median_ms * p.count
+        for p in run.phases.values()
+        if p.count and p.median_ms and p.kind != "prefill"
+    )
 
 
 def _bound_finding(ev, bound: dict) -> Finding:
@@ -323,23 +532,39 @@ def _bound_finding(ev, bound: dict) -> Finding:
     share, run = bound[worst]
     sizes = _all_sizes(ev)
     per_step = run.ms_per_token or _step_ms(run)
-    count = f"{run.per_token_count:.1f} collectives and {run.per_token_bytes:.0f} bytes per token " \
-        if run.per_token_count is not None else ""
+    count = (
+        f"{run.per_token_count:.1f} collectives and {run.per_token_bytes:.0f} bytes per token "
+        if run.per_token_count is not None
+        else ""
+    )
     return Finding(
-        rule="collective-bound", severity="warning", confidence="high",
+        rule="collective-bound",
+        severity="warning",
+        confidence="high",
         title=f"collectives take {share:.0%} of the step time ({worst}"
-              + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
-        detail=(f"{count}The collectives take {share:.0%} of the step: here the collective path is what to work on: "
-                + ("fewer or larger collectives, a replicated draft. This run used gloo, which NCCL settings do not "
-                   "affect: a sweep of its sizes shows gloo's cost, and NCCL settings need a GPU run to compare."
-                   if _gloo(ev) else
-                   "NCCL settings, fewer or larger collectives, a replicated draft. Measure the engine's own sizes and "
-                   "compare settings.")),
-        evidence={"collective_share_by_run": {name: round(pair[0], 3) for name, pair in bound.items()},
-                  "per_token_count": run.per_token_count, "per_token_bytes": run.per_token_bytes,
-                  "ms_per_token": run.ms_per_token, "sizes_bytes": sizes},
-        cost_ms_per_token=share * (run.ms_per_token or 0.0) or None, cost_ms_per_step=share * per_step,
-        next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"))
+        + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
+        detail=(
+            f"{count}The collectives take {share:.0%} of the step: here the collective path is what to work on: "
+            + (
+                "fewer or larger collectives, a replicated draft. This run used gloo, which NCCL settings do not "
+                "affect: a sweep of its sizes shows gloo's cost, and NCCL settings need a GPU run to compare."
+                if _gloo(ev)
+                else "NCCL settings, fewer or larger collectives, a replicated draft. Measure the engine's "
+                "own sizes and "
+                "compare settings."
+            )
+        ),
+        evidence={
+            "collective_share_by_run": {name: round(pair[0], 3) for name, pair in bound.items()},
+            "per_token_count": run.per_token_count,
+            "per_token_bytes": run.per_token_bytes,
+            "ms_per_token": run.ms_per_token,
+            "sizes_bytes": sizes,
+        },
+        cost_ms_per_token=share * (run.ms_per_token or 0.0) or None,
+        cost_ms_per_step=share * per_step,
+        next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"),
+    )
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:
@@ -347,16 +572,32 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     hyp = "engine collectives cost more than the sweep measured"
     if not any(run.collectives for _, run in ev.all_runs()):
         if ev.kind != "engine-trace" and not ev.config.get("tp"):
-            return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="the evidence shows no collectives")]
+            return [
+                NotChecked(
+                    rule="collectives-vs-sweep",
+                    hypothesis=hyp,
+                    missing="the evidence shows no collectives",
+                )
+            ]
         # a profile's tp may be only the number of files given: say what was seen, not a size inferred
-        seen = (f"the engine issued no collectives (tp={ev.config.get('tp')})" if ev.kind == "engine-trace"
-                else "no collective kernel ran in the profiled steps")
+        seen = (
+            f"the engine issued no collectives (tp={ev.config.get('tp')})"
+            if ev.kind == "engine-trace"
+            else "no collective kernel ran in the profiled steps"
+        )
         return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp, reason=seen)]
     sizes = _all_sizes(ev)
     if not ev.sweep:
-        return [NotChecked(rule="collectives-vs-sweep", hypothesis=hyp, missing="no --sweep results",
-                           next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"))]
+        return [
+            NotChecked(
+                rule="collectives-vs-sweep",
+                hypothesis=hyp,
+                missing="no --sweep results",
+                next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"),
+            )
+        ]
     from ncclprobe.diagnose.sweep_match import compare_calls, compare_run
+
     out = []
     for source, run in ev.all_runs():
         if run.source == "engine-trace":
@@ -376,29 +617,58 @@ def graph_coverage(ev: E.Evidence) -> list:
         coverage = run.graph_coverage
         hyp = f"{run.label} {run.mode or 'run'}: steps fall off the captured graphs"
         if coverage >= GRAPH_COVERAGE_OK:
-            out.append(RuledOut(rule="graph-coverage", hypothesis=hyp, reason=f"{coverage:.0%} of step time is graph replay"))
+            out.append(
+                RuledOut(
+                    rule="graph-coverage",
+                    hypothesis=hyp,
+                    reason=f"{coverage:.0%} of step time is graph replay",
+                )
+            )
             continue
-        names = E.PHASES if run.source == "engine-trace" else list(run.phases)   # the trace's prefill runs once
+        names = (
+            E.PHASES if run.source == "engine-trace" else list(run.phases)
+        )  # the trace's prefill runs once
         eager = [n for n in names if run.phase(n) and run.phase(n).graphed is False]
-        capturable_eager = [n for n in eager if n not in NEVER_CAPTURED and run.phases[n].kind != "prefill"]
+        capturable_eager = [
+            n for n in eager if n not in NEVER_CAPTURED and run.phases[n].kind != "prefill"
+        ]
         if ev.kind != "engine-trace" and not any(p.graphed for p in run.phases.values()):
-            continue   # nothing of this profile is a graph replay: eager-launches says it once
-        detail = ("Steps outside the captured graphs run eagerly: a batch size or token count outside the capture "
-                  "list, or a phase the graph mode leaves out.")
+            continue  # nothing of this profile is a graph replay: eager-launches says it once
+        detail = (
+            "Steps outside the captured graphs run eagerly: a batch size or token count outside the capture "
+            "list, or a phase the graph mode leaves out."
+        )
         if ev.kind != "engine-trace":
-            detail = (f"{coverage:.0%} of the steps' GPU time came from kernels a graph launch issued; the rest was launched "
-                      f"kernel by kernel ({', '.join(eager) or 'inside otherwise captured steps'}).")
-        elif not capturable_eager:   # the rest is prefill (once per run), accept and host: no graph mode captures them
-            detail = ("Every capturable phase is a graph replay; the rest is the prefill (once per run, so a short run "
-                      "weighs it more), acceptance and host time, which no graph mode captures.")
+            detail = (
+                f"{coverage:.0%} of the steps' GPU time came from kernels a graph launch issued; the rest was launched "
+                f"kernel by kernel ({', '.join(eager) or 'inside otherwise captured steps'})."
+            )
+        elif (
+            not capturable_eager
+        ):  # the rest is prefill (once per run), accept and host: no graph mode captures them
+            detail = (
+                "Every capturable phase is a graph replay; the rest is the prefill (once per run, so a short run "
+                "weighs it more), acceptance and host time, which no graph mode captures."
+            )
         graphs = f" (--graphs {ev.config.get('graphs')})" if ev.kind == "engine-trace" else ""
-        profile = ev.kind != "engine-trace"      # eager-launches carries a profile's cost; this is the overview
-        out.append(Finding(
-            rule="graph-coverage", severity="warning" if capturable_eager and not profile else "info",
-            confidence="medium" if capturable_eager else "high",
-            title=f"{run.label} {run.mode or 'run'}: only {coverage:.0%} of step time is graph replay{graphs}",
-            detail=detail, evidence={"graph_coverage": coverage, "graphs": ev.config.get("graphs"), "eager_phases": eager},
-            next_command=graphs_command(ev, capturable_eager[0]) if capturable_eager else ""))
+        profile = (
+            ev.kind != "engine-trace"
+        )  # eager-launches carries a profile's cost; this is the overview
+        out.append(
+            Finding(
+                rule="graph-coverage",
+                severity="warning" if capturable_eager and not profile else "info",
+                confidence="medium" if capturable_eager else "high",
+                title=f"{run.label} {run.mode or 'run'}: only {coverage:.0%} of step time is graph replay{graphs}",
+                detail=detail,
+                evidence={
+                    "graph_coverage": coverage,
+                    "graphs": ev.config.get("graphs"),
+                    "eager_phases": eager,
+                },
+                next_command=graphs_command(ev, capturable_eager[0]) if capturable_eager else "",
+            )
+        )
     return out
 
 
@@ -411,11 +681,20 @@ def _all_sizes(ev: E.Evidence) -> list[int]:
 
 
 def _runs_with(ev: E.Evidence, key: str):
-    return [(src, run) for src, run in ev.all_runs() if src == "trace" and getattr(run, key) is not None]
+    return [
+        (src, run) for src, run in ev.all_runs() if src == "trace" and getattr(run, key) is not None
+    ]
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-RULES = (eager_phase, verify_ratio, speculative_slower, collective_share, collectives_vs_sweep, graph_coverage)
+RULES = (
+    eager_phase,
+    verify_ratio,
+    speculative_slower,
+    collective_share,
+    collectives_vs_sweep,
+    graph_coverage,
+)

@@ -15,31 +15,58 @@ def draft_positions(ev: E.Evidence) -> list:
     trace's config carries them): there the draft predicts what it never learnt, and acceptance
     falls. Measured on the H200: a draft trained below 64 positions accepted 4.00 tokens per cycle
     in a 64-token run and 2.50 over 256 tokens (docs/LOG.md)."""
-    specs = [(src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace"]
+    specs = [
+        (src, run) for src, run in ev.all_runs() if run.mode == "speculative" and src == "trace"
+    ]
     if not specs or not ev.config.get("draft"):
         return []
     hyp = "the run goes past the positions the draft was trained on"
     trained = ev.config.get("draft_trained_positions")
     reach = (ev.config.get("prompt_len") or 0) + (ev.config.get("new_tokens") or 0)
     if trained is None:
-        return [NotChecked(rule="draft-positions", hypothesis=hyp,
-                           missing="the trace does not record the draft's trained positions (a draft file without "
-                                   "train-draft's metadata, or a trace from before they were recorded)")]
+        return [
+            NotChecked(
+                rule="draft-positions",
+                hypothesis=hyp,
+                missing="the trace does not record the draft's trained positions (a draft file without "
+                "train-draft's metadata, or a trace from before they were recorded)",
+            )
+        ]
     if reach <= trained:
-        return [RuledOut(rule="draft-positions", hypothesis=hyp,
-                         reason=f"the run reaches position {reach}, within the {trained} the draft was trained on")]
-    acceptance = {run.name(src): run.acceptance.mean_length if run.acceptance else None for src, run in specs}
-    return [Finding(
-        rule="draft-positions", severity="warning", confidence="medium",
-        title=f"the run reaches position {reach}, but the draft was trained on positions below {trained}",
-        detail=(f"{reach - trained} of the run's {reach} positions are beyond anything the draft saw in training, where "
+        return [
+            RuledOut(
+                rule="draft-positions",
+                hypothesis=hyp,
+                reason=f"the run reaches position {reach}, within the {trained} the draft was trained on",
+            )
+        ]
+    acceptance = {
+        run.name(src): run.acceptance.mean_length if run.acceptance else None for src, run in specs
+    }
+    return [
+        Finding(
+            rule="draft-positions",
+            severity="warning",
+            confidence="medium",
+            title=f"the run reaches position {reach}, but the draft was trained on positions below {trained}",
+            detail=(
+                f"{reach - trained} of the run's {reach} positions are beyond anything the draft saw in "
+                "training, where "
                 f"it predicts what it never learnt and the acceptance falls (on the H200 one such draft accepted 4.00 "
                 f"tokens per cycle inside its positions and 2.50 over a run four times longer). Acceptance here: "
-                + ", ".join(f"{name} {value:.2f}" for name, value in acceptance.items() if value is not None)
-                + ". Train the draft on sequences as long as the runs it serves."),
-        evidence={"draft_trained_positions": trained, "run_positions": reach,
-                  "mean_acceptance_length": acceptance},
-        next_command=_retrain(ev, f"draft-{reach}.safetensors", "--gen-len", str(reach)))]
+                + ", ".join(
+                    f"{name} {value:.2f}" for name, value in acceptance.items() if value is not None
+                )
+                + ". Train the draft on sequences as long as the runs it serves."
+            ),
+            evidence={
+                "draft_trained_positions": trained,
+                "run_positions": reach,
+                "mean_acceptance_length": acceptance,
+            },
+            next_command=_retrain(ev, f"draft-{reach}.safetensors", "--gen-len", str(reach)),
+        )
+    ]
 
 
 def draft_for_another_target(ev: E.Evidence) -> list:
@@ -50,30 +77,53 @@ def draft_for_another_target(ev: E.Evidence) -> list:
     hyp = "the draft was trained for another target"
     trained_for, running = ev.config.get("draft_target"), ev.config.get("target")
     if not trained_for or not running:
-        return [NotChecked(rule="draft-target", hypothesis=hyp,
-                           missing="the target the draft was trained for (a draft saved before train-draft recorded "
-                                   "it, or a trace from before the target was recorded)")]
+        return [
+            NotChecked(
+                rule="draft-target",
+                hypothesis=hyp,
+                missing="the target the draft was trained for (a draft saved before train-draft recorded "
+                "it, or a trace from before the target was recorded)",
+            )
+        ]
     differs = mismatch(trained_for, running)
     if not differs:
-        return [RuledOut(rule="draft-target", hypothesis=hyp,
-                         reason=f"the draft records the target this run used ({_name(running)})")]
-    acceptance = [run.acceptance.mean_length for run in ev.runs if run.acceptance and run.acceptance.mean_length]
-    return [Finding(
-        rule="draft-target", severity="warning", confidence="high",
-        title=f"the draft was trained for another target: {differs}",
-        detail=(f"A draft learns one target's hidden states; trained for {_name(trained_for)} it serves "
+        return [
+            RuledOut(
+                rule="draft-target",
+                hypothesis=hyp,
+                reason=f"the draft records the target this run used ({_name(running)})",
+            )
+        ]
+    acceptance = [
+        run.acceptance.mean_length
+        for run in ev.runs
+        if run.acceptance and run.acceptance.mean_length
+    ]
+    return [
+        Finding(
+            rule="draft-target",
+            severity="warning",
+            confidence="high",
+            title=f"the draft was trained for another target: {differs}",
+            detail=(
+                f"A draft learns one target's hidden states; trained for {_name(trained_for)} it serves "
                 f"{_name(running)}, whose weights it never saw, so it accepts little (tiny seed 0's draft on seed 1: "
                 f"1.0 tokens per cycle against 2.99, docs/LOG.md)."
-                + (f" Acceptance here: {max(acceptance):.2f}." if acceptance else "")),
-        evidence={"draft_target": trained_for, "target": running},
-        next_command=_retrain(ev, "draft-this-target.safetensors"))]
+                + (f" Acceptance here: {max(acceptance):.2f}." if acceptance else "")
+            ),
+            evidence={"draft_target": trained_for, "target": running},
+            next_command=_retrain(ev, "draft-this-target.safetensors"),
+        )
+    ]
 
 
 def _retrain(ev: E.Evidence, name: str, *extra: str) -> str:
     """Train a draft for the trace's target, then run with it: a command that runs as printed."""
     draft = fresh(name)
-    return (f"{draft_command(ev.config, draft, *extra)} && "
-            f"{engine_command(ev.config, draft=draft, trace_out='trace-new-draft.json', train_missing_draft=False)}")
+    return (
+        f"{draft_command(ev.config, draft, *extra)} && "
+        f"{engine_command(ev.config, draft=draft, trace_out='trace-new-draft.json', train_missing_draft=False)}"
+    )
 
 
 def _name(identity: dict) -> str:

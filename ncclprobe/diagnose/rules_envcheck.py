@@ -17,12 +17,14 @@ RULE = "env-check"
 HYPOTHESIS = "settings never reached the job's processes"
 MECHANISMS = {
     "forkserver worker": "it was forked from a multiprocessing forkserver (or a pool) started before the launcher "
-                         "set the variable: forked children inherit the forkserver's environment, not the launcher's",
+    "set the variable: forked children inherit the forkserver's environment, not the launcher's",
     "forked child": "it was forked from a process that did not have the variable yet (a pool or worker started "
-                    "earlier): a fork copies the parent's environment as it was then",
+    "earlier): a fork copies the parent's environment as it was then",
 }
-DEFAULT_MECHANISM = ("it was started before the launcher set the variable, or by a launcher step that builds the "
-                     "environment anew (an allow-list of variables, `env -i`, a container or ssh boundary)")
+DEFAULT_MECHANISM = (
+    "it was started before the launcher set the variable, or by a launcher step that builds the "
+    "environment anew (an allow-list of variables, `env -i`, a container or ssh boundary)"
+)
 
 
 def env_check_findings(ev: E.Evidence) -> list:
@@ -30,28 +32,55 @@ def env_check_findings(ev: E.Evidence) -> list:
     if doc is None:
         return []
     if doc.get("kind") != "env-check":
-        return [NotChecked(rule=RULE, hypothesis="settings reached the job's processes",
-                           missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output")]
+        return [
+            NotChecked(
+                rule=RULE,
+                hypothesis="settings reached the job's processes",
+                missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output",
+            )
+        ]
     processes = [p for p in doc.get("processes") or [] if isinstance(p, dict)]
     checked = set((doc.get("verdict") or {}).get("checked_pids") or [])
-    targets = [p for p in processes if p.get("pid") in checked and p.get("readable") and p.get("env") is not None]
+    targets = [
+        p
+        for p in processes
+        if p.get("pid") in checked and p.get("readable") and p.get("env") is not None
+    ]
     if not targets:
-        return [NotChecked(rule=RULE, hypothesis=HYPOTHESIS,
-                           missing=f"env-check read {len(targets)} of the job's processes ({len(processes)} found): "
-                                   "nothing can be ruled out from processes it could not read",
-                           next_command=_again(doc))]
+        return [
+            NotChecked(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                missing=f"env-check read {len(targets)} of the job's processes ({len(processes)} found): "
+                "nothing can be ruled out from processes it could not read",
+                next_command=_again(doc),
+            )
+        ]
     out = _lacking_siblings(doc, targets) + _launcher_caveats(processes, targets)
     rest = [f for f in (doc.get("verdict") or {}).get("findings") or [] if not _explained(f, out)]
     if rest:
-        out.append(Finding(rule=RULE, severity="error", confidence="high",
-                           title=f"env-check: {rest[0]}" + (f" (and {len(rest) - 1} more)" if len(rest) > 1 else ""),
-                           detail="In the live job, processes that create NCCL communicators lack expected settings "
-                                  "or NCCL read other values.",
-                           evidence={"findings": rest, "checked_pids": sorted(checked)}, next_command=_again(doc)))
+        out.append(
+            Finding(
+                rule=RULE,
+                severity="error",
+                confidence="high",
+                title=f"env-check: {rest[0]}"
+                + (f" (and {len(rest) - 1} more)" if len(rest) > 1 else ""),
+                detail="In the live job, processes that create NCCL communicators lack expected settings "
+                "or NCCL read other values.",
+                evidence={"findings": rest, "checked_pids": sorted(checked)},
+                next_command=_again(doc),
+            )
+        )
     if not any(isinstance(o, Finding) and o.severity != "info" for o in out):
-        out.append(RuledOut(rule=RULE, hypothesis=HYPOTHESIS,
-                            reason=f"env-check read {len(targets)} process(es) that create NCCL communicators "
-                                   f"(pids {', '.join(str(p['pid']) for p in targets)}) and found every expectation met"))
+        out.append(
+            RuledOut(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                reason=f"env-check read {len(targets)} process(es) that create NCCL communicators "
+                f"(pids {', '.join(str(p['pid']) for p in targets)}) and found every expectation met",
+            )
+        )
     return out
 
 
@@ -77,17 +106,35 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
         value = have[0]["env"][variable]
         mechanism = MECHANISMS.get(lack[0].get("role"), DEFAULT_MECHANISM)
         pids = ", ".join(f"{p['pid']} ({p.get('role') or 'process'})" for p in lack)
-        out.append(Finding(
-            rule="env-check-sibling", severity="error", confidence="high",
-            title=f"{len(lack)} of {len(targets)} workers lack {variable}={value} that the others have (pid {pids})",
-            detail=(f"The job's workers are started alike, yet pid {lack[0]['pid']} has no {variable} while pids "
+        out.append(
+            Finding(
+                rule="env-check-sibling",
+                severity="error",
+                confidence="high",
+                title=(
+                    f"{len(lack)} of {len(targets)} workers lack {variable}={value} that the others "
+                    f"have (pid {pids})"
+                ),
+                detail=(
+                    f"The job's workers are started alike, yet pid {lack[0]['pid']} has no {variable} while pids "
                     f"{', '.join(str(p['pid']) for p in have)} have {variable}={value}. Likely: {mechanism}. NCCL in "
-                    f"that worker runs with its default, and every collective it joins is shaped by the mismatch."),
-            evidence={"variable": variable, "value": value, "lacking_pids": [p["pid"] for p in lack],
-                      "having_pids": [p["pid"] for p in have], "roles": {p["pid"]: p.get("role") for p in lack},
-                      "forked_from": {p["pid"]: p.get("forked_from") for p in lack if p.get("forked_from")}},
-            next_command=f"{_again(doc, variable, value)}  # after setting {variable} before the launcher starts any "
-                         "worker or pool"))
+                    f"that worker runs with its default, and every collective it joins is shaped by the mismatch."
+                ),
+                evidence={
+                    "variable": variable,
+                    "value": value,
+                    "lacking_pids": [p["pid"] for p in lack],
+                    "having_pids": [p["pid"] for p in have],
+                    "roles": {p["pid"]: p.get("role") for p in lack},
+                    "forked_from": {
+                        p["pid"]: p.get("forked_from") for p in lack if p.get("forked_from")
+                    },
+                },
+                next_command=f"{_again(doc, variable, value)}  # after setting {variable} before the "
+                "launcher starts any "
+                "worker or pool",
+            )
+        )
     return out
 
 
@@ -104,16 +151,29 @@ def _launcher_caveats(processes: list[dict], targets: list[dict]) -> list[Findin
         if not proc.get("readable"):
             continue
         children = [p for p in targets if p.get("ppid") == proc.get("pid")]
-        missing = [c["variable"] for c in proc.get("checks") or [] if c.get("status") == "missing"
-                   and children and any(c["variable"] in p["env"] for p in children)]
+        missing = [
+            c["variable"]
+            for c in proc.get("checks") or []
+            if c.get("status") == "missing"
+            and children
+            and any(c["variable"] in p["env"] for p in children)
+        ]
         if missing:
-            out.append(Finding(
-                rule="env-check-launcher", severity="info", confidence="high",
-                title=f"the launcher (pid {proc['pid']}) shows no {', '.join(missing)} in /proc, its workers have it",
-                detail=("/proc/PID/environ is the environment a process was exec'd with: a launcher that sets the "
+            out.append(
+                Finding(
+                    rule="env-check-launcher",
+                    severity="info",
+                    confidence="high",
+                    title=f"the launcher (pid {proc['pid']}) shows no {', '.join(missing)} in /proc, its "
+                    "workers have it",
+                    detail=(
+                        "/proc/PID/environ is the environment a process was exec'd with: a launcher that sets the "
                         "variable in-process (os.environ) before starting its workers shows it missing there while "
-                        "the workers receive it. A caveat about the evidence, not a problem."),
-                evidence={"pid": proc["pid"], "variables": missing}))
+                        "the workers receive it. A caveat about the evidence, not a problem."
+                    ),
+                    evidence={"pid": proc["pid"], "variables": missing},
+                )
+            )
     return out
 
 

@@ -13,7 +13,7 @@ from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 
-LOW_ACCEPTANCE = 1.5          # tokens per cycle, bonus included: the drafts are rarely kept
+LOW_ACCEPTANCE = 1.5  # tokens per cycle, bonus included: the drafts are rarely kept
 
 
 def _logs(ev: E.Evidence):
@@ -31,12 +31,18 @@ def log_graphs(ev: E.Evidence) -> list:
         out += _capture_sizes(ev, run, log)
         out += [_downgrade(ev, run, d) for d in log.get("downgrades") or []]
         if log["speculative"] and run.source == "server-log":
-            out.append(NotChecked(
-                rule="verify-captured", hypothesis="the speculative verify step runs inside a CUDA graph",
-                missing=("a profile: the log reports graphs per decode batch, which does not show whether the verify "
-                         "step inside each cycle was captured (the seed case: decode lines said cuda graph: True "
-                         "while verify ran eagerly)"),
-                next_command=profile_command(log["engine"])))
+            out.append(
+                NotChecked(
+                    rule="verify-captured",
+                    hypothesis="the speculative verify step runs inside a CUDA graph",
+                    missing=(
+                        "a profile: the log reports graphs per decode batch, which does not show whether the verify "
+                        "step inside each cycle was captured (the seed case: decode lines said cuda graph: True "
+                        "while verify ran eagerly)"
+                    ),
+                    next_command=profile_command(log["engine"]),
+                )
+            )
     return out
 
 
@@ -44,22 +50,43 @@ def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
     share = log["graph_true"] / log["graph_lines"]
     hyp = "decode batches run without CUDA graphs"
     if share >= 0.99:
-        return RuledOut(rule="log-graphs", hypothesis=hyp,
-                        reason=f"{log['graph_true']} of {log['graph_lines']} decode log lines say cuda graph: True "
-                               f"(the batch; not the verify step inside it)")
-    eager_sizes = sorted({int(b) for b in log["batch_sizes"]
-                          if log["max_capture_size"] and int(b) > log["max_capture_size"]})
-    why = (f" at batch sizes {', '.join(map(str, eager_sizes))}, above cuda-graph-max-bs {log['max_capture_size']}"
-           if eager_sizes else (" (CUDA graphs are disabled)" if log["graphs_disabled"] else _split_by_size(log)))
+        return RuledOut(
+            rule="log-graphs",
+            hypothesis=hyp,
+            reason=f"{log['graph_true']} of {log['graph_lines']} decode log lines say cuda graph: True "
+            f"(the batch; not the verify step inside it)",
+        )
+    eager_sizes = sorted(
+        {
+            int(b)
+            for b in log["batch_sizes"]
+            if log["max_capture_size"] and int(b) > log["max_capture_size"]
+        }
+    )
+    why = (
+        f" at batch sizes {', '.join(map(str, eager_sizes))}, above cuda-graph-max-bs {log['max_capture_size']}"
+        if eager_sizes
+        else (" (CUDA graphs are disabled)" if log["graphs_disabled"] else _split_by_size(log))
+    )
     return Finding(
-        rule="log-graphs", severity="warning" if share < 0.9 else "info", confidence="high",
+        rule="log-graphs",
+        severity="warning" if share < 0.9 else "info",
+        confidence="high",
         title=f"{1 - share:.0%} of decode batches ran without CUDA graphs{why}",
-        detail=(f"{log['graph_lines'] - log['graph_true']} of {log['graph_lines']} decode log lines report cuda graph: False: "
-                "those batches launched their kernels one by one. SGLang replays a graph only for batch sizes up to "
-                "--cuda-graph-max-bs."),
-        evidence={"graph_lines": log["graph_lines"], "graph_true": log["graph_true"], "batch_sizes": log["batch_sizes"],
-                  "max_capture_size": log["max_capture_size"]},
-        next_command=graphs_command(ev, "decode"))
+        detail=(
+            f"{log['graph_lines'] - log['graph_true']} of {log['graph_lines']} decode log lines report cuda "
+            "graph: False: "
+            "those batches launched their kernels one by one. SGLang replays a graph only for batch sizes up to "
+            "--cuda-graph-max-bs."
+        ),
+        evidence={
+            "graph_lines": log["graph_lines"],
+            "graph_true": log["graph_true"],
+            "batch_sizes": log["batch_sizes"],
+            "max_capture_size": log["max_capture_size"],
+        },
+        next_command=graphs_command(ev, "decode"),
+    )
 
 
 def _split_by_size(log) -> str:
@@ -68,8 +95,10 @@ def _split_by_size(log) -> str:
     lies between them."""
     graphed, eager = log.get("graph_batch_sizes") or [], log.get("eager_batch_sizes") or []
     if graphed and eager and min(eager) > max(graphed):
-        return (f" at batch sizes {', '.join(map(str, eager))}, every one above the largest batch that replayed a graph "
-                f"({max(graphed)}): the batch outgrew the captured sizes")
+        return (
+            f" at batch sizes {', '.join(map(str, eager))}, every one above the largest batch that replayed a graph "
+            f"({max(graphed)}): the batch outgrew the captured sizes"
+        )
     return ""
 
 
@@ -80,54 +109,112 @@ def _capture_sizes(ev, run, log) -> list:
     above = {int(b): n for b, n in log["batch_sizes"].items() if int(b) > top}
     hyp = "batch sizes fall outside the captured graphs"
     if not above:
-        return [RuledOut(rule="capture-sizes", hypothesis=hyp,
-                         reason=f"every logged batch size (up to {max(map(int, log['batch_sizes']))}) is within the "
-                                f"largest captured size {top}")]
+        return [
+            RuledOut(
+                rule="capture-sizes",
+                hypothesis=hyp,
+                reason=f"every logged batch size (up to {max(map(int, log['batch_sizes']))}) is within the "
+                f"largest captured size {top}",
+            )
+        ]
     total = sum(log["batch_sizes"].values())
-    return [Finding(
-        rule="capture-sizes", severity="warning", confidence="medium",
-        title=f"{sum(above.values())} of {total} logged intervals ran batch sizes above the largest captured graph ({top})",
-        detail=(f"Batch sizes {', '.join(map(str, sorted(above)))} exceed the captured sizes"
-                + (f" {sizes}" if sizes else "") + ": those steps run without a graph. Raise the largest capture size "
-                "(SGLang --cuda-graph-max-bs; vLLM compilation config max_cudagraph_capture_size) or cap the running batch."),
-        evidence={"batch_sizes": log["batch_sizes"], "capture_sizes": sizes, "max_capture_size": top})]
+    return [
+        Finding(
+            rule="capture-sizes",
+            severity="warning",
+            confidence="medium",
+            title=f"{sum(above.values())} of {total} logged intervals ran batch sizes above the largest "
+            f"captured graph ({top})",
+            detail=(
+                f"Batch sizes {', '.join(map(str, sorted(above)))} exceed the captured sizes"
+                + (f" {sizes}" if sizes else "")
+                + ": those steps run without a graph. Raise the largest capture size "
+                "(SGLang --cuda-graph-max-bs; vLLM compilation config max_cudagraph_capture_size) or cap "
+                "the running batch."
+            ),
+            evidence={
+                "batch_sizes": log["batch_sizes"],
+                "capture_sizes": sizes,
+                "max_capture_size": top,
+            },
+        )
+    ]
 
 
 def _downgrade(ev, run, downgrade: dict) -> Finding:
     to = downgrade.get("to") or "?"
     return Finding(
-        rule="cudagraph-mode", severity="error" if to == "NONE" else "warning", confidence="high",
+        rule="cudagraph-mode",
+        severity="error" if to == "NONE" else "warning",
+        confidence="high",
         title=f"vLLM lowered cudagraph_mode to {to}",
-        detail=("The server log says vLLM changed the CUDA-graph mode at start-up: "
-                + ("no step runs from a graph" if to == "NONE" else
-                   "the attention of every step (the verify step's included) runs outside the graphs, between "
-                   "captured pieces") + f". Its words: {downgrade.get('line')}"),
+        detail=(
+            "The server log says vLLM changed the CUDA-graph mode at start-up: "
+            + (
+                "no step runs from a graph"
+                if to == "NONE"
+                else "the attention of every step (the verify step's included) runs outside the graphs, between "
+                "captured pieces"
+            )
+            + f". Its words: {downgrade.get('line')}"
+        ),
         evidence={"cudagraph_mode": to, "line": downgrade.get("line")},
-        next_command=graphs_command(ev, "verify"))
+        next_command=graphs_command(ev, "verify"),
+    )
 
 
 def log_acceptance(ev: E.Evidence) -> list:
     out = []
     for src, run in _logs(ev):
         acc = run.acceptance
-        if src == "trace" and (acc is None or acc.mean_length is None) and run.log.get("speculative"):
-            out.append(NotChecked(rule="acceptance", hypothesis="the drafts are rarely accepted",
-                                  missing=("tokens kept per cycle: the log prints no mean acceptance length and no "
-                                           "number of speculative tokens to compute it from")))
+        if (
+            src == "trace"
+            and (acc is None or acc.mean_length is None)
+            and run.log.get("speculative")
+        ):
+            out.append(
+                NotChecked(
+                    rule="acceptance",
+                    hypothesis="the drafts are rarely accepted",
+                    missing=(
+                        "tokens kept per cycle: the log prints no mean acceptance length and no "
+                        "number of speculative tokens to compute it from"
+                    ),
+                )
+            )
         if src != "trace" or acc is None or acc.mean_length is None:
             continue
         per_pos = ", ".join(f"{p:.2f}" for p in acc.per_position)
         if acc.mean_length < LOW_ACCEPTANCE:
-            out.append(Finding(
-                rule="acceptance", severity="warning", confidence="high",
-                title=f"the drafts are rarely accepted: {acc.mean_length:.2f} tokens per cycle (bonus included)",
-                detail=("Each cycle keeps few of its drafted tokens, so speculation pays a draft and a verify for little "
-                        "more than the one token a plain decode step gives. A draft trained on this model's own outputs, "
-                        "or fewer speculative tokens, are the levers.") + (f" Per position: {per_pos}." if per_pos else ""),
-                evidence={"mean_acceptance_length": round(acc.mean_length, 3), "per_position": list(acc.per_position)}))
+            out.append(
+                Finding(
+                    rule="acceptance",
+                    severity="warning",
+                    confidence="high",
+                    title=f"the drafts are rarely accepted: {acc.mean_length:.2f} tokens per cycle (bonus included)",
+                    detail=(
+                        "Each cycle keeps few of its drafted tokens, so speculation pays a draft and a "
+                        "verify for little "
+                        "more than the one token a plain decode step gives. A draft trained on this model's "
+                        "own outputs, "
+                        "or fewer speculative tokens, are the levers."
+                    )
+                    + (f" Per position: {per_pos}." if per_pos else ""),
+                    evidence={
+                        "mean_acceptance_length": round(acc.mean_length, 3),
+                        "per_position": list(acc.per_position),
+                    },
+                )
+            )
         else:
-            out.append(RuledOut(rule="acceptance", hypothesis="the drafts are rarely accepted",
-                                reason=f"{acc.mean_length:.2f} tokens per cycle" + (f" (per position {per_pos})" if per_pos else "")))
+            out.append(
+                RuledOut(
+                    rule="acceptance",
+                    hypothesis="the drafts are rarely accepted",
+                    reason=f"{acc.mean_length:.2f} tokens per cycle"
+                    + (f" (per position {per_pos})" if per_pos else ""),
+                )
+            )
     return out
 
 
@@ -140,33 +227,71 @@ def log_breakeven(ev: E.Evidence) -> list:
         return []
     hyp = "speculative slower than the baseline"
     if not base:
-        return [NotChecked(rule="speculative-slower", hypothesis=hyp,
-                           missing="a baseline: the same server's log without speculative decoding (--baseline-server-log)")]
+        return [
+            NotChecked(
+                rule="speculative-slower",
+                hypothesis=hyp,
+                missing="a baseline: the same server's log without speculative decoding (--baseline-server-log)",
+            )
+        ]
     s, b = spec[0], base[0]
     common = sorted(set(s.log["tokens_per_s_by_batch"]) & set(b.log["tokens_per_s_by_batch"]))
     if common:
         batch = max(common, key=lambda n: s.log["batch_sizes"].get(n, 0))
-        s_tput, b_tput, where = s.log["tokens_per_s_by_batch"][batch], b.log["tokens_per_s_by_batch"][batch], f"at batch {batch}"
+        s_tput, b_tput, where = (
+            s.log["tokens_per_s_by_batch"][batch],
+            b.log["tokens_per_s_by_batch"][batch],
+            f"at batch {batch}",
+        )
     else:
-        s_tput, b_tput, where = s.tokens_per_s, b.tokens_per_s, "over the whole logs (no batch size in common)"
+        s_tput, b_tput, where = (
+            s.tokens_per_s,
+            b.tokens_per_s,
+            "over the whole logs (no batch size in common)",
+        )
     if not s_tput or not b_tput:
-        return [NotChecked(rule="speculative-slower", hypothesis=hyp, missing="generation throughput in both logs")]
+        return [
+            NotChecked(
+                rule="speculative-slower",
+                hypothesis=hyp,
+                missing="generation throughput in both logs",
+            )
+        ]
     speedup = s_tput / b_tput
     tpc = s.acceptance.mean_length if s.acceptance else None
     breakeven = tpc / speedup if tpc else None
     if speedup >= 1.0:
-        return [RuledOut(rule="speculative-slower", hypothesis=hyp,
-                         reason=f"{s_tput:.1f} against {b_tput:.1f} tok/s {where} ({speedup:.2f}x)")]
-    return [Finding(
-        rule="speculative-slower", severity="warning", confidence="medium",
-        title=f"speculative {s_tput:.1f} tok/s is slower than the baseline's {b_tput:.1f} tok/s {where}",
-        detail=(f"With {tpc:.2f} tokens per cycle the speculative server reaches {speedup:.2f}x the baseline, so a cycle "
+        return [
+            RuledOut(
+                rule="speculative-slower",
+                hypothesis=hyp,
+                reason=f"{s_tput:.1f} against {b_tput:.1f} tok/s {where} ({speedup:.2f}x)",
+            )
+        ]
+    return [
+        Finding(
+            rule="speculative-slower",
+            severity="warning",
+            confidence="medium",
+            title=f"speculative {s_tput:.1f} tok/s is slower than the baseline's {b_tput:.1f} tok/s {where}",
+            detail=(
+                f"With {tpc:.2f} tokens per cycle the speculative server reaches {speedup:.2f}x the "
+                "baseline, so a cycle "
                 f"costs {tpc / speedup:.2f} baseline decode steps: it must yield {breakeven:.2f} tokens to break even. "
-                if tpc else f"The speculative server reaches {speedup:.2f}x the baseline. ")
-               + "The log cannot say where the cycle's time goes (draft, verify, graphs or not): a profile can.",
-        evidence={"speculative_tokens_per_s": s_tput, "baseline_tokens_per_s": b_tput, "speedup": round(speedup, 3),
-                  "tokens_per_cycle": tpc, "breakeven_tokens_per_cycle": breakeven},
-        next_command=profile_command(s.engine))]
+                if tpc
+                else f"The speculative server reaches {speedup:.2f}x the baseline. "
+            )
+            + "The log cannot say where the cycle's time goes (draft, verify, graphs or not): a profile can.",
+            evidence={
+                "speculative_tokens_per_s": s_tput,
+                "baseline_tokens_per_s": b_tput,
+                "speedup": round(speedup, 3),
+                "tokens_per_cycle": tpc,
+                "breakeven_tokens_per_cycle": breakeven,
+            },
+            next_command=profile_command(s.engine),
+        )
+    ]
 
 
 RULES = (log_graphs, log_acceptance, log_breakeven)

@@ -37,11 +37,19 @@ def unsafe_settings(ev: E.Evidence) -> list:
             found.setdefault(key, finding)
             places.setdefault(key, []).append(where)
     if found:
-        return [_with_places(finding, places[key], _log_confirms(ev, finding)) for key, finding in found.items()]
-    if not checked:   # no environment set an NCCL variable: nothing to judge
+        return [
+            _with_places(finding, places[key], _log_confirms(ev, finding))
+            for key, finding in found.items()
+        ]
+    if not checked:  # no environment set an NCCL variable: nothing to judge
         return []
-    return [RuledOut(rule=RULE, hypothesis=HYPOTHESIS,
-                     reason=f"the knowledge table's lint finds no error in the settings of {_short(checked)}")]
+    return [
+        RuledOut(
+            rule=RULE,
+            hypothesis=HYPOTHESIS,
+            reason=f"the knowledge table's lint finds no error in the settings of {_short(checked)}",
+        )
+    ]
 
 
 def _environments(ev: E.Evidence):
@@ -55,33 +63,52 @@ def _environments(ev: E.Evidence):
             env = tuning_settings(nccl_env(worker.env_at_comm_init))
             if env and env != asked:
                 yield f"{run.name(source)} rank {worker.rank}", env, worker.nccl_version or version
-    doc = ev.env_check if isinstance(ev.env_check, dict) and ev.env_check.get("kind") == "env-check" else {}
+    doc = (
+        ev.env_check
+        if isinstance(ev.env_check, dict) and ev.env_check.get("kind") == "env-check"
+        else {}
+    )
     for proc in doc.get("processes") or []:
         env = tuning_settings(nccl_env(proc.get("env"))) if isinstance(proc, dict) else {}
         if env:
-            yield f"env-check pid {proc.get('pid')}", env, (proc.get("nccl_log") or {}).get("nccl_version")
+            yield (
+                f"env-check pid {proc.get('pid')}",
+                env,
+                (proc.get("nccl_log") or {}).get("nccl_version"),
+            )
     collected = ev.collect_env
     if collected is not None and tuning_settings(collected.nccl_settings):
-        yield (f"{collected.tool} (the collecting shell)", tuning_settings(collected.nccl_settings),
-               collected.nccl_version)
+        yield (
+            f"{collected.tool} (the collecting shell)",
+            tuning_settings(collected.nccl_settings),
+            collected.nccl_version,
+        )
 
 
 def _with_places(finding: Finding, places: list[str], confirmed: str) -> Finding:
-    detail = finding.detail.replace(f"Found in {places[0]}.", f"Found in {_short(places)}.") + confirmed
+    detail = (
+        finding.detail.replace(f"Found in {places[0]}.", f"Found in {_short(places)}.") + confirmed
+    )
     return replace(finding, detail=detail, evidence={**finding.evidence, "found_in": places})
 
 
 def _log_confirms(ev: E.Evidence, finding: Finding) -> str:
     """What NCCL's own log says about the variable, on the workers that had it set."""
     variable = finding.evidence.get("variable")
-    workers = [w for _, run in ev.all_runs() for w in run.workers
-               if variable and variable in nccl_env(w.env_at_comm_init) and w.nccl_read]
+    workers = [
+        w
+        for _, run in ev.all_runs()
+        for w in run.workers
+        if variable and variable in nccl_env(w.env_at_comm_init) and w.nccl_read
+    ]
     if not workers:
         return ""
     unread = sorted({w.rank for w in workers if variable not in w.nccl_read}, key=str)
     if unread:
-        return (f" NCCL's own log confirms it: rank{'s' if len(unread) > 1 else ''} {', '.join(map(str, unread))} "
-                f"logged the variables NCCL read, and {variable} is not among them.")
+        return (
+            f" NCCL's own log confirms it: rank{'s' if len(unread) > 1 else ''} {', '.join(map(str, unread))} "
+            f"logged the variables NCCL read, and {variable} is not among them."
+        )
     return ""
 
 
@@ -91,25 +118,58 @@ def _short(places: list[str], limit: int = 4) -> str:
     for place in places:
         run, sep, rank = place.partition(" rank ")
         ranks.setdefault(run, []).extend([rank] if sep else [])
-    shown = [run + (f" (rank{'s' if len(r) > 1 else ''} {', '.join(r)})" if r else "") for run, r in ranks.items()]
-    return ", ".join(shown[:limit]) + (f" and {len(shown) - limit} more" if len(shown) > limit else "")
+    shown = [
+        run + (f" (rank{'s' if len(r) > 1 else ''} {', '.join(r)})" if r else "")
+        for run, r in ranks.items()
+    ]
+    return ", ".join(shown[:limit]) + (
+        f" and {len(shown) - limit} more" if len(shown) > limit else ""
+    )
 
 
 def _problems(settings: dict, node: NodeFacts | None, version: str | None, nccl: bool, run: str):
     for f in lint_env(settings, node=node, nccl_version=version):
-        if f.severity == "error" and f.code != LL128_RULE and (nccl or f.code not in TOPOLOGY_CODES):
-            yield (f.variable, f.message), Finding(
-                rule=RULE, severity="error", confidence="high", title=f.message, detail=f"Found in {run}. Fix: {f.fix}.",
-                evidence={"run": run, "variable": f.variable, "value": settings.get(f.variable), "lint": f.code},
-                next_command=f"ncclprobe knobs {f.variable}")
+        if (
+            f.severity == "error"
+            and f.code != LL128_RULE
+            and (nccl or f.code not in TOPOLOGY_CODES)
+        ):
+            yield (
+                (f.variable, f.message),
+                Finding(
+                    rule=RULE,
+                    severity="error",
+                    confidence="high",
+                    title=f.message,
+                    detail=f"Found in {run}. Fix: {f.fix}.",
+                    evidence={
+                        "run": run,
+                        "variable": f.variable,
+                        "value": settings.get(f.variable),
+                        "lint": f.code,
+                    },
+                    next_command=f"ncclprobe knobs {f.variable}",
+                ),
+            )
     hazard = ll128_hazard(settings, node, version) if nccl else None
     if hazard:
-        yield ("NCCL_PROTO", hazard.summary), Finding(
-            rule=RULE, severity="error" if hazard.on is False else "warning",
-            confidence="high" if hazard.on is False else "low",
-            title=f"NCCL_PROTO={settings['NCCL_PROTO']} forces LL128, and {hazard.summary}",
-            detail=(f"Found in {run}. NCCL enables LL128 only where it verified that 128-byte stores arrive in "
+        yield (
+            ("NCCL_PROTO", hazard.summary),
+            Finding(
+                rule=RULE,
+                severity="error" if hazard.on is False else "warning",
+                confidence="high" if hazard.on is False else "low",
+                title=f"NCCL_PROTO={settings['NCCL_PROTO']} forces LL128, and {hazard.summary}",
+                detail=(
+                    f"Found in {run}. NCCL enables LL128 only where it verified that 128-byte stores arrive in "
                     "order; forced elsewhere it can corrupt data silently. run-engine and recommend refuse it "
-                    f"without {ALLOW_LL128_FLAG}."),
-            evidence={"run": run, "NCCL_PROTO": settings["NCCL_PROTO"], "node": node.to_json() if node else None},
-            next_command="nvidia-smi topo -m > topo.txt && ncclprobe knobs --lint --topo topo.txt")
+                    f"without {ALLOW_LL128_FLAG}."
+                ),
+                evidence={
+                    "run": run,
+                    "NCCL_PROTO": settings["NCCL_PROTO"],
+                    "node": node.to_json() if node else None,
+                },
+                next_command="nvidia-smi topo -m > topo.txt && ncclprobe knobs --lint --topo topo.txt",
+            ),
+        )

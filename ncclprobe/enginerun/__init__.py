@@ -28,7 +28,9 @@ class RunSet:
     kind: str = ""
     inputs: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    traces: list[dict] = field(default_factory=list)   # engine-trace documents, for the report's engine section
+    traces: list[dict] = field(
+        default_factory=list
+    )  # engine-trace documents, for the report's engine section
 
 
 def sniff(path: str | Path) -> str:
@@ -50,33 +52,48 @@ def sniff(path: str | Path) -> str:
     return "server-log"
 
 
-def load_runs(*, trace=None, profiles=(), server_logs=(), model_config=None, required: bool = True,
-              role: str = "input") -> RunSet:
+def load_runs(
+    *,
+    trace=None,
+    profiles=(),
+    server_logs=(),
+    model_config=None,
+    required: bool = True,
+    role: str = "input",
+) -> RunSet:
     """Read the evidence of one run: an engine trace, or profiles (one per rank), or a server
     log, or a profile together with the server log of the same run (the log adds acceptance and
     throughput to the profile's steps)."""
     profiles, server_logs = [p for p in profiles or () if p], [p for p in server_logs or () if p]
     if trace and (profiles or server_logs):
-        raise UsageProblem(f"give the {role} as an engine trace or as profiles/server logs, not both")
+        raise UsageProblem(
+            f"give the {role} as an engine trace or as profiles/server logs, not both"
+        )
     # read (and so validated) whichever evidence it comes with; an engine trace's own model shape wins,
     # the config.json fills in what the trace does not record (MLP width, heads)
     model = None
     if model_config:
         from ncclprobe.enginerun.model_config import read_model_config
+
         model = read_model_config(model_config)
     if trace:
         if Path(trace).is_file() and sniff(trace) != "engine-trace":
-            raise UsageProblem(f"{trace} looks like a {sniff(trace)}, not an ncclprobe engine trace: give it as "
-                               + ("--profile" if sniff(trace) == "profile" else "--server-log"))
+            raise UsageProblem(
+                f"{trace} looks like a {sniff(trace)}, not an ncclprobe engine trace: give it as "
+                + ("--profile" if sniff(trace) == "profile" else "--server-log")
+            )
         out = from_trace_file(trace)
     elif profiles:
         from ncclprobe.enginerun.profile import load_profiles
+
         out = load_profiles(profiles)
         if server_logs:
             from ncclprobe.enginerun.serverlog import add_log_to_profile
+
             add_log_to_profile(out, server_logs)
     elif server_logs:
         from ncclprobe.enginerun.serverlog import load_server_logs
+
         out = load_server_logs(server_logs)
     else:
         out = None
@@ -85,7 +102,9 @@ def load_runs(*, trace=None, profiles=(), server_logs=(), model_config=None, req
             out.config["model"] = {**model, **(out.config.get("model") or {})}
         return out
     if required:
-        raise UsageProblem("nothing to diagnose: give --trace TRACE, --profile FILE (one per rank) or --server-log FILE")
+        raise UsageProblem(
+            "nothing to diagnose: give --trace TRACE, --profile FILE (one per rank) or --server-log FILE"
+        )
     return RunSet()
 
 
@@ -93,7 +112,9 @@ def load_any(paths: list[str | Path]) -> RunSet:
     """Files of any of the three kinds, told apart by their content (one kind per call)."""
     kinds = {sniff(p) for p in paths}
     if len(kinds) > 1:
-        raise UsageProblem(f"these files are of different kinds ({', '.join(sorted(kinds))}); give one kind at a time")
+        raise UsageProblem(
+            f"these files are of different kinds ({', '.join(sorted(kinds))}); give one kind at a time"
+        )
     kind = kinds.pop()
     if kind == "engine-trace":
         return from_trace_files(paths)
@@ -106,7 +127,13 @@ def from_trace_file(path: str | Path) -> RunSet:
 
 def from_trace_files(paths: list[str | Path]) -> RunSet:
     from ncclprobe.enginerun.trace import side_by_side, to_runs
+
     doc = side_by_side(list(paths))
     name = ", ".join(str(p) for p in paths)
-    return RunSet(runs=to_runs(doc, name), config=dict(doc.get("config") or {}), kind="engine-trace",
-                  inputs={"trace": name}, traces=[doc])
+    return RunSet(
+        runs=to_runs(doc, name),
+        config=dict(doc.get("config") or {}),
+        kind="engine-trace",
+        inputs={"trace": name},
+        traces=[doc],
+    )

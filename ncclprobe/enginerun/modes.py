@@ -9,16 +9,16 @@ from ncclprobe.textenum import TextEnum
 
 
 class Mode(TextEnum):
-    BASELINE = "baseline"          # the target alone, one token per step
-    SPECULATIVE = "speculative"    # the draft proposes, the target verifies
+    BASELINE = "baseline"  # the target alone, one token per step
+    SPECULATIVE = "speculative"  # the draft proposes, the target verifies
 
 
 class Label(TextEnum):
-    UNTUNED = "untuned"            # the settings the run was given (--env)
-    TUNED = "tuned"                # the same, with --tuned's recommendation on top
+    UNTUNED = "untuned"  # the settings the run was given (--env)
+    TUNED = "tuned"  # the same, with --tuned's recommendation on top
 
 
 class GraphMode(TextEnum):
-    NONE = "none"                  # every step eager
-    DECODE = "decode"              # the baseline decode step captured; verify and draft eager
-    ALL = "all"                    # every step captured, prefill included
+    NONE = "none"  # every step eager
+    DECODE = "decode"  # the baseline decode step captured; verify and draft eager
+    ALL = "all"  # every step captured, prefill included

@@ -26,26 +26,35 @@ from dataclasses import dataclass, field
 PHASE_KINDS = ("decode", "verify", "draft", "prefill", "other")
 SPECULATIVE_KINDS = ("verify", "draft")
 # ncclprobe's engine phases (docs/DESIGN.md "Engine trace") by kind
-ENGINE_PHASE_KIND = {"decode": "decode", "verify": "verify", "draft": "draft", "draft_extend": "draft",
-                     "prefill": "prefill", "accept": "other", "host": "other"}
+ENGINE_PHASE_KIND = {
+    "decode": "decode",
+    "verify": "verify",
+    "draft": "draft",
+    "draft_extend": "draft",
+    "prefill": "prefill",
+    "accept": "other",
+    "host": "other",
+}
 
 
 @dataclass(frozen=True)
 class Phase:
     name: str
     kind: str
-    count: int                              # steps
+    count: int  # steps
     total_ms: float
-    median_ms: float | None                 # per step, as the host saw it (start to end)
+    median_ms: float | None  # per step, as the host saw it (start to end)
     p90_ms: float | None = None
-    graphed: bool | None = None             # True: graph replay; False: individual launches; None: unknown
-    device_ms: float | None = None          # median GPU busy time per step
-    idle_ms: float | None = None            # median GPU idle time inside a step
-    graph_share: float | None = None        # share of the step's kernel time launched from graphs
-    launches: dict = field(default_factory=dict)   # median launches per step by kind (kernel, graph, memcpy)
-    tokens_per_seq: float | None = None     # tokens per sequence in one step (1: decode; k+1: verify)
-    batch: int | None = None                # sequences per step, where known
-    found_by: str = ""                      # how the steps were found (annotation, gaps, engine timer)
+    graphed: bool | None = None  # True: graph replay; False: individual launches; None: unknown
+    device_ms: float | None = None  # median GPU busy time per step
+    idle_ms: float | None = None  # median GPU idle time inside a step
+    graph_share: float | None = None  # share of the step's kernel time launched from graphs
+    launches: dict = field(
+        default_factory=dict
+    )  # median launches per step by kind (kernel, graph, memcpy)
+    tokens_per_seq: float | None = None  # tokens per sequence in one step (1: decode; k+1: verify)
+    batch: int | None = None  # sequences per step, where known
+    found_by: str = ""  # how the steps were found (annotation, gaps, engine timer)
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -53,17 +62,17 @@ class Phase:
 
 @dataclass(frozen=True)
 class Collective:
-    op: str                                 # all_reduce, all_gather, ...
-    size_bytes: int | None                  # bytes per call (the buffer); None: not known
-    count: float                            # calls (in the run, or per step for a profile)
+    op: str  # all_reduce, all_gather, ...
+    size_bytes: int | None  # bytes per call (the buffer); None: not known
+    count: float  # calls (in the run, or per step for a profile)
     dtype: str | None = None
     phase: str | None = None
-    graph: str | bool | None = None         # the captured graph's name, True (some graph), None: eager
+    graph: str | bool | None = None  # the captured graph's name, True (some graph), None: eager
     group_size: int | None = None
-    algo: str | None = None                 # from the kernel name: what was launched
+    algo: str | None = None  # from the kernel name: what was launched
     proto: str | None = None
-    time_us: float | None = None            # summed kernel (or host op) time of these calls
-    size_source: str = "engine"             # engine | kernel args | capture | host op | unknown
+    time_us: float | None = None  # summed kernel (or host op) time of these calls
+    size_source: str = "engine"  # engine | kernel args | capture | host op | unknown
 
     @property
     def eager(self) -> bool:
@@ -77,17 +86,17 @@ class Collective:
 class Worker:
     rank: int | None
     pid: int | None
-    env_at_comm_init: dict | None           # NCCL_* etc. when the worker created its communicator
-    later_env: dict = field(default_factory=dict)   # a later snapshot (env_at_exit, ...)
-    nccl_read: dict = field(default_factory=dict)   # what NCCL's own log says it read
+    env_at_comm_init: dict | None  # NCCL_* etc. when the worker created its communicator
+    later_env: dict = field(default_factory=dict)  # a later snapshot (env_at_exit, ...)
+    nccl_read: dict = field(default_factory=dict)  # what NCCL's own log says it read
     nccl_version: str | None = None
 
 
 @dataclass(frozen=True)
 class Acceptance:
-    mean_length: float | None               # tokens a sequence gains per cycle, bonus included
-    histogram: tuple[int, ...] = ()          # cycles that kept i drafts, i = 0..k
-    per_position: tuple[float, ...] = ()     # acceptance rate of draft position 1..k (vLLM logs)
+    mean_length: float | None  # tokens a sequence gains per cycle, bonus included
+    histogram: tuple[int, ...] = ()  # cycles that kept i drafts, i = 0..k
+    per_position: tuple[float, ...] = ()  # acceptance rate of draft position 1..k (vLLM logs)
     source: str = ""
 
     def tokens_per_cycle(self) -> float | None:
@@ -100,29 +109,31 @@ class Acceptance:
 @dataclass
 class EngineRun:
     label: str
-    mode: str | None                         # baseline | speculative | None (not known)
-    source: str                              # engine-trace | profile | server-log
+    mode: str | None  # baseline | speculative | None (not known)
+    source: str  # engine-trace | profile | server-log
     path: str = ""
-    engine: str = "ncclprobe"                # ncclprobe | sglang | vllm | torch | unknown
+    engine: str = "ncclprobe"  # ncclprobe | sglang | vllm | torch | unknown
     phases: dict[str, Phase] = field(default_factory=dict)
     collectives: list[Collective] = field(default_factory=list)
     acceptance: Acceptance | None = None
     tokens_per_s: float | None = None
     ms_per_token: float | None = None
-    tokens_per_s_repeats: tuple[float, ...] = ()   # every timed repeat (run-engine --repeats); () unknown
-    new_tokens: int | None = None            # tokens each sequence slot generated over the whole run
+    tokens_per_s_repeats: tuple[
+        float, ...
+    ] = ()  # every timed repeat (run-engine --repeats); () unknown
+    new_tokens: int | None = None  # tokens each sequence slot generated over the whole run
     wall_s: float | None = None
-    collective_share: float | None = None    # measured share of the run's time in collectives
+    collective_share: float | None = None  # measured share of the run's time in collectives
     graph_coverage: float | None = None
     verify_decode_ratio: float | None = None
-    settings: dict = field(default_factory=dict)   # NCCL settings the run asked for
+    settings: dict = field(default_factory=dict)  # NCCL settings the run asked for
     workers: list[Worker] = field(default_factory=list)
     graphs: list[str] = field(default_factory=list)
     per_token_count: float | None = None
     per_token_bytes: float | None = None
-    ranks: list[dict] = field(default_factory=list)   # per-rank step summaries (profiles)
-    log: dict | None = None                  # server-log statistics (batches with graphs, sizes, ...)
-    notes: list[str] = field(default_factory=list)    # what this evidence cannot tell, in words
+    ranks: list[dict] = field(default_factory=list)  # per-rank step summaries (profiles)
+    log: dict | None = None  # server-log statistics (batches with graphs, sizes, ...)
+    notes: list[str] = field(default_factory=list)  # what this evidence cannot tell, in words
 
     def speed_range(self) -> tuple[float, float] | None:
         """(slowest, fastest) tokens/s over the repeats; None from one measurement (no spread)."""
@@ -167,7 +178,9 @@ class EngineRun:
     def effective_settings(self) -> dict[str, str] | None:
         """The NCCL_* variables every worker had when it created its communicator (the settings in
         force at creation, hence at capture); None when the workers disagree or none reported."""
-        envs = [nccl_env(w.env_at_comm_init) for w in self.workers if w.env_at_comm_init is not None]
+        envs = [
+            nccl_env(w.env_at_comm_init) for w in self.workers if w.env_at_comm_init is not None
+        ]
         if not envs:
             return None
         first = envs[0]

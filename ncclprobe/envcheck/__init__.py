@@ -7,8 +7,8 @@ logs (`logcheck`) and returns an `EnvCheckResult` (`report`) that the CLI render
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ncclprobe.envcheck import expect as _expect
 from ncclprobe.envcheck.logcheck import LogEvidence, cross_check, read_logs
@@ -18,24 +18,38 @@ from ncclprobe.envcheck.walk import ProcessInfo, walk
 __all__ = ["env_check", "EnvCheckResult"]
 
 
-def env_check(pid: int, *, expectations: Iterable[_expect.Expectation] = (),
-              log_paths: Iterable[str | Path] = (), show_all: bool = False) -> EnvCheckResult:
+def env_check(
+    pid: int,
+    *,
+    expectations: Iterable[_expect.Expectation] = (),
+    log_paths: Iterable[str | Path] = (),
+    show_all: bool = False,
+) -> EnvCheckResult:
     """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
     expectations = _expect.merge(expectations)
     evidence = read_logs(list(log_paths))
     logs = _logs_by_pid([item for item in evidence if item.on_this_host()])
     infos = walk(pid)
     by_pid = {info.pid: info for info in infos}
-    reports = [_process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid)) for info in infos]
-    disagreements = [d for pid_, log in logs.items() if pid_ in by_pid and by_pid[pid_].readable
-                     for d in cross_check(pid_, by_pid[pid_].environ, log.env)]
+    reports = [
+        _process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid))
+        for info in infos
+    ]
+    disagreements = [
+        d
+        for pid_, log in logs.items()
+        if pid_ in by_pid and by_pid[pid_].readable
+        for d in cross_check(pid_, by_pid[pid_].environ, log.env)
+    ]
     result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all)
     result.notes += _notes(infos, logs, by_pid)
     result.notes += _other_hosts(evidence)
     return result
 
 
-def _process_report(info: ProcessInfo, parent: ProcessInfo | None, expectations, log: LogEvidence | None):
+def _process_report(
+    info: ProcessInfo, parent: ProcessInfo | None, expectations, log: LogEvidence | None
+):
     parent_env = parent.environ if parent is not None and parent.readable else None
     report = ProcessReport(info, parent_env, log=log)
     if not (info.readable and info.status not in ("zombie", "gone")):
@@ -50,16 +64,22 @@ def _process_report(info: ProcessInfo, parent: ProcessInfo | None, expectations,
 def _caveats(info: ProcessInfo, checks, log) -> list[str]:
     caveats = []
     if not info.environ:
-        caveats.append("its /proc environment block is empty: exec'd with no environment, or the process "
-                       "reused the block for a longer title (setproctitle can; vLLM and SGLang name their "
-                       "workers with it); use --log")
+        caveats.append(
+            "its /proc environment block is empty: exec'd with no environment, or the process "
+            "reused the block for a longer title (setproctitle can; vLLM and SGLang name their "
+            "workers with it); use --log"
+        )
     if info.forked_from is not None:
-        caveats.append(f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
-                       "with, not what its os.environ held at the fork; this process may differ")
+        caveats.append(
+            f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
+            "with, not what its os.environ held at the fork; this process may differ"
+        )
     unsure = [c.variable for c in checks if c.status != "ok" and c.source == "/proc"]
     if unsure and log is None:
-        caveats.append(f"{', '.join(unsure)}: judged from the exec-time environment; if the process sets it "
-                       "itself before creating its communicator NCCL still reads it (check with --log)")
+        caveats.append(
+            f"{', '.join(unsure)}: judged from the exec-time environment; if the process sets it "
+            "itself before creating its communicator NCCL still reads it (check with --log)"
+        )
     return caveats
 
 
@@ -69,8 +89,13 @@ def _logs_by_pid(evidence: list[LogEvidence]) -> dict[int, LogEvidence]:
         if item.pid in merged:  # several files for one pid: the first value NCCL reported wins
             earlier = merged[item.pid]
             env = {**item.env, **earlier.env}
-            item = LogEvidence(item.pid, f"{earlier.path}, {item.path}", env,
-                               earlier.nccl_version or item.nccl_version, earlier.host)
+            item = LogEvidence(
+                item.pid,
+                f"{earlier.path}, {item.path}",
+                env,
+                earlier.nccl_version or item.nccl_version,
+                earlier.host,
+            )
         merged[item.pid] = item
     return merged
 
@@ -79,8 +104,11 @@ def _notes(infos, logs, by_pid) -> list[str]:
     notes = []
     if infos and all(info.gpus is None for info in infos):
         notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")
-    notes += [f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
-              for pid, log in logs.items() if pid not in by_pid]
+    notes += [
+        f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
+        for pid, log in logs.items()
+        if pid not in by_pid
+    ]
     return notes
 
 
@@ -89,5 +117,7 @@ def _other_hosts(evidence: list[LogEvidence]) -> list[str]:
     for item in evidence:
         if not item.on_this_host():
             hosts.setdefault(item.path, set()).add(item.host)
-    return [f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
-            for path, names in hosts.items()]
+    return [
+        f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
+        for path, names in hosts.items()
+    ]

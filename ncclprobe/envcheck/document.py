@@ -23,8 +23,12 @@ def load_document(path: str | Path) -> dict:
     if not lines:
         raise UsageProblem(f"env-check document {str(path)!r} is empty")
     label = f"env-check document {str(path)!r}"
-    if len(lines) > 1 and lines[0][1].lstrip().startswith("{") and lines[0][1].rstrip().endswith("}"):
-        number, line = lines[-1]           # --watch --format json: one document per line
+    if (
+        len(lines) > 1
+        and lines[0][1].lstrip().startswith("{")
+        and lines[0][1].rstrip().endswith("}")
+    ):
+        number, line = lines[-1]  # --watch --format json: one document per line
         return check_document(loads_json(line, f"{label} line {number}"), Where(str(path), number))
     return check_document(loads_json(text, label), Where(str(path)))
 
@@ -32,10 +36,14 @@ def load_document(path: str | Path) -> dict:
 def check_document(doc, where: Where) -> dict:
     where.object(doc, "an env-check document (a JSON object)")
     if doc.get("kind") != "env-check":
-        raise where.fail(f'not an env-check document (its "kind" is {doc.get("kind")!r}; write one with '
-                         "`ncclprobe env-check --pid PID --format json`)")
+        raise where.fail(
+            f'not an env-check document (its "kind" is {doc.get("kind")!r}; write one with '
+            "`ncclprobe env-check --pid PID --format json`)"
+        )
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise where.fail(f"schema version {doc.get('schema_version')!r}; this ncclprobe reads {SCHEMA_VERSION}")
+        raise where.fail(
+            f"schema version {doc.get('schema_version')!r}; this ncclprobe reads {SCHEMA_VERSION}"
+        )
     where.field(doc, "root_pid", "int", min=1)
     for index, proc in enumerate(where.field(doc, "processes", "list")):
         place = where.at("processes").at(index)

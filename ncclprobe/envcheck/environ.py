@@ -13,24 +13,47 @@ block; a child made by fork() without exec shows its ancestor's exec-time block.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ncclprobe.secrets import MASK as MASKED
 from ncclprobe.secrets import mask_argv, mask_env_value
 
-__all__ = ["MASKED", "EnvironUnreadable", "display_value", "env_diff", "is_relevant", "mask_argv",
-           "parse_environ_block", "read_environ", "visible_env"]
+__all__ = [
+    "MASKED",
+    "EnvironUnreadable",
+    "display_value",
+    "env_diff",
+    "is_relevant",
+    "mask_argv",
+    "parse_environ_block",
+    "read_environ",
+    "visible_env",
+]
 
 # Families whose values decide what NCCL, CUDA and torch.distributed do in a worker.
 RELEVANT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
-RELEVANT_NAMES = frozenset({
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING",
-    "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING",
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "LD_PRELOAD", "LD_LIBRARY_PATH",  # decide which libnccl gets loaded
-    "VLLM_NCCL_SO_PATH", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY", "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
-    "OMP_NUM_THREADS",
-})
+RELEVANT_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_MODULE_LOADING",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",  # decide which libnccl gets loaded
+        "VLLM_NCCL_SO_PATH",
+        "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY",
+        "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
+        "OMP_NUM_THREADS",
+    }
+)
 
 
 class EnvironUnreadable(Exception):
@@ -74,7 +97,9 @@ def visible_env(env: Mapping[str, str], show_all: bool = False) -> dict[str, str
     return {name: display_value(name, env[name]) for name in names}
 
 
-def env_diff(parent: Mapping[str, str], child: Mapping[str, str], show_all: bool = False) -> dict[str, dict]:
+def env_diff(
+    parent: Mapping[str, str], child: Mapping[str, str], show_all: bool = False
+) -> dict[str, dict]:
     """What a child's environment adds, removes or changes relative to its parent's, masked.
 
     Returns {name: {"parent": value|None, "child": value|None}} for the names that may be shown.
@@ -84,6 +109,8 @@ def env_diff(parent: Mapping[str, str], child: Mapping[str, str], show_all: bool
     for name in names:
         if not (show_all or is_relevant(name)) or parent.get(name) == child.get(name):
             continue
-        diff[name] = {"parent": display_value(name, parent.get(name)),
-                      "child": display_value(name, child.get(name))}
+        diff[name] = {
+            "parent": display_value(name, parent.get(name)),
+            "child": display_value(name, child.get(name)),
+        }
     return diff

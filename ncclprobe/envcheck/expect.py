@@ -8,9 +8,9 @@ A recommendation file is what `ncclprobe recommend --emit json` writes:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
@@ -25,7 +25,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Expectation:
     variable: str
     value: str
-    source: str             # "--expect" or the recommendation file's path
+    source: str  # "--expect" or the recommendation file's path
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,17 @@ class Check:
     variable: str
     expected: str
     actual: str | None
-    status: str             # "ok", "missing", "different", or "unknown" (empty /proc environment block)
-    source: str = "/proc"   # where `actual` comes from: "/proc" or "NCCL log" (what NCCL read)
+    status: str  # "ok", "missing", "different", or "unknown" (empty /proc environment block)
+    source: str = "/proc"  # where `actual` comes from: "/proc" or "NCCL log" (what NCCL read)
 
     def to_json(self) -> dict:
-        return {"variable": self.variable, "expected": display_value(self.variable, self.expected),
-                "actual": display_value(self.variable, self.actual), "status": self.status,
-                "source": self.source}
+        return {
+            "variable": self.variable,
+            "expected": display_value(self.variable, self.expected),
+            "actual": display_value(self.variable, self.actual),
+            "status": self.status,
+            "source": self.source,
+        }
 
 
 def parse_expect(items: Iterable[str]) -> list[Expectation]:
@@ -49,8 +53,12 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or not _NAME.match(name):
-            shown = display_value(name, name) if name else "''"  # a mistyped secret stays masked here too
-            raise UsageProblem(f"--expect {shown!r} is not NAME=VALUE (for example --expect NCCL_PROTO=LL)")
+            shown = (
+                display_value(name, name) if name else "''"
+            )  # a mistyped secret stays masked here too
+            raise UsageProblem(
+                f"--expect {shown!r} is not NAME=VALUE (for example --expect NCCL_PROTO=LL)"
+            )
         parsed.append(Expectation(name, value, "--expect"))
     return parsed
 
@@ -58,7 +66,11 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
 def load_recommendation(path: str | Path) -> list[Expectation]:
     """The `env` of a recommendation file as expectations (`ncclprobe.recommend.file`, the one loader)."""
     from ncclprobe.recommend.file import recommended_env
-    return [Expectation(name, value, str(path)) for name, value in recommended_env(path, "--expect-from").items()]
+
+    return [
+        Expectation(name, value, str(path))
+        for name, value in recommended_env(path, "--expect-from").items()
+    ]
 
 
 def merge(expectations: Iterable[Expectation]) -> list[Expectation]:
@@ -67,15 +79,20 @@ def merge(expectations: Iterable[Expectation]) -> list[Expectation]:
     for item in expectations:
         earlier = chosen.get(item.variable)
         if earlier is not None and earlier.value != item.value:
-            raise UsageProblem(f"{item.variable} is expected with two values: "
-                               f"{display_value(item.variable, earlier.value)!r} ({earlier.source}) and "
-                               f"{display_value(item.variable, item.value)!r} ({item.source})")
+            raise UsageProblem(
+                f"{item.variable} is expected with two values: "
+                f"{display_value(item.variable, earlier.value)!r} ({earlier.source}) and "
+                f"{display_value(item.variable, item.value)!r} ({item.source})"
+            )
         chosen[item.variable] = item
     return list(chosen.values())
 
 
-def check(env: Mapping[str, str], expectations: Iterable[Expectation],
-          nccl_read: Mapping[str, str] | None = None) -> list[Check]:
+def check(
+    env: Mapping[str, str],
+    expectations: Iterable[Expectation],
+    nccl_read: Mapping[str, str] | None = None,
+) -> list[Check]:
     """Each expectation against the process: what NCCL reported reading wins over /proc, because
     /proc can't show values the process set itself after exec."""
     checks = []
@@ -97,8 +114,16 @@ def lint(env: Mapping[str, str], nccl_version: str | None = None) -> list[dict]:
     """The knowledge table's lint over a process's NCCL settings."""
     settings = {name: value for name, value in env.items() if is_relevant(name)}
     findings = lint_env(settings, nccl_version=nccl_version)
-    return [{"severity": f.severity, "variable": f.variable, "code": getattr(f, "code", ""),
-             "message": _masked(f.message, settings), "fix": _masked(f.fix, settings)} for f in findings]
+    return [
+        {
+            "severity": f.severity,
+            "variable": f.variable,
+            "code": getattr(f, "code", ""),
+            "message": _masked(f.message, settings),
+            "fix": _masked(f.fix, settings),
+        }
+        for f in findings
+    ]
 
 
 def _masked(text: str, settings: Mapping[str, str]) -> str:
@@ -106,6 +131,6 @@ def _masked(text: str, settings: Mapping[str, str]) -> str:
     for name, value in settings.items():
         shown = display_value(name, value)
         if value and shown != value:
-            for form in (value, repr(value)[1:-1]):   # as written, and as `{value!r}` quotes it
+            for form in (value, repr(value)[1:-1]):  # as written, and as `{value!r}` quotes it
                 text = text.replace(form, shown)
     return mask_text(text)

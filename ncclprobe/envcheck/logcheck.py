@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ncclprobe.envcheck.environ import display_value
 from ncclprobe.errors import UsageProblem
@@ -27,8 +27,16 @@ from ncclprobe.numbers import ascii_re, is_digits
 
 # NCCL reads these without a `set by environment` line, so their absence proves nothing;
 # NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
-NOT_ECHOED = frozenset({*PROOF_VARIABLES, "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS",
-                        "NCCL_CONF_FILE", "NCCL_NO_CACHE", "NCCL_VERSION"})
+NOT_ECHOED = frozenset(
+    {
+        *PROOF_VARIABLES,
+        "NCCL_DEBUG_TIMESTAMP_FORMAT",
+        "NCCL_DEBUG_TIMESTAMP_LEVELS",
+        "NCCL_CONF_FILE",
+        "NCCL_NO_CACHE",
+        "NCCL_VERSION",
+    }
+)
 _LINE_PID = ascii_re(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
 _FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
@@ -37,9 +45,9 @@ _FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
 class LogEvidence:
     pid: int
     path: str
-    env: dict[str, str]          # variable -> first value NCCL reported
+    env: dict[str, str]  # variable -> first value NCCL reported
     nccl_version: str | None
-    host: str | None = None      # the hostname NCCL printed; None when the log had no prefixed lines
+    host: str | None = None  # the hostname NCCL printed; None when the log had no prefixed lines
 
     def on_this_host(self) -> bool:
         """Pids are per host: a multi-node log's lines from other nodes must not match local pids."""
@@ -50,7 +58,7 @@ class LogEvidence:
 class Disagreement:
     pid: int
     variable: str
-    kind: str                    # "set, never read" | "read, other value" | "read, not in /proc"
+    kind: str  # "set, never read" | "read, other value" | "read, not in /proc"
     proc_value: str | None
     nccl_value: str | None
 
@@ -60,9 +68,14 @@ class Disagreement:
         return "info" if self.kind == "read, not in /proc" else "warning"
 
     def to_json(self) -> dict:
-        return {"pid": self.pid, "variable": self.variable, "kind": self.kind, "severity": self.severity,
-                "proc_value": display_value(self.variable, self.proc_value),
-                "nccl_value": display_value(self.variable, self.nccl_value)}
+        return {
+            "pid": self.pid,
+            "variable": self.variable,
+            "kind": self.kind,
+            "severity": self.severity,
+            "proc_value": display_value(self.variable, self.proc_value),
+            "nccl_value": display_value(self.variable, self.nccl_value),
+        }
 
 
 def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
@@ -71,7 +84,9 @@ def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
         from ncclprobe.evidence.nccl_log import parse_nccl_log
         from ncclprobe.evidence.text import clean_line, read_text_file
     except ImportError:
-        raise UsageProblem("--log needs ncclprobe.evidence.nccl_log, which this build lacks") from None
+        raise UsageProblem(
+            "--log needs ncclprobe.evidence.nccl_log, which this build lacks"
+        ) from None
     evidence = []
     for path in paths:
         text = read_text_file(path, "NCCL log")
@@ -79,11 +94,15 @@ def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
         if not groups:
             pid = pid_from_filename(path)
             if pid is None:
-                raise UsageProblem(f"--log {path}: no NCCL lines with a pid and no pid in the file name")
+                raise UsageProblem(
+                    f"--log {path}: no NCCL lines with a pid and no pid in the file name"
+                )
             groups = {(None, pid): text.splitlines()}
         for (host, pid), lines in groups.items():
             parsed = parse_nccl_log("\n".join(lines))
-            evidence.append(LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version, host))
+            evidence.append(
+                LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version, host)
+            )
     return evidence
 
 
@@ -112,7 +131,9 @@ def pid_from_filename(path: str | Path) -> int | None:
     return int(found[-1]) if found else None
 
 
-def cross_check(pid: int, proc_env: Mapping[str, str], nccl_env: Mapping[str, str]) -> list[Disagreement]:
+def cross_check(
+    pid: int, proc_env: Mapping[str, str], nccl_env: Mapping[str, str]
+) -> list[Disagreement]:
     out = []
     for name in sorted(set(proc_env) | set(nccl_env)):
         if not name.startswith("NCCL_") or name in NOT_ECHOED:

@@ -20,9 +20,11 @@ from ncclprobe.envcheck.walk import ProcessInfo
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
-PROC_CAVEAT = ("/proc/PID/environ is each process's environment at exec: values a process sets later "
-               "(os.environ, setenv) before or after creating its communicator are not visible there; "
-               "--log with its NCCL_DEBUG=INFO log shows what NCCL really read")
+PROC_CAVEAT = (
+    "/proc/PID/environ is each process's environment at exec: values a process sets later "
+    "(os.environ, setenv) before or after creating its communicator are not visible there; "
+    "--log with its NCCL_DEBUG=INFO log shows what NCCL really read"
+)
 
 
 @dataclass
@@ -45,17 +47,34 @@ class ProcessReport:
 
     def to_json(self, show_all: bool) -> dict:
         info = self.info
-        return {"pid": info.pid, "ppid": info.ppid, "depth": info.depth, "role": info.role, "status": info.status,
-                "command": info.command, "readable": info.readable, "problem": info.problem,
-                "libnccl": info.libnccl, "maps_readable": info.maps_readable, "gpus": info.gpus,
-                "forked_from": info.forked_from,
-                "env": visible_env(info.environ, show_all) if info.readable else None,
-                "diff_from_parent": self.diff(show_all) if self.parent_env is not None else None,
-                "checks": [c.to_json() for c in self.checks], "lint": self.lint,
-                "nccl_log": ({"path": self.log.path, "nccl_version": self.log.nccl_version,
-                              "read": {k: display_value(k, v) for k, v in self.log.env.items()}}
-                             if self.log else None),
-                "caveats": list(self.caveats)}
+        return {
+            "pid": info.pid,
+            "ppid": info.ppid,
+            "depth": info.depth,
+            "role": info.role,
+            "status": info.status,
+            "command": info.command,
+            "readable": info.readable,
+            "problem": info.problem,
+            "libnccl": info.libnccl,
+            "maps_readable": info.maps_readable,
+            "gpus": info.gpus,
+            "forked_from": info.forked_from,
+            "env": visible_env(info.environ, show_all) if info.readable else None,
+            "diff_from_parent": self.diff(show_all) if self.parent_env is not None else None,
+            "checks": [c.to_json() for c in self.checks],
+            "lint": self.lint,
+            "nccl_log": (
+                {
+                    "path": self.log.path,
+                    "nccl_version": self.log.nccl_version,
+                    "read": {k: display_value(k, v) for k, v in self.log.env.items()},
+                }
+                if self.log
+                else None
+            ),
+            "caveats": list(self.caveats),
+        }
 
 
 @dataclass
@@ -76,11 +95,17 @@ class EnvCheckResult:
     def findings(self) -> list[str]:
         found = []
         for proc in self.targets():
-            found += [f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
-                      f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
-                      for c in proc.checks if c.status != "ok"]
-            found += [f"pid {proc.info.pid}: lint error: {f['message']}"
-                      for f in proc.lint or () if f["severity"] == "error"]
+            found += [
+                f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
+                f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
+                for c in proc.checks
+                if c.status != "ok"
+            ]
+            found += [
+                f"pid {proc.info.pid}: lint error: {f['message']}"
+                for f in proc.lint or ()
+                if f["severity"] == "error"
+            ]
         return found
 
     def verdict(self) -> Verdict:
@@ -90,23 +115,42 @@ class EnvCheckResult:
 
     def to_json(self) -> dict:
         targets = {p.info.pid for p in self.targets()}
-        return {"schema_version": SCHEMA_VERSION, "kind": "env-check", "root_pid": self.root_pid,
-                "show_all": self.show_all,
-                "expectations": [{"variable": e.variable, "value": display_value(e.variable, e.value),
-                                  "source": e.source} for e in self.expectations],
-                "processes": [p.to_json(self.show_all) for p in self.processes],
-                "log_checks": [d.to_json() for d in self.disagreements],
-                "verdict": {"exit_code": self.verdict().exit_code, "checked_pids": sorted(targets),
-                            "findings": self.findings()},
-                "notes": self.all_notes()}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "env-check",
+            "root_pid": self.root_pid,
+            "show_all": self.show_all,
+            "expectations": [
+                {
+                    "variable": e.variable,
+                    "value": display_value(e.variable, e.value),
+                    "source": e.source,
+                }
+                for e in self.expectations
+            ],
+            "processes": [p.to_json(self.show_all) for p in self.processes],
+            "log_checks": [d.to_json() for d in self.disagreements],
+            "verdict": {
+                "exit_code": self.verdict().exit_code,
+                "checked_pids": sorted(targets),
+                "findings": self.findings(),
+            },
+            "notes": self.all_notes(),
+        }
 
     def all_notes(self) -> list[str]:
         notes = list(self.notes) + [PROC_CAVEAT]
         notes += _grouped((p.info.pid, text) for p in self.processes for text in p.caveats)
-        notes += [f"pid {d.pid}: {d.variable}: {d.kind} (/proc {display_value(d.variable, d.proc_value)!r}, "
-                  f"NCCL {display_value(d.variable, d.nccl_value)!r})" for d in self.disagreements]
-        notes += _grouped((p.info.pid, f"lint {f['severity']}: {f['message']}")
-                          for p in self.processes for f in p.lint or ())
+        notes += [
+            f"pid {d.pid}: {d.variable}: {d.kind} (/proc {display_value(d.variable, d.proc_value)!r}, "
+            f"NCCL {display_value(d.variable, d.nccl_value)!r})"
+            for d in self.disagreements
+        ]
+        notes += _grouped(
+            (p.info.pid, f"lint {f['severity']}: {f['message']}")
+            for p in self.processes
+            for f in p.lint or ()
+        )
         return notes
 
     def rows(self, joiner: str = "\n") -> list[dict]:
@@ -115,8 +159,10 @@ class EnvCheckResult:
 
     def title(self) -> str:
         live = sum(p.live for p in self.processes)
-        return (f"env-check of pid {self.root_pid}: {len(self.processes)} processes, {live} readable; "
-                f"exit {self.verdict().exit_code}")
+        return (
+            f"env-check of pid {self.root_pid}: {len(self.processes)} processes, {live} readable; "
+            f"exit {self.verdict().exit_code}"
+        )
 
 
 def _grouped(pairs) -> list[str]:
@@ -124,25 +170,32 @@ def _grouped(pairs) -> list[str]:
     pids_by_text: dict[str, list[int]] = {}
     for pid, text in pairs:
         pids_by_text.setdefault(text, []).append(pid)
-    return [f"pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}: {text}"
-            for text, pids in pids_by_text.items()]
+    return [
+        f"pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}: {text}"
+        for text, pids in pids_by_text.items()
+    ]
 
 
 def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool) -> dict:
     info = proc.info
     env = visible_env(info.environ, show_all) if info.readable else {}
     row = {
-        "pid": info.pid, "ppid": info.ppid, "role": ("  " * min(info.depth, 4)) + info.role,
-        "status": info.status, "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
+        "pid": info.pid,
+        "ppid": info.ppid,
+        "role": ("  " * min(info.depth, 4)) + info.role,
+        "status": info.status,
+        "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
         "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
         # the verdict against --expect before the long text columns: a narrow terminal leaves out the last ones
         "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
-                  or ("ok" if proc.checks else ""),
+        or ("ok" if proc.checks else ""),
         "command": info.command,
-        "settings": joiner.join(f"{k}={v}" for k, v in env.items()) if info.readable else (info.problem or ""),
+        "settings": joiner.join(f"{k}={v}" for k, v in env.items())
+        if info.readable
+        else (info.problem or ""),
         "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
     }
-    if not expecting:   # no --expect: no empty column
+    if not expecting:  # no --expect: no empty column
         del row["expect"]
     return row
 

@@ -26,16 +26,18 @@ CMDLINE_CHARS = 80
 class ProcessInfo:
     pid: int
     ppid: int | None
-    depth: int                          # 0 for the root of the walk
-    command: str                        # the command line, shortened for display
-    status: str                         # "running", "sleeping", ..., "zombie", "gone"
-    role: str                           # a guess: launcher, torchrun agent, spawn worker, ...
-    readable: bool                      # whether /proc/PID/environ could be read
-    problem: str | None = None          # why not readable
-    libnccl: str | None = None          # path of the mapped libnccl, if any
+    depth: int  # 0 for the root of the walk
+    command: str  # the command line, shortened for display
+    status: str  # "running", "sleeping", ..., "zombie", "gone"
+    role: str  # a guess: launcher, torchrun agent, spawn worker, ...
+    readable: bool  # whether /proc/PID/environ could be read
+    problem: str | None = None  # why not readable
+    libnccl: str | None = None  # path of the mapped libnccl, if any
     maps_readable: bool = False
-    gpus: list[int] | None = None       # GPU indices from NVML; None when NVML is unavailable
-    forked_from: int | None = None      # pid whose exec-time environment /proc shows (fork without exec)
+    gpus: list[int] | None = None  # GPU indices from NVML; None when NVML is unavailable
+    forked_from: int | None = (
+        None  # pid whose exec-time environment /proc shows (fork without exec)
+    )
     environ: dict[str, str] = field(default_factory=dict, repr=False)  # raw: never serialised as is
     argv: list[str] = field(default_factory=list, repr=False)
 
@@ -49,7 +51,9 @@ def walk(root_pid: int) -> list[ProcessInfo]:
     except psutil.NoSuchProcess:
         raise UsageProblem(f"no process with pid {root_pid}") from None
     except psutil.AccessDenied:
-        raise UsageProblem(f"pid {root_pid} exists but can't be inspected (needs the same user or root)") from None
+        raise UsageProblem(
+            f"pid {root_pid} exists but can't be inspected (needs the same user or root)"
+        ) from None
     gpu_map = gpu_processes()
     infos: dict[int, ProcessInfo] = {}
     for proc, depth in _tree(root, skip=os.getpid()):
@@ -78,10 +82,22 @@ def _tree(root: psutil.Process, skip: int):
 def describe(proc: psutil.Process, depth: int, gpu_map: dict[int, list[int]] | None) -> ProcessInfo:
     pid = proc.pid
     argv, status, ppid = _basic(proc)
-    info = ProcessInfo(pid=pid, ppid=ppid, depth=depth, command=_short(argv, pid), status=status,
-                       role="process", readable=False, argv=argv)
+    info = ProcessInfo(
+        pid=pid,
+        ppid=ppid,
+        depth=depth,
+        command=_short(argv, pid),
+        status=status,
+        role="process",
+        readable=False,
+        argv=argv,
+    )
     if status in ("zombie", "gone"):
-        info.problem = "zombie: exited, not yet reaped; nothing left to read" if status == "zombie" else "exited during the walk"
+        info.problem = (
+            "zombie: exited, not yet reaped; nothing left to read"
+            if status == "zombie"
+            else "exited during the walk"
+        )
         info.role = status
         return info
     try:
@@ -136,7 +152,7 @@ def _short(argv: list[str], pid: int) -> str:
     if not argv:
         return f"[pid {pid}]"
     text = " ".join(" ".join(mask_argv(argv)).split())  # setproctitle pads titles with spaces
-    return text if len(text) <= CMDLINE_CHARS else text[:CMDLINE_CHARS - 3] + "..."
+    return text if len(text) <= CMDLINE_CHARS else text[: CMDLINE_CHARS - 3] + "..."
 
 
 def mapped_libnccl(pid: int) -> tuple[str | None, bool]:
@@ -163,13 +179,15 @@ def guess_role(argv: list[str]) -> str:
         ("torch.distributed.launch", "torchrun agent"),
         ("ncclprobe.worker", "ncclprobe worker"),
         ("ray::", "ray worker"),
-        ("VLLM::", "vLLM process"),         # vLLM and SGLang rename their workers (setproctitle)
+        ("VLLM::", "vLLM process"),  # vLLM and SGLang rename their workers (setproctitle)
         ("sglang::", "SGLang process"),
     )
     for needle, role in rules:
         if needle in text:
             return role
-    programs = [word.rsplit("/", 1)[-1] for word in argv[:2]]  # `torchrun ...` or `python .../torchrun ...`
+    programs = [
+        word.rsplit("/", 1)[-1] for word in argv[:2]
+    ]  # `torchrun ...` or `python .../torchrun ...`
     if "torchrun" in programs:
         return "torchrun agent"
     if any(p in ("mpirun", "mpiexec", "srun", "deepspeed", "accelerate") for p in programs):
@@ -183,7 +201,9 @@ def _refine_role(info: ProcessInfo, parent: ProcessInfo | None) -> None:
     if info.argv and info.argv == parent.argv:
         # fork without exec: /proc shows the environment the ancestor was exec'd with
         info.forked_from = parent.forked_from or parent.pid
-        info.role = "forkserver worker" if parent.role == "multiprocessing forkserver" else "forked child"
+        info.role = (
+            "forkserver worker" if parent.role == "multiprocessing forkserver" else "forked child"
+        )
     elif parent.role == "torchrun agent" and info.role == "process":
         info.role = "torchrun worker"
     if parent.role == "process" and parent.depth == 0:
@@ -211,7 +231,10 @@ def _nvml_map(pynvml) -> dict[int, list[int]]:
     mapping: dict[int, list[int]] = {}
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        for getter in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+        for getter in (
+            pynvml.nvmlDeviceGetComputeRunningProcesses,
+            pynvml.nvmlDeviceGetGraphicsRunningProcesses,
+        ):
             try:
                 running = getter(handle)
             except Exception:  # not supported on this device or driver

@@ -23,7 +23,9 @@ def parse_labels(text: str, flag: str = "--settings") -> dict[str, str]:
         elif last is not None and not sep:
             found[last] += "," + token.strip()
         else:
-            raise UsageProblem(f"{flag} {text!r}: expected NCCL_VAR=value pairs separated by commas, or `default`")
+            raise UsageProblem(
+                f"{flag} {text!r}: expected NCCL_VAR=value pairs separated by commas, or `default`"
+            )
     for name, value in found.items():
         validate_value(name, value)
     if not found:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.nccl import lint
@@ -36,29 +36,47 @@ PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 # The host must start where a host name can start (after the line's start, a space, `:`, `[` or
 # `]`): without that look-behind the engine tries the pattern from every character of a long run
 # without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
-_PREFIX = ascii_re(r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
-                   r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$")
+_PREFIX = ascii_re(
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
+    r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
+)
 _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
-_COMM_INIT = ascii_re(r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
-                      r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
-                      r".* - Init (?P<phase>START|COMPLETE)")
-_COMM_SHAPE = ascii_re(r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-                       r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")
-_CONNECTION = ascii_re(r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
-                       r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$")
+_COMM_INIT = ascii_re(
+    r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
+    r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+    r".* - Init (?P<phase>START|COMPLETE)"
+)
+_COMM_SHAPE = ascii_re(
+    r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+    r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)"
+)
+_CONNECTION = ascii_re(
+    r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
+    r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$"
+)
 _RING = ascii_re(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
 _TREES = ascii_re(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
-_TUNING = ascii_re(r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-                   r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?")
-_SYMMETRIC = ascii_re(r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)")
-_CALL = ascii_re(r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)")
+_TUNING = ascii_re(
+    r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+    r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+)
+_SYMMETRIC = ascii_re(
+    r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)"
+)
+_CALL = ascii_re(
+    r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)"
+)
 _CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
-_CHANNEL_COUNTS = ascii_re(r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
-                           r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels")
-_TUNER = ascii_re(r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
-                  r"|^Successfully loaded external tuner plugin (?P<name2>\S+)")
+_CHANNEL_COUNTS = ascii_re(
+    r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
+    r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels"
+)
+_TUNER = ascii_re(
+    r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
+    r"|^Successfully loaded external tuner plugin (?P<name2>\S+)"
+)
 _MATRIX_START = ascii_re(r"^Enabled NCCL Func/Proto/Algo Matrix:")
 _MATRIX_ROW = ascii_re(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>[^|]*)$")
 
@@ -67,41 +85,49 @@ _MATRIX_ROW = ascii_re(r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>[^|]*)\|(?P<algos>
 class TuningEntry:
     """One algorithm/protocol choice NCCL logged for one collective call (rank 0 only)."""
 
-    collective: str | None   # "AllReduce"; None in 2.20-2.22, whose lines carry no function name
+    collective: str | None  # "AllReduce"; None in 2.20-2.22, whose lines carry no function name
     bytes: int
-    algo: str                # "RING", "TREE", ... never a numeric code
-    proto: str               # "LL", "LL128", "SIMPLE"
-    channels: tuple[int, int] | None = None   # channel{Lo..Hi} (2.24+)
-    predicted_time_us: float | None = None    # the cost model's time (2.20-2.23)
+    algo: str  # "RING", "TREE", ... never a numeric code
+    proto: str  # "LL", "LL128", "SIMPLE"
+    channels: tuple[int, int] | None = None  # channel{Lo..Hi} (2.24+)
+    predicted_time_us: float | None = None  # the cost model's time (2.20-2.23)
     pid: int | None = None
 
     def to_json(self) -> dict:
-        return {"collective": self.collective, "bytes": self.bytes, "algo": self.algo, "proto": self.proto,
-                "channels": list(self.channels) if self.channels else None,
-                "predicted_time_us": self.predicted_time_us, "pid": self.pid}
+        return {
+            "collective": self.collective,
+            "bytes": self.bytes,
+            "algo": self.algo,
+            "proto": self.proto,
+            "channels": list(self.channels) if self.channels else None,
+            "predicted_time_us": self.predicted_time_us,
+            "pid": self.pid,
+        }
 
 
 @dataclass
 class NcclLog:
     """Everything read from one or more NCCL debug logs; empty fields mean "not in the log"."""
 
-    nccl_version: str | None = None           # "2.28.9"
-    nccl_version_full: str | None = None      # "2.28.9+cuda13.0"
-    versions: set[str] = field(default_factory=set)     # every version seen (mixed installs show >1)
-    env: dict[str, str] = field(default_factory=dict)   # first value NCCL reported per variable
+    nccl_version: str | None = None  # "2.28.9"
+    nccl_version_full: str | None = None  # "2.28.9+cuda13.0"
+    versions: set[str] = field(default_factory=set)  # every version seen (mixed installs show >1)
+    env: dict[str, str] = field(default_factory=dict)  # first value NCCL reported per variable
     env_values: dict[str, list[str]] = field(default_factory=dict)  # every distinct value, in order
-    nranks: int | None = None                 # largest communicator seen
+    nranks: int | None = None  # largest communicator seen
     communicators: list[dict] = field(default_factory=list)
-    transports: dict[str, int] = field(default_factory=dict)         # "P2P"/"SHM"/"NET" -> connection lines
+    transports: dict[str, int] = field(
+        default_factory=dict
+    )  # "P2P"/"SHM"/"NET" -> connection lines
     transport_details: dict[str, int] = field(default_factory=dict)  # "P2P/CUMEM/read" -> lines
     ring_channels: int | None = None
-    tree_channels: int | None = None          # entries of a `Trees [0] a/b/c->r->p [1] ...` line
+    tree_channels: int | None = None  # entries of a `Trees [0] a/b/c->r->p [1] ...` line
     channel_counts: dict[str, int] = field(default_factory=dict)
-    connected: dict[str, int] = field(default_factory=dict)          # "rings"/"trees" -> lines
+    connected: dict[str, int] = field(default_factory=dict)  # "rings"/"trees" -> lines
     tuning: list[TuningEntry] = field(default_factory=list)
     symmetric_kernels: list[dict] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)              # COLL-subsystem call lines per function
-    enabled_matrix: dict[str, dict[str, list[str]]] | None = None    # 2.24+ Func/Proto/Algo matrix
+    calls: dict[str, int] = field(default_factory=dict)  # COLL-subsystem call lines per function
+    enabled_matrix: dict[str, dict[str, list[str]]] | None = None  # 2.24+ Func/Proto/Algo matrix
     tuner_plugin: str | None = None
     warnings: list[str] = field(default_factory=list)
     pids: set[int] = field(default_factory=set)
@@ -117,17 +143,32 @@ class NcclLog:
         """The facts for output: values and warnings masked (`ncclprobe.secrets`); `env` itself stays
         raw for the comparisons that prove a setting was read."""
         return {
-            "schema_version": 1, "nccl_version": self.nccl_version, "nccl_version_full": self.nccl_version_full,
-            "versions": sorted(self.versions), "env": mask_env(self.env),
-            "env_values": {k: [mask_env_value(k, v) for v in values] for k, values in self.env_values.items()},
-            "nranks": self.nranks, "communicators": list(self.communicators),
-            "transports": dict(self.transports), "transport_details": dict(self.transport_details),
-            "ring_channels": self.ring_channels, "tree_channels": self.tree_channels, "channel_counts": dict(self.channel_counts),
-            "connected": dict(self.connected), "tuning": [t.to_json() for t in self.tuning],
-            "symmetric_kernels": list(self.symmetric_kernels), "calls": dict(self.calls),
-            "enabled_matrix": self.enabled_matrix, "tuner_plugin": self.tuner_plugin,
-            "warnings": [mask_text(w) for w in self.warnings], "pids": sorted(self.pids), "hosts": sorted(self.hosts),
-            "nccl_lines": self.nccl_lines, "total_lines": self.total_lines,
+            "schema_version": 1,
+            "nccl_version": self.nccl_version,
+            "nccl_version_full": self.nccl_version_full,
+            "versions": sorted(self.versions),
+            "env": mask_env(self.env),
+            "env_values": {
+                k: [mask_env_value(k, v) for v in values] for k, values in self.env_values.items()
+            },
+            "nranks": self.nranks,
+            "communicators": list(self.communicators),
+            "transports": dict(self.transports),
+            "transport_details": dict(self.transport_details),
+            "ring_channels": self.ring_channels,
+            "tree_channels": self.tree_channels,
+            "channel_counts": dict(self.channel_counts),
+            "connected": dict(self.connected),
+            "tuning": [t.to_json() for t in self.tuning],
+            "symmetric_kernels": list(self.symmetric_kernels),
+            "calls": dict(self.calls),
+            "enabled_matrix": self.enabled_matrix,
+            "tuner_plugin": self.tuner_plugin,
+            "warnings": [mask_text(w) for w in self.warnings],
+            "pids": sorted(self.pids),
+            "hosts": sorted(self.hosts),
+            "nccl_lines": self.nccl_lines,
+            "total_lines": self.total_lines,
         }
 
 
@@ -174,7 +215,9 @@ class _Reader:
         self.details: Counter = Counter()
         self.calls: Counter = Counter()
         self.connected: Counter = Counter()
-        self.matrix_header: list[list[str]] | None = None   # [protocols, algorithms] while inside one
+        self.matrix_header: list[list[str]] | None = (
+            None  # [protocols, algorithms] while inside one
+        )
         self.comms: dict[tuple, dict] = {}
         self.handlers = self._handlers()
 
@@ -201,7 +244,7 @@ class _Reader:
 
     def _message(self, msg: str, pid: int) -> None:
         for guard, pattern, handler in self.handlers:
-            if guard in msg:   # a literal every match contains: skips the regex for the other lines
+            if guard in msg:  # a literal every match contains: skips the regex for the other lines
                 found = pattern.match(msg)
                 if found:
                     handler(found, pid)
@@ -210,26 +253,38 @@ class _Reader:
     def _handlers(self) -> tuple:
         """(guard, pattern, handler) in matching order; the first match wins. The guard is a
         substring of every line the pattern matches (a plain `in` test, far cheaper than a match)."""
-        return (("NCCL version", _VERSION, lambda m, pid: self._version(m)),
-                (" set by environment", _SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
-                (" Bytes -> Algo ", _TUNING, self._tuning),
-                (" via ", _CONNECTION, lambda m, pid: self._connection(m["via"])),
-                ("Channel ", _RING, lambda m, pid: self._count(self.ring_counts, int(m["n"]))),
-                ("Trees", _TREES, lambda m, pid: self._trees(m[1])),
-                (" - Init ", _COMM_INIT, self._comm),
-                (" nRanks ", _COMM_SHAPE, self._comm),
-                ("[Symmetric]", _SYMMETRIC, lambda m, pid: self.log.symmetric_kernels.append(
-                    {"collective": m["coll"], "bytes": int(m["bytes"]), "kernel": m["kernel"]})),
-                (" opCount ", _CALL, lambda m, pid: self._count(self.calls, m["coll"])),
-                ("Connected all ", _CONNECTED, lambda m, pid: self._count(self.connected, m["what"])),
-                (" coll channels, ", _CHANNEL_COUNTS, lambda m, pid: self.log.channel_counts.update(
-                    {k: int(v) for k, v in m.groupdict().items()})),
-                ("tuner plugin", _TUNER, lambda m, pid: self._tuner(m)),
-                ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()))
+        return (
+            ("NCCL version", _VERSION, lambda m, pid: self._version(m)),
+            (" set by environment", _SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
+            (" Bytes -> Algo ", _TUNING, self._tuning),
+            (" via ", _CONNECTION, lambda m, pid: self._connection(m["via"])),
+            ("Channel ", _RING, lambda m, pid: self._count(self.ring_counts, int(m["n"]))),
+            ("Trees", _TREES, lambda m, pid: self._trees(m[1])),
+            (" - Init ", _COMM_INIT, self._comm),
+            (" nRanks ", _COMM_SHAPE, self._comm),
+            (
+                "[Symmetric]",
+                _SYMMETRIC,
+                lambda m, pid: self.log.symmetric_kernels.append(
+                    {"collective": m["coll"], "bytes": int(m["bytes"]), "kernel": m["kernel"]}
+                ),
+            ),
+            (" opCount ", _CALL, lambda m, pid: self._count(self.calls, m["coll"])),
+            ("Connected all ", _CONNECTED, lambda m, pid: self._count(self.connected, m["what"])),
+            (
+                " coll channels, ",
+                _CHANNEL_COUNTS,
+                lambda m, pid: self.log.channel_counts.update(
+                    {k: int(v) for k, v in m.groupdict().items()}
+                ),
+            ),
+            ("tuner plugin", _TUNER, lambda m, pid: self._tuner(m)),
+            ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()),
+        )
 
     @staticmethod
     def _count(counter: Counter, key) -> None:
-        counter[key] += 1   # Counter.update([key]) costs several isinstance calls per line
+        counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
     def _version(self, match: re.Match) -> None:
         self.log.versions.add(match["v"])
@@ -247,22 +302,36 @@ class _Reader:
 
     def _tuning(self, m: re.Match, pid: int) -> None:
         channels = (int(m["lo"]), int(m["hi"])) if m["lo"] is not None else None
-        self.log.tuning.append(TuningEntry(
-            collective=m["coll"], bytes=int(m["bytes"]), algo=algo_name(m["algo"]), proto=proto_name(m["proto"]),
-            channels=channels, predicted_time_us=float(m["time"]) if m["time"] else None, pid=pid))
+        self.log.tuning.append(
+            TuningEntry(
+                collective=m["coll"],
+                bytes=int(m["bytes"]),
+                algo=algo_name(m["algo"]),
+                proto=proto_name(m["proto"]),
+                channels=channels,
+                predicted_time_us=float(m["time"]) if m["time"] else None,
+                pid=pid,
+            )
+        )
 
     def _connection(self, via: str) -> None:
         via = via.strip()
         self._count(self.transports, via.split("/", 1)[0])
-        self._count(self.details, re.sub(r"/[0-9]+(?=/|$)", "", via))   # drop NET device indices
+        self._count(self.details, re.sub(r"/[0-9]+(?=/|$)", "", via))  # drop NET device indices
 
     def _comm(self, m: re.Match, pid: int) -> None:
         nranks = int(m["nranks"])
         self.log.nranks = max(self.log.nranks or 0, nranks)
         groups = m.groupdict()
-        facts = {"pid": pid, "comm": m["comm"], "rank": int(m["rank"]), "nranks": nranks,
-                 "cuda_dev": int(groups["dev"]) if groups.get("dev") else None,
-                 "bus_id": groups.get("bus"), "nnodes": int(groups["nnodes"]) if groups.get("nnodes") else None}
+        facts = {
+            "pid": pid,
+            "comm": m["comm"],
+            "rank": int(m["rank"]),
+            "nranks": nranks,
+            "cuda_dev": int(groups["dev"]) if groups.get("dev") else None,
+            "bus_id": groups.get("bus"),
+            "nnodes": int(groups["nnodes"]) if groups.get("nnodes") else None,
+        }
         known = self.comms.setdefault((pid, m["comm"], int(m["rank"])), facts)
         known.update({key: value for key, value in facts.items() if value is not None})
 
@@ -282,7 +351,7 @@ class _Reader:
         row = _MATRIX_ROW.match(line)
         if row is None:
             self.matrix_header = None
-            return not line.strip()   # the blank line that ends the matrix is consumed
+            return not line.strip()  # the blank line that ends the matrix is consumed
         protos, algos = row["protos"].split(), row["algos"].split()
         if row["func"] == "Function":
             self.matrix_header = [protos, algos]
@@ -293,7 +362,8 @@ class _Reader:
         names_p, names_a = self.matrix_header
         self.log.enabled_matrix[row["func"]] = {
             "protocols": [proto_name(n) for n, v in zip(names_p, protos) if v != "0"],
-            "algorithms": [algo_name(n) for n, v in zip(names_a, algos) if v != "0"]}
+            "algorithms": [algo_name(n) for n, v in zip(names_a, algos) if v != "0"],
+        }
         return True
 
     def finish(self) -> NcclLog:

@@ -30,52 +30,83 @@ from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
 
-PARAMS = ascii_re(r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-                  r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-                  r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?")
-RANK = ascii_re(r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-                r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$")
+PARAMS = ascii_re(
+    r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
+    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
+    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?"
+)
+RANK = ascii_re(
+    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
+    r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+)
 # before v2.13 every test printed its own header: `type redop` (all_reduce, reduce_scatter, alltoall),
 # `type redop root` (reduce), `type root` (broadcast), `type` alone (all_gather, sendrecv); since v2.13 one
 # header, `type redop root`, for every test
-COLUMNS = ascii_re(r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
-                   r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?")
+COLUMNS = ascii_re(
+    r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
+    r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?"
+)
 FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
-FOOTER_AVG = ascii_re(r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
-                      r"(?:\s+(?:OK|FAILED))?\s*$")  # OK/FAILED: with NCCL_TESTS_MIN_BW set
+FOOTER_AVG = ascii_re(
+    r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+    r"(?:\s+(?:OK|FAILED))?\s*$"
+)  # OK/FAILED: with NCCL_TESTS_MIN_BW set
 # since 2.18 (util.cu): `nccl-headers=%d nccl-library=%d`, NCCL_VERSION_CODE and ncclGetVersion()
-TESTS_VERSION = ascii_re(r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d+))?")
+TESTS_VERSION = ascii_re(
+    r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d+))?"
+)
 STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
 CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
 # ncclprobe export's own line: what its table measured (nccl-tests prints nothing like it)
 EXPORTED = ascii_re(r"^#\s*ncclprobe export: (?P<body>.*)$")
-_COLLECTIVE = ascii_re(r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b")
+_COLLECTIVE = ascii_re(
+    r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b"
+)
 _REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
 _NUMBER = ascii_re(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
 # not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
 # nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
 NOT_SETTINGS = ("NCCL_VERSION",)
 TESTS_PREFIX = "NCCL_TESTS_"
-DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16", "int8": "int8",
-          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
-          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+DTYPES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
 
 
 @dataclass
 class Measurement:
-    time_us: float | None      # completion time per call (None when only -C's cputime was printed)
+    time_us: float | None  # completion time per call (None when only -C's cputime was printed)
     algbw_gbps: float
     busbw_gbps: float
-    wrong: int | None          # None when unchecked (-c 0) or in the old `error` format
-    max_error: float | None = None   # the old `error` column
-    cpu_time_us: float | None = None   # -C 1: the host's issue time per call
-    iteration: dict | None = None      # -I 1: per-iteration statistics (our `iter` record)
+    wrong: int | None  # None when unchecked (-c 0) or in the old `error` format
+    max_error: float | None = None  # the old `error` column
+    cpu_time_us: float | None = None  # -C 1: the host's issue time per call
+    iteration: dict | None = None  # -I 1: per-iteration statistics (our `iter` record)
 
     def to_json(self) -> dict:
-        out = {"time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
-               "wrong": self.wrong}
-        for key, value in (("max_error", self.max_error), ("cpu_time_us", self.cpu_time_us), ("iter", self.iteration)):
+        out = {
+            "time_us": self.time_us,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "wrong": self.wrong,
+        }
+        for key, value in (
+            ("max_error", self.max_error),
+            ("cpu_time_us", self.cpu_time_us),
+            ("iter", self.iteration),
+        ):
             if value is not None:
                 out[key] = value
         return out
@@ -92,9 +123,15 @@ class Row:
     in_place: Measurement | None
 
     def to_json(self) -> dict:
-        return {"size_bytes": self.size_bytes, "count": self.count, "type": self.dtype, "redop": self.redop,
-                "root": self.root, "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
-                "in_place": self.in_place.to_json() if self.in_place else None}
+        return {
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "type": self.dtype,
+            "redop": self.redop,
+            "root": self.root,
+            "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
+            "in_place": self.in_place.to_json() if self.in_place else None,
+        }
 
     def measurements(self):
         return [(False, self.out_of_place), (True, self.in_place)]
@@ -112,24 +149,38 @@ class NcclTestsRun:
     devices: list[dict] = field(default_factory=list)
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
-    format: str = "current"            # "current" (#wrong column, v2.13+), "old" (error column) or "json"
-    header: tuple[str, ...] = ()       # the columns between type and time, as the table header names them
+    format: str = "current"  # "current" (#wrong column, v2.13+), "old" (error column) or "json"
+    header: tuple[
+        str, ...
+    ] = ()  # the columns between type and time, as the table header names them
     settings: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)     # the relevant environment, masked (-J files)
+    env: dict[str, str] = field(default_factory=dict)  # the relevant environment, masked (-J files)
     notes: list[str] = field(default_factory=list)
-    exported: dict | None = None       # what `ncclprobe export` wrote about its table
+    exported: dict | None = None  # what `ncclprobe export` wrote about its table
 
     def to_json(self) -> dict:
-        return {"schema_version": 1, "collective": self.collective, "collective_inferred": self.collective_inferred,
-                "nranks": self.nranks, "nccl_version": self.nccl_version,
-                "nccl_tests_version": self.nccl_tests_version, "format": self.format, "params": dict(self.params),
-                "devices": list(self.devices), "settings": dict(self.settings),
-                "rows": [r.to_json() for r in self.rows], "avg_busbw_gbps": self.avg_busbw_gbps,
-                "out_of_bounds": self.out_of_bounds, "notes": list(self.notes)}
+        return {
+            "schema_version": 1,
+            "collective": self.collective,
+            "collective_inferred": self.collective_inferred,
+            "nranks": self.nranks,
+            "nccl_version": self.nccl_version,
+            "nccl_tests_version": self.nccl_tests_version,
+            "format": self.format,
+            "params": dict(self.params),
+            "devices": list(self.devices),
+            "settings": dict(self.settings),
+            "rows": [r.to_json() for r in self.rows],
+            "avg_busbw_gbps": self.avg_busbw_gbps,
+            "out_of_bounds": self.out_of_bounds,
+            "notes": list(self.notes),
+        }
 
     @property
     def wrong(self) -> bool:
-        return bool(self.out_of_bounds) or any((m.wrong or 0) > 0 for r in self.rows for _, m in r.measurements() if m)
+        return bool(self.out_of_bounds) or any(
+            (m.wrong or 0) > 0 for r in self.rows for _, m in r.measurements() if m
+        )
 
 
 def parse_nccl_tests(text: str) -> NcclTestsRun:
@@ -146,7 +197,11 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             if row is not None:
                 run.rows.append(row)
     if columns is None or not run.rows:
-        what = "no result rows" if columns is not None else "no nccl-tests result table (the `#  size  count ...` header)"
+        what = (
+            "no result rows"
+            if columns is not None
+            else "no nccl-tests result table (the `#  size  count ...` header)"
+        )
         raise UsageProblem(f"{what} found: is this the output of an nccl-tests *_perf binary?")
     _finish(run, text, lines)
     return run
@@ -154,11 +209,11 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
 
 @dataclass(frozen=True)
 class Columns:
-    redop: bool         # a redop column (every test since v2.13; before, the reducing ones and alltoall)
-    root: bool          # a root column (every test since v2.13; before, broadcast and reduce)
-    check: str          # "#wrong" (v2.13+) or "error" (the max error, before)
-    cputime: bool       # -C 1: the time column is the host's issue time
-    per_iter: bool      # -I 1: i_min i_max i_p99 i_cv% after each placement
+    redop: bool  # a redop column (every test since v2.13; before, the reducing ones and alltoall)
+    root: bool  # a root column (every test since v2.13; before, broadcast and reduce)
+    check: str  # "#wrong" (v2.13+) or "error" (the max error, before)
+    cputime: bool  # -C 1: the time column is the host's issue time
+    per_iter: bool  # -I 1: i_min i_max i_p99 i_cv% after each placement
 
 
 def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
@@ -167,10 +222,22 @@ def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
     if columns:
         run.format = "current" if columns["check"] == "#wrong" else "old"
         run.header = tuple(name for name in ("redop", "root") if columns[name])
-        return Columns(bool(columns["redop"]), bool(columns["root"]), columns["check"], columns["time"] == "cputime",
-                       bool(columns["periter"]))
-    for pattern, action in ((PARAMS, _params), (RANK, _rank), (FOOTER_AVG, _avg), (FOOTER_OOB, _oob),
-                            (TESTS_VERSION, _tests_version), (_REDUCING, _reducing), (EXPORTED, _exported)):
+        return Columns(
+            bool(columns["redop"]),
+            bool(columns["root"]),
+            columns["check"],
+            columns["time"] == "cputime",
+            bool(columns["periter"]),
+        )
+    for pattern, action in (
+        (PARAMS, _params),
+        (RANK, _rank),
+        (FOOTER_AVG, _avg),
+        (FOOTER_OOB, _oob),
+        (TESTS_VERSION, _tests_version),
+        (_REDUCING, _reducing),
+        (EXPORTED, _exported),
+    ):
         match = pattern.match(line)
         if match:
             action(run, match)
@@ -183,8 +250,16 @@ def _params(run, m):
 
 
 def _rank(run, m):
-    run.devices.append({"rank": int(m["rank"]), "pid": int(m["pid"]), "host": m["host"], "device": int(m["dev"]),
-                        "bus_id": m["bus"], "name": m["name"].strip()})
+    run.devices.append(
+        {
+            "rank": int(m["rank"]),
+            "pid": int(m["pid"]),
+            "host": m["host"],
+            "device": int(m["dev"]),
+            "bus_id": m["bus"],
+            "name": m["name"].strip(),
+        }
+    )
 
 
 def _avg(run, m):
@@ -231,28 +306,36 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     per = 8 if columns.per_iter else 4
     if len(tokens) < lead + 2 * per or not is_digits(tokens[0]) or not is_digits(tokens[1]):
         return None
-    cells = tokens[lead:lead + 2 * per]
+    cells = tokens[lead : lead + 2 * per]
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
         return None
-    if not all(math.isfinite(float(c)) for c in cells if c != "N/A"):  # 1e999: not JSON, not a count
+    if not all(
+        math.isfinite(float(c)) for c in cells if c != "N/A"
+    ):  # 1e999: not JSON, not a count
         return None
     placements = [cells[:per], cells[per:]]
-    missing = [all(c == "N/A" for c in cells_[:4]) for cells_ in placements]   # ncclprobe export: not measured
-    if all(missing) or any(c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]):
+    missing = [
+        all(c == "N/A" for c in cells_[:4]) for cells_ in placements
+    ]  # ncclprobe export: not measured
+    if all(missing) or any(
+        c == "N/A" for cells_, gone in zip(placements, missing) if not gone for c in cells_[:3]
+    ):
         return None
     root_cell = tokens[lead - 1] if columns.root else ""
     if columns.root and not is_digits(root_cell.removeprefix("-")):
         return None
     root = int(root_cell) if columns.root else None
     size = int(tokens[0])
-    oop, ip = (None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing))
+    oop, ip = (
+        None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing)
+    )
     return Row(size, int(tokens[1]), tokens[2], tokens[3] if redop_shown else "none", root, oop, ip)
 
 
 def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
     time_us, algbw, busbw, verdict = cells[:4]
     time_value, cpu = float(time_us), None
-    if columns.cputime:   # the time column is the issue time; the completion time is size / algbw
+    if columns.cputime:  # the time column is the issue time; the completion time is size / algbw
         cpu, time_value = time_value, (size / (float(algbw) * 1e3) if float(algbw) > 0 else None)
     if columns.check == "error":
         wrong, max_error = None, None if verdict == "N/A" else float(verdict)
@@ -261,18 +344,35 @@ def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
     iteration = None
     if columns.per_iter:
         i_min, i_max, i_p99, i_cv = (float(c) for c in cells[4:8])
-        iteration = {"min_us": i_min, "p99_us": i_p99, "max_us": i_max, "cv_pct": i_cv,
-                     "clock": "nccl-tests -I (CUDA events per iteration)"}
+        iteration = {
+            "min_us": i_min,
+            "p99_us": i_p99,
+            "max_us": i_max,
+            "cv_pct": i_cv,
+            "clock": "nccl-tests -I (CUDA events per iteration)",
+        }
     return Measurement(time_value, float(algbw), float(busbw), wrong, max_error, cpu, iteration)
 
 
 def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
-    log = parse_nccl_log("\n".join(lines))   # without task labels: NCCL's lines behind `0: ` count too
-    run.nccl_version = log.nccl_version or run.nccl_version   # NCCL's own banner first, else nccl-tests' line
+    log = parse_nccl_log(
+        "\n".join(lines)
+    )  # without task labels: NCCL's lines behind `0: ` count too
+    run.nccl_version = (
+        log.nccl_version or run.nccl_version
+    )  # NCCL's own banner first, else nccl-tests' line
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
     shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
-    run.settings = mask_env(nccl_settings({**command_line_settings(lines), **log.env, **{str(k): str(v) for k, v in shown.items()}}))   # masked for every output
+    run.settings = mask_env(
+        nccl_settings(
+            {
+                **command_line_settings(lines),
+                **log.env,
+                **{str(k): str(v) for k, v in shown.items()},
+            }
+        )
+    )  # masked for every output
     named = [m["name"] for line in lines for m in [_COLLECTIVE.match(line.strip())] if m]
     run.collective = named[0] if named else _infer_collective(run)
     run.collective_inferred = not named and run.collective is not None
@@ -290,8 +390,14 @@ def _exported_int(run: NcclTestsRun, key: str) -> int | None:
 
 def nccl_settings(found: dict[str, str]) -> dict[str, str]:
     """The NCCL variables that configure a run: NCCL_*, without the debug variables."""
-    return {k: v for k, v in found.items() if k.startswith("NCCL_") and not only_shapes_the_log(k)
-            and k not in NOT_SETTINGS and not k.startswith(TESTS_PREFIX)}
+    return {
+        k: v
+        for k, v in found.items()
+        if k.startswith("NCCL_")
+        and not only_shapes_the_log(k)
+        and k not in NOT_SETTINGS
+        and not k.startswith(TESTS_PREFIX)
+    }
 
 
 def command_line_settings(lines: list[str]) -> dict[str, str]:
@@ -320,12 +426,19 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
     if run.format == "old" and run.header == ("redop", "root"):
         return "reduce"
     n = run.nranks
-    ratios = [r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps for r in run.rows
-              if r.out_of_place and r.out_of_place.algbw_gbps >= 1]
+    ratios = [
+        r.out_of_place.busbw_gbps / r.out_of_place.algbw_gbps
+        for r in run.rows
+        if r.out_of_place and r.out_of_place.algbw_gbps >= 1
+    ]
     if not n or n < 3 or not ratios:
         return None
     expected = 2 * (n - 1) / n
-    return "all_reduce" if all(abs(ratio - expected) < 0.02 * expected + 0.01 for ratio in ratios) else None
+    return (
+        "all_reduce"
+        if all(abs(ratio - expected) < 0.02 * expected + 0.01 for ratio in ratios)
+        else None
+    )
 
 
 def collective_of_binary(name: str) -> str:

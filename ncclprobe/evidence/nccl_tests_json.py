@@ -34,8 +34,14 @@ import math
 
 from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import (Measurement, NcclTestsRun, Row, collective_of_binary, nccl_settings,
-                                           nccl_version_of_code)
+from ncclprobe.evidence.nccl_tests import (
+    Measurement,
+    NcclTestsRun,
+    Row,
+    collective_of_binary,
+    nccl_settings,
+    nccl_version_of_code,
+)
 from ncclprobe.secrets import mask_env
 
 READ_VERSIONS = (1, 2, 3)
@@ -43,7 +49,11 @@ READ_VERSIONS = (1, 2, 3)
 
 def looks_like_json(text: str) -> bool:
     head = text.lstrip()[:4096]
-    return head.startswith("{") and '"results"' in text and ('"nccl_version"' in head or '"config"' in head)
+    return (
+        head.startswith("{")
+        and '"results"' in text
+        and ('"nccl_version"' in head or '"config"' in head)
+    )
 
 
 def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
@@ -51,11 +61,19 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageProblem(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list) or not isinstance(doc.get("config"), dict):
-        raise UsageProblem(f"{source} is JSON but not nccl-tests -J output (no `config` object and `results` list)")
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("results"), list)
+        or not isinstance(doc.get("config"), dict)
+    ):
+        raise UsageProblem(
+            f"{source} is JSON but not nccl-tests -J output (no `config` object and `results` list)"
+        )
     if doc.get("version") not in READ_VERSIONS:
-        raise UsageProblem(f"{source}: nccl-tests JSON version {doc.get('version')!r}; this ncclprobe reads "
-                           f"{', '.join(map(str, READ_VERSIONS))} (nccl-tests 2.17.3 to 2.19.6)")
+        raise UsageProblem(
+            f"{source}: nccl-tests JSON version {doc.get('version')!r}; this ncclprobe reads "
+            f"{', '.join(map(str, READ_VERSIONS))} (nccl-tests 2.17.3 to 2.19.6)"
+        )
     config = doc["config"]
     env = _environment(doc.get("env"), source)
     run = NcclTestsRun(rows=[], nranks=None, collective=None, format="json")
@@ -65,12 +83,18 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     run.nccl_version = _version(doc.get("nccl_version"))
     args = doc.get("args") if isinstance(doc.get("args"), list) else []
     run.collective = collective_of_binary(str(args[0])) if args else None
-    run.settings = mask_env(nccl_settings(env))   # a value shaped like a secret is masked here too
+    run.settings = mask_env(nccl_settings(env))  # a value shaped like a secret is masked here too
     run.env = {k: display_value(k, v) for k, v in sorted(env.items()) if is_relevant(k)}
     run.rows = [_row(r, i, source) for i, r in enumerate(doc["results"])]
     run.out_of_bounds = _int((doc.get("out_of_bounds") or {}).get("count"))
-    average = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}   # version 1's spelling
-    run.avg_busbw_gbps = _float(average.get("bandwidth", average.get("bandwidith"))) if isinstance(average, dict) else None
+    average = (
+        doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
+    )  # version 1's spelling
+    run.avg_busbw_gbps = (
+        _float(average.get("bandwidth", average.get("bandwidith")))
+        if isinstance(average, dict)
+        else None
+    )
     errors = [e for e in doc.get("errors") or [] if isinstance(e, str) and e.strip()]
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
@@ -92,19 +116,36 @@ def _environment(entries, source: str) -> dict[str, str]:
 
 
 def _params(config: dict) -> dict:
-    keys = {"nthreads": "threads", "ngpus": "gpus", "minimum_bytes": "min", "maximum_bytes": "max",
-            "warmup_iters": "warmup", "iterations": "iters", "aggregated_iterations": "agg",
-            "validation": "validation", "graph": "graph"}
-    out = {short: _int(config.get(key)) for key, short in keys.items() if _int(config.get(key)) is not None}
+    keys = {
+        "nthreads": "threads",
+        "ngpus": "gpus",
+        "minimum_bytes": "min",
+        "maximum_bytes": "max",
+        "warmup_iters": "warmup",
+        "iterations": "iters",
+        "aggregated_iterations": "agg",
+        "validation": "validation",
+        "graph": "graph",
+    }
+    out = {
+        short: _int(config.get(key))
+        for key, short in keys.items()
+        if _int(config.get(key)) is not None
+    }
     if str(config.get("per_iter_timing")).lower() == "true":
         out["per_iter"] = 1
     return out
 
 
 def _device(d: dict) -> dict:
-    return {"rank": _int(d.get("rank")), "pid": _int(d.get("pid")), "host": str(d.get("hostname") or ""),
-            "device": _int(d.get("device")), "bus_id": str(d.get("device_hex") or ""),
-            "name": str(d.get("device_info") or "").strip()}
+    return {
+        "rank": _int(d.get("rank")),
+        "pid": _int(d.get("pid")),
+        "host": str(d.get("hostname") or ""),
+        "device": _int(d.get("device")),
+        "bus_id": str(d.get("device_hex") or ""),
+        "name": str(d.get("device_info") or "").strip(),
+    }
 
 
 def _version(code) -> str | None:
@@ -117,9 +158,15 @@ def _row(r, index: int, source: str) -> Row:
     if not isinstance(r, dict) or _int(r.get("size")) is None or _int(r.get("count")) is None:
         raise UsageProblem(f"{source}: results[{index}] has no integer size and count")
     root, size = _int(str(r.get("root", "")).strip()), _int(r["size"])
-    return Row(size, _int(r["count"]), str(r.get("type")), str(r.get("redop")), root,
-               _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size),
-               _measurement(r.get("in_place"), r.get("in_place_per_iter"), size))
+    return Row(
+        size,
+        _int(r["count"]),
+        str(r.get("type")),
+        str(r.get("redop")),
+        root,
+        _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size),
+        _measurement(r.get("in_place"), r.get("in_place_per_iter"), size),
+    )
 
 
 def _measurement(m, per_iter, size: int) -> Measurement | None:
@@ -130,9 +177,19 @@ def _measurement(m, per_iter, size: int) -> Measurement | None:
         return None
     nwrong = _float(m.get("nwrong"))
     time_us, cpu = _float(m.get("time")), _float(m.get("cpu_time"))
-    if time_us is None and cpu is not None and algbw > 0:   # -C 1: the bandwidths still come from completion
+    if (
+        time_us is None and cpu is not None and algbw > 0
+    ):  # -C 1: the bandwidths still come from completion
         time_us = size / (algbw * 1e3)
-    return Measurement(time_us, algbw, busbw, None if nwrong is None else int(nwrong), None, cpu, _iteration(per_iter))
+    return Measurement(
+        time_us,
+        algbw,
+        busbw,
+        None if nwrong is None else int(nwrong),
+        None,
+        cpu,
+        _iteration(per_iter),
+    )
 
 
 def _iteration(p) -> dict | None:
@@ -140,16 +197,22 @@ def _iteration(p) -> dict | None:
         return None
     keys = ("min_us", "p50_us", "p95_us", "p99_us", "max_us")
     out = {k: _float(p.get(k)) for k in keys}
-    out.update({"mean_us": _float(p.get("avg_us")), "cv_pct": _float(p.get("cv_pct")),
-                "samples": len(p["times_us"]) - (_int(p.get("skipped_iterations")) or 0)
-                if isinstance(p.get("times_us"), list) else None,
-                "clock": "nccl-tests -I (CUDA events per iteration)"})
+    out.update(
+        {
+            "mean_us": _float(p.get("avg_us")),
+            "cv_pct": _float(p.get("cv_pct")),
+            "samples": len(p["times_us"]) - (_int(p.get("skipped_iterations")) or 0)
+            if isinstance(p.get("times_us"), list)
+            else None,
+            "clock": "nccl-tests -I (CUDA events per iteration)",
+        }
+    )
     return out
 
 
 def _float(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None   # "nan" (nccl-tests writes NaN as a string), null, or junk
+        return None  # "nan" (nccl-tests writes NaN as a string), null, or junk
     return float(value) if math.isfinite(value) else None
 
 
@@ -158,6 +221,10 @@ def _int(value) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
+    if (
+        isinstance(value, str)
+        and value.strip().lstrip("-").isascii()
+        and value.strip().lstrip("-").isdigit()
+    ):
         return int(value.strip())
     return None

@@ -20,18 +20,35 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import (COLUMNS, CONCLUDED, FOOTER_AVG, FOOTER_OOB, PARAMS, RANK, STARTING, TESTS_VERSION,
-                                           NcclTestsRun, parse_nccl_tests)
+from ncclprobe.evidence.nccl_tests import (
+    COLUMNS,
+    CONCLUDED,
+    FOOTER_AVG,
+    FOOTER_OOB,
+    PARAMS,
+    RANK,
+    STARTING,
+    TESTS_VERSION,
+    NcclTestsRun,
+    parse_nccl_tests,
+)
 from ncclprobe.evidence.text import clean_task_line
 
 # the table header counts too: a pasted run often starts at it (its `# nThread` lines trimmed away), and
 # nccl-tests prints it once per run
-HEADERS = (("version", TESTS_VERSION), ("starting", STARTING), ("params", PARAMS), ("table", COLUMNS))
+HEADERS = (
+    ("version", TESTS_VERSION),
+    ("starting", STARTING),
+    ("params", PARAMS),
+    ("table", COLUMNS),
+)
 FOOTERS = (FOOTER_AVG, FOOTER_OOB, CONCLUDED)
 _ROW = re.compile(r"^\d+\s+\d+\s+\S+\s+\S+\s")
 _FAILURE = re.compile(r"fail|error|abort", re.IGNORECASE)
-REBUILD = ("rebuild nccl-tests with MPI (make MPI=1) and launch it once with mpirun -np N (one rank per GPU), "
-           "or run one process with -g N")
+REBUILD = (
+    "rebuild nccl-tests with MPI (make MPI=1) and launch it once with mpirun -np N (one rank per GPU), "
+    "or run one process with -g N"
+)
 
 
 @dataclass
@@ -51,12 +68,15 @@ def split_runs(text: str) -> list[str]:
         kind = next((name for name, pattern in HEADERS if pattern.match(line)), None)
         if kind and current.kinds and (kind in current.kinds or current.rows or current.ended):
             if not current.rows and not current.ended and not current.failed:
-                raise UsageProblem(interleaved_message(text, "a second run's header began before the first "
-                                                             "printed any result row"))
+                raise UsageProblem(
+                    interleaved_message(
+                        text, "a second run's header began before the first printed any result row"
+                    )
+                )
             segments.append(current)
             current, tail = Segment(lines=tail), []
         if current.ended and not kind and not _is_footer(line) and line != "#":
-            tail.append(raw)      # after a footer: the next run's preamble (or trailing noise)
+            tail.append(raw)  # after a footer: the next run's preamble (or trailing noise)
             continue
         _add(current, raw, line, kind)
     current.lines += tail
@@ -110,10 +130,19 @@ def _check_sizes(run: NcclTestsRun, text: str) -> None:
         if cycle_done:
             seen[key] = set()
         if previous is not None and size < previous and not cycle_done:
-            raise UsageProblem(interleaved_message(text, f"the sizes of one table go back from {previous} to "
-                                                         f"{size} bytes in the middle of a sweep"))
+            raise UsageProblem(
+                interleaved_message(
+                    text,
+                    f"the sizes of one table go back from {previous} to "
+                    f"{size} bytes in the middle of a sweep",
+                )
+            )
         if size and size in seen.setdefault(key, set()):
-            raise UsageProblem(interleaved_message(text, f"the size {size} appears twice in one sweep of one table"))
+            raise UsageProblem(
+                interleaved_message(
+                    text, f"the size {size} appears twice in one sweep of one table"
+                )
+            )
         seen[key].add(size)
         last[key] = size
 
@@ -132,6 +161,8 @@ def interleaved_message(text: str, sign: str) -> str:
     ranks = sum(1 for m in devices if m) // processes if any(devices) else None
     each = f" with {ranks} rank{'s' if ranks != 1 else ''} each" if ranks else ""
     busbw = " (one rank: busbw 0)" if ranks == 1 else ""
-    return (f"this output interleaves {processes} nccl-tests processes that ran separately{each}{busbw}: {sign}. "
-            f"A binary built without MPI and launched {processes} times runs {processes} independent tests, not "
-            f"one {processes}-process run, and their lines cannot be told apart; {REBUILD}")
+    return (
+        f"this output interleaves {processes} nccl-tests processes that ran separately{each}{busbw}: {sign}. "
+        f"A binary built without MPI and launched {processes} times runs {processes} independent tests, not "
+        f"one {processes}-process run, and their lines cannot be told apart; {REBUILD}"
+    )

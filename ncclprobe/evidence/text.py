@@ -16,7 +16,8 @@ from ncclprobe.validate import read_text
 _ANSI = ascii_re(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _MPIRUN_TAG = ascii_re(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _TIMESTAMP = ascii_re(
-    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+")
+    r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s+"
+)
 
 
 def strip_ansi(text: str) -> str:

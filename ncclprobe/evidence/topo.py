@@ -24,7 +24,15 @@ from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 from ncclprobe.numbers import ascii_re
 from ncclprobe.verdict import Verdict
 
-_SMI_TO_NCCL = {"X": "LOC", "PIX": "PIX", "PXB": "PXB", "PHB": "PHB", "NODE": "PHB", "SYS": "SYS", "SOC": "SYS"}
+_SMI_TO_NCCL = {
+    "X": "LOC",
+    "PIX": "PIX",
+    "PXB": "PXB",
+    "PHB": "PHB",
+    "NODE": "PHB",
+    "SYS": "SYS",
+    "SOC": "SYS",
+}
 # nvidia-smi's codes from nearest to furthest, for "worst path"
 _SMI_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 _LINK_CODE = ascii_re(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -42,8 +50,12 @@ class GpuInfo:
     gpu_numa_id: str | None = None
 
     def to_json(self) -> dict:
-        return {"index": self.index, "cpu_affinity": self.cpu_affinity, "numa_affinity": self.numa_affinity,
-                "gpu_numa_id": self.gpu_numa_id}
+        return {
+            "index": self.index,
+            "cpu_affinity": self.cpu_affinity,
+            "numa_affinity": self.numa_affinity,
+            "gpu_numa_id": self.gpu_numa_id,
+        }
 
 
 @dataclass
@@ -52,40 +64,65 @@ class Topology:
 
     gpus: list[GpuInfo]
     gpu_links: list[list[str | None]]
-    nics: list[str] = field(default_factory=list)                 # names as printed: NIC0, mlx5_0
-    nic_devices: dict[str, str] = field(default_factory=dict)     # NIC0 -> mlx5_0 (from the NIC legend)
+    nics: list[str] = field(default_factory=list)  # names as printed: NIC0, mlx5_0
+    nic_devices: dict[str, str] = field(
+        default_factory=dict
+    )  # NIC0 -> mlx5_0 (from the NIC legend)
     nic_links: dict[str, list[str]] = field(default_factory=dict)  # NIC -> code to each GPU
-    p2p_status: list[list[str]] | None = None                     # `topo -p2p` block: OK / NS / ...
+    p2p_status: list[list[str]] | None = None  # `topo -p2p` block: OK / NS / ...
     source: str = "text"
-    sources: dict[str, str] = field(default_factory=dict)         # live reading: what each source gave
-    p2p_check: dict | None = None                                 # the real P2P data check, when run
-    peer_access: list[list[bool]] | None = None                   # torch.cuda.can_device_access_peer
+    sources: dict[str, str] = field(default_factory=dict)  # live reading: what each source gave
+    p2p_check: dict | None = None  # the real P2P data check, when run
+    peer_access: list[list[bool]] | None = None  # torch.cuda.can_device_access_peer
     notes: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> dict:
-        codes = [self.gpu_links[i][j] for i in range(len(self.gpus)) for j in range(len(self.gpus)) if i != j]
+        codes = [
+            self.gpu_links[i][j]
+            for i in range(len(self.gpus))
+            for j in range(len(self.gpus))
+            if i != j
+        ]
         known = [c for c in codes if c]
         numa = sorted({g.numa_affinity for g in self.gpus if g.numa_affinity})
-        return {"gpu_count": len(self.gpus),
-                "nvlink": any(c.startswith("NV") for c in known) if known or not codes else None,
-                "links": node_facts(self).links,
-                "worst_path": max(known, key=_smi_rank) if known else None,
-                "numa_nodes": numa, "numa_spread": len(numa) if numa else None,
-                "nic_count": len(self.nics)}
+        return {
+            "gpu_count": len(self.gpus),
+            "nvlink": any(c.startswith("NV") for c in known) if known or not codes else None,
+            "links": node_facts(self).links,
+            "worst_path": max(known, key=_smi_rank) if known else None,
+            "numa_nodes": numa,
+            "numa_spread": len(numa) if numa else None,
+            "nic_count": len(self.nics),
+        }
 
     def verdict(self) -> Verdict:
         """FINDINGS when the live P2P data check saw wrong data, hung or failed."""
-        return Verdict.of(bool(self.p2p_check) and self.p2p_check["status"] in ("corrupt", "hang", "error"))
+        return Verdict.of(
+            bool(self.p2p_check) and self.p2p_check["status"] in ("corrupt", "hang", "error")
+        )
 
     def to_json(self) -> dict:
         levels = p2p_level_pairs(self)
-        return {"schema_version": 1, "source": self.source, "gpus": [g.to_json() for g in self.gpus],
-                "gpu_links": self.gpu_links, "nics": list(self.nics), "nic_devices": dict(self.nic_devices),
-                "nic_links": dict(self.nic_links), "p2p_status": self.p2p_status, "summary": self.summary,
-                "p2p_levels": {level: sorted(list(p) for p in pairs) for level, pairs in levels.items()},
-                "equivalent_levels": equivalent_levels(self), "sources": dict(self.sources),
-                "peer_access": self.peer_access, "p2p_check": self.p2p_check, "notes": list(self.notes)}
+        return {
+            "schema_version": 1,
+            "source": self.source,
+            "gpus": [g.to_json() for g in self.gpus],
+            "gpu_links": self.gpu_links,
+            "nics": list(self.nics),
+            "nic_devices": dict(self.nic_devices),
+            "nic_links": dict(self.nic_links),
+            "p2p_status": self.p2p_status,
+            "summary": self.summary,
+            "p2p_levels": {
+                level: sorted(list(p) for p in pairs) for level, pairs in levels.items()
+            },
+            "equivalent_levels": equivalent_levels(self),
+            "sources": dict(self.sources),
+            "peer_access": self.peer_access,
+            "p2p_check": self.p2p_check,
+            "notes": list(self.notes),
+        }
 
 
 def _smi_rank(code: str) -> int:
@@ -97,7 +134,9 @@ def parse_topo(text: str) -> Topology:
     lines = [clean_line(line) for line in text.splitlines()]
     start = _find_header(lines, 0)
     if start is None:
-        raise UsageProblem("no nvidia-smi topology matrix found: expected a header line that starts with GPU0")
+        raise UsageProblem(
+            "no nvidia-smi topology matrix found: expected a header line that starts with GPU0"
+        )
     topo, end = _parse_block(lines, start)
     topo.nic_devices = _nic_legend(lines[end:])
     second = _find_header(lines, end)
@@ -123,9 +162,9 @@ def _header_columns(line: str) -> tuple[list[str], list[str]]:
         rest = rest[1:]
     attributes = []
     for words in _ATTRIBUTES:
-        if tuple(rest[:len(words)]) == words:
+        if tuple(rest[: len(words)]) == words:
             attributes.append("_".join(w.lower() for w in words))
-            rest = rest[len(words):]
+            rest = rest[len(words) :]
     return devices, attributes
 
 
@@ -139,28 +178,33 @@ def _parse_block(lines: list[str], start: int) -> tuple[Topology, int]:
         tokens = lines[number].split()
         if not tokens or tokens[0] not in devices or tokens[0] in rows:
             break
-        cells = tokens[1:1 + len(devices)]
+        cells = tokens[1 : 1 + len(devices)]
         if len(cells) < len(devices) or not all(_LINK_CODE.match(c) for c in cells):
             break
         rows[tokens[0]] = cells
         if tokens[0].startswith("GPU"):
-            values = [None if v == "N/A" else v for v in tokens[1 + len(devices):]]
+            values = [None if v == "N/A" else v for v in tokens[1 + len(devices) :]]
             gpus[tokens[0]] = GpuInfo(int(tokens[0][3:]), **dict(zip(attributes, values)))
     else:
         number = len(lines)
     missing = [g for g in gpu_names if g not in gpus]
     if missing:
-        raise UsageProblem(f"topology matrix is cut short: the header names {len(gpu_names)} GPUs "
-                           f"but rows for {', '.join(missing)} are missing or malformed")
+        raise UsageProblem(
+            f"topology matrix is cut short: the header names {len(gpu_names)} GPUs "
+            f"but rows for {', '.join(missing)} are missing or malformed"
+        )
     return _assemble(devices, gpu_names, rows, gpus), number
 
 
 def _assemble(devices, gpu_names, rows, gpus) -> Topology:
     gpu_columns = [devices.index(g) for g in gpu_names]
     nics = [d for d in devices if not d.startswith("GPU")]
-    topo = Topology(gpus=[gpus[g] for g in gpu_names],
-                    gpu_links=[[rows[g][c] for c in gpu_columns] for g in gpu_names], nics=nics,
-                    nic_links={n: [rows[n][c] for c in gpu_columns] for n in nics if n in rows})
+    topo = Topology(
+        gpus=[gpus[g] for g in gpu_names],
+        gpu_links=[[rows[g][c] for c in gpu_columns] for g in gpu_names],
+        nics=nics,
+        nic_links={n: [rows[n][c] for c in gpu_columns] for n in nics if n in rows},
+    )
     topo.notes += _symmetry_notes(topo.gpu_links)
     cut = [n for n in nics if n not in rows]
     if cut:
@@ -169,8 +213,12 @@ def _assemble(devices, gpu_names, rows, gpus) -> Topology:
 
 
 def _symmetry_notes(links: list[list[str]]) -> list[str]:
-    return [f"matrix is not symmetric at GPU{i}/GPU{j}: {links[i][j]} vs {links[j][i]}"
-            for i in range(len(links)) for j in range(i + 1, len(links)) if links[i][j] != links[j][i]]
+    return [
+        f"matrix is not symmetric at GPU{i}/GPU{j}: {links[i][j]} vs {links[j][i]}"
+        for i in range(len(links))
+        for j in range(i + 1, len(links))
+        if links[i][j] != links[j][i]
+    ]
 
 
 def _nic_legend(lines: list[str]) -> dict[str, str]:
@@ -185,7 +233,7 @@ def _nic_legend(lines: list[str]) -> dict[str, str]:
 def _p2p_block(lines: list[str], start: int, ngpus: int) -> list[list[str]] | None:
     """A following `nvidia-smi topo -p2p` block (OK, NS, CNS, ...), when it matches the GPU count."""
     matrix = []
-    for line in lines[start + 1:start + 1 + ngpus]:
+    for line in lines[start + 1 : start + 1 + ngpus]:
         tokens = line.split()
         if len(tokens) != ngpus + 1 or not all(_P2P_STATUS.match(t) for t in tokens[1:]):
             return None
@@ -212,7 +260,8 @@ def nccl_path_types(topology: Topology) -> list[list[str | None]]:
     for i in range(n):
         for j in range(n):
             if types[i][j] not in (None, "LOC", "NVL") and any(
-                    types[i][k] == "NVL" and types[k][j] == "NVL" for k in range(n)):
+                types[i][k] == "NVL" and types[k][j] == "NVL" for k in range(n)
+            ):
                 types[i][j] = "NVB"
     return types
 
@@ -223,10 +272,16 @@ def _nccl_type(code: str | None) -> str | None:
     return "NVL" if code.startswith("NV") else _SMI_TO_NCCL.get(code)
 
 
-def node_facts(topology: Topology, *, gpus=None, compute_capabilities=None, over_network: bool = False) -> NodeFacts:
+def node_facts(
+    topology: Topology, *, gpus=None, compute_capabilities=None, over_network: bool = False
+) -> NodeFacts:
     """What NCCL's topology rules (LL128, NVLS) need to know about `gpus` (default all) of this topology."""
-    return NodeFacts.from_path_types(nccl_path_types(topology), gpus=gpus, compute_capabilities=compute_capabilities,
-                                     over_network=over_network)
+    return NodeFacts.from_path_types(
+        nccl_path_types(topology),
+        gpus=gpus,
+        compute_capabilities=compute_capabilities,
+        over_network=over_network,
+    )
 
 
 def p2p_level_pairs(topology: Topology) -> dict[str, frozenset[tuple[int, int]]]:
@@ -238,8 +293,12 @@ def p2p_level_pairs(topology: Topology) -> dict[str, frozenset[tuple[int, int]]]
     out = {}
     for level in P2P_LEVELS:
         limit = PATH_TYPES.index(level)
-        out[level] = frozenset((i, j) for i in range(n) for j in range(i + 1, n)
-                               if types[i][j] is not None and PATH_TYPES.index(types[i][j]) <= limit)
+        out[level] = frozenset(
+            (i, j)
+            for i in range(n)
+            for j in range(i + 1, n)
+            if types[i][j] is not None and PATH_TYPES.index(types[i][j]) <= limit
+        )
     return out
 
 
@@ -257,4 +316,5 @@ def read_live_topology(**options) -> Topology:
     Lives in `topo_live`; re-exported here because callers import the readers from one place.
     Options: p2p_check (default False), p2p_timeout_s, p2p_bytes."""
     from ncclprobe.evidence.topo_live import read_live_topology as read
+
     return read(**options)

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.nccl.node import NO_NVLINK, NVLINK_ALL, NVLINK_PARTIAL, NVLINK_RING, ONE_GPU, NodeFacts
+from ncclprobe.nccl.node import (
+    NO_NVLINK,
+    NVLINK_ALL,
+    NVLINK_PARTIAL,
+    NVLINK_RING,
+    ONE_GPU,
+    NodeFacts,
+)
 from ncclprobe.nccl.version import Version
 
 _ARCHS_UP_TO_2_24 = (70, 80, 90)
@@ -29,7 +36,7 @@ _ARCHS_2_25_TO_2_26 = (70, 80, 90, 100, 120)
 
 @dataclass(frozen=True)
 class Ll128Default:
-    on: bool | None          # None: it depends on something not known here
+    on: bool | None  # None: it depends on something not known here
     why: str
 
     @property
@@ -54,20 +61,29 @@ def ll128_default(node: NodeFacts | None, version: Version | None) -> Ll128Defau
 
 def _links(node: NodeFacts) -> Ll128Default:
     if node.over_network:
-        return Ll128Default(False, "the ranks meet over the network transport (NET/Socket), not NVLink")
+        return Ll128Default(
+            False, "the ranks meet over the network transport (NET/Socket), not NVLink"
+        )
     return {
         NVLINK_ALL: Ll128Default(True, "every GPU pair is NVLink"),
         ONE_GPU: Ll128Default(True, "no hop between GPUs"),
-        NVLINK_RING: Ll128Default(None, "an NVLink-only ring through every GPU exists but some pairs are PCIe: it "
-                                        "depends on the ring NCCL's search picks (its GRAPH `Pattern ... type` lines)"),
-        NVLINK_PARTIAL: Ll128Default(False, "NVLink does not join every GPU into one ring, so some hop is PCIe"),
+        NVLINK_RING: Ll128Default(
+            None,
+            "an NVLink-only ring through every GPU exists but some pairs are PCIe: it "
+            "depends on the ring NCCL's search picks (its GRAPH `Pattern ... type` lines)",
+        ),
+        NVLINK_PARTIAL: Ll128Default(
+            False, "NVLink does not join every GPU into one ring, so some hop is PCIe"
+        ),
         NO_NVLINK: Ll128Default(False, "no NVLink between the GPUs: every hop is PCIe"),
     }.get(node.links, Ll128Default(None, "the GPUs' links are not known"))
 
 
 def _architecture(caps: tuple[int, ...] | None, version: Version | None) -> Ll128Default:
     if not caps:
-        return Ll128Default(None, "the GPUs' compute capability is not known (NCCL enables LL128 only on some)")
+        return Ll128Default(
+            None, "the GPUs' compute capability is not known (NCCL enables LL128 only on some)"
+        )
     low, high = min(caps), max(caps)
     if low < 70:
         return Ll128Default(False, f"sm{low} is older than Volta (sm70)")
@@ -76,16 +92,24 @@ def _architecture(caps: tuple[int, ...] | None, version: Version | None) -> Ll12
         if low < 90 or (version is not None and version < (2, 30, 0)):
             return Ll128Default(False, mixed)
         if version is None:
-            return Ll128Default(None, mixed + "; NCCL 2.30+ allows that from sm90, older versions do not")
+            return Ll128Default(
+                None, mixed + "; NCCL 2.30+ allows that from sm90, older versions do not"
+            )
     allowed = _known_good(version)
     if allowed is None:
         if low in _ARCHS_UP_TO_2_24:
             return Ll128Default(True, f"every hop NVLink and sm{low}")
-        return Ll128Default(None, f"NCCL 2.27+ enables LL128 on sm{low}, older versions do not; the version is unknown")
+        return Ll128Default(
+            None,
+            f"NCCL 2.27+ enables LL128 on sm{low}, older versions do not; the version is unknown",
+        )
     if allowed and low not in allowed:
         shown = "/".join(f"sm{a}" for a in allowed)
-        return Ll128Default(False, f"NCCL {'.'.join(map(str, version))} enables LL128 by default only on {shown}, "
-                                   f"not sm{low}")
+        return Ll128Default(
+            False,
+            f"NCCL {'.'.join(map(str, version))} enables LL128 by default only on {shown}, "
+            f"not sm{low}",
+        )
     return Ll128Default(True, f"every hop NVLink and sm{low}")
 
 

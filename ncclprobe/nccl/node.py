@@ -8,27 +8,27 @@ may be unknown (None); the rules then say what they could not decide instead of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 # How NVLink joins the GPUs, in the terms of NCCL's ring search (paths of type NVL or NVB,
 # NVLink directly or through one GPU, count as NVLink hops; src/graph/paths.cc, search.cc)
-NVLINK_ALL = "nvlink-all"          # every pair is an NVLink hop: any ring NCCL builds is NVLink only
-NVLINK_RING = "nvlink-ring"        # an NVLink-only ring through every GPU exists, but some pairs are PCIe
+NVLINK_ALL = "nvlink-all"  # every pair is an NVLink hop: any ring NCCL builds is NVLink only
+NVLINK_RING = "nvlink-ring"  # an NVLink-only ring through every GPU exists, but some pairs are PCIe
 NVLINK_PARTIAL = "nvlink-partial"  # some NVLink, but no ring through every GPU avoids PCIe
 NO_NVLINK = "no-nvlink"
-ONE_GPU = "one-gpu"                # no hop between GPUs at all
+ONE_GPU = "one-gpu"  # no hop between GPUs at all
 LINKS = (NVLINK_ALL, NVLINK_RING, NVLINK_PARTIAL, NO_NVLINK, ONE_GPU)
 _LEAST_NVLINK_FIRST = (NO_NVLINK, NVLINK_PARTIAL, NVLINK_RING, NVLINK_ALL, ONE_GPU)
 _NVLINK_HOPS = ("NVL", "NVB")
-_SEARCH_LIMIT = 16                 # GPUs beyond which the ring search is not attempted (links unknown)
+_SEARCH_LIMIT = 16  # GPUs beyond which the ring search is not attempted (links unknown)
 
 
 @dataclass(frozen=True)
 class NodeFacts:
-    links: str | None = None                           # one of LINKS
+    links: str | None = None  # one of LINKS
     compute_capabilities: tuple[int, ...] | None = None  # per GPU, major*10+minor (86 = sm86)
-    over_network: bool = False                         # ranks meet over NET (--share-gpu, other hosts)
+    over_network: bool = False  # ranks meet over NET (--share-gpu, other hosts)
 
     @property
     def any_nvlink(self) -> bool | None:
@@ -37,49 +37,73 @@ class NodeFacts:
         return self.links in (NVLINK_ALL, NVLINK_RING, NVLINK_PARTIAL)
 
     def to_json(self) -> dict:
-        return {"links": self.links, "nvlink": self.any_nvlink, "over_network": self.over_network,
-                "compute_capabilities": list(self.compute_capabilities) if self.compute_capabilities else None}
+        return {
+            "links": self.links,
+            "nvlink": self.any_nvlink,
+            "over_network": self.over_network,
+            "compute_capabilities": list(self.compute_capabilities)
+            if self.compute_capabilities
+            else None,
+        }
 
     @classmethod
-    def from_json(cls, doc: dict | None, *, over_network: bool = False) -> "NodeFacts":
+    def from_json(cls, doc: dict | None, *, over_network: bool = False) -> NodeFacts:
         """From `to_json`, or from an older header that only said whether any NVLink was seen."""
         doc = doc or {}
         links = doc.get("links") if doc.get("links") in LINKS else None
         if links is None and doc.get("nvlink") is False:
             links = NO_NVLINK
         caps = doc.get("compute_capabilities")
-        return cls(links=links, compute_capabilities=tuple(int(c) for c in caps) if caps else None,
-                   over_network=over_network or bool(doc.get("over_network")))
+        return cls(
+            links=links,
+            compute_capabilities=tuple(int(c) for c in caps) if caps else None,
+            over_network=over_network or bool(doc.get("over_network")),
+        )
 
     @classmethod
-    def from_path_types(cls, types: Sequence[Sequence[str | None]], *, gpus: Iterable[int] | None = None,
-                        compute_capabilities: Sequence[int] | None = None, over_network: bool = False) -> "NodeFacts":
+    def from_path_types(
+        cls,
+        types: Sequence[Sequence[str | None]],
+        *,
+        gpus: Iterable[int] | None = None,
+        compute_capabilities: Sequence[int] | None = None,
+        over_network: bool = False,
+    ) -> NodeFacts:
         """`types[i][j]`: NCCL's path type between GPUs i and j (None unknown); `gpus`: the ones the
         job uses (default all)."""
         chosen = list(gpus) if gpus is not None else list(range(len(types)))
         caps = tuple(compute_capabilities[i] for i in chosen) if compute_capabilities else None
-        return cls(links=classify_links(types, chosen), compute_capabilities=caps, over_network=over_network)
+        return cls(
+            links=classify_links(types, chosen),
+            compute_capabilities=caps,
+            over_network=over_network,
+        )
 
     @classmethod
-    def merge(cls, facts: list["NodeFacts"]) -> "NodeFacts":
+    def merge(cls, facts: list[NodeFacts]) -> NodeFacts:
         """Several files about one setup: what they agree on; the least NVLink when they disagree."""
         if not facts:
             return cls()
         links = {f.links for f in facts}
         caps = {f.compute_capabilities for f in facts}
         worst = None if None in links else min(links, key=_LEAST_NVLINK_FIRST.index)
-        return cls(links=worst, compute_capabilities=caps.pop() if len(caps) == 1 else None,
-                   over_network=any(f.over_network for f in facts))
+        return cls(
+            links=worst,
+            compute_capabilities=caps.pop() if len(caps) == 1 else None,
+            over_network=any(f.over_network for f in facts),
+        )
 
 
 def classify_links(types: Sequence[Sequence[str | None]], gpus: list[int]) -> str | None:
     """How NVLink joins `gpus` (one of LINKS); None when a link is unknown or there are too many GPUs."""
     if len(gpus) < 2:
         return ONE_GPU
-    pairs = [(i, j) for a, i in enumerate(gpus) for j in gpus[a + 1:]]
+    pairs = [(i, j) for a, i in enumerate(gpus) for j in gpus[a + 1 :]]
     if any(types[i][j] is None for i, j in pairs):
         return None
-    hop = {(i, j) for i, j in pairs if types[i][j] in _NVLINK_HOPS} | {(j, i) for i, j in pairs if types[i][j] in _NVLINK_HOPS}
+    hop = {(i, j) for i, j in pairs if types[i][j] in _NVLINK_HOPS} | {
+        (j, i) for i, j in pairs if types[i][j] in _NVLINK_HOPS
+    }
     if len(hop) == 2 * len(pairs):
         return NVLINK_ALL
     if not any(types[i][j] == "NVL" for i, j in pairs):

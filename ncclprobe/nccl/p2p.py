@@ -14,7 +14,7 @@ from ncclprobe.numbers import is_digits
 # NCCL's path types, nearest first (src/graph/topo.h, topoPathTypeStr up to SYS; 2.28): P2P between
 # two GPUs is allowed when their path type is at most the level (`path->type <= p2pLevel`)
 PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
-P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")   # the documented ones
+P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")  # the documented ones
 # path types NCCL's code accepts beyond the documented six (topoPathTypeStr up to SYS), and the
 # versions that added them: not in v2.25.1-1, C2C in v2.26.2-1, P2C in v2.27.3-1 (NVB, PXN in v2.12.12-1)
 P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
@@ -25,7 +25,7 @@ LEGACY_P2P_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 
 def is_legacy_level(value: str) -> bool:
     """An old-style integer level (ASCII digits only: the sweep never measures a value it cannot read)."""
-    return is_digits(value)   # ASCII, and at most 19 digits: int() of 5000 digits fails
+    return is_digits(value)  # ASCII, and at most 19 digits: int() of 5000 digits fails
 
 
 def legacy_level(value: str) -> str:
@@ -34,7 +34,7 @@ def legacy_level(value: str) -> str:
     NCCL parses it with strtol(str, NULL, 0): a leading 0 makes it octal, read up to the first
     digit that is not octal (`010` is 8, `08` is 0)."""
     if value.startswith("0"):
-        octal = value[:len(value) - len(value.lstrip("01234567"))]
+        octal = value[: len(value) - len(value.lstrip("01234567"))]
         number = int(octal, 8)
     else:
         number = int(value)
@@ -46,7 +46,9 @@ def level_as_logged(value: str) -> str:
     return legacy_level(value) if is_legacy_level(value) else value
 
 
-def default_p2p_level(nccl_version: str | None, cpu_vendor: str | None, gpu_count: int) -> str | None:
+def default_p2p_level(
+    nccl_version: str | None, cpu_vendor: str | None, gpu_count: int
+) -> str | None:
     """The P2P level NCCL uses when NCCL_P2P_LEVEL is unset (ncclTopoCheckP2p, src/graph/paths.cc).
 
     2.22 and older: SYS, lowered to PXB on ARM, Intel and Zhaoxin CPUs. 2.23+: PXB ("don't use

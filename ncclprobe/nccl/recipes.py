@@ -22,7 +22,7 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 
 PROOF_VARIABLES = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
-LOG_DIR_VAR = "NCCLPROBE_NCCL_LOG_DIR"     # tells a worker where ncclprobe asked NCCL to write its log
+LOG_DIR_VAR = "NCCLPROBE_NCCL_LOG_DIR"  # tells a worker where ncclprobe asked NCCL to write its log
 RANK_LOG = "nccl-rank{rank}.log"
 
 # NVLink multicast (NVLS) off: what the probes measure needs none, and on shared hosts it can take GPUs down
@@ -30,7 +30,9 @@ NO_NVLS = {"NCCL_NVLS_ENABLE": "0"}
 
 SHARE_GPU_MIN_RANKS = 2
 SHARE_GPU_ENV = NO_NVLS
-SHARE_GPU_RANK_ENV = {"NCCL_HOSTID": "ncclprobe-share-gpu-rank{rank}"}   # "{rank}": PoolSpec.rank_env
+SHARE_GPU_RANK_ENV = {
+    "NCCL_HOSTID": "ncclprobe-share-gpu-rank{rank}"
+}  # "{rank}": PoolSpec.rank_env
 NOT_WITH_SHARED_GPU = {
     "NCCL_P2P_LEVEL": "ranks sharing one GPU talk over NET/Socket, never P2P",
     "NCCL_P2P_DISABLE": "ranks sharing one GPU talk over NET/Socket, never P2P",
@@ -39,7 +41,10 @@ NOT_WITH_SHARED_GPU = {
 }
 
 # the protocol x algorithm grid of `sweep` and `run-engine --tuned` ("default" leaves it unset)
-DEFAULT_GRID = {"NCCL_PROTO": ("default", "LL", "LL128", "Simple"), "NCCL_ALGO": ("default", "Ring", "Tree")}
+DEFAULT_GRID = {
+    "NCCL_PROTO": ("default", "LL", "LL128", "Simple"),
+    "NCCL_ALGO": ("default", "Ring", "Tree"),
+}
 
 
 def proof_env(*, tuning: bool = True, also: tuple[str, ...] = ()) -> dict[str, str]:
@@ -74,8 +79,10 @@ def only_shapes_the_log(name: str) -> bool:
 
 def check_share_gpu_ranks(nranks: int) -> None:
     if nranks < SHARE_GPU_MIN_RANKS:
-        raise UsageProblem(f"--share-gpu needs at least {SHARE_GPU_MIN_RANKS} ranks (NCCL tunes nothing for one), "
-                           f"got {nranks}")
+        raise UsageProblem(
+            f"--share-gpu needs at least {SHARE_GPU_MIN_RANKS} ranks (NCCL tunes nothing for one), "
+            f"got {nranks}"
+        )
 
 
 def share_gpu_env(swept=()) -> dict[str, str]:

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
@@ -23,7 +23,9 @@ ALLOW_LL128_FLAG = "--allow-ll128-without-nvlink"
 TOPOLOGY_CODES = (LL128_RULE, "nvls-without-nvlink")
 
 
-def ll128_hazard(settings: Mapping[str, str], node: NodeFacts | None, nccl_version: str | None) -> Ll128Default | None:
+def ll128_hazard(
+    settings: Mapping[str, str], node: NodeFacts | None, nccl_version: str | None
+) -> Ll128Default | None:
     """NCCL's own LL128 verdict on `node` when these settings force LL128 and NCCL would not keep it
     on there by itself (off, or not known); None when they do not force it or NCCL would."""
     if not forcing_ll128(settings.get("NCCL_PROTO")):
@@ -32,21 +34,39 @@ def ll128_hazard(settings: Mapping[str, str], node: NodeFacts | None, nccl_versi
     return None if default.on is True else default
 
 
-def check_job_settings(settings: Mapping[str, str], *, source: str, node: NodeFacts | None,
-                       nccl_version: str | None, nccl_used: bool, allow_ll128: bool = False) -> list[str]:
+def check_job_settings(
+    settings: Mapping[str, str],
+    *,
+    source: str,
+    node: NodeFacts | None,
+    nccl_version: str | None,
+    nccl_used: bool,
+    allow_ll128: bool = False,
+) -> list[str]:
     """Settings a job is about to run with (`source` names where they came from, e.g. `--env`):
     UsageProblem (exit 2) for a lint error or an unsafe LL128; the warnings to show otherwise."""
-    findings = [f for f in lint_env(settings, node=node, nccl_version=nccl_version)
-                if nccl_used or f.code not in TOPOLOGY_CODES]
+    findings = [
+        f
+        for f in lint_env(settings, node=node, nccl_version=nccl_version)
+        if nccl_used or f.code not in TOPOLOGY_CODES
+    ]
     errors = [f for f in findings if f.severity == "error" and f.code != LL128_RULE]
     if errors:
         raise UsageProblem(f"{source}: {errors[0].message}; fix: {errors[0].fix}")
-    warnings = [f"{source}: {f.message}" for f in findings if f.severity == "warning" and f.code != LL128_RULE]
+    warnings = [
+        f"{source}: {f.message}"
+        for f in findings
+        if f.severity == "warning" and f.code != LL128_RULE
+    ]
     hazard = ll128_hazard(settings, node, nccl_version) if nccl_used else None
     if hazard and not allow_ll128:
-        raise UsageProblem(f"{source}: NCCL_PROTO={settings['NCCL_PROTO']} forces LL128, but {hazard.summary}; "
-                           f"forced LL128 can corrupt data silently (pass {ALLOW_LL128_FLAG} to run it anyway)")
+        raise UsageProblem(
+            f"{source}: NCCL_PROTO={settings['NCCL_PROTO']} forces LL128, but {hazard.summary}; "
+            f"forced LL128 can corrupt data silently (pass {ALLOW_LL128_FLAG} to run it anyway)"
+        )
     if hazard:
-        warnings.append(f"{source}: NCCL_PROTO={settings['NCCL_PROTO']} forces LL128 although {hazard.summary} "
-                        f"({ALLOW_LL128_FLAG}): check the run's correctness")
+        warnings.append(
+            f"{source}: NCCL_PROTO={settings['NCCL_PROTO']} forces LL128 although {hazard.summary} "
+            f"({ALLOW_LL128_FLAG}): check the run's correctness"
+        )
     return warnings

@@ -27,9 +27,19 @@ def validate_value(name: str, value: str) -> str:
     if row.kind is Kind.LEVEL:
         if value in row.values or is_legacy_level(value):
             return value
-        hint = f" (NCCL matches case exactly: did you mean {value.upper()}?)" if value.upper() in row.values else ""
-        raise UsageProblem(f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}")
-    if row.kind is Kind.CHOICE and not row.case_sensitive and value.upper() in (v.upper() for v in row.values):
+        hint = (
+            f" (NCCL matches case exactly: did you mean {value.upper()}?)"
+            if value.upper() in row.values
+            else ""
+        )
+        raise UsageProblem(
+            f"{name}={value!r} is not a P2P level; use one of {', '.join(row.values)}{hint}"
+        )
+    if (
+        row.kind is Kind.CHOICE
+        and not row.case_sensitive
+        and value.upper() in (v.upper() for v in row.values)
+    ):
         return value
     if row.kind in (Kind.BOOL, Kind.CHOICE) and row.values and value not in row.values:
         raise UsageProblem(f"{name}={value!r} is not valid; use one of {', '.join(row.values)}")
@@ -45,8 +55,11 @@ def _check_integer(row: Knob, value: str) -> None:
     low, high, step = row.minimum, row.maximum, row.multiple_of
     if (low is not None and number < low) or (high is not None and number > high) or number % step:
         span = f"from {low} to {high}" if low is not None and high is not None else ""
-        raise UsageProblem(f"{row.name}={value!r} is not one NCCL uses as given: it takes "
-                           f"{f'a multiple of {step} ' if step > 1 else ''}{span}".rstrip() + " and replaces others")
+        raise UsageProblem(
+            f"{row.name}={value!r} is not one NCCL uses as given: it takes "
+            f"{f'a multiple of {step} ' if step > 1 else ''}{span}".rstrip()
+            + " and replaces others"
+        )
 
 
 def parse_integer(value: str) -> int | None:
@@ -57,7 +70,13 @@ def parse_integer(value: str) -> int | None:
     if not text or not text.isascii() or not text.isalnum():
         return None
     try:
-        number = int(text, 16) if text[:2] in ("0x", "0X") else int(text, 8) if text[:1] == "0" else int(text, 10)
+        number = (
+            int(text, 16)
+            if text[:2] in ("0x", "0X")
+            else int(text, 8)
+            if text[:1] == "0"
+            else int(text, 10)
+        )
     except ValueError:
         return None
     return -number if value.startswith("-") else number
@@ -77,7 +96,11 @@ def _validate_tokens(row: Knob, value: str) -> str:
             raise UsageProblem(f"{row.name}={value!r}: unknown collective {prefix!r}{hint}")
         for token in tokens.lstrip("^").split(","):
             if token and token.lower() not in allowed:
-                hint = spaced if token.strip().lower() in allowed else f"; known: {', '.join(row.values)}"
+                hint = (
+                    spaced
+                    if token.strip().lower() in allowed
+                    else f"; known: {', '.join(row.values)}"
+                )
                 raise UsageProblem(f"{row.name}={value!r}: unknown token {token!r}{hint}")
     return value
 
@@ -87,7 +110,7 @@ class TokenList:
     """One clause of an NCCL_PROTO / NCCL_ALGO value: the names it lists, and whether it excludes them."""
 
     exclude: bool
-    names: frozenset[str]            # lower case, as written
+    names: frozenset[str]  # lower case, as written
 
     def allows(self, name: str) -> bool:
         """NCCL's parseList: a plain list enables what it names and disables the rest; a ^ list
@@ -121,8 +144,10 @@ def protocol_states(value: str) -> dict[str, dict[str, str]]:
     "forced": the setting turns it on, which for LL128 bypasses NCCL's own LL128 safety check;
     "off": the setting turns it off.
     """
-    return {scope: {proto: ("forced" if clause.allows(proto) else "off") for proto in PROTOCOLS}
-            for scope, clause in token_lists(value).items()}
+    return {
+        scope: {proto: ("forced" if clause.allows(proto) else "off") for proto in PROTOCOLS}
+        for scope, clause in token_lists(value).items()
+    }
 
 
 def forcing_ll128(value: str | None) -> list[str]:
@@ -130,8 +155,11 @@ def forcing_ll128(value: str | None) -> list[str]:
     leaves it in. Empty when the value leaves LL128 to NCCL or turns it off."""
     if value is None:
         return []
-    return [clause.strip() for clause in value.split(";")
-            if any(clause_.allows("LL128") for clause_ in token_lists(clause).values())]
+    return [
+        clause.strip()
+        for clause in value.split(";")
+        if any(clause_.allows("LL128") for clause_ in token_lists(clause).values())
+    ]
 
 
 def subsystems_enabled(value: str) -> set[str]:

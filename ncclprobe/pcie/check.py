@@ -28,37 +28,62 @@ from ncclprobe.verdict import Verdict
 SCHEMA_VERSION = 1
 
 
-def run_check(*, timeout_s: float = 240.0, nbytes: int = 32 << 20, nccl_job: bool = True, root: str = "/",
-              run=run_command, probe_command: list[str] | None = None, work_dir: str | None = None) -> dict:
+def run_check(
+    *,
+    timeout_s: float = 240.0,
+    nbytes: int = 32 << 20,
+    nccl_job: bool = True,
+    root: str = "/",
+    run=run_command,
+    probe_command: list[str] | None = None,
+    work_dir: str | None = None,
+) -> dict:
     measured = measure(timeout_s, nbytes, probe_command)
     paths, _ = read_gpu_paths(root)
     under_load = {s["bdf"]: s for s in measured["link_under_load"] if s and s.get("bdf")}
     checks = platform_checks(root, run, under_load)
-    nccl = nccl_dumps(work_dir, timeout_s=min(120.0, timeout_s)) if nccl_job else {"status": "skipped"}
+    nccl = (
+        nccl_dumps(work_dir, timeout_s=min(120.0, timeout_s)) if nccl_job else {"status": "skipped"}
+    )
     by_bdf = {p.bdf: p for p in paths}
     gpu_paths = [by_bdf.get(b) for b in measured["devices"]]
-    where = lambda i, j: (crossing(gpu_paths[i], gpu_paths[j]) if i < len(gpu_paths) and j < len(gpu_paths)
-                          and gpu_paths[i] and gpu_paths[j] else None)
-    findings = matrix_findings(measured["matrices"], measured["peer_access"], where=where,
-                               corrupt=measured["copy_checks"])
+    where = lambda i, j: (
+        crossing(gpu_paths[i], gpu_paths[j])
+        if i < len(gpu_paths) and j < len(gpu_paths) and gpu_paths[i] and gpu_paths[j]
+        else None
+    )
+    findings = matrix_findings(
+        measured["matrices"], measured["peer_access"], where=where, corrupt=measured["copy_checks"]
+    )
     if measured["status"] == "hang":
-        findings.insert(0, Finding("error", "p2p-hang", measured["reason"], tuple(measured.get("hung") or ())))
+        findings.insert(
+            0, Finding("error", "p2p-hang", measured["reason"], tuple(measured.get("hung") or ()))
+        )
     topology = _smi_topology(run)
     advice = advise(findings, checks, topology, measured=bool(measured["matrices"]))
-    disagree = model_disagreements(nccl.get("topology_obj"), nccl.get("graphs_obj") or [], measured["matrices"])
-    doc = {"schema_version": SCHEMA_VERSION, "kind": "topo-check",
-           "measurement": {k: measured[k] for k in ("status", "reason", "devices", "peer_access", "notes")},
-           "matrices": [m.to_record() for m in measured["matrices"]],
-           "platform": [c.to_json() for c in checks],
-           "nccl": {k: v for k, v in nccl.items() if not k.endswith("_obj")},
-           "nccl_model_vs_measured": disagree,
-           "findings": [f.to_json() for f in findings], "advice": [a.to_json() for a in advice]}
+    disagree = model_disagreements(
+        nccl.get("topology_obj"), nccl.get("graphs_obj") or [], measured["matrices"]
+    )
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "topo-check",
+        "measurement": {
+            k: measured[k] for k in ("status", "reason", "devices", "peer_access", "notes")
+        },
+        "matrices": [m.to_record() for m in measured["matrices"]],
+        "platform": [c.to_json() for c in checks],
+        "nccl": {k: v for k, v in nccl.items() if not k.endswith("_obj")},
+        "nccl_model_vs_measured": disagree,
+        "findings": [f.to_json() for f in findings],
+        "advice": [a.to_json() for a in advice],
+    }
     return doc
 
 
 def _smi_topology(run):
     """`nvidia-smi topo -m`, for the path types the P2P-level advice needs; None when not readable."""
     from ncclprobe.evidence.topo import parse_topo
+
     result = run(["nvidia-smi", "topo", "-m"])
     if not result or result[0] != 0:
         return None
@@ -69,11 +94,26 @@ def _smi_topology(run):
 
 
 def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> dict:
-    command = command or [sys.executable, "-m", "ncclprobe.probes.p2p_bandwidth", "--bytes", str(nbytes)]
+    command = command or [
+        sys.executable,
+        "-m",
+        "ncclprobe.probes.p2p_bandwidth",
+        "--bytes",
+        str(nbytes),
+    ]
     out, err, code = run_json_probe(command, timeout_s)
     records = json_lines(out)
-    result = {"status": "error", "reason": None, "devices": [], "peer_access": None, "matrices": [],
-              "copy_checks": [], "link_under_load": [], "notes": [], "hung": None}
+    result = {
+        "status": "error",
+        "reason": None,
+        "devices": [],
+        "peer_access": None,
+        "matrices": [],
+        "copy_checks": [],
+        "link_under_load": [],
+        "notes": [],
+        "hung": None,
+    }
     for r in records:
         if "matrix" in r:
             result["matrices"].append(Matrix(**r["matrix"]))
@@ -93,9 +133,16 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
         started = [r["checking"] for r in records if "checking" in r]
         result["status"] = "hang"
         result["hung"] = [tuple(started[-1][:2])] if started else None
-        result["reason"] = (f"no answer within {timeout_s:.0f} s" + (f" on GPU{started[-1][0]} -> GPU{started[-1][1]} "
-                            f"(P2P={'enabled' if started[-1][2] == 'on' else 'disabled'})" if started else "")
-                            + ": a copy never completed (killed)")
+        result["reason"] = (
+            f"no answer within {timeout_s:.0f} s"
+            + (
+                f" on GPU{started[-1][0]} -> GPU{started[-1][1]} "
+                f"(P2P={'enabled' if started[-1][2] == 'on' else 'disabled'})"
+                if started
+                else ""
+            )
+            + ": a copy never completed (killed)"
+        )
     elif result["status"] == "error" and result["reason"] is None:
         tail = (err or "").strip().splitlines()[-1:] or ["no output"]
         result["reason"] = f"measurement exited {code}: {tail[0][:300]}"
@@ -103,15 +150,37 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
 
 
 def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
-    with tempdirs.owned("ncclprobe-dump-") as tmp:   # reaped by the next run if this one is SIGKILLed
+    with tempdirs.owned(
+        "ncclprobe-dump-"
+    ) as tmp:  # reaped by the next run if this one is SIGKILLed
         where = work_dir or str(tmp)
-        out, err, code = run_json_probe([sys.executable, "-m", "ncclprobe.probes.nccl_dump", "--out", where,
-                                         "--timeout", str(timeout_s)], timeout_s + 30)
+        out, err, code = run_json_probe(
+            [
+                sys.executable,
+                "-m",
+                "ncclprobe.probes.nccl_dump",
+                "--out",
+                where,
+                "--timeout",
+                str(timeout_s),
+            ],
+            timeout_s + 30,
+        )
         records = json_lines(out)
-        result = records[-1] if records else {"status": "error", "reason": (err or "no output").strip()[-300:]}
+        result = (
+            records[-1]
+            if records
+            else {"status": "error", "reason": (err or "no output").strip()[-300:]}
+        )
         if code is None:
-            result = {"status": "hang", "reason": f"the NCCL job gave no answer within {timeout_s:.0f} s"}
-        for name, key, reader in (("nccl-topo.xml", "topology", read_topology), ("nccl-graph.xml", "graphs", read_graphs)):
+            result = {
+                "status": "hang",
+                "reason": f"the NCCL job gave no answer within {timeout_s:.0f} s",
+            }
+        for name, key, reader in (
+            ("nccl-topo.xml", "topology", read_topology),
+            ("nccl-graph.xml", "graphs", read_graphs),
+        ):
             path = Path(where) / name
             if not path.exists():
                 result.setdefault("missing", []).append(f"{name}: NCCL wrote no such dump")
@@ -136,6 +205,7 @@ def check_output_dir(directory: str | Path) -> None:
     user's own files): the one directory rule of `ncclprobe.safe_output`, so no stale file sits beside
     new results."""
     from ncclprobe.safe_output import check_output_dir as refuse_unless_new
+
     refuse_unless_new(directory, what="--output", has_force=False)
 
 
@@ -148,11 +218,17 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
         if doc.get("nccl", {}).get(key):
             files[name] = doc["nccl"][key]
     check_output_dir(directory)
-    written = [write_text(directory / name, text, what="--output file")   # whole, never over a file
-               for name, text in files.items()]
+    written = [
+        write_text(directory / name, text, what="--output file")  # whole, never over a file
+        for name, text in files.items()
+    ]
     from ncclprobe.pcie.heatmap import write_heatmap
-    picture = write_heatmap([Matrix.from_record(r) for r in doc.get("matrices", [])], directory / "p2p-heatmap.png",
-                            "topo --check")
+
+    picture = write_heatmap(
+        [Matrix.from_record(r) for r in doc.get("matrices", [])],
+        directory / "p2p-heatmap.png",
+        "topo --check",
+    )
     return written + ([picture] if picture else [])
 
 

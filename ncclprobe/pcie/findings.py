@@ -12,35 +12,44 @@ PIX, SYS) so an NVLink pair does not make every PCIe pair look slow.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ncclprobe.pcie.matrix import Matrix
 
-SLOW_FACTOR = 0.5          # a pair below half the median of its peers
-ASYMMETRY = 0.30           # i->j and j->i differ by more than 30 % of the larger
-STAGED_MARGIN = 0.90       # peer access below 90 % of the staged copy
-LATENCY_FACTOR = 2.0       # latency above twice the median ...
+SLOW_FACTOR = 0.5  # a pair below half the median of its peers
+ASYMMETRY = 0.30  # i->j and j->i differ by more than 30 % of the larger
+STAGED_MARGIN = 0.90  # peer access below 90 % of the staged copy
+LATENCY_FACTOR = 2.0  # latency above twice the median ...
 LATENCY_MIN_EXCESS_US = 3.0  # ... and at least 3 us above it
 
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str           # "error" | "warning" | "info"
+    severity: str  # "error" | "warning" | "info"
     code: str
     message: str
     pairs: tuple = ()
     evidence: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"severity": self.severity, "code": self.code, "message": self.message,
-                "pairs": [list(p) for p in self.pairs], "evidence": self.evidence}
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "pairs": [list(p) for p in self.pairs],
+            "evidence": self.evidence,
+        }
 
 
-def matrix_findings(matrices: list[Matrix], peer_access: list[list[bool | None]] | None = None, *,
-                    where: Callable[[int, int], str | None] | None = None,
-                    link_class: Callable[[int, int], str | None] | None = None,
-                    corrupt: list[dict] | None = None) -> list[Finding]:
+def matrix_findings(
+    matrices: list[Matrix],
+    peer_access: list[list[bool | None]] | None = None,
+    *,
+    where: Callable[[int, int], str | None] | None = None,
+    link_class: Callable[[int, int], str | None] | None = None,
+    corrupt: list[dict] | None = None,
+) -> list[Finding]:
     where = where or (lambda i, j: None)
     gpu = [m for m in matrices if m.square and m.rows and m.rows[0].startswith("GPU")]
     out: list[Finding] = []
@@ -64,9 +73,17 @@ def _pair_text(i: int, j: int, where, arrow: str = "->") -> str:
 
 
 def _corrupt(bad: list[dict]) -> list[Finding]:
-    return [Finding("error", "copy-corrupt", f"copy {b['what']} GPU{b['src']}->GPU{b['dst']} returned "
-                    f"{b['mismatches']} wrong element(s): P2P moves wrong data on this path",
-                    ((b["src"], b["dst"]),), b) for b in bad]
+    return [
+        Finding(
+            "error",
+            "copy-corrupt",
+            f"copy {b['what']} GPU{b['src']}->GPU{b['dst']} returned "
+            f"{b['mismatches']} wrong element(s): P2P moves wrong data on this path",
+            ((b["src"], b["dst"]),),
+            b,
+        )
+        for b in bad
+    ]
 
 
 def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
@@ -76,25 +93,44 @@ def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
     for e in entries:
         peer = not any(word in e["test"] for word in ("host", "local"))
         where = f" at offset {e['offset']}" if e.get("offset") is not None else ""
-        out.append(Finding("error", "copy-corrupt" if peer else "host-copy-corrupt",
-                           f"{tool} {e['test']}: its check found a wrong value{where} and the run stopped there: "
-                           + ("a peer copy moved wrong data (the output does not name the pair)" if peer else
-                              "a copy between host and GPU (or inside the GPU) moved wrong data"), (), dict(e)))
+        out.append(
+            Finding(
+                "error",
+                "copy-corrupt" if peer else "host-copy-corrupt",
+                f"{tool} {e['test']}: its check found a wrong value{where} and the run stopped there: "
+                + (
+                    "a peer copy moved wrong data (the output does not name the pair)"
+                    if peer
+                    else "a copy between host and GPU (or inside the GPU) moved wrong data"
+                ),
+                (),
+                dict(e),
+            )
+        )
     return out
 
 
 def _refused(access) -> list[Finding]:
     if not access:
         return []
-    pairs = [(i, j) for i, row in enumerate(access) for j, ok in enumerate(row) if i < j and ok is False]
+    pairs = [
+        (i, j) for i, row in enumerate(access) for j, ok in enumerate(row) if i < j and ok is False
+    ]
     if not pairs:
         return []
     n = len(access)
     scope = "every GPU pair" if len(pairs) == n * (n - 1) // 2 else f"{len(pairs)} GPU pair(s)"
-    return [Finding("warning", "peer-access-refused",
-                    f"the driver refuses peer access for {scope}: " + " ".join(f"{i}-{j}" for i, j in pairs[:16])
-                    + " (NCCL moves data through host memory there: SHM or NET instead of P2P)",
-                    tuple(pairs), {"pairs": [list(p) for p in pairs]})]
+    return [
+        Finding(
+            "warning",
+            "peer-access-refused",
+            f"the driver refuses peer access for {scope}: "
+            + " ".join(f"{i}-{j}" for i, j in pairs[:16])
+            + " (NCCL moves data through host memory there: SHM or NET instead of P2P)",
+            tuple(pairs),
+            {"pairs": [list(p) for p in pairs]},
+        )
+    ]
 
 
 def _classes(m: Matrix, link_class) -> dict:
@@ -108,16 +144,27 @@ def _slow_pairs(m: Matrix, where, link_class) -> list[Finding]:
     out = []
     for group, cells in _classes(m, link_class).items():
         if len({(min(i, j), max(i, j)) for i, j, _ in cells}) < 3:
-            continue                                   # too few peers to say what normal is
+            continue  # too few peers to say what normal is
         median = statistics.median(v for _, _, v in cells)
         for i, j, v in cells:
             best = v + (m.spread[i][j] or 0 if m.spread else 0)
             if median > 0 and best < SLOW_FACTOR * median:
-                out.append(Finding("warning", "slow-pair",
-                                   f"{_pair_text(i, j, where)}: {v:.2f} {m.unit} is {v / median:.0%} of the median "
-                                   f"{median:.2f} {m.unit} of its peers ({m.label})",
-                                   ((i, j),), {"matrix": m.label, "value": v, "median": median,
-                                               "class": group, "where": where(i, j)}))
+                out.append(
+                    Finding(
+                        "warning",
+                        "slow-pair",
+                        f"{_pair_text(i, j, where)}: {v:.2f} {m.unit} is {v / median:.0%} of the median "
+                        f"{median:.2f} {m.unit} of its peers ({m.label})",
+                        ((i, j),),
+                        {
+                            "matrix": m.label,
+                            "value": v,
+                            "median": median,
+                            "class": group,
+                            "where": where(i, j),
+                        },
+                    )
+                )
     return out
 
 
@@ -127,43 +174,84 @@ def _asymmetric(m: Matrix, where) -> list[Finding]:
         if i < j and m.values[j][i] is not None:
             w = m.values[j][i]
             if max(v, w) > 0 and abs(v - w) / max(v, w) > ASYMMETRY:
-                out.append(Finding("warning", "asymmetric-pair",
-                                   f"{_pair_text(i, j, where, '<->')}: {v:.2f} {m.unit} one way, {w:.2f} the other "
-                                   f"({m.label})", ((i, j),), {"matrix": m.label, "forward": v, "backward": w}))
+                out.append(
+                    Finding(
+                        "warning",
+                        "asymmetric-pair",
+                        f"{_pair_text(i, j, where, '<->')}: {v:.2f} {m.unit} one way, {w:.2f} the other "
+                        f"({m.label})",
+                        ((i, j),),
+                        {"matrix": m.label, "forward": v, "backward": w},
+                    )
+                )
     return out
 
 
 def _latency_outliers(m: Matrix, where, link_class) -> list[Finding]:
     out = []
-    for group, cells in _classes(m, link_class).items():
+    for cells in _classes(m, link_class).values():
         if len(cells) < 3:
             continue
         median = statistics.median(v for _, _, v in cells)
         for i, j, v in cells:
             if v > LATENCY_FACTOR * median and v - median >= LATENCY_MIN_EXCESS_US:
-                out.append(Finding("warning", "latency-outlier",
-                                   f"{_pair_text(i, j, where)}: latency {v:.2f} us against a median of "
-                                   f"{median:.2f} us ({m.label})", ((i, j),),
-                                   {"matrix": m.label, "value": v, "median": median}))
+                out.append(
+                    Finding(
+                        "warning",
+                        "latency-outlier",
+                        f"{_pair_text(i, j, where)}: latency {v:.2f} us against a median of "
+                        f"{median:.2f} us ({m.label})",
+                        ((i, j),),
+                        {"matrix": m.label, "value": v, "median": median},
+                    )
+                )
     return out
 
 
 def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[Finding]:
     out = []
-    for on in (m for m in gpu if m.metric == "bandwidth" and m.peer_access == "enabled" and m.access != "read"):
-        off = next((m for m in gpu if m.metric == "bandwidth" and m.peer_access == "disabled"
-                    and m.direction == on.direction and m.rows == on.rows), None)
+    for on in (
+        m
+        for m in gpu
+        if m.metric == "bandwidth" and m.peer_access == "enabled" and m.access != "read"
+    ):
+        off = next(
+            (
+                m
+                for m in gpu
+                if m.metric == "bandwidth"
+                and m.peer_access == "disabled"
+                and m.direction == on.direction
+                and m.rows == on.rows
+            ),
+            None,
+        )
         if off is None:
             continue
-        slow = [(i, j, v, off.values[i][j]) for i, j, v in on.pairs()
-                if off.values[i][j] and (not access or access[i][j] is not False)
-                and v < STAGED_MARGIN * off.values[i][j]]
+        slow = [
+            (i, j, v, off.values[i][j])
+            for i, j, v in on.pairs()
+            if off.values[i][j]
+            and (not access or access[i][j] is not False)
+            and v < STAGED_MARGIN * off.values[i][j]
+        ]
         if slow:
-            out.append(Finding("warning", "p2p-slower-than-staged",
-                               f"peer access is slower than host-staged copies for {len(slow)} transfer(s) ({on.label} "
-                               "against P2P=disabled): " + "; ".join(f"{_pair_text(i, j, where)} {v:.2f} vs {s:.2f} "
-                                                                     f"{on.unit}" for i, j, v, s in slow[:6]),
-                               tuple((i, j) for i, j, _, _ in slow),
-                               {"matrix": on.label, "gpus": len(on.rows),
-                                "pairs": [[i, j, v, s] for i, j, v, s in slow]}))
+            out.append(
+                Finding(
+                    "warning",
+                    "p2p-slower-than-staged",
+                    f"peer access is slower than host-staged copies for {len(slow)} transfer(s) ({on.label} "
+                    "against P2P=disabled): "
+                    + "; ".join(
+                        f"{_pair_text(i, j, where)} {v:.2f} vs {s:.2f} {on.unit}"
+                        for i, j, v, s in slow[:6]
+                    ),
+                    tuple((i, j) for i, j, _, _ in slow),
+                    {
+                        "matrix": on.label,
+                        "gpus": len(on.rows),
+                        "pairs": [[i, j, v, s] for i, j, v, s in slow],
+                    },
+                )
+            )
     return out

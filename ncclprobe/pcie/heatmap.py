@@ -13,13 +13,18 @@ def write_heatmap(matrices: list[Matrix], path: str | Path, title: str) -> Path 
     if not square:
         return None
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     cols = min(3, len(square))
     rows = (len(square) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
     for ax, m in zip(axes.flat, square):
-        grid = [[float("nan") if v is None or (i == j) else v for j, v in enumerate(row)] for i, row in enumerate(m.values)]
+        grid = [
+            [float("nan") if v is None or (i == j) else v for j, v in enumerate(row)]
+            for i, row in enumerate(m.values)
+        ]
         image = ax.imshow(grid, cmap="viridis" if m.metric == "bandwidth" else "magma_r")
         ax.set_title(m.label, fontsize=8)
         ax.set_xticks(range(len(m.cols)), m.cols, fontsize=6, rotation=90)
@@ -27,7 +32,7 @@ def write_heatmap(matrices: list[Matrix], path: str | Path, title: str) -> Path 
         ax.set_xlabel("destination", fontsize=7)
         ax.set_ylabel("source", fontsize=7)
         fig.colorbar(image, ax=ax, label=m.unit, shrink=0.8)
-    for ax in list(axes.flat)[len(square):]:
+    for ax in list(axes.flat)[len(square) :]:
         ax.axis("off")
     fig.suptitle(title + " (diagonal: same-GPU copies, not shown)", fontsize=9)
     fig.tight_layout()

@@ -40,7 +40,9 @@ def recognise(text: str, source_file: str) -> Imported | None:
         versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
         notes = [f"NCCL: {src} {ver}" for src, ver in parsed.nccl.items()] + parsed.notes
         if parsed.topology:
-            notes.append("topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items()))
+            notes.append(
+                "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
+            )
         notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + source_file)
         return Imported("collect-env", doc, rows, f"{parsed.tool}: {versions}", notes, Verdict.FINE)
     return None
@@ -50,28 +52,68 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     findings = matrix_findings(parsed.matrices, access)
     findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
     advice = advise(findings, [], None)
-    doc = {**parsed.to_json(), "source_file": source_file, "findings": [f.to_json() for f in findings],
-           "advice": [a.to_json() for a in advice]}
-    rows = [{"matrix": m.label, "unit": m.unit, "from": label,
-             **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)}}
-            for m in parsed.matrices for label, values in zip(m.rows, m.values)]
+    doc = {
+        **parsed.to_json(),
+        "source_file": source_file,
+        "findings": [f.to_json() for f in findings],
+        "advice": [a.to_json() for a in advice],
+    }
+    rows = [
+        {
+            "matrix": m.label,
+            "unit": m.unit,
+            "from": label,
+            **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)},
+        }
+        for m in parsed.matrices
+        for label, values in zip(m.rows, m.values)
+    ]
     notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
-    shown = {f.code for f in findings}   # a finding printed above is named, not repeated
-    notes += [f"advice: {a.action} (" + (f"evidence: {', '.join(a.evidence)}" if a.setting and
-                                          set(a.evidence) <= shown else a.reason) + ")" for a in advice]
+    shown = {f.code for f in findings}  # a finding printed above is named, not repeated
+    notes += [
+        f"advice: {a.action} ("
+        + (
+            f"evidence: {', '.join(a.evidence)}"
+            if a.setting and set(a.evidence) <= shown
+            else a.reason
+        )
+        + ")"
+        for a in advice
+    ]
     notes += parsed.notes
-    gpus = max(len({label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}),
-               len(parsed.devices))
-    return Imported(tool, doc, rows, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", notes,
-                    Verdict.of(any(f.severity == "error" for f in findings)))
+    gpus = max(
+        len(
+            {label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}
+        ),
+        len(parsed.devices),
+    )
+    return Imported(
+        tool,
+        doc,
+        rows,
+        f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)",
+        notes,
+        Verdict.of(any(f.severity == "error" for f in findings)),
+    )
 
 
 def write_records(imported: Imported, output: str, force: bool = False) -> int:
     """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
     with `force` (`ncclprobe.safe_output`)."""
-    records = [{"record": "header", "schema_version": 1, "kind": imported.kind,
-                "source_file": imported.doc.get("source_file")}]
+    records = [
+        {
+            "record": "header",
+            "schema_version": 1,
+            "kind": imported.kind,
+            "source_file": imported.doc.get("source_file"),
+        }
+    ]
     records += imported.doc.get("matrices", [])
     records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
-    write_text(output, "".join(dumps_json(record) + "\n" for record in records), force=force, what="--output")
+    write_text(
+        output,
+        "".join(dumps_json(record) + "\n" for record in records),
+        force=force,
+        what="--output",
+    )
     return len(records) - 1

@@ -13,7 +13,9 @@ from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.sysfs import ACS_BITS, Acs
 
-_HEADER = ascii_re(r"^(?P<bdf>(?:[0-9a-fA-F]{4,5}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$")
+_HEADER = ascii_re(
+    r"^(?P<bdf>(?:[0-9a-fA-F]{4,5}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$"
+)
 _FLAGS = ascii_re(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
 _LINK = ascii_re(r"Speed (?P<speed>\d{1,3}(?:\.\d{1,3})?)GT/s.*?Width x(?P<width>\d{1,3})")
 
@@ -28,8 +30,16 @@ def parse_lspci(text: str) -> dict[str, dict]:
         if header and not raw[:1].isspace():
             bdf = header["bdf"].lower()
             bdf = bdf if bdf.count(":") == 2 else "0000:" + bdf
-            current = devices.setdefault(bdf, {"name": header["what"], "acs": None, "link_cap": None,
-                                               "link_status": None, "denied": False})
+            current = devices.setdefault(
+                bdf,
+                {
+                    "name": header["what"],
+                    "acs": None,
+                    "link_cap": None,
+                    "link_status": None,
+                    "denied": False,
+                },
+            )
             continue
         if current is None:
             continue
@@ -39,16 +49,24 @@ def parse_lspci(text: str) -> dict[str, dict]:
         elif stripped.startswith(("ACSCap:", "ACSCtl:")):
             flags = {m["name"]: m["on"] == "+" for m in _FLAGS.finditer(stripped.split(":", 1)[1])}
             acs = current["acs"] or Acs(True)
-            setattr(acs, "capability" if stripped.startswith("ACSCap") else "control",
-                    {b: flags.get(b, False) for b in ACS_BITS})
+            setattr(
+                acs,
+                "capability" if stripped.startswith("ACSCap") else "control",
+                {b: flags.get(b, False) for b in ACS_BITS},
+            )
             current["acs"] = acs
         elif stripped.startswith(("LnkCap:", "LnkSta:")):
             m = _LINK.search(stripped)
             if m:
-                current["link_cap" if stripped.startswith("LnkCap") else "link_status"] = \
-                    {"speed_gts": float(m["speed"]), "width": int(m["width"])}
+                current["link_cap" if stripped.startswith("LnkCap") else "link_status"] = {
+                    "speed_gts": float(m["speed"]),
+                    "width": int(m["width"]),
+                }
     for entry in devices.values():
         if entry["acs"] is None:
-            entry["acs"] = Acs(False, "lspci could not read the capabilities (not root)") if entry["denied"] \
+            entry["acs"] = (
+                Acs(False, "lspci could not read the capabilities (not root)")
+                if entry["denied"]
                 else Acs(True, "no ACS capability")
+            )
     return devices

@@ -24,17 +24,19 @@ ACCESSES = ("write", "read")
 
 @dataclass
 class Matrix:
-    metric: str                              # "bandwidth" | "latency"
-    rows: list[str]                          # labels: GPU0.. or CPU
+    metric: str  # "bandwidth" | "latency"
+    rows: list[str]  # labels: GPU0.. or CPU
     cols: list[str]
     values: list[list[float | None]]
     direction: str = "unidirectional"
-    peer_access: str | None = None           # "enabled" | "disabled" | None (not applicable / not said)
-    engine: str | None = None                # "ce" (copy engine) | "sm" (kernel copy) | None (not said)
-    access: str | None = None                # "write" | "read" | None
-    source: str = ""                         # tool and title as printed
-    timer: str | None = None                 # latency only: "gpu" (events) | "cpu" (host wall clock)
-    spread: list[list[float | None]] | None = None   # measured here: (max - min) over trials, same unit
+    peer_access: str | None = None  # "enabled" | "disabled" | None (not applicable / not said)
+    engine: str | None = None  # "ce" (copy engine) | "sm" (kernel copy) | None (not said)
+    access: str | None = None  # "write" | "read" | None
+    source: str = ""  # tool and title as printed
+    timer: str | None = None  # latency only: "gpu" (events) | "cpu" (host wall clock)
+    spread: list[list[float | None]] | None = (
+        None  # measured here: (max - min) over trials, same unit
+    )
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -65,10 +67,21 @@ class Matrix:
                     yield i, j, value
 
     def to_record(self) -> dict:
-        record = {"record": "matrix", "schema_version": SCHEMA_VERSION, "metric": self.metric,
-                  "unit": self.unit, "direction": self.direction, "peer_access": self.peer_access,
-                  "engine": self.engine, "access": self.access, "timer": self.timer, "source": self.source,
-                  "rows": list(self.rows), "cols": list(self.cols), "values": [list(r) for r in self.values]}
+        record = {
+            "record": "matrix",
+            "schema_version": SCHEMA_VERSION,
+            "metric": self.metric,
+            "unit": self.unit,
+            "direction": self.direction,
+            "peer_access": self.peer_access,
+            "engine": self.engine,
+            "access": self.access,
+            "timer": self.timer,
+            "source": self.source,
+            "rows": list(self.rows),
+            "cols": list(self.cols),
+            "values": [list(r) for r in self.values],
+        }
         if self.spread is not None:
             record["spread"] = [list(r) for r in self.spread]
         if self.extra:
@@ -76,14 +89,28 @@ class Matrix:
         return record
 
     @classmethod
-    def from_record(cls, record: dict) -> "Matrix":
+    def from_record(cls, record: dict) -> Matrix:
         if not isinstance(record, dict) or record.get("record") != "matrix":
-            raise UsageProblem("not a matrix record (expected \"record\": \"matrix\")")
+            raise UsageProblem('not a matrix record (expected "record": "matrix")')
         if record.get("schema_version") != SCHEMA_VERSION:
-            raise UsageProblem(f"matrix record schema version {record.get('schema_version')!r}; "
-                               f"this ncclprobe reads {SCHEMA_VERSION}")
-        known = ("metric", "rows", "cols", "values", "direction", "peer_access", "engine", "access", "source",
-                 "timer", "spread", "extra")
+            raise UsageProblem(
+                f"matrix record schema version {record.get('schema_version')!r}; "
+                f"this ncclprobe reads {SCHEMA_VERSION}"
+            )
+        known = (
+            "metric",
+            "rows",
+            "cols",
+            "values",
+            "direction",
+            "peer_access",
+            "engine",
+            "access",
+            "source",
+            "timer",
+            "spread",
+            "extra",
+        )
         try:
             return cls(**{k: record[k] for k in known if k in record})
         except TypeError as exc:
@@ -94,8 +121,12 @@ def validate(m: Matrix) -> None:
     """One line naming what is wrong; a matrix that passes has consistent shape and finite values."""
     if m.metric not in METRICS:
         raise UsageProblem(f"matrix metric {m.metric!r} is not one of {', '.join(METRICS)}")
-    for name, value, allowed in (("direction", m.direction, DIRECTIONS), ("peer_access", m.peer_access, PEER_STATES),
-                                 ("engine", m.engine, ENGINES), ("access", m.access, ACCESSES)):
+    for name, value, allowed in (
+        ("direction", m.direction, DIRECTIONS),
+        ("peer_access", m.peer_access, PEER_STATES),
+        ("engine", m.engine, ENGINES),
+        ("access", m.access, ACCESSES),
+    ):
         if value is not None and value not in allowed:
             raise UsageProblem(f"matrix {name} {value!r} is not one of {', '.join(allowed)}")
     if not m.rows or not m.cols:
@@ -103,14 +134,24 @@ def validate(m: Matrix) -> None:
     for grid, what in ((m.values, "values"), (m.spread, "spread")):
         if grid is None:
             continue
-        if len(grid) != len(m.rows) or any(not isinstance(r, list) or len(r) != len(m.cols) for r in grid):
-            raise UsageProblem(f"{m.source or 'matrix'}: {what} are not {len(m.rows)} x {len(m.cols)} "
-                               f"as the labels say")
+        if len(grid) != len(m.rows) or any(
+            not isinstance(r, list) or len(r) != len(m.cols) for r in grid
+        ):
+            raise UsageProblem(
+                f"{m.source or 'matrix'}: {what} are not {len(m.rows)} x {len(m.cols)} "
+                f"as the labels say"
+            )
         for row in grid:
             for v in row:
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                      or not math.isfinite(v) or v < 0):
-                    raise UsageProblem(f"{m.source or 'matrix'}: {what} hold {v!r}, not a finite number >= 0")
+                if v is not None and (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not math.isfinite(v)
+                    or v < 0
+                ):
+                    raise UsageProblem(
+                        f"{m.source or 'matrix'}: {what} hold {v!r}, not a finite number >= 0"
+                    )
 
 
 def gpu_labels(count: int) -> list[str]:

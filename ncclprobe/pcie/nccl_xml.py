@@ -27,20 +27,41 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import is_digits
 
 MAX_BYTES = 16 << 20
-PCI_GEN_RATE = {"2.5 GT/s": 15, "5 GT/s": 30, "8 GT/s": 60, "16 GT/s": 120, "32 GT/s": 240,
-                "2.5 GT/s PCIe": 15, "5.0 GT/s PCIe": 30, "8.0 GT/s PCIe": 60, "16.0 GT/s PCIe": 120,
-                "32.0 GT/s PCIe": 240, "64.0 GT/s PCIe": 480}
+PCI_GEN_RATE = {
+    "2.5 GT/s": 15,
+    "5 GT/s": 30,
+    "8 GT/s": 60,
+    "16 GT/s": 120,
+    "32 GT/s": 240,
+    "2.5 GT/s PCIe": 15,
+    "5.0 GT/s PCIe": 30,
+    "8.0 GT/s PCIe": 60,
+    "16.0 GT/s PCIe": 120,
+    "32.0 GT/s PCIe": 240,
+    "64.0 GT/s PCIe": 480,
+}
 PCI_FALLBACK_RATE = 60
-PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls", 6: "collnet direct"}
-COLLNET_CHAIN_ID = 2   # NCCL's init.cc: collNetChainGraph->id = 2, pattern NCCL_TOPO_PATTERN_TREE (every version)
+PATTERNS = {
+    1: "balanced tree",
+    2: "split tree",
+    3: "tree",
+    4: "ring",
+    5: "nvls",
+    6: "collnet direct",
+}
+COLLNET_CHAIN_ID = (
+    2  # NCCL's init.cc: collNetChainGraph->id = 2, pattern NCCL_TOPO_PATTERN_TREE (every version)
+)
 
 
 def parse_xml(text: str, what: str) -> ET.Element:
     if len(text.encode("utf-8", errors="replace")) > MAX_BYTES:
         raise UsageProblem(f"{what} is over {MAX_BYTES >> 20} MiB: not an NCCL dump")
     if re.search(r"<!\s*(DOCTYPE|ENTITY)", text, re.I):
-        raise UsageProblem(f"{what} declares a DOCTYPE or an entity; NCCL never writes one, so it is refused "
-                           "unread (no entity is expanded)")
+        raise UsageProblem(
+            f"{what} declares a DOCTYPE or an entity; NCCL never writes one, so it is refused "
+            "unread (no entity is expanded)"
+        )
     try:
         return ET.fromstring(text)
     except ET.ParseError as exc:
@@ -66,7 +87,7 @@ class NcclGpu:
     link_speed: str | None
     link_width: str | None
     nvlinks: list[dict]
-    chain: list[str]                 # pci busids from the CPU down to the GPU
+    chain: list[str]  # pci busids from the CPU down to the GPU
 
     @property
     def assumed_pci_gbps(self) -> tuple[float, bool]:
@@ -74,9 +95,18 @@ class NcclGpu:
 
     def to_json(self) -> dict:
         bw, fallback = self.assumed_pci_gbps
-        return {"dev": self.dev, "rank": self.rank, "sm": self.sm, "busid": self.busid, "link_speed": self.link_speed,
-                "link_width": self.link_width, "nccl_pci_gbps": bw, "nccl_pci_fallback": fallback,
-                "nvlinks": self.nvlinks, "pci_chain": self.chain}
+        return {
+            "dev": self.dev,
+            "rank": self.rank,
+            "sm": self.sm,
+            "busid": self.busid,
+            "link_speed": self.link_speed,
+            "link_width": self.link_width,
+            "nccl_pci_gbps": bw,
+            "nccl_pci_fallback": fallback,
+            "nvlinks": self.nvlinks,
+            "pci_chain": self.chain,
+        }
 
 
 @dataclass
@@ -87,8 +117,14 @@ class NcclTopology:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"schema_version": 1, "kind": "nccl-topology", "gpus": [g.to_json() for g in self.gpus],
-                "cpus": self.cpus, "nics": self.nics, "notes": self.notes}
+        return {
+            "schema_version": 1,
+            "kind": "nccl-topology",
+            "gpus": [g.to_json() for g in self.gpus],
+            "cpus": self.cpus,
+            "nics": self.nics,
+            "notes": self.notes,
+        }
 
 
 def read_topology(text: str) -> NcclTopology:
@@ -104,26 +140,43 @@ def read_topology(text: str) -> NcclTopology:
     notes = []
     if not gpus:
         gpus = _gpus_by_class(root)
-        notes.append("no <gpu> nodes: a hand-written NCCL_TOPO_FILE rather than a dump; GPUs taken from the "
-                     "PCI nodes of class 0x03xxxx, numbered in file order (NCCL adds the real ones at run time)")
+        notes.append(
+            "no <gpu> nodes: a hand-written NCCL_TOPO_FILE rather than a dump; GPUs taken from the "
+            "PCI nodes of class 0x03xxxx, numbered in file order (NCCL adds the real ones at run time)"
+        )
     if not gpus:
         raise UsageProblem("NCCL topology file holds no <gpu> node and no GPU-class <pci> node")
     out = NcclTopology(sorted(gpus, key=lambda g: g.dev), cpus, nics, notes)
     selfish = [g.dev for g in out.gpus if any(n["target"] == g.busid for n in g.nvlinks)]
     if selfish:
-        out.notes.append(f"GPU(s) {selfish}: an <nvlink> whose target is the GPU's own bus id (the file is "
-                         "inconsistent: an NVLink peer should be another device)")
+        out.notes.append(
+            f"GPU(s) {selfish}: an <nvlink> whose target is the GPU's own bus id (the file is "
+            "inconsistent: an NVLink peer should be another device)"
+        )
     fallback = [g.dev for g in out.gpus if g.assumed_pci_gbps[1]]
     if fallback:
-        out.notes.append(f"GPU(s) {fallback}: no link speed/width in the dump, so NCCL assumed its fallback "
-                         f"({pci_bandwidth(None, None)[0]:.0f} GB/s, a Gen3 x16 link)")
+        out.notes.append(
+            f"GPU(s) {fallback}: no link speed/width in the dump, so NCCL assumed its fallback "
+            f"({pci_bandwidth(None, None)[0]:.0f} GB/s, a Gen3 x16 link)"
+        )
     return out
 
 
 def _gpus_by_class(root: ET.Element) -> list[NcclGpu]:
     found = [p for p in root.iter("pci") if (p.get("class") or "").startswith("0x03")]
-    return [NcclGpu(dev=k, rank=None, sm=None, busid=p.get("busid"), link_speed=p.get("link_speed"),
-                    link_width=p.get("link_width"), nvlinks=[], chain=[p.get("busid") or "?"]) for k, p in enumerate(found)]
+    return [
+        NcclGpu(
+            dev=k,
+            rank=None,
+            sm=None,
+            busid=p.get("busid"),
+            link_speed=p.get("link_speed"),
+            link_width=p.get("link_width"),
+            nvlinks=[],
+            chain=[p.get("busid") or "?"],
+        )
+        for k, p in enumerate(found)
+    ]
 
 
 def _walk(node: ET.Element, chain: list[ET.Element], gpus: list[NcclGpu]) -> None:
@@ -132,13 +185,21 @@ def _walk(node: ET.Element, chain: list[ET.Element], gpus: list[NcclGpu]) -> Non
             _walk(child, chain + [child], gpus)
         elif child.tag == "gpu":
             pci = chain[-1] if chain else None
-            gpus.append(NcclGpu(dev=_int(child.get("dev"), "gpu dev"), rank=_opt_int(child.get("rank")),
-                                sm=_opt_int(child.get("sm")), busid=pci.get("busid") if pci is not None else None,
-                                link_speed=pci.get("link_speed") if pci is not None else None,
-                                link_width=pci.get("link_width") if pci is not None else None,
-                                nvlinks=[{"target": n.get("target"), "count": _opt_int(n.get("count"))}
-                                         for n in child.findall("nvlink")],
-                                chain=[p.get("busid") or "?" for p in chain]))
+            gpus.append(
+                NcclGpu(
+                    dev=_int(child.get("dev"), "gpu dev"),
+                    rank=_opt_int(child.get("rank")),
+                    sm=_opt_int(child.get("sm")),
+                    busid=pci.get("busid") if pci is not None else None,
+                    link_speed=pci.get("link_speed") if pci is not None else None,
+                    link_width=pci.get("link_width") if pci is not None else None,
+                    nvlinks=[
+                        {"target": n.get("target"), "count": _opt_int(n.get("count"))}
+                        for n in child.findall("nvlink")
+                    ],
+                    chain=[p.get("busid") or "?" for p in chain],
+                )
+            )
 
 
 @dataclass
@@ -154,14 +215,24 @@ class NcclGraph:
 
     @property
     def algorithm(self) -> str:
-        if self.id == COLLNET_CHAIN_ID:   # searched with the tree pattern: only its id tells it from the tree
+        if (
+            self.id == COLLNET_CHAIN_ID
+        ):  # searched with the tree pattern: only its id tells it from the tree
             return "collnet chain"
         return PATTERNS.get(self.pattern, f"pattern {self.pattern}")
 
     def to_json(self) -> dict:
-        return {"id": self.id, "pattern": self.pattern, "algorithm": self.algorithm, "nchannels": self.nchannels,
-                "speed_intra_gbps_per_channel": self.speed_intra_gbps, "speed_inter_gbps_per_channel": self.speed_inter_gbps,
-                "type_intra": self.type_intra, "type_inter": self.type_inter, "channels": self.channels}
+        return {
+            "id": self.id,
+            "pattern": self.pattern,
+            "algorithm": self.algorithm,
+            "nchannels": self.nchannels,
+            "speed_intra_gbps_per_channel": self.speed_intra_gbps,
+            "speed_inter_gbps_per_channel": self.speed_inter_gbps,
+            "type_intra": self.type_intra,
+            "type_inter": self.type_inter,
+            "channels": self.channels,
+        }
 
 
 def read_graphs(text: str) -> list[NcclGraph]:
@@ -170,15 +241,25 @@ def read_graphs(text: str) -> list[NcclGraph]:
         raise UsageProblem(f"NCCL graph dump has root <{root.tag}>, expected <graphs>")
     out = []
     for g in root.findall("graph"):
-        channels = [[_int(n.get("dev"), "channel gpu dev") for n in ch.findall("gpu")] for ch in g.findall("channel")]
-        graph = NcclGraph(id=_int(g.get("id"), "graph id"), pattern=_int(g.get("pattern"), "graph pattern"),
-                          nchannels=_int(g.get("nchannels"), "nchannels"),
-                          speed_intra_gbps=_float(g.get("speedintra") or g.get("bwintra"), "speedintra"),
-                          speed_inter_gbps=_float(g.get("speedinter") or g.get("bwinter") or "0", "speedinter"),
-                          type_intra=g.get("typeintra") or "?", type_inter=g.get("typeinter") or "?", channels=channels)
+        channels = [
+            [_int(n.get("dev"), "channel gpu dev") for n in ch.findall("gpu")]
+            for ch in g.findall("channel")
+        ]
+        graph = NcclGraph(
+            id=_int(g.get("id"), "graph id"),
+            pattern=_int(g.get("pattern"), "graph pattern"),
+            nchannels=_int(g.get("nchannels"), "nchannels"),
+            speed_intra_gbps=_float(g.get("speedintra") or g.get("bwintra"), "speedintra"),
+            speed_inter_gbps=_float(g.get("speedinter") or g.get("bwinter") or "0", "speedinter"),
+            type_intra=g.get("typeintra") or "?",
+            type_inter=g.get("typeinter") or "?",
+            channels=channels,
+        )
         if len(channels) != graph.nchannels:
-            raise UsageProblem(f"NCCL graph {graph.id} says nchannels={graph.nchannels} but holds {len(channels)} "
-                               "<channel> nodes: cut short?")
+            raise UsageProblem(
+                f"NCCL graph {graph.id} says nchannels={graph.nchannels} but holds {len(channels)} "
+                "<channel> nodes: cut short?"
+            )
         out.append(graph)
     if not out:
         raise UsageProblem("NCCL graph dump holds no <graph> node")
@@ -196,12 +277,16 @@ def _opt_int(value) -> int | None:
 
 
 def _float(value, what) -> float:
-    if value is None or not re.fullmatch(r"[0-9]{1,15}(?:\.[0-9]{1,15})?(?:e[+-]?[0-9]{1,3})?", value.strip(), re.I):
+    if value is None or not re.fullmatch(
+        r"[0-9]{1,15}(?:\.[0-9]{1,15})?(?:e[+-]?[0-9]{1,3})?", value.strip(), re.I
+    ):
         raise UsageProblem(f"NCCL dump: {what} {value!r} is not a number")
     return float(value)
 
 
-def model_disagreements(topology: NcclTopology | None, graphs: list[NcclGraph], matrices) -> list[str]:
+def model_disagreements(
+    topology: NcclTopology | None, graphs: list[NcclGraph], matrices
+) -> list[str]:
     """Where NCCL's assumed bandwidths differ from the measured ones by more than a factor 1.5."""
     out = []
     h2d = next((m for m in matrices if m.metric == "bandwidth" and m.rows == ["CPU"]), None)
@@ -212,21 +297,44 @@ def model_disagreements(topology: NcclTopology | None, graphs: list[NcclGraph], 
                 measured = h2d.values[0][h2d.cols.index(label)]
                 assumed, fallback = g.assumed_pci_gbps
                 if measured and not 1 / 1.5 <= measured / assumed <= 1.5:
-                    out.append(f"{label}: NCCL assumes {assumed:.0f} GB/s for its PCIe link "
-                               f"({g.link_speed or 'no speed'} x{g.link_width or '?'}{', fallback' if fallback else ''}), "
-                               f"host->device measured {measured:.1f} GB/s")
-    pair = next((m for m in matrices if m.metric == "bandwidth" and m.square and m.peer_access == "enabled"
-                 and m.engine == "ce" and m.direction == "unidirectional"), None)
+                    out.append(
+                        f"{label}: NCCL assumes {assumed:.0f} GB/s for its PCIe link "
+                        f"({g.link_speed or 'no speed'} x{g.link_width or '?'}{', fallback' if fallback else ''}), "
+                        f"host->device measured {measured:.1f} GB/s"
+                    )
+    pair = next(
+        (
+            m
+            for m in matrices
+            if m.metric == "bandwidth"
+            and m.square
+            and m.peer_access == "enabled"
+            and m.engine == "ce"
+            and m.direction == "unidirectional"
+        ),
+        None,
+    )
     for graph in graphs:
         if graph.algorithm != "ring" or pair is None:
             continue
-        hops = [(ch[k], ch[(k + 1) % len(ch)]) for ch in graph.channels if len(ch) > 1 for k in range(len(ch))]
-        seen = [pair.values[i][j] for i, j in hops if i < len(pair.rows) and j < len(pair.rows) and pair.values[i][j]]
+        hops = [
+            (ch[k], ch[(k + 1) % len(ch)])
+            for ch in graph.channels
+            if len(ch) > 1
+            for k in range(len(ch))
+        ]
+        seen = [
+            pair.values[i][j]
+            for i, j in hops
+            if i < len(pair.rows) and j < len(pair.rows) and pair.values[i][j]
+        ]
         if seen:
             slowest = min(seen)
             expected = graph.speed_intra_gbps * graph.nchannels
             if not 1 / 1.5 <= slowest / expected <= 1.5:
-                out.append(f"ring: NCCL expects {expected:.1f} GB/s ({graph.nchannels} channels x "
-                           f"{graph.speed_intra_gbps:g} GB/s over {graph.type_intra}), the slowest ring hop measured "
-                           f"{slowest:.1f} GB/s")
+                out.append(
+                    f"ring: NCCL expects {expected:.1f} GB/s ({graph.nchannels} channels x "
+                    f"{graph.speed_intra_gbps:g} GB/s over {graph.type_intra}), the slowest ring hop measured "
+                    f"{slowest:.1f} GB/s"
+                )
     return out

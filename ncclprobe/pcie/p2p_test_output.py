@@ -28,36 +28,57 @@ from ncclprobe.numbers import ascii_re
 from ncclprobe.pcie.matrix import Matrix, gpu_labels
 
 BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
-_DEVICE = ascii_re(r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
-                   r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$")
+_DEVICE = ascii_re(
+    r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
+    r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$"
+)
 _ACCESS = ascii_re(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)\s*$")
-_TITLE = ascii_re(r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
-                  r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$")
+_TITLE = ascii_re(
+    r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
+    r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$"
+)
 _HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
 _NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
 _SM_COPY_RUN = ascii_re(r"p2pBandwidthLatencyTest(?:\.exe)?\s(?:.*\s)?--sm_copy(?:\s|$)")
-EXPECTED = ("Unidirectional P2P=Disabled Bandwidth", "Unidirectional P2P=Enabled Bandwidth",
-            "Bidirectional P2P=Disabled Bandwidth", "Bidirectional P2P=Enabled Bandwidth",
-            "P2P=Disabled Latency", "P2P=Enabled Latency")
+EXPECTED = (
+    "Unidirectional P2P=Disabled Bandwidth",
+    "Unidirectional P2P=Enabled Bandwidth",
+    "Bidirectional P2P=Disabled Bandwidth",
+    "Bidirectional P2P=Enabled Bandwidth",
+    "P2P=Disabled Latency",
+    "P2P=Enabled Latency",
+)
 
 
 @dataclass
 class P2PTestOutput:
-    devices: list[dict]                         # index, name, pci_bus_id
-    peer_access: list[list[bool | None]]        # CAN/CANNOT lines (diagonal True)
+    devices: list[dict]  # index, name, pci_bus_id
+    peer_access: list[list[bool | None]]  # CAN/CANNOT lines (diagonal True)
     matrices: list[Matrix]
     connectivity: list[list[int]] | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"schema_version": 1, "tool": "p2pBandwidthLatencyTest", "devices": self.devices,
-                "peer_access": self.peer_access, "connectivity": self.connectivity,
-                "matrices": [m.to_record() for m in self.matrices], "notes": list(self.notes)}
+        return {
+            "schema_version": 1,
+            "tool": "p2pBandwidthLatencyTest",
+            "devices": self.devices,
+            "peer_access": self.peer_access,
+            "connectivity": self.connectivity,
+            "matrices": [m.to_record() for m in self.matrices],
+            "notes": list(self.notes),
+        }
 
 
 def looks_like_p2p_test(text: str) -> bool:
-    return BANNER in text[:200_000] or bool(re.search(r"^\s*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
-                                                      r"Bandwidth", text[:200_000], re.M))
+    return BANNER in text[:200_000] or bool(
+        re.search(
+            r"^\s*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
+            r"Bandwidth",
+            text[:200_000],
+            re.M,
+        )
+    )
 
 
 def parse_p2p_test(text: str) -> P2PTestOutput:
@@ -70,7 +91,9 @@ def parse_p2p_test(text: str) -> P2PTestOutput:
     while number < len(lines):
         line = lines[number].strip()
         if line == "P2P Connectivity Matrix":
-            block, number = _block(lines, number + 1, count, "P2P Connectivity Matrix", integers=True)
+            block, number = _block(
+                lines, number + 1, count, "P2P Connectivity Matrix", integers=True
+            )
             connectivity = [[int(v) for v in row] for row in block[1]]
             count = count or len(connectivity)
             continue
@@ -83,24 +106,38 @@ def parse_p2p_test(text: str) -> P2PTestOutput:
             continue
         number += 1
     if not matrices:
-        raise UsageProblem("no p2pBandwidthLatencyTest matrix found: expected a title such as "
-                           "'Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)' followed by its rows")
+        raise UsageProblem(
+            "no p2pBandwidthLatencyTest matrix found: expected a title such as "
+            "'Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)' followed by its rows"
+        )
     count = count or len(matrices[0].rows)
-    out = P2PTestOutput(devices=devices, peer_access=_access_matrix(access, count), matrices=matrices,
-                        connectivity=connectivity)
+    out = P2PTestOutput(
+        devices=devices,
+        peer_access=_access_matrix(access, count),
+        matrices=matrices,
+        connectivity=connectivity,
+    )
     missing = [t for t in EXPECTED if t not in seen]
     if missing:
         out.notes.append("output ends or skips sections: no " + "; no ".join(missing) + " matrix")
     if not access:
-        out.notes.append("no 'Device=i CAN/CANNOT Access Peer Device=j' lines: peer access as the driver "
-                         "reports it is unknown (the connectivity matrix says it when present)")
+        out.notes.append(
+            "no 'Device=i CAN/CANNOT Access Peer Device=j' lines: peer access as the driver "
+            "reports it is unknown (the connectivity matrix says it when present)"
+        )
         if connectivity:
             out.peer_access = [[bool(v) for v in row] for row in connectivity]
     mentioned = not sm_copy and any("--sm_copy" in line for line in lines)
-    out.notes.append("engine: SM copies (--sm_copy on the command line)" if sm_copy else
-                     "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
-                     + ("; a line mentions --sm_copy but is not a command line running the test)" if mentioned
-                        else ")"))
+    out.notes.append(
+        "engine: SM copies (--sm_copy on the command line)"
+        if sm_copy
+        else "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
+        + (
+            "; a line mentions --sm_copy but is not a command line running the test)"
+            if mentioned
+            else ")"
+        )
+    )
     return out
 
 
@@ -114,8 +151,13 @@ def _devices(lines: list[str]) -> list[dict]:
     for line in lines:
         m = _DEVICE.match(line.strip())
         if m and int(m["i"]) == len(out):
-            out.append({"index": int(m["i"]), "name": m["name"].strip(),
-                        "pci_bus_id": f"{int(m['dom'], 16):04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.0"})
+            out.append(
+                {
+                    "index": int(m["i"]),
+                    "name": m["name"].strip(),
+                    "pci_bus_id": f"{int(m['dom'], 16):04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.0",
+                }
+            )
     return out
 
 
@@ -135,15 +177,26 @@ def _access_matrix(access: dict, count: int) -> list[list[bool | None]]:
 def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
     what = lines[number].strip()
     metric = title["metric"].lower()
-    attrs = dict(metric=metric, direction="bidirectional" if title["dir"] == "Bi" else "unidirectional",
-                 peer_access=title["peer"].lower(),
-                 engine="sm" if sm_copy and title["peer"] == "Enabled" else "ce",
-                 access={"Writes": "write", "Reads": "read", None: None}[title["access"]])
+    attrs = dict(
+        metric=metric,
+        direction="bidirectional" if title["dir"] == "Bi" else "unidirectional",
+        peer_access=title["peer"].lower(),
+        engine="sm" if sm_copy and title["peer"] == "Enabled" else "ce",
+        access={"Writes": "write", "Reads": "read", None: None}[title["access"]],
+    )
     (kind, values), number = _block(lines, number + 1, count, what)
     timer = {"GPU": "gpu", "CPU": "cpu"}.get(kind) if metric == "latency" else None
     labels = gpu_labels(len(values))
-    found = [Matrix(rows=labels, cols=labels, values=values, source=f"p2pBandwidthLatencyTest: {what}",
-                    timer=timer, **attrs)]
+    found = [
+        Matrix(
+            rows=labels,
+            cols=labels,
+            values=values,
+            source=f"p2pBandwidthLatencyTest: {what}",
+            timer=timer,
+            **attrs,
+        )
+    ]
     if metric == "latency" and kind == "GPU":
         probe = number
         while probe < len(lines) and not lines[probe].strip():
@@ -151,8 +204,16 @@ def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
         header = _HEADER.match(lines[probe]) if probe < len(lines) else None
         if header and header["kind"] == "CPU":
             (_, cpu), number = _block(lines, probe, len(values), what + " (CPU block)")
-            found.append(Matrix(rows=labels, cols=labels, values=cpu, timer="cpu",
-                                source=f"p2pBandwidthLatencyTest: {what} (CPU timer)", **attrs))
+            found.append(
+                Matrix(
+                    rows=labels,
+                    cols=labels,
+                    values=cpu,
+                    timer="cpu",
+                    source=f"p2pBandwidthLatencyTest: {what} (CPU timer)",
+                    **attrs,
+                )
+            )
     return found, number
 
 
@@ -162,22 +223,34 @@ def _block(lines, number, count, what, *, integers=False):
         number += 1
     header = _HEADER.match(lines[number]) if number < len(lines) else None
     if not header:
-        raise UsageProblem(f"'{what}' has no matrix header after it (line {number + 1}): output cut short?")
+        raise UsageProblem(
+            f"'{what}' has no matrix header after it (line {number + 1}): output cut short?"
+        )
     cols = [int(c) for c in header["cols"].split()]
     if cols != list(range(len(cols))):
-        raise UsageProblem(f"'{what}' header at line {number + 1} numbers its columns {cols}, not 0..N-1")
+        raise UsageProblem(
+            f"'{what}' header at line {number + 1} numbers its columns {cols}, not 0..N-1"
+        )
     if count is not None and len(cols) != count:
-        raise UsageProblem(f"'{what}' at line {number + 1} has {len(cols)} columns but the output lists "
-                           f"{count} devices: matrices of inconsistent sizes")
+        raise UsageProblem(
+            f"'{what}' at line {number + 1} has {len(cols)} columns but the output lists "
+            f"{count} devices: matrices of inconsistent sizes"
+        )
     rows = []
     for index in range(len(cols)):
         at = number + 1 + index
         tokens = lines[at].split() if at < len(lines) else []
         cells = tokens[1:]
-        good = (tokens and tokens[0] == str(index) and len(cells) == len(cols)
-                and all(_NUMBER.match(c) for c in cells))
+        good = (
+            tokens
+            and tokens[0] == str(index)
+            and len(cells) == len(cols)
+            and all(_NUMBER.match(c) for c in cells)
+        )
         if not good:
-            raise UsageProblem(f"'{what}' is cut short or malformed at line {at + 1}: expected row {index} "
-                               f"with {len(cols)} numbers")
+            raise UsageProblem(
+                f"'{what}' is cut short or malformed at line {at + 1}: expected row {index} "
+                f"with {len(cols)} numbers"
+            )
         rows.append([int(c) if integers else float(c) for c in cells])
     return (header["kind"], rows), number + 1 + len(cols)

@@ -23,7 +23,15 @@ _HOST = re.compile(r"^pci[0-9a-f]{4,5}:[0-9a-f]{2}$")
 NVIDIA = "0x10de"
 ACS_ID = 0x000D
 # ACS capability/control bits (PCIe base spec 7.7.11; lspci's names)
-ACS_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+ACS_BITS = (
+    "SrcValid",
+    "TransBlk",
+    "ReqRedir",
+    "CmpltRedir",
+    "UpstreamFwd",
+    "EgressCtrl",
+    "DirectTrans",
+)
 # bits that send peer-to-peer requests up to the root complex instead of across the switch
 P2P_REDIRECT = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 
@@ -31,7 +39,7 @@ P2P_REDIRECT = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 @dataclass
 class Acs:
     readable: bool
-    reason: str = ""                     # why not readable, or "no ACS capability"
+    reason: str = ""  # why not readable, or "no ACS capability"
     capability: dict[str, bool] = field(default_factory=dict)
     control: dict[str, bool] = field(default_factory=dict)
 
@@ -40,8 +48,13 @@ class Acs:
         return [b for b in P2P_REDIRECT if self.control.get(b)]
 
     def to_json(self) -> dict:
-        return {"readable": self.readable, "reason": self.reason, "capability": self.capability,
-                "control": self.control, "redirects_p2p": self.redirects}
+        return {
+            "readable": self.readable,
+            "reason": self.reason,
+            "capability": self.capability,
+            "control": self.control,
+            "redirects_p2p": self.redirects,
+        }
 
 
 @dataclass
@@ -50,7 +63,7 @@ class PciNode:
     vendor: str | None
     device: str | None
     pci_class: str | None
-    link: dict                            # current/max speed and width, None where unreadable
+    link: dict  # current/max speed and width, None where unreadable
     acs: Acs
 
     @property
@@ -58,15 +71,21 @@ class PciNode:
         return bool(self.pci_class and self.pci_class.startswith("0x0604"))
 
     def to_json(self) -> dict:
-        return {"bdf": self.bdf, "vendor": self.vendor, "device": self.device, "class": self.pci_class,
-                "link": self.link, "acs": self.acs.to_json()}
+        return {
+            "bdf": self.bdf,
+            "vendor": self.vendor,
+            "device": self.device,
+            "class": self.pci_class,
+            "link": self.link,
+            "acs": self.acs.to_json(),
+        }
 
 
 @dataclass
 class GpuPath:
     bdf: str
-    host_bridge: str                      # pci0000:00
-    chain: list[PciNode]                  # root port first, the GPU last
+    host_bridge: str  # pci0000:00
+    chain: list[PciNode]  # root port first, the GPU last
 
     @property
     def gpu(self) -> PciNode:
@@ -77,7 +96,11 @@ class GpuPath:
         return [n for n in self.chain[:-1] if n.is_bridge]
 
     def to_json(self) -> dict:
-        return {"bdf": self.bdf, "host_bridge": self.host_bridge, "chain": [n.to_json() for n in self.chain]}
+        return {
+            "bdf": self.bdf,
+            "host_bridge": self.host_bridge,
+            "chain": [n.to_json() for n in self.chain],
+        }
 
 
 def read_gpu_paths(root: str | Path = "/") -> tuple[list[GpuPath], str | None]:
@@ -89,7 +112,9 @@ def read_gpu_paths(root: str | Path = "/") -> tuple[list[GpuPath], str | None]:
         return [], f"{devices} not readable: {exc.strerror or exc}"
     paths = []
     for name in names:
-        if _read(devices / name / "vendor") == NVIDIA and (_read(devices / name / "class") or "").startswith("0x03"):
+        if _read(devices / name / "vendor") == NVIDIA and (
+            _read(devices / name / "class") or ""
+        ).startswith("0x03"):
             paths.append(_path(Path(root), devices / name))
     return paths, None if paths else f"no NVIDIA GPU under {devices}"
 
@@ -100,8 +125,8 @@ def _path(root: Path, link: Path) -> GpuPath:
     host = next((i for i, p in enumerate(parts) if _HOST.match(p)), None)
     if host is None:
         return GpuPath(link.name, "unknown", [_node(real)])
-    chain, here = [], Path(*parts[:host + 1])
-    for part in parts[host + 1:]:
+    chain, here = [], Path(*parts[: host + 1])
+    for part in parts[host + 1 :]:
         here = here / part
         if _BDF.match(part):
             chain.append(_node(here))
@@ -109,10 +134,18 @@ def _path(root: Path, link: Path) -> GpuPath:
 
 
 def _node(directory: Path) -> PciNode:
-    link = {key: _read(directory / key) for key in ("current_link_speed", "current_link_width",
-                                                    "max_link_speed", "max_link_width")}
-    return PciNode(bdf=directory.name, vendor=_read(directory / "vendor"), device=_read(directory / "device"),
-                   pci_class=_read(directory / "class"), link=link, acs=read_acs(directory / "config"))
+    link = {
+        key: _read(directory / key)
+        for key in ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+    }
+    return PciNode(
+        bdf=directory.name,
+        vendor=_read(directory / "vendor"),
+        device=_read(directory / "device"),
+        pci_class=_read(directory / "class"),
+        link=link,
+        acs=read_acs(directory / "config"),
+    )
 
 
 def _read(path: Path) -> str | None:
@@ -133,12 +166,15 @@ def read_acs(config: Path) -> Acs:
 def parse_acs(data: bytes) -> Acs:
     """The ACS capability from configuration-space bytes (walks the extended capability list)."""
     if len(data) <= 0x100:
-        return Acs(False, f"only {len(data)} bytes of configuration space readable (extended space, where "
-                          "ACS lives, needs root): run as root or give `lspci -vvv` output")
+        return Acs(
+            False,
+            f"only {len(data)} bytes of configuration space readable (extended space, where "
+            "ACS lives, needs root): run as root or give `lspci -vvv` output",
+        )
     offset, seen = 0x100, set()
     while offset and offset + 8 <= len(data) and offset not in seen:
         seen.add(offset)
-        header, = struct.unpack_from("<I", data, offset)
+        (header,) = struct.unpack_from("<I", data, offset)
         if header in (0, 0xFFFFFFFF):
             break
         if header & 0xFFFF == ACS_ID:
@@ -168,7 +204,19 @@ def crossing(a: GpuPath, b: GpuPath) -> str:
     return f"PCIe switch above {common.bdf}{ident}"
 
 
-GEN_OF_SPEED = {"2.5": 1, "5.0": 2, "5": 2, "8.0": 3, "8": 3, "16.0": 4, "16": 4, "32.0": 5, "32": 5, "64.0": 6, "64": 6}
+GEN_OF_SPEED = {
+    "2.5": 1,
+    "5.0": 2,
+    "5": 2,
+    "8.0": 3,
+    "8": 3,
+    "16.0": 4,
+    "16": 4,
+    "32.0": 5,
+    "32": 5,
+    "64.0": 6,
+    "64": 6,
+}
 
 
 def link_generation(speed: str | None) -> int | None:

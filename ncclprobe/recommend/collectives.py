@@ -23,38 +23,58 @@ from ncclprobe.recommend.workload import Workload
 from ncclprobe.records import read_results, short_label
 from ncclprobe.verdict import Verdict
 
-TUNER_ADVICE = ("an environment variable applies to every collective, so prefer the tuner CSV, which sets each "
-                "collective per size range: --emit tuner-csv")
+TUNER_ADVICE = (
+    "an environment variable applies to every collective, so prefer the tuner CSV, which sets each "
+    "collective per size range: --emit tuner-csv"
+)
 
 
 @dataclass
 class RecommendationSet:
     recs: list[Recommendation]
     env: dict[str, str]
-    combined_id: str | None                # the combined choice (None: no global change)
+    combined_id: str | None  # the combined choice (None: no global change)
     gain: float = 0.0
     conflicts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    problems: dict[str, str] = field(default_factory=dict)   # collective -> why it has no recommendation
+    problems: dict[str, str] = field(
+        default_factory=dict
+    )  # collective -> why it has no recommendation
 
     @property
     def change(self) -> bool:
-        return self.combined_id is not None and any(self.combined_id != r.baseline_id for r in self.recs)
+        return self.combined_id is not None and any(
+            self.combined_id != r.baseline_id for r in self.recs
+        )
 
     def verdict(self) -> Verdict:
         """FINDINGS when a configuration was excluded for wrong results, a hang or an error."""
-        return Verdict.of(any(e.status in ("wrong", "hang", "error") for r in self.recs for e in r.evidence.excluded))
+        return Verdict.of(
+            any(
+                e.status in ("wrong", "hang", "error")
+                for r in self.recs
+                for e in r.evidence.excluded
+            )
+        )
 
     def to_json(self) -> dict:
         """One collective: that recommendation's own JSON (what `run-engine --tuned` has always read);
         several: the combined `env` and one entry per collective."""
         if len(self.recs) == 1 and not self.problems:
             return self.recs[0].to_json()
-        return {"schema_version": SCHEMA_VERSION, "kind": "recommendation",
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "env": self.env, "change": self.change, "combined_config_id": self.combined_id,
-                "combined_gain_pct": round(100 * self.gain, 3), "conflicts": self.conflicts, "notes": self.notes,
-                "not_recommended": self.problems, "collectives": [r.to_json() for r in self.recs]}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "recommendation",
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "env": self.env,
+            "change": self.change,
+            "combined_config_id": self.combined_id,
+            "combined_gain_pct": round(100 * self.gain, 3),
+            "conflicts": self.conflicts,
+            "notes": self.notes,
+            "not_recommended": self.problems,
+            "collectives": [r.to_json() for r in self.recs],
+        }
 
 
 def collectives_in(paths: list[str | Path]) -> list[str]:
@@ -67,10 +87,16 @@ def collectives_in(paths: list[str | Path]) -> list[str]:
     return list(seen)
 
 
-def build_recommendations(paths: list[str | Path], *, collectives: list[str] | None = None,
-                          workloads: dict[str, Workload | None] | None = None, mode: str | None = None,
-                          min_gain: float = DEFAULT_MIN_GAIN, allow_ll128: bool = False,
-                          baseline: dict[str, str] | None = None) -> RecommendationSet:
+def build_recommendations(
+    paths: list[str | Path],
+    *,
+    collectives: list[str] | None = None,
+    workloads: dict[str, Workload | None] | None = None,
+    mode: str | None = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    allow_ll128: bool = False,
+    baseline: dict[str, str] | None = None,
+) -> RecommendationSet:
     files = [read_results(p) for p in paths]
     names = collectives or collectives_in(paths)
     if not names:
@@ -79,31 +105,58 @@ def build_recommendations(paths: list[str | Path], *, collectives: list[str] | N
     for name in names:
         try:
             evidence = load_evidence(paths, collective=name, mode=mode, files=files)
-            recs.append(build_recommendation(paths, workload=(workloads or {}).get(name), collective=name,
-                                             min_gain=min_gain, allow_ll128=allow_ll128, baseline=baseline,
-                                             evidence=evidence))
+            recs.append(
+                build_recommendation(
+                    paths,
+                    workload=(workloads or {}).get(name),
+                    collective=name,
+                    min_gain=min_gain,
+                    allow_ll128=allow_ll128,
+                    baseline=baseline,
+                    evidence=evidence,
+                )
+            )
         except UsageProblem as exc:
             if len(names) == 1:
                 raise
             problems[name] = str(exc)
     if not recs:
-        raise UsageProblem("no collective could be recommended: " + "; ".join(f"{k}: {v}" for k, v in problems.items()))
+        raise UsageProblem(
+            "no collective could be recommended: "
+            + "; ".join(f"{k}: {v}" for k, v in problems.items())
+        )
     return combine(recs, problems, min_gain)
 
 
-def combine(recs: list[Recommendation], problems: dict[str, str], min_gain: float) -> RecommendationSet:
+def combine(
+    recs: list[Recommendation], problems: dict[str, str], min_gain: float
+) -> RecommendationSet:
     notes = [f"{name}: no recommendation ({why})" for name, why in problems.items()]
     if len(recs) == 1:
         rec = recs[0]
-        return RecommendationSet(recs, rec.env, rec.overall.config_id if rec.change else None,
-                                 rec.overall.gain, [], notes, problems)
+        return RecommendationSet(
+            recs,
+            rec.env,
+            rec.overall.config_id if rec.change else None,
+            rec.overall.gain,
+            [],
+            notes,
+            problems,
+        )
     bases = {r.baseline_id for r in recs}
     if len(bases) != 1 or any(r.comparison == "candidates" for r in recs):
-        notes.append("the collectives were not measured against one common baseline: no combined setting")
+        notes.append(
+            "the collectives were not measured against one common baseline: no combined setting"
+        )
         return RecommendationSet(recs, {}, None, 0.0, _conflicts(recs), notes, problems)
     base = bases.pop()
-    shared = set.intersection(*(set(r.overall.totals_us) for r in recs)) - set().union(*(r.refused for r in recs))
-    totals = {cid: tuple(sum(r.overall.totals_us[cid][i] for r in recs) for i in range(3)) for cid in shared}
+    shared = set.intersection(*(set(r.overall.totals_us) for r in recs)) - set().union(
+        *(r.refused for r in recs)
+    )
+    totals = {
+        cid: tuple(sum(r.overall.totals_us[cid][i] for r in recs) for i in range(3))
+        for cid in shared
+    }
     if base not in totals:
         return RecommendationSet(recs, {}, None, 0.0, _conflicts(recs), notes, problems)
     best = min(totals, key=lambda cid: totals[cid][0])
@@ -111,19 +164,39 @@ def combine(recs: list[Recommendation], problems: dict[str, str], min_gain: floa
     ok = best != base and significant_totals(totals[best], totals[base], min_gain=min_gain)
     conflicts = _conflicts(recs)
     chosen = best if ok else base
-    hurt = [r.evidence.collective for r in recs if chosen != base and chosen in r.overall.totals_us
-            and significant_totals(r.overall.totals_us[base], r.overall.totals_us[chosen], min_gain=min_gain)]
+    hurt = [
+        r.evidence.collective
+        for r in recs
+        if chosen != base
+        and chosen in r.overall.totals_us
+        and significant_totals(
+            r.overall.totals_us[base], r.overall.totals_us[chosen], min_gain=min_gain
+        )
+    ]
     if hurt:
-        notes.append(f"{short_label(recs[0].settings_of(chosen))} would save {100 * combined_gain:.1f}% over all "
-                     f"collectives but make {', '.join(hurt)} slower beyond the noise: no global change; {TUNER_ADVICE}")
+        notes.append(
+            f"{short_label(recs[0].settings_of(chosen))} would save {100 * combined_gain:.1f}% over all "
+            f"collectives but make {', '.join(hurt)} slower beyond the noise: no global change; {TUNER_ADVICE}"
+        )
         chosen = base
     elif conflicts:
         notes.append(TUNER_ADVICE)
-    env = dict(sorted(recs[0].evidence.curves[chosen].settings.items())) if chosen in recs[0].evidence.curves else {}
+    env = (
+        dict(sorted(recs[0].evidence.curves[chosen].settings.items()))
+        if chosen in recs[0].evidence.curves
+        else {}
+    )
     if chosen == "default":
         env = {}
-    return RecommendationSet(recs, env, chosen if chosen != base else None, combined_gain if chosen != base else 0.0,
-                             conflicts, notes, problems)
+    return RecommendationSet(
+        recs,
+        env,
+        chosen if chosen != base else None,
+        combined_gain if chosen != base else 0.0,
+        conflicts,
+        notes,
+        problems,
+    )
 
 
 def _conflicts(recs: list[Recommendation]) -> list[str]:
@@ -131,4 +204,7 @@ def _conflicts(recs: list[Recommendation]) -> list[str]:
     choices = {r.evidence.collective: r.overall.config_id for r in recs}
     if len(set(choices.values())) <= 1:
         return []
-    return ["the collectives' best settings differ: " + "; ".join(f"{name} {cid}" for name, cid in choices.items())]
+    return [
+        "the collectives' best settings differ: "
+        + "; ".join(f"{name} {cid}" for name, cid in choices.items())
+    ]

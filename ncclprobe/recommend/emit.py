@@ -25,14 +25,36 @@ from ncclprobe.records import short_label
 from ncclprobe.sizes import format_size
 
 EMIT_KINDS = ("env", "tuner-csv", "json")
-TUNER_COLUMNS = ("collective_type", "min_bytes", "max_bytes", "algorithm", "protocol", "channels",
-                 "nNodes", "nRanks", "numPipeOps", "regBuff")
-TUNER_LINE_MAX = 255           # plugin.c MAX_LINE_LENGTH 256, including the newline
-TUNER_MAX_BYTES = 4294967295   # the example plugin's documented "covers all sizes" upper bound
-TUNER_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-                     "broadcast": "broadcast", "reduce": "reduce"}
-TUNER_ALGORITHMS = {"ring": "ring", "tree": "tree", "collnetdirect": "collnet_direct",
-                    "collnetchain": "collnet_chain", "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
+TUNER_COLUMNS = (
+    "collective_type",
+    "min_bytes",
+    "max_bytes",
+    "algorithm",
+    "protocol",
+    "channels",
+    "nNodes",
+    "nRanks",
+    "numPipeOps",
+    "regBuff",
+)
+TUNER_LINE_MAX = 255  # plugin.c MAX_LINE_LENGTH 256, including the newline
+TUNER_MAX_BYTES = 4294967295  # the example plugin's documented "covers all sizes" upper bound
+TUNER_COLLECTIVES = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+}
+TUNER_ALGORITHMS = {
+    "ring": "ring",
+    "tree": "tree",
+    "collnetdirect": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "pat": "pat",
+}
 TUNER_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 
 
@@ -44,6 +66,7 @@ def as_set(recs):
     """A RecommendationSet, from one Recommendation or a set."""
     if isinstance(recs, Recommendation):
         from ncclprobe.recommend.collectives import combine
+
         return combine([recs], {}, recs.min_gain)
     return recs
 
@@ -57,13 +80,22 @@ def env_snippet(recs) -> str:
     recs = as_set(recs)
     first = recs.recs[0]
     names = ", ".join(f"{r.evidence.collective} ({r.evidence.mode})" for r in recs.recs)
-    lines = [f"# ncclprobe recommend: NCCL settings for {names}, weighted by {first.workload.source}",
-             f"# from: {' '.join(first.evidence.paths)}", f"# gains are relative to {first.against}"]
+    lines = [
+        f"# ncclprobe recommend: NCCL settings for {names}, weighted by {first.workload.source}",
+        f"# from: {' '.join(first.evidence.paths)}",
+        f"# gains are relative to {first.against}",
+    ]
     if not recs.change:
-        lines.append("# no change recommended: no single setting beat the baseline over this workload beyond the noise")
+        lines.append(
+            "# no change recommended: no single setting beat the baseline over this workload beyond the noise"
+        )
         if any(not _is_baseline(r.config_id, rec) for rec in recs.recs for r in rec.ranges):
-            lines.append("# some size ranges do gain from another setting: --emit tuner-csv applies those per size")
-        lines += [f"export {name}={shlex.quote(value)}" for name, value in recs.env.items()]   # a named baseline
+            lines.append(
+                "# some size ranges do gain from another setting: --emit tuner-csv applies those per size"
+            )
+        lines += [
+            f"export {name}={shlex.quote(value)}" for name, value in recs.env.items()
+        ]  # a named baseline
     else:
         lines.append(f"# expected gain for this workload: {100 * recs.gain:.1f}%")
         lines += [f"export {name}={shlex.quote(value)}" for name, value in recs.env.items()]
@@ -76,7 +108,9 @@ def _is_baseline(cid: str, rec: Recommendation) -> bool:
     return cid in (rec.baseline_id, NO_WINNER, "default")
 
 
-def launch_notes(rec: Recommendation, *, recommendation_file: str = "recommendation.json") -> list[str]:
+def launch_notes(
+    rec: Recommendation, *, recommendation_file: str = "recommendation.json"
+) -> list[str]:
     """How to apply the settings to SGLang and vLLM servers and check that the workers got them."""
     return [
         "Export these before launching: every NCCL worker process must inherit them, and NCCL reads",
@@ -102,9 +136,13 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
         span = f"{format_size(r.min_size_bytes)}..{format_size(r.max_size_bytes)}"
         choice = _algo_proto(rec, r.config_id, r.min_size_bytes, r.max_size_bytes)
         if coll is None or isinstance(choice, str):
-            skipped.append(f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.evidence.collective}")
+            skipped.append(
+                f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.evidence.collective}"
+            )
             continue
-        rows.append([coll, str(lo), str(hi), choice[0], choice[1], "-1", nnodes, nranks, "-1", "-1"])
+        rows.append(
+            [coll, str(lo), str(hi), choice[0], choice[1], "-1", nnodes, nranks, "-1", "-1"]
+        )
     return rows, skipped
 
 
@@ -114,14 +152,20 @@ def tuner_csv(recs) -> str:
     for rec in recs.recs:
         r, s = tuner_rows(rec)
         rows += r
-        skipped += [f"{line} ({rec.evidence.collective})" if len(recs.recs) > 1 else line for line in s]
+        skipped += [
+            f"{line} ({rec.evidence.collective})" if len(recs.recs) > 1 else line for line in s
+        ]
     rec = recs.recs[0]
     measured = ", ".join(f"{r.evidence.collective} {r.evidence.mode}" for r in recs.recs)
     head = [
         "# NCCL example tuner plugin configuration, written by ncclprobe recommend",
         f"# measured: {measured}, {rec.evidence.nranks} ranks "
-        f"{'from a torchrun plan (node and rank counts not recorded: rows use -1)' if _multi_node(rec) else 'on one node'}; "
-        f"NCCL {rec.evidence.nccl_version or 'version unknown'}",
+        + (
+            "from a torchrun plan (node and rank counts not recorded: rows use -1)"
+            if _multi_node(rec)
+            else "on one node"
+        )
+        + f"; NCCL {rec.evidence.nccl_version or 'version unknown'}",
         "# Format: NCCL 2.27.5 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
         "# Older NCCL ships an example plugin without a config file (2.21-2.26 only force ring/simple).",
         "# Load it: build libnccl-tuner-example.so from NCCL's plugins/tuner/example (make), then",
@@ -144,7 +188,9 @@ def tuner_csv(recs) -> str:
     head += [f"# left out {line}" for line in skipped]
     # the plugin reads lines with fgets into 256 bytes: the rest of a longer comment would come
     # back as a separate, non-comment line and be parsed as a config
-    lines = [line if len(line) < TUNER_LINE_MAX else line[:TUNER_LINE_MAX - 4] + "..." for line in head]
+    lines = [
+        line if len(line) < TUNER_LINE_MAX else line[: TUNER_LINE_MAX - 4] + "..." for line in head
+    ]
     return "\n".join(lines + [",".join(row) for row in rows]) + "\n"
 
 
@@ -159,7 +205,7 @@ def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Measured ranges -> contiguous byte bounds: split between neighbours at the geometric mean,
     open the first range down to 0 and the last up to the plugin's maximum."""
     bounds = []
-    for i, (lo, hi) in enumerate(spans):
+    for i, (_lo, hi) in enumerate(spans):
         start = 0 if i == 0 else bounds[-1][1] + 1
         end = TUNER_MAX_BYTES if i == len(spans) - 1 else int(math.sqrt(hi * spans[i + 1][0]))
         bounds.append((start, max(start, end)))
@@ -172,15 +218,21 @@ def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, s
     algo = _single(curve.settings.get("NCCL_ALGO"), TUNER_ALGORITHMS)
     proto = _single(curve.settings.get("NCCL_PROTO"), TUNER_PROTOCOLS)
     coll = COLLECTIVES.get(rec.evidence.collective)
-    size = (lambda t: coll.tuning_size(_tuning_bytes(t), rec.evidence.nranks or 1)) if coll else _tuning_bytes
+    size = (
+        (lambda t: coll.tuning_size(_tuning_bytes(t), rec.evidence.nranks or 1))
+        if coll
+        else _tuning_bytes
+    )
     seen = [t for t in curve.tuning if lo <= size(t) <= hi and _same_collective(t, rec)]
     algo = algo or _agreed([TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen])
     proto = proto or _agreed([TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen])
     if algo and proto:
         return algo, proto
     missing = " and ".join(name for name, v in (("algorithm", algo), ("protocol", proto)) if not v)
-    return (f"{short_label(curve.settings)} does not fix one {missing} and the sweep's proof has no "
-            "single TUNING choice for these sizes")
+    return (
+        f"{short_label(curve.settings)} does not fix one {missing} and the sweep's proof has no "
+        "single TUNING choice for these sizes"
+    )
 
 
 def _tuning_bytes(entry: dict) -> int:

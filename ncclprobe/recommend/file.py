@@ -21,16 +21,22 @@ def load_recommendation_file(path: str | Path, option: str) -> dict:
     """The checked document; `option` (e.g. "--tuned") starts every message."""
     path = Path(path)
     if not path.is_file():
-        raise UsageProblem(f"{option} {path}: cannot read recommendation file "
-                           f"({'not a regular file' if path.exists() else 'no such file'})")
+        raise UsageProblem(
+            f"{option} {path}: cannot read recommendation file "
+            f"({'not a regular file' if path.exists() else 'no such file'})"
+        )
     doc = load_json(path, f"{option} recommendation file")
     where = Where(str(path))
     if not isinstance(doc, dict) or doc.get("kind") != "recommendation":
-        raise UsageProblem(f"{option} {path}: not a recommendation file (kind must be \"recommendation\"; "
-                           "write one with `ncclprobe recommend ... --emit json --output FILE`)")
+        raise UsageProblem(
+            f'{option} {path}: not a recommendation file (kind must be "recommendation"; '
+            "write one with `ncclprobe recommend ... --emit json --output FILE`)"
+        )
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageProblem(f"{option} {path}: schema_version {doc.get('schema_version')!r} is not supported "
-                           f"(need {SCHEMA_VERSION})")
+        raise UsageProblem(
+            f"{option} {path}: schema_version {doc.get('schema_version')!r} is not supported "
+            f"(need {SCHEMA_VERSION})"
+        )
     env = where.field(doc, "env", "str-map")
     bad = next((name for name in env if not _NAME.fullmatch(name)), None)
     if bad is not None:

@@ -27,7 +27,7 @@ class Exclusion:
 
     config_id: str
     settings: dict
-    status: str   # wrong | hang | error | ignored | skipped
+    status: str  # wrong | hang | error | ignored | skipped
     reason: str
 
 
@@ -38,8 +38,8 @@ class Curve:
     config_id: str
     settings: dict
     points: dict[int, Point] = field(default_factory=dict)
-    correctness_checked: bool = False   # every record reported wrong == 0 (not merely unchecked)
-    tuning: list[dict] = field(default_factory=list)   # NCCL's own algo/proto per size (proof)
+    correctness_checked: bool = False  # every record reported wrong == 0 (not merely unchecked)
+    tuning: list[dict] = field(default_factory=list)  # NCCL's own algo/proto per size (proof)
 
 
 @dataclass
@@ -52,12 +52,14 @@ class Evidence:
     mode: str
     curves: dict[str, Curve]
     excluded: list[Exclusion]
-    nvlink: bool | None          # False if any file's topology says no NVLink; None if unknown
-    node: NodeFacts | None       # what the files agree on about the GPUs (LL128's rule), None if unknown
+    nvlink: bool | None  # False if any file's topology says no NVLink; None if unknown
+    node: NodeFacts | None  # what the files agree on about the GPUs (LL128's rule), None if unknown
     nranks: int | None
     nccl_version: str | None
-    marks: dict[str, dict[int, str]] = field(default_factory=dict)   # config -> size -> bad status
-    excluded_curves: dict[str, Curve] = field(default_factory=dict)  # what excluded configs measured fine
+    marks: dict[str, dict[int, str]] = field(default_factory=dict)  # config -> size -> bad status
+    excluded_curves: dict[str, Curve] = field(
+        default_factory=dict
+    )  # what excluded configs measured fine
     dtype: str | None = None
     op: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -67,12 +69,21 @@ class Evidence:
         return self.curves.get("default")
 
 
-def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mode: str | None = None,
-                  dtype: str | None = None, op: str | None = None, files: list[ResultsFile] | None = None) -> Evidence:
+def load_evidence(
+    paths: list[str | Path],
+    *,
+    collective: str = "all_reduce",
+    mode: str | None = None,
+    dtype: str | None = None,
+    op: str | None = None,
+    files: list[ResultsFile] | None = None,
+) -> Evidence:
     """Read every file, merge configurations across files, keep `collective` in `mode` (eager when
     measured, else graph, unless given), for one dtype and reduction op (the most measured unless given)."""
     if not paths:
-        raise UsageProblem("no results files given: pass one or more files written by `ncclprobe sweep` or `ncclprobe import`")
+        raise UsageProblem(
+            "no results files given: pass one or more files written by `ncclprobe sweep` or `ncclprobe import`"
+        )
     files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
@@ -83,8 +94,10 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
     for key, chosen in (("dtype", dtype), ("op", op)):
         others = sorted({str(r.get(key)) for r in mine} - {str(chosen), "None"})
         if others:
-            notes.append(f"{collective} was measured with {key} {', '.join(others)} too; this uses {chosen} "
-                         f"(pass --{key} to choose)")
+            notes.append(
+                f"{collective} was measured with {key} {', '.join(others)} too; this uses {chosen} "
+                f"(pass --{key} to choose)"
+            )
     results = [r for r in results if not _other_case(r, collective, dtype, op)]
     excluded = _exclusions(configs, results)
     bad = {e.config_id for e in excluded}
@@ -92,14 +105,26 @@ def load_evidence(paths: list[str | Path], *, collective: str = "all_reduce", mo
     excluded_curves = {cid: c for cid, c in curves.items() if cid in bad}
     curves = {cid: c for cid, c in curves.items() if cid not in bad}
     if not curves and not excluded:
-        raise UsageProblem(f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}")
-    return Evidence(paths=[str(p) for p in paths], headers=[f.header for f in files], collective=collective,
-                    mode=mode, curves=curves, excluded=excluded, nvlink=nvlink_of(files),
-                    node=node_of(files),
-                    marks=_marks(results, collective, mode), excluded_curves=excluded_curves,
-                    nranks=_first(f.header.get("nranks") for f in files),
-                    nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files),
-                    dtype=dtype, op=op, notes=notes)
+        raise UsageProblem(
+            f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}"
+        )
+    return Evidence(
+        paths=[str(p) for p in paths],
+        headers=[f.header for f in files],
+        collective=collective,
+        mode=mode,
+        curves=curves,
+        excluded=excluded,
+        nvlink=nvlink_of(files),
+        node=node_of(files),
+        marks=_marks(results, collective, mode),
+        excluded_curves=excluded_curves,
+        nranks=_first(f.header.get("nranks") for f in files),
+        nccl_version=_first((f.header.get("versions") or {}).get("nccl") for f in files),
+        dtype=dtype,
+        op=op,
+        notes=notes,
+    )
 
 
 def _pick(records: list[dict], key: str, given: str | None, preferred: str) -> str | None:
@@ -119,7 +144,9 @@ def _other_case(record: dict, collective: str, dtype: str | None, op: str | None
     written before ops were measured carry no op: they count as sum)."""
     if record.get("collective") != collective:
         return False
-    rec_op = record.get("op") or ("sum" if record.get("redop", "sum") == "sum" else record.get("redop"))
+    rec_op = record.get("op") or (
+        "sum" if record.get("redop", "sum") == "sum" else record.get("redop")
+    )
     return (dtype is not None and record.get("dtype") != dtype) or (op is not None and rec_op != op)
 
 
@@ -129,7 +156,9 @@ def _same_rank_count(files: list[ResultsFile], paths) -> None:
     counts = {f.header.get("nranks") for f in files} - {None}
     if len(counts) > 1:
         listing = ", ".join(f"{p} ({f.header.get('nranks')} ranks)" for p, f in zip(paths, files))
-        raise UsageProblem(f"the results measure different rank counts: {listing}; recommend one setup at a time")
+        raise UsageProblem(
+            f"the results measure different rank counts: {listing}; recommend one setup at a time"
+        )
 
 
 def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
@@ -139,11 +168,17 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
         for record in f.configs:
             cid = record.get("config_id") or config_id(record.get("settings") or {})
             previous = configs.get(cid)
-            if previous is None or previous.get("status") == "ok":   # a bad status anywhere wins
+            if previous is None or previous.get("status") == "ok":  # a bad status anywhere wins
                 configs[cid] = record
         for record in f.results:
-            configs.setdefault(record["config_id"], {"config_id": record["config_id"], "status": "ok",
-                                                     "settings": record.get("settings") or {}})
+            configs.setdefault(
+                record["config_id"],
+                {
+                    "config_id": record["config_id"],
+                    "status": "ok",
+                    "settings": record.get("settings") or {},
+                },
+            )
     return configs
 
 
@@ -158,7 +193,9 @@ def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion
         settings = record.get("settings") or {}
         status = record.get("status") or "ok"
         if status in BAD_CONFIG_STATUSES:
-            out.append(Exclusion(cid, settings, status, _config_reason(status, record.get("reason"))))
+            out.append(
+                Exclusion(cid, settings, status, _config_reason(status, record.get("reason")))
+            )
             continue
         bad = [r for r in results if r["config_id"] == cid and _result_is_bad(r)]
         if bad:
@@ -175,8 +212,13 @@ def _result_status(record: dict) -> str:
 
 
 def _config_reason(status: str, reason: str | None) -> str:
-    lead = {"ignored": "the settings did not take effect", "skipped": "not measured",
-            "hang": "hung", "error": "failed", "wrong": "wrong results"}[status]
+    lead = {
+        "ignored": "the settings did not take effect",
+        "skipped": "not measured",
+        "hang": "hung",
+        "error": "failed",
+        "wrong": "wrong results",
+    }[status]
     return f"{lead}: {reason}" if reason else lead
 
 
@@ -184,9 +226,15 @@ def _result_reason(bad: list[dict]) -> str:
     """`wrong results at 64K (12 wrong elements), 1M (3 wrong elements)`; `hung at 4M: ...`."""
     first = bad[0]
     status = _result_status(first)
-    where = ", ".join(_where(r) for r in bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
-    lead = {"wrong": "wrong results at", "ignored": "settings did not take effect at", "hang": "hung at",
-            "error": "failed at"}[status]
+    where = ", ".join(_where(r) for r in bad[:4]) + (
+        f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    )
+    lead = {
+        "wrong": "wrong results at",
+        "ignored": "settings did not take effect at",
+        "hang": "hung at",
+        "error": "failed at",
+    }[status]
     tail = f": {first['reason']}" if status != "wrong" and first.get("reason") else ""
     return f"{lead} {where}{tail}"
 
@@ -198,7 +246,9 @@ def _where(record: dict) -> str:
     return f"{label} ({wrong} wrong elements)" if wrong else label
 
 
-def _curves(configs: dict[str, dict], results: list[dict], collective: str, mode: str) -> dict[str, Curve]:
+def _curves(
+    configs: dict[str, dict], results: list[dict], collective: str, mode: str
+) -> dict[str, Curve]:
     grouped: dict[str, dict[int, list[Point]]] = {}
     checked: dict[str, bool] = {}
     for r in results:
@@ -209,11 +259,16 @@ def _curves(configs: dict[str, dict], results: list[dict], collective: str, mode
         if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):
             continue
         grouped.setdefault(cid, {}).setdefault(int(r["size_bytes"]), []).append(_point(r))
-    return {cid: Curve(config_id=cid, settings=configs[cid].get("settings") or {},
-                       points={size: merge(pts) for size, pts in sorted(by_size.items())},
-                       correctness_checked=checked.get(cid, False),
-                       tuning=list((configs[cid].get("proof") or {}).get("tuning") or []))
-            for cid, by_size in sorted(grouped.items())}
+    return {
+        cid: Curve(
+            config_id=cid,
+            settings=configs[cid].get("settings") or {},
+            points={size: merge(pts) for size, pts in sorted(by_size.items())},
+            correctness_checked=checked.get(cid, False),
+            tuning=list((configs[cid].get("proof") or {}).get("tuning") or []),
+        )
+        for cid, by_size in sorted(grouped.items())
+    }
 
 
 def _marks(results: list[dict], collective: str, mode: str) -> dict[str, dict[int, str]]:
@@ -228,10 +283,14 @@ def _marks(results: list[dict], collective: str, mode: str) -> dict[str, dict[in
 def _point(record: dict) -> Point:
     time_us = float(record["time_us"])
     p10, p90 = record.get("time_us_p10"), record.get("time_us_p90")
-    return Point(size_bytes=int(record["size_bytes"]), time_us=time_us,
-                 p10_us=float(p10) if p10 is not None else time_us,
-                 p90_us=float(p90) if p90 is not None else time_us,
-                 busbw_gbps=record.get("busbw_gbps"), trials=int(record.get("trials") or 1))
+    return Point(
+        size_bytes=int(record["size_bytes"]),
+        time_us=time_us,
+        p10_us=float(p10) if p10 is not None else time_us,
+        p90_us=float(p90) if p90 is not None else time_us,
+        busbw_gbps=record.get("busbw_gbps"),
+        trials=int(record.get("trials") or 1),
+    )
 
 
 def nvlink_of(files: list[ResultsFile]) -> bool | None:
@@ -250,7 +309,9 @@ def node_of(files: list[ResultsFile]) -> NodeFacts | None:
 def _node(header: dict) -> NodeFacts:
     """A sweep's header holds the GPUs' facts (`topology.node`); older files only whether NVLink was seen."""
     topology = header.get("topology") or {}
-    return NodeFacts.from_json(topology.get("node") or topology, over_network=bool(header.get("share_gpu")))
+    return NodeFacts.from_json(
+        topology.get("node") or topology, over_network=bool(header.get("share_gpu"))
+    )
 
 
 def _first(values):

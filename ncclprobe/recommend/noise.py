@@ -39,11 +39,17 @@ def gain(candidate_us: float, default_us: float) -> float:
 
 def significant(candidate: Point, default: Point, *, min_gain: float = DEFAULT_MIN_GAIN) -> bool:
     """True when `candidate` is faster than `default` beyond both the trial spread and the floor."""
-    return candidate.p90_us < default.p10_us and gain(candidate.time_us, default.time_us) >= min_gain
+    return (
+        candidate.p90_us < default.p10_us and gain(candidate.time_us, default.time_us) >= min_gain
+    )
 
 
-def significant_totals(candidate: tuple[float, float, float], default: tuple[float, float, float],
-                       *, min_gain: float = DEFAULT_MIN_GAIN) -> bool:
+def significant_totals(
+    candidate: tuple[float, float, float],
+    default: tuple[float, float, float],
+    *,
+    min_gain: float = DEFAULT_MIN_GAIN,
+) -> bool:
     """The same test on workload totals given as (median, p10, p90) sums."""
     return candidate[2] < default[1] and gain(candidate[0], default[0]) >= min_gain
 
@@ -55,10 +61,14 @@ def merge(points: list[Point]) -> Point:
     middle = len(times) // 2
     median = times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
     bws = [p.busbw_gbps for p in points if p.busbw_gbps is not None]
-    return Point(size_bytes=points[0].size_bytes, time_us=median,
-                 p10_us=min(min(p.p10_us for p in points), times[0]),
-                 p90_us=max(max(p.p90_us for p in points), times[-1]),
-                 busbw_gbps=max(bws) if bws else None, trials=sum(p.trials for p in points))
+    return Point(
+        size_bytes=points[0].size_bytes,
+        time_us=median,
+        p10_us=min(min(p.p10_us for p in points), times[0]),
+        p90_us=max(max(p.p90_us for p in points), times[-1]),
+        busbw_gbps=max(bws) if bws else None,
+        trials=sum(p.trials for p in points),
+    )
 
 
 def interpolate(points: dict[int, Point], size: int) -> tuple[float, float, float] | None:
@@ -83,8 +93,14 @@ def interpolate(points: dict[int, Point], size: int) -> tuple[float, float, floa
         return p.time_us, p.p10_us, p.p90_us
     t = (math.log(size) - math.log(lower)) / (math.log(upper) - math.log(lower))
     lo_p, hi_p = points[lower], points[upper]
-    return tuple(_loglerp(a, b, t) for a, b in ((lo_p.time_us, hi_p.time_us), (lo_p.p10_us, hi_p.p10_us),
-                                                 (lo_p.p90_us, hi_p.p90_us)))
+    return tuple(
+        _loglerp(a, b, t)
+        for a, b in (
+            (lo_p.time_us, hi_p.time_us),
+            (lo_p.p10_us, hi_p.p10_us),
+            (lo_p.p90_us, hi_p.p90_us),
+        )
+    )
 
 
 def _loglerp(a: float, b: float, t: float) -> float:

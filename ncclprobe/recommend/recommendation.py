@@ -37,7 +37,7 @@ class Recommendation:
     ranges: list[select.SizeRange]
     overall: select.GlobalChoice
     notes: list[str] = field(default_factory=list)
-    baseline_id: str = "default"          # what gains are measured against (NO_WINNER among candidates)
+    baseline_id: str = "default"  # what gains are measured against (NO_WINNER among candidates)
     comparison: str = AGAINST_DEFAULT
 
     @property
@@ -68,61 +68,117 @@ class Recommendation:
     def to_json(self) -> dict:
         ev = self.evidence
         return {
-            "schema_version": SCHEMA_VERSION, "kind": "recommendation",
+            "schema_version": SCHEMA_VERSION,
+            "kind": "recommendation",
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "env": self.env, "change": self.change, "comparison": self.comparison,
-            "baseline": None if self.comparison == AMONG_CANDIDATES else self.baseline_id, "against": self.against,
-            "collective": ev.collective, "mode": ev.mode, "dtype": ev.dtype, "op": ev.op, "nranks": ev.nranks,
+            "env": self.env,
+            "change": self.change,
+            "comparison": self.comparison,
+            "baseline": None if self.comparison == AMONG_CANDIDATES else self.baseline_id,
+            "against": self.against,
+            "collective": ev.collective,
+            "mode": ev.mode,
+            "dtype": ev.dtype,
+            "op": ev.op,
+            "nranks": ev.nranks,
             "global": _global_json(self.overall),
             "per_size": [_size_json(c) for c in self.per_size],
             "ranges": [_range_json(r, self.settings_of(r.config_id)) for r in self.ranges],
-            "workload": {"source": self.workload.source,
-                         "sizes": [{"size_bytes": s, "count": c} for s, c in self.workload.counts.items()]},
-            "excluded": [{"config_id": e.config_id, "settings": e.settings, "status": e.status, "reason": e.reason}
-                         for e in ev.excluded],
-            "refused": [{"config_id": cid, "settings": self.settings_of(cid), "reasons": reasons}
-                        for cid, reasons in self.refused.items()],
+            "workload": {
+                "source": self.workload.source,
+                "sizes": [{"size_bytes": s, "count": c} for s, c in self.workload.counts.items()],
+            },
+            "excluded": [
+                {
+                    "config_id": e.config_id,
+                    "settings": e.settings,
+                    "status": e.status,
+                    "reason": e.reason,
+                }
+                for e in ev.excluded
+            ],
+            "refused": [
+                {"config_id": cid, "settings": self.settings_of(cid), "reasons": reasons}
+                for cid, reasons in self.refused.items()
+            ],
             "min_gain_pct": round(100 * self.min_gain, 3),
-            "evidence": {"files": ev.paths, "nvlink": ev.nvlink, "node": ev.node.to_json() if ev.node else None,
-                         "nccl_version": ev.nccl_version,
-                         "runs": [_header_json(h) for h in ev.headers]},
+            "evidence": {
+                "files": ev.paths,
+                "nvlink": ev.nvlink,
+                "node": ev.node.to_json() if ev.node else None,
+                "nccl_version": ev.nccl_version,
+                "runs": [_header_json(h) for h in ev.headers],
+            },
             "notes": self.notes,
         }
 
 
-def build_recommendation(paths: list[str | Path], *, workload: Workload | None = None,
-                         collective: str = "all_reduce", mode: str | None = None,
-                         min_gain: float = DEFAULT_MIN_GAIN, allow_ll128: bool = False,
-                         baseline: dict[str, str] | None = None, dtype: str | None = None,
-                         op: str | None = None, evidence: Evidence | None = None) -> Recommendation:
+def build_recommendation(
+    paths: list[str | Path],
+    *,
+    workload: Workload | None = None,
+    collective: str = "all_reduce",
+    mode: str | None = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    allow_ll128: bool = False,
+    baseline: dict[str, str] | None = None,
+    dtype: str | None = None,
+    op: str | None = None,
+    evidence: Evidence | None = None,
+) -> Recommendation:
     """Read `paths` and decide. Raises UsageProblem when the named baseline (or, with none named and
     a default measured, the default) is unusable, or when fewer than two candidates are left."""
-    evidence = evidence or load_evidence(paths, collective=collective, mode=mode, dtype=dtype, op=op)
+    evidence = evidence or load_evidence(
+        paths, collective=collective, mode=mode, dtype=dtype, op=op
+    )
     base_id = config_id(baseline) if baseline is not None else "default"
     base = evidence.curves.get(base_id)
     comparison = AGAINST_BASELINE if baseline is not None else AGAINST_DEFAULT
     if base is None:
         _check_missing_baseline(evidence, base_id, baseline)
         comparison = AMONG_CANDIDATES
-    policy = SafetyPolicy(node=evidence.node, allow_ll128=allow_ll128, nccl_version=evidence.nccl_version,
-                          timing_caveat=timing_caveat(evidence.headers))
-    refused = {c.config_id: reasons for c in evidence.curves.values()
-               if c.config_id != base_id
-               and (reasons := refusals(c.settings, correctness_checked=c.correctness_checked, policy=policy))}
-    candidates = [c for c in evidence.curves.values() if c.config_id != base_id and c.config_id not in refused]
+    policy = SafetyPolicy(
+        node=evidence.node,
+        allow_ll128=allow_ll128,
+        nccl_version=evidence.nccl_version,
+        timing_caveat=timing_caveat(evidence.headers),
+    )
+    refused = {
+        c.config_id: reasons
+        for c in evidence.curves.values()
+        if c.config_id != base_id
+        and (
+            reasons := refusals(
+                c.settings, correctness_checked=c.correctness_checked, policy=policy
+            )
+        )
+    }
+    candidates = [
+        c for c in evidence.curves.values() if c.config_id != base_id and c.config_id not in refused
+    ]
     if base is None:
         if len(candidates) < 2:
-            raise UsageProblem(f"no all-default {evidence.collective} run and fewer than two safe candidates to "
-                               "compare; name the baseline your job runs with today (--baseline NCCL_VAR=value,...)")
+            raise UsageProblem(
+                f"no all-default {evidence.collective} run and fewer than two safe candidates to "
+                "compare; name the baseline your job runs with today (--baseline NCCL_VAR=value,...)"
+            )
         workload = workload or uniform(sorted({s for c in candidates for s in c.points}))
         choices, overall = select.among_candidates(candidates, workload, min_gain=min_gain)
     else:
         workload = workload or uniform(sorted(base.points))
         choices = select.per_size(base, candidates, min_gain=min_gain)
         overall = select.global_choice(base, candidates, workload, min_gain=min_gain)
-    rec = Recommendation(evidence=evidence, workload=workload, min_gain=min_gain, refused=refused,
-                         per_size=choices, ranges=select.size_ranges(choices), overall=overall,
-                         baseline_id=select.NO_WINNER if base is None else base_id, comparison=comparison)
+    rec = Recommendation(
+        evidence=evidence,
+        workload=workload,
+        min_gain=min_gain,
+        refused=refused,
+        per_size=choices,
+        ranges=select.size_ranges(choices),
+        overall=overall,
+        baseline_id=select.NO_WINNER if base is None else base_id,
+        comparison=comparison,
+    )
     rec.notes = _notes(rec) + _baseline_notes(rec, base, policy)
     return rec
 
@@ -134,17 +190,24 @@ def _check_missing_baseline(evidence: Evidence, base_id: str, baseline: dict | N
         raise UsageProblem(f"{what} is excluded ({bad.reason}); nothing can be compared against it")
     if baseline is not None:
         measured = ", ".join(sorted(evidence.curves)) or "none"
-        raise UsageProblem(f"--baseline {base_id} was not measured for {evidence.collective} {evidence.mode} "
-                           f"(measured: {measured})")
+        raise UsageProblem(
+            f"--baseline {base_id} was not measured for {evidence.collective} {evidence.mode} "
+            f"(measured: {measured})"
+        )
 
 
 def _baseline_notes(rec: Recommendation, base, policy) -> list[str]:
     if rec.comparison == AMONG_CANDIDATES:
-        return ["no all-default run: the candidates are compared with each other, so a gain is relative to the next "
-                "best candidate, not to NCCL's defaults (measure the default, or name --baseline)"]
+        return [
+            "no all-default run: the candidates are compared with each other, so a gain is relative to the next "
+            "best candidate, not to NCCL's defaults (measure the default, or name --baseline)"
+        ]
     if rec.comparison == AGAINST_BASELINE:
-        unsafe = refusals(base.settings, correctness_checked=base.correctness_checked,
-                          policy=SafetyPolicy(policy.node, policy.allow_ll128, policy.nccl_version))
+        unsafe = refusals(
+            base.settings,
+            correctness_checked=base.correctness_checked,
+            policy=SafetyPolicy(policy.node, policy.allow_ll128, policy.nccl_version),
+        )
         return [f"the baseline itself would be refused here: {reason}" for reason in unsafe]
     return []
 
@@ -153,20 +216,28 @@ def _notes(rec: Recommendation) -> list[str]:
     notes = list(rec.overall.notes)
     points = [p for c in rec.evidence.curves.values() for p in c.points.values()]
     if points and all(p.trials <= 1 for p in points):
-        notes.append("the results carry no trial spread (one trial per size); "
-                     f"only gains of at least {100 * rec.min_gain:.0f}% count")
+        notes.append(
+            "the results carry no trial spread (one trial per size); "
+            f"only gains of at least {100 * rec.min_gain:.0f}% count"
+        )
     best = rec.overall.best_config_id
     if best not in (rec.baseline_id, select.NO_WINNER) and not rec.overall.significant:
-        notes.append(f"{short_label(rec.settings_of(best))} is {100 * rec.overall.gain:.1f}% faster over the "
-                     "workload, inside the noise or below the floor: no change recommended")
+        notes.append(
+            f"{short_label(rec.settings_of(best))} is {100 * rec.overall.gain:.1f}% faster over the "
+            "workload, inside the noise or below the floor: no change recommended"
+        )
     share, mode = rec.workload.graphed_share, rec.evidence.mode
     if share is not None and (share > 0.5) != (mode == "graph"):
         other = "graph" if mode == "eager" else "eager"
-        notes.append(f"{100 * share:.0f}% of the workload's collectives ran inside CUDA graphs but the choice used "
-                     f"{mode} measurements; pass --mode {other} if the sweep measured {other} mode")
+        notes.append(
+            f"{100 * share:.0f}% of the workload's collectives ran inside CUDA graphs but the choice used "
+            f"{mode} measurements; pass --mode {other} if the sweep measured {other} mode"
+        )
     if rec.workload.unknown_calls:
-        notes.append(f"{rec.workload.unknown_calls:.0f} of the workload's calls were replayed from CUDA graphs whose "
-                     "capture the profile does not hold: their sizes are unknown and they are not weighed")
+        notes.append(
+            f"{rec.workload.unknown_calls:.0f} of the workload's calls were replayed from CUDA graphs whose "
+            "capture the profile does not hold: their sizes are unknown and they are not weighed"
+        )
     return notes + _refusal_notes(rec.refused)
 
 
@@ -177,27 +248,60 @@ def _refusal_notes(refused: dict[str, list[str]]) -> list[str]:
     for cid, reasons in refused.items():
         for reason in reasons:
             by_reason.setdefault(reason, []).append(cid)
-    return [f"{cids[0]}: {reason}" if len(cids) == 1 else f"{len(cids)} configurations ({'; '.join(cids)}): {reason}"
-            for reason, cids in by_reason.items()]
+    return [
+        f"{cids[0]}: {reason}"
+        if len(cids) == 1
+        else f"{len(cids)} configurations ({'; '.join(cids)}): {reason}"
+        for reason, cids in by_reason.items()
+    ]
 
 
 def _global_json(g: select.GlobalChoice) -> dict:
-    return {"config_id": g.config_id, "best_config_id": g.best_config_id, "gain_pct": round(100 * g.gain, 3),
-            "significant": g.significant,
-            "totals_us": {cid: {"median": t[0], "p10": t[1], "p90": t[2]} for cid, t in g.totals_us.items()}}
+    return {
+        "config_id": g.config_id,
+        "best_config_id": g.best_config_id,
+        "gain_pct": round(100 * g.gain, 3),
+        "significant": g.significant,
+        "totals_us": {
+            cid: {"median": t[0], "p10": t[1], "p90": t[2]} for cid, t in g.totals_us.items()
+        },
+    }
 
 
 def _size_json(c: select.SizeChoice) -> dict:
-    return {"size_bytes": c.size_bytes, "fastest": c.fastest, "chosen": c.chosen, "time_us": c.time_us,
-            "default_time_us": c.default_time_us, "gain_pct": round(100 * c.gain, 3),
-            "noise_pct": round(100 * c.noise, 3), "significant": c.significant}
+    return {
+        "size_bytes": c.size_bytes,
+        "fastest": c.fastest,
+        "chosen": c.chosen,
+        "time_us": c.time_us,
+        "default_time_us": c.default_time_us,
+        "gain_pct": round(100 * c.gain, 3),
+        "noise_pct": round(100 * c.noise, 3),
+        "significant": c.significant,
+    }
 
 
 def _range_json(r: select.SizeRange, settings: dict) -> dict:
-    return {"min_size_bytes": r.min_size_bytes, "max_size_bytes": r.max_size_bytes, "config_id": r.config_id,
-            "settings": settings, "gain_pct_min": round(100 * r.gain_min, 3), "gain_pct_max": round(100 * r.gain_max, 3)}
+    return {
+        "min_size_bytes": r.min_size_bytes,
+        "max_size_bytes": r.max_size_bytes,
+        "config_id": r.config_id,
+        "settings": settings,
+        "gain_pct_min": round(100 * r.gain_min, 3),
+        "gain_pct_max": round(100 * r.gain_max, 3),
+    }
 
 
 def _header_json(header: dict) -> dict:
-    keys = ("kind", "started_at", "hostname", "versions", "gpus", "backend", "nranks", "topology", "env")
+    keys = (
+        "kind",
+        "started_at",
+        "hostname",
+        "versions",
+        "gpus",
+        "backend",
+        "nranks",
+        "topology",
+        "env",
+    )
     return {key: header.get(key) for key in keys}

@@ -24,20 +24,28 @@ from ncclprobe.nccl.values import forcing_ll128
 
 @dataclass(frozen=True)
 class SafetyPolicy:
-    node: NodeFacts | None       # the GPUs the results were measured on; None = unknown, treated as unsafe
-    allow_ll128: bool = False    # the user's explicit --allow-ll128-without-nvlink
+    node: (
+        NodeFacts | None
+    )  # the GPUs the results were measured on; None = unknown, treated as unsafe
+    allow_ll128: bool = False  # the user's explicit --allow-ll128-without-nvlink
     nccl_version: str | None = None
-    timing_caveat: str | None = None  # why these timings cannot rank NCCL settings (gloo, --share-gpu)
+    timing_caveat: str | None = (
+        None  # why these timings cannot rank NCCL settings (gloo, --share-gpu)
+    )
 
 
 def timing_caveat(headers: list[dict]) -> str | None:
     """Why the results' timings cannot rank NCCL settings, or None when they can."""
     if any(h.get("backend") == "gloo" for h in headers):
-        return ("measured with the gloo backend: NCCL settings did not shape these numbers, "
-                "so any difference is noise (sweep on GPUs with NCCL)")
+        return (
+            "measured with the gloo backend: NCCL settings did not shape these numbers, "
+            "so any difference is noise (sweep on GPUs with NCCL)"
+        )
     if any(h.get("share_gpu") for h in headers):
-        return ("measured with sweep --share-gpu: the ranks time-slice one GPU over sockets, so the settings "
-                "and their proofs are real but the timings are not (sweep with one GPU per rank)")
+        return (
+            "measured with sweep --share-gpu: the ranks time-slice one GPU over sockets, so the settings "
+            "and their proofs are real but the timings are not (sweep with one GPU per rank)"
+        )
     return None
 
 
@@ -54,14 +62,17 @@ def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy)
     unsafe = ll128_hazard(settings, policy.node, policy.nccl_version)
     if unsafe:
         if not policy.allow_ll128:
-            reasons.append(f"LL128 refused: {unsafe.summary}, where forced LL128 can corrupt data silently "
-                           f"(pass {ALLOW_LL128_FLAG} to consider it)")
+            reasons.append(
+                f"LL128 refused: {unsafe.summary}, where forced LL128 can corrupt data silently "
+                f"(pass {ALLOW_LL128_FLAG} to consider it)"
+            )
         elif not correctness_checked:
-            reasons.append(f"LL128 refused: {unsafe.summary} and the sweep did not verify this configuration's "
-                           "results (run the sweep with correctness checks)")
+            reasons.append(
+                f"LL128 refused: {unsafe.summary} and the sweep did not verify this configuration's "
+                "results (run the sweep with correctness checks)"
+            )
     reasons += [f"lint error: {message}" for message in lint_errors(settings, policy)]
     return reasons
-
 
 
 def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
@@ -70,5 +81,8 @@ def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
         return []
     findings = lint_env(settings, node=policy.node, nccl_version=policy.nccl_version)
     # forced LL128 is rule 1's call (flag + verified results), not an unconditional no
-    return [f.message for f in findings if f.severity == "error" and getattr(f, "code", "") != LL128_RULE]
-
+    return [
+        f.message
+        for f in findings
+        if f.severity == "error" and getattr(f, "code", "") != LL128_RULE
+    ]

@@ -25,20 +25,22 @@ class SizeChoice:
     """At one measured size: the fastest safe configuration and whether its gain is real."""
 
     size_bytes: int
-    fastest: str          # config_id of the fastest safe configuration (may be "default")
+    fastest: str  # config_id of the fastest safe configuration (may be "default")
     time_us: float
     default_time_us: float
-    gain: float           # fraction of the default's time saved by `fastest`
-    noise: float          # the larger relative half-spread of the two
+    gain: float  # fraction of the default's time saved by `fastest`
+    noise: float  # the larger relative half-spread of the two
     significant: bool
-    baseline: str = "default"   # what `default_time_us` measured: the baseline, or NO_WINNER's next best
+    baseline: str = (
+        "default"  # what `default_time_us` measured: the baseline, or NO_WINNER's next best
+    )
 
     @property
     def chosen(self) -> str:
         return self.fastest if self.significant else self.baseline
 
 
-NO_WINNER = "none"   # among candidates, no configuration beat the next best beyond the noise
+NO_WINNER = "none"  # among candidates, no configuration beat the next best beyond the noise
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,13 @@ class SizeRange:
 class GlobalChoice:
     """The one setting for every size, weighed by the workload."""
 
-    config_id: str                          # "default" when nothing clears the noise
-    gain: float                             # of the best total over the default total
+    config_id: str  # "default" when nothing clears the noise
+    gain: float  # of the best total over the default total
     significant: bool
-    best_config_id: str                     # the best total, recommended or not
-    totals_us: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # (median, p10, p90)
+    best_config_id: str  # the best total, recommended or not
+    totals_us: dict[str, tuple[float, float, float]] = field(
+        default_factory=dict
+    )  # (median, p10, p90)
     notes: list[str] = field(default_factory=list)
 
 
@@ -71,38 +75,69 @@ def per_size(default: Curve, candidates: list[Curve], *, min_gain: float) -> lis
     for size, base in default.points.items():
         rivals = [(c.config_id, c.points[size]) for c in candidates if size in c.points]
         best_id, best = min(rivals + [(base_id, base)], key=lambda pair: pair[1].time_us)
-        choices.append(SizeChoice(size_bytes=size, fastest=best_id, time_us=best.time_us,
-                                  default_time_us=base.time_us, gain=gain(best.time_us, base.time_us),
-                                  noise=max(best.noise, base.noise),
-                                  significant=best_id != base_id and significant(best, base, min_gain=min_gain),
-                                  baseline=base_id))
+        choices.append(
+            SizeChoice(
+                size_bytes=size,
+                fastest=best_id,
+                time_us=best.time_us,
+                default_time_us=base.time_us,
+                gain=gain(best.time_us, base.time_us),
+                noise=max(best.noise, base.noise),
+                significant=best_id != base_id and significant(best, base, min_gain=min_gain),
+                baseline=base_id,
+            )
+        )
     return choices
 
 
-def among_candidates(curves: list[Curve], workload: Workload, *, min_gain: float) -> tuple[list[SizeChoice], GlobalChoice]:
+def among_candidates(
+    curves: list[Curve], workload: Workload, *, min_gain: float
+) -> tuple[list[SizeChoice], GlobalChoice]:
     """No baseline: per size the fastest against the next best; globally the best total against the
     next best total. A winner must clear the noise against the runner-up, else NO_WINNER."""
     choices = []
     for size in sorted({s for c in curves for s in c.points}):
-        ranked = sorted(((c.config_id, c.points[size]) for c in curves if size in c.points), key=lambda p: p[1].time_us)
+        ranked = sorted(
+            ((c.config_id, c.points[size]) for c in curves if size in c.points),
+            key=lambda p: p[1].time_us,
+        )
         if len(ranked) < 2:
             continue
         (best_id, best), (_, runner) = ranked[0], ranked[1]
-        choices.append(SizeChoice(size_bytes=size, fastest=best_id, time_us=best.time_us,
-                                  default_time_us=runner.time_us, gain=gain(best.time_us, runner.time_us),
-                                  noise=max(best.noise, runner.noise),
-                                  significant=significant(best, runner, min_gain=min_gain), baseline=NO_WINNER))
+        choices.append(
+            SizeChoice(
+                size_bytes=size,
+                fastest=best_id,
+                time_us=best.time_us,
+                default_time_us=runner.time_us,
+                gain=gain(best.time_us, runner.time_us),
+                noise=max(best.noise, runner.noise),
+                significant=significant(best, runner, min_gain=min_gain),
+                baseline=NO_WINNER,
+            )
+        )
     sizes = sorted(set.intersection(*(set(c.points) for c in curves))) if curves else []
-    totals = {c.config_id: _total({s: c.points[s] for s in sizes}, workload) for c in curves} if sizes else {}
+    totals = (
+        {c.config_id: _total({s: c.points[s] for s in sizes}, workload) for c in curves}
+        if sizes
+        else {}
+    )
     notes = [] if sizes else ["the candidates share no measured size: no global comparison"]
     ranked = sorted(totals, key=lambda cid: totals[cid][0])
     if len(ranked) < 2:
-        return choices, GlobalChoice(NO_WINNER, 0.0, False, ranked[0] if ranked else NO_WINNER, totals, notes)
+        return choices, GlobalChoice(
+            NO_WINNER, 0.0, False, ranked[0] if ranked else NO_WINNER, totals, notes
+        )
     best, runner = ranked[0], ranked[1]
     ok = significant_totals(totals[best], totals[runner], min_gain=min_gain)
-    return choices, GlobalChoice(config_id=best if ok else NO_WINNER, gain=gain(totals[best][0], totals[runner][0]),
-                                 significant=ok, best_config_id=best, totals_us=totals,
-                                 notes=notes + [f"compared among candidates: {best} against the next best, {runner}"])
+    return choices, GlobalChoice(
+        config_id=best if ok else NO_WINNER,
+        gain=gain(totals[best][0], totals[runner][0]),
+        significant=ok,
+        best_config_id=best,
+        totals_us=totals,
+        notes=notes + [f"compared among candidates: {best} against the next best, {runner}"],
+    )
 
 
 def size_ranges(choices: list[SizeChoice]) -> list[SizeRange]:
@@ -111,29 +146,50 @@ def size_ranges(choices: list[SizeChoice]) -> list[SizeRange]:
     for choice in choices:
         last = ranges[-1] if ranges else None
         if last and last.config_id == choice.chosen:
-            ranges[-1] = SizeRange(last.min_size_bytes, choice.size_bytes, last.config_id,
-                                   min(last.gain_min, choice.gain), max(last.gain_max, choice.gain))
+            ranges[-1] = SizeRange(
+                last.min_size_bytes,
+                choice.size_bytes,
+                last.config_id,
+                min(last.gain_min, choice.gain),
+                max(last.gain_max, choice.gain),
+            )
         else:
-            ranges.append(SizeRange(choice.size_bytes, choice.size_bytes, choice.chosen, choice.gain, choice.gain))
+            ranges.append(
+                SizeRange(
+                    choice.size_bytes, choice.size_bytes, choice.chosen, choice.gain, choice.gain
+                )
+            )
     return ranges
 
 
-def global_choice(default: Curve, candidates: list[Curve], workload: Workload, *, min_gain: float) -> GlobalChoice:
+def global_choice(
+    default: Curve, candidates: list[Curve], workload: Workload, *, min_gain: float
+) -> GlobalChoice:
     """The configuration with the least weighted total time; default unless it clears the noise."""
     notes = _coverage_notes(default, workload)
     complete = [c for c in candidates if set(default.points) <= set(c.points)]
     for c in candidates:
         if c not in complete:
             missing = sorted(set(default.points) - set(c.points))
-            notes.append(f"{c.config_id} left out of the global choice: not measured at "
-                         f"{', '.join(format_size(s) for s in missing[:5])}")
+            notes.append(
+                f"{c.config_id} left out of the global choice: not measured at "
+                f"{', '.join(format_size(s) for s in missing[:5])}"
+            )
     base_id = default.config_id
     totals = {c.config_id: _total(c.points, workload) for c in [default] + complete}
     best_id = min(totals, key=lambda cid: totals[cid][0])
     best_gain = gain(totals[best_id][0], totals[base_id][0])
-    ok = best_id != base_id and significant_totals(totals[best_id], totals[base_id], min_gain=min_gain)
-    return GlobalChoice(config_id=best_id if ok else base_id, gain=best_gain, significant=ok,
-                        best_config_id=best_id, totals_us=totals, notes=notes)
+    ok = best_id != base_id and significant_totals(
+        totals[best_id], totals[base_id], min_gain=min_gain
+    )
+    return GlobalChoice(
+        config_id=best_id if ok else base_id,
+        gain=best_gain,
+        significant=ok,
+        best_config_id=best_id,
+        totals_us=totals,
+        notes=notes,
+    )
 
 
 def _total(points: dict[int, Point], workload: Workload) -> tuple[float, float, float]:
@@ -150,6 +206,8 @@ def _coverage_notes(default: Curve, workload: Workload) -> list[str]:
     outside = [s for s in workload.counts if s < lo or s > hi]
     if not outside:
         return []
-    return [f"{len(outside)} workload sizes lie outside the measured {format_size(lo)}..{format_size(hi)} "
-            f"(e.g. {format_size(outside[0])}); they were costed at the nearest measured size -- "
-            "sweep those sizes for a firmer answer"]
+    return [
+        f"{len(outside)} workload sizes lie outside the measured {format_size(lo)}..{format_size(hi)} "
+        f"(e.g. {format_size(outside[0])}); they were costed at the nearest measured size -- "
+        "sweep those sizes for a firmer answer"
+    ]

@@ -25,8 +25,8 @@ class Workload:
 
     counts: dict[int, float]
     source: str
-    graphed_share: float | None = None   # fraction of the collectives issued inside CUDA graphs
-    unknown_calls: float = 0.0           # calls whose size the evidence does not hold (not weighed)
+    graphed_share: float | None = None  # fraction of the collectives issued inside CUDA graphs
+    unknown_calls: float = 0.0  # calls whose size the evidence does not hold (not weighed)
 
     @property
     def total(self) -> float:
@@ -40,7 +40,9 @@ def from_sizes(spec: str) -> Workload:
 
 def uniform(sizes: list[int]) -> Workload:
     """No workload given: every measured size weighs the same (said so in the notes)."""
-    return Workload(counts={size: 1.0 for size in sizes}, source="every measured size, weighted equally")
+    return Workload(
+        counts={size: 1.0 for size in sizes}, source="every measured size, weighted equally"
+    )
 
 
 def workload_runs(runs: list[EngineRun]) -> list[EngineRun]:
@@ -53,18 +55,24 @@ def workload_runs(runs: list[EngineRun]) -> list[EngineRun]:
 def from_files(paths: list[str | Path], *, collective: str = "all_reduce") -> Workload:
     """The workload of an engine trace, profiles (one per rank) or a server log, told apart by content."""
     from ncclprobe.enginerun import load_any
+
     runset = load_any(list(paths))
     names = ", ".join(str(p) for p in paths)
     return from_runs(runset.runs, collective=collective, source=f"{runset.kind} {names}")
 
 
-def from_trace(trace: dict, *, collective: str = "all_reduce", source: str = "engine trace") -> Workload:
+def from_trace(
+    trace: dict, *, collective: str = "all_reduce", source: str = "engine trace"
+) -> Workload:
     """The workload of an engine-trace document in memory (run-engine --tuned's own run)."""
     from ncclprobe.enginerun.trace import to_runs
+
     return from_runs(to_runs(trace), collective=collective, source=source)
 
 
-def from_runs(runs: list[EngineRun], *, collective: str = "all_reduce", source: str = "engine run") -> Workload:
+def from_runs(
+    runs: list[EngineRun], *, collective: str = "all_reduce", source: str = "engine run"
+) -> Workload:
     """Sum the calls per size of `collective` over the workload runs. Calls of unknown size
     (replayed from a graph whose capture a profile does not hold) cannot be weighed: counted apart."""
     counts: dict[int, float] = {}
@@ -81,11 +89,19 @@ def from_runs(runs: list[EngineRun], *, collective: str = "all_reduce", source: 
             counts[size] = counts.get(size, 0.0) + float(entry.count)
             graphed += float(entry.count) if entry.graph else 0.0
     if not counts:
-        why = f" ({unknown:.0f} calls of unknown size, replayed from CUDA graphs)" if unknown else ""
+        why = (
+            f" ({unknown:.0f} calls of unknown size, replayed from CUDA graphs)" if unknown else ""
+        )
         kinds = {r.source for r in runs}
         if "server-log" in kinds:
-            why = " (a server log records no collectives; give the run's profile or an engine trace)"
+            why = (
+                " (a server log records no collectives; give the run's profile or an engine trace)"
+            )
         raise UsageProblem(f"{source} has no {collective} collectives of known size{why}")
     labels = sorted({f"{r.label}/{r.mode or 'run'}" for r in chosen})
-    return Workload(counts=dict(sorted(counts.items())), source=f"{source} ({', '.join(labels)} runs)",
-                    graphed_share=graphed / sum(counts.values()), unknown_calls=unknown)
+    return Workload(
+        counts=dict(sorted(counts.items())),
+        source=f"{source} ({', '.join(labels)} runs)",
+        graphed_share=graphed / sum(counts.values()),
+        unknown_calls=unknown,
+    )

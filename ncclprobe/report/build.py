@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.enginerun import RunSet, load_any
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation, build_recommendation
 from ncclprobe.recommend.collectives import collectives_in, combine
 from ncclprobe.recommend.load import Evidence, load_evidence
-from ncclprobe.enginerun import RunSet, load_any
 from ncclprobe.recommend.workload import Workload, from_runs
 from ncclprobe.report import html, markdown, plots
 from ncclprobe.report.content import collective_sections, run_sections
@@ -34,29 +34,46 @@ class ReportFiles:
     figures: list[plots.Figure] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"schema_version": 1, "kind": "report", "out_dir": str(self.out_dir),
-                "markdown": str(self.markdown), "html": str(self.html),
-                "recommendation": str(self.recommendation) if self.recommendation else None,
-                "figures": [{"name": f.name, "title": f.title, "png": str(f.png), "svg": str(f.svg)}
-                            for f in self.figures]}
+        return {
+            "schema_version": 1,
+            "kind": "report",
+            "out_dir": str(self.out_dir),
+            "markdown": str(self.markdown),
+            "html": str(self.html),
+            "recommendation": str(self.recommendation) if self.recommendation else None,
+            "figures": [
+                {"name": f.name, "title": f.title, "png": str(f.png), "svg": str(f.svg)}
+                for f in self.figures
+            ],
+        }
 
 
 REPORT_ENTRIES = ("report.md", "report.html", "recommendation.json", "figures")
 
 
-def build_report(results: list[str | Path], out_dir: str | Path, *,
-                 trace_path: str | Path | list[str | Path] | None = None,
-                 workload: Workload | None = None, collective: str | list[str] | None = None,
-                 mode: str | None = None, min_gain: float = 0.05, allow_ll128: bool = False,
-                 baseline: dict[str, str] | None = None, force: bool = False) -> ReportFiles:
+def build_report(
+    results: list[str | Path],
+    out_dir: str | Path,
+    *,
+    trace_path: str | Path | list[str | Path] | None = None,
+    workload: Workload | None = None,
+    collective: str | list[str] | None = None,
+    mode: str | None = None,
+    min_gain: float = 0.05,
+    allow_ll128: bool = False,
+    baseline: dict[str, str] | None = None,
+    force: bool = False,
+) -> ReportFiles:
     """Every input is read and every recommendation made before anything is written; the directory
     is then built beside `out_dir` and swapped in whole (`ncclprobe.safe_output.atomic_directory`),
     so an existing report is replaced only with `force` and never mixed with this one's files."""
     out = check_output_dir(out_dir, force=force, what="--output", owned=REPORT_ENTRIES)
     paths = [trace_path] if isinstance(trace_path, (str, Path)) else list(trace_path or [])
     engine = load_any(paths) if paths else None
-    names = [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
-    reported = []   # (name, evidence, recommendation, why none)
+    names = (
+        [collective] if isinstance(collective, str) else list(collective or collectives_in(results))
+    )
+    reported = []  # (name, evidence, recommendation, why none)
     for name in names:
         try:
             ev = load_evidence(results, collective=name, mode=mode)
@@ -66,9 +83,13 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
             log.warning("%s: not reported (%s)", name, exc)
             continue
         load = workload or (_engine_workload(engine, name) if engine is not None else None)
-        reported.append((name, ev, *_recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline)))
+        reported.append(
+            (name, ev, *_recommend(results, load, name, ev.mode, min_gain, allow_ll128, baseline))
+        )
     if not reported:
-        raise UsageProblem(f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}")
+        raise UsageProblem(
+            f"nothing to report in {', '.join(map(str, results))} for {', '.join(names)}"
+        )
     recs = [rec for _, _, rec, _ in reported if rec]
     with atomic_directory(out, force=force, what="--output", owned=REPORT_ENTRIES) as work:
         content, figures = [], []
@@ -78,8 +99,10 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
             content += collective_sections(ev, rec, problem, figs, several=len(names) > 1)
             figures += [f for group in figs.values() for f in group]
         runs = engine.runs if engine else []
-        engine_figs = {"phases": plots.phase_breakdown(runs, work / "figures", _engine_caveat(engine)),
-                       "acceptance": plots.acceptance(runs, work / "figures")}
+        engine_figs = {
+            "phases": plots.phase_breakdown(runs, work / "figures", _engine_caveat(engine)),
+            "acceptance": plots.acceptance(runs, work / "figures"),
+        }
         content += run_sections(reported[0][1], engine, engine_figs)
         figures += [f for group in engine_figs.values() for f in group]
         title = f"ncclprobe report: {', '.join(names)}"
@@ -87,11 +110,19 @@ def build_report(results: list[str | Path], out_dir: str | Path, *,
         (work / "report.html").write_text(html.render(title, content), encoding="utf-8")
         if recs:
             (work / "recommendation.json").write_text(
-                dumps_json(combine(recs, {}, min_gain).to_json(), indent=2) + "\n", encoding="utf-8")
-    moved = [plots.Figure(f.name, f.title, out / f.png.relative_to(work), out / f.svg.relative_to(work))
-             for f in figures]
-    return ReportFiles(out_dir=out, markdown=out / "report.md", html=out / "report.html",
-                       recommendation=out / "recommendation.json" if recs else None, figures=moved)
+                dumps_json(combine(recs, {}, min_gain).to_json(), indent=2) + "\n", encoding="utf-8"
+            )
+    moved = [
+        plots.Figure(f.name, f.title, out / f.png.relative_to(work), out / f.svg.relative_to(work))
+        for f in figures
+    ]
+    return ReportFiles(
+        out_dir=out,
+        markdown=out / "report.md",
+        html=out / "report.html",
+        recommendation=out / "recommendation.json" if recs else None,
+        figures=moved,
+    )
 
 
 def _engine_caveat(engine: RunSet | None) -> str | None:
@@ -103,11 +134,19 @@ def _engine_caveat(engine: RunSet | None) -> str | None:
     return None
 
 
-def _recommend(results, workload, collective, mode, min_gain, allow_ll128,
-               baseline=None) -> tuple[Recommendation | None, str | None]:
+def _recommend(
+    results, workload, collective, mode, min_gain, allow_ll128, baseline=None
+) -> tuple[Recommendation | None, str | None]:
     try:
-        return build_recommendation(results, workload=workload, collective=collective, mode=mode,
-                                    min_gain=min_gain, allow_ll128=allow_ll128, baseline=baseline), None
+        return build_recommendation(
+            results,
+            workload=workload,
+            collective=collective,
+            mode=mode,
+            min_gain=min_gain,
+            allow_ll128=allow_ll128,
+            baseline=baseline,
+        ), None
     except UsageProblem as exc:
         log.warning("no recommendation: %s", exc)
         return None, str(exc)
@@ -115,8 +154,12 @@ def _recommend(results, workload, collective, mode, min_gain, allow_ll128,
 
 def _engine_workload(engine: RunSet, collective: str) -> Workload | None:
     try:
-        return from_runs(engine.runs, collective=collective, source=f"{engine.kind} {_names(engine)}")
-    except UsageProblem as exc:   # a trace without collectives (a 1-rank run) still has phases to draw
+        return from_runs(
+            engine.runs, collective=collective, source=f"{engine.kind} {_names(engine)}"
+        )
+    except (
+        UsageProblem
+    ) as exc:  # a trace without collectives (a 1-rank run) still has phases to draw
         log.warning("%s; weighting every measured size equally", exc)
         return None
 
@@ -126,12 +169,16 @@ def _names(engine: RunSet) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def _figures(ev: Evidence, results, collective: str, fig_dir: Path,
-             refused: frozenset[str]) -> dict[str, list[plots.Figure]]:
+def _figures(
+    ev: Evidence, results, collective: str, fig_dir: Path, refused: frozenset[str]
+) -> dict[str, list[plots.Figure]]:
     eager, graph = (_mode_evidence(results, collective, m) for m in ("eager", "graph"))
-    return {"latency": plots.latency(ev, fig_dir), "busbw": plots.busbw(ev, fig_dir),
-            "speedup": plots.speedup_heatmap(ev, fig_dir, refused),
-            "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir)}
+    return {
+        "latency": plots.latency(ev, fig_dir),
+        "busbw": plots.busbw(ev, fig_dir),
+        "speedup": plots.speedup_heatmap(ev, fig_dir, refused),
+        "eager_vs_graph": plots.eager_vs_graph(eager, graph, fig_dir),
+    }
 
 
 def _mode_evidence(results, collective: str, mode: str) -> Evidence | None:

@@ -10,8 +10,8 @@ from ncclprobe.envcheck.environ import display_value
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
 from ncclprobe.recommend.load import Evidence
-from ncclprobe.report.plots import Figure
 from ncclprobe.records import short_label
+from ncclprobe.report.plots import Figure
 from ncclprobe.sizes import format_size
 
 
@@ -28,28 +28,36 @@ def cell_text(value) -> str:
 @dataclass
 class Section:
     heading: str
-    blocks: list[tuple[str, object]] = field(default_factory=list)   # ("text"|"table"|"figure"|"code", value)
+    blocks: list[tuple[str, object]] = field(
+        default_factory=list
+    )  # ("text"|"table"|"figure"|"code", value)
 
-    def text(self, value: str) -> "Section":
+    def text(self, value: str) -> Section:
         self.blocks.append(("text", value))
         return self
 
-    def table(self, rows: list[dict]) -> "Section":
+    def table(self, rows: list[dict]) -> Section:
         if rows:
             self.blocks.append(("table", rows))
         return self
 
-    def figure(self, fig: Figure) -> "Section":
+    def figure(self, fig: Figure) -> Section:
         self.blocks.append(("figure", fig))
         return self
 
-    def code(self, value: str) -> "Section":
+    def code(self, value: str) -> Section:
         self.blocks.append(("code", value))
         return self
 
 
-def collective_sections(ev: Evidence, rec: Recommendation | None, rec_problem: str | None,
-                        figures: dict[str, list[Figure]], *, several: bool = False) -> list[Section]:
+def collective_sections(
+    ev: Evidence,
+    rec: Recommendation | None,
+    rec_problem: str | None,
+    figures: dict[str, list[Figure]],
+    *,
+    several: bool = False,
+) -> list[Section]:
     """Recommendation, measurements and exclusions of one collective (headings name it when several)."""
     out = [_recommendation(rec, rec_problem), _measurements(ev, figures), _exclusions(ev)]
     if several:
@@ -58,7 +66,9 @@ def collective_sections(ev: Evidence, rec: Recommendation | None, rec_problem: s
     return out
 
 
-def run_sections(ev: Evidence, engine: RunSet | None, figures: dict[str, list[Figure]]) -> list[Section]:
+def run_sections(
+    ev: Evidence, engine: RunSet | None, figures: dict[str, list[Figure]]
+) -> list[Section]:
     """What every collective shares: the engine run (trace, profiles or server log) and the runs' environment."""
     return ([_engine(engine, figures)] if engine is not None else []) + [_environment(ev, engine)]
 
@@ -68,27 +78,53 @@ def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
     if rec is None:
         return section.text(f"No recommendation: {problem}")
     if rec.change:
-        section.text(f"Set {', '.join(f'`{k}={v}`' for k, v in rec.env.items())}: "
-                     f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}, "
-                     f"against {rec.against}.")
+        section.text(
+            f"Set {', '.join(f'`{k}={v}`' for k, v in rec.env.items())}: "
+            f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}, "
+            f"against {rec.against}."
+        )
     else:
-        section.text(f"No change: no configuration beat {rec.against} beyond the noise for {rec.workload.source}.")
-    section.text(f"A gain counts only when the candidate's p90 is below the default's p10 and it is at least "
-                 f"{100 * rec.min_gain:.0f}%.")
-    section.table([{"size": format_size(c.size_bytes), "baseline (µs)": round(c.default_time_us, 2),
-                    "fastest": short_label(rec.settings_of(c.fastest)), "time (µs)": round(c.time_us, 2),
-                    "gain (%)": round(100 * c.gain, 1), "noise (±%)": round(100 * c.noise, 1),
-                    "verdict": "change" if c.significant else "keep default"} for c in rec.per_size])
-    section.table([{"configuration": short_label(rec.settings_of(cid)),
-                    "workload total (µs)": round(t[0], 2), "p10": round(t[1], 2), "p90": round(t[2], 2)}
-                   for cid, t in sorted(rec.overall.totals_us.items(), key=lambda kv: kv[1][0])])
+        section.text(
+            f"No change: no configuration beat {rec.against} beyond the noise for {rec.workload.source}."
+        )
+    section.text(
+        f"A gain counts only when the candidate's p90 is below the default's p10 and it is at least "
+        f"{100 * rec.min_gain:.0f}%."
+    )
+    section.table(
+        [
+            {
+                "size": format_size(c.size_bytes),
+                "baseline (µs)": round(c.default_time_us, 2),
+                "fastest": short_label(rec.settings_of(c.fastest)),
+                "time (µs)": round(c.time_us, 2),
+                "gain (%)": round(100 * c.gain, 1),
+                "noise (±%)": round(100 * c.noise, 1),
+                "verdict": "change" if c.significant else "keep default",
+            }
+            for c in rec.per_size
+        ]
+    )
+    section.table(
+        [
+            {
+                "configuration": short_label(rec.settings_of(cid)),
+                "workload total (µs)": round(t[0], 2),
+                "p10": round(t[1], 2),
+                "p90": round(t[2], 2),
+            }
+            for cid, t in sorted(rec.overall.totals_us.items(), key=lambda kv: kv[1][0])
+        ]
+    )
     for note in rec.notes:
         section.text(f"Note: {note}")
     return section.code(env_snippet(rec))
 
 
 def _measurements(ev: Evidence, figures: dict[str, list[Figure]]) -> Section:
-    section = Section(f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''}")
+    section = Section(
+        f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''}"
+    )
     for name in ("latency", "busbw", "speedup", "eager_vs_graph"):
         for fig in figures.get(name, []):
             section.figure(fig)
@@ -101,26 +137,55 @@ def _exclusions(ev: Evidence) -> Section:
     section = Section("Excluded configurations")
     if not ev.excluded:
         return section.text("None: every configuration gave correct results and finished.")
-    return section.table([{"configuration": short_label(e.settings), "status": e.status, "reason": e.reason}
-                          for e in ev.excluded])
+    return section.table(
+        [
+            {"configuration": short_label(e.settings), "status": e.status, "reason": e.reason}
+            for e in ev.excluded
+        ]
+    )
 
 
 def _engine(engine: RunSet, figures: dict[str, list[Figure]]) -> Section:
     section = Section("Engine")
     cfg = engine.config
-    section.text(f"{engine.kind}: " + ", ".join(f"{k} {cfg[k]}" for k in
-                                               ("engine", "preset", "tp", "batch", "k", "graphs", "device", "backend")
-                                               if cfg.get(k) is not None))
-    section.table([{"run": f"{r.mode or 'run'} / {r.label}", "tokens/s": _round(r.tokens_per_s, 1),
-                    "ms/token": _round(r.ms_per_token, 3),
-                    "settings": " ".join(f"{k}={v}" for k, v in r.settings.items()) or "default",
-                    "tokens per cycle (incl. bonus)": _round(r.acceptance.mean_length, 3) if r.acceptance else None}
-                   for r in engine.runs])
+    section.text(
+        f"{engine.kind}: "
+        + ", ".join(
+            f"{k} {cfg[k]}"
+            for k in ("engine", "preset", "tp", "batch", "k", "graphs", "device", "backend")
+            if cfg.get(k) is not None
+        )
+    )
+    section.table(
+        [
+            {
+                "run": f"{r.mode or 'run'} / {r.label}",
+                "tokens/s": _round(r.tokens_per_s, 1),
+                "ms/token": _round(r.ms_per_token, 3),
+                "settings": " ".join(f"{k}={v}" for k, v in r.settings.items()) or "default",
+                "tokens per cycle (incl. bonus)": _round(r.acceptance.mean_length, 3)
+                if r.acceptance
+                else None,
+            }
+            for r in engine.runs
+        ]
+    )
     if engine.kind == "profile":
-        section.table([{"run": r.label, "phase": p.name, "steps": p.count, "ms/step": _round(p.median_ms, 3),
-                        "GPU busy (ms)": _round(p.device_ms, 3), "GPU idle (ms)": _round(p.idle_ms, 3),
-                        "graph share": _round(p.graph_share, 2)}
-                       for r in engine.runs for p in r.phases.values()])
+        section.table(
+            [
+                {
+                    "run": r.label,
+                    "phase": p.name,
+                    "steps": p.count,
+                    "ms/step": _round(p.median_ms, 3),
+                    "GPU busy (ms)": _round(p.device_ms, 3),
+                    "GPU idle (ms)": _round(p.idle_ms, 3),
+                    "graph share": _round(p.graph_share, 2),
+                }
+                for r in engine.runs
+                for p in r.phases.values()
+            ]
+        )
     for note in engine.notes:
         section.text(f"Note: {note}")
     for name in ("phases", "acceptance"):
@@ -134,17 +199,32 @@ def _environment(ev: Evidence, engine: RunSet | None) -> Section:
     rows = []
     for path, header in zip(ev.paths, ev.headers):
         versions = header.get("versions") or {}
-        rows.append({"file": path, "kind": header.get("kind"), "host": header.get("hostname"),
-                     "started": header.get("started_at"), "backend": header.get("backend"),
-                     "ranks": header.get("nranks"), "gpus": ", ".join(_gpu_name(g) for g in header.get("gpus") or []) or "-",
-                     "nvlink": (header.get("topology") or {}).get("nvlink"),
-                     **{k: versions.get(k) for k in ("ncclprobe", "torch", "nccl", "cuda", "driver")}})
+        rows.append(
+            {
+                "file": path,
+                "kind": header.get("kind"),
+                "host": header.get("hostname"),
+                "started": header.get("started_at"),
+                "backend": header.get("backend"),
+                "ranks": header.get("nranks"),
+                "gpus": ", ".join(_gpu_name(g) for g in header.get("gpus") or []) or "-",
+                "nvlink": (header.get("topology") or {}).get("nvlink"),
+                **{k: versions.get(k) for k in ("ncclprobe", "torch", "nccl", "cuda", "driver")},
+            }
+        )
     section.table(rows)
     env = {k: v for h in ev.headers for k, v in (h.get("env") or {}).items()}
     # the report is a file people pass around: the same masking as env-check, in case a header holds a secret
-    section.table([{"variable": k, "value": display_value(k, str(v))} for k, v in sorted(env.items())])
+    section.table(
+        [{"variable": k, "value": display_value(k, str(v))} for k, v in sorted(env.items())]
+    )
     for trace in engine.traces if engine is not None else []:
-        section.table([{"trace": k, "value": v} for k, v in ((trace.get("provenance") or {}).get("versions") or {}).items()])
+        section.table(
+            [
+                {"trace": k, "value": v}
+                for k, v in ((trace.get("provenance") or {}).get("versions") or {}).items()
+            ]
+        )
     return section
 
 

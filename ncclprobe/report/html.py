@@ -19,9 +19,12 @@ def render(title: str, sections: list[Section]) -> str:
     for section in sections:
         body.append(f"<h2>{html.escape(section.heading)}</h2>")
         body += [_block(kind, value) for kind, value in section.blocks]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
 
 
 def _block(kind: str, value) -> str:
@@ -31,16 +34,20 @@ def _block(kind: str, value) -> str:
         return f"<pre><code>{html.escape(str(value))}</code></pre>"
     if kind == "figure":
         data = base64.b64encode(value.svg.read_bytes()).decode("ascii")
-        return (f"<figure><img alt=\"{html.escape(value.title)}\" src=\"data:image/svg+xml;base64,{data}\">"
-                f"<figcaption>{html.escape(value.title)}</figcaption></figure>")
+        return (
+            f'<figure><img alt="{html.escape(value.title)}" src="data:image/svg+xml;base64,{data}">'
+            f"<figcaption>{html.escape(value.title)}</figcaption></figure>"
+        )
     return _table(value)
 
 
 def _table(rows: list[dict]) -> str:
     keys = list(dict.fromkeys(k for row in rows for k in row))
     head = "".join(f"<th>{html.escape(str(k))}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row.get(k)))}</td>" for k in keys) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(row.get(k)))}</td>" for k in keys) + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -22,7 +22,10 @@ def _block(kind: str, value, out_dir: Path) -> list[str]:
     if kind == "code":
         return ["```sh", str(value).rstrip("\n"), "```"]
     if kind == "figure":
-        png, svg = value.png.relative_to(out_dir).as_posix(), value.svg.relative_to(out_dir).as_posix()
+        png, svg = (
+            value.png.relative_to(out_dir).as_posix(),
+            value.svg.relative_to(out_dir).as_posix(),
+        )
         return [f"![{value.title}]({png})", "", f"[{value.title} (SVG)]({svg})"]
     return _table(value)
 

@@ -32,7 +32,7 @@ PHASE_ORDER = ("decode", "draft", "verify", "accept", "draft_extend", "host")
 
 @dataclass(frozen=True)
 class Figure:
-    name: str      # file stem, e.g. "latency"
+    name: str  # file stem, e.g. "latency"
     title: str
     png: Path
     svg: Path
@@ -48,8 +48,12 @@ def latency(ev: Evidence, out: Path) -> list[Figure]:
         sizes = list(curve.points)
         pts = [curve.points[s] for s in sizes]
         colour = colours[curve.config_id]
-        ax.plot(sizes, [p.time_us for p in pts], marker="o", ms=3, color=colour, label=_label(curve))
-        ax.fill_between(sizes, [p.p10_us for p in pts], [p.p90_us for p in pts], color=colour, alpha=0.15)
+        ax.plot(
+            sizes, [p.time_us for p in pts], marker="o", ms=3, color=colour, label=_label(curve)
+        )
+        ax.fill_between(
+            sizes, [p.p10_us for p in pts], [p.p90_us for p in pts], color=colour, alpha=0.15
+        )
     _time_axis(ax)
     _size_axis(ax, _all_sizes(ev))
     ax.set_ylabel("time per collective (µs, median; band p10-p90)")
@@ -67,12 +71,27 @@ def busbw(ev: Evidence, out: Path) -> list[Figure]:
     for curve in _ordered(ev):
         if curve in curves:
             sizes = [s for s, p in curve.points.items() if p.busbw_gbps is not None]
-            ax.plot(sizes, [curve.points[s].busbw_gbps for s in sizes], marker="o", ms=3,
-                    color=colours[curve.config_id], label=_label(curve))
+            ax.plot(
+                sizes,
+                [curve.points[s].busbw_gbps for s in sizes],
+                marker="o",
+                ms=3,
+                color=colours[curve.config_id],
+                label=_label(curve),
+            )
     _size_axis(ax, _all_sizes(ev))
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_ylim(bottom=0)
-    return [_save(fig, ax, out, "busbw", f"{ev.collective} bus bandwidth ({ev.mode})", timing_caveat(ev.headers))]
+    return [
+        _save(
+            fig,
+            ax,
+            out,
+            "busbw",
+            f"{ev.collective} bus bandwidth ({ev.mode})",
+            timing_caveat(ev.headers),
+        )
+    ]
 
 
 def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset()) -> list[Figure]:
@@ -97,12 +116,22 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
         for c, value in enumerate(row):
             text = marks.get((r, c)) or (f"{value:.2f}" if value is not None else "")
             dark = value is not None and value > 0 and abs(math.log(value)) > 0.6 * math.log(top)
-            ax.text(c, r, text, ha="center", va="center", fontsize=7, color="white" if dark else "black",
-                    fontweight="bold" if (r, c) in marks else None)
+            ax.text(
+                c,
+                r,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+                fontweight="bold" if (r, c) in marks else None,
+            )
     ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes], rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), [_row_label(ev, cid, refused) for cid in rows])
     ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
-    ax.set_title(f"speedup over default ({ev.collective}, {ev.mode}); x = wrong, H = hang, E = error")
+    ax.set_title(
+        f"speedup over default ({ev.collective}, {ev.mode}); x = wrong, H = hang, E = error"
+    )
     bar = fig.colorbar(image, ax=ax, label="speedup (default time / config time)")
     bar.set_ticks(_ratio_ticks(top))
     bar.set_ticks([], minor=True)
@@ -122,13 +151,30 @@ def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) ->
     for cid in both:
         for ev, style in ((eager, "-"), (graph, "--")):
             pts = ev.curves[cid].points
-            ax.plot(list(pts), [p.time_us for p in pts.values()], style, marker="o", ms=3, color=colours[cid],
-                    label=f"{_label(ev.curves[cid])} ({ev.mode})")
+            ax.plot(
+                list(pts),
+                [p.time_us for p in pts.values()],
+                style,
+                marker="o",
+                ms=3,
+                color=colours[cid],
+                label=f"{_label(ev.curves[cid])} ({ev.mode})",
+            )
     _time_axis(ax)
-    _size_axis(ax, sorted({s for ev in (eager, graph) for c in ev.curves.values() for s in c.points}))
+    _size_axis(
+        ax, sorted({s for ev in (eager, graph) for c in ev.curves.values() for s in c.points})
+    )
     ax.set_ylabel("time per collective (µs, median)")
-    return [_save(fig, ax, out, "eager_vs_graph", f"{eager.collective}: eager (solid) vs CUDA graph (dashed)",
-                  timing_caveat(eager.headers + graph.headers))]
+    return [
+        _save(
+            fig,
+            ax,
+            out,
+            "eager_vs_graph",
+            f"{eager.collective}: eager (solid) vs CUDA graph (dashed)",
+            timing_caveat(eager.headers + graph.headers),
+        )
+    ]
 
 
 def phase_breakdown(runs: list, out: Path, caveat: str | None = None) -> list[Figure]:
@@ -150,7 +196,11 @@ def phase_breakdown(runs: list, out: Path, caveat: str | None = None) -> list[Fi
         ax.bar(places, heights, bottom=bottoms, color=_colour(i), label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     ax.set_xticks(places, names, fontsize=8)
-    ax.set_ylabel("time per generated token (ms)" if per_token else "median time per step (ms), stacked by phase")
+    ax.set_ylabel(
+        "time per generated token (ms)"
+        if per_token
+        else "median time per step (ms), stacked by phase"
+    )
     ax.set_xlabel("engine run (mode / settings)")
     title = "engine time per token by phase" if per_token else "engine step time by phase (profile)"
     return [_save(fig, ax, out, "phases", title, caveat)]
@@ -165,7 +215,11 @@ def _phase_height(run, phase: str, per_token: bool) -> float:
 
 def acceptance(runs: list, out: Path) -> list[Figure]:
     """How many draft tokens each speculative cycle accepted (0..k), per speculative run."""
-    runs = [r for r in runs if r.mode == Mode.SPECULATIVE and r.acceptance and sum(r.acceptance.histogram) > 0]
+    runs = [
+        r
+        for r in runs
+        if r.mode == Mode.SPECULATIVE and r.acceptance and sum(r.acceptance.histogram) > 0
+    ]
     if not runs:
         return []
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -175,7 +229,9 @@ def acceptance(runs: list, out: Path) -> list[Figure]:
         total = sum(hist)
         xs = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(hist))]
         mean = run.acceptance.mean_length
-        label = f"{run.label}" + (f" ({mean:.2f} tokens/cycle incl. bonus)" if mean is not None else "")
+        label = f"{run.label}" + (
+            f" ({mean:.2f} tokens/cycle incl. bonus)" if mean is not None else ""
+        )
         ax.bar(xs, [100 * h / total for h in hist], width=width, color=_colour(i), label=label)
     ax.set_xticks(range(len(runs[0].acceptance.histogram)))
     ax.set_xlabel("draft tokens accepted per cycle (bonus token not counted)")
@@ -192,24 +248,32 @@ def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
         row = []
         for c, size in enumerate(sizes):
             point = curve.points.get(size) if curve else None
-            status = row_marks.get(size) or (excluded.get(cid) if point is None and cid in excluded else None)
+            status = row_marks.get(size) or (
+                excluded.get(cid) if point is None and cid in excluded else None
+            )
             if status:
                 marks[(r, c)] = symbols.get(status, "?")
-            row.append(ev.default.points[size].time_us / point.time_us if point and not status else None)
+            row.append(
+                ev.default.points[size].time_us / point.time_us if point and not status else None
+            )
         grid.append(row)
     return grid, marks
 
 
 def _row_label(ev: Evidence, cid: str, refused: frozenset[str]) -> str:
     curve = ev.curves.get(cid)
-    settings = curve.settings if curve else next(e.settings for e in ev.excluded if e.config_id == cid)
+    settings = (
+        curve.settings if curve else next(e.settings for e in ev.excluded if e.config_id == cid)
+    )
     # refusals are not all about safety (gloo or --share-gpu timings rank nothing): the notes say why
-    return short_label(settings) + (" (refused)" if cid in refused else "" if curve else " (excluded)")
+    return short_label(settings) + (
+        " (refused)" if cid in refused else "" if curve else " (excluded)"
+    )
 
 
 def _ratio_ticks(top: float) -> list[float]:
     """Powers of two inside [1/top, top] (0.25, 0.5, 1, 2, 4), and the ends when few fit."""
-    ticks = [2.0 ** k for k in range(-12, 13) if 1 / top <= 2.0 ** k <= top]
+    ticks = [2.0**k for k in range(-12, 13) if 1 / top <= 2.0**k <= top]
     return ticks if len(ticks) >= 3 else sorted({round(1 / top, 2), 1.0, round(top, 2)})
 
 
@@ -268,9 +332,16 @@ def _save(fig, ax, out: Path, name: str, title: str, caveat: str | None = None) 
 
 
 def _write(fig, out: Path, name: str, title: str, caveat: str | None = None) -> Figure:
-    if caveat:   # under the axes, inside the saved area (bbox_inches="tight" keeps it)
-        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(f"Caveat: {caveat}", 110)), ha="left", va="top",
-                 fontsize=8, color="#a00000")
+    if caveat:  # under the axes, inside the saved area (bbox_inches="tight" keeps it)
+        fig.text(
+            0.01,
+            -0.02,
+            "\n".join(textwrap.wrap(f"Caveat: {caveat}", 110)),
+            ha="left",
+            va="top",
+            fontsize=8,
+            color="#a00000",
+        )
     out.mkdir(parents=True, exist_ok=True)
     png, svg = out / f"{name}.png", out / f"{name}.svg"
     fig.savefig(png, dpi=120, bbox_inches="tight")

@@ -36,9 +36,13 @@ def aggregate_trials(per_rank: dict[int, list[float]]) -> dict:
     trials = min(len(per_rank[r]) for r in ranks)
     slowest = [max(per_rank[r][t] for r in ranks) for t in range(trials)]
     medians = [statistics.median(per_rank[r]) for r in ranks]
-    return {"time_us": statistics.median(slowest), "time_us_p10": percentile(slowest, 10),
-            "time_us_p90": percentile(slowest, 90), "rank_spread_us": max(medians) - min(medians),
-            "trials": trials}
+    return {
+        "time_us": statistics.median(slowest),
+        "time_us_p10": percentile(slowest, 10),
+        "time_us_p90": percentile(slowest, 90),
+        "rank_spread_us": max(medians) - min(medians),
+        "trials": trials,
+    }
 
 
 def iteration_stats(per_rank: dict[int, list[float]], clock: str) -> dict | None:
@@ -50,9 +54,17 @@ def iteration_stats(per_rank: dict[int, list[float]], clock: str) -> dict | None
     ordered = sorted(max(per_rank[r][i] for r in ranks) for i in range(n))
     mean = sum(ordered) / n
     stdev = math.sqrt(sum((t - mean) ** 2 for t in ordered) / n)
-    return {"min_us": ordered[0], "p50_us": ordered[n // 2], "p95_us": nearest_rank(ordered, 95),
-            "p99_us": nearest_rank(ordered, 99), "max_us": ordered[-1], "mean_us": mean,
-            "cv_pct": 100.0 * stdev / mean if mean > 0 else 0.0, "samples": n, "clock": clock}
+    return {
+        "min_us": ordered[0],
+        "p50_us": ordered[n // 2],
+        "p95_us": nearest_rank(ordered, 95),
+        "p99_us": nearest_rank(ordered, 99),
+        "max_us": ordered[-1],
+        "mean_us": mean,
+        "cv_pct": 100.0 * stdev / mean if mean > 0 else 0.0,
+        "samples": n,
+        "clock": clock,
+    }
 
 
 def issue_time(per_rank: dict[int, list[float]]) -> float | None:

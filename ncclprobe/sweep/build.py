@@ -28,10 +28,10 @@ class SweepRequest:
     """A sweep as asked for. None: the default of where it runs (`effort`)."""
 
     sizes: tuple[int, ...] | None = None
-    collectives: tuple[str, ...] = ("all_reduce",)      # ("all",): every collective
+    collectives: tuple[str, ...] = ("all_reduce",)  # ("all",): every collective
     dtypes: tuple[str, ...] = ("float32",)
     ops: tuple[str, ...] = ("sum",)
-    placement: str = "both"                             # both | in | out
+    placement: str = "both"  # both | in | out
     modes: tuple[str, ...] | None = None
     warmup: int | None = None
     iters: int | None = None
@@ -41,22 +41,32 @@ class SweepRequest:
     buffers: str = "rotate"
     path: str = "torch"
     iter_events: bool = True
-    protocols: tuple[str, ...] | None = None            # None: DEFAULT_GRID's, dropped where NCCL tunes nothing
+    protocols: tuple[str, ...] | None = (
+        None  # None: DEFAULT_GRID's, dropped where NCCL tunes nothing
+    )
     algorithms: tuple[str, ...] | None = None
     p2p_levels: tuple[str, ...] = (DEFAULT,)
-    settings: dict[str, tuple[str, ...]] = field(default_factory=dict)   # any other NCCL variable -> values
+    settings: dict[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # any other NCCL variable -> values
     nranks: int | None = None
-    backend: str = "auto"                               # auto | nccl | gloo
+    backend: str = "auto"  # auto | nccl | gloo
     timeout_s: float = 120.0
-    share_gpu: int | None = None                        # N ranks on GPU 0 (diagnostic)
+    share_gpu: int | None = None  # N ranks on GPU 0 (diagnostic)
 
     def grid(self, *, tuning_dropped: bool) -> dict[str, tuple[str, ...]]:
         """NCCL variable -> values, without the variables left at `default` only."""
         clash = sorted(set(self.settings) & set(OWN_OPTIONS))
         if clash:
             raise UsageProblem(f"--set {clash[0]}: use its own option ({OWN_OPTIONS[clash[0]]})")
-        tuning = {} if tuning_dropped else {"NCCL_PROTO": self.protocols or DEFAULT_GRID["NCCL_PROTO"],
-                                            "NCCL_ALGO": self.algorithms or DEFAULT_GRID["NCCL_ALGO"]}
+        tuning = (
+            {}
+            if tuning_dropped
+            else {
+                "NCCL_PROTO": self.protocols or DEFAULT_GRID["NCCL_PROTO"],
+                "NCCL_ALGO": self.algorithms or DEFAULT_GRID["NCCL_ALGO"],
+            }
+        )
         grid = {**tuning, "NCCL_P2P_LEVEL": self.p2p_levels, **self.settings}
         return {name: tuple(values) for name, values in grid.items() if tuple(values) != (DEFAULT,)}
 
@@ -69,8 +79,9 @@ def effort_for(request: SweepRequest) -> defaults.Effort:
     return defaults.GPU if on_gpu else defaults.CPU
 
 
-def build_spec(request: SweepRequest, *, effort: defaults.Effort | None = None,
-               local: bool = True) -> tuple[SweepSpec, dict[str, str]]:
+def build_spec(
+    request: SweepRequest, *, effort: defaults.Effort | None = None, local: bool = True
+) -> tuple[SweepSpec, dict[str, str]]:
     """A validated spec and the modes skipped here (mode -> why).
 
     With one NCCL rank NCCL never runs its tuner (no `NCCL_PROTO set by environment` line, real
@@ -81,23 +92,46 @@ def build_spec(request: SweepRequest, *, effort: defaults.Effort | None = None,
     effort = effort or effort_for(request)
     backend = setup.resolve_backend(request.backend)
     nranks = _ranks(request, backend, local)
-    one_rank = backend == "nccl" and nranks == 1 and request.protocols is None and request.algorithms is None
+    one_rank = (
+        backend == "nccl"
+        and nranks == 1
+        and request.protocols is None
+        and request.algorithms is None
+    )
     modes, skipped = setup.usable_modes(request.modes or effort.modes, backend)
     if request.placement not in PLACEMENTS:
-        raise UsageProblem(f"placement {request.placement!r} is not known; use {', '.join(PLACEMENTS)}")
+        raise UsageProblem(
+            f"placement {request.placement!r} is not known; use {', '.join(PLACEMENTS)}"
+        )
     if request.path == "nccl" and local and importlib.util.find_spec("cupy") is None:
-        raise UsageProblem("--path nccl calls NCCL through cupy, which is not installed here "
-                           "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)")
+        raise UsageProblem(
+            "--path nccl calls NCCL through cupy, which is not installed here "
+            "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)"
+        )
     if not request.timeout_s > 0:
         raise UsageProblem(f"--timeout must be positive, got {request.timeout_s:g}")
     sizes = request.sizes or (tuple(parse_sizes(effort.sizes)) if effort.sizes else ())
-    spec = SweepSpec(grid=request.grid(tuning_dropped=one_rank), sizes=tuple(sizes),
-                     collectives=names(request.collectives, COLLECTIVES), dtypes=names(request.dtypes, DTYPES),
-                     ops=names(request.ops, OPS), in_place=PLACEMENTS[request.placement], modes=modes,
-                     warmup=_given(request.warmup, effort.warmup), iters=_given(request.iters, effort.iters),
-                     trials=_given(request.trials, effort.trials), agg=request.agg, check=request.check,
-                     buffers=request.buffers, path=request.path, iter_events=request.iter_events, nranks=nranks,
-                     backend=backend, timeout_s=request.timeout_s, share_gpu=request.share_gpu is not None)
+    spec = SweepSpec(
+        grid=request.grid(tuning_dropped=one_rank),
+        sizes=tuple(sizes),
+        collectives=names(request.collectives, COLLECTIVES),
+        dtypes=names(request.dtypes, DTYPES),
+        ops=names(request.ops, OPS),
+        in_place=PLACEMENTS[request.placement],
+        modes=modes,
+        warmup=_given(request.warmup, effort.warmup),
+        iters=_given(request.iters, effort.iters),
+        trials=_given(request.trials, effort.trials),
+        agg=request.agg,
+        check=request.check,
+        buffers=request.buffers,
+        path=request.path,
+        iter_events=request.iter_events,
+        nranks=nranks,
+        backend=backend,
+        timeout_s=request.timeout_s,
+        share_gpu=request.share_gpu is not None,
+    )
     return spec, skipped
 
 
@@ -106,9 +140,13 @@ def _ranks(request: SweepRequest, backend: str, local: bool) -> int:
     if share is not None:
         check_share_gpu_ranks(share)
         if request.nranks and request.nranks != share:
-            raise UsageProblem(f"--nranks {request.nranks} contradicts --share-gpu {share}, which sets the rank count")
+            raise UsageProblem(
+                f"--nranks {request.nranks} contradicts --share-gpu {share}, which sets the rank count"
+            )
         if not local:
-            raise UsageProblem("--share-gpu runs every rank on this host's GPU 0; it cannot be planned for torchrun")
+            raise UsageProblem(
+                "--share-gpu runs every rank on this host's GPU 0; it cannot be planned for torchrun"
+            )
     nranks = share if share is not None else request.nranks
     if nranks is None:
         nranks = setup.gpu_count() if backend == "nccl" else 2

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Effort:
-    sizes: str | None                 # the --sizes default (None: the caller gives them)
-    warmup: int                       # untimed iterations per size
-    iters: int                        # iterations per timed trial (a graph captures them all)
-    trials: int                       # timed trials per size
-    modes: tuple[str, ...]            # eager and/or graph (graph is skipped on gloo, with the reason)
+    sizes: str | None  # the --sizes default (None: the caller gives them)
+    warmup: int  # untimed iterations per size
+    iters: int  # iterations per timed trial (a graph captures them all)
+    trials: int  # timed trials per size
+    modes: tuple[str, ...]  # eager and/or graph (graph is skipped on gloo, with the reason)
 
 
 # graph is asked for on CPU too, so the output states why it was skipped instead of staying silent

@@ -28,7 +28,7 @@ from ncclprobe.probes.collectives.base import DTYPES, OPS, element_size
 from ncclprobe.records import config_id
 from ncclprobe.sweep import defaults
 
-DEFAULT = "default"   # the grid value meaning "leave the variable unset"
+DEFAULT = "default"  # the grid value meaning "leave the variable unset"
 MODES = ("eager", "graph")
 BUFFERS = ("rotate", "reuse")
 PATHS = ("torch", "nccl")
@@ -38,25 +38,25 @@ PATHS = ("torch", "nccl")
 class SweepSpec:
     """Everything a sweep measures; stored in the results header so --resume can continue it."""
 
-    grid: dict[str, tuple[str, ...]]       # NCCL variable -> values to try ("default" = unset)
-    sizes: tuple[int, ...]                 # message sizes, bytes (nccl-tests' size: see Collective.shape)
+    grid: dict[str, tuple[str, ...]]  # NCCL variable -> values to try ("default" = unset)
+    sizes: tuple[int, ...]  # message sizes, bytes (nccl-tests' size: see Collective.shape)
     collectives: tuple[str, ...] = ("all_reduce",)
     dtypes: tuple[str, ...] = ("float32",)
-    ops: tuple[str, ...] = ("sum",)        # reduction ops of the reducing collectives
+    ops: tuple[str, ...] = ("sum",)  # reduction ops of the reducing collectives
     in_place: tuple[bool, ...] = (True, False)
-    modes: tuple[str, ...] = ("eager",)    # "eager" and/or "graph" (graph needs CUDA)
-    warmup: int = defaults.CPU.warmup      # untimed iterations before the trials, per size
-    iters: int = defaults.CPU.iters        # iterations per timed trial (a graph captures them)
-    trials: int = defaults.CPU.trials      # timed trials per size; median and p10/p90 over them
-    agg: int = 1                           # collectives per iteration, in one NCCL group (nccl-tests -m)
-    check: bool = True                     # the exact correctness pass (nccl-tests -c)
-    buffers: str = "rotate"                # rotate through a largest-message buffer (nccl-tests) or reuse one
-    path: str = "torch"                    # torch.distributed, or a raw NCCL communicator through cupy
-    iter_events: bool = True               # a CUDA event per eager iteration (per-iteration statistics)
+    modes: tuple[str, ...] = ("eager",)  # "eager" and/or "graph" (graph needs CUDA)
+    warmup: int = defaults.CPU.warmup  # untimed iterations before the trials, per size
+    iters: int = defaults.CPU.iters  # iterations per timed trial (a graph captures them)
+    trials: int = defaults.CPU.trials  # timed trials per size; median and p10/p90 over them
+    agg: int = 1  # collectives per iteration, in one NCCL group (nccl-tests -m)
+    check: bool = True  # the exact correctness pass (nccl-tests -c)
+    buffers: str = "rotate"  # rotate through a largest-message buffer (nccl-tests) or reuse one
+    path: str = "torch"  # torch.distributed, or a raw NCCL communicator through cupy
+    iter_events: bool = True  # a CUDA event per eager iteration (per-iteration statistics)
     nranks: int = 2
-    backend: str = "gloo"                  # "nccl" (one GPU per rank) or "gloo" (CPU)
-    timeout_s: float = 120.0               # longest a pool may stay silent before it counts as hung
-    share_gpu: bool = False                # every rank on GPU 0, each with its own NCCL_HOSTID (diagnostic)
+    backend: str = "gloo"  # "nccl" (one GPU per rank) or "gloo" (CPU)
+    timeout_s: float = 120.0  # longest a pool may stay silent before it counts as hung
+    share_gpu: bool = False  # every rank on GPU 0, each with its own NCCL_HOSTID (diagnostic)
 
     def __post_init__(self):
         _one_of("collective", self.collectives, COLLECTIVES)
@@ -65,28 +65,43 @@ class SweepSpec:
         _one_of("mode", self.modes, MODES)
         _one_of("buffers", (self.buffers,), BUFFERS)
         _one_of("path", (self.path,), PATHS)
-        for name, value in (("warmup", self.warmup), ("iters", self.iters), ("trials", self.trials), ("agg", self.agg)):
+        for name, value in (
+            ("warmup", self.warmup),
+            ("iters", self.iters),
+            ("trials", self.trials),
+            ("agg", self.agg),
+        ):
             if value < (0 if name == "warmup" else 1):
-                raise UsageProblem(f"--{name} must be {'0 or more' if name == 'warmup' else 'at least 1'}, got {value}")
+                raise UsageProblem(
+                    f"--{name} must be {'0 or more' if name == 'warmup' else 'at least 1'}, got {value}"
+                )
         if self.nranks < 1:
             raise UsageProblem(f"--nranks must be at least 1, got {self.nranks}")
         if not self.sizes:
             raise UsageProblem("no message sizes to measure")
         if self.path == "nccl" and self.backend != "nccl":
-            raise UsageProblem("--path nccl calls NCCL through cupy on CUDA GPUs; this run uses gloo")
+            raise UsageProblem(
+                "--path nccl calls NCCL through cupy on CUDA GPUs; this run uses gloo"
+            )
         for dtype in self.dtypes:
             odd = [size for size in self.sizes if size % element_size(dtype)]
             if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
-                raise UsageProblem(f"size {odd[0]} bytes is not a whole number of {dtype} elements "
-                                   f"({element_size(dtype)} bytes each); use multiples of {element_size(dtype)}")
+                raise UsageProblem(
+                    f"size {odd[0]} bytes is not a whole number of {dtype} elements "
+                    f"({element_size(dtype)} bytes each); use multiples of {element_size(dtype)}"
+                )
         if not plan_cases(self)[0]:
             raise UsageProblem("nothing to measure: " + "; ".join(plan_cases(self)[1]))
         for name, values in self.grid.items():
             if not name.startswith("NCCL_"):
                 raise UsageProblem(f"--set {name}: only NCCL_* variables can be swept")
-            if name in PROOF_VARIABLES:  # a swept value would hide the proof and mark every setting ignored
-                raise UsageProblem(f"--set {name}: the sweep sets {', '.join(PROOF_VARIABLES)} itself to read "
-                                   "NCCL's log of what it read and chose; it cannot be swept")
+            if (
+                name in PROOF_VARIABLES
+            ):  # a swept value would hide the proof and mark every setting ignored
+                raise UsageProblem(
+                    f"--set {name}: the sweep sets {', '.join(PROOF_VARIABLES)} itself to read "
+                    "NCCL's log of what it read and chose; it cannot be swept"
+                )
             for value in values:
                 if value != DEFAULT:
                     validate_value(name, value)
@@ -95,25 +110,45 @@ class SweepSpec:
 
     def _check_share_gpu(self) -> None:
         if self.backend != "nccl":
-            raise UsageProblem(f"--share-gpu needs the NCCL backend on a CUDA GPU; this run uses {self.backend}")
+            raise UsageProblem(
+                f"--share-gpu needs the NCCL backend on a CUDA GPU; this run uses {self.backend}"
+            )
         check_share_gpu_ranks(self.nranks)
         for name in sorted(set(self.grid) & set(NOT_WITH_SHARED_GPU)):
             if set(self.grid[name]) != {DEFAULT}:
-                raise UsageProblem(f"--share-gpu: {name} cannot be swept: {NOT_WITH_SHARED_GPU[name]}")
+                raise UsageProblem(
+                    f"--share-gpu: {name} cannot be swept: {NOT_WITH_SHARED_GPU[name]}"
+                )
 
     def to_json(self) -> dict:
-        return {"grid": {k: list(v) for k, v in self.grid.items()}, "sizes": list(self.sizes),
-                "collectives": list(self.collectives), "dtypes": list(self.dtypes), "ops": list(self.ops),
-                "in_place": list(self.in_place), "modes": list(self.modes), "warmup": self.warmup,
-                "iters": self.iters, "trials": self.trials, "agg": self.agg, "check": self.check,
-                "buffers": self.buffers, "path": self.path, "iter_events": self.iter_events,
-                "nranks": self.nranks, "backend": self.backend, "timeout_s": self.timeout_s,
-                "share_gpu": self.share_gpu}
+        return {
+            "grid": {k: list(v) for k, v in self.grid.items()},
+            "sizes": list(self.sizes),
+            "collectives": list(self.collectives),
+            "dtypes": list(self.dtypes),
+            "ops": list(self.ops),
+            "in_place": list(self.in_place),
+            "modes": list(self.modes),
+            "warmup": self.warmup,
+            "iters": self.iters,
+            "trials": self.trials,
+            "agg": self.agg,
+            "check": self.check,
+            "buffers": self.buffers,
+            "path": self.path,
+            "iter_events": self.iter_events,
+            "nranks": self.nranks,
+            "backend": self.backend,
+            "timeout_s": self.timeout_s,
+            "share_gpu": self.share_gpu,
+        }
 
     @classmethod
-    def from_json(cls, doc: dict) -> "SweepSpec":
+    def from_json(cls, doc: dict) -> SweepSpec:
         doc = dict(doc)
-        if "collective" in doc:   # results files written before the sweep measured several collectives
+        if (
+            "collective" in doc
+        ):  # results files written before the sweep measured several collectives
             doc["collectives"] = [doc.pop("collective")]
         if "dtype" in doc:
             doc["dtypes"] = [doc.pop("dtype")]
@@ -139,10 +174,14 @@ def plan_cases(spec: SweepSpec) -> tuple[list[dict], list[str]]:
     for name in spec.collectives:
         coll = COLLECTIVES[name]
         for dtype in spec.dtypes:
-            for op in (spec.ops if coll.reduces else ("none",)):
-                why = (coll.unsupported(dtype, op, spec.backend, spec.path) or coll.ranks_problem(spec.nranks, spec.path)
-                       or _placement_problem(coll, spec) or _agg_problem(coll, spec)
-                       or (coll.exactness_problem(dtype, op, spec.nranks) if spec.check else None))
+            for op in spec.ops if coll.reduces else ("none",):
+                why = (
+                    coll.unsupported(dtype, op, spec.backend, spec.path)
+                    or coll.ranks_problem(spec.nranks, spec.path)
+                    or _placement_problem(coll, spec)
+                    or _agg_problem(coll, spec)
+                    or (coll.exactness_problem(dtype, op, spec.nranks) if spec.check else None)
+                )
                 if why:
                     skipped.append(f"{name} {op} {dtype}: {why}")
                 else:
@@ -164,7 +203,7 @@ def _agg_problem(coll, spec: SweepSpec) -> str | None:
 
 @dataclass(frozen=True)
 class Config:
-    settings: dict[str, str]               # variables this configuration sets; absent = unset
+    settings: dict[str, str]  # variables this configuration sets; absent = unset
 
     @property
     def config_id(self) -> str:
@@ -191,7 +230,7 @@ class Pool:
 class Skip:
     config: Config
     reason: str
-    measured_as: str                       # config_id of the configuration that stands for it
+    measured_as: str  # config_id of the configuration that stands for it
 
 
 def build_grid(grid: dict[str, tuple[str, ...]]) -> list[Config]:
@@ -216,7 +255,9 @@ def plan_pools(configs: list[Config]) -> list[Pool]:
     return list(pools.values())
 
 
-def skip_equivalent_levels(configs: list[Config], groups: list[list[str]]) -> tuple[list[Config], list[Skip]]:
+def skip_equivalent_levels(
+    configs: list[Config], groups: list[list[str]]
+) -> tuple[list[Config], list[Skip]]:
     """Keep one P2P level of each group that connects the same GPU pairs on this topology.
 
     `groups` comes from `ncclprobe.evidence.topo.equivalent_levels`: levels in one group make NCCL
@@ -234,9 +275,15 @@ def skip_equivalent_levels(configs: list[Config], groups: list[list[str]]) -> tu
         key = (group_of[level], tuple(sorted(rest.items())))
         if key in seen:
             first = seen[key]
-            skips.append(Skip(config, f"NCCL_P2P_LEVEL={level} connects the same GPU pairs as "
-                                      f"{first.settings['NCCL_P2P_LEVEL']} on this topology; measured once as "
-                                      f"{first.config_id}", first.config_id))
+            skips.append(
+                Skip(
+                    config,
+                    f"NCCL_P2P_LEVEL={level} connects the same GPU pairs as "
+                    f"{first.settings['NCCL_P2P_LEVEL']} on this topology; measured once as "
+                    f"{first.config_id}",
+                    first.config_id,
+                )
+            )
         else:
             seen[key] = config
             keep.append(config)

@@ -31,34 +31,55 @@ from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
-GLOO_VERDICT = "not applicable: the gloo backend does not use NCCL, so NCCL settings do not affect it"
+GLOO_VERDICT = (
+    "not applicable: the gloo backend does not use NCCL, so NCCL settings do not affect it"
+)
 
 
-def env_mismatches(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict]) -> list[str]:
+def env_mismatches(
+    settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict]
+) -> list[str]:
     """Ranks whose environment at communicator creation differs from the configuration."""
     problems = []
     for rank, seen in sorted(seen_by_rank.items()):
         for name in swept:
             if seen.get(name) != settings.get(name):
-                problems.append(f"rank {rank} saw {name}={seen.get(name)!r}, the configuration sets "
-                                f"{settings.get(name, 'it unset')!r}")
+                problems.append(
+                    f"rank {rank} saw {name}={seen.get(name)!r}, the configuration sets "
+                    f"{settings.get(name, 'it unset')!r}"
+                )
     return problems
 
 
-def prove(settings: dict[str, str], swept: list[str], seen_by_rank: dict[int, dict], backend: str,
-          logs: dict[int, tuple[str, str]] | None = None, *,
-          collectives: tuple[str, ...] = ("all_reduce",)) -> tuple[str, str | None, dict]:
+def prove(
+    settings: dict[str, str],
+    swept: list[str],
+    seen_by_rank: dict[int, dict],
+    backend: str,
+    logs: dict[int, tuple[str, str]] | None = None,
+    *,
+    collectives: tuple[str, ...] = ("all_reduce",),
+) -> tuple[str, str | None, dict]:
     """(status, reason, proof) for one configuration.
 
     `logs` maps rank -> (everything the process logged up to the end of the configuration, the
     part logged during it); None on gloo. `collectives`: what the configuration measured.
     """
     mismatches = env_mismatches(settings, swept, seen_by_rank)
-    proof = {"seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
-             "env_matches": not mismatches, "env_mismatches": mismatches,
-             "set_by_environment": {}, "tuning": [], "verdicts": {}}
+    proof = {
+        "seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
+        "env_matches": not mismatches,
+        "env_mismatches": mismatches,
+        "set_by_environment": {},
+        "tuning": [],
+        "verdicts": {},
+    }
     if mismatches:
-        return "error", "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]), proof
+        return (
+            "error",
+            "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]),
+            proof,
+        )
     if backend != "nccl":
         proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
         proof["proven"] = {name: GLOO_VERDICT for name in settings}
@@ -70,7 +91,11 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     parsed = _parse_rank_logs(logs)
     if parsed is None:
         proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
-        return ("ignored" if settings else "ok"), ("cannot read NCCL's log" if settings else None), proof
+        return (
+            ("ignored" if settings else "ok"),
+            ("cannot read NCCL's log" if settings else None),
+            proof,
+        )
     if not parsed:
         parsed = {0: (_empty_log(), _empty_log())}
     lowest = min(parsed)
@@ -78,15 +103,21 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     read = {rank: read_in_configuration(w, d) for rank, (w, d) in parsed.items()}
     version = parse_version(whole.nccl_version)
     proof["set_by_environment"] = dict(sorted(read[lowest].items()))
-    proof["read_by_rank"] = {str(rank): dict(sorted(values.items())) for rank, values in sorted(read.items())}
+    proof["read_by_rank"] = {
+        str(rank): dict(sorted(values.items())) for rank, values in sorted(read.items())
+    }
     proof["tuning"] = summarize_tuning(during.tuning)
-    proof["transports"] = dict(during.transports)   # "NET" with --share-gpu: how the ranks were connected
+    proof["transports"] = dict(
+        during.transports
+    )  # "NET" with --share-gpu: how the ranks were connected
     proof["nccl_version"] = whole.nccl_version
     proof["rank_disagreements"] = []
     during_by_rank = {rank: d for rank, (_, d) in parsed.items()}
     unproven = []
     for name, value in sorted(settings.items()):
-        verdict, wording = _one_setting(proof, name, value, read, during_by_rank, version, collectives)
+        verdict, wording = _one_setting(
+            proof, name, value, read, during_by_rank, version, collectives
+        )
         proof["verdicts"][name] = verdict
         proof.setdefault("proven", {})[name] = wording
         if verdict.startswith("ignored"):
@@ -98,19 +129,26 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
 
 def _one_setting(proof, name, value, read, during, version, collectives) -> tuple[str, str]:
     """(verdict, the exact wording of what was proven) for one setting over every rank."""
-    per_rank = {rank: verdict_for(name, value, values.get(name), read=values, version=version)
-                for rank, values in sorted(read.items())}
+    per_rank = {
+        rank: verdict_for(name, value, values.get(name), read=values, version=version)
+        for rank, values in sorted(read.items())
+    }
     readers = [rank for rank, verdict in per_rank.items() if verdict == "applied"]
     others = {rank: verdict for rank, verdict in per_rank.items() if verdict != "applied"}
     if readers and others:
-        proof["rank_disagreements"] += [f"{name}: rank {rank}: {verdict.removeprefix('ignored: ')}, while "
-                                        f"{_ranks(readers)} read it" for rank, verdict in others.items()]
+        proof["rank_disagreements"] += [
+            f"{name}: rank {rank}: {verdict.removeprefix('ignored: ')}, while "
+            f"{_ranks(readers)} read it"
+            for rank, verdict in others.items()
+        ]
     if others:
         rank, verdict = next(iter(others.items()))
         where = f"rank {rank}: " if len(per_rank) > 1 else ""
         if verdict.startswith("not observable"):
             return verdict, verdict
-        return ("ignored: " + where + verdict.removeprefix("ignored: ")), "not read: " + where + verdict.removeprefix("ignored: ")
+        return (
+            "ignored: " + where + verdict.removeprefix("ignored: ")
+        ), "not read: " + where + verdict.removeprefix("ignored: ")
     picked = choice(name, value, during)
     proof.setdefault("chosen", {})[name] = picked
     if name in TUNED_BY:
@@ -120,7 +158,10 @@ def _one_setting(proof, name, value, read, during, version, collectives) -> tupl
         return "applied", f"read: {who}; its choice is {picked['evidence']}"
     if picked["chosen"]:
         return "applied", f"read and chosen: {who}; {picked['evidence']}"
-    return f"ignored: NCCL read it, but {picked['evidence']}", f"read, not chosen: {who}; {picked['evidence']}"
+    return (
+        f"ignored: NCCL read it, but {picked['evidence']}",
+        f"read, not chosen: {who}; {picked['evidence']}",
+    )
 
 
 def read_in_configuration(whole, during) -> dict[str, str]:
@@ -135,6 +176,7 @@ def read_in_configuration(whole, during) -> dict[str, str]:
 def _per_collective(proof: dict, name: str, value: str, entries, collectives) -> None:
     """The TUNING check of `name` split by the collective each line names."""
     from ncclprobe.probes.collectives import COLLECTIVES
+
     by = proof.setdefault("chosen_by_collective", {})
     for coll_name in collectives:
         coll = COLLECTIVES[coll_name]
@@ -151,19 +193,24 @@ def _parse_rank_logs(logs):
         from ncclprobe.evidence.nccl_log import parse_nccl_log
     except ImportError:
         return None
-    return {rank: (parse_nccl_log(whole), parse_nccl_log(during)) for rank, (whole, during) in sorted(logs.items())}
+    return {
+        rank: (parse_nccl_log(whole), parse_nccl_log(during))
+        for rank, (whole, during) in sorted(logs.items())
+    }
 
 
 def _empty_log():
     from ncclprobe.evidence.nccl_log import parse_nccl_log
+
     return parse_nccl_log("")
 
 
-P2P_DISABLE_LOGGED_SINCE = (2, 23, 0)   # before: NCCL_P2P_DISABLE=1 is logged as NCCL_P2P_LEVEL=LOC
+P2P_DISABLE_LOGGED_SINCE = (2, 23, 0)  # before: NCCL_P2P_DISABLE=1 is logged as NCCL_P2P_LEVEL=LOC
 
 
-def verdict_for(name: str, wanted: str, reported: str | None, *, read: dict | None = None,
-                version=None) -> str:
+def verdict_for(
+    name: str, wanted: str, reported: str | None, *, read: dict | None = None, version=None
+) -> str:
     """`applied` when NCCL reported reading the value; otherwise why not (`ignored: ...`), or
     `not observable here: ...` where NCCL never logs the read of this value."""
     if name == "NCCL_P2P_DISABLE":
@@ -179,12 +226,18 @@ def _p2p_disable(wanted: str, reported: str | None, read: dict, version) -> str:
     """NCCL logs NCCL_P2P_DISABLE only when strtol reads it as 1 (ncclGetLevel, src/graph/paths.cc):
     since 2.23 as its own line, before as `NCCL_P2P_LEVEL set by environment to LOC`."""
     if _strtol(wanted) != 1:
-        return (f"not observable here: NCCL logs NCCL_P2P_DISABLE only when it is 1; {wanted} leaves P2P "
-                "as NCCL_P2P_LEVEL or the default decides")
+        return (
+            f"not observable here: NCCL logs NCCL_P2P_DISABLE only when it is 1; {wanted} leaves P2P "
+            "as NCCL_P2P_LEVEL or the default decides"
+        )
     if reported is not None:
-        return "applied" if _strtol(reported) == 1 else f"ignored: NCCL reported {reported!r}, not '1'"
-    if read.get("NCCL_P2P_LEVEL") == "LOC" and (version is None or version < P2P_DISABLE_LOGGED_SINCE):
-        return "applied"   # NCCL before 2.23 prints the level it turns into
+        return (
+            "applied" if _strtol(reported) == 1 else f"ignored: NCCL reported {reported!r}, not '1'"
+        )
+    if read.get("NCCL_P2P_LEVEL") == "LOC" and (
+        version is None or version < P2P_DISABLE_LOGGED_SINCE
+    ):
+        return "applied"  # NCCL before 2.23 prints the level it turns into
     return "ignored: NCCL did not report reading it (no `set by environment` line)"
 
 
@@ -217,5 +270,7 @@ def summarize_tuning(entries) -> list[dict]:
     for entry in entries:
         key = (entry.collective, entry.bytes, entry.algo, entry.proto)
         counts[key] = counts.get(key, 0) + 1
-    return [{"collective": c, "size_bytes": b, "algo": a, "proto": p, "calls": n}
-            for (c, b, a, p), n in sorted(counts.items(), key=lambda kv: (kv[0][1], str(kv[0])))]
+    return [
+        {"collective": c, "size_bytes": b, "algo": a, "proto": p, "calls": n}
+        for (c, b, a, p), n in sorted(counts.items(), key=lambda kv: (kv[0][1], str(kv[0])))
+    ]

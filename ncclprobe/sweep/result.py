@@ -22,24 +22,69 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
     shape = coll.shape(first["size_bytes"], first["dtype"], spec.nranks)
     errors = [f"rank {rank}: {m['error']}" for rank, m in sorted(by_rank.items()) if m.get("error")]
     if errors or any(not m.get("trial_us") for m in by_rank.values()):
-        return {"record": "result", "config_id": config.config_id, "settings": config.settings,
-                "collective": coll.name, "op": first["op"], "mode": first["mode"], "in_place": first["in_place"],
-                "dtype": first["dtype"], "size_bytes": shape.size_bytes, "count": first["count"], "root": coll.root,
-                "nranks": spec.nranks, "status": Status.ERROR, "reason": "; ".join(errors) or "no timing reported",
-                "time_us": None, "wrong": None, "checked": False, "agg": spec.agg, "path": spec.path,
-                "buffers": spec.buffers, "source": "sweep"}
+        return {
+            "record": "result",
+            "config_id": config.config_id,
+            "settings": config.settings,
+            "collective": coll.name,
+            "op": first["op"],
+            "mode": first["mode"],
+            "in_place": first["in_place"],
+            "dtype": first["dtype"],
+            "size_bytes": shape.size_bytes,
+            "count": first["count"],
+            "root": coll.root,
+            "nranks": spec.nranks,
+            "status": Status.ERROR,
+            "reason": "; ".join(errors) or "no timing reported",
+            "time_us": None,
+            "wrong": None,
+            "checked": False,
+            "agg": spec.agg,
+            "path": spec.path,
+            "buffers": spec.buffers,
+            "source": "sweep",
+        }
     timing = aggregate_trials({rank: m["trial_us"] for rank, m in by_rank.items()})
     clock = iteration_clock(spec, first["mode"])
-    samples = {rank: (m["iter_us"] if clock != "CUDA events per trial" else m["trial_us"]) for rank, m in by_rank.items()}
+    samples = {
+        rank: (m["iter_us"] if clock != "CUDA events per trial" else m["trial_us"])
+        for rank, m in by_rank.items()
+    }
     algbw, busbw = coll.bandwidths(shape, timing["time_us"], spec.nranks)
     checked = [m["wrong"] for m in by_rank.values() if m.get("wrong") is not None]
     wrong = sum(checked) if checked else None
-    status = Status.WRONG if wrong else (Status(config_status) if config_status in (Status.OK, Status.IGNORED)
-                                         else Status.ERROR)
-    return {"record": "result", "config_id": config.config_id, "settings": config.settings,
-            "collective": coll.name, "op": first["op"], "mode": first["mode"], "in_place": first["in_place"],
-            "dtype": first["dtype"], "size_bytes": shape.size_bytes, "count": first["count"], "root": coll.root,
-            "nranks": spec.nranks, "status": status, "reason": None if status is Status.OK else f"configuration {config_status}",
-            **timing, "iter": iteration_stats(samples, clock), "cpu_issue_us": issue_time({r: m["issue_us"] for r, m in by_rank.items()}),
-            "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "checked": wrong is not None,
-            "agg": spec.agg, "path": spec.path, "buffers": spec.buffers, "source": "sweep"}
+    status = (
+        Status.WRONG
+        if wrong
+        else (
+            Status(config_status) if config_status in (Status.OK, Status.IGNORED) else Status.ERROR
+        )
+    )
+    return {
+        "record": "result",
+        "config_id": config.config_id,
+        "settings": config.settings,
+        "collective": coll.name,
+        "op": first["op"],
+        "mode": first["mode"],
+        "in_place": first["in_place"],
+        "dtype": first["dtype"],
+        "size_bytes": shape.size_bytes,
+        "count": first["count"],
+        "root": coll.root,
+        "nranks": spec.nranks,
+        "status": status,
+        "reason": None if status is Status.OK else f"configuration {config_status}",
+        **timing,
+        "iter": iteration_stats(samples, clock),
+        "cpu_issue_us": issue_time({r: m["issue_us"] for r, m in by_rank.items()}),
+        "algbw_gbps": algbw,
+        "busbw_gbps": busbw,
+        "wrong": wrong,
+        "checked": wrong is not None,
+        "agg": spec.agg,
+        "path": spec.path,
+        "buffers": spec.buffers,
+        "source": "sweep",
+    }

@@ -13,19 +13,28 @@ from ncclprobe.sweep.plan import SweepSpec
 
 log = logging.getLogger("ncclprobe.sweep")
 
-GRAPH_ON_CPU = "graph mode skipped: CUDA graphs need a GPU; on the gloo backend only eager is measured"
-GLOO_NOTE = ("backend gloo: NCCL settings shape the grid and the worker pools but do not affect gloo's numbers; "
-             "no best configuration or speedup is shown, differences between configurations are noise")
-SHARED_GPU_NOTE = ("--share-gpu (diagnostic mode): {n} ranks share GPU 0, each with its own NCCL_HOSTID, so NCCL "
-                   "connects them over NET/Socket as if on different hosts; times and bandwidths say nothing about "
-                   "NVLink or PCIe, but the settings, NCCL's proof of them and the correctness checks are real "
-                   "(P2P and SHM settings cannot act here and are refused); no best configuration or speedup is shown")
-ONE_RANK_NOTE = ("one rank: NCCL moves no data between GPUs, so protocol and algorithm choices need two or "
-                 "more GPUs; eager vs graph overhead is still real")
+GRAPH_ON_CPU = (
+    "graph mode skipped: CUDA graphs need a GPU; on the gloo backend only eager is measured"
+)
+GLOO_NOTE = (
+    "backend gloo: NCCL settings shape the grid and the worker pools but do not affect gloo's numbers; "
+    "no best configuration or speedup is shown, differences between configurations are noise"
+)
+SHARED_GPU_NOTE = (
+    "--share-gpu (diagnostic mode): {n} ranks share GPU 0, each with its own NCCL_HOSTID, so NCCL "
+    "connects them over NET/Socket as if on different hosts; times and bandwidths say nothing about "
+    "NVLink or PCIe, but the settings, NCCL's proof of them and the correctness checks are real "
+    "(P2P and SHM settings cannot act here and are refused); no best configuration or speedup is shown"
+)
+ONE_RANK_NOTE = (
+    "one rank: NCCL moves no data between GPUs, so protocol and algorithm choices need two or "
+    "more GPUs; eager vs graph overhead is still real"
+)
 
 
 def gpu_count() -> int:
     import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -44,9 +53,13 @@ def check_ranks(backend: str, nranks: int, share_gpu: bool = False) -> None:
             raise UsageProblem(f"--share-gpu needs the NCCL backend; --backend {backend} was given")
         return
     if backend == "nccl" and gpus == 0:
-        raise UsageProblem("--backend nccl needs CUDA GPUs; none is visible here (use --backend gloo on CPU)")
+        raise UsageProblem(
+            "--backend nccl needs CUDA GPUs; none is visible here (use --backend gloo on CPU)"
+        )
     if backend == "nccl" and nranks > gpus:
-        raise UsageProblem(f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank")
+        raise UsageProblem(
+            f"--nranks {nranks} is more than the {gpus} GPU(s) here; NCCL needs one GPU per rank"
+        )
 
 
 def topology(spec: SweepSpec | None = None) -> tuple[dict | None, list[list[str]] | None]:
@@ -74,7 +87,10 @@ def _node(spec: SweepSpec | None, topo) -> dict | None:
     if topo is None:
         return NodeFacts(over_network=spec.share_gpu).to_json()
     from ncclprobe.evidence.topo_live import live_node_facts
-    facts = live_node_facts(gpus=1 if spec.share_gpu else spec.nranks, over_network=spec.share_gpu, topology=topo)
+
+    facts = live_node_facts(
+        gpus=1 if spec.share_gpu else spec.nranks, over_network=spec.share_gpu, topology=topo
+    )
     return facts.to_json() if facts else None
 
 
@@ -90,13 +106,20 @@ def node_facts(spec: SweepSpec, head: dict | None) -> NodeFacts | None:
 def describe_topology(topo) -> tuple[dict, list[list[str]] | None]:
     """(header topology, equivalent P2P level groups or None when a link is unknown)."""
     summary = topo.summary
-    head = {"nvlink": summary.get("nvlink"), "gpu_count": summary.get("gpu_count"),
-            "worst_path": summary.get("worst_path"), "source": getattr(topo, "source", None)}
-    unknown = any(link is None for i, row in enumerate(topo.gpu_links) for j, link in enumerate(row) if i != j)
+    head = {
+        "nvlink": summary.get("nvlink"),
+        "gpu_count": summary.get("gpu_count"),
+        "worst_path": summary.get("worst_path"),
+        "source": getattr(topo, "source", None),
+    }
+    unknown = any(
+        link is None for i, row in enumerate(topo.gpu_links) for j, link in enumerate(row) if i != j
+    )
     if unknown:  # a level's pair set is only complete when every link is known: measure them all
         log.warning("some GPU links are unknown; every P2P level is measured")
         return head, None
     from ncclprobe.evidence.topo import equivalent_levels
+
     return head, equivalent_levels(topo)
 
 
@@ -117,10 +140,14 @@ def measurement_notes(spec: SweepSpec) -> list[str]:
     from ncclprobe.probes.collectives import COLLECTIVES
     from ncclprobe.probes.sweep_comm import GLOO_AGG_NOTE
     from ncclprobe.sweep.plan import plan_cases
+
     out = [f"not measured: {line}" for line in plan_cases(spec)[1]]
     if spec.path == "torch" and False in spec.in_place:
-        out += [f"{name}: {COLLECTIVES[name].torch_note}; --path nccl makes NCCL's own call"
-                for name in spec.collectives if COLLECTIVES[name].torch_note]
+        out += [
+            f"{name}: {COLLECTIVES[name].torch_note}; --path nccl makes NCCL's own call"
+            for name in spec.collectives
+            if COLLECTIVES[name].torch_note
+        ]
     if spec.path == "torch" and spec.backend == "nccl":
         out.append(TORCH_PATH_NOTE)
     if spec.buffers == "reuse":
@@ -128,31 +155,41 @@ def measurement_notes(spec: SweepSpec) -> list[str]:
     if spec.agg > 1 and spec.backend != "nccl":
         out.append(GLOO_AGG_NOTE)
     if not spec.check:
-        out.append("--check 0: no correctness pass; `wrong` is null (unchecked) and LL128 stays refused")
+        out.append(
+            "--check 0: no correctness pass; `wrong` is null (unchecked) and LL128 stays refused"
+        )
     return out
 
 
-TORCH_PATH_NOTE = ("path torch.distributed: small eager calls are host-bound: torch's dispatch plus the sweep's own "
-                   "per-iteration events (40-70 µs per call on an H200, where nccl-tests issues one in 6.2 µs; "
-                   "docs/METRICS.md); --path nccl calls NCCL directly through cupy, and --no-iter-events drops the events")
-REUSE_NOTE = ("--buffers reuse: every iteration reuses one buffer, so a message that fits in the GPU's L2 cache is "
-              "timed from it (nccl-tests rotates through a largest-message buffer: the default)")
+TORCH_PATH_NOTE = (
+    "path torch.distributed: small eager calls are host-bound: torch's dispatch plus the sweep's own "
+    "per-iteration events (40-70 µs per call on an H200, where nccl-tests issues one in 6.2 µs; "
+    "docs/METRICS.md); --path nccl calls NCCL directly through cupy, and --no-iter-events drops the events"
+)
+REUSE_NOTE = (
+    "--buffers reuse: every iteration reuses one buffer, so a message that fits in the GPU's L2 cache is "
+    "timed from it (nccl-tests rotates through a largest-message buffer: the default)"
+)
 
 
-
-def lint_findings(configs, backend: str, node: NodeFacts | None, nccl_version: str | None = None) -> list[dict]:
+def lint_findings(
+    configs, backend: str, node: NodeFacts | None, nccl_version: str | None = None
+) -> list[dict]:
     """The knowledge table's lint over every configuration, with the GPUs' facts and the NCCL
     version in use, before anything runs: one entry per distinct error or warning with the
     configurations it concerns. They are not refused (forced LL128 is worth measuring: the
     correctness pass shows what it does) but said loudly."""
     from ncclprobe.nccl.lint import lint_env
     from ncclprobe.nccl.safety import TOPOLOGY_CODES
+
     found: dict[tuple, dict] = {}
     for config in configs:
         for finding in lint_env(config.settings, node=node, nccl_version=nccl_version):
             if finding.severity == "info" or (backend != "nccl" and finding.code in TOPOLOGY_CODES):
                 continue
-            entry = found.setdefault((finding.severity, finding.message), {**finding.to_json(), "config_ids": []})
+            entry = found.setdefault(
+                (finding.severity, finding.message), {**finding.to_json(), "config_ids": []}
+            )
             entry["config_ids"].append(config.config_id)
     return list(found.values())
 
@@ -169,11 +206,23 @@ def usable_modes(modes: tuple[str, ...], backend: str) -> tuple[tuple[str, ...],
         return modes, {}
     kept = tuple(m for m in modes if m != "graph")
     if not kept:
-        raise UsageProblem("--mode graph needs CUDA GPUs (the NCCL backend); this run uses gloo on CPU")
+        raise UsageProblem(
+            "--mode graph needs CUDA GPUs (the NCCL backend); this run uses gloo on CPU"
+        )
     return kept, {"graph": GRAPH_ON_CPU}
 
 
-def header(spec: SweepSpec, argv: list[str], topo: dict | None, notes_: list[str], skipped_modes: dict) -> dict:
-    return {"kind": "sweep", **provenance.collect(argv), "backend": spec.backend, "nranks": spec.nranks,
-            "share_gpu": spec.share_gpu,
-            "topology": topo, "spec": spec.to_json(), "skipped_modes": skipped_modes, "notes": notes_}
+def header(
+    spec: SweepSpec, argv: list[str], topo: dict | None, notes_: list[str], skipped_modes: dict
+) -> dict:
+    return {
+        "kind": "sweep",
+        **provenance.collect(argv),
+        "backend": spec.backend,
+        "nranks": spec.nranks,
+        "share_gpu": spec.share_gpu,
+        "topology": topo,
+        "spec": spec.to_json(),
+        "skipped_modes": skipped_modes,
+        "notes": notes_,
+    }

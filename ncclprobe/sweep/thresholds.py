@@ -18,19 +18,29 @@ from ncclprobe.sizes import format_size, parse_size
 
 @dataclass(frozen=True)
 class Criterion:
-    metric: str              # "busbw_gbps" (at least) or "time_us" (at most)
+    metric: str  # "busbw_gbps" (at least) or "time_us" (at most)
     limit: float
-    size_bytes: int | None   # None: the largest (busbw) or smallest (latency) size measured
+    size_bytes: int | None  # None: the largest (busbw) or smallest (latency) size measured
 
     def describe(self) -> str:
-        where = format_size(self.size_bytes) if self.size_bytes else ("the largest size" if self.metric == "busbw_gbps"
-                                                                      else "the smallest size")
-        return (f"busbw >= {self.limit:g} GB/s" if self.metric == "busbw_gbps" else f"time <= {self.limit:g} us") + f" at {where}"
+        where = (
+            format_size(self.size_bytes)
+            if self.size_bytes
+            else ("the largest size" if self.metric == "busbw_gbps" else "the smallest size")
+        )
+        return (
+            f"busbw >= {self.limit:g} GB/s"
+            if self.metric == "busbw_gbps"
+            else f"time <= {self.limit:g} us"
+        ) + f" at {where}"
 
 
 def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
     out = []
-    for flag, text, metric in (("--min-busbw", min_busbw, "busbw_gbps"), ("--max-latency", max_latency, "time_us")):
+    for flag, text, metric in (
+        ("--min-busbw", min_busbw, "busbw_gbps"),
+        ("--max-latency", max_latency, "time_us"),
+    ):
         if text is not None:
             out.append(_parse_one(flag, text, metric))
     return out
@@ -39,9 +49,11 @@ def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
 def _parse_one(flag: str, text: str, metric: str) -> Criterion:
     value, _, size = text.partition("@")
     try:
-        limit = parse_float(value, flag, min=0, min_open=True)   # ASCII, finite: ncclprobe.numbers
+        limit = parse_float(value, flag, min=0, min_open=True)  # ASCII, finite: ncclprobe.numbers
     except UsageProblem:
-        raise UsageProblem(f"{flag} {text!r}: expected a positive finite number, optionally @SIZE (like 100@1G)") from None
+        raise UsageProblem(
+            f"{flag} {text!r}: expected a positive finite number, optionally @SIZE (like 100@1G)"
+        ) from None
     return Criterion(metric, limit, parse_size(size) if size else None)
 
 
@@ -64,15 +76,33 @@ def _check_one(ok: list[dict], criterion: Criterion) -> list[str]:
         size = criterion.size_bytes or (sizes[-1] if criterion.metric == "busbw_gbps" else sizes[0])
         at = [r for r in records if r["size_bytes"] == size]
         if not at:
-            lines.append(f"threshold {criterion.describe()}: {collective} was not measured at {format_size(size)}")
+            lines.append(
+                f"threshold {criterion.describe()}: {collective} was not measured at {format_size(size)}"
+            )
             continue
         for r in at:
             value = r.get(criterion.metric)
-            bad = value is None or (value < criterion.limit if criterion.metric == "busbw_gbps" else value > criterion.limit)
+            bad = value is None or (
+                value < criterion.limit
+                if criterion.metric == "busbw_gbps"
+                else value > criterion.limit
+            )
             if bad:
                 unit = "GB/s" if criterion.metric == "busbw_gbps" else "us"
-                what = " ".join(str(x) for x in (collective, r.get("op"), r.get("dtype"), r["config_id"], r["mode"],
-                                                     "in place" if r["in_place"] else "out of place") if x)
-                lines.append(f"threshold {criterion.describe()} missed: {what} {format_size(size)}: "
-                             f"{'n/a' if value is None else f'{value:.4g}'} {unit}")
+                what = " ".join(
+                    str(x)
+                    for x in (
+                        collective,
+                        r.get("op"),
+                        r.get("dtype"),
+                        r["config_id"],
+                        r["mode"],
+                        "in place" if r["in_place"] else "out of place",
+                    )
+                    if x
+                )
+                lines.append(
+                    f"threshold {criterion.describe()} missed: {what} {format_size(size)}: "
+                    f"{'n/a' if value is None else f'{value:.4g}'} {unit}"
+                )
     return lines

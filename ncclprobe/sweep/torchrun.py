@@ -22,17 +22,19 @@ import time
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.recipes import proof_env
+from ncclprobe.numbers import is_digits
 from ncclprobe.records import ResultWriter
 from ncclprobe.safe_output import atomic_directory, dumps_json
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
-from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.sweep.run import ENTRY, PoolRun, Recorder, pool_dir, pool_payload
-from ncclprobe.numbers import is_digits
 from ncclprobe.validate import Where, load_json, read_text
 
 PLAN = "plan.json"
-TORCHRUN = ("torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d "
-            "--rdzv-endpoint HEAD_NODE:29500 -m ncclprobe.worker")
+TORCHRUN = (
+    "torchrun --nnodes NNODES --nproc-per-node NPROC --rdzv-backend c10d "
+    "--rdzv-endpoint HEAD_NODE:29500 -m ncclprobe.worker"
+)
 
 
 def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
@@ -56,15 +58,22 @@ def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
 def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
     """`env -u <swept> VAR=value ... torchrun ...`: swept variables start unset, as in a local pool."""
     unset = " ".join(f"-u {name}" for name in sorted(spec.grid))
-    env = {**(proof_env() if spec.backend == "nccl" else {}), **pool.process_settings,
-           "NCCLPROBE_ENTRY": ENTRY, "NCCLPROBE_RUN_DIR": str(pool_dir), "NCCLPROBE_BACKEND": spec.backend}
+    env = {
+        **(proof_env() if spec.backend == "nccl" else {}),
+        **pool.process_settings,
+        "NCCLPROBE_ENTRY": ENTRY,
+        "NCCLPROBE_RUN_DIR": str(pool_dir),
+        "NCCLPROBE_BACKEND": spec.backend,
+    }
     assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
     return " ".join(part for part in ("env", unset, assignments, TORCHRUN) if part)
 
 
 def read_plan(directory: Path) -> tuple[dict, list[Pool]]:
     if not (directory / PLAN).is_file():
-        raise UsageProblem(f"--collect {str(directory)!r}: no {PLAN} there (made by --torchrun-dir)")
+        raise UsageProblem(
+            f"--collect {str(directory)!r}: no {PLAN} there (made by --torchrun-dir)"
+        )
     where = Where(str(directory / PLAN))
     plan = where.object(load_json(directory / PLAN, f"--collect {PLAN}"))
     header = where.at("header").object(where.field(plan, "header", "dict"))
@@ -72,7 +81,9 @@ def read_plan(directory: Path) -> tuple[dict, list[Pool]]:
     pools = []
     for index, settings_list in enumerate(where.field(plan, "pools", "list")):
         place = where.at("pools").at(index)
-        if not isinstance(settings_list, list) or not all(isinstance(x, dict) for x in settings_list):
+        if not isinstance(settings_list, list) or not all(
+            isinstance(x, dict) for x in settings_list
+        ):
             raise place.fail("expected a list of settings objects")
         for settings in settings_list:
             place.field({"settings": settings}, "settings", "str-map")

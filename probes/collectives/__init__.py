@@ -13,8 +13,18 @@ from ncclprobe.probes.collectives.reduce import Reduce
 from ncclprobe.probes.collectives.reduce_scatter import ReduceScatter
 from ncclprobe.probes.collectives.sendrecv import SendRecv
 
-COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
-    AllReduce(), AllGather(), ReduceScatter(), Broadcast(), Reduce(), AlltoAll(), SendRecv())}
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        AllReduce(),
+        AllGather(),
+        ReduceScatter(),
+        Broadcast(),
+        Reduce(),
+        AlltoAll(),
+        SendRecv(),
+    )
+}
 BY_NCCL_NAME: dict[str, Collective] = {c.nccl_name: c for c in COLLECTIVES.values()}
 
 __all__ = ["BY_NCCL_NAME", "COLLECTIVES", "Collective"]

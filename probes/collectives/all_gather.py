@@ -8,7 +8,13 @@ in nccl-tests; torch's `all_gather_into_tensor` accepts that view as its input.
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, per_rank_shape
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    input_values,
+    per_rank_shape,
+)
 
 
 class AllGather(Collective):
@@ -24,7 +30,7 @@ class AllGather(Collective):
         return logged_bytes * nranks
 
     def in_place_send(self, recv, shape, rank):
-        return recv[rank * shape.count:(rank + 1) * shape.count]
+        return recv[rank * shape.count : (rank + 1) * shape.count]
 
     def expected(self, shape, rank, nranks, op):
         index = arange(shape.recv_elems)
@@ -32,6 +38,7 @@ class AllGather(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         dist.all_gather_into_tensor(recv, send, group=group)
 
     def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):

@@ -11,7 +11,14 @@ path (`--path nccl`) makes the real out-of-place call, as nccl-tests does.
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, reduce_values, torch_op, whole_shape
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    reduce_values,
+    torch_op,
+    whole_shape,
+)
 
 
 class AllReduce(Collective):
@@ -29,6 +36,7 @@ class AllReduce(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         if not in_place:
             recv.copy_(send)
         dist.all_reduce(recv, op=torch_op(op), group=group)

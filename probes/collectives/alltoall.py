@@ -10,7 +10,14 @@ exactly those, as nccl-tests does before NCCL 2.28's ncclAlltoAll.
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, Shape, arange, cupy_types, element_size, input_values
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    Shape,
+    arange,
+    cupy_types,
+    element_size,
+    input_values,
+)
 
 
 class AlltoAll(Collective):
@@ -19,22 +26,26 @@ class AlltoAll(Collective):
     def shape(self, size_bytes, dtype, nranks):
         count = max(1, size_bytes // (element_size(dtype) * nranks))
         whole = count * nranks
-        return Shape(size_bytes=whole * element_size(dtype), count=count, send_elems=whole, recv_elems=whole)
+        return Shape(
+            size_bytes=whole * element_size(dtype), count=count, send_elems=whole, recv_elems=whole
+        )
 
     def busbw_factor(self, nranks):
         return (nranks - 1) / nranks
 
     def expected(self, shape, rank, nranks, op):
         index = arange(shape.recv_elems)
-        source = index // shape.count               # piece j came from rank j: its piece `rank`
+        source = index // shape.count  # piece j came from rank j: its piece `rank`
         return input_values(index % shape.count + rank * shape.count, source, "none")
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         dist.all_to_all_single(recv, send, group=group)
 
     def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
         from cupy.cuda import nccl
+
         kind, _ = cupy_types(dtype, "sum")
         step = shape.count * element_size(dtype)
         nccl.groupStart()

@@ -29,29 +29,38 @@ OPS = ("sum", "prod", "max", "min", "avg")
 
 @dataclass(frozen=True)
 class DType:
-    name: str               # torch's name, used on the command line and in records
-    size: int               # bytes per element
-    exact_max: int          # the largest integer n such that 0..n are all exact in the type
-    max_power: int          # the largest k such that 2**k is exact in the type (prod's results)
-    tests_name: str         # what nccl-tests prints in its `type` column
+    name: str  # torch's name, used on the command line and in records
+    size: int  # bytes per element
+    exact_max: int  # the largest integer n such that 0..n are all exact in the type
+    max_power: int  # the largest k such that 2**k is exact in the type (prod's results)
+    tests_name: str  # what nccl-tests prints in its `type` column
     floating: bool = True
-    cupy_nccl: str | None = None   # cupy.cuda.nccl constant; None: cupy's binding has none
+    cupy_nccl: str | None = None  # cupy.cuda.nccl constant; None: cupy's binding has none
 
 
-DTYPES: dict[str, DType] = {d.name: d for d in (
-    DType("float32", 4, 2 ** 24, 127, "float", cupy_nccl="NCCL_FLOAT32"),
-    DType("bfloat16", 2, 256, 127, "bfloat16", cupy_nccl="NCCL_BFLOAT16"),
-    DType("float16", 2, 2048, 15, "half", cupy_nccl="NCCL_FLOAT16"),
-    DType("float64", 8, 2 ** 53, 1023, "double", cupy_nccl="NCCL_FLOAT64"),
-    DType("int8", 1, 127, 6, "int8", floating=False, cupy_nccl="NCCL_INT8"),
-    DType("int32", 4, 2 ** 31 - 1, 30, "int32", floating=False, cupy_nccl="NCCL_INT32"),
-    DType("int64", 8, 2 ** 63 - 1, 62, "int64", floating=False, cupy_nccl="NCCL_INT64"),
-    # 3 and 2 mantissa bits: 1..16 and 1..8 are exact; the inputs 1..7 are exact in both
-    DType("float8_e4m3fn", 1, 16, 8, "f8e4m3"),
-    DType("float8_e5m2", 1, 8, 15, "f8e5m2"),
-)}
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float32", 4, 2**24, 127, "float", cupy_nccl="NCCL_FLOAT32"),
+        DType("bfloat16", 2, 256, 127, "bfloat16", cupy_nccl="NCCL_BFLOAT16"),
+        DType("float16", 2, 2048, 15, "half", cupy_nccl="NCCL_FLOAT16"),
+        DType("float64", 8, 2**53, 1023, "double", cupy_nccl="NCCL_FLOAT64"),
+        DType("int8", 1, 127, 6, "int8", floating=False, cupy_nccl="NCCL_INT8"),
+        DType("int32", 4, 2**31 - 1, 30, "int32", floating=False, cupy_nccl="NCCL_INT32"),
+        DType("int64", 8, 2**63 - 1, 62, "int64", floating=False, cupy_nccl="NCCL_INT64"),
+        # 3 and 2 mantissa bits: 1..16 and 1..8 are exact; the inputs 1..7 are exact in both
+        DType("float8_e4m3fn", 1, 16, 8, "f8e4m3"),
+        DType("float8_e5m2", 1, 8, 15, "f8e5m2"),
+    )
+}
 FP8 = ("float8_e4m3fn", "float8_e5m2")
-CUPY_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
+CUPY_OPS = {
+    "sum": "NCCL_SUM",
+    "prod": "NCCL_PROD",
+    "max": "NCCL_MAX",
+    "min": "NCCL_MIN",
+    "avg": "NCCL_AVG",
+}
 
 
 def element_size(dtype: str) -> int:
@@ -60,21 +69,28 @@ def element_size(dtype: str) -> int:
 
 def torch_dtype(name: str):
     import torch
+
     return getattr(torch, name)
 
 
 def torch_op(op: str):
     import torch.distributed as dist
-    return {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
-            "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[op]
+
+    return {
+        "sum": dist.ReduceOp.SUM,
+        "prod": dist.ReduceOp.PRODUCT,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+        "avg": dist.ReduceOp.AVG,
+    }[op]
 
 
 @dataclass(frozen=True)
 class Shape:
     """One message: nccl-tests' `size` (bytes) and `count` columns and each rank's buffers."""
 
-    size_bytes: int        # max(send, receive) bytes of one rank: nccl-tests' size column
-    count: int             # nccl-tests' count column (elements of one rank's piece)
+    size_bytes: int  # max(send, receive) bytes of one rank: nccl-tests' size column
+    count: int  # nccl-tests' count column (elements of one rank's piece)
     send_elems: int
     recv_elems: int
 
@@ -89,12 +105,16 @@ def input_values(index, rank: int, op: str):
 def crafted_input(count: int, rank: int, dtype, device):
     """Rank `rank`'s exact sum input of `count` elements in `dtype` (probes outside the sweep use it)."""
     import torch
-    return input_values(torch.arange(count, device=device, dtype=torch.int64), rank, "sum").to(dtype)
+
+    return input_values(torch.arange(count, device=device, dtype=torch.int64), rank, "sum").to(
+        dtype
+    )
 
 
 def reduce_values(index, nranks: int, op: str):
     """The exact reduction over every rank's input at `index`, as int64 (float64 for avg)."""
     import torch
+
     acc = input_values(index, 0, op)
     for rank in range(1, nranks):
         value = input_values(index, rank, op)
@@ -111,18 +131,24 @@ def reduce_values(index, nranks: int, op: str):
 
 def largest_result(nranks: int, op: str) -> int:
     """The largest value any output element can hold: the bound for exactness."""
-    return {"sum": PATTERN * nranks, "prod": 2 ** math.ceil(nranks / 3), "avg": PATTERN}.get(op, PATTERN)
+    return {"sum": PATTERN * nranks, "prod": 2 ** math.ceil(nranks / 3), "avg": PATTERN}.get(
+        op, PATTERN
+    )
 
 
 class Collective(ABC):
-    name: str = ""             # on the command line and in records
-    nccl_name: str = ""        # NCCL's TUNING lines and nccl-tests' testColl name ("AllReduce")
-    reduces: bool = False      # takes a reduction op (--op)
-    placements: tuple[bool, ...] = (True, False)   # in place, out of place
-    tuned_by_nccl: bool = True  # NCCL's tuning model picks its algorithm/protocol (not point-to-point)
-    root: int = -1             # nccl-tests' root column; 0 for rooted collectives
-    torch_note: str = ""       # how the torch path differs from the NCCL call nccl-tests makes
-    moves_bytes_only: bool = False  # point-to-point copies: gloo moves float8 bytes without knowing the type
+    name: str = ""  # on the command line and in records
+    nccl_name: str = ""  # NCCL's TUNING lines and nccl-tests' testColl name ("AllReduce")
+    reduces: bool = False  # takes a reduction op (--op)
+    placements: tuple[bool, ...] = (True, False)  # in place, out of place
+    tuned_by_nccl: bool = (
+        True  # NCCL's tuning model picks its algorithm/protocol (not point-to-point)
+    )
+    root: int = -1  # nccl-tests' root column; 0 for rooted collectives
+    torch_note: str = ""  # how the torch path differs from the NCCL call nccl-tests makes
+    moves_bytes_only: bool = (
+        False  # point-to-point copies: gloo moves float8 bytes without knowing the type
+    )
 
     @property
     def tests_binary(self) -> str:
@@ -150,12 +176,14 @@ class Collective(ABC):
 
     def send_input(self, shape: Shape, rank: int, dtype, device, op: str):
         import torch
+
         index = torch.arange(shape.send_elems, device=device, dtype=torch.int64)
         return input_values(index, rank, op).to(dtype)
 
     def buffers(self, shape: Shape, rank: int, nranks: int, dtype, device, in_place: bool, op: str):
         """(send, recv) holding rank `rank`'s input; in place the send buffer lies inside recv."""
         import torch
+
         send = self.send_input(shape, rank, dtype, device, op)
         if not in_place:
             return send, torch.zeros(shape.recv_elems, dtype=dtype, device=device)
@@ -187,8 +215,10 @@ class Collective(ABC):
             return "gloo has no float8 types"
         if self.reduces:
             if dtype in FP8:
-                return ("torch.distributed refuses float8 reductions ('Float8 dtypes are not currently supported "
-                        "for NCCL reductions') and cupy's NCCL binding has no float8 type")
+                return (
+                    "torch.distributed refuses float8 reductions ('Float8 dtypes are not currently supported "
+                    "for NCCL reductions') and cupy's NCCL binding has no float8 type"
+                )
             if op == "avg" and not DTYPES[dtype].floating:
                 return "avg is measured on floating-point dtypes only (NCCL divides integers with truncation)"
         if path == "nccl" and DTYPES[dtype].cupy_nccl is None:
@@ -205,11 +235,15 @@ class Collective(ABC):
         top = largest_result(nranks, op)
         kind = DTYPES[dtype]
         if op == "prod" and top.bit_length() - 1 > kind.max_power:
-            return (f"{self.name} prod over {nranks} ranks reaches {top}, beyond the largest power of two "
-                    f"{dtype} holds (2**{kind.max_power}): the correctness check could not be exact")
+            return (
+                f"{self.name} prod over {nranks} ranks reaches {top}, beyond the largest power of two "
+                f"{dtype} holds (2**{kind.max_power}): the correctness check could not be exact"
+            )
         if op != "prod" and top > kind.exact_max:
-            return (f"{self.name} {op} over {nranks} ranks reaches {top}, beyond what {dtype} holds exactly "
-                    f"({kind.exact_max}): the correctness check could not be exact")
+            return (
+                f"{self.name} {op} over {nranks} ranks reaches {top}, beyond what {dtype} holds exactly "
+                f"({kind.exact_max}): the correctness check could not be exact"
+            )
         return None
 
     def tolerance(self, dtype: str, op: str, nranks: int) -> float:
@@ -218,12 +252,14 @@ class Collective(ABC):
         if not (self.reduces and op == "avg") or nranks & (nranks - 1) == 0:
             return 0.0
         import torch
+
         return float(torch.finfo(torch_dtype(dtype)).eps) * PATTERN * nranks
 
 
 def cupy_types(dtype: str, op: str):
     """(cupy NCCL data type, cupy NCCL op) constants."""
     from cupy.cuda import nccl
+
     return getattr(nccl, DTYPES[dtype].cupy_nccl), getattr(nccl, CUPY_OPS[op], None)
 
 
@@ -233,16 +269,23 @@ def per_rank_shape(size_bytes: int, dtype: str, nranks: int, *, send_whole: bool
     elt = element_size(dtype)
     count = max(1, size_bytes // (elt * nranks))
     whole, piece = count * nranks, count
-    return Shape(size_bytes=whole * elt, count=count, send_elems=whole if send_whole else piece,
-                 recv_elems=piece if send_whole else whole)
+    return Shape(
+        size_bytes=whole * elt,
+        count=count,
+        send_elems=whole if send_whole else piece,
+        recv_elems=piece if send_whole else whole,
+    )
 
 
 def whole_shape(size_bytes: int, dtype: str) -> Shape:
     """A collective whose send and receive buffers both hold the whole message."""
     count = max(1, size_bytes // element_size(dtype))
-    return Shape(size_bytes=count * element_size(dtype), count=count, send_elems=count, recv_elems=count)
+    return Shape(
+        size_bytes=count * element_size(dtype), count=count, send_elems=count, recv_elems=count
+    )
 
 
 def arange(n: int):
     import torch
+
     return torch.arange(n, dtype=torch.int64)

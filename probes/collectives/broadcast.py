@@ -8,7 +8,13 @@ NCCL path makes the real out-of-place ncclBroadcast call nccl-tests makes.
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, whole_shape
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    input_values,
+    whole_shape,
+)
 
 ROOT = 0
 
@@ -28,6 +34,7 @@ class Broadcast(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         if not in_place and dist.get_rank(group) == ROOT:
             recv.copy_(send)
         dist.broadcast(recv, src=dist.get_global_rank(group, ROOT), group=group)

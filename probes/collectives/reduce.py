@@ -8,7 +8,14 @@ the raw NCCL path makes the real out-of-place ncclReduce call.
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, reduce_values, torch_op, whole_shape
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    reduce_values,
+    torch_op,
+    whole_shape,
+)
 
 ROOT = 0
 
@@ -28,6 +35,7 @@ class Reduce(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         if not in_place:
             recv.copy_(send)
         dist.reduce(recv, dst=dist.get_global_rank(group, ROOT), op=torch_op(op), group=group)

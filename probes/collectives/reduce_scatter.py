@@ -7,7 +7,14 @@ rank's output is its own piece of the input buffer (`send[rank*count:]`), as in 
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, per_rank_shape, reduce_values, torch_op
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    per_rank_shape,
+    reduce_values,
+    torch_op,
+)
 
 
 class ReduceScatter(Collective):
@@ -24,9 +31,10 @@ class ReduceScatter(Collective):
 
     def buffers(self, shape, rank, nranks, dtype, device, in_place, op):
         import torch
+
         send = self.send_input(shape, rank, dtype, device, op)
         if in_place:
-            return send, send[rank * shape.count:(rank + 1) * shape.count]
+            return send, send[rank * shape.count : (rank + 1) * shape.count]
         return send, torch.zeros(shape.recv_elems, dtype=dtype, device=device)
 
     def expected(self, shape, rank, nranks, op):
@@ -34,6 +42,7 @@ class ReduceScatter(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         dist.reduce_scatter_tensor(recv, send, op=torch_op(op), group=group)
 
     def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):

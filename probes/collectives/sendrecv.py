@@ -8,7 +8,13 @@ for it, so NCCL_PROTO/NCCL_ALGO do not apply. With one rank the rank sends to it
 
 from __future__ import annotations
 
-from ncclprobe.probes.collectives.base import Collective, arange, cupy_types, input_values, whole_shape
+from ncclprobe.probes.collectives.base import (
+    Collective,
+    arange,
+    cupy_types,
+    input_values,
+    whole_shape,
+)
 
 
 class SendRecv(Collective):
@@ -31,14 +37,18 @@ class SendRecv(Collective):
 
     def launch(self, send, recv, group, in_place, op):
         import torch.distributed as dist
+
         rank, n = dist.get_rank(group), dist.get_world_size(group)
-        ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(group, (rank + 1) % n), group),
-               dist.P2POp(dist.irecv, recv, dist.get_global_rank(group, (rank - 1) % n), group)]
+        ops = [
+            dist.P2POp(dist.isend, send, dist.get_global_rank(group, (rank + 1) % n), group),
+            dist.P2POp(dist.irecv, recv, dist.get_global_rank(group, (rank - 1) % n), group),
+        ]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
     def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
         from cupy.cuda import nccl
+
         kind, _ = cupy_types(dtype, "sum")
         rank, n = comm.rank_id(), comm.size()
         nccl.groupStart()

@@ -18,7 +18,7 @@ from ncclprobe.enginerun.profile.timeline import Timeline, read_timeline
 from ncclprobe.enginerun.view import SPECULATIVE_KINDS, EngineRun, Phase
 from ncclprobe.errors import UsageProblem
 
-SAME_JOB_WINDOW_S = 600.0     # ranks of one job are profiled within minutes of each other
+SAME_JOB_WINDOW_S = 600.0  # ranks of one job are profiled within minutes of each other
 
 
 def load_profiles(paths) -> RunSet:
@@ -30,8 +30,13 @@ def load_profiles(paths) -> RunSet:
     config = _config(timelines, run)
     notes = _notes(timelines, run)
     run.notes = notes
-    return RunSet(runs=[run], config=config, kind="profile",
-                  inputs={"profile": [str(p) for p in paths]}, notes=notes)
+    return RunSet(
+        runs=[run],
+        config=config,
+        kind="profile",
+        inputs={"profile": [str(p) for p in paths]},
+        notes=notes,
+    )
 
 
 def check_same_job(timelines: list[Timeline]) -> None:
@@ -41,19 +46,25 @@ def check_same_job(timelines: list[Timeline]) -> None:
     sizes = {tl.world_size for tl in timelines if tl.world_size is not None}
     if len(sizes) > 1:
         listing = ", ".join(f"{Path(tl.path).name}: {tl.world_size}" for tl in timelines)
-        raise UsageProblem(f"these profiles come from different jobs: their world sizes differ ({listing})")
+        raise UsageProblem(
+            f"these profiles come from different jobs: their world sizes differ ({listing})"
+        )
     ranks = [tl.rank for tl in timelines if tl.rank is not None]
     if len(ranks) != len(set(ranks)):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise UsageProblem(f"rank {dup[0]} appears in more than one profile: give one profile per rank of one job")
+        raise UsageProblem(
+            f"rank {dup[0]} appears in more than one profile: give one profile per rank of one job"
+        )
     windows = [(tl, _wall_window(tl)) for tl in timelines]
     windows = [(tl, w) for tl, w in windows if w is not None]
     if len(windows) > 1:
         earliest = min(w[0] for _, w in windows)
         latest = max(w[0] for _, w in windows)
         if (latest - earliest) / 1e6 > SAME_JOB_WINDOW_S:
-            raise UsageProblem(f"these profiles come from different jobs: they were recorded "
-                               f"{(latest - earliest) / 1e6 / 60:.0f} minutes apart")
+            raise UsageProblem(
+                f"these profiles come from different jobs: they were recorded "
+                f"{(latest - earliest) / 1e6 / 60:.0f} minutes apart"
+            )
 
 
 def check_same_engine(per_rank: list[dict]) -> None:
@@ -63,8 +74,10 @@ def check_same_engine(per_rank: list[dict]) -> None:
     engines = {rv["engine"] for rv in per_rank if rv["engine"] not in ("unknown", "torch")}
     if len(engines) > 1:
         listing = ", ".join(f"{Path(rv['timeline'].path).name}: {rv['engine']}" for rv in per_rank)
-        raise UsageProblem(f"these profiles come from different jobs: their steps are annotated by different engines "
-                           f"({listing})")
+        raise UsageProblem(
+            f"these profiles come from different jobs: their steps are annotated by different engines "
+            f"({listing})"
+        )
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
@@ -80,10 +93,17 @@ def _rank_view(tl: Timeline) -> dict:
     steps, how = S.find_steps(tl)
     phases = summary.phases_of(tl, steps)
     engine = steps[0].engine if steps else "unknown"
-    return {"timeline": tl, "steps": steps, "how": how, "phases": phases,
-            "collectives": summary.collectives_of(tl, steps), "share": summary.collective_share(tl, steps),
-            "coverage": summary.graph_coverage(tl, steps), "engine": engine,
-            "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile"}
+    return {
+        "timeline": tl,
+        "steps": steps,
+        "how": how,
+        "phases": phases,
+        "collectives": summary.collectives_of(tl, steps),
+        "share": summary.collective_share(tl, steps),
+        "coverage": summary.graph_coverage(tl, steps),
+        "engine": engine,
+        "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile",
+    }
 
 
 def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
@@ -93,25 +113,44 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     for index, rv in enumerate(per_rank):
         tl = rv["timeline"]
         rank = tl.rank if tl.rank is not None else index
-        ranks.append({"rank": rank, "path": tl.path, "found_by": rv["how"],
-                      "phases": {name: p.median_ms for name, p in rv["phases"].items()}})
+        ranks.append(
+            {
+                "rank": rank,
+                "path": tl.path,
+                "found_by": rv["how"],
+                "phases": {name: p.median_ms for name, p in rv["phases"].items()},
+            }
+        )
         for name, phase in rv["phases"].items():
             if name not in slowest or (phase.median_ms or 0) > (slowest[name].median_ms or 0):
                 slowest[name] = phase
     for entry in ranks:
-        entry["slowest_for"] = sorted(n for n, p in slowest.items() if entry["phases"].get(n) == p.median_ms)
+        entry["slowest_for"] = sorted(
+            n for n, p in slowest.items() if entry["phases"].get(n) == p.median_ms
+        )
     first = per_rank[0]
     # every rank issues the same collectives; their kernel times differ by the waiting: the slowest rank's
     slowest_rank = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
     kinds = {p.kind for p in slowest.values() if p.count}
-    mode = "speculative" if kinds & set(SPECULATIVE_KINDS) else ("baseline" if "decode" in kinds else None)
+    mode = (
+        "speculative"
+        if kinds & set(SPECULATIVE_KINDS)
+        else ("baseline" if "decode" in kinds else None)
+    )
     shares = [rv["share"] for rv in per_rank if rv["share"] is not None]
     coverages = [rv["coverage"] for rv in per_rank if rv["coverage"] is not None]
     return EngineRun(
-        label=first["label"], mode=mode, source="profile", path=", ".join(tl.path for tl in timelines),
-        engine=first["engine"], phases=slowest, collectives=slowest_rank["collectives"],
-        collective_share=max(shares) if shares else None, graph_coverage=min(coverages) if coverages else None,
-        ranks=ranks)
+        label=first["label"],
+        mode=mode,
+        source="profile",
+        path=", ".join(tl.path for tl in timelines),
+        engine=first["engine"],
+        phases=slowest,
+        collectives=slowest_rank["collectives"],
+        collective_share=max(shares) if shares else None,
+        graph_coverage=min(coverages) if coverages else None,
+        ranks=ranks,
+    )
 
 
 def rank_skew(run: EngineRun) -> dict[str, float]:
@@ -126,10 +165,17 @@ def rank_skew(run: EngineRun) -> dict[str, float]:
 
 def _config(timelines: list[Timeline], run: EngineRun) -> dict:
     tl = timelines[0]
-    config = {"engine": run.engine, "tp": tl.world_size or len(timelines), "device": "cuda" if tl.gpu else "cpu",
-              "backend": tl.distributed.get("backend"), "nccl_version": tl.distributed.get("nccl_version"),
-              "gpus": tl.gpu_names, "rocm": tl.rocm, "ranks_given": len(timelines),
-              "record_shapes": bool(tl.header.get("record_shapes"))}
+    config = {
+        "engine": run.engine,
+        "tp": tl.world_size or len(timelines),
+        "device": "cuda" if tl.gpu else "cpu",
+        "backend": tl.distributed.get("backend"),
+        "nccl_version": tl.distributed.get("nccl_version"),
+        "gpus": tl.gpu_names,
+        "rocm": tl.rocm,
+        "ranks_given": len(timelines),
+        "record_shapes": bool(tl.header.get("record_shapes")),
+    }
     decode = run.first_of_kind("decode")
     verify = run.first_of_kind("verify")
     if decode and decode.batch:
@@ -144,24 +190,36 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
     tl = timelines[0]
     notes = []
     if not tl.gpu:
-        notes.append("no GPU events (a CPU-only profile, or recorded without CUDA activity): the device time, the GPU "
-                     "idle time, graph replays and NCCL kernels cannot be known; times are host times")
+        notes.append(
+            "no GPU events (a CPU-only profile, or recorded without CUDA activity): the device time, the GPU "
+            "idle time, graph replays and NCCL kernels cannot be known; times are host times"
+        )
     if not run.phases:
-        notes.append("no steps found: the profile has no step annotations and no bursts of GPU work to split")
+        notes.append(
+            "no steps found: the profile has no step annotations and no bursts of GPU work to split"
+        )
     else:
         how = {r["found_by"] for r in run.ranks if r["found_by"]}
         notes.append("steps from " + "; ".join(sorted(how)))
     kinds = {p.kind for p in run.phases.values()}
     if run.phases and not (kinds & {"decode", "verify", "draft", "prefill"}):
-        notes.append("decode and verify steps cannot be told apart: no engine annotation names them and the profile "
-                     "has no recorded input shapes (record_shapes=True)")
+        notes.append(
+            "decode and verify steps cannot be told apart: no engine annotation names them and the profile "
+            "has no recorded input shapes (record_shapes=True)"
+        )
     if any(c.size_bytes is None for c in run.collectives):
-        notes.append("some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
-                     "sizes are unknown (profile the capture too, or read them from the engine's own records)")
+        notes.append(
+            "some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
+            "sizes are unknown (profile the capture too, or read them from the engine's own records)"
+        )
     if any(c.algo for c in run.collectives):
-        notes.append("algorithm and protocol are read from the NCCL kernel names: the kernel NCCL launched, which can run "
-                     "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)")
+        notes.append(
+            "algorithm and protocol are read from the NCCL kernel names: the kernel NCCL launched, which can run "
+            "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)"
+        )
     if len(timelines) == 1 and (tl.world_size or 1) > 1:
-        notes.append(f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "
-                     "(give every rank's profile)")
+        notes.append(
+            f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "
+            "(give every rank's profile)"
+        )
     return notes

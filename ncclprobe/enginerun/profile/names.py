@@ -21,68 +21,194 @@ from __future__ import annotations
 
 import re
 
-KERNEL_LAUNCHES = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cudaLaunchCooperativeKernel", "cuLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice",
-    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
-    "hipLaunchCooperativeKernel", "hipExtLaunchKernelGGL", "hipModuleLaunchCooperativeKernel"})
+KERNEL_LAUNCHES = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernelEx",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cuLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipLaunchCooperativeKernel",
+        "hipExtLaunchKernelGGL",
+        "hipModuleLaunchCooperativeKernel",
+    }
+)
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 MEMCPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
-SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                        "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize"})
+SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+    }
+)
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 HOST_API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 # torch 1.8's Kineto wrote capitalised categories (the TensorBoard plugin maps them the same way:
 # pytorch/kineto tb_plugin/torch_tb_profiler/profiler/trace.py, EventTypeMap)
-OLD_CATEGORIES = {"Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
-                  "Operator": "cpu_op", "Python": "python_function"}
+OLD_CATEGORIES = {
+    "Kernel": "kernel",
+    "Runtime": "cuda_runtime",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Operator": "cpu_op",
+    "Python": "python_function",
+}
 
-NCCL_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "half": "float16",
-               "float": "float32", "double": "float64", "i8": "int8", "u8": "uint8", "i32": "int32",
-               "u32": "uint32", "i64": "int64", "u64": "uint64", "int8_t": "int8", "uint8_t": "uint8",
-               "int32_t": "int32", "uint32_t": "uint32", "int64_t": "int64", "uint64_t": "uint64",
-               "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "__nv_bfloat16": "bfloat16", "__half": "float16",
-               "rccl_bfloat16": "bfloat16", "hip_bfloat16": "bfloat16",
-               # the tails of C type names once the kernel name is split on "_":
-               # `Sum___nv_bfloat16` ends in "bfloat16", `Sum_int8_t` in "int8", "t"
-               "bfloat16": "bfloat16", "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
-               "int64": "int64", "uint64": "uint64"}
-TORCH_DTYPES = {"BFloat16": "bfloat16", "Float": "float32", "Half": "float16", "Double": "float64",
-                "Int": "int32", "Long": "int64", "Char": "int8", "Byte": "uint8", "Float8_e4m3fn": "float8_e4m3"}
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,
-               "uint32": 4, "int64": 8, "uint64": 8, "float8_e4m3": 1, "float8_e5m2": 1}
-COLLECTIVES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-               "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send_recv", "Send": "send",
-               "Recv": "recv", "AllToAll": "all_to_all", "AlltoAll": "all_to_all", "Gather": "gather",
-               "Scatter": "scatter"}
-ARG_COLLECTIVES = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "allgather": "all_gather",
-                   "all_gather": "all_gather", "_allgather_base": "all_gather", "all_gather_into_tensor": "all_gather",
-                   "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-                   "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce",
-                   "send": "send", "recv": "recv", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
-                   "gather": "gather", "scatter": "scatter", "barrier": "barrier", "allreduce_coalesced": "all_reduce"}
+NCCL_DTYPES = {
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+    "bf16": "bfloat16",
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "i8": "int8",
+    "u8": "uint8",
+    "i32": "int32",
+    "u32": "uint32",
+    "i64": "int64",
+    "u64": "uint64",
+    "int8_t": "int8",
+    "uint8_t": "uint8",
+    "int32_t": "int32",
+    "uint32_t": "uint32",
+    "int64_t": "int64",
+    "uint64_t": "uint64",
+    "f8e4m3": "float8_e4m3",
+    "f8e5m2": "float8_e5m2",
+    "__nv_bfloat16": "bfloat16",
+    "__half": "float16",
+    "rccl_bfloat16": "bfloat16",
+    "hip_bfloat16": "bfloat16",
+    # the tails of C type names once the kernel name is split on "_":
+    # `Sum___nv_bfloat16` ends in "bfloat16", `Sum_int8_t` in "int8", "t"
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+}
+TORCH_DTYPES = {
+    "BFloat16": "bfloat16",
+    "Float": "float32",
+    "Half": "float16",
+    "Double": "float64",
+    "Int": "int32",
+    "Long": "int64",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Float8_e4m3fn": "float8_e4m3",
+}
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float8_e4m3": 1,
+    "float8_e5m2": 1,
+}
+COLLECTIVES = {
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "SendRecv": "send_recv",
+    "Send": "send",
+    "Recv": "recv",
+    "AllToAll": "all_to_all",
+    "AlltoAll": "all_to_all",
+    "Gather": "gather",
+    "Scatter": "scatter",
+}
+ARG_COLLECTIVES = {
+    "allreduce": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather": "all_gather",
+    "_allgather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "send": "send",
+    "recv": "recv",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "allreduce_coalesced": "all_reduce",
+}
 ALGOS = ("RING", "TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "PAT")
 PROTOS = ("LL128", "LL", "SIMPLE")
 
 _NEW = re.compile(r"^ncclDevKernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
 _OLD = re.compile(r"^(?:void )?(?:nccl|rccl)Kernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<args>[^\]]*)\]$")
-_VLLM = re.compile(r"^execute_(?P<reqs>\d+)_context_(?P<ctx>\d+)\((?P<cargs>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gargs>[^)]*)\)")
+_VLLM = re.compile(
+    r"^execute_(?P<reqs>\d+)_context_(?P<ctx>\d+)\((?P<cargs>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gargs>[^)]*)\)"
+)
 _OURS = re.compile(r"^ncclprobe::(?P<phase>[a-z_]+)(?:\[(?P<args>[^\]]*)\])?$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d+)$")
 _BACKEND_OP = re.compile(r"^(?P<backend>nccl|gloo|ucc|mpi|xccl|hccl):(?P<op>[a-z_]+)$")
 # `Input type` of a collective's `<backend>:<op>` annotation (C++ type names as torch prints them)
-CPP_DTYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
-              "long int": "int64", "int": "int32", "signed char": "int8", "unsigned char": "uint8",
-              "c10::Float8_e4m3fn": "float8_e4m3", "c10::Float8_e5m2": "float8_e5m2"}
+CPP_DTYPES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::BFloat16": "bfloat16",
+    "c10::Half": "float16",
+    "long int": "int64",
+    "int": "int32",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "c10::Float8_e4m3fn": "float8_e4m3",
+    "c10::Float8_e5m2": "float8_e5m2",
+}
 _SQ = re.compile(r"^sq(?P<sq>\d+)")
 
 # SGLang forward modes (python/sglang/srt/model_executor/forward_batch_info.py) by phase kind
-SGLANG_KINDS = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "prefill",
-                "TARGET_VERIFY": "verify", "DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "IDLE": "other",
-                "SPLIT_PREFILL": "prefill", "DUMMY_FIRST": "other"}
-OUR_KINDS = {"prefill": "prefill", "decode": "decode", "verify": "verify", "draft": "draft",
-             "draft_extend": "draft", "accept": "other"}
+SGLANG_KINDS = {
+    "DECODE": "decode",
+    "EXTEND": "prefill",
+    "PREFILL": "prefill",
+    "MIXED": "prefill",
+    "TARGET_VERIFY": "verify",
+    "DRAFT_EXTEND": "draft",
+    "DRAFT_EXTEND_V2": "draft",
+    "IDLE": "other",
+    "SPLIT_PREFILL": "prefill",
+    "DUMMY_FIRST": "other",
+}
+OUR_KINDS = {
+    "prefill": "prefill",
+    "decode": "decode",
+    "verify": "verify",
+    "draft": "draft",
+    "draft_extend": "draft",
+    "accept": "other",
+}
 
 
 def launch_kind(name: str) -> str | None:
@@ -111,8 +237,12 @@ def collective_kernel(name: str) -> dict | None:
     algo = next((a for a in ALGOS if re.search(rf"(^|_){a}(_|$)", upper)), None)
     proto = next((p for p in PROTOS if re.search(rf"(^|_){p}(_|$)", upper)), None)
     dtype = next((NCCL_DTYPES[p] for p in reversed(parts) if p in NCCL_DTYPES), None)
-    return {"op": COLLECTIVES.get(coll, coll.lower() if coll != "Generic" else "unknown"),
-            "algo": algo, "proto": proto, "dtype": dtype}
+    return {
+        "op": COLLECTIVES.get(coll, coll.lower() if coll != "Generic" else "unknown"),
+        "algo": algo,
+        "proto": proto,
+        "dtype": dtype,
+    }
 
 
 def step_annotation(name: str) -> dict | None:
@@ -125,26 +255,49 @@ def step_annotation(name: str) -> dict | None:
         # a speculative SGLang step is scheduled as DECODE too: tokens per sequence come from the
         # recorded shapes then (steps._shape_tokens), not from the mode's name
         per_seq = toks / batch if toks and batch else None
-        return {"kind": kind, "label": f"step[{m.group('mode')}]", "engine": "sglang", "batch": batch,
-                "tokens_per_seq": per_seq, "found_by": "SGLang step annotation"}
+        return {
+            "kind": kind,
+            "label": f"step[{m.group('mode')}]",
+            "engine": "sglang",
+            "batch": batch,
+            "tokens_per_seq": per_seq,
+            "found_by": "SGLang step annotation",
+        }
     m = _VLLM.match(name)
     if m:
         gen, ctx = int(m.group("gen")), int(m.group("ctx"))
         sq = _SQ.match(m.group("gargs"))
         per_seq = int(sq.group("sq")) / gen if sq and gen else None
-        kind = "prefill" if ctx and not gen else ("verify" if per_seq and per_seq > 1.0 else "decode")
+        kind = (
+            "prefill" if ctx and not gen else ("verify" if per_seq and per_seq > 1.0 else "decode")
+        )
         if ctx and gen:
-            kind = "other"        # a mixed step: prefill chunks and decodes in one forward
-        label = {"decode": "execute[generation]", "verify": "execute[generation, several tokens]",
-                 "prefill": "execute[context]", "other": "execute[mixed]"}[kind]
-        return {"kind": kind, "label": label, "engine": "vllm", "batch": gen or int(m.group("reqs")),
-                "tokens_per_seq": per_seq, "found_by": "vLLM execute annotation"}
+            kind = "other"  # a mixed step: prefill chunks and decodes in one forward
+        label = {
+            "decode": "execute[generation]",
+            "verify": "execute[generation, several tokens]",
+            "prefill": "execute[context]",
+            "other": "execute[mixed]",
+        }[kind]
+        return {
+            "kind": kind,
+            "label": label,
+            "engine": "vllm",
+            "batch": gen or int(m.group("reqs")),
+            "tokens_per_seq": per_seq,
+            "found_by": "vLLM execute annotation",
+        }
     m = _OURS.match(name)
     if m:
         args = _pairs(m.group("args") or "")
-        return {"kind": OUR_KINDS.get(m.group("phase"), "other"), "label": m.group("phase"), "engine": "ncclprobe",
-                "batch": _int(args.get("b")), "tokens_per_seq": _float(args.get("t")),
-                "found_by": "ncclprobe step annotation"}
+        return {
+            "kind": OUR_KINDS.get(m.group("phase"), "other"),
+            "label": m.group("phase"),
+            "engine": "ncclprobe",
+            "batch": _int(args.get("b")),
+            "tokens_per_seq": _float(args.get("t")),
+            "found_by": "ncclprobe step annotation",
+        }
     return None
 
 

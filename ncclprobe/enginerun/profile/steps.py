@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 
 from ncclprobe.enginerun.profile.timeline import Kernel, Timeline
 
-GAP_FACTOR = 20.0          # a gap this many times the median kernel-to-kernel gap ends a step
+GAP_FACTOR = 20.0  # a gap this many times the median kernel-to-kernel gap ends a step
 MIN_STEP_GAP_US = 100.0
-GRAPHED_SHARE = 0.5        # a step whose kernel time is mostly graph-launched is a graph replay
+GRAPHED_SHARE = 0.5  # a step whose kernel time is mostly graph-launched is a graph replay
 
 
 @dataclass
 class Step:
     kind: str
     label: str
-    t0: float                        # host window (µs)
+    t0: float  # host window (µs)
     t1: float
     batch: int | None = None
     tokens_per_seq: float | None = None
@@ -94,7 +94,9 @@ def find_steps(tl: Timeline) -> tuple[list[Step], str]:
         how = "torch.profiler's ProfilerStep#N annotations" if steps else ""
     if not steps and tl.gpu:
         steps = _from_gaps(tl)
-        how = "gaps between bursts of GPU work (the profile has no step annotations)" if steps else ""
+        how = (
+            "gaps between bursts of GPU work (the profile has no step annotations)" if steps else ""
+        )
     _attach(tl, steps)
     _shape_tokens(tl, steps)
     return steps, how
@@ -105,18 +107,37 @@ def _annotated(tl: Timeline) -> list[Step]:
     for a in tl.annotations:
         if a.step:
             by_engine.setdefault(a.step["engine"], []).append(a)
-    for engine in ("ncclprobe", "sglang", "vllm"):       # the most specific annotation family wins
+    for engine in ("ncclprobe", "sglang", "vllm"):  # the most specific annotation family wins
         if by_engine.get(engine):
-            return [Step(kind=a.step["kind"], label=a.step["label"], t0=a.ts, t1=a.ts + a.dur, batch=a.step["batch"],
-                         tokens_per_seq=a.step["tokens_per_seq"], engine=engine, found_by=a.step["found_by"])
-                    for a in by_engine[engine]]
+            return [
+                Step(
+                    kind=a.step["kind"],
+                    label=a.step["label"],
+                    t0=a.ts,
+                    t1=a.ts + a.dur,
+                    batch=a.step["batch"],
+                    tokens_per_seq=a.step["tokens_per_seq"],
+                    engine=engine,
+                    found_by=a.step["found_by"],
+                )
+                for a in by_engine[engine]
+            ]
     return []
 
 
 def _profiler_steps(tl: Timeline) -> list[Step]:
-    return [Step(kind="other", label="ProfilerStep", t0=a.ts, t1=a.ts + a.dur, engine="torch",
-                 found_by="torch.profiler's ProfilerStep#N annotations")
-            for a in tl.annotations if a.profiler_step is not None]
+    return [
+        Step(
+            kind="other",
+            label="ProfilerStep",
+            t0=a.ts,
+            t1=a.ts + a.dur,
+            engine="torch",
+            found_by="torch.profiler's ProfilerStep#N annotations",
+        )
+        for a in tl.annotations
+        if a.profiler_step is not None
+    ]
 
 
 def _from_gaps(tl: Timeline) -> list[Step]:
@@ -130,7 +151,7 @@ def _from_gaps(tl: Timeline) -> list[Step]:
     bursts, start = [], 0
     for i, gap in enumerate(gaps):
         if gap > threshold:
-            bursts.append(kernels[start:i + 1])
+            bursts.append(kernels[start : i + 1])
             start = i + 1
     bursts.append(kernels[start:])
     steps = []
@@ -138,8 +159,16 @@ def _from_gaps(tl: Timeline) -> list[Step]:
         launch_ts = [tl.launches[k.corr].ts for k in burst if k.corr in tl.launches]
         t0 = min(launch_ts) if launch_ts else burst[0].ts
         t1 = max(launch_ts) if launch_ts else burst[-1].end
-        steps.append(Step(kind="other", label="burst", t0=t0, t1=t1, engine="unknown",
-                          found_by="gaps between bursts of GPU work (the profile has no step annotations)"))
+        steps.append(
+            Step(
+                kind="other",
+                label="burst",
+                t0=t0,
+                t1=t1,
+                engine="unknown",
+                found_by="gaps between bursts of GPU work (the profile has no step annotations)",
+            )
+        )
     return steps
 
 
@@ -190,7 +219,11 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
         step.batch, step.tokens_per_seq = step.batch or batch, per_seq
         if step.kind == "other" or (step.kind == "decode" and per_seq > 1.0):
             old, step.kind = step.kind, kind_from_tokens(per_seq)
-            step.label = step.kind if old == "other" else f"{step.label} ({per_seq:g} tokens/seq: speculative)"
+            step.label = (
+                step.kind
+                if old == "other"
+                else f"{step.label} ({per_seq:g} tokens/seq: speculative)"
+            )
             step.found_by += "; decode or verify from the recorded input shapes"
 
 

@@ -19,13 +19,13 @@ import codecs
 import gzip
 import json
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ncclprobe.errors import UsageProblem
 
 CHUNK = 1 << 20
-MAX_EVENT_CHARS = 64 << 20      # a single event this large is not a profiler event
+MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
 _WS = " \t\r\n"
 
 
@@ -37,7 +37,9 @@ class _Source:
         try:
             raw = open(path, "rb")
         except OSError as exc:
-            raise UsageProblem(f"cannot read profile {str(path)!r}: {exc.strerror or exc}") from None
+            raise UsageProblem(
+                f"cannot read profile {str(path)!r}: {exc.strerror or exc}"
+            ) from None
         magic = raw.read(2)
         raw.seek(0)
         self.gzipped = magic == b"\x1f\x8b"
@@ -52,14 +54,18 @@ class _Source:
         try:
             data = self.file.read(CHUNK)
         except EOFError:
-            raise UsageProblem(f"{self.path}: the gzip stream is truncated (the file ends before gzip's end marker); "
-                               "copy the trace again") from None
+            raise UsageProblem(
+                f"{self.path}: the gzip stream is truncated (the file ends before gzip's end marker); "
+                "copy the trace again"
+            ) from None
         except (gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise UsageProblem(f"{self.path}: not a readable gzip file ({exc})") from None
         try:
             text = self.decoder.decode(data, final=not data)
         except UnicodeDecodeError:
-            raise UsageProblem(f"{self.path} is not UTF-8 text, so not a profiler trace (JSON)") from None
+            raise UsageProblem(
+                f"{self.path} is not UTF-8 text, so not a profiler trace (JSON)"
+            ) from None
         if not data:
             self.done = True
         return text
@@ -81,7 +87,7 @@ class _Buffer:
             return False
         if self.pos > CHUNK:
             self.consumed += self.pos
-            self.text, self.pos = self.text[self.pos:], 0
+            self.text, self.pos = self.text[self.pos :], 0
         self.text += chunk
         return True
 
@@ -114,7 +120,9 @@ class _Buffer:
     def expect(self, char: str, what: str) -> None:
         got = self.skip_ws()
         if got != char:
-            raise self.error(f"expected {what}" + (f", found {got!r}" if got else ", found the end of the file"))
+            raise self.error(
+                f"expected {what}" + (f", found {got!r}" if got else ", found the end of the file")
+            )
         self.pos += 1
 
     def value(self, scan):
@@ -133,7 +141,9 @@ class _Buffer:
                 obj, end = None, -1
             except json.JSONDecodeError as exc:
                 # incomplete text fails too: refill and retry; the same failure after a refill is real
-                genuine = (exc.pos, exc.msg) == last_error and not exc.msg.startswith("Unterminated string")
+                genuine = (exc.pos, exc.msg) == last_error and not exc.msg.startswith(
+                    "Unterminated string"
+                )
                 if genuine or self.source.done:
                     raise self.error(f"invalid JSON ({exc.msg})") from None
                 last_error, obj, end = (exc.pos, exc.msg), None, -1
@@ -150,8 +160,10 @@ class _Buffer:
 
     def error(self, what: str) -> UsageProblem:
         offset = self.consumed + self.pos
-        return UsageProblem(f"{self.source.path}: {what} at character {offset}; expected a PyTorch profiler trace "
-                            "(Chrome-trace JSON with traceEvents)")
+        return UsageProblem(
+            f"{self.source.path}: {what} at character {offset}; expected a PyTorch profiler trace "
+            "(Chrome-trace JSON with traceEvents)"
+        )
 
 
 def read_events(path: str | Path, on_event: Callable[[dict], None]) -> dict:
@@ -170,7 +182,9 @@ def _read(buf: _Buffer, on_event) -> dict:
     first = buf.skip_ws()
     if first != "{":
         if first == "[":
-            raise buf.error("a JSON array at the top (the bare-array Chrome-trace form is not a PyTorch profiler export)")
+            raise buf.error(
+                "a JSON array at the top (the bare-array Chrome-trace form is not a PyTorch profiler export)"
+            )
         raise buf.error("not JSON" if first else "an empty file")
     buf.pos += 1
     header, seen_events = {}, False
@@ -185,9 +199,14 @@ def _read(buf: _Buffer, on_event) -> dict:
         else:
             header[key] = buf.value(scan)
     if not seen_events:
-        raise UsageProblem(f"{buf.source.path} is JSON but has no \"traceEvents\": not a PyTorch profiler trace"
-                           + (" (it looks like an ncclprobe engine trace: give it as --trace)"
-                              if header.get("kind") == "engine-trace" else ""))
+        raise UsageProblem(
+            f'{buf.source.path} is JSON but has no "traceEvents": not a PyTorch profiler trace'
+            + (
+                " (it looks like an ncclprobe engine trace: give it as --trace)"
+                if header.get("kind") == "engine-trace"
+                else ""
+            )
+        )
     return header
 
 

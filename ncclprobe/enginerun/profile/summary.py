@@ -25,7 +25,6 @@ from ncclprobe.enginerun.profile.steps import GRAPHED_SHARE, Step, union_us
 from ncclprobe.enginerun.profile.timeline import Timeline
 from ncclprobe.enginerun.view import Collective, Phase
 
-
 EAGER_SUFFIX = " (kernel by kernel)"
 
 
@@ -34,7 +33,9 @@ def phases_of(tl: Timeline, steps: list[Step]) -> dict[str, Phase]:
     kernel (a batch size outside the captured ones, a step kind the engine does not capture) is
     split in two, the eager part named `<label> (kernel by kernel)`: the two are different costs."""
     graphed = {id(s): _graphed(tl, s) for s in steps}
-    mixed = {s.label for s in steps if graphed[id(s)]} & {s.label for s in steps if graphed[id(s)] is False}
+    mixed = {s.label for s in steps if graphed[id(s)]} & {
+        s.label for s in steps if graphed[id(s)] is False
+    }
     groups: dict[str, list[Step]] = defaultdict(list)
     for step in steps:
         eager = step.label in mixed and graphed[id(step)] is False
@@ -55,19 +56,29 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
     shares = [x for x in shares if x is not None]
     share = statistics.fmean(shares) if shares else None
     kinds = {kind for s in steps for kind in s.launches}
-    launches = {kind: statistics.median([s.launches.get(kind, 0) for s in steps]) for kind in sorted(kinds)}
+    launches = {
+        kind: statistics.median([s.launches.get(kind, 0) for s in steps]) for kind in sorted(kinds)
+    }
     tokens = [s.tokens_per_seq for s in steps if s.tokens_per_seq is not None]
     batches = [s.batch for s in steps if s.batch]
     return Phase(
-        name=label, kind=steps[0].kind, count=len(steps), total_ms=sum(spans),
-        median_ms=statistics.median(spans), p90_ms=_quantile(spans, 0.9),
+        name=label,
+        kind=steps[0].kind,
+        count=len(steps),
+        total_ms=sum(spans),
+        median_ms=statistics.median(spans),
+        p90_ms=_quantile(spans, 0.9),
         graphed=None if share is None else share >= GRAPHED_SHARE,
         device_ms=statistics.median(busy) if busy else None,
-        idle_ms=statistics.median([s.span_ms() - s.busy_ms() for s in steps if s.kernels]) if busy else None,
-        graph_share=share, launches=launches,
+        idle_ms=statistics.median([s.span_ms() - s.busy_ms() for s in steps if s.kernels])
+        if busy
+        else None,
+        graph_share=share,
+        launches=launches,
         tokens_per_seq=statistics.median(tokens) if tokens else None,
         batch=max(set(batches), key=batches.count) if batches else None,
-        found_by=steps[0].found_by)
+        found_by=steps[0].found_by,
+    )
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -108,11 +119,36 @@ def _kernel_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             size, source = captured[(op, dtype)], "capture"
         else:
             size, source = None, "unknown"
-        key = (op, size, dtype, graph, k.coll["algo"], k.coll["proto"], phase.get(id(k)), args.get("group_size"), source)
+        key = (
+            op,
+            size,
+            dtype,
+            graph,
+            k.coll["algo"],
+            k.coll["proto"],
+            phase.get(id(k)),
+            args.get("group_size"),
+            source,
+        )
         groups[key].append(k)
-    return [Collective(op=op, size_bytes=size, count=float(len(ks)), dtype=dtype, phase=ph, graph=graph or None,
-                       group_size=group, algo=algo, proto=proto, time_us=sum(k.dur for k in ks), size_source=source)
-            for (op, size, dtype, graph, algo, proto, ph, group, source), ks in sorted(groups.items(), key=str)]
+    return [
+        Collective(
+            op=op,
+            size_bytes=size,
+            count=float(len(ks)),
+            dtype=dtype,
+            phase=ph,
+            graph=graph or None,
+            group_size=group,
+            algo=algo,
+            proto=proto,
+            time_us=sum(k.dur for k in ks),
+            size_source=source,
+        )
+        for (op, size, dtype, graph, algo, proto, ph, group, source), ks in sorted(
+            groups.items(), key=str
+        )
+    ]
 
 
 def _captured_sizes(tl: Timeline) -> dict[tuple, int]:
@@ -140,12 +176,26 @@ def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             continue
         at = bisect.bisect_right(starts, op.ts) - 1
         label = ordered[at].label if at >= 0 and op.ts <= ordered[at].t1 + op.dur else None
-        size = op.nelems * DTYPE_BYTES[op.dtype] if op.nelems is not None and op.dtype in DTYPE_BYTES else None
+        size = (
+            op.nelems * DTYPE_BYTES[op.dtype]
+            if op.nelems is not None and op.dtype in DTYPE_BYTES
+            else None
+        )
         groups[(op.op, size, op.dtype, label, op.group_size or group_size)].append(op)
-    return [Collective(op=op, size_bytes=size, count=float(len(ops)), dtype=dtype, phase=label, graph=None,
-                       group_size=group, time_us=sum(o.dur for o in ops),
-                       size_source="host op" if size is not None else "unknown")
-            for (op, size, dtype, label, group), ops in sorted(groups.items(), key=str)]
+    return [
+        Collective(
+            op=op,
+            size_bytes=size,
+            count=float(len(ops)),
+            dtype=dtype,
+            phase=label,
+            graph=None,
+            group_size=group,
+            time_us=sum(o.dur for o in ops),
+            size_source="host op" if size is not None else "unknown",
+        )
+        for (op, size, dtype, label, group), ops in sorted(groups.items(), key=str)
+    ]
 
 
 def collective_share(tl: Timeline, steps: list[Step]) -> float | None:

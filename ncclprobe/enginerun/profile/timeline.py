@@ -25,9 +25,9 @@ class Kernel:
     corr: int | None
     name: str
     ext: int | None
-    category: str                 # kernel | gpu_memcpy | gpu_memset
-    coll: dict | None = None      # names.collective_kernel(name), for NCCL/RCCL kernels
-    args: dict | None = None      # the eager collective's fields (Collective name, In msg nelems, ...)
+    category: str  # kernel | gpu_memcpy | gpu_memset
+    coll: dict | None = None  # names.collective_kernel(name), for NCCL/RCCL kernels
+    args: dict | None = None  # the eager collective's fields (Collective name, In msg nelems, ...)
 
     @property
     def end(self) -> float:
@@ -36,7 +36,7 @@ class Kernel:
 
 @dataclass(slots=True)
 class Launch:
-    kind: str                     # kernel | graph | memcpy | sync
+    kind: str  # kernel | graph | memcpy | sync
     name: str
     ts: float
     dur: float
@@ -49,7 +49,7 @@ class Annotation:
     ts: float
     dur: float
     tid: int | None
-    step: dict | None             # names.step_annotation(name)
+    step: dict | None  # names.step_annotation(name)
     profiler_step: int | None
 
 
@@ -72,9 +72,11 @@ class Timeline:
     kernels: list[Kernel] = field(default_factory=list)
     launches: dict[int, Launch] = field(default_factory=dict)
     annotations: list[Annotation] = field(default_factory=list)
-    comm_ops: list[CommOp] = field(default_factory=list)           # record_param_comms (host side)
-    backend_ops: list[CommOp] = field(default_factory=list)        # `gloo:all_reduce`-style annotations
-    embeddings: list[tuple[float, list]] = field(default_factory=list)   # (ts, [batch, tokens]) per lookup
+    comm_ops: list[CommOp] = field(default_factory=list)  # record_param_comms (host side)
+    backend_ops: list[CommOp] = field(default_factory=list)  # `gloo:all_reduce`-style annotations
+    embeddings: list[tuple[float, list]] = field(
+        default_factory=list
+    )  # (ts, [batch, tokens]) per lookup
     events: int = 0
     cpu_ops: int = 0
 
@@ -84,14 +86,18 @@ class Timeline:
 
     @property
     def rocm(self) -> bool:
-        return "roctracer_version" in self.header or "hip_runtime_version" in self.header or \
-            any(l.name.startswith("hip") for l in list(self.launches.values())[:50])
+        return (
+            "roctracer_version" in self.header
+            or "hip_runtime_version" in self.header
+            or any(l.name.startswith("hip") for l in list(self.launches.values())[:50])
+        )
 
     @property
     def distributed(self) -> dict:
         info = self.header.get("distributedInfo")
-        if isinstance(info, str):      # some exports hold a Python-literal dict as a string
+        if isinstance(info, str):  # some exports hold a Python-literal dict as a string
             import ast
+
             try:
                 info = ast.literal_eval(info)
             except (ValueError, SyntaxError):
@@ -111,11 +117,17 @@ class Timeline:
     @property
     def gpu_names(self) -> list[str]:
         props = self.header.get("deviceProperties")
-        return [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")] if isinstance(props, list) else []
+        return (
+            [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")]
+            if isinstance(props, list)
+            else []
+        )
 
     def time_range(self) -> tuple[float, float] | None:
         """(start, end) in µs of the profiled window, on the trace's own clock."""
-        points = [(a.ts, a.ts + a.dur) for a in self.annotations] + [(k.ts, k.end) for k in self.kernels[:1] + self.kernels[-1:]]
+        points = [(a.ts, a.ts + a.dur) for a in self.annotations] + [
+            (k.ts, k.end) for k in self.kernels[:1] + self.kernels[-1:]
+        ]
         if not points:
             return None
         return min(p[0] for p in points), max(p[1] for p in points)
@@ -126,8 +138,16 @@ def read_timeline(path: str) -> Timeline:
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     counts = {"events": 0, "cpu_ops": 0}
     launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
-    step_annotation, profiler_step, backend_collective = names.step_annotation, names.profiler_step, names.backend_collective
-    gpu_cats, api_cats, old_cats = names.GPU_CATEGORIES, names.HOST_API_CATEGORIES, names.OLD_CATEGORIES
+    step_annotation, profiler_step, backend_collective = (
+        names.step_annotation,
+        names.profiler_step,
+        names.backend_collective,
+    )
+    gpu_cats, api_cats, old_cats = (
+        names.GPU_CATEGORIES,
+        names.HOST_API_CATEGORIES,
+        names.OLD_CATEGORIES,
+    )
     seen_steps = set()
 
     def on_annotation(ev: dict, name: str, step, pstep) -> None:
@@ -135,7 +155,9 @@ def read_timeline(path: str) -> Timeline:
         key = (name, _num(ev, "ts"))
         if key not in seen_steps:
             seen_steps.add(key)
-            annotations.append(Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep))
+            annotations.append(
+                Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep)
+            )
 
     def on_event(ev: dict) -> None:
         counts["events"] += 1
@@ -147,10 +169,19 @@ def read_timeline(path: str) -> Timeline:
             args = ev.get("args") or {}
             name = str(ev.get("name", ""))
             coll = collective_kernel(name) if cat == "kernel" else None
-            kernels.append(Kernel(ts=_num(ev, "ts"), dur=_num(ev, "dur"), stream=args.get("stream", ev.get("tid", 0)),
-                                  corr=args.get("correlation"), name=name, category=cat,
-                                  ext=args.get("External id", args.get("external id")),
-                                  coll=coll, args=_coll_args(args) if coll else None))
+            kernels.append(
+                Kernel(
+                    ts=_num(ev, "ts"),
+                    dur=_num(ev, "dur"),
+                    stream=args.get("stream", ev.get("tid", 0)),
+                    corr=args.get("correlation"),
+                    name=name,
+                    category=cat,
+                    ext=args.get("External id", args.get("external id")),
+                    coll=coll,
+                    args=_coll_args(args) if coll else None,
+                )
+            )
         elif cat in api_cats:
             name = str(ev.get("name", ""))
             kind = launch_kind(name)
@@ -185,28 +216,48 @@ def read_timeline(path: str) -> Timeline:
         raise UsageProblem(f"{path}: a Chrome trace with no events; nothing was profiled")
     kernels.sort(key=lambda k: k.ts)
     annotations.sort(key=lambda a: a.ts)
-    return Timeline(path=str(path), header=header, kernels=kernels, launches=launches, annotations=annotations,
-                    comm_ops=comm_ops, backend_ops=backend_ops, embeddings=embeddings, events=counts["events"], cpu_ops=counts["cpu_ops"])
+    return Timeline(
+        path=str(path),
+        header=header,
+        kernels=kernels,
+        launches=launches,
+        annotations=annotations,
+        comm_ops=comm_ops,
+        backend_ops=backend_ops,
+        embeddings=embeddings,
+        events=counts["events"],
+        cpu_ops=counts["cpu_ops"],
+    )
 
 
 def _num(ev: dict, key: str) -> float:
     value = ev.get(key, 0.0)
-    if isinstance(value, str):         # some exporters write "ts": "123.4"
+    if isinstance(value, str):  # some exporters write "ts": "123.4"
         try:
             value = float(value)
         except ValueError:
             value = 0.0
-    return float(value) if isinstance(value, (int, float)) and value == value and abs(value) != float("inf") else 0.0
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
+        else 0.0
+    )
 
 
 def _coll_args(args: dict) -> dict | None:
     """The NCCL metadata torch attaches to an eagerly launched collective kernel (absent in a replay)."""
     if "Collective name" not in args and "In msg nelems" not in args:
         return None
-    return {"op": names.ARG_COLLECTIVES.get(str(args.get("Collective name")), str(args.get("Collective name"))),
-            "nelems": _as_int(args.get("In msg nelems")), "out_nelems": _as_int(args.get("Out msg nelems")),
-            "dtype": names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
-            "group_size": _as_int(args.get("Group size")), "ranks": args.get("Process Group Ranks")}
+    return {
+        "op": names.ARG_COLLECTIVES.get(
+            str(args.get("Collective name")), str(args.get("Collective name"))
+        ),
+        "nelems": _as_int(args.get("In msg nelems")),
+        "out_nelems": _as_int(args.get("Out msg nelems")),
+        "dtype": names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
+        "group_size": _as_int(args.get("Group size")),
+        "ranks": args.get("Process Group Ranks"),
+    }
 
 
 def _comm_op(ev: dict) -> CommOp | None:
@@ -214,10 +265,16 @@ def _comm_op(ev: dict) -> CommOp | None:
     name = args.get("Collective name")
     if not name:
         return None
-    return CommOp(ts=_num(ev, "ts"), dur=_num(ev, "dur"), ext=args.get("External id"),
-                  op=names.ARG_COLLECTIVES.get(str(name), str(name)), nelems=_as_int(args.get("In msg nelems")),
-                  dtype=names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
-                  group_size=_as_int(args.get("Group size")), tid=ev.get("tid"))
+    return CommOp(
+        ts=_num(ev, "ts"),
+        dur=_num(ev, "dur"),
+        ext=args.get("External id"),
+        op=names.ARG_COLLECTIVES.get(str(name), str(name)),
+        nelems=_as_int(args.get("In msg nelems")),
+        dtype=names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
+        group_size=_as_int(args.get("Group size")),
+        tid=ev.get("tid"),
+    )
 
 
 def _backend_op(ev: dict, op: str) -> CommOp:
@@ -226,13 +283,30 @@ def _backend_op(ev: dict, op: str) -> CommOp:
     args = ev.get("args") or {}
     dims, types = args.get("Input Dims"), args.get("Input type")
     nelems = None
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and all(isinstance(d, int) for d in dims[0]):
+    if (
+        isinstance(dims, list)
+        and dims
+        and isinstance(dims[0], list)
+        and all(isinstance(d, int) for d in dims[0])
+    ):
         nelems = 1
         for d in dims[0]:
             nelems *= d
-    dtype = names.CPP_DTYPES.get(types[0]) if isinstance(types, list) and types and isinstance(types[0], str) else None
-    return CommOp(ts=_num(ev, "ts"), dur=_num(ev, "dur"), ext=args.get("External id"), op=op, nelems=nelems,
-                  dtype=dtype, group_size=None, tid=ev.get("tid"))
+    dtype = (
+        names.CPP_DTYPES.get(types[0])
+        if isinstance(types, list) and types and isinstance(types[0], str)
+        else None
+    )
+    return CommOp(
+        ts=_num(ev, "ts"),
+        dur=_num(ev, "dur"),
+        ext=args.get("External id"),
+        op=op,
+        nelems=nelems,
+        dtype=dtype,
+        group_size=None,
+        tid=ev.get("tid"),
+    )
 
 
 def _as_int(value) -> int | None:
