@@ -109,6 +109,8 @@ DEBUG_SUBSYSTEMS = (
 )
 # subsystems ncclDebugInit (src/debug.cc) knows only from a release on; older ones ignore the name
 DEBUG_SUBSYSTEM_SINCE = {
+    "BOOTSTRAP": (2, 21, 0),
+    "REG": (2, 21, 0),
     "PROFILE": (2, 22, 0),
     "RAS": (2, 24, 0),
     "DESTROY": (2, 30, 0),
@@ -130,7 +132,10 @@ ALGORITHM_UNTIL = {"collnet": (2, 14, 0)}
 # Versions are compared as NCCL numbers them: a change that came with the first release of a series
 # (v2.14.3-1 is the first 2.14) is pinned at x.y.0, one inside a series at its release (2.27.5).
 
-_PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
+_PARAM = (
+    "NCCL_PARAM static cache (src/include/param.h), read and logged by ncclLoadParam "
+    "(src/misc/param.cc): once per process"
+)
 _PARAM_TAGS = ("v2.21.5-1", "v2.28.9-1", "v2.29.7-1")
 _H200 = "NCCL 2.28.9, H200, two ranks on one GPU over NET/Socket, 2026-11-29"
 
@@ -240,6 +245,8 @@ KNOBS: dict[str, Knob] = {
             "src/graph/topo.cc",
             checked_at=(
                 "v2.21.5-1",
+                "v2.22.3-1",
+                "v2.23.4-1",
                 "v2.25.1-1",
                 "v2.26.2-1",
                 "v2.26.6-1",
@@ -319,7 +326,8 @@ KNOBS: dict[str, Knob] = {
                 "2.27+: the `Invalid NCCL_NTHREADS` line is INFO (GRAPH|ENV); a WARN before",
             ),
             log_proof="`NCCL_NTHREADS set by environment to N.`",
-            source=_PARAM + "; getNthreads, src/graph/tuning.cc",
+            source=_PARAM + "; getNthreads, src/graph/tuning.cc; limits: src/include/device.h "
+            "(src/include/devcomm.h before 2.19)",
             checked_at=(
                 "v2.12.12-1",
                 "v2.18.5-1",
@@ -460,7 +468,8 @@ KNOBS: dict[str, Knob] = {
             ),
             version_notes=(
                 "2.20+: TUNING per-call lines are INFO (TRACE before); 2.24+ they name the algorithm",
-                "names known from: PROFILE 2.22, RAS 2.24, DESTROY 2.30, ALLOC_HOST 2.30.7; older "
+                "names known from: BOOTSTRAP and REG 2.21, PROFILE 2.22, RAS 2.24, DESTROY 2.30, "
+                "ALLOC_HOST 2.30.7; older "
                 "versions ignore a name they do not know",
             ),
             verified=(
@@ -515,7 +524,8 @@ KNOBS: dict[str, Knob] = {
             summary="Write the searched rings/trees (channels per graph) as XML (rank "
             "NCCL_GRAPH_DUMP_FILE_RANK, default 0).",
             log_proof="`NCCL_GRAPH_DUMP_FILE set by environment to <path>`",
-            source="ncclGetEnv in ncclTopoDumpGraphs, src/graph/search.cc (not in env.rst, 2.30.7)",
+            source="ncclGetEnv in ncclTopoDumpGraphs, src/graph/search.cc; NCCL_GRAPH_DUMP_FILE_RANK, "
+            "src/init.cc",
             checked_at=("v2.21.5-1", "v2.28.9-1"),
             unverified=(
                 "whether a one-rank communicator writes the graph dump (the H200 run of topo --check shows it)",

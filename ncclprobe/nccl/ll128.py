@@ -34,7 +34,7 @@ from ncclprobe.nccl.node import (
 )
 from ncclprobe.nccl.p2p import path_types
 from ncclprobe.nccl.values import parse_integer
-from ncclprobe.nccl.version import Version
+from ncclprobe.nccl.version import Version, parse_version
 
 # the NCCL tags whose tuning.cc rule (and topo.h path order) this module was read against
 READ_AT = (
@@ -56,22 +56,13 @@ READ_AT = (
     "v2.27.5-1",
     "v2.27.7-1",
     "v2.28.9-1",
+    "v2.29.7-1",
     "v2.30.3-1",
     "v2.30.7-1",
 )
-OLDEST = (2, 8, 3)
-# one version of each span of releases the rule is the same in: an unknown version is judged at each
-_EPOCHS = (
-    (2, 8, 3),
-    (2, 15, 0),
-    (2, 17, 0),
-    (2, 18, 3),
-    (2, 25, 0),
-    (2, 26, 0),
-    (2, 27, 0),
-    (2, 27, 5),
-    (2, 30, 0),
-)
+# every release the rule was read at: an unknown version is judged at each of them
+_RELEASES = tuple(parse_version(tag.removeprefix("v")) for tag in READ_AT)
+OLDEST = _RELEASES[0]
 _ARCHS_BEFORE_2_15 = (70, 80)
 _ARCHS_BEFORE_2_25 = (70, 80, 90)
 _ARCHS_BEFORE_2_27 = (70, 80, 90, 100, 120)
@@ -103,8 +94,12 @@ def ll128_default(
         if version < OLDEST:
             return Ll128Default(None, "NCCL's rule was not read for versions before 2.8.3")
         return _at(node, version, ll128_c2c)
-    verdicts = [_at(node, epoch, ll128_c2c) for epoch in _EPOCHS]
-    if len({v.on for v in verdicts}) == 1:
+    verdicts = [
+        _at(node, release, ll128_c2c)
+        for release in _RELEASES
+        if not node.over_network or node.net_path in (None, *path_types(release))
+    ]  # a network hop NCCL names exists only in the versions whose path types hold the name
+    if verdicts and len({v.on for v in verdicts}) == 1:
         return verdicts[-1]
     return Ll128Default(
         None,
