@@ -125,7 +125,7 @@ def _all(parts: tuple[Ll128Default, ...]) -> Ll128Default:
         for part in parts:
             if part.on is decided:
                 return part
-    return Ll128Default(True, " and ".join(p.why for p in parts if p.why))
+    return Ll128Default(True, ", ".join(p.why for p in parts if p.why))
 
 
 def _intra(node: NodeFacts, version: Version) -> Ll128Default:
@@ -172,7 +172,7 @@ def _network(
         )
     hop = order.index(net)
     if hop <= order.index("PXB"):
-        return Ll128Default(True, f"the network hop is {net}, within PXB")
+        return Ll128Default(True, f"the network hop is {net} (within PXB)")
     limit = _beyond_pxb_limit(version, ll128_c2c)
     if limit is None:
         return Ll128Default(
@@ -192,7 +192,7 @@ def _network(
         return Ll128Default(
             False, f"the network hop is {net}, which NCCL allows only on sm90 and newer"
         )
-    return Ll128Default(True, f"the network hop is {net}, within {limit} on sm90+")
+    return Ll128Default(True, f"the network hop is {net} (within {limit} on sm90+)")
 
 
 def _beyond_pxb_limit(version: Version, ll128_c2c: str | None) -> str | None:
@@ -226,7 +226,7 @@ def _architecture(caps: tuple[int, ...] | None, version: Version) -> Ll128Defaul
         return Ll128Default(
             False, f"NCCL {_shown(version)} enables LL128 by default only on {shown}, not sm{low}"
         )
-    return Ll128Default(True, f"sm{low}")
+    return Ll128Default(True, f"sm{low} GPUs")
 
 
 def _known_good(version: Version) -> tuple[int, ...]:
