@@ -179,6 +179,7 @@ def test_ll128_over_the_network_at_its_boundaries():
     assert _net((2, 27, 3), "PXN", c2c="0") is True and _net((2, 27, 4), "PXN", c2c="0") is True
     assert _net((2, 27, 5), "PXN", c2c="0") is False and _net((2, 27, 5), "PXN", c2c="1") is True
     assert _net((2, 27, 3), "P2C", c2c="0") is False and _net((2, 27, 3), "P2C") is True
+    assert _net((2, 26, 6), "PXN") is True and _net((2, 27, 0), "P2C") is True
     assert _net((2, 27, 5), "P2C", c2c="") is True  # set but empty: NCCL's default 1
     assert _net((2, 28, 9), "PXN", c2c="0x0") is False and _net((2, 28, 9), "PXN", c2c="2") is True
     assert _net((2, 28, 9), "PXN", c2c="on") is None  # not an integer: NCCL's reading unknown

@@ -499,6 +499,144 @@ LINT = [
             )
         ],
     ),
+    (
+        {"NCCL_PROTO": "LL129"},
+        {"nccl_version": "2.23.4"},
+        [
+            (
+                "error",
+                "NCCL_PROTO",
+                "NCCL_PROTO='LL129': unknown token 'LL129'; known: LL, LL128, Simple. NCCL before 2.24 ignores the unknown token silently",
+                "see `ncclprobe knobs NCCL_PROTO` for the accepted names",
+                "unknown-token",
+            )
+        ],
+    ),
+    (
+        {"NCCL_PROTO": "LL129"},
+        {},
+        [
+            (
+                "error",
+                "NCCL_PROTO",
+                "NCCL_PROTO='LL129': unknown token 'LL129'; known: LL, LL128, Simple. NCCL 2.24+ fails communicator creation; older versions ignore it silently",
+                "see `ncclprobe knobs NCCL_PROTO` for the accepted names",
+                "unknown-token",
+            )
+        ],
+    ),
+    (
+        {"NCCL_ALGO": "CollNet"},
+        {"nccl_version": "2.23.4"},
+        [
+            (
+                "error",
+                "NCCL_ALGO",
+                "algorithm 'collnet' is an NCCL_ALGO name only before NCCL 2.14: NCCL 2.14-2.23 ignore it silently",
+                "name CollNetDirect or CollNetChain (NCCL 2.14+)",
+                "algo-too-old",
+            )
+        ],
+    ),
+    (
+        {"NCCL_ALGO": "CollNet"},
+        {},
+        [
+            (
+                "warning",
+                "NCCL_ALGO",
+                "algorithm 'collnet' is an NCCL_ALGO name only before NCCL 2.14: NCCL 2.14-2.23 ignore it silently, 2.24+ fail communicator creation",
+                "name CollNetDirect or CollNetChain (NCCL 2.14+)",
+                "algo-too-old",
+            )
+        ],
+    ),
+    (
+        {"NCCL_ALGO": "allreduce:NVLS;broadcast:^Ring"},
+        {"nccl_version": "2.16.5"},
+        [
+            (
+                "error",
+                "NCCL_ALGO",
+                "NCCL_ALGO='allreduce:NVLS;broadcast:^Ring' uses the per-collective form, which NCCL reads only from 2.24",
+                "use a plain comma list, or upgrade NCCL",
+                "per-collective-too-old",
+            ),
+            (
+                "error",
+                "NCCL_ALGO",
+                "algorithm 'nvls' needs NCCL 2.17+; this is 2.16.5",
+                "drop it or upgrade NCCL",
+                "algo-too-new",
+            ),
+        ],
+    ),
+    (
+        {"NCCL_BUFFSIZE": "X1"},
+        {},
+        [
+            (
+                "error",
+                "NCCL_BUFFSIZE",
+                "NCCL_BUFFSIZE='X1' is not an integer",
+                "use one of the values `ncclprobe knobs NCCL_BUFFSIZE` lists",
+                "invalid-value",
+            )
+        ],
+    ),
+    (
+        {"NCCL_PROTO": "LL", "NCCL_PROTOCOL": "LL"},
+        {},
+        [
+            (
+                "warning",
+                "NCCL_PROTOCOL",
+                "NCCL_PROTOCOL is not a variable NCCL reads; it is ignored",
+                "did you mean NCCL_PROTO?",
+                "unknown-variable",
+            )
+        ],
+    ),
+    ({"NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_DEBUG": "trace"}, {}, []),
+    (
+        {"NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_DEBUG": "WARN"},
+        {},
+        [
+            (
+                "info",
+                "NCCL_DEBUG_SUBSYS",
+                "NCCL_DEBUG_SUBSYS only filters INFO lines, and NCCL_DEBUG is WARN",
+                "export NCCL_DEBUG=INFO",
+                "debug-subsys-without-info",
+            )
+        ],
+    ),
+    (
+        {"NCCL_LAUNCH_MODE": "GROUP"},
+        {"nccl_version": "2.12.12"},
+        [
+            (
+                "info",
+                "NCCL_LAUNCH_MODE",
+                "NCCL_LAUNCH_MODE=GROUP is deprecated since NCCL 2.9",
+                "unset it",
+                "deprecated",
+            )
+        ],
+    ),
+    (
+        {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV,ALLOC_HOST"},
+        {"nccl_version": "2.30.6"},
+        [
+            (
+                "info",
+                "NCCL_DEBUG_SUBSYS",
+                "NCCL_DEBUG_SUBSYS names ALLOC_HOST, which NCCL knows from 2.30.7; 2.30.6 ignores the name",
+                "drop ALLOC_HOST",
+                "debug-subsys-too-new",
+            )
+        ],
+    ),
 ]
 
 
@@ -674,6 +812,46 @@ def test_every_ll128_verdict_word_for_word(node, version, c2c, summary):
     assert ll128_default(node, version, ll128_c2c=c2c).summary == summary
 
 
+def test_explain_gives_every_field_of_a_row():
+    assert set(explain("NCCL_P2P_LEVEL")) == {
+        "name",
+        "summary",
+        "read",
+        "read_when",
+        "kind",
+        "values",
+        "case_sensitive",
+        "default",
+        "syntax",
+        "since",
+        "version_notes",
+        "risks",
+        "log_proof",
+        "source",
+        "checked_at",
+        "verified",
+        "unverified",
+        "undocumented_levels",
+        "level_since",
+        "legacy_integers",
+    }
+    row = explain("NCCL_NTHREADS")
+    assert (row["name"], row["kind"], row["values"], row["default"]) == (
+        "NCCL_NTHREADS",
+        "int",
+        [],
+        "256 or 512 by link speed",
+    )
+    assert row["version_notes"] and row["syntax"] and row["log_proof"] and row["checked_at"]
+    assert explain("NCCL_PROTO")["risks"] and explain("NCCL_PROTO")["verified"]
+    assert explain("NCCL_P2P_LEVEL")["unverified"]
+    with pytest.raises(UsageProblem) as unknown:
+        explain("NCCL_BOGUS")
+    assert str(unknown.value).startswith(
+        "'NCCL_BOGUS' is not in the knowledge table; known: NCCL_ALGO, NCCL_BUFFSIZE, "
+    )
+
+
 def test_explain_says_when_nccl_reads_a_variable():
     assert explain("NCCL_PROTO")["read_when"] == (
         "at every communicator creation: a new communicator in the same process sees a new value"
@@ -789,6 +967,7 @@ def test_the_ring_search_is_attempted_up_to_sixteen_gpus():
         ("052", 42),
         ("0", 0),
         ("-052", -42),
+        ("0X2A", 42),
     ],
 )
 def test_integers_as_nccl_param_reads_them(text, number):
@@ -809,6 +988,17 @@ def test_per_collective_clauses_govern_their_collective():
     assert (broadcast.exclude, broadcast.names) == (True, frozenset({"ll128"}))
     assert token_list_for("allreduce:LL", "broadcast") is None
     assert token_list_for("LL", "allreduce").names == frozenset({"ll"})
+    assert token_list_for("allreduce:;LL", "broadcast").names == frozenset({"ll"})  # empty clause
+    assert token_list_for("^XLL", "allreduce").names == frozenset({"xll"})
+
+
+def test_debug_subsystems_a_value_turns_on():
+    from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEMS
+    from ncclprobe.nccl.values import subsystems_enabled
+
+    every = set(DEBUG_SUBSYSTEMS) - {"ALL"}
+    assert subsystems_enabled("^ENV") == every - {"ENV"}
+    assert subsystems_enabled("ALL") == every and subsystems_enabled("init, env") == {"INIT", "ENV"}
 
 
 @pytest.mark.parametrize(
@@ -828,6 +1018,7 @@ def test_per_collective_clauses_govern_their_collective():
             "NCCL_PROTO='LL, Simple': unknown token ' Simple' (NCCL compares each token whole: no spaces around names)",
         ),
         ("Bogus", "NCCL_PROTO='Bogus': unknown token 'Bogus'; known: LL, LL128, Simple"),
+        ("XLL", "NCCL_PROTO='XLL': unknown token 'XLL'; known: LL, LL128, Simple"),
     ],
 )
 def test_token_lists_nccl_refuses_word_for_word(value, message):
@@ -842,7 +1033,12 @@ def test_values_checked_against_their_row():
         validate_value("NCCL_P2P_LEVEL", "sys")
     with pytest.raises(UsageProblem) as refused:
         validate_value("NCCL_P2P_LEVEL", "bogus")
-    assert "did you mean" not in str(refused.value)
+    assert str(refused.value) == (
+        "NCCL_P2P_LEVEL='bogus' is not a P2P level; use one of LOC, NVL, PIX, PXB, PHB, SYS"
+    )
+    with pytest.raises(UsageProblem) as refused:
+        validate_value("NCCL_NVLS_ENABLE", "3")
+    assert str(refused.value) == "NCCL_NVLS_ENABLE='3' is not valid; use one of 0, 1, 2"
 
 
 def test_legacy_levels_are_logged_as_path_names():
