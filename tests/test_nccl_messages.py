@@ -637,6 +637,19 @@ LINT = [
             )
         ],
     ),
+    (
+        {"NCCL_ALGO": "^NVLS"},
+        {"nccl_version": "2.16.5"},
+        [
+            (
+                "error",
+                "NCCL_ALGO",
+                "algorithm 'nvls' needs NCCL 2.17+; this is 2.16.5",
+                "drop it or upgrade NCCL",
+                "algo-too-new",
+            )
+        ],
+    ),
 ]
 
 
@@ -763,6 +776,14 @@ LL128 = [
         None,
         None,
         "NCCL keeps LL128 off here (the network hop is PHB, beyond what NCCL 2.30.7 allows LL128 over)",
+    ),
+    (
+        _net("PXN"),
+        None,
+        "0",
+        "nothing shows that NCCL would keep LL128 on here (the NCCL version is not known, and NCCL's "
+        "rule differs between versions here (current versions: NCCL keeps LL128 off here (the network "
+        "hop is PXN, beyond what NCCL 2.30.7 allows LL128 over)))",
     ),
     (
         NodeFacts(links=NVLINK_ALL),
