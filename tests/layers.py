@@ -44,11 +44,11 @@ LAYERS = {  # unit -> (layer, what it is)
     ),
     "nccl": (1, "the NCCL knowledge table, its lint, the recipes"),
     "launch": (1, "worker pools (`launch.py`, `worker.py`)"),
-    "enginerun": (
-        1,
-        "the engine-run evidence: trace schema and loader, profiles, server logs, one view",
+    "evidence": (
+        2,
+        "readers of the evidence: engine runs (`evidence.run`), topology, NCCL logs, nccl-tests output; "
+        "`import`'s recognisers",
     ),
-    "evidence": (2, "readers of topology, NCCL logs, nccl-tests output; `import`'s recognisers"),
     "pcie": (2, "P2P matrices, platform checks, NCCL's XML dumps, collect-env"),
     "envcheck": (2, "process-tree walk, environments, expectations"),
     "engine": (2, "the tensor-parallel speculative engine (`engine/`)"),

@@ -470,7 +470,7 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
     from pathlib import Path
 
     from ncclprobe.engine import runner
-    from ncclprobe.enginerun import trace
+    from ncclprobe.evidence.run import trace
 
     recorded = json.loads(
         (Path(__file__).parent.parent / "examples/traces/healthy.json").read_text()

@@ -149,7 +149,7 @@ def test_run_modes_statuses_and_labels_are_named_once():
     assert not _grep(
         r"""==\s*["'](speculative|baseline|untuned|tuned)["']|["'](speculative|baseline)["']\s+in\b""",
         within=("engine", "ncclprobe"),
-        outside=("ncclprobe/enginerun/modes.py", *diagnose),
+        outside=("ncclprobe/evidence/run/modes.py", *diagnose),
     )
     pools = (
         "ncclprobe/launch.py",

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import diagnose, load_evidence
-from ncclprobe.enginerun import load_runs, sniff
-from ncclprobe.enginerun.profile import names
-from ncclprobe.enginerun.profile.stream import read_events
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run import load_runs, sniff
+from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile.stream import read_events
 from tests import profile_scenarios as P
 
 

@@ -8,7 +8,7 @@ The reasoning mirrors what a careful engineer does with the seed case (verify 29
 NCCL settings, compare every phase with what the model shape says it should cost, and prove that
 the settings being compared were in force when the collectives were created or captured.
 
-Modules: `evidence` (the run as the normalized view of `ncclprobe.enginerun`, plus sweep and
+Modules: `evidence` (the run as the normalized view of `ncclprobe.evidence.run`, plus sweep and
 env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
 `rules_settings`, `rules_safety`, `rules_draft`, `rules_profile` and `rules_log` (one pure function
 per hypothesis; they read only the view), `rank` (ordering and the report).

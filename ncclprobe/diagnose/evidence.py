@@ -1,6 +1,6 @@
 """The evidence diagnose reasons over, and small accessors that keep the rules short.
 
-The engine run comes as the normalized view of `ncclprobe.enginerun` (an engine trace, profiler
+The engine run comes as the normalized view of `ncclprobe.evidence.run` (an engine trace, profiler
 traces or a server log, each turned into `EngineRun`s); a sweep results file is the JSONL of
 `ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output; a
 `vllm collect-env` / `sglang check_env` text gives the NCCL settings, version and topology of the
@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.enginerun import RunSet, load_runs
-from ncclprobe.enginerun.trace import to_runs
-from ncclprobe.enginerun.view import EngineRun, Phase
 from ncclprobe.envcheck.document import load_document
+from ncclprobe.evidence.run import RunSet, load_runs
+from ncclprobe.evidence.run.trace import to_runs
+from ncclprobe.evidence.run.view import EngineRun, Phase
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
 OVERHEAD_PHASES = ("accept", "draft_extend", "host")

@@ -2,7 +2,7 @@
 kernel by kernel while the comparison replays graphs, steps where the GPU waits for the host,
 whether NCCL can explain a gap (from the collective kernels actually seen), and ranks that lag.
 
-They read the same view as every rule (`ncclprobe.enginerun.view`); on an engine trace they
+They read the same view as every rule (`ncclprobe.evidence.run.view`); on an engine trace they
 stay silent (its phases carry no GPU idle time; `rules` covers it).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
-from ncclprobe.enginerun.profile import rank_skew as _rank_skew
+from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
 from ncclprobe.sizes import format_size
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace

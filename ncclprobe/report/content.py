@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.enginerun import RunSet
 from ncclprobe.envcheck.environ import display_value
+from ncclprobe.evidence.run import RunSet
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
 from ncclprobe.recommend.load import Evidence

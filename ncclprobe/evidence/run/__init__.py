@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.enginerun.view import EngineRun
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.view import EngineRun
 
 KINDS = ("engine-trace", "profile", "server-log")
 
@@ -73,7 +73,7 @@ def load_runs(
     # the config.json fills in what the trace does not record (MLP width, heads)
     model = None
     if model_config:
-        from ncclprobe.enginerun.model_config import read_model_config
+        from ncclprobe.evidence.run.model_config import read_model_config
 
         model = read_model_config(model_config)
     if trace:
@@ -84,15 +84,15 @@ def load_runs(
             )
         out = from_trace_file(trace)
     elif profiles:
-        from ncclprobe.enginerun.profile import load_profiles
+        from ncclprobe.evidence.run.profile import load_profiles
 
         out = load_profiles(profiles)
         if server_logs:
-            from ncclprobe.enginerun.serverlog import add_log_to_profile
+            from ncclprobe.evidence.run.serverlog import add_log_to_profile
 
             add_log_to_profile(out, server_logs)
     elif server_logs:
-        from ncclprobe.enginerun.serverlog import load_server_logs
+        from ncclprobe.evidence.run.serverlog import load_server_logs
 
         out = load_server_logs(server_logs)
     else:
@@ -126,7 +126,7 @@ def from_trace_file(path: str | Path) -> RunSet:
 
 
 def from_trace_files(paths: list[str | Path]) -> RunSet:
-    from ncclprobe.enginerun.trace import side_by_side, to_runs
+    from ncclprobe.evidence.run.trace import side_by_side, to_runs
 
     doc = side_by_side(list(paths))
     name = ", ".join(str(p) for p in paths)

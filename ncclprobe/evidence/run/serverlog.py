@@ -26,9 +26,9 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from ncclprobe.enginerun import RunSet
-from ncclprobe.enginerun.view import Acceptance, EngineRun
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run import RunSet
+from ncclprobe.evidence.run.view import Acceptance, EngineRun
 from ncclprobe.validate import read_text
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.enginerun.profile import names
-from ncclprobe.enginerun.profile.stream import read_events
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile.stream import read_events
 
 
 @dataclass(slots=True)

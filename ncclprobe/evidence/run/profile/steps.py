@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from ncclprobe.enginerun.profile.timeline import Kernel, Timeline
+from ncclprobe.evidence.run.profile.timeline import Kernel, Timeline
 
 GAP_FACTOR = 20.0  # a gap this many times the median kernel-to-kernel gap ends a step
 MIN_STEP_GAP_US = 100.0

@@ -5,7 +5,7 @@ loader with validation, its merges, its self-checks and the exit code they give,
 --tuned` joins the untuned and tuned traces with `merge_tuned`; `report --trace A --trace B`
 draws several side by side with `side_by_side`; `load_trace` is the only reader, used by
 diagnose, recommend, report and probe graph-capture. `to_runs` turns a trace into the
-normalized view (`ncclprobe.enginerun.view`) that the diagnose rules read.
+normalized view (`ncclprobe.evidence.run.view`) that the diagnose rules read.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ncclprobe.enginerun.modes import Label, Mode
-from ncclprobe.enginerun.view import (
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import Label, Mode
+from ncclprobe.evidence.run.view import (
     ENGINE_PHASE_KIND,
     Acceptance,
     Collective,
@@ -22,7 +23,6 @@ from ncclprobe.enginerun.view import (
     Phase,
     Worker,
 )
-from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets import mask_provenance
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict

@@ -20,10 +20,10 @@ import bisect
 import statistics
 from collections import defaultdict
 
-from ncclprobe.enginerun.profile.names import DTYPE_BYTES
-from ncclprobe.enginerun.profile.steps import GRAPHED_SHARE, Step, union_us
-from ncclprobe.enginerun.profile.timeline import Timeline
-from ncclprobe.enginerun.view import Collective, Phase
+from ncclprobe.evidence.run.profile.names import DTYPE_BYTES
+from ncclprobe.evidence.run.profile.steps import GRAPHED_SHARE, Step, union_us
+from ncclprobe.evidence.run.profile.timeline import Timeline
+from ncclprobe.evidence.run.view import Collective, Phase
 
 EAGER_SUFFIX = " (kernel by kernel)"
 
