@@ -34,7 +34,9 @@ class Evidence:
     inputs: dict = field(default_factory=dict)  # which files each piece came from
     notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
     node: dict | None = None  # the GPUs and links the run saw (engine trace `node`)
-    collect_env: object | None = None  # pcie.collect_env.CollectEnv: the collecting shell's view
+    collect_env: object | None = (
+        None  # evidence.collect_env.CollectEnv: the collecting shell's view
+    )
 
     @classmethod
     def from_trace(
@@ -130,9 +132,9 @@ def load_evidence(
 def _add_collect_env(ev: Evidence, path: str | Path) -> None:
     """The collect-env text as evidence: its settings are linted like every environment, its
     topology stands in for the run's GPUs where the run recorded none."""
+    from ncclprobe.evidence.collect_env import CAVEAT, parse_collect_env
     from ncclprobe.evidence.text import read_text_file
     from ncclprobe.evidence.topo import node_facts
-    from ncclprobe.pcie.collect_env import CAVEAT, parse_collect_env
 
     collected = parse_collect_env(read_text_file(path, "collect-env output"))
     ev.collect_env, ev.inputs["collect_env"] = collected, str(path)

@@ -184,9 +184,9 @@ def _rows(run: NcclTestsRun) -> list[dict]:
 
 
 def _is_p2p_evidence(text: str) -> bool:
-    from ncclprobe.pcie.collect_env import looks_like_collect_env
-    from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth
-    from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test
+    from ncclprobe.evidence.collect_env import looks_like_collect_env
+    from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth
+    from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test
 
     return (
         looks_like_p2p_test(text)

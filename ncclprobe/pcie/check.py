@@ -15,10 +15,10 @@ from pathlib import Path
 
 from ncclprobe import tempdirs
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.topo_live import json_lines, run_json_probe
 from ncclprobe.pcie.advice import advise
 from ncclprobe.pcie.findings import Finding, matrix_findings
-from ncclprobe.pcie.matrix import Matrix
 from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topology
 from ncclprobe.pcie.platform import platform_checks, run_command
 from ncclprobe.pcie.sysfs import crossing, read_gpu_paths

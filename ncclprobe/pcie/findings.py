@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.evidence.matrix import Matrix
 
 SLOW_FACTOR = 0.5  # a pair below half the median of its peers
 ASYMMETRY = 0.30  # i->j and j->i differ by more than 30 % of the larger

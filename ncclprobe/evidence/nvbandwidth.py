@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
-from ncclprobe.pcie.matrix import Matrix
 
 _RUNNING = ascii_re(r"^(?:>\s*)?Running (?P<name>\w+)\.\s*$")
 _WAIVING = ascii_re(r"^(?:>\s*)?Waiving (?P<name>\w+)\.\s*$")

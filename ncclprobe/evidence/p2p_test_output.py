@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.matrix import Matrix, gpu_labels
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
-from ncclprobe.pcie.matrix import Matrix, gpu_labels
 
 BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
 _DEVICE = ascii_re(
