@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.envcheck.document import load_document
+from ncclprobe.evidence.env_check_document import load_document
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
