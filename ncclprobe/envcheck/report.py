@@ -17,9 +17,9 @@ from ncclprobe.envcheck.environ import display_value, env_diff, visible_env
 from ncclprobe.envcheck.expect import Check, Expectation
 from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
 from ncclprobe.envcheck.walk import ProcessInfo
+from ncclprobe.evidence.env_check_document import SCHEMA_VERSION
 from ncclprobe.verdict import Verdict
 
-SCHEMA_VERSION = 1
 PROC_CAVEAT = (
     "/proc/PID/environ is each process's environment at exec: values a process sets later "
     "(os.environ, setenv) before or after creating its communicator are not visible there; "

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ncclprobe.envcheck.report import SCHEMA_VERSION
 from ncclprobe.errors import UsageProblem
 from ncclprobe.validate import JSON_LIMIT, Where, loads_json, read_text
 
+SCHEMA_VERSION = 1  # of the document env-check writes (`envcheck.report`) and this loader reads
 _OPT = {"required": False, "nullable": True}
 
 
