@@ -46,7 +46,7 @@ class Tuning:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Tuning:
-        from ncclprobe.recommend.file import recommended_env
+        from ncclprobe.evidence.recommendation_file import recommended_env
 
         return cls(str(path), recommended_env(path, "--tuned"))
 

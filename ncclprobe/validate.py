@@ -2,7 +2,7 @@
 
 Each file kind has one loader that every command reading it shares (results JSONL:
 `ncclprobe.records.read_results`; env-check documents: `ncclprobe.evidence.env_check_document`;
-recommendation files: `ncclprobe.recommend.file`; engine traces: `ncclprobe.evidence.run.trace`).
+recommendation files: `ncclprobe.evidence.recommendation_file`; engine traces: `ncclprobe.evidence.run.trace`).
 A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 
   - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file);

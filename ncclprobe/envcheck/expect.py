@@ -64,8 +64,8 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
 
 
 def load_recommendation(path: str | Path) -> list[Expectation]:
-    """The `env` of a recommendation file as expectations (`ncclprobe.recommend.file`, the one loader)."""
-    from ncclprobe.recommend.file import recommended_env
+    """The `env` of a recommendation file as expectations (`ncclprobe.evidence.recommendation_file`, the one loader)."""
+    from ncclprobe.evidence.recommendation_file import recommended_env
 
     return [
         Expectation(name, value, str(path))
