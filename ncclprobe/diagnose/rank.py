@@ -19,9 +19,9 @@ from ncclprobe.diagnose import (
     rules_safety,
     rules_settings,
 )
-from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1

@@ -7,7 +7,6 @@ Settings-related hypotheses live in `rules_settings`.
 
 from __future__ import annotations
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import (
     draft_command,
     engine_command,
@@ -19,6 +18,7 @@ from ncclprobe.diagnose.commands import (
 )
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
 
 COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter

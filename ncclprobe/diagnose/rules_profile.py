@@ -8,9 +8,9 @@ stay silent (its phases carry no GPU idle time; `rules` covers it).
 
 from __future__ import annotations
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
 from ncclprobe.sizes import format_size
 
