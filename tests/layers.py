@@ -32,6 +32,7 @@ CORE = (
     "interrupts",
     "provenance",
     "records",
+    "stats",
     "cudagraph",
     "__init__",
     "__version__",

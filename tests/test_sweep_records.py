@@ -6,7 +6,7 @@ import pytest
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import ResultWriter, read_results, trim_incomplete_tail
-from ncclprobe.sweep.aggregate import aggregate_trials, percentile
+from ncclprobe.stats import aggregate_trials, percentile
 
 
 def _result(config_id, size):

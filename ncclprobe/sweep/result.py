@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.records import Status
-from ncclprobe.sweep.aggregate import aggregate_trials, issue_time, iteration_stats
+from ncclprobe.stats import aggregate_trials, issue_time, iteration_stats
 
 
 def iteration_clock(spec, mode: str) -> str:
