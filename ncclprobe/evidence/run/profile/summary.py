@@ -24,6 +24,7 @@ from ncclprobe.evidence.run.profile.names import DTYPE_BYTES
 from ncclprobe.evidence.run.profile.steps import GRAPHED_SHARE, Step, union_us
 from ncclprobe.evidence.run.profile.timeline import Timeline
 from ncclprobe.evidence.run.view import Collective, Phase
+from ncclprobe.stats import quantile
 
 EAGER_SUFFIX = " (kernel by kernel)"
 
@@ -67,7 +68,7 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         count=len(steps),
         total_ms=sum(spans),
         median_ms=statistics.median(spans),
-        p90_ms=_quantile(spans, 0.9),
+        p90_ms=quantile(spans, 0.9),
         graphed=None if share is None else share >= GRAPHED_SHARE,
         device_ms=statistics.median(busy) if busy else None,
         idle_ms=statistics.median([s.span_ms() - s.busy_ms() for s in steps if s.kernels])
@@ -79,14 +80,6 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         batch=max(set(batches), key=batches.count) if batches else None,
         found_by=steps[0].found_by,
     )
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def collectives_of(tl: Timeline, steps: list[Step]) -> list[Collective]:
