@@ -33,6 +33,7 @@ CORE = (
     "provenance",
     "records",
     "stats",
+    "findings",
     "cudagraph",
     "__init__",
     "__version__",

@@ -14,9 +14,9 @@ env-check, and small accessors), `expectations` (what a verify step should cost)
 per hypothesis; they read only the view), `rank` (ordering and the report).
 """
 
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.rank import Diagnosis, diagnose
 from ncclprobe.evidence.bundle import Evidence, load_evidence
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 __all__ = [
     "Evidence",

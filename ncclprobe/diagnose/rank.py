@@ -20,8 +20,8 @@ from ncclprobe.diagnose import (
     rules_settings,
 )
 from ncclprobe.diagnose.expectations import expected_verify_ratio
-from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1

@@ -17,9 +17,9 @@ from ncclprobe.diagnose.commands import (
     sweep_command,
 )
 from ncclprobe.diagnose.expectations import expected_verify_ratio
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
+from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 
 COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
 COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much

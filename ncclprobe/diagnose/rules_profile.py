@@ -9,9 +9,9 @@ stay silent (its phases carry no GPU idle time; `rules` covers it).
 from __future__ import annotations
 
 from ncclprobe.diagnose.commands import graphs_command, profile_command
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
+from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 from ncclprobe.sizes import format_size
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
