@@ -60,6 +60,10 @@ LAYERS = {  # unit -> (layer, what it is)
     "diagnose": (4, "ranked causes from the engine-run view"),
     "report": (4, "figures and the Markdown/HTML report"),
     "export": (4, "results out: nccl-tests tables, optimize_config.py CSV"),
+    "importing": (
+        4,
+        "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",
+    ),
     "engine_session": (5, "run-engine as one library call: guard, runs, --tuned's quick sweep"),
     "cli": (6, "one thin module per command; verdicts to exit codes"),
 }
