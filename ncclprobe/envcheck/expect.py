@@ -12,11 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.lint import lint_env
-from ncclprobe.secrets import mask_text
+from ncclprobe.secrets import display_value, is_relevant, mask_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.envcheck.environ import display_value, env_diff, visible_env
+from ncclprobe.envcheck.environ import env_diff
 from ncclprobe.envcheck.expect import Check, Expectation
 from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
 from ncclprobe.envcheck.walk import ProcessInfo
 from ncclprobe.evidence.env_check_document import SCHEMA_VERSION
+from ncclprobe.secrets import display_value, visible_env
 from ncclprobe.verdict import Verdict
 
 PROC_CAVEAT = (
