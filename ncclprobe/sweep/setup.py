@@ -69,7 +69,7 @@ def topology(spec: SweepSpec | None = None) -> tuple[dict | None, list[list[str]
     if gpus == 0:
         return None, None
     try:
-        from ncclprobe.evidence.topo import read_live_topology
+        from ncclprobe.evidence.topo_live import read_live_topology
     except ImportError:
         return {"nvlink": None, "gpu_count": gpus, "source": None}, None
     try:
