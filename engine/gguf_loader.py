@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ncclprobe.engine import safetensors_io
+from ncclprobe.engine.gguf_tokenizer import field, write_tokenizer
 from ncclprobe.errors import UsageProblem
 
 CONVERSION_FILE = "ncclprobe_conversion.json"
@@ -74,11 +75,6 @@ def open_reader(path: str | Path):
         return gguf.GGUFReader(str(path))
     except (OSError, ValueError, KeyError, IndexError) as exc:
         raise UsageProblem(f"{path} is not a readable GGUF file: {exc}") from None
-
-
-def field(reader, key: str, default=None):
-    entry = reader.fields.get(key)
-    return default if entry is None else entry.contents()
 
 
 def hf_config(reader, path) -> dict:
@@ -214,8 +210,6 @@ def quantized_summary(record: dict) -> str:
 def convert_gguf(path: str | Path, directory: str | Path) -> Path:
     """Write the Llama checkpoint of GGUF `path` into `directory` (which must not exist): built in
     a temporary sibling and renamed into place, so an interrupted conversion leaves nothing."""
-    from ncclprobe.engine.gguf_tokenizer import write_tokenizer
-
     path, directory = Path(path), Path(directory)
     if directory.exists():
         raise UsageProblem(f"{directory} already exists; choose another directory")

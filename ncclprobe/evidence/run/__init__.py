@@ -12,25 +12,13 @@ diagnose, recommend and report read the view, never a file's own keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.evidence.run.view import RunSet
 
 KINDS = ("engine-trace", "profile", "server-log")
-
-
-@dataclass
-class RunSet:
-    runs: list[EngineRun] = field(default_factory=list)
-    config: dict = field(default_factory=dict)
-    kind: str = ""
-    inputs: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    traces: list[dict] = field(
-        default_factory=list
-    )  # engine-trace documents, for the report's engine section
+__all__ = ["KINDS", "RunSet", "load_any", "load_runs", "sniff"]
 
 
 def sniff(path: str | Path) -> str:

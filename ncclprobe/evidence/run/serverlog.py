@@ -27,8 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run import RunSet
-from ncclprobe.evidence.run.view import Acceptance, EngineRun
+from ncclprobe.evidence.run.view import Acceptance, EngineRun, RunSet
 from ncclprobe.validate import read_text
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")

@@ -193,3 +193,18 @@ class EngineRun:
 
 def nccl_env(env: dict | None) -> dict[str, str]:
     return {k: str(v) for k, v in (env or {}).items() if k.startswith("NCCL_")}
+
+
+@dataclass
+class RunSet:
+    """The runs one input holds (an engine trace's baseline and speculative runs, a profile's one
+    run), with the configuration and inputs they came from; what `load_runs` returns."""
+
+    runs: list[EngineRun] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    kind: str = ""
+    inputs: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    traces: list[dict] = field(
+        default_factory=list
+    )  # engine-trace documents, for the report's engine section

@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run import RunSet
 from ncclprobe.evidence.run.profile import steps as S
 from ncclprobe.evidence.run.profile import summary
 from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
 
 SAME_JOB_WINDOW_S = 600.0  # ranks of one job are profiled within minutes of each other
 
