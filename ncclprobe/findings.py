@@ -1,13 +1,25 @@
-"""What a diagnose rule can conclude about one hypothesis: a finding (a likely cause or a symptom
-worth acting on), ruled out (checked against the evidence and not the cause), or not checked (the
-evidence needed is missing; the next command says how to get it)."""
+"""What an analysis can conclude: the one `Finding` type, with the one severity vocabulary and order.
+
+A finding is a likely cause or a symptom worth acting on: its rule, severity, confidence, title,
+detail, the next command (what to run to confirm or fix it), the evidence it rests on and what it
+costs. diagnose returns these directly; the settings lint (`nccl.lint.SettingFinding`) and the
+P2P matrix findings (`pcie.findings.P2PFinding`) are built on it, keeping the fields and JSON
+their outputs always had. A diagnose rule can also conclude ruled out (checked against the
+evidence and not the cause) or not checked (the evidence needed is missing; the next command says
+how to get it). Check results that are not findings (an expectation met or missed, a platform
+check) stay small records of their own, but whatever severity they carry is one of SEVERITIES."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SEVERITIES = ("error", "warning", "info")  # most to least serious
+SEVERITIES = ("error", "warning", "info")  # most to least serious: the one order
 CONFIDENCES = ("high", "medium", "low")
+
+
+def severity_rank(severity: str) -> int:
+    """The one severity order, as a sort key: errors first, then warnings, then notes."""
+    return SEVERITIES.index(severity)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,7 +29,9 @@ class Finding:
     confidence: str  # "high" | "medium" | "low": how directly the evidence shows it
     title: str  # one line
     detail: str  # the reasoning, with the numbers
-    evidence: dict = field(default_factory=dict)  # the numbers it rests on; units in key names
+    evidence: dict = field(
+        default_factory=dict, hash=False
+    )  # the numbers it rests on; units in keys
     next_command: str = ""  # what to run to confirm or fix it
     cost_ms_per_token: float | None = None  # estimated time it costs per generated token
     cost_ms_per_step: float | None = None  # ... per step of the phase it concerns (profiles)

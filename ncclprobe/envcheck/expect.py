@@ -28,7 +28,9 @@ class Expectation:
 
 
 @dataclass(frozen=True)
-class Check:
+class ExpectationCheck:
+    """One expectation against what a process has: met or not (not a finding; the report decides)."""
+
     variable: str
     expected: str
     actual: str | None
@@ -91,7 +93,7 @@ def check(
     env: Mapping[str, str],
     expectations: Iterable[Expectation],
     nccl_read: Mapping[str, str] | None = None,
-) -> list[Check]:
+) -> list[ExpectationCheck]:
     """Each expectation against the process: what NCCL reported reading wins over /proc, because
     /proc can't show values the process set itself after exec."""
     checks = []
@@ -105,7 +107,7 @@ def check(
         status = "missing" if actual is None else ("ok" if same else "different")
         if status == "missing" and source == "/proc" and not env:
             status = "unknown"  # an empty block says nothing about what the process holds
-        checks.append(Check(item.variable, item.value, actual, status, source))
+        checks.append(ExpectationCheck(item.variable, item.value, actual, status, source))
     return checks
 
 
