@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ncclprobe import tempdirs
-from ncclprobe.errors import UsageProblem
+from ncclprobe.errors import UsageProblem, require_extra
 from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.topo_live import json_lines, run_json_probe
 from ncclprobe.pcie.advice import advise
@@ -207,6 +207,7 @@ def check_output_dir(directory: str | Path) -> None:
     new results."""
     from ncclprobe.safe_output import check_output_dir as refuse_unless_new
 
+    require_extra("matplotlib", "report", "the P2P heatmap that --check --output writes")
     refuse_unless_new(directory, what="--output", has_force=False)
 
 
