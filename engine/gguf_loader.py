@@ -32,13 +32,13 @@ from pathlib import Path
 
 import torch
 
+from ncclprobe import envvars
 from ncclprobe.engine import safetensors_io
 from ncclprobe.engine.gguf_tokenizer import field, write_tokenizer
 from ncclprobe.errors import UsageProblem
 
 CONVERSION_FILE = "ncclprobe_conversion.json"
 CONVERSION_VERSION = 1  # bump when the converted layout changes: old cache entries are redone
-CACHE_ENV = "NCCLPROBE_CACHE_DIR"
 INSTALL_HINT = "pip install 'ncclprobe[gguf]'"
 
 # GGUF tensor names (llama.cpp's `llama` architecture) -> Hugging Face Llama names
@@ -239,8 +239,8 @@ def convert_gguf(path: str | Path, directory: str | Path) -> Path:
 
 
 def cache_root() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+    if envvars.get(envvars.CACHE_DIR):
+        return Path(envvars.get(envvars.CACHE_DIR))
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ncclprobe"
 
 

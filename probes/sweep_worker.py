@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from ncclprobe import envvars
 from ncclprobe.nccl.recipes import rank_log
 from ncclprobe.probes import sweep_timing
 from ncclprobe.probes.collectives import COLLECTIVES
@@ -35,10 +36,10 @@ from ncclprobe.probes.collectives.base import torch_dtype
 from ncclprobe.probes.sweep_comm import open_comm
 
 HANG_HOOK, CRASH_HOOK, WRONG_HOOK, REFUSE_HOOK = (
-    "NCCLPROBE_TEST_HANG_CONFIG",
-    "NCCLPROBE_TEST_CRASH_CONFIG",
-    "NCCLPROBE_TEST_WRONG_CONFIG",
-    "NCCLPROBE_TEST_REFUSE_CASE",
+    envvars.TEST_HANG_CONFIG,
+    envvars.TEST_CRASH_CONFIG,
+    envvars.TEST_WRONG_CONFIG,
+    envvars.TEST_REFUSE_CASE,
 )
 DIGITS = 4  # µs to 0.1 ns: messages stay small, nothing measurable is lost
 
@@ -128,9 +129,9 @@ def _distinct_shapes(coll, sizes, dtype, nranks):
 def _test_hooks(ctx, config_id: str) -> None:
     if ctx.rank != 1:
         return
-    if os.environ.get(HANG_HOOK) == config_id:
+    if envvars.get(HANG_HOOK) == config_id:
         time.sleep(3600)
-    if os.environ.get(CRASH_HOOK) == config_id:
+    if envvars.get(CRASH_HOOK) == config_id:
         print(f"planted crash (test hook {CRASH_HOOK}) in {config_id}", file=sys.stderr, flush=True)
         os._exit(3)
 
@@ -143,13 +144,13 @@ def _log_size() -> int:
 
 
 def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id) -> dict:
-    if ctx.rank == 1 and os.environ.get(REFUSE_HOOK) == coll.name:
+    if ctx.rank == 1 and envvars.get(REFUSE_HOOK) == coll.name:
         raise RuntimeError(f"planted refusal (test hook {REFUSE_HOOK})")
     dtype, op = torch_dtype(case["dtype"]), case["op"]
     comm.bind(shape, case["dtype"])
     wrong = None
     if payload.get("check", True):
-        perturb = os.environ.get(WRONG_HOOK) == config_id and ctx.rank == (
+        perturb = envvars.get(WRONG_HOOK) == config_id and ctx.rank == (
             coll.root if coll.root >= 0 else 1
         )
         wrong = _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb)
