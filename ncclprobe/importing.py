@@ -216,8 +216,3 @@ IMPORTERS: list[Importer] = [
     Importer("nccl-tests -J JSON", looks_like_json, _nccl_tests_json),
     Importer("nccl-tests text output", lambda text: True, _nccl_tests_text),  # last: the fallback
 ]
-
-
-def register(importer: Importer) -> None:
-    """Add a recogniser ahead of the text fallback (for readers that live in other modules)."""
-    IMPORTERS.insert(len(IMPORTERS) - 1, importer)

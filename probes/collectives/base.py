@@ -150,10 +150,6 @@ class Collective(ABC):
         False  # point-to-point copies: gloo moves float8 bytes without knowing the type
     )
 
-    @property
-    def tests_binary(self) -> str:
-        return f"{self.name}_perf"
-
     @abstractmethod
     def shape(self, size_bytes: int, dtype: str, nranks: int) -> Shape:
         """The buffers for a message of `size_bytes` (rounded down to whole elements, at least one)."""
