@@ -57,6 +57,17 @@ SHAPES = {  # name: (model_type, config fields); the draft keeps all but the lay
             tie_word_embeddings=True,
         ),
     ),
+    "llama2l": (  # shallow enough that a whole 48-token plain run with shapes fits in 2 MB
+        "llama",
+        dict(
+            hidden_size=1024,
+            intermediate_size=2816,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        ),
+    ),
     "tiny-llama": (  # CPU checks only
         "llama",
         dict(

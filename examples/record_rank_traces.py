@@ -13,6 +13,10 @@ ranks profile --steps steps (torch.profiler, CPU+CUDA, record_shapes=True). Scen
                    with CUDA events before the warm-up) before each step's layers
   graph_host_late  as host_late, the layers captured once into a CUDA graph and replayed each step
                    (kernels replayed from a graph carry no collective metadata)
+Why delays of 20 ms (host) and 10 ms (GPU, alone) by default: two processes on one GPU take turns
+in time slices (~2.2 ms on the H200: every NCCL kernel there lasts ~4.4 ms, healthy or not, and a
+step of 16 all-reduces ~73 ms); a 2 ms delay disappeared in that (recorded 2026-12-01: the waiting
+rank's first all-reduce per step only ~0.15 ms longer than in the healthy twin).
 Per scenario: `ranks_<scenario>_rank<R>.json.gz` and `ranks_<scenario>.truth.json` (late rank, chosen
 and measured delay, steps, layers, collective size, each step's host start per rank on the Unix
 clock and the trace's axis, each rank's clock bases).
@@ -32,6 +36,7 @@ from pathlib import Path
 
 SCENARIOS = ("healthy", "host_late", "gpu_late", "graph_host_late")
 WORLD = 2
+TEARDOWN_GRACE_S = 20  # a rank still alive this long after writing its results is killed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,8 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=7168, help="all-reduce: batch x hidden")
     parser.add_argument("--batch", type=int, default=4, help="tokens per step")
-    parser.add_argument("--delay-ms", type=float, default=2.0, help="host_late: the spin")
-    parser.add_argument("--gpu-delay-ms", type=float, default=2.0, help="gpu_late: the GEMMs")
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="host_late: the spin")
+    parser.add_argument("--gpu-delay-ms", type=float, default=10.0, help="gpu_late: the GEMMs")
     parser.add_argument("--late-rank", type=int, default=1, choices=range(WORLD))
     parser.add_argument("--timeout-s", type=float, default=150.0, help="per scenario")
     opts = parser.parse_args(argv)
@@ -184,8 +189,10 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
         "trace": trace,
         "env": {k: os.environ[k] for k in ("NCCL_HOSTID", "NCCL_NVLS_ENABLE")},
     }
-    write_json(opts.out / f".rank{rank}_{scenario}.json", doc)
+    write_json(part_path(opts, rank, scenario), doc)
     say(f"  {scenario} rank {rank}: {trace['bytes'] / 1e6:.2f} MB, {trace['counts']}")
+    graph = None  # freed before the communicator goes: it holds captured NCCL kernels
+    sync()
     dist.barrier()
     dist.destroy_process_group()
 
@@ -256,18 +263,36 @@ def run_scenario(scenario: str, opts) -> dict:
     context = mp.start_processes(
         worker, args=(scenario, opts, port), nprocs=WORLD, join=False, start_method="spawn"
     )
-    deadline = time.monotonic() + opts.timeout_s
+    deadline, parts = (
+        time.monotonic() + opts.timeout_s,
+        [part_path(opts, r, scenario) for r in range(WORLD)],
+    )
+    written, teardown = None, "clean"
     while not context.join(timeout=2):
-        if time.monotonic() > deadline:
-            for proc in context.processes:
-                proc.kill()
-            raise TimeoutError(f"{scenario}: the ranks did not finish in {opts.timeout_s} s")
+        now = time.monotonic()
+        if written is None and all(p.exists() for p in parts):
+            written = now
+        if written is not None and now - written > TEARDOWN_GRACE_S:
+            teardown = f"killed: still running {TEARDOWN_GRACE_S} s after both ranks wrote results"
+            break
+        if now > deadline:
+            break
+    if teardown != "clean" or not context.join(timeout=0):
+        for proc in context.processes:
+            proc.kill()
+    if written is None:
+        raise TimeoutError(f"{scenario}: the ranks wrote no results in {opts.timeout_s} s")
     ranks = []
-    for rank in range(WORLD):
-        part = opts.out / f".rank{rank}_{scenario}.json"
+    for part in parts:
         ranks.append(json.loads(part.read_text()))
         part.unlink()
-    return truth_doc(scenario, opts, ranks)
+    say(f"{scenario}: teardown {teardown}")
+    return {**truth_doc(scenario, opts, ranks), "teardown": teardown}
+
+
+def part_path(opts, rank: int, scenario: str) -> Path:
+    """Where a worker leaves its half of the truth for the parent (written whole, then renamed)."""
+    return opts.out / f".rank{rank}_{scenario}.json"
 
 
 def free_port() -> int:
