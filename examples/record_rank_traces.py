@@ -115,7 +115,8 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent)]  # trace_recording; ncclprobe from the tree
     from trace_recording import export_trace, say, trace_us, write_json
 
     cuda = opts.device == "cuda"
@@ -155,16 +156,10 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
 
     for _ in range(opts.warmup):
         records.append(step(False))
-    if scenario == "graph_host_late":  # torch's idiom: warm up on a side stream, then capture
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            model.layers_forward()
-        torch.cuda.current_stream().wait_stream(side)
-        sync()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = model.layers_forward()
+    if scenario == "graph_host_late":  # the project's capture idiom: side-stream warm-up, capture
+        from ncclprobe.cudagraph import capture_graph
+
+        graph, out = capture_graph(model.layers_forward)
         for _ in range(3):  # replays before the profiled ones
             records.append(step(False))
     warm = records
