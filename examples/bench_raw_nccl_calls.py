@@ -12,6 +12,7 @@ per-call cost at a time to the bare precomputed ctypes loop, so each cost is the
 two rows measured side by side:
 
   bare             calls built once (pointers, counts, comm and stream as ctypes objects)
+  pydll            the same through ctypes.PyDLL (the GIL held across the call)
   default-stream   the same on torch's default (legacy) stream instead of a non-blocking one
   typed            argtypes set, Python ints converted by ctypes at every call
   data-ptr         + tensor.data_ptr() per call (pointers computed per call)
@@ -130,6 +131,10 @@ def main() -> int:
         bare = batch(sh)
         variants = {}
         variants["bare"] = (lambda: comm.issue(bare), side)
+        held = ctypes.PyDLL(lib.path)["ncclAllReduce"]  # the GIL kept across the call
+        held.restype = ctypes.c_int
+        holding = [nc.Call(c.name, held, c.args) for c in bare]
+        variants["pydll"] = (lambda: comm.issue(holding), side)
         default = batch(torch.cuda.current_stream().cuda_stream)
         variants["default-stream"] = (
             lambda: comm.issue(default),
@@ -255,10 +260,13 @@ def main() -> int:
         variants["torch-out"] = (torch_out, cur)
         variants["torch-out-ev"] = (torch_out_ev, cur)
         for name, (issue, stream) in variants.items():
-            for _ in range(WARMUP // CALLS + 1):
-                issue()
-            doc["eager"].append({"variant": name, "size_bytes": n * 4, **timed(issue, stream)})
-            print(json.dumps(doc["eager"][-1]), flush=True)
+            try:
+                for _ in range(WARMUP // CALLS + 1):
+                    issue()
+                row = {"variant": name, "size_bytes": n * 4, **timed(issue, stream)}
+            except Exception as exc:  # one variant failing must not lose the others
+                row = {"variant": name, "size_bytes": n * 4, "error": repr(exc)[:300]}
+            keep(doc, "eager", row, out_path)
 
     # every collective, bare precomputed calls, one rank
     for size in (8, 256 << 10):
@@ -282,12 +290,17 @@ def main() -> int:
         for name, plan in plans.items():
             if not lib.has(plan[0][0]):
                 continue
-            calls = [comm.call(f, *v, stream=sh) for _ in range(CALLS) for f, v in plan]
-            comm.issue(calls)
-            doc["collectives"].append(
-                {"collective": name, "size_bytes": n * 4, **timed(lambda: comm.issue(calls), side)}
-            )
-            print(json.dumps(doc["collectives"][-1]), flush=True)
+            try:
+                calls = [comm.call(f, *v, stream=sh) for _ in range(CALLS) for f, v in plan]
+                comm.issue(calls)
+                row = {
+                    "collective": name,
+                    "size_bytes": n * 4,
+                    **timed(lambda: comm.issue(calls), side),
+                }
+            except Exception as exc:
+                row = {"collective": name, "size_bytes": n * 4, "error": repr(exc)[:300]}
+            keep(doc, "collectives", row, out_path)
 
     # graphs: 100 calls captured, per call
     for size in GRAPH_SIZES:
@@ -340,53 +353,68 @@ def main() -> int:
             "torch-allgather-out": torch_work("ag"),
             "raw-out-20": raw(False, 20),
         }
-        from ncclprobe.cudagraph import capture_graph
-
         for name, work in works.items():
-            graph, _ = capture_graph(work)
-            count = 20 if name.endswith("-20") else CALLS
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            by_events = []
-            for _ in range(TRIALS):
-                torch.cuda.synchronize()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                graph.replay()
-                b.record()
-                b.synchronize()
-                by_events.append(a.elapsed_time(b) * 1e3 / count)
-            walls = {}
-            for launches in (1, 10, 100):
-                spans = []
-                for _ in range(TRIALS):
-                    torch.cuda.synchronize()
-                    cur = torch.cuda.current_stream()
-                    t0 = time.perf_counter()
-                    for _ in range(launches):
-                        graph.replay()
-                    while not cur.query():
-                        pass
-                    spans.append((time.perf_counter() - t0) * 1e6 / (launches * count))
-                walls[f"wall_G{launches}_us"] = round(statistics.median(spans), 4)
-            doc["graph"].append(
-                {
-                    "variant": name,
-                    "size_bytes": n * 4,
-                    "calls_per_graph": count,
-                    "events_us": round(statistics.median(by_events), 4),
-                    "events_us_min": round(min(by_events), 4),
-                    "events_us_max": round(max(by_events), 4),
-                    **walls,
-                }
-            )
-            print(json.dumps(doc["graph"][-1]), flush=True)
-            del graph
+            try:
+                keep(doc, "graph", graph_row(name, work, n), out_path)
+            except Exception as exc:
+                keep(
+                    doc,
+                    "graph",
+                    {"variant": name, "size_bytes": n * 4, "error": repr(exc)[:300]},
+                    out_path,
+                )
     comm.destroy()
     dist.destroy_process_group()
     out_path.write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def keep(doc, part, row, out_path) -> None:
+    """Every row is written as soon as it exists: a later failure loses nothing."""
+    doc[part].append(row)
+    print(json.dumps(row), flush=True)
+    out_path.write_text(json.dumps(doc, indent=1))
+
+
+def graph_row(name, work, n) -> dict:
+    from ncclprobe.cudagraph import capture_graph
+
+    graph, _ = capture_graph(work)
+    count = 20 if name.endswith("-20") else CALLS
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    by_events = []
+    for _ in range(TRIALS):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        by_events.append(a.elapsed_time(b) * 1e3 / count)
+    walls = {}
+    for launches in (1, 10, 100):
+        spans = []
+        for _ in range(TRIALS):
+            torch.cuda.synchronize()
+            cur = torch.cuda.current_stream()
+            t0 = time.perf_counter()
+            for _ in range(launches):
+                graph.replay()
+            while not cur.query():
+                pass
+            spans.append((time.perf_counter() - t0) * 1e6 / (launches * count))
+        walls[f"wall_G{launches}_us"] = round(statistics.median(spans), 4)
+    return {
+        "variant": name,
+        "size_bytes": n * 4,
+        "calls_per_graph": count,
+        "events_us": round(statistics.median(by_events), 4),
+        "events_us_min": round(min(by_events), 4),
+        "events_us_max": round(max(by_events), 4),
+        **walls,
+    }
 
 
 if __name__ == "__main__":
