@@ -257,3 +257,18 @@ def test_a_real_nccl_error_is_named_with_nccls_own_words():
     with pytest.raises(nc.NcclError, match="ncclResult_t 99"):
         lib.check("ncclGroupEnd", 99)
     lib.check("ncclGroupEnd", 0)
+
+
+def test_the_unique_id_reaches_every_rank_through_the_launchers_store_as_raw_bytes():
+    _real_library()
+    from ncclprobe.launch import PoolSpec, run_pool
+
+    outcome = run_pool(
+        PoolSpec(nranks=3, backend="gloo", entry="tests.pool_entries:raw_nccl_ids", timeout_s=60)
+    )
+    assert outcome.status == "ok", outcome.reason
+    views = {m["rank"]: m["ids"] for m in outcome.of_kind("ids")}
+    assert sorted(views) == [0, 1, 2]
+    assert views[0] == views[1] == views[2]  # every rank holds rank 0's ids
+    first, second = views[0]
+    assert len(bytes.fromhex(first)) == nc.UNIQUE_ID_BYTES and first != second
