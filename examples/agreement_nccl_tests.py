@@ -12,8 +12,9 @@ device as .tools/). Parts, in order (default: all):
           one NCCL_HOSTID each): every collective eager and -G 5, and the rooted ones with the
           slowest rank's time too (-a 3: ncclprobe takes the slowest rank, nccl-tests the mean)
   sweeps  ncclprobe sweep over the same collectives, sizes and buffer span (8 B-128 MiB, the
-          largest message is nccl-tests' -e): the torch path and the raw NCCL path, eager and
-          graph, with and without per-iteration events; and --share-gpu 2 through both paths
+          largest message is nccl-tests' -e): the raw NCCL path without per-iteration events,
+          with every eager row's cost split (the torch path and the events timed beside it), and
+          the torch path, eager and graph; the same with --share-gpu 2
   tables  agreement.json (every row) and agreement.md (the side-by-side tables, for docs/LOG.md)
 
 Every step has its own time limit; a failed step is reported and the rest still run; `--deadline`
@@ -196,16 +197,18 @@ def nccl_tests(steps: Steps, builds: dict[str, Path], out: Path) -> None:
 
 
 def sweep_runs() -> dict[str, list[str]]:
-    one = ["--collective", ",".join(COLLECTIVES), "--sizes", SIZES, *ONE]
+    """The raw path without per-iteration events (nccl-tests' eager loop has none) with its cost
+    split (the torch path and the events beside every eager row); the torch path as engines run
+    it, with its events (its split would repeat the raw run's)."""
+    one = ["--collective", ",".join(COLLECTIVES), "--sizes", SIZES, *ONE, "--mode", "eager,graph"]
     shared = ["--share-gpu", "2", "--collective", ",".join(COLLECTIVES), "--sizes", SHARED_SIZES]
-    shared += SHARED_ITERS
+    shared += [*SHARED_ITERS, "--mode", "eager,graph"]
+    raw = ["--path", "nccl", "--no-iter-events"]
     return {
-        "probe-torch": one + ["--mode", "eager,graph"],
-        "probe-nccl": one + ["--mode", "eager,graph", "--path", "nccl"],
-        "probe-nccl-no-events": one + ["--mode", "eager", "--path", "nccl", "--no-iter-events"],
-        "probe-shared-torch": shared + ["--mode", "eager,graph", "--no-cost-split"],
-        "probe-shared-nccl": shared
-        + ["--mode", "eager,graph", "--path", "nccl", "--no-iter-events"],
+        "probe-nccl": one + raw,
+        "probe-torch": one + ["--no-cost-split"],
+        "probe-shared-nccl": shared + raw,
+        "probe-shared-torch": shared + ["--no-cost-split"],
     }
 
 
