@@ -19,7 +19,8 @@ device as .tools/). Parts, in order (default: all):
 
 Every step has its own time limit; a failed step is reported and the rest still run; `--deadline`
 stops starting new steps after that many seconds, so a device call never loses what it measured.
-`--tests-from DIR` reuses an earlier call's nccl-tests outputs (a call's figures are one GPU's).
+`--tests-from DIR` supplies an earlier call's nccl-tests outputs for the runs this call skips
+(`--one-rank-tests`: the two-rank socket runs); agreement.json names each run's source.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ TESTS_RANGE = ["-b", "8", "-e", "128M", "-f", "8"]
 SHARED_SIZES = "1K,32K,1M"  # ranks sharing one GPU talk over sockets: a few sizes suffice
 SHARED_RANGE = ["-b", "1K", "-e", "1M", "-f", "32"]
 ONE = ["--warmup", "20", "--iters", "100", "--trials", "5"]
-SHARED_ITERS = ["--warmup", "5", "--iters", "20", "--trials", "5"]
+SHARED_ITERS = ["--warmup", "5", "--iters", "20", "--trials", "3"]
 ENV = {
     **NO_NVLS,
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
     "PYTHONUNBUFFERED": "1",
 }
-PARTS = ("build", "tests", "sweeps", "tables")
+PARTS = ("build", "tests", "sweeps", "bench", "tables")
 
 
 class Steps:
@@ -178,14 +179,14 @@ def shared_runs() -> dict[str, tuple[str, list[str]]]:
     return runs
 
 
-def nccl_tests(steps: Steps, builds: dict[str, Path], out: Path) -> None:
+def nccl_tests(steps: Steps, builds: dict[str, Path], out: Path, shared: bool = True) -> None:
     env = {"LD_LIBRARY_PATH": nccl_lib() + ":" + os.environ.get("LD_LIBRARY_PATH", "")}
     plain = builds.get("plain") or builds.get("mpi")
     if plain:
         for name, (coll, args) in one_rank_runs().items():
             cmd = [str(plain / f"{coll}_perf"), *args, "-J", str(out / f"{name}.json")]
             steps.run(name, cmd, 60, stdout=out / f"{name}.txt", env=env)
-    if "mpi" not in builds:
+    if "mpi" not in builds or not shared:
         return
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
     mpirun += ["-x", "LD_LIBRARY_PATH", "-x", "NCCL_NVLS_ENABLE", "-x", "NCCL_TESTS_DEVICE=0"]
@@ -199,16 +200,16 @@ def nccl_tests(steps: Steps, builds: dict[str, Path], out: Path) -> None:
 def sweep_runs() -> dict[str, list[str]]:
     """The raw path without per-iteration events (nccl-tests' eager loop has none) with its cost
     split (the torch path and the events beside every eager row); the torch path as engines run
-    it, with its events (its split would repeat the raw run's)."""
+    it, graph only (its eager figures, with and without events, are the raw rows' cost split)."""
     one = ["--collective", ",".join(COLLECTIVES), "--sizes", SIZES, *ONE, "--mode", "eager,graph"]
     shared = ["--share-gpu", "2", "--collective", ",".join(COLLECTIVES), "--sizes", SHARED_SIZES]
     shared += [*SHARED_ITERS, "--mode", "eager,graph"]
     raw = ["--path", "nccl", "--no-iter-events"]
     return {
         "probe-nccl": one + raw,
-        "probe-torch": one + ["--no-cost-split"],
+        "probe-torch": [*one[:-2], "--mode", "graph", "--no-cost-split"],
         "probe-shared-nccl": shared + raw,
-        "probe-shared-torch": shared + ["--no-cost-split"],
+        "probe-shared-torch": [*shared[:-2], "--mode", "graph", "--no-cost-split"],
     }
 
 
@@ -240,7 +241,12 @@ def main() -> int:
     parser.add_argument(
         "--part", default=",".join(PARTS), help=f"comma separated: {','.join(PARTS)}"
     )
-    parser.add_argument("--tests-from", type=Path, help="a folder with earlier nccl-tests outputs")
+    parser.add_argument(
+        "--tests-from", type=Path, help="earlier nccl-tests outputs, for the runs this call skips"
+    )
+    parser.add_argument(
+        "--one-rank-tests", action="store_true", help="run only the one-rank nccl-tests"
+    )
     parser.add_argument("--deadline", type=float, help="start no step after this many seconds")
     args = parser.parse_args()
     parts = set(args.part.split(","))
@@ -252,14 +258,17 @@ def main() -> int:
     build_dir = (args.build_dir or args.out / "build").resolve()
     builds = build(steps, args.tools.resolve(), build_dir) if "build" in parts else built(build_dir)
     if "tests" in parts:
-        nccl_tests(steps, builds, args.out)
+        nccl_tests(steps, builds, args.out, shared=not args.one_rank_tests)
     if "sweeps" in parts:
         sweeps(steps, args.out)
+    if "bench" in parts:
+        bench = Path(__file__).resolve().parent / "bench_raw_nccl_calls.py"
+        cmd = [sys.executable, str(bench), str(args.out / "bench-layouts.json"), "--graph-layouts"]
+        steps.run("bench-layouts", cmd, 120)
     if "tables" in parts:
-        tests_dir = args.tests_from or args.out
-        agreement_tables.write(
-            tests_dir, args.out, steps.failed, steps.skipped, time.monotonic() - steps.began
-        )
+        dirs = [d for d in (args.tests_from, args.out) if d]  # this call's outputs win
+        wall = time.monotonic() - steps.began
+        agreement_tables.write(dirs, args.out, steps.failed, steps.skipped, wall)
     print(
         f"failed: {', '.join(steps.failed) or 'none'}; skipped: {', '.join(steps.skipped) or 'none'}",
         file=sys.stderr,

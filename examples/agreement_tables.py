@@ -41,19 +41,23 @@ def probe_records(path: Path) -> list[dict]:
     return [r for r in read_results(path).results if r["status"] == "ok" and r.get("time_us")]
 
 
-def load(tests_dir: Path, out: Path, probe_names) -> tuple[dict, dict]:
-    tests = {}
-    for path in sorted(tests_dir.glob("tests-*.json")):
-        try:
-            tests[path.stem] = tests_times(path)
-        except Exception as exc:  # a run that failed half-way: said, not fatal
-            print(f"{path.name}: not read ({exc})")
+def load(tests_dirs: list[Path], out: Path, probe_names) -> tuple[dict, dict, dict]:
+    """(nccl-tests run -> times, sweep -> records, nccl-tests run -> the folder it came from);
+    a later folder's run replaces an earlier one's."""
+    tests, sources = {}, {}
+    for folder in tests_dirs:
+        for path in sorted(folder.glob("tests-*.json")):
+            try:
+                tests[path.stem] = tests_times(path)
+                sources[path.stem] = str(folder)
+            except Exception as exc:  # a run that failed half-way: said, not fatal
+                print(f"{path.name}: not read ({exc})")
     probes = {
         name: probe_records(out / f"{name}.jsonl")
         for name in probe_names
         if (out / f"{name}.jsonl").exists()
     }
-    return tests, probes
+    return tests, probes, sources
 
 
 def index(records: list[dict]) -> dict[tuple, dict]:
@@ -190,11 +194,11 @@ def rooted(tests: dict, probes: dict) -> list[dict]:
     return rows
 
 
-def write(tests_dir: Path, out: Path, failed: list, skipped: list, wall_s: float) -> dict:
+def write(tests_dirs: list[Path], out: Path, failed: list, skipped: list, wall_s: float) -> dict:
     """agreement.json and agreement.md from whatever outputs exist (a missing one: no rows)."""
     from agreement_nccl_tests import COLLECTIVES, sweep_runs
 
-    tests, probes = load(tests_dir, out, sweep_runs())
+    tests, probes, sources = load(tests_dirs, out, sweep_runs())
     doc = {
         "schema_version": 2,
         "kind": "agreement-nccl-tests",
@@ -205,6 +209,7 @@ def write(tests_dir: Path, out: Path, failed: list, skipped: list, wall_s: float
         "amortisation": amortisation(tests, probes),
         "torch_graph": torch_graph(tests, probes, COLLECTIVES),
         "rooted": rooted(tests, probes),
+        "nccl_tests_sources": sources,
     }
     (out / "agreement.json").write_text(json.dumps(doc, indent=1))
     (out / "agreement.md").write_text(markdown(doc))

@@ -1,7 +1,7 @@
 """What one eager NCCL call costs the host through each candidate issue path, and what a graph of
 100 calls costs per call through the raw and the torch paths (issue 32; figures in docs/LOG.md).
 
-    python3 examples/bench_raw_nccl_calls.py OUT.json
+    python3 examples/bench_raw_nccl_calls.py OUT.json [--graph-layouts]
 
 One rank, one GPU, NCCL through ctypes (`ncclprobe.probes.nccl_ctypes`) and through torch.distributed.
 Every variant issues 100 calls per trial (5 trials after 20 warm-up calls) out of place over 100
@@ -26,7 +26,9 @@ two rows measured side by side:
                    out of place); torch-out-ev: the same with Event.record() per call
 
 Graph variants (sizes 8 B-1 MiB, 100 calls captured, timed with events around one replay and,
-as nccl-tests -G does, by the wall clock over G replays then a stream sync).
+as nccl-tests -G does, by the wall clock over G replays then a stream sync). `--graph-layouts`
+measures only what a graph's figure depends on: the rotating buffers' layout (separate
+allocations, one allocation per buffer as nccl-tests, one L2-hot slot) and the replay stream.
 """
 
 from __future__ import annotations
@@ -113,6 +115,12 @@ def main() -> int:
         ev.record(side)
     torch.cuda.synchronize()
 
+    doc["layouts"] = []
+    if "--graph-layouts" in sys.argv:  # the second device call: what the graph figure depends on
+        graph_layouts(doc, comm, out_path)
+        comm.destroy()
+        dist.destroy_process_group()
+        return 0
     for size in EAGER_SIZES:
         n = max(1, size // 4)
         slots = min(CALLS, (128 << 20) // (n * 4))
@@ -367,6 +375,81 @@ def main() -> int:
     dist.destroy_process_group()
     out_path.write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def graph_layouts(doc, comm, out_path) -> None:
+    """100 raw out-of-place all-reduces in one graph, per size: the rotating buffers as separate
+    allocations or as one allocation per buffer (nccl-tests' shifted pointers), or one slot (L2-hot),
+    the replays on torch's legacy default stream or on a non-blocking stream (nccl-tests')."""
+    from ncclprobe.cudagraph import capture_graph
+
+    FLOAT = nc.DATA_TYPES["float32"]
+    for size in GRAPH_SIZES:
+        n = max(1, size // 4)
+        slots = min(CALLS, (128 << 20) // (n * 4))
+        separate = [
+            (torch.ones(n, device="cuda"), torch.zeros(n, device="cuda")) for _ in range(slots)
+        ]
+        sends, recvs = torch.ones(slots, n, device="cuda"), torch.zeros(slots, n, device="cuda")
+        layouts = {
+            "separate": [(s.data_ptr(), r.data_ptr()) for s, r in separate],
+            "contiguous": [(sends[k].data_ptr(), recvs[k].data_ptr()) for k in range(slots)],
+            "one-slot": [(sends[0].data_ptr(), recvs[0].data_ptr())],
+        }
+        for layout, ptrs in layouts.items():
+
+            def work(ptrs=ptrs):
+                st = torch.cuda.current_stream().cuda_stream
+                comm.issue(
+                    [
+                        comm.call("ncclAllReduce", *ptrs[k % len(ptrs)], n, FLOAT, 0, stream=st)
+                        for k in range(CALLS)
+                    ]
+                )
+
+            graph, _ = capture_graph(work)
+            for where in ("legacy-default", "non-blocking"):
+                stream = (
+                    torch.cuda.current_stream()
+                    if where == "legacy-default"
+                    else torch.cuda.Stream()
+                )
+                row = {"layout": layout, "replay_stream": where, "size_bytes": n * 4}
+                try:
+                    row.update(replays(graph, stream))
+                except Exception as exc:
+                    row["error"] = repr(exc)[:300]
+                keep(doc, "layouts", row, out_path)
+            del graph
+
+
+def replays(graph, stream) -> dict:
+    """Per call: CUDA events around one replay (5 trials), and the wall clock over 100 replays
+    then a sync (nccl-tests -G 100's clock)."""
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            graph.replay()
+        by_events = []
+        for _ in range(TRIALS):
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            graph.replay()
+            b.record(stream)
+            b.synchronize()
+            by_events.append(a.elapsed_time(b) * 1e3 / CALLS)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(100):
+            graph.replay()
+        stream.synchronize()
+        wall = (time.perf_counter() - t0) * 1e6 / (100 * CALLS)
+    return {
+        "events_us": round(statistics.median(by_events), 4),
+        "events_us_min": round(min(by_events), 4),
+        "events_us_max": round(max(by_events), 4),
+        "wall_G100_us": round(wall, 4),
+    }
 
 
 def keep(doc, part, row, out_path) -> None:

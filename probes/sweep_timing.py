@@ -10,7 +10,8 @@ Each rank reports three lists, aggregated across ranks by the parent (ncclprobe.
     completion time it shows when an eager loop is host-bound.
 
 Buffers (nccl-tests' habit): `slots` holds one (send, recv) pair per position of a buffer as large
-as the sweep's largest message, and iteration k uses slot k mod len(slots), so consecutive calls
+as the sweep's largest message (views into one allocation per buffer, as nccl-tests shifts its
+pointers), and iteration k uses slot k mod len(slots), so consecutive calls
 touch different memory and a message that fits in the GPU's L2 cache is not measured from it
 (`--buffers reuse` keeps one slot: the L2-hot case of an engine re-reducing one activation buffer).
 """
@@ -81,20 +82,24 @@ def _cpu_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
 
 
 def graph_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
-    """The `iters` iterations captured once in a CUDA graph, replayed once per trial."""
+    """The `iters` iterations captured once in a CUDA graph, replayed once per trial on a stream
+    of its own (not torch's legacy default stream, which synchronises with other streams)."""
     agg, iters = p["agg"], p["iters"]
     graph = capture(lambda: _capture_work(comm, coll, slots, iters, agg, in_place, op))
-    for _ in range(max(1, p["warmup"] // max(iters, 1))):
-        graph.replay()
+    stream = torch.cuda.Stream()  # nccl-tests launches its graphs on a non-blocking stream
+    with torch.cuda.stream(stream):
+        for _ in range(max(1, p["warmup"] // max(iters, 1))):
+            graph.replay()
     out = {"trial_us": [], "iter_us": [], "issue_us": []}
     calls = iters * agg
     for _ in range(p["trials"]):
         sync(ctx)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         began = time.perf_counter()
-        start.record()
-        graph.replay()
-        end.record()
+        start.record(stream)
+        with torch.cuda.stream(stream):
+            graph.replay()
+        end.record(stream)
         issued = (time.perf_counter() - began) * 1e6 / calls
         end.synchronize()
         per_call = start.elapsed_time(end) * 1e3 / calls

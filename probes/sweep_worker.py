@@ -199,15 +199,31 @@ def _cost_split(ctx, payload, comms, coll, slots, in_place, op, times) -> dict:
 
 
 def _slots(ctx, coll, shape, largest, dtype, in_place, op, payload):
-    """The (send, recv) pairs the timed iterations cycle through (see sweep_timing)."""
+    """The (send, recv) pairs the timed iterations cycle through (see sweep_timing): views into one
+    allocation per buffer, slot k at k buffers from the start, as nccl-tests shifts its pointers
+    inside buffers of its largest message (`startColl`); in place one allocation holds both."""
     calls = payload["iters"] * payload["agg"]
     count = (
         1 if payload.get("buffers") == "reuse" else max(1, min(calls, largest // shape.size_bytes))
     )
-    return [
-        coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
-        for _ in range(count)
+    send, recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
+    return [(send, recv)] if count == 1 else rotating(send, recv, count)
+
+
+def rotating(send, recv, count: int) -> list:
+    """`count` copies of (send, recv), each buffer's copies back to back in one allocation."""
+    if send.untyped_storage().data_ptr() != recv.untyped_storage().data_ptr():
+        sends = send.repeat(count).view(count, -1)
+        recvs = recv.repeat(count).view(count, -1)
+        return [(sends[k], recvs[k]) for k in range(count)]
+    base, view = (send, recv) if send.numel() >= recv.numel() else (recv, send)
+    bases = base.repeat(count).view(count, -1)
+    shift = view.storage_offset() - base.storage_offset()
+    views = [
+        bases[k].as_strided(view.shape, view.stride(), bases[k].storage_offset() + shift)
+        for k in range(count)
     ]
+    return [(b, v) if base is send else (v, b) for b, v in zip(bases, views)]
 
 
 def _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb) -> int:
