@@ -55,7 +55,7 @@ class Phase:
     tokens_per_seq: float | None = None  # tokens per sequence in one step (1: decode; k+1: verify)
     batch: int | None = None  # sequences per step, where known
     found_by: str = ""  # how the steps were found (annotation, gaps, engine timer)
-    collective_ms: float | None = None  # median per step: wall time with a collective kernel running
+    collective_ms: float | None = None  # median per step: wall time with a collective running
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
