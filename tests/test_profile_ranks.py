@@ -323,6 +323,42 @@ def test_the_straggler_costs_at_least_two_percent_of_the_window(factor, named):
     assert (late is not None) is named
 
 
+@pytest.mark.parametrize("busy_to,host", [(500.0, True), (500.001, False)])
+def test_the_late_rank_host_when_its_gpu_idles_half_the_time_before(busy_to, host):
+    """Rank 1 arrives 1000 µs after rank 0; its own kernel covers [0, busy_to]: idle half of the
+    window or more is the host's lateness, less is its GPU work."""
+    calls = [_call([i * 10.0, i * 10.0 + 1.0]) for i in range(100)]
+    calls.append(_call([1000.0, 2000.0]))
+    al = _alignment(calls)
+    kernel = copy.copy(_timelines("healthy")[1].kernels[0])
+    kernel.ts, kernel.dur = 1000.0, busy_to
+    al._timelines = [al._timelines[0], copy.copy(al._timelines[0])]
+    al._timelines[1].kernels = [kernel]
+    outcome = RR._straggler_outcome(al)
+    assert outcome.evidence["gpu_idle_before_ms"] == pytest.approx(
+        (1000.0 - busy_to) / 1000, abs=1e-6
+    )
+    assert ("its host was late" in outcome.detail) is host
+
+
+@pytest.mark.parametrize("share,severity", [(1.0, "warning"), (0.999, "info")])
+def test_collective_bound_warns_only_when_the_moving_part_is_half_the_step(share, severity):
+    """Rank 0 waits 100 of its 200 µs: half of the share is waiting; a warning needs the moving half
+    alone at COLLECTIVE_BOUND_SHARE (0.5) of the step."""
+    from ncclprobe.diagnose.rules import COLLECTIVE_BOUND_SHARE
+    from ncclprobe.findings import Finding
+
+    al = _alignment([_call([0.0, 100.0], ends=[200.0, 200.0])] * 3)
+    run = EngineRun(label="p", mode=None, source="profile", alignment=al)
+    run.ranks = [{"collective_share": share}, {"collective_share": 0.5}]
+    base = Finding(
+        rule="collective-bound", severity="warning", confidence="high", title="", detail=""
+    )
+    out = RR.with_wait_split(base, run, share, 10.0, COLLECTIVE_BOUND_SHARE)
+    assert out.severity == severity and out.cost_ms_per_step == pytest.approx(share * 0.5 * 10.0)
+    assert "no rank arrives last consistently" in out.title
+
+
 def test_a_rank_that_ended_before_the_last_arrival_counts_no_negative_transfer():
     al = _alignment([_call([0.0, 500.0], ends=[400.0, 900.0])])
     rank0, rank1 = al.totals()

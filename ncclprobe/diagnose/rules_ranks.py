@@ -16,6 +16,9 @@ from ncclprobe.findings import Finding, RuledOut, severity_for_share
 SKEW_WARN = 0.10  # without matched collectives: ranks' median steps more than 10% apart
 STRAGGLER_RATIO = 2.0  # a rank whose excess wait is at least twice any other rank's ...
 STRAGGLER_MIN_SHARE = 0.02  # ... and at least 2% of the aligned window holds the others up
+HOST_GAP_SHARE = (
+    0.5  # the straggler's GPU idle at least half the time before its late calls: its host
+)
 
 
 def _profiles(ev: E.Evidence):
@@ -84,7 +87,7 @@ def _straggler_outcome(al):
     cause = (
         "its host was late (the GPU waited for the launch): look at the host work before the collective "
         "on that rank (data loading, Python, logging, a synchronisation, a busier CPU)"
-        if gap >= 0.5
+        if gap >= HOST_GAP_SHARE
         else "its own GPU work before the collective took longer (more work, a slower or shared GPU, "
         "throttling): look at what that rank computes before the call"
     )
