@@ -570,6 +570,12 @@ def _as_rank(doc: dict, rank: int, stretch: float = 1.0) -> dict:
         (1.110, False, None),  # skew 0.0991: under it
         (1.0, False, None),
     ],
+    ids=[
+        "30pct",
+        "at-threshold",
+        "under-threshold",
+        "same",
+    ],  # plain ids: node ids a tool can pass on
 )
 def test_a_lagging_rank_is_named(tmp_path, stretch, slow, words):
     """The vLLM trace has no collective kernels to match: the step-time skew decides, titled with
