@@ -14,6 +14,7 @@ import bisect
 import copy
 import functools
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -27,15 +28,23 @@ from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
 from ncclprobe.findings import RuledOut
 
 RANKS = Path(__file__).parent / "fixtures" / "profiles" / "ranks"
+
+
+def _once(fn):
+    """Each fixture is read once per module; NCCLPROBE_TESTS_UNCACHED=1 reads it in every test, for a
+    mutation tool, which maps each test to the functions it calls (a cache hides them)."""
+    return fn if os.environ.get("NCCLPROBE_TESTS_UNCACHED") else functools.cache(fn)
+
+
 LATE = ("host_late", "gpu_late", "graph_host_late")
 
 
-@functools.cache
+@_once
 def _truth(scenario: str) -> dict:
     return json.loads((RANKS / f"ranks_{scenario}.truth.json").read_text())
 
 
-@functools.cache
+@_once
 def _evidence(scenario: str):
     return load_evidence(profiles=[RANKS / f"ranks_{scenario}_rank{r}.json.gz" for r in (0, 1)])
 
@@ -45,7 +54,7 @@ def _timelines(scenario: str):
     return tuple(_evidence(scenario).runs[0].alignment._timelines)
 
 
-@functools.cache
+@_once
 def _scenario(scenario: str):
     """(alignment, diagnosis) of one scenario, from the traces read once."""
     ev = _evidence(scenario)
