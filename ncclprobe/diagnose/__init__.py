@@ -10,7 +10,7 @@ the settings being compared were in force when the collectives were created or c
 
 Modules: `evidence` (the run as the normalized view of `ncclprobe.evidence.run`, plus sweep and
 env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile` and `rules_log` (one pure function
+`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile`, `rules_ranks` and `rules_log` (one pure function
 per hypothesis; they read only the view), `rank` (ordering and the report).
 """
 
