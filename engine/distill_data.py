@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ncclprobe.engine.build import random_prompts
+from ncclprobe.engine.draft import DraftHead
 from ncclprobe.engine.generate import Engine
 
 
@@ -94,8 +95,6 @@ def generate(target, spec, device, chunk: int = 64) -> DistillData:
 def label(target, draft, data: DistillData, chunk: int = 16) -> DistillData:
     """Fill in the target's features and its distribution at the draft's tokens (call after the
     draft's vocabulary was chosen)."""
-    from ncclprobe.engine.train_draft import draft_labels
-
     N, L = data.tokens.shape
     target.setup_caches(min(chunk, N), L + 1)
     features, probs, greedy = [], [], []
@@ -113,3 +112,16 @@ def label(target, draft, data: DistillData, chunk: int = 16) -> DistillData:
         torch.cat(greedy),
     )
     return data
+
+
+def draft_labels(draft: DraftHead, target_probs: torch.Tensor):
+    """(target probabilities at the draft's tokens [..., draft vocab], the target's greedy token
+    as a draft id [...], -1 where the draft's head lacks it)."""
+    vocab, target_vocab = draft.cfg.vocab, target_probs.shape[-1]
+    greedy = target_probs.argmax(-1)
+    if vocab == target_vocab and not draft.d2t.any():
+        return target_probs, greedy
+    ids = draft.to_target(torch.arange(vocab, device=target_probs.device))
+    to_draft = torch.full((target_vocab,), -1, dtype=torch.long, device=target_probs.device)
+    to_draft[ids] = torch.arange(vocab, device=target_probs.device)
+    return target_probs[..., ids], to_draft[greedy]

@@ -27,7 +27,8 @@ from torch import nn
 from ncclprobe.engine import safetensors_io
 from ncclprobe.engine.config import DraftConfig
 from ncclprobe.engine.kv_cache import KVCache, causal_mask
-from ncclprobe.engine.model import MLP, Attention, RMSNorm, Rope, attention_group
+from ncclprobe.engine.layers import MLP
+from ncclprobe.engine.model import Attention, RMSNorm, Rope, attention_group
 from ncclprobe.errors import UsageProblem
 
 CONFIG_KEY = "ncclprobe_draft_config"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ncclprobe.engine.speculative import greedy_accept, probabilities, rejection_accept, sample
-from ncclprobe.enginerun.modes import Mode
+from ncclprobe.evidence.run.modes import Mode
 
 
 @dataclass

@@ -32,12 +32,13 @@ from pathlib import Path
 
 import torch
 
+from ncclprobe import envvars
 from ncclprobe.engine import safetensors_io
+from ncclprobe.engine.gguf_tokenizer import field, write_tokenizer
 from ncclprobe.errors import UsageProblem
 
 CONVERSION_FILE = "ncclprobe_conversion.json"
 CONVERSION_VERSION = 1  # bump when the converted layout changes: old cache entries are redone
-CACHE_ENV = "NCCLPROBE_CACHE_DIR"
 INSTALL_HINT = "pip install 'ncclprobe[gguf]'"
 
 # GGUF tensor names (llama.cpp's `llama` architecture) -> Hugging Face Llama names
@@ -74,11 +75,6 @@ def open_reader(path: str | Path):
         return gguf.GGUFReader(str(path))
     except (OSError, ValueError, KeyError, IndexError) as exc:
         raise UsageProblem(f"{path} is not a readable GGUF file: {exc}") from None
-
-
-def field(reader, key: str, default=None):
-    entry = reader.fields.get(key)
-    return default if entry is None else entry.contents()
 
 
 def hf_config(reader, path) -> dict:
@@ -214,8 +210,6 @@ def quantized_summary(record: dict) -> str:
 def convert_gguf(path: str | Path, directory: str | Path) -> Path:
     """Write the Llama checkpoint of GGUF `path` into `directory` (which must not exist): built in
     a temporary sibling and renamed into place, so an interrupted conversion leaves nothing."""
-    from ncclprobe.engine.gguf_tokenizer import write_tokenizer
-
     path, directory = Path(path), Path(directory)
     if directory.exists():
         raise UsageProblem(f"{directory} already exists; choose another directory")
@@ -245,8 +239,8 @@ def convert_gguf(path: str | Path, directory: str | Path) -> Path:
 
 
 def cache_root() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+    if envvars.get(envvars.CACHE_DIR):
+        return Path(envvars.get(envvars.CACHE_DIR))
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ncclprobe"
 
 

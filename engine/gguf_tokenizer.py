@@ -56,11 +56,15 @@ def byte_alphabet() -> dict[int, str]:
     return chars
 
 
+def field(reader, key: str, default=None):
+    """One GGUF metadata entry's contents (`default` when the file lacks it)."""
+    entry = reader.fields.get(key)
+    return default if entry is None else entry.contents()
+
+
 def build_tokenizer(reader, path):
     """A `tokenizers.Tokenizer` from the GGUF metadata and the tokenizer_config.json entries, or
     (None, reason) when this family is not built here."""
-    from ncclprobe.engine.gguf_loader import field
-
     model, pre = (
         field(reader, "tokenizer.ggml.model"),
         field(reader, "tokenizer.ggml.pre", "default"),

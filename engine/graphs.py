@@ -40,7 +40,7 @@ import torch
 from ncclprobe.cudagraph import capture_graph
 from ncclprobe.engine.generate import greedy_chain, greedy_extend
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
-from ncclprobe.enginerun.modes import GraphMode
+from ncclprobe.evidence.run.modes import GraphMode
 
 WARMUP_CALLS = 2  # eager calls on a side stream before capture (cuBLAS handles, NCCL channels)
 

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ncclprobe.stats import quantile
+
 
 def events_needed(new_tokens: int) -> int:
     """CUDA events a run of `new_tokens` can use: at most two per phase span (joined spans share
@@ -140,16 +142,9 @@ def distribution(values_ms: list[float]) -> dict:
     return {
         "count": len(ordered),
         "total_ms": sum(ordered),
-        "median_ms": _quantile(ordered, 0.5),
-        "p90_ms": _quantile(ordered, 0.9),
+        "median_ms": quantile(ordered, 0.5),
+        "p90_ms": quantile(ordered, 0.9),
     }
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 class CollectiveTrace:

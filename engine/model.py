@@ -26,6 +26,7 @@ from torch import nn
 from ncclprobe.engine import split_kv_attention as split_kv
 from ncclprobe.engine.config import ModelConfig, RopeScaling
 from ncclprobe.engine.kv_cache import KVCache, causal_mask
+from ncclprobe.engine.layers import MLP, concat_linears
 from ncclprobe.engine.moe import MoE
 
 
@@ -106,7 +107,7 @@ class Attention(nn.Module):
         """One GEMM for q, k and v (after sharding, for running only): at batch 1 three small
         matrix-vector products waste bandwidth and launches that one larger product does not."""
         self.widths = self._widths()
-        self.qkv_proj = _concat(self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_proj = concat_linears(self.q_proj, self.k_proj, self.v_proj)
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x, rope, positions, mask):
@@ -172,35 +173,6 @@ def grouped_attention(
 def attention_group(tokens: int, heads: int, kv_heads: int) -> int:
     """The mask's row repeat that `grouped_attention` expects for a step of `tokens` per sequence."""
     return 1 if tokens == 1 else heads // kv_heads
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-        self.gate_up_proj: nn.Linear | None = None  # set by fuse()
-
-    def fuse(self) -> None:
-        """One GEMM for gate and up (after sharding, for running only)."""
-        self.gate_up_proj = _concat(self.gate_proj, self.up_proj)
-        del self.gate_proj, self.up_proj
-
-    def forward(self, x):
-        if self.gate_up_proj is not None:
-            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def _concat(*linears: nn.Linear) -> nn.Linear:
-    weight = torch.cat([linear.weight.detach() for linear in linears], dim=0)
-    fused = nn.Linear(
-        weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype
-    )
-    fused.weight = nn.Parameter(weight, requires_grad=False)
-    return fused
 
 
 def fuse_projections(model: nn.Module) -> nn.Module:

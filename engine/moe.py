@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ncclprobe.engine.layers import MLP
+
 GATHER_MAX_PAIRS = 64  # above this many token-expert pairs, the grouped path (weights copied once)
 
 
@@ -71,8 +73,6 @@ def _capturing() -> bool:
 class MoE(nn.Module):
     def __init__(self, hidden: int, cfg):
         super().__init__()
-        from ncclprobe.engine.model import MLP  # model imports this module; defer the cycle
-
         self.cfg = cfg
         self.router = nn.Linear(hidden, cfg.experts, bias=False)
         width = cfg.expert_intermediate

@@ -2,7 +2,7 @@
 
 One pool per `RunSpec` (a pool's environment is fixed at exec, so untuned and tuned settings need
 separate pools). The result is the engine-trace document of docs/DESIGN.md ("Engine trace"):
-the run records are assembled here, and `ncclprobe.enginerun.trace` (the trace's owner: schema,
+the run records are assembled here, and `ncclprobe.evidence.run.trace` (the trace's owner: schema,
 loader, merges, self-checks) links and checks them.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from ncclprobe import tempdirs
 from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
-from ncclprobe.enginerun import trace
-from ncclprobe.enginerun.modes import GraphMode, Mode
 from ncclprobe.errors import NcclprobeError, UsageProblem
+from ncclprobe.evidence.run import trace
+from ncclprobe.evidence.run.modes import GraphMode, Mode
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect

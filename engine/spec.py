@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ncclprobe.engine.config import PRESETS
-from ncclprobe.enginerun.modes import GraphMode, Label, Mode
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import GraphMode, Label, Mode
 
 GRAPH_MODES = GraphMode.values()
 MODES = Mode.values()

@@ -189,19 +189,6 @@ def unrolled_losses(
     return losses
 
 
-def draft_labels(draft: DraftHead, target_probs: torch.Tensor):
-    """(target probabilities at the draft's tokens [..., draft vocab], the target's greedy token
-    as a draft id [...], -1 where the draft's head lacks it)."""
-    vocab, target_vocab = draft.cfg.vocab, target_probs.shape[-1]
-    greedy = target_probs.argmax(-1)
-    if vocab == target_vocab and not draft.d2t.any():
-        return target_probs, greedy
-    ids = draft.to_target(torch.arange(vocab, device=target_probs.device))
-    to_draft = torch.full((target_vocab,), -1, dtype=torch.long, device=target_probs.device)
-    to_draft[ids] = torch.arange(vocab, device=target_probs.device)
-    return target_probs[..., ids], to_draft[greedy]
-
-
 def _cross_entropy(
     logp: torch.Tensor, probs: torch.Tensor, greedy: torch.Tensor, labels: str
 ) -> torch.Tensor:

@@ -32,8 +32,8 @@ from ncclprobe.engine.profiling import profiled
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.share import collective_share
 from ncclprobe.engine.spec import RunSpec
-from ncclprobe.enginerun.modes import GraphMode, Mode
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import GraphMode, Mode
 from ncclprobe.nccl.recipes import own_log
 from ncclprobe.provenance import nccl_version_string, relevant_env
 

@@ -45,7 +45,7 @@ MUTANTS = (
     ),
     Mutant(
         "recommend: p90-below-p10 spread rule removed",
-        "ncclprobe/recommend/noise.py",
+        "ncclprobe/stats.py",
         "return candidate.p90_us < default.p10_us and gain(",
         "return gain(",
         (
@@ -56,7 +56,7 @@ MUTANTS = (
     ),
     Mutant(
         "run-engine: float32 greedy mismatch passes",
-        "ncclprobe/enginerun/trace.py",
+        "ncclprobe/evidence/run/trace.py",
         'greedy_ok = result["greedy_match"] is not False or not exact',
         "greedy_ok = True",
         ("tests/test_engine_cli.py", "-k", "greedy_mismatch"),
@@ -141,7 +141,7 @@ MUTANTS = (
     ),
     Mutant(
         "recommend: merging hides the spread",
-        "ncclprobe/recommend/noise.py",
+        "ncclprobe/stats.py",
         "p10_us=min(min(p.p10_us for p in points), times[0]),",
         "p10_us=times[0],",
         (

@@ -32,6 +32,8 @@ from hf_speeds import (
     generate_speeds,
 )  # examples/hf_speeds.py (this script runs from examples/ on sys.path)
 
+from ncclprobe import envvars
+
 PARTS = ("train", "sweep", "graphs", "decode", "hf")
 # what each part may take on the H200, seconds (conversion 10, compile of a 30-layer step ~30 s each)
 BUDGET_S = {"train": 120, "sweep": 40, "graphs": 200, "decode": 90, "hf": 120}
@@ -295,7 +297,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault(
-        "NCCLPROBE_CACHE_DIR", tempfile.mkdtemp(prefix="ncclprobe-cache-")
+        envvars.CACHE_DIR, tempfile.mkdtemp(prefix="ncclprobe-cache-")
     )  # not under OUT: 540 MB
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     clock, parts = Clock(args.deadline_s), set(args.parts.split(","))

@@ -146,14 +146,6 @@ def write_text(
     return Path(path)
 
 
-def write_bytes(
-    path: str | Path, data: bytes, *, force: bool = False, what: str = "output file"
-) -> Path:
-    with atomic_file(path, force=force, binary=True, what=what) as handle:
-        handle.write(data)
-    return Path(path)
-
-
 def dumps_json(doc, **kwargs) -> str:
     """JSON as every output writes it: strict (no NaN/Infinity, which no JSON reader accepts)."""
     return json.dumps(doc, allow_nan=False, **kwargs)

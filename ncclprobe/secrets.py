@@ -400,3 +400,51 @@ def _mixed(run: str) -> bool:
         and any(c.isupper() for c in run)
         and any(c.isdigit() for c in run)
     )
+
+
+# ---- the environment display policy: which names are shown, and how their values are ----------
+# Why an allowlist: a process environment routinely holds tokens, cloud keys and passwords. By
+# default only the families that decide what NCCL and torch.distributed do are shown; `--all`
+# shows every name, but values only of families known to hold no credentials, and those masked by
+# shape too (`mask_env_value`).
+
+# Families whose values decide what NCCL, CUDA and torch.distributed do in a worker.
+RELEVANT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
+RELEVANT_NAMES = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_MODULE_LOADING",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",  # decide which libnccl gets loaded
+        "VLLM_NCCL_SO_PATH",
+        "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY",
+        "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY",
+        "OMP_NUM_THREADS",
+    }
+)
+
+
+def is_relevant(name: str) -> bool:
+    return name.startswith(RELEVANT_PREFIXES) or name in RELEVANT_NAMES
+
+
+def display_value(name: str, value: str | None) -> str | None:
+    """The value as it may be printed (`mask_env_value`): shown only for harmless families, and
+    even then masked by shape (URL passwords, key=value pairs, tokens)."""
+    return mask_env_value(name, value)
+
+
+def visible_env(env: Mapping[str, str], show_all: bool = False) -> dict[str, str]:
+    """The names that may be shown (allowlisted families, or all with --all), values masked."""
+    names = sorted(name for name in env if show_all or is_relevant(name))
+    return {name: display_value(name, env[name]) for name in names}

@@ -1,8 +1,8 @@
 """Reading a user's file safely, and checking what is in it: the mechanism under every reader.
 
 Each file kind has one loader that every command reading it shares (results JSONL:
-`ncclprobe.records.read_results`; env-check documents: `ncclprobe.envcheck.document`;
-recommendation files: `ncclprobe.recommend.file`; engine traces: `ncclprobe.enginerun.trace`).
+`ncclprobe.records.read_results`; env-check documents: `ncclprobe.evidence.env_check_document`;
+recommendation files: `ncclprobe.evidence.recommendation_file`; engine traces: `ncclprobe.evidence.run.trace`).
 A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 
   - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file);

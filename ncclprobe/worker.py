@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe import envvars
+
 
 @dataclass
 class WorkerContext:
@@ -65,7 +67,7 @@ def init_distributed(backend: str, rank: int, world_size: int, gpu: int) -> None
 
     if backend == "nccl":
         torch.cuda.set_device(gpu)
-    port = os.environ.get("NCCLPROBE_STORE_PORT")
+    port = envvars.get(envvars.STORE_PORT)
     if port:  # the launcher hosts the store; every rank is a client
         store = dist.TCPStore(
             os.environ.get("MASTER_ADDR", "127.0.0.1"),
@@ -86,15 +88,15 @@ def _timedelta(seconds: float):
 
 
 def context_from_env(payload: dict | None = None) -> WorkerContext:
-    run_dir = os.environ.get("NCCLPROBE_RUN_DIR")
+    run_dir = envvars.get(envvars.RUN_DIR)
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     ctx = WorkerContext(
         rank=rank,
         world_size=int(os.environ["WORLD_SIZE"]),
         local_rank=local_rank,
-        gpu=int(os.environ.get("NCCLPROBE_GPU", local_rank)),
-        backend=os.environ.get("NCCLPROBE_BACKEND") or _default_backend(),
+        gpu=int(envvars.get(envvars.GPU, default=local_rank)),
+        backend=envvars.get(envvars.BACKEND) or _default_backend(),
         payload=payload if payload is not None else _read_payload(run_dir),
         run_dir=Path(run_dir) if run_dir else None,
     )
@@ -124,7 +126,7 @@ def die_with_launcher() -> None:
     """Linux: ask the kernel to SIGKILL this worker when the launcher dies (kill -9 of a sweep),
     so no orphaned rank keeps a GPU busy. Workers lead their own process group, so nothing else
     would stop them."""
-    parent = os.environ.get("NCCLPROBE_PARENT_PID")
+    parent = envvars.get(envvars.PARENT_PID)
     if not parent or not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -138,7 +140,7 @@ def die_with_launcher() -> None:
         os._exit(1)
 
 
-THREADS_ENV = "NCCLPROBE_WORKER_THREADS"  # the override: torch threads per worker rank
+THREADS_ENV = envvars.WORKER_THREADS  # the override: torch threads per worker rank
 
 
 def worker_threads(local_ranks: int, environ=os.environ) -> int:
@@ -147,7 +149,7 @@ def worker_threads(local_ranks: int, environ=os.environ) -> int:
     every rank) oversubscribes the cores as soon as two ranks share them, and a rank whose threads
     wait for a core stalls every collective: out-of-place 256 KiB over gloo took 7458 us against
     1984 us with one thread per rank on the 2-core machine (issue 17)."""
-    override = environ.get(THREADS_ENV, "").strip()
+    override = envvars.get(THREADS_ENV, environ, default="").strip()
     if override:
         from ncclprobe.numbers import parse_int
 
@@ -166,7 +168,7 @@ def _local_ranks(ctx: WorkerContext) -> int:
 def main() -> int:
     die_with_launcher()
     ctx = context_from_env()
-    entry = resolve(os.environ["NCCLPROBE_ENTRY"])
+    entry = resolve(envvars.get(envvars.ENTRY, required=True))
     import torch
 
     threads = worker_threads(_local_ranks(ctx))

@@ -1,8 +1,8 @@
 """The custom all-reduce probe's document: results per step, verdicts against NCCL, notes, exit code.
 
-A step's time is the slowest rank's (sweep.aggregate: a collective ends with its last rank), median
+A step's time is the slowest rank's (ncclprobe.stats: a collective ends with its last rank), median
 over trials with p10/p90. A method beats NCCL at a size and mode only when the two spreads do not
-overlap and the gain clears recommend.noise's floor; under --share-gpu no verdict is given at all,
+overlap and the gain clears the noise rule's floor (ncclprobe.stats); under --share-gpu no verdict is given at all,
 because ranks that time-slice one GPU measure the scheduler, not a link.
 """
 
@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 
 from ncclprobe.probes.custom_allreduce_plan import engine_notes
-from ncclprobe.recommend.noise import Point, significant
 from ncclprobe.sizes import format_size
-from ncclprobe.sweep.aggregate import aggregate_trials
+from ncclprobe.stats import Point, aggregate_trials, significant
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from ncclprobe.probes.p2p_check import pattern
+from ncclprobe.stats import median_and_range
 
 MEMCPY_DEFAULT = 4
 
@@ -132,7 +133,7 @@ class Bench:
             stop.record(stream)
             stop.synchronize()
             rates.append(self.nbytes * self.repeat / (start.elapsed_time(stop) / 1e3) / 1e9)
-        return statistics.median(rates), max(rates) - min(rates)
+        return median_and_range(rates)
 
     def wall(self, devices, issue_all) -> tuple[float, float]:
         """Concurrent copies on several devices: total GB/s by the host clock around each batch."""
@@ -145,7 +146,7 @@ class Bench:
             for d in devices:
                 self.torch.cuda.synchronize(d)
             rates.append(moved / (time.perf_counter() - began) / 1e9)
-        return statistics.median(rates), max(rates) - min(rates)
+        return median_and_range(rates)
 
     def latency(self, stream, issue, copies: int = 100) -> float:
         t = self.torch

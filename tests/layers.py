@@ -1,9 +1,10 @@
 """Who imports whom, from the real imports: the layer table of docs/DESIGN.md.
 
-Every `import`/`from ... import` of an ncclprobe module in ncclprobe/, engine/ and probes/ counts,
-module level and inside functions alike (a lazy import is still a dependency). Units are the
-packages (and the top-level modules grouped as "core"); each has a layer, and an import of a
-unit in a higher layer is named in the table as the exception it is.
+The layers themselves live in one place, setup.cfg's import contract (`[importlinter:contract:layers]`),
+which `lint-imports` holds in CI (.ci/lint-imports): a module imports only its own layer or below,
+imports inside functions included. This module only draws the table from them: one row per unit
+(a package, or a top-level module; the bottom layer's modules are one row, "core"), what it is,
+and which units it imports, counted from every `import` in ncclprobe/, engine/ and probes/.
 
   python -m tests.layers            # print the table
   python -m tests.layers --write    # rewrite it in docs/DESIGN.md (tests/test_one_home.py checks it)
@@ -12,6 +13,7 @@ unit in a higher layer is named in the table as the exception it is.
 from __future__ import annotations
 
 import ast
+import configparser
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -19,63 +21,58 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "DESIGN.md"
 BEGIN, END = "<!-- layers:begin (python -m tests.layers --write) -->", "<!-- layers:end -->"
-CORE = (
-    "errors",
-    "numbers",
-    "validate",
-    "safe_output",
-    "secrets",
-    "sizes",
-    "textenum",
-    "verdict",
-    "tempdirs",
-    "interrupts",
-    "provenance",
-    "records",
-    "cudagraph",
-    "__init__",
-    "__version__",
-)
-LAYERS = {  # unit -> (layer, what it is)
-    "core": (
-        0,
-        "errors, strict numbers, readers' validation, safe writing, secret masking, sizes, the "
-        "result-record format, verdicts, owned temporary directories, provenance, the CUDA-graph idiom",
-    ),
-    "nccl": (1, "the NCCL knowledge table, its lint, the recipes"),
-    "launch": (1, "worker pools (`launch.py`, `worker.py`)"),
-    "enginerun": (
-        1,
-        "the engine-run evidence: trace schema and loader, profiles, server logs, one view",
-    ),
-    "evidence": (2, "readers of topology, NCCL logs, nccl-tests output; `import`'s recognisers"),
-    "pcie": (2, "P2P matrices, platform checks, NCCL's XML dumps, collect-env"),
-    "envcheck": (2, "process-tree walk, environments, expectations"),
-    "engine": (2, "the tensor-parallel speculative engine (`engine/`)"),
-    "probes": (2, "measurements inside workers (`probes/`): collectives, sweep worker, probes"),
-    "sweep": (3, "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun"),
-    "recommend": (4, "measurements to settings"),
-    "diagnose": (4, "ranked causes from the engine-run view"),
-    "report": (4, "figures and the Markdown/HTML report"),
-    "export": (4, "results out: nccl-tests tables, optimize_config.py CSV"),
-    "engine_session": (5, "run-engine as one library call: guard, runs, --tuned's quick sweep"),
-    "cli": (6, "one thin module per command; verdicts to exit codes"),
+GROUPED = {"__main__": "cli", "worker": "launch"}  # modules shown with the unit they serve
+WHAT = {
+    "core": "errors, strict numbers, readers' validation, safe writing, secret masking and the "
+    "environment display policy, sizes, the result-record format, verdicts, owned temporary "
+    "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
+    "(`findings`), ncclprobe's own variables (`envvars`)",
+    "nccl": "the NCCL knowledge table, its lint, the recipes",
+    "launch": "worker pools (`launch.py`, `worker.py`)",
+    "evidence": "every reader: engine runs (`evidence.run`), topology, NCCL logs, nccl-tests output, "
+    "P2P matrices and collect-env, env-check documents, recommendation files, the diagnose bundle",
+    "pcie": "P2P findings and advice, platform checks, NCCL's XML dumps",
+    "envcheck": "process-tree walk, environments, expectations",
+    "engine": "the tensor-parallel speculative engine (`engine/`)",
+    "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
+    "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
+    "recommend": "measurements to settings",
+    "diagnose": "ranked causes from the engine-run view",
+    "report": "figures and the Markdown/HTML report",
+    "export": "results out: nccl-tests tables, optimize_config.py CSV",
+    "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",
+    "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
+    "cli": "one thin module per command; verdicts to exit codes",
 }
 
 
+def contract_layers() -> list[list[str]]:
+    """The layers of setup.cfg's import contract, bottom first, each a list of module names."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg", encoding="utf-8")
+    lines = config["importlinter:contract:layers"]["layers"].split("\n")
+    layers = [[name.strip() for name in line.split(":")] for line in lines if line.strip()]
+    return layers[::-1]
+
+
+def units() -> dict[str, int]:
+    """unit -> its layer (0 is the bottom); the bottom layer's modules are the unit "core"."""
+    layers = contract_layers()
+    out = {"core": 0}
+    for number, names in enumerate(layers[1:], 1):
+        for name in names:
+            out.setdefault(GROUPED.get(name, name), number)
+    return out
+
+
 def unit_of(module: str) -> str | None:
-    """`ncclprobe.sweep.run` -> "sweep"; top-level modules -> "core", "launch", "export", ..."""
+    """`ncclprobe.sweep.run` -> "sweep"; the bottom layer's modules -> "core"."""
     parts = module.split(".")
     if parts[0] != "ncclprobe":
         return None
-    if len(parts) == 1:
-        return "core"
-    name = parts[1]
-    if name in ("launch", "worker"):
-        return "launch"
-    if name == "__main__":
-        return "cli"
-    return "core" if name in CORE else name
+    name = parts[1] if len(parts) > 1 else "__init__"
+    name = GROUPED.get(name, name)
+    return name if name in units() else "core"
 
 
 def _module(path: Path) -> str:
@@ -92,8 +89,7 @@ def imports() -> dict[str, set[str]]:
         for path in sorted((ROOT / folder).rglob("*.py")):
             source = unit_of(_module(path))
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = _imported(node)
-                for name in names:
+                for name in _imported(node):
                     target = unit_of(name)
                     if target and target != source:
                         edges[source].add(target)
@@ -114,21 +110,15 @@ def _imported(node) -> list[str]:
 
 
 def table() -> str:
+    layer_of = units()
+    missing = sorted(set(layer_of) - set(WHAT))
+    if missing:
+        raise SystemExit(f"units without a description in tests/layers.py: {', '.join(missing)}")
     edges = imports()
-    unknown = sorted(set(edges) | {t for ts in edges.values() for t in ts})
-    unknown = [u for u in unknown if u not in LAYERS]
-    if unknown:
-        raise SystemExit(f"units without a layer in tests/layers.py: {', '.join(unknown)}")
-    lines = [
-        "| layer | unit | what | imports | imports upward (exceptions) |",
-        "|---|---|---|---|---|",
-    ]
-    for unit, (layer, what) in sorted(LAYERS.items(), key=lambda kv: (kv[1][0], kv[0])):
-        down = sorted(t for t in edges.get(unit, ()) if LAYERS[t][0] <= layer)
-        up = sorted(t for t in edges.get(unit, ()) if LAYERS[t][0] > layer)
-        lines.append(
-            f"| {layer} | `{unit}` | {what} | {', '.join(down) or '-'} | {', '.join(up) or '-'} |"
-        )
+    lines = ["| layer | unit | what | imports |", "|---|---|---|---|"]
+    for unit, layer in sorted(layer_of.items(), key=lambda kv: (kv[1], kv[0])):
+        names = ", ".join(sorted(edges.get(unit, ()))) or "-"
+        lines.append(f"| {layer} | `{unit}` | {WHAT[unit]} | {names} |")
     return "\n".join(lines)
 
 

@@ -160,7 +160,7 @@ def _sweep_file(tmp_path, time_us, sizes, settings=None):
                     "source": "sweep",
                 }
             )
-    from ncclprobe.diagnose.evidence import load_sweep
+    from ncclprobe.evidence.bundle import load_sweep
 
     return load_sweep(path)
 

@@ -388,8 +388,8 @@ def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
     )
     assert other.returncode == 0, other.stderr
     assert "was trained for another target: seed 0 (now 1)" in other.stderr
-    from ncclprobe.diagnose.evidence import load_evidence
     from ncclprobe.diagnose.rank import diagnose
+    from ncclprobe.evidence.bundle import load_evidence
 
     [finding] = [f for f in diagnose(load_evidence(trace)).findings if f.rule == "draft-target"]
     assert (
@@ -470,7 +470,7 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
     from pathlib import Path
 
     from ncclprobe.engine import runner
-    from ncclprobe.enginerun import trace
+    from ncclprobe.evidence.run import trace
 
     recorded = json.loads(
         (Path(__file__).parent.parent / "examples/traces/healthy.json").read_text()

@@ -141,7 +141,8 @@ def test_caches_larger_than_the_batch_give_the_same_tokens():
 def test_reduced_draft_vocabulary_holds_the_most_generated_tokens():
     """choose_vocabulary: the draft's head gets the tokens the target generated most (prompts not
     counted), in id order, through d2t; positions whose greedy token is outside get no hard label."""
-    from ncclprobe.engine.train_draft import choose_vocabulary, draft_labels
+    from ncclprobe.engine.distill_data import draft_labels
+    from ncclprobe.engine.train_draft import choose_vocabulary
 
     target = build_target(preset("tiny"), seed=0, device="cpu", dtype=torch.float32)
     draft = build_draft(target, seed=0, vocab=3)

@@ -427,7 +427,8 @@ def test_watch_follows_workers_that_come_and_go(tmp_path):
 def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
     """Short secrets under names with no TOKEN/KEY word, passwords in userless URLs, and
     `env NAME=secret cmd` on a command line: each was printed before these rules."""
-    from ncclprobe.envcheck.environ import MASKED, display_value, mask_argv
+    from ncclprobe.secrets import MASK as MASKED
+    from ncclprobe.secrets import display_value, mask_argv
 
     assert display_value("MYSQL_PWD", "hunter2") == MASKED
     assert display_value("REDIS_URL", "redis://:s3cretpw@cache:6379/0") == MASKED

@@ -4,7 +4,7 @@ import pytest
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, Scope, explain, scope_of
-from ncclprobe.nccl.lint import Finding, lint_env
+from ncclprobe.nccl.lint import SettingFinding, lint_env
 from ncclprobe.nccl.node import NO_NVLINK, NVLINK_ALL, NodeFacts
 from ncclprobe.nccl.values import protocol_states, subsystems_enabled, validate_value
 from ncclprobe.nccl.version import parse_version
@@ -273,7 +273,7 @@ def test_errors_come_first_and_findings_serialise():
     findings = lint_env({"NCCL_DEBUG_FILE": "/tmp/x", "NCCL_P2P_LEVEL": "sys"})
     assert [f.severity for f in findings] == ["error", "warning"]
     assert set(findings[0].to_json()) == {"severity", "variable", "message", "fix", "code"}
-    assert Finding("info", None, "m", "f").code == ""
+    assert SettingFinding("info", None, "m", "f").code == ""
 
 
 def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():

@@ -261,8 +261,8 @@ def test_run_engine_settings_get_the_safety_rule_and_the_lint():
 
 
 def test_diagnose_names_unsafe_settings_once_across_runs():
-    from ncclprobe.diagnose.evidence import Evidence
     from ncclprobe.diagnose.rules_safety import unsafe_settings
+    from ncclprobe.evidence.bundle import Evidence
 
     runs = [
         {

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.imports import ImportOptions, import_text
 from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
 from ncclprobe.evidence.nccl_tests_split import parse_runs, split_runs
+from ncclprobe.importing import ImportOptions, import_text
 from ncclprobe.recommend import build_recommendation
 from ncclprobe.records import read_results
 

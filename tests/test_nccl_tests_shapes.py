@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.evidence.imports import ImportOptions, import_text
 from ncclprobe.evidence.nccl_tests import Columns, data_row, parse_nccl_tests
+from ncclprobe.importing import ImportOptions, import_text
 
 TESTS = Path(__file__).parent / "fixtures" / "nccl_tests"
 

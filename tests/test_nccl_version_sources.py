@@ -70,9 +70,9 @@ def _trace(settings: dict, versions: list[str | None]) -> dict:
 
 
 def _lint_codes(trace: dict, collect_env=None) -> set[str]:
-    from ncclprobe.diagnose.evidence import Evidence
     from ncclprobe.diagnose.rules_safety import unsafe_settings
-    from ncclprobe.pcie.collect_env import parse_collect_env
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.evidence.collect_env import parse_collect_env
 
     ev = Evidence.from_trace(trace)
     if collect_env is not None:

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.diagnose.evidence import load_evidence
 from ncclprobe.diagnose.rank import diagnose
+from ncclprobe.evidence.bundle import load_evidence
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 SWEEP = TRACES / "collective-bound.sweep.jsonl"

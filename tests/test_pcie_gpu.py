@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.evidence.matrix import Matrix
 
 pytestmark = [
     pytest.mark.gpu,

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
+from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.pcie.check import measure
 from ncclprobe.pcie.findings import matrix_findings
-from ncclprobe.pcie.matrix import Matrix
 from ncclprobe.pcie.platform import (
     check_acs,
     check_driver_p2p,

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.pcie.collect_env import parse_collect_env
+from ncclprobe.evidence.collect_env import parse_collect_env
+from ncclprobe.evidence.matrix import Matrix
+from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
+from ncclprobe.evidence.p2p_test_output import parse_p2p_test
 from ncclprobe.pcie.findings import matrix_findings
-from ncclprobe.pcie.matrix import Matrix
 from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topology
-from ncclprobe.pcie.nvbandwidth import parse_nvbandwidth
-from ncclprobe.pcie.p2p_test_output import parse_p2p_test
 
 FIX = Path(__file__).parent / "fixtures"
 

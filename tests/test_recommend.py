@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.values import forcing_ll128
 from ncclprobe.recommend import build_recommendation
-from ncclprobe.recommend.safety import enables_ll128
 from ncclprobe.recommend.workload import from_sizes, from_trace
 from tests.data.resultsets import SIZES, config, curve, engine_trace, scaled, write_set
 
@@ -176,7 +176,7 @@ def test_ll128_refused_where_nccl_keeps_it_off_although_nvlink_is_there(tmp_path
     ],
 )
 def test_which_proto_values_force_ll128(value, forced):
-    assert enables_ll128({"NCCL_PROTO": value}) is forced
+    assert bool(forcing_ll128(value)) is forced
 
 
 def test_lint_errors_are_refused(tmp_path):

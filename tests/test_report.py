@@ -161,7 +161,7 @@ def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
 
 def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     """The seed story in one picture: the H200 `--graphs decode` and `--graphs all` traces merged."""
-    from ncclprobe.enginerun.trace import side_by_side
+    from ncclprobe.evidence.run.trace import side_by_side
 
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     merged = side_by_side(
@@ -219,7 +219,7 @@ def test_environment_section_masks_secret_values(tmp_path):
 def test_eight_traces_of_one_configuration_keep_eight_runs_apart(tmp_path):
     """`report --trace` x 8 of runs alike: every run keeps a label of its own (8 runs drew 6 bars
     when two traces' labels met), and every table cell is rounded (a mean over ranks is 3.556)."""
-    from ncclprobe.enginerun.trace import side_by_side
+    from ncclprobe.evidence.run.trace import side_by_side
     from ncclprobe.report.content import cell_text
 
     paths = []
@@ -250,3 +250,32 @@ def test_figures_of_gloo_timings_carry_the_caveat_the_text_carries(tmp_path):
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
         [figure] = plots.latency(ev, tmp_path / "figs")
     assert timing_caveat(ev.headers).split(":")[0] in figure.svg.read_text()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "RESULTS", "--output", "OUT"],
+        ["topo", "--check", "--no-nccl-job", "--output", "OUT"],
+    ],
+)
+def test_a_command_that_draws_names_the_report_extra_when_matplotlib_is_missing(
+    tmp_path, monkeypatch, args
+):
+    """The light install has no matplotlib: the command says which extra brings it (exit 3, one line),
+    before it reads or measures anything, and writes nothing."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from ncclprobe.cli import cli
+
+    results = write_set(tmp_path / "r.jsonl", [config({}, DEFAULT)])
+    argv = [{"RESULTS": str(results), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # how Python marks a module as absent
+    result = CliRunner().invoke(cli, argv, prog_name="ncclprobe")
+    assert result.exit_code == 3, result.output
+    assert (
+        "needs matplotlib" in result.stderr and "pip install 'ncclprobe[report]'" in result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

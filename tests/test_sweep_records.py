@@ -6,7 +6,7 @@ import pytest
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import ResultWriter, read_results, trim_incomplete_tail
-from ncclprobe.sweep.aggregate import aggregate_trials, percentile
+from ncclprobe.stats import aggregate_trials, quantile
 
 
 def _result(config_id, size):
@@ -76,5 +76,5 @@ def test_the_slowest_rank_decides_each_trial():
 
 
 def test_percentile_matches_linear_interpolation():
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([5.0], 90) == 5.0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 50, of=100) == 2.5
+    assert quantile([5.0], 90, of=100) == 5.0

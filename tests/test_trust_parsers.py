@@ -14,15 +14,15 @@ import pytest
 from ncclprobe.envcheck.environ import parse_environ_block
 from ncclprobe.envcheck.logcheck import _lines_by_process
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.collect_env import parse_collect_env
 from ncclprobe.evidence.nccl_log import parse_nccl_log
 from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
+from ncclprobe.evidence.p2p_test_output import parse_p2p_test
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.evidence.topo import parse_topo
 from ncclprobe.launch import error_summary
-from ncclprobe.pcie.collect_env import parse_collect_env
 from ncclprobe.pcie.lspci import parse_lspci
-from ncclprobe.pcie.nvbandwidth import parse_nvbandwidth
-from ncclprobe.pcie.p2p_test_output import parse_p2p_test
 from ncclprobe.records import _parse_lines
 from ncclprobe.secrets import mask_argv, mask_env_value, mask_text
 

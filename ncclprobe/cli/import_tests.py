@@ -10,9 +10,9 @@ import click
 
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, force_option, format_option
-from ncclprobe.evidence.imports import ImportOptions, import_text
 from ncclprobe.evidence.labels import parse_labels
 from ncclprobe.evidence.text import read_text_file
+from ncclprobe.importing import ImportOptions, import_text
 from ncclprobe.records import ResultWriter
 from ncclprobe.safe_output import check_output
 

@@ -127,9 +127,9 @@ def _explain_rows(doc: dict) -> list[dict]:
 
 
 def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
+    from ncclprobe.evidence.collect_env import parse_collect_env
     from ncclprobe.evidence.text import read_text_file
     from ncclprobe.evidence.topo import node_facts
-    from ncclprobe.pcie.collect_env import parse_collect_env
 
     collected = parse_collect_env(read_text_file(path, "collect-env output"))
     node = (

@@ -147,7 +147,7 @@ def _two_values(values: str) -> tuple[str, str]:
 
 
 def _trace_sizes(path: str) -> list[int]:
-    from ncclprobe.enginerun import from_trace_file
+    from ncclprobe.evidence.run import from_trace_file
 
     sizes = sorted({s for run in from_trace_file(path).runs for s in run.collective_sizes()})
     if not sizes:

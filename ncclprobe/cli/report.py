@@ -6,9 +6,8 @@ import click
 
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, force_option, format_option, output_option
-from ncclprobe.errors import UsageProblem
+from ncclprobe.errors import UsageProblem, require_extra
 from ncclprobe.recommend.workload import from_sizes
-from ncclprobe.report import build_report
 
 EPILOG = f"""\b
 Examples:
@@ -70,7 +69,9 @@ def command(results, out_dir, trace, sizes, collective, baseline, mode, allow_ll
     """
     if sizes is not None and not sizes.strip():
         raise UsageProblem("--sizes is empty; give sizes like 14K,1M")
+    require_extra("matplotlib", "report", "the report's figures")
     from ncclprobe.evidence.labels import parse_labels
+    from ncclprobe.report import build_report
 
     names = [n.strip() for n in collective.split(",") if n.strip()] if collective else None
     files = build_report(

@@ -11,8 +11,8 @@ from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
 from ncclprobe.engine.spec import MODES
-from ncclprobe.enginerun.modes import GraphMode
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import GraphMode
 from ncclprobe.safe_output import check_output, write_json
 
 EPILOG = f"""\b
@@ -266,7 +266,7 @@ def command(
     from ncclprobe import engine_session
     from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec, default_repeats
-    from ncclprobe.enginerun.trace import verdict
+    from ncclprobe.evidence.run.trace import verdict
 
     tuning = (
         None

@@ -121,8 +121,8 @@ def command(
 
 def _check(timeout, output_dir, nbytes, nccl_job, fmt):
     from ncclprobe.cli.table import terminal_width
+    from ncclprobe.evidence.matrix import Matrix
     from ncclprobe.pcie.check import check_output_dir, run_check, save, verdict
-    from ncclprobe.pcie.matrix import Matrix
     from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block, wrap_line
 
     if output_dir:

@@ -8,15 +8,15 @@ The reasoning mirrors what a careful engineer does with the seed case (verify 29
 NCCL settings, compare every phase with what the model shape says it should cost, and prove that
 the settings being compared were in force when the collectives were created or captured.
 
-Modules: `evidence` (the run as the normalized view of `ncclprobe.enginerun`, plus sweep and
+Modules: `evidence` (the run as the normalized view of `ncclprobe.evidence.run`, plus sweep and
 env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile` and `rules_log` (one pure function
+`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile`, `rules_ranks` and `rules_log` (one pure function
 per hypothesis; they read only the view), `rank` (ordering and the report).
 """
 
-from ncclprobe.diagnose.evidence import Evidence, load_evidence
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.rank import Diagnosis, diagnose
+from ncclprobe.evidence.bundle import Evidence, load_evidence
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 __all__ = [
     "Evidence",

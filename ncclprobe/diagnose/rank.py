@@ -19,9 +19,9 @@ from ncclprobe.diagnose import (
     rules_safety,
     rules_settings,
 )
-from ncclprobe.diagnose.evidence import Evidence
 from ncclprobe.diagnose.expectations import expected_verify_ratio
-from ncclprobe.diagnose.findings import CONFIDENCES, SEVERITIES, Finding, NotChecked, RuledOut
+from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.findings import CONFIDENCES, Finding, NotChecked, RuledOut, severity_rank
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
@@ -78,7 +78,7 @@ FIX_FIRST = ("unsafe-settings", "env-check-sibling", "settings-propagation", "en
 
 def rank_key(finding: Finding) -> tuple:
     return (
-        SEVERITIES.index(finding.severity),
+        severity_rank(finding.severity),
         CONFIDENCES.index(finding.confidence),
         finding.rule not in FIX_FIRST,
         -(finding.cost_ms_per_token or 0.0),

@@ -4,10 +4,10 @@ trained for another target. Pure functions, as in `rules`; they read the engine 
 
 from __future__ import annotations
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import draft_command, engine_command, fresh
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.engine.target_identity import mismatch
+from ncclprobe.evidence import bundle as E
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 
 def draft_positions(ev: E.Evidence) -> list:

@@ -10,8 +10,8 @@ whenever its children have the value. Nothing is ruled out from processes env-ch
 
 from __future__ import annotations
 
-from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence import bundle as E
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 RULE = "env-check"
 HYPOTHESIS = "settings never reached the job's processes"

@@ -9,9 +9,9 @@ while the verify ran eagerly), so wherever that matters the rule asks for a prof
 
 from __future__ import annotations
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import graphs_command, profile_command
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence import bundle as E
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 LOW_ACCEPTANCE = 1.5  # tokens per cycle, bonus included: the drafts are rarely kept
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ncclprobe.diagnose import evidence as E
-from ncclprobe.diagnose.findings import Finding, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
-from ncclprobe.enginerun.view import nccl_env
+from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import nccl_env
+from ncclprobe.findings import Finding, RuledOut
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, TOPOLOGY_CODES, ll128_hazard

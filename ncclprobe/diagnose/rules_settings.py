@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import engine_command
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.sweep_match import tuning_settings
-from ncclprobe.enginerun.view import nccl_env
+from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import nccl_env
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.knobs import Scope, acts_on_one_rank, effective_scope
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.version import parse_version

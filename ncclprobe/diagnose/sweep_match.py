@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose.commands import sizes_arg, sweep_command
-from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence import bundle as E
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 
 NEAREST_FACTOR = 2.0

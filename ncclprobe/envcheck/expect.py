@@ -12,11 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.lint import lint_env
-from ncclprobe.secrets import mask_text
+from ncclprobe.secrets import display_value, is_relevant, mask_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -29,7 +28,9 @@ class Expectation:
 
 
 @dataclass(frozen=True)
-class Check:
+class ExpectationCheck:
+    """One expectation against what a process has: met or not (not a finding; the report decides)."""
+
     variable: str
     expected: str
     actual: str | None
@@ -64,8 +65,8 @@ def parse_expect(items: Iterable[str]) -> list[Expectation]:
 
 
 def load_recommendation(path: str | Path) -> list[Expectation]:
-    """The `env` of a recommendation file as expectations (`ncclprobe.recommend.file`, the one loader)."""
-    from ncclprobe.recommend.file import recommended_env
+    """The `env` of a recommendation file as expectations (`ncclprobe.evidence.recommendation_file`, the one loader)."""
+    from ncclprobe.evidence.recommendation_file import recommended_env
 
     return [
         Expectation(name, value, str(path))
@@ -92,7 +93,7 @@ def check(
     env: Mapping[str, str],
     expectations: Iterable[Expectation],
     nccl_read: Mapping[str, str] | None = None,
-) -> list[Check]:
+) -> list[ExpectationCheck]:
     """Each expectation against the process: what NCCL reported reading wins over /proc, because
     /proc can't show values the process set itself after exec."""
     checks = []
@@ -106,7 +107,7 @@ def check(
         status = "missing" if actual is None else ("ok" if same else "different")
         if status == "missing" and source == "/proc" and not env:
             status = "unknown"  # an empty block says nothing about what the process holds
-        checks.append(Check(item.variable, item.value, actual, status, source))
+        checks.append(ExpectationCheck(item.variable, item.value, actual, status, source))
     return checks
 
 

@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe.envcheck.environ import display_value
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.recipes import PROOF_VARIABLES
 from ncclprobe.numbers import ascii_re, is_digits
+from ncclprobe.secrets import display_value
 
 # NCCL reads these without a `set by environment` line, so their absence proves nothing;
 # NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.

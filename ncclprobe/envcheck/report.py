@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.envcheck.environ import display_value, env_diff, visible_env
-from ncclprobe.envcheck.expect import Check, Expectation
+from ncclprobe.envcheck.environ import env_diff
+from ncclprobe.envcheck.expect import Expectation, ExpectationCheck
 from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
 from ncclprobe.envcheck.walk import ProcessInfo
+from ncclprobe.evidence.env_check_document import SCHEMA_VERSION
+from ncclprobe.secrets import display_value, visible_env
 from ncclprobe.verdict import Verdict
 
-SCHEMA_VERSION = 1
 PROC_CAVEAT = (
     "/proc/PID/environ is each process's environment at exec: values a process sets later "
     "(os.environ, setenv) before or after creating its communicator are not visible there; "
@@ -31,7 +32,7 @@ PROC_CAVEAT = (
 class ProcessReport:
     info: ProcessInfo
     parent_env: dict[str, str] | None
-    checks: list[Check] = field(default_factory=list)
+    checks: list[ExpectationCheck] = field(default_factory=list)
     lint: list[dict] | None = None
     caveats: list[str] = field(default_factory=list)
     log: LogEvidence | None = None

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ncclprobe.envcheck.environ import EnvironUnreadable, mask_argv, read_environ
+from ncclprobe.envcheck.environ import EnvironUnreadable, read_environ
 from ncclprobe.errors import UsageProblem
+from ncclprobe.secrets import mask_argv
 
 log = logging.getLogger("ncclprobe.envcheck")
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 
-from ncclprobe.envcheck.environ import display_value, is_relevant
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import (
     Measurement,
@@ -42,7 +41,7 @@ from ncclprobe.evidence.nccl_tests import (
     nccl_settings,
     nccl_version_of_code,
 )
-from ncclprobe.secrets import mask_env
+from ncclprobe.secrets import display_value, is_relevant, mask_env
 
 READ_VERSIONS = (1, 2, 3)
 

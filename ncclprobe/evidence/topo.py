@@ -308,13 +308,3 @@ def equivalent_levels(topology: Topology) -> list[list[str]]:
     for level, pairs in p2p_level_pairs(topology).items():
         groups.setdefault(pairs, []).append(level)
     return list(groups.values())
-
-
-def read_live_topology(**options) -> Topology:
-    """This machine's topology (nvidia-smi, NVML, torch; each missing source named in `sources`).
-
-    Lives in `topo_live`; re-exported here because callers import the readers from one place.
-    Options: p2p_check (default False), p2p_timeout_s, p2p_bytes."""
-    from ncclprobe.evidence.topo_live import read_live_topology as read
-
-    return read(**options)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.findings import SEVERITIES, Finding, severity_rank
 from ncclprobe.nccl.knobs import (
     ALGORITHM_SINCE,
     ALGORITHM_UNTIL,
@@ -35,16 +36,36 @@ from ncclprobe.nccl.values import forcing_ll128, parse_integer, subsystems_enabl
 from ncclprobe.nccl.version import Version, parse_version
 from ncclprobe.verdict import Verdict
 
-SEVERITIES = ("error", "warning", "info")
 
+@dataclass(frozen=True, init=False)
+class SettingFinding(Finding):
+    """A finding about one NCCL setting: `code` is its rule, `message` its title, `fix` its next
+    command. Built positionally, as every lint rule writes it; its JSON keeps the lint's keys."""
 
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning" | "info"
-    variable: str | None
-    message: str
-    fix: str
-    code: str = ""  # stable rule id, e.g. "ll128-without-nvlink", for callers that filter
+    variable: str | None = None
+
+    def __init__(self, severity: str, variable: str | None, message: str, fix: str, code: str = ""):
+        super().__init__(
+            rule=code,  # stable rule id, e.g. "ll128-without-nvlink", for callers that filter
+            severity=severity,
+            confidence="high",  # the knowledge table says what NCCL does with the value
+            title=message,
+            detail="",
+            next_command=fix,
+        )
+        object.__setattr__(self, "variable", variable)
+
+    @property
+    def message(self) -> str:
+        return self.title
+
+    @property
+    def fix(self) -> str:
+        return self.next_command
+
+    @property
+    def code(self) -> str:
+        return self.rule
 
     def to_json(self) -> dict:
         return {
@@ -68,23 +89,23 @@ class _Context:
 
 def lint_env(
     env: Mapping[str, str], *, node: NodeFacts | None = None, nccl_version: str | None = None
-) -> list[Finding]:
+) -> list[SettingFinding]:
     """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored."""
     ctx = _Context(
         {k: v for k, v in env.items() if k.startswith("NCCL_")}, node, parse_version(nccl_version)
     )
-    findings: list[Finding] = []
+    findings: list[SettingFinding] = []
     for rule in _RULES:
         findings.extend(rule(ctx))
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.variable or ""))
+    return sorted(findings, key=lambda f: (severity_rank(f.severity), f.variable or ""))
 
 
-def verdict(findings: Iterable[Finding]) -> Verdict:
+def verdict(findings: Iterable[SettingFinding]) -> Verdict:
     """FINDINGS when the lint found an error (warnings and notes alone are FINE)."""
     return Verdict.of(any(f.severity == "error" for f in findings))
 
 
-def _values(ctx: _Context) -> Iterator[Finding]:
+def _values(ctx: _Context) -> Iterator[SettingFinding]:
     """Values the knowledge table's validation rejects, and values written with quotes or spaces.
 
     NCCL_P2P_LEVEL, NCCL_PROTO and NCCL_ALGO have their own rules with sharper messages."""
@@ -92,7 +113,7 @@ def _values(ctx: _Context) -> Iterator[Finding]:
         if name not in KNOBS or name in ("NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO"):
             continue
         if value != value.strip() or value[:1] in "\"'":
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 name,
                 f"{name}={value!r} carries quotes or spaces that NCCL reads as part of the value",
@@ -103,7 +124,7 @@ def _values(ctx: _Context) -> Iterator[Finding]:
         try:
             validate_value(name, value)
         except UsageProblem as exc:
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 name,
                 str(exc),
@@ -115,7 +136,7 @@ def _values(ctx: _Context) -> Iterator[Finding]:
 _QUOTES = "\"'"
 
 
-def _p2p_level(ctx: _Context) -> Iterator[Finding]:
+def _p2p_level(ctx: _Context) -> Iterator[SettingFinding]:
     value = ctx.env.get("NCCL_P2P_LEVEL")
     if value is None:
         return
@@ -123,7 +144,7 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
         return
     if is_legacy_level(value):
         legacy = legacy_level(value)
-        yield Finding(
+        yield SettingFinding(
             "info",
             "NCCL_P2P_LEVEL",
             f"NCCL_P2P_LEVEL={value} is a legacy integer; NCCL reads it as {legacy}",
@@ -133,7 +154,7 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
     elif value in P2P_LEVELS_UNDOCUMENTED:
         yield _undocumented_level(ctx, value)
     elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:
-        yield Finding(
+        yield SettingFinding(
             "error",
             "NCCL_P2P_LEVEL",
             f"NCCL_P2P_LEVEL={value}: `{value}` is not a level name (NCCL "
@@ -143,7 +164,7 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
             "p2p-level-case",
         )
     else:
-        yield Finding(
+        yield SettingFinding(
             "error",
             "NCCL_P2P_LEVEL",
             f"NCCL_P2P_LEVEL={value!r} is not a P2P level; NCCL ignores it",
@@ -152,11 +173,11 @@ def _p2p_level(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _undocumented_level(ctx: _Context, value: str) -> Finding:
+def _undocumented_level(ctx: _Context, value: str) -> SettingFinding:
     since = P2P_LEVEL_SINCE.get(value)
     shown = ".".join(map(str, since[:2])) if since else ""
     if since and ctx.version is not None and ctx.version < since:
-        return Finding(
+        return SettingFinding(
             "error",
             "NCCL_P2P_LEVEL",
             f"NCCL_P2P_LEVEL={value} is not a level name before NCCL {shown} "
@@ -165,7 +186,7 @@ def _undocumented_level(ctx: _Context, value: str) -> Finding:
             "p2p-level-too-new",
         )
     needs = f" (NCCL {shown}+; older versions ignore it)" if since else ""
-    return Finding(
+    return SettingFinding(
         "info",
         "NCCL_P2P_LEVEL",
         f"NCCL_P2P_LEVEL={value} is accepted by NCCL's code but not "
@@ -175,9 +196,9 @@ def _undocumented_level(ctx: _Context, value: str) -> Finding:
     )
 
 
-def _p2p_disable_with_level(ctx: _Context) -> Iterator[Finding]:
+def _p2p_disable_with_level(ctx: _Context) -> Iterator[SettingFinding]:
     if ctx.env.get("NCCL_P2P_DISABLE") == "1" and "NCCL_P2P_LEVEL" in ctx.env:
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_P2P_DISABLE",
             "NCCL_P2P_DISABLE=1 turns P2P off, so NCCL_P2P_LEVEL="
@@ -187,7 +208,7 @@ def _p2p_disable_with_level(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _tokens(ctx: _Context) -> Iterator[Finding]:
+def _tokens(ctx: _Context) -> Iterator[SettingFinding]:
     """NCCL_PROTO / NCCL_ALGO: unknown tokens, per-collective forms before 2.24, too-new algorithms."""
     for name in ("NCCL_PROTO", "NCCL_ALGO"):
         value = ctx.env.get(name)
@@ -201,7 +222,7 @@ def _tokens(ctx: _Context) -> Iterator[Finding]:
                 False: "NCCL before 2.24 ignores the unknown token silently",
                 None: "NCCL 2.24+ fails communicator creation; older versions ignore it silently",
             }
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 name,
                 f"{exc}. {consequence[ctx.at_least(2, 24)]}",
@@ -210,7 +231,7 @@ def _tokens(ctx: _Context) -> Iterator[Finding]:
             )
             continue
         if ":" in value and ctx.at_least(2, 24) is False:
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 name,
                 f"{name}={value!r} uses the per-collective form, which NCCL reads only from 2.24",
@@ -220,7 +241,7 @@ def _tokens(ctx: _Context) -> Iterator[Finding]:
         yield from _algorithm_versions(ctx, name, value)
 
 
-def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[Finding]:
+def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[SettingFinding]:
     if name != "NCCL_ALGO":
         return
     tokens = {
@@ -233,7 +254,7 @@ def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[Findin
     for token in sorted(tokens):
         since = ALGORITHM_SINCE.get(token)
         if since and ctx.version < since:
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 name,
                 f"algorithm {token!r} needs NCCL {'.'.join(map(str, since[:2]))}+; "
@@ -243,7 +264,7 @@ def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[Findin
             )
 
 
-def _ll128(ctx: _Context) -> Iterator[Finding]:
+def _ll128(ctx: _Context) -> Iterator[SettingFinding]:
     """LL128 forced on, directly or by a ^ list that does not exclude it, where NCCL's own rule keeps
     it off (`ncclprobe.nccl.ll128`) or cannot be decided from what is known."""
     forcing = forcing_ll128(ctx.env.get("NCCL_PROTO"))
@@ -262,7 +283,7 @@ def _ll128(ctx: _Context) -> Iterator[Finding]:
         if default.on is False
         else "whether NCCL would keep LL128 on here is not known from this evidence"
     )
-    yield Finding(
+    yield SettingFinding(
         "error" if default.on is False else "warning",
         "NCCL_PROTO",
         f"NCCL_PROTO={ctx.env['NCCL_PROTO']} forces LL128 on ({how}), and {verdict}: {default.why}. "
@@ -275,7 +296,7 @@ def _ll128(ctx: _Context) -> Iterator[Finding]:
 LL128_RULE = "ll128-without-nvlink"  # the rule id recommend and run-engine look for
 
 
-def _algorithms_gone(ctx: _Context, name: str, tokens: set[str]) -> Iterator[Finding]:
+def _algorithms_gone(ctx: _Context, name: str, tokens: set[str]) -> Iterator[SettingFinding]:
     """Tokens older NCCL accepts that later releases no longer know (CollNet before 2.14)."""
     for token in sorted(tokens):
         until = ALGORITHM_UNTIL.get(token)
@@ -286,7 +307,7 @@ def _algorithms_gone(ctx: _Context, name: str, tokens: set[str]) -> Iterator[Fin
             False: "NCCL 2.14-2.23 ignore it silently",
             None: "NCCL 2.14-2.23 ignore it silently, 2.24+ fail communicator creation",
         }[ctx.at_least(2, 24)]
-        yield Finding(
+        yield SettingFinding(
             "warning" if ctx.version is None else "error",
             name,
             f"algorithm {token!r} is an NCCL_ALGO name only before NCCL {_release(until)}: "
@@ -301,12 +322,12 @@ def _release(version: Version) -> str:
     return ".".join(map(str, version if version[2] else version[:2]))
 
 
-def _debug_subsys(ctx: _Context) -> Iterator[Finding]:
+def _debug_subsys(ctx: _Context) -> Iterator[SettingFinding]:
     value = ctx.env.get("NCCL_DEBUG_SUBSYS")
     if value is None:
         return
     if "ENV" not in subsystems_enabled(value):
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_DEBUG_SUBSYS",
             f"NCCL_DEBUG_SUBSYS={value} replaces the default list and "
@@ -318,7 +339,7 @@ def _debug_subsys(ctx: _Context) -> Iterator[Finding]:
         )
     yield from _subsystems_too_new(ctx, value)
     if ctx.env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
-        yield Finding(
+        yield SettingFinding(
             "info",
             "NCCL_DEBUG_SUBSYS",
             "NCCL_DEBUG_SUBSYS only filters INFO lines, and NCCL_DEBUG is "
@@ -328,14 +349,14 @@ def _debug_subsys(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _subsystems_too_new(ctx: _Context, value: str) -> Iterator[Finding]:
+def _subsystems_too_new(ctx: _Context, value: str) -> Iterator[SettingFinding]:
     """Subsystem names this NCCL version does not know yet: ncclDebugInit skips them silently."""
     if ctx.version is None:
         return
     for name in sorted({t.strip().upper() for t in value.lstrip("^").split(",")}):
         since = DEBUG_SUBSYSTEM_SINCE.get(name)
         if since and ctx.version < since:
-            yield Finding(
+            yield SettingFinding(
                 "info",
                 "NCCL_DEBUG_SUBSYS",
                 f"NCCL_DEBUG_SUBSYS names {name}, which NCCL knows from {_release(since)}; "
@@ -345,10 +366,10 @@ def _subsystems_too_new(ctx: _Context, value: str) -> Iterator[Finding]:
             )
 
 
-def _debug_file(ctx: _Context) -> Iterator[Finding]:
+def _debug_file(ctx: _Context) -> Iterator[SettingFinding]:
     value = ctx.env.get("NCCL_DEBUG_FILE")
     if value is not None and "%p" not in value:
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_DEBUG_FILE",
             f"NCCL_DEBUG_FILE={value} has no %p: every process on a host "
@@ -358,13 +379,13 @@ def _debug_file(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _deprecations(ctx: _Context) -> Iterator[Finding]:
+def _deprecations(ctx: _Context) -> Iterator[SettingFinding]:
     for old, new in (
         ("NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"),
         ("NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS"),
     ):
         if old in ctx.env and ctx.at_least(2, 17) is not False:
-            yield Finding(
+            yield SettingFinding(
                 "info",
                 old,
                 f"{old} is deprecated since NCCL 2.17; the most restrictive of it, {new} "
@@ -374,7 +395,7 @@ def _deprecations(ctx: _Context) -> Iterator[Finding]:
             )
     mode = ctx.env.get("NCCL_LAUNCH_MODE", "").strip()
     if mode.upper() == "GROUP" and mode != "GROUP" and ctx.at_least(2, 13) is False:
-        yield Finding(
+        yield SettingFinding(
             "error",
             "NCCL_LAUNCH_MODE",
             f"NCCL_LAUNCH_MODE={mode} means PARALLEL before NCCL 2.13, which "
@@ -383,7 +404,7 @@ def _deprecations(ctx: _Context) -> Iterator[Finding]:
             "launch-mode-case",
         )
     elif mode.upper() == "GROUP":
-        yield Finding(
+        yield SettingFinding(
             "info",
             "NCCL_LAUNCH_MODE",
             "NCCL_LAUNCH_MODE=GROUP is deprecated since NCCL 2.9",
@@ -392,7 +413,7 @@ def _deprecations(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _channel_bounds(ctx: _Context) -> Iterator[Finding]:
+def _channel_bounds(ctx: _Context) -> Iterator[SettingFinding]:
     for low_name, high_name in (
         ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"),
         ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
@@ -400,7 +421,7 @@ def _channel_bounds(ctx: _Context) -> Iterator[Finding]:
         low, high = ctx.env.get(low_name, ""), ctx.env.get(high_name, "")
         low_n, high_n = parse_integer(low), parse_integer(high)
         if low_n is not None and high_n is not None and low_n > high_n:
-            yield Finding(
+            yield SettingFinding(
                 "error",
                 low_name,
                 f"{low_name}={low} is above {high_name}={high}",
@@ -409,9 +430,9 @@ def _channel_bounds(ctx: _Context) -> Iterator[Finding]:
             )
 
 
-def _transports_off(ctx: _Context) -> Iterator[Finding]:
+def _transports_off(ctx: _Context) -> Iterator[SettingFinding]:
     if ctx.env.get("NCCL_P2P_DISABLE") == "1" and ctx.env.get("NCCL_SHM_DISABLE") == "1":
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_SHM_DISABLE",
             "P2P and SHM are both disabled: GPUs of one node talk through "
@@ -421,14 +442,14 @@ def _transports_off(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _nvls(ctx: _Context) -> Iterator[Finding]:
+def _nvls(ctx: _Context) -> Iterator[SettingFinding]:
     links = ctx.node.links if ctx.node else None
     if (
         ctx.env.get("NCCL_NVLS_ENABLE") == "1"
         and links is not None
         and links not in (NVLINK_ALL, ONE_GPU)
     ):
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_NVLS_ENABLE",
             "NCCL_NVLS_ENABLE=1 asks for NVLink SHARP, which needs every "
@@ -438,11 +459,11 @@ def _nvls(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _tuner_config(ctx: _Context) -> Iterator[Finding]:
+def _tuner_config(ctx: _Context) -> Iterator[SettingFinding]:
     if "NCCL_TUNER_CONFIG_FILE" not in ctx.env:
         return
     if ctx.at_least(2, 27, 5) is False:
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_TUNER_CONFIG_FILE",
             "NCCL's example tuner plugin reads NCCL_TUNER_CONFIG_FILE "
@@ -451,7 +472,7 @@ def _tuner_config(ctx: _Context) -> Iterator[Finding]:
             "tuner-config-too-old",
         )
     if "NCCL_TUNER_PLUGIN" not in ctx.env:
-        yield Finding(
+        yield SettingFinding(
             "info",
             "NCCL_TUNER_CONFIG_FILE",
             "NCCL_TUNER_CONFIG_FILE is read only by NCCL's example "
@@ -461,10 +482,10 @@ def _tuner_config(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _tuner_plugin(ctx: _Context) -> Iterator[Finding]:
+def _tuner_plugin(ctx: _Context) -> Iterator[SettingFinding]:
     value = ctx.env.get("NCCL_TUNER_PLUGIN", "")
     if value.strip().lower() == "none" and ctx.at_least(2, 28) is False:
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_TUNER_PLUGIN",
             "NCCL_TUNER_PLUGIN=none means `no plugin` only from NCCL 2.28; "
@@ -475,13 +496,13 @@ def _tuner_plugin(ctx: _Context) -> Iterator[Finding]:
         )
 
 
-def _no_cache(ctx: _Context) -> Iterator[Finding]:
+def _no_cache(ctx: _Context) -> Iterator[SettingFinding]:
     """NCCL_NO_CACHE (2.29.7+): which once-per-process caches it really lifts."""
     value = ctx.env.get("NCCL_NO_CACHE")
     if value is None:
         return
     if ctx.version is not None and ctx.version < NO_CACHE_SINCE:
-        yield Finding(
+        yield SettingFinding(
             "warning",
             "NCCL_NO_CACHE",
             f"NCCL_NO_CACHE exists from NCCL 2.29.7; this is "
@@ -492,7 +513,7 @@ def _no_cache(ctx: _Context) -> Iterator[Finding]:
     for token in (t for t in value.split(",") if t and t != "ALL"):
         row = KNOBS.get(token)
         if not token.startswith("NCCL_"):
-            yield Finding(
+            yield SettingFinding(
                 "warning",
                 "NCCL_NO_CACHE",
                 f"NCCL_NO_CACHE lists {token!r}: NCCL compares full names "
@@ -501,7 +522,7 @@ def _no_cache(ctx: _Context) -> Iterator[Finding]:
                 "no-cache-name",
             )
         elif row is not None and not row.nccl_param:
-            yield Finding(
+            yield SettingFinding(
                 "info",
                 "NCCL_NO_CACHE",
                 f"NCCL_NO_CACHE lists {token}, which NCCL does not read through "
@@ -530,13 +551,13 @@ _REAL_NEIGHBOURS = {
 }
 
 
-def _typos(ctx: _Context) -> Iterator[Finding]:
+def _typos(ctx: _Context) -> Iterator[SettingFinding]:
     for name in ctx.env:
         if name in KNOBS or name in _REAL_NEIGHBOURS:
             continue
         close = difflib.get_close_matches(name, list(KNOBS), n=1, cutoff=0.85)
         if close:
-            yield Finding(
+            yield SettingFinding(
                 "warning",
                 name,
                 f"{name} is not a variable NCCL reads; it is ignored",
@@ -545,7 +566,7 @@ def _typos(ctx: _Context) -> Iterator[Finding]:
             )
 
 
-_RULES: tuple[Callable[[_Context], Iterable[Finding]], ...] = (
+_RULES: tuple[Callable[[_Context], Iterable[SettingFinding]], ...] = (
     _values,
     _p2p_level,
     _p2p_disable_with_level,
@@ -563,4 +584,4 @@ _RULES: tuple[Callable[[_Context], Iterable[Finding]], ...] = (
     _typos,
 )
 
-__all__ = ["Finding", "LL128_RULE", "lint_env", "SEVERITIES"]
+__all__ = ["LL128_RULE", "SEVERITIES", "SettingFinding", "lint_env"]

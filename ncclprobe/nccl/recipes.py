@@ -16,13 +16,13 @@ ranks on one GPU never are: it stays off (the recorded H200 runs of this mode ha
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 
 PROOF_VARIABLES = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
-LOG_DIR_VAR = "NCCLPROBE_NCCL_LOG_DIR"  # tells a worker where ncclprobe asked NCCL to write its log
+LOG_DIR_VAR = envvars.NCCL_LOG_DIR  # tells a worker where ncclprobe asked NCCL to write its log
 RANK_LOG = "nccl-rank{rank}.log"
 
 # NVLink multicast (NVLS) off: what the probes measure needs none, and on shared hosts it can take GPUs down
@@ -68,7 +68,7 @@ def rank_log(directory: str | Path, rank: int | str) -> Path:
 
 def own_log(rank: int) -> Path | None:
     """In a worker: the log ncclprobe asked NCCL to write for this rank; None when it asked for none."""
-    directory = os.environ.get(LOG_DIR_VAR)
+    directory = envvars.get(LOG_DIR_VAR)
     return rank_log(directory, rank) if directory else None
 
 

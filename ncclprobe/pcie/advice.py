@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from ncclprobe.evidence.topo import Topology, nccl_path_types, p2p_level_pairs
 from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
-from ncclprobe.pcie.findings import Finding
-from ncclprobe.pcie.platform import Check
+from ncclprobe.pcie.findings import P2PFinding
+from ncclprobe.pcie.platform import PlatformCheck
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class Advice:
 
 
 def advise(
-    findings: list[Finding],
-    checks: list[Check],
+    findings: list[P2PFinding],
+    checks: list[PlatformCheck],
     topology: Topology | None = None,
     *,
     measured: bool = True,
@@ -154,7 +154,7 @@ def advise(
     return out
 
 
-def _level_advice(slow: Finding, topology: Topology | None) -> Advice:
+def _level_advice(slow: P2PFinding, topology: Topology | None) -> Advice:
     pairs = [tuple(p) for p in slow.pairs]
     gpus = slow.evidence.get("gpus")
     if gpus and len(set(pairs)) == gpus * (gpus - 1):

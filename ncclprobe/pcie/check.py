@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from ncclprobe import tempdirs
-from ncclprobe.errors import UsageProblem
+from ncclprobe.errors import UsageProblem, require_extra
+from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.topo_live import json_lines, run_json_probe
 from ncclprobe.pcie.advice import advise
-from ncclprobe.pcie.findings import Finding, matrix_findings
-from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.pcie.findings import P2PFinding, matrix_findings
 from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topology
 from ncclprobe.pcie.platform import platform_checks, run_command
 from ncclprobe.pcie.sysfs import crossing, read_gpu_paths
@@ -57,7 +57,8 @@ def run_check(
     )
     if measured["status"] == "hang":
         findings.insert(
-            0, Finding("error", "p2p-hang", measured["reason"], tuple(measured.get("hung") or ()))
+            0,
+            P2PFinding("error", "p2p-hang", measured["reason"], tuple(measured.get("hung") or ())),
         )
     topology = _smi_topology(run)
     advice = advise(findings, checks, topology, measured=bool(measured["matrices"]))
@@ -206,6 +207,7 @@ def check_output_dir(directory: str | Path) -> None:
     new results."""
     from ncclprobe.safe_output import check_output_dir as refuse_unless_new
 
+    require_extra("matplotlib", "report", "the P2P heatmap that --check --output writes")
     refuse_unless_new(directory, what="--output", has_force=False)
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.evidence.matrix import Matrix
+from ncclprobe.findings import Finding, severity_rank
 
 SLOW_FACTOR = 0.5  # a pair below half the median of its peers
 ASYMMETRY = 0.30  # i->j and j->i differ by more than 30 % of the larger
@@ -24,13 +25,38 @@ LATENCY_FACTOR = 2.0  # latency above twice the median ...
 LATENCY_MIN_EXCESS_US = 3.0  # ... and at least 3 us above it
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error" | "warning" | "info"
-    code: str
-    message: str
+@dataclass(frozen=True, init=False)
+class P2PFinding(Finding):
+    """A finding about GPU pairs of a P2P matrix: `code` is its rule, `message` its title, `pairs`
+    the (i, j) pairs it names. Built positionally; its JSON keeps the keys `topo --check` prints."""
+
     pairs: tuple = ()
-    evidence: dict = field(default_factory=dict)
+
+    def __init__(
+        self,
+        severity: str,
+        code: str,
+        message: str,
+        pairs: tuple = (),
+        evidence: dict | None = None,
+    ):
+        super().__init__(
+            rule=code,
+            severity=severity,
+            confidence="high",  # measured (or read from the tool's own output), not inferred
+            title=message,
+            detail="",
+            evidence={} if evidence is None else evidence,
+        )
+        object.__setattr__(self, "pairs", pairs)
+
+    @property
+    def code(self) -> str:
+        return self.rule
+
+    @property
+    def message(self) -> str:
+        return self.title
 
     def to_json(self) -> dict:
         return {
@@ -49,10 +75,10 @@ def matrix_findings(
     where: Callable[[int, int], str | None] | None = None,
     link_class: Callable[[int, int], str | None] | None = None,
     corrupt: list[dict] | None = None,
-) -> list[Finding]:
+) -> list[P2PFinding]:
     where = where or (lambda i, j: None)
     gpu = [m for m in matrices if m.square and m.rows and m.rows[0].startswith("GPU")]
-    out: list[Finding] = []
+    out: list[P2PFinding] = []
     out += _corrupt(corrupt or [])
     out += _refused(peer_access)
     for m in gpu:
@@ -63,8 +89,7 @@ def matrix_findings(
         elif m.timer in (None, "gpu"):
             out += _latency_outliers(m, where, link_class)
     out += _peer_slower_than_staged(gpu, peer_access, where)
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(out, key=lambda f: order[f.severity])
+    return sorted(out, key=lambda f: severity_rank(f.severity))
 
 
 def _pair_text(i: int, j: int, where, arrow: str = "->") -> str:
@@ -72,9 +97,9 @@ def _pair_text(i: int, j: int, where, arrow: str = "->") -> str:
     return f"GPU{i}{arrow}GPU{j}" + (f" (crosses {place})" if place else "")
 
 
-def _corrupt(bad: list[dict]) -> list[Finding]:
+def _corrupt(bad: list[dict]) -> list[P2PFinding]:
     return [
-        Finding(
+        P2PFinding(
             "error",
             "copy-corrupt",
             f"copy {b['what']} GPU{b['src']}->GPU{b['dst']} returned "
@@ -86,7 +111,7 @@ def _corrupt(bad: list[dict]) -> list[Finding]:
     ]
 
 
-def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
+def reported_corrupt(tool: str, entries: list[dict]) -> list[P2PFinding]:
     """Wrong data a tool reported without naming the pair (nvbandwidth's pattern check): a peer test's
     failure is P2P moving wrong data (`copy-corrupt`); a host or local test's is the GPU or its link."""
     out = []
@@ -94,7 +119,7 @@ def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
         peer = not any(word in e["test"] for word in ("host", "local"))
         where = f" at offset {e['offset']}" if e.get("offset") is not None else ""
         out.append(
-            Finding(
+            P2PFinding(
                 "error",
                 "copy-corrupt" if peer else "host-copy-corrupt",
                 f"{tool} {e['test']}: its check found a wrong value{where} and the run stopped there: "
@@ -110,7 +135,7 @@ def reported_corrupt(tool: str, entries: list[dict]) -> list[Finding]:
     return out
 
 
-def _refused(access) -> list[Finding]:
+def _refused(access) -> list[P2PFinding]:
     if not access:
         return []
     pairs = [
@@ -121,7 +146,7 @@ def _refused(access) -> list[Finding]:
     n = len(access)
     scope = "every GPU pair" if len(pairs) == n * (n - 1) // 2 else f"{len(pairs)} GPU pair(s)"
     return [
-        Finding(
+        P2PFinding(
             "warning",
             "peer-access-refused",
             f"the driver refuses peer access for {scope}: "
@@ -140,7 +165,7 @@ def _classes(m: Matrix, link_class) -> dict:
     return groups
 
 
-def _slow_pairs(m: Matrix, where, link_class) -> list[Finding]:
+def _slow_pairs(m: Matrix, where, link_class) -> list[P2PFinding]:
     out = []
     for group, cells in _classes(m, link_class).items():
         if len({(min(i, j), max(i, j)) for i, j, _ in cells}) < 3:
@@ -150,7 +175,7 @@ def _slow_pairs(m: Matrix, where, link_class) -> list[Finding]:
             best = v + (m.spread[i][j] or 0 if m.spread else 0)
             if median > 0 and best < SLOW_FACTOR * median:
                 out.append(
-                    Finding(
+                    P2PFinding(
                         "warning",
                         "slow-pair",
                         f"{_pair_text(i, j, where)}: {v:.2f} {m.unit} is {v / median:.0%} of the median "
@@ -168,14 +193,14 @@ def _slow_pairs(m: Matrix, where, link_class) -> list[Finding]:
     return out
 
 
-def _asymmetric(m: Matrix, where) -> list[Finding]:
+def _asymmetric(m: Matrix, where) -> list[P2PFinding]:
     out = []
     for i, j, v in m.pairs():
         if i < j and m.values[j][i] is not None:
             w = m.values[j][i]
             if max(v, w) > 0 and abs(v - w) / max(v, w) > ASYMMETRY:
                 out.append(
-                    Finding(
+                    P2PFinding(
                         "warning",
                         "asymmetric-pair",
                         f"{_pair_text(i, j, where, '<->')}: {v:.2f} {m.unit} one way, {w:.2f} the other "
@@ -187,7 +212,7 @@ def _asymmetric(m: Matrix, where) -> list[Finding]:
     return out
 
 
-def _latency_outliers(m: Matrix, where, link_class) -> list[Finding]:
+def _latency_outliers(m: Matrix, where, link_class) -> list[P2PFinding]:
     out = []
     for cells in _classes(m, link_class).values():
         if len(cells) < 3:
@@ -196,7 +221,7 @@ def _latency_outliers(m: Matrix, where, link_class) -> list[Finding]:
         for i, j, v in cells:
             if v > LATENCY_FACTOR * median and v - median >= LATENCY_MIN_EXCESS_US:
                 out.append(
-                    Finding(
+                    P2PFinding(
                         "warning",
                         "latency-outlier",
                         f"{_pair_text(i, j, where)}: latency {v:.2f} us against a median of "
@@ -208,7 +233,7 @@ def _latency_outliers(m: Matrix, where, link_class) -> list[Finding]:
     return out
 
 
-def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[Finding]:
+def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[P2PFinding]:
     out = []
     for on in (
         m
@@ -237,7 +262,7 @@ def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[Finding]:
         ]
         if slow:
             out.append(
-                Finding(
+                P2PFinding(
                     "warning",
                     "p2p-slower-than-staged",
                     f"peer access is slower than host-staged copies for {len(slow)} transfer(s) ({on.label} "

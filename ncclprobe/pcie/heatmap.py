@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ncclprobe.pcie.matrix import Matrix
+from ncclprobe.evidence.matrix import Matrix
 
 
 def write_heatmap(matrices: list[Matrix], path: str | Path, title: str) -> Path | None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ncclprobe.evidence.collect_env import looks_like_collect_env, parse_collect_env
+from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
+from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.pcie.advice import advise
-from ncclprobe.pcie.collect_env import looks_like_collect_env, parse_collect_env
 from ncclprobe.pcie.findings import matrix_findings, reported_corrupt
-from ncclprobe.pcie.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
-from ncclprobe.pcie.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
 from ncclprobe.verdict import Verdict
 

@@ -18,17 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.topo import parse_p2p_status
+from ncclprobe.findings import SEVERITIES
 from ncclprobe.pcie.lspci import parse_lspci
 from ncclprobe.pcie.sysfs import GpuPath, link_generation, read_gpu_paths
 
-STATUSES = ("ok", "warning", "error", "not readable")
+# a check passed, found a problem of one of the findings' severities, or could not read its source
+STATUSES = ("ok", *(s for s in SEVERITIES if s != "info"), "not readable")
 Runner = Callable[
     [list[str]], "tuple[int, str] | None"
 ]  # argv -> (exit code, stdout), None if absent
 
 
 @dataclass
-class Check:
+class PlatformCheck:
+    """One platform check's result (not a finding: `advice` turns warnings into advice); `status` is
+    one of STATUSES."""
+
     name: str
     status: str
     source: str
@@ -61,7 +66,7 @@ def run_command(argv: list[str], timeout: float = 30.0) -> tuple[int, str] | Non
 
 def platform_checks(
     root: str | Path = "/", run: Runner = run_command, under_load: dict[str, dict] | None = None
-) -> list[Check]:
+) -> list[PlatformCheck]:
     """All four checks; `under_load` maps GPU BDF -> link state sampled during a transfer."""
     paths, reason = read_gpu_paths(root)
     return [
@@ -72,9 +77,9 @@ def platform_checks(
     ]
 
 
-def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
+def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> PlatformCheck:
     if not paths:
-        return Check(
+        return PlatformCheck(
             "acs",
             "not readable",
             "sysfs",
@@ -83,7 +88,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
         )
     bridges = {n.bdf: n for p in paths for n in p.bridges}
     if not bridges:
-        return Check(
+        return PlatformCheck(
             "acs",
             "ok",
             "sysfs",
@@ -110,7 +115,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
     ]
     evidence = {"bridges": {b: a.to_json() for b, a in acs.items()}}
     if redirecting:
-        return Check(
+        return PlatformCheck(
             "acs",
             "warning",
             source,
@@ -121,7 +126,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
             {**evidence, "redirecting": redirecting},
         )
     if len(unread) == len(acs):
-        return Check(
+        return PlatformCheck(
             "acs",
             "not readable",
             source,
@@ -130,7 +135,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
             unread,
             evidence,
         )
-    return Check(
+    return PlatformCheck(
         "acs",
         "ok",
         source,
@@ -141,7 +146,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Check:
     )
 
 
-def check_iommu(root: Path, paths: list[GpuPath]) -> Check:
+def check_iommu(root: Path, paths: list[GpuPath]) -> PlatformCheck:
     unread, details = [], []
     units = _listdir(root / "sys/class/iommu", unread)
     cmdline = _text(root / "proc/cmdline", unread) or ""
@@ -162,7 +167,7 @@ def check_iommu(root: Path, paths: list[GpuPath]) -> Check:
     translated = [b for b, t in groups.items() if t in ("DMA", "DMA-FQ")]
     source = "/sys/class/iommu, /proc/cmdline, /sys/bus/pci/devices/*/iommu_group/type"
     if translated:
-        return Check(
+        return PlatformCheck(
             "iommu",
             "warning",
             source,
@@ -174,7 +179,7 @@ def check_iommu(root: Path, paths: list[GpuPath]) -> Check:
             evidence,
         )
     if units is None and not cmdline:
-        return Check(
+        return PlatformCheck(
             "iommu",
             "not readable",
             source,
@@ -192,14 +197,16 @@ def check_iommu(root: Path, paths: list[GpuPath]) -> Check:
         if not units
         else "on, GPU groups not translated"
     )
-    return Check(
+    return PlatformCheck(
         "iommu", "ok", source, f"IOMMU {mode}", details, unread, {**evidence, "mode": mode}
     )
 
 
-def check_links(paths: list[GpuPath], reason: str | None, under_load: dict[str, dict]) -> Check:
+def check_links(
+    paths: list[GpuPath], reason: str | None, under_load: dict[str, dict]
+) -> PlatformCheck:
     if not paths:
-        return Check(
+        return PlatformCheck(
             "link", "not readable", "sysfs", "no GPU found in sysfs", unread=[reason or "no GPU"]
         )
     details, unread, down, idle = [], [], [], []
@@ -223,7 +230,7 @@ def check_links(paths: list[GpuPath], reason: str | None, under_load: dict[str, 
             )
     source = "sysfs current_link_speed/current_link_width/max_link_*"
     if down:
-        return Check(
+        return PlatformCheck(
             "link",
             "warning",
             source,
@@ -233,22 +240,24 @@ def check_links(paths: list[GpuPath], reason: str | None, under_load: dict[str, 
             {"downtrained": down, "idle_low_speed": idle},
         )
     if not details:
-        return Check("link", "not readable", source, "no GPU link state readable", details, unread)
+        return PlatformCheck(
+            "link", "not readable", source, "no GPU link state readable", details, unread
+        )
     summary = "every readable GPU link at its maximum generation and width"
     if idle:
         summary += (
             "; at idle " + "; ".join(idle) + " (GPUs lower the link speed when idle: read again "
             "during a transfer, as `topo --check` does)"
         )
-    return Check("link", "ok", source, summary, details, unread, {"idle_low_speed": idle})
+    return PlatformCheck("link", "ok", source, summary, details, unread, {"idle_low_speed": idle})
 
 
-def check_driver_p2p(run: Runner) -> Check:
+def check_driver_p2p(run: Runner) -> PlatformCheck:
     matrices, unread = {}, []
     for mode, name in (("r", "read"), ("w", "write"), ("n", "nvlink")):
         result = run(["nvidia-smi", "topo", "-p2p", mode])
         if result is None:
-            return Check(
+            return PlatformCheck(
                 "driver-p2p",
                 "not readable",
                 "nvidia-smi topo -p2p",
@@ -263,7 +272,7 @@ def check_driver_p2p(run: Runner) -> Check:
         else:
             matrices[name] = status
     if not matrices:
-        return Check(
+        return PlatformCheck(
             "driver-p2p",
             "not readable",
             "nvidia-smi topo -p2p r/w/n",
@@ -284,7 +293,7 @@ def check_driver_p2p(run: Runner) -> Check:
         for name, m in matrices.items()
     ]
     if refused:
-        return Check(
+        return PlatformCheck(
             "driver-p2p",
             "warning",
             "nvidia-smi topo -p2p r/w/n",
@@ -294,7 +303,7 @@ def check_driver_p2p(run: Runner) -> Check:
             unread,
             {"status": matrices, "refused_pairs": [list(p) for p in refused]},
         )
-    return Check(
+    return PlatformCheck(
         "driver-p2p",
         "ok",
         "nvidia-smi topo -p2p r/w/n",

@@ -9,7 +9,7 @@ import textwrap
 
 from tabulate import tabulate
 
-from ncclprobe.pcie.matrix import Matrix, rows_for_table
+from ncclprobe.evidence.matrix import Matrix, rows_for_table
 
 
 def matrix_block(m: Matrix) -> list[str]:

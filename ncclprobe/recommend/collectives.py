@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend.load import load_evidence
-from ncclprobe.recommend.noise import DEFAULT_MIN_GAIN, gain, significant_totals
 from ncclprobe.recommend.recommendation import SCHEMA_VERSION, Recommendation, build_recommendation
 from ncclprobe.recommend.workload import Workload
 from ncclprobe.records import read_results, short_label
+from ncclprobe.stats import DEFAULT_MIN_GAIN, gain, significant_totals
 from ncclprobe.verdict import Verdict
 
 TUNER_ADVICE = (

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.node import NodeFacts
-from ncclprobe.recommend.noise import Point, merge
 from ncclprobe.records import ResultsFile, config_id, read_results
 from ncclprobe.sizes import format_size
+from ncclprobe.stats import Point, merge
 
 BAD_CONFIG_STATUSES = ("hang", "error", "wrong", "ignored", "skipped")
 BAD_RESULT_STATUSES = ("wrong", "ignored", "hang", "error")

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.recommendation_file import SCHEMA_VERSION
 from ncclprobe.recommend import select
 from ncclprobe.recommend.load import Evidence, load_evidence
-from ncclprobe.recommend.noise import DEFAULT_MIN_GAIN
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.recommend.workload import Workload, uniform
 from ncclprobe.records import config_id, short_label
+from ncclprobe.stats import DEFAULT_MIN_GAIN
 
-SCHEMA_VERSION = 1
 AGAINST_DEFAULT, AGAINST_BASELINE, AMONG_CANDIDATES = "default", "baseline", "candidates"
 
 

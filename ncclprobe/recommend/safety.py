@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, ll128_hazard
-from ncclprobe.nccl.values import forcing_ll128
 
 
 @dataclass(frozen=True)
@@ -47,11 +46,6 @@ def timing_caveat(headers: list[dict]) -> str | None:
             "and their proofs are real but the timings are not (sweep with one GPU per rank)"
         )
     return None
-
-
-def enables_ll128(settings: dict) -> bool:
-    """True when these settings force LL128 on: NCCL_PROTO lists it, or excludes others but not it."""
-    return bool(forcing_ll128(settings.get("NCCL_PROTO")))
 
 
 def refusals(settings: dict, *, correctness_checked: bool, policy: SafetyPolicy) -> list[str]:

@@ -3,7 +3,7 @@
 Environment variables apply to every collective of a process, so the global choice is the one
 configuration that minimises the workload-weighted total time -- sum over sizes of count x time,
 the time interpolated log-log between measured sizes. A choice that does not clear the noise
-(see noise.py) leaves the baseline in place: "no change" is a valid, often the right, answer.
+(see ncclprobe.stats) leaves the baseline in place: "no change" is a valid, often the right, answer.
 
 The baseline is the all-default configuration, or the one the user names (`--baseline`). With
 neither, `among_candidates` compares the candidates with each other: the fastest wins only when it
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ncclprobe.recommend.load import Curve
-from ncclprobe.recommend.noise import Point, gain, interpolate, significant, significant_totals
 from ncclprobe.recommend.workload import Workload
 from ncclprobe.sizes import format_size
+from ncclprobe.stats import Point, gain, interpolate, significant, significant_totals
 
 
 @dataclass(frozen=True)

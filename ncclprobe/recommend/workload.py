@@ -1,7 +1,7 @@
 """The workload that weighs the global choice: how many collectives of each size a job issues.
 
 Either a size list the user gives (each size counted once) or the collectives an engine run
-really issued, read through the engine-run view (`ncclprobe.enginerun`): an engine trace's
+really issued, read through the engine-run view (`ncclprobe.evidence.run`): an engine trace's
 histogram, a profile's NCCL kernels (one per rank: sizes from the eager kernels' args), never a
 file's keys directly. A decode all-reduce moves batch x hidden x dtype bytes, so a 7168-wide bf16
 model issues 14 KiB all-reduces per token, and those sizes -- not a sweep's doubling grid --
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe.enginerun.modes import Label, Mode
-from ncclprobe.enginerun.view import EngineRun
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import Label, Mode
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.sizes import parse_sizes
 
 
@@ -54,7 +54,7 @@ def workload_runs(runs: list[EngineRun]) -> list[EngineRun]:
 
 def from_files(paths: list[str | Path], *, collective: str = "all_reduce") -> Workload:
     """The workload of an engine trace, profiles (one per rank) or a server log, told apart by content."""
-    from ncclprobe.enginerun import load_any
+    from ncclprobe.evidence.run import load_any
 
     runset = load_any(list(paths))
     names = ", ".join(str(p) for p in paths)
@@ -65,7 +65,7 @@ def from_trace(
     trace: dict, *, collective: str = "all_reduce", source: str = "engine trace"
 ) -> Workload:
     """The workload of an engine-trace document in memory (run-engine --tuned's own run)."""
-    from ncclprobe.enginerun.trace import to_runs
+    from ncclprobe.evidence.run.trace import to_runs
 
     return from_runs(to_runs(trace), collective=collective, source=source)
 

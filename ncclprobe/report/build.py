@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.enginerun import RunSet, load_any
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run import RunSet, load_any
 from ncclprobe.recommend import Recommendation, build_recommendation
 from ncclprobe.recommend.collectives import collectives_in, combine
 from ncclprobe.recommend.load import Evidence, load_evidence

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.enginerun import RunSet
-from ncclprobe.envcheck.environ import display_value
+from ncclprobe.evidence.run import RunSet
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
 from ncclprobe.recommend.load import Evidence
 from ncclprobe.records import short_label
 from ncclprobe.report.plots import Figure
+from ncclprobe.secrets import display_value
 from ncclprobe.sizes import format_size
 
 

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from ncclprobe.enginerun.modes import Mode  # noqa: E402
+from ncclprobe.evidence.run.modes import Mode  # noqa: E402
 from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
 from ncclprobe.recommend.safety import timing_caveat  # noqa: E402
 from ncclprobe.records import short_label  # noqa: E402

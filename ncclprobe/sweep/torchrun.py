@@ -21,6 +21,7 @@ import shlex
 import time
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.numbers import is_digits
@@ -61,9 +62,9 @@ def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
     env = {
         **(proof_env() if spec.backend == "nccl" else {}),
         **pool.process_settings,
-        "NCCLPROBE_ENTRY": ENTRY,
-        "NCCLPROBE_RUN_DIR": str(pool_dir),
-        "NCCLPROBE_BACKEND": spec.backend,
+        envvars.ENTRY: ENTRY,
+        envvars.RUN_DIR: str(pool_dir),
+        envvars.BACKEND: spec.backend,
     }
     assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
     return " ".join(part for part in ("env", unset, assignments, TORCHRUN) if part)

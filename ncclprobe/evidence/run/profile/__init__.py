@@ -1,0 +1,275 @@
+"""PyTorch profiler (Kineto) traces of any engine as the normalized view: `load_profiles`.
+
+One file per rank (`--profile FILE` repeated). Each is streamed once (`stream`, `timeline`), its
+steps found and measured (`steps`), grouped into phases with its collectives (`summary`). With
+several ranks the slowest rank decides every phase's figures (a step is done when its slowest
+rank is); the ranks' collective calls are matched call by call (`align`: who arrived last, how
+long the others waited, how long the data moved), and the spread of their step times is kept as
+`rank_skew` for profiles without collectives to match. Files that cannot belong to one job
+(different world sizes, the same rank twice, time windows far apart) are refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.profile import align, summary
+from ncclprobe.evidence.run.profile import steps as S
+from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
+
+SAME_JOB_WINDOW_S = 600.0  # ranks of one job are profiled within minutes of each other
+
+
+def load_profiles(paths) -> RunSet:
+    timelines = [read_timeline(str(p)) for p in paths]
+    check_same_job(timelines)
+    per_rank = [_rank_view(tl) for tl in timelines]
+    check_same_engine(per_rank)
+    run = combine(per_rank, timelines)
+    config = _config(timelines, run)
+    notes = _notes(timelines, run)
+    run.notes = notes
+    return RunSet(
+        runs=[run],
+        config=config,
+        kind="profile",
+        inputs={"profile": [str(p) for p in paths]},
+        notes=notes,
+    )
+
+
+def check_same_job(timelines: list[Timeline]) -> None:
+    """Refuse files that cannot be the ranks of one job."""
+    if len(timelines) < 2:
+        return
+    sizes = {tl.world_size for tl in timelines if tl.world_size is not None}
+    if len(sizes) > 1:
+        listing = ", ".join(f"{Path(tl.path).name}: {tl.world_size}" for tl in timelines)
+        raise UsageProblem(
+            f"these profiles come from different jobs: their world sizes differ ({listing})"
+        )
+    ranks = [tl.rank for tl in timelines if tl.rank is not None]
+    if len(ranks) != len(set(ranks)):
+        dup = sorted({r for r in ranks if ranks.count(r) > 1})
+        raise UsageProblem(
+            f"rank {dup[0]} appears in more than one profile: give one profile per rank of one job"
+        )
+    windows = [(tl, _wall_window(tl)) for tl in timelines]
+    windows = [(tl, w) for tl, w in windows if w is not None]
+    if len(windows) > 1:
+        earliest = min(w[0] for _, w in windows)
+        latest = max(w[0] for _, w in windows)
+        if (latest - earliest) / 1e6 > SAME_JOB_WINDOW_S:
+            raise UsageProblem(
+                f"these profiles come from different jobs: they were recorded "
+                f"{(latest - earliest) / 1e6 / 60:.0f} minutes apart"
+            )
+
+
+def check_same_engine(per_rank: list[dict]) -> None:
+    """Ranks of one job run one engine: profiles whose step annotations name different engines
+    (SGLang's `step[...]` in one, vLLM's `execute_...` in another) cannot be combined, whatever
+    their headers lack."""
+    engines = {rv["engine"] for rv in per_rank if rv["engine"] not in ("unknown", "torch")}
+    if len(engines) > 1:
+        listing = ", ".join(f"{Path(rv['timeline'].path).name}: {rv['engine']}" for rv in per_rank)
+        raise UsageProblem(
+            f"these profiles come from different jobs: their steps are annotated by different engines "
+            f"({listing})"
+        )
+
+
+def _wall_window(tl: Timeline) -> tuple[float, float] | None:
+    base = tl.header.get("baseTimeNanoseconds")
+    window = tl.time_range()
+    if not isinstance(base, (int, float)) or window is None:
+        return None
+    # Kineto's ts are µs on a monotonic clock; baseTimeNanoseconds is that clock's zero on the epoch
+    return base / 1000.0 + window[0], base / 1000.0 + window[1]
+
+
+def _rank_view(tl: Timeline) -> dict:
+    steps, how = S.find_steps(tl)
+    phases = summary.phases_of(tl, steps)
+    engine = steps[0].engine if steps else "unknown"
+    return {
+        "timeline": tl,
+        "steps": steps,
+        "how": how,
+        "phases": phases,
+        "collectives": summary.collectives_of(tl, steps),
+        "share": summary.collective_share(tl, steps),
+        "coverage": summary.graph_coverage(tl, steps),
+        "engine": engine,
+        "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile",
+    }
+
+
+def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
+    """One run from the ranks: per phase the slowest rank's figures (the job's pace), the ranks'
+    collectives aligned call by call, and the collectives as the rank that waited least saw them:
+    its kernel time is the closest to the transfer (every other rank's includes waiting for it)."""
+    slowest: dict[str, Phase] = {}
+    ranks = []
+    alignment = align.align(timelines)
+    totals = alignment.totals() if alignment else []
+    for index, rv in enumerate(per_rank):
+        tl = rv["timeline"]
+        rank = tl.rank if tl.rank is not None else index
+        entry = {
+            "rank": rank,
+            "path": tl.path,
+            "found_by": rv["how"],
+            "phases": {name: p.median_ms for name, p in rv["phases"].items()},
+            "collective_share": rv["share"],
+        }
+        if totals:
+            row = totals[index]
+            entry.update(
+                arrived_last=row.last,
+                calls=row.calls,
+                wait_ms=round(row.wait_us / 1000.0, 3),
+                transfer_ms=round(row.transfer_us / 1000.0, 3),
+            )
+        ranks.append(entry)
+        for name, phase in rv["phases"].items():
+            if name not in slowest or (phase.median_ms or 0) > (slowest[name].median_ms or 0):
+                slowest[name] = phase
+    for entry in ranks:
+        entry["slowest_for"] = sorted(
+            n for n, p in slowest.items() if entry["phases"].get(n) == p.median_ms
+        )
+    first = per_rank[0]
+    # every rank issues the same collectives; their kernel times differ by the waiting
+    if totals:
+        reported = per_rank[min(range(len(totals)), key=lambda i: totals[i].wait_us)]
+    else:  # nothing aligned: the slowest rank's, as before
+        reported = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
+    kinds = {p.kind for p in slowest.values() if p.count}
+    mode = (
+        "speculative"
+        if kinds & set(SPECULATIVE_KINDS)
+        else ("baseline" if "decode" in kinds else None)
+    )
+    shares = [rv["share"] for rv in per_rank if rv["share"] is not None]
+    coverages = [rv["coverage"] for rv in per_rank if rv["coverage"] is not None]
+    return EngineRun(
+        label=first["label"],
+        mode=mode,
+        source="profile",
+        path=", ".join(tl.path for tl in timelines),
+        engine=first["engine"],
+        phases=slowest,
+        collectives=reported["collectives"],
+        collective_share=max(shares) if shares else None,
+        graph_coverage=min(coverages) if coverages else None,
+        ranks=ranks,
+        alignment=alignment,
+    )
+
+
+def rank_skew(run: EngineRun) -> dict[str, float]:
+    """Per phase: (slowest − fastest) / slowest of the ranks' median step times."""
+    out = {}
+    for name in run.phases:
+        values = [r["phases"][name] for r in run.ranks if r["phases"].get(name)]
+        if len(values) > 1 and max(values) > 0:
+            out[name] = (max(values) - min(values)) / max(values)
+    return out
+
+
+def _config(timelines: list[Timeline], run: EngineRun) -> dict:
+    tl = timelines[0]
+    config = {
+        "engine": run.engine,
+        "tp": tl.world_size or len(timelines),
+        "device": "cuda" if tl.gpu else "cpu",
+        "backend": tl.distributed.get("backend"),
+        "nccl_version": tl.distributed.get("nccl_version"),
+        "gpus": tl.gpu_names,
+        "rocm": tl.rocm,
+        "ranks_given": len(timelines),
+        "record_shapes": bool(tl.header.get("record_shapes")),
+    }
+    decode = run.first_of_kind("decode")
+    verify = run.first_of_kind("verify")
+    if decode and decode.batch:
+        config["batch"] = decode.batch
+    if verify and verify.tokens_per_seq and verify.tokens_per_seq > 1:
+        config["k"] = int(round(verify.tokens_per_seq)) - 1
+    return config
+
+
+def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
+    """What this profile cannot tell, in words."""
+    tl = timelines[0]
+    notes = []
+    if not tl.gpu:
+        notes.append(
+            "no GPU events (a CPU-only profile, or recorded without CUDA activity): the device time, the GPU "
+            "idle time, graph replays and NCCL kernels cannot be known; times are host times"
+        )
+    if not run.phases:
+        notes.append(
+            "no steps found: the profile has no step annotations and no bursts of GPU work to split"
+        )
+    else:
+        how = {r["found_by"] for r in run.ranks if r["found_by"]}
+        notes.append("steps from " + "; ".join(sorted(how)))
+    kinds = {p.kind for p in run.phases.values()}
+    if run.phases and not (kinds & {"decode", "verify", "draft", "prefill"}):
+        notes.append(
+            "decode and verify steps cannot be told apart: no engine annotation names them and the profile "
+            "has no recorded input shapes (record_shapes=True)"
+        )
+    if any(c.size_bytes is None for c in run.collectives):
+        notes.append(
+            "some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
+            "sizes are unknown (profile the capture too, or read them from the engine's own records)"
+        )
+    if any(c.algo for c in run.collectives):
+        notes.append(
+            "algorithm and protocol are read from the NCCL kernel names: the kernel NCCL launched, which can run "
+            "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)"
+        )
+    notes.extend(_alignment_notes(timelines, run))
+    if len(timelines) == 1 and (tl.world_size or 1) > 1:
+        notes.append(
+            f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "
+            "(give every rank's profile)"
+        )
+    return notes
+
+
+def _alignment_notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
+    """How the ranks were lined up, and what the alignment could not pair."""
+    if len(timelines) < 2:
+        return []
+    al = run.alignment
+    if al is None:
+        return [
+            "the ranks' collectives could not be matched (no collective kernel on two ranks): waiting "
+            "cannot be told from transfer, and the rank skew compares step times only"
+        ]
+    notes = [
+        f"{len(al.calls) + len(al.opening)} collective calls matched across ranks by {al.method}; "
+        f"clocks: {al.clock}"
+    ]
+    unmatched = {r: n for r, n in al.unmatched.items() if n}
+    if unmatched or al.mismatched:
+        listing = ", ".join(f"rank {r}: {n}" for r, n in sorted(unmatched.items()))
+        notes.append(
+            "collective kernels left unpaired"
+            + (f" ({listing})" if listing else "")
+            + (f"; {al.mismatched} disagreed in operation or size" if al.mismatched else "")
+            + ": outside the other ranks' windows, or another group's"
+        )
+    if al.opening:
+        worst = max(c.spread for c in al.opening) / 1000.0
+        notes.append(
+            f"the first matched call waited {worst:.3f} ms for the rank whose profiling began last: "
+            "it is where the windows meet, and is left out of the waits"
+        )
+    return notes

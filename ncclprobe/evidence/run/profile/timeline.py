@@ -1,0 +1,334 @@
+"""One rank's profile reduced to what diagnose needs, kept compact while the file streams past.
+
+Kept: every GPU activity (kernel, memcpy, memset: start, duration, stream, correlation id, and the
+NCCL fields of eager collective kernels), every launch call (kind, name, start, duration, by
+correlation id), the step annotations the reader knows (names.step_annotation, ProfilerStep#N),
+the collective ops' host records (`record_param_comms`: sizes, also during a graph capture), and
+the token shapes of embedding lookups (`aten::embedding` with record_shapes: batch x tokens).
+Dropped: every other CPU op, Python frame and flow event, which are most of a large trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile.stream import read_events
+
+
+@dataclass(slots=True)
+class Kernel:
+    ts: float
+    dur: float
+    stream: int
+    corr: int | None
+    name: str
+    ext: int | None
+    category: str  # kernel | gpu_memcpy | gpu_memset
+    coll: dict | None = None  # names.collective_kernel(name), for NCCL/RCCL kernels
+    args: dict | None = None  # the eager collective's fields (Collective name, In msg nelems, ...)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(slots=True)
+class Launch:
+    kind: str  # kernel | graph | memcpy | sync
+    name: str
+    ts: float
+    dur: float
+    tid: int | None
+
+
+@dataclass(slots=True)
+class Annotation:
+    name: str
+    ts: float
+    dur: float
+    tid: int | None
+    step: dict | None  # names.step_annotation(name)
+    profiler_step: int | None
+
+
+@dataclass(slots=True)
+class CommOp:
+    ts: float
+    dur: float
+    ext: int | None
+    op: str
+    nelems: int | None
+    dtype: str | None
+    group_size: int | None
+    tid: int | None
+    group: str | None = None  # the process group's name (`Process Group Name`)
+    seq: int | None = (
+        None  # the call's sequence number in its group (`Seq`, newer torch), if recorded
+    )
+
+
+@dataclass
+class Timeline:
+    path: str
+    header: dict
+    kernels: list[Kernel] = field(default_factory=list)
+    launches: dict[int, Launch] = field(default_factory=dict)
+    annotations: list[Annotation] = field(default_factory=list)
+    comm_ops: list[CommOp] = field(default_factory=list)  # record_param_comms (host side)
+    backend_ops: list[CommOp] = field(default_factory=list)  # `gloo:all_reduce`-style annotations
+    embeddings: list[tuple[float, list]] = field(
+        default_factory=list
+    )  # (ts, [batch, tokens]) per lookup
+    events: int = 0
+    cpu_ops: int = 0
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.kernels)
+
+    @property
+    def rocm(self) -> bool:
+        return (
+            "roctracer_version" in self.header
+            or "hip_runtime_version" in self.header
+            or any(l.name.startswith("hip") for l in list(self.launches.values())[:50])
+        )
+
+    @property
+    def distributed(self) -> dict:
+        info = self.header.get("distributedInfo")
+        if isinstance(info, str):  # some exports hold a Python-literal dict as a string
+            import ast
+
+            try:
+                info = ast.literal_eval(info)
+            except (ValueError, SyntaxError):
+                info = None
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def rank(self) -> int | None:
+        rank = self.distributed.get("rank")
+        return rank if isinstance(rank, int) else None
+
+    @property
+    def world_size(self) -> int | None:
+        size = self.distributed.get("world_size")
+        return size if isinstance(size, int) else None
+
+    @property
+    def gpu_names(self) -> list[str]:
+        props = self.header.get("deviceProperties")
+        return (
+            [str(p.get("name")) for p in props if isinstance(p, dict) and p.get("name")]
+            if isinstance(props, list)
+            else []
+        )
+
+    def time_range(self) -> tuple[float, float] | None:
+        """(start, end) in µs of the profiled window, on the trace's own clock."""
+        points = [(a.ts, a.ts + a.dur) for a in self.annotations] + [
+            (k.ts, k.end) for k in self.kernels[:1] + self.kernels[-1:]
+        ]
+        if not points:
+            return None
+        return min(p[0] for p in points), max(p[1] for p in points)
+
+
+def read_timeline(path: str) -> Timeline:
+    """Stream `path` once and keep its Timeline (see the module docstring for what is kept)."""
+    kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
+    counts = {"events": 0, "cpu_ops": 0}
+    launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
+    step_annotation, profiler_step, backend_collective = (
+        names.step_annotation,
+        names.profiler_step,
+        names.backend_collective,
+    )
+    gpu_cats, api_cats, old_cats = (
+        names.GPU_CATEGORIES,
+        names.HOST_API_CATEGORIES,
+        names.OLD_CATEGORIES,
+    )
+    seen_steps = set()
+
+    def on_annotation(ev: dict, name: str, step, pstep) -> None:
+        # torch 1.x wrote `ProfilerStep#N` as a cpu_op, 2.x as a user_annotation: one of each is kept
+        key = (name, _num(ev, "ts"))
+        if key not in seen_steps:
+            seen_steps.add(key)
+            annotations.append(
+                Annotation(name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"), step, pstep)
+            )
+
+    def on_event(ev: dict) -> None:
+        counts["events"] += 1
+        if ev.get("ph") != "X":
+            return
+        cat = ev.get("cat")
+        cat = old_cats.get(cat, cat)
+        if cat in gpu_cats:
+            args = ev.get("args") or {}
+            name = str(ev.get("name", ""))
+            coll = collective_kernel(name) if cat == "kernel" else None
+            kernels.append(
+                Kernel(
+                    ts=_num(ev, "ts"),
+                    dur=_num(ev, "dur"),
+                    stream=args.get("stream", ev.get("tid", 0)),
+                    corr=args.get("correlation"),
+                    name=name,
+                    category=cat,
+                    ext=args.get("External id", args.get("external id")),
+                    coll=coll,
+                    args=_coll_args(args) if coll else None,
+                )
+            )
+        elif cat in api_cats:
+            name = str(ev.get("name", ""))
+            kind = launch_kind(name)
+            corr = (ev.get("args") or {}).get("correlation")
+            if kind and isinstance(corr, int):
+                launches[corr] = Launch(kind, name, _num(ev, "ts"), _num(ev, "dur"), ev.get("tid"))
+        elif cat == "user_annotation":
+            name = str(ev.get("name", ""))
+            step, pstep = step_annotation(name), profiler_step(name)
+            if step or pstep is not None:
+                on_annotation(ev, name, step, pstep)
+            elif ":" in name:
+                coll = backend_collective(name)
+                if coll:
+                    backend_ops.append(_backend_op(ev, coll[1]))
+        elif cat == "cpu_op":
+            counts["cpu_ops"] += 1
+            name = ev.get("name")
+            if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                on_annotation(ev, name, None, names.profiler_step(name))
+            elif name == "record_param_comms":
+                op = _comm_op(ev)
+                if op:
+                    comm_ops.append(op)
+            elif name == "aten::embedding":
+                dims = (ev.get("args") or {}).get("Input Dims")
+                if isinstance(dims, list) and len(dims) > 1 and isinstance(dims[1], list):
+                    embeddings.append((_num(ev, "ts"), dims[1]))
+
+    header = read_events(path, on_event)
+    if counts["events"] == 0:
+        raise UsageProblem(f"{path}: a Chrome trace with no events; nothing was profiled")
+    kernels.sort(key=lambda k: k.ts)
+    annotations.sort(key=lambda a: a.ts)
+    return Timeline(
+        path=str(path),
+        header=header,
+        kernels=kernels,
+        launches=launches,
+        annotations=annotations,
+        comm_ops=comm_ops,
+        backend_ops=backend_ops,
+        embeddings=embeddings,
+        events=counts["events"],
+        cpu_ops=counts["cpu_ops"],
+    )
+
+
+def _num(ev: dict, key: str) -> float:
+    value = ev.get(key, 0.0)
+    if isinstance(value, str):  # some exporters write "ts": "123.4"
+        try:
+            value = float(value)
+        except ValueError:
+            value = 0.0
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
+        else 0.0
+    )
+
+
+def _coll_args(args: dict) -> dict | None:
+    """The NCCL metadata torch attaches to an eagerly launched collective kernel (absent in a replay)."""
+    if "Collective name" not in args and "In msg nelems" not in args:
+        return None
+    return {
+        "op": names.ARG_COLLECTIVES.get(
+            str(args.get("Collective name")), str(args.get("Collective name"))
+        ),
+        "nelems": _as_int(args.get("In msg nelems")),
+        "out_nelems": _as_int(args.get("Out msg nelems")),
+        "dtype": names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
+        "group_size": _as_int(args.get("Group size")),
+        "ranks": args.get("Process Group Ranks"),
+        "group": _as_name(args.get("Process Group Name")),
+        "seq": _as_int(args.get("Seq")),
+    }
+
+
+def _comm_op(ev: dict) -> CommOp | None:
+    args = ev.get("args") or {}
+    name = args.get("Collective name")
+    if not name:
+        return None
+    return CommOp(
+        ts=_num(ev, "ts"),
+        dur=_num(ev, "dur"),
+        ext=args.get("External id"),
+        op=names.ARG_COLLECTIVES.get(str(name), str(name)),
+        nelems=_as_int(args.get("In msg nelems")),
+        dtype=names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
+        group_size=_as_int(args.get("Group size")),
+        tid=ev.get("tid"),
+        group=_as_name(args.get("Process Group Name")),
+        seq=_as_int(args.get("Seq")),
+    )
+
+
+def _backend_op(ev: dict, op: str) -> CommOp:
+    """torch's `<backend>:<op>` annotation: the collective's tensor shape and C++ dtype, and, on gloo,
+    the time its work took (on gloo's own thread)."""
+    args = ev.get("args") or {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    nelems = None
+    if (
+        isinstance(dims, list)
+        and dims
+        and isinstance(dims[0], list)
+        and all(isinstance(d, int) for d in dims[0])
+    ):
+        nelems = 1
+        for d in dims[0]:
+            nelems *= d
+    dtype = (
+        names.CPP_DTYPES.get(types[0])
+        if isinstance(types, list) and types and isinstance(types[0], str)
+        else None
+    )
+    return CommOp(
+        ts=_num(ev, "ts"),
+        dur=_num(ev, "dur"),
+        ext=args.get("External id"),
+        op=op,
+        nelems=nelems,
+        dtype=dtype,
+        group_size=None,
+        tid=ev.get("tid"),
+    )
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _as_name(value) -> str | None:
+    """A process group's name as recorded (a string, or an int in some exports); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    return str(value)
