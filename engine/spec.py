@@ -155,6 +155,10 @@ class RunSpec:
     def resolved_device(self) -> str:
         if self.device != "auto":
             return self.device
+        from ncclprobe.provenance import gpu_device_visible
+
+        if not gpu_device_visible():
+            return "cpu"  # known without importing torch
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,6 +208,12 @@ class RunSpec:
                 f"a prompt holds token id {max(max(p) for p in self.prompts)}, outside {cfg.name}'s "
                 f"vocabulary of {cfg.vocab}"
             )
+        self.check_device()
+
+    def check_device(self) -> None:
+        """Refuse what this machine's device cannot run (CUDA graphs or --device cuda without a GPU,
+        more ranks than GPUs); on a machine without a GPU device node it imports no torch, so the
+        CLI calls it before any heavy work."""
         device = self.resolved_device()
         if device == "cpu" and self.graphs != GraphMode.NONE:
             raise UsageProblem(
@@ -211,6 +221,10 @@ class RunSpec:
                 f"(refusing rather than silently running eagerly)"
             )
         if device == "cuda":
+            from ncclprobe.provenance import gpu_device_visible
+
+            if not gpu_device_visible():
+                raise UsageProblem("device cuda was requested but this machine shows no GPU device")
             import torch
 
             if not torch.cuda.is_available():

@@ -7,8 +7,12 @@ path (the caller checks it first), the prompts and the positions training will t
 
 from __future__ import annotations
 
-from ncclprobe.engine.train_draft import TrainSpec
+from typing import TYPE_CHECKING
+
 from ncclprobe.verdict import Verdict
+
+if TYPE_CHECKING:
+    from ncclprobe.engine.train_spec import TrainSpec
 
 
 def training_prompts(
@@ -57,9 +61,14 @@ def check_training_limits(preset_name: str, checkpoint: str | None, spec: TrainS
 
 def resolve_device(device: str) -> str:
     """auto -> cuda when torch sees a GPU, else cpu; cuda without one is a usage error."""
-    import torch
-
     from ncclprobe.errors import UsageProblem
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        if device == "cuda":
+            raise UsageProblem("--device cuda was requested but this machine shows no GPU device")
+        return "cpu"  # known without importing torch
+    import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")

@@ -13,7 +13,7 @@ from ncclprobe.engine.config import PRESETS
 from ncclprobe.engine.spec import MODES
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.modes import GraphMode
-from ncclprobe.safe_output import check_output, write_json
+from ncclprobe.safe_output import check_output, check_output_dir, write_json
 
 EPILOG = f"""\b
 Examples:
@@ -263,11 +263,16 @@ def command(
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
+    import dataclasses
+
     from ncclprobe import engine_session
+    from ncclprobe.engine.checkpoints import resolve_name
     from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec, default_repeats
     from ncclprobe.evidence.run.trace import verdict
 
+    # Usage errors first, before torch is imported or a .gguf converted: one line within a second.
+    checkpoint = resolve_name(checkpoint)
     tuning = (
         None
         if tuned is None
@@ -289,15 +294,12 @@ def command(
                 p for p in (tuned, draft_path, prompts_file, checkpoint) if p and p != SWEEP_FIRST
             ],
         )
-    prepare_checkpoint(checkpoint, quiet)
-    prompts = gather_prompts(
-        checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
-    )
+    if profile_dir:
+        check_output_dir(profile_dir, what="--profile", has_force=False)
     spec = RunSpec(
         preset=preset,
         checkpoint=checkpoint,
         prompt_len=prompt_len,
-        prompts=prompts,
         chat=chat,
         new_tokens=new_tokens,
         batch=batch,
@@ -319,6 +321,12 @@ def command(
         profile_dir=profile_dir,
         repeats=repeats or default_repeats(device, checkpoint),
     )
+    spec.check_device()
+    prepare_checkpoint(checkpoint, quiet)  # every option is valid: now a .gguf may be converted
+    prompts = gather_prompts(
+        checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
+    )
+    spec = dataclasses.replace(spec, prompts=prompts)
     doc = engine_session.run(
         spec,
         tuning=tuning,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 
@@ -10,6 +11,7 @@ from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import Progress, emit, force_option, format_option, output_option
 from ncclprobe.cli.run_engine import PRESET_NAMES
 from ncclprobe.cli.types import StrictFloat
+from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import check_output
 
 EPILOG = f"""\b
@@ -160,8 +162,10 @@ def command(
     that has a tokenizer (a .gguf file has one) the data is the model's own text from real prompts."""
     from ncclprobe.cli.run_engine import prepare_checkpoint
     from ncclprobe.engine import train_job
-    from ncclprobe.engine.train_draft import TrainSpec
+    from ncclprobe.engine.checkpoints import resolve_name
+    from ncclprobe.engine.train_spec import TrainSpec
 
+    # Usage errors first, before torch is imported (engine.train_draft imports it): one line at once.
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     spec = TrainSpec(
         sequences=sequences,
@@ -176,19 +180,27 @@ def command(
         seed=seed,
         data_temperature=data_temperature,
     )
+    checkpoint = resolve_name(checkpoint)
     out = check_output(
         out_path,
         force=force,
         what="--output",  # found now, not after minutes of training
         inputs=[p for p in (checkpoint, prompts_file, eval_file) if p],
     )
+    for path, what in (
+        (checkpoint, "checkpoint"),
+        (prompts_file, "--prompts"),
+        (eval_file, "--eval-prompts"),
+    ):
+        if path and not Path(path).exists():
+            raise UsageProblem(f"{what} {path} does not exist")
+    device = train_job.resolve_device(device)
     prepare_checkpoint(checkpoint, quiet)  # every option is valid: now a .gguf may be converted
     prompts, eval_prompts, prompt_source = train_job.training_prompts(
         checkpoint, prompts_file, eval_file, chat
     )
     spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)
     train_job.check_training_limits(preset, checkpoint, spec)
-    device = train_job.resolve_device(device)
     with Progress(steps, "train-draft", quiet=quiet) as progress:
         report = train_job.train_and_save(
             spec,

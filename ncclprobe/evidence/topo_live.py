@@ -212,6 +212,11 @@ def _nvlink_count(pynvml, handle, peer_bus: str) -> int:
 
 
 def _peer_access(sources: dict) -> list[list[bool]] | None:
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        sources["torch"] = "missing: no GPU device in /dev"
+        return None
     try:
         import torch
     except ImportError:
