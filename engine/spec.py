@@ -39,6 +39,9 @@ class RunSpec:
         tuple[int, ...], ...
     ] = ()  # token ids of given prompts, decoded `batch` at a time
     chat: bool = False  # the prompts were wrapped in the chat template (recorded only)
+    # the command-line options that gave the prompts (--chat, --prompt TEXT, --prompts FILE,
+    # --prompt-set NAME), recorded so a printed next command repeats them (recorded only)
+    prompt_options: tuple[str, ...] = ()
     new_tokens: int = 32  # tokens generated per sequence
     batch: int = 1  # sequences decoded together
     k: int = 3  # drafted tokens per speculative cycle
@@ -68,6 +71,7 @@ class RunSpec:
         object.__setattr__(self, "modes", tuple(self.modes))
         object.__setattr__(self, "prompts", tuple(tuple(int(i) for i in p) for p in self.prompts))
         object.__setattr__(self, "capture_batches", tuple(self.capture_batches))
+        object.__setattr__(self, "prompt_options", tuple(self.prompt_options))
         for name in ("prompt_len", "new_tokens", "batch", "k", "tp", "repeats"):
             if getattr(self, name) < 1:
                 raise UsageProblem(

@@ -184,8 +184,12 @@ def tf32_matmuls(device: torch.device):
         torch.set_float32_matmul_precision(previous)
 
 
-def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None) -> dict:
-    """Train `draft` in place (float32); returns losses and acceptance before and after. The
+def train(
+    target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None, data_progress=None
+) -> dict:
+    """Train `draft` in place (float32); returns losses and acceptance before and after;
+    `data_progress(done, total)` while the target generates the data, `progress(step, steps, loss)`
+    while the draft trains. The
     draft's head size is the draft's (`build_draft(vocab=spec.draft_vocab)`); a spec asking for
     another is refused rather than ignored."""
     if spec.draft_vocab and spec.draft_vocab != draft.cfg.vocab:
@@ -195,7 +199,7 @@ def train(target: Transformer, draft: DraftHead, spec: TrainSpec, progress=None)
         )
     device = next(target.parameters()).device
     before = measure_acceptance(target, draft, spec, device)
-    data = generate(target, spec, device)
+    data = generate(target, spec, device, progress=data_progress)
     coverage = (
         choose_vocabulary(draft, data.tokens, generated=data.generated)
         if draft.cfg.vocab < target.cfg.vocab

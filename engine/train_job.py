@@ -86,6 +86,7 @@ def train_and_save(
     device: str = "cpu",
     replace: bool = False,
     progress=None,
+    data_progress=None,
 ) -> dict:
     """Build the target (the seeded preset, or the checkpoint), train a draft for it and save it to
     `out` (an existing file only with `replace`); the training report."""
@@ -107,7 +108,7 @@ def train_and_save(
     else:
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
     draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
-    report = train(target, draft, spec, progress=progress)
+    report = train(target, draft, spec, progress=progress, data_progress=data_progress)
     # the target the draft serves, so run-engine can warn before it serves another (engine/target_identity)
     identity = target_identity(
         target.cfg.summary(),

@@ -145,7 +145,7 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdi
         except UsageProblem:
             if not snapshot:
                 raise
-            log.warning("the root process is gone; stopping the watch")
+            log.info("the root process is gone; stopping the watch")
             break
         snapshot += 1
         current = {p.info.pid: p.info.role for p in result.processes if p.live}

@@ -82,7 +82,7 @@ def command(file, output, collective, labels, force, fmt):
     )
     imported = import_text(read_text_file(file, "input"), options)
     if output and imported.write is not None:
-        log.warning("wrote %d records to %s", imported.write(output, force), output)
+        log.info("wrote %d records to %s", imported.write(output, force), output)
         output = None
     paths = output_paths(output, len(imported.record_sets)) if output else []
     for path in paths:  # every name is checked before anything is written
@@ -125,4 +125,4 @@ def _write(path: Path, records: list[dict], force: bool) -> None:
     with ResultWriter(path, header, atomic=True, force=force) as writer:  # whole, or not at all
         for record in rest:
             writer.write(record)
-    log.warning("wrote %d result records to %s", len(rest) - 1, path)
+    log.info("wrote %d result records to %s", len(rest) - 1, path)

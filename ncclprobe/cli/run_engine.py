@@ -12,7 +12,7 @@ from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
 from ncclprobe.engine.spec import MODES
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.modes import GraphMode
+from ncclprobe.evidence.run.modes import GraphMode, Label
 from ncclprobe.safe_output import check_output, check_output_dir, write_json
 
 EPILOG = f"""\b
@@ -326,7 +326,13 @@ def command(
     prompts = gather_prompts(
         checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
     )
-    spec = dataclasses.replace(spec, prompts=prompts)
+    given = [("--prompt", t) for t in prompt_texts] + [
+        (flag, value)
+        for flag, value in (("--prompts", prompts_file), ("--prompt-set", prompt_set))
+        if value
+    ]
+    options = (["--chat"] if chat else []) + [word for pair in given for word in pair]
+    spec = dataclasses.replace(spec, prompts=prompts, prompt_options=tuple(options))
     doc = engine_session.run(
         spec,
         tuning=tuning,
@@ -335,6 +341,11 @@ def command(
     )
     if trace_path:
         write_json(trace_path, doc, force=force, what="trace file")
+    if doc.get("profiles") and not quiet:  # whole, on one line: it must paste
+        click.echo(
+            f"ncclprobe: profiles written to {profile_dir}; next: {_diagnose_profiles(doc, profile_dir)}",
+            err=True,
+        )
     emit(
         fmt,
         doc,
@@ -343,6 +354,20 @@ def command(
         notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]],
     )
     return verdict(doc)
+
+
+def _diagnose_profiles(doc: dict, directory: str) -> str:
+    """The diagnose command of the profiles just written: the directory, or with --tuned (two labels
+    in it) the tuned run's files."""
+    import shlex
+    from pathlib import Path
+
+    from ncclprobe.evidence.profile_dir import ENGINE_NAME, diagnose_command
+
+    names = [ENGINE_NAME.match(Path(p).name) for p in doc["profiles"]]
+    if len({m["label"] for m in names if m}) > 1:
+        return diagnose_command(doc["profiles"], Label.TUNED.value)
+    return shlex.join(["ncclprobe", "diagnose", "--profile", directory])
 
 
 def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:

@@ -75,7 +75,7 @@ def live_node_facts(
     try:
         topo = topology or read_live_topology()
     except Exception as exc:  # no GPU, no nvidia-smi/NVML: the rules say what they could not decide
-        log.info("no live GPU topology for the NCCL rules (%s)", exc)
+        log.debug("no live GPU topology for the NCCL rules (%s)", exc)
         return None
     caps = compute_capabilities() or []
     physical = _physical_indices(len(caps), len(topo.gpus))
