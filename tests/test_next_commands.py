@@ -321,7 +321,7 @@ def test_train_draft_step_carries_the_runs_options_and_is_sized_to_the_device():
     assert "--chat --prompt 'What is the capital of France?' --trace" in run
     gpu_checkpoint = {**cpu_checkpoint, "device": "cuda"}
     assert "--sequences" not in draft_command(gpu_checkpoint, "d.st")
-    assert "--draft-vocab 8192" in draft_command(gpu_checkpoint, "d.st")
+    assert "about a minute on one H200" in draft_note(gpu_checkpoint)
     assert draft_command({"preset": "tiny", "device": "cpu"}, "d.st") == (
         "ncclprobe train-draft --preset tiny --output d.st"
     )

@@ -43,7 +43,8 @@ Examples:
 
 
 @click.command(
-    epilog=EPILOG, short_help="Import nccl-tests output (text or -J JSON) as result records."
+    epilog=EPILOG,
+    short_help="Read nccl-tests (text, -J), nvbandwidth, p2pBandwidthLatencyTest or collect-env output.",
 )
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -66,7 +67,9 @@ Examples:
 def command(file, output, collective, labels, force, fmt):
     """Read what nccl-tests printed or wrote with -J and print its rows, or write them with
     --output as result records (one per size and in/out-of-place) that `ncclprobe recommend`,
-    `report` and `export` read.
+    `report` and `export` read. nvbandwidth (text or -j) and p2pBandwidthLatencyTest output become
+    P2P matrices with their findings; `vllm collect-env` / `python -m sglang.check_env` output shows
+    its NCCL settings, version and topology.
 
     Exits 1 when nccl-tests counted wrong values.
     """

