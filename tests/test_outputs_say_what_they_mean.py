@@ -25,3 +25,73 @@ def test_vllm_v0_stage_times_are_per_step_verify_and_draft_times():
     assert not any("holds no per-step times" in n for n in run.notes)
     plain = load_server_logs([FIX / "server_logs/vllm_0.6.3_v0_speculative_metrics_issue9539.log"])
     assert plain.runs[0].phases == {} and "holds no per-step times" in plain.runs[0].notes[0]
+
+
+def test_env_check_of_the_readme_job_keeps_settings_and_whole_commands(tmp_path):
+    """examples/job.py, the README's env-check job: at 100 columns the table keeps `settings` (it used
+    to leave it out and keep a 16-character `command` split mid-path), JSON and CSV carry every
+    command whole (they cut it with "..."), CSV's role has no tree indent."""
+    import csv
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    job = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent.parent / "examples" / "job.py"), "60"],
+        env={**os.environ, "NCCL_P2P_LEVEL": "sys"},
+    )
+    try:
+        runner = CliRunner()
+        args = ["env-check", "--pid", str(job.pid), "--expect", "NCCL_PROTO=LL"]
+        for _ in range(100):  # the launcher, its resource tracker and the worker
+            doc = json.loads(runner.invoke(cli, [*args, "--format", "json"]).stdout)
+            if len(doc["processes"]) >= 3:
+                break
+            time.sleep(0.1)
+        table = runner.invoke(cli, args, env={"COLUMNS": "100"})
+        assert table.exit_code == 1, table.output  # the lint error and the expectation
+        header = next(line for line in table.stdout.splitlines() if line.startswith("  pid"))
+        assert "settings" in header.split() and max(map(len, table.stdout.splitlines())) <= 100
+        assert table.stdout.count("NCCL_P2P_LEVEL=sys") >= 3
+        commands = [p["command"] for p in doc["processes"]]
+        assert not any(c.endswith("...") for c in commands)
+        assert any(c.endswith("examples/job.py 60") for c in commands)
+        rows = list(
+            csv.DictReader(io.StringIO(runner.invoke(cli, [*args, "--format", "csv"]).stdout))
+        )
+        assert [r["command"] for r in rows] == commands
+        assert all(r["role"] == r["role"].strip() for r in rows)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_table_command_is_cut_at_words_with_paths_as_their_last_part():
+    from ncclprobe.envcheck.walk import CMDLINE_CHARS, short_command
+
+    assert short_command("/opt/venv/bin/python /home/me/job.py --x 1") == "python job.py --x 1"
+    long = short_command("python -c " + "word " * 40)
+    assert len(long) <= CMDLINE_CHARS and long.endswith(" ...") and "wor ..." not in long
+
+
+def test_the_ll128_message_says_which_happens_when():
+    """It read as a contradiction: "forces LL128 on (...), and NCCL keeps LL128 off here". With the
+    setting LL128 is on; without it NCCL's own rule would keep it off; each a sentence."""
+    from ncclprobe.nccl.lint import lint_env
+    from ncclprobe.nccl.node import NodeFacts
+
+    (found,) = lint_env(
+        {"NCCL_PROTO": "^LL"}, node=NodeFacts(over_network=True), nccl_version="2.28.9"
+    )
+    assert "forces LL128 on: `^LL` is a ^ list" in found.message
+    assert ". Without the setting NCCL would keep LL128 off here: " in found.message
+    assert "and NCCL keeps LL128 off here" not in found.message
+    assert found.message.endswith("cannot corrupt data silently.")
+    (unknown,) = lint_env({"NCCL_PROTO": "LL128"}, node=None, nccl_version="2.28.9")
+    assert (
+        ". Whether NCCL would enable LL128 here without the setting is not known: "
+        in unknown.message
+    )

@@ -80,9 +80,9 @@ def _node(log: NcclLog) -> NodeFacts | None:
 
 def _title(log: NcclLog) -> str:
     library = log.library or "NCCL"
-    version = log.nccl_version_full or "(version not logged)"
-    if log.library == "RCCL":
-        version += " (ROCm's NCCL; its number is the NCCL release it follows)"
+    version = log.nccl_version or "(version not logged)"
+    if log.library == "RCCL":  # its build tag (2.21.5-HEAD:9a0e6a1) names the RCCL build
+        version = f"{log.nccl_version_full} (ROCm's NCCL; its number is the NCCL release it follows)"
     if log.version_source and log.version_source != "banner":
         version += f" (from {log.version_source})"
     return (

@@ -240,7 +240,9 @@ class _Reader:
             return
         # most lines of a real log are not NCCL's: a substring test rules them out before any regex
         match = _PREFIX.search(line) if "NCCL " in line else None
-        if "vLLM is using nccl==" in line:  # vLLM's logger; pasted logs may run it into NCCL's lines
+        if (
+            "vLLM is using nccl==" in line
+        ):  # vLLM's logger; pasted logs may run it into NCCL's lines
             found = _VLLM_NCCL.search(line)
             if found:
                 self._version(found, None, source="vLLM's log line")
