@@ -95,3 +95,18 @@ def test_the_ll128_message_says_which_happens_when():
         ". Whether NCCL would enable LL128 here without the setting is not known: "
         in unknown.message
     )
+
+
+def test_export_of_a_gloo_sweep_to_perf_csv_says_nothing_was_exported(tmp_path):
+    """It wrote a header alone and exited 0; now it says why each result was left out, that nothing
+    is exported, writes no file, and exits 1. The nccl-tests tables of the same sweep export (0)."""
+    sweep = Path(__file__).parent.parent / "examples/traces/collective-bound.sweep.jsonl"
+    out = tmp_path / "perf.csv"
+    result = CliRunner().invoke(
+        cli, ["export", str(sweep), "--to", "perf-csv", "--output", str(out)]
+    )
+    assert result.exit_code == 1 and not out.exists()
+    assert "ncclprobe: error: nothing to export: every result was left out" in result.stderr
+    assert "measured with the gloo backend" in result.stderr
+    tables = CliRunner().invoke(cli, ["export", str(sweep), "--to", "nccl-tests"])
+    assert tables.exit_code == 0 and "# Collective test starting: all_reduce_perf" in tables.stdout

@@ -82,7 +82,9 @@ def _title(log: NcclLog) -> str:
     library = log.library or "NCCL"
     version = log.nccl_version or "(version not logged)"
     if log.library == "RCCL":  # its build tag (2.21.5-HEAD:9a0e6a1) names the RCCL build
-        version = f"{log.nccl_version_full} (ROCm's NCCL; its number is the NCCL release it follows)"
+        version = (
+            f"{log.nccl_version_full} (ROCm's NCCL; its number is the NCCL release it follows)"
+        )
     if log.version_source and log.version_source != "banner":
         version += f" (from {log.version_source})"
     return (
