@@ -110,3 +110,26 @@ def test_export_of_a_gloo_sweep_to_perf_csv_says_nothing_was_exported(tmp_path):
     assert "measured with the gloo backend" in result.stderr
     tables = CliRunner().invoke(cli, ["export", str(sweep), "--to", "nccl-tests"])
     assert tables.exit_code == 0 and "# Collective test starting: all_reduce_perf" in tables.stdout
+
+
+def test_matrix_titles_are_section_titles_that_fit_100_columns():
+    """An 8x8 nvbandwidth matrix took 16 lines at 100 columns: its title wrapped in every row. Now
+    each matrix is a section under its `# title (unit)` line, one line per row; CSV keeps the
+    matrix and unit columns in every row."""
+    import csv
+    import io
+
+    path = str(FIX / "nvbandwidth/nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt")
+    runner = CliRunner()
+    out = runner.invoke(cli, ["import", path], env={"COLUMNS": "100"}).stdout.splitlines()
+    assert max(map(len, out)) <= 100
+    # host-to-device and device-to-host share the title `bandwidth uni ce`: one 9x9 section
+    titled = [i for i, line in enumerate(out) if line.startswith("# bandwidth ")]
+    assert [out[i] for i in titled] == ["# bandwidth uni ce (GB/s)"]
+    first = out[titled[0] + 1 :]
+    assert first[0].split() == ["from", *(f"GPU{i}" for i in range(8)), "CPU"]
+    assert len(first) == 2 + 9  # header, rule, one line per row: nothing wrapped
+    rows = list(
+        csv.DictReader(io.StringIO(runner.invoke(cli, ["import", path, "--format", "csv"]).stdout))
+    )
+    assert rows and all(r["matrix"].startswith("bandwidth") and r["unit"] == "GB/s" for r in rows)

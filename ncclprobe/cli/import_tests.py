@@ -94,8 +94,16 @@ def command(file, output, collective, labels, force, fmt):
     if fmt != "table":
         emit(fmt, imported.doc, [row for block in imported.blocks for row in block.rows])
     else:
+        from ncclprobe.pcie.importers import matrix_sections
+
         for block in imported.blocks:
-            emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
+            sections = matrix_sections(block.rows)
+            if sections[0][0] is None:
+                emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
+                continue
+            emit(fmt, imported.doc, None, title=block.title, notes=block.notes)
+            for title, rows in sections:
+                emit(fmt, imported.doc, rows, title=title)
     return imported.verdict
 
 
