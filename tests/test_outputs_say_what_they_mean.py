@@ -133,3 +133,52 @@ def test_matrix_titles_are_section_titles_that_fit_100_columns():
         csv.DictReader(io.StringIO(runner.invoke(cli, ["import", path, "--format", "csv"]).stdout))
     )
     assert rows and all(r["matrix"].startswith("bandwidth") and r["unit"] == "GB/s" for r in rows)
+
+
+def test_the_heatmap_colours_only_differences_beyond_the_noise(tmp_path):
+    """Every gloo row was marked "(refused)" (gloo timings rank nothing: the caveat says so, not a
+    refusal) and a 2 % difference inside a 10 % spread was coloured green like a real gain."""
+    import matplotlib
+
+    from ncclprobe.recommend.load import load_evidence
+    from ncclprobe.report import plots
+    from tests.data.resultsets import config, curve, scaled, write_set
+
+    base = curve(20.0, 0.05, spread=0.10)
+    configs = [
+        config({}, base),
+        config({"NCCL_PROTO": "LL"}, scaled(base, 0.98, 0.98, spread=0.10)),  # inside the noise
+        config({"NCCL_PROTO": "Simple"}, scaled(base, 0.5, 0.5, spread=0.01)),  # a real gain
+    ]
+    ev = load_evidence([write_set(tmp_path / "nccl.jsonl", configs)])
+    rows = sorted(set(ev.curves) - {"default"})
+    grid, _, real = plots._speedup_grid(ev, rows, sorted(ev.default.points))
+    noisy, gain = rows.index("NCCL_PROTO=LL"), rows.index("NCCL_PROTO=Simple")
+    assert not any((noisy, c) in real for c in range(len(grid[noisy])))
+    assert all((gain, c) in real for c in range(len(grid[gain])))
+    gloo = load_evidence([write_set(tmp_path / "gloo.jsonl", configs, backend="gloo")])
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
+        [figure] = plots.speedup_heatmap(gloo, tmp_path / "figs", refused=frozenset(gloo.curves))
+    svg = figure.svg.read_text()
+    assert "(refused)" not in svg and "grey = inside the noise" in svg
+
+
+def test_the_markdown_report_and_the_cli_give_the_same_verdicts(tmp_path):
+    """The report said "keep default" where `recommend` said "baseline fastest"."""
+    import csv
+    import io
+
+    from ncclprobe.report import build_report
+    from tests.data.resultsets import config, curve, scaled, write_set
+
+    base = curve(20.0, 0.05, spread=0.10)
+    results = write_set(
+        tmp_path / "r.jsonl",
+        [config({}, base), config({"NCCL_PROTO": "LL"}, scaled(base, 1.2, 1.2, spread=0.10))],
+    )
+    build_report([results], tmp_path / "out")
+    markdown = "\n".join(p.read_text() for p in (tmp_path / "out").rglob("*.md"))
+    shown = CliRunner().invoke(cli, ["recommend", str(results), "--format", "csv"])
+    verdicts = {row["verdict"] for row in csv.DictReader(io.StringIO(shown.stdout))}
+    assert verdicts == {"baseline fastest"}
+    assert "| baseline fastest |" in markdown and "keep default" not in markdown
