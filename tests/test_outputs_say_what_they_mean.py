@@ -182,3 +182,10 @@ def test_the_markdown_report_and_the_cli_give_the_same_verdicts(tmp_path):
     verdicts = {row["verdict"] for row in csv.DictReader(io.StringIO(shown.stdout))}
     assert verdicts == {"baseline fastest"}
     assert "| baseline fastest |" in markdown and "keep default" not in markdown
+
+
+def test_csv_floats_carry_measured_digits_not_binary_noise():
+    from ncclprobe.cli.output import to_csv
+
+    text = to_csv([{"time_us": 3551.9555600000003, "n": 3, "tiny": 1.5e-07, "x": "a"}])
+    assert text.splitlines() == ["time_us,n,tiny,x", "3551.95556,3,1.5e-07,a"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -120,8 +121,19 @@ def to_csv(rows: Sequence[dict]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()
+
+
+CSV_DIGITS = 10  # significant digits of a float in CSV: a measurement's, without binary noise
+
+
+def _csv_value(value: Any) -> Any:
+    """A float to CSV_DIGITS significant digits: 3551.9555600000003 (a sum's binary rounding, not
+    a measured digit) is 3551.95556; integers and text as they are. JSON keeps the full float."""
+    if isinstance(value, float) and math.isfinite(value):
+        return format(value, f".{CSV_DIGITS}g")
+    return value
 
 
 def _json_default(value: Any) -> Any:
