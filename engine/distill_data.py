@@ -67,6 +67,8 @@ def generate(target, spec, device, chunk: int = 64, progress=None) -> DistillDat
     width = prompts.shape[1] + spec.gen_len
     tokens = torch.zeros(spec.sequences, width, dtype=torch.long, device=device)
     tokens[:, : prompts.shape[1]] = prompts
+    if progress:
+        progress(0, spec.sequences)  # generation starts: its clock with it
     for start in range(0, spec.sequences, chunk):
         rows = slice(start, min(start + chunk, spec.sequences))
         greedy_part = min(

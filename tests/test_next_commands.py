@@ -357,3 +357,25 @@ def test_a_directory_of_run_engine_profiles_is_the_run_and_its_baseline(tmp_path
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageProblem, match="holds no .json or .json.gz trace"):
         expand([str(tmp_path / "empty")], [])
+
+
+def test_run_engine_prints_the_diagnose_command_of_the_profiles_it_wrote():
+    """`run-engine --profile DIR` wrote a directory that `diagnose --profile DIR` refused; now it
+    prints the command, and with --tuned (two labels there) the tuned run's files by name."""
+    from ncclprobe.cli.run_engine import _diagnose_profiles
+
+    one = {
+        "profiles": [
+            "p/untuned-baseline-rank0.trace.json.gz",
+            "p/untuned-speculative-rank0.trace.json.gz",
+        ]
+    }
+    assert _diagnose_profiles(one, "p") == "ncclprobe diagnose --profile p"
+    both = {
+        "profiles": one["profiles"]
+        + ["p/tuned-baseline-rank0.trace.json.gz", "p/tuned-speculative-rank0.trace.json.gz"]
+    }
+    assert _diagnose_profiles(both, "p") == (
+        "ncclprobe diagnose --baseline-profile p/tuned-baseline-rank0.trace.json.gz "
+        "--profile p/tuned-speculative-rank0.trace.json.gz"
+    )

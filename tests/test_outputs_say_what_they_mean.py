@@ -189,3 +189,60 @@ def test_csv_floats_carry_measured_digits_not_binary_noise():
 
     text = to_csv([{"time_us": 3551.9555600000003, "n": 3, "tiny": 1.5e-07, "x": "a"}])
     assert text.splitlines() == ["time_us,n,tiny,x", "3551.95556,3,1.5e-07,a"]
+
+
+def test_train_draft_progress_has_a_clock_per_stage(monkeypatch, capsys):
+    """On the CPU machine train-draft printed nothing for the minutes of data generation, then a
+    first ETA of 7499 s: the steps' rate counted the generation's time. Each stage has its own
+    clock now: generation (100 s here) leaves the first training ETA at the steps' own rate."""
+    import time as time_module
+
+    from ncclprobe.cli import train_draft
+
+    now = [1000.0]
+    monkeypatch.setattr(time_module, "monotonic", lambda: now[0])
+    stages = train_draft._Stages(quiet=False)
+    stages.data(0, 128)  # generation starts
+    for done in (64, 128):
+        now[0] += 50.0
+        stages.data(done, 128)
+    for step in range(1, 101):
+        now[0] += 0.1  # 0.1 s a step: 100 steps take 10 s
+        stages.step(step, 100, 2.0)
+    stages.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("train-draft data: 64/128 (50%) eta 50s 64/128 sequences generated")
+    first = next(line for line in err if line.startswith("train-draft: 5/100"))
+    assert " eta 9s " in first or " eta 10s " in first  # 95 steps at 0.1 s (one clock: ~1995 s)
+
+
+def test_messages_have_one_format_and_progress_shows_by_default(tmp_path):
+    """'wrote 50 result records' came as a WARNING and threshold misses as `ERROR ncclprobe.sweep:`
+    while every other error was `ncclprobe: error: ...`."""
+    import logging
+
+    from ncclprobe.cli import _configure_logging
+
+    source = FIX / "nccl_tests/allreduce_4x_rtx5090_pcie_genoa.txt"
+    shown = CliRunner().invoke(cli, ["import", str(source), "--output", str(tmp_path / "a.jsonl")])
+    assert (
+        shown.exit_code == 0
+        and "ncclprobe: wrote " in shown.stderr
+        and "WARNING" not in shown.stderr
+    )
+    quiet = CliRunner().invoke(
+        cli, ["-q", "import", str(source), "--output", str(tmp_path / "b.jsonl")]
+    )
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    _configure_logging(0)
+    root = logging.getLogger("ncclprobe")
+    formatter = root.handlers[0].formatter
+    record = lambda level, msg: logging.LogRecord(
+        "ncclprobe.sweep", level, __file__, 1, msg, (), None
+    )  # noqa: E731
+    assert (
+        formatter.format(record(logging.ERROR, "x fell short")) == "ncclprobe: error: x fell short"
+    )
+    assert formatter.format(record(logging.WARNING, "w")) == "ncclprobe: warning: w"
+    assert formatter.format(record(logging.INFO, "results go to f")) == "ncclprobe: results go to f"
+    assert root.level == logging.INFO

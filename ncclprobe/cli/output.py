@@ -150,10 +150,12 @@ class Progress:
     Silent under -q. Usage: `with Progress(total, "sweep") as p: p.advance("config 3")`.
     """
 
-    def __init__(self, total: int, label: str, *, quiet: bool = False, stream=None):
+    def __init__(self, total: int, label: str, *, quiet: bool = False, stream=None, done: int = 0):
+        """`done`: steps already finished when the clock starts (the rate counts only later ones)."""
         self.total, self.label, self.quiet = max(total, 1), label, quiet
         self.stream = stream or sys.stderr
-        self.done, self.started = 0, time.monotonic()
+        self.done, self.started = done, time.monotonic()
+        self.initial = done
 
     def __enter__(self) -> Progress:
         return self
@@ -168,7 +170,8 @@ class Progress:
         if self.quiet:
             return
         elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        timed = self.done - self.initial
+        eta = elapsed / timed * (self.total - self.done) if timed > 0 else 0.0
         pct = 100.0 * self.done / self.total
         if self.stream.isatty():
             width = 30

@@ -250,21 +250,27 @@ class _Stages:
         self.quiet = quiet
         self.bars: dict[str, Progress] = {}
 
-    def _bar(self, label: str, total: int) -> Progress:
-        if label not in self.bars:
-            for bar in self.bars.values():
-                bar.__exit__(None, None, None)
-            self.bars[label] = Progress(total, label, quiet=self.quiet)
-        return self.bars[label]
+    def _bar(self, label: str, total: int, done: int) -> tuple[Progress, bool]:
+        """The stage's bar, and whether it was started just now (its clock starts at `done`)."""
+        if label in self.bars:
+            return self.bars[label], False
+        for bar in self.bars.values():
+            bar.__exit__(None, None, None)
+        self.bars[label] = Progress(total, label, quiet=self.quiet, done=done)
+        return self.bars[label], True
 
     def data(self, done: int, total: int) -> None:
-        bar = self._bar("train-draft data", total)
-        bar.advance(f"{done}/{total} sequences generated", steps=done - bar.done)
+        """Called with 0 when generation starts, then after each chunk of sequences."""
+        bar, new = self._bar("train-draft data", total, done)
+        if not new:
+            bar.advance(f"{done}/{total} sequences generated", steps=done - bar.done)
 
     def step(self, step: int, total: int, loss: float) -> None:
+        """Called after every step; the clock starts at the first one's end (the steps before the
+        first callback are not timed by it)."""
+        bar, new = self._bar("train-draft", total, step)
         every = max(1, total // 20)
-        if step % every == 0 or step == total:
-            bar = self._bar("train-draft", total)
+        if not new and (step % every == 0 or step == total):
             bar.advance(f"loss {loss:.3f}", steps=step - bar.done)
 
     def close(self) -> None:
