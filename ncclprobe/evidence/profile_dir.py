@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.modes import Mode
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 ENGINE_NAME = re.compile(
@@ -64,11 +65,11 @@ def _split(directory: Path, traces: list[Path]) -> tuple[list[str], list[str]]:
         )
     by_mode = {
         mode: [str(p) for p, m in named.items() if m["mode"] == mode]
-        for mode in ("speculative", "baseline")
+        for mode in (Mode.SPECULATIVE, Mode.BASELINE)
     }
-    if not by_mode["speculative"]:  # a baseline-only run is the run itself
-        return by_mode["baseline"], []
-    return by_mode["speculative"], by_mode["baseline"]
+    if not by_mode[Mode.SPECULATIVE]:  # a baseline-only run is the run itself
+        return by_mode[Mode.BASELINE], []
+    return by_mode[Mode.SPECULATIVE], by_mode[Mode.BASELINE]
 
 
 def diagnose_command(traces: list[Path], label: str | None = None) -> str:
@@ -80,6 +81,6 @@ def diagnose_command(traces: list[Path], label: str | None = None) -> str:
     for p in traces:
         m = ENGINE_NAME.match(Path(p).name)
         if m and (label is None or m["label"] == label):
-            flag = "--profile" if m["mode"] == "speculative" else "--baseline-profile"
+            flag = "--profile" if m["mode"] == Mode.SPECULATIVE else "--baseline-profile"
             words += [flag, str(p)]
     return shlex.join(words)
