@@ -79,7 +79,8 @@ def _profile_dir(tmp: Path) -> Path:
 
 def _inputs() -> list[tuple[str, dict]]:
     """(id, load_evidence arguments) of every shipped input; HF generate() traces: the llama8l
-    shape of each method (the other shapes print the same steps, twice the suite's time)."""
+    shape of each method, recorded with shapes (the other shapes and the shape-less recordings
+    print the same steps: four times the suite's time for no other command)."""
     cases = []
     for trace in sorted(TRACES.glob("*.json")):
         if json.loads(trace.read_text()).get("kind") != "engine-trace":
@@ -87,7 +88,7 @@ def _inputs() -> list[tuple[str, dict]]:
         cases.append((trace.name, {"trace": str(trace)}))
         cases.append((f"{trace.name}+sweep", {"trace": str(trace), "sweep": str(SWEEP)}))
     for profile in sorted(PROFILES.glob("*.json.gz")) + sorted(
-        (PROFILES / "hf").glob("hf_llama8l_*.json.gz")
+        (PROFILES / "hf").glob("hf_llama8l_*_shapes.json.gz")
     ):
         cases.append((profile.name, {"profiles": [str(profile)]}))
     h200 = sorted((PROFILES / "h200").glob("*.json.gz"))
