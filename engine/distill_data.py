@@ -59,13 +59,16 @@ def training_prompts(spec, vocab: int, device) -> tuple[torch.Tensor, torch.Tens
 
 
 @torch.no_grad()
-def generate(target, spec, device, chunk: int = 64) -> DistillData:
-    """The target's continuations of every training prompt (`spec.gen_len` tokens each)."""
+def generate(target, spec, device, chunk: int = 64, progress=None) -> DistillData:
+    """The target's continuations of every training prompt (`spec.gen_len` tokens each);
+    `progress(done, total)` after each chunk of sequences (generation is most of a CPU run)."""
     prompts, lengths = training_prompts(spec, target.cfg.vocab, device)
     distinct = len(spec.prompts) if spec.prompts else spec.sequences
     width = prompts.shape[1] + spec.gen_len
     tokens = torch.zeros(spec.sequences, width, dtype=torch.long, device=device)
     tokens[:, : prompts.shape[1]] = prompts
+    if progress:
+        progress(0, spec.sequences)  # generation starts: its clock with it
     for start in range(0, spec.sequences, chunk):
         rows = slice(start, min(start + chunk, spec.sequences))
         greedy_part = min(
@@ -84,6 +87,8 @@ def generate(target, spec, device, chunk: int = 64) -> DistillData:
             )
             index = lengths[sub, None] + torch.arange(spec.gen_len, device=device)
             tokens[sub] = tokens[sub].scatter(1, index, out)
+        if progress:
+            progress(rows.stop, spec.sequences)
     position = torch.arange(width, device=device)
     valid = position[None, :] < (lengths + spec.gen_len)[:, None]
     return DistillData(

@@ -229,6 +229,7 @@ def _config(spec: RunSpec) -> dict:
         "weights": _weights(spec),
         "prompts_given": len(spec.prompts),
         "chat": spec.chat,
+        "prompt_options": list(spec.prompt_options),
         "tp": spec.tp,
         "batch": spec.batch,
         "k": spec.k,

@@ -39,6 +39,9 @@ class RunSpec:
         tuple[int, ...], ...
     ] = ()  # token ids of given prompts, decoded `batch` at a time
     chat: bool = False  # the prompts were wrapped in the chat template (recorded only)
+    # the command-line options that gave the prompts (--chat, --prompt TEXT, --prompts FILE,
+    # --prompt-set NAME), recorded so a printed next command repeats them (recorded only)
+    prompt_options: tuple[str, ...] = ()
     new_tokens: int = 32  # tokens generated per sequence
     batch: int = 1  # sequences decoded together
     k: int = 3  # drafted tokens per speculative cycle
@@ -68,6 +71,7 @@ class RunSpec:
         object.__setattr__(self, "modes", tuple(self.modes))
         object.__setattr__(self, "prompts", tuple(tuple(int(i) for i in p) for p in self.prompts))
         object.__setattr__(self, "capture_batches", tuple(self.capture_batches))
+        object.__setattr__(self, "prompt_options", tuple(self.prompt_options))
         for name in ("prompt_len", "new_tokens", "batch", "k", "tp", "repeats"):
             if getattr(self, name) < 1:
                 raise UsageProblem(
@@ -155,6 +159,10 @@ class RunSpec:
     def resolved_device(self) -> str:
         if self.device != "auto":
             return self.device
+        from ncclprobe.provenance import gpu_device_visible
+
+        if not gpu_device_visible():
+            return "cpu"  # known without importing torch
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,6 +212,12 @@ class RunSpec:
                 f"a prompt holds token id {max(max(p) for p in self.prompts)}, outside {cfg.name}'s "
                 f"vocabulary of {cfg.vocab}"
             )
+        self.check_device()
+
+    def check_device(self) -> None:
+        """Refuse what this machine's device cannot run (CUDA graphs or --device cuda without a GPU,
+        more ranks than GPUs); on a machine without a GPU device node it imports no torch, so the
+        CLI calls it before any heavy work."""
         device = self.resolved_device()
         if device == "cpu" and self.graphs != GraphMode.NONE:
             raise UsageProblem(
@@ -211,6 +225,10 @@ class RunSpec:
                 f"(refusing rather than silently running eagerly)"
             )
         if device == "cuda":
+            from ncclprobe.provenance import gpu_device_visible
+
+            if not gpu_device_visible():
+                raise UsageProblem("device cuda was requested but this machine shows no GPU device")
             import torch
 
             if not torch.cuda.is_available():

@@ -7,8 +7,12 @@ path (the caller checks it first), the prompts and the positions training will t
 
 from __future__ import annotations
 
-from ncclprobe.engine.train_draft import TrainSpec
+from typing import TYPE_CHECKING
+
 from ncclprobe.verdict import Verdict
+
+if TYPE_CHECKING:
+    from ncclprobe.engine.train_spec import TrainSpec
 
 
 def training_prompts(
@@ -57,9 +61,14 @@ def check_training_limits(preset_name: str, checkpoint: str | None, spec: TrainS
 
 def resolve_device(device: str) -> str:
     """auto -> cuda when torch sees a GPU, else cpu; cuda without one is a usage error."""
-    import torch
-
     from ncclprobe.errors import UsageProblem
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        if device == "cuda":
+            raise UsageProblem("--device cuda was requested but this machine shows no GPU device")
+        return "cpu"  # known without importing torch
+    import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageProblem("--device cuda was requested but torch sees no CUDA GPU")
@@ -77,6 +86,7 @@ def train_and_save(
     device: str = "cpu",
     replace: bool = False,
     progress=None,
+    data_progress=None,
 ) -> dict:
     """Build the target (the seeded preset, or the checkpoint), train a draft for it and save it to
     `out` (an existing file only with `replace`); the training report."""
@@ -98,7 +108,7 @@ def train_and_save(
     else:
         target = build_target(preset(preset_name), seed=spec.seed, device=device, dtype=dtype)
     draft = build_draft(target, seed=spec.seed, vocab=spec.draft_vocab or None)
-    report = train(target, draft, spec, progress=progress)
+    report = train(target, draft, spec, progress=progress, data_progress=data_progress)
     # the target the draft serves, so run-engine can warn before it serves another (engine/target_identity)
     identity = target_identity(
         target.cfg.summary(),

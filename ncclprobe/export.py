@@ -32,6 +32,7 @@ from ncclprobe.recommend.emit import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_
 from ncclprobe.recommend.load import node_of
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.records import ResultsFile
+from ncclprobe.verdict import Verdict
 
 PERF_COLUMNS = (
     "collective",
@@ -54,6 +55,12 @@ TESTS_TYPES = {name: d.tests_name for name, d in DTYPES.items()}
 class Exported:
     text: str
     left_out: list[str] = field(default_factory=list)
+    rows: int = 0  # measurements exported (tables' rows, CSV rows)
+
+    def verdict(self) -> Verdict:
+        """FINDINGS when nothing could be exported (every result left out): a header alone is no
+        export, and exit 0 would say it worked."""
+        return Verdict.of(self.rows == 0)
 
 
 def nccl_tests_text(files: list[ResultsFile]) -> Exported:
@@ -72,7 +79,7 @@ def nccl_tests_text(files: list[ResultsFile]) -> Exported:
         configs = {c["config_id"]: c for c in f.configs}
         for key, records in groups.items():
             blocks.append(_table(f, key, records, configs.get(key[1], {})))
-    return Exported("\n".join(blocks))
+    return Exported("\n".join(blocks), rows=sum(len(f.results) for f in files))
 
 
 def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str:
@@ -167,6 +174,7 @@ def perf_csv(
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PERF_COLUMNS)
     left_out: dict[str, None] = {}
+    written = 0
     for f in files:
         tuning: dict[str, list] = {}
         for c in f.configs:  # one config record per configuration, but merge if a file repeats one
@@ -176,7 +184,8 @@ def perf_csv(
             row = _perf_row(r, tuning.get(r.get("config_id"), []), nodes, policy, mode, left_out)
             if row:
                 writer.writerow(row)
-    return Exported(buf.getvalue(), list(left_out))
+                written += 1
+    return Exported(buf.getvalue(), list(left_out), rows=written)
 
 
 def _perf_row(

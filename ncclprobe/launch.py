@@ -177,7 +177,7 @@ def _outcome(status, reason, messages, procs, run_dir: Path, wall_s: float) -> P
     if status is not PoolStatus.OK:
         for rank, tail in sorted(outcome.stderr_tails.items()):
             if tail:
-                log.info("rank %d stderr (last %d characters):\n%s", rank, STDERR_TAIL_CHARS, tail)
+                log.debug("rank %d stderr (last %d characters):\n%s", rank, STDERR_TAIL_CHARS, tail)
     return outcome
 
 

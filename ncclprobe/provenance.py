@@ -7,6 +7,7 @@ the command line and environment are masked (`ncclprobe.secrets`), since files o
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import os
 import platform
 import socket
@@ -24,8 +25,22 @@ def relevant_env(environ: dict | None = None) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
 
 
+# What a GPU driver puts in /dev: NVIDIA's device files, WSL2's GPU paravirtualisation, ROCm's
+# kernel driver. Without any of them no CUDA (or HIP) device can be visible to torch.
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/dxg", "/dev/kfd")
+
+
+def gpu_device_visible() -> bool:
+    """Whether this machine shows a GPU device node. False means torch cannot see a GPU, learnt
+    without importing torch (12-14 s on a loaded 2-core machine, against microseconds here), so a
+    usage error or a CPU-only path answers at once; True means only torch can tell."""
+    return any(glob.glob(pattern) for pattern in GPU_DEVICE_NODES)
+
+
 def nccl_version_string() -> str | None:
     """NCCL's version as torch was built against it ("2.28.9"), or None without NCCL."""
+    if not gpu_device_visible():
+        return None
     try:
         import torch
 
@@ -52,6 +67,8 @@ def driver_version() -> str | None:
 
 
 def gpu_names() -> list[str]:
+    if not gpu_device_visible():
+        return []
     try:
         import torch
 
@@ -62,6 +79,8 @@ def gpu_names() -> list[str]:
 
 def compute_capabilities() -> list[int] | None:
     """Each visible GPU's compute capability as major*10+minor (86 for an RTX 3090); None without CUDA."""
+    if not gpu_device_visible():
+        return None
     try:
         import torch
 

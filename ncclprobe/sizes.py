@@ -74,6 +74,15 @@ def _parse_range(part: str) -> list[int]:
     return out
 
 
+def exact_size(nbytes: int) -> str:
+    """A size as `parse_size` reads it back to the same byte: the largest suffix that divides it
+    (9216 -> '9K'), else plain bytes (2304 -> '2304', where format_size says '2.25K')."""
+    for unit in ("T", "G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(int(nbytes))
+
+
 def format_size(nbytes: int | float) -> str:
     """65536 -> '64K', 1536 -> '1.5K', 7 -> '7B'."""
     for unit in ("T", "G", "M", "K"):

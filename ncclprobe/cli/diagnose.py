@@ -17,6 +17,7 @@ Examples:
   ncclprobe diagnose --trace trace.json
   ncclprobe diagnose --trace spec.json --baseline untuned.json --sweep sweep.jsonl
   ncclprobe diagnose --profile rank0.trace.json.gz --profile rank1.trace.json.gz
+  ncclprobe diagnose --profile profiles/      # every trace run-engine --profile profiles/ wrote
   ncclprobe diagnose --profile spec.json.gz --baseline-profile plain.json.gz \\
       --model-config model/config.json
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
@@ -39,8 +40,9 @@ Examples:
     "--profile",
     "profiles",
     multiple=True,
-    type=click.Path(dir_okay=False),
-    help="PyTorch profiler trace (.json or .json.gz) of any engine; one per rank (repeatable).",
+    type=click.Path(),
+    help="PyTorch profiler trace (.json or .json.gz) of any engine, one per rank (repeatable), or the "
+    "directory of them (run-engine --profile DIR: its baseline traces become --baseline-profile).",
 )
 @click.option(
     "--server-log",
@@ -59,7 +61,7 @@ Examples:
     "--baseline-profile",
     "baseline_profiles",
     multiple=True,
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     help="Profiles of the run to compare against, e.g. plain decoding (repeatable, one per rank).",
 )
 @click.option(
@@ -116,12 +118,14 @@ def command(
     log. Each finding carries its numbers, a confidence and the next command; hypotheses the
     evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
+    from ncclprobe.evidence.profile_dir import expand
 
     if collect_env_path and not (trace_path or profiles or server_logs):
         raise UsageProblem(
             "--collect-env goes with the run it describes (--trace, --profile or --server-log); "
             f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}"
         )
+    profiles, baseline_profiles = expand(profiles, baseline_profiles)
     ev = load_evidence(
         trace_path,
         profiles=profiles,
@@ -194,32 +198,61 @@ def render_text(result, ev=None) -> str:
         lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
         lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
-        if f.next_command:
-            lines.append(f"   next: {f.next_command}")
+        lines += next_lines(f.next_command, "   ")
     if result.ruled_out:
         lines.append("ruled out:")
         lines += [f"  - {r.hypothesis}: {r.reason}" for r in result.ruled_out]
     if result.not_checked:
         lines.append("not checked (missing evidence):")
-        lines += [
-            f"  - {n.hypothesis}: {n.missing}"
-            + (f" (next: {n.next_command})" if n.next_command else "")
-            for n in result.not_checked
-        ]
+        for n in result.not_checked:
+            lines.append(f"  - {n.hypothesis}: {n.missing}")
+            lines += next_lines(n.next_command, "    ")
     return "\n".join(_fit(lines, terminal_width()))
 
 
+class _Command(str):
+    """A command line of a next step: printed whole at any width (a wrapped command cannot be
+    pasted: each line would run alone)."""
+
+
+class _Remark(str):
+    """A `# ` line of a next step: wrapped into further `# ` lines under its own indent."""
+
+
+def next_lines(snippet: str, indent: str) -> list[str]:
+    """A next step (diagnose.commands: command lines and `# ` remarks) as `next:` lines: every
+    command on a line of its own, its trailing `  # ` remark on the lines after it."""
+    if not snippet:
+        return []
+    lines, lead = [], indent + "next: "
+    for part in snippet.split("\n"):
+        command, _, remark = ("", "", part[2:]) if part.startswith("# ") else part.partition("  # ")
+        if command:
+            lines.append(_Command(lead + command))
+            lead = " " * len(lead)
+        if remark:
+            lines.append(_Remark(lead + "# " + remark))
+            lead = " " * len(lead)
+    return lines
+
+
 def _fit(lines: list[str], width: int | None) -> list[str]:
-    """Every line wrapped to the terminal: `#` lines under their first words, the others under
-    their own indent (--wide: as they are)."""
+    """Every line wrapped to the terminal: `#` lines under their first words, a next step's remark
+    under its `# `, the others under their own indent; a next step's command never (--wide: every
+    line as it is)."""
     if width is None:
         return lines
     fitted = []
     for line in lines:
-        if len(line) <= width:
+        if len(line) <= width or isinstance(line, _Command):
             fitted.append(line)
             continue
-        indent = "#   " if line.startswith("#") else " " * (len(line) - len(line.lstrip()) + 3)
+        lead = len(line) - len(line.lstrip())
+        if isinstance(line, _Remark):
+            indent = " " * (lead + len("next: ") if line.lstrip().startswith("next: ") else lead)
+            indent += "# "
+        else:
+            indent = "#   " if line.startswith("#") else " " * (lead + 3)
         fitted += textwrap.wrap(
             line,
             width=width,

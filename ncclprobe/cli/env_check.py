@@ -108,7 +108,7 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
 
 def _render(result, fmt: str, snapshot: int | None = None) -> None:
     if snapshot is None:
-        rows = result.rows(joiner="\n" if fmt == "table" else "; ")
+        rows = result.rows(joiner="\n" if fmt == "table" else "; ", table=fmt == "table")
         emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
         return
     if fmt == "json":  # JSON lines: one document per snapshot
@@ -118,7 +118,8 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
             )
         )
     elif fmt == "csv":
-        text = to_csv([{"snapshot": snapshot, **row} for row in result.rows(joiner="; ")])
+        rows = result.rows(joiner="; ", table=False)
+        text = to_csv([{"snapshot": snapshot, **row} for row in rows])
         click.echo(text if snapshot == 1 else text.split("\n", 1)[-1], nl=False)
     else:
         emit(
@@ -145,7 +146,7 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdi
         except UsageProblem:
             if not snapshot:
                 raise
-            log.warning("the root process is gone; stopping the watch")
+            log.info("the root process is gone; stopping the watch")
             break
         snapshot += 1
         current = {p.info.pid: p.info.role for p in result.processes if p.live}

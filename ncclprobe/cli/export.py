@@ -28,7 +28,7 @@ Examples:
   ncclprobe export sweep.jsonl imported.jsonl --to perf-csv --output perf.csv
   python optimize_config.py perf.csv -o nccl_tuner.conf   # from NCCL's plugins/tuner/example
 
-{exit_codes("exported")}
+{exit_codes("exported", "nothing to export: every result was left out (each reason on stderr)")}
 """
 
 
@@ -78,7 +78,11 @@ def command(results, kind, mode, allow_ll128, output, force):
     )
     for line in done.left_out:
         log.warning("left out: %s", line)
+    if not done.rows:  # a CSV header alone is no export: say so, write nothing
+        log.error("nothing to export: every result was left out (the reasons above)")
+        return done.verdict()
     if output:
         write_text(output, done.text, force=force, what="--output")  # whole, or not at all
     else:
         click.echo(done.text, nl=False)
+    return done.verdict()

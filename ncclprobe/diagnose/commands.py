@@ -1,31 +1,75 @@
 """The next commands diagnose suggests, built from the evidence's own configuration so they can be
 pasted as they are, and phrased for the engine that produced the evidence (ncclprobe's engine,
-SGLang, vLLM, or any PyTorch program)."""
+SGLang, vLLM, or any PyTorch program).
+
+A next step is a shell snippet: one or more lines, each a command (printed whole at any width: a
+wrapped command cannot be pasted) or a `# ` comment (prose, which the text output may wrap into
+further `# ` lines). A command may end in `  # ` and a remark.
+"""
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 
-from ncclprobe.sizes import format_size
+from ncclprobe.sizes import exact_size
 
-# How to record a profile that diagnose reads, per engine (`diagnose --profile FILE`). SGLang
-# writes one trace per TP rank into SGLANG_TORCH_PROFILER_DIR; vLLM into its profiler directory.
+# How to record a profile that diagnose reads, per engine (`diagnose --profile DIR` reads every
+# trace in the directory). SGLang writes one trace per TP rank into SGLANG_TORCH_PROFILER_DIR; vLLM
+# into its profiler directory.
 PROFILE_COMMANDS = {
-    "sglang": (
-        "SGLANG_TORCH_PROFILER_DIR=/tmp/sglang-profile python -m sglang.launch_server ...  # then: "
-        "curl -X POST http://localhost:30000/start_profile -H 'Content-Type: application/json' "
-        '-d \'{"num_steps": 20, "activities": ["CPU", "GPU"], "record_shapes": true}\'  '
-        "# send requests; then: ncclprobe diagnose --profile /tmp/sglang-profile/*.trace.json.gz"
+    "sglang": "\n".join(
+        (
+            "# start the server as usual, with a profiler directory:",
+            "SGLANG_TORCH_PROFILER_DIR=/tmp/sglang-profile python -m sglang.launch_server ...",
+            "curl -X POST http://localhost:30000/start_profile -H 'Content-Type: application/json' "
+            '-d \'{"num_steps": 20, "activities": ["CPU", "GPU"], "record_shapes": true}\'',
+            "# send requests; after 20 steps the profile is written, then:",
+            "ncclprobe diagnose --profile /tmp/sglang-profile",
+        )
     ),
-    "vllm": (
-        'vllm serve MODEL --profiler-config \'{"profiler": "torch", "torch_profiler_dir": "/tmp/vllm-profile", '
-        '"torch_profiler_record_shapes": true}\'  # then: curl -X POST http://localhost:8000/start_profile; '
-        "send requests; curl -X POST http://localhost:8000/stop_profile; "
-        "ncclprobe diagnose --profile /tmp/vllm-profile/*.pt.trace.json.gz  "
-        "# vLLM before 0.13 has no --profiler-config: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-profile vllm serve MODEL"
+    "vllm": "\n".join(
+        (
+            "# start the server as usual, with the torch profiler (vLLM before 0.13 has no "
+            "--profiler-config: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-profile vllm serve MODEL):",
+            'vllm serve MODEL --profiler-config \'{"profiler": "torch", "torch_profiler_dir": "/tmp/vllm-profile", '
+            '"torch_profiler_record_shapes": true}\'',
+            "curl -X POST http://localhost:8000/start_profile",
+            "# send requests, then:",
+            "curl -X POST http://localhost:8000/stop_profile",
+            "ncclprobe diagnose --profile /tmp/vllm-profile",
+        )
     ),
 }
+
+# train-draft sized to where the trace ran, and the time that took there (docs/LOG.md): its defaults
+# (512 sequences x 1000 steps, the whole vocabulary) kept a 135M checkpoint busy for many minutes on
+# the CPU machine without a useful result.
+DRAFT_SIZES = {
+    ("cpu", "preset"): ((), "train-draft takes about 40 s on a 2-core CPU"),
+    ("cpu", "checkpoint"): (
+        ("--sequences", "16", "--steps", "30", "--draft-vocab", "2048", "--gen-len", "24"),
+        "train-draft sized for a CPU: about 5 min on a loaded 2-core CPU, for a small gain "
+        "(acceptance 1.00 -> 1.11); a GPU trains a useful draft",
+    ),
+    ("cuda", "checkpoint"): (
+        (),
+        "train-draft of a 135M checkpoint takes about a minute on one H200 "
+        "(examples/smollm_bench.py: 48 s); larger ones longer",
+    ),
+    ("cuda", "preset"): ((), "train-draft's time on a GPU for this preset is not recorded"),
+}
+
+
+def draft_note(config: dict) -> str:
+    """What the suggested train-draft costs where the trace ran (a remark for the command line)."""
+    return _draft_size(config)[1]
+
+
+def _draft_size(config: dict) -> tuple[tuple[str, ...], str]:
+    device = "cuda" if config.get("device") == "cuda" else "cpu"
+    return DRAFT_SIZES[(device, "checkpoint" if config.get("checkpoint") else "preset")]
 
 
 def fresh(name: str) -> str:
@@ -45,9 +89,11 @@ def engine_command(
     """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag).
     A draft the trace used that is not here is trained first (`train-draft ... &&`), so the
     command runs as printed."""
+    from ncclprobe.engine.checkpoints import short_name
+
     flags = {
         "preset": config.get("preset"),
-        "checkpoint": config.get("checkpoint"),
+        "checkpoint": short_name(config.get("checkpoint")),
         "tp": config.get("tp"),
         "batch": config.get("batch"),
         "k": config.get("k"),
@@ -65,22 +111,30 @@ def engine_command(
             continue
         flag = "--" + name.replace("_", "-")
         parts += [flag] if value is True else [flag, str(value)]
+    parts += list(config.get("prompt_options") or [])  # the run's own --chat, --prompt, ...
     command = shlex.join(parts + ["--trace", fresh(trace_out)])
     draft = flags.get("draft")
     if draft and train_missing_draft and not Path(draft).exists():
-        return f"{draft_command(config, str(draft))} && {command}"
+        return f"{draft_command(config, str(draft))} && {command}  # {draft_note(config)}"
     return command
 
 
 def draft_command(config: dict, out: str, *extra: str) -> str:
-    """`ncclprobe train-draft` for the trace's target (its preset or checkpoint, and seed)."""
+    """`ncclprobe train-draft` for the trace's target (its preset or checkpoint, seed and --chat),
+    sized to the trace's device (DRAFT_SIZES); `extra` options override the sizing's."""
+    from ncclprobe.engine.checkpoints import short_name
+
     target = (
-        ["--checkpoint", config["checkpoint"]]
+        ["--checkpoint", short_name(config["checkpoint"])]
         if config.get("checkpoint")
         else ["--preset", config.get("preset") or "tiny"]
     )
     seed = ["--seed", str(config["seed"])] if config.get("seed") else []
-    return shlex.join(["ncclprobe", "train-draft", *target, *seed, *extra, "--output", out])
+    chat = ["--chat"] if config.get("chat") else []
+    options = dict(zip(*[iter(_draft_size(config)[0])] * 2))
+    options.update(zip(*[iter(extra)] * 2))
+    sized = [word for pair in options.items() for word in pair]
+    return shlex.join(["ncclprobe", "train-draft", *target, *seed, *chat, *sized, "--output", out])
 
 
 def sweep_command(nranks, sizes: str, *extra: str) -> str:
@@ -100,6 +154,37 @@ def sweep_command(nranks, sizes: str, *extra: str) -> str:
     )
 
 
+def sweep_next(ev, sizes: list[int], *extra: str) -> str:
+    """The sweep that measures the engine's collective sizes at its rank count, or "" when the
+    given --sweep already holds every one (within the factor diagnose matches sizes by): a step the
+    evidence already took is not suggested again. On gloo one configuration (the defaults): NCCL
+    settings do not act there, so the 12-configuration NCCL grid would measure noise 12 times;
+    what the machine can answer is what gloo's collectives of these sizes cost."""
+    from ncclprobe.diagnose.sweep_match import NEAREST_FACTOR
+
+    nranks = ev.config.get("tp")
+    measured = [
+        r["size_bytes"]
+        for r in ev.sweep
+        if r.get("size_bytes") and (nranks is None or r.get("nranks") in (None, nranks))
+    ]
+    missing = [
+        s
+        for s in sizes
+        if not any(abs(math.log(m / s)) <= math.log(NEAREST_FACTOR) for m in measured)
+    ]
+    if sizes and not missing:
+        return ""
+    if gloo(ev):
+        extra = ("--proto", "default", "--algo", "default", *extra)
+    return sweep_command(nranks, sizes_arg(missing) if sizes else "8K..1M", *extra)
+
+
+def gloo(ev) -> bool:
+    """An engine trace recorded on gloo (the CPU machine): NCCL settings do not act on its runs."""
+    return ev.kind == "engine-trace" and ev.config.get("backend") == "gloo"
+
+
 def graphs_command(ev, phase: str) -> str:
     """What captures `phase` in a CUDA graph, for the engine the evidence came from."""
     engine = ev.config.get("engine") or "ncclprobe"
@@ -107,28 +192,30 @@ def graphs_command(ev, phase: str) -> str:
         return engine_command(ev.config, graphs="all", trace_out="trace-graphs-all.json")
     if engine == "sglang":
         return (
-            f"SGLang: keep CUDA graphs on for the {phase} step (no --disable-cuda-graph; --cuda-graph-max-bs "
-            "at least the running batch size), then profile again: " + PROFILE_COMMANDS["sglang"]
+            f"# SGLang: keep CUDA graphs on for the {phase} step (no --disable-cuda-graph; "
+            "--cuda-graph-max-bs at least the running batch size), then profile again:\n"
+            + PROFILE_COMMANDS["sglang"]
         )
     if engine == "vllm":
         return (
-            'vLLM: --compilation-config \'{"cudagraph_mode": "FULL_AND_PIECEWISE"}\' and check the server log for '
-            "'setting cudagraph_mode=PIECEWISE' (the attention backend may refuse full graphs with spec-decode); "
-            "then profile again: " + PROFILE_COMMANDS["vllm"]
+            '# vLLM: serve with --compilation-config \'{"cudagraph_mode": "FULL_AND_PIECEWISE"}\' and '
+            "check the server log for 'setting cudagraph_mode=PIECEWISE' (the attention backend may "
+            "refuse full graphs with spec-decode); then profile again:\n" + PROFILE_COMMANDS["vllm"]
         )
     return (
-        f"capture the {phase} step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead')) "
-        "and profile again"
+        f"# capture the {phase} step in a CUDA graph (torch.cuda.CUDAGraph, or "
+        "torch.compile(mode='reduce-overhead')) and profile again"
     )
 
 
 def profile_command(engine: str | None) -> str:
     return PROFILE_COMMANDS.get(
         engine or "",
-        "record torch.profiler traces (one per rank, with record_shapes=True) "
-        "and run: ncclprobe diagnose --profile FILE",
+        "# record torch.profiler traces (one per rank, with record_shapes=True) into /tmp/profile, "
+        "then:\nncclprobe diagnose --profile /tmp/profile",
     )
 
 
 def sizes_arg(sizes: list[int]) -> str:
-    return ",".join(format_size(s) for s in sorted(set(sizes)))
+    """Sizes as `sweep --sizes` reads them back to the byte (2304,9K,85248; never 2.25K)."""
+    return ",".join(exact_size(int(s)) for s in sorted(set(sizes)))

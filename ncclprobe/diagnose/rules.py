@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import (
     draft_command,
+    draft_note,
     engine_command,
     fresh,
     graphs_command,
     profile_command,
-    sizes_arg,
-    sweep_command,
+    sweep_next,
 )
 from ncclprobe.diagnose.expectations import expected_verify_ratio
 from ncclprobe.diagnose.rules_ranks import with_wait_split
@@ -463,7 +463,8 @@ def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
         return (
             f"{draft_command(ev.config, draft)} && "
             f"{engine_command(ev.config, draft=draft, trace_out='trace-trained-draft.json', train_missing_draft=False)}"
-            f"  # the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}: a trained draft"
+            f"  # the cycle yields {tpc:.2f} tokens, break-even needs {breakeven:.2f}: a trained draft; "
+            f"{draft_note(ev.config)}"
         )
     if ev.config.get("device") == "cuda":
         return graphs_command(ev, "verify")
@@ -564,7 +565,7 @@ def _bound_finding(ev, bound: dict) -> Finding:
         },
         cost_ms_per_token=share * (run.ms_per_token or 0.0) or None,
         cost_ms_per_step=share * per_step,
-        next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"),
+        next_command=sweep_next(ev, sizes),
     )
     # profiles of several ranks: the share is part waiting for a rank, part moving data
     return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE)
@@ -596,7 +597,7 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
                 rule="collectives-vs-sweep",
                 hypothesis=hyp,
                 missing="no --sweep results",
-                next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"),
+                next_command=sweep_next(ev, sizes),
             )
         ]
     from ncclprobe.diagnose.sweep_match import compare_calls, compare_run

@@ -4,7 +4,7 @@ trained for another target. Pure functions, as in `rules`; they read the engine 
 
 from __future__ import annotations
 
-from ncclprobe.diagnose.commands import draft_command, engine_command, fresh
+from ncclprobe.diagnose.commands import draft_command, draft_note, engine_command, fresh
 from ncclprobe.engine.target_identity import mismatch
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
@@ -123,6 +123,7 @@ def _retrain(ev: E.Evidence, name: str, *extra: str) -> str:
     return (
         f"{draft_command(ev.config, draft, *extra)} && "
         f"{engine_command(ev.config, draft=draft, trace_out='trace-new-draft.json', train_missing_draft=False)}"
+        f"  # {draft_note(ev.config)}"
     )
 
 

@@ -279,10 +279,16 @@ def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
         if k not in tuning_settings(run.settings)
     )
     prefix = "env " + " ".join(f"-u {k}" for k in sorted(set(inherited))) + " " if inherited else ""
+    command, _, remark = engine_command(
+        ev.config, tuned=True, trace_out="trace-tuned.json"
+    ).partition("  # ")
+    steps = " && ".join(
+        prefix + step for step in command.split(" && ")
+    )  # `env -u` acts on one step
     return (
-        prefix
-        + engine_command(ev.config, tuned=True, trace_out="trace-tuned.json")
+        steps
         + "  # --tuned alone sweeps first; or --tuned FILE, the recommendation you used"
+        + (f"; {remark}" if remark else "")
     )
 
 

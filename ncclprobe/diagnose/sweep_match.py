@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ncclprobe.diagnose.commands import sizes_arg, sweep_command
+from ncclprobe.diagnose.commands import sizes_arg, sweep_command, sweep_next
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
@@ -81,7 +81,7 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
             rule="collectives-vs-sweep",
             hypothesis=f"{name}: {hypothesis}",
             missing=f"the sweep has no {label} result within 2x of {sizes_arg(missing)} at {nranks} ranks",
-            next_command=sweep_command(nranks, sizes_arg(missing)),
+            next_command=sweep_next(ev, missing),
         )
     return _verdict(
         ev, run, name, hypothesis, excess, share * ms_token, expected_ms / tokens, settings
@@ -109,7 +109,9 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
         ev.config.get("backend") == "gloo"
     ):  # no CUDA graphs, no NCCL: the sweep again, under the same load
         nxt = (
-            sweep_command(ev.config.get("tp"), sizes_arg(sizes))
+            sweep_command(
+                ev.config.get("tp"), sizes_arg(sizes), "--proto", "default", "--algo", "default"
+            )
             + "  # gloo: rerun beside the engine's load"
         )
     elif eager:
@@ -212,10 +214,7 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
                 rule="collectives-vs-sweep",
                 hypothesis=f"{name}: {hypothesis}",
                 missing=f"the sweep has no default-settings result within 2x of {sizes_arg(missing)}",
-                next_command=(
-                    f"ncclprobe sweep --nranks {nranks or 2} --sizes {sizes_arg(missing)} "
-                    "--output sweep.jsonl"
-                ),
+                next_command=sweep_command(nranks, sizes_arg(missing)),
             )
         )
     if not out:

@@ -154,9 +154,11 @@ class EnvCheckResult:
         )
         return notes
 
-    def rows(self, joiner: str = "\n") -> list[dict]:
+    def rows(self, joiner: str = "\n", *, table: bool = True) -> list[dict]:
+        """One row per process; `table`: as a table shows it (the role indented by depth, the
+        command shortened), else complete, for CSV."""
         expecting = any(p.checks for p in self.processes)
-        return [_row(p, self.show_all, joiner, expecting) for p in self.processes]
+        return [_row(p, self.show_all, joiner, expecting, table) for p in self.processes]
 
     def title(self) -> str:
         live = sum(p.live for p in self.processes)
@@ -177,23 +179,26 @@ def _grouped(pairs) -> list[str]:
     ]
 
 
-def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool) -> dict:
+def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, table: bool) -> dict:
+    from ncclprobe.envcheck.walk import short_command
+
     info = proc.info
     env = visible_env(info.environ, show_all) if info.readable else {}
+    # columns in order of importance (a narrow terminal leaves out the last ones): the verdict
+    # against --expect and the settings, the command after them (100 columns left out settings)
     row = {
         "pid": info.pid,
         "ppid": info.ppid,
-        "role": ("  " * min(info.depth, 4)) + info.role,
+        "role": ("  " * min(info.depth, 4)) + info.role if table else info.role,
         "status": info.status,
         "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
         "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
-        # the verdict against --expect before the long text columns: a narrow terminal leaves out the last ones
         "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
         or ("ok" if proc.checks else ""),
-        "command": info.command,
         "settings": joiner.join(f"{k}={v}" for k, v in env.items())
         if info.readable
         else (info.problem or ""),
+        "command": short_command(info.command) if table else info.command,
         "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
     }
     if not expecting:  # no --expect: no empty column

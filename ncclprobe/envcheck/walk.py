@@ -20,7 +20,7 @@ from ncclprobe.secrets import mask_argv
 
 log = logging.getLogger("ncclprobe.envcheck")
 
-CMDLINE_CHARS = 80
+CMDLINE_CHARS = 48
 
 
 @dataclass
@@ -152,8 +152,19 @@ def _safe_ppid(proc: psutil.Process) -> int | None:
 def _short(argv: list[str], pid: int) -> str:
     if not argv:
         return f"[pid {pid}]"
-    text = " ".join(" ".join(mask_argv(argv)).split())  # setproctitle pads titles with spaces
-    return text if len(text) <= CMDLINE_CHARS else text[: CMDLINE_CHARS - 3] + "..."
+    # whole, masked: JSON and CSV are complete (the table shows `short_command`)
+    return " ".join(" ".join(mask_argv(argv)).split())  # setproctitle pads titles with spaces
+
+
+def short_command(command: str) -> str:
+    """A command line for a table cell: every path as its last part (`/opt/venv/bin/python` ->
+    `python`), cut after whole words to CMDLINE_CHARS. A table wraps at spaces: a path split
+    mid-word could not be read or pasted."""
+    words = [w.rsplit("/", 1)[-1] if "/" in w.rstrip("/") else w for w in command.split()]
+    text = " ".join(words)
+    if len(text) <= CMDLINE_CHARS:
+        return text
+    return text[: CMDLINE_CHARS - 3].rsplit(" ", 1)[0] + " ..."
 
 
 def mapped_libnccl(pid: int) -> tuple[str | None, bool]:

@@ -41,6 +41,13 @@ _PREFIX = ascii_re(
     r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
 _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+# RCCL (ROCm's NCCL) prints `RCCL version 2.20.5+hip6.2 HEAD:d380693+` (to 2.20) or a block that
+# starts `RCCL version : 2.21.5-HEAD:9a0e6a1` (2.21+); its number is the NCCL release it follows
+_RCCL_VERSION = ascii_re(r"^RCCL version\s*:?\s*(?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+_VLLM_NCCL = ascii_re(r"vLLM is using nccl==(?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+# nccl-tests / rccl-tests: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`
+_TEST_FAILURE = ascii_re(r"NCCL failure \S+ '(?P<what>[^']*)'")
+_QUOTE = ascii_re(r"^(?:>\s?)+")  # a log pasted as a Markdown quote
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
 _COMM_INIT = ascii_re(
@@ -111,6 +118,9 @@ class NcclLog:
 
     nccl_version: str | None = None  # "2.28.9"
     nccl_version_full: str | None = None  # "2.28.9+cuda13.0"
+    library: str | None = None  # "NCCL" or "RCCL", as its banner says
+    version_source: str | None = None  # "banner", or "vLLM's log line" (vLLM is using nccl==X)
+    failures: list[str] = field(default_factory=list)  # nccl-tests/rccl-tests' `NCCL failure` lines
     versions: set[str] = field(default_factory=set)  # every version seen (mixed installs show >1)
     env: dict[str, str] = field(default_factory=dict)  # first value NCCL reported per variable
     env_values: dict[str, list[str]] = field(default_factory=dict)  # every distinct value, in order
@@ -146,6 +156,8 @@ class NcclLog:
             "schema_version": 1,
             "nccl_version": self.nccl_version,
             "nccl_version_full": self.nccl_version_full,
+            "library": self.library,
+            "version_source": self.version_source,
             "versions": sorted(self.versions),
             "env": mask_env(self.env),
             "env_values": {
@@ -165,6 +177,7 @@ class NcclLog:
             "enabled_matrix": self.enabled_matrix,
             "tuner_plugin": self.tuner_plugin,
             "warnings": [mask_text(w) for w in self.warnings],
+            "failures": [mask_text(f) for f in self.failures],
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
             "nccl_lines": self.nccl_lines,
@@ -227,11 +240,14 @@ class _Reader:
             return
         # most lines of a real log are not NCCL's: a substring test rules them out before any regex
         match = _PREFIX.search(line) if "NCCL " in line else None
+        if (
+            "vLLM is using nccl==" in line
+        ):  # vLLM's logger; pasted logs may run it into NCCL's lines
+            found = _VLLM_NCCL.search(line)
+            if found:
+                self._version(found, None, source="vLLM's log line")
         if match is None:
-            if "NCCL version" in line:
-                bare = _VERSION.match(line.strip())
-                if bare:
-                    self._version(bare)
+            self._bare(line)
             return
         log, pid = self.log, int(match["pid"])
         log.nccl_lines += 1
@@ -255,6 +271,7 @@ class _Reader:
         substring of every line the pattern matches (a plain `in` test, far cheaper than a match)."""
         return (
             ("NCCL version", _VERSION, lambda m, pid: self._version(m)),
+            ("RCCL version", _RCCL_VERSION, lambda m, pid: self._version(m, "RCCL")),
             (" set by environment", _SET_BY_ENV, lambda m, pid: self._env(m["var"], m["value"])),
             (" Bytes -> Algo ", _TUNING, self._tuning),
             (" via ", _CONNECTION, lambda m, pid: self._connection(m["via"])),
@@ -286,10 +303,25 @@ class _Reader:
     def _count(counter: Counter, key) -> None:
         counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
-    def _version(self, match: re.Match) -> None:
+    def _bare(self, line: str) -> None:
+        """A line without NCCL's prefix: a version banner (NCCL's, RCCL's, vLLM's) or a test's
+        failure line; a substring test first, as most such lines are the application's."""
+        if "version" in line:
+            text = _QUOTE.sub("", line.strip())
+            for pattern, library in ((_VERSION, "NCCL"), (_RCCL_VERSION, "RCCL")):
+                found = pattern.match(text)
+                if found:
+                    self._version(found, library)
+        if "NCCL failure" in line and _TEST_FAILURE.search(line):
+            self.log.failures.append(_QUOTE.sub("", line.strip()))
+
+    def _version(self, match: re.Match, library: str | None = "NCCL", source="banner") -> None:
         self.log.versions.add(match["v"])
+        if library and self.log.library in (None, "NCCL"):
+            self.log.library = library
         if self.log.nccl_version is None:
             self.log.nccl_version, self.log.nccl_version_full = match["v"], match["full"]
+            self.log.version_source = source
 
     def _env(self, var: str, value: str) -> None:
         value = value.strip()

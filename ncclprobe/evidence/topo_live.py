@@ -75,7 +75,7 @@ def live_node_facts(
     try:
         topo = topology or read_live_topology()
     except Exception as exc:  # no GPU, no nvidia-smi/NVML: the rules say what they could not decide
-        log.info("no live GPU topology for the NCCL rules (%s)", exc)
+        log.debug("no live GPU topology for the NCCL rules (%s)", exc)
         return None
     caps = compute_capabilities() or []
     physical = _physical_indices(len(caps), len(topo.gpus))
@@ -212,6 +212,11 @@ def _nvlink_count(pynvml, handle, peer_bus: str) -> int:
 
 
 def _peer_access(sources: dict) -> list[list[bool]] | None:
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        sources["torch"] = "missing: no GPU device in /dev"
+        return None
     try:
         import torch
     except ImportError:

@@ -273,21 +273,22 @@ def _ll128(ctx: _Context) -> Iterator[SettingFinding]:
         return
     clause = forcing[0]
     how = (
-        f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list leaves in "
-        "(seen on 2.28.9: it then picks LL128 without NVLink)"
+        f"`{clause}` is a ^ list that leaves LL128 in, and NCCL force-enables every protocol a ^ list "
+        "leaves in (seen on 2.28.9: it then picks LL128 without NVLink)"
         if "^" in clause
         else f"`{clause}` names LL128"
     )
-    verdict = (
-        "NCCL keeps LL128 off here"
+    # what happens when: with the setting LL128 is on; without it NCCL's own rule decides
+    unset = (
+        "Without the setting NCCL would keep LL128 off here"
         if default.on is False
-        else "whether NCCL would keep LL128 on here is not known from this evidence"
+        else "Whether NCCL would enable LL128 here without the setting is not known from this evidence"
     )
     yield SettingFinding(
         "error" if default.on is False else "warning",
         "NCCL_PROTO",
-        f"NCCL_PROTO={ctx.env['NCCL_PROTO']} forces LL128 on ({how}), and {verdict}: {default.why}. "
-        "NCCL enables LL128 only where it verified that it cannot corrupt data silently",
+        f"NCCL_PROTO={ctx.env['NCCL_PROTO']} forces LL128 on: {how}. {unset}: {default.why}. "
+        "NCCL enables LL128 by itself only where it verified that it cannot corrupt data silently.",
         "exclude LL128 too (NCCL_PROTO=^LL,LL128) or name only what you want (NCCL_PROTO=LL,Simple)",
         LL128_RULE,
     )

@@ -235,4 +235,8 @@ def save(doc: dict, directory: str | Path) -> list[Path]:
 
 
 def verdict(doc: dict) -> Verdict:
-    return Verdict.of(any(f["severity"] == "error" for f in doc["findings"]))
+    """FINDINGS on an error; NOTHING_HERE (exit 3, as plain `topo`) when no GPU pair or host copy
+    could be measured here, whatever the platform checks read: the question was not answered."""
+    if any(f["severity"] == "error" for f in doc["findings"]):
+        return Verdict.FINDINGS
+    return Verdict.NOTHING_HERE if doc["measurement"]["status"] == "unavailable" else Verdict.FINE

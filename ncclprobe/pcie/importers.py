@@ -97,6 +97,24 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
     )
 
 
+def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
+    """A table's rows as one section per matrix, titled `bandwidth uni P2P=disabled ce (GB/s)`, without
+    the matrix and unit columns: in every row the 29-character title wrapped over two lines at 100
+    columns and doubled an 8x8 matrix's height. Rows of no matrix: one untitled section. (CSV and
+    JSON keep every column in every row.)"""
+    if not rows or "matrix" not in rows[0]:
+        return [(None, rows)]
+    sections: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["matrix"], row.get("unit"))
+        sections.setdefault(key, []).append(
+            {k: v for k, v in row.items() if k not in ("matrix", "unit")}
+        )
+    return [
+        (f"{label} ({unit})" if unit else label, part) for (label, unit), part in sections.items()
+    ]
+
+
 def write_records(imported: Imported, output: str, force: bool = False) -> int:
     """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
     with `force` (`ncclprobe.safe_output`)."""

@@ -39,6 +39,16 @@ class SizeChoice:
     def chosen(self) -> str:
         return self.fastest if self.significant else self.baseline
 
+    @property
+    def verdict(self) -> str:
+        """The one wording of this size's verdict, for the CLI's table and the report alike (the
+        report said "keep default" where the CLI said "baseline fastest")."""
+        if self.baseline == NO_WINNER:  # among candidates
+            return "winner" if self.significant else "no clear winner"
+        if self.significant:
+            return "change"
+        return "keep baseline" if self.fastest != self.baseline else "baseline fastest"
+
 
 NO_WINNER = "none"  # among candidates, no configuration beat the next best beyond the noise
 

@@ -100,7 +100,7 @@ def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
                 "time (µs)": round(c.time_us, 2),
                 "gain (%)": round(100 * c.gain, 1),
                 "noise (±%)": round(100 * c.noise, 1),
-                "verdict": "change" if c.significant else "keep default",
+                "verdict": c.verdict,
             }
             for c in rec.per_size
         ]

@@ -97,7 +97,10 @@ def busbw(ev: Evidence, out: Path) -> list[Figure]:
 def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset()) -> list[Figure]:
     """Speedup over the default (default time / config time) per configuration and size, the
     value written in each cell; cells where a configuration gave wrong results, hung or failed
-    are marked instead. Excluded and refused (unsafe) configurations say so in their row label."""
+    are marked instead. Excluded and refused (unsafe) configurations say so in their row label.
+    Only a difference beyond the noise is coloured (`stats.significant`, either way); the others
+    are grey with their value written, and timings that cannot rank NCCL settings (gloo,
+    --share-gpu) colour nothing and call no row refused: the caveat under the figure says why."""
     default = ev.default
     if default is None:
         return []
@@ -105,17 +108,32 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     rows = sorted((set(ev.curves) | {e.config_id for e in ev.excluded}) - {"default"})
     if not rows:
         return []
-    grid, marks = _speedup_grid(ev, rows, sizes)
+    caveat = timing_caveat(ev.headers)
+    grid, marks, real = _speedup_grid(ev, rows, sizes)
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(sizes) + 3), max(2.5, 0.5 * len(rows) + 1.5)))
     values = [v for row in grid for v in row if v is not None]
     top = max([max(v, 1 / v) for v in values if v > 0] + [1.05])
-    masked = [[float("nan") if v is None else v for v in row] for row in grid]
+    masked = [
+        [
+            v if v is not None and (r, c) in real and not caveat else float("nan")
+            for c, v in enumerate(row)
+        ]
+        for r, row in enumerate(grid)
+    ]
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#e6e6e6")  # noise: neutral grey
     # log scale symmetric about 1: 2x faster and 2x slower sit equally far from the neutral colour
-    image = ax.imshow(masked, cmap="RdYlGn", norm=LogNorm(1 / top, top), aspect="auto")
+    image = ax.imshow(masked, cmap=cmap, norm=LogNorm(1 / top, top), aspect="auto")
+    refused = frozenset() if caveat else refused
     for r, row in enumerate(grid):
         for c, value in enumerate(row):
             text = marks.get((r, c)) or (f"{value:.2f}" if value is not None else "")
-            dark = value is not None and value > 0 and abs(math.log(value)) > 0.6 * math.log(top)
+            dark = (
+                (r, c) in real
+                and not caveat
+                and value is not None
+                and value > 0
+                and abs(math.log(value)) > 0.6 * math.log(top)
+            )
             ax.text(
                 c,
                 r,
@@ -130,7 +148,8 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     ax.set_yticks(range(len(rows)), [_row_label(ev, cid, refused) for cid in rows])
     ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
     ax.set_title(
-        f"speedup over default ({ev.collective}, {ev.mode}); x = wrong, H = hang, E = error"
+        f"speedup over default ({ev.collective}, {ev.mode}); grey = inside the noise; "
+        "x = wrong, H = hang, E = error"
     )
     bar = fig.colorbar(image, ax=ax, label="speedup (default time / config time)")
     bar.set_ticks(_ratio_ticks(top))
@@ -240,7 +259,11 @@ def acceptance(runs: list, out: Path) -> list[Figure]:
 
 
 def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
-    grid, marks = [], {}
+    """(speedups by row and size, marks of failed cells, the cells whose difference from the default
+    is beyond the noise, faster or slower)."""
+    from ncclprobe.stats import significant
+
+    grid, marks, real = [], {}, set()
     symbols = {"wrong": "x", "hang": "H", "error": "E", "ignored": "I", "skipped": "-"}
     excluded = {e.config_id: e.status for e in ev.excluded}
     for r, cid in enumerate(rows):
@@ -253,11 +276,12 @@ def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
             )
             if status:
                 marks[(r, c)] = symbols.get(status, "?")
-            row.append(
-                ev.default.points[size].time_us / point.time_us if point and not status else None
-            )
+            base = ev.default.points[size]
+            row.append(base.time_us / point.time_us if point and not status else None)
+            if point and not status and (significant(point, base) or significant(base, point)):
+                real.add((r, c))
         grid.append(row)
-    return grid, marks
+    return grid, marks, real
 
 
 def _row_label(ev: Evidence, cid: str, refused: frozenset[str]) -> str:

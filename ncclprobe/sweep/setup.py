@@ -33,6 +33,8 @@ ONE_RANK_NOTE = (
 
 
 def gpu_count() -> int:
+    if not provenance.gpu_device_visible():
+        return 0  # known without importing torch: a usage error answers at once
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

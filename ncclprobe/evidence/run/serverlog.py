@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.view import Acceptance, EngineRun, RunSet
+from ncclprobe.evidence.run.view import Acceptance, EngineRun, Phase, RunSet
 from ncclprobe.validate import read_text
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")
@@ -39,6 +39,7 @@ VLLM_MARKERS = (
     "setting cudagraph_mode",
     "Overriding cudagraph_mode",
     "[gpu_model_runner.py",
+    "SpecDecodeWorker stage times",
 )
 MAX_LINE = 1 << 16  # longer lines are not log lines we read; only their head is looked at
 _NUM = r"[0-9]+(?:\.[0-9]+)?"
@@ -53,6 +54,13 @@ _V0_COUNT = re.compile(
 )
 # V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
 _V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]+) tokens\b")
+# V0's spec_decode_worker.py: `SpecDecodeWorker stage times: average_time_per_proposal_tok_ms=4.96
+# scoring_time_ms=54.92 verification_time_ms=1.20`, averages over a logging interval: the draft's time
+# per proposed token, the target's scoring (verify) forward, the rejection sampler
+_V0_STAGES = re.compile(
+    r"average_time_per_proposal_tok_ms=(" + _NUM + r") scoring_time_ms=(" + _NUM + r") "
+    r"verification_time_ms=(" + _NUM + ")"
+)
 _VLLM_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
 # the engine config prints a Python dict (0.10+: `'cudagraph_capture_sizes': [1, 2]`); earlier V1 versions
 # printed the compilation config as JSON (`"cudagraph_capture_sizes":[512,504]`)
@@ -163,7 +171,7 @@ def _sglang(lines: list[str], path: str) -> dict:
 
 
 def _vllm(lines: list[str], path: str) -> dict:
-    tput, running, means, positions, rates, downgrades = [], [], [], [], [], []
+    tput, running, means, positions, rates, downgrades, stages = [], [], [], [], [], [], []
     mode = sizes = spec = tp = eager = None
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
     interval = {
@@ -194,6 +202,10 @@ def _vllm(lines: list[str], path: str) -> dict:
                 for key, value in _V1_COUNT.findall(line):
                     interval[key] += int(value)
                 interval["lines"] += 1
+        elif "SpecDecodeWorker stage times" in line:
+            m = _V0_STAGES.search(line)
+            if m:
+                stages.append(tuple(float(v) for v in m.groups()))
         elif "cudagraph_mode" in line and (
             "setting cudagraph_mode" in line or "Overriding cudagraph_mode" in line
         ):
@@ -230,7 +242,7 @@ def _vllm(lines: list[str], path: str) -> dict:
         )
     if v0:
         rates = rates[-1:]  # cumulative: the last line holds the whole run
-    speculative = bool(means) or bool(spec) or bool(rates) or v0 is not None
+    speculative = bool(means) or bool(spec) or bool(rates) or v0 is not None or bool(stages)
     return {
         "engine": "vllm",
         "path": path,
@@ -253,6 +265,16 @@ def _vllm(lines: list[str], path: str) -> dict:
         "num_spec_tokens": spec,
         "tp": tp,
         "downgrades": downgrades,
+        "stage_times": (
+            {
+                "lines": len(stages),
+                "draft_ms_per_token": _median([s[0] for s in stages]),
+                "verify_ms": _median([s[1] for s in stages]),
+                "accept_ms": _median([s[2] for s in stages]),
+            }
+            if stages
+            else None
+        ),
     }
 
 
@@ -295,14 +317,46 @@ def to_run(log: dict) -> EngineRun:
         engine=log["engine"],
         acceptance=acceptance,
         tokens_per_s=log["gen_tokens_per_s"],
+        phases=_stage_phases(log),
         log=log,
         notes=log_notes(log),
     )
 
 
+def _stage_phases(log: dict) -> dict[str, Phase]:
+    """vLLM V0's stage times as per-step phases: the scoring forward is the verify step; the draft
+    time is per proposed token (one draft step each). Each line is an interval's average, so the
+    count is the number of lines, the time per step their median; graphs and GPU time are unknown."""
+    stages = log.get("stage_times")
+    if not stages:
+        return {}
+    found_by = "vLLM V0 SpecDecodeWorker stage times"
+    n = stages["lines"]
+    return {
+        name: Phase(
+            name=name,
+            kind=name,
+            count=n,
+            total_ms=stages[key] * n,
+            median_ms=stages[key],
+            found_by=found_by,
+        )
+        for name, key in (("draft", "draft_ms_per_token"), ("verify", "verify_ms"))
+    }
+
+
 def log_notes(log: dict) -> list[str]:
+    stages = log.get("stage_times")
     notes = [
-        "a server log holds no per-step times, no kernels and no collectives: it cannot show which steps ran "
+        (
+            f"vLLM V0's SpecDecodeWorker stage times give per-step times (median of {stages['lines']} "
+            f"line(s)): verify (scoring) {stages['verify_ms']:.2f} ms, draft {stages['draft_ms_per_token']:.2f} "
+            f"ms per proposed token, acceptance (verification) {stages['accept_ms']:.2f} ms; "
+            "the log holds no kernels and no collectives: it cannot show which steps ran from CUDA "
+            "graphs or what the collectives cost"
+        )
+        if stages
+        else "a server log holds no per-step times, no kernels and no collectives: it cannot show which steps ran "
         "from CUDA graphs or what the collectives cost"
     ]
     if log["engine"] == "sglang" and log["speculative"]:
