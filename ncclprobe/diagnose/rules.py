@@ -7,6 +7,7 @@ Settings-related hypotheses live in `rules_settings`.
 
 from __future__ import annotations
 
+from ncclprobe import stats
 from ncclprobe.diagnose.commands import (
     draft_command,
     engine_command,
@@ -24,7 +25,6 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
 COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much
 SWEEP_EXCESS = 2.0  # engine collectives this many times the sweep's time: suspicious
-SLOWER_NOISE = 0.05  # a speculative run within 5% of the baseline: timing noise, not a finding
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
 NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
 
@@ -327,50 +327,59 @@ def speculative_slower(ev: E.Evidence) -> list:
 
 
 def _compare_speeds(ev, run, base):
-    """A verdict only beyond the spread of the repeats (run-engine --repeats): every speculative
-    repeat faster than every baseline one rules the hypothesis out, every one slower is a finding,
-    overlapping ranges are inconclusive. One measurement each has no spread: it never rules out,
-    and a slower speculative run is reported with medium confidence."""
+    """The noise rule of `ncclprobe.stats` on the two runs' tokens/s: with repeats on both sides
+    (run-engine --repeats) their spreads and the 5 % floor decide, else the noise floor of one run
+    on this device (a shared CPU's tokens/s vary 2x, a GPU's a few percent). Faster beyond the noise
+    rules the hypothesis out, slower is a finding, anything else says what would settle it."""
     hyp = "speculative slower than the baseline"
+    verdict = stats.compare(
+        _speed_sample(run),
+        _speed_sample(base),
+        single="gpu" if ev.config.get("device") == "cuda" else "cpu",
+    )
     speedup = run.tokens_per_s / base.tokens_per_s
-    spec_range, base_range = run.speed_range(), base.speed_range()
     figures = f"speculative {_rate(run)} against baseline {_rate(base)} tok/s ({speedup:.2f}x)"
-    if spec_range and base_range:
-        if spec_range[0] > base_range[1]:
-            return RuledOut(
-                rule="speculative-slower",
-                hypothesis=hyp,
-                reason=f"{run.label}: every speculative repeat was faster than every baseline repeat: {figures}",
-            )
-        if spec_range[1] >= base_range[0]:
-            return Finding(
-                rule="speculative-slower",
-                severity="info",
-                confidence="low",
-                title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
-                f"inside the spread of the repeats ({figures})",
-                detail="The ranges of the repeats overlap, so the measurements cannot tell which mode is "
-                "faster; nothing is ruled out. More repeats or a longer run narrow them.",
-                evidence={
-                    "speculative_tokens_per_s": list(run.tokens_per_s_repeats),
-                    "baseline_tokens_per_s": list(base.tokens_per_s_repeats),
-                },
-                next_command=engine_command(
-                    ev.config,
-                    repeats=2 * len(run.tokens_per_s_repeats) + 1,
-                    trace_out="trace-repeats.json",
-                ),
-            )
-        return _slower_finding(ev, run, base, noise=False)
-    if speedup >= 1.0:
+    if verdict.verdict == stats.FASTER:
+        return RuledOut(
+            rule="speculative-slower",
+            hypothesis=hyp,
+            reason=f"{run.label}: speculative is faster beyond the noise: {figures}; {verdict.describe()}",
+        )
+    if verdict.verdict == stats.SLOWER:
+        return _slower_finding(ev, run, base, verdict)
+    repeats = 2 * max(len(run.tokens_per_s_repeats), 1) + 1
+    if verdict.basis == stats.NOISE_FLOOR:
         return NotChecked(
             rule="speculative-slower",
             hypothesis=hyp,
-            missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and a single "
-            "run's tokens/s can vary by 2x or more on a shared machine",
-            next_command=engine_command(ev.config, repeats=5, trace_out="trace-repeats.json"),
+            missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and the "
+            f"difference is inside the {verdict.floor:.0%} a single run's tokens/s can vary by on this "
+            "device",
+            next_command=engine_command(
+                ev.config, repeats=max(repeats, 5), trace_out="trace-repeats.json"
+            ),
         )
-    return _slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE, single=True)
+    return Finding(
+        rule="speculative-slower",
+        severity="info",
+        confidence="low",
+        title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
+        f"inside the spread of the repeats ({figures})",
+        detail="The repeats' spreads overlap, or the difference is below the 5 % floor, so the "
+        f"measurements cannot tell which mode is faster; nothing is ruled out ({verdict.describe()}). "
+        "More repeats or a longer run narrow them.",
+        evidence={
+            "speculative_tokens_per_s": list(run.tokens_per_s_repeats),
+            "baseline_tokens_per_s": list(base.tokens_per_s_repeats),
+            "noise_rule": verdict.to_json(),
+        },
+        next_command=engine_command(ev.config, repeats=repeats, trace_out="trace-repeats.json"),
+    )
+
+
+def _speed_sample(run) -> stats.Sample:
+    """A run's tokens/s as the noise rule's sample: its repeats, else its one measurement."""
+    return stats.Sample.of_rates(run.tokens_per_s_repeats or [run.tokens_per_s])
 
 
 def _rate(run) -> str:
@@ -382,7 +391,7 @@ def _rate(run) -> str:
     )
 
 
-def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding:
+def _slower_finding(ev, run, base, verdict: stats.Comparison) -> Finding:
     parts = {
         name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
         for name in ("draft", "verify", *E.OVERHEAD_PHASES)
@@ -409,6 +418,7 @@ def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding
         "cycle_ms": _r(cycle_ms),
         "tokens_per_cycle": _r(tpc),
         "breakeven_tokens_per_cycle": _r(breakeven),
+        "noise_rule": verdict.to_json(),
     }
     biggest = max(
         ("draft", "verify", "overhead"),
@@ -425,24 +435,19 @@ def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding
         if breakeven
         else ""
     )
+    single = verdict.basis == stats.NOISE_FLOOR
     return Finding(
         rule="speculative-slower",
-        severity="info" if noise else "warning",
-        confidence="low" if noise else ("medium" if single else "high"),
-        title=(
-            f"speculative {run.tokens_per_s:.1f} tok/s is "
-            + ("no faster than (within timing noise)" if noise else "slower than")
-            + f" the baseline's {base.tokens_per_s:.1f} tok/s"
-        ),
+        severity="warning",
+        confidence="medium" if single else "high",
+        title=f"speculative {run.tokens_per_s:.1f} tok/s is slower than the baseline's "
+        f"{base.tokens_per_s:.1f} tok/s beyond the noise",
         detail=(
             f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
             f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
-            f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."
-            + (
-                " One measurement each: no spread to weigh it by (run-engine --repeats)."
-                if single
-                else ""
-            )
+            f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}. "
+            f"Slower {verdict.describe()}."
+            + (" More repeats give it a spread (run-engine --repeats)." if single else "")
         ),
         evidence=nums,
         cost_ms_per_token=ms_token - decode_ms,
