@@ -178,7 +178,9 @@ def test_engine_traces_with_one_run_each_use_the_devices_noise_floor(speculative
         assert (found[0].severity, found[0].confidence) == ("warning", "medium")
         assert found[0].evidence["noise_rule"]["basis"] == NOISE_FLOOR
     if missing:
-        assert "one measurement each" in missing[0].missing and "--repeats" in missing[0].next_command
+        assert (
+            "one measurement each" in missing[0].missing and "--repeats" in missing[0].next_command
+        )
 
 
 def test_run_engine_tuned_comparison_carries_the_verdict():
@@ -193,7 +195,9 @@ def test_run_engine_tuned_comparison_carries_the_verdict():
             "phases": {},
         }
 
-    rows = compare_tuned([run("untuned", [100.0, 101.0, 102.0]), run("tuned", [120.0, 121.0, 122.0])])
+    rows = compare_tuned(
+        [run("untuned", [100.0, 101.0, 102.0]), run("tuned", [120.0, 121.0, 122.0])]
+    )
     assert rows[0]["noise_rule"]["verdict"] == FASTER and rows[0]["noise_rule"]["basis"] == REPEATS
     rows = compare_tuned([run("untuned", [100.0]), run("tuned", [103.0])], device="cuda")
     assert rows[0]["noise_rule"]["verdict"] == WITHIN_NOISE

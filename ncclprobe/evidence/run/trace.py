@@ -24,6 +24,7 @@ from ncclprobe.evidence.run.view import (
     Phase,
     Worker,
 )
+from ncclprobe.nccl.values import reads_the_same
 from ncclprobe.secrets import mask_provenance
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict
@@ -309,7 +310,9 @@ def settings_check(run: dict) -> dict:
         )
         logs = [w["nccl_read"] for w in workers if w["nccl_read"]]
         read[key] = (
-            all(log.get(key) == value for log in logs) if logs and key.startswith("NCCL_") else None
+            all(key in log and reads_the_same(key, value, str(log[key])) for log in logs)
+            if logs and key.startswith("NCCL_")
+            else None
         )
     return {
         "label": run["label"],
