@@ -116,46 +116,64 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
     if expectation:
         expected_ms = decode.median_ms * expectation.ratio
         cost_step = max(0.0, rec.median_ms - expected_ms)
+        applies = expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
         ev_num.update(
             expected_graphed_verify_ms=round(expected_ms, 4),
             expected_ratio=round(expectation.ratio, 3),
+            cost_from="model: measured eager verify minus the bytes model's captured verify",
         )
         how = (
-            f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
-            f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about "
-            f"{cost_step * steps_per_cycle:.3f} ms per cycle"
+            f"measured: the eager verify {rec.median_ms:.3f} ms and the captured decode "
+            f"{decode.median_ms:.3f} ms per step. Modelled, not measured: a captured verify would cost "
+            f"about {expectation.ratio:.2f}x the decode step ({expected_ms:.3f} ms, the bytes model of the "
+            f"model shape), so the model puts the cost of running it eagerly at about "
+            f"{cost_step * steps_per_cycle:.3f} ms per cycle: the residual of the measurement over the "
+            "model, which also holds whatever else the verify path costs. A captured verify "
+            "(the next command) measures it"
+            + (
+                ""
+                if applies
+                else "; the model's premise (a bandwidth-bound decode step) does not hold for this "
+                "decode step, so the figure is only an order of magnitude"
+            )
         )
-        # the bytes model holds only for a bandwidth-bound decode step (see expectations)
-        confidence = (
-            "high"
-            if expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
-            else "medium"
+        # a model's residual: medium at best; low where the bytes model does not apply (expectations)
+        confidence = "medium" if applies else "low"
+        cause = (
+            "The gap is the verify step's own path (eager launches, and whatever the model leaves out), "
+            "not the collectives: NCCL settings cannot close it."
         )
     elif rec.idle_ms is not None:
-        # a profile: the GPU sat idle inside each eager step while the host launched kernels one by
-        # one; a graph replay launches them all at once, so that idle time is what capture recovers
+        # a profile: the GPU sat idle inside each eager step; capture removes the part of that idle
+        # time that is kernel launches, not Python, sampling or other host work between them
         cost_step = rec.idle_ms
         ev_num.update(
             {
                 f"{name}_device_ms": _r(rec.device_ms),
                 f"{name}_gpu_idle_ms": _r(rec.idle_ms),
                 f"{name}_launches_per_step": rec.launches,
+                "cost_from": "measured GPU idle time; that capture removes it is inferred",
             }
         )
         how = (
-            f"of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle "
-            f"{rec.idle_ms:.3f} ms "
-            f"while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one; a graph replay "
-            f"removes those gaps, about {cost_step:.3f} ms per step"
+            f"measured: of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle "
+            f"{rec.idle_ms:.3f} ms while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one. "
+            f"Inferred: a graph replay removes the launch gaps, up to about {cost_step:.3f} ms per step "
+            "(idle time that is Python, sampling or data-dependent host work stays)"
         )
-        confidence = "high"
+        confidence = "medium"
+        cause = "NCCL settings cannot close this gap: the GPU was idle, not in the collectives."
     else:
         cost_step = rec.median_ms
+        ev_num["cost_from"] = "upper bound: the eager step's whole time"
         how = (
             f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what "
             "capturing it can save"
         )
         confidence = "medium"
+        cause = (
+            "NCCL settings cannot close this gap: it is the step's own path, not the collectives."
+        )
     cost_cycle = cost_step * steps_per_cycle
     cost_token = _cost_per_token(run, cost_cycle)
     share = _share(run, cost_token, cost_cycle)
@@ -174,8 +192,7 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
         detail=(
             f"In the {run.label} speculative run the {name} phase ran as individual kernel launches "
             f"({rec.median_ms:.3f} ms median per step) while the decode step it is compared with ({source}) is a "
-            f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. NCCL settings cannot close this "
-            f"gap: it is host launch overhead, not the collectives."
+            f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. {cause}"
         ),
         evidence=ev_num,
         cost_ms_per_token=cost_token,
