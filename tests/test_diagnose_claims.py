@@ -31,5 +31,9 @@ def test_eager_phase_where_the_bytes_model_does_not_apply_is_low_confidence():
         for rec in run["phases"].values():
             for key in ("total_ms", "median_ms", "p90_ms"):
                 rec[key] *= 1000.0  # 12 s per decode step: the weights move at MB/s
-    top = next(f for f in run_diagnosis(trace).findings if f.rule == "eager-phase")
+    top = next(
+        f
+        for f in run_diagnosis(trace).findings
+        if f.rule == "eager-phase" and f.evidence["phase"] == "verify"
+    )
     assert top.confidence == "low" and "does not hold for this decode step" in top.detail
