@@ -106,30 +106,56 @@ def _split_by_size(log) -> str:
 
 
 def _capture_sizes(ev, run, log) -> list:
+    """Logged batch sizes against the largest captured graph, in the unit the engine captures in:
+    SGLang's cuda_graph_bs are batch sizes (requests); vLLM's cudagraph_capture_sizes count tokens,
+    and with speculative decoding a decode step runs each request's 1 + k tokens
+    (gpu_model_runner's uniform_decode_query_len), so requests x (1 + k) must fit."""
     sizes, top = log.get("capture_sizes"), log.get("max_capture_size")
     if not top or not log["batch_sizes"]:
         return []
-    above = {int(b): n for b, n in log["batch_sizes"].items() if int(b) > top}
     hyp = "batch sizes fall outside the captured graphs"
+    per_request, unit = 1, "requests"
+    if log["engine"] == "vllm" and log["speculative"]:
+        k = log.get("num_spec_tokens")
+        if not k:
+            return [
+                NotChecked(
+                    rule="capture-sizes",
+                    hypothesis=hyp,
+                    missing="the number of speculative tokens: vLLM captures graphs by tokens, and a "
+                    "speculative decode step runs 1 + k tokens per request (the start-up lines name "
+                    "num_spec_tokens)",
+                )
+            ]
+        per_request, unit = 1 + int(k), f"tokens (requests x {1 + int(k)}: 1 + k={k} per request)"
+    steps = {int(b): int(b) * per_request for b in log["batch_sizes"]}
+    above = {b: n for b, n in log["batch_sizes"].items() if steps[int(b)] > top}
     if not above:
+        largest = max(steps, key=steps.get)
         return [
             RuledOut(
                 rule="capture-sizes",
                 hypothesis=hyp,
-                reason=f"every logged batch size (up to {max(map(int, log['batch_sizes']))}) is within the "
-                f"largest captured size {top}",
+                reason=f"every logged batch (up to {largest} requests"
+                + (f", {steps[largest]} {unit}" if per_request > 1 else "")
+                + f") is within the largest captured size {top}",
             )
         ]
     total = sum(log["batch_sizes"].values())
+    word = unit.split(" ")[0]
+    batches = ", ".join(
+        f"{b} requests" + (f" ({steps[int(b)]} {word})" if per_request > 1 else "")
+        for b in sorted(above, key=int)
+    )
     return [
         Finding(
             rule="capture-sizes",
             severity="warning",
             confidence="medium",
-            title=f"{sum(above.values())} of {total} logged intervals ran batch sizes above the largest "
-            f"captured graph ({top})",
+            title=f"{sum(above.values())} of {total} logged intervals ran batches above the largest "
+            f"captured graph ({top} {word})",
             detail=(
-                f"Batch sizes {', '.join(map(str, sorted(above)))} exceed the captured sizes"
+                f"Batches of {batches} exceed the captured sizes"
                 + (f" {sizes}" if sizes else "")
                 + ": those steps run without a graph. Raise the largest capture size "
                 "(SGLang --cuda-graph-max-bs; vLLM compilation config max_cudagraph_capture_size) or cap "
@@ -139,6 +165,8 @@ def _capture_sizes(ev, run, log) -> list:
                 "batch_sizes": log["batch_sizes"],
                 "capture_sizes": sizes,
                 "max_capture_size": top,
+                "capture_unit": unit,
+                "step_sizes": {b: steps[int(b)] for b in log["batch_sizes"]},
             },
         )
     ]
