@@ -92,3 +92,92 @@ def test_env_check_without_expectations_rules_nothing_out():
     assert "env-check" not in [r.rule for r in result.ruled_out]
     [missing] = [n for n in result.not_checked if n.rule == "env-check"]
     assert "no expectation" in missing.missing
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def test_a_stand_in_size_alone_can_neither_trigger_nor_clear_the_2x_cut():
+    """The hand-written sweep measured half of each size the recorded engine run issued, 1180 us
+    each. The baseline run's collectives then cost between 1.50x (if time doubles with size) and
+    3.00x (if it does not change) the sweep: open, so not checked (the old rule said 3.0x, a
+    finding made by the stand-in alone). The speculative run is above 2x over the whole range."""
+    from ncclprobe.diagnose import load_evidence
+
+    result = diagnose(
+        load_evidence(
+            S.TRACES / "collective-bound.json",
+            sweep=FIXTURES / "results" / "handwritten_sweep_half_sizes.jsonl",
+        )
+    )
+    verdicts = {
+        (item.hypothesis if hasattr(item, "hypothesis") else item.title).split(":")[0]: item
+        for item in result.findings + result.ruled_out + result.not_checked
+        if item.rule == "collectives-vs-sweep"
+    }
+    base, spec = verdicts["untuned baseline"], verdicts["untuned speculative"]
+    assert type(base).__name__ == "NotChecked" and "between 1.50x and 3.00x" in base.missing
+    assert "--sizes 256B,4K" in base.next_command
+    assert type(spec).__name__ == "Finding" and spec.evidence["ratio"] > 2.0
+    assert spec.evidence["ratio_most"] > spec.evidence["ratio"]
+    assert "at most: sweep sizes within 2x stand in" in spec.detail
+    assert "outside NCCL's algorithm choice" not in spec.detail
+    assert "NCCL_DEBUG_SUBSYS=TUNING" in spec.detail
+
+
+@pytest.mark.parametrize("ratio,verdict", [(1.99, "ruled out"), (2.01, "finding")])
+def test_the_2x_cut_at_exact_sizes(tmp_path, ratio, verdict):
+    """With the sweep at the engine's own sizes the cut is the ratio itself: <= 2 is ruled out."""
+    import json
+
+    from ncclprobe.diagnose import load_evidence
+
+    trace = S.recorded("collective-bound.json")
+    run = S.runs(trace, "baseline")[0]
+    measured = run["collective_share"] * run["ms_per_token"]
+    calls = sum(s["count"] for s in run["collectives"]["sizes"])
+    time_us = measured * run["new_tokens"] * 1000.0 / (ratio * calls)
+    header = {
+        "record": "header",
+        "schema_version": 1,
+        "kind": "sweep",
+        "backend": "gloo",
+        "nranks": 2,
+    }
+    rows = [
+        {
+            "record": "result",
+            "config_id": "default",
+            "settings": {},
+            "collective": "all_reduce",
+            "mode": "eager",
+            "size_bytes": size,
+            "nranks": 2,
+            "status": "ok",
+            "time_us": time_us,
+        }
+        for size in (256, 1024, 4096)
+    ]
+    sweep = tmp_path / "sweep.jsonl"
+    sweep.write_text("".join(json.dumps(r) + "\n" for r in [header, *rows]))
+    trace_path = tmp_path / "t.json"
+    trace_path.write_text(json.dumps(trace))
+    result = diagnose(load_evidence(trace_path, sweep=sweep))
+    names = [f.title for f in result.findings if f.rule == "collectives-vs-sweep"] + [
+        r.hypothesis for r in result.ruled_out if r.rule == "collectives-vs-sweep"
+    ]
+    base = [n for n in names if n.startswith("untuned baseline")]
+    kinds = "finding" if any(f.title in base for f in result.findings) else "ruled out"
+    assert len(base) == 1 and kinds == verdict
+
+
+def test_a_server_log_alone_rules_no_collective_cause_out():
+    """With only a vLLM server log, nothing shows collectives: not checked, never 'no collective
+    kernel ran'."""
+    from ncclprobe.diagnose import load_evidence
+
+    log = FIXTURES / "server_logs" / "vllm_0.22_mtp_spec_decoding_dgx_spark.log"
+    result = diagnose(load_evidence(server_logs=[log]))
+    assert "collectives-vs-sweep" not in [r.rule for r in result.ruled_out]
+    [missing] = [n for n in result.not_checked if n.rule == "collectives-vs-sweep"]
+    assert "a server log records none" in missing.missing

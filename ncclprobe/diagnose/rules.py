@@ -593,20 +593,25 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     """The engine's collectives against the sweep's time for the same sizes, settings and mode."""
     hyp = "engine collectives cost more than the sweep measured"
     if not any(run.collectives for _, run in ev.all_runs()):
-        if ev.kind != "engine-trace" and not ev.config.get("tp"):
+        # none seen rules out only where collectives would have been seen: our trace records every
+        # call, a profile with GPU activity every kernel; a server log or a CPU-only profile none
+        seen = _records_collectives(ev)
+        if not seen:
             return [
                 NotChecked(
                     rule="collectives-vs-sweep",
                     hypothesis=hyp,
-                    missing="the evidence shows no collectives",
+                    missing="collectives: "
+                    + (
+                        "a server log records none"
+                        if ev.kind == "server-log"
+                        else "the evidence cannot show them (a profile without GPU activity)"
+                    ),
+                    next_command=profile_command(ev.config.get("engine"))
+                    if ev.kind != "engine-trace"
+                    else "",
                 )
             ]
-        # a profile's tp may be only the number of files given: say what was seen, not a size inferred
-        seen = (
-            f"the engine issued no collectives (tp={ev.config.get('tp')})"
-            if ev.kind == "engine-trace"
-            else "no collective kernel ran in the profiled steps"
-        )
         return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp, reason=seen)]
     sizes = _all_sizes(ev)
     if not ev.sweep:
@@ -627,6 +632,21 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
         else:
             out += compare_calls(ev, run, run.name(source), hyp, SWEEP_EXCESS)
     return out
+
+
+def _records_collectives(ev: E.Evidence) -> str:
+    """What the evidence would have shown had a collective run ('' when it cannot show one): our
+    trace counts every call the communicator issued; a profile with GPU activity holds every
+    kernel (a profile's tp may be only the number of files given: say what was seen)."""
+    if ev.kind == "engine-trace":
+        return f"the engine issued no collectives (tp={ev.config.get('tp')})"
+    gpu = any(
+        p.device_ms is not None
+        for _, run in ev.all_runs()
+        if run.source == "profile"
+        for p in run.phases.values()
+    )
+    return "no collective kernel ran in the profiled steps (GPU activity recorded)" if gpu else ""
 
 
 def graph_coverage(ev: E.Evidence) -> list:
