@@ -181,3 +181,79 @@ def test_a_server_log_alone_rules_no_collective_cause_out():
     assert "collectives-vs-sweep" not in [r.rule for r in result.ruled_out]
     [missing] = [n for n in result.not_checked if n.rule == "collectives-vs-sweep"]
     assert "a server log records none" in missing.missing
+
+
+NVLINK_H100 = {
+    "links": "nvlink-all",
+    "nvlink": True,
+    "over_network": False,
+    "compute_capabilities": [90],
+}
+PCIE = {"links": "no-nvlink", "nvlink": False, "over_network": False, "compute_capabilities": [90]}
+COLLECT_NVLINK = (
+    FIXTURES / "collect_env" / "vllm_0.6.3_collect_env_8x_h100_nv18_indented_dstack.txt"
+)
+
+
+def _ll128_run(node) -> dict:
+    trace = S.as_gpu_run(S.recorded("tuned.json"))
+    trace["node"] = node
+    for run in trace["runs"]:
+        run["settings"] = {"NCCL_PROTO": "LL128"}
+        for worker in run["workers"]:
+            worker["env_at_comm_init"] = {**worker["env_at_comm_init"], "NCCL_PROTO": "LL128"}
+            worker["nccl_version"] = "2.21.5"
+    return trace
+
+
+def _ll128_findings(trace, collect_env=None):
+    from ncclprobe.evidence.bundle import _add_collect_env
+
+    ev = Evidence.from_trace(trace, "t.json")
+    if collect_env is not None:
+        _add_collect_env(ev, collect_env)
+    return [f for f in diagnose(ev).findings if f.rule == "unsafe-settings" and "LL128" in f.title]
+
+
+def _pcie_collect_env(tmp_path):
+    path = tmp_path / "collect_env_pcie.txt"
+    path.write_text(COLLECT_NVLINK.read_text().replace("NV18", "PHB"))
+    return path
+
+
+def test_the_runs_own_node_wins_over_a_collect_env_topology(tmp_path):
+    # the run's own GPUs are NVLink H100s (NCCL keeps LL128 on): a PCIe collect-env text does not change it
+    assert _ll128_findings(_ll128_run(NVLINK_H100), _pcie_collect_env(tmp_path)) == []
+    # the run's own GPUs are PCIe: an NVLink collect-env text does not clear it
+    [finding] = _ll128_findings(_ll128_run(PCIE), COLLECT_NVLINK)
+    assert (finding.severity, finding.confidence) == ("error", "high")
+    assert "the run's own record" in finding.detail and finding.evidence["node_from"].startswith(
+        "the run's own"
+    )
+
+
+def test_a_collect_env_topology_standing_in_says_whose_it_is(tmp_path):
+    [finding] = _ll128_findings(_ll128_run(None), _pcie_collect_env(tmp_path))
+    assert (finding.severity, finding.confidence) == ("error", "medium")
+    assert "collect_env_pcie.txt (the collecting shell's machine" in finding.detail
+    assert "if the run used other GPUs, this verdict is not about them" in finding.detail
+    assert _ll128_findings(_ll128_run(None), None)[0].evidence["node_from"] is None
+
+
+def test_eager_phase_is_not_ruled_out_for_phases_of_unknown_graph_mode():
+    """A profile's phase whose graph mode is not known (graphed None) is not 'a graph replay'."""
+    from ncclprobe.evidence.run.view import EngineRun, Phase
+
+    def run(mode, phase):
+        return EngineRun(label="p", mode=mode, source="profile", phases={phase.name: phase})
+
+    decode = Phase("decode", "decode", 10, 10.0, 1.0, graphed=True)
+    verify = Phase("verify", "verify", 10, 20.0, 2.0, graphed=None)
+    ev = Evidence(
+        runs=[run("speculative", verify)], kind="profile", baseline=[run("baseline", decode)]
+    )
+    result = diagnose(ev)
+    assert "eager-phase" not in [r.rule for r in result.ruled_out]
+    assert any(n.rule == "eager-phase" and "verify" in n.missing for n in result.not_checked)
+    ev.runs[0].phases["verify"] = Phase("verify", "verify", 10, 20.0, 2.0, graphed=True)
+    assert "eager-phase" in [r.rule for r in diagnose(ev).ruled_out]

@@ -84,11 +84,19 @@ def eager_phase(ev: E.Evidence) -> list:
                 )
             )
             continue
-        eager = [
-            p
-            for p in run.phases.values()
-            if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False
-        ]
+        spec_phases = [p for p in run.phases.values() if p.count and p.kind in SPECULATIVE_KINDS]
+        eager = [p for p in spec_phases if p.graphed is False]
+        unknown = [p.name for p in spec_phases if p.graphed is None]
+        if not eager and unknown:  # not known to be graphed is not graphed: nothing to rule out
+            out.append(
+                NotChecked(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs while decode is captured",
+                    missing=f"whether {', '.join(unknown)} of the {run.label} speculative run replayed a "
+                    "graph (the evidence does not say)",
+                )
+            )
+            continue
         if not eager:
             out.append(
                 RuledOut(
