@@ -335,4 +335,6 @@ def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
     _configure_logging(0)
     err = capsys.readouterr().err
     assert "Traceback" in err and "postgres://" in err and _leaks(err) == []
-    assert f"postgres://{MASK}@db/app" in err  # positive control: the planted value, masked in place
+    assert (
+        f"postgres://{MASK}@db/app" in err
+    )  # positive control: the planted value, masked in place
