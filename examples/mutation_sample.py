@@ -33,9 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # --noconftest: the suite's conftest only sets torch's thread count, and importing torch for it
 # doubles the time of every mutant's run
 PY = "python -m pytest -x -q -p no:cacheprovider --noconftest"
-DIAGNOSE = "tests/test_diagnose.py tests/test_diagnose_claims.py tests/test_diagnose_draft.py"
+DIAGNOSE = (
+    "tests/test_diagnose.py tests/test_diagnose_claims.py tests/test_diagnose_draft.py "
+    "tests/test_diagnose_boundaries.py"
+)
 SERVER_LOGS = (
-    "tests/test_server_log_pins.py tests/test_noise_rule.py "
+    "tests/test_server_log_pins.py tests/test_noise_rule.py tests/test_diagnose_boundaries.py "
     "tests/test_profile.py -k 'log or sglang or vllm or break'"
 )
 NCCL = (
