@@ -202,3 +202,23 @@ def test_run_engine_tuned_comparison_carries_the_verdict():
     rows = compare_tuned([run("untuned", [100.0]), run("tuned", [103.0])], device="cuda")
     assert rows[0]["noise_rule"]["verdict"] == WITHIN_NOISE
     assert rows[0]["noise_rule"]["basis"] == NOISE_FLOOR
+
+
+def test_interpolation_is_log_log_and_linear_where_a_time_is_zero():
+    from ncclprobe.stats import Point, interpolate
+
+    points = {1024: Point(1024, 10.0, 9.0, 11.0), 4096: Point(4096, 40.0, 36.0, 44.0)}
+    median, p10, p90 = interpolate(points, 2048)
+    assert (
+        median == pytest.approx(20.0) and p10 == pytest.approx(18.0) and p90 == pytest.approx(22.0)
+    )
+    assert interpolate(points, 512) == (10.0, 9.0, 11.0) and interpolate(points, 8192) == (
+        40.0,
+        36.0,
+        44.0,
+    )
+    zero = {1024: Point(1024, 0.0, 0.0, 0.0), 4096: Point(4096, 8.0, 8.0, 8.0)}
+    assert interpolate(zero, 2048) == pytest.approx(
+        (4.0, 4.0, 4.0)
+    )  # halfway on the log axis, linear
+    assert interpolate({}, 2048) is None
