@@ -36,6 +36,7 @@ SPEC_OPTIONS = (
     "buffers",
     "path",
     "iter_events",
+    "cost_split",
     "proto",
     "algo",
     "p2p_level",
@@ -172,7 +173,8 @@ Examples:
     type=click.Choice(["torch", "nccl"]),
     default="torch",
     show_default=True,
-    help="torch: torch.distributed (what engines run); nccl: a raw NCCL communicator through cupy.",
+    help="torch: torch.distributed (what engines run); nccl: NCCL's own calls through ctypes "
+    "(the libnccl torch ships), as nccl-tests makes them.",
 )
 @click.option(
     "--iter-events/--no-iter-events",
@@ -180,6 +182,14 @@ Examples:
     default=True,
     show_default=True,
     help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).",
+)
+@click.option(
+    "--cost-split/--no-cost-split",
+    "cost_split",
+    default=True,
+    show_default=True,
+    help="Also time each eager NCCL row through the other path and event setting: what part is "
+    "NCCL's own and what the path adds (cost_split in the JSON, a note per collective).",
 )
 @click.option(
     "--min-busbw",
@@ -314,6 +324,7 @@ def request(
     buffers,
     path,
     iter_events,
+    cost_split,
     proto,
     algo,
     p2p_level,
@@ -341,6 +352,7 @@ def request(
         buffers=buffers,
         path=path,
         iter_events=iter_events,
+        cost_split=cost_split,
         protocols=split_list(proto) if proto is not None else None,
         algorithms=split_list(algo) if algo is not None else None,
         p2p_levels=split_list(p2p_level),
@@ -436,6 +448,7 @@ def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
         + table.proof_notes(results_file.configs, doc["backend"])
         + table.config_problems(results_file.configs)
         + table.failed_measurements(results_file.results)
+        + table.cost_split_notes(results_file.results)
         + shortfalls
     )
     summary = table.summary_note(doc["summary"])

@@ -51,8 +51,9 @@ class SweepSpec:
     agg: int = 1  # collectives per iteration, in one NCCL group (nccl-tests -m)
     check: bool = True  # the exact correctness pass (nccl-tests -c)
     buffers: str = "rotate"  # rotate through a largest-message buffer (nccl-tests) or reuse one
-    path: str = "torch"  # torch.distributed, or a raw NCCL communicator through cupy
+    path: str = "torch"  # torch.distributed, or a raw NCCL communicator (ctypes)
     iter_events: bool = True  # a CUDA event per eager iteration (per-iteration statistics)
+    cost_split: bool = True  # eager NCCL rows also timed through the other path (cost_split)
     nranks: int = 2
     backend: str = "gloo"  # "nccl" (one GPU per rank) or "gloo" (CPU)
     timeout_s: float = 120.0  # longest a pool may stay silent before it counts as hung
@@ -80,9 +81,7 @@ class SweepSpec:
         if not self.sizes:
             raise UsageProblem("no message sizes to measure")
         if self.path == "nccl" and self.backend != "nccl":
-            raise UsageProblem(
-                "--path nccl calls NCCL through cupy on CUDA GPUs; this run uses gloo"
-            )
+            raise UsageProblem("--path nccl calls NCCL itself on CUDA GPUs; this run uses gloo")
         for dtype in self.dtypes:
             odd = [size for size in self.sizes if size % element_size(dtype)]
             if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
@@ -137,6 +136,7 @@ class SweepSpec:
             "buffers": self.buffers,
             "path": self.path,
             "iter_events": self.iter_events,
+            "cost_split": self.cost_split,
             "nranks": self.nranks,
             "backend": self.backend,
             "timeout_s": self.timeout_s,

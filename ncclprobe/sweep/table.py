@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ncclprobe.records import ResultsFile, short_label
 from ncclprobe.sizes import format_size
+from ncclprobe.sweep.cost_split import notes as cost_split_notes  # noqa: F401 (the table's notes)
 
 SCHEMA_VERSION = 1
 
@@ -143,13 +144,18 @@ def csv_row(r: dict) -> dict:
         "best",
     )
     it = r.get("iter") or {}
+    split = r.get("cost_split") or {}
     return {
         **{key: r.get(key) for key in keys},
+        **{key: split.get(key) for key in SPLIT_COLUMNS},
         **{
             f"iter_{k}": it.get(k)
             for k in ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "cv_pct")
         },
     }
+
+
+SPLIT_COLUMNS = ("nccl_us", "path_us", "torch_dispatch_us", "events_us")  # cost_split's figures
 
 
 def config_problems(configs: list[dict]) -> list[str]:
