@@ -2,8 +2,6 @@
 measured, what a model or an inference adds is said to be that, with the confidence that follows;
 nothing is ruled out from evidence that was never given."""
 
-import copy
-
 import pytest
 
 from ncclprobe.diagnose import Evidence, diagnose
