@@ -93,3 +93,29 @@ def test_vllm_v1_counts_give_one_plus_accepted_k_over_drafted():
     run = load_evidence(server_logs=[VLLM_K3]).runs[0]
     assert run.acceptance.mean_length == pytest.approx(1 + 240 * 3 / 300)  # 3.4
     assert read_log(VLLM_K3)["tokens_per_cycle_from"] == "accepted and drafted counts"
+
+
+def test_a_graph_mode_lowered_to_none_is_an_error(tmp_path):
+    """vLLM's start-up warning that switches graphs off entirely: no step runs from a graph."""
+    log = tmp_path / "none.log"
+    log.write_text(
+        VLLM_K3.read_text()
+        + "(EngineCore pid=282) WARNING 01-01 10:00:01 [compilation.py:455] cudagraph_mode is not "
+        "supported with spec-decode for this backend; setting cudagraph_mode=NONE\n"
+    )
+    [lowered] = [
+        f for f in diagnose(load_evidence(server_logs=[log])).findings if f.rule == "cudagraph-mode"
+    ]
+    assert (lowered.severity, lowered.evidence["cudagraph_mode"]) == ("error", "NONE")
+    assert "no step runs from a graph" in lowered.detail
+
+
+def test_only_the_runs_own_log_is_judged_for_acceptance(tmp_path):
+    """The baseline log's acceptance is not the run's: only the speculative log is judged."""
+    low = tmp_path / "base.log"
+    low.write_text(
+        SGLANG.read_text().replace("cuda graph: True", "accept len: 1.00, cuda graph: True")
+    )
+    result = diagnose(load_evidence(server_logs=[VLLM_K3], baseline_server_logs=[low]))
+    assert not [f for f in result.findings if f.rule == "acceptance"]
+    assert [r.rule for r in result.ruled_out].count("acceptance") == 1  # the run's 3.4
