@@ -153,3 +153,115 @@ def test_the_slower_finding_writes_its_arithmetic_and_speedup_out():
     result = diagnose(Evidence.from_trace(trace, "t.json"))
     [ruled] = [r for r in result.ruled_out if r.rule == "speculative-slower"]
     assert "(1.20x)" in ruled.reason
+
+
+def test_tuned_and_untuned_are_compared_mode_by_mode_only():
+    """tuned.json: untuned/tuned x baseline/speculative; one comparison per mode, never a
+    baseline against a speculative run."""
+    result = diagnose(Evidence.from_trace(S.recorded("tuned.json"), "t.json"))
+    compared = [r for r in result.ruled_out if r.rule == "tuned-same-settings"]
+    assert len(compared) == 2
+    assert all(("baseline" in r.hypothesis) != ("speculative" in r.hypothesis) for r in compared)
+
+
+def test_a_workers_own_environment_is_linted_with_its_own_nccl_version():
+    """A value exported in the shell reaches the workers without being asked for: each worker's
+    environment is linted, by that worker's NCCL version (NCCL_PROTO=allreduce:LL is 2.24+)."""
+    trace = S.as_gpu_run(S.recorded("tuned.json"))
+    trace["runs"] = S.runs(trace, label="untuned")
+    for run in trace["runs"]:
+        for worker, version in zip(run["workers"], ("2.24.3", "2.23.4")):
+            worker["env_at_comm_init"] = {
+                **worker["env_at_comm_init"],
+                "NCCL_PROTO": "allreduce:LL",
+            }
+            worker["nccl_version"] = version
+    result = diagnose(Evidence.from_trace(trace, "t.json"))
+    [unsafe] = [f for f in result.findings if f.rule == "unsafe-settings"]
+    assert all(place.endswith("rank 1") for place in unsafe.evidence["found_in"])
+    assert "more" not in unsafe.detail  # two places: both named
+
+
+def test_places_beyond_four_are_counted():
+    from ncclprobe.diagnose.rules_safety import _short
+
+    assert _short(["a", "b"]) == "a, b"
+    assert _short(["a", "b", "c", "d"]) == "a, b, c, d"
+    assert _short(["a", "b", "c", "d", "e"]) == "a, b, c, d and 1 more"
+    assert _short(["run rank 0", "run rank 1"]) == "run (ranks 0, 1)"
+
+
+def test_a_profiles_per_call_time_against_the_sweep():
+    """Three calls in 100 us: 33.333 us per call, 1.67x a sweep time of 20 us (ruled out)."""
+    from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
+
+    run = EngineRun(
+        label="p",
+        mode="baseline",
+        source="profile",
+        phases={"decode": Phase("decode", "decode", 3, 3.0, 1.0, graphed=False, device_ms=0.9)},
+        collectives=[Collective("all_reduce", 16384, 3, time_us=100.0, phase="decode")],
+    )
+    sweep = [
+        {
+            "collective": "all_reduce",
+            "size_bytes": 16384,
+            "mode": "graph",
+            "settings": {},
+            "nranks": 2,
+            "time_us": 20.0,
+        }
+    ]
+    ev = Evidence(runs=[run], kind="profile", sweep=sweep, config={"tp": 2})
+    [ruled] = [r for r in diagnose(ev).ruled_out if r.rule == "collectives-vs-sweep"]
+    assert (
+        "33.33 us per call in the profile, 1.67x the sweep's default 20.00 us (graph)"
+        in ruled.reason
+    )
+
+
+def test_head_dim_from_the_config_wins_over_hidden_over_heads():
+    """Gemma's shape: head_dim 256 while hidden/heads is 192."""
+    from ncclprobe.diagnose.expectations import ModelShape
+
+    shape = ModelShape.from_config(
+        {
+            "hidden": 3072,
+            "layers": 28,
+            "vocab": 256000,
+            "heads": 16,
+            "kv_heads": 16,
+            "head_dim": 256,
+            "intermediate": 24576,
+        }
+    )
+    assert shape.kv_dim == 16 * 256 and shape.attention_params() == 2 * 3072 * 4096 * 2
+    assert (
+        ModelShape.from_config({"hidden": 3072, "layers": 28, "heads": 16, "kv_heads": 16}).kv_dim
+        == 3072
+    )
+
+
+def test_next_commands_per_engine_and_repeats():
+    from ncclprobe.diagnose.commands import engine_command, profile_command
+
+    assert "VLLM_TORCH_PROFILER_DIR" in profile_command("vllm")
+    assert "SGLANG_TORCH_PROFILER_DIR" in profile_command("sglang")
+    assert "--repeats" not in engine_command({"preset": "tiny", "repeats": 1})
+    assert "--repeats 3" in engine_command({"preset": "tiny", "repeats": 3})
+
+
+def test_env_check_counts_the_findings_it_does_not_explain():
+    from tests.test_diagnose_claims import _env_check
+
+    doc = _env_check("NCCL_PROTO", "LL")
+    doc["verdict"]["findings"] = [
+        "pid 7: NCCL_ALGO missing",
+        "pid 8: NCCL_ALGO missing",
+        "pid 9: x",
+    ]
+    result = diagnose(
+        Evidence.from_trace(S.healthy_trace(), "t.json", env_check=doc, env_check_path="e")
+    )
+    [found] = [f for f in result.findings if f.rule == "env-check"]
+    assert found.title.endswith("(and 2 more)")

@@ -78,3 +78,7 @@ def test_draft_positions_infers_the_fall_and_says_so():
     assert "Not measured in this run: whether its acceptance fell" in finding.detail
     assert "the acceptance falls" not in finding.detail
     assert finding.evidence["acceptance_by_position"] is None
+    assert (
+        "Acceptance over this whole run: untuned speculative 2.70 tokens per cycle."
+        in finding.detail
+    )
