@@ -81,3 +81,15 @@ def test_diagnose_matches_the_hand_written_sweep_by_settings_and_mode():
         "untuned baseline": "the sweep has no NCCL_PROTO=LL result within 2x of 64K at 2 ranks",
         "untuned speculative": "the sweep has no NCCL_PROTO=LL result within 2x of 16K,64K at 2 ranks",
     }
+
+
+def test_the_slower_findings_decomposition_of_the_hand_written_trace():
+    """Per token (50 tokens): draft 60/50 = 1.2 ms, verify 580/50 = 11.6 ms; per cycle (20 cycles):
+    (60 + 580 + 10 + 60 + 93.5) / 20 = 40.175 ms, so break-even is 40.175 / 12.5 = 3.214 tokens."""
+    slower = next(
+        f for f in diagnose(load_evidence(TRACE)).findings if f.rule == "speculative-slower"
+    )
+    e = slower.evidence
+    assert (e["draft_ms_per_token"], e["verify_ms_per_token"]) == (1.2, 11.6)
+    assert e["cycle_ms"] == pytest.approx(40.175) and e["baseline_ms_per_token"] == 12.5
+    assert e["breakeven_tokens_per_cycle"] == pytest.approx(40.175 / 12.5, abs=1e-4)
