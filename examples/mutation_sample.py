@@ -62,14 +62,15 @@ MODULES = {
     "ncclprobe/evidence/bundle.py": f"{DIAGNOSE} tests/test_diagnose_collect_env.py",
     "ncclprobe/evidence/run/view.py": f"{DIAGNOSE} tests/test_handwritten_fixtures.py",
     "ncclprobe/evidence/run/trace.py": f"{DIAGNOSE} tests/test_noise_rule.py tests/test_nccl_value_reads.py "
-    "tests/test_handwritten_fixtures.py tests/test_trust_readers.py",
-    "ncclprobe/evidence/run/serverlog.py": SERVER_LOGS,
+    "tests/test_handwritten_fixtures.py tests/test_trust_readers.py tests/test_evidence_pins.py",
+    "ncclprobe/evidence/run/serverlog.py": f"tests/test_evidence_pins.py {SERVER_LOGS}",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
-    "ncclprobe/evidence/run/model_config.py": "tests/test_profile.py -k model_config",
+    "ncclprobe/evidence/run/model_config.py": "tests/test_evidence_pins.py tests/test_profile.py",
     "ncclprobe/evidence/nccl_log.py": "tests/test_nccl_log.py",
     "ncclprobe/evidence/nccl_tests.py": "tests/test_nccl_tests_import.py tests/test_nccl_tests_shapes.py "
-    "tests/test_nccl_tests_cputime.py",
-    "ncclprobe/evidence/nccl_tests_json.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_cputime.py",
+    "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_runs.py tests/test_evidence_pins.py",
+    "ncclprobe/evidence/nccl_tests_json.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_cputime.py "
+    "tests/test_evidence_pins.py",
     "ncclprobe/evidence/nccl_tests_split.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py",
     "ncclprobe/evidence/nccl_tests_records.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py",
     "ncclprobe/evidence/topo.py": "tests/test_topo.py",
