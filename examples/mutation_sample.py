@@ -71,7 +71,8 @@ MODULES = {
     "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_runs.py tests/test_evidence_pins.py",
     "ncclprobe/evidence/nccl_tests_json.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_cputime.py "
     "tests/test_evidence_pins.py",
-    "ncclprobe/evidence/nccl_tests_split.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py",
+    "ncclprobe/evidence/nccl_tests_split.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py "
+    "tests/test_evidence_pins.py",
     "ncclprobe/evidence/nccl_tests_records.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py",
     "ncclprobe/evidence/topo.py": "tests/test_topo.py",
     "ncclprobe/evidence/topo_live.py": "tests/test_topo.py",

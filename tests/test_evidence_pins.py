@@ -113,3 +113,27 @@ def test_json_cpu_time_without_bandwidth_has_no_completion_time():
 
     m = _measurement({"cpu_time": 8.5, "alg_bw": 0.0, "bus_bw": 0.0, "nwrong": 0}, None, 8)
     assert (m.time_us, m.cpu_time_us) == (None, 8.5)
+
+
+def test_json_per_iteration_timing_is_read():
+    """nccl-tests -J with -I (recorded on the H200): the flag and every row's 100 samples."""
+    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+
+    path = FIX / "nccl_tests" / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_I_same_run.json"
+    run = parse_nccl_tests_json(path.read_text())
+    assert run.params["per_iter"] == 1
+    first = run.rows[0].out_of_place.iteration
+    assert (first["samples"], first["min_us"], first["p99_us"]) == (100, 5.728, 10.08)
+
+
+def test_a_text_of_runs_without_rows_says_why_the_first_failed():
+    """Every run of the text refused: the first run's own reason is the error, not a generic one."""
+    from ncclprobe.evidence.nccl_tests_split import parse_runs
+
+    text = (FIX / "nccl_tests" / "handwritten_allreduce_2ranks_cputime_C1.txt").read_text()
+    no_rows = "\n".join(
+        line for line in text.splitlines() if not line.strip().startswith(("1024 ", "1048576 "))
+    )
+    for copies in (1, 2):
+        with pytest.raises(UsageProblem, match="no result rows found"):
+            parse_runs((no_rows + "\n") * copies)
