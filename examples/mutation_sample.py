@@ -66,7 +66,7 @@ MODULES = {
     "ncclprobe/evidence/run/serverlog.py": f"tests/test_evidence_pins.py {SERVER_LOGS}",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
     "ncclprobe/evidence/run/model_config.py": "tests/test_evidence_pins.py tests/test_profile.py",
-    "ncclprobe/evidence/nccl_log.py": "tests/test_nccl_log.py",
+    "ncclprobe/evidence/nccl_log.py": "tests/test_nccl_log.py tests/test_evidence_pins.py",
     "ncclprobe/evidence/nccl_tests.py": "tests/test_nccl_tests_import.py tests/test_nccl_tests_shapes.py "
     "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_runs.py tests/test_evidence_pins.py",
     "ncclprobe/evidence/nccl_tests_json.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_cputime.py "

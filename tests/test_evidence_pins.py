@@ -137,3 +137,20 @@ def test_a_text_of_runs_without_rows_says_why_the_first_failed():
     for copies in (1, 2):
         with pytest.raises(UsageProblem, match="no result rows found"):
             parse_runs((no_rows + "\n") * copies)
+
+
+def test_a_line_right_after_the_func_proto_algo_matrix_is_still_read():
+    """The real 2.27.3 matrix, ended by the next NCCL line instead of a blank one: that line is read."""
+    from ncclprobe.evidence.nccl_log import parse_nccl_log
+
+    lines = (
+        (FIX / "nccl_logs" / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log")
+        .read_text()
+        .splitlines()
+    )
+    start = next(i for i, line in enumerate(lines) if "Func/Proto/Algo Matrix" in line)
+    matrix = lines[start : start + 7]  # the announcement, the header, five functions
+    env = "llama-3-8b-node-0-0:232:679 [0] NCCL INFO NCCL_ALGO set by environment to Ring"
+    log = parse_nccl_log("\n".join([*matrix, env]) + "\n")
+    assert log.enabled_matrix["AllReduce"]["protocols"] == ["SIMPLE"]
+    assert log.env["NCCL_ALGO"] == "Ring"
