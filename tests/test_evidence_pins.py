@@ -154,3 +154,113 @@ def test_a_line_right_after_the_func_proto_algo_matrix_is_still_read():
     log = parse_nccl_log("\n".join([*matrix, env]) + "\n")
     assert log.enabled_matrix["AllReduce"]["protocols"] == ["SIMPLE"]
     assert log.env["NCCL_ALGO"] == "Ring"
+
+
+@pytest.mark.parametrize(
+    "listed,visible,total,indices",
+    [
+        (None, 4, 4, [0, 1, 2, 3]),
+        (None, 2, 4, None),  # fewer visible than present, no list: which ones is not known
+        ("0,2", 2, 4, [0, 2]),
+        ("0", 1, 4, [0]),  # device 0 is a device
+        ("3,4", 2, 4, None),  # 4 does not exist
+        ("GPU-4f3a2b1c", 1, 4, None),  # a UUID: the mapping needs NVML
+    ],
+)
+def test_cuda_visible_devices_map_to_nvidia_smi_indices(
+    monkeypatch, listed, visible, total, indices
+):
+    from ncclprobe.evidence.topo_live import _physical_indices
+
+    if listed is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert _physical_indices(visible, total) == indices
+
+
+def test_a_topology_is_within_one_node_unless_told():
+    from ncclprobe.evidence.topo import node_facts, parse_topo
+
+    topo = parse_topo((FIX / "topo" / "aws_p5_8x_h100_nv18_no_nic_rows.txt").read_text())
+    assert node_facts(topo).over_network is False
+    assert node_facts(topo, over_network=True).over_network is True
+
+
+def test_an_empty_matrix_names_itself_or_says_matrix():
+    from ncclprobe.evidence.matrix import Matrix, validate
+
+    with pytest.raises(UsageProblem, match=r"^matrix: no rows or no columns"):
+        validate(Matrix(metric="bandwidth", rows=[], cols=[], values=[]))
+    with pytest.raises(UsageProblem, match=r"^p2p test: no rows or no columns"):
+        validate(Matrix(metric="bandwidth", rows=[], cols=[], values=[], source="p2p test"))
+
+
+def test_a_cut_p2p_matrix_names_the_exact_line():
+    from ncclprobe.evidence.p2p_test_output import parse_p2p_test
+
+    lines = (
+        (FIX / "p2p" / "p2p_4x_a100_pcie_nvlink_pairs_can_cannot_sushruta.txt")
+        .read_text()
+        .splitlines()
+    )
+    at = lines.index("Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)")
+    cut = lines[: at + 3]  # the title, the column header, row 0: row 1 is missing
+    with pytest.raises(UsageProblem, match=rf"at line {at + 4}: expected row 1"):
+        parse_p2p_test("\n".join(cut))
+
+
+def test_nvbandwidth_without_a_column_header_names_the_line():
+    from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
+
+    lines = (
+        (FIX / "nvbandwidth" / "nvbandwidth_v0.10_2gpu_h2d_d2h_d2d_read_azurehpc.txt")
+        .read_text()
+        .splitlines()
+    )
+    header = next(i for i, line in enumerate(lines) if line.split() == ["0", "1"])
+    broken = lines[:header] + ["x y"] + lines[header + 1 :]
+    with pytest.raises(UsageProblem, match=rf"no column header at line {header + 1}"):
+        parse_nvbandwidth("\n".join(broken))
+
+
+def test_collect_env_notes_and_a_topology_header_sharing_its_line():
+    from ncclprobe.evidence.collect_env import parse_collect_env
+
+    sgl = parse_collect_env(
+        (FIX / "collect_env" / "sglang_check_env_8x_h20_nv18_8nic_issue24966.txt").read_text()
+    )
+    vllm_text = (
+        FIX / "collect_env" / "vllm_dev_collect_env_8x_nv18_tabs_issue22372.txt"
+    ).read_text()
+    vllm = parse_collect_env(vllm_text)
+    assert any("prints no environment variables" in n for n in sgl.notes)
+    assert not any("prints no environment variables" in n for n in vllm.notes)
+    joined = vllm_text.replace(
+        "GPU Topology:\n  \t", "GPU Topology:\t", 1
+    )  # the header line holds the columns
+    assert parse_collect_env(joined).topology.summary["gpu_count"] == 8
+
+
+def test_an_env_check_document_of_pid_1_is_read(tmp_path):
+    """A container's job is often pid 1: the smallest pid a document can name."""
+    from ncclprobe.evidence.env_check_document import load_document
+
+    doc = {"schema_version": 1, "kind": "env-check", "root_pid": 1, "processes": [], "verdict": {}}
+    path = tmp_path / "ec.json"
+    path.write_text(json.dumps(doc))
+    assert load_document(path)["root_pid"] == 1
+    path.write_text(json.dumps({**doc, "root_pid": 0}))
+    with pytest.raises(UsageProblem):
+        load_document(path)
+
+
+def test_mpirun_tags_go_and_list_values_keep_their_commas():
+    from ncclprobe.evidence.labels import parse_labels
+    from ncclprobe.evidence.text import clean_line
+
+    assert clean_line("[1,0]<stdout>:host:1:1 [0] NCCL INFO x") == "host:1:1 [0] NCCL INFO x"
+    assert parse_labels("NCCL_IB_HCA=mlx5_0,mlx5_1,NCCL_ALGO=Ring") == {
+        "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "NCCL_ALGO": "Ring",
+    }
