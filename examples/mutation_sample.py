@@ -45,45 +45,48 @@ NCCL = (
     "tests/test_knobs_lint.py tests/test_nccl_rules.py tests/test_nccl_one_home.py "
     "tests/test_nccl_value_reads.py tests/test_diagnose_claims.py"
 )
+PINS = "tests/test_evidence_pins.py"
+TRACES = f"{DIAGNOSE} tests/test_handwritten_fixtures.py"
+NCCL_TESTS = f"tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py {PINS}"
+PCIE = f"{PINS} tests/test_pcie_readers.py"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
     "ncclprobe/secrets.py": "tests/test_trust_secrets.py tests/test_masking_pins.py",
-    "ncclprobe/diagnose/rules.py": f"{DIAGNOSE} tests/test_noise_rule.py tests/test_handwritten_fixtures.py",
+    "ncclprobe/diagnose/rules.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/rules_log.py": SERVER_LOGS,
     "ncclprobe/diagnose/rules_settings.py": f"{DIAGNOSE} tests/test_nccl_value_reads.py",
     "ncclprobe/diagnose/rules_envcheck.py": DIAGNOSE,
     "ncclprobe/diagnose/rules_safety.py": f"{DIAGNOSE} tests/test_diagnose_collect_env.py",
     "ncclprobe/diagnose/rules_draft.py": DIAGNOSE,
-    "ncclprobe/diagnose/sweep_match.py": f"{DIAGNOSE} tests/test_handwritten_fixtures.py",
+    "ncclprobe/diagnose/sweep_match.py": TRACES,
     "ncclprobe/diagnose/expectations.py": DIAGNOSE,
     "ncclprobe/diagnose/rank.py": DIAGNOSE,
     "ncclprobe/diagnose/commands.py": f"{DIAGNOSE} tests/test_next_commands.py",
     "ncclprobe/evidence/bundle.py": f"{DIAGNOSE} tests/test_diagnose_collect_env.py",
-    "ncclprobe/evidence/run/view.py": f"{DIAGNOSE} tests/test_handwritten_fixtures.py",
-    "ncclprobe/evidence/run/trace.py": f"{DIAGNOSE} tests/test_noise_rule.py tests/test_nccl_value_reads.py "
-    "tests/test_handwritten_fixtures.py tests/test_trust_readers.py tests/test_evidence_pins.py",
-    "ncclprobe/evidence/run/serverlog.py": f"tests/test_evidence_pins.py {SERVER_LOGS}",
+    "ncclprobe/evidence/run/view.py": TRACES,
+    "ncclprobe/evidence/run/trace.py": f"{TRACES} tests/test_noise_rule.py tests/test_nccl_value_reads.py "
+    f"tests/test_trust_readers.py {PINS}",
+    "ncclprobe/evidence/run/serverlog.py": f"{PINS} {SERVER_LOGS}",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
-    "ncclprobe/evidence/run/model_config.py": "tests/test_evidence_pins.py tests/test_profile.py",
-    "ncclprobe/evidence/nccl_log.py": "tests/test_nccl_log.py tests/test_evidence_pins.py",
-    "ncclprobe/evidence/nccl_tests.py": "tests/test_nccl_tests_import.py tests/test_nccl_tests_shapes.py "
-    "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_runs.py tests/test_evidence_pins.py",
-    "ncclprobe/evidence/nccl_tests_json.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_cputime.py "
-    "tests/test_evidence_pins.py",
-    "ncclprobe/evidence/nccl_tests_split.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py "
-    "tests/test_evidence_pins.py",
-    "ncclprobe/evidence/nccl_tests_records.py": "tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py",
-    "ncclprobe/evidence/topo.py": "tests/test_evidence_pins.py tests/test_topo.py",
-    "ncclprobe/evidence/topo_live.py": "tests/test_evidence_pins.py tests/test_topo.py",
-    "ncclprobe/evidence/matrix.py": "tests/test_evidence_pins.py tests/test_pcie_readers.py",
-    "ncclprobe/evidence/p2p_test_output.py": "tests/test_evidence_pins.py tests/test_pcie_readers.py",
-    "ncclprobe/evidence/nvbandwidth.py": "tests/test_evidence_pins.py tests/test_pcie_readers.py",
-    "ncclprobe/evidence/collect_env.py": "tests/test_evidence_pins.py tests/test_pcie_readers.py tests/test_diagnose_collect_env.py",
-    "ncclprobe/evidence/env_check_document.py": "tests/test_evidence_pins.py tests/test_trust_readers.py tests/test_envcheck.py",
-    "ncclprobe/evidence/recommendation_file.py": "tests/test_evidence_pins.py tests/test_recommend_emit.py tests/test_trust_readers.py",
-    "ncclprobe/evidence/text.py": "tests/test_evidence_pins.py tests/test_trust_readers.py tests/test_pcie_readers.py",
-    "ncclprobe/evidence/labels.py": "tests/test_evidence_pins.py tests/test_nccl_tests_runs.py",
+    "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",
+    "ncclprobe/evidence/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
+    "ncclprobe/evidence/nccl_tests.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
+    "tests/test_nccl_tests_cputime.py",
+    "ncclprobe/evidence/nccl_tests_json.py": f"{NCCL_TESTS} tests/test_nccl_tests_cputime.py",
+    "ncclprobe/evidence/nccl_tests_split.py": NCCL_TESTS,
+    "ncclprobe/evidence/nccl_tests_records.py": NCCL_TESTS,
+    "ncclprobe/evidence/topo.py": f"{PINS} tests/test_topo.py",
+    "ncclprobe/evidence/topo_live.py": f"{PINS} tests/test_topo.py",
+    "ncclprobe/evidence/matrix.py": PCIE,
+    "ncclprobe/evidence/p2p_test_output.py": PCIE,
+    "ncclprobe/evidence/nvbandwidth.py": PCIE,
+    "ncclprobe/evidence/collect_env.py": f"{PCIE} tests/test_diagnose_collect_env.py",
+    "ncclprobe/evidence/env_check_document.py": f"{PINS} tests/test_trust_readers.py tests/test_envcheck.py",
+    "ncclprobe/evidence/recommendation_file.py": f"{PINS} tests/test_recommend_emit.py "
+    "tests/test_trust_readers.py",
+    "ncclprobe/evidence/text.py": f"{PCIE} tests/test_trust_readers.py",
+    "ncclprobe/evidence/labels.py": f"{NCCL_TESTS}",
     "ncclprobe/nccl/values.py": NCCL,
     "ncclprobe/nccl/lint.py": NCCL,
     "ncclprobe/nccl/knobs.py": NCCL,
