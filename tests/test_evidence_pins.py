@@ -264,3 +264,14 @@ def test_mpirun_tags_go_and_list_values_keep_their_commas():
         "NCCL_IB_HCA": "mlx5_0,mlx5_1",
         "NCCL_ALGO": "Ring",
     }
+
+
+def test_a_recommendation_files_bad_name_is_quoted_cut_to_40_characters(tmp_path):
+    from ncclprobe.evidence.recommendation_file import load_recommendation_file
+
+    bad = "NOT A NAME " * 8
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps({"schema_version": 1, "kind": "recommendation", "env": {bad: "1"}}))
+    with pytest.raises(UsageProblem) as caught:
+        load_recommendation_file(path, "--tuned")
+    assert repr(bad[:40]) in str(caught.value) and repr(bad[:41]) not in str(caught.value)
