@@ -43,7 +43,7 @@ SERVER_LOGS = (
 )
 NCCL = (
     "tests/test_knobs_lint.py tests/test_nccl_rules.py tests/test_nccl_one_home.py "
-    "tests/test_nccl_value_reads.py tests/test_diagnose_claims.py"
+    "tests/test_nccl_value_reads.py tests/test_diagnose_claims.py tests/test_nccl_pins.py"
 )
 PINS = "tests/test_evidence_pins.py"
 TRACES = f"{DIAGNOSE} tests/test_handwritten_fixtures.py"
