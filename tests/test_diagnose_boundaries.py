@@ -265,3 +265,14 @@ def test_env_check_counts_the_findings_it_does_not_explain():
     )
     [found] = [f for f in result.findings if f.rule == "env-check"]
     assert found.title.endswith("(and 2 more)")
+
+
+@pytest.mark.parametrize(
+    "engine,says",
+    [("sglang", "SGLang: keep CUDA graphs on"), ("vllm", "vLLM: --compilation-config")],
+)
+def test_the_graphs_command_is_the_profiled_engines_own(engine, says):
+    from ncclprobe.diagnose.commands import graphs_command
+
+    ev = Evidence(runs=[], kind="profile", config={"engine": engine})
+    assert graphs_command(ev, "verify").startswith(says)

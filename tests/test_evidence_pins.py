@@ -33,6 +33,16 @@ def test_verify_is_linked_to_its_labels_decode_with_modes_read_from_json():
     assert "verify_decode_ratio" not in runs[0]
 
 
+def test_verify_is_linked_with_modes_as_the_engine_writes_them():
+    """In process the engine's runner writes Mode members, not strings: the same link."""
+    from ncclprobe.evidence.run.modes import Mode
+
+    runs = json.loads(TRACE.read_text())["runs"]
+    runs[0]["mode"], runs[1]["mode"] = Mode.BASELINE, Mode.SPECULATIVE
+    T.link_verify_to_decode(runs)
+    assert runs[1]["verify_decode_ratio"] == pytest.approx(29.0 / 12.0)
+
+
 def test_tuned_comparison_reads_the_device_by_value():
     """A device string parsed from JSON is equal to "cuda", not the same object."""
     rows = [
@@ -86,7 +96,7 @@ def test_a_model_configs_zero_count_is_no_count(tmp_path):
         )
     )
     model = read_model_config(config)
-    assert model["hidden"] == 64 and model.get("kv_heads") is None
+    assert model["hidden"] == 64 and "num_key_value_heads" not in model  # 0 heads is no count
     config.write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 0}))
     with pytest.raises(UsageProblem, match="no hidden_size and num_hidden_layers"):
         read_model_config(config)
