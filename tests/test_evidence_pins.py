@@ -215,9 +215,10 @@ def test_a_cut_p2p_matrix_names_the_exact_line():
         .splitlines()
     )
     at = lines.index("Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)")
-    cut = lines[: at + 3]  # the title, the column header, row 0: row 1 is missing
-    with pytest.raises(UsageProblem, match=rf"at line {at + 4}: expected row 1"):
-        parse_p2p_test("\n".join(cut))
+    for kept in (1, 2):  # the title, the column header, rows 0.. kept-1: row `kept` is missing
+        cut = lines[: at + 2 + kept]
+        with pytest.raises(UsageProblem, match=rf"at line {at + 3 + kept}: expected row {kept}"):
+            parse_p2p_test("\n".join(cut))
 
 
 def test_nvbandwidth_without_a_column_header_names_the_line():
