@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the venv's own cosmic-ray, whether or not the venv is activated
+COSMIC_RAY = shutil.which("cosmic-ray") or str(Path(sys.executable).parent / "cosmic-ray")
 # --noconftest: the suite's conftest only sets torch's thread count, and importing torch for it
 # doubles the time of every mutant's run
 PY = "python -m pytest -x -q -p no:cacheprovider --noconftest"
@@ -181,9 +183,9 @@ def run_module(copy: Path, module: str, tests: str, count: int, seed: int, keep,
         "[cosmic-ray.distributor]\n"
         'name = "local"\n'
     )
-    subprocess.run(["cosmic-ray", "init", str(config), str(session)], cwd=copy, check=True)
+    subprocess.run([COSMIC_RAY, "init", str(config), str(session)], cwd=copy, check=True)
     chosen = sample(session, module, count, seed, keep)
-    subprocess.run(["cosmic-ray", "exec", str(config), str(session)], cwd=copy, check=True)
+    subprocess.run([COSMIC_RAY, "exec", str(config), str(session)], cwd=copy, check=True)
     results = outcomes(session)
     killed = [r for r in results if r["test"] != "SURVIVED"]
     return {
