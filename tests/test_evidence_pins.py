@@ -286,3 +286,19 @@ def test_a_recommendation_files_bad_name_is_quoted_cut_to_40_characters(tmp_path
     with pytest.raises(UsageProblem) as caught:
         load_recommendation_file(path, "--tuned")
     assert repr(bad[:40]) in str(caught.value) and repr(bad[:41]) not in str(caught.value)
+
+
+def test_a_p2p_output_cut_after_a_title_past_line_256_says_so():
+    """A long paste (8 GPUs is 194 lines; more GPUs or a log around it go past 256) cut right after a
+    matrix's title: one line naming it, never an IndexError."""
+    from ncclprobe.evidence.p2p_test_output import parse_p2p_test
+
+    lines = (
+        (FIX / "p2p" / "p2p_8x_titan_rtx_p2p_read_cannot_access_gpu_micro.txt")
+        .read_text()
+        .splitlines()
+    )
+    titles = [i for i, line in enumerate(lines) if "Matrix" in line]
+    text = "\n".join(["application output"] * 250 + lines[: titles[3] + 1])
+    with pytest.raises(UsageProblem, match=r"has no matrix header after it \(line 354\)"):
+        parse_p2p_test(text)
