@@ -18,12 +18,15 @@ slowest rank's k-th iteration) and summarised as nccl-tests `-I` does: min, p50,
 rank), max, mean and the coefficient of variation. `cpu_issue_us` is the slowest rank's median host
 issue time per call.
 
-Noise: a gain counts only when it clears the spread measured across trials. Each result record
-carries the median time over its trials and the 10th/90th percentiles. A candidate beats the
-default at a size only when its p90 is below the default's p10 (the two spreads do not overlap)
-*and* the gain is at least a floor (`min_gain`, 5 % unless told), because a single-trial record
-(imported nccl-tests output) has no spread at all and two quiet runs can still differ by a few
-percent from one launch to the next.
+Noise: one rule for every "A is faster / slower than B" (docs/METRICS.md "The noise rule"). Each
+side is a `Sample`: its median time and the spread of its repeats (p10..p90; a results record keeps
+them per trial). A is faster than B when A's spread lies wholly below B's (they do not overlap) *and*
+A saves at least a floor of B's time (`DEFAULT_MIN_GAIN`, 5 %: two quiet runs can still differ by a
+few percent from one launch to the next). Slower is the same test the other way round, so a gain and
+a loss need the same evidence. A side measured once has no spread of its own: the floor is then the
+noise a single measurement of that kind is known to have (`SINGLE_MEASUREMENT_FLOOR`), never less
+than the 5 %, and the verdict says it rests on that floor (`Comparison.basis`). Throughputs
+(tokens/s) are compared as times per token (`Sample.of_rates`).
 """
 
 from __future__ import annotations
@@ -104,7 +107,16 @@ def issue_time(per_rank: dict[int, list[float]]) -> float | None:
     return max(medians) if medians else None
 
 
-# ---- noise: does a gain clear the spread? -----------------------------------------------------
+# ---- noise: is A faster or slower than B? ------------------------------------------------------
+
+# The noise one measurement of each kind is known to have, for a side measured once (its spread is
+# not known): an engine run's tokens/s on a GPU (run to run within about 3.5 % on the H200,
+# docs/LOG.md) and on a shared CPU (the same tiny baseline ran 60-198 tok/s: only a factor of 2, a
+# gain of half the time, is beyond it). A results record's time keeps its trials' spread (none for
+# one trial), and its floor is the caller's `min_gain` (recommend --min-gain).
+SINGLE_MEASUREMENT_FLOOR = {"gpu": DEFAULT_MIN_GAIN, "cpu": 0.5}
+FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
+REPEATS, NOISE_FLOOR = "repeats", "noise floor"
 
 
 @dataclass(frozen=True)
@@ -124,16 +136,100 @@ class Point:
         return (self.p90_us - self.p10_us) / (2 * self.time_us) if self.time_us > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One side of a comparison as a time (lower is better): the median and the p10..p90 spread of
+    its repeats; low == high == median when it was measured once."""
+
+    median: float
+    low: float
+    high: float
+    repeats: int = 1
+
+    @classmethod
+    def of_times(cls, values) -> Sample:
+        """Repeated times: their median and linear p10..p90, the spread every trial record keeps."""
+        values = list(values)
+        return cls(
+            statistics.median(values),
+            quantile(values, 10, of=100),
+            quantile(values, 90, of=100),
+            len(values),
+        )
+
+    @classmethod
+    def of_rates(cls, values) -> Sample:
+        """Repeated rates (tokens/s) as times per unit: 1/rate, the fastest repeat the lowest time."""
+        values = list(values)
+        if min(values) <= 0:
+            raise ValueError("rates must be positive")
+        rates = Sample.of_times(values)
+        return cls(1.0 / rates.median, 1.0 / rates.high, 1.0 / rates.low, rates.repeats)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict of the noise rule on A against B, and what it rests on."""
+
+    verdict: str  # FASTER | SLOWER | WITHIN_NOISE: A against B
+    gain: float  # the share of B's time A saves (negative: A is slower)
+    floor: float  # the least gain that counts here
+    basis: str  # REPEATS: both sides' spreads; NOISE_FLOOR: a side measured once
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "basis": self.basis,
+            "floor": self.floor,
+            "gain": round(self.gain, 4),
+        }
+
+    def describe(self) -> str:
+        """The rule as applied, in words: which evidence decided, and the floor."""
+        if self.basis == REPEATS:
+            return (
+                f"judged by the repeats' p10-p90 spreads and the {self.floor:.0%} floor "
+                "(docs/METRICS.md, the noise rule)"
+            )
+        return (
+            f"one measurement on a side, no spread: judged by the {self.floor:.0%} noise floor of one "
+            "such measurement (docs/METRICS.md, the noise rule)"
+        )
+
+
 def gain(candidate_us: float, default_us: float) -> float:
     """Fraction of the default's time saved: 0.25 = 25 % faster; negative = slower."""
     return (default_us - candidate_us) / default_us if default_us > 0 else 0.0
 
 
+def compare(
+    a: Sample,
+    b: Sample,
+    *,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    single: str | None = None,
+) -> Comparison:
+    """The one noise rule: A is faster than B when A's spread lies wholly below B's and A saves at
+    least the floor of B's time; slower the same way round; else within the noise. `single` names
+    the kind of measurement ("gpu", "cpu": an engine run) whose known noise is the floor when a side
+    was measured once; None keeps `min_gain` (results records: their trials are their spread)."""
+    both = a.repeats > 1 and b.repeats > 1
+    floor = min_gain
+    if not both and single is not None:
+        floor = max(min_gain, SINGLE_MEASUREMENT_FLOOR[single])
+    won = gain(a.median, b.median)
+    if a.high < b.low and won >= floor:
+        verdict = FASTER
+    elif b.high < a.low and gain(b.median, a.median) >= floor:
+        verdict = SLOWER
+    else:
+        verdict = WITHIN_NOISE
+    return Comparison(verdict, won, floor, REPEATS if both else NOISE_FLOOR)
+
+
 def significant(candidate: Point, default: Point, *, min_gain: float = DEFAULT_MIN_GAIN) -> bool:
-    """True when `candidate` is faster than `default` beyond both the trial spread and the floor."""
-    return (
-        candidate.p90_us < default.p10_us and gain(candidate.time_us, default.time_us) >= min_gain
-    )
+    """True when `candidate` is faster than `default` by the noise rule (trial spreads, the floor)."""
+    return compare(_sample(candidate), _sample(default), min_gain=min_gain).verdict == FASTER
 
 
 def significant_totals(
@@ -142,8 +238,12 @@ def significant_totals(
     *,
     min_gain: float = DEFAULT_MIN_GAIN,
 ) -> bool:
-    """The same test on workload totals given as (median, p10, p90) sums."""
-    return candidate[2] < default[1] and gain(candidate[0], default[0]) >= min_gain
+    """The same rule on workload totals given as (median, p10, p90) sums."""
+    return compare(Sample(*candidate, 2), Sample(*default, 2), min_gain=min_gain).verdict == FASTER
+
+
+def _sample(point: Point) -> Sample:
+    return Sample(point.time_us, point.p10_us, point.p90_us, point.trials)
 
 
 def merge(points: list[Point]) -> Point:

@@ -95,6 +95,8 @@ OTHER |= {
     "sendrecv_2node_a40_root_minus1_inplace_wrong_na_issue214.txt",
     "allgather_4node_mi250x_rccl_srun_label_issue1490.txt",
 }
+# hand-written -C 1 output: tests/test_nccl_tests_cputime.py
+OTHER.add("handwritten_allreduce_2ranks_cputime_C1.txt")
 # text and -J of one H200 run each: test_nccl_tests_runs compares the two imports row by row
 OTHER |= {
     f"allreduce_1x_h200_1rank_nccltests2.19.6_{kind}_same_run.{ext}"

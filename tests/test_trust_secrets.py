@@ -127,7 +127,7 @@ def _leaks(text: str) -> list[str]:
 def test_env_check_prints_no_planted_secret_in_any_format_or_verbosity(job):
     pid, rec = job
     runner = CliRunner()
-    runs = 0
+    runs = controls = 0
     for fmt in ("table", "json", "csv"):
         for verbosity in ([], ["-v"], ["-q"]):
             for extra in (
@@ -145,8 +145,13 @@ def test_env_check_prints_no_planted_secret_in_any_format_or_verbosity(job):
                 assert result.exit_code in (0, 1), result.output
                 assert str(pid) in result.stdout
                 assert _leaks(result.stdout + result.stderr) == [], (fmt, verbosity, extra)
+                if fmt == "json" and "--all" in extra:  # positive control: read, and shown masked
+                    shown = json.loads(result.stdout)["processes"]
+                    env = next(p["env"] for p in shown if p["pid"] == pid)
+                    assert MASK in env["PG_CONN"] and env["NCCL_PROTO"] == "LL"
+                    controls += 1
                 runs += 1
-    assert runs == 18
+    assert runs == 18 and controls == 3
 
 
 def test_the_masks_keep_what_is_harmless():
@@ -208,6 +213,8 @@ def test_nccl_logs_print_no_planted_secret_on_read_or_import(tmp_path):
         assert result.exit_code in (0, 1) and _leaks(result.stdout + result.stderr) == [], (
             result.output
         )
+        # positive control: the planted line was read, its value shown masked
+        assert "NCCL_SOCKET_IFNAME" in result.stdout and MASK in result.stdout, fmt
     tests_out = tmp_path / "perf.txt"
     tests_out.write_text(
         f"# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
@@ -233,6 +240,7 @@ def test_nccl_logs_print_no_planted_secret_on_read_or_import(tmp_path):
         )
         assert result.exit_code == 0 and _leaks(result.stdout + result.stderr) == [], result.output
     assert _leaks(out.read_text()) == []
+    assert "NCCL_SOCKET_IFNAME" in out.read_text() and MASK in out.read_text()  # read, masked
 
 
 def test_a_collect_env_environment_is_masked_on_import_and_lint(tmp_path):
@@ -257,6 +265,7 @@ def test_a_collect_env_environment_is_masked_on_import_and_lint(tmp_path):
         assert result.exit_code in (0, 1) and _leaks(result.stdout + result.stderr) == [], (
             result.output
         )
+        assert "NCCL_SOCKET_IFNAME" in result.stdout and MASK in result.stdout, args  # read, masked
 
 
 def test_an_error_line_that_quotes_the_input_masks_what_it_quotes(tmp_path):
@@ -268,6 +277,7 @@ def test_an_error_line_that_quotes_the_input_masks_what_it_quotes(tmp_path):
             cli, ["sweep", "--proto", value, "--output", str(tmp_path / "o.jsonl")]
         )
         assert result.exit_code == 2 and _leaks(result.stdout + result.stderr) == [], result.output
+        assert MASK in result.stderr  # positive control: the value was quoted, masked
     result = CliRunner().invoke(cli, ["run-engine", "--env", "NOEQUALS"])
     assert result.exit_code == 2 and "KEY=VALUE" in result.stderr  # a message stays readable
 
@@ -287,7 +297,7 @@ def test_a_results_file_or_trace_from_another_writer_is_masked_on_read(tmp_path)
     trace = engine_trace({1 << 14: 10})
     trace["provenance"].update(env=ENV, argv=ARGV)
     (tmp_path / "t.json").write_text(json.dumps(trace))
-    runner, t = CliRunner(), str(tmp_path / "t.json")
+    runner, t, shown = CliRunner(), str(tmp_path / "t.json"), 0
     for args in (
         ["recommend", results, "--format", "json"],
         ["recommend", results, "--emit", "json"],
@@ -300,10 +310,13 @@ def test_a_results_file_or_trace_from_another_writer_is_masked_on_read(tmp_path)
             args,
             _leaks(result.output),
         )
+        shown += MASK in result.output
     written = "".join(
         p.read_text(errors="replace") for p in (tmp_path / "rep").rglob("*") if p.is_file()
     )
     assert written and _leaks(written) == []
+    # positive control: the planted header was read and is shown, masked, somewhere it is echoed
+    assert shown or MASK in written, "no output echoes the planted header: the test proves nothing"
 
 
 def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
@@ -322,3 +335,6 @@ def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
     _configure_logging(0)
     err = capsys.readouterr().err
     assert "Traceback" in err and "postgres://" in err and _leaks(err) == []
+    assert (
+        f"postgres://{MASK}@db/app" in err
+    )  # positive control: the planted value, masked in place

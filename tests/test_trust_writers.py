@@ -241,15 +241,66 @@ def test_a_full_file_system_is_one_line_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_read_only_results_file_is_not_resumed(tmp_path, results):
-    os.chmod(results, 0o444)
+def test_a_read_only_results_file_is_not_resumed(tmp_path):
+    """A sweep's journal the process cannot write is not resumed. Root writes any mode, so as root
+    the command runs in a forked child that dropped to the unprivileged `nobody` (CI runs as root:
+    the test used to skip there, and so never noticed that its file, not a sweep's, was refused
+    for another reason). The journal is a real recorded sweep (examples/traces)."""
+    import shutil
+
+    results = tmp_path / "sweep.jsonl"
+    shutil.copyfile(
+        Path(__file__).resolve().parent.parent / "examples/traces/collective-bound.sweep.jsonl",
+        results,
+    )
+    if os.geteuid() != 0:
+        os.chmod(results, 0o444)
+        try:
+            result = _invoke("sweep", "--resume", str(results))
+            assert result.exit_code == 2 and "read-only" in result.stderr
+        finally:
+            os.chmod(results, 0o644)
+        return
+    import json
+    import pwd
+    import tempfile
+
+    from ncclprobe.cli import sweep as _loaded  # noqa: F401
+    from ncclprobe.records import read_results
+    from ncclprobe.sweep import session
+
+    # everything the command imports before it opens the file, imported here: the child cannot
+    # read the interpreter's own library once it is nobody (it lives under /root)
+    session._resumable_spec(str(results), read_results(results).header)
+
+    nobody = pwd.getpwnam("nobody")
+    home = Path(tempfile.mkdtemp(prefix="ncclprobe-ro-"))  # under /tmp: nobody can reach it
     try:
-        if os.access(results, os.W_OK):
-            pytest.skip("running as a user who can write read-only files (root)")
-        result = _invoke("sweep", "--resume", results)
-        assert result.exit_code == 2 and "read-only" in result.stderr
+        os.chmod(home, 0o755)
+        copy = home / "s.jsonl"
+        shutil.copyfile(results, copy)
+        os.chmod(copy, 0o444)  # readable, not writable, by nobody
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child drops to nobody, then runs the command in this process
+            try:
+                os.close(reader)
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                result = _invoke("sweep", "--resume", str(copy), cwd=home)
+                report = {"code": result.exit_code, "stderr": result.stderr}
+            except BaseException as exc:  # noqa: BLE001  (any failure is the parent's to report)
+                report = {"code": -1, "stderr": repr(exc)}
+            os.write(writer, json.dumps(report).encode())
+            os._exit(0)
+        os.close(writer)
+        with os.fdopen(reader) as pipe:
+            report = json.loads(pipe.read())
+        os.waitpid(pid, 0)
+        assert report["code"] == 2 and "read-only" in report["stderr"], report
+        assert copy.read_bytes() == Path(results).read_bytes()  # untouched
     finally:
-        os.chmod(results, 0o644)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 ARGS = [

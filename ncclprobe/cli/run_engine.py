@@ -513,7 +513,9 @@ def tuning_notes(doc: dict) -> list[str]:
         notes = [f"tuned settings: {applied}"]
     return notes + [
         f"tuned vs untuned, {row['mode']}: {row['untuned_tokens_per_s']:.1f} -> "
-        f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%)"
+        f"{row['tuned_tokens_per_s']:.1f} tokens/s ({row['change_pct']:+.1f}%: "
+        f"{(row.get('noise_rule') or {}).get('verdict', 'not judged')}, by the "
+        f"{(row.get('noise_rule') or {}).get('basis', 'noise rule')})"
         for row in doc.get("comparison", [])
     ]
 

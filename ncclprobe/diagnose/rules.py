@@ -7,6 +7,7 @@ Settings-related hypotheses live in `rules_settings`.
 
 from __future__ import annotations
 
+from ncclprobe import stats
 from ncclprobe.diagnose.commands import (
     draft_command,
     draft_note,
@@ -25,7 +26,6 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
 COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much
 SWEEP_EXCESS = 2.0  # engine collectives this many times the sweep's time: suspicious
-SLOWER_NOISE = 0.05  # a speculative run within 5% of the baseline: timing noise, not a finding
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
 NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
 
@@ -85,11 +85,19 @@ def eager_phase(ev: E.Evidence) -> list:
                 )
             )
             continue
-        eager = [
-            p
-            for p in run.phases.values()
-            if p.count and p.kind in SPECULATIVE_KINDS and p.graphed is False
-        ]
+        spec_phases = [p for p in run.phases.values() if p.count and p.kind in SPECULATIVE_KINDS]
+        eager = [p for p in spec_phases if p.graphed is False]
+        unknown = [p.name for p in spec_phases if p.graphed is None]
+        if not eager and unknown:  # not known to be graphed is not graphed: nothing to rule out
+            out.append(
+                NotChecked(
+                    rule="eager-phase",
+                    hypothesis="a phase runs without CUDA graphs while decode is captured",
+                    missing=f"whether {', '.join(unknown)} of the {run.label} speculative run replayed a "
+                    "graph (the evidence does not say)",
+                )
+            )
+            continue
         if not eager:
             out.append(
                 RuledOut(
@@ -117,46 +125,64 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
     if expectation:
         expected_ms = decode.median_ms * expectation.ratio
         cost_step = max(0.0, rec.median_ms - expected_ms)
+        applies = expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
         ev_num.update(
             expected_graphed_verify_ms=round(expected_ms, 4),
             expected_ratio=round(expectation.ratio, 3),
+            cost_from="model: measured eager verify minus the bytes model's captured verify",
         )
         how = (
-            f"a captured verify should cost about {expectation.ratio:.2f}x the decode step "
-            f"({expected_ms:.3f} ms, from the model shape), so running it eagerly costs about "
-            f"{cost_step * steps_per_cycle:.3f} ms per cycle"
+            f"measured: the eager verify {rec.median_ms:.3f} ms and the captured decode "
+            f"{decode.median_ms:.3f} ms per step. Modelled, not measured: a captured verify would cost "
+            f"about {expectation.ratio:.2f}x the decode step ({expected_ms:.3f} ms, the bytes model of the "
+            f"model shape), so the model puts the cost of running it eagerly at about "
+            f"{cost_step * steps_per_cycle:.3f} ms per cycle: the residual of the measurement over the "
+            "model, which also holds whatever else the verify path costs. A captured verify "
+            "(the next command) measures it"
+            + (
+                ""
+                if applies
+                else "; the model's premise (a bandwidth-bound decode step) does not hold for this "
+                "decode step, so the figure is only an order of magnitude"
+            )
         )
-        # the bytes model holds only for a bandwidth-bound decode step (see expectations)
-        confidence = (
-            "high"
-            if expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
-            else "medium"
+        # a model's residual: medium at best; low where the bytes model does not apply (expectations)
+        confidence = "medium" if applies else "low"
+        cause = (
+            "The gap is the verify step's own path (eager launches, and whatever the model leaves out), "
+            "not the collectives: NCCL settings cannot close it."
         )
     elif rec.idle_ms is not None:
-        # a profile: the GPU sat idle inside each eager step while the host launched kernels one by
-        # one; a graph replay launches them all at once, so that idle time is what capture recovers
+        # a profile: the GPU sat idle inside each eager step; capture removes the part of that idle
+        # time that is kernel launches, not Python, sampling or other host work between them
         cost_step = rec.idle_ms
         ev_num.update(
             {
                 f"{name}_device_ms": _r(rec.device_ms),
                 f"{name}_gpu_idle_ms": _r(rec.idle_ms),
                 f"{name}_launches_per_step": rec.launches,
+                "cost_from": "measured GPU idle time; that capture removes it is inferred",
             }
         )
         how = (
-            f"of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle "
-            f"{rec.idle_ms:.3f} ms "
-            f"while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one; a graph replay "
-            f"removes those gaps, about {cost_step:.3f} ms per step"
+            f"measured: of its {rec.median_ms:.3f} ms per step the GPU was busy {rec.device_ms:.3f} ms and idle "
+            f"{rec.idle_ms:.3f} ms while the host launched {rec.launches.get('kernel', 0):.0f} kernels one by one. "
+            f"Inferred: a graph replay removes the launch gaps, up to about {cost_step:.3f} ms per step "
+            "(idle time that is Python, sampling or data-dependent host work stays)"
         )
-        confidence = "high"
+        confidence = "medium"
+        cause = "NCCL settings cannot close this gap: the GPU was idle, not in the collectives."
     else:
         cost_step = rec.median_ms
+        ev_num["cost_from"] = "upper bound: the eager step's whole time"
         how = (
             f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what "
             "capturing it can save"
         )
         confidence = "medium"
+        cause = (
+            "NCCL settings cannot close this gap: it is the step's own path, not the collectives."
+        )
     cost_cycle = cost_step * steps_per_cycle
     cost_token = _cost_per_token(run, cost_cycle)
     share = _share(run, cost_token, cost_cycle)
@@ -175,8 +201,7 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
         detail=(
             f"In the {run.label} speculative run the {name} phase ran as individual kernel launches "
             f"({rec.median_ms:.3f} ms median per step) while the decode step it is compared with ({source}) is a "
-            f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. NCCL settings cannot close this "
-            f"gap: it is host launch overhead, not the collectives."
+            f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. {cause}"
         ),
         evidence=ev_num,
         cost_ms_per_token=cost_token,
@@ -328,50 +353,59 @@ def speculative_slower(ev: E.Evidence) -> list:
 
 
 def _compare_speeds(ev, run, base):
-    """A verdict only beyond the spread of the repeats (run-engine --repeats): every speculative
-    repeat faster than every baseline one rules the hypothesis out, every one slower is a finding,
-    overlapping ranges are inconclusive. One measurement each has no spread: it never rules out,
-    and a slower speculative run is reported with medium confidence."""
+    """The noise rule of `ncclprobe.stats` on the two runs' tokens/s: with repeats on both sides
+    (run-engine --repeats) their spreads and the 5 % floor decide, else the noise floor of one run
+    on this device (a shared CPU's tokens/s vary 2x, a GPU's a few percent). Faster beyond the noise
+    rules the hypothesis out, slower is a finding, anything else says what would settle it."""
     hyp = "speculative slower than the baseline"
+    verdict = stats.compare(
+        _speed_sample(run),
+        _speed_sample(base),
+        single="gpu" if ev.config.get("device") == "cuda" else "cpu",
+    )
     speedup = run.tokens_per_s / base.tokens_per_s
-    spec_range, base_range = run.speed_range(), base.speed_range()
     figures = f"speculative {_rate(run)} against baseline {_rate(base)} tok/s ({speedup:.2f}x)"
-    if spec_range and base_range:
-        if spec_range[0] > base_range[1]:
-            return RuledOut(
-                rule="speculative-slower",
-                hypothesis=hyp,
-                reason=f"{run.label}: every speculative repeat was faster than every baseline repeat: {figures}",
-            )
-        if spec_range[1] >= base_range[0]:
-            return Finding(
-                rule="speculative-slower",
-                severity="info",
-                confidence="low",
-                title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
-                f"inside the spread of the repeats ({figures})",
-                detail="The ranges of the repeats overlap, so the measurements cannot tell which mode is "
-                "faster; nothing is ruled out. More repeats or a longer run narrow them.",
-                evidence={
-                    "speculative_tokens_per_s": list(run.tokens_per_s_repeats),
-                    "baseline_tokens_per_s": list(base.tokens_per_s_repeats),
-                },
-                next_command=engine_command(
-                    ev.config,
-                    repeats=2 * len(run.tokens_per_s_repeats) + 1,
-                    trace_out="trace-repeats.json",
-                ),
-            )
-        return _slower_finding(ev, run, base, noise=False)
-    if speedup >= 1.0:
+    if verdict.verdict == stats.FASTER:
+        return RuledOut(
+            rule="speculative-slower",
+            hypothesis=hyp,
+            reason=f"{run.label}: speculative is faster beyond the noise: {figures}; {verdict.describe()}",
+        )
+    if verdict.verdict == stats.SLOWER:
+        return _slower_finding(ev, run, base, verdict)
+    repeats = 2 * max(len(run.tokens_per_s_repeats), 1) + 1
+    if verdict.basis == stats.NOISE_FLOOR:
         return NotChecked(
             rule="speculative-slower",
             hypothesis=hyp,
-            missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and a single "
-            "run's tokens/s can vary by 2x or more on a shared machine",
-            next_command=engine_command(ev.config, repeats=5, trace_out="trace-repeats.json"),
+            missing=f"{run.label}: a spread to judge {figures} by: one measurement each, and the "
+            f"difference is inside the {verdict.floor:.0%} a single run's tokens/s can vary by on this "
+            "device",
+            next_command=engine_command(
+                ev.config, repeats=max(repeats, 5), trace_out="trace-repeats.json"
+            ),
         )
-    return _slower_finding(ev, run, base, noise=speedup >= 1.0 - SLOWER_NOISE, single=True)
+    return Finding(
+        rule="speculative-slower",
+        severity="info",
+        confidence="low",
+        title=f"{run.label}: speculative against baseline is inconclusive: the difference lies "
+        f"inside the spread of the repeats ({figures})",
+        detail="The repeats' spreads overlap, or the difference is below the 5 % floor, so the "
+        f"measurements cannot tell which mode is faster; nothing is ruled out ({verdict.describe()}). "
+        "More repeats or a longer run narrow them.",
+        evidence={
+            "speculative_tokens_per_s": list(run.tokens_per_s_repeats),
+            "baseline_tokens_per_s": list(base.tokens_per_s_repeats),
+            "noise_rule": verdict.to_json(),
+        },
+        next_command=engine_command(ev.config, repeats=repeats, trace_out="trace-repeats.json"),
+    )
+
+
+def _speed_sample(run) -> stats.Sample:
+    """A run's tokens/s as the noise rule's sample: its repeats, else its one measurement."""
+    return stats.Sample.of_rates(run.tokens_per_s_repeats or [run.tokens_per_s])
 
 
 def _rate(run) -> str:
@@ -383,7 +417,7 @@ def _rate(run) -> str:
     )
 
 
-def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding:
+def _slower_finding(ev, run, base, verdict: stats.Comparison) -> Finding:
     parts = {
         name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
         for name in ("draft", "verify", *E.OVERHEAD_PHASES)
@@ -410,6 +444,7 @@ def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding
         "cycle_ms": _r(cycle_ms),
         "tokens_per_cycle": _r(tpc),
         "breakeven_tokens_per_cycle": _r(breakeven),
+        "noise_rule": verdict.to_json(),
     }
     biggest = max(
         ("draft", "verify", "overhead"),
@@ -426,24 +461,19 @@ def _slower_finding(ev, run, base, noise: bool, single: bool = False) -> Finding
         if breakeven
         else ""
     )
+    single = verdict.basis == stats.NOISE_FLOOR
     return Finding(
         rule="speculative-slower",
-        severity="info" if noise else "warning",
-        confidence="low" if noise else ("medium" if single else "high"),
-        title=(
-            f"speculative {run.tokens_per_s:.1f} tok/s is "
-            + ("no faster than (within timing noise)" if noise else "slower than")
-            + f" the baseline's {base.tokens_per_s:.1f} tok/s"
-        ),
+        severity="warning",
+        confidence="medium" if single else "high",
+        title=f"speculative {run.tokens_per_s:.1f} tok/s is slower than the baseline's "
+        f"{base.tokens_per_s:.1f} tok/s beyond the noise",
         detail=(
             f"Per generated token: draft {parts['draft']:.3f} ms + verify {parts['verify']:.3f} ms + overhead "
             f"(accept, draft extend, host, unaccounted) {overhead + unaccounted:.3f} ms = {ms_token:.3f} ms, "
-            f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}."
-            + (
-                " One measurement each: no spread to weigh it by (run-engine --repeats)."
-                if single
-                else ""
-            )
+            f"against {decode_ms:.3f} ms per token for the baseline. {arithmetic}The largest share is {biggest}. "
+            f"Slower {verdict.describe()}."
+            + (" More repeats give it a spread (run-engine --repeats)." if single else "")
         ),
         evidence=nums,
         cost_ms_per_token=ms_token - decode_ms,
@@ -575,20 +605,25 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
     """The engine's collectives against the sweep's time for the same sizes, settings and mode."""
     hyp = "engine collectives cost more than the sweep measured"
     if not any(run.collectives for _, run in ev.all_runs()):
-        if ev.kind != "engine-trace" and not ev.config.get("tp"):
+        # none seen rules out only where collectives would have been seen: our trace records every
+        # call, a profile with GPU activity every kernel; a server log or a CPU-only profile none
+        seen = _records_collectives(ev)
+        if not seen:
             return [
                 NotChecked(
                     rule="collectives-vs-sweep",
                     hypothesis=hyp,
-                    missing="the evidence shows no collectives",
+                    missing="collectives: "
+                    + (
+                        "a server log records none"
+                        if ev.kind == "server-log"
+                        else "the evidence cannot show them (a profile without GPU activity)"
+                    ),
+                    next_command=profile_command(ev.config.get("engine"))
+                    if ev.kind != "engine-trace"
+                    else "",
                 )
             ]
-        # a profile's tp may be only the number of files given: say what was seen, not a size inferred
-        seen = (
-            f"the engine issued no collectives (tp={ev.config.get('tp')})"
-            if ev.kind == "engine-trace"
-            else "no collective kernel ran in the profiled steps"
-        )
         return [RuledOut(rule="collectives-vs-sweep", hypothesis=hyp, reason=seen)]
     sizes = _all_sizes(ev)
     if not ev.sweep:
@@ -609,6 +644,21 @@ def collectives_vs_sweep(ev: E.Evidence) -> list:
         else:
             out += compare_calls(ev, run, run.name(source), hyp, SWEEP_EXCESS)
     return out
+
+
+def _records_collectives(ev: E.Evidence) -> str:
+    """What the evidence would have shown had a collective run ('' when it cannot show one): our
+    trace counts every call the communicator issued; a profile with GPU activity holds every
+    kernel (a profile's tp may be only the number of files given: say what was seen)."""
+    if ev.kind == "engine-trace":
+        return f"the engine issued no collectives (tp={ev.config.get('tp')})"
+    gpu = any(
+        p.device_ms is not None
+        for _, run in ev.all_runs()
+        if run.source == "profile"
+        for p in run.phases.values()
+    )
+    return "no collective kernel ran in the profiled steps (GPU activity recorded)" if gpu else ""
 
 
 def graph_coverage(ev: E.Evidence) -> list:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.nccl.recipes import only_shapes_the_log
 
 RULE = "env-check"
 HYPOTHESIS = "settings never reached the job's processes"
@@ -73,6 +74,17 @@ def env_check_findings(ev: E.Evidence) -> list:
             )
         )
     if not any(isinstance(o, Finding) and o.severity != "info" for o in out):
+        if not doc.get("expectations"):  # nothing was expected: nothing can have been missed
+            out.append(
+                NotChecked(
+                    rule=RULE,
+                    hypothesis=HYPOTHESIS,
+                    missing=f"the settings the job should have: env-check read {len(targets)} process(es) "
+                    "but was given no expectation (--expect VAR=VALUE, --expect-from FILE)",
+                    next_command=_again(doc),
+                )
+            )
+            return out
         out.append(
             RuledOut(
                 rule=RULE,
@@ -106,10 +118,20 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
         value = have[0]["env"][variable]
         mechanism = MECHANISMS.get(lack[0].get("role"), DEFAULT_MECHANISM)
         pids = ", ".join(f"{p['pid']} ({p.get('role') or 'process'})" for p in lack)
+        log_only = only_shapes_the_log(variable)
+        effect = (
+            f"{variable} changes only what NCCL logs, never what it does: that worker's collectives "
+            "are the same, but its NCCL log is not the others' (a missing log or subsystem there is "
+            "this, not a failure)"
+            if log_only
+            else f"NCCL in that worker runs with its default for {variable} while the others run with "
+            f"{value}: where {variable} shapes what NCCL does, the ranks of one communicator no longer "
+            "agree on it"
+        )
         out.append(
             Finding(
                 rule="env-check-sibling",
-                severity="error",
+                severity="info" if log_only else "error",
                 confidence="high",
                 title=(
                     f"{len(lack)} of {len(targets)} workers lack {variable}={value} that the others "
@@ -117,8 +139,8 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
                 ),
                 detail=(
                     f"The job's workers are started alike, yet pid {lack[0]['pid']} has no {variable} while pids "
-                    f"{', '.join(str(p['pid']) for p in have)} have {variable}={value}. Likely: {mechanism}. NCCL in "
-                    f"that worker runs with its default, and every collective it joins is shaped by the mismatch."
+                    f"{', '.join(str(p['pid']) for p in have)} have {variable}={value}. Likely: {mechanism}. "
+                    f"{effect}."
                 ),
                 evidence={
                     "variable": variable,

@@ -9,6 +9,9 @@ while the verify ran eagerly), so wherever that matters the rule asks for a prof
 
 from __future__ import annotations
 
+import statistics
+
+from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
@@ -103,30 +106,56 @@ def _split_by_size(log) -> str:
 
 
 def _capture_sizes(ev, run, log) -> list:
+    """Logged batch sizes against the largest captured graph, in the unit the engine captures in:
+    SGLang's cuda_graph_bs are batch sizes (requests); vLLM's cudagraph_capture_sizes count tokens,
+    and with speculative decoding a decode step runs each request's 1 + k tokens
+    (gpu_model_runner's uniform_decode_query_len), so requests x (1 + k) must fit."""
     sizes, top = log.get("capture_sizes"), log.get("max_capture_size")
     if not top or not log["batch_sizes"]:
         return []
-    above = {int(b): n for b, n in log["batch_sizes"].items() if int(b) > top}
     hyp = "batch sizes fall outside the captured graphs"
+    per_request, unit = 1, "requests"
+    if log["engine"] == "vllm" and log["speculative"]:
+        k = log.get("num_spec_tokens")
+        if not k:
+            return [
+                NotChecked(
+                    rule="capture-sizes",
+                    hypothesis=hyp,
+                    missing="the number of speculative tokens: vLLM captures graphs by tokens, and a "
+                    "speculative decode step runs 1 + k tokens per request (the start-up lines name "
+                    "num_spec_tokens)",
+                )
+            ]
+        per_request, unit = 1 + int(k), f"tokens (requests x {1 + int(k)}: 1 + k={k} per request)"
+    steps = {int(b): int(b) * per_request for b in log["batch_sizes"]}
+    above = {b: n for b, n in log["batch_sizes"].items() if steps[int(b)] > top}
     if not above:
+        largest = max(steps, key=steps.get)
         return [
             RuledOut(
                 rule="capture-sizes",
                 hypothesis=hyp,
-                reason=f"every logged batch size (up to {max(map(int, log['batch_sizes']))}) is within the "
-                f"largest captured size {top}",
+                reason=f"every logged batch (up to {largest} requests"
+                + (f", {steps[largest]} {unit}" if per_request > 1 else "")
+                + f") is within the largest captured size {top}",
             )
         ]
     total = sum(log["batch_sizes"].values())
+    word = unit.split(" ")[0]
+    batches = ", ".join(
+        f"{b} requests" + (f" ({steps[int(b)]} {word})" if per_request > 1 else "")
+        for b in sorted(above, key=int)
+    )
     return [
         Finding(
             rule="capture-sizes",
             severity="warning",
             confidence="medium",
-            title=f"{sum(above.values())} of {total} logged intervals ran batch sizes above the largest "
-            f"captured graph ({top})",
+            title=f"{sum(above.values())} of {total} logged intervals ran batches above the largest "
+            f"captured graph ({top} {word})",
             detail=(
-                f"Batch sizes {', '.join(map(str, sorted(above)))} exceed the captured sizes"
+                f"Batches of {batches} exceed the captured sizes"
                 + (f" {sizes}" if sizes else "")
                 + ": those steps run without a graph. Raise the largest capture size "
                 "(SGLang --cuda-graph-max-bs; vLLM compilation config max_cudagraph_capture_size) or cap "
@@ -136,6 +165,8 @@ def _capture_sizes(ev, run, log) -> list:
                 "batch_sizes": log["batch_sizes"],
                 "capture_sizes": sizes,
                 "max_capture_size": top,
+                "capture_unit": unit,
+                "step_sizes": {b: steps[int(b)] for b in log["batch_sizes"]},
             },
         )
     ]
@@ -238,18 +269,19 @@ def log_breakeven(ev: E.Evidence) -> list:
     common = sorted(set(s.log["tokens_per_s_by_batch"]) & set(b.log["tokens_per_s_by_batch"]))
     if common:
         batch = max(common, key=lambda n: s.log["batch_sizes"].get(n, 0))
-        s_tput, b_tput, where = (
-            s.log["tokens_per_s_by_batch"][batch],
-            b.log["tokens_per_s_by_batch"][batch],
+        s_values, b_values, where = (
+            s.log["tokens_per_s_values_by_batch"][batch],
+            b.log["tokens_per_s_values_by_batch"][batch],
             f"at batch {batch}",
         )
     else:
-        s_tput, b_tput, where = (
-            s.tokens_per_s,
-            b.tokens_per_s,
+        s_values, b_values, where = (
+            s.log["tokens_per_s_values"],
+            b.log["tokens_per_s_values"],
             "over the whole logs (no batch size in common)",
         )
-    if not s_tput or not b_tput:
+    s_values, b_values = [v for v in s_values if v > 0], [v for v in b_values if v > 0]
+    if not s_values or not b_values:
         return [
             NotChecked(
                 rule="speculative-slower",
@@ -257,15 +289,33 @@ def log_breakeven(ev: E.Evidence) -> list:
                 missing="generation throughput in both logs",
             )
         ]
+    # every logging interval is one measurement of the throughput: the noise rule weighs them
+    verdict = stats.compare(
+        stats.Sample.of_rates(s_values), stats.Sample.of_rates(b_values), single="gpu"
+    )
+    s_tput, b_tput = statistics.median(s_values), statistics.median(b_values)
     speedup = s_tput / b_tput
+    figures = (
+        f"{s_tput:.1f} against {b_tput:.1f} tok/s {where} ({speedup:.2f}x; medians of "
+        f"{len(s_values)} and {len(b_values)} logging intervals)"
+    )
     tpc = s.acceptance.mean_length if s.acceptance else None
     breakeven = tpc / speedup if tpc else None
-    if speedup >= 1.0:
+    if verdict.verdict == stats.FASTER:
         return [
             RuledOut(
                 rule="speculative-slower",
                 hypothesis=hyp,
-                reason=f"{s_tput:.1f} against {b_tput:.1f} tok/s {where} ({speedup:.2f}x)",
+                reason=f"speculative is faster beyond the noise: {figures}; {verdict.describe()}",
+            )
+        ]
+    if verdict.verdict == stats.WITHIN_NOISE:
+        return [
+            NotChecked(
+                rule="speculative-slower",
+                hypothesis=hyp,
+                missing=f"a difference beyond the noise: {figures} ({verdict.describe()}); logs of "
+                "longer runs at the same batch size would settle it",
             )
         ]
     return [
@@ -273,7 +323,8 @@ def log_breakeven(ev: E.Evidence) -> list:
             rule="speculative-slower",
             severity="warning",
             confidence="medium",
-            title=f"speculative {s_tput:.1f} tok/s is slower than the baseline's {b_tput:.1f} tok/s {where}",
+            title=f"speculative {s_tput:.1f} tok/s is slower than the baseline's {b_tput:.1f} tok/s {where} "
+            "beyond the noise",
             detail=(
                 f"With {tpc:.2f} tokens per cycle the speculative server reaches {speedup:.2f}x the "
                 "baseline, so a cycle "
@@ -281,6 +332,7 @@ def log_breakeven(ev: E.Evidence) -> list:
                 if tpc
                 else f"The speculative server reaches {speedup:.2f}x the baseline. "
             )
+            + f"Slower {verdict.describe()}. "
             + "The log cannot say where the cycle's time goes (draft, verify, graphs or not): a profile can.",
             evidence={
                 "speculative_tokens_per_s": s_tput,
@@ -288,6 +340,7 @@ def log_breakeven(ev: E.Evidence) -> list:
                 "speedup": round(speedup, 3),
                 "tokens_per_cycle": tpc,
                 "breakeven_tokens_per_cycle": breakeven,
+                "noise_rule": {**verdict.to_json(), "intervals": [len(s_values), len(b_values)]},
             },
             next_command=profile_command(s.engine),
         )

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.bundle import RUN_NODE
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, RuledOut
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
@@ -33,7 +34,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     checked = []
     for where, settings, version in _environments(ev):
         checked.append(where)
-        for key, finding in _problems(settings, node, version, nccl, where):
+        for key, finding in _problems(settings, node, version, nccl, where, ev.node_source):
             found.setdefault(key, finding)
             places.setdefault(key, []).append(where)
     if found:
@@ -127,7 +128,14 @@ def _short(places: list[str], limit: int = 4) -> str:
     )
 
 
-def _problems(settings: dict, node: NodeFacts | None, version: str | None, nccl: bool, run: str):
+def _problems(
+    settings: dict,
+    node: NodeFacts | None,
+    version: str | None,
+    nccl: bool,
+    run: str,
+    node_source: str | None = None,
+):
     for f in lint_env(settings, node=node, nccl_version=version):
         if (
             f.severity == "error"
@@ -153,22 +161,31 @@ def _problems(settings: dict, node: NodeFacts | None, version: str | None, nccl:
             )
     hazard = ll128_hazard(settings, node, version) if nccl else None
     if hazard:
+        own = node is not None and node_source == RUN_NODE
+        whose = (
+            f" Judged with the topology of {node_source}"
+            + ("" if own else ": if the run used other GPUs, this verdict is not about them")
+            + "."
+            if node is not None
+            else ""
+        )
         yield (
             ("NCCL_PROTO", hazard.summary),
             Finding(
                 rule=RULE,
                 severity="error" if hazard.on is False else "warning",
-                confidence="high" if hazard.on is False else "low",
+                confidence=("high" if own else "medium") if hazard.on is False else "low",
                 title=f"NCCL_PROTO={settings['NCCL_PROTO']} forces LL128, and {hazard.summary}",
                 detail=(
                     f"Found in {run}. NCCL enables LL128 only where it verified that 128-byte stores arrive in "
                     "order; forced elsewhere it can corrupt data silently. run-engine and recommend refuse it "
-                    f"without {ALLOW_LL128_FLAG}."
+                    f"without {ALLOW_LL128_FLAG}.{whose}"
                 ),
                 evidence={
                     "run": run,
                     "NCCL_PROTO": settings["NCCL_PROTO"],
                     "node": node.to_json() if node else None,
+                    "node_from": node_source,
                 },
                 next_command="nvidia-smi topo -m > topo.txt && ncclprobe knobs --lint --topo topo.txt",
             ),

@@ -21,6 +21,7 @@ from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.knobs import Scope, acts_on_one_rank, effective_scope
 from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.values import as_logged, reads_the_same
 from ncclprobe.nccl.version import parse_version
 
 UNSET = "<unset>"
@@ -98,7 +99,7 @@ def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dic
         elif read and var not in read:  # NCCL logged what it read (ENV lines), but not this one
             kind = "no-peer" if one_rank and not acts_on_one_rank(var) else "not-read"
             problems.append({**base, "at_comm_init": value, "nccl_read": None, "kind": kind})
-        elif read and str(read[var]).rstrip(".").lower() != value.lower():
+        elif read and not reads_the_same(var, value, str(read[var])):
             problems.append(
                 {**base, "at_comm_init": value, "nccl_read": read[var], "kind": "read-other-value"}
             )
@@ -175,8 +176,13 @@ def _propagation_one(ev, source, run, asked, problems) -> Finding:
             f"NCCL in {where} read {first['variable']}={first['nccl_read']}, not {first['asked']}"
         )
         detail = (
-            "The worker's environment had the asked value but NCCL's log reports another one (a config "
-            "file or a later override)."
+            f"The worker's environment had {first['variable']}={first['asked']}, which NCCL would log as "
+            f"{as_logged(first['variable'], first['asked'])}, but its log reports {first['nccl_read']}: NCCL "
+            "read another value than the worker's environment held. Possible sources: the process changed "
+            "it after NCCL had read it (a per-process variable keeps its first value) or an environment "
+            "plugin (NCCL_ENV_PLUGIN, 2.28+); NCCL's config files (NCCL_CONF_FILE, ~/.nccl.conf, "
+            "/etc/nccl.conf) never override a variable the environment holds (setenv without "
+            "overwrite, src/misc/param.cc)."
         )
         fix = (
             f"ncclprobe knobs {first['variable']}  # then, in your live job: ncclprobe env-check --pid PID "

@@ -13,15 +13,14 @@ NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.recipes import PROOF_VARIABLES
+from ncclprobe.nccl.values import as_logged
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import display_value
 
@@ -149,10 +148,5 @@ def cross_check(
 
 
 def normalise(name: str, value: str | None) -> str | None:
-    """The spelling NCCL logs: integer levels as path names, integers without a trailing period."""
-    if value is None:
-        return None
-    value = value.strip()
-    if name == "NCCL_P2P_LEVEL":
-        return level_as_logged(value)
-    return value[:-1] if re.fullmatch(r"-?[0-9]+\.", value) else value
+    """The spelling NCCL logs for a value, as NCCL parses it (`ncclprobe.nccl.values.as_logged`)."""
+    return None if value is None else as_logged(name, value.strip())

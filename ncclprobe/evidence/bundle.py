@@ -20,6 +20,7 @@ from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
+RUN_NODE = "the run's own record (the engine trace's `node`: the GPUs it used)"
 OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 
@@ -34,6 +35,7 @@ class Evidence:
     inputs: dict = field(default_factory=dict)  # which files each piece came from
     notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
     node: dict | None = None  # the GPUs and links the run saw (engine trace `node`)
+    node_source: str | None = None  # whose topology `node` is: the run's own record wins
     collect_env: object | None = (
         None  # evidence.collect_env.CollectEnv: the collecting shell's view
     )
@@ -56,6 +58,7 @@ class Evidence:
             runs=to_runs(trace, path),
             config=dict(trace.get("config") or {}),
             node=trace.get("node"),
+            node_source=RUN_NODE if trace.get("node") else None,
             baseline=to_runs(baseline, baseline_path or "BASELINE") if baseline else [],
             sweep=sweep or [],
             env_check=env_check,
@@ -120,6 +123,7 @@ def load_evidence(
         notes=main.notes + [f"baseline: {n}" for n in base.notes],
         node=next((t.get("node") for t in main.traces + base.traces if t.get("node")), None),
     )
+    ev.node_source = RUN_NODE if ev.node else None
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
     if env_check:
@@ -131,7 +135,8 @@ def load_evidence(
 
 def _add_collect_env(ev: Evidence, path: str | Path) -> None:
     """The collect-env text as evidence: its settings are linted like every environment, its
-    topology stands in for the run's GPUs where the run recorded none."""
+    topology stands in for the run's GPUs only where the run recorded none (the run's own node
+    wins: a collect-env text may come from another machine), named as such in `node_source`."""
     from ncclprobe.evidence.collect_env import CAVEAT, parse_collect_env
     from ncclprobe.evidence.text import read_text_file
     from ncclprobe.evidence.topo import node_facts
@@ -140,6 +145,10 @@ def _add_collect_env(ev: Evidence, path: str | Path) -> None:
     ev.collect_env, ev.inputs["collect_env"] = collected, str(path)
     if ev.node is None and collected.topology is not None:
         ev.node = node_facts(collected.topology).to_json()
+        ev.node_source = (
+            f"the {collected.tool} text {Path(path).name} (the collecting shell's machine; the run "
+            "recorded no topology of its own)"
+        )
     ev.notes += [f"{collected.tool}: {n}" for n in dict.fromkeys([CAVEAT, *collected.notes])]
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import COLLECTIVE_NAMES, DEBUG_SUBSYSTEMS, KNOBS, PROTOCOLS, Kind, Knob
-from ncclprobe.nccl.p2p import is_legacy_level
+from ncclprobe.nccl.p2p import LEGACY_P2P_LEVELS, is_legacy_level
 
 
 def validate_value(name: str, value: str) -> str:
@@ -80,6 +80,72 @@ def parse_integer(value: str) -> int | None:
     except ValueError:
         return None
     return -number if value.startswith("-") else number
+
+
+INT64_MAX = (1 << 63) - 1
+_C_SPACE = " \t\n\v\f\r"
+_C_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def strtoll(text: str) -> int | None:
+    """C's strtoll(text, NULL, 0), which NCCL_PARAM reads every integer with (src/misc/param.cc at
+    v2.13.4-1 through v2.28.9-1): leading white space, a sign, then 0x/0X hex, a leading 0 octal or
+    decimal, read up to the first character that is not a digit of that base (`4M` is 4, `09` is 0,
+    `abc` is 0). None where the value overflows 64 bits: errno is set, NCCL logs `Invalid value`
+    and keeps its default."""
+    text = text.lstrip(_C_SPACE)
+    sign = -1 if text[:1] == "-" else 1
+    text = text[1:] if text[:1] in "+-" else text
+    base = 10
+    if text[:2] in ("0x", "0X") and text[2:3].lower() in _C_DIGITS[:16] and text[2:3]:
+        base, text = 16, text[2:]
+    elif text[:1] == "0":
+        base = 8
+    digits = ""
+    for char in text:
+        if char.lower() not in _C_DIGITS[:base] or not char.isascii():
+            break
+        digits += char
+    number = sign * int(digits, base) if digits else 0
+    return number if -INT64_MAX - 1 <= number <= INT64_MAX else None
+
+
+def as_logged(name: str, value: str) -> str:
+    """The value of NCCL's `NAME set by environment to VALUE` line for a value it was given, so a
+    value the workers had and the one NCCL logged compare as NCCL parsed them: integers as strtoll
+    read them, printed `%lld` (`0x400000` is logged 4194304, the log's trailing period dropped),
+    P2P levels as path names (`2` is PXB, names matched case-exactly), NCCL_LAUNCH_MODE in capitals
+    (strcasecmp), token lists (NCCL_PROTO, NCCL_ALGO) as written (NCCL logs the string it got),
+    case aside. A value NCCL could not read as an integer stays as written."""
+    row = KNOBS.get(name)
+    kind = row.kind if row else None
+    if kind is Kind.LEVEL:
+        if value[:1].isdigit() and value[:1].isascii():
+            number = strtoll(value)
+            if number is not None and number >= 0:
+                return LEGACY_P2P_LEVELS[min(number, len(LEGACY_P2P_LEVELS) - 1)]
+        return value
+    if kind is Kind.TOKENS or (kind is Kind.CHOICE and not row.case_sensitive):
+        return value.strip().upper()
+    integer = kind in (Kind.INT, Kind.BOOL) or (kind is None and _integer_text(value))
+    if integer:
+        number = strtoll(value.removesuffix(".") if _integer_text(value) else value)
+        return value if number is None else str(number)
+    return value.removesuffix(".") if _integer_text(value) else value
+
+
+def reads_the_same(name: str, value: str, logged: str) -> bool:
+    """Whether NCCL logging `logged` for `name` means it read `value` (see `as_logged`)."""
+    return as_logged(name, str(value)) == as_logged(name, str(logged))
+
+
+def _integer_text(value: str) -> bool:
+    """A whole integer as NCCL logs or a user writes one (`42`, `-1`, `0x2a`, `42.`)."""
+    text = value.strip().removesuffix(".").lstrip("+-")
+    if text[:2] in ("0x", "0X"):
+        text = text[2:]
+        return bool(text) and text.isascii() and all(c in "0123456789abcdefABCDEF" for c in text)
+    return text.isascii() and text.isdigit()
 
 
 def _validate_tokens(row: Knob, value: str) -> str:

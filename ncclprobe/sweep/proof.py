@@ -26,8 +26,8 @@ only the environment check applies and the verdict says so.
 
 from __future__ import annotations
 
-from ncclprobe.nccl.knobs import Kind, Scope, knob, proof_scope
-from ncclprobe.nccl.p2p import level_as_logged
+from ncclprobe.nccl.knobs import Scope, proof_scope
+from ncclprobe.nccl.values import reads_the_same
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
@@ -251,12 +251,8 @@ def _strtol(text: str) -> int | None:
 
 
 def _same_value(name: str, wanted: str, reported: str) -> bool:
-    row = knob(name)
-    if row is not None and row.kind is Kind.LEVEL:
-        return level_as_logged(wanted) == reported
-    if row is not None and row.kind is Kind.TOKENS:
-        return wanted.replace(" ", "").lower() == reported.replace(" ", "").lower()
-    return wanted == reported.rstrip(".")
+    """NCCL logged what it was given, as NCCL parses values (`ncclprobe.nccl.values.as_logged`)."""
+    return reads_the_same(name, wanted, reported)
 
 
 def _ranks(ranks) -> str:

@@ -135,8 +135,11 @@ def _sglang(lines: list[str], path: str) -> dict:
         for flag in ("True", "False")
     }
     accept = [float(b["accept len"]) for b in batches if "accept len" in b]
+    # the first decode interval holds the server's warm-up (SGLang's first request, its graphs'
+    # first replays): it counts for no throughput figure when others follow
+    measured = batches[1:] if len(batches) > 1 else batches
     tput = [
-        float(b["gen throughput (token/s)"]) for b in batches if "gen throughput (token/s)" in b
+        float(b["gen throughput (token/s)"]) for b in measured if "gen throughput (token/s)" in b
     ]
     max_bs = _int(args.get("cuda_graph_max_bs"))
     speculative = bool(accept) or args.get("speculative_algorithm", "None").strip("'") not in (
@@ -160,9 +163,10 @@ def _sglang(lines: list[str], path: str) -> dict:
         "tokens_per_cycle_values": len(accept),
         "accept_rate": _mean([float(b["accept rate"]) for b in batches if "accept rate" in b]),
         "per_position": [],
-        "gen_tokens_per_s": _median(tput[1:] if len(tput) > 1 else tput),
-        "tokens_per_s_by_batch": _by_batch(
-            running, [b.get("gen throughput (token/s)") for b in batches]
+        "gen_tokens_per_s": _median(tput),
+        **_throughputs(
+            running[len(batches) - len(measured) :],
+            [b.get("gen throughput (token/s)") for b in measured],
         ),
         "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
         "tp": _int(args.get("tp_size")),
@@ -261,7 +265,7 @@ def _vllm(lines: list[str], path: str) -> dict:
         "accept_rate": _mean(rates),
         "per_position": per_position,
         "gen_tokens_per_s": _median(tput),
-        "tokens_per_s_by_batch": _by_batch(running, tput),
+        **_throughputs(running, tput),
         "num_spec_tokens": spec,
         "tp": tp,
         "downgrades": downgrades,
@@ -433,12 +437,18 @@ def _per_position(line: str) -> list[float]:
     return values
 
 
-def _by_batch(running, values) -> dict:
+def _throughputs(running, values) -> dict:
+    """Generation throughput per logging interval, by batch size: the median (what the log ran at)
+    and every interval's value (its repeats, which the noise rule weighs), plus all of them."""
     groups: dict[int, list[float]] = {}
     for r, v in zip(running, values):
         if r is not None and v is not None:
             groups.setdefault(r, []).append(float(v))
-    return {r: statistics.median(v) for r, v in sorted(groups.items())}
+    return {
+        "tokens_per_s_by_batch": {r: statistics.median(v) for r, v in sorted(groups.items())},
+        "tokens_per_s_values_by_batch": dict(sorted(groups.items())),
+        "tokens_per_s_values": [float(v) for v in values if v is not None],
+    }
 
 
 def _ints(text: str) -> list[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ncclprobe import stats
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.modes import Label, Mode
 from ncclprobe.evidence.run.view import (
@@ -23,6 +24,7 @@ from ncclprobe.evidence.run.view import (
     Phase,
     Worker,
 )
+from ncclprobe.nccl.values import reads_the_same
 from ncclprobe.secrets import mask_provenance
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict
@@ -167,7 +169,7 @@ def merge_tuned(first: dict, second: dict) -> dict:
     merged = dict(first)
     merged["runs"] = first["runs"] + second["runs"]
     finish(merged)
-    merged["comparison"] = compare_tuned(merged["runs"])
+    merged["comparison"] = compare_tuned(merged["runs"], device=merged["config"].get("device"))
     return merged
 
 
@@ -208,8 +210,10 @@ def _unique(tags: list[str], stems: list[str]) -> list[str]:
     return tags
 
 
-def compare_tuned(runs: list[dict]) -> list[dict]:
-    """Per mode: untuned against tuned tokens/s and verify/decode ms, with the change in percent."""
+def compare_tuned(runs: list[dict], device: str | None = None) -> list[dict]:
+    """Per mode: untuned against tuned tokens/s and verify/decode ms, with the change in percent,
+    and the noise rule's verdict on the tokens/s (`ncclprobe.stats.compare`: the repeats' spreads,
+    else the noise floor of one run on this device)."""
     by = {(r["label"], r["mode"]): r for r in runs}
     rows = []
     for mode in MODES:
@@ -222,6 +226,12 @@ def compare_tuned(runs: list[dict]) -> list[dict]:
             "tuned_tokens_per_s": after["tokens_per_s"],
             "change_pct": _change(before["tokens_per_s"], after["tokens_per_s"]),
         }
+        if before["tokens_per_s"] and after["tokens_per_s"]:
+            row["noise_rule"] = stats.compare(
+                _rates(after),
+                _rates(before),
+                single="gpu" if device == "cuda" else "cpu",
+            ).to_json()
         for phase in ("decode", "verify"):
             b, a = (
                 (before["phases"].get(phase) or {}).get("median_ms"),
@@ -231,6 +241,13 @@ def compare_tuned(runs: list[dict]) -> list[dict]:
                 row[f"{phase}_ms_change_pct"] = _change(b, a)
         rows.append(row)
     return rows
+
+
+def _rates(run: dict) -> stats.Sample:
+    """A run record's tokens/s as the noise rule's sample: its repeats, else its one measurement."""
+    return stats.Sample.of_rates(
+        (run.get("repeats") or {}).get("tokens_per_s") or [run["tokens_per_s"]]
+    )
 
 
 def _change(before, after) -> float | None:
@@ -293,7 +310,9 @@ def settings_check(run: dict) -> dict:
         )
         logs = [w["nccl_read"] for w in workers if w["nccl_read"]]
         read[key] = (
-            all(log.get(key) == value for log in logs) if logs and key.startswith("NCCL_") else None
+            all(key in log and reads_the_same(key, value, str(log[key])) for log in logs)
+            if logs and key.startswith("NCCL_")
+            else None
         )
     return {
         "label": run["label"],

@@ -1,0 +1,121 @@
+"""Server-log thresholds pinned at their boundaries, on hand-written logs in the engines' own line
+formats (tests/fixtures/server_logs/handwritten_*, INDEX.md says what each plants): the capture-size
+cut (`>`: a batch equal to the largest captured size fits), in vLLM's unit (tokens: requests x
+(1 + k) with speculative decoding), SGLang's warm-up interval, vLLM V1's 1 + accepted x k / drafted."""
+
+import pytest
+
+from ncclprobe.diagnose import diagnose, load_evidence
+from ncclprobe.evidence.run.serverlog import read_log
+
+LOGS = __import__("pathlib").Path(__file__).parent / "fixtures" / "server_logs"
+VLLM_K3 = LOGS / "handwritten_vllm_v1_spec_k3_capture_tokens.log"
+SGLANG = LOGS / "handwritten_sglang_warmup_interval.log"
+
+
+def _capture(result, kind):
+    items = {
+        "finding": result.findings,
+        "ruled out": result.ruled_out,
+        "not checked": result.not_checked,
+    }
+    return [i for i in items[kind] if i.rule == "capture-sizes"]
+
+
+def test_vllm_counts_capture_sizes_in_tokens_of_every_speculative_request():
+    """4 requests x (1 + 3) = 16 tokens fit the largest captured size 16 (the boundary); 5 x 4 = 20
+    do not, although 5 requests are far below 16."""
+    result = diagnose(load_evidence(server_logs=[VLLM_K3]))
+    [found] = _capture(result, "finding")
+    assert "1 of 2 logged intervals" in found.title and "(16 tokens)" in found.title
+    assert "5 requests (20 tokens)" in found.detail and "4 requests" not in found.detail
+    assert found.evidence["step_sizes"] == {4: 16, 5: 20}
+    assert not _capture(result, "ruled out")
+
+
+def test_vllm_speculative_without_k_does_not_rule_capture_sizes_out(tmp_path):
+    text = VLLM_K3.read_text().replace("num_spec_tokens=3", "draft_tokens_unknown")
+    log = tmp_path / "no_k.log"
+    log.write_text(text)
+    result = diagnose(load_evidence(server_logs=[log]))
+    assert not _capture(result, "ruled out") and not _capture(result, "finding")
+    [missing] = _capture(result, "not checked")
+    assert "1 + k tokens per request" in missing.missing
+
+
+def test_a_plain_vllm_server_counts_one_token_per_request(tmp_path):
+    plain = tmp_path / "plain.log"
+    plain.write_text(
+        "\n".join(
+            line.replace("Running: 5 reqs", "Running: 16 reqs")
+            for line in VLLM_K3.read_text().splitlines()
+            if "SpecDecoding" not in line
+        ).replace(
+            "speculative_config=SpeculativeConfig(method='eagle3', model='example/draft', num_spec_tokens=3), ",
+            "",
+        )
+    )
+    result = diagnose(load_evidence(server_logs=[plain]))
+    assert read_log(plain)["speculative"] is False
+    [ruled] = _capture(result, "ruled out")  # 16 requests = 16 tokens: the boundary fits
+    assert "up to 16 requests) is within the largest captured size 16" in ruled.reason
+    plain.write_text(plain.read_text().replace("Running: 16 reqs", "Running: 17 reqs"))
+    assert _capture(diagnose(load_evidence(server_logs=[plain])), "finding")
+
+
+def test_sglang_capture_boundary_is_batch_size():
+    """cuda_graph_max_bs=4: the four intervals at batch 4 fit (equal is within), the one at 5 not."""
+    result = diagnose(load_evidence(server_logs=[SGLANG]))
+    [found] = _capture(result, "finding")
+    assert (
+        "1 of 5 logged intervals" in found.title and "Batches of 5 requests exceed" in found.detail
+    )
+
+
+def test_sglang_first_interval_is_warm_up_and_counts_for_no_throughput():
+    log = read_log(SGLANG)
+    assert log["gen_tokens_per_s"] == 103.0  # median of 100, 104, 106, 102: not the 2.00 warm-up
+    assert log["tokens_per_s_values_by_batch"] == {4: [100.0, 104.0, 106.0], 5: [102.0]}
+    assert log["tokens_per_s_by_batch"] == {4: 104.0, 5: 102.0}
+    assert log["batch_sizes"] == {4: 4, 5: 1}  # the warm-up batch still ran at batch 4
+
+
+def test_sglang_single_interval_is_kept(tmp_path):
+    one = tmp_path / "one.log"
+    one.write_text(
+        "[2026-01-01 10:00:05 TP0] Decode batch. #running-req: 4, #token: 400, token usage: 0.01, "
+        "cuda graph: True, gen throughput (token/s): 2.00, #queue-req: 0\n"
+    )
+    assert read_log(one)["gen_tokens_per_s"] == 2.0
+
+
+def test_vllm_v1_counts_give_one_plus_accepted_k_over_drafted():
+    run = load_evidence(server_logs=[VLLM_K3]).runs[0]
+    assert run.acceptance.mean_length == pytest.approx(1 + 240 * 3 / 300)  # 3.4
+    assert read_log(VLLM_K3)["tokens_per_cycle_from"] == "accepted and drafted counts"
+
+
+def test_a_graph_mode_lowered_to_none_is_an_error(tmp_path):
+    """vLLM's start-up warning that switches graphs off entirely: no step runs from a graph."""
+    log = tmp_path / "none.log"
+    log.write_text(
+        VLLM_K3.read_text()
+        + "(EngineCore pid=282) WARNING 01-01 10:00:01 [compilation.py:455] cudagraph_mode is not "
+        "supported with spec-decode for this backend; setting cudagraph_mode=NONE\n"
+    )
+    [lowered] = [
+        f for f in diagnose(load_evidence(server_logs=[log])).findings if f.rule == "cudagraph-mode"
+    ]
+    assert (lowered.severity, lowered.evidence["cudagraph_mode"]) == ("error", "NONE")
+    assert "no step runs from a graph" in lowered.detail
+
+
+def test_only_the_runs_own_log_is_judged_for_acceptance(tmp_path):
+    """The baseline log's acceptance is not the run's: only the speculative log is judged."""
+    low = tmp_path / "base.log"
+    low.write_text(
+        SGLANG.read_text().replace("cuda graph: True", "accept len: 1.00, cuda graph: True")
+    )
+    result = diagnose(load_evidence(server_logs=[VLLM_K3], baseline_server_logs=[low]))
+    assert not [f for f in result.findings if f.rule == "acceptance"]
+    assert [r.rule for r in result.ruled_out].count("acceptance") == 1  # the run's 3.4
