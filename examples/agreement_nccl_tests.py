@@ -232,12 +232,12 @@ def tests_times(path: Path) -> dict[tuple, float]:
 
 
 def probe_times(path: Path, mode: str) -> dict[tuple, dict]:
-    from ncclprobe.records import read_results
+    from ncclprobe.records import Status, read_results
 
     return {
         (r["in_place"], r["size_bytes"]): r
         for r in read_results(path).results
-        if r["mode"] == mode and r["status"] == "ok" and r.get("time_us")
+        if r["mode"] == mode and r["status"] == Status.OK and r.get("time_us")
     }
 
 

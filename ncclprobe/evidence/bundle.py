@@ -153,10 +153,12 @@ def _merged_config(main: RunSet, base: RunSet) -> dict:
 
 
 def load_sweep(path: str | Path) -> list[dict]:
-    from ncclprobe.records import read_results
+    from ncclprobe.records import Status, read_results
 
     results = read_results(path)
-    return [r for r in results.results if r.get("status") == "ok" and r.get("time_us") is not None]
+    return [
+        r for r in results.results if r.get("status") == Status.OK and r.get("time_us") is not None
+    ]
 
 
 # ---- accessors ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend.load import load_evidence
 from ncclprobe.recommend.recommendation import SCHEMA_VERSION, Recommendation, build_recommendation
 from ncclprobe.recommend.workload import Workload
-from ncclprobe.records import read_results, short_label
+from ncclprobe.records import Status, read_results, short_label
 from ncclprobe.stats import DEFAULT_MIN_GAIN, gain, significant_totals
 from ncclprobe.verdict import Verdict
 
@@ -51,7 +51,7 @@ class RecommendationSet:
         """FINDINGS when a configuration was excluded for wrong results, a hang or an error."""
         return Verdict.of(
             any(
-                e.status in ("wrong", "hang", "error")
+                e.status in (Status.WRONG, Status.HANG, Status.ERROR)
                 for r in self.recs
                 for e in r.evidence.excluded
             )

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.node import NodeFacts
-from ncclprobe.records import ResultsFile, config_id, read_results
+from ncclprobe.records import ResultsFile, Status, config_id, read_results
 from ncclprobe.sizes import format_size
 from ncclprobe.stats import Point, merge
 
-BAD_CONFIG_STATUSES = ("hang", "error", "wrong", "ignored", "skipped")
-BAD_RESULT_STATUSES = ("wrong", "ignored", "hang", "error")
+BAD_CONFIG_STATUSES = (Status.HANG, Status.ERROR, Status.WRONG, Status.IGNORED, Status.SKIPPED)
+BAD_RESULT_STATUSES = (Status.WRONG, Status.IGNORED, Status.HANG, Status.ERROR)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Exclusion:
 
     config_id: str
     settings: dict
-    status: str  # wrong | hang | error | ignored | skipped
+    status: Status  # wrong | hang | error | ignored | skipped
     reason: str
 
 
@@ -168,14 +168,16 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
         for record in f.configs:
             cid = record.get("config_id") or config_id(record.get("settings") or {})
             previous = configs.get(cid)
-            if previous is None or previous.get("status") == "ok":  # a bad status anywhere wins
+            if (
+                previous is None or previous.get("status") == Status.OK
+            ):  # a bad status anywhere wins
                 configs[cid] = record
         for record in f.results:
             configs.setdefault(
                 record["config_id"],
                 {
                     "config_id": record["config_id"],
-                    "status": "ok",
+                    "status": Status.OK,
                     "settings": record.get("settings") or {},
                 },
             )
@@ -191,10 +193,12 @@ def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion
     out = []
     for cid, record in configs.items():
         settings = record.get("settings") or {}
-        status = record.get("status") or "ok"
+        status = record.get("status") or Status.OK
         if status in BAD_CONFIG_STATUSES:
             out.append(
-                Exclusion(cid, settings, status, _config_reason(status, record.get("reason")))
+                Exclusion(
+                    cid, settings, Status(status), _config_reason(status, record.get("reason"))
+                )
             )
             continue
         bad = [r for r in results if r["config_id"] == cid and _result_is_bad(r)]
@@ -207,17 +211,17 @@ def _result_is_bad(record: dict) -> bool:
     return record.get("status") in BAD_RESULT_STATUSES or (record.get("wrong") or 0) > 0
 
 
-def _result_status(record: dict) -> str:
-    return "wrong" if (record.get("wrong") or 0) > 0 else record.get("status")
+def _result_status(record: dict) -> Status:
+    return Status.WRONG if (record.get("wrong") or 0) > 0 else Status(record.get("status"))
 
 
 def _config_reason(status: str, reason: str | None) -> str:
     lead = {
-        "ignored": "the settings did not take effect",
-        "skipped": "not measured",
-        "hang": "hung",
-        "error": "failed",
-        "wrong": "wrong results",
+        Status.IGNORED: "the settings did not take effect",
+        Status.SKIPPED: "not measured",
+        Status.HANG: "hung",
+        Status.ERROR: "failed",
+        Status.WRONG: "wrong results",
     }[status]
     return f"{lead}: {reason}" if reason else lead
 
@@ -230,12 +234,12 @@ def _result_reason(bad: list[dict]) -> str:
         f" and {len(bad) - 4} more" if len(bad) > 4 else ""
     )
     lead = {
-        "wrong": "wrong results at",
-        "ignored": "settings did not take effect at",
-        "hang": "hung at",
-        "error": "failed at",
+        Status.WRONG: "wrong results at",
+        Status.IGNORED: "settings did not take effect at",
+        Status.HANG: "hung at",
+        Status.ERROR: "failed at",
     }[status]
-    tail = f": {first['reason']}" if status != "wrong" and first.get("reason") else ""
+    tail = f": {first['reason']}" if status != Status.WRONG and first.get("reason") else ""
     return f"{lead} {where}{tail}"
 
 
@@ -253,7 +257,7 @@ def _curves(
     checked: dict[str, bool] = {}
     for r in results:
         cid = r["config_id"]
-        if r.get("status") != "ok":
+        if r.get("status") != Status.OK:
             continue
         checked[cid] = checked.get(cid, True) and r.get("wrong") == 0
         if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):

@@ -24,7 +24,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from ncclprobe.evidence.run.modes import Mode  # noqa: E402
 from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
 from ncclprobe.recommend.safety import timing_caveat  # noqa: E402
-from ncclprobe.records import short_label  # noqa: E402
+from ncclprobe.records import Status, short_label  # noqa: E402
 from ncclprobe.sizes import format_size  # noqa: E402
 
 PHASE_ORDER = ("decode", "draft", "verify", "accept", "draft_extend", "host")
@@ -241,7 +241,13 @@ def acceptance(runs: list, out: Path) -> list[Figure]:
 
 def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
     grid, marks = [], {}
-    symbols = {"wrong": "x", "hang": "H", "error": "E", "ignored": "I", "skipped": "-"}
+    symbols = {
+        Status.WRONG: "x",
+        Status.HANG: "H",
+        Status.ERROR: "E",
+        Status.IGNORED: "I",
+        Status.SKIPPED: "-",
+    }
     excluded = {e.config_id: e.status for e in ev.excluded}
     for r, cid in enumerate(rows):
         curve, row_marks = ev.curves.get(cid) or ev.excluded_curves.get(cid), ev.marks.get(cid, {})

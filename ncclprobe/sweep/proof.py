@@ -29,6 +29,7 @@ from __future__ import annotations
 from ncclprobe.nccl.knobs import Kind, Scope, knob, proof_scope
 from ncclprobe.nccl.p2p import level_as_logged
 from ncclprobe.nccl.version import parse_version
+from ncclprobe.records import Status
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
 GLOO_VERDICT = (
@@ -59,7 +60,7 @@ def prove(
     logs: dict[int, tuple[str, str]] | None = None,
     *,
     collectives: tuple[str, ...] = ("all_reduce",),
-) -> tuple[str, str | None, dict]:
+) -> tuple[Status, str | None, dict]:
     """(status, reason, proof) for one configuration.
 
     `logs` maps rank -> (everything the process logged up to the end of the configuration, the
@@ -76,14 +77,14 @@ def prove(
     }
     if mismatches:
         return (
-            "error",
+            Status.ERROR,
             "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]),
             proof,
         )
     if backend != "nccl":
         proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
         proof["proven"] = {name: GLOO_VERDICT for name in settings}
-        return "ok", None, proof
+        return Status.OK, None, proof
     return _prove_from_log(settings, logs or {}, proof, collectives)
 
 
@@ -92,7 +93,7 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     if parsed is None:
         proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
         return (
-            ("ignored" if settings else "ok"),
+            (Status.IGNORED if settings else Status.OK),
             ("cannot read NCCL's log" if settings else None),
             proof,
         )
@@ -123,8 +124,8 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
         if verdict.startswith("ignored"):
             unproven.append(f"{name}={value}: {verdict}")
     if unproven:
-        return "ignored", "NCCL did not confirm " + "; ".join(unproven), proof
-    return "ok", None, proof
+        return Status.IGNORED, "NCCL did not confirm " + "; ".join(unproven), proof
+    return Status.OK, None, proof
 
 
 def _one_setting(proof, name, value, read, during, version, collectives) -> tuple[str, str]:

@@ -9,7 +9,7 @@ a wrong or ignored one is shown with its status and never ranked.
 
 from __future__ import annotations
 
-from ncclprobe.records import ResultsFile, short_label
+from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
 
 SCHEMA_VERSION = 1
@@ -36,13 +36,13 @@ def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
     defaults = {
         _same_measurement(r): r["time_us"]
         for r in results
-        if r["config_id"] == "default" and r["status"] == "ok"
+        if r["config_id"] == "default" and r["status"] == Status.OK
     }
     best: dict[tuple, dict] = {}
     for r in results:
         key = _same_measurement(r)
         if (
-            r["status"] == "ok"
+            r["status"] == Status.OK
             and r.get("time_us")
             and (key not in best or r["time_us"] < best[key]["time_us"])
         ):
@@ -50,7 +50,9 @@ def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
     out = []
     for r in results:
         base = defaults.get(_same_measurement(r))
-        speedup = base / r["time_us"] if base and r["status"] == "ok" and r.get("time_us") else None
+        speedup = (
+            base / r["time_us"] if base and r["status"] == Status.OK and r.get("time_us") else None
+        )
         out.append(
             {**r, "speedup_vs_default": speedup, "best": best.get(_same_measurement(r)) is r}
         )
@@ -78,7 +80,7 @@ def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[tuple[str,
             r["dtype"],
             r["mode"],
             not r["in_place"],
-            r["status"] != "ok",
+            r["status"] != Status.OK,
             r.get("time_us") or float("inf"),
         ),
     )
@@ -158,7 +160,7 @@ def config_problems(configs: list[dict]) -> list[str]:
         f"{c['config_id']}: {c['status']}"
         + (f" ({_first_line(c.get('reason'))})" if c.get("reason") else "")
         for c in configs
-        if c["status"] != "ok"
+        if c["status"] != Status.OK
     ]
 
 
@@ -213,7 +215,9 @@ def _level(wording: str) -> str:
 def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
     """One line per measurement a worker could not make (the rest of its configuration ran)."""
     failed = [
-        r for r in results if r.get("status") == "error" and r.get("reason", "").startswith("rank ")
+        r
+        for r in results
+        if r.get("status") == Status.ERROR and r.get("reason", "").startswith("rank ")
     ]
     lines = [
         f"measurement failed: {r['collective']} {r.get('op')} {r['dtype']} {r['config_id']} {r['mode']} "
