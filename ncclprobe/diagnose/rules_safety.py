@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.env_check_document import KIND
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, RuledOut
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
@@ -27,7 +28,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     environment at communicator creation, each process env-check read. One finding per problem,
     naming every place it was found, and what NCCL's own log says about it where one was read."""
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
-    node = NodeFacts.from_json(ev.node) if ev.node else None
+    node = ev.node
     found: dict[tuple, Finding] = {}
     places: dict[tuple, list[str]] = {}
     checked = []
@@ -63,19 +64,11 @@ def _environments(ev: E.Evidence):
             env = tuning_settings(nccl_env(worker.env_at_comm_init))
             if env and env != asked:
                 yield f"{run.name(source)} rank {worker.rank}", env, worker.nccl_version or version
-    doc = (
-        ev.env_check
-        if isinstance(ev.env_check, dict) and ev.env_check.get("kind") == "env-check"
-        else {}
-    )
-    for proc in doc.get("processes") or []:
-        env = tuning_settings(nccl_env(proc.get("env"))) if isinstance(proc, dict) else {}
+    processes = ev.env_check.processes if ev.env_check and ev.env_check.kind == KIND else ()
+    for proc in processes:
+        env = tuning_settings(nccl_env(proc.env))
         if env:
-            yield (
-                f"env-check pid {proc.get('pid')}",
-                env,
-                (proc.get("nccl_log") or {}).get("nccl_version"),
-            )
+            yield f"env-check pid {proc.pid}", env, proc.nccl_version
     collected = ev.collect_env
     if collected is not None and tuning_settings(collected.nccl_settings):
         yield (

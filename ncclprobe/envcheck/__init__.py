@@ -14,6 +14,7 @@ from ncclprobe.envcheck import expect as _expect
 from ncclprobe.envcheck.logcheck import LogEvidence, cross_check, read_logs
 from ncclprobe.envcheck.report import EnvCheckResult, ProcessReport
 from ncclprobe.envcheck.walk import ProcessInfo, walk
+from ncclprobe.evidence.env_check_document import ExpectationStatus
 
 __all__ = ["env_check", "EnvCheckResult"]
 
@@ -74,7 +75,9 @@ def _caveats(info: ProcessInfo, checks, log) -> list[str]:
             f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
             "with, not what its os.environ held at the fork; this process may differ"
         )
-    unsure = [c.variable for c in checks if c.status != "ok" and c.source == "/proc"]
+    unsure = [
+        c.variable for c in checks if c.status != ExpectationStatus.OK and c.source == "/proc"
+    ]
     if unsure and log is None:
         caveats.append(
             f"{', '.join(unsure)}: judged from the exec-time environment; if the process sets it "

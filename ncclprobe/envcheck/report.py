@@ -17,7 +17,7 @@ from ncclprobe.envcheck.environ import env_diff
 from ncclprobe.envcheck.expect import Expectation, ExpectationCheck
 from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
 from ncclprobe.envcheck.walk import ProcessInfo
-from ncclprobe.evidence.env_check_document import SCHEMA_VERSION
+from ncclprobe.evidence.env_check_document import SCHEMA_VERSION, ExpectationStatus
 from ncclprobe.secrets import display_value, visible_env
 from ncclprobe.verdict import Verdict
 
@@ -100,7 +100,7 @@ class EnvCheckResult:
                 f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
                 f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
                 for c in proc.checks
-                if c.status != "ok"
+                if c.status != ExpectationStatus.OK
             ]
             found += [
                 f"pid {proc.info.pid}: lint error: {f['message']}"
@@ -188,8 +188,10 @@ def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool) -> d
         "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
         "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
         # the verdict against --expect before the long text columns: a narrow terminal leaves out the last ones
-        "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
-        or ("ok" if proc.checks else ""),
+        "expect": joiner.join(
+            f"{c.variable} {c.status}" for c in proc.checks if c.status != ExpectationStatus.OK
+        )
+        or (ExpectationStatus.OK.value if proc.checks else ""),
         "command": info.command,
         "settings": joiner.join(f"{k}={v}" for k, v in env.items())
         if info.readable
