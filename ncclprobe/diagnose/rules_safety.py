@@ -2,8 +2,8 @@
 (`ncclprobe.nccl.safety`): a value NCCL rejects or silently ignores, and LL128 forced where NCCL
 keeps it off on the GPUs the trace recorded (`node`). Every environment in the evidence is linted:
 the runs' settings, each worker's environment at communicator creation (a value exported in the
-shell reaches the workers without being asked for), each process an env-check read and the shell
-a collect-env text came from. One finding
+shell reaches the workers without being asked for), each process an env-check read, what each
+rank's NCCL log says NCCL read and the shell a collect-env text came from. One finding
 per distinct problem, however many runs, modes and ranks carry it, naming the cause first."""
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def _environments(ev: E.Evidence):
         env = tuning_settings(nccl_env(proc.env))
         if env:
             yield f"env-check pid {proc.pid}", env, proc.nccl_version
+    for log in ev.nccl_logs:  # what each rank's NCCL says it read
+        if tuning_settings(log.log.env):
+            yield f"NCCL log {log.label}", tuning_settings(log.log.env), log.log.nccl_version
     collected = ev.collect_env
     if collected is not None and tuning_settings(collected.nccl_settings):
         yield (
