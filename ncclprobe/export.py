@@ -26,9 +26,9 @@ import io
 import json
 from dataclasses import dataclass, field
 
+from ncclprobe.nccl.names import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES
-from ncclprobe.recommend.emit import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.recommend.load import node_of
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.records import ResultsFile, Status

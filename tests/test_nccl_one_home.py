@@ -32,6 +32,10 @@ RESTATEMENTS = {
     "NCCL_PROTO / NCCL_ALGO list parsing": r"""lstrip\(["']\^["']\)|startswith\(["']\^["']\)""",
     "the variables that are ncclprobe's own": r""""NCCL_DEBUG",\s*"NCCL_DEBUG_SUBSYS"|startswith\(["']NCCL_DEBUG""",
     "the default protocol x algorithm grid": r""""LL",\s*"LL128",\s*"Simple"|default,LL,LL128,Simple|default,Ring,Tree|"default",\s*"Ring\"""",
+    # issue 30: NCCL's names of algorithms, protocols and collectives in every spelling (nccl.names)
+    "the algorithm names": r"""["'](COLLNET_DIRECT|CollnetDirect|CollNetDirect|collnet_?direct|NVLS_TREE|NVLSTree|nvls_?tree)["']""",
+    "the protocol names": r"""["']LL128["'],\s*["'](LL|SIMPLE|Simple)["']|["']LL["'],\s*["']LL128["'],\s*["'](SIMPLE|Simple)["']|["']SIMPLE["'],\s*["']Simple["']""",
+    "NCCL's function names": r"""["'](AllReduce|AllGather|ReduceScatter|AlltoAll|AllToAll|SendRecv)["']\s*[:,)]""",
 }
 
 

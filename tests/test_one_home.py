@@ -166,3 +166,26 @@ def test_train_draft_is_a_library_workflow(name):
 
 def test_no_example_is_a_command_in_disguise():
     assert "train-target" in (ROOT / "examples" / "gpu_check.sh").read_text()
+
+
+def test_a_collective_and_an_element_size_are_spelled_once():
+    """ncclprobe's names of collectives are nccl.names' (a profile's all-to-all is `alltoall`, as
+    the sweep measures it, not `all_to_all`); bytes per element are ncclprobe.dtypes'."""
+    assert not _grep(
+        r"""[:=,(]\s*["'](all_to_all|send_recv)["']|["'](all_to_all|send_recv)["']\s*[,)]"""
+    )
+    sizes = r"""["'](bfloat16|float16|float32|float64|int8|int32|int64)["']\s*:\s*[1248]\b"""
+    assert not _grep(sizes, outside=("ncclprobe/dtypes.py",))
+    assert _grep(sizes, within=("ncclprobe",))  # live: it finds the one table
+    from ncclprobe.evidence.run.profile.names import collective_kernel
+    from ncclprobe.nccl.names import COLLECTIVE
+    from ncclprobe.probes.collectives import COLLECTIVES
+
+    assert set(COLLECTIVES) == set(COLLECTIVE)  # the probes' registry is the names' table
+    assert collective_kernel("ncclDevKernel_AlltoAll(int)")["op"] in COLLECTIVES
+    assert collective_kernel("ncclDevKernel_SendRecv(int)")["op"] in COLLECTIVES
+    # a kernel named after NVLS_TREE holds TREE and NVLS too: the whole name is read
+    assert (
+        collective_kernel("ncclDevKernel_AllReduce_Sum_f32_NVLS_TREE_SIMPLE(x)")["algo"]
+        == "NVLS_TREE"
+    )

@@ -25,13 +25,10 @@ from pathlib import Path
 
 from ncclprobe.evidence.text import clean_line, read_text_file, strip_ansi
 from ncclprobe.nccl import lint
+from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, canonical
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
 from ncclprobe.verdict import Verdict, worst
-
-# NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
-ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
-PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 
 # The host must start where a host name can start (after the line's start, a space, `:`, `[` or
 # `]`): without that look-behind the engine tries the pattern from every character of a long run
@@ -90,7 +87,7 @@ class TuningEntry:
     collective: str | None  # "AllReduce"; None in 2.20-2.22, whose lines carry no function name
     bytes: int
     algo: str  # "RING", "TREE", ... never a numeric code
-    proto: str  # "LL", "LL128", "SIMPLE"
+    proto: str  # NCCL's name of it (ncclprobe.nccl.names), never a numeric code
     channels: tuple[int, int] | None = None  # channel{Lo..Hi} (2.24+)
     predicted_time_us: float | None = None  # the cost model's time (2.20-2.23)
     pid: int | None = None
@@ -191,22 +188,18 @@ def parse_nccl_log_file(path: str | Path) -> NcclLog:
 
 def algo_name(token: str) -> str:
     """`1` -> `RING` (2.20-2.23 codes); names are upper-cased; unknown codes stay visible as `ALGO_<n>`."""
-    return _code_name(token, ALGO_NAMES, "ALGO")
+    return _code_name(token, ALGORITHM_NAMES, "ALGO")
 
 
 def proto_name(token: str) -> str:
-    return _code_name(token, PROTO_NAMES, "PROTO")
+    return _code_name(token, PROTOCOL_NAMES, "PROTO")
 
 
 def _code_name(token: str, names: tuple[str, ...], kind: str) -> str:
     if is_digits(token):
         index = int(token)
         return names[index] if index < len(names) else f"{kind}_{index}"
-    return _CANONICAL.get(token.replace("_", "").lower(), token.upper())
-
-
-# "CollNetDirect" (matrix), "COLLNET_DIRECT" (TUNING), "Simple" -> one spelling each
-_CANONICAL = {name.replace("_", "").lower(): name for name in ALGO_NAMES + PROTO_NAMES}
+    return canonical(token) or token.upper()  # the matrix's CamelCase too: one name each
 
 
 class _Reader:

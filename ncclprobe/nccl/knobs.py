@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.names import ALGORITHM_TOKENS, PROTOCOL_TOKENS
 from ncclprobe.nccl.p2p import (
     LEGACY_P2P_LEVELS,
     P2P_LEVEL_SINCE,
@@ -71,9 +72,6 @@ class Knob:
     extra: dict = field(default_factory=dict)
 
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
-COLLECTIVE_NAMES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 DEBUG_SUBSYSTEMS = (
     "INIT",
@@ -97,16 +95,6 @@ DEBUG_SUBSYSTEMS = (
     "ALL",
 )
 
-# NCCL versions that introduced each algorithm (NCCL_ALGO tokens, lower case): ncclAlgoStr at
-# v2.13.4-1 (Tree, Ring, CollNet), v2.14.3-1, v2.17.1-1, v2.18.1-1, v2.23.4-1
-ALGORITHM_SINCE = {
-    "collnetdirect": (2, 14, 0),
-    "collnetchain": (2, 14, 0),
-    "nvls": (2, 17, 0),
-    "nvlstree": (2, 18, 0),
-    "pat": (2, 23, 0),
-}
-
 _PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
 _PARAM_TAGS = ("v2.21.5-1", "v2.28.9-1", "v2.29.7-1")
 _H200 = "NCCL 2.28.9, H200, two ranks on one GPU over NET/Socket, 2026-11-29"
@@ -118,7 +106,7 @@ KNOBS: dict[str, Knob] = {
             name="NCCL_PROTO",
             scope=Scope.COMMUNICATOR,
             kind=Kind.TOKENS,
-            values=PROTOCOLS,
+            values=PROTOCOL_TOKENS,
             summary="Protocols NCCL may use: LL (low latency), LL128, Simple (bandwidth).",
             default="NCCL's cost model picks per size; LL128 only where NCCL's own rule allows it (every hop "
             "NVLink, GPUs alike, a verified architecture: `ncclprobe.nccl.ll128`)",
@@ -152,7 +140,7 @@ KNOBS: dict[str, Knob] = {
             name="NCCL_ALGO",
             scope=Scope.COMMUNICATOR,
             kind=Kind.TOKENS,
-            values=ALGORITHMS,
+            values=ALGORITHM_TOKENS,
             summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
             default="NCCL's cost model picks per size",
             syntax="comma list, case-insensitive, no spaces; ^ excludes; 2.24+ per-collective "

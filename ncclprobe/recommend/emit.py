@@ -18,6 +18,7 @@ import json
 import math
 import shlex
 
+from ncclprobe.nccl.names import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.recommend.recommendation import Recommendation
 from ncclprobe.recommend.select import NO_WINNER
@@ -39,23 +40,6 @@ TUNER_COLUMNS = (
 )
 TUNER_LINE_MAX = 255  # plugin.c MAX_LINE_LENGTH 256, including the newline
 TUNER_MAX_BYTES = 4294967295  # the example plugin's documented "covers all sizes" upper bound
-TUNER_COLLECTIVES = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-}
-TUNER_ALGORITHMS = {
-    "ring": "ring",
-    "tree": "tree",
-    "collnetdirect": "collnet_direct",
-    "collnetchain": "collnet_chain",
-    "nvls": "nvls",
-    "nvlstree": "nvls_tree",
-    "pat": "pat",
-}
-TUNER_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 
 
 def render(kind: str, recs) -> str:

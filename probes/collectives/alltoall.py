@@ -10,6 +10,7 @@ exactly those, as nccl-tests does before NCCL 2.28's ncclAlltoAll.
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     Shape,
@@ -21,7 +22,8 @@ from ncclprobe.probes.collectives.base import (
 
 
 class AlltoAll(Collective):
-    name, nccl_name, placements, tuned_by_nccl = "alltoall", "AlltoAll", (False,), False
+    name, placements, tuned_by_nccl = "alltoall", (False,), False
+    nccl_name = nccl_function(name)
 
     def shape(self, size_bytes, dtype, nranks):
         count = max(1, size_bytes // (element_size(dtype) * nranks))

@@ -23,6 +23,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from ncclprobe.dtypes import ELEMENT_BYTES
+
 PATTERN = 7
 OPS = ("sum", "prod", "max", "min", "avg")
 
@@ -30,27 +32,31 @@ OPS = ("sum", "prod", "max", "min", "avg")
 @dataclass(frozen=True)
 class DType:
     name: str  # torch's name, used on the command line and in records
-    size: int  # bytes per element
     exact_max: int  # the largest integer n such that 0..n are all exact in the type
     max_power: int  # the largest k such that 2**k is exact in the type (prod's results)
     tests_name: str  # what nccl-tests prints in its `type` column
     floating: bool = True
     cupy_nccl: str | None = None  # cupy.cuda.nccl constant; None: cupy's binding has none
 
+    @property
+    def size(self) -> int:
+        """Bytes per element (`ncclprobe.dtypes`)."""
+        return ELEMENT_BYTES[self.name]
+
 
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("float32", 4, 2**24, 127, "float", cupy_nccl="NCCL_FLOAT32"),
-        DType("bfloat16", 2, 256, 127, "bfloat16", cupy_nccl="NCCL_BFLOAT16"),
-        DType("float16", 2, 2048, 15, "half", cupy_nccl="NCCL_FLOAT16"),
-        DType("float64", 8, 2**53, 1023, "double", cupy_nccl="NCCL_FLOAT64"),
-        DType("int8", 1, 127, 6, "int8", floating=False, cupy_nccl="NCCL_INT8"),
-        DType("int32", 4, 2**31 - 1, 30, "int32", floating=False, cupy_nccl="NCCL_INT32"),
-        DType("int64", 8, 2**63 - 1, 62, "int64", floating=False, cupy_nccl="NCCL_INT64"),
+        DType("float32", 2**24, 127, "float", cupy_nccl="NCCL_FLOAT32"),
+        DType("bfloat16", 256, 127, "bfloat16", cupy_nccl="NCCL_BFLOAT16"),
+        DType("float16", 2048, 15, "half", cupy_nccl="NCCL_FLOAT16"),
+        DType("float64", 2**53, 1023, "double", cupy_nccl="NCCL_FLOAT64"),
+        DType("int8", 127, 6, "int8", floating=False, cupy_nccl="NCCL_INT8"),
+        DType("int32", 2**31 - 1, 30, "int32", floating=False, cupy_nccl="NCCL_INT32"),
+        DType("int64", 2**63 - 1, 62, "int64", floating=False, cupy_nccl="NCCL_INT64"),
         # 3 and 2 mantissa bits: 1..16 and 1..8 are exact; the inputs 1..7 are exact in both
-        DType("float8_e4m3fn", 1, 16, 8, "f8e4m3"),
-        DType("float8_e5m2", 1, 8, 15, "f8e5m2"),
+        DType("float8_e4m3fn", 16, 8, "f8e4m3"),
+        DType("float8_e5m2", 8, 15, "f8e5m2"),
     )
 }
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -138,7 +144,7 @@ def largest_result(nranks: int, op: str) -> int:
 
 class Collective(ABC):
     name: str = ""  # on the command line and in records
-    nccl_name: str = ""  # NCCL's TUNING lines and nccl-tests' testColl name ("AllReduce")
+    nccl_name: str = ""  # NCCL's function name (TUNING lines, nccl-tests' testColl): nccl.names
     reduces: bool = False  # takes a reduction op (--op)
     placements: tuple[bool, ...] = (True, False)  # in place, out of place
     tuned_by_nccl: bool = (
