@@ -101,11 +101,55 @@ def test_the_sweep_defaults_and_spec_builder_have_one_home():
         defaults.CPU.iters,
         defaults.CPU.trials,
     )
+    # what it measures when told nothing: CHOICES, in the request, the spec and the options alike
+    choices = defaults.CHOICES
+    assert (spec.collectives, spec.dtypes, spec.ops, spec.agg, spec.check, spec.buffers) == (
+        choices.collectives,
+        choices.dtypes,
+        choices.ops,
+        choices.agg,
+        choices.check,
+        choices.buffers,
+    )
+    assert (spec.path, spec.iter_events, spec.timeout_s) == (
+        choices.path,
+        choices.iter_events,
+        choices.timeout_s,
+    )
+    literals = (
+        r"""default=(["'](all_reduce|float32|sum|both|rotate|torch|auto|default)["']|1\b|120)"""
+    )
+    sweep_files = ("ncclprobe/cli/sweep.py", "ncclprobe/sweep/build.py", "ncclprobe/sweep/plan.py")
+    assert not [hit for hit in _grep(literals) if hit.split(":")[0] in sweep_files]
     sizes = "|".join(re.escape(e.sizes) for e in (defaults.CPU, defaults.GPU, defaults.SHARED_GPU))
     assert not _grep(rf"""["']({sizes})["']""", outside=("ncclprobe/sweep/defaults.py",))
     assert not _grep(
         r"iters=20\b", outside=("ncclprobe/sweep/defaults.py",), within=("ncclprobe", "engine")
     )
+
+
+def test_sweep_is_one_library_call():
+    """cli/sweep.py hands a SessionRequest to sweep.session.run (a plan to session.plan) and renders
+    the Outcome's report; the steps of a session are the library's, as run-engine's are."""
+    import ncclprobe.cli.sweep as cli_sweep
+    from ncclprobe.sweep import session
+
+    assert "started" in inspect.signature(session.run).parameters
+    steps = r"\b(new_job|resume_job|collect_job|run_job|build_spec|thresholds\.|table\.)"
+    assert not _grep(steps, within=("ncclprobe",), outside=_not(cli_sweep.__file__))
+    assert not _grep(r"new_job|run_job", within=("ncclprobe",), outside=_not(__engine_session()))
+
+
+def _not(path) -> tuple[str, ...]:
+    """Every library file but `path` (the scans below look at one file)."""
+    one = str(Path(path).resolve().relative_to(ROOT))
+    return tuple(str(p.relative_to(ROOT)) for p in SOURCES if str(p.relative_to(ROOT)) != one)
+
+
+def __engine_session() -> str:
+    from ncclprobe import engine_session
+
+    return engine_session.__file__
 
 
 def test_the_cuda_graph_capture_idiom_is_written_once():

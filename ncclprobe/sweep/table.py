@@ -9,6 +9,8 @@ a wrong or ignored one is shown with its status and never ranked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
 
@@ -268,3 +270,34 @@ def summary_note(summary: dict | None) -> str | None:
         f"{ran}; pool reuse saved an estimated {saved:.1f} s (not measured: a measured pool start of "
         f"{summary['pool_start_s_mean']:.2f} s x {summary['pools_avoided']} avoided pools)"
     )
+
+
+@dataclass
+class Report:
+    """What `ncclprobe sweep` prints: the JSON document (with the missed thresholds), the notes
+    of its table view (the header's notes, the proof, configurations and measurements that went
+    wrong, the thresholds, the pools), the CSV rows and the tables per collective and size."""
+
+    document: dict
+    notes: list[str]
+
+    def csv_rows(self) -> list[dict]:
+        return [csv_row(r) for r in self.document["results"]]
+
+    def tables(self) -> dict[tuple[str, int], list[dict]]:
+        doc = self.document
+        return rows_by_size(doc["results"], ranked=can_rank(doc["backend"], doc["share_gpu"]))
+
+
+def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
+    doc = document(results_file)
+    doc["shortfalls"] = shortfalls
+    notes = (
+        list(doc["notes"])
+        + proof_notes(results_file.configs, doc["backend"])
+        + config_problems(results_file.configs)
+        + failed_measurements(results_file.results)
+        + shortfalls
+    )
+    summary = summary_note(doc["summary"])
+    return Report(document=doc, notes=notes + ([summary] if summary else []))
