@@ -11,7 +11,7 @@ from ncclprobe.engine.config import PRESETS
 from ncclprobe.engine.spec import MODES
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.modes import GraphMode
-from ncclprobe.evidence.run.trace_table import table_notes, table_rows
+from ncclprobe.evidence.run.trace_table import all_notes, table_rows
 from ncclprobe.safe_output import check_output, write_json
 
 EPILOG = f"""\b
@@ -331,7 +331,7 @@ def command(
         doc,
         table_rows(doc),
         title="ncclprobe run-engine",
-        notes=table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]],
+        notes=all_notes(doc),
     )
     return verdict(doc)
 

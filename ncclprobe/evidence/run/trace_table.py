@@ -216,3 +216,8 @@ def quantized_summary(record: dict) -> str:
         )
     ]
     return f"{record['file_name']} dequantized to float32 from " + "; ".join(parts)
+
+
+def all_notes(doc: dict) -> list[str]:
+    """The notes run-engine prints: the table's, then what the run was warned about before it ran."""
+    return table_notes(doc) + [f"warning: {warning}" for warning in doc["warnings"]]
