@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.envcheck.environ import env_diff
 from ncclprobe.envcheck.expect import Expectation, ExpectationCheck
-from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
+from ncclprobe.envcheck.logcheck import Disagreement, ProcessNcclLog
 from ncclprobe.envcheck.walk import ProcessInfo
 from ncclprobe.evidence.env_check_document import SCHEMA_VERSION, ExpectationStatus
 from ncclprobe.secrets import display_value, visible_env
@@ -35,7 +35,7 @@ class ProcessReport:
     checks: list[ExpectationCheck] = field(default_factory=list)
     lint: list[dict] | None = None
     caveats: list[str] = field(default_factory=list)
-    log: LogEvidence | None = None
+    log: ProcessNcclLog | None = None
 
     @property
     def live(self) -> bool:

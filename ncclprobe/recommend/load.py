@@ -43,7 +43,7 @@ class Curve:
 
 
 @dataclass
-class Evidence:
+class Measurements:
     """Everything recommend and report need from the results files."""
 
     paths: list[str]
@@ -69,7 +69,7 @@ class Evidence:
         return self.curves.get("default")
 
 
-def load_evidence(
+def load_measurements(
     paths: list[str | Path],
     *,
     collective: str = "all_reduce",
@@ -77,7 +77,7 @@ def load_evidence(
     dtype: str | None = None,
     op: str | None = None,
     files: list[ResultsFile] | None = None,
-) -> Evidence:
+) -> Measurements:
     """Read every file, merge configurations across files, keep `collective` in `mode` (eager when
     measured, else graph, unless given), for one dtype and reduction op (the most measured unless given)."""
     if not paths:
@@ -108,7 +108,7 @@ def load_evidence(
         raise UsageProblem(
             f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}"
         )
-    return Evidence(
+    return Measurements(
         paths=[str(p) for p in paths],
         headers=[f.header for f in files],
         collective=collective,
