@@ -230,6 +230,7 @@ class ResultRecord:
     wrong: int | None = None
     trials: int | None = None
     source: str | None = None
+    redop: str | None = None  # older writers' name of `op`
 
     @classmethod
     def from_record(cls, record: dict) -> ResultRecord:
@@ -255,6 +256,7 @@ class ResultRecord:
             wrong=record.get("wrong"),
             trials=record.get("trials"),
             source=record.get("source"),
+            redop=record.get("redop"),
         )
 
     @property

@@ -81,9 +81,9 @@ def collectives_in(paths: list[str | Path]) -> list[str]:
     """Every collective the results measured, in the order first seen."""
     seen: dict[str, None] = {}
     for path in paths:
-        for record in read_results(path).results:
-            if record.get("collective"):
-                seen.setdefault(record["collective"], None)
+        for record in read_results(path).result_records():
+            if record.collective:
+                seen.setdefault(record.collective, None)
     return list(seen)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.node import NodeFacts
-from ncclprobe.records import ResultsFile, Status, config_id, read_results
+from ncclprobe.records import ResultRecord, ResultsFile, Status, config_id, read_results
 from ncclprobe.sizes import format_size
 from ncclprobe.stats import Point, merge
 
@@ -87,12 +87,12 @@ def load_measurements(
     files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
-    results = [r for f in files for r in f.results]
+    results = [r for f in files for r in f.result_records()]
     mode = mode or _pick_mode(results, collective)
-    mine = [r for r in results if r.get("collective") == collective and r.get("mode") == mode]
+    mine = [r for r in results if r.collective == collective and r.mode == mode]
     dtype, op, notes = _pick(mine, "dtype", dtype, "float32"), _pick(mine, "op", op, "sum"), []
     for key, chosen in (("dtype", dtype), ("op", op)):
-        others = sorted({str(r.get(key)) for r in mine} - {str(chosen), "None"})
+        others = sorted({str(getattr(r, key)) for r in mine} - {str(chosen), "None"})
         if others:
             notes.append(
                 f"{collective} was measured with {key} {', '.join(others)} too; this uses {chosen} "
@@ -127,27 +127,25 @@ def load_measurements(
     )
 
 
-def _pick(records: list[dict], key: str, given: str | None, preferred: str) -> str | None:
+def _pick(records: list[ResultRecord], key: str, given: str | None, preferred: str) -> str | None:
     """The value of `key` to use: the one given, else `preferred` when measured, else the most measured."""
     if given is not None:
         return given
     counts: dict = {}
     for r in records:
-        counts[r.get(key)] = counts.get(r.get(key), 0) + 1
+        counts[getattr(r, key)] = counts.get(getattr(r, key), 0) + 1
     if preferred in counts or not counts:
         return preferred if counts else None
     return max(counts, key=lambda v: (counts[v], str(v)))
 
 
-def _other_case(record: dict, collective: str, dtype: str | None, op: str | None) -> bool:
+def _other_case(record: ResultRecord, collective: str, dtype: str | None, op: str | None) -> bool:
     """A result of this collective measured with another dtype or op: not part of these curves (records
     written before ops were measured carry no op: they count as sum)."""
-    if record.get("collective") != collective:
+    if record.collective != collective:
         return False
-    rec_op = record.get("op") or (
-        "sum" if record.get("redop", "sum") == "sum" else record.get("redop")
-    )
-    return (dtype is not None and record.get("dtype") != dtype) or (op is not None and rec_op != op)
+    rec_op = record.op or ("sum" if (record.redop or "sum") == "sum" else record.redop)
+    return (dtype is not None and record.dtype != dtype) or (op is not None and rec_op != op)
 
 
 def _same_rank_count(files: list[ResultsFile], paths) -> None:
@@ -184,12 +182,12 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
     return configs
 
 
-def _pick_mode(results: list[dict], collective: str) -> str:
-    modes = {r.get("mode") for r in results if r.get("collective") == collective}
+def _pick_mode(results: list[ResultRecord], collective: str) -> str:
+    modes = {r.mode for r in results if r.collective == collective}
     return "eager" if "eager" in modes or not modes else sorted(m for m in modes if m)[0]
 
 
-def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion]:
+def _exclusions(configs: dict[str, dict], results: list[ResultRecord]) -> list[Exclusion]:
     out = []
     for cid, record in configs.items():
         settings = record.get("settings") or {}
@@ -201,18 +199,18 @@ def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion
                 )
             )
             continue
-        bad = [r for r in results if r["config_id"] == cid and _result_is_bad(r)]
+        bad = [r for r in results if r.config_id == cid and _result_is_bad(r)]
         if bad:
             out.append(Exclusion(cid, settings, _result_status(bad[0]), _result_reason(bad)))
     return sorted(out, key=lambda e: e.config_id)
 
 
-def _result_is_bad(record: dict) -> bool:
-    return record.get("status") in BAD_RESULT_STATUSES or (record.get("wrong") or 0) > 0
+def _result_is_bad(record: ResultRecord) -> bool:
+    return record.status in BAD_RESULT_STATUSES or (record.wrong or 0) > 0
 
 
-def _result_status(record: dict) -> Status:
-    return Status.WRONG if (record.get("wrong") or 0) > 0 else Status(record.get("status"))
+def _result_status(record: ResultRecord) -> Status:
+    return Status.WRONG if (record.wrong or 0) > 0 else record.status
 
 
 def _config_reason(status: str, reason: str | None) -> str:
@@ -226,7 +224,7 @@ def _config_reason(status: str, reason: str | None) -> str:
     return f"{lead}: {reason}" if reason else lead
 
 
-def _result_reason(bad: list[dict]) -> str:
+def _result_reason(bad: list[ResultRecord]) -> str:
     """`wrong results at 64K (12 wrong elements), 1M (3 wrong elements)`; `hung at 4M: ...`."""
     first = bad[0]
     status = _result_status(first)
@@ -239,30 +237,30 @@ def _result_reason(bad: list[dict]) -> str:
         Status.HANG: "hung at",
         Status.ERROR: "failed at",
     }[status]
-    tail = f": {first['reason']}" if status != Status.WRONG and first.get("reason") else ""
+    tail = f": {first.reason}" if status != Status.WRONG and first.reason else ""
     return f"{lead} {where}{tail}"
 
 
-def _where(record: dict) -> str:
-    size = format_size(record["size_bytes"]) if record.get("size_bytes") else "?"
-    label = f"{record.get('collective', '?')} {size} {record.get('mode', '')}".strip()
-    wrong = record.get("wrong") or 0
+def _where(record: ResultRecord) -> str:
+    size = format_size(record.size_bytes) if record.size_bytes else "?"
+    label = f"{record.collective or '?'} {size} {record.mode}".strip()
+    wrong = record.wrong or 0
     return f"{label} ({wrong} wrong elements)" if wrong else label
 
 
 def _curves(
-    configs: dict[str, dict], results: list[dict], collective: str, mode: str
+    configs: dict[str, dict], results: list[ResultRecord], collective: str, mode: str
 ) -> dict[str, Curve]:
     grouped: dict[str, dict[int, list[Point]]] = {}
     checked: dict[str, bool] = {}
     for r in results:
-        cid = r["config_id"]
-        if r.get("status") != Status.OK:
+        cid = r.config_id
+        if r.status != Status.OK:
             continue
-        checked[cid] = checked.get(cid, True) and r.get("wrong") == 0
-        if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):
+        checked[cid] = checked.get(cid, True) and r.wrong == 0
+        if r.collective != collective or r.mode != mode or not r.time_us:
             continue
-        grouped.setdefault(cid, {}).setdefault(int(r["size_bytes"]), []).append(_point(r))
+        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r))
     return {
         cid: Curve(
             config_id=cid,
@@ -275,25 +273,25 @@ def _curves(
     }
 
 
-def _marks(results: list[dict], collective: str, mode: str) -> dict[str, dict[int, str]]:
+def _marks(results: list[ResultRecord], collective: str, mode: str) -> dict[str, dict[int, str]]:
     """Where measurements went bad, for the report's heatmap: config -> size -> status."""
     marks: dict[str, dict[int, str]] = {}
     for r in results:
-        if r.get("collective") == collective and r.get("mode") == mode and _result_is_bad(r):
-            marks.setdefault(r["config_id"], {})[int(r.get("size_bytes") or 0)] = _result_status(r)
+        if r.collective == collective and r.mode == mode and _result_is_bad(r):
+            marks.setdefault(r.config_id, {})[r.size_bytes or 0] = _result_status(r)
     return marks
 
 
-def _point(record: dict) -> Point:
-    time_us = float(record["time_us"])
-    p10, p90 = record.get("time_us_p10"), record.get("time_us_p90")
+def _point(record: ResultRecord) -> Point:
+    time_us = float(record.time_us)
+    p10, p90 = record.time_us_p10, record.time_us_p90
     return Point(
-        size_bytes=int(record["size_bytes"]),
+        size_bytes=record.size_bytes,
         time_us=time_us,
         p10_us=float(p10) if p10 is not None else time_us,
         p90_us=float(p90) if p90 is not None else time_us,
-        busbw_gbps=record.get("busbw_gbps"),
-        trials=int(record.get("trials") or 1),
+        busbw_gbps=record.busbw_gbps,
+        trials=int(record.trials or 1),
     )
 
 
