@@ -38,7 +38,7 @@ WHAT = {
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
     "recommend": "measurements to settings",
-    "diagnose": "ranked causes from the engine-run view",
+    "diagnose": "ranked causes from the bundle of a run's evidence (`evidence.bundle`)",
     "report": "figures and the Markdown/HTML report",
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
     "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",

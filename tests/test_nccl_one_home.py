@@ -138,7 +138,7 @@ def test_legacy_levels_read_as_nccl_reads_them_in_every_module(value, name):
     """levelsOldToNew with strtol(str, NULL, 0) (src/graph/paths.cc): a leading 0 is octal."""
     from ncclprobe.envcheck.logcheck import normalise
     from ncclprobe.nccl.lint import lint_env
-    from ncclprobe.sweep.proof import verdict_for
+    from ncclprobe.nccl.logged_reads import verdict_for
 
     assert legacy_level(value) == name and name in LEGACY_P2P_LEVELS
     assert normalise("NCCL_P2P_LEVEL", value) == name

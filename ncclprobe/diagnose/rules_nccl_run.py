@@ -18,9 +18,9 @@ from pathlib import Path
 from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.secrets import mask_env_value, mask_text
-from ncclprobe.sweep.proof import verdict_for
 
 P2P_OFF = {"NCCL_P2P_DISABLE": ("1",), "NCCL_P2P_LEVEL": ("LOC",)}  # as NCCL logs them
 

@@ -26,8 +26,8 @@ only the environment check applies and the verdict says so.
 
 from __future__ import annotations
 
-from ncclprobe.nccl.knobs import Kind, Scope, knob, proof_scope
-from ncclprobe.nccl.p2p import level_as_logged
+from ncclprobe.nccl.knobs import Scope, proof_scope
+from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.records import Status
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
@@ -204,60 +204,6 @@ def _empty_log():
     from ncclprobe.evidence.nccl_log import parse_nccl_log
 
     return parse_nccl_log("")
-
-
-P2P_DISABLE_LOGGED_SINCE = (2, 23, 0)  # before: NCCL_P2P_DISABLE=1 is logged as NCCL_P2P_LEVEL=LOC
-
-
-def verdict_for(
-    name: str, wanted: str, reported: str | None, *, read: dict | None = None, version=None
-) -> str:
-    """`applied` when NCCL reported reading the value; otherwise why not (`ignored: ...`), or
-    `not observable here: ...` where NCCL never logs the read of this value."""
-    if name == "NCCL_P2P_DISABLE":
-        return _p2p_disable(wanted, reported, read or {}, version)
-    if reported is None:
-        return "ignored: NCCL did not report reading it (no `set by environment` line)"
-    if _same_value(name, wanted, reported):
-        return "applied"
-    return f"ignored: NCCL reported {reported!r}, not {wanted!r}"
-
-
-def _p2p_disable(wanted: str, reported: str | None, read: dict, version) -> str:
-    """NCCL logs NCCL_P2P_DISABLE only when strtol reads it as 1 (ncclGetLevel, src/graph/paths.cc):
-    since 2.23 as its own line, before as `NCCL_P2P_LEVEL set by environment to LOC`."""
-    if _strtol(wanted) != 1:
-        return (
-            f"not observable here: NCCL logs NCCL_P2P_DISABLE only when it is 1; {wanted} leaves P2P "
-            "as NCCL_P2P_LEVEL or the default decides"
-        )
-    if reported is not None:
-        return (
-            "applied" if _strtol(reported) == 1 else f"ignored: NCCL reported {reported!r}, not '1'"
-        )
-    if read.get("NCCL_P2P_LEVEL") == "LOC" and (
-        version is None or version < P2P_DISABLE_LOGGED_SINCE
-    ):
-        return "applied"  # NCCL before 2.23 prints the level it turns into
-    return "ignored: NCCL did not report reading it (no `set by environment` line)"
-
-
-def _strtol(text: str) -> int | None:
-    """strtol(text, NULL, 0) for the values that matter here (decimal, 0x hex, leading-0 octal)."""
-    text = text.strip()
-    try:
-        return int(text, 0) if not (text.startswith("0") and text[1:2].isdigit()) else int(text, 8)
-    except ValueError:
-        return None
-
-
-def _same_value(name: str, wanted: str, reported: str) -> bool:
-    row = knob(name)
-    if row is not None and row.kind is Kind.LEVEL:
-        return level_as_logged(wanted) == reported
-    if row is not None and row.kind is Kind.TOKENS:
-        return wanted.replace(" ", "").lower() == reported.replace(" ", "").lower()
-    return wanted == reported.rstrip(".")
 
 
 def _ranks(ranks) -> str:
