@@ -96,12 +96,18 @@ def test_ranks_on_several_nodes_without_p2p_are_not_judged():
         _diagnose("--server-log", str(SGLANG), "--nccl-log", str(NET_4POD)), "nccl-transport"
     )
     assert "4 nodes" in unchecked["missing"]
+    # two ranks sharing the H200 with distinct NCCL_HOSTID: two nodes to NCCL, over NET/Socket
+    _, _, [two] = _of(
+        _diagnose("--server-log", str(SGLANG), "--nccl-log", str(EXCL_LL)), "nccl-transport"
+    )
+    assert "2 nodes" in two["missing"] and "NET 4" in two["missing"]
 
 
 def test_different_nccl_versions_on_the_ranks_are_an_error_and_one_version_is_ruled_out():
     doc = _diagnose("--server-log", str(SGLANG), "--nccl-log", str(SHM), "--nccl-log", str(BOGUS))
     [mixed], _, _ = _of(doc, "nccl-version")
-    assert mixed["severity"] == "error" and "2.25.1, 2.28.9" in mixed["title"]
+    assert (mixed["severity"], mixed["confidence"]) == ("error", "high")
+    assert "2.25.1, 2.28.9" in mixed["title"]
     doc = _diagnose(
         "--server-log", str(SGLANG), "--nccl-log", str(BOGUS), "--nccl-log", str(EXCL_LL)
     )
@@ -115,7 +121,8 @@ def test_a_job_nccl_other_than_collect_envs_is_a_warning():
         "--server-log", str(VLLM), "--collect-env", str(COLLECT), "--nccl-log", str(SHM)
     )
     [other], _, _ = _of(doc, "nccl-version")
-    assert other["severity"] == "warning" and other["evidence"] == {
+    assert (other["severity"], other["confidence"]) == ("warning", "medium")
+    assert other["evidence"] == {
         "job": "2.25.1",
         "collect_env": "2.21.5",
     }
@@ -132,8 +139,12 @@ def test_a_shell_setting_no_rank_read_is_an_error_and_one_every_rank_read_is_rul
     found, _, _ = _of(doc, "nccl-settings-read")
     errors = [f for f in found if f["severity"] == "error"]
     assert [f["evidence"]["variable"] for f in errors] == ["NCCL_ALGO"]
-    assert errors[0]["evidence"]["not_read_by"] == ["rank 0"]
+    assert (
+        errors[0]["evidence"]["not_read_by"] == ["rank 0"] and errors[0]["confidence"] == "medium"
+    )
+    assert errors[0]["title"].endswith("but NCCL on rank 0 did not read it")
     [elsewhere] = [f for f in found if f["severity"] == "info"]
+    assert elsewhere["confidence"] == "high"  # the logs say what NCCL read
     assert elsewhere["evidence"]["read"] == {
         "NCCL_PROTO": {"rank 0": "simple"},
         "NCCL_SOCKET_IFNAME": {"rank 0": "^docker0,lo"},
@@ -202,7 +213,7 @@ def test_a_timestamped_warn_is_placed_against_the_decode_steps(
     log = _shifted(tmp_path, "2026-11-29", first, last)
     doc = _diagnose("--server-log", str(log), "--nccl-log", str(BOGUS))
     [warn], _, _ = _of(doc, "nccl-warn")
-    assert warn["evidence"]["times"] == ["2026-11-29 09:42:01"]
+    assert warn["severity"] == "warning" and warn["evidence"]["times"] == ["2026-11-29 09:42:01"]
     assert warn["evidence"]["relative_to_run"][0].startswith(where)
     assert warn["confidence"] == confidence
 
@@ -225,7 +236,23 @@ def test_a_profile_has_no_wall_clock_to_place_a_warn_against():
     assert warn.evidence["relative_to_run"] == [""] and "carries no wall clock" in warn.detail
 
 
-def test_vllm_times_take_the_year_of_the_warn():
+def test_vllm_times_take_the_year_of_the_warn(tmp_path):
+    """vLLM's lines name month and day only: the real log re-stamped (hand-edited, only the times)
+    to the NCCL log's day places the WARN inside its span."""
+    lines = [line for line in VLLM.read_text().splitlines() if line.startswith("(")]
+    restamped = [
+        line.replace(" 06-01 ", " 11-29 ").replace("22:00:52", "09:41:00") for line in lines
+    ]
+    restamped = [line.replace("22:14:32", "09:43:00") for line in restamped]
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(restamped) + "\n")
+    ev = load_evidence(server_logs=[log], nccl_logs=[BOGUS])
+    assert ev.runs[0].log["logged_span"]["first"] == "11-29 09:41:00"
+    [warn] = [f for f in diagnose(ev).findings if f.rule == "nccl-warn"]
+    assert warn.evidence["relative_to_run"][0].startswith("while vllm.log logged decode steps")
+
+
+def test_vllm_times_of_another_day_are_after_the_warn():
     ev = load_evidence(server_logs=[VLLM], nccl_logs=[BOGUS])
     assert ev.runs[0].log["logged_span"] == {
         "first": "06-01 22:00:52",
