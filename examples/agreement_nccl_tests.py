@@ -1,29 +1,31 @@
-"""Agreement with nccl-tests, measured side by side on one GPU in one call (issue 19, docs/METRICS.md).
+"""Agreement with nccl-tests, measured side by side on one GPU (issues 19 and 32, docs/METRICS.md).
 
-    python3 examples/agreement_nccl_tests.py TOOLS_DIR OUT_DIR
+    python3 examples/agreement_nccl_tests.py TOOLS_DIR OUT_DIR [--part build,tests,sweeps,tables]
 
 TOOLS_DIR holds build-nccl-tests.sh and nccl-tests/ (a copy of ../shared/tools carried to the
-device). The script builds all_reduce_perf with MPI (OpenMPI on the H200 machine; without MPI it
-falls back to a plain build and skips the two-rank part), then on the same sizes runs:
+device as .tools/). Parts, in order (default: all):
 
-  one rank   nccl-tests eager (-w 20 -n 100, -J and text: one run in both formats), eager -I 1,
-             graph (-G 10 -n 100); ncclprobe sweep: the default torch path (eager and graph),
-             graph with --buffers reuse (L2-hot, the old default), the raw NCCL path through cupy
-             (--path nccl, eager and graph) and that path without per-iteration events;
-  two ranks  on GPU 0, each with its own NCCL_HOSTID: nccl-tests under mpirun (eager and -G 5)
-             against ncclprobe sweep --share-gpu 2 (eager and graph).
+  build   all seven *_perf, a plain build and an MPI build (OpenMPI), side by side
+  tests   nccl-tests, one rank (plain build): every collective eager (-w 20 -n 100) and graph
+          (-G 10), and for all_reduce the host issue time (-C 1), per-iteration events (-I 1) and
+          the graph replay amortisation (-G 1, -G 100, -n 20); two ranks on GPU 0 (MPI build,
+          one NCCL_HOSTID each): every collective eager and -G 5, and the rooted ones with the
+          slowest rank's time too (-a 3: ncclprobe takes the slowest rank, nccl-tests the mean)
+  sweeps  ncclprobe sweep over the same collectives, sizes and buffer span (8 B-128 MiB, the
+          largest message is nccl-tests' -e): the raw NCCL path without per-iteration events,
+          with every eager row's cost split (the torch path and the events timed beside it), and
+          the torch path, eager and graph; the same with --share-gpu 2
+  tables  agreement.json (every row) and agreement.md (the side-by-side tables, for docs/LOG.md)
 
-Everything lands in OUT_DIR (raw outputs, results files, agreement.json, agreement.md); the
-agreement table is printed last: nccl-tests' time per call, ncclprobe's, the difference, and the
-bound (5 % at 1 MiB and above, 10 % below), out of place (nccl-tests' usual figure) and in place.
-Each step has its own time limit; a failed step is reported and the rest still run. Expected wall
-time on the one-GPU H200: about 4 minutes (1-1.5 of them building nccl-tests).
+Every step has its own time limit; a failed step is reported and the rest still run; `--deadline`
+stops starting new steps after that many seconds, so a device call never loses what it measured.
+`--tests-from DIR` supplies an earlier call's nccl-tests outputs for the runs this call skips
+(`--one-rank-tests`: the two-rank socket runs); agreement.json names each run's source.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -31,35 +33,52 @@ import sys
 import time
 from pathlib import Path
 
-from ncclprobe.nccl.recipes import NO_NVLS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agreement_tables  # noqa: E402  (a sibling script module)
 
-SIZES = "8..128M:4"  # 8 B .. 128 MiB, x4: the issue's table sizes are among them
+from ncclprobe.nccl.recipes import NO_NVLS  # noqa: E402
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
+)
+ROOTED = ("broadcast", "reduce")
+SIZES = "8..128M:8"  # 9 sizes, 8 B .. 128 MiB: the issue's table
+TESTS_RANGE = ["-b", "8", "-e", "128M", "-f", "8"]
 SHARED_SIZES = "1K,32K,1M"  # ranks sharing one GPU talk over sockets: a few sizes suffice
-BOUND_LARGE, BOUND_SMALL, LARGE = 0.05, 0.10, 1 << 20
-# NVLink multicast stays off everywhere (NO_NVLS), and in torch's and NVSHMEM's own switches too
+SHARED_RANGE = ["-b", "1K", "-e", "1M", "-f", "32"]
+ONE = ["--warmup", "20", "--iters", "100", "--trials", "5"]
+SHARED_ITERS = ["--warmup", "5", "--iters", "20", "--trials", "3"]
 ENV = {
     **NO_NVLS,
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
     "PYTHONUNBUFFERED": "1",
 }
+PARTS = ("build", "tests", "sweeps", "bench", "tables")
 
 
 class Steps:
     """Run commands with a time limit each, log everything, remember what failed."""
 
-    def __init__(self, out: Path):
-        self.out, self.log, self.failed = out, out / "log.txt", []
+    def __init__(self, out: Path, deadline: float | None):
+        self.out, self.log, self.failed, self.skipped = out, out / "log.txt", [], []
         self.env = {**os.environ, **ENV}
+        self.began, self.deadline = time.monotonic(), deadline
 
-    def run(
-        self, name: str, cmd: list[str] | str, limit: int, stdout: Path | None = None, env=None
-    ) -> bool:
+    def run(self, name: str, cmd, limit: int, stdout: Path | None = None, env=None) -> bool:
+        if self.deadline and time.monotonic() - self.began > self.deadline:
+            self.skipped.append(name)
+            return False
         began = time.monotonic()
+        text = cmd if isinstance(cmd, str) else shlex.join(cmd)
         with open(self.log, "a") as log:
-            log.write(
-                f"=== {name} (limit {limit}s): {cmd if isinstance(cmd, str) else shlex.join(cmd)}\n"
-            )
+            log.write(f"=== {name} (limit {limit}s): {text}\n")
             log.flush()
             try:
                 with open(stdout, "w") if stdout else open(os.devnull, "w") as sink:
@@ -79,7 +98,6 @@ class Steps:
         print(
             f"{name}: {'ok' if ok else 'FAILED'} ({time.monotonic() - began:.0f} s)",
             file=sys.stderr,
-            flush=True,
         )
         if not ok:
             self.failed.append(name)
@@ -92,317 +110,125 @@ def nccl_lib() -> str:
     return str(Path(list(nvidia.nccl.__path__)[0]) / "lib")
 
 
-def build(steps: Steps, tools: Path, build_dir: Path) -> tuple[Path | None, bool]:
-    """(the all_reduce_perf binary, whether it was built with MPI)."""
+def build(steps: Steps, tools: Path, build_dir: Path) -> dict[str, Path]:
+    """{"plain": dir, "mpi": dir} of the builds that exist (built now, or earlier)."""
     script = tools / "build-nccl-tests.sh"
-    for mpi in ("1", "0"):
-        out = build_dir / f"mpi{mpi}"
-        if (
-            out / "all_reduce_perf"
-        ).exists():  # built earlier (--build-dir): a build is CPU work only
-            return out / "all_reduce_perf", mpi == "1"
-        if steps.run(
-            f"build nccl-tests (MPI={mpi})",
-            ["bash", str(script), str(out)],
-            300,
-            env={"MPI": mpi, "TARGETS": "all_reduce_perf"},
-        ):
-            return out / "all_reduce_perf", mpi == "1"
-    return None, False
+    targets = " ".join(f"{c}_perf" for c in COLLECTIVES)
+    wanted = {"plain": build_dir / "plain", "mpi": build_dir / "mpi"}
+    missing = {k: d for k, d in wanted.items() if k not in built(build_dir)}
+    if missing:  # both builds at once: each is a few nvcc jobs, the machine has the cores
+        log = open(steps.log, "a")
+        began = time.monotonic()
+        procs = {
+            kind: subprocess.Popen(
+                ["bash", str(script), str(where)],
+                stdout=log,
+                stderr=log,
+                env={**steps.env, "TARGETS": targets, "MPI": "1" if kind == "mpi" else "0"},
+            )
+            for kind, where in missing.items()
+        }
+        for kind, proc in procs.items():
+            try:
+                ok = proc.wait(timeout=240) == 0
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                ok = False
+            print(
+                f"build {kind}: {'ok' if ok else 'FAILED'} ({time.monotonic() - began:.0f} s)",
+                file=sys.stderr,
+            )
+            if not ok:
+                steps.failed.append(f"build-{kind}")
+        log.close()
+    return built(build_dir)
 
 
-def nccl_tests(steps: Steps, binary: Path, mpi: bool, out: Path) -> dict[str, Path]:
-    """Run nccl-tests; return name -> its -J file."""
+def built(build_dir: Path) -> dict[str, Path]:
+    """The builds an earlier call left in `build_dir`."""
+    found = {k: build_dir / k for k in ("plain", "mpi")}
+    return {k: d for k, d in found.items() if (d / "sendrecv_perf").exists()}
+
+
+def one_rank_runs() -> dict[str, tuple[str, list[str]]]:
+    """name -> (collective, nccl-tests arguments), one rank."""
+    base = [*TESTS_RANGE, "-g", "1", "-w", "20", "-n", "100", "-c", "0"]
+    runs = {}
+    for c in COLLECTIVES:
+        runs[f"tests-{c}-eager"] = (c, base)
+        runs[f"tests-{c}-graph"] = (c, base + ["-G", "10"])
+    runs["tests-all_reduce-cpu"] = ("all_reduce", base + ["-C", "1"])
+    runs["tests-all_reduce-eager-I"] = ("all_reduce", base + ["-I", "1"])
+    small = ["-b", "8", "-e", "1M", "-f", "8", "-g", "1", "-w", "20", "-c", "0"]
+    for extra, args in (("G1", ["-n", "100", "-G", "1"]), ("G100", ["-n", "100", "-G", "100"])):
+        runs[f"tests-all_reduce-graph-{extra}"] = ("all_reduce", small + args)
+    runs["tests-all_reduce-graph-n20"] = ("all_reduce", small + ["-n", "20", "-G", "10"])
+    return runs
+
+
+def shared_runs() -> dict[str, tuple[str, list[str]]]:
+    """name -> (collective, arguments), two ranks on GPU 0."""
+    base = [*SHARED_RANGE, "-g", "1", "-w", "5", "-n", "20", "-c", "0"]
+    runs = {}
+    for c in COLLECTIVES:
+        runs[f"tests-{c}-shared-eager"] = (c, base)
+        runs[f"tests-{c}-shared-graph"] = (c, base + ["-G", "5"])
+    for c in ROOTED:
+        runs[f"tests-{c}-shared-eager-max"] = (c, base + ["-a", "3"])
+        runs[f"tests-{c}-shared-graph-max"] = (c, base + ["-G", "5", "-a", "3"])
+    return runs
+
+
+def nccl_tests(steps: Steps, builds: dict[str, Path], out: Path, shared: bool = True) -> None:
     env = {"LD_LIBRARY_PATH": nccl_lib() + ":" + os.environ.get("LD_LIBRARY_PATH", "")}
-    mpirun = [
-        "mpirun",
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-x",
-        "LD_LIBRARY_PATH",
-        "-x",
-        "NCCL_NVLS_ENABLE",
-    ]
-    one = (mpirun + ["-np", "1"]) if mpi else []
-    base = ["-b", "8", "-e", "128M", "-f", "4", "-g", "1", "-w", "20", "-n", "100", "-c", "1"]
-    runs = {
-        "tests-eager": base,
-        "tests-eager-I": base + ["-I", "1"],
-        "tests-graph": base + ["-G", "10"],
+    plain = builds.get("plain") or builds.get("mpi")
+    if plain:
+        for name, (coll, args) in one_rank_runs().items():
+            cmd = [str(plain / f"{coll}_perf"), *args, "-J", str(out / f"{name}.json")]
+            steps.run(name, cmd, 60, stdout=out / f"{name}.txt", env=env)
+    if "mpi" not in builds or not shared:
+        return
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+    mpirun += ["-x", "LD_LIBRARY_PATH", "-x", "NCCL_NVLS_ENABLE", "-x", "NCCL_TESTS_DEVICE=0"]
+    for name, (coll, args) in shared_runs().items():
+        binary = builds["mpi"] / f"{coll}_perf"
+        inner = f"NCCL_HOSTID=h$OMPI_COMM_WORLD_RANK exec {binary} {shlex.join(args)} -J {out / name}.json"
+        cmd = shlex.join(mpirun) + " sh -c " + shlex.quote(inner)
+        steps.run(name, cmd, 60, stdout=out / f"{name}.txt", env=env)
+
+
+def sweep_runs() -> dict[str, list[str]]:
+    """The raw path without per-iteration events (nccl-tests' eager loop has none) with its cost
+    split (the torch path and the events beside every eager row); the torch path as engines run
+    it, graph only (its eager figures, with and without events, are the raw rows' cost split)."""
+    one = ["--collective", ",".join(COLLECTIVES), "--sizes", SIZES, *ONE, "--mode", "eager,graph"]
+    shared = ["--share-gpu", "2", "--collective", ",".join(COLLECTIVES), "--sizes", SHARED_SIZES]
+    shared += [*SHARED_ITERS, "--mode", "eager,graph"]
+    raw = ["--path", "nccl", "--no-iter-events"]
+    return {
+        "probe-nccl": one + raw,
+        "probe-torch": [*one[:-2], "--mode", "graph", "--no-cost-split"],
+        "probe-shared-nccl": shared + raw,
+        "probe-shared-torch": [*shared[:-2], "--mode", "graph", "--no-cost-split"],
     }
-    done = {}
-    for name, args in runs.items():
-        json_path = out / f"{name}.json"
-        if steps.run(
-            name,
-            one + [str(binary), *args, "-J", str(json_path)],
-            120,
-            stdout=out / f"{name}.txt",
-            env=env,
-        ):
-            done[name] = json_path
-    if mpi:  # two ranks on GPU 0, each its own NCCL_HOSTID, as sweep --share-gpu 2
-        shared = "-b 1K -e 1M -f 32 -g 1 -w 5 -n 20 -c 1"
-        for name, extra in (("tests-shared-eager", ""), ("tests-shared-graph", " -G 5")):
-            json_path = out / f"{name}.json"
-            cmd = (
-                shlex.join(mpirun + ["-np", "2", "-x", "NCCL_TESTS_DEVICE=0"])
-                + " sh -c "
-                + shlex.quote(
-                    f"NCCL_HOSTID=h$OMPI_COMM_WORLD_RANK exec {binary} {shared}{extra} -J {json_path}"
-                )
-            )
-            if steps.run(name, cmd, 120, stdout=out / f"{name}.txt", env=env):
-                done[name] = json_path
-    return done
 
 
-def ncclprobe(steps: Steps, out: Path, have_cupy: bool) -> dict[str, Path]:
-    """Run the sweeps; return name -> results file."""
-    sweep = [sys.executable, "-m", "ncclprobe", "-q", "sweep"]
-    one = [
-        "--sizes",
-        SIZES,
-        "--warmup",
-        "20",
-        "--iters",
-        "100",
-        "--trials",
-        "5",
+def sweeps(steps: Steps, out: Path) -> None:
+    sweep = [
+        sys.executable,
+        "-m",
+        "ncclprobe",
+        "-q",
+        "sweep",
         "--proto",
         "default",
         "--algo",
         "default",
     ]
-    runs = {
-        "probe-torch": one + ["--mode", "eager,graph"],
-        "probe-torch-reuse": one + ["--mode", "graph", "--buffers", "reuse"],
-    }
-    if have_cupy:
-        runs["probe-nccl"] = one + ["--mode", "eager,graph", "--path", "nccl"]
-        runs["probe-nccl-no-events"] = one + [
-            "--mode",
-            "eager",
-            "--path",
-            "nccl",
-            "--no-iter-events",
-        ]
-    runs["probe-shared"] = [
-        "--share-gpu",
-        "2",
-        "--sizes",
-        SHARED_SIZES,
-        "--warmup",
-        "5",
-        "--iters",
-        "20",
-        "--trials",
-        "5",
-        "--mode",
-        "eager,graph",
-        "--proto",
-        "default",
-        "--algo",
-        "default",
-    ]
-    done = {}
-    for name, args in runs.items():
+    for name, args in sweep_runs().items():
         path = out / f"{name}.jsonl"
-        if steps.run(
-            name,
-            sweep + args + ["--output", str(path), "--format", "json"],
-            180,
-            stdout=out / f"{name}.json",
-        ):
-            done[name] = path
-    return done
-
-
-def tests_times(path: Path) -> dict[tuple, float]:
-    """(in_place, size) -> nccl-tests' time per call, read with ncclprobe's own -J reader."""
-    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
-
-    run = parse_nccl_tests_json(path.read_text(), str(path))
-    return {
-        (in_place, row.size_bytes): m.time_us
-        for row in run.rows
-        for in_place, m in row.measurements()
-        if m
-    }
-
-
-def probe_times(path: Path, mode: str) -> dict[tuple, dict]:
-    from ncclprobe.records import Status, read_results
-
-    return {
-        (r["in_place"], r["size_bytes"]): r
-        for r in read_results(path).results
-        if r["mode"] == mode and r["status"] == Status.OK and r.get("time_us")
-    }
-
-
-def compare(tests: dict, probe: dict, label: str, note: str = "") -> list[dict]:
-    rows = []
-    for (in_place, size), reference in sorted(tests.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        record = probe.get((in_place, size))
-        if record is None or not reference:
-            continue
-        bound = BOUND_LARGE if size >= LARGE else BOUND_SMALL
-        delta = (record["time_us"] - reference) / reference
-        rows.append(
-            {
-                "compare": label,
-                "place": "in" if in_place else "out",
-                "size_bytes": size,
-                "nccl_tests_us": round(reference, 3),
-                "ncclprobe_us": round(record["time_us"], 3),
-                "delta_pct": round(100 * delta, 1),
-                "bound_pct": round(100 * bound),
-                "within": abs(delta) <= bound,
-                "cpu_issue_us": record.get("cpu_issue_us"),
-                "p99_us": (record.get("iter") or {}).get("p99_us"),
-                "note": note,
-            }
-        )
-    return rows
-
-
-def table(tests: dict[str, Path], probes: dict[str, Path]) -> list[dict]:
-    rows = []
-    pairs = [
-        (
-            "tests-eager",
-            "probe-torch",
-            "eager",
-            "torch eager vs nccl-tests eager",
-            "torch's host dispatch per call: host-bound where cpu_issue_us ~ time",
-        ),
-        (
-            "tests-eager",
-            "probe-nccl",
-            "eager",
-            "raw NCCL eager (events per iteration) vs nccl-tests eager",
-            "",
-        ),
-        (
-            "tests-eager",
-            "probe-nccl-no-events",
-            "eager",
-            "raw NCCL eager (no per-iteration events)",
-            "",
-        ),
-        (
-            "tests-eager-I",
-            "probe-nccl",
-            "eager",
-            "raw NCCL eager vs nccl-tests -I 1 (both record events)",
-            "",
-        ),
-        (
-            "tests-graph",
-            "probe-torch",
-            "graph",
-            "torch graph (rotating buffers) vs nccl-tests -G 10",
-            "",
-        ),
-        (
-            "tests-graph",
-            "probe-torch-reuse",
-            "graph",
-            "torch graph, one reused buffer (L2-hot) vs -G 10",
-            "L2 residency: 512 KiB-8 MiB served from the GPU's L2 cache",
-        ),
-        ("tests-graph", "probe-nccl", "graph", "raw NCCL graph vs nccl-tests -G 10", ""),
-        (
-            "tests-shared-eager",
-            "probe-shared",
-            "eager",
-            "2 ranks on one GPU, eager",
-            "sockets between two processes",
-        ),
-        (
-            "tests-shared-graph",
-            "probe-shared",
-            "graph",
-            "2 ranks on one GPU, graph",
-            "sockets between two processes",
-        ),
-    ]
-    for test_name, probe_name, mode, label, note in pairs:
-        if test_name in tests and probe_name in probes:
-            rows += compare(
-                tests_times(tests[test_name]), probe_times(probes[probe_name], mode), label, note
-            )
-    return rows
-
-
-ISSUE_SIZES = (8, 8192, 512 << 10, 2 << 20, 8 << 20, 32 << 20, 128 << 20)
-SHORT = (
-    ("tests eager", "tests-eager", "eager"),
-    ("torch eager", "probe-torch", "eager"),
-    ("nccl eager", "probe-nccl", "eager"),
-    ("tests -G", "tests-graph", "graph"),
-    ("torch graph", "probe-torch", "graph"),
-    ("torch reuse", "probe-torch-reuse", "graph"),
-    ("nccl graph", "probe-nccl", "graph"),
-)
-
-
-def short_table(tests: dict[str, Path], probes: dict[str, Path]) -> str:
-    """Out of place, the issue's sizes, every path side by side (µs per call)."""
-    columns = {}
-    for title, name, mode in SHORT:
-        if name in tests:
-            columns[title] = tests_times(tests[name])
-        elif name in probes:
-            columns[title] = {k: r["time_us"] for k, r in probe_times(probes[name], mode).items()}
-    head = "| size | " + " | ".join(columns) + " |"
-    lines = [head, "|" + "---|" * (len(columns) + 1)]
-    for size in ISSUE_SIZES:
-        cells = [
-            f"{columns[c][(False, size)]:.2f}" if (False, size) in columns[c] else "-"
-            for c in columns
-        ]
-        lines.append(f"| {size} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def fixtures(out: Path) -> None:
-    """The text and -J of one run each, ready for tests/fixtures/nccl_tests/ (env cut to NCCL_*)."""
-    target = out / "fixtures"
-    target.mkdir(exist_ok=True)
-    for name, stem in (("tests-eager", "eager"), ("tests-eager-I", "eager_I")):
-        text, js = out / f"{name}.txt", out / f"{name}.json"
-        if not (text.exists() and js.exists()):
-            continue
-        doc = json.loads(js.read_text())
-        doc["env"] = [e for e in doc.get("env") or [] if e.startswith("NCCL_")]
-        base = f"allreduce_1x_h200_1rank_nccltests2.19.6_{stem}_same_run"
-        (target / f"{base}.json").write_text(json.dumps(doc))
-        (target / f"{base}.txt").write_text(
-            f"# source: recorded on the one-GPU H200 by examples/agreement_nccl_tests.py "
-            f"({' '.join(doc.get('args') or [])}), the stdout of the run whose -J is "
-            f"{base}.json\n\n" + text.read_text()
-        )
-
-
-def markdown(rows: list[dict]) -> str:
-    lines = []
-    for label in dict.fromkeys(r["compare"] for r in rows):
-        lines += [
-            f"### {label}",
-            "",
-            "| place | size | nccl-tests µs | ncclprobe µs | Δ % | bound | host issue µs |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in (r for r in rows if r["compare"] == label):
-            lines.append(
-                f"| {r['place']} | {r['size_bytes']} | {r['nccl_tests_us']} | {r['ncclprobe_us']} | "
-                f"{r['delta_pct']:+.1f}{'' if r['within'] else ' (outside)'} | {r['bound_pct']} | "
-                f"{r['cpu_issue_us'] if r['cpu_issue_us'] is None else round(r['cpu_issue_us'], 2)} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+        cmd = sweep + args + ["--output", str(path), "--force", "--format", "json"]
+        steps.run(name, cmd, 200, stdout=out / f"{name}.json")
 
 
 def main() -> int:
@@ -410,55 +236,44 @@ def main() -> int:
     parser.add_argument("tools", type=Path, help="folder with build-nccl-tests.sh and nccl-tests/")
     parser.add_argument("out", type=Path, help="output folder (created)")
     parser.add_argument(
-        "--build-dir",
-        type=Path,
-        help="where nccl-tests is (or gets) built [OUT/build]; a "
-        "binary already there is reused, so the build can run earlier, beside GPU work",
+        "--build-dir", type=Path, help="where nccl-tests is (or gets) built [OUT/build]"
     )
-    parser.add_argument("--build-only", action="store_true", help="build nccl-tests and stop")
+    parser.add_argument(
+        "--part", default=",".join(PARTS), help=f"comma separated: {','.join(PARTS)}"
+    )
+    parser.add_argument(
+        "--tests-from", type=Path, help="earlier nccl-tests outputs, for the runs this call skips"
+    )
+    parser.add_argument(
+        "--one-rank-tests", action="store_true", help="run only the one-rank nccl-tests"
+    )
+    parser.add_argument("--deadline", type=float, help="start no step after this many seconds")
     args = parser.parse_args()
+    parts = set(args.part.split(","))
+    if not parts <= set(PARTS):
+        print(f"--part: one of {', '.join(PARTS)}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    steps = Steps(args.out)
-    began = time.monotonic()
-    binary, mpi = build(
-        steps, args.tools.resolve(), (args.build_dir or args.out / "build").resolve()
-    )
-    if args.build_only:
-        print(f"built: {binary} (MPI: {mpi})" if binary else "build FAILED", file=sys.stderr)
-        return 0 if binary else 1
-    tests = nccl_tests(steps, binary, mpi, args.out) if binary else {}
-    try:
-        import cupy  # noqa: F401
-
-        have_cupy = True
-    except ImportError:
-        have_cupy = False
-        print(
-            "cupy is not importable: the raw NCCL path (--path nccl) is not measured",
-            file=sys.stderr,
-        )
-    probes = ncclprobe(steps, args.out, have_cupy)
-    rows = table(tests, probes)
-    doc = {
-        "schema_version": 1,
-        "kind": "agreement-nccl-tests",
-        "wall_s": round(time.monotonic() - began, 1),
-        "mpi": mpi,
-        "cupy": have_cupy,
-        "failed_steps": steps.failed,
-        "rows": rows,
-    }
-    (args.out / "agreement.json").write_text(json.dumps(doc, indent=1))
-    (args.out / "agreement.md").write_text(
-        markdown(rows) + "\n\n" + short_table(tests, probes) + "\n"
-    )
-    fixtures(args.out)
-    print(short_table(tests, probes))
+    steps = Steps(args.out, args.deadline)
+    build_dir = (args.build_dir or args.out / "build").resolve()
+    builds = build(steps, args.tools.resolve(), build_dir) if "build" in parts else built(build_dir)
+    if "tests" in parts:
+        nccl_tests(steps, builds, args.out, shared=not args.one_rank_tests)
+    if "sweeps" in parts:
+        sweeps(steps, args.out)
+    if "bench" in parts:
+        bench = Path(__file__).resolve().parent / "bench_raw_nccl_calls.py"
+        cmd = [sys.executable, str(bench), str(args.out / "bench-layouts.json"), "--graph-layouts"]
+        steps.run("bench-layouts", cmd, 120)
+    if "tables" in parts:
+        dirs = [d for d in (args.tests_from, args.out) if d]  # this call's outputs win
+        wall = time.monotonic() - steps.began
+        agreement_tables.write(dirs, args.out, steps.failed, steps.skipped, wall)
     print(
-        f"wall {doc['wall_s']} s; failed steps: {', '.join(steps.failed) or 'none'}; "
-        f"{sum(r['within'] for r in rows)}/{len(rows)} rows within the bound"
+        f"failed: {', '.join(steps.failed) or 'none'}; skipped: {', '.join(steps.skipped) or 'none'}",
+        file=sys.stderr,
     )
-    return 0 if rows else 1
+    return 1 if steps.failed else 0
 
 
 if __name__ == "__main__":

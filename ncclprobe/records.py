@@ -407,3 +407,12 @@ def _complete_length(data: bytes) -> int:
         if open_group is None or open_group[1] <= 0:
             keep, open_group = offset, None
     return keep
+
+
+# The record's `cost_split` (docs/METRICS.md): the four ways an eager NCCL row is timed, by path and
+# whether a CUDA event is recorded per iteration; the worker measures them, the parent aggregates them.
+COST_SPLIT_VARIANTS = (("nccl", False), ("nccl", True), ("torch", False), ("torch", True))
+
+
+def cost_split_variant(path: str, events: bool) -> str:
+    return path + ("+events" if events else "")

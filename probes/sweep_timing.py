@@ -1,7 +1,8 @@
 """How one (collective, size, placement, mode) is timed; every time is per collective call, µs.
 
-Each rank reports three lists, aggregated across ranks by the parent (ncclprobe.sweep.aggregate):
-  - `trial_us`: per trial, the span of its `iters` iterations / (iters x agg);
+Each rank reports three lists, aggregated across ranks by the parent (ncclprobe.stats):
+  - `trial_us`: per trial, the span of its `iters` iterations / (iters x agg): on GPU one CUDA
+    event pair around a batch prepared before the clock starts (`sweep_comm.Batch`);
   - `iter_us`: per iteration (nccl-tests `-I`): on GPU the gap between CUDA events recorded before
     and after each iteration in eager mode, one sample per replay in graph mode (a graph's inside
     cannot be timed per node); on gloo perf_counter around each blocking iteration;
@@ -9,7 +10,8 @@ Each rank reports three lists, aggregated across ranks by the parent (ncclprobe.
     completion time it shows when an eager loop is host-bound.
 
 Buffers (nccl-tests' habit): `slots` holds one (send, recv) pair per position of a buffer as large
-as the sweep's largest message, and iteration k uses slot k mod len(slots), so consecutive calls
+as the sweep's largest message (views into one allocation per buffer, as nccl-tests shifts its
+pointers), and iteration k uses slot k mod len(slots), so consecutive calls
 touch different memory and a message that fits in the GPU's L2 cache is not measured from it
 (`--buffers reuse` keeps one slot: the L2-hot case of an engine re-reducing one activation buffer).
 """
@@ -24,86 +26,97 @@ import torch.distributed as dist
 from ncclprobe.cudagraph import capture_graph
 
 
-def iteration(comm, coll, slots, k: int, agg: int, in_place: bool, op: str) -> None:
-    """The k-th iteration: `agg` collectives in one group, each on its own slot."""
-    with comm.grouped(agg):
-        for j in range(agg):
-            send, recv = slots[(k * agg + j) % len(slots)]
-            comm.launch(coll, send, recv, in_place, op)
-
-
-def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
+def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str, events=None) -> dict:
+    """`trials` timed trials of `iters` iterations, after `warmup` untimed ones. `events`: a CUDA
+    event per iteration (default: the sweep's --iter-events)."""
     agg, iters = p["agg"], p["iters"]
-    for k in range(p["warmup"]):
-        iteration(comm, coll, slots, k, agg, in_place, op)
+    events = p.get("iter_events", True) if events is None else events
+    if ctx.backend != "nccl":
+        return _cpu_trials(ctx, comm, coll, slots, p, in_place, op)
+    if p["warmup"]:
+        comm.prepare(coll, slots, p["warmup"], agg, in_place, op).issue()
+    batch = comm.prepare(coll, slots, iters, agg, in_place, op, events=events)
     out = {"trial_us": [], "iter_us": [], "issue_us": []}
-    timer = _gpu_trial if ctx.backend == "nccl" else _cpu_trial
     for _ in range(p["trials"]):
         sync(ctx)
-        trial, per_iter, issued = timer(
-            lambda k: iteration(comm, coll, slots, k, agg, in_place, op),
-            iters,
-            p.get("iter_events", True),
-        )
+        trial, per_iter, issued = _gpu_trial(batch, iters)
         out["trial_us"].append(trial / agg)
         out["iter_us"] += [t / agg for t in per_iter]
         out["issue_us"].append(issued / agg)
     return out
 
 
-def _gpu_trial(run, iters: int, per_iteration: bool):
-    """(µs per iteration over the trial, per-iteration µs, host issue µs per iteration)."""
-    events = [
-        torch.cuda.Event(enable_timing=True) for _ in range(iters + 1 if per_iteration else 2)
-    ]
+def _gpu_trial(batch, iters: int):
+    """(µs per iteration over the trial, per-iteration µs, host issue µs per iteration): one
+    event pair around the prepared batch, as nccl-tests brackets its loop with one clock."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     began = time.perf_counter()
-    events[0].record()
-    for k in range(iters):
-        run(k)
-        if per_iteration:
-            events[k + 1].record()
-    if not per_iteration:
-        events[1].record()
+    start.record(batch.stream)
+    batch.issue()
+    end.record(batch.stream)
     issued = (time.perf_counter() - began) * 1e6 / iters
-    events[-1].synchronize()
-    span = events[0].elapsed_time(events[-1]) * 1e3 / iters
-    gaps = [a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])] if per_iteration else []
+    end.synchronize()
+    span = start.elapsed_time(end) * 1e3 / iters
+    marks = [start, *batch.marks]
+    gaps = [a.elapsed_time(b) * 1e3 for a, b in zip(marks, marks[1:])]
     return span, gaps, issued
 
 
-def _cpu_trial(run, iters: int, per_iteration: bool):
-    stamps = [time.perf_counter()]
-    for k in range(iters):
-        run(k)
-        stamps.append(time.perf_counter())
-    span = (stamps[-1] - stamps[0]) * 1e6 / iters
-    return span, [(b - a) * 1e6 for a, b in zip(stamps, stamps[1:])], span
+def _cpu_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
+    """gloo: perf_counter around each blocking iteration."""
+    agg, iters = p["agg"], p["iters"]
+    for k in range(p["warmup"]):
+        comm.iteration(coll, slots, k, agg, in_place, op)
+    out = {"trial_us": [], "iter_us": [], "issue_us": []}
+    for _ in range(p["trials"]):
+        sync(ctx)
+        stamps = [time.perf_counter()]
+        for k in range(iters):
+            comm.iteration(coll, slots, k, agg, in_place, op)
+            stamps.append(time.perf_counter())
+        span = (stamps[-1] - stamps[0]) * 1e6 / iters
+        out["trial_us"].append(span / agg)
+        out["iter_us"] += [(b - a) * 1e6 / agg for a, b in zip(stamps, stamps[1:])]
+        out["issue_us"].append(span / agg)
+    return out
 
 
 def graph_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
-    """The `iters` iterations captured once in a CUDA graph, replayed once per trial."""
+    """The `iters` iterations captured once in a CUDA graph, replayed once per trial on a stream
+    of its own (not torch's legacy default stream, which synchronises with other streams)."""
     agg, iters = p["agg"], p["iters"]
-    graph = capture(
-        lambda: [iteration(comm, coll, slots, k, agg, in_place, op) for k in range(iters)]
-    )
-    for _ in range(max(1, p["warmup"] // max(iters, 1))):
-        graph.replay()
+    graph = capture(lambda: _capture_work(comm, coll, slots, iters, agg, in_place, op))
+    stream = torch.cuda.Stream()  # nccl-tests launches its graphs on a non-blocking stream
     out = {"trial_us": [], "iter_us": [], "issue_us": []}
     calls = iters * agg
-    for _ in range(p["trials"]):
-        sync(ctx)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        began = time.perf_counter()
-        start.record()
-        graph.replay()
-        end.record()
-        issued = (time.perf_counter() - began) * 1e6 / calls
-        end.synchronize()
-        per_call = start.elapsed_time(end) * 1e3 / calls
-        out["trial_us"].append(per_call)
-        out["iter_us"].append(per_call)
-        out["issue_us"].append(issued)
+    # entered once, outside the timed window: switching streams is host work (torch's stream
+    # lookups, several µs each) that the GPU would wait for between the start event and the replay
+    with torch.cuda.stream(stream):
+        for _ in range(max(1, p["warmup"] // max(iters, 1))):
+            graph.replay()
+        for _ in range(p["trials"]):
+            sync(ctx)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            began = time.perf_counter()
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+            issued = (time.perf_counter() - began) * 1e6 / calls
+            end.synchronize()
+            per_call = start.elapsed_time(end) * 1e3 / calls
+            out["trial_us"].append(per_call)
+            out["iter_us"].append(per_call)
+            out["issue_us"].append(issued)
     return out
+
+
+def _capture_work(comm, coll, slots, iters, agg, in_place, op) -> None:
+    """The iterations a graph captures, issued on the capturing stream."""
+    if comm.path == "nccl":
+        comm.prepare(coll, slots, iters, agg, in_place, op, current=True).issue()
+    else:
+        for k in range(iters):
+            comm.iteration(coll, slots, k, agg, in_place, op)
 
 
 def capture(work):

@@ -34,6 +34,8 @@ from ncclprobe.probes import sweep_timing
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import torch_dtype
 from ncclprobe.probes.sweep_comm import open_comm
+from ncclprobe.records import COST_SPLIT_VARIANTS as VARIANTS
+from ncclprobe.records import cost_split_variant as variant_name
 
 HANG_HOOK, CRASH_HOOK, WRONG_HOOK, REFUSE_HOOK = (
     envvars.TEST_HANG_CONFIG,
@@ -74,15 +76,25 @@ def _run_config(ctx, payload, config, switched) -> None:
     )
     _test_hooks(ctx, config_id)
     comm = open_comm(ctx, payload.get("path", "torch"))
+    comms = {comm.path: comm}
     try:
+        if _splits(ctx, payload):  # the other path, for the eager cost split (docs/METRICS.md)
+            other = "torch" if comm.path == "nccl" else "nccl"
+            comms[other] = open_comm(ctx, other)
         for case in payload["cases"]:
-            _run_case(ctx, payload, comm, case, config_id)
+            _run_case(ctx, payload, comms, case, config_id)
     finally:
-        comm.close()
+        for each in comms.values():
+            each.close()
     ctx.emit("config-end", config_id=config_id, log_offset=_log_size())
 
 
-def _run_case(ctx, payload, comm, case, config_id) -> None:
+def _splits(ctx, payload) -> bool:
+    """Whether eager rows are also timed through the other path and the other event setting."""
+    return bool(payload.get("cost_split")) and ctx.backend == "nccl" and "eager" in payload["modes"]
+
+
+def _run_case(ctx, payload, comms, case, config_id) -> None:
     coll = COLLECTIVES[case["collective"]]
     shapes = _distinct_shapes(coll, payload["sizes"], case["dtype"], ctx.world_size)
     largest = max(s.size_bytes for s in shapes)
@@ -91,10 +103,10 @@ def _run_case(ctx, payload, comm, case, config_id) -> None:
             for shape in shapes:
                 try:
                     timing = _measure(
-                        ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id
+                        ctx, payload, comms, coll, case, mode, in_place, shape, largest, config_id
                     )
                 except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
-                    # torch or cupy refusing this one measurement (not a hung or broken communicator):
+                    # torch or NCCL refusing this one measurement (not a hung or broken communicator):
                     # record why and go on with the rest of the configuration
                     timing = {
                         "wrong": None,
@@ -143,11 +155,13 @@ def _log_size() -> int:
         return 0
 
 
-def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, config_id) -> dict:
+def _measure(ctx, payload, comms, coll, case, mode, in_place, shape, largest, config_id) -> dict:
     if ctx.rank == 1 and envvars.get(REFUSE_HOOK) == coll.name:
         raise RuntimeError(f"planted refusal (test hook {REFUSE_HOOK})")
+    comm = comms[payload.get("path", "torch")]
     dtype, op = torch_dtype(case["dtype"]), case["op"]
-    comm.bind(shape, case["dtype"])
+    for each in comms.values():
+        each.bind(shape, case["dtype"])
     wrong = None
     if payload.get("check", True):
         perturb = envvars.get(WRONG_HOOK) == config_id and ctx.rank == (
@@ -157,19 +171,61 @@ def _measure(ctx, payload, comm, coll, case, mode, in_place, shape, largest, con
     slots = _slots(ctx, coll, shape, largest, dtype, in_place, op, payload)
     timer = sweep_timing.graph_trials if mode == "graph" else sweep_timing.eager_trials
     times = timer(ctx, comm, coll, slots, payload, in_place, op)
-    return {"wrong": wrong, **{k: [round(t, DIGITS) for t in v] for k, v in times.items()}}
+    out = {"wrong": wrong, **{k: [round(t, DIGITS) for t in v] for k, v in times.items()}}
+    if mode == "eager" and len(comms) > 1:
+        out.update(_cost_split(ctx, payload, comms, coll, slots, in_place, op, times))
+    return out
+
+
+def _cost_split(ctx, payload, comms, coll, slots, in_place, op, times) -> dict:
+    """The same measurement through both paths, with and without per-iteration events, on the
+    same buffers right after the row's own (which is one of the four): per-trial µs per call."""
+    own = (payload.get("path", "torch"), payload.get("iter_events", True))
+    split, refused = {}, {}
+    for path, events in VARIANTS:
+        name = variant_name(path, events)
+        if (path, events) == own:
+            split[name] = times["trial_us"]
+            continue
+        try:
+            timed = sweep_timing.eager_trials(
+                ctx, comms[path], coll, slots, payload, in_place, op, events=events
+            )
+            split[name] = timed["trial_us"]
+        except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
+            refused[name] = f"{type(exc).__name__}: {exc}"[:200]
+    return {
+        "split": {k: [round(t, DIGITS) for t in v] for k, v in split.items()},
+        "split_refused": refused,
+    }
 
 
 def _slots(ctx, coll, shape, largest, dtype, in_place, op, payload):
-    """The (send, recv) pairs the timed iterations cycle through (see sweep_timing)."""
+    """The (send, recv) pairs the timed iterations cycle through (see sweep_timing): views into one
+    allocation per buffer, slot k at k buffers from the start, as nccl-tests shifts its pointers
+    inside buffers of its largest message (`startColl`); in place one allocation holds both."""
     calls = payload["iters"] * payload["agg"]
     count = (
         1 if payload.get("buffers") == "reuse" else max(1, min(calls, largest // shape.size_bytes))
     )
-    return [
-        coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
-        for _ in range(count)
+    send, recv = coll.buffers(shape, ctx.rank, ctx.world_size, dtype, ctx.device, in_place, op)
+    return [(send, recv)] if count == 1 else rotating(send, recv, count)
+
+
+def rotating(send, recv, count: int) -> list:
+    """`count` copies of (send, recv), each buffer's copies back to back in one allocation."""
+    if send.untyped_storage().data_ptr() != recv.untyped_storage().data_ptr():
+        sends = send.repeat(count).view(count, -1)
+        recvs = recv.repeat(count).view(count, -1)
+        return [(sends[k], recvs[k]) for k in range(count)]
+    base, view = (send, recv) if send.numel() >= recv.numel() else (recv, send)
+    bases = base.repeat(count).view(count, -1)
+    shift = view.storage_offset() - base.storage_offset()
+    views = [
+        bases[k].as_strided(view.shape, view.stride(), bases[k].storage_offset() + shift)
+        for k in range(count)
     ]
+    return [(b, v) if base is send else (v, b) for b, v in zip(bases, views)]
 
 
 def _correctness(ctx, comm, coll, shape, case, dtype, in_place, mode, perturb) -> int:

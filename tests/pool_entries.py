@@ -41,3 +41,14 @@ def sigkill_rank1(ctx):
     if ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
+
+
+def raw_nccl_ids(ctx):
+    """Each rank's view of two raw-NCCL unique ids, exchanged through the launcher's store (the
+    sweep opens one raw communicator per configuration: the second id must be a new one)."""
+    from ncclprobe.probes import nccl_ctypes
+    from ncclprobe.probes.sweep_comm import exchange_unique_id
+
+    lib = nccl_ctypes.Library()
+    ids = [exchange_unique_id(ctx, lib).hex() for _ in range(2)]
+    ctx.emit("ids", ids=ids)

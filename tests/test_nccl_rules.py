@@ -114,7 +114,7 @@ def test_an_nvlink_ring_through_every_gpu_is_found_when_not_every_pair_is_nvlink
         (NVLINK_ALL, (100, 100), "2.25.1", True),
         (NVLINK_ALL, (120, 120), "2.26.2", True),
         (NVLINK_ALL, (80, 80), "2.21.5", True),
-        (NVLINK_ALL, (80, 80), None, True),  # good at every version
+        (NVLINK_ALL, (80, 80), None, None),  # before 2.18.3 NVB pairs count as PCIe: not known
         (NVLINK_ALL, (86, 86), None, None),  # good only from 2.27
         (NVLINK_ALL, (60, 60), "2.28.9", False),  # older than Volta
         (NVLINK_ALL, (80, 90), "2.30.7", False),  # GPU types differ
@@ -132,13 +132,22 @@ def test_when_nccl_keeps_ll128_on_by_itself(links, caps, version, on):
     assert verdict.on is on and verdict.why
 
 
-def test_ranks_meeting_over_the_network_never_get_ll128_by_default():
-    assert (
-        ll128_default(
-            NodeFacts(links=NVLINK_ALL, compute_capabilities=(90,), over_network=True), (2, 28, 9)
-        ).on
-        is False
-    )
+def test_direct_nvlink_on_sm80_is_good_at_every_version():
+    direct = NodeFacts(links=NVLINK_ALL, compute_capabilities=(80, 80), nvlink_direct=True)
+    assert ll128_default(direct, None).on is True
+
+
+def test_ranks_meeting_over_the_network_get_ll128_by_the_path_type_of_that_hop():
+    """tuning.cc: the network hop within PXB, or within PXN on sm90+ (2.17+); a topology that does
+    not give that hop's path type decides nothing (not known, never off)."""
+
+    def over_net(net, caps=(90,)):
+        node = NodeFacts(links=ONE_GPU, compute_capabilities=caps, over_network=True, net_path=net)
+        return ll128_default(node, (2, 28, 9)).on
+
+    assert over_net(None) is None  # the evidence lacks the hop: never an error
+    assert over_net("PXB") is True and over_net("PXN") is True
+    assert over_net("PXN", caps=(80,)) is False and over_net("PHB") is False
     assert ll128_default(None, (2, 28, 9)).on is None
 
 

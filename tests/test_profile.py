@@ -562,8 +562,24 @@ def _as_rank(doc: dict, rank: int, stretch: float = 1.0) -> dict:
     return t
 
 
-@pytest.mark.parametrize("stretch,slow", [(1.3, True), (1.0, False)])
-def test_a_lagging_rank_is_named(tmp_path, stretch, slow):
+@pytest.mark.parametrize(
+    "stretch,slow,words",
+    [
+        (1.3, True, "rank 1's execute[generation] steps take 30% longer than rank 0's"),
+        (1.112, True, "take 11% longer"),  # skew 1 - 1/1.112 = 0.1007: at SKEW_WARN
+        (1.110, False, None),  # skew 0.0991: under it
+        (1.0, False, None),
+    ],
+    ids=[
+        "30pct",
+        "at-threshold",
+        "under-threshold",
+        "same",
+    ],  # plain ids: node ids a tool can pass on
+)
+def test_a_lagging_rank_is_named(tmp_path, stretch, slow, words):
+    """The vLLM trace has no collective kernels to match: the step-time skew decides, titled with
+    the arithmetic it shows ((slow - fast) / fast longer; the threshold is on (slow - fast) / slow)."""
     doc = P.load(P.VLLM)
     ranks = [
         P.write(_as_rank(doc, 0), tmp_path / "r0.json.gz"),
@@ -572,7 +588,8 @@ def test_a_lagging_rank_is_named(tmp_path, stretch, slow):
     result = diagnose(load_evidence(profiles=ranks))
     if slow:
         found = next(f for f in result.findings if f.rule == "rank-skew")
-        assert "rank 1 is 23% slower" in found.title and found.severity == "warning"
+        assert words in found.title and found.severity == "warning"
+        assert found.confidence == "low"  # waiting cannot be told from working without collectives
     else:
         assert "rank-skew" in rules(result.ruled_out)
 

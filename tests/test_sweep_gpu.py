@@ -171,11 +171,35 @@ def test_every_collective_on_one_rank_eager_and_graph(tmp_path):
     assert any("sendrecv" in note and "itself" in note for note in results.header["notes"])
 
 
+def _check_split(results):
+    """Every eager row says what is NCCL's own and what the path adds, each part measured."""
+    for r in results.results:
+        split = r["cost_split"]
+        if r["mode"] == "graph":
+            assert split is None
+            continue
+        assert split["nccl_us"] > 0 and split["path_us"] is not None, (r["collective"], split)
+        assert {"nccl", "nccl+events"} <= set(split["variants"]) and split["events_us"] is not None
+        # each variant is timed or refused with the reason, never silently missing
+        names = {"nccl", "nccl+events", "torch", "torch+events"}
+        assert set(split["variants"]) | set(split["refused"]) == names, split
+        assert (split["torch_dispatch_us"] is None) == ("torch" not in split["variants"])
+
+
 def test_every_collective_through_raw_nccl_on_one_rank(tmp_path):
-    pytest.importorskip("cupy")
     results = _every(tmp_path, "raw.jsonl", nranks=1, path="nccl")
     _check_exact_and_timed(results, set(COLLECTIVES))
     assert {r["path"] for r in results.results} == {"nccl"}
+    # torch 2.11 runs a one-rank sendrecv that the planner keeps from the torch path (93 µs per
+    # call on the H200, docs/LOG.md): its split is timed or refused with the reason, never guessed
+    _check_split(results)
+
+
+def test_every_collective_through_raw_nccl_with_two_ranks_sharing_the_gpu(tmp_path):
+    """The unique id travels through the launcher's store; both ranks' calls meet over sockets."""
+    results = _every(tmp_path, "raw-shared.jsonl", nranks=2, share_gpu=True, path="nccl")
+    _check_exact_and_timed(results, set(COLLECTIVES))
+    _check_split(results)
 
 
 def test_every_collective_with_shared_gpu_proves_the_protocol_per_collective(tmp_path):
@@ -185,6 +209,7 @@ def test_every_collective_with_shared_gpu_proves_the_protocol_per_collective(tmp
         nranks=2,
         share_gpu=True,
         grid={"NCCL_PROTO": ("default", "Simple")},
+        cost_split=False,  # the proof is what this test is about
     )
     _check_exact_and_timed(results, set(COLLECTIVES))
     simple = next(c for c in results.configs if c["config_id"] == "NCCL_PROTO=Simple")

@@ -35,6 +35,7 @@ SPEC_OPTIONS = (
     "buffers",
     "path",
     "iter_events",
+    "cost_split",
     "proto",
     "algo",
     "p2p_level",
@@ -174,7 +175,8 @@ Examples:
     type=click.Choice(list(PATHS)),
     default=CHOICES.path,
     show_default=True,
-    help="torch: torch.distributed (what engines run); nccl: a raw NCCL communicator through cupy.",
+    help="torch: torch.distributed (what engines run); nccl: NCCL's own calls through ctypes "
+    "(the libnccl torch ships), as nccl-tests makes them.",
 )
 @click.option(
     "--iter-events/--no-iter-events",
@@ -182,6 +184,14 @@ Examples:
     default=CHOICES.iter_events,
     show_default=True,
     help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).",
+)
+@click.option(
+    "--cost-split/--no-cost-split",
+    "cost_split",
+    default=CHOICES.cost_split,
+    show_default=True,
+    help="Also time each eager NCCL row through the other path and event setting: what part is "
+    "NCCL's own and what the path adds (cost_split in the JSON, a note per collective).",
 )
 @click.option(
     "--min-busbw",
@@ -323,6 +333,7 @@ def request(
     buffers,
     path,
     iter_events,
+    cost_split,
     proto,
     algo,
     p2p_level,
@@ -350,6 +361,7 @@ def request(
         buffers=buffers,
         path=path,
         iter_events=iter_events,
+        cost_split=cost_split,
         protocols=split_list(proto) if proto is not None else None,
         algorithms=split_list(algo) if algo is not None else None,
         p2p_levels=split_list(p2p_level),

@@ -11,8 +11,8 @@ the settings being compared were in force when the collectives were created or c
 The evidence is `ncclprobe.evidence.bundle.Evidence` (the run as the normalized view of
 `ncclprobe.evidence.run`, plus sweep results, env-check, collect-env and the ranks' NCCL logs, all
 typed, and small accessors). Modules: `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_log` and
-`rules_nccl_run` (one pure function per hypothesis; they read only the bundle's records), `rank`
+`rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_ranks`, `rules_log`
+and `rules_nccl_run` (one pure function per hypothesis; they read only the bundle's records), `rank`
 (ordering and the report).
 """
 

@@ -17,6 +17,7 @@ from ncclprobe.diagnose.commands import (
     sweep_command,
 )
 from ncclprobe.diagnose.expectations import expected_verify_ratio
+from ncclprobe.diagnose.rules_ranks import with_wait_split
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
 from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
@@ -537,7 +538,7 @@ def _bound_finding(ev, bound: dict) -> Finding:
         if run.per_token_count is not None
         else ""
     )
-    return Finding(
+    finding = Finding(
         rule="collective-bound",
         severity="warning",
         confidence="high",
@@ -565,6 +566,8 @@ def _bound_finding(ev, bound: dict) -> Finding:
         cost_ms_per_step=share * per_step,
         next_command=sweep_command(ev.config.get("tp"), sizes_arg(sizes) or "8K..1M"),
     )
+    # profiles of several ranks: the share is part waiting for a rank, part moving data
+    return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE)
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:

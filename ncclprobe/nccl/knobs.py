@@ -94,8 +94,20 @@ DEBUG_SUBSYSTEMS = (
     "DESTROY",
     "ALL",
 )
+# subsystems ncclDebugInit (src/debug.cc) knows only from a release on; older ones ignore the name
+DEBUG_SUBSYSTEM_SINCE = {
+    "BOOTSTRAP": (2, 21, 0),
+    "REG": (2, 21, 0),
+    "PROFILE": (2, 22, 0),
+    "RAS": (2, 24, 0),
+    "DESTROY": (2, 30, 0),
+    "ALLOC_HOST": (2, 30, 7),
+}
 
-_PARAM = "NCCL_PARAM static cache (src/include/param.h): read once per process"
+_PARAM = (
+    "NCCL_PARAM static cache (src/include/param.h), read and logged by ncclLoadParam "
+    "(src/misc/param.cc): once per process"
+)
 _PARAM_TAGS = ("v2.21.5-1", "v2.28.9-1", "v2.29.7-1")
 _H200 = "NCCL 2.28.9, H200, two ranks on one GPU over NET/Socket, 2026-11-29"
 
@@ -109,13 +121,17 @@ KNOBS: dict[str, Knob] = {
             values=PROTOCOL_TOKENS,
             summary="Protocols NCCL may use: LL (low latency), LL128, Simple (bandwidth).",
             default="NCCL's cost model picks per size; LL128 only where NCCL's own rule allows it (every hop "
-            "NVLink, GPUs alike, a verified architecture: `ncclprobe.nccl.ll128`)",
+            "in the node NVLink, the network hop within PXB or PXN, GPUs alike, a verified architecture: "
+            "`ncclprobe.nccl.ll128`)",
             syntax="comma list, case-insensitive, no spaces (each token is compared whole); ^ prefix "
             "excludes (^LL128); 2.24+: `;`-separated "
             "per-collective forms like `^LL128;allreduce:LL128` (only the first clause may lack a function)",
             version_notes=(
                 "2.24+: an unknown token is a WARN and ncclInvalidUsage; 2.23 and older ignore it silently",
                 "2.24+: per-collective `func:list` forms",
+                "2.24+: a list that leaves a collective no protocol it can run fails that collective's call "
+                "(`no algorithm/protocol available`, ncclInvalidUsage), not communicator creation; 2.23 "
+                "and older fall back to Ring",
             ),
             risks=(
                 "LL128 forced where NCCL keeps it off (a PCIe hop, GPUs of different types, an architecture NCCL "
@@ -124,7 +140,8 @@ KNOBS: dict[str, Knob] = {
             ),
             log_proof="`NCCL_PROTO set by environment to <value>` (ENV subsystem, no trailing period); 2.24+ rank 0 "
             "also prints `Enabled NCCL Func/Proto/Algo Matrix:`",
-            source="ncclGetEnv and parseList in ncclTopoTuneModel, src/graph/tuning.cc",
+            source="ncclGetEnv and parseList in ncclTopoTuneModel, src/graph/tuning.cc; ncclProtoStr, "
+            "src/init.cc; topoGetAlgoInfo, src/enqueue.cc",
             checked_at=("v2.23.4-1", "v2.24.3-1", "v2.28.9-1"),
             verified=(
                 _H200
@@ -146,18 +163,25 @@ KNOBS: dict[str, Knob] = {
             syntax="comma list, case-insensitive, no spaces; ^ excludes; 2.24+ per-collective "
             "`allreduce:tree;broadcast:ring`",
             version_notes=(
-                "CollnetDirect/CollnetChain 2.14+ (Collnet before), NVLS 2.17+, NVLSTree 2.18+, PAT 2.23+",
-                "2.24+: unknown tokens fail; if Ring is excluded and nothing valid remains init fails",
+                "CollNet before 2.14 only; CollNetDirect and CollNetChain 2.14+, NVLS 2.17+, NVLSTree 2.18+, "
+                "PAT 2.23+",
+                "2.24+: an unknown token fails communicator creation (`Unrecognized element token`); 2.23 "
+                "and older ignore it silently",
+                "2.24+: a list that leaves a collective no algorithm it can run (NCCL_ALGO=Tree: broadcast "
+                "runs only Ring) fails that collective's call (`no algorithm/protocol available`, "
+                "ncclInvalidUsage), not communicator creation; 2.23 and older fall back to Ring",
             ),
             risks=(
-                "forcing Tree on one node rarely helps; excluding Ring can make init fail on 2.24+",
+                "forcing Tree on one node rarely helps; on 2.24+ a list without Ring makes every "
+                "collective that can run only Ring (broadcast, reduce) fail at its call",
             ),
             log_proof="`NCCL_ALGO set by environment to <value>`; per call, TUNING lines `... -> Algo RING proto ...`",
             verified=(
                 _H200
                 + ": `Ring,Bogus` is `WARN Unrecognized element token` and communicator creation fails",
             ),
-            source="ncclGetEnv and parseList in ncclTopoTuneModel, src/graph/tuning.cc",
+            source="ncclGetEnv and parseList in ncclTopoTuneModel, src/graph/tuning.cc; ncclAlgoStr, "
+            "src/init.cc; topoGetAlgoInfo, src/enqueue.cc",
             checked_at=(
                 "v2.13.4-1",
                 "v2.14.3-1",
@@ -175,7 +199,8 @@ KNOBS: dict[str, Knob] = {
             values=P2P_LEVELS,
             case_sensitive=True,
             summary="Furthest topology path over which GPUs talk peer-to-peer (else SHM or NET).",
-            default="2.23+: PXB (SYS for AMD CPUs with 2 GPUs or fewer); 2.22 and older: SYS (PXB on Intel/ARM)",
+            default="2.23+: PXB (SYS for AMD CPUs with 2 GPUs or fewer); 2.22 and older: SYS (PXB on Intel, "
+            "Zhaoxin and ARM CPUs)",
             syntax="one of LOC NVL PIX PXB PHB SYS, exact upper case (strcmp); also NVB and PXN, C2C (2.26+), P2C "
             "(2.27+); a value starting with a digit is a legacy level, 0-5 = LOC PIX PXB PHB SYS SYS (strtol)",
             version_notes=(
@@ -192,6 +217,8 @@ KNOBS: dict[str, Knob] = {
             "src/graph/topo.cc",
             checked_at=(
                 "v2.21.5-1",
+                "v2.22.3-1",
+                "v2.23.4-1",
                 "v2.25.1-1",
                 "v2.26.2-1",
                 "v2.26.6-1",
@@ -265,10 +292,23 @@ KNOBS: dict[str, Knob] = {
             summary="CUDA threads per NCCL block (Simple and LL).",
             default="256 or 512 by link speed",
             syntax="a multiple of 32 from 64 to 512 (documented: 64, 128, 256, 512); NCCL replaces anything else: "
-            "not a multiple of 32 or above 512 by 512, below 64 by 64 (INFO `Invalid NCCL_NTHREADS`)",
+            "not a multiple of 32 or above 512 by 512, below 64 by 64 (`Invalid NCCL_NTHREADS ...`: a WARN "
+            "before 2.27, an INFO line of GRAPH|ENV from 2.27)",
+            version_notes=(
+                "2.27+: the `Invalid NCCL_NTHREADS` line is INFO (GRAPH|ENV); a WARN before",
+            ),
             log_proof="`NCCL_NTHREADS set by environment to N.`",
-            source=_PARAM + "; getNthreads, src/graph/tuning.cc",
-            checked_at=("v2.12.12-1", "v2.18.5-1", "v2.21.5-1", "v2.28.9-1", "v2.30.7-1"),
+            source=_PARAM + "; getNthreads, src/graph/tuning.cc; limits: src/include/device.h "
+            "(src/include/devcomm.h before 2.19)",
+            checked_at=(
+                "v2.12.12-1",
+                "v2.18.5-1",
+                "v2.21.5-1",
+                "v2.26.6-1",
+                "v2.27.3-1",
+                "v2.28.9-1",
+                "v2.30.7-1",
+            ),
         ),
         Knob(
             name="NCCL_MIN_NCHANNELS",
@@ -277,8 +317,8 @@ KNOBS: dict[str, Knob] = {
             nccl_param=True,
             summary="Lower bound on channels (deprecated in 2.17 for NCCL_MIN_CTAS).",
             log_proof="`NCCL_MIN_NCHANNELS set by environment to N.`",
-            source=_PARAM + ", src/graph/connect.cc",
-            checked_at=_PARAM_TAGS,
+            source=_PARAM + ", src/graph/connect.cc; deprecation: docs/userguide/source/env.rst",
+            checked_at=(*_PARAM_TAGS, "v2.30.7-1"),
         ),
         Knob(
             name="NCCL_MAX_NCHANNELS",
@@ -287,8 +327,8 @@ KNOBS: dict[str, Knob] = {
             nccl_param=True,
             summary="Upper bound on channels (deprecated in 2.17 for NCCL_MAX_CTAS).",
             log_proof="`NCCL_MAX_NCHANNELS set by environment to N.`",
-            source=_PARAM + ", src/graph/connect.cc",
-            checked_at=_PARAM_TAGS,
+            source=_PARAM + ", src/graph/connect.cc; deprecation: docs/userguide/source/env.rst",
+            checked_at=(*_PARAM_TAGS, "v2.30.7-1"),
         ),
         Knob(
             name="NCCL_MIN_CTAS",
@@ -298,7 +338,7 @@ KNOBS: dict[str, Knob] = {
             summary="Lower bound on CTAs (channels); overrides ncclConfig_t.minCTAs.",
             since="2.17",
             source=_PARAM + "; envConfigOverride, src/init.cc",
-            checked_at=("v2.28.9-1",),
+            checked_at=("v2.17.1-1", "v2.28.9-1"),
         ),
         Knob(
             name="NCCL_MAX_CTAS",
@@ -308,7 +348,7 @@ KNOBS: dict[str, Knob] = {
             summary="Upper bound on CTAs (channels); overrides ncclConfig_t.maxCTAs.",
             since="2.17",
             source=_PARAM + "; envConfigOverride, src/init.cc",
-            checked_at=("v2.28.9-1",),
+            checked_at=("v2.17.1-1", "v2.28.9-1"),
         ),
         Knob(
             name="NCCL_NVLS_ENABLE",
@@ -329,10 +369,30 @@ KNOBS: dict[str, Knob] = {
             values=("0", "1"),
             nccl_param=True,
             summary="Use the cuMem* virtual memory API for buffers (P2P/CUMEM instead of P2P/IPC).",
-            default="auto since 2.19",
+            default="auto since 2.19 (on where the driver supports cuMem); 0 (off) before",
             log_proof="transport lines read `via P2P/CUMEM` when on, `via P2P/IPC` when off",
-            source=_PARAM + ", src/misc/cudawrap.cc",
-            checked_at=_PARAM_TAGS,
+            source=_PARAM + ", src/misc/cudawrap.cc; read by every communicator, one rank included "
+            "(fillInfo, src/init.cc); transport lines, src/transport/p2p.cc",
+            checked_at=("v2.18.6-1", "v2.19.1-1", *_PARAM_TAGS),
+        ),
+        Knob(
+            name="NCCL_LL128_C2C",
+            scope=Scope.PROCESS,
+            kind=Kind.BOOL,
+            values=("0", "1"),
+            nccl_param=True,
+            since="2.27.3",
+            summary="Whether NCCL's own LL128 rule keeps LL128 on over a network hop beyond PXB (P2C, PXN) "
+            "on sm90 and newer.",
+            default="1",
+            version_notes=(
+                "2.27.3: 1 lets sm90+ keep LL128 over a network hop up to P2C, 0 up to PXN",
+                "2.27.5+: 1 lets sm90+ keep LL128 up to PXN (P2C included), 0 only up to PXB",
+            ),
+            log_proof="`NCCL_LL128_C2C set by environment to N.`; 2.27.5+ with 0 on sm90+: GRAPH `Disabling "
+            "LL128 over all PxN connections (PXB and C2C)...`",
+            source=_PARAM + "; NCCL_PARAM(Ll128C2c) in ncclTopoTuneModel, src/graph/tuning.cc",
+            checked_at=("v2.27.3-1", "v2.27.5-1", "v2.28.9-1", "v2.30.7-1"),
         ),
         Knob(
             name="NCCL_NO_CACHE",
@@ -347,8 +407,8 @@ KNOBS: dict[str, Knob] = {
                 "a listed variable set after the first communicator is no longer too late: it takes effect at "
                 "its next use, so `set after init` findings and once-per-process reasoning no longer hold",
             ),
-            log_proof="`Disabling caching for environment variable NCCL_X.` (ENV), then a `set by environment` "
-            "line at every read",
+            log_proof="`Disabling caching for environment variable NCCL_X.` (ENV; `PARAM: Disabling caching "
+            "...` from 2.30), then a `set by environment` line at every read",
             source="ncclGetEnvNoCacheOnce (std::call_once) and ncclLoadParam, src/misc/param.cc (2.29), "
             "src/param/param.cc (2.30)",
             checked_at=("v2.29.3-1", "v2.29.7-1", "v2.30.7-1"),
@@ -364,8 +424,8 @@ KNOBS: dict[str, Knob] = {
             version_notes=(
                 "2.22+: the version banner is an INFO line of every process; before, rank 0 printed it bare",
             ),
-            source="ncclDebugInit (strcasecmp), src/debug.cc: runs once per process",
-            checked_at=("v2.21.5-1", "v2.28.9-1"),
+            source="ncclDebugInit (strcasecmp), src/debug.cc: runs once per process; showVersion, src/init.cc",
+            checked_at=("v2.21.5-1", "v2.22.3-1", "v2.28.9-1"),
         ),
         Knob(
             name="NCCL_DEBUG_SUBSYS",
@@ -380,13 +440,26 @@ KNOBS: dict[str, Knob] = {
             ),
             version_notes=(
                 "2.20+: TUNING per-call lines are INFO (TRACE before); 2.24+ they name the algorithm",
+                "names known from: BOOTSTRAP and REG 2.21, PROFILE 2.22, RAS 2.24, DESTROY 2.30, "
+                "ALLOC_HOST 2.30.7; older "
+                "versions ignore a name they do not know",
             ),
             verified=(
                 _H200
                 + ": NCCL_DEBUG_SUBSYS=TUNING alone prints TUNING lines but no `set by environment` line",
             ),
-            source="ncclDebugInit, src/debug.cc",
-            checked_at=("v2.21.5-1", "v2.28.9-1"),
+            source="ncclDebugInit, src/debug.cc; per-call TUNING lines, src/enqueue.cc",
+            checked_at=(
+                "v2.19.4-1",
+                "v2.20.3-1",
+                "v2.21.5-1",
+                "v2.22.3-1",
+                "v2.23.4-1",
+                "v2.24.3-1",
+                "v2.28.9-1",
+                "v2.30.3-1",
+                "v2.30.7-1",
+            ),
         ),
         Knob(
             name="NCCL_DEBUG_FILE",
@@ -423,7 +496,8 @@ KNOBS: dict[str, Knob] = {
             summary="Write the searched rings/trees (channels per graph) as XML (rank "
             "NCCL_GRAPH_DUMP_FILE_RANK, default 0).",
             log_proof="`NCCL_GRAPH_DUMP_FILE set by environment to <path>`",
-            source="ncclGetEnv in ncclTopoDumpGraphs, src/graph/search.cc (not in env.rst, 2.30.7)",
+            source="ncclGetEnv in ncclTopoDumpGraphs, src/graph/search.cc; NCCL_GRAPH_DUMP_FILE_RANK, "
+            "src/init.cc",
             checked_at=("v2.21.5-1", "v2.28.9-1"),
             unverified=(
                 "whether a one-rank communicator writes the graph dump (the H200 run of topo --check shows it)",
@@ -441,7 +515,7 @@ KNOBS: dict[str, Knob] = {
             version_notes=(
                 "2.13+: compared case-insensitively and re-read at every communicator creation (by its "
                 "first rank in the process) into a process-wide setting, logged only the first time",
-                "2.12 and older: exact case (strcmp), kept per communicator",
+                "2.12 and older: exact case (strcmp), kept per communicator and logged as written at each",
             ),
             log_proof="`NCCL_LAUNCH_MODE set by environment to PARALLEL|GROUP` (normalised), once per process",
             source="ncclGetEnv in initTransportsRank, process-global ncclParamLaunchMode, src/init.cc; "
@@ -472,7 +546,7 @@ KNOBS: dict[str, Knob] = {
             log_proof="2.28+: `Successfully loaded external tuner plugin <name>`; 2.21-2.27: "
             "`TUNER/Plugin: Using tuner plugin <name>`",
             source="ncclTunerPluginLoad (status tunerPluginLoadFailed is never reset), src/plugin/tuner.cc; "
-            "src/misc/tuner.cc (2.21)",
+            "src/misc/tuner.cc (2.21); the 2.27 log line, src/plugin/tuner/tuner_v4.cc",
             checked_at=("v2.21.5-1", "v2.27.7-1", "v2.28.3-1", "v2.28.9-1", "v2.30.7-1"),
         ),
         Knob(
@@ -506,6 +580,8 @@ def proof_scope(name: str) -> Scope:
 # What a single rank never uses, so NCCL never reads (or never needs) it there: the tuning model
 # (NCCL_PROTO, NCCL_ALGO: no TUNING line and no `set by environment` line with one rank, seen on the
 # H200 with NCCL 2.28.9) and the transports between peers (P2P, SHM, the network's GPU Direct).
+# Not NCCL_CUMEM_ENABLE: every communicator reads it, one rank included (fillInfo, src/init.cc),
+# and it decides how NCCL allocates its own buffers.
 NEEDS_PEERS = (
     "NCCL_PROTO",
     "NCCL_ALGO",
@@ -513,7 +589,6 @@ NEEDS_PEERS = (
     "NCCL_P2P_DISABLE",
     "NCCL_SHM_DISABLE",
     "NCCL_NET_GDR_LEVEL",
-    "NCCL_CUMEM_ENABLE",
 )
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.findings import SEVERITIES, Finding, severity_rank
-from ncclprobe.nccl.knobs import KNOBS, NO_CACHE_SINCE
+from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEM_SINCE, KNOBS, NO_CACHE_SINCE
 from ncclprobe.nccl.ll128 import ll128_default
-from ncclprobe.nccl.names import ALGORITHM_SINCE
+from ncclprobe.nccl.names import ALGORITHM_SINCE, ALGORITHM_UNTIL
 from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU, NodeFacts
 from ncclprobe.nccl.p2p import (
     P2P_LEVEL_SINCE,
@@ -237,12 +237,16 @@ def _tokens(ctx: _Context) -> Iterator[SettingFinding]:
 
 
 def _algorithm_versions(ctx: _Context, name: str, value: str) -> Iterator[SettingFinding]:
-    if name != "NCCL_ALGO" or ctx.version is None:
+    if name != "NCCL_ALGO":
         return
-    for token in {
+    tokens = {
         t.strip().lower()
         for t in value.replace(";", ",").replace(":", ",").replace("^", "").split(",")
-    }:
+    }
+    yield from _algorithms_gone(ctx, name, tokens)
+    if ctx.version is None:
+        return
+    for token in sorted(tokens):
         since = ALGORITHM_SINCE.get(token)
         if since and ctx.version < since:
             yield SettingFinding(
@@ -259,7 +263,7 @@ def _ll128(ctx: _Context) -> Iterator[SettingFinding]:
     """LL128 forced on, directly or by a ^ list that does not exclude it, where NCCL's own rule keeps
     it off (`ncclprobe.nccl.ll128`) or cannot be decided from what is known."""
     forcing = forcing_ll128(ctx.env.get("NCCL_PROTO"))
-    default = ll128_default(ctx.node, ctx.version)
+    default = ll128_default(ctx.node, ctx.version, ll128_c2c=ctx.env.get("NCCL_LL128_C2C"))
     if not forcing or default.on is True:
         return
     clause = forcing[0]
@@ -272,7 +276,7 @@ def _ll128(ctx: _Context) -> Iterator[SettingFinding]:
     verdict = (
         "NCCL keeps LL128 off here"
         if default.on is False
-        else "whether NCCL would keep LL128 on here is not known"
+        else "whether NCCL would keep LL128 on here is not known from this evidence"
     )
     yield SettingFinding(
         "error" if default.on is False else "warning",
@@ -285,6 +289,32 @@ def _ll128(ctx: _Context) -> Iterator[SettingFinding]:
 
 
 LL128_RULE = "ll128-without-nvlink"  # the rule id recommend and run-engine look for
+
+
+def _algorithms_gone(ctx: _Context, name: str, tokens: set[str]) -> Iterator[SettingFinding]:
+    """Tokens older NCCL accepts that later releases no longer know (CollNet before 2.14)."""
+    for token in sorted(tokens):
+        until = ALGORITHM_UNTIL.get(token)
+        if until is None or ctx.at_least(*until) is False:
+            continue
+        consequence = {
+            True: "NCCL 2.24+ refuses it and communicator creation fails",
+            False: "NCCL 2.14-2.23 ignore it silently",
+            None: "NCCL 2.14-2.23 ignore it silently, 2.24+ fail communicator creation",
+        }[ctx.at_least(2, 24)]
+        yield SettingFinding(
+            "warning" if ctx.version is None else "error",
+            name,
+            f"algorithm {token!r} is an NCCL_ALGO name only before NCCL {_release(until)}: "
+            + consequence,
+            "name CollNetDirect or CollNetChain (NCCL 2.14+)",
+            "algo-too-old",
+        )
+
+
+def _release(version: Version) -> str:
+    """2.14 for (2, 14, 0), 2.30.7 for (2, 30, 7)."""
+    return ".".join(map(str, version if version[2] else version[:2]))
 
 
 def _debug_subsys(ctx: _Context) -> Iterator[SettingFinding]:
@@ -302,6 +332,7 @@ def _debug_subsys(ctx: _Context) -> Iterator[SettingFinding]:
             else "do not exclude ENV",
             "debug-subsys-without-env",
         )
+    yield from _subsystems_too_new(ctx, value)
     if ctx.env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         yield SettingFinding(
             "info",
@@ -311,6 +342,23 @@ def _debug_subsys(ctx: _Context) -> Iterator[SettingFinding]:
             "export NCCL_DEBUG=INFO",
             "debug-subsys-without-info",
         )
+
+
+def _subsystems_too_new(ctx: _Context, value: str) -> Iterator[SettingFinding]:
+    """Subsystem names this NCCL version does not know yet: ncclDebugInit skips them silently."""
+    if ctx.version is None:
+        return
+    for name in sorted({t.strip().upper() for t in value.lstrip("^").split(",")}):
+        since = DEBUG_SUBSYSTEM_SINCE.get(name)
+        if since and ctx.version < since:
+            yield SettingFinding(
+                "info",
+                "NCCL_DEBUG_SUBSYS",
+                f"NCCL_DEBUG_SUBSYS names {name}, which NCCL knows from {_release(since)}; "
+                f"{'.'.join(map(str, ctx.version))} ignores the name",
+                f"drop {name}",
+                "debug-subsys-too-new",
+            )
 
 
 def _debug_file(ctx: _Context) -> Iterator[SettingFinding]:

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Algorithm:
     name: str  # NCCL's own, upper case: log lines, kernel names
-    token: str  # NCCL_ALGO's spelling
-    code: int  # index in NCCL's enum (2.20-2.23 TUNING lines print it)
-    since: tuple[int, int, int] | None = (
-        None  # the NCCL release that introduced it, when after 2.13
-    )
+    token: str  # NCCL_ALGO's spelling, as ncclAlgoStr (src/init.cc) spells it
+    code: int | None  # index in NCCL's enum since 2.14 (2.20-2.23 TUNING lines print it)
+    since: tuple[int, int, int] | None = None  # the release that introduced it, when after 2.13
+    until: tuple[int, int, int] | None = None  # the first release that no longer knows it
 
     @property
     def tuner(self) -> str:
@@ -44,26 +43,31 @@ class Protocol:
         return self.name.lower()
 
 
-# ncclAlgoStr at v2.13.4-1 (Tree, Ring, CollNet), v2.14.3-1, v2.17.1-1, v2.18.1-1, v2.23.4-1
+# ncclAlgoStr at v2.13.4-1 Tree, Ring, CollNet; v2.14.3-1 CollNet split into CollNetDirect and
+# CollNetChain (parseList compares whole tokens: `CollNet` is unknown from 2.14); v2.17.1-1 NVLS;
+# v2.18.1-1 NVLSTree; v2.23.4-1 PAT. Versions are compared as NCCL numbers them: a change that came
+# with the first release of a series (v2.14.3-1 is the first 2.14) is pinned at x.y.0.
 ALGORITHMS = (
     Algorithm("RING", "Ring", 1),
     Algorithm("TREE", "Tree", 0),
-    Algorithm("COLLNET_DIRECT", "CollnetDirect", 2, (2, 14, 0)),
-    Algorithm("COLLNET_CHAIN", "CollnetChain", 3, (2, 14, 0)),
+    Algorithm("COLLNET", "CollNet", None, until=(2, 14, 0)),
+    Algorithm("COLLNET_DIRECT", "CollNetDirect", 2, (2, 14, 0)),
+    Algorithm("COLLNET_CHAIN", "CollNetChain", 3, (2, 14, 0)),
     Algorithm("NVLS", "NVLS", 4, (2, 17, 0)),
     Algorithm("NVLS_TREE", "NVLSTree", 5, (2, 18, 0)),
     Algorithm("PAT", "PAT", 6, (2, 23, 0)),
 )
+CURRENT = tuple(a for a in ALGORITHMS if a.code is not None)  # those of 2.14 on
 PROTOCOLS = (
     Protocol("LL", "LL", 0),
     Protocol("LL128", "LL128", 1),
     Protocol("SIMPLE", "Simple", 2),
 )
 
-ALGORITHM_TOKENS = tuple(a.token for a in ALGORITHMS)
+ALGORITHM_TOKENS = tuple(a.token for a in ALGORITHMS)  # every token some release accepts
 PROTOCOL_TOKENS = tuple(p.token for p in PROTOCOLS)
 # by enum index: a 2.20-2.23 TUNING line's number is the index into these
-ALGORITHM_NAMES = tuple(a.name for a in sorted(ALGORITHMS, key=lambda a: a.code))
+ALGORITHM_NAMES = tuple(a.name for a in sorted(CURRENT, key=lambda a: a.code))
 PROTOCOL_NAMES = tuple(p.name for p in sorted(PROTOCOLS, key=lambda p: p.code))
 # a kernel name holds one of them between underscores; NVLS_TREE holds NVLS and TREE too, so the
 # longer names are tried first
@@ -71,7 +75,9 @@ ALGORITHMS_TO_MATCH = tuple(sorted(ALGORITHM_NAMES, key=len, reverse=True))
 PROTOCOLS_TO_MATCH = tuple(sorted(PROTOCOL_NAMES, key=len, reverse=True))
 # NCCL_ALGO token (lower case) -> the release that introduced it
 ALGORITHM_SINCE = {a.token.lower(): a.since for a in ALGORITHMS if a.since}
-TUNER_ALGORITHMS = {a.token.lower(): a.tuner for a in ALGORITHMS}
+# NCCL_ALGO token (lower case) -> the first release that no longer accepts it
+ALGORITHM_UNTIL = {a.token.lower(): a.until for a in ALGORITHMS if a.until}
+TUNER_ALGORITHMS = {a.token.lower(): a.tuner for a in CURRENT}
 TUNER_PROTOCOLS = {p.token.lower(): p.tuner for p in PROTOCOLS}
 
 _CANONICAL = {n.replace("_", "").lower(): n for n in ALGORITHM_NAMES + PROTOCOL_NAMES}

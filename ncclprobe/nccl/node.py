@@ -29,6 +29,11 @@ class NodeFacts:
     links: str | None = None  # one of LINKS
     compute_capabilities: tuple[int, ...] | None = None  # per GPU, major*10+minor (86 = sm86)
     over_network: bool = False  # ranks meet over NET (--share-gpu, other hosts)
+    # NCCL's path type from the GPUs to the NIC the ranks meet through (the second of a GRAPH line's
+    # `type <intra>/<inter>`, e.g. PXB): what NCCL's LL128 rule checks of the network hop
+    net_path: str | None = None
+    # every pair of the job's GPUs is direct NVLink (NVL), none only through another GPU (NVB)
+    nvlink_direct: bool | None = None
 
     @property
     def any_nvlink(self) -> bool | None:
@@ -44,6 +49,8 @@ class NodeFacts:
             "compute_capabilities": list(self.compute_capabilities)
             if self.compute_capabilities
             else None,
+            "net_path": self.net_path,
+            "nvlink_direct": self.nvlink_direct,
         }
 
     @classmethod
@@ -54,10 +61,14 @@ class NodeFacts:
         if links is None and doc.get("nvlink") is False:
             links = NO_NVLINK
         caps = doc.get("compute_capabilities")
+        net_path = doc.get("net_path")
+        direct = doc.get("nvlink_direct")
         return cls(
             links=links,
             compute_capabilities=tuple(int(c) for c in caps) if caps else None,
             over_network=over_network or bool(doc.get("over_network")),
+            net_path=net_path if isinstance(net_path, str) else None,
+            nvlink_direct=direct if isinstance(direct, bool) else None,
         )
 
     @classmethod
@@ -73,10 +84,12 @@ class NodeFacts:
         job uses (default all)."""
         chosen = list(gpus) if gpus is not None else list(range(len(types)))
         caps = tuple(compute_capabilities[i] for i in chosen) if compute_capabilities else None
+        pairs = [types[i][j] for a, i in enumerate(chosen) for j in chosen[a + 1 :]]
         return cls(
             links=classify_links(types, chosen),
             compute_capabilities=caps,
             over_network=over_network,
+            nvlink_direct=None if not pairs or None in pairs else all(t == "NVL" for t in pairs),
         )
 
     @classmethod
@@ -86,11 +99,15 @@ class NodeFacts:
             return cls()
         links = {f.links for f in facts}
         caps = {f.compute_capabilities for f in facts}
+        nets = {f.net_path for f in facts}
+        direct = {f.nvlink_direct for f in facts}
         worst = None if None in links else min(links, key=_LEAST_NVLINK_FIRST.index)
         return cls(
             links=worst,
             compute_capabilities=caps.pop() if len(caps) == 1 else None,
             over_network=any(f.over_network for f in facts),
+            net_path=nets.pop() if len(nets) == 1 else None,
+            nvlink_direct=False if False in direct else True if direct == {True} else None,
         )
 
 

@@ -8,17 +8,33 @@ else it is ignored without a word.
 
 from __future__ import annotations
 
-from ncclprobe.nccl.version import parse_version
+from ncclprobe.nccl.version import Version, parse_version
 from ncclprobe.numbers import is_digits
 
-# NCCL's path types, nearest first (src/graph/topo.h, topoPathTypeStr up to SYS; 2.28): P2P between
-# two GPUs is allowed when their path type is at most the level (`path->type <= p2pLevel`)
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+
+def path_types(version: Version | None = None) -> tuple[str, ...]:
+    """NCCL's path types nearest first (PATH_* in src/graph/topo.h) at `version` (None: the newest),
+    the order of every `type <= PATH_X` comparison: PXN came in 2.12, C2C in 2.26, P2C in 2.27
+    (after PXN in 2.27.3, before it from 2.27.5)."""
+    if version is not None and version < (2, 12, 0):
+        return ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS")
+    if version is not None and version < (2, 26, 0):
+        return ("LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS")
+    if version is not None and version < (2, 27, 0):
+        return ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "PHB", "SYS")
+    if version is not None and version < (2, 27, 5):
+        return ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS")
+    return ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+
+
+# the newest order: P2P between two GPUs is allowed when their path type is at most the level
+# (`path->type <= p2pLevel`)
+PATH_TYPES = path_types()
 P2P_LEVELS = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")  # the documented ones
 # path types NCCL's code accepts beyond the documented six (topoPathTypeStr up to SYS), and the
-# versions that added them: not in v2.25.1-1, C2C in v2.26.2-1, P2C in v2.27.3-1 (NVB, PXN in v2.12.12-1)
+# versions that added them (`path_types`): NVB always, PXN from 2.12, C2C from 2.26, P2C from 2.27
 P2P_LEVELS_UNDOCUMENTED = ("NVB", "C2C", "P2C", "PXN")
-P2P_LEVEL_SINCE = {"C2C": (2, 26, 0), "P2C": (2, 27, 0)}
+P2P_LEVEL_SINCE = {"PXN": (2, 12, 0), "C2C": (2, 26, 0), "P2C": (2, 27, 0)}
 # levelsOldToNew: old-style integer -> the path type NCCL uses (and logs); larger integers are SYS
 LEGACY_P2P_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 

@@ -30,7 +30,9 @@ def ll128_hazard(
     on there by itself (off, or not known); None when they do not force it or NCCL would."""
     if not forcing_ll128(settings.get("NCCL_PROTO")):
         return None
-    default = ll128_default(node, parse_version(nccl_version))
+    default = ll128_default(
+        node, parse_version(nccl_version), ll128_c2c=settings.get("NCCL_LL128_C2C")
+    )
     return None if default.on is True else default
 
 

@@ -8,7 +8,6 @@ every check runs for every caller. Everything is checked before anything is crea
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
@@ -41,6 +40,7 @@ class SweepRequest:
     buffers: str = CHOICES.buffers
     path: str = CHOICES.path
     iter_events: bool = CHOICES.iter_events
+    cost_split: bool = CHOICES.cost_split
     protocols: tuple[str, ...] | None = (
         None  # None: DEFAULT_GRID's, dropped where NCCL tunes nothing
     )
@@ -79,6 +79,16 @@ def effort_for(request: SweepRequest) -> defaults.Effort:
     return defaults.GPU if on_gpu else defaults.CPU
 
 
+def _check_libnccl() -> None:
+    """--path nccl calls the libnccl torch ships: say so before any worker starts without one."""
+    from ncclprobe.probes.nccl_ctypes import NcclError, library_path
+
+    try:
+        library_path()
+    except NcclError as exc:
+        raise UsageProblem(f"--path nccl: {exc}") from None
+
+
 def build_spec(
     request: SweepRequest, *, effort: defaults.Effort | None = None, local: bool = True
 ) -> tuple[SweepSpec, dict[str, str]]:
@@ -103,11 +113,8 @@ def build_spec(
         raise UsageProblem(
             f"placement {request.placement!r} is not known; use {', '.join(PLACEMENTS)}"
         )
-    if request.path == "nccl" and local and importlib.util.find_spec("cupy") is None:
-        raise UsageProblem(
-            "--path nccl calls NCCL through cupy, which is not installed here "
-            "(pip install cupy-cuda12x, or cupy-cuda13x on CUDA 13)"
-        )
+    if request.path == "nccl" and local:
+        _check_libnccl()
     if not request.timeout_s > 0:
         raise UsageProblem(f"--timeout must be positive, got {request.timeout_s:g}")
     sizes = request.sizes or (tuple(parse_sizes(effort.sizes)) if effort.sizes else ())
@@ -127,6 +134,7 @@ def build_spec(
         buffers=request.buffers,
         path=request.path,
         iter_events=request.iter_events,
+        cost_split=request.cost_split,
         nranks=nranks,
         backend=backend,
         timeout_s=request.timeout_s,

@@ -29,6 +29,7 @@ class Choices:
     buffers: str = "rotate"  # rotate through a largest-message buffer (nccl-tests) or reuse one
     path: str = "torch"  # torch.distributed, or a raw NCCL communicator through cupy
     iter_events: bool = True  # a CUDA event per eager iteration (per-iteration statistics)
+    cost_split: bool = True  # eager NCCL rows also timed through the other path (cost_split)
     p2p_levels: tuple[str, ...] = (UNSET,)
     backend: str = "auto"  # auto | nccl | gloo
     timeout_s: float = 120.0  # longest a pool may stay silent before it counts as hung

@@ -53,8 +53,9 @@ class SweepSpec:
     agg: int = CHOICES.agg  # collectives per iteration, in one NCCL group (nccl-tests -m)
     check: bool = CHOICES.check  # the exact correctness pass (nccl-tests -c)
     buffers: str = CHOICES.buffers  # rotate a largest-message buffer (nccl-tests) or reuse one
-    path: str = CHOICES.path  # torch.distributed, or a raw NCCL communicator through cupy
+    path: str = CHOICES.path  # torch.distributed, or NCCL's own calls (ctypes)
     iter_events: bool = CHOICES.iter_events  # a CUDA event per eager iteration
+    cost_split: bool = CHOICES.cost_split  # eager NCCL rows also timed through the other path
     nranks: int = 2
     backend: str = "gloo"  # "nccl" (one GPU per rank) or "gloo" (CPU): resolved, never auto
     timeout_s: float = CHOICES.timeout_s  # longest a pool may stay silent before it hangs
@@ -82,9 +83,7 @@ class SweepSpec:
         if not self.sizes:
             raise UsageProblem("no message sizes to measure")
         if self.path == "nccl" and self.backend != "nccl":
-            raise UsageProblem(
-                "--path nccl calls NCCL through cupy on CUDA GPUs; this run uses gloo"
-            )
+            raise UsageProblem("--path nccl calls NCCL itself on CUDA GPUs; this run uses gloo")
         for dtype in self.dtypes:
             odd = [size for size in self.sizes if size % element_size(dtype)]
             if odd:  # the record's size_bytes must be the bytes moved, which are whole elements
@@ -139,6 +138,7 @@ class SweepSpec:
             "buffers": self.buffers,
             "path": self.path,
             "iter_events": self.iter_events,
+            "cost_split": self.cost_split,
             "nranks": self.nranks,
             "backend": self.backend,
             "timeout_s": self.timeout_s,

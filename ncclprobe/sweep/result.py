@@ -5,6 +5,7 @@ from __future__ import annotations
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.records import Status
 from ncclprobe.stats import aggregate_trials, issue_time, iteration_stats
+from ncclprobe.sweep.cost_split import cost_split
 
 
 def iteration_clock(spec, mode: str) -> str:
@@ -38,6 +39,7 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
             "status": Status.ERROR,
             "reason": "; ".join(errors) or "no timing reported",
             "time_us": None,
+            "cost_split": None,
             "wrong": None,
             "checked": False,
             "agg": spec.agg,
@@ -79,6 +81,7 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
         **timing,
         "iter": iteration_stats(samples, clock),
         "cpu_issue_us": issue_time({r: m["issue_us"] for r, m in by_rank.items()}),
+        "cost_split": cost_split(by_rank, spec.path, timing["time_us"]),
         "algbw_gbps": algbw,
         "busbw_gbps": busbw,
         "wrong": wrong,

@@ -216,6 +216,7 @@ def pool_payload(spec: SweepSpec, pool: Pool) -> dict:
         "buffers": spec.buffers,
         "path": spec.path,
         "iter_events": spec.iter_events,
+        "cost_split": spec.cost_split,
     }
 
 

@@ -163,8 +163,8 @@ def measurement_notes(spec: SweepSpec) -> list[str]:
 
 TORCH_PATH_NOTE = (
     "path torch.distributed: small eager calls are host-bound: torch's dispatch plus the sweep's own "
-    "per-iteration events (40-70 µs per call on an H200, where nccl-tests issues one in 6.2 µs; "
-    "docs/METRICS.md); --path nccl calls NCCL directly through cupy, and --no-iter-events drops the events"
+    "per-iteration events (each eager row's cost_split measures both; docs/METRICS.md); --path nccl "
+    "makes NCCL's own calls as nccl-tests does, and --no-iter-events drops the events"
 )
 REUSE_NOTE = (
     "--buffers reuse: every iteration reuses one buffer, so a message that fits in the GPU's L2 cache is "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
+from ncclprobe.sweep.cost_split import notes as cost_split_notes
 
 SCHEMA_VERSION = 1
 
@@ -147,13 +148,18 @@ def csv_row(r: dict) -> dict:
         "best",
     )
     it = r.get("iter") or {}
+    split = r.get("cost_split") or {}
     return {
         **{key: r.get(key) for key in keys},
+        **{key: split.get(key) for key in SPLIT_COLUMNS},
         **{
             f"iter_{k}": it.get(k)
             for k in ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "cv_pct")
         },
     }
+
+
+SPLIT_COLUMNS = ("nccl_us", "path_us", "torch_dispatch_us", "events_us")  # cost_split's figures
 
 
 def config_problems(configs: list[dict]) -> list[str]:
@@ -297,6 +303,7 @@ def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
         + proof_notes(results_file.configs, doc["backend"])
         + config_problems(results_file.configs)
         + failed_measurements(results_file.results)
+        + cost_split_notes(results_file.results)
         + shortfalls
     )
     summary = summary_note(doc["summary"])

@@ -12,8 +12,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
     input_values,
+    nccl_type,
     per_rank_shape,
 )
 
@@ -43,6 +43,5 @@ class AllGather(Collective):
 
         dist.all_gather_into_tensor(recv, send, group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        kind, _ = cupy_types(dtype, "sum")
-        comm.allGather(send.data_ptr(), recv.data_ptr(), shape.count, kind, stream)
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        return [("ncclAllGather", (send, recv, shape.count, nccl_type(dtype)))]

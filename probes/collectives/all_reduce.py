@@ -15,7 +15,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
+    nccl_op,
+    nccl_type,
     reduce_values,
     torch_op,
     whole_shape,
@@ -43,6 +44,5 @@ class AllReduce(Collective):
             recv.copy_(send)
         dist.all_reduce(recv, op=torch_op(op), group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        kind, red = cupy_types(dtype, op)
-        comm.allReduce(send.data_ptr(), recv.data_ptr(), shape.count, kind, red, stream)
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        return [("ncclAllReduce", (send, recv, shape.count, nccl_type(dtype), nccl_op(op)))]

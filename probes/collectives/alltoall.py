@@ -4,8 +4,8 @@ nccl-tests' size is one rank's whole buffer, n pieces of `count` elements (`Allt
 busbw factor (n-1)/n: each rank exchanges the n-1 pieces that are not its own. Out of place only:
 over one buffer every rank would overwrite pieces its peers are still reading, and torch's
 `all_to_all_single` has no in-place form (nccl-tests times one anyway). NCCL runs it as grouped
-point-to-point sends and receives (NCCL_PROTO/NCCL_ALGO do not apply); the raw NCCL path issues
-exactly those, as nccl-tests does before NCCL 2.28's ncclAlltoAll.
+point-to-point sends and receives (NCCL_PROTO/NCCL_ALGO do not apply). The raw NCCL path makes
+nccl-tests' call: ncclAlltoAll from NCCL 2.28 on, grouped sends and receives before.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from ncclprobe.probes.collectives.base import (
     Collective,
     Shape,
     arange,
-    cupy_types,
     element_size,
     input_values,
+    nccl_type,
 )
+from ncclprobe.probes.nccl_ctypes import ALLTOALL_SINCE
 
 
 class AlltoAll(Collective):
@@ -45,13 +46,17 @@ class AlltoAll(Collective):
 
         dist.all_to_all_single(recv, send, group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        from cupy.cuda import nccl
-
-        kind, _ = cupy_types(dtype, "sum")
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        kind = nccl_type(dtype)
+        if version >= ALLTOALL_SINCE:  # nccl-tests calls ncclAlltoAll from 2.28 on
+            return [("ncclAlltoAll", (send, recv, shape.count, kind))]
         step = shape.count * element_size(dtype)
-        nccl.groupStart()
-        for peer in range(comm.size()):
-            comm.send(send.data_ptr() + peer * step, shape.count, kind, peer, stream)
-            comm.recv(recv.data_ptr() + peer * step, shape.count, kind, peer, stream)
-        nccl.groupEnd()
+        pairs = [
+            call
+            for peer in range(nranks)
+            for call in (
+                ("ncclSend", (send + peer * step, shape.count, kind, peer)),
+                ("ncclRecv", (recv + peer * step, shape.count, kind, peer)),
+            )
+        ]
+        return [("ncclGroupStart", ()), *pairs, ("ncclGroupEnd", ())]

@@ -7,7 +7,8 @@ A collective knows these things and nothing about timing or processes:
     algbw is always size / time, with nccl-tests' size (the larger of the send and receive bytes);
   - exact inputs and the analytic output of every rank (`expected`), element by element;
   - how to launch it, in place where it has an in-place form: through torch.distributed
-    (`launch`), and through a raw NCCL communicator from cupy's binding (`launch_nccl`).
+    (`launch`), and as the raw NCCL calls nccl-tests makes (`nccl_calls`: names and arguments,
+    data only, issued by `probes.sweep_comm` through `probes.nccl_ctypes`).
 
 Inputs are small integers: rank r holds `(i + r) % PATTERN + 1` at element i (1..7), and for
 `prod` `2` where `(i + r) % 3 == 0`, else `1` (products stay powers of two). The expected output is
@@ -36,7 +37,6 @@ class DType:
     max_power: int  # the largest k such that 2**k is exact in the type (prod's results)
     tests_name: str  # what nccl-tests prints in its `type` column
     floating: bool = True
-    cupy_nccl: str | None = None  # cupy.cuda.nccl constant; None: cupy's binding has none
 
     @property
     def size(self) -> int:
@@ -47,26 +47,19 @@ class DType:
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("float32", 2**24, 127, "float", cupy_nccl="NCCL_FLOAT32"),
-        DType("bfloat16", 256, 127, "bfloat16", cupy_nccl="NCCL_BFLOAT16"),
-        DType("float16", 2048, 15, "half", cupy_nccl="NCCL_FLOAT16"),
-        DType("float64", 2**53, 1023, "double", cupy_nccl="NCCL_FLOAT64"),
-        DType("int8", 127, 6, "int8", floating=False, cupy_nccl="NCCL_INT8"),
-        DType("int32", 2**31 - 1, 30, "int32", floating=False, cupy_nccl="NCCL_INT32"),
-        DType("int64", 2**63 - 1, 62, "int64", floating=False, cupy_nccl="NCCL_INT64"),
+        DType("float32", 2**24, 127, "float"),
+        DType("bfloat16", 256, 127, "bfloat16"),
+        DType("float16", 2048, 15, "half"),
+        DType("float64", 2**53, 1023, "double"),
+        DType("int8", 127, 6, "int8", floating=False),
+        DType("int32", 2**31 - 1, 30, "int32", floating=False),
+        DType("int64", 2**63 - 1, 62, "int64", floating=False),
         # 3 and 2 mantissa bits: 1..16 and 1..8 are exact; the inputs 1..7 are exact in both
         DType("float8_e4m3fn", 16, 8, "f8e4m3"),
         DType("float8_e5m2", 8, 15, "f8e5m2"),
     )
 }
 FP8 = ("float8_e4m3fn", "float8_e5m2")
-CUPY_OPS = {
-    "sum": "NCCL_SUM",
-    "prod": "NCCL_PROD",
-    "max": "NCCL_MAX",
-    "min": "NCCL_MIN",
-    "avg": "NCCL_AVG",
-}
 
 
 def element_size(dtype: str) -> int:
@@ -208,8 +201,19 @@ class Collective(ABC):
         """Issue the collective once through torch.distributed on `group`."""
 
     @abstractmethod
-    def launch_nccl(self, comm, send, recv, shape: Shape, dtype: str, op: str, stream: int) -> None:
-        """Issue it once through a raw NCCL communicator (cupy.cuda.nccl.NcclCommunicator)."""
+    def nccl_calls(
+        self,
+        send: int,
+        recv: int,
+        shape: Shape,
+        dtype: str,
+        op: str,
+        rank: int,
+        nranks: int,
+        version: int,
+    ) -> list[tuple[str, tuple]]:
+        """The NCCL calls of one collective, as nccl-tests makes them: (function name, its
+        arguments before comm and stream), pointers as ints; `version` is NCCL's version code."""
 
     def unsupported(self, dtype: str, op: str, backend: str, path: str) -> str | None:
         """Why this (dtype, op) cannot run here, or None."""
@@ -219,12 +223,10 @@ class Collective(ABC):
             if dtype in FP8:
                 return (
                     "torch.distributed refuses float8 reductions ('Float8 dtypes are not currently supported "
-                    "for NCCL reductions') and cupy's NCCL binding has no float8 type"
+                    "for NCCL reductions'); the raw path leaves them out too, so both paths measure alike"
                 )
             if op == "avg" and not DTYPES[dtype].floating:
                 return "avg is measured on floating-point dtypes only (NCCL divides integers with truncation)"
-        if path == "nccl" and DTYPES[dtype].cupy_nccl is None:
-            return f"cupy's NCCL binding has no {dtype} type"
         return None
 
     def ranks_problem(self, nranks: int, path: str) -> str | None:
@@ -258,11 +260,18 @@ class Collective(ABC):
         return float(torch.finfo(torch_dtype(dtype)).eps) * PATTERN * nranks
 
 
-def cupy_types(dtype: str, op: str):
-    """(cupy NCCL data type, cupy NCCL op) constants."""
-    from cupy.cuda import nccl
+def nccl_type(dtype: str) -> int:
+    """ncclDataType_t of a torch dtype name."""
+    from ncclprobe.probes.nccl_ctypes import DATA_TYPES
 
-    return getattr(nccl, DTYPES[dtype].cupy_nccl), getattr(nccl, CUPY_OPS[op], None)
+    return DATA_TYPES[dtype]
+
+
+def nccl_op(op: str) -> int:
+    """ncclRedOp_t of a reduction op."""
+    from ncclprobe.probes.nccl_ctypes import RED_OPS
+
+    return RED_OPS[op]
 
 
 def per_rank_shape(size_bytes: int, dtype: str, nranks: int, *, send_whole: bool) -> Shape:

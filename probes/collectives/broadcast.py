@@ -12,8 +12,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
     input_values,
+    nccl_type,
     whole_shape,
 )
 
@@ -41,6 +41,5 @@ class Broadcast(Collective):
             recv.copy_(send)
         dist.broadcast(recv, src=dist.get_global_rank(group, ROOT), group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        kind, _ = cupy_types(dtype, "sum")
-        comm.broadcast(send.data_ptr(), recv.data_ptr(), shape.count, kind, ROOT, stream)
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        return [("ncclBroadcast", (send, recv, shape.count, nccl_type(dtype), ROOT))]

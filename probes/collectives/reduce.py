@@ -12,7 +12,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
+    nccl_op,
+    nccl_type,
     reduce_values,
     torch_op,
     whole_shape,
@@ -42,6 +43,5 @@ class Reduce(Collective):
             recv.copy_(send)
         dist.reduce(recv, dst=dist.get_global_rank(group, ROOT), op=torch_op(op), group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        kind, red = cupy_types(dtype, op)
-        comm.reduce(send.data_ptr(), recv.data_ptr(), shape.count, kind, red, ROOT, stream)
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        return [("ncclReduce", (send, recv, shape.count, nccl_type(dtype), nccl_op(op), ROOT))]

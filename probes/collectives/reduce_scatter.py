@@ -11,7 +11,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
+    nccl_op,
+    nccl_type,
     per_rank_shape,
     reduce_values,
     torch_op,
@@ -47,6 +48,5 @@ class ReduceScatter(Collective):
 
         dist.reduce_scatter_tensor(recv, send, op=torch_op(op), group=group)
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        kind, red = cupy_types(dtype, op)
-        comm.reduceScatter(send.data_ptr(), recv.data_ptr(), shape.count, kind, red, stream)
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        return [("ncclReduceScatter", (send, recv, shape.count, nccl_type(dtype), nccl_op(op)))]

@@ -12,8 +12,8 @@ from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
-    cupy_types,
     input_values,
+    nccl_type,
     whole_shape,
 )
 
@@ -48,12 +48,11 @@ class SendRecv(Collective):
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    def launch_nccl(self, comm, send, recv, shape, dtype, op, stream):
-        from cupy.cuda import nccl
-
-        kind, _ = cupy_types(dtype, "sum")
-        rank, n = comm.rank_id(), comm.size()
-        nccl.groupStart()
-        comm.send(send.data_ptr(), shape.count, kind, (rank + 1) % n, stream)
-        comm.recv(recv.data_ptr(), shape.count, kind, (rank - 1) % n, stream)
-        nccl.groupEnd()
+    def nccl_calls(self, send, recv, shape, dtype, op, rank, nranks, version):
+        kind = nccl_type(dtype)
+        return [
+            ("ncclGroupStart", ()),
+            ("ncclSend", (send, shape.count, kind, (rank + 1) % nranks)),
+            ("ncclRecv", (recv, shape.count, kind, (rank - 1) % nranks)),
+            ("ncclGroupEnd", ()),
+        ]

@@ -55,6 +55,7 @@ class Phase:
     tokens_per_seq: float | None = None  # tokens per sequence in one step (1: decode; k+1: verify)
     batch: int | None = None  # sequences per step, where known
     found_by: str = ""  # how the steps were found (annotation, gaps, engine timer)
+    collective_ms: float | None = None  # median per step: wall time with a collective running
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -132,6 +133,7 @@ class EngineRun:
     per_token_count: float | None = None
     per_token_bytes: float | None = None
     ranks: list[dict] = field(default_factory=list)  # per-rank step summaries (profiles)
+    alignment: object | None = None  # several ranks' profiles: evidence.run.profile.align.Alignment
     log: dict | None = None  # server-log statistics (batches with graphs, sizes, ...)
     notes: list[str] = field(default_factory=list)  # what this evidence cannot tell, in words
 

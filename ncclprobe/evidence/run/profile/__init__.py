@@ -3,8 +3,10 @@
 One file per rank (`--profile FILE` repeated). Each is streamed once (`stream`, `timeline`), its
 steps found and measured (`steps`), grouped into phases with its collectives (`summary`). With
 several ranks the slowest rank decides every phase's figures (a step is done when its slowest
-rank is), and the spread between ranks is kept as `rank_skew`. Files that cannot belong to one
-job (different world sizes, the same rank twice, time windows far apart) are refused.
+rank is); the ranks' collective calls are matched call by call (`align`: who arrived last, how
+long the others waited, how long the data moved), and the spread of their step times is kept as
+`rank_skew` for profiles without collectives to match. Files that cannot belong to one job
+(different world sizes, the same rank twice, time windows far apart) are refused.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.run.profile import align, summary
 from ncclprobe.evidence.run.profile import steps as S
-from ncclprobe.evidence.run.profile import summary
 from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
 
@@ -106,20 +108,32 @@ def _rank_view(tl: Timeline) -> dict:
 
 
 def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
-    """One run from the ranks: per phase the slowest rank's figures, the skew between ranks kept."""
+    """One run from the ranks: per phase the slowest rank's figures (the job's pace), the ranks'
+    collectives aligned call by call, and the collectives as the rank that waited least saw them:
+    its kernel time is the closest to the transfer (every other rank's includes waiting for it)."""
     slowest: dict[str, Phase] = {}
     ranks = []
+    alignment = align.align(timelines)
+    totals = alignment.totals() if alignment else []
     for index, rv in enumerate(per_rank):
         tl = rv["timeline"]
         rank = tl.rank if tl.rank is not None else index
-        ranks.append(
-            {
-                "rank": rank,
-                "path": tl.path,
-                "found_by": rv["how"],
-                "phases": {name: p.median_ms for name, p in rv["phases"].items()},
-            }
-        )
+        entry = {
+            "rank": rank,
+            "path": tl.path,
+            "found_by": rv["how"],
+            "phases": {name: p.median_ms for name, p in rv["phases"].items()},
+            "collective_share": rv["share"],
+        }
+        if totals:
+            row = totals[index]
+            entry.update(
+                arrived_last=row.last,
+                calls=row.calls,
+                wait_ms=round(row.wait_us / 1000.0, 3),
+                transfer_ms=round(row.transfer_us / 1000.0, 3),
+            )
+        ranks.append(entry)
         for name, phase in rv["phases"].items():
             if name not in slowest or (phase.median_ms or 0) > (slowest[name].median_ms or 0):
                 slowest[name] = phase
@@ -128,8 +142,11 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
             n for n, p in slowest.items() if entry["phases"].get(n) == p.median_ms
         )
     first = per_rank[0]
-    # every rank issues the same collectives; their kernel times differ by the waiting: the slowest rank's
-    slowest_rank = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
+    # every rank issues the same collectives; their kernel times differ by the waiting
+    if totals:
+        reported = per_rank[min(range(len(totals)), key=lambda i: totals[i].wait_us)]
+    else:  # nothing aligned: the slowest rank's, as before
+        reported = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
     kinds = {p.kind for p in slowest.values() if p.count}
     mode = (
         "speculative"
@@ -145,10 +162,11 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
         path=", ".join(tl.path for tl in timelines),
         engine=first["engine"],
         phases=slowest,
-        collectives=slowest_rank["collectives"],
+        collectives=reported["collectives"],
         collective_share=max(shares) if shares else None,
         graph_coverage=min(coverages) if coverages else None,
         ranks=ranks,
+        alignment=alignment,
     )
 
 
@@ -216,9 +234,42 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
             "algorithm and protocol are read from the NCCL kernel names: the kernel NCCL launched, which can run "
             "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)"
         )
+    notes.extend(_alignment_notes(timelines, run))
     if len(timelines) == 1 and (tl.world_size or 1) > 1:
         notes.append(
             f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "
             "(give every rank's profile)"
+        )
+    return notes
+
+
+def _alignment_notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
+    """How the ranks were lined up, and what the alignment could not pair."""
+    if len(timelines) < 2:
+        return []
+    al = run.alignment
+    if al is None:
+        return [
+            "the ranks' collectives could not be matched (no collective kernel on two ranks): waiting "
+            "cannot be told from transfer, and the rank skew compares step times only"
+        ]
+    notes = [
+        f"{len(al.calls) + len(al.opening)} collective calls matched across ranks by {al.method}; "
+        f"clocks: {al.clock}"
+    ]
+    unmatched = {r: n for r, n in al.unmatched.items() if n}
+    if unmatched or al.mismatched:
+        listing = ", ".join(f"rank {r}: {n}" for r, n in sorted(unmatched.items()))
+        notes.append(
+            "collective kernels left unpaired"
+            + (f" ({listing})" if listing else "")
+            + (f"; {al.mismatched} disagreed in operation or size" if al.mismatched else "")
+            + ": outside the other ranks' windows, or another group's"
+        )
+    if al.opening:
+        worst = max(c.spread for c in al.opening) / 1000.0
+        notes.append(
+            f"the first matched call waited {worst:.3f} ms for the rank whose profiling began last: "
+            "it is where the windows meet, and is left out of the waits"
         )
     return notes

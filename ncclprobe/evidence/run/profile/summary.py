@@ -79,6 +79,11 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         tokens_per_seq=statistics.median(tokens) if tokens else None,
         batch=max(set(batches), key=batches.count) if batches else None,
         found_by=steps[0].found_by,
+        collective_ms=statistics.median(
+            union_us([k for k in s.kernels if k.coll]) / 1000.0 for s in steps if s.kernels
+        )
+        if busy
+        else None,
     )
 
 

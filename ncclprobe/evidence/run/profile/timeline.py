@@ -63,6 +63,10 @@ class CommOp:
     dtype: str | None
     group_size: int | None
     tid: int | None
+    group: str | None = None  # the process group's name (`Process Group Name`)
+    seq: int | None = (
+        None  # the call's sequence number in its group (`Seq`, newer torch), if recorded
+    )
 
 
 @dataclass
@@ -257,6 +261,8 @@ def _coll_args(args: dict) -> dict | None:
         "dtype": names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
         "group_size": _as_int(args.get("Group size")),
         "ranks": args.get("Process Group Ranks"),
+        "group": _as_name(args.get("Process Group Name")),
+        "seq": _as_int(args.get("Seq")),
     }
 
 
@@ -274,6 +280,8 @@ def _comm_op(ev: dict) -> CommOp | None:
         dtype=names.TORCH_DTYPES.get(str(args.get("dtype")), args.get("dtype")),
         group_size=_as_int(args.get("Group size")),
         tid=ev.get("tid"),
+        group=_as_name(args.get("Process Group Name")),
+        seq=_as_int(args.get("Seq")),
     )
 
 
@@ -317,3 +325,10 @@ def _as_int(value) -> int | None:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     return None
+
+
+def _as_name(value) -> str | None:
+    """A process group's name as recorded (a string, or an int in some exports); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    return str(value)

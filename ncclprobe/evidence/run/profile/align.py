@@ -1,0 +1,397 @@
+"""Several ranks' collectives matched call by call: when each rank arrived, who waited, what moved.
+
+A collective kernel runs from its own rank's arrival until the data of every rank has moved, so on
+a rank that arrives early its duration is waiting plus transfer (docs/METRICS.md "Profiles"). Per
+matched call, on one clock:
+- each rank's kernel start and end; the **last start** (the moment every rank is in);
+- a rank's **wait** = last start − its start; its **transfer** = its end − last start (its kernel
+  time is exactly the two; a rank that ended before the last one started, through a clock offset,
+  counts as transfer 0 and is counted in `early_ends`);
+- the call's **spread** = last start − first start: how long the earliest rank was held up.
+
+Clock: Kineto writes `ts` in µs from the trace's `baseTimeNanoseconds` (ts · 1000 + base is the
+host's wall clock in ns, as torch's profiler tests recover it). Each rank is shifted by its base's
+difference from the first rank's, computed in integer ns so no precision is lost. Ranks of one
+host read one clock (checked on the H200 fixtures: tests/test_profile_ranks.py); ranks on several
+hosts carry the offset between their hosts' clocks into every wait. Without a base the rank's `ts`
+are taken as they are, and said so.
+
+Matching (linear in the kernels), per process group (`Process Group Name` in the eager kernel's args
+or its `record_param_comms`; graph replays carry none: one unnamed group):
+- by sequence number where every kernel of the group has one (`Seq`, newer torch); `Ev Idx` is not
+  one: it is the profiler's event index, which differs between ranks as soon as their host work does;
+- else by order within the group: the ranks' next kernels are one call when their names agree (the
+  operation) and, where both are known, their sizes; for the operations in which no rank can finish
+  before every rank started (all-reduce, all-gather, reduce-scatter, all-to-all) their intervals
+  must also overlap, else the one that ended first has no partner (a window that began earlier) and
+  is skipped. Point-to-point kernels pair two ranks, not the group, and are not matched.
+Each group's first matched call is kept apart (`opening`): it is where the ranks' profiling windows
+meet, and waits for the rank whose profiler started last.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass, field
+
+from ncclprobe.dtypes import ELEMENT_BYTES
+from ncclprobe.evidence.run.profile.timeline import Timeline
+
+# ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
+OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
+POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
+LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
+LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
+MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
+BY_SEQ = "sequence numbers (`Seq`) within each process group"
+BY_ORDER = (
+    "order within each process group, checked by operation, size and the kernels' overlap in time"
+)
+BY_ORDER_ONLY = (
+    "order within each process group alone: the ranks' kernels do not overlap in time, so their "
+    "clocks disagree or their windows differ"
+)
+
+
+@dataclass(slots=True)
+class Arrival:
+    start: float  # µs, on the first rank's clock
+    end: float
+    launch: float | None  # the host's launch call of the kernel (µs, same clock), if recorded
+    op: str
+    size: int | None
+    group: str | None
+    seq: int | None
+
+
+@dataclass(slots=True)
+class Call:
+    op: str
+    group: str | None
+    size_bytes: int | None
+    members: tuple[int, ...]  # positions in Alignment.ranks
+    arrivals: tuple[Arrival, ...]
+
+    @property
+    def last_start(self) -> float:
+        return max(a.start for a in self.arrivals)
+
+    @property
+    def first_start(self) -> float:
+        return min(a.start for a in self.arrivals)
+
+    @property
+    def spread(self) -> float:
+        return self.last_start - self.first_start
+
+    @property
+    def last(self) -> int:
+        """The position of the rank that arrived last."""
+        at = max(range(len(self.arrivals)), key=lambda i: self.arrivals[i].start)
+        return self.members[at]
+
+    def wait(self, i: int) -> float:
+        return self.last_start - self.arrivals[i].start
+
+    def transfer(self, i: int) -> float:
+        return max(0.0, self.arrivals[i].end - self.last_start)
+
+    @property
+    def moved(self) -> float:
+        """From the last arrival to the last end: the time the data moved once every rank was in."""
+        return max(0.0, max(a.end for a in self.arrivals) - self.last_start)
+
+
+@dataclass
+class RankTotals:
+    rank: int
+    calls: int = 0
+    last: int = 0  # calls it arrived last at
+    wait_us: float = 0.0
+    transfer_us: float = 0.0
+    early_ends: int = 0  # calls it ended before the last rank started (a clock offset)
+
+    @property
+    def wait_share(self) -> float | None:
+        """The share of its collective kernel time spent waiting for the others."""
+        total = self.wait_us + self.transfer_us
+        return self.wait_us / total if total else None
+
+
+@dataclass
+class Lateness:
+    """The calls a rank held up: late calls (spread over LATE_FACTOR × the median spread and over
+    LATE_FLOOR_US) at which it arrived last, and where its time went before each of them."""
+
+    rank: int
+    calls: int  # late calls it arrived last at
+    excess_us: float  # Σ (spread − median spread) over them: what the others would not have waited
+    median_spread_us: float | None
+    largest_us: float | None
+    own_kernels_us: float = 0.0  # its GPU ran its own kernels between the first arrival and its own
+    idle_us: float = 0.0  # its GPU ran nothing of its own then: the host was late (a host gap)
+    launch_late_us: float | None = None  # median: its host's launch call after the first arrival
+
+
+@dataclass
+class Alignment:
+    ranks: list[int]  # the ranks, in the order of the profiles given
+    method: str
+    clock: str  # how the clocks were aligned, in words
+    clock_confidence: str  # high | medium | low
+    calls: list[Call] = field(default_factory=list)  # every matched call but each group's first
+    opening: list[Call] = field(default_factory=list)  # each group's first call (see `align`)
+    unmatched: dict[int, int] = field(default_factory=dict)  # rank -> collective kernels not paired
+    mismatched: int = 0  # heads that overlapped but disagreed in operation or size (dropped)
+    typical_spread_us: float | None = None
+    _timelines: list[Timeline] = field(default_factory=list, repr=False)
+    _shifts: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def window_us(self) -> float:
+        """From the first arrival at the first matched call to the end of the last call."""
+        if not self.calls:
+            return 0.0
+        return max(a.end for a in self.calls[-1].arrivals) - self.calls[0].first_start
+
+    def totals(self) -> list[RankTotals]:
+        out = [RankTotals(rank) for rank in self.ranks]
+        for call in self.calls:
+            out[call.last].last += 1
+            for i, pos in enumerate(call.members):
+                row = out[pos]
+                row.calls += 1
+                row.wait_us += call.wait(i)
+                row.transfer_us += call.transfer(i)
+                row.early_ends += call.arrivals[i].end < call.last_start
+        return out
+
+    def late_calls(self) -> list[Call]:
+        typical = self.typical_spread_us or 0.0
+        cut = max(LATE_FACTOR * typical, LATE_FLOOR_US)
+        return [c for c in self.calls if c.spread > cut]
+
+    def lateness(self) -> list[Lateness]:
+        """Per rank, the late calls it arrived last at; most excess first."""
+        typical = self.typical_spread_us or 0.0
+        by_rank: dict[int, list[Call]] = {pos: [] for pos in range(len(self.ranks))}
+        for call in self.late_calls():
+            by_rank[call.last].append(call)
+        out = []
+        for pos, calls in by_rank.items():
+            spreads = [c.spread for c in calls]
+            row = Lateness(
+                rank=self.ranks[pos],
+                calls=len(calls),
+                excess_us=sum(s - typical for s in spreads),
+                median_spread_us=statistics.median(spreads) if spreads else None,
+                largest_us=max(spreads) if spreads else None,
+            )
+            if calls:
+                self._where_time_went(pos, calls, row)
+            out.append(row)
+        return sorted(out, key=lambda r: -r.excess_us)
+
+    def _where_time_went(self, pos: int, calls: list[Call], row: Lateness) -> None:
+        """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle)."""
+        busy = _busy_intervals(self._timelines[pos], self._shifts[pos])
+        starts = [b[0] for b in busy]
+        launches = []
+        for call in calls:
+            mine = call.arrivals[call.members.index(pos)]
+            lo, hi = call.first_start, mine.start
+            own = _covered(busy, starts, lo, hi)
+            row.own_kernels_us += own
+            row.idle_us += (hi - lo) - own
+            if mine.launch is not None:
+                launches.append(mine.launch - lo)
+        row.launch_late_us = statistics.median(launches) if launches else None
+
+
+def align(timelines: list[Timeline]) -> Alignment | None:
+    """The ranks' collective calls matched (module docstring); None with fewer than two ranks or
+    no collective kernel."""
+    if len(timelines) < 2 or not all(tl.gpu for tl in timelines):
+        return None
+    ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
+    shifts, clock, confidence = _clock(timelines)
+    per_rank = [_arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
+    if sum(1 for groups in per_rank if groups) < 2:
+        return None
+    result = Alignment(
+        ranks, BY_ORDER, clock, confidence, _timelines=list(timelines), _shifts=shifts
+    )
+    methods = set()
+    for group in sorted({g for groups in per_rank for g in groups}, key=str):
+        members = tuple(pos for pos, groups in enumerate(per_rank) if groups.get(group))
+        if len(members) < 2:
+            continue
+        lists = [per_rank[pos][group] for pos in members]
+        if all(a.seq is not None for arrivals in lists for a in arrivals):
+            methods.add(BY_SEQ)
+            calls = _by_seq(group, members, lists)
+        else:
+            calls, how = _by_order(group, members, lists, result)
+            methods.add(how)
+        # the first call is where the ranks' profiling windows meet: it waits for the rank whose
+        # profiler started last (100-870 ms on the H200 fixtures), which the profiler causes
+        result.opening.extend(calls[:1])
+        result.calls.extend(calls[1:])
+    if not result.calls:
+        return None
+    result.calls.sort(key=lambda c: c.first_start)
+    result.method = "; ".join(sorted(methods))
+    if BY_ORDER_ONLY in methods:
+        result.clock_confidence = "low"
+    result.typical_spread_us = statistics.median(c.spread for c in result.calls)
+    return result
+
+
+def _clock(timelines: list[Timeline]) -> tuple[list[float], str, str]:
+    """Per rank the shift (µs) onto the first rank's clock, the words, and how far to trust it."""
+    bases = [tl.header.get("baseTimeNanoseconds") for tl in timelines]
+    known = [b if isinstance(b, int) and not isinstance(b, bool) else None for b in bases]
+    missing = [
+        tl.rank if tl.rank is not None else i
+        for i, (tl, b) in enumerate(zip(timelines, known))
+        if b is None
+    ]
+    ref = next((b for b in known if b is not None), None)
+    shifts = [(b - ref) / 1000.0 if b is not None and ref is not None else 0.0 for b in known]
+    if ref is None:
+        return (
+            shifts,
+            "no profile records baseTimeNanoseconds: the ranks' timestamps are compared as they "
+            "are, which holds for ranks of one host and fails across hosts",
+            "medium",
+        )
+    if missing:
+        return (
+            shifts,
+            f"rank(s) {', '.join(map(str, missing))} record no baseTimeNanoseconds: their "
+            "timestamps are taken as on the others' clock, unverified",
+            "low",
+        )
+    if len(set(known)) == 1:
+        words = "every profile records the same baseTimeNanoseconds: one clock, no shift"
+    else:
+        words = "shifted by the difference of each profile's baseTimeNanoseconds"
+    return (
+        shifts,
+        words + " (ranks on several hosts carry their clocks' offset into every wait)",
+        "high",
+    )
+
+
+def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
+    """The rank's collective kernels by process group, in start order, on the common clock."""
+    hosts = {op.ext: op for op in tl.comm_ops if op.ext is not None}
+    out: dict[str | None, list[Arrival]] = {}
+    for k in tl.kernels:
+        if not k.coll or k.coll["op"] in POINT_TO_POINT:
+            continue
+        args = k.args or {}
+        host = hosts.get(k.ext) if k.ext is not None else None
+        group = args.get("group") or (host.group if host else None)
+        seq = args.get("seq")
+        if seq is None and host is not None:
+            seq = host.seq
+        dtype = args.get("dtype") or k.coll["dtype"]
+        nelems = args.get("nelems")
+        size = (
+            nelems * ELEMENT_BYTES[dtype] if nelems is not None and dtype in ELEMENT_BYTES else None
+        )
+        launch = tl.launches.get(k.corr) if k.corr is not None else None
+        out.setdefault(group, []).append(
+            Arrival(
+                start=k.ts + shift,
+                end=k.end + shift,
+                launch=launch.ts + shift if launch else None,
+                op=k.coll["op"],
+                size=size,
+                group=group,
+                seq=seq,
+            )
+        )
+    return out
+
+
+def _call(group, members, heads: list[Arrival]) -> Call:
+    size = next((a.size for a in heads if a.size is not None), None)
+    return Call(heads[0].op, group, size, tuple(members), tuple(heads))
+
+
+def _by_seq(group, members, lists: list[list[Arrival]]) -> list[Call]:
+    maps = [{a.seq: a for a in arrivals} for arrivals in lists]
+    common = set(maps[0]).intersection(*maps[1:])
+    return [_call(group, members, [m[s] for m in maps]) for s in sorted(common)]
+
+
+def _agree(heads: list[Arrival]) -> bool:
+    sizes = {a.size for a in heads if a.size is not None}
+    return len({a.op for a in heads}) == 1 and len(sizes) <= 1
+
+
+def _by_order(group, members, lists, result: Alignment) -> tuple[list[Call], str]:
+    calls, skipped, mismatched = _merge(group, members, lists, overlap=True)
+    if len(calls) < MIN_MATCHED * min(len(arrivals) for arrivals in lists):
+        calls, skipped, mismatched = _merge(group, members, lists, overlap=False)
+        how = BY_ORDER_ONLY
+    else:
+        how = BY_ORDER
+    for pos, n in skipped.items():
+        rank = result.ranks[pos]
+        result.unmatched[rank] = result.unmatched.get(rank, 0) + n
+    result.mismatched += mismatched
+    return calls, how
+
+
+def _merge(group, members, lists, overlap: bool):
+    """One pass over the ranks' kernels in order (see the module docstring); with `overlap`, a head
+    that ended before another head started has no partner and is skipped."""
+    idx = [0] * len(lists)
+    calls, mismatched = [], 0
+    skipped = {pos: 0 for pos in members}
+    while all(i < len(arrivals) for i, arrivals in zip(idx, lists)):
+        heads = [arrivals[i] for i, arrivals in zip(idx, lists)]
+        if overlap and all(a.op in OVERLAPPING_OPS for a in heads):
+            latest = max(a.start for a in heads)
+            first_end = min(range(len(heads)), key=lambda j: heads[j].end)
+            if heads[first_end].end < latest:
+                idx[first_end] += 1
+                skipped[members[first_end]] += 1
+                continue
+        if _agree(heads):
+            calls.append(_call(group, members, heads))
+        else:
+            mismatched += 1
+        idx = [i + 1 for i in idx]
+    for j, arrivals in enumerate(lists):
+        skipped[members[j]] += len(arrivals) - idx[j]
+    return calls, skipped, mismatched
+
+
+def _busy_intervals(tl: Timeline, shift: float) -> list[tuple[float, float]]:
+    """The union of the rank's GPU activity as disjoint (start, end) intervals, in order."""
+    out: list[list[float]] = []
+    for k in tl.kernels:  # sorted by start
+        start, end = k.ts + shift, k.end + shift
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def _covered(busy: list[tuple[float, float]], starts: list[float], lo: float, hi: float) -> float:
+    """How much of [lo, hi] the disjoint intervals cover."""
+    if hi <= lo:
+        return 0.0
+    total = 0.0
+    i = max(0, bisect.bisect_right(starts, lo) - 1)
+    while i < len(busy) and busy[i][0] < hi:
+        a, b = busy[i]
+        total += max(0.0, min(b, hi) - max(a, lo))
+        i += 1
+    return total
