@@ -27,7 +27,7 @@ class Choices:
     agg: int = 1  # collectives per iteration, in one NCCL group (nccl-tests -m)
     check: bool = True  # the exact correctness pass (nccl-tests -c)
     buffers: str = "rotate"  # rotate through a largest-message buffer (nccl-tests) or reuse one
-    path: str = "torch"  # torch.distributed, or a raw NCCL communicator through cupy
+    path: str = "torch"  # torch.distributed, or NCCL's own calls through ctypes
     iter_events: bool = True  # a CUDA event per eager iteration (per-iteration statistics)
     cost_split: bool = True  # eager NCCL rows also timed through the other path (cost_split)
     p2p_levels: tuple[str, ...] = (UNSET,)
