@@ -191,22 +191,6 @@ def read_weights(reader, config: dict, path) -> tuple[dict[str, torch.Tensor], d
     return tensors, record
 
 
-def quantized_summary(record: dict) -> str:
-    """One line saying which weights were dequantized from which type, for tables and logs."""
-
-    def short(name: str) -> str:
-        return name.removeprefix("self_attn.").removeprefix("mlp.")
-
-    parts = [
-        f"{kind}{' (as stored)' if kind == 'F32' else ''} {', '.join(map(short, info['weights']))} "
-        f"({info['tensors']} tensor{'' if info['tensors'] == 1 else 's'})"
-        for kind, info in sorted(
-            record["tensor_types"].items(), key=lambda item: -item[1]["tensors"]
-        )
-    ]
-    return f"{record['file_name']} dequantized to float32 from " + "; ".join(parts)
-
-
 def convert_gguf(path: str | Path, directory: str | Path) -> Path:
     """Write the Llama checkpoint of GGUF `path` into `directory` (which must not exist): built in
     a temporary sibling and renamed into place, so an interrupted conversion leaves nothing."""

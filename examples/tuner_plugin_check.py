@@ -35,23 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FUNCS = {
-    "broadcast": 0,
-    "reduce": 1,
-    "allgather": 2,
-    "reducescatter": 3,
-    "allreduce": 4,
-}  # ncclFunc_t
-ALGOS = (
-    "tree",
-    "ring",
-    "collnet_direct",
-    "collnet_chain",
-    "nvls",
-    "nvls_tree",
-    "pat",
-)  # NCCL_ALGO_*
-PROTOS = ("ll", "ll128", "simple")  # NCCL_PROTO_*
+from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, TUNED_FUNCTIONS  # noqa: E402
+
+FUNCS = {name: index for index, name in enumerate(TUNED_FUNCTIONS)}  # ncclFunc_t
+ALGOS = tuple(name.lower() for name in ALGORITHM_NAMES)  # NCCL_ALGO_*
+PROTOS = tuple(name.lower() for name in PROTOCOL_NAMES)  # NCCL_PROTO_*
 
 HARNESS = r"""
 /* ncclprobe's harness: load a tuner plugin and ask it what NCCL would ask. Reads "func bytes"

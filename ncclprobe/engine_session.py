@@ -160,9 +160,9 @@ def quick_sweep(
     from ncclprobe import tempdirs
     from ncclprobe.recommend.recommendation import build_recommendation
     from ncclprobe.recommend.workload import from_trace
-    from ncclprobe.sweep.build import SweepRequest, build_spec
+    from ncclprobe.sweep import session
+    from ncclprobe.sweep.build import SweepRequest
     from ncclprobe.sweep.defaults import QUICK
-    from ncclprobe.sweep.session import new_job, run_job
 
     workload = from_trace(untuned)
     request = SweepRequest(
@@ -172,12 +172,15 @@ def quick_sweep(
         nranks=spec.tp,
         backend=untuned["config"]["backend"],
     )
-    sweep_spec, skipped = build_spec(request, effort=QUICK)
     with tempdirs.owned("ncclprobe-tuned-") as tmp:
         path = tmp / "sweep.jsonl"
-        job = new_job(sweep_spec, skipped, str(path), ["run-engine", "--tuned"])
-        with (progress or _silent)(job.total, "tuning sweep") as bar:
-            run_job(job, progress=bar)
+        session.run(
+            session.SessionRequest(
+                sweep=request, output=str(path), argv=("run-engine", "--tuned"), effort=QUICK
+            ),
+            progress=progress,
+            label="tuning sweep",
+        )
         recommendation = build_recommendation([path], workload=workload)
         return recommendation.env, recommendation.to_json()
 

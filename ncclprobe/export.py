@@ -26,12 +26,12 @@ import io
 import json
 from dataclasses import dataclass, field
 
+from ncclprobe.nccl.names import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES
-from ncclprobe.recommend.emit import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.recommend.load import node_of
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
-from ncclprobe.records import ResultsFile
+from ncclprobe.records import ResultsFile, Status
 from ncclprobe.verdict import Verdict
 
 PERF_COLUMNS = (
@@ -197,7 +197,7 @@ def _perf_row(
     why = None
     if coll is None:
         why = f"{r.get('collective')}: NCCL's tuner does not choose for it (point-to-point)"
-    elif r.get("status") != "ok" or not r.get("time_us") or r.get("wrong") is None:
+    elif r.get("status") != Status.OK or not r.get("time_us") or r.get("wrong") is None:
         why = f"{r.get('config_id')}: results that are not ok and checked"
     else:
         reasons = refusals(

@@ -1,10 +1,13 @@
 """`ncclprobe import`: recognise what a file holds and turn it into records, through a table.
 
-`IMPORTERS` is tried in order; the first whose `sniff` accepts the text loads it. Each importer
-returns an `Imported`: what to print (one block per run: title, rows, notes), the JSON document,
-the results files to write (`record_sets`, header first) and whether it found a problem (exit 1).
-A new kind of file is one more entry here (sniff + load), nothing else changes; the nccl-tests
-text reader is the last entry, so its message (no result table) answers unrecognised files.
+`IMPORTERS` is tried in order; the first whose `sniff` accepts the text loads it through its reader
+in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`s). Each importer
+returns the one `Imported`: what to print (one block per run: title, rows, notes), the JSON
+document, the files to write (results files: `record_sets`, header first; P2P matrices: `write`)
+and whether it found a problem (exit 1). P2P matrices (p2pBandwidthLatencyTest, nvbandwidth) get
+the same findings and advice `topo --check` prints (`ncclprobe.pcie`). A new kind of file is one
+more entry here (sniff + load), nothing else changes; the nccl-tests text reader is the last
+entry, so its message (no result table) answers unrecognised files.
 """
 
 from __future__ import annotations
@@ -13,10 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.collect_env import looks_like_collect_env, parse_collect_env
 from ncclprobe.evidence.nccl_tests import NcclTestsRun
 from ncclprobe.evidence.nccl_tests_json import looks_like_json, parse_nccl_tests_json
 from ncclprobe.evidence.nccl_tests_records import to_records
 from ncclprobe.evidence.nccl_tests_split import parse_runs
+from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
+from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test, parse_p2p_test
+from ncclprobe.pcie.advice import advise
+from ncclprobe.pcie.findings import matrix_findings, reported_corrupt
+from ncclprobe.safe_output import dumps_json, write_text
 from ncclprobe.sizes import format_size
 from ncclprobe.verdict import Verdict
 
@@ -50,6 +59,10 @@ class Imported:
         Verdict.FINE
     )  # FINDINGS: nccl-tests counted wrong values, or the matrices show errors
     write: Callable[..., int] | None = None  # an importer with its own file format writes it itself
+
+    @property
+    def title(self) -> str:
+        return self.blocks[0].title
 
 
 @dataclass(frozen=True)
@@ -183,36 +196,134 @@ def _rows(run: NcclTestsRun) -> list[dict]:
     ]
 
 
-def _is_p2p_evidence(text: str) -> bool:
-    from ncclprobe.evidence.collect_env import looks_like_collect_env
-    from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth
-    from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test
+def _p2p_test(text: str, options: ImportOptions) -> Imported:
+    parsed = parse_p2p_test(text)
+    return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
-    return (
-        looks_like_p2p_test(text)
-        or looks_like_nvbandwidth(text)
-        or (looks_like_collect_env(text) and "# nThread" not in text)
+
+def _nvbandwidth(text: str, options: ImportOptions) -> Imported:
+    return _matrices("nvbandwidth", parse_nvbandwidth(text), None, options.source)
+
+
+def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
+    """P2P matrices with the findings and advice of `topo --check`."""
+    findings = matrix_findings(parsed.matrices, access)
+    findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
+    advice = advise(findings, [], None)
+    doc = {
+        **parsed.to_json(),
+        "source_file": source_file,
+        "findings": [f.to_json() for f in findings],
+        "advice": [a.to_json() for a in advice],
+    }
+    rows = [
+        {
+            "matrix": m.label,
+            "unit": m.unit,
+            "from": label,
+            **{c: (None if v is None else round(v, 2)) for c, v in zip(m.cols, values)},
+        }
+        for m in parsed.matrices
+        for label, values in zip(m.rows, m.values)
+    ]
+    notes = [f"[{f.severity}] {f.code}: {f.message}" for f in findings]
+    shown = {f.code for f in findings}  # a finding printed above is named, not repeated
+    notes += [
+        f"advice: {a.action} ("
+        + (
+            f"evidence: {', '.join(a.evidence)}"
+            if a.setting and set(a.evidence) <= shown
+            else a.reason
+        )
+        + ")"
+        for a in advice
+    ]
+    notes += parsed.notes
+    gpus = max(
+        len(
+            {label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}
+        ),
+        len(parsed.devices),
+    )
+    return _own_format(
+        tool,
+        doc,
+        Block(f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes),
+        Verdict.of(any(f.severity == "error" for f in findings)),
     )
 
 
-def _p2p_evidence(text: str, options: ImportOptions) -> Imported:
-    """p2pBandwidthLatencyTest, nvbandwidth and collect-env text (ncclprobe.pcie, issue 20)."""
-    from ncclprobe.pcie.importers import recognise, write_records
+def _is_collect_env(text: str) -> bool:
+    return looks_like_collect_env(text) and "# nThread" not in text
 
-    found = recognise(text, options.source)
-    return Imported(
-        kind=found.kind,
-        doc=found.doc,
-        blocks=[Block(found.title, found.rows, found.notes)],
-        verdict=found.verdict,
-        write=lambda output, force=False: write_records(found, output, force),
+
+def _collect_env(text: str, options: ImportOptions) -> Imported:
+    parsed = parse_collect_env(text)
+    doc = {**parsed.to_json(), "source_file": options.source}
+    rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
+    versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
+    notes = [f"NCCL: {src} {ver}" for src, ver in parsed.nccl.items()] + parsed.notes
+    if parsed.topology:
+        notes.append(
+            "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
+        )
+    notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
+    return _own_format(
+        "collect-env", doc, Block(f"{parsed.tool}: {versions}", rows, notes), Verdict.FINE
     )
+
+
+def _own_format(kind: str, doc: dict, block: Block, verdict: Verdict) -> Imported:
+    """An import that writes its own records (P2P matrices and their findings), not results."""
+    imported = Imported(kind=kind, doc=doc, blocks=[block], verdict=verdict)
+    imported.write = lambda output, force=False: write_records(imported, output, force)
+    return imported
+
+
+def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
+    """A table's rows as one section per matrix, titled `bandwidth uni P2P=disabled ce (GB/s)`, without
+    the matrix and unit columns: in every row the 29-character title wrapped over two lines at 100
+    columns and doubled an 8x8 matrix's height. Rows of no matrix: one untitled section. (CSV and
+    JSON keep every column in every row.)"""
+    if not rows or "matrix" not in rows[0]:
+        return [(None, rows)]
+    sections: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["matrix"], row.get("unit"))
+        sections.setdefault(key, []).append(
+            {k: v for k, v in row.items() if k not in ("matrix", "unit")}
+        )
+    return [
+        (f"{label} ({unit})" if unit else label, part) for (label, unit), part in sections.items()
+    ]
+
+
+def write_records(imported: Imported, output: str, force: bool = False) -> int:
+    """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
+    with `force` (`ncclprobe.safe_output`)."""
+    records = [
+        {
+            "record": "header",
+            "schema_version": 1,
+            "kind": imported.kind,
+            "source_file": imported.doc.get("source_file"),
+        }
+    ]
+    records += imported.doc.get("matrices", [])
+    records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
+    write_text(
+        output,
+        "".join(dumps_json(record) + "\n" for record in records),
+        force=force,
+        what="--output",
+    )
+    return len(records) - 1
 
 
 IMPORTERS: list[Importer] = [
-    Importer(
-        "p2pBandwidthLatencyTest / nvbandwidth / collect-env text", _is_p2p_evidence, _p2p_evidence
-    ),
+    Importer("p2pBandwidthLatencyTest", looks_like_p2p_test, _p2p_test),
+    Importer("nvbandwidth", looks_like_nvbandwidth, _nvbandwidth),
+    Importer("collect-env text", _is_collect_env, _collect_env),
     Importer("nccl-tests -J JSON", looks_like_json, _nccl_tests_json),
     Importer("nccl-tests text output", lambda text: True, _nccl_tests_text),  # last: the fallback
 ]

@@ -198,6 +198,72 @@ class ResultsFile:
     results: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
 
+    def result_records(self) -> list[ResultRecord]:
+        """The result records, typed (the dicts stay for the writers, --resume and the tables)."""
+        return [ResultRecord.from_record(r) for r in self.results]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultRecord:
+    """One result record, typed: what an analysis compares with (diagnose's bundle holds these).
+
+    Built from a record `read_results` validated, so every field has the kind the schema says;
+    a field the record leaves out is None (`mode`: eager, as every writer before modes measured)."""
+
+    config_id: str
+    size_bytes: int
+    settings: dict[str, str] = field(default_factory=dict)
+    collective: str | None = None
+    mode: str = "eager"
+    in_place: bool | None = None
+    dtype: str | None = None
+    op: str | None = None
+    count: int | None = None
+    nranks: int | None = None
+    status: Status | None = None
+    reason: str | None = None
+    time_us: float | None = None
+    time_us_p10: float | None = None
+    time_us_p90: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+    wrong: int | None = None
+    trials: int | None = None
+    source: str | None = None
+    redop: str | None = None  # older writers' name of `op`
+
+    @classmethod
+    def from_record(cls, record: dict) -> ResultRecord:
+        status = record.get("status")
+        return cls(
+            config_id=record["config_id"],
+            size_bytes=int(record["size_bytes"]),
+            settings={k: str(v) for k, v in (record.get("settings") or {}).items()},
+            collective=record.get("collective"),
+            mode=record.get("mode", "eager"),
+            in_place=record.get("in_place"),
+            dtype=record.get("dtype"),
+            op=record.get("op"),
+            count=record.get("count"),
+            nranks=record.get("nranks"),
+            status=Status(status) if status is not None else None,
+            reason=record.get("reason"),
+            time_us=record.get("time_us"),
+            time_us_p10=record.get("time_us_p10"),
+            time_us_p90=record.get("time_us_p90"),
+            algbw_gbps=record.get("algbw_gbps"),
+            busbw_gbps=record.get("busbw_gbps"),
+            wrong=record.get("wrong"),
+            trials=record.get("trials"),
+            source=record.get("source"),
+            redop=record.get("redop"),
+        )
+
+    @property
+    def measured(self) -> bool:
+        """Measured fine: status ok and a time (what a comparison may use)."""
+        return self.status is Status.OK and self.time_us is not None
+
 
 RESULTS_LIMIT = 2048 << 20  # a results file of a huge sweep is tens of MB; 2 GiB is not one
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ncclprobe.dtypes import ELEMENT_BYTES
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import check_share_gpu_ranks
 from ncclprobe.sizes import format_size
@@ -22,8 +23,7 @@ METHODS = ("nccl", "ipc-oneshot", "ipc-twoshot", "symm-oneshot", "symm-twoshot")
 IPC_METHODS, SYMM_METHODS = ("ipc-oneshot", "ipc-twoshot"), ("symm-oneshot", "symm-twoshot")
 MODES = ("eager", "graph")
 DTYPES = {
-    "bfloat16": 2,
-    "float32": 4,
+    name: ELEMENT_BYTES[name] for name in ("bfloat16", "float32")
 }  # every method handles both (torch's symm-mem ops: these two)
 DEFAULT_SIZES = tuple(4096 << i for i in range(9))  # 4K..1M: decode-step all-reduces
 MAX_SIZE = 64 << 20

@@ -12,13 +12,8 @@ about settings can be shown there and the verdict claims nothing (every judgemen
 
 from __future__ import annotations
 
-from ncclprobe.evidence.nccl_log import (
-    ALGO_NAMES,
-    PROTO_NAMES,
-    algo_name,
-    parse_nccl_log,
-    proto_name,
-)
+from ncclprobe.evidence.nccl_log import algo_name, parse_nccl_log, proto_name
+from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES
 from ncclprobe.nccl.values import token_list_for
 
 ONE_RANK = (
@@ -29,8 +24,8 @@ ONE_RANK = (
 
 # the TUNING-line field each per-communicator variable decides, and its canonical names
 _DECIDES = {
-    "NCCL_PROTO": ("proto", PROTO_NAMES, proto_name),
-    "NCCL_ALGO": ("algo", ALGO_NAMES, algo_name),
+    "NCCL_PROTO": ("proto", PROTOCOL_NAMES, proto_name),
+    "NCCL_ALGO": ("algo", ALGORITHM_NAMES, algo_name),
 }
 
 

@@ -26,8 +26,9 @@ WHAT = {
     "core": "errors, strict numbers, readers' validation, safe writing, secret masking and the "
     "environment display policy, sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
-    "(`findings`), ncclprobe's own variables (`envvars`)",
-    "nccl": "the NCCL knowledge table, its lint, the recipes",
+    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
+    "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
+    "and collectives (`names`)",
     "launch": "worker pools (`launch.py`, `worker.py`)",
     "evidence": "every reader: engine runs (`evidence.run`), topology, NCCL logs, nccl-tests output, "
     "P2P matrices and collect-env, env-check documents, recommendation files, the diagnose bundle",
@@ -37,7 +38,7 @@ WHAT = {
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
     "recommend": "measurements to settings",
-    "diagnose": "ranked causes from the engine-run view",
+    "diagnose": "ranked causes from the bundle of a run's evidence (`evidence.bundle`)",
     "report": "figures and the Markdown/HTML report",
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
     "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",

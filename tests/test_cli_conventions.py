@@ -140,7 +140,7 @@ def test_knobs_fits_100_columns_and_wide_shows_everything():
 
 def test_run_engine_table_and_notes_fit_100_columns_and_say_what_they_left_out(monkeypatch, capsys):
     from ncclprobe.cli.output import emit
-    from ncclprobe.cli.run_engine import table_notes, table_rows
+    from ncclprobe.evidence.run.trace_table import table_notes, table_rows
 
     doc = json.loads(
         (ROOT / "examples" / "results" / "h200_small_synthetic_target_272_trace.json").read_text()

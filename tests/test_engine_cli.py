@@ -130,7 +130,7 @@ def test_run_engine_json_and_trace_tp2(tmp_path):
 def _check_capture_list_notes(doc):
     """The table says when the run's batch is outside the capture list (a GPU-only situation,
     so the notes are checked on this real CPU trace with its config set as a GPU run's would be)."""
-    from ncclprobe.cli.run_engine import table_notes
+    from ncclprobe.evidence.run.trace_table import table_notes
 
     config = doc["config"]
     outside = {**doc, "config": {**config, "graphs": "all", "capture_batches": [1, 4]}}
@@ -220,7 +220,7 @@ def test_tuned_file_reaches_every_worker(tmp_path):
         doc["comparison"][0]["mode"] == "baseline"
         and runs["tuned"]["tokens"] == runs["untuned"]["tokens"]
     )
-    from ncclprobe.cli.run_engine import table_notes
+    from ncclprobe.evidence.run.trace_table import table_notes
 
     notes = " ".join(table_notes(doc))  # on gloo the tuned/untuned difference is noise, and says so
     assert "tuned settings: NCCL_ALGO=Ring, NCCL_PROTO=LL; gloo does not use NCCL settings" in notes

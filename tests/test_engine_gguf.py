@@ -120,8 +120,9 @@ def test_weights_and_logits_equal_transformers_gguf_loader(smollm, monkeypatch):
 
 
 def test_conversion_says_which_weights_were_dequantized(smollm):
-    from ncclprobe.engine.gguf_loader import conversion_record, quantized_summary
+    from ncclprobe.engine.gguf_loader import conversion_record
     from ncclprobe.engine.hf_loader import read_config
+    from ncclprobe.evidence.run.trace_table import quantized_summary
 
     _, directory = smollm
     record = conversion_record(directory)
@@ -250,10 +251,10 @@ def test_greedy_speculative_equals_baseline_tp3_cli_and_tp1(smollm):
     """The headline command at --tp 3 (three gloo ranks, JSON: text next to ids) and the engine at
     --tp 1, greedy in float32: speculative equals baseline token for token, and the sharded model
     continues the prompt exactly as the unsharded one does; the table prints the real text."""
-    from ncclprobe.cli.run_engine import table_notes
     from ncclprobe.engine.comm import Communicator
     from ncclprobe.engine.spec import RunSpec
     from ncclprobe.engine.worker import run_job
+    from ncclprobe.evidence.run.trace_table import table_notes
 
     path, _ = smollm
     result = subprocess.run(

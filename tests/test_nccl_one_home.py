@@ -32,6 +32,10 @@ RESTATEMENTS = {
     "NCCL_PROTO / NCCL_ALGO list parsing": r"""lstrip\(["']\^["']\)|startswith\(["']\^["']\)""",
     "the variables that are ncclprobe's own": r""""NCCL_DEBUG",\s*"NCCL_DEBUG_SUBSYS"|startswith\(["']NCCL_DEBUG""",
     "the default protocol x algorithm grid": r""""LL",\s*"LL128",\s*"Simple"|default,LL,LL128,Simple|default,Ring,Tree|"default",\s*"Ring\"""",
+    # issue 30: NCCL's names of algorithms, protocols and collectives in every spelling (nccl.names)
+    "the algorithm names": r"""["'](COLLNET_DIRECT|CollnetDirect|CollNetDirect|collnet_?direct|NVLS_TREE|NVLSTree|nvls_?tree)["']""",
+    "the protocol names": r"""["']LL128["'],\s*["'](LL|SIMPLE|Simple)["']|["']LL["'],\s*["']LL128["'],\s*["'](SIMPLE|Simple)["']|["']SIMPLE["'],\s*["']Simple["']""",
+    "NCCL's function names": r"""["'](AllReduce|AllGather|ReduceScatter|AlltoAll|AllToAll|SendRecv)["']\s*[:,)]""",
 }
 
 
@@ -134,7 +138,7 @@ def test_legacy_levels_read_as_nccl_reads_them_in_every_module(value, name):
     """levelsOldToNew with strtol(str, NULL, 0) (src/graph/paths.cc): a leading 0 is octal."""
     from ncclprobe.envcheck.logcheck import normalise
     from ncclprobe.nccl.lint import lint_env
-    from ncclprobe.sweep.proof import verdict_for
+    from ncclprobe.nccl.logged_reads import verdict_for
 
     assert legacy_level(value) == name and name in LEGACY_P2P_LEVELS
     assert normalise("NCCL_P2P_LEVEL", value) == name

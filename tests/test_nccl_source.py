@@ -11,20 +11,22 @@ from collections.abc import Callable
 import pytest
 
 from ncclprobe.nccl.knobs import (
-    ALGORITHM_SINCE,
-    ALGORITHM_UNTIL,
-    ALGORITHMS,
-    COLLECTIVE_NAMES,
     DEBUG_LEVELS,
     DEBUG_SUBSYSTEM_SINCE,
     DEBUG_SUBSYSTEMS,
     KNOBS,
     NO_CACHE_SINCE,
-    PROTOCOLS,
     Knob,
     Scope,
     acts_on_one_rank,
     effective_scope,
+)
+from ncclprobe.nccl.names import (
+    ALGORITHM_SINCE,
+    ALGORITHM_TOKENS,
+    ALGORITHM_UNTIL,
+    PROTOCOL_TOKENS,
+    TUNED_FUNCTIONS,
 )
 from ncclprobe.nccl.p2p import (
     LEGACY_P2P_LEVELS,
@@ -98,7 +100,7 @@ def _read_per_communicator(row: Knob, src: Source) -> None:
             r"(return|ret =) ncclInvalidUsage;"
         )
         names = src("src/init.cc").strings(r"ncclFuncStr\[")
-        assert tuple(n.lower() for n in names) == COLLECTIVE_NAMES
+        assert tuple(n.lower() for n in names) == TUNED_FUNCTIONS
     else:  # an unknown token is skipped without a word
         assert "WARN(" not in tuning.block(r"^ncclResult_t parseList\(")
         assert "2.23 and older ignore it silently" in notes(row)
@@ -123,7 +125,7 @@ def _unusable_list(row: Knob, src: Source) -> None:
 
 @fact("NCCL_PROTO")
 def _proto(row: Knob, src: Source) -> None:
-    assert tuple(src("src/init.cc").strings(r"ncclProtoStr\[")) == PROTOCOLS == row.values
+    assert tuple(src("src/init.cc").strings(r"ncclProtoStr\[")) == PROTOCOL_TOKENS == row.values
     _read_per_communicator(row, src)
     _unusable_list(row, src)
     assert "no trailing period" in row.log_proof
@@ -139,7 +141,7 @@ def accepted_algorithms(version: Version) -> set[str]:
     """The NCCL_ALGO tokens the table says `version` accepts (lower case)."""
     return {
         a.lower()
-        for a in ALGORITHMS
+        for a in ALGORITHM_TOKENS
         if ALGORITHM_SINCE.get(a.lower(), (0, 0, 0)) <= version
         and version < ALGORITHM_UNTIL.get(a.lower(), (99, 0, 0))
     }
@@ -148,7 +150,9 @@ def accepted_algorithms(version: Version) -> set[str]:
 @fact("NCCL_ALGO")
 def _algo(row: Knob, src: Source) -> None:
     names = src("src/init.cc").strings(r"ncclAlgoStr\[")
-    assert set(names) <= set(ALGORITHMS) and row.values == ALGORITHMS  # spelled as NCCL spells them
+    assert (
+        set(names) <= set(ALGORITHM_TOKENS) and row.values == ALGORITHM_TOKENS
+    )  # spelled as NCCL spells them
     assert {n.lower() for n in names} == accepted_algorithms(src.version)
     _read_per_communicator(row, src)
     _unusable_list(row, src)

@@ -101,11 +101,55 @@ def test_the_sweep_defaults_and_spec_builder_have_one_home():
         defaults.CPU.iters,
         defaults.CPU.trials,
     )
+    # what it measures when told nothing: CHOICES, in the request, the spec and the options alike
+    choices = defaults.CHOICES
+    assert (spec.collectives, spec.dtypes, spec.ops, spec.agg, spec.check, spec.buffers) == (
+        choices.collectives,
+        choices.dtypes,
+        choices.ops,
+        choices.agg,
+        choices.check,
+        choices.buffers,
+    )
+    assert (spec.path, spec.iter_events, spec.timeout_s) == (
+        choices.path,
+        choices.iter_events,
+        choices.timeout_s,
+    )
+    literals = (
+        r"""default=(["'](all_reduce|float32|sum|both|rotate|torch|auto|default)["']|1\b|120)"""
+    )
+    sweep_files = ("ncclprobe/cli/sweep.py", "ncclprobe/sweep/build.py", "ncclprobe/sweep/plan.py")
+    assert not [hit for hit in _grep(literals) if hit.split(":")[0] in sweep_files]
     sizes = "|".join(re.escape(e.sizes) for e in (defaults.CPU, defaults.GPU, defaults.SHARED_GPU))
     assert not _grep(rf"""["']({sizes})["']""", outside=("ncclprobe/sweep/defaults.py",))
     assert not _grep(
         r"iters=20\b", outside=("ncclprobe/sweep/defaults.py",), within=("ncclprobe", "engine")
     )
+
+
+def test_sweep_is_one_library_call():
+    """cli/sweep.py hands a SessionRequest to sweep.session.run (a plan to session.plan) and renders
+    the Outcome's report; the steps of a session are the library's, as run-engine's are."""
+    import ncclprobe.cli.sweep as cli_sweep
+    from ncclprobe.sweep import session
+
+    assert "started" in inspect.signature(session.run).parameters
+    steps = r"\b(new_job|resume_job|collect_job|run_job|build_spec|thresholds\.|table\.)"
+    assert not _grep(steps, within=("ncclprobe",), outside=_not(cli_sweep.__file__))
+    assert not _grep(r"new_job|run_job", within=("ncclprobe",), outside=_not(__engine_session()))
+
+
+def _not(path) -> tuple[str, ...]:
+    """Every library file but `path` (the scans below look at one file)."""
+    one = str(Path(path).resolve().relative_to(ROOT))
+    return tuple(str(p.relative_to(ROOT)) for p in SOURCES if str(p.relative_to(ROOT)) != one)
+
+
+def __engine_session() -> str:
+    from ncclprobe import engine_session
+
+    return engine_session.__file__
 
 
 def test_the_cuda_graph_capture_idiom_is_written_once():
@@ -134,22 +178,26 @@ def test_run_modes_statuses_and_labels_are_named_once():
         within=("engine", "ncclprobe"),
         outside=("ncclprobe/evidence/run/modes.py", *diagnose),
     )
-    pools = (
-        "ncclprobe/launch.py",
-        "ncclprobe/sweep/run.py",
-        "ncclprobe/sweep/result.py",
-        "ncclprobe/sweep/session.py",
-        "engine/runner.py",
-        "probes/graph_capture_run.py",
+    # a result's or configuration's status is compared through records.Status everywhere it is
+    # read or written; these modules' "status" is another record's, with its own words
+    other_vocabularies = (
+        "ncclprobe/records.py",  # the home (its docstring spells the format)
+        "ncclprobe/pcie/check.py",  # the P2P measurement's process: ok, hang, error, skipped
+        "ncclprobe/pcie/advice.py",  # platform checks: severities
+        "ncclprobe/evidence/topo_live.py",  # the P2P check's summary: ok, corrupt, hang, error
+        "probes/p2p_check.py",
+        "probes/nccl_dump.py",
+        "probes/custom_allreduce_report.py",  # a method's row: ok, or why it did not run
+        "probes/env_propagation.py",  # a probe row: measured, skipped, error
     )
-    assert not [
-        hit
-        for hit in _grep(
-            r"""status\s*[!=]=\s*["'](ok|hang|error|wrong|ignored|skipped)["']|"""
-            r"""status["']\s*:\s*["'](ok|hang|error|wrong|ignored|skipped)["']"""
-        )
-        if hit.split(":")[0] in pools
-    ]
+    statuses = "ok|hang|error|wrong|ignored|skipped"
+    assert not _grep(
+        rf"""status["'\])]*\s*[!=]=\s*["']({statuses})["']|"""
+        rf"""status["']\s*:\s*["']({statuses})["']|"""
+        rf"""status\s+(not\s+)?in\s+\(["']({statuses})["']|"""
+        rf"""return\s+\(?["']({statuses})["'],""",
+        outside=other_vocabularies,
+    )
 
 
 @pytest.mark.parametrize("name", ["train_and_save", "training_prompts", "check_training_limits"])
@@ -162,3 +210,28 @@ def test_train_draft_is_a_library_workflow(name):
 
 def test_no_example_is_a_command_in_disguise():
     assert "train-target" in (ROOT / "examples" / "gpu_check.sh").read_text()
+
+
+def test_a_collective_and_an_element_size_are_spelled_once():
+    """ncclprobe's names of collectives are nccl.names' (a profile's all-to-all is `alltoall`, as
+    the sweep measures it, not `all_to_all`); bytes per element are ncclprobe.dtypes'."""
+    assert not _grep(
+        r"""[:=,(]\s*["'](all_to_all|send_recv)["']|["'](all_to_all|send_recv)["']\s*[,)]"""
+    )
+    sizes = (
+        r"""["'](bfloat16|float16)["']\s*:\s*2\b|["']float32["']\s*:\s*4\b"""  # not NCCL's codes
+    )
+    assert not _grep(sizes, outside=("ncclprobe/dtypes.py",))
+    assert _grep(sizes, within=("ncclprobe",))  # live: it finds the one table
+    from ncclprobe.evidence.run.profile.names import collective_kernel
+    from ncclprobe.nccl.names import COLLECTIVE
+    from ncclprobe.probes.collectives import COLLECTIVES
+
+    assert set(COLLECTIVES) == set(COLLECTIVE)  # the probes' registry is the names' table
+    assert collective_kernel("ncclDevKernel_AlltoAll(int)")["op"] in COLLECTIVES
+    assert collective_kernel("ncclDevKernel_SendRecv(int)")["op"] in COLLECTIVES
+    # a kernel named after NVLS_TREE holds TREE and NVLS too: the whole name is read
+    assert (
+        collective_kernel("ncclDevKernel_AllReduce_Sum_f32_NVLS_TREE_SIMPLE(x)")["algo"]
+        == "NVLS_TREE"
+    )

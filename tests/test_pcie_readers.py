@@ -320,10 +320,11 @@ def test_p2p_cut_after_a_matrix_reads_what_is_there_and_advises_nothing():
 
 
 def test_nvbandwidth_other_versions_and_pastes():
-    from ncclprobe.pcie.importers import recognise
+    from ncclprobe.importing import ImportOptions, import_text
 
-    v02 = recognise(
-        text("nvbandwidth", "nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt"), "f"
+    v02 = import_text(
+        text("nvbandwidth", "nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt"),
+        ImportOptions("f"),
     )
     assert v02.doc["version"] == "v0.2" and v02.title == "nvbandwidth: 2 matrices, 8 GPU(s)"
     h2d, d2h = (Matrix.from_record(r) for r in v02.doc["matrices"])
@@ -333,8 +334,9 @@ def test_nvbandwidth_other_versions_and_pastes():
         and d2h.cols == ["CPU"]
         and d2h.values[4][0] == 27.10
     )
-    quoted = recognise(
-        text("nvbandwidth", "nvbandwidth_8x_h100_h2d_d2h_sm_quoted_no_indent_nvbw24.txt"), "f"
+    quoted = import_text(
+        text("nvbandwidth", "nvbandwidth_8x_h100_h2d_d2h_sm_quoted_no_indent_nvbw24.txt"),
+        ImportOptions("f"),
     )
     assert (
         quoted is not None and quoted.kind == "nvbandwidth"
@@ -345,12 +347,12 @@ def test_nvbandwidth_other_versions_and_pastes():
 
 
 def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
-    from ncclprobe.pcie.importers import recognise
+    from ncclprobe.importing import ImportOptions, import_text
     from ncclprobe.verdict import Verdict
 
-    bad = recognise(
+    bad = import_text(
         text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"),
-        "f",
+        ImportOptions("f"),
     )
     assert bad.verdict is Verdict.FINDINGS and bad.doc["corrupt"][0]["offset"] == 11136
     assert [f["code"] for f in bad.doc["findings"]] == ["copy-corrupt"]
@@ -358,7 +360,7 @@ def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
     host = text(
         "nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"
     ).replace("Running device_to_device_memcpy_read_ce", "Running host_to_device_memcpy_ce")
-    assert [a["setting"] for a in recognise(host, "f").doc["advice"]] == [
+    assert [a["setting"] for a in import_text(host, ImportOptions("f")).doc["advice"]] == [
         {}
     ]  # not P2P: no P2P setting
     with pytest.raises(

@@ -70,10 +70,10 @@ def test_wrong_result_winner_is_excluded_with_its_reason(tmp_path):
     )
     rec = build_recommendation([path])
     assert rec.env == LL
-    (excluded,) = rec.evidence.excluded
+    (excluded,) = rec.measurements.excluded
     assert excluded.config_id == "NCCL_ALGO=Tree" and excluded.status == "wrong"
     assert "16K" in excluded.reason and "12 wrong elements" in excluded.reason
-    assert "NCCL_ALGO=Tree" not in rec.evidence.curves
+    assert "NCCL_ALGO=Tree" not in rec.measurements.curves
 
 
 def test_hung_and_ignored_configurations_are_excluded(tmp_path):
@@ -92,7 +92,7 @@ def test_hung_and_ignored_configurations_are_excluded(tmp_path):
     )
     rec = build_recommendation([path])
     assert rec.env == {}
-    reasons = {e.config_id: (e.status, e.reason) for e in rec.evidence.excluded}
+    reasons = {e.config_id: (e.status, e.reason) for e in rec.measurements.excluded}
     assert reasons == {
         "NCCL_PROTO=LL": (
             "ignored",
@@ -227,7 +227,7 @@ def test_two_files_merge_and_widen_the_spread(tmp_path):
     )
     b = write_set(tmp_path / "b.jsonl", [config(LL, scaled(DEFAULT, 0.7, 0.7))])
     rec = build_recommendation([a, b])
-    point = rec.evidence.curves["NCCL_PROTO=LL"].points[1 << 10]
+    point = rec.measurements.curves["NCCL_PROTO=LL"].points[1 << 10]
     assert point.p10_us == pytest.approx(DEFAULT[1 << 10][1] * 0.6)
     assert point.p90_us == pytest.approx(DEFAULT[1 << 10][2] * 0.7)
     assert rec.env == LL

@@ -22,7 +22,7 @@ def _set(tmp_path, ar_tree, ag_tree, ar_ring=1.0, ag_ring=1.0):
 
 def test_each_collective_is_recommended_and_one_setting_that_helps_all_is_exported(tmp_path):
     recs = build_recommendations([_set(tmp_path, 0.6, 0.7)])
-    assert [r.evidence.collective for r in recs.recs] == ["all_reduce", "all_gather"]
+    assert [r.measurements.collective for r in recs.recs] == ["all_reduce", "all_gather"]
     assert (
         all(r.env == TREE for r in recs.recs)
         and recs.env == TREE

@@ -80,7 +80,7 @@ def test_tuner_csv_rows_cover_the_winning_ranges(tmp_path):
 def test_tuner_csv_from_a_torchrun_plan_does_not_claim_one_node(tmp_path):
     """Collected multi-node results don't record the node count: a row saying nNodes 1 would never match."""
     rec = build_recommendation([mixed_set(tmp_path)])
-    rec.evidence.headers[0]["collected_at"] = "2026-11-29T10:00:00Z"
+    rec.measurements.headers[0]["collected_at"] = "2026-11-29T10:00:00Z"
     rows = parse_tuner_csv(tuner_csv(rec))
     assert [(r["nNodes"], r["nRanks"]) for r in rows] == [("-1", "-1")]
     assert "one node" not in tuner_csv(rec)  # sweep/torchrun.collect_header adds collected_at

@@ -237,7 +237,7 @@ def test_eight_traces_of_one_configuration_keep_eight_runs_apart(tmp_path):
 def test_figures_of_gloo_timings_carry_the_caveat_the_text_carries(tmp_path):
     import matplotlib
 
-    from ncclprobe.recommend.load import load_evidence
+    from ncclprobe.recommend.load import load_measurements
     from ncclprobe.recommend.safety import timing_caveat
     from ncclprobe.report import plots
 
@@ -246,7 +246,7 @@ def test_figures_of_gloo_timings_carry_the_caveat_the_text_carries(tmp_path):
         [config({}, DEFAULT), config({"NCCL_PROTO": "LL"}, DEFAULT)],
         backend="gloo",
     )
-    ev = load_evidence([results])
+    ev = load_measurements([results])
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
         [figure] = plots.latency(ev, tmp_path / "figs")
     assert timing_caveat(ev.headers).split(":")[0] in figure.svg.read_text()

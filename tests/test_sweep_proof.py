@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.sweep.proof import GLOO_VERDICT, prove, verdict_for
+from ncclprobe.nccl.logged_reads import verdict_for
+from ncclprobe.sweep.proof import GLOO_VERDICT, prove
 
 pytest.importorskip("ncclprobe.evidence.nccl_log")
 

@@ -72,6 +72,7 @@ INPUTS = {
     "diagnose --sweep": lambda f, t, r: ["diagnose", "--trace", t, "--sweep", f],
     "diagnose --env-check": lambda f, t, r: ["diagnose", "--trace", t, "--env-check", f],
     "diagnose --collect-env": lambda f, t, r: ["diagnose", "--trace", t, "--collect-env", f],
+    "diagnose --nccl-log": lambda f, t, r: ["diagnose", "--trace", t, "--nccl-log", f],
     "probe graph-capture --trace": lambda f, t, r: ["probe", "graph-capture", "--trace", f],
 }
 # walked elsewhere: a log that may be any text (tests/test_envcheck.py), a checkpoint or draft (torch

@@ -23,6 +23,7 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
   ncclprobe diagnose --server-log vllm.log --collect-env collect_env.txt
+  ncclprobe diagnose --server-log sglang.log --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -96,6 +97,13 @@ Examples:
     help="`vllm collect-env` or `python -m sglang.check_env` output: its NCCL settings are linted (the "
     "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.",
 )
+@click.option(
+    "--nccl-log",
+    "nccl_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="NCCL debug log of a rank of the job (NCCL_DEBUG=INFO); repeatable, one per rank.",
+)
 @format_option
 def command(
     trace_path,
@@ -108,6 +116,7 @@ def command(
     sweep_path,
     env_check_path,
     collect_env_path,
+    nccl_logs,
     fmt,
 ):
     """Reason over an engine run the way a careful engineer would: find phases that run without
@@ -115,8 +124,10 @@ def command(
     extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
     and compare the engine's collectives with sweep measurements. The run is an ncclprobe engine
     trace, PyTorch profiler traces of any engine (SGLang, vLLM, ...), or an SGLang/vLLM server
-    log. Each finding carries its numbers, a confidence and the next command; hypotheses the
-    evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
+    log; the NCCL logs of the job's ranks add what each rank's NCCL read, its version, the
+    transports it connected the ranks with and its warnings, placed against the run. Each
+    finding carries its numbers, a confidence and the next command; hypotheses the evidence
+    excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
     from ncclprobe.evidence.profile_dir import expand
 
@@ -126,6 +137,11 @@ def command(
             f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}"
         )
     profiles, baseline_profiles = expand(profiles, baseline_profiles)
+    if nccl_logs and not (trace_path or profiles or server_logs):
+        raise UsageProblem(
+            "--nccl-log goes with the run it describes (--trace, --profile or --server-log); "
+            f"alone: ncclprobe nccl-log {nccl_logs[0]}"
+        )
     ev = load_evidence(
         trace_path,
         profiles=profiles,
@@ -137,6 +153,7 @@ def command(
         env_check=env_check_path,
         model_config=model_config,
         collect_env=collect_env_path,
+        nccl_logs=nccl_logs,
     )
     result = diagnose(ev)
     if fmt == "table":

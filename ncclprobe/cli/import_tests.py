@@ -94,7 +94,7 @@ def command(file, output, collective, labels, force, fmt):
     if fmt != "table":
         emit(fmt, imported.doc, [row for block in imported.blocks for row in block.rows])
     else:
-        from ncclprobe.pcie.importers import matrix_sections
+        from ncclprobe.importing import matrix_sections
 
         for block in imported.blocks:
             sections = matrix_sections(block.rows)

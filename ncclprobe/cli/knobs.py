@@ -127,18 +127,10 @@ def _explain_rows(doc: dict) -> list[dict]:
 
 
 def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
-    from ncclprobe.evidence.collect_env import parse_collect_env
-    from ncclprobe.evidence.text import read_text_file
-    from ncclprobe.evidence.topo import node_facts
+    from ncclprobe.evidence.collect_env import load_collect_env
 
-    collected = parse_collect_env(read_text_file(path, "collect-env output"))
-    node = (
-        _node(topo_file)
-        if topo_file
-        else node_facts(collected.topology)
-        if collected.topology
-        else None
-    )
+    collected = load_collect_env(path)
+    node = _node(topo_file) if topo_file else collected.node
     return _lint(
         node,
         nccl_version or collected.nccl_version,
@@ -152,10 +144,9 @@ def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
 def _node(topo_file: str | None) -> NodeFacts | None:
     """The GPUs the lint judges: a saved topology, or this machine's (None without GPUs)."""
     if topo_file:
-        from ncclprobe.evidence.text import read_text_file
-        from ncclprobe.evidence.topo import node_facts, parse_topo
+        from ncclprobe.evidence.topo import load_topo, node_facts
 
-        return node_facts(parse_topo(read_text_file(topo_file, "topology file")))
+        return node_facts(load_topo(topo_file))
     from ncclprobe.evidence.topo_live import live_node_facts
 
     return live_node_facts()

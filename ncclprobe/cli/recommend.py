@@ -183,10 +183,11 @@ def _show(fmt: str, recs: RecommendationSet) -> None:
 
 def headline(rec: Recommendation) -> str:
     if not rec.change:
-        return f"recommendation: no change ({rec.evidence.collective}, {rec.evidence.mode}, {rec.workload.source})"
+        m = rec.measurements
+        return f"recommendation: no change ({m.collective}, {m.mode}, {rec.workload.source})"
     return (
         f"recommendation: {' '.join(f'{k}={v}' for k, v in rec.env.items())} "
-        f"({100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source})"
+        f"({100 * rec.overall.gain:.1f}% less {rec.measurements.collective} time for {rec.workload.source})"
     )
 
 
@@ -202,8 +203,8 @@ def explanation(rec: Recommendation) -> list[str]:
                 f"{short_label(rec.settings_of(r.config_id))} saves "
                 f"{100 * r.gain_min:.0f}-{100 * r.gain_max:.0f}% (tuner CSV can apply it per size)"
             )
-    lines += [f"excluded {e.config_id}: {e.reason}" for e in rec.evidence.excluded]
-    return lines + rec.evidence.notes + rec.notes + (launch_notes(rec) if rec.change else [])
+    lines += [f"excluded {e.config_id}: {e.reason}" for e in rec.measurements.excluded]
+    return lines + rec.measurements.notes + rec.notes + (launch_notes(rec) if rec.change else [])
 
 
 def table_rows(rec: Recommendation) -> list[dict]:

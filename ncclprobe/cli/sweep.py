@@ -3,7 +3,6 @@ which it read and chose."""
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
@@ -17,8 +16,8 @@ from ncclprobe.nccl.p2p import P2P_LEVELS
 from ncclprobe.nccl.recipes import DEFAULT_GRID, PROOF_VARIABLES
 from ncclprobe.sizes import format_size, parse_sizes
 from ncclprobe.sweep import defaults
-
-log = logging.getLogger("ncclprobe.sweep")
+from ncclprobe.sweep.defaults import CHOICES
+from ncclprobe.sweep.plan import BUFFERS, PATHS, PLACEMENTS
 
 # the options that describe the measurement (the ones --resume and --collect refuse)
 SPEC_OPTIONS = (
@@ -113,23 +112,26 @@ Examples:
 )
 @click.option(
     "--collective",
-    default="all_reduce",
+    default=",".join(CHOICES.collectives),
     show_default=True,
     help="Collectives to measure, comma separated, or `all` (see below).",
 )
 @click.option(
-    "--dtype", default="float32", show_default=True, help="Element types, comma separated."
+    "--dtype",
+    default=",".join(CHOICES.dtypes),
+    show_default=True,
+    help="Element types, comma separated.",
 )
 @click.option(
     "--op",
-    default="sum",
+    default=",".join(CHOICES.ops),
     show_default=True,
     help="Reduction ops of reducing collectives: sum,prod,max,min,avg.",
 )
 @click.option(
     "--placement",
-    type=click.Choice(["both", "in", "out"]),
-    default="both",
+    type=click.Choice(list(PLACEMENTS)),
+    default=CHOICES.placement,
     show_default=True,
     help="In-place, out-of-place or both.",
 )
@@ -149,29 +151,29 @@ Examples:
     "-m",
     "--agg",
     type=click.IntRange(1),
-    default=1,
+    default=CHOICES.agg,
     show_default=True,
     help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).",
 )
 @click.option(
     "--check",
     type=click.IntRange(0, 1),
-    default=1,
+    default=int(CHOICES.check),
     show_default=True,
     help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).",
 )
 @click.option(
     "--buffers",
-    type=click.Choice(["rotate", "reuse"]),
-    default="rotate",
+    type=click.Choice(list(BUFFERS)),
+    default=CHOICES.buffers,
     show_default=True,
     help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
     "reuse: one L2-hot buffer.",
 )
 @click.option(
     "--path",
-    type=click.Choice(["torch", "nccl"]),
-    default="torch",
+    type=click.Choice(list(PATHS)),
+    default=CHOICES.path,
     show_default=True,
     help="torch: torch.distributed (what engines run); nccl: NCCL's own calls through ctypes "
     "(the libnccl torch ships), as nccl-tests makes them.",
@@ -179,14 +181,14 @@ Examples:
 @click.option(
     "--iter-events/--no-iter-events",
     "iter_events",
-    default=True,
+    default=CHOICES.iter_events,
     show_default=True,
     help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).",
 )
 @click.option(
     "--cost-split/--no-cost-split",
     "cost_split",
-    default=True,
+    default=CHOICES.cost_split,
     show_default=True,
     help="Also time each eager NCCL row through the other path and event setting: what part is "
     "NCCL's own and what the path adds (cost_split in the JSON, a note per collective).",
@@ -207,7 +209,7 @@ Examples:
 @click.option("--algo", show_default=_ALGO, help="NCCL_ALGO values.")
 @click.option(
     "--p2p-level",
-    default="default",
+    default=",".join(CHOICES.p2p_levels),
     show_default=True,
     help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).",
 )
@@ -230,12 +232,15 @@ Examples:
     "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.",
 )
 @click.option(
-    "--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True
+    "--backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default=CHOICES.backend,
+    show_default=True,
 )
 @click.option(
     "--timeout",
     type=Duration(),
-    default=120.0,
+    default=CHOICES.timeout_s,
     show_default=True,
     help="Seconds a pool may stay silent (starting included) before it counts as hung and is killed.",
 )
@@ -273,39 +278,43 @@ def command(
 
     Exits 1 when a configuration is wrong, hung, crashed or unconfirmed, or a threshold is missed.
     """
-    from ncclprobe.sweep import session, thresholds
+    from ncclprobe.sweep import session
 
     quiet = (ctx.obj or {}).get("quiet", False)
-    criteria = thresholds.parse(min_busbw, max_latency)
     explicit = [
         name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"
     ]
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
     if torchrun_dir:
-        return _plan_torchrun(torchrun_dir, request(**options), bool(output or force))
-    if collect:
-        job = session.collect_job(collect, output, force)
-    elif resume:
-        job = session.resume_job(resume)
-    else:
-        from ncclprobe.sweep.build import build_spec
+        return _plan_torchrun(
+            torchrun_dir, request(**options), bool(output or force), (min_busbw, max_latency)
+        )
 
-        spec, skipped = build_spec(request(**options))
-        job = session.new_job(spec, skipped, output, sys.argv, force=force)
-    if not quiet:
-        click.echo(f"ncclprobe: results go to {job.path}", err=True)
-    if not collect:
-        interrupts.set_hint(lambda: resume_hint(job.path))
-    with Progress(job.total, "sweep", quiet=quiet) as progress:
-        results_file = session.run_job(job, progress)
+    def started(job) -> None:
+        if not quiet:
+            click.echo(f"ncclprobe: results go to {job.path}", err=True)
+        if not collect:
+            interrupts.set_hint(lambda: session.resume_hint(job.path))
+
+    outcome = session.run(
+        session.SessionRequest(
+            sweep=None if (resume or collect) else request(**options),
+            resume=resume,
+            collect=collect,
+            output=output,
+            force=force,
+            argv=tuple(sys.argv),
+            min_busbw=min_busbw,
+            max_latency=max_latency,
+        ),
+        progress=lambda total, label: Progress(total, label, quiet=quiet),
+        started=started,
+    )
     interrupts.set_hint(None)
     if not quiet:
-        click.echo(f"ncclprobe: results written to {job.path}", err=True)
-    shortfalls = thresholds.check(results_file.results, criteria)
-    _render(fmt, results_file, shortfalls)
-    for line in shortfalls:
-        log.error("%s", line)
-    return session.verdict(results_file, shortfalls)
+        click.echo(f"ncclprobe: results written to {outcome.path}", err=True)
+    _render(fmt, outcome)
+    return outcome.verdict
 
 
 def request(
@@ -399,67 +408,26 @@ def _refuse_contradictions(
         )
 
 
-def resume_hint(path) -> str | None:
-    """How to continue an interrupted sweep: only when its file holds a finished configuration
-    (otherwise the file was removed and the sweep starts over)."""
-    from ncclprobe.records import read_results
-
-    try:
-        configs = len(read_results(path).configs)
-    except Exception:  # gone, or unreadable mid-write: nothing to continue
-        return None
-    return (
-        f"{configs} configuration(s) are kept in {path}; continue with: ncclprobe sweep --resume {path}"
-        if configs
-        else None
-    )
-
-
-def _plan_torchrun(directory: str, asked, output_given: bool) -> None:
+def _plan_torchrun(directory: str, asked, output_given: bool, criteria: tuple) -> None:
     from ncclprobe.sweep import session
-    from ncclprobe.sweep.build import build_spec
 
-    if not asked.nranks:
-        raise UsageProblem(
-            "--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)"
-        )
-    spec, skipped = build_spec(asked, local=False)
-    if output_given:  # after the grid's own checks, which say more
-        raise UsageProblem(
-            "--torchrun-dir writes a plan, not results; --output and --force belong to the "
-            "later --collect"
-        )
-    for line in session.plan_torchrun(spec, skipped, directory, sys.argv):
+    lines, nranks = session.plan(
+        asked, directory, sys.argv, output_given=output_given, criteria=criteria
+    )
+    for line in lines:
         click.echo(line)
     click.echo(
-        f"ncclprobe: run each command on every node (NNODES x NPROC = {spec.nranks}), pool after pool, "
+        f"ncclprobe: run each command on every node (NNODES x NPROC = {nranks}), pool after pool, "
         f"then: ncclprobe sweep --collect {directory}",
         err=True,
     )
 
 
-def _render(fmt: str, results_file, shortfalls: list[str]) -> None:
-    from ncclprobe.sweep import table
-
-    doc = table.document(results_file)
-    doc["shortfalls"] = shortfalls
-    notes = (
-        list(doc["notes"])
-        + table.proof_notes(results_file.configs, doc["backend"])
-        + table.config_problems(results_file.configs)
-        + table.failed_measurements(results_file.results)
-        + table.cost_split_notes(results_file.results)
-        + shortfalls
-    )
-    summary = table.summary_note(doc["summary"])
-    if summary:
-        notes.append(summary)
+def _render(fmt: str, outcome) -> None:
+    report = outcome.report
     if fmt != "table":
-        rows = [table.csv_row(r) for r in doc["results"]]
-        emit(fmt, doc, rows)
+        emit(fmt, report.document, report.csv_rows())
         return
-    emit(fmt, doc, [], title=f"sweep: {results_file.path}", notes=notes)
-    for (collective, size), rows in table.rows_by_size(
-        doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])
-    ).items():
-        emit(fmt, doc, rows, title=f"{collective} {rows[0]['size']} ({size} bytes)")
+    emit(fmt, report.document, [], title=f"sweep: {outcome.results.path}", notes=report.notes)
+    for (collective, size), rows in report.tables().items():
+        emit(fmt, report.document, rows, title=f"{collective} {rows[0]['size']} ({size} bytes)")

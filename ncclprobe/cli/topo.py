@@ -8,8 +8,7 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, Version
-from ncclprobe.evidence.text import read_text_file
-from ncclprobe.evidence.topo import Topology, equivalent_levels, p2p_level_pairs, parse_topo
+from ncclprobe.evidence.topo import Topology, equivalent_levels, load_topo, p2p_level_pairs
 from ncclprobe.nccl.p2p import default_p2p_level
 
 EPILOG = f"""\b
@@ -100,7 +99,7 @@ def command(
         raise click.UsageError("--output goes with --check")
     vendor = None
     if source:
-        topo = parse_topo(read_text_file(source, "topology file"))
+        topo = load_topo(source)
         topo.source = str(source)
     else:
         from ncclprobe.evidence.topo_live import host_cpu_vendor, read_live_topology

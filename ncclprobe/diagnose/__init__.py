@@ -8,10 +8,12 @@ The reasoning mirrors what a careful engineer does with the seed case (verify 29
 NCCL settings, compare every phase with what the model shape says it should cost, and prove that
 the settings being compared were in force when the collectives were created or captured.
 
-Modules: `evidence` (the run as the normalized view of `ncclprobe.evidence.run`, plus sweep and
-env-check, and small accessors), `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_safety`, `rules_draft`, `rules_profile`, `rules_ranks` and `rules_log` (one pure function
-per hypothesis; they read only the view), `rank` (ordering and the report).
+The evidence is `ncclprobe.evidence.bundle.Evidence` (the run as the normalized view of
+`ncclprobe.evidence.run`, plus sweep results, env-check, collect-env and the ranks' NCCL logs, all
+typed, and small accessors). Modules: `expectations` (what a verify step should cost), `rules`,
+`rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_ranks`, `rules_log`
+and `rules_nccl_run` (one pure function per hypothesis; they read only the bundle's records), `rank`
+(ordering and the report).
 """
 
 from ncclprobe.diagnose.rank import Diagnosis, diagnose

@@ -164,9 +164,9 @@ def sweep_next(ev, sizes: list[int], *extra: str) -> str:
 
     nranks = ev.config.get("tp")
     measured = [
-        r["size_bytes"]
+        r.size_bytes
         for r in ev.sweep
-        if r.get("size_bytes") and (nranks is None or r.get("nranks") in (None, nranks))
+        if r.size_bytes and (nranks is None or r.nranks in (None, nranks))
     ]
     missing = [
         s

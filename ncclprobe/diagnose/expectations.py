@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.dtypes import element_bytes
+
 ALLOWANCE = 1.5
 # A decode step that moves its weights slower than this is bound by per-step overheads (launches,
 # Python, collective latency), not by bandwidth: a tiny model on a CPU runs at MB/s, a GPU decode
 # step of a real model at hundreds of GB/s. Below it the bytes ratio predicts nothing.
 BANDWIDTH_BOUND_GBPS = 100.0
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8": 1}
 
 _ALIASES = {
     "intermediate": ("intermediate", "intermediate_size", "mlp_hidden", "ffn"),
@@ -203,7 +204,7 @@ def expected_verify_ratio(config: dict) -> Expectation | None:
     dtype = str(config.get("dtype") or "bfloat16").replace("torch.", "")
     common = dict(
         batch=int(config.get("batch") or 1),
-        dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        dtype_bytes=element_bytes(dtype) or 2,
         context=int((config.get("prompt_len") or 0) + (config.get("new_tokens") or 0) / 2) or 1,
     )
     decode = step_bytes(shape, tokens_per_seq=1, **common)

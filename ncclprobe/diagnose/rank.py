@@ -15,6 +15,7 @@ from ncclprobe.diagnose import (
     rules_draft,
     rules_envcheck,
     rules_log,
+    rules_nccl_run,
     rules_profile,
     rules_safety,
     rules_settings,
@@ -33,6 +34,7 @@ ALL_RULES = (
     + rules_draft.RULES
     + rules_profile.RULES
     + rules_log.RULES
+    + rules_nccl_run.RULES
 )
 
 
@@ -73,7 +75,13 @@ class Diagnosis:
 # Findings that say the run did not run what the user asked (a setting NCCL ignores or rejects, one
 # that never reached a worker): fixed first, since every other figure of the run was measured under
 # them. Ahead of findings of the same severity and confidence.
-FIX_FIRST = ("unsafe-settings", "env-check-sibling", "settings-propagation", "env-check")
+FIX_FIRST = (
+    "unsafe-settings",
+    "env-check-sibling",
+    "settings-propagation",
+    "env-check",
+    "nccl-settings-read",
+)
 
 
 def rank_key(finding: Finding) -> tuple:

@@ -11,6 +11,12 @@ whenever its children have the value. Nothing is ruled out from processes env-ch
 from __future__ import annotations
 
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.env_check_document import (
+    KIND,
+    CheckedProcess,
+    EnvCheckDocument,
+    ExpectationStatus,
+)
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 
@@ -32,7 +38,7 @@ def env_check_findings(ev: E.Evidence) -> list:
     doc = ev.env_check
     if doc is None:
         return []
-    if doc.get("kind") != "env-check":
+    if doc.kind != KIND:
         return [
             NotChecked(
                 rule=RULE,
@@ -40,13 +46,9 @@ def env_check_findings(ev: E.Evidence) -> list:
                 missing=f"{ev.env_check_path} is not `ncclprobe env-check --format json` output",
             )
         ]
-    processes = [p for p in doc.get("processes") or [] if isinstance(p, dict)]
-    checked = set((doc.get("verdict") or {}).get("checked_pids") or [])
-    targets = [
-        p
-        for p in processes
-        if p.get("pid") in checked and p.get("readable") and p.get("env") is not None
-    ]
+    processes = list(doc.processes)
+    checked = set(doc.checked_pids)
+    targets = [p for p in processes if p.pid in checked and p.readable and p.env is not None]
     if not targets:
         return [
             NotChecked(
@@ -58,7 +60,7 @@ def env_check_findings(ev: E.Evidence) -> list:
             )
         ]
     out = _lacking_siblings(doc, targets) + _launcher_caveats(processes, targets)
-    rest = [f for f in (doc.get("verdict") or {}).get("findings") or [] if not _explained(f, out)]
+    rest = [f for f in doc.findings if not _explained(f, out)]
     if rest:
         out.append(
             Finding(
@@ -74,7 +76,7 @@ def env_check_findings(ev: E.Evidence) -> list:
             )
         )
     if not any(isinstance(o, Finding) and o.severity != "info" for o in out):
-        if not doc.get("expectations"):  # nothing was expected: nothing can have been missed
+        if not doc.expectations:  # nothing was expected: nothing can have been missed
             out.append(
                 NotChecked(
                     rule=RULE,
@@ -90,34 +92,34 @@ def env_check_findings(ev: E.Evidence) -> list:
                 rule=RULE,
                 hypothesis=HYPOTHESIS,
                 reason=f"env-check read {len(targets)} process(es) that create NCCL communicators "
-                f"(pids {', '.join(str(p['pid']) for p in targets)}) and found every expectation met",
+                f"(pids {', '.join(str(p.pid) for p in targets)}) and found every expectation met",
             )
         )
     return out
 
 
-def _lacking_siblings(doc: dict, targets: list[dict]) -> list[Finding]:
+def _lacking_siblings(doc: EnvCheckDocument, targets: list[CheckedProcess]) -> list[Finding]:
     """Per NCCL variable that some workers of one parent have and others lack: the lacking ones,
     with the likely mechanism."""
     out = []
     families: dict = {}
     for proc in targets:
-        families.setdefault(proc.get("ppid"), []).append(proc)
+        families.setdefault(proc.ppid, []).append(proc)
     for family in (f for f in families.values() if len(f) > 1):
         out += _lacking_in_family(doc, family)
     return out
 
 
-def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
+def _lacking_in_family(doc: EnvCheckDocument, targets: list[CheckedProcess]) -> list[Finding]:
     out = []
-    for variable in sorted({k for p in targets for k in p["env"] if k.startswith("NCCL_")}):
-        have = [p for p in targets if variable in p["env"]]
-        lack = [p for p in targets if variable not in p["env"] and not _empty_block(p)]
+    for variable in sorted({k for p in targets for k in p.env if k.startswith("NCCL_")}):
+        have = [p for p in targets if variable in p.env]
+        lack = [p for p in targets if variable not in p.env and not p.empty_block]
         if not have or not lack:
             continue
-        value = have[0]["env"][variable]
-        mechanism = MECHANISMS.get(lack[0].get("role"), DEFAULT_MECHANISM)
-        pids = ", ".join(f"{p['pid']} ({p.get('role') or 'process'})" for p in lack)
+        value = have[0].env[variable]
+        mechanism = MECHANISMS.get(lack[0].role, DEFAULT_MECHANISM)
+        pids = ", ".join(f"{p.pid} ({p.role or 'process'})" for p in lack)
         log_only = only_shapes_the_log(variable)
         effect = (
             f"{variable} changes only what NCCL logs, never what it does: that worker's collectives "
@@ -138,19 +140,17 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
                     f"have (pid {pids})"
                 ),
                 detail=(
-                    f"The job's workers are started alike, yet pid {lack[0]['pid']} has no {variable} while pids "
-                    f"{', '.join(str(p['pid']) for p in have)} have {variable}={value}. Likely: {mechanism}. "
+                    f"The job's workers are started alike, yet pid {lack[0].pid} has no {variable} while pids "
+                    f"{', '.join(str(p.pid) for p in have)} have {variable}={value}. Likely: {mechanism}. "
                     f"{effect}."
                 ),
                 evidence={
                     "variable": variable,
                     "value": value,
-                    "lacking_pids": [p["pid"] for p in lack],
-                    "having_pids": [p["pid"] for p in have],
-                    "roles": {p["pid"]: p.get("role") for p in lack},
-                    "forked_from": {
-                        p["pid"]: p.get("forked_from") for p in lack if p.get("forked_from")
-                    },
+                    "lacking_pids": [p.pid for p in lack],
+                    "having_pids": [p.pid for p in have],
+                    "roles": {p.pid: p.role for p in lack},
+                    "forked_from": {p.pid: p.forked_from for p in lack if p.forked_from},
                 },
                 next_command=f"{_again(doc, variable, value)}  # after setting {variable} before the "
                 "launcher starts any "
@@ -160,25 +160,21 @@ def _lacking_in_family(doc: dict, targets: list[dict]) -> list[Finding]:
     return out
 
 
-def _empty_block(proc: dict) -> bool:
-    """An empty /proc environment block says nothing about what the process holds (env-check marks
-    its expectations `unknown`)."""
-    return any(c.get("status") == "unknown" for c in proc.get("checks") or [])
-
-
-def _launcher_caveats(processes: list[dict], targets: list[dict]) -> list[Finding]:
+def _launcher_caveats(
+    processes: list[CheckedProcess], targets: list[CheckedProcess]
+) -> list[Finding]:
     """Expectations a launcher misses in /proc while workers it started have them."""
     out = []
     for proc in processes:
-        if not proc.get("readable"):
+        if not proc.readable:
             continue
-        children = [p for p in targets if p.get("ppid") == proc.get("pid")]
+        children = [p for p in targets if p.ppid == proc.pid]
         missing = [
-            c["variable"]
-            for c in proc.get("checks") or []
-            if c.get("status") == "missing"
+            c.variable
+            for c in proc.checks
+            if c.status == ExpectationStatus.MISSING
             and children
-            and any(c["variable"] in p["env"] for p in children)
+            and any(c.variable in p.env for p in children)
         ]
         if missing:
             out.append(
@@ -186,14 +182,14 @@ def _launcher_caveats(processes: list[dict], targets: list[dict]) -> list[Findin
                     rule="env-check-launcher",
                     severity="info",
                     confidence="high",
-                    title=f"the launcher (pid {proc['pid']}) shows no {', '.join(missing)} in /proc, its "
+                    title=f"the launcher (pid {proc.pid}) shows no {', '.join(missing)} in /proc, its "
                     "workers have it",
                     detail=(
                         "/proc/PID/environ is the environment a process was exec'd with: a launcher that sets the "
                         "variable in-process (os.environ) before starting its workers shows it missing there while "
                         "the workers receive it. A caveat about the evidence, not a problem."
                     ),
-                    evidence={"pid": proc["pid"], "variables": missing},
+                    evidence={"pid": proc.pid, "variables": missing},
                 )
             )
     return out
@@ -209,9 +205,9 @@ def _explained(text: str, found: list) -> bool:
     return any(text.startswith(f"pid {pid}:") for pid in pids)
 
 
-def _again(doc: dict, variable: str | None = None, value: str | None = None) -> str:
+def _again(doc: EnvCheckDocument, variable: str | None = None, value: str | None = None) -> str:
     expect = f" --expect {variable}={value}" if variable else ""
-    return f"ncclprobe env-check --pid {doc.get('root_pid')}{expect}  # add --log FILE: the job's NCCL_DEBUG=INFO log"
+    return f"ncclprobe env-check --pid {doc.root_pid}{expect}  # add --log FILE: the job's NCCL_DEBUG=INFO log"
 
 
 RULES = (env_check_findings,)

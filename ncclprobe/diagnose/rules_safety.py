@@ -2,8 +2,8 @@
 (`ncclprobe.nccl.safety`): a value NCCL rejects or silently ignores, and LL128 forced where NCCL
 keeps it off on the GPUs the trace recorded (`node`). Every environment in the evidence is linted:
 the runs' settings, each worker's environment at communicator creation (a value exported in the
-shell reaches the workers without being asked for), each process an env-check read and the shell
-a collect-env text came from. One finding
+shell reaches the workers without being asked for), each process an env-check read, what each
+rank's NCCL log says NCCL read and the shell a collect-env text came from. One finding
 per distinct problem, however many runs, modes and ranks carry it, naming the cause first."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import replace
 from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.bundle import RUN_NODE
+from ncclprobe.evidence.env_check_document import KIND
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, RuledOut
 from ncclprobe.nccl.lint import LL128_RULE, lint_env
@@ -28,7 +29,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     environment at communicator creation, each process env-check read. One finding per problem,
     naming every place it was found, and what NCCL's own log says about it where one was read."""
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
-    node = NodeFacts.from_json(ev.node) if ev.node else None
+    node = ev.node
     found: dict[tuple, Finding] = {}
     places: dict[tuple, list[str]] = {}
     checked = []
@@ -64,19 +65,14 @@ def _environments(ev: E.Evidence):
             env = tuning_settings(nccl_env(worker.env_at_comm_init))
             if env and env != asked:
                 yield f"{run.name(source)} rank {worker.rank}", env, worker.nccl_version or version
-    doc = (
-        ev.env_check
-        if isinstance(ev.env_check, dict) and ev.env_check.get("kind") == "env-check"
-        else {}
-    )
-    for proc in doc.get("processes") or []:
-        env = tuning_settings(nccl_env(proc.get("env"))) if isinstance(proc, dict) else {}
+    processes = ev.env_check.processes if ev.env_check and ev.env_check.kind == KIND else ()
+    for proc in processes:
+        env = tuning_settings(nccl_env(proc.env))
         if env:
-            yield (
-                f"env-check pid {proc.get('pid')}",
-                env,
-                (proc.get("nccl_log") or {}).get("nccl_version"),
-            )
+            yield f"env-check pid {proc.pid}", env, proc.nccl_version
+    for log in ev.nccl_logs:  # what each rank's NCCL says it read
+        if tuning_settings(log.log.env):
+            yield f"NCCL log {log.label}", tuning_settings(log.log.env), log.log.nccl_version
     collected = ev.collect_env
     if collected is not None and tuning_settings(collected.nccl_settings):
         yield (

@@ -18,6 +18,7 @@ from ncclprobe.diagnose.commands import sizes_arg, sweep_command, sweep_next
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
+from ncclprobe.records import ResultRecord
 
 NEAREST_FACTOR = 2.0
 
@@ -35,23 +36,29 @@ def run_settings(run) -> dict[str, str]:
 
 
 def sweep_time_us(
-    sweep: list[dict], *, settings: dict, nranks: int | None, op: str, mode: str, size: int
+    sweep: list[ResultRecord],
+    *,
+    settings: dict,
+    nranks: int | None,
+    op: str,
+    mode: str,
+    size: int,
 ) -> tuple[float, int] | None:
     """(median time in us, the size it was measured at) of the nearest matching sweep result."""
     candidates = [
         r
         for r in sweep
-        if tuning_settings(r.get("settings")) == settings
-        and r.get("collective") == op
-        and r.get("mode", "eager") == mode
-        and (nranks is None or r.get("nranks") in (None, nranks))
+        if tuning_settings(r.settings) == settings
+        and r.collective == op
+        and r.mode == mode
+        and (nranks is None or r.nranks in (None, nranks))
     ]
     if not candidates:
         return None
-    best = min(candidates, key=lambda r: abs(math.log(r["size_bytes"] / size)))
-    if abs(math.log(best["size_bytes"] / size)) > math.log(NEAREST_FACTOR):
+    best = min(candidates, key=lambda r: abs(math.log(r.size_bytes / size)))
+    if abs(math.log(best.size_bytes / size)) > math.log(NEAREST_FACTOR):
         return None
-    return float(best["time_us"]), int(best["size_bytes"])
+    return float(best.time_us), int(best.size_bytes)
 
 
 def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
@@ -295,19 +302,15 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
     return out
 
 
-def _best_at(sweep: list[dict], nranks, op: str, size: int) -> dict | None:
+def _best_at(sweep: list[ResultRecord], nranks, op: str, size: int) -> dict | None:
     rows = [
         r
         for r in sweep
-        if r.get("collective") == op
-        and r.get("size_bytes") == size
-        and (nranks is None or r.get("nranks") in (None, nranks))
+        if r.collective == op
+        and r.size_bytes == size
+        and (nranks is None or r.nranks in (None, nranks))
     ]
     if not rows:
         return None
-    best = min(rows, key=lambda r: r["time_us"])
-    return {
-        "config": best.get("config_id", "default"),
-        "time_us": best["time_us"],
-        "mode": best.get("mode"),
-    }
+    best = min(rows, key=lambda r: r.time_us)
+    return {"config": best.config_id, "time_us": best.time_us, "mode": best.mode}

@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ncclprobe.envcheck import expect as _expect
-from ncclprobe.envcheck.logcheck import LogEvidence, cross_check, read_logs
+from ncclprobe.envcheck.logcheck import ProcessNcclLog, cross_check, read_logs
 from ncclprobe.envcheck.report import EnvCheckResult, ProcessReport
 from ncclprobe.envcheck.walk import ProcessInfo, walk
+from ncclprobe.evidence.env_check_document import ExpectationStatus
 
 __all__ = ["env_check", "EnvCheckResult"]
 
@@ -27,8 +28,8 @@ def env_check(
 ) -> EnvCheckResult:
     """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
     expectations = _expect.merge(expectations)
-    evidence = read_logs(list(log_paths))
-    logs = _logs_by_pid([item for item in evidence if item.on_this_host()])
+    logs_read = read_logs(list(log_paths))
+    logs = _logs_by_pid([item for item in logs_read if item.on_this_host()])
     infos = walk(pid)
     by_pid = {info.pid: info for info in infos}
     reports = [
@@ -43,12 +44,12 @@ def env_check(
     ]
     result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all)
     result.notes += _notes(infos, logs, by_pid)
-    result.notes += _other_hosts(evidence)
+    result.notes += _other_hosts(logs_read)
     return result
 
 
 def _process_report(
-    info: ProcessInfo, parent: ProcessInfo | None, expectations, log: LogEvidence | None
+    info: ProcessInfo, parent: ProcessInfo | None, expectations, log: ProcessNcclLog | None
 ):
     parent_env = parent.environ if parent is not None and parent.readable else None
     report = ProcessReport(info, parent_env, log=log)
@@ -74,7 +75,9 @@ def _caveats(info: ProcessInfo, checks, log) -> list[str]:
             f"forked without exec: /proc shows the environment pid {info.forked_from} was exec'd "
             "with, not what its os.environ held at the fork; this process may differ"
         )
-    unsure = [c.variable for c in checks if c.status != "ok" and c.source == "/proc"]
+    unsure = [
+        c.variable for c in checks if c.status != ExpectationStatus.OK and c.source == "/proc"
+    ]
     if unsure and log is None:
         caveats.append(
             f"{', '.join(unsure)}: judged from the exec-time environment; if the process sets it "
@@ -83,13 +86,13 @@ def _caveats(info: ProcessInfo, checks, log) -> list[str]:
     return caveats
 
 
-def _logs_by_pid(evidence: list[LogEvidence]) -> dict[int, LogEvidence]:
-    merged: dict[int, LogEvidence] = {}
-    for item in evidence:
+def _logs_by_pid(logs_read: list[ProcessNcclLog]) -> dict[int, ProcessNcclLog]:
+    merged: dict[int, ProcessNcclLog] = {}
+    for item in logs_read:
         if item.pid in merged:  # several files for one pid: the first value NCCL reported wins
             earlier = merged[item.pid]
             env = {**item.env, **earlier.env}
-            item = LogEvidence(
+            item = ProcessNcclLog(
                 item.pid,
                 f"{earlier.path}, {item.path}",
                 env,
@@ -112,9 +115,9 @@ def _notes(infos, logs, by_pid) -> list[str]:
     return notes
 
 
-def _other_hosts(evidence: list[LogEvidence]) -> list[str]:
+def _other_hosts(logs_read: list[ProcessNcclLog]) -> list[str]:
     hosts: dict[str, set[str]] = {}
-    for item in evidence:
+    for item in logs_read:
         if not item.on_this_host():
             hosts.setdefault(item.path, set()).add(item.host)
     return [

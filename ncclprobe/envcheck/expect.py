@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ncclprobe.envcheck.logcheck import normalise
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.env_check_document import ExpectationStatus
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.secrets import display_value, is_relevant, mask_text
 
@@ -34,7 +35,7 @@ class ExpectationCheck:
     variable: str
     expected: str
     actual: str | None
-    status: str  # "ok", "missing", "different", or "unknown" (empty /proc environment block)
+    status: ExpectationStatus  # unknown: the /proc environment block was empty
     source: str = "/proc"  # where `actual` comes from: "/proc" or "NCCL log" (what NCCL read)
 
     def to_json(self) -> dict:
@@ -104,9 +105,15 @@ def check(
         else:
             actual, source = env.get(item.variable), "/proc"
             same = actual == item.value
-        status = "missing" if actual is None else ("ok" if same else "different")
-        if status == "missing" and source == "/proc" and not env:
-            status = "unknown"  # an empty block says nothing about what the process holds
+        status = (
+            ExpectationStatus.MISSING
+            if actual is None
+            else (ExpectationStatus.OK if same else ExpectationStatus.DIFFERENT)
+        )
+        if status is ExpectationStatus.MISSING and source == "/proc" and not env:
+            status = (
+                ExpectationStatus.UNKNOWN
+            )  # an empty block says nothing about what the process holds
         checks.append(ExpectationCheck(item.variable, item.value, actual, status, source))
     return checks
 

@@ -41,7 +41,7 @@ _FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
 
 @dataclass(frozen=True)
-class LogEvidence:
+class ProcessNcclLog:
     pid: int
     path: str
     env: dict[str, str]  # variable -> first value NCCL reported
@@ -77,8 +77,8 @@ class Disagreement:
         }
 
 
-def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
-    """Per-process evidence from each log; UsageProblem for an unreadable or pid-less log."""
+def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
+    """What each log says of each process; UsageProblem for an unreadable or pid-less log."""
     try:
         from ncclprobe.evidence.nccl_log import parse_nccl_log
         from ncclprobe.evidence.text import clean_line, read_text_file
@@ -86,7 +86,7 @@ def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
         raise UsageProblem(
             "--log needs ncclprobe.evidence.nccl_log, which this build lacks"
         ) from None
-    evidence = []
+    found = []
     for path in paths:
         text = read_text_file(path, "NCCL log")
         groups = _lines_by_process(text, clean_line)
@@ -99,10 +99,10 @@ def read_logs(paths: Iterable[str | Path]) -> list[LogEvidence]:
             groups = {(None, pid): text.splitlines()}
         for (host, pid), lines in groups.items():
             parsed = parse_nccl_log("\n".join(lines))
-            evidence.append(
-                LogEvidence(pid, str(path), dict(parsed.env), parsed.nccl_version, host)
+            found.append(
+                ProcessNcclLog(pid, str(path), dict(parsed.env), parsed.nccl_version, host)
             )
-    return evidence
+    return found
 
 
 def _lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from ncclprobe.envcheck.environ import env_diff
 from ncclprobe.envcheck.expect import Expectation, ExpectationCheck
-from ncclprobe.envcheck.logcheck import Disagreement, LogEvidence
+from ncclprobe.envcheck.logcheck import Disagreement, ProcessNcclLog
 from ncclprobe.envcheck.walk import ProcessInfo
-from ncclprobe.evidence.env_check_document import SCHEMA_VERSION
+from ncclprobe.evidence.env_check_document import SCHEMA_VERSION, ExpectationStatus
 from ncclprobe.secrets import display_value, visible_env
 from ncclprobe.verdict import Verdict
 
@@ -35,7 +35,7 @@ class ProcessReport:
     checks: list[ExpectationCheck] = field(default_factory=list)
     lint: list[dict] | None = None
     caveats: list[str] = field(default_factory=list)
-    log: LogEvidence | None = None
+    log: ProcessNcclLog | None = None
 
     @property
     def live(self) -> bool:
@@ -100,7 +100,7 @@ class EnvCheckResult:
                 f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
                 f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
                 for c in proc.checks
-                if c.status != "ok"
+                if c.status != ExpectationStatus.OK
             ]
             found += [
                 f"pid {proc.info.pid}: lint error: {f['message']}"
@@ -193,8 +193,10 @@ def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, tabl
         "status": info.status,
         "nccl": "yes" if info.libnccl else ("no" if info.maps_readable else "?"),
         "gpus": ",".join(map(str, info.gpus)) if info.gpus else ("-" if info.gpus is None else ""),
-        "expect": joiner.join(f"{c.variable} {c.status}" for c in proc.checks if c.status != "ok")
-        or ("ok" if proc.checks else ""),
+        "expect": joiner.join(
+            f"{c.variable} {c.status}" for c in proc.checks if c.status != ExpectationStatus.OK
+        )
+        or (ExpectationStatus.OK.value if proc.checks else ""),
         "settings": joiner.join(f"{k}={v}" for k, v in env.items())
         if info.readable
         else (info.problem or ""),

@@ -1,10 +1,13 @@
-"""The evidence diagnose reasons over, and small accessors that keep the rules short.
+"""The evidence diagnose reasons over, typed, and small accessors that keep the rules short.
 
 The engine run comes as the normalized view of `ncclprobe.evidence.run` (an engine trace, profiler
-traces or a server log, each turned into `EngineRun`s); a sweep results file is the JSONL of
-`ncclprobe.records`; an env-check document is `ncclprobe env-check --format json` output; a
-`vllm collect-env` / `sglang check_env` text gives the NCCL settings, version and topology of the
-shell that collected it (not of the workers: said in a note).
+traces or a server log, each turned into `EngineRun`s); a sweep results file gives its measured
+`records.ResultRecord`s; an env-check document (`ncclprobe env-check --format json` output) is an
+`env_check_document.EnvCheckDocument`; a `vllm collect-env` / `sglang check_env` text is a
+`collect_env.CollectEnv`, the NCCL settings, version and topology of the shell that collected it
+(not of the workers: said in a note); the NCCL debug logs of the job's ranks are
+`nccl_rank_logs.RankNcclLog`s (what each rank's NCCL read, its version, its transports, its WARN
+lines with their times); the GPUs and links the run saw are `nccl.node.NodeFacts`.
 Everything but the run is optional: a rule whose evidence is missing says so (NotChecked)
 instead of guessing. The rules read only these objects, never a file's own keys.
 """
@@ -14,10 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.env_check_document import load_document
+from ncclprobe.evidence.collect_env import CAVEAT, CollectEnv, load_collect_env
+from ncclprobe.evidence.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.nccl.node import NodeFacts
+from ncclprobe.records import ResultRecord, read_results
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
 RUN_NODE = "the run's own record (the engine trace's `node`: the GPUs it used)"
@@ -30,15 +37,14 @@ class Evidence:
     config: dict = field(default_factory=dict)  # what is known of the engine's configuration
     kind: str = "engine-trace"  # engine-trace | profile | server-log
     baseline: list[EngineRun] = field(default_factory=list)  # the run to compare against
-    sweep: list[dict] = field(default_factory=list)  # sweep result records
-    env_check: dict | None = None
+    sweep: list[ResultRecord] = field(default_factory=list)  # measured sweep results
+    env_check: EnvCheckDocument | None = None
     inputs: dict = field(default_factory=dict)  # which files each piece came from
     notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
-    node: dict | None = None  # the GPUs and links the run saw (engine trace `node`)
+    node: NodeFacts | None = None  # the GPUs and links the run saw (engine trace `node`)
     node_source: str | None = None  # whose topology `node` is: the run's own record wins
-    collect_env: object | None = (
-        None  # evidence.collect_env.CollectEnv: the collecting shell's view
-    )
+    collect_env: CollectEnv | None = None  # the collecting shell's view
+    nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
 
     @classmethod
     def from_trace(
@@ -48,20 +54,24 @@ class Evidence:
         *,
         baseline: dict | None = None,
         baseline_path: str | None = None,
-        sweep: list[dict] | None = None,
+        sweep: list[ResultRecord | dict] | None = None,
         sweep_path: str | None = None,
         env_check: dict | None = None,
         env_check_path: str | None = None,
     ) -> Evidence:
-        """An Evidence from engine-trace documents already in memory (tests, library users)."""
+        """An Evidence from engine-trace documents already in memory (tests, library users); an
+        env-check document as `env-check --format json` printed it."""
         return cls(
             runs=to_runs(trace, path),
             config=dict(trace.get("config") or {}),
-            node=trace.get("node"),
+            node=_node(trace),
             node_source=RUN_NODE if trace.get("node") else None,
             baseline=to_runs(baseline, baseline_path or "BASELINE") if baseline else [],
-            sweep=sweep or [],
-            env_check=env_check,
+            sweep=[
+                r if isinstance(r, ResultRecord) else ResultRecord.from_record(r)
+                for r in sweep or []
+            ],
+            env_check=EnvCheckDocument.from_json(env_check) if env_check is not None else None,
             inputs={
                 "trace": path,
                 "baseline": baseline_path,
@@ -99,6 +109,7 @@ def load_evidence(
     env_check: str | Path | None = None,
     model_config: str | Path | None = None,
     collect_env: str | Path | None = None,
+    nccl_logs=(),
 ) -> Evidence:
     main = load_runs(
         trace=trace, profiles=profiles, server_logs=server_logs, model_config=model_config
@@ -121,7 +132,7 @@ def load_evidence(
             **{f"baseline_{k}" if k != "trace" else "baseline": v for k, v in base.inputs.items()},
         },
         notes=main.notes + [f"baseline: {n}" for n in base.notes],
-        node=next((t.get("node") for t in main.traces + base.traces if t.get("node")), None),
+        node=next(filter(None, map(_node, main.traces + base.traces)), None),
     )
     ev.node_source = RUN_NODE if ev.node else None
     if sweep:
@@ -130,21 +141,25 @@ def load_evidence(
         ev.env_check, ev.inputs["env_check"] = load_document(env_check), str(env_check)
     if collect_env:
         _add_collect_env(ev, collect_env)
+    if nccl_logs:
+        ev.nccl_logs = load_nccl_logs(nccl_logs)
+        ev.inputs["nccl_log"] = [str(p) for p in nccl_logs]
     return ev
+
+
+def _node(trace: dict) -> NodeFacts | None:
+    """What NCCL's topology rules knew of the GPUs a trace's run used (None: not recorded)."""
+    return NodeFacts.from_json(trace["node"]) if trace.get("node") else None
 
 
 def _add_collect_env(ev: Evidence, path: str | Path) -> None:
     """The collect-env text as evidence: its settings are linted like every environment, its
     topology stands in for the run's GPUs only where the run recorded none (the run's own node
     wins: a collect-env text may come from another machine), named as such in `node_source`."""
-    from ncclprobe.evidence.collect_env import CAVEAT, parse_collect_env
-    from ncclprobe.evidence.text import read_text_file
-    from ncclprobe.evidence.topo import node_facts
-
-    collected = parse_collect_env(read_text_file(path, "collect-env output"))
+    collected = load_collect_env(path)
     ev.collect_env, ev.inputs["collect_env"] = collected, str(path)
-    if ev.node is None and collected.topology is not None:
-        ev.node = node_facts(collected.topology).to_json()
+    if ev.node is None and collected.node is not None:
+        ev.node = collected.node
         ev.node_source = (
             f"the {collected.tool} text {Path(path).name} (the collecting shell's machine; the run "
             "recorded no topology of its own)"
@@ -161,11 +176,9 @@ def _merged_config(main: RunSet, base: RunSet) -> dict:
     }
 
 
-def load_sweep(path: str | Path) -> list[dict]:
-    from ncclprobe.records import read_results
-
-    results = read_results(path)
-    return [r for r in results.results if r.get("status") == "ok" and r.get("time_us") is not None]
+def load_sweep(path: str | Path) -> list[ResultRecord]:
+    """The results a comparison may use: measured fine (status ok, with a time)."""
+    return [r for r in read_results(path).result_records() if r.measured]
 
 
 # ---- accessors ------------------------------------------------------------------------------

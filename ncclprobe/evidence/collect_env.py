@@ -18,8 +18,9 @@ import textwrap
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.text import strip_ansi
-from ncclprobe.evidence.topo import Topology, parse_topo
+from ncclprobe.evidence.text import read_text_file, strip_ansi
+from ncclprobe.evidence.topo import Topology, node_facts, parse_topo
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_env
 
@@ -52,6 +53,11 @@ class CollectEnv:
     def nccl_settings(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if k.startswith("NCCL_") and k not in IMAGE_FACTS}
 
+    @property
+    def node(self) -> NodeFacts | None:
+        """What NCCL's topology rules know of the GPUs its topology block shows (None without one)."""
+        return node_facts(self.topology) if self.topology is not None else None
+
     def to_json(self) -> dict:
         return {
             "schema_version": 1,
@@ -77,6 +83,11 @@ def looks_like_collect_env(text: str) -> bool:
             re.M,
         )
     )
+
+
+def load_collect_env(path) -> CollectEnv:
+    """The one loader of a collect-env file (diagnose, knobs --lint): read, then parsed."""
+    return parse_collect_env(read_text_file(path, "collect-env output"))
 
 
 def parse_collect_env(text: str) -> CollectEnv:

@@ -23,15 +23,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.evidence.text import clean_line, read_text_file, strip_ansi
 from ncclprobe.nccl import lint
+from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, canonical
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
 from ncclprobe.verdict import Verdict, worst
-
-# NCCL's enums (src/include/nccl_common.h): index = the numeric code printed by 2.20-2.23.
-ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
-PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 
 # The host must start where a host name can start (after the line's start, a space, `:`, `[` or
 # `]`): without that look-behind the engine tries the pattern from every character of a long run
@@ -40,6 +37,8 @@ _PREFIX = ascii_re(
     r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
     r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
+# NCCL 2.26+ starts WARN lines with `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT); `clean_line` drops it
+_WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]")
 _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
 # RCCL (ROCm's NCCL) prints `RCCL version 2.20.5+hip6.2 HEAD:d380693+` (to 2.20) or a block that
 # starts `RCCL version : 2.21.5-HEAD:9a0e6a1` (2.21+); its number is the NCCL release it follows
@@ -95,7 +94,7 @@ class TuningEntry:
     collective: str | None  # "AllReduce"; None in 2.20-2.22, whose lines carry no function name
     bytes: int
     algo: str  # "RING", "TREE", ... never a numeric code
-    proto: str  # "LL", "LL128", "SIMPLE"
+    proto: str  # NCCL's name of it (ncclprobe.nccl.names), never a numeric code
     channels: tuple[int, int] | None = None  # channel{Lo..Hi} (2.24+)
     predicted_time_us: float | None = None  # the cost model's time (2.20-2.23)
     pid: int | None = None
@@ -140,6 +139,7 @@ class NcclLog:
     enabled_matrix: dict[str, dict[str, list[str]]] | None = None  # 2.24+ Func/Proto/Algo matrix
     tuner_plugin: str | None = None
     warnings: list[str] = field(default_factory=list)
+    warning_times: list[str | None] = field(default_factory=list)  # per WARN: `[%F %T]` (2.26+)
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     nccl_lines: int = 0
@@ -178,6 +178,7 @@ class NcclLog:
             "tuner_plugin": self.tuner_plugin,
             "warnings": [mask_text(w) for w in self.warnings],
             "failures": [mask_text(f) for f in self.failures],
+            "warning_times": list(self.warning_times),
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
             "nccl_lines": self.nccl_lines,
@@ -189,7 +190,7 @@ def parse_nccl_log(text: str) -> NcclLog:
     """Parse log text; never raises on garbage, returns whatever NCCL facts it found."""
     reader = _Reader()
     for raw in text.splitlines():
-        reader.feed(clean_line(raw))
+        reader.feed(clean_line(raw), raw)
     return reader.finish()
 
 
@@ -200,22 +201,18 @@ def parse_nccl_log_file(path: str | Path) -> NcclLog:
 
 def algo_name(token: str) -> str:
     """`1` -> `RING` (2.20-2.23 codes); names are upper-cased; unknown codes stay visible as `ALGO_<n>`."""
-    return _code_name(token, ALGO_NAMES, "ALGO")
+    return _code_name(token, ALGORITHM_NAMES, "ALGO")
 
 
 def proto_name(token: str) -> str:
-    return _code_name(token, PROTO_NAMES, "PROTO")
+    return _code_name(token, PROTOCOL_NAMES, "PROTO")
 
 
 def _code_name(token: str, names: tuple[str, ...], kind: str) -> str:
     if is_digits(token):
         index = int(token)
         return names[index] if index < len(names) else f"{kind}_{index}"
-    return _CANONICAL.get(token.replace("_", "").lower(), token.upper())
-
-
-# "CollNetDirect" (matrix), "COLLNET_DIRECT" (TUNING), "Simple" -> one spelling each
-_CANONICAL = {name.replace("_", "").lower(): name for name in ALGO_NAMES + PROTO_NAMES}
+    return canonical(token) or token.upper()  # the matrix's CamelCase too: one name each
 
 
 class _Reader:
@@ -234,7 +231,7 @@ class _Reader:
         self.comms: dict[tuple, dict] = {}
         self.handlers = self._handlers()
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str, raw: str = "") -> None:
         self.log.total_lines += 1
         if self.matrix_header is not None and self._matrix_line(line):
             return
@@ -256,6 +253,8 @@ class _Reader:
         msg = match["msg"].strip()
         if match["level"] == "WARN":
             log.warnings.append(msg)
+            stamp = _WARN_TIME.match(strip_ansi(raw)) if raw[:1] in "[\x1b" else None
+            log.warning_times.append(stamp["time"] if stamp else None)
         self._message(msg, pid)
 
     def _message(self, msg: str, pid: int) -> None:
@@ -366,6 +365,8 @@ class _Reader:
         }
         known = self.comms.setdefault((pid, m["comm"], int(m["rank"])), facts)
         known.update({key: value for key, value in facts.items() if value is not None})
+        if groups.get("phase"):  # `- Init START` / `- Init COMPLETE`: did this rank finish init?
+            known["init_complete"] = known.get("init_complete") or groups["phase"] == "COMPLETE"
 
     def _trees(self, entries: str) -> None:
         self.log.tree_channels = max(self.log.tree_channels or 0, entries.count("["))

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import DTYPES, NcclTestsRun
-from ncclprobe.records import SCHEMA_VERSION, config_id
+from ncclprobe.records import SCHEMA_VERSION, Status, config_id
 from ncclprobe.secrets import mask_argv
 
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
@@ -77,7 +77,7 @@ def to_records(
         "config_id": cid,
         "settings": settings,
         "pool": 0,
-        "status": "ok" if not run.out_of_bounds else "wrong",
+        "status": Status.OK if not run.out_of_bounds else Status.WRONG,
         "reason": None
         if not run.out_of_bounds
         else f"nccl-tests counted {run.out_of_bounds} wrong values",
@@ -110,7 +110,7 @@ def _result(
         "size_bytes": row.size_bytes,
         "count": row.count,
         "nranks": run.nranks,
-        "status": "wrong" if wrong else "ok",
+        "status": Status.WRONG if wrong else Status.OK,
         "reason": f"{wrong} wrong elements" if wrong else None,
         "time_us": m.time_us,
         "time_us_p10": None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.text import clean_line
+from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.p2p import P2P_LEVELS, PATH_TYPES
 from ncclprobe.numbers import ascii_re
@@ -127,6 +127,11 @@ class Topology:
 
 def _smi_rank(code: str) -> int:
     return _SMI_ORDER.index("NV" if code.startswith("NV") else ("SYS" if code == "SOC" else code))
+
+
+def load_topo(path) -> Topology:
+    """The one loader of a saved `nvidia-smi topo -m` (topo --from, knobs --lint --topo)."""
+    return parse_topo(read_text_file(path, "topology file"))
 
 
 def parse_topo(text: str) -> Topology:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.names import ALGORITHM_TOKENS, PROTOCOL_TOKENS
 from ncclprobe.nccl.p2p import (
     LEGACY_P2P_LEVELS,
     P2P_LEVEL_SINCE,
@@ -71,20 +72,6 @@ class Knob:
     extra: dict = field(default_factory=dict)
 
 
-PROTOCOLS = ("LL", "LL128", "Simple")
-# every NCCL_ALGO token some release accepts, spelled as ncclAlgoStr spells them; which release
-# accepts which: ALGORITHM_SINCE and ALGORITHM_UNTIL
-ALGORITHMS = (
-    "Ring",
-    "Tree",
-    "CollNet",
-    "CollNetDirect",
-    "CollNetChain",
-    "NVLS",
-    "NVLSTree",
-    "PAT",
-)
-COLLECTIVE_NAMES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 DEBUG_SUBSYSTEMS = (
     "INIT",
@@ -117,21 +104,6 @@ DEBUG_SUBSYSTEM_SINCE = {
     "ALLOC_HOST": (2, 30, 7),
 }
 
-# The first release whose ncclAlgoStr (src/init.cc) holds each NCCL_ALGO token (lower case), and the
-# first that no longer does: v2.13.4-1 Tree, Ring, CollNet; v2.14.3-1 CollNet split into
-# CollNetDirect and CollNetChain (parseList compares whole tokens: `CollNet` is unknown from 2.14);
-# v2.17.1-1 NVLS; v2.18.1-1 NVLSTree; v2.23.4-1 PAT
-ALGORITHM_SINCE = {
-    "collnetdirect": (2, 14, 0),
-    "collnetchain": (2, 14, 0),
-    "nvls": (2, 17, 0),
-    "nvlstree": (2, 18, 0),
-    "pat": (2, 23, 0),
-}
-ALGORITHM_UNTIL = {"collnet": (2, 14, 0)}
-# Versions are compared as NCCL numbers them: a change that came with the first release of a series
-# (v2.14.3-1 is the first 2.14) is pinned at x.y.0, one inside a series at its release (2.27.5).
-
 _PARAM = (
     "NCCL_PARAM static cache (src/include/param.h), read and logged by ncclLoadParam "
     "(src/misc/param.cc): once per process"
@@ -146,7 +118,7 @@ KNOBS: dict[str, Knob] = {
             name="NCCL_PROTO",
             scope=Scope.COMMUNICATOR,
             kind=Kind.TOKENS,
-            values=PROTOCOLS,
+            values=PROTOCOL_TOKENS,
             summary="Protocols NCCL may use: LL (low latency), LL128, Simple (bandwidth).",
             default="NCCL's cost model picks per size; LL128 only where NCCL's own rule allows it (every hop "
             "in the node NVLink, the network hop within PXB or PXN, GPUs alike, a verified architecture: "
@@ -185,7 +157,7 @@ KNOBS: dict[str, Knob] = {
             name="NCCL_ALGO",
             scope=Scope.COMMUNICATOR,
             kind=Kind.TOKENS,
-            values=ALGORITHMS,
+            values=ALGORITHM_TOKENS,
             summary="Algorithms NCCL may use for collectives (Ring, Tree, NVLS, ...).",
             default="NCCL's cost model picks per size",
             syntax="comma list, case-insensitive, no spaces; ^ excludes; 2.24+ per-collective "

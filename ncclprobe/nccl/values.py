@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import COLLECTIVE_NAMES, DEBUG_SUBSYSTEMS, KNOBS, PROTOCOLS, Kind, Knob
+from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEMS, KNOBS, Kind, Knob
+from ncclprobe.nccl.names import PROTOCOL_TOKENS, TUNED_FUNCTIONS
 from ncclprobe.nccl.p2p import LEGACY_P2P_LEVELS, is_legacy_level
 
 
@@ -157,8 +158,8 @@ def _validate_tokens(row: Knob, value: str) -> str:
     for clause in value.split(";"):
         tokens = clause.split(":", 1)[-1] if ":" in clause else clause
         prefix = clause.split(":", 1)[0] if ":" in clause else None
-        if prefix is not None and prefix.lower() not in COLLECTIVE_NAMES:
-            hint = spaced if prefix.strip().lower() in COLLECTIVE_NAMES else ""
+        if prefix is not None and prefix.lower() not in TUNED_FUNCTIONS:
+            hint = spaced if prefix.strip().lower() in TUNED_FUNCTIONS else ""
             raise UsageProblem(f"{row.name}={value!r}: unknown collective {prefix!r}{hint}")
         for token in tokens.lstrip("^").split(","):
             if token and token.lower() not in allowed:
@@ -211,7 +212,7 @@ def protocol_states(value: str) -> dict[str, dict[str, str]]:
     "off": the setting turns it off.
     """
     return {
-        scope: {proto: ("forced" if clause.allows(proto) else "off") for proto in PROTOCOLS}
+        scope: {proto: ("forced" if clause.allows(proto) else "off") for proto in PROTOCOL_TOKENS}
         for scope, clause in token_lists(value).items()
     }
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.recommend.load import load_evidence
+from ncclprobe.recommend.load import load_measurements
 from ncclprobe.recommend.recommendation import SCHEMA_VERSION, Recommendation, build_recommendation
 from ncclprobe.recommend.workload import Workload
-from ncclprobe.records import read_results, short_label
+from ncclprobe.records import Status, read_results, short_label
 from ncclprobe.stats import DEFAULT_MIN_GAIN, gain, significant_totals
 from ncclprobe.verdict import Verdict
 
@@ -51,9 +51,9 @@ class RecommendationSet:
         """FINDINGS when a configuration was excluded for wrong results, a hang or an error."""
         return Verdict.of(
             any(
-                e.status in ("wrong", "hang", "error")
+                e.status in (Status.WRONG, Status.HANG, Status.ERROR)
                 for r in self.recs
-                for e in r.evidence.excluded
+                for e in r.measurements.excluded
             )
         )
 
@@ -81,9 +81,9 @@ def collectives_in(paths: list[str | Path]) -> list[str]:
     """Every collective the results measured, in the order first seen."""
     seen: dict[str, None] = {}
     for path in paths:
-        for record in read_results(path).results:
-            if record.get("collective"):
-                seen.setdefault(record["collective"], None)
+        for record in read_results(path).result_records():
+            if record.collective:
+                seen.setdefault(record.collective, None)
     return list(seen)
 
 
@@ -104,7 +104,7 @@ def build_recommendations(
     recs, problems = [], {}
     for name in names:
         try:
-            evidence = load_evidence(paths, collective=name, mode=mode, files=files)
+            measurements = load_measurements(paths, collective=name, mode=mode, files=files)
             recs.append(
                 build_recommendation(
                     paths,
@@ -113,7 +113,7 @@ def build_recommendations(
                     min_gain=min_gain,
                     allow_ll128=allow_ll128,
                     baseline=baseline,
-                    evidence=evidence,
+                    measurements=measurements,
                 )
             )
         except UsageProblem as exc:
@@ -165,7 +165,7 @@ def combine(
     conflicts = _conflicts(recs)
     chosen = best if ok else base
     hurt = [
-        r.evidence.collective
+        r.measurements.collective
         for r in recs
         if chosen != base
         and chosen in r.overall.totals_us
@@ -182,8 +182,8 @@ def combine(
     elif conflicts:
         notes.append(TUNER_ADVICE)
     env = (
-        dict(sorted(recs[0].evidence.curves[chosen].settings.items()))
-        if chosen in recs[0].evidence.curves
+        dict(sorted(recs[0].measurements.curves[chosen].settings.items()))
+        if chosen in recs[0].measurements.curves
         else {}
     )
     if chosen == "default":
@@ -201,7 +201,7 @@ def combine(
 
 def _conflicts(recs: list[Recommendation]) -> list[str]:
     """One line when the collectives' own global choices differ."""
-    choices = {r.evidence.collective: r.overall.config_id for r in recs}
+    choices = {r.measurements.collective: r.overall.config_id for r in recs}
     if len(set(choices.values())) <= 1:
         return []
     return [

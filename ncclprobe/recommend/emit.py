@@ -18,6 +18,7 @@ import json
 import math
 import shlex
 
+from ncclprobe.nccl.names import TUNER_ALGORITHMS, TUNER_COLLECTIVES, TUNER_PROTOCOLS
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.recommend.recommendation import Recommendation
 from ncclprobe.recommend.select import NO_WINNER
@@ -39,23 +40,6 @@ TUNER_COLUMNS = (
 )
 TUNER_LINE_MAX = 255  # plugin.c MAX_LINE_LENGTH 256, including the newline
 TUNER_MAX_BYTES = 4294967295  # the example plugin's documented "covers all sizes" upper bound
-TUNER_COLLECTIVES = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-}
-TUNER_ALGORITHMS = {
-    "ring": "ring",
-    "tree": "tree",
-    "collnetdirect": "collnet_direct",
-    "collnetchain": "collnet_chain",
-    "nvls": "nvls",
-    "nvlstree": "nvls_tree",
-    "pat": "pat",
-}
-TUNER_PROTOCOLS = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
 
 
 def render(kind: str, recs) -> str:
@@ -79,10 +63,10 @@ def env_snippet(recs) -> str:
     """A POSIX shell snippet: `source` it in the shell that launches the job."""
     recs = as_set(recs)
     first = recs.recs[0]
-    names = ", ".join(f"{r.evidence.collective} ({r.evidence.mode})" for r in recs.recs)
+    names = ", ".join(f"{r.measurements.collective} ({r.measurements.mode})" for r in recs.recs)
     lines = [
         f"# ncclprobe recommend: NCCL settings for {names}, weighted by {first.workload.source}",
-        f"# from: {' '.join(first.evidence.paths)}",
+        f"# from: {' '.join(first.measurements.paths)}",
         f"# gains are relative to {first.against}",
     ]
     if not recs.change:
@@ -126,8 +110,10 @@ def launch_notes(
 def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
     """The CSV rows for every non-default size range, and comments for ranges left out."""
     rows, skipped = [], []
-    coll = TUNER_COLLECTIVES.get(rec.evidence.collective)
-    nranks = str(rec.evidence.nranks) if rec.evidence.nranks and not _multi_node(rec) else "-1"
+    coll = TUNER_COLLECTIVES.get(rec.measurements.collective)
+    nranks = (
+        str(rec.measurements.nranks) if rec.measurements.nranks and not _multi_node(rec) else "-1"
+    )
     nnodes = "-1" if _multi_node(rec) else "1"
     bounds = _range_bounds([(r.min_size_bytes, r.max_size_bytes) for r in rec.ranges])
     for r, (lo, hi) in zip(rec.ranges, bounds):
@@ -137,7 +123,7 @@ def tuner_rows(rec: Recommendation) -> tuple[list[list[str]], list[str]]:
         choice = _algo_proto(rec, r.config_id, r.min_size_bytes, r.max_size_bytes)
         if coll is None or isinstance(choice, str):
             skipped.append(
-                f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.evidence.collective}"
+                f"{span} {r.config_id}: {choice if coll else 'the tuner has no ' + rec.measurements.collective}"
             )
             continue
         rows.append(
@@ -153,19 +139,19 @@ def tuner_csv(recs) -> str:
         r, s = tuner_rows(rec)
         rows += r
         skipped += [
-            f"{line} ({rec.evidence.collective})" if len(recs.recs) > 1 else line for line in s
+            f"{line} ({rec.measurements.collective})" if len(recs.recs) > 1 else line for line in s
         ]
     rec = recs.recs[0]
-    measured = ", ".join(f"{r.evidence.collective} {r.evidence.mode}" for r in recs.recs)
+    measured = ", ".join(f"{r.measurements.collective} {r.measurements.mode}" for r in recs.recs)
     head = [
         "# NCCL example tuner plugin configuration, written by ncclprobe recommend",
-        f"# measured: {measured}, {rec.evidence.nranks} ranks "
+        f"# measured: {measured}, {rec.measurements.nranks} ranks "
         + (
             "from a torchrun plan (node and rank counts not recorded: rows use -1)"
             if _multi_node(rec)
             else "on one node"
         )
-        + f"; NCCL {rec.evidence.nccl_version or 'version unknown'}",
+        + f"; NCCL {rec.measurements.nccl_version or 'version unknown'}",
         "# Format: NCCL 2.27.5 and later (plugins/tuner/example; 10 fields, 8 and 9 also accepted).",
         "# Older NCCL ships an example plugin without a config file (2.21-2.26 only force ring/simple).",
         "# Load it: build libnccl-tuner-example.so from NCCL's plugins/tuner/example (make), then",
@@ -198,7 +184,7 @@ def _multi_node(rec: Recommendation) -> bool:
     """Results collected from a `sweep --torchrun-dir` plan ran on however many nodes the user
     launched; their headers record neither that nor the real world size, so tuner rows must not
     claim nNodes 1 or the planning host's rank count (rows that never match do nothing)."""
-    return any("collected_at" in header for header in rec.evidence.headers)
+    return any("collected_at" in header for header in rec.measurements.headers)
 
 
 def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -214,12 +200,12 @@ def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _algo_proto(rec: Recommendation, cid: str, lo: int, hi: int) -> tuple[str, str] | str:
     """(algorithm, protocol) for the tuner, or the reason it cannot be told."""
-    curve = rec.evidence.curves[cid]
+    curve = rec.measurements.curves[cid]
     algo = _single(curve.settings.get("NCCL_ALGO"), TUNER_ALGORITHMS)
     proto = _single(curve.settings.get("NCCL_PROTO"), TUNER_PROTOCOLS)
-    coll = COLLECTIVES.get(rec.evidence.collective)
+    coll = COLLECTIVES.get(rec.measurements.collective)
     size = (
-        (lambda t: coll.tuning_size(_tuning_bytes(t), rec.evidence.nranks or 1))
+        (lambda t: coll.tuning_size(_tuning_bytes(t), rec.measurements.nranks or 1))
         if coll
         else _tuning_bytes
     )
@@ -254,4 +240,4 @@ def _agreed(values: list[str | None]) -> str | None:
 
 def _same_collective(entry: dict, rec: Recommendation) -> bool:
     name = str(entry.get("collective") or "").lower().replace("_", "")
-    return not name or name == rec.evidence.collective.replace("_", "")
+    return not name or name == rec.measurements.collective.replace("_", "")

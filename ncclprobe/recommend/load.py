@@ -13,12 +13,12 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.node import NodeFacts
-from ncclprobe.records import ResultsFile, config_id, read_results
+from ncclprobe.records import ResultRecord, ResultsFile, Status, config_id, read_results
 from ncclprobe.sizes import format_size
 from ncclprobe.stats import Point, merge
 
-BAD_CONFIG_STATUSES = ("hang", "error", "wrong", "ignored", "skipped")
-BAD_RESULT_STATUSES = ("wrong", "ignored", "hang", "error")
+BAD_CONFIG_STATUSES = (Status.HANG, Status.ERROR, Status.WRONG, Status.IGNORED, Status.SKIPPED)
+BAD_RESULT_STATUSES = (Status.WRONG, Status.IGNORED, Status.HANG, Status.ERROR)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Exclusion:
 
     config_id: str
     settings: dict
-    status: str  # wrong | hang | error | ignored | skipped
+    status: Status  # wrong | hang | error | ignored | skipped
     reason: str
 
 
@@ -43,7 +43,7 @@ class Curve:
 
 
 @dataclass
-class Evidence:
+class Measurements:
     """Everything recommend and report need from the results files."""
 
     paths: list[str]
@@ -69,7 +69,7 @@ class Evidence:
         return self.curves.get("default")
 
 
-def load_evidence(
+def load_measurements(
     paths: list[str | Path],
     *,
     collective: str = "all_reduce",
@@ -77,7 +77,7 @@ def load_evidence(
     dtype: str | None = None,
     op: str | None = None,
     files: list[ResultsFile] | None = None,
-) -> Evidence:
+) -> Measurements:
     """Read every file, merge configurations across files, keep `collective` in `mode` (eager when
     measured, else graph, unless given), for one dtype and reduction op (the most measured unless given)."""
     if not paths:
@@ -87,12 +87,12 @@ def load_evidence(
     files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
-    results = [r for f in files for r in f.results]
+    results = [r for f in files for r in f.result_records()]
     mode = mode or _pick_mode(results, collective)
-    mine = [r for r in results if r.get("collective") == collective and r.get("mode") == mode]
+    mine = [r for r in results if r.collective == collective and r.mode == mode]
     dtype, op, notes = _pick(mine, "dtype", dtype, "float32"), _pick(mine, "op", op, "sum"), []
     for key, chosen in (("dtype", dtype), ("op", op)):
-        others = sorted({str(r.get(key)) for r in mine} - {str(chosen), "None"})
+        others = sorted({str(getattr(r, key)) for r in mine} - {str(chosen), "None"})
         if others:
             notes.append(
                 f"{collective} was measured with {key} {', '.join(others)} too; this uses {chosen} "
@@ -108,7 +108,7 @@ def load_evidence(
         raise UsageProblem(
             f"no {collective} results in {mode} mode in {', '.join(map(str, paths))}"
         )
-    return Evidence(
+    return Measurements(
         paths=[str(p) for p in paths],
         headers=[f.header for f in files],
         collective=collective,
@@ -127,27 +127,25 @@ def load_evidence(
     )
 
 
-def _pick(records: list[dict], key: str, given: str | None, preferred: str) -> str | None:
+def _pick(records: list[ResultRecord], key: str, given: str | None, preferred: str) -> str | None:
     """The value of `key` to use: the one given, else `preferred` when measured, else the most measured."""
     if given is not None:
         return given
     counts: dict = {}
     for r in records:
-        counts[r.get(key)] = counts.get(r.get(key), 0) + 1
+        counts[getattr(r, key)] = counts.get(getattr(r, key), 0) + 1
     if preferred in counts or not counts:
         return preferred if counts else None
     return max(counts, key=lambda v: (counts[v], str(v)))
 
 
-def _other_case(record: dict, collective: str, dtype: str | None, op: str | None) -> bool:
+def _other_case(record: ResultRecord, collective: str, dtype: str | None, op: str | None) -> bool:
     """A result of this collective measured with another dtype or op: not part of these curves (records
     written before ops were measured carry no op: they count as sum)."""
-    if record.get("collective") != collective:
+    if record.collective != collective:
         return False
-    rec_op = record.get("op") or (
-        "sum" if record.get("redop", "sum") == "sum" else record.get("redop")
-    )
-    return (dtype is not None and record.get("dtype") != dtype) or (op is not None and rec_op != op)
+    rec_op = record.op or ("sum" if (record.redop or "sum") == "sum" else record.redop)
+    return (dtype is not None and record.dtype != dtype) or (op is not None and rec_op != op)
 
 
 def _same_rank_count(files: list[ResultsFile], paths) -> None:
@@ -168,61 +166,65 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
         for record in f.configs:
             cid = record.get("config_id") or config_id(record.get("settings") or {})
             previous = configs.get(cid)
-            if previous is None or previous.get("status") == "ok":  # a bad status anywhere wins
+            if (
+                previous is None or previous.get("status") == Status.OK
+            ):  # a bad status anywhere wins
                 configs[cid] = record
         for record in f.results:
             configs.setdefault(
                 record["config_id"],
                 {
                     "config_id": record["config_id"],
-                    "status": "ok",
+                    "status": Status.OK,
                     "settings": record.get("settings") or {},
                 },
             )
     return configs
 
 
-def _pick_mode(results: list[dict], collective: str) -> str:
-    modes = {r.get("mode") for r in results if r.get("collective") == collective}
+def _pick_mode(results: list[ResultRecord], collective: str) -> str:
+    modes = {r.mode for r in results if r.collective == collective}
     return "eager" if "eager" in modes or not modes else sorted(m for m in modes if m)[0]
 
 
-def _exclusions(configs: dict[str, dict], results: list[dict]) -> list[Exclusion]:
+def _exclusions(configs: dict[str, dict], results: list[ResultRecord]) -> list[Exclusion]:
     out = []
     for cid, record in configs.items():
         settings = record.get("settings") or {}
-        status = record.get("status") or "ok"
+        status = record.get("status") or Status.OK
         if status in BAD_CONFIG_STATUSES:
             out.append(
-                Exclusion(cid, settings, status, _config_reason(status, record.get("reason")))
+                Exclusion(
+                    cid, settings, Status(status), _config_reason(status, record.get("reason"))
+                )
             )
             continue
-        bad = [r for r in results if r["config_id"] == cid and _result_is_bad(r)]
+        bad = [r for r in results if r.config_id == cid and _result_is_bad(r)]
         if bad:
             out.append(Exclusion(cid, settings, _result_status(bad[0]), _result_reason(bad)))
     return sorted(out, key=lambda e: e.config_id)
 
 
-def _result_is_bad(record: dict) -> bool:
-    return record.get("status") in BAD_RESULT_STATUSES or (record.get("wrong") or 0) > 0
+def _result_is_bad(record: ResultRecord) -> bool:
+    return record.status in BAD_RESULT_STATUSES or (record.wrong or 0) > 0
 
 
-def _result_status(record: dict) -> str:
-    return "wrong" if (record.get("wrong") or 0) > 0 else record.get("status")
+def _result_status(record: ResultRecord) -> Status:
+    return Status.WRONG if (record.wrong or 0) > 0 else record.status
 
 
 def _config_reason(status: str, reason: str | None) -> str:
     lead = {
-        "ignored": "the settings did not take effect",
-        "skipped": "not measured",
-        "hang": "hung",
-        "error": "failed",
-        "wrong": "wrong results",
+        Status.IGNORED: "the settings did not take effect",
+        Status.SKIPPED: "not measured",
+        Status.HANG: "hung",
+        Status.ERROR: "failed",
+        Status.WRONG: "wrong results",
     }[status]
     return f"{lead}: {reason}" if reason else lead
 
 
-def _result_reason(bad: list[dict]) -> str:
+def _result_reason(bad: list[ResultRecord]) -> str:
     """`wrong results at 64K (12 wrong elements), 1M (3 wrong elements)`; `hung at 4M: ...`."""
     first = bad[0]
     status = _result_status(first)
@@ -230,35 +232,35 @@ def _result_reason(bad: list[dict]) -> str:
         f" and {len(bad) - 4} more" if len(bad) > 4 else ""
     )
     lead = {
-        "wrong": "wrong results at",
-        "ignored": "settings did not take effect at",
-        "hang": "hung at",
-        "error": "failed at",
+        Status.WRONG: "wrong results at",
+        Status.IGNORED: "settings did not take effect at",
+        Status.HANG: "hung at",
+        Status.ERROR: "failed at",
     }[status]
-    tail = f": {first['reason']}" if status != "wrong" and first.get("reason") else ""
+    tail = f": {first.reason}" if status != Status.WRONG and first.reason else ""
     return f"{lead} {where}{tail}"
 
 
-def _where(record: dict) -> str:
-    size = format_size(record["size_bytes"]) if record.get("size_bytes") else "?"
-    label = f"{record.get('collective', '?')} {size} {record.get('mode', '')}".strip()
-    wrong = record.get("wrong") or 0
+def _where(record: ResultRecord) -> str:
+    size = format_size(record.size_bytes) if record.size_bytes else "?"
+    label = f"{record.collective or '?'} {size} {record.mode}".strip()
+    wrong = record.wrong or 0
     return f"{label} ({wrong} wrong elements)" if wrong else label
 
 
 def _curves(
-    configs: dict[str, dict], results: list[dict], collective: str, mode: str
+    configs: dict[str, dict], results: list[ResultRecord], collective: str, mode: str
 ) -> dict[str, Curve]:
     grouped: dict[str, dict[int, list[Point]]] = {}
     checked: dict[str, bool] = {}
     for r in results:
-        cid = r["config_id"]
-        if r.get("status") != "ok":
+        cid = r.config_id
+        if r.status != Status.OK:
             continue
-        checked[cid] = checked.get(cid, True) and r.get("wrong") == 0
-        if r.get("collective") != collective or r.get("mode") != mode or not r.get("time_us"):
+        checked[cid] = checked.get(cid, True) and r.wrong == 0
+        if r.collective != collective or r.mode != mode or not r.time_us:
             continue
-        grouped.setdefault(cid, {}).setdefault(int(r["size_bytes"]), []).append(_point(r))
+        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r))
     return {
         cid: Curve(
             config_id=cid,
@@ -271,25 +273,25 @@ def _curves(
     }
 
 
-def _marks(results: list[dict], collective: str, mode: str) -> dict[str, dict[int, str]]:
+def _marks(results: list[ResultRecord], collective: str, mode: str) -> dict[str, dict[int, str]]:
     """Where measurements went bad, for the report's heatmap: config -> size -> status."""
     marks: dict[str, dict[int, str]] = {}
     for r in results:
-        if r.get("collective") == collective and r.get("mode") == mode and _result_is_bad(r):
-            marks.setdefault(r["config_id"], {})[int(r.get("size_bytes") or 0)] = _result_status(r)
+        if r.collective == collective and r.mode == mode and _result_is_bad(r):
+            marks.setdefault(r.config_id, {})[r.size_bytes or 0] = _result_status(r)
     return marks
 
 
-def _point(record: dict) -> Point:
-    time_us = float(record["time_us"])
-    p10, p90 = record.get("time_us_p10"), record.get("time_us_p90")
+def _point(record: ResultRecord) -> Point:
+    time_us = float(record.time_us)
+    p10, p90 = record.time_us_p10, record.time_us_p90
     return Point(
-        size_bytes=int(record["size_bytes"]),
+        size_bytes=record.size_bytes,
         time_us=time_us,
         p10_us=float(p10) if p10 is not None else time_us,
         p90_us=float(p90) if p90 is not None else time_us,
-        busbw_gbps=record.get("busbw_gbps"),
-        trials=int(record.get("trials") or 1),
+        busbw_gbps=record.busbw_gbps,
+        trials=int(record.trials or 1),
     )
 
 

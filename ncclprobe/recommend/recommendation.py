@@ -1,4 +1,4 @@
-"""Assemble a recommendation: evidence -> safe candidates -> per-size and global choices.
+"""Assemble a recommendation: measurements -> safe candidates -> per-size and global choices.
 
 The baseline is the all-default configuration; the user may name another (`baseline=`, the
 settings their job runs with today, for imported runs that never measured the default). With no
@@ -18,7 +18,7 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.recommendation_file import SCHEMA_VERSION
 from ncclprobe.recommend import select
-from ncclprobe.recommend.load import Evidence, load_evidence
+from ncclprobe.recommend.load import Measurements, load_measurements
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
 from ncclprobe.recommend.workload import Workload, uniform
 from ncclprobe.records import config_id, short_label
@@ -29,7 +29,7 @@ AGAINST_DEFAULT, AGAINST_BASELINE, AMONG_CANDIDATES = "default", "baseline", "ca
 
 @dataclass
 class Recommendation:
-    evidence: Evidence
+    measurements: Measurements
     workload: Workload
     min_gain: float
     refused: dict[str, list[str]]
@@ -49,7 +49,7 @@ class Recommendation:
         """The variables to export: the global choice's settings ({} = leave NCCL's defaults). Against a
         named baseline with no change, the baseline's own settings (what the job keeps running with)."""
         cid = self.overall.config_id if self.change or self.comparison == AGAINST_BASELINE else None
-        curve = self.evidence.curves.get(cid) if cid else None
+        curve = self.measurements.curves.get(cid) if cid else None
         return dict(sorted((curve.settings if curve else {}).items()))
 
     @property
@@ -62,11 +62,11 @@ class Recommendation:
         return "the all-default configuration"
 
     def settings_of(self, cid: str) -> dict:
-        curve = self.evidence.curves.get(cid)
+        curve = self.measurements.curves.get(cid)
         return dict(curve.settings) if curve else {}
 
     def to_json(self) -> dict:
-        ev = self.evidence
+        ev = self.measurements
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "recommendation",
@@ -124,28 +124,28 @@ def build_recommendation(
     baseline: dict[str, str] | None = None,
     dtype: str | None = None,
     op: str | None = None,
-    evidence: Evidence | None = None,
+    measurements: Measurements | None = None,
 ) -> Recommendation:
     """Read `paths` and decide. Raises UsageProblem when the named baseline (or, with none named and
     a default measured, the default) is unusable, or when fewer than two candidates are left."""
-    evidence = evidence or load_evidence(
+    measurements = measurements or load_measurements(
         paths, collective=collective, mode=mode, dtype=dtype, op=op
     )
     base_id = config_id(baseline) if baseline is not None else "default"
-    base = evidence.curves.get(base_id)
+    base = measurements.curves.get(base_id)
     comparison = AGAINST_BASELINE if baseline is not None else AGAINST_DEFAULT
     if base is None:
-        _check_missing_baseline(evidence, base_id, baseline)
+        _check_missing_baseline(measurements, base_id, baseline)
         comparison = AMONG_CANDIDATES
     policy = SafetyPolicy(
-        node=evidence.node,
+        node=measurements.node,
         allow_ll128=allow_ll128,
-        nccl_version=evidence.nccl_version,
-        timing_caveat=timing_caveat(evidence.headers),
+        nccl_version=measurements.nccl_version,
+        timing_caveat=timing_caveat(measurements.headers),
     )
     refused = {
         c.config_id: reasons
-        for c in evidence.curves.values()
+        for c in measurements.curves.values()
         if c.config_id != base_id
         and (
             reasons := refusals(
@@ -154,12 +154,14 @@ def build_recommendation(
         )
     }
     candidates = [
-        c for c in evidence.curves.values() if c.config_id != base_id and c.config_id not in refused
+        c
+        for c in measurements.curves.values()
+        if c.config_id != base_id and c.config_id not in refused
     ]
     if base is None:
         if len(candidates) < 2:
             raise UsageProblem(
-                f"no all-default {evidence.collective} run and fewer than two safe candidates to "
+                f"no all-default {measurements.collective} run and fewer than two safe candidates to "
                 "compare; name the baseline your job runs with today (--baseline NCCL_VAR=value,...)"
             )
         workload = workload or uniform(sorted({s for c in candidates for s in c.points}))
@@ -169,7 +171,7 @@ def build_recommendation(
         choices = select.per_size(base, candidates, min_gain=min_gain)
         overall = select.global_choice(base, candidates, workload, min_gain=min_gain)
     rec = Recommendation(
-        evidence=evidence,
+        measurements=measurements,
         workload=workload,
         min_gain=min_gain,
         refused=refused,
@@ -183,15 +185,17 @@ def build_recommendation(
     return rec
 
 
-def _check_missing_baseline(evidence: Evidence, base_id: str, baseline: dict | None) -> None:
-    bad = next((e for e in evidence.excluded if e.config_id == base_id), None)
+def _check_missing_baseline(
+    measurements: Measurements, base_id: str, baseline: dict | None
+) -> None:
+    bad = next((e for e in measurements.excluded if e.config_id == base_id), None)
     what = "the all-default configuration" if baseline is None else f"the baseline {base_id}"
     if bad is not None:
         raise UsageProblem(f"{what} is excluded ({bad.reason}); nothing can be compared against it")
     if baseline is not None:
-        measured = ", ".join(sorted(evidence.curves)) or "none"
+        measured = ", ".join(sorted(measurements.curves)) or "none"
         raise UsageProblem(
-            f"--baseline {base_id} was not measured for {evidence.collective} {evidence.mode} "
+            f"--baseline {base_id} was not measured for {measurements.collective} {measurements.mode} "
             f"(measured: {measured})"
         )
 
@@ -214,7 +218,7 @@ def _baseline_notes(rec: Recommendation, base, policy) -> list[str]:
 
 def _notes(rec: Recommendation) -> list[str]:
     notes = list(rec.overall.notes)
-    points = [p for c in rec.evidence.curves.values() for p in c.points.values()]
+    points = [p for c in rec.measurements.curves.values() for p in c.points.values()]
     if points and all(p.trials <= 1 for p in points):
         notes.append(
             "the results carry no trial spread (one trial per size); "
@@ -226,7 +230,7 @@ def _notes(rec: Recommendation) -> list[str]:
             f"{short_label(rec.settings_of(best))} is {100 * rec.overall.gain:.1f}% faster over the "
             "workload, inside the noise or below the floor: no change recommended"
         )
-    share, mode = rec.workload.graphed_share, rec.evidence.mode
+    share, mode = rec.workload.graphed_share, rec.measurements.mode
     if share is not None and (share > 0.5) != (mode == "graph"):
         other = "graph" if mode == "eager" else "eager"
         notes.append(

@@ -16,7 +16,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run import RunSet, load_any
 from ncclprobe.recommend import Recommendation, build_recommendation
 from ncclprobe.recommend.collectives import collectives_in, combine
-from ncclprobe.recommend.load import Evidence, load_evidence
+from ncclprobe.recommend.load import Measurements, load_measurements
 from ncclprobe.recommend.workload import Workload, from_runs
 from ncclprobe.report import html, markdown, plots
 from ncclprobe.report.content import collective_sections, run_sections
@@ -76,7 +76,7 @@ def build_report(
     reported = []  # (name, evidence, recommendation, why none)
     for name in names:
         try:
-            ev = load_evidence(results, collective=name, mode=mode)
+            ev = load_measurements(results, collective=name, mode=mode)
         except UsageProblem as exc:
             if len(names) == 1:
                 raise
@@ -170,9 +170,9 @@ def _names(engine: RunSet) -> str:
 
 
 def _figures(
-    ev: Evidence, results, collective: str, fig_dir: Path, refused: frozenset[str]
+    ev: Measurements, results, collective: str, fig_dir: Path, refused: frozenset[str]
 ) -> dict[str, list[plots.Figure]]:
-    eager, graph = (_mode_evidence(results, collective, m) for m in ("eager", "graph"))
+    eager, graph = (_mode_measurements(results, collective, m) for m in ("eager", "graph"))
     return {
         "latency": plots.latency(ev, fig_dir),
         "busbw": plots.busbw(ev, fig_dir),
@@ -181,9 +181,9 @@ def _figures(
     }
 
 
-def _mode_evidence(results, collective: str, mode: str) -> Evidence | None:
+def _mode_measurements(results, collective: str, mode: str) -> Measurements | None:
     try:
-        ev = load_evidence(results, collective=collective, mode=mode)
+        ev = load_measurements(results, collective=collective, mode=mode)
     except UsageProblem:
         return None
     return ev if ev.curves else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ncclprobe.evidence.run import RunSet
 from ncclprobe.recommend import Recommendation
 from ncclprobe.recommend.emit import env_snippet
-from ncclprobe.recommend.load import Evidence
+from ncclprobe.recommend.load import Measurements
 from ncclprobe.records import short_label
 from ncclprobe.report.plots import Figure
 from ncclprobe.secrets import display_value
@@ -51,7 +51,7 @@ class Section:
 
 
 def collective_sections(
-    ev: Evidence,
+    ev: Measurements,
     rec: Recommendation | None,
     rec_problem: str | None,
     figures: dict[str, list[Figure]],
@@ -67,7 +67,7 @@ def collective_sections(
 
 
 def run_sections(
-    ev: Evidence, engine: RunSet | None, figures: dict[str, list[Figure]]
+    ev: Measurements, engine: RunSet | None, figures: dict[str, list[Figure]]
 ) -> list[Section]:
     """What every collective shares: the engine run (trace, profiles or server log) and the runs' environment."""
     return ([_engine(engine, figures)] if engine is not None else []) + [_environment(ev, engine)]
@@ -80,7 +80,7 @@ def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
     if rec.change:
         section.text(
             f"Set {', '.join(f'`{k}={v}`' for k, v in rec.env.items())}: "
-            f"{100 * rec.overall.gain:.1f}% less {rec.evidence.collective} time for {rec.workload.source}, "
+            f"{100 * rec.overall.gain:.1f}% less {rec.measurements.collective} time for {rec.workload.source}, "
             f"against {rec.against}."
         )
     else:
@@ -121,7 +121,7 @@ def _recommendation(rec: Recommendation | None, problem: str | None) -> Section:
     return section.code(env_snippet(rec))
 
 
-def _measurements(ev: Evidence, figures: dict[str, list[Figure]]) -> Section:
+def _measurements(ev: Measurements, figures: dict[str, list[Figure]]) -> Section:
     section = Section(
         f"Measurements: {ev.collective}, {ev.mode}, {ev.nranks} rank{'s' if ev.nranks != 1 else ''}"
     )
@@ -133,7 +133,7 @@ def _measurements(ev: Evidence, figures: dict[str, list[Figure]]) -> Section:
     return section
 
 
-def _exclusions(ev: Evidence) -> Section:
+def _exclusions(ev: Measurements) -> Section:
     section = Section("Excluded configurations")
     if not ev.excluded:
         return section.text("None: every configuration gave correct results and finished.")
@@ -194,7 +194,7 @@ def _engine(engine: RunSet, figures: dict[str, list[Figure]]) -> Section:
     return section
 
 
-def _environment(ev: Evidence, engine: RunSet | None) -> Section:
+def _environment(ev: Measurements, engine: RunSet | None) -> Section:
     section = Section("Environment and versions")
     rows = []
     for path, header in zip(ev.paths, ev.headers):

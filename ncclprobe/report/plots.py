@@ -22,9 +22,9 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from ncclprobe.evidence.run.modes import Mode  # noqa: E402
-from ncclprobe.recommend.load import Curve, Evidence  # noqa: E402
+from ncclprobe.recommend.load import Curve, Measurements  # noqa: E402
 from ncclprobe.recommend.safety import timing_caveat  # noqa: E402
-from ncclprobe.records import short_label  # noqa: E402
+from ncclprobe.records import Status, short_label  # noqa: E402
 from ncclprobe.sizes import format_size  # noqa: E402
 
 PHASE_ORDER = ("decode", "draft", "verify", "accept", "draft_extend", "host")
@@ -38,7 +38,7 @@ class Figure:
     svg: Path
 
 
-def latency(ev: Evidence, out: Path) -> list[Figure]:
+def latency(ev: Measurements, out: Path) -> list[Figure]:
     """Median time against size per configuration, log-log, with the p10-p90 band."""
     if not ev.curves:
         return []
@@ -61,7 +61,7 @@ def latency(ev: Evidence, out: Path) -> list[Figure]:
     return [_save(fig, ax, out, "latency", title, timing_caveat(ev.headers))]
 
 
-def busbw(ev: Evidence, out: Path) -> list[Figure]:
+def busbw(ev: Measurements, out: Path) -> list[Figure]:
     """Bus bandwidth (nccl-tests' busbw) against size per configuration."""
     curves = [c for c in ev.curves.values() if any(p.busbw_gbps for p in c.points.values())]
     if not curves:
@@ -94,7 +94,9 @@ def busbw(ev: Evidence, out: Path) -> list[Figure]:
     ]
 
 
-def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset()) -> list[Figure]:
+def speedup_heatmap(
+    ev: Measurements, out: Path, refused: frozenset[str] = frozenset()
+) -> list[Figure]:
     """Speedup over the default (default time / config time) per configuration and size, the
     value written in each cell; cells where a configuration gave wrong results, hung or failed
     are marked instead. Excluded and refused (unsafe) configurations say so in their row label.
@@ -158,7 +160,9 @@ def speedup_heatmap(ev: Evidence, out: Path, refused: frozenset[str] = frozenset
     return [_write(fig, out, "speedup", "speedup over default", timing_caveat(ev.headers))]
 
 
-def eager_vs_graph(eager: Evidence | None, graph: Evidence | None, out: Path) -> list[Figure]:
+def eager_vs_graph(
+    eager: Measurements | None, graph: Measurements | None, out: Path
+) -> list[Figure]:
     """Time per size of each configuration measured both eagerly and inside a CUDA graph."""
     if eager is None or graph is None:
         return []
@@ -258,13 +262,19 @@ def acceptance(runs: list, out: Path) -> list[Figure]:
     return [_save(fig, ax, out, "acceptance", "speculative acceptance")]
 
 
-def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
+def _speedup_grid(ev: Measurements, rows: list[str], sizes: list[int]):
     """(speedups by row and size, marks of failed cells, the cells whose difference from the default
     is beyond the noise, faster or slower)."""
     from ncclprobe.stats import significant
 
     grid, marks, real = [], {}, set()
-    symbols = {"wrong": "x", "hang": "H", "error": "E", "ignored": "I", "skipped": "-"}
+    symbols = {
+        Status.WRONG: "x",
+        Status.HANG: "H",
+        Status.ERROR: "E",
+        Status.IGNORED: "I",
+        Status.SKIPPED: "-",
+    }
     excluded = {e.config_id: e.status for e in ev.excluded}
     for r, cid in enumerate(rows):
         curve, row_marks = ev.curves.get(cid) or ev.excluded_curves.get(cid), ev.marks.get(cid, {})
@@ -284,7 +294,7 @@ def _speedup_grid(ev: Evidence, rows: list[str], sizes: list[int]):
     return grid, marks, real
 
 
-def _row_label(ev: Evidence, cid: str, refused: frozenset[str]) -> str:
+def _row_label(ev: Measurements, cid: str, refused: frozenset[str]) -> str:
     curve = ev.curves.get(cid)
     settings = (
         curve.settings if curve else next(e.settings for e in ev.excluded if e.config_id == cid)
@@ -305,7 +315,7 @@ def _label(curve: Curve) -> str:
     return short_label(curve.settings)
 
 
-def _colours(ev: Evidence) -> dict[str, object]:
+def _colours(ev: Measurements) -> dict[str, object]:
     """One colour per configuration for every figure: default black, the rest tab10 (tab20 past ten
     configurations, so none repeats) in id order."""
     others = sorted((set(ev.curves) | set(ev.excluded_curves)) - {"default"})
@@ -313,7 +323,7 @@ def _colours(ev: Evidence) -> dict[str, object]:
     return {"default": "black", **{cid: palette(i % palette.N) for i, cid in enumerate(others)}}
 
 
-def _ordered(ev: Evidence) -> list[Curve]:
+def _ordered(ev: Measurements) -> list[Curve]:
     """Default first, so it leads every legend."""
     return sorted(ev.curves.values(), key=lambda c: (c.config_id != "default", c.config_id))
 
@@ -322,7 +332,7 @@ def _colour(i: int):
     return plt.get_cmap("tab10")(i % 10)
 
 
-def _all_sizes(ev: Evidence) -> list[int]:
+def _all_sizes(ev: Measurements) -> list[int]:
     return sorted({s for c in ev.curves.values() for s in c.points})
 
 

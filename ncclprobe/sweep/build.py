@@ -16,9 +16,9 @@ from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import defaults, setup
-from ncclprobe.sweep.plan import DEFAULT, SweepSpec
+from ncclprobe.sweep.defaults import CHOICES
+from ncclprobe.sweep.plan import DEFAULT, PLACEMENTS, SweepSpec
 
-PLACEMENTS = {"both": (True, False), "in": (True,), "out": (False,)}
 OWN_OPTIONS = {"NCCL_PROTO": "--proto", "NCCL_ALGO": "--algo", "NCCL_P2P_LEVEL": "--p2p-level"}
 
 
@@ -27,31 +27,31 @@ class SweepRequest:
     """A sweep as asked for. None: the default of where it runs (`effort`)."""
 
     sizes: tuple[int, ...] | None = None
-    collectives: tuple[str, ...] = ("all_reduce",)  # ("all",): every collective
-    dtypes: tuple[str, ...] = ("float32",)
-    ops: tuple[str, ...] = ("sum",)
-    placement: str = "both"  # both | in | out
+    collectives: tuple[str, ...] = CHOICES.collectives  # ("all",): every collective
+    dtypes: tuple[str, ...] = CHOICES.dtypes
+    ops: tuple[str, ...] = CHOICES.ops
+    placement: str = CHOICES.placement  # both | in | out
     modes: tuple[str, ...] | None = None
     warmup: int | None = None
     iters: int | None = None
     trials: int | None = None
-    agg: int = 1
-    check: bool = True
-    buffers: str = "rotate"
-    path: str = "torch"
-    iter_events: bool = True
-    cost_split: bool = True
+    agg: int = CHOICES.agg
+    check: bool = CHOICES.check
+    buffers: str = CHOICES.buffers
+    path: str = CHOICES.path
+    iter_events: bool = CHOICES.iter_events
+    cost_split: bool = CHOICES.cost_split
     protocols: tuple[str, ...] | None = (
         None  # None: DEFAULT_GRID's, dropped where NCCL tunes nothing
     )
     algorithms: tuple[str, ...] | None = None
-    p2p_levels: tuple[str, ...] = (DEFAULT,)
+    p2p_levels: tuple[str, ...] = CHOICES.p2p_levels
     settings: dict[str, tuple[str, ...]] = field(
         default_factory=dict
     )  # any other NCCL variable -> values
     nranks: int | None = None
-    backend: str = "auto"  # auto | nccl | gloo
-    timeout_s: float = 120.0
+    backend: str = CHOICES.backend  # auto | nccl | gloo
+    timeout_s: float = CHOICES.timeout_s
     share_gpu: int | None = None  # N ranks on GPU 0 (diagnostic)
 
     def grid(self, *, tuning_dropped: bool) -> dict[str, tuple[str, ...]]:

@@ -27,8 +27,10 @@ from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS, element_size
 from ncclprobe.records import config_id
 from ncclprobe.sweep import defaults
+from ncclprobe.sweep.defaults import CHOICES
 
-DEFAULT = "default"  # the grid value meaning "leave the variable unset"
+DEFAULT = defaults.UNSET  # the grid value meaning "leave the variable unset"
+PLACEMENTS = {"both": (True, False), "in": (True,), "out": (False,)}  # --placement: in_place values
 MODES = ("eager", "graph")
 BUFFERS = ("rotate", "reuse")
 PATHS = ("torch", "nccl")
@@ -40,23 +42,23 @@ class SweepSpec:
 
     grid: dict[str, tuple[str, ...]]  # NCCL variable -> values to try ("default" = unset)
     sizes: tuple[int, ...]  # message sizes, bytes (nccl-tests' size: see Collective.shape)
-    collectives: tuple[str, ...] = ("all_reduce",)
-    dtypes: tuple[str, ...] = ("float32",)
-    ops: tuple[str, ...] = ("sum",)  # reduction ops of the reducing collectives
-    in_place: tuple[bool, ...] = (True, False)
+    collectives: tuple[str, ...] = CHOICES.collectives
+    dtypes: tuple[str, ...] = CHOICES.dtypes
+    ops: tuple[str, ...] = CHOICES.ops  # reduction ops of the reducing collectives
+    in_place: tuple[bool, ...] = PLACEMENTS[CHOICES.placement]
     modes: tuple[str, ...] = ("eager",)  # "eager" and/or "graph" (graph needs CUDA)
     warmup: int = defaults.CPU.warmup  # untimed iterations before the trials, per size
     iters: int = defaults.CPU.iters  # iterations per timed trial (a graph captures them)
     trials: int = defaults.CPU.trials  # timed trials per size; median and p10/p90 over them
-    agg: int = 1  # collectives per iteration, in one NCCL group (nccl-tests -m)
-    check: bool = True  # the exact correctness pass (nccl-tests -c)
-    buffers: str = "rotate"  # rotate through a largest-message buffer (nccl-tests) or reuse one
-    path: str = "torch"  # torch.distributed, or a raw NCCL communicator (ctypes)
-    iter_events: bool = True  # a CUDA event per eager iteration (per-iteration statistics)
-    cost_split: bool = True  # eager NCCL rows also timed through the other path (cost_split)
+    agg: int = CHOICES.agg  # collectives per iteration, in one NCCL group (nccl-tests -m)
+    check: bool = CHOICES.check  # the exact correctness pass (nccl-tests -c)
+    buffers: str = CHOICES.buffers  # rotate a largest-message buffer (nccl-tests) or reuse one
+    path: str = CHOICES.path  # torch.distributed, or NCCL's own calls (ctypes)
+    iter_events: bool = CHOICES.iter_events  # a CUDA event per eager iteration
+    cost_split: bool = CHOICES.cost_split  # eager NCCL rows also timed through the other path
     nranks: int = 2
-    backend: str = "gloo"  # "nccl" (one GPU per rank) or "gloo" (CPU)
-    timeout_s: float = 120.0  # longest a pool may stay silent before it counts as hung
+    backend: str = "gloo"  # "nccl" (one GPU per rank) or "gloo" (CPU): resolved, never auto
+    timeout_s: float = CHOICES.timeout_s  # longest a pool may stay silent before it hangs
     share_gpu: bool = False  # every rank on GPU 0, each with its own NCCL_HOSTID (diagnostic)
 
     def __post_init__(self):

@@ -27,8 +27,9 @@ only the environment check applies and the verdict says so.
 from __future__ import annotations
 
 from ncclprobe.nccl.knobs import Scope, proof_scope
-from ncclprobe.nccl.values import reads_the_same
+from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
+from ncclprobe.records import Status
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
 GLOO_VERDICT = (
@@ -59,7 +60,7 @@ def prove(
     logs: dict[int, tuple[str, str]] | None = None,
     *,
     collectives: tuple[str, ...] = ("all_reduce",),
-) -> tuple[str, str | None, dict]:
+) -> tuple[Status, str | None, dict]:
     """(status, reason, proof) for one configuration.
 
     `logs` maps rank -> (everything the process logged up to the end of the configuration, the
@@ -76,14 +77,14 @@ def prove(
     }
     if mismatches:
         return (
-            "error",
+            Status.ERROR,
             "workers did not see the configuration's environment: " + "; ".join(mismatches[:3]),
             proof,
         )
     if backend != "nccl":
         proof["verdicts"] = {name: GLOO_VERDICT for name in settings}
         proof["proven"] = {name: GLOO_VERDICT for name in settings}
-        return "ok", None, proof
+        return Status.OK, None, proof
     return _prove_from_log(settings, logs or {}, proof, collectives)
 
 
@@ -92,7 +93,7 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     if parsed is None:
         proof["verdicts"] = {name: "unproven: NCCL log parser unavailable" for name in settings}
         return (
-            ("ignored" if settings else "ok"),
+            (Status.IGNORED if settings else Status.OK),
             ("cannot read NCCL's log" if settings else None),
             proof,
         )
@@ -123,8 +124,8 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
         if verdict.startswith("ignored"):
             unproven.append(f"{name}={value}: {verdict}")
     if unproven:
-        return "ignored", "NCCL did not confirm " + "; ".join(unproven), proof
-    return "ok", None, proof
+        return Status.IGNORED, "NCCL did not confirm " + "; ".join(unproven), proof
+    return Status.OK, None, proof
 
 
 def _one_setting(proof, name, value, read, during, version, collectives) -> tuple[str, str]:
@@ -203,56 +204,6 @@ def _empty_log():
     from ncclprobe.evidence.nccl_log import parse_nccl_log
 
     return parse_nccl_log("")
-
-
-P2P_DISABLE_LOGGED_SINCE = (2, 23, 0)  # before: NCCL_P2P_DISABLE=1 is logged as NCCL_P2P_LEVEL=LOC
-
-
-def verdict_for(
-    name: str, wanted: str, reported: str | None, *, read: dict | None = None, version=None
-) -> str:
-    """`applied` when NCCL reported reading the value; otherwise why not (`ignored: ...`), or
-    `not observable here: ...` where NCCL never logs the read of this value."""
-    if name == "NCCL_P2P_DISABLE":
-        return _p2p_disable(wanted, reported, read or {}, version)
-    if reported is None:
-        return "ignored: NCCL did not report reading it (no `set by environment` line)"
-    if _same_value(name, wanted, reported):
-        return "applied"
-    return f"ignored: NCCL reported {reported!r}, not {wanted!r}"
-
-
-def _p2p_disable(wanted: str, reported: str | None, read: dict, version) -> str:
-    """NCCL logs NCCL_P2P_DISABLE only when strtol reads it as 1 (ncclGetLevel, src/graph/paths.cc):
-    since 2.23 as its own line, before as `NCCL_P2P_LEVEL set by environment to LOC`."""
-    if _strtol(wanted) != 1:
-        return (
-            f"not observable here: NCCL logs NCCL_P2P_DISABLE only when it is 1; {wanted} leaves P2P "
-            "as NCCL_P2P_LEVEL or the default decides"
-        )
-    if reported is not None:
-        return (
-            "applied" if _strtol(reported) == 1 else f"ignored: NCCL reported {reported!r}, not '1'"
-        )
-    if read.get("NCCL_P2P_LEVEL") == "LOC" and (
-        version is None or version < P2P_DISABLE_LOGGED_SINCE
-    ):
-        return "applied"  # NCCL before 2.23 prints the level it turns into
-    return "ignored: NCCL did not report reading it (no `set by environment` line)"
-
-
-def _strtol(text: str) -> int | None:
-    """strtol(text, NULL, 0) for the values that matter here (decimal, 0x hex, leading-0 octal)."""
-    text = text.strip()
-    try:
-        return int(text, 0) if not (text.startswith("0") and text[1:2].isdigit()) else int(text, 8)
-    except ValueError:
-        return None
-
-
-def _same_value(name: str, wanted: str, reported: str) -> bool:
-    """NCCL logged what it was given, as NCCL parses values (`ncclprobe.nccl.values.as_logged`)."""
-    return reads_the_same(name, wanted, reported)
 
 
 def _ranks(ranks) -> str:

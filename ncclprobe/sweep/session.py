@@ -1,15 +1,21 @@
 """A sweep from start to results file: validate everything, open the file, run, read it back.
 
-The CLI is a thin layer over these functions, and tests call them directly. Everything that can
-be wrong with the input is found before the results file (or the default ./runs/ directory) is
-created, so bad input never leaves a half-written file behind; the file follows
-`ncclprobe.safe_output`'s rules (an existing one is replaced only with `force`).
+`run(SessionRequest)` is the one library call of `ncclprobe sweep` and of `run-engine --tuned`'s
+quick sweep: a new sweep (a `build.SweepRequest`), `--resume FILE` or `--collect DIR`, then the
+thresholds and the report (`table.Report`: the document, its notes, its tables) in an `Outcome`
+with the verdict; `plan` writes a torchrun plan instead. The steps (`new_job`, `resume_job`,
+`collect_job`, `run_job`, `verdict`) stay public for tests. Everything that can be wrong with the
+input is found before the results file (or the default ./runs/ directory) is created, so bad
+input never leaves a half-written file behind; the file follows `ncclprobe.safe_output`'s rules
+(an existing one is replaced only with `force`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,12 +29,130 @@ from ncclprobe.records import (
     trim_incomplete_tail,
 )
 from ncclprobe.safe_output import check_appendable, check_output
-from ncclprobe.sweep import setup
+from ncclprobe.sweep import defaults, setup, table, thresholds
+from ncclprobe.sweep.build import SweepRequest, build_spec
 from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.run import configs_to_run, run_sweep
 from ncclprobe.verdict import Verdict
 
 log = logging.getLogger("ncclprobe.sweep")
+
+# (total steps, label) -> a context manager whose value has `advance(what)`; e.g. cli.output.Progress
+ProgressFactory = Callable[[int, str], AbstractContextManager]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRequest:
+    """One sweep session: measure `sweep`, or continue `resume` (a results file), or collect a
+    torchrun plan's directory (`collect`); then check the thresholds (`--min-busbw GBPS[@SIZE]`,
+    `--max-latency US[@SIZE]`)."""
+
+    sweep: SweepRequest | None = None
+    resume: str | None = None
+    collect: str | None = None
+    output: str | None = None  # None: ./runs/sweep-<time>.jsonl (a collect: required)
+    force: bool = False
+    argv: tuple[str, ...] = ()
+    min_busbw: str | None = None
+    max_latency: str | None = None
+    effort: defaults.Effort | None = None  # None: the defaults of where it runs
+
+
+@dataclass
+class Outcome:
+    """What a session measured: the results file read back, the thresholds it missed, the report
+    (document, notes, tables) and the verdict (FINDINGS: see `verdict`)."""
+
+    path: Path
+    results: ResultsFile
+    shortfalls: list[str]
+    report: table.Report
+    verdict: Verdict
+
+    @property
+    def notes(self) -> list[str]:
+        return self.report.notes
+
+
+def run(
+    request: SessionRequest,
+    *,
+    progress: ProgressFactory | None = None,
+    started: Callable[[Job], None] | None = None,
+    label: str = "sweep",
+) -> Outcome:
+    """Validate, open the results file, measure (or continue, or collect), read the file back,
+    judge. `started(job)` is called once the job is known and before the first measurement (the
+    CLI names the file and arms its Ctrl-C hint there)."""
+    criteria = thresholds.parse(request.min_busbw, request.max_latency)
+    job = _job(request)
+    if started is not None:
+        started(job)
+    with (progress or _silent)(job.total, label) as bar:
+        results_file = run_job(job, bar)
+    shortfalls = thresholds.check(results_file.results, criteria)
+    for line in shortfalls:
+        log.error("%s", line)
+    return Outcome(
+        path=job.path,
+        results=results_file,
+        shortfalls=shortfalls,
+        report=table.report(results_file, shortfalls),
+        verdict=verdict(results_file, shortfalls),
+    )
+
+
+def _job(request: SessionRequest) -> Job:
+    if request.collect:
+        return collect_job(request.collect, request.output, request.force)
+    if request.resume:
+        return resume_job(request.resume)
+    if request.sweep is None:
+        raise ValueError("SessionRequest: give a sweep, resume or collect")
+    spec, skipped = build_spec(request.sweep, effort=request.effort)
+    return new_job(spec, skipped, request.output, list(request.argv), force=request.force)
+
+
+def _silent(total: int, label: str):
+    return nullcontext(None)
+
+
+def plan(
+    request: SweepRequest,
+    directory: str,
+    argv: list[str],
+    *,
+    output_given: bool = False,
+    criteria: tuple[str | None, str | None] = (None, None),
+) -> tuple[list[str], int]:
+    """A multi-node sweep as a torchrun plan in `directory`: (one command per pool, the world size).
+    The thresholds (`criteria`: --min-busbw, --max-latency) are only checked here."""
+    thresholds.parse(*criteria)
+    if not request.nranks:
+        raise UsageProblem(
+            "--torchrun-dir needs --nranks: the world size torchrun will start (nodes x GPUs per node)"
+        )
+    spec, skipped = build_spec(request, local=False)
+    if output_given:  # after the grid's own checks, which say more
+        raise UsageProblem(
+            "--torchrun-dir writes a plan, not results; --output and --force belong to the "
+            "later --collect"
+        )
+    return plan_torchrun(spec, skipped, directory, argv), spec.nranks
+
+
+def resume_hint(path) -> str | None:
+    """How to continue an interrupted sweep: only when its file holds a finished configuration
+    (otherwise the file was removed and the sweep starts over)."""
+    try:
+        configs = len(read_results(path).configs)
+    except Exception:  # gone, or unreadable mid-write: nothing to continue
+        return None
+    return (
+        f"{configs} configuration(s) are kept in {path}; continue with: ncclprobe sweep --resume {path}"
+        if configs
+        else None
+    )
 
 
 @dataclass

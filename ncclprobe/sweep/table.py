@@ -9,9 +9,11 @@ a wrong or ignored one is shown with its status and never ranked.
 
 from __future__ import annotations
 
-from ncclprobe.records import ResultsFile, short_label
+from dataclasses import dataclass
+
+from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
-from ncclprobe.sweep.cost_split import notes as cost_split_notes  # noqa: F401 (the table's notes)
+from ncclprobe.sweep.cost_split import notes as cost_split_notes
 
 SCHEMA_VERSION = 1
 
@@ -37,13 +39,13 @@ def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
     defaults = {
         _same_measurement(r): r["time_us"]
         for r in results
-        if r["config_id"] == "default" and r["status"] == "ok"
+        if r["config_id"] == "default" and r["status"] == Status.OK
     }
     best: dict[tuple, dict] = {}
     for r in results:
         key = _same_measurement(r)
         if (
-            r["status"] == "ok"
+            r["status"] == Status.OK
             and r.get("time_us")
             and (key not in best or r["time_us"] < best[key]["time_us"])
         ):
@@ -51,7 +53,9 @@ def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
     out = []
     for r in results:
         base = defaults.get(_same_measurement(r))
-        speedup = base / r["time_us"] if base and r["status"] == "ok" and r.get("time_us") else None
+        speedup = (
+            base / r["time_us"] if base and r["status"] == Status.OK and r.get("time_us") else None
+        )
         out.append(
             {**r, "speedup_vs_default": speedup, "best": best.get(_same_measurement(r)) is r}
         )
@@ -79,7 +83,7 @@ def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[tuple[str,
             r["dtype"],
             r["mode"],
             not r["in_place"],
-            r["status"] != "ok",
+            r["status"] != Status.OK,
             r.get("time_us") or float("inf"),
         ),
     )
@@ -164,7 +168,7 @@ def config_problems(configs: list[dict]) -> list[str]:
         f"{c['config_id']}: {c['status']}"
         + (f" ({_first_line(c.get('reason'))})" if c.get("reason") else "")
         for c in configs
-        if c["status"] != "ok"
+        if c["status"] != Status.OK
     ]
 
 
@@ -219,7 +223,9 @@ def _level(wording: str) -> str:
 def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
     """One line per measurement a worker could not make (the rest of its configuration ran)."""
     failed = [
-        r for r in results if r.get("status") == "error" and r.get("reason", "").startswith("rank ")
+        r
+        for r in results
+        if r.get("status") == Status.ERROR and r.get("reason", "").startswith("rank ")
     ]
     lines = [
         f"measurement failed: {r['collective']} {r.get('op')} {r['dtype']} {r['config_id']} {r['mode']} "
@@ -270,3 +276,35 @@ def summary_note(summary: dict | None) -> str | None:
         f"{ran}; pool reuse saved an estimated {saved:.1f} s (not measured: a measured pool start of "
         f"{summary['pool_start_s_mean']:.2f} s x {summary['pools_avoided']} avoided pools)"
     )
+
+
+@dataclass
+class Report:
+    """What `ncclprobe sweep` prints: the JSON document (with the missed thresholds), the notes
+    of its table view (the header's notes, the proof, configurations and measurements that went
+    wrong, the thresholds, the pools), the CSV rows and the tables per collective and size."""
+
+    document: dict
+    notes: list[str]
+
+    def csv_rows(self) -> list[dict]:
+        return [csv_row(r) for r in self.document["results"]]
+
+    def tables(self) -> dict[tuple[str, int], list[dict]]:
+        doc = self.document
+        return rows_by_size(doc["results"], ranked=can_rank(doc["backend"], doc["share_gpu"]))
+
+
+def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
+    doc = document(results_file)
+    doc["shortfalls"] = shortfalls
+    notes = (
+        list(doc["notes"])
+        + proof_notes(results_file.configs, doc["backend"])
+        + config_problems(results_file.configs)
+        + failed_measurements(results_file.results)
+        + cost_split_notes(results_file.results)
+        + shortfalls
+    )
+    summary = summary_note(doc["summary"])
+    return Report(document=doc, notes=notes + ([summary] if summary else []))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import parse_float
+from ncclprobe.records import Status
 from ncclprobe.sizes import format_size, parse_size
 
 
@@ -60,7 +61,7 @@ def _parse_one(flag: str, text: str, metric: str) -> Criterion:
 def check(results: list[dict], criteria: list[Criterion]) -> list[str]:
     """One line per measurement that misses a criterion."""
     lines = []
-    ok = [r for r in results if r.get("status") == "ok" and r.get("time_us")]
+    ok = [r for r in results if r.get("status") == Status.OK and r.get("time_us")]
     for criterion in criteria:
         lines += _check_one(ok, criterion)
     return lines

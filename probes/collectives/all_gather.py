@@ -8,6 +8,7 @@ in nccl-tests; torch's `all_gather_into_tensor` accepts that view as its input.
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -18,7 +19,8 @@ from ncclprobe.probes.collectives.base import (
 
 
 class AllGather(Collective):
-    name, nccl_name = "all_gather", "AllGather"
+    name = "all_gather"
+    nccl_name = nccl_function(name)
 
     def shape(self, size_bytes, dtype, nranks):
         return per_rank_shape(size_bytes, dtype, nranks, send_whole=False)

@@ -11,6 +11,7 @@ path (`--path nccl`) makes the real out-of-place call, as nccl-tests does.
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -23,7 +24,8 @@ from ncclprobe.probes.collectives.base import (
 
 
 class AllReduce(Collective):
-    name, nccl_name, reduces = "all_reduce", "AllReduce", True
+    name, reduces = "all_reduce", True
+    nccl_name = nccl_function(name)
     torch_note = "out of place through torch is a copy plus an in-place all-reduce (torch has no out-of-place form)"
 
     def shape(self, size_bytes, dtype, nranks):

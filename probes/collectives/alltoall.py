@@ -10,6 +10,7 @@ nccl-tests' call: ncclAlltoAll from NCCL 2.28 on, grouped sends and receives bef
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     Shape,
@@ -22,7 +23,8 @@ from ncclprobe.probes.nccl_ctypes import ALLTOALL_SINCE
 
 
 class AlltoAll(Collective):
-    name, nccl_name, placements, tuned_by_nccl = "alltoall", "AlltoAll", (False,), False
+    name, placements, tuned_by_nccl = "alltoall", (False,), False
+    nccl_name = nccl_function(name)
 
     def shape(self, size_bytes, dtype, nranks):
         count = max(1, size_bytes // (element_size(dtype) * nranks))

@@ -24,6 +24,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from ncclprobe.dtypes import ELEMENT_BYTES
+
 PATTERN = 7
 OPS = ("sum", "prod", "max", "min", "avg")
 
@@ -31,26 +33,30 @@ OPS = ("sum", "prod", "max", "min", "avg")
 @dataclass(frozen=True)
 class DType:
     name: str  # torch's name, used on the command line and in records
-    size: int  # bytes per element
     exact_max: int  # the largest integer n such that 0..n are all exact in the type
     max_power: int  # the largest k such that 2**k is exact in the type (prod's results)
     tests_name: str  # what nccl-tests prints in its `type` column
     floating: bool = True
 
+    @property
+    def size(self) -> int:
+        """Bytes per element (`ncclprobe.dtypes`)."""
+        return ELEMENT_BYTES[self.name]
+
 
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("float32", 4, 2**24, 127, "float"),
-        DType("bfloat16", 2, 256, 127, "bfloat16"),
-        DType("float16", 2, 2048, 15, "half"),
-        DType("float64", 8, 2**53, 1023, "double"),
-        DType("int8", 1, 127, 6, "int8", floating=False),
-        DType("int32", 4, 2**31 - 1, 30, "int32", floating=False),
-        DType("int64", 8, 2**63 - 1, 62, "int64", floating=False),
+        DType("float32", 2**24, 127, "float"),
+        DType("bfloat16", 256, 127, "bfloat16"),
+        DType("float16", 2048, 15, "half"),
+        DType("float64", 2**53, 1023, "double"),
+        DType("int8", 127, 6, "int8", floating=False),
+        DType("int32", 2**31 - 1, 30, "int32", floating=False),
+        DType("int64", 2**63 - 1, 62, "int64", floating=False),
         # 3 and 2 mantissa bits: 1..16 and 1..8 are exact; the inputs 1..7 are exact in both
-        DType("float8_e4m3fn", 1, 16, 8, "f8e4m3"),
-        DType("float8_e5m2", 1, 8, 15, "f8e5m2"),
+        DType("float8_e4m3fn", 16, 8, "f8e4m3"),
+        DType("float8_e5m2", 8, 15, "f8e5m2"),
     )
 }
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -131,7 +137,7 @@ def largest_result(nranks: int, op: str) -> int:
 
 class Collective(ABC):
     name: str = ""  # on the command line and in records
-    nccl_name: str = ""  # NCCL's TUNING lines and nccl-tests' testColl name ("AllReduce")
+    nccl_name: str = ""  # NCCL's function name (TUNING lines, nccl-tests' testColl): nccl.names
     reduces: bool = False  # takes a reduction op (--op)
     placements: tuple[bool, ...] = (True, False)  # in place, out of place
     tuned_by_nccl: bool = (

@@ -8,6 +8,7 @@ NCCL path makes the real out-of-place ncclBroadcast call nccl-tests makes.
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -20,7 +21,8 @@ ROOT = 0
 
 
 class Broadcast(Collective):
-    name, nccl_name, root = "broadcast", "Broadcast", ROOT
+    name, root = "broadcast", ROOT
+    nccl_name = nccl_function(name)
     torch_note = "out of place through torch is a copy on the root plus an in-place broadcast"
 
     def shape(self, size_bytes, dtype, nranks):

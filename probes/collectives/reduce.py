@@ -8,6 +8,7 @@ the raw NCCL path makes the real out-of-place ncclReduce call.
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -22,7 +23,8 @@ ROOT = 0
 
 
 class Reduce(Collective):
-    name, nccl_name, reduces, root = "reduce", "Reduce", True, ROOT
+    name, reduces, root = "reduce", True, ROOT
+    nccl_name = nccl_function(name)
     torch_note = "out of place through torch is a copy plus an in-place reduce"
 
     def shape(self, size_bytes, dtype, nranks):

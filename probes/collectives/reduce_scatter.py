@@ -7,6 +7,7 @@ rank's output is its own piece of the input buffer (`send[rank*count:]`), as in 
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -19,7 +20,8 @@ from ncclprobe.probes.collectives.base import (
 
 
 class ReduceScatter(Collective):
-    name, nccl_name, reduces = "reduce_scatter", "ReduceScatter", True
+    name, reduces = "reduce_scatter", True
+    nccl_name = nccl_function(name)
 
     def shape(self, size_bytes, dtype, nranks):
         return per_rank_shape(size_bytes, dtype, nranks, send_whole=True)

@@ -8,6 +8,7 @@ for it, so NCCL_PROTO/NCCL_ALGO do not apply. With one rank the rank sends to it
 
 from __future__ import annotations
 
+from ncclprobe.nccl.names import nccl_function
 from ncclprobe.probes.collectives.base import (
     Collective,
     arange,
@@ -18,7 +19,8 @@ from ncclprobe.probes.collectives.base import (
 
 
 class SendRecv(Collective):
-    name, nccl_name, placements, tuned_by_nccl = "sendrecv", "SendRecv", (False,), False
+    name, placements, tuned_by_nccl = "sendrecv", (False,), False
+    nccl_name = nccl_function(name)
     moves_bytes_only = True
 
     def shape(self, size_bytes, dtype, nranks):

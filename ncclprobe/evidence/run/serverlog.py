@@ -76,6 +76,12 @@ _SG_ARG = re.compile(
     r"speculative_num_draft_tokens|speculative_eagle_topk|tp_size)=('?[A-Za-z0-9_.]*'?)"
 )
 _SG_BS = re.compile(r"\bcuda_graph_bs=\[([0-9, ]*)\]")
+# when a line was logged: SGLang `[2025-10-22 10:27:56 TP0]` / `2025-12-04 20:35:53 INFO`, vLLM
+# `INFO 09-09 11:51:35 [metrics.py:96]` (month and day only: the year is not in vLLM's lines)
+_FULL_STAMP = re.compile(r"(?<![0-9])([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2})\b")
+_VLLM_STAMP = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|ERROR) ([0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2})\b"
+)
 
 
 def detect_engine(text_head: str) -> str | None:
@@ -115,11 +121,12 @@ def read_log(path: str | Path) -> dict:
 
 
 def _sglang(lines: list[str], path: str) -> dict:
-    batches, args, capture = [], {}, None
+    batches, args, capture, stamps = [], {}, None, []
     for line in lines:
         at = line.find("Decode batch")
         if at >= 0:
             batches.append(_fields(line[at + len("Decode batch") + 1 :]))
+            stamps.append(stamp(line))
             continue
         if "cuda_graph" in line or "speculative_" in line:
             args.update(dict(_SG_ARG.findall(line)))
@@ -171,11 +178,13 @@ def _sglang(lines: list[str], path: str) -> dict:
         "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
         "tp": _int(args.get("tp_size")),
         "downgrades": [],
+        "logged_span": _span(stamps),
     }
 
 
 def _vllm(lines: list[str], path: str) -> dict:
-    tput, running, means, positions, rates, downgrades, stages = [], [], [], [], [], [], []
+    tput, running, means, positions, rates, downgrades = [], [], [], [], [], []
+    stages, stamps = [], []
     mode = sizes = spec = tp = eager = None
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
     interval = {
@@ -189,6 +198,7 @@ def _vllm(lines: list[str], path: str) -> dict:
             if m and float(m.group(1)) > 0:
                 tput.append(float(m.group(1)))
                 running.append(int(m.group(2)))
+                stamps.append(stamp(line))
         elif "SpecDecoding metrics" in line or "Speculative metrics" in line:
             m = _VLLM_MEAN.search(line)
             if m:
@@ -279,7 +289,25 @@ def _vllm(lines: list[str], path: str) -> dict:
             if stages
             else None
         ),
+        "logged_span": _span(stamps),
     }
+
+
+def stamp(line: str) -> str | None:
+    """When the engine logged `line`: `2025-10-22 10:27:56`, or `09-09 11:51:35` where the line
+    names no year (vLLM); None without a time."""
+    head = line[:120]
+    full = _FULL_STAMP.search(head)
+    if full:
+        return f"{full.group(1)} {full.group(2)}"
+    short = _VLLM_STAMP.search(head)
+    return f"{short.group(1)} {short.group(2)}" if short else None
+
+
+def _span(stamps: list[str | None]) -> dict | None:
+    """The first and last time the engine logged a decode (or throughput) line: when it served."""
+    known = [s for s in stamps if s]
+    return {"first": known[0], "last": known[-1], "lines": len(known)} if known else None
 
 
 def load_server_logs(paths) -> RunSet:

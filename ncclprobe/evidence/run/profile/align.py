@@ -35,11 +35,12 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
-from ncclprobe.evidence.run.profile.names import DTYPE_BYTES
+from ncclprobe.dtypes import ELEMENT_BYTES
 from ncclprobe.evidence.run.profile.timeline import Timeline
 
-OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
-POINT_TO_POINT = frozenset({"send", "recv", "send_recv"})
+# ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
+OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
+POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
@@ -298,7 +299,9 @@ def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
             seq = host.seq
         dtype = args.get("dtype") or k.coll["dtype"]
         nelems = args.get("nelems")
-        size = nelems * DTYPE_BYTES[dtype] if nelems is not None and dtype in DTYPE_BYTES else None
+        size = (
+            nelems * ELEMENT_BYTES[dtype] if nelems is not None and dtype in ELEMENT_BYTES else None
+        )
         launch = tl.launches.get(k.corr) if k.corr is not None else None
         out.setdefault(group, []).append(
             Arrival(

@@ -21,6 +21,14 @@ from __future__ import annotations
 
 import re
 
+from ncclprobe.nccl.names import (
+    ALGORITHMS_TO_MATCH,
+    COLLECTIVE,
+    COLLECTIVE_NAMES,
+    OTHER_FUNCTION_SPELLINGS,
+    PROTOCOLS_TO_MATCH,
+)
+
 KERNEL_LAUNCHES = frozenset(
     {
         "cudaLaunchKernel",
@@ -85,7 +93,7 @@ NCCL_DTYPES = {
     "uint32_t": "uint32",
     "int64_t": "int64",
     "uint64_t": "uint64",
-    "f8e4m3": "float8_e4m3",
+    "f8e4m3": "float8_e4m3fn",
     "f8e5m2": "float8_e5m2",
     "__nv_bfloat16": "bfloat16",
     "__half": "float16",
@@ -110,33 +118,15 @@ TORCH_DTYPES = {
     "Long": "int64",
     "Char": "int8",
     "Byte": "uint8",
-    "Float8_e4m3fn": "float8_e4m3",
+    "Float8_e4m3fn": "float8_e4m3fn",
 }
-DTYPE_BYTES = {
-    "bfloat16": 2,
-    "float16": 2,
-    "float32": 4,
-    "float64": 8,
-    "int8": 1,
-    "uint8": 1,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float8_e4m3": 1,
-    "float8_e5m2": 1,
-}
+# NCCL/RCCL function names in kernel names -> ncclprobe's (`ncclprobe.nccl.names`), and those NCCL
+# runs as point-to-point operations (RCCL writes `AllToAll`)
 COLLECTIVES = {
-    "AllReduce": "all_reduce",
-    "AllGather": "all_gather",
-    "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast",
-    "Reduce": "reduce",
-    "SendRecv": "send_recv",
+    **{c.function: c.name for c in COLLECTIVE_NAMES},
+    **OTHER_FUNCTION_SPELLINGS,
     "Send": "send",
     "Recv": "recv",
-    "AllToAll": "all_to_all",
-    "AlltoAll": "all_to_all",
     "Gather": "gather",
     "Scatter": "scatter",
 }
@@ -154,15 +144,13 @@ ARG_COLLECTIVES = {
     "reduce": "reduce",
     "send": "send",
     "recv": "recv",
-    "all_to_all": "all_to_all",
-    "alltoall_base": "all_to_all",
+    "all_to_all": COLLECTIVE["alltoall"].name,  # torch's name of it
+    "alltoall_base": COLLECTIVE["alltoall"].name,
     "gather": "gather",
     "scatter": "scatter",
     "barrier": "barrier",
     "allreduce_coalesced": "all_reduce",
 }
-ALGOS = ("RING", "TREE", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "PAT")
-PROTOS = ("LL128", "LL", "SIMPLE")
 
 _NEW = re.compile(r"^ncclDevKernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
 _OLD = re.compile(r"^(?:void )?(?:nccl|rccl)Kernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
@@ -183,7 +171,7 @@ CPP_DTYPES = {
     "int": "int32",
     "signed char": "int8",
     "unsigned char": "uint8",
-    "c10::Float8_e4m3fn": "float8_e4m3",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
     "c10::Float8_e5m2": "float8_e5m2",
 }
 _SQ = re.compile(r"^sq(?P<sq>\d+)")
@@ -234,8 +222,8 @@ def collective_kernel(name: str) -> dict | None:
     coll = match.group("coll")
     parts = (match.group("rest") or "").split("_")
     upper = "_".join(parts).upper()
-    algo = next((a for a in ALGOS if re.search(rf"(^|_){a}(_|$)", upper)), None)
-    proto = next((p for p in PROTOS if re.search(rf"(^|_){p}(_|$)", upper)), None)
+    algo = next((a for a in ALGORITHMS_TO_MATCH if re.search(rf"(^|_){a}(_|$)", upper)), None)
+    proto = next((p for p in PROTOCOLS_TO_MATCH if re.search(rf"(^|_){p}(_|$)", upper)), None)
     dtype = next((NCCL_DTYPES[p] for p in reversed(parts) if p in NCCL_DTYPES), None)
     return {
         "op": COLLECTIVES.get(coll, coll.lower() if coll != "Generic" else "unknown"),

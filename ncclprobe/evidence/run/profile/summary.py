@@ -20,7 +20,7 @@ import bisect
 import statistics
 from collections import defaultdict
 
-from ncclprobe.evidence.run.profile.names import DTYPE_BYTES
+from ncclprobe.dtypes import ELEMENT_BYTES
 from ncclprobe.evidence.run.profile.steps import GRAPHED_SHARE, Step, union_us
 from ncclprobe.evidence.run.profile.timeline import Timeline
 from ncclprobe.evidence.run.view import Collective, Phase
@@ -111,8 +111,8 @@ def _kernel_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
         args = k.args or {}
         dtype = args.get("dtype") or k.coll["dtype"]
         op = args.get("op") or k.coll["op"]
-        if args.get("nelems") is not None and dtype in DTYPE_BYTES:
-            size, source = args["nelems"] * DTYPE_BYTES[dtype], "kernel args"
+        if args.get("nelems") is not None and dtype in ELEMENT_BYTES:
+            size, source = args["nelems"] * ELEMENT_BYTES[dtype], "kernel args"
         elif graph and (op, dtype) in captured:
             size, source = captured[(op, dtype)], "capture"
         else:
@@ -156,9 +156,9 @@ def _captured_sizes(tl: Timeline) -> dict[tuple, int]:
     launched = {k.ext for k in tl.kernels if k.ext is not None}
     sizes: dict[tuple, set] = defaultdict(set)
     for op in tl.comm_ops:
-        if op.ext in launched or op.nelems is None or op.dtype not in DTYPE_BYTES:
+        if op.ext in launched or op.nelems is None or op.dtype not in ELEMENT_BYTES:
             continue
-        sizes[(op.op, op.dtype)].add(op.nelems * DTYPE_BYTES[op.dtype])
+        sizes[(op.op, op.dtype)].add(op.nelems * ELEMENT_BYTES[op.dtype])
     return {key: next(iter(values)) for key, values in sizes.items() if len(values) == 1}
 
 
@@ -175,8 +175,8 @@ def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
         at = bisect.bisect_right(starts, op.ts) - 1
         label = ordered[at].label if at >= 0 and op.ts <= ordered[at].t1 + op.dur else None
         size = (
-            op.nelems * DTYPE_BYTES[op.dtype]
-            if op.nelems is not None and op.dtype in DTYPE_BYTES
+            op.nelems * ELEMENT_BYTES[op.dtype]
+            if op.nelems is not None and op.dtype in ELEMENT_BYTES
             else None
         )
         groups[(op.op, size, op.dtype, label, op.group_size or group_size)].append(op)
