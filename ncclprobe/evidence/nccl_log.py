@@ -334,6 +334,8 @@ class _Reader:
         }
         known = self.comms.setdefault((pid, m["comm"], int(m["rank"])), facts)
         known.update({key: value for key, value in facts.items() if value is not None})
+        if groups.get("phase"):  # `- Init START` / `- Init COMPLETE`: did this rank finish init?
+            known["init_complete"] = known.get("init_complete") or groups["phase"] == "COMPLETE"
 
     def _trees(self, entries: str) -> None:
         self.log.tree_channels = max(self.log.tree_channels or 0, entries.count("["))
