@@ -10,6 +10,7 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.cli.table import terminal_width
+from ncclprobe.diagnose.hang import groups_summary
 from ncclprobe.errors import UsageProblem
 
 EPILOG = f"""\b
@@ -22,6 +23,8 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --baseline-server-log sglang-plain.log
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
   ncclprobe diagnose --server-log vllm.log --collect-env collect_env.txt
+  ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
+  ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -94,6 +97,29 @@ Examples:
     help="`vllm collect-env` or `python -m sglang.check_env` output: its NCCL settings are linted (the "
     "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.",
 )
+@click.option(
+    "--flight-recorder",
+    "flight_recorder",
+    multiple=True,
+    type=click.Path(),
+    help="PyTorch Flight Recorder dump of a rank (pickle or JSON), or a folder of one dump per rank "
+    "(TORCH_FR_DUMP_TEMP_FILE); repeatable. Pickles are read without running them.",
+)
+@click.option(
+    "--log",
+    "job_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="The job's stderr or log (torchrun's, or one per rank): watchdog timeouts, [rankN]: lines, "
+    "torchrun's failure summary (repeatable).",
+)
+@click.option(
+    "--nccl-log",
+    "nccl_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="NCCL debug log of a rank of the job (NCCL_DEBUG=INFO); repeatable, one per rank.",
+)
 @format_option
 def command(
     trace_path,
@@ -106,6 +132,9 @@ def command(
     sweep_path,
     env_check_path,
     collect_env_path,
+    flight_recorder,
+    job_logs,
+    nccl_logs,
     fmt,
 ):
     """Reason over an engine run the way a careful engineer would: find phases that run without
@@ -113,13 +142,17 @@ def command(
     extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
     and compare the engine's collectives with sweep measurements. The run is an ncclprobe engine
     trace, PyTorch profiler traces of any engine (SGLang, vLLM, ...), or an SGLang/vLLM server
-    log. Each finding carries its numbers, a confidence and the next command; hypotheses the
-    evidence excludes are listed as ruled out, and what the evidence cannot show is said."""
+    log. A hung or timed-out job is read from its ranks' Flight Recorder dumps, its log and its
+    NCCL logs: which rank, which process group and sequence number, which collective. Each
+    finding carries its numbers, a confidence and the next command; hypotheses the evidence
+    excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
 
-    if collect_env_path and not (trace_path or profiles or server_logs):
+    job = flight_recorder or job_logs or nccl_logs
+    if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
-            "--collect-env goes with the run it describes (--trace, --profile or --server-log); "
+            "--collect-env goes with the run it describes (--trace, --profile, --server-log, "
+            "--flight-recorder, --log or --nccl-log); "
             f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}"
         )
     ev = load_evidence(
@@ -133,6 +166,9 @@ def command(
         env_check=env_check_path,
         model_config=model_config,
         collect_env=collect_env_path,
+        flight_recorder=flight_recorder,
+        logs=job_logs,
+        nccl_logs=nccl_logs,
     )
     result = diagnose(ev)
     if fmt == "table":
@@ -140,6 +176,8 @@ def command(
     else:
         doc = result.to_json()
         doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
+        if ev.flight_recorder:
+            doc["process_groups"] = groups_summary(ev.flight_recorder)
         emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
     return result.verdict()
 
@@ -180,6 +218,8 @@ def render_text(result, ev=None) -> str:
     lines = [f"# diagnosis of {_inputs(result.inputs)}"] + _expectation_lines(result.expectation)
     if ev is not None and ev.kind != "engine-trace":
         lines += _step_lines(ev)
+    if ev is not None and ev.flight_recorder:
+        lines += _group_lines(groups_summary(ev.flight_recorder))
     lines += [f"# note: {note}" for note in result.notes]
     if not result.findings:
         lines.append("# no findings: nothing above informational")
@@ -259,6 +299,19 @@ def _step_lines(ev) -> list[str]:
                 f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
                 f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else "")
             )
+    return lines
+
+
+def _group_lines(groups: list[dict]) -> list[str]:
+    """Per process group: each rank's last enqueued and completed collective, where it stopped."""
+    lines = []
+    for g in groups:
+        ranks = ", ".join(
+            f"rank {r}: enqueued {p['enqueued']}, completed {p['completed']}"
+            for r, p in g["ranks"].items()
+        )
+        stuck = f"; stopped at #{g['stuck_at']}" if g["stuck_at"] is not None else ""
+        lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
     return lines
 
 

@@ -132,3 +132,24 @@ def profile_command(engine: str | None) -> str:
 
 def sizes_arg(sizes: list[int]) -> str:
     return ",".join(format_size(s) for s in sorted(set(sizes)))
+
+
+# What makes a hung job leave the evidence `diagnose --flight-recorder/--log` reads: every rank's
+# Flight Recorder dumped on the watchdog's timeout into one folder. Both spellings of each variable:
+# torch 2.13 reads TORCH_FR_*, older releases TORCH_NCCL_TRACE_BUFFER_SIZE and
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE (2.13 still reads those, with a deprecation warning).
+FLIGHT_RECORDER_ENV = (
+    "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/nccl_trace_rank_ TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr/nccl_trace_rank_"
+)
+NCCL_LOG_ENV = "NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/tmp/fr/nccl.%h.%p.log"
+
+
+def flight_recorder_command(nccl_logs: bool = False) -> str:
+    """Run the job again so that a hang leaves every rank's dump (and, asked, NCCL's logs) behind."""
+    env = FLIGHT_RECORDER_ENV + (f" {NCCL_LOG_ENV}" if nccl_logs else "")
+    logs = " --nccl-log /tmp/fr/nccl.*.log" if nccl_logs else ""
+    return (
+        f"mkdir -p /tmp/fr && {env} torchrun ... 2>&1 | tee job.log  # then: "
+        f"ncclprobe diagnose --flight-recorder /tmp/fr --log job.log{logs}"
+    )

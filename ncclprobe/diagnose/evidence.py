@@ -35,6 +35,9 @@ class Evidence:
     notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
     node: dict | None = None  # the GPUs and links the run saw (engine trace `node`)
     collect_env: object | None = None  # pcie.collect_env.CollectEnv: the collecting shell's view
+    flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
+    job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    nccl_logs: list = field(default_factory=list)  # evidence.nccl_rank_logs.RankNcclLog
 
     @classmethod
     def from_trace(
@@ -94,9 +97,17 @@ def load_evidence(
     env_check: str | Path | None = None,
     model_config: str | Path | None = None,
     collect_env: str | Path | None = None,
+    flight_recorder=(),
+    logs=(),
+    nccl_logs=(),
 ) -> Evidence:
+    job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
     main = load_runs(
-        trace=trace, profiles=profiles, server_logs=server_logs, model_config=model_config
+        trace=trace,
+        profiles=profiles,
+        server_logs=server_logs,
+        model_config=model_config,
+        required=not job_evidence,
     )
     base = load_runs(
         trace=baseline,
@@ -109,7 +120,7 @@ def load_evidence(
     ev = Evidence(
         runs=main.runs,
         config=_merged_config(main, base),
-        kind=main.kind,
+        kind=main.kind or "job",
         baseline=base.runs,
         inputs={
             **main.inputs,
@@ -124,7 +135,39 @@ def load_evidence(
         ev.env_check, ev.inputs["env_check"] = load_document(env_check), str(env_check)
     if collect_env:
         _add_collect_env(ev, collect_env)
+    if job_evidence:
+        _add_job_evidence(ev, flight_recorder, logs, nccl_logs)
     return ev
+
+
+def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
+    """Flight Recorder dumps, the job's logs and NCCL's logs of its ranks; exit 3 (Unsupported)
+    when none of them holds anything to diagnose and no run was given either."""
+    from ncclprobe.errors import Unsupported
+    from ncclprobe.evidence.flight_recorder import read_flight_recorder
+    from ncclprobe.evidence.job_log import read_job_log
+    from ncclprobe.evidence.nccl_rank_logs import load_nccl_logs
+
+    ev.flight_recorder = read_flight_recorder(flight_recorder)
+    ev.job_logs = [read_job_log(path) for path in logs]
+    ev.nccl_logs = load_nccl_logs(nccl_logs)
+    ev.inputs.update(
+        flight_recorder=[str(p) for p in flight_recorder],
+        log=[str(p) for p in logs],
+        nccl_log=[str(p) for p in nccl_logs],
+    )
+    recorded = any(d.entries or d.status for d in ev.flight_recorder)
+    said = any(log.read_lines for log in ev.job_logs)
+    if not (ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env):
+        raise Unsupported(
+            "nothing to diagnose: "
+            + (
+                "the Flight Recorder dumps hold no collective (it was off: set TORCH_FR_BUFFER_SIZE)"
+                if ev.flight_recorder
+                else "no dumps given"
+            )
+            + ("; the logs hold no watchdog, gloo or torchrun line" if ev.job_logs else "")
+        )
 
 
 def _add_collect_env(ev: Evidence, path: str | Path) -> None:
