@@ -310,7 +310,11 @@ def _group_lines(groups: list[dict]) -> list[str]:
             f"rank {r}: enqueued {p['enqueued']}, completed {p['completed']}"
             for r, p in g["ranks"].items()
         )
-        stuck = f"; stopped at #{g['stuck_at']}" if g["stuck_at"] is not None else ""
+        stuck = {
+            "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
+            "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
+            "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
+        }.get(g["stuck_because"], "")
         lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
     return lines
 

@@ -157,7 +157,7 @@ def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
         nccl_log=[str(p) for p in nccl_logs],
     )
     recorded = any(d.entries or d.status for d in ev.flight_recorder)
-    said = any(log.read_lines for log in ev.job_logs)
+    said = any(log.lines for log in ev.job_logs)
     if not (ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env):
         raise Unsupported(
             "nothing to diagnose: "
@@ -166,7 +166,7 @@ def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
                 if ev.flight_recorder
                 else "no dumps given"
             )
-            + ("; the logs hold no watchdog, gloo or torchrun line" if ev.job_logs else "")
+            + ("; the logs are empty" if ev.job_logs else "")
         )
 
 

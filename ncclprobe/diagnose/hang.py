@@ -286,7 +286,7 @@ def groups_summary(dumps: list[Dump]) -> list[dict]:
     """Per group, for output: members, each dumped rank's last enqueued and completed collective,
     and the first collective not every member finished (None: none)."""
     hang = build(dumps)
-    stuck = {s.group.name: s.seq for s in hang.stuck}
+    stuck = {s.group.name: s for s in hang.stuck}
     return [
         {
             "group": g.name,
@@ -297,7 +297,13 @@ def groups_summary(dumps: list[Dump]) -> list[dict]:
             "ranks": {
                 str(r): {"enqueued": g.enqueued[r], "completed": g.completed[r]} for r in g.dumped
             },
-            "stuck_at": stuck.get(g.name),
+            "stuck_at": stuck[g.name].seq if g.name in stuck else None,
+            "stuck_because": _because(stuck[g.name]) if g.name in stuck else None,
         }
         for g in hang.groups.values()
     ]
+
+
+def _because(stuck: Stuck) -> str:
+    """missing (a member never enqueued it), mismatch (members issued different calls) or agreed."""
+    return "missing" if stuck.missing else "mismatch" if stuck.mismatch else "agreed"

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from ncclprobe.diagnose import evidence as E
 from ncclprobe.diagnose import hang as H
+from ncclprobe.diagnose import hang_words as W
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.findings import Finding, NotChecked, RuledOut
 from ncclprobe.diagnose.rules_hang_log import log_notes, log_only_findings
+from ncclprobe.diagnose.rules_hang_p2p import p2p_findings
+from ncclprobe.diagnose.rules_hang_p2p import pending as p2p_pending
 
 
 def hang_findings(ev: E.Evidence) -> list:
-    if not ev.flight_recorder:
-        return log_only_findings(ev) if ev.job_logs else []
+    if not any(d.entries for d in ev.flight_recorder):
+        off = [_recorder_off(ev)] if ev.flight_recorder else []
+        return off + (log_only_findings(ev) if ev.job_logs else [])
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
@@ -33,8 +37,8 @@ def hang_findings(ev: E.Evidence) -> list:
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
         if stuck.agreed:
             out.append(_agreed(hang, stuck, hung))
-    out += _p2p(hang)
-    if not hang.stuck and not any(_pending_p2p(hang)):
+    out += p2p_findings(hang)
+    if not hang.stuck and not p2p_pending(hang):
         out.append(_all_done(hang, hung))
     return out + _coverage(ev, hang)
 
@@ -67,11 +71,11 @@ def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
         rule="hang-missing-rank",
         severity="error",
         confidence="high",
-        title=f"{_rank_word(stuck.missing)} never entered collective {seq} of {group.label} "
-        f"({_call(call)}) that {_rank_word(waiting)} {_verb(waiting, 'waits', 'wait')} in",
+        title=f"{W.rank_word(stuck.missing)} never entered collective {seq} of {group.label} "
+        f"({W.call_text(call)}) that {W.rank_word(waiting)} {W.verb(waiting, 'waits', 'wait')} in",
         detail=(
-            f"{_rank_word(waiting).capitalize()} enqueued {call.op} #{seq} of {group.label}{_at(call)} and "
-            f"{_verb(waiting, 'waits', 'wait')} in it for the other members; "
+            f"{W.rank_word(waiting).capitalize()} enqueued {call.op} #{seq} of {group.label}{W.at(call)} and "
+            f"{W.verb(waiting, 'waits', 'wait')} in it for the other members; "
             + "; ".join(text for text, _ in absent)
             + ". A collective completes only when every member of its group enters it."
         ),
@@ -94,7 +98,7 @@ def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
     last_seq = group.completed.get(rank, 0)
     last = group.call(rank, max(group.calls.get(rank, {}), default=-1))
     said = f"rank {rank} never enqueued it: its last collective in {group.label} is " + (
-        f"#{last.seq} ({last.op}, {'completed' if last.completed else 'not completed'}{_at(last)})"
+        f"#{last.seq} ({last.op}, {'completed' if last.completed else 'not completed'}{W.at(last)})"
         if last
         else "none recorded"
     )
@@ -103,7 +107,7 @@ def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
         other = hang.groups[elsewhere.group]
         return (
             f"{said}, and it waits in {other.label}'s collective #{elsewhere.seq} "
-            f"({_call(elsewhere)}{_at(elsewhere)})",
+            f"({W.call_text(elsewhere)}{W.at(elsewhere)})",
             {"last_completed": last_seq, "waits_in": {"group": other.name, "seq": elsewhere.seq}},
         )
     return (
@@ -116,11 +120,11 @@ def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
 
 def _mismatch(stuck: H.Stuck) -> Finding:
     group, seq = stuck.group, stuck.seq
-    kinds = _differences(stuck)
+    kinds = W.differences(stuck)
     by_sig: dict[tuple, list[int]] = {}
     for r, c in sorted(stuck.calls.items()):
         by_sig.setdefault(c.signature, []).append(r)
-    parts = [f"{_rank_word(rs)}: {_call(stuck.calls[rs[0]])}" for rs in by_sig.values()]
+    parts = [f"{W.rank_word(rs)}: {W.call_text(stuck.calls[rs[0]])}" for rs in by_sig.values()]
     return Finding(
         rule="hang-mismatch",
         severity="error",
@@ -131,18 +135,18 @@ def _mismatch(stuck: H.Stuck) -> Finding:
             f"Every member must issue the same collective at the same sequence number; at #{seq} of "
             f"{group.label} "
             + "; ".join(
-                f"{_rank_word(rs)} issued {_call(stuck.calls[rs[0]])}{_at(stuck.calls[rs[0]])}"
+                f"{W.rank_word(rs)} issued {W.call_text(stuck.calls[rs[0]])}{W.at(stuck.calls[rs[0]])}"
                 for rs in by_sig.values()
             )
             + f". Different {' and '.join(kinds)} at one sequence number hang or corrupt the result"
-            + _completion(stuck)
+            + W.completion(stuck)
         ),
         evidence={
             "group": group.name,
             "group_desc": group.desc,
             "seq": seq,
             "differs_in": kinds,
-            "calls": {str(r): _call_json(c) for r, c in sorted(stuck.calls.items())},
+            "calls": {str(r): W.call_json(c) for r, c in sorted(stuck.calls.items())},
         },
     )
 
@@ -158,18 +162,19 @@ def _order(stuck: H.Stuck, swap: tuple[int, int, int]) -> Finding:
         title=f"ranks {a} and {b} issue {group.label}'s collectives in a different order from #{seq}: "
         f"{ca.op} then {cb.op} on rank {a}, {cb.op} then {ca.op} on rank {b}",
         detail=(
-            f"At #{seq} of {group.label} rank {a} issued {_call(ca)}{_at(ca)} and rank {b} "
-            f"{_call(cb)}{_at(cb)}; rank {b} issues rank {a}'s call later, at #{later}, and rank {a} "
+            f"At #{seq} of {group.label} rank {a} issued {W.call_text(ca)}{W.at(ca)} and rank {b} "
+            f"{W.call_text(cb)}{W.at(cb)}; rank {b} issues rank {a}'s call later, at #{later}, and rank {a} "
             f"rank {b}'s: the same calls, in another order. Collectives are matched by order, so each "
-            "rank's call meets the other's different one: it hangs or corrupts. Issue them in one order "
-            "on every rank."
+            "rank's call meets the other's different one: it hangs or corrupts"
+            + W.completion(stuck)[:-1]
+            + ". Issue them in one order on every rank."
         ),
         evidence={
             "group": group.name,
             "group_desc": group.desc,
             "seq": seq,
             "ranks": [a, b],
-            "calls": {str(a): _call_json(ca), str(b): _call_json(cb)},
+            "calls": {str(a): W.call_json(ca), str(b): W.call_json(cb)},
             "swapped_at": later,
         },
     )
@@ -249,7 +254,7 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
             title=f"{group.label}'s collective #{seq} waits behind {other.label}'s #{first.seq}: "
             f"every member is in it, each with an older call of {other.label} unfinished",
             detail=(
-                f"Every member of {group.label} issued {_call(call)} as #{seq} with the same "
+                f"Every member of {group.label} issued {W.call_text(call)} as #{seq} with the same "
                 f"arguments, after a collective of another group that is not finished on it ("
                 + "; ".join(
                     f"rank {r}: {hang.groups[c.group].label} #{c.seq}" for r, c in older.items()
@@ -259,7 +264,7 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
             evidence={**evidence, "behind": {str(r): [c.group, c.seq] for r, c in older.items()}},
         )
     title = (
-        f"every member of {group.label} is in collective #{seq} ({_call(call)}) with the same call, "
+        f"every member of {group.label} is in collective #{seq} ({W.call_text(call)}) with the same call, "
         "and none finished it"
     )
     if not hung:
@@ -278,78 +283,11 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
         confidence="medium",
         title=title,
         detail=(
-            f"The dumps show no disagreement at #{seq}: every member entered {_call(call)} with the same "
+            f"The dumps show no disagreement at #{seq}: every member entered {W.call_text(call)} with the same "
             "sizes and dtypes. The cause is below the collectives (NCCL's transport, the network, a GPU "
             "or its peer link) or in a group these dumps do not record: read the ranks' NCCL logs."
         ),
         evidence=evidence,
-    )
-
-
-def _p2p(hang: H.Hang) -> list[Finding]:
-    out = []
-    for group, rank, entry in _pending_p2p(hang):
-        peer_local = entry.dst if entry.op == "send" else entry.src
-        members = sorted(group.members)
-        peer = members[peer_local] if peer_local is not None and peer_local < len(members) else None
-        if peer is None or peer not in hang.ranks:
-            continue
-        want = "recv" if entry.op == "send" else "send"
-        theirs = [
-            e
-            for e in group.p2p.get(peer, [])
-            if e.op == want and e.state != "completed" and (e.src, e.dst) == (entry.src, entry.dst)
-        ]
-        if theirs and theirs[0].numel_in + theirs[0].numel_out == entry.numel_in + entry.numel_out:
-            continue  # both sides posted: a match (what else holds it is another rule's)
-        out.append(_p2p_finding(group, rank, peer, entry, theirs, hang))
-    return out
-
-
-def _pending_p2p(hang: H.Hang):
-    for group in hang.groups.values():
-        for rank, entries in group.p2p.items():
-            for e in entries:
-                if e.state != "completed" and e.op in ("send", "recv"):
-                    yield group, rank, e
-
-
-def _p2p_finding(group, rank, peer, entry, theirs, hang) -> Finding:
-    want = "receive" if entry.op == "send" else "send"
-    direction = f"to rank {peer}" if entry.op == "send" else f"from rank {peer}"
-    size = f"{entry.numel_in or entry.numel_out:,} elements" + _dtype(entry)
-    their = (
-        f"rank {peer} has a pending {theirs[0].op} of another size "
-        f"({theirs[0].numel_in or theirs[0].numel_out:,} elements)"
-        if theirs
-        else f"rank {peer} has no pending {want} {('from' if entry.op == 'send' else 'to')} rank {rank}"
-    )
-    elsewhere = hang.pending_elsewhere(peer, group) if not theirs else None
-    where = (
-        f"; it waits in {hang.groups[elsewhere.group].label} #{elsewhere.seq} ({elsewhere.op})"
-        if elsewhere
-        else ""
-    )
-    return Finding(
-        rule="hang-p2p",
-        severity="error",
-        confidence="high",
-        title=f"rank {rank}'s {entry.op} {direction} ({size}, p2p #{entry.p2p_seq} of {group.label}) "
-        f"has no matching {want} on rank {peer}",
-        detail=(
-            f"Rank {rank} posted {entry.op} {direction} in {group.label}{_entry_at(entry)} and it is not "
-            f"complete; {their}{where}. A point-to-point transfer completes only when both sides post "
-            "it with the same size."
-        ),
-        evidence={
-            "group": group.name,
-            "rank": rank,
-            "peer": peer,
-            "op": entry.op,
-            "p2p_seq": entry.p2p_seq,
-            "numel": entry.numel_in or entry.numel_out,
-            "peer_pending": [e.op for e in theirs],
-        },
     )
 
 
@@ -383,6 +321,16 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
 # ---- what cannot be known ---------------------------------------------------------------
 
 
+def _recorder_off(ev: E.Evidence) -> NotChecked:
+    return NotChecked(
+        rule="hang-dumps",
+        hypothesis="which collective each rank was in",
+        missing=f"entries: the {len(ev.flight_recorder)} dump(s) hold none (the Flight Recorder "
+        "was off: TORCH_FR_BUFFER_SIZE unset or 0)",
+        next_command=flight_recorder_command(),
+    )
+
+
 def _coverage(ev: E.Evidence, hang: H.Hang) -> list:
     out: list = []
     undumped = sorted({r for g in hang.groups.values() for r in g.members} - set(hang.ranks))
@@ -390,8 +338,8 @@ def _coverage(ev: E.Evidence, hang: H.Hang) -> list:
         out.append(
             NotChecked(
                 rule="hang-dumps",
-                hypothesis=f"what ranks {H._ranks(undumped)} were doing",
-                missing=f"their Flight Recorder dumps (dumps read: ranks {H._ranks(hang.ranks)})",
+                hypothesis=f"what ranks {W.ranks_text(undumped)} were doing",
+                missing=f"their Flight Recorder dumps (dumps read: ranks {W.ranks_text(hang.ranks)})",
                 next_command=flight_recorder_command(),
             )
         )
@@ -423,81 +371,6 @@ def _coverage(ev: E.Evidence, hang: H.Hang) -> list:
             )
         )
     return out
-
-
-# ---- wording ------------------------------------------------------------------------------
-
-
-def _differences(stuck: H.Stuck) -> list[str]:
-    sigs = [c.signature for c in stuck.calls.values()]
-    names = ("operation", "input sizes", "output sizes", "input dtypes", "output dtypes")
-    kinds = [
-        name
-        for i, name in enumerate(names)
-        if len({tuple(part[i] for part in sig) for sig in sigs}) > 1
-    ]
-    if len({len(s) for s in sigs}) > 1 and "operation" not in kinds:
-        kinds.insert(0, "operation")
-    return [
-        k for k in kinds if not (k.startswith("output") and k.replace("output", "input") in kinds)
-    ] or ["arguments"]
-
-
-def _done(stuck: H.Stuck) -> tuple[int, ...]:
-    return tuple(r for r, c in sorted(stuck.calls.items()) if c.completed)
-
-
-def _completion(stuck: H.Stuck) -> str:
-    done = _done(stuck)
-    if not done:
-        return ": none of them completed it."
-    if any(stuck.calls[r].first.backend == "gloo" for r in done):
-        return (
-            f" ({_rank_word(done)}'s record marks it completed: gloo marks a collective completed "
-            "also when it ended in an error)."
-        )
-    return f" (completed on {_rank_word(done)} only)."
-
-
-def _call(call: H.Call) -> str:
-    e = call.first
-    sizes = ", ".join(str(list(s)) for s in e.input_sizes) or "no tensors"
-    return f"{call.op} of {sizes}{_dtype(e)}"
-
-
-def _dtype(e) -> str:
-    dtypes = sorted(set(e.input_dtypes or ()))
-    return f" {'/'.join(dtypes)}" if dtypes else ""
-
-
-def _call_json(call: H.Call) -> dict:
-    e = call.first
-    return {
-        "op": call.op,
-        "input_sizes": [list(s) for s in e.input_sizes],
-        "output_sizes": [list(s) for s in e.output_sizes],
-        "input_dtypes": list(e.input_dtypes or []),
-        "state": e.state,
-        "completed": call.completed,
-        "where": e.where or None,
-    }
-
-
-def _at(call: H.Call) -> str:
-    return _entry_at(call.first)
-
-
-def _entry_at(entry) -> str:
-    return f", issued at {entry.where}" if entry.where else ""
-
-
-def _rank_word(ranks) -> str:
-    ranks = list(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + H._ranks(ranks)
-
-
-def _verb(ranks, one: str, many: str) -> str:
-    return one if len(list(ranks)) == 1 else many
 
 
 RULES = (hang_findings,)

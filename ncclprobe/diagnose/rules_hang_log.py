@@ -71,6 +71,16 @@ def _watchdog(ev, group, seq, op, ranks: dict, known: set) -> Finding:
         for s in log.statuses
         if s.seq == seq and (s.group is None or group is None or s.group == group)
     }
+    # a rank told to dump by a peer logs how far it got: a reading, where it is there
+    behind = {
+        s.rank: s.last_enqueued
+        for log in ev.job_logs
+        for s in log.statuses
+        if s.seq is None
+        and s.rank in silent
+        and (group is None or s.group == group)
+        and s.last_enqueued < (seq or 0)
+    }
     evidence = {
         "group": group,
         "seq": seq,
@@ -81,10 +91,27 @@ def _watchdog(ev, group, seq, op, ranks: dict, known: set) -> Finding:
         "ran_ms": {str(r): t.ran_ms for r, t in sorted(ranks.items())},
         "last_enqueued": {str(r): s.last_enqueued for r, s in sorted(status.items())},
         "last_completed": {str(r): s.last_completed for r, s in sorted(status.items())},
+        "silent_last_enqueued": {str(r): n for r, n in sorted(behind.items())},
     }
-    what = (
-        f"{op} #{seq} of {label} ({first.numel_in if first.numel_in is not None else '?'} elements)"
-    )
+    numel = f"{first.numel_in:,}" if first.numel_in is not None else "?"
+    what = f"{op} #{seq} of {label} ({numel} elements)"
+    if silent and set(behind) == set(silent):
+        return Finding(
+            rule="hang-watchdog",
+            severity="error",
+            confidence="high",
+            title=f"{_ranks(silent)} never entered {what} that {_ranks(ranks)} timed out in",
+            detail=(
+                f"The watchdog of {_ranks(ranks)} gave up on {what} after "
+                f"{max(t.ran_ms or 0 for t in ranks.values())} ms; "
+                + "; ".join(
+                    f"rank {r}'s log says its last enqueued work is {n}"
+                    for r, n in sorted(behind.items())
+                )
+                + f" (the line torch prints when a peer's timeout makes it dump): it never enqueued #{seq}."
+            ),
+            evidence=evidence,
+        )
     if silent:
         return Finding(
             rule="hang-watchdog",

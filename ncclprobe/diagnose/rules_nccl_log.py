@@ -2,14 +2,19 @@
 rank whose communicator never finished init, WARN lines (transport and network errors name
 themselves there), and settings NCCL read with different values on different ranks.
 
-NCCL's INFO lines carry no clock, and its WARN lines one only from NCCL 2.26 on (and only if the
-log kept it), so when a WARN came relative to a hang is not read here: each WARN is reported as
-the log's own words, with its position (before or after the rank's last `Init COMPLETE`) unknown.
+NCCL's INFO lines carry no clock; its WARN lines one from NCCL 2.26 on (`[%F %T]`, the host's
+local time). Where both a WARN's time and the Flight Recorder's stuck collective are known, the WARN
+is placed against it: before the collective was issued, within its timeout, or after the watchdog
+gave up (then likely a consequence of the abort). That reads the log's clock as UTC, as torch's
+`time_created_ns` is: said in the finding, since a host in another zone shifts it by whole hours.
 """
 
 from __future__ import annotations
 
+import datetime
+
 from ncclprobe.diagnose import evidence as E
+from ncclprobe.diagnose import hang as H
 from ncclprobe.diagnose.findings import Finding, RuledOut
 from ncclprobe.nccl.knobs import DIFFERS_PER_RANK
 from ncclprobe.secrets import mask_env_value, mask_text
@@ -78,43 +83,102 @@ def _init(ev: E.Evidence) -> list:
 
 def _warnings(ev: E.Evidence) -> list:
     out = []
+    window = _hang_window(ev)
     for log in ev.nccl_logs:
-        warns = log.log.warnings
+        warns = list(zip(log.log.warnings, log.log.warning_times))
         if not warns:
             continue
-        transport = [w for w in warns if any(word in w for word in TRANSPORT_WORDS)]
+        transport = [(w, t) for w, t in warns if any(word in w for word in TRANSPORT_WORDS)]
         shown = transport or warns
+        placed = [_place(t, window) for _, t in shown]
+        after = all(p.endswith("timeout") and "after its" in p for p in placed)
         out.append(
             Finding(
                 rule="nccl-warn",
-                severity="warning",
+                severity="info" if after else "warning",  # all after the timeout: the abort's echo
                 confidence="medium" if transport else "low",
                 title=f"{log.label}'s NCCL log has {len(warns)} WARN line(s)"
                 + (f", {len(transport)} about the transport or network" if transport else "")
-                + f": {mask_text(shown[0])[:160]}",
+                + f": {mask_text(shown[0][0])[:160]}"
+                + (f" ({placed[0]})" if placed[0] else ""),
                 detail=(
                     f"{log.path}: "
-                    + "; ".join(mask_text(w)[:200] for w in shown[:3])
-                    + ". NCCL's log does not say when a line came relative to the hang: a transport "
-                    "error can be the cause, or the consequence of the watchdog aborting the communicator."
+                    + "; ".join(mask_text(w)[:200] + (f" [{t}]" if t else "") for w, t in shown[:3])
+                    + ". "
+                    + (
+                        "Times are the log's clock read as UTC, placed against the stuck collective "
+                        "of the Flight Recorder: a WARN after the watchdog's timeout is likely the "
+                        "abort's consequence, one before or during it a candidate cause."
+                        if window and any(placed)
+                        else "When each line came relative to the hang is not in the evidence (NCCL "
+                        "stamps WARN lines from 2.26 on; the Flight Recorder gives the hang's time): "
+                        "a transport error can be the cause or the consequence of the watchdog's abort."
+                    )
                 ),
                 evidence={
                     "log": log.path,
                     "rank": log.rank,
-                    "warnings": [mask_text(w) for w in shown[:10]],
+                    "warnings": [mask_text(w) for w, _ in shown[:10]],
+                    "times": [t for _, t in shown[:10]],
+                    "relative_to_hang": placed[:10],
                 },
             )
         )
     return out
 
 
+def _hang_window(ev: E.Evidence) -> tuple[int, int | None] | None:
+    """When the first stuck collective (or pending p2p operation) was issued, in ns since the
+    epoch, and its timeout in ms."""
+    if not ev.flight_recorder:
+        return None
+    hang = H.build(ev.flight_recorder)
+    pending = [c.first for s in hang.stuck for c in s.calls.values()]
+    pending += [
+        e
+        for g in hang.groups.values()
+        for es in g.p2p.values()
+        for e in es
+        if e.state != "completed"
+    ]
+    created = [(e.time_created_ns, e.timeout_ms) for e in pending if e.time_created_ns]
+    return min(created) if created else None
+
+
+def _place(stamp: str | None, window) -> str:
+    """`12 s after the stuck collective was issued, within its 10 s timeout` and the like; '' when
+    either time is unknown."""
+    if not stamp or not window:
+        return ""
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace(",", ".")).replace(
+            tzinfo=datetime.timezone.utc
+        )
+    except ValueError:
+        return ""
+    offset = when.timestamp() - window[0] / 1e9
+    timeout = (window[1] or 0) / 1000
+    if offset < 0:
+        return f"{-offset:.0f} s before the stuck collective was issued"
+    if timeout and offset > timeout:
+        return (
+            f"{offset:.0f} s after the stuck collective was issued, after its {timeout:g} s timeout"
+        )
+    return f"{offset:.0f} s after the stuck collective was issued" + (
+        f", within its {timeout:g} s timeout" if timeout else ""
+    )
+
+
 def _settings(ev: E.Evidence) -> list:
     if len(ev.nccl_logs) < 2:
         return []
     names = sorted({k for log in ev.nccl_logs for k in log.log.env} - set(DIFFERS_PER_RANK))
+    labels = [log.label for log in ev.nccl_logs]
+    if len(set(labels)) < len(labels):  # two logs of one rank (or of unknown ranks): name the files
+        labels = [log.path for log in ev.nccl_logs]
     differ = {}
     for name in names:
-        values = {log.label: log.log.env.get(name) for log in ev.nccl_logs}
+        values = {label: log.log.env.get(name) for label, log in zip(labels, ev.nccl_logs)}
         if len(set(values.values())) > 1:
             differ[name] = {
                 k: mask_env_value(name, v) if v is not None else None for k, v in values.items()
@@ -125,7 +189,7 @@ def _settings(ev: E.Evidence) -> list:
                 rule="nccl-settings-differ",
                 hypothesis="NCCL read different settings on different ranks",
                 reason=f"the {len(ev.nccl_logs)} NCCL logs report the same value for every variable NCCL read "
-                f"({len(names)} variables"
+                f"({len(names)} variable(s)"
                 + (f"; {', '.join(DIFFERS_PER_RANK)} differ by design)" if names else ")"),
             )
         ]

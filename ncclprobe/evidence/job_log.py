@@ -11,7 +11,9 @@ What is read (any other line is skipped, never an error), in the formats torch 2
 - its group status, in each generation's words: `failure detected by watchdog at work sequence id:
   78 PG status: last enqueued work: 79, last completed work: 77`, `Exception (either an error or
   timeout) detected by watchdog at work: 78, last enqueued NCCL work: 79, last completed NCCL work:
-  77.`, `Timeout at NCCL work: 78, last enqueued NCCL work: 79, last completed NCCL work: 77.`;
+  77.`, `Timeout at NCCL work: 78, last enqueued NCCL work: 79, last completed NCCL work: 77.`, and
+  on a rank told to dump by a peer, `Received a dump signal ... Last enqueued NCCL work: 3, last
+  completed NCCL work: 3.` (no sequence number: how far that rank got);
 - the Flight Recorder's own lines: disabled (`... FlightRecorder is disabled ...`), a rank that
   signalled the dump or saw a peer's signal;
 - gloo's `Timed out waiting 5000ms for recv operation to complete` and `Connection closed by peer`;
@@ -22,6 +24,7 @@ What is read (any other line is skipped, never an error), in the formats torch 2
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +45,7 @@ _WORK = ascii_re(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<f
 _WORK_FIELD = ascii_re(r"(?P<key>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<value>[\w.]+)")
 _RAN_FOR = ascii_re(r"ran for (?P<ms>\d+) milliseconds before timing out")
 _STATUS = ascii_re(
-    r"(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.*?"
+    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.*?)?"
     r"last enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
 )
 _FR_OFF = ascii_re(r"FlightRecorder is disabled|TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value")
@@ -78,7 +81,9 @@ class WatchdogStatus:
     rank: int | None
     group: str | None
     group_desc: str | None
-    seq: int  # the work the watchdog failed at
+    seq: (
+        int | None
+    )  # the work the watchdog failed at; None on a rank that dumped on a peer's signal
     last_enqueued: int
     last_completed: int
 
@@ -108,7 +113,7 @@ class JobLog:
     peer_closed: set[int] = field(default_factory=set)  # ranks that saw a peer's socket close
     fr_disabled: set[int] = field(default_factory=set)
     dump_signals: set[int] = field(default_factory=set)
-    ranks: set[int] = field(default_factory=set)  # every rank a line was attributed to
+    ranks: set[int] = field(default_factory=set)  # every rank a line was attributed to, read or not
 
     @property
     def hang_seen(self) -> bool:
@@ -124,7 +129,7 @@ def parse_job_log(text: str, path: str = "LOG") -> JobLog:
     reader = _Reader(JobLog(path=path), _rank_from_name(path))
     for raw in text.splitlines():
         reader.feed(raw)
-    return reader.log
+    return reader.finish()
 
 
 def _rank_from_name(path: str) -> int | None:
@@ -139,7 +144,7 @@ def _rank_from_name(path: str) -> int | None:
 class _Reader:
     def __init__(self, log: JobLog, file_rank: int | None):
         self.log, self.file_rank = log, file_rank
-        self.seen_timeouts: set[tuple] = set()
+        self.unnamed: dict = {}  # rank -> index of its last timeout whose line named no group
         self.in_failures: bool | None = None  # None outside a summary; else root-cause section?
         self.failure: dict | None = None
 
@@ -158,10 +163,10 @@ class _Reader:
             rank = int(prefix["rank"])
         if rank is None:
             rank = self.file_rank
+        if rank is not None:
+            log.ranks.add(rank)
         if self._message(message, rank, prefix, clock):
             log.read_lines += 1
-            if rank is not None:
-                log.ranks.add(rank)
 
     def _rank(self, line: str) -> tuple[int | None, str]:
         tee = _TEE.match(line)
@@ -179,13 +184,16 @@ class _Reader:
         desc = (prefix["desc"] or prefix["desc2"]) if prefix else None
         if "Watchdog caught collective operation timeout" in message:
             return self._timeout(message, rank, group, desc, clock)
-        status = _STATUS.search(message) if "last enqueued" in message else None
+        status = _STATUS.search(message) if "ast enqueued" in message else None
         if status:
+            seq = int(status["seq"]) if status["seq"] else None
             log.statuses.append(
-                WatchdogStatus(
-                    rank, group, desc, int(status["seq"]), int(status["enq"]), int(status["done"])
-                )
+                WatchdogStatus(rank, group, desc, seq, int(status["enq"]), int(status["done"]))
             )
+            if group is not None:
+                self._name_group(log.statuses[-1])
+            if _DUMP_SIGNAL.search(message):
+                _add(log.dump_signals, rank)
             return True
         if _FR_OFF.search(message):
             return _add(log.fr_disabled, rank)
@@ -221,11 +229,32 @@ class _Reader:
             ran_ms=int(ran["ms"]) if ran else None,
             time=clock,
         )
-        key = (rank, timeout.seq, timeout.op)
-        if key not in self.seen_timeouts:  # the same timeout is printed again in the exception
-            self.seen_timeouts.add(key)
-            self.log.timeouts.append(timeout)
+        self.log.timeouts.append(timeout)
+        if (
+            group is None
+        ):  # `[Rank 0] Watchdog caught ...`: the status line that follows names the group
+            self.unnamed[rank] = len(self.log.timeouts) - 1
         return True
+
+    def _name_group(self, status: WatchdogStatus) -> None:
+        """Give the rank's last timeout without a group the group of its status line (same seq)."""
+        index = self.unnamed.pop(status.rank, None)
+        if index is not None and self.log.timeouts[index].seq == status.seq:
+            self.log.timeouts[index] = dataclasses.replace(
+                self.log.timeouts[index], group=status.group, group_desc=status.group_desc
+            )
+
+    def finish(self) -> JobLog:
+        """One timeout per rank, group, seq and op: the watchdog prints each again in its exception."""
+        self._close_failure()
+        kept: dict[tuple, WatchdogTimeout] = {}
+        for t in self.log.timeouts:
+            kept.setdefault((t.rank, t.group, t.seq, t.op), t)
+        named = {(t.rank, t.seq, t.op) for t in kept.values() if t.group is not None}
+        self.log.timeouts = [
+            t for t in kept.values() if t.group is not None or (t.rank, t.seq, t.op) not in named
+        ]
+        return self.log
 
     def _summary(self, line: str) -> bool:
         """torchrun's `Failures:` / `Root Cause` blocks: `[N]:` then indented `key : value` lines."""

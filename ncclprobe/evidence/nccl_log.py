@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.evidence.text import clean_line, read_text_file, strip_ansi
 from ncclprobe.nccl import lint
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
@@ -40,6 +40,8 @@ _PREFIX = ascii_re(
     r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
     r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
+# NCCL 2.26+ starts WARN lines with `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT); `clean_line` drops it
+_WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]")
 _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
@@ -130,6 +132,7 @@ class NcclLog:
     enabled_matrix: dict[str, dict[str, list[str]]] | None = None  # 2.24+ Func/Proto/Algo matrix
     tuner_plugin: str | None = None
     warnings: list[str] = field(default_factory=list)
+    warning_times: list[str | None] = field(default_factory=list)  # per WARN: `[%F %T]` (2.26+)
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     nccl_lines: int = 0
@@ -165,6 +168,7 @@ class NcclLog:
             "enabled_matrix": self.enabled_matrix,
             "tuner_plugin": self.tuner_plugin,
             "warnings": [mask_text(w) for w in self.warnings],
+            "warning_times": list(self.warning_times),
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
             "nccl_lines": self.nccl_lines,
@@ -176,7 +180,7 @@ def parse_nccl_log(text: str) -> NcclLog:
     """Parse log text; never raises on garbage, returns whatever NCCL facts it found."""
     reader = _Reader()
     for raw in text.splitlines():
-        reader.feed(clean_line(raw))
+        reader.feed(clean_line(raw), raw)
     return reader.finish()
 
 
@@ -221,7 +225,7 @@ class _Reader:
         self.comms: dict[tuple, dict] = {}
         self.handlers = self._handlers()
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str, raw: str = "") -> None:
         self.log.total_lines += 1
         if self.matrix_header is not None and self._matrix_line(line):
             return
@@ -240,6 +244,8 @@ class _Reader:
         msg = match["msg"].strip()
         if match["level"] == "WARN":
             log.warnings.append(msg)
+            stamp = _WARN_TIME.match(strip_ansi(raw)) if raw[:1] in "[\x1b" else None
+            log.warning_times.append(stamp["time"] if stamp else None)
         self._message(msg, pid)
 
     def _message(self, msg: str, pid: int) -> None:

@@ -13,7 +13,8 @@ lists, tuples, strings, numbers, booleans, None: the opcodes below, checked on r
      (a second lock: the walk already refused every opcode that reaches them);
   3. checks the result's shape without recursion: at most `max_depth` nested containers and
      `max_nodes` items counted as a tree, so a small pickle that reuses one list a million times
-     through its memo (a "billion laughs") or refers to itself is refused, not walked forever.
+     through its memo (a "billion laughs") or refers to itself is refused, in time linear in
+     the pickle's size, before any reader walks it.
 
 Every refusal is a UsageProblem (exit 2) naming the file, in one line.
 """
@@ -132,16 +133,37 @@ class _DataOnly(pickle.Unpickler):
 
 
 def _check_shape(value, label: str, max_depth: int, max_nodes: int) -> None:
-    """Depth and tree size, counted without recursion; shared sub-objects count every time."""
-    stack, nodes = [(value, 1)], 0
+    """Nesting depth and tree size (a shared sub-object counts every time it is reached), computed
+    once per distinct container in post-order without recursion, so the time is linear in the
+    pickle's size even when its tree is astronomically large; a container that holds itself is
+    refused (no dump does that)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    active: set[int] = set()
+    stack = [(value, False)]
     while stack:
-        item, depth = stack.pop()
-        nodes += 1
-        if nodes > max_nodes:
-            raise UsageProblem(f"{label}: more than {max_nodes:,} items (limit): refused")
+        item, finished = stack.pop()
         if not isinstance(item, _CONTAINERS):
             continue
-        if depth > max_depth:
-            raise UsageProblem(f"{label}: containers nested deeper than {max_depth}: refused")
-        children = [x for pair in item.items() for x in pair] if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children)
+        key = id(item)
+        kids = _children(item)
+        if finished:
+            active.discard(key)
+            size[key] = 1 + sum(size.get(id(k), 1) for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids if id(k) in depth), default=0)
+            if size[key] > max_nodes:
+                raise UsageProblem(f"{label}: more than {max_nodes:,} items (limit): refused")
+            if depth[key] > max_depth:
+                raise UsageProblem(f"{label}: containers nested deeper than {max_depth}: refused")
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise UsageProblem(f"{label}: a container holds itself: refused")
+        active.add(key)
+        stack.append((item, True))
+        stack.extend((k, False) for k in kids if isinstance(k, _CONTAINERS) and id(k) not in size)
+
+
+def _children(item) -> list:
+    return [x for pair in item.items() for x in pair] if isinstance(item, dict) else list(item)
