@@ -127,15 +127,25 @@ def start(scenario: str, args, out: Path) -> tuple[subprocess.Popen, Path, float
     return proc, directory, time.monotonic()
 
 
-def finish(scenario: str, proc: subprocess.Popen, directory: Path, began: float, args) -> dict:
-    deadline = began + 5 * args.timeout_s + 60
-    killed = False
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed = True
-        time.sleep(0.5)
-    wall = time.monotonic() - began
+def wait_all(running: list, args) -> dict[str, tuple[float, bool]]:
+    """Each job's wall time, taken when it ends (all are watched at once), and whether it was killed
+    at its deadline (5x the timeout + 60 s)."""
+    ended: dict[str, tuple[float, bool]] = {}
+    while len(ended) < len(running):
+        for scenario, proc, _, began in running:
+            if scenario in ended:
+                continue
+            if proc.poll() is not None:
+                ended[scenario] = (time.monotonic() - began, False)
+            elif time.monotonic() > began + 5 * args.timeout_s + 60:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                ended[scenario] = (time.monotonic() - began, True)
+        time.sleep(0.2)
+    return ended
+
+
+def finish(scenario: str, proc, directory: Path, wall: float, killed: bool, args) -> dict:
     _flatten_rank_logs(directory)
     manifest = {
         "scenario": scenario,
@@ -201,7 +211,8 @@ def record(args) -> int:
             print(f"gloo/{name}: skipped, {NOT_ON_GLOO[name]}", file=sys.stderr)
         chosen = [s for s in chosen if s not in NOT_ON_GLOO]
     running = [(s, *start(s, args, out)) for s in chosen]
-    manifests = [finish(s, proc, d, t, args) for s, proc, d, t in running]
+    ended = wait_all(running, args)
+    manifests = [finish(s, proc, d, *ended[s], args) for s, proc, d, _ in running]
     (out / args.backend / "recorded.json").write_text(json.dumps(manifests, indent=1) + "\n")
     return 0
 

@@ -306,8 +306,8 @@ def _group_lines(groups: list[dict]) -> list[str]:
     """Per process group: each rank's last enqueued and completed collective, where it stopped."""
     lines = []
     for g in groups:
-        ranks = ", ".join(
-            f"rank {r}: enqueued {p['enqueued']}, completed {p['completed']}"
+        ranks = "; ".join(
+            f"rank {r} enqueued {p['enqueued']}, completed {p['completed']}"
             for r, p in g["ranks"].items()
         )
         stuck = {
