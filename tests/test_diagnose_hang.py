@@ -592,3 +592,111 @@ def _read(doc, rank):
     from ncclprobe.validate import Where
 
     return _parse(doc, Where("hand-written"), rank, "pickle")
+
+
+# ---- more twins and boundaries ----------------------------------------------------------------
+
+
+def test_a_missing_rank_that_waits_in_an_agreed_collective_is_no_cycle(tmp_path):
+    """The twin of the cycle: rank 1 is missing from group 1 #2 because it waits in default_pg #2,
+    where every member is (no one missing there): the missing rank is named with where it waits."""
+    docs = {r: dump("2.10", r, [("all_reduce", 8, "completed")]) for r in (0, 1)}
+    for r in (0, 1):
+        docs[r]["pg_config"]["1"] = {"name": "1", "desc": "group_1", "ranks": "[0, 1]"}
+        docs[r]["entries"].append(entry("2.10", r, 1, "all_reduce", 8, "completed", group="1"))
+        docs[r]["entries"].append(entry("2.10", r, 2, "all_reduce", 8, "started"))
+    docs[0]["entries"].append(entry("2.10", 0, 2, "all_reduce", 8, "started", group="1"))
+    result = diagnosis(flight_recorder=_write(tmp_path, docs))
+    assert "hang-groups" not in rules(result)
+    missing = [f for f in result.findings if f.rule == "hang-missing-rank"][0]
+    assert missing.evidence["missing_rank_state"]["1"]["waits_in"] == {"group": "0", "seq": 2}
+    assert "it waits in default_pg's collective #2" in missing.detail
+
+
+@pytest.mark.parametrize(
+    "offset_s, placed",
+    [
+        (-1, "1 s before the stuck collective was issued"),
+        (0, "0 s after the stuck collective was issued, within its 10 s timeout"),
+        (10, "10 s after the stuck collective was issued, within its 10 s timeout"),
+        (11, "11 s after the stuck collective was issued, after its 10 s timeout"),
+    ],
+)
+def test_the_warn_placement_boundaries(tmp_path, offset_s, placed):
+    test_a_stamped_warn_is_placed_against_the_stuck_collective(tmp_path, offset_s, placed)
+
+
+def test_a_warn_after_the_timeout_is_informational_and_one_within_it_a_warning(tmp_path):
+    import datetime
+
+    calls = {
+        0: [("all_reduce", 8, "completed"), ("all_reduce", 8, "started")],
+        1: [("all_reduce", 8, "completed")],
+    }
+    dumps = write_job(tmp_path / "d", "2.10", calls)
+    issued = (T0 + 2 * 1_000_000) / 1e9
+    for offset, severity in ((5, "warning"), (30, "info")):
+        when = datetime.datetime.fromtimestamp(issued + offset, datetime.timezone.utc)
+        log = tmp_path / f"nccl{offset}.log"
+        log.write_text(
+            "vm:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+            f"[{when:%Y-%m-%d %H:%M:%S}] vm:1:2 [0] net.cc:1 NCCL WARN NET/Socket : Connection reset by peer\n"
+        )
+        warn = [
+            f
+            for f in diagnosis(flight_recorder=[dumps], nccl_logs=[log]).findings
+            if f.rule == "nccl-warn"
+        ][0]
+        assert warn.severity == severity, offset
+
+
+def test_the_newest_known_version_reads_without_a_note(tmp_path):
+    calls = {r: [("all_reduce", 8, "completed")] for r in (0, 1)}
+    result = diagnosis(flight_recorder=[write_job(tmp_path, "2.10", calls)])
+    assert not any("newer than" in n for n in result.notes)
+
+
+def test_a_hang_with_an_env_check_of_the_live_job(tmp_path):
+    """Combined with a real env-check document: its finding (a worker lacks what its siblings have)
+    and the hang's stand side by side."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.test_diagnose import LAUNCHER
+
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "NCCL_PROTO"},
+    )
+    try:
+        launcher.stdout.readline()
+        while len(psutil.Process(launcher.pid).children()) < 3:
+            time.sleep(0.05)
+        out = CliRunner().invoke(
+            cli,
+            [
+                "env-check",
+                "--pid",
+                str(launcher.pid),
+                "--expect",
+                "NCCL_PROTO=LL",
+                "--format",
+                "json",
+            ],
+        )
+    finally:
+        for child in psutil.Process(launcher.pid).children():
+            child.kill()
+        launcher.kill()
+        launcher.wait()
+    doc = tmp_path / "env.json"
+    doc.write_text(out.stdout)
+    result = diagnosis(flight_recorder=[GLOO / "skip" / "dumps"], env_check=doc)
+    found = rules(result)
+    assert "env-check-sibling" in found and "hang-missing-rank" in found

@@ -193,6 +193,17 @@ def test_malformed_dumps_are_one_usage_problem(tmp_path, monkeypatch, defect, ne
         fr.read_flight_recorder(paths)
 
 
+def test_the_decompressed_size_at_its_limit_reads(tmp_path, monkeypatch):
+    data = pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")]))
+    monkeypatch.setattr(fr, "DECOMPRESSED_LIMIT", len(data))
+    path = tmp_path / "nccl_trace_rank_0.gz"
+    path.write_bytes(gzip.compress(data))
+    assert len(fr.read_dump(path).entries) == 1
+    monkeypatch.setattr(fr, "DECOMPRESSED_LIMIT", len(data) - 1)
+    with pytest.raises(UsageProblem, match="decompresses to more than"):
+        fr.read_dump(path)
+
+
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(fr, "DUMP_LIMIT", 1000)
     path = tmp_path / "nccl_trace_rank_0"

@@ -156,10 +156,11 @@ def _place(stamp: str | None, window) -> str:
         )
     except ValueError:
         return ""
-    offset = when.timestamp() - window[0] / 1e9
+    offset = when.timestamp() - window[0] / 1e9  # the stamp is a whole second: [offset, offset + 1)
     timeout = (window[1] or 0) / 1000
-    if offset < 0:
+    if offset + 1 <= 0:
         return f"{-offset:.0f} s before the stuck collective was issued"
+    offset = max(offset, 0.0)  # within the second it was issued
     if timeout and offset > timeout:
         return (
             f"{offset:.0f} s after the stuck collective was issued, after its {timeout:g} s timeout"
