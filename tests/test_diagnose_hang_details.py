@@ -540,3 +540,174 @@ def test_a_dicts_values_count_toward_depth_and_size():
         loads_data(pickle.dumps(deep), "x", max_depth=4)
     with pytest.raises(UsageProblem, match="more than 3 items"):
         loads_data(pickle.dumps({"a": 1, "b": 2}), "x", max_nodes=3)
+
+
+def test_agreed_without_every_members_dump_says_so(tmp_path):
+    docs = {
+        r: dump("2.10", r, [("all_reduce", 8, "completed"), ("all_reduce", 8, "started")], world=3)
+        for r in (0, 1)
+    }
+    (f,) = _find(_diagnose(tmp_path, docs), "hang-in-flight")
+    assert f.title.startswith(
+        "every dumped member of default_pg (ranks 0, 1; no dump of rank 2) is in collective #2"
+    )
+
+
+# ---- the second mutation run's survivors ------------------------------------------------------
+
+
+def test_a_subgroup_that_leaves_a_rank_out_does_not_hide_that_ranks_default_group(tmp_path):
+    """Rank 2 is no member of group 1 (ranks 0, 1), which the dumps list first: healthy, nothing above info."""
+    docs = {}
+    for r in (0, 1, 2):
+        doc = dump("2.10", r, [("all_reduce", 8, "completed")], world=3)
+        doc["pg_config"]["1"] = {"name": "1", "desc": "group_1", "ranks": "[0, 1]"}
+        if r < 2:
+            doc["entries"].insert(0, entry("2.10", r, 1, "all_reduce", 4, "completed", group="1"))
+        docs[r] = doc
+    result = _diagnose(tmp_path, docs)
+    assert [f.rule for f in result.findings] == ["hang-none-pending"]
+
+
+@pytest.mark.parametrize(
+    "firsts, noted", [((1, 1), False), ((3, 3), False), ((2, 1), True), ((3, 1), True)]
+)
+def test_the_ring_note_only_when_a_rank_holds_what_another_lost(tmp_path, firsts, noted):
+    docs = {}
+    for r, first in zip((0, 1), firsts):
+        doc = dump("2.10", r, [("all_reduce", 8, "completed")] * 4)
+        doc["entries"] = doc["entries"][first - 1 :]
+        docs[r] = doc
+    result = _diagnose(tmp_path, docs)
+    assert any("no longer in every rank's buffer" in n for n in result.notes) == noted
+
+
+def test_the_inferred_membership_note_names_the_ranks():
+    result = diagnose(load_evidence(flight_recorder=[RECORDED / "gloo" / "skip" / "dumps"]))
+    assert (
+        "default_pg: the dumps do not record its ranks; taken as ranks 0, 1 (every rank dumped)"
+        in result.notes
+    )
+
+
+def test_a_healthy_summary_says_agreed_when_the_dump_caught_a_call_in_flight():
+    (g,) = H.groups_summary(read_flight_recorder([RECORDED / "gloo" / "healthy" / "dumps"]))
+    assert (g["stuck_at"], g["stuck_because"]) == (6, "agreed")
+
+
+def test_p2p_records_that_cannot_be_paired_are_skipped_not_fatal(tmp_path):
+    """A coalesced marker first, a peer number past the group, a receive from a rank without a dump:
+    the send after them is still paired (and found unmatched)."""
+    docs = {r: dump("2.10", r, [("all_reduce", 8, "completed")], world=3) for r in (0, 1)}
+    marker = _p2p(0, "coalesced", "", 0, "completed")
+    marker["profiling_name"] = "nccl:coalesced"
+    docs[0]["entries"] += [
+        marker,
+        _p2p(0, "send", "0->3", 8, "started"),
+        _p2p(0, "send", "0->1", 64, "started"),
+    ]
+    docs[1]["entries"].append(_p2p(1, "recv", "1<-2", 8, "started"))
+    found = _find(_diagnose(tmp_path, docs), "hang-p2p")
+    assert [(f.evidence["rank"], f.evidence["peer"], f.evidence["numel"]) for f in found] == [
+        (0, 1, 64)
+    ]
+
+
+def test_a_receive_without_its_send_asks_for_a_send(tmp_path):
+    docs = {r: dump("2.10", r, [("all_reduce", 8, "completed")]) for r in (0, 1)}
+    docs[1]["entries"].append(_p2p(1, "recv", "1<-0", 64, "started"))
+    (f,) = _find(_diagnose(tmp_path, docs), "hang-p2p")
+    assert f.title.endswith("has no matching send on rank 0")
+    assert "rank 0 has no send to rank 1 for it" in f.detail
+
+
+def test_an_unmatched_send_marked_completed_is_not_all_done(tmp_path):
+    docs = {r: dump("2.10", r, [("all_reduce", 8, "completed")]) for r in (0, 1)}
+    docs[0]["entries"].append(_p2p(0, "send", "0->1", 64, "completed"))
+    result = _diagnose(tmp_path, docs)
+    assert _find(result, "hang-p2p") and not _find(result, "hang-none-pending")
+
+
+def test_a_failure_summary_alone_is_no_clean_log(tmp_path):
+    text = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4)\n"
+    result = _log_only(tmp_path, text)
+    assert not [f for f in result.findings if f.rule == "hang-log-clean"]
+
+
+def test_an_older_status_line_without_a_group_counts_for_the_timeout(tmp_path):
+    text = (
+        WATCHDOG.format(r=0, prefix="[PG ID 0 PG GUID 0(default_pg) Rank 0]", seq=4)
+        + (
+            "[rank0]:[E ProcessGroupNCCL.cpp:1] [Rank 0] Timeout at NCCL work: 4, last enqueued NCCL work: 4, "
+            "last completed NCCL work: 3.\n"
+        )
+        + SIGNALLED.format(r=1, g=0, enq=3)
+    )
+    f = _log_only(tmp_path, text).findings[0]
+    assert (f.evidence["last_enqueued"], f.evidence["last_completed"]) == ({"0": 4}, {"0": 3})
+
+
+def test_a_timeout_line_without_sizes(tmp_path):
+    text = (
+        "[rank0]: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE) "
+        "ran for 10 milliseconds before timing out.\n[rank1]: [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE) ran for 10 milliseconds before timing out.\n"
+    )
+    f = _log_only(tmp_path, text).findings[0]
+    assert f.title == "every rank in the log timed out in ALLREDUCE #4 of its group (? elements)"
+    assert f.evidence["timed_out_ranks"] == [0, 1] and f.evidence["silent_ranks"] == []
+
+
+def test_a_rank_known_only_from_torchruns_summary_is_a_silent_rank(tmp_path):
+    text = WATCHDOG.format(r=0, prefix="[Rank 0]", seq=4) + (
+        "Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -15 (pid: 9)\n"
+        "  traceback : Signal 15 (SIGTERM) received by PID 9\n"
+    )
+    f = _log_only(tmp_path, text).findings[0]
+    assert f.evidence["silent_ranks"] == [1]
+
+
+def test_the_launchers_note_names_the_signal_or_the_exit_code():
+    nccl = diagnose(load_evidence(logs=[RECORDED / "nccl" / "skip" / "torchrun.log"]))
+    assert any("first observed failure is rank 0 (signal SIGABRT)" in n for n in nccl.notes)
+    gloo = diagnose(load_evidence(logs=[RECORDED / "gloo" / "skip" / "torchrun.log"]))
+    assert any("first observed failure is rank 0 (exit code 1)" in n for n in gloo.notes)
+    assert sum("first observed failure" in n for n in gloo.notes) == 1
+
+
+def test_the_not_checked_words(tmp_path):
+    off = {
+        "version": "2.10",
+        "pg_config": {},
+        "pg_status": {"0": {"last_enqueued_collective": 3}},
+        "entries": [],
+    }
+    (n,) = _diagnose(tmp_path, {0: off}).not_checked
+    assert n.hypothesis == "which collective each rank was in"
+    docs = {
+        r: dump("2.10", r, [("all_reduce", 8, "completed"), ("all_reduce", 8, "started")])
+        for r in (0, 1)
+    }
+    log = _log(
+        tmp_path,
+        "[rank0]: RuntimeError: [x] Timed out waiting 5000ms for recv operation to complete\n",
+    )
+    (asked,) = [
+        n for n in _diagnose(tmp_path / "b", docs, logs=[log]).not_checked if n.rule == "nccl-log"
+    ]
+    assert (asked.hypothesis, asked.missing) == (
+        "NCCL's transport failed below the collectives",
+        "the ranks' NCCL logs (--nccl-log)",
+    )
+
+
+def test_every_rank_timed_out_carries_its_evidence(tmp_path):
+    text = WATCHDOG.format(r=0, prefix="[Rank 0]", seq=4) + WATCHDOG.format(
+        r=1, prefix="[Rank 1]", seq=4
+    )
+    f = _log_only(tmp_path, text).findings[0]
+    assert (f.evidence["seq"], f.evidence["op"], f.evidence["timeout_ms"]) == (
+        4,
+        "ALLREDUCE",
+        10000,
+    )

@@ -252,7 +252,8 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
             severity="warning",
             confidence="high",
             title=f"{group.label}'s collective #{seq} waits behind {other.label}'s #{first.seq}: "
-            f"every member is in it, each with an older call of {other.label} unfinished",
+            f"{'every' if not stuck.undumped else 'every dumped'} member is in it, each with an older "
+            f"call of {other.label} unfinished",
             detail=(
                 f"Every member of {group.label} issued {W.call_text(call)} as #{seq} with the same "
                 f"arguments, after a collective of another group that is not finished on it ("
@@ -263,8 +264,14 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
             ),
             evidence={**evidence, "behind": {str(r): [c.group, c.seq] for r, c in older.items()}},
         )
+    who = (
+        f"every member of {group.label}"
+        if not stuck.undumped
+        else f"every dumped member of {group.label} ({W.rank_word(stuck.calls)}; no dump of "
+        f"{W.rank_word(stuck.undumped)})"
+    )
     title = (
-        f"every member of {group.label} is in collective #{seq} ({W.call_text(call)}) with the same call, "
+        f"{who} is in collective #{seq} ({W.call_text(call)}) with the same call, "
         "and none finished it"
     )
     if not hung:
