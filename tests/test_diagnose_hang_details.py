@@ -567,6 +567,9 @@ def test_a_subgroup_that_leaves_a_rank_out_does_not_hide_that_ranks_default_grou
         docs[r] = doc
     result = _diagnose(tmp_path, docs)
     assert [f.rule for f in result.findings] == ["hang-none-pending"]
+    summary = {g["label"]: g for g in H.groups_summary(read_flight_recorder([tmp_path / "dumps"]))}
+    assert list(summary["default_pg"]["ranks"]) == ["0", "1", "2"]
+    assert list(summary["group_1"]["ranks"]) == ["0", "1"]
 
 
 @pytest.mark.parametrize(
