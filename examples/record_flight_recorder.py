@@ -51,6 +51,12 @@ import threading
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(
+    0, str(ROOT)
+)  # the repository's NCCL recipes, also where ncclprobe is not installed
+from ncclprobe.nccl.recipes import NO_NVLS, proof_env  # noqa: E402
+
 SCENARIOS = ("skip", "size-mismatch", "order", "p2p", "groups", "healthy")
 NOT_ON_GLOO = {"p2p": "gloo's Flight Recorder records no send/recv (torch 2.13)"}
 DUMP_PREFIX = "nccl_trace_rank_"
@@ -81,7 +87,10 @@ def job_env(backend: str, directory: Path) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
     }
     if backend == "nccl":
-        env.update({"NCCL_DEBUG": "INFO", "NCCL_NVLS_ENABLE": "0", "CUDA_VISIBLE_DEVICES": "0"})
+        # NCCL_DEBUG=INFO (its default subsystems) and NVLink multicast off, from their one home
+        env.update(
+            {"NCCL_DEBUG": proof_env()["NCCL_DEBUG"], **NO_NVLS, "CUDA_VISIBLE_DEVICES": "0"}
+        )
     return env
 
 

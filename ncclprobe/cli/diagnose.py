@@ -10,7 +10,6 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.cli.table import terminal_width
-from ncclprobe.diagnose.hang import groups_summary
 from ncclprobe.errors import UsageProblem
 
 EPILOG = f"""\b
@@ -177,6 +176,8 @@ def command(
         doc = result.to_json()
         doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
         if ev.flight_recorder:
+            from ncclprobe.diagnose.hang import groups_summary
+
             doc["process_groups"] = groups_summary(ev.flight_recorder)
         emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
     return result.verdict()
@@ -219,6 +220,8 @@ def render_text(result, ev=None) -> str:
     if ev is not None and ev.kind != "engine-trace":
         lines += _step_lines(ev)
     if ev is not None and ev.flight_recorder:
+        from ncclprobe.diagnose.hang import groups_summary
+
         lines += _group_lines(groups_summary(ev.flight_recorder))
     lines += [f"# note: {note}" for note in result.notes]
     if not result.findings:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ncclprobe.nccl.recipes import USER_LOG_NAME, user_log_env
 from ncclprobe.sizes import format_size
 
 # How to record a profile that diagnose reads, per engine (`diagnose --profile FILE`). SGLang
@@ -142,13 +143,14 @@ FLIGHT_RECORDER_ENV = (
     "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
     "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/nccl_trace_rank_ TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr/nccl_trace_rank_"
 )
-NCCL_LOG_ENV = "NCCL_DEBUG=INFO NCCL_DEBUG_FILE=/tmp/fr/nccl.%h.%p.log"
 
 
 def flight_recorder_command(nccl_logs: bool = False) -> str:
     """Run the job again so that a hang leaves every rank's dump (and, asked, NCCL's logs) behind."""
-    env = FLIGHT_RECORDER_ENV + (f" {NCCL_LOG_ENV}" if nccl_logs else "")
-    logs = " --nccl-log /tmp/fr/nccl.*.log" if nccl_logs else ""
+    nccl_env = " ".join(f"{k}={v}" for k, v in user_log_env("/tmp/fr").items())
+    env = FLIGHT_RECORDER_ENV + (f" {nccl_env}" if nccl_logs else "")
+    glob = USER_LOG_NAME.replace("%h.%p", "*")
+    logs = f" --nccl-log /tmp/fr/{glob}" if nccl_logs else ""
     return (
         f"mkdir -p /tmp/fr && {env} torchrun ... 2>&1 | tee job.log  # then: "
         f"ncclprobe diagnose --flight-recorder /tmp/fr --log job.log{logs}"
