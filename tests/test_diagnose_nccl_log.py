@@ -263,9 +263,13 @@ def test_vllm_times_of_another_day_are_after_the_warn():
     assert warn.evidence["relative_to_run"][0].startswith("after the last decode step")
 
 
-def test_nccl_log_alone_or_not_an_nccl_log_is_one_line_and_exit_2():
-    alone = CliRunner().invoke(cli, ["diagnose", "--nccl-log", str(SHM)])
-    assert alone.exit_code == 2 and "ncclprobe nccl-log" in alone.stderr
+def test_nccl_log_alone_is_a_diagnosis_and_not_an_nccl_log_is_one_line_and_exit_2():
+    """NCCL's logs alone are evidence of a job (issue 27: init, warnings, settings per rank); their
+    warnings are not placed against a hang or a run that was never given."""
+    alone = CliRunner().invoke(cli, ["diagnose", "--nccl-log", str(SHM), "--format", "json"])
+    assert alone.exit_code == 1, alone.output
+    [warn] = [f for f in json.loads(alone.stdout)["findings"] if f["rule"] == "nccl-warn"]
+    assert "only NCCL's logs were given" in warn["detail"] and "watchdog" not in warn["detail"]
     wrong = CliRunner().invoke(
         cli, ["diagnose", "--server-log", str(SGLANG), "--nccl-log", str(VLLM)]
     )

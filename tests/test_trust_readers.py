@@ -3,6 +3,7 @@ command reads it: one validation layer per file kind, shared by all of its reade
 
 import codecs
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,32 @@ def test_a_malformed_env_check_document_is_named(tmp_path, doc, needles):
     bad.write_text(json.dumps(doc))
     _one_line_exit_2(
         _invoke("diagnose", "--trace", str(trace), "--env-check", str(bad)), "env.json", *needles
+    )
+
+
+@pytest.mark.parametrize(
+    "data, needles",
+    [
+        (
+            pickle.dumps({"version": "2.10", "entries": [{"profiling_name": 7}]}),
+            ['"profiling_name"'],
+        ),
+        (pickle.dumps({"version": "2.10", "entries": [], "pg_status": {"x": {}}}), ["pg_status"]),
+        (pickle.dumps({"version": "two", "entries": []}), ['"version"']),
+        (pickle.dumps({"entries": []}), ["not a Flight Recorder dump"]),
+        (b'{"version": "2.10", "entries": [', ["not JSON"]),
+        (b'{"version": "2.10", "entries": [], "x": NaN}', ["NaN"]),
+        (b"\x80\x02cposix\nsystem\nq\x00.", ["opcode GLOBAL"]),
+        (b"\x80\x02]q\x00(K\x01K\x02", ["not a readable pickle"]),
+    ],
+)
+def test_a_malformed_flight_recorder_dump_is_named(tmp_path, data, needles):
+    """The Flight Recorder reader (issue 27): a torn or foreign dump is one line naming file and field;
+    hostile pickles are tests/test_flight_recorder_reader.py's."""
+    bad = tmp_path / "nccl_trace_rank_0"
+    bad.write_bytes(data)
+    _one_line_exit_2(
+        _invoke("diagnose", "--flight-recorder", str(bad)), "nccl_trace_rank_0", *needles
     )
 
 

@@ -72,13 +72,15 @@ INPUTS = {
     "diagnose --sweep": lambda f, t, r: ["diagnose", "--trace", t, "--sweep", f],
     "diagnose --env-check": lambda f, t, r: ["diagnose", "--trace", t, "--env-check", f],
     "diagnose --collect-env": lambda f, t, r: ["diagnose", "--trace", t, "--collect-env", f],
-    "diagnose --nccl-log": lambda f, t, r: ["diagnose", "--trace", t, "--nccl-log", f],
+    "diagnose --flight-recorder": lambda f, t, r: ["diagnose", "--flight-recorder", f],
+    "diagnose --nccl-log": lambda f, t, r: ["diagnose", "--nccl-log", f],
     "probe graph-capture --trace": lambda f, t, r: ["probe", "graph-capture", "--trace", f],
 }
-# walked elsewhere: a log that may be any text (tests/test_envcheck.py), a checkpoint or draft (torch
-# loads: tests/test_engine_gguf.py, test_engine_draft.py)
+# walked elsewhere: a log that may be any text (tests/test_envcheck.py, tests/test_diagnose_hang.py),
+# a checkpoint or draft (torch loads: tests/test_engine_gguf.py, test_engine_draft.py)
 ELSEWHERE = {
     "env-check --log",
+    "diagnose --log",
     "run-engine --checkpoint",
     "run-engine --draft",
     "train-draft --checkpoint",

@@ -24,6 +24,8 @@ Examples:
   ncclprobe diagnose --profile spec.json.gz --server-log spec.log --format json
   ncclprobe diagnose --server-log vllm.log --collect-env collect_env.txt
   ncclprobe diagnose --server-log sglang.log --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
+  ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
+  ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -98,6 +100,22 @@ Examples:
     "collecting shell's, not the workers'), its NCCL version and topology used where the run has none.",
 )
 @click.option(
+    "--flight-recorder",
+    "flight_recorder",
+    multiple=True,
+    type=click.Path(),
+    help="PyTorch Flight Recorder dump of a rank (pickle or JSON), or a folder of one dump per rank "
+    "(TORCH_FR_DUMP_TEMP_FILE); repeatable. Pickles are read without running them.",
+)
+@click.option(
+    "--log",
+    "job_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="The job's stderr or log (torchrun's, or one per rank): watchdog timeouts, [rankN]: lines, "
+    "torchrun's failure summary (repeatable).",
+)
+@click.option(
     "--nccl-log",
     "nccl_logs",
     multiple=True,
@@ -116,6 +134,8 @@ def command(
     sweep_path,
     env_check_path,
     collect_env_path,
+    flight_recorder,
+    job_logs,
     nccl_logs,
     fmt,
 ):
@@ -124,24 +144,23 @@ def command(
     extra tokens explain, check that NCCL settings reached every worker before NCCL read them,
     and compare the engine's collectives with sweep measurements. The run is an ncclprobe engine
     trace, PyTorch profiler traces of any engine (SGLang, vLLM, ...), or an SGLang/vLLM server
-    log; the NCCL logs of the job's ranks add what each rank's NCCL read, its version, the
-    transports it connected the ranks with and its warnings, placed against the run. Each
+    log; a hung or timed-out job is read from its ranks' Flight Recorder dumps, its log and its
+    NCCL logs: which rank, which process group and sequence number, which collective. The NCCL
+    logs of the job's ranks add what each rank's NCCL read, its version, the transports it
+    connected the ranks with and its warnings, placed against the run or the hang. Each
     finding carries its numbers, a confidence and the next command; hypotheses the evidence
     excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
     from ncclprobe.evidence.profile_dir import expand
 
-    if collect_env_path and not (trace_path or profiles or server_logs):
+    job = flight_recorder or job_logs or nccl_logs
+    if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
-            "--collect-env goes with the run it describes (--trace, --profile or --server-log); "
+            "--collect-env goes with the run it describes (--trace, --profile, --server-log, "
+            "--flight-recorder, --log or --nccl-log); "
             f"alone: ncclprobe knobs --lint --collect-env {collect_env_path}"
         )
     profiles, baseline_profiles = expand(profiles, baseline_profiles)
-    if nccl_logs and not (trace_path or profiles or server_logs):
-        raise UsageProblem(
-            "--nccl-log goes with the run it describes (--trace, --profile or --server-log); "
-            f"alone: ncclprobe nccl-log {nccl_logs[0]}"
-        )
     ev = load_evidence(
         trace_path,
         profiles=profiles,
@@ -153,6 +172,8 @@ def command(
         env_check=env_check_path,
         model_config=model_config,
         collect_env=collect_env_path,
+        flight_recorder=flight_recorder,
+        logs=job_logs,
         nccl_logs=nccl_logs,
     )
     result = diagnose(ev)
@@ -161,6 +182,10 @@ def command(
     else:
         doc = result.to_json()
         doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
+        if ev.flight_recorder:
+            from ncclprobe.diagnose.hang import groups_summary
+
+            doc["process_groups"] = groups_summary(ev.flight_recorder)
         emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
     return result.verdict()
 
@@ -201,6 +226,10 @@ def render_text(result, ev=None) -> str:
     lines = [f"# diagnosis of {_inputs(result.inputs)}"] + _expectation_lines(result.expectation)
     if ev is not None and ev.kind != "engine-trace":
         lines += _step_lines(ev)
+    if ev is not None and ev.flight_recorder:
+        from ncclprobe.diagnose.hang import groups_summary
+
+        lines += _group_lines(groups_summary(ev.flight_recorder))
     lines += [f"# note: {note}" for note in result.notes]
     if not result.findings:
         lines.append("# no findings: nothing above informational")
@@ -309,6 +338,23 @@ def _step_lines(ev) -> list[str]:
                 f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
                 f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else "")
             )
+    return lines
+
+
+def _group_lines(groups: list[dict]) -> list[str]:
+    """Per process group: each rank's last enqueued and completed collective, where it stopped."""
+    lines = []
+    for g in groups:
+        ranks = "; ".join(
+            f"rank {r} enqueued {p['enqueued']}, completed {p['completed']}"
+            for r, p in g["ranks"].items()
+        )
+        stuck = {
+            "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
+            "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
+            "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
+        }.get(g["stuck_because"], "")
+        lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
     return lines
 
 

@@ -13,6 +13,7 @@ import math
 import shlex
 from pathlib import Path
 
+from ncclprobe.nccl.recipes import USER_LOG_NAME, user_log_env
 from ncclprobe.sizes import exact_size
 
 # How to record a profile that diagnose reads, per engine (`diagnose --profile DIR` reads every
@@ -219,3 +220,25 @@ def profile_command(engine: str | None) -> str:
 def sizes_arg(sizes: list[int]) -> str:
     """Sizes as `sweep --sizes` reads them back to the byte (2304,9K,85248; never 2.25K)."""
     return ",".join(exact_size(int(s)) for s in sorted(set(sizes)))
+
+
+# What makes a hung job leave the evidence `diagnose --flight-recorder/--log` reads: every rank's
+# Flight Recorder dumped on the watchdog's timeout into one folder. Both spellings of each variable:
+# torch 2.13 reads TORCH_FR_*, older releases TORCH_NCCL_TRACE_BUFFER_SIZE and
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE (2.13 still reads those, with a deprecation warning).
+FLIGHT_RECORDER_ENV = (
+    "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/nccl_trace_rank_ TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr/nccl_trace_rank_"
+)
+
+
+def flight_recorder_command(nccl_logs: bool = False) -> str:
+    """Run the job again so that a hang leaves every rank's dump (and, asked, NCCL's logs) behind."""
+    nccl_env = " ".join(f"{k}={v}" for k, v in user_log_env("/tmp/fr").items())
+    env = FLIGHT_RECORDER_ENV + (f" {nccl_env}" if nccl_logs else "")
+    glob = USER_LOG_NAME.replace("%h.%p", "*")
+    logs = f" --nccl-log /tmp/fr/{glob}" if nccl_logs else ""
+    return (
+        f"mkdir -p /tmp/fr && {env} torchrun ... 2>&1 | tee job.log  # then: "
+        f"ncclprobe diagnose --flight-recorder /tmp/fr --log job.log{logs}"
+    )

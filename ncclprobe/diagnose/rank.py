@@ -14,7 +14,9 @@ from ncclprobe.diagnose import (
     rules,
     rules_draft,
     rules_envcheck,
+    rules_hang,
     rules_log,
+    rules_nccl_log,
     rules_nccl_run,
     rules_profile,
     rules_safety,
@@ -26,15 +28,17 @@ from ncclprobe.findings import CONFIDENCES, Finding, NotChecked, RuledOut, sever
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
+# rules about an engine run: they need one (a hang's evidence comes without)
+RUN_RULES = (
+    rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES + rules_nccl_run.RULES
+)
 ALL_RULES = (
     (rules_safety.unsafe_settings,)
     + rules_settings.RULES
     + rules_envcheck.RULES
-    + rules.RULES
-    + rules_draft.RULES
-    + rules_profile.RULES
-    + rules_log.RULES
-    + rules_nccl_run.RULES
+    + RUN_RULES
+    + rules_hang.RULES
+    + rules_nccl_log.RULES
 )
 
 
@@ -95,7 +99,8 @@ def rank_key(finding: Finding) -> tuple:
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
-    outcomes = [item for rule in ALL_RULES for item in rule(ev)]
+    ran = bool(ev.runs or ev.baseline)
+    outcomes = [item for rule in ALL_RULES if ran or rule not in RUN_RULES for item in rule(ev)]
     findings = sorted((o for o in outcomes if isinstance(o, Finding)), key=rank_key)
     expectation = expected_verify_ratio(ev.config)
     return Diagnosis(
@@ -104,6 +109,6 @@ def diagnose(ev: Evidence) -> Diagnosis:
         not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
         inputs={k: v for k, v in ev.inputs.items() if v},
         kind=ev.kind,
-        notes=list(ev.notes),
+        notes=list(ev.notes) + rules_hang.notes(ev),
         expectation=expectation.to_json() if expectation else None,
     )

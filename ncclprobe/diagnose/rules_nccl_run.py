@@ -288,6 +288,10 @@ def _no_p2p_finding(ev, counts: dict, listing: str) -> Finding:
 
 
 def _warnings(ev: E.Evidence) -> list:
+    """WARN lines placed against the run's logged steps; with a hang's evidence beside the run
+    `rules_nccl_log` places them against the stuck collective instead."""
+    if ev.flight_recorder or ev.job_logs:
+        return []
     out = []
     spans = [
         (run.path, run.log["logged_span"]) for run in ev.runs if (run.log or {}).get("logged_span")

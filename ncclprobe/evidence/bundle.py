@@ -45,6 +45,8 @@ class Evidence:
     node_source: str | None = None  # whose topology `node` is: the run's own record wins
     collect_env: CollectEnv | None = None  # the collecting shell's view
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
+    flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
+    job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
 
     @classmethod
     def from_trace(
@@ -109,10 +111,17 @@ def load_evidence(
     env_check: str | Path | None = None,
     model_config: str | Path | None = None,
     collect_env: str | Path | None = None,
+    flight_recorder=(),
+    logs=(),
     nccl_logs=(),
 ) -> Evidence:
+    job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
     main = load_runs(
-        trace=trace, profiles=profiles, server_logs=server_logs, model_config=model_config
+        trace=trace,
+        profiles=profiles,
+        server_logs=server_logs,
+        model_config=model_config,
+        required=not job_evidence,
     )
     base = load_runs(
         trace=baseline,
@@ -125,7 +134,7 @@ def load_evidence(
     ev = Evidence(
         runs=main.runs,
         config=_merged_config(main, base),
-        kind=main.kind,
+        kind=main.kind or "job",
         baseline=base.runs,
         inputs={
             **main.inputs,
@@ -141,15 +150,43 @@ def load_evidence(
         ev.env_check, ev.inputs["env_check"] = load_document(env_check), str(env_check)
     if collect_env:
         _add_collect_env(ev, collect_env)
-    if nccl_logs:
-        ev.nccl_logs = load_nccl_logs(nccl_logs)
-        ev.inputs["nccl_log"] = [str(p) for p in nccl_logs]
+    if job_evidence:
+        _add_job_evidence(ev, flight_recorder, logs, nccl_logs)
     return ev
 
 
 def _node(trace: dict) -> NodeFacts | None:
     """What NCCL's topology rules knew of the GPUs a trace's run used (None: not recorded)."""
     return NodeFacts.from_json(trace["node"]) if trace.get("node") else None
+
+
+def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
+    """Flight Recorder dumps, the job's logs and NCCL's logs of its ranks; exit 3 (Unsupported)
+    when none of them holds anything to diagnose and no run was given either."""
+    from ncclprobe.errors import Unsupported
+    from ncclprobe.evidence.flight_recorder import read_flight_recorder
+    from ncclprobe.evidence.job_log import read_job_log
+
+    ev.flight_recorder = read_flight_recorder(flight_recorder)
+    ev.job_logs = [read_job_log(path) for path in logs]
+    ev.nccl_logs = load_nccl_logs(nccl_logs)
+    ev.inputs.update(
+        flight_recorder=[str(p) for p in flight_recorder],
+        log=[str(p) for p in logs],
+        nccl_log=[str(p) for p in nccl_logs],
+    )
+    recorded = any(d.entries or d.status for d in ev.flight_recorder)
+    said = any(log.lines for log in ev.job_logs)
+    if not (ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env):
+        raise Unsupported(
+            "nothing to diagnose: "
+            + (
+                "the Flight Recorder dumps hold no collective (it was off: set TORCH_FR_BUFFER_SIZE)"
+                if ev.flight_recorder
+                else "no dumps given"
+            )
+            + ("; the logs are empty" if ev.job_logs else "")
+        )
 
 
 def _add_collect_env(ev: Evidence, path: str | Path) -> None:

@@ -592,6 +592,12 @@ NEEDS_PEERS = (
 )
 
 
+# What the ranks of one job set to different values by design, so a difference between their logs
+# is no finding: each rank's own log file, and each rank's host id when ranks share a GPU
+# (`nccl.recipes` SHARE_GPU_RANK_ENV).
+DIFFERS_PER_RANK = ("NCCL_DEBUG_FILE", "NCCL_HOSTID")
+
+
 def acts_on_one_rank(name: str) -> bool:
     """Whether a variable can change anything in a communicator of one rank."""
     return name not in NEEDS_PEERS

@@ -55,6 +55,16 @@ def proof_env(*, tuning: bool = True, also: tuple[str, ...] = ()) -> dict[str, s
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": ",".join(subsystems)}
 
 
+# A user's own job (not ncclprobe's workers): one NCCL log per process, named by host and pid
+USER_LOG_NAME = "nccl.%h.%p.log"
+
+
+def user_log_env(directory: str | Path) -> dict[str, str]:
+    """NCCL_DEBUG=INFO and a log per process in `directory`: what a next command asks a user's job
+    to set (NCCL fills in %h and %p)."""
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{directory}/{USER_LOG_NAME}"}
+
+
 def rank_log_env(directory: str | Path, rank: int | None = None) -> dict[str, str]:
     """NCCL_DEBUG_FILE for a rank's own log in `directory`, and where the worker finds it. Without
     `rank` the file name keeps `{rank}`, which the launcher fills in (PoolSpec.rank_env)."""

@@ -1,0 +1,310 @@
+"""Read a distributed job's stderr/log for what PyTorch and torchrun said about a hang or failure.
+
+What is read (any other line is skipped, never an error), in the formats torch 2.2 to 2.13 print:
+- the rank of a line: torch's `[rankN]:` prefix (its log and excepthook prefix once the process
+  group exists), after torchrun's `--tee` prefix `[default0]:`; else the `Rank N` of a watchdog
+  line's own prefix (`[Rank 7]`, `[PG 0 Rank 7]`, `[PG ID 0 PG GUID 0(default_pg) Rank 1]`); else
+  the rank the file's name gives (`rank3.stderr`, torchrun's `.../attempt_0/3/stderr.log`);
+- the watchdog's timeout: `Watchdog caught collective operation timeout: WorkNCCL(SeqNum=78,
+  OpType=BROADCAST, NumelIn=80, NumelOut=80, Timeout(ms)=600000) ran for 600096 milliseconds before
+  timing out.` (repeated in the exception it raises: counted once per rank, group and seq);
+- its group status, in each generation's words: `failure detected by watchdog at work sequence id:
+  78 PG status: last enqueued work: 79, last completed work: 77`, `Exception (either an error or
+  timeout) detected by watchdog at work: 78, last enqueued NCCL work: 79, last completed NCCL work:
+  77.`, `Timeout at NCCL work: 78, last enqueued NCCL work: 79, last completed NCCL work: 77.`, and
+  on a rank told to dump by a peer, `Received a dump signal ... Last enqueued NCCL work: 3, last
+  completed NCCL work: 3.` (no sequence number: how far that rank got);
+- the Flight Recorder's own lines: disabled (`... FlightRecorder is disabled ...`), a rank that
+  signalled the dump or saw a peer's signal;
+- gloo's `Timed out waiting 5000ms for recv operation to complete` and `Connection closed by peer`;
+- the last exception line of each rank's Python traceback;
+- torchrun's failure summary: every `[N]:` block under `Failures:` and `Root Cause (first observed
+  failure):` (rank, local rank, exit code, signal, host, time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.numbers import ascii_re
+
+_TEE = ascii_re(r"^\[[A-Za-z_][\w-]*(?P<local>\d+)\]:")
+_RANK = ascii_re(r"^\[rank(?P<rank>\d+)\]:")
+_GLOG = ascii_re(
+    r"^\[(?P<level>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?))? ?(?:\d+ )?\S+:\d+\] ?"
+)
+_PG_PREFIX = ascii_re(
+    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) "
+    r"(?:\((?P<desc2>[^)]*)\) )?)?Rank (?P<rank>\d+)\]"
+)
+_WORK = ascii_re(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>.{0,400})")
+_WORK_FIELD = ascii_re(r"(?P<key>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<value>[\w.]+)")
+_RAN_FOR = ascii_re(r"ran for (?P<ms>\d+) milliseconds before timing out")
+_STATUS = ascii_re(
+    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.*?)?"
+    r"last enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+)
+_FR_OFF = ascii_re(r"FlightRecorder is disabled|TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value")
+_DUMP_SIGNAL = ascii_re(r"(?i)signal dumping|dump signal")
+_GLOO_TIMEOUT = ascii_re(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
+_PEER_CLOSED = ascii_re(r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
+_EXCEPTION = ascii_re(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (?P<msg>.*)$")
+_FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
+_FAILURE_FIELD = ascii_re(
+    r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: (?P<v>.*)$"
+)
+_FAILURE_RANK = ascii_re(r"^(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
+_EXITCODE = ascii_re(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d+)(?:\.\w+)?$")
+
+
+@dataclass(frozen=True)
+class WatchdogTimeout:
+    rank: int | None
+    group: str | None  # the PG ID of the line's prefix ("0"), when it names one
+    group_desc: str | None  # "default_pg"
+    seq: int | None
+    op: str | None  # OpType as printed: ALLREDUCE, BROADCAST, ...
+    numel_in: int | None
+    numel_out: int | None
+    timeout_ms: int | None
+    ran_ms: int | None
+    time: str | None  # the log line's own clock ("0810 03:04:11.06"), when printed
+
+
+@dataclass(frozen=True)
+class WatchdogStatus:
+    rank: int | None
+    group: str | None
+    group_desc: str | None
+    seq: (
+        int | None
+    )  # the work the watchdog failed at; None on a rank that dumped on a peer's signal
+    last_enqueued: int
+    last_completed: int
+
+
+@dataclass(frozen=True)
+class TorchrunFailure:
+    rank: int | None
+    local_rank: int | None
+    exitcode: int | None
+    signal: str | None  # "SIGABRT", from the traceback field
+    pid: int | None
+    host: str | None
+    time: str | None
+    root_cause: bool
+
+
+@dataclass
+class JobLog:
+    path: str
+    lines: int = 0
+    read_lines: int = 0  # lines that carried something read here
+    timeouts: list[WatchdogTimeout] = field(default_factory=list)
+    statuses: list[WatchdogStatus] = field(default_factory=list)
+    failures: list[TorchrunFailure] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)  # rank -> last exception line
+    gloo_timeouts: dict[int, int] = field(default_factory=dict)  # rank -> ms
+    peer_closed: set[int] = field(default_factory=set)  # ranks that saw a peer's socket close
+    fr_disabled: set[int] = field(default_factory=set)
+    dump_signals: set[int] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)  # every rank a line was attributed to, read or not
+
+    @property
+    def hang_seen(self) -> bool:
+        """A timeout (NCCL's watchdog or gloo's) or a failed rank: the job did not finish cleanly."""
+        return bool(self.timeouts or self.statuses or self.gloo_timeouts or self.failures)
+
+
+def read_job_log(path: str | Path) -> JobLog:
+    return parse_job_log(read_text_file(path, "job log"), str(path))
+
+
+def parse_job_log(text: str, path: str = "LOG") -> JobLog:
+    reader = _Reader(JobLog(path=path), _rank_from_name(path))
+    for raw in text.splitlines():
+        reader.feed(raw)
+    return reader.finish()
+
+
+def _rank_from_name(path: str) -> int | None:
+    """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3; else None."""
+    p = Path(path)
+    if p.name in ("stderr.log", "stdout.log") and p.parent.name.isdigit():
+        return int(p.parent.name)
+    match = _NAME_RANK.search(p.stem if p.suffix else p.name)
+    return int(match["rank"]) if match and "rank" in p.name.lower() else None
+
+
+class _Reader:
+    def __init__(self, log: JobLog, file_rank: int | None):
+        self.log, self.file_rank = log, file_rank
+        self.unnamed: dict = {}  # rank -> index of its last timeout whose line named no group
+        self.in_failures: bool | None = None  # None outside a summary; else root-cause section?
+        self.failure: dict | None = None
+
+    def feed(self, raw: str) -> None:
+        log = self.log
+        log.lines += 1
+        line = clean_line(raw)
+        if self._summary(line):
+            return
+        rank, line = self._rank(line)
+        glog = _GLOG.match(line)
+        clock = f"{glog['md']} {glog['hms']}" if glog and glog["md"] else None
+        message = line[glog.end() :] if glog else line
+        prefix = _PG_PREFIX.search(message)
+        if rank is None and prefix:
+            rank = int(prefix["rank"])
+        if rank is None:
+            rank = self.file_rank
+        if rank is not None:
+            log.ranks.add(rank)
+        if self._message(message, rank, prefix, clock):
+            log.read_lines += 1
+
+    def _rank(self, line: str) -> tuple[int | None, str]:
+        tee = _TEE.match(line)
+        if tee and not line.startswith("[rank"):
+            line = line[tee.end() :]
+        match = _RANK.match(line)
+        if match is None:
+            return None, line
+        rest = line[match.end() :]
+        return int(match["rank"]), rest[1:] if rest.startswith(" ") else rest  # `[rank0]: ` + text
+
+    def _message(self, message: str, rank, prefix, clock) -> bool:
+        log = self.log
+        group = (prefix["pgid"] or prefix["pg"]) if prefix else None
+        desc = (prefix["desc"] or prefix["desc2"]) if prefix else None
+        if "Watchdog caught collective operation timeout" in message:
+            return self._timeout(message, rank, group, desc, clock)
+        status = _STATUS.search(message) if "ast enqueued" in message else None
+        if status:
+            seq = int(status["seq"]) if status["seq"] else None
+            log.statuses.append(
+                WatchdogStatus(rank, group, desc, seq, int(status["enq"]), int(status["done"]))
+            )
+            if group is not None:
+                self._name_group(log.statuses[-1])
+            if _DUMP_SIGNAL.search(message):
+                _add(log.dump_signals, rank)
+            return True
+        if _FR_OFF.search(message):
+            return _add(log.fr_disabled, rank)
+        if _DUMP_SIGNAL.search(message):
+            return _add(log.dump_signals, rank)
+        gloo = _GLOO_TIMEOUT.search(message)
+        if gloo and rank is not None:
+            log.gloo_timeouts.setdefault(rank, int(gloo["ms"]))
+        if _PEER_CLOSED.search(message):
+            _add(log.peer_closed, rank)
+        exception = _EXCEPTION.match(message.strip()) if not message[:1].isspace() else None
+        if exception and rank is not None:
+            log.errors[rank] = message.strip()[:500]
+            return True
+        return bool(gloo)
+
+    def _timeout(self, message: str, rank, group, desc, clock) -> bool:
+        work = _WORK.search(message)
+        fields = (
+            {m["key"]: m["value"] for m in _WORK_FIELD.finditer(work["fields"])} if work else {}
+        )
+        number = lambda key: int(fields[key]) if fields.get(key, "").isdigit() else None  # noqa: E731
+        ran = _RAN_FOR.search(message)
+        timeout = WatchdogTimeout(
+            rank=rank,
+            group=group,
+            group_desc=desc,
+            seq=number("SeqNum"),
+            op=fields.get("OpType"),
+            numel_in=number("NumelIn"),
+            numel_out=number("NumelOut"),
+            timeout_ms=number("Timeout(ms)"),
+            ran_ms=int(ran["ms"]) if ran else None,
+            time=clock,
+        )
+        self.log.timeouts.append(timeout)
+        if (
+            group is None
+        ):  # `[Rank 0] Watchdog caught ...`: the status line that follows names the group
+            self.unnamed[rank] = len(self.log.timeouts) - 1
+        return True
+
+    def _name_group(self, status: WatchdogStatus) -> None:
+        """Give the rank's last timeout without a group the group of its status line (same seq)."""
+        index = self.unnamed.pop(status.rank, None)
+        if index is not None and self.log.timeouts[index].seq == status.seq:
+            self.log.timeouts[index] = dataclasses.replace(
+                self.log.timeouts[index], group=status.group, group_desc=status.group_desc
+            )
+
+    def finish(self) -> JobLog:
+        """One timeout per rank, group, seq and op: the watchdog prints each again in its exception."""
+        self._close_failure()
+        kept: dict[tuple, WatchdogTimeout] = {}
+        for t in self.log.timeouts:
+            kept.setdefault((t.rank, t.group, t.seq, t.op), t)
+        named = {(t.rank, t.seq, t.op) for t in kept.values() if t.group is not None}
+        self.log.timeouts = [
+            t for t in kept.values() if t.group is not None or (t.rank, t.seq, t.op) not in named
+        ]
+        return self.log
+
+    def _summary(self, line: str) -> bool:
+        """torchrun's `Failures:` / `Root Cause` blocks: `[N]:` then indented `key : value` lines."""
+        heading = _FAILURES.match(line)
+        if heading:
+            self._close_failure()
+            self.in_failures = heading["what"].startswith("Root")
+            return True
+        if self.in_failures is None:
+            return False
+        if re.fullmatch(r"\[\d+\]:", line.strip()):
+            self._close_failure()
+            self.failure = {}
+            return True
+        found = _FAILURE_FIELD.match(line)
+        if found and self.failure is not None:
+            self.failure[found["key"]] = found["v"].strip()
+            return True
+        if line.strip().startswith(("=====", "-----", "<NO_OTHER_FAILURES>")):
+            self._close_failure()
+            if line.strip().startswith("====="):
+                self.in_failures = None
+            return True
+        self._close_failure()
+        self.in_failures = None
+        return False
+
+    def _close_failure(self) -> None:
+        f, self.failure = self.failure, None
+        if not f:
+            return
+        ranks = _FAILURE_RANK.match(f.get("rank", ""))
+        code = _EXITCODE.match(f.get("exitcode", ""))
+        signal = re.search(r"\((SIG[A-Z]+)\)", f.get("traceback", "") + f.get("exitcode", ""))
+        self.log.failures.append(
+            TorchrunFailure(
+                rank=int(ranks["rank"]) if ranks else None,
+                local_rank=int(ranks["local"]) if ranks else None,
+                exitcode=int(code["code"]) if code else None,
+                signal=signal[1] if signal else None,
+                pid=int(code["pid"]) if code and code["pid"] else None,
+                host=f.get("host"),
+                time=f.get("time"),
+                root_cause=bool(self.in_failures),
+            )
+        )
+        self.log.read_lines += 1
+
+
+def _add(target: set, rank) -> bool:
+    if rank is not None:
+        target.add(rank)
+    return True

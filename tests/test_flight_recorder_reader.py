@@ -1,0 +1,383 @@
+"""The Flight Recorder reader: real dumps (tests/fixtures/flight_recorder, recorded with torch's own
+writer), hand-written dumps of the older schema versions (tests/flight_recorder_dumps.py), and
+hostile pickles that must be refused without running: each checks that its side effect (a file
+created) did not happen, and a control shows that plain `pickle.load` would have run it."""
+
+import builtins
+import copyreg
+import gzip
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclprobe.cli import cli
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence import flight_recorder as fr
+from ncclprobe.evidence.safe_pickle import MAX_DEPTH, loads_data
+from tests.flight_recorder_dumps import dump
+
+GLOO = Path(__file__).parent / "fixtures" / "flight_recorder" / "gloo"
+SCENARIOS = ("skip", "size-mismatch", "order", "groups", "healthy")
+
+
+# ---- real dumps ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_recorded_pickle_and_json_dumps_read_alike(scenario):
+    """torch writes the same entries to both forms; the JSON of a rank was written a moment after
+    its pickle, so only completion may have moved on."""
+    pickled = fr.read_flight_recorder([GLOO / scenario / "dumps"])
+    as_json = fr.read_flight_recorder([GLOO / scenario / "json"])
+    assert [d.rank for d in pickled] == [d.rank for d in as_json] == [0, 1]
+    for p, j in zip(pickled, as_json):
+        assert (p.format, j.format, p.version, j.version) == ("pickle", "json", "2.10", "2.10")
+        key = lambda e: (e.group, e.collective_seq, e.op, e.input_sizes, e.input_dtypes)  # noqa: E731
+        assert [key(e) for e in p.entries] == [key(e) for e in j.entries]
+        assert set(p.status) == set(j.status)
+
+
+def test_recorded_skip_dump_fields():
+    rank0, rank1 = fr.read_flight_recorder([GLOO / "skip" / "dumps"])
+    last = rank0.entries[-1]
+    assert (last.backend, last.op, last.group, last.group_desc) == (
+        "gloo",
+        "all_reduce",
+        "0",
+        "default_pg",
+    )
+    assert (last.collective_seq, last.input_sizes, last.input_dtypes) == (
+        4,
+        ((1048576,),),
+        ("Float",),
+    )
+    assert last.state == "scheduled" and last.retired is False and last.timeout_ms == 5000
+    assert last.where.endswith("record_flight_recorder.py:305 skip")
+    assert rank0.status[0] == fr.GroupStatus(last_enqueued=4, last_started=-1, last_completed=3)
+    assert rank1.status[0].last_enqueued == 3 and len(rank1.entries) == 3
+    # gloo (torch 2.13) records its ranks under an empty group name
+    assert rank0.groups == {"": fr.GroupConfig(name="", desc="", ranks=(0, 1))}
+    assert rank0.comm_lib_version is None
+
+
+def test_a_directory_skips_the_other_files_of_a_recording(tmp_path):
+    """Dumps often share a folder with the job's logs and NCCL's: only the dumps are read."""
+    recording = GLOO / "skip"
+    for name in ("rank0.stderr", "torchrun.log", "scenario.json"):
+        shutil.copy(recording / name, tmp_path / name)
+    for rank in (0, 1):
+        shutil.copy(recording / "dumps" / f"nccl_trace_rank_{rank}", tmp_path)
+    (tmp_path / "nccl.host.1234.log").write_text("host:1234:1234 [0] NCCL INFO hello\n")
+    assert [d.rank for d in fr.read_flight_recorder([tmp_path])] == [0, 1]
+
+
+# ---- every schema version (hand-written) --------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.4", "2.2", "2.3", "2.7", "2.10"])
+def test_every_schema_version_reads_into_the_same_records(tmp_path, version):
+    path = tmp_path / "nccl_trace_rank_1"
+    doc = dump(version, 1, [("all_reduce", 8, "completed"), ("broadcast", 4, "started")])
+    path.write_bytes(pickle.dumps(doc, protocol=2))
+    d = fr.read_dump(path)
+    assert d.rank == 1 and d.version == version
+    assert [(e.op, e.collective_seq, e.input_sizes, e.state) for e in d.entries] == [
+        ("all_reduce", 1, ((8,),), "completed"),
+        ("broadcast", 2, ((4,),), "started"),
+    ]
+    major, minor = d.version_tuple
+    assert d.entries[0].group == "0"
+    assert d.entries[0].group_desc == (None if major == 1 else "default_pg")
+    assert d.entries[0].input_dtypes == (None if major == 1 else ("Float",))
+    assert d.entries[0].timeout_ms == (None if major == 1 else 10000)
+    assert d.entries[0].record_id == (None if version == "1.1" else 0)
+    assert bool(d.groups) == (version != "1.1")
+    if d.groups:
+        assert d.groups["0"].ranks == (0, 1)
+    assert bool(d.status) == ((major, minor) >= (2, 3))
+    assert d.comm_lib_version == {"2.7": "2.21.5", "2.10": "2.28.9"}.get(version)
+    assert d.entries[1].where == "/job/train.py:42 step"
+
+
+def test_json_dump_strings_and_zero_times(tmp_path):
+    """The JSON writer's own forms: pg_status values as strings, unset times as 0, lists for tuples."""
+    doc = dump("2.10", 0, [("all_reduce", 8, "scheduled")])
+    doc["pg_status"]["0"] = {k: str(v) for k, v in doc["pg_status"]["0"].items()}
+    doc["entries"][0].update(time_discovered_started_ns=0, time_discovered_completed_ns=0)
+    doc["entries"][0]["process_group"] = list(doc["entries"][0]["process_group"])
+    path = tmp_path / "nccl_trace_rank_0.json"
+    path.write_text(json.dumps(doc))
+    d = fr.read_dump(path)
+    assert d.format == "json" and d.status[0].last_enqueued == 1 and d.status[0].last_started == -1
+    assert d.entries[0].time_started_ns is None and d.entries[0].group_desc == "default_pg"
+
+
+def test_a_newer_minor_version_reads_with_a_note_and_a_newer_major_is_refused(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(
+        pickle.dumps({**dump("2.10", 0, [("all_reduce", 8, "completed")]), "version": "2.11"})
+    )
+    assert "newer than 2.10" in fr.read_dump(path).notes[0]
+    path.write_bytes(pickle.dumps({**dump("2.10", 0, []), "version": "3.0"}))
+    with pytest.raises(UsageProblem, match="3.0 changed existing fields"):
+        fr.read_dump(path)
+
+
+@pytest.mark.parametrize(
+    "name, rank",
+    [("nccl_trace_rank_12", 12), ("rank3.pkl", 3), ("trace_7.json", 7), ("rank_0.pkl.gz", 0)],
+)
+def test_the_rank_comes_from_the_file_name(tmp_path, name, rank):
+    data = pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")]))
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert fr.read_dump(tmp_path / name).rank == rank
+
+
+@pytest.mark.parametrize(
+    "defect, needle",
+    [
+        ("a name without a rank", "cannot tell which rank"),
+        ("two dumps of one rank", "two Flight Recorder dumps of rank 0"),
+        ("a folder without dumps", "no Flight Recorder dump in"),
+        ("a dict of something else", "not a Flight Recorder dump"),
+        ("ranks that are code", 'field "ranks" must be a list of ranks'),
+        ("a state torch never writes", 'field "state" must be one of'),
+        ("sizes that are not shapes", 'field "input_sizes" must be a list of tensor shapes'),
+        ("text", "neither a pickle nor JSON"),
+        ("a gzip bomb", "decompresses to more than"),
+    ],
+)
+def test_malformed_dumps_are_one_usage_problem(tmp_path, monkeypatch, defect, needle):
+    good = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    paths = [tmp_path / "nccl_trace_rank_0"]
+    if defect == "a name without a rank":
+        paths = [tmp_path / "trace.pkl"]
+        paths[0].write_bytes(pickle.dumps(good))
+    elif defect == "two dumps of one rank":
+        (tmp_path / "a").mkdir()
+        (tmp_path / "a" / "nccl_trace_rank_0").write_bytes(pickle.dumps(good))
+        paths = [tmp_path / "a", tmp_path / "rank0.pkl"]
+        paths[1].write_bytes(pickle.dumps(good))
+    elif defect == "a folder without dumps":
+        (tmp_path / "logs").mkdir()
+        (tmp_path / "logs" / "rank0.stderr").write_text("[rank0]: hello\n")
+        paths = [tmp_path / "logs"]
+    elif defect == "a gzip bomb":
+        monkeypatch.setattr(fr, "DECOMPRESSED_LIMIT", 1 << 16)
+        paths[0].write_bytes(gzip.compress(b"\x80\x02" + b"N" * (1 << 17)))
+    else:
+        doc = {
+            "a dict of something else": {"kind": "engine-trace"},
+            "ranks that are code": {
+                **good,
+                "pg_config": {"0": {"name": "0", "desc": "x", "ranks": "__import__('os')"}},
+            },
+            "a state torch never writes": {
+                **good,
+                "entries": [{**good["entries"][0], "state": "hung"}],
+            },
+            "sizes that are not shapes": {
+                **good,
+                "entries": [{**good["entries"][0], "input_sizes": [8]}],
+            },
+        }.get(defect)
+        paths[0].write_bytes(pickle.dumps(doc) if doc is not None else b"hello, world\n")
+    with pytest.raises(UsageProblem, match=needle):
+        fr.read_flight_recorder(paths)
+
+
+def test_the_decompressed_size_at_its_limit_reads(tmp_path, monkeypatch):
+    data = pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")]))
+    monkeypatch.setattr(fr, "DECOMPRESSED_LIMIT", len(data))
+    path = tmp_path / "nccl_trace_rank_0.gz"
+    path.write_bytes(gzip.compress(data))
+    assert len(fr.read_dump(path).entries) == 1
+    monkeypatch.setattr(fr, "DECOMPRESSED_LIMIT", len(data) - 1)
+    with pytest.raises(UsageProblem, match="decompresses to more than"):
+        fr.read_dump(path)
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(fr, "DUMP_LIMIT", 1000)
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")] * 20)))
+    assert path.stat().st_size > 1000
+    with pytest.raises(UsageProblem, match="larger than|too large|limit"):
+        fr.read_dump(path)
+
+
+def test_too_many_entries_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(fr, "MAX_ENTRIES", 3)
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")] * 3)))
+    assert len(fr.read_dump(path).entries) == 3  # at the limit: read
+    path.write_bytes(pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")] * 4)))
+    with pytest.raises(UsageProblem, match="more than 3 entries"):
+        fr.read_dump(path)
+
+
+# ---- shapes: depth, size, self-reference ---------------------------------------------------
+
+
+def _nested(levels: int):
+    value = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_nesting_at_the_depth_limit_reads_and_one_more_is_refused():
+    assert loads_data(pickle.dumps(_nested(MAX_DEPTH)), "x") == _nested(MAX_DEPTH)
+    with pytest.raises(UsageProblem, match=f"nested deeper than {MAX_DEPTH}"):
+        loads_data(pickle.dumps(_nested(MAX_DEPTH + 1)), "x")
+
+
+def test_the_tree_size_counts_every_reuse_of_a_shared_list():
+    shared = [0] * 9  # a list of 10 items counted as a node: 1 + 9
+    doc = [shared] * 10  # 1 + 10 * 10 = 101 nodes as a tree, 2 lists in memory
+    assert loads_data(pickle.dumps(doc), "x", max_nodes=101) == doc
+    with pytest.raises(UsageProblem, match="more than 100 items"):
+        loads_data(pickle.dumps(doc), "x", max_nodes=100)
+
+
+def test_a_billion_laughs_is_refused_at_once():
+    value = [0]
+    for _ in range(30):
+        value = [value] * 10  # 10**30 leaves as a tree; under 1 kB pickled
+    data = pickle.dumps(value, protocol=2)
+    assert len(data) < 1000
+    with pytest.raises(UsageProblem, match="more than 20,000,000 items"):
+        loads_data(data, "laughs")
+
+
+def test_a_list_that_holds_itself_is_refused():
+    loop = []
+    loop.append(loop)
+    with pytest.raises(UsageProblem, match="holds itself"):
+        loads_data(pickle.dumps(loop), "loop")
+
+
+# ---- hostile pickles: refused, never run ----------------------------------------------------
+
+
+class Touch:
+    """A class whose construction has a side effect: what NEWOBJ/NEWOBJ_EX/BUILD's REDUCE would run."""
+
+    def __new__(cls, path="", *args):
+        if path:
+            open(path, "w").close()
+        return super().__new__(cls)
+
+
+class Reduce:
+    def __init__(self, call, *args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return (self.call, self.args)
+
+
+def _hostile(marker: Path) -> dict[str, bytes]:
+    """name -> the bytes of a pickle that creates `marker` when `pickle.load` runs it."""
+    m = str(marker)
+    touch = f"touch {m}"
+    out = {}
+    for protocol in range(6):
+        out[f"os.system, protocol {protocol}"] = pickle.dumps(
+            Reduce(os.system, touch), protocol=protocol
+        )
+    out["subprocess.call (STACK_GLOBAL)"] = pickle.dumps(
+        Reduce(subprocess.call, ["touch", m]), protocol=4
+    )
+    out["builtins.eval"] = pickle.dumps(Reduce(builtins.eval, f"open({m!r}, 'w')"), protocol=2)
+    out["builtins.open (a __reduce__ that writes a file)"] = pickle.dumps(
+        Reduce(builtins.open, m, "w"), protocol=5
+    )
+    touch_class = b"ctests.test_flight_recorder_reader\nTouch\n"
+    path_arg = b"X" + len(m).to_bytes(4, "little") + m.encode()
+    out["NEWOBJ"] = b"\x80\x02" + touch_class + path_arg + b"\x85\x81."
+    out["NEWOBJ_EX"] = b"\x80\x04" + touch_class + path_arg + b"\x85}\x92."
+    out["INST (protocol 0, by hand)"] = f"(S'{touch}'\nios\nsystem\n.".encode()
+    out["OBJ (protocol 1, by hand)"] = (
+        b"(cos\nsystem\n" + pickle.dumps(touch, protocol=1)[:-1] + b"o."
+    )
+    out["GLOBAL inside a plausible dump"] = (
+        b"\x80\x02}q\x00(X\x07\x00\x00\x00versionq\x01cos\nsystem\nq\x02X"
+        + len(touch).to_bytes(4, "little")
+        + touch.encode()
+        + b"\x85Rq\x03X\x07\x00\x00\x00entriesq\x04]q\x05u."
+    )
+    out["BUILD on a class instance"] = (
+        b"\x80\x02ctests.test_flight_recorder_reader\nTouch\nX"
+        + len(m).to_bytes(4, "little")
+        + m.encode()
+        + b"\x85R}b."
+    )
+    out["EXT1 of a registered os.system"] = (
+        b"\x80\x02\x82\xf0X" + len(touch).to_bytes(4, "little") + touch.encode() + b"\x85R."
+    )
+    out["PERSID"] = b"Ptouch\n."
+    out["gzip of os.system"] = gzip.compress(pickle.dumps(Reduce(os.system, touch), protocol=2))
+    return out
+
+
+@pytest.fixture
+def registered_extension():
+    """EXT codes name a class registered in copyreg: register os.system as 0xf0 while the test runs."""
+    copyreg.add_extension("os", "system", 0xF0)
+    yield
+    copyreg.remove_extension("os", "system", 0xF0)
+
+
+def test_every_hostile_pickle_is_refused_in_one_line_and_never_runs(tmp_path, registered_extension):
+    marker = tmp_path / "pwned"
+    for name, data in _hostile(marker).items():
+        path = tmp_path / "nccl_trace_rank_0"
+        path.write_bytes(data)
+        result = CliRunner().invoke(
+            cli, ["diagnose", "--flight-recorder", str(path)], prog_name="ncclprobe"
+        )
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, (name, result.output)
+        assert lines[0].startswith("ncclprobe: error: ") and "Traceback" not in result.output, name
+        assert not marker.exists(), f"{name}: the pickle ran"
+        with pytest.raises(UsageProblem):
+            fr.read_dump(path)
+        assert not marker.exists(), f"{name}: the pickle ran"
+
+
+# every hostile pickle but PERSID (plain pickle refuses it too: no persistent_load) and EXT1 (its
+# registration lives in the test process)
+RUNNABLE = [n for n in _hostile(Path("/m")) if not n.startswith(("PERSID", "EXT1"))]
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_the_hostile_pickles_really_run_under_pickle_load(tmp_path, name):
+    """The control: plain `pickle.load`, in a child process, creates the marker. So the refusals
+    above refuse code, not garbage."""
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pkl"
+    data = _hostile(marker)[name]
+    path.write_bytes(gzip.decompress(data) if name.startswith("gzip") else data)
+    code = "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))"
+    subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        timeout=60,
+    )
+    assert marker.exists()
+
+
+def test_the_refusal_names_the_opcode_and_its_offset(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(Reduce(os.system, "true"), protocol=2))
+    with pytest.raises(UsageProblem, match=r"opcode GLOBAL at byte 2 can run code"):
+        fr.read_dump(path)
