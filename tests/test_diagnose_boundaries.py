@@ -194,6 +194,7 @@ def test_places_beyond_four_are_counted():
 def test_a_profiles_per_call_time_against_the_sweep():
     """Three calls in 100 us: 33.333 us per call, 1.67x a sweep time of 20 us (ruled out)."""
     from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
+    from ncclprobe.records import ResultRecord
 
     run = EngineRun(
         label="p",
@@ -203,14 +204,17 @@ def test_a_profiles_per_call_time_against_the_sweep():
         collectives=[Collective("all_reduce", 16384, 3, time_us=100.0, phase="decode")],
     )
     sweep = [
-        {
-            "collective": "all_reduce",
-            "size_bytes": 16384,
-            "mode": "graph",
-            "settings": {},
-            "nranks": 2,
-            "time_us": 20.0,
-        }
+        ResultRecord.from_record(
+            {
+                "config_id": "default",
+                "collective": "all_reduce",
+                "size_bytes": 16384,
+                "mode": "graph",
+                "settings": {},
+                "nranks": 2,
+                "time_us": 20.0,
+            }
+        )
     ]
     ev = Evidence(runs=[run], kind="profile", sweep=sweep, config={"tp": 2})
     [ruled] = [r for r in diagnose(ev).ruled_out if r.rule == "collectives-vs-sweep"]

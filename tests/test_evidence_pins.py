@@ -260,7 +260,7 @@ def test_an_env_check_document_of_pid_1_is_read(tmp_path):
     doc = {"schema_version": 1, "kind": "env-check", "root_pid": 1, "processes": [], "verdict": {}}
     path = tmp_path / "ec.json"
     path.write_text(json.dumps(doc))
-    assert load_document(path)["root_pid"] == 1
+    assert load_document(path).root_pid == 1
     path.write_text(json.dumps({**doc, "root_pid": 0}))
     with pytest.raises(UsageProblem):
         load_document(path)

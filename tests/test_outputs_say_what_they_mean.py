@@ -142,7 +142,7 @@ def test_the_heatmap_colours_only_differences_beyond_the_noise(tmp_path):
     refusal) and a 2 % difference inside a 10 % spread was coloured green like a real gain."""
     import matplotlib
 
-    from ncclprobe.recommend.load import load_evidence
+    from ncclprobe.recommend.load import load_measurements
     from ncclprobe.report import plots
     from tests.data.resultsets import config, curve, scaled, write_set
 
@@ -152,13 +152,13 @@ def test_the_heatmap_colours_only_differences_beyond_the_noise(tmp_path):
         config({"NCCL_PROTO": "LL"}, scaled(base, 0.98, 0.98, spread=0.10)),  # inside the noise
         config({"NCCL_PROTO": "Simple"}, scaled(base, 0.5, 0.5, spread=0.01)),  # a real gain
     ]
-    ev = load_evidence([write_set(tmp_path / "nccl.jsonl", configs)])
+    ev = load_measurements([write_set(tmp_path / "nccl.jsonl", configs)])
     rows = sorted(set(ev.curves) - {"default"})
     grid, _, real = plots._speedup_grid(ev, rows, sorted(ev.default.points))
     noisy, gain = rows.index("NCCL_PROTO=LL"), rows.index("NCCL_PROTO=Simple")
     assert not any((noisy, c) in real for c in range(len(grid[noisy])))
     assert all((gain, c) in real for c in range(len(grid[gain])))
-    gloo = load_evidence([write_set(tmp_path / "gloo.jsonl", configs, backend="gloo")])
+    gloo = load_measurements([write_set(tmp_path / "gloo.jsonl", configs, backend="gloo")])
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
         [figure] = plots.speedup_heatmap(gloo, tmp_path / "figs", refused=frozenset(gloo.curves))
     svg = figure.svg.read_text()

@@ -9,7 +9,7 @@ an expectation have their one home here (`ExpectationStatus`), for the writer an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
@@ -83,9 +83,9 @@ class EnvCheckDocument:
     checked_pids: frozenset[int] = frozenset()
     findings: tuple[str, ...] = ()  # env-check's own finding lines
     kind: str = KIND
-    expectations: dict = field(
-        default_factory=dict
-    )  # what env-check was asked to expect (VAR: value)
+    expectations: tuple[
+        dict, ...
+    ] = ()  # what env-check was asked to expect, as its JSON lists them
 
     @classmethod
     def from_json(cls, doc: dict) -> EnvCheckDocument:
