@@ -16,6 +16,10 @@ from pathlib import Path
 from ncclprobe.nccl.recipes import USER_LOG_NAME, user_log_env
 from ncclprobe.sizes import exact_size
 
+# A collective of the engine is compared with the sweep's nearest measured size within this factor
+# either way (sweep_match); a size without one is what the next sweep should measure.
+NEAREST_FACTOR = 2.0
+
 # How to record a profile that diagnose reads, per engine (`diagnose --profile DIR` reads every
 # trace in the directory). SGLang writes one trace per TP rank into SGLANG_TORCH_PROFILER_DIR; vLLM
 # into its profiler directory.
@@ -161,8 +165,6 @@ def sweep_next(ev, sizes: list[int], *extra: str) -> str:
     evidence already took is not suggested again. On gloo one configuration (the defaults): NCCL
     settings do not act there, so the 12-configuration NCCL grid would measure noise 12 times;
     what the machine can answer is what gloo's collectives of these sizes cost."""
-    from ncclprobe.diagnose.sweep_match import NEAREST_FACTOR
-
     nranks = ev.config.get("tp")
     measured = [
         r.size_bytes

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import math
 
-from ncclprobe.diagnose.commands import sizes_arg, sweep_command, sweep_next
+from ncclprobe.diagnose.commands import NEAREST_FACTOR, sizes_arg, sweep_command, sweep_next
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.records import ResultRecord
-
-NEAREST_FACTOR = 2.0
 
 
 def tuning_settings(settings: dict | None) -> dict[str, str]:
