@@ -185,7 +185,10 @@ def test_seed_case_from_profiles_names_the_eager_verify_with_its_cost(tmp_path):
         False,
         4.0,
     )
-    assert top.cost_ms_per_step == pytest.approx(verify.idle_ms) and top.cost_ms_per_step > 2.0
+    # what capture saves: the eager step's GPU idle above the replayed step's (its host work stays)
+    decode = ev.baseline[0].first_of_kind("decode")
+    assert top.cost_ms_per_step == pytest.approx(verify.idle_ms - decode.idle_ms)
+    assert top.cost_ms_per_step > 2.0 and top.confidence == "medium"
     assert "vLLM" in top.next_command and "cudagraph_mode" in top.next_command
     assert any(
         r.rule == "nccl-settings" and "no NCCL/RCCL kernel" in r.reason for r in result.ruled_out

@@ -44,6 +44,8 @@ def eager_phase(ev: E.Evidence) -> list:
     the seed case (verify in extend mode without graphs, 2.4x the decode step)."""
     out = []
     for _, run in _spec_runs(ev):
+        if run.source == "profile":
+            continue  # rules_profile_steps.eager_steps weighs a profile's steps (GPU idle time)
         decode, source = E.baseline_decode(ev, run.label)
         if decode is None:
             trace = ev.kind == "engine-trace"

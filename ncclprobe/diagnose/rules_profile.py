@@ -1,7 +1,7 @@
-"""Hypotheses only a profile can settle, one pure function each, as in `rules`: steps launched
-kernel by kernel while the comparison replays graphs, steps where the GPU waits for the host,
-whether NCCL can explain a gap (from the collective kernels actually seen); ranks that hold the
-others up are `rules_ranks`'.
+"""Hypotheses only a profile can settle, one pure function each, as in `rules`: the steps' own
+(`rules_profile_steps`: eager launches, waiting for the host, glue between replays;
+`rules_profile_baseline`: how they add up against a baseline), whether NCCL can explain a gap
+(from the collective kernels actually seen); ranks that hold the others up are `rules_ranks`'.
 
 They read the same view as every rule (`ncclprobe.evidence.run.view`); on an engine trace they
 stay silent (its phases carry no GPU idle time; `rules` covers it).
@@ -9,61 +9,19 @@ stay silent (its phases carry no GPU idle time; `rules` covers it).
 
 from __future__ import annotations
 
-from ncclprobe.diagnose.commands import graphs_command, profile_command
+from ncclprobe.diagnose import rules_profile_baseline, rules_profile_steps
+from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 
-HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
-HOST_BOUND_MIN_MS = 0.05
 MEASURED_KINDS = ("decode", "verify", "draft", "other")
 NCCL_GAP_SHARE = 0.5  # collectives that grew by half the gap between two step kinds can explain it
 
 
 def _profiles(ev: E.Evidence):
     return [(src, run) for src, run in ev.all_runs() if run.source == "profile"]
-
-
-def eager_launches(ev: E.Evidence) -> list:
-    """A step kind that runs as individual kernel launches while the same kind in the baseline
-    (or another phase of this run) is a graph replay: the seed case seen from a profile, where
-    an engine's speculative steps fall off its CUDA graphs. The speculative phases of a run whose
-    baseline decode is captured are `rules.eager_phase`'s; this covers the rest."""
-    out = []
-    for src, run in _profiles(ev):
-        if src != "trace":
-            continue
-        for phase in run.phases.values():
-            if phase.graphed is not False or not phase.count or phase.kind == "prefill":
-                continue
-            if (
-                run.mode == "speculative"
-                and phase.kind in ("verify", "draft")
-                and E.baseline_decode(ev, run.label)[0]
-            ):
-                continue  # rules.eager_phase weighs it against the baseline decode
-            ref, where = _graphed_reference(ev, run, phase)
-            if ref is None:
-                continue
-            out.append(_eager_launch_finding(ev, run, phase, ref, where))
-    if not out and any(src == "trace" for src, _ in _profiles(ev)):
-        runs = [run for src, run in _profiles(ev) if src == "trace"]
-        if all(
-            p.graphed
-            for run in runs
-            for p in run.phases.values()
-            if p.count and p.kind != "prefill"
-        ):
-            if any(p.graphed for run in runs for p in run.phases.values()):
-                out.append(
-                    RuledOut(
-                        rule="eager-launches",
-                        hypothesis="steps run as individual kernel launches",
-                        reason="every measured step is a graph replay",
-                    )
-                )
-    return out
 
 
 def _baseline_reference(ev, kind: str):
@@ -78,130 +36,6 @@ def _baseline_reference(ev, kind: str):
         if graphed:
             return base, max(graphed, key=lambda p: p.count)
     return None, None
-
-
-def _graphed_reference(ev, run, phase):
-    """The graphed phase to compare with: the baseline's (see _baseline_reference), else a graphed
-    phase of this run (another kind)."""
-    base, same = _baseline_reference(ev, phase.kind)
-    if same is not None:
-        return (
-            same,
-            f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph",
-        )
-    others = [p for p in run.phases.values() if p.graphed and p.count and p.name != phase.name]
-    if others:
-        other = max(others, key=lambda p: p.count)
-        return other, f"this run replays its {other.name} steps from a graph"
-    return None, ""
-
-
-def _eager_launch_finding(ev, run, phase, ref, where) -> Finding:
-    cost = phase.idle_ms or 0.0
-    # weigh the gaps against the whole run, not the step: a short eager step (accept, a few tiny
-    # kernels) beside graph-replayed ones costs a sliver of the run however idle it is itself
-    total = sum(p.median_ms * p.count for p in run.phases.values() if p.median_ms and p.count)
-    share = cost * phase.count / total if total else None
-    launches = phase.launches.get("kernel", 0)
-    return Finding(
-        rule="eager-launches",
-        severity=severity_for_share(share),
-        confidence="high",
-        title=(
-            f"{phase.name} steps run as individual kernel launches ({phase.median_ms:.3f} ms per step) while "
-            f"{ref.name} is a graph replay ({ref.median_ms:.3f} ms per step)"
-        ),
-        detail=(
-            f"In {run.label}, each {phase.name} step launched {launches:.0f} kernels one by one; the GPU was busy "
-            f"{phase.device_ms:.3f} ms and idle {phase.idle_ms:.3f} ms of its {phase.median_ms:.3f} ms, waiting for "
-            f"the host. Meanwhile {where} ({ref.graph_share:.0%} of its kernel time from graph launches). Capturing "
-            f"the {phase.name} step removes the launch gaps: about {cost:.3f} ms per step. NCCL settings cannot close "
-            f"this gap: it is host launch overhead."
-        ),
-        evidence={
-            "phase": phase.name,
-            "steps": phase.count,
-            "median_ms": phase.median_ms,
-            "device_ms": phase.device_ms,
-            "gpu_idle_ms": phase.idle_ms,
-            "kernel_launches_per_step": launches,
-            "graph_share": phase.graph_share,
-            "reference_phase": ref.name,
-            "reference_median_ms": ref.median_ms,
-            "reference_graph_share": ref.graph_share,
-            "cost_ms_per_step": round(cost, 4),
-            "share_of_run_time": None if share is None else round(share, 4),
-        },
-        cost_ms_per_step=cost,
-        next_command=graphs_command(ev, phase.name),
-    )
-
-
-def host_bound(ev: E.Evidence) -> list:
-    """Steps in which the GPU sits idle for a large share of the time: the host, not the GPU,
-    sets the step time (launches, Python, scheduling between graph replays)."""
-    out, checked = [], False
-    for src, run in _profiles(ev):
-        if src != "trace":
-            continue
-        for phase in run.phases.values():
-            if phase.idle_ms is None or not phase.median_ms or phase.kind == "prefill":
-                continue
-            checked = True
-            share = phase.idle_ms / phase.median_ms
-            hyp = f"{phase.name} steps are host-bound"
-            if share < HOST_BOUND_IDLE or phase.idle_ms < HOST_BOUND_MIN_MS:
-                out.append(
-                    RuledOut(
-                        rule="host-bound",
-                        hypothesis=hyp,
-                        reason=f"the GPU is busy {1 - share:.0%} of each {phase.name} step "
-                        f"({phase.device_ms:.3f} of {phase.median_ms:.3f} ms)",
-                    )
-                )
-                continue
-            eager = phase.graphed is False
-            out.append(
-                Finding(
-                    rule="host-bound",
-                    severity="warning" if share >= 0.5 else "info",
-                    confidence="high",
-                    title=f"{phase.name} steps are host-bound: the GPU idles {share:.0%} of each step "
-                    f"({phase.idle_ms:.3f} ms)",
-                    detail=(
-                        f"Of {phase.median_ms:.3f} ms per {phase.name} step the GPU ran kernels for "
-                        f"{phase.device_ms:.3f} ms. "
-                        + (
-                            "The step launches its kernels one by one, and the host cannot keep up: a graph replay "
-                            "(or fewer, fused kernels) is the lever."
-                            if eager
-                            else "The step is a graph replay, so the waiting is host work between the replays "
-                            "(input preparation, sampling, scheduling, a synchronisation)."
-                        )
-                    ),
-                    evidence={
-                        "phase": phase.name,
-                        "median_ms": phase.median_ms,
-                        "device_ms": phase.device_ms,
-                        "gpu_idle_ms": phase.idle_ms,
-                        "idle_share": round(share, 3),
-                        "graphed": phase.graphed,
-                        "launches_per_step": phase.launches,
-                    },
-                    cost_ms_per_step=phase.idle_ms,
-                    next_command=graphs_command(ev, phase.name) if eager else "",
-                )
-            )
-    if not checked and _profiles(ev):
-        out.append(
-            NotChecked(
-                rule="host-bound",
-                hypothesis="steps are host-bound",
-                missing="GPU activity in the profile (GPU idle time inside a step cannot be known without it)",
-                next_command=profile_command(ev.config.get("engine")),
-            )
-        )
-    return out
 
 
 def nccl_from_kernels(ev: E.Evidence) -> list:
@@ -407,39 +241,12 @@ def _busbw(c, per_call_us: float | None) -> float | None:
     return size / (per_call_us * 1e3) * factor
 
 
-def profile_limits(ev: E.Evidence) -> list:
-    """What the profile could not show, as not-checked items with the command that records it."""
-    out = []
-    for src, run in _profiles(ev):
-        if src != "trace":
-            continue
-        if not run.phases:
-            out.append(
-                NotChecked(
-                    rule="profile-steps",
-                    hypothesis="any step-level cause",
-                    missing="steps: the profile has no step annotations and no GPU activity to split",
-                    next_command=profile_command(ev.config.get("engine")),
-                )
-            )
-        elif not any(p.kind in ("decode", "verify", "draft") for p in run.phases.values()):
-            out.append(
-                NotChecked(
-                    rule="decode-or-verify",
-                    hypothesis="verify steps cost more than decode steps",
-                    missing="which steps are decode and which verify (no engine annotation, no recorded "
-                    "input shapes: record with record_shapes=True)",
-                    next_command=profile_command(ev.config.get("engine")),
-                )
-            )
-    return out
-
-
 RULES = (
-    eager_launches,
-    host_bound,
-    nccl_from_kernels,
-    collective_calls,
-    ranks_skew,
-    profile_limits,
+    rules_profile_steps.RULES
+    + rules_profile_baseline.RULES
+    + (
+        nccl_from_kernels,
+        collective_calls,
+        ranks_skew,
+    )
 )

@@ -56,6 +56,12 @@ class Phase:
     batch: int | None = None  # sequences per step, where known
     found_by: str = ""  # how the steps were found (annotation, gaps, engine timer)
     collective_ms: float | None = None  # median per step: wall time with a collective running
+    # profiles: the spread of the GPU idle share over the steps (10th, 90th percentile), the GPU
+    # span of the kernels a graph launch issued (median per step), and the tokens the steps kept
+    # for their sequence (None: not known, e.g. a verify whose acceptance the trace does not hold)
+    idle_share_range: tuple[float, float] | None = None
+    graph_ms: float | None = None
+    tokens_kept: float | None = None
 
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}

@@ -28,6 +28,9 @@ def load_profiles(paths) -> RunSet:
     per_rank = [_rank_view(tl) for tl in timelines]
     check_same_engine(per_rank)
     run = combine(per_rank, timelines)
+    run.new_tokens, run.wall_s = _tokens_and_time(per_rank)
+    if run.new_tokens and run.wall_s:
+        run.ms_per_token = run.wall_s * 1000.0 / run.new_tokens
     config = _config(timelines, run)
     notes = _notes(timelines, run)
     run.notes = notes
@@ -170,6 +173,17 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     )
 
 
+def _tokens_and_time(per_rank: list[dict]) -> tuple[float | None, float | None]:
+    """Tokens each sequence kept over the profiled steps (None: a step's are unknown) and the
+    steps' time (the slowest rank's): a profile's own tokens per second."""
+    tokens = None
+    steps = per_rank[0]["steps"]
+    if steps and all(s.kept is not None for s in steps):
+        tokens = sum(s.kept for s in steps) or None
+    walls = [sum(s.span_ms() for s in rv["steps"]) / 1000.0 for rv in per_rank if rv["steps"]]
+    return tokens, max(walls) if walls else None
+
+
 def rank_skew(run: EngineRun) -> dict[str, float]:
     """Per phase: (slowest − fastest) / slowest of the ranks' median step times."""
     out = {}
@@ -221,8 +235,9 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
     kinds = {p.kind for p in run.phases.values()}
     if run.phases and not (kinds & {"decode", "verify", "draft", "prefill"}):
         notes.append(
-            "decode and verify steps cannot be told apart: no engine annotation names them and the profile "
-            "has no recorded input shapes (record_shapes=True)"
+            "decode and verify steps cannot be told apart: no engine annotation names them and no "
+            "token-embedding lookup with its input shape is in the profile (record_shapes=True records "
+            "it; a step without an embedding lookup is not read this way)"
         )
     if any(c.size_bytes is None for c in run.collectives):
         notes.append(

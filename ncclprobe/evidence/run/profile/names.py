@@ -316,3 +316,12 @@ def _float(text: str | None) -> float | None:
         return float(text) if text else None
     except ValueError:
         return None
+
+
+_EMBEDDING_KERNEL = re.compile(r"embedding|indexSelect|index_select", re.IGNORECASE)
+
+
+def embedding_kernel(name: str) -> bool:
+    """A kernel that gathers rows of an embedding table by token id: aten's `indexSelect*Index`
+    (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`."""
+    return bool(_EMBEDDING_KERNEL.search(name))

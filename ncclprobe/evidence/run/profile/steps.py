@@ -2,15 +2,17 @@
 
 Steps come from the engine's own annotations where the profile has them (SGLang, vLLM,
 ncclprobe; names.step_annotation), else from torch.profiler's `ProfilerStep#N`, else from the
-gaps between bursts of GPU work (a step ends where the GPU waits noticeably longer than it does
-between the kernels of one step). A step's GPU work is every kernel launched while the step's
-annotation was open (a kernel's correlation id names its launch call), so work the GPU runs later,
-asynchronously, still counts for the step that issued it.
+kernel stream itself, one step per forward pass (`forwards`; what each is: `kinds`), else from
+the gaps between bursts of GPU work (a step ends where the GPU waits noticeably longer than it
+does between the kernels of one step). A step's GPU work is every kernel launched while the step's
+host window was open (a kernel's correlation id names its launch call), so work the GPU runs
+later, asynchronously, still counts for the step that issued it.
 
 Per step (docs/METRICS.md "Profiles"):
 - `span_ms`: from the start of the step's first kernel to the end of its last, on the GPU: the
-  time the GPU needed for the step, the gaps it waited for launches included (on a CPU-only
-  profile: the annotation's host time);
+  time the GPU needed for the step, the gaps it waited for launches included; a forward found
+  from the kernel stream runs on to the next forward's first kernel, so the steps tile the run
+  (on a CPU-only profile: the annotation's host time);
 - `busy_ms`: the union of its kernels' intervals (several streams counted once); `idle_ms` =
   span − busy: the GPU waited inside the step, for the host;
 - `host_ms`: the annotation's own duration, the host's time in the step;
@@ -23,11 +25,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from ncclprobe.evidence.run.profile import forwards as F
+from ncclprobe.evidence.run.profile import kinds as K
 from ncclprobe.evidence.run.profile.timeline import Kernel, Timeline
 
 GAP_FACTOR = 20.0  # a gap this many times the median kernel-to-kernel gap ends a step
 MIN_STEP_GAP_US = 100.0
 GRAPHED_SHARE = 0.5  # a step whose kernel time is mostly graph-launched is a graph replay
+WHOLE_LAST = 0.85  # a last forward with less of its kind's recurring kernels was cut off
 
 
 @dataclass
@@ -42,6 +47,15 @@ class Step:
     found_by: str = ""
     kernels: list[Kernel] = field(default_factory=list)
     launches: dict = field(default_factory=dict)
+    # forwards found from the kernel stream (forwards, kinds):
+    gpu_end: float | None = None  # the next forward's first kernel: the steps tile the run
+    model: str = ""  # target | draft
+    replay: bool = False  # a graph replay of the whole forward
+    launch_count: int = 0  # kernel launches (a graph replay's kernels included)
+    signature: tuple = ()  # its first launches' kernel names (ids): forwards of one kind share it
+    blocks: dict = field(default_factory=dict)  # kernel name -> median launch blocks
+    tokens_from: str = ""
+    kept: float | None = None  # tokens the target kept (None: unknown)
 
     @property
     def host_ms(self) -> float:
@@ -54,7 +68,9 @@ class Step:
     def span_ms(self) -> float:
         if not self.kernels:
             return self.host_ms
-        return (max(k.end for k in self.kernels) - min(k.ts for k in self.kernels)) / 1000.0
+        start = min(k.ts for k in self.kernels)
+        end = max(k.end for k in self.kernels)
+        return (max(end, self.gpu_end or end) - start) / 1000.0
 
     def busy_ms(self) -> float | None:
         return union_us(self.kernels) / 1000.0 if self.kernels else None
@@ -93,13 +109,117 @@ def find_steps(tl: Timeline) -> tuple[list[Step], str]:
         steps = _profiler_steps(tl)
         how = "torch.profiler's ProfilerStep#N annotations" if steps else ""
     if not steps and tl.gpu:
+        steps = _from_forwards(tl)
+        how = steps[0].found_by if steps else ""
+    if not steps and tl.gpu:
         steps = _from_gaps(tl)
         how = (
             "gaps between bursts of GPU work (the profile has no step annotations)" if steps else ""
         )
     _attach(tl, steps)
-    _shape_tokens(tl, steps)
+    if steps and steps[0].found_by.startswith("the kernel stream"):
+        _finish_forwards(tl, steps)
+    else:
+        _shape_tokens(tl, steps)
+        for step in steps:  # an annotated decode or prefill step keeps one token per sequence
+            step.kept = 1.0 if step.kind in ("decode", "prefill") else None
     return steps, how
+
+
+def bounds(tl: Timeline, steps: list[Step]) -> list[dict]:
+    """Each step's host window, its last launch and its GPU span (µs, the trace's clock) with its
+    label: what a cross-rank analysis aligns (a late rank's host work shows between one step's
+    last launch and the next step's start)."""
+    out = []
+    for s in steps:
+        gpu = [k.ts for k in s.kernels]
+        launched = [tl.launches[k.corr].ts for k in s.kernels if k.corr in tl.launches]
+        out.append(
+            {
+                "label": s.label,
+                "kind": s.kind,
+                "host_us": (s.t0, s.t1),
+                "last_launch_us": max(launched) if launched else None,
+                "gpu_us": (min(gpu), min(gpu) + s.span_ms() * 1000.0) if gpu else None,
+            }
+        )
+    return out
+
+
+def _from_forwards(tl: Timeline) -> list[Step]:
+    """One step per forward pass found in the kernel stream (forwards.py), up to the next one."""
+    units = F.units_of(tl)
+    found = F.find_forwards(tl, units)
+    steps = []
+    for fw in found:
+        last = fw.end if fw.end < len(units) else len(units) - 1
+        kinds = units.kind[fw.start : fw.end]
+        sizes = units.sizes[fw.start : fw.end]
+        steps.append(
+            Step(
+                kind="other",
+                label="forward",
+                t0=units.ts[fw.start],
+                t1=units.ts[last],
+                engine="unknown",
+                found_by=f"the kernel stream: {fw.found_by}",
+                model="target" if fw.lm else "",
+                replay=any(k == "graph" and n >= F.MIN_GRAPH_KERNELS for k, n in zip(kinds, sizes)),
+                launch_count=_forward_kernels(kinds, sizes),
+                signature=tuple(units.tokens[fw.start : fw.start + F.KGRAM]),
+            )
+        )
+    return steps
+
+
+def _forward_kernels(kinds: list[str], sizes: list[int]) -> int:
+    """The kernels of a forward: its graph replay's when it has one (the glue around it aside),
+    else every kernel launched."""
+    replayed = [n for k, n in zip(kinds, sizes) if k == "graph" and n >= F.MIN_GRAPH_KERNELS]
+    return sum(replayed) if replayed else sum(n for k, n in zip(kinds, sizes) if k != "sync")
+
+
+def _finish_forwards(tl: Timeline, steps: list[Step]) -> None:
+    """Drop a last forward cut off by the end of the profile, tile the GPU timeline, classify."""
+    if _cut_off(steps):
+        steps.pop()
+    starts = [min((k.ts for k in s.kernels), default=None) for s in steps]
+    for step, following in zip(steps, starts[1:]):
+        step.gpu_end = following
+    if not steps[0].model:
+        for (
+            step
+        ) in steps:  # a repeated unit with no token lookup: not known to be a model's forward
+            step.label = "step"
+        return
+    for step in steps:
+        step.blocks = K.blocks_by_name(step.kernels, tl.launches, step.replay)
+    K.classify(tl, steps)
+
+
+def _cut_off(steps: list[Step]) -> bool:
+    """Whether the last forward was cut by the end of the profile: it holds less than WHOLE_LAST of
+    the kernels its kind (the forwards that start like it) launched at least twice in every forward
+    (the layers': the glue after a forward varies, its layers do not). A graph replay is whole."""
+    last = steps[-1]
+    alike = [_counts(s) for s in steps[:-1] if s.signature == last.signature]
+    if last.replay or not alike:
+        return False
+    fewest = {n: min(c.get(n, 0) for c in alike) for n in alike[0]}
+    recurring = {n: m for n, m in fewest.items() if m >= 2}
+    if not recurring:
+        return False
+    have = _counts(last)
+    kept = sum(min(have.get(n, 0), m) for n, m in recurring.items())
+    return kept < WHOLE_LAST * sum(recurring.values())
+
+
+def _counts(step: Step) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for k in step.kernels:
+        if k.category == "kernel":
+            counts[k.name] = counts.get(k.name, 0) + 1
+    return counts
 
 
 def _annotated(tl: Timeline) -> list[Step]:
@@ -206,12 +326,12 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
     it is the verify that tells it from a plain decode step (SGLang schedules both as DECODE)."""
     if not tl.embeddings:
         return
-    times = [ts for ts, _ in tl.embeddings]
+    times = [ts for ts, _, _ in tl.embeddings]
     for step in steps:
         if step.tokens_per_seq is not None:
             continue
         lo, hi = bisect.bisect_left(times, step.t0), bisect.bisect_right(times, step.t1)
-        found = [_tokens(dims, step.batch) for _, dims in tl.embeddings[lo:hi]]
+        found = [K.lookup_tokens(dims, step.batch) for _, _, dims in tl.embeddings[lo:hi] if dims]
         found = [f for f in found if f is not None]
         if not found:
             continue
@@ -227,16 +347,8 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
             step.found_by += "; decode or verify from the recorded input shapes"
 
 
-def _tokens(dims: list, batch: int | None) -> tuple[int | None, float] | None:
-    if len(dims) == 2 and all(isinstance(d, int) for d in dims) and dims[0] > 0:
-        return dims[0], float(dims[1])
-    if len(dims) == 1 and isinstance(dims[0], int) and batch:
-        return batch, dims[0] / batch
-    return None
-
-
 def kind_from_tokens(tokens_per_seq: float) -> str:
     """1 token per sequence: decode; a few (a speculative verify of k+1): verify; many: prefill."""
     if tokens_per_seq <= 1.0:
         return "decode"
-    return "verify" if tokens_per_seq <= 16 else "prefill"
+    return "verify" if tokens_per_seq <= K.MAX_VERIFY_TOKENS else "prefill"

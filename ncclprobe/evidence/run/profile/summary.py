@@ -52,6 +52,11 @@ def _graphed(tl: Timeline, step: Step) -> bool | None:
 
 def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
     spans = [s.span_ms() for s in steps]
+    idle_shares = [
+        (s.span_ms() - s.busy_ms()) / s.span_ms() for s in steps if s.kernels and s.span_ms() > 0
+    ]
+    graph_spans = [g for g in (_graph_span_ms(tl, s) for s in steps) if g is not None]
+    kept = [s.kept for s in steps]
     busy = [s.busy_ms() for s in steps if s.kernels]
     shares = [s.graph_share(tl.launches) for s in steps if s.kernels]
     shares = [x for x in shares if x is not None]
@@ -78,13 +83,31 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         launches=launches,
         tokens_per_seq=statistics.median(tokens) if tokens else None,
         batch=max(set(batches), key=batches.count) if batches else None,
-        found_by=steps[0].found_by,
+        found_by=steps[0].found_by
+        + (f"; tokens from {steps[0].tokens_from}" if steps[0].tokens_from else ""),
+        idle_share_range=(quantile(idle_shares, 0.1), quantile(idle_shares, 0.9))
+        if idle_shares
+        else None,
+        graph_ms=statistics.median(graph_spans) if graph_spans else None,
+        tokens_kept=sum(kept) if kept and all(k is not None for k in kept) else None,
         collective_ms=statistics.median(
             union_us([k for k in s.kernels if k.coll]) / 1000.0 for s in steps if s.kernels
         )
         if busy
         else None,
     )
+
+
+def _graph_span_ms(tl: Timeline, step: Step) -> float | None:
+    """The GPU span of the kernels graph launches issued in the step (None: no replay in it)."""
+    replayed = [
+        k
+        for k in step.kernels
+        if k.corr is not None and getattr(tl.launches.get(k.corr), "kind", None) == "graph"
+    ]
+    if not replayed:
+        return None
+    return (max(k.end for k in replayed) - min(k.ts for k in replayed)) / 1000.0
 
 
 def collectives_of(tl: Timeline, steps: list[Step]) -> list[Collective]:

@@ -3,9 +3,14 @@
 Kept: every GPU activity (kernel, memcpy, memset: start, duration, stream, correlation id, and the
 NCCL fields of eager collective kernels), every launch call (kind, name, start, duration, by
 correlation id), the step annotations the reader knows (names.step_annotation, ProfilerStep#N),
-the collective ops' host records (`record_param_comms`: sizes, also during a graph capture), and
-the token shapes of embedding lookups (`aten::embedding` with record_shapes: batch x tokens).
-Dropped: every other CPU op, Python frame and flow event, which are most of a large trace.
+the collective ops' host records (`record_param_comms`: sizes, also during a graph capture), the
+token-embedding lookups (`aten::embedding`: where a forward pass starts on the host; with
+record_shapes its token ids' shape, batch x tokens), the query/key lengths of attention calls
+(`aten::scaled_dot_product_attention` with record_shapes: how the KV cache grows, hence the tokens
+a step kept) and the host spans of compiled-function calls (`Torch-Compiled Region`: where the
+host began a forward that a graph launch inside it replays). A kernel keeps the thread blocks its
+launch grid asked for (the grid grows with the tokens in a step). Dropped: every other CPU op,
+Python frame and flow event, which are most of a large trace.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class Kernel:
     category: str  # kernel | gpu_memcpy | gpu_memset
     coll: dict | None = None  # names.collective_kernel(name), for NCCL/RCCL kernels
     args: dict | None = None  # the eager collective's fields (Collective name, In msg nelems, ...)
+    blocks: int = 0  # thread blocks of the launch grid (x*y*z); 0 when the trace has no grid
 
     @property
     def end(self) -> float:
@@ -78,9 +84,12 @@ class Timeline:
     annotations: list[Annotation] = field(default_factory=list)
     comm_ops: list[CommOp] = field(default_factory=list)  # record_param_comms (host side)
     backend_ops: list[CommOp] = field(default_factory=list)  # `gloo:all_reduce`-style annotations
-    embeddings: list[tuple[float, list]] = field(
-        default_factory=list
-    )  # (ts, [batch, tokens]) per lookup
+    # (ts, dur, [batch, tokens] or None without record_shapes) per token-embedding lookup
+    embeddings: list[tuple[float, float, list | None]] = field(default_factory=list)
+    # (ts, query tokens, key tokens) per attention call, with record_shapes
+    attention: list[tuple[float, int, int]] = field(default_factory=list)
+    # (ts, dur) per torch.compile'd call (`Torch-Compiled Region: i/j`), in order of start
+    compiled_calls: list[tuple[float, float]] = field(default_factory=list)
     events: int = 0
     cpu_ops: int = 0
 
@@ -140,6 +149,7 @@ class Timeline:
 def read_timeline(path: str) -> Timeline:
     """Stream `path` once and keep its Timeline (see the module docstring for what is kept)."""
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
+    attention, compiled_calls = [], []
     counts = {"events": 0, "cpu_ops": 0}
     launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
     step_annotation, profiler_step, backend_collective = (
@@ -184,6 +194,7 @@ def read_timeline(path: str) -> Timeline:
                     ext=args.get("External id", args.get("external id")),
                     coll=coll,
                     args=_coll_args(args) if coll else None,
+                    blocks=_blocks(args.get("grid")),
                 )
             )
         elif cat in api_cats:
@@ -212,14 +223,23 @@ def read_timeline(path: str) -> Timeline:
                     comm_ops.append(op)
             elif name == "aten::embedding":
                 dims = (ev.get("args") or {}).get("Input Dims")
-                if isinstance(dims, list) and len(dims) > 1 and isinstance(dims[1], list):
-                    embeddings.append((_num(ev, "ts"), dims[1]))
+                ids = dims[1] if isinstance(dims, list) and len(dims) > 1 else None
+                embeddings.append(
+                    (_num(ev, "ts"), _num(ev, "dur"), ids if isinstance(ids, list) else None)
+                )
+            elif isinstance(name, str) and name.startswith("Torch-Compiled Region"):
+                compiled_calls.append((_num(ev, "ts"), _num(ev, "dur")))
+            elif name == "aten::scaled_dot_product_attention":
+                lengths = _attention_lengths((ev.get("args") or {}).get("Input Dims"))
+                if lengths:
+                    attention.append((_num(ev, "ts"), *lengths))
 
     header = read_events(path, on_event)
     if counts["events"] == 0:
         raise UsageProblem(f"{path}: a Chrome trace with no events; nothing was profiled")
     kernels.sort(key=lambda k: k.ts)
     annotations.sort(key=lambda a: a.ts)
+    compiled_calls.sort()
     return Timeline(
         path=str(path),
         header=header,
@@ -229,6 +249,8 @@ def read_timeline(path: str) -> Timeline:
         comm_ops=comm_ops,
         backend_ops=backend_ops,
         embeddings=embeddings,
+        attention=attention,
+        compiled_calls=compiled_calls,
         events=counts["events"],
         cpu_ops=counts["cpu_ops"],
     )
@@ -246,6 +268,32 @@ def _num(ev: dict, key: str) -> float:
         if isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
         else 0.0
     )
+
+
+def _blocks(grid) -> int:
+    """Thread blocks of a launch grid `[x, y, z]`; 0 for anything else (an old trace without grids)."""
+    if not isinstance(grid, list) or not grid or len(grid) > 3:
+        return 0
+    total = 1
+    for dim in grid:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            return 0
+        total *= dim
+    return total
+
+
+def _attention_lengths(dims) -> tuple[int, int] | None:
+    """(query tokens, key tokens) of an attention call: its query and key are [batch, heads,
+    tokens, head_dim], so the key's tokens are the cache the step attended to, its own included."""
+    if not isinstance(dims, list) or len(dims) < 2:
+        return None
+    query, key = dims[0], dims[1]
+    if not all(
+        isinstance(d, list) and len(d) == 4 and all(isinstance(x, int) and x > 0 for x in d)
+        for d in (query, key)
+    ):
+        return None
+    return query[2], key[2]
 
 
 def _coll_args(args: dict) -> dict | None:

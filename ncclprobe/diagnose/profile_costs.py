@@ -1,0 +1,118 @@
+"""What a profile's steps cost in the user's units: per step, per generated token and as a share
+of the run's profiled time, so that a severity follows what a cause could win and the costs of
+one run add up (docs/METRICS.md "Profiles", "costs").
+
+- **Tokens**: what each sequence kept over the profiled steps (`EngineRun.new_tokens`: the
+  target's KV cache growth with recorded shapes, one per decode and prefill step; steps of another
+  kind, a draft's or the host's, keep none); a verify whose
+  acceptance the trace does not hold counts as one token (its bonus token), so a cost per token
+  made of it is an upper bound and says so; a server log's acceptance fills it in.
+- **Run time**: the steps' profiled time, per phase its median step times its steps (`phase_ms`:
+  one stalled step does not decide a cost; `EngineRun.wall_s` keeps the sum). Profiled, not the
+  user's: recording
+  every host op slows a host-bound eager run (docs/LOG.md 2026-12-01: 1.0-2.1x per token on the
+  H200 fixtures), so a cost that is host time is an upper bound of the unprofiled one, and the
+  share of the run is the figure that carries over.
+- **Reference**: the graph-replayed phase an eager phase is weighed against: the baseline's of
+  the same kind, else its decode, else its most frequent graphed phase, else a graphed phase of
+  this run (never the phase itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TARGET_KINDS = ("prefill", "decode", "verify")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    count: float | None  # None: a phase of unknown kind, nothing to count
+    exact: bool  # False: a lower bound (every verify kept only its bonus token)
+    source: str
+
+
+def tokens(run) -> Tokens:
+    """The tokens per sequence the run's profiled steps produced (see the module docstring)."""
+    if run.new_tokens:
+        return Tokens(float(run.new_tokens), True, "kept: the KV cache's growth, one per decode")
+    known, bound = 0.0, False
+    tpc = run.tokens_per_cycle()
+    for phase in run.phases.values():
+        if not phase.count:
+            continue
+        if phase.tokens_kept is not None:
+            known += phase.tokens_kept
+        elif phase.kind == "verify" and tpc:
+            known += phase.count * tpc
+        elif phase.kind in TARGET_KINDS:
+            known += phase.count  # at least the bonus token per verify
+            bound = bound or phase.kind == "verify"
+    if not known:
+        return Tokens(None, False, "")
+    if bound:
+        return Tokens(known, False, "at least one token per verify (the trace holds no acceptance)")
+    return Tokens(known, True, "the server log's acceptance" if tpc else "one token per step")
+
+
+def phase_ms(phase) -> float:
+    """A phase's typical time: its median step times its steps (one stalled step, a recompilation
+    or a page fault, does not decide a cost)."""
+    return (phase.median_ms or 0.0) * phase.count if phase.count else 0.0
+
+
+def forwards_per_token(run, toks: Tokens) -> float | None:
+    """Steps (forward passes) the run took per token it kept, its prefill aside."""
+    steps = sum(p.count for p in run.phases.values() if p.count and p.kind != "prefill")
+    return steps / toks.count if toks.count and steps else None
+
+
+def run_ms(run) -> float | None:
+    """The run's typical profiled time: its phases' (phase_ms); the shares of costs made of medians
+    add up to no more than it."""
+    total = sum(phase_ms(p) for p in run.phases.values())
+    return total or None
+
+
+def per_token(total_ms: float, toks: Tokens) -> float | None:
+    return total_ms / toks.count if toks.count else None
+
+
+def share(total_ms: float, run) -> float | None:
+    whole = run_ms(run)
+    return min(1.0, total_ms / whole) if whole else None
+
+
+def per_token_words(value: float | None, toks: Tokens) -> str:
+    if value is None:
+        return "per token unknown (the steps' kinds are unknown)"
+    return f"{'at most' if not toks.exact else 'about'} {value:.3f} ms per token"
+
+
+def baseline_reference(ev, kind: str):
+    """(baseline run, its graphed phase) to weigh a `kind` step against: the same kind, else its
+    decode, else its most frequent graphed phase of any kind but prefill (a compiled, replayed
+    decode may record no shapes, so its kind may be unknown)."""
+    for base in ev.baseline:
+        same = base.first_of_kind(kind) or base.first_of_kind("decode")
+        if same and same.graphed:
+            return base, same
+        graphed = [p for p in base.phases.values() if p.graphed and p.count and p.kind != "prefill"]
+        if graphed:
+            return base, max(graphed, key=lambda p: p.count)
+    return None, None
+
+
+def graphed_reference(ev, run, phase):
+    """(reference phase, where it is said to come from, from the baseline?) or (None, "", False)."""
+    base, same = baseline_reference(ev, phase.kind)
+    if same is not None:
+        where = (
+            f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph"
+        )
+        return same, where, True
+    others = [p for p in run.phases.values() if p.graphed and p.count and p.name != phase.name]
+    if others:
+        other = max(others, key=lambda p: p.count)
+        return other, f"this run replays its {other.name} steps from a graph", False
+    return None, "", False
