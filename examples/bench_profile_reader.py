@@ -7,7 +7,12 @@ fresh correlation ids, written in Kineto's own indented layout. Then runs the re
 fresh process per size and reports its wall time and peak resident memory. Target (issue 15):
 200 MB in under 20 s with under 2 GB on the 2-core CPU machine.
 
-  python examples/bench_profile_reader.py [--sizes-mb 50,100,200] [--dir /tmp/profile-bench]
+`--source hf` repeats instead a whole transformers generate() trace that names no step (tests/
+fixtures/profiles/hf/hf_qwen2-6l_plain_noshapes.json.gz: 48 forwards, eager), so the steps come from
+the kernel stream (evidence/run/profile/forwards.py): the finder's time and memory against size,
+which must stay linear in the events (issue 26).
+
+  python examples/bench_profile_reader.py [--sizes-mb 50,100,200] [--source vllm|hf] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -23,18 +28,16 @@ import sys
 import time
 from pathlib import Path
 
-SOURCE = (
-    Path(__file__).resolve().parent.parent
-    / "tests"
-    / "fixtures"
-    / "profiles"
-    / "vllm_decode_full_cudagraph_bs32_mi300x_tracelens.json.gz"
-)
+PROFILES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "profiles"
+SOURCES = {
+    "vllm": PROFILES / "vllm_decode_full_cudagraph_bs32_mi300x_tracelens.json.gz",
+    "hf": PROFILES / "hf" / "hf_qwen2-6l_plain_noshapes.json.gz",
+}
 
 
-def build(path: Path, megabytes: int) -> int:
+def build(path: Path, megabytes: int, source: Path = SOURCES["vllm"]) -> int:
     """Write a trace of about `megabytes` MB; returns the number of events."""
-    doc = json.load(gzip.open(SOURCE))
+    doc = json.load(gzip.open(source))
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     start = min(e["ts"] for e in events)
     span = max(e["ts"] + e.get("dur", 0) for e in events) - start + 100.0
@@ -62,9 +65,11 @@ def build(path: Path, megabytes: int) -> int:
     return count
 
 
-def measure(args: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MB, exit code) of `ncclprobe diagnose ARGS` in a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def measure(args: list[str]) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS in MB, exit code, CPU seconds) of `ncclprobe diagnose ARGS` in a
+    fresh process (CPU time too: on a shared machine the wall time measures the neighbours)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "ncclprobe", "-q", "diagnose", *args, "--format", "json"],
@@ -72,16 +77,18 @@ def measure(args: list[str]) -> tuple[float, float, int]:
         text=True,
     )
     wall = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu_before
     if proc.returncode not in (0, 1):
         raise SystemExit(f"diagnose failed ({proc.returncode}): {proc.stderr.strip()}")
-    return wall, max(peak, before) / 1024.0, proc.returncode
+    return wall, max(peak, before) / 1024.0, proc.returncode, cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", default="50,100,200")
     parser.add_argument("--dir", default="/tmp/ncclprobe-profile-bench")
+    parser.add_argument("--source", choices=sorted(SOURCES), default="vllm")
     opts = parser.parse_args()
     out = Path(opts.dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,24 +96,30 @@ def main() -> None:
     try:
         for mb in [int(x) for x in opts.sizes_mb.split(",")]:
             path = out / f"trace-{mb}mb.json"
-            events = build(path, mb)
+            events = build(path, mb, SOURCES[opts.source])
             size = path.stat().st_size / 1e6
-            wall, peak, _ = measure(["--profile", str(path)])
-            rows.append((f"{size:.0f} MB json", events, wall, peak))
+            wall, peak, _, cpu = measure(["--profile", str(path)])
+            rows.append((f"{size:.0f} MB json", events, wall, cpu, peak))
             if mb == max(int(x) for x in opts.sizes_mb.split(",")):
                 gz = path.with_suffix(".json.gz")
                 with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
                     shutil.copyfileobj(src, dst)
-                wall, peak, _ = measure(["--profile", str(gz)])
+                wall, peak, _, cpu = measure(["--profile", str(gz)])
                 rows.append(
-                    (f"{size:.0f} MB as {gz.stat().st_size / 1e6:.0f} MB gz", events, wall, peak)
+                    (
+                        f"{size:.0f} MB as {gz.stat().st_size / 1e6:.0f} MB gz",
+                        events,
+                        wall,
+                        cpu,
+                        peak,
+                    )
                 )
             path.unlink()
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    print(f"{'trace':<24} {'events':>10} {'wall_s':>8} {'peak_rss_mb':>12}")
-    for name, events, wall, peak in rows:
-        print(f"{name:<24} {events:>10} {wall:>8.2f} {peak:>12.0f}")
+    print(f"{'trace':<24} {'events':>10} {'wall_s':>8} {'cpu_s':>8} {'peak_rss_mb':>12}")
+    for name, events, wall, cpu, peak in rows:
+        print(f"{name:<24} {events:>10} {wall:>8.2f} {cpu:>8.2f} {peak:>12.0f}")
 
 
 if __name__ == "__main__":
