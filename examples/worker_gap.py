@@ -1,6 +1,6 @@
 """Why the sweep's worker issues NCCL calls slower than a plain process (issue 32; docs/LOG.md).
 
-    python3 examples/worker_gap.py OUT.json
+    python3 examples/worker_gap.py OUT.json [--repeats N]
 
 The raw path's prepared ctypes loop cost 5.2 µs per out-of-place all_reduce in a plain process
 and 7.6-9.9 µs in the sweep's worker, torch's dispatch too (in place 13.4 against 24-37 µs). This
@@ -15,6 +15,8 @@ plain torch copy_ per call -- in four places, each a fresh process:
 
 and prints per place: the host issue time and the GPU span per call, what the process looked
 like (threads, CPU affinity, torch threads) and the NCCL_*/TORCH_*/CUDA_* variables it had.
+`--repeats N` runs the four places N times round robin, each time in new processes: the spread
+between processes of one place is what a difference between places must exceed.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def main() -> int:
         _plain(sys.argv[2])
         return 0
     out_path = Path(sys.argv[1])
+    repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 1
     sys.path.insert(0, str(HERE.parent))
     from ncclprobe.nccl.recipes import proof_env
 
@@ -182,13 +185,13 @@ def main() -> int:
             "worker": lambda: _in_worker({}),
             "worker+debug": lambda: _in_worker(debug),
         }
-        doc = {}
-        for name, run in places.items():
-            doc[name] = run()
-            raw = doc[name].get("raw", {})
-            print(name, {size: row.get("issue_us") for size, row in raw.items()}, flush=True)
+        doc: dict[str, list] = {name: [] for name in places}
+        for _ in range(repeats):  # round robin: a slow period of the machine hits every place
+            for name, run in places.items():
+                doc[name].append(run())
+                raw = doc[name][-1].get("raw", {})
+                print(name, {size: row.get("issue_us") for size, row in raw.items()}, flush=True)
     out_path.write_text(json.dumps(doc, indent=1))
-    print(json.dumps(doc, indent=1))
     return 0
 
 
