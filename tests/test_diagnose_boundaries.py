@@ -107,11 +107,11 @@ def test_a_profile_costs_share_is_per_cycle_without_a_token_count():
     )
     [eager] = [f for f in diagnose(ev).findings if f.rule == "eager-phase"]
     # cost 3.0 ms per cycle over verify 4.0 x 1 + draft 1.0 x 2 = 6.0 ms per cycle
-    assert eager.evidence["share_of_time"] == pytest.approx(0.5)
+    assert eager.evidence["share_of_run_time"] == pytest.approx(0.5)
     only_draft = Phase("draft", "draft", 20, 20.0, 2.0, graphed=False, device_ms=1.0, idle_ms=1.0)
     ev.runs = [_profile_run("speculative", only_draft)]
     [eager] = [f for f in diagnose(ev).findings if f.rule == "eager-phase"]
-    assert eager.evidence["share_of_time"] == pytest.approx(
+    assert eager.evidence["share_of_run_time"] == pytest.approx(
         0.5
     )  # 1.0 of the draft's 2.0, counted once
 

@@ -96,6 +96,13 @@ def _no_eager(ev, run) -> list:
             "launches (a CPU-only profile)"
         )
         return out + [NotChecked(rule="eager-phase", hypothesis=hyp, missing=missing)]
+    unknown = [p.name for p in speculative if p.graphed is None]
+    if decode is not None and decode.graphed and unknown:
+        missing = (
+            f"whether the {', '.join(unknown)} steps are graph replays: the profile holds none of "
+            "their GPU launches (a CPU-only profile, or the kernels trimmed away)"
+        )
+        return out + [NotChecked(rule="eager-phase", hypothesis=hyp, missing=missing)]
     if decode is not None and decode.graphed and all(p.graphed for p in speculative):
         reason = f"every phase of the {run.label} speculative run is a graph replay, as the decode step is"
         return out + [RuledOut(rule="eager-phase", hypothesis=hyp, reason=reason)]
