@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Process-interleaved one-rank eager agreement: nccl-tests all_reduce_perf and the sweep's raw path,
-# each run in a new process, six rounds.
+# One-rank eager agreement over processes (issue 32; docs/LOG.md 2026-12-02): nccl-tests all_reduce_perf
+# and the sweep's raw path alternated, each run in a new process, six rounds: on the H200 VM every
+# process draws a host speed, so one process per tool decides nothing at host-bound sizes.
+# On the GPU machine, with shared/tools copied into .tools/ (git-ignored) and OUT set:
+#   OUT=/tmp/agree bash examples/agreement_processes.sh
 set -u
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . > $OUT/pip.log 2>&1
