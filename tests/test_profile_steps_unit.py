@@ -680,3 +680,29 @@ def test_overlapping_repeats_are_one_stack_and_the_first_stack_needs_no_sync():
     # no sync: the first stack starts where it begins, the next ones where the previous one's
     # repeats ended (one step of 29 launches each, cut near, not at, the head)
     assert starts == [1, 28, 57]
+
+
+@pytest.mark.parametrize(
+    "count,words",
+    [
+        (1, "in the one decode step"),
+        (9, "in the 9 decode steps (their 90th percentile)"),
+        (10, "in 9 of 10 decode steps"),
+    ],
+)
+def test_host_bounds_ruled_out_says_which_steps_its_percentile_speaks_for(count, words):
+    """'9 of 10 steps' was printed for a profile of one step (vLLM's, SGLang's traces)."""
+    from ncclprobe.diagnose.rules_profile_steps import _most_steps
+    from ncclprobe.evidence.run.view import Phase
+
+    assert _most_steps(Phase("decode", "decode", count, 1.0, 1.0)) == words
+
+
+@pytest.mark.parametrize(
+    "value,shown",
+    [(0.9977, "99.8%"), (0.995, "99.5%"), (0.9949, "99%"), (1.0, "100%"), (0.5, "50%")],
+)
+def test_a_busy_share_short_of_the_whole_is_never_shown_as_100_percent(value, shown):
+    from ncclprobe.diagnose.rules_profile_steps import _share
+
+    assert _share(value) == shown

@@ -260,8 +260,8 @@ def host_bound(ev: E.Evidence) -> list:
                     RuledOut(
                         rule="host-bound",
                         hypothesis=hyp,
-                        reason=f"in 9 of 10 {phase.name} steps the GPU is busy at least {1 - high:.0%} of the step "
-                        f"({phase.device_ms or 0.0:.3f} of {phase.median_ms:.3f} ms at the median)",
+                        reason=f"{_most_steps(phase)} the GPU is busy at least {_share(1 - high)} of the "
+                        f"step ({phase.device_ms or 0.0:.3f} of {phase.median_ms:.3f} ms at the median)",
                     )
                 )
                 continue
@@ -276,6 +276,21 @@ def host_bound(ev: E.Evidence) -> list:
             )
         )
     return out
+
+
+def _most_steps(phase) -> str:
+    """Which steps the 90th percentile of the idle share speaks for: 9 of 10 only where there are
+    ten; one step is itself."""
+    if phase.count == 1:
+        return f"in the one {phase.name} step"
+    if phase.count < 10:
+        return f"in the {phase.count} {phase.name} steps (their 90th percentile)"
+    return f"in 9 of 10 {phase.name} steps"
+
+
+def _share(value: float) -> str:
+    """A share as a percentage that never rounds a short fall up to 100 %."""
+    return f"{value:.1%}" if 0.995 <= value < 1.0 else f"{value:.0%}"
 
 
 def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
