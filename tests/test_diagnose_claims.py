@@ -2,6 +2,8 @@
 measured, what a model or an inference adds is said to be that, with the confidence that follows;
 nothing is ruled out from evidence that was never given."""
 
+import json
+
 import pytest
 
 from ncclprobe.diagnose import Evidence, diagnose
@@ -255,3 +257,28 @@ def test_eager_phase_is_not_ruled_out_for_phases_of_unknown_graph_mode():
     assert any(n.rule == "eager-phase" and "verify" in n.missing for n in result.not_checked)
     ev.runs[0].phases["verify"] = Phase("verify", "verify", 10, 20.0, 2.0, graphed=True)
     assert "eager-phase" in [r.rule for r in diagnose(ev).ruled_out]
+
+
+def test_a_profile_without_steps_exits_1_and_prints_no_empty_evidence_line(tmp_path):
+    """A run with no findings must be a healthy run, not an unread one: no step found is a finding
+    (exit 1) with what is missing, and it has no evidence to list (an empty 'evidence:' line was
+    printed)."""
+    from click.testing import CliRunner
+
+    from ncclprobe.cli import cli
+
+    trace = tmp_path / "cpu_only.json"
+    event = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::add",
+        "ts": 10,
+        "dur": 5,
+        "pid": 1,
+        "tid": 1,
+    }
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [event]}))
+    result = CliRunner().invoke(cli, ["diagnose", "--profile", str(trace)], prog_name="ncclprobe")
+    assert result.exit_code == 1, result.output
+    assert "no step could be found in the profile" in result.output
+    assert "evidence:" not in result.output

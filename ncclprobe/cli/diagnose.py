@@ -243,7 +243,8 @@ def render_text(result, ev=None) -> str:
         )
         lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
-        lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
+        if f.evidence:  # a finding of missing evidence (no step found) has none to show
+            lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
         lines += next_lines(f.next_command, "   ")
     if result.ruled_out:
         lines.append("ruled out:")
