@@ -1,7 +1,7 @@
 """Over-masking pins (issue 28 §4): what is not a secret stays visible. The RCCL line is copied
 from a public RCCL log (rccl/hipify/src/init.cc's WARN, as a user posted it); the opId line is the
-format of NCCL's proxy.cc WARN (`... opId=%p`, v2.28.9-1). Issue 29 fixes the masking itself: the two
-pins that today's masking fails are strict xfails, so the fix makes them pass and the marker must go."""
+format of NCCL's proxy.cc WARN (`... opId=%p`, v2.28.9-1). Issue 29 masks a key=value pair by its key, so
+both stay readable."""
 
 import pytest
 
@@ -26,12 +26,10 @@ def test_an_upper_case_and_digit_run_stays_visible(run):
     assert mask_text(f"device {run} ready") == f"device {run} ready"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: key=value pairs masked by their key")
 def test_rccls_numa_balancing_warning_stays_visible():
     assert mask_text(RCCL_NUMA) == RCCL_NUMA
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: key=value pairs masked by their key")
 def test_nccls_opid_stays_visible():
     assert mask_text(NCCL_OPID) == NCCL_OPID
 
@@ -67,11 +65,6 @@ def test_a_password_after_a_short_flag_is_masked():
     assert mask_argv(["mysql", "-p", "Pl4ntedPw9"])[1:] == ["-p", MASK]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29: mask_argv's branch for `-pSECRET` is dead (_takes_credential('-pSECRET') is "
-    "false), so the glued form is printed whole; found by the mutation run",
-)
 def test_a_password_glued_to_a_short_flag_is_masked():
     """mysql's `-pSECRET`: the value is part of the flag's own word."""
     from ncclprobe.secrets import mask_argv

@@ -1,0 +1,370 @@
+"""The word engine behind `ncclprobe.secrets`: one pass over a stream of words that hides what a
+credential is by its context (the flag, key or header before it) or by its own shape.
+
+Context, not a list of names: a value is hidden when what introduces it is a credential word
+(`--password X`, `-passin pass:X`, `-Dpassword=X`, `--password:X`, `--api-key -- X`, `login user:X`,
+`?token=X`, `"secret": "X"`, `Authorization: Bearer X`, `redis-cli -a X`, mysql's `-pX`); a
+key=value pair whose key names nothing secret (`kernel.numa_balancing=0`, `opId=0x7f..`) stays as it
+is. Shape catches what has no context: URL userinfo, token formats, JWTs, PEM blocks and long
+random-looking runs (a path's segments are judged one by one, so `/home/Alice2/...` stays visible).
+
+A word holding spaces (an `sh -c "..."` string, a setproctitle title, a JSON config) is a stream of
+its own, so flags inside it are found the same way.
+
+Linear time: every pattern that scans a run starts only at the run's first character (a
+look-behind) or at a quote, and each word is visited once.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+MASK = "<masked>"
+
+# Name words that mark a credential (variable names, keys, flags).
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PASSPHRASE",
+        "PWD",
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CRED",
+        "CREDS",
+        "AUTH",
+        "AUTHORIZATION",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+        "SIGNATURE",
+        "DSN",
+        "CERT",
+        "JWT",
+        "BEARER",
+        "WEBHOOK",
+    }
+)
+SECRET_FRAGMENTS = ("SECRET", "TOKEN", "PASSW", "CREDENTIAL", "APIKEY", "ACCESSKEY", "PRIVATEKEY")
+# Keys (`key=value`, `"key": value`) and flags: the same words, short forms too; not TOKENS
+# (`--max-num-batched-tokens` counts tokens) and not the TOKEN fragment (`--tokenizer`).
+_KEY_WORDS = (SECRET_WORDS - {"TOKENS"}) | {
+    "PW",
+    "SIG",
+    "CONN",
+    "CONNECTION",
+    "CONNSTR",
+    "USERPASS",
+    "PASSIN",
+    "PASSOUT",
+    "SAS",
+}
+_KEY_FRAGMENTS = (
+    "SECRET",
+    "PASSW",
+    "CREDENTIAL",
+    "APIKEY",
+    "ACCESSKEY",
+    "PRIVATEKEY",
+    "AUTHTOKEN",
+    "ACCESSTOKEN",
+    "APITOKEN",
+)
+_SHORT_VALUE_FLAGS = frozenset({"-p"})  # mysql -p PW (a port after ssh -p is hidden too: harmless)
+_HEADER_FLAGS = frozenset({"-H", "--header", "--headers", "--proxy-header"})
+_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "--username", "--login", "login"})
+# Programs whose short flags take a password: (flags followed by it, flags it is glued to).
+_PROGRAMS = {
+    "mysql": ((), ("-p",)),
+    "mysqldump": ((), ("-p",)),
+    "mysqladmin": ((), ("-p",)),
+    "mariadb": ((), ("-p",)),
+    "mariadb-dump": ((), ("-p",)),
+    "sshpass": ((), ("-p",)),
+    "redis-cli": (("-a",), ()),
+    "openssl": (("-k",), ()),
+}
+AUTH_SCHEMES = frozenset(
+    {"Bearer", "bearer", "Basic", "Digest", "Token", "ApiKey", "Api-Key", "Negotiate", "HMAC"}
+)
+_AUTH_HEADER_WORDS = (
+    "authorization",
+    "auth",
+    "token",
+    "key",
+    "cookie",
+    "secret",
+    "password",
+    "credential",
+    "signature",
+    "session",
+)
+
+_B = r"(?<![A-Za-z0-9_\-])"  # start of a run: the look-behind that keeps every scan linear
+_TOKEN_SHAPES = re.compile(
+    _B
+    + r"(?:hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
+    r"|sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|xox[abprs]-[A-Za-z0-9\-]{10,}|glpat-[\w\-]{16,}"
+    r"|AIza[0-9A-Za-z_\-]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_\-]{30,}"
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)",
+    re.ASCII,
+)
+_RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
+_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=([^;&,|\s]*)", re.ASCII)
+# `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
+_QUOTED_PAIR = re.compile(
+    r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)",
+    re.ASCII,
+)
+ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
+_SPACES = re.compile(r"(\s+)")
+_SPECIAL = re.compile(r"[:=@]")
+_HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)  # an HTTP header's name
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_NOT_WORD = re.compile(r"[^A-Z0-9]+")
+_QUOTES = "\"'"
+
+
+@lru_cache(maxsize=4096)
+def credential_key(key: str) -> bool:
+    """A key or flag name that introduces a credential: `password`, `accessToken`, `X-Amz-Signature`,
+    `sig`, `api_key`; not `opId`, `kernel.numa_balancing`, `tokenizer` or `NCCL_IB_PKEY`."""
+    upper = _CAMEL.sub(r"\1_\2", key).upper()
+    words = set(_NOT_WORD.split(upper))
+    squashed = "".join(words)
+    return bool(words & _KEY_WORDS) or any(fragment in squashed for fragment in _KEY_FRAGMENTS)
+
+
+class Words:
+    """One stream of words (a command line, a log line, a value) masked in one pass. `command`: the
+    words are a command line, so `NAME=value` words are environment assignments, shown only under
+    the environment policy (`env_value`)."""
+
+    def __init__(self, env_value, command: bool = False):
+        self.env_value = env_value  # (name, value) -> what may be shown: ncclprobe.secrets' policy
+        self.command = command
+        self.pending: str | None = None  # the flag whose value the next word is
+        self.hide = 0  # words an auth scheme or header left to hide
+        self.quote = ""  # a hidden value opened by this quote runs until it closes
+        self.takes: set[str] = set(_SHORT_VALUE_FLAGS)  # short flags of the programs seen so far
+        self.glued: set[str] = set()
+
+    def arg(self, word: str) -> str:
+        """One word of a command line; spaces inside it make it a stream of its own (`sh -c`)."""
+        if self.pending is not None and not self.hide:
+            return self._value(word, whole=True)
+        return self.text(word)
+
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        text = mask_quoted_pairs(mask_pem(text))
+        parts = _SPACES.split(text)
+        for index in range(0, len(parts), 2):
+            if parts[index]:
+                parts[index] = self.word(parts[index])
+        self.quote = ""  # a quote left open ends with its text
+        return "".join(parts)
+
+    def word(self, word: str) -> str:
+        """One whitespace-free word."""
+        if self.quote:
+            if word.endswith(self.quote):
+                self.quote = ""
+            return MASK
+        if self.hide:
+            self.hide -= 1
+            if word in AUTH_SCHEMES:  # `Authorization: Bearer X`: the scheme, then X
+                self.hide = 1
+            return MASK
+        if self.pending is not None:
+            return self._value(word)
+        lead = len(word) - len(word.lstrip(_QUOTES))
+        trail = len(word) - len(word.rstrip(_QUOTES))
+        core = word[lead : len(word) - trail] if lead + trail < len(word) else ""
+        self._note_program(core)
+        if core.startswith("-") and len(core) > 1:
+            flagged = self._flag(core)
+            if flagged is not None:
+                return word[:lead] + flagged + word[len(word) - trail :]
+        elif core.lower() == "login":
+            self.pending = "login"
+            return word
+        env = ENV_WORD.fullmatch(core) if self.command else None
+        if env and env.group(1).upper() == env.group(1):  # `env HF_TOKEN=x cmd`, `NCCL_PROTO=LL`
+            shown = f"{env.group(1)}={self.env_value(env.group(1), env.group(2))}"
+            return word[:lead] + shown + word[len(word) - trail :]
+        masked, self.hide = mask_word(word)
+        return masked
+
+    def _value(self, word: str, whole: bool = False) -> str:
+        flag, self.pending = self.pending, None
+        if word == "--":  # `--api-key -- X`: the end of options, then X
+            self.pending = flag
+            return word
+        chained = word in ("-", "") or (word.startswith("-") and self._takes(_split_flag(word)[0]))
+        if chained:  # `--password - X`, `--token --token X`: X too
+            self.pending = flag
+        if not whole and word[:1] in _QUOTES and not (len(word) > 1 and word.endswith(word[0])):
+            self.quote = word[0]  # `--password "two words"`
+        return flag_value(flag, word)
+
+    def _flag(self, core: str) -> str | None:
+        """A word that starts with `-`, masked where it is or introduces a credential; None: not a
+        credential flag (the word is then masked by shape)."""
+        if core.startswith("-D") and "=" in core:  # a Java property: -Dpassword=X
+            key, _, value = core[2:].partition("=")
+            return f"-D{key}={MASK}" if value and credential_key(key) else None
+        flag, sep, value = _split_flag(core)
+        if self._takes(flag):
+            if sep and value:
+                return f"{flag}{sep}{flag_value(flag, value)}"
+            self.pending = flag
+            return core
+        if core[:2] in self.glued and len(core) > 2 and core[1] != "-":
+            return core[:2] + MASK  # `-pSECRET`, mysql style
+        return None
+
+    def _takes(self, flag: str) -> bool:
+        """Whether a flag's value is a credential."""
+        if flag in self.takes or flag in _HEADER_FLAGS or flag in _USER_FLAGS:
+            return True
+        name = flag.lstrip("-")
+        return len(name) > 1 and credential_key(name)  # --password, -passin, --api-key
+
+    def _note_program(self, word: str) -> None:
+        takes, glued = _PROGRAMS.get(word.rsplit("/", 1)[-1], ((), ()))
+        self.takes.update(takes)
+        self.glued.update(glued)
+
+
+def flag_value(flag: str, value: str) -> str:
+    """A credential flag's value: `user:password` keeps the user, a header keeps its name."""
+    if flag in _USER_FLAGS:
+        user, sep, _ = value.partition(":")
+        return f"{mask_word(user)[0]}:{MASK}" if sep else mask_word(value)[0]
+    if flag in _HEADER_FLAGS:
+        name, sep, _ = value.partition(":")
+        return f"{name}: {MASK}" if sep and " " not in name else MASK
+    return MASK
+
+
+def _split_flag(word: str) -> tuple[str, str, str]:
+    """`--password=X`, `--password:X` -> (flag, separator, value)."""
+    cut = [i for i in (word.find("="), word.find(":")) if i != -1]
+    if not cut:
+        return word, "", ""
+    at = min(cut)
+    return word[:at], word[at], word[at + 1 :]
+
+
+def mask_word(word: str) -> tuple[str, int]:
+    """One whitespace-free word masked by shape and by its own keys; also how many following words
+    to hide (an auth header or scheme whose credential comes next)."""
+    if word in AUTH_SCHEMES:
+        return word, 1
+    if len(word) < 15 and not _SPECIAL.search(word):  # too short for any token shape, no structure
+        return word, 0
+    head, sep, rest = word.partition(":")
+    header = (
+        sep and _HEADER_NAME.fullmatch(head) and any(w in head.lower() for w in _AUTH_HEADER_WORDS)
+    )
+    if header and not rest:
+        return word, 1  # `Authorization:` then its value
+    if header and not rest.startswith("//"):
+        return f"{head}:{MASK}", 0  # `Authorization:Bearer_x`, `X-Api-Key:abc`
+    scheme_last = re.split(r"[=:]", word)[-1] in AUTH_SCHEMES  # `...=Bearer` then the token
+    word = mask_userinfo(word)
+    if "=" in word:
+        word = _PAIR.sub(_masked_pair, word)
+    word = _TOKEN_SHAPES.sub(MASK, word)
+    word = _RANDOM_RUN.sub(_masked_run, word)
+    return word, int(scheme_last)
+
+
+def _masked_pair(match: re.Match) -> str:
+    """`password=X`, `?token=X`, `&sig=X`, `Password=X;` -> the key kept, the value masked; a key
+    that names nothing secret keeps its value (`kernel.numa_balancing=0`, `opId=0x..`)."""
+    key, value = match.group(1), match.group(2)
+    if not value or value == MASK or not credential_key(key.lstrip("-.")):
+        return match.group(0)
+    if key.upper() in ("PWD", "OLDPWD") and value[:1] in ("/", "~"):  # the shell's directory
+        return match.group(0)
+    return f"{key}={MASK}"
+
+
+def _masked_run(match: re.Match) -> str:
+    """A long run masked when random-looking; a path's segments each on their own."""
+    run = match.group(0)
+    if run.startswith("/"):
+        return "/".join(MASK if len(p) >= 32 and mixed(p) else p for p in run.split("/"))
+    return MASK if mixed(run) else run
+
+
+def mask_quoted_pairs(text: str) -> str:
+    """`"password": "X"` -> `"password": "<masked>"`, in JSON or a Python dict printed as text."""
+    if ":" not in text or not ('"' in text or "'" in text):
+        return text
+
+    def masked(match: re.Match) -> str:
+        quote, key, colon, value = match.groups()
+        if not credential_key(key) or value.strip(_QUOTES) == MASK:
+            return match.group(0)
+        shown = f"{value[0]}{MASK}{value[0]}" if value[0] in _QUOTES else MASK
+        return f"{quote}{key}{quote}{colon}{shown}"
+
+    return _QUOTED_PAIR.sub(masked, text)
+
+
+def mask_userinfo(word: str) -> str:
+    """`scheme://user:pw@host` -> `scheme://<masked>@host`, for each URL in the word (a password
+    may hold `/`; a user alone, as in `https://TOKEN@github.com`, is masked too)."""
+    if "://" not in word:
+        return word
+    pieces = word.split("://")
+    for index in range(1, len(pieces)):
+        piece = pieces[index]
+        at = piece.rfind("@", 0, _url_end(piece))
+        if at <= 0:
+            continue
+        info = piece[:at]
+        slash = info.find("/")
+        if slash == -1 or 0 <= info.find(":") < slash:
+            pieces[index] = MASK + piece[at:]
+    return "://".join(pieces)
+
+
+def _url_end(piece: str) -> int:
+    """Where one URL's text ends inside a word (a list separator), so `@` further on is not its."""
+    ends = [i for i in (piece.find(","), piece.find(";"), piece.find(" ")) if i != -1]
+    return min(ends) if ends else len(piece)
+
+
+def mask_pem(text: str) -> str:
+    """`-----BEGIN ... KEY-----` ... `-----END ...-----` (or to the end when cut) -> MASK."""
+    start = text.find("-----BEGIN")
+    while start != -1:
+        end = text.find("-----END", start)
+        stop = len(text) if end == -1 else text.find("-----", end + 8)
+        stop = len(text) if stop == -1 else stop + 5
+        text = text[:start] + MASK + text[stop:]
+        start = text.find("-----BEGIN", start + len(MASK))
+    return text
+
+
+def mixed(run: str) -> bool:
+    """Random-looking: lower and upper case letters and digits all present."""
+    return (
+        any(c.islower() for c in run)
+        and any(c.isupper() for c in run)
+        and any(c.isdigit() for c in run)
+    )
