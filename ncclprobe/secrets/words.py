@@ -119,7 +119,8 @@ _TOKEN_SHAPES = re.compile(
     re.ASCII,
 )
 _RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
-_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=([^;&,|\s]*)", re.ASCII)
+_PAIR_KEY = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=", re.ASCII)
+_PAIR_VALUE = re.compile(r"[^;&,|\s]*")
 # `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
 _QUOTED_PAIR = re.compile(
     r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)",
@@ -285,21 +286,29 @@ def mask_word(word: str) -> tuple[str, int]:
     scheme_last = re.split(r"[=:]", word)[-1] in AUTH_SCHEMES  # `...=Bearer` then the token
     word = mask_userinfo(word)
     if "=" in word:
-        word = _PAIR.sub(_masked_pair, word)
+        word = mask_pairs(word)
     word = _TOKEN_SHAPES.sub(MASK, word)
     word = _RANDOM_RUN.sub(_masked_run, word)
     return word, int(scheme_last)
 
 
-def _masked_pair(match: re.Match) -> str:
-    """`password=X`, `?token=X`, `&sig=X`, `Password=X;` -> the key kept, the value masked; a key
-    that names nothing secret keeps its value (`kernel.numa_balancing=0`, `opId=0x..`)."""
-    key, value = match.group(1), match.group(2)
-    if not value or value == MASK or not credential_key(key.lstrip("-.")):
-        return match.group(0)
-    if key.upper() in ("PWD", "OLDPWD") and value[:1] in ("/", "~"):  # the shell's directory
-        return match.group(0)
-    return f"{key}={MASK}"
+def mask_pairs(word: str) -> str:
+    """`password=X`, `?token=X`, `&sig=X`, `Password=X;`, `NCCL_IB_HCA=h?token=X` -> the key kept,
+    the value masked; a key that names nothing secret keeps its value (`kernel.numa_balancing=0`,
+    `opId=0x..`), whose own text is still searched for pairs (a query inside a setting)."""
+    out, done = [], 0
+    for match in _PAIR_KEY.finditer(word):
+        key = match.group(1)
+        if match.start() < done or not credential_key(key.lstrip("-.")):
+            continue
+        value = _PAIR_VALUE.match(word, match.end()).group(0)
+        if not value or value == MASK:
+            continue
+        if key.upper() in ("PWD", "OLDPWD") and value[:1] in ("/", "~"):  # the shell's directory
+            continue
+        out += [word[done : match.end()], MASK]
+        done = match.end() + len(value)
+    return "".join(out) + word[done:]
 
 
 def _masked_run(match: re.Match) -> str:

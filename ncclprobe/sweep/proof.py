@@ -30,6 +30,7 @@ from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.records import Status
+from ncclprobe.secrets import mask_env
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
 GLOO_VERDICT = (
@@ -68,7 +69,8 @@ def prove(
     """
     mismatches = env_mismatches(settings, swept, seen_by_rank)
     proof = {
-        "seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
+        # what each rank saw, under the header env's policy: results files get attached to issues
+        "seen_env": {str(r): mask_env(env) for r, env in sorted(seen_by_rank.items())},
         "env_matches": not mismatches,
         "env_mismatches": mismatches,
         "set_by_environment": {},
