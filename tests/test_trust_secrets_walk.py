@@ -34,7 +34,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.records import config_id
 from ncclprobe.secrets import MASK
-from tests.data.resultsets import config, curve, engine_trace, write_set
+from tests.data.resultsets import config, curve, write_set
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORMATS = ("table", "json", "csv")
@@ -173,6 +173,68 @@ def _collect_env(path: Path) -> Path:
     return path
 
 
+def _nccl_tests_text(path: Path) -> Path:
+    """nccl-tests' stdout with its command line (as launch scripts echo it) and NCCL WARN lines."""
+    fixture = FIXTURES / "nccl_tests" / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_same_run.txt"
+    values, forms = planted("ntt", {f: FORMS[f] for f in VALUE_FORMS}), planted("ntt")
+    _markers("ntt")
+    command = (
+        f"$ NCCL_IB_HCA=mlx5_0,{values['query_token']} NCCL_NET_PLUGIN={values['query_sig']} "
+        f"./all_reduce_perf -b 8 -e 128M {forms['flag']} {forms['login']} {forms['passin']}\n"
+    )
+    warns = "".join(
+        f"vm:2705:2705 [0] misc/socket.cc:50 NCCL WARN Net : {text} failed\n"
+        for text in forms.values()
+    )
+    text = fixture.read_text().replace(
+        "# nccl-tests version", command + warns + "# nccl-tests version"
+    )
+    path.write_text(text)
+    return path
+
+
+def _profile(path: Path) -> Path:
+    """A profiler trace whose recorded arguments quote a launcher's command line."""
+    doc = json.loads(
+        (FIXTURES / "profiles" / "handwritten_graph_share_cut_4steps.json").read_text()
+    )
+    forms = planted("prf")
+    _markers("prf")
+    doc["traceName"] = f"serve {forms['flag']}"
+    doc["distributedInfo"] = {
+        "backend": "nccl",
+        "rank": 0,
+        "world_size": 1,
+        "pg_config": forms["json"],
+    }
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::to",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1001.0,
+            "dur": 1.0,
+            "args": {"Concrete Inputs": [forms["query_token"], forms["login"]]},
+        }
+    )
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _job_log(path: Path) -> Path:
+    """A job's log: torchrun's failure summary, a rank's error quoting its command line."""
+    forms = planted("job")
+    _markers("job")
+    path.write_text(
+        "".join(f"[rank0]: RuntimeError: launch failed: {text}\n" for text in forms.values())
+        + "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        + f"train.py FAILED\n  host: node1\n  cmd: python train.py {forms['flag']} {forms['dashdash']}\n"
+    )
+    return path
+
+
 def _results(path: Path) -> Path:
     """A sweep results file whose header env and config records' seen_env hold what a worker saw."""
     values = planted("res", {f: FORMS[f] for f in VALUE_FORMS})
@@ -242,6 +304,9 @@ def inputs(tmp_path_factory):
         "res": str(_results(base / "results.jsonl")),
         "trc": str(_trace(base / "trace.json")),
         "srv": str(_server_log(base / "server.log")),
+        "ntt": str(_nccl_tests_text(base / "nt.txt")),
+        "prf": str(_profile(base / "profile.json")),
+        "job": str(_job_log(base / "job.log")),
     }
 
 
@@ -255,6 +320,10 @@ def test_nccl_logs_nccl_tests_and_collect_env_print_no_credential(inputs, tmp_pa
         shown.append(walk("-vv", "import", inputs["cev"], "--format", fmt))
         shown.append(walk("knobs", "--lint", "--collect-env", inputs["cev"], "--format", fmt))
         shown.append(walk("recommend", str(out), "--format", fmt, codes=(0, 1, 2)))  # 1 config
+        text_out = tmp_path / f"ntt-{fmt}.jsonl"
+        shown.append(
+            walk("-vv", "import", inputs["ntt"], "--format", fmt, "--output", str(text_out))
+        )
     imported = tmp_path / "nt-json.jsonl"
     walk("export", str(imported), "--output", str(tmp_path / "nt.txt"))
     walk(
@@ -281,6 +350,10 @@ def test_results_traces_and_server_logs_print_no_credential(inputs, tmp_path):
         walk("recommend", res, "--trace", trc, "--format", fmt)
         walk("-vv", "diagnose", "--trace", trc, "--sweep", res, "--format", fmt)
         walk("diagnose", "--server-log", inputs["srv"], "--format", fmt)
+        walk("diagnose", "--trace", trc, "--collect-env", inputs["cev"], "--format", fmt)
+        walk("diagnose", "--trace", trc, "--log", inputs["job"], "--format", fmt)
+        walk("diagnose", "--log", inputs["job"], "--format", fmt, codes=(0, 1, 2, 3))
+        walk("-vv", "diagnose", "--profile", inputs["prf"], "--format", fmt, codes=(0, 1, 3))
     walk("recommend", res, "--emit", "json", "--output", str(tmp_path / "rec.json"))
     walk("recommend", res, "--emit", "env", "--output", str(tmp_path / "rec.sh"))
     walk("export", res, "--output", str(tmp_path / "nt.txt"))
@@ -402,7 +475,7 @@ def test_env_check_prints_no_credential_of_a_live_process(job, tmp_path):
         for extra in (["--all"], ["-v"], []):
             walk(*extra[1:], "env-check", "--pid", str(job), "--format", fmt, *extra[:1])
     walk.check()
-    doc = json.loads(walk.seen[3][1].split("\n", 1)[0] if False else _json_of(walk, "--all"))
+    doc = json.loads(_json_of(walk, "--all"))
     proc = next(p for p in doc["processes"] if p["pid"] == job)
     assert MASK in proc["command"] and "--password" in proc["command"]  # read, masked in place
     assert "redis-cli -a" in proc["command"] and "-p" + MASK in proc["command"]

@@ -123,7 +123,7 @@ _PAIR_KEY = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=", re.ASCII)
 _PAIR_VALUE = re.compile(r"[^;&,|\s]*")
 # `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
 _QUOTED_PAIR = re.compile(
-    r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;}\]]+)",
+    r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^']*'|[^\s,;}\]]+)",
     re.ASCII,
 )
 ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
