@@ -70,3 +70,69 @@ def test_a_password_glued_to_a_short_flag_is_masked():
     from ncclprobe.secrets import mask_argv
 
     assert mask_argv(["mysql", "-uroot", "-pPl4ntedPw9", "db"])[2] == f"-p{MASK}"
+
+
+# ---- issue 29: every form of the family, exactly, and its harmless twin --------------------------
+M = MASK
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["sh", "-c", "python t.py --password Pw1 --token Tk2"],
+            f"python t.py --password {M} --token {M}",
+        ),
+        (["python t.py --password Pw1 --lr 3"], f"python t.py --password {M} --lr 3"),  # a title
+        (["app", "--login", "admin:Pw1"], f"admin:{M}"),
+        (["redis-cli", "-a", "Pw1", "ping"], M),
+        (["openssl", "enc", "-passin", "pass:Pw1"], M),
+        (["java", "-Dpassword=Pw1", "-Dfile.encoding=UTF-8"], f"-Dpassword={M}"),
+        (["app", "--password:Pw1"], f"--password:{M}"),
+        (["app", "--api-key", "--", "Pw1"], M),
+        (["app", "--config", '{"password": "Pw1", "lr": 3}'], f'{{"password": "{M}", "lr": 3}}'),
+        (["curl", "https://h/x?token=Pw1&page=2"], f"https://h/x?token={M}&page=2"),
+        (["mysql", "-uroot", "-pPw1", "db"], f"-p{M}"),
+        (["sh", "-c", "mysql -pPw1 db"], f"mysql -p{M} db"),
+        (["app", '--token="two words"'], f'--token="{M} {M}"'),
+    ],
+)
+def test_every_command_line_form_is_masked_in_place(argv, shown):
+    from ncclprobe.secrets import mask_argv
+
+    masked = mask_argv(argv)
+    assert shown in masked and "Pw1" not in " ".join(masked) and "two" not in " ".join(masked)
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("NCCL_IB_HCA=mlx5_0,https://h/x?token=Pw1", f"NCCL_IB_HCA=mlx5_0,https://h/x?token={M}"),
+        ("https://h/c?sv=2022&sig=Pw1&se=3", f"https://h/c?sv=2022&sig={M}&se=3"),
+        ("https://h/x?a=1&password=Pw1", f"https://h/x?a=1&password={M}"),
+        ("NCCL WARN connect failed --password Pw1", f"NCCL WARN connect failed --password {M}"),
+        ("NCCL WARN login admin:Pw1 refused", f"NCCL WARN login admin:{M} refused"),
+        ("Server=db;User Id=sa;Password=Pw1;", f"Server=db;User Id=sa;Password={M};"),
+        ("accessToken=Pw1 X-Amz-Signature=Pw2", f"accessToken={M} X-Amz-Signature={M}"),
+        ("--settings 'HF_TOKEN=Pw1': bad", f"--settings 'HF_TOKEN={M}': bad"),
+    ],
+)
+def test_every_free_text_form_is_masked_in_place(text, shown):
+    assert mask_text(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kernel.numa_balancing=0 opId=0x7f3c2c000b70 busId=0x1b000",
+        "--max-num-batched-tokens 8192 --tokenizer meta-llama/Llama-3 --max-tokens 64",
+        "/home/Alice2/projects/NcclProbe/results_2026.jsonl",
+        "GPU-4F3A2B1C-0D9E-8F7A-6B5C-4D3E2F1A0B9C node-17.cluster.example 12345",
+        "PWD=/home/u OLDPWD=/tmp gcc -pthread -o x x.c ls -a",
+        "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1 NCCL_SOCKET_IFNAME=^lo,docker",
+        "https://h/x?page=2&sort=name",
+    ],
+)
+def test_harmless_values_stay_visible(text):
+    """The twins: numbers, ids, paths, hosts, counts of tokens and plain queries are no secrets."""
+    assert mask_text(text) == text

@@ -120,7 +120,7 @@ _TOKEN_SHAPES = re.compile(
 )
 _RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
 _PAIR_KEY = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=", re.ASCII)
-_PAIR_VALUE = re.compile(r"[^;&,|\s]*")
+_PAIR_VALUE = re.compile(r"[^;&,|\s'\"]*")  # to a separator or the quote around the pair
 # `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
 _QUOTED_PAIR = re.compile(
     r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^']*'|[^\s,;}\]]+)",
@@ -181,6 +181,7 @@ class Words:
         if self.quote:
             if word.endswith(self.quote):
                 self.quote = ""
+                return MASK + word[-1]
             return MASK
         if self.hide:
             self.hide -= 1
@@ -190,7 +191,7 @@ class Words:
         if self.pending is not None:
             return self._value(word)
         lead = len(word) - len(word.lstrip(_QUOTES))
-        trail = len(word) - len(word.rstrip(_QUOTES))
+        trail = len(word) - len(word.rstrip(_QUOTES)) if lead else 0  # `'--password`, `"-pX"`
         core = word[lead : len(word) - trail] if lead + trail < len(word) else ""
         self._note_program(core)
         if core.startswith("-") and len(core) > 1:
@@ -217,7 +218,12 @@ class Words:
             self.pending = flag
         if not whole and word[:1] in _QUOTES and not (len(word) > 1 and word.endswith(word[0])):
             self.quote = word[0]  # `--password "two words"`
-        return flag_value(flag, word)
+            return word[0] + MASK
+        core = word.strip(_QUOTES)
+        if whole or not core:
+            return flag_value(flag, word)
+        lead = word[: len(word) - len(word.lstrip(_QUOTES))]  # a message's `'--password X'`
+        return lead + flag_value(flag, core) + word[len(lead) + len(core) :]
 
     def _flag(self, core: str) -> str | None:
         """A word that starts with `-`, masked where it is or introduces a credential; None: not a
@@ -227,6 +233,9 @@ class Words:
             return f"-D{key}={MASK}" if value and credential_key(key) else None
         flag, sep, value = _split_flag(core)
         if self._takes(flag):
+            if sep and value[:1] in _QUOTES and not (len(value) > 1 and value.endswith(value[0])):
+                self.quote = value[0]  # `--token="two words"`
+                return f"{flag}{sep}{value[0]}{MASK}"
             if sep and value:
                 return f"{flag}{sep}{flag_value(flag, value)}"
             self.pending = flag
