@@ -254,6 +254,8 @@ def _results(path: Path) -> Path:
     for record in lines[1:]:
         if record.get("record") == "config":
             record["proof"]["seen_env"] = {"0": {**seen, **record["settings"]}}
+            record["proof"]["read_by_rank"] = {"0": dict(seen)}
+            record["proof"]["set_by_environment"] = dict(seen)
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -277,6 +279,8 @@ def _trace(path: Path) -> Path:
         for worker in run["workers"]:
             worker["env_at_comm_init"] = dict(env)
             worker["env_at_exit"] = dict(env)
+            worker["nccl_read"] = dict(env)
+            worker["nccl_warnings"] = [f"NCCL WARN {text}" for text in forms.values()]
     path.write_text(json.dumps(doc))
     return path
 

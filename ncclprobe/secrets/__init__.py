@@ -181,14 +181,22 @@ def mask_setting(name: str, value: str) -> str:
 
 
 def mask_record(record: dict) -> dict:
-    """A results file's config record as it may be printed or copied: the environment each rank
-    saw (`proof.seen_env`) under the policy of the header's `env`."""
+    """A results file's config record as it may be printed or copied: what each rank saw and what
+    NCCL read (`proof.seen_env`, `read_by_rank`, `set_by_environment`) under the policy of the
+    header's `env`; a file from an older ncclprobe or another writer may hold them raw."""
     proof = record.get("proof")
-    seen = proof.get("seen_env") if isinstance(proof, dict) else None
-    if not isinstance(seen, dict):
+    if not isinstance(proof, dict):
         return record
-    masked = {rank: mask_env(env) if isinstance(env, dict) else env for rank, env in seen.items()}
-    return {**record, "proof": {**proof, "seen_env": masked}}
+    masked = dict(proof)
+    for key in ("seen_env", "read_by_rank"):
+        if isinstance(proof.get(key), dict):
+            masked[key] = {
+                rank: mask_env(env) if isinstance(env, dict) else env
+                for rank, env in proof[key].items()
+            }
+    if isinstance(proof.get("set_by_environment"), dict):
+        masked["set_by_environment"] = mask_env(proof["set_by_environment"])
+    return {**record, "proof": masked}
 
 
 # ---- the environment display policy: which names are shown, and how their values are ----------

@@ -105,9 +105,9 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     whole, during = parsed[lowest]
     read = {rank: read_in_configuration(w, d) for rank, (w, d) in parsed.items()}
     version = parse_version(whole.nccl_version)
-    proof["set_by_environment"] = dict(sorted(read[lowest].items()))
-    proof["read_by_rank"] = {
-        str(rank): dict(sorted(values.items())) for rank, values in sorted(read.items())
+    proof["set_by_environment"] = mask_env(dict(sorted(read[lowest].items())))
+    proof["read_by_rank"] = {  # masked as recorded, like seen_env: read from the user's environment
+        str(rank): mask_env(dict(sorted(values.items()))) for rank, values in sorted(read.items())
     }
     proof["tuning"] = summarize_tuning(during.tuning)
     proof["transports"] = dict(

@@ -25,7 +25,7 @@ from ncclprobe.evidence.run.view import (
     Worker,
 )
 from ncclprobe.nccl.values import reads_the_same
-from ncclprobe.secrets import mask_env_value, mask_provenance
+from ncclprobe.secrets import mask_env_value, mask_provenance, mask_text
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict
 
@@ -52,8 +52,9 @@ def load_trace(path: str | Path) -> dict:
 
 
 def _mask_workers(doc: dict) -> None:
-    """Each worker's environments, masked as read like the provenance: diagnose quotes them in its
-    reasons, and a masked value compares equal wherever the raw one did (both sides are masked)."""
+    """Each worker's environments and NCCL warnings, masked as read like the provenance: diagnose
+    quotes them in its reasons, and a masked value compares equal wherever the raw one did (both
+    sides are masked)."""
     keys = ("env_at_comm_init", "nccl_read", "env_after_init", *LATER_ENV_KEYS)
     for run in doc.get("runs") or []:
         holders = [run, *(run.get("workers") or [])] if isinstance(run, dict) else []
@@ -64,6 +65,10 @@ def _mask_workers(doc: dict) -> None:
                         name: mask_env_value(str(name), value) if isinstance(value, str) else value
                         for name, value in holder[key].items()
                     }
+            if isinstance(holder, dict) and isinstance(holder.get("nccl_warnings"), list):
+                holder["nccl_warnings"] = [
+                    mask_text(w) if isinstance(w, str) else w for w in holder["nccl_warnings"]
+                ]
 
 
 def is_engine_trace(doc) -> bool:
