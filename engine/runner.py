@@ -123,8 +123,8 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
     return {
         "label": spec.label,
         "mode": message["mode"],
-        "settings": {**spec.settings, **spec.env_after_init},
-        "env_after_init": dict(spec.env_after_init),
+        "settings": mask_env({**spec.settings, **spec.env_after_init}),  # as written, masked
+        "env_after_init": mask_env(spec.env_after_init),
         "tokens_per_s": spec.sequences() * spec.new_tokens / wall_s if wall_s else None,
         "ms_per_token": 1000.0 * wall_s / (spec.groups() * spec.new_tokens),
         "new_tokens": spec.new_tokens,

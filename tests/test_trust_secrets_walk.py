@@ -413,8 +413,26 @@ def test_arguments_quoted_by_errors_and_settings_print_no_credential(inputs, tmp
         str(tmp_path / "plan"),
         codes=(0, 1, 2),
     )
+    for flag, command in (
+        ("--settings", ["import", inputs["ntj"]]),
+        ("--baseline", ["recommend", inputs["res"]]),
+    ):  # a credential-shaped NCCL setting would name results and files: refused, shown masked
+        text = walk(*command, flag, f"NCCL_ALGO={secret['userinfo']}", codes=(2,))
+        assert "looks like a credential" in text and "<masked:" in text, text
     walk.check()
     assert MASK in "".join(t for _, t in walk.seen)
+
+
+def test_a_ranks_error_line_is_masked_before_it_becomes_a_reason():
+    """A worker's last error line becomes a result's reason (results file, tables)."""
+    from ncclprobe.launch import error_summary
+
+    forms = planted("rank")
+    _markers("rank")
+    for text in forms.values():
+        reason = error_summary(f"Traceback\n  File x\nRuntimeError: connect {text} failed\n")
+        assert _leaks(reason) == [] and reason.startswith("RuntimeError: connect"), reason
+        assert MASK in reason, reason
 
 
 def test_a_config_id_never_holds_a_credential():

@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
+from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets.words import (  # noqa: F401 (MASK: every caller's one spelling of it)
     AUTH_SCHEMES,
     MASK,
@@ -178,6 +179,17 @@ def mask_setting(name: str, value: str) -> str:
     if mask_env_value(str(name), value) == value:
         return value
     return f"<masked:{hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+
+
+def refuse_credential(flag: str, name: str, value: str) -> None:
+    """An NCCL setting typed on the command line (`sweep --set`, `import --settings`, `recommend
+    --baseline`) that the policy would not print whole: refused (exit 2), since the setting names
+    results, tables and files from then on; NCCL settings hold no credentials."""
+    if mask_setting(name, value) != value:
+        raise UsageProblem(
+            f"{flag} {name}: the value {mask_setting(name, value)} looks like a credential; NCCL "
+            "settings hold none, and this one would name results, tables and files, so it is refused"
+        )
 
 
 def mask_record(record: dict) -> dict:

@@ -14,7 +14,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import DEFAULT_GRID, check_share_gpu_ranks
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS
-from ncclprobe.secrets import mask_setting
+from ncclprobe.secrets import refuse_credential
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import defaults, setup
 from ncclprobe.sweep.defaults import CHOICES
@@ -188,10 +188,5 @@ def parse_settings(items) -> dict[str, tuple[str, ...]]:
             raise UsageProblem(f"--set {item!r}: expected NCCL_VAR=value1,value2")
         settings[name.strip()] = split_list(values)
         for value in settings[name.strip()]:
-            if mask_setting(name.strip(), value) != value:  # the policy would not print it whole
-                raise UsageProblem(
-                    f"--set {name.strip()}: the value {mask_setting(name.strip(), value)} looks like "
-                    "a credential; NCCL settings hold none, and a sweep writes its settings into "
-                    "its results file, its plan and every table, so it is refused"
-                )
+            refuse_credential("--set", name.strip(), value)
     return settings

@@ -55,7 +55,7 @@ def _mask_workers(doc: dict) -> None:
     """Each worker's environments and NCCL warnings, masked as read like the provenance: diagnose
     quotes them in its reasons, and a masked value compares equal wherever the raw one did (both
     sides are masked)."""
-    keys = ("env_at_comm_init", "nccl_read", "env_after_init", *LATER_ENV_KEYS)
+    keys = ("settings", "env_at_comm_init", "nccl_read", "env_after_init", *LATER_ENV_KEYS)
     for run in doc.get("runs") or []:
         holders = [run, *(run.get("workers") or [])] if isinstance(run, dict) else []
         for holder in holders:
