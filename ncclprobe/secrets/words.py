@@ -79,34 +79,32 @@ _KEY_FRAGMENTS = (
     "ACCESSTOKEN",
     "APITOKEN",
 )
-_SHORT_VALUE_FLAGS = frozenset({"-p"})  # mysql -p PW (a port after ssh -p is hidden too: harmless)
-_HEADER_FLAGS = frozenset({"-H", "--header", "--headers", "--proxy-header"})
+_SHORT_VALUE_FLAGS = frozenset({"-p"})  # mysql -p PW, on a command line
+_HEADER_FLAGS = frozenset({"-H", "--header", "--headers", "--proxy-header"})  # -H: curl's
 _USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "--username", "--login", "login"})
 # Programs whose short flags take a password: (flags followed by it, flags it is glued to).
 _PROGRAMS = {
-    "mysql": ((), ("-p",)),
-    "mysqldump": ((), ("-p",)),
-    "mysqladmin": ((), ("-p",)),
-    "mariadb": ((), ("-p",)),
-    "mariadb-dump": ((), ("-p",)),
-    "sshpass": ((), ("-p",)),
+    "mysql": (("-p",), ("-p",)),
+    "mysqldump": (("-p",), ("-p",)),
+    "mysqladmin": (("-p",), ("-p",)),
+    "mariadb": (("-p",), ("-p",)),
+    "mariadb-dump": (("-p",), ("-p",)),
+    "sshpass": (("-p",), ("-p",)),
+    "mongo": (("-p",), ()),
+    "mongosh": (("-p",), ()),
     "redis-cli": (("-a",), ()),
+    "curl": (("-H",), ()),  # mpirun's -H is its hosts
+    "wget": (("-H",), ()),
+    "http": (("-H",), ()),
     "openssl": (("-k",), ()),
+    **{  # programs whose -p/-a/-H mean something else: each ends the forms of the one before
+        name: ((), ())
+        for name in ("ssh", "scp", "rsync", "mpirun", "srun", "torchrun", "python", "python3")
+        + ("sh", "bash", "env", "docker", "kubectl", "psql")
+    },
 }
 AUTH_SCHEMES = frozenset(
     {"Bearer", "bearer", "Basic", "Digest", "Token", "ApiKey", "Api-Key", "Negotiate", "HMAC"}
-)
-_AUTH_HEADER_WORDS = (
-    "authorization",
-    "auth",
-    "token",
-    "key",
-    "cookie",
-    "secret",
-    "password",
-    "credential",
-    "signature",
-    "session",
 )
 
 _B = r"(?<![A-Za-z0-9_\-])"  # start of a run: the look-behind that keeps every scan linear
@@ -118,7 +116,8 @@ _TOKEN_SHAPES = re.compile(
     r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)",
     re.ASCII,
 )
-_RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/=_\-]{32,}", re.ASCII)
+_RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/_\-]{32,}={0,2}", re.ASCII)  # `=` only as padding
+_JOINERS = re.compile(r"[-_]")
 _PAIR_KEY = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=", re.ASCII)
 _PAIR_VALUE = re.compile(r"[^;&,|\s'\"]*")  # to a separator or the quote around the pair
 # `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
@@ -133,16 +132,21 @@ _HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)  # an HTTP h
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _NOT_WORD = re.compile(r"[^A-Z0-9]+")
 _QUOTES = "\"'"
+_STARTS = "-\"'"  # a flag or a quote: the word needs the full look
+_PLAIN_STOP = re.compile(r"[:=@/]")  # a pair, a header, a URL or a program's path
 
 
 @lru_cache(maxsize=4096)
 def credential_key(key: str) -> bool:
-    """A key or flag name that introduces a credential: `password`, `accessToken`, `X-Amz-Signature`,
-    `sig`, `api_key`; not `opId`, `kernel.numa_balancing`, `tokenizer` or `NCCL_IB_PKEY`."""
-    upper = _CAMEL.sub(r"\1_\2", key).upper()
-    words = set(_NOT_WORD.split(upper))
+    """A key or flag name that introduces a credential: its last word is one (`password`,
+    `accessToken`, `X-Amz-Signature`, `sig`, `api_key`, `AccountKey`) or it holds an unambiguous
+    fragment (`client_secret_id`, `apikey`); not `opId`, `kernel.numa_balancing`, `tokenizer`,
+    `NCCL_IB_PKEY`, and not a count or id of one (`bos_token_id`, `num_key_value_heads`)."""
+    words = [w for w in _NOT_WORD.split(_CAMEL.sub(r"\1_\2", key).upper()) if w]
     squashed = "".join(words)
-    return bool(words & _KEY_WORDS) or any(fragment in squashed for fragment in _KEY_FRAGMENTS)
+    if len(words) > 1 and words[-2] == "PER":  # `ms_per_token`: a rate
+        return False
+    return bool(words and words[-1] in _KEY_WORDS) or any(f in squashed for f in _KEY_FRAGMENTS)
 
 
 class Words:
@@ -156,7 +160,9 @@ class Words:
         self.pending: str | None = None  # the flag whose value the next word is
         self.hide = 0  # words an auth scheme or header left to hide
         self.quote = ""  # a hidden value opened by this quote runs until it closes
-        self.takes: set[str] = set(_SHORT_VALUE_FLAGS)  # short flags of the programs seen so far
+        # short flags that take a password: a command line's `-p X` always (mysql's; an ssh port is
+        # hidden too), free text's only after a program that reads it so (`ssh -p 2222` in a log)
+        self.takes: set[str] = set(_SHORT_VALUE_FLAGS) if command else set()
         self.glued: set[str] = set()
 
     def arg(self, word: str) -> str:
@@ -190,6 +196,8 @@ class Words:
             return MASK
         if self.pending is not None:
             return self._value(word)
+        if word[0] not in _STARTS and len(word) < 15 and not _PLAIN_STOP.search(word):
+            return self._plain(word)
         lead = len(word) - len(word.lstrip(_QUOTES))
         trail = len(word) - len(word.rstrip(_QUOTES)) if lead else 0  # `'--password`, `"-pX"`
         core = word[lead : len(word) - trail] if lead + trail < len(word) else ""
@@ -207,6 +215,17 @@ class Words:
             return word[:lead] + shown + word[len(word) - trail :]
         masked, self.hide = mask_word(word)
         return masked
+
+    def _plain(self, word: str) -> str:
+        """A short word without structure (most of any text): only a program's name, `login` or an
+        auth scheme change what the next words are."""
+        if word in _PROGRAMS:
+            self._note_program(word)
+        elif word in AUTH_SCHEMES:
+            self.hide = 1
+        elif word.lower() == "login":
+            self.pending = "login"
+        return word
 
     def _value(self, word: str, whole: bool = False) -> str:
         flag, self.pending = self.pending, None
@@ -246,15 +265,19 @@ class Words:
 
     def _takes(self, flag: str) -> bool:
         """Whether a flag's value is a credential."""
-        if flag in self.takes or flag in _HEADER_FLAGS or flag in _USER_FLAGS:
+        if flag in self.takes or (flag in _HEADER_FLAGS and flag != "-H") or flag in _USER_FLAGS:
             return True
         name = flag.lstrip("-")
         return len(name) > 1 and credential_key(name)  # --password, -passin, --api-key
 
     def _note_program(self, word: str) -> None:
-        takes, glued = _PROGRAMS.get(word.rsplit("/", 1)[-1], ((), ()))
-        self.takes.update(takes)
-        self.glued.update(glued)
+        if word not in _PROGRAMS and "/" not in word:
+            return
+        name = word.rsplit("/", 1)[-1]
+        if name in _PROGRAMS:  # a new program: its own short forms replace the last one's
+            takes, glued = _PROGRAMS[name]
+            self.takes = set(takes) | (_SHORT_VALUE_FLAGS if self.command else set())
+            self.glued = set(glued)
 
 
 def flag_value(flag: str, value: str) -> str:
@@ -285,9 +308,7 @@ def mask_word(word: str) -> tuple[str, int]:
     if len(word) < 15 and not _SPECIAL.search(word):  # too short for any token shape, no structure
         return word, 0
     head, sep, rest = word.partition(":")
-    header = (
-        sep and _HEADER_NAME.fullmatch(head) and any(w in head.lower() for w in _AUTH_HEADER_WORDS)
-    )
+    header = sep and _HEADER_NAME.fullmatch(head) and credential_key(head)  # not `tiktoken:`
     if header and not rest:
         return word, 1  # `Authorization:` then its value
     if header and not rest.startswith("//"):
@@ -297,7 +318,7 @@ def mask_word(word: str) -> tuple[str, int]:
     if "=" in word:
         word = mask_pairs(word)
     word = _TOKEN_SHAPES.sub(MASK, word)
-    word = _RANDOM_RUN.sub(_masked_run, word)
+    word = _RANDOM_RUN.sub(_masked_url_run if "://" in word else _masked_run, word)
     return word, int(scheme_last)
 
 
@@ -322,10 +343,34 @@ def mask_pairs(word: str) -> str:
 
 def _masked_run(match: re.Match) -> str:
     """A long run masked when random-looking; a path's segments each on their own."""
-    run = match.group(0)
-    if run.startswith("/"):
-        return "/".join(MASK if len(p) >= 32 and mixed(p) else p for p in run.split("/"))
-    return MASK if mixed(run) else run
+    run, start = match.group(0), match.start()
+    after_dot = start > 0 and match.string[start - 1] in ".~"  # `Qwen2.5/...`, `~/...`
+    if "/" in run and (run.startswith("/") or after_dot or "-" in run or "_" in run):
+        return "/".join(MASK if len(p) >= 32 and _random(p) else p for p in run.split("/"))
+    return MASK if _random(run) else run
+
+
+def _masked_url_run(match: re.Match) -> str:
+    """A URL's path: a segment of 16 or more characters that change case and digits as often as
+    random text does is masked (a webhook's key, a presigned path); names stay
+    (`github.com/NVIDIA/nccl/issues`, `GooxiAS4110GServer.md`)."""
+    return "/".join(
+        MASK if len(p) >= 16 and _random(p) and _changes(p) * 5 >= len(p) * 2 else p
+        for p in match.group(0).split("/")
+    )
+
+
+def _random(run: str) -> bool:
+    """Random-looking: mixed case and digits in a piece of 16 or more characters; words joined by
+    `-`/`_` (`nccl-tests-efa-worker-0`, `Meta_Llama_3_8B_Instruct_v2`) are names."""
+    return mixed(run) and any(len(p) >= 16 and mixed(p) for p in _JOINERS.split(run))
+
+
+def _changes(text: str) -> int:
+    """How often the kind of character (lower, upper, digit) changes: ~0.6 per character in random
+    text, ~0.3 in CamelCase names."""
+    kinds = [c.islower() - c.isupper() for c in text if c.isalnum()]
+    return sum(a != b for a, b in zip(kinds, kinds[1:], strict=False))
 
 
 def mask_quoted_pairs(text: str) -> str:
