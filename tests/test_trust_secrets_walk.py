@@ -491,12 +491,30 @@ def job(tmp_path):
     proc.wait()
 
 
-def test_env_check_prints_no_credential_of_a_live_process(job, tmp_path):
+def test_env_check_prints_no_credential_of_a_live_process(job, tmp_path, inputs):
     walk = Walk(tmp_path)
+    expect = ["--expect", f"NCCL_IB_HCA=mlx5_0,{planted('env')['query_sig']}"]
     for fmt in FORMATS:
-        for extra in (["--all"], ["-v"], []):
-            walk(*extra[1:], "env-check", "--pid", str(job), "--format", fmt, *extra[:1])
+        for before, after in (([], ["--all"]), (["-v"], expect), ([], [])):
+            walk(*before, "env-check", "--pid", str(job), "--format", fmt, *after)
     walk.check()
+    # a document from another writer, its values raw: diagnose masks what it reads
+    raw = json.loads(_json_of(walk, "--all"))
+    forms = planted("edoc")
+    _markers("edoc")
+    raw["expectations"] = [
+        {"variable": "NCCL_IB_HCA", "value": forms["query_token"], "source": "x"}
+    ]
+    raw["verdict"]["findings"] = [f"pid 1: {text}" for text in forms.values()]
+    for proc in raw["processes"]:
+        proc["env"] = {"NCCL_IB_HCA": forms["query_token"], "NCCL_NET_PLUGIN_AUTH": forms["flag"]}
+    document = tmp_path / "raw-env-check.json"
+    document.write_text(json.dumps(raw))
+    for fmt in FORMATS:
+        walk("diagnose", "--trace", inputs["trc"], "--env-check", str(document), "--format", fmt)
+    document.unlink()  # an input, not an output: planted raw on purpose
+    walk.check()
+    assert f"--password {MASK}" in walk.seen[-1][1]  # its findings were read and echoed, masked
     doc = json.loads(_json_of(walk, "--all"))
     proc = next(p for p in doc["processes"] if p["pid"] == job)
     assert MASK in proc["command"] and "--password" in proc["command"]  # read, masked in place
