@@ -298,9 +298,24 @@ def read_results(path: str | Path) -> ResultsFile:
     )  # masked on read: ncclprobe.secrets
     buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
     for _number, record in records[1:]:
-        record = mask_record(record) if record.get("record") == "config" else record
+        record = _masked(record)
         buckets.get(record.get("record"), []).append(record)  # other kinds: newer writers' records
     return out
+
+
+def _masked(record: dict) -> dict:
+    """A record as read, masked (`ncclprobe.secrets`): what each rank saw, and settings the policy
+    would not print whole (another writer's file) as digests, its id recomputed from the same raw
+    settings so a config and its results still match."""
+    if record.get("record") == "config":
+        record = mask_record(record)
+    settings = record.get("settings")
+    if record.get("record") not in ("config", "result") or not isinstance(settings, dict):
+        return record
+    masked = {str(k): mask_setting(str(k), str(v)) for k, v in settings.items()}
+    if masked == settings:
+        return record
+    return {**record, "settings": masked, "config_id": config_id(settings)}
 
 
 def validate_record(record: dict, where: Where) -> None:

@@ -247,8 +247,21 @@ def _results(path: Path) -> Path:
         "NCCL_TOPO_FILE": values["query_password"],
         "NCCL_NET_PLUGIN_AUTH": marker("res", "flag"),
     }
-    write_set(path, [config({}, curve(10, 1)), config({"NCCL_PROTO": "LL"}, curve(5, 1))])
+    typed = {"NCCL_IB_HCA": f"mlx5_0?token={marker('res', 'pair')}"}  # an older writer's setting
+    write_set(
+        path,
+        [
+            config({}, curve(10, 1)),
+            config({"NCCL_PROTO": "LL"}, curve(5, 1)),
+            config(typed, curve(6, 1)),
+        ],
+    )
     lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in lines[1:]:
+        if (
+            record.get("settings") == typed
+        ):  # its id raw too, as a writer without the digest made it
+            record["config_id"] = f"NCCL_IB_HCA={typed['NCCL_IB_HCA']}"
     lines[0]["env"] = {**seen, "SLURM_JOB_COMMENT": " ".join(forms.values())}
     lines[0]["argv"] = ["python", "-c", " ".join(forms.values())]
     for record in lines[1:]:
@@ -366,6 +379,7 @@ def test_results_traces_and_server_logs_print_no_credential(inputs, tmp_path):
     walk.check()
     text = "".join(t for _, t in walk.seen) + walk.written()
     assert MASK in text and "NCCL_IB_HCA" in text
+    assert "IB_HCA=<masked:" in text  # the typed setting was read and named by its digest
 
 
 def test_arguments_quoted_by_errors_and_settings_print_no_credential(inputs, tmp_path):
