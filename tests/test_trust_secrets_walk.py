@@ -224,14 +224,26 @@ def _profile(path: Path) -> Path:
 
 
 def _job_log(path: Path) -> Path:
-    """A job's log: torchrun's failure summary, a rank's error quoting its command line."""
+    """A job's log: each rank's last exception quoting its command line, torchrun's summary."""
     forms = planted("job")
     _markers("job")
-    path.write_text(
-        "".join(f"[rank0]: RuntimeError: launch failed: {text}\n" for text in forms.values())
-        + "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
-        + f"train.py FAILED\n  host: node1\n  cmd: python train.py {forms['flag']} {forms['dashdash']}\n"
+    exceptions = "".join(
+        f'[rank0]: Traceback (most recent call last):\n[rank0]:   File "train.py", line 9\n'
+        f"[rank0]: RuntimeError: launch failed: {text}\n"
+        for text in forms.values()
     )
+    summary = (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        + "=" * 60
+        + "\ntrain.py FAILED\n"
+        + "-" * 60
+        + "\nRoot Cause (first observed failure):\n[0]:\n  time      : 2026-12-02_10:00:00\n"
+        "  host      : node1\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1234)\n"
+        f"  error_file: <N/A>\n  traceback : python train.py {forms['flag']} {forms['dashdash']}\n"
+        + "=" * 60
+        + "\n"
+    )
+    path.write_text(exceptions + summary)
     return path
 
 
