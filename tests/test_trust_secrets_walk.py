@@ -15,7 +15,9 @@ Positive controls: every marker was read (the masked form `<masked>` is in the o
 words that introduce the credentials are there too, unmasked), and what is not a secret
 (`kernel.numa_balancing=0`, `opId=0x...`) is printed as it was.
 
-Commands run in-process (click's CliRunner); only env-check needs a live process.
+Commands run in-process (click's CliRunner); env-check reads a live process, and one real gloo
+sweep's workers inherit planted NCCL_* variables (about 7 s; the module about 20 s on the shared
+2-core machine).
 """
 
 from __future__ import annotations
@@ -569,3 +571,24 @@ def test_knobs_lint_prints_no_credential_of_this_environment(tmp_path):
         walk("knobs", "--lint", "--nccl-version", "2.28.9", "--format", fmt)
     walk.check()
     assert MASK in "".join(t for _, t in walk.seen)
+
+
+def test_a_real_sweep_records_no_inherited_credential(tmp_path):
+    """Workers inherit the user's NCCL_* variables: what each rank saw (`proof.seen_env`) and the
+    header's env are recorded masked, and -v's progress and worker lines print none of them."""
+    values = planted("swp", {f: FORMS[f] for f in VALUE_FORMS})
+    _markers("swp", {f: FORMS[f] for f in VALUE_FORMS})
+    env = {
+        "NCCL_NET_PLUGIN": values["query_token"],
+        "NCCL_TOPO_DUMP_FILE": values["query_sig"],
+        "NCCL_SOCKET_IFNAME": values["userinfo"],
+        "NCCL_COMM_ID": values["query_password"],
+    }
+    walk, out = Walk(tmp_path, env=env), tmp_path / "sweep.jsonl"
+    walk("-v", "sweep", "--backend", "gloo", "--nranks", "2", "--sizes", "1K", "--output", str(out))
+    walk.check()
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    seen = next(r for r in records if r.get("record") == "config")["proof"]["seen_env"]["0"]
+    assert seen["NCCL_NET_PLUGIN"] == values["query_token"].replace(
+        marker("swp", "query_token"), MASK
+    )  # read by the workers, recorded masked
