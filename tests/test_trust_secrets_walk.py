@@ -547,7 +547,11 @@ def test_env_check_prints_no_credential_of_a_live_process(job, tmp_path, inputs)
     proc = next(p for p in doc["processes"] if p["pid"] == job)
     assert MASK in proc["command"] and "--password" in proc["command"]  # read, masked in place
     assert "redis-cli -a" in proc["command"] and "-p" + MASK in proc["command"]
-    assert MASK in proc["env"]["SLURM_JOB_COMMENT"] and MASK in proc["env"]["NCCL_IB_HCA"]
+    assert proc["env"]["SLURM_JOB_COMMENT"] == MASK  # free text: never shown
+    assert MASK in proc["env"]["NCCL_IB_HCA"] and "mlx5_0," in proc["env"]["NCCL_IB_HCA"]
+    rsh, path = proc["env"]["OMPI_MCA_plm_rsh_args"], proc["env"]["PYTHONPATH"]
+    assert f"sshpass --password {MASK} ssh gw" in rsh and f"-Dpassword={MASK}" in rsh, rsh
+    assert f"?token={MASK}" in path, path  # the harmless family's value shown, masked in place
 
 
 def _json_of(walk: Walk, flag: str) -> str:

@@ -106,12 +106,19 @@ HARMLESS_NAMES = frozenset(
 )
 
 
+# Free text inside a harmless family: a job's comment holds whatever its author typed (issue 29
+# found credentials there); it decides nothing NCCL does, so its value is not shown.
+FREE_TEXT_NAMES = frozenset({"SLURM_JOB_COMMENT", "SLURM_COMMENT", "SBATCH_COMMENT"})
+
+
 @lru_cache(maxsize=4096)
 def is_harmless_name(name: str) -> bool:
-    """Whether a variable's value may be shown: a known family that holds no credentials, and a
-    name without credential words."""
-    return (name in HARMLESS_NAMES or name.startswith(HARMLESS_PREFIXES)) and not is_secret_name(
-        name
+    """Whether a variable's value may be shown: a known family that holds no credentials, a name
+    without credential words, and not free text a family lets users write anything into."""
+    return (
+        (name in HARMLESS_NAMES or name.startswith(HARMLESS_PREFIXES))
+        and name not in FREE_TEXT_NAMES
+        and not is_secret_name(name)
     )
 
 
