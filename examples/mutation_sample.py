@@ -57,6 +57,7 @@ MODULES = {
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
     "ncclprobe/secrets/__init__.py": SECRETS,
     "ncclprobe/secrets/words.py": SECRETS,
+    "ncclprobe/secrets/shapes.py": SECRETS,
     "ncclprobe/diagnose/rules.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/rules_log.py": SERVER_LOGS,
     "ncclprobe/diagnose/rules_settings.py": f"{DIAGNOSE} tests/test_nccl_value_reads.py",

@@ -1,12 +1,11 @@
-"""The word engine behind `ncclprobe.secrets`: one pass over a stream of words that hides what a
-credential is by its context (the flag, key or header before it) or by its own shape.
+"""The context half of `ncclprobe.secrets`: one pass over a stream of words that hides a credential
+by what introduces it (the flag, key or header before it); `shapes` finds what has no context.
 
 Context, not a list of names: a value is hidden when what introduces it is a credential word
 (`--password X`, `-passin pass:X`, `-Dpassword=X`, `--password:X`, `--api-key -- X`, `login user:X`,
 `?token=X`, `"secret": "X"`, `Authorization: Bearer X`, `redis-cli -a X`, mysql's `-pX`); a
-key=value pair whose key names nothing secret (`kernel.numa_balancing=0`, `opId=0x7f..`) stays as it
-is. Shape catches what has no context: URL userinfo, token formats, JWTs, PEM blocks and long
-random-looking runs (a path's segments are judged one by one, so `/home/Alice2/...` stays visible).
+key=value pair whose key names nothing secret (`kernel.numa_balancing=0`, `opId=0x7f..`,
+`bos_token_id`) is kept as it is.
 
 A word holding spaces (an `sh -c "..."` string, a setproctitle title, a JSON config) is a stream of
 its own, so flags inside it are found the same way.
@@ -20,7 +19,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-MASK = "<masked>"
+from ncclprobe.secrets.shapes import MASK, mask_pem, mask_shapes, mask_userinfo
 
 # Name words that mark a credential (variable names, keys, flags).
 SECRET_WORDS = frozenset(
@@ -107,17 +106,6 @@ AUTH_SCHEMES = frozenset(
     {"Bearer", "bearer", "Basic", "Digest", "Token", "ApiKey", "Api-Key", "Negotiate", "HMAC"}
 )
 
-_B = r"(?<![A-Za-z0-9_\-])"  # start of a run: the look-behind that keeps every scan linear
-_TOKEN_SHAPES = re.compile(
-    _B
-    + r"(?:hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|gh[opsur]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
-    r"|sk-[A-Za-z0-9_\-]{16,}|sk_(?:live|test)_[A-Za-z0-9]{16,}|xox[abprs]-[A-Za-z0-9\-]{10,}|glpat-[\w\-]{16,}"
-    r"|AIza[0-9A-Za-z_\-]{30,}|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_\-]{30,}"
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)",
-    re.ASCII,
-)
-_RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/_\-]{32,}={0,2}", re.ASCII)  # `=` only as padding
-_JOINERS = re.compile(r"[-_]")
 _PAIR_KEY = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]+)=", re.ASCII)
 _PAIR_VALUE = re.compile(r"[^;&,|\s'\"]*")  # to a separator or the quote around the pair
 # `"key": "value"`, `'key': value` (JSON, a Python dict): from a quote, so each start is cheap
@@ -314,12 +302,8 @@ def mask_word(word: str) -> tuple[str, int]:
     if header and not rest.startswith("//"):
         return f"{head}:{MASK}", 0  # `Authorization:Bearer_x`, `X-Api-Key:abc`
     scheme_last = re.split(r"[=:]", word)[-1] in AUTH_SCHEMES  # `...=Bearer` then the token
-    word = mask_userinfo(word)
-    if "=" in word:
-        word = mask_pairs(word)
-    word = _TOKEN_SHAPES.sub(MASK, word)
-    word = _RANDOM_RUN.sub(_masked_url_run if "://" in word else _masked_run, word)
-    return word, int(scheme_last)
+    word = mask_pairs(mask_userinfo(word)) if "=" in word else word
+    return mask_shapes(word), int(scheme_last)
 
 
 def mask_pairs(word: str) -> str:
@@ -341,38 +325,6 @@ def mask_pairs(word: str) -> str:
     return "".join(out) + word[done:]
 
 
-def _masked_run(match: re.Match) -> str:
-    """A long run masked when random-looking; a path's segments each on their own."""
-    run, start = match.group(0), match.start()
-    after_dot = start > 0 and match.string[start - 1] in ".~"  # `Qwen2.5/...`, `~/...`
-    if "/" in run and (run.startswith("/") or after_dot or "-" in run or "_" in run):
-        return "/".join(MASK if len(p) >= 32 and _random(p) else p for p in run.split("/"))
-    return MASK if _random(run) else run
-
-
-def _masked_url_run(match: re.Match) -> str:
-    """A URL's path: a segment of 16 or more characters that change case and digits as often as
-    random text does is masked (a webhook's key, a presigned path); names stay
-    (`github.com/NVIDIA/nccl/issues`, `GooxiAS4110GServer.md`)."""
-    return "/".join(
-        MASK if len(p) >= 16 and _random(p) and _changes(p) * 5 >= len(p) * 2 else p
-        for p in match.group(0).split("/")
-    )
-
-
-def _random(run: str) -> bool:
-    """Random-looking: mixed case and digits in a piece of 16 or more characters; words joined by
-    `-`/`_` (`nccl-tests-efa-worker-0`, `Meta_Llama_3_8B_Instruct_v2`) are names."""
-    return mixed(run) and any(len(p) >= 16 and mixed(p) for p in _JOINERS.split(run))
-
-
-def _changes(text: str) -> int:
-    """How often the kind of character (lower, upper, digit) changes: ~0.6 per character in random
-    text, ~0.3 in CamelCase names."""
-    kinds = [c.islower() - c.isupper() for c in text if c.isalnum()]
-    return sum(a != b for a, b in zip(kinds, kinds[1:], strict=False))
-
-
 def mask_quoted_pairs(text: str) -> str:
     """`"password": "X"` -> `"password": "<masked>"`, in JSON or a Python dict printed as text."""
     if ":" not in text or not ('"' in text or "'" in text):
@@ -386,48 +338,3 @@ def mask_quoted_pairs(text: str) -> str:
         return f"{quote}{key}{quote}{colon}{shown}"
 
     return _QUOTED_PAIR.sub(masked, text)
-
-
-def mask_userinfo(word: str) -> str:
-    """`scheme://user:pw@host` -> `scheme://<masked>@host`, for each URL in the word (a password
-    may hold `/`; a user alone, as in `https://TOKEN@github.com`, is masked too)."""
-    if "://" not in word:
-        return word
-    pieces = word.split("://")
-    for index in range(1, len(pieces)):
-        piece = pieces[index]
-        at = piece.rfind("@", 0, _url_end(piece))
-        if at <= 0:
-            continue
-        info = piece[:at]
-        slash = info.find("/")
-        if slash == -1 or 0 <= info.find(":") < slash:
-            pieces[index] = MASK + piece[at:]
-    return "://".join(pieces)
-
-
-def _url_end(piece: str) -> int:
-    """Where one URL's text ends inside a word (a list separator), so `@` further on is not its."""
-    ends = [i for i in (piece.find(","), piece.find(";"), piece.find(" ")) if i != -1]
-    return min(ends) if ends else len(piece)
-
-
-def mask_pem(text: str) -> str:
-    """`-----BEGIN ... KEY-----` ... `-----END ...-----` (or to the end when cut) -> MASK."""
-    start = text.find("-----BEGIN")
-    while start != -1:
-        end = text.find("-----END", start)
-        stop = len(text) if end == -1 else text.find("-----", end + 8)
-        stop = len(text) if stop == -1 else stop + 5
-        text = text[:start] + MASK + text[stop:]
-        start = text.find("-----BEGIN", start + len(MASK))
-    return text
-
-
-def mixed(run: str) -> bool:
-    """Random-looking: lower and upper case letters and digits all present."""
-    return (
-        any(c.islower() for c in run)
-        and any(c.isupper() for c in run)
-        and any(c.isdigit() for c in run)
-    )
