@@ -160,6 +160,8 @@ def test_no_line_of_a_real_log_or_report_is_masked():
     "text",
     [
         '"bos_token_id": 1, "num_key_value_heads": 8, "ms_per_token": 12.5',
+        "{'pass_config': {'fuse_norm_quant': False}, 'encoder_cudagraph_token_budgets': []}",
+        '"per_token_bytes": 65536.0, "max_tokens": 64',
         "tiktoken: 0.7.0 Number of speculative tokens: 5",
         "+ POD_NAME=nccl-tests-efa-worker-0",
         'mpirun -H inst-a-h100:8,inst-b-h100:8 -mca plm_rsh_args "-p 2222"',
@@ -174,6 +176,7 @@ def test_names_counts_and_hosts_that_look_like_keys_stay_visible(text):
 def test_their_credential_twins_are_masked():
     for text in (
         '"bos_token": "Pw1Secret"',
+        '"cookie_value": "Pw1Secret"',
         "X-Auth-Token: Pw1Secret",
         "sshpass -p Pw1Secret ssh -p 2222 gw",
         "https://hooks.slack.com/services/T0001/B0001/Xa1Yb2Zc3Wd4Ve5Uf6Tg7Sh8",
@@ -181,3 +184,6 @@ def test_their_credential_twins_are_masked():
         masked = mask_text(text)
         assert "Pw1Secret" not in masked and "Xa1Yb2" not in masked and MASK in masked, masked
     assert mask_text("sshpass -p Pw1Secret ssh -p 2222 gw").endswith("ssh -p 2222 gw")
+    assert mask_text("serve --enable-auth --port 80 --api-key Pw1Secret") == (
+        f"serve --enable-auth --port 80 --api-key {MASK}"
+    )  # a credential flag that takes no value does not swallow the next flag

@@ -78,6 +78,15 @@ _KEY_FRAGMENTS = (
     "ACCESSTOKEN",
     "APITOKEN",
 )
+# Credential words that mean nothing else, wherever they stand in a key.
+_STRONG_WORDS = frozenset({"AUTHORIZATION", "COOKIE", "SIGNATURE", "PASSPHRASE", "BEARER", "JWT"})
+# A key's last word that says it describes a credential rather than holds one.
+_ABOUT_WORDS = frozenset(
+    {"ID", "IDS", "IDX", "INDEX", "COUNT", "NUM", "SIZE", "LEN", "LENGTH", "DIM", "DIMS", "HEADS"}
+    | {"HEAD", "LIMIT", "TYPE", "TYPES", "MODE", "METHOD", "FORMAT", "FILE", "PATH", "DIR", "NAME"}
+    | {"NAMES", "URL", "URI", "TTL", "EXPIRY", "EXPIRES", "EXPIRATION", "AT", "LEVEL", "VERSION"}
+    | {"ENABLED", "ENABLE", "PREFIX", "SUFFIX", "ALGORITHM", "ALG", "KIND", "SOURCE"}
+)
 _SHORT_VALUE_FLAGS = frozenset({"-p"})  # mysql -p PW, on a command line
 _HEADER_FLAGS = frozenset({"-H", "--header", "--headers", "--proxy-header"})  # -H: curl's
 _USER_FLAGS = frozenset({"-u", "--user", "--proxy-user", "--username", "--login", "login"})
@@ -127,14 +136,19 @@ _PLAIN_STOP = re.compile(r"[:=@/]")  # a pair, a header, a URL or a program's pa
 @lru_cache(maxsize=4096)
 def credential_key(key: str) -> bool:
     """A key or flag name that introduces a credential: its last word is one (`password`,
-    `accessToken`, `X-Amz-Signature`, `sig`, `api_key`, `AccountKey`) or it holds an unambiguous
-    fragment (`client_secret_id`, `apikey`); not `opId`, `kernel.numa_balancing`, `tokenizer`,
-    `NCCL_IB_PKEY`, and not a count or id of one (`bos_token_id`, `num_key_value_heads`)."""
+    `accessToken`, `X-Amz-Signature`, `sig`, `api_key`, `AccountKey`), an unambiguous one is
+    anywhere before a last word that does not merely describe it (`cookie_value`), or it holds an
+    unambiguous fragment (`client_secret_id`, `apikey`). Not `opId`, `kernel.numa_balancing`,
+    `tokenizer`, `NCCL_IB_PKEY`, `pass_config`, `bos_token_id`, `num_key_value_heads`,
+    `ms_per_token`, `per_token_bytes`: ML configs are full of tokens and keys that are counts."""
     words = [w for w in _NOT_WORD.split(_CAMEL.sub(r"\1_\2", key).upper()) if w]
-    squashed = "".join(words)
-    if len(words) > 1 and words[-2] == "PER":  # `ms_per_token`: a rate
+    if any(f in "".join(words) for f in _KEY_FRAGMENTS):
+        return True
+    if not words or "PER" in words:  # a rate
         return False
-    return bool(words and words[-1] in _KEY_WORDS) or any(f in squashed for f in _KEY_FRAGMENTS)
+    if words[-1] in _KEY_WORDS:
+        return True
+    return bool(set(words) & _STRONG_WORDS) and words[-1] not in _ABOUT_WORDS
 
 
 class Words:
@@ -220,6 +234,8 @@ class Words:
         if word == "--":  # `--api-key -- X`: the end of options, then X
             self.pending = flag
             return word
+        if word.startswith("--") and not self._takes(_split_flag(word)[0]):
+            return self.word(word)  # the flag before took no value (`--enable-auth --port 80`)
         chained = word in ("-", "") or (word.startswith("-") and self._takes(_split_flag(word)[0]))
         if chained:  # `--password - X`, `--token --token X`: X too
             self.pending = flag
