@@ -193,6 +193,17 @@ def test_a_ranks_error_line_is_masked_before_it_becomes_a_reason():
         assert MASK in reason, reason
 
 
+def test_a_topology_jobs_stderr_is_masked_before_it_is_saved():
+    """topo --check's NCCL job (GPU only): its stderr lines become the saved result's reasons."""
+    from ncclprobe.pcie.check import _mask_messages
+
+    forms = planted("topo")
+    markers("topo")
+    result = {"reason": " ".join(forms.values()), "failed": [f"rank 1 exited 1: {forms['login']}"]}
+    _mask_messages(result)
+    assert leaks(json.dumps(result)) == [] and f"login admin:{MASK}" in result["failed"][0]
+
+
 def test_a_config_id_never_holds_a_credential():
     """The id names the configuration in tables, files and --resume: distinct and stable, no secret."""
     one = config_id({"NCCL_IB_HCA": "mlx5_0?token=QzAbc123Vk", "NCCL_PROTO": "LL"})
