@@ -179,6 +179,7 @@ def test_their_credential_twins_are_masked():
         '"cookie_value": "Pw1Secret"',
         "X-Auth-Token: Pw1Secret",
         "sshpass -p Pw1Secret ssh -p 2222 gw",
+        "Bearer Pw1Secret",  # short: no shape, only the scheme before it
         "https://hooks.slack.com/services/T0001/B0001/Xa1Yb2Zc3Wd4Ve5Uf6Tg7Sh8",
     ):
         masked = mask_text(text)

@@ -158,7 +158,8 @@ def mask_provenance(doc: dict) -> dict:
     return out
 
 
-_FAST = re.compile(r"[:=@\-'\"]")  # no flag, pair, URL, header or quote: nothing to find by context
+# one short word without a flag, pair, URL, header or quote: nothing to find, by context or shape
+_FAST = re.compile(r"[:=@\-'\"\s]")
 
 
 def mask_text(text: str) -> str:
