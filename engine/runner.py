@@ -20,6 +20,7 @@ from ncclprobe.evidence.run.modes import GraphMode, Mode
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import proof_env, rank_log_env
 from ncclprobe.provenance import collect
+from ncclprobe.secrets import mask_env, mask_text
 
 ENTRY = "ncclprobe.engine.worker:run_jobs"
 USAGE_PROBLEM = (
@@ -90,12 +91,13 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
         {
             "rank": m["rank"],
             "pid": m["pid"],
-            "env_at_comm_init": m["env_at_comm_init"],
-            "env_at_exit": exits.get(m["rank"]),
+            # what the worker's environment held, masked as written: a trace gets attached to issues
+            "env_at_comm_init": mask_env(m["env_at_comm_init"]),
+            "env_at_exit": mask_env(exits[m["rank"]]) if exits.get(m["rank"]) is not None else None,
             "device": m["device"],
             "nccl_version": m["nccl_version"],
-            "nccl_read": logs.get(m["rank"], {}).get("nccl_read", {}),
-            "nccl_warnings": logs.get(m["rank"], {}).get("warnings", []),
+            "nccl_read": mask_env(logs.get(m["rank"], {}).get("nccl_read", {})),
+            "nccl_warnings": [mask_text(w) for w in logs.get(m["rank"], {}).get("warnings", [])],
         }
         for m in sorted(outcome.of_kind("engine-worker"), key=lambda m: m["rank"])
     ]
@@ -121,8 +123,8 @@ def _run_record(spec: RunSpec, message: dict, workers: list[dict], ranks_agree: 
     return {
         "label": spec.label,
         "mode": message["mode"],
-        "settings": {**spec.settings, **spec.env_after_init},
-        "env_after_init": dict(spec.env_after_init),
+        "settings": mask_env({**spec.settings, **spec.env_after_init}),  # as written, masked
+        "env_after_init": mask_env(spec.env_after_init),
         "tokens_per_s": spec.sequences() * spec.new_tokens / wall_s if wall_s else None,
         "ms_per_token": 1000.0 * wall_s / (spec.groups() * spec.new_tokens),
         "new_tokens": spec.new_tokens,

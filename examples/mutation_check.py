@@ -38,7 +38,7 @@ class Mutant:
 MUTANTS = (
     Mutant(
         "masking: hf_ token pattern removed",
-        "ncclprobe/secrets.py",
+        "ncclprobe/secrets/shapes.py",
         "hf_[A-Za-z0-9]{16,}|",
         "",
         ("tests/test_escaped_mutants.py", "tests/test_envcheck.py"),

@@ -51,10 +51,13 @@ PINS = "tests/test_evidence_pins.py"
 TRACES = f"{DIAGNOSE} tests/test_handwritten_fixtures.py"
 NCCL_TESTS = f"tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py {PINS}"
 PCIE = f"{PINS} tests/test_pcie_readers.py"
+SECRETS = "tests/test_trust_secrets.py tests/test_masking_pins.py tests/test_trust_secrets_walk.py"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
-    "ncclprobe/secrets.py": "tests/test_trust_secrets.py tests/test_masking_pins.py",
+    "ncclprobe/secrets/__init__.py": SECRETS,
+    "ncclprobe/secrets/words.py": SECRETS,
+    "ncclprobe/secrets/shapes.py": SECRETS,
     "ncclprobe/diagnose/rules.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/rules_log.py": SERVER_LOGS,
     "ncclprobe/diagnose/rules_settings.py": f"{DIAGNOSE} tests/test_nccl_value_reads.py",

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe import tempdirs
+from ncclprobe.secrets import mask_text
 from ncclprobe.textenum import TextEnum
 
 log = logging.getLogger("ncclprobe.launch")
@@ -304,7 +305,8 @@ _ERROR_LINE = re.compile(
 
 def error_summary(stderr: str, limit: int = 300) -> str:
     """The line that says what went wrong (`RuntimeError: ...`), never traceback frames; empty when
-    the stream holds none."""
+    the stream holds none. Masked (`ncclprobe.secrets`): it becomes a result's reason, written to
+    results files and printed, and an exception may quote the worker's arguments or a URL."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     chosen = next((line for line in reversed(lines) if _ERROR_LINE.match(line)), None)
     if chosen is None:
@@ -317,6 +319,7 @@ def error_summary(stderr: str, limit: int = 300) -> str:
             ),
             "",
         )
+    chosen = mask_text(chosen)
     return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
 
 

@@ -44,7 +44,7 @@ from ncclprobe.safe_output import (
     describe_os_error,
     dumps_json,
 )
-from ncclprobe.secrets import mask_provenance
+from ncclprobe.secrets import mask_provenance, mask_record, mask_setting
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
@@ -67,17 +67,22 @@ FINDING_STATUSES = (Status.WRONG, Status.HANG, Status.ERROR, Status.IGNORED)  # 
 
 
 def config_id(settings: dict[str, str]) -> str:
-    """A stable, readable id: `default`, or `NCCL_PROTO=LL,NCCL_P2P_LEVEL=SYS` in sorted order."""
+    """A stable, readable id: `default`, or `NCCL_PROTO=LL,NCCL_P2P_LEVEL=SYS` in sorted order; a
+    value the masking policy would not print whole is its digest (`mask_setting`), so the id, which
+    tables, files and --resume repeat, never carries a credential typed into `--set`."""
     if not settings:
         return "default"
-    return ",".join(f"{key}={settings[key]}" for key in sorted(settings))
+    return ",".join(f"{key}={mask_setting(key, settings[key])}" for key in sorted(settings))
 
 
 def short_label(settings: dict[str, str]) -> str:
     """`PROTO=LL P2P_LEVEL=SYS` for tables and plots."""
     if not settings:
         return "default"
-    return " ".join(f"{key.removeprefix('NCCL_')}={settings[key]}" for key in sorted(settings))
+    return " ".join(
+        f"{key.removeprefix('NCCL_')}={mask_setting(key, settings[key])}"
+        for key in sorted(settings)
+    )
 
 
 class ResultWriter:
@@ -293,8 +298,24 @@ def read_results(path: str | Path) -> ResultsFile:
     )  # masked on read: ncclprobe.secrets
     buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
     for _number, record in records[1:]:
+        record = _masked(record)
         buckets.get(record.get("record"), []).append(record)  # other kinds: newer writers' records
     return out
+
+
+def _masked(record: dict) -> dict:
+    """A record as read, masked (`ncclprobe.secrets`): what each rank saw, and settings the policy
+    would not print whole (another writer's file) as digests, its id recomputed from the same raw
+    settings so a config and its results still match."""
+    if record.get("record") == "config":
+        record = mask_record(record)
+    settings = record.get("settings")
+    if record.get("record") not in ("config", "result") or not isinstance(settings, dict):
+        return record
+    masked = {str(k): mask_setting(str(k), str(v)) for k, v in settings.items()}
+    if masked == settings:
+        return record
+    return {**record, "settings": masked, "config_id": config_id(settings)}
 
 
 def validate_record(record: dict, where: Where) -> None:

@@ -1,6 +1,7 @@
 """`run-engine` and `train-draft` through the CLI: JSON output and trace contents, refusals."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,10 +11,14 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 
 
-def _run(args):
+def _run(args, env=None):
     """A real `python -m ncclprobe` process: exit codes and streams exactly as a user sees them."""
     return subprocess.run(
-        [sys.executable, "-m", "ncclprobe", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "ncclprobe", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 
@@ -232,10 +237,15 @@ def test_tuned_file_reaches_every_worker(tmp_path):
     assert "the recommendation changes no setting" in " ".join(table_notes(nothing))
 
 
+PLANTED = "Qz41592653PlntVk"  # a credential the workers inherit in an NCCL_* variable (issue 29)
+
+
 def test_env_after_init_is_set_too_late_on_purpose_and_caught():
     """--env-after-init reproduces the classic mistake: every worker sets the variable only after
     its communicator exists. The workers' own snapshots show it absent at creation and present at
-    exit, the settings check fails and the command exits 1."""
+    exit, the settings check fails and the command exits 1. The workers' environments are written
+    masked: a token inherited in an NCCL_* variable is never in the trace."""
+    env = {**os.environ, "NCCL_NET_PLUGIN": f"https://hub.example/p?token={PLANTED}"}
     result = _run(
         [
             "-q",
@@ -254,13 +264,18 @@ def test_env_after_init_is_set_too_late_on_purpose_and_caught():
             "NCCL_PROTO=LL",
             "--format",
             "json",
-        ]
+        ],
+        env=env,
     )
     assert result.returncode == 1, result.stderr
+    assert PLANTED not in result.stdout + result.stderr
     doc = json.loads(result.stdout)
     workers = doc["runs"][0]["workers"]
     assert [w["env_at_comm_init"].get("NCCL_PROTO") for w in workers] == [None, None]
     assert [w["env_at_exit"].get("NCCL_PROTO") for w in workers] == ["LL", "LL"]
+    assert [w["env_at_comm_init"]["NCCL_NET_PLUGIN"] for w in workers] == [
+        "https://hub.example/p?token=<masked>"
+    ] * 2  # read, and written masked
     assert doc["runs"][0]["settings"] == {"NCCL_PROTO": "LL"} and doc["runs"][0][
         "env_after_init"
     ] == {"NCCL_PROTO": "LL"}
@@ -273,8 +288,8 @@ def test_env_after_init_is_set_too_late_on_purpose_and_caught():
         (["--graphs", "decode"], "needs a CUDA GPU"),
         (["--tp", "0"], "tp must be at least 1"),
         (["--draft", "/nonexistent/draft.safetensors"], "does not exist"),
-        (["--env", "NOEQUALS"], "KEY=VALUE"),
-        (["--env-after-init", "NOEQUALS"], "--env-after-init expects KEY=VALUE"),
+        (["--env", "NOEQUALS"], "NAME=VALUE"),
+        (["--env-after-init", "NOEQUALS"], "--env-after-init expects NAME=VALUE"),
         (["--tuned", "/nonexistent/rec.json"], "cannot read recommendation file"),
         (["--tuned"], "issues no collectives"),
         (["--capture-batches", "1,x", "--graphs", "all"], "comma-separated batch sizes"),

@@ -77,6 +77,16 @@ SHAPES = [
     "Running a_ce.",
     "   D\\D  ",
     "Device: 0, ",
+    # issue 29's masking by context: flags, pairs by key, quoted keys, an unclosed quoted value
+    "--password ",
+    "login a:",
+    "a.b-c=",
+    "x?token=",
+    "-Dpassword=",
+    "'k': ",
+    '"a":"',
+    '"password": "x',
+    "/aB3",
 ]
 
 

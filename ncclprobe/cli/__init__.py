@@ -273,28 +273,29 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def _one_line_error(message: str) -> None:
-    """The one line of every error; a secret the message quotes (a URL password, a token) is masked."""
-    from ncclprobe.secrets import mask_shapes
+    """The one line of every error; a secret the message quotes (a typed `--password X`, a URL
+    password, `NCCL_PASSWORD=X`, a token) is masked by the one policy (`ncclprobe.secrets`)."""
+    from ncclprobe.secrets import mask_text
 
-    text = mask_shapes(" ".join(str(message).split()))
+    text = mask_text(" ".join(str(message).split()))
     click.echo(f"ncclprobe: error: {text}", err=True)
 
 
 class _MaskingFormatter(logging.Formatter):
     """Every log line in the one format of ncclprobe's messages (`ncclprobe: ...` for progress and
     results, `ncclprobe: warning: ...`, `ncclprobe: error: ...` as the error line of a usage error),
-    and the traceback -v adds, masked by shape like the error line: a log message or an exception
-    that quotes a user's input (a URL with a password, a token) never prints it."""
+    and the traceback -v adds, masked like the error line: a log message or an exception that
+    quotes a user's input (a URL with a password, a token, a flag's value) never prints it."""
 
     KINDS = {logging.INFO: "", logging.WARNING: "warning: ", logging.DEBUG: "debug: "}
 
     def format(self, record: logging.LogRecord) -> str:
-        from ncclprobe.secrets import mask_shapes
+        from ncclprobe.secrets import mask_text
 
         kind = self.KINDS.get(record.levelno, "error: ")
         where = f"{record.name}: " if record.levelno == logging.DEBUG else ""
         record.kind = f"{kind}{where}"
-        return "\n".join(mask_shapes(line) for line in super().format(record).split("\n"))
+        return "\n".join(mask_text(line) for line in super().format(record).split("\n"))
 
 
 _LEVELS = {

@@ -404,6 +404,6 @@ def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not key.replace("_", "").isalnum():
-            raise UsageProblem(f"{option} expects KEY=VALUE, got {pair!r}")
+            raise UsageProblem(f"{option} expects NAME=VALUE, got {pair!r}")
         settings[key] = value
     return settings

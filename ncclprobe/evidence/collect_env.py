@@ -145,7 +145,9 @@ def parse_collect_env(text: str) -> CollectEnv:
         nccl["NCCL_VERSION variable (the image's system NCCL; torch loads its own)"] = env[
             "NCCL_VERSION"
         ]
-    out = CollectEnv(tool, versions, nccl, env, None)
+    # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
+    # then shows only what the policy shows; a value the mask changes is no valid setting anyway
+    out = CollectEnv(tool, versions, nccl, mask_env(env), None)
     out.topology = _topology(lines, out.notes)
     if tool == "sglang check_env":
         out.notes.append(

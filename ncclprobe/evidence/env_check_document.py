@@ -5,6 +5,8 @@ prints and the JSON Lines a `--watch` prints (one document per snapshot: the las
 the newest state of the job), checks the fields readers use, naming file, line and field, and
 returns the typed `EnvCheckDocument` (its processes and their expectation checks); the statuses of
 an expectation have their one home here (`ExpectationStatus`), for the writer and the readers.
+Environments, findings and expected values are masked as read (`ncclprobe.secrets`): a document
+written by hand or by another tool may hold what env-check never prints.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.secrets import mask_env, mask_env_value, mask_text
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import JSON_LIMIT, Where, loads_json, read_text
 
@@ -67,7 +70,7 @@ class CheckedProcess:
             ppid=proc.get("ppid"),
             role=proc.get("role"),
             readable=bool(proc.get("readable")),
-            env=proc.get("env"),
+            env=mask_env(proc["env"]) if isinstance(proc.get("env"), dict) else proc.get("env"),
             checks=checks,
             forked_from=proc.get("forked_from"),
             nccl_version=(proc.get("nccl_log") or {}).get("nccl_version"),
@@ -99,10 +102,17 @@ class EnvCheckDocument:
                 if isinstance(p, dict)
             ),
             checked_pids=frozenset(verdict.get("checked_pids") or []),
-            findings=tuple(verdict.get("findings") or []),
+            findings=tuple(mask_text(str(f)) for f in verdict.get("findings") or []),
             kind=doc.get("kind"),
-            expectations=tuple(doc.get("expectations") or ()),
+            expectations=tuple(_masked_expectation(e) for e in doc.get("expectations") or ()),
         )
+
+
+def _masked_expectation(entry):
+    """An expectation as another writer may have recorded it: its value under the env policy."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("value"), str):
+        return entry
+    return {**entry, "value": mask_env_value(str(entry.get("variable")), entry["value"])}
 
 
 def _status(value) -> ExpectationStatus | str:

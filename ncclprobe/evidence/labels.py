@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.values import validate_value
+from ncclprobe.secrets import refuse_credential
 
 
 def parse_labels(text: str, flag: str = "--settings") -> dict[str, str]:
@@ -27,6 +28,7 @@ def parse_labels(text: str, flag: str = "--settings") -> dict[str, str]:
                 f"{flag} {text!r}: expected NCCL_VAR=value pairs separated by commas, or `default`"
             )
     for name, value in found.items():
+        refuse_credential(flag, name, value)
         validate_value(name, value)
     if not found:
         raise UsageProblem(f"{flag} {text!r}: no NCCL_VAR=value given")

@@ -19,6 +19,7 @@ import sys
 
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.evidence.topo import GpuInfo, Topology, parse_topo
+from ncclprobe.secrets import mask_text
 
 log = logging.getLogger("ncclprobe.topo")
 
@@ -293,7 +294,8 @@ def run_p2p_check(
         "pairs_checked" not in summary and summary["status"] != "unavailable"
     ):
         tail = (err or "").strip().splitlines()[-1:] or ["no output"]
-        return {**summary, "status": "error", "reason": f"check exited {code}: {tail[0][:200]}"}
+        reason = f"check exited {code}: {mask_text(tail[0])[:200]}"  # stderr: masked as it leaves
+        return {**summary, "status": "error", "reason": reason}
     return summary
 
 

@@ -23,6 +23,7 @@ from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topol
 from ncclprobe.pcie.platform import platform_checks, run_command
 from ncclprobe.pcie.sysfs import crossing, read_gpu_paths
 from ncclprobe.safe_output import write_text
+from ncclprobe.secrets import mask_text
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
@@ -146,8 +147,17 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
         )
     elif result["status"] == "error" and result["reason"] is None:
         tail = (err or "").strip().splitlines()[-1:] or ["no output"]
-        result["reason"] = f"measurement exited {code}: {tail[0][:300]}"
+        result["reason"] = f"measurement exited {code}: {mask_text(tail[0])[:300]}"
     return result
+
+
+def _mask_messages(result: dict) -> None:
+    """A job's stderr quoted in its result (a reason, the ranks that failed) goes into
+    topo-check.json and the table: masked like every output (`ncclprobe.secrets`)."""
+    if isinstance(result.get("reason"), str):
+        result["reason"] = mask_text(result["reason"])
+    if isinstance(result.get("failed"), list):
+        result["failed"] = [mask_text(str(line)) for line in result["failed"]]
 
 
 def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
@@ -178,6 +188,7 @@ def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
                 "status": "hang",
                 "reason": f"the NCCL job gave no answer within {timeout_s:.0f} s",
             }
+        _mask_messages(result)
         for name, key, reader in (
             ("nccl-topo.xml", "topology", read_topology),
             ("nccl-graph.xml", "graphs", read_graphs),

@@ -14,6 +14,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import DEFAULT_GRID, check_share_gpu_ranks
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS
+from ncclprobe.secrets import refuse_credential
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import defaults, setup
 from ncclprobe.sweep.defaults import CHOICES
@@ -186,4 +187,6 @@ def parse_settings(items) -> dict[str, tuple[str, ...]]:
         if not sep or not name.strip() or not split_list(values):
             raise UsageProblem(f"--set {item!r}: expected NCCL_VAR=value1,value2")
         settings[name.strip()] = split_list(values)
+        for value in settings[name.strip()]:
+            refuse_credential("--set", name.strip(), value)
     return settings

@@ -30,6 +30,7 @@ from ncclprobe.nccl.knobs import Scope, proof_scope
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.records import Status
+from ncclprobe.secrets import mask_env
 from ncclprobe.sweep.choice import P2P_NOT_TUNED, TUNED_BY, choice, tuning_check
 
 GLOO_VERDICT = (
@@ -68,7 +69,8 @@ def prove(
     """
     mismatches = env_mismatches(settings, swept, seen_by_rank)
     proof = {
-        "seen_env": {str(r): env for r, env in sorted(seen_by_rank.items())},
+        # what each rank saw, under the header env's policy: results files get attached to issues
+        "seen_env": {str(r): mask_env(env) for r, env in sorted(seen_by_rank.items())},
         "env_matches": not mismatches,
         "env_mismatches": mismatches,
         "set_by_environment": {},
@@ -103,9 +105,9 @@ def _prove_from_log(settings, logs, proof, collectives=("all_reduce",)):
     whole, during = parsed[lowest]
     read = {rank: read_in_configuration(w, d) for rank, (w, d) in parsed.items()}
     version = parse_version(whole.nccl_version)
-    proof["set_by_environment"] = dict(sorted(read[lowest].items()))
-    proof["read_by_rank"] = {
-        str(rank): dict(sorted(values.items())) for rank, values in sorted(read.items())
+    proof["set_by_environment"] = mask_env(dict(sorted(read[lowest].items())))
+    proof["read_by_rank"] = {  # masked as recorded, like seen_env: read from the user's environment
+        str(rank): mask_env(dict(sorted(values.items()))) for rank, values in sorted(read.items())
     }
     proof["tuning"] = summarize_tuning(during.tuning)
     proof["transports"] = dict(

@@ -25,7 +25,7 @@ from ncclprobe.evidence.run.view import (
     Worker,
 )
 from ncclprobe.nccl.values import reads_the_same
-from ncclprobe.secrets import mask_provenance
+from ncclprobe.secrets import mask_env_value, mask_provenance, mask_text
 from ncclprobe.validate import load_json
 from ncclprobe.verdict import Verdict
 
@@ -47,7 +47,28 @@ def load_trace(path: str | Path) -> dict:
         doc.get("provenance"), dict
     ):  # masked on read (ncclprobe.secrets): any writer's trace
         doc["provenance"] = mask_provenance(doc["provenance"])
+    _mask_workers(doc)
     return doc
+
+
+def _mask_workers(doc: dict) -> None:
+    """Each worker's environments and NCCL warnings, masked as read like the provenance: diagnose
+    quotes them in its reasons, and a masked value compares equal wherever the raw one did (both
+    sides are masked)."""
+    keys = ("settings", "env_at_comm_init", "nccl_read", "env_after_init", *LATER_ENV_KEYS)
+    for run in doc.get("runs") or []:
+        holders = [run, *(run.get("workers") or [])] if isinstance(run, dict) else []
+        for holder in holders:
+            for key in keys:
+                if isinstance(holder, dict) and isinstance(holder.get(key), dict):
+                    holder[key] = {
+                        name: mask_env_value(str(name), value) if isinstance(value, str) else value
+                        for name, value in holder[key].items()
+                    }
+            if isinstance(holder, dict) and isinstance(holder.get("nccl_warnings"), list):
+                holder["nccl_warnings"] = [
+                    mask_text(w) if isinstance(w, str) else w for w in holder["nccl_warnings"]
+                ]
 
 
 def is_engine_trace(doc) -> bool:
