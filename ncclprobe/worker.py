@@ -173,6 +173,9 @@ def main() -> int:
 
     threads = worker_threads(_local_ranks(ctx))
     torch.set_num_threads(threads)
+    # imports done: from here this rank waits for its peers, and its CPU time is no longer its
+    # progress (the launcher's watchdog, `ncclprobe.pool_progress`)
+    ctx.emit("rendezvous", pid=os.getpid())
     init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.gpu)
     ctx.emit("ready", pid=os.getpid(), backend=ctx.backend, torch_threads=threads)
     try:
