@@ -98,6 +98,12 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
 
 
 def _gpu_present() -> bool:
+    """Whether NCCL can be checked here; without a GPU device node known without torch, whose
+    import would be most of a CPU run's time (and delays its Ctrl-C: `ncclprobe.interrupts`)."""
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        return False
     try:
         import torch
     except ImportError:
