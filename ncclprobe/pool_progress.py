@@ -12,7 +12,8 @@ under any timeout over a few seconds: the waiting rank crossed the noise bar eve
 
 When the pool is killed, the ranks that held it up are named: those that never reported, else
 those whose CPU time stood still while the pool waited (a stopped or sleeping rank; its peers
-waiting in a collective still spend their few milliseconds).
+waiting in a collective still spend their few milliseconds), else, when every rank stood still,
+those stopped by a signal; a stopped rank is said to be.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class Progress:
             for rank in alive
             if cpu_seconds(self.procs[rank].pid) - self.cpu_at_last[rank] < CPU_TICK_S
         ]
-        return still if len(still) < len(self.procs) else []
+        if len(still) < len(self.procs):
+            return still
+        return [rank for rank in alive if self._stopped(rank)]  # all still: only a fact tells
 
     def hang_reason(self, timeout_s: float) -> str:
         """One line: how long the pool stood still, and which ranks held it up."""
@@ -72,16 +75,19 @@ class Progress:
         if not stalled:
             return f"no progress from any rank for {timeout_s:g} s; pool killed"
         names = ", ".join(f"rank {rank}{self._notes(rank)}" for rank in stalled)
-        return f"no progress for {timeout_s:g} s from {names} while the others waited; pool killed"
+        others = " while the others waited" if len(stalled) < len(self.procs) else ""
+        return f"no progress for {timeout_s:g} s from {names}{others}; pool killed"
 
     def _notes(self, rank: int) -> str:
-        notes = [] if rank in self.reported else ["never reached the rendezvous"]
-        try:
-            if psutil.Process(self.procs[rank].pid).status() == psutil.STATUS_STOPPED:
-                notes.insert(0, "stopped by a signal")
-        except psutil.Error:
-            pass
+        notes = ["stopped by a signal"] if self._stopped(rank) else []
+        notes += [] if rank in self.reported else ["never reached the rendezvous"]
         return f" ({'; '.join(notes)})" if notes else ""
+
+    def _stopped(self, rank: int) -> bool:
+        try:
+            return psutil.Process(self.procs[rank].pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
 
 
 def cpu_seconds(pid: int) -> float:
