@@ -6,14 +6,15 @@ it waits for its peers) it is also CPU time that rank spends: importing torch on
 slow, not hung, and a start that is stuck or stopped (SIGSTOP) spends none.
 
 Only the CPU time of ranks that have not reported counts. A rank waiting for its peers at the
-rendezvous or in a collective still spends a little (its store and gloo threads poll: 5 to 7 ms a
-second measured here), and when that counted, a peer stopped during the start hung the pool forever
-under any timeout over a few seconds: the waiting rank crossed the noise bar every few seconds.
+rendezvous still spends a little (its store's threads poll: 5 to 7 ms a second measured here), and
+when that counted, a peer stopped during the start hung the pool forever under any timeout over a
+few seconds: the waiting rank crossed the noise bar every few seconds.
 
-When the pool is killed, the ranks that held it up are named: those that never reported, else
-those whose CPU time stood still while the pool waited (a stopped or sleeping rank; its peers
-waiting in a collective still spend their few milliseconds), else, when every rank stood still,
-those stopped by a signal; a stopped rank is said to be.
+When the pool is killed, the ranks that held it up are named from facts: those that never reached
+the rendezvous, else those stopped by a signal (SIGSTOP, a debugger). Mid-run, CPU time cannot tell
+the culprit: a rank blocked in a gloo barrier spent less than its sleeping peer, whose threads poll
+(tried on the launcher test's hang, it blamed the waiting rank), so no rank is named there unless
+one is stopped.
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ import subprocess
 import psutil
 
 CPU_NOISE_S = 0.02  # CPU time a starting rank must add to count as progress (clock ticks are 10 ms)
-CPU_TICK_S = (
-    0.005  # under one clock tick of CPU time in a whole silent window: the rank stood still
-)
 
 
 class Progress:
@@ -36,18 +34,18 @@ class Progress:
         self.last = now  # the pool's last progress
         self.reported: set[int] = set()
         self.cpu_mark = {rank: 0.0 for rank in procs}  # a starting rank's CPU at its last progress
-        self.cpu_at_last = {rank: 0.0 for rank in procs}  # every rank's CPU at the pool's last
 
     def sample(self, senders: set[int], now: float) -> None:
-        """Take in who sent messages since the last sample, and the ranks' CPU times."""
-        cpu = {rank: cpu_seconds(proc.pid) for rank, proc in self.procs.items()}
+        """Take in who sent messages since the last sample, and the starting ranks' CPU times."""
         self.reported |= senders
-        starting = [r for r in self.procs if r not in self.reported]
-        moved = [r for r in starting if cpu[r] > self.cpu_mark[r] + CPU_NOISE_S]
-        for rank in moved:
-            self.cpu_mark[rank] = cpu[rank]
+        moved = []
+        for rank in (r for r in self.procs if r not in self.reported):
+            cpu = cpu_seconds(self.procs[rank].pid)
+            if cpu > self.cpu_mark[rank] + CPU_NOISE_S:
+                self.cpu_mark[rank] = cpu
+                moved.append(rank)
         if senders or moved:
-            self.last, self.cpu_at_last = now, cpu
+            self.last = now
 
     def silent_for(self, now: float) -> float:
         return now - self.last
@@ -56,16 +54,7 @@ class Progress:
         """The ranks that held the pool up (see the module's docstring); empty when it cannot tell."""
         alive = [rank for rank, proc in self.procs.items() if proc.poll() is None]
         starting = [rank for rank in alive if rank not in self.reported]
-        if starting:
-            return starting
-        still = [
-            rank
-            for rank in alive
-            if cpu_seconds(self.procs[rank].pid) - self.cpu_at_last[rank] < CPU_TICK_S
-        ]
-        if len(still) < len(self.procs):
-            return still
-        return [rank for rank in alive if self._stopped(rank)]  # all still: only a fact tells
+        return starting or [rank for rank in alive if self._stopped(rank)]
 
     def hang_reason(self, timeout_s: float) -> str:
         """One line: how long the pool stood still, and which ranks held it up."""
