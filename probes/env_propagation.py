@@ -198,14 +198,13 @@ def measure(
         rank_log(log_dir, 0).unlink(missing_ok=True)  # nor an earlier run's NCCL log
         env = {**env, **rank_log_env(log_dir, rank=0)}
     done = _run_driver(spec_path, env, root, timeout_s)
-    if done is not None:
-        raise_disk_error(done.stderr)
     if done is None:
         return {
             **row,
             "status": "error",
             "reason": f"no result within {timeout_s:g} s (driver and workers killed)",
         }
+    raise_disk_error(done.stderr)
     if done.returncode == 3:
         return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
     if done.returncode != 0 or not result_path.exists():
