@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe import tempdirs
+from ncclprobe import interrupts, tempdirs
 from ncclprobe.pool_progress import Progress
 from ncclprobe.textenum import TextEnum
 
@@ -148,7 +148,8 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
         started = time.monotonic()
         try:  # filled rank by rank: ranks already started are killed even when a later start fails
             for rank in range(spec.nranks):
-                procs[rank] = _start(spec, rank, run_dir, store.port)
+                with interrupts.held():  # a worker started but not yet in `procs` would live on
+                    procs[rank] = _start(spec, rank, run_dir, store.port)
             status, reason, messages = _watch(spec, procs, run_dir, on_message)
         finally:
             for proc in procs.values():

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe import tempdirs
+from ncclprobe import interrupts, tempdirs
 from ncclprobe.launch import error_summary
 from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
 from ncclprobe.safe_output import OutputProblem, atomic_directory, describe_os_error
@@ -231,24 +231,27 @@ def _run_driver(
     """Run one driver in its own session; on timeout kill the session and every descendant by pid,
     so no worker outlives it (torchrun starts its workers in sessions of their own)."""
     cmd = [sys.executable, "-m", MODULE, "drive", str(spec_path)]
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = None
     try:
+        with interrupts.held():  # interrupted inside Popen, the driver would run on unknown to us
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         proc.communicate()
         return None
     except BaseException:  # Ctrl-C, SIGTERM: the driver's own session gets no signal of ours
-        kill_tree(proc.pid)
-        proc.wait()
+        if proc is not None:
+            kill_tree(proc.pid)
+            proc.wait()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

@@ -57,7 +57,8 @@ def test_an_interrupt_leaves_no_file_and_no_process(tmp_path, sig, code, specs):
     assert err.strip().splitlines()[-1].startswith("ncclprobe: ") and "Traceback" not in err
     time.sleep(0.3)  # a driver that outlived its parent would write here now
     assert list(tmp_path.iterdir()) == []
-    assert _leftover_processes(str(tmp_path)) == []
+    left = _leftover_processes(str(tmp_path))
+    assert left == [], [(p.cmdline(), p.status()) for p in left]
 
 
 @pytest.fixture
