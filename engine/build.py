@@ -54,11 +54,6 @@ def build_draft(
     return draft.eval().requires_grad_(False)
 
 
-def max_positions(prompt_len: int, new_tokens: int, k: int) -> int:
-    """Cache slots a run can touch: prompt, new tokens, and the overshoot of the last cycle."""
-    return prompt_len + new_tokens + 2 * (k + 2)
-
-
 def shard_and_allocate(
     target: Transformer,
     draft: DraftHead | None,

@@ -188,7 +188,7 @@ class RunSpec:
         context (prompt + new tokens + the last cycle's k drafts), or KV caches and prefill scores
         that do not fit this machine's memory (CPU; a GPU's memory is only known inside its workers).
         Each is one line naming the options to change."""
-        from ncclprobe.engine.build import max_positions
+        from ncclprobe.engine.limits import max_positions
 
         cfg = cfg or self.model_config()
         reach = max_positions(self.prompt_len, self.new_tokens, self.k)
@@ -202,7 +202,7 @@ class RunSpec:
 
     def check_runnable(self) -> None:
         """Refuse, before starting workers, what this machine or the model cannot run (one-line errors)."""
-        from ncclprobe.engine.tp import check_tp_shape
+        from ncclprobe.engine.limits import check_tp_shape
 
         cfg = self.model_config()
         check_tp_shape(cfg, self.tp)

@@ -35,27 +35,6 @@ def apply_tp(model: nn.Module, comm: Communicator) -> nn.Module:
     return model
 
 
-def valid_tp_sizes(cfg) -> list[int]:
-    """The rank counts this model's shape shards over: each rank must own whole query heads and
-    whole key/value heads (KV heads are not replicated) and an equal slice of the MLP width (of
-    each expert's, for MoE); SmolLM2-135M (9 query, 3 KV heads) allows 1 and 3."""
-    widths = [cfg.heads, cfg.kv_heads, cfg.intermediate] + (
-        [cfg.moe.expert_intermediate] if cfg.moe else []
-    )
-    return [n for n in range(1, cfg.kv_heads + 1) if all(w % n == 0 for w in widths)]
-
-
-def check_tp_shape(cfg, tp: int) -> None:
-    """Refuse, before any worker starts, a --tp the model's shape cannot be sharded over."""
-    valid = valid_tp_sizes(cfg)
-    if tp not in valid:
-        raise UsageProblem(
-            f"--tp {tp} cannot shard {cfg.name}: {cfg.heads} query heads, {cfg.kv_heads} key/value "
-            f"heads and MLP width {cfg.intermediate} must all divide by it; use --tp "
-            f"{' or '.join(map(str, valid))}"
-        )
-
-
 def _shard_attention(attn: nn.Module, comm: Communicator) -> None:
     kv_heads = attn.k_proj.out_features // attn.head_dim
     heads = attn.q_proj.out_features // attn.head_dim

@@ -19,7 +19,6 @@ import torch
 from ncclprobe.engine.build import (
     build_draft,
     build_target,
-    max_positions,
     random_prompts,
     shard_and_allocate,
 )
@@ -28,6 +27,7 @@ from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine, Generation
 from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
+from ncclprobe.engine.limits import max_positions
 from ncclprobe.engine.profiling import profiled
 from ncclprobe.engine.runner import USAGE_PROBLEM
 from ncclprobe.engine.share import collective_share

@@ -211,10 +211,11 @@ def cmd_kimi(args) -> None:
 def cmd_overhead(args) -> None:
     """Instrumentation overhead: the same graph-captured run with and without phase timing and
     the collective trace (alternating, best of --repeats each, to keep drift out of the comparison)."""
-    from ncclprobe.engine.build import build_draft, max_positions, random_prompts
+    from ncclprobe.engine.build import build_draft, random_prompts
     from ncclprobe.engine.generate import Engine
     from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
     from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer, events_needed
+    from ncclprobe.engine.limits import max_positions
 
     model = build_target(preset(args.preset), seed=0, device="cuda", dtype=torch.bfloat16)
     draft = fuse_projections(build_draft(model, seed=0))

@@ -102,11 +102,12 @@ def train_part(args, train_ids, held_ids, out: Path) -> dict:
 def sweep_part(args, held_ids, draft_path: str) -> dict:
     """Acceptance per k in float32 (eager, the held-out prompts decoded together), each output
     checked against the greedy baseline token for token."""
-    from ncclprobe.engine.build import build_draft, max_positions
+    from ncclprobe.engine.build import build_draft
     from ncclprobe.engine.distill_data import padded
     from ncclprobe.engine.generate import Engine
     from ncclprobe.engine.gguf_loader import resolve_checkpoint
     from ncclprobe.engine.hf_loader import load_checkpoint
+    from ncclprobe.engine.limits import max_positions
 
     target = load_checkpoint(resolve_checkpoint(args.gguf), device=args.device, dtype=torch.float32)
     draft = build_draft(target, seed=0, path=draft_path)

@@ -16,8 +16,9 @@ Messages: each rank appends JSON lines to its own file in the run directory, flu
 the launcher tails them. A message from any rank resets the silence watchdog, so `timeout_s` is
 the longest a pool may go without progress, not a budget for the whole pool. The same bound holds
 from the start, before the first message: a worker that hangs while starting is killed after
-`timeout_s` like any other. Before that first message, progress is also CPU time a rank spends
-(an interpreter importing torch on a busy machine is slow, not hung; a hung start spends none).
+`timeout_s` like any other. Before a rank's first message, progress is also CPU time it spends
+(an interpreter importing torch on a busy machine is slow, not hung; a hung or stopped start spends
+none); `ncclprobe.pool_progress` keeps that account and names the ranks that held a hung pool up.
 
 Faults are attributed to the rank that caused them: every rank's exit status is read before one is
 blamed, and a rank killed by a signal, or the first to exit, is named before the peers that merely
@@ -43,7 +44,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe import tempdirs
+from ncclprobe import interrupts, tempdirs
+from ncclprobe.pool_progress import Progress
 from ncclprobe.secrets import mask_text
 from ncclprobe.textenum import TextEnum
 
@@ -147,7 +149,8 @@ def run_pool(spec: PoolSpec, on_message: Callable[[dict], None] | None = None) -
         started = time.monotonic()
         try:  # filled rank by rank: ranks already started are killed even when a later start fails
             for rank in range(spec.nranks):
-                procs[rank] = _start(spec, rank, run_dir, store.port)
+                with interrupts.held():  # a worker started but not yet in `procs` would live on
+                    procs[rank] = _start(spec, rank, run_dir, store.port)
             status, reason, messages = _watch(spec, procs, run_dir, on_message)
         finally:
             for proc in procs.values():
@@ -201,15 +204,14 @@ def _start(spec: PoolSpec, rank: int, run_dir: Path, port: int) -> subprocess.Po
 
 def _watch(spec, procs, run_dir, on_message) -> tuple[PoolStatus, str | None, list[dict]]:
     inbox = _Inbox(procs, run_dir, on_message)
-    last_progress = time.monotonic()
+    progress = Progress(procs, time.monotonic())
     failed_at = None
     exited_at: dict[int, float] = {}
-    cpu_seen = 0.0
     while True:
-        if inbox.collect():
-            last_progress = time.monotonic()
+        senders = inbox.collect()
         codes = {rank: proc.poll() for rank, proc in procs.items()}
         now = time.monotonic()
+        progress.sample(senders, now)
         for rank, code in codes.items():
             if code is not None:
                 exited_at.setdefault(rank, now)
@@ -222,18 +224,9 @@ def _watch(spec, procs, run_dir, on_message) -> tuple[PoolStatus, str | None, li
             if all(code is not None for code in codes.values()) or now - failed_at > KILL_GRACE_S:
                 inbox.collect()
                 return PoolStatus.ERROR, failure_reason(bad, exited_at, run_dir), inbox.messages
-        if not inbox.messages:
-            cpu = _cpu_seconds(procs)
-            if cpu > cpu_seen + 0.02:  # starting, not hung (more than clock-tick noise)
-                cpu_seen, last_progress = cpu, now
-        if now - last_progress > spec.timeout_s:
+        if progress.silent_for(now) > spec.timeout_s:
             inbox.collect()
-            started = "before any rank started" if not inbox.messages else "from any rank"
-            return (
-                PoolStatus.HANG,
-                f"no progress {started} for {spec.timeout_s:g} s; pool killed",
-                inbox.messages,
-            )
+            return PoolStatus.HANG, progress.hang_reason(spec.timeout_s), inbox.messages
         time.sleep(POLL_S)
 
 
@@ -246,31 +239,17 @@ class _Inbox:
         self.on_message = on_message
         self.messages: list[dict] = []
 
-    def collect(self) -> int:
-        """Take in what every rank appended since the last call; the number of new messages."""
-        arrived = 0
+    def collect(self) -> set[int]:
+        """Take in what every rank appended since the last call; the ranks that sent something."""
+        senders = set()
         for rank, reader in self.readers.items():
             for line in reader.new_lines():
                 message = {"rank": rank, **line}
                 self.messages.append(message)
-                arrived += 1
+                senders.add(rank)
                 if self.on_message:
                     self.on_message(message)
-        return arrived
-
-
-def _cpu_seconds(procs) -> float:
-    """CPU time the ranks have spent so far (user + system), 0 for ranks already gone."""
-    import psutil
-
-    total = 0.0
-    for proc in procs.values():
-        try:
-            times = psutil.Process(proc.pid).cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            continue
-    return total
+        return senders
 
 
 def failure_reason(bad: dict[int, int], exited_at: dict[int, float], run_dir: Path) -> str:

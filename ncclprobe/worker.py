@@ -58,15 +58,12 @@ class WorkerContext:
         return self._control
 
 
-def init_distributed(backend: str, rank: int, world_size: int, gpu: int) -> None:
+def init_distributed(backend: str, rank: int, world_size: int) -> None:
     """Join the rendezvous. No device_id is bound: NCCL communicators are created lazily, per
     group, so a sweep's fresh group reads the environment again (and several ranks may share a
     GPU, where torch would otherwise guess the device from the rank)."""
-    import torch
     import torch.distributed as dist
 
-    if backend == "nccl":
-        torch.cuda.set_device(gpu)
     port = envvars.get(envvars.STORE_PORT)
     if port:  # the launcher hosts the store; every rank is a client
         store = dist.TCPStore(
@@ -173,7 +170,12 @@ def main() -> int:
 
     threads = worker_threads(_local_ranks(ctx))
     torch.set_num_threads(threads)
-    init_distributed(ctx.backend, ctx.rank, ctx.world_size, ctx.gpu)
+    if ctx.backend == "nccl":
+        torch.cuda.set_device(ctx.gpu)  # CUDA's start: still this rank's own work
+    # from here this rank waits for its peers, and its CPU time is no longer its progress (the
+    # launcher's watchdog, `ncclprobe.pool_progress`)
+    ctx.emit("rendezvous", pid=os.getpid())
+    init_distributed(ctx.backend, ctx.rank, ctx.world_size)
     ctx.emit("ready", pid=os.getpid(), backend=ctx.backend, torch_threads=threads)
     try:
         entry(ctx)

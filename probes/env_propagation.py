@@ -22,6 +22,7 @@ variables removed, so any value a worker sees came from the mechanism under test
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import multiprocessing
 import os
@@ -30,11 +31,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclprobe import tempdirs
+from ncclprobe import interrupts, tempdirs
+from ncclprobe.launch import error_summary
 from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
+from ncclprobe.safe_output import OutputProblem, atomic_directory, describe_os_error
 from ncclprobe.verdict import Verdict
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
@@ -98,19 +104,13 @@ def run_probe(
 ) -> dict:
     """Run the mechanisms (all by default) and return the result document (schema_version 1)."""
     mechanisms = [BY_NAME[n] for n in names] if names else list(MECHANISMS)
-    own_dir = workdir is None
-    root = tempdirs.make("ncclprobe-envprop-") if own_dir else Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    try:
+    with _workdir(workdir) as root:
         env = driver_env(root, nccl)
         rows = []
         for mechanism in mechanisms:
             rows.append(measure(mechanism, root, env, nccl, timeout_s))
             if on_row:
                 on_row(rows[-1])
-    finally:
-        if own_dir:
-            shutil.rmtree(root, ignore_errors=True)
     return {
         "schema_version": 1,
         "kind": "env-propagation",
@@ -121,6 +121,24 @@ def run_probe(
         "rows": rows,
         "notes": notes(nccl),
     }
+
+
+@contextmanager
+def _workdir(workdir: str | Path | None) -> Iterator[Path]:
+    """Where the specs, results and logs go: a temporary directory, always removed; or the user's
+    --output, filled beside it and renamed into place only once every mechanism ran. So Ctrl-C,
+    SIGTERM or a full disk leave nothing half-written, and a write the system refused is the one
+    line every command gives ("the disk is full; nothing was changed"), never a traceback."""
+    if workdir is not None:
+        with atomic_directory(workdir, what="--output") as root:
+            yield root
+        return
+    try:
+        with tempdirs.owned("ncclprobe-envprop-") as root:
+            yield root
+    except OSError as exc:
+        where = exc.filename or tempfile.gettempdir()
+        raise OutputProblem(describe_os_error(exc, where, "the working directory")) from None
 
 
 def notes(nccl: bool) -> list[str]:
@@ -186,11 +204,12 @@ def measure(
             "status": "error",
             "reason": f"no result within {timeout_s:g} s (driver and workers killed)",
         }
+    raise_disk_error(done.stderr)
     if done.returncode == 3:
         return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
     if done.returncode != 0 or not result_path.exists():
-        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        return {**row, "status": "error", "reason": f"driver exited {done.returncode}: {tail}"}
+        why = error_summary(done.stderr) or "no error message"
+        return {**row, "status": "error", "reason": f"driver exited {done.returncode}: {why}"}
     seen = json.loads(result_path.read_text())
     return {
         **row,
@@ -212,21 +231,28 @@ def _run_driver(
     """Run one driver in its own session; on timeout kill the session and every descendant by pid,
     so no worker outlives it (torchrun starts its workers in sessions of their own)."""
     cmd = [sys.executable, "-m", MODULE, "drive", str(spec_path)]
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = None
     try:
+        with interrupts.held():  # interrupted inside Popen, the driver would run on unknown to us
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid)
         proc.communicate()
         return None
+    except BaseException:  # Ctrl-C, SIGTERM: the driver's own session gets no signal of ours
+        if proc is not None:
+            kill_tree(proc.pid)
+            proc.wait()
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -248,6 +274,29 @@ def kill_tree(pid: int) -> None:
             child.kill()  # psutil checks the pid still names the same process
         except psutil.NoSuchProcess:
             pass
+
+
+DISK_ERROR_MARK = "ncclprobe-env-propagation: write refused:"  # then errno and file
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+DISK_ERROR_EXIT = 5
+
+
+def say_disk_error(exc: OSError) -> bool:
+    """In a driver or worker: a write the system refused (full disk, quota, read-only) is said in
+    one marked line on the stderr the parent reads (workers share their driver's), so the parent
+    can stop with the one-line error instead of putting a traceback in a row; False for others."""
+    if exc.errno not in DISK_ERRNOS:
+        return False
+    print(f"{DISK_ERROR_MARK} {exc.errno} {exc.filename or ''}", file=sys.stderr, flush=True)
+    return True
+
+
+def raise_disk_error(stderr: str) -> None:
+    """In the parent: the OSError a driver or its worker said it met, raised here."""
+    for line in stderr.splitlines():
+        if line.startswith(DISK_ERROR_MARK):
+            code, _, filename = line[len(DISK_ERROR_MARK) :].strip().partition(" ")
+            raise OSError(int(code), os.strerror(int(code)), filename or None)
 
 
 def nccl_read(log: Path, variable: str) -> str | None:
@@ -399,7 +448,11 @@ _DRIVERS = {
 
 
 def work_from_file(path: str) -> None:
-    work(json.loads(Path(path).read_text()))
+    try:
+        work(json.loads(Path(path).read_text()))
+    except OSError as exc:  # a multiprocessing worker: its traceback is not the parent's to read
+        say_disk_error(exc)
+        raise
 
 
 def work(spec: dict) -> None:
@@ -478,6 +531,10 @@ def main(argv: list[str]) -> int:
     except probe.Skip as exc:  # the installed module's class, not this __main__ copy's
         print(f"skipped: {exc}", file=sys.stderr)
         return 3
+    except OSError as exc:
+        if probe.say_disk_error(exc):
+            return probe.DISK_ERROR_EXIT
+        raise
     return 0
 
 

@@ -21,7 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "DESIGN.md"
 BEGIN, END = "<!-- layers:begin (python -m tests.layers --write) -->", "<!-- layers:end -->"
-GROUPED = {"__main__": "cli", "worker": "launch"}  # modules shown with the unit they serve
+GROUPED = {
+    "__main__": "cli",
+    "worker": "launch",
+    "pool_progress": "launch",
+}  # modules shown with the unit they serve
 WHAT = {
     "core": "errors, strict numbers, readers' validation, safe writing, secret masking and the "
     "environment display policy, sizes, the result-record format, verdicts, owned temporary "
@@ -29,7 +33,7 @@ WHAT = {
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
-    "launch": "worker pools (`launch.py`, `worker.py`)",
+    "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
     "evidence": "every reader: engine runs (`evidence.run`), topology, NCCL logs, nccl-tests output, "
     "P2P matrices and collect-env, env-check documents, recommendation files, the diagnose bundle",
     "pcie": "P2P findings and advice, platform checks, NCCL's XML dumps",

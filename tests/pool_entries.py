@@ -52,3 +52,12 @@ def raw_nccl_ids(ctx):
     lib = nccl_ctypes.Library()
     ids = [exchange_unique_id(ctx, lib).hex() for _ in range(2)]
     ctx.emit("ids", ids=ids)
+
+
+def ticks(ctx):
+    """A barrier and a message every 50 ms for a minute: a pool that makes steady progress until
+    one of its ranks stops (the test stops one with SIGSTOP)."""
+    for tick in range(1200):
+        dist.barrier()
+        ctx.emit("tick", n=tick)
+        time.sleep(0.05)

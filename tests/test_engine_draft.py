@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ncclprobe.engine.build import build_draft, build_target, max_positions, random_prompts
+from ncclprobe.engine.build import build_draft, build_target, random_prompts
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.draft import load_draft, save_draft
 from ncclprobe.engine.generate import Engine
+from ncclprobe.engine.limits import max_positions
 from ncclprobe.engine.train_draft import TrainSpec, train
 from ncclprobe.errors import UsageProblem
 

@@ -233,8 +233,8 @@ def test_tokenizer_round_trips_and_agrees_with_transformers(smollm):
 
 
 def test_tp_shape_allows_1_and_3(smollm):
+    from ncclprobe.engine.limits import valid_tp_sizes
     from ncclprobe.engine.spec import RunSpec
-    from ncclprobe.engine.tp import valid_tp_sizes
 
     path, directory = smollm
     from ncclprobe.engine.hf_loader import read_config

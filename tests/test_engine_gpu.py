@@ -13,12 +13,13 @@ import sys
 import pytest
 import torch
 
-from ncclprobe.engine.build import build_draft, build_target, max_positions, random_prompts
+from ncclprobe.engine.build import build_draft, build_target, random_prompts
 from ncclprobe.engine.comm import Communicator
 from ncclprobe.engine.config import preset
 from ncclprobe.engine.generate import Engine
 from ncclprobe.engine.graphs import CapturedGraphs, GraphedSteps
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
+from ncclprobe.engine.limits import max_positions
 from ncclprobe.engine.tp import apply_tp
 
 pytestmark = [

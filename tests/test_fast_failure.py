@@ -41,6 +41,11 @@ REFUSALS = [
     (["run-engine", "--draft", "missing.safetensors"], "does not exist"),
     (["run-engine", "--profile", "full"], "--profile"),
     (["run-engine", "--tp", "0"], "at least 1"),
+    # what the model's shape cannot serve (issue 29 §2: these imported torch for the arithmetic)
+    (["run-engine", "--preset", "tiny", "-k", "100000"], "more than tiny serves"),
+    (["run-engine", "--preset", "tiny", "--tp", "3"], "cannot shard tiny"),
+    (["run-engine", "--preset", "tiny", "--batch", "100000000"], "GiB are free here"),
+    (["train-draft", "--preset", "tiny", "--gen-len", "100000", "--output", "d.st"], "serves"),
     (["train-draft", "--output", "taken.json"], "already exists"),
     (["train-draft", "--checkpoint", "missing", "--output", "d.st"], "does not exist"),
     (["train-draft", "--device", "cuda", "--output", "d.st"], "no GPU device"),

@@ -109,14 +109,26 @@ def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
     assert doc["schema_version"] == 1 and len(doc["results"]) == len(keys)
 
 
-def test_resume_of_a_finished_file_adds_nothing(tmp_path):
+def test_resume_writes_the_missing_summary_then_adds_nothing(tmp_path):
+    """A sweep killed after its last configuration but before its summary (the file as it was then:
+    every record is fsynced as written) gets the summary on --resume; a finished file, nothing."""
     out = tmp_path / "done.jsonl"
     spec = SweepSpec(grid={}, sizes=(8,), iters=1, trials=1, warmup=0, nranks=2, backend="gloo")
     session.run_job(session.new_job(spec, {}, str(out), ["test"]))
-    before = out.read_bytes()
+    *records, summary = out.read_text().splitlines(keepends=True)
+    assert json.loads(summary)["record"] == "summary"
+    out.write_text("".join(records))
+
     job = session.resume_job(str(out))
     assert job.total == 0
-    assert session.run_job(job).configs[0]["config_id"] == "default"
+    resumed = session.run_job(job)
+    assert [c["config_id"] for c in resumed.configs] == ["default"]
+    *kept, added = out.read_text().splitlines(keepends=True)
+    assert kept == records and json.loads(added)["record"] == "summary"
+    assert json.loads(added)["configs_run"] == 0  # this session ran nothing: it only finished
+
+    before = out.read_bytes()
+    assert session.run_job(session.resume_job(str(out))).summaries
     assert out.read_bytes() == before
 
 

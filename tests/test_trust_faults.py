@@ -58,7 +58,9 @@ def test_every_hang_is_killed_at_its_timeout_and_a_killed_rank_is_named():
         assert _alive(outcome.pids.values()) == []
     outcome, _ = done["silent"]  # silence after the start: the same bound
     returned_at = time.time()
-    assert outcome.status == "hang" and "no progress from any rank for 4 s" in outcome.reason
+    # rank 1 sleeps, rank 0 waits for it: nothing tells them apart from outside (CPU time blamed
+    # rank 0 when tried), so no rank is named; a stopped one is (tests/test_stopped_worker.py)
+    assert outcome.reason == "no progress from any rank for 4 s; pool killed", outcome.reason
     assert 4.0 <= returned_at - max(m["t"] for m in outcome.messages)
     outcome, _ = done["killed"]
     assert outcome.status == "error"

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option, output_option
 from ncclprobe.cli.types import Duration
-from ncclprobe.errors import Unsupported, UsageProblem
+from ncclprobe.errors import Unsupported
 
 EPILOG = f"""\b
 Examples:
@@ -76,7 +74,7 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
         raise Unsupported("--nccl needs a CUDA GPU and torch with CUDA; none is usable here")
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
     if workdir is not None:
-        _make_workdir(workdir)
+        _check_workdir(workdir)
 
     def progress(row):
         if not quiet:
@@ -100,6 +98,12 @@ def command(ctx, mechanisms, nccl, workdir, timeout_s, fmt):
 
 
 def _gpu_present() -> bool:
+    """Whether NCCL can be checked here; without a GPU device node known without torch, whose
+    import would be most of a CPU run's time (and delays its Ctrl-C: `ncclprobe.interrupts`)."""
+    from ncclprobe.provenance import gpu_device_visible
+
+    if not gpu_device_visible():
+        return False
     try:
         import torch
     except ImportError:
@@ -107,15 +111,9 @@ def _gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
-def _make_workdir(workdir: str) -> None:
+def _check_workdir(workdir: str) -> None:
+    """New or empty, checked before any mechanism runs: an earlier run's specs and logs never mix
+    in. The probe fills it beside itself and moves it into place at the end (`run_probe`)."""
     from ncclprobe.safe_output import check_output_dir
 
-    check_output_dir(
-        workdir, what="--output", has_force=False
-    )  # new or empty: an earlier run's specs and logs never mix in
-    try:
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageProblem(
-            f"--output {workdir!r}: cannot create it ({exc.strerror or exc})"
-        ) from None
+    check_output_dir(workdir, what="--output", has_force=False)

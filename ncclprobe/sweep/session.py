@@ -278,7 +278,7 @@ def collect_job(directory: str, output: str | None, force: bool = False) -> Job:
 
 
 def run_job(job: Job, progress=None) -> ResultsFile:
-    if job.header is None and job.total == 0:  # a finished file: nothing to add, not even a summary
+    if _finished(job):  # nothing to add, not even a summary
         return read_results(job.path)
     job.path.parent.mkdir(parents=True, exist_ok=True)  # ./runs/ by default; everything was checked
     with ResultWriter(
@@ -301,6 +301,13 @@ def run_job(job: Job, progress=None) -> ResultsFile:
                 progress=progress,
             )
     return read_results(job.path)
+
+
+def _finished(job: Job) -> bool:
+    """A resumed file with every configuration recorded and its summary written. Without the
+    summary (the sweep was killed between its last configuration and the summary) the run goes on:
+    it has nothing to measure and writes the summary."""
+    return job.header is None and job.total == 0 and bool(read_results(job.path).summaries)
 
 
 def verdict(results_file: ResultsFile, shortfalls: list[str] = ()) -> Verdict:
