@@ -41,6 +41,7 @@ from ncclprobe import interrupts, tempdirs
 from ncclprobe.launch import error_summary
 from ncclprobe.nccl.recipes import only_shapes_the_log, proof_env, rank_log, rank_log_env
 from ncclprobe.safe_output import OutputProblem, atomic_directory, describe_os_error
+from ncclprobe.secrets import mask_text
 from ncclprobe.verdict import Verdict
 
 PROCESS_VAR = "NCCL_P2P_LEVEL"
@@ -206,7 +207,11 @@ def measure(
         }
     raise_disk_error(done.stderr)
     if done.returncode == 3:
-        return {**row, "status": "skipped", "reason": done.stderr.strip().splitlines()[-1]}
+        return {
+            **row,
+            "status": "skipped",
+            "reason": mask_text(done.stderr.strip().splitlines()[-1]),
+        }
     if done.returncode != 0 or not result_path.exists():
         why = error_summary(done.stderr) or "no error message"
         return {**row, "status": "error", "reason": f"driver exited {done.returncode}: {why}"}
@@ -214,7 +219,7 @@ def measure(
     return {
         **row,
         "status": "measured",
-        "reason": seen.get("nccl_error"),
+        "reason": mask_text(seen["nccl_error"]) if seen.get("nccl_error") else None,
         "worker_pid": seen["pid"],
         "proc": seen["proc"],
         "os_environ": seen["os_environ"],
