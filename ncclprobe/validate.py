@@ -5,10 +5,18 @@ Each file kind has one loader that every command reading it shares (results JSON
 recommendation files: `ncclprobe.evidence.recommendation_file`; engine traces: `ncclprobe.evidence.run.trace`).
 A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 
-  - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file);
+  - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file), and
+    a compressed input that decompresses past the same limit (a gzip bomb: `gunzip`); every limit
+    is a reader's own, raised for all of them by NCCLPROBE_MAX_INPUT_MIB (`limit_of`), and each
+    refusal names the limit and that variable;
   - recognise UTF-16/UTF-32 text (Windows editors and PowerShell's `>` write it) and decode it,
     and call a file binary only when it is;
-  - parse JSON strictly: `NaN` and `Infinity` are not JSON, so they are refused like any typo;
+  - parse JSON by one policy (`strict_decoder`, `json_problem`), which every JSON reader shares,
+    the streaming profile reader included: `NaN` and `Infinity` are not JSON and a float that
+    overflows (`1e400`) is no number, so they are refused like any typo; so are an integer past
+    the 4300 digits `int()` reads (each reader bounds its numbers by what they mean: a size, a
+    count), a key given twice (which value would the writer have meant?), data after the
+    document (a second document, a torn concatenation) and nesting past Python's recursion limit;
 
 and then checks each field it uses with `Where(...).field(...)`, which names the file, the line
 (for JSON Lines) and the field in one sentence: `sweep.jsonl line 7: field "size_bytes" must be a
@@ -18,13 +26,18 @@ whole number of at least 0, got "big"`. Every failure is a UsageProblem: exit 2,
 from __future__ import annotations
 
 import codecs
+import gzip
+import io
 import json
 import math
 import os
 import stat
+import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 
 MIB = 1 << 20
@@ -40,14 +53,46 @@ _BOMS = (
 )
 
 
+def limit_of(default: int) -> int:
+    """A reader's byte limit, or NCCLPROBE_MAX_INPUT_MIB where that is larger (it only raises)."""
+    raw = envvars.get(envvars.MAX_INPUT_MIB)
+    if raw is None:
+        return default
+    from ncclprobe.numbers import parse_int
+
+    return max(default, parse_int(raw, envvars.MAX_INPUT_MIB, min=1, max=1 << 20) * MIB)
+
+
+def too_large(what: str, limit: int, verb: str = "is larger than") -> str:
+    """The one refusal of an input past its limit: names the limit and what raises it."""
+    return (
+        f"{what} {verb} {limit // MIB} MiB, the most ncclprobe reads of it; is it the right file? "
+        f"(set {envvars.MAX_INPUT_MIB} to raise the limit)"
+    )
+
+
+def gunzip(data: bytes, label: str, limit: int) -> bytes:
+    """A gzip stream decompressed, at most `limit` bytes of it (`limit_of` applied): a gzip bomb is
+    refused after `limit` bytes rather than expanded until memory runs out."""
+    limit = limit_of(limit)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as handle:
+            out = handle.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UsageProblem(f"{label} is not readable gzip: {exc}") from None
+    if len(out) > limit:
+        raise UsageProblem(too_large(label, limit, "decompresses to more than"))
+    return out
+
+
 def read_bytes(
     path: str | Path, what: str, *, limit: int | None = None, text: bool = False
 ) -> bytes:
-    """The file's bytes, at most `limit`: a larger file, or an endless one (a device, a pipe), is
-    refused with its name and the limit rather than read until memory runs out. With `text`, a
-    start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
+    """The file's bytes, at most `limit` (`limit_of` applied): a larger file, or an endless one (a
+    device, a pipe), is refused with its name and the limit rather than read until memory runs
+    out. With `text`, a start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
     path = Path(path)
-    limit = DEFAULT_LIMIT if limit is None else limit
+    limit = limit_of(DEFAULT_LIMIT if limit is None else limit)
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -98,20 +143,47 @@ def _binary(start: bytes) -> bool:
     )
 
 
+def strict_decoder() -> json.JSONDecoder:
+    """The one JSON policy (module docstring): the standard library's C scanner with hooks that
+    refuse what is not a number, or not one document. Its failures are explained by `json_problem`."""
+    return json.JSONDecoder(
+        parse_constant=_refuse_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_unique_keys,
+    )
+
+
+def json_problem(exc: BaseException) -> str | None:
+    """What a failure of `strict_decoder` means, in words (no position: the caller adds where);
+    None for an exception that is not about the JSON."""
+    if isinstance(exc, _Refused):
+        return str(exc)
+    if isinstance(exc, json.JSONDecodeError):
+        if exc.msg == "Extra data":
+            return "data after the end of the JSON document (a second document?)"
+        return exc.msg
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(exc, ValueError) and "digits" in str(
+        exc
+    ):  # int() past sys.get_int_max_str_digits
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    return None
+
+
 def loads_json(text: str, label: str):
-    """Strict JSON (no NaN/Infinity); a UsageProblem naming `label` and the position otherwise."""
+    """One JSON document by the one policy; a UsageProblem naming `label` and where otherwise."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except _NonFinite as exc:
-        raise UsageProblem(
-            f"{label}: {exc} is not a JSON number (JSON has no NaN or Infinity)"
-        ) from None
+        return strict_decoder().decode(text)
     except json.JSONDecodeError as exc:
         raise UsageProblem(
-            f"{label} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            f"{label} is not JSON ({json_problem(exc)} at line {exc.lineno} column {exc.colno})"
         ) from None
-    except RecursionError:
-        raise UsageProblem(f"{label}: JSON nested too deeply") from None
+    except (ValueError, RecursionError) as exc:
+        problem = json_problem(exc)
+        if problem is None:
+            raise
+        raise UsageProblem(f"{label}: {problem}") from None
 
 
 def load_json(path: str | Path, what: str, *, limit: int = JSON_LIMIT):
@@ -252,19 +324,36 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _NonFinite(ValueError):
-    pass
+class _Refused(ValueError):
+    """A value the JSON policy refuses; its message says which and why."""
 
 
 def _refuse_constant(name: str):
-    raise _NonFinite(name)
+    raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value - value != 0:  # inf (NaN never gets here): faster than math.isfinite's lookup
+        raise _Refused(f"{_cut(text)} is beyond the range of a number (overflows to infinity)")
+    return value
+
+
+def _unique_keys(pairs: list) -> dict:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise _Refused(f"the key {_cut(twice)!r} is given twice in one object")
+    return doc
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def _too_large(path: Path, what: str, limit: int) -> str:
-    return (
-        f"{what} {str(path)!r} is larger than {limit // MIB} MiB, the most ncclprobe reads; "
-        "is it the right file?"
-    )
+    return too_large(f"{what} {str(path)!r}", limit)
 
 
 def _bomless_utf16(data: bytes) -> str | None:
