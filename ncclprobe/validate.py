@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import zlib
@@ -183,7 +184,17 @@ def loads_json(text: str, label: str):
         problem = json_problem(exc)
         if problem is None:
             raise
-        raise UsageProblem(f"{label}: {problem}") from None
+        raise UsageProblem(f"{label}: {problem}{_line_of(exc, text)}") from None
+
+
+def _line_of(exc: BaseException, text: str) -> str:
+    """` at line N` for a refused value the hooks could not place (they see no position): its
+    first appearance outside a string, found again in the text."""
+    token = getattr(exc, "token", None)
+    if not token:
+        return ""
+    found = re.search(rf'(?<![\w."]){re.escape(token)}(?![\w."])', text)
+    return f" at line {text.count(chr(10), 0, found.start()) + 1}" if found else ""
 
 
 def load_json(path: str | Path, what: str, *, limit: int = JSON_LIMIT):
@@ -325,17 +336,23 @@ def _shown(value) -> str:
 
 
 class _Refused(ValueError):
-    """A value the JSON policy refuses; its message says which and why."""
+    """A value the JSON policy refuses; its message says which and why, `token` is its text."""
+
+    def __init__(self, message: str, token: str = ""):
+        super().__init__(message)
+        self.token = token
 
 
 def _refuse_constant(name: str):
-    raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+    raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity)", name)
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if value - value != 0:  # inf (NaN never gets here): faster than math.isfinite's lookup
-        raise _Refused(f"{_cut(text)} is beyond the range of a number (overflows to infinity)")
+        raise _Refused(
+            f"{_cut(text)} is beyond the range of a number (overflows to infinity)", text
+        )
     return value
 
 

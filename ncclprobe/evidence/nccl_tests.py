@@ -17,7 +17,6 @@ command line) become the run's settings.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -29,6 +28,8 @@ from ncclprobe.evidence.text import clean_task_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
+from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.validate import json_problem, strict_decoder
 
 PARAMS = ascii_re(
     r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
@@ -291,9 +292,11 @@ def _reducing(run, m):
 
 def _exported(run, m):
     try:
-        doc = json.loads(m["body"])
-    except json.JSONDecodeError:
-        return
+        doc = strict_decoder().decode(m["body"])
+    except (ValueError, RecursionError) as exc:
+        if json_problem(exc) is None:
+            raise
+        return  # not the line ncclprobe export writes: it is no evidence either way
     if isinstance(doc, dict):
         run.exported = doc
 
@@ -310,8 +313,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
         return None
     if not all(
-        math.isfinite(float(c)) for c in cells if c != "N/A"
-    ):  # 1e999: not JSON, not a count
+        math.isfinite(float(c)) and float(c) >= 0 for c in cells if c != "N/A"
+    ):  # 1e999: not JSON, not a count; a negative time or bandwidth: no measurement
         return None
     placements = [cells[:per], cells[per:]]
     missing = [
@@ -326,6 +329,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
         return None
     root = int(root_cell) if columns.root else None
     size = int(tokens[0])
+    if size > MAX_SIZE:  # 19 digits fit the pattern, not a message nccl-tests sends
+        return None
     oop, ip = (
         None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing)
     )

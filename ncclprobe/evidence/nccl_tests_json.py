@@ -29,7 +29,6 @@ decide what NCCL and torch do (envcheck's families), every value through envchec
 
 from __future__ import annotations
 
-import json
 import math
 
 from ncclprobe.errors import UsageProblem
@@ -41,7 +40,10 @@ from ncclprobe.evidence.nccl_tests import (
     nccl_settings,
     nccl_version_of_code,
 )
+from ncclprobe.numbers import is_digits
 from ncclprobe.secrets import display_value, is_relevant, mask_env
+from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.validate import loads_json
 
 READ_VERSIONS = (1, 2, 3)
 
@@ -56,10 +58,7 @@ def looks_like_json(text: str) -> bool:
 
 
 def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc = loads_json(text, source)  # the one JSON policy: no NaN, no key twice, one document
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("results"), list)
@@ -156,19 +155,25 @@ def _version(code) -> str | None:
 def _row(r, index: int, source: str) -> Row:
     if not isinstance(r, dict) or _int(r.get("size")) is None or _int(r.get("count")) is None:
         raise UsageProblem(f"{source}: results[{index}] has no integer size and count")
-    root, size = _int(str(r.get("root", "")).strip()), _int(r["size"])
+    root, size, count = _int(str(r.get("root", "")).strip()), _int(r["size"]), _int(r["count"])
+    if not 0 <= size <= MAX_SIZE or not 0 <= count <= MAX_SIZE:
+        raise UsageProblem(
+            f"{source}: results[{index}] has size {_shown(size)} and count {_shown(count)}: "
+            f"not a message nccl-tests measures (0 to 2**48 bytes)"
+        )
+    where = f"{source}: results[{index}]"
     return Row(
         size,
-        _int(r["count"]),
+        count,
         str(r.get("type")),
         str(r.get("redop")),
         root,
-        _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size),
-        _measurement(r.get("in_place"), r.get("in_place_per_iter"), size),
+        _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size, where),
+        _measurement(r.get("in_place"), r.get("in_place_per_iter"), size, where),
     )
 
 
-def _measurement(m, per_iter, size: int) -> Measurement | None:
+def _measurement(m, per_iter, size: int, where: str) -> Measurement | None:
     if not isinstance(m, dict):
         return None
     algbw, busbw = _float(m.get("alg_bw")), _float(m.get("bus_bw"))
@@ -176,6 +181,15 @@ def _measurement(m, per_iter, size: int) -> Measurement | None:
         return None
     nwrong = _float(m.get("nwrong"))
     time_us, cpu = _float(m.get("time")), _float(m.get("cpu_time"))
+    for name, value in (
+        ("time", time_us),
+        ("cpu_time", cpu),
+        ("alg_bw", algbw),
+        ("bus_bw", busbw),
+        ("nwrong", nwrong),
+    ):
+        if value is not None and value < 0:  # recommend would refuse the imported file later
+            raise UsageProblem(f"{where}: {name} {value} is negative; no measurement is")
     if (
         time_us is None and cpu is not None and algbw > 0
     ):  # -C 1: the bandwidths still come from completion
@@ -215,15 +229,15 @@ def _float(value) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _shown(value: int) -> str:
+    return str(value) if abs(value) < 10**30 else f"of {len(str(abs(value)))} digits"
+
+
 def _int(value) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if (
-        isinstance(value, str)
-        and value.strip().lstrip("-").isascii()
-        and value.strip().lstrip("-").isdigit()
-    ):
+    if isinstance(value, str) and is_digits(value.strip().removeprefix("-")):  # ASCII, <= 19
         return int(value.strip())
     return None
