@@ -118,15 +118,22 @@ def read_bytes(
 def decode_text(data: bytes, path: str | Path, what: str, *, errors: str = "replace") -> str:
     """Text in UTF-8 (the default), or UTF-16/32 with a byte-order mark or the zero-byte pattern of
     UTF-16 without one; a file with zero bytes in any other pattern is binary."""
+    encoding, skip = text_encoding(data, path, what)
+    return _decode(data[skip:], encoding, path, what, errors)
+
+
+def text_encoding(start: bytes, path: str | Path, what: str) -> tuple[str, int]:
+    """(encoding, length of its byte-order mark) of text that starts with `start` (its first 64
+    KiB are enough); a UsageProblem when the start is binary."""
     for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return _decode(data[len(bom) :], encoding, path, what, errors)
-    encoding = _bomless_utf16(data)
+        if start.startswith(bom):
+            return encoding, len(bom)
+    encoding = _bomless_utf16(start)
     if encoding:
-        return _decode(data, encoding, path, what, errors)
-    if b"\x00" in data[:65536]:
+        return encoding, 0
+    if b"\x00" in start[:65536]:
         raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
-    return _decode(data, "utf-8", path, what, errors)
+    return "utf-8", 0
 
 
 def read_text(
