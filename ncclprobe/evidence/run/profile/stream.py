@@ -98,19 +98,29 @@ class _Source:
 
 
 class _Buffer:
-    """A sliding window over the text: `need(n)` makes at least n characters available past `pos`."""
+    """A sliding window over the text from `pos` on, refilled by `fill`."""
 
     def __init__(self, source: _Source):
         self.source, self.text, self.pos, self.consumed = source, "", 0, 0
 
-    def fill(self) -> bool:
-        chunk = self.source.read()
-        if not chunk:
-            return False
+    def fill(self, double: bool = False) -> bool:
+        """Read on; with `double`, until the text past `pos` has doubled: a value longer than a
+        chunk is then rescanned log(n) times, not n/CHUNK times (a 64 MB string took seconds)."""
         if self.pos > CHUNK:
             self.consumed += self.pos
             self.text, self.pos = self.text[self.pos :], 0
-        self.text += chunk
+        chunks, wanted = [], len(self.text) - self.pos if double else 0
+        while True:
+            chunk = self.source.read()
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+            if wanted <= 0:
+                break
+        if not chunks:
+            return False
+        self.text += "".join(chunks)
         return True
 
     def skip_ws(self) -> str:
@@ -171,12 +181,12 @@ class _Buffer:
                 if problem is None:
                     raise
                 raise self.error(problem) from None
+            if (end if end >= 0 else len(self.text)) - self.pos > MAX_EVENT_CHARS:
+                raise self.error("an element longer than 64 MB; not a profiler trace")
             if end >= 0 and (end < len(self.text) or self.source.done):
                 self.pos = end
                 return obj
-            if len(self.text) - self.pos > MAX_EVENT_CHARS:
-                raise self.error("an element longer than 64 MB; not a profiler trace")
-            if not self.fill():
+            if not self.fill(double=True):
                 if end >= 0:
                     self.pos = end
                     return obj
