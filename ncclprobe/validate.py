@@ -294,7 +294,8 @@ def _check(value, kind: str, low, high, choices) -> str | None:
     if kind in ("int", "number"):
         is_int = isinstance(value, int) and not isinstance(value, bool)
         is_num = is_int or (isinstance(value, float) and math.isfinite(value))
-        if not (is_int if kind == "int" else is_num):
+        if not (is_int if kind == "int" else is_num) or (is_int and abs(value) >= 2**63):
+            # past 64 bits no count is meant, and float() of 400 digits overflows downstream
             return ("a whole number" if kind == "int" else "a finite number") + _range_text(
                 low, high
             )
@@ -333,13 +334,20 @@ def _kind(value) -> str:
     }.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
+    """A value from a file as a message quotes it: JSON, at most 60 characters (a 1 MB string or a
+    list nested 900 deep is named by its start)."""
+    if isinstance(value, int) and value.bit_length() > 10000:  # str() fails past 4300 digits
+        return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
     text = (
         json.dumps(value, default=str)
         if not isinstance(value, float) or math.isfinite(value)
         else str(value)
     )
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_shown = shown
 
 
 class _Refused(ValueError):

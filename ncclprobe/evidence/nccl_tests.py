@@ -32,13 +32,14 @@ from ncclprobe.sizes import MAX_SIZE
 from ncclprobe.validate import json_problem, strict_decoder
 
 PARAMS = ascii_re(
-    r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?"
+    r"^#?\s*nThread (?P<threads>\d{1,19}) nGpus (?P<gpus>\d{1,19}) "
+    r"minBytes (?P<min>\d{1,19}) maxBytes (?P<max>\d{1,19})"
+    r".*?warmup iters: (?P<warmup>\d{1,19}) iters: (?P<iters>\d{1,19})(?:.*?agg iters: (?P<agg>\d{1,19}))?"
+    r"(?:.*?validation: (?P<validation>\d{1,19}))?(?:.*?graph: (?P<graph>\d{1,19}))?"
 )
 RANK = ascii_re(
-    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-    r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+    r"^#\s+Rank\s+(?P<rank>\d{1,19})(?:\s+Group\s+\d{1,19})?\s+Pid\s+(?P<pid>\d{1,19}) on\s+(?P<host>\S+)\s+device"
+    r"\s+(?P<dev>\d{1,19})\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
 )
 # before v2.13 every test printed its own header: `type redop` (all_reduce, reduce_scatter, alltoall),
 # `type redop root` (reduce), `type root` (broadcast), `type` alone (all_gather, sendrecv); since v2.13 one
@@ -47,15 +48,15 @@ COLUMNS = ascii_re(
     r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
     r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?"
 )
-FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
+FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d{1,19})\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
 FOOTER_AVG = ascii_re(
-    r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+    r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?)"
     r"(?:\s+(?:OK|FAILED))?\s*$"
 )  # OK/FAILED: with NCCL_TESTS_MIN_BW set
 # since 2.18 (util.cu): `nccl-headers=%d nccl-library=%d`, NCCL_VERSION_CODE and ncclGetVersion()
 TESTS_VERSION = ascii_re(
-    r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d+))?"
+    r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d{1,19}))?"
 )
 STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
 CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
@@ -64,8 +65,8 @@ EXPORTED = ascii_re(r"^#\s*ncclprobe export: (?P<body>.*)$")
 _COLLECTIVE = ascii_re(
     r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b"
 )
-_REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
-_NUMBER = ascii_re(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+_REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d{1,19})")
+_NUMBER = ascii_re(r"^-?\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?$")
 # not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
 # nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
 NOT_SETTINGS = ("NCCL_VERSION",)

@@ -93,7 +93,8 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         if isinstance(average, dict)
         else None
     )
-    errors = [e for e in doc.get("errors") or [] if isinstance(e, str) and e.strip()]
+    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
+    errors = [e for e in errors if isinstance(e, str) and e.strip()]
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
         raise UsageProblem(f"{source}: nccl-tests JSON without result rows")

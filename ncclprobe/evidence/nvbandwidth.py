@@ -27,7 +27,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
-from ncclprobe.validate import json_problem, strict_decoder
+from ncclprobe.validate import json_problem, shown, strict_decoder
 
 _RUNNING = ascii_re(r"^(?:>\s*)?Running (?P<name>\w+)\.\s*$")
 _WAIVING = ascii_re(r"^(?:>\s*)?Waiving (?P<name>\w+)\.\s*$")
@@ -133,7 +133,7 @@ def _cell(value, test: str) -> float | None:
     if text == "N/A":
         return None
     if not _NUMBER.match(text):
-        raise UsageProblem(f"nvbandwidth test {test}: cell {value!r} is not a number or N/A")
+        raise UsageProblem(f"nvbandwidth test {test}: cell {shown(value)} is not a number or N/A")
     return float(text)
 
 
