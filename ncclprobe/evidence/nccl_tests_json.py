@@ -174,7 +174,7 @@ def _row(r, index: int, source: str) -> Row:
     )
 
 
-def _measurement(m, per_iter, size: int, where: str) -> Measurement | None:
+def _measurement(m, per_iter, size: int, where: str = "the file") -> Measurement | None:
     if not isinstance(m, dict):
         return None
     algbw, busbw = _float(m.get("alg_bw")), _float(m.get("bus_bw"))
