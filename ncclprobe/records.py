@@ -319,6 +319,7 @@ _SCHEMA = {
         ("versions", "dict", _OPTIONAL),
         ("spec", "dict", _OPTIONAL),
         ("notes", "list", _OPTIONAL),
+        ("gpus", "list", _OPTIONAL),
     ),
     "config": (
         ("config_id", "str", _OPTIONAL),

@@ -76,7 +76,8 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     env = _environment(doc.get("env"), source)
     run = NcclTestsRun(rows=[], nranks=None, collective=None, format="json")
     run.params = _params(config)
-    run.devices = [_device(d) for d in config.get("devices") or [] if isinstance(d, dict)]
+    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    run.devices = [_device(d) for d in devices if isinstance(d, dict)]
     run.nranks = len(run.devices) or None
     run.nccl_version = _version(doc.get("nccl_version"))
     args = doc.get("args") if isinstance(doc.get("args"), list) else []
@@ -84,7 +85,10 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     run.settings = mask_env(nccl_settings(env))  # a value shaped like a secret is masked here too
     run.env = {k: display_value(k, v) for k, v in sorted(env.items()) if is_relevant(k)}
     run.rows = [_row(r, i, source) for i, r in enumerate(doc["results"])]
-    run.out_of_bounds = _int((doc.get("out_of_bounds") or {}).get("count"))
+    out_of_bounds = doc.get("out_of_bounds")
+    run.out_of_bounds = (
+        _int(out_of_bounds.get("count")) if isinstance(out_of_bounds, dict) else None
+    )
     average = (
         doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
     )  # version 1's spelling
@@ -227,6 +231,8 @@ def _iteration(p) -> dict | None:
 def _float(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None  # "nan" (nccl-tests writes NaN as a string), null, or junk
+    if isinstance(value, int) and abs(value) >= 2**63:
+        return None  # 400 digits: no measurement, and float() would overflow
     return float(value) if math.isfinite(value) else None
 
 

@@ -228,7 +228,7 @@ def _matrix(name: str, description: str, cells: list[list[float | None]]) -> Mat
     m = _DESCRIPTION.match(description)
     if not m:
         raise UsageProblem(
-            f"nvbandwidth test {name}: description {description!r} is not one this reader knows"
+            f"nvbandwidth test {name}: description {shown(description)} is not one this reader knows"
         )
     if m["a"] != m["b"]:
         rows, cols, cells = _host_orientation(name, m, cells)

@@ -86,6 +86,7 @@ _CONFIG_FIELDS = (
     *((name, "int", 0) for name in ("seed", "prompts_given")),
     *((name, "str", None) for name in ("engine", "device", "backend", "preset", "dtype", "graphs")),
     ("prompts", "list", None),
+    ("model", "dict", None),
 )
 
 
@@ -108,8 +109,12 @@ def _validate_run(run, at: str) -> None:
         "collective_share",
         "graph_coverage",
         "verify_decode_ratio",
+        "new_tokens",
     ):
         _number(run.get(key), f"{at}.{key}", optional=True)
+    for key, kind in (("settings", "dict"), ("graphs", "list"), ("repeats", "dict")):
+        if run.get(key) is not None and not isinstance(run[key], dict if kind == "dict" else list):
+            raise UsageProblem(f"{at}.{key} must be {'an object' if kind == 'dict' else 'a list'}")
     phases = run.get("phases")
     if not isinstance(phases, dict):
         raise UsageProblem(f"{at}.phases must be an object")
@@ -164,6 +169,7 @@ def _number(value, at: str, optional: bool = False) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
+        or (isinstance(value, int) and value >= 2**63)  # isfinite() of 400 digits overflows
         or not math.isfinite(value)
         or value < 0
     ):
