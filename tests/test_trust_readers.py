@@ -73,6 +73,16 @@ RESULT_DEFECTS = [
         ["line 2", '"settings"'],
     ),
     ("an unknown status", lambda rs: rs[2].update(status="great"), ["line 3", '"status"']),
+    (
+        "a size of 10^30 (report crashed on it)",
+        lambda rs: rs[2].update(size_bytes=10**30),
+        ["line 3", '"size_bytes"', "from 0 to 281474976710656"],
+    ),
+    (
+        "a time of 400 digits",
+        lambda rs: rs[3].update(time_us=10**400),
+        ["line 4", '"time_us"'],
+    ),
 ]
 
 
