@@ -11,12 +11,8 @@ A loader reads through `read_bytes`/`read_text`/`load_json` here, which
     refusal names the limit and that variable;
   - recognise UTF-16/UTF-32 text (Windows editors and PowerShell's `>` write it) and decode it,
     and call a file binary only when it is;
-  - parse JSON by one policy (`strict_decoder`, `json_problem`), which every JSON reader shares,
-    the streaming profile reader included: `NaN` and `Infinity` are not JSON and a float that
-    overflows (`1e400`) is no number, so they are refused like any typo; so are an integer past
-    the 4300 digits `int()` reads (each reader bounds its numbers by what they mean: a size, a
-    count), a key given twice (which value would the writer have meant?), data after the
-    document (a second document, a torn concatenation) and nesting past Python's recursion limit;
+  - parse JSON by the one policy every JSON reader shares (`ncclprobe.strict_json`): no NaN or
+    Infinity, no overflowing number, no key twice, nothing after the document;
 
 and then checks each field it uses with `Where(...).field(...)`, which names the file, the line
 (for JSON Lines) and the field in one sentence: `sweep.jsonl line 7: field "size_bytes" must be a
@@ -31,15 +27,14 @@ import io
 import json
 import math
 import os
-import re
 import stat
-import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
+from ncclprobe.strict_json import json_problem, line_of, strict_decoder
 
 MIB = 1 << 20
 DEFAULT_LIMIT = 1024 * MIB  # evidence files: logs and profiles can be large, not unbounded
@@ -151,34 +146,6 @@ def _binary(start: bytes) -> bool:
     )
 
 
-def strict_decoder() -> json.JSONDecoder:
-    """The one JSON policy (module docstring): the standard library's C scanner with hooks that
-    refuse what is not a number, or not one document. Its failures are explained by `json_problem`."""
-    return json.JSONDecoder(
-        parse_constant=_refuse_constant,
-        parse_float=_finite_float,
-        object_pairs_hook=_unique_keys,
-    )
-
-
-def json_problem(exc: BaseException) -> str | None:
-    """What a failure of `strict_decoder` means, in words (no position: the caller adds where);
-    None for an exception that is not about the JSON."""
-    if isinstance(exc, _Refused):
-        return str(exc)
-    if isinstance(exc, json.JSONDecodeError):
-        if exc.msg == "Extra data":
-            return "data after the end of the JSON document (a second document?)"
-        return exc.msg
-    if isinstance(exc, RecursionError):
-        return "JSON nested too deeply"
-    if isinstance(exc, ValueError) and "digits" in str(
-        exc
-    ):  # int() past sys.get_int_max_str_digits
-        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
-    return None
-
-
 def loads_json(text: str, label: str):
     """One JSON document by the one policy; a UsageProblem naming `label` and where otherwise."""
     try:
@@ -191,17 +158,7 @@ def loads_json(text: str, label: str):
         problem = json_problem(exc)
         if problem is None:
             raise
-        raise UsageProblem(f"{label}: {problem}{_line_of(exc, text)}") from None
-
-
-def _line_of(exc: BaseException, text: str) -> str:
-    """` at line N` for a refused value the hooks could not place (they see no position): its
-    first appearance outside a string, found again in the text."""
-    token = getattr(exc, "token", None)
-    if not token:
-        return ""
-    found = re.search(rf'(?<![\w."]){re.escape(token)}(?![\w."])', text)
-    return f" at line {text.count(chr(10), 0, found.start()) + 1}" if found else ""
+        raise UsageProblem(f"{label}: {problem}{line_of(exc, text)}") from None
 
 
 def load_json(path: str | Path, what: str, *, limit: int = JSON_LIMIT):
@@ -348,40 +305,6 @@ def shown(value) -> str:
 
 
 _shown = shown
-
-
-class _Refused(ValueError):
-    """A value the JSON policy refuses; its message says which and why, `token` is its text."""
-
-    def __init__(self, message: str, token: str = ""):
-        super().__init__(message)
-        self.token = token
-
-
-def _refuse_constant(name: str):
-    raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity)", name)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value - value != 0:  # inf (NaN never gets here): faster than math.isfinite's lookup
-        raise _Refused(
-            f"{_cut(text)} is beyond the range of a number (overflows to infinity)", text
-        )
-    return value
-
-
-def _unique_keys(pairs: list) -> dict:
-    doc = dict(pairs)
-    if len(doc) != len(pairs):
-        seen = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise _Refused(f"the key {_cut(twice)!r} is given twice in one object")
-    return doc
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def _too_large(path: Path, what: str, limit: int) -> str:

@@ -23,7 +23,7 @@ DESIGN = ROOT / "docs" / "DESIGN.md"
 BEGIN, END = "<!-- layers:begin (python -m tests.layers --write) -->", "<!-- layers:end -->"
 GROUPED = {"__main__": "cli", "worker": "launch"}  # modules shown with the unit they serve
 WHAT = {
-    "core": "errors, strict numbers, readers' validation, safe writing, secret masking and the "
+    "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
     "environment display policy, sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",

@@ -29,7 +29,7 @@ from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
 from ncclprobe.sizes import MAX_SIZE
-from ncclprobe.validate import json_problem, strict_decoder
+from ncclprobe.strict_json import json_problem, strict_decoder
 
 PARAMS = ascii_re(
     r"^#?\s*nThread (?P<threads>\d{1,19}) nGpus (?P<gpus>\d{1,19}) "

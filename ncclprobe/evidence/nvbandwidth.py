@@ -27,7 +27,8 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
-from ncclprobe.validate import json_problem, shown, strict_decoder
+from ncclprobe.strict_json import json_problem, strict_decoder
+from ncclprobe.validate import shown
 
 _RUNNING = ascii_re(r"^(?:>\s*)?Running (?P<name>\w+)\.\s*$")
 _WAIVING = ascii_re(r"^(?:>\s*)?Waiving (?P<name>\w+)\.\s*$")

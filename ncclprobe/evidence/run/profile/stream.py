@@ -31,7 +31,8 @@ from pathlib import Path
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import parse_int
-from ncclprobe.validate import DEFAULT_LIMIT, json_problem, limit_of, strict_decoder, too_large
+from ncclprobe.strict_json import json_problem, strict_decoder
+from ncclprobe.validate import DEFAULT_LIMIT, limit_of, too_large
 
 CHUNK = 1 << 20
 MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
