@@ -2,7 +2,7 @@
 what each does, and who sets it.
 
 Most are how the launcher (`ncclprobe.launch`, or the torchrun commands of `sweep --torchrun-dir`)
-tells a worker process its job; two are the user's (the cache and the worker threads); four plant
+tells a worker process its job; four are the user's (the cache, the worker threads and two input limits); four plant
 faults for the test suite. Every read goes through `get`, so no variable is read under a name this
 table does not hold (`tests/test_envvars.py` fails on a `NCCLPROBE_` name read anywhere else or
 missing here), and README's table is `python -m ncclprobe.envvars` (the test checks it is current).
@@ -29,6 +29,8 @@ class Variable:
 
 CACHE_DIR = "NCCLPROBE_CACHE_DIR"
 WORKER_THREADS = "NCCLPROBE_WORKER_THREADS"
+MAX_INPUT_MIB = "NCCLPROBE_MAX_INPUT_MIB"
+MAX_PROFILE_EVENTS = "NCCLPROBE_MAX_PROFILE_EVENTS"
 ENTRY = "NCCLPROBE_ENTRY"
 RUN_DIR = "NCCLPROBE_RUN_DIR"
 BACKEND = "NCCLPROBE_BACKEND"
@@ -54,6 +56,21 @@ VARIABLES = (
         "int >= 1",
         "the cores this process may use, shared among the host's ranks",
         "torch threads per worker rank",
+        USER,
+    ),
+    Variable(
+        MAX_INPUT_MIB,
+        "int >= 1",
+        "each reader's own limit (1024 for logs and profiles)",
+        "raises the most MiB ncclprobe reads of one input file, decompressed (a larger file or gzip "
+        "stream is refused)",
+        USER,
+    ),
+    Variable(
+        MAX_PROFILE_EVENTS,
+        "int >= 1",
+        "3000000",
+        "the most events ncclprobe reads of one profiler trace (more are refused)",
         USER,
     ),
     Variable(ENTRY, "module:function", "required", "what a worker runs", LAUNCHER),

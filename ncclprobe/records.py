@@ -45,6 +45,7 @@ from ncclprobe.safe_output import (
     dumps_json,
 )
 from ncclprobe.secrets import mask_provenance, mask_record, mask_setting
+from ncclprobe.sizes import MAX_SIZE
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
@@ -339,6 +340,7 @@ _SCHEMA = {
         ("versions", "dict", _OPTIONAL),
         ("spec", "dict", _OPTIONAL),
         ("notes", "list", _OPTIONAL),
+        ("gpus", "list", _OPTIONAL),
     ),
     "config": (
         ("config_id", "str", _OPTIONAL),
@@ -356,8 +358,8 @@ _SCHEMA = {
         ("mode", "str", _OPTIONAL),
         ("in_place", "bool", _OPTIONAL),
         ("dtype", "str", _OPTIONAL),
-        ("size_bytes", "int", {"min": 0}),
-        ("count", "int", {**_OPTIONAL, "min": 0}),
+        ("size_bytes", "int", {"min": 0, "max": MAX_SIZE}),
+        ("count", "int", {**_OPTIONAL, "min": 0, "max": MAX_SIZE}),
         ("nranks", "int", {**_OPTIONAL, "min": 1}),
         ("status", "str", {**_OPTIONAL, "choices": RESULT_STATUSES}),
         ("reason", "str", _OPTIONAL),
@@ -383,8 +385,8 @@ def _parse_lines(lines: list[str], path: Path) -> Iterator[tuple[int, dict]]:
         except json.JSONDecodeError:
             if number == last:  # a write torn by a kill: everything before it is intact
                 return
-        except RecursionError:
-            pass  # loads_json below says so
+        except (ValueError, RecursionError):
+            pass  # 5000 digits, nesting: loads_json below says so
         record = loads_json(line, f"{str(path)!r} line {number}")
         if not isinstance(record, dict):
             raise UsageProblem(f"{str(path)!r} line {number} is not a JSON object")
@@ -417,7 +419,7 @@ def _complete_length(data: bytes) -> int:
         start, offset = offset, offset + len(line)
         try:
             record = json.loads(line) if line.endswith(b"\n") else None
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # torn, or no record (read_results says why)
             record = None
         if record is None:
             break

@@ -7,6 +7,7 @@ bad token. The digits go through `ncclprobe.numbers`, the one strict number pars
 
 from __future__ import annotations
 
+import math
 import re
 
 from ncclprobe.errors import UsageProblem
@@ -84,7 +85,14 @@ def exact_size(nbytes: int) -> str:
 
 
 def format_size(nbytes: int | float) -> str:
-    """65536 -> '64K', 1536 -> '1.5K', 7 -> '7B'."""
+    """65536 -> '64K', 1536 -> '1.5K', 7 -> '7B'; past 1024T in powers of ten (a 400-digit count
+    from a file is no size, but printing it must not crash: '1e+399B'), NaN/inf as Python says."""
+    if isinstance(nbytes, float) and not math.isfinite(nbytes):
+        return f"{nbytes}B"
+    if nbytes >= 1 << 60:
+        if isinstance(nbytes, int) and nbytes.bit_length() > 1000:  # beyond a float
+            return f"2^{nbytes.bit_length() - 1}+B"
+        return f"{float(nbytes):.3g}B"
     for unit in ("T", "G", "M", "K"):
         scale = _UNITS[unit]
         if nbytes >= scale:

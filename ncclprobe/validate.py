@@ -5,10 +5,14 @@ Each file kind has one loader that every command reading it shares (results JSON
 recommendation files: `ncclprobe.evidence.recommendation_file`; engine traces: `ncclprobe.evidence.run.trace`).
 A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 
-  - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file);
+  - refuse inputs above a size limit before reading them whole (`/dev/zero`, a wrong file), and
+    a compressed input that decompresses past the same limit (a gzip bomb: `gunzip`); every limit
+    is a reader's own, raised for all of them by NCCLPROBE_MAX_INPUT_MIB (`limit_of`), and each
+    refusal names the limit and that variable;
   - recognise UTF-16/UTF-32 text (Windows editors and PowerShell's `>` write it) and decode it,
     and call a file binary only when it is;
-  - parse JSON strictly: `NaN` and `Infinity` are not JSON, so they are refused like any typo;
+  - parse JSON by the one policy every JSON reader shares (`ncclprobe.strict_json`): no NaN or
+    Infinity, no overflowing number, no key twice, nothing after the document;
 
 and then checks each field it uses with `Where(...).field(...)`, which names the file, the line
 (for JSON Lines) and the field in one sentence: `sweep.jsonl line 7: field "size_bytes" must be a
@@ -18,14 +22,19 @@ whole number of at least 0, got "big"`. Every failure is a UsageProblem: exit 2,
 from __future__ import annotations
 
 import codecs
+import gzip
+import io
 import json
 import math
 import os
 import stat
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
+from ncclprobe.strict_json import json_problem, line_of, strict_decoder
 
 MIB = 1 << 20
 DEFAULT_LIMIT = 1024 * MIB  # evidence files: logs and profiles can be large, not unbounded
@@ -40,14 +49,46 @@ _BOMS = (
 )
 
 
+def limit_of(default: int) -> int:
+    """A reader's byte limit, or NCCLPROBE_MAX_INPUT_MIB where that is larger (it only raises)."""
+    raw = envvars.get(envvars.MAX_INPUT_MIB)
+    if raw is None:
+        return default
+    from ncclprobe.numbers import parse_int
+
+    return max(default, parse_int(raw, envvars.MAX_INPUT_MIB, min=1, max=1 << 20) * MIB)
+
+
+def too_large(what: str, limit: int, verb: str = "is larger than") -> str:
+    """The one refusal of an input past its limit: names the limit and what raises it."""
+    return (
+        f"{what} {verb} {limit // MIB} MiB, the most ncclprobe reads of it; is it the right file? "
+        f"(set {envvars.MAX_INPUT_MIB} to raise the limit)"
+    )
+
+
+def gunzip(data: bytes, label: str, limit: int) -> bytes:
+    """A gzip stream decompressed, at most `limit` bytes of it (`limit_of` applied): a gzip bomb is
+    refused after `limit` bytes rather than expanded until memory runs out."""
+    limit = limit_of(limit)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as handle:
+            out = handle.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UsageProblem(f"{label} is not readable gzip: {exc}") from None
+    if len(out) > limit:
+        raise UsageProblem(too_large(label, limit, "decompresses to more than"))
+    return out
+
+
 def read_bytes(
     path: str | Path, what: str, *, limit: int | None = None, text: bool = False
 ) -> bytes:
-    """The file's bytes, at most `limit`: a larger file, or an endless one (a device, a pipe), is
-    refused with its name and the limit rather than read until memory runs out. With `text`, a
-    start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
+    """The file's bytes, at most `limit` (`limit_of` applied): a larger file, or an endless one (a
+    device, a pipe), is refused with its name and the limit rather than read until memory runs
+    out. With `text`, a start that is binary (`/dev/zero`) is refused after its first 64 KiB."""
     path = Path(path)
-    limit = DEFAULT_LIMIT if limit is None else limit
+    limit = limit_of(DEFAULT_LIMIT if limit is None else limit)
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -72,15 +113,22 @@ def read_bytes(
 def decode_text(data: bytes, path: str | Path, what: str, *, errors: str = "replace") -> str:
     """Text in UTF-8 (the default), or UTF-16/32 with a byte-order mark or the zero-byte pattern of
     UTF-16 without one; a file with zero bytes in any other pattern is binary."""
+    encoding, skip = text_encoding(data, path, what)
+    return _decode(data[skip:], encoding, path, what, errors)
+
+
+def text_encoding(start: bytes, path: str | Path, what: str) -> tuple[str, int]:
+    """(encoding, length of its byte-order mark) of text that starts with `start` (its first 64
+    KiB are enough); a UsageProblem when the start is binary."""
     for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return _decode(data[len(bom) :], encoding, path, what, errors)
-    encoding = _bomless_utf16(data)
+        if start.startswith(bom):
+            return encoding, len(bom)
+    encoding = _bomless_utf16(start)
     if encoding:
-        return _decode(data, encoding, path, what, errors)
-    if b"\x00" in data[:65536]:
+        return encoding, 0
+    if b"\x00" in start[:65536]:
         raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
-    return _decode(data, "utf-8", path, what, errors)
+    return "utf-8", 0
 
 
 def read_text(
@@ -99,19 +147,18 @@ def _binary(start: bytes) -> bool:
 
 
 def loads_json(text: str, label: str):
-    """Strict JSON (no NaN/Infinity); a UsageProblem naming `label` and the position otherwise."""
+    """One JSON document by the one policy; a UsageProblem naming `label` and where otherwise."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except _NonFinite as exc:
-        raise UsageProblem(
-            f"{label}: {exc} is not a JSON number (JSON has no NaN or Infinity)"
-        ) from None
+        return strict_decoder().decode(text)
     except json.JSONDecodeError as exc:
         raise UsageProblem(
-            f"{label} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            f"{label} is not JSON ({json_problem(exc)} at line {exc.lineno} column {exc.colno})"
         ) from None
-    except RecursionError:
-        raise UsageProblem(f"{label}: JSON nested too deeply") from None
+    except (ValueError, RecursionError) as exc:
+        problem = json_problem(exc)
+        if problem is None:
+            raise
+        raise UsageProblem(f"{label}: {problem}{line_of(exc, text)}") from None
 
 
 def load_json(path: str | Path, what: str, *, limit: int = JSON_LIMIT):
@@ -204,7 +251,8 @@ def _check(value, kind: str, low, high, choices) -> str | None:
     if kind in ("int", "number"):
         is_int = isinstance(value, int) and not isinstance(value, bool)
         is_num = is_int or (isinstance(value, float) and math.isfinite(value))
-        if not (is_int if kind == "int" else is_num):
+        if not (is_int if kind == "int" else is_num) or (is_int and abs(value) >= 2**63):
+            # past 64 bits no count is meant, and float() of 400 digits overflows downstream
             return ("a whole number" if kind == "int" else "a finite number") + _range_text(
                 low, high
             )
@@ -243,7 +291,11 @@ def _kind(value) -> str:
     }.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def _shown(value) -> str:
+def shown(value) -> str:
+    """A value from a file as a message quotes it: JSON, at most 60 characters (a 1 MB string or a
+    list nested 900 deep is named by its start)."""
+    if isinstance(value, int) and value.bit_length() > 10000:  # str() fails past 4300 digits
+        return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
     text = (
         json.dumps(value, default=str)
         if not isinstance(value, float) or math.isfinite(value)
@@ -252,19 +304,11 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _NonFinite(ValueError):
-    pass
-
-
-def _refuse_constant(name: str):
-    raise _NonFinite(name)
+_shown = shown
 
 
 def _too_large(path: Path, what: str, limit: int) -> str:
-    return (
-        f"{what} {str(path)!r} is larger than {limit // MIB} MiB, the most ncclprobe reads; "
-        "is it the right file?"
-    )
+    return too_large(f"{what} {str(path)!r}", limit)
 
 
 def _bomless_utf16(data: bytes) -> str | None:

@@ -27,7 +27,7 @@ GROUPED = {
     "pool_progress": "launch",
 }  # modules shown with the unit they serve
 WHAT = {
-    "core": "errors, strict numbers, readers' validation, safe writing, secret masking and the "
+    "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
     "environment display policy, sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",

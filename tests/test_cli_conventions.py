@@ -264,3 +264,13 @@ def test_numbers_the_caller_formatted_are_printed_as_given():
     )
     table, _ = render_table([row], None)
     assert "0.00123" in table and "444.28" in table
+
+
+def test_a_cell_is_cut_past_max_cell_characters_and_says_so():
+    from ncclprobe.cli.table import MAX_CELL, cut_long_cells
+
+    rows = [{"a": "x" * MAX_CELL, "b": 1}, {"a": "y" * (MAX_CELL + 1), "b": "z" * (MAX_CELL + 5)}]
+    cut, note = cut_long_cells(rows)
+    assert cut[0] == rows[0] and cut[1]["a"] == "y" * MAX_CELL + f"... ({MAX_CELL + 1} characters)"
+    assert note.startswith("2 cell(s) longer than 1000 characters cut") and "--wide" in note
+    assert cut_long_cells(rows[:1]) == (rows[:1], None)

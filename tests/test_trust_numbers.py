@@ -156,3 +156,22 @@ def test_json_is_written_without_nan():
     with pytest.raises(ValueError):
         dumps_json({"time_us": math.nan})
     assert json.loads(dumps_json({"x": 1.5})) == {"x": 1.5}
+
+
+def test_format_size_prints_any_number_it_is_given():
+    """A size read from a file that no check bounded must still print (400 digits crashed it)."""
+    from ncclprobe.sizes import format_size
+
+    assert format_size(65536) == "64K" and format_size(1 << 50) == "1024T"
+    assert format_size(10**30) == "1e+30B" and format_size(10**400) == "2^1328+B"
+    assert format_size(float("inf")) == "infB" and format_size(10**5000).startswith("2^")
+
+
+def test_a_logged_number_is_read_strictly():
+    """SGLang's `gen throughput (token/s): 1²0` is no number (isdigit() said it was)."""
+    from ncclprobe.evidence.run.serverlog import _int, _ints, _number
+
+    assert _number("97.58") == 97.58 and _number("0") == 0.0
+    assert [_number(t) for t in ("1²0", "nan", "inf", "١٢", "-1", "9" * 70, None)] == [None] * 7
+    assert _int("12") == 12 and _int("²") is None and _int("9" * 5000) is None
+    assert _ints("1, 2,²,3") == [1, 2, 3]

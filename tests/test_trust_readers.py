@@ -73,6 +73,16 @@ RESULT_DEFECTS = [
         ["line 2", '"settings"'],
     ),
     ("an unknown status", lambda rs: rs[2].update(status="great"), ["line 3", '"status"']),
+    (
+        "a size of 10^30 (report crashed on it)",
+        lambda rs: rs[2].update(size_bytes=10**30),
+        ["line 3", '"size_bytes"', "from 0 to 281474976710656"],
+    ),
+    (
+        "a time of 400 digits",
+        lambda rs: rs[3].update(time_us=10**400),
+        ["line 4", '"time_us"'],
+    ),
 ]
 
 
@@ -298,3 +308,125 @@ def test_a_torn_last_line_is_a_killed_write_not_an_error(tmp_path):
     )
     result = _invoke("recommend", str(path))
     assert result.exit_code in (0, 1) and "torn" not in result.stderr, result.output
+
+
+# --- one JSON policy and one input limit (issue 29 §3) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('{"a": NaN}', "NaN is not a JSON number"),
+        ('{"a": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"a": 1e309}', "1e309 is beyond the range of a number"),
+        ('{"a": [{"b": 1, "b": 2}]}', "the key 'b' is given twice"),
+        ('{"a": 1} {"a": 2}', "data after the end of the JSON document"),
+        ('{"a": 1}\nx', "data after the end of the JSON document"),
+        ('{"a": ' + "9" * 4301 + "}", "an integer of more than 4300 digits"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+        ('{\n"a": 1,\n"b": NaN}', "at line 3"),
+    ],
+)
+def test_every_json_reader_shares_one_policy(text, needle):
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.validate import loads_json
+
+    with pytest.raises(UsageProblem, match=needle) as refused:
+        loads_json(text, "f.json")
+    assert str(refused.value).startswith("f.json") and "\n" not in str(refused.value)
+
+
+def test_the_json_policy_accepts_what_is_json_up_to_each_bound():
+    """The healthy twins: the largest finite float, 4300 digits, a key once per object, blanks after."""
+    from ncclprobe.validate import loads_json
+
+    doc = loads_json('{"a": 1.7976931348623157e308, "b": ' + "9" * 4300 + ', "c": {"a": 1}}\n', "f")
+    assert doc["a"] > 1e308 and len(str(doc["b"])) == 4300 and doc["c"] == {"a": 1}
+    assert loads_json('"NaN"', "f") == "NaN"  # a string that says NaN is a string
+
+
+def _trace(tmp_path, events: int):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "i", "n": i} for i in range(events)]}))
+    return path
+
+
+def test_a_profile_reads_up_to_its_event_limit_and_the_variable_raises_it(tmp_path, monkeypatch):
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.evidence.run.profile import stream
+
+    seen = []
+    monkeypatch.setattr(stream, "MAX_EVENTS", 5)
+    stream.read_events(_trace(tmp_path, 5), seen.append)
+    assert len(seen) == 5
+    with pytest.raises(UsageProblem, match="more than 5 events.*NCCLPROBE_MAX_PROFILE_EVENTS"):
+        stream.read_events(_trace(tmp_path, 6), seen.append)
+    monkeypatch.setenv("NCCLPROBE_MAX_PROFILE_EVENTS", "6")
+    stream.read_events(_trace(tmp_path, 6), seen.append)
+    monkeypatch.setenv("NCCLPROBE_MAX_PROFILE_EVENTS", "²")
+    with pytest.raises(UsageProblem, match="NCCLPROBE_MAX_PROFILE_EVENTS"):
+        stream.read_events(_trace(tmp_path, 1), seen.append)
+
+
+def test_a_profile_reads_up_to_its_byte_limit_decompressed(tmp_path, monkeypatch):
+    import gzip
+
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.evidence.run.profile import stream
+
+    plain = _trace(tmp_path, 3)
+    size = plain.stat().st_size
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    monkeypatch.setattr(stream, "DEFAULT_LIMIT", size)
+    for path in (plain, packed):
+        stream.read_events(path, lambda e: None)
+    monkeypatch.setattr(stream, "DEFAULT_LIMIT", size - 1)
+    with pytest.raises(UsageProblem, match="decompresses to more than.*NCCLPROBE_MAX_INPUT_MIB"):
+        stream.read_events(packed, lambda e: None)
+    with pytest.raises(UsageProblem, match="is larger than"):
+        stream.read_events(plain, lambda e: None)
+    assert stream.MAX_EVENTS == 3_000_000 and stream.DEFAULT_LIMIT == size - 1
+
+
+def test_the_input_variable_only_raises_limits(monkeypatch):
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.validate import DEFAULT_LIMIT, MIB, limit_of
+
+    assert limit_of(DEFAULT_LIMIT) == DEFAULT_LIMIT == 1024 * MIB
+    monkeypatch.setenv("NCCLPROBE_MAX_INPUT_MIB", "2048")
+    assert limit_of(DEFAULT_LIMIT) == 2048 * MIB and limit_of(8 * MIB) == 2048 * MIB
+    monkeypatch.setenv("NCCLPROBE_MAX_INPUT_MIB", "1")
+    assert limit_of(DEFAULT_LIMIT) == DEFAULT_LIMIT
+    for bad in ("0", "nan", "1e3"):
+        monkeypatch.setenv("NCCLPROBE_MAX_INPUT_MIB", bad)
+        with pytest.raises(UsageProblem, match="NCCLPROBE_MAX_INPUT_MIB"):
+            limit_of(DEFAULT_LIMIT)
+
+
+def test_blanks_are_skipped_in_blocks(tmp_path):
+    """A whitespace bomb costs the regular expression's time, not a Python loop per character:
+    40 MB of blanks between two events read in well under the seconds a character loop took."""
+    import time
+
+    from ncclprobe.evidence.run.profile import stream
+
+    path = tmp_path / "blank.json"
+    path.write_text('{"traceEvents": [{"ph": "i"},' + " \n\t" * (13 << 20) + '{"ph": "i"}]}  ')
+    seen, started = [], time.perf_counter()
+    stream.read_events(path, seen.append)
+    assert len(seen) == 2 and time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x" * 3000 + "\nb\n", "\n\n\na\n", "a\rb\rc", "é" * 999],
+)
+def test_a_streamed_log_has_the_lines_of_the_whole_text(tmp_path, monkeypatch, text):
+    from ncclprobe.evidence import text as streamed
+
+    monkeypatch.setattr(streamed, "CHUNK", 7)  # every line split by a chunk's end somewhere
+    for encoding in ("utf-8", "utf-16"):
+        path = tmp_path / "log.txt"
+        path.write_bytes(text.encode(encoding))
+        assert list(streamed.read_text_lines(path, "log")) == text.splitlines()

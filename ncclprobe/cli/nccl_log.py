@@ -9,8 +9,7 @@ from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_failures import explain
 from ncclprobe.evidence.nccl_failures import verdict as failures_verdict
-from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
-from ncclprobe.evidence.text import read_text_file
+from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log_files
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.recipes import proof_env
@@ -42,8 +41,7 @@ def command(files, fmt):
 
     Several files (one per process) are read as one log. Exits 1 on NCCL WARN lines or lint errors.
     """
-    texts = [read_text_file(path, "NCCL log") for path in files]
-    log = parse_nccl_log("\n".join(texts))
+    log = parse_nccl_log_files(files)
     if log.nccl_lines == 0 and log.nccl_version is None and not log.failures:
         raise UsageProblem(
             f"no NCCL log lines in {', '.join(files)}: expected lines like "

@@ -18,7 +18,13 @@ from typing import Any
 
 import click
 
-from ncclprobe.cli.table import left_out_note, note_lines, render_table, terminal_width
+from ncclprobe.cli.table import (
+    cut_long_cells,
+    left_out_note,
+    note_lines,
+    render_table,
+    terminal_width,
+)
 
 FORMATS = ("table", "json", "csv")
 
@@ -104,7 +110,10 @@ def emit(
         click.echo(to_csv(rows), nl=False)
         return
     width = terminal_width()
-    lines = note_lines(([title] if title else []) + list(notes), width)
+    cut = None
+    if width is not None:  # --wide prints every cell whole
+        rows, cut = cut_long_cells(rows)
+    lines = note_lines(([title] if title else []) + list(notes) + ([cut] if cut else []), width)
     if rows:
         table, left_out = render_table(rows, width)
         lines += note_lines([left_out_note(left_out, width)], width) if left_out else []

@@ -4,7 +4,9 @@ A table wider than the terminal first wraps its text columns (the widest cut to 
 none below `MIN_TEXT` characters), then leaves out its last columns, and says which with the flags that show them
 (`--wide`, or `--format json/csv`, which are always complete). Note lines (`# ...`) wrap under
 their first line. `--wide` (any command, before or after it) prints everything unwrapped.
-Columns come in order of importance: the first ones stay.
+Columns come in order of importance: the first ones stay. A cell longer than MAX_CELL characters
+(a log's 1 MB value) is cut, with a note, before any of this: wrapping one long word took tabulate
+17 s for 1 MB and did not finish for 10 MB; `--wide` and JSON/CSV keep it whole.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ FALLBACK_COLUMNS = 100  # not a terminal and no COLUMNS: what a pasted block rea
 MIN_TEXT = 16  # a text column is wrapped no narrower than this (or its header)
 MAX_NAME = 32  # ... nor, in a column of names, below its longest name up to this
 FLOAT_FORMAT = ".2f"
+MAX_CELL = 1000  # characters of a cell in a fitted table: ten lines of a wide terminal
 MISSING = "-"
 
 
@@ -29,6 +32,28 @@ def terminal_width() -> int | None:
     if ctx is not None and (ctx.find_root().obj or {}).get("wide"):
         return None
     return shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns
+
+
+def cut_long_cells(rows: Sequence[dict]) -> tuple[list[dict], str | None]:
+    """The rows with every text cell longer than MAX_CELL cut there, and the note that says so
+    (None when nothing was cut)."""
+    cut, out = 0, []
+    for row in rows:
+        long = {k for k, v in row.items() if isinstance(v, str) and len(v) > MAX_CELL}
+        cut += len(long)
+        out.append(
+            {
+                k: f"{v[:MAX_CELL]}... ({len(v)} characters)" if k in long else v
+                for k, v in row.items()
+            }
+            if long
+            else row
+        )
+    note = (
+        f"{cut} cell(s) longer than {MAX_CELL} characters cut (all of them whole with --wide, or "
+        "--format csv/json)"
+    )
+    return out, note if cut else None
 
 
 def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str]]:

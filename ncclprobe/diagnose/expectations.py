@@ -195,20 +195,43 @@ class Expectation:
         }
 
 
+def _whole(value) -> int | None:
+    """A count from a config someone else wrote: a whole number in 64 bits, else unknown."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        return None
+    return value
+
+
+def _numbers_of(model) -> dict:
+    """A model config's counts (and its MoE block's): a value of another type (`"hidden": "x"`) is
+    left out, as a count the config does not give."""
+    if not isinstance(model, dict):
+        return {}
+    out = {k: _whole(v) for k, v in model.items() if _whole(v) is not None}
+    if model.get("moe"):
+        out["moe"] = _numbers_of(model["moe"]) if isinstance(model["moe"], dict) else True
+    return out
+
+
 def expected_verify_ratio(config: dict) -> Expectation | None:
     """The expected verify/decode ratio for a trace's config, or None without a model shape."""
-    model = config.get("model") or {}
+    model = _numbers_of(config.get("model"))
     if not model.get("hidden") or not model.get("layers"):
         return None
     shape = ModelShape.from_config(model)
     dtype = str(config.get("dtype") or "bfloat16").replace("torch.", "")
     common = dict(
-        batch=int(config.get("batch") or 1),
+        batch=_whole(config.get("batch")) or 1,
         dtype_bytes=element_bytes(dtype) or 2,
-        context=int((config.get("prompt_len") or 0) + (config.get("new_tokens") or 0) / 2) or 1,
+        context=int(
+            (_whole(config.get("prompt_len")) or 0) + (_whole(config.get("new_tokens")) or 0) / 2
+        )
+        or 1,
     )
     decode = step_bytes(shape, tokens_per_seq=1, **common)
-    verify = step_bytes(shape, tokens_per_seq=int(config.get("k") or 1) + 1, **common)
+    verify = step_bytes(shape, tokens_per_seq=(_whole(config.get("k")) or 1) + 1, **common)
     ratio = sum(verify.values()) / sum(decode.values())
     return Expectation(
         ratio=ratio,

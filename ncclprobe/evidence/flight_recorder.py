@@ -33,8 +33,6 @@ is refused.
 
 from __future__ import annotations
 
-import gzip
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +40,10 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.safe_pickle import loads_data
 from ncclprobe.numbers import ascii_re, parse_int
-from ncclprobe.validate import MIB, Where, decode_text, loads_json, read_bytes
+from ncclprobe.validate import MIB, Where, decode_text, gunzip, loads_json, read_bytes
 
 DUMP_LIMIT = 256 * MIB  # a 20,000-entry buffer with stack frames is tens of MB
-DECOMPRESSED_LIMIT = 1024 * MIB
+DECOMPRESSED_LIMIT = DUMP_LIMIT  # gzipped, the same dump: the same limit (validate.gunzip)
 MAX_ENTRIES = 1_000_000
 NEWEST_READ = (2, 10)
 STATES = ("scheduled", "started", "completed")
@@ -194,7 +192,7 @@ def read_dump(path: str | Path) -> Dump:
     label = f"Flight Recorder dump {str(path)!r}"
     data = read_bytes(path, "Flight Recorder dump", limit=DUMP_LIMIT)
     if data[:2] == b"\x1f\x8b":
-        data = _gunzip(data, label)
+        data = gunzip(data, label, DECOMPRESSED_LIMIT)
     if not data.strip():
         raise UsageProblem(f"{label} is empty")
     if data[:1] == b"\x80" or data.rstrip().endswith(
@@ -212,17 +210,6 @@ def read_dump(path: str | Path) -> Dump:
     else:
         raise UsageProblem(f"{label} is neither a pickle nor JSON: not a Flight Recorder dump")
     return _parse(doc, Where(str(path)), int(match["rank"]), fmt)
-
-
-def _gunzip(data: bytes, label: str) -> bytes:
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as handle:
-            out = handle.read(DECOMPRESSED_LIMIT + 1)
-    except (OSError, EOFError) as exc:
-        raise UsageProblem(f"{label} is not readable gzip: {exc}") from None
-    if len(out) > DECOMPRESSED_LIMIT:
-        raise UsageProblem(f"{label} decompresses to more than {DECOMPRESSED_LIMIT // MIB} MiB")
-    return out
 
 
 def _parse(doc, where: Where, rank: int, fmt: str) -> Dump:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.text import clean_line, read_text_file, strip_ansi
+from ncclprobe.evidence.text import clean_line, read_text_lines, strip_ansi
 from ncclprobe.nccl import lint
 from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, canonical
 from ncclprobe.numbers import ascii_re, is_digits
@@ -34,50 +34,52 @@ from ncclprobe.verdict import Verdict, worst
 # `]`): without that look-behind the engine tries the pattern from every character of a long run
 # without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
 _PREFIX = ascii_re(
-    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]+):(?P<tid>[0-9]+) \[(?P<dev>[0-9]+)\] "
-    r"(?:[0-9.]+ )?(?:\S+:[0-9]+ )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]{1,19}):(?P<tid>[0-9]{1,19}) \[(?P<dev>[0-9]{1,19})\] "
+    r"(?:[0-9.]+ )?(?:\S+:[0-9]{1,19} )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
 # NCCL 2.26+ starts WARN lines with `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT); `clean_line` drops it
-_WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]")
-_VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+_WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,19})?)\]")
+_VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})\S*)")
 # RCCL (ROCm's NCCL) prints `RCCL version 2.20.5+hip6.2 HEAD:d380693+` (to 2.20) or a block that
 # starts `RCCL version : 2.21.5-HEAD:9a0e6a1` (2.21+); its number is the NCCL release it follows
-_RCCL_VERSION = ascii_re(r"^RCCL version\s*:?\s*(?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
-_VLLM_NCCL = ascii_re(r"vLLM is using nccl==(?P<full>(?P<v>\d+\.\d+\.\d+)\S*)")
+_RCCL_VERSION = ascii_re(r"^RCCL version\s*:?\s*(?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})\S*)")
+_VLLM_NCCL = ascii_re(r"vLLM is using nccl==(?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})\S*)")
 # nccl-tests / rccl-tests: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`
 _TEST_FAILURE = ascii_re(r"NCCL failure \S+ '(?P<what>[^']*)'")
 _QUOTE = ascii_re(r"^(?:>\s?)+")  # a log pasted as a Markdown quote
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
-_INT_WITH_PERIOD = ascii_re(r"^-?\d+\.$")
+_INT_WITH_PERIOD = ascii_re(r"^-?\d{1,19}\.$")
 _COMM_INIT = ascii_re(
-    r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) "
-    r"nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+    r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d{1,19}) "
+    r"nranks (?P<nranks>\d{1,19}) cudaDev (?P<dev>\d{1,19})(?: nvmlDev \d{1,19})? busId (?P<bus>[0-9a-f]+)"
     r".* - Init (?P<phase>START|COMPLETE)"
 )
 _COMM_SHAPE = ascii_re(
-    r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-    r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)"
+    r"^comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d{1,19}) nRanks (?P<nranks>\d{1,19}) "
+    r"nNodes (?P<nnodes>\d{1,19}) localRanks (?P<local>\d{1,19})"
 )
 _CONNECTION = ascii_re(
-    r"^Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\]"
+    r"^Channel \d{1,19}(?:/\d{1,19})? : \d{1,19}\[[0-9a-fx]+\] -> \d{1,19}\[[0-9a-fx]+\]"
     r"(?: \[(?:send|receive)\])? via (?P<via>\S.*)$"
 )
-_RING = ascii_re(r"^Channel \d+/(?P<n>\d+) :(?:\s+\d+)+$")
-_TREES = ascii_re(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)")
+_RING = ascii_re(r"^Channel \d{1,19}/(?P<n>\d{1,19}) :(?:\s+\d{1,19})+$")
+_TREES = ascii_re(
+    r"^Trees((?: \[\d{1,19}\] -?\d{1,19}/-?\d{1,19}/-?\d{1,19}->-?\d{1,19}->-?\d{1,19})+)"
+)
 _TUNING = ascii_re(
-    r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
-    r"(?: time (?P<time>\d+(?:\.\d+)?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+    r"^(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d{1,19}) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+    r"(?: time (?P<time>\d{1,19}(?:\.\d{1,19})?))?(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d{1,19})\.\.(?P<hi>\d{1,19})\})?"
 )
 _SYMMETRIC = ascii_re(
-    r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d+) Bytes -> Kernel (?P<kernel>\S+)"
+    r"^(?P<coll>[A-Za-z]+) \[Symmetric\]: (?P<bytes>\d{1,19}) Bytes -> Kernel (?P<kernel>\S+)"
 )
 _CALL = ascii_re(
-    r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d+) datatype (?P<dtype>\d+)"
+    r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d{1,19}) datatype (?P<dtype>\d{1,19})"
 )
 _CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
 _CHANNEL_COUNTS = ascii_re(
-    r"^(?P<coll>\d+) coll channels, (?P<collnet>\d+) collnet channels, "
-    r"(?P<nvls>\d+) nvls channels, (?P<p2p>\d+) p2p channels"
+    r"^(?P<coll>\d{1,19}) coll channels, (?P<collnet>\d{1,19}) collnet channels, "
+    r"(?P<nvls>\d{1,19}) nvls channels, (?P<p2p>\d{1,19}) p2p channels"
 )
 _TUNER = ascii_re(
     r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
@@ -196,7 +198,17 @@ def parse_nccl_log(text: str) -> NcclLog:
 
 def parse_nccl_log_file(path: str | Path) -> NcclLog:
     """Parse one log file; an unreadable file is a UsageProblem naming it."""
-    return parse_nccl_log(read_text_file(path, "NCCL log"))
+    return parse_nccl_log_files([path])
+
+
+def parse_nccl_log_files(paths: Iterable[str | Path]) -> NcclLog:
+    """Several files (one per process) as one log, streamed line by line: only the facts are kept,
+    never the text (`read_text_lines`)."""
+    reader = _Reader()
+    for path in paths:
+        for raw in read_text_lines(path, "NCCL log"):
+            reader.feed(clean_line(raw), raw)
+    return reader.finish()
 
 
 def algo_name(token: str) -> str:
@@ -348,7 +360,9 @@ class _Reader:
     def _connection(self, via: str) -> None:
         via = via.strip()
         self._count(self.transports, via.split("/", 1)[0])
-        self._count(self.details, re.sub(r"/[0-9]+(?=/|$)", "", via))  # drop NET device indices
+        self._count(
+            self.details, re.sub(r"/[0-9]{1,19}(?=/|$)", "", via)
+        )  # drop NET device indices
 
     def _comm(self, m: re.Match, pid: int) -> None:
         nranks = int(m["nranks"])

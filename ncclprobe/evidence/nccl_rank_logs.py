@@ -1,6 +1,6 @@
 """NCCL debug logs of a job's ranks, one file per rank, as evidence for `diagnose --nccl-log`.
 
-Each file is read by `nccl_log.parse_nccl_log` on its own (the comparisons between ranks need one
+Each file is read by `nccl_log.parse_nccl_log_file` on its own (the comparisons between ranks need one
 log per rank: NCCL_DEBUG_FILE with `%p`, or a name per rank). Which rank wrote a file: the rank of
 its largest communicator (NCCL's `comm ... rank R nranks N` lines), which is the rank in the job's
 world group; a file without one gets None. A file with no NCCL line is not an NCCL log: refused.
@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log
-from ncclprobe.evidence.text import read_text_file
+from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log_file
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ def load_nccl_logs(paths) -> list[RankNcclLog]:
     """Every file an NCCL debug log of a rank of the job; in the order given."""
     logs = []
     for path in paths:
-        log = parse_nccl_log(read_text_file(path, "NCCL log"))
+        log = parse_nccl_log_file(path)  # streamed
         if log.nccl_lines == 0 and log.nccl_version is None:
             raise UsageProblem(
                 f"no NCCL log lines in {str(path)!r}: expected lines like "

@@ -17,7 +17,6 @@ command line) become the run's settings.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -29,15 +28,18 @@ from ncclprobe.evidence.text import clean_task_line
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
+from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.strict_json import json_problem, strict_decoder
 
 PARAMS = ascii_re(
-    r"^#?\s*nThread (?P<threads>\d+) nGpus (?P<gpus>\d+) minBytes (?P<min>\d+) maxBytes (?P<max>\d+)"
-    r".*?warmup iters: (?P<warmup>\d+) iters: (?P<iters>\d+)(?:.*?agg iters: (?P<agg>\d+))?"
-    r"(?:.*?validation: (?P<validation>\d+))?(?:.*?graph: (?P<graph>\d+))?"
+    r"^#?\s*nThread (?P<threads>\d{1,19}) nGpus (?P<gpus>\d{1,19}) "
+    r"minBytes (?P<min>\d{1,19}) maxBytes (?P<max>\d{1,19})"
+    r".*?warmup iters: (?P<warmup>\d{1,19}) iters: (?P<iters>\d{1,19})(?:.*?agg iters: (?P<agg>\d{1,19}))?"
+    r"(?:.*?validation: (?P<validation>\d{1,19}))?(?:.*?graph: (?P<graph>\d{1,19}))?"
 )
 RANK = ascii_re(
-    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+) on\s+(?P<host>\S+)\s+device"
-    r"\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+    r"^#\s+Rank\s+(?P<rank>\d{1,19})(?:\s+Group\s+\d{1,19})?\s+Pid\s+(?P<pid>\d{1,19}) on\s+(?P<host>\S+)\s+device"
+    r"\s+(?P<dev>\d{1,19})\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
 )
 # before v2.13 every test printed its own header: `type redop` (all_reduce, reduce_scatter, alltoall),
 # `type redop root` (reduce), `type root` (broadcast), `type` alone (all_gather, sendrecv); since v2.13 one
@@ -46,15 +48,15 @@ COLUMNS = ascii_re(
     r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
     r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?"
 )
-FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s+(?P<verdict>OK|FAILED)")
+FOOTER_OOB = ascii_re(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d{1,19})\s+(?P<verdict>OK|FAILED)")
 # only a well-formed number counts: a mangled one (`1.2.3`, `nan`) leaves the average unknown
 FOOTER_AVG = ascii_re(
-    r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+    r"^#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?)"
     r"(?:\s+(?:OK|FAILED))?\s*$"
 )  # OK/FAILED: with NCCL_TESTS_MIN_BW set
 # since 2.18 (util.cu): `nccl-headers=%d nccl-library=%d`, NCCL_VERSION_CODE and ncclGetVersion()
 TESTS_VERSION = ascii_re(
-    r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d+))?"
+    r"^#\s*nccl-tests version (?P<v>\S+)(?:.*?\bnccl-library=(?P<library>\d{1,19}))?"
 )
 STARTING = ascii_re(r"^#\s*Collective test starting: (?P<name>\S+)")
 CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
@@ -63,8 +65,8 @@ EXPORTED = ascii_re(r"^#\s*ncclprobe export: (?P<body>.*)$")
 _COLLECTIVE = ascii_re(
     r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b"
 )
-_REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d+)")
-_NUMBER = ascii_re(r"^-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?$")
+_REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d{1,19})")
+_NUMBER = ascii_re(r"^-?\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?$")
 # not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
 # nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
 NOT_SETTINGS = ("NCCL_VERSION",)
@@ -291,9 +293,11 @@ def _reducing(run, m):
 
 def _exported(run, m):
     try:
-        doc = json.loads(m["body"])
-    except json.JSONDecodeError:
-        return
+        doc = strict_decoder().decode(m["body"])
+    except (ValueError, RecursionError) as exc:
+        if json_problem(exc) is None:
+            raise
+        return  # not the line ncclprobe export writes: it is no evidence either way
     if isinstance(doc, dict):
         run.exported = doc
 
@@ -310,8 +314,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
     if not all(_NUMBER.match(c) or c == "N/A" for c in cells):
         return None
     if not all(
-        math.isfinite(float(c)) for c in cells if c != "N/A"
-    ):  # 1e999: not JSON, not a count
+        math.isfinite(float(c)) and float(c) >= 0 for c in cells if c != "N/A"
+    ):  # 1e999: not JSON, not a count; a negative time or bandwidth: no measurement
         return None
     placements = [cells[:per], cells[per:]]
     missing = [
@@ -326,6 +330,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
         return None
     root = int(root_cell) if columns.root else None
     size = int(tokens[0])
+    if size > MAX_SIZE:  # 19 digits fit the pattern, not a message nccl-tests sends
+        return None
     oop, ip = (
         None if gone else _measurement(c, columns, size) for c, gone in zip(placements, missing)
     )

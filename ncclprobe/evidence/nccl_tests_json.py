@@ -29,7 +29,6 @@ decide what NCCL and torch do (envcheck's families), every value through envchec
 
 from __future__ import annotations
 
-import json
 import math
 
 from ncclprobe.errors import UsageProblem
@@ -41,7 +40,10 @@ from ncclprobe.evidence.nccl_tests import (
     nccl_settings,
     nccl_version_of_code,
 )
+from ncclprobe.numbers import is_digits
 from ncclprobe.secrets import display_value, is_relevant, mask_env
+from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.validate import loads_json
 
 READ_VERSIONS = (1, 2, 3)
 
@@ -56,10 +58,7 @@ def looks_like_json(text: str) -> bool:
 
 
 def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageProblem(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc = loads_json(text, source)  # the one JSON policy: no NaN, no key twice, one document
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("results"), list)
@@ -77,7 +76,8 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     env = _environment(doc.get("env"), source)
     run = NcclTestsRun(rows=[], nranks=None, collective=None, format="json")
     run.params = _params(config)
-    run.devices = [_device(d) for d in config.get("devices") or [] if isinstance(d, dict)]
+    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    run.devices = [_device(d) for d in devices if isinstance(d, dict)]
     run.nranks = len(run.devices) or None
     run.nccl_version = _version(doc.get("nccl_version"))
     args = doc.get("args") if isinstance(doc.get("args"), list) else []
@@ -85,7 +85,10 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
     run.settings = mask_env(nccl_settings(env))  # a value shaped like a secret is masked here too
     run.env = {k: display_value(k, v) for k, v in sorted(env.items()) if is_relevant(k)}
     run.rows = [_row(r, i, source) for i, r in enumerate(doc["results"])]
-    run.out_of_bounds = _int((doc.get("out_of_bounds") or {}).get("count"))
+    out_of_bounds = doc.get("out_of_bounds")
+    run.out_of_bounds = (
+        _int(out_of_bounds.get("count")) if isinstance(out_of_bounds, dict) else None
+    )
     average = (
         doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
     )  # version 1's spelling
@@ -94,7 +97,8 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         if isinstance(average, dict)
         else None
     )
-    errors = [e for e in doc.get("errors") or [] if isinstance(e, str) and e.strip()]
+    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
+    errors = [e for e in errors if isinstance(e, str) and e.strip()]
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
         raise UsageProblem(f"{source}: nccl-tests JSON without result rows")
@@ -156,19 +160,25 @@ def _version(code) -> str | None:
 def _row(r, index: int, source: str) -> Row:
     if not isinstance(r, dict) or _int(r.get("size")) is None or _int(r.get("count")) is None:
         raise UsageProblem(f"{source}: results[{index}] has no integer size and count")
-    root, size = _int(str(r.get("root", "")).strip()), _int(r["size"])
+    root, size, count = _int(str(r.get("root", "")).strip()), _int(r["size"]), _int(r["count"])
+    if not 0 <= size <= MAX_SIZE or not 0 <= count <= MAX_SIZE:
+        raise UsageProblem(
+            f"{source}: results[{index}] has size {_shown(size)} and count {_shown(count)}: "
+            f"not a message nccl-tests measures (0 to 2**48 bytes)"
+        )
+    where = f"{source}: results[{index}]"
     return Row(
         size,
-        _int(r["count"]),
+        count,
         str(r.get("type")),
         str(r.get("redop")),
         root,
-        _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size),
-        _measurement(r.get("in_place"), r.get("in_place_per_iter"), size),
+        _measurement(r.get("out_of_place"), r.get("out_of_place_per_iter"), size, where),
+        _measurement(r.get("in_place"), r.get("in_place_per_iter"), size, where),
     )
 
 
-def _measurement(m, per_iter, size: int) -> Measurement | None:
+def _measurement(m, per_iter, size: int, where: str = "the file") -> Measurement | None:
     if not isinstance(m, dict):
         return None
     algbw, busbw = _float(m.get("alg_bw")), _float(m.get("bus_bw"))
@@ -176,6 +186,15 @@ def _measurement(m, per_iter, size: int) -> Measurement | None:
         return None
     nwrong = _float(m.get("nwrong"))
     time_us, cpu = _float(m.get("time")), _float(m.get("cpu_time"))
+    for name, value in (
+        ("time", time_us),
+        ("cpu_time", cpu),
+        ("alg_bw", algbw),
+        ("bus_bw", busbw),
+        ("nwrong", nwrong),
+    ):
+        if value is not None and value < 0:  # recommend would refuse the imported file later
+            raise UsageProblem(f"{where}: {name} {value} is negative; no measurement is")
     if (
         time_us is None and cpu is not None and algbw > 0
     ):  # -C 1: the bandwidths still come from completion
@@ -212,7 +231,13 @@ def _iteration(p) -> dict | None:
 def _float(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None  # "nan" (nccl-tests writes NaN as a string), null, or junk
+    if isinstance(value, int) and abs(value) >= 2**63:
+        return None  # 400 digits: no measurement, and float() would overflow
     return float(value) if math.isfinite(value) else None
+
+
+def _shown(value: int) -> str:
+    return str(value) if abs(value) < 10**30 else f"of {len(str(abs(value)))} digits"
 
 
 def _int(value) -> int | None:
@@ -220,10 +245,6 @@ def _int(value) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if (
-        isinstance(value, str)
-        and value.strip().lstrip("-").isascii()
-        and value.strip().lstrip("-").isdigit()
-    ):
+    if isinstance(value, str) and is_digits(value.strip().removeprefix("-")):  # ASCII, <= 19
         return int(value.strip())
     return None

@@ -27,6 +27,8 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.matrix import Matrix
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
+from ncclprobe.strict_json import json_problem, strict_decoder
+from ncclprobe.validate import shown
 
 _RUNNING = ascii_re(r"^(?:>\s*)?Running (?P<name>\w+)\.\s*$")
 _WAIVING = ascii_re(r"^(?:>\s*)?Waiving (?P<name>\w+)\.\s*$")
@@ -87,11 +89,15 @@ def _json_start(text: str) -> int | None:
 
 def _parse_json(text: str, start: int) -> NvbandwidthOutput:
     try:
-        doc, _ = json.JSONDecoder().raw_decode(text[start:].lstrip())
+        doc, _ = strict_decoder().raw_decode(text[start:].lstrip())  # warning lines may follow
     except json.JSONDecodeError as exc:
         raise UsageProblem(
             f"nvbandwidth JSON is malformed or cut short: {exc.msg} at char {exc.pos}"
-        ) from exc
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        if json_problem(exc) is None:
+            raise
+        raise UsageProblem(f"nvbandwidth JSON: {json_problem(exc)}") from None
     body = doc.get("nvbandwidth") if isinstance(doc, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("testcases", []), list):
         raise UsageProblem('nvbandwidth JSON has no "nvbandwidth" object with a "testcases" list')
@@ -102,8 +108,8 @@ def _parse_json(text: str, start: int) -> NvbandwidthOutput:
         devices=[str(d) for d in body.get("GPU Device list", [])],
     )
     for case in body.get("testcases", []):
-        if not isinstance(case, dict) or "name" not in case:
-            raise UsageProblem("nvbandwidth JSON test case without a name")
+        if not isinstance(case, dict) or not isinstance(case.get("name"), str):
+            raise UsageProblem("nvbandwidth JSON test case without a name (a string)")
         if case.get("status") != "Passed":
             out.skipped[str(case["name"])] = str(case.get("status") or "no status") + (
                 f": {case['error']}" if case.get("error") else ""
@@ -128,7 +134,7 @@ def _cell(value, test: str) -> float | None:
     if text == "N/A":
         return None
     if not _NUMBER.match(text):
-        raise UsageProblem(f"nvbandwidth test {test}: cell {value!r} is not a number or N/A")
+        raise UsageProblem(f"nvbandwidth test {test}: cell {shown(value)} is not a number or N/A")
     return float(text)
 
 
@@ -223,7 +229,7 @@ def _matrix(name: str, description: str, cells: list[list[float | None]]) -> Mat
     m = _DESCRIPTION.match(description)
     if not m:
         raise UsageProblem(
-            f"nvbandwidth test {name}: description {description!r} is not one this reader knows"
+            f"nvbandwidth test {name}: description {shown(description)} is not one this reader knows"
         )
     if m["a"] != m["b"]:
         rows, cols, cells = _host_orientation(name, m, cells)

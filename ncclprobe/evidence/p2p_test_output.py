@@ -29,16 +29,18 @@ from ncclprobe.numbers import ascii_re
 
 BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
 _DEVICE = ascii_re(
-    r"^Device: (?P<i>\d+), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
+    r"^Device: (?P<i>\d{1,19}), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
     r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$"
 )
-_ACCESS = ascii_re(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)\s*$")
+_ACCESS = ascii_re(
+    r"^Device=(?P<i>\d{1,19}) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d{1,19})\s*$"
+)
 _TITLE = ascii_re(
     r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
     r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$"
 )
-_HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
-_NUMBER = ascii_re(r"^\d+(?:\.\d+)?$")
+_HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d{1,19})+)\s*$")
+_NUMBER = ascii_re(r"^\d{1,19}(?:\.\d{1,19})?$")
 _SM_COPY_RUN = ascii_re(r"p2pBandwidthLatencyTest(?:\.exe)?\s(?:.*\s)?--sm_copy(?:\s|$)")
 EXPECTED = (
     "Unidirectional P2P=Disabled Bandwidth",

@@ -65,7 +65,7 @@ class NodeFacts:
         direct = doc.get("nvlink_direct")
         return cls(
             links=links,
-            compute_capabilities=tuple(int(c) for c in caps) if caps else None,
+            compute_capabilities=tuple(caps) if _whole_numbers(caps) else None,
             over_network=over_network or bool(doc.get("over_network")),
             net_path=net_path if isinstance(net_path, str) else None,
             nvlink_direct=direct if isinstance(direct, bool) else None,
@@ -143,3 +143,12 @@ def _ring_exists(gpus: list[int], hop: set[tuple[int, int]]) -> bool:
         return any(extend(path + [n], left - {n}) for n in sorted(left) if (path[-1], n) in hop)
 
     return extend([start], set(gpus[1:]))
+
+
+def _whole_numbers(values) -> bool:
+    """A non-empty list of whole numbers (compute capabilities as a results header records them)."""
+    return (
+        isinstance(values, (list, tuple))
+        and bool(values)
+        and all(type(v) is int and 0 <= v < 1000 for v in values)
+    )

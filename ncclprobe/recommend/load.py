@@ -184,7 +184,8 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
 
 def _pick_mode(results: list[ResultRecord], collective: str) -> str:
     modes = {r.mode for r in results if r.collective == collective}
-    return "eager" if "eager" in modes or not modes else sorted(m for m in modes if m)[0]
+    named = sorted(m for m in modes if m)  # a result without a mode names none
+    return "eager" if "eager" in modes or not named else named[0]
 
 
 def _exclusions(configs: dict[str, dict], results: list[ResultRecord]) -> list[Exclusion]:
@@ -267,7 +268,7 @@ def _curves(
             settings=configs[cid].get("settings") or {},
             points={size: merge(pts) for size, pts in sorted(by_size.items())},
             correctness_checked=checked.get(cid, False),
-            tuning=list((configs[cid].get("proof") or {}).get("tuning") or []),
+            tuning=_tuning(configs[cid].get("proof")),
         )
         for cid, by_size in sorted(grouped.items())
     }
@@ -318,3 +319,10 @@ def _node(header: dict) -> NodeFacts:
 
 def _first(values):
     return next((v for v in values if v is not None), None)
+
+
+def _tuning(proof) -> list:
+    """The proof's record of NCCL's choices (a list), or none: a file another tool wrote may hold
+    anything there, and no choice is better than a wrong one."""
+    tuning = proof.get("tuning") if isinstance(proof, dict) else None
+    return list(tuning) if isinstance(tuning, list) else []

@@ -234,4 +234,6 @@ def _round(value, digits: int):
 
 def _gpu_name(gpu) -> str:
     """A sweep header lists names; an imported run lists {rank, name, host, device}."""
-    return gpu if isinstance(gpu, str) else str((gpu or {}).get("name") or "?")
+    if isinstance(gpu, str):
+        return gpu
+    return str(gpu.get("name") or "?") if isinstance(gpu, dict) else "?"

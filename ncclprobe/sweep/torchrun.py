@@ -118,8 +118,8 @@ def _rank_messages(pool_dir: Path) -> list[dict]:
         for line in text.splitlines():
             try:
                 message = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line torn by a killed rank
+            except (ValueError, RecursionError):
+                continue  # a line torn by a killed rank (or 5000 digits, nesting: no message)
             if isinstance(message, dict):
                 out.append({"rank": rank, **message})
     return out

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.view import Acceptance, EngineRun, Phase, RunSet
+from ncclprobe.numbers import is_digits, parse_float
 from ncclprobe.validate import read_text
 
 SGLANG_MARKERS = ("Decode batch", "Prefill batch", "server_args=ServerArgs(")
@@ -42,18 +43,18 @@ VLLM_MARKERS = (
     "SpecDecodeWorker stage times",
 )
 MAX_LINE = 1 << 16  # longer lines are not log lines we read; only their head is looked at
-_NUM = r"[0-9]+(?:\.[0-9]+)?"
+_NUM = r"[0-9]{1,19}(?:\.[0-9]{1,19})?"  # bounded: int() fails past 4300 digits
 _VLLM_TPUT = re.compile(
-    r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]+) reqs"
+    r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]{1,19}) reqs"
 )
 _VLLM_MEAN = re.compile(r"Mean acceptance length: (" + _NUM + ")")
 _VLLM_RATE = re.compile(r"(?:Avg )?Draft acceptance rate: (" + _NUM + ")(%?)")
 # V0 (vLLM <= 0.7) prints cumulative counts; 0.5.x doubled the word: `Number of draft tokens tokens: 42272`
 _V0_COUNT = re.compile(
-    r"Number of (speculative|accepted|draft|emitted) tokens(?: tokens)?: ([0-9]+)"
+    r"Number of (speculative|accepted|draft|emitted) tokens(?: tokens)?: ([0-9]{1,19})"
 )
 # V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
-_V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]+) tokens\b")
+_V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]{1,19}) tokens\b")
 # V0's spec_decode_worker.py: `SpecDecodeWorker stage times: average_time_per_proposal_tok_ms=4.96
 # scoring_time_ms=54.92 verification_time_ms=1.20`, averages over a logging interval: the draft's time
 # per proposed token, the target's scoring (verify) forward, the rejection sampler
@@ -65,8 +66,8 @@ _VLLM_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.([A-Z_]+)")
 # the engine config prints a Python dict (0.10+: `'cudagraph_capture_sizes': [1, 2]`); earlier V1 versions
 # printed the compilation config as JSON (`"cudagraph_capture_sizes":[512,504]`)
 _VLLM_SIZES = re.compile(r"""['"]cudagraph_capture_sizes['"]: ?\[([0-9, ]*)\]""")
-_VLLM_SPEC = re.compile(r"num_spec_tokens=([0-9]+)")
-_VLLM_TP = re.compile(r"tensor_parallel_size=([0-9]+)")
+_VLLM_SPEC = re.compile(r"num_spec_tokens=([0-9]{1,19})")
+_VLLM_TP = re.compile(r"tensor_parallel_size=([0-9]{1,19})")
 _VLLM_EAGER = re.compile(r"enforce_eager=(True|False)")
 _VLLM_DOWNGRADE = re.compile(
     r"setting cudagraph_mode=([A-Z_]+)|Overriding cudagraph_mode (?:from [A-Z_]+ )?to ([A-Z_]+)"
@@ -141,13 +142,11 @@ def _sglang(lines: list[str], path: str) -> dict:
         )
         for flag in ("True", "False")
     }
-    accept = [float(b["accept len"]) for b in batches if "accept len" in b]
+    accept = _numbers(b.get("accept len") for b in batches)
     # the first decode interval holds the server's warm-up (SGLang's first request, its graphs'
     # first replays): it counts for no throughput figure when others follow
     measured = batches[1:] if len(batches) > 1 else batches
-    tput = [
-        float(b["gen throughput (token/s)"]) for b in measured if "gen throughput (token/s)" in b
-    ]
+    tput = _numbers(b.get("gen throughput (token/s)") for b in measured)
     max_bs = _int(args.get("cuda_graph_max_bs"))
     speculative = bool(accept) or args.get("speculative_algorithm", "None").strip("'") not in (
         "None",
@@ -168,12 +167,12 @@ def _sglang(lines: list[str], path: str) -> dict:
         "graphs_disabled": args.get("disable_cuda_graph") == "True",
         "tokens_per_cycle": _mean(accept),
         "tokens_per_cycle_values": len(accept),
-        "accept_rate": _mean([float(b["accept rate"]) for b in batches if "accept rate" in b]),
+        "accept_rate": _mean(_numbers(b.get("accept rate") for b in batches)),
         "per_position": [],
         "gen_tokens_per_s": _median(tput),
         **_throughputs(
             running[len(batches) - len(measured) :],
-            [b.get("gen throughput (token/s)") for b in measured],
+            [_number(b.get("gen throughput (token/s)")) for b in measured],
         ),
         "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
         "tp": _int(args.get("tp_size")),
@@ -457,11 +456,10 @@ def _per_position(line: str) -> list[float]:
         return []
     values = []
     for item in line[at + len("Per-position acceptance rate:") :].split(","):
-        item = item.strip()
-        try:
-            values.append(float(item))
-        except ValueError:
+        value = _number(item.strip())  # nan, inf, `0.9²` end the list too
+        if value is None:
             break
+        values.append(value)
     return values
 
 
@@ -480,14 +478,26 @@ def _throughputs(running, values) -> dict:
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.replace(" ", "").split(",") if x.isdigit()]
+    return [int(x) for x in text.replace(" ", "").split(",") if is_digits(x)]
 
 
 def _int(text) -> int | None:
     if isinstance(text, int):
         return text
     text = str(text or "").strip("'")
-    return int(text) if text.isascii() and text.isdigit() else None
+    return int(text) if is_digits(text) else None  # ASCII only: `²`.isdigit() is true
+
+
+def _number(text: str | None) -> float | None:
+    """A logged field's number, strictly (`ncclprobe.numbers`); None for anything else (`1²0`)."""
+    try:
+        return None if text is None else parse_float(text, "a logged value", min=0)
+    except UsageProblem:
+        return None
+
+
+def _numbers(texts) -> list[float]:
+    return [v for v in map(_number, texts) if v is not None]
 
 
 def _first(pattern, line):

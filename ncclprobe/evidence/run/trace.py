@@ -26,7 +26,7 @@ from ncclprobe.evidence.run.view import (
 )
 from ncclprobe.nccl.values import reads_the_same
 from ncclprobe.secrets import mask_env_value, mask_provenance, mask_text
-from ncclprobe.validate import load_json
+from ncclprobe.validate import Where, load_json, shown
 from ncclprobe.verdict import Verdict
 
 SCHEMA_VERSION = 1
@@ -88,11 +88,12 @@ def validate(doc, where: str) -> None:
         )
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise UsageProblem(
-            f"{where!r} has trace schema version {doc.get('schema_version')!r}; "
+            f"{where!r} has trace schema version {shown(doc.get('schema_version'))}; "
             f"this ncclprobe reads version {SCHEMA_VERSION}"
         )
     if not isinstance(doc.get("config"), dict):
         raise UsageProblem(f'{where}: "config" must be an object')
+    _validate_config(doc["config"], Where(where).at("config"))
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise UsageProblem(f"{where!r} holds no runs")
@@ -100,11 +101,28 @@ def validate(doc, where: str) -> None:
         _validate_run(run, f"{where}: runs[{i}]")
 
 
+# the run's settings the analyses read, with the types run-engine writes (absent or null: unknown)
+_CONFIG_FIELDS = (
+    *((name, "int", 1) for name in ("tp", "batch", "k", "new_tokens", "prompt_len", "repeats")),
+    *((name, "int", 0) for name in ("seed", "prompts_given")),
+    *((name, "str", None) for name in ("engine", "device", "backend", "preset", "dtype", "graphs")),
+    ("prompts", "list", None),
+    ("model", "dict", None),
+)
+
+
+def _validate_config(config: dict, where: Where) -> None:
+    for name, kind, low in _CONFIG_FIELDS:
+        where.field(config, name, kind, required=False, nullable=True, min=low)
+
+
 def _validate_run(run, at: str) -> None:
     if not isinstance(run, dict):
         raise UsageProblem(f"{at} is not an object")
     if run.get("mode") not in MODES:
-        raise UsageProblem(f"{at}.mode is {run.get('mode')!r}, expected baseline or speculative")
+        raise UsageProblem(
+            f"{at}.mode is {shown(run.get('mode'))}, expected baseline or speculative"
+        )
     for key in (
         "tokens_per_s",
         "ms_per_token",
@@ -112,8 +130,12 @@ def _validate_run(run, at: str) -> None:
         "collective_share",
         "graph_coverage",
         "verify_decode_ratio",
+        "new_tokens",
     ):
         _number(run.get(key), f"{at}.{key}", optional=True)
+    for key, kind in (("settings", "dict"), ("graphs", "list"), ("repeats", "dict")):
+        if run.get(key) is not None and not isinstance(run[key], dict if kind == "dict" else list):
+            raise UsageProblem(f"{at}.{key} must be {'an object' if kind == 'dict' else 'a list'}")
     phases = run.get("phases")
     if not isinstance(phases, dict):
         raise UsageProblem(f"{at}.phases must be an object")
@@ -168,10 +190,11 @@ def _number(value, at: str, optional: bool = False) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
+        or (isinstance(value, int) and value >= 2**63)  # isfinite() of 400 digits overflows
         or not math.isfinite(value)
         or value < 0
     ):
-        raise UsageProblem(f"{at} must be a finite non-negative number, got {value!r}")
+        raise UsageProblem(f"{at} must be a finite non-negative number, got {shown(value)}")
 
 
 # ---- assembly, merges and self-checks ---------------------------------------------------------
@@ -368,7 +391,9 @@ def to_runs(doc: dict, path: str = "") -> list[EngineRun]:
 def _groups(config: dict) -> int:
     """How many batches a run decoded one after another: with more prompts than --batch each run
     record covers them all, and its `new_tokens` is per batch (engine/spec.py RunSpec.groups)."""
-    prompts, batch = config.get("prompts") or [], int(config.get("batch") or 1)
+    prompts, batch = config.get("prompts"), config.get("batch") or 1
+    if not isinstance(prompts, list) or isinstance(batch, bool) or not isinstance(batch, int):
+        return 1  # the config is the engine's own record: a value of another type tells nothing
     return max(1, len(prompts) // batch) if prompts and batch > 0 else 1
 
 

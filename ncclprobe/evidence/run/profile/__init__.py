@@ -250,6 +250,11 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
             "another algorithm or protocol inside it (NCCL_DEBUG_SUBSYS=TUNING logs NCCL's choice per call)"
         )
     notes.extend(_alignment_notes(timelines, run))
+    for skipped in (t for t in timelines if t.malformed):
+        notes.append(
+            f"{Path(skipped.path).name}: {skipped.malformed} events skipped whose fields had the wrong "
+            "types (a category, name or id that is not what Kineto writes)"
+        )
     if len(timelines) == 1 and (tl.world_size or 1) > 1:
         notes.append(
             f"one rank of {tl.world_size} given: the slowest rank cannot be found and the rank skew is unknown "

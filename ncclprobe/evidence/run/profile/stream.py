@@ -6,11 +6,16 @@ chunks and hands each element of `traceEvents` to a callback as soon as it is pa
 event (plus one chunk of text) is in memory at a time; the caller keeps what it needs. The other
 top-level keys (`deviceProperties`, `distributedInfo`, ...) are small and returned whole.
 
-The parsing itself is the standard library's C scanner (`json.JSONDecoder.scan_once`), applied
-at each element's start; the reader only finds the starts (skipping whitespace and commas) and
-refills the buffer when an element runs past its end. Every malformed input is a UsageProblem
-naming the file and what is wrong: not gzip or not JSON, a truncated stream, an object that is not
-a trace.
+The parsing itself is the standard library's C scanner (`json.JSONDecoder.scan_once`) under the one
+JSON policy of every reader (`validate.strict_decoder`: no NaN/Infinity, no overflowing number, no
+key given twice), applied at each element's start; the reader only finds the starts (skipping
+whitespace in blocks, and commas) and refills the buffer when an element runs past its end. Every
+malformed input is a UsageProblem naming the file, the character and what is wrong: not gzip or
+not JSON, a truncated stream, an object that is not a trace, data after the trace.
+
+Limits, so that no file exhausts memory (a 36 MB gzip bomb of kernel events once reached 6 GB):
+at most DEFAULT_LIMIT (1 GiB) of text, decompressed, and MAX_EVENTS events, each raised by its
+variable (NCCLPROBE_MAX_INPUT_MIB, NCCLPROBE_MAX_PROFILE_EVENTS), which the refusal names.
 """
 
 from __future__ import annotations
@@ -18,15 +23,28 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
+from ncclprobe.numbers import parse_int
+from ncclprobe.strict_json import json_problem, strict_decoder
+from ncclprobe.validate import DEFAULT_LIMIT, limit_of, too_large
 
 CHUNK = 1 << 20
 MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
-_WS = " \t\r\n"
+# a 1 GiB trace holds a few million events; diagnose peaks at ~450 bytes per kernel event it keeps
+# (measured: 1M kernel events, 450 MB), so 3M events of kernels stay under 1.5 GB
+MAX_EVENTS = 3_000_000
+_BLANKS = re.compile(r"[ \t\r\n]*")
+
+
+def max_events() -> int:
+    raw = envvars.get(envvars.MAX_PROFILE_EVENTS)
+    return MAX_EVENTS if raw is None else parse_int(raw, envvars.MAX_PROFILE_EVENTS, min=1)
 
 
 class _Source:
@@ -47,6 +65,7 @@ class _Source:
         self._raw = raw
         self.decoder = codecs.getincrementaldecoder("utf-8")()
         self.done = False
+        self.limit, self.read_bytes = limit_of(DEFAULT_LIMIT), 0
 
     def read(self) -> str:
         if self.done:
@@ -60,6 +79,10 @@ class _Source:
             ) from None
         except (gzip.BadGzipFile, zlib.error, OSError) as exc:
             raise UsageProblem(f"{self.path}: not a readable gzip file ({exc})") from None
+        self.read_bytes += len(data)
+        if self.read_bytes > self.limit:
+            verb = "decompresses to more than" if self.gzipped else "is larger than"
+            raise UsageProblem(too_large(f"profile {str(self.path)!r}", self.limit, verb))
         try:
             text = self.decoder.decode(data, final=not data)
         except UnicodeDecodeError:
@@ -76,30 +99,37 @@ class _Source:
 
 
 class _Buffer:
-    """A sliding window over the text: `need(n)` makes at least n characters available past `pos`."""
+    """A sliding window over the text from `pos` on, refilled by `fill`."""
 
     def __init__(self, source: _Source):
         self.source, self.text, self.pos, self.consumed = source, "", 0, 0
 
-    def fill(self) -> bool:
-        chunk = self.source.read()
-        if not chunk:
-            return False
+    def fill(self, double: bool = False) -> bool:
+        """Read on; with `double`, until the text past `pos` has doubled: a value longer than a
+        chunk is then rescanned log(n) times, not n/CHUNK times (a 64 MB string took seconds)."""
         if self.pos > CHUNK:
             self.consumed += self.pos
             self.text, self.pos = self.text[self.pos :], 0
-        self.text += chunk
+        chunks, wanted = [], len(self.text) - self.pos if double else 0
+        while True:
+            chunk = self.source.read()
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+            if wanted <= 0:
+                break
+        if not chunks:
+            return False
+        self.text += "".join(chunks)
         return True
 
     def skip_ws(self) -> str:
         """The next non-blank character ('' at the end of the file), left unconsumed."""
         while True:
-            text, pos, n = self.text, self.pos, len(self.text)
-            while pos < n and text[pos] in _WS:
-                pos += 1
-            self.pos = pos
-            if pos < n:
-                return text[pos]
+            self.pos = _BLANKS.match(self.text, self.pos).end()  # a block at a time, in C
+            if self.pos < len(self.text):
+                return self.text[self.pos]
             if not self.fill():
                 return ""
 
@@ -147,12 +177,17 @@ class _Buffer:
                 if genuine or self.source.done:
                     raise self.error(f"invalid JSON ({exc.msg})") from None
                 last_error, obj, end = (exc.pos, exc.msg), None, -1
+            except (ValueError, RecursionError) as exc:  # the policy's refusals: whole values only
+                problem = json_problem(exc)
+                if problem is None:
+                    raise
+                raise self.error(problem) from None
+            if (end if end >= 0 else len(self.text)) - self.pos > MAX_EVENT_CHARS:
+                raise self.error("an element longer than 64 MB; not a profiler trace")
             if end >= 0 and (end < len(self.text) or self.source.done):
                 self.pos = end
                 return obj
-            if len(self.text) - self.pos > MAX_EVENT_CHARS:
-                raise self.error("an element longer than 64 MB; not a profiler trace")
-            if not self.fill():
+            if not self.fill(double=True):
                 if end >= 0:
                     self.pos = end
                     return obj
@@ -178,7 +213,7 @@ def read_events(path: str | Path, on_event: Callable[[dict], None]) -> dict:
 
 
 def _read(buf: _Buffer, on_event) -> dict:
-    scan = json.JSONDecoder().scan_once
+    scan = strict_decoder().scan_once
     first = buf.skip_ws()
     if first != "{":
         if first == "[":
@@ -192,12 +227,16 @@ def _read(buf: _Buffer, on_event) -> dict:
         if buf.skip_ws() != '"':
             raise buf.error("expected a key")
         key = buf.value(scan)
+        if key in header or (key == "traceEvents" and seen_events):
+            raise buf.error(f"the key {key[:40]!r} is given twice")
         buf.expect(":", "':' after a key")
         if key == "traceEvents":
             _read_array(buf, scan, on_event)
             seen_events = True
         else:
             header[key] = buf.value(scan)
+    if buf.skip_ws():
+        raise buf.error("data after the end of the trace (a second document?)")
     if not seen_events:
         raise UsageProblem(
             f'{buf.source.path} is JSON but has no "traceEvents": not a PyTorch profiler trace'
@@ -212,8 +251,13 @@ def _read(buf: _Buffer, on_event) -> dict:
 
 def _read_array(buf: _Buffer, scan, on_event) -> None:
     buf.expect("[", "'[' starting traceEvents")
-    index = 0
+    index, limit = 0, max_events()
     while buf.next_item("]", "traceEvents"):
+        if index == limit:
+            raise UsageProblem(
+                f"profile {str(buf.source.path)!r} has more than {limit} events, the most ncclprobe "
+                f"reads of one trace (set {envvars.MAX_PROFILE_EVENTS} to raise the limit)"
+            )
         event = buf.value(scan)
         if not isinstance(event, dict):
             raise buf.error(f"traceEvents[{index}] is not an object")

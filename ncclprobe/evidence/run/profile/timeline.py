@@ -16,10 +16,12 @@ Python frame and flow event, which are most of a large trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.profile import names
 from ncclprobe.evidence.run.profile.stream import read_events
+from ncclprobe.numbers import is_digits
 
 
 @dataclass(slots=True)
@@ -92,6 +94,7 @@ class Timeline:
     compiled_calls: list[tuple[float, float]] = field(default_factory=list)
     events: int = 0
     cpu_ops: int = 0
+    malformed: int = 0  # events whose fields had the wrong types: skipped (`well_formed`)
 
     @property
     def gpu(self) -> bool:
@@ -150,7 +153,7 @@ def read_timeline(path: str) -> Timeline:
     """Stream `path` once and keep its Timeline (see the module docstring for what is kept)."""
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     attention, compiled_calls = [], []
-    counts = {"events": 0, "cpu_ops": 0}
+    counts = {"events": 0, "cpu_ops": 0, "malformed": 0}
     launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
     step_annotation, profiler_step, backend_collective = (
         names.step_annotation,
@@ -177,11 +180,14 @@ def read_timeline(path: str) -> Timeline:
         counts["events"] += 1
         if ev.get("ph") != "X":
             return
+        if not well_formed(ev):
+            counts["malformed"] += 1
+            return
         cat = ev.get("cat")
         cat = old_cats.get(cat, cat)
         if cat in gpu_cats:
             args = ev.get("args") or {}
-            name = str(ev.get("name", ""))
+            name = intern(ev.get("name") or "")  # a kernel's name repeats: kept once
             coll = collective_kernel(name) if cat == "kernel" else None
             kernels.append(
                 Kernel(
@@ -253,7 +259,30 @@ def read_timeline(path: str) -> Timeline:
         compiled_calls=compiled_calls,
         events=counts["events"],
         cpu_ops=counts["cpu_ops"],
+        malformed=counts["malformed"],
     )
+
+
+_ID_ARGS = ("correlation", "stream", "External id", "external id", "Seq")
+_TEXT_ARGS = ("dtype", "Collective name")
+
+
+def well_formed(ev: dict) -> bool:
+    """The fields this reader keeps have the types Kineto writes: `cat` and `name` text, `args` an
+    object, ids whole numbers, `tid` a number or text. An event that breaks this is skipped (and
+    counted in a note), not trusted: a list where an id belongs is no id."""
+    cat, name, args, tid = ev.get("cat"), ev.get("name"), ev.get("args"), ev.get("tid")
+    if not isinstance(cat, (str, type(None))) or not isinstance(name, (str, type(None))):
+        return False
+    if not isinstance(tid, (int, str, type(None))) or not isinstance(args, (dict, type(None))):
+        return False
+    for key in _ID_ARGS if args else ():
+        value = args.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64
+        ):
+            return False
+    return not args or all(isinstance(args.get(k), (str, type(None))) for k in _TEXT_ARGS)
 
 
 def _num(ev: dict, key: str) -> float:
@@ -263,6 +292,8 @@ def _num(ev: dict, key: str) -> float:
             value = float(value)
         except ValueError:
             value = 0.0
+    if isinstance(value, int) and not -(2**63) < value < 2**63:
+        return 0.0  # no time: a 400-digit number would overflow a float
     return (
         float(value)
         if isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
@@ -370,9 +401,7 @@ def _as_int(value) -> int | None:
         return None
     if isinstance(value, int):
         return value if value >= 0 else None
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return None
+    return int(value) if is_digits(value) else None  # ASCII, at most 19 digits
 
 
 def _as_name(value) -> str | None:
