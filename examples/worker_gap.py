@@ -9,7 +9,7 @@ rotating buffers, median of 5 trials after 20 warm-up calls), torch's in-place a
 plain torch copy_ per call -- in four places, each a fresh process:
 
   plain          a plain interpreter, its own FileStore process group
-  plain+debug    the same with the sweep's NCCL log settings (NCCL_DEBUG=INFO, INIT,ENV,TUNING, a file)
+  plain+debug    the same with the sweep's NCCL log settings (nccl.recipes.proof_env, a log file)
   worker         inside ncclprobe's launcher worker (`launch.run_pool`, the sweep's process shape)
   worker+debug   the worker with the sweep's NCCL log settings
 
@@ -175,10 +175,10 @@ def main() -> int:
     out_path = Path(sys.argv[1])
     repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 1
     sys.path.insert(0, str(HERE.parent))
-    from ncclprobe.nccl.recipes import proof_env
+    from ncclprobe.nccl.recipes import proof_env, rank_log_env
 
     with tempfile.TemporaryDirectory() as tmp:
-        debug = {**proof_env(), "NCCL_DEBUG_FILE": f"{tmp}/nccl.%p.log"}
+        debug = {**proof_env(), **rank_log_env(tmp, rank=0)}
         places = {
             "plain": lambda: _in_plain_process({}, Path(tmp)),
             "plain+debug": lambda: _in_plain_process(debug, Path(tmp)),
