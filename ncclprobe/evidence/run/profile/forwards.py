@@ -11,7 +11,9 @@ the trace can show:
 1. the host's token-embedding lookup (`aten::embedding`; every decoder forward starts with one,
    the draft's too): the first launch inside it. Lookups a few launches apart (learned position
    embeddings after the token embedding) belong to one forward;
-2. on a profile without host ops: a kernel named for an embedding gather (`names.embedding_kernel`);
+2. where no host lookup launched anything (a profile without host ops, or a compiled model whose
+   embedding inductor fused into a Triton kernel, `triton_poi_fused_embedding_0`, with no
+   `aten::embedding` on the host): a kernel named for an embedding gather (`names.embedding_kernel`);
 3. a graph launch that issues at least MIN_GRAPH_KERNELS kernels and that no eager lookup just
    preceded: a captured forward replayed (transformers' static cache, a graphed decode); it starts
    where the host call that launched it began (the enclosing `Torch-Compiled Region`, when
@@ -102,8 +104,12 @@ def find_forwards(tl: Timeline, units: Units) -> list[Forward]:
     if len(units) < 2:
         return []
     starts, how = _lookup_starts(tl, units)
-    if not starts and not tl.cpu_ops:
+    if not starts:
         starts, how = _named_starts(tl, units), "kernels named for an embedding lookup"
+        lead = _leading_forward(units, starts)
+        if lead is not None:
+            starts.insert(0, lead)
+            how += " (the first forward's lookup by the kernels that follow it)"
     graph_starts = _graph_starts(units, starts, tl.compiled_calls)
     if graph_starts:
         how = "; ".join(
@@ -142,6 +148,39 @@ def _named_starts(tl: Timeline, units: Units) -> list[int]:
             if not starts or i - starts[-1] >= MERGE_LOOKUPS:
                 starts.append(i)
     return starts
+
+
+def _leading_forward(units: Units, starts: list[int]) -> int | None:
+    """The launch that began a forward before the first named lookup, found by what follows it.
+
+    aten picks the gather kernel by the lookup's size (torch 2.11: `indexSelectSmallIndex` for a
+    decode's token, `vectorized_gather_kernel` for a prompt's 16), so a prefill's lookup can carry
+    a name that also gathers elsewhere and is no mark of a forward. The kernels right after the
+    lookup (the first layer's norm) are the same in every forward: where the named forwards agree
+    on their KGRAM - 1 launches after the lookup, the last launch before the first named start that
+    is followed by those same launches, and is no launch that precedes them inside the named
+    forwards (the previous layer's last kernel before the next layer's norm), is the earlier
+    forward's lookup. None when the named forwards do not agree, or nothing before them matches and
+    leaves room for a forward (half the launches of the shortest named one). Linear in the launches.
+    """
+    if len(starts) < 2:
+        return None
+    after = [tuple(units.tokens[s + 1 : s + KGRAM]) for s in starts]
+    if len(after[0]) < KGRAM - 1 or after.count(after[0]) < 2:
+        return None
+    sig, room = after[0], min(b - a for a, b in zip(starts, starts[1:])) // 2
+    named = set(starts)
+    inside = {
+        units.tokens[x - 1]
+        for x in range(starts[0] + 1, len(units) - len(sig) + 1)
+        if x - 1 not in named and tuple(units.tokens[x : x + len(sig)]) == sig
+    }
+    for j in range(starts[0] - room, 0, -1):
+        if units.kind[j - 1] != "kernel" or units.tokens[j - 1] in inside:
+            continue
+        if tuple(units.tokens[j : j + len(sig)]) == sig:
+            return j - 1
+    return None
 
 
 def _graph_starts(units: Units, lookups: list[int], calls) -> list[int]:

@@ -319,9 +319,13 @@ def _float(text: str | None) -> float | None:
 
 
 _EMBEDDING_KERNEL = re.compile(r"embedding|indexSelect|index_select", re.IGNORECASE)
+# positional encodings named for embeddings run once per layer, not once per forward: vLLM's
+# `rotary_embedding_kernel`, inductor's `triton_..._rotary_emb...`, `apply_rotary_pos_emb`
+_PER_LAYER_EMBEDDING = re.compile(r"rotary|rope|pos_emb|position", re.IGNORECASE)
 
 
 def embedding_kernel(name: str) -> bool:
     """A kernel that gathers rows of an embedding table by token id: aten's `indexSelect*Index`
-    (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`."""
-    return bool(_EMBEDDING_KERNEL.search(name))
+    (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`; never a
+    rotary or positional one (those run in every layer)."""
+    return bool(_EMBEDDING_KERNEL.search(name)) and not _PER_LAYER_EMBEDDING.search(name)

@@ -1,0 +1,165 @@
+"""The step finder on traces of the kinds nobody here recorded (issue 26's unseen data): a
+torch.compile'd model whose embedding inductor fused (no `aten::embedding` on the host), vLLM's
+per-layer `rotary_embedding` kernels, a prefill whose gather kernel aten named otherwise than the
+decodes' (torch 2.11: `vectorized_gather_kernel` for 16 tokens, `indexSelectSmallIndex` for 1), a
+profiler schedule whose `ProfilerStep#N` wraps several tokens, and two `generate()` calls in one
+trace (a second prompt of 16 tokens or fewer). Each is built in memory from the reader's own
+dataclasses (no file, no mock), each with its healthy twin; derived from the HF fixtures the same
+variants are checked in docs/LOG.md (2026-12-02)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ncclprobe.evidence.run.profile import forwards as F
+from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile import steps as S
+from ncclprobe.evidence.run.profile.timeline import Annotation, Kernel, Launch, Timeline
+
+GAP = 10.0  # µs between launches
+
+
+def timeline(spec, embeddings=(), annotations=(), attention=(), cpu_ops=1) -> Timeline:
+    """spec: (kind, name) per launch, GAP µs apart; each kernel runs 1 µs right after its launch."""
+    kernels, launches = [], {}
+    for corr, (kind, name) in enumerate(spec, start=1):
+        ts = corr * GAP
+        launches[corr] = Launch(kind, name, ts, 1.0, 1)
+        if kind != "sync":
+            category = "gpu_memcpy" if kind == "memcpy" else "kernel"
+            kernels.append(Kernel(ts + 2, 1.0, 7, corr, name, None, category, blocks=4))
+    return Timeline(
+        "mem",
+        {},
+        kernels=kernels,
+        launches=launches,
+        embeddings=list(embeddings),
+        annotations=list(annotations),
+        attention=list(attention),
+        cpu_ops=cpu_ops,
+    )
+
+
+def at(index: int) -> float:
+    """The host time of launch `index` (0-based) of a spec."""
+    return (index + 1) * GAP
+
+
+def forward(lookup="indexSelectSmallIndex", layers=2, rotary=""):
+    """One forward: its lookup, `layers` layers of 9 kernels (a rotary kernel in each when named),
+    the LM head, the token read back."""
+    layer = [("kernel", f"L{i}") for i in range(9)] + ([("kernel", rotary)] if rotary else [])
+    return (
+        [("kernel", lookup)]
+        + layer * layers
+        + [("kernel", "head"), ("memcpy", "DtoH"), ("sync", "s")]
+    )
+
+
+def starts(tl):
+    return [f.start for f in F.find_forwards(tl, F.units_of(tl))]
+
+
+# ---- the lookup by its kernel's name ---------------------------------------------------------------
+
+
+def test_a_compiled_model_with_host_ops_but_no_aten_embedding_starts_forwards_at_its_fused_kernel():
+    """inductor fuses the embedding into a Triton kernel and no aten op runs on the host for it,
+    though the trace holds other host ops (cpu_ops > 0): the named kernel starts each forward."""
+    one = forward(lookup="triton_poi_fused_embedding_0")
+    tl = timeline(one * 3, cpu_ops=500)
+    fws = F.find_forwards(tl, F.units_of(tl))
+    assert [f.start for f in fws] == [0, len(one), 2 * len(one)]
+    assert "kernels named for an embedding lookup" in fws[0].found_by and fws[0].lm
+    # the twin: the host's lookups are there, and they decide (one per forward, here every other)
+    looked = timeline(one * 3, embeddings=[(at(0), 1.0, None), (at(2 * len(one)), 1.0, None)])
+    assert starts(looked) == [0, 2 * len(one)]
+
+
+def test_rotary_embedding_kernels_run_in_every_layer_and_start_no_forward():
+    rotary = "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, ...)"
+    assert not names.embedding_kernel(rotary)
+    assert not names.embedding_kernel("triton_poi_fused_apply_rotary_pos_emb_0")
+    assert names.embedding_kernel("triton_red_fused__to_copy_embedding_mean_pow_0")
+    one = forward(lookup="triton_poi_fused_embedding_0", layers=3, rotary=rotary)
+    tl = timeline(one * 3, cpu_ops=0)
+    assert starts(tl) == [0, len(one), 2 * len(one)]
+
+
+def test_a_prefill_whose_gather_is_named_otherwise_is_found_by_the_kernels_after_it():
+    """The prefill's lookup kernel is not named for an embedding; the layer kernels after it are
+    the decodes': it starts the first forward. Twins: nothing after it matches (no forward added),
+    and too little room before the first named lookup for a forward."""
+    setup = [("kernel", "arange"), ("kernel", "fill")]
+    prefill = forward(lookup="void at::native::vectorized_gather_kernel<16, long>(char*)")
+    decode = forward()
+    tl = timeline(setup + prefill + decode * 3, cpu_ops=0)
+    first = len(setup)
+    found = starts(tl)
+    assert found == [first + i * len(decode) for i in range(4)]
+    assert "the first forward's lookup by the kernels that follow it" in (
+        F.find_forwards(tl, F.units_of(tl))[0].found_by
+    )
+    other = [("kernel", "gather")] + [("kernel", f"X{i}") for i in range(len(prefill) - 1)]
+    assert starts(timeline(setup + other + decode * 3, cpu_ops=0))[0] == len(setup + other)
+    # a match whose forward would hold under half the shortest named forward's launches: none
+    short = setup + [("kernel", "gather")] + decode[1 : F.KGRAM + 1]
+    assert starts(timeline(short + decode * 3, cpu_ops=0))[0] == len(short)
+
+
+# ---- a profiler schedule's steps -------------------------------------------------------------------
+
+
+def _scheduled(per_step: int, forwards: int = 8):
+    one = forward()
+    spec = one * forwards
+    lookups = [(at(i * len(one)), 1.0, None) for i in range(forwards)]
+    windows = []
+    for n, first in enumerate(range(0, forwards, per_step)):
+        t0 = at(first * len(one)) - 1.0
+        last = min(first + per_step, forwards) * len(one) - 1
+        windows.append(Annotation(f"ProfilerStep#{n}", t0, at(last) + 1.0 - t0, 1, None, n))
+    return timeline(spec, embeddings=lookups, annotations=windows)
+
+
+def test_profiler_steps_that_each_hold_several_forwards_give_way_to_the_forwards():
+    """`prof.step()` every 4 tokens: 2 ProfilerSteps, 8 forwards; the steps are the forwards and
+    the output says why. The twin, one forward per ProfilerStep, keeps the profiler's steps."""
+    steps, how = S.find_steps(_scheduled(per_step=4))
+    assert len(steps) == 8 and how.startswith("the kernel stream")
+    assert "ProfilerStep#N annotations each held several forwards" in how
+    steps, how = S.find_steps(_scheduled(per_step=1))
+    assert len(steps) == 8 and how == "torch.profiler's ProfilerStep#N annotations"
+    assert {s.label for s in steps} == {"ProfilerStep"}
+
+
+def test_forwards_found_only_by_repetition_never_replace_profiler_steps():
+    """A training step's forward and backward repeat their layers too: without a token lookup or a
+    replayed forward the ProfilerSteps stay the steps."""
+    one = [("kernel", f"L{i}") for i in range(9)] * 3 + [("kernel", "head"), ("sync", "s")]
+    spec = one * 4
+    window = Annotation("ProfilerStep#0", 0.0, at(len(spec)), 1, None, 0)
+    steps, how = S.find_steps(timeline(spec, annotations=[window], cpu_ops=0))
+    assert len(steps) == 1 and how == "torch.profiler's ProfilerStep#N annotations"
+
+
+# ---- two generate() calls in one trace -------------------------------------------------------------
+
+
+def test_a_forward_from_an_empty_kv_cache_is_a_prefill_however_few_its_tokens():
+    """Two generate() calls of a 16-token prompt and 3 decodes each, with shapes: both prompts
+    start from an empty cache (attention's key minus query is 0) and are prefills, though 16
+    tokens alone would read as a verify. The twin: the same 16 tokens on a cache of 19 (a
+    speculative verify) stay a verify."""
+    one = forward()
+    n = len(one)
+    tokens = [16, 1, 1, 1, 16, 1, 1, 1]
+    cache = [0, 16, 17, 18, 0, 16, 17, 18]
+    lookups = [(at(i * n), 1.0, [1, t]) for i, t in enumerate(tokens)]
+    attention = [(at(i * n + 1), t, c + t) for i, (t, c) in enumerate(zip(tokens, cache))]
+    steps, _ = S.find_steps(timeline(one * 8, embeddings=lookups, attention=attention, cpu_ops=100))
+    assert [s.label for s in steps] == ["prefill", "decode", "decode", "decode"] * 2
+    cache[4] = 19
+    attention = [(at(i * n + 1), t, c + t) for i, (t, c) in enumerate(zip(tokens, cache))]
+    steps, _ = S.find_steps(timeline(one * 8, embeddings=lookups, attention=attention, cpu_ops=100))
+    assert Counter(s.label for s in steps) == {"prefill": 1, "decode": 6, "verify": 1}
