@@ -86,25 +86,28 @@ def test_rotary_embedding_kernels_run_in_every_layer_and_start_no_forward():
     assert starts(tl) == [0, len(one), 2 * len(one)]
 
 
-def test_a_prefill_whose_gather_is_named_otherwise_is_found_by_the_kernels_after_it():
-    """The prefill's lookup kernel is not named for an embedding; the layer kernels after it are
-    the decodes': it starts the first forward. Twins: nothing after it matches (no forward added),
-    and too little room before the first named lookup for a forward."""
+def test_a_gather_not_named_for_an_embedding_starts_a_forward_where_the_first_layer_follows_it():
+    """torch 2.11 gathers a 16-token prompt or a 20-token verify with `vectorized_gather_kernel`,
+    a decode's token with `indexSelectSmallIndex`: a gather followed by the kernels that follow
+    the named lookups starts a forward, first or in the middle of the run. Twins: a gather followed
+    by other kernels (an engine's acceptance step), and a kernel that is no gather followed by the
+    first layer (the previous layer's last kernel), start nothing."""
+    gather = "void at::native::vectorized_gather_kernel<16, long>(char*)"
     setup = [("kernel", "arange"), ("kernel", "fill")]
-    prefill = forward(lookup="void at::native::vectorized_gather_kernel<16, long>(char*)")
     decode = forward()
-    tl = timeline(setup + prefill + decode * 3, cpu_ops=0)
-    first = len(setup)
-    found = starts(tl)
-    assert found == [first + i * len(decode) for i in range(4)]
-    assert "the first forward's lookup by the kernels that follow it" in (
-        F.find_forwards(tl, F.units_of(tl))[0].found_by
-    )
-    other = [("kernel", "gather")] + [("kernel", f"X{i}") for i in range(len(prefill) - 1)]
-    assert starts(timeline(setup + other + decode * 3, cpu_ops=0))[0] == len(setup + other)
-    # a match whose forward would hold under half the shortest named forward's launches: none
-    short = setup + [("kernel", "gather")] + decode[1 : F.KGRAM + 1]
-    assert starts(timeline(short + decode * 3, cpu_ops=0))[0] == len(short)
+    spec = setup + forward(lookup=gather) + decode * 2 + forward(lookup=gather) + decode
+    tl = timeline(spec, cpu_ops=0)
+    fws = F.find_forwards(tl, F.units_of(tl))
+    assert [f.start for f in fws] == [len(setup) + i * len(decode) for i in range(5)]
+    assert "2 more by the kernels that follow a lookup" in fws[0].found_by
+    accept = [("kernel", gather)] + [("kernel", f"A{i}") for i in range(8)]
+    tl = timeline(setup + decode + accept + decode * 2, cpu_ops=0)
+    assert starts(tl) == [
+        len(setup),
+        len(setup + decode + accept),
+        len(setup + decode * 2 + accept),
+    ]
+    assert not names.gather_kernel("L8") and names.gather_kernel(gather)
 
 
 # ---- a profiler schedule's steps -------------------------------------------------------------------

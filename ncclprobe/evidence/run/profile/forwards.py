@@ -105,11 +105,7 @@ def find_forwards(tl: Timeline, units: Units) -> list[Forward]:
         return []
     starts, how = _lookup_starts(tl, units)
     if not starts:
-        starts, how = _named_starts(tl, units), "kernels named for an embedding lookup"
-        lead = _leading_forward(units, starts)
-        if lead is not None:
-            starts.insert(0, lead)
-            how += " (the first forward's lookup by the kernels that follow it)"
+        starts, how = _named_starts(tl, units)
     graph_starts = _graph_starts(units, starts, tl.compiled_calls)
     if graph_starts:
         how = "; ".join(
@@ -140,47 +136,46 @@ def _lookup_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
     return starts, "the host's embedding lookups (aten::embedding), one per forward"
 
 
-def _named_starts(tl: Timeline, units: Units) -> list[int]:
+def _named_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
+    """Each kernel named for an embedding lookup, and each other gather followed by the same
+    kernels as the named lookups (`_gathers_like_lookups`); lookups a few launches apart merged."""
     names_by_corr = {k.corr: k.name for k in tl.kernels if k.corr is not None}
+    unit_names = [
+        names_by_corr.get(corr, "") if kind == "kernel" else ""
+        for corr, kind in zip(units.corr, units.kind)
+    ]
+    named = [i for i, name in enumerate(unit_names) if names.embedding_kernel(name)]
+    how = "kernels named for an embedding lookup"
+    extra = _gathers_like_lookups(units, named, unit_names)
+    if extra:
+        how += f" ({len(extra)} more by the kernels that follow a lookup)"
     starts: list[int] = []
-    for i, corr in enumerate(units.corr):
-        if units.kind[i] == "kernel" and names.embedding_kernel(names_by_corr.get(corr, "")):
-            if not starts or i - starts[-1] >= MERGE_LOOKUPS:
-                starts.append(i)
-    return starts
+    for i in sorted(set(named) | set(extra)):
+        if not starts or i - starts[-1] >= MERGE_LOOKUPS:
+            starts.append(i)
+    return starts, how
 
 
-def _leading_forward(units: Units, starts: list[int]) -> int | None:
-    """The launch that began a forward before the first named lookup, found by what follows it.
+def _gathers_like_lookups(units: Units, named: list[int], unit_names: list[str]) -> list[int]:
+    """Gathers that begin a forward though their name is no embedding's, found by what follows.
 
     aten picks the gather kernel by the lookup's size (torch 2.11: `indexSelectSmallIndex` for a
-    decode's token, `vectorized_gather_kernel` for a prompt's 16), so a prefill's lookup can carry
-    a name that also gathers elsewhere and is no mark of a forward. The kernels right after the
-    lookup (the first layer's norm) are the same in every forward: where the named forwards agree
-    on their KGRAM - 1 launches after the lookup, the last launch before the first named start that
-    is followed by those same launches, and is no launch that precedes them inside the named
-    forwards (the previous layer's last kernel before the next layer's norm), is the earlier
-    forward's lookup. None when the named forwards do not agree, or nothing before them matches and
-    leaves room for a forward (half the launches of the shortest named one). Linear in the launches.
-    """
-    if len(starts) < 2:
-        return None
-    after = [tuple(units.tokens[s + 1 : s + KGRAM]) for s in starts]
-    if len(after[0]) < KGRAM - 1 or after.count(after[0]) < 2:
-        return None
-    sig, room = after[0], min(b - a for a, b in zip(starts, starts[1:])) // 2
-    named = set(starts)
-    inside = {
-        units.tokens[x - 1]
-        for x in range(starts[0] + 1, len(units) - len(sig) + 1)
-        if x - 1 not in named and tuple(units.tokens[x : x + len(sig)]) == sig
-    }
-    for j in range(starts[0] - room, 0, -1):
-        if units.kind[j - 1] != "kernel" or units.tokens[j - 1] in inside:
-            continue
-        if tuple(units.tokens[j : j + len(sig)]) == sig:
-            return j - 1
-    return None
+    decode's token, `vectorized_gather_kernel` for a prompt's 16 or a verify's 20), and the second
+    name also gathers elsewhere (an engine's acceptance step), so it marks no forward by itself.
+    The kernels right after a lookup (the first layer's norm) are the same in every forward: where
+    the named lookups agree on their KGRAM - 1 launches after them, a gather (`names.gather_kernel`)
+    followed by those same launches is a lookup too. Linear in the launches."""
+    after = [tuple(units.tokens[i + 1 : i + KGRAM]) for i in named]
+    if len(after) < 2 or len(after[0]) < KGRAM - 1 or after.count(after[0]) < 2:
+        return []
+    sig, taken = after[0], set(named)
+    return [
+        i
+        for i, name in enumerate(unit_names)
+        if i not in taken
+        and names.gather_kernel(name)
+        and tuple(units.tokens[i + 1 : i + KGRAM]) == sig
+    ]
 
 
 def _graph_starts(units: Units, lookups: list[int], calls) -> list[int]:

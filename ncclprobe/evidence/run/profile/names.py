@@ -329,3 +329,13 @@ def embedding_kernel(name: str) -> bool:
     (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`; never a
     rotary or positional one (those run in every layer)."""
     return bool(_EMBEDDING_KERNEL.search(name)) and not _PER_LAYER_EMBEDDING.search(name)
+
+
+_GATHER_KERNEL = re.compile(r"gather|index", re.IGNORECASE)
+
+
+def gather_kernel(name: str) -> bool:
+    """A kernel that gathers by index (`vectorized_gather_kernel`, `index_elementwise_kernel`,
+    `indexSelect...`): an embedding lookup where the kernels after it are a forward's first layer's
+    (forwards._gathers_like_lookups), something else anywhere else."""
+    return bool(_GATHER_KERNEL.search(name))
