@@ -211,10 +211,10 @@ def _finish_forwards(tl: Timeline, steps: list[Step]) -> None:
     for step, following in zip(steps, starts[1:]):
         step.gpu_end = following
     if not steps[0].model:
-        for (
-            step
-        ) in steps:  # a repeated unit with no token lookup: not known to be a model's forward
-            step.label = "step"
+        # a repeated unit with no token lookup: not known to be a model's forward ("repeated steps
+        # wait for the host", never "step steps")
+        for step in steps:
+            step.label = "repeated"
         return
     for step in steps:
         step.blocks = K.blocks_by_name(step.kernels, tl.launches, step.replay)
