@@ -166,3 +166,41 @@ def test_a_forward_from_an_empty_kv_cache_is_a_prefill_however_few_its_tokens():
     attention = [(at(i * n + 1), t, c + t) for i, (t, c) in enumerate(zip(tokens, cache))]
     steps, _ = S.find_steps(timeline(one * 8, embeddings=lookups, attention=attention, cpu_ops=100))
     assert Counter(s.label for s in steps) == {"prefill": 1, "decode": 6, "verify": 1}
+
+
+# ---- the period of the launch sequence, when no lookup is named ----------------------------------
+
+
+def _rotary_layer():
+    """A layer whose query and key get the same 6 rotary kernels: the 6-gram recurs 6 launches
+    later inside every layer, which breaks runs of equal nearest recurrence."""
+    rotary = [("kernel", f"R{i}") for i in range(6)]
+    return (
+        [("kernel", "norm"), ("kernel", "qkv")] + rotary * 2 + [("kernel", "attn"), ("kernel", "o")]
+    )
+
+
+def test_layers_with_an_inner_repeat_are_found_by_comparing_launches_a_period_apart():
+    step = _rotary_layer() * 3 + [("kernel", "head"), ("memcpy", "DtoH"), ("sync", "s")]
+    tl = timeline(step * 4, cpu_ops=0)
+    units = F.units_of(tl)
+    assert all(p != len(_rotary_layer()) for _, _, p in F.tandem_repeats(units.tokens))
+    assert any(p == len(_rotary_layer()) for _, _, p in F.tandem_repeats(units.tokens, True))
+    fws = F.find_forwards(tl, units)
+    assert len(fws) >= 3 and not fws[0].lm
+    assert [f.start for f in fws][-3:] == [len(step), 2 * len(step), 3 * len(step)]
+    steps, _ = S.find_steps(tl)
+    assert {s.label for s in steps} == {"repeated"}  # "repeated steps", never "step steps"
+
+
+def test_a_host_loops_short_repeats_with_a_sync_each_are_no_steps():
+    """Prompt lookup's candidate search: a few kernels and a sync, repeated, between forwards of
+    varying length. Repeats shorter than a layer are no step: one forward per stack of layers."""
+    search = [("kernel", "cmp"), ("kernel", "any"), ("kernel", "c3")] * 3 + [("sync", "s")]
+    spec = []
+    for extra, tries in ((0, 1), (2, 3), (1, 2), (3, 4)):  # forwards and searches differ
+        spec += _rotary_layer() * 3 + [("kernel", "tail")] * extra + [("kernel", "head")]
+        spec += [("memcpy", "DtoH"), ("sync", "s")] + search * tries
+    tl = timeline(spec, cpu_ops=0)
+    fws = F.find_forwards(tl, F.units_of(tl))
+    assert len(fws) == 4 and "repeated layer kernels" in fws[0].found_by

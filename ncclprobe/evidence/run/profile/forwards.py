@@ -43,6 +43,8 @@ MIN_PERIOD = 8  # a layer launches at least this many kernels (norm, projections
 MERGE_LOOKUPS = 8  # lookups closer than this many launches are one forward's
 MIN_GRAPH_KERNELS = 16  # a graph replay issuing fewer is a piece of a step, not a forward
 NEAR_LOOKUP = 16  # a lookup this few launches before a graph launch: the replay is that forward
+RUN_BUDGET = 8  # comparisons per launch that tandem_repeats may spend reading its runs
+CHUNK = 64  # launches compared at once while a run goes on
 
 
 @dataclass
@@ -216,14 +218,35 @@ def _call_start(units: Units, i: int, calls, call_starts, floor: int) -> int | N
 
 
 def _repeat_starts(units: Units) -> tuple[list[int], str]:
-    """Forward starts from the period of the launch sequence (module docstring, 4)."""
+    """Forward starts from the period of the launch sequence (module docstring, 4): runs of equal
+    nearest recurrence first, else runs read by direct comparison (tandem_repeats). A repeated
+    step is longer than the longest layer repeat either reading finds: a host loop's short repeats
+    with a synchronisation in each (prompt lookup's candidate search, stopping checks) are no step."""
     sync = [kind == "sync" for kind in units.kind]
+    distance = _recurrences(units.tokens)  # read once, by both readings
+    exact = _runs(_equal_distance_runs(distance), sync)
+    direct = _runs(_direct_runs(units.tokens, distance), sync)
+    layer = max((p for _, p in exact[0] + direct[0]), default=0)
+    starts, how = _repeat_starts_of(*exact, sync, layer, max)
+    if len(starts) < 2:
+        starts, how = _repeat_starts_of(*direct, sync, layer, min)
+    return starts, how
+
+
+def _runs(repeats, sync: list[bool]) -> tuple[list, list]:
+    """The tandem repeats as (cover, period), split into layer stacks (no sync in the period) and
+    repeated steps."""
     stacks, steps = [], []
-    for start, length, period in tandem_repeats(units.tokens):
+    for start, length, period in repeats:
         cover = ((start, start + length + period + KGRAM - 1), period)
         (steps if any(sync[start : start + period]) else stacks).append(cover)
+    return stacks, steps
+
+
+def _repeat_starts_of(stacks, steps, sync: list[bool], layer: int, pick) -> tuple[list[int], str]:
+    steps = [s for s in steps if s[1] > layer]
     if steps:
-        return _step_starts(steps, sync), (
+        return _step_starts(steps, sync, pick), (
             "the period of the launch sequence (a repeated step, cut after its host sync)"
         )
     starts, previous_end = [], 0
@@ -237,11 +260,13 @@ def _repeat_starts(units: Units) -> tuple[list[int], str]:
     )
 
 
-def _step_starts(steps, sync: list[bool]) -> list[int]:
-    """A run of repeated steps cut every period, after the last host sync of its first period."""
+def _step_starts(steps, sync: list[bool], pick=max) -> list[int]:
+    """A run of repeated steps cut every period, after the last host sync of its first period.
+    Runs read by direct comparison repeat at every multiple of the step's period too: the
+    smallest is the step's (`pick=min`)."""
     starts = []
     for begin, end in _merged(steps):
-        period = max((p for (b, _), p in steps if begin <= b < end), default=0)
+        period = pick((p for (b, _), p in steps if begin <= b < end), default=0)
         window = [i for i in range(begin, begin + period) if sync[i]]
         starts += range(window[-1] + 1, end, period)
     return starts
@@ -258,11 +283,22 @@ def _merged(stacks) -> list[tuple[int, int]]:
     return [(b, e) for b, e in out]
 
 
-def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
+def tandem_repeats(tokens: list[int], direct: bool = False) -> list[tuple[int, int, int]]:
     """(start, length, period) of every run of positions whose K-gram recurs exactly `period`
     launches later, long enough to cover (almost) a whole period: the sequence repeats itself
-    back to back there. One backward pass: each K-gram's next occurrence, then runs of equal
-    distance."""
+    back to back there. One backward pass: each K-gram's nearest recurrence, then runs of equal
+    distance. With `direct`, the nearest recurrence only proposes a period and the run is read by
+    comparing the launches `period` apart, so a shorter repeat inside the period (rotary embeddings
+    applied to the query and then the key by the same kernels, in every layer) does not break it;
+    still linear: each period's comparisons start where its previous run ended, at most RUN_BUDGET
+    comparisons per launch in all."""
+    distance = _recurrences(tokens)
+    return _direct_runs(tokens, distance) if direct else _equal_distance_runs(distance)
+
+
+def _recurrences(tokens: list[int]) -> list[int]:
+    """Per position, how many launches later its K-gram next recurs (0: never); [] for a sequence
+    too short to hold a repeat. One backward pass."""
     n = len(tokens)
     if n < 2 * KGRAM + MIN_PERIOD:
         return []
@@ -273,6 +309,10 @@ def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
         j = last.get(key)
         distance[i] = j - i if j is not None else 0
         last[key] = i
+    return distance
+
+
+def _equal_distance_runs(distance: list[int]) -> list[tuple[int, int, int]]:
     out, i = [], 0
     while i < len(distance):
         d, j = distance[i], i
@@ -281,4 +321,28 @@ def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
         if d >= MIN_PERIOD and j - i + 1 >= d - KGRAM:
             out.append((i, j - i + 1, d))
         i = j + 1
+    return out
+
+
+def _direct_runs(tokens: list[int], distance: list[int]) -> list[tuple[int, int, int]]:
+    n = len(tokens)
+    out, reach, budget = [], {}, RUN_BUDGET * n
+    for i, d in enumerate(distance):
+        if d < MIN_PERIOD or reach.get(d, -1) > i or budget <= 0:
+            continue
+        j = i
+        while (
+            budget > 0
+            and j + d + CHUNK <= n
+            and tokens[j : j + CHUNK] == tokens[j + d : j + d + CHUNK]
+        ):
+            j += CHUNK  # long runs compared a block at a time (list comparison, in C)
+            budget -= CHUNK
+        while j + d < n and tokens[j] == tokens[j + d] and budget > 0:
+            j += 1
+            budget -= 1
+        reach[d] = j
+        length = j - i - KGRAM + 1  # K-gram positions whose K-gram recurs `d` later
+        if length >= d - KGRAM:
+            out.append((i, length, d))
     return out
