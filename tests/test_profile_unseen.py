@@ -9,8 +9,10 @@ variants are checked in docs/LOG.md (2026-12-02)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
+from ncclprobe.evidence.run import load_runs
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import names
 from ncclprobe.evidence.run.profile import steps as S
@@ -204,3 +206,81 @@ def test_a_host_loops_short_repeats_with_a_sync_each_are_no_steps():
     tl = timeline(spec, cpu_ops=0)
     fws = F.find_forwards(tl, F.units_of(tl))
     assert len(fws) == 4 and "repeated layer kernels" in fws[0].found_by
+
+
+# ---- end to end: a GPU-only trace in torch 1.8's capitalised categories -----------------------------
+
+
+def _chrome_trace(path, spec, cpu_op=False, old=True):
+    """spec as Kineto writes it: a runtime event per launch, a kernel per kernel launch (its
+    correlation id naming the launch), in torch 1.8's categories when `old`."""
+    cat = (
+        {"kernel": "Kernel", "runtime": "Runtime", "memcpy": "Memcpy"}
+        if old
+        else {"kernel": "kernel", "runtime": "cuda_runtime", "memcpy": "gpu_memcpy"}
+    )
+    calls = {
+        "kernel": "cudaLaunchKernel",
+        "memcpy": "cudaMemcpyAsync",
+        "sync": "cudaStreamSynchronize",
+    }
+    events = []
+    for corr, (kind, name) in enumerate(spec, start=1):
+        ts = corr * GAP
+        args = {"correlation": corr}
+        events.append(
+            {
+                "ph": "X",
+                "cat": cat["runtime"],
+                "name": calls[kind],
+                "ts": ts,
+                "dur": 1.0,
+                "pid": 1,
+                "tid": 1,
+                "args": args,
+            }
+        )
+        if kind != "sync":
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": cat[kind],
+                    "name": name,
+                    "ts": ts + 2,
+                    "dur": 1.0,
+                    "pid": 0,
+                    "tid": 7,
+                    "args": {**args, "stream": 7},
+                }
+            )
+    if cpu_op:
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "ts": 1.0,
+                "dur": 1.0,
+                "pid": 1,
+                "tid": 1,
+            }
+        )
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_gpu_only_trace_in_old_categories_finds_its_steps_and_says_what_is_missing(tmp_path):
+    step = _rotary_layer() * 3 + [("kernel", "head"), ("memcpy", "DtoH"), ("sync", "s")]
+    gpu_only = load_runs(profiles=[_chrome_trace(tmp_path / "gpu.json", step * 6)])
+    run = gpu_only.runs[0]
+    assert list(run.phases) == ["repeated"] and run.phases["repeated"].count >= 5
+    note = next(n for n in gpu_only.notes if n.startswith("decode and verify"))
+    assert note.endswith(
+        "this profile holds no host ops at all: record ProfilerActivity.CPU with the CUDA activity"
+    )
+    with_host = load_runs(
+        profiles=[_chrome_trace(tmp_path / "cpu.json", step * 6, cpu_op=True, old=False)]
+    )
+    assert with_host.runs[0].phases["repeated"].count == run.phases["repeated"].count
+    note = next(n for n in with_host.notes if n.startswith("decode and verify"))
+    assert "no host ops" not in note
