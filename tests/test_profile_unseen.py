@@ -284,3 +284,23 @@ def test_a_gpu_only_trace_in_old_categories_finds_its_steps_and_says_what_is_mis
     assert with_host.runs[0].phases["repeated"].count == run.phases["repeated"].count
     note = next(n for n in with_host.notes if n.startswith("decode and verify"))
     assert "no host ops" not in note
+
+
+def test_per_thread_stream_and_versioned_api_names_are_the_same_launches():
+    """CUPTI names the per-thread-default-stream entry points `..._ptsz`/`..._ptds` and some
+    driver entry points `..._v<N>`: the same launches, copies and synchronisations."""
+    for name, kind in [
+        ("cudaLaunchKernel_ptsz", "kernel"),
+        ("cuLaunchKernelEx_ptsz", "kernel"),
+        ("cudaLaunchKernelExC_v11060", "kernel"),
+        ("cudaGraphLaunch_ptsz", "graph"),
+        ("cuGraphLaunch_v10000", "graph"),
+        ("cudaMemcpyAsync_ptsz", "memcpy"),
+        ("cudaMemcpy_ptds", "memcpy"),
+        ("cudaStreamSynchronize_ptsz", "sync"),
+        ("cudaLaunchKernel", "kernel"),
+    ]:
+        assert names.launch_kind(name) == kind, name
+    assert names.launch_kind("cudaGetErrorString") is None
+    assert names.launch_kind("cudaStreamIsCapturing_ptsz") is None
+    assert names.launch_kind("cudaLaunchKernel_ptszX") is None

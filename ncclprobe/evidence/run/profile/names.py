@@ -199,8 +199,16 @@ OUR_KINDS = {
 }
 
 
+# CUPTI's per-thread-default-stream and versioned entry points: `cudaLaunchKernel_ptsz`,
+# `cudaMemcpyAsync_ptsz`, `cudaGraphLaunch_ptsz`, `cuLaunchKernel_ptsz`, `cudaMemcpy_ptds`,
+# `cuGraphLaunch_v10000`: the same calls
+_API_SUFFIX = re.compile(r"_(?:ptsz|ptds|v\d+)$")
+
+
 def launch_kind(name: str) -> str | None:
     """kernel | graph | memcpy | sync for a runtime or driver call, None for anything else."""
+    if "_" in name[-9:]:
+        name = _API_SUFFIX.sub("", name)
     if name in KERNEL_LAUNCHES:
         return "kernel"
     if name in GRAPH_LAUNCHES:
