@@ -289,8 +289,9 @@ def _most_steps(phase) -> str:
 
 
 def _share(value: float) -> str:
-    """A share as a percentage that never rounds a short fall up to 100 %."""
-    return f"{value:.1%}" if 0.995 <= value < 1.0 else f"{value:.0%}"
+    """A share as a percentage that never rounds a short fall up to 100 % nor a small part down to
+    0 %."""
+    return f"{value:.1%}" if 0.995 <= value < 1.0 or 0.0 < value < 0.01 else f"{value:.0%}"
 
 
 def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
@@ -357,8 +358,9 @@ def graph_glue(ev: E.Evidence) -> list:
                     severity="warning" if (share or 0.0) >= GLUE_WARN else "info",
                     confidence="high",
                     title=(
-                        f"the host runs {kernels / (tokens or 1.0):g} small eager kernels per {unit} between "
-                        f"graph replays: {per:.3f} ms/{unit}, {glue / phase.median_ms:.0%} of the {unit}"
+                        f"the host runs {kernels / (tokens or 1.0):g} small eager "
+                        f"kernel{'' if kernels / (tokens or 1.0) == 1 else 's'} per {unit} between "
+                        f"graph replays: {per:.3f} ms/{unit}, {_share(glue / phase.median_ms)} of the {unit}"
                     ),
                     detail=(
                         f"Measured per {phase.name} step: the graph replay's kernels span {phase.graph_ms:.3f} ms "
