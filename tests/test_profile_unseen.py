@@ -325,3 +325,19 @@ def test_a_share_never_rounds_a_small_part_to_nothing_nor_a_short_fall_to_all():
         "100.0%",
         "100%",
     ]
+
+
+def test_an_odd_small_forward_does_not_take_the_draft_split():
+    """Two traces joined (or one cut) leave a partial forward of 32 launches among drafts of 85 and
+    targets of 177: the split is the highest jump of at least DRAFT_SIZE_RATIO, so the drafts stay
+    drafts (the odd one goes with them). The twin: no jump of the ratio above it, no draft at all."""
+    from ncclprobe.evidence.run.profile import kinds as K
+
+    class Fw:
+        def __init__(self, launches):
+            self.launch_count, self.replay = launches, False
+
+    odd, drafts, targets = [Fw(32)], [Fw(85) for _ in range(4)], [Fw(177), Fw(195)]
+    assert K._drafts(odd + drafts + targets) == odd + drafts
+    assert K._drafts(odd + [Fw(85), Fw(99)]) == odd  # 85/32 is the only jump of the ratio
+    assert K._drafts([Fw(85), Fw(99), Fw(120)]) == []

@@ -13,7 +13,9 @@ the trace can show:
    embeddings after the token embedding) belong to one forward;
 2. where no host lookup launched anything (a profile without host ops, or a compiled model whose
    embedding inductor fused into a Triton kernel, `triton_poi_fused_embedding_0`, with no
-   `aten::embedding` on the host): a kernel named for an embedding gather (`names.embedding_kernel`);
+   `aten::embedding` on the host): a kernel named for an embedding gather (`names.embedding_kernel`),
+   and any other gather followed by the same launches as those (a prompt's lookup that aten ran
+   with another kernel);
 3. a graph launch that issues at least MIN_GRAPH_KERNELS kernels and that no eager lookup just
    preceded: a captured forward replayed (transformers' static cache, a graphed decode); it starts
    where the host call that launched it began (the enclosing `Torch-Compiled Region`, when
@@ -24,7 +26,10 @@ the trace can show:
    stack of layers when its period holds no host synchronisation (a layer never waits for the
    host), and a whole step when it does. A layer stack is one forward, starting after the last
    host synchronisation before it (the previous step's result reaching the host); a repeated step
-   starts after its last synchronisation.
+   starts after its last synchronisation, and is longer than a layer (shorter repeats with a sync
+   are a host loop: a candidate search, stopping checks). Where no run of equal nearest recurrence
+   is found, the runs are read again by comparing launches a period apart (a layer holding a
+   shorter repeat of its own, rotary embeddings on the query and the key, breaks the first reading).
 
 Step i runs from its start to step i+1's: the host's work between forwards (sampling, stopping
 checks, the next inputs) belongs to the forward before it, and the steps tile the run. Fewer than

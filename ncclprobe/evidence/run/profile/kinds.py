@@ -62,10 +62,12 @@ def _drafts(eager) -> list:
     sizes = sorted({s.launch_count for s in eager})
     if len(sizes) < 2:
         return []
-    ratio, cut = max((b / a, b) for a, b in zip(sizes, sizes[1:]) if a)
-    if ratio < DRAFT_SIZE_RATIO:
+    # the highest jump of at least the ratio: the target is above it, however many odd small
+    # forwards (a partial one where a trace was cut or joined) jump again below the draft
+    cuts = [b for a, b in zip(sizes, sizes[1:]) if a and b / a >= DRAFT_SIZE_RATIO]
+    if not cuts:
         return []
-    return [s for s in eager if s.launch_count < cut]
+    return [s for s in eager if s.launch_count < cuts[-1]]
 
 
 def _tokens(tl: Timeline, group, steps, model: str) -> None:
