@@ -341,3 +341,37 @@ def test_an_odd_small_forward_does_not_take_the_draft_split():
     assert K._drafts(odd + drafts + targets) == odd + drafts
     assert K._drafts(odd + [Fw(85), Fw(99)]) == odd  # 85/32 is the only jump of the ratio
     assert K._drafts([Fw(85), Fw(99), Fw(120)]) == []
+
+
+def test_only_the_sync_separated_one_of_inductors_embedding_named_kernels_starts_a_forward():
+    """torch.compile without graphs: every forward launches 4 kernels named for the embedding (the
+    residual stream's fused norms carry its name); the lookup is the one a host sync (the token
+    read back) separates from the named kernel before it. Twin: with no sync at all, the first
+    name's launches only."""
+    names_ = [
+        f"triton_per_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_{n}" for n in (0, 8, 10, 11)
+    ]
+    body = []
+    for n in names_:
+        body += [("kernel", n)] + [("kernel", f"k{n}_{i}") for i in range(9)]
+    one = body + [("kernel", "head"), ("memcpy", "DtoH"), ("sync", "s")]
+    tl = timeline(one * 4, cpu_ops=300)
+    assert starts(tl) == [0, len(one), 2 * len(one), 3 * len(one)]
+    no_sync = [u for u in one if u[0] != "sync"]
+    tl = timeline(no_sync * 4, cpu_ops=300)
+    assert starts(tl) == [0, len(no_sync), 2 * len(no_sync), 3 * len(no_sync)]
+
+
+def test_one_eager_prompt_before_compiled_forwards_of_fewer_kernels_is_no_target_beside_a_draft():
+    """The prompt ran eagerly (440 launches), the decodes compiled (187 fused ones): 2.35x apart,
+    yet one model. Twin: the larger forward recurs after the smaller ones (a verify after drafts)."""
+    from ncclprobe.evidence.run.profile import kinds as K
+
+    class Fw:
+        def __init__(self, launches):
+            self.launch_count, self.replay = launches, False
+
+    compiled = [Fw(440)] + [Fw(187) for _ in range(5)]
+    assert K._drafts(compiled) == []
+    assisted = [Fw(440)] + [Fw(187) for _ in range(4)] + [Fw(440)]
+    assert K._drafts(assisted) == assisted[1:5]

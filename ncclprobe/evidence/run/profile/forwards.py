@@ -111,8 +111,11 @@ def find_forwards(tl: Timeline, units: Units) -> list[Forward]:
     if len(units) < 2:
         return []
     starts, how = _lookup_starts(tl, units)
-    if not starts:
-        starts, how = _named_starts(tl, units)
+    if len(starts) < 2:  # none, or the eager prefill's only: compiled forwards run no aten op
+        named, named_how = _named_starts(tl, units)
+        if len(named) >= 2:
+            starts = _union(starts, named)
+            how = f"{how}; {named_how}" if starts != named else named_how
     graph_starts = _graph_starts(units, starts, tl.compiled_calls)
     if graph_starts:
         how = "; ".join(
@@ -143,6 +146,16 @@ def _lookup_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
     return starts, "the host's embedding lookups (aten::embedding), one per forward"
 
 
+def _union(lookups: list[int], named: list[int]) -> list[int]:
+    """Host lookups and named kernels together, a named kernel inside a host lookup's forward
+    (within MERGE_LOOKUPS of it) being that lookup's own."""
+    out: list[int] = []
+    for i in sorted(set(lookups) | set(named)):
+        if not out or i - out[-1] >= MERGE_LOOKUPS:
+            out.append(i)
+    return out
+
+
 def _named_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
     """Each kernel named for an embedding lookup, and each other gather followed by the same
     kernels as the named lookups (`_gathers_like_lookups`); lookups a few launches apart merged."""
@@ -151,7 +164,9 @@ def _named_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
         names_by_corr.get(corr, "") if kind == "kernel" else ""
         for corr, kind in zip(units.corr, units.kind)
     ]
-    named = [i for i, name in enumerate(unit_names) if names.embedding_kernel(name)]
+    named = _lookups_among(
+        units, [i for i, name in enumerate(unit_names) if names.embedding_kernel(name)]
+    )
     how = "kernels named for an embedding lookup"
     extra = _gathers_like_lookups(units, named, unit_names)
     if extra:
@@ -161,6 +176,34 @@ def _named_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
         if not starts or i - starts[-1] >= MERGE_LOOKUPS:
             starts.append(i)
     return starts, how
+
+
+def _lookups_among(units: Units, named: list[int]) -> list[int]:
+    """The named kernels that are lookups. inductor names a fused kernel after every op it fused,
+    and the residual stream starts at the embedding's output, so several kernels of one forward
+    carry `embedding` (`triton_per_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0`, `..._8`,
+    `..._10`, `..._11` in every torch.compile'd Llama forward here). Where several names match, the
+    lookups are the names that a host synchronisation (the previous token read back) separates from
+    the named kernel before them in most of their launches, else the first name's only."""
+    kinds = {units.tokens[i] for i in named}
+    if len(kinds) < 2:
+        return named
+    seen, after_sync, prev, synced = {}, {}, -1, 0
+    syncs_before = []  # host synchronisations before each named launch, read in one pass
+    for kind in units.kind:
+        if kind == "sync":
+            synced += 1
+        syncs_before.append(synced)
+    for i in named:
+        token = units.tokens[i]
+        seen[token] = seen.get(token, 0) + 1
+        if prev < 0 or syncs_before[i] > syncs_before[prev]:
+            after_sync[token] = after_sync.get(token, 0) + 1
+        prev = i
+    chosen = {t for t, n in seen.items() if 2 * after_sync.get(t, 0) > n}
+    if not chosen:
+        chosen = {units.tokens[named[0]]}
+    return [i for i in named if units.tokens[i] in chosen]
 
 
 def _gathers_like_lookups(units: Units, named: list[int], unit_names: list[str]) -> list[int]:
