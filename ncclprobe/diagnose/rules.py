@@ -600,7 +600,8 @@ def _bound_finding(ev, bound: dict) -> Finding:
         next_command=sweep_next(ev, sizes),
     )
     # profiles of several ranks: the share is part waiting for a rank, part moving data
-    return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE)
+    unit = "token" if run.ms_per_token else "step"
+    return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE, unit)
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:

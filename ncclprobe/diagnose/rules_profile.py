@@ -208,7 +208,8 @@ def collective_calls(ev: E.Evidence) -> list:
                     rule="collective-calls",
                     severity="info",
                     confidence="high",
-                    title=f"{run.name(src)}: {sum(r['calls'] for r in rows)} collective calls in {len(rows)} groups"
+                    title=f"{run.name(src)}: {sum(r['calls'] for r in rows)} collective calls in "
+                    + (f"{len(rows)} groups" if len(rows) != 1 else "1 group")
                     + (f" ({unknown} of unknown size: replayed from graphs)" if unknown else ""),
                     detail=(
                         "Per operation and size: calls, time per call (kernel time on the GPU, or the host op's "

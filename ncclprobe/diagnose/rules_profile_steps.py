@@ -289,12 +289,14 @@ def _most_steps(phase) -> str:
 
 
 def _share(value: float) -> str:
-    """A share as a percentage that never rounds a short fall up to 100 %."""
-    return f"{value:.1%}" if 0.995 <= value < 1.0 else f"{value:.0%}"
+    """A share as a percentage that never rounds a short fall up to 100 % nor a small part down to
+    0 %."""
+    return f"{value:.1%}" if 0.995 <= value < 1.0 or 0.0 < value < 0.01 else f"{value:.0%}"
 
 
 def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
     every = low >= HOST_BOUND_IDLE
+    syncs = phase.launches.get("sync", 0)
     total = phase.idle_ms * phase.count
     share, token_cost = C.share(total, run), C.per_token(total, toks)
     severity = severity_for_share(share) if every else "info"
@@ -311,11 +313,11 @@ def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
             f"Measured: of {phase.median_ms:.3f} ms per {phase.name} step the GPU ran kernels for "
             f"{phase.device_ms or 0.0:.3f} ms; the rest it waited for the host, "
             + ("in every step" if every else "in some steps only")
-            + f" ({phase.launches.get('kernel', 0):.0f} kernel launches and {phase.launches.get('sync', 0):.0f} "
-            "host synchronisations per step). Not measured here: how much of that wait is the launches "
-            "themselves (a graph replay or fused kernels remove it) and how much Python, sampling or "
-            "host work that depends on the data (which capture keeps). A profile of the same run with "
-            "its steps captured (--baseline-profile) tells the two apart."
+            + f" ({phase.launches.get('kernel', 0):.0f} kernel launches and {syncs:.0f} "
+            f"host synchronisation{'' if syncs == 1 else 's'} per step). Not measured here: how much "
+            "of that wait is the launches themselves (a graph replay or fused kernels remove it) and "
+            "how much Python, sampling or host work that depends on the data (which capture keeps). "
+            "A profile of the same run with its steps captured (--baseline-profile) tells the two apart."
         ),
         evidence={
             "phase": phase.name,
@@ -356,13 +358,15 @@ def graph_glue(ev: E.Evidence) -> list:
                     severity="warning" if (share or 0.0) >= GLUE_WARN else "info",
                     confidence="high",
                     title=(
-                        f"the host runs {kernels / (tokens or 1.0):g} small eager kernels per {unit} between "
-                        f"graph replays: {per:.3f} ms/{unit}, {glue / phase.median_ms:.0%} of the {unit}"
+                        f"the host runs {kernels / (tokens or 1.0):g} small eager "
+                        f"kernel{'' if kernels / (tokens or 1.0) == 1 else 's'} per {unit} between "
+                        f"graph replays: {per:.3f} ms/{unit}, {_share(glue / phase.median_ms)} of the {unit}"
                     ),
                     detail=(
                         f"Measured per {phase.name} step: the graph replay's kernels span {phase.graph_ms:.3f} ms "
                         f"on the GPU, the step {phase.median_ms:.3f} ms; the other {glue:.3f} ms are "
-                        f"{kernels:g} eager kernels, {phase.launches.get('memcpy', 0):g} copies and the host's work "
+                        f"{kernels:g} eager kernel{'' if kernels == 1 else 's'}, {phase.launches.get('memcpy', 0):g} "
+                        f"cop{'y' if phase.launches.get('memcpy', 0) == 1 else 'ies'} and the host's work "
                         "between replays (sampling, stopping checks, the next step's inputs, a synchronisation). "
                         "The lever is that host work, not the graph and not NCCL: sample and check stopping on "
                         "the GPU inside the captured step, synchronise less often, keep the loop's inputs on "

@@ -135,10 +135,13 @@ def _share_text(totals) -> str:
     )
 
 
-def with_wait_split(finding: Finding, run, share: float, per_step: float, bound: float) -> Finding:
+def with_wait_split(
+    finding: Finding, run, share: float, per_step: float, bound: float, unit: str = "step"
+) -> Finding:
     """collective-bound on aligned ranks: the collectives' share split into waiting for a rank and
     moving data, NCCL settings offered for the moving part only (a warning only when that part
-    alone is at least `bound` of the step), its cost that part."""
+    alone is at least `bound` of the step), its cost that part. `per_step` is ms per `unit`: a
+    token where the run's tokens are known (the late steps' waits included), else a step."""
     split = collective_split(run)
     if split is None:
         return finding
@@ -158,8 +161,8 @@ def with_wait_split(finding: Finding, run, share: float, per_step: float, bound:
             f"collective kernel time is waiting for {who} to arrive and {split['transfer']:.0%} is moving data "
             "once every rank is in (calls matched across ranks; the step's share split in that proportion). "
             "Work on the waiting first: no NCCL setting shortens it. NCCL settings, and fewer or larger "
-            f"collectives, act on the moving part only: at most {moving * per_step:.3f} ms of a "
-            f"{per_step:.3f} ms step; a sweep of the engine's sizes measures what they can win there."
+            f"collectives, act on the moving part only: at most {moving * per_step:.3f} ms of the "
+            f"{per_step:.3f} ms per {unit}; a sweep of the engine's sizes measures what they can win there."
         ),
         evidence={
             **finding.evidence,

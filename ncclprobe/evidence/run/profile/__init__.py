@@ -238,6 +238,12 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
             "decode and verify steps cannot be told apart: no engine annotation names them and no "
             "token-embedding lookup with its input shape is in the profile (record_shapes=True records "
             "it; a step without an embedding lookup is not read this way)"
+            + (
+                "; this profile holds no host ops at all: record ProfilerActivity.CPU with the CUDA "
+                "activity"
+                if tl.gpu and not any(t.cpu_ops for t in timelines)
+                else ""
+            )
         )
     if any(c.size_bytes is None for c in run.collectives):
         notes.append(

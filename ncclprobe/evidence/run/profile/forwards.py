@@ -11,7 +11,11 @@ the trace can show:
 1. the host's token-embedding lookup (`aten::embedding`; every decoder forward starts with one,
    the draft's too): the first launch inside it. Lookups a few launches apart (learned position
    embeddings after the token embedding) belong to one forward;
-2. on a profile without host ops: a kernel named for an embedding gather (`names.embedding_kernel`);
+2. where no host lookup launched anything (a profile without host ops, or a compiled model whose
+   embedding inductor fused into a Triton kernel, `triton_poi_fused_embedding_0`, with no
+   `aten::embedding` on the host): a kernel named for an embedding gather (`names.embedding_kernel`),
+   and any other gather followed by the same launches as those (a prompt's lookup that aten ran
+   with another kernel);
 3. a graph launch that issues at least MIN_GRAPH_KERNELS kernels and that no eager lookup just
    preceded: a captured forward replayed (transformers' static cache, a graphed decode); it starts
    where the host call that launched it began (the enclosing `Torch-Compiled Region`, when
@@ -22,7 +26,10 @@ the trace can show:
    stack of layers when its period holds no host synchronisation (a layer never waits for the
    host), and a whole step when it does. A layer stack is one forward, starting after the last
    host synchronisation before it (the previous step's result reaching the host); a repeated step
-   starts after its last synchronisation.
+   starts after its last synchronisation, and is longer than a layer (shorter repeats with a sync
+   are a host loop: a candidate search, stopping checks). Where no run of equal nearest recurrence
+   is found, the runs are read again by comparing launches a period apart (a layer holding a
+   shorter repeat of its own, rotary embeddings on the query and the key, breaks the first reading).
 
 Step i runs from its start to step i+1's: the host's work between forwards (sampling, stopping
 checks, the next inputs) belongs to the forward before it, and the steps tile the run. Fewer than
@@ -41,6 +48,8 @@ MIN_PERIOD = 8  # a layer launches at least this many kernels (norm, projections
 MERGE_LOOKUPS = 8  # lookups closer than this many launches are one forward's
 MIN_GRAPH_KERNELS = 16  # a graph replay issuing fewer is a piece of a step, not a forward
 NEAR_LOOKUP = 16  # a lookup this few launches before a graph launch: the replay is that forward
+RUN_BUDGET = 8  # comparisons per launch that tandem_repeats may spend reading its runs
+CHUNK = 64  # launches compared at once while a run goes on
 
 
 @dataclass
@@ -102,8 +111,11 @@ def find_forwards(tl: Timeline, units: Units) -> list[Forward]:
     if len(units) < 2:
         return []
     starts, how = _lookup_starts(tl, units)
-    if not starts and not tl.cpu_ops:
-        starts, how = _named_starts(tl, units), "kernels named for an embedding lookup"
+    if len(starts) < 2:  # none, or the eager prefill's only: compiled forwards run no aten op
+        named, named_how = _named_starts(tl, units)
+        if len(named) >= 2:
+            starts = _union(starts, named)
+            how = f"{how}; {named_how}" if starts != named else named_how
     graph_starts = _graph_starts(units, starts, tl.compiled_calls)
     if graph_starts:
         how = "; ".join(
@@ -134,14 +146,86 @@ def _lookup_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
     return starts, "the host's embedding lookups (aten::embedding), one per forward"
 
 
-def _named_starts(tl: Timeline, units: Units) -> list[int]:
+def _union(lookups: list[int], named: list[int]) -> list[int]:
+    """Host lookups and named kernels together, a named kernel inside a host lookup's forward
+    (within MERGE_LOOKUPS of it) being that lookup's own."""
+    out: list[int] = []
+    for i in sorted(set(lookups) | set(named)):
+        if not out or i - out[-1] >= MERGE_LOOKUPS:
+            out.append(i)
+    return out
+
+
+def _named_starts(tl: Timeline, units: Units) -> tuple[list[int], str]:
+    """Each kernel named for an embedding lookup, and each other gather followed by the same
+    kernels as the named lookups (`_gathers_like_lookups`); lookups a few launches apart merged."""
     names_by_corr = {k.corr: k.name for k in tl.kernels if k.corr is not None}
+    unit_names = [
+        names_by_corr.get(corr, "") if kind == "kernel" else ""
+        for corr, kind in zip(units.corr, units.kind)
+    ]
+    named = _lookups_among(
+        units, [i for i, name in enumerate(unit_names) if names.embedding_kernel(name)]
+    )
+    how = "kernels named for an embedding lookup"
+    extra = _gathers_like_lookups(units, named, unit_names)
+    if extra:
+        how += f" ({len(extra)} more by the kernels that follow a lookup)"
     starts: list[int] = []
-    for i, corr in enumerate(units.corr):
-        if units.kind[i] == "kernel" and names.embedding_kernel(names_by_corr.get(corr, "")):
-            if not starts or i - starts[-1] >= MERGE_LOOKUPS:
-                starts.append(i)
-    return starts
+    for i in sorted(set(named) | set(extra)):
+        if not starts or i - starts[-1] >= MERGE_LOOKUPS:
+            starts.append(i)
+    return starts, how
+
+
+def _lookups_among(units: Units, named: list[int]) -> list[int]:
+    """The named kernels that are lookups. inductor names a fused kernel after every op it fused,
+    and the residual stream starts at the embedding's output, so several kernels of one forward
+    carry `embedding` (`triton_per_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0`, `..._8`,
+    `..._10`, `..._11` in every torch.compile'd Llama forward here). Where several names match, the
+    lookups are the names that a host synchronisation (the previous token read back) separates from
+    the named kernel before them in most of their launches, else the first name's only."""
+    kinds = {units.tokens[i] for i in named}
+    if len(kinds) < 2:
+        return named
+    seen, after_sync, prev, synced = {}, {}, -1, 0
+    syncs_before = []  # host synchronisations before each named launch, read in one pass
+    for kind in units.kind:
+        if kind == "sync":
+            synced += 1
+        syncs_before.append(synced)
+    for i in named:
+        token = units.tokens[i]
+        seen[token] = seen.get(token, 0) + 1
+        if prev < 0 or syncs_before[i] > syncs_before[prev]:
+            after_sync[token] = after_sync.get(token, 0) + 1
+        prev = i
+    chosen = {t for t, n in seen.items() if 2 * after_sync.get(t, 0) > n}
+    if not chosen:
+        chosen = {units.tokens[named[0]]}
+    return [i for i in named if units.tokens[i] in chosen]
+
+
+def _gathers_like_lookups(units: Units, named: list[int], unit_names: list[str]) -> list[int]:
+    """Gathers that begin a forward though their name is no embedding's, found by what follows.
+
+    aten picks the gather kernel by the lookup's size (torch 2.11: `indexSelectSmallIndex` for a
+    decode's token, `vectorized_gather_kernel` for a prompt's 16 or a verify's 20), and the second
+    name also gathers elsewhere (an engine's acceptance step), so it marks no forward by itself.
+    The kernels right after a lookup (the first layer's norm) are the same in every forward: where
+    the named lookups agree on their KGRAM - 1 launches after them, a gather (`names.gather_kernel`)
+    followed by those same launches is a lookup too. Linear in the launches."""
+    after = [tuple(units.tokens[i + 1 : i + KGRAM]) for i in named]
+    if len(after) < 2 or len(after[0]) < KGRAM - 1 or after.count(after[0]) < 2:
+        return []
+    sig, taken = after[0], set(named)
+    return [
+        i
+        for i, name in enumerate(unit_names)
+        if i not in taken
+        and names.gather_kernel(name)
+        and tuple(units.tokens[i + 1 : i + KGRAM]) == sig
+    ]
 
 
 def _graph_starts(units: Units, lookups: list[int], calls) -> list[int]:
@@ -182,14 +266,35 @@ def _call_start(units: Units, i: int, calls, call_starts, floor: int) -> int | N
 
 
 def _repeat_starts(units: Units) -> tuple[list[int], str]:
-    """Forward starts from the period of the launch sequence (module docstring, 4)."""
+    """Forward starts from the period of the launch sequence (module docstring, 4): runs of equal
+    nearest recurrence first, else runs read by direct comparison (tandem_repeats). A repeated
+    step is longer than the longest layer repeat either reading finds: a host loop's short repeats
+    with a synchronisation in each (prompt lookup's candidate search, stopping checks) are no step."""
     sync = [kind == "sync" for kind in units.kind]
+    distance = _recurrences(units.tokens)  # read once, by both readings
+    exact = _runs(_equal_distance_runs(distance), sync)
+    direct = _runs(_direct_runs(units.tokens, distance), sync)
+    layer = max((p for _, p in exact[0] + direct[0]), default=0)
+    starts, how = _repeat_starts_of(*exact, sync, layer, max)
+    if len(starts) < 2:
+        starts, how = _repeat_starts_of(*direct, sync, layer, min)
+    return starts, how
+
+
+def _runs(repeats, sync: list[bool]) -> tuple[list, list]:
+    """The tandem repeats as (cover, period), split into layer stacks (no sync in the period) and
+    repeated steps."""
     stacks, steps = [], []
-    for start, length, period in tandem_repeats(units.tokens):
+    for start, length, period in repeats:
         cover = ((start, start + length + period + KGRAM - 1), period)
         (steps if any(sync[start : start + period]) else stacks).append(cover)
+    return stacks, steps
+
+
+def _repeat_starts_of(stacks, steps, sync: list[bool], layer: int, pick) -> tuple[list[int], str]:
+    steps = [s for s in steps if s[1] > layer]
     if steps:
-        return _step_starts(steps, sync), (
+        return _step_starts(steps, sync, pick), (
             "the period of the launch sequence (a repeated step, cut after its host sync)"
         )
     starts, previous_end = [], 0
@@ -203,11 +308,13 @@ def _repeat_starts(units: Units) -> tuple[list[int], str]:
     )
 
 
-def _step_starts(steps, sync: list[bool]) -> list[int]:
-    """A run of repeated steps cut every period, after the last host sync of its first period."""
+def _step_starts(steps, sync: list[bool], pick=max) -> list[int]:
+    """A run of repeated steps cut every period, after the last host sync of its first period.
+    Runs read by direct comparison repeat at every multiple of the step's period too: the
+    smallest is the step's (`pick=min`)."""
     starts = []
     for begin, end in _merged(steps):
-        period = max((p for (b, _), p in steps if begin <= b < end), default=0)
+        period = pick((p for (b, _), p in steps if begin <= b < end), default=0)
         window = [i for i in range(begin, begin + period) if sync[i]]
         starts += range(window[-1] + 1, end, period)
     return starts
@@ -224,11 +331,22 @@ def _merged(stacks) -> list[tuple[int, int]]:
     return [(b, e) for b, e in out]
 
 
-def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
+def tandem_repeats(tokens: list[int], direct: bool = False) -> list[tuple[int, int, int]]:
     """(start, length, period) of every run of positions whose K-gram recurs exactly `period`
     launches later, long enough to cover (almost) a whole period: the sequence repeats itself
-    back to back there. One backward pass: each K-gram's next occurrence, then runs of equal
-    distance."""
+    back to back there. One backward pass: each K-gram's nearest recurrence, then runs of equal
+    distance. With `direct`, the nearest recurrence only proposes a period and the run is read by
+    comparing the launches `period` apart, so a shorter repeat inside the period (rotary embeddings
+    applied to the query and then the key by the same kernels, in every layer) does not break it;
+    still linear: each period's comparisons start where its previous run ended, at most RUN_BUDGET
+    comparisons per launch in all."""
+    distance = _recurrences(tokens)
+    return _direct_runs(tokens, distance) if direct else _equal_distance_runs(distance)
+
+
+def _recurrences(tokens: list[int]) -> list[int]:
+    """Per position, how many launches later its K-gram next recurs (0: never); [] for a sequence
+    too short to hold a repeat. One backward pass."""
     n = len(tokens)
     if n < 2 * KGRAM + MIN_PERIOD:
         return []
@@ -239,6 +357,10 @@ def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
         j = last.get(key)
         distance[i] = j - i if j is not None else 0
         last[key] = i
+    return distance
+
+
+def _equal_distance_runs(distance: list[int]) -> list[tuple[int, int, int]]:
     out, i = [], 0
     while i < len(distance):
         d, j = distance[i], i
@@ -247,4 +369,28 @@ def tandem_repeats(tokens: list[int]) -> list[tuple[int, int, int]]:
         if d >= MIN_PERIOD and j - i + 1 >= d - KGRAM:
             out.append((i, j - i + 1, d))
         i = j + 1
+    return out
+
+
+def _direct_runs(tokens: list[int], distance: list[int]) -> list[tuple[int, int, int]]:
+    n = len(tokens)
+    out, reach, budget = [], {}, RUN_BUDGET * n
+    for i, d in enumerate(distance):
+        if d < MIN_PERIOD or reach.get(d, -1) > i or budget <= 0:
+            continue
+        j = i
+        while (
+            budget > 0
+            and j + d + CHUNK <= n
+            and tokens[j : j + CHUNK] == tokens[j + d : j + d + CHUNK]
+        ):
+            j += CHUNK  # long runs compared a block at a time (list comparison, in C)
+            budget -= CHUNK
+        while j + d < n and tokens[j] == tokens[j + d] and budget > 0:
+            j += 1
+            budget -= 1
+        reach[d] = j
+        length = j - i - KGRAM + 1  # K-gram positions whose K-gram recurs `d` later
+        if length >= d - KGRAM:
+            out.append((i, length, d))
     return out

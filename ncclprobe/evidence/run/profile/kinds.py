@@ -13,7 +13,9 @@ decode or a verify, with the tokens per sequence it processed and the tokens it 
   smallest is taken as 1 token (a decode, a draft proposing one token), or, for a target beside a
   draft, as the drafts per cycle + 1 (the verify of the cycle's drafts).
 - **Kind**: a model's first forward is its prefill when it processed more tokens than any later
-  one (the prompt); any forward of more than MAX_VERIFY_TOKENS is one too. After it, a target
+  one (the prompt); any forward of more than MAX_VERIFY_TOKENS is one too, and, with recorded
+  shapes, any forward that started from an empty KV cache (a second `generate()` call's prompt,
+  a prompt of MAX_VERIFY_TOKENS or fewer). After it, a target
   forward beside a draft is a verify; without a draft, 1 token is a decode and more a verify (a
   draft-free speculative step, e.g. prompt lookup).
 - **Kept tokens** (for costs per token): with recorded shapes, how the target's KV cache grew
@@ -48,7 +50,7 @@ def classify(tl: Timeline, steps) -> None:
         group = [s for s in steps if s.model == model]
         if group:
             _tokens(tl, group, steps, model)
-            _kinds(group, model)
+            _kinds(group, model, {id(s) for s in group if _cache_before(tl, s) == 0})
     _kept(tl, [s for s in steps if s.model == "target"])
     for step in steps:
         if step.model == "draft":
@@ -60,10 +62,15 @@ def _drafts(eager) -> list:
     sizes = sorted({s.launch_count for s in eager})
     if len(sizes) < 2:
         return []
-    ratio, cut = max((b / a, b) for a, b in zip(sizes, sizes[1:]) if a)
-    if ratio < DRAFT_SIZE_RATIO:
+    # the highest jump of at least the ratio: the target is above it, however many odd small
+    # forwards (a partial one where a trace was cut or joined) jump again below the draft
+    cuts = [b for a, b in zip(sizes, sizes[1:]) if a and b / a >= DRAFT_SIZE_RATIO]
+    if not cuts:
         return []
-    return [s for s in eager if s.launch_count < cut]
+    larger = [s for s in eager if s.launch_count >= cuts[-1]]
+    if len(larger) == 1 and larger[0] is eager[0]:
+        return []  # one prompt run eagerly before compiled forwards of fused kernels: one model
+    return [s for s in eager if s.launch_count < cuts[-1]]
 
 
 def _tokens(tl: Timeline, group, steps, model: str) -> None:
@@ -149,7 +156,8 @@ def relative_tokens(blocks: dict, ref: dict) -> float | None:
     return statistics.median(b / r for b, r in changed)
 
 
-def _kinds(group, model: str) -> None:
+def _kinds(group, model: str, fresh: set = frozenset()) -> None:
+    """`fresh`: the ids of the forwards whose KV cache was empty (recorded shapes): prompts."""
     known = [s.tokens_per_seq for s in group[1:] if s.tokens_per_seq is not None]
     draft = model == "draft"
     replayed = bool(group[1:]) and all(s.replay for s in group[1:])
@@ -161,7 +169,7 @@ def _kinds(group, model: str) -> None:
             (tokens is not None and (not known or tokens > max(known)))
             or (replayed and not step.replay)
         )
-        if first_prompt or (tokens is not None and tokens > MAX_VERIFY_TOKENS):
+        if first_prompt or id(step) in fresh or (tokens is not None and tokens > MAX_VERIFY_TOKENS):
             step.kind, step.label = "prefill", "draft prefill" if draft else "prefill"
         elif draft:
             step.kind, step.label = "draft", "draft"

@@ -199,8 +199,16 @@ OUR_KINDS = {
 }
 
 
+# CUPTI's per-thread-default-stream and versioned entry points: `cudaLaunchKernel_ptsz`,
+# `cudaMemcpyAsync_ptsz`, `cudaGraphLaunch_ptsz`, `cuLaunchKernel_ptsz`, `cudaMemcpy_ptds`,
+# `cuGraphLaunch_v10000`: the same calls
+_API_SUFFIX = re.compile(r"_(?:ptsz|ptds|v\d+)$")
+
+
 def launch_kind(name: str) -> str | None:
     """kernel | graph | memcpy | sync for a runtime or driver call, None for anything else."""
+    if "_" in name[-9:]:
+        name = _API_SUFFIX.sub("", name)
     if name in KERNEL_LAUNCHES:
         return "kernel"
     if name in GRAPH_LAUNCHES:
@@ -319,9 +327,23 @@ def _float(text: str | None) -> float | None:
 
 
 _EMBEDDING_KERNEL = re.compile(r"embedding|indexSelect|index_select", re.IGNORECASE)
+# positional encodings named for embeddings run once per layer, not once per forward: vLLM's
+# `rotary_embedding_kernel`, inductor's `triton_..._rotary_emb...`, `apply_rotary_pos_emb`
+_PER_LAYER_EMBEDDING = re.compile(r"rotary|rope|pos_emb|position", re.IGNORECASE)
 
 
 def embedding_kernel(name: str) -> bool:
     """A kernel that gathers rows of an embedding table by token id: aten's `indexSelect*Index`
-    (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`."""
-    return bool(_EMBEDDING_KERNEL.search(name))
+    (CUDA and HIP), `embedding` kernels, inductor's fused `triton_..._embedding_...`; never a
+    rotary or positional one (those run in every layer)."""
+    return bool(_EMBEDDING_KERNEL.search(name)) and not _PER_LAYER_EMBEDDING.search(name)
+
+
+_GATHER_KERNEL = re.compile(r"gather|index", re.IGNORECASE)
+
+
+def gather_kernel(name: str) -> bool:
+    """A kernel that gathers by index (`vectorized_gather_kernel`, `index_elementwise_kernel`,
+    `indexSelect...`): an embedding lookup where the kernels after it are a forward's first layer's
+    (forwards._gathers_like_lookups), something else anywhere else."""
+    return bool(_GATHER_KERNEL.search(name))

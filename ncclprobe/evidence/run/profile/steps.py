@@ -108,6 +108,13 @@ def find_steps(tl: Timeline) -> tuple[list[Step], str]:
     if not steps:
         steps = _profiler_steps(tl)
         how = "torch.profiler's ProfilerStep#N annotations" if steps else ""
+        forwards = _from_forwards(tl) if steps and tl.gpu else []
+        if _wrap_several(steps, forwards):
+            steps = forwards
+            how = (
+                f"{forwards[0].found_by} (torch.profiler's ProfilerStep#N annotations each held "
+                "several forwards: a profiler schedule's step, not the engine's)"
+            )
     if not steps and tl.gpu:
         steps = _from_forwards(tl)
         how = steps[0].found_by if steps else ""
@@ -124,6 +131,23 @@ def find_steps(tl: Timeline) -> tuple[list[Step], str]:
         for step in steps:  # an annotated decode or prefill step keeps one token per sequence
             step.kept = 1.0 if step.kind in ("decode", "prefill") else None
     return steps, how
+
+
+def _wrap_several(annotated: list[Step], forwards: list[Step]) -> bool:
+    """Whether a `ProfilerStep#N` held two or more of a language model's forwards: a profiler
+    schedule stepped once per several tokens (`prof.step()` every N tokens, or around a whole
+    `generate()`), so its steps are not the tokens'. Forwards found only from repeated kernels
+    (no token lookup, no replay) do not count: a training step's forward and backward repeat too."""
+    if not annotated or not forwards or not forwards[0].model:
+        return False
+    windows = sorted((a.t0, a.t1) for a in annotated)
+    starts = [w[0] for w in windows]
+    held = [0] * len(windows)
+    for fw in forwards:
+        at = bisect.bisect_right(starts, fw.t0) - 1
+        if at >= 0 and fw.t0 <= windows[at][1]:
+            held[at] += 1
+    return max(held) >= 2
 
 
 def bounds(tl: Timeline, steps: list[Step]) -> list[dict]:
@@ -187,10 +211,10 @@ def _finish_forwards(tl: Timeline, steps: list[Step]) -> None:
     for step, following in zip(steps, starts[1:]):
         step.gpu_end = following
     if not steps[0].model:
-        for (
-            step
-        ) in steps:  # a repeated unit with no token lookup: not known to be a model's forward
-            step.label = "step"
+        # a repeated unit with no token lookup: not known to be a model's forward ("repeated steps
+        # wait for the host", never "step steps")
+        for step in steps:
+            step.label = "repeated"
         return
     for step in steps:
         step.blocks = K.blocks_by_name(step.kernels, tl.launches, step.replay)
