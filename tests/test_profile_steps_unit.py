@@ -581,13 +581,14 @@ def test_the_parts_of_the_difference_add_up_and_speculation_is_weighed_only_when
     assert by_rule(RB.against_baseline(ev(nothing, base)), "against-baseline")[0].missing
 
 
-# ---- the words: every rule's full output on six cases, against the reviewed record -------------
+# ---- the words: every rule's full output on ten cases, against the reviewed record -------------
 
 GOLDEN = Path(__file__).parent / "data" / "profile_step_rules.golden.json"
 
 
 def _golden_cases() -> dict:
-    """Six runs that reach every outcome of the step rules (constructed as above)."""
+    """Runs that reach every outcome of the step rules and every branch of their words
+    (constructed as above)."""
     graphed = phase(
         "decode",
         "decode",
@@ -644,7 +645,62 @@ def _golden_cases() -> dict:
     unknown = profile_run(
         phase("verify", "verify", count=10, median=20.0, idle=19.0), mode="speculative"
     )
+    glue = profile_run(
+        phase(
+            "prefill",
+            "prefill",
+            count=1,
+            median=20.0,
+            graphed=True,
+            graph_ms=5.0,
+            launches={"kernel": 3},
+        ),  # replayed too, before the decode: no glue cost
+        phase(
+            "decode",
+            "decode",
+            count=20,
+            median=3.123456,
+            busy=0.5,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 30},
+            tokens_kept=40.0,
+        ),  # two tokens a step
+        phase(
+            "verify",
+            "verify",
+            count=5,
+            median=0.8,
+            busy=0.5,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 4, "memcpy": 2},
+        ),  # kept tokens unknown: per step
+        phase(
+            "late",
+            "other",
+            count=2,
+            median=0.4,
+            busy=0.35,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 1},
+        ),  # the replay outlasts the step: no glue
+        phase("copies", "other", count=3, graphed=True, graph_ms=0.5, launches={"memcpy": 2}),
+        phase("unmeasured", "other", count=3, graphed=True, launches={"kernel": 5}),
+        phase("eager", "other", count=3, graph_ms=0.5, launches={"kernel": 5}),
+        tokens=45,
+    )
+    kinds_unknown = profile_run(phase("burst", "other", count=12, launches={"kernel": 40}))
+    drafts_only = profile_run(
+        phase("draft", "draft", count=12, median=2.0, launches={"kernel": 90, "sync": 1})
+    )
+    vllm = {"engine": "vllm"}
     return {
+        "graph glue per token and per step": ev(glue),
+        "steps of unknown kind, vLLM": ev(kinds_unknown, base, vllm),
+        "drafts only": ev(drafts_only),
+        "nothing found, vLLM": ev(profile_run(), config=vllm),
         "eager against replays": ev(eager, base),
         "eager alone": ev(eager),
         "speculative against replays": ev(spec, base),
