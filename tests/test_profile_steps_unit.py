@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -696,7 +697,52 @@ def _golden_cases() -> dict:
         phase("draft", "draft", count=12, median=2.0, launches={"kernel": 90, "sync": 1})
     )
     vllm = {"engine": "vllm"}
+    unseen = profile_run(  # a CPU-only verify: whether it replays is unknown
+        phase("verify", "verify", count=10, median=20.0, graphed=None, tokens_kept=10.0),
+        phase("draft", "draft", count=40, median=5.0, graphed=None, tokens_kept=0.0),
+        mode="speculative",
+        tokens=10,
+    )
+    unseen.engine = "sglang"
+    gains = profile_run(  # graphed verifies that keep three tokens each
+        phase("prefill", "prefill", count=1, median=20.0),
+        phase("verify", "verify", count=16, median=3.5, busy=3.0, graphed=True, tokens_kept=48.0),
+        mode="speculative",
+        tokens=48,
+    )
+    same = profile_run(*base.phases.values(), mode="speculative", tokens=48)  # costs exactly 0
+    dearer = profile_run(  # 0.5 ms a token dearer: under 1 ms, still a cost
+        phase("prefill", "prefill", count=1, median=20.0),
+        replace(graphed, median_ms=3.0 + 0.5 * 48 / 47),
+        mode="speculative",
+        tokens=48,
+    )
+    mixed = profile_run(  # two eager phases: the larger in total leads, not per step
+        phase("prefill", "prefill", count=1, median=20.0, busy=2.0, idle=18.0, spread=(0.1, 0.2)),
+        phase(
+            "decode",
+            "decode",
+            count=30,
+            median=8.0,
+            busy=2.0,
+            spread=(0.12345, 0.98765),
+            launches={},
+        ),
+        phase("draft", "draft", count=2, median=20.0, busy=1.0),
+        tokens=31,
+    )
+    some = profile_run(  # the prefill first: skipped, the decode after it still weighed
+        phase("prefill", "prefill", count=1, median=20.0, busy=2.0, idle=18.0),
+        phase("decode", "decode", median=10.0, busy=5.0, spread=(0.2, 0.6), launches={}),
+        tokens=11,
+    )
     return {
+        "host-bound in some steps, vLLM": ev(some, config=vllm),
+        "verify replays unknown (CPU-only), SGLang": ev(unseen, base, {"engine": "sglang"}),
+        "speculation saves": ev(gains, base),
+        "speculation costs exactly nothing": ev(same, base),
+        "speculation costs under 1 ms a token": ev(dearer, base),
+        "two eager phases, some steps host-bound": ev(mixed, base),
         "graph glue per token and per step": ev(glue),
         "steps of unknown kind, vLLM": ev(kinds_unknown, base, vllm),
         "drafts only": ev(drafts_only),
