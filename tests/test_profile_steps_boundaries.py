@@ -15,7 +15,7 @@ from ncclprobe.evidence.run.profile import kinds as K
 from ncclprobe.evidence.run.profile import steps as S
 from ncclprobe.evidence.run.profile.timeline import Kernel, Launch, Timeline
 from ncclprobe.evidence.run.view import Acceptance
-from tests.test_profile_steps_unit import phase, profile_run
+from tests.test_profile_steps_unit import _steps, phase, profile_run
 
 # ---- tandem repeats: how long a run must be, how long the sequence ------------------------------
 
@@ -316,3 +316,114 @@ def test_a_phases_typical_time_is_its_median_times_its_steps():
     assert C.phase_ms(phase("d", "decode", count=3, median=2.0)) == 6.0
     assert C.phase_ms(replace(phase("d", "decode", count=3), median_ms=None)) == 0.0
     assert C.phase_ms(phase("d", "decode", count=0, median=2.0)) == 0.0
+
+
+def test_a_cost_per_token_needs_tokens_and_forwards_need_steps():
+    assert C.per_token(6.0, C.Tokens(3.0, True, "")) == 2.0
+    assert C.per_token(6.0, C.Tokens(None, False, "")) is None
+    prefill_only = profile_run(phase("prefill", "prefill", count=1))
+    assert C.forwards_per_token(prefill_only, C.Tokens(5.0, True, "")) is None
+    run = profile_run(phase("prefill", "prefill", count=1), phase("decode", "decode", count=8))
+    assert C.forwards_per_token(run, C.Tokens(4.0, True, "")) == 2.0
+    assert C.forwards_per_token(run, C.Tokens(None, False, "")) is None
+
+
+# ---- kinds: two models, the drafts per cycle, decode or verify ---------------------------------
+
+
+class _Sized:
+    def __init__(self, launches):
+        self.launch_count = launches
+
+
+def test_two_sizes_apart_by_the_ratio_are_a_draft_and_its_target():
+    target, draft = _Sized(160), _Sized(100)
+    assert K._drafts([target, draft]) == [draft]
+    assert K._drafts([target]) == []
+
+
+def _models(pattern):
+    out = []
+    for m in pattern:
+        s = S.Step(
+            kind="other", label="forward", t0=0, t1=0, model="draft" if m == "d" else "target"
+        )
+        out.append(s)
+    return out
+
+
+def test_the_drafts_per_cycle_are_the_median_run_of_drafts_between_targets():
+    steps = _models("tddddtddddtddddt")
+    assert K._smallest_tokens(steps, steps, "target") == 5
+    steps = _models("tddt" + "ddddt" * 2)  # runs of 2, 4, 4: the median 4
+    assert K._smallest_tokens(steps, steps, "target") == 5
+    trailing = _models("tdd")  # drafts with no target after them: no whole cycle
+    assert K._smallest_tokens(trailing, trailing, "target") == 1
+
+
+def test_one_eager_forward_then_one_replay_is_a_prefill_and_a_decode():
+    steps = _steps([None]) + _steps([None], replay=True)
+    K._kinds(steps, "target")
+    assert [s.kind for s in steps] == ["prefill", "decode"]
+
+
+def test_draft_forwards_are_of_kind_draft_and_two_tokens_are_a_verify():
+    drafts = _steps([16.0, 1.0, 1.0], model="draft")
+    K._kinds(drafts, "draft")
+    assert [(s.kind, s.label) for s in drafts] == [
+        ("prefill", "draft prefill"),
+        ("draft", "draft"),
+        ("draft", "draft"),
+    ]
+    two = _steps([20.0, 1.0, 2.0])
+    K._kinds(two, "target")
+    assert [s.kind for s in two] == ["prefill", "decode", "verify"]
+    flat = _steps([20.0, 1.0, 1.5])  # 3 tokens over a batch of 2
+    K._kinds(flat, "target")
+    assert [s.kind for s in flat] == ["prefill", "decode", "verify"]
+
+
+def _windows(n):
+    return [
+        S.Step(kind="verify", label="verify", t0=100.0 * i, t1=100.0 * i + 90) for i in range(n)
+    ]
+
+
+def test_kept_tokens_need_a_reading_in_every_forward():
+    steps = _windows(3)
+    steps[0].kind = "prefill"
+    partial = Timeline("mem", {}, attention=[(10, 20, 20), (110, 5, 21)])  # none in the third
+    K._kept(partial, steps)
+    assert [s.kept for s in steps] == [1.0, None, None]
+
+
+def test_an_attention_call_at_the_steps_end_is_the_steps():
+    step = S.Step(kind="decode", label="decode", t0=100.0, t1=190.0)
+    assert K._cache_before(Timeline("mem", {}, attention=[(190.0, 1, 30)]), step) == 29
+    assert K._cache_before(Timeline("mem", {}, attention=[(190.5, 1, 30)]), step) is None
+
+
+# ---- steps: the last forward cut off, at its boundaries ------------------------------------------
+
+
+def _forward(counts, signature=(1,)):
+    s = S.Step(kind="other", label="f", t0=0, t1=0, signature=signature)
+    for name, n in counts.items():
+        s.kernels += [Kernel(0, 1, 7, None, name, None, "kernel") for _ in range(n)]
+    return s
+
+
+def test_only_forwards_that_start_alike_decide_the_last_ones_cut():
+    prefill = _forward({"big": 40}, signature=(9,))
+    decode = _forward({"layer": 20})
+    assert S._cut_off([prefill, decode, decode, _forward({"layer": 10})])
+    assert not S._cut_off([prefill, decode, decode, _forward({"layer": 20})])
+    assert S._cut_off([decode, prefill, _forward({"layer": 10})])  # the first alike, not first
+
+
+def test_a_kernel_twice_in_every_forward_recurs_and_a_missing_one_counts_nothing():
+    assert S._cut_off([_forward({"layer": 2}), _forward({"layer": 1})])
+    uneven = [_forward({"layer": 20, "norm": 4}), _forward({"layer": 20}), _forward({"layer": 20})]
+    assert not S._cut_off(uneven)  # norm is not in every forward: only the layers count
+    assert S._cut_off([_forward({"layer": 20}), _forward({"other": 30})])
+    assert S._cut_off([_forward({"a": 2, "b": 6}), _forward({"b": 6})])  # 6 of 8 kept: under 85%
