@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ncclprobe.diagnose import profile_costs as C
+from ncclprobe.diagnose import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K
@@ -189,13 +192,13 @@ def test_grid_tokens_are_at_least_one_and_unreadable_grids_stay_unknown():
     tiny = {"a": 100 / 7, "b": 200 / 7, "c": 400 / 7}  # 1.43x: rounds to 1, not 2
     group = [
         _grid_step(ref),
-        _grid_step(fewer, t0=10.0),
-        _grid_step(tiny, t0=20.0),
-        _grid_step({"z": 90}, t0=30.0),  # no kernel in common: unknown
+        _grid_step({"z": 90}, t0=10.0),  # no kernel in common: unknown, and the next ones read
+        _grid_step(fewer, t0=20.0),
+        _grid_step(tiny, t0=30.0),
     ]
     K._tokens(Timeline("mem", {}), group, group, "target")
-    assert [s.tokens_per_seq for s in group] == [1.0, 1.0, 1.0, None]
-    assert group[3].tokens_from == ""
+    assert [s.tokens_per_seq for s in group] == [1.0, None, 1.0, 1.0]
+    assert group[1].tokens_from == ""
 
 
 def test_recorded_shapes_win_over_the_grids():
@@ -427,3 +430,67 @@ def test_a_kernel_twice_in_every_forward_recurs_and_a_missing_one_counts_nothing
     assert not S._cut_off(uneven)  # norm is not in every forward: only the layers count
     assert S._cut_off([_forward({"layer": 20}), _forward({"other": 30})])
     assert S._cut_off([_forward({"a": 2, "b": 6}), _forward({"b": 6})])  # 6 of 8 kept: under 85%
+
+
+# ---- the rules at their remaining edges ----------------------------------------------------------
+
+
+def test_a_share_is_capped_at_the_whole_run_and_unknown_without_steps():
+    run = profile_run(phase("decode", "decode", count=10, median=10.0))
+    assert C.share(50.0, run) == 0.5 and C.share(200.0, run) == 1.0
+    assert C.share(5.0, profile_run()) is None
+
+
+def test_host_bound_reads_every_phase_and_leaves_cpu_only_ones_unchecked():
+    busy = phase("accept", "other", count=5, median=1.0, busy=0.95, spread=(0.05, 0.05))
+    idle = phase("decode", "decode", median=10.0, busy=2.0, spread=(0.7, 0.9))
+    out = RS.host_bound(Evidence(runs=[profile_run(busy, idle, tokens=10)], kind="profile"))
+    assert [type(o).__name__ for o in out] == ["RuledOut", "Finding"]
+    cpu = replace(phase("decode", "decode"), idle_ms=None, device_ms=None, graphed=None)
+    (unchecked,) = RS.host_bound(Evidence(runs=[profile_run(cpu, tokens=10)], kind="profile"))
+    assert unchecked.missing.startswith("GPU activity in the profile")
+
+
+def test_every_runs_eager_steps_are_weighed():
+    graphed = phase("decode", "decode", count=10, median=3.0, busy=0.5, graphed=True)
+    eager = phase("burst", "other", count=10, median=18.0, busy=1.0)
+    runs = [profile_run(eager, graphed, tokens=10, label=f"rank{i}") for i in range(2)]
+    out = RS.eager_steps(Evidence(runs=runs, kind="profile"))
+    assert [o.rule for o in out] == ["eager-launches", "eager-launches"]
+
+
+def test_a_saving_under_a_millisecond_is_still_a_saving():
+    graphed = phase("decode", "decode", count=10, median=3.0, busy=0.5, graphed=True)  # 2.5 idle
+    eager = phase("verify", "verify", count=10, median=4.0, busy=1.0)  # 3.0 idle: 0.5 more
+    (found,) = RS.eager_steps(
+        Evidence(runs=[profile_run(eager, graphed, tokens=10)], kind="profile")
+    )
+    assert found.cost_ms_per_step == pytest.approx(0.5)
+
+
+def test_the_model_shape_prices_only_a_verify_against_a_decode():
+    config = {
+        "model": {
+            "hidden": 4096,
+            "layers": 32,
+            "vocab": 128256,
+            "heads": 32,
+            "kv_heads": 8,
+            "intermediate": 14336,
+            "head_dim": 128,
+        },
+        "k": 3,
+        "batch": 1,
+        "tp": 1,
+    }
+    graphed = phase("decode", "decode", count=10, median=2.0, busy=1.8, graphed=True)
+    draft = phase("draft", "draft", count=10, median=20.0, busy=1.0)
+    run = profile_run(draft, graphed, mode="speculative", tokens=10)
+    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    assert found.cost_ms_per_step == pytest.approx(19.0 - 0.2)  # the idle difference
+    assert "expected_ratio" not in found.evidence
+    verify = phase("verify", "verify", count=10, median=20.0, busy=1.0)
+    run = profile_run(verify, graphed, mode="speculative", tokens=10)
+    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    ratio = found.evidence["expected_ratio"]
+    assert ratio > 1.0 and found.cost_ms_per_step == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3)

@@ -259,3 +259,128 @@ def test_blocks_by_name_takes_eager_launches_or_the_replays_own():
     ]
     assert K.blocks_by_name(ks, launches) == {"a": 3.0, "b": 5}
     assert K.blocks_by_name(ks, launches, replayed=True) == {"a": 8}
+
+
+# ---- edges of the step sources ------------------------------------------------------------------
+
+
+def test_one_annotated_step_is_a_step():
+    steps, how = S.find_steps(Timeline("mem", {}, annotations=[_note(0.0, 10.0)]))
+    assert len(steps) == 1 and how == "sglang annotation"
+
+
+def test_kernels_without_gaps_are_no_steps_and_no_words():
+    kernels = [_kernel(float(i), i + 1) for i in range(5)]  # back to back
+    assert S.find_steps(Timeline("mem", {}, kernels=kernels)) == ([], "")
+
+
+def test_bursts_say_how_they_were_found():
+    kernels = [_kernel(t, None) for t in (0.0, 2.0, 4.0, 500.0, 502.0)]
+    _, how = S.find_steps(Timeline("mem", {}, kernels=kernels))
+    assert how == "gaps between bursts of GPU work (the profile has no step annotations)"
+
+
+def test_the_typical_gap_is_the_middle_one():
+    # gaps 1, 1, 1, 10, 10, 10 and one of 150: the median 10 puts the threshold at 200 µs
+    starts, t = [], 0.0
+    for gap in (1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 150.0):
+        starts.append(t)
+        t += 1.0 + gap
+    starts.append(t)
+    steps = S._from_gaps(Timeline("mem", {}, kernels=[_kernel(x, None) for x in starts]))
+    assert len(steps) == 1
+
+
+def test_two_forwards_the_last_cut_off_leave_one_step():
+    one = [("kernel", "indexSelectSmallIndex")] + [("kernel", "layer")] * 20 + [("sync", "s")]
+    cut = [("kernel", "indexSelectSmallIndex")] + [("kernel", "layer")] * 10
+    steps, _ = S.find_steps(timeline(one + cut, cpu_ops=0))
+    assert len(steps) == 1 and steps[0].engine == "unknown" and steps[0].kind == "decode"
+
+
+def test_annotations_out_of_order_and_a_launch_at_the_last_steps_end():
+    notes = [_note(100.0, 100.0, label="second"), _note(0.0, 100.0, label="first")]
+    launches = {1: Launch("kernel", "a", 50.0, 1.0, 1), 2: Launch("kernel", "b", 200.0, 1.0, 1)}
+    kernels = [_kernel(60.0, 1), _kernel(210.0, 2)]
+    tl = Timeline("mem", {}, kernels=kernels, launches=launches, annotations=notes)
+    second, first = S.find_steps(tl)[0]
+    assert [k.corr for k in first.kernels] == [1] and [k.corr for k in second.kernels] == [2]
+
+
+def test_recorded_shapes_skip_known_and_lookup_free_steps_and_keep_the_most_tokens():
+    notes = [
+        _note(0.0, 100.0, kind="other", label="step", batch=None),  # no lookup inside
+        _note(100.0, 100.0, batch=2, per_seq=1.0),  # its tokens known already
+        _note(200.0, 100.0, batch=None),  # two lookups: 20 tokens of 2 beat 2 tokens of 4
+        _note(300.0, 100.0, batch=2),  # a decode of 2 tokens a sequence: a verify
+    ]
+    embeddings = [
+        (110.0, 1.0, [2, 7]),
+        (210.0, 1.0, [4, 2]),
+        (220.0, 1.0, [2, 20]),
+        (310.0, 1.0, [2, 2]),
+    ]
+    steps, _ = S.find_steps(Timeline("mem", {}, annotations=notes, embeddings=embeddings))
+    assert [(s.kind, s.batch, s.tokens_per_seq) for s in steps] == [
+        ("other", None, None),
+        ("decode", 2, 1.0),
+        ("prefill", 2, 20.0),
+        ("verify", 2, 2.0),
+    ]
+    assert steps[3].found_by == "sglang annotation; decode or verify from the recorded input shapes"
+
+
+# ---- a draft and its target, classified ---------------------------------------------------------
+
+
+def _fwd(t0, launches, blocks, replay=False):
+    s = S.Step(kind="other", label="forward", t0=t0, t1=t0 + 9.0, model="target", replay=replay)
+    s.launch_count, s.blocks = launches, dict(blocks)
+    return s
+
+
+def test_a_draft_and_its_target_get_their_kinds_tokens_and_kept_tokens():
+    one, five = {"a": 2, "b": 4, "c": 8}, {"a": 10, "b": 20, "c": 40}
+    pattern = "TdddTdddT"
+    steps = []
+    for i, m in enumerate(pattern):
+        target = m == "T"
+        blocks = (five if i == 0 else one) if target else {"x": 2}
+        steps.append(_fwd(10.0 * i, 160 if target else 100, blocks))
+    steps.append(_fwd(100.0, 40, {"g": 2}, replay=True))  # a replay: never the eager ones' draft
+    K.classify(Timeline("mem", {}), steps)
+    assert "".join("T" if s.model == "target" else "d" for s in steps) == pattern + "T"
+    assert [s.kind for s in steps[:5]] == ["prefill", "draft", "draft", "draft", "verify"]
+    assert [s.tokens_per_seq for s in steps if s.model == "target" and not s.replay] == [
+        20.0,
+        4.0,
+        4.0,
+    ]
+    assert {s.kept for s in steps if s.model == "draft"} == {0.0}
+    assert steps[4].tokens_from.endswith("taken as 4 token(s) (the drafts per cycle + 1)")
+
+
+def test_one_draft_per_cycle_makes_two_tokens_and_says_so():
+    one, three = {"a": 2, "b": 4, "c": 8}, {"a": 6, "b": 12, "c": 24}
+    steps = [_fwd(0.0, 160, three), _fwd(10.0, 100, {}), _fwd(20.0, 160, one)]
+    steps[1].model = "draft"
+    target = [steps[0], steps[2]]
+    K._tokens(Timeline("mem", {}), target, steps, "target")
+    assert [s.tokens_per_seq for s in target] == [6.0, 2.0]
+    assert steps[2].tokens_from.endswith("taken as 2 token(s) (the drafts per cycle + 1)")
+
+
+def test_a_lookup_is_read_from_the_one_open_at_the_steps_start_up_to_its_end():
+    step = S.Step(kind="other", label="f", t0=100.0, t1=190.0)
+
+    def read(embeddings, batch=None):
+        step.batch = batch
+        return K._looked_up(Timeline("mem", {}, embeddings=embeddings), step)
+
+    assert read([(40.0, 100.0, [2, 9]), (60.0, 50.0, [2, 3])]) == (2, 3.0)  # the later open one
+    assert read([(50.0, 50.0, [2, 3])]) == (2, 3.0)  # ends exactly at the start
+    assert read([(50.0, 49.0, [2, 3])]) is None
+    assert read([(50.0, 10.0, [2, 9]), (120.0, 1.0, None), (150.0, 1.0, [2, 4])]) == (2, 4.0)
+    assert read([(190.0, 1.0, [2, 5])]) == (2, 5.0)  # starts exactly at the end
+    assert read([(150.0, 1.0, [8])], batch=2) == (2, 4.0)
+    assert K.lookup_tokens([1, 5], None) == (1, 5.0)
