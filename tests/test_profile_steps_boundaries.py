@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from ncclprobe.diagnose import profile_costs as C
+from ncclprobe.diagnose import rules_profile_baseline as RB
 from ncclprobe.diagnose import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
@@ -260,6 +261,9 @@ def test_the_baselines_phase_of_the_same_kind_else_its_decode():
     assert C.baseline_reference(_two(base), "draft") == (base, decode)
     only = profile_run(decode)
     assert C.baseline_reference(_two(only), "verify") == (only, decode)
+    busier = phase("replay", "other", count=90, graphed=True)  # more steps, but not a decode
+    base = profile_run(verify, decode, busier)
+    assert C.baseline_reference(_two(base), "draft") == (base, decode)
 
 
 def test_else_the_baselines_most_frequent_graphed_phase_but_its_prefill():
@@ -288,6 +292,8 @@ def test_graphed_reference_says_where_the_reference_comes_from():
     eager = phase("verify", "verify", count=5)
     base = profile_run(phase("decode", "decode", count=30, graphed=True))
     run = profile_run(eager)
+    both = profile_run(phase("verify", "verify", count=3, graphed=True), *base.phases.values())
+    assert C.graphed_reference(_two(both), run, eager)[0].name == "verify"  # its own kind
     ref, where, from_base = C.graphed_reference(_two(base), run, eager)
     assert (ref.name, from_base) == ("decode", True)
     assert where == "the baseline (baseline) replays its decode steps from a graph"
@@ -494,3 +500,12 @@ def test_the_model_shape_prices_only_a_verify_against_a_decode():
     found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
     ratio = found.evidence["expected_ratio"]
     assert ratio > 1.0 and found.cost_ms_per_step == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3)
+
+
+def test_only_the_traces_profiles_are_weighed_against_the_baseline():
+    base = profile_run(phase("decode", "decode", count=47, median=3.0, graphed=True), tokens=48)
+    run = profile_run(phase("decode", "decode", count=35, median=18.0), tokens=36)
+    engine = replace(run, source="engine-trace", label="engine")
+    alone = RB.against_baseline(Evidence(runs=[run], baseline=[base], kind="profile"))
+    first = RB.against_baseline(Evidence(runs=[engine, run], baseline=[base], kind="profile"))
+    assert [o.to_json() for o in first] == [o.to_json() for o in alone]

@@ -733,10 +733,56 @@ def _golden_cases() -> dict:
     )
     some = profile_run(  # the prefill first: skipped, the decode after it still weighed
         phase("prefill", "prefill", count=1, median=20.0, busy=2.0, idle=18.0),
-        phase("decode", "decode", median=10.0, busy=5.0, spread=(0.2, 0.6), launches={}),
+        phase("decode", "decode", median=10.0, busy=5.0, spread=(0.12345, 0.56789), launches={}),
         tokens=11,
     )
+    model = {
+        "model": {
+            "hidden": 4096,
+            "layers": 32,
+            "vocab": 128256,
+            "heads": 32,
+            "kv_heads": 8,
+            "intermediate": 14336,
+            "head_dim": 128,
+        },
+        "k": 3,
+        "batch": 1,
+        "tp": 1,
+    }
+    two_refs = profile_run(  # a verify priced against the decode, a draft against the draft
+        phase("draft", "draft", count=30, median=2.2, busy=2.0, graphed=True),
+        graphed,
+    )
+    two_refs.path = "two.json.gz"
+    eager_spec = profile_run(  # eager verify and draft; a speculative run that replays nothing
+        phase("verify", "verify", count=10, median=22.0, idle=21.0, tokens_kept=10.0),
+        phase("draft", "draft", count=40, median=5.0, idle=4.5, tokens_kept=0.0),
+        mode="speculative",
+        tokens=10,
+    )
+    eager_spec.engine = "sglang"
+    replayed_spec = profile_run(
+        phase("verify", "verify", count=10, median=4.0, busy=3.5, graphed=True, tokens_kept=30.0),
+        mode="speculative",
+        tokens=30,
+    )
+    eager_base = profile_run(phase("decode", "decode", count=47, median=18.0, busy=0.8), tokens=48)
+    cpu_base = profile_run(
+        phase("decode", "decode", count=47, median=18.0, graphed=None), tokens=48
+    )
+    no_path = profile_run(phase("burst", "other", count=9, graphed=False), tokens=None)
+    unknown_sglang = profile_run(
+        phase("verify", "verify", count=10, median=20.0, idle=19.0), mode="speculative"
+    )
+    unknown_sglang.engine = "sglang"
     return {
+        "speculative, acceptance unknown, an SGLang run": ev(unknown_sglang, base),
+        "verify priced by the model shape, two references": ev(eager_spec, two_refs, model),
+        "speculative, no baseline, SGLang": ev(eager_spec, config={"engine": "sglang"}),
+        "speculative against a baseline without a decode": ev(eager_spec, no_path),
+        "replayed speculation against an eager baseline": ev(replayed_spec, eager_base),
+        "speculation against a CPU-only baseline": ev(eager_spec, cpu_base),
         "host-bound in some steps, vLLM": ev(some, config=vllm),
         "verify replays unknown (CPU-only), SGLang": ev(unseen, base, {"engine": "sglang"}),
         "speculation saves": ev(gains, base),
