@@ -500,12 +500,16 @@ def test_the_model_shape_prices_only_a_verify_against_a_decode():
     found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
     ratio = found.evidence["expected_ratio"]
     assert ratio > 1.0 and found.cost_ms_per_step == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3)
+    near = phase("verify", "verify", count=10, median=2.0 * ratio + 0.5, busy=1.0)  # 0.5 above
+    run = profile_run(near, graphed, mode="speculative", tokens=10)
+    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    assert found.cost_ms_per_step == pytest.approx(0.5, abs=0.01)
 
 
 def test_only_the_traces_profiles_are_weighed_against_the_baseline():
     base = profile_run(phase("decode", "decode", count=47, median=3.0, graphed=True), tokens=48)
     run = profile_run(phase("decode", "decode", count=35, median=18.0), tokens=36)
-    engine = replace(run, source="engine-trace", label="engine")
+    engine = replace(run, source="engine-trace", label="engine", phases={})  # not a profile
     alone = RB.against_baseline(Evidence(runs=[run], baseline=[base], kind="profile"))
     first = RB.against_baseline(Evidence(runs=[engine, run], baseline=[base], kind="profile"))
     assert [o.to_json() for o in first] == [o.to_json() for o in alone]

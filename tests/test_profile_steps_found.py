@@ -299,12 +299,16 @@ def test_two_forwards_the_last_cut_off_leave_one_step():
 
 
 def test_annotations_out_of_order_and_a_launch_at_the_last_steps_end():
-    notes = [_note(100.0, 100.0, label="second"), _note(0.0, 100.0, label="first")]
-    launches = {1: Launch("kernel", "a", 50.0, 1.0, 1), 2: Launch("kernel", "b", 200.0, 1.0, 1)}
-    kernels = [_kernel(60.0, 1), _kernel(210.0, 2)]
+    notes = [_note(200.0, 100.0), _note(100.0, 100.0), _note(0.0, 100.0)]  # latest first
+    launches = {
+        1: Launch("kernel", "a", 50.0, 1.0, 1),
+        2: Launch("kernel", "b", 150.0, 1.0, 1),
+        3: Launch("kernel", "c", 300.0, 1.0, 1),  # at the last step's very end
+    }
+    kernels = [_kernel(60.0, 1), _kernel(160.0, 2), _kernel(310.0, 3)]
     tl = Timeline("mem", {}, kernels=kernels, launches=launches, annotations=notes)
-    second, first = S.find_steps(tl)[0]
-    assert [k.corr for k in first.kernels] == [1] and [k.corr for k in second.kernels] == [2]
+    third, second, first = S.find_steps(tl)[0]
+    assert [[k.corr for k in s.kernels] for s in (first, second, third)] == [[1], [2], [3]]
 
 
 def test_recorded_shapes_skip_known_and_lookup_free_steps_and_keep_the_most_tokens():

@@ -776,7 +776,14 @@ def _golden_cases() -> dict:
         phase("verify", "verify", count=10, median=20.0, idle=19.0), mode="speculative"
     )
     unknown_sglang.engine = "sglang"
+    verify_only = profile_run(
+        phase("verify", "verify", count=10, median=22.0, idle=21.0, tokens_kept=10.0),
+        mode="speculative",
+        tokens=10,
+    )
     return {
+        "eager against replays, SGLang": ev(eager, base, {"engine": "sglang"}),
+        "a verify alone priced by the model shape": ev(verify_only, base, model),
         "speculative, acceptance unknown, an SGLang run": ev(unknown_sglang, base),
         "verify priced by the model shape, two references": ev(eager_spec, two_refs, model),
         "speculative, no baseline, SGLang": ev(eager_spec, config={"engine": "sglang"}),
