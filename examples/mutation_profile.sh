@@ -3,7 +3,7 @@
 # mutmut from the package index, in the venv only:  pip install mutmut
 # Runs on a copy of the committed tree (the repository's setup.cfg is left alone), with the fast
 # test set that pins these modules' thresholds, branches and words on inputs built in memory (about
-# 20 minutes on two shared cores). The real traces (tests/test_profile_hf.py, test_profile_h200.py)
+# 15 minutes on two shared cores). The real traces (tests/test_profile_hf.py, test_profile_h200.py)
 # are left out: mutmut runs every test that reaches a function for each of its mutants, and those take
 # about a minute each, so the step finder's mutants alone would take hours.
 #   bash examples/mutation_profile.sh [OUT_DIR]      # then: cd OUT_DIR && mutmut results
