@@ -2,9 +2,13 @@
 # Mutation check of the profile step finder and the profile step rules (issue 26; not in CI: slow).
 # mutmut from the package index, in the venv only:  pip install mutmut
 # Runs on a copy of the committed tree (the repository's setup.cfg is left alone), with the fast
-# test set that pins these modules' thresholds and branches plus three real traces:
+# test set that pins these modules' thresholds, branches and words on inputs built in memory (about
+# 15 minutes on two shared cores). The real traces (tests/test_profile_hf.py, test_profile_h200.py)
+# are left out: mutmut runs every test that reaches a function for each of its mutants, and those take
+# about a minute each, so the step finder's mutants alone would take hours.
 #   bash examples/mutation_profile.sh [OUT_DIR]      # then: cd OUT_DIR && mutmut results
-# The score and every survivor's reason are in docs/LOG.md (2026-12-01).
+# Rerun some mutants only:  cd OUT_DIR && mutmut run "ncclprobe.evidence.run.profile.forwards.*"
+# The score and every survivor's reason are in docs/LOG.md (2026-12-01, 2026-12-02).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 out=${1:-$(mktemp -d /tmp/mutation-profile.XXXXXX)}
@@ -23,8 +27,9 @@ only_mutate =
     ncclprobe/diagnose/rules_profile_baseline.py
 pytest_add_cli_args_test_selection =
     tests/test_profile_steps_unit.py
-    tests/test_profile_hf.py::test_one_step_per_forward_with_its_phase
-    tests/test_profile_h200.py::test_our_engine_without_its_annotations_gives_the_same_steps
+    tests/test_profile_steps_boundaries.py
+    tests/test_profile_steps_found.py
+    tests/test_profile_forwards_boundaries.py
 CFG
 cd "$out"
 mutmut run --max-children "${MUTMUT_CHILDREN:-2}" || true

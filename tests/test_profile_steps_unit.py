@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -581,13 +582,14 @@ def test_the_parts_of_the_difference_add_up_and_speculation_is_weighed_only_when
     assert by_rule(RB.against_baseline(ev(nothing, base)), "against-baseline")[0].missing
 
 
-# ---- the words: every rule's full output on six cases, against the reviewed record -------------
+# ---- the words: every rule's full output on ten cases, against the reviewed record -------------
 
 GOLDEN = Path(__file__).parent / "data" / "profile_step_rules.golden.json"
 
 
 def _golden_cases() -> dict:
-    """Six runs that reach every outcome of the step rules (constructed as above)."""
+    """Runs that reach every outcome of the step rules and every branch of their words
+    (constructed as above)."""
     graphed = phase(
         "decode",
         "decode",
@@ -644,7 +646,160 @@ def _golden_cases() -> dict:
     unknown = profile_run(
         phase("verify", "verify", count=10, median=20.0, idle=19.0), mode="speculative"
     )
+    glue = profile_run(
+        phase(
+            "prefill",
+            "prefill",
+            count=1,
+            median=20.0,
+            graphed=True,
+            graph_ms=5.0,
+            launches={"kernel": 3},
+        ),  # replayed too, before the decode: no glue cost
+        phase(
+            "decode",
+            "decode",
+            count=20,
+            median=3.123456,
+            busy=0.5,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 30},
+            tokens_kept=40.0,
+        ),  # two tokens a step
+        phase(
+            "verify",
+            "verify",
+            count=5,
+            median=0.8,
+            busy=0.5,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 4, "memcpy": 2},
+        ),  # kept tokens unknown: per step
+        phase(
+            "late",
+            "other",
+            count=2,
+            median=0.4,
+            busy=0.35,
+            graphed=True,
+            graph_ms=0.5,
+            launches={"kernel": 1},
+        ),  # the replay outlasts the step: no glue
+        phase("copies", "other", count=3, graphed=True, graph_ms=0.5, launches={"memcpy": 2}),
+        phase("unmeasured", "other", count=3, graphed=True, launches={"kernel": 5}),
+        phase("eager", "other", count=3, graph_ms=0.5, launches={"kernel": 5}),
+        tokens=45,
+    )
+    kinds_unknown = profile_run(phase("burst", "other", count=12, launches={"kernel": 40}))
+    drafts_only = profile_run(
+        phase("draft", "draft", count=12, median=2.0, launches={"kernel": 90, "sync": 1})
+    )
+    vllm = {"engine": "vllm"}
+    unseen = profile_run(  # a CPU-only verify: whether it replays is unknown
+        phase("verify", "verify", count=10, median=20.0, graphed=None, tokens_kept=10.0),
+        phase("draft", "draft", count=40, median=5.0, graphed=None, tokens_kept=0.0),
+        mode="speculative",
+        tokens=10,
+    )
+    unseen.engine = "sglang"
+    gains = profile_run(  # graphed verifies that keep three tokens each
+        phase("prefill", "prefill", count=1, median=20.0),
+        phase("verify", "verify", count=16, median=3.5, busy=3.0, graphed=True, tokens_kept=48.0),
+        mode="speculative",
+        tokens=48,
+    )
+    same = profile_run(*base.phases.values(), mode="speculative", tokens=48)  # costs exactly 0
+    dearer = profile_run(  # 0.5 ms a token dearer: under 1 ms, still a cost
+        phase("prefill", "prefill", count=1, median=20.0),
+        replace(graphed, median_ms=3.0 + 0.5 * 48 / 47),
+        mode="speculative",
+        tokens=48,
+    )
+    mixed = profile_run(  # two eager phases: the larger in total leads, not per step
+        phase("prefill", "prefill", count=1, median=20.0, busy=2.0, idle=18.0, spread=(0.1, 0.2)),
+        phase(
+            "decode",
+            "decode",
+            count=30,
+            median=8.0,
+            busy=2.0,
+            spread=(0.12345, 0.98765),
+            launches={},
+        ),
+        phase("draft", "draft", count=2, median=20.0, busy=1.0),
+        tokens=31,
+    )
+    some = profile_run(  # the prefill first: skipped, the decode after it still weighed
+        phase("prefill", "prefill", count=1, median=20.0, busy=2.0, idle=18.0),
+        phase("decode", "decode", median=10.0, busy=5.0, spread=(0.12345, 0.56789), launches={}),
+        tokens=11,
+    )
+    model = {
+        "model": {
+            "hidden": 4096,
+            "layers": 32,
+            "vocab": 128256,
+            "heads": 32,
+            "kv_heads": 8,
+            "intermediate": 14336,
+            "head_dim": 128,
+        },
+        "k": 3,
+        "batch": 1,
+        "tp": 1,
+    }
+    two_refs = profile_run(  # a verify priced against the decode, a draft against the draft
+        phase("draft", "draft", count=30, median=2.2, busy=2.0, graphed=True),
+        graphed,
+    )
+    two_refs.path = "two.json.gz"
+    eager_spec = profile_run(  # eager verify and draft; a speculative run that replays nothing
+        phase("verify", "verify", count=10, median=22.0, idle=21.0, tokens_kept=10.0),
+        phase("draft", "draft", count=40, median=5.0, idle=4.5, tokens_kept=0.0),
+        mode="speculative",
+        tokens=10,
+    )
+    eager_spec.engine = "sglang"
+    replayed_spec = profile_run(
+        phase("verify", "verify", count=10, median=4.0, busy=3.5, graphed=True, tokens_kept=30.0),
+        mode="speculative",
+        tokens=30,
+    )
+    eager_base = profile_run(phase("decode", "decode", count=47, median=18.0, busy=0.8), tokens=48)
+    cpu_base = profile_run(
+        phase("decode", "decode", count=47, median=18.0, graphed=None), tokens=48
+    )
+    no_path = profile_run(phase("burst", "other", count=9, graphed=False), tokens=None)
+    unknown_sglang = profile_run(
+        phase("verify", "verify", count=10, median=20.0, idle=19.0), mode="speculative"
+    )
+    unknown_sglang.engine = "sglang"
+    verify_only = profile_run(
+        phase("verify", "verify", count=10, median=22.0, idle=21.0, tokens_kept=10.0),
+        mode="speculative",
+        tokens=10,
+    )
     return {
+        "eager against replays, SGLang": ev(eager, base, {"engine": "sglang"}),
+        "a verify alone priced by the model shape": ev(verify_only, base, model),
+        "speculative, acceptance unknown, an SGLang run": ev(unknown_sglang, base),
+        "verify priced by the model shape, two references": ev(eager_spec, two_refs, model),
+        "speculative, no baseline, SGLang": ev(eager_spec, config={"engine": "sglang"}),
+        "speculative against a baseline without a decode": ev(eager_spec, no_path),
+        "replayed speculation against an eager baseline": ev(replayed_spec, eager_base),
+        "speculation against a CPU-only baseline": ev(eager_spec, cpu_base),
+        "host-bound in some steps, vLLM": ev(some, config=vllm),
+        "verify replays unknown (CPU-only), SGLang": ev(unseen, base, {"engine": "sglang"}),
+        "speculation saves": ev(gains, base),
+        "speculation costs exactly nothing": ev(same, base),
+        "speculation costs under 1 ms a token": ev(dearer, base),
+        "two eager phases, some steps host-bound": ev(mixed, base),
+        "graph glue per token and per step": ev(glue),
+        "steps of unknown kind, vLLM": ev(kinds_unknown, base, vllm),
+        "drafts only": ev(drafts_only),
+        "nothing found, vLLM": ev(profile_run(), config=vllm),
         "eager against replays": ev(eager, base),
         "eager alone": ev(eager),
         "speculative against replays": ev(spec, base),
