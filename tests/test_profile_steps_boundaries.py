@@ -346,9 +346,12 @@ class _Sized:
 
 
 def test_two_sizes_apart_by_the_ratio_are_a_draft_and_its_target():
-    target, draft = _Sized(160), _Sized(100)
-    assert K._drafts([target, draft]) == [draft]
+    target, draft, again = _Sized(160), _Sized(100), _Sized(160)
+    assert K._drafts([target, draft, again]) == [draft]
+    assert K._drafts([_Sized(159), draft, _Sized(159)]) == []  # below the ratio: one model
     assert K._drafts([target]) == []
+    # one larger forward first, then only smaller ones: an eager prompt before compiled forwards
+    assert K._drafts([target, draft, _Sized(100)]) == []
 
 
 def _models(pattern):

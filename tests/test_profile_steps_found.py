@@ -213,7 +213,9 @@ def test_a_repeated_unit_without_a_lookup_is_a_step_of_no_model():
     one = layer() * 3 + [("kernel", "head"), ("memcpy", "DtoH"), ("sync", "s")]
     steps, how = S.find_steps(timeline(one * 4, cpu_ops=0))
     assert how.startswith("the kernel stream: repeated layer kernels")
-    assert [(s.label, s.kind, s.model, s.kept) for s in steps] == [("step", "other", "", None)] * 4
+    assert [(s.label, s.kind, s.model, s.kept) for s in steps] == [
+        ("repeated", "other", "", None)
+    ] * 4  # labelled "repeated": "step steps" read badly
     assert [s.launch_count for s in steps] == [29] * 4 and steps[0].blocks == {}
 
 

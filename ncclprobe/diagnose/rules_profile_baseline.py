@@ -129,7 +129,11 @@ def _speculation(ev, run, mine, base, theirs, parts) -> list:
                 rule="speculation-forwards",
                 hypothesis=hyp,
                 reason=f"{here:.2f} forwards per token against the baseline's {there:.2f}: at their replayed "
-                f"price speculation saves {-cost:.3f} ms per token",
+                + (
+                    f"price speculation saves {-cost:.3f} ms per token"
+                    if cost < 0
+                    else "price speculation costs nothing per token"
+                ),
             )
         ]
     share = C.share(cost * mine.count, run)

@@ -348,6 +348,16 @@ def graph_glue(ev: E.Evidence) -> list:
             if phase.kind == "prefill":
                 continue  # once per run: its eager kernels are no per-token cost
             glue = max(0.0, phase.median_ms - phase.graph_ms)
+            if glue <= 0.0:  # the replay's kernels span the whole step: nothing runs beside them
+                out.append(
+                    RuledOut(
+                        rule="graph-glue",
+                        hypothesis=f"{phase.name} steps lose time to eager work between graph replays",
+                        reason=f"the graph replay's kernels span {phase.graph_ms:.3f} ms, at least the "
+                        f"whole {phase.median_ms:.3f} ms step: the eager kernels beside it overlap the replay",
+                    )
+                )
+                continue
             share = C.share(glue * phase.count, run)
             tokens = phase.tokens_kept / phase.count if phase.tokens_kept else None
             unit = "token" if tokens else f"{phase.name} step"
