@@ -9,6 +9,7 @@ stay silent (its phases carry no GPU idle time; `rules` covers it).
 
 from __future__ import annotations
 
+from ncclprobe.diagnose import profile_costs as C
 from ncclprobe.diagnose import rules_profile_baseline, rules_profile_steps
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.rules_ranks import collective_split, ranks_skew
@@ -22,20 +23,6 @@ NCCL_GAP_SHARE = 0.5  # collectives that grew by half the gap between two step k
 
 def _profiles(ev: E.Evidence):
     return [(src, run) for src, run in ev.all_runs() if run.source == "profile"]
-
-
-def _baseline_reference(ev, kind: str):
-    """The baseline's graphed phase to compare a `kind` step with: the same kind, else its decode,
-    else its most frequent graphed step of any kind but prefill (a compiled, graph-replayed decode
-    records no input shapes, so its kind may be unknown)."""
-    for base in ev.baseline:
-        same = base.first_of_kind(kind) or base.first_of_kind("decode")
-        if same and same.graphed:
-            return base, same
-        graphed = [p for p in base.phases.values() if p.graphed and p.count and p.kind != "prefill"]
-        if graphed:
-            return base, max(graphed, key=lambda p: p.count)
-    return None, None
 
 
 def nccl_from_kernels(ev: E.Evidence) -> list:
@@ -134,7 +121,7 @@ def _slowest_pair(ev):
     if not candidates:
         return None, None
     run_s, ph_s = max(candidates, key=lambda rp: rp[1].median_ms or 0)
-    base, ref = _baseline_reference(ev, ph_s.kind)
+    base, ref = C.baseline_reference(ev, ph_s.kind)
     if ref is not None:
         return (run_s, ph_s), (base, ref)
     others = [p for p in run_s.phases.values() if p.graphed and p.count]
