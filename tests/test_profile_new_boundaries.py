@@ -185,3 +185,30 @@ def test_a_first_stack_with_no_sync_before_it_starts_at_its_first_launch():
     # a sync at the trace's very end is after every stack, never before the first
     sync = [False] * 49 + [True]
     assert F._repeat_starts_of([((5, 20), 8), ((30, 45), 8)], [], sync, 8, max)[0] == [5, 20]
+
+
+# ---- the direct reading of runs (a period search that survives a shorter repeat inside a layer) ----
+
+
+def direct(tokens):
+    return F._direct_runs(tokens, F._recurrences(tokens))
+
+
+def test_a_run_read_directly_covers_every_k_gram_that_recurs_a_period_later():
+    # [0..7] five times, then launches seen once: tokens j and j + 8 agree for j = 0..31, so the
+    # K-grams at 0..26 (their last token j + 5 <= 31) recur 8 later: 27 positions
+    tokens = list(range(8)) * 5 + list(range(100, 120))
+    assert direct(tokens) == [(0, 27, 8)]
+
+
+def test_a_run_is_kept_from_period_minus_k_positions_on_and_not_below():
+    tail = list(range(100, 120))
+    kept = list(range(8)) + list(range(7)) + tail  # 7 launches agree: 2 K-gram positions
+    assert direct(kept) == [(0, 2, 8)]
+    short = list(range(8)) + list(range(6)) + tail  # 6 agree: 1 position, under 8 - 6
+    assert direct(short) == []
+
+
+def test_a_period_under_min_period_is_no_layer():
+    assert direct(list(range(8)) * 5 + list(range(100, 120)))[0][2] == F.MIN_PERIOD
+    assert direct(list(range(7)) * 6 + list(range(100, 120))) == []

@@ -98,3 +98,28 @@ def test_the_phase_named_is_the_one_whose_ranks_are_furthest_apart():
 def test_steps_under_a_millisecond_are_compared_like_any_other():
     found = outcome({0: 0.5, 1: None, 2: 0.65})
     assert "rank 2's decode steps take 30% longer than rank 0's" in found.title
+
+
+def test_the_wait_split_shows_its_arithmetic_per_token():
+    """Rank 0 waits 100 of its 200 µs at each call: of a 0.8 share, 40 % waiting and 40 % moving;
+    the moving part's cost per token from the run's ms per token, per `unit` in the detail."""
+    from ncclprobe.findings import Finding
+    from tests.test_profile_ranks import _alignment, _call
+
+    al = _alignment([_call([0.0, 100.0], ends=[200.0, 200.0])] * 3)
+    run = EngineRun(label="p", mode=None, source="profile", alignment=al, ms_per_token=2.0)
+    run.ranks = [{"collective_share": 0.8}, {"collective_share": 0.5}]
+    base = Finding(
+        rule="collective-bound", severity="warning", confidence="high", title="", detail=""
+    )
+    out = R.with_wait_split(base, run, 0.8, 10.0, 0.5, unit="token")
+    assert out.title == (
+        "collectives take 80% of the step time: 40% waiting for the other ranks "
+        "(no rank arrives last consistently), 40% moving data"
+    )
+    assert out.detail.startswith("On rank 0, the rank with the largest collective share, 50% of")
+    assert "at most 4.000 ms of the 10.000 ms per token;" in out.detail
+    assert out.cost_ms_per_token == pytest.approx(0.4 * 2.0)
+    assert out.cost_ms_per_step == pytest.approx(0.4 * 10.0)
+    plain = R.with_wait_split(base, run, 0.8, 10.0, 0.5)
+    assert "ms per step;" in plain.detail
