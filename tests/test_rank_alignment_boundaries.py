@@ -123,3 +123,42 @@ def test_the_wait_split_shows_its_arithmetic_per_token():
     assert out.cost_ms_per_step == pytest.approx(0.4 * 10.0)
     plain = R.with_wait_split(base, run, 0.8, 10.0, 0.5)
     assert "ms per step;" in plain.detail
+
+
+def test_calls_by_sequence_number_are_those_every_rank_recorded_in_its_group():
+    from ncclprobe.evidence.run.profile import align as A
+
+    def arrivals(*seqs):
+        return [A.Arrival(10.0 * s, 10.0 * s + 5, None, "all_reduce", 64, "g", s) for s in seqs]
+
+    # rank 0 lacks seq 1 (its trace began later), rank 1 lacks seq 4 (it ended sooner)
+    calls = A._by_seq("g", (0, 1), [arrivals(2, 3, 4), arrivals(1, 2, 3)])
+    assert [tuple(a.seq for a in c.arrivals) for c in calls] == [(2, 2), (3, 3)]
+    assert {c.group for c in calls} == {"g"} and calls[0].members == (0, 1)
+
+
+def test_the_wait_split_evidence_keys_and_no_cost_per_token_without_tokens():
+    """The JSON keys a user reads, the shares rounded to three places (a third waiting here)."""
+    from ncclprobe.findings import Finding
+    from tests.test_profile_ranks import _alignment, _call
+
+    al = _alignment([_call([0.0, 100.0], ends=[300.0, 300.0])] * 3)
+    run = EngineRun(label="p", mode=None, source="profile", alignment=al)
+    run.ranks = [{"collective_share": 0.8}, {"collective_share": 0.5}]
+    base = Finding(
+        rule="collective-bound",
+        severity="warning",
+        confidence="high",
+        title="",
+        detail="",
+        evidence={"share": 0.8},
+    )
+    out = R.with_wait_split(base, run, 0.8, 10.0, 0.5)
+    assert out.evidence == {
+        "share": 0.8,
+        "rank": 0,
+        "wait_share_of_collective_time": 0.333,
+        "transfer_share_of_collective_time": 0.667,
+        "straggler_rank": None,
+    }
+    assert out.cost_ms_per_token is None  # the run's tokens unknown: no per-token cost
