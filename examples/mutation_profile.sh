@@ -8,6 +8,9 @@
 # about a minute each, so the step finder's mutants alone would take hours.
 #   bash examples/mutation_profile.sh [OUT_DIR]      # then: cd OUT_DIR && mutmut results
 # Rerun some mutants only:  cd OUT_DIR && mutmut run "ncclprobe.evidence.run.profile.forwards.*"
+# One function's:  mutmut run "ncclprobe.evidence.run.profile.forwards.x__lookups_among__mutmut_*"
+# The rank alignment (align.py, rules_ranks.py) is checked apart: docs/LOG.md 2026-12-02 "unseen-trace
+# code and the rank alignment" gives its setup.cfg section (forkserver, NCCLPROBE_TESTS_UNCACHED=1).
 # The score and every survivor's reason are in docs/LOG.md (2026-12-01, 2026-12-02).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
@@ -26,6 +29,8 @@ only_mutate =
     ncclprobe/diagnose/rules_profile_steps.py
     ncclprobe/diagnose/rules_profile_baseline.py
 pytest_add_cli_args_test_selection =
+    tests/test_profile_unseen.py
+    tests/test_profile_new_boundaries.py
     tests/test_profile_steps_unit.py
     tests/test_profile_steps_boundaries.py
     tests/test_profile_steps_found.py
