@@ -188,3 +188,28 @@ def test_their_credential_twins_are_masked():
     assert mask_text("serve --enable-auth --port 80 --api-key Pw1Secret") == (
         f"serve --enable-auth --port 80 --api-key {MASK}"
     )  # a credential flag that takes no value does not swallow the next flag
+
+
+def test_a_headers_argv_is_masked_as_read():
+    """mask_provenance masks a results header's or trace's argv (another writer's file): the
+    sampled mutation run of the secrets package left a negated list check alive."""
+    from ncclprobe.secrets import mask_provenance
+
+    doc = {"argv": ["python", "train.py", "--password", "hunter2xyz"], "env": {}}
+    assert mask_provenance(doc)["argv"] == ["python", "train.py", "--password", "<masked>"]
+    assert mask_provenance({"argv": "not a list"})["argv"] == "not a list"  # left as it came
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    ["'--password'", '"--password"', "'--password", "\"'--password'\""],
+)
+def test_a_quoted_credential_flag_still_hides_the_next_word(quoted):
+    """A flag in quotes inside an `sh -c` string (the quotes are stripped before the flag is
+    looked up, on either side); its value is masked, the quotes kept."""
+    from ncclprobe.secrets import mask_argv, mask_text
+
+    assert mask_text(f"python train.py {quoted} hunter2xyz --x 1") == (
+        f"python train.py {quoted} <masked> --x 1"
+    )
+    assert mask_argv(["python", quoted, "hunter2xyz"]) == ["python", quoted, "<masked>"]
