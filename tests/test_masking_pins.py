@@ -213,3 +213,25 @@ def test_a_quoted_credential_flag_still_hides_the_next_word(quoted):
         f"python train.py {quoted} <masked> --x 1"
     )
     assert mask_argv(["python", quoted, "hunter2xyz"]) == ["python", quoted, "<masked>"]
+
+
+def test_a_java_property_naming_a_credential_is_masked_whatever_its_value():
+    """`-Dtoken=9x` is caught only by the -D rule (its short value has no secret's shape)."""
+    from ncclprobe.secrets import mask_argv, mask_text
+
+    assert mask_text("java -Dtoken=9x -Dheap=9x -jar x.jar") == (
+        "java -Dtoken=<masked> -Dheap=9x -jar x.jar"
+    )
+    assert mask_argv(["java", "-Dtoken=9x"]) == ["java", "-Dtoken=<masked>"]
+
+
+@pytest.mark.parametrize("value", ["9abcdefgh?token=9abcdefgh", "mlx5_0?token=9abcdefgh"])
+def test_a_credential_typed_as_a_setting_is_refused_whatever_its_first_character(value):
+    """The refusal compares the masked value with the value typed, for difference, not order: a
+    value beginning with a digit sorts below the mask's '<'."""
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.secrets import refuse_credential
+
+    with pytest.raises(UsageProblem, match="looks like a credential"):
+        refuse_credential("--set", "NCCL_IB_HCA", value)
+    refuse_credential("--set", "NCCL_IB_HCA", "mlx5_0:1,mlx5_1:1")  # a real value passes
