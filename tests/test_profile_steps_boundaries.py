@@ -19,7 +19,7 @@ from ncclprobe.evidence.run.profile import kinds as K
 from ncclprobe.evidence.run.profile import steps as S
 from ncclprobe.evidence.run.profile.timeline import Kernel, Launch, Timeline
 from ncclprobe.evidence.run.view import Acceptance
-from tests.test_profile_steps_unit import _steps, phase, profile_run
+from tests.test_profile_steps_unit import LLAMA3_8B_RUN, _steps, phase, profile_run
 
 # ---- tandem repeats: how long a run must be, how long the sequence ------------------------------
 
@@ -478,20 +478,7 @@ def test_a_saving_under_a_millisecond_is_still_a_saving():
 
 
 def test_the_model_shape_prices_only_a_verify_against_a_decode():
-    config = {
-        "model": {
-            "hidden": 4096,
-            "layers": 32,
-            "vocab": 128256,
-            "heads": 32,
-            "kv_heads": 8,
-            "intermediate": 14336,
-            "head_dim": 128,
-        },
-        "k": 3,
-        "batch": 1,
-        "tp": 1,
-    }
+    config = dict(LLAMA3_8B_RUN)
     graphed = phase("decode", "decode", count=10, median=2.0, busy=1.8, graphed=True)
     draft = phase("draft", "draft", count=10, median=20.0, busy=1.0)
     run = profile_run(draft, graphed, mode="speculative", tokens=10)

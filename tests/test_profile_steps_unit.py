@@ -33,6 +33,24 @@ from ncclprobe.evidence.run.view import Acceptance, EngineRun, Phase
 # ---- a timeline from a host-ordered list of launches ---------------------------------------------
 
 
+# A Llama-3-8B shaped run (k=3, batch 1, TP 1): the model shape the expected verify/decode ratio
+# prices; one home for the tests that need it
+LLAMA3_8B_RUN = {
+    "model": {
+        "hidden": 4096,
+        "layers": 32,
+        "vocab": 128256,
+        "heads": 32,
+        "kv_heads": 8,
+        "intermediate": 14336,
+        "head_dim": 128,
+    },
+    "k": 3,
+    "batch": 1,
+    "tp": 1,
+}
+
+
 def timeline(spec, embeddings=(), calls=(), cpu_ops=1, gap=10.0):
     """spec: (kind, name[, kernels]) per launch, `gap` µs apart; a graph launch issues `kernels`
     kernels named name#i; every kernel runs 1 µs right after its launch."""
@@ -455,20 +473,7 @@ def test_every_step_replayed_is_ruled_out_for_both_rules():
 def test_the_model_shape_prices_a_verify_against_the_decode():
     verify = phase("verify", "verify", count=5, median=20.0, idle=19.0)
     decode = phase("decode", "decode", median=2.0, idle=0.2, graphed=True)
-    config = {
-        "model": {
-            "hidden": 4096,
-            "layers": 32,
-            "vocab": 128256,
-            "heads": 32,
-            "kv_heads": 8,
-            "intermediate": 14336,
-            "head_dim": 128,
-        },
-        "k": 3,
-        "batch": 1,
-        "tp": 1,
-    }
+    config = dict(LLAMA3_8B_RUN)
     found = RS.eager_steps(
         ev(
             profile_run(verify, mode="speculative", tokens=5),
@@ -736,20 +741,7 @@ def _golden_cases() -> dict:
         phase("decode", "decode", median=10.0, busy=5.0, spread=(0.12345, 0.56789), launches={}),
         tokens=11,
     )
-    model = {
-        "model": {
-            "hidden": 4096,
-            "layers": 32,
-            "vocab": 128256,
-            "heads": 32,
-            "kv_heads": 8,
-            "intermediate": 14336,
-            "head_dim": 128,
-        },
-        "k": 3,
-        "batch": 1,
-        "tp": 1,
-    }
+    model = dict(LLAMA3_8B_RUN)
     two_refs = profile_run(  # a verify priced against the decode, a draft against the draft
         phase("draft", "draft", count=30, median=2.2, busy=2.0, graphed=True),
         graphed,
