@@ -2,10 +2,11 @@
 what each does, and who sets it.
 
 Most are how the launcher (`ncclprobe.launch`, or the torchrun commands of `sweep --torchrun-dir`)
-tells a worker process its job; four are the user's (the cache, the worker threads and two input limits); four plant
-faults for the test suite. Every read goes through `get`, so no variable is read under a name this
-table does not hold (`tests/test_envvars.py` fails on a `NCCLPROBE_` name read anywhere else or
-missing here), and README's table is `python -m ncclprobe.envvars` (the test checks it is current).
+tells a worker process its job; five are the user's (the cache, the worker threads, two input limits
+and the raw path's issue loop); four plant faults for the test suite. Every read goes through `get`,
+so no variable is read under a name this table does not hold (`tests/test_envvars.py` fails on a
+`NCCLPROBE_` name read anywhere else or missing here), and README's table is
+`python -m ncclprobe.envvars` (the test checks it is current).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CACHE_DIR = "NCCLPROBE_CACHE_DIR"
 WORKER_THREADS = "NCCLPROBE_WORKER_THREADS"
 MAX_INPUT_MIB = "NCCLPROBE_MAX_INPUT_MIB"
 MAX_PROFILE_EVENTS = "NCCLPROBE_MAX_PROFILE_EVENTS"
+ISSUE_LOOP = "NCCLPROBE_ISSUE_LOOP"
 ENTRY = "NCCLPROBE_ENTRY"
 RUN_DIR = "NCCLPROBE_RUN_DIR"
 BACKEND = "NCCLPROBE_BACKEND"
@@ -71,6 +73,14 @@ VARIABLES = (
         "int >= 1",
         "3000000",
         "the most events ncclprobe reads of one profiler trace (more are refused)",
+        USER,
+    ),
+    Variable(
+        ISSUE_LOOP,
+        "ctypes",
+        "x86-64 machine code where the machine allows it, else ctypes",
+        "`ctypes` issues the raw path's calls from a Python loop (about 0.6 µs more per call) "
+        "instead of the compiled loop",
         USER,
     ),
     Variable(ENTRY, "module:function", "required", "what a worker runs", LAUNCHER),

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+from ncclprobe.probes import issue_loop
 
 UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
 RESULTS = (
@@ -258,6 +261,28 @@ class Communicator:
                 if name.startswith("nccl"):
                     self.lib.check(name, result, self.handle)
                 raise NcclError(f"{name} returned {result}")
+
+    def batch(self, calls) -> tuple[Callable[[], None], str]:
+        """(a function that issues `calls` in order, what issues them): the compiled loop
+        (`issue_loop`: one C call for the whole batch, no Python between the NCCL calls) where it
+        loads and every call can go through it, else `issue`'s ctypes loop."""
+        loop, why = issue_loop.load()
+        records = issue_loop.pack(calls) if loop is not None else None
+        if records is None:
+            why = why if loop is None else "a call the compiled loop cannot make (a Python one)"
+            return (lambda: self.issue(calls)), f"{issue_loop.PYTHON} ({why})"
+        calls, count, base = list(calls), len(calls), ctypes.addressof(records)
+
+        def run() -> None:
+            done = loop.run(base, count)
+            if done != count:
+                name = calls[done].name
+                result = issue_loop.result_of(records, done)
+                if name.startswith("nccl"):
+                    self.lib.check(name, result, self.handle)
+                raise NcclError(f"{name} returned {result}")
+
+        return run, why
 
     def destroy(self) -> None:
         if self.handle.value:

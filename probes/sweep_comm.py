@@ -37,11 +37,13 @@ _KEYS = itertools.count()
 
 class Batch(NamedTuple):
     """One trial, ready: `issue()` issues it; events go on `stream`; `marks` are recorded after
-    each iteration (empty without per-iteration events)."""
+    each iteration (empty without per-iteration events); `issued_by` says what issues the raw
+    path's calls (the compiled loop or ctypes, `probes.issue_loop`)."""
 
     issue: Callable[[], None]
     stream: object
     marks: list
+    issued_by: str | None = None
 
 
 def _marks(count: int, stream) -> list:
@@ -151,7 +153,8 @@ class NcclComm:
             calls += end
             if marks:
                 calls.append(self._mark(marks[k], stream, handle))
-        return Batch(lambda: self.comm.issue(calls), stream, marks)
+        issue, issued_by = self.comm.batch(calls)
+        return Batch(issue, stream, marks, issued_by)
 
     def _mark(self, mark, stream, handle: int) -> nccl_ctypes.Call:
         if self._record is None:  # no libcudart mapped: torch's own record (a Python call)

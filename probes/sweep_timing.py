@@ -37,6 +37,8 @@ def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str, events=None
         comm.prepare(coll, slots, p["warmup"], agg, in_place, op).issue()
     batch = comm.prepare(coll, slots, iters, agg, in_place, op, events=events)
     out = {"trial_us": [], "iter_us": [], "issue_us": []}
+    if batch.issued_by:
+        out["issued_by"] = batch.issued_by
     for _ in range(p["trials"]):
         sync(ctx)
         trial, per_iter, issued = _gpu_trial(batch, iters)

@@ -272,3 +272,33 @@ def test_the_unique_id_reaches_every_rank_through_the_launchers_store_as_raw_byt
     assert views[0] == views[1] == views[2]  # every rank holds rank 0's ids
     first, second = views[0]
     assert len(bytes.fromhex(first)) == nc.UNIQUE_ID_BYTES and first != second
+
+
+@pytest.mark.gpu
+def test_a_real_nccl_failure_through_the_compiled_loop_names_the_call(monkeypatch):
+    """One rank on the GPU: a good batch runs through the compiled loop, and NCCL's refusal of a
+    bad datatype comes back as the call's name and NCCL's words, as from the Python loop."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from ncclprobe.probes import issue_loop
+
+    monkeypatch.delenv("NCCLPROBE_ISSUE_LOOP", raising=False)
+    lib = _real_library()
+    comm = nc.Communicator(lib, 1, lib.unique_id(), 0)
+    try:
+        send, recv = torch.ones(8, device="cuda"), torch.zeros(8, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        good = comm.call("ncclAllReduce", send.data_ptr(), recv.data_ptr(), 8, 7, 0, stream=stream)
+        run, issued_by = comm.batch([good] * 10)
+        run()
+        torch.cuda.synchronize()
+        assert issued_by == issue_loop.COMPILED and recv.eq(1).all()
+        bad = comm.call("ncclAllReduce", send.data_ptr(), recv.data_ptr(), 8, 99, 0, stream=stream)
+        for forced in ("", issue_loop.CTYPES):
+            monkeypatch.setenv("NCCLPROBE_ISSUE_LOOP", forced)
+            run, _ = comm.batch([good, bad, good])
+            with pytest.raises(nc.NcclError, match=r"^ncclAllReduce returned ncclInvalidArgument"):
+                run()
+    finally:
+        comm.destroy()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ncclprobe.sweep import session
-from ncclprobe.sweep.cost_split import cost_split, notes, variant_name
+from ncclprobe.sweep.cost_split import cost_split, issue_notes, notes, variant_name
 from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.table import SPLIT_COLUMNS, csv_row
 
@@ -112,6 +112,23 @@ def test_a_part_never_measured_says_so():
 def test_rows_without_nccl_figures_make_no_note():
     assert notes([{**_record(8, None, None, None, None)}]) == []
     assert notes([{"collective": "all_reduce", "mode": "eager", "in_place": True}]) == []
+
+
+def test_the_issue_note_counts_eager_raw_rows_by_what_issued_them():
+    compiled, python = "a compiled loop (x86-64)", "a Python loop of ctypes calls (why)"
+    results = [
+        {"mode": "eager", "issued_by": compiled},
+        {"mode": "eager", "issued_by": compiled},
+        {"mode": "eager", "issued_by": python},
+        {"mode": "graph", "issued_by": python},  # a replay issues nothing from the host
+        {"mode": "eager", "issued_by": None},  # the torch path
+        {"mode": "eager"},
+    ]
+    assert issue_notes(results) == [
+        f"raw path, 2 eager row(s): calls issued by {compiled}",
+        f"raw path, 1 eager row(s): calls issued by {python}",
+    ]
+    assert issue_notes([{"mode": "eager", "issued_by": None}]) == []
 
 
 def test_csv_rows_carry_the_four_figures():

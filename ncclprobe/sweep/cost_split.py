@@ -88,6 +88,19 @@ def notes(results: list[dict]) -> list[str]:
     return lines
 
 
+def issue_notes(results: list[dict]) -> list[str]:
+    """What issued the raw path's eager calls (`issued_by`): a compiled loop issues a trial as
+    nccl-tests does; the ctypes loop adds its own host time to every call (docs/METRICS.md)."""
+    seen: dict[str, int] = {}
+    for r in results:
+        if r.get("mode") == "eager" and r.get("issued_by"):
+            seen[r["issued_by"]] = seen.get(r["issued_by"], 0) + 1
+    return [
+        f"raw path, {count} eager row(s): calls issued by {issued_by}"
+        for issued_by, count in seen.items()
+    ]
+
+
 def _span(values, sign: str = "+") -> str:
     known = [v for v in values if v is not None]
     if not known:

@@ -88,6 +88,7 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
         "checked": wrong is not None,
         "agg": spec.agg,
         "path": spec.path,
+        "issued_by": first.get("issued_by"),
         "buffers": spec.buffers,
         "source": "sweep",
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
+from ncclprobe.sweep.cost_split import issue_notes
 from ncclprobe.sweep.cost_split import notes as cost_split_notes
 
 SCHEMA_VERSION = 1
@@ -303,6 +304,7 @@ def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
         + proof_notes(results_file.configs, doc["backend"])
         + config_problems(results_file.configs)
         + failed_measurements(results_file.results)
+        + issue_notes(results_file.results)
         + cost_split_notes(results_file.results)
         + shortfalls
     )
