@@ -67,7 +67,6 @@ class Loop:
     name = COMPILED
 
     def __init__(self, address: int):
-        self.address = address
         self.run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(address)
 
 
@@ -81,7 +80,7 @@ def load() -> tuple[Loop | None, str]:
 
 
 def _map() -> tuple[Loop | None, str]:
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+    if sys.platform != "linux" or platform.machine() != "x86_64":
         return None, f"no machine-code loop for {sys.platform}/{platform.machine()}"
     libc = ctypes.CDLL(None, use_errno=True)
     mmap_fn, mprotect = libc.mmap, libc.mprotect

@@ -27,9 +27,9 @@ LIBC = ctypes.CDLL(None)
 
 
 @pytest.fixture
-def loop(monkeypatch):
-    monkeypatch.delenv(envvars.ISSUE_LOOP, raising=False)
-    found, why = issue_loop.load()
+def loop():
+    """A freshly mapped loop for each test (load() maps one per process)."""
+    found, why = issue_loop._map()
     assert found is not None, why
     return found
 
@@ -183,3 +183,45 @@ def test_a_python_call_in_the_batch_keeps_the_python_loop(monkeypatch):
     run, issued_by = comm.batch([Call("py", lambda: seen.append(1) or 0, ())])
     run()
     assert seen == [1] and issued_by.startswith(issue_loop.PYTHON)
+
+
+@needs_loop
+def test_the_loop_is_mapped_once_per_process(monkeypatch):
+    monkeypatch.delenv(envvars.ISSUE_LOOP, raising=False)
+    first, name = issue_loop.load()
+    assert first is not None and name == issue_loop.COMPILED
+    assert issue_loop.load()[0] is first
+
+
+def test_another_machine_keeps_the_python_loop(monkeypatch):
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert issue_loop._map() == (None, f"no machine-code loop for {sys.platform}/aarch64")
+
+
+@needs_loop
+def test_a_refused_page_is_said_with_its_errno():
+    """The address space capped at what the process already has: mmap fails with ENOMEM."""
+    code = (
+        "import resource, re\n"
+        "from ncclprobe.probes import issue_loop\n"
+        "size = int(re.search(r'VmSize:\\s+(\\d+)', open('/proc/self/status').read())[1]) * 1024\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size, size))\n"
+        "print(issue_loop._map())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "(None, 'mmap refused a page: errno 12')", done.stderr[-500:]
+
+
+def test_a_packed_record_holds_the_function_then_each_argument_in_order():
+    labs = LIBC.labs
+    args = (ctypes.c_long(0), ctypes.c_int(-1), ctypes.c_void_p(7), ctypes.c_size_t(2**40))
+    records = issue_loop.pack([Call("a", labs, args), Call("b", labs, (ctypes.c_long(3),))])
+    words = list(records)
+    assert words[: issue_loop.WORDS] == [_address(labs), 0, 2**64 - 1, 7, 2**40, 0, 0, 0, 0, 0]
+    assert words[issue_loop.WORDS :] == [_address(labs), 3, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_plain_integers_are_words_too_and_anything_else_is_refused_by_name():
+    assert issue_loop.word(5) == 5 and issue_loop.word(-1) == 2**64 - 1
+    with pytest.raises(TypeError, match=r"^not an integer argument: 'x'$"):
+        issue_loop.word("x")
