@@ -672,7 +672,7 @@ def graph_coverage(ev: E.Evidence) -> list:
     out = []
     for _, run in _runs_with(ev, "graph_coverage"):
         coverage = run.graph_coverage
-        hyp = f"{run.label} {run.mode or 'run'}: steps fall off the captured graphs"
+        hyp = f"{run.label} {run.mode_text}: steps fall off the captured graphs"
         if coverage >= GRAPH_COVERAGE_OK:
             out.append(
                 RuledOut(
@@ -716,7 +716,7 @@ def graph_coverage(ev: E.Evidence) -> list:
                 rule="graph-coverage",
                 severity="warning" if capturable_eager and not profile else "info",
                 confidence="medium" if capturable_eager else "high",
-                title=f"{run.label} {run.mode or 'run'}: only {coverage:.0%} of step time is graph replay{graphs}",
+                title=f"{run.label} {run.mode_text}: only {coverage:.0%} of step time is graph replay{graphs}",
                 detail=detail,
                 evidence={
                     "graph_coverage": coverage,

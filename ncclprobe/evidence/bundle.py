@@ -235,5 +235,5 @@ def baseline_decode(ev: Evidence, label: str | None) -> tuple[Phase | None, str]
         for lab in (label, None):
             run = find_run(runs, mode="baseline", label=lab)
             if run and run.first_of_kind("decode"):
-                return run.first_of_kind("decode"), f"{source}, {run.label} baseline"
+                return run.first_of_kind("decode"), f"{source}, {run.label} {run.mode_text}"
     return None, ""

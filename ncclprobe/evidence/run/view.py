@@ -196,7 +196,16 @@ class EngineRun:
 
     def name(self, source: str = "trace") -> str:
         prefix = "" if source == "trace" else "baseline: "
-        return f"{prefix}{self.label} {self.mode or 'run'}"
+        return f"{prefix}{self.label} {self.mode_text}"
+
+    @property
+    def mode_text(self) -> str:
+        """The mode as it reads: a profile without speculation is nobody's baseline until a
+        speculative run is compared with it ("profile without speculation", not "profile
+        baseline" beside a --baseline-profile)."""
+        if self.mode == "baseline" and self.source == "profile":
+            return "without speculation"
+        return self.mode or "run"
 
 
 def nccl_env(env: dict | None) -> dict[str, str]:
