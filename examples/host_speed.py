@@ -22,13 +22,11 @@ import ctypes
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-CALLS, TRIALS, WARMUP = 100, 5, 20
+CALLS, WARMUP = 100, 20  # as bench_raw_nccl_calls, whose timed() times the loop
 SIZES = (8, 64 << 10)
 HERE = Path(__file__).resolve().parent
 
@@ -75,29 +73,15 @@ def measure() -> dict:
 
 
 def _trials(comm, calls, side, cpus_seen: set) -> dict:
-    """Median µs per call over TRIALS batches (GPU span and host issue time), after WARMUP calls."""
-    import torch
+    """Median µs per call over the bench's trials (bench_raw_nccl_calls.timed), after WARMUP
+    calls, with the CPUs the loop ran on before and after."""
+    from bench_raw_nccl_calls import timed
 
     comm.issue(calls[:WARMUP])
-    gpu, host = [], []
-    for _ in range(TRIALS):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        cpus_seen.add(_getcpu())
-        t0 = time.perf_counter()
-        a.record(side)
-        comm.issue(calls)
-        b.record(side)
-        t1 = time.perf_counter()
-        cpus_seen.add(_getcpu())
-        b.synchronize()
-        host.append((t1 - t0) * 1e6 / CALLS)
-        gpu.append(a.elapsed_time(b) * 1e3 / CALLS)
-    return {
-        "gpu": round(statistics.median(gpu), 3),
-        "host": round(statistics.median(host), 3),
-        "gpu_range": [round(min(gpu), 3), round(max(gpu), 3)],
-    }
+    cpus_seen.add(_getcpu())
+    figures = timed(lambda: comm.issue(calls), side)
+    cpus_seen.add(_getcpu())
+    return figures
 
 
 def _run(prefix: list[str], argv: list[str], timeout: int = 120) -> tuple[int, str, str]:
@@ -190,7 +174,7 @@ def drive(out_dir: Path, nccl_tests: Path | None, rounds: int, cores: list[int] 
             if binary:
                 row["nccl_tests"] = _nccl_tests(prefix, binary)
             doc["runs"].append(row)
-            ours = row["ours"].get("raw_us", {}).get("out 8", {}).get("gpu")
+            ours = row["ours"].get("raw_us", {}).get("out 8", {}).get("gpu_us")
             theirs = row.get("nccl_tests", {}).get("us", {}).get("8", {}).get("out_of_place_us")
             print(
                 f"round {r} {name}: ours 8 B {ours} µs, nccl-tests {theirs} µs, cpus {row['ours'].get('cpus_seen')}",
@@ -201,7 +185,7 @@ def drive(out_dir: Path, nccl_tests: Path | None, rounds: int, cores: list[int] 
 
 def main() -> int:
     if sys.argv[1:2] == ["measure"]:
-        sys.path.insert(0, str(HERE.parent))
+        sys.path[:0] = [str(HERE.parent), str(HERE)]
         print(json.dumps(measure()))
         return 0
     if sys.argv[1:2] != ["drive"] or len(sys.argv) < 3:

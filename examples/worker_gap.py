@@ -23,44 +23,21 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-CALLS, TRIALS, WARMUP = 100, 5, 20
+CALLS, WARMUP = 100, 20  # as bench_raw_nccl_calls, whose timed() times each loop
 SIZES = (8, 256 << 10)
 HERE = Path(__file__).resolve().parent
-
-
-def _timed(issue, stream) -> dict:
-    import torch
-
-    rows = []
-    for _ in range(TRIALS):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        a.record(stream)
-        issue()
-        b.record(stream)
-        t1 = time.perf_counter()
-        b.synchronize()
-        rows.append(((t1 - t0) * 1e6 / CALLS, a.elapsed_time(b) * 1e3 / CALLS))
-    issue_us, gpu_us = (sorted(c) for c in zip(*rows))
-    return {
-        "issue_us": round(statistics.median(issue_us), 3),
-        "gpu_us": round(statistics.median(gpu_us), 3),
-        "gpu_us_range": [round(gpu_us[0], 3), round(gpu_us[-1], 3)],
-    }
 
 
 def measure() -> dict:
     """The loops, in this process (a process group must exist: torch's all_reduce needs one)."""
     import torch
     import torch.distributed as dist
+    from bench_raw_nccl_calls import timed as _timed
 
     from ncclprobe.probes import nccl_ctypes as nc
 
