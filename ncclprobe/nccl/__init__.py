@@ -1,6 +1,9 @@
 """Everything ncclprobe knows about NCCL, in one place.
 
-  knobs     the knowledge table: one row per NCCL variable (when NCCL reads it, values, risks, proof);
+  knobs     the knowledge table: one row per NCCL variable (when NCCL reads it, values, risks, proof),
+            and the questions asked of it; its rows are written in `knobs_datapath` (what the
+            collectives run with) and `knobs_tooling` (cache, debug log, files, plugins), the row
+            type in `knob_row`;
   values    how NCCL reads a value: validation, NCCL_PROTO/NCCL_ALGO lists, debug subsystems;
   p2p       P2P level names, the legacy integers and NCCL's default level;
   version   NCCL version strings;

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.findings import SEVERITIES, Finding, severity_rank
-from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEM_SINCE, KNOBS, NO_CACHE_SINCE
+from ncclprobe.nccl.knobs import KNOBS, NO_CACHE_SINCE
+from ncclprobe.nccl.knobs_tooling import DEBUG_SUBSYSTEM_SINCE
 from ncclprobe.nccl.ll128 import ll128_default
 from ncclprobe.nccl.names import ALGORITHM_SINCE, ALGORITHM_UNTIL
 from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU, NodeFacts
