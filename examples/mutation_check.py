@@ -91,7 +91,7 @@ MUTANTS = (
     ),
     Mutant(
         "lint: lowercase P2P level accepted",
-        "ncclprobe/nccl/lint.py",
+        "ncclprobe/nccl/lint_datapath.py",
         "elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:",
         "elif False:",
         ("tests/test_knobs_lint.py", "tests/test_nccl_rules.py", "tests/test_diagnose.py"),

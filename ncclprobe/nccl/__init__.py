@@ -9,7 +9,8 @@
   version   NCCL version strings;
   node      what the topology says about the GPUs a job uses (how NVLink joins them, their types);
   ll128     when NCCL keeps LL128 on by itself (its rule in src/graph/tuning.cc, per version);
-  lint      findings over an environment, from the table's rules;
+  lint      findings over an environment, from the table's rules (the rules in `lint_datapath` and
+            `lint_tooling`, the finding type `SettingFinding` in `lint_finding`);
   safety    the one safety rule for settings a job runs with (recommend, run-engine, diagnose);
   recipes   how ncclprobe runs NCCL: the environment that makes NCCL prove what it read, each rank's
             log file, the --share-gpu recipe, the variables that are ncclprobe's own, the default grid.
