@@ -76,6 +76,7 @@ MODULES = {
     "ncclprobe/evidence/run/trace.py": f"{TRACES} tests/test_noise_rule.py tests/test_nccl_value_reads.py "
     f"tests/test_trust_readers.py {PINS}",
     "ncclprobe/evidence/run/serverlog.py": f"{PINS} {SERVER_LOGS}",
+    "ncclprobe/evidence/run/serverlog_lines.py": f"{PINS} {SERVER_LOGS} tests/test_trust_numbers.py",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
     "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",
     "ncclprobe/evidence/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
