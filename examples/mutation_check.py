@@ -91,7 +91,7 @@ MUTANTS = (
     ),
     Mutant(
         "lint: lowercase P2P level accepted",
-        "ncclprobe/nccl/lint.py",
+        "ncclprobe/nccl/lint_datapath.py",
         "elif value.upper() in P2P_LEVELS + P2P_LEVELS_UNDOCUMENTED:",
         "elif False:",
         ("tests/test_knobs_lint.py", "tests/test_nccl_rules.py", "tests/test_diagnose.py"),
@@ -119,14 +119,14 @@ MUTANTS = (
     ),
     Mutant(
         "diagnose: speculative inside the spread called slower",
-        "ncclprobe/diagnose/rules.py",
+        "ncclprobe/diagnose/rules_speed.py",
         "if spec_range[1] >= base_range[0]:",
         "if False:",
         ("tests/test_diagnose.py",),
     ),
     Mutant(
         "diagnose: one faster measurement rules slower out",
-        "ncclprobe/diagnose/rules.py",
+        "ncclprobe/diagnose/rules_speed.py",
         "    if speedup >= 1.0:\n        return NotChecked(",
         "    if speedup >= 1.0:\n        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
         "        return NotChecked(",

@@ -2,7 +2,7 @@
 
 A finding is a likely cause or a symptom worth acting on: its rule, severity, confidence, title,
 detail, the next command (what to run to confirm or fix it), the evidence it rests on and what it
-costs. diagnose returns these directly; the settings lint (`nccl.lint.SettingFinding`) and the
+costs. diagnose returns these directly; the settings lint (`nccl.lint_finding.SettingFinding`) and the
 P2P matrix findings (`pcie.findings.P2PFinding`) are built on it, keeping the fields and JSON
 their outputs always had. A diagnose rule can also conclude ruled out (checked against the
 evidence and not the cause) or not checked (the evidence needed is missing; the next command says

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from ncclprobe import tempdirs
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
-from ncclprobe.nccl.knobs import Scope, proof_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import proof_scope
 from ncclprobe.nccl.recipes import (
     NO_NVLS,
     NOT_WITH_SHARED_GPU,

@@ -378,7 +378,7 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     """Regression: on CPU the rule used to suggest train-draft whenever speculative was slower, even
     when each cycle already yielded more tokens than break-even (3.08 against 2.94 on a tiny trace).
     Then the loss is outside the cycle, and the next command must say so."""
-    from ncclprobe.diagnose.rules import _faster_spec_command
+    from ncclprobe.diagnose.rules_speed import _faster_spec_command
 
     trace = S.healthy_trace()
     ev = Evidence.from_trace(trace, "t.json")

@@ -3,8 +3,10 @@
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import KNOBS, Scope, explain, scope_of
-from ncclprobe.nccl.lint import SettingFinding, lint_env
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import KNOBS, explain, scope_of
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.nccl.node import NO_NVLINK, NVLINK_ALL, NodeFacts
 from ncclprobe.nccl.values import protocol_states, subsystems_enabled, validate_value
 from ncclprobe.nccl.version import parse_version

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import Scope, effective_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import effective_scope
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.ll128 import ll128_default
 from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU, NodeFacts

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import Scope, effective_scope, explain
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import effective_scope, explain
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.ll128 import ll128_default
 from ncclprobe.nccl.node import (
@@ -1014,7 +1015,7 @@ def test_per_collective_clauses_govern_their_collective():
 
 
 def test_debug_subsystems_a_value_turns_on():
-    from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEMS
+    from ncclprobe.nccl.knobs_tooling import DEBUG_SUBSYSTEMS
     from ncclprobe.nccl.values import subsystems_enabled
 
     every = set(DEBUG_SUBSYSTEMS) - {"ALL"}

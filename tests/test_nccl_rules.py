@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.topo import node_facts, parse_topo
-from ncclprobe.nccl.knobs import KNOBS, Scope, effective_scope, explain, proof_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import KNOBS, effective_scope, explain, proof_scope
 from ncclprobe.nccl.ll128 import ll128_default
 from ncclprobe.nccl.node import (
     NO_NVLINK,

@@ -10,17 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ncclprobe.nccl.knobs import (
-    DEBUG_LEVELS,
-    DEBUG_SUBSYSTEM_SINCE,
-    DEBUG_SUBSYSTEMS,
-    KNOBS,
-    NO_CACHE_SINCE,
-    Knob,
-    Scope,
-    acts_on_one_rank,
-    effective_scope,
-)
+from ncclprobe.nccl.knob_row import Knob, Scope
+from ncclprobe.nccl.knobs import KNOBS, NO_CACHE_SINCE, acts_on_one_rank, effective_scope
+from ncclprobe.nccl.knobs_tooling import DEBUG_LEVELS, DEBUG_SUBSYSTEM_SINCE, DEBUG_SUBSYSTEMS
 from ncclprobe.nccl.names import (
     ALGORITHM_SINCE,
     ALGORITHM_TOKENS,

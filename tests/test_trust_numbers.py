@@ -169,9 +169,9 @@ def test_format_size_prints_any_number_it_is_given():
 
 def test_a_logged_number_is_read_strictly():
     """SGLang's `gen throughput (token/s): 1²0` is no number (isdigit() said it was)."""
-    from ncclprobe.evidence.run.serverlog import _int, _ints, _number
+    from ncclprobe.evidence.run.serverlog_lines import as_int, as_ints, as_number
 
-    assert _number("97.58") == 97.58 and _number("0") == 0.0
-    assert [_number(t) for t in ("1²0", "nan", "inf", "١٢", "-1", "9" * 70, None)] == [None] * 7
-    assert _int("12") == 12 and _int("²") is None and _int("9" * 5000) is None
-    assert _ints("1, 2,²,3") == [1, 2, 3]
+    assert as_number("97.58") == 97.58 and as_number("0") == 0.0
+    assert [as_number(t) for t in ("1²0", "nan", "inf", "١٢", "-1", "9" * 70, None)] == [None] * 7
+    assert as_int("12") == 12 and as_int("²") is None and as_int("9" * 5000) is None
+    assert as_ints("1, 2,²,3") == [1, 2, 3]

@@ -10,9 +10,12 @@ the settings being compared were in force when the collectives were created or c
 
 The evidence is `ncclprobe.evidence.bundle.Evidence` (the run as the normalized view of
 `ncclprobe.evidence.run`, plus sweep results, env-check, collect-env and the ranks' NCCL logs, all
-typed, and small accessors). Modules: `expectations` (what a verify step should cost), `rules`,
-`rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_ranks`, `rules_log`
-and `rules_nccl_run` (one pure function per hypothesis; they read only the bundle's records), `rank`
+typed, and small accessors). Modules: `expectations` (what a verify step should cost), `rules`
+(eager phases, the verify ratio, graph coverage), `rules_speed` (speculative against its
+baseline), `rules_collectives` (the collectives' share, and their cost against the sweep),
+`rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_ranks`,
+`rules_log` and `rules_nccl_run` (one pure function per hypothesis; they read only the bundle's
+records), `run_costs` (a speculative run's cost per token and as a share of its time), `rank`
 (ordering and the report).
 """
 

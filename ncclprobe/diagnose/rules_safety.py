@@ -16,7 +16,8 @@ from ncclprobe.evidence.bundle import RUN_NODE
 from ncclprobe.evidence.env_check_document import KIND
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, RuledOut
-from ncclprobe.nccl.lint import LL128_RULE, lint_env
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint_datapath import LL128_RULE
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, TOPOLOGY_CODES, ll128_hazard
 

@@ -19,7 +19,8 @@ from ncclprobe.diagnose.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, NotChecked, RuledOut
-from ncclprobe.nccl.knobs import Scope, acts_on_one_rank, effective_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import acts_on_one_rank, effective_scope
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.values import as_logged, reads_the_same
 from ncclprobe.nccl.version import parse_version

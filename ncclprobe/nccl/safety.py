@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.lint import LL128_RULE, lint_env
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint_datapath import LL128_RULE
 from ncclprobe.nccl.ll128 import Ll128Default, ll128_default
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.values import forcing_ll128

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import DEBUG_SUBSYSTEMS, KNOBS, Kind, Knob
+from ncclprobe.nccl.knob_row import Kind, Knob
+from ncclprobe.nccl.knobs import KNOBS
+from ncclprobe.nccl.knobs_tooling import DEBUG_SUBSYSTEMS
 from ncclprobe.nccl.names import PROTOCOL_TOKENS, TUNED_FUNCTIONS
 from ncclprobe.nccl.p2p import LEGACY_P2P_LEVELS, is_legacy_level
 

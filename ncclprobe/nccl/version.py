@@ -1,4 +1,4 @@
-"""NCCL version strings, as NCCL prints them and users write them."""
+"""NCCL version strings, as NCCL prints them and users write them, and releases as findings name them."""
 
 from __future__ import annotations
 
@@ -11,3 +11,8 @@ def parse_version(text: str | None) -> Version | None:
     """`"2.28.9"`, `"2.29.7+cuda12.9"` -> (2, 28, 9); None when absent or unreadable (ASCII digits
     only, through `ncclprobe.numbers`, the one strict parser)."""
     return version_prefix(text)
+
+
+def release(version: Version) -> str:
+    """2.14 for (2, 14, 0), 2.30.7 for (2, 30, 7)."""
+    return ".".join(map(str, version if version[2] else version[:2]))

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.nccl.lint import LL128_RULE, lint_env
+from ncclprobe.nccl.lint import lint_env
+from ncclprobe.nccl.lint_datapath import LL128_RULE
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.safety import ALLOW_LL128_FLAG, ll128_hazard
 

@@ -20,7 +20,8 @@ import itertools
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.knobs import Scope, proof_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import proof_scope
 from ncclprobe.nccl.recipes import NOT_WITH_SHARED_GPU, PROOF_VARIABLES, check_share_gpu_ranks
 from ncclprobe.nccl.values import validate_value
 from ncclprobe.probes.collectives import COLLECTIVES

@@ -26,7 +26,8 @@ only the environment check applies and the verdict says so.
 
 from __future__ import annotations
 
-from ncclprobe.nccl.knobs import Scope, proof_scope
+from ncclprobe.nccl.knob_row import Scope
+from ncclprobe.nccl.knobs import proof_scope
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.records import Status

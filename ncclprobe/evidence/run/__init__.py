@@ -4,7 +4,7 @@ Three sources, one normalized view (`view.EngineRun`, docs/DESIGN.md "Evidence m
 - `trace`: ncclprobe's own engine trace (schema, loader, merges, self-checks, exit code);
 - `profile`: PyTorch profiler (Kineto) traces of any engine, `.json` or `.json.gz`, one per rank,
   CUDA or ROCm, read incrementally;
-- `serverlog`: SGLang and vLLM server logs.
+- `serverlog`: SGLang and vLLM server logs (`serverlog_lines`: what each engine's lines say).
 `load_runs` reads whichever were given and returns them as one `RunSet`; `sniff` tells which kind
 a file is, for the commands that take any of the three (`recommend --trace`, `report --trace`).
 diagnose, recommend and report read the view, never a file's own keys.
