@@ -119,3 +119,20 @@ def test_only_the_runs_own_log_is_judged_for_acceptance(tmp_path):
     result = diagnose(load_evidence(server_logs=[VLLM_K3], baseline_server_logs=[low]))
     assert not [f for f in result.findings if f.rule == "acceptance"]
     assert [r.rule for r in result.ruled_out].count("acceptance") == 1  # the run's 3.4
+
+
+def test_sglang_gives_k_from_its_server_args_and_only_from_a_number(tmp_path):
+    """SGLang logs `speculative_num_steps=3` among its ServerArgs: the draft tokens per cycle the
+    verify step's size follows (diagnose.expectations); a value that is no number gives no k."""
+    args = (
+        "[2026-01-01 10:00:00] server_args=ServerArgs(model_path='example/model', tp_size=1, "
+        "speculative_algorithm='EAGLE3', speculative_num_steps={}, speculative_eagle_topk=1, "
+        "speculative_num_draft_tokens=4)\n"
+    )
+    decode = SGLANG.read_text().split("\n", 3)[3]  # the hand-written decode lines
+    for value, k in (("3", 3), ("'x3'", None)):
+        log = tmp_path / f"k_{k}.log"
+        log.write_text(args.format(value) + decode)
+        ev = load_evidence(server_logs=[log])
+        assert ev.config.get("k") == k
+        assert read_log(log)["speculative_algorithm"] == "EAGLE3"

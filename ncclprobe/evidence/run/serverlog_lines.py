@@ -124,6 +124,7 @@ def sglang_stats(lines: list[str], path: str) -> dict:
             [as_number(b.get("gen throughput (token/s)")) for b in measured],
         ),
         "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
+        "speculative_num_steps": as_int(args.get("speculative_num_steps")),
         "tp": as_int(args.get("tp_size")),
         "downgrades": [],
         "logged_span": _span(stamps),
