@@ -120,16 +120,17 @@ MUTANTS = (
     Mutant(
         "diagnose: speculative inside the spread called slower",
         "ncclprobe/diagnose/rules_speed.py",
-        "if spec_range[1] >= base_range[0]:",
-        "if False:",
+        "    repeats = 2 * max(len(run.tokens_per_s_repeats), 1) + 1\n",
+        "    return _slower_finding(ev, run, base, verdict)\n",
         ("tests/test_diagnose.py",),
     ),
     Mutant(
         "diagnose: one faster measurement rules slower out",
         "ncclprobe/diagnose/rules_speed.py",
-        "    if speedup >= 1.0:\n        return NotChecked(",
-        "    if speedup >= 1.0:\n        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
-        "        return NotChecked(",
+        "    if verdict.basis == stats.NOISE_FLOOR:\n        return NotChecked(",
+        "    if verdict.basis == stats.NOISE_FLOOR and speedup >= 1.0:\n"
+        "        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
+        "    if verdict.basis == stats.NOISE_FLOOR:\n        return NotChecked(",
         ("tests/test_diagnose.py",),
     ),
     Mutant(
