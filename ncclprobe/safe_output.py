@@ -13,7 +13,7 @@ The rules (docs/DESIGN.md, "Trust"):
 A command adopts them in three lines: a `--force` flag (`ncclprobe.cli.output.force_option`), `check_output(path,
 force=force, inputs=...)` right after parsing its options, and `write_text`/`write_json`/`atomic_file`
 (or `atomic_directory`) to write. Journals that must survive a kill (the sweep's results file) use
-`ncclprobe.records.ResultWriter`, which follows the same rules for creation.
+`ncclprobe.records_writer.ResultWriter`, which follows the same rules for creation.
 """
 
 from __future__ import annotations

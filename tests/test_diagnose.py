@@ -14,7 +14,7 @@ from ncclprobe.diagnose.expectations import (
     expected_verify_ratio,
     step_bytes,
 )
-from ncclprobe.records import ResultWriter
+from ncclprobe.records_writer import ResultWriter
 from tests import diagnose_scenarios as S
 
 LL = {"NCCL_PROTO": "LL"}

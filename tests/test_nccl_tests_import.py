@@ -7,7 +7,8 @@ import pytest
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_tests import parse_nccl_tests
 from ncclprobe.evidence.nccl_tests_records import to_records
-from ncclprobe.records import ResultWriter, read_results
+from ncclprobe.records import read_results
+from ncclprobe.records_writer import ResultWriter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TESTS = FIXTURES / "nccl_tests"

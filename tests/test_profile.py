@@ -479,7 +479,7 @@ def test_report_draws_a_profiled_run(engine_profiles, tmp_path):
 
 
 def _sweep(tmp_path, time_us, size=7168 * 2):
-    from ncclprobe.records import ResultWriter
+    from ncclprobe.records_writer import ResultWriter
 
     path = tmp_path / f"sweep-{time_us}.jsonl"
     with ResultWriter(path, {"kind": "sweep", "backend": "nccl", "nranks": 2}) as writer:

@@ -85,7 +85,8 @@ def test_a_worker_with_the_wrong_environment_is_an_error():
 def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_path):
     """What a one-GPU pool reports, replayed against the real H200 log it would have written."""
     from ncclprobe.nccl.recipes import rank_log
-    from ncclprobe.records import ResultWriter, read_results
+    from ncclprobe.records import read_results
+    from ncclprobe.records_writer import ResultWriter
     from ncclprobe.sweep.plan import Config, Pool, SweepSpec
     from ncclprobe.sweep.run import PoolRun, Recorder
 

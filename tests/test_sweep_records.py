@@ -5,7 +5,8 @@ import json
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.records import ResultWriter, read_results, trim_incomplete_tail
+from ncclprobe.records import read_results
+from ncclprobe.records_writer import ResultWriter, trim_incomplete_tail
 from ncclprobe.stats import aggregate_trials, quantile
 
 

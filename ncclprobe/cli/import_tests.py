@@ -13,7 +13,7 @@ from ncclprobe.cli.output import emit, force_option, format_option
 from ncclprobe.evidence.labels import parse_labels
 from ncclprobe.evidence.text import read_text_file
 from ncclprobe.importing import ImportOptions, import_text
-from ncclprobe.records import ResultWriter
+from ncclprobe.records_writer import ResultWriter
 from ncclprobe.safe_output import check_output
 
 log = logging.getLogger("ncclprobe.import")

@@ -25,7 +25,8 @@ from ncclprobe.nccl.recipes import (
     rank_log_env,
     share_gpu_env,
 )
-from ncclprobe.records import ResultWriter, Status
+from ncclprobe.records import Status
+from ncclprobe.records_writer import ResultWriter
 from ncclprobe.sweep.plan import (
     Config,
     Pool,

@@ -20,14 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.records import (
-    FINDING_STATUSES,
-    ResultsFile,
-    ResultWriter,
-    Status,
-    read_results,
-    trim_incomplete_tail,
-)
+from ncclprobe.records import FINDING_STATUSES, ResultsFile, Status, read_results
+from ncclprobe.records_writer import ResultWriter, trim_incomplete_tail
 from ncclprobe.safe_output import check_appendable, check_output
 from ncclprobe.sweep import defaults, setup, table, thresholds
 from ncclprobe.sweep.build import SweepRequest, build_spec

@@ -25,7 +25,7 @@ from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.numbers import is_digits
-from ncclprobe.records import ResultWriter
+from ncclprobe.records_writer import ResultWriter
 from ncclprobe.safe_output import atomic_directory, dumps_json
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
 from ncclprobe.sweep.run import ENTRY, PoolRun, Recorder, pool_dir, pool_payload

@@ -7,7 +7,8 @@ status, `tuning` the TUNING proof entries. Sizes default to 1K..1M (x4).
 
 from __future__ import annotations
 
-from ncclprobe.records import ResultWriter, config_id
+from ncclprobe.records import config_id
+from ncclprobe.records_writer import ResultWriter
 
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20]
 
