@@ -2,8 +2,8 @@
 
 One pool per `RunSpec` (a pool's environment is fixed at exec, so untuned and tuned settings need
 separate pools). The result is the engine-trace document of docs/DESIGN.md ("Engine trace"):
-the run records are assembled here, and `ncclprobe.evidence.run.trace` (the trace's owner: schema,
-loader, merges, self-checks) links and checks them.
+the run records are assembled here, with the schema of `ncclprobe.evidence.run.trace` (the
+trace's owner: schema, loader), and `trace_checks.finish` links and checks them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ncclprobe import tempdirs
 from ncclprobe.engine.prompts import add_text
 from ncclprobe.engine.spec import RunSpec
 from ncclprobe.errors import NcclprobeError, UsageProblem
-from ncclprobe.evidence.run import trace
+from ncclprobe.evidence.run import trace, trace_checks
 from ncclprobe.evidence.run.modes import GraphMode, Mode
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import proof_env, rank_log_env
@@ -46,7 +46,7 @@ def run_engine(
     runs = []
     for spec in specs:
         runs += _run_pool(spec, on_message, timeout_s)
-    doc = trace.finish(
+    doc = trace_checks.finish(
         {
             "schema_version": trace.SCHEMA_VERSION,
             "kind": trace.KIND,

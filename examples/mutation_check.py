@@ -56,7 +56,7 @@ MUTANTS = (
     ),
     Mutant(
         "run-engine: float32 greedy mismatch passes",
-        "ncclprobe/evidence/run/trace.py",
+        "ncclprobe/evidence/run/trace_checks.py",
         'greedy_ok = result["greedy_match"] is not False or not exact',
         "greedy_ok = True",
         ("tests/test_engine_cli.py", "-k", "greedy_mismatch"),

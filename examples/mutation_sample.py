@@ -75,6 +75,8 @@ MODULES = {
     "ncclprobe/evidence/run/view.py": TRACES,
     "ncclprobe/evidence/run/trace.py": f"{TRACES} tests/test_noise_rule.py tests/test_nccl_value_reads.py "
     f"tests/test_trust_readers.py {PINS}",
+    "ncclprobe/evidence/run/trace_checks.py": f"{TRACES} tests/test_noise_rule.py "
+    f"tests/test_nccl_value_reads.py {PINS}",
     "ncclprobe/evidence/run/serverlog.py": f"{PINS} {SERVER_LOGS}",
     "ncclprobe/evidence/run/serverlog_lines.py": f"{PINS} {SERVER_LOGS} tests/test_trust_numbers.py",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",

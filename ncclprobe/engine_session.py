@@ -6,7 +6,7 @@ untuned runs (`ncclprobe.engine.runner`); with a `Tuning`, the same spec again w
 NCCL settings on top of its own: those of a recommendation file, or those recommended from a quick
 sweep of the engine's own all-reduce sizes (`ncclprobe.sweep` and `ncclprobe.recommend`: the same
 code as `ncclprobe sweep` and `recommend`). The runs merge into one trace
-(`ncclprobe.evidence.run.trace.merge_tuned`), whose `verdict` is run-engine's exit code.
+(`ncclprobe.evidence.run.trace_checks.merge_tuned`), whose `verdict` is run-engine's exit code.
 
 This module sits above `engine/`, so the engine never imports the sweep or the recommender.
 """
@@ -190,7 +190,7 @@ def _with_tuned_runs(
 ) -> tuple[dict, list[str]]:
     """Run `spec` again with the recommended settings on top of its own; merge into one trace. A
     quick sweep's recommendation is checked like --env before it runs; its warnings come back."""
-    from ncclprobe.evidence.run.trace import merge_tuned
+    from ncclprobe.evidence.run.trace_checks import merge_tuned
 
     recommended, recommendation, warnings = tuning.settings, None, []
     if tuning.source is None:

@@ -485,7 +485,7 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
     from pathlib import Path
 
     from ncclprobe.engine import runner
-    from ncclprobe.evidence.run import trace
+    from ncclprobe.evidence.run import trace_checks
 
     recorded = json.loads(
         (Path(__file__).parent.parent / "examples/traces/healthy.json").read_text()
@@ -497,7 +497,7 @@ def test_a_greedy_mismatch_fails_the_exit_code_in_float32_only(monkeypatch, dtyp
         speculative = next(r for r in doc["runs"] if r["mode"] == "speculative")
         speculative["tokens"][0][-1] += 1
         speculative["loop"] = None  # recorded before the loop record had its per-phase inputs
-        return trace.finish(doc)
+        return trace_checks.finish(doc)
 
     monkeypatch.setattr(runner, "run_engine", broken)
     result = CliRunner().invoke(cli, ["-q", "run-engine", "--format", "json"])

@@ -9,6 +9,7 @@ import pytest
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run import trace as T
+from ncclprobe.evidence.run import trace_checks as TC
 
 FIX = Path(__file__).parent / "fixtures"
 TRACE = FIX / "traces" / "handwritten_seed_case_tp2_h200.json"
@@ -28,7 +29,7 @@ def test_verify_is_linked_to_its_labels_decode_with_modes_read_from_json():
     runs = json.loads(TRACE.read_text())["runs"]  # mode strings as any reader gets them
     for run in runs:
         run.pop("verify_decode_ratio")
-    T.link_verify_to_decode(runs)
+    TC.link_verify_to_decode(runs)
     assert runs[1]["verify_decode_ratio"] == pytest.approx(29.0 / 12.0)
     assert "verify_decode_ratio" not in runs[0]
 
@@ -39,7 +40,7 @@ def test_verify_is_linked_with_modes_as_the_engine_writes_them():
 
     runs = json.loads(TRACE.read_text())["runs"]
     runs[0]["mode"], runs[1]["mode"] = Mode.BASELINE, Mode.SPECULATIVE
-    T.link_verify_to_decode(runs)
+    TC.link_verify_to_decode(runs)
     assert runs[1]["verify_decode_ratio"] == pytest.approx(29.0 / 12.0)
 
 
@@ -50,8 +51,8 @@ def test_tuned_comparison_reads_the_device_by_value():
         for label, rate in (("untuned", 100.0), ("tuned", 103.0))
     ]
     device = json.loads('{"device": "cuda"}')["device"]
-    assert T.compare_tuned(rows, device=device)[0]["noise_rule"]["floor"] == 0.05
-    assert T.compare_tuned(rows, device="cpu")[0]["noise_rule"]["floor"] == 0.5
+    assert TC.compare_tuned(rows, device=device)[0]["noise_rule"]["floor"] == 0.05
+    assert TC.compare_tuned(rows, device="cpu")[0]["noise_rule"]["floor"] == 0.5
 
 
 def test_the_greedy_self_check_and_its_matched_prefix():
@@ -66,19 +67,19 @@ def test_the_greedy_self_check_and_its_matched_prefix():
             "settings": {},
         },
     ]
-    checks = T.checks(0.0, runs)
+    checks = TC.checks(0.0, runs)
     assert (checks["greedy_match"], checks["greedy_matched_prefix"]) == (False, 0.5)
     doc = {"checks": checks, "config": {"dtype": "float32"}}
-    assert T.verdict(doc).exit_code == 1  # float32 greedy output must equal the baseline
+    assert TC.verdict(doc).exit_code == 1  # float32 greedy output must equal the baseline
     runs[1]["tokens"] = a
-    doc["checks"] = T.checks(0.0, runs)
-    assert doc["checks"]["greedy_matched_prefix"] == 1.0 and T.verdict(doc).exit_code == 0
+    doc["checks"] = TC.checks(0.0, runs)
+    assert doc["checks"]["greedy_matched_prefix"] == 1.0 and TC.verdict(doc).exit_code == 0
 
 
 def test_labels_of_traces_side_by_side_stay_apart():
-    assert T._unique(["a", "a"], ["x", "x"]) == ["a (x) #1", "a (x) #2"]
-    assert T._unique(["a", "a"], ["x", "y"]) == ["a (x)", "a (y)"]
-    assert T._unique(["a", "b"], ["x", "x"]) == ["a", "b"]
+    assert TC._unique(["a", "a"], ["x", "x"]) == ["a (x) #1", "a (x) #2"]
+    assert TC._unique(["a", "a"], ["x", "y"]) == ["a (x)", "a (y)"]
+    assert TC._unique(["a", "b"], ["x", "x"]) == ["a", "b"]
 
 
 def test_a_model_configs_zero_count_is_no_count(tmp_path):

@@ -141,7 +141,7 @@ def test_diagnose_reads_a_normalised_integer_as_the_value_asked(asked, logged, f
 
 
 def test_run_engine_checks_read_values_as_nccl_parses_them():
-    from ncclprobe.evidence.run.trace import settings_check
+    from ncclprobe.evidence.run.trace_checks import settings_check
 
     def run(logged):
         return {

@@ -184,7 +184,7 @@ def test_engine_traces_with_one_run_each_use_the_devices_noise_floor(speculative
 
 
 def test_run_engine_tuned_comparison_carries_the_verdict():
-    from ncclprobe.evidence.run.trace import compare_tuned
+    from ncclprobe.evidence.run.trace_checks import compare_tuned
 
     def run(label, rates):
         return {

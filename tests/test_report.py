@@ -161,7 +161,7 @@ def test_cli_lists_files_and_rejects_a_bad_trace(tmp_path):
 
 def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     """The seed story in one picture: the H200 `--graphs decode` and `--graphs all` traces merged."""
-    from ncclprobe.evidence.run.trace import side_by_side
+    from ncclprobe.evidence.run.trace_checks import side_by_side
 
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     merged = side_by_side(
@@ -219,7 +219,7 @@ def test_environment_section_masks_secret_values(tmp_path):
 def test_eight_traces_of_one_configuration_keep_eight_runs_apart(tmp_path):
     """`report --trace` x 8 of runs alike: every run keeps a label of its own (8 runs drew 6 bars
     when two traces' labels met), and every table cell is rounded (a mean over ranks is 3.556)."""
-    from ncclprobe.evidence.run.trace import side_by_side
+    from ncclprobe.evidence.run.trace_checks import side_by_side
     from ncclprobe.report.content import cell_text
 
     paths = []

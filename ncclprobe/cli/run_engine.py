@@ -269,7 +269,7 @@ def command(
     from ncclprobe.engine.checkpoints import resolve_name
     from ncclprobe.engine.prompts import gather_prompts
     from ncclprobe.engine.spec import RunSpec, default_repeats
-    from ncclprobe.evidence.run.trace import verdict
+    from ncclprobe.evidence.run.trace_checks import verdict
 
     # Usage errors first, before torch is imported or a .gguf converted: one line within a second.
     checkpoint = resolve_name(checkpoint)

@@ -1,7 +1,8 @@
 """The engine-run evidence: one owner for what an inference engine's run shows.
 
 Three sources, one normalized view (`view.EngineRun`, docs/DESIGN.md "Evidence model"):
-- `trace`: ncclprobe's own engine trace (schema, loader, merges, self-checks, exit code);
+- `trace`: ncclprobe's own engine trace (schema, loader; `trace_checks`: merges, self-checks,
+  exit code);
 - `profile`: PyTorch profiler (Kineto) traces of any engine, `.json` or `.json.gz`, one per rank,
   CUDA or ROCm, read incrementally;
 - `serverlog`: SGLang and vLLM server logs (`serverlog_lines`: what each engine's lines say).
@@ -114,7 +115,8 @@ def from_trace_file(path: str | Path) -> RunSet:
 
 
 def from_trace_files(paths: list[str | Path]) -> RunSet:
-    from ncclprobe.evidence.run.trace import side_by_side, to_runs
+    from ncclprobe.evidence.run.trace import to_runs
+    from ncclprobe.evidence.run.trace_checks import side_by_side
 
     doc = side_by_side(list(paths))
     name = ", ".join(str(p) for p in paths)
