@@ -84,6 +84,8 @@ MODULES = {
     "ncclprobe/evidence/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
     "ncclprobe/evidence/nccl_tests.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
     "tests/test_nccl_tests_cputime.py",
+    "ncclprobe/evidence/nccl_tests_run.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
+    "tests/test_nccl_version_sources.py",
     "ncclprobe/evidence/nccl_tests_json.py": f"{NCCL_TESTS} tests/test_nccl_tests_cputime.py",
     "ncclprobe/evidence/nccl_tests_split.py": NCCL_TESTS,
     "ncclprobe/evidence/nccl_tests_records.py": NCCL_TESTS,

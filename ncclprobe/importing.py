@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.collect_env import looks_like_collect_env, parse_collect_env
-from ncclprobe.evidence.nccl_tests import NcclTestsRun
 from ncclprobe.evidence.nccl_tests_json import looks_like_json, parse_nccl_tests_json
 from ncclprobe.evidence.nccl_tests_records import to_records
+from ncclprobe.evidence.nccl_tests_run import NcclTestsRun
 from ncclprobe.evidence.nccl_tests_split import parse_runs
 from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test, parse_p2p_test

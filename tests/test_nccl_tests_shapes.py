@@ -129,7 +129,7 @@ def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
 
 def test_the_nccl_version_from_nccl_tests_own_version_line():
     """nccl-tests 2.18+ prints `nccl-library=22907` (ncclGetVersion) even where NCCL prints no banner."""
-    from ncclprobe.evidence.nccl_tests import nccl_version_of_code
+    from ncclprobe.evidence.nccl_tests_run import nccl_version_of_code
     from ncclprobe.evidence.nccl_tests_split import parse_runs
 
     runs, _ = parse_runs(

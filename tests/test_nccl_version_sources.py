@@ -14,7 +14,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from ncclprobe.evidence.nccl_tests import nccl_version_of_code, parse_nccl_tests
+from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl_tests_run import nccl_version_of_code
 
 COLLECT_ENV = (
     Path(__file__).parent

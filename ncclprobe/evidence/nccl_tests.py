@@ -8,8 +8,8 @@ time column while algbw/busbw still come from the completion time; `-I 1` adds i
 and i_cv% per placement. Times are µs, bandwidths GB/s with 1 GB = 1e9 B. Real captures add mpirun
 tags, prompts and command lines, NCCL INFO lines between rows, and may lack the footer; all of
 that is tolerated. A file holding several runs is split first (`nccl_tests_split`); -J JSON has
-its own reader (`nccl_tests_json`); both give the same `NcclTestsRun`, which `nccl_tests_records`
-turns into result records.
+its own reader (`nccl_tests_json`); both give the same `NcclTestsRun` (`nccl_tests_run`), which
+`nccl_tests_records` turns into result records.
 
 The NCCL variables a file shows (NCCL's own `set by environment` lines, or `NAME=value` on the
 command line) become the run's settings.
@@ -20,12 +20,18 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl_tests_run import (
+    Measurement,
+    NcclTestsRun,
+    Row,
+    nccl_settings,
+    nccl_version_of_code,
+)
 from ncclprobe.evidence.text import clean_task_line
-from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env
 from ncclprobe.sizes import MAX_SIZE
@@ -67,122 +73,6 @@ _COLLECTIVE = ascii_re(
 )
 _REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d{1,19})")
 _NUMBER = ascii_re(r"^-?\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?$")
-# not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
-# nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
-NOT_SETTINGS = ("NCCL_VERSION",)
-TESTS_PREFIX = "NCCL_TESTS_"
-DTYPES = {
-    "float": "float32",
-    "half": "float16",
-    "double": "float64",
-    "bfloat16": "bfloat16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "int32": "int32",
-    "uint32": "uint32",
-    "int64": "int64",
-    "uint64": "uint64",
-    "f8e4m3": "float8_e4m3fn",
-    "f8e5m2": "float8_e5m2",
-}
-
-
-@dataclass
-class Measurement:
-    time_us: float | None  # completion time per call (None when only -C's cputime was printed)
-    algbw_gbps: float
-    busbw_gbps: float
-    wrong: int | None  # None when unchecked (-c 0) or in the old `error` format
-    max_error: float | None = None  # the old `error` column
-    cpu_time_us: float | None = None  # -C 1: the host's issue time per call
-    iteration: dict | None = None  # -I 1: per-iteration statistics (our `iter` record)
-
-    def to_json(self) -> dict:
-        out = {
-            "time_us": self.time_us,
-            "algbw_gbps": self.algbw_gbps,
-            "busbw_gbps": self.busbw_gbps,
-            "wrong": self.wrong,
-        }
-        for key, value in (
-            ("max_error", self.max_error),
-            ("cpu_time_us", self.cpu_time_us),
-            ("iter", self.iteration),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
-
-
-@dataclass
-class Row:
-    size_bytes: int
-    count: int
-    dtype: str
-    redop: str
-    root: int | None
-    out_of_place: Measurement | None
-    in_place: Measurement | None
-
-    def to_json(self) -> dict:
-        return {
-            "size_bytes": self.size_bytes,
-            "count": self.count,
-            "type": self.dtype,
-            "redop": self.redop,
-            "root": self.root,
-            "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
-            "in_place": self.in_place.to_json() if self.in_place else None,
-        }
-
-    def measurements(self):
-        return [(False, self.out_of_place), (True, self.in_place)]
-
-
-@dataclass
-class NcclTestsRun:
-    rows: list[Row]
-    nranks: int | None
-    collective: str | None
-    collective_inferred: bool = False
-    avg_busbw_gbps: float | None = None
-    out_of_bounds: int | None = None
-    params: dict = field(default_factory=dict)
-    devices: list[dict] = field(default_factory=list)
-    nccl_version: str | None = None
-    nccl_tests_version: str | None = None
-    format: str = "current"  # "current" (#wrong column, v2.13+), "old" (error column) or "json"
-    header: tuple[
-        str, ...
-    ] = ()  # the columns between type and time, as the table header names them
-    settings: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)  # the relevant environment, masked (-J files)
-    notes: list[str] = field(default_factory=list)
-    exported: dict | None = None  # what `ncclprobe export` wrote about its table
-
-    def to_json(self) -> dict:
-        return {
-            "schema_version": 1,
-            "collective": self.collective,
-            "collective_inferred": self.collective_inferred,
-            "nranks": self.nranks,
-            "nccl_version": self.nccl_version,
-            "nccl_tests_version": self.nccl_tests_version,
-            "format": self.format,
-            "params": dict(self.params),
-            "devices": list(self.devices),
-            "settings": dict(self.settings),
-            "rows": [r.to_json() for r in self.rows],
-            "avg_busbw_gbps": self.avg_busbw_gbps,
-            "out_of_bounds": self.out_of_bounds,
-            "notes": list(self.notes),
-        }
-
-    @property
-    def wrong(self) -> bool:
-        return bool(self.out_of_bounds) or any(
-            (m.wrong or 0) > 0 for r in self.rows for _, m in r.measurements() if m
-        )
 
 
 def parse_nccl_tests(text: str) -> NcclTestsRun:
@@ -276,15 +166,6 @@ def _tests_version(run, m):
     run.nccl_tests_version = m["v"]
     if m["library"]:
         run.nccl_version = nccl_version_of_code(int(m["library"]))
-
-
-def nccl_version_of_code(code: int) -> str | None:
-    """ncclGetVersion's integer as a version: X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before)."""
-    if code >= 20900:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    if 2000 <= code < 3000:
-        return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
-    return None
 
 
 def _reducing(run, m):
@@ -394,18 +275,6 @@ def _exported_int(run: NcclTestsRun, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def nccl_settings(found: dict[str, str]) -> dict[str, str]:
-    """The NCCL variables that configure a run: NCCL_*, without the debug variables."""
-    return {
-        k: v
-        for k, v in found.items()
-        if k.startswith("NCCL_")
-        and not only_shapes_the_log(k)
-        and k not in NOT_SETTINGS
-        and not k.startswith(TESTS_PREFIX)
-    }
-
-
 def command_line_settings(lines: list[str]) -> dict[str, str]:
     """`NAME=value` words on the command line that ran the test (`-x NAME=value` for mpirun)."""
     found: dict[str, str] = {}
@@ -445,9 +314,3 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
         if all(abs(ratio - expected) < 0.02 * expected + 0.01 for ratio in ratios)
         else None
     )
-
-
-def collective_of_binary(name: str) -> str:
-    """`./build/all_gather_perf_mpi` -> `all_gather`."""
-    base = name.rsplit("/", 1)[-1]
-    return re.sub(r"_perf(?:_mpi)?$", "", base)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import (
+from ncclprobe.evidence.nccl_tests_run import (
     Measurement,
     NcclTestsRun,
     Row,

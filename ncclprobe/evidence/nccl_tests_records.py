@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import DTYPES, NcclTestsRun
+from ncclprobe.evidence.nccl_tests_run import DTYPES, NcclTestsRun
 from ncclprobe.records import SCHEMA_VERSION, Status, config_id
 from ncclprobe.secrets import mask_argv
 

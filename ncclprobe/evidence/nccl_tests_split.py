@@ -29,9 +29,9 @@ from ncclprobe.evidence.nccl_tests import (
     RANK,
     STARTING,
     TESTS_VERSION,
-    NcclTestsRun,
     parse_nccl_tests,
 )
+from ncclprobe.evidence.nccl_tests_run import NcclTestsRun
 from ncclprobe.evidence.text import clean_task_line
 
 # the table header counts too: a pasted run often starts at it (its `# nThread` lines trimmed away), and
