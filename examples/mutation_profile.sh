@@ -26,6 +26,7 @@ only_mutate =
     ncclprobe/evidence/run/profile/kinds.py
     ncclprobe/evidence/run/profile/steps.py
     ncclprobe/diagnose/profile_costs.py
+    ncclprobe/diagnose/rules_profile_eager.py
     ncclprobe/diagnose/rules_profile_steps.py
     ncclprobe/diagnose/rules_profile_baseline.py
 pytest_add_cli_args_test_selection =

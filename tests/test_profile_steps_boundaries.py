@@ -12,6 +12,7 @@ import pytest
 
 from ncclprobe.diagnose import profile_costs as C
 from ncclprobe.diagnose import rules_profile_baseline as RB
+from ncclprobe.diagnose import rules_profile_eager as RE
 from ncclprobe.diagnose import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
@@ -464,14 +465,14 @@ def test_every_runs_eager_steps_are_weighed():
     graphed = phase("decode", "decode", count=10, median=3.0, busy=0.5, graphed=True)
     eager = phase("burst", "other", count=10, median=18.0, busy=1.0)
     runs = [profile_run(eager, graphed, tokens=10, label=f"rank{i}") for i in range(2)]
-    out = RS.eager_steps(Evidence(runs=runs, kind="profile"))
+    out = RE.eager_steps(Evidence(runs=runs, kind="profile"))
     assert [o.rule for o in out] == ["eager-launches", "eager-launches"]
 
 
 def test_a_saving_under_a_millisecond_is_still_a_saving():
     graphed = phase("decode", "decode", count=10, median=3.0, busy=0.5, graphed=True)  # 2.5 idle
     eager = phase("verify", "verify", count=10, median=4.0, busy=1.0)  # 3.0 idle: 0.5 more
-    (found,) = RS.eager_steps(
+    (found,) = RE.eager_steps(
         Evidence(runs=[profile_run(eager, graphed, tokens=10)], kind="profile")
     )
     assert found.cost_ms_per_step == pytest.approx(0.5)
@@ -482,17 +483,17 @@ def test_the_model_shape_prices_only_a_verify_against_a_decode():
     graphed = phase("decode", "decode", count=10, median=2.0, busy=1.8, graphed=True)
     draft = phase("draft", "draft", count=10, median=20.0, busy=1.0)
     run = profile_run(draft, graphed, mode="speculative", tokens=10)
-    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    found = RE.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
     assert found.cost_ms_per_step == pytest.approx(19.0 - 0.2)  # the idle difference
     assert "expected_ratio" not in found.evidence
     verify = phase("verify", "verify", count=10, median=20.0, busy=1.0)
     run = profile_run(verify, graphed, mode="speculative", tokens=10)
-    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    found = RE.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
     ratio = found.evidence["expected_ratio"]
     assert ratio > 1.0 and found.cost_ms_per_step == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3)
     near = phase("verify", "verify", count=10, median=2.0 * ratio + 0.5, busy=1.0)  # 0.5 above
     run = profile_run(near, graphed, mode="speculative", tokens=10)
-    found = RS.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
+    found = RE.eager_steps(Evidence(runs=[run], kind="profile", config=config))[0]
     assert found.cost_ms_per_step == pytest.approx(0.5, abs=0.01)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from ncclprobe.diagnose import profile_costs as C
 from ncclprobe.diagnose import rules_profile_baseline as RB
+from ncclprobe.diagnose import rules_profile_eager as RE
 from ncclprobe.diagnose import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
@@ -410,7 +411,7 @@ def test_eager_steps_cost_the_idle_above_the_replays():
     eager = phase("decode", "decode", count=10, median=18.0, busy=1.0, idle=17.0)
     graphed = phase("decode", "decode", count=10, median=3.0, busy=0.5, idle=2.5, graphed=True)
     run, base = profile_run(eager, tokens=10), profile_run(graphed, tokens=10, label="base")
-    (found,) = [f for f in RS.eager_steps(ev(run, base)) if hasattr(f, "severity")]
+    (found,) = [f for f in RE.eager_steps(ev(run, base)) if hasattr(f, "severity")]
     assert found.rule == "eager-launches" and found.confidence == "medium"
     assert found.cost_ms_per_step == pytest.approx(
         14.5
@@ -419,7 +420,7 @@ def test_eager_steps_cost_the_idle_above_the_replays():
     alone = profile_run(
         eager, phase("other", "other", count=1, graphed=True, median=1.0, idle=0.1), tokens=10
     )
-    own = [f for f in RS.eager_steps(ev(alone)) if hasattr(f, "severity")][0]
+    own = [f for f in RE.eager_steps(ev(alone)) if hasattr(f, "severity")][0]
     assert own.confidence == "low"  # against another phase of the run, not a like-for-like baseline
 
 
@@ -430,7 +431,7 @@ def test_eager_steps_severity_at_the_share_boundaries():
             "decode", "decode", count=1, median=100.0 - 2.0 * count, graphed=True, idle=0.0
         )
         run = profile_run(eager, rest, mode="speculative", tokens=10)
-        return [f for f in RS.eager_steps(ev(run)) if hasattr(f, "severity")][0].severity
+        return [f for f in RE.eager_steps(ev(run)) if hasattr(f, "severity")][0].severity
 
     assert severity(10) == "error"  # 10 ms of 100: 10%
     assert severity(9) == "warning"
@@ -441,7 +442,7 @@ def test_eager_steps_severity_at_the_share_boundaries():
 def test_an_eager_step_no_idler_than_the_replay_is_ruled_out():
     eager = phase("accept", "other", median=0.02, busy=0.01, idle=0.01)
     graphed = phase("decode", "decode", median=1.4, busy=1.2, idle=0.2, graphed=True)
-    out = RS.eager_steps(ev(profile_run(eager, graphed, tokens=10)))
+    out = RE.eager_steps(ev(profile_run(eager, graphed, tokens=10)))
     assert [o.rule for o in out] == ["eager-launches"] and "save nothing" in out[0].reason
 
 
@@ -449,22 +450,22 @@ def test_eager_phase_against_a_captured_decode_and_what_no_baseline_leaves_open(
     verify = phase("verify", "verify", count=5, median=20.0, idle=19.0)
     decode = phase("decode", "decode", median=2.0, idle=0.2, graphed=True)
     spec = profile_run(verify, mode="speculative", tokens=5)
-    found = RS.eager_steps(ev(spec, profile_run(decode, tokens=10)))[0]
+    found = RE.eager_steps(ev(spec, profile_run(decode, tokens=10)))[0]
     assert found.rule == "eager-phase" and found.evidence["reference_phase"] == "decode"
-    assert by_rule(RS.eager_steps(ev(spec)), "eager-phase")[0].missing.startswith("a baseline")
+    assert by_rule(RE.eager_steps(ev(spec)), "eager-phase")[0].missing.startswith("a baseline")
     eager_base = profile_run(phase("decode", "decode", graphed=False), tokens=10)
-    assert "like for like" in by_rule(RS.eager_steps(ev(spec, eager_base)), "eager-phase")[0].reason
+    assert "like for like" in by_rule(RE.eager_steps(ev(spec, eager_base)), "eager-phase")[0].reason
     cpu_base = profile_run(phase("decode", "decode", graphed=None), tokens=10)
-    assert "CPU-only" in by_rule(RS.eager_steps(ev(spec, cpu_base)), "eager-phase")[0].missing
+    assert "CPU-only" in by_rule(RE.eager_steps(ev(spec, cpu_base)), "eager-phase")[0].missing
     unknown = profile_run(phase("ProfilerStep", "other", graphed=False), tokens=None)
-    missing = by_rule(RS.eager_steps(ev(spec, unknown)), "eager-phase")[0].missing
+    missing = by_rule(RE.eager_steps(ev(spec, unknown)), "eager-phase")[0].missing
     assert "baseline given" in missing
 
 
 def test_every_step_replayed_is_ruled_out_for_both_rules():
     graphed = phase("verify", "verify", graphed=True, idle=0.1)
     decode = phase("decode", "decode", graphed=True, idle=0.1)
-    out = RS.eager_steps(
+    out = RE.eager_steps(
         ev(profile_run(graphed, mode="speculative", tokens=10), profile_run(decode, tokens=10))
     )
     assert {o.rule for o in out} == {"eager-launches", "eager-phase"}
@@ -474,7 +475,7 @@ def test_the_model_shape_prices_a_verify_against_the_decode():
     verify = phase("verify", "verify", count=5, median=20.0, idle=19.0)
     decode = phase("decode", "decode", median=2.0, idle=0.2, graphed=True)
     config = dict(LLAMA3_8B_RUN)
-    found = RS.eager_steps(
+    found = RE.eager_steps(
         ev(
             profile_run(verify, mode="speculative", tokens=5),
             profile_run(decode, tokens=10),
@@ -802,7 +803,7 @@ def _golden_cases() -> dict:
 
 
 def _outputs() -> dict:
-    rules = RS.RULES + RB.RULES
+    rules = RE.RULES + RS.RULES + RB.RULES
     return {
         name: [o.to_json() for rule in rules for o in rule(e)]
         for name, e in _golden_cases().items()

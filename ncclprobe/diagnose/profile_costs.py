@@ -25,6 +25,12 @@ from dataclasses import dataclass
 TARGET_KINDS = ("prefill", "decode", "verify")
 
 
+def profile_runs(ev) -> list:
+    """The runs the step rules weigh: the profiles of the run under diagnosis (not its baseline's,
+    which are the references)."""
+    return [run for src, run in ev.all_runs() if run.source == "profile" and src == "trace"]
+
+
 @dataclass(frozen=True)
 class Tokens:
     count: float | None  # None: a phase of unknown kind, nothing to count

@@ -29,7 +29,7 @@ def eager_phase(ev: E.Evidence) -> list:
     out = []
     for _, run in spec_runs(ev):
         if run.source == "profile":
-            continue  # rules_profile_steps.eager_steps weighs a profile's steps (GPU idle time)
+            continue  # rules_profile_eager.eager_steps weighs a profile's steps (GPU idle time)
         decode, source = E.baseline_decode(ev, run.label)
         if decode is None:
             trace = ev.kind == "engine-trace"

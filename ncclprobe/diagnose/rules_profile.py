@@ -1,7 +1,8 @@
 """Hypotheses only a profile can settle, one pure function each, as in `rules`: the steps' own
-(`rules_profile_steps`: eager launches, waiting for the host, glue between replays;
-`rules_profile_baseline`: how they add up against a baseline), whether NCCL can explain a gap
-(from the collective kernels actually seen); ranks that hold the others up are `rules_ranks`'.
+(`rules_profile_eager`: eager launches against graph replays; `rules_profile_steps`: waiting for
+the host, glue between replays; `rules_profile_baseline`: how they add up against a baseline),
+whether NCCL can explain a gap (from the collective kernels actually seen); ranks that hold the
+others up are `rules_ranks`'.
 
 They read the same view as every rule (`ncclprobe.evidence.run.view`); on an engine trace they
 stay silent (its phases carry no GPU idle time; `rules` covers it).
@@ -10,7 +11,7 @@ stay silent (its phases carry no GPU idle time; `rules` covers it).
 from __future__ import annotations
 
 from ncclprobe.diagnose import profile_costs as C
-from ncclprobe.diagnose import rules_profile_baseline, rules_profile_steps
+from ncclprobe.diagnose import rules_profile_baseline, rules_profile_eager, rules_profile_steps
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
@@ -230,7 +231,8 @@ def _busbw(c, per_call_us: float | None) -> float | None:
 
 
 RULES = (
-    rules_profile_steps.RULES
+    rules_profile_eager.RULES
+    + rules_profile_steps.RULES
     + rules_profile_baseline.RULES
     + (
         nccl_from_kernels,

@@ -3,7 +3,7 @@ difference in profiled time per token split into parts that add up to it, and sp
 part (the forwards it runs per token).
 
 The split (docs/METRICS.md "Profiles", "against a baseline"), per token of each run:
-- **eager steps**: what capture would save in this run (`rules_profile_steps.eager_parts`: each
+- **eager steps**: what capture would save in this run (`rules_profile_eager.eager_parts`: each
   eager step's GPU idle above its replayed reference's);
 - **the forwards at their replayed price**: every step but the prefill at its median time minus
   that saving, against the baseline's steps: the GPU work and host residual of the forwards
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from ncclprobe.diagnose import profile_costs as C
 from ncclprobe.diagnose.commands import profile_command
-from ncclprobe.diagnose.rules_profile_steps import eager_parts
+from ncclprobe.diagnose.rules_profile_eager import eager_parts
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 
 
 def against_baseline(ev: E.Evidence) -> list:
     """Both runs' profiled time per token and the parts of their difference (module docstring)."""
-    runs = [run for src, run in ev.all_runs() if run.source == "profile" and src == "trace"]
+    runs = C.profile_runs(ev)
     bases = [b for b in ev.baseline if b.source == "profile"]
     if not runs or not bases:
         return []
