@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.evidence.run.modes import Mode
+
 PHASE_KINDS = ("decode", "verify", "draft", "prefill", "other")
 SPECULATIVE_KINDS = ("verify", "draft")
 # ncclprobe's engine phases (docs/DESIGN.md "Engine trace") by kind
@@ -203,7 +205,7 @@ class EngineRun:
         """The mode as it reads: a profile without speculation is nobody's baseline until a
         speculative run is compared with it ("profile without speculation", not "profile
         baseline" beside a --baseline-profile)."""
-        if self.mode == "baseline" and self.source == "profile":
+        if self.mode == Mode.BASELINE and self.source == "profile":
             return "without speculation"
         return self.mode or "run"
 
