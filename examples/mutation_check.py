@@ -46,8 +46,8 @@ MUTANTS = (
     Mutant(
         "recommend: p90-below-p10 spread rule removed",
         "ncclprobe/stats.py",
-        "return candidate.p90_us < default.p10_us and gain(",
-        "return gain(",
+        "    if a.high < b.low and won >= floor:",
+        "    if won >= floor:",
         (
             "tests/test_recommend.py",
             "tests/test_escaped_mutants.py",
@@ -71,8 +71,8 @@ MUTANTS = (
     Mutant(
         "proof: only the lowest rank's log is read",
         "ncclprobe/sweep/proof.py",
-        "for rank, (whole, during) in sorted(logs.items())}",
-        "for rank, (whole, during) in sorted(logs.items())[:1]}",
+        "for rank, (whole, during) in sorted(logs.items())\n",
+        "for rank, (whole, during) in sorted(logs.items())[:1]\n",
         ("tests/test_sweep_proof.py",),
     ),
     Mutant(
@@ -99,8 +99,8 @@ MUTANTS = (
     Mutant(
         "ll128: mixed GPU types allowed before 2.30",
         "ncclprobe/nccl/ll128.py",
-        "if low < 90 or (version is not None and version < (2, 30, 0)):",
-        "if low < 90:",
+        "if low != high and (low < 90 or version < (2, 30, 0)):",
+        "if low != high and low < 90:",
         ("tests/test_nccl_rules.py", "tests/test_knobs_lint.py"),
     ),
     Mutant(
@@ -168,8 +168,8 @@ MUTANTS = (
     Mutant(
         "nccl-tests: a trimmed run's table header does not start a run",
         "ncclprobe/evidence/nccl_tests_split.py",
-        ', ("table", COLUMNS))',
-        ")",
+        '    ("table", COLUMNS),\n',
+        "",
         ("tests/test_nccl_tests_shapes.py", "tests/test_nccl_tests_runs.py"),
     ),
     Mutant(
