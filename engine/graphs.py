@@ -38,6 +38,7 @@ from collections import Counter
 import torch
 
 from ncclprobe.cudagraph import capture_graph
+from ncclprobe.engine.comm import keep_out_of_compile
 from ncclprobe.engine.generate import greedy_chain, greedy_extend
 from ncclprobe.engine.instrument import CollectiveTrace, PhaseTimer
 from ncclprobe.evidence.run.modes import GraphMode
@@ -278,6 +279,7 @@ def compile_for_capture(model, mode: str = "default"):
     the gaps between a decode step's hundreds of small kernels shrink (docs/LOG.md)."""
     if model is None:
         return None
+    keep_out_of_compile()
     # one specialisation per captured shape: past dynamo's default limit of 8 it would silently
     # run the remaining shapes uncompiled
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)

@@ -70,14 +70,15 @@ def units() -> dict[str, int]:
     return out
 
 
-def unit_of(module: str) -> str | None:
-    """`ncclprobe.sweep.run` -> "sweep"; the bottom layer's modules -> "core"."""
+def unit_of(module: str, layer_of: dict[str, int]) -> str | None:
+    """`ncclprobe.sweep.run` -> "sweep"; the bottom layer's modules -> "core" (`layer_of`: `units()`,
+    read once by the caller, not once per import statement)."""
     parts = module.split(".")
     if parts[0] != "ncclprobe":
         return None
     name = parts[1] if len(parts) > 1 else "__init__"
     name = GROUPED.get(name, name)
-    return name if name in units() else "core"
+    return name if name in layer_of else "core"
 
 
 def _module(path: Path) -> str:
@@ -90,12 +91,13 @@ def _module(path: Path) -> str:
 def imports() -> dict[str, set[str]]:
     """unit -> the other units it imports."""
     edges: dict[str, set[str]] = defaultdict(set)
+    layer_of = units()
     for folder in ("ncclprobe", "engine", "probes"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            source = unit_of(_module(path))
+            source = unit_of(_module(path), layer_of)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 for name in _imported(node):
-                    target = unit_of(name)
+                    target = unit_of(name, layer_of)
                     if target and target != source:
                         edges[source].add(target)
     return edges
@@ -114,12 +116,13 @@ def _imported(node) -> list[str]:
     return []
 
 
-def table() -> str:
+def table(edges: dict[str, set[str]] | None = None) -> str:
+    """The layer table; `edges`: `imports()` when the caller has it already (it parses every file)."""
     layer_of = units()
     missing = sorted(set(layer_of) - set(WHAT))
     if missing:
         raise SystemExit(f"units without a description in tests/layers.py: {', '.join(missing)}")
-    edges = imports()
+    edges = imports() if edges is None else edges
     lines = ["| layer | unit | what | imports |", "|---|---|---|---|"]
     for unit, layer in sorted(layer_of.items(), key=lambda kv: (kv[1], kv[0])):
         names = ", ".join(sorted(edges.get(unit, ()))) or "-"

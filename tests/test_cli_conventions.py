@@ -10,6 +10,9 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import HELP_WIDTH, TRACEBACK_FLAG, cli
 
+# the shipped traces this module diagnoses are parsed once per session (conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_timelines")
+
 ROOT = Path(__file__).resolve().parent.parent
 # every command that writes a file or directory, and the option that names it
 WRITERS = {

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import CliRunner
@@ -310,12 +311,17 @@ def test_bad_inputs_found_by_the_workers_are_one_line_usage_errors(tmp_path):
     end as one line and exit 2, not as a rank's traceback and 'workers crashed' (exit 1)."""
     not_safetensors = tmp_path / "draft.safetensors"
     not_safetensors.write_text("{not a draft")
-    for args, message in (
+    cases = (
         (["--draft", str(not_safetensors)], "is not a readable safetensors file"),
         # found by the parent now (engine.tp.check_tp_shape), before any worker starts
         (["--tp", "3", "--mode", "baseline"], "use --tp 1 or 2"),
-    ):
-        result = _run(["run-engine", "--device", "cpu", "--new-tokens", "4", *args])
+    )
+    with ThreadPoolExecutor(max_workers=2) as pool:  # independent: side by side
+        results = pool.map(
+            lambda args: _run(["run-engine", "--device", "cpu", "--new-tokens", "4", *args]),
+            [args for args, _ in cases],
+        )
+    for (_, message), result in zip(cases, results):
         assert result.returncode == 2, result.stderr
         assert result.stdout == ""
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
@@ -444,10 +450,11 @@ def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
         "--repeats",
         "1",
     ]
-    inside, beyond = (
-        _run([*args, "--new-tokens", "8"]),
-        _run([*args, "--new-tokens", "12", "--format", "json"]),
-    )
+    # one rank each, so side by side they cost the longer run, not the sum
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        inside, beyond = pool.map(
+            _run, ([*args, "--new-tokens", "8"], [*args, "--new-tokens", "12", "--format", "json"])
+        )
     assert inside.returncode == 0 and "trained on positions" not in inside.stderr + inside.stdout
     assert beyond.returncode == 0, beyond.stderr
     assert "trained on positions below 16, this run reaches 20" in beyond.stderr

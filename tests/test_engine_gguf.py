@@ -88,6 +88,9 @@ def test_weights_and_logits_equal_transformers_gguf_loader(smollm, monkeypatch):
     monkeypatch.setattr(
         gguf, "get_tensor_name_map", functools.lru_cache(maxsize=None)(gguf.get_tensor_name_map)
     )
+    # it also opens the file twice (for the config, then for the weights), each time parsing all of
+    # its metadata (49152 vocabulary strings, ~3 s); a reader of an unchanged file is the same reader
+    monkeypatch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=None)(gguf.GGUFReader))
     path, _ = smollm
     reference = transformers.AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, dtype=torch.float32

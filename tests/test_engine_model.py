@@ -148,6 +148,8 @@ def test_steps_compiled_for_capture_match_the_eager_model():
     steps = CapturedGraphs(
         target, draft, Communicator(), mode="all", compile="default"
     )  # no batches: none captured
+    # the collective is a graph break in what was compiled (marked only when compiling: comm.py)
+    assert getattr(Communicator._issue, "_torchdynamo_disable", False)
     tokens, positions = torch.randint(0, 256, (2, 4)), torch.arange(4).expand(2, 4) + 5
     features = torch.randn(2, 4, 3 * target.cfg.hidden)
     with torch.inference_mode():
@@ -160,6 +162,20 @@ def test_steps_compiled_for_capture_match_the_eager_model():
         ):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_an_engine_worker_imports_no_torch_dynamo():
+    """torch._dynamo is 1.4 s of an engine worker's start on the 2-core machine, and only --compile
+    uses it: a fresh interpreter (nothing other tests imported hides it) loads the worker entry
+    without it."""
+    import subprocess
+    import sys
+
+    code = "import sys, ncclprobe.engine.worker; print('torch._dynamo' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr
 
 
 def test_presets_validate_and_describe_themselves():

@@ -177,6 +177,7 @@ def rule(tag: str) -> Callable[..., bool]:
             else:
                 env["pEnable"] = env["pEnable"] and bool(eval(rest[0], {}, env))
 
+    @cache  # a pure function of its inputs: asked 9000 times per tag, 980 of them distinct
     def decide(intra: str, inter: str, low: int, high: int, c2c: int) -> bool:
         env = {
             "intra": order.index(intra),

@@ -35,6 +35,9 @@ from ncclprobe.diagnose.rank import diagnose
 from ncclprobe.evidence.bundle import load_evidence
 from ncclprobe.evidence.profile_dir import expand
 
+# the shipped traces this module diagnoses are parsed once per session (conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_timelines")
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "examples" / "traces"
 SWEEP = TRACES / "collective-bound.sweep.jsonl"

@@ -17,6 +17,9 @@ from ncclprobe.evidence.run.profile import names
 from ncclprobe.evidence.run.profile.stream import read_events
 from tests import profile_scenarios as P
 
+# the shipped traces this module diagnoses are parsed once per session (conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_timelines")
+
 
 def rules(items):
     return [i.rule for i in items]

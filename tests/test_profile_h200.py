@@ -5,7 +5,12 @@ wrote. Recorded with examples/record_profiles.py; figures in docs/LOG.md (2026-1
 
 from pathlib import Path
 
+import pytest
+
 from ncclprobe.diagnose import diagnose, load_evidence
+
+# the shipped traces this module diagnoses are parsed once per session (conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_timelines")
 
 H200 = Path(__file__).parent / "fixtures" / "profiles" / "h200"
 

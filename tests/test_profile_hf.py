@@ -3,7 +3,8 @@
 and two NCCL ranks on one GPU, each checked against its truth file (tests/fixtures/profiles/hf/ and
 ranks/, READMEs there; nothing in them was written by the code under test).
 
-Each trace is parsed once for the module (`runs`): the fixtures take ~15 s to read on 2 cores.
+Each trace is parsed once for the session (`runs`, conftest's `shared_timelines`): the fixtures take
+~15 s to read on 2 cores.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import pytest
 
 from ncclprobe.diagnose import diagnose
 from ncclprobe.evidence import bundle
-from ncclprobe.evidence.run import load_runs, profile
+from ncclprobe.evidence.run import load_runs
 from ncclprobe.evidence.run.profile import steps as S
-from ncclprobe.evidence.run.profile.timeline import read_timeline
 
 HF = Path(__file__).parent / "fixtures" / "profiles" / "hf"
 RANKS = Path(__file__).parent / "fixtures" / "profiles" / "ranks"
@@ -38,20 +38,11 @@ PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def parsed():
-    """Every trace parsed once for the module: the reader's read_timeline, cached by path (the
-    steps and phases are found again from the cached timeline by the code under test)."""
-    cache: dict = {}
-    real = profile.read_timeline
-
-    def cached(path):
-        if str(path) not in cache:
-            cache[str(path)] = real(str(path))
-        return cache[str(path)]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(profile, "read_timeline", cached)
-        yield cached
+def parsed(shared_timelines):
+    """Every trace parsed once for the session (conftest's `shared_timelines`): the reader's
+    read_timeline, cached by path (the steps and phases are found again from the cached timeline by
+    the code under test)."""
+    return shared_timelines
 
 
 @pytest.fixture(scope="module")
@@ -227,13 +218,13 @@ def _rank_truth(scenario: str) -> dict:
 @pytest.mark.parametrize(
     "scenario", ["ranks_healthy", "ranks_host_late", "ranks_gpu_late", "ranks_graph_host_late"]
 )
-def test_each_rank_has_its_30_steps_between_its_host_starts(scenario):
+def test_each_rank_has_its_30_steps_between_its_host_starts(scenario, parsed):
     """No annotation and no embedding: the steps come from the repeated layer kernels (eager) or
     the replays; each begins with the rank's first launch after its step's host start (after the
     late rank's spin) and before that step's end, so the steps line up across ranks by number."""
     t = _rank_truth(scenario)
     for rank in (0, 1):
-        tl = read_timeline(str(RANKS / f"{scenario}_rank{rank}.json.gz"))
+        tl = parsed(RANKS / f"{scenario}_rank{rank}.json.gz")
         steps, how = S.find_steps(tl)
         recorded = t["ranks"][rank]["steps"]
         assert len(steps) == t["steps"] == 30 and how.startswith("the kernel stream")

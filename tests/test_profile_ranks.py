@@ -27,6 +27,9 @@ from ncclprobe.evidence.run.profile import align as A
 from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
 from ncclprobe.findings import RuledOut
 
+# the shipped traces this module diagnoses are parsed once per session (conftest.py)
+pytestmark = pytest.mark.usefixtures("shared_timelines")
+
 RANKS = Path(__file__).parent / "fixtures" / "profiles" / "ranks"
 
 
