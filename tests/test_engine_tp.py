@@ -84,7 +84,9 @@ def test_tp2_greedy_speculative_equals_baseline(trained_tiny_draft, trained_tiny
         dict(preset="tiny-moe", batch=3, k=1, draft=str(trained_tiny_moe_draft), draft_tp=True),
     ]
     jobs = [
-        RunSpec(tp=2, prompt_len=8, new_tokens=20, warmup_tokens=0, **case).to_json()
+        RunSpec(
+            tp=2, prompt_len=8, new_tokens=20, warmup_tokens=0, measure_share=False, **case
+        ).to_json()
         for case in cases
     ]
     outcome = run_pool(

@@ -1,13 +1,12 @@
 """The eager cost split (docs/METRICS.md "cost_split"): from every rank's four timings to the record's
-figures, its note and its CSV columns; and a real gloo sweep, where no NCCL path exists, records none."""
+figures, its note and its CSV columns. That a real gloo sweep, where no NCCL path exists, records none
+is checked on tests/test_sweep_e2e.py's sweep."""
 
 from __future__ import annotations
 
 import pytest
 
-from ncclprobe.sweep import session
 from ncclprobe.sweep.cost_split import cost_split, issue_notes, notes, variant_name
-from ncclprobe.sweep.plan import SweepSpec
 from ncclprobe.sweep.table import SPLIT_COLUMNS, csv_row
 
 
@@ -139,17 +138,6 @@ def test_csv_rows_carry_the_four_figures():
     assert all(csv_row({"status": "ok"})[k] is None for k in SPLIT_COLUMNS)
 
 
-def test_a_gloo_sweep_records_no_split(tmp_path):
-    spec = SweepSpec(
-        grid={},
-        sizes=(1024,),
-        iters=2,
-        trials=2,
-        warmup=1,
-        nranks=2,
-        backend="gloo",
-        timeout_s=60,
-    )
-    assert spec.cost_split  # on by default: gloo has no NCCL path, so nothing is measured
-    results = session.run_job(session.new_job(spec, {}, str(tmp_path / "gloo.jsonl"), ["test"]))
-    assert results.results and all(r["cost_split"] is None for r in results.results)
+# A real gloo sweep records no split (gloo has no NCCL path, so nothing is measured though the split
+# is on by default): tests/test_sweep_e2e.py's test_a_gloo_sweep_records_no_cost_split, on the sweep
+# that module runs anyway.

@@ -55,6 +55,15 @@ def test_header_and_every_line_follow_the_schema(sweep):
     assert len(results.results) == 4 * len(SIZES) * 2  # configs x sizes x (in, out of place)
 
 
+def test_a_gloo_sweep_records_no_cost_split(sweep):
+    """The eager cost split (tests/test_sweep_cost_split.py) is on by default, and gloo has no NCCL
+    path to time: nothing is measured, so no record carries one."""
+    results, path = sweep
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header["spec"]["cost_split"] is True and SweepSpec(grid={}, sizes=(8,)).cost_split
+    assert results.results and all(r["cost_split"] is None for r in results.results)
+
+
 def test_sums_are_exact_except_where_the_input_was_perturbed(sweep):
     results, _ = sweep
     for r in results.results:
