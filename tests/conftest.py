@@ -9,10 +9,17 @@ computations are the same; worker processes set their own threads (`ncclprobe.wo
 
 import dataclasses
 import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
+
+# A suite started with SIGINT ignored (`cmd &` from a non-interactive shell) hands that on to every
+# process it starts, and the Ctrl-C tests would wait for an interrupt that never lands (seen
+# 2026-12-06: three failures, all of them this). A handler, unlike SIG_IGN, is reset at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config):
