@@ -64,8 +64,6 @@ _loaded: dict[str, object] = {}
 class Loop:
     """The loaded machine code: `run(records, n)` -> calls that returned 0."""
 
-    name = COMPILED
-
     def __init__(self, address: int):
         self.run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(address)
 
