@@ -280,3 +280,21 @@ def test_the_graphs_command_is_the_profiled_engines_own(engine, says):
 
     ev = Evidence(runs=[], kind="profile", config={"engine": engine})
     assert graphs_command(ev, "verify").removeprefix("# ").startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("source", "mode", "name"),
+    [
+        ("profile", "baseline", "p without speculation"),
+        ("profile", "speculative", "p speculative"),
+        ("engine-trace", "baseline", "p baseline"),  # the engine's own baseline run keeps its name
+        ("server-log", "baseline", "p baseline"),
+        ("profile", None, "p run"),
+    ],
+)
+def test_only_a_profile_without_speculation_is_not_called_a_baseline(source, mode, name):
+    from ncclprobe.evidence.run.view import EngineRun
+
+    run = EngineRun(label="p", mode=mode, source=source)
+    assert run.name() == name
+    assert run.name("baseline") == f"baseline: {name}"

@@ -168,7 +168,7 @@ def test_a_batch_issues_through_the_loop_or_python_with_the_same_failure(monkeyp
     run, issued_by = comm.batch([Call("labs", labs, (ctypes.c_long(0),))] * 3)
     run()
     compiled = X86_LINUX and not forced
-    assert issued_by == (issue_loop.COMPILED if compiled else issued_by)
+    assert (issued_by == issue_loop.COMPILED) == compiled
     assert issued_by.startswith(issue_loop.PYTHON) != compiled
     calls = [Call("labs", labs, (ctypes.c_long(0),)), Call("labs", labs, (ctypes.c_long(-3),))]
     run, _ = comm.batch(calls)
