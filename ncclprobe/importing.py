@@ -26,6 +26,7 @@ from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_co
 from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
+from ncclprobe.secrets import mask_text
 from ncclprobe.sizes import format_size
 from ncclprobe.verdict import Verdict
 
@@ -129,7 +130,7 @@ def _nccl_tests(
         doc=doc,
         blocks=blocks,
         record_sets=record_sets,
-        verdict=Verdict.of(any(r.wrong for r in runs)),
+        verdict=Verdict.of(any(r.wrong or r.failed for r in runs)),
     )
 
 
@@ -169,8 +170,28 @@ def _block(
             "the output does not name its collective: records say 'unknown' (pass --collective)"
         )
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
-    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes"
-    return Block(title=title, rows=_rows(run), notes=notes + run.notes)
+    stopped = " before its first result: it failed" if not run.rows else ""
+    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes{stopped}"
+    return Block(title=title, rows=_rows(run), notes=_failure_notes(run) + notes + run.notes)
+
+
+def _failure_notes(run: NcclTestsRun) -> list[str]:
+    """What failed, first: the explained classes, the wrong results, then each line not explained."""
+    notes = [f"{f['severity']}: {f['message']}; fix: {f['fix']}" for f in run.failures]
+    wrong = run.wrong_summary()
+    if wrong:
+        notes.append(f"error: wrong results: {wrong}")
+    notes += [f"not explained (NCCL WARN): {mask_text(w)}" for w in run.warn_lines]
+    found = run.not_explained
+    if found:
+        notes += [
+            f"not explained: line {line.number}: {line.text}"
+            + (f" (x{line.count})" if line.count > 1 else "")
+            for line in found.lines
+        ]
+        if found.more:
+            notes.append(f"not explained: and {found.more} more line(s)")
+    return notes
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:

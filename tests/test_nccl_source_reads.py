@@ -107,6 +107,7 @@ def _codes(env, version="2.28.9"):
         ({"NCCL_ALGO": "Tree"}, "2.28.9", {("error", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Tree"}, "2.24.3", {("error", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Tree"}, "2.23.4", set()),  # falls back to Ring before 2.24
+        ({"NCCL_ALGO": "Tree"}, None, {("warning", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Tree,Ring"}, "2.28.9", set()),
         ({"NCCL_ALGO": "allreduce:Tree"}, "2.28.9", set()),
         ({"NCCL_ALGO": "^Ring"}, "2.28.9", {("error", "algo-leaves-function-nothing")}),

@@ -15,7 +15,8 @@ host`, `out of memory`, `Segmentation fault`, `core dumped`, `Connection closed`
 called`. Healthy lines that carry those words are
 not failures: NCCL's INFO lines (the level says so), `NCCL_DEBUG=WARN` and `... set by environment
 to WARN`, counts of zero (`0 errors`, `errors: 0`, `Out of bounds values : 0 OK`, `#wrong`),
-torchrun's `error_file: <N/A>`, deprecation notices (`FutureWarning: ...`, `... is deprecated; use ...`).
+torchrun's `error_file: <N/A>`, C++ stack frames (`frame #0: c10::Error::Error...`: the failure is
+the line above them), deprecation notices (`FutureWarning: ...`, `... is deprecated; use ...`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _HEALTHY = ascii_re(
     r"|(?i:\bis deprecated\b|\bdeprecated\b.*\buse\b)"
     r"|\b(?:Deprecation|PendingDeprecation|Future)Warning: "
     r"|^\s*#\s+size\s+count\b"  # nccl-tests' header (`#wrong`)
+    r"|^\s*frame #\d+: "  # a C++ stack's frames: the failure is the line above them
 )
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0, 9), *range(11, 32), 127]}
 

@@ -308,7 +308,7 @@ def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
         + ("" if ctx.at_least(2, 24) else "; older versions run them on Ring anyway")
     )
     yield SettingFinding(
-        "error",
+        "error" if ctx.at_least(2, 24) else "warning",  # unknown version: may be older
         "NCCL_ALGO",
         f"NCCL_ALGO={value} leaves {names} no algorithm they can run (broadcast and reduce run only "
         f"Ring; all-gather and reduce-scatter Ring, PAT, NVLS or CollNetDirect): {consequence}",

@@ -15,7 +15,8 @@ Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
   refused` or `Connection timed out` (strerror of EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT): NCCL's
   `socketStartConnect: connect to ADDR returned ..., exceeded error retry count` (2.19+,
   src/misc/socket.cc `socketConnectCheck`), `connect to ADDR failed : ...`, `Net : Connect to ADDR
-  failed : ...` (2.12), or the same words in PyTorch's or gloo's lines. A firewall between the hosts,
+  failed : ...` (2.12), or the same words in PyTorch's or gloo's lines; `Software caused connection
+  abort` too, which NCCL before 2.24 did not retry (a maintainer in NVIDIA/nccl#1515). A firewall between the hosts,
   or the wrong interface: NCCL binds the first interface it finds unless NCCL_SOCKET_IFNAME names one.
 - `socket-network`: the job's ranks span hosts and NCCL's network is `Socket` (`Using network
   Socket`, src/init.cc), typically after `NET/Plugin: Could not find: libnccl-net.so` (2.19+,
@@ -43,7 +44,8 @@ _NO_SPACE = "No space left on device"
 _SHM_MARKS = ("posix_fallocate", "shared memory segment", "/dev/shm/nccl-")
 _IBVERBS = "Failed to open libibverbs.so"
 _UNREACHABLE = ascii_re(
-    r"(?i:connect\w*\b.{0,200}?(?P<why>No route to host|Connection refused|Connection timed out))"
+    r"(?i:connect\w*\b.{0,200}?(?P<why>No route to host|Connection refused|Connection timed out"
+    r"|Software caused connection abort))"
 )
 _PEER = ascii_re(r"(?i:connect to )(?P<peer>\S+?)(?:<(?P<port>\d+)>)?[ ,:]")
 _TEST_REASON = ascii_re(r"(?P<kind>NCCL|CUDA|Cuda|HIP) failure (?P<where>\S+) '(?P<what>[^']*)'")
@@ -215,7 +217,9 @@ def _unreachable(lines: list[str]) -> Explained:
         f"{' / '.join(whys)} ({len(lines)} line(s)). `No route to host` and a timeout mean the "
         "packets do not arrive (a firewall, or an interface the peer cannot reach); `Connection "
         "refused` means the host answered but nothing listened on that port (the peer is not up "
-        "yet or already gone, or a firewall rejects it)",
+        "yet or already gone, or a firewall rejects it); `Software caused connection abort` "
+        "(ECONNABORTED) is a connection the peer's side dropped, which NCCL before 2.24 did not "
+        "retry (an NCCL maintainer, NVIDIA/nccl#1515)",
         fix="open the ports between the hosts (NCCL's bootstrap and NET/Socket use ephemeral TCP "
         "ports), and name the interface both ends share: NCCL_SOCKET_IFNAME=<iface> (and "
         "GLOO_SOCKET_IFNAME for torch's store and gloo); `ip -br addr` on each host shows them",

@@ -279,7 +279,7 @@ class _Reader:
             if found:
                 self._version(found, None, source="vLLM's log line")
         if match is None:
-            self._bare(line)
+            self._bare(line, raw)
             return
         log, pid = self.log, int(match["pid"])
         log.nccl_lines += 1
@@ -339,7 +339,7 @@ class _Reader:
     def _count(counter: Counter, key) -> None:
         counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
-    def _bare(self, line: str) -> None:
+    def _bare(self, line: str, raw: str = "") -> None:
         """A line without NCCL's prefix: a version banner (NCCL's, RCCL's, vLLM's) or a test's
         failure line; a substring test first, as most such lines are the application's."""
         if "version" in line:
@@ -353,7 +353,7 @@ class _Reader:
         elif "Test failure" in line and _TEST_TRACE.search(line):
             return  # where the failure above it passed through nccl-tests: part of it
         else:  # not read here: shown if it looks like a failure (`evidence.failure_lines`)
-            self.log.failure_lines.offer(self.number, line, self.source)
+            self.log.failure_lines.offer(self.number, raw or line, self.source)  # verbatim
 
     def _no_plugin(self, m: re.Match) -> None:
         self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
