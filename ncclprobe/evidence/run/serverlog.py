@@ -167,6 +167,20 @@ def log_notes(log: dict) -> list[str]:
             f"mean acceptance length {log['tokens_per_cycle']:.2f} tokens per cycle computed from the log's "
             f"{log['tokens_per_cycle_from']} (this vLLM version does not print it)"
         )
+    values, weighted = (
+        log.get("tokens_per_cycle_values") or 0,
+        log.get("tokens_per_cycle_weighted_by"),
+    )
+    if log["tokens_per_cycle"] is not None and values > 1 and not log.get("tokens_per_cycle_from"):
+        plain = log.get("tokens_per_cycle_plain_mean")
+        notes.append(
+            f"acceptance {log['tokens_per_cycle']:.2f} tokens per cycle over {values} log intervals, "
+            + (
+                f"each weighed by its {weighted} (the plain mean of the lines is {plain:.2f})"
+                if weighted
+                else "a plain mean of the lines: they do not say how many cycles each counted"
+            )
+        )
     if log["engine"] == "vllm" and log.get("cudagraph_mode"):
         notes.append(
             f"vLLM's engine config says cudagraph_mode {log['cudagraph_mode']}: the mode it started with; "

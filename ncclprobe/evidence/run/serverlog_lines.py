@@ -25,6 +25,7 @@ import re
 import statistics
 from collections import Counter
 
+from ncclprobe.engine_facts.spec_logs import aggregate
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import is_digits, parse_float
 
@@ -91,7 +92,15 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         )
         for flag in ("True", "False")
     }
-    accept = _numbers(b.get("accept len") for b in batches)
+    accepted = [
+        (as_number(b.get("accept len")), as_int(b.get("#running-req")))
+        for b in batches
+        if as_number(b.get("accept len")) is not None
+    ]
+    accept = [a for a, _ in accepted]
+    # each line's `accept len` covers its own interval: weighed by the requests it ran
+    # (engine_facts.spec_logs), never a plain mean of the lines
+    acceptance = aggregate(accept, [r for _, r in accepted], "running requests")
     # the first decode interval holds the server's warm-up (SGLang's first request, its graphs'
     # first replays): it counts for no throughput figure when others follow
     measured = batches[1:] if len(batches) > 1 else batches
@@ -114,8 +123,10 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         "capture_sizes": capture,
         "max_capture_size": max_bs or (max(capture) if capture else None),
         "graphs_disabled": args.get("disable_cuda_graph") == "True",
-        "tokens_per_cycle": _mean(accept),
+        "tokens_per_cycle": acceptance.value,
         "tokens_per_cycle_values": len(accept),
+        "tokens_per_cycle_weighted_by": acceptance.weighted_by,
+        "tokens_per_cycle_plain_mean": acceptance.plain_mean,
         "accept_rate": _mean(_numbers(b.get("accept rate") for b in batches)),
         "per_position": [],
         "gen_tokens_per_s": _median(tput),
@@ -133,6 +144,7 @@ def sglang_stats(lines: list[str], path: str) -> dict:
 
 def vllm_stats(lines: list[str], path: str) -> dict:
     tput, running, means, positions, rates, downgrades = [], [], [], [], [], []
+    weights: list[int | None] = []  # each interval's drafted tokens (its weight)
     stages, stamps = [], []
     mode = sizes = spec = tp = eager = None
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
@@ -152,6 +164,8 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             m = _VLLM_MEAN.search(line)
             if m:
                 means.append(float(m.group(1)))
+                drafted = dict(_V1_COUNT.findall(line)).get("Drafted")
+                weights.append(int(drafted) if drafted is not None else None)
             rates_at = _per_position(line)
             if rates_at:
                 positions.append(rates_at)
@@ -189,7 +203,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             eager = _first(_VLLM_EAGER, line) or eager
     per_position = [statistics.fmean(col) for col in zip(*positions)] if positions else []
     spec = spec or (v0["speculative"] if v0 else None)
-    accept_len, accept_values, how = _mean(means), len(means), None
+    # each line's mean covers its own interval: weighed by its drafts (engine_facts.spec_logs)
+    acceptance = aggregate(means, weights, "drafted tokens")
+    accept_len, accept_values, how = acceptance.value, len(means), None
     if accept_len is None and v0 and v0["draft"]:
         # tokens per verify step: emitted / (drafted / k), the bonus token included (V0's counts are cumulative)
         accept_len, accept_values, how = (
@@ -221,6 +237,8 @@ def vllm_stats(lines: list[str], path: str) -> dict:
         "tokens_per_cycle": accept_len,
         "tokens_per_cycle_values": accept_values,
         "tokens_per_cycle_from": how,
+        "tokens_per_cycle_weighted_by": acceptance.weighted_by,
+        "tokens_per_cycle_plain_mean": acceptance.plain_mean,
         "accept_rate": _mean(rates),
         "per_position": per_position,
         "gen_tokens_per_s": _median(tput),
