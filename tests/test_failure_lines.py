@@ -160,3 +160,22 @@ def test_socket_between_hosts_is_named_only_across_hosts():
     log.hosts.add("another-host")
     kinds = {k.kind: k for k in explain(log)[0]}
     assert "librccl-net.so" in kinds["socket-network"].message
+
+
+def test_a_failed_servers_log_is_read_and_its_known_failure_named():
+    """SGLang's scheduler died in NCCL's bootstrap (no route to its peer): the log of a server that
+    never served is that engine's log, read, the class named and the traceback line shown."""
+    result = CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--server-log",
+            str(FAILED_LOGS / "no_route_to_host_bootstrap_sglang3820.log"),
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    findings = json.loads(result.stdout)["findings"]
+    assert [f["rule"] for f in findings] == ["failure-peer-unreachable", "not-explained"]
+    assert "Traceback" in findings[1]["detail"] and "No route to host" not in findings[1]["detail"]

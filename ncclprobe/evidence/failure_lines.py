@@ -124,6 +124,18 @@ class FailureLines:
         }
 
 
+def from_json(doc: dict) -> FailureLines:
+    """A collection as `FailureLines.to_json` wrote it (readers that keep plain dicts)."""
+    found = FailureLines(doc["source"])
+    found.lines = [
+        FailureLine(line["source"], line["line"], line["text"], line["count"])
+        for line in doc["lines"]
+    ]
+    found.total = doc["total"]
+    found._index = {line.text: i for i, line in enumerate(found.lines)}
+    return found
+
+
 def scan(lines: Iterable[str], source: str) -> FailureLines:
     """Every line of a text that looks like a failure (for readers that explain none of them)."""
     found = FailureLines(source)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
@@ -187,6 +188,34 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     explained = set(shm) | set(ib) | set(unreachable)
     log.failure_lines.forget(unreachable)
     return out, [w for w in log.warnings if w not in explained]
+
+
+def explain_lines(found: FailureLines) -> list[Explained]:
+    """The known classes among failure lines any reader kept (a job log, a server log): a peer
+    that could not be reached, a documented CUDA or NCCL error; the lines they explain leave
+    `found`, the rest stay not explained."""
+    texts = [line.text for line in found.lines]
+    unreachable = [t for t in texts if _UNREACHABLE.search(t)]
+    out = [_unreachable(unreachable)] if unreachable else []
+    errors = {}
+    for t in texts:
+        known = known_error(t) if t not in unreachable else None
+        if known is not None:
+            errors.setdefault(known.name, (known, []))[1].append(t)
+    for known, lines in errors.values():
+        out.append(
+            Explained(
+                kind="known-error",
+                severity="error",
+                message=f"{known.name}: {known.meaning} (`{lines[-1]}`"
+                + (f", and {len(lines) - 1} more line(s)" if len(lines) > 1 else "")
+                + ")",
+                fix=known.fix,
+                lines=len(lines),
+            )
+        )
+    found.forget(unreachable + [t for _, lines in errors.values() for t in lines])
+    return out
 
 
 def _shm(shm: list[str]) -> Explained:
