@@ -182,16 +182,19 @@ def _failure_notes(run: NcclTestsRun) -> list[str]:
     if wrong:
         notes.append(f"error: wrong results: {wrong}")
     notes += [f"not explained (NCCL WARN): {mask_text(w)}" for w in run.warn_lines]
-    found = run.not_explained
-    if found:
-        notes += [
-            f"not explained: line {line.number}: {line.text}"
-            + (f" (x{line.count})" if line.count > 1 else "")
-            for line in found.lines
-        ]
-        if found.more:
-            notes.append(f"not explained: and {found.more} more line(s)")
-    return notes
+    return notes + not_explained_notes(run.not_explained)
+
+
+def not_explained_notes(found) -> list[str]:
+    """A reader's failure lines no class explained, one note each (`evidence.failure_lines`)."""
+    if not found:
+        return []
+    notes = [
+        f"not explained: line {line.number}: {line.text}"
+        + (f" (x{line.count})" if line.count > 1 else "")
+        for line in found.lines
+    ]
+    return notes + ([f"not explained: and {found.more} more line(s)"] if found.more else [])
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:
@@ -218,12 +221,12 @@ def _rows(run: NcclTestsRun) -> list[dict]:
 
 
 def _p2p_test(text: str, options: ImportOptions) -> Imported:
-    parsed = parse_p2p_test(text)
+    parsed = parse_p2p_test(text, options.source)
     return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
 
 def _nvbandwidth(text: str, options: ImportOptions) -> Imported:
-    return _matrices("nvbandwidth", parse_nvbandwidth(text), None, options.source)
+    return _matrices("nvbandwidth", parse_nvbandwidth(text, options.source), None, options.source)
 
 
 def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
@@ -259,7 +262,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         + ")"
         for a in advice
     ]
-    notes += parsed.notes
+    notes += parsed.notes + not_explained_notes(parsed.failure_lines)
     gpus = max(
         len(
             {label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}
@@ -270,7 +273,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         tool,
         doc,
         Block(f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes),
-        Verdict.of(any(f.severity == "error" for f in findings)),
+        Verdict.of(any(f.severity == "error" for f in findings) or bool(parsed.failure_lines)),
     )
 
 
@@ -279,7 +282,7 @@ def _is_collect_env(text: str) -> bool:
 
 
 def _collect_env(text: str, options: ImportOptions) -> Imported:
-    parsed = parse_collect_env(text)
+    parsed = parse_collect_env(text, options.source)
     doc = {**parsed.to_json(), "source_file": options.source}
     rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
     versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
@@ -289,8 +292,12 @@ def _collect_env(text: str, options: ImportOptions) -> Imported:
             "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
         )
     notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
+    notes += not_explained_notes(parsed.failure_lines)
     return _own_format(
-        "collect-env", doc, Block(f"{parsed.tool}: {versions}", rows, notes), Verdict.FINE
+        "collect-env",
+        doc,
+        Block(f"{parsed.tool}: {versions}", rows, notes),
+        Verdict.of(bool(parsed.failure_lines)),
     )
 
 

@@ -22,8 +22,8 @@ from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log_files
 from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAILED_TESTS = FIXTURES / "nccl_tests" / "failed"
-FAILED_LOGS = FIXTURES / "nccl_logs" / "failed"
+FAILED_TESTS = FIXTURES / "failed" / "nccl_tests"
+FAILED_LOGS = FIXTURES / "failed" / "nccl_logs"
 
 
 @pytest.mark.parametrize(

@@ -104,13 +104,13 @@ def _codes(env, version="2.28.9"):
         ({"NCCL_PROTO": "LL;allreduce:Simple"}, "2.28.9", set()),
         ({"NCCL_PROTO": "LL;"}, "2.28.9", set()),  # strtok drops the empty clause
         ({"NCCL_PROTO": ";LL"}, "2.28.9", {("error", "unknown-token")}),  # not at the start
-        ({"NCCL_ALGO": "Tree"}, "2.28.9", {("error", "algo-leaves-function-nothing")}),
-        ({"NCCL_ALGO": "Tree"}, "2.24.3", {("error", "algo-leaves-function-nothing")}),
+        ({"NCCL_ALGO": "Tree"}, "2.28.9", {("warning", "algo-leaves-function-nothing")}),
+        ({"NCCL_ALGO": "Tree"}, "2.24.3", {("warning", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Tree"}, "2.23.4", set()),  # falls back to Ring before 2.24
         ({"NCCL_ALGO": "Tree"}, None, {("warning", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Tree,Ring"}, "2.28.9", set()),
         ({"NCCL_ALGO": "allreduce:Tree"}, "2.28.9", set()),
-        ({"NCCL_ALGO": "^Ring"}, "2.28.9", {("error", "algo-leaves-function-nothing")}),
+        ({"NCCL_ALGO": "^Ring"}, "2.28.9", {("warning", "algo-leaves-function-nothing")}),
         ({"NCCL_ALGO": "Ring,PAT"}, "2.28.9", set()),
         ({"NCCL_P2P_LEVEL": "2abc"}, "2.28.9", {("warning", "p2p-level-legacy-prefix")}),
         ({"NCCL_P2P_LEVEL": "2"}, "2.28.9", {("info", "p2p-level-legacy-int")}),

@@ -16,7 +16,7 @@ called`. Healthy lines that carry those words are
 not failures: NCCL's INFO lines (the level says so), `NCCL_DEBUG=WARN` and `... set by environment
 to WARN`, counts of zero (`0 errors`, `errors: 0`, `Out of bounds values : 0 OK`, `#wrong`),
 torchrun's `error_file: <N/A>`, C++ stack frames (`frame #0: c10::Error::Error...`: the failure is
-the line above them), deprecation notices (`FutureWarning: ...`, `... is deprecated; use ...`).
+the line above them), lscpu's `Vulnerability Tsx async abort:` lines, deprecation notices (`FutureWarning: ...`, `... is deprecated; use ...`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ _HEALTHY = ascii_re(
     r"|\b(?:Deprecation|PendingDeprecation|Future)Warning: "
     r"|^\s*#\s+size\s+count\b"  # nccl-tests' header (`#wrong`)
     r"|^\s*frame #\d+: "  # a C++ stack's frames: the failure is the line above them
+    r"|^\s*Vulnerability [\w ]+:"  # lscpu's list of CPU vulnerabilities (`Tsx async abort`)
 )
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0, 9), *range(11, 32), 127]}
 

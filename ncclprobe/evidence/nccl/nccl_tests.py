@@ -110,8 +110,9 @@ def _is_nccl_tests(run: NcclTestsRun, lines: list[str]) -> bool:
 
 
 def _failed(lines: list[str]) -> bool:
-    """A line that looks like a failure (a failed run is read, never refused as another format)."""
-    return any(looks_like_failure(line) for line in lines)
+    """A line that looks like a failure (a failed run is read, never refused as another format);
+    nccl-tests' own `#` lines (its header names an `error` column) are not the run's failure."""
+    return any(looks_like_failure(line) for line in lines if not line.lstrip().startswith("#"))
 
 
 @dataclass(frozen=True)
