@@ -179,3 +179,15 @@ def test_a_failed_servers_log_is_read_and_its_known_failure_named():
     findings = json.loads(result.stdout)["findings"]
     assert [f["rule"] for f in findings] == ["failure-peer-unreachable", "not-explained"]
     assert "Traceback" in findings[1]["detail"] and "No route to host" not in findings[1]["detail"]
+
+
+def test_rccl_settings_are_shown_and_credential_names_in_them_still_masked():
+    """Issue 36 §3: RCCL_MSCCL_ENABLE=1 was masked as a secret; RCCL_ is NCCL's family on ROCm.
+    The healthy twin of the policy: a credential word in such a name is still masked."""
+    from ncclprobe.secrets import mask_env
+
+    shown_env = mask_env(
+        {"RCCL_MSCCL_ENABLE": "1", "HIP_VISIBLE_DEVICES": "0,1", "RCCL_API_TOKEN": "abc123"}
+    )
+    assert shown_env["RCCL_MSCCL_ENABLE"] == "1" and shown_env["HIP_VISIBLE_DEVICES"] == "0,1"
+    assert shown_env["RCCL_API_TOKEN"] != "abc123"
