@@ -119,3 +119,12 @@ def test_aggregate_boundaries():
     missing = aggregate([2.0, 4.0], [3, None], "w")  # one interval without its count: plain mean
     assert (missing.value, missing.weighted_by) == (3.0, None)
     assert aggregate([2.0, 4.0], [0, 0], "w").weighted_by is None
+
+
+def test_aggregate_counts_its_intervals_and_a_zero_weight_is_a_weight():
+    assert aggregate([], [], "w").intervals == 0
+    assert aggregate([2.0, 4.0], [3, None], "w").intervals == 2
+    assert aggregate([2.0, 4.0], [-1, 1], "w").weighted_by is None  # a negative count is no count
+    # an interval that drafted nothing counts for nothing (vLLM logs none such, but 0 is a count)
+    zero = aggregate([2.0, 4.0], [0, 2], "w")
+    assert (zero.value, zero.weighted_by, zero.intervals) == (4.0, "w", 2)

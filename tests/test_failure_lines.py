@@ -191,3 +191,14 @@ def test_rccl_settings_are_shown_and_credential_names_in_them_still_masked():
     )
     assert shown_env["RCCL_MSCCL_ENABLE"] == "1" and shown_env["HIP_VISIBLE_DEVICES"] == "0,1"
     assert shown_env["RCCL_API_TOKEN"] != "abc123"
+
+
+def test_scan_numbers_lines_from_one_and_names_its_source():
+    from ncclprobe.evidence.failure_lines import from_json, scan
+
+    found = scan(["fine", "RuntimeError: boom", "fine", "RuntimeError: boom"], "x.log")
+    assert [(line.source, line.number, line.count) for line in found.lines] == [("x.log", 2, 2)]
+    again = from_json(found.to_json())
+    assert again.to_json() == found.to_json() and again.total == 2
+    again.offer(9, "RuntimeError: boom")  # the index survives the round trip: a repeat counts
+    assert again.lines[0].count == 3 and len(again.lines) == 1

@@ -170,3 +170,54 @@ def test_a_first_collective_that_never_completed_is_an_init_or_transport_hang(
     assert top.rule == rule
     if rule == "hang-first-collective":
         assert "init or transport" in top.detail and top.severity == "error"
+
+
+def test_the_findings_say_it_word_for_word(tmp_path):
+    """The titles and details the log-only reading prints, pinned (a changed word is a changed claim)."""
+    swap = _read(
+        tmp_path,
+        LINE.format(r=0, seq=4, op="ALLREDUCE", n=1048576, done=3),
+        LINE.format(r=1, seq=4, op="BROADCAST", n=262144, done=3),
+    ).findings[0]
+    assert swap.title == (
+        "#4 of default_pg differs between ranks (operation): rank 0: ALLREDUCE of 1,048,576 elements; "
+        "rank 1: BROADCAST of 262,144 elements"
+    )
+    assert swap.detail == (
+        "A group's collective #4 must be the same call on every member; the watchdog lines of the "
+        "ranks show different calls there: rank 0: ALLREDUCE of 1,048,576 elements; rank 1: BROADCAST "
+        "of 262,144 elements. The ranks issue collectives in different orders, or some rank issues a "
+        "collective the others do not (the dumps tell a swap, where each call shows up later on the "
+        "other rank)."
+    )
+    size = _read(
+        tmp_path,
+        LINE.format(r=0, seq=4, op="ALLREDUCE", n=1024, done=3),
+        LINE.format(r=1, seq=4, op="ALLREDUCE", n=4096, done=3),
+    ).findings[0]
+    assert size.detail.endswith("The ranks pass tensors of different sizes to the same collective.")
+    assert (size.rule, size.severity, size.confidence) == ("hang-mismatch", "error", "high")
+    groups = diagnose(load_evidence(logs=logs(RECORDED / "nccl" / "groups"))).findings[0]
+    assert groups.title == (
+        "group_a and group_b wait on each other: rank 0 waits in group_a #2 (ALLREDUCE) for rank 1; "
+        "rank 1 waits in group_b #2 (ALLREDUCE) for rank 0"
+    )
+    assert (groups.severity, groups.confidence) == ("error", "medium")
+    assert groups.detail.startswith(
+        "Each rank's first watchdog timeout is in a collective of one group that misses a rank whose "
+        "own first timeout is in the other: rank 0 waits in group_a #2 (ALLREDUCE) for rank 1; rank 1 "
+        "waits in group_b #2 (ALLREDUCE) for rank 0. The ranks issue the groups' collectives in "
+        "different orders and each blocks in its first (inferred from the log; the dumps show it)."
+    )
+    assert groups.evidence["cycle"][0] == {
+        "group": "1",
+        "seq": 2,
+        "waiting_rank": 0,
+        "missing_rank": 1,
+    }
+    detail = diagnose(load_evidence(logs=logs(RECORDED / "gloo3-detail" / "order"))).findings[0]
+    assert detail.title == (
+        "collective #4 differs between ranks (operation): rank 0: ALLREDUCE of 1,048,576 elements; "
+        "rank 1: BROADCAST of 262,144 elements; rank 2: ALLREDUCE of 1,048,576 elements"
+    )
+    assert "(its SequenceNumber=3 counts from 0)" in detail.detail

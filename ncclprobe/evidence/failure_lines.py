@@ -16,7 +16,8 @@ called`. Healthy lines that carry those words are
 not failures: NCCL's INFO lines (the level says so), `NCCL_DEBUG=WARN` and `... set by environment
 to WARN`, counts of zero (`0 errors`, `errors: 0`, `Out of bounds values : 0 OK`, `#wrong`),
 torchrun's `error_file: <N/A>`, C++ stack frames (`frame #0: c10::Error::Error...`: the failure is
-the line above them), lscpu's `Vulnerability Tsx async abort:` lines, deprecation notices (`FutureWarning: ...`, `... is deprecated; use ...`).
+the line above them), lscpu's `Vulnerability Tsx async abort:` lines, deprecation notices
+(`FutureWarning: ...`, `... is deprecated; use ...`).
 """
 
 from __future__ import annotations

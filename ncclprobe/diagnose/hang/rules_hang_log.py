@@ -275,8 +275,8 @@ def _detail_findings(ev: E.Evidence) -> list[Finding]:
                 confidence="high",
                 title=f"collective #{seq} differs between ranks ({differs}): {calls}",
                 detail=(
-                    "TORCH_DISTRIBUTED_DEBUG=DETAIL checked the ranks' calls before running the "
-                    f"{_ordinal(seq)} collective (its SequenceNumber={seq - 1} counts from 0) and they "
+                    "TORCH_DISTRIBUTED_DEBUG=DETAIL checked the ranks' calls before running "
+                    f"collective #{seq} (its SequenceNumber={seq - 1} counts from 0) and they "
                     f"differ: {calls}."
                 ),
                 evidence={
@@ -426,11 +426,6 @@ def _call(t) -> str:
 
 def _numel(n) -> str:
     return f"{n:,}" if n is not None else "?"
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def _ranks(ranks) -> str:
