@@ -128,3 +128,15 @@ def test_aggregate_counts_its_intervals_and_a_zero_weight_is_a_weight():
     # an interval that drafted nothing counts for nothing (vLLM logs none such, but 0 is a count)
     zero = aggregate([2.0, 4.0], [0, 2], "w")
     assert (zero.value, zero.weighted_by, zero.intervals) == (4.0, "w", 2)
+
+
+def test_the_field_names_the_readers_match_are_the_engines_own():
+    from ncclprobe.engine_facts import spec_logs as S
+
+    _, vllm = excerpt("vllm_spec_decode_metrics.py.txt")
+    assert f'"{S.VLLM_MEAN}: %.2f, "' in vllm
+    assert (
+        f'"{S.VLLM_ACCEPTED}: %d tokens, "' in vllm and f'"{S.VLLM_DRAFTED}: %d tokens, "' in vllm
+    )
+    _, sglang = excerpt("sglang_scheduler_metrics_mixin.py.txt")
+    assert any(f'f"{S.SGLANG_ACCEPT_LEN}: {{spec_accept_length:.2f}}' in line for line in sglang)

@@ -26,9 +26,11 @@ VLLM_METRICS_AT = "016a8587edb04ae53c913a1da9355a07dc0ca4ae"
 SGLANG_METRICS = "sgl-project/sglang python/sglang/srt/managers/scheduler_metrics_mixin.py"
 SGLANG_METRICS_AT = "01bb3c807f7e62c19a31de7548837505488c2b64"
 
-# the fields each engine's line carries, as the engine prints them
-VLLM_FIELDS = ("Mean acceptance length", "Accepted", "Drafted", "Per-position acceptance rate")
-SGLANG_FIELDS = ("accept len", "accept rate", "#running-req")
+# the fields each engine's line carries, as the engine prints them (the readers match these names)
+VLLM_MEAN = "Mean acceptance length"  # per interval, 1 + accepted / num_drafts
+VLLM_ACCEPTED, VLLM_DRAFTED = "Accepted", "Drafted"  # `Accepted: N tokens, Drafted: M tokens`
+SGLANG_ACCEPT_LEN = "accept len"  # per interval, accepted / forward_ct
+SGLANG_RUNNING = "#running-req"  # the batch at the log line: the weight SGLang's line carries
 
 
 @dataclass(frozen=True)

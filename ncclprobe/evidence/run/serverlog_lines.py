@@ -25,7 +25,14 @@ import re
 import statistics
 from collections import Counter
 
-from ncclprobe.engine_facts.spec_logs import aggregate
+from ncclprobe.engine_facts.spec_logs import (
+    SGLANG_ACCEPT_LEN,
+    SGLANG_RUNNING,
+    VLLM_ACCEPTED,
+    VLLM_DRAFTED,
+    VLLM_MEAN,
+    aggregate,
+)
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import is_digits, parse_float
 
@@ -33,14 +40,14 @@ _NUM = r"[0-9]{1,19}(?:\.[0-9]{1,19})?"  # bounded: int() fails past 4300 digits
 _VLLM_TPUT = re.compile(
     r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]{1,19}) reqs"
 )
-_VLLM_MEAN = re.compile(r"Mean acceptance length: (" + _NUM + ")")
+_VLLM_MEAN = re.compile(re.escape(VLLM_MEAN) + r": (" + _NUM + ")")
 _VLLM_RATE = re.compile(r"(?:Avg )?Draft acceptance rate: (" + _NUM + ")(%?)")
 # V0 (vLLM <= 0.7) prints cumulative counts; 0.5.x doubled the word: `Number of draft tokens tokens: 42272`
 _V0_COUNT = re.compile(
     r"Number of (speculative|accepted|draft|emitted) tokens(?: tokens)?: ([0-9]{1,19})"
 )
 # V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
-_V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]{1,19}) tokens\b")
+_V1_COUNT = re.compile(rf"\b({VLLM_ACCEPTED}|{VLLM_DRAFTED}): ([0-9]{{1,19}}) tokens\b")
 # V0's spec_decode_worker.py: `SpecDecodeWorker stage times: average_time_per_proposal_tok_ms=4.96
 # scoring_time_ms=54.92 verification_time_ms=1.20`, averages over a logging interval: the draft's time
 # per proposed token, the target's scoring (verify) forward, the rejection sampler
@@ -84,7 +91,7 @@ def sglang_stats(lines: list[str], path: str) -> dict:
             bs = _SG_BS.search(line)
             if bs:
                 capture = as_ints(bs.group(1))
-    running = [as_int(b.get("#running-req")) for b in batches]
+    running = [as_int(b.get(SGLANG_RUNNING)) for b in batches]
     graph = [b.get("cuda graph") for b in batches if "cuda graph" in b]
     by_graph = {
         flag: sorted(
@@ -93,9 +100,9 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         for flag in ("True", "False")
     }
     accepted = [
-        (as_number(b.get("accept len")), as_int(b.get("#running-req")))
+        (as_number(b.get(SGLANG_ACCEPT_LEN)), as_int(b.get(SGLANG_RUNNING)))
         for b in batches
-        if as_number(b.get("accept len")) is not None
+        if as_number(b.get(SGLANG_ACCEPT_LEN)) is not None
     ]
     accept = [a for a, _ in accepted]
     # each line's `accept len` covers its own interval: weighed by the requests it ran
@@ -149,8 +156,8 @@ def vllm_stats(lines: list[str], path: str) -> dict:
     mode = sizes = spec = tp = eager = None
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
     interval = {
-        "Accepted": 0,
-        "Drafted": 0,
+        VLLM_ACCEPTED: 0,
+        VLLM_DRAFTED: 0,
         "lines": 0,
     }  # V1 lines without a mean acceptance length
     for line in lines:
@@ -164,7 +171,7 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             m = _VLLM_MEAN.search(line)
             if m:
                 means.append(float(m.group(1)))
-                drafted = dict(_V1_COUNT.findall(line)).get("Drafted")
+                drafted = dict(_V1_COUNT.findall(line)).get(VLLM_DRAFTED)
                 weights.append(int(drafted) if drafted is not None else None)
             rates_at = _per_position(line)
             if rates_at:
@@ -213,9 +220,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             1,
             "V0 counts",
         )
-    elif accept_len is None and interval["Drafted"] and spec:
+    elif accept_len is None and interval[VLLM_DRAFTED] and spec:
         accept_len, accept_values, how = (
-            1.0 + interval["Accepted"] * spec / interval["Drafted"],
+            1.0 + interval[VLLM_ACCEPTED] * spec / interval[VLLM_DRAFTED],
             interval["lines"],
             "accepted and drafted counts",
         )
