@@ -168,6 +168,17 @@ def _old_module(folder: Path, rev: str) -> str:
     return str(path)
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def summary(rows: list[dict]) -> dict:
     """Per loop: the processes' figures, their median and p10/p90, ns per call."""
     out = {}
@@ -222,7 +233,7 @@ def main() -> int:
                 rows.append(json.loads(done.stdout))
                 print(done.stdout.strip(), flush=True)
     doc = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or '?'}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {_cpu_model()}",
         "python": platform.python_version(),
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
