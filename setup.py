@@ -7,7 +7,5 @@ and `ncclprobe.probes.issue_loop` issues the calls through its ctypes loop inste
 from setuptools import Extension, setup
 
 setup(
-    ext_modules=[
-        Extension("ncclprobe.probes._issue_loop", ["probes/_issue_loop.c"], optional=True)
-    ]
+    ext_modules=[Extension("ncclprobe.probes._issue_loop", ["probes/_issue_loop.c"], optional=True)]
 )
