@@ -400,10 +400,12 @@ def _cupy_all_reduce(side):
     except Exception as exc:  # cupy absent or unusable: the other loops are still measured
         return None, f"{type(exc).__name__}: {exc}"[:300]
 
-    def issue(prepared):
+    kind, op, stream = cupy_nccl.NCCL_FLOAT32, cupy_nccl.NCCL_SUM, side.cuda_stream
+
+    def issue(prepared):  # every lookup out of the loop: cupy's binding at its cheapest
         call = cupy_comm.allReduce
         for send, recv, count in prepared:
-            call(send, recv, count, cupy_nccl.NCCL_FLOAT32, cupy_nccl.NCCL_SUM, side.cuda_stream)
+            call(send, recv, count, kind, op, stream)
 
     return issue, None
 
