@@ -99,7 +99,7 @@ def _report_nccl_log(ctx) -> None:
     path = own_log(ctx.rank)
     if path is None or not path.exists():
         return
-    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 
     parsed = parse_nccl_log(path.read_text(errors="replace"))
     ctx.emit(

@@ -24,7 +24,7 @@ SYMMETRIC = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv
 
 def tests_times(path: Path) -> dict[tuple, float]:
     """(in_place, size) -> nccl-tests' time per call (µs)."""
-    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+    from ncclprobe.evidence.nccl.nccl_tests_json import parse_nccl_tests_json
 
     run = parse_nccl_tests_json(path.read_text(), str(path))
     return {

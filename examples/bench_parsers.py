@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_log import parse_nccl_log, parse_nccl_log_file
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-from ncclprobe.evidence.topo import parse_topo
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log, parse_nccl_log_file
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.node.topo import parse_topo
 from ncclprobe.secrets import mask_argv, mask_text
 
 _PREFIX = re.compile(r"^([^\s:\[\]]+):([0-9]+):", re.M)

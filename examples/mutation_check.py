@@ -105,28 +105,28 @@ MUTANTS = (
     ),
     Mutant(
         "nccl log: integer values keep NCCL's trailing period",
-        "ncclprobe/evidence/nccl_log.py",
+        "ncclprobe/evidence/nccl/nccl_log.py",
         "            value = value[:-1]\n",
         "            pass\n",
         ("tests/test_nccl_log.py", "tests/test_sweep_proof.py"),
     ),
     Mutant(
         "diagnose: invalid values reported again as 'not read'",
-        "ncclprobe/diagnose/rules_settings.py",
+        "ncclprobe/diagnose/settings/rules_settings.py",
         "elif read and var not in read and var in invalid:",
         "elif False:",
         ("tests/test_diagnose.py",),
     ),
     Mutant(
         "diagnose: speculative inside the spread called slower",
-        "ncclprobe/diagnose/rules_speed.py",
+        "ncclprobe/diagnose/run/rules_speed.py",
         "    repeats = 2 * max(len(run.tokens_per_s_repeats), 1) + 1\n",
         "    return _slower_finding(ev, run, base, verdict)\n",
         ("tests/test_diagnose.py",),
     ),
     Mutant(
         "diagnose: one faster measurement rules slower out",
-        "ncclprobe/diagnose/rules_speed.py",
+        "ncclprobe/diagnose/run/rules_speed.py",
         "    if verdict.basis == stats.NOISE_FLOOR:\n        return NotChecked(",
         "    if verdict.basis == stats.NOISE_FLOOR and speedup >= 1.0:\n"
         "        return RuledOut(rule='speculative-slower', hypothesis=hyp, reason=figures)\n"
@@ -135,7 +135,7 @@ MUTANTS = (
     ),
     Mutant(
         "env-check: a rule out from zero processes",
-        "ncclprobe/diagnose/rules_envcheck.py",
+        "ncclprobe/diagnose/process_env/rules_envcheck.py",
         "    if not targets:\n",
         "    if False:\n",
         ("tests/test_diagnose.py",),
@@ -160,14 +160,14 @@ MUTANTS = (
     ),
     Mutant(
         "nccl-tests: an empty redop cell not recognised",
-        "ncclprobe/evidence/nccl_tests.py",
+        "ncclprobe/evidence/nccl/nccl_tests.py",
         "redop_shown = columns.redop and len(tokens) > 3 and not _NUMBER.match(tokens[3])",
         "redop_shown = columns.redop",
         ("tests/test_nccl_tests_shapes.py",),
     ),
     Mutant(
         "nccl-tests: a trimmed run's table header does not start a run",
-        "ncclprobe/evidence/nccl_tests_split.py",
+        "ncclprobe/evidence/nccl/nccl_tests_split.py",
         '    ("table", COLUMNS),\n',
         "",
         ("tests/test_nccl_tests_shapes.py", "tests/test_nccl_tests_runs.py"),

@@ -25,10 +25,10 @@ only_mutate =
     ncclprobe/evidence/run/profile/forwards.py
     ncclprobe/evidence/run/profile/kinds.py
     ncclprobe/evidence/run/profile/steps.py
-    ncclprobe/diagnose/profile_costs.py
-    ncclprobe/diagnose/rules_profile_eager.py
-    ncclprobe/diagnose/rules_profile_steps.py
-    ncclprobe/diagnose/rules_profile_baseline.py
+    ncclprobe/diagnose/run/profile_costs.py
+    ncclprobe/diagnose/run/rules_profile_eager.py
+    ncclprobe/diagnose/run/rules_profile_steps.py
+    ncclprobe/diagnose/run/rules_profile_baseline.py
 pytest_add_cli_args_test_selection =
     tests/test_profile_unseen.py
     tests/test_profile_new_boundaries.py

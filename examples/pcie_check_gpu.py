@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from ncclprobe.pcie.check import run_check, save
+from ncclprobe.diagnose.p2p.check import run_check, save
 
 
 def main(out: Path) -> int:

@@ -71,7 +71,7 @@ class SettingsGuard:
     def for_spec(cls, spec: RunSpec, allow_ll128: bool) -> SettingsGuard:
         if spec.resolved_device() != "cuda":
             return cls(None, None, False, allow_ll128)
-        from ncclprobe.evidence.topo_live import live_node_facts
+        from ncclprobe.evidence.live.topo_live import live_node_facts
         from ncclprobe.provenance import nccl_version_string
 
         return cls(live_node_facts(gpus=spec.tp), nccl_version_string(), True, allow_ll128)

@@ -3,7 +3,7 @@
 A finding is a likely cause or a symptom worth acting on: its rule, severity, confidence, title,
 detail, the next command (what to run to confirm or fix it), the evidence it rests on and what it
 costs. diagnose returns these directly; the settings lint (`nccl.lint_finding.SettingFinding`) and the
-P2P matrix findings (`pcie.findings.P2PFinding`) are built on it, keeping the fields and JSON
+P2P matrix findings (`diagnose.p2p.findings.P2PFinding`) are built on it, keeping the fields and JSON
 their outputs always had. A diagnose rule can also conclude ruled out (checked against the
 evidence and not the cause) or not checked (the evidence needed is missing; the next command says
 how to get it). Check results that are not findings (an expectation met or missed, a platform

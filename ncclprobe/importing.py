@@ -5,7 +5,7 @@ in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`
 returns the one `Imported`: what to print (one block per run: title, rows, notes), the JSON
 document, the files to write (results files: `record_sets`, header first; P2P matrices: `write`)
 and whether it found a problem (exit 1). P2P matrices (p2pBandwidthLatencyTest, nvbandwidth) get
-the same findings and advice `topo --check` prints (`ncclprobe.pcie`). A new kind of file is one
+the same findings and advice `topo --check` prints (`ncclprobe.diagnose.p2p`). A new kind of file is one
 more entry here (sniff + load), nothing else changes; the nccl-tests text reader is the last
 entry, so its message (no result table) answers unrecognised files.
 """
@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose.p2p.advice import advise
+from ncclprobe.diagnose.p2p.findings import matrix_findings, reported_corrupt
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.collect_env import looks_like_collect_env, parse_collect_env
-from ncclprobe.evidence.nccl_tests_json import looks_like_json, parse_nccl_tests_json
-from ncclprobe.evidence.nccl_tests_records import to_records
-from ncclprobe.evidence.nccl_tests_run import NcclTestsRun
-from ncclprobe.evidence.nccl_tests_split import parse_runs
-from ncclprobe.evidence.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
-from ncclprobe.evidence.p2p_test_output import looks_like_p2p_test, parse_p2p_test
-from ncclprobe.pcie.advice import advise
-from ncclprobe.pcie.findings import matrix_findings, reported_corrupt
+from ncclprobe.evidence.nccl.nccl_tests_json import looks_like_json, parse_nccl_tests_json
+from ncclprobe.evidence.nccl.nccl_tests_records import to_records
+from ncclprobe.evidence.nccl.nccl_tests_run import NcclTestsRun
+from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
+from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_collect_env
+from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
+from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
 from ncclprobe.sizes import format_size
 from ncclprobe.verdict import Verdict

@@ -1,7 +1,7 @@
 """Reading a user's file safely, and checking what is in it: the mechanism under every reader.
 
 Each file kind has one loader that every command reading it shares (results JSONL:
-`ncclprobe.records.read_results`; env-check documents: `ncclprobe.evidence.env_check_document`;
+`ncclprobe.records.read_results`; env-check documents: `ncclprobe.evidence.live.env_check_document`;
 recommendation files: `ncclprobe.evidence.recommendation_file`; engine traces: `ncclprobe.evidence.run.trace`).
 A loader reads through `read_bytes`/`read_text`/`load_json` here, which
 

@@ -104,7 +104,7 @@ def _topology() -> tuple[list[list[str | None]] | None, list[list[bool]] | None]
     """(nvidia-smi link codes, torch's peer-access matrix); None for what cannot be read (then the
     notes say the links are unknown, and a missing peer access shows when the ranks try)."""
     try:
-        from ncclprobe.evidence.topo_live import read_live_topology
+        from ncclprobe.evidence.live.topo_live import read_live_topology
 
         topo = read_live_topology()
     except Exception:  # noqa: BLE001  (no nvidia-smi, no NVML, no torch view)

@@ -275,7 +275,7 @@ def kill_tree(pid: int) -> None:
 
 def nccl_read(log: Path, variable: str) -> str | None:
     """The value NCCL reported reading in the worker's own debug file, or None."""
-    from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log_file
 
     return parse_nccl_log_file(log).env.get(variable) if log.exists() else None
 

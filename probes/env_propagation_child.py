@@ -178,7 +178,7 @@ def work(spec: dict) -> None:
 
 
 def _views(var: str, libc) -> dict:
-    from ncclprobe.envcheck.environ import read_environ
+    from ncclprobe.evidence.live.environ import read_environ
 
     libc.getenv.restype = ctypes.c_char_p
     raw = libc.getenv(var.encode())

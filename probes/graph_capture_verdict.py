@@ -12,7 +12,7 @@ about settings can be shown there and the verdict claims nothing (every judgemen
 
 from __future__ import annotations
 
-from ncclprobe.evidence.nccl_log import algo_name, parse_nccl_log, proto_name
+from ncclprobe.evidence.nccl.nccl_log import algo_name, parse_nccl_log, proto_name
 from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES
 from ncclprobe.nccl.values import token_list_for
 

@@ -4,7 +4,7 @@ One rank per visible GPU (one rank on a one-GPU machine), each a real process wi
 communicator through torch.distributed; one all-reduce creates the communicator, and rank 0 writes
 NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_FILE (the variable names come from the knowledge table).
 NCCL_NVLS_ENABLE=0 always (no NVLink multicast objects on shared machines). Run by
-`ncclprobe.pcie.check` with a timeout: `python -m ncclprobe.probes.nccl_dump --out DIR`.
+`ncclprobe.diagnose.p2p.check` with a timeout: `python -m ncclprobe.probes.nccl_dump --out DIR`.
 """
 
 from __future__ import annotations

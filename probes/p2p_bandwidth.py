@@ -7,7 +7,7 @@ through the CUDA runtime, timed and checked is `p2p_bench` (why ctypes, which cl
 Each figure is the median of `--trials` batches of `--repeat` copies, with the spread (max - min)
 beside it.
 
-Run by `ncclprobe.pcie.check` as `python -m ncclprobe.probes.p2p_bandwidth`, in its own process group
+Run by `ncclprobe.diagnose.p2p.check` as `python -m ncclprobe.probes.p2p_bandwidth`, in its own process group
 with a timeout (a broken P2P path can hang). Prints one JSON line per result.
 """
 

@@ -7,7 +7,7 @@ strided copy, which with peer access on is a kernel reading the other GPU's memo
 NCCL's P2P transport moves data. The pattern is a multiplicative hash of the index, so a
 dropped, repeated or reordered chunk shows as mismatches.
 
-Run as `python -m ncclprobe.probes.p2p_check [--bytes N]` by `ncclprobe.evidence.topo_live`,
+Run as `python -m ncclprobe.probes.p2p_check [--bytes N]` by `ncclprobe.evidence.live.topo_live`,
 which enforces the timeout (a hang is killed with its process group). Prints one JSON line per
 pair, then a summary line. Without a CUDA GPU, or with one, it reports itself unavailable.
 """

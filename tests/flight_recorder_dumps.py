@@ -1,6 +1,6 @@
 """Hand-written Flight Recorder dumps of the schema versions no machine here writes (torch 2.13
 writes 2.10), built from the writer's own fields at each version (see the docstring of
-ncclprobe.evidence.flight_recorder). Every dump made here is HAND-WRITTEN test data, not a
+ncclprobe.evidence.hang.flight_recorder). Every dump made here is HAND-WRITTEN test data, not a
 recording; the recorded ones are under tests/fixtures/flight_recorder/.
 
 `job(version, calls)` builds one dump per rank from a compact description: per rank a list of

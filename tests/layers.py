@@ -34,15 +34,16 @@ WHAT = {
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
-    "evidence": "every reader: engine runs (`evidence.run`), topology, NCCL logs, nccl-tests output, "
-    "P2P matrices and collect-env, env-check documents, recommendation files, the diagnose bundle",
-    "pcie": "P2P findings and advice, platform checks, NCCL's XML dumps",
-    "envcheck": "process-tree walk, environments, expectations",
+    "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
+    "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "
+    "topology, P2P matrices, lspci, collect-env), this machine now (`live/`: topology, sysfs, process "
+    "trees and their environments), recommendation files, the diagnose bundle",
     "engine": "the tensor-parallel speculative engine (`engine/`)",
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
     "recommend": "measurements to settings",
-    "diagnose": "ranked causes from the bundle of a run's evidence (`evidence.bundle`)",
+    "diagnose": "ranked causes from the evidence, by question: an engine run's time (`run/`), hangs "
+    "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`)",
     "report": "figures and the Markdown/HTML report",
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
     "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.cli.output import emit
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.topo import parse_topo
+from ncclprobe.evidence.node.topo import parse_topo
 from ncclprobe.probes import custom_allreduce_plan as plan
 from ncclprobe.probes.custom_allreduce_report import (
     build_document,

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import Evidence, diagnose
-from ncclprobe.diagnose.expectations import (
+from ncclprobe.diagnose.run.expectations import (
     ModelShape,
     distinct_experts,
     expected_verify_ratio,
@@ -378,7 +378,7 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     """Regression: on CPU the rule used to suggest train-draft whenever speculative was slower, even
     when each cycle already yielded more tokens than break-even (3.08 against 2.94 on a tiny trace).
     Then the loss is outside the cycle, and the next command must say so."""
-    from ncclprobe.diagnose.rules_speed import _faster_spec_command
+    from ncclprobe.diagnose.run.rules_speed import _faster_spec_command
 
     trace = S.healthy_trace()
     ev = Evidence.from_trace(trace, "t.json")

@@ -117,7 +117,7 @@ def test_a_profile_costs_share_is_per_cycle_without_a_token_count():
 
 
 def test_the_seed_cases_costs_add_up():
-    from ncclprobe.diagnose.expectations import expected_verify_ratio
+    from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 
     trace = S.make_seed_case(S.healthy_trace())
     result = diagnose(Evidence.from_trace(trace, "t.json"))
@@ -183,7 +183,7 @@ def test_a_workers_own_environment_is_linted_with_its_own_nccl_version():
 
 
 def test_places_beyond_four_are_counted():
-    from ncclprobe.diagnose.rules_safety import _short
+    from ncclprobe.diagnose.settings.rules_safety import _short
 
     assert _short(["a", "b"]) == "a, b"
     assert _short(["a", "b", "c", "d"]) == "a, b, c, d"
@@ -226,7 +226,7 @@ def test_a_profiles_per_call_time_against_the_sweep():
 
 def test_head_dim_from_the_config_wins_over_hidden_over_heads():
     """Gemma's shape: head_dim 256 while hidden/heads is 192."""
-    from ncclprobe.diagnose.expectations import ModelShape
+    from ncclprobe.diagnose.run.expectations import ModelShape
 
     shape = ModelShape.from_config(
         {

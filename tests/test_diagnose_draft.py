@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from ncclprobe.diagnose import Evidence, diagnose
-from ncclprobe.diagnose.rules_log import LOW_ACCEPTANCE
+from ncclprobe.diagnose.run.rules_log import LOW_ACCEPTANCE
 from tests import diagnose_scenarios as S
 
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import diagnose, load_evidence
-from ncclprobe.diagnose import hang as H
+from ncclprobe.diagnose.hang import hang as H
 from tests.flight_recorder_dumps import T0, dump, entry, write_job
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -590,7 +590,7 @@ def _write(tmp_path, docs: dict) -> list:
 
 
 def _read(doc, rank):
-    from ncclprobe.evidence.flight_recorder import _parse
+    from ncclprobe.evidence.hang.flight_recorder import _parse
     from ncclprobe.validate import Where
 
     return _parse(doc, Where("hand-written"), rank, "pickle")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.diagnose import diagnose, load_evidence
-from ncclprobe.diagnose import hang as H
+from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.flight_recorder import read_flight_recorder
-from ncclprobe.evidence.safe_pickle import loads_data
+from ncclprobe.evidence.hang.flight_recorder import read_flight_recorder
+from ncclprobe.evidence.hang.safe_pickle import loads_data
 from tests.flight_recorder_dumps import T0, dump, entry
 
 RECORDED = Path(__file__).parent / "fixtures" / "flight_recorder"

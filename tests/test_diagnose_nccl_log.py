@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.diagnose import diagnose, load_evidence
-from ncclprobe.evidence.nccl_rank_logs import RankNcclLog
+from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
 
 FIX = Path(__file__).parent / "fixtures"
 LOGS = FIX / "nccl_logs"

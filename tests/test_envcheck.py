@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.envcheck import env_check
-from ncclprobe.envcheck.expect import Expectation
-from ncclprobe.envcheck.logcheck import pid_from_filename, read_logs
-from ncclprobe.envcheck.walk import _recheck, _tree, describe, walk
+from ncclprobe.diagnose.process_env.check import env_check
+from ncclprobe.diagnose.process_env.expect import Expectation
+from ncclprobe.evidence.live.logcheck import pid_from_filename, read_logs
+from ncclprobe.evidence.live.walk import _recheck, _tree, describe, walk
 from ncclprobe.probes.env_propagation import kill_tree
 
 HF_SECRET = "hf_PlantedTokenValue0123456789abcd"

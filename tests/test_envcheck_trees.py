@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.envcheck.walk import walk
+from ncclprobe.evidence.live.walk import walk
 from tests.test_envcheck import _stop_tree, _wait_for
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

@@ -111,7 +111,7 @@ def test_vllm_acceptance_rate_in_percent():
 
 
 def test_a_row_with_a_word_in_a_number_column_is_no_row():
-    from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+    from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
 
     text = (FIX / "nccl_tests" / "handwritten_allreduce_2ranks_cputime_C1.txt").read_text()
     broken = text.replace("     8.50   20.97", "     oops   20.97")
@@ -120,7 +120,7 @@ def test_a_row_with_a_word_in_a_number_column_is_no_row():
 
 
 def test_json_cpu_time_without_bandwidth_has_no_completion_time():
-    from ncclprobe.evidence.nccl_tests_json import _measurement
+    from ncclprobe.evidence.nccl.nccl_tests_json import _measurement
 
     m = _measurement({"cpu_time": 8.5, "alg_bw": 0.0, "bus_bw": 0.0, "nwrong": 0}, None, 8)
     assert (m.time_us, m.cpu_time_us) == (None, 8.5)
@@ -128,7 +128,7 @@ def test_json_cpu_time_without_bandwidth_has_no_completion_time():
 
 def test_json_per_iteration_timing_is_read():
     """nccl-tests -J with -I (recorded on the H200): the flag and every row's 100 samples."""
-    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+    from ncclprobe.evidence.nccl.nccl_tests_json import parse_nccl_tests_json
 
     path = FIX / "nccl_tests" / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_I_same_run.json"
     run = parse_nccl_tests_json(path.read_text())
@@ -139,7 +139,7 @@ def test_json_per_iteration_timing_is_read():
 
 def test_a_text_of_runs_without_rows_says_why_the_first_failed():
     """Every run of the text refused: the first run's own reason is the error, not a generic one."""
-    from ncclprobe.evidence.nccl_tests_split import parse_runs
+    from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 
     text = (FIX / "nccl_tests" / "handwritten_allreduce_2ranks_cputime_C1.txt").read_text()
     no_rows = "\n".join(
@@ -152,7 +152,7 @@ def test_a_text_of_runs_without_rows_says_why_the_first_failed():
 
 def test_a_line_right_after_the_func_proto_algo_matrix_is_still_read():
     """The real 2.27.3 matrix, ended by the next NCCL line instead of a blank one: that line is read."""
-    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 
     lines = (
         (FIX / "nccl_logs" / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log")
@@ -181,7 +181,7 @@ def test_a_line_right_after_the_func_proto_algo_matrix_is_still_read():
 def test_cuda_visible_devices_map_to_nvidia_smi_indices(
     monkeypatch, listed, visible, total, indices
 ):
-    from ncclprobe.evidence.topo_live import _physical_indices
+    from ncclprobe.evidence.live.topo_live import _physical_indices
 
     if listed is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -191,7 +191,7 @@ def test_cuda_visible_devices_map_to_nvidia_smi_indices(
 
 
 def test_a_topology_is_within_one_node_unless_told():
-    from ncclprobe.evidence.topo import node_facts, parse_topo
+    from ncclprobe.evidence.node.topo import node_facts, parse_topo
 
     topo = parse_topo((FIX / "topo" / "aws_p5_8x_h100_nv18_no_nic_rows.txt").read_text())
     assert node_facts(topo).over_network is False
@@ -199,7 +199,7 @@ def test_a_topology_is_within_one_node_unless_told():
 
 
 def test_an_empty_matrix_names_itself_or_says_matrix():
-    from ncclprobe.evidence.matrix import Matrix, validate
+    from ncclprobe.evidence.node.matrix import Matrix, validate
 
     with pytest.raises(UsageProblem, match=r"^matrix: no rows or no columns"):
         validate(Matrix(metric="bandwidth", rows=[], cols=[], values=[]))
@@ -208,7 +208,7 @@ def test_an_empty_matrix_names_itself_or_says_matrix():
 
 
 def test_a_cut_p2p_matrix_names_the_exact_line():
-    from ncclprobe.evidence.p2p_test_output import parse_p2p_test
+    from ncclprobe.evidence.node.p2p_test_output import parse_p2p_test
 
     lines = (
         (FIX / "p2p" / "p2p_4x_a100_pcie_nvlink_pairs_can_cannot_sushruta.txt")
@@ -223,7 +223,7 @@ def test_a_cut_p2p_matrix_names_the_exact_line():
 
 
 def test_nvbandwidth_without_a_column_header_names_the_line():
-    from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
+    from ncclprobe.evidence.node.nvbandwidth import parse_nvbandwidth
 
     lines = (
         (FIX / "nvbandwidth" / "nvbandwidth_v0.10_2gpu_h2d_d2h_d2d_read_azurehpc.txt")
@@ -237,7 +237,7 @@ def test_nvbandwidth_without_a_column_header_names_the_line():
 
 
 def test_collect_env_notes_and_a_topology_header_sharing_its_line():
-    from ncclprobe.evidence.collect_env import parse_collect_env
+    from ncclprobe.evidence.node.collect_env import parse_collect_env
 
     sgl = parse_collect_env(
         (FIX / "collect_env" / "sglang_check_env_8x_h20_nv18_8nic_issue24966.txt").read_text()
@@ -256,7 +256,7 @@ def test_collect_env_notes_and_a_topology_header_sharing_its_line():
 
 def test_an_env_check_document_of_pid_1_is_read(tmp_path):
     """A container's job is often pid 1: the smallest pid a document can name."""
-    from ncclprobe.evidence.env_check_document import load_document
+    from ncclprobe.evidence.live.env_check_document import load_document
 
     doc = {"schema_version": 1, "kind": "env-check", "root_pid": 1, "processes": [], "verdict": {}}
     path = tmp_path / "ec.json"
@@ -292,7 +292,7 @@ def test_a_recommendation_files_bad_name_is_quoted_cut_to_40_characters(tmp_path
 def test_a_p2p_output_cut_after_a_title_past_line_256_says_so():
     """A long paste (8 GPUs is 194 lines; more GPUs or a log around it go past 256) cut right after a
     matrix's title: one line naming it, never an IndexError."""
-    from ncclprobe.evidence.p2p_test_output import parse_p2p_test
+    from ncclprobe.evidence.node.p2p_test_output import parse_p2p_test
 
     lines = (
         (FIX / "p2p" / "p2p_8x_titan_rtx_p2p_read_cannot_access_gpu_micro.txt")

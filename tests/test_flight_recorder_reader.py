@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence import flight_recorder as fr
-from ncclprobe.evidence.safe_pickle import MAX_DEPTH, loads_data
+from ncclprobe.evidence.hang import flight_recorder as fr
+from ncclprobe.evidence.hang.safe_pickle import MAX_DEPTH, loads_data
 from tests.flight_recorder_dumps import dump
 
 GLOO = Path(__file__).parent / "fixtures" / "flight_recorder" / "gloo"

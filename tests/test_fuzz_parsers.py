@@ -7,11 +7,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_log import parse_nccl_log
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-from ncclprobe.evidence.nccl_tests_records import to_records
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl.nccl_tests_records import to_records
+from ncclprobe.evidence.node.topo import equivalent_levels, parse_topo
 from ncclprobe.evidence.text import clean_line
-from ncclprobe.evidence.topo import equivalent_levels, parse_topo
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -283,7 +283,7 @@ def test_lint_of_what_nccl_reported_in_the_recorded_h200_logs():
     same logs prove: ^LL forced LL128 there; the lowercase level left no trace."""
     from pathlib import Path
 
-    from ncclprobe.evidence.nccl_log import parse_nccl_log_file
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log_file
 
     logs = Path(__file__).parent / "fixtures" / "nccl_logs"
     forced = parse_nccl_log_file(

@@ -9,7 +9,7 @@ recorded logs of these cases are tests/fixtures/nccl_logs/nccl_2.28.9_h200_2rank
 import pytest
 import torch
 
-from ncclprobe.evidence.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
 from ncclprobe.nccl.recipes import (
     NO_NVLS,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_log import TuningEntry, parse_nccl_log, parse_nccl_log_file
+from ncclprobe.evidence.nccl.nccl_log import TuningEntry, parse_nccl_log, parse_nccl_log_file
 
 LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"
 

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.evidence.nccl_failures import explain, verdict
-from ncclprobe.evidence.nccl_log import parse_nccl_log, parse_nccl_log_file
+from ncclprobe.evidence.nccl.nccl_failures import explain, verdict
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log, parse_nccl_log_file
 from ncclprobe.verdict import Verdict
 
 LOGS = Path(__file__).parent / "fixtures" / "nccl_logs"

@@ -136,7 +136,7 @@ def test_share_gpu_with_one_rank_is_refused_in_the_same_words_everywhere():
 )
 def test_legacy_levels_read_as_nccl_reads_them_in_every_module(value, name):
     """levelsOldToNew with strtol(str, NULL, 0) (src/graph/paths.cc): a leading 0 is octal."""
-    from ncclprobe.envcheck.logcheck import normalise
+    from ncclprobe.evidence.live.logcheck import normalise
     from ncclprobe.nccl.lint import lint_env
     from ncclprobe.nccl.logged_reads import verdict_for
 

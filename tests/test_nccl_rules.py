@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.topo import node_facts, parse_topo
+from ncclprobe.evidence.node.topo import node_facts, parse_topo
 from ncclprobe.nccl.knob_row import Scope
 from ncclprobe.nccl.knobs import KNOBS, effective_scope, explain, proof_scope
 from ncclprobe.nccl.ll128 import ll128_default
@@ -262,7 +262,7 @@ def test_run_engine_settings_get_the_safety_rule_and_the_lint():
 
 
 def test_diagnose_names_unsafe_settings_once_across_runs():
-    from ncclprobe.diagnose.rules_safety import unsafe_settings
+    from ncclprobe.diagnose.settings.rules_safety import unsafe_settings
     from ncclprobe.evidence.bundle import Evidence
 
     runs = [

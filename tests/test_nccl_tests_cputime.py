@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
 
 TEXT = (
     Path(__file__).parent
@@ -35,7 +35,7 @@ def test_a_time_column_is_the_completion_time_without_C():
 
 def test_json_cpu_time_is_the_same_reading():
     """-J with -C 1 writes `cpu_time` instead of `time` (writeBenchmarkLineBody)."""
-    from ncclprobe.evidence.nccl_tests_json import _measurement
+    from ncclprobe.evidence.nccl.nccl_tests_json import _measurement
 
     m = _measurement(
         {"cpu_time": 8.5, "alg_bw": 20.97, "bus_bw": 20.97, "nwrong": 0}, None, 1048576

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-from ncclprobe.evidence.nccl_tests_records import to_records
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl.nccl_tests_records import to_records
 from ncclprobe.records import read_results
 from ncclprobe.records_writer import ResultWriter
 

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
-from ncclprobe.evidence.nccl_tests_split import parse_runs, split_runs
+from ncclprobe.evidence.nccl.nccl_tests_json import parse_nccl_tests_json
+from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs, split_runs
 from ncclprobe.importing import ImportOptions, import_text
 from ncclprobe.recommend import build_recommendation
 from ncclprobe.records import read_results
@@ -344,7 +344,7 @@ SINGLE_RUNS = [p for p in sorted(TESTS.glob("allreduce_*.txt"))] + [
 
 @pytest.mark.parametrize("path", SINGLE_RUNS, ids=lambda p: p.name)
 def test_every_real_single_run_stays_one_run(path):
-    from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+    from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
 
     runs, notes = parse_runs(path.read_text())
     whole = parse_nccl_tests(path.read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.evidence.nccl_tests import Columns, data_row, parse_nccl_tests
+from ncclprobe.evidence.nccl.nccl_tests import Columns, data_row, parse_nccl_tests
 from ncclprobe.importing import ImportOptions, import_text
 
 TESTS = Path(__file__).parent / "fixtures" / "nccl_tests"
@@ -114,7 +114,7 @@ def test_old_format_table_shows_the_max_error_not_a_count(name):
 def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
     """Users paste runs one after another, the second often trimmed to its table: before, its rows
     joined the first run's (an all_reduce of 27 sizes, and the old format's columns for all of them)."""
-    from ncclprobe.evidence.nccl_tests_split import parse_runs
+    from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 
     text = (TESTS / "allreduce_4x_rtx5090_pcie_genoa.txt").read_text() + (
         TESTS / "alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt"
@@ -129,8 +129,8 @@ def test_a_pasted_run_that_starts_at_its_table_header_is_a_run_of_its_own():
 
 def test_the_nccl_version_from_nccl_tests_own_version_line():
     """nccl-tests 2.18+ prints `nccl-library=22907` (ncclGetVersion) even where NCCL prints no banner."""
-    from ncclprobe.evidence.nccl_tests_run import nccl_version_of_code
-    from ncclprobe.evidence.nccl_tests_split import parse_runs
+    from ncclprobe.evidence.nccl.nccl_tests_run import nccl_version_of_code
+    from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 
     runs, _ = parse_runs(
         (TESTS / "allgather_6runs_2ranks_1x_rtx5090_socket_nccltests2.18_eunomia.txt").read_text()
@@ -149,7 +149,7 @@ def test_json_of_every_format_version_reads_the_same_rows():
     2.19.6 file rewritten to each of them reads the same. Before, versions 1 and 2 were refused."""
     import json
 
-    from ncclprobe.evidence.nccl_tests_json import parse_nccl_tests_json
+    from ncclprobe.evidence.nccl.nccl_tests_json import parse_nccl_tests_json
 
     doc = json.loads((TESTS / "allreduce_1x_h200_1rank_nccltests2.19.6_eager_J.json").read_text())
     current = parse_nccl_tests_json(json.dumps(doc))

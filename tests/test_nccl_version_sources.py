@@ -14,8 +14,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-from ncclprobe.evidence.nccl_tests_run import nccl_version_of_code
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.nccl.nccl_tests_run import nccl_version_of_code
 
 COLLECT_ENV = (
     Path(__file__).parent
@@ -71,9 +71,9 @@ def _trace(settings: dict, versions: list[str | None]) -> dict:
 
 
 def _lint_codes(trace: dict, collect_env=None) -> set[str]:
-    from ncclprobe.diagnose.rules_safety import unsafe_settings
+    from ncclprobe.diagnose.settings.rules_safety import unsafe_settings
     from ncclprobe.evidence.bundle import Evidence
-    from ncclprobe.evidence.collect_env import parse_collect_env
+    from ncclprobe.evidence.node.collect_env import parse_collect_env
 
     ev = Evidence.from_trace(trace)
     if collect_env is not None:

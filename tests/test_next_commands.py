@@ -33,7 +33,7 @@ from ncclprobe.cli import cli
 from ncclprobe.cli.diagnose import render_text
 from ncclprobe.diagnose.rank import diagnose
 from ncclprobe.evidence.bundle import load_evidence
-from ncclprobe.evidence.profile_dir import expand
+from ncclprobe.evidence.run.profile_dir import expand
 
 # the shipped traces this module diagnoses are parsed once per session (conftest.py)
 pytestmark = pytest.mark.usefixtures("shared_timelines")

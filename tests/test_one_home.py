@@ -182,9 +182,9 @@ def test_run_modes_statuses_and_labels_are_named_once():
     # read or written; these modules' "status" is another record's, with its own words
     other_vocabularies = (
         "ncclprobe/records.py",  # the home (its docstring spells the format)
-        "ncclprobe/pcie/check.py",  # the P2P measurement's process: ok, hang, error, skipped
-        "ncclprobe/pcie/advice.py",  # platform checks: severities
-        "ncclprobe/evidence/topo_live.py",  # the P2P check's summary: ok, corrupt, hang, error
+        "ncclprobe/diagnose/p2p/check.py",  # the P2P measurement's process: ok, hang, error, skipped
+        "ncclprobe/diagnose/p2p/advice.py",  # platform checks: severities
+        "ncclprobe/evidence/live/topo_live.py",  # the P2P check's summary: ok, corrupt, hang, error
         "probes/p2p_check.py",
         "probes/nccl_dump.py",
         "probes/custom_allreduce_report.py",  # a method's row: ok, or why it did not run

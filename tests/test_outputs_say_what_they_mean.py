@@ -70,7 +70,7 @@ def test_env_check_of_the_readme_job_keeps_settings_and_whole_commands(tmp_path)
 
 
 def test_a_table_command_is_cut_at_words_with_paths_as_their_last_part():
-    from ncclprobe.envcheck.walk import CMDLINE_CHARS, short_command
+    from ncclprobe.evidence.live.walk import CMDLINE_CHARS, short_command
 
     assert short_command("/opt/venv/bin/python /home/me/job.py --x 1") == "python job.py --x 1"
     long = short_command("python -c " + "word " * 40)

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from ncclprobe.evidence.matrix import Matrix
+from ncclprobe.evidence.node.matrix import Matrix
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,7 +48,7 @@ def test_bandwidth_probe_on_one_gpu_runs_every_code_path():
 
 
 def test_topo_check_on_gpu_dumps_nccl_topology():
-    from ncclprobe.pcie.check import run_check
+    from ncclprobe.diagnose.p2p.check import run_check
 
     doc = run_check(timeout_s=240, nbytes=16 << 20)
     assert (

@@ -12,17 +12,17 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.evidence.matrix import Matrix
-from ncclprobe.pcie.check import measure
-from ncclprobe.pcie.findings import matrix_findings
-from ncclprobe.pcie.platform import (
+from ncclprobe.diagnose.p2p.check import measure
+from ncclprobe.diagnose.p2p.findings import matrix_findings
+from ncclprobe.diagnose.p2p.platform import (
     check_acs,
     check_driver_p2p,
     check_iommu,
     check_links,
     platform_checks,
 )
-from ncclprobe.pcie.sysfs import crossing, parse_acs, read_gpu_paths
+from ncclprobe.evidence.live.sysfs import crossing, parse_acs, read_gpu_paths
+from ncclprobe.evidence.node.matrix import Matrix
 
 FIX = Path(__file__).parent / "fixtures"
 # ACSCtl of an AMD Matisse GPP bridge as `lspci -vvv` printed it in an NVIDIA/nccl issue thread
@@ -291,8 +291,8 @@ def test_knobs_lint_reads_collect_env(tmp_path):
 
 
 def test_advice_names_the_level_the_acs_fix_or_nothing(box):
-    from ncclprobe.evidence.topo import parse_topo
-    from ncclprobe.pcie.advice import advise
+    from ncclprobe.diagnose.p2p.advice import advise
+    from ncclprobe.evidence.node.topo import parse_topo
 
     topo = parse_topo(
         (FIX / "topo/4gpu_pxb_pix_sys_tabs_no_legend_nccl667.txt").read_text()
@@ -334,7 +334,7 @@ def test_advice_names_the_level_the_acs_fix_or_nothing(box):
 
 def test_a_gpu_behind_an_intel_vmd_domain_keeps_its_bridges(tmp_path):
     """VMD puts its devices in a 5-digit PCI domain (10000:e0:..); made-up tree of that real layout."""
-    from ncclprobe.pcie.lspci import parse_lspci
+    from ncclprobe.evidence.node.lspci import parse_lspci
 
     vmd = "pci0000:00/0000:00:0e.0/pci10000:e0"
     device(tmp_path, "pci0000:00/0000:00:0e.0", "0x8086", "0x010400", config=config_space(None, 64))

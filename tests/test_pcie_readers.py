@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from ncclprobe.diagnose.p2p.findings import matrix_findings
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.collect_env import parse_collect_env
-from ncclprobe.evidence.matrix import Matrix
-from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
-from ncclprobe.evidence.p2p_test_output import parse_p2p_test
-from ncclprobe.pcie.findings import matrix_findings
-from ncclprobe.pcie.nccl_xml import model_disagreements, read_graphs, read_topology
+from ncclprobe.evidence.nccl.nccl_xml import model_disagreements, read_graphs, read_topology
+from ncclprobe.evidence.node.collect_env import parse_collect_env
+from ncclprobe.evidence.node.matrix import Matrix
+from ncclprobe.evidence.node.nvbandwidth import parse_nvbandwidth
+from ncclprobe.evidence.node.p2p_test_output import parse_p2p_test
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -279,7 +279,7 @@ def test_collect_env_readers():
 
 def test_p2p_slower_everywhere_advises_disable_and_a_mentioned_flag_is_no_command_line():
     """NVIDIA/nccl#814: every peer-enabled copy is below the staged one; the paste says `# Without --sm_copy`."""
-    from ncclprobe.pcie.advice import advise
+    from ncclprobe.diagnose.p2p.advice import advise
 
     out = parse_p2p_test(text("p2p", "p2p_6gpu_p2p_writes_reads_slower_than_staged_nccl814.txt"))
     assert [m.label for m in out.matrices] == [
@@ -304,7 +304,7 @@ def test_p2p_slower_everywhere_advises_disable_and_a_mentioned_flag_is_no_comman
 
 
 def test_p2p_cut_after_a_matrix_reads_what_is_there_and_advises_nothing():
-    from ncclprobe.pcie.advice import advise
+    from ncclprobe.diagnose.p2p.advice import advise
 
     out = parse_p2p_test(
         text("p2p", "p2p_2x_rtx4090_tinygrad_driver_cut_after_third_matrix_tg44.txt")

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.diagnose import diagnose, load_evidence, rules_profile
-from ncclprobe.diagnose import rules_ranks as RR
+from ncclprobe.diagnose import diagnose, load_evidence
+from ncclprobe.diagnose.run import rules_profile
+from ncclprobe.diagnose.run import rules_ranks as RR
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import align as A
 from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
@@ -359,7 +360,7 @@ def test_the_late_rank_host_when_its_gpu_idles_half_the_time_before(busy_to, hos
 def test_collective_bound_warns_only_when_the_moving_part_is_half_the_step(share, severity):
     """Rank 0 waits 100 of its 200 µs: half of the share is waiting; a warning needs the moving half
     alone at COLLECTIVE_BOUND_SHARE (0.5) of the step."""
-    from ncclprobe.diagnose.rules_collectives import COLLECTIVE_BOUND_SHARE
+    from ncclprobe.diagnose.run.rules_collectives import COLLECTIVE_BOUND_SHARE
     from ncclprobe.findings import Finding
 
     al = _alignment([_call([0.0, 100.0], ends=[200.0, 200.0])] * 3)

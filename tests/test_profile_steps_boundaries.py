@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from ncclprobe.diagnose import profile_costs as C
-from ncclprobe.diagnose import rules_profile_baseline as RB
-from ncclprobe.diagnose import rules_profile_eager as RE
-from ncclprobe.diagnose import rules_profile_steps as RS
+from ncclprobe.diagnose.run import profile_costs as C
+from ncclprobe.diagnose.run import rules_profile_baseline as RB
+from ncclprobe.diagnose.run import rules_profile_eager as RE
+from ncclprobe.diagnose.run import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K

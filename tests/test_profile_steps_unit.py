@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.diagnose import profile_costs as C
-from ncclprobe.diagnose import rules_profile_baseline as RB
-from ncclprobe.diagnose import rules_profile_eager as RE
-from ncclprobe.diagnose import rules_profile_steps as RS
+from ncclprobe.diagnose.run import profile_costs as C
+from ncclprobe.diagnose.run import rules_profile_baseline as RB
+from ncclprobe.diagnose.run import rules_profile_eager as RE
+from ncclprobe.diagnose.run import rules_profile_steps as RS
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K
@@ -840,7 +840,7 @@ def test_overlapping_repeats_are_one_stack_and_the_first_stack_needs_no_sync():
 )
 def test_host_bounds_ruled_out_says_which_steps_its_percentile_speaks_for(count, words):
     """'9 of 10 steps' was printed for a profile of one step (vLLM's, SGLang's traces)."""
-    from ncclprobe.diagnose.rules_profile_steps import _most_steps
+    from ncclprobe.diagnose.run.rules_profile_steps import _most_steps
     from ncclprobe.evidence.run.view import Phase
 
     assert _most_steps(Phase("decode", "decode", count, 1.0, 1.0)) == words
@@ -851,6 +851,6 @@ def test_host_bounds_ruled_out_says_which_steps_its_percentile_speaks_for(count,
     [(0.9977, "99.8%"), (0.995, "99.5%"), (0.9949, "99%"), (1.0, "100%"), (0.5, "50%")],
 )
 def test_a_busy_share_short_of_the_whole_is_never_shown_as_100_percent(value, shown):
-    from ncclprobe.diagnose.rules_profile_steps import _share
+    from ncclprobe.diagnose.run.rules_profile_steps import _share
 
     assert _share(value) == shown

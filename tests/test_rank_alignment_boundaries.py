@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncclprobe.diagnose import rules_ranks as R
+from ncclprobe.diagnose.run import rules_ranks as R
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.view import EngineRun, Phase
 

@@ -235,7 +235,7 @@ def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, message):
 
 
 def test_env_check_reads_the_recommendation_file(tmp_path):
-    from ncclprobe.envcheck.expect import load_recommendation
+    from ncclprobe.diagnose.process_env.expect import load_recommendation
 
     path = write_set(
         tmp_path / "r.jsonl",

@@ -7,7 +7,7 @@ through the test hook), so the whole file costs one pool start plus a small -m p
 
 import pytest
 
-from ncclprobe.evidence.nccl_tests_split import parse_runs
+from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 from ncclprobe.export import nccl_tests_text
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.sweep_worker import REFUSE_HOOK, WRONG_HOOK

@@ -143,7 +143,7 @@ TOPO = Path(__file__).parent / "fixtures" / "topo"
     ],
 )
 def test_real_topologies_measure_each_distinct_level_once(fixture, measured, skipped):
-    from ncclprobe.evidence.topo import parse_topo
+    from ncclprobe.evidence.node.topo import parse_topo
     from ncclprobe.sweep.setup import describe_topology
 
     path = TOPO / fixture
@@ -156,7 +156,7 @@ def test_real_topologies_measure_each_distinct_level_once(fixture, measured, ski
 
 
 def test_unknown_links_measure_every_level():
-    from ncclprobe.evidence.topo import GpuInfo, Topology
+    from ncclprobe.evidence.node.topo import GpuInfo, Topology
     from ncclprobe.sweep.setup import describe_topology
 
     topo = Topology(gpus=[GpuInfo(0), GpuInfo(1)], gpu_links=[["X", None], [None, "X"]])

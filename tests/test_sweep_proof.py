@@ -7,7 +7,7 @@ import pytest
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.sweep.proof import GLOO_VERDICT, prove
 
-pytest.importorskip("ncclprobe.evidence.nccl_log")
+pytest.importorskip("ncclprobe.evidence.nccl.nccl_log")
 
 LOGS = (
     Path(__file__).parent / "fixtures" / "nccl_logs"

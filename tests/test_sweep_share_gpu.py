@@ -116,7 +116,7 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, args, message):
 
 
 def test_tuning_check_counts_nccls_real_choices():
-    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 
     entries = parse_nccl_log(LOWERCASE.read_text()).tuning  # 1K: RING/LL, 64K..64M: RING/SIMPLE
     assert tuning_check("NCCL_PROTO", "LL", entries) == {

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.topo import (
+from ncclprobe.evidence.node.topo import (
     GpuInfo,
     Topology,
     equivalent_levels,
@@ -277,7 +277,7 @@ import sys
 
 import torch
 
-from ncclprobe.evidence.topo_live import run_p2p_check
+from ncclprobe.evidence.live.topo_live import run_p2p_check
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")
@@ -336,7 +336,7 @@ def test_nvml_and_nvidia_smi_agree_on_gpu():
     import subprocess
 
     pytest.importorskip("pynvml")
-    from ncclprobe.evidence.topo_live import _from_nvml
+    from ncclprobe.evidence.live.topo_live import _from_nvml
 
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi not on PATH")
@@ -353,7 +353,7 @@ def test_nvml_and_nvidia_smi_agree_on_gpu():
 
 def test_live_reader_names_sources_without_gpu():
     from ncclprobe.errors import Unsupported
-    from ncclprobe.evidence.topo_live import read_live_topology
+    from ncclprobe.evidence.live.topo_live import read_live_topology
 
     if torch.cuda.is_available():
         topo = read_live_topology()

@@ -129,8 +129,8 @@ def test_the_parsers_accept_ascii_numbers_only_within_bounds():
 def test_file_readers_read_ascii_numbers_only(tmp_path):
     """The same strictness in every reader: a `²` or a 5000-digit number in a file is not a number
     there either (skipped or reported), never a crash."""
-    from ncclprobe.evidence.nccl_log import parse_nccl_log
-    from ncclprobe.evidence.nccl_tests import parse_nccl_tests
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+    from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
     from ncclprobe.nccl.lint import lint_env
 
     log = parse_nccl_log(

@@ -11,18 +11,18 @@ import time
 
 import pytest
 
-from ncclprobe.envcheck.environ import parse_environ_block
-from ncclprobe.envcheck.logcheck import _lines_by_process
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.collect_env import parse_collect_env
-from ncclprobe.evidence.nccl_log import parse_nccl_log
-from ncclprobe.evidence.nccl_tests import parse_nccl_tests
-from ncclprobe.evidence.nvbandwidth import parse_nvbandwidth
-from ncclprobe.evidence.p2p_test_output import parse_p2p_test
+from ncclprobe.evidence.live.environ import parse_environ_block
+from ncclprobe.evidence.live.logcheck import _lines_by_process
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
+from ncclprobe.evidence.node.collect_env import parse_collect_env
+from ncclprobe.evidence.node.lspci import parse_lspci
+from ncclprobe.evidence.node.nvbandwidth import parse_nvbandwidth
+from ncclprobe.evidence.node.p2p_test_output import parse_p2p_test
+from ncclprobe.evidence.node.topo import parse_topo
 from ncclprobe.evidence.text import clean_line
-from ncclprobe.evidence.topo import parse_topo
 from ncclprobe.launch import error_summary
-from ncclprobe.pcie.lspci import parse_lspci
 from ncclprobe.records import _parse_lines
 from ncclprobe.secrets import mask_argv, mask_env_value, mask_text
 

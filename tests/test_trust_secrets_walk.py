@@ -195,7 +195,7 @@ def test_a_ranks_error_line_is_masked_before_it_becomes_a_reason():
 
 def test_a_topology_jobs_stderr_is_masked_before_it_is_saved():
     """topo --check's NCCL job (GPU only): its stderr lines become the saved result's reasons."""
-    from ncclprobe.pcie.check import _mask_messages
+    from ncclprobe.diagnose.p2p.check import _mask_messages
 
     forms = planted("topo")
     markers("topo")

@@ -151,7 +151,7 @@ def command(
     finding carries its numbers, a confidence and the next command; hypotheses the evidence
     excludes are listed as ruled out, and what the evidence cannot show is said."""
     from ncclprobe.diagnose import diagnose, load_evidence
-    from ncclprobe.evidence.profile_dir import expand
+    from ncclprobe.evidence.run.profile_dir import expand
 
     job = flight_recorder or job_logs or nccl_logs
     if collect_env_path and not (trace_path or profiles or server_logs or job):
@@ -183,7 +183,7 @@ def command(
         doc = result.to_json()
         doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
         if ev.flight_recorder:
-            from ncclprobe.diagnose.hang import groups_summary
+            from ncclprobe.diagnose.hang.hang import groups_summary
 
             doc["process_groups"] = groups_summary(ev.flight_recorder)
         emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
@@ -227,7 +227,7 @@ def render_text(result, ev=None) -> str:
     if ev is not None and ev.kind != "engine-trace":
         lines += _step_lines(ev)
     if ev is not None and ev.flight_recorder:
-        from ncclprobe.diagnose.hang import groups_summary
+        from ncclprobe.diagnose.hang.hang import groups_summary
 
         lines += _group_lines(groups_summary(ev.flight_recorder))
     lines += [f"# note: {note}" for note in result.notes]
@@ -373,7 +373,7 @@ def _evidence_text(value) -> str:
 
 
 def _expectation_lines(exp: dict | None) -> list[str]:
-    """How the expected verify/decode ratio was derived (see ncclprobe.diagnose.expectations)."""
+    """How the expected verify/decode ratio was derived (see ncclprobe.diagnose.run.expectations)."""
     if not exp:
         return []
     mb = lambda parts: ", ".join(f"{k} {v / 1e6:.3g} MB" for k, v in parts.items())

@@ -87,8 +87,8 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
     the NCCL/CUDA/torch.distributed variables of its environment and what differs from its parent.
     Check expectations and lint every process. Secrets are never printed, in any format.
     """
-    from ncclprobe.envcheck import env_check
-    from ncclprobe.envcheck.expect import load_recommendation, parse_expect
+    from ncclprobe.diagnose.process_env.check import env_check
+    from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
 
     if count is not None and watch_s is None:
         raise UsageProblem(

@@ -127,7 +127,7 @@ def _explain_rows(doc: dict) -> list[dict]:
 
 
 def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
-    from ncclprobe.evidence.collect_env import load_collect_env
+    from ncclprobe.evidence.node.collect_env import load_collect_env
 
     collected = load_collect_env(path)
     node = _node(topo_file) if topo_file else collected.node
@@ -144,10 +144,10 @@ def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
 def _node(topo_file: str | None) -> NodeFacts | None:
     """The GPUs the lint judges: a saved topology, or this machine's (None without GPUs)."""
     if topo_file:
-        from ncclprobe.evidence.topo import load_topo, node_facts
+        from ncclprobe.evidence.node.topo import load_topo, node_facts
 
         return node_facts(load_topo(topo_file))
-    from ncclprobe.evidence.topo_live import live_node_facts
+    from ncclprobe.evidence.live.topo_live import live_node_facts
 
     return live_node_facts()
 

@@ -7,9 +7,9 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl_failures import explain
-from ncclprobe.evidence.nccl_failures import verdict as failures_verdict
-from ncclprobe.evidence.nccl_log import NcclLog, parse_nccl_log_files
+from ncclprobe.evidence.nccl.nccl_failures import explain
+from ncclprobe.evidence.nccl.nccl_failures import verdict as failures_verdict
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log_files
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.recipes import proof_env

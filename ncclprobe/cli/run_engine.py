@@ -362,7 +362,7 @@ def _diagnose_profiles(doc: dict, directory: str) -> str:
     import shlex
     from pathlib import Path
 
-    from ncclprobe.evidence.profile_dir import ENGINE_NAME, diagnose_command
+    from ncclprobe.evidence.run.profile_dir import ENGINE_NAME, diagnose_command
 
     names = [ENGINE_NAME.match(Path(p).name) for p in doc["profiles"]]
     if len({m["label"] for m in names if m}) > 1:

@@ -1,5 +1,5 @@
 """`ncclprobe topo`: the GPU topology (saved or live), and what each NCCL_P2P_LEVEL would connect;
-with --check, the PCIe health evidence (`ncclprobe.pcie.check`)."""
+with --check, the PCIe health evidence (`ncclprobe.diagnose.p2p.check`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, Version
-from ncclprobe.evidence.topo import Topology, equivalent_levels, load_topo, p2p_level_pairs
+from ncclprobe.evidence.node.topo import Topology, equivalent_levels, load_topo, p2p_level_pairs
 from ncclprobe.nccl.p2p import default_p2p_level
 
 EPILOG = f"""\b
@@ -102,7 +102,7 @@ def command(
         topo = load_topo(source)
         topo.source = str(source)
     else:
-        from ncclprobe.evidence.topo_live import host_cpu_vendor, read_live_topology
+        from ncclprobe.evidence.live.topo_live import host_cpu_vendor, read_live_topology
 
         topo = read_live_topology(p2p_check=p2p_check, p2p_timeout_s=p2p_timeout)
         vendor, nccl_version = host_cpu_vendor(), nccl_version or _torch_nccl_version()
@@ -120,9 +120,9 @@ def command(
 
 def _check(timeout, output_dir, nbytes, nccl_job, fmt):
     from ncclprobe.cli.table import terminal_width
-    from ncclprobe.evidence.matrix import Matrix
-    from ncclprobe.pcie.check import check_output_dir, run_check, save, verdict
-    from ncclprobe.pcie.render import check_lines, finding_lines, matrix_block, wrap_line
+    from ncclprobe.diagnose.p2p.check import check_output_dir, run_check, save, verdict
+    from ncclprobe.diagnose.p2p.render import check_lines, finding_lines, matrix_block, wrap_line
+    from ncclprobe.evidence.node.matrix import Matrix
 
     if output_dir:
         check_output_dir(output_dir)

@@ -10,19 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose import (
-    rules,
-    rules_draft,
-    rules_envcheck,
-    rules_hang,
-    rules_log,
-    rules_nccl_log,
-    rules_nccl_run,
-    rules_profile,
-    rules_safety,
-    rules_settings,
-)
-from ncclprobe.diagnose.expectations import expected_verify_ratio
+from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
+from ncclprobe.diagnose.process_env import rules_envcheck
+from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
+from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.findings import CONFIDENCES, Finding, NotChecked, RuledOut, severity_rank
 from ncclprobe.verdict import Verdict

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.collect_env import CAVEAT, CollectEnv, load_collect_env
-from ncclprobe.evidence.env_check_document import EnvCheckDocument, load_document
-from ncclprobe.evidence.nccl_rank_logs import RankNcclLog, load_nccl_logs
+from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
+from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
@@ -164,8 +164,8 @@ def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
     """Flight Recorder dumps, the job's logs and NCCL's logs of its ranks; exit 3 (Unsupported)
     when none of them holds anything to diagnose and no run was given either."""
     from ncclprobe.errors import Unsupported
-    from ncclprobe.evidence.flight_recorder import read_flight_recorder
-    from ncclprobe.evidence.job_log import read_job_log
+    from ncclprobe.evidence.hang.flight_recorder import read_flight_recorder
+    from ncclprobe.evidence.hang.job_log import read_job_log
 
     ev.flight_recorder = read_flight_recorder(flight_recorder)
     ev.job_logs = [read_job_log(path) for path in logs]

@@ -1,7 +1,7 @@
 """What NCCL's topology-dependent rules need to know about the GPUs a job runs on.
 
 `NodeFacts` is built from a topology's NCCL path types (`from_path_types`, fed by
-`ncclprobe.evidence.topo.node_facts`), stored in a sweep's results header and an engine trace
+`ncclprobe.evidence.node.topo.node_facts`), stored in a sweep's results header and an engine trace
 (`to_json` / `from_json`), and read by the lint, recommend, run-engine and diagnose. Every field
 may be unknown (None); the rules then say what they could not decide instead of guessing.
 """

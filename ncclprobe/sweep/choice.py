@@ -44,7 +44,7 @@ def tuning_check(name: str, value: str, entries) -> dict | None:
     field = TUNED_BY.get(name)
     if field is None or ";" in value or ":" in value:
         return None
-    from ncclprobe.evidence.nccl_log import algo_name, proto_name
+    from ncclprobe.evidence.nccl.nccl_log import algo_name, proto_name
 
     canonical = proto_name if field == "proto" else algo_name
     clause = token_lists(value).get("all")

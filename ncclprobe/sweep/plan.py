@@ -263,7 +263,7 @@ def skip_equivalent_levels(
 ) -> tuple[list[Config], list[Skip]]:
     """Keep one P2P level of each group that connects the same GPU pairs on this topology.
 
-    `groups` comes from `ncclprobe.evidence.topo.equivalent_levels`: levels in one group make NCCL
+    `groups` comes from `ncclprobe.evidence.node.topo.equivalent_levels`: levels in one group make NCCL
     connect exactly the same pairs peer-to-peer, so measuring more than one of them measures the
     same thing twice. `default` is never skipped (it is the baseline).
     """

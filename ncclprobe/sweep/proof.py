@@ -194,7 +194,7 @@ def _per_collective(proof: dict, name: str, value: str, entries, collectives) ->
 def _parse_rank_logs(logs):
     """rank -> (log of the whole process up to now, log of this configuration), every rank with a log."""
     try:
-        from ncclprobe.evidence.nccl_log import parse_nccl_log
+        from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
     except ImportError:
         return None
     return {
@@ -204,7 +204,7 @@ def _parse_rank_logs(logs):
 
 
 def _empty_log():
-    from ncclprobe.evidence.nccl_log import parse_nccl_log
+    from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 
     return parse_nccl_log("")
 

@@ -71,7 +71,7 @@ def topology(spec: SweepSpec | None = None) -> tuple[dict | None, list[list[str]
     if gpus == 0:
         return None, None
     try:
-        from ncclprobe.evidence.topo_live import read_live_topology
+        from ncclprobe.evidence.live.topo_live import read_live_topology
     except ImportError:
         return {"nvlink": None, "gpu_count": gpus, "source": None}, None
     try:
@@ -88,7 +88,7 @@ def _node(spec: SweepSpec | None, topo) -> dict | None:
         return None
     if topo is None:
         return NodeFacts(over_network=spec.share_gpu).to_json()
-    from ncclprobe.evidence.topo_live import live_node_facts
+    from ncclprobe.evidence.live.topo_live import live_node_facts
 
     facts = live_node_facts(
         gpus=1 if spec.share_gpu else spec.nranks, over_network=spec.share_gpu, topology=topo
@@ -120,7 +120,7 @@ def describe_topology(topo) -> tuple[dict, list[list[str]] | None]:
     if unknown:  # a level's pair set is only complete when every link is known: measure them all
         log.warning("some GPU links are unknown; every P2P level is measured")
         return head, None
-    from ncclprobe.evidence.topo import equivalent_levels
+    from ncclprobe.evidence.node.topo import equivalent_levels
 
     return head, equivalent_levels(topo)
 

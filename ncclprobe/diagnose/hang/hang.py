@@ -1,0 +1,309 @@
+"""The ranks' Flight Recorder dumps put side by side: per process group, what each member issued
+at each sequence number, and where each group stopped.
+
+A group's collectives carry a sequence number that every member counts the same way, so collective
+N of a group must be the same operation, with the same sizes and dtypes, on every member. Matching
+them across dumps shows the first collective a group did not finish (`Stuck`) and why: a member
+never enqueued it (`missing`), the members issued different calls (`mismatch`), or every member is
+in it with the same call (`agreed`: the cause is below the collectives, or in another group).
+
+What counts as done. A collective some member completed, that every member enqueued with the same
+call, is done: no member can complete it without the others (a dump taken as it finished shows the
+rest still in it). A member that never enqueued it cannot have finished it however its own record
+reads (gloo marks a collective that failed on a timeout "completed"). Completion is read from the
+entry's state and from `pg_status.last_completed_collective` (gloo leaves every state "scheduled").
+
+Which ranks belong to a group: the dumps' `pg_config`; where it does not name the group (gloo
+records its ranks under an empty name), the default group is every rank dumped and another group
+the ranks whose dumps mention it (said in a note). The ring buffer may have overwritten a rank's
+oldest entries: only sequence numbers every member still holds are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncclprobe.evidence.hang.flight_recorder import Dump, Entry
+
+DEFAULT_GROUP_DESC = "default_pg"
+ORDER_WINDOW = 8  # later collectives searched for a swapped pair
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one rank issued as one collective of a group: one entry, or the entries of a
+    coalesced call (they share the sequence number)."""
+
+    group: str
+    rank: int
+    seq: int
+    entries: tuple[Entry, ...]
+    completed: bool
+
+    @property
+    def op(self) -> str:
+        ops = [e.op for e in self.entries if e.op != "coalesced"]
+        return "+".join(ops) if ops else self.entries[0].op
+
+    @property
+    def signature(self) -> tuple:
+        return tuple(
+            (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
+            for e in self.entries
+        )
+
+    @property
+    def first(self) -> Entry:
+        return self.entries[0]
+
+
+@dataclass
+class Group:
+    """One process group across the dumps."""
+
+    name: str
+    desc: str | None
+    members: tuple[int, ...]
+    members_recorded: bool  # pg_config named them; else inferred (see the module docstring)
+    calls: dict[int, dict[int, Call]] = field(default_factory=dict)  # rank -> seq -> call
+    p2p: dict[int, list[Entry]] = field(default_factory=dict)  # rank -> its send/recv entries
+    enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq enqueued
+    completed: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq completed
+    window_start: int = 1  # the first seq every dumped member still holds
+
+    @property
+    def label(self) -> str:
+        return self.desc if self.desc and self.desc != "undefined" else f"group {self.name}"
+
+    @property
+    def dumped(self) -> tuple[int, ...]:
+        return tuple(r for r in self.members if r in self.enqueued)
+
+    def call(self, rank: int, seq: int) -> Call | None:
+        return self.calls.get(rank, {}).get(seq)
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """The first collective of a group that not every member finished."""
+
+    group: Group
+    seq: int
+    calls: dict[int, Call]  # members that enqueued it
+    missing: tuple[int, ...]  # dumped members that never enqueued it
+    undumped: tuple[int, ...]  # members without a dump: unknown
+
+    @property
+    def mismatch(self) -> bool:
+        return len({c.signature for c in self.calls.values()}) > 1
+
+    @property
+    def agreed(self) -> bool:
+        return not self.missing and not self.mismatch
+
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        """Members in it: every one that enqueued it while a member is missing (no completion is
+        real then), else those that have not completed it."""
+        return tuple(r for r, c in sorted(self.calls.items()) if self.missing or not c.completed)
+
+
+@dataclass
+class Hang:
+    """Everything the dumps show, grouped; what the rules read."""
+
+    dumps: list[Dump]
+    groups: dict[str, Group]
+    stuck: list[Stuck]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(d.rank for d in self.dumps)
+
+    def pending_elsewhere(self, rank: int, group: Group) -> Call | None:
+        """The oldest collective `rank` has enqueued and not finished in a group other than `group`."""
+        pending = [
+            c
+            for g in self.groups.values()
+            if g is not group
+            for c in g.calls.get(rank, {}).values()
+            if c.seq >= g.window_start and not self.finished(c)
+        ]
+        return min(pending, key=lambda c: c.first.time_created_ns or 0, default=None)
+
+    def finished(self, call: Call) -> bool:
+        """Done for the group: completed here or by a peer with every member in it, and never with
+        a member that did not enqueue it (a collective marked completed there ended in an error)."""
+        group = self.groups[call.group]
+        calls = [group.call(r, call.seq) for r in group.dumped]
+        if any(c is None for c in calls):
+            return False
+        return call.completed or (
+            len({c.signature for c in calls}) == 1 and any(c.completed for c in calls)
+        )
+
+
+def build(dumps: list[Dump]) -> Hang:
+    groups, notes = _groups(dumps), [n for d in dumps for n in d.notes]
+    for dump in dumps:
+        _add_dump(groups, dump)
+    for group in groups.values():
+        _window(group, notes)
+        if not group.members_recorded:
+            how = "every rank dumped" if _is_default(group) else "the dumps that mention it"
+            notes.append(
+                f"{group.label}: the dumps do not record its ranks; taken as ranks "
+                f"{_ranks(group.members)} ({how})"
+            )
+    stuck = [s for g in groups.values() if (s := _first_stuck(g)) is not None]
+    return Hang(dumps=dumps, groups=groups, stuck=stuck, notes=notes)
+
+
+def _is_default(group: Group) -> bool:
+    return group.desc == DEFAULT_GROUP_DESC or group.name == "0"
+
+
+def _groups(dumps: list[Dump]) -> dict[str, Group]:
+    """Every group an entry names, with its members (recorded, or inferred)."""
+    config = {name: g for d in dumps for name, g in d.groups.items() if g.ranks and name}
+    named: dict[str, tuple[str | None, set[int]]] = {}
+    for d in dumps:
+        for e in d.entries:
+            desc, ranks = named.setdefault(e.group, (e.group_desc, set()))
+            ranks.add(d.rank)
+    world = {d.rank for d in dumps} | {r for g in config.values() for r in g.ranks}
+    out = {}
+    for name, (desc, seen) in named.items():
+        if name in config:
+            members, recorded = set(config[name].ranks), True
+        else:
+            default = desc == DEFAULT_GROUP_DESC or name == "0"
+            members, recorded = (world if default else seen), False
+        out[name] = Group(
+            name=name, desc=desc, members=tuple(sorted(members)), members_recorded=recorded
+        )
+    return out
+
+
+def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
+    by_group: dict[str, dict[int, list[Entry]]] = {}
+    for e in dump.entries:
+        if e.is_p2p:
+            groups[e.group].p2p.setdefault(dump.rank, []).append(e)
+        elif e.collective_seq is not None:
+            by_group.setdefault(e.group, {}).setdefault(e.collective_seq, []).append(e)
+    status = {pg_id: s for pg_id, s in dump.status.items()}
+    pg_ids = {e.group: e.pg_id for e in dump.entries}
+    for name, group in groups.items():
+        if dump.rank not in group.members:
+            continue
+        st = status.get(pg_ids.get(name)) if pg_ids.get(name) is not None else None
+        seqs = by_group.get(name, {})
+        last_done = st.last_completed if st and st.last_completed is not None else -1
+        done_states = [s for s, es in seqs.items() if all(e.state == "completed" for e in es)]
+        group.completed[dump.rank] = max([last_done, 0, *done_states])
+        group.enqueued[dump.rank] = max(
+            [st.last_enqueued if st and st.last_enqueued is not None else 0, *seqs]
+        )
+        group.calls[dump.rank] = {
+            seq: Call(
+                group=name,
+                rank=dump.rank,
+                seq=seq,
+                entries=tuple(es),
+                completed=seq <= group.completed[dump.rank],
+            )
+            for seq, es in sorted(seqs.items())
+        }
+
+
+def _window(group: Group, notes: list[str]) -> None:
+    """Only seqs every dumped member still holds can be compared (the ring buffer drops the oldest)."""
+    firsts = [min(calls) for r, calls in group.calls.items() if calls]
+    group.window_start = max(firsts, default=1)
+    if group.window_start > 1 and any(
+        min(c) < group.window_start for c in group.calls.values() if c
+    ):
+        notes.append(
+            f"{group.label}: collectives before {group.window_start} are no longer in every rank's "
+            "buffer (it is a ring): they are not compared"
+        )
+
+
+def _first_stuck(group: Group) -> Stuck | None:
+    dumped = group.dumped
+    top = max((group.enqueued[r] for r in dumped), default=0)
+    for seq in range(group.window_start, top + 1):
+        calls = {r: c for r in dumped if (c := group.call(r, seq)) is not None}
+        missing = tuple(r for r in dumped if r not in calls and group.enqueued[r] < seq)
+        if not calls:
+            continue  # seqs whose entries every rank has lost (or never had: p2p-only stretches)
+        stuck = Stuck(
+            group=group,
+            seq=seq,
+            calls=calls,
+            missing=missing,
+            undumped=tuple(r for r in group.members if r not in dumped),
+        )
+        if stuck.missing or stuck.mismatch:
+            return stuck
+        if all(c.completed for c in calls.values()) or any(c.completed for c in calls.values()):
+            continue  # done, or done by some member with every member in it: done
+        return stuck
+    return None
+
+
+def order_swap(stuck: Stuck) -> tuple[int, int, int] | None:
+    """Two ranks that issued the same calls in a different order: (rank a, rank b, the seq at which
+    b issued a's call at `stuck.seq`), when a's call there appears later on b and b's later on a."""
+    group, seq = stuck.group, stuck.seq
+    ranks = sorted(stuck.calls)
+    for a in ranks:
+        for b in ranks:
+            if a >= b or stuck.calls[a].signature == stuck.calls[b].signature:
+                continue
+            later_b = _find(group, b, stuck.calls[a].signature, seq)
+            later_a = _find(group, a, stuck.calls[b].signature, seq)
+            if later_b is not None and later_a is not None:
+                return a, b, later_b
+    return None
+
+
+def _find(group: Group, rank: int, signature: tuple, after: int) -> int | None:
+    for seq in range(after + 1, after + 1 + ORDER_WINDOW):
+        call = group.call(rank, seq)
+        if call is not None and call.signature == signature:
+            return seq
+    return None
+
+
+def _ranks(ranks) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def groups_summary(dumps: list[Dump]) -> list[dict]:
+    """Per group, for output: members, each dumped rank's last enqueued and completed collective,
+    and the first collective not every member finished (None: none)."""
+    hang = build(dumps)
+    stuck = {s.group.name: s for s in hang.stuck}
+    return [
+        {
+            "group": g.name,
+            "desc": g.desc,
+            "label": g.label,
+            "members": list(g.members),
+            "members_recorded": g.members_recorded,
+            "ranks": {
+                str(r): {"enqueued": g.enqueued[r], "completed": g.completed[r]} for r in g.dumped
+            },
+            "stuck_at": stuck[g.name].seq if g.name in stuck else None,
+            "stuck_because": _because(stuck[g.name]) if g.name in stuck else None,
+        }
+        for g in hang.groups.values()
+    ]
+
+
+def _because(stuck: Stuck) -> str:
+    """missing (a member never enqueued it), mismatch (members issued different calls) or agreed."""
+    return "missing" if stuck.missing else "mismatch" if stuck.mismatch else "agreed"

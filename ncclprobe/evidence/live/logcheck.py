@@ -1,0 +1,152 @@
+"""Cross-check /proc against what NCCL itself says it read (`--log`, NCCL_DEBUG=INFO logs).
+
+/proc/PID/environ is the environment at exec; NCCL's `VAR set by environment to VALUE` lines are
+what it found when it looked. The three disagreements worth a user's time:
+  set, never read     in /proc, but NCCL never reported reading it (unused on this path, a name
+                      NCCL doesn't know, or the ENV debug subsystem was off);
+  read, other value   NCCL read a value different from /proc (the process changed it at runtime);
+  read, not in /proc  NCCL read it but exec didn't carry it (set in os.environ/setenv inside the
+                      process, or from ~/.nccl.conf or /etc/nccl.conf).
+Logs map to processes by the pid in each line's `host:pid:tid` prefix, or by the `%p` part of an
+NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.recipes import PROOF_VARIABLES
+from ncclprobe.nccl.values import as_logged
+from ncclprobe.numbers import ascii_re, is_digits
+from ncclprobe.secrets import display_value
+
+# NCCL reads these without a `set by environment` line, so their absence proves nothing;
+# NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
+NOT_ECHOED = frozenset(
+    {
+        *PROOF_VARIABLES,
+        "NCCL_DEBUG_TIMESTAMP_FORMAT",
+        "NCCL_DEBUG_TIMESTAMP_LEVELS",
+        "NCCL_CONF_FILE",
+        "NCCL_NO_CACHE",
+        "NCCL_VERSION",
+    }
+)
+_LINE_PID = ascii_re(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
+_FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
+
+
+@dataclass(frozen=True)
+class ProcessNcclLog:
+    pid: int
+    path: str
+    env: dict[str, str]  # variable -> first value NCCL reported
+    nccl_version: str | None
+    host: str | None = None  # the hostname NCCL printed; None when the log had no prefixed lines
+
+    def on_this_host(self) -> bool:
+        """Pids are per host: a multi-node log's lines from other nodes must not match local pids."""
+        return self.host is None or _short_host(self.host) == _short_host(socket.gethostname())
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    pid: int
+    variable: str
+    kind: str  # "set, never read" | "read, other value" | "read, not in /proc"
+    proc_value: str | None
+    nccl_value: str | None
+
+    @property
+    def severity(self) -> str:
+        """Only expectations and lint decide the exit code; these explain what /proc hides."""
+        return "info" if self.kind == "read, not in /proc" else "warning"
+
+    def to_json(self) -> dict:
+        return {
+            "pid": self.pid,
+            "variable": self.variable,
+            "kind": self.kind,
+            "severity": self.severity,
+            "proc_value": display_value(self.variable, self.proc_value),
+            "nccl_value": display_value(self.variable, self.nccl_value),
+        }
+
+
+def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
+    """What each log says of each process; UsageProblem for an unreadable or pid-less log."""
+    try:
+        from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+        from ncclprobe.evidence.text import clean_line, read_text_file
+    except ImportError:
+        raise UsageProblem(
+            "--log needs ncclprobe.evidence.nccl.nccl_log, which this build lacks"
+        ) from None
+    found = []
+    for path in paths:
+        text = read_text_file(path, "NCCL log")
+        groups = _lines_by_process(text, clean_line)
+        if not groups:
+            pid = pid_from_filename(path)
+            if pid is None:
+                raise UsageProblem(
+                    f"--log {path}: no NCCL lines with a pid and no pid in the file name"
+                )
+            groups = {(None, pid): text.splitlines()}
+        for (host, pid), lines in groups.items():
+            parsed = parse_nccl_log("\n".join(lines))
+            found.append(
+                ProcessNcclLog(pid, str(path), dict(parsed.env), parsed.nccl_version, host)
+            )
+    return found
+
+
+def _lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+    """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for line in text.splitlines():
+        match = _LINE_PID.match(clean_line(line))
+        if match:
+            groups.setdefault((match.group(1), int(match.group(2))), []).append(line)
+    return groups
+
+
+def _short_host(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def pid_from_filename(path: str | Path) -> int | None:
+    """The pid in an NCCL_DEBUG_FILE name: the last all-digit dot-separated part (`%h.%p` and
+    `%p.%h` alike, so host `gpu12` never wins), else the last run of digits (`nccl-4242.log`)."""
+    name = Path(path).name
+    parts = [part for part in name.split(".") if is_digits(part) and 2 <= len(part) <= 9]
+    if parts:
+        return int(parts[-1])
+    found = _FILE_PID.findall(name)
+    return int(found[-1]) if found else None
+
+
+def cross_check(
+    pid: int, proc_env: Mapping[str, str], nccl_env: Mapping[str, str]
+) -> list[Disagreement]:
+    out = []
+    for name in sorted(set(proc_env) | set(nccl_env)):
+        if not name.startswith("NCCL_") or name in NOT_ECHOED:
+            continue
+        in_proc, in_log = proc_env.get(name), nccl_env.get(name)
+        if in_log is None and in_proc is not None:
+            out.append(Disagreement(pid, name, "set, never read", in_proc, None))
+        elif in_log is not None and in_proc is None:
+            out.append(Disagreement(pid, name, "read, not in /proc", None, in_log))
+        elif in_log is not None and normalise(name, in_proc) != normalise(name, in_log):
+            out.append(Disagreement(pid, name, "read, other value", in_proc, in_log))
+    return out
+
+
+def normalise(name: str, value: str | None) -> str | None:
+    """The spelling NCCL logs for a value, as NCCL parses it (`ncclprobe.nccl.values.as_logged`)."""
+    return None if value is None else as_logged(name, value.strip())

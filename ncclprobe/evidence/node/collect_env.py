@@ -1,0 +1,183 @@
+"""Read `vllm collect-env` (also `python collect_env.py`) and `python -m sglang.check_env` text.
+
+What they print that matters here: versions (PyTorch, CUDA, driver, vLLM or SGLang, the NCCL that pip
+installed as `nvidia-nccl-cu12==X`), the `nvidia-smi topo -m` block (`GPU Topology:` in vLLM,
+`NVIDIA Topology:` in SGLang; rocm-smi text on ROCm boxes), and, in vLLM, the environment variables
+it shows (`NAME=value` lines, or an `Environment Variables` section in newer versions). Users paste it
+indented, inside markdown, or with other text around it; common indentation is removed first.
+
+The environment is the one of the shell that ran collect-env, not the one the serving workers
+saw: a setting here may never reach the workers (or workers may have more). `ncclprobe env-check
+--pid` reads the workers' own environment.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.node.topo import Topology, node_facts, parse_topo
+from ncclprobe.evidence.text import read_text_file, strip_ansi
+from ncclprobe.nccl.node import NodeFacts
+from ncclprobe.numbers import ascii_re
+from ncclprobe.secrets import mask_env
+
+CAVEAT = (
+    "collect-env shows the environment of the shell that ran it, not of the serving workers; "
+    "`ncclprobe env-check --pid PID` reads what a worker really has"
+)
+_KEY_VALUE = ascii_re(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
+_ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
+_PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
+_TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
+# variables collect-env prints that describe the image, not NCCL settings
+IMAGE_FACTS = ("NCCL_VERSION",)
+
+
+@dataclass
+class CollectEnv:
+    tool: str  # "vllm collect-env" | "sglang check_env"
+    versions: dict[str, str]
+    nccl: dict[str, str]  # source -> version
+    env: dict[str, str]
+    topology: Topology | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nccl_version(self) -> str | None:
+        return self.nccl.get("pip nvidia-nccl") or self.nccl.get("NCCL version line")
+
+    @property
+    def nccl_settings(self) -> dict[str, str]:
+        return {k: v for k, v in self.env.items() if k.startswith("NCCL_") and k not in IMAGE_FACTS}
+
+    @property
+    def node(self) -> NodeFacts | None:
+        """What NCCL's topology rules know of the GPUs its topology block shows (None without one)."""
+        return node_facts(self.topology) if self.topology is not None else None
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": 1,
+            "kind": "collect-env",
+            "tool": self.tool,
+            "versions": self.versions,
+            "nccl_versions": self.nccl,
+            "nccl_version": self.nccl_version,
+            "env": mask_env(self.env),
+            "nccl_settings": mask_env(self.nccl_settings),
+            "topology": self.topology.to_json() if self.topology else None,
+            "caveat": CAVEAT,
+            "notes": self.notes,
+        }
+
+
+def looks_like_collect_env(text: str) -> bool:
+    head = text[:300_000]
+    return bool(
+        re.search(
+            r"^\s*(PyTorch version\s*:|vLLM Version\s*:|sglang\s*:|Versions of relevant libraries)",
+            head,
+            re.M,
+        )
+    )
+
+
+def load_collect_env(path) -> CollectEnv:
+    """The one loader of a collect-env file (diagnose, knobs --lint): read, then parsed."""
+    return parse_collect_env(read_text_file(path, "collect-env output"))
+
+
+def parse_collect_env(text: str) -> CollectEnv:
+    lines = textwrap.dedent(strip_ansi(text).replace("\r\n", "\n")).splitlines()
+    tool = (
+        "sglang check_env"
+        if any(re.match(r"^sglang\s*:", l.strip()) for l in lines)
+        else "vllm collect-env"
+        if any("vLLM Version" in l for l in lines)
+        else None
+    )
+    if tool is None:
+        if not any(l.strip().startswith("PyTorch version") for l in lines):
+            raise UsageProblem(
+                "not collect-env or check_env output: no 'PyTorch version', 'vLLM Version' or "
+                "'sglang:' line"
+            )
+        tool = "torch collect_env"
+    versions, nccl, env = {}, {}, {}
+    for line in lines:
+        s = line.strip()
+        pip = _PIP.match(s)
+        if pip:
+            if pip["name"].startswith("nvidia-nccl"):
+                nccl["pip nvidia-nccl"] = pip["version"]
+            continue
+        var = _ENV.match(s)
+        if var:
+            env[var["name"]] = var["value"]
+            continue
+        kv = _KEY_VALUE.match(s)
+        if kv and kv["value"] and len(kv["key"]) < 40:
+            key = kv["key"].strip()
+            if key in (
+                "PyTorch version",
+                "PyTorch",
+                "vLLM Version",
+                "sglang",
+                "CUDA runtime version",
+                "CUDA used to build PyTorch",
+                "Nvidia driver version",
+                "CUDA Driver Version",
+                "Python version",
+                "Python",
+                "ROCM Version",
+                "NCCL version",
+                "transformers",
+                "triton",
+            ):
+                if kv["value"].strip() not in ("Could not collect", "N/A"):  # said, not a version
+                    versions[key] = kv["value"].strip()
+    if "NCCL version" in versions:
+        nccl["NCCL version line"] = versions["NCCL version"]
+    if "NCCL_VERSION" in env:
+        nccl["NCCL_VERSION variable (the image's system NCCL; torch loads its own)"] = env[
+            "NCCL_VERSION"
+        ]
+    # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
+    # then shows only what the policy shows; a value the mask changes is no valid setting anyway
+    out = CollectEnv(tool, versions, nccl, mask_env(env), None)
+    out.topology = _topology(lines, out.notes)
+    if tool == "sglang check_env":
+        out.notes.append(
+            "sglang check_env prints no environment variables: no NCCL setting to lint from it"
+        )
+    out.notes.append(CAVEAT)
+    return out
+
+
+def _topology(lines: list[str], notes: list[str]) -> Topology | None:
+    start = next(
+        (
+            n
+            for n, l in enumerate(lines)
+            if l.strip().rstrip(":").strip() in _TOPO_HEADERS
+            or any(l.strip().startswith(h + ":") for h in _TOPO_HEADERS)
+        ),
+        None,
+    )
+    if start is None:
+        notes.append("no GPU topology block")
+        return None
+    first = lines[start].split(":", 1)[1].strip()
+    block = ([first] if first else []) + lines[start + 1 :]
+    try:
+        topo = parse_topo("\n".join(block))
+    except UsageProblem as exc:
+        text = " ".join(block[:3])
+        why = "rocm-smi output (ROCm), not nvidia-smi" if "ROCm" in text else str(exc)
+        notes.append(f"topology block not read: {why}")
+        return None
+    topo.source = "collect-env"
+    return topo

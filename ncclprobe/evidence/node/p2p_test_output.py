@@ -1,0 +1,258 @@
+"""Read p2pBandwidthLatencyTest output (NVIDIA cuda-samples) into matrix records.
+
+Every generation prints the same skeleton (checked against the sample's source, cuda-samples
+`Samples/5_Domain_Specific/p2pBandwidthLatencyTest/p2pBandwidthLatencyTest.cu`, old and new):
+`Device: N, NAME, pciBusID: X, pciDeviceID: X, pciDomainID:X` lines, `Device=i CAN|CANNOT Access Peer
+Device=j` lines, a `P2P Connectivity Matrix`, then titled matrices. Titles vary by version and flags:
+`Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)` (older: no `(P2P Writes)`),
+`(P2P Reads)` variants with `--p2p_read`, `Bidirectional ...`, and latency matrices whose body is a
+`GPU` block (CUDA events) followed by a `CPU` block (host timer) in newer versions, or one `D\\D`
+block in older ones. Diagonals are same-GPU copies. `--sm_copy` changes the peer-enabled copies to a
+kernel; the output does not say so, so the engine is taken from a pasted command line that runs the
+test with `--sm_copy` and is otherwise the tool's default (copy engine), with a note saying so. A
+line that only mentions the flag (NVIDIA/nccl#814 pastes `# Without --sm_copy` above its matrices)
+is no command line.
+
+A matrix cut short, or one whose size disagrees with the device list, is a UsageProblem naming the
+line; an output that simply stops after complete matrices is read and the missing ones are noted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.node.matrix import Matrix, gpu_labels
+from ncclprobe.evidence.text import clean_line
+from ncclprobe.numbers import ascii_re
+
+BANNER = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
+_DEVICE = ascii_re(
+    r"^Device: (?P<i>\d{1,19}), (?P<name>.*), pciBusID: (?P<bus>[0-9a-fA-F]+), "
+    r"pciDeviceID: (?P<dev>[0-9a-fA-F]+), pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)\s*$"
+)
+_ACCESS = ascii_re(
+    r"^Device=(?P<i>\d{1,19}) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d{1,19})\s*$"
+)
+_TITLE = ascii_re(
+    r"^(?:(?P<dir>Uni|Bi)directional )?P2P=(?P<peer>Enabled|Disabled) (?P<metric>Bandwidth|Latency)"
+    r"(?: \(P2P (?P<access>Writes|Reads)\))? Matrix \((?P<unit>GB/s|us)\)\s*$"
+)
+_HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d{1,19})+)\s*$")
+_NUMBER = ascii_re(r"^\d{1,19}(?:\.\d{1,19})?$")
+_SM_COPY_RUN = ascii_re(r"p2pBandwidthLatencyTest(?:\.exe)?\s(?:.*\s)?--sm_copy(?:\s|$)")
+EXPECTED = (
+    "Unidirectional P2P=Disabled Bandwidth",
+    "Unidirectional P2P=Enabled Bandwidth",
+    "Bidirectional P2P=Disabled Bandwidth",
+    "Bidirectional P2P=Enabled Bandwidth",
+    "P2P=Disabled Latency",
+    "P2P=Enabled Latency",
+)
+
+
+@dataclass
+class P2PTestOutput:
+    devices: list[dict]  # index, name, pci_bus_id
+    peer_access: list[list[bool | None]]  # CAN/CANNOT lines (diagonal True)
+    matrices: list[Matrix]
+    connectivity: list[list[int]] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "schema_version": 1,
+            "tool": "p2pBandwidthLatencyTest",
+            "devices": self.devices,
+            "peer_access": self.peer_access,
+            "connectivity": self.connectivity,
+            "matrices": [m.to_record() for m in self.matrices],
+            "notes": list(self.notes),
+        }
+
+
+def looks_like_p2p_test(text: str) -> bool:
+    return BANNER in text[:200_000] or bool(
+        re.search(
+            r"^\s*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
+            r"Bandwidth",
+            text[:200_000],
+            re.M,
+        )
+    )
+
+
+def parse_p2p_test(text: str) -> P2PTestOutput:
+    lines = [clean_line(line) for line in text.splitlines()]
+    devices, access = _devices(lines), _access_lines(lines)
+    sm_copy = any(_SM_COPY_RUN.search(line) for line in lines)
+    count = len(devices) or None
+    matrices, connectivity, seen = [], None, []
+    number = 0
+    while number < len(lines):
+        line = lines[number].strip()
+        if line == "P2P Connectivity Matrix":
+            block, number = _block(
+                lines, number + 1, count, "P2P Connectivity Matrix", integers=True
+            )
+            connectivity = [[int(v) for v in row] for row in block[1]]
+            count = count or len(connectivity)
+            continue
+        title = _TITLE.match(line)
+        if title:
+            found, number = _titled(lines, number, title, count, sm_copy)
+            count = count or len(found[0].rows)
+            matrices += found
+            seen.append(_short(title))
+            continue
+        number += 1
+    if not matrices:
+        raise UsageProblem(
+            "no p2pBandwidthLatencyTest matrix found: expected a title such as "
+            "'Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)' followed by its rows"
+        )
+    count = count or len(matrices[0].rows)
+    out = P2PTestOutput(
+        devices=devices,
+        peer_access=_access_matrix(access, count),
+        matrices=matrices,
+        connectivity=connectivity,
+    )
+    missing = [t for t in EXPECTED if t not in seen]
+    if missing:
+        out.notes.append("output ends or skips sections: no " + "; no ".join(missing) + " matrix")
+    if not access:
+        out.notes.append(
+            "no 'Device=i CAN/CANNOT Access Peer Device=j' lines: peer access as the driver "
+            "reports it is unknown (the connectivity matrix says it when present)"
+        )
+        if connectivity:
+            out.peer_access = [[bool(v) for v in row] for row in connectivity]
+    mentioned = not sm_copy and any("--sm_copy" in line for line in lines)
+    out.notes.append(
+        "engine: SM copies (--sm_copy on the command line)"
+        if sm_copy
+        else "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
+        + (
+            "; a line mentions --sm_copy but is not a command line running the test)"
+            if mentioned
+            else ")"
+        )
+    )
+    return out
+
+
+def _short(title: re.Match) -> str:
+    direction = {"Uni": "Unidirectional ", "Bi": "Bidirectional "}.get(title["dir"] or "", "")
+    return f"{direction}P2P={title['peer']} {title['metric']}"
+
+
+def _devices(lines: list[str]) -> list[dict]:
+    out = []
+    for line in lines:
+        m = _DEVICE.match(line.strip())
+        if m and int(m["i"]) == len(out):
+            out.append(
+                {
+                    "index": int(m["i"]),
+                    "name": m["name"].strip(),
+                    "pci_bus_id": f"{int(m['dom'], 16):04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.0",
+                }
+            )
+    return out
+
+
+def _access_lines(lines: list[str]) -> dict[tuple[int, int], bool]:
+    found = {}
+    for line in lines:
+        m = _ACCESS.match(line.strip())
+        if m:
+            found[(int(m["i"]), int(m["j"]))] = m["can"] == "CAN"
+    return found
+
+
+def _access_matrix(access: dict, count: int) -> list[list[bool | None]]:
+    return [[True if i == j else access.get((i, j)) for j in range(count)] for i in range(count)]
+
+
+def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
+    what = lines[number].strip()
+    metric = title["metric"].lower()
+    attrs = dict(
+        metric=metric,
+        direction="bidirectional" if title["dir"] == "Bi" else "unidirectional",
+        peer_access=title["peer"].lower(),
+        engine="sm" if sm_copy and title["peer"] == "Enabled" else "ce",
+        access={"Writes": "write", "Reads": "read", None: None}[title["access"]],
+    )
+    (kind, values), number = _block(lines, number + 1, count, what)
+    timer = {"GPU": "gpu", "CPU": "cpu"}.get(kind) if metric == "latency" else None
+    labels = gpu_labels(len(values))
+    found = [
+        Matrix(
+            rows=labels,
+            cols=labels,
+            values=values,
+            source=f"p2pBandwidthLatencyTest: {what}",
+            timer=timer,
+            **attrs,
+        )
+    ]
+    if metric == "latency" and kind == "GPU":
+        probe = number
+        while probe < len(lines) and not lines[probe].strip():
+            probe += 1
+        header = _HEADER.match(lines[probe]) if probe < len(lines) else None
+        if header and header["kind"] == "CPU":
+            (_, cpu), number = _block(lines, probe, len(values), what + " (CPU block)")
+            found.append(
+                Matrix(
+                    rows=labels,
+                    cols=labels,
+                    values=cpu,
+                    timer="cpu",
+                    source=f"p2pBandwidthLatencyTest: {what} (CPU timer)",
+                    **attrs,
+                )
+            )
+    return found, number
+
+
+def _block(lines, number, count, what, *, integers=False):
+    """The header line and the rows of one matrix starting at `number`; UsageProblem when cut short."""
+    while number < len(lines) and not lines[number].strip():
+        number += 1
+    header = _HEADER.match(lines[number]) if number < len(lines) else None
+    if not header:
+        raise UsageProblem(
+            f"'{what}' has no matrix header after it (line {number + 1}): output cut short?"
+        )
+    cols = [int(c) for c in header["cols"].split()]
+    if cols != list(range(len(cols))):
+        raise UsageProblem(
+            f"'{what}' header at line {number + 1} numbers its columns {cols}, not 0..N-1"
+        )
+    if count is not None and len(cols) != count:
+        raise UsageProblem(
+            f"'{what}' at line {number + 1} has {len(cols)} columns but the output lists "
+            f"{count} devices: matrices of inconsistent sizes"
+        )
+    rows = []
+    for index in range(len(cols)):
+        at = number + 1 + index
+        tokens = lines[at].split() if at < len(lines) else []
+        cells = tokens[1:]
+        good = (
+            tokens
+            and tokens[0] == str(index)
+            and len(cells) == len(cols)
+            and all(_NUMBER.match(c) for c in cells)
+        )
+        if not good:
+            raise UsageProblem(
+                f"'{what}' is cut short or malformed at line {at + 1}: expected row {index} "
+                f"with {len(cols)} numbers"
+            )
+        rows.append([int(c) if integers else float(c) for c in cells])
+    return (header["kind"], rows), number + 1 + len(cols)
