@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from types import ModuleType
 from typing import NamedTuple, NoReturn
 
 from ncclprobe import envvars
@@ -61,7 +62,7 @@ def check(environ=None) -> None:
     load(environ)
 
 
-def load(environ=None):
+def load(environ=None) -> tuple[ModuleType | None, str]:
     """(the C loop's module, "") or (None, why the ctypes loop issues instead)."""
     picked = choice(environ)
     if picked == CTYPES_CHOICE:
