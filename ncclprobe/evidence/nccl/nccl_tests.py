@@ -110,9 +110,15 @@ def _is_nccl_tests(run: NcclTestsRun, lines: list[str]) -> bool:
 
 
 def _failed(lines: list[str]) -> bool:
-    """A line that looks like a failure (a failed run is read, never refused as another format);
-    nccl-tests' own `#` lines (its header names an `error` column) are not the run's failure."""
-    return any(looks_like_failure(line) for line in lines if not line.lstrip().startswith("#"))
+    """A failure the run shows (a failed run is read, never refused as another format): a class
+    explained as a failure, an NCCL WARN line no class explains, or another line that looks like a
+    failure. nccl-tests' own `#` lines (its header names an `error` column) and harmless lines
+    (no libibverbs) are not the run's failure."""
+    if not any(looks_like_failure(line) for line in lines if not line.lstrip().startswith("#")):
+        return False
+    log = parse_nccl_log("\n".join(lines))
+    kinds, warnings = explain(log)
+    return any(k.severity != "info" for k in kinds) or bool(warnings) or bool(log.failure_lines)
 
 
 @dataclass(frozen=True)
