@@ -160,3 +160,15 @@ def test_the_messages_say_what_nccl_does():
 def test_a_number_beyond_64_bits_keeps_the_default():
     assert read_number("NCCL_CUMEM_ENABLE", "9" * 30).number is None
     assert _codes({"NCCL_CUMEM_ENABLE": "9" * 30}) == {("error", "invalid-value")}
+
+
+def test_a_job_known_to_call_a_stranded_collective_fails_and_one_that_does_not_is_fine():
+    """The sweep knows its collectives: NCCL_ALGO=Tree over all_reduce alone says nothing, over
+    broadcast it is an error on 2.24+ (the call fails) and a warning where the version is unknown."""
+    tree = {"NCCL_ALGO": "Tree"}
+    assert lint_env(tree, nccl_version="2.28.9", collectives=["all_reduce"]) == []
+    [broadcast] = lint_env(tree, nccl_version="2.28.9", collectives=["all_reduce", "broadcast"])
+    assert broadcast.severity == "error" and "leaves broadcast no algorithm" in broadcast.message
+    [unknown] = lint_env(tree, collectives=["broadcast"])
+    assert unknown.severity == "warning"
+    assert lint_env(tree, nccl_version="2.23.4", collectives=["broadcast"]) == []

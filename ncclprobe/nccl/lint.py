@@ -41,6 +41,7 @@ from ncclprobe.nccl.lint_tooling import (
     tuner_config,
     tuner_plugin,
 )
+from ncclprobe.nccl.names import COLLECTIVE
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.values import number_meaning, read_number, validate_value
 from ncclprobe.nccl.version import parse_version
@@ -48,11 +49,25 @@ from ncclprobe.verdict import Verdict
 
 
 def lint_env(
-    env: Mapping[str, str], *, node: NodeFacts | None = None, nccl_version: str | None = None
+    env: Mapping[str, str],
+    *,
+    node: NodeFacts | None = None,
+    nccl_version: str | None = None,
+    collectives: Iterable[str] | None = None,
 ) -> list[SettingFinding]:
-    """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored."""
+    """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored.
+    `collectives` (ncclprobe's names or NCCL's, e.g. `all_reduce`): the ones the job calls, where
+    known (a sweep); a rule about what a collective can run then speaks of those only."""
+    called = (
+        frozenset(COLLECTIVE[c].token if c in COLLECTIVE else c.lower() for c in collectives)
+        if collectives is not None
+        else None
+    )
     ctx = Context(
-        {k: v for k, v in env.items() if k.startswith("NCCL_")}, node, parse_version(nccl_version)
+        {k: v for k, v in env.items() if k.startswith("NCCL_")},
+        node,
+        parse_version(nccl_version),
+        called,
     )
     findings: list[SettingFinding] = []
     for rule in _RULES:

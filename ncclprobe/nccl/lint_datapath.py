@@ -300,6 +300,8 @@ def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
         clause = token_list_for(value, function)
         if clause is not None and not any(clause.allows(a) for a in runs):
             stranded.append(function)
+    if ctx.collectives is not None:  # the job's own collectives: only theirs count, and they fail
+        stranded = [f for f in stranded if f in ctx.collectives]
     if not stranded:
         return
     names = ", ".join(stranded)
@@ -308,9 +310,9 @@ def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
         + ("" if ctx.at_least(2, 24) else "; older versions run them on Ring anyway")
     )
     yield SettingFinding(
-        # a warning, not an error: a job that calls only the collectives the list allows runs (an
-        # all-reduce-only job with NCCL_ALGO=Tree); which collectives a job calls is not in its env
-        "warning",
+        # an error where the job is known to call them on 2.24+; else a warning: a job that calls
+        # only the collectives the list allows runs (an all-reduce-only job with NCCL_ALGO=Tree)
+        "error" if ctx.collectives is not None and ctx.at_least(2, 24) else "warning",
         "NCCL_ALGO",
         f"NCCL_ALGO={value} leaves {names} no algorithm they can run (broadcast and reduce run only "
         f"Ring; all-gather and reduce-scatter Ring, PAT, NVLS or CollNetDirect): {consequence}",
