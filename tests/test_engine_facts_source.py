@@ -140,3 +140,18 @@ def test_the_field_names_the_readers_match_are_the_engines_own():
     )
     _, sglang = excerpt("sglang_scheduler_metrics_mixin.py.txt")
     assert any(f'f"{S.SGLANG_ACCEPT_LEN}: {{spec_accept_length:.2f}}' in line for line in sglang)
+
+
+def test_aggregate_says_how_it_fell_back():
+    """Without usable weights the value is the plain mean, said so (weighted_by None), with the
+    intervals counted and the plain mean kept for comparison."""
+    for weights in ([3, None], [0, 0], [-1, 1]):
+        fell = aggregate([2.0, 4.0], weights, "w")
+        assert (fell.value, fell.intervals, fell.weighted_by, fell.plain_mean) == (
+            3.0,
+            2,
+            None,
+            3.0,
+        )
+    one = aggregate([2.0, 4.0], [0, 1], "w")  # a total weight of 1 is a weight
+    assert (one.value, one.weighted_by) == (4.0, "w")

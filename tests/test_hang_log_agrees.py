@@ -221,3 +221,15 @@ def test_the_findings_say_it_word_for_word(tmp_path):
         "rank 1: BROADCAST of 262,144 elements; rank 2: ALLREDUCE of 1,048,576 elements"
     )
     assert "(its SequenceNumber=3 counts from 0)" in detail.detail
+
+
+def test_the_watchdog_findings_evidence_and_its_times(tmp_path):
+    """What a log-only finding carries, key by key, on the recorded NCCL skip (rank 0's lines)."""
+    f = diagnose(load_evidence(logs=logs(RECORDED / "nccl" / "skip"))).findings[0]
+    assert f.evidence["group"] == "0" and f.evidence["because"] == "missing"
+    assert f.evidence["calls"] == {"0": "ALLREDUCE of 1,048,576 elements"}
+    assert f.evidence["ran_ms"] == {"0": 10099} and "after 10099 ms" in f.detail
+    groups = diagnose(load_evidence(logs=logs(RECORDED / "nccl" / "groups"))).findings[0]
+    assert groups.detail.endswith(
+        "Issue collectives of different groups in one order on every rank."
+    )
