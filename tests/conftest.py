@@ -15,6 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+# the suite's groups under pytest-xdist, and NCCLPROBE_TESTS_CPU's per-test costs (hooks, by name)
+from tests.suite_schedule import (  # noqa: F401
+    pytest_cmdline_main,
+    pytest_collection_modifyitems,
+    pytest_runtest_protocol,
+)
+
 # A suite started with SIGINT ignored (`cmd &` from a non-interactive shell) hands that on to every
 # process it starts, and the Ctrl-C tests would wait for an interrupt that never lands (seen
 # 2026-12-06: three failures, all of them this). A handler, unlike SIG_IGN, is reset at exec.
