@@ -19,8 +19,10 @@ import torch
 from tests.suite_schedule import (  # noqa: F401
     pytest_cmdline_main,
     pytest_collection_modifyitems,
+    pytest_configure_node,
     pytest_runtest_protocol,
 )
+from tests.suite_schedule import pytest_configure as _schedule_configure
 
 # A suite started with SIGINT ignored (`cmd &` from a non-interactive shell) hands that on to every
 # process it starts, and the Ctrl-C tests would wait for an interrupt that never lands (seen
@@ -31,6 +33,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 def pytest_configure(config):
     torch.set_num_threads(1)
+    _schedule_configure(config)
 
 
 TESTS = Path(__file__).resolve().parent

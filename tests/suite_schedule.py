@@ -70,6 +70,26 @@ def pytest_cmdline_main(config):
         config.option.loadscopereorder = False  # HEAVY's order, not xdist's (most tests first)
 
 
+TERMINAL = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook, in the controller: what each worker is told
+def pytest_configure_node(node):
+    node.workerinput["terminal_env"] = {name: os.environ.get(name) for name in TERMINAL}
+
+
+def pytest_configure(config):
+    """A worker starts with COLUMNS=80 and LINES=24 in its environment where the suite was started
+    without them (seen with pytest-xdist 3.8): tables, and every CLI a test starts, would wrap at
+    80 columns instead of the 100 a run without a terminal gets (tests/test_failure_lines.py failed
+    so). The workers get the environment the suite was started with."""
+    for name, value in getattr(config, "workerinput", {}).get("terminal_env", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _group(item: pytest.Item) -> str:
     if item.get_closest_marker("timing"):
         return "timing"
