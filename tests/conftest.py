@@ -21,6 +21,7 @@ from tests.suite_schedule import (  # noqa: F401
     pytest_collection_modifyitems,
     pytest_configure_node,
     pytest_runtest_protocol,
+    pytest_xdist_make_scheduler,
 )
 from tests.suite_schedule import pytest_configure as _schedule_configure
 

@@ -68,7 +68,6 @@ def test_rejection_accepts_everything_when_draft_equals_target():
     assert accepted.eq(2).all()  # u * q < p with p == q holds for every u < 1
 
 
-@pytest.mark.timing  # bounds sleeps' wall time
 def test_phase_timer_host_time_between_marks():
     """Host time per interval is the wall time between two marks minus the phases recorded in
     between; a sleep outside any phase is host time, a sleep inside a phase is not."""

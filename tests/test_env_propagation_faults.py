@@ -17,8 +17,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytestmark = pytest.mark.timing  # Ctrl-C and SIGTERM while drivers run
-
 CLI = [sys.executable, "-m", "ncclprobe", "probe", "env-propagation"]
 BOUND_S = 60
 

@@ -21,9 +21,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
-
-pytestmark = pytest.mark.timing  # Ctrl-C at moments of the start-up
 
 SWEEP = ["sweep", "--backend", "gloo", "--nranks", "2", "--sizes", "4K", "--proto", "default"]
 SWEEP += ["--algo", "default", "--iters", "1", "--trials", "1", "--warmup", "0", "--timeout", "30"]

@@ -17,12 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
-import pytest
 import torch.distributed  # noqa: F401  (imported before timing: run_pool's first call would import it)
 
 from ncclprobe.launch import PoolSpec, run_pool
-
-pytestmark = pytest.mark.timing  # a 6 s timeout, and when it is declared
 
 TIMEOUT_S = 6
 BOUND_S = 90  # a hang is a failure, never a test that does not end

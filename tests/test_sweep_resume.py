@@ -8,13 +8,10 @@ import sys
 import time
 
 import psutil
-import pytest
 
 from ncclprobe.records import read_results
 from ncclprobe.sweep import session
 from ncclprobe.sweep.plan import SweepSpec
-
-pytestmark = pytest.mark.timing  # SIGKILL while the first pool runs
 
 ARGS = [
     "--sizes",

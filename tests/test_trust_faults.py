@@ -31,7 +31,6 @@ def _timed(spec):
     return outcome, time.monotonic() - started
 
 
-@pytest.mark.timing  # waits on 4 s timeouts
 def test_every_hang_is_killed_at_its_timeout_and_a_killed_rank_is_named():
     hung_start = {
         t: PoolSpec(

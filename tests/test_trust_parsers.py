@@ -99,7 +99,6 @@ def _best(parse, text, repeats=3) -> float:
     return min(times)
 
 
-@pytest.mark.timing  # compares two wall times
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_a_long_line_costs_linear_time(name):
     parse = PARSERS[name]

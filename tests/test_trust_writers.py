@@ -347,7 +347,6 @@ def _wait_for(predicate, proc, limit_s=90):
     return False
 
 
-@pytest.mark.timing  # SIGTERM between two pools
 def test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue(tmp_path):
     """SIGTERM after the first configuration (the second pool is starting): the finished
     configuration stays, the last line says --resume, no pool or log directory is left."""
@@ -365,7 +364,6 @@ def test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue(tmp_
     assert not list(tmp_path.glob("ncclprobe-*"))
 
 
-@pytest.mark.timing  # Ctrl-C before the first result
 def test_a_sweep_interrupted_before_any_result_leaves_no_file(tmp_path):
     """Ctrl-C before the first configuration ends: exit 130, and no file that would block the rerun."""
     out = tmp_path / "sweep.jsonl"
