@@ -9,11 +9,13 @@ sweep's results, not the steps' graphs or the model's expected costs.
 from __future__ import annotations
 
 from ncclprobe.diagnose.commands import profile_command, sweep_next
+from ncclprobe.diagnose.run.ledger import COLLECTIVE
+from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.diagnose.run.rules_ranks import with_wait_split
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 
-COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
+COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: where the time goes
 COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much
 SWEEP_EXCESS = 2.0  # engine collectives this many times the sweep's time: suspicious
 
@@ -82,9 +84,12 @@ def _bound_finding(ev, bound: dict) -> Finding:
         if run.per_token_count is not None
         else ""
     )
+    unit = "token" if run.ms_per_token else "step"
     finding = Finding(
         rule="collective-bound",
-        severity="warning",
+        # where the time goes, not what is wrong: what a lever could win there is a bound, and a
+        # bound on a healthy run is no warning (a comparison with a sweep or a baseline is)
+        severity="info",
         confidence="high",
         title=f"collectives take {share:.0%} of the step time ({worst}"
         + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
@@ -106,13 +111,30 @@ def _bound_finding(ev, bound: dict) -> Finding:
             "ms_per_token": run.ms_per_token,
             "sizes_bytes": sizes,
         },
-        cost_ms_per_token=share * (run.ms_per_token or 0.0) or None,
-        cost_ms_per_step=share * per_step,
+        cost=collective_cost(worst, run, share, per_step, unit, (COLLECTIVE,)),
         next_command=sweep_next(ev, sizes),
     )
     # profiles of several ranks: the share is part waiting for a rank, part moving data
-    unit = "token" if run.ms_per_token else "step"
     return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE, unit)
+
+
+def collective_cost(
+    name: str, run, share: float, per_unit: float, unit: str, covers: tuple
+) -> Cost:
+    """At most what a lever on the collectives could win: their share of the run's time (a bound,
+    `share` of `per_unit` ms per `unit`) in the ledger of the run called `name`."""
+    whole = run.ms_per_token * run.new_tokens if run.ms_per_token and run.new_tokens else None
+    if whole is None and run.source == "profile":
+        whole = run_ms(run)
+    return Cost.bound(
+        share * per_unit,
+        unit,
+        f"the collectives' share of the run's time ({share:.0%}): what fewer, larger or faster "
+        "collectives could win at most",
+        run=name,
+        covers=covers,
+        total_ms=share * whole if whole else None,
+    )
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:

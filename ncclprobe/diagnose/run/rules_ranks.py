@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from ncclprobe.diagnose.run.ledger import COLLECTIVE, TRANSFER, WAIT
+from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
 from ncclprobe.evidence.run.profile.align import LATE_FACTOR
-from ncclprobe.findings import Finding, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, RuledOut, severity_for_share
 
 SKEW_WARN = 0.10  # without matched collectives: ranks' median steps more than 10% apart
 STRAGGLER_RATIO = 2.0  # a rank whose excess wait is at least twice any other rank's ...
@@ -34,7 +36,7 @@ def ranks_skew(ev: E.Evidence) -> list:
         if src != "trace" or len(run.ranks) < 2:
             continue
         if run.alignment is not None:
-            out.append(_straggler_outcome(run.alignment))
+            out.append(_straggler_outcome(run.alignment, run))
             continue
         out.extend(_step_time_skew(ev, run))
     return out
@@ -52,7 +54,7 @@ def straggler(al) -> tuple[object | None, float]:
     return (top if named else None), share
 
 
-def _straggler_outcome(al):
+def _straggler_outcome(al, run):
     late, share = straggler(al)
     typical = (al.typical_spread_us or 0.0) / 1000.0
     window = al.window_us / 1000.0
@@ -125,6 +127,26 @@ def _straggler_outcome(al):
             "wait_ms_by_rank": {t.rank: round(t.wait_us / 1000.0, 3) for t in totals},
             "transfer_ms_by_rank": {t.rank: round(t.transfer_us / 1000.0, 3) for t in totals},
         },
+        cost=_wait_cost(run, share),
+    )
+
+
+def _wait_cost(run, share: float) -> Cost | None:
+    """What the late rank costs the others: its excess wait's share of the aligned window, per
+    step of the run (its steps at their median), profiled (the profiler's host cost may be in the
+    late rank's delay)."""
+    steps = sum(p.count for p in run.phases.values() if p.count and p.kind != "prefill")
+    whole = run_ms(run)
+    if not steps or not whole:
+        return None
+    return Cost.profiled(
+        share * whole / steps,
+        "step",
+        "the other ranks' wait for the late rank beyond a typical call's, as a share of the "
+        "aligned window (profiled)",
+        run=run.name("trace"),
+        covers=(COLLECTIVE, WAIT),
+        total_ms=share * whole,
     )
 
 
@@ -153,7 +175,7 @@ def with_wait_split(
     )
     return dataclasses.replace(
         finding,
-        severity="warning" if moving >= bound else "info",
+        severity="info",  # a bound: what NCCL settings could win on the moving part at most
         title=f"collectives take {share:.0%} of the step time: {waiting:.0%} waiting for {who}, "
         f"{moving:.0%} moving data",
         detail=(
@@ -171,8 +193,18 @@ def with_wait_split(
             "transfer_share_of_collective_time": round(split["transfer"], 3),
             "straggler_rank": split["straggler"],
         },
-        cost_ms_per_token=moving * (run.ms_per_token or 0.0) or None,
-        cost_ms_per_step=moving * per_step,
+        cost=dataclasses.replace(
+            finding.cost,
+            high=moving * per_step,
+            total_ms=None
+            if finding.cost.total_ms is None
+            else finding.cost.total_ms * moving / share,
+            covers=(COLLECTIVE, TRANSFER),
+            basis="the collectives' time moving data once every rank is in: what NCCL settings, "
+            "fewer or larger collectives could win at most",
+        )
+        if finding.cost
+        else None,
     )
 
 
