@@ -173,10 +173,14 @@ def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
     )
 
 
-def _slowdown(src, run, base, difference: float) -> Cost:
+def _slowdown(src, run, base, difference: float) -> Cost | None:
     """The measured difference per token, its range from the repeats' spreads where both runs
     have them: the pool of the run's time ledger (its causes never add past it)."""
     mine, theirs = _speed_sample(run), _speed_sample(base)
+    if difference <= 0:  # the step timers disagree with the tokens/s the noise rule judged
+        difference = 1000.0 * (mine.median - theirs.median)
+    if difference <= 0:
+        return None
     both = mine.repeats > 1 and theirs.repeats > 1
     low = max(0.0, 1000.0 * (mine.low - theirs.high)) if both else difference
     high = max(low, 1000.0 * (mine.high - theirs.low)) if both else difference

@@ -206,6 +206,8 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
     for c in run.collectives:
         if not c.size_bytes or not c.time_us or not c.count:
             continue
+        if c.library is not None and c.library not in ("NCCL", "RCCL", "gloo"):
+            continue  # the sweep measures NCCL (or gloo through torch): not this library's kernels
         per_call = c.time_us / c.count
         hit = sweep_time_us(
             ev.sweep, settings={}, nranks=nranks, op=c.op, mode="graph", size=c.size_bytes

@@ -32,6 +32,7 @@ meet, and waits for the rank whose profiler started last.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -132,6 +133,9 @@ class Lateness:
     own_kernels_us: float = 0.0  # its GPU ran its own kernels between the first arrival and its own
     idle_us: float = 0.0  # its GPU ran nothing of its own then: the host was late (a host gap)
     launch_late_us: float | None = None  # median: its host's launch call after the first arrival
+    # set by `always_last`: the chance of arriving last this often were every rank equally likely;
+    # its calls are then every call it arrived last at, its excess the margins over the next-latest
+    chance: float | None = None
 
 
 @dataclass
@@ -145,6 +149,9 @@ class Alignment:
     unmatched: dict[int, int] = field(default_factory=dict)  # rank -> collective kernels not paired
     mismatched: int = 0  # heads that overlapped but disagreed in operation or size (dropped)
     typical_spread_us: float | None = None
+    # True: CPU-only profiles, matched by their host collective ops (gloo's `gloo:all_reduce`, whose
+    # span on gloo's thread runs from the rank's arrival to the end of the call, as a kernel's does)
+    on_host: bool = False
     _timelines: list[Timeline] = field(default_factory=list, repr=False)
     _shifts: list[float] = field(default_factory=list, repr=False)
 
@@ -193,8 +200,37 @@ class Alignment:
             out.append(row)
         return sorted(out, key=lambda r: -r.excess_us)
 
+    def always_last(self) -> tuple[Lateness, float] | None:
+        """The rank that arrives last most often, as a Lateness over the calls it arrived last at
+        (its excess: how long after the next-latest rank it came, which is what the others would
+        not have waited had it come with that rank), and the chance of arriving last that often
+        were every rank equally likely to (binomial, 1 in the call's ranks); None without calls.
+        A rank late before every call makes every call's spread its delay, so the late calls of
+        `lateness` (over LATE_FACTOR x the median spread) miss it: this finds it by who comes last."""
+        if not self.calls:
+            return None
+        counts: dict[int, list[Call]] = {}
+        for call in self.calls:
+            counts.setdefault(call.last, []).append(call)
+        pos, calls = max(counts.items(), key=lambda kv: len(kv[1]))
+        margins = [_margin(c) for c in calls]
+        row = Lateness(
+            rank=self.ranks[pos],
+            calls=len(calls),
+            excess_us=sum(margins),
+            median_spread_us=statistics.median(margins),
+            largest_us=max(margins),
+        )
+        self._where_time_went(pos, calls, row)
+        members = statistics.median(len(c.members) for c in self.calls)
+        row.chance = _binomial_tail(len(self.calls), len(calls), 1.0 / members)
+        return row, row.chance
+
     def _where_time_went(self, pos: int, calls: list[Call], row: Lateness) -> None:
-        """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle)."""
+        """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle);
+        on the host alone (`on_host`) not known: the profile keeps no GPU work to split it by."""
+        if self.on_host:
+            return
         busy = _busy_intervals(self._timelines[pos], self._shifts[pos])
         starts = [b[0] for b in busy]
         launches = []
@@ -211,16 +247,26 @@ class Alignment:
 
 def align(timelines: list[Timeline]) -> Alignment | None:
     """The ranks' collective calls matched (module docstring); None with fewer than two ranks or
-    no collective kernel."""
-    if len(timelines) < 2 or not all(tl.gpu for tl in timelines):
+    no collective kernel (nor, on CPU-only profiles, host collective op) to match."""
+    if len(timelines) < 2:
+        return None
+    on_host = not any(tl.gpu for tl in timelines)
+    if not on_host and not all(tl.gpu for tl in timelines):
         return None
     ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
     shifts, clock, confidence = _clock(timelines)
-    per_rank = [_arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
+    arrivals = _host_arrivals if on_host else _arrivals
+    per_rank = [arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
     result = Alignment(
-        ranks, BY_ORDER, clock, confidence, _timelines=list(timelines), _shifts=shifts
+        ranks,
+        BY_ORDER,
+        clock,
+        confidence,
+        on_host=on_host,
+        _timelines=list(timelines),
+        _shifts=shifts,
     )
     methods = set()
     for group in sorted({g for groups in per_rank for g in groups}, key=str):
@@ -313,6 +359,36 @@ def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
                 group=group,
                 seq=seq,
             )
+        )
+    return out
+
+
+def _margin(call: Call) -> float:
+    """How long after the next-latest rank the last one arrived."""
+    starts = sorted(a.start for a in call.arrivals)
+    return starts[-1] - starts[-2] if len(starts) > 1 else 0.0
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): how likely k or more last arrivals of n are by chance."""
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def _host_arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
+    """A CPU-only profile's collectives from their host ops (`<backend>:<op>`: gloo runs the call
+    on its own thread, from the rank's arrival until every rank's data has moved), one group: the
+    annotations name none."""
+    out: dict[str | None, list[Arrival]] = {}
+    for op in sorted(tl.backend_ops, key=lambda o: o.ts):
+        if op.op in POINT_TO_POINT or op.op == "barrier":
+            continue
+        size = (
+            op.nelems * ELEMENT_BYTES[op.dtype]
+            if op.nelems is not None and op.dtype in ELEMENT_BYTES
+            else None
+        )
+        out.setdefault(None, []).append(
+            Arrival(op.ts + shift, op.ts + op.dur + shift, None, op.op, size, None, None)
         )
     return out
 
