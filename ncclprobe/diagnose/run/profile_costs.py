@@ -45,8 +45,8 @@ class Tokens:
 
 
 UNKNOWN_VERIFY = (
-    "the tokens each verify kept are not in the trace (no recorded shapes for the KV cache's "
-    "growth, no server log's acceptance): a verify keeps 1 to k+1 tokens"
+    "the tokens each verify kept are not in the trace: no recorded shapes show the KV cache's "
+    "growth and no server log its acceptance, and a verify keeps 1 to k+1 tokens"
 )
 
 
@@ -102,7 +102,7 @@ def share(total_ms: float, run) -> float | None:
 
 def per_token_words(value: float | None, toks: Tokens) -> str:
     if value is None:
-        return f"per token unknown ({toks.why or 'the tokens are unknown'})"
+        return f"per token unknown ({(toks.why or 'the tokens are unknown').split(':')[0]})"
     return f"about {value:.3f} ms per token"
 
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.run import profile_costs as C
-from ncclprobe.diagnose.run import rules_profile_baseline, rules_profile_eager, rules_profile_steps
+from ncclprobe.diagnose.run import (
+    rules_collective_baseline,
+    rules_profile_baseline,
+    rules_profile_eager,
+    rules_profile_steps,
+)
 from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
@@ -266,6 +271,7 @@ RULES = (
     rules_profile_eager.RULES
     + rules_profile_steps.RULES
     + rules_profile_baseline.RULES
+    + rules_collective_baseline.RULES
     + (
         nccl_from_kernels,
         collective_calls,

@@ -13,7 +13,7 @@ from ncclprobe.diagnose.run.levers import lever_words
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
-from ncclprobe.evidence.run.profile.align import LATE_FACTOR
+from ncclprobe.evidence.run.profile.align import LATE_FACTOR, LATE_FLOOR_US
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 SKEW_WARN = 0.10  # without matched collectives: ranks' median steps more than 10% apart
@@ -50,7 +50,8 @@ def straggler(al) -> tuple[object | None, float]:
     """(the rank's Lateness, its share of the aligned window) when one rank holds the others up:
     its excess wait is at least STRAGGLER_RATIO × any other rank's and STRAGGLER_MIN_SHARE of the
     window; or, late before every call (so that no call stands out), it arrives last more often
-    than chance allows (`always_last`, ALWAYS_LAST_CHANCE) by STRAGGLER_MIN_SHARE of the window;
+    than chance allows (`always_last`, ALWAYS_LAST_CHANCE), by a median margin over the next-latest
+    rank above launch jitter (LATE_FLOOR_US) and STRAGGLER_MIN_SHARE of the window;
     (None, the largest share) otherwise."""
     lates = al.lateness()
     top = lates[0]
@@ -63,7 +64,11 @@ def straggler(al) -> tuple[object | None, float]:
     if last is not None:
         row, chance = last
         last_share = row.excess_us / al.window_us if al.window_us else 0.0
-        if chance <= ALWAYS_LAST_CHANCE and last_share >= STRAGGLER_MIN_SHARE:
+        if (
+            chance <= ALWAYS_LAST_CHANCE
+            and last_share >= STRAGGLER_MIN_SHARE
+            and (row.median_spread_us or 0.0) > LATE_FLOOR_US
+        ):
             return row, last_share
     return None, share
 
@@ -73,7 +78,7 @@ def last_arrivals(al) -> tuple[object, float] | None:
     return al.always_last()
 
 
-def _straggler_outcome(al, run):
+def _straggler_outcome(al, run=None):
     late, share = straggler(al)
     typical = (al.typical_spread_us or 0.0) / 1000.0
     window = al.window_us / 1000.0
@@ -178,6 +183,8 @@ def _wait_cost(run, share: float) -> Cost | None:
     """What the late rank costs the others: its excess wait's share of the aligned window, per
     step of the run (its steps at their median), profiled (the profiler's host cost may be in the
     late rank's delay)."""
+    if run is None:
+        return None
     steps = sum(p.count for p in run.phases.values() if p.count and p.kind != "prefill")
     whole = run_ms(run)
     if not steps or not whole:
