@@ -58,8 +58,6 @@ def straggler(al) -> tuple[object | None, float]:
     others = max((row.excess_us for row in lates[1:]), default=0.0)
     share = top.excess_us / al.window_us if al.window_us else 0.0
     named = top.calls and top.excess_us >= STRAGGLER_RATIO * others and share >= STRAGGLER_MIN_SHARE
-    if named:
-        return top, share
     last = al.always_last()
     if last is not None:
         row, chance = last
@@ -68,9 +66,10 @@ def straggler(al) -> tuple[object | None, float]:
             chance <= ALWAYS_LAST_CHANCE
             and last_share >= STRAGGLER_MIN_SHARE
             and (row.median_spread_us or 0.0) > LATE_FLOOR_US
+            and (not named or last_share > share)  # the reading that explains more of the wait
         ):
             return row, last_share
-    return None, share
+    return (top if named else None), share
 
 
 def last_arrivals(al) -> tuple[object, float] | None:
