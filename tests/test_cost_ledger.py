@@ -168,7 +168,7 @@ def _inputs() -> dict[str, dict]:
         out[f"profile {path.name}"] = {"profiles": [path]}
     for path in sorted((PROFILES / "hf").glob("*.json.gz")):
         out[f"profile {path.name}"] = {"profiles": [path]}
-    for folder, n in (("ranks", 2), ("gloo", None)):
+    for folder in ("ranks", "gloo"):
         for scenario in sorted(
             {p.name.rsplit("_rank", 1)[0] for p in (PROFILES / folder).glob("*_rank*.json.gz")}
         ):

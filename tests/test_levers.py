@@ -189,7 +189,9 @@ def test_a_rank_late_before_every_call_is_named_though_no_call_stands_out():
     assert not al.late_calls()  # every call's spread is the typical one
     late, share = RR.straggler(al)
     assert late.rank == 1 and late.calls == 20 and late.median_spread_us == 100.0
-    assert late.chance == pytest.approx(0.5**20) and share == pytest.approx(2000.0 / 19_150.0)  # the window ends at the last call's end
+    assert late.chance == pytest.approx(0.5**20) and share == pytest.approx(
+        2000.0 / 19_150.0
+    )  # the window ends at the last call's end
 
 
 @pytest.mark.parametrize("margin,named", [(10.0, False), (10.001, True)])
