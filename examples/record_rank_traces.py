@@ -70,6 +70,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "for more ranks than cores)",
     )
     parser.add_argument(
+        "--nccl-env",
+        action="append",
+        default=[],
+        metavar="NCCL_X=VALUE",
+        help="an NCCL setting every rank exports before its communicator exists (repeatable)",
+    )
+    parser.add_argument(
         "--step-marks",
         action="store_true",
         help="call the profiler's step() after each step (ProfilerStep#N annotations, as a "
@@ -85,6 +92,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if opts.device == "cpu" and "graph_host_late" in names:
         parser.error("graph_host_late needs CUDA graphs: leave it out with --device cpu")
     opts.only = names
+    for item in opts.nccl_env:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.startswith("NCCL_") or not key.replace("_", "").isalnum():
+            parser.error(f"--nccl-env {item!r}: NCCL_NAME=VALUE")
     if not 2 <= opts.world <= 64 or not 0 <= opts.late_rank < opts.world:
         parser.error("--world must be 2..64 and --late-rank one of its ranks")
     if not opts.prefix.replace("_", "").replace("-", "").isalnum():
@@ -162,6 +173,9 @@ class TPStep:
 def worker(rank: int, scenario: str, opts, port: int) -> None:
     os.environ["NCCL_HOSTID"] = f"trace-fixtures-rank{rank}"
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+    for item in opts.nccl_env:
+        key, _, value = item.partition("=")
+        os.environ[key] = value
     from datetime import timedelta
 
     import torch
@@ -255,7 +269,7 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
         "warmup_steps": warm,
         "extra_gemms": extra.describe() if extra else None,
         "trace": trace,
-        "env": {k: os.environ[k] for k in ("NCCL_HOSTID", "NCCL_NVLS_ENABLE")},
+        "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
     write_json(part_path(opts, rank, scenario), doc)
     say(f"  {scenario} rank {rank}: {trace['bytes'] / 1e6:.2f} MB, {trace['counts']}")
