@@ -226,3 +226,14 @@ def test_the_straggler_words_say_how_it_was_found():
         "arrives last"
     )
     assert out.cost.covers == ("collective", "wait") and out.cost.kind == "profiled"
+
+
+@pytest.mark.parametrize("k,named", [(149, False), (150, True)])
+def test_last_at_most_calls_by_a_slight_bias_is_no_straggler(k, named):
+    """200 calls of 2 ranks: last at 149 is far beyond chance (1e-12) but under the cut, halfway
+    between chance and every call (75 %: ranks taking turns on one GPU keep an order); 150 is at it."""
+    assert RR.always_last_cut(2) == 0.75 and RR.always_last_cut(4) == 0.625
+    al = _alignment(_late_every(100.0, n_calls=200, late_at=set(range(k))))
+    late, _ = RR.straggler(al)
+    assert A._binomial_tail(200, k, 0.5) < 1e-9
+    assert (late is not None) is named

@@ -82,9 +82,12 @@ def test_the_late_rank_is_named_by_who_arrives_last(diagnosed, job):
         rank["steps"][-1]["start_ns"] - rank["steps"][0]["start_ns"] for rank in truth["ranks"]
     ]
     assert (max(totals) - min(totals)) / max(totals) < 0.10
-    # late before every call: found by arriving last far more often than chance allows
-    assert late.evidence["found_by"] == "arrives last more often than chance"
-    assert late.evidence["chance_of_arriving_last_this_often"] < 1e-3
+    # late before every call: found by arriving last far more often than chance allows, or, where
+    # some calls stand out against the typical one, by those, with the last arrivals said
+    if late.evidence["found_by"] == "arrives last more often than chance":
+        assert late.evidence["chance_of_arriving_last_this_often"] < 1e-3
+    else:
+        assert "It also arrives last at 11 of 11 calls" in late.detail
     # it came at least about the chosen delay after the next-latest rank, never more than the
     # latest it was measured ready after another rank's step start
     measured = truth["delay"]["measured"]["late_rank_ready_after_other_start_ms"]
@@ -123,6 +126,19 @@ def test_the_straggler_numbers_are_the_traces_own(diagnosed, job, scenario):
             assert f"rank {rank} at {lasts.count(rank)}" in outcome.reason
         return
     rank = outcome.evidence["straggler_rank"]
+    typical = statistics.median(spreads)
+    if outcome.evidence["found_by"] == "late calls":  # the calls over 2x the typical spread
+        late = [
+            sp for sp, last in zip(spreads, lasts) if last == rank and sp > max(2 * typical, 10.0)
+        ]
+        assert outcome.evidence["late_calls"] == len(late) >= 1
+        assert outcome.evidence["median_late_ms"] == pytest.approx(
+            statistics.median(late) / 1000, abs=1e-4
+        )
+        excess = sum(sp - typical for sp in late)
+        assert outcome.evidence["excess_wait_ms"] == pytest.approx(excess / 1000, abs=1e-3)
+        assert outcome.evidence["share_of_window"] == pytest.approx(excess / window, abs=1e-4)
+        return
     mine = [c for c, last in zip(calls, lasts) if last == rank]
     margins = [sorted(c)[-1] - sorted(c)[-2] for c in mine]
     assert outcome.evidence["late_calls"] == len(mine) == lasts.count(rank)

@@ -49,27 +49,38 @@ def ranks_skew(ev: E.Evidence) -> list:
 def straggler(al) -> tuple[object | None, float]:
     """(the rank's Lateness, its share of the aligned window) when one rank holds the others up:
     its excess wait is at least STRAGGLER_RATIO × any other rank's and STRAGGLER_MIN_SHARE of the
-    window; or, late before every call (so that no call stands out), it arrives last more often
-    than chance allows (`always_last`, ALWAYS_LAST_CHANCE), by a median margin over the next-latest
-    rank above launch jitter (LATE_FLOOR_US) and STRAGGLER_MIN_SHARE of the window;
+    window; or, where no call stands out (a rank late before every call makes every call's spread
+    its delay), it arrives last more often than chance allows (`always_last`, ALWAYS_LAST_CHANCE)
+    at `always_last_cut` of the calls or more, by a median margin over the next-latest rank above
+    launch jitter (LATE_FLOOR_US) and STRAGGLER_MIN_SHARE of the window;
     (None, the largest share) otherwise."""
     lates = al.lateness()
     top = lates[0]
     others = max((row.excess_us for row in lates[1:]), default=0.0)
     share = top.excess_us / al.window_us if al.window_us else 0.0
     named = top.calls and top.excess_us >= STRAGGLER_RATIO * others and share >= STRAGGLER_MIN_SHARE
+    if named:  # late calls stand out against the typical one: their excess is the surer figure
+        return top, share
     last = al.always_last()
     if last is not None:
         row, chance = last
         last_share = row.excess_us / al.window_us if al.window_us else 0.0
+        ranks = len(al.ranks)
         if (
             chance <= ALWAYS_LAST_CHANCE
+            and row.calls >= always_last_cut(ranks) * len(al.calls)
             and last_share >= STRAGGLER_MIN_SHARE
             and (row.median_spread_us or 0.0) > LATE_FLOOR_US
-            and (not named or last_share > share)  # the reading that explains more of the wait
         ):
             return row, last_share
-    return (top if named else None), share
+    return None, share
+
+
+def always_last_cut(ranks: int) -> float:
+    """The share of the calls a rank must arrive last at to be late before every call: halfway
+    between chance (1 in `ranks`) and every call, so that a slight bias over many calls (ranks
+    taking turns on one GPU in a fixed order) is not read as a rank late before each."""
+    return (1.0 + 1.0 / ranks) / 2.0
 
 
 def last_arrivals(al) -> tuple[object, float] | None:
@@ -139,6 +150,16 @@ def _straggler_outcome(al, run=None):
         f"arrived last by a median {late.median_spread_us / 1000.0:.3f} ms (largest "
         f"{late.largest_us / 1000.0:.3f} ms)"
     )
+    also = al.always_last() if not always else None
+    if also and also[0].rank == rank and also[1] <= ALWAYS_LAST_CHANCE:
+        row = also[0]
+        if row.calls >= always_last_cut(len(al.ranks)) * len(al.calls):
+            how += (
+                f". It also arrives last at {row.calls} of {len(al.calls)} calls (the chance of "
+                f"that were every rank equally likely: {row.chance:.1e}), a median "
+                f"{row.median_spread_us / 1000.0:.3f} ms after the next-latest rank: late before "
+                "most calls, of which only the ones that stand out are counted in its cost"
+            )
     return Finding(
         rule="rank-skew",
         severity=severity_for_share(share),
