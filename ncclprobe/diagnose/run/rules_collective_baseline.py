@@ -53,7 +53,7 @@ def against_baseline_calls(ev: E.Evidence) -> list:
     """Every collective of the run under diagnosis against the baseline's at the same operation,
     size and library (module docstring)."""
     runs = [(src, run) for src, run in ev.all_runs() if src == "trace" and run.source == "profile"]
-    bases = [run for src, run in ev.all_runs() if src == "baseline" and run.source == "profile"]
+    bases = [run for src, run in ev.all_runs() if src != "trace" and run.source == "profile"]
     if not runs or not bases:
         return []
     (src, run), base = runs[0], bases[0]

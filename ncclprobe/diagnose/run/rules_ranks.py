@@ -157,8 +157,10 @@ def _straggler_outcome(al, run=None):
             how += (
                 f". It also arrives last at {row.calls} of {len(al.calls)} calls (the chance of "
                 f"that were every rank equally likely: {row.chance:.1e}), a median "
-                f"{row.median_spread_us / 1000.0:.3f} ms after the next-latest rank: late before "
-                "most calls, of which only the ones that stand out are counted in its cost"
+                f"{row.median_spread_us / 1000.0:.3f} ms after the next-latest rank: whether "
+                "that is lateness or the ranks' usual order (ranks taking turns on one GPU keep "
+                "one) this evidence cannot tell, so only the calls that stand out are counted in "
+                "its cost"
             )
     return Finding(
         rule="rank-skew",
