@@ -213,6 +213,14 @@ def _inputs() -> dict[str, dict]:
     }
     for path in sorted((FIX / "server_logs").glob("*.log")):
         out[f"log {path.name}"] = {"server_logs": [path]}
+    # the held-out corpus too (an invariant, not a reading: nothing here is tuned to them)
+    unseen = FIX / "unseen"
+    for path in sorted((unseen / "profiles").glob("*.json.gz")):
+        out[f"unseen profile {path.name}"] = {"profiles": [path]}
+    for folder in sorted(p for p in (unseen / "gloo").glob("*") if p.is_dir()):
+        out[f"unseen gloo {folder.name}"] = {"profiles": sorted(folder.glob("*.json.gz"))}
+    for path in sorted((unseen / "server_logs").glob("*.log")):
+        out[f"unseen log {path.name}"] = {"server_logs": [path]}
     return out
 
 
