@@ -17,7 +17,12 @@ Why delays of 20 ms (host) and 10 ms (GPU, alone) by default: two processes on o
 in time slices (~2.2 ms on the H200: every NCCL kernel there lasts ~4.4 ms, healthy or not, and a
 step of 16 all-reduces ~73 ms); a 2 ms delay disappeared in that (recorded 2026-12-01: the waiting
 rank's first all-reduce per step only ~0.15 ms longer than in the healthy twin).
-Per scenario: `ranks_<scenario>_rank<R>.json.gz` and `ranks_<scenario>.truth.json` (late rank, chosen
+--world N records N ranks (gloo on the CPU: issue 36's jobs); --job ddp runs a plain data-parallel
+training step (DistributedDataParallel over a 2-layer MLP, SGD) instead of the layer loop, and
+--step-marks writes torch.profiler's ProfilerStep#N (a schedule of one window of every step), as a
+training loop with a profiler schedule does; --delay-kind sleep frees the late rank's core (more ranks
+than cores); --nccl-env NCCL_X=V exports a setting in every rank (examples/proto_baseline_gpu.py).
+Per scenario: `<prefix>_<scenario>_rank<R>.json.gz` and `<prefix>_<scenario>.truth.json` (late rank, chosen
 and measured delay, steps, layers, collective size, each step's host start per rank on the Unix
 clock and the trace's axis, each rank's clock bases).
 
