@@ -41,7 +41,7 @@ from ncclprobe.evidence.run.profile.timeline import Timeline
 
 # ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
 OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
-POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
+POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "peer copy"})  # a peer copy pairs two GPUs
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
