@@ -296,3 +296,74 @@ def test_the_engine_traces_costs_no_longer_add_past_the_measured_slowdown(diagno
     assert sum(f.cost.high for f in causes) <= slower.cost.high + 1e-9
     ratio = next(f for f in result.findings if f.rule == "verify-ratio")
     assert ratio.cost.high == 0 and "eager-phase" in ratio.cost.basis and ratio.cost_header() == ""
+
+
+def test_a_costs_json_is_every_field_it_has():
+    cost = Cost.profiled(
+        2.3, "cycle", "b", inflation=2.3, run="r", covers=("verify", "idle"), total_ms=23.0
+    )
+    assert cost.to_json() == {
+        "low": 1.0,
+        "high": 2.3,
+        "unit": "cycle",
+        "kind": "profiled",
+        "basis": "b",
+        "inflation": 2.3,
+        "run": "r",
+        "covers": ["verify", "idle"],
+        "total_ms": 23.0,
+        "share": None,
+    }
+    finding = _claim("x", cost)
+    assert finding.to_json()["cost"] == cost.to_json() and finding.to_json()["rule"] == "x"
+    assert _claim("y", None).to_json()["cost"] is None and _claim("y", None).cost_header() == ""
+    # a cost the ledger left nothing of has no header: no "costs 0 ms"
+    assert _claim("z", cost.capped(0.0, "all counted elsewhere")).cost_header() == ""
+    assert finding.cost_header() == ", costs 1-2.3 ms/cycle (profiled, up to 2.3x inflated)"
+
+
+def test_an_engine_traces_ledger_is_its_generation_time_and_phases():
+    run = EngineRun(
+        label="untuned",
+        mode="speculative",
+        source="engine-trace",
+        ms_per_token=10.0,
+        new_tokens=50,
+        collective_share=0.4,
+        phases={
+            "verify": _phase("verify", "verify", 20, 15.0),
+            "none": _phase("none", "x", 0, 1.0),
+        },
+    )
+    account = L.account_for("trace", run)
+    assert account.run == "untuned speculative" and account.total_ms == 500.0
+    assert account.sizes == {(): 500.0, ("verify",): 300.0, ("collective",): 200.0}
+    assert account.basis == "its generation time"
+    bare = EngineRun(label="b", mode="baseline", source="engine-trace", phases=run.phases)
+    assert L.account_for("baseline", bare).total_ms == 300.0  # its phases' time
+    assert L.account_for("trace", EngineRun(label="e", mode=None, source="server-log")) is None
+    prof = _run(verify=_phase("verify", "verify", 4, 10.0, idle=9.0))
+    sizes = L.account_for("trace", prof).sizes
+    assert sizes == {(): 40.0, ("verify",): 40.0, ("verify", "idle"): 36.0}
+
+
+def test_the_ledgers_summary_and_note_say_each_figure():
+    account = L.Account("r", 200.0, "its steps")
+    assert account.claim(("a",), 50.0, "one") == (50.0, [])
+    assert account.claim(("a",), 80.0, "two") == (30.0, ["one"])  # the unknown node grew to 80
+    assert account.claim((), 500.0, "three") == (120.0, ["one", "two"])
+    assert account.summary() == {
+        "run": "r",
+        "total_ms": 200.0,
+        "basis": "its steps",
+        "attributed_ms": 200.0,
+        "by_rule": {"one": 50.0, "two": 30.0, "three": 120.0},
+        "unexplained_ms": 0.0,
+    }
+    assert account.note() == (
+        "time ledger, r: of its steps (200 ms), the findings' costs account for 200 ms (100%: one "
+        "50 ms, two 30 ms, three 120 ms); 0 ms (0%) is not explained by any finding (each "
+        "millisecond counted once)"
+    )
+    empty = L.Account("e", 0.0, "nothing")
+    assert empty.note() == "time ledger, e: nothing is 0 ms: nothing to attribute"

@@ -5,6 +5,10 @@ and size by the noise rule, and the late rank found by who arrives last, pinned 
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from ncclprobe.diagnose.run import levers
@@ -237,3 +241,24 @@ def test_last_at_most_calls_by_a_slight_bias_is_no_straggler(k, named):
     late, _ = RR.straggler(al)
     assert A._binomial_tail(200, k, 0.5) < 1e-9
     assert (late is not None) is named
+
+
+GOLDEN = Path(__file__).parent / "data" / "collective_baseline.golden.json"
+
+
+def test_the_baseline_comparisons_words_are_the_reviewed_ones():
+    """Titles, details, evidence, costs and next commands of the comparison, word for word
+    (NCCLPROBE_UPDATE_GOLDEN=1 rewrites the record; read its diff before committing it)."""
+    got = {
+        "nccl slower": _compare(
+            [576_000.0 + i for i in range(10)], [8_500.0 + i for i in range(10)]
+        ),
+        "gloo slower": _compare(
+            [2000.0 + i for i in range(5)], [1000.0 + i for i in range(5)], "gloo"
+        ),
+        "same": _compare([1000.0 + i for i in range(5)], [1000.0 + i for i in range(5)]),
+    }
+    got = json.loads(json.dumps({k: v[0].to_json() for k, v in got.items()}))
+    if os.environ.get("NCCLPROBE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    assert got == json.loads(GOLDEN.read_text())

@@ -73,8 +73,8 @@ def against_baseline_calls(ev: E.Evidence) -> list:
         what = f"{op} of {format_size(size)}" + (f" ({library})" if library else "")
         hyp = f"{what}: the calls are slower than the baseline's at the same size"
         figures = (
-            f"{statistics.median(a):.1f} us per call against the baseline's "
-            f"{statistics.median(b):.1f} us (medians of {len(a)} and {len(b)} calls, "
+            f"{_time(statistics.median(a))} per call against the baseline's "
+            f"{_time(statistics.median(b))} (medians of {len(a)} and {len(b)} calls, "
             + ("the transfer after the last rank arrived" if split else "each call's whole time")
             + ")"
         )
@@ -89,6 +89,11 @@ def against_baseline_calls(ev: E.Evidence) -> list:
             continue
         out.append(_slower(ev, src, run, key, a, b, verdict, split, figures, what))
     return out
+
+
+def _time(us: float) -> str:
+    """A call's time as read: µs below a millisecond, else ms to three significant digits."""
+    return f"{us:.1f} us" if us < 1000 else f"{us / 1000:.3g} ms"
 
 
 def _unaligned(run):
@@ -129,8 +134,8 @@ def _slower(ev, src, run, key, a, b, verdict, split, figures, what) -> Finding:
         severity=severity_for_share(share),
         confidence="high" if split else "medium",
         title=(
-            f"{what}: {statistics.median(a):.1f} us per call against the baseline's "
-            f"{statistics.median(b):.1f} us ({statistics.median(a) / statistics.median(b):.1f}x), "
+            f"{what}: {_time(statistics.median(a))} per call against the baseline's "
+            f"{_time(statistics.median(b))} ({statistics.median(a) / statistics.median(b):.1f}x), "
             "beyond the noise"
         ),
         detail=f"{figures}; slower {verdict.describe()}. {wait} {cause}",
