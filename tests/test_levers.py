@@ -153,6 +153,9 @@ def test_the_noise_rules_floor_decides_at_five_percent():
 
 def test_too_few_calls_or_no_size_compare_nothing():
     assert _compare([2000.0] * (CB.MIN_CALLS - 1), [1000.0] * 5) == []
+    assert _compare([2000.0] * 5, [1000.0] * (CB.MIN_CALLS - 1)) == []
+    (at,) = _compare([2000.0] * CB.MIN_CALLS, [1000.0] * CB.MIN_CALLS)  # at the cut: judged
+    assert at.rule == "collective-vs-baseline"
     assert _compare([2000.0] * 5, [1000.0] * 5, size=None) == []
 
 
