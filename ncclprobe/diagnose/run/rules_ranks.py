@@ -83,11 +83,6 @@ def always_last_cut(ranks: int) -> float:
     return (1.0 + 1.0 / ranks) / 2.0
 
 
-def last_arrivals(al) -> tuple[object, float] | None:
-    """The rank that arrives last most often and the chance of that (align.always_last)."""
-    return al.always_last()
-
-
 def _straggler_outcome(al, run=None):
     late, share = straggler(al)
     typical = (al.typical_spread_us or 0.0) / 1000.0
