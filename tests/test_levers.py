@@ -16,7 +16,7 @@ from ncclprobe.diagnose.run import rules_collective_baseline as CB
 from ncclprobe.diagnose.run import rules_ranks as RR
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile import align as A
-from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile import comm_names as names
 from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
 from ncclprobe.stats import DEFAULT_MIN_GAIN
 

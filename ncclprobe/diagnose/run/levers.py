@@ -1,7 +1,7 @@
 """Which levers act on a run's communication: named only where the mechanism they act on ran.
 
 What moved the data is read from the evidence, never assumed: a profile's communication kernels by
-what they are (`evidence.run.profile.names.communication_kernel`: NCCL's, RCCL's, DeepEP's, an
+what they are (`evidence.run.profile.comm_names.communication_kernel`: NCCL's, RCCL's, DeepEP's, an
 engine's custom all-reduce, symmetric memory, a peer copy) or its host ops (`gloo:all_reduce`),
 an engine trace's backend, the ranks' NCCL logs. NCCL settings are a lever only where NCCL or RCCL
 ran; for anything else the lever that acts on it is named, or none is known and that is said.
@@ -9,7 +9,7 @@ ran; for anything else the lever that acts on it is named, or none is known and 
 
 from __future__ import annotations
 
-from ncclprobe.evidence.run.profile.names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 
 # the lever that acts on each kind of communication, in words (where known)
 LEVERS = {

@@ -20,7 +20,7 @@ from ncclprobe.diagnose.run.ledger import COLLECTIVE, TRANSFER
 from ncclprobe.diagnose.run.levers import LEVERS
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.profile.names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 from ncclprobe.findings import Cost, Finding, RuledOut, severity_for_share
 from ncclprobe.nccl.recipes import user_log_env
 from ncclprobe.sizes import format_size

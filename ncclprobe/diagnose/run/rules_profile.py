@@ -21,7 +21,7 @@ from ncclprobe.diagnose.run import (
 from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.profile.names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 

@@ -36,12 +36,16 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ncclprobe.dtypes import ELEMENT_BYTES
+from ncclprobe.evidence.run.profile.arrivals import (
+    Arrival,
+    clock,
+    host_arrivals,
+    kernel_arrivals,
+)
 from ncclprobe.evidence.run.profile.timeline import Timeline
 
 # ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
 OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
-POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "peer copy"})  # a peer copy pairs two GPUs
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
@@ -53,17 +57,6 @@ BY_ORDER_ONLY = (
     "order within each process group alone: the ranks' kernels do not overlap in time, so their "
     "clocks disagree or their windows differ"
 )
-
-
-@dataclass(slots=True)
-class Arrival:
-    start: float  # µs, on the first rank's clock
-    end: float
-    launch: float | None  # the host's launch call of the kernel (µs, same clock), if recorded
-    op: str
-    size: int | None
-    group: str | None
-    seq: int | None
 
 
 @dataclass(slots=True)
@@ -254,15 +247,15 @@ def align(timelines: list[Timeline]) -> Alignment | None:
     if not on_host and not all(tl.gpu for tl in timelines):
         return None
     ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
-    shifts, clock, confidence = _clock(timelines)
-    arrivals = _host_arrivals if on_host else _arrivals
+    shifts, words, confidence = clock(timelines)
+    arrivals = host_arrivals if on_host else kernel_arrivals
     per_rank = [arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
     result = Alignment(
         ranks,
         BY_ORDER,
-        clock,
+        words,
         confidence,
         on_host=on_host,
         _timelines=list(timelines),
@@ -294,75 +287,6 @@ def align(timelines: list[Timeline]) -> Alignment | None:
     return result
 
 
-def _clock(timelines: list[Timeline]) -> tuple[list[float], str, str]:
-    """Per rank the shift (µs) onto the first rank's clock, the words, and how far to trust it."""
-    bases = [tl.header.get("baseTimeNanoseconds") for tl in timelines]
-    known = [b if isinstance(b, int) and not isinstance(b, bool) else None for b in bases]
-    missing = [
-        tl.rank if tl.rank is not None else i
-        for i, (tl, b) in enumerate(zip(timelines, known))
-        if b is None
-    ]
-    ref = next((b for b in known if b is not None), None)
-    shifts = [(b - ref) / 1000.0 if b is not None and ref is not None else 0.0 for b in known]
-    if ref is None:
-        return (
-            shifts,
-            "no profile records baseTimeNanoseconds: the ranks' timestamps are compared as they "
-            "are, which holds for ranks of one host and fails across hosts",
-            "medium",
-        )
-    if missing:
-        return (
-            shifts,
-            f"rank(s) {', '.join(map(str, missing))} record no baseTimeNanoseconds: their "
-            "timestamps are taken as on the others' clock, unverified",
-            "low",
-        )
-    if len(set(known)) == 1:
-        words = "every profile records the same baseTimeNanoseconds: one clock, no shift"
-    else:
-        words = "shifted by the difference of each profile's baseTimeNanoseconds"
-    return (
-        shifts,
-        words + " (ranks on several hosts carry their clocks' offset into every wait)",
-        "high",
-    )
-
-
-def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
-    """The rank's collective kernels by process group, in start order, on the common clock."""
-    hosts = {op.ext: op for op in tl.comm_ops if op.ext is not None}
-    out: dict[str | None, list[Arrival]] = {}
-    for k in tl.kernels:
-        if not k.coll or k.coll["op"] in POINT_TO_POINT:
-            continue
-        args = k.args or {}
-        host = hosts.get(k.ext) if k.ext is not None else None
-        group = args.get("group") or (host.group if host else None)
-        seq = args.get("seq")
-        if seq is None and host is not None:
-            seq = host.seq
-        dtype = args.get("dtype") or k.coll["dtype"]
-        nelems = args.get("nelems")
-        size = (
-            nelems * ELEMENT_BYTES[dtype] if nelems is not None and dtype in ELEMENT_BYTES else None
-        )
-        launch = tl.launches.get(k.corr) if k.corr is not None else None
-        out.setdefault(group, []).append(
-            Arrival(
-                start=k.ts + shift,
-                end=k.end + shift,
-                launch=launch.ts + shift if launch else None,
-                op=k.coll["op"],
-                size=size,
-                group=group,
-                seq=seq,
-            )
-        )
-    return out
-
-
 def _margin(call: Call) -> float:
     """How long after the next-latest rank the last one arrived."""
     starts = sorted(a.start for a in call.arrivals)
@@ -372,25 +296,6 @@ def _margin(call: Call) -> float:
 def _binomial_tail(n: int, k: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p): how likely k or more last arrivals of n are by chance."""
     return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
-
-
-def _host_arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
-    """A CPU-only profile's collectives from their host ops (`<backend>:<op>`: gloo runs the call
-    on its own thread, from the rank's arrival until every rank's data has moved), one group: the
-    annotations name none."""
-    out: dict[str | None, list[Arrival]] = {}
-    for op in sorted(tl.backend_ops, key=lambda o: o.ts):
-        if op.op in POINT_TO_POINT or op.op == "barrier":
-            continue
-        size = (
-            op.nelems * ELEMENT_BYTES[op.dtype]
-            if op.nelems is not None and op.dtype in ELEMENT_BYTES
-            else None
-        )
-        out.setdefault(None, []).append(
-            Arrival(op.ts + shift, op.ts + op.dur + shift, None, op.op, size, None, None)
-        )
-    return out
 
 
 def _call(group, members, heads: list[Arrival]) -> Call:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sys import intern
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile import comm_names, names
 from ncclprobe.evidence.run.profile.stream import read_events
 from ncclprobe.numbers import is_digits
 
@@ -33,7 +33,7 @@ class Kernel:
     name: str
     ext: int | None
     category: str  # kernel | gpu_memcpy | gpu_memset
-    coll: dict | None = None  # names.communication_kernel(name): NCCL's, DeepEP's, a peer copy...
+    coll: dict | None = None  # comm_names.communication_kernel(name): NCCL's, DeepEP's, a peer copy
     args: dict | None = None  # the eager collective's fields (Collective name, In msg nelems, ...)
     blocks: int = 0  # thread blocks of the launch grid (x*y*z); 0 when the trace has no grid
 
@@ -155,7 +155,7 @@ def read_timeline(path: str) -> Timeline:
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     attention, compiled_calls = [], []
     counts = {"events": 0, "cpu_ops": 0, "malformed": 0}
-    launch_kind, communication_kernel = names.launch_kind, names.communication_kernel
+    launch_kind, communication_kernel = names.launch_kind, comm_names.communication_kernel
     step_annotation, profiler_step, backend_collective = (
         names.step_annotation,
         names.profiler_step,
