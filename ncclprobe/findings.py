@@ -65,6 +65,8 @@ class Cost:
             raise ValueError(f"a cost is a finite time >= 0, got {self.low!r}..{self.high!r}")
         if self.low > self.high:
             raise ValueError(f"a cost's low end {self.low} is above its high end {self.high}")
+        if not isinstance(self.basis, str) or not self.basis:
+            raise ValueError("a cost says which time it covers: its basis, in words")
         if self.kind == BOUND and self.low != 0:
             raise ValueError("a bound says 'at most': its low end is 0")
         if self.inflation is not None and not (

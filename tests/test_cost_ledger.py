@@ -45,13 +45,16 @@ def test_the_header_says_what_kind_of_figure_a_cost_is():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: Cost(low=1.0, high=0.5, unit="step", kind="measured", basis=""),
-        lambda: Cost(low=-0.1, high=0.5, unit="step", kind="measured", basis=""),
-        lambda: Cost(low=0.0, high=math.inf, unit="step", kind="measured", basis=""),
-        lambda: Cost(low=0.0, high=1.0, unit="second", kind="measured", basis=""),
-        lambda: Cost(low=0.0, high=1.0, unit="step", kind="guessed", basis=""),
-        lambda: Cost(low=0.5, high=1.0, unit="step", kind=BOUND, basis=""),
-        lambda: Cost.profiled(1.0, "step", "", inflation=0.99),
+        lambda: Cost(low=1.0, high=0.5, unit="step", kind="measured", basis="b"),
+        lambda: Cost(low=-0.1, high=0.5, unit="step", kind="measured", basis="b"),
+        lambda: Cost(low=0.0, high=math.inf, unit="step", kind="measured", basis="b"),
+        lambda: Cost(low=0.0, high=1.0, unit="second", kind="measured", basis="b"),
+        lambda: Cost(low=0.0, high=1.0, unit="step", kind="guessed", basis="b"),
+        lambda: Cost(low=0.5, high=1.0, unit="step", kind=BOUND, basis="b"),
+        lambda: Cost.profiled(1.0, "step", "b", inflation=0.99),
+        lambda: Cost.measured(1.0, "step", ""),  # every cost says which time it covers
+        lambda: Cost.bound(1.0, "step", None),
+        lambda: Cost.modelled(1.0, "step", ""),
     ],
 )
 def test_a_cost_that_cannot_be_is_refused(make):
@@ -128,8 +131,8 @@ def test_the_same_time_is_counted_once_and_the_surest_claim_keeps_it():
 def test_a_node_of_unknown_size_is_as_large_as_its_largest_claim():
     run = _run(verify=_phase("verify", "verify", 10, 20.0))
     kw = {"run": run.name("trace"), "covers": ("verify", "excess")}
-    cause = _claim("eager-phase", Cost.modelled(10.0, "step", "", total_ms=100.0, **kw), "error")
-    symptom = _claim("verify-ratio", Cost.modelled(10.5, "step", "", total_ms=105.0, **kw))
+    cause = _claim("eager-phase", Cost.modelled(10.0, "step", "b", total_ms=100.0, **kw), "error")
+    symptom = _claim("verify-ratio", Cost.modelled(10.5, "step", "b", total_ms=105.0, **kw))
     out, _ = L.settle(_Ev(run), [symptom, cause])
     # the more serious finding keeps the time; the other is left what its larger claim adds
     assert out[1].cost.high == 10.0 and out[0].cost.high == pytest.approx(0.5)
@@ -140,10 +143,10 @@ def test_a_measured_difference_is_the_pool_and_no_claim_passes_it():
     name = run.name("trace")
     whole = _claim(
         "speculative-slower",
-        Cost.measured(6.0, "token", "", run=name, covers=L.WHOLE, total_ms=60.0),
+        Cost.measured(6.0, "token", "b", run=name, covers=L.WHOLE, total_ms=60.0),
     )
-    a = _claim("x", Cost.measured(5.0, "token", "", run=name, covers=("verify",), total_ms=50.0))
-    b = _claim("y", Cost.bound(4.0, "token", "", run=name, covers=("draft",), total_ms=40.0))
+    a = _claim("x", Cost.measured(5.0, "token", "b", run=name, covers=("verify",), total_ms=50.0))
+    b = _claim("y", Cost.bound(4.0, "token", "b", run=name, covers=("draft",), total_ms=40.0))
     out, (account,) = L.settle(_Ev(run), [whole, a, b])
     assert account["total_ms"] == 60.0 and out[1].cost.high == 5.0
     assert out[2].cost.high == pytest.approx(1.0)  # the pool's last 10 ms
@@ -153,8 +156,8 @@ def test_a_measured_difference_is_the_pool_and_no_claim_passes_it():
 
 def test_a_claim_of_nothing_or_of_an_unknown_run_is_left_as_it_is():
     run = _run(verify=_phase("verify", "verify", 10, 20.0))
-    other = _claim("z", Cost.bound(1.0, "step", "", run="not a run", total_ms=10.0))
-    unpriced = _claim("w", Cost.bound(1.0, "step", "", run=run.name("trace")))
+    other = _claim("z", Cost.bound(1.0, "step", "b", run="not a run", total_ms=10.0))
+    unpriced = _claim("w", Cost.bound(1.0, "step", "b", run=run.name("trace")))
     out, accounts = L.settle(_Ev(run), [other, unpriced])
     assert out == [other, unpriced] and accounts == []
 
@@ -367,3 +370,23 @@ def test_the_ledgers_summary_and_note_say_each_figure():
     )
     empty = L.Account("e", 0.0, "nothing")
     assert empty.note() == "time ledger, e: nothing is 0 ms: nothing to attribute"
+
+
+def test_each_constructor_keeps_what_it_is_given():
+    assert (
+        Cost.measured(1.0, "step", "m").basis == "m" and Cost.bound(2.0, "call", "b").basis == "b"
+    )
+    modelled = Cost.modelled(2.0, "token", "x", low=1.0, high=3.0)
+    assert (modelled.low, modelled.high, modelled.basis) == (1.0, 3.0, "x")
+    assert (Cost.modelled(2.0, "token", "x").low, Cost.modelled(2.0, "token", "x").high) == (2, 2)
+    # a cost without a place in the ledger keeps none when capped
+    assert Cost.bound(4.0, "step", "b").capped(2.0, "w").total_ms is None
+    # the smallest figures the header prints, and the largest in three digits
+    assert Cost.measured(0.001, "step", "x").header() == "costs 0.001 ms/step (measured)"
+    assert Cost.measured(0.00099, "step", "x").header() == "costs 0 ms/step (measured)"
+    assert Cost.measured(99.94, "step", "x").header() == "costs 99.9 ms/step (measured)"
+    # a cost under a millisecond still has its header
+    assert (
+        _claim("c", Cost.measured(0.5, "step", "x")).cost_header()
+        == ", costs 0.5 ms/step (measured)"
+    )

@@ -265,3 +265,30 @@ def test_the_baseline_comparisons_words_are_the_reviewed_ones():
     if os.environ.get("NCCLPROBE_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     assert got == json.loads(GOLDEN.read_text())
+
+
+def test_matched_ranks_give_the_transfer_and_one_library_names_them():
+    """With the ranks' calls matched, a call's time is its transfer (last arrival to last end) and
+    the run's one library names them; two libraries name none; a side not matched on both runs
+    makes both sides whole call times."""
+    calls = [_call([i * 1000.0, i * 1000.0 + 30.0]) for i in range(5)]  # each moves 50 - 30 + 30
+    al = _alignment(calls)
+    run = _profile([100.0] * 5)
+    aligned = EngineRun(**{**run.__dict__, "alignment": al})
+    times, split = CB.per_call_times(aligned)
+    assert split is True and times == {("all_reduce", 64, "NCCL"): [50.0] * 5}
+    assert CB.per_call_times(run) == ({("all_reduce", 16 << 20, "NCCL"): [100.0] * 5}, False)
+    two = EngineRun(
+        **{
+            **aligned.__dict__,
+            "collectives": aligned.collectives
+            + [Collective(op="alltoall", size_bytes=8, count=1.0, library="DeepEP")],
+        }
+    )
+    assert CB._library(two) is None and CB._library(aligned) == "NCCL"
+    assert list(CB.per_call_times(two)[0]) == [("all_reduce", 64, None)]
+    # one side matched, the other not: both compared by their whole call times, said so
+    ev = Evidence(runs=[aligned], baseline=[_profile([50.0] * 5)], kind="profile")
+    (out,) = CB.against_baseline_calls(ev)
+    assert "each call's whole time" in out.detail and "not split out" in out.detail
+    assert out.evidence["wait_split_out"] is False
