@@ -390,3 +390,29 @@ def test_each_constructor_keeps_what_it_is_given():
         _claim("c", Cost.measured(0.5, "step", "x")).cost_header()
         == ", costs 0.5 ms/step (measured)"
     )
+
+
+@pytest.mark.parametrize(
+    "share,severity",
+    [(None, "warning"), (0.10, "error"), (0.0999, "warning"), (0.02, "warning"), (0.0199, "info")],
+)
+def test_the_severity_of_a_share_at_its_cuts(share, severity):
+    from ncclprobe.findings import severity_for_share
+
+    assert severity_for_share(share) == severity
+
+
+def test_what_was_not_checked_or_ruled_out_is_all_in_its_json():
+    from ncclprobe.findings import NotChecked, RuledOut
+
+    assert NotChecked(rule="r", hypothesis="h", missing="m", next_command="n").to_json() == {
+        "rule": "r",
+        "hypothesis": "h",
+        "missing": "m",
+        "next_command": "n",
+    }
+    assert RuledOut(rule="r", hypothesis="h", reason="why").to_json() == {
+        "rule": "r",
+        "hypothesis": "h",
+        "reason": "why",
+    }

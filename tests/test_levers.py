@@ -292,3 +292,64 @@ def test_matched_ranks_give_the_transfer_and_one_library_names_them():
     (out,) = CB.against_baseline_calls(ev)
     assert "each call's whole time" in out.detail and "not split out" in out.detail
     assert out.evidence["wait_split_out"] is False
+
+
+def test_a_calls_time_reads_in_us_under_a_millisecond():
+    assert CB._time(999.94) == "999.9 us" and CB._time(1000.0) == "1 ms"
+    assert CB._time(8504.5) == "8.5 ms" and CB._time(576_004.5) == "576 ms"
+
+
+def test_the_levers_words_exactly():
+    assert levers.lever_words(set()) == (
+        "what moved the data is not in this evidence, so no lever on it is named"
+    )
+    assert levers.lever_words({"NCCL"}) == f"NCCL: {levers.LEVERS['NCCL']}"
+    assert levers.lever_words({"MSCCL++"}) == (
+        "MSCCL++: no lever on it is known to ncclprobe; NCCL settings act on none of it "
+        "(NCCL did not run)"
+    )
+
+
+def test_a_run_without_phases_has_no_share_and_its_library_unknown_is_said():
+    phaseless = EngineRun(
+        **{**_profile([2000.0 + i for i in range(5)], None).__dict__, "phases": {}}
+    )
+    ev = Evidence(
+        runs=[phaseless], baseline=[_profile([1000.0 + i for i in range(5)], None)], kind="profile"
+    )
+    (out,) = CB.against_baseline_calls(ev)
+    assert out.severity == "warning"  # no share of a run to weigh: a warning, as every unknown
+    assert "what moved the data (not recorded): no lever on it is known to ncclprobe" in out.detail
+    assert "NCCL_PROTO" not in out.detail and out.next_command == ""
+
+
+def test_a_matched_comparison_is_said_split_and_surer():
+    calls = [_call([i * 1000.0, i * 1000.0 + 30.0]) for i in range(5)]
+    slow = [
+        A.Call(
+            "all_reduce",
+            None,
+            64,
+            (0, 1),
+            tuple(
+                A.Arrival(s, s + 150.0, None, "all_reduce", 64, None, None)
+                for s in (i * 1000.0, i * 1000.0 + 30.0)
+            ),
+        )
+        for i in range(5)
+    ]
+    run = EngineRun(**{**_profile([100.0] * 5).__dict__, "alignment": _alignment(slow)})
+    base = EngineRun(**{**_profile([100.0] * 5).__dict__, "alignment": _alignment(calls)})
+    (out,) = CB.against_baseline_calls(Evidence(runs=[run], baseline=[base], kind="profile"))
+    assert out.confidence == "high" and out.evidence["wait_split_out"] is True
+    assert (
+        "The wait for other ranks is split out: these are the transfer times after the last rank arrived."
+        in out.detail
+    )
+    assert out.cost.covers == ("collective", "transfer")
+    assert (out.evidence["us_per_call"], out.evidence["baseline_us_per_call"]) == (150.0, 50.0)
+    odd = _compare([1000.12345 + i for i in range(5)], [500.06789 + i for i in range(5)])[0]
+    assert (odd.evidence["us_per_call"], odd.evidence["baseline_us_per_call"]) == (
+        1002.123,
+        502.068,
+    )
