@@ -45,13 +45,13 @@ _WORK = ascii_re(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<f
 _WORK_FIELD = ascii_re(r"(?P<key>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<value>[\w.]+)")
 _RAN_FOR = ascii_re(r"ran for (?P<ms>\d+) milliseconds before timing out")
 _STATUS = ascii_re(
-    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.*?)?"
+    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.{0,200}?)?"
     r"last enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
 )
 _FR_OFF = ascii_re(r"FlightRecorder is disabled|TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value")
 _DUMP_SIGNAL = ascii_re(r"(?i)signal dumping|dump signal")
 _GLOO_TIMEOUT = ascii_re(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
-_PEER_CLOSED = ascii_re(r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
+_PEER_CLOSED = ascii_re(r"Connection closed by peer \[(?P<peer>[^\]\s]+)\]:(?P<port>\d+)")
 _EXCEPTION = ascii_re(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (?P<msg>.*)$")
 _FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
 _FAILURE_FIELD = ascii_re(
