@@ -52,6 +52,7 @@ _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # hold no credentials by design; `mask_text` still runs over their values.
 HARMLESS_PREFIXES = (
     "NCCL_",
+    "RCCL_",  # ROCm's NCCL (RCCL_MSCCL_ENABLE, RCCL_MSCCLPP_ENABLE)
     "TORCH_NCCL_",
     "TORCH_DISTRIBUTED_",
     "TORCHELASTIC_",
@@ -226,7 +227,7 @@ def mask_record(record: dict) -> dict:
 # shape too (`mask_env_value`).
 
 # Families whose values decide what NCCL, CUDA and torch.distributed do in a worker.
-RELEVANT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
+RELEVANT_PREFIXES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
 RELEVANT_NAMES = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
