@@ -38,8 +38,8 @@ _GLOG = ascii_re(
     r"^\[(?P<level>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?))? ?(?:\d+ )?\S+:\d+\] ?"
 )
 _PG_PREFIX = ascii_re(
-    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) "
-    r"(?:\((?P<desc2>[^)]*)\) )?)?Rank (?P<rank>\d+)\]"
+    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]{0,256})\))? |PG (?P<pg>\d+) "
+    r"(?:\((?P<desc2>[^)]{0,256})\) )?)?Rank (?P<rank>\d+)\]"
 )
 _WORK = ascii_re(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>.{0,400})")
 _WORK_FIELD = ascii_re(r"(?P<key>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<value>[\w.]+)")

@@ -28,7 +28,11 @@ CAVEAT = (
     "collect-env shows the environment of the shell that ran it, not of the serving workers; "
     "`ncclprobe env-check --pid PID` reads what a worker really has"
 )
-_KEY_VALUE = ascii_re(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
+# a key's spaces only between its words (a lazy key before `\s*` tried every split of a line of
+# spaces: quadratic); at most 80 pieces (keys over 40 characters are not read anyway)
+_KEY_VALUE = ascii_re(
+    r"^(?P<key>[A-Za-z](?:[A-Za-z0-9._/()-]| +(?=[A-Za-z0-9._/()-])){0,80})\s*:\s*(?P<value>.*)$"
+)
 _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
 _TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
@@ -78,7 +82,7 @@ def looks_like_collect_env(text: str) -> bool:
     head = text[:300_000]
     return bool(
         re.search(
-            r"^\s*(PyTorch version\s*:|vLLM Version\s*:|sglang\s*:|Versions of relevant libraries)",
+            r"^[ \t]*(PyTorch version\s*:|vLLM Version\s*:|sglang\s*:|Versions of relevant libraries)",
             head,
             re.M,
         )
