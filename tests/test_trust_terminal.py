@@ -204,7 +204,8 @@ def test_a_planted_error_line_and_file_name_print_escaped(tmp_path):
 
 def test_a_live_process_environment_and_command_line_print_escaped(tmp_path):
     """env-check of a job whose environment and argv carry the payload (the issue's example)."""
-    argv = [f"train{PAYLOAD}", "-c", "import time; time.sleep(60)", f"--name={PAYLOAD}"]
+    words = [f"--flag{i}" for i in range(60)]  # a long command line: --wide shows it whole
+    argv = [f"train{PAYLOAD}", "-c", "import time; time.sleep(60)", f"--name={PAYLOAD}", *words]
     env = {
         **os.environ,
         "NCCL_SOCKET_IFNAME": "eth0" + PAYLOAD.replace("\x00", ""),
@@ -232,9 +233,12 @@ def test_a_live_process_environment_and_command_line_print_escaped(tmp_path):
                 ]
                 args += fmt if fmt != ["--wide"] else []
                 result = _run(runner, args, f"env-check {fmt} {extra}")
-                assert SHOWN in result.stdout or "\\u001b]0;PWNED" in result.stdout, result.stdout[
-                    -500:
-                ]
+                out = result.stdout
+                assert SHOWN in out or "\\u202eRLO" in out, out[-500:]
+                if fmt != ["--format", "table"]:  # issue 40 §8: --wide cut the command column
+                    assert "--flag59" in out, (fmt, out[-800:])
+                else:
+                    assert "--flag59" not in out and " ..." in out, out[-800:]
     finally:
         proc.kill()
         proc.wait()
