@@ -94,8 +94,16 @@ def load_collect_env(path) -> CollectEnv:
     return parse_collect_env(read_text_file(path, "collect-env output"))
 
 
+# characters of a line kept: collect-env's longest real lines (an environment value, a library
+# list) are a few hundred; one line of 50 MB cost 1.1 GB once split into words (the topology's)
+MAX_LINE = 8192
+
+
 def parse_collect_env(text: str) -> CollectEnv:
-    lines = textwrap.dedent(strip_ansi(text).replace("\r\n", "\n")).splitlines()
+    raw = text.splitlines()  # \r\n is one break
+    long = sum(len(line) > MAX_LINE for line in raw)
+    lines = textwrap.dedent("\n".join(strip_ansi(line[:MAX_LINE]) for line in raw)).splitlines()
+    del raw
     tool = (
         "sglang check_env"
         if any(re.match(r"^sglang\s*:", l.strip()) for l in lines)
@@ -152,6 +160,10 @@ def parse_collect_env(text: str) -> CollectEnv:
     # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
     # then shows only what the policy shows; a value the mask changes is no valid setting anyway
     out = CollectEnv(tool, versions, nccl, mask_env(env), None)
+    if long:
+        out.notes.append(
+            f"{long} line(s) longer than {MAX_LINE} characters read only to that length"
+        )
     out.topology = _topology(lines, out.notes)
     if tool == "sglang check_env":
         out.notes.append(
