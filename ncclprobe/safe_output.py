@@ -174,8 +174,12 @@ def atomic_directory(
     path = Path(path)
     owned = tuple(owned)
     check_output_dir(path, force=force, what=what, owned=owned)
-    try:
-        temp = Path(tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".tmp"))
+    try:  # absolute: processes started in it (env-propagation's drivers) get it as their cwd
+        temp = Path(
+            os.path.abspath(
+                tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".tmp")
+            )
+        )
     except OSError as exc:
         raise _problem(exc, path, what) from None
     try:

@@ -499,3 +499,24 @@ def test_no_directory_writer_writes_through_a_symbolic_link(tmp_path, results):
             assert link.is_symlink() and list(empty.iterdir()) == []
             link.unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "s.jsonl"]
+
+
+def test_a_relative_output_directory_reaches_every_process_that_fills_it(tmp_path):
+    """env-propagation's drivers run in the directory being filled: given relative, it was
+    relative to them too, and every mechanism failed (exit 3, specs left) (issue 40 §8)."""
+    result = _invoke(
+        "probe",
+        "env-propagation",
+        "--mechanism",
+        "spawn",
+        "--output",
+        "rel",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
+    assert result.exit_code == 0, result.output[-600:]
+    doc = __import__("json").loads(result.stdout)
+    assert [row["mechanism"] for row in doc["rows"]] == ["spawn"] and "error" not in result.stderr
+    assert (tmp_path / "rel" / "spawn.result.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]  # nothing beside it
