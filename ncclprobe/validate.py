@@ -330,11 +330,14 @@ def shown(value) -> str:
     list nested 900 deep is named by its start)."""
     if isinstance(value, int) and value.bit_length() > 10000:  # str() fails past 4300 digits
         return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
-    text = (
-        json.dumps(value, default=str)
-        if not isinstance(value, float) or math.isfinite(value)
-        else str(value)
-    )
+    try:
+        text = (
+            json.dumps(value, default=str)
+            if not isinstance(value, float) or math.isfinite(value)
+            else str(value)
+        )
+    except (ValueError, RecursionError):  # a number of 4,300 digits or a list 1,000 deep inside
+        return f"{_kind(value)} holding a number too long or a nesting too deep to quote"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

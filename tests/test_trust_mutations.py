@@ -480,3 +480,56 @@ def test_a_1mb_value_is_cut_in_the_table_and_kept_whole_in_json(tmp_path):
     assert json.loads(whole.stdout)["env"]["NCCL_IB_HCA"] == value
     wide = runner.invoke(cli, ["--wide", "nccl-log", str(log)], prog_name="ncclprobe")
     assert value in wide.output and "cut" not in wide.output
+
+
+def test_the_exit_4s_of_issue_40_are_answers(tmp_path):
+    """A 400-digit `In msg nelems` in a profile (float overflow in the bus bandwidth), integers of
+    more than 4,300 digits as a Flight Recorder dump's keys and ranks (`str()` raises past them),
+    and a lone surrogate in a JSON string (no encoder writes it): each an answer, never exit 4."""
+    import pickle
+
+    from ncclprobe.evidence.hang.safe_pickle import loads_data
+
+    profile = gzip.decompress(
+        (
+            FIXTURES
+            / "profiles/nccl_2.28.9_h200_2ranks_1gpu_hostid_allreduce_eager_then_graph.json.gz"
+        ).read_bytes()
+    ).decode()
+    nelems = re.search(r'"In msg nelems": \d+', profile).group(0)
+    (tmp_path / "p.json").write_text(profile.replace(nelems, '"In msg nelems": 1' + "0" * 400))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["diagnose", "--profile", str(tmp_path / "p.json")])
+    assert result.exit_code in (0, 1) and "internal error" not in result.output, result.output[
+        -400:
+    ]
+
+    huge = 10**5000
+    dumps = FIXTURES / "flight_recorder" / "nccl" / "groups" / "dumps"
+    for case, change in {
+        "status key": lambda d: d["pg_status"].update({huge: d["pg_status"]["0"]}),
+        "config key": lambda d: d["pg_config"].update({huge: d["pg_config"]["0"]}),
+        "ranks": lambda d: d["pg_config"]["0"].update(ranks="[" + "1" * 5000 + "]"),
+        "old ranks": lambda d: d.update(version="1.4", pg_config={"0": [0, huge]}),
+        "sizes": lambda d: d["entries"][0].update(input_sizes=[[huge]]),
+        "p2p name": lambda d: d["entries"][0].update(profiling_name="nccl:send 0->" + "1" * 5000),
+    }.items():
+        folder = tmp_path / case.replace(" ", "-")
+        folder.mkdir()
+        for dump in sorted(dumps.iterdir()):
+            doc = loads_data(dump.read_bytes(), str(dump))
+            change(doc)
+            (folder / dump.name).write_bytes(pickle.dumps(doc, protocol=2))
+        result = runner.invoke(cli, ["diagnose", "--flight-recorder", str(folder)])
+        assert result.exit_code in (0, 1, 2, 3), (case, result.exit_code, result.output[-400:])
+        assert "internal error" not in result.output, (case, result.output[-400:])
+
+    trace = json.loads((FIXTURES / "traces/handwritten_seed_case_tp2_h200.json").read_text())
+    trace["config"]["preset"] = "tiny\ud800"
+    trace["runs"][0]["label"] = trace["runs"][0]["label"]
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    for fmt in ("table", "csv", "json"):
+        result = runner.invoke(
+            cli, ["diagnose", "--trace", str(tmp_path / "t.json"), "--format", fmt]
+        )
+        assert result.exit_code in (0, 1, 2), (fmt, result.exit_code, result.output[-400:])
