@@ -52,11 +52,6 @@ def visible(text: str) -> str:
     return ACTING.sub(_escape, text) if ACTING.search(text) else text
 
 
-def visible_line(text: str) -> str:
-    """`visible`, newline and tab escaped too: a value that must stay on its one line."""
-    return visible(text).replace("\n", "\\x0a").replace("\t", "\\x09")
-
-
 class VisibleStream:
     """A text stream that passes on only what prints (`visible`): stdout and stderr of a command.
     It takes text only (so click treats it as the text stream it is) and has no `buffer` (so
