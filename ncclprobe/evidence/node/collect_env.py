@@ -18,6 +18,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import FailureLines, scan
 from ncclprobe.evidence.node.topo import Topology, node_facts, parse_topo
 from ncclprobe.evidence.text import read_text_file, strip_ansi
 from ncclprobe.nccl.node import NodeFacts
@@ -48,6 +49,9 @@ class CollectEnv:
     env: dict[str, str]
     topology: Topology | None
     notes: list[str] = field(default_factory=list)
+    # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
+    # errors), shown as they are (`evidence.failure_lines`)
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
 
     @property
     def nccl_version(self) -> str | None:
@@ -91,7 +95,7 @@ def looks_like_collect_env(text: str) -> bool:
 
 def load_collect_env(path) -> CollectEnv:
     """The one loader of a collect-env file (diagnose, knobs --lint): read, then parsed."""
-    return parse_collect_env(read_text_file(path, "collect-env output"))
+    return parse_collect_env(read_text_file(path, "collect-env output"), str(path))
 
 
 # characters of a line kept: collect-env's longest real lines (an environment value, a library
@@ -99,7 +103,7 @@ def load_collect_env(path) -> CollectEnv:
 MAX_LINE = 8192
 
 
-def parse_collect_env(text: str) -> CollectEnv:
+def parse_collect_env(text: str, source: str = "collect-env output") -> CollectEnv:
     raw = text.splitlines()  # \r\n is one break
     long = sum(len(line) > MAX_LINE for line in raw)
     lines = textwrap.dedent("\n".join(strip_ansi(line[:MAX_LINE]) for line in raw)).splitlines()
@@ -170,6 +174,7 @@ def parse_collect_env(text: str) -> CollectEnv:
             "sglang check_env prints no environment variables: no NCCL setting to lint from it"
         )
     out.notes.append(CAVEAT)
+    out.failure_lines = scan(lines, source)
     return out
 
 

@@ -103,7 +103,9 @@ _CONFIG_FIELDS = (
     *((name, "int", 1) for name in ("tp", "batch", "k", "new_tokens", "prompt_len", "repeats")),
     *((name, "int", 0) for name in ("seed", "prompts_given")),
     *((name, "str", None) for name in ("engine", "device", "backend", "preset", "dtype", "graphs")),
-    *((name, "str", None) for name in ("checkpoint", "draft", "compile")),  # next commands quote them
+    *(
+        (name, "str", None) for name in ("checkpoint", "draft", "compile")
+    ),  # next commands quote them
     ("prompts", "list", None),
     ("prompt_options", "list", None),
     ("capture_batches", "list", None),
