@@ -327,7 +327,7 @@ def test_every_reader_answers_every_mutation_of_its_real_fixture(tmp_path, monke
             _answered(result, where)
             cases += 1
     peak = peak_rss()
-    assert cases >= 380 and peak < RSS_LIMIT, (cases, peak)
+    assert cases >= 400 and peak < RSS_LIMIT, (cases, peak)
     assert time.perf_counter() - started < 180
 
 
