@@ -342,3 +342,29 @@ def test_report_files_are_not_the_terminal_but_never_hold_an_unencodable_charact
     result = _run(_runner(), ["report", str(path), "--output", str(tmp_path / "rep")], "report")
     assert result.exit_code in (0, 1), result.output[-400:]
     shutil.rmtree(tmp_path / "rep", ignore_errors=True)
+
+
+def test_the_guard_wraps_both_streams_once_and_gives_them_back():
+    import io
+
+    from ncclprobe.visible import guarded
+
+    out, err = sys.stdout, sys.stderr
+    with guarded():
+        assert isinstance(sys.stdout, VisibleStream) and isinstance(sys.stderr, VisibleStream)
+        assert sys.stdout.stream is out and sys.stderr.stream is err
+        with guarded():  # a command run from a command: not wrapped twice
+            assert sys.stdout.stream is out and sys.stderr.stream is err
+    assert sys.stdout is out and sys.stderr is err
+    plain = VisibleStream(io.StringIO())
+    assert plain.errors == "strict" and plain.encoding == "utf-8"
+    wrapper = io.TextIOWrapper(io.BytesIO(), encoding="latin-1", errors="replace")
+    assert (
+        VisibleStream(wrapper).errors == "replace" and VisibleStream(wrapper).encoding == "latin-1"
+    )
+
+
+def test_every_c0_control_is_a_two_digit_escape_and_c1_a_four_digit_one():
+    assert visible("\x1f\x01\x7f") == "\\x1f\\x01\\x7f"
+    assert visible("\x80\x9f\u2029") == "\\u0080\\u009f\\u2029"
+    assert visible("\ufeff\U000e007f") == "\\ufeff\\U000e007f"
