@@ -87,18 +87,19 @@ def open_input(path: str | Path, what: str):
     between a check and the open): a directory, a FIFO, a device or a socket is refused in one
     line (`/dev/zero` was read 64 KiB before; `<(cmd)` is a pipe too: save its output first)."""
     path = Path(path)
+    named = f"{what} {str(path)!r}".lstrip()  # `what` may be empty: the path alone
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
-        raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file") from None
+        raise UsageProblem(f"{named} is a directory, not a file") from None
     except OSError as exc:
-        raise UsageProblem(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+        raise UsageProblem(f"cannot read {named}: {exc.strerror or exc}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "special")
         raise UsageProblem(
-            f"{what} {str(path)!r} is {kind}, not a regular file"
+            f"{named} is {kind}, not a regular file"
             + (
                 ""
                 if stat.S_ISDIR(mode)

@@ -83,7 +83,6 @@ INPUTS = [
 
 SHOWN_BY = {
     "nccl log",
-    "rank logs",
     "nccl-tests -J",
     "check_env",
     "topo",

@@ -25,7 +25,7 @@ __all__ = ["KINDS", "RunSet", "load_any", "load_runs", "sniff"]
 
 def sniff(path: str | Path) -> str:
     """engine-trace, profile or server-log, from the file's first bytes (gzip: a profile)."""
-    with open_input(path, "input") as f:
+    with open_input(path, "") as f:
         head = f.read(4096)
     if head[:2] == b"\x1f\x8b":
         return "profile"
