@@ -520,3 +520,23 @@ def test_a_relative_output_directory_reaches_every_process_that_fills_it(tmp_pat
     assert [row["mechanism"] for row in doc["rows"]] == ["spawn"] and "error" not in result.stderr
     assert (tmp_path / "rel" / "spawn.result.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]  # nothing beside it
+
+
+def test_open_nofollow_opens_a_file_and_refuses_a_link_in_one_line(tmp_path):
+    """The journal's last step on its own (the checks before it refuse a link first, so only a
+    link planted in between reaches it): a regular file opens, a link is refused, not followed."""
+    from ncclprobe.safe_output import OutputProblem, open_nofollow
+
+    real = tmp_path / "real.jsonl"
+    real.write_text(PRECIOUS)
+    fd = open_nofollow(real, os.O_WRONLY | os.O_APPEND, "results file")
+    os.write(fd, b"more\n")
+    os.close(fd)
+    assert real.read_text() == PRECIOUS + "more\n"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    with pytest.raises(OutputProblem, match="is a symbolic link"):
+        open_nofollow(link, os.O_WRONLY | os.O_APPEND, "results file")
+    with pytest.raises(FileNotFoundError):  # any other refusal of the system is its own
+        open_nofollow(tmp_path / "absent" / "x", os.O_WRONLY, "results file")
+    assert real.read_text() == PRECIOUS + "more\n"
