@@ -540,3 +540,20 @@ def test_open_nofollow_opens_a_file_and_refuses_a_link_in_one_line(tmp_path):
     with pytest.raises(FileNotFoundError):  # any other refusal of the system is its own
         open_nofollow(tmp_path / "absent" / "x", os.O_WRONLY, "results file")
     assert real.read_text() == PRECIOUS + "more\n"
+
+
+def test_a_links_refusal_says_what_to_do_by_what_it_points_at(tmp_path):
+    from ncclprobe.safe_output import OutputProblem, refuse_link
+
+    hints = {
+        "/dev/null": "leave the option out to print to stdout",  # a device, as /dev/stdout's
+        str(tmp_path / "nowhere"): "it points nowhere (dangling); name the file itself",
+        str(tmp_path): "name the file itself to write there",
+    }
+    for index, (target, hint) in enumerate(hints.items()):
+        link = tmp_path / f"link{index}"
+        link.symlink_to(target)
+        with pytest.raises(OutputProblem) as refused:
+            refuse_link(link, "--output")
+        assert hint in str(refused.value) and repr(target) in str(refused.value), refused.value
+    refuse_link(tmp_path / "plain", "--output")  # not a link: nothing to say
