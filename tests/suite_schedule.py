@@ -54,14 +54,23 @@ SHARED = {
     **dict.fromkeys(
         (
             "tests/test_cli_conventions.py",
+            "tests/test_cost_ledger.py",
             "tests/test_next_commands.py",
             "tests/test_profile.py",
+            "tests/test_profile_gloo.py",
             "tests/test_profile_h200.py",
             "tests/test_profile_hf.py",
             "tests/test_profile_ranks.py",
         ),
         "shipped-timelines",
     ),
+}
+
+# a test asking for one of these fixtures must be in its group (checked under -n)
+FIXTURE_GROUPS = {
+    "shared_timelines": "shipped-timelines",
+    "trained_tiny_draft": "trained-drafts",
+    "trained_tiny_moe_draft": "trained-drafts",
 }
 
 # the costliest groups, CPU seconds (own + children) on the 2-core CPU machine, 2026-12-06
@@ -137,6 +146,13 @@ def pytest_collection_modifyitems(config, items):
     for entry in TIMING:
         if entry.split("::", 1)[0] in modules and not any(_in(nodeid, entry) for nodeid in ids):
             raise pytest.UsageError(f"tests/suite_schedule.py: TIMING's {entry} names no test")
+    for item in items:
+        for fixture, shared in FIXTURE_GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()) and group(item.nodeid) != shared:
+                raise pytest.UsageError(
+                    f"tests/suite_schedule.py: {item.nodeid} uses {fixture}; add its module to "
+                    f"SHARED as {shared!r} (or its run is made again in the other worker)"
+                )
     # every worker sorts the same collection the same way, as xdist requires
     items.sort(key=lambda item: -HEAVY.get(group(item.nodeid), 0))
 
