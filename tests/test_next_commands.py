@@ -30,8 +30,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.cli.diagnose import render_text
-from ncclprobe.diagnose.rank import diagnose
+from ncclprobe.diagnose import diagnose
+from ncclprobe.diagnose.render import text as render_text
 from ncclprobe.evidence.bundle import load_evidence
 from ncclprobe.evidence.run.profile_dir import expand
 
@@ -188,9 +188,8 @@ def _commands(text: str) -> list[str]:
 def _printed(case: str, tmp: Path, monkeypatch) -> list[str]:
     ev, result = _diagnosed(case, tmp)
     per_width = []
-    for columns in ("80", "100"):
-        monkeypatch.setenv("COLUMNS", columns)
-        per_width.append(_commands(render_text(result, ev)))
+    for columns in (80, 100):
+        per_width.append(_commands(render_text(result, columns)))
     assert per_width[0] == per_width[1], "the same commands at 80 and 100 columns"
     return per_width[0]
 
