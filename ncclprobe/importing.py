@@ -1,13 +1,14 @@
 """`ncclprobe import`: recognise what a file holds and turn it into records, through a table.
 
 `IMPORTERS` is tried in order; the first whose `sniff` accepts the text loads it through its reader
-in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`s). Each importer
-returns the one `Imported`: what to print (one block per run: title, rows, notes), the JSON
-document, the files to write (results files: `record_sets`, header first; P2P matrices: `write`)
-and whether it found a problem (exit 1). P2P matrices (p2pBandwidthLatencyTest, nvbandwidth) get
-the same findings and advice `topo --check` prints (`ncclprobe.diagnose.p2p`). A new kind of file is one
-more entry here (sniff + load), nothing else changes; the nccl-tests text reader is the last
-entry, so its message (no result table) answers unrecognised files.
+in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`s) and runs the rule
+set for what it holds (P2P matrices: the P2P rules `topo --check` runs, `ncclprobe.diagnose.p2p`;
+nccl-tests runs: the wrong values they counted). Each importer returns the one `Report`
+(`ncclprobe.diagnose.report`): what to print (one table per run: title, rows, notes), the JSON
+document, the findings, and in `data` the files to write (results files: `record_sets`, header
+first; P2P matrices: `own_format`, written by `write_records`). A new kind of file is one more entry
+here (sniff + load), nothing else changes; the nccl-tests text reader is the last entry, so its
+message (no result table) answers unrecognised files.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.p2p.advice import advise
-from ncclprobe.diagnose.p2p.findings import matrix_findings, reported_corrupt
+from ncclprobe.diagnose.p2p.check import P2P
+from ncclprobe.diagnose.report import FINDINGS, Report, RuleSet, Table, judge
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.nccl.nccl_tests_json import looks_like_json, parse_nccl_tests_json
 from ncclprobe.evidence.nccl.nccl_tests_records import to_records
 from ncclprobe.evidence.nccl.nccl_tests_run import NcclTestsRun
@@ -25,9 +28,10 @@ from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_collect_env
 from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
+from ncclprobe.evidence.p2p import P2PEvidence
+from ncclprobe.findings import Finding
 from ncclprobe.safe_output import dumps_json, write_text
 from ncclprobe.sizes import format_size
-from ncclprobe.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -40,39 +44,40 @@ class ImportOptions:
     )  # --settings: one for all runs, or one per run
 
 
-@dataclass
-class Block:
-    title: str
-    rows: list[dict]
-    notes: list[str]
+def wrong_values(ev: Evidence) -> list[Finding]:
+    """nccl-tests' own check: a run that counted wrong values moved wrong data."""
+    return [
+        Finding(
+            rule="nccl-tests-wrong",
+            severity="error",
+            confidence="high",
+            title=f"nccl-tests counted wrong values in run {index} of {len(ev.nccl_tests)}"
+            if len(ev.nccl_tests) > 1
+            else "nccl-tests counted wrong values",
+            detail="Its #wrong column is above 0 in "
+            + ", ".join(
+                format_size(r.size_bytes)
+                for r in run.rows
+                if any((m.wrong or 0) > 0 for _, m in r.measurements() if m)
+            )
+            + ": the collective returned wrong data there.",
+        )
+        for index, run in enumerate(ev.nccl_tests, 1)
+        if run.wrong
+    ]
 
 
-@dataclass
-class Imported:
-    kind: str
-    doc: dict
-    blocks: list[Block]
-    record_sets: list[list[dict]] = field(
-        default_factory=list
-    )  # results files to write, header first
-    verdict: Verdict = (
-        Verdict.FINE
-    )  # FINDINGS: nccl-tests counted wrong values, or the matrices show errors
-    write: Callable[..., int] | None = None  # an importer with its own file format writes it itself
-
-    @property
-    def title(self) -> str:
-        return self.blocks[0].title
+NCCL_TESTS = RuleSet("nccl-tests", (wrong_values,), needs=("nccl_tests",))
 
 
 @dataclass(frozen=True)
 class Importer:
     name: str
     sniff: Callable[[str], bool]
-    load: Callable[[str, ImportOptions], Imported]
+    load: Callable[[str, ImportOptions], Report]
 
 
-def import_text(text: str, options: ImportOptions) -> Imported:
+def import_text(text: str, options: ImportOptions) -> Report:
     for importer in IMPORTERS:
         if importer.sniff(text):
             return importer.load(text, options)
@@ -82,20 +87,20 @@ def import_text(text: str, options: ImportOptions) -> Imported:
     )
 
 
-def _nccl_tests_json(text: str, options: ImportOptions) -> Imported:
+def _nccl_tests_json(text: str, options: ImportOptions) -> Report:
     return _nccl_tests(
         [parse_nccl_tests_json(text, options.source)], [], options, "nccl-tests -J JSON"
     )
 
 
-def _nccl_tests_text(text: str, options: ImportOptions) -> Imported:
+def _nccl_tests_text(text: str, options: ImportOptions) -> Report:
     runs, notes = parse_runs(text)
     return _nccl_tests(runs, notes, options, "nccl-tests text")
 
 
 def _nccl_tests(
     runs: list[NcclTestsRun], notes: list[str], options: ImportOptions, kind: str
-) -> Imported:
+) -> Report:
     labels = _labels_per_run(options.labels, len(runs))
     record_sets = [
         to_records(
@@ -124,13 +129,11 @@ def _nccl_tests(
     )
     if notes:
         blocks[0].notes += notes
-    return Imported(
-        kind=kind,
-        doc=doc,
-        blocks=blocks,
-        record_sets=record_sets,
-        verdict=Verdict.of(any(r.wrong for r in runs)),
-    )
+    report = judge(Evidence(nccl_tests=runs), (NCCL_TESTS,), kind=kind, fails_at="error")
+    report.document, report.sections = doc, [*blocks, *([FINDINGS] if report.findings else [])]
+    report.rows = [row for block in blocks for row in block.rows]
+    report.data["record_sets"] = record_sets
+    return report
 
 
 def _labels_per_run(labels: list[dict[str, str]], nruns: int) -> list[dict[str, str]]:
@@ -148,7 +151,7 @@ def _labels_per_run(labels: list[dict[str, str]], nruns: int) -> list[dict[str, 
 
 def _block(
     run: NcclTestsRun, records: list[dict], options: ImportOptions, index: int, total: int
-) -> Block:
+) -> Table:
     name = options.collective or run.collective or "unknown collective"
     where = f"run {index} of {total}: " if total > 1 else ""
     settings = records[1]["settings"]
@@ -170,7 +173,7 @@ def _block(
         )
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
     title = f"{where}{name}, {ranks}, {len(run.rows)} sizes"
-    return Block(title=title, rows=_rows(run), notes=notes + run.notes)
+    return Table(_rows(run), title=title, notes=notes + run.notes)
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:
@@ -196,19 +199,25 @@ def _rows(run: NcclTestsRun) -> list[dict]:
     ]
 
 
-def _p2p_test(text: str, options: ImportOptions) -> Imported:
+def _p2p_test(text: str, options: ImportOptions) -> Report:
     parsed = parse_p2p_test(text)
     return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
 
-def _nvbandwidth(text: str, options: ImportOptions) -> Imported:
+def _nvbandwidth(text: str, options: ImportOptions) -> Report:
     return _matrices("nvbandwidth", parse_nvbandwidth(text), None, options.source)
 
 
-def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
-    """P2P matrices with the findings and advice of `topo --check`."""
-    findings = matrix_findings(parsed.matrices, access)
-    findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
+def _matrices(tool: str, parsed, access, source_file: str) -> Report:
+    """P2P matrices judged by the P2P rule set, with the advice of `topo --check`."""
+    p2p = P2PEvidence(
+        parsed.matrices,
+        access,
+        tool=tool,
+        reported_corrupt=list(getattr(parsed, "corrupt", [])),
+    )
+    report = judge(Evidence(p2p=p2p), (P2P,), kind=tool, fails_at="error")
+    findings = report.findings
     advice = advise(findings, [], None)
     doc = {
         **parsed.to_json(),
@@ -246,10 +255,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         len(parsed.devices),
     )
     return _own_format(
-        tool,
-        doc,
-        Block(f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes),
-        Verdict.of(any(f.severity == "error" for f in findings)),
+        report, doc, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes
     )
 
 
@@ -257,7 +263,7 @@ def _is_collect_env(text: str) -> bool:
     return looks_like_collect_env(text) and "# nThread" not in text
 
 
-def _collect_env(text: str, options: ImportOptions) -> Imported:
+def _collect_env(text: str, options: ImportOptions) -> Report:
     parsed = parse_collect_env(text)
     doc = {**parsed.to_json(), "source_file": options.source}
     rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
@@ -268,16 +274,20 @@ def _collect_env(text: str, options: ImportOptions) -> Imported:
             "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
         )
     notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
-    return _own_format(
-        "collect-env", doc, Block(f"{parsed.tool}: {versions}", rows, notes), Verdict.FINE
-    )
+    return _own_format(Report(kind="collect-env"), doc, f"{parsed.tool}: {versions}", rows, notes)
 
 
-def _own_format(kind: str, doc: dict, block: Block, verdict: Verdict) -> Imported:
-    """An import that writes its own records (P2P matrices and their findings), not results."""
-    imported = Imported(kind=kind, doc=doc, blocks=[block], verdict=verdict)
-    imported.write = lambda output, force=False: write_records(imported, output, force)
-    return imported
+def _own_format(report: Report, doc: dict, title: str, rows: list[dict], notes) -> Report:
+    """An import that writes its own records (P2P matrices and their findings), not results: one
+    block, a matrix's rows as a table of their own under its title."""
+    sections = matrix_sections(rows)
+    if sections[0][0] is None:
+        report.sections = [Table(rows, title=title, notes=notes)]
+    else:
+        report.sections = [Table([], title=title, notes=notes)]
+        report.sections += [Table(part, title=name) for name, part in sections]
+    report.document, report.rows, report.data["own_format"] = doc, rows, True
+    return report
 
 
 def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
@@ -298,7 +308,7 @@ def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
     ]
 
 
-def write_records(imported: Imported, output: str, force: bool = False) -> int:
+def write_records(imported: Report, output: str, force: bool = False) -> int:
     """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
     with `force` (`ncclprobe.safe_output`)."""
     records = [
@@ -306,11 +316,11 @@ def write_records(imported: Imported, output: str, force: bool = False) -> int:
             "record": "header",
             "schema_version": 1,
             "kind": imported.kind,
-            "source_file": imported.doc.get("source_file"),
+            "source_file": imported.document.get("source_file"),
         }
     ]
-    records += imported.doc.get("matrices", [])
-    records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
+    records += imported.document.get("matrices", [])
+    records += [{"record": "finding", **f} for f in imported.document.get("findings", [])]
     write_text(
         output,
         "".join(dumps_json(record) + "\n" for record in records),

@@ -20,6 +20,7 @@ from pathlib import Path
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
+from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
@@ -33,7 +34,7 @@ OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 @dataclass
 class Evidence:
-    runs: list[EngineRun]
+    runs: list[EngineRun] = field(default_factory=list)
     config: dict = field(default_factory=dict)  # what is known of the engine's configuration
     kind: str = "engine-trace"  # engine-trace | profile | server-log
     baseline: list[EngineRun] = field(default_factory=list)  # the run to compare against
@@ -47,6 +48,8 @@ class Evidence:
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
+    nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
 
     @classmethod
     def from_trace(
