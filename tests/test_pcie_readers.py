@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.diagnose.p2p.findings import matrix_findings
-from ncclprobe.errors import UsageProblem
 from ncclprobe.diagnose.p2p.nccl_model import model_disagreements
+from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl.nccl_xml import read_graphs, read_topology
 from ncclprobe.evidence.node.collect_env import parse_collect_env
 from ncclprobe.evidence.node.matrix import Matrix
