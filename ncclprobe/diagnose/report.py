@@ -123,6 +123,7 @@ FIX_FIRST = (
     "env-check-sibling",
     "settings-propagation",
     "env-check",
+    "env-check-lint",
     "nccl-settings-read",
 )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.live.processes import ProcessEvidence
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
 from ncclprobe.evidence.p2p import P2PEvidence
@@ -50,6 +51,7 @@ class Evidence:
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
     p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
     nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
+    processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
 
     @classmethod
     def from_trace(
