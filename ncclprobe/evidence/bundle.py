@@ -19,12 +19,14 @@ from pathlib import Path
 
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
 from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.evidence.settings import SettingsEvidence
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.records import ResultRecord, read_results
 
@@ -52,6 +54,8 @@ class Evidence:
     p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
     nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
     processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
+    settings: SettingsEvidence | None = None  # NCCL settings to lint, with the node and version
+    nccl_log: NcclLog | None = None  # one NCCL debug log read whole (`nccl-log`)
 
     @classmethod
     def from_trace(
