@@ -462,3 +462,22 @@ def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
         "--cache",
         f"redis://{MASKED}@h/0",
     ]  # by structure: the host stays, the password goes
+
+
+def test_diagnose_env_check_pid_runs_the_process_rules_on_the_live_job(job, tmp_path, monkeypatch):
+    """`diagnose --env-check PID` reads the tree now (no document) and ranks what env-check finds;
+    its healthy twin (every expectation met) finds nothing; --expect without a PID is bad usage."""
+    root, _ = job
+    monkeypatch.chdir(tmp_path)  # no file named like the pid here
+    code, out, _ = _run(
+        "diagnose", "--env-check", str(root), "--expect", "NCCL_ALGO=Ring", "--format", "json"
+    )
+    doc = json.loads(out)
+    assert code == 1 and doc["env_check"]["kind"] == "env-check"
+    assert any("NCCL_ALGO missing" in f["title"] for f in doc["findings"])
+    assert {f["rule"] for f in doc["findings"]} == {"env-check"}
+    code, out, _ = _run(
+        "diagnose", "--env-check", str(root), "--expect", "NCCL_PROTO=LL", "--format", "json"
+    )
+    assert code == 0 and json.loads(out)["findings"] == []
+    assert _run("diagnose", "--trace", "t.json", "--expect", "NCCL_PROTO=LL")[0] == 2

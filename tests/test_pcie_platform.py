@@ -260,6 +260,22 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     assert "## advice" in narrow.stdout and "(source: " in narrow.stdout
 
 
+def test_diagnose_topo_check_judges_this_machine_beside_the_rest():
+    """`diagnose --topo-check` gathers what `topo --check` does and runs the P2P rule set: its
+    document rides under `topo_check`, and with nothing measured here it exits 3 as topo --check."""
+    result = CliRunner().invoke(cli, ["diagnose", "--topo-check", "--format", "json"])
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "diagnosis" and doc["topo_check"]["kind"] == "topo-check"
+    unmeasured = doc["topo_check"]["measurement"]["status"] == "unavailable"
+    assert result.exit_code == (3 if unmeasured else 0 if not doc["findings"] else 1)
+    assert [c["check"] for c in doc["topo_check"]["platform"]] == [
+        "acs",
+        "iommu",
+        "link",
+        "driver-p2p",
+    ]
+
+
 def test_import_p2p_and_records(tmp_path):
     runner = CliRunner()
     f = FIX / "p2p/p2p_4x_a100_pcie_nvlink_pairs_can_cannot_sushruta.txt"

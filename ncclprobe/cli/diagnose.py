@@ -23,6 +23,7 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
   ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
   ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
+  ncclprobe diagnose --env-check 4242 --expect NCCL_PROTO=LL --topo-check
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -86,8 +87,23 @@ Examples:
 @click.option(
     "--env-check",
     "env_check_path",
-    type=click.Path(dir_okay=False),
-    help="`ncclprobe env-check --format json` output of the live job.",
+    metavar="FILE|PID",
+    help="`ncclprobe env-check --format json` output of the live job, or the PID of its root "
+    "process: its tree is read now, as `env-check --pid PID` reads it (a file of that name wins).",
+)
+@click.option(
+    "--expect",
+    "expect",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --env-check PID: a setting every process of the job should have (repeatable).",
+)
+@click.option(
+    "--topo-check",
+    "topo_check",
+    is_flag=True,
+    help="Measure this machine's P2P health as `topo --check` does (every GPU pair, the platform, "
+    "NCCL's dumps) and judge it beside the rest.",
 )
 @click.option(
     "--collect-env",
@@ -134,6 +150,8 @@ def command(
     flight_recorder,
     job_logs,
     nccl_logs,
+    expect,
+    topo_check,
     fmt,
 ):
     """Reason over an engine run the way a careful engineer would: find phases that run without
@@ -146,10 +164,14 @@ def command(
     logs of the job's ranks add what each rank's NCCL read, its version, the transports it
     connected the ranks with and its warnings, placed against the run or the hang. Each
     finding carries its numbers, a confidence and the next command; hypotheses the evidence
-    excludes are listed as ruled out, and what the evidence cannot show is said."""
+    excludes are listed as ruled out, and what the evidence cannot show is said. --topo-check and
+    --env-check PID read this machine now and add what the P2P and process-environment rules find."""
     from ncclprobe.diagnose import diagnose, load_evidence
     from ncclprobe.evidence.run.profile_dir import expand
 
+    pid = _live_pid(env_check_path)
+    if expect and pid is None:
+        raise UsageProblem("--expect goes with --env-check PID (a live job's root process)")
     job = flight_recorder or job_logs or nccl_logs
     if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
@@ -166,13 +188,44 @@ def command(
         baseline_profiles=baseline_profiles,
         baseline_server_logs=baseline_logs,
         sweep=sweep_path,
-        env_check=env_check_path,
+        env_check=env_check_path if pid is None else None,
         model_config=model_config,
         collect_env=collect_env_path,
         flight_recorder=flight_recorder,
         logs=job_logs,
         nccl_logs=nccl_logs,
+        live=bool(topo_check or pid),
     )
+    _gather_live(ev, pid, expect, topo_check)
     report = diagnose(ev)
     emit_report(report, fmt)
     return report.verdict()
+
+
+def _live_pid(value: str | None) -> int | None:
+    """--env-check's PID: digits that name no file here (an env-check document of that name wins)."""
+    from pathlib import Path
+
+    from ncclprobe.numbers import is_digits, parse_int
+
+    if value is None or Path(value).exists() or not is_digits(value):
+        return None
+    return parse_int(value, "--env-check PID", min=1, max=2**31 - 1)
+
+
+def _gather_live(ev, pid: int | None, expect, topo_check: bool) -> None:
+    """This machine's evidence, read now: the job's processes, the P2P measurement."""
+    if pid is not None:
+        from ncclprobe.diagnose.process_env.expect import parse_expect
+        from ncclprobe.gather.processes import gather_processes
+
+        ev.processes = gather_processes(pid, expectations=parse_expect(expect))
+        ev.inputs["env_check_pid"] = pid
+    if topo_check:
+        from ncclprobe.gather.p2p import gather_p2p
+
+        click.echo(
+            "diagnose --topo-check: measuring P2P, then the platform and an NCCL job ...", err=True
+        )
+        ev.p2p = gather_p2p()
+        ev.inputs["topo_check"] = "this machine"

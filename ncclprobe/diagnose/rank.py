@@ -11,12 +11,15 @@ progress, and the JSON document of schema `diagnosis` v1.
 from __future__ import annotations
 
 from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
+from ncclprobe.diagnose.p2p.check import P2P, check_report
 from ncclprobe.diagnose.process_env import rules_envcheck
+from ncclprobe.diagnose.process_env.check import PROCESS_ENV, env_check_report
 from ncclprobe.diagnose.report import FINDINGS, Lines, Report, RuleSet, judge
 from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.findings import Finding
 
 SCHEMA_VERSION = 1
 SETTINGS = RuleSet("settings", (rules_safety.unsafe_settings,) + rules_settings.RULES)
@@ -28,7 +31,8 @@ ENGINE_RUN = RuleSet(
     needs=("runs", "baseline"),
 )
 HANG = RuleSet("hang", rules_hang.RULES + rules_nccl_log.RULES)
-RULE_SETS = (SETTINGS, ENV_CHECK_DOCUMENT, ENGINE_RUN, HANG)
+# the live ones run where this machine's evidence was gathered (diagnose --topo-check, --env-check PID)
+RULE_SETS = (SETTINGS, ENV_CHECK_DOCUMENT, PROCESS_ENV, ENGINE_RUN, HANG, P2P)
 
 
 def diagnose(ev: Evidence, rule_sets: tuple[RuleSet, ...] = RULE_SETS) -> Report:
@@ -48,6 +52,10 @@ def diagnose(ev: Evidence, rule_sets: tuple[RuleSet, ...] = RULE_SETS) -> Report
     head += _step_lines(ev) if ev.kind != "engine-trace" else []
     head += _group_lines(groups) if groups is not None else []
     report.sections = [Lines(head + [f"# note: {note}" for note in report.notes]), FINDINGS]
+    live = _live(ev)
+    files = ev.runs or ev.baseline or ev.flight_recorder or ev.job_logs or ev.nccl_logs
+    report.answered = bool(files or ev.env_check or ev.collect_env) or all(r.answered for r in live)
+    report.sections += [section for r in live for section in r.data.get("beside", r.sections)]
     report.rows = [_row(i, f) for i, f in enumerate(report.findings, 1)]
     report.document = {
         "schema_version": SCHEMA_VERSION,
@@ -56,14 +64,27 @@ def diagnose(ev: Evidence, rule_sets: tuple[RuleSet, ...] = RULE_SETS) -> Report
         "inputs": report.inputs,
         "expected_verify": report.expectation,
         "notes": report.notes,
-        "findings": [f.to_json() for f in report.findings],
+        "findings": [Finding.to_json(f) for f in report.findings],
         "ruled_out": [r.to_json() for r in report.ruled_out],
         "not_checked": [n.to_json() for n in report.not_checked],
         "runs": [run_summary(src, run) for src, run in ev.all_runs()],
     }
     if groups is not None:
         report.document["process_groups"] = groups
+    report.document.update({r.kind.replace("-", "_"): r.to_json() for r in live})
     return report
+
+
+def _live(ev: Evidence) -> list[Report]:
+    """The reports of this machine's evidence (env-check's, topo --check's), for what diagnose
+    prints beside its findings: their tables and text (not their findings: those are diagnose's
+    own), and their documents under their kinds."""
+    reports = []
+    if ev.processes:
+        reports.append(env_check_report(Evidence(processes=ev.processes)))
+    if ev.p2p:
+        reports.append(check_report(Evidence(p2p=ev.p2p)))
+    return reports
 
 
 def _groups(ev: Evidence) -> list[dict] | None:

@@ -123,14 +123,17 @@ def load_evidence(
     flight_recorder=(),
     logs=(),
     nccl_logs=(),
+    live: bool = False,
 ) -> Evidence:
+    """The files' evidence. `live`: this machine's evidence is gathered besides (diagnose
+    --topo-check, --env-check PID), so no run is needed."""
     job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
     main = load_runs(
         trace=trace,
         profiles=profiles,
         server_logs=server_logs,
         model_config=model_config,
-        required=not job_evidence,
+        required=not (job_evidence or live),
     )
     base = load_runs(
         trace=baseline,

@@ -15,8 +15,8 @@ from ncclprobe.diagnose.p2p.advice import advise
 from ncclprobe.diagnose.p2p.findings import P2PFinding, matrix_findings, reported_corrupt
 from ncclprobe.diagnose.p2p.nccl_model import model_disagreements
 from ncclprobe.diagnose.p2p.platform import judge_platform
-from ncclprobe.diagnose.p2p.render import topo_check_lines
-from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
+from ncclprobe.diagnose.p2p.render import advice_lines, topo_check_lines
+from ncclprobe.diagnose.report import Lines, Report, RuleSet, Table, judge
 from ncclprobe.errors import require_extra
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live.sysfs import crossing
@@ -94,15 +94,13 @@ def check_report(ev: Evidence) -> Report:
         for m in p2p.matrices
         for label, values in zip(m.rows, m.values)
     ]
-    head, tail = topo_check_lines(report.document)
-    report.sections = [
-        head,
-        *(
-            Table(rows_for_table(m), title=f"{m.label} ({m.unit}) - {m.source}")
-            for m in p2p.matrices
-        ),
-        tail,
+    head, tail, found = topo_check_lines(report.document)
+    matrices = [
+        Table(rows_for_table(m), title=f"{m.label} ({m.unit}) - {m.source}") for m in p2p.matrices
     ]
+    report.sections = [head, *matrices, tail, found]
+    # what diagnose --topo-check prints beside its own findings: all but the findings
+    report.data["beside"] = [head, *matrices, tail, Lines(advice_lines(report.document["advice"]))]
     return report
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from ncclprobe.diagnose.report import Lines
 
 
-def topo_check_lines(doc: dict) -> tuple[Lines, Lines]:
-    """(the headline, printed above the matrices; everything after them) of a topo-check document."""
+def topo_check_lines(doc: dict) -> tuple[Lines, Lines, Lines]:
+    """(the headline, printed above the matrices; the platform and NCCL's model after them; the
+    findings and advice) of a topo-check document."""
     m = doc["measurement"]
     head = [
         f"# topo --check: measurement {m['status']}"
@@ -16,7 +17,7 @@ def topo_check_lines(doc: dict) -> tuple[Lines, Lines]:
         + f", {len(m['devices'])} GPU(s)"
     ]
     tail = check_lines(doc["platform"]) + nccl_lines(doc["nccl"], doc["nccl_model_vs_measured"])
-    return Lines(head), Lines(tail + finding_lines(doc["findings"], doc["advice"]))
+    return Lines(head), Lines(tail), Lines(finding_lines(doc["findings"], doc["advice"]))
 
 
 def check_lines(checks: list[dict]) -> list[str]:
@@ -44,7 +45,11 @@ def nccl_lines(nccl: dict, disagree: list[str]) -> list[str]:
 def finding_lines(findings: list[dict], advice: list[dict]) -> list[str]:
     out = ["## findings"] + ([] if findings else ["  none"])
     out += [f"  [{f['severity']}] {f['code']}: {f['message']}" for f in findings]
-    out.append("## advice")
+    return out + advice_lines(advice)
+
+
+def advice_lines(advice: list[dict]) -> list[str]:
+    out = ["## advice"]
     out += [
         f"  - {a['action']}: {a['reason']} (evidence: {', '.join(a['evidence']) or 'none'})"
         for a in advice
