@@ -18,8 +18,7 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.view import RunSet
 
-KINDS = ("engine-trace", "profile", "server-log")
-__all__ = ["KINDS", "RunSet", "load_any", "load_runs", "sniff"]
+__all__ = ["RunSet", "load_any", "load_runs", "sniff"]
 
 
 def sniff(path: str | Path) -> str:

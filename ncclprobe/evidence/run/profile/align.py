@@ -97,11 +97,6 @@ class Call:
     def transfer(self, i: int) -> float:
         return max(0.0, self.arrivals[i].end - self.last_start)
 
-    @property
-    def moved(self) -> float:
-        """From the last arrival to the last end: the time the data moved once every rank was in."""
-        return max(0.0, max(a.end for a in self.arrivals) - self.last_start)
-
 
 @dataclass
 class RankTotals:
