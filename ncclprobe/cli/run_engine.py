@@ -22,7 +22,7 @@ from ncclprobe.cli.options import (
 from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.engine.spec import MODES, RunSpec
-from ncclprobe.evidence.run.modes import GraphMode, Label
+from ncclprobe.evidence.run.modes import GraphMode
 from ncclprobe.evidence.run.trace_table import all_notes, table_rows
 from ncclprobe.safe_output import check_output, check_output_dir, write_json
 
@@ -283,6 +283,7 @@ def command(
     the collectives issued per token. With --temperature 0 the speculative output must equal the
     baseline token for token; the command checks that (and that all ranks agree) and exits 1 if not."""
     from ncclprobe import engine_session
+    from ncclprobe.evidence.run.profile_dir import next_command
     from ncclprobe.evidence.run.trace_checks import verdict
 
     # Usage errors first, before torch is imported or a .gguf converted: one line within a second.
@@ -305,7 +306,7 @@ def command(
     if doc.get("profiles") and not quiet:  # whole, on one line: it must paste
         click.echo(
             f"ncclprobe: profiles written to {spec.profile_dir}; next: "
-            f"{_diagnose_profiles(doc, spec.profile_dir)}",
+            f"{next_command(doc['profiles'], spec.profile_dir)}",
             err=True,
         )
     emit(fmt, doc, table_rows(doc), title="ncclprobe run-engine", notes=all_notes(doc))
@@ -346,17 +347,3 @@ def _with_prompts(spec: RunSpec, texts, prompts_file, prompt_set) -> RunSpec:
     ]
     options = (["--chat"] if spec.chat else []) + [word for pair in given for word in pair]
     return dataclasses.replace(spec, prompts=prompts, prompt_options=tuple(options))
-
-
-def _diagnose_profiles(doc: dict, directory: str) -> str:
-    """The diagnose command of the profiles just written: the directory, or with --tuned (two labels
-    in it) the tuned run's files."""
-    import shlex
-    from pathlib import Path
-
-    from ncclprobe.evidence.run.profile_dir import ENGINE_NAME, diagnose_command
-
-    names = [ENGINE_NAME.match(Path(p).name) for p in doc["profiles"]]
-    if len({m["label"] for m in names if m}) > 1:
-        return diagnose_command(doc["profiles"], Label.TUNED.value)
-    return shlex.join(["ncclprobe", "diagnose", "--profile", directory])

@@ -45,7 +45,7 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     found = []
     for path in paths:
         text = read_text_file(path, "NCCL log")
-        groups = _lines_by_process(text, clean_line)
+        groups = lines_by_process(text, clean_line)
         if not groups:
             pid = pid_from_filename(path)
             if pid is None:
@@ -61,7 +61,7 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     return found
 
 
-def _lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+def lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
     """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
     groups: dict[tuple[str, int], list[str]] = {}
     for line in text.splitlines():
