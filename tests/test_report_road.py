@@ -58,6 +58,7 @@ def test_the_verdict_turns_at_fails_at_and_on_answered():
     assert Report("k", [warning]).verdict() is Verdict.FINDINGS  # diagnose: a warning fails
     assert Report("k", [warning], fails_at="error").verdict() is Verdict.FINE  # a lint: it does not
     assert Report("k", [error], fails_at="error").verdict() is Verdict.FINDINGS
+    assert Report("k", [error]).verdict() is Verdict.FINDINGS  # worse than fails_at fails too
     assert Report("k", [info]).verdict() is Verdict.FINE
     assert Report("k", [info], answered=False).verdict() is Verdict.NOTHING_HERE
     assert Report("k", [error], fails_at="error", answered=False).verdict() is Verdict.FINDINGS
