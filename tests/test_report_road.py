@@ -13,13 +13,13 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.verdict import Verdict
 
 
-def _finding(rule="r", severity="warning", confidence="high", cost=None, **more):
+def _finding(rule="r", severity="warning", confidence="high", cost=None, detail="why", **more):
     return Finding(
         rule=rule,
         severity=severity,
         confidence=confidence,
         title=f"{rule} {severity}",
-        detail="why",
+        detail=detail,
         cost_ms_per_token=cost,
         **more,
     )
@@ -107,3 +107,27 @@ def test_every_judging_command_prints_json_csv_and_table_from_its_report():
     flat = " ".join(table.stdout.replace("\n#   ", " ").split())  # the title, unwrapped
     assert flat.startswith(f"# lint of {len(doc['env'])} NCCL variable(s) from {text_file}")
     assert table.exit_code == (1 if any(f["severity"] == "error" for f in doc["findings"]) else 0)
+
+
+def test_fit_keeps_each_kind_of_line_under_its_own_indent():
+    """A remark that opens a next step wraps under `next: `'s column and `# `; any other indented
+    line under its indent plus 3; a word longer than the width (a path) is never cut; a blank line
+    stays; a line as wide as the terminal is left as it is."""
+    remark = fit(next_lines("# " + "because " * 12, "   "), 40)
+    assert remark[0].startswith("   next: # because") and remark[1].startswith("         # because")
+    plain = fit(["  - " + "word " * 12], 30)
+    assert plain[0].startswith("  - word") and plain[1].startswith("     word")
+    path = "/very/long/" + "x" * 120
+    assert fit([f"# see {path}"], 60) == ["# see", f"#   {path}"]
+    assert fit(["a", "", "b"], 80) == ["a", "", "b"]
+    assert fit(["a\tb"], 3) == ["a\tb"]  # exactly the width: not rewrapped (tabs kept)
+
+
+def test_a_findings_detail_wraps_to_the_width_and_stays_whole_under_wide():
+    detail = "word " * 30 + "/a/" + "p" * 90
+    report = Report("k", [_finding(detail=detail.strip())], sections=[FINDINGS])
+    wide = text(report, None).splitlines()
+    assert wide[1] == "   " + detail.strip()  # --wide: one line
+    narrow = text(report, 60).splitlines()
+    assert narrow[1].startswith("   word") and all(line.startswith("   ") for line in narrow[1:])
+    assert "   /a/" + "p" * 90 in narrow  # the long word whole, on a line of its own

@@ -117,12 +117,13 @@ def fit(lines: list[str], width: int | None) -> list[str]:
         else:
             indent = "#   " if line.startswith("#") else " " * (lead + 3)
         fitted += textwrap.wrap(
-            line,
+            line[lead:],
             width=width,
+            initial_indent=line[:lead],  # kept even where the first word alone is too long
             subsequent_indent=indent,
             break_on_hyphens=False,
             break_long_words=False,
-        )
+        ) or [line]
     return fitted
 
 
