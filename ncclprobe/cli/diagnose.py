@@ -87,6 +87,7 @@ Examples:
 @click.option(
     "--env-check",
     "env_check_path",
+    type=click.Path(dir_okay=False),
     metavar="FILE|PID",
     help="`ncclprobe env-check --format json` output of the live job, or the PID of its root "
     "process: its tree is read now, as `env-check --pid PID` reads it (a file of that name wins).",

@@ -144,7 +144,7 @@ def _step_lines(ev: Evidence) -> list[str]:
             if not p.count:
                 continue
             gpu = (
-                f", GPU busy {p.device_ms:.3f} ms, idle {p.idle_ms:.3f} ms"
+                f", GPU busy {_ms(p.device_ms)} ms, idle {_ms(p.idle_ms)} ms"
                 if p.device_ms is not None
                 else ", no GPU events"
             )
@@ -153,10 +153,14 @@ def _step_lines(ev: Evidence) -> list[str]:
             tokens = f", {p.tokens_per_seq:g} tok/seq" if p.tokens_per_seq else ""
             batch = f", batch {p.batch}" if p.batch else ""
             lines.append(
-                f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
+                f"# {run.name(source)}: {p.name} x{p.count}: {_ms(p.median_ms)} ms/step{gpu}{graph}"
                 f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else "")
             )
     return lines
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3f}"
 
 
 def _group_lines(groups: list[dict]) -> list[str]:
