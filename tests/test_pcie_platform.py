@@ -247,7 +247,9 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     }
     assert all(c["source"] for c in doc["platform"])
     assert doc["measurement"]["status"] in ("unavailable", "ok")
-    saved = json.loads((tmp_path / "o/topo-check.json").read_text())
+    saved_text = (tmp_path / "o/topo-check.json").read_text()
+    assert saved_text == json.dumps(doc, indent=2) + "\n"  # the document as printed, whole
+    saved = json.loads(saved_text)
     assert saved["advice"] == doc["advice"]
     again = runner.invoke(
         cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")]
@@ -377,3 +379,28 @@ def test_a_gpu_behind_an_intel_vmd_domain_keeps_its_bridges(tmp_path):
     )
     assert listing["10000:e0:06.0"]["acs"].redirects == ["ReqRedir", "CmpltRedir"]
     assert listing["10000:e1:00.0"]["acs"].reason == "no ACS capability"
+
+
+def test_a_pair_beyond_the_known_pcie_paths_is_judged_without_its_place(box):
+    """The P2P rule set names what a pair crosses only where both GPUs' PCIe paths were read."""
+    from ncclprobe.diagnose.p2p.check import pair_findings
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.evidence.p2p import P2PEvidence
+
+    paths, _ = read_gpu_paths(box)
+    gpus = [f"GPU{i}" for i in range(3)]
+    m = Matrix(
+        metric="bandwidth",
+        rows=gpus,
+        cols=gpus,
+        values=[[None, 20.0, 20.0], [20.0, None, 20.0], [4.0, 20.0, None]],
+    )
+    found = pair_findings(Evidence(p2p=P2PEvidence([m], gpu_paths=paths[:2])))
+    [slow] = [f for f in found if f.code == "slow-pair"]
+    assert slow.message.startswith("GPU2->GPU0: 4.00") and "crosses" not in slow.message
+    [known] = [
+        f
+        for f in pair_findings(Evidence(p2p=P2PEvidence([m], gpu_paths=paths[:3])))
+        if f.code == "slow-pair"
+    ]
+    assert "crosses" in known.message
