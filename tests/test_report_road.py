@@ -51,6 +51,11 @@ def test_judge_ranks_severity_then_confidence_then_fix_first_then_cost():
     assert [r.rule for r in report.ruled_out] == ["x"] and [n.rule for n in report.not_checked] == [
         "y"
     ]
+    # a cost under one millisecond still outranks no cost at all (none counts as 0), per token and
+    # per step alike
+    for costed in (_finding("some", cost=0.5), _finding("some", cost_ms_per_step=0.5)):
+        ranked = judge(None, (RuleSet("s", (lambda ev: [_finding("none"), costed],)),), kind="k")
+        assert [f.rule for f in ranked.findings] == ["some", "none"]
 
 
 def test_the_verdict_turns_at_fails_at_and_on_answered():
