@@ -55,6 +55,9 @@ def test_an_expectation_missed_or_different_is_a_finding_met_is_none():
     want = [Expectation("NCCL_PROTO", "LL", "--expect")]
     met = _report([_proc(10, env={"NCCL_PROTO": "LL"})], want)
     assert met.findings == [] and met.verdict() is Verdict.FINE
+    assert not any("exec-time environment" in n for n in met.notes)  # nothing unsure: no caveat
+    empty = _report([_proc(10, env={})], want)  # an empty block: unknown, and said why
+    assert any("NCCL_PROTO: judged from the exec-time environment" in n for n in empty.notes)
     missed = _report([_proc(10, env={"NCCL_ALGO": "Ring"})], want)
     assert [f.title for f in missed.findings] == [
         "pid 10: NCCL_PROTO missing (expected 'LL', has None)"
