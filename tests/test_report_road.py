@@ -125,7 +125,9 @@ def test_fit_keeps_each_kind_of_line_under_its_own_indent():
     path = "/very/long/" + "x" * 120
     assert fit([f"# see {path}"], 60) == ["# see", f"#   {path}"]
     assert fit(["a", "", "b"], 80) == ["a", "", "b"]
-    assert fit(["a\tb"], 3) == ["a\tb"]  # exactly the width: not rewrapped (tabs kept)
+    assert (
+        fit(["a\tb"], 3) == fit(["a\tb"], 80) == ["a\tb"]
+    )  # up to the width: as it is (tabs kept)
 
 
 def test_a_findings_detail_wraps_to_the_width_and_stays_whole_under_wide():
