@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.p2p.advice import advise
 from ncclprobe.diagnose.p2p.check import P2P
-from ncclprobe.diagnose.report import FINDINGS, Report, RuleSet, Table, judge
+from ncclprobe.diagnose.p2p.findings import P2PFinding
+from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.failure_lines import not_explained_finding
 from ncclprobe.evidence.nccl.nccl_tests_json import looks_like_json, parse_nccl_tests_json
 from ncclprobe.evidence.nccl.nccl_tests_records import to_records
 from ncclprobe.evidence.nccl.nccl_tests_run import NcclTestsRun
@@ -31,6 +33,7 @@ from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p
 from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.findings import Finding
 from ncclprobe.safe_output import dumps_json, write_text
+from ncclprobe.secrets import mask_text
 from ncclprobe.sizes import format_size
 
 
@@ -44,30 +47,52 @@ class ImportOptions:
     )  # --settings: one for all runs, or one per run
 
 
-def wrong_values(ev: Evidence) -> list[Finding]:
-    """nccl-tests' own check: a run that counted wrong values moved wrong data."""
-    return [
-        Finding(
-            rule="nccl-tests-wrong",
-            severity="error",
-            confidence="high",
-            title=f"nccl-tests counted wrong values in run {index} of {len(ev.nccl_tests)}"
-            if len(ev.nccl_tests) > 1
-            else "nccl-tests counted wrong values",
-            detail="Its #wrong column is above 0 in "
-            + ", ".join(
-                format_size(r.size_bytes)
-                for r in run.rows
-                if any((m.wrong or 0) > 0 for _, m in r.measurements() if m)
+def run_failures(ev: Evidence) -> list[Finding]:
+    """nccl-tests' own verdicts: a run that counted wrong values moved wrong data; a run that shows
+    a failure (an explained class, an NCCL WARN line, a line that looks like a failure) failed."""
+    found = []
+    for index, run in enumerate(ev.nccl_tests, 1):
+        which = f" (run {index} of {len(ev.nccl_tests)})" if len(ev.nccl_tests) > 1 else ""
+        if run.wrong:
+            found.append(
+                Finding(
+                    rule="nccl-tests-wrong",
+                    severity="error",
+                    confidence="high",
+                    title=f"nccl-tests counted wrong values{which}",
+                    detail=f"wrong results: {run.wrong_summary()}: the collective returned wrong "
+                    "data there.",
+                )
             )
-            + ": the collective returned wrong data there.",
-        )
-        for index, run in enumerate(ev.nccl_tests, 1)
-        if run.wrong
-    ]
+        if run.failed:
+            found.append(
+                Finding(
+                    rule="nccl-tests-failed",
+                    severity="error",
+                    confidence="high",
+                    title=f"the nccl-tests run failed{which}",
+                    detail="; ".join(_failure_notes(run)) or "its output shows a failure",
+                )
+            )
+    return found
 
 
-NCCL_TESTS = RuleSet("nccl-tests", (wrong_values,), needs=("nccl_tests",))
+NCCL_TESTS = RuleSet("nccl-tests", (run_failures,), needs=("nccl_tests",))
+
+
+def reader_failure_lines(ev: Evidence) -> list[Finding]:
+    """Lines a tool's output holds that look like a failure and no class explains: the one
+    not-explained finding (`evidence.failure_lines`)."""
+    sources = [ev.p2p.failure_lines] if ev.p2p else []
+    sources += [ev.collect_env.failure_lines] if ev.collect_env else []
+    found = not_explained_finding(sources)
+    return [found] if found else []
+
+
+# a tool's failure lines fail the verdict even as a warning: the run may have failed unnamed
+READER_FAILURES = RuleSet(
+    "failure lines", (reader_failure_lines,), needs=("p2p", "collect_env"), fails_at="warning"
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +155,7 @@ def _nccl_tests(
     if notes:
         blocks[0].notes += notes
     report = judge(Evidence(nccl_tests=runs), (NCCL_TESTS,), kind=kind, fails_at="error")
-    report.document, report.sections = doc, [*blocks, *([FINDINGS] if report.findings else [])]
+    report.document, report.sections = doc, list(blocks)  # each block's notes say what failed
     report.rows = [row for block in blocks for row in block.rows]
     report.data["record_sets"] = record_sets
     return report
@@ -172,8 +197,31 @@ def _block(
             "the output does not name its collective: records say 'unknown' (pass --collective)"
         )
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
-    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes"
-    return Table(_rows(run), title=title, notes=notes + run.notes)
+    stopped = " before its first result: it failed" if not run.rows else ""
+    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes{stopped}"
+    return Table(_rows(run), title=title, notes=_failure_notes(run) + notes + run.notes)
+
+
+def _failure_notes(run: NcclTestsRun) -> list[str]:
+    """What failed, first: the explained classes, the wrong results, then each line not explained."""
+    notes = [f"{f['severity']}: {f['message']}; fix: {f['fix']}" for f in run.failures]
+    wrong = run.wrong_summary()
+    if wrong:
+        notes.append(f"error: wrong results: {wrong}")
+    notes += [f"not explained (NCCL WARN): {mask_text(w)}" for w in run.warn_lines]
+    return notes + not_explained_notes(run.not_explained)
+
+
+def not_explained_notes(found) -> list[str]:
+    """A reader's failure lines no class explained, one note each (`evidence.failure_lines`)."""
+    if not found:
+        return []
+    notes = [
+        f"not explained: line {line.number}: {line.text}"
+        + (f" (x{line.count})" if line.count > 1 else "")
+        for line in found.lines
+    ]
+    return notes + ([f"not explained: and {found.more} more line(s)"] if found.more else [])
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:
@@ -200,12 +248,12 @@ def _rows(run: NcclTestsRun) -> list[dict]:
 
 
 def _p2p_test(text: str, options: ImportOptions) -> Report:
-    parsed = parse_p2p_test(text)
+    parsed = parse_p2p_test(text, options.source)
     return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
 
 def _nvbandwidth(text: str, options: ImportOptions) -> Report:
-    return _matrices("nvbandwidth", parse_nvbandwidth(text), None, options.source)
+    return _matrices("nvbandwidth", parse_nvbandwidth(text, options.source), None, options.source)
 
 
 def _matrices(tool: str, parsed, access, source_file: str) -> Report:
@@ -215,9 +263,10 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Report:
         access,
         tool=tool,
         reported_corrupt=list(getattr(parsed, "corrupt", [])),
+        failure_lines=parsed.failure_lines,
     )
-    report = judge(Evidence(p2p=p2p), (P2P,), kind=tool, fails_at="error")
-    findings = report.findings
+    report = judge(Evidence(p2p=p2p), (P2P, READER_FAILURES), kind=tool, fails_at="error")
+    findings = [f for f in report.findings if isinstance(f, P2PFinding)]  # not-explained aside
     advice = advise(findings, [], None)
     doc = {
         **parsed.to_json(),
@@ -247,7 +296,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Report:
         + ")"
         for a in advice
     ]
-    notes += parsed.notes
+    notes += parsed.notes + not_explained_notes(parsed.failure_lines)
     gpus = max(
         len(
             {label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}
@@ -264,7 +313,7 @@ def _is_collect_env(text: str) -> bool:
 
 
 def _collect_env(text: str, options: ImportOptions) -> Report:
-    parsed = parse_collect_env(text)
+    parsed = parse_collect_env(text, options.source)
     doc = {**parsed.to_json(), "source_file": options.source}
     rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
     versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
@@ -274,7 +323,9 @@ def _collect_env(text: str, options: ImportOptions) -> Report:
             "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
         )
     notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
-    return _own_format(Report(kind="collect-env"), doc, f"{parsed.tool}: {versions}", rows, notes)
+    notes += not_explained_notes(parsed.failure_lines)
+    report = judge(Evidence(collect_env=parsed), (READER_FAILURES,), kind="collect-env")
+    return _own_format(report, doc, f"{parsed.tool}: {versions}", rows, notes)
 
 
 def _own_format(report: Report, doc: dict, title: str, rows: list[dict], notes) -> Report:

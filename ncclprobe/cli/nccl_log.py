@@ -18,7 +18,7 @@ Examples:
   {_PROOF} python train.py 2>&1 | tee run.log
   ncclprobe nccl-log run.log
 
-{exit_codes("read, no WARN line and no lint error", "an NCCL WARN line or a lint error")}
+{exit_codes("read, no WARN line and no lint error", "an NCCL WARN line, a failure line, or a lint error")}
 """
 
 
@@ -40,7 +40,12 @@ def command(files, fmt):
     from ncclprobe.gather.settings import log_settings
 
     log = parse_nccl_log_files(files)
-    if log.nccl_lines == 0 and log.nccl_version is None and not log.failures:
+    if (
+        log.nccl_lines == 0
+        and log.nccl_version is None
+        and not log.failures
+        and not log.failure_lines
+    ):
         raise UsageProblem(
             f"no NCCL log lines in {', '.join(files)}: expected lines like "
             "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)"

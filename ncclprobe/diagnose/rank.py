@@ -10,6 +10,7 @@ progress, and the JSON document of schema `diagnosis` v1.
 
 from __future__ import annotations
 
+from ncclprobe.diagnose import rules_failures
 from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
 from ncclprobe.diagnose.p2p.check import P2P, check_report
 from ncclprobe.diagnose.process_env import rules_envcheck
@@ -31,8 +32,10 @@ ENGINE_RUN = RuleSet(
     needs=("runs", "baseline"),
 )
 HANG = RuleSet("hang", rules_hang.RULES + rules_nccl_log.RULES)
+# every reader's failure lines: the known classes named, the rest shown as not explained
+FAILURE_LINES = RuleSet("failure lines", rules_failures.RULES)
 # the live ones run where this machine's evidence was gathered (diagnose --topo-check, --env-check PID)
-RULE_SETS = (SETTINGS, ENV_CHECK_DOCUMENT, PROCESS_ENV, ENGINE_RUN, HANG, P2P)
+RULE_SETS = (SETTINGS, ENV_CHECK_DOCUMENT, PROCESS_ENV, ENGINE_RUN, HANG, FAILURE_LINES, P2P)
 
 
 def diagnose(ev: Evidence, rule_sets: tuple[RuleSet, ...] = RULE_SETS) -> Report:

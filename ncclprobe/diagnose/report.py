@@ -9,8 +9,10 @@ it prints (each command's own schema, kept as it was: `document`). `diagnose.ren
 Report in the three formats; `Report.verdict()` is the exit code.
 
 A rule set is data: its rules (each a function of the evidence returning findings, ruled-out and
-not-checked outcomes) and the evidence it needs (attribute names of the evidence: the set runs when
-one of them holds something, or always when it names none, its rules then saying what is missing).
+not-checked outcomes), the evidence it needs (attribute names of the evidence: the set runs when
+one of them holds something, or always when it names none, its rules then saying what is missing)
+and, where it differs from the report's, the least severity of its findings that fails the verdict
+(a lint's warning does not; a line that looks like a failure and is not explained does).
 `diagnose` runs every rule set whose evidence is present; a narrower command runs its own.
 
 Ranking: severity first (error, warning, info), then confidence, then what the user must fix first
@@ -40,6 +42,7 @@ class RuleSet:
     name: str
     rules: tuple[Rule, ...]
     needs: tuple[str, ...] = ()
+    fails_at: str | None = None  # the least severity of its findings that fails; None: the report's
 
     def applies(self, evidence) -> bool:
         return not self.needs or any(getattr(evidence, name, None) for name in self.needs)
@@ -91,13 +94,18 @@ class Report:
     data: dict = field(default_factory=dict)  # command-specific facts (e.g. the expected verify)
     fails_at: str = "warning"
     answered: bool = True
+    failing: list[Finding] | None = None  # what fails, as each rule set's `fails_at` judged (judge)
 
     @property
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
     def actionable(self) -> list[Finding]:
-        """The findings that decide the verdict: at `fails_at` or worse."""
+        """The findings that decide the verdict: at their rule set's `fails_at` or worse (`judge`
+        records which), else at the report's."""
+        if self.failing is not None:
+            failing = {id(f) for f in self.failing}
+            return [f for f in self.findings if id(f) in failing]
         limit = severity_rank(self.fails_at)
         return [f for f in self.findings if severity_rank(f.severity) <= limit]
 
@@ -138,20 +146,27 @@ def rank_key(finding: Finding) -> tuple:
     )
 
 
-def judge(evidence, rule_sets: Iterable[RuleSet], *, kind: str, **fields) -> Report:
+def judge(
+    evidence, rule_sets: Iterable[RuleSet], *, kind: str, fails_at: str = "warning", **fields
+) -> Report:
     """Run every rule set whose evidence is present, in order, and rank what they found: the one
-    function every judging command's verdict comes from. `fields` fill the rest of the Report."""
-    outcomes = [
-        outcome
-        for rule_set in rule_sets
-        if rule_set.applies(evidence)
-        for rule in rule_set.rules
-        for outcome in rule(evidence)
-    ]
+    function every judging command's verdict comes from. A finding fails the verdict at its rule
+    set's `fails_at`, else at `fails_at`; `fields` fill the rest of the Report."""
+    outcomes, failing = [], []
+    for rule_set in rule_sets:
+        if not rule_set.applies(evidence):
+            continue
+        limit = severity_rank(rule_set.fails_at or fails_at)
+        for outcome in (o for rule in rule_set.rules for o in rule(evidence)):
+            outcomes.append(outcome)
+            if isinstance(outcome, Finding) and severity_rank(outcome.severity) <= limit:
+                failing.append(outcome)
     return Report(
         kind=kind,
         findings=sorted((o for o in outcomes if isinstance(o, Finding)), key=rank_key),
         ruled_out=[o for o in outcomes if isinstance(o, RuledOut)],
         not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
+        fails_at=fails_at,
+        failing=failing,
         **fields,
     )

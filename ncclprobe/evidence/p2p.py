@@ -20,6 +20,7 @@ class P2PEvidence:
     peer_access: list[list[bool | None]] | None = None  # the driver's answer per GPU pair
     tool: str | None = None  # the tool whose output it is (imports); None: measured here
     reported_corrupt: list[dict] = field(default_factory=list)  # a tool's own failed checks
+    failure_lines: object = None  # evidence.failure_lines.FailureLines of a tool's output
     # measured here only
     measurement: dict | None = (
         None  # the probe's status, reason, devices, notes, copy checks, hung pair

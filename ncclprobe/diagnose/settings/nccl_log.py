@@ -3,20 +3,33 @@ read and did, its failure lines explained (`ncclprobe.evidence.nccl.nccl_failure
 once, with its cause and fix), its other WARN lines, and the settings rule set over what NCCL read.
 
 Findings: each explained kind at its severity; the WARN lines no kind explains, as one error (NCCL
-prints WARN when something failed); the lint's findings. An error fails the verdict; a harmless
-line (no libibverbs on a machine without InfiniBand) does not.
+prints WARN when something failed); the other lines that look like a failure and no class explains
+(`evidence.failure_lines`), as the one not-explained finding; the lint's findings. Any of the
+first three at warning or worse fails the verdict, the lint's only at error; a harmless line (no
+libibverbs on a machine without InfiniBand) does not.
 """
 
 from __future__ import annotations
 
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.diagnose.settings.lint import LINT, masked
-from ncclprobe.evidence.nccl.nccl_failures import explain
+from ncclprobe.evidence.failure_lines import not_explained_finding
+from ncclprobe.evidence.nccl.nccl_failures import explain as _explain
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.findings import Finding
 from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.sizes import format_size
+
+_LAST: list = []  # [(the log, what explaining it gave)]: one log per command
+
+
+def explain(log: NcclLog):
+    """(the explained kinds, the WARN lines no kind explains), once per log: explaining takes the
+    explained lines out of the log's failure lines, so a second call would see fewer."""
+    if not _LAST or _LAST[0][0] is not log:
+        _LAST[:] = [(log, _explain(log))]
+    return _LAST[0][1]
 
 
 def failure_findings(ev) -> list[Finding]:
@@ -43,10 +56,11 @@ def failure_findings(ev) -> list[Finding]:
                 detail="; ".join(mask_text(w) for w in unexplained[:3]),
             )
         )
-    return found
+    not_explained = not_explained_finding([ev.nccl_log.failure_lines])
+    return found + ([not_explained] if not_explained else [])
 
 
-NCCL_LOG = RuleSet("NCCL log", (failure_findings,), needs=("nccl_log",))
+NCCL_LOG = RuleSet("NCCL log", (failure_findings,), needs=("nccl_log",), fails_at="warning")
 
 
 def nccl_log_report(ev, files: list[str]) -> Report:
@@ -77,6 +91,8 @@ def _title(log: NcclLog) -> str:
         )
     if log.version_source and log.version_source != "banner":
         version += f" (from {log.version_source})"
+    if log.nccl_lines == 0:  # a run that failed before NCCL logged: its failure lines follow
+        return f"{library} {version}: no NCCL line; the run's failure lines are below"
     return (
         f"{library} {version}, {log.nranks or '?'} ranks, "
         f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines"
@@ -94,6 +110,16 @@ def _rows(log: NcclLog, warnings: list[str]) -> list[dict]:
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
     rows += [{"what": "WARN", "detail": mask_text(text)} for text in warnings]
+    rows += [
+        {
+            "what": "not explained",
+            "detail": f"{line.source}:{line.number}: {line.text}"
+            + (f" (x{line.count})" if line.count > 1 else ""),
+        }
+        for line in log.failure_lines.lines
+    ]
+    if log.failure_lines.more:
+        rows.append({"what": "not explained", "detail": f"and {log.failure_lines.more} more"})
     return rows
 
 
