@@ -69,6 +69,16 @@ def test_the_verdict_turns_at_fails_at_and_on_answered():
     assert Report("k", [error], fails_at="error", answered=False).verdict() is Verdict.FINDINGS
 
 
+def test_a_rule_set_can_fail_at_its_own_severity():
+    """nccl-log: a failure line not explained fails at a warning, the lint's warning does not."""
+    lines = RuleSet("lines", (lambda ev: [_finding("not-explained")],), fails_at="warning")
+    lint = RuleSet("lint", (lambda ev: [_finding("typo")],))
+    both = judge(None, (lines, lint), kind="k", fails_at="error")
+    assert [f.rule for f in both.actionable()] == ["not-explained"]
+    assert both.verdict() is Verdict.FINDINGS
+    assert judge(None, (lint,), kind="k", fails_at="error").verdict() is Verdict.FINE
+
+
 def test_the_renderer_wraps_text_but_never_a_next_command():
     long = "ncclprobe sweep " + " ".join(f"--set NCCL_X{i}=a,b" for i in range(12))
     lines = next_lines(long + "  # " + "why " * 30, "   ")
