@@ -168,3 +168,47 @@ def sweep_across(across, asked, *, output, force, criteria, quiet: bool, render)
         click.echo(f"ncclprobe: results written to {outcome.path}", err=True)
     render(outcome)
     return outcome.verdict
+
+
+def job_options(command):
+    """env-check --launcher: which job, on each node (its pids are not known in advance)."""
+    command = click.option(
+        "--match",
+        metavar="TEXT",
+        help="With --launcher: the job's processes are those whose command line contains TEXT.",
+    )(command)
+    return click.option(
+        "--job",
+        "job",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="With --launcher: the job's processes are those whose environment has NAME=VALUE "
+        "(SLURM_JOB_ID=1234, TORCHELASTIC_RUN_ID=myrun; repeatable; default in a Slurm allocation: "
+        "its SLURM_JOB_ID).",
+    )(command)
+
+
+def env_check_across(across, *, job, match, expect, expect_from, show_all, fmt):
+    """`env-check --launcher ...`: an agent on every node, one merged verdict."""
+    import os
+
+    from ncclprobe.cli.output import emit
+    from ncclprobe.diagnose.process_env.hosts import judge_hosts
+    from ncclprobe.evidence.live.job_processes import JobSelector
+    from ncclprobe.gather.hosts import gather_env_checks
+    from ncclprobe.hosts.launchers import Launcher
+
+    hosts, shared_dir = across
+    if not job and not match and hosts.launcher is Launcher.SRUN and os.environ.get("SLURM_JOB_ID"):
+        job = (f"SLURM_JOB_ID={os.environ['SLURM_JOB_ID']}",)  # the allocation this runs in
+    selector = JobSelector.parse(tuple(job), match)
+    agent_args = tuple(word for item in expect for word in ("--expect", item))
+    if expect_from:
+        from pathlib import Path
+
+        agent_args += ("--expect-from", str(Path(expect_from).resolve()))
+    if show_all:
+        agent_args += ("--all",)
+    result = judge_hosts(gather_env_checks(hosts, shared_dir, selector, agent_args))
+    emit(fmt, result.to_json(), result.rows(), title=result.title(), notes=result.notes())
+    return result.verdict()

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 from ncclprobe.textenum import TextEnum
 
@@ -163,19 +164,20 @@ def commands(
     environ: Mapping[str, str] = os.environ,
 ) -> list[NodeCommand]:
     """The command lines that start `program` on every node (see the module's docstring). `store`
-    (srun, mpirun): the rendezvous store this process hosts; `log_dir`: where srun and mpirun
-    write each task's output."""
+    (srun, mpirun): the rendezvous store this process hosts, for ranks that join one (None for
+    processes that do not); `log_dir`: where srun and mpirun write each task's output."""
     nodes = hosts.node_count(environ)
     if hosts.launcher is Launcher.TORCHRUN:
         return [_torchrun(hosts, program, host, nodes, run_id) for host in hosts.hosts]
-    if store is None:
-        raise ValueError(f"{hosts.launcher} ranks need the store this process hosts")
-    env = {
-        **program.env,
-        "MASTER_ADDR": store[0],
-        "MASTER_PORT": str(store[1]),
-        "NCCLPROBE_STORE_PORT": str(store[1]),
-    }
+    env = dict(program.env)
+    if store is not None:  # ranks that rendezvous: through the store hosted here
+        env.update(
+            {
+                "MASTER_ADDR": store[0],
+                "MASTER_PORT": str(store[1]),
+                envvars.STORE_PORT: str(store[1]),
+            }
+        )
     tail = _env_words(env, program.unset) + (hosts.python, "-m", RANK_ENTRY, program.module)
     tail += program.args
     if hosts.launcher is Launcher.SRUN:

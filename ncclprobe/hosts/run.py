@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -144,9 +145,31 @@ def _failure(bad: dict[str, int], logs: dict[str, str]) -> str:
             if code < 0
             else f"exited with {describe_code(code)}"
         )
-        summary = error_summary(tail(logs[label]))
+        summary = problem_line(tail(logs[label]))
         parts.append(f"{label} {what}" + (f" ({summary})" if summary else ""))
-    return "; ".join(parts)
+    folder = Path(next(iter(logs.values()))).parent
+    return "; ".join(parts) + f"; each command's output is in {folder}/"
+
+
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b")
+_PROBLEM = re.compile(r"\b(?:error|fatal|cannot|can't|failed|refused|unable|not found)\b", re.I)
+_BANNER = set("-=*#_~ ")
+
+
+def problem_line(text: str, limit: int = 300) -> str:
+    """The line of a launcher's output that says what went wrong: a Python exception's last line
+    (a rank's, torchrun's), else the first line that names a problem (`srun: error: ...`, Open MPI's
+    first line before its banner), else the last line; banners of dashes skipped, masked."""
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not set(line.strip()) <= _BANNER
+    ]
+    exceptions = [line for line in lines if _EXCEPTION.match(line)]
+    if exceptions:
+        return error_summary(exceptions[-1], limit)
+    chosen = next((line for line in lines if _PROBLEM.search(line)), lines[-1] if lines else "")
+    return error_summary(chosen, limit)
 
 
 def tail(path: str, size: int = TAIL_BYTES) -> str:

@@ -147,12 +147,14 @@ def notes(hosts: dict | None) -> list[str]:
     if hosts.get("ranks_without_host"):
         out.append(f"no host reported for {ranks_text(hosts['ranks_without_host'])}")
     for diff in hosts.get("differences") or []:
+        values = sorted(diff["values"], key=lambda v: v["value"] is not None)  # missing first
         parts = [
-            f"{'unset' if v['value'] is None else repr(v['value'])} on {compress(v['hosts'])} "
+            f"{'missing' if v['value'] is None else repr(v['value'])} on {compress(v['hosts'])} "
             f"({ranks_text(v['ranks'])})"
-            for v in diff["values"]
+            for v in values
         ]
-        out.append(f"{diff['variable']} differs between hosts: " + "; ".join(parts))
+        head = "" if values[0]["value"] is None else "differs between hosts: "
+        out.append(f"{diff['variable']} {head}" + "; ".join(parts))
     for launch_done in hosts.get("launches") or []:
         if launch_done.get("status") != "ok":
             out.append(
