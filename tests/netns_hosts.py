@@ -24,6 +24,7 @@ Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip`, `nsenter` and `uns
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,9 +34,10 @@ from pathlib import Path
 import psutil
 
 PREFIX = "ncpt"  # ncpt<owner pid>h<i>, ncpt<owner pid>sw: namespaces of one test process
+OWNED = re.compile(rf"\b{PREFIX}(\d+)")  # in the command line of what a test process started
 HOLDER_MARK = "ncclprobe-netns-holder"
 SUBNET = "10.213.0"
-HOLDER = f"""# {HOLDER_MARK} owner={{owner}}
+HOLDER = f"""# {HOLDER_MARK} {PREFIX}{{owner}}
 import os, time
 while True:
     try:
@@ -221,12 +223,11 @@ def reap_stale() -> None:
         owner = _owner(name)
         if owner is not None and not psutil.pid_exists(owner):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        words = " ".join(proc.info["cmdline"] or ())
-        if HOLDER_MARK in words and "owner=" in words:
-            owner = words.split("owner=")[1].split()[0]
-            if owner.isdigit() and not psutil.pid_exists(int(owner)):
+    for proc in psutil.process_iter(["pid", "cmdline"]):  # holders, and daemons started there
+        for match in OWNED.finditer(" ".join(proc.info["cmdline"] or ())):
+            if not psutil.pid_exists(int(match.group(1))):
                 _kill(proc.info["pid"])
+                break
 
 
 def _owner(name: str) -> int | None:

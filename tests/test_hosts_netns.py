@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import netns_hosts
+from tests import netns_hosts, netns_slurm
 
 WHY_NOT = netns_hosts.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no namespace hosts: {WHY_NOT}")
@@ -57,9 +57,10 @@ def _run(args, timeout=240, **kwargs):
     )
 
 
-def _on_node1(cluster, args, timeout=240):
+def _on_node1(cluster, args, timeout=240, env=None):
     """ncclprobe started on node1 (mpirun and srun run from a node of the job)."""
-    words = ["cd", os.getcwd(), "&&", "NCCLPROBE_WORKER_THREADS=1", *NCCLPROBE, *args]
+    assignments = [f"{k}={v}" for k, v in {"NCCLPROBE_WORKER_THREADS": "1", **(env or {})}.items()]
+    words = ["cd", os.getcwd(), "&&", *assignments, *NCCLPROBE, *args]
     line = " ".join(shlex.quote(w) if w != "&&" else w for w in words)
     proc = cluster.run(
         "node1", line, launcher=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -226,3 +227,80 @@ def test_mpirun_runs_the_sweep_on_both_hosts(cluster, tmp_path):
         p.parent.name for p in (tmp_path / "shared" / "pool0" / "nodes").rglob("stdout")
     )
     assert outputs == ["rank.0", "rank.1"]  # mpirun's own per-rank output files
+
+
+# ---------------------------------------------------------------- Slurm: srun
+
+
+@pytest.fixture(scope="module")
+def slurm(cluster):
+    why = netns_slurm.unavailable()
+    if why:
+        pytest.skip(f"no Slurm here: {why}")
+    [(host, setting)] = [(h, f"{k}={v}") for h, env in PROFILE.items() for k, v in env.items()]
+    cluster_slurm = netns_slurm.Slurm(cluster, host, setting).start()
+    yield cluster_slurm
+    cluster_slurm.close()
+
+
+def test_srun_runs_the_sweep_on_both_hosts(cluster, slurm, tmp_path):
+    args = ["sweep", "--launcher", "srun", "--nodes", "2", "--store-addr", "node1"]
+    args += ["--shared-dir", str(tmp_path / "shared"), "--output", str(tmp_path / "r.jsonl")]
+    done = _on_node1(cluster, args + SWEEP + ["--format", "json"], env=slurm.env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    hosts = json.loads(done.stdout)["summary"]["hosts"]
+    assert hosts["launch"]["launcher"] == "srun"
+    assert hosts["nodes"] == [{"host": "node1", "ranks": [0]}, {"host": "node2", "ranks": [1]}]
+    # the TaskProlog's setting on node2: named with its host
+    [diff] = hosts["differences"]
+    assert [(v["value"], v["hosts"]) for v in diff["values"]] == [
+        (None, ["node1"]),
+        ("4", ["node2"]),
+    ]
+    logs = sorted(p.name for p in (tmp_path / "shared" / "pool0" / "nodes").iterdir())
+    assert logs == ["node1.0.log", "node2.1.log", "srun.log"]  # srun's own per-task output files
+
+
+def test_env_check_of_a_slurm_job_through_srun(cluster, slurm, tmp_path):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    task = f"echo $SLURM_JOB_ID > {ready}/$SLURM_NODEID && exec sleep 600"
+    line = (
+        f"SLURM_CONF={slurm.env['SLURM_CONF']} NCCL_PROTO=LL srun --nodes=2 --ntasks-per-node=1 "
+        f"sh -c {shlex.quote(task)}"
+    )
+    job = cluster.run(
+        "node1", line, launcher=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(ready.iterdir())) < 2:
+            assert time.monotonic() < deadline, "the Slurm job did not start on both hosts"
+            time.sleep(0.2)
+        job_id = (ready / "0").read_text().strip()
+        args = [
+            "env-check",
+            "--launcher",
+            "srun",
+            "--nodes",
+            "2",
+            "--job",
+            f"SLURM_JOB_ID={job_id}",
+        ]
+        args += [
+            "--expect",
+            "NCCL_PROTO=LL",
+            "--shared-dir",
+            str(tmp_path / "shared"),
+            "--format",
+            "json",
+        ]
+        done = _on_node1(cluster, args, env=slurm.env)
+    finally:
+        netns_hosts.stop(job)
+    assert done.returncode == 1, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert {h["host"]: len(h["processes"]) for h in doc["hosts"]} == {"node1": 1, "node2": 1}
+    assert [f["title"] for f in doc["findings"]] == [
+        "NCCL_SOCKET_NTHREADS missing on node1; '4' on node2"
+    ]
