@@ -34,6 +34,8 @@ WHAT = {
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
+    "hosts": "runs across hosts through srun, torchrun or mpirun: each launcher's command lines, their "
+    "run and watchdog, a rank's identity from its launcher's variables, Slurm host lists",
     "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
     "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "
     "topology, P2P matrices, lspci, collect-env), this machine now (`live/`: topology, sysfs, process "
@@ -41,6 +43,9 @@ WHAT = {
     "engine": "the tensor-parallel speculative engine (`engine/`)",
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
+    "gather": "live sources gathered into evidence: the P2P measurement, platform and NCCL dumps "
+    "(`p2p`), a job's processes and their NCCL logs (`processes`), the settings to lint (`settings`), "
+    "every node's env-check documents through the job's launcher (`hosts`)",
     "recommend": "measurements to settings",
     "diagnose": "ranked causes from the evidence, by question: an engine run's time (`run/`), hangs "
     "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`)",

@@ -119,7 +119,9 @@ def test_hosts_with_the_same_settings_raise_nothing(tmp_path):
     )
     result = rules.judge_hosts(ev)
     assert result.findings == [] and result.verdict() is Verdict.FINE  # RANK differs by design
-    assert result.rows()[0]["settings"] == "MASTER_ADDR=n1 NCCL_PROTO=LL WORLD_SIZE=4"
+    assert result.rows(grouped=False)[0]["settings"] == "NCCL_PROTO=LL MASTER_ADDR=n1 WORLD_SIZE=4"
+    [alike] = result.rows()  # the table: hosts alike are one row
+    assert (alike["hosts"], alike["processes"]) == ("n[1-2]", 1) and "roots" not in alike
 
 
 @pytest.mark.parametrize(

@@ -210,5 +210,6 @@ def env_check_across(across, *, job, match, expect, expect_from, show_all, fmt):
     if show_all:
         agent_args += ("--all",)
     result = judge_hosts(gather_env_checks(hosts, shared_dir, selector, agent_args))
-    emit(fmt, result.to_json(), result.rows(), title=result.title(), notes=result.notes())
+    rows = result.rows(grouped=fmt == "table")
+    emit(fmt, result.to_json(), rows, title=result.title(), notes=result.notes())
     return result.verdict()

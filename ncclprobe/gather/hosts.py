@@ -2,7 +2,7 @@
 through the user's launcher (`ncclprobe.hosts`), each writing its host's env-check document to a
 shared directory, read back as one `HostsEnvEvidence`.
 
-The agent (`python -m ncclprobe.cli.env_check_node`) carries ncclprobe's agent mark in its
+The agent (`python -m ncclprobe.diagnose.process_env.node_agent`) carries ncclprobe's agent mark in its
 environment (`evidence.live.job_processes.AGENT`), so it never takes itself for the job. Under srun
 it runs as a step beside the job's own (`--overlap`), in the job's allocation (`--jobid`, when the
 job is named by SLURM_JOB_ID and this is not already inside it).
@@ -25,7 +25,7 @@ from ncclprobe.evidence.live.job_processes import JobSelector
 from ncclprobe.hosts.launchers import Hosts, Launcher, Program, commands
 from ncclprobe.hosts.run import run_launch
 
-AGENT_MODULE = "ncclprobe.cli.env_check_node"
+AGENT_MODULE = "ncclprobe.diagnose.process_env.node_agent"
 TIMEOUT_S = 120.0  # an agent walks its host's processes in seconds; silence this long is a hang
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ncclprobe.hosts.hostlist import compress
+from ncclprobe.hosts.run import LaunchStatus
 from ncclprobe.nccl.recipes import PROOF_VARIABLES
 from ncclprobe.secrets import display_value, mask_text
 
@@ -156,7 +157,7 @@ def notes(hosts: dict | None) -> list[str]:
         head = "" if values[0]["value"] is None else "differs between hosts: "
         out.append(f"{diff['variable']} {head}" + "; ".join(parts))
     for launch_done in hosts.get("launches") or []:
-        if launch_done.get("status") != "ok":
+        if launch_done.get("status") != LaunchStatus.OK:
             out.append(
                 f"pool {launch_done['pool']}: the launch {launch_done.get('status')}: "
                 f"{launch_done.get('reason')}"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
+from ncclprobe.hosts.run import LaunchStatus
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.numbers import is_digits
 from ncclprobe.records_writer import ResultWriter
@@ -114,7 +115,7 @@ def collect(directory: Path, writer: ResultWriter) -> dict:
         launch = read_launch(here)
         merge.add(index, messages, launch)
         stamps += [m["t"] for m in messages if isinstance(m.get("t"), (int, float))]
-        why = launch.get("reason") if launch and launch.get("status") != "ok" else None
+        why = launch.get("reason") if launch and launch.get("status") != LaunchStatus.OK else None
         PoolRun(spec, pool, index=index, log_dir=here, recorder=recorder).replay(messages, why=why)
         recorder.stats.pools_run += 1
     summary = recorder.stats.summary(max(stamps) - min(stamps) if stamps else 0.0)

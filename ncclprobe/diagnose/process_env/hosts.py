@@ -231,8 +231,17 @@ class HostsResult:
             return Verdict.NOTHING_HERE
         return Verdict.of(any(f.severity == "error" for f in self.findings))
 
-    def rows(self) -> list[dict]:
-        return [_row(check) for check in self.evidence.checks]
+    def rows(self, grouped: bool = True) -> list[dict]:
+        """One row per host (CSV), or (`grouped`, the table) one per set of hosts alike: a
+        thousand hosts with the same settings are one row, and a host that differs stands out."""
+        rows = [_row(check) for check in self.evidence.checks]
+        if not grouped:
+            return rows
+        groups: dict[tuple, list[str]] = {}
+        for row in rows:
+            key = tuple((k, v) for k, v in row.items() if k not in ("host", "roots"))
+            groups.setdefault(key, []).append(row["host"])
+        return [{"hosts": compress(hosts), **dict(key)} for key, hosts in groups.items()]
 
     def title(self) -> str:
         ev = self.evidence
@@ -277,7 +286,10 @@ def _row(check: HostCheck) -> dict:
         "readable": sum(p.readable for p in procs),
         "roots": ",".join(map(str, check.roots)) or "-",
         "problem": check.problem or "",
-        "settings": " ".join(f"{k}={v}" for k, v in common.items()),
+        "settings": " ".join(
+            f"{k}={v}"
+            for k, v in sorted(common.items(), key=lambda kv: not kv[0].startswith("NCCL_"))
+        ),
     }
 
 

@@ -1,7 +1,7 @@
 """The env-check documents several hosts left in a shared directory, read back as one piece of
 evidence: which processes of the job each host has, and what each one's environment holds.
 
-On every node an agent (`python -m ncclprobe.cli.env_check_node`) finds the job's processes
+On every node an agent (`python -m ncclprobe.diagnose.process_env.node_agent`) finds the job's processes
 (`job_processes`), checks each tree as `env-check --pid` does, and writes one node document,
 `<dir>/env-check/<host>.json`:
 

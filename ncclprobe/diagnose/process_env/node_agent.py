@@ -1,5 +1,6 @@
-"""`python -m ncclprobe.cli.env_check_node --out DIR --job NAME=VALUE ...`: env-check on one node of
-a job, started there by `env-check --launcher` (through srun, torchrun or mpirun).
+"""`python -m ncclprobe.diagnose.process_env.node_agent --out DIR --job NAME=VALUE ...`: env-check on
+one node of a job, started there by `env-check --launcher` (through srun, torchrun or mpirun, as
+`ncclprobe.worker` is for a sweep's ranks: a process entry, not a command).
 
 It finds the job's processes on this node (`evidence.live.job_processes`: by the launcher's job id
 in their environment, or a piece of their command line), runs env-check on each topmost one as
@@ -18,7 +19,7 @@ from ncclprobe.errors import UsageProblem
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ncclprobe.cli.env_check_node")
+    parser = argparse.ArgumentParser(prog="python -m ncclprobe.diagnose.process_env.node_agent")
     parser.add_argument("--out", required=True)
     parser.add_argument("--job", action="append", default=[])
     parser.add_argument("--match")
