@@ -27,8 +27,8 @@ Examples:
   ncclprobe env-check --pid 4242 --expect-from recommendation.json --format json
   ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
   ncclprobe env-check --pid 4242 --watch 2 --count 10
-  ncclprobe env-check --launcher srun --expect NCCL_PROTO=LL --shared-dir /shared/ec   # in the job's salloc
-  ncclprobe env-check --launcher mpirun --hosts 'node[1-4]' --match train.py --shared-dir /shared/ec
+  ncclprobe env-check --launcher srun --expect NCCL_PROTO=LL --shared-dir /shared/ec  # in salloc
+  ncclprobe env-check --launcher mpirun --hosts 'n[1-4]' --match train.py --shared-dir /shared/ec
 
 {HOSTS_HELP}
 

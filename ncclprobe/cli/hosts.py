@@ -26,10 +26,10 @@ NAMES = (
 )
 
 HELP = """\b
-Across hosts (--launcher): every node of the job runs it through the launcher you have, from this
-one command, and the per-node results in --shared-dir (a directory every node sees) are merged:
+Across hosts (--launcher): every node of the job runs it through the launcher you have, from
+this one command; what each node leaves in --shared-dir (a directory every node sees) is merged:
   --launcher srun        inside a Slurm allocation (or --launcher-arg=--jobid=ID), --nodes N
-  --launcher torchrun    --hosts h1,h2 --node-exec 'ssh {host}' (c10d rendezvous at the first host)
+  --launcher torchrun    --hosts h1,h2 --node-exec 'ssh {host}' (c10d at the first host)
   --launcher mpirun      --hosts h1,h2 (as root it adds --allow-run-as-root)
   --launcher auto        srun in an allocation, torchrun with --node-exec, else mpirun"""
 
