@@ -304,3 +304,52 @@ def test_env_check_of_a_slurm_job_through_srun(cluster, slurm, tmp_path):
     assert [f["title"] for f in doc["findings"]] == [
         "NCCL_SOCKET_NTHREADS missing on node1; '4' on node2"
     ]
+
+
+# ---------------------------------------------------------------- NCCL across the hosts (GPU)
+
+
+@pytest.mark.gpu
+def test_nccl_runs_across_the_hosts_over_their_network(cluster, tmp_path):
+    """Real NCCL between two namespace hosts: each host has its own name, so NCCL takes them for two
+    nodes and connects them over NET/Socket through the namespaces' network (even on one GPU, which
+    both then share, as `--share-gpu` does on one host); every rank's log proves what it read."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    # a GPU of its own per host where there are two; on one, both hosts share it
+    second = 1 if torch.cuda.device_count() > 1 else 0
+    wrapper = tmp_path / "gpuexec.sh"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$1" in node1) gpu=0;; *) gpu={second};; esac\n'
+        "exec env CUDA_VISIBLE_DEVICES=$gpu NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=eth0 "
+        f'{cluster.exec_script} "$1" "$2"\n'
+    )
+    wrapper.chmod(0o755)
+    node_exec = f"{wrapper} {{host}}"
+    args = ["sweep", "--launcher", "torchrun", "--hosts", "node1,node2", "--node-exec", node_exec]
+    args += ["--backend", "nccl", "--nranks", "2", "--sizes", "1M", "--proto", "default,LL"]
+    args += ["--algo", "default", "--placement", "in", "--mode", "eager"]
+    args += [
+        "--shared-dir",
+        str(tmp_path / "shared"),
+        "--output",
+        str(tmp_path / "r.jsonl"),
+        "--format",
+        "json",
+    ]
+    done = _run(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    # NCCL_PROTO=LL read and chosen, per rank, from each rank's own NCCL log
+    assert {c["status"] for c in doc["configs"]} == {"ok"}
+    assert doc["summary"]["hosts"]["nodes"] == [
+        {"host": "node1", "ranks": [0]},
+        {"host": "node2", "ranks": [1]},
+    ]
+    pool = tmp_path / "shared" / "pool0"
+    logs = {rank: (pool / f"nccl-rank{rank}.log").read_text() for rank in (0, 1)}
+    # the two hosts met over the network, and NCCL's own lines name each rank's host
+    assert all("NET/Socket" in text for text in logs.values())
+    assert "node2" in logs[1] and "node1" in logs[0]
