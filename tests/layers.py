@@ -33,6 +33,8 @@ WHAT = {
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
+    "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
+    "the speculative-decoding log lines and how acceptance aggregates",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
     "hosts": "runs across hosts through srun, torchrun or mpirun: each launcher's command lines, their "
     "run and watchdog, a rank's identity from its launcher's variables, Slurm host lists",
