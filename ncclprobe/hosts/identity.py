@@ -118,3 +118,19 @@ def torch_env(environ: Mapping[str, str]) -> dict[str, str]:
 def host_name() -> str:
     """This node's name as its peers and the user know it (`uname -n`, what NCCL prints as %h)."""
     return socket.gethostname()
+
+
+def host_aliases() -> list[str]:
+    """Every name and address this node answers to (its name, its full name, each interface's
+    address): a host given as `10.0.0.7` or `gpu7.cluster` is found again as the `gpu7` it calls
+    itself."""
+    import psutil
+
+    names = {host_name(), socket.getfqdn()}
+    for addresses in psutil.net_if_addrs().values():
+        names.update(
+            a.address.split("%")[0]
+            for a in addresses
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        )
+    return sorted(names)

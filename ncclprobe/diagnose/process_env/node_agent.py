@@ -41,7 +41,7 @@ def write_node_document(args) -> str:
     from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
     from ncclprobe.evidence.live.host_env_checks import node_document, node_path
     from ncclprobe.evidence.live.job_processes import JobSelector, job_roots
-    from ncclprobe.hosts.identity import host_name
+    from ncclprobe.hosts.identity import host_aliases, host_name
     from ncclprobe.safe_output import write_json
 
     selector = JobSelector.parse(tuple(args.job), args.match)
@@ -58,7 +58,7 @@ def write_node_document(args) -> str:
         roots.append(root)
         documents.append(result.to_json())
     problem = None if documents else "no process of the job on this host"
-    doc = node_document(host, selector.describe(), roots, documents, problem)
+    doc = node_document(host, selector.describe(), roots, documents, problem, host_aliases())
     return str(write_json(node_path(args.out, host), doc, what="this node's env-check document"))
 
 

@@ -37,12 +37,18 @@ def node_path(directory: str | Path, host: str) -> Path:
 
 
 def node_document(
-    host: str, selector: dict, roots: list[int], documents: list[dict], problem: str | None
+    host: str,
+    selector: dict,
+    roots: list[int],
+    documents: list[dict],
+    problem: str | None,
+    aliases: list[str] = (),
 ) -> dict:
     return {
         "kind": KIND,
         "schema_version": SCHEMA_VERSION,
         "host": host,
+        "aliases": list(aliases),
         "selector": selector,
         "roots": roots,
         "documents": documents,
@@ -59,6 +65,7 @@ class HostCheck:
     roots: tuple[int, ...] = ()
     documents: tuple[EnvCheckDocument, ...] = ()
     problem: str | None = None  # why no document: no process of the job there
+    aliases: tuple[str, ...] = ()  # the other names and addresses the host answers to
 
 
 @dataclass
@@ -73,16 +80,10 @@ class HostsEnvEvidence:
 
     def missing(self) -> list[str] | int:
         """The expected hosts no document came from (or, for a count, how many are missing)."""
-        seen = {check.host for check in self.checks}
         if isinstance(self.expected, int):
-            return max(0, self.expected - len(seen))
-        return [host for host in self.expected if host not in seen and not _alias(host, seen)]
-
-
-def _alias(host: str, seen: set[str]) -> bool:
-    """A host named by address or full name whose agent reported its short name (`node1.cluster`
-    and `node1`): the same host."""
-    return host.split(".")[0] in seen
+            return max(0, self.expected - len(self.checks))
+        seen = {name for check in self.checks for name in (check.host, *check.aliases)}
+        return [host for host in self.expected if host not in seen]
 
 
 def read_host_checks(directory: str | Path) -> list[HostCheck]:
@@ -106,6 +107,7 @@ def _read(path: Path) -> HostCheck:
     host = where.field(doc, "host", "str")
     roots = where.list_of(doc, "roots", "int", min=1)
     problem = where.field(doc, "problem", "str", required=False, nullable=True)
+    aliases = where.list_of(doc, "aliases", "str", required=False) or []
     documents = []
     for index, inner in enumerate(where.field(doc, "documents", "list")):
         checked = check_document(inner, where.at("documents").at(index))
@@ -116,4 +118,5 @@ def _read(path: Path) -> HostCheck:
         roots=tuple(roots),
         documents=tuple(documents),
         problem=mask_text(problem) if problem else None,
+        aliases=tuple(mask_text(alias) for alias in aliases),
     )
