@@ -69,6 +69,9 @@ def test_a_pool_placed_otherwise_and_a_failed_launch_are_said():
 def test_ranks_read_as_ranges():
     assert ranks_text([3]) == "rank 3"
     assert ranks_text([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
+    spread = range(0, 4096, 512)  # one rank per node of eight, round-robin
+    assert ranks_text(spread, limit=8) == "ranks 0, 512, 1024, 1536, 2048, 2560, 3072, 3584"
+    assert ranks_text(spread, limit=7) == "ranks 0, 512, 1024, 1536, 2048, 2560, 3072, and 1 more"
 
 
 # ---------------------------------------------------------------- env-check across hosts

@@ -181,13 +181,16 @@ def _node_groups(nodes: list[dict]) -> list[str]:
     return out
 
 
-def ranks_text(ranks: Iterable[int]) -> str:
-    """`rank 3`, `ranks 0-3, 8-11`: consecutive ranks as a range."""
+def ranks_text(ranks: Iterable[int], limit: int = 12) -> str:
+    """`rank 3`, `ranks 0-3, 8-11`: consecutive ranks as a range; past `limit` runs the rest is
+    counted (`..., and 500 more`), so a note stays one line at any scale."""
     runs: list[list[int]] = []
     for rank in sorted(set(ranks)):
         if runs and rank == runs[-1][1] + 1:
             runs[-1][1] = rank
         else:
             runs.append([rank, rank])
-    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:limit])
+    rest = sum(b - a + 1 for a, b in runs[limit:])
+    text += f", and {rest} more" if rest else ""
     return f"rank {text}" if len(runs) == 1 and runs[0][0] == runs[0][1] else f"ranks {text}"
