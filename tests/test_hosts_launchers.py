@@ -91,6 +91,14 @@ def test_torchruns_own_variables_win_over_the_launcher_that_started_torchrun():
     assert identity.identify({**SLURM, **torchrun}).node_rank == 1
 
 
+def test_a_rank_without_its_world_is_no_launchers_rank():
+    """A batch script's shell has SLURM_PROCID=0 and, without --ntasks, no SLURM_NTASKS: not a rank
+    srun started, and nothing to map (rather than a refusal naming the missing world size)."""
+    assert identity.identify({"SLURM_PROCID": "0"}) is None
+    assert identity.identify({"SLURM_NTASKS": "4"}) is None
+    assert identity.torch_env({"SLURM_PROCID": "0"}) == {}
+
+
 def test_a_heterogeneous_steps_tasks_per_node_is_read():
     assert identity.identify({**SLURM, "SLURM_NTASKS_PER_NODE": "4(x2)"}).local_world_size == 4
 
@@ -98,10 +106,14 @@ def test_a_heterogeneous_steps_tasks_per_node_is_read():
 @pytest.mark.parametrize(
     "change, problem",
     [
-        ({"SLURM_PROCID": "8"}, "SLURM_PROCID must be at most 7, got 8"),  # rank == world size: one past the end
+        (
+            {"SLURM_PROCID": "8"},
+            "SLURM_PROCID must be at most 7, got 8",
+        ),  # rank == world size: one past the end
         ({"SLURM_PROCID": "x"}, "SLURM_PROCID"),
         ({"SLURM_LOCALID": "4"}, "SLURM_LOCALID"),
         ({"SLURM_NTASKS": "0"}, "SLURM_NTASKS"),
+        ({"SLURM_PROCID": "-1"}, "SLURM_PROCID must be at least 0, got -1"),
     ],
 )
 def test_a_bad_launcher_value_is_named_not_guessed(change, problem):
