@@ -134,10 +134,13 @@ LOGS = Path("/shared/pool0/nodes")
 
 def test_srun_gets_one_command_for_every_node():
     hosts = Hosts(launcher=Launcher.SRUN, nodes=2, python="/venv/bin/python")
-    [cmd] = launchers.commands(hosts, PROGRAM, run_id="r", log_dir=LOGS, store=("head", 4242))
+    three = Program(
+        module="ncclprobe.worker", per_node=3, env={"NCCL_PROTO": "LL"}, unset=("NCCL_ALGO",)
+    )
+    [cmd] = launchers.commands(hosts, three, run_id="r", log_dir=LOGS, store=("head", 4242))
     assert cmd == NodeCommand(
         "srun",
-        ("srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--kill-on-bad-exit=1",
+        ("srun", "--nodes=2", "--ntasks=6", "--ntasks-per-node=3", "--kill-on-bad-exit=1",
          "--output=/shared/pool0/nodes/%N.%t.log", "env", "-u", "NCCL_ALGO", "NCCL_PROTO=LL",
          "MASTER_ADDR=head", "MASTER_PORT=4242", "NCCLPROBE_STORE_PORT=4242", "/venv/bin/python",
          "-m", "ncclprobe.hosts.rank", "ncclprobe.worker"),
@@ -199,6 +202,8 @@ def test_srun_takes_its_node_count_from_the_allocation():
     assert Hosts(launcher=Launcher.SRUN, nodes=2).node_count({"SLURM_JOB_NUM_NODES": "3"}) == 2
     with pytest.raises(UsageProblem, match="needs --nodes N"):
         srun.node_count({})
+    with pytest.raises(UsageProblem, match="SLURM_JOB_NUM_NODES must be at least 1, got 0"):
+        srun.node_count({"SLURM_JOB_NUM_NODES": "0"})
 
 
 def test_auto_picks_the_launcher_the_situation_implies(monkeypatch):
