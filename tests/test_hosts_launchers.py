@@ -252,12 +252,33 @@ def test_a_failed_command_ends_the_others_and_is_named(tmp_path, monkeypatch):
     )
     assert out.status is run.LaunchStatus.ERROR and time.monotonic() - started < 20
     assert out.reason.startswith("n1 exited with exit code 3 (srun: error: Unable to create step)")
-    assert out.returncodes["n2"] is not None  # ended, not left behind
+    assert out.returncodes["n2"] == -15  # ended (SIGTERM), not left behind
+    assert 0 < out.wall_s < 20 and out.to_json()["wall_s"] == round(out.wall_s, 3)
+
+
+def test_the_others_get_the_grace_to_end_on_their_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "GRACE_S", 5.0)
+    out = run.run_launch(
+        [_sh("n1", "exit 3"), _sh("n2", "sleep 0.5")], log_dir=tmp_path, timeout_s=30
+    )
+    assert out.status is run.LaunchStatus.ERROR and out.returncodes == {"n1": 3, "n2": 0}
+    monkeypatch.setattr(run, "GRACE_S", 0.2)  # one done early is no failure: the other goes on
+    early = run.run_launch(
+        [_sh("n1", "true"), _sh("n2", "sleep 1")], log_dir=tmp_path / "b", timeout_s=30
+    )
+    assert early.status is run.LaunchStatus.OK
+
+
+def test_a_command_killed_by_a_signal_is_said_so(tmp_path):
+    out = run.run_launch([_sh("n1", "kill -HUP $$")], log_dir=tmp_path, timeout_s=30)
+    assert out.reason.startswith("n1 was killed by signal SIGHUP")
 
 
 def test_a_silent_launch_is_a_hang_and_activity_keeps_it_alive(tmp_path):
-    out = run.run_launch([_sh("n1", "sleep 60")], log_dir=tmp_path, timeout_s=0.5)
-    assert out.status is run.LaunchStatus.HANG and "nothing changed for 0.5 s" in out.reason
+    started = time.monotonic()
+    out = run.run_launch([_sh("n1", "sleep 5")], log_dir=tmp_path, timeout_s=1.5)
+    assert out.status is run.LaunchStatus.HANG and "nothing changed for 1.5 s" in out.reason
+    assert 1.5 <= time.monotonic() - started < 5
     busy = run.run_launch(  # the ranks' files keep changing: 1.5 s past a 0.5 s bound, fine
         [_sh("n1", "sleep 1.5")],
         log_dir=tmp_path / "b",
