@@ -56,6 +56,19 @@ def test_a_setting_one_host_lacks_is_named_with_its_hosts_and_ranks():
     )
 
 
+def test_pools_placed_alike_and_launches_that_went_well_add_no_note():
+    merge = HostMerge(swept=())
+    for pool in (0, 1):
+        merge.add(pool, _pool(["a", "b"], {}), {"status": "ok", "reason": None})
+    merge.add(
+        2, [{"rank": 0, "kind": "config-start", "config_id": "c"}], None
+    )  # no seen_env: skipped
+    summary = merge.summary({"launcher": "mpirun"})
+    assert summary["placed_otherwise"] == [] and notes(summary) == [
+        "hosts through mpirun: a,b (1 rank each: ranks 0-1)"
+    ]
+
+
 def test_a_pool_placed_otherwise_and_a_failed_launch_are_said():
     merge = HostMerge(swept=())
     merge.add(0, _pool(["a", "b"], {}), {"status": "ok"})
