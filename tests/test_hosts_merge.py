@@ -116,7 +116,7 @@ def _evidence(tmp_path, by_host: dict[str, list[dict]], expected=None) -> docs.H
                                  None if documents else "no process of the job on this host",
                                  [f"10.0.0.{host[-1]}"])  # fmt: skip
         path = docs.node_path(tmp_path, host)
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc))
     return docs.HostsEnvEvidence(
         checks=docs.read_host_checks(tmp_path),
@@ -314,3 +314,126 @@ def test_contradictions_are_one_line_and_exit_2(args, message, tmp_path):
         [sys.executable, "-m", "ncclprobe", *args], capture_output=True, text=True, cwd=tmp_path
     )
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------- pinned by the mutation run
+
+
+def _two(first: dict, second: dict, *, checked=(2,)) -> dict:
+    """A document of two processes (pids 1 and 2), only `checked` counting (libnccl mapped)."""
+    doc = _doc(1, first)
+    doc["processes"].append({**doc["processes"][0], "pid": 2, "env": second})
+    doc["verdict"]["checked_pids"] = list(checked)
+    return doc
+
+
+def test_only_the_processes_that_matter_count(tmp_path):
+    """n1's launcher (no libnccl, not counted) lacks NCCL_PROTO; its worker and n2's have it."""
+    ev = _evidence(
+        tmp_path, {"n1": [_two({}, {"NCCL_PROTO": "LL"})], "n2": [_doc(3, {"NCCL_PROTO": "LL"})]}
+    )
+    assert rules.judge_hosts(ev).findings == []
+
+
+def test_a_host_whose_processes_disagree_is_shown_with_both_values(tmp_path):
+    mixed = _two({"NCCL_ALGO": "Ring"}, {}, checked=(1, 2))
+    ev = _evidence(tmp_path, {"n1": [mixed], "n2": [_doc(3, {"NCCL_ALGO": "Ring"})]})
+    [finding] = rules.judge_hosts(ev).findings
+    assert finding.title == "NCCL_ALGO differs between hosts: 'Ring' or unset on n1; 'Ring' on n2"
+    assert "NCCL_ALGO" not in rules.judge_hosts(ev).rows(grouped=False)[0]["settings"]
+    apart = _evidence(
+        tmp_path / "b", {"n1": [_two({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"}, checked=(1, 2))]}
+    )
+    assert rules.judge_hosts(apart).rows(grouped=False)[0]["settings"] == ""  # not alike: not shown
+
+
+def test_values_are_listed_most_hosts_first_then_by_first_host(tmp_path):
+    by_host = {"n1": "Tree", "n2": "Ring", "n3": "Ring", "n4": "Ring"}
+    ev = _evidence(
+        tmp_path, {h: [_doc(i, {"NCCL_ALGO": v})] for i, (h, v) in enumerate(by_host.items(), 1)}
+    )
+    assert rules.judge_hosts(ev).findings[0].title == (
+        "NCCL_ALGO differs between hosts: 'Ring' on n[2-4]; 'Tree' on n1"
+    )
+    tie = {"n1": "Ring", "n2": "Tree", "n3": "Tree", "n4": "Ring"}
+    ev = _evidence(
+        tmp_path / "t", {h: [_doc(i, {"NCCL_ALGO": v})] for i, (h, v) in enumerate(tie.items(), 1)}
+    )
+    assert rules.judge_hosts(ev).findings[0].title == (
+        "NCCL_ALGO differs between hosts: 'Ring' on n[1,4]; 'Tree' on n[2-3]"
+    )
+
+
+def test_each_rules_words_and_counts(tmp_path):
+    ev = _evidence(
+        tmp_path,
+        {
+            "n1": [_two({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Ring"}, checked=(1, 2))],
+            "n2": [_doc(3, {"NCCL_ALGO": "Tree", "NCCL_SOCKET_IFNAME": "eth1"})],
+        },
+    )
+    by_name = {f.evidence["variable"]: f for f in rules.judge_hosts(ev).findings}
+    assert "NCCL reads it on every rank" in by_name["NCCL_ALGO"].detail
+    assert "for its own hardware" in by_name["NCCL_SOCKET_IFNAME"].detail
+    two = _two({}, {}, checked=(1, 2))
+    for proc in two["processes"]:
+        proc["checks"] = [{"variable": "NCCL_PROTO", "status": "missing"}]
+    unknown = _doc(4, {}, [("NCCL_PROTO", "unknown")])
+    titles = [
+        f.title
+        for f in rules.judge_hosts(
+            _evidence(tmp_path / "e", {"n1": [two], "n2": [unknown]})
+        ).findings
+    ]
+    assert titles == [
+        "NCCL_PROTO missing on n1 (2 process(es))",
+        "NCCL_PROTO unknown on n2 (1 process(es))",
+    ]
+
+
+def test_the_hosts_never_heard_from_say_why_and_where(tmp_path):
+    ev = _evidence(tmp_path, {"n1": [_doc(1, ALIKE)]}, expected=("n1", "n3"))
+    [finding] = rules.judge_hosts(ev).findings
+    assert (
+        finding.title
+        == "not checked: n3 (no document came back: the agent wrote no document there)"
+    )
+    assert finding.detail.startswith("The torchrun's run of the agent left no document")
+    ev.launch = {
+        "status": "error",
+        "reason": "n3 exited with exit code 255 (ssh: connect to host n3)",
+    }
+    assert (
+        rules.judge_hosts(ev)
+        .findings[0]
+        .title.endswith(
+            "(no document came back: n3 exited with exit code 255 (ssh: connect to host n3))"
+        )
+    )
+    result = rules.judge_hosts(ev)
+    assert result.to_json()["schema_version"] == 1 and result.rows(grouped=False)[0]["roots"] == "1"
+
+
+def test_the_agent_finds_a_job_that_started_before_it(a_job):
+    """An agent always starts after the job it looks for: a lower pid than its own is no reason
+    to pass a process by."""
+    code = (
+        "from ncclprobe.evidence.live.job_processes import JobSelector, job_roots; "
+        "print(job_roots(JobSelector.parse(('HOSTS_TEST_JOB=j1',))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == f"[{a_job.pid}]", done.stderr
+
+
+def test_node_documents_are_bounded_and_their_roots_are_pids(tmp_path, monkeypatch):
+    _evidence(tmp_path, {"n1": [_doc(1, ALIKE)], "n2": [_doc(2, ALIKE)]})
+    monkeypatch.setattr(docs, "MAX_FILES", 1)
+    with pytest.raises(UsageProblem, match="holds more than 1 node documents"):
+        docs.read_host_checks(tmp_path)
+    monkeypatch.setattr(docs, "MAX_FILES", 2)
+    assert len(docs.read_host_checks(tmp_path)) == 2
+    (tmp_path / "env-check" / "n2.json").write_text(
+        json.dumps(docs.node_document("n2", {}, [0], [], None))
+    )
+    with pytest.raises(UsageProblem, match=r'field "roots"\[0\] must be a whole number'):
+        docs.read_host_checks(tmp_path)
