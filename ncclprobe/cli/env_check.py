@@ -14,6 +14,7 @@ from ncclprobe.cli.hosts import HELP as HOSTS_HELP
 from ncclprobe.cli.hosts import env_check_across, hosts_options, job_options
 from ncclprobe.cli.hosts import take as take_hosts
 from ncclprobe.cli.output import emit, format_option, to_csv
+from ncclprobe.cli.table import terminal_width
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.verdict import Verdict
@@ -138,7 +139,11 @@ def command(
 
 def _render(result, fmt: str, snapshot: int | None = None) -> None:
     if snapshot is None:
-        rows = result.rows(joiner="\n" if fmt == "table" else "; ", table=fmt == "table")
+        rows = result.rows(
+            joiner="\n" if fmt == "table" else "; ",
+            table=fmt == "table",
+            wide=terminal_width() is None,
+        )
         emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
         return
     if fmt == "json":  # JSON lines: one document per snapshot
@@ -155,7 +160,7 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
         emit(
             fmt,
             None,
-            result.rows(),
+            result.rows(wide=terminal_width() is None),
             title=f"snapshot {snapshot}: {result.title()}",
             notes=result.all_notes(),
         )
