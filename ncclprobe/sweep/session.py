@@ -263,7 +263,9 @@ def plan_torchrun(
     head = _linted_header(
         spec, skipped_modes, argv, None, configs_to_run(spec, None)[0]
     )  # other hosts: links unknown
-    return torchrun.write_plan(spec, {**head, "hosts": hosts} if hosts else head, Path(directory))
+    if hosts is None:
+        return torchrun.write_plan(spec, head, Path(directory))
+    return torchrun.write_plan(spec, {**head, "hosts": hosts}, Path(directory), "--shared-dir")
 
 
 def collect_job(directory: str, output: str | None, force: bool = False) -> Job:

@@ -41,14 +41,17 @@ TORCHRUN = (
 )
 
 
-def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
+def write_plan(
+    spec: SweepSpec, header: dict, directory: Path, what: str = "--torchrun-dir"
+) -> list[str]:
     """Write DIR/plan.json and DIR/pool<k>/payload.json; return the command line of each pool.
-    DIR must be new or empty; it appears whole or not at all (`ncclprobe.safe_output`)."""
+    DIR (`what`: the option that named it) must be new or empty; it appears whole or not at all
+    (`ncclprobe.safe_output`)."""
     if directory.exists() and directory.is_dir() and any(directory.iterdir()):
-        raise UsageProblem(f"--torchrun-dir {str(directory)!r} is not empty; give a new directory")
+        raise UsageProblem(f"{what} {str(directory)!r} is not empty; give a new directory")
     pools = plan_pools(build_grid(spec.grid))
     commands = []
-    with atomic_directory(directory, what="--torchrun-dir") as work:
+    with atomic_directory(directory, what=what) as work:
         for index, pool in enumerate(pools):
             here = pool_dir(work, index)
             here.mkdir()
