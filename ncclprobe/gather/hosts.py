@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 from ncclprobe import envvars
-from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.live.host_env_checks import (
     FOLDER,
     HostsEnvEvidence,
@@ -24,6 +23,7 @@ from ncclprobe.evidence.live.host_env_checks import (
 from ncclprobe.evidence.live.job_processes import JobSelector
 from ncclprobe.hosts.launchers import Hosts, Launcher, Program, commands
 from ncclprobe.hosts.run import run_launch
+from ncclprobe.safe_output import check_output_dir
 
 AGENT_MODULE = "ncclprobe.diagnose.process_env.node_agent"
 TIMEOUT_S = 120.0  # an agent walks its host's processes in seconds; silence this long is a hang
@@ -39,8 +39,7 @@ def gather_env_checks(
 ) -> HostsEnvEvidence:
     """Start the agents on every node, wait for them, read what they wrote. `agent_args`: the
     expectations, as the agents' own options (--expect NAME=VALUE, --expect-from FILE, --all)."""
-    directory = Path(shared_dir).resolve()
-    _check_empty(directory)
+    directory = check_output_dir(shared_dir, what="--shared-dir", has_force=False).absolute()
     (directory / FOLDER).mkdir(parents=True, exist_ok=True)
     program = Program(
         module=AGENT_MODULE,
@@ -76,13 +75,6 @@ def _beside_the_job(hosts: Hosts, selector: JobSelector) -> Hosts:
     from dataclasses import replace
 
     return replace(hosts, launcher_args=extra + hosts.launcher_args)
-
-
-def _check_empty(directory: Path) -> None:
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise UsageProblem(
-            f"--shared-dir {str(directory)!r} is not a new or empty directory; give a new one"
-        )
 
 
 def _newest(folder: Path) -> float:

@@ -26,7 +26,7 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.hosts.launchers import Hosts, Launcher, Program, commands, store_address
 from ncclprobe.hosts.run import LaunchOutcome, LaunchStatus, run_launch
-from ncclprobe.safe_output import check_output, write_json
+from ncclprobe.safe_output import check_output, check_output_dir, write_json
 from ncclprobe.sweep import session, thresholds, torchrun
 from ncclprobe.sweep.build import build_spec
 from ncclprobe.sweep.plan import Pool, SweepSpec
@@ -52,13 +52,13 @@ def run(
     thresholds.parse(request.min_busbw, request.max_latency)
     if request.output is not None:  # before any launch: the run would be lost at the end
         check_output(request.output, force=request.force, what="output file")
+    directory = check_output_dir(shared_dir, what="--shared-dir", has_force=False).absolute()
     nodes = hosts.node_count()
     spec, skipped = build_spec(
         _with_ranks(request.sweep, nodes), effort=request.effort, local=False
     )
     if spec.nranks % nodes:
         raise UsageProblem(f"--nranks {spec.nranks} does not spread evenly over {nodes} nodes")
-    directory = Path(shared_dir).resolve()
     session.plan_torchrun(spec, skipped, str(directory), list(request.argv), hosts.describe())
     _, pools = torchrun.read_plan(directory)
     with (progress or _silent)(len(pools), "pools") as bar:
