@@ -292,7 +292,11 @@ def test_a_selector_says_what_it_needs():
             ["sweep", "--launcher", "torchrun", "--hosts", "a", "--shared-dir", "d"],
             "give --node-exec",
         ),
-        (["env-check", "--job", "A=1"], "--pid is required (or --launcher"),
+        (
+            ["env-check", "--job", "A=1"],
+            "--job and --match find the job on every node; add --launcher",
+        ),
+        (["env-check"], "--pid is required (or --launcher"),
         (
             [
                 "env-check",

@@ -11,8 +11,7 @@ import click
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.hosts import HELP as HOSTS_HELP
-from ncclprobe.cli.hosts import env_check_across, hosts_options, job_options
-from ncclprobe.cli.hosts import take as take_hosts
+from ncclprobe.cli.hosts import across_hosts, env_check_across, hosts_options, job_options
 from ncclprobe.cli.output import emit, format_option, to_csv
 from ncclprobe.cli.table import terminal_width
 from ncclprobe.cli.types import Duration, StrictInt
@@ -92,9 +91,7 @@ Examples:
 @hosts_options
 @format_option
 @click.pass_context
-def command(
-    ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt, job, match, **hosts
-):
+def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt, **hosts):
     """Walk PID and all its descendants; show each one's role, whether it loaded libnccl, its GPUs,
     the NCCL/CUDA/torch.distributed variables of its environment and what differs from its parent.
     Check expectations and lint every process. Secrets are never printed, in any format.
@@ -102,25 +99,9 @@ def command(
     from ncclprobe.diagnose.process_env.check import env_check
     from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
 
-    across = take_hosts(hosts)  # --launcher: an agent on every node of the job, one merged verdict
+    across = across_hosts(hosts, pid=pid, logs=logs, watch_s=watch_s)  # --launcher: every node
     if across:
-        if pid or logs or watch_s is not None:
-            raise UsageProblem(
-                "--launcher finds the job on every node itself; drop --pid, --log and --watch"
-            )
-        return env_check_across(
-            across,
-            job=job,
-            match=match,
-            expect=expect,
-            expect_from=expect_from,
-            show_all=show_all,
-            fmt=fmt,
-        )
-    if job or match or pid is None:
-        raise UsageProblem(
-            "--pid is required (or --launcher with --job/--match: the job on every node)"
-        )
+        return env_check_across(across, expect, expect_from, show_all, fmt)
     if count is not None and watch_s is None:
         raise UsageProblem(
             "--count is the number of --watch checks; add --watch SECONDS (or drop --count)"

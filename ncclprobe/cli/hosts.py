@@ -188,7 +188,27 @@ def job_options(command):
     )(command)
 
 
-def env_check_across(across, *, job, match, expect, expect_from, show_all, fmt):
+def across_hosts(options: dict, *, pid, logs, watch_s):
+    """env-check's options across hosts popped from `options`: (Hosts, shared dir, --job, --match),
+    or None for a check of `--pid` on this host; what contradicts either is refused."""
+    job, match = options.pop("job"), options.pop("match")
+    across = take(options)
+    if across is None:
+        if job or match:
+            raise UsageProblem("--job and --match find the job on every node; add --launcher")
+        if pid is None:
+            raise UsageProblem(
+                "--pid is required (or --launcher with --job/--match: the job on every node)"
+            )
+        return None
+    if pid or logs or watch_s is not None:
+        raise UsageProblem(
+            "--launcher finds the job on every node itself; drop --pid, --log and --watch"
+        )
+    return (*across, job, match)
+
+
+def env_check_across(across, expect, expect_from, show_all: bool, fmt: str):
     """`env-check --launcher ...`: an agent on every node, one merged verdict."""
     import os
 
@@ -198,7 +218,7 @@ def env_check_across(across, *, job, match, expect, expect_from, show_all, fmt):
     from ncclprobe.gather.hosts import gather_env_checks
     from ncclprobe.hosts.launchers import Launcher
 
-    hosts, shared_dir = across
+    hosts, shared_dir, job, match = across
     if not job and not match and hosts.launcher is Launcher.SRUN and os.environ.get("SLURM_JOB_ID"):
         job = (f"SLURM_JOB_ID={os.environ['SLURM_JOB_ID']}",)  # the allocation this runs in
     selector = JobSelector.parse(tuple(job), match)
