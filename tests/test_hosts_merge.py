@@ -14,6 +14,7 @@ import pytest
 
 from ncclprobe.diagnose.process_env import hosts as rules
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live import host_env_checks as docs
 from ncclprobe.evidence.live.job_processes import AGENT, JobSelector, job_roots
 from ncclprobe.sweep.host_merge import HostMerge, notes, ranks_text
@@ -127,6 +128,11 @@ def _evidence(tmp_path, by_host: dict[str, list[dict]], expected=None) -> docs.H
     )
 
 
+def _judge(hosts: docs.HostsEnvEvidence):
+    """env-check --launcher's judgement: the rule set across hosts over the evidence bundle."""
+    return rules.hosts_report(Evidence(hosts=hosts))
+
+
 ALIKE = {"NCCL_PROTO": "LL", "WORLD_SIZE": "4", "MASTER_ADDR": "n1"}
 
 
@@ -134,10 +140,10 @@ def test_hosts_with_the_same_settings_raise_nothing(tmp_path):
     ev = _evidence(
         tmp_path, {h: [_doc(10 + i, {**ALIKE, "RANK": str(i)})] for i, h in enumerate(["n1", "n2"])}
     )
-    result = rules.judge_hosts(ev)
+    result = _judge(ev)
     assert result.findings == [] and result.verdict() is Verdict.FINE  # RANK differs by design
-    assert result.rows(grouped=False)[0]["settings"] == "NCCL_PROTO=LL MASTER_ADDR=n1 WORLD_SIZE=4"
-    [alike] = result.rows()  # the table: hosts alike are one row
+    assert result.rows[0]["settings"] == "NCCL_PROTO=LL MASTER_ADDR=n1 WORLD_SIZE=4"
+    [alike] = result.sections[-1].rows  # the table: hosts alike are one row
     assert (alike["hosts"], alike["processes"]) == ("n[1-2]", 1) and "roots" not in alike
 
 
@@ -154,9 +160,7 @@ def test_hosts_with_the_same_settings_raise_nothing(tmp_path):
 def test_a_setting_that_differs_is_named_with_its_hosts(tmp_path, name, second, severity, title):
     first = {"NCCL_ALGO": "Ring", "NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_BLOCKING_WAIT": "1"}
     other = {k: v for k, v in first.items() if k != name} | second
-    result = rules.judge_hosts(
-        _evidence(tmp_path, {"n1": [_doc(1, first)], "n2": [_doc(2, other)]})
-    )
+    result = _judge(_evidence(tmp_path, {"n1": [_doc(1, first)], "n2": [_doc(2, other)]}))
     [finding] = result.findings
     assert (finding.rule, finding.severity, finding.title) == (
         "hosts-setting-differs",
@@ -170,7 +174,7 @@ def test_many_hosts_read_as_one_line(tmp_path):
     by_host = {
         f"gpu{i:03d}": [_doc(i, {"NCCL_ALGO": "Ring"} if i != 17 else {})] for i in range(1, 65)
     }
-    [finding] = rules.judge_hosts(_evidence(tmp_path, by_host)).findings
+    [finding] = _judge(_evidence(tmp_path, by_host)).findings
     assert finding.title == "NCCL_ALGO missing on gpu017; 'Ring' on gpu[001-016,018-064]"
 
 
@@ -191,17 +195,17 @@ def test_expectations_and_lint_errors_are_grouped_by_host(tmp_path):
             "n3": [_doc(9, {"NCCL_P2P_LEVEL": "sys", "NCCL_PROTO": "LL"}, [("NCCL_PROTO", "ok")])],
         },
     )
-    titles = [f.title for f in rules.judge_hosts(ev).findings]
+    titles = [f.title for f in _judge(ev).findings]
     assert "NCCL_PROTO missing on n[1-2] (2 process(es))" in titles
     assert "lint error on n[1-2]: NCCL_P2P_LEVEL=sys: `sys` is not a level name" in titles
 
 
 def test_hosts_without_the_job_and_hosts_never_heard_from_are_named(tmp_path):
     ev = _evidence(tmp_path, {"n1": [_doc(1, ALIKE)], "n2": []}, expected=("n1", "10.0.0.2", "n3"))
-    found = {f.rule: f for f in rules.judge_hosts(ev).findings}
+    found = {f.rule: f for f in _judge(ev).findings}
     assert found["hosts-no-job"].title == "no process of the job on n2 (TORCHELASTIC_RUN_ID=r)"
     assert found["hosts-not-checked"].title.startswith("not checked: n3 (no document came back")
-    assert rules.judge_hosts(ev).verdict() is Verdict.FINDINGS
+    assert _judge(ev).verdict() is Verdict.FINDINGS
     srun = docs.HostsEnvEvidence(checks=ev.checks, expected=2)
     assert srun.missing() == 0  # counted: two documents for two nodes
     # n2 named by its address is found; a name it does not answer to is not
@@ -210,7 +214,7 @@ def test_hosts_without_the_job_and_hosts_never_heard_from_are_named(tmp_path):
 
 
 def test_no_readable_process_anywhere_is_nothing_here(tmp_path):
-    result = rules.judge_hosts(_evidence(tmp_path, {"n1": [], "n2": []}))
+    result = _judge(_evidence(tmp_path, {"n1": [], "n2": []}))
     assert (
         result.verdict() is Verdict.NOTHING_HERE and result.to_json()["verdict"]["exit_code"] == 3
     )
@@ -234,7 +238,7 @@ def test_secrets_in_a_node_document_are_masked_as_read(tmp_path):
         tmp_path,
         {"n1": [_doc(1, {"NCCL_PROTO": "LL", "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz12"})]},
     )
-    text = json.dumps(rules.judge_hosts(ev).to_json())
+    text = json.dumps(_judge(ev).to_json())
     assert "hf_abcdefghijklmnopqrstuvwxyz12" not in text and '"NCCL_PROTO": "LL"' in text
 
 
@@ -336,19 +340,19 @@ def test_only_the_processes_that_matter_count(tmp_path):
     ev = _evidence(
         tmp_path, {"n1": [_two({}, {"NCCL_PROTO": "LL"})], "n2": [_doc(3, {"NCCL_PROTO": "LL"})]}
     )
-    assert rules.judge_hosts(ev).findings == []
+    assert _judge(ev).findings == []
 
 
 def test_a_host_whose_processes_disagree_is_shown_with_both_values(tmp_path):
     mixed = _two({"NCCL_ALGO": "Ring"}, {}, checked=(1, 2))
     ev = _evidence(tmp_path, {"n1": [mixed], "n2": [_doc(3, {"NCCL_ALGO": "Ring"})]})
-    [finding] = rules.judge_hosts(ev).findings
+    [finding] = _judge(ev).findings
     assert finding.title == "NCCL_ALGO differs between hosts: 'Ring' or unset on n1; 'Ring' on n2"
-    assert "NCCL_ALGO" not in rules.judge_hosts(ev).rows(grouped=False)[0]["settings"]
+    assert "NCCL_ALGO" not in _judge(ev).rows[0]["settings"]
     apart = _evidence(
         tmp_path / "b", {"n1": [_two({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"}, checked=(1, 2))]}
     )
-    assert rules.judge_hosts(apart).rows(grouped=False)[0]["settings"] == ""  # not alike: not shown
+    assert _judge(apart).rows[0]["settings"] == ""  # not alike: not shown
 
 
 def test_values_are_listed_most_hosts_first_then_by_first_host(tmp_path):
@@ -356,14 +360,14 @@ def test_values_are_listed_most_hosts_first_then_by_first_host(tmp_path):
     ev = _evidence(
         tmp_path, {h: [_doc(i, {"NCCL_ALGO": v})] for i, (h, v) in enumerate(by_host.items(), 1)}
     )
-    assert rules.judge_hosts(ev).findings[0].title == (
+    assert _judge(ev).findings[0].title == (
         "NCCL_ALGO differs between hosts: 'Ring' on n[2-4]; 'Tree' on n1"
     )
     tie = {"n1": "Ring", "n2": "Tree", "n3": "Tree", "n4": "Ring"}
     ev = _evidence(
         tmp_path / "t", {h: [_doc(i, {"NCCL_ALGO": v})] for i, (h, v) in enumerate(tie.items(), 1)}
     )
-    assert rules.judge_hosts(ev).findings[0].title == (
+    assert _judge(ev).findings[0].title == (
         "NCCL_ALGO differs between hosts: 'Ring' on n[1,4]; 'Tree' on n[2-3]"
     )
 
@@ -376,7 +380,7 @@ def test_each_rules_words_and_counts(tmp_path):
             "n2": [_doc(3, {"NCCL_ALGO": "Tree", "NCCL_SOCKET_IFNAME": "eth1"})],
         },
     )
-    by_name = {f.evidence["variable"]: f for f in rules.judge_hosts(ev).findings}
+    by_name = {f.evidence["variable"]: f for f in _judge(ev).findings}
     assert "NCCL reads it on every rank" in by_name["NCCL_ALGO"].detail
     assert "for its own hardware" in by_name["NCCL_SOCKET_IFNAME"].detail
     two = _two({}, {}, checked=(1, 2))
@@ -384,10 +388,7 @@ def test_each_rules_words_and_counts(tmp_path):
         proc["checks"] = [{"variable": "NCCL_PROTO", "status": "missing"}]
     unknown = _doc(4, {}, [("NCCL_PROTO", "unknown")])
     titles = [
-        f.title
-        for f in rules.judge_hosts(
-            _evidence(tmp_path / "e", {"n1": [two], "n2": [unknown]})
-        ).findings
+        f.title for f in _judge(_evidence(tmp_path / "e", {"n1": [two], "n2": [unknown]})).findings
     ]
     assert titles == [
         "NCCL_PROTO missing on n1 (2 process(es))",
@@ -397,7 +398,7 @@ def test_each_rules_words_and_counts(tmp_path):
 
 def test_the_hosts_never_heard_from_say_why_and_where(tmp_path):
     ev = _evidence(tmp_path, {"n1": [_doc(1, ALIKE)]}, expected=("n1", "n3"))
-    [finding] = rules.judge_hosts(ev).findings
+    [finding] = _judge(ev).findings
     assert (
         finding.title
         == "not checked: n3 (no document came back: the agent wrote no document there)"
@@ -408,14 +409,14 @@ def test_the_hosts_never_heard_from_say_why_and_where(tmp_path):
         "reason": "n3 exited with exit code 255 (ssh: connect to host n3)",
     }
     assert (
-        rules.judge_hosts(ev)
+        _judge(ev)
         .findings[0]
         .title.endswith(
             "(no document came back: n3 exited with exit code 255 (ssh: connect to host n3))"
         )
     )
-    result = rules.judge_hosts(ev)
-    assert result.to_json()["schema_version"] == 1 and result.rows(grouped=False)[0]["roots"] == "1"
+    result = _judge(ev)
+    assert result.to_json()["schema_version"] == 1 and result.rows[0]["roots"] == "1"
 
 
 def test_the_agent_finds_a_job_that_started_before_it(a_job):

@@ -212,8 +212,9 @@ def env_check_across(across, expect, expect_from, show_all: bool, fmt: str):
     """`env-check --launcher ...`: an agent on every node, one merged verdict."""
     import os
 
-    from ncclprobe.cli.output import emit
-    from ncclprobe.diagnose.process_env.hosts import judge_hosts
+    from ncclprobe.cli.output import emit_report
+    from ncclprobe.diagnose.process_env.hosts import hosts_report
+    from ncclprobe.evidence.bundle import Evidence
     from ncclprobe.evidence.live.job_processes import JobSelector
     from ncclprobe.gather.hosts import gather_env_checks
     from ncclprobe.hosts.launchers import Launcher
@@ -229,7 +230,8 @@ def env_check_across(across, expect, expect_from, show_all: bool, fmt: str):
         agent_args += ("--expect-from", str(Path(expect_from).resolve()))
     if show_all:
         agent_args += ("--all",)
-    result = judge_hosts(gather_env_checks(hosts, shared_dir, selector, agent_args))
-    rows = result.rows(grouped=fmt == "table")
-    emit(fmt, result.to_json(), rows, title=result.title(), notes=result.notes())
-    return result.verdict()
+    report = hosts_report(
+        Evidence(hosts=gather_env_checks(hosts, shared_dir, selector, agent_args))
+    )
+    emit_report(report, fmt)
+    return report.verdict()

@@ -5,7 +5,7 @@ The evidence is `evidence.live.host_env_checks.HostsEnvEvidence` (gathered by `g
 env-check document per root of the job on each host). On each host, the processes that matter are
 env-check's own (those with libnccl mapped, else every readable one: each document's
 `checked_pids`); a host's value of a variable is the set of values its processes have (unset where
-one lacks it). The rules (`HOST_RULES`, each a function of the evidence returning findings):
+one lacks it). The rules (`HOSTS_ENV`, each a function of the evidence returning findings):
 
   hosts-setting-differs  a variable whose value is not the same on every host that has the job
                          (one missing on a host counts): an error for the NCCL variables that must
@@ -19,18 +19,18 @@ one lacks it). The rules (`HOST_RULES`, each a function of the evidence returnin
 
 Variables that are per process by design (a rank's number, torchrun's error file) are never
 compared. Values are shown under the one masking policy. Hosts are written as a Slurm hostlist.
+`hosts_report` runs the rule set (`HOSTS_ENV`, over `evidence.bundle.Evidence.hosts`) through the
+one `judge` into the one Report its renderer prints.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ncclprobe.diagnose.report import FINDINGS, Lines, Report, RuleSet, Table, judge
 from ncclprobe.evidence.live.env_check_document import CheckedProcess, ExpectationStatus
 from ncclprobe.evidence.live.host_env_checks import HostCheck, HostsEnvEvidence
-from ncclprobe.findings import Finding, severity_rank
+from ncclprobe.findings import Finding
 from ncclprobe.hosts.hostlist import compress
 from ncclprobe.secrets import display_value, is_relevant
-from ncclprobe.verdict import Verdict
 
 # differ between the processes of one job by design: never compared across hosts
 PER_PROCESS = frozenset(
@@ -69,8 +69,8 @@ def host_values(check: HostCheck) -> dict[str, frozenset]:
     return {name: frozenset(p.env.get(name, UNSET) for p in procs) for name in names}
 
 
-def setting_differs(ev: HostsEnvEvidence) -> list[Finding]:
-    checked = [c for c in ev.checks if targets(c)]
+def setting_differs(evidence) -> list[Finding]:
+    checked = [c for c in evidence.hosts.checks if targets(c)]
     values = {c.host: host_values(c) for c in checked}
     names = sorted({name for v in values.values() for name in v})
     found = []
@@ -127,10 +127,10 @@ def _value_text(name: str, value: frozenset) -> str:
     return " or ".join(texts)
 
 
-def expectations_missed(ev: HostsEnvEvidence) -> list[Finding]:
+def expectations_missed(evidence) -> list[Finding]:
     """An --expect that processes on some hosts miss, grouped by (variable, status)."""
     by_miss: dict[tuple[str, str], dict[str, int]] = {}
-    for check in ev.checks:
+    for check in evidence.hosts.checks:
         for proc in targets(check):
             for c in proc.checks:
                 if c.status != ExpectationStatus.OK:
@@ -150,10 +150,10 @@ def expectations_missed(ev: HostsEnvEvidence) -> list[Finding]:
     ]
 
 
-def lint_errors(ev: HostsEnvEvidence) -> list[Finding]:
+def lint_errors(evidence) -> list[Finding]:
     """Each lint error env-check found, with the hosts it was found on."""
     by_text: dict[str, set[str]] = {}
-    for check in ev.checks:
+    for check in evidence.hosts.checks:
         for doc in check.documents:
             for line in doc.findings:
                 pid, sep, text = line.partition(": lint error: ")
@@ -172,7 +172,8 @@ def lint_errors(ev: HostsEnvEvidence) -> list[Finding]:
     ]
 
 
-def no_job(ev: HostsEnvEvidence) -> list[Finding]:
+def no_job(evidence) -> list[Finding]:
+    ev = evidence.hosts
     empty = sorted(c.host for c in ev.checks if not c.documents)
     if not empty:
         return []
@@ -189,7 +190,8 @@ def no_job(ev: HostsEnvEvidence) -> list[Finding]:
     ]
 
 
-def not_checked(ev: HostsEnvEvidence) -> list[Finding]:
+def not_checked(evidence) -> list[Finding]:
+    ev = evidence.hosts
     missing = ev.missing()
     if not missing:
         return []
@@ -216,65 +218,60 @@ def _selector_text(selector: dict) -> str:
     return " and ".join(parts) or "no selector"
 
 
-HOST_RULES = (setting_differs, expectations_missed, lint_errors, no_job, not_checked)
+HOSTS_ENV = RuleSet(
+    "process environments across hosts",
+    (setting_differs, expectations_missed, lint_errors, no_job, not_checked),
+    needs=("hosts",),
+)
 
 
-@dataclass
-class HostsResult:
-    """The merge: the findings (ranked), one row per host, the JSON document, the exit code."""
-
-    evidence: HostsEnvEvidence
-    findings: list[Finding]
-
-    def verdict(self) -> Verdict:
-        if not any(targets(c) for c in self.evidence.checks):
-            return Verdict.NOTHING_HERE
-        return Verdict.of(any(f.severity == "error" for f in self.findings))
-
-    def rows(self, grouped: bool = True) -> list[dict]:
-        """One row per host (CSV), or (`grouped`, the table) one per set of hosts alike: a
-        thousand hosts with the same settings are one row, and a host that differs stands out."""
-        rows = [_row(check) for check in self.evidence.checks]
-        if not grouped:
-            return rows
-        groups: dict[tuple, list[str]] = {}
-        for row in rows:
-            key = tuple((k, v) for k, v in row.items() if k not in ("host", "roots"))
-            groups.setdefault(key, []).append(row["host"])
-        return [{"hosts": compress(hosts), **dict(key)} for key, hosts in groups.items()]
-
-    def title(self) -> str:
-        ev = self.evidence
-        procs = sum(len(d.processes) for c in ev.checks for d in c.documents)
-        return (
-            f"env-check across {len(ev.checks)} host(s) ({ev.launcher}): {procs} processes of "
-            f"the job; exit {self.verdict().exit_code}"
-        )
-
-    def notes(self) -> list[str]:
-        return [f"[{f.severity}] {f.title}" for f in self.findings]
-
-    def to_json(self) -> dict:
-        ev = self.evidence
-        return {
-            "schema_version": 1,
-            "kind": "env-check-hosts",
-            "launcher": ev.launcher,
-            "selector": ev.selector,
-            "launch": ev.launch,
-            "hosts": [_host_json(check) for check in ev.checks],
-            "findings": [f.to_json() for f in self.findings],
-            "verdict": {
-                "exit_code": self.verdict().exit_code,
-                "findings": [f.title for f in self.findings],
-            },
-        }
+def hosts_report(evidence) -> Report:
+    """`env-check --launcher`: the rule set across hosts over every node's documents, as a Report:
+    the headline, the findings, then one table row per set of hosts alike (CSV and JSON: every
+    host). Exit 1 on an error; 3 when no host had a readable process of the job."""
+    ev: HostsEnvEvidence = evidence.hosts
+    report = judge(
+        evidence,
+        (HOSTS_ENV,),
+        kind="env-check-hosts",
+        fails_at="error",
+        answered=any(targets(c) for c in ev.checks),
+    )
+    procs = sum(len(d.processes) for c in ev.checks for d in c.documents)
+    headline = (
+        f"env-check across {len(ev.checks)} host(s) ({ev.launcher}): {procs} processes of the job; "
+        f"exit {report.verdict().exit_code}"
+    )
+    report.rows = [_row(check) for check in ev.checks]
+    report.sections = [Lines([f"# {headline}"]), FINDINGS, Table(_grouped(report.rows))]
+    report.document = _document(ev, report)
+    return report
 
 
-def judge_hosts(ev: HostsEnvEvidence) -> HostsResult:
-    found = [finding for rule in HOST_RULES for finding in rule(ev)]
-    found.sort(key=lambda f: severity_rank(f.severity))
-    return HostsResult(ev, found)
+def _grouped(rows: list[dict]) -> list[dict]:
+    """One row per set of hosts alike: a thousand hosts with the same settings are one row, and
+    a host that differs stands out."""
+    groups: dict[tuple, list[str]] = {}
+    for row in rows:
+        key = tuple((k, v) for k, v in row.items() if k not in ("host", "roots"))
+        groups.setdefault(key, []).append(row["host"])
+    return [{"hosts": compress(hosts), **dict(key)} for key, hosts in groups.items()]
+
+
+def _document(ev: HostsEnvEvidence, report: Report) -> dict:
+    return {
+        "schema_version": 1,
+        "kind": "env-check-hosts",
+        "launcher": ev.launcher,
+        "selector": ev.selector,
+        "launch": ev.launch,
+        "hosts": [_host_json(check) for check in ev.checks],
+        "findings": [f.to_json() for f in report.findings],
+        "verdict": {
+            "exit_code": report.verdict().exit_code,
+            "findings": [f.title for f in report.findings],
+        },
+    }
 
 
 def _row(check: HostCheck) -> dict:

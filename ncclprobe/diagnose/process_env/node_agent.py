@@ -37,10 +37,12 @@ def main(argv: list[str]) -> int:
 
 
 def write_node_document(args) -> str:
-    from ncclprobe.diagnose.process_env.check import env_check
+    from ncclprobe.diagnose.process_env.check import env_check_report
     from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
+    from ncclprobe.evidence.bundle import Evidence
     from ncclprobe.evidence.live.host_env_checks import node_document, node_path
     from ncclprobe.evidence.live.job_processes import JobSelector, job_roots
+    from ncclprobe.gather.processes import gather_processes
     from ncclprobe.hosts.identity import host_aliases, host_name
     from ncclprobe.safe_output import write_json
 
@@ -52,11 +54,11 @@ def write_node_document(args) -> str:
     roots, documents = [], []
     for root in job_roots(selector):
         try:
-            result = env_check(root, expectations=expectations, show_all=args.show_all)
+            processes = gather_processes(root, expectations=expectations, show_all=args.show_all)
         except UsageProblem:  # the process ended between finding it and walking it
             continue
         roots.append(root)
-        documents.append(result.to_json())
+        documents.append(env_check_report(Evidence(processes=processes)).document)
     problem = None if documents else "no process of the job on this host"
     doc = node_document(host, selector.describe(), roots, documents, problem, host_aliases())
     return str(write_json(node_path(args.out, host), doc, what="this node's env-check document"))
