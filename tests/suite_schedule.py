@@ -73,13 +73,14 @@ FIXTURE_GROUPS = {
     "trained_tiny_moe_draft": "trained-drafts",
 }
 
-# the costliest groups, CPU seconds (own + children) on the 2-core CPU machine, 2026-12-07 (3151 tests)
+# the costliest groups, CPU seconds (own + children) on the 2-core CPU machine, 2026-12-07 (3288 tests)
 HEAVY = {
     "shipped-timelines": 58,
     "tests/test_engine_gguf.py": 54,
     "tests/test_engine_cli.py": 49,
     "timing": 44,
     "trained-drafts": 21,
+    "tests/test_hosts_netns.py": 20,
     "tests/test_sweep_e2e.py": 12,
     "tests/test_cli_basics.py": 9,
     "tests/test_sweep_torchrun.py": 8,
