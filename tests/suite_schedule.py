@@ -88,6 +88,7 @@ HEAVY = {
     "tests/test_sweep_every_collective.py": 6,
 }
 TERMINAL = ("COLUMNS", "LINES")
+GROUPED = pytest.StashKey[bool]()  # set where -n came without a --dist: these groups, not xdist's
 
 
 def _in(nodeid: str, entry: str) -> bool:
@@ -107,11 +108,12 @@ def pytest_cmdline_main(config):
     if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
         config.option.dist = "loadscope"  # its scheduler, given this module's groups below
         config.option.loadscopereorder = False  # HEAVY's order, not xdist's (most tests first)
+        config.stash[GROUPED] = True
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hooks, in the controller
 def pytest_xdist_make_scheduler(config, log):
-    if config.option.dist != "loadscope":
+    if not config.stash.get(GROUPED, False):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
