@@ -23,7 +23,13 @@ from pathlib import Path
 from ncclprobe.evidence.hang.safe_pickle import loads_data
 
 TEMPLATE = (
-    Path(__file__).parent / "fixtures" / "flight_recorder" / "nccl" / "skip" / "dumps" / "nccl_trace_rank_0"
+    Path(__file__).parent
+    / "fixtures"
+    / "flight_recorder"
+    / "nccl"
+    / "skip"
+    / "dumps"
+    / "nccl_trace_rank_0"
 )
 STEP_NS = 2_000_000  # 2 ms between calls
 
@@ -119,7 +125,11 @@ def write_job(
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(jobs) as pool:
-            list(pool.map(_write_one, [(directory, base, r, ranks, calls, culprit, tp) for r in todo]))
+            list(
+                pool.map(
+                    _write_one, [(directory, base, r, ranks, calls, culprit, tp) for r in todo]
+                )
+            )
     else:
         for r in todo:
             _write_one((directory, base, r, ranks, calls, culprit, tp))

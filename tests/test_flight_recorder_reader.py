@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang import flight_recorder as fr
-from ncclprobe.evidence.hang.safe_pickle import MAX_DEPTH, loads_data
+from ncclprobe.evidence.hang.safe_pickle import Budget
 from tests.flight_recorder_dumps import dump
 
 GLOO = Path(__file__).parent / "fixtures" / "flight_recorder" / "gloo"
@@ -223,45 +223,75 @@ def test_too_many_entries_is_refused(tmp_path, monkeypatch):
         fr.read_dump(path)
 
 
-# ---- shapes: depth, size, self-reference ---------------------------------------------------
+# ---- shapes: depth, size, self-reference: refused where read, never walked where not -------
 
 
-def _nested(levels: int):
-    value = 1
-    for _ in range(levels):
-        value = [value]
-    return value
+def _with(field: str, value_bytes: bytes) -> bytes:
+    """A real-shaped dump whose first entry's `field` is the raw pickle opcodes `value_bytes`."""
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0][field] = "PLACEHOLDER"
+    data = pickle.dumps(doc, protocol=2)
+    marker = b"X\x0b\x00\x00\x00PLACEHOLDER"
+    assert data.count(marker) == 1
+    return data.replace(marker, value_bytes)
 
 
-def test_nesting_at_the_depth_limit_reads_and_one_more_is_refused():
-    assert loads_data(pickle.dumps(_nested(MAX_DEPTH)), "x") == _nested(MAX_DEPTH)
-    with pytest.raises(UsageProblem, match=f"nested deeper than {MAX_DEPTH}"):
-        loads_data(pickle.dumps(_nested(MAX_DEPTH + 1)), "x")
+def test_nesting_deeper_than_the_schema_is_refused_where_it_is_read(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")])))
+    assert fr.read_dump(path).entries[0].input_sizes == ((8,),)  # the healthy twin
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = [[[8]]]
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(
+        UsageProblem, match=r'"input_sizes" must be a list of tensor shapes, got \[\[\[8\]\]\]'
+    ):
+        fr.read_dump(path)
 
 
-def test_the_tree_size_counts_every_reuse_of_a_shared_list():
-    shared = [0] * 9  # a list of 10 items counted as a node: 1 + 9
-    doc = [shared] * 10  # 1 + 10 * 10 = 101 nodes as a tree, 2 lists in memory
-    assert loads_data(pickle.dumps(doc), "x", max_nodes=101) == doc
-    with pytest.raises(UsageProblem, match="more than 100 items"):
-        loads_data(pickle.dumps(doc), "x", max_nodes=100)
+def test_a_million_levels_in_a_field_no_reader_knows_is_never_walked(tmp_path):
+    """The C unpickler builds nesting without recursion and frees it iteratively; no reader walks
+    a field it does not know, so depth there costs only its bytes."""
+    levels = 1_000_000
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(_with("extra", b"]" * levels + b"a" * (levels - 1)))
+    assert len(fr.read_dump(path).entries) == 1
 
 
-def test_a_billion_laughs_is_refused_at_once():
-    value = [0]
-    for _ in range(30):
-        value = [value] * 10  # 10**30 leaves as a tree; under 1 kB pickled
-    data = pickle.dumps(value, protocol=2)
-    assert len(data) < 1000
-    with pytest.raises(UsageProblem, match="more than 20,000,000 items"):
-        loads_data(data, "laughs")
+def test_a_billion_laughs_is_refused_by_the_walk_budget(tmp_path):
+    """One shape list shared through the memo by every tensor of every entry: a few hundred bytes
+    that a walk would visit 10**10 times. The reader counts what it visits against the file's size."""
+    shape = [1] * 64
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = [shape] * 60_000
+    doc["entries"] = doc["entries"] * 3_000
+    data = pickle.dumps(doc, protocol=2)
+    assert len(data) < 200_000
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(data)
+    with pytest.raises(UsageProblem, match=f"refers to more than {len(data):,} items"):
+        fr.read_dump(path)
 
 
-def test_a_list_that_holds_itself_is_refused():
+def test_the_walk_budget_at_its_limit_reads_and_one_more_is_refused():
+    budget = Budget("x", 3)
+    budget.spend(2)
+    budget.spend(1)
+    with pytest.raises(UsageProblem, match="x: refers to more than 3 items"):
+        budget.spend(1)
+
+
+def test_a_list_that_holds_itself_is_refused_in_one_line(tmp_path):
     loop = []
     loop.append(loop)
-    with pytest.raises(UsageProblem, match="holds itself"):
-        loads_data(pickle.dumps(loop), "loop")
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = loop
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(
+        UsageProblem, match=r"must be a list of tensor shapes, got \[\[\[\[\.\.\.\]\]\]\]"
+    ):
+        fr.read_dump(path)
 
 
 # ---- hostile pickles: refused, never run ----------------------------------------------------

@@ -17,16 +17,27 @@ Which ranks belong to a group: the dumps' `pg_config`; where it does not name th
 records its ranks under an empty name), the default group is every rank dumped and another group
 the ranks whose dumps mention it (said in a note). The ring buffer may have overwritten a rank's
 oldest entries: only sequence numbers every member still holds are compared.
+
+At 1,024 ranks. Each dump arrives as a table (`evidence.hang.fr_table`); a call is built from it only
+where a finding needs one. Per group, each member's calls become one array of call codes by
+sequence number (equal codes: the same operation, sizes and dtypes), compared member by member at C
+speed, so the first sequence number where members differ, or that no member completed, is found
+without building the calls before it; only there is the exact comparison made.
 """
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from ncclprobe.evidence.hang.flight_recorder import Dump, Entry
+from ncclprobe.evidence.hang.fr_table import NONE, EntryTable
+from ncclprobe.rank_ranges import ranges_text
 
 DEFAULT_GROUP_DESC = "default_pg"
 ORDER_WINDOW = 8  # later collectives searched for a swapped pair
+ABSENT = -1  # a member's code where it holds no call of that sequence number
 
 
 @dataclass(frozen=True)
@@ -47,14 +58,55 @@ class Call:
 
     @property
     def signature(self) -> tuple:
-        return tuple(
-            (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
-            for e in self.entries
-        )
+        return tuple(e.signature for e in self.entries)
 
     @property
     def first(self) -> Entry:
         return self.entries[0]
+
+
+class RankCalls:
+    """One member's collectives in one group: row numbers of its dump's table, by sequence number
+    (rows that share one are a coalesced call)."""
+
+    def __init__(self, table: EntryTable, rows: list[int]):
+        seq = table.collective_seq
+        rows.sort(key=seq.__getitem__)
+        self.table = table
+        self.rows = array("l", rows)
+        self.seqs = array("q", (seq[i] for i in rows))
+        self.count = len(set(self.seqs))
+
+    def __len__(self) -> int:
+        """How many distinct sequence numbers."""
+        return self.count
+
+    def distinct(self) -> list[int]:
+        return sorted(set(self.seqs))
+
+    def first(self) -> int | None:
+        return self.seqs[0] if self.seqs else None
+
+    def last(self) -> int | None:
+        return self.seqs[-1] if self.seqs else None
+
+    def rows_of(self, seq: int) -> list[int]:
+        lo, hi = bisect_left(self.seqs, seq), bisect_right(self.seqs, seq)
+        return list(self.rows[lo:hi])
+
+    def codes(self, start: int, stop: int, code_of) -> array:
+        """One code per sequence number in [start, stop): the call's code, or ABSENT."""
+        out = array("l", [ABSENT]) * max(0, stop - start)
+        seqs, rows, table = self.seqs, self.rows, self.table
+        i = bisect_left(seqs, start)
+        n = len(seqs)
+        while i < n and seqs[i] < stop:
+            j = i + 1
+            while j < n and seqs[j] == seqs[i]:
+                j += 1
+            out[seqs[i] - start] = code_of(table, rows[i:j])
+            i = j
+        return out
 
 
 @dataclass
@@ -65,11 +117,16 @@ class Group:
     desc: str | None
     members: tuple[int, ...]
     members_recorded: bool  # pg_config named them; else inferred (see the module docstring)
-    calls: dict[int, dict[int, Call]] = field(default_factory=dict)  # rank -> seq -> call
+    calls: dict[int, RankCalls] = field(default_factory=dict)  # rank -> its collectives
     p2p: dict[int, list[Entry]] = field(default_factory=dict)  # rank -> its send/recv entries
     enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq enqueued
     completed: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq completed
     window_start: int = 1  # the first seq every dumped member still holds
+    # filled by `_compare`: per member its codes over [window_start, top]; agreed[i]: every
+    # dumped member holds the same call there
+    codes: dict[int, array] = field(default_factory=dict, repr=False)
+    agreed: bytearray = field(default_factory=bytearray, repr=False)
+    top: int = 0
 
     @property
     def label(self) -> str:
@@ -80,7 +137,25 @@ class Group:
         return tuple(r for r in self.members if r in self.enqueued)
 
     def call(self, rank: int, seq: int) -> Call | None:
-        return self.calls.get(rank, {}).get(seq)
+        mine = self.calls.get(rank)
+        rows = mine.rows_of(seq) if mine is not None else []
+        if not rows:
+            return None
+        table = mine.table
+        return Call(
+            group=self.name,
+            rank=rank,
+            seq=seq,
+            entries=tuple(table.entry(i) for i in rows),
+            completed=seq <= self.completed[rank],
+        )
+
+    def last_seq(self, rank: int) -> int | None:
+        mine = self.calls.get(rank)
+        return mine.last() if mine is not None else None
+
+    def call_count(self) -> int:
+        return sum(len(c) for c in self.calls.values())
 
 
 @dataclass(frozen=True)
@@ -116,6 +191,7 @@ class Hang:
     groups: dict[str, Group]
     stuck: list[Stuck]
     notes: list[str] = field(default_factory=list)
+    unreadable: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (path, why)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -123,19 +199,32 @@ class Hang:
 
     def pending_elsewhere(self, rank: int, group: Group) -> Call | None:
         """The oldest collective `rank` has enqueued and not finished in a group other than `group`."""
-        pending = [
-            c
-            for g in self.groups.values()
-            if g is not group
-            for c in g.calls.get(rank, {}).values()
-            if c.seq >= g.window_start and not self.finished(c)
-        ]
+        pending = []
+        for g in self.groups.values():
+            mine = g.calls.get(rank)
+            if g is group or mine is None:
+                continue
+            for seq in mine.distinct():
+                if seq < g.window_start or self._agreed_done(g, seq):
+                    continue
+                call = g.call(rank, seq)
+                if not self.finished(call):
+                    pending.append(call)
         return min(pending, key=lambda c: c.first.time_created_ns or 0, default=None)
+
+    @staticmethod
+    def _agreed_done(group: Group, seq: int) -> bool:
+        """Every dumped member holds the same call at `seq` and some member completed it."""
+        i = seq - group.window_start
+        done = max(group.completed.values(), default=0)
+        return 0 <= i < len(group.agreed) and group.agreed[i] == 1 and seq <= done
 
     def finished(self, call: Call) -> bool:
         """Done for the group: completed here or by a peer with every member in it, and never with
         a member that did not enqueue it (a collective marked completed there ended in an error)."""
         group = self.groups[call.group]
+        if self._agreed_done(group, call.seq):
+            return True
         calls = [group.call(r, call.seq) for r in group.dumped]
         if any(c is None for c in calls):
             return False
@@ -144,20 +233,47 @@ class Hang:
         )
 
 
+_BUILT: list = []  # the last (dumps, Hang): the rules, the notes and the summary share one build
+
+
 def build(dumps: list[Dump]) -> Hang:
+    if _BUILT and _BUILT[0][0] is dumps:
+        return _BUILT[0][1]
+    hang = _build(dumps)
+    _BUILT[:] = [(dumps, hang)]
+    return hang
+
+
+def _build(dumps: list[Dump]) -> Hang:
     groups, notes = _groups(dumps), [n for d in dumps for n in d.notes]
     for dump in dumps:
         _add_dump(groups, dump)
+    inferred: dict[str, list[str]] = {}
     for group in groups.values():
         _window(group, notes)
+        _compare(group)
         if not group.members_recorded:
             how = "every rank dumped" if _is_default(group) else "the dumps that mention it"
+            inferred.setdefault(how, []).append(group)
+    for how, gs in inferred.items():
+        if len(gs) == 1:
             notes.append(
-                f"{group.label}: the dumps do not record its ranks; taken as ranks "
-                f"{_ranks(group.members)} ({how})"
+                f"{gs[0].label}: the dumps do not record its ranks; taken as ranks "
+                f"{ranges_text(gs[0].members)} ({how})"
+            )
+        else:
+            notes.append(
+                f"{len(gs)} groups ({', '.join(g.label for g in gs[:4])}{', ...' if len(gs) > 4 else ''}): "
+                f"the dumps do not record their ranks; each taken as {how}"
             )
     stuck = [s for g in groups.values() if (s := _first_stuck(g)) is not None]
-    return Hang(dumps=dumps, groups=groups, stuck=stuck, notes=notes)
+    return Hang(
+        dumps=dumps,
+        groups=groups,
+        stuck=stuck,
+        notes=notes,
+        unreadable=dict(getattr(dumps, "unreadable", {}) or {}),
+    )
 
 
 def _is_default(group: Group) -> bool:
@@ -169,9 +285,8 @@ def _groups(dumps: list[Dump]) -> dict[str, Group]:
     config = {name: g for d in dumps for name, g in d.groups.items() if g.ranks and name}
     named: dict[str, tuple[str | None, set[int]]] = {}
     for d in dumps:
-        for e in d.entries:
-            desc, ranks = named.setdefault(e.group, (e.group_desc, set()))
-            ranks.add(d.rank)
+        for name, desc in d.table.groups:
+            named.setdefault(name, (desc, set()))[1].add(d.rank)
     world = {d.rank for d in dumps} | {r for g in config.values() for r in g.ranks}
     out = {}
     for name, (desc, seen) in named.items():
@@ -187,54 +302,128 @@ def _groups(dumps: list[Dump]) -> dict[str, Group]:
 
 
 def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
-    by_group: dict[str, dict[int, list[Entry]]] = {}
-    for e in dump.entries:
-        if e.is_p2p:
-            groups[e.group].p2p.setdefault(dump.rank, []).append(e)
-        elif e.collective_seq is not None:
-            by_group.setdefault(e.group, {}).setdefault(e.collective_seq, []).append(e)
-    status = {pg_id: s for pg_id, s in dump.status.items()}
-    pg_ids = {e.group: e.pg_id for e in dump.entries}
+    table = dump.table
+    rows: dict[str, list[int]] = {}
+    p2p: dict[str, list[int]] = {}
+    pg_ids: dict[str, int | None] = {}
+    seq_col, pg_col, group_col = table.collective_seq, table.pg_id, table.group
+    for i, is_p2p in enumerate(table.is_p2p):
+        name = table.groups[group_col[i]][0]
+        pg = pg_col[i]
+        pg_ids[name] = None if pg == NONE else pg
+        if is_p2p:
+            p2p.setdefault(name, []).append(i)
+        elif seq_col[i] != NONE:
+            rows.setdefault(name, []).append(i)
     for name, group in groups.items():
+        if name in p2p:
+            group.p2p[dump.rank] = [table.entry(i) for i in p2p[name]]
         if dump.rank not in group.members:
             continue
-        st = status.get(pg_ids.get(name)) if pg_ids.get(name) is not None else None
-        seqs = by_group.get(name, {})
+        pg = pg_ids.get(name)
+        st = dump.status.get(pg) if pg is not None else None
+        mine = RankCalls(table, rows.get(name, []))
         last_done = st.last_completed if st and st.last_completed is not None else -1
-        done_states = [s for s, es in seqs.items() if all(e.state == "completed" for e in es)]
+        done_states = _completed_seqs(mine)
         group.completed[dump.rank] = max([last_done, 0, *done_states])
+        last = mine.last()
         group.enqueued[dump.rank] = max(
-            [st.last_enqueued if st and st.last_enqueued is not None else 0, *seqs]
+            st.last_enqueued if st and st.last_enqueued is not None else 0, last or 0
         )
-        group.calls[dump.rank] = {
-            seq: Call(
-                group=name,
-                rank=dump.rank,
-                seq=seq,
-                entries=tuple(es),
-                completed=seq <= group.completed[dump.rank],
-            )
-            for seq, es in sorted(seqs.items())
-        }
+        group.calls[dump.rank] = mine
+
+
+def _completed_seqs(mine: RankCalls) -> list[int]:
+    """The highest sequence number all of whose entries read completed (the others are below)."""
+    state, seqs, rows = mine.table.state, mine.seqs, mine.rows
+    done = {}
+    for k in range(len(seqs) - 1, -1, -1):
+        done[seqs[k]] = done.get(seqs[k], True) and state[rows[k]] == 2
+        if k == 0 or seqs[k - 1] != seqs[k]:
+            if done[seqs[k]]:
+                return [seqs[k]]
+    return []
 
 
 def _window(group: Group, notes: list[str]) -> None:
     """Only seqs every dumped member still holds can be compared (the ring buffer drops the oldest)."""
-    firsts = [min(calls) for r, calls in group.calls.items() if calls]
+    firsts = [c.first() for c in group.calls.values() if c.seqs]
     group.window_start = max(firsts, default=1)
-    if group.window_start > 1 and any(
-        min(c) < group.window_start for c in group.calls.values() if c
-    ):
+    if group.window_start > 1 and any(f < group.window_start for f in firsts):
         notes.append(
             f"{group.label}: collectives before {group.window_start} are no longer in every rank's "
             "buffer (it is a ring): they are not compared"
         )
 
 
+class _Codes:
+    """Call codes: one integer per distinct call (its entries' operations, sizes and dtypes)."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.by_table: dict[int, list[int]] = {}
+
+    def __call__(self, table: EntryTable, rows) -> int:
+        local = self.by_table.get(id(table))
+        if local is None:
+            local = self.by_table[id(table)] = [
+                self.ids.setdefault(table.signature_of(c), len(self.ids))
+                for c in range(len(table.calls))
+            ]
+        if len(rows) == 1:
+            return local[table.call[rows[0]]]
+        key = tuple(("coalesced", *(local[table.call[r]] for r in rows)))
+        return self.ids.setdefault(key, len(self.ids))
+
+
+def _compare(group: Group) -> None:
+    """Each dumped member's codes over [window_start, top], and where every member agrees."""
+    dumped = group.dumped
+    group.top = max((group.enqueued[r] for r in dumped), default=0)
+    start, stop = group.window_start, group.top + 1
+    code_of = _Codes()
+    group.codes = {r: group.calls[r].codes(start, stop, code_of) for r in dumped}
+    agreed = bytearray(b"\x01") * max(0, stop - start)
+    if not dumped:
+        group.agreed = bytearray()
+        return
+    ref = group.codes[dumped[0]]
+    for i, c in enumerate(ref):
+        if c == ABSENT:
+            agreed[i] = 0
+    for r in dumped[1:]:
+        mine = group.codes[r]
+        if mine == ref:
+            continue
+        for i in _differences(mine, ref):
+            agreed[i] = 0
+    group.agreed = agreed
+
+
+def _differences(a: array, b: array, lo: int = 0):
+    """Indices where two equal-length arrays differ, found by halving slices (C-speed compares)."""
+    hi = len(a)
+    if a[lo:hi] == b[lo:hi]:
+        return
+    stack = [(lo, hi)]
+    while stack:
+        lo, hi = stack.pop()
+        if a[lo:hi] == b[lo:hi]:
+            continue
+        if hi - lo <= 64:
+            yield from (i for i in range(lo, hi) if a[i] != b[i])
+            continue
+        mid = (lo + hi) // 2
+        stack.append((mid, hi))
+        stack.append((lo, mid))
+
+
 def _first_stuck(group: Group) -> Stuck | None:
     dumped = group.dumped
-    top = max((group.enqueued[r] for r in dumped), default=0)
-    for seq in range(group.window_start, top + 1):
+    done = max((group.completed[r] for r in dumped), default=0)
+    start = group.window_start
+    for i in _candidates(group, done):
+        seq = start + i
         calls = {r: c for r in dumped if (c := group.call(r, seq)) is not None}
         missing = tuple(r for r in dumped if r not in calls and group.enqueued[r] < seq)
         if not calls:
@@ -248,20 +437,37 @@ def _first_stuck(group: Group) -> Stuck | None:
         )
         if stuck.missing or stuck.mismatch:
             return stuck
-        if all(c.completed for c in calls.values()) or any(c.completed for c in calls.values()):
+        if any(c.completed for c in calls.values()):
             continue  # done, or done by some member with every member in it: done
         return stuck
     return None
 
 
+def _candidates(group: Group, done: int):
+    """Indices (seq - window_start) that could be where the group stopped, in order: every index
+    where the dumped members do not all hold one call, then every index past the last completed
+    (an index where all hold one call that a member completed is done)."""
+    n = len(group.agreed)
+    first_open = min(n, max(0, done + 1 - group.window_start))
+    i = group.agreed.find(0, 0, first_open)
+    while 0 <= i < first_open:
+        yield i
+        i = group.agreed.find(0, i + 1, first_open)
+    yield from range(first_open, n)
+
+
 def order_swap(stuck: Stuck) -> tuple[int, int, int] | None:
     """Two ranks that issued the same calls in a different order: (rank a, rank b, the seq at which
-    b issued a's call at `stuck.seq`), when a's call there appears later on b and b's later on a."""
+    b issued a's call at `stuck.seq`), when a's call there appears later on b and b's later on a.
+    One rank stands for each distinct call (the lowest), so many ranks cost little."""
     group, seq = stuck.group, stuck.seq
-    ranks = sorted(stuck.calls)
+    by_sig: dict[tuple, int] = {}
+    for r in sorted(stuck.calls):
+        by_sig.setdefault(stuck.calls[r].signature, r)
+    ranks = sorted(by_sig.values())
     for a in ranks:
         for b in ranks:
-            if a >= b or stuck.calls[a].signature == stuck.calls[b].signature:
+            if a >= b:
                 continue
             later_b = _find(group, b, stuck.calls[a].signature, seq)
             later_a = _find(group, a, stuck.calls[b].signature, seq)
@@ -276,10 +482,6 @@ def _find(group: Group, rank: int, signature: tuple, after: int) -> int | None:
         if call is not None and call.signature == signature:
             return seq
     return None
-
-
-def _ranks(ranks) -> str:
-    return ", ".join(str(r) for r in ranks)
 
 
 def groups_summary(dumps: list[Dump]) -> list[dict]:

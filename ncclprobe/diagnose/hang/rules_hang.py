@@ -52,11 +52,7 @@ def notes(ev: E.Evidence) -> list[str]:
 
 def _hang_evidenced(ev: E.Evidence, hang: H.Hang) -> bool:
     """A job log saw a timeout or a failure, or an entry outlived the watchdog (retired, not done)."""
-    retired = any(
-        e.retired and e.state != "completed" and e.backend != "gloo"
-        for d in hang.dumps
-        for e in d.entries
-    )
+    retired = any(d.table.timed_out() for d in hang.dumps)
     return retired or any(log.hang_seen for log in ev.job_logs)
 
 
@@ -96,7 +92,8 @@ def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
 def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
     """Where a member that never enqueued a group's collective is, as far as the dumps show."""
     last_seq = group.completed.get(rank, 0)
-    last = group.call(rank, max(group.calls.get(rank, {}), default=-1))
+    last_seq_issued = group.last_seq(rank)
+    last = group.call(rank, last_seq_issued) if last_seq_issued is not None else None
     said = f"rank {rank} never enqueued it: its last collective in {group.label} is " + (
         f"#{last.seq} ({last.op}, {'completed' if last.completed else 'not completed'}{W.at(last)})"
         if last

@@ -39,7 +39,6 @@ bytes, not a dump, refused) is named with why in `DumpList.unreadable`, and the 
 it: missing dumps are normal at 1,000 ranks. A file named on the command line is read or refused.
 """
 
-
 from __future__ import annotations
 
 import gzip
@@ -303,7 +302,11 @@ def gunzip_capped(data: bytes, label: str, limit: int, ratio: int) -> bytes:
     return b"".join(out)
 
 
-def _parse(doc, where: Where, rank: int, fmt: str, caps: Caps, budget: Budget) -> Dump:
+def _parse(
+    doc, where: Where, rank: int, fmt: str, caps: Caps | None = None, budget: Budget | None = None
+) -> Dump:
+    caps = caps or Caps.now()
+    budget = budget or Budget(str(where), caps.dump)
     doc = where.object(doc, "a Flight Recorder dump (a dict with version and entries)")
     if "version" not in doc or not ("entries" in doc or "pg_config" in doc):
         raise where.fail("not a Flight Recorder dump: no version, entries or pg_config")

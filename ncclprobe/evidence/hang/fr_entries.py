@@ -41,7 +41,17 @@ def fast_entry(e, major: int, budget: Budget, table: EntryTable) -> bool:
     record, pg_id, p2p_seq, op_id = get("record_id"), get("pg_id"), get("p2p_seq_id"), get("op_id")
     created, timeout = get("time_created_ns"), get("timeout_ms")
     started, completed = get("time_discovered_started_ns"), get("time_discovered_completed_ns")
-    ints = (record, pg_id, seq, p2p_seq, op_id, created, started or None, completed or None, timeout)
+    ints = (
+        record,
+        pg_id,
+        seq,
+        p2p_seq,
+        op_id,
+        created,
+        started or None,
+        completed or None,
+        timeout,
+    )
     for v in ints:
         if v is not None and (type(v) is not int or not -_LIMIT < v < _LIMIT):
             return False

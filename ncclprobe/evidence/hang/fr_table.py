@@ -168,17 +168,21 @@ class EntryTable:
         )
 
     def signature(self, i: int) -> tuple:
-        (_, op, _, _, ins, outs), in_dt, out_dt = self.calls[self.call[i]]
+        """Entry i's operation, sizes and dtypes: what must match on every member."""
+        return self.signature_of(self.call[i])
+
+    def signature_of(self, call: int) -> tuple:
+        (_, op, _, _, ins, outs), in_dt, out_dt = self.calls[call]
         return (op, ins, outs, in_dt, out_dt)
 
-    def op(self, i: int) -> str:
-        return self.calls[self.call[i]][0][1]
-
-    def backend(self, i: int) -> str:
-        return self.calls[self.call[i]][0][0]
-
-    def group_name(self, i: int) -> str:
-        return self.groups[self.group[i]][0]
+    def timed_out(self) -> bool:
+        """An entry retired but not completed, outside gloo: the watchdog gave up on it (gloo
+        retires what failed on its own timeout, and marks it completed)."""
+        gloo = {c for c, ((backend, *_), _, _) in enumerate(self.calls) if backend == "gloo"}
+        return any(
+            r == 1 and s != 2 and self.call[i] not in gloo
+            for i, (r, s) in enumerate(zip(self.retired, self.state))
+        )
 
 
 class Entries:
