@@ -343,20 +343,10 @@ def _step_lines(ev) -> list[str]:
 
 
 def _group_lines(groups: list[dict]) -> list[str]:
-    """Per process group: each rank's last enqueued and completed collective, where it stopped."""
-    lines = []
-    for g in groups:
-        ranks = "; ".join(
-            f"rank {r} enqueued {p['enqueued']}, completed {p['completed']}"
-            for r, p in g["ranks"].items()
-        )
-        stuck = {
-            "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
-            "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
-            "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
-        }.get(g["stuck_because"], "")
-        lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
-    return lines
+    """Per process group (one line per kind of group at scale): where each rank got, as ranges."""
+    from ncclprobe.diagnose.hang.hang_words import group_lines
+
+    return group_lines(groups)
 
 
 def _evidence_text(value) -> str:
@@ -368,6 +358,10 @@ def _evidence_text(value) -> str:
             for k, v in value.items()
         )
     if isinstance(value, list):
+        if len(value) > 8 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            from ncclprobe.rank_ranges import ranges_text  # a rank set: ranges, not one by one
+
+            return "[" + ranges_text(value) + "]"
         return "[" + "; ".join(_evidence_text(v) for v in value) + "]"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 

@@ -98,8 +98,15 @@ class RankCalls:
         """One code per sequence number in [start, stop): the call's code, or ABSENT."""
         out = array("l", [ABSENT]) * max(0, stop - start)
         seqs, rows, table = self.seqs, self.rows, self.table
-        i = bisect_left(seqs, start)
         n = len(seqs)
+        if n and seqs[-1] - seqs[0] + 1 == n:  # one entry per seq, none missing: most dumps
+            lo, hi = max(start, seqs[0]), min(stop, seqs[-1] + 1)
+            if lo < hi:
+                local, call = code_of.local(table), table.call
+                picked = rows[lo - seqs[0] : hi - seqs[0]]
+                out[lo - start : hi - start] = array("l", [local[call[r]] for r in picked])
+            return out
+        i = bisect_left(seqs, start)
         while i < n and seqs[i] < stop:
             j = i + 1
             while j < n and seqs[j] == seqs[i]:
@@ -303,20 +310,26 @@ def _groups(dumps: list[Dump]) -> dict[str, Group]:
 
 def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
     table = dump.table
+    by_group: dict[int, list[int]] = {}
+    if len(table.groups) == 1:
+        by_group[0] = list(range(len(table)))
+    else:
+        for i, g in enumerate(table.group):
+            by_group.setdefault(g, []).append(i)
     rows: dict[str, list[int]] = {}
     p2p: dict[str, list[int]] = {}
     pg_ids: dict[str, int | None] = {}
-    seq_col, pg_col, group_col = table.collective_seq, table.pg_id, table.group
-    for i, is_p2p in enumerate(table.is_p2p):
-        name = table.groups[group_col[i]][0]
-        pg = pg_col[i]
+    seq_col, any_p2p = table.collective_seq, 1 in table.is_p2p
+    for g, mine in by_group.items():
+        name = table.groups[g][0]
+        pg = table.pg_id[mine[-1]]
         pg_ids[name] = None if pg == NONE else pg
-        if is_p2p:
-            p2p.setdefault(name, []).append(i)
-        elif seq_col[i] != NONE:
-            rows.setdefault(name, []).append(i)
+        if any_p2p:
+            p2p[name] = [i for i in mine if table.is_p2p[i]]
+            mine = [i for i in mine if not table.is_p2p[i]]
+        rows[name] = [i for i in mine if seq_col[i] != NONE]
     for name, group in groups.items():
-        if name in p2p:
+        if p2p.get(name):
             group.p2p[dump.rank] = [table.entry(i) for i in p2p[name]]
         if dump.rank not in group.members:
             continue
@@ -363,13 +376,18 @@ class _Codes:
         self.ids: dict[tuple, int] = {}
         self.by_table: dict[int, list[int]] = {}
 
-    def __call__(self, table: EntryTable, rows) -> int:
-        local = self.by_table.get(id(table))
-        if local is None:
-            local = self.by_table[id(table)] = [
+    def local(self, table: EntryTable) -> list[int]:
+        """The code of each of a table's distinct calls (entry i's: local[table.call[i]])."""
+        found = self.by_table.get(id(table))
+        if found is None:
+            found = self.by_table[id(table)] = [
                 self.ids.setdefault(table.signature_of(c), len(self.ids))
                 for c in range(len(table.calls))
             ]
+        return found
+
+    def __call__(self, table: EntryTable, rows) -> int:
+        local = self.local(table)
         if len(rows) == 1:
             return local[table.call[rows[0]]]
         key = tuple(("coalesced", *(local[table.call[r]] for r in rows)))
