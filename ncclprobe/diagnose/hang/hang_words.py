@@ -133,10 +133,10 @@ def group_lines(groups: list[dict]) -> list[str]:
             continue
         everyone = sorted({r for g in members for r in g["members"]})
         stopped = [g for g in members if g["stuck_at"] is not None]
-        head = (
-            f"# {len(members)} {kind} groups ({members[0]['label']} ... {members[-1]['label']}, "
-            f"{_members(everyone)}): "
-        )
+        first, last = members[0]["label"], members[-1]["label"]
+        if first == last:  # one description for all (Megatron's): their names tell them apart
+            first, last = f"group {members[0]['group']}", f"group {members[-1]['group']}"
+        head = f"# {len(members)} {kind} groups ({first} ... {last}, {_members(everyone)}): "
         if not stopped:
             lines.append(head + "every group finished every collective its dumps record")
             continue

@@ -177,10 +177,10 @@ def read_flight_recorder(paths) -> DumpList:
 
 def _why(problem: str, file: Path) -> str:
     """A refusal without the file's name, which the caller prints beside it."""
-    for lead in (f"Flight Recorder dump {str(file)!r} ", f"Flight Recorder dump {str(file)!r}: "):
+    for lead in (f"Flight Recorder dump {str(file)!r}", f"{str(file)!r}"):
         if problem.startswith(lead):
-            return problem[len(lead) :]
-    return problem.replace(f"{str(file)!r}", "it")
+            return problem[len(lead) :].lstrip(": ") or problem
+    return problem
 
 
 def _rank_of(path: Path) -> int:
