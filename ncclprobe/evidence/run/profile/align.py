@@ -16,6 +16,13 @@ host read one clock (checked on the H200 fixtures: tests/test_profile_ranks.py);
 hosts carry the offset between their hosts' clocks into every wait. Without a base the rank's `ts`
 are taken as they are, and said so.
 
+Clocks of several hosts: a collective ends on every rank together (the last data arrives for all),
+so after matching, each rank's median of (its end - the call's median end) is its clock's offset
+(`clock_offsets`). Ranks of one host share a clock: the ranks are grouped into clocks (by the host
+in the trace's file name, `HOST_PID.<ts>.pt.trace.json` as torch's handler names it, else by offsets
+that sit together within CLOCK_GROUP_US), each clock's median offset is taken off its ranks before
+any wait is computed, and the offsets found are said (`clock_shifts_us`). One clock: nothing moves.
+
 Matching (linear in the kernels), per process group (`Process Group Name` in the eager kernel's args
 or its `record_param_comms`; graph replays carry none: one unnamed group):
 - by sequence number where every kernel of the group has one (`Seq`, newer torch); `Ev Idx` is not
@@ -44,6 +51,9 @@ POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
+CLOCK_GROUP_US = 50.0  # offsets within this of each other are one clock (one host's ranks: < 10 µs)
+MIN_OFFSET_US = 20.0  # a clock whose offset is smaller is left as it is (the ends' own jitter)
+EARLY_SHARE = 0.1  # a rank that ends this share of its calls before the last rank began: 2 clocks
 BY_SEQ = "sequence numbers (`Seq`) within each process group"
 BY_ORDER = (
     "order within each process group, checked by operation, size and the kernels' overlap in time"
@@ -145,7 +155,10 @@ class Alignment:
     unmatched: dict[int, int] = field(default_factory=dict)  # rank -> collective kernels not paired
     mismatched: int = 0  # heads that overlapped but disagreed in operation or size (dropped)
     typical_spread_us: float | None = None
-    _timelines: list[Timeline] = field(default_factory=list, repr=False)
+    clock_shifts_us: dict[int, float] = field(default_factory=dict)  # rank -> offset taken off
+    sampled: str | None = None  # how the ranks were chosen when not every rank was aligned
+    _timelines: list = field(default_factory=list, repr=False)  # as given: Timeline or Track
+    _tracks: list[Track] = field(default_factory=list, repr=False)
     _shifts: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -195,7 +208,10 @@ class Alignment:
 
     def _where_time_went(self, pos: int, calls: list[Call], row: Lateness) -> None:
         """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle)."""
-        busy = _busy_intervals(self._timelines[pos], self._shifts[pos])
+        item = self._tracks[pos] if self._tracks else self._timelines[pos]
+        track = item if isinstance(item, Track) else track_of(item)
+        shift = self._shifts[pos]
+        busy = [(a + shift, b + shift) for a, b in track.busy]
         starts = [b[0] for b in busy]
         launches = []
         for call in calls:
@@ -209,18 +225,52 @@ class Alignment:
         row.launch_late_us = statistics.median(launches) if launches else None
 
 
-def align(timelines: list[Timeline]) -> Alignment | None:
+@dataclass
+class Track:
+    """What the alignment needs of one rank's trace, on the trace's own clock: its collective
+    kernels by process group, its GPU's busy intervals, and the clock's base. A reader worker
+    reduces each trace to this (`evidence.run.profile_dir`), so many ranks' alignment never holds
+    their timelines."""
+
+    path: str
+    rank: int | None
+    base: int | None  # baseTimeNanoseconds
+    gpu: bool
+    arrivals: dict = field(default_factory=dict)  # group -> [Arrival], unshifted
+    busy: list[tuple[float, float]] = field(default_factory=list)
+
+
+def track_of(tl: Timeline) -> Track:
+    base = tl.header.get("baseTimeNanoseconds")
+    return Track(
+        path=tl.path,
+        rank=tl.rank,
+        base=base if isinstance(base, int) and not isinstance(base, bool) else None,
+        gpu=tl.gpu,
+        arrivals=_arrivals(tl, 0.0) if tl.gpu else {},
+        busy=_busy_intervals(tl, 0.0) if tl.gpu else [],
+    )
+
+
+def align(timelines: list) -> Alignment | None:
     """The ranks' collective calls matched (module docstring); None with fewer than two ranks or
-    no collective kernel."""
-    if len(timelines) < 2 or not all(tl.gpu for tl in timelines):
+    no collective kernel. Each item is a Timeline or the Track a reader worker made of one."""
+    tracks = [t if isinstance(t, Track) else track_of(t) for t in timelines]
+    if len(tracks) < 2 or not all(t.gpu for t in tracks):
         return None
-    ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
-    shifts, clock, confidence = _clock(timelines)
-    per_rank = [_arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
+    ranks = [t.rank if t.rank is not None else i for i, t in enumerate(tracks)]
+    shifts, clock, confidence = _clock(tracks)
+    per_rank = [_shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
     result = Alignment(
-        ranks, BY_ORDER, clock, confidence, _timelines=list(timelines), _shifts=shifts
+        ranks,
+        BY_ORDER,
+        clock,
+        confidence,
+        _timelines=list(timelines),
+        _tracks=tracks,
+        _shifts=shifts,
     )
     methods = set()
     for group in sorted({g for groups in per_rank for g in groups}, key=str):
@@ -240,6 +290,7 @@ def align(timelines: list[Timeline]) -> Alignment | None:
         result.calls.extend(calls[1:])
     if not result.calls:
         return None
+    _correct_clocks(result, tracks, per_rank)
     result.calls.sort(key=lambda c: c.first_start)
     result.method = "; ".join(sorted(methods))
     if BY_ORDER_ONLY in methods:
@@ -248,14 +299,111 @@ def align(timelines: list[Timeline]) -> Alignment | None:
     return result
 
 
-def _clock(timelines: list[Timeline]) -> tuple[list[float], str, str]:
+def _impossible_ends(result: Alignment) -> bool:
+    totals = result.totals()
+    return any(t.calls >= 3 and t.early_ends > EARLY_SHARE * t.calls for t in totals)
+
+
+def _shifted(arrivals: dict, shift: float) -> dict:
+    """The rank's arrivals moved onto the common clock (new objects: a Track is never changed)."""
+    return {
+        group: [
+            Arrival(
+                a.start + shift,
+                a.end + shift,
+                a.launch + shift if a.launch is not None else None,
+                a.op,
+                a.size,
+                a.group,
+                a.seq,
+            )
+            for a in items
+        ]
+        for group, items in arrivals.items()
+    }
+
+
+def clock_offsets(calls: list[Call], count: int) -> list[float | None]:
+    """Per rank position, the median over the calls of (its end - the call's median end): how far
+    its clock runs ahead of the others' (None: in no call)."""
+    diffs: list[list[float]] = [[] for _ in range(count)]
+    for call in calls:
+        middle = statistics.median(a.end for a in call.arrivals)
+        for pos, a in zip(call.members, call.arrivals):
+            diffs[pos].append(a.end - middle)
+    return [statistics.median(d) if d else None for d in diffs]
+
+
+def hosts_of(tracks: list[Track]) -> list[str] | None:
+    """The host in each trace's file name (`HOST_PID.<ts>.pt.trace.json`, torch's handler), or
+    None unless every name has one."""
+    import re
+    from pathlib import Path
+
+    found = [re.match(r"^(.+)_[0-9]+\.[0-9]+\.pt\.trace\.json", Path(t.path).name) for t in tracks]
+    return [m[1] for m in found] if all(found) else None
+
+
+def clock_groups(tracks: list[Track], offsets: list[float | None]) -> list[list[int]]:
+    """Positions that share a clock: by the host in the file names where every trace names one,
+    else by offsets within CLOCK_GROUP_US of their neighbours."""
+    hosts = hosts_of(tracks)
+    if hosts:
+        by_host: dict[str, list[int]] = {}
+        for pos, host in enumerate(hosts):
+            by_host.setdefault(host, []).append(pos)
+        return list(by_host.values())
+    known = sorted((o, pos) for pos, o in enumerate(offsets) if o is not None)
+    groups: list[list[int]] = []
+    last = None
+    for offset, pos in known:
+        if last is None or offset - last > CLOCK_GROUP_US:
+            groups.append([])
+        groups[-1].append(pos)
+        last = offset
+    return groups
+
+
+def _correct_clocks(result: Alignment, tracks: list[Track], per_rank: list[dict]) -> None:
+    """Take each clock's offset off its ranks (module docstring), where the evidence shows more than
+    one clock: the file names name several hosts, or a rank ends calls before the last rank began
+    them (impossible on one clock) in over EARLY_SHARE of its calls."""
+    hosts = hosts_of(tracks)
+    if not (hosts and len(set(hosts)) > 1) and not _impossible_ends(result):
+        return
+    offsets = clock_offsets(result.calls + result.opening, len(tracks))
+    groups = clock_groups(tracks, offsets)
+    if len(groups) < 2:
+        return
+    moves: dict[int, float] = {}
+    for group in groups:
+        found = [offsets[pos] for pos in group if offsets[pos] is not None]
+        move = statistics.median(found) if found else 0.0
+        if abs(move) >= MIN_OFFSET_US:
+            moves.update({pos: move for pos in group})
+    if not moves:
+        return
+    for pos, move in moves.items():
+        for items in per_rank[pos].values():
+            for a in items:
+                a.start -= move
+                a.end -= move
+                if a.launch is not None:
+                    a.launch -= move
+        result._shifts[pos] -= move
+        result.clock_shifts_us[result.ranks[pos]] = move
+    largest = max(abs(m) for m in moves.values())
+    result.clock += (
+        f"; {len(groups)} clocks found from the collectives' end times (ranks that leave each "
+        f"call together), offsets up to {largest / 1000.0:.3f} ms taken off before the waits"
+    )
+
+
+def _clock(tracks: list[Track]) -> tuple[list[float], str, str]:
     """Per rank the shift (µs) onto the first rank's clock, the words, and how far to trust it."""
-    bases = [tl.header.get("baseTimeNanoseconds") for tl in timelines]
-    known = [b if isinstance(b, int) and not isinstance(b, bool) else None for b in bases]
+    known = [t.base for t in tracks]
     missing = [
-        tl.rank if tl.rank is not None else i
-        for i, (tl, b) in enumerate(zip(timelines, known))
-        if b is None
+        t.rank if t.rank is not None else i for i, t in enumerate(tracks) if t.base is None
     ]
     ref = next((b for b in known if b is not None), None)
     shifts = [(b - ref) / 1000.0 if b is not None and ref is not None else 0.0 for b in known]
@@ -277,11 +425,7 @@ def _clock(timelines: list[Timeline]) -> tuple[list[float], str, str]:
         words = "every profile records the same baseTimeNanoseconds: one clock, no shift"
     else:
         words = "shifted by the difference of each profile's baseTimeNanoseconds"
-    return (
-        shifts,
-        words + " (ranks on several hosts carry their clocks' offset into every wait)",
-        "high",
-    )
+    return shifts, words, "high"
 
 
 def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
