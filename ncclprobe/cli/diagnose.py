@@ -315,6 +315,12 @@ def _inputs(inputs: dict) -> str:
     for key, value in inputs.items():
         if value:
             names = value if isinstance(value, list) else [value]
+            if len(names) > 4:  # a many-rank job: its folder and the count, not every file
+                import os.path
+
+                folder = os.path.commonpath([os.path.dirname(str(n)) for n in names]) or "."
+                first, last = os.path.basename(str(names[0])), os.path.basename(str(names[-1]))
+                names = [f"{len(names)} files in {folder} ({first} ... {last})"]
             parts.append(f"{key.replace('_', ' ')} " + ", ".join(map(str, names)))
     return "; ".join(parts) or "nothing"
 

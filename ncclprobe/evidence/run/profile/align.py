@@ -17,11 +17,11 @@ hosts carry the offset between their hosts' clocks into every wait. Without a ba
 are taken as they are, and said so.
 
 Clocks of several hosts: a collective ends on every rank together (the last data arrives for all),
-so after matching, each rank's median of (its end - the call's median end) is its clock's offset
-(`clock_offsets`). Ranks of one host share a clock: the ranks are grouped into clocks (by the host
-in the trace's file name, `HOST_PID.<ts>.pt.trace.json` as torch's handler names it, else by offsets
-that sit together within CLOCK_GROUP_US), each clock's median offset is taken off its ranks before
-any wait is computed, and the offsets found are said (`clock_shifts_us`). One clock: nothing moves.
+so the end times of one rank per host, set against the first host's, line up at the offset between
+their clocks (`end_offset`: the most common difference). Hosts come from the traces' file names
+(`HOST_PID.<ts>.pt.trace.json`, as torch's handler names them); each host's offset is taken off its
+ranks before matching and before any wait is computed, and said (`clock_shifts_us`). Traces that
+name no host are taken as one clock, as before.
 
 Matching (linear in the kernels), per process group (`Process Group Name` in the eager kernel's args
 or its `record_param_comms`; graph replays carry none: one unnamed group):
@@ -51,9 +51,11 @@ POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
-CLOCK_GROUP_US = 50.0  # offsets within this of each other are one clock (one host's ranks: < 10 µs)
-MIN_OFFSET_US = 20.0  # a clock whose offset is smaller is left as it is (the ends' own jitter)
-EARLY_SHARE = 0.1  # a rank that ends this share of its calls before the last rank began: 2 clocks
+MIN_OFFSET_US = 20.0  # a host clock whose offset is smaller is left as it is (the ends' jitter)
+END_BIN_US = 5.0  # end-time differences are counted in bins this wide
+END_SAMPLE = 400  # ends of a host's rank lined up against the first host's
+MAX_OFFSET_US = 10_000_000.0  # offsets looked for up to 10 s
+MIN_LINED_UP = 0.5  # an offset must line up this share of the ends, else it is not known
 BY_SEQ = "sequence numbers (`Seq`) within each process group"
 BY_ORDER = (
     "order within each process group, checked by operation, size and the kernels' overlap in time"
@@ -260,6 +262,9 @@ def align(timelines: list) -> Alignment | None:
         return None
     ranks = [t.rank if t.rank is not None else i for i, t in enumerate(tracks)]
     shifts, clock, confidence = _clock(tracks)
+    moves, words = _host_clocks(tracks, shifts)
+    shifts = [shift - moves.get(pos, 0.0) for pos, shift in enumerate(shifts)]
+    clock += words
     per_rank = [_shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
@@ -290,18 +295,13 @@ def align(timelines: list) -> Alignment | None:
         result.calls.extend(calls[1:])
     if not result.calls:
         return None
-    _correct_clocks(result, tracks, per_rank)
+    result.clock_shifts_us = {ranks[pos]: move for pos, move in moves.items()}
     result.calls.sort(key=lambda c: c.first_start)
     result.method = "; ".join(sorted(methods))
     if BY_ORDER_ONLY in methods:
         result.clock_confidence = "low"
     result.typical_spread_us = statistics.median(c.spread for c in result.calls)
     return result
-
-
-def _impossible_ends(result: Alignment) -> bool:
-    totals = result.totals()
-    return any(t.calls >= 3 and t.early_ends > EARLY_SHARE * t.calls for t in totals)
 
 
 def _shifted(arrivals: dict, shift: float) -> dict:
@@ -323,17 +323,6 @@ def _shifted(arrivals: dict, shift: float) -> dict:
     }
 
 
-def clock_offsets(calls: list[Call], count: int) -> list[float | None]:
-    """Per rank position, the median over the calls of (its end - the call's median end): how far
-    its clock runs ahead of the others' (None: in no call)."""
-    diffs: list[list[float]] = [[] for _ in range(count)]
-    for call in calls:
-        middle = statistics.median(a.end for a in call.arrivals)
-        for pos, a in zip(call.members, call.arrivals):
-            diffs[pos].append(a.end - middle)
-    return [statistics.median(d) if d else None for d in diffs]
-
-
 def hosts_of(tracks: list[Track]) -> list[str] | None:
     """The host in each trace's file name (`HOST_PID.<ts>.pt.trace.json`, torch's handler), or
     None unless every name has one."""
@@ -344,67 +333,73 @@ def hosts_of(tracks: list[Track]) -> list[str] | None:
     return [m[1] for m in found] if all(found) else None
 
 
-def clock_groups(tracks: list[Track], offsets: list[float | None]) -> list[list[int]]:
-    """Positions that share a clock: by the host in the file names where every trace names one,
-    else by offsets within CLOCK_GROUP_US of their neighbours."""
-    hosts = hosts_of(tracks)
-    if hosts:
-        by_host: dict[str, list[int]] = {}
-        for pos, host in enumerate(hosts):
-            by_host.setdefault(host, []).append(pos)
-        return list(by_host.values())
-    known = sorted((o, pos) for pos, o in enumerate(offsets) if o is not None)
-    groups: list[list[int]] = []
-    last = None
-    for offset, pos in known:
-        if last is None or offset - last > CLOCK_GROUP_US:
-            groups.append([])
-        groups[-1].append(pos)
-        last = offset
-    return groups
-
-
-def _correct_clocks(result: Alignment, tracks: list[Track], per_rank: list[dict]) -> None:
-    """Take each clock's offset off its ranks (module docstring), where the evidence shows more than
-    one clock: the file names name several hosts, or a rank ends calls before the last rank began
-    them (impossible on one clock) in over EARLY_SHARE of its calls."""
-    hosts = hosts_of(tracks)
-    if not (hosts and len(set(hosts)) > 1) and not _impossible_ends(result):
-        return
-    offsets = clock_offsets(result.calls + result.opening, len(tracks))
-    groups = clock_groups(tracks, offsets)
-    if len(groups) < 2:
-        return
-    moves: dict[int, float] = {}
-    for group in groups:
-        found = [offsets[pos] for pos in group if offsets[pos] is not None]
-        move = statistics.median(found) if found else 0.0
-        if abs(move) >= MIN_OFFSET_US:
-            moves.update({pos: move for pos in group})
-    if not moves:
-        return
-    for pos, move in moves.items():
-        for items in per_rank[pos].values():
-            for a in items:
-                a.start -= move
-                a.end -= move
-                if a.launch is not None:
-                    a.launch -= move
-        result._shifts[pos] -= move
-        result.clock_shifts_us[result.ranks[pos]] = move
-    largest = max(abs(m) for m in moves.values())
-    result.clock += (
-        f"; {len(groups)} clocks found from the collectives' end times (ranks that leave each "
-        f"call together), offsets up to {largest / 1000.0:.3f} ms taken off before the waits"
+def end_offset(ends: list[float], ref: list[float]) -> tuple[float, int] | None:
+    """How far the clock of `ends` runs ahead of the clock of `ref`, from collective end times: the
+    most common difference (bins of END_BIN_US, within MAX_OFFSET_US; ties to the smaller), refined
+    to the median in its bin, and how many ends it lines up. None when it lines up too few."""
+    diffs: dict[int, list[float]] = {}
+    for e in ends[:END_SAMPLE]:
+        lo = bisect.bisect_left(ref, e - MAX_OFFSET_US)
+        hi = bisect.bisect_right(ref, e + MAX_OFFSET_US)
+        for r in ref[lo:hi]:
+            diffs.setdefault(round((e - r) / END_BIN_US), []).append(e - r)
+    if not diffs:
+        return None
+    best = max(
+        diffs,
+        key=lambda b: (
+            len(diffs[b]) + len(diffs.get(b - 1, ())) + len(diffs.get(b + 1, ())),
+            -abs(b),
+        ),
     )
+    near = diffs[best] + diffs.get(best - 1, []) + diffs.get(best + 1, [])
+    if len(near) < max(3, MIN_LINED_UP * min(len(ends[:END_SAMPLE]), len(ref))):
+        return None
+    return statistics.median(near), len(near)
+
+
+def _host_clocks(tracks: list[Track], shifts: list[float]) -> tuple[dict[int, float], str]:
+    """Per position the offset of its host's clock from the first host's (µs; only hosts whose
+    offset is at least MIN_OFFSET_US), where the trace names give several hosts; and the words."""
+    hosts = hosts_of(tracks)
+    if not hosts or len(set(hosts)) < 2:
+        return {}, ""
+    first: dict[str, int] = {}
+    for pos, host in enumerate(hosts):
+        first.setdefault(host, pos)
+
+    def ends(pos: int) -> list[float]:
+        return sorted(a.end + shifts[pos] for items in tracks[pos].arrivals.values() for a in items)
+
+    ref = ends(0)
+    moves: dict[str, float] = {}
+    unknown = []
+    for host, pos in first.items():
+        if host == hosts[0]:
+            continue
+        found = end_offset(ends(pos), ref)
+        if found is None:
+            unknown.append(host)
+        elif abs(found[0]) >= MIN_OFFSET_US:
+            moves[host] = found[0]
+    words = (
+        f"; {len(first)} hosts (from the trace names): their clocks' offsets from {hosts[0]}'s, found "
+        "from the collectives' end times (every rank leaves a call together), "
+        + (
+            "taken off before the waits: "
+            + ", ".join(f"{h} {m / 1000.0:+.3f} ms" for h, m in sorted(moves.items()))
+            if moves
+            else f"all under {MIN_OFFSET_US:.0f} µs: nothing moved"
+        )
+        + (f"; not found for {', '.join(unknown)} (their waits carry it)" if unknown else "")
+    )
+    return {pos: moves[h] for pos, h in enumerate(hosts) if h in moves}, words
 
 
 def _clock(tracks: list[Track]) -> tuple[list[float], str, str]:
     """Per rank the shift (µs) onto the first rank's clock, the words, and how far to trust it."""
     known = [t.base for t in tracks]
-    missing = [
-        t.rank if t.rank is not None else i for i, t in enumerate(tracks) if t.base is None
-    ]
+    missing = [t.rank if t.rank is not None else i for i, t in enumerate(tracks) if t.base is None]
     ref = next((b for b in known if b is not None), None)
     shifts = [(b - ref) / 1000.0 if b is not None and ref is not None else 0.0 for b in known]
     if ref is None:
