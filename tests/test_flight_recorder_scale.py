@@ -178,3 +178,20 @@ def test_128_ranks_json_has_every_ranks_detail(job128):
     top = doc["findings"][0]
     assert top["rule"] == "hang-missing-rank" and top["evidence"]["missing_ranks"] == [85]
     assert len(top["evidence"]["waiting_ranks"]) == 124
+
+
+# ---- the log alone, 256 ranks (torchrun's stderr generated from the real recording's) ----------
+
+
+def test_a_256_rank_log_names_the_culprit_within_20_lines_as_ranges(tmp_path):
+    from tests.job_log_scale import write_log
+
+    log = write_log(tmp_path / "job.log", ranks=256, culprit=85)
+    result, lines = _run("--log", str(log))
+    assert result.exit_code == 1, result.output
+    head = " ".join(" ".join(lines[:20]).split())
+    assert "rank 85 never entered ALLREDUCE #4 of default_pg" in head
+    assert "ranks 0-84, 86-255 (255 ranks) timed out in" in head
+    assert "ran_ms={0-84, 86-255=10099}" in head  # per-rank evidence grouped by value
+    for line in lines:
+        assert not re.search(r"\b\d+, \d+, \d+, \d+, \d+\b", line), line

@@ -358,6 +358,17 @@ def _group_lines(groups: list[dict]) -> list[str]:
 def _evidence_text(value) -> str:
     """Every number a finding rests on, nested runs and per-rank problems included (the JSON
     output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
+    if isinstance(value, dict) and len(value) > 8 and all(str(k).isdigit() for k in value):
+        from ncclprobe.rank_ranges import (
+            ranges_text,
+        )  # per rank: ranks that share a value, as ranges
+
+        by_value: dict[str, list[int]] = {}
+        for k, v in value.items():
+            by_value.setdefault(
+                _evidence_text(v) if not isinstance(v, dict) else "{" + _evidence_text(v) + "}", []
+            ).append(int(k))
+        return ", ".join(f"{ranges_text(ks)}={v}" for v, ks in by_value.items())
     if isinstance(value, dict):
         return ", ".join(
             f"{k}={_evidence_text(v) if not isinstance(v, dict) else '{' + _evidence_text(v) + '}'}"
