@@ -62,11 +62,14 @@ def main() -> None:
     for ranks in map(int, args.ranks.split(",")):
         path = job(Path(args.dir), ranks, args.offset_us)
         size = sum(p.stat().st_size for p in path.glob("*.json")) / 2**20
+        # (ncclprobe's own output is kept beside the traces, as ncclprobe.out)
         load = os.getloadavg()[0]
         ours = measure([sys.executable, "-m", "ncclprobe", "diagnose", "--profile", str(path)])
         lines = ours["out"].splitlines()
         late = next((i + 1 for i, line in enumerate(lines) if "arrives late" in line), None)
-        shifted = "taken off before the waits" in " ".join(ours["out"].split())
+        (path / "ncclprobe.out").write_text(ours["out"])
+        words = " ".join(w for w in ours["out"].split() if w != "#")
+        shifted = "taken off before the waits" in words
         print(
             f"{ranks:5d} ranks ({size:.0f} MB, load {load:.1f}): ncclprobe {ours['wall_s']:.1f} s "
             f"wall, {ours['cpu_s']:.1f} s CPU, {ours['peak_mb']:.0f} MB peak, exit {ours['code']}, "

@@ -30,7 +30,8 @@ WHAT = {
     "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
     "environment display policy, sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
-    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
+    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`), rank sets as "
+    "ranges (`rank_ranges`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",

@@ -264,7 +264,10 @@ def align(timelines: list) -> Alignment | None:
     shifts, clock, confidence = _clock(tracks)
     moves, words = _host_clocks(tracks, shifts)
     shifts = [shift - moves.get(pos, 0.0) for pos, shift in enumerate(shifts)]
-    clock += words
+    if words:
+        clock += words
+    elif confidence == "high":  # no host named: an offset between hosts stays in the waits
+        clock += " (ranks on several hosts carry their clocks' offset into every wait)"
     per_rank = [_shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
