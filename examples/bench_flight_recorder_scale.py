@@ -22,7 +22,6 @@ import argparse
 import gzip
 import os
 import pickle
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,29 +37,36 @@ from tests.flight_recorder_job import write_job  # noqa: E402
 
 def measure(argv: list[str]) -> dict:
     """Wall, CPU (with children) and peak tree RSS of one command; its exit code and last line."""
+    import resource
+    import tempfile
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    proc = psutil.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    peak = 0
-    cpu: dict[int, float] = {}
-    while proc.poll() is None:
-        rss = 0
-        try:
-            for p in [proc, *proc.children(recursive=True)]:
-                try:
-                    rss += p.memory_info().rss
-                    t = p.cpu_times()
-                    cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
-                except psutil.NoSuchProcess:
-                    pass
-        except psutil.NoSuchProcess:
-            break
-        peak = max(peak, rss)
-        time.sleep(0.02)
-    out, err = proc.communicate()
-    wall = time.monotonic() - start
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = psutil.Popen(argv, stdout=out_f, stderr=err_f, cwd=ROOT)
+        peak = 0
+        while proc.poll() is None:
+            rss = 0
+            try:
+                for p in [proc, *proc.children(recursive=True)]:
+                    try:
+                        rss += p.memory_info().rss
+                    except psutil.NoSuchProcess:
+                        pass
+            except psutil.NoSuchProcess:
+                break
+            peak = max(peak, rss)
+            time.sleep(0.02)
+        wall = time.monotonic() - start
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and every child it reaped
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return {
         "wall_s": wall,
-        "cpu_s": sum(cpu.values()),
+        "cpu_s": cpu,
+        "all_err": err.decode(errors="replace"),
         "peak_mb": peak / 2**20,
         "code": proc.returncode,
         "out": out.decode(errors="replace"),
@@ -75,7 +81,9 @@ def job(base: Path, ranks: int, calls: int) -> Path:
         t = time.monotonic()
         write_job(path, ranks, calls, culprit=ranks // 3, jobs=os.cpu_count() or 1)
         done.write_text("")
-        print(f"generated {ranks} ranks x {calls} calls in {time.monotonic() - t:.0f} s", flush=True)
+        print(
+            f"generated {ranks} ranks x {calls} calls in {time.monotonic() - t:.0f} s", flush=True
+        )
     return path
 
 
@@ -104,7 +112,7 @@ def compare(base: Path, ranks: int, calls: int, skip_fr: bool) -> None:
             "nccl_trace_rank_",
         ]
     )
-    found = "missing ranks" in theirs["out"] + "".join(theirs["err"])
+    found = "missing ranks" in theirs["out"] + theirs["all_err"]
     print(
         f"{'':5s}       fr_trace {theirs['wall_s']:.1f} s wall, {theirs['cpu_s']:.1f} s CPU, "
         f"{theirs['peak_mb']:.0f} MB peak, found the missing rank: {found}; "
@@ -119,7 +127,9 @@ def bombs() -> dict[str, bytes]:
     out = {
         "memo index 2**26 (C unpickler zeroes 1 GB)": b"\x80\x02Nr\x00\x00\x00\x04.",
         "memo index 2**31": b"\x80\x02Nr\x00\x00\x00\x80.",
-        "900,000 empty sets (216 bytes each from one byte)": b"\x80\x04(" + b"\x8f" * 900_000 + b"l.",
+        "900,000 empty sets (216 bytes each from one byte)": b"\x80\x04("
+        + b"\x8f" * 900_000
+        + b"l.",
     }
     nested = b"\x80\x02K\x00"  # t0 = 0; t_k = (t_{k-1}, t_{k-1}) through the memo: hash 2**40
     nested += b"q\x00"

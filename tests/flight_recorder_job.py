@@ -92,7 +92,7 @@ def rank_dump(base: dict, rank: int, ranks: int, calls: int, culprit: int, tp: i
             for k in ("filename", "name"):
                 f[k] = strings.setdefault(f[k], f[k])
     status = {}
-    for group, (name, _, _) in groups.items():
+    for group in groups:
         if rank not in groups[group][2]:
             continue
         mine = [e for e in entries if e["process_group"][0] == group]

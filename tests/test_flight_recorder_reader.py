@@ -411,3 +411,17 @@ def test_the_refusal_names_the_opcode_and_its_offset(tmp_path):
     path.write_bytes(pickle.dumps(Reduce(os.system, "true"), protocol=2))
     with pytest.raises(UsageProblem, match=r"opcode GLOBAL at byte 2 can run code"):
         fr.read_dump(path)
+
+
+def test_the_compression_ratio_cap_at_its_boundary(monkeypatch):
+    """A gzip may expand to `ratio` times its size or the floor, whichever is larger: at the cap it
+    reads, one byte past it is refused as a bomb (while streaming), and the absolute limit stays."""
+    body = pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")] * 50))
+    data = gzip.compress(body)
+    monkeypatch.setattr(fr, "GZIP_FLOOR", len(body))
+    assert fr.gunzip_capped(data, "x", limit=1 << 30, ratio=1) == body
+    monkeypatch.setattr(fr, "GZIP_FLOOR", len(body) - 1)
+    with pytest.raises(UsageProblem, match="x decompresses to more than 1x its size"):
+        fr.gunzip_capped(data, "x", limit=1 << 30, ratio=1)
+    with pytest.raises(UsageProblem, match="decompresses to more than 0 MiB"):
+        fr.gunzip_capped(data, "x", limit=len(body) - 1, ratio=10**6)

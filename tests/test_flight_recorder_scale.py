@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang import flight_recorder as fr
-from ncclprobe.rank_ranges import parse_ranges, rank_word, ranges_text, spans
+from ncclprobe.rank_ranges import parse_ranges, ranges_text, rank_word, spans
 from tests.flight_recorder_job import write_job
 
 RECORDED = Path(__file__).parent / "fixtures" / "flight_recorder"
