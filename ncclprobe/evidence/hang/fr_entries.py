@@ -153,7 +153,9 @@ def _where(frames, budget: Budget) -> str:
     if type(frames) not in (list, tuple):
         raise UsageProblem("frames: must be a list of frames")
     budget.spend(min(len(frames), MAX_FRAMES))
-    for f in frames[:MAX_FRAMES]:
+    for i, f in enumerate(frames):
+        if i == MAX_FRAMES:
+            break
         if type(f) is not dict:
             raise UsageProblem("frames: a frame must be {name, filename, line}")
         filename, name, line = f.get("filename", ""), f.get("name", ""), f.get("line")
@@ -161,9 +163,17 @@ def _where(frames, budget: Budget) -> str:
             raise UsageProblem("frames: a frame's name and filename must be strings")
         if line is not None and (type(line) is not int or not -_LIMIT < line < _LIMIT):
             raise UsageProblem("frames: a frame's line must be a whole number")
-        if "/torch/" not in filename.replace("\\", "/"):
+        inside = _IN_TORCH.get(filename)
+        if inside is None:
+            inside = "/torch/" in filename.replace("\\", "/")
+            if len(_IN_TORCH) < 4096:
+                _IN_TORCH[filename] = inside
+        if not inside:
             return f"{filename[:300]}:{line} {name[:100]}"
     return ""
+
+
+_IN_TORCH: dict[str, bool] = {}  # a frame's file: inside torch? (a job has few distinct files)
 
 
 def entry(raw, where: Where, major: int, budget: Budget) -> Entry:
