@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -425,3 +426,45 @@ def test_the_compression_ratio_cap_at_its_boundary(monkeypatch):
         fr.gunzip_capped(data, "x", limit=1 << 30, ratio=1)
     with pytest.raises(UsageProblem, match="decompresses to more than 0 MiB"):
         fr.gunzip_capped(data, "x", limit=len(body) - 1, ratio=10**6)
+
+
+# ---- what no byte cap bounds: the reader worker's memory, CPU and wall caps ----------------------
+
+
+def _tuple_hash_bomb() -> bytes:
+    """t_k = (t_{k-1}, t_{k-1}) through the memo, 40 deep, then used as a dict key: hashing it
+    visits 2**40 tuples (a tuple's hash is not cached), from 292 bytes."""
+    data = b"\x80\x02K\x00q\x00"
+    for k in range(40):
+        data += b"h" + bytes([k]) + b"h" + bytes([k]) + b"\x86q" + bytes([k + 1])
+    return data + b"}h\x28Ns."
+
+
+@pytest.mark.parametrize(
+    "name, data, needle",
+    [
+        ("memo index 2**26", b"\x80\x02Nr\x00\x00\x00\x04.", "reading it needed more than 96 MiB"),
+        ("a million empty sets", b"\x80\x04(" + b"\x8f" * 1_000_000 + b"l.", "needed more than"),
+        ("a tuple hashed 2**40 times", _tuple_hash_bomb(), "did not finish in|took more than"),
+    ],
+)
+def test_what_no_byte_cap_bounds_is_refused_by_the_workers_caps(tmp_path, name, data, needle):
+    """The C unpickler's memo table grows to the index a LONG_BINPUT names (9 bytes: 1 GB zeroed), an
+    empty set is 216 bytes from one opcode byte, a tuple key is hashed afresh: each is stopped by the
+    reader worker's address-space, CPU or wall cap and refused in one line (time and memory are the
+    benchmark's: examples/bench_flight_recorder_scale.py --bombs)."""
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(data)
+    result = CliRunner().invoke(cli, ["diagnose", "--flight-recorder", str(path)])
+    assert result.exit_code == 2, (name, result.output)
+    assert re.search(needle, result.stderr) and len(result.stderr.strip().splitlines()) == 1, name
+
+
+def test_a_worker_stopped_on_one_rank_file_leaves_the_others_read(tmp_path):
+    """In a folder the refused rank file is named with why, and the job is read without it."""
+    for r in (0, 1):
+        shutil.copy(GLOO / "skip" / "dumps" / f"nccl_trace_rank_{r}", tmp_path)
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"\x80\x02Nr\x00\x00\x00\x04.")
+    dumps = fr.read_flight_recorder([tmp_path])
+    assert [d.rank for d in dumps] == [0, 1]
+    assert "needed more than" in dumps.unreadable[2][1]

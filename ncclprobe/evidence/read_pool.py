@@ -29,7 +29,8 @@ from ncclprobe.errors import UsageProblem
 
 MIB = 1 << 20
 MAX_WORKERS = 8
-WALL_FACTOR = 4  # a worker silent for this many times its CPU cap (plus 30 s) is stopped
+WALL_FACTOR = 3  # a worker silent for this many times its CPU cap (plus 2 s) is stopped: its CPU
+# cap is many times what a real file needs, and a worker blocked (a FIFO) spends no CPU at all
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def map_files(
         while any(w.busy is not None for w in pool):
             ready = wait(
                 [x for w in pool if w.busy is not None for x in (w.conn, w.process.sentinel)],
-                timeout=5,
+                timeout=1,
             )
             for w in list(pool):
                 if w.busy is None:
@@ -88,7 +89,9 @@ def map_files(
                     index = w.busy[0]
                     w.stop()
                     results[index] = Outcome(
-                        problem=f"reading it did not finish in {w.wall_s:.0f} s: stopped"
+                        problem=f"reading it did not finish in {w.wall_s:.0f} s (far more than its "
+                        "size explains: a pickle built to be slow, or a file that blocks): stopped "
+                        "and refused"
                     )
                     pool[pool.index(w)] = w = _Worker(ctx, fn)
                     _give(w, todo, limits)
@@ -125,7 +128,7 @@ class _Worker:
         import time
 
         self.busy, self.started = (index, limits), time.monotonic()
-        self.wall_s = limits.cpu_s * WALL_FACTOR + 30
+        self.wall_s = limits.cpu_s * WALL_FACTOR + 2
         self.conn.send((index, item, limits))
 
     def overdue(self) -> bool:

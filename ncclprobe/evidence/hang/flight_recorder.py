@@ -65,6 +65,8 @@ GZIP_FLOOR = 4 * MIB  # a small file may expand past the ratio up to this
 MAX_ENTRIES = 1_000_000
 MEMORY_BASE = 96 * MIB  # a reader worker's budget: this plus
 MEMORY_PER_BYTE = 12  # times the decompressed size (the loaded objects are about 10x it)
+CPU_BASE_S = 1  # a reader worker's CPU seconds for a dump: this plus (a 2,000-entry dump: 0.02 s)
+CPU_PER_S = 8 * MIB  # a second per this many decompressed bytes
 NEWEST_READ = (2, 10)
 _RANK_IN_NAME = ascii_re(r"^(?P<prefix>.*?)(?P<rank>\d{1,9})(?:\.(?:pkl|pickle|json))?(?:\.gz)?$")
 _RANKS = ascii_re(r"^\[\s*(?:\d{1,9}(?:\s*,\s*\d{1,9})*)?\s*\]$")
@@ -199,7 +201,7 @@ def _limits(item) -> Limits:
     if gz:
         size = max(GZIP_FLOOR, size * caps.ratio)
     size = min(size, caps.decompressed if gz else caps.dump)
-    return Limits(memory_bytes=MEMORY_BASE + MEMORY_PER_BYTE * size, cpu_s=3 + size // (8 * MIB))
+    return Limits(memory_bytes=MEMORY_BASE + MEMORY_PER_BYTE * size, cpu_s=CPU_BASE_S + size // CPU_PER_S)
 
 
 def _read_reduced(item) -> Dump:
