@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang import flight_recorder as fr
-from ncclprobe.evidence.hang.safe_pickle import Budget
+from ncclprobe.evidence.hang.safe_pickle import Budget, loads_data
 from tests.flight_recorder_dumps import dump
 
 GLOO = Path(__file__).parent / "fixtures" / "flight_recorder" / "gloo"
@@ -468,3 +468,36 @@ def test_a_worker_stopped_on_one_rank_file_leaves_the_others_read(tmp_path):
     dumps = fr.read_flight_recorder([tmp_path])
     assert [d.rank for d in dumps] == [0, 1]
     assert "needed more than" in dumps.unreadable[2][1]
+
+
+# ---- the refusal's words (the mutation run's survivors) -----------------------------------------
+
+
+def test_an_unpicklers_error_is_cut_at_200_characters_and_named_when_empty():
+    from ncclprobe.evidence.hang.safe_pickle import _short
+
+    assert _short(ValueError("x" * 200)) == "x" * 200
+    assert _short(ValueError("x" * 201)) == "x" * 200 + "..."
+    assert _short(ValueError()) == "ValueError" and _short(ValueError("m")) == "m"
+
+
+def test_a_pickle_that_fails_on_a_code_opcode_is_refused_by_name_not_called_unreadable():
+    """REDUCE with nothing callable fails inside the C unpickler (TypeError); the refusal still names
+    the opcode that asked to run code, not a generic unreadable pickle."""
+    with pytest.raises(UsageProblem, match=r"^x is refused: pickle opcode REDUCE at byte 4"):
+        loads_data(b"\x80\x02N)R.", "x")
+    with pytest.raises(UsageProblem, match=r"^x is not a readable pickle"):
+        loads_data(b"\x80\x02]h\x05a.", "x")  # the healthy twin: no code opcode, just broken
+
+
+def test_the_offending_opcode_is_looked_for_up_to_its_limit(monkeypatch):
+    from ncclprobe.evidence.hang import safe_pickle
+
+    data = b"\x80\x02N0cos\nsystem\n."  # PROTO, NONE, POP, GLOBAL (the 4th opcode, index 3)
+    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 3)
+    assert "GLOBAL at byte 4" in safe_pickle._locate_code(data)
+    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 2)
+    assert safe_pickle._locate_code(data) is None
+    assert (
+        safe_pickle._locate_code(b"\x80\x02X\xff\xff") is None
+    )  # cut mid-opcode: no word, no crash

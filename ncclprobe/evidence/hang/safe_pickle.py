@@ -75,8 +75,6 @@ def loads_data(data: bytes, label: str) -> object:
         return _DataOnly(source).load()
     except Refused as exc:
         raise UsageProblem(f"{label} is refused: {_locate_code(data) or exc}") from None
-    except RecursionError:
-        raise UsageProblem(f"{label}: pickle nested too deeply") from None
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure of the C unpickler: unreadable
