@@ -40,6 +40,8 @@ def test_a_second_hosts_clock_offset_is_found_taken_off_and_said(read):
     assert set(al.clock_shifts_us) == set(range(8, 16))
     assert all(abs(m - OFFSET_US) < 5.0 for m in al.clock_shifts_us.values())
     assert "host1 +5.000 ms" in " ".join(ev.notes)
+    shifts = {r["rank"]: r.get("clock_shift_ms") for r in ev.runs[0].ranks}
+    assert shifts[0] is None and shifts[15] == pytest.approx(5.0, abs=0.005)  # in --format json
     # the waits come out as on one clock: the same findings, the same late rank
     assert [f.title for f in result.findings] == [f.title for f in alone.findings]
     assert result.top.rule == "rank-skew" and result.top.evidence["straggler_rank"] == 5

@@ -145,6 +145,8 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
             "phases": {name: p.median_ms for name, p in rv["phases"].items()},
             "collective_share": rv["share"],
         }
+        if alignment is not None and rank in alignment.clock_shifts_us:
+            entry["clock_shift_ms"] = round(alignment.clock_shifts_us[rank] / 1000.0, 3)
         if totals and totals[index] is not None:
             row = totals[index]
             entry.update(

@@ -389,14 +389,31 @@ def _host_clocks(tracks: list[Track], shifts: list[float]) -> tuple[dict[int, fl
         f"; {len(first)} hosts (from the trace names): their clocks' offsets from {hosts[0]}'s, found "
         "from the collectives' end times (every rank leaves a call together), "
         + (
-            "taken off before the waits: "
-            + ", ".join(f"{h} {m / 1000.0:+.3f} ms" for h, m in sorted(moves.items()))
+            "taken off before the waits: " + _offsets_text(moves)
             if moves
             else f"all under {MIN_OFFSET_US:.0f} µs: nothing moved"
         )
         + (f"; not found for {', '.join(unknown)} (their waits carry it)" if unknown else "")
     )
     return {pos: moves[h] for pos, h in enumerate(hosts) if h in moves}, words
+
+
+def _offsets_text(moves: dict[str, float], shown: int = 3) -> str:
+    """`host1 +3.000 ms, host2 +6.000 ms` or, for many hosts, the first few and the range."""
+    import re
+
+    def natural(host: str):
+        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", host)]
+
+    order = sorted(moves, key=natural)
+    text = ", ".join(f"{h} {moves[h] / 1000.0:+.3f} ms" for h in order[:shown])
+    if len(order) > shown:
+        low, high = min(moves.values()), max(moves.values())
+        text += (
+            f", ... ({len(order)} hosts moved, from {low / 1000.0:+.3f} to {high / 1000.0:+.3f} ms;"
+            " every host's in the JSON output)"
+        )
+    return text
 
 
 def _clock(tracks: list[Track]) -> tuple[list[float], str, str]:
