@@ -28,16 +28,15 @@ without building the calls before it; only there is the exact comparison made.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose.hang.hang_codes import RankCalls, candidates, compare
 from ncclprobe.evidence.hang.flight_recorder import Dump, Entry
-from ncclprobe.evidence.hang.fr_table import NONE, EntryTable
+from ncclprobe.evidence.hang.fr_table import NONE
 from ncclprobe.rank_ranges import ranges_text
 
 DEFAULT_GROUP_DESC = "default_pg"
 ORDER_WINDOW = 8  # later collectives searched for a swapped pair
-ABSENT = -1  # a member's code where it holds no call of that sequence number
 
 
 @dataclass(frozen=True)
@@ -65,57 +64,6 @@ class Call:
         return self.entries[0]
 
 
-class RankCalls:
-    """One member's collectives in one group: row numbers of its dump's table, by sequence number
-    (rows that share one are a coalesced call)."""
-
-    def __init__(self, table: EntryTable, rows: list[int]):
-        seq = table.collective_seq
-        rows.sort(key=seq.__getitem__)
-        self.table = table
-        self.rows = array("l", rows)
-        self.seqs = array("q", (seq[i] for i in rows))
-        self.count = len(set(self.seqs))
-
-    def __len__(self) -> int:
-        """How many distinct sequence numbers."""
-        return self.count
-
-    def distinct(self) -> list[int]:
-        return sorted(set(self.seqs))
-
-    def first(self) -> int | None:
-        return self.seqs[0] if self.seqs else None
-
-    def last(self) -> int | None:
-        return self.seqs[-1] if self.seqs else None
-
-    def rows_of(self, seq: int) -> list[int]:
-        lo, hi = bisect_left(self.seqs, seq), bisect_right(self.seqs, seq)
-        return list(self.rows[lo:hi])
-
-    def codes(self, start: int, stop: int, code_of) -> array:
-        """One code per sequence number in [start, stop): the call's code, or ABSENT."""
-        out = array("l", [ABSENT]) * max(0, stop - start)
-        seqs, rows, table = self.seqs, self.rows, self.table
-        n = len(seqs)
-        if n and seqs[-1] - seqs[0] + 1 == n:  # one entry per seq, none missing: most dumps
-            lo, hi = max(start, seqs[0]), min(stop, seqs[-1] + 1)
-            if lo < hi:
-                local, call = code_of.local(table), table.call
-                picked = rows[lo - seqs[0] : hi - seqs[0]]
-                out[lo - start : hi - start] = array("l", [local[call[r]] for r in picked])
-            return out
-        i = bisect_left(seqs, start)
-        while i < n and seqs[i] < stop:
-            j = i + 1
-            while j < n and seqs[j] == seqs[i]:
-                j += 1
-            out[seqs[i] - start] = code_of(table, rows[i:j])
-            i = j
-        return out
-
-
 @dataclass
 class Group:
     """One process group across the dumps."""
@@ -129,7 +77,7 @@ class Group:
     enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq enqueued
     completed: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq completed
     window_start: int = 1  # the first seq every dumped member still holds
-    # filled by `_compare`: per member its codes over [window_start, top]; agreed[i]: every
+    # filled by `_build` (hang_codes.compare): per member its codes over [window_start, top]; agreed[i]: every
     # dumped member holds the same call there
     codes: dict[int, array] = field(default_factory=dict, repr=False)
     agreed: bytearray = field(default_factory=bytearray, repr=False)
@@ -258,7 +206,10 @@ def _build(dumps: list[Dump]) -> Hang:
     inferred: dict[str, list[str]] = {}
     for group in groups.values():
         _window(group, notes)
-        _compare(group)
+        dumped = group.dumped
+        group.top = max((group.enqueued[r] for r in dumped), default=0)
+        members = {r: group.calls[r] for r in dumped}
+        group.codes, group.agreed = compare(members, group.window_start, group.top + 1)
         if not group.members_recorded:
             how = "every rank dumped" if _is_default(group) else "the dumps that mention it"
             inferred.setdefault(how, []).append(group)
@@ -369,78 +320,11 @@ def _window(group: Group, notes: list[str]) -> None:
         )
 
 
-class _Codes:
-    """Call codes: one integer per distinct call (its entries' operations, sizes and dtypes)."""
-
-    def __init__(self):
-        self.ids: dict[tuple, int] = {}
-        self.by_table: dict[int, list[int]] = {}
-
-    def local(self, table: EntryTable) -> list[int]:
-        """The code of each of a table's distinct calls (entry i's: local[table.call[i]])."""
-        found = self.by_table.get(id(table))
-        if found is None:
-            found = self.by_table[id(table)] = [
-                self.ids.setdefault(table.signature_of(c), len(self.ids))
-                for c in range(len(table.calls))
-            ]
-        return found
-
-    def __call__(self, table: EntryTable, rows) -> int:
-        local = self.local(table)
-        if len(rows) == 1:
-            return local[table.call[rows[0]]]
-        key = tuple(("coalesced", *(local[table.call[r]] for r in rows)))
-        return self.ids.setdefault(key, len(self.ids))
-
-
-def _compare(group: Group) -> None:
-    """Each dumped member's codes over [window_start, top], and where every member agrees."""
-    dumped = group.dumped
-    group.top = max((group.enqueued[r] for r in dumped), default=0)
-    start, stop = group.window_start, group.top + 1
-    code_of = _Codes()
-    group.codes = {r: group.calls[r].codes(start, stop, code_of) for r in dumped}
-    agreed = bytearray(b"\x01") * max(0, stop - start)
-    if not dumped:
-        group.agreed = bytearray()
-        return
-    ref = group.codes[dumped[0]]
-    for i, c in enumerate(ref):
-        if c == ABSENT:
-            agreed[i] = 0
-    for r in dumped[1:]:
-        mine = group.codes[r]
-        if mine == ref:
-            continue
-        for i in _differences(mine, ref):
-            agreed[i] = 0
-    group.agreed = agreed
-
-
-def _differences(a: array, b: array, lo: int = 0):
-    """Indices where two equal-length arrays differ, found by halving slices (C-speed compares)."""
-    hi = len(a)
-    if a[lo:hi] == b[lo:hi]:
-        return
-    stack = [(lo, hi)]
-    while stack:
-        lo, hi = stack.pop()
-        if a[lo:hi] == b[lo:hi]:
-            continue
-        if hi - lo <= 64:
-            yield from (i for i in range(lo, hi) if a[i] != b[i])
-            continue
-        mid = (lo + hi) // 2
-        stack.append((mid, hi))
-        stack.append((lo, mid))
-
-
 def _first_stuck(group: Group) -> Stuck | None:
     dumped = group.dumped
     done = max((group.completed[r] for r in dumped), default=0)
     start = group.window_start
-    for i in _candidates(group, done):
+    for i in candidates(group.agreed, group.window_start, done):
         seq = start + i
         calls = {r: c for r in dumped if (c := group.call(r, seq)) is not None}
         missing = tuple(r for r in dumped if r not in calls and group.enqueued[r] < seq)
@@ -459,19 +343,6 @@ def _first_stuck(group: Group) -> Stuck | None:
             continue  # done, or done by some member with every member in it: done
         return stuck
     return None
-
-
-def _candidates(group: Group, done: int):
-    """Indices (seq - window_start) that could be where the group stopped, in order: every index
-    where the dumped members do not all hold one call, then every index past the last completed
-    (an index where all hold one call that a member completed is done)."""
-    n = len(group.agreed)
-    first_open = min(n, max(0, done + 1 - group.window_start))
-    i = group.agreed.find(0, 0, first_open)
-    while 0 <= i < first_open:
-        yield i
-        i = group.agreed.find(0, i + 1, first_open)
-    yield from range(first_open, n)
 
 
 def order_swap(stuck: Stuck) -> tuple[int, int, int] | None:

@@ -201,7 +201,9 @@ def _limits(item) -> Limits:
     if gz:
         size = max(GZIP_FLOOR, size * caps.ratio)
     size = min(size, caps.decompressed if gz else caps.dump)
-    return Limits(memory_bytes=MEMORY_BASE + MEMORY_PER_BYTE * size, cpu_s=CPU_BASE_S + size // CPU_PER_S)
+    return Limits(
+        memory_bytes=MEMORY_BASE + MEMORY_PER_BYTE * size, cpu_s=CPU_BASE_S + size // CPU_PER_S
+    )
 
 
 def _read_reduced(item) -> Dump:
