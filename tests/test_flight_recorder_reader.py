@@ -501,3 +501,101 @@ def test_the_offending_opcode_is_looked_for_up_to_its_limit(monkeypatch):
     assert (
         safe_pickle._locate_code(b"\x80\x02X\xff\xff") is None
     )  # cut mid-opcode: no word, no crash
+
+
+# ---- the fast path and the checking path: one truth ------------------------------------------------
+
+
+def _raw_entries(path):
+    from ncclprobe.evidence.hang.safe_pickle import loads_data as load
+
+    data = path.read_bytes()
+    doc = load(data, "x") if data[:1] == b"\x80" else json.loads(data)
+    return doc["entries"]
+
+
+def test_the_fast_path_takes_every_real_entry():
+    """Every entry torch wrote in the recordings (NCCL with timing, gloo; pickle and JSON) is read by
+    the fast path; the checking path is only for what is unusual."""
+    from ncclprobe.evidence.hang.fr_entries import fast_entry
+    from ncclprobe.evidence.hang.fr_table import EntryTable
+
+    files = sorted((GLOO.parent).glob("*/*/dumps/nccl_trace_rank_*"))
+    files += sorted((GLOO.parent).glob("*/*/json/nccl_trace_rank_*"))
+    assert len(files) >= 20
+    durations = 0
+    for path in files:
+        for e in _raw_entries(path):
+            table = EntryTable()
+            assert fast_entry(e, 2, Budget("x", 10**9), table), (path, e)
+            durations += e.get("duration_ms") is not None
+    assert durations  # the NCCL recordings time their collectives: the duration's check ran
+
+
+def _variants() -> dict[str, tuple[dict, bool]]:
+    """name -> (an entry, whether the checking path refuses it)."""
+    base = dump("2.10", 0, [("all_reduce", 8, "completed")])["entries"][0]
+    base = {**base, "duration_ms": 1.5, "process_group": ("7", "tp"), "pg_id": 3}
+    user = {"name": "s", "filename": "/job/t.py"}
+    cases = [
+        ("record_id", -(2**63), True),  # |value| < 2**63 only
+        ("record_id", -(2**63) + 1, False),
+        ("record_id", 2**63 - 1, False),
+        ("record_id", True, True),
+        ("time_created_ns", 2**63, True),
+        ("duration_ms", float("nan"), True),
+        ("duration_ms", 2.0**63, False),  # a float: finite is all it must be
+        ("duration_ms", "1", True),
+        ("retired", 1, True),
+        ("is_p2p", 0, True),
+        ("process_group", ("7",), True),
+        ("process_group", ("7", "tp", "x"), True),
+        ("process_group", ("7", 5), True),
+        ("profiling_name", "nccl:" + "a" * 250, False),
+        ("state", ["started"], True),
+        ("input_sizes", [[1], [2, -1]], True),
+        ("input_dtypes", ["Float", 1], True),
+        ("frames", [{**user, "line": 2**63}], True),
+        ("frames", [{**user, "line": 2**63 - 1}], False),
+        ("frames", [["t.py"]], True),
+    ]
+    out = {"as torch writes it": (base, False), "not a dict": (["profiling_name"], True)}
+    for field, value, refused in cases:
+        out[f"{field}={value!r}"[:60]] = ({**base, field: value}, refused)
+    return out
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_the_fast_path_reads_as_the_checking_path_or_leaves_it_to_it(name):
+    """For each odd entry the fast path either declines (the checking path then reads or refuses
+    it) or gives exactly the entry the checking path gives; it never takes what the checking path
+    refuses, and the checking path refuses exactly what it should."""
+    from ncclprobe.evidence.hang.fr_entries import entry, fast_entry
+    from ncclprobe.evidence.hang.fr_table import EntryTable
+    from ncclprobe.validate import Where
+
+    raw, refused = _variants()[name]
+    table = EntryTable()
+    took = fast_entry(raw, 2, Budget("x", 10**9), table)
+    try:
+        checked = entry(raw, Where("x"), 2, Budget("x", 10**9))
+    except UsageProblem:
+        checked = None
+    assert (checked is None) == refused, name
+    if took:
+        assert checked is not None, f"{name}: the fast path took what the checking path refuses"
+        assert table.entry(0) == checked, name
+    else:
+        assert len(table) == 0
+    if name == "as torch writes it":
+        assert took and checked.group == "7"  # the group is the process group's name, not pg_id
+
+
+def test_frames_are_looked_at_up_to_the_limit(monkeypatch):
+    from ncclprobe.evidence.hang import fr_entries
+
+    torch_frame = {"name": "f", "filename": "/x/torch/a.py", "line": 1}
+    user = {"name": "step", "filename": "/job/train.py", "line": 9}
+    frames = [torch_frame] * fr_entries.MAX_FRAMES + [user]
+    assert fr_entries._where(frames, Budget("x", 10**6)) == ""  # past the limit: not looked at
+    assert fr_entries._where(frames[1:], Budget("x", 10**6)) == "/job/train.py:9 step"
