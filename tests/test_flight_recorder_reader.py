@@ -599,3 +599,28 @@ def test_frames_are_looked_at_up_to_the_limit(monkeypatch):
     frames = [torch_frame] * fr_entries.MAX_FRAMES + [user]
     assert fr_entries._where(frames, Budget("x", 10**6)) == ""  # past the limit: not looked at
     assert fr_entries._where(frames[1:], Budget("x", 10**6)) == "/job/train.py:9 step"
+
+
+@pytest.mark.parametrize(
+    "where", ["pg_status key", "pg_config key", "record_id", "frame line", "a dim"]
+)
+def test_an_integer_of_5000_digits_anywhere_is_refused_in_one_line(tmp_path, where):
+    """Issue 40 §5: no str() of an integer past Python's 4,300 digits (exit 4 before)."""
+    big = 10**5000
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    e = doc["entries"][0]
+    if where == "pg_status key":
+        doc["pg_status"][big] = doc["pg_status"].pop("0")
+    elif where == "pg_config key":
+        doc["pg_config"][big] = doc["pg_config"].pop("0")
+    elif where == "record_id":
+        e["record_id"] = big
+    elif where == "frame line":
+        e["frames"][1]["line"] = big
+    else:
+        e["input_sizes"] = [[big]]
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(UsageProblem) as refused:
+        fr.read_dump(path)
+    assert len(str(refused.value)) < 400 and "\n" not in str(refused.value)

@@ -255,7 +255,16 @@ def _strings(e: dict, name: str, where: Where, budget: Budget) -> tuple[str, ...
 
 def _brief(value) -> str:
     """At most 80 characters of a value's text, without building all of it (a list shared through
-    the memo would print for ever)."""
-    short = reprlib.Repr()
-    short.maxlevel, short.maxlist, short.maxstring, short.maxother = 3, 4, 40, 40
-    return short.repr(value)[:80]
+    the memo would print for ever, an integer of 5,000 digits cannot print at all)."""
+    return _Short().repr(value)[:80]
+
+
+class _Short(reprlib.Repr):
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxstring, self.maxother = 3, 4, 40, 40
+
+    def repr_int(self, x, level):
+        if abs(x) >= 10**40:
+            return f"<a whole number of {int(x.bit_length() * 0.30103) + 1} digits>"
+        return repr(x)
