@@ -12,7 +12,8 @@ worker, and goes on with the others. No core file is written, and Ctrl-C is the 
 `map_files(fn, items, limits)` returns one `Outcome` per item, in order: the value `fn(item)`
 returned, or the one-line reason it gave none. `fn` must be a module-level function; what it
 returns travels back pickled, so it must be ncclprobe's own records, built from checked values.
-Workers fork from the parent when it runs a single thread (cheap), else from a fork server.
+Workers fork from the parent: cheap, and they run only this module's loop and the reader (a fork
+server or spawn would import the user's `__main__` again in every worker).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def map_files(
     """`fn(item)` for every item in capped workers; see the module docstring."""
     if not items:
         return []
-    ctx = multiprocessing.get_context("fork" if _single_threaded() else "forkserver")
+    ctx = multiprocessing.get_context("fork")
     todo = list(enumerate(items))[::-1]
     results: dict[int, Outcome] = {}
     pool = [_Worker(ctx, fn) for _ in range(workers or workers_for(len(items)))]
@@ -105,13 +106,6 @@ def _give(worker: _Worker, todo: list, limits: Callable) -> None:
     if todo:
         index, item = todo.pop()
         worker.send(index, item, limits(item))
-
-
-def _single_threaded() -> bool:
-    try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return False
 
 
 class _Worker:
@@ -216,14 +210,16 @@ def _serve(conn, fn) -> None:
 def _cap(limits: Limits) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     want = _mapped() + limits.memory_bytes
-    if hard == resource.RLIM_INFINITY or want <= hard:
-        resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+    resource.setrlimit(resource.RLIMIT_AS, (_within(want, hard), hard))
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
     _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = spent + limits.cpu_s
-    if cpu_hard == resource.RLIM_INFINITY or soft <= cpu_hard:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+    resource.setrlimit(resource.RLIMIT_CPU, (_within(spent + limits.cpu_s, cpu_hard), cpu_hard))
+
+
+def _within(soft: int, hard: int) -> int:
+    """A soft limit never above the hard one (which only root could raise)."""
+    return soft if hard == resource.RLIM_INFINITY else min(soft, hard)
 
 
 def _uncap() -> None:
