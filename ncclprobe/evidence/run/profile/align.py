@@ -257,8 +257,8 @@ def align(timelines: list) -> Alignment | None:
     shifts, clock, confidence = rank_shifts(tracks)
     moves, words = host_offsets(tracks, shifts)
     shifts = [shift - moves.get(pos, 0.0) for pos, shift in enumerate(shifts)]
-    if words:
-        clock += words
+    if words:  # the bases agree, the hosts' clocks may not: say the latter only
+        clock = clock.removesuffix(": one clock, no shift") + words
     elif confidence == "high":  # no host named: an offset between hosts stays in the waits
         clock += " (ranks on several hosts carry their clocks' offset into every wait)"
     per_rank = [_shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]

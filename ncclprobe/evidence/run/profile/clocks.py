@@ -85,8 +85,8 @@ def host_offsets(tracks: list[Track], shifts: list[float]) -> tuple[dict[int, fl
         elif abs(found[0]) >= MIN_OFFSET_US:
             moves[host] = found[0]
     words = (
-        f"; {len(first)} hosts (from the trace names): their clocks' offsets from {hosts[0]}'s, found "
-        "from the collectives' end times (every rank leaves a call together), "
+        f"; {len(first)} hosts (from the trace names), their clocks' offsets from {hosts[0]}'s found "
+        "from the collectives' end times, "
         + (
             "taken off before the waits: " + _offsets_text(moves)
             if moves
