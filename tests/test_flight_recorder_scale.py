@@ -195,3 +195,90 @@ def test_a_256_rank_log_names_the_culprit_within_20_lines_as_ranges(tmp_path):
     assert "ran_ms={0-84, 86-255=10099}" in head  # per-rank evidence grouped by value
     for line in lines:
         assert not re.search(r"\b\d+, \d+, \d+, \d+, \d+\b", line), line
+
+
+# ---- the call codes (hang_codes), pinned on the layouts a dump can have --------------------------
+
+
+def _table(seqs_and_sizes):
+    from ncclprobe.evidence.hang.fr_entries import entry
+    from ncclprobe.evidence.hang.fr_table import EntryTable
+    from ncclprobe.evidence.hang.safe_pickle import Budget
+    from ncclprobe.validate import Where
+    from tests.flight_recorder_dumps import entry as raw
+
+    table = EntryTable()
+    for seq, numel in seqs_and_sizes:
+        e = raw("2.10", 0, seq, "all_reduce", numel, "completed")
+        table.add(entry(e, Where("x"), 2, Budget("x", 10**6)))
+    return table
+
+
+@pytest.mark.parametrize(
+    "layout, codes",
+    [
+        (
+            [(1, 8), (2, 8), (3, 8), (4, 8), (5, 8)],
+            [0, 0, 0, 0, 0, -1],
+        ),  # contiguous: the fast path
+        ([(1, 8), (2, 8), (3, 8), (4, 8), (7, 8)], [0, 0, 0, 0, -1, -1]),  # a gap: 5 and 6 absent
+        ([(1, 8), (2, 8), (2, 4), (3, 8)], [0, 2, 0, -1, -1, -1]),  # a coalesced pair at 2
+        ([(2, 8), (3, 4)], [-1, 0, 1, -1, -1, -1]),  # starts late; another call at 3
+        ([(3, 8), (1, 8), (2, 4)], [0, 1, 0, -1, -1, -1]),  # recorded out of order
+    ],
+)
+def test_a_members_calls_become_one_code_per_sequence_number(layout, codes):
+    """Codes over seqs 1-6: equal calls, equal codes; ABSENT (-1) where the member holds none."""
+    from ncclprobe.diagnose.hang.hang_codes import CallCodes, RankCalls
+
+    code_of = CallCodes()
+    code_of.local(_table([(1, 8), (1, 4)]))  # 8 elements: code 0, 4 elements: code 1
+    table = _table(layout)
+    assert list(RankCalls(table, list(range(len(table)))).codes(1, 7, code_of)) == codes
+
+
+def _hang_of(tmp_path, per_rank):
+    import pickle as pk
+
+    from ncclprobe.diagnose.hang import hang as H
+    from tests.flight_recorder_dumps import dump as doc_of
+    from tests.flight_recorder_dumps import entry as raw
+
+    for rank, calls in per_rank.items():
+        doc = doc_of("2.10", rank, [])
+        doc["entries"] = [raw("2.10", rank, seq, "all_reduce", 8, state) for seq, state in calls]
+        done = [seq for seq, state in calls if state == "completed"]
+        doc["pg_status"] = {
+            "0": {
+                "last_enqueued_collective": max(s for s, _ in calls),
+                "last_started_collective": -1,
+                "last_completed_collective": max(done, default=0),
+            }
+        }
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pk.dumps(doc))
+    return H.build(fr.read_flight_recorder([tmp_path]))
+
+
+def test_a_member_that_never_enqueued_what_a_peer_completed_is_missing(tmp_path):
+    """gloo marks a collective that failed on its timeout completed: rank 0 'completed' #4, which
+    rank 1 never enqueued. #4 is at or below the last completed and yet not done."""
+    hang = _hang_of(
+        tmp_path,
+        {0: [(s, "completed") for s in (1, 2, 3, 4)], 1: [(s, "completed") for s in (1, 2, 3)]},
+    )
+    (stuck,) = hang.stuck
+    assert (stuck.seq, stuck.missing) == (4, (1,))
+
+
+def test_a_sequence_number_no_member_holds_is_passed_over(tmp_path):
+    """#2 is in no dump (lost by every ring, or a p2p-only stretch): the comparison goes on to #4,
+    which rank 1 never enqueued."""
+    hang = _hang_of(
+        tmp_path,
+        {
+            0: [(1, "completed"), (3, "completed"), (4, "started")],
+            1: [(1, "completed"), (3, "completed")],
+        },
+    )
+    (stuck,) = hang.stuck
+    assert (stuck.seq, stuck.missing) == (4, (1,))

@@ -287,9 +287,8 @@ def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
         pg = pg_ids.get(name)
         st = dump.status.get(pg) if pg is not None else None
         mine = RankCalls(table, rows.get(name, []))
-        last_done = st.last_completed if st and st.last_completed is not None else -1
-        done_states = _completed_seqs(mine)
-        group.completed[dump.rank] = max([last_done, 0, *done_states])
+        last_done = st.last_completed if st and st.last_completed is not None else 0
+        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(mine)])
         last = mine.last()
         group.enqueued[dump.rank] = max(
             st.last_enqueued if st and st.last_enqueued is not None else 0, last or 0
