@@ -34,6 +34,8 @@ WHAT = {
     "ranges (`rank_ranges`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
+    "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
+    "the speculative-decoding log lines and how acceptance aggregates",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
     "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
     "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose import rules_failures
 from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
 from ncclprobe.diagnose.process_env import rules_envcheck
 from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
@@ -31,6 +32,7 @@ ALL_RULES = (
     + RUN_RULES
     + rules_hang.RULES
     + rules_nccl_log.RULES
+    + rules_failures.RULES
 )
 
 
