@@ -596,8 +596,8 @@ def test_frames_are_looked_at_up_to_the_limit(monkeypatch):
 
     torch_frame = {"name": "f", "filename": "/x/torch/a.py", "line": 1}
     user = {"name": "step", "filename": "/job/train.py", "line": 9}
-    frames = [torch_frame] * fr_entries.MAX_FRAMES + [user]
-    assert fr_entries._where(frames, Budget("x", 10**6)) == ""  # past the limit: not looked at
+    frames = [torch_frame] * 256 + [user]  # the 257th frame is past the limit: not looked at
+    assert fr_entries._where(frames, Budget("x", 10**6)) == ""
     assert fr_entries._where(frames[1:], Budget("x", 10**6)) == "/job/train.py:9 step"
 
 
