@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -54,7 +55,15 @@ from ncclprobe.evidence.hang.fr_table import STATES, Entries, Entry, EntryTable
 from ncclprobe.evidence.hang.safe_pickle import Budget, loads_data
 from ncclprobe.evidence.read_pool import MIB, Limits, map_files
 from ncclprobe.numbers import ascii_re, parse_int
-from ncclprobe.validate import Where, decode_text, limit_of, loads_json, read_bytes, too_large
+from ncclprobe.validate import (
+    Where,
+    decode_text,
+    limit_of,
+    loads_json,
+    open_input,
+    read_bytes,
+    too_large,
+)
 
 # About 260 bytes an entry at six frames (torch's writer memoizes strings, not containers): a
 # 2,000-entry buffer is 0.5 MB, a 20,000-entry one with 60-frame stacks about 30 MB.
@@ -192,11 +201,11 @@ def _rank_of(path: Path) -> int:
 def _limits(item) -> Limits:
     """A worker's caps for one file, from its size: a gzip counts as what it may expand to."""
     path, caps = item
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
+    try:  # a regular file only, opened without blocking (a FIFO's open() never returns)
+        with open_input(path, "Flight Recorder dump") as handle:
+            size = os.fstat(handle.fileno()).st_size
             gz = handle.read(2) == b"\x1f\x8b"
-    except OSError:
+    except (OSError, UsageProblem):  # the worker's reading refuses it in its own words
         size, gz = 0, False
     if gz:
         size = max(GZIP_FLOOR, size * caps.ratio)
@@ -241,9 +250,9 @@ def _regular(path: Path) -> bool:
 def _looks_like_dump(path: Path) -> bool:
     """A pickle (protocol 2+), gzip or JSON object start."""
     try:
-        with open(path, "rb") as handle:
+        with open_input(path, "") as handle:
             head = handle.read(2)
-    except OSError:
+    except (OSError, UsageProblem):
         return False
     return head[:1] in (b"\x80", b"{") or head == b"\x1f\x8b"
 
