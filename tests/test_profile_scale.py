@@ -1,7 +1,9 @@
 """Many ranks' profiler traces: read in reader workers and reduced there, several hosts' clocks
 lined up from the collectives' end times, and a sample above ALIGN_ALL_UP_TO ranks (issue 37 §2).
-The traces are GENERATED from the real H200 recording `graph_host_late` (tests/profile_job.py:
-rank 5 gets the late rank's events); time and memory are the benchmark's, not asserted here."""
+The traces are GENERATED from the real H200 recording `graph_host_late` and from the real CPU-only
+gloo job `gloo_ddp2` (tests/profile_job.py: rank 5 gets the late rank's events), so a gloo job of
+many ranks is aligned by its host collective ops (issue 36) however it is read; time and memory
+are the benchmark's, not asserted here."""
 
 import pytest
 
@@ -22,6 +24,16 @@ def jobs(tmp_path_factory):
             base / "two", 16, late=5, scenario="graph_host_late", hosts=2, offset_us=OFFSET_US
         ),
         "two_same": write_job(base / "same", 16, late=5, scenario="graph_host_late", hosts=2),
+        "gloo_one": write_job(base / "g1", 16, late=5, scenario="host_late", recording="gloo_ddp2"),
+        "gloo_two": write_job(
+            base / "g2",
+            16,
+            late=5,
+            scenario="host_late",
+            hosts=2,
+            offset_us=OFFSET_US,
+            recording="gloo_ddp2",
+        ),
     }
 
 
@@ -47,19 +59,35 @@ def test_a_second_hosts_clock_offset_is_found_taken_off_and_said(read):
     assert result.top.rule == "rank-skew" and result.top.evidence["straggler_rank"] == 5
 
 
+def test_a_gloo_job_read_in_workers_is_aligned_by_its_host_ops_on_its_hosts_clocks(read):
+    """16 CPU-only ranks, read in reader workers: their Tracks carry gloo's host collective ops,
+    so the calls are matched by them; a second host's clock 5 ms ahead is found from the host ops'
+    end times and taken off, and the late rank is named as on one host."""
+    (ev, result), (alone_ev, alone) = read["gloo_two"], read["gloo_one"]
+    al = ev.runs[0].alignment
+    assert al.on_host and alone_ev.runs[0].alignment.on_host
+    assert len(al.calls) + len(al.opening) == 12  # every step's all-reduce (the README's 12 steps)
+    assert al.clock_shifts_us == {rank: pytest.approx(OFFSET_US, abs=5.0) for rank in range(8, 16)}
+    assert alone_ev.runs[0].alignment.clock_shifts_us == {}
+    assert [f.title for f in result.findings] == [f.title for f in alone.findings]
+    late = next(f for f in result.findings if f.rule == "rank-skew")
+    assert late.evidence["straggler_rank"] == 5
+
+
 def test_hosts_whose_clocks_agree_move_nothing(read):
     ev, _ = read["two_same"]
     assert ev.runs[0].alignment.clock_shifts_us == {}
     assert "nothing moved" in " ".join(ev.notes)
 
 
-def test_the_workers_reduced_reading_diagnoses_as_the_whole_reading(jobs, read, monkeypatch):
+@pytest.mark.parametrize("job", ["one", "gloo_two"])
+def test_the_workers_reduced_reading_diagnoses_as_the_whole_reading(jobs, read, monkeypatch, job):
     """16 ranks are read in reader workers (POOL_FROM); the same files read here, whole, give the
-    same findings and the same per-rank figures."""
-    assert len(jobs["one"]) >= profile_dir.POOL_FROM
+    same findings and the same per-rank figures (a gloo job's waits and clock shifts included)."""
+    assert len(jobs[job]) >= profile_dir.POOL_FROM
     monkeypatch.setattr(profile_dir, "POOL_FROM", 10**6)
-    ev = load_evidence(profiles=[str(p) for p in jobs["one"]])
-    pooled_ev, pooled = read["one"]
+    ev = load_evidence(profiles=[str(p) for p in jobs[job]])
+    pooled_ev, pooled = read[job]
     assert [f.title for f in diagnose(ev).findings] == [f.title for f in pooled.findings]
     assert ev.runs[0].ranks == pooled_ev.runs[0].ranks
 
