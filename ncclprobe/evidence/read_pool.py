@@ -13,7 +13,10 @@ worker, and goes on with the others. No core file is written, and Ctrl-C is the 
 returned, or the one-line reason it gave none. `fn` must be a module-level function; what it
 returns travels back pickled, so it must be ncclprobe's own records, built from checked values.
 Workers fork from the parent: cheap, and they run only this module's loop and the reader (a fork
-server or spawn would import the user's `__main__` again in every worker).
+server or spawn would import the user's `__main__` again in every worker). A forked worker may also
+fill the free memory its parent's heap already maps, which no address-space cap sees: small in the
+CLI's own process, which reads nothing before the pool, but a long-lived caller (a test session
+thousands of tests in held a million empty sets so) gets that much more.
 """
 
 from __future__ import annotations
