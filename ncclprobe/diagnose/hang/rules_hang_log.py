@@ -11,8 +11,14 @@ reading's words:
   told to dump by a peer logged its own last enqueued work, or DETAIL's monitored barrier named it);
 - a cycle: each group misses a rank that waits in the other group (each rank's first timeout);
 - `agreed`: every rank in it with the same call; where no collective ever completed on any of them
-  (last completed work 0 everywhere, or the first collective), the communicator never worked: a hang
-  in NCCL's init or transport setup, not ranks out of step.
+  (last completed work 0 or none everywhere, or the first collective), the communicator never
+  worked: a hang in NCCL's init or transport setup, not ranks out of step; the transport settings
+  the log shows are named.
+A timeout whose line names no group (its status line cut off) joins the one group that timed out
+in the same call at the same number, and only then: it is never a group of its own. A log with no
+timed-out call but a rank's status (`Last enqueued NCCL work: 855, last completed NCCL work: 12`,
+the line of a rank told to dump) or a rank's `Some NCCL operations have failed or timed out` says a
+collective timed out, and how far the rank got, but not which collective.
 The Flight Recorder turns inferences into readings, so a log-only diagnosis always asks for the dumps.
 """
 
@@ -24,6 +30,7 @@ from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked
 from ncclprobe.rank_ranges import rank_word
+from ncclprobe.secrets import mask_env_value
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,13 @@ class LogStuck:
     @property
     def never_completed(self) -> bool:
         """No rank in it ever completed a collective of the group: the first one never finished."""
-        if self.completed:
-            return all(done <= 0 for done in self.completed.values()) and len(
-                self.completed
-            ) == len(self.calls)
-        return self.seq == 1
+        if self.seq == 1:
+            return True
+        return (
+            bool(self.completed)
+            and len(self.completed) == len(self.calls)
+            and all(done is None or done <= 0 for done in self.completed.values())
+        )
 
 
 def log_only_findings(ev: E.Evidence) -> list:
@@ -63,7 +72,8 @@ def log_only_findings(ev: E.Evidence) -> list:
     cycles = _cycles(ev, stuck)
     in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
     out: list = [_cycle_finding(c) for c in cycles]
-    out += [_watchdog(s) for s in stuck if id(s) not in in_cycle]
+    out += [_watchdog(s, _transport(ev)) for s in stuck if id(s) not in in_cycle]
+    out += [] if stuck else _status_only(ev)
     out += _detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
     if gloo and not out:
@@ -144,7 +154,7 @@ def stuck_collectives(ev: E.Evidence) -> list[LogStuck]:
     return out
 
 
-def _watchdog(s: LogStuck) -> Finding:
+def _watchdog(s: LogStuck, transport: str = "") -> Finding:
     ranks, first = s.calls, next(iter(s.calls.values()))
     evidence = {
         "group": s.group,
@@ -200,13 +210,13 @@ def _watchdog(s: LogStuck) -> Finding:
             rule="hang-first-collective",
             severity="error",
             confidence="medium",
-            title=f"no collective of {s.label} ever completed: every rank in the log timed out in "
-            f"{what}, the same call on each",
+            title=f"the first collective of {s.label} never completed: every rank in the log "
+            f"timed out in {what}, the same call on each",
             detail=(
                 f"{_ranks(ranks).capitalize()} entered {what} with the same call and none of them "
                 "ever completed a collective of the group (last completed work "
                 + (
-                    ", ".join(f"{n} on rank {r}" for r, n in sorted(s.completed.items()))
+                    ", ".join(f"{_done(n)} on rank {r}" for r, n in sorted(s.completed.items()))
                     if s.completed
                     else f"none before #{s.seq}"
                 )
@@ -214,7 +224,12 @@ def _watchdog(s: LogStuck) -> Finding:
                 "NCCL creates its communicator and connects the ranks at the first collective, so "
                 "this is a hang in NCCL's init or transport setup (a network path that does not "
                 "connect, an interface the peers cannot reach, a transport that blocks); the NCCL "
-                "logs of the ranks (NCCL_DEBUG=INFO) show how far each got."
+                "logs of the ranks (NCCL_DEBUG=INFO) show how far each got. "
+                + (
+                    f"The log's NCCL lines show the transport in play: {transport}."
+                    if transport
+                    else "The log holds no NCCL line naming the network or a transport setting."
+                )
             ),
             evidence=evidence,
             next_command="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV NCCL_DEBUG_FILE=nccl-%h-%p.log "
@@ -232,6 +247,72 @@ def _watchdog(s: LogStuck) -> Finding:
         ),
         evidence=evidence,
     )
+
+
+def _transport(ev: E.Evidence) -> str:
+    """`network AWS Libfabric; NCCL_NET_GDR_LEVEL=PHB`: what NCCL's lines in the logs say."""
+    seen: dict[str, str] = {}
+    for log in ev.job_logs:
+        for key, value in log.transport.items():
+            seen.setdefault(key, value)
+    networks = sorted({n for rank_log in ev.nccl_logs for n in rank_log.log.networks})
+    if networks:  # the ranks' own NCCL logs (--nccl-log), beside the job's
+        seen.setdefault("network", ", ".join(networks))
+    parts = [f"network {seen.pop('network')}"] if "network" in seen else []
+    missing = seen.pop("net_plugin_missing", None)
+    parts += [f"{k}={mask_env_value(k, v)} (set by environment)" for k, v in sorted(seen.items())]
+    parts += [f"no network plugin found (`{missing}`)"] if missing else []
+    return "; ".join(parts)
+
+
+def _status_only(ev: E.Evidence) -> list[Finding]:
+    """A rank's status or `Some NCCL operations have failed or timed out`, with no timed-out call:
+    a collective timed out; how far each rank got is read, which collective is not."""
+    statuses = {}
+    for log in ev.job_logs:
+        for st in log.statuses:
+            statuses.setdefault(st.rank, st)
+    failed = {r for log in ev.job_logs for r in log.ops_failed}
+    if not statuses and not failed:
+        return []
+    said = [
+        f"rank {r if r is not None else '?'}"
+        + (f" ({st.group_desc or 'PG ' + st.group})" if st.group is not None else "")
+        + f": last enqueued work #{st.last_enqueued}, last completed {_done(st.last_completed)}"
+        + (
+            f" (#{st.last_completed + 1}-#{st.last_enqueued} enqueued, not completed)"
+            if st.last_completed is not None and st.last_enqueued > st.last_completed
+            else ""
+        )
+        for r, st in sorted(statuses.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    ]
+    if failed:
+        said.append(f"{_ranks(failed)} said some NCCL operations failed or timed out")
+    return [
+        Finding(
+            rule="hang-watchdog",
+            severity="error",
+            confidence="medium",
+            title="a collective timed out: " + "; ".join(said),
+            detail=(
+                "The log shows that a collective timed out and how far each rank got ("
+                + "; ".join(said)
+                + "), but no watchdog line with the timed-out call: which collective, its "
+                "sequence number and size are not in the log (the line `Watchdog caught collective "
+                "operation timeout: WorkNCCL(...)` of each rank, or the Flight Recorder dumps, name it)."
+            ),
+            evidence={
+                "last_enqueued": {str(r): st.last_enqueued for r, st in statuses.items()},
+                "last_completed": {str(r): st.last_completed for r, st in statuses.items()},
+                "ops_failed_ranks": sorted(r for r in failed if r is not None),
+            },
+        )
+    ]
+
+
+def _done(n) -> str:
+    """A last completed work: `#12`, or none where PyTorch printed -1 or an impossible value."""
+    return f"#{n}" if n is not None and n > 0 else "none"
 
 
 def _mismatch(s: LogStuck, evidence: dict) -> Finding:
@@ -327,7 +408,7 @@ def _detail_findings(ev: E.Evidence) -> list[Finding]:
 
 def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, int, int]]]:
     """Collectives of different groups whose silent ranks each wait in the other: each rank's
-    first timeout is where it waits. [(stuck, waiting rank, missing rank)] per cycle."""
+    first timeout is where it waits; a timeout whose group is unknown is in no cycle. [(stuck, waiting rank, missing rank)] per cycle."""
     waits: dict[int, tuple] = {}
     for log in ev.job_logs:
         for t in log.timeouts:
@@ -338,7 +419,8 @@ def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, 
         for m in s.silent:
             there = by_key.get(waits.get(m))
             waiter = next((r for r in sorted(s.calls) if waits.get(r) == (s.group, s.seq)), None)
-            if there is not None and there is not s and waiter is not None and waiter != m:
+            known = s.group is not None and there is not None and there.group is not None
+            if known and there is not s and waiter is not None and waiter != m:
                 edges.setdefault(id(s), (s, waiter, m, there))
     cycles, seen = [], set()
     for start in list(edges):
@@ -414,7 +496,22 @@ def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
     for by_rank in out.values():  # a line that named no rank, beside ranks that did: not a rank
         if None in by_rank and len(by_rank) > 1:
             del by_rank[None]
+    for seq in [n for g, n in out if g is None]:
+        _join_unnamed(out, seq)
     return out
+
+
+def _join_unnamed(out: dict[tuple, dict], seq) -> None:
+    """Timeouts at `seq` whose lines named no group join the one group that timed out at `seq` in
+    the same call; with two candidate groups, or another call, they stay apart (and in no cycle:
+    their group is unknown, not another one)."""
+    named = [g for g, n in out if g is not None and n == seq]
+    if len(named) != 1:
+        return
+    unnamed, there = out[(None, seq)], out[(named[0], seq)]
+    if len({_call(t) for t in (*unnamed.values(), *there.values())}) == 1:
+        for rank, t in out.pop((None, seq)).items():
+            there.setdefault(rank, t)
 
 
 def _known_ranks(ev: E.Evidence) -> set[int]:

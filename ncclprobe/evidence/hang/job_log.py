@@ -19,7 +19,17 @@ What is read (any other line is skipped, never an error), in the formats torch 2
 - gloo's `Timed out waiting 5000ms for recv operation to complete` and `Connection closed by peer`;
 - the last exception line of each rank's Python traceback;
 - torchrun's failure summary: every `[N]:` block under `Failures:` and `Root Cause (first observed
-  failure):` (rank, local rank, exit code, signal, host, time).
+  failure):` (rank, local rank, exit code, signal, host, time);
+- a rank's `Some NCCL operations have failed or timed out` (its watchdog took the process down);
+- the network NCCL chose and the transport settings it read from the environment, where the log
+  holds NCCL's INFO lines (read by `evidence.nccl.nccl_log`, the one reader of NCCL's lines).
+
+Values PyTorch prints where it has none are never read as numbers: an element count of 2^64-1 (the
+int64 -1 of a coalesced or point-to-point work, printed unsigned) is no count, and a last completed
+work of -1, or above the last enqueued one (an uninitialised value, seen printed as
+76280750235782912), means that no work of the group had completed. A paste broken at a terminal's
+width is joined back into its logical lines first (`evidence.wrapped`); line numbers then count
+those.
 """
 
 from __future__ import annotations
@@ -30,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.failure_lines import FailureLines
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 from ncclprobe.evidence.text import clean_line, read_text_file
+from ncclprobe.evidence.wrapped import unwrap
 from ncclprobe.numbers import ascii_re
 
 _TEE = ascii_re(r"^\[[A-Za-z_][\w-]*?(?P<local>\d{1,19})\]:")
@@ -95,6 +107,11 @@ _CONTEXT = ascii_re(
     r"|^\s*(?:exitcode|error_file|traceback)\s*:|^\s*File \"|^\S+ FAILED$"
     r"|terminate called after throwing an instance of 'gloo::EnforceNotMet'|^Last error:\s*$"
 )
+_OPS_FAILED = "Some NCCL operations have failed or timed out"
+# NCCL's settings that shape how a communicator connects its ranks (`NCCL_NET`, `NCCL_NET_GDR_LEVEL`,
+# `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `NCCL_P2P_LEVEL`, ...): named where a first collective hangs
+_TRANSPORT_VARS = ascii_re(r"^NCCL_(?:NET|IB_|SOCKET_|P2P_|SHM_|CROSS_NIC|COLLNET|NVLS_ENABLE)")
+_NO_VALUE = 1 << 63  # a printed count at or above this is an unsigned -1 (or garbage), not a count
 _NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d{1,19})(?:\.\w+)?$")
 
 
@@ -121,7 +138,7 @@ class WatchdogStatus:
         int | None
     )  # the work the watchdog failed at; None on a rank that dumped on a peer's signal
     last_enqueued: int
-    last_completed: int
+    last_completed: int | None  # None: printed as -1 or as an impossible value (none completed)
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,12 @@ class JobLog:
     # rank -> (bytes received, bytes expected)
     gloo_size_mismatch: dict[int, tuple[int, int]] = field(default_factory=dict)
     remote_errors: set[int] = field(default_factory=set)  # ranks whose NCCL saw a peer go away
+    ops_failed: set[int] = field(
+        default_factory=set
+    )  # `Some NCCL operations have failed or timed out`
+    # how NCCL connects, as its INFO lines in the log say: {"network": "AWS Libfabric",
+    # "NCCL_NET_GDR_LEVEL": "PHB", "net_plugin_missing": "<NCCL's line>"}; empty where none
+    transport: dict[str, str] = field(default_factory=dict)
     # lines that look like a failure and that nothing here reads (`evidence.failure_lines`)
     failure_lines: FailureLines = field(default_factory=lambda: FailureLines("job log"))
 
@@ -179,6 +202,7 @@ class JobLog:
             or self.fingerprints
             or self.barrier_missing
             or self.gloo_size_mismatch
+            or self.ops_failed
         )
 
 
@@ -188,9 +212,22 @@ def read_job_log(path: str | Path) -> JobLog:
 
 def parse_job_log(text: str, path: str = "LOG") -> JobLog:
     reader = _Reader(JobLog(path=path, failure_lines=FailureLines(path)), _rank_from_name(path))
-    for raw in text.splitlines():
+    for raw in unwrap(text.splitlines()):
         reader.feed(raw)
-    return reader.finish()
+    log = reader.finish()
+    if "NCCL " in text:
+        log.transport = _transport(text)
+    return log
+
+
+def _transport(text: str) -> dict[str, str]:
+    """The network and connection settings NCCL's own lines in the log name (first value each)."""
+    nccl = parse_nccl_log(text)
+    out = {"network": ", ".join(sorted(nccl.networks))} if nccl.networks else {}
+    out.update({k: v for k, v in nccl.env.items() if _TRANSPORT_VARS.match(k)})
+    if nccl.net_plugin_missing:
+        out["net_plugin_missing"] = nccl.net_plugin_missing
+    return out
 
 
 def _rank_from_name(path: str) -> int | None:
@@ -250,14 +287,16 @@ class _Reader:
         status = _STATUS.search(message) if "ast enqueued" in message else None
         if status:
             seq = int(status["seq"]) if status["seq"] else None
-            log.statuses.append(
-                WatchdogStatus(rank, group, desc, seq, int(status["enq"]), int(status["done"]))
-            )
+            enqueued, done = int(status["enq"]), int(status["done"])
+            completed = done if 0 <= done <= enqueued else None  # -1 or garbage: none completed
+            log.statuses.append(WatchdogStatus(rank, group, desc, seq, enqueued, completed))
             if group is not None:
                 self._name_group(log.statuses[-1])
             if _DUMP_SIGNAL.search(message):
                 _add(log.dump_signals, rank)
             return True
+        if _OPS_FAILED in message:
+            return _add(log.ops_failed, rank)
         if _FR_OFF.search(message):
             return _add(log.fr_disabled, rank)
         if _DUMP_SIGNAL.search(message):
@@ -314,7 +353,11 @@ class _Reader:
         fields = (
             {m["key"]: m["value"] for m in _WORK_FIELD.finditer(work["fields"])} if work else {}
         )
-        number = lambda key: int(fields[key]) if fields.get(key, "").isdigit() else None  # noqa: E731
+        number = lambda key: (  # noqa: E731
+            int(fields[key])
+            if fields.get(key, "").isdigit() and int(fields[key]) < _NO_VALUE
+            else None
+        )
         ran = _RAN_FOR.search(message)
         timeout = WatchdogTimeout(
             rank=rank,

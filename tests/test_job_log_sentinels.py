@@ -1,0 +1,216 @@
+"""Values PyTorch prints where it has none, and pastes broken at a terminal's width (issue 36):
+never read as numbers, never a group of their own, and the first collective that never completed
+read as a hang of NCCL's setup with the transport the log names.
+
+Lines are PyTorch's own (ProcessGroupNCCL.cpp, torch 2.2-2.13, as the unseen corpus' logs print
+them); NCCL's are `src/init.cc` (`Using network ...`) and `src/misc/param.cc` (`... set by
+environment to ...`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncclprobe.diagnose import diagnose, load_evidence
+from ncclprobe.evidence.hang.job_log import parse_job_log
+from ncclprobe.evidence.wrapped import MIN_ROWS, MIN_WIDTH, is_wrapped, unwrap
+
+UNSEEN = Path(__file__).parent / "fixtures" / "unseen" / "job_logs"
+WORK = (
+    "[rank{r}]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607] {pg}[Rank {r}] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, "
+    "Timeout(ms)=600000) ran for 600009 milliseconds before timing out."
+)
+STATUS = (
+    "[rank{r}]:[E1001 16:06:04.537356909 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank {r}] "
+    "Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL "
+    "work: {enq}, last completed NCCL work: {done}."
+)
+UINT64_MAX = 2**64 - 1
+
+
+def work(r, seq=1, op="ALLREDUCE", n=128, pg=""):
+    return WORK.format(r=r, seq=seq, op=op, n=n, pg=pg)
+
+
+def findings_of(tmp_path, lines: list[str]):
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n")
+    return diagnose(load_evidence(logs=[path])).findings
+
+
+def text(findings) -> str:
+    return "\n".join(f"{f.title}\n{f.detail}\n{f.evidence}" for f in findings)
+
+
+@pytest.mark.parametrize(
+    ("done", "read"), [("-1", None), ("0", 0), ("1", 1), ("2", None), ("76280750235782912", None)]
+)
+def test_last_completed_above_last_enqueued_or_negative_is_none(done, read):
+    """Enqueued 1: completed 0 and 1 are numbers; -1 and anything above 1 are not."""
+    log = parse_job_log(STATUS.format(r=2, seq=1, enq=1, done=done))
+    assert log.statuses[0].last_completed == read
+
+
+@pytest.mark.parametrize(("n", "read"), [(UINT64_MAX, None), (2**63, None), (2**63 - 1, 2**63 - 1)])
+def test_an_unsigned_minus_one_is_no_element_count(n, read):
+    log = parse_job_log(work(10, op="COALESCED", n=n))
+    assert log.timeouts[0].numel_in == read == log.timeouts[0].numel_out
+
+
+def test_the_first_collective_with_garbage_status_never_completed(tmp_path):
+    """The ALCF log's shape: two ranks in ALLREDUCE #1, rank 2's last completed a garbage value."""
+    found = findings_of(
+        tmp_path,
+        [
+            work(1, pg="[PG 0 Rank 1] "),
+            work(2, pg="[PG 0 Rank 2] "),
+            STATUS.format(r=2, seq=1, enq=1, done="76280750235782912"),
+        ],
+    )
+    [first] = [f for f in found if f.rule == "hang-first-collective"]
+    assert first.title.startswith("the first collective of ")
+    assert "76280750235782912" not in text(found) and "76,280" not in text(found)
+    assert not [f for f in found if f.rule in ("hang-mismatch", "hang-groups")]
+
+
+def test_a_count_of_two_to_the_64_is_never_printed(tmp_path):
+    found = findings_of(tmp_path, [work(10, op="COALESCED", n=UINT64_MAX, pg="[PG 6 Rank 1] ")])
+    assert "18,446" not in text(found) and str(UINT64_MAX) not in text(found)
+    assert any("COALESCED #1" in f.title for f in found)
+
+
+@pytest.mark.parametrize(("seq", "done", "first"), [(3, "-1", True), (3, "2", False)])
+def test_a_later_collective_is_the_first_only_where_nothing_completed(tmp_path, seq, done, first):
+    """#3 with last completed -1 on every rank: the first never completed; with #2 completed, the
+    ranks agree on #3 and it is no setup hang."""
+    lines = []
+    for r in (0, 1):
+        lines += [
+            work(r, seq=seq, pg=f"[PG 0 Rank {r}] "),
+            STATUS.format(r=r, seq=seq, enq=seq, done=done),
+        ]
+    rules = {f.rule for f in findings_of(tmp_path, lines)}
+    assert ("hang-first-collective" in rules) is first
+
+
+def test_a_rank_whose_line_names_no_group_joins_the_group_with_its_call(tmp_path):
+    """The vLLM log's shape: ranks 0, 2 name default_pg, rank 1's line (cut before its status)
+    names none; same call at the same number: one collective, never two groups waiting on each other."""
+    lines = []
+    for r in (2, 0):
+        lines += [work(r), STATUS.format(r=r, seq=1, enq=1, done="-1")]
+    found = findings_of(tmp_path, [*lines, work(1)])
+    [first] = [f for f in found if f.rule == "hang-first-collective"]
+    assert first.evidence["timed_out_ranks"] == [0, 1, 2]
+    assert not [f for f in found if f.rule == "hang-groups"]
+
+
+def test_a_rank_with_no_group_and_another_call_is_no_cycle(tmp_path):
+    """Its twin: rank 1's unnamed line has another size: it stays apart, and still no cycle."""
+    lines = []
+    for r in (2, 0):
+        lines += [work(r), STATUS.format(r=r, seq=1, enq=1, done="-1")]
+    found = findings_of(tmp_path, [*lines, work(1, n=256)])
+    assert not [f for f in found if f.rule == "hang-groups"]
+
+
+NCCL_LINES = [
+    "x3200c0s19b1n0:191643:191866 [2] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PHB",
+    "x3200c0s19b1n0:191643:191866 [2] NCCL INFO Using network AWS Libfabric",
+]
+
+
+@pytest.mark.parametrize("nccl", [True, False])
+def test_the_first_collective_names_the_transport_the_log_shows(tmp_path, nccl):
+    lines = (NCCL_LINES if nccl else []) + [work(r, pg=f"[PG 0 Rank {r}] ") for r in (0, 1)]
+    [first] = [f for f in findings_of(tmp_path, lines) if f.rule == "hang-first-collective"]
+    if nccl:
+        assert "network AWS Libfabric" in first.detail
+        assert "NCCL_NET_GDR_LEVEL=PHB" in first.detail
+    else:
+        assert "no NCCL line naming the network" in first.detail
+
+
+def test_the_real_first_collective_logs(tmp_path):
+    """The corpus' three: none shows a sentinel, each reads as the first collective."""
+    for name in (
+        "torch_allreduce_8rank_2node_sirius_aws_ofi_first_allreduce_timeout_garbage_seq_alcf.log",
+        "megatron_bridge_pp_coalesced_seq1_numel_uint64max_megatronbridge943.log",
+        "vllm_tp4_vision_first_allreduce_never_completed_vllm8978.log",
+    ):
+        found = diagnose(load_evidence(logs=[UNSEEN / name])).findings
+        assert [f for f in found if f.rule == "hang-first-collective"], name
+        assert not [f for f in found if f.rule in ("hang-mismatch", "hang-groups")], name
+
+
+# -- a paste broken at a terminal's width
+
+MESSAGE = (
+    "[rank1]:[E307 05:29:18.161079108 ProcessGroupNCCL.cpp:1858] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+    "Received a dump signal due to a collective timeout from this local rank and we will try our best "
+    "to dump the debug info. Last enqueued NCCL work: 855, last completed NCCL work: 12.This is most "
+    "likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order "
+    "of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run."
+)
+FAILED = (
+    "[rank0]:[E307 05:30:18.278313932 ProcessGroupNCCL.cpp:744] [Rank 0] Some NCCL operations have "
+    "failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations "
+    "might run on corrupted/incomplete data."
+)
+
+
+def wrap(line: str, width: int, pad: bool) -> list[str]:
+    rows = [line[i : i + width] for i in range(0, len(line), width)]
+    return [row.ljust(width) if pad else row for row in rows]
+
+
+@pytest.mark.parametrize("pad", [False, True])
+@pytest.mark.parametrize("width", [MIN_WIDTH, 97, 190])
+def test_a_wrapped_paste_is_read_as_its_lines(width, pad):
+    """Any width from MIN_WIDTH, cut bare (a terminal) or padded (a multiplexer's pane): rank 1's
+    status is read with its rank, the number split at the edge joined back."""
+    rows = wrap(MESSAGE, width, pad) + wrap(FAILED, width, pad)
+    log = parse_job_log("\n".join(rows))
+    [status] = log.statuses
+    assert (status.rank, status.last_enqueued, status.last_completed) == (1, 855, 12)
+    assert log.ops_failed == {0} and 1 in log.dump_signals
+
+
+def test_tmux_position_counters_are_removed():
+    rows = [row[:-9] + "[7/904]  " for row in wrap(MESSAGE, 120, True)]
+    rows[0] = rows[0][:-7] + "[8/904$"  # cut at the edge
+    assert "/904" not in " ".join(unwrap(rows))
+
+
+def test_below_the_shape_nothing_is_joined():
+    """Its healthy twins: rows narrower than MIN_WIDTH, or fewer than MIN_ROWS at the width."""
+    narrow = wrap(MESSAGE, MIN_WIDTH - 1, True)
+    assert not is_wrapped(narrow) and unwrap(narrow) == narrow
+    few = ["x" * 100] * (MIN_ROWS - 1) + ["short"] * 2
+    assert not is_wrapped(few)
+    assert is_wrapped(["x" * 100] * MIN_ROWS + ["short"] * 2)
+
+
+def test_an_ordinary_log_is_left_as_it_is():
+    lines = (UNSEEN / "ddp_timestamped_rank0_allreduce_seq54_enqueued84_pydiff31.log").read_text()
+    assert unwrap(lines.splitlines()) == lines.splitlines()
+
+
+def test_the_real_wrapped_paste_says_a_collective_timed_out(tmp_path):
+    """axolotl #3476: rank 1's 855/12 read, no op or number invented, exit 1's severity."""
+    path = (
+        UNSEEN
+        / "axolotl_fsdp2_terminal_wrapped_dump_signal_enqueued855_completed12_axolotl3476.log"
+    )
+    found = diagnose(load_evidence(logs=[path])).findings
+    [timed] = [f for f in found if f.title.startswith("a collective timed out")]
+    assert "#855" in timed.title and "#12" in timed.title and timed.severity == "error"
+    assert "#13-#855" in timed.title
+
+
+def test_a_status_alone_with_nothing_completed(tmp_path):
+    found = findings_of(tmp_path, [STATUS.format(r=3, seq=5, enq=5, done="-1")])
+    [timed] = [f for f in found if f.title.startswith("a collective timed out")]
+    assert "last completed none" in timed.title and "enqueued, not completed" not in timed.title
