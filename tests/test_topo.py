@@ -244,8 +244,8 @@ def test_unknown_links_are_in_no_level():
     [
         ("", "no nvidia-smi topology matrix"),
         ("hello\nworld", "no nvidia-smi topology matrix"),
-        ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-3\n", "GPU1 are missing"),
-        ("\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\t X \tWAT\n", "GPU1 are missing"),
+        ("\tGPU0\tGPU1\tCPU Affinity\n", "GPU0, GPU1 are missing"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\t X \tWAT\n", "row GPU1 is malformed: 'WAT'"),
     ],
 )
 def test_malformed_input_is_a_usage_problem(text, match):

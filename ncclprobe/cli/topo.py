@@ -143,8 +143,8 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt):
 def _title(topo: Topology) -> str:
     s = topo.summary
     nvlink = {True: "yes", False: "no", None: "unknown"}[s["nvlink"]]
-    if s["nvlink"] and s.get("links"):
-        nvlink += f" ({s['links']})"  # whether NVLink joins every GPU, which LL128 needs
+    if s["nvlink"]:  # how many links join a pair; whether NVLink joins every GPU (LL128 needs it)
+        nvlink += f" ({', '.join([*s['nvlink_codes'], *([s['links']] if s.get('links') else [])])})"
     return (
         f"{s['gpu_count']} GPU(s), NVLink {nvlink}, "
         f"worst path {s['worst_path'] or '-'}, NUMA nodes {s['numa_spread'] or '?'} ({topo.source})"

@@ -9,6 +9,14 @@ indented, inside markdown, or with other text around it; common indentation is r
 The environment is the one of the shell that ran collect-env, not the one the serving workers
 saw: a setting here may never reach the workers (or workers may have more). `ncclprobe env-check
 --pid` reads the workers' own environment.
+
+The platform is read from the lines each tool prints for it, never assumed to be NVIDIA's:
+sglang's check_env prints `CUDA available` / `ROCM available` / `MUSA available` with `CUDA_HOME` /
+`ROCM_HOME` / `MUSA_HOME`, a driver version per vendor and a `NVIDIA Topology:` / `AMD Topology:`
+(rocm-smi --showtopotype) / `MTHREADS Topology:` block (sglang/check_env.py and its MUSA port);
+vLLM's and torch's collect_env print `CUDA used to build PyTorch`, `ROCM used to build PyTorch`,
+`HIP runtime version` (N/A where not used) and `GPU models and configuration`. A non-NVIDIA
+platform's topology block is named and not read as nvidia-smi's.
 """
 
 from __future__ import annotations
@@ -37,6 +45,41 @@ _KEY_VALUE = ascii_re(
 _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
 _TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
+_OTHER_TOPO = ascii_re(r"^(?P<name>AMD|MTHREADS|MUSA|ROCM|ROCm) Topology\s*:")
+# sglang's `GPU 0,1,2,3: NVIDIA H100 80GB HBM3` (one line per device name) and vLLM's `GPU 0: ...`
+_GPU_NAME = ascii_re(r"^GPU (?P<ids>\d{1,4}(?:,\d{1,4}){0,1023}):\s*(?P<name>\S.{0,200})$")
+# (platform, its vendor, the keys whose value says it is in use); the first platform with a key
+# whose value is set (not N/A, None, False or empty) is the platform
+PLATFORMS = (
+    ("MUSA", "Moore Threads", ("MUSA available", "MUSA_HOME", "MUSA Driver Version", "MCC")),
+    (
+        "ROCm",
+        "AMD",
+        (
+            "ROCM available",
+            "ROCM_HOME",
+            "ROCM Driver Version",
+            "HIPCC",
+            "ROCM used to build PyTorch",
+            "HIP runtime version",
+            "ROCM Version",
+        ),
+    ),
+    (
+        "CUDA",
+        "NVIDIA",
+        (
+            "CUDA available",
+            "CUDA_HOME",
+            "CUDA Driver Version",
+            "NVCC",
+            "CUDA used to build PyTorch",
+            "Nvidia driver version",
+            "CUDA runtime version",
+        ),
+    ),
+)
+_UNSET = frozenset(("", "n/a", "none", "false", "not available", "could not collect"))
 # variables collect-env prints that describe the image, not NCCL settings
 IMAGE_FACTS = ("NCCL_VERSION",)
 
@@ -49,6 +92,10 @@ class CollectEnv:
     env: dict[str, str]
     topology: Topology | None
     notes: list[str] = field(default_factory=list)
+    # "MUSA (Moore Threads)", "ROCm (AMD)", "CUDA (NVIDIA)": the lines that say which; None unsaid
+    platform: str | None = None
+    platform_lines: list[str] = field(default_factory=list)
+    gpu_names: dict[str, str] = field(default_factory=dict)  # "0,1,2,3" -> "MTT S5000"
     # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
     # errors), shown as they are (`evidence.failure_lines`)
     failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
@@ -76,6 +123,9 @@ class CollectEnv:
             "nccl_version": self.nccl_version,
             "env": mask_env(self.env),
             "nccl_settings": mask_env(self.nccl_settings),
+            "platform": self.platform,
+            "platform_lines": self.platform_lines,
+            "gpu_names": self.gpu_names,
             "topology": self.topology.to_json() if self.topology else None,
             "caveat": CAVEAT,
             "notes": self.notes,
@@ -122,9 +172,13 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
                 "'sglang:' line"
             )
         tool = "torch collect_env"
-    versions, nccl, env = {}, {}, {}
+    versions, nccl, env, said, gpu_names = {}, {}, {}, {}, {}
     for line in lines:
         s = line.strip()
+        gpu = _GPU_NAME.match(s)
+        if gpu and "Compute Capability" not in s:
+            gpu_names[gpu["ids"]] = gpu["name"].strip()
+            continue
         pip = _PIP.match(s)
         if pip:
             if pip["name"].startswith("nvidia-nccl"):
@@ -137,6 +191,7 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
         kv = _KEY_VALUE.match(s)
         if kv and kv["value"] and len(kv["key"]) < 40:
             key = kv["key"].strip()
+            said.setdefault(key, kv["value"].strip())
             if key in (
                 "PyTorch version",
                 "PyTorch",
@@ -163,12 +218,15 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
         ]
     # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
     # then shows only what the policy shows; a value the mask changes is no valid setting anyway
-    out = CollectEnv(tool, versions, nccl, mask_env(env), None)
+    out = CollectEnv(tool, versions, nccl, mask_env(env), None, gpu_names=gpu_names)
+    out.platform, out.platform_lines = _platform(said, lines)
     if long:
         out.notes.append(
             f"{long} line(s) longer than {MAX_LINE} characters read only to that length"
         )
     out.topology = _topology(lines, out.notes)
+    if out.platform:
+        out.notes.append(_platform_note(out))
     if tool == "sglang check_env":
         out.notes.append(
             "sglang check_env prints no environment variables: no NCCL setting to lint from it"
@@ -178,7 +236,41 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
     return out
 
 
+def _platform(said: dict[str, str], lines: list[str]) -> tuple[str | None, list[str]]:
+    """The first platform (MUSA, ROCm, CUDA) with a key set, and the lines that say so."""
+    other = next((m["name"] for l in lines if (m := _OTHER_TOPO.match(l.strip()))), None)
+    for name, vendor, keys in PLATFORMS:
+        shown = [f"{k}: {said[k]}" for k in keys if said.get(k, "").lower() not in _UNSET]
+        if name != "CUDA" and other and other.upper() in (vendor.upper(), name.upper(), "MTHREADS"):
+            shown.append(f"{other} Topology:")
+        if shown:
+            return f"{name} ({vendor})", shown[:4]
+    return None, []
+
+
+def _platform_note(env: CollectEnv) -> str:
+    gpus = "; ".join(f"GPU {ids}: {name}" for ids, name in list(env.gpu_names.items())[:4])
+    said = f"platform {env.platform}, read from `{env.platform_lines[0]}`" + (
+        f" ({gpus})" if gpus else ""
+    )
+    if env.platform and env.platform.startswith("ROCm"):
+        return said + ": RCCL, AMD's port of NCCL, is its collective library"
+    if env.platform and not env.platform.startswith("CUDA"):
+        return (
+            said + ": not an NVIDIA or AMD system; its collective library is the vendor's, "
+            "which ncclprobe's NCCL and RCCL readings do not cover"
+        )
+    return said
+
+
 def _topology(lines: list[str], notes: list[str]) -> Topology | None:
+    other = next((m for l in lines if (m := _OTHER_TOPO.match(l.strip()))), None)
+    if other is not None:
+        notes.append(
+            f"topology block '{other['name']} Topology' not read: it is not nvidia-smi's "
+            "(ncclprobe reads nvidia-smi topo -m)"
+        )
+        return None
     start = next(
         (
             n

@@ -3,7 +3,11 @@
 Every format seen in the wild parses (tests/fixtures/topo): old (no NUMA column), mid (NUMA
 Affinity), new (GPU NUMA ID, NIC legend), tab- or space-separated, NIC rows (`mlx5_N`, `NICn`),
 `-mp` output, ANSI escapes, a missing or truncated legend, prompt or prose lines before the
-matrix, and a second block (`topo -p2p p`) after it.
+matrix, and a second block (`topo -p2p p`) after it. Links are nvidia-smi's codes as printed, any
+NVLink count included (`NV1`..`NV18`: a consumer card's bridge, NVSwitch, HGX). A paste cut short
+after some GPU rows is read as far as it goes: the rows present give their links, the missing
+rows' links are unknown (None, never inferred from the matrix's symmetry), and a note says which
+rows are missing; a matrix without a single GPU row is no matrix.
 
 The sweep's use: `p2p_level_pairs` says, for each NCCL_P2P_LEVEL value, which GPU pairs NCCL
 would connect peer-to-peer. NCCL allows P2P when the pair's path type is at most the level
@@ -70,6 +74,7 @@ class Topology:
     )  # NIC0 -> mlx5_0 (from the NIC legend)
     nic_links: dict[str, list[str]] = field(default_factory=dict)  # NIC -> code to each GPU
     p2p_status: list[list[str]] | None = None  # `topo -p2p` block: OK / NS / ...
+    missing_rows: list[str] = field(default_factory=list)  # GPU rows the header names, not printed
     source: str = "text"
     sources: dict[str, str] = field(default_factory=dict)  # live reading: what each source gave
     p2p_check: dict | None = None  # the real P2P data check, when run
@@ -90,6 +95,7 @@ class Topology:
             "gpu_count": len(self.gpus),
             "nvlink": any(c.startswith("NV") for c in known) if known or not codes else None,
             "links": node_facts(self).links,
+            "nvlink_codes": sorted({c for c in known if c.startswith("NV")}, key=_nv_count),
             "worst_path": max(known, key=_smi_rank) if known else None,
             "numa_nodes": numa,
             "numa_spread": len(numa) if numa else None,
@@ -121,8 +127,14 @@ class Topology:
             "sources": dict(self.sources),
             "peer_access": self.peer_access,
             "p2p_check": self.p2p_check,
+            "missing_rows": list(self.missing_rows),
             "notes": list(self.notes),
         }
+
+
+def _nv_count(code: str) -> int:
+    """`NV12` -> 12: how many NVLinks join the pair, as nvidia-smi counts them."""
+    return int(code[2:]) if code[2:].isdigit() else 0
 
 
 def _smi_rank(code: str) -> int:
@@ -184,8 +196,13 @@ def _parse_block(lines: list[str], start: int) -> tuple[Topology, int]:
         if not tokens or tokens[0] not in devices or tokens[0] in rows:
             break
         cells = tokens[1 : 1 + len(devices)]
-        if len(cells) < len(devices) or not all(_LINK_CODE.match(c) for c in cells):
-            break
+        bad = next((c for c in cells if not _LINK_CODE.match(c)), None)
+        if bad is not None and tokens[0].startswith("GPU"):
+            raise UsageProblem(
+                f"topology matrix row {tokens[0]} is malformed: {bad[:20]!r} is no nvidia-smi link code"
+            )
+        if len(cells) < len(devices) or bad is not None:
+            break  # a row cut short: the paste ends here
         rows[tokens[0]] = cells
         if tokens[0].startswith("GPU"):
             values = [None if v == "N/A" else v for v in tokens[1 + len(devices) :]]
@@ -193,12 +210,31 @@ def _parse_block(lines: list[str], start: int) -> tuple[Topology, int]:
     else:
         number = len(lines)
     missing = [g for g in gpu_names if g not in gpus]
-    if missing:
+    if missing and len(missing) == len(gpu_names):  # not one GPU row: no matrix to read
         raise UsageProblem(
             f"topology matrix is cut short: the header names {len(gpu_names)} GPUs "
             f"but rows for {', '.join(missing)} are missing or malformed"
         )
-    return _assemble(devices, gpu_names, rows, gpus), number
+    for g in missing:
+        gpus[g] = GpuInfo(int(g[3:]))
+    topo = _assemble(devices, gpu_names, rows, gpus)
+    if missing:
+        topo.missing_rows = missing
+        topo.notes.insert(
+            0,
+            f"the matrix is cut short: the header names {len(gpu_names)} GPUs, rows read for only "
+            f"{len(gpu_names) - len(missing)} of {len(gpu_names)}; the links in the rows of "
+            f"{_names(missing)} are unknown ('?')",
+        )
+    return topo, number
+
+
+def _names(devices: list[str]) -> str:
+    """`GPU4-GPU15`, `GPU2, GPU5`: consecutive GPUs as one range."""
+    numbers = [int(d[3:]) for d in devices]
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 2:
+        return f"GPU{numbers[0]}-GPU{numbers[-1]}"
+    return ", ".join(devices)
 
 
 def _assemble(devices, gpu_names, rows, gpus) -> Topology:
@@ -206,7 +242,7 @@ def _assemble(devices, gpu_names, rows, gpus) -> Topology:
     nics = [d for d in devices if not d.startswith("GPU")]
     topo = Topology(
         gpus=[gpus[g] for g in gpu_names],
-        gpu_links=[[rows[g][c] for c in gpu_columns] for g in gpu_names],
+        gpu_links=[[rows[g][c] if g in rows else None for c in gpu_columns] for g in gpu_names],
         nics=nics,
         nic_links={n: [rows[n][c] for c in gpu_columns] for n in nics if n in rows},
     )
@@ -222,7 +258,7 @@ def _symmetry_notes(links: list[list[str]]) -> list[str]:
         f"matrix is not symmetric at GPU{i}/GPU{j}: {links[i][j]} vs {links[j][i]}"
         for i in range(len(links))
         for j in range(i + 1, len(links))
-        if links[i][j] != links[j][i]
+        if links[i][j] != links[j][i] and None not in (links[i][j], links[j][i])
     ]
 
 
