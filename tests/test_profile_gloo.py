@@ -171,3 +171,17 @@ def test_costs_add_up_to_no_more_than_the_run(diagnosed, job, scenario):
     assert account["attributed_ms"] + account["unexplained_ms"] == pytest.approx(
         account["total_ms"], abs=1e-3
     )
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_the_number_of_ranks_read_is_said(diagnosed, job):
+    """A directory of N ranks' profiles: the head says N ranks read (their ranges) and the run's
+    JSON carries rank_count; one rank's profile alone says nothing of ranks (its twin)."""
+    ev, result = diagnosed(job, "healthy")
+    n = JOBS[job]
+    head = "\n".join(result.sections[0].lines)
+    ranks = "ranks 0, 1" if n == 2 else f"ranks 0-{n - 1}"
+    assert f"{n} ranks read, one profile each ({ranks})" in head
+    assert [r["rank_count"] for r in result.document["runs"]] == [n]
+    single = diagnose(load_evidence(profiles=_files(job, "healthy")[:1]))
+    assert "ranks read" not in "\n".join(single.sections[0].lines)

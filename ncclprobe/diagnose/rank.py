@@ -26,6 +26,7 @@ from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.findings import Finding
+from ncclprobe.rank_ranges import rank_word
 
 SCHEMA_VERSION = 2  # 2: each finding's `cost` (findings.Cost) replaced cost_ms_per_token/step
 SETTINGS = RuleSet("settings", (rules_safety.unsafe_settings,) + rules_settings.RULES)
@@ -139,6 +140,7 @@ def run_summary(source: str, run) -> dict:
         "collective_share": run.collective_share,
         "graph_coverage": run.graph_coverage,
         "acceptance": run.acceptance.__dict__ if run.acceptance else None,
+        "rank_count": len(run.ranks) or None,
         "ranks": run.ranks,
         "log": run.log,
         "notes": run.notes,
@@ -162,6 +164,12 @@ def _step_lines(ev: Evidence) -> list[str]:
     """Per run and phase: steps, time per step, GPU busy and idle, graph share, launches."""
     lines = []
     for source, run in ev.all_runs():
+        if len(run.ranks) > 1:  # a job's profiles, one per rank: say how many were read
+            numbers = [r["rank"] for r in run.ranks if isinstance(r.get("rank"), int)]
+            lines.append(
+                f"# {run.name(source)}: {len(run.ranks)} ranks read, one profile each"
+                + (f" ({rank_word(numbers)})" if len(numbers) == len(run.ranks) else "")
+            )
         for p in run.phases.values():
             if not p.count:
                 continue
