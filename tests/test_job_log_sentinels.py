@@ -214,3 +214,30 @@ def test_a_status_alone_with_nothing_completed(tmp_path):
     found = findings_of(tmp_path, [STATUS.format(r=3, seq=5, enq=5, done="-1")])
     [timed] = [f for f in found if f.title.startswith("a collective timed out")]
     assert "last completed none" in timed.title and "enqueued, not completed" not in timed.title
+
+
+COMM = (
+    "cuda0003:2949601:2949642 [0] NCCL INFO comm 0x55fb6f3ce680 rank 0 nranks 4 cudaDev 0 nvmlDev 2 "
+    "busId 41000 commId 0x795520212f433144 - Init COMPLETE"
+)
+
+
+@pytest.mark.parametrize(("ranks", "absent"), [((0, 1, 2), True), ((0, 1, 2, 3), False)])
+def test_the_first_collective_says_what_else_its_lines_allow(tmp_path, ranks, absent):
+    """NCCL's Init COMPLETE is named; with 3 of a 4-rank communicator's ranks in the log, a member
+    absent from it may not have entered (said, never which one); all 4 shown: not said."""
+    lines = [COMM] + [work(r, pg=f"[PG 0 Rank {r}] ") for r in ranks]
+    [first] = [f for f in findings_of(tmp_path, lines) if f.rule == "hang-first-collective"]
+    assert "init completed (rank 0 of 4)" in first.detail
+    assert ("3 of its 4 ranks" in first.detail) is absent
+    assert "never entered" not in first.detail and "rank 3 " not in first.detail
+
+
+@pytest.mark.parametrize(("op", "said"), [("COALESCED", True), ("ALLREDUCE", False)])
+def test_a_coalesced_first_operation_names_the_unmatched_peer_too(tmp_path, op, said):
+    [first] = [
+        f
+        for f in findings_of(tmp_path, [work(10, op=op, n=UINT64_MAX, pg="[PG 6 Rank 1] ")])
+        if f.rule == "hang-first-collective"
+    ]
+    assert ("matching receive or send" in first.detail) is said

@@ -72,7 +72,8 @@ def log_only_findings(ev: E.Evidence) -> list:
     cycles = _cycles(ev, stuck)
     in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
     out: list = [_cycle_finding(c) for c in cycles]
-    out += [_watchdog(s, _transport(ev)) for s in stuck if id(s) not in in_cycle]
+    comms = tuple(c for log in ev.job_logs for c in log.nccl_comms)
+    out += [_watchdog(s, _transport(ev), comms) for s in stuck if id(s) not in in_cycle]
     out += [] if stuck else _status_only(ev)
     out += _detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
@@ -154,7 +155,7 @@ def stuck_collectives(ev: E.Evidence) -> list[LogStuck]:
     return out
 
 
-def _watchdog(s: LogStuck, transport: str = "") -> Finding:
+def _watchdog(s: LogStuck, transport: str = "", comms: tuple = ()) -> Finding:
     ranks, first = s.calls, next(iter(s.calls.values()))
     evidence = {
         "group": s.group,
@@ -222,9 +223,10 @@ def _watchdog(s: LogStuck, transport: str = "") -> Finding:
                 )
                 + "). The ranks are not out of step: the group's communicator never moved data. "
                 "NCCL creates its communicator and connects the ranks at the first collective, so "
-                "this is a hang in NCCL's init or transport setup (a network path that does not "
-                "connect, an interface the peers cannot reach, a transport that blocks); the NCCL "
-                "logs of the ranks (NCCL_DEBUG=INFO) show how far each got. "
+                "this reads as a hang in NCCL's init or transport setup (a network path that does "
+                "not connect, an interface the peers cannot reach, a transport that blocks); the "
+                "NCCL logs of the ranks (NCCL_DEBUG=INFO) show how far each got. "
+                + _first_caveats(s, first.op, comms)
                 + (
                     f"The log's NCCL lines show the transport in play: {transport}."
                     if transport
@@ -247,6 +249,39 @@ def _watchdog(s: LogStuck, transport: str = "") -> Finding:
         ),
         evidence=evidence,
     )
+
+
+def _first_caveats(s: LogStuck, op: str | None, comms: tuple) -> str:
+    """What else the same lines allow: a point-to-point first operation whose peer never posted
+    its match; a member absent from the log; NCCL's own word that init completed."""
+    out = []
+    if op and "COALESCED" in op.upper():
+        out.append(
+            f"{op} is a batch of coalesced operations (batch_isend_irecv's sends and receives, or "
+            "coalesced collectives): where it holds sends and receives, it also never completes "
+            "where a peer never posts the matching receive or send."
+        )
+    elif op and any(word in op.upper() for word in ("SEND", "RECV")):
+        out.append(
+            f"{op} is point-to-point: it also never completes where the peer never posts the "
+            "matching receive or send."
+        )
+    done = [c for c in comms if c.get("init_complete")]
+    if done:
+        sizes = sorted({c["nranks"] for c in done})
+        out.append(
+            "NCCL's lines in the log show a communicator's init completed ("
+            + "; ".join(f"rank {c['rank']} of {c['nranks']}" for c in done[:4])
+            + "): where that is this group's communicator, the hang is after init, in the first "
+            "collective's connection setup or transfer."
+        )
+        missing = [n for n in sizes if n > len(s.calls)]
+        if missing:
+            out.append(
+                f"The log shows {len(s.calls)} of its {missing[-1]} ranks: a member absent from the "
+                "log may not have entered the collective (not observable here)."
+            )
+    return " ".join(out) + (" " if out else "")
 
 
 def _transport(ev: E.Evidence) -> str:
@@ -408,7 +443,8 @@ def _detail_findings(ev: E.Evidence) -> list[Finding]:
 
 def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, int, int]]]:
     """Collectives of different groups whose silent ranks each wait in the other: each rank's
-    first timeout is where it waits; a timeout whose group is unknown is in no cycle. [(stuck, waiting rank, missing rank)] per cycle."""
+    first timeout is where it waits; a timeout whose group is unknown is in no cycle.
+    [(stuck, waiting rank, missing rank)] per cycle."""
     waits: dict[int, tuple] = {}
     for log in ev.job_logs:
         for t in log.timeouts:

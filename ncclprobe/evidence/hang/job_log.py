@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.failure_lines import FailureLines
-from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.evidence.wrapped import unwrap
 from ncclprobe.numbers import ascii_re
@@ -111,6 +111,7 @@ _OPS_FAILED = "Some NCCL operations have failed or timed out"
 # NCCL's settings that shape how a communicator connects its ranks (`NCCL_NET`, `NCCL_NET_GDR_LEVEL`,
 # `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `NCCL_P2P_LEVEL`, ...): named where a first collective hangs
 _TRANSPORT_VARS = ascii_re(r"^NCCL_(?:NET|IB_|SOCKET_|P2P_|SHM_|CROSS_NIC|COLLNET|NVLS_ENABLE)")
+MAX_COMMS = 1024
 _NO_VALUE = 1 << 63  # a printed count at or above this is an unsigned -1 (or garbage), not a count
 _NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d{1,19})(?:\.\w+)?$")
 
@@ -188,6 +189,9 @@ class JobLog:
     # how NCCL connects, as its INFO lines in the log say: {"network": "AWS Libfabric",
     # "NCCL_NET_GDR_LEVEL": "PHB", "net_plugin_missing": "<NCCL's line>"}; empty where none
     transport: dict[str, str] = field(default_factory=dict)
+    # NCCL's communicator lines in the log (`comm 0x.. rank 0 nranks 4 ... - Init COMPLETE`): rank,
+    # nranks, init_complete (evidence.nccl.nccl_log's dicts), at most MAX_COMMS
+    nccl_comms: list[dict] = field(default_factory=list)
     # lines that look like a failure and that nothing here reads (`evidence.failure_lines`)
     failure_lines: FailureLines = field(default_factory=lambda: FailureLines("job log"))
 
@@ -216,13 +220,14 @@ def parse_job_log(text: str, path: str = "LOG") -> JobLog:
         reader.feed(raw)
     log = reader.finish()
     if "NCCL " in text:
-        log.transport = _transport(text)
+        nccl = parse_nccl_log(text)
+        log.transport = _transport(nccl)
+        log.nccl_comms = nccl.communicators[:MAX_COMMS]
     return log
 
 
-def _transport(text: str) -> dict[str, str]:
+def _transport(nccl: NcclLog) -> dict[str, str]:
     """The network and connection settings NCCL's own lines in the log name (first value each)."""
-    nccl = parse_nccl_log(text)
     out = {"network": ", ".join(sorted(nccl.networks))} if nccl.networks else {}
     out.update({k: v for k, v in nccl.env.items() if _TRANSPORT_VARS.match(k)})
     if nccl.net_plugin_missing:
