@@ -241,3 +241,26 @@ def test_a_coalesced_first_operation_names_the_unmatched_peer_too(tmp_path, op, 
         if f.rule == "hang-first-collective"
     ]
     assert ("matching receive or send" in first.detail) is said
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "flight_recorder/nccl/nvidia-smi.txt",
+        "unseen/nccl_tests/allreduce_multinode_tail_only_no_header_healthy_nccltests119.txt",
+        "p2p/p2p_16x_v100_sxm3_dgx2_p2p_read_gpu_micro.txt",
+    ],
+)
+def test_tables_at_the_width_are_never_joined(name):
+    """Real outputs whose rows share the widest length (nvidia-smi's boxes, nccl-tests' rows, a P2P
+    matrix followed by its next title): they have the shape, but no row continues a message."""
+    lines = (Path(__file__).parent / "fixtures" / name).read_text().splitlines()
+    assert is_wrapped(lines) and unwrap(lines) == [line.rstrip() for line in lines]
+
+
+def test_a_traceback_after_a_full_width_message_stays_its_own():
+    rows = [f"[rank0]: {'x' * 91}"] * 3 + [
+        '  File "train.py", line 3, in <module>',
+        "    what(): boom",
+    ]
+    assert unwrap(rows) == rows
