@@ -211,8 +211,10 @@ def test_the_real_wrapped_paste_says_a_collective_timed_out(tmp_path):
 
 
 def test_a_status_alone_with_nothing_completed(tmp_path):
+    """`Exception (either an error or timeout) detected by watchdog`: failed or timed out, not
+    said to be a timeout (its twin, a rank told to dump on a timeout, is the axolotl log's)."""
     found = findings_of(tmp_path, [STATUS.format(r=3, seq=5, enq=5, done="-1")])
-    [timed] = [f for f in found if f.title.startswith("a collective timed out")]
+    [timed] = [f for f in found if f.title.startswith("a collective failed or timed out")]
     assert "last completed none" in timed.title and "enqueued, not completed" not in timed.title
 
 

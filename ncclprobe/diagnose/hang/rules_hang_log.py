@@ -323,14 +323,16 @@ def _status_only(ev: E.Evidence) -> list[Finding]:
     ]
     if failed:
         said.append(f"{_ranks(failed)} said some NCCL operations failed or timed out")
+    # a rank told to dump names a collective timeout; the watchdog's status alone may be an error
+    what = "timed out" if any(log.dump_signals for log in ev.job_logs) else "failed or timed out"
     return [
         Finding(
             rule="hang-watchdog",
             severity="error",
             confidence="medium",
-            title="a collective timed out: " + "; ".join(said),
+            title=f"a collective {what}: " + "; ".join(said),
             detail=(
-                "The log shows that a collective timed out and how far each rank got ("
+                f"The log shows that a collective {what} and how far each rank got ("
                 + "; ".join(said)
                 + "), but no watchdog line with the timed-out call: which collective, its "
                 "sequence number and size are not in the log (the line `Watchdog caught collective "
