@@ -103,12 +103,18 @@ MODULES = {
     "ncclprobe/evidence/nccl/nccl_tests_json.py": f"{NCCL_TESTS} tests/test_nccl_tests_cputime.py",
     "ncclprobe/evidence/nccl/nccl_tests_split.py": NCCL_TESTS,
     "ncclprobe/evidence/nccl/nccl_tests_records.py": NCCL_TESTS,
-    "ncclprobe/evidence/node/topo.py": f"{PINS} tests/test_topo.py",
+    "ncclprobe/evidence/node/topo.py": f"{PINS} tests/test_topo.py tests/test_topo_cut_platform.py",
+    "ncclprobe/evidence/wrapped.py": "tests/test_job_log_sentinels.py tests/test_job_log.py",
+    "ncclprobe/evidence/hang/job_log.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py",
+    "ncclprobe/diagnose/hang/rules_hang_log.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py tests/test_diagnose_hang.py",
     "ncclprobe/evidence/live/topo_live.py": f"{PINS} tests/test_topo.py",
     "ncclprobe/evidence/node/matrix.py": PCIE,
     "ncclprobe/evidence/node/p2p_test_output.py": PCIE,
     "ncclprobe/evidence/node/nvbandwidth.py": PCIE,
-    "ncclprobe/evidence/node/collect_env.py": f"{PCIE} tests/test_diagnose_collect_env.py",
+    "ncclprobe/evidence/node/collect_env.py": f"{PCIE} tests/test_diagnose_collect_env.py "
+    "tests/test_topo_cut_platform.py",
     "ncclprobe/evidence/live/env_check_document.py": f"{PINS} tests/test_trust_readers.py tests/test_envcheck.py",
     "ncclprobe/evidence/recommendation_file.py": f"{PINS} tests/test_recommend_emit.py "
     "tests/test_trust_readers.py",

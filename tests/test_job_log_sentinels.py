@@ -266,3 +266,16 @@ def test_a_traceback_after_a_full_width_message_stays_its_own():
         "    what(): boom",
     ]
     assert unwrap(rows) == rows
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_unwrapping_gives_back_the_message_at_every_width(pad):
+    """Cut at any width from MIN_WIDTH to 200, at a space or in a word, padded or bare: the one
+    message comes back exactly (a space at the cut is kept once, a split word is joined)."""
+    for width in range(MIN_WIDTH, 201):
+        rows = wrap(MESSAGE, width, pad) + wrap(FAILED, width, pad)
+        assert unwrap(rows) == [MESSAGE, FAILED], width
+
+
+def test_nothing_to_unwrap():
+    assert not is_wrapped([]) and unwrap([]) == [] and unwrap(["", " "]) == ["", " "]
