@@ -279,3 +279,48 @@ def test_unwrapping_gives_back_the_message_at_every_width(pad):
 
 def test_nothing_to_unwrap():
     assert not is_wrapped([]) and unwrap([]) == [] and unwrap(["", " "]) == ["", " "]
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_a_missing_network_plugin_is_named_beside_the_first_collective(tmp_path, plugin):
+    """NCCL 2.19+'s `NET/Plugin: Could not find: libnccl-net.so` (src/plugin/plugin_open.cc), and its
+    twin without it."""
+    missing = "gpu1:2:3 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin."
+    lines = ([missing] if plugin else []) + [work(r, pg=f"[PG 0 Rank {r}] ") for r in (0, 1)]
+    [first] = [f for f in findings_of(tmp_path, lines) if f.rule == "hang-first-collective"]
+    assert ("no network plugin found" in first.detail) is plugin
+
+
+def test_communicator_lines_kept_up_to_their_bound():
+    from ncclprobe.evidence.hang.job_log import MAX_COMMS
+
+    line = "h:1:2 [0] NCCL INFO comm 0x{c:x} rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x1 - Init COMPLETE"
+    log = parse_job_log("\n".join(line.format(c=c + 1) for c in range(MAX_COMMS + 1)))
+    assert len(log.nccl_comms) == MAX_COMMS
+
+
+def test_read_lines_count_what_was_read():
+    """The vLLM paste: five watchdog lines read; NCCL's Init COMPLETE is not a watchdog line."""
+    log = parse_job_log(
+        (UNSEEN / "vllm_tp4_vision_first_allreduce_never_completed_vllm8978.log").read_text()
+    )
+    assert (log.lines, log.read_lines) == (6, 5)
+
+
+@pytest.mark.parametrize(("status_seq", "named"), [(5, "3"), (6, None), (4, None)])
+def test_an_unnamed_timeout_takes_only_its_own_status_lines_group(status_seq, named):
+    timeout = work(0, seq=5).replace("[rank0]:", "")
+    status = (
+        f"[PG 3 Rank 0] Exception (either an error or timeout) detected by watchdog at work: {status_seq}, "
+        f"last enqueued NCCL work: {status_seq}, last completed NCCL work: 4."
+    )
+    log = parse_job_log(f"{timeout}\n{status}")
+    assert [t.group for t in log.timeouts] == [named]
+
+
+@pytest.mark.parametrize(
+    ("path", "rank"), [("run/attempt_0/3/stderr.log", 3), ("run/3/train.log", None)]
+)
+def test_a_folder_number_is_a_rank_only_for_torchruns_own_files(path, rank):
+    gloo = "RuntimeError: [pair.cc:534] Timed out waiting 5000ms for recv operation to complete"
+    assert parse_job_log(gloo, path).gloo_timeouts == ({rank: 5000} if rank is not None else {})
