@@ -324,3 +324,17 @@ def test_an_unnamed_timeout_takes_only_its_own_status_lines_group(status_seq, na
 def test_a_folder_number_is_a_rank_only_for_torchruns_own_files(path, rank):
     gloo = "RuntimeError: [pair.cc:534] Timed out waiting 5000ms for recv operation to complete"
     assert parse_job_log(gloo, path).gloo_timeouts == ({rank: 5000} if rank is not None else {})
+
+
+@pytest.mark.parametrize(("short", "wrapped"), [(7, True), (8, False)])
+def test_the_share_of_full_rows_at_its_boundary(short, wrapped):
+    """3 rows at the width among 10 (30 %, MIN_SHARE) is the shape; among 11 it is not."""
+    assert is_wrapped(["x" * 100] * 3 + ["short"] * short) is wrapped
+
+
+@pytest.mark.parametrize(("short", "removed"), [(0, True), (1, False)])
+def test_position_counters_only_in_a_padded_pane(short, removed):
+    """9 of 10 rows at the width (PADDED_SHARE) is a pane: its `[N/M]` is tmux's; 9 of 11 is not,
+    and a trailing `[7/904]` is then the text's own."""
+    rows = [f"[rank0]: {'x' * 80}[7/904]"] * 9 + ["[rank0]: end"] + ["[rank1]: x"] * short
+    assert ("/904" not in "".join(unwrap(rows))) is removed
