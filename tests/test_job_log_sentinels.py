@@ -295,16 +295,21 @@ def test_communicator_lines_kept_up_to_their_bound():
     from ncclprobe.evidence.hang.job_log import MAX_COMMS
 
     line = "h:1:2 [0] NCCL INFO comm 0x{c:x} rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x1 - Init COMPLETE"
-    log = parse_job_log("\n".join(line.format(c=c + 1) for c in range(MAX_COMMS + 1)))
-    assert len(log.nccl_comms) == MAX_COMMS
+    log = parse_job_log("\n".join(line.format(c=c + 1) for c in range(1030)))
+    assert len(log.nccl_comms) == MAX_COMMS == 1024
 
 
 def test_read_lines_count_what_was_read():
-    """The vLLM paste: five watchdog lines read; NCCL's Init COMPLETE is not a watchdog line."""
+    """The vLLM paste: five watchdog lines read; NCCL's Init COMPLETE is not a watchdog line. The
+    axolotl paste, unwrapped to 3 lines: rank 1's status and rank 0's `Some NCCL operations have
+    failed or timed out` read, the dump's preparation line not."""
     log = parse_job_log(
         (UNSEEN / "vllm_tp4_vision_first_allreduce_never_completed_vllm8978.log").read_text()
     )
     assert (log.lines, log.read_lines) == (6, 5)
+    name = "axolotl_fsdp2_terminal_wrapped_dump_signal_enqueued855_completed12_axolotl3476.log"
+    log = parse_job_log((UNSEEN / name).read_text())
+    assert (log.lines, log.read_lines, log.failure_lines.total) == (3, 2, 0)
 
 
 @pytest.mark.parametrize(("status_seq", "named"), [(5, "3"), (6, None), (4, None)])
