@@ -16,7 +16,8 @@ from ncclprobe.diagnose import diagnose, load_evidence
 from ncclprobe.evidence.hang.job_log import parse_job_log
 from ncclprobe.evidence.wrapped import MIN_ROWS, MIN_WIDTH, is_wrapped, unwrap
 
-UNSEEN = Path(__file__).parent / "fixtures" / "unseen" / "job_logs"
+FIX = Path(__file__).parent / "fixtures"
+UNSEEN = FIX / "unseen" / "job_logs"
 WORK = (
     "[rank{r}]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607] {pg}[Rank {r}] Watchdog caught "
     "collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, "
@@ -343,3 +344,13 @@ def test_position_counters_only_in_a_padded_pane(short, removed):
     and a trailing `[7/904]` is then the text's own."""
     rows = [f"[rank0]: {'x' * 80}[7/904]"] * 9 + ["[rank0]: end"] + ["[rank1]: x"] * short
     assert ("/904" not in "".join(unwrap(rows))) is removed
+
+
+def test_the_ranks_own_nccl_logs_name_the_network_too(tmp_path):
+    """--nccl-log beside --log: the network NCCL's own log names (a real 2-node EFA run)."""
+    job = tmp_path / "job.log"
+    job.write_text("\n".join(work(r, pg=f"[PG 0 Rank {r}] ") for r in (0, 1)) + "\n")
+    nccl = FIX / "nccl_logs" / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"
+    found = diagnose(load_evidence(logs=[job], nccl_logs=[nccl])).findings
+    [first] = [f for f in found if f.rule == "hang-first-collective"]
+    assert "network AWS Libfabric" in first.detail
