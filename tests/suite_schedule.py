@@ -34,6 +34,7 @@ import pytest
 # of it; a stale entry is an error when its module is collected under -n)
 TIMING = (
     "tests/test_stopped_worker.py",  # a 6 s timeout, and when it is declared
+    "tests/test_read_pool.py",  # a reader's wall clock: 5 s of no CPU against slow CPU
     "tests/test_interrupted_startup.py",  # Ctrl-C at chosen moments of the start-up
     "tests/test_env_propagation_faults.py",  # Ctrl-C and SIGTERM while the drivers run
     "tests/test_sweep_resume.py",  # SIGKILL while the first pool runs

@@ -33,8 +33,9 @@ from ncclprobe.errors import UsageProblem
 
 MIB = 1 << 20
 MAX_WORKERS = 8
-WALL_FACTOR = 3  # a worker silent for this many times its CPU cap (plus 2 s) is stopped: its CPU
-# cap is many times what a real file needs, and a worker blocked (a FIFO) spends no CPU at all
+WALL_FACTOR = 3  # a worker that spent no CPU for this many times its CPU cap (plus 2 s) is stopped:
+# a worker blocked (a FIFO) spends no CPU at all, while one that spins meets its CPU cap. A worker
+# that is merely waiting its turn on a loaded host keeps spending CPU, so it is never stopped for it
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,8 @@ def map_files(
                     index = w.busy[0]
                     w.stop()
                     results[index] = Outcome(
-                        problem=f"reading it did not finish in {w.wall_s:.0f} s (far more than its "
-                        "size explains: a pickle built to be slow, or a file that blocks): stopped "
-                        "and refused"
+                        problem=f"its reader spent no CPU for {w.wall_s:.0f} s (blocked: a file "
+                        "that never delivers its bytes, such as a FIFO): stopped and refused"
                     )
                     pool[pool.index(w)] = w = _Worker(ctx, fn)
                     _give(w, todo, limits)
@@ -119,18 +119,25 @@ class _Worker:
         child.close()
         self.busy: tuple[int, Limits] | None = None
         self.started = 0.0
+        self.cpu_seen: float | None = None
         self.wall_s = 0.0
 
     def send(self, index: int, item, limits: Limits) -> None:
         import time
 
         self.busy, self.started = (index, limits), time.monotonic()
+        self.cpu_seen = _cpu_s(self.process.pid)
         self.wall_s = limits.cpu_s * WALL_FACTOR + 2
         self.conn.send((index, item, limits))
 
     def overdue(self) -> bool:
+        """Silent for wall_s with no CPU spent since the last look: blocked, not slow. A worker
+        that spent CPU starts its wall clock again (its CPU cap bounds it)."""
         import time
 
+        cpu = _cpu_s(self.process.pid)
+        if cpu is not None and cpu != self.cpu_seen:
+            self.cpu_seen, self.started = cpu, time.monotonic()
         return time.monotonic() - self.started > self.wall_s
 
     def collect(self) -> tuple[int, Outcome, bool]:
@@ -159,6 +166,18 @@ class _Worker:
         except (OSError, ValueError, BrokenPipeError):
             pass
         self.conn.close()
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """The process's user plus system CPU seconds (None where it cannot be read: then the wall
+    clock alone decides)."""
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+    except Exception:  # noqa: BLE001 - gone, not permitted, no psutil: the wall clock decides
+        return None
+    return times.user + times.system
 
 
 def _memory(limits: Limits) -> str:
