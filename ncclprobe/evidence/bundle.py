@@ -215,7 +215,7 @@ def _merged_config(main: RunSet, base: RunSet) -> dict:
 
 def load_sweep(path: str | Path) -> list[ResultRecord]:
     """The results a comparison may use: measured fine (status ok, with a time)."""
-    return [r for r in read_results(path).result_records() if r.measured]
+    return [r for r in read_results(path).results if r.measured]
 
 
 # ---- accessors ------------------------------------------------------------------------------

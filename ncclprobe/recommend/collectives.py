@@ -81,7 +81,7 @@ def collectives_in(paths: list[str | Path]) -> list[str]:
     """Every collective the results measured, in the order first seen."""
     seen: dict[str, None] = {}
     for path in paths:
-        for record in read_results(path).result_records():
+        for record in read_results(path).results:
             if record.collective:
                 seen.setdefault(record.collective, None)
     return list(seen)

@@ -87,7 +87,7 @@ def load_measurements(
     files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
-    results = [r for f in files for r in f.result_records()]
+    results = [r for f in files for r in f.results]
     mode = mode or _pick_mode(results, collective)
     mine = [r for r in results if r.collective == collective and r.mode == mode]
     dtype, op, notes = _pick(mine, "dtype", dtype, "float32"), _pick(mine, "op", op, "sum"), []
@@ -170,14 +170,10 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
                 previous is None or previous.get("status") == Status.OK
             ):  # a bad status anywhere wins
                 configs[cid] = record
-        for record in f.results:
+        for result in f.results:
             configs.setdefault(
-                record["config_id"],
-                {
-                    "config_id": record["config_id"],
-                    "status": Status.OK,
-                    "settings": record.get("settings") or {},
-                },
+                result.config_id,
+                {"config_id": result.config_id, "status": Status.OK, "settings": result.settings},
             )
     return configs
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from ncclprobe.nccl.recipes import (
     rank_log_env,
     share_gpu_env,
 )
-from ncclprobe.records import Status
+from ncclprobe.records import ResultRecord, Status
 from ncclprobe.records_writer import ResultWriter
 from ncclprobe.sweep.plan import (
     Config,
@@ -156,7 +157,7 @@ class Recorder:
         proof: dict | None,
         *,
         pool: int,
-        results: list[dict] = (),
+        results: Sequence[ResultRecord] = (),
     ) -> None:
         """A configuration's record, then its result records: the group --resume keeps or cuts whole."""
         self.writer.write(
@@ -172,7 +173,7 @@ class Recorder:
             }
         )
         for record in results:
-            self.writer.write(record)
+            self.writer.write(record.to_record())
         self.stats.count(status)
         self.stats.configs_run += 1
         self._advance(f"{config.config_id}: {status}")
@@ -332,7 +333,7 @@ class PoolRun:
         )
         ordered = sorted(state["results"].items(), key=lambda item: self._order(item[0]))
         results = [result_record(self.spec, config, by_rank, status) for _, by_rank in ordered]
-        wrong = [r for r in results if r["status"] == Status.WRONG]
+        wrong = [r for r in results if r.status is Status.WRONG]
         if wrong and status in (Status.OK, Status.IGNORED):
             status, reason = Status.WRONG, f"{len(wrong)} measurement(s) returned wrong elements"
             log.error("WRONG RESULTS with %s: %s", config_id, reason)

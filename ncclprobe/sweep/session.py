@@ -311,7 +311,7 @@ def _finished(job: Job) -> bool:
 def verdict(results_file: ResultsFile, shortfalls: list[str] = ()) -> Verdict:
     """FINDINGS when any configuration is wrong, hung, crashed or not confirmed by NCCL, a
     measurement failed, or a threshold was missed (`shortfalls`, from `sweep.thresholds.check`)."""
-    failed = any(r.get("status") == Status.ERROR for r in results_file.results)
+    failed = any(r.status == Status.ERROR for r in results_file.results)
     return Verdict.of(
         failed
         or bool(shortfalls)
