@@ -220,8 +220,8 @@ def table_rows(doc: dict) -> list[dict]:
         )
     for dropped in doc["dropped"]:
         line(dropped)[dropped["method"]] = "FAILED"
-    for key, line in lines.items():
-        line["verdict"] = (
+    for key, cells in lines.items():
+        cells["verdict"] = (
             "not link times (--share-gpu)"
             if doc["share_gpu"]
             else verdict.get(key, "no nccl baseline")
