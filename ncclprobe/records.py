@@ -34,6 +34,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets import mask_provenance, mask_record, mask_setting
@@ -279,12 +280,13 @@ def validate_record(record: dict, where: Where) -> None:
     if kind == "result":
         for part, nested in _NESTED.items():
             if isinstance(record.get(part), dict):
-                for name, field_kind, extra in nested:
-                    where.at(part).field(record[part], name, field_kind, **extra)
+                for name, field_kind, limits in nested:
+                    where.at(part).field(record[part], name, field_kind, **limits)
 
 
-_OPTIONAL = {"required": False, "nullable": True}
-_SCHEMA = {
+_OPTIONAL: dict[str, Any] = {"required": False, "nullable": True}
+_Check = tuple[str, str, dict[str, Any]]  # field, kind, Where.field's limits
+_SCHEMA: dict[str, tuple[_Check, ...]] = {
     "header": (
         ("kind", "str", {}),
         ("nranks", "int", {**_OPTIONAL, "min": 1}),
@@ -342,7 +344,7 @@ _SCHEMA = {
     "summary": (),
 }
 # The parts of a result's `iter` and `cost_split` that readers use (the typed record's fields).
-_NESTED = {
+_NESTED: dict[str, tuple[_Check, ...]] = {
     "iter": (
         *((name, "number", _OPTIONAL) for name in ("min_us", "p50_us", "p95_us", "p99_us")),
         *((name, "number", _OPTIONAL) for name in ("max_us", "mean_us", "cv_pct")),

@@ -47,7 +47,7 @@ def quantile(values, q: float, *, of: float = 1, method: str = "linear") -> floa
     ordered = sorted(values)
     n = len(ordered)
     if method == "nearest-rank":
-        return ordered[min(n - 1, max(0, -(-n * q // of) - 1))]
+        return ordered[min(n - 1, max(0, int(-(-n * q // of)) - 1))]
     if method != "linear":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     position = (n - 1) * q / of
@@ -323,13 +323,10 @@ def interpolate(points: dict[int, Point], size: int) -> tuple[float, float, floa
         return p.time_us, p.p10_us, p.p90_us
     t = (math.log(size) - math.log(lower)) / (math.log(upper) - math.log(lower))
     lo_p, hi_p = points[lower], points[upper]
-    return tuple(
-        _loglerp(a, b, t)
-        for a, b in (
-            (lo_p.time_us, hi_p.time_us),
-            (lo_p.p10_us, hi_p.p10_us),
-            (lo_p.p90_us, hi_p.p90_us),
-        )
+    return (
+        _loglerp(lo_p.time_us, hi_p.time_us, t),
+        _loglerp(lo_p.p10_us, hi_p.p10_us, t),
+        _loglerp(lo_p.p90_us, hi_p.p90_us, t),
     )
 
 

@@ -81,6 +81,14 @@ def test_percentile_matches_linear_interpolation():
     assert quantile([5.0], 90, of=100) == 5.0
 
 
+def test_a_nearest_rank_percentile_that_is_not_whole_picks_a_sample():
+    """ceil(4 * 50.5 / 100) = 3: the third sample (a float percentile used to index the list with
+    a float, a TypeError); a whole one on its boundary (50: the second) as before."""
+    ordered = [1.0, 2.0, 3.0, 4.0]
+    assert quantile(ordered, 50.5, of=100, method="nearest-rank") == 3.0
+    assert quantile(ordered, 50, of=100, method="nearest-rank") == 2.0
+
+
 # What the sweep wrote before results were typed (a real H100 raw-path record, examples/results/
 # issue32_2026-12-06, plus `issued_by_why`, which came after it; an error record from a real gloo
 # sweep with a rank that refused): the typed record writes the same keys in the same order.

@@ -49,12 +49,13 @@ def aggregate(values: list[float], weights: list[float | None], weighted_by: str
     if not values:
         return Aggregate(None, 0, None, None)
     plain = sum(values) / len(values)
-    if len(weights) != len(values) or any(w is None or w < 0 for w in weights):
+    known = [w for w in weights if w is not None and w >= 0]
+    if len(known) != len(values):
         return Aggregate(plain, len(values), None, plain)
-    total = sum(weights)
+    total = sum(known)
     if total <= 0:
         return Aggregate(plain, len(values), None, plain)
-    value = sum(v * w for v, w in zip(values, weights)) / total
+    value = sum(v * w for v, w in zip(values, known)) / total
     return Aggregate(value, len(values), weighted_by, plain)
 
 

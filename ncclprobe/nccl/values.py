@@ -177,7 +177,7 @@ def as_logged(name: str, value: str) -> str:
             if number is not None and number >= 0:
                 return LEGACY_P2P_LEVELS[min(number, len(LEGACY_P2P_LEVELS) - 1)]
         return value
-    if kind is Kind.TOKENS or (kind is Kind.CHOICE and not row.case_sensitive):
+    if kind is Kind.TOKENS or (row is not None and kind is Kind.CHOICE and not row.case_sensitive):
         return value.strip().upper()
     integer = kind in (Kind.INT, Kind.BOOL) or (kind is None and _integer_text(value))
     if integer:

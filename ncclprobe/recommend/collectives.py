@@ -210,7 +210,9 @@ def combine(
     )
 
 
-def _combined_totals(recs: list[Recommendation], base: str) -> dict[str, tuple[float, ...]]:
+def _combined_totals(
+    recs: list[Recommendation], base: str
+) -> dict[str, tuple[float, float, float]]:
     """Each configuration's workload total summed over the collectives, where it can serve them all:
     measured and safe for each, or differing from the baseline only in NCCL_ALGO, which NCCL 2.24+
     can leave off a collective (`scope`: that collective then runs as under the baseline, its own
@@ -218,7 +220,7 @@ def _combined_totals(recs: list[Recommendation], base: str) -> dict[str, tuple[f
     version = parse_version(recs[0].measurements.nccl_version)
     scopable = version is None or version >= PER_COLLECTIVE_SINCE
     base_settings = _settings(recs, base)
-    totals = {}
+    totals: dict[str, tuple[float, float, float]] = {}
     for cid in dict.fromkeys(cid for r in recs for cid in r.overall.totals_us):
         settings = _settings(recs, cid)
         algo_only = scopable and {k: v for k, v in settings.items() if k != ALGO} == base_settings
@@ -226,8 +228,13 @@ def _combined_totals(recs: list[Recommendation], base: str) -> dict[str, tuple[f
             r.overall.totals_us.get(cid) or (r.overall.totals_us.get(base) if algo_only else None)
             for r in recs
         ]
-        if all(parts):
-            totals[cid] = tuple(sum(p[i] for p in parts if p) for i in range(3))
+        known = [p for p in parts if p is not None]
+        if len(known) == len(parts):
+            totals[cid] = (
+                sum(p[0] for p in known),
+                sum(p[1] for p in known),
+                sum(p[2] for p in known),
+            )
     return totals
 
 

@@ -192,7 +192,10 @@ def _exclusions(configs: dict[str, dict], results: list[ResultRecord]) -> list[E
         if status in BAD_CONFIG_STATUSES:
             out.append(
                 Exclusion(
-                    cid, settings, Status(status), _config_reason(status, record.get("reason"))
+                    cid,
+                    settings,
+                    Status(status),
+                    _config_reason(Status(status), record.get("reason")),
                 )
             )
             continue
@@ -207,10 +210,13 @@ def _result_is_bad(record: ResultRecord) -> bool:
 
 
 def _result_status(record: ResultRecord) -> Status:
-    return Status.WRONG if (record.wrong or 0) > 0 else record.status
+    """The status a bad result (`_result_is_bad`) stands for: wrong where it counted wrong ones."""
+    if (record.wrong or 0) > 0 or record.status is None:
+        return Status.WRONG
+    return record.status
 
 
-def _config_reason(status: str, reason: str | None) -> str:
+def _config_reason(status: Status, reason: str | None) -> str:
     lead = {
         Status.IGNORED: "the settings did not take effect",
         Status.SKIPPED: "not measured",
@@ -257,7 +263,7 @@ def _curves(
         checked[cid] = checked.get(cid, True) and r.wrong == 0
         if r.collective != collective or r.mode != mode or not r.time_us:
             continue
-        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r))
+        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r, r.time_us))
     return {
         cid: Curve(
             config_id=cid,
@@ -279,8 +285,9 @@ def _marks(results: list[ResultRecord], collective: str, mode: str) -> dict[str,
     return marks
 
 
-def _point(record: ResultRecord) -> Point:
-    time_us = float(record.time_us)
+def _point(record: ResultRecord, time_us: float) -> Point:
+    """A measured record (`time_us`, its median) as a point of its curve."""
+    time_us = float(time_us)
     p10, p90 = record.time_us_p10, record.time_us_p90
     return Point(
         size_bytes=record.size_bytes,

@@ -13,8 +13,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ncclprobe import tempdirs
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
@@ -108,7 +110,7 @@ def run_sweep(
     spec: SweepSpec,
     writer: ResultWriter,
     *,
-    done: set[str] = frozenset(),
+    done: AbstractSet[str] = frozenset(),
     equivalent_levels: list[list[str]] | None = None,
     progress=None,
 ) -> dict:
@@ -140,6 +142,12 @@ def pool_dir(root: Path, index: int) -> Path:
     return root / f"pool{index}"
 
 
+class ProgressBar(Protocol):
+    """What shows the configurations as they end (`cli.output`'s progress bar)."""
+
+    def advance(self, what: str = "", steps: int = 1) -> None: ...
+
+
 @dataclass
 class Recorder:
     """Where a sweep's records go as configurations end: the results file, the counts of the
@@ -147,7 +155,7 @@ class Recorder:
 
     writer: ResultWriter
     stats: SweepStats = field(default_factory=SweepStats)
-    progress: object | None = None
+    progress: ProgressBar | None = None
 
     def config(
         self,
@@ -304,7 +312,7 @@ class PoolRun:
             if len(self.ready) == self.spec.nranks:
                 self.stats.pool_start_s.append(time.monotonic() - self.began)
             return
-        state = self.by_config.get(message.get("config_id"))
+        state = self.by_config.get(str(message.get("config_id")))
         if state is None:
             return
         if kind == "config-start":

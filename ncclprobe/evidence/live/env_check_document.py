@@ -67,7 +67,7 @@ class CheckedProcess:
             if isinstance(c, dict)
         )
         return cls(
-            pid=proc.get("pid"),
+            pid=int(proc["pid"]),  # check_document: a whole number
             ppid=proc.get("ppid"),
             role=proc.get("role"),
             readable=bool(proc.get("readable")),
@@ -104,7 +104,7 @@ class EnvCheckDocument:
             ),
             checked_pids=frozenset(verdict.get("checked_pids") or []),
             findings=tuple(mask_text(str(f)) for f in verdict.get("findings") or []),
-            kind=doc.get("kind"),
+            kind=KIND,  # check_document: it is one
             expectations=tuple(_masked_expectation(e) for e in doc.get("expectations") or ()),
         )
 

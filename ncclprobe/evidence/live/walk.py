@@ -61,7 +61,7 @@ def walk(root_pid: int) -> list[ProcessInfo]:
         info = describe(proc, depth, gpu_map)
         infos[info.pid] = info
     for info in infos.values():
-        _refine_role(info, infos.get(info.ppid))
+        _refine_role(info, infos.get(info.ppid) if info.ppid is not None else None)
     return list(infos.values())
 
 

@@ -243,7 +243,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
 
 def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
     time_us, algbw, busbw, verdict = cells[:4]
-    time_value, cpu = float(time_us), None
+    time_value: float | None = float(time_us)
+    cpu = None
     if columns.cputime:  # the time column is the issue time; the completion time is size / algbw
         cpu, time_value = time_value, (size / (float(algbw) * 1e3) if float(algbw) > 0 else None)
     if columns.check == "error":
@@ -273,7 +274,8 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     )  # NCCL's own banner first, else nccl-tests' line
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
-    shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
+    settings = exported.get("settings")
+    shown = settings if isinstance(settings, dict) else {}
     run.settings = mask_env(
         nccl_settings(
             {

@@ -97,8 +97,10 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         if isinstance(average, dict)
         else None
     )
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
-    errors = [e for e in errors if isinstance(e, str) and e.strip()]
+    listed = doc.get("errors")
+    errors = (
+        [e for e in listed if isinstance(e, str) and e.strip()] if isinstance(listed, list) else []
+    )
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
         raise UsageProblem(f"{source}: nccl-tests JSON without result rows")
@@ -158,9 +160,12 @@ def _version(code) -> str | None:
 
 
 def _row(r, index: int, source: str) -> Row:
-    if not isinstance(r, dict) or _int(r.get("size")) is None or _int(r.get("count")) is None:
+    size, count = (
+        (_int(r.get("size")), _int(r.get("count"))) if isinstance(r, dict) else (None, None)
+    )
+    if size is None or count is None:
         raise UsageProblem(f"{source}: results[{index}] has no integer size and count")
-    root, size, count = _int(str(r.get("root", "")).strip()), _int(r["size"]), _int(r["count"])
+    root = _int(str(r.get("root", "")).strip())
     if not 0 <= size <= MAX_SIZE or not 0 <= count <= MAX_SIZE:
         raise UsageProblem(
             f"{source}: results[{index}] has size {_shown(size)} and count {_shown(count)}: "
@@ -214,7 +219,7 @@ def _iteration(p) -> dict | None:
     if not isinstance(p, dict):
         return None
     keys = ("min_us", "p50_us", "p95_us", "p99_us", "max_us")
-    out = {k: _float(p.get(k)) for k in keys}
+    out: dict[str, float | int | str | None] = {k: _float(p.get(k)) for k in keys}
     out.update(
         {
             "mean_us": _float(p.get("avg_us")),

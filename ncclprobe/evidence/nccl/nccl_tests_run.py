@@ -50,7 +50,7 @@ class Measurement:
     iteration: dict | None = None  # -I 1: per-iteration statistics (our `iter` record)
 
     def to_json(self) -> dict:
-        out = {
+        out: dict[str, object] = {
             "time_us": self.time_us,
             "algbw_gbps": self.algbw_gbps,
             "busbw_gbps": self.busbw_gbps,
@@ -151,7 +151,7 @@ class NcclTestsRun:
     def wrong_summary(self) -> str | None:
         """What the run's checks found wrong: how many values, at which sizes, out of and in place
         (the `#wrong` columns), and the footer's out-of-bounds count. None when nothing was wrong."""
-        placed = {"out of place": [], "in place": []}
+        placed: dict[str, list[int]] = {"out of place": [], "in place": []}
         count = 0
         for row in self.rows:
             for in_place, m in row.measurements():

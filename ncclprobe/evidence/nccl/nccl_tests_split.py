@@ -62,7 +62,9 @@ class Segment:
 
 def split_runs(text: str) -> list[str]:
     """The text of each run, in order; UsageProblem for interleaved processes."""
-    segments, current, tail = [], Segment(), []
+    segments: list[Segment] = []
+    current = Segment()
+    tail: list[str] = []
     for raw in text.splitlines():
         line = clean_task_line(raw).strip()
         kind = next((name for name, pattern in HEADERS if pattern.match(line)), None)

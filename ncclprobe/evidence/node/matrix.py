@@ -162,7 +162,7 @@ def rows_for_table(m: Matrix, digits: int = 2) -> list[dict]:
     """The matrix as table rows (row label, then one column per column label)."""
     out = []
     for label, row in zip(m.rows, m.values):
-        entry = {m.unit: label}
+        entry: dict[str, str | float | None] = {m.unit: label}
         entry.update({c: (None if v is None else round(v, digits)) for c, v in zip(m.cols, row)})
         out.append(entry)
     return out

@@ -98,9 +98,8 @@ class Topology:
 
     def verdict(self) -> Verdict:
         """FINDINGS when the live P2P data check saw wrong data, hung or failed."""
-        return Verdict.of(
-            bool(self.p2p_check) and self.p2p_check["status"] in ("corrupt", "hang", "error")
-        )
+        status = (self.p2p_check or {}).get("status")
+        return Verdict.of(status in ("corrupt", "hang", "error"))
 
     def to_json(self) -> dict:
         levels = p2p_level_pairs(self)
@@ -217,7 +216,7 @@ def _assemble(devices, gpu_names, rows, gpus) -> Topology:
     return topo
 
 
-def _symmetry_notes(links: list[list[str]]) -> list[str]:
+def _symmetry_notes(links: list[list[str | None]]) -> list[str]:
     return [
         f"matrix is not symmetric at GPU{i}/GPU{j}: {links[i][j]} vs {links[j][i]}"
         for i in range(len(links))
