@@ -269,7 +269,10 @@ def test_cli_exit_codes_and_json(tmp_path):
     bad = runner.invoke(cli, ["diagnose", "--trace", seed, "--format", "json"])
     assert bad.exit_code == 1
     doc = json.loads(bad.output)
-    assert doc["schema_version"] == 1 and doc["findings"][0]["rule"] == "eager-phase"
+    assert doc["schema_version"] == 2 and doc["findings"][0]["rule"] == "eager-phase"
+    cost = doc["findings"][0]["cost"]  # what kind of figure it is, and what time it covers
+    assert cost["kind"] == "modelled" and cost["unit"] == "token" and cost["low"] <= cost["high"]
+    assert doc["ledger"] and doc["ledger"][0]["attributed_ms"] <= doc["ledger"][0]["total_ms"]
 
 
 def test_cli_rejects_a_file_that_is_not_a_trace(tmp_path):

@@ -196,8 +196,8 @@ def _row(index, finding) -> dict:
         "severity": finding.severity,
         "confidence": finding.confidence,
         "rule": finding.rule,
-        "cost_ms_per_token": finding.cost_ms_per_token,
-        "cost_ms_per_step": finding.cost_ms_per_step,
+        "cost": finding.cost.header() if finding.cost else None,
+        "cost_kind": finding.cost.kind if finding.cost else None,
         "finding": finding.title,
         "next_command": finding.next_command,
     }
@@ -234,14 +234,9 @@ def render_text(result, ev=None) -> str:
     if not result.findings:
         lines.append("# no findings: nothing above informational")
     for index, f in enumerate(result.findings, 1):
-        cost = (
-            f", costs ~{f.cost_ms_per_token:.3f} ms/token"
-            if f.cost_ms_per_token
-            else f", costs ~{f.cost_ms_per_step:.3f} ms/step"
-            if f.cost_ms_per_step
-            else ""
+        lines.append(
+            f"{index}. [{f.severity}, {f.confidence} confidence{f.cost_header()}] {f.title}"
         )
-        lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
         lines += _wrap(f.detail, "   ")
         if f.evidence:  # a finding of missing evidence (no step found) has none to show
             lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")

@@ -1,8 +1,9 @@
 """Run every rule, rank the findings, and build the report.
 
 Ranking: severity first (error, warning, info), then confidence, then what the user must fix first
-(`FIX_FIRST`: the run did not run what was asked), then the estimated cost per generated token
-(largest first). A cause the evidence shows directly (a phase that is eager, a
+(`FIX_FIRST`: the run did not run what was asked), then what fixing the cause surely wins (the low
+end of its `Cost`, as a share of the run where known, largest first): a bound surely wins nothing
+and ranks after every measured cost. A cause the evidence shows directly (a phase that is eager, a
 setting a worker never had) thus outranks a symptom with a bigger number (speculative slower).
 """
 
@@ -13,14 +14,14 @@ from dataclasses import dataclass, field
 from ncclprobe.diagnose import rules_failures
 from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
 from ncclprobe.diagnose.process_env import rules_envcheck
-from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
+from ncclprobe.diagnose.run import ledger, rules, rules_draft, rules_log, rules_profile
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.findings import CONFIDENCES, Finding, NotChecked, RuledOut, severity_rank
 from ncclprobe.verdict import Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: each finding's `cost` (findings.Cost) replaced cost_ms_per_token/step
 # rules about an engine run: they need one (a hang's evidence comes without)
 RUN_RULES = (
     rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES + rules_nccl_run.RULES
@@ -45,6 +46,7 @@ class Diagnosis:
     expectation: dict | None = None
     notes: list[str] = field(default_factory=list)  # what the evidence cannot tell
     kind: str = "engine-trace"
+    ledger: list[dict] = field(default_factory=list)  # each run's time ledger (diagnose.run.ledger)
 
     @property
     def top(self) -> Finding | None:
@@ -64,6 +66,7 @@ class Diagnosis:
             "inputs": self.inputs,
             "expected_verify": self.expectation,
             "notes": self.notes,
+            "ledger": self.ledger,
             "findings": [f.to_json() for f in self.findings],
             "ruled_out": [r.to_json() for r in self.ruled_out],
             "not_checked": [n.to_json() for n in self.not_checked],
@@ -83,19 +86,22 @@ FIX_FIRST = (
 
 
 def rank_key(finding: Finding) -> tuple:
+    cost = finding.cost
     return (
         severity_rank(finding.severity),
         CONFIDENCES.index(finding.confidence),
         finding.rule not in FIX_FIRST,
-        -(finding.cost_ms_per_token or 0.0),
-        -(finding.cost_ms_per_step or 0.0),
+        -((cost.sure_share or 0.0) if cost else 0.0),
+        -(cost.sure if cost else 0.0),
     )
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
     ran = bool(ev.runs or ev.baseline)
     outcomes = [item for rule in ALL_RULES if ran or rule not in RUN_RULES for item in rule(ev)]
-    findings = sorted((o for o in outcomes if isinstance(o, Finding)), key=rank_key)
+    # each millisecond of a run counted once: costs as the run's time ledger grants them
+    priced, accounts = ledger.settle(ev, [o for o in outcomes if isinstance(o, Finding)])
+    findings = sorted(priced, key=rank_key)
     expectation = expected_verify_ratio(ev.config)
     return Diagnosis(
         findings=findings,
@@ -103,6 +109,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         not_checked=[o for o in outcomes if isinstance(o, NotChecked)],
         inputs={k: v for k, v in ev.inputs.items() if v},
         kind=ev.kind,
-        notes=list(ev.notes) + rules_hang.notes(ev),
+        notes=list(ev.notes) + rules_hang.notes(ev) + [a["note"] for a in accounts],
         expectation=expectation.to_json() if expectation else None,
+        ledger=accounts,
     )

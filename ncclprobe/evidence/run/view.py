@@ -82,6 +82,10 @@ class Collective:
     proto: str | None = None
     time_us: float | None = None  # summed kernel (or host op) time of these calls
     size_source: str = "engine"  # engine | kernel args | capture | host op | unknown
+    # what moved the data (profiles): NCCL, RCCL, gloo, DeepEP, custom all-reduce, symmetric
+    # memory, copy engine... (profile.comm_names.communication_kernel); None: not recorded
+    library: str | None = None
+    calls_us: tuple[float, ...] = ()  # each call's time (profiles), for the noise rule
 
     @property
     def eager(self) -> bool:

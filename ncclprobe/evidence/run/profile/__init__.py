@@ -245,10 +245,21 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
                 else ""
             )
         )
-    if any(c.size_bytes is None for c in run.collectives):
+    if any(c.size_bytes is None and not c.graph for c in run.collectives):
+        notes.append(
+            "some collectives' sizes are unknown: neither their kernels' arguments nor a host "
+            "record with recorded shapes (record_shapes=True) gives them"
+        )
+    if any(c.size_bytes is None and c.graph for c in run.collectives):
         notes.append(
             "some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
             "sizes are unknown (profile the capture too, or read them from the engine's own records)"
+        )
+    others = sorted({c.library for c in run.collectives if c.library} - {"NCCL", "RCCL"})
+    if others:
+        notes.append(
+            f"communication that is not NCCL's ran: {', '.join(others)} (counted as communication; "
+            "NCCL settings do not act on it)"
         )
     if any(c.algo for c in run.collectives):
         notes.append(

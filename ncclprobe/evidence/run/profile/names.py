@@ -221,7 +221,7 @@ def launch_kind(name: str) -> str | None:
 
 
 def collective_kernel(name: str) -> dict | None:
-    """{op, algo, proto, dtype} from an NCCL/RCCL kernel name, None for any other kernel."""
+    """{library, op, algo, proto, dtype} from an NCCL/RCCL kernel name, None for any other."""
     if "ccl" not in name[:12]:
         return None
     match = _NEW.match(name) or _OLD.match(name)
@@ -234,6 +234,7 @@ def collective_kernel(name: str) -> dict | None:
     proto = next((p for p in PROTOCOLS_TO_MATCH if re.search(rf"(^|_){p}(_|$)", upper)), None)
     dtype = next((NCCL_DTYPES[p] for p in reversed(parts) if p in NCCL_DTYPES), None)
     return {
+        "library": "RCCL" if "rccl" in name[:12] else "NCCL",
         "op": COLLECTIVES.get(coll, coll.lower() if coll != "Generic" else "unknown"),
         "algo": algo,
         "proto": proto,
@@ -297,7 +298,7 @@ def step_annotation(name: str) -> dict | None:
     return None
 
 
-def backend_collective(name: str) -> tuple[str, str] | None:
+def backend_collective(name: str) -> tuple[str, str] | None:  # ("gloo", "all_reduce")
     """(backend, op) of torch's per-collective annotation, `gloo:all_reduce`, `nccl:all_gather`."""
     m = _BACKEND_OP.match(name)
     if not m:
