@@ -63,7 +63,7 @@ def against_baseline_calls(ev: E.Evidence) -> list:
     if split_here != split_there:  # compare like with like: kernel times on both sides
         mine, _ = per_call_times(_unaligned(run))
         theirs, _ = per_call_times(_unaligned(base))
-    out = []
+    out: list[Finding | RuledOut] = []
     for key in sorted(set(mine) & set(theirs), key=str):
         op, size, library = key
         a, b = mine[key], theirs[key]
