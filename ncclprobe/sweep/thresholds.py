@@ -62,8 +62,10 @@ def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
 
 
 def _parse_one(flag: str, text: str, metric: Metric) -> Criterion:
-    value, _, size = text.partition("@")
+    value, at, size = text.partition("@")
     try:
+        if at and not size:  # `5@`: a size was meant and is missing
+            raise UsageProblem(flag)
         limit = parse_float(value, flag, min=0, min_open=True)  # ASCII, finite: ncclprobe.numbers
     except UsageProblem:
         raise UsageProblem(
