@@ -170,7 +170,7 @@ class ResultRecord:
         values = {name: record[name] for name in _FIELDS if name in record}
         status, it, split = record.get("status"), record.get("iter"), record.get("cost_split")
         values.update(
-            settings={k: str(v) for k, v in (record.get("settings") or {}).items()},
+            settings=dict(record.get("settings") or {}),  # validated: a str-map
             mode=record.get("mode") or "eager",
             status=Status(status) if status is not None else None,
             iter=IterationStats.from_json(it) if isinstance(it, dict) else None,

@@ -84,3 +84,60 @@ def test_a_collective_measured_under_a_list_it_cannot_run_dates_the_results_befo
 def test_settings_without_a_plain_algorithm_list_are_exported_as_they_are(settings):
     scoped = scope_algorithm(settings, ["all_reduce"], "2.28.9")
     assert scoped.env == settings and not scoped.notes
+
+
+def test_the_scoped_note_word_for_word():
+    (note,) = scope_algorithm({"NCCL_ALGO": "Tree"}, ["all_reduce"], "2.28.9").notes
+    assert note == (
+        "NCCL_ALGO=allreduce:Tree: Tree only for all_reduce, measured faster with it, in NCCL "
+        "2.24+'s per-collective form; every other collective keeps NCCL's own choice (job-wide, "
+        "NCCL_ALGO=Tree would leave broadcast, reduce, all_gather, reduce_scatter no algorithm they "
+        "can run, and NCCL 2.24+ fails their calls)"
+    )
+    (ring,) = scope_algorithm({"NCCL_ALGO": "Ring"}, ["all_reduce"], "2.28.9").notes
+    assert ring.endswith("every other collective keeps NCCL's own choice")
+
+
+def test_the_job_wide_note_word_for_word_names_the_form_of_the_collectives_measured_faster():
+    ring = scope_algorithm({"NCCL_ALGO": "Ring"}, ["all_gather", "all_reduce"], "2.23.4")
+    assert ring.notes == (
+        "NCCL_ALGO=Ring is job-wide on NCCL 2.23.4 (the per-collective form, "
+        "NCCL_ALGO=allgather:Ring;allreduce:Ring, needs 2.24+): it sets the algorithm of every "
+        "collective, measured faster with it or not",
+    )
+    untuned = scope_algorithm({"NCCL_ALGO": "Ring"}, ["sendrecv"], "2.23.4")
+    assert "(the per-collective form, NCCL_ALGO=allreduce:Ring, needs 2.24+)" in untuned.notes[0]
+
+
+@pytest.mark.parametrize(
+    "faster, words",
+    [
+        (
+            ["all_gather"],
+            "which it cannot run (NCCL 2.24+ fails such a call): that is not a "
+            "measurement of Tree, which is not set for it",
+        ),
+        (
+            ["all_gather", "reduce_scatter"],
+            "which they cannot run (NCCL 2.24+ fails such a "
+            "call): that is not a measurement of Tree, which is not set for them",
+        ),
+    ],
+)
+def test_what_cannot_run_the_list_is_said_in_number(faster, words):
+    scoped = scope_algorithm({"NCCL_ALGO": "Tree"}, faster, "2.28.9")
+    assert scoped.dropped and scoped.notes == (
+        f"{', '.join(faster)} measured faster under NCCL_ALGO=Tree, {words}",
+    )
+
+
+def test_a_known_version_says_nothing_of_unknown_ones():
+    (note,) = scope_algorithm({"NCCL_ALGO": "Tree"}, ["all_reduce"], "2.24.3").notes
+    assert "do not name their NCCL version" not in note
+
+
+@pytest.mark.parametrize("value", ["Tree;", ""])
+def test_a_value_no_plain_clause_governs_or_with_clauses_is_left_as_written(value):
+    assert scope_algorithm({"NCCL_ALGO": value}, ["all_reduce"], "2.28.9").env == {
+        "NCCL_ALGO": value
+    }

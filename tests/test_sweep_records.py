@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.records import read_results
+from ncclprobe.records import Status, read_results
 from ncclprobe.records_writer import ResultWriter, trim_incomplete_tail
 from ncclprobe.stats import aggregate_trials, quantile
 
@@ -179,3 +179,43 @@ def test_the_parts_of_a_result_the_typed_record_holds_are_validated(
     with pytest.raises(UsageProblem, match="line 2") as raised:
         read_results(path)
     assert message in str(raised.value)
+
+
+def test_a_result_reads_as_its_types_whatever_an_older_writer_left_out():
+    from ncclprobe.records import ResultRecord
+
+    base = {**_result("default", 8), "status": "ok"}
+    assert ResultRecord.from_record(base).status is Status.OK
+    assert ResultRecord.from_record({**base, "mode": "graph"}).mode == "graph"
+    for older in ({k: v for k, v in base.items() if k != "mode"}, {**base, "mode": None}):
+        assert ResultRecord.from_record(older).mode == "eager"
+    assert ResultRecord.from_record({**base, "settings": None}).settings == {}
+
+
+def test_a_real_raw_path_record_reads_its_cost_split_and_issue_loop():
+    """An H100 record of the raw NCCL path (examples/results/issue32_2026-12-06): every figure of
+    its cost split as written."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / (
+        "examples/results/issue32_2026-12-06/h100_cost_split_settle/settle_1.jsonl"
+    )
+    first = read_results(path).results[0]
+    split = first.cost_split
+    assert (split.nccl_us, split.path_us, split.events_us, split.torch_dispatch_us) == (
+        0.3978,
+        0.0,
+        1.5078,
+        32.2963,
+    )
+    assert split.variants["torch"]["time_us"] == 32.6941 and split.refused == {}
+    assert first.iter.p99_us == 0.6899 and first.issued_by.startswith("a compiled loop")
+
+
+def test_records_of_a_kind_this_version_does_not_know_are_left_alone(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _write(path, [("default", 1, 1)])
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"record": "future", "anything": [1]}) + "\n")
+    back = read_results(path)
+    assert len(back.results) == 1 and len(back.configs) == 1

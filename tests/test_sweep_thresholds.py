@@ -32,8 +32,12 @@ def test_parse_reads_a_limit_and_an_optional_size():
 
 @pytest.mark.parametrize("text", ["0", "-1", "abc", "1e999", "nan", "5@", "@1K"])
 def test_a_limit_that_is_not_a_positive_finite_number_is_refused(text):
-    with pytest.raises(UsageProblem, match="expected a positive finite number"):
+    with pytest.raises(UsageProblem, match="expected a positive finite number") as busbw:
         parse(text, None)
+    assert str(busbw.value).startswith(f"--min-busbw {text!r}: ")
+    with pytest.raises(UsageProblem) as latency:
+        parse(None, text)
+    assert str(latency.value).startswith(f"--max-latency {text!r}: ")
 
 
 def test_busbw_at_least_the_limit_passes_on_its_boundary():
@@ -66,13 +70,22 @@ def test_a_size_given_and_not_measured_is_a_shortfall():
 
 def test_only_timed_ok_results_count_and_each_collective_has_its_own_sizes():
     results = [
-        _r(8, busbw=0.0, status=Status.WRONG),
-        _r(8, time_us=None),
+        _r(1 << 20, busbw=0.0, status=Status.WRONG),  # the largest size, but not ok
+        _r(1 << 20, time_us=None),
         _r(4096, busbw=5.0, collective="all_gather"),
         _r(64, busbw=500.0),
     ]
     (line,) = check(results, parse("10", None))  # all_reduce judged at 64B, all_gather at 4K
     assert "all_gather" in line and line.endswith("4K: 5 GB/s")
+
+
+def test_a_collective_not_measured_at_the_size_leaves_the_others_judged():
+    results = [_r(64, collective="all_gather"), _r(1024, busbw=1.0)]
+    assert check(results, parse("10@1K", None)) == [
+        "threshold busbw >= 10 GB/s at 1K: all_gather was not measured at 1K",
+        "threshold busbw >= 10 GB/s at 1K missed: all_reduce sum float32 default eager in place "
+        "1K: 1 GB/s",
+    ]
 
 
 def test_a_timed_result_without_a_bandwidth_misses_with_na():

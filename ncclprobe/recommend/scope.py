@@ -115,4 +115,4 @@ def _job_wide(value: str, version, runs: list[str], cannot: list[str]) -> str:
 
 
 def _listed(functions: list[str]) -> str:
-    return ", ".join(_NAMES.get(f, f) for f in functions)
+    return ", ".join(_NAMES[f] for f in functions)
