@@ -58,6 +58,11 @@ MODULES = {
     "ncclprobe/secrets/__init__.py": SECRETS,
     "ncclprobe/secrets/words.py": SECRETS,
     "ncclprobe/secrets/shapes.py": SECRETS,
+    # issue 40: the terminal guard, writers' links, inputs that are no regular file
+    "ncclprobe/visible.py": "tests/test_trust_terminal.py",
+    "ncclprobe/safe_output.py": "tests/test_trust_writers.py -k 'link or relative or appeared or "
+    "force or device or leaves_nothing'",
+    "ncclprobe/validate.py": "tests/test_trust_readers.py tests/test_trust_walk.py",
     "ncclprobe/diagnose/run/rules.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/run/rules_speed.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/run/rules_collectives.py": TRACES,

@@ -28,7 +28,7 @@ GROUPED = {
 }  # modules shown with the unit they serve
 WHAT = {
     "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
-    "environment display policy, sizes, the result-record format, verdicts, owned temporary "
+    "environment display policy, the terminal guard (`visible`), sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "

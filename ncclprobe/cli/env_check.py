@@ -11,6 +11,7 @@ import click
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option, to_csv
+from ncclprobe.cli.table import terminal_width
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.verdict import Verdict
@@ -108,7 +109,11 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
 
 def _render(result, fmt: str, snapshot: int | None = None) -> None:
     if snapshot is None:
-        rows = result.rows(joiner="\n" if fmt == "table" else "; ", table=fmt == "table")
+        rows = result.rows(
+            joiner="\n" if fmt == "table" else "; ",
+            table=fmt == "table",
+            wide=terminal_width() is None,
+        )
         emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
         return
     if fmt == "json":  # JSON lines: one document per snapshot
@@ -125,7 +130,7 @@ def _render(result, fmt: str, snapshot: int | None = None) -> None:
         emit(
             fmt,
             None,
-            result.rows(),
+            result.rows(wide=terminal_width() is None),
             title=f"snapshot {snapshot}: {result.title()}",
             notes=result.all_notes(),
         )

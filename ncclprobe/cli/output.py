@@ -25,6 +25,7 @@ from ncclprobe.cli.table import (
     render_table,
     terminal_width,
 )
+from ncclprobe.visible import write_control
 
 FORMATS = ("table", "json", "csv")
 
@@ -186,7 +187,8 @@ class Progress:
             width = 30
             filled = int(width * self.done / self.total)
             bar = "#" * filled + "-" * (width - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
+            write_control(self.stream, "\r")
+            self.stream.write(f"{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
         else:
             self.stream.write(
                 f"{self.label}: {self.done}/{self.total} ({pct:.0f}%) eta {eta:.0f}s {what}\n"

@@ -410,6 +410,9 @@ def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
     for log in ev.job_logs:
         for t in log.timeouts:
             out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
+    for by_rank in out.values():  # a line that named no rank, beside ranks that did: not a rank
+        if None in by_rank and len(by_rank) > 1:
+            del by_rank[None]
     return out
 
 

@@ -154,11 +154,11 @@ class EnvCheckResult:
         )
         return notes
 
-    def rows(self, joiner: str = "\n", *, table: bool = True) -> list[dict]:
+    def rows(self, joiner: str = "\n", *, table: bool = True, wide: bool = False) -> list[dict]:
         """One row per process; `table`: as a table shows it (the role indented by depth, the
-        command shortened), else complete, for CSV."""
+        command shortened unless `wide`: --wide cuts nothing), else complete, for CSV."""
         expecting = any(p.checks for p in self.processes)
-        return [_row(p, self.show_all, joiner, expecting, table) for p in self.processes]
+        return [_row(p, self.show_all, joiner, expecting, table, wide) for p in self.processes]
 
     def title(self) -> str:
         live = sum(p.live for p in self.processes)
@@ -179,7 +179,9 @@ def _grouped(pairs) -> list[str]:
     ]
 
 
-def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, table: bool) -> dict:
+def _row(
+    proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, table: bool, wide: bool
+) -> dict:
     from ncclprobe.evidence.live.walk import short_command
 
     info = proc.info
@@ -200,7 +202,7 @@ def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, tabl
         "settings": joiner.join(f"{k}={v}" for k, v in env.items())
         if info.readable
         else (info.problem or ""),
-        "command": short_command(info.command) if table else info.command,
+        "command": short_command(info.command) if table and not wide else info.command,
         "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
     }
     if not expecting:  # no --expect: no empty column

@@ -22,7 +22,7 @@ from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 from ncclprobe.findings import Cost, Finding, RuledOut, severity_for_share
-from ncclprobe.nccl.recipes import user_log_env
+from ncclprobe.nccl.recipes import proof_env, user_log_env
 from ncclprobe.sizes import format_size
 
 MIN_CALLS = 3  # per side: fewer calls give the noise rule no spread to judge by
@@ -107,12 +107,13 @@ def _slower(ev, src, run, key, a, b, verdict, split, figures, what) -> Finding:
     whole = run_ms(run)
     share = per_call_ms * calls / whole if whole else None
     nccl = library in NCCL_LIBRARIES
+    proof = " ".join(f"{k}={v}" for k, v in proof_env().items())
     cause = (
         "At the same operation and size, a slower call is NCCL's configuration (the protocol, "
         "algorithm or channels it chose: NCCL_PROTO, NCCL_ALGO, NCCL_MIN/MAX_NCHANNELS, buffer "
         "sizes) or its transport (the path it connected the ranks over: NVLink, PCIe P2P, SHM, "
-        "the network). Which one, each run's NCCL log tells (NCCL_DEBUG=INFO with "
-        "NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING: what it read, what it chose per call, the transport of "
+        "the network). Which one, each run's NCCL log tells "
+        f"({proof}: what it read, what it chose per call, the transport of "
         "each connection); `ncclprobe env-check` of both jobs shows the NCCL_* variables each "
         "process had."
         if nccl

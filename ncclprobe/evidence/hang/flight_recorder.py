@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang.safe_pickle import loads_data
 from ncclprobe.numbers import ascii_re, parse_int
-from ncclprobe.validate import MIB, Where, decode_text, gunzip, loads_json, read_bytes
+from ncclprobe.secrets import mask_setting, mask_text
+from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.validate import MIB, Where, decode_text, gunzip, loads_json, read_bytes, shown
 
 DUMP_LIMIT = 256 * MIB  # a 20,000-entry buffer with stack frames is tens of MB
 DECOMPRESSED_LIMIT = DUMP_LIMIT  # gzipped, the same dump: the same limit (validate.gunzip)
@@ -48,8 +51,20 @@ MAX_ENTRIES = 1_000_000
 NEWEST_READ = (2, 10)
 STATES = ("scheduled", "started", "completed")
 _RANK_IN_NAME = ascii_re(r"^(?P<prefix>.*?)(?P<rank>\d+)(?:\.(?:pkl|pickle|json))?(?:\.gz)?$")
-_RANKS = ascii_re(r"^\[\s*(?:\d+(?:\s*,\s*\d+)*)?\s*\]$")
-_P2P_NAME = ascii_re(r"^(?P<op>send|recv) (?P<a>\d+)(?P<dir>->|<-)(?P<b>\d+)$")
+_RANKS = ascii_re(r"^\[\s*(?:\d{1,9}(?:\s*,\s*\d{1,9})*)?\s*\]$")  # ranks: 9 digits at most
+_P2P_NAME = ascii_re(r"^(?P<op>send|recv) (?P<a>\d{1,9})(?P<dir>->|<-)(?P<b>\d{1,9})$")
+MAX_RANK = 10**9 - 1
+# every string a dump holds is shown as the one policy shows text (frame file names, group
+# descriptions, dtypes quote paths and URLs: a token in one is masked); the same few strings repeat
+# in every entry of every rank, so each distinct one is masked once
+_masked = lru_cache(maxsize=1 << 16)(mask_text)
+
+
+@lru_cache(maxsize=1 << 12)
+def _masked_id(text: str) -> str:
+    """A group's name, which ranks are matched by: a digest where the policy would mask it, so two
+    masked names stay two groups (`ncclprobe.secrets.mask_setting`'s rule)."""
+    return mask_setting("group", text) if _masked(text) != text else text
 
 
 @dataclass(frozen=True)
@@ -231,7 +246,8 @@ def _parse(doc, where: Where, rank: int, fmt: str) -> Dump:
             f"rank {rank}: Flight Recorder version {version} is newer than {NEWEST_READ[0]}."
             f"{NEWEST_READ[1]}, the newest this reader was written for: fields added since are ignored"
         )
-    dump.comm_lib_version = _lib_version(doc, where)
+    version_text = _lib_version(doc, where)
+    dump.comm_lib_version = _masked(version_text) if version_text else version_text
     dump.groups = _groups(doc.get("pg_config"), where.at("pg_config"), major)
     dump.status = _status(doc.get("pg_status"), where.at("pg_status"))
     entries = where.field(doc, "entries", "list", required=fmt == "pickle" and major >= 2)
@@ -257,6 +273,7 @@ def _groups(value, where: Where, major: int) -> dict[str, GroupConfig]:
     value = where.object(value, "an object of process groups")
     groups = {}
     for key, info in value.items():
+        key = _key(key, where)
         if major < 2:  # 1.4: pg_id -> [ranks]
             ranks = _int_list(info, where.at(str(key)))
             groups[str(key)] = GroupConfig(name=str(key), desc=None, ranks=ranks)
@@ -271,13 +288,24 @@ def _groups(value, where: Where, major: int) -> dict[str, GroupConfig]:
                 f'field "ranks" must be a list of ranks like "[0, 1]", got {ranks[:80]!r}'
             )
         numbers = tuple(int(r) for r in re.findall(r"\d+", ranks))
-        groups[name or str(key)] = GroupConfig(name=name or str(key), desc=desc, ranks=numbers)
+        name = _masked_id(name or str(key))
+        groups[name] = GroupConfig(name=name, desc=_masked(desc) if desc else desc, ranks=numbers)
     return groups
+
+
+def _key(key, where: Where) -> str:
+    """A dict key as text: a string, or a group id a pickle keyed by int (at most 64 bits: `str()`
+    of 4,300 digits raises, and no group id is that long)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int) and not isinstance(key, bool) and abs(key) < 2**63:
+        return str(key)
+    raise where.fail(f"a key must be a string or a group id, got {shown(key)}")
 
 
 def _int_list(value, where: Where) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RANK for v in value
     ):
         raise where.fail("must be a list of ranks")
     return tuple(value)
@@ -289,8 +317,9 @@ def _status(value, where: Where) -> dict[int, GroupStatus]:
     value = where.object(value, "an object of group states")
     out = {}
     for key, info in value.items():
-        at = where.at(str(key))
-        pg_id = parse_int(str(key), f"{where} key", min=0)
+        key = _key(key, where)
+        at = where.at(key)
+        pg_id = parse_int(key, f"{where} key", min=0)
         info = at.object(info, "a group's last enqueued/started/completed")
         out[pg_id] = GroupStatus(
             *(
@@ -330,8 +359,8 @@ def _entry(raw, where: Where, major: int) -> Entry:
     return Entry(
         record_id=opt("record_id"),
         pg_id=opt("pg_id"),
-        group=group,
-        group_desc=desc,
+        group=_masked_id(group),
+        group_desc=_masked(desc) if desc else desc,
         collective_seq=opt(seq_name),
         p2p_seq=opt("p2p_seq_id"),
         op_id=opt("op_id"),
@@ -370,11 +399,11 @@ def _sizes(e: dict, name: str, where: Where) -> tuple[tuple[int, ...], ...]:
         return ()
     ok = isinstance(value, (list, tuple)) and all(
         isinstance(dims, (list, tuple))
-        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims)
+        and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_SIZE for d in dims)
         for dims in value
     )
     if not ok:
-        raise where.fail(f'field "{name}" must be a list of tensor shapes, got {str(value)[:80]}')
+        raise where.fail(f'field "{name}" must be a list of tensor shapes, got {shown(value)}')
     return tuple(tuple(dims) for dims in value)
 
 
@@ -384,7 +413,7 @@ def _strings(e: dict, name: str, where: Where) -> tuple[str, ...] | None:
         return None
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise where.fail(f'field "{name}" must be a list of strings')
-    return tuple(value)
+    return tuple(_masked(v) for v in value)
 
 
 def _frames(value, where: Where) -> tuple[Frame, ...]:
@@ -398,8 +427,8 @@ def _frames(value, where: Where) -> tuple[Frame, ...]:
         f = at.object(f, "a frame {name, filename, line}")
         frames.append(
             Frame(
-                name=str(at.field(f, "name", "str", required=False, default="")),
-                filename=str(at.field(f, "filename", "str", required=False, default="")),
+                name=_masked(at.field(f, "name", "str", required=False, default="")),
+                filename=_masked(at.field(f, "filename", "str", required=False, default="")),
                 line=at.field(f, "line", "int", required=False, nullable=True),
             )
         )

@@ -19,7 +19,7 @@ from ncclprobe.evidence.run.modes import Mode
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 ENGINE_NAME = re.compile(
-    r"^(?P<label>.+)-(?P<mode>baseline|speculative)-rank(?P<rank>[0-9]+)\.trace\.json(\.gz)?$"
+    r"^(?P<label>.+)-(?P<mode>baseline|speculative)-rank(?P<rank>[0-9]{1,19})\.trace\.json(\.gz)?$"
 )
 
 

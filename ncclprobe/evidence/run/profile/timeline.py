@@ -22,6 +22,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.profile import comm_names, names
 from ncclprobe.evidence.run.profile.stream import read_events
 from ncclprobe.numbers import is_digits
+from ncclprobe.sizes import MAX_SIZE
 
 
 @dataclass(slots=True)
@@ -379,7 +380,7 @@ def _backend_op(ev: dict, op: str, backend: str) -> CommOp:
     ):
         nelems = 1
         for d in dims[0]:
-            nelems *= d
+            nelems = _as_int(nelems * d) if nelems is not None and 0 <= d <= MAX_SIZE else None
     dtype = (
         names.CPP_DTYPES.get(types[0])
         if isinstance(types, list) and types and isinstance(types[0], str)
@@ -399,11 +400,13 @@ def _backend_op(ev: dict, op: str, backend: str) -> CommOp:
 
 
 def _as_int(value) -> int | None:
+    """A count of elements as recorded: whole, from 0 to `MAX_SIZE` (2**48; a 400-digit count is
+    no tensor, and a float of it overflows downstream), else None (unknown)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    return int(value) if is_digits(value) else None  # ASCII, at most 19 digits
+    if isinstance(value, str) and is_digits(value):  # ASCII, at most 19 digits
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value <= MAX_SIZE else None
 
 
 def _as_name(value) -> str | None:
