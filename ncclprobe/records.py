@@ -198,6 +198,14 @@ class ResultRecord:
         """Measured fine: status ok and a time (what a comparison may use)."""
         return self.status is Status.OK and self.time_us is not None
 
+    @property
+    def timed_us(self) -> float:
+        """`time_us` of a record that has one (the `measured` ones comparisons use); asking it of
+        a record without a time is the caller's mistake."""
+        if self.time_us is None:
+            raise ValueError(f"result {self.config_id} at {self.size_bytes} bytes has no time")
+        return self.time_us
+
 
 _FIELDS = tuple(f.name for f in fields(ResultRecord) if f.name != "extra")
 _MEASURED = frozenset(

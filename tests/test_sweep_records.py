@@ -219,3 +219,18 @@ def test_records_of_a_kind_this_version_does_not_know_are_left_alone(tmp_path):
         fh.write(json.dumps({"record": "future", "anything": [1]}) + "\n")
     back = read_results(path)
     assert len(back.results) == 1 and len(back.configs) == 1
+
+
+def test_a_header_env_that_is_not_text_is_refused_and_a_result_may_hold_any_object(tmp_path):
+    """Only the header's `env` is a string map (`validate_record`); other records keep theirs."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        json.dumps({"record": "header", "schema_version": 1, "kind": "sweep", "env": {"A": 1}})
+        + "\n"
+    )
+    with pytest.raises(UsageProblem, match='field "env" must be an object of string values'):
+        read_results(path)
+    _write(path.with_name("ok.jsonl"), [])
+    with open(path.with_name("ok.jsonl"), "a") as fh:
+        fh.write(json.dumps({**_result("default", 8), "env": {"A": 1}}) + "\n")
+    assert read_results(path.with_name("ok.jsonl")).results[0].extra == {"env": {"A": 1}}

@@ -17,7 +17,7 @@ from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
 NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
@@ -26,7 +26,7 @@ NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --grap
 def eager_phase(ev: E.Evidence) -> list:
     """A speculative phase runs eagerly while the baseline's decode step is a CUDA graph replay:
     the seed case (verify in extend mode without graphs, 2.4x the decode step)."""
-    out = []
+    out: list[Outcome] = []
     for src, run in spec_runs(ev):
         if run.source == "profile":
             continue  # rules_profile_eager.eager_steps weighs a profile's steps (GPU idle time)
@@ -108,6 +108,7 @@ def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
         "steps_per_cycle": round(steps_per_cycle, 3),
     }
     expectation = expected_verify_ratio(ev.config) if rec.kind == "verify" else None
+    covers: tuple[str, ...]
     if expectation:
         expected_ms = decode.median_ms * expectation.ratio
         cost_step = max(0.0, rec.median_ms - expected_ms)
@@ -216,7 +217,7 @@ def _cost(kind, run, src, cost_token, cost_step, steps, basis, covers) -> Cost:
 def verify_ratio(ev: E.Evidence) -> list:
     """The verify/decode ratio against what k+1 tokens through the same weights should cost."""
     expectation = expected_verify_ratio(ev.config)
-    out = []
+    out: list[Outcome] = []
     for src, run in spec_runs(ev):
         verify = run.first_of_kind("verify")
         decode, source = E.baseline_decode(ev, run.label)
@@ -324,7 +325,7 @@ def graph_coverage(ev: E.Evidence) -> list:
     pays the host launch path (about 18 us per torch.distributed call on the H200, before kernels)."""
     if ev.kind == "engine-trace" and ev.config.get("graphs") in (None, "none"):
         return []
-    out = []
+    out: list[Outcome] = []
     for _, run in _runs_with(ev, "graph_coverage"):
         coverage = run.graph_coverage
         hyp = f"{run.label} {run.mode_text}: steps fall off the captured graphs"

@@ -15,7 +15,7 @@ from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 
 LOW_ACCEPTANCE = 1.5  # tokens per cycle, bonus included: the drafts are rarely kept
 
@@ -25,7 +25,7 @@ def _logs(ev: E.Evidence):
 
 
 def log_graphs(ev: E.Evidence) -> list:
-    out = []
+    out: list[Outcome] = []
     for src, run in _logs(ev):
         if src != "trace":
             continue
@@ -132,7 +132,7 @@ def _capture_sizes(ev, run, log) -> list:
     steps = {int(b): int(b) * per_request for b in log["batch_sizes"]}
     above = {b: n for b, n in log["batch_sizes"].items() if steps[int(b)] > top}
     if not above:
-        largest = max(steps, key=steps.get)
+        largest = max(steps, key=lambda batch: steps[batch])
         return [
             RuledOut(
                 rule="capture-sizes",
@@ -212,7 +212,7 @@ def _downgrade(ev, run, downgrade: dict) -> Finding:
 
 
 def log_acceptance(ev: E.Evidence) -> list:
-    out = []
+    out: list[Outcome] = []
     for src, run in _logs(ev):
         acc = run.acceptance
         if (

@@ -230,7 +230,7 @@ def _eager_cost(run, toks, parts, total: float) -> Cost:
 
 def _eager_detail(parts) -> str:
     """Measured, per phase; the references once each; then what is inferred from them."""
-    refs = {}
+    refs: dict[str, dict] = {}
     for p in parts:
         refs.setdefault(p["ref"].name, p)
     measured = "; ".join(p["measured"] for p in parts)

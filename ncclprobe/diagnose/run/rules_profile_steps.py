@@ -15,7 +15,7 @@ from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
 HOST_BOUND_MIN_MS = 0.05  # ... and for at least this long (a short step's idle is launch latency)
@@ -27,7 +27,8 @@ def host_bound(ev: E.Evidence) -> list:
     percentile of the steps' idle share, not their median), where no graphed reference tells how
     much of it capture would remove: the host sets the pace. Eager steps with a reference and
     graph replays are weighed by eager_steps and graph_glue."""
-    out, checked = [], False
+    out: list[Outcome] = []
+    checked = False
     for run in C.profile_runs(ev):
         toks = C.tokens(run)
         for phase in run.phases.values():
@@ -133,7 +134,7 @@ def graph_glue(ev: E.Evidence) -> list:
     """Graph-replayed steps that also launch eager kernels: the host's work between replays
     (sampling, stopping checks, the next inputs) around a few small kernels. What it costs is the
     step's time outside the replay's kernels; at most a warning, the graph itself is replayed."""
-    out = []
+    out: list[Outcome] = []
     for run in C.profile_runs(ev):
         for phase in run.phases.values():
             kernels = phase.launches.get("kernel", 0)
@@ -203,7 +204,7 @@ def graph_glue(ev: E.Evidence) -> list:
 def profile_limits(ev: E.Evidence) -> list:
     """What the profile could not show. No step at all is a finding, not a silence: a run with no
     findings must be a healthy run, not an unread one."""
-    out = []
+    out: list[Outcome] = []
     for run in C.profile_runs(ev):
         if not run.phases:
             out.append(

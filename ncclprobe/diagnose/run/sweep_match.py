@@ -17,7 +17,7 @@ import math
 from ncclprobe.diagnose.commands import NEAREST_FACTOR, sizes_arg, sweep_command, sweep_next
 from ncclprobe.diagnose.run.ledger import COLLECTIVE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.records import ResultRecord
 
@@ -57,7 +57,7 @@ def sweep_time_us(
     best = min(candidates, key=lambda r: abs(math.log(r.size_bytes / size)))
     if abs(math.log(best.size_bytes / size)) > math.log(NEAREST_FACTOR):
         return None
-    return float(best.time_us), int(best.size_bytes)
+    return best.timed_us, best.size_bytes
 
 
 def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
@@ -201,7 +201,8 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
     one (also GPU time between CUDA events), else its eager time (which includes the launch path,
     so it flatters the profile). The profile records no NCCL settings: the sweep's default
     configuration is the match, and its best configuration at that size is named beside it."""
-    out, missing = [], []
+    out: list[Outcome] = []
+    missing = []
     nranks = ev.config.get("tp")
     for c in run.collectives:
         if not c.size_bytes or not c.time_us or not c.count:
@@ -331,5 +332,5 @@ def _best_at(sweep: list[ResultRecord], nranks, op: str, size: int) -> dict | No
     ]
     if not rows:
         return None
-    best = min(rows, key=lambda r: r.time_us)
+    best = min(rows, key=lambda r: r.timed_us)
     return {"config": best.config_id, "time_us": best.time_us, "mode": best.mode}

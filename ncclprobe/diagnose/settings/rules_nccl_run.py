@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.secrets import mask_env_value, mask_text
@@ -45,10 +45,11 @@ def _ranks(labels: list[str]) -> str:
 
 def _settings_read(ev: E.Evidence) -> list:
     """The collecting shell's NCCL settings against what each rank's NCCL read."""
-    shell = tuning_settings(ev.collect_env.nccl_settings) if ev.collect_env else {}
-    if not shell:
+    collect_env = ev.collect_env
+    shell = tuning_settings(collect_env.nccl_settings) if collect_env else {}
+    if collect_env is None or not shell:
         return []
-    tool = ev.collect_env.tool
+    tool = collect_env.tool
     judged = [
         (label, log)
         for label, log in zip(_labels(ev), ev.nccl_logs)
@@ -71,7 +72,9 @@ def _settings_read(ev: E.Evidence) -> list:
             )
             if verdict.startswith("ignored"):
                 unread.setdefault(name, []).append((label, verdict.removeprefix("ignored: ")))
-    out = [_unread_finding(ev, tool, name, shell[name], ranks) for name, ranks in unread.items()]
+    out: list[Outcome] = [
+        _unread_finding(ev, tool, name, shell[name], ranks) for name, ranks in unread.items()
+    ]
     out += _read_elsewhere(ev, tool, shell, judged)
     if not unread:
         out.append(
@@ -176,9 +179,11 @@ def _versions(ev: E.Evidence) -> list:
             )
         ]
     out = []
-    collected = ev.collect_env.nccl_version if ev.collect_env else None
+    collect_env = ev.collect_env
+    collected = collect_env.nccl_version if collect_env else None
     if (
-        collected
+        collect_env is not None
+        and collected
         and parse_version(collected)
         and parse_version(collected) != parse_version(seen[0])
     ):
@@ -187,9 +192,9 @@ def _versions(ev: E.Evidence) -> list:
                 rule="nccl-version",
                 severity="warning",
                 confidence="medium",
-                title=f"the job's NCCL is {seen[0]}, not the {collected} {ev.collect_env.tool} reports",
+                title=f"the job's NCCL is {seen[0]}, not the {collected} {collect_env.tool} reports",
                 detail=(
-                    f"Every rank's log says NCCL {seen[0]}; the shell {ev.collect_env.tool} ran in "
+                    f"Every rank's log says NCCL {seen[0]}; the shell {collect_env.tool} ran in "
                     f"has {collected}. The workers load another library (a system libnccl, "
                     "LD_LIBRARY_PATH or LD_PRELOAD, another image): facts and fixes for "
                     f"{collected} do not apply to this job; judge its settings for {seen[0]}."
@@ -292,9 +297,11 @@ def _warnings(ev: E.Evidence) -> list:
     `rules_nccl_log` places them against the stuck collective instead."""
     if ev.flight_recorder or ev.job_logs:
         return []
-    out = []
+    out: list[Outcome] = []
     spans = [
-        (run.path, run.log["logged_span"]) for run in ev.runs if (run.log or {}).get("logged_span")
+        (run.path, (run.log or {})["logged_span"])
+        for run in ev.runs
+        if (run.log or {}).get("logged_span")
     ]
     for label, log in zip(_labels(ev), ev.nccl_logs):
         warns = list(zip(log.log.warnings, log.log.warning_times))

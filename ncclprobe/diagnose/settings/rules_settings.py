@@ -19,7 +19,7 @@ from ncclprobe.diagnose.run.levers import libraries, nccl_ran
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import nccl_env
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.knob_row import Scope
 from ncclprobe.nccl.knobs import acts_on_one_rank, effective_scope
 from ncclprobe.nccl.lint import lint_env
@@ -34,7 +34,9 @@ def settings_reached_workers(ev: E.Evidence) -> list:
     and, where NCCL logged what it read, NCCL read that value. The same problem in several runs
     (modes, labels) is one finding naming them all; a value NCCL ignores because it is invalid is
     the lint's finding (`rules_safety`, the cause), not a second one here about the symptom."""
-    out, problems, runs_with = [], [], {}
+    out: list[Outcome] = []
+    problems = []
+    runs_with: dict[tuple[str, str], tuple] = {}
     for source, run in ev.all_runs():
         asked = tuning_settings(run.settings)
         workers = [w for w in run.workers if w.env_at_comm_init is not None]
@@ -224,7 +226,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     """Runs labelled differently (tuned/untuned, or this trace against --baseline) whose
     collectives were created - and captured - under the same NCCL settings: tuning could not
     change them, so their difference is noise or something else."""
-    out = []
+    out: list[Outcome] = []
     runs = ev.all_runs()
     for i, (src_a, a) in enumerate(runs):
         for src_b, b in runs[i + 1 :]:
@@ -310,7 +312,7 @@ def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
 def settings_between_modes(ev: E.Evidence) -> list:
     """Baseline and speculative of one label: were their collectives under the same settings?
     If so, NCCL settings cannot explain the gap between them."""
-    out = []
+    out: list[Outcome] = []
     for run in ev.runs:
         if run.mode != "speculative" or run.source != "engine-trace":
             continue  # profiles and logs carry no worker environments: rules_profile weighs their collectives
