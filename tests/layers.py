@@ -43,12 +43,15 @@ WHAT = {
     "engine": "the tensor-parallel speculative engine (`engine/`)",
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
+    "gather": "live sources gathered into evidence: the P2P measurement, platform and NCCL dumps "
+    "(`p2p`), a job's processes and their NCCL logs (`processes`), the settings to lint (`settings`)",
     "recommend": "measurements to settings",
-    "diagnose": "ranked causes from the evidence, by question: an engine run's time (`run/`), hangs "
-    "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`)",
+    "diagnose": "rule sets over the evidence, by question: an engine run's time (`run/`), hangs "
+    "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`); "
+    "the one Report and `judge` (`report`), the one renderer (`render`)",
     "report": "figures and the Markdown/HTML report",
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
-    "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",
+    "importing": "`ncclprobe import`: the table of recognisers over the readers, each file's rule set",
     "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
     "cli": "one thin module per command; verdicts to exit codes",
 }

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.diagnose import diagnose, load_evidence
-from ncclprobe.diagnose.rank import rank_key
+from ncclprobe.diagnose.report import rank_key
 from ncclprobe.diagnose.run import ledger as L
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence.run.view import EngineRun, Phase
@@ -248,7 +248,7 @@ def diagnosed(shared_timelines):
 @pytest.mark.parametrize("name", sorted(INPUTS))
 def test_costs_never_add_past_the_run_nor_past_the_measured_difference(diagnosed, name):
     ev, result = diagnosed(name)
-    accounts = {a["run"]: a for a in result.ledger}
+    accounts = {a["run"]: a for a in result.to_json()["ledger"]}
     runs = {run.name(src): run for src, run in ev.all_runs()}
     for f in result.findings:
         cost = f.cost

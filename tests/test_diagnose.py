@@ -104,9 +104,9 @@ def test_settings_set_after_communicator_creation():
 def test_text_report_shows_nested_evidence():
     """The per-rank problems and per-run speeds a finding rests on are dicts and lists: the text
     report must show them too, not only the flat numbers."""
-    from ncclprobe.cli.diagnose import render_text
+    from ncclprobe.diagnose.render import text as render_text
 
-    flat = lambda result: " ".join(render_text(result).split())  # undo the line wrapping
+    flat = lambda result: " ".join(render_text(result, 100).split())  # undo the line wrapping
     text = flat(run_diagnosis(S.recorded("set-after-init.json")))
     assert "rank=1, pid=" in text and "at_comm_init=<unset>" in text
     text = flat(run_diagnosis(S.recorded("untuned-inherits-settings.json")))

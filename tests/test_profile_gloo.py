@@ -165,7 +165,7 @@ def test_the_healthy_twin_names_no_late_rank_and_nothing_above_info(diagnosed, j
 @pytest.mark.parametrize("job,scenario", CASES)
 def test_costs_add_up_to_no_more_than_the_run(diagnosed, job, scenario):
     _, result = diagnosed(job, scenario)
-    (account,) = result.ledger
+    (account,) = result.to_json()["ledger"]
     claimed = sum(f.cost.total_ms for f in result.findings if f.cost and f.cost.total_ms)
     assert claimed <= account["total_ms"] + 1e-6
     assert account["attributed_ms"] + account["unexplained_ms"] == pytest.approx(

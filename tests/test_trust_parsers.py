@@ -14,7 +14,7 @@ import pytest
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang.job_log import parse_job_log
 from ncclprobe.evidence.live.environ import parse_environ_block
-from ncclprobe.evidence.live.logcheck import _lines_by_process
+from ncclprobe.evidence.live.logcheck import lines_by_process
 from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 from ncclprobe.evidence.nccl.nccl_tests import parse_nccl_tests
 from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_collect_env
@@ -43,7 +43,7 @@ PARSERS = {
     "nccl-tests": _quiet(parse_nccl_tests),
     "topo": _quiet(parse_topo),
     "clean_line": clean_line,
-    "env-check log pids": lambda t: _lines_by_process(t, clean_line),
+    "env-check log pids": lambda t: lines_by_process(t, clean_line),
     "environ block": lambda t: parse_environ_block(t.encode()),
     "mask_text": mask_text,
     "mask_argv": lambda t: mask_argv(t.split(" ") + [t]),

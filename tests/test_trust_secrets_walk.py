@@ -199,12 +199,12 @@ def test_a_ranks_error_line_is_masked_before_it_becomes_a_reason():
 
 def test_a_topology_jobs_stderr_is_masked_before_it_is_saved():
     """topo --check's NCCL job (GPU only): its stderr lines become the saved result's reasons."""
-    from ncclprobe.diagnose.p2p.check import _mask_messages
+    from ncclprobe.gather.p2p import mask_messages
 
     forms = planted("topo")
     markers("topo")
     result = {"reason": " ".join(forms.values()), "failed": [f"rank 1 exited 1: {forms['login']}"]}
-    _mask_messages(result)
+    mask_messages(result)
     assert leaks(json.dumps(result)) == [] and f"login admin:{MASK}" in result["failed"][0]
 
 

@@ -122,6 +122,23 @@ def emit(
     click.echo("\n".join(lines))
 
 
+def emit_report(report, fmt: str) -> None:
+    """Print a judging command's `Report` (`ncclprobe.diagnose.report`) through its one renderer
+    (`ncclprobe.diagnose.render`): JSON its document, CSV its rows, a table its sections in order,
+    text fitted to the terminal and tables fitted as `emit` fits them."""
+    from ncclprobe.diagnose.render import table_blocks
+    from ncclprobe.diagnose.report import Lines
+
+    if fmt != "table":
+        emit(fmt, report.to_json(), report.rows)
+        return
+    for block in table_blocks(report, terminal_width()):
+        if isinstance(block, Lines):
+            click.echo("\n".join(block.lines))
+        else:
+            emit(fmt, None, block.rows, title=block.title, notes=block.notes)
+
+
 def to_csv(rows: Sequence[dict]) -> str:
     if not rows:
         return ""

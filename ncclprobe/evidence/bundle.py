@@ -18,11 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
+from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.evidence.settings import SettingsEvidence
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.records import ResultRecord, read_results
 
@@ -33,7 +37,7 @@ OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 @dataclass
 class Evidence:
-    runs: list[EngineRun]
+    runs: list[EngineRun] = field(default_factory=list)
     config: dict = field(default_factory=dict)  # what is known of the engine's configuration
     kind: str = "engine-trace"  # engine-trace | profile | server-log
     baseline: list[EngineRun] = field(default_factory=list)  # the run to compare against
@@ -47,6 +51,11 @@ class Evidence:
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
+    nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
+    processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
+    settings: SettingsEvidence | None = None  # NCCL settings to lint, with the node and version
+    nccl_log: NcclLog | None = None  # one NCCL debug log read whole (`nccl-log`)
 
     @classmethod
     def from_trace(
@@ -114,14 +123,17 @@ def load_evidence(
     flight_recorder=(),
     logs=(),
     nccl_logs=(),
+    live: bool = False,
 ) -> Evidence:
+    """The files' evidence. `live`: this machine's evidence is gathered besides (diagnose
+    --topo-check, --env-check PID), so no run is needed."""
     job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
     main = load_runs(
         trace=trace,
         profiles=profiles,
         server_logs=server_logs,
         model_config=model_config,
-        required=not job_evidence,
+        required=not (job_evidence or live),
     )
     base = load_runs(
         trace=baseline,

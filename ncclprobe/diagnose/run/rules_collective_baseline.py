@@ -107,7 +107,9 @@ def _slower(ev, src, run, key, a, b, verdict, split, figures, what) -> Finding:
     whole = run_ms(run)
     share = per_call_ms * calls / whole if whole else None
     nccl = library in NCCL_LIBRARIES
-    proof = " ".join(f"{k}={v}" for k, v in proof_env().items())
+    proof = "NCCL_DEBUG={NCCL_DEBUG} with NCCL_DEBUG_SUBSYS={NCCL_DEBUG_SUBSYS}".format(
+        **proof_env()
+    )
     cause = (
         "At the same operation and size, a slower call is NCCL's configuration (the protocol, "
         "algorithm or channels it chose: NCCL_PROTO, NCCL_ALGO, NCCL_MIN/MAX_NCHANNELS, buffer "

@@ -19,8 +19,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.view import RunSet
 from ncclprobe.validate import open_input
 
-KINDS = ("engine-trace", "profile", "server-log")
-__all__ = ["KINDS", "RunSet", "load_any", "load_runs", "sniff"]
+__all__ = ["RunSet", "load_any", "load_runs", "sniff"]
 
 
 def sniff(path: str | Path) -> str:

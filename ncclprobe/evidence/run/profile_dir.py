@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.modes import Mode
+from ncclprobe.evidence.run.modes import Label, Mode
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 ENGINE_NAME = re.compile(
@@ -84,3 +84,14 @@ def diagnose_command(traces: list[Path], label: str | None = None) -> str:
             flag = "--profile" if m["mode"] == Mode.SPECULATIVE else "--baseline-profile"
             words += [flag, str(p)]
     return shlex.join(words)
+
+
+def next_command(profiles: list[str], directory: str) -> str:
+    """The diagnose command of the profiles run-engine just wrote: the directory, or with --tuned
+    (two labels in it) the tuned run's files."""
+    import shlex
+
+    names = [ENGINE_NAME.match(Path(p).name) for p in profiles]
+    if len({m["label"] for m in names if m}) > 1:
+        return diagnose_command(profiles, Label.TUNED.value)
+    return shlex.join(["ncclprobe", "diagnose", "--profile", directory])

@@ -88,13 +88,14 @@ class Call:
     def wait(self, i: int) -> float:
         return self.last_start - self.arrivals[i].start
 
-    def transfer(self, i: int) -> float:
-        return max(0.0, self.arrivals[i].end - self.last_start)
-
     @property
     def moved(self) -> float:
-        """From the last arrival to the last end: the time the data moved once every rank was in."""
+        """From the last arrival to the last end: the time the data moved once every rank was in
+        (the per-call time a baseline comparison reads, diagnose.run.rules_collective_baseline)."""
         return max(0.0, max(a.end for a in self.arrivals) - self.last_start)
+
+    def transfer(self, i: int) -> float:
+        return max(0.0, self.arrivals[i].end - self.last_start)
 
 
 @dataclass
