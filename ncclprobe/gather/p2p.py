@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from ncclprobe import tempdirs
 from ncclprobe.errors import UsageProblem
@@ -73,30 +74,33 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
     ]
     out, err, code = run_json_probe(command, timeout_s)
     records = json_lines(out)
-    result = {
+    matrices: list[Matrix] = []
+    under_load: list[dict] = []
+    notes: list[str] = []
+    result: dict[str, Any] = {
         "status": "error",
         "reason": None,
         "devices": [],
         "peer_access": None,
-        "matrices": [],
+        "matrices": matrices,
         "copy_checks": [],
-        "link_under_load": [],
-        "notes": [],
+        "link_under_load": under_load,
+        "notes": notes,
         "hung": None,
     }
     for r in records:
         if "matrix" in r:
-            result["matrices"].append(Matrix(**r["matrix"]))
+            matrices.append(Matrix(**r["matrix"]))
         elif "peer_access" in r:
             result["peer_access"] = r["peer_access"]
         elif "devices" in r and isinstance(r["devices"], list):
             result["devices"] = r["devices"]
         elif "link_under_load" in r:
-            result["link_under_load"].append(r["link_under_load"]["state"])
+            under_load.append(r["link_under_load"]["state"])
         elif "copy_checks" in r:
             result["copy_checks"] = r["copy_checks"]
         elif "note" in r:
-            result["notes"].append(r["note"])
+            notes.append(r["note"])
         elif "status" in r:
             result["status"], result["reason"] = r["status"], r.get("reason")
     if code is None:

@@ -61,7 +61,7 @@ def _other_hosts(logs_read: list[ProcessNcclLog]) -> list[str]:
     hosts: dict[str, set[str]] = {}
     for item in logs_read:
         if not item.on_this_host():
-            hosts.setdefault(item.path, set()).add(item.host)
+            hosts.setdefault(item.path, set()).add(str(item.host))  # not this host: one is named
     return [
         f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
         for path, names in hosts.items()

@@ -33,6 +33,7 @@ def lint_report(ev) -> Report:
     """`knobs --lint`: the settings rule set over the gathered settings, one table of findings."""
     settings = ev.settings
     report = judge(ev, (LINT,), kind="lint", fails_at="error", notes=list(settings.notes))
+    found = [f for f in report.findings if isinstance(f, SettingFinding)]  # the LINT set's: all
     report.rows = [
         {
             "severity": f.severity,
@@ -40,7 +41,7 @@ def lint_report(ev) -> Report:
             "finding": mask_text(f.message),
             "fix": mask_text(f.fix),
         }
-        for f in report.findings
+        for f in found
     ]
     report.document = {
         "schema_version": 1,
@@ -49,7 +50,7 @@ def lint_report(ev) -> Report:
         "nccl_version": settings.nccl_version,
         "source": settings.source,
         "notes": report.notes,
-        "findings": [masked(f) for f in report.findings],
+        "findings": [masked(f) for f in found],
     }
     title = (
         f"lint of {len(settings.env)} NCCL variable(s) from {settings.source}: "

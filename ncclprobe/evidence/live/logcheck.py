@@ -61,9 +61,9 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     return found
 
 
-def lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+def lines_by_process(text: str, clean_line) -> dict[tuple[str | None, int], list[str]]:
     """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
-    groups: dict[tuple[str, int], list[str]] = {}
+    groups: dict[tuple[str | None, int], list[str]] = {}
     for line in text.splitlines():
         match = _LINE_PID.match(clean_line(line))
         if match:

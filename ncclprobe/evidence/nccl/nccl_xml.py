@@ -131,7 +131,9 @@ def read_topology(text: str) -> NcclTopology:
     root = parse_xml(text, "NCCL topology dump")
     if root.tag != "system":
         raise UsageProblem(f"NCCL topology dump has root <{root.tag}>, expected <system>")
-    gpus, cpus, nics = [], [], []
+    gpus: list[NcclGpu] = []
+    cpus: list[dict] = []
+    nics: list[dict] = []
     for cpu in root.iter("cpu"):
         cpus.append({k: cpu.get(k) for k in ("numaid", "arch", "vendor", "familyid", "modelid")})
         _walk(cpu, [], gpus)

@@ -207,7 +207,7 @@ def _text_rows(lines, number, what) -> tuple[list[list[float | None]], int]:
         raise UsageProblem(
             f"nvbandwidth '{what}': no column header at line {number + 1} (output cut short?)"
         )
-    rows = []
+    rows: list[list[float | None]] = []
     number += 1
     while number < len(lines) and lines[number].split()[:1] == [str(len(rows))]:
         tokens = lines[number].split()

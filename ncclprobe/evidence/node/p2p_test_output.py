@@ -158,7 +158,7 @@ def _short(title: re.Match) -> str:
 
 
 def _devices(lines: list[str]) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for line in lines:
         m = _DEVICE.match(line.strip())
         if m and int(m["i"]) == len(out):
