@@ -125,7 +125,7 @@ def fit(lines: list[str], width: int | None) -> list[str]:
     return fitted
 
 
-def evidence_text(value) -> str:
+def evidence_text(value: object) -> str:
     """Every number a finding rests on, nested runs and per-rank problems included (the JSON
     output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
     if isinstance(value, dict):

@@ -9,6 +9,7 @@ GPU. Every part that cannot run here says why; only bad input is an error.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ncclprobe.evidence.live.platform import read_platform, run_command
 from ncclprobe.evidence.live.topo_live import json_lines, run_json_probe
 from ncclprobe.evidence.nccl.nccl_xml import read_graphs, read_topology
 from ncclprobe.evidence.node.matrix import Matrix
+from ncclprobe.evidence.node.topo import Topology
 from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.secrets import mask_text
 
@@ -28,7 +30,7 @@ def gather_p2p(
     nbytes: int = 32 << 20,
     nccl_job: bool = True,
     root: str = "/",
-    run=run_command,
+    run: Callable[[list[str]], tuple[int, str] | None] = run_command,
     probe_command: list[str] | None = None,
     work_dir: str | None = None,
 ) -> P2PEvidence:
@@ -50,7 +52,7 @@ def gather_p2p(
     )
 
 
-def _smi_topology(run):
+def _smi_topology(run: Callable[[list[str]], tuple[int, str] | None]) -> Topology | None:
     """`nvidia-smi topo -m`, for the path types the P2P-level advice needs; None when not readable."""
     from ncclprobe.evidence.node.topo import parse_topo
 
@@ -174,7 +176,9 @@ def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
     return result
 
 
-def _read_dump(path: Path, name: str, key: str, reader, result: dict) -> None:
+def _read_dump(
+    path: Path, name: str, key: str, reader: Callable[[str], Any], result: dict
+) -> None:
     if not path.exists():
         result.setdefault("missing", []).append(f"{name}: NCCL wrote no such dump")
         return

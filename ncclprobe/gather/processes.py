@@ -45,7 +45,9 @@ def _logs_by_pid(logs_read: list[ProcessNcclLog]) -> dict[int, ProcessNcclLog]:
     return merged
 
 
-def _notes(infos: list[ProcessInfo], logs, by_pid) -> list[str]:
+def _notes(
+    infos: list[ProcessInfo], logs: dict[int, ProcessNcclLog], by_pid: dict[int, ProcessInfo]
+) -> list[str]:
     notes = []
     if infos and all(info.gpus is None for info in infos):
         notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")

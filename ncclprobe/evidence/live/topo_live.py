@@ -19,6 +19,7 @@ import sys
 
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.evidence.node.topo import GpuInfo, Topology, parse_topo
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.secrets import mask_text
 
 log = logging.getLogger("ncclprobe.topo")
@@ -66,7 +67,7 @@ def read_live_topology(
 
 def live_node_facts(
     *, gpus: int | None = None, over_network: bool = False, topology: Topology | None = None
-):
+) -> NodeFacts | None:
     """What NCCL's topology rules need about the first `gpus` CUDA devices of this machine (default
     all), from its topology (read here unless given) and torch's compute capabilities; None
     without a readable topology."""
