@@ -176,9 +176,7 @@ def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
     return result
 
 
-def _read_dump(
-    path: Path, name: str, key: str, reader: Callable[[str], Any], result: dict
-) -> None:
+def _read_dump(path: Path, name: str, key: str, reader: Callable[[str], Any], result: dict) -> None:
     if not path.exists():
         result.setdefault("missing", []).append(f"{name}: NCCL wrote no such dump")
         return

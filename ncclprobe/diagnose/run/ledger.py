@@ -30,6 +30,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.run import profile_costs as C
+from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import BOUND, MEASURED, MODELLED, PROFILED, Cost, Finding, severity_rank
 
 WHOLE = ("whole",)  # a cost that is the run's measured difference from its baseline: the pool
@@ -100,7 +102,7 @@ def _prefixes(path: tuple) -> list[tuple]:
     return [tuple(path[:i]) for i in range(len(path) + 1)]
 
 
-def account_for(source: str, run) -> Account | None:
+def account_for(source: str, run: EngineRun) -> Account | None:
     """The run's ledger with the sizes its evidence gives (module docstring); None without a
     known time."""
     if run.source == "profile":
@@ -157,7 +159,7 @@ def _order(claim: _Claim) -> tuple:
     )
 
 
-def settle(ev, findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
+def settle(ev: Evidence, findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
     """The findings with their costs as the ledger grants them (shares of their run set), and
     each run's account (`Account.summary`, with its `note`), for the runs any cost names."""
     accounts: dict[str, Account] = {}

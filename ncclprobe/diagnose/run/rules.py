@@ -16,7 +16,7 @@ from ncclprobe.diagnose.run import rules_collectives, rules_speed
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun
 from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
@@ -96,7 +96,7 @@ def eager_phase(ev: E.Evidence) -> list:
     return out
 
 
-def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
+def _eager_finding(ev: E.Evidence, src, run: EngineRun, rec, decode, source) -> Finding:
     name, n_cycles = rec.name, run.cycles
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
     ev_num = {
@@ -202,7 +202,7 @@ def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
     )
 
 
-def _cost(kind, run, src, cost_token, cost_step, steps, basis, covers) -> Cost:
+def _cost(kind, run: EngineRun, src, cost_token, cost_step, steps, basis, covers) -> Cost:
     """A phase's cost per token where the run's tokens are known, else per step; over the run
     `cost_step` x its steps (the ledger's unit)."""
     value, unit = (cost_token, "token") if cost_token is not None else (cost_step, "step")
@@ -262,7 +262,9 @@ def verify_ratio(ev: E.Evidence) -> list:
     return out
 
 
-def _ratio_finding(ev, src, run, verify, decode, measured, expectation, nums) -> Finding:
+def _ratio_finding(
+    ev: E.Evidence, src, run: EngineRun, verify, decode, measured, expectation, nums
+) -> Finding:
     tp = int(ev.config.get("tp") or 1)
     gbps = expectation.decode_gbps(decode.median_ms, tp)
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)

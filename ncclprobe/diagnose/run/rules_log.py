@@ -15,6 +15,7 @@ from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 
 LOW_ACCEPTANCE = 1.5  # tokens per cycle, bonus included: the drafts are rarely kept
@@ -50,7 +51,7 @@ def log_graphs(ev: E.Evidence) -> list:
     return out
 
 
-def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
+def _sglang_graphs(ev: E.Evidence, run: EngineRun, log) -> Finding | RuledOut:
     share = log["graph_true"] / log["graph_lines"]
     hyp = "decode batches run without CUDA graphs"
     if share >= 0.99:
@@ -106,7 +107,7 @@ def _split_by_size(log) -> str:
     return ""
 
 
-def _capture_sizes(ev, run, log) -> list:
+def _capture_sizes(ev: E.Evidence, run: EngineRun, log) -> list:
     """Logged batch sizes against the largest captured graph, in the unit the engine captures in:
     SGLang's cuda_graph_bs are batch sizes (requests); vLLM's cudagraph_capture_sizes count tokens,
     and with speculative decoding a decode step runs each request's 1 + k tokens
@@ -173,7 +174,7 @@ def _capture_sizes(ev, run, log) -> list:
     ]
 
 
-def _downgrade(ev, run, downgrade: dict) -> Finding:
+def _downgrade(ev: E.Evidence, run: EngineRun, downgrade: dict) -> Finding:
     """What the lowered mode captures, from vLLM's own table (`engine_facts.vllm_cudagraph`): a
     mode that keeps decode steps in full graphs is no loss for them; one that runs their attention
     outside (PIECEWISE) or runs no graph (NONE) is."""

@@ -22,6 +22,7 @@ from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.view import EngineRun, Phase
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 
@@ -130,7 +131,7 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
     ]
 
 
-def _slowest_pair(ev):
+def _slowest_pair(ev: E.Evidence):
     """(slow, fast): the eager step kind and the graphed one it is compared with, as (run, phase)."""
     candidates = [
         (run, p)
@@ -151,7 +152,7 @@ def _slowest_pair(ev):
     return None, None
 
 
-def _coll_ms_per_step(run, phase) -> float:
+def _coll_ms_per_step(run: EngineRun, phase: Phase) -> float:
     """Per step, the wall time with a collective kernel running (the union of its collective
     kernels: summed kernel time counts overlapping calls twice), less the share spent waiting for
     another rank where the ranks are aligned: what NCCL's transfer could account for."""
@@ -164,12 +165,12 @@ def _coll_ms_per_step(run, phase) -> float:
             for c in run.collectives
             if c.phase == phase.name and c.time_us and c.library in NCCL_LIBRARIES
         ]
-        wall = sum(c.time_us for c in calls) / 1000.0 / phase.count if phase.count else 0.0
+        wall = sum(c.time_us or 0.0 for c in calls) / 1000.0 / phase.count if phase.count else 0.0
     split = collective_split(run)
     return wall * split["transfer"] if split else wall
 
 
-def _wall_words(run, phase) -> str:
+def _wall_words(run: EngineRun, phase: Phase) -> str:
     what = (
         "wall time with a collective kernel running"
         if phase.collective_ms is not None
@@ -178,7 +179,7 @@ def _wall_words(run, phase) -> str:
     return what + (", less the wait for other ranks" if collective_split(run) else "")
 
 
-def _launched(run, phase) -> set[str]:
+def _launched(run: EngineRun, phase: Phase) -> set[str]:
     return {
         f"{c.op} {c.algo}/{c.proto}"
         for c in run.collectives
@@ -241,7 +242,7 @@ def collective_calls(ev: E.Evidence) -> list:
     return out
 
 
-def _why_unknown(run) -> str:
+def _why_unknown(run: EngineRun) -> str:
     """Why some sizes are unknown: graph replays whose capture is not in the profile, or calls
     recorded without their arguments; never a graph on a profile without one."""
     unknown = [c for c in run.collectives if c.size_bytes is None]

@@ -22,6 +22,7 @@ from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.rules_profile_eager import eager_parts
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 
@@ -84,7 +85,7 @@ def against_baseline(ev: E.Evidence) -> list:
     ]
 
 
-def _difference_cost(run, mine, parts) -> Cost | None:
+def _difference_cost(run: EngineRun, mine, parts) -> Cost | None:
     """The run's difference from its baseline per token, both profiled: the pool of the run's
     time ledger (the causes' costs never add past it); None where the run is not slower."""
     difference = parts["difference_ms_per_token"]
@@ -101,7 +102,7 @@ def _difference_cost(run, mine, parts) -> Cost | None:
     )
 
 
-def split(ev, run, mine, base, theirs) -> dict:
+def split(ev: E.Evidence, run: EngineRun, mine, base, theirs) -> dict:
     """The parts of the difference per token (module docstring); they add up to it."""
     saving = {p["phase"].name: p["cost"] for p in eager_parts(ev, run)[0]}
     eager = {name: saving[name] * run.phases[name].count / mine.count for name in saving}
@@ -123,11 +124,11 @@ def split(ev, run, mine, base, theirs) -> dict:
     }
 
 
-def _prefill(run) -> float:
+def _prefill(run: EngineRun) -> float:
     return sum(C.phase_ms(p) for p in run.phases.values() if p.kind == "prefill")
 
 
-def _speculation(ev, run, mine, base, theirs, parts) -> list:
+def _speculation(ev: E.Evidence, run: EngineRun, mine, base, theirs, parts) -> list:
     """Speculation's own cost: its forwards per token at their replayed price against the
     baseline's; a saving is ruled out as a cause. Unknown without the tokens each verify kept."""
     if run.mode != "speculative":

@@ -15,6 +15,7 @@ from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun, Phase
 from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
@@ -64,7 +65,7 @@ def host_bound(ev: E.Evidence) -> list:
     return out
 
 
-def _most_steps(phase) -> str:
+def _most_steps(phase: Phase) -> str:
     """Which steps the 90th percentile of the idle share speaks for: 9 of 10 only where there are
     ten; one step is itself."""
     if phase.count == 1:
@@ -80,10 +81,10 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if 0.995 <= value < 1.0 or 0.0 < value < 0.01 else f"{value:.0%}"
 
 
-def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
+def _host_bound_finding(ev: E.Evidence, run: EngineRun, phase: Phase, low, high, toks) -> Finding:
     every = low >= HOST_BOUND_IDLE
     syncs = phase.launches.get("sync", 0)
-    total = phase.idle_ms * phase.count
+    total = (phase.idle_ms or 0.0) * phase.count  # host_bound: measured idle time only
     share, token_cost = C.share(total, run), C.per_token(total, toks)
     unit, units = C.unit_of(run, toks, phase)
     severity = severity_for_share(share) if every else "info"

@@ -18,6 +18,7 @@ from ncclprobe.diagnose.commands import (
 from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.run_costs import rounded, spec_runs
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 
 
@@ -44,7 +45,7 @@ def speculative_slower(ev: E.Evidence) -> list:
     return out
 
 
-def _compare_speeds(ev, src, run, base):
+def _compare_speeds(ev: E.Evidence, src, run: EngineRun, base):
     """The noise rule of `ncclprobe.stats` on the two runs' tokens/s: with repeats on both sides
     (run-engine --repeats) their spreads and the 5 % floor decide, else the noise floor of one run
     on this device (a shared CPU's tokens/s vary 2x, a GPU's a few percent). Faster beyond the noise
@@ -95,12 +96,12 @@ def _compare_speeds(ev, src, run, base):
     )
 
 
-def _speed_sample(run) -> stats.Sample:
+def _speed_sample(run: EngineRun) -> stats.Sample:
     """A run's tokens/s as the noise rule's sample: its repeats, else its one measurement."""
     return stats.Sample.of_rates(run.tokens_per_s_repeats or [run.tokens_per_s])
 
 
-def _rate(run) -> str:
+def _rate(run: EngineRun) -> str:
     spread = run.speed_range()
     return f"{run.tokens_per_s:.1f}" + (
         f" ({spread[0]:.1f}-{spread[1]:.1f} over {len(run.tokens_per_s_repeats)} repeats)"
@@ -109,13 +110,15 @@ def _rate(run) -> str:
     )
 
 
-def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
+def _slower_finding(
+    ev: E.Evidence, src, run: EngineRun, base, verdict: stats.Comparison
+) -> Finding:
     parts = {
-        name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
+        name: run.per_token_ms(phase.total_ms if (phase := run.phase(name)) else 0.0) or 0.0
         for name in ("draft", "verify", *E.OVERHEAD_PHASES)
     }
     overhead = sum(parts[name] for name in E.OVERHEAD_PHASES)
-    ms_token = run.ms_per_token or 1000.0 / run.tokens_per_s
+    ms_token = run.ms_per_token or (1000.0 / run.tokens_per_s if run.tokens_per_s else 0.0)
     unaccounted = max(0.0, ms_token - parts["draft"] - parts["verify"] - overhead)
     cycle_ms = sum(
         run.per_cycle_ms(name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES)
@@ -173,7 +176,7 @@ def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
     )
 
 
-def _slowdown(src, run, base, difference: float) -> Cost | None:
+def _slowdown(src, run: EngineRun, base, difference: float) -> Cost | None:
     """The measured difference per token, its range from the repeats' spreads where both runs
     have them: the pool of the run's time ledger (its causes never add past it)."""
     mine, theirs = _speed_sample(run), _speed_sample(base)
@@ -196,7 +199,7 @@ def _slowdown(src, run, base, difference: float) -> Cost | None:
     )
 
 
-def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
+def _faster_spec_command(ev: E.Evidence, run: EngineRun, base, tpc, breakeven) -> str:
     """Graphs first when verify is eager against a captured decode; else a better draft when the
     cycle yields fewer tokens than break-even; else the loss is outside the cycle (prefill, host):
     capture everything on a GPU, or amortise it over a longer run on CPU."""

@@ -17,6 +17,7 @@ import math
 from ncclprobe.diagnose.commands import NEAREST_FACTOR, sizes_arg, sweep_command, sweep_next
 from ncclprobe.diagnose.run.ledger import COLLECTIVE
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.records import ResultRecord
@@ -27,7 +28,7 @@ def tuning_settings(settings: dict | None) -> dict[str, str]:
     return {k: str(v) for k, v in (settings or {}).items() if not only_shapes_the_log(k)}
 
 
-def run_settings(run) -> dict[str, str]:
+def run_settings(run: EngineRun) -> dict[str, str]:
     """What was in force: the workers' environment at communicator creation when they agree,
     else what the run asked for (a profile or log records none: NCCL's defaults, as far as known)."""
     eff = run.effective_settings()
@@ -68,9 +69,9 @@ def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
     return time_us * min(1.0, scale), time_us * max(1.0, scale)
 
 
-def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
+def compare_run(ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float):
     share, ms_token, tokens = run.collective_share, run.ms_per_token, run.new_tokens
-    sizes = [c for c in run.collectives if c.size_bytes]
+    sizes = [(c, c.size_bytes) for c in run.collectives if c.size_bytes]
     if share is None or not ms_token or not tokens or not sizes:
         return NotChecked(
             rule="collectives-vs-sweep",
@@ -79,20 +80,15 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
         )
     settings, nranks = run_settings(run), ev.config.get("tp")
     expected_ms, missing = [0.0, 0.0], []
-    for entry in sizes:
+    for entry, size in sizes:
         mode = "eager" if entry.eager else "graph"
         hit = sweep_time_us(
-            ev.sweep,
-            settings=settings,
-            nranks=nranks,
-            op=entry.op,
-            mode=mode,
-            size=int(entry.size_bytes),
+            ev.sweep, settings=settings, nranks=nranks, op=entry.op, mode=mode, size=size
         )
         if hit is None:
-            missing.append(int(entry.size_bytes))
+            missing.append(size)
             continue
-        least, most = time_bounds(hit, int(entry.size_bytes))
+        least, most = time_bounds(hit, size)
         expected_ms = [
             expected_ms[0] + entry.count * least / 1000.0,
             expected_ms[1] + entry.count * most / 1000.0,
@@ -117,7 +113,9 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
     )
 
 
-def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
+def _verdict(
+    ev: E.Evidence, run: EngineRun, name, hypothesis, excess, measured, expected, settings
+):
     least, most = expected
     ratio = measured / most if most > 0 else math.inf  # the least the ratio can be
     highest = measured / least if least > 0 else math.inf
@@ -195,7 +193,9 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
     )
 
 
-def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float) -> list:
+def compare_calls(
+    ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float
+) -> list:
     """A profile's collectives, per size, against the sweep: the kernel time per call (GPU time,
     without the host's launch path) against the sweep's graph-mode time at that size when it has
     one (also GPU time between CUDA events), else its eager time (which includes the launch path,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.diagnose.settings.lint import LINT, masked
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.failure_lines import not_explained_finding
 from ncclprobe.evidence.nccl.nccl_failures import explain as _explain
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
@@ -32,8 +33,11 @@ def explain(log: NcclLog):
     return _LAST[0][1]
 
 
-def failure_findings(ev) -> list[Finding]:
-    explained, unexplained = explain(ev.nccl_log)
+def failure_findings(ev: Evidence) -> list[Finding]:
+    log = ev.nccl_log
+    if log is None:  # the rule set needs it (`NCCL_LOG`)
+        return []
+    explained, unexplained = explain(log)
     found = [
         Finding(
             rule=e.kind,
@@ -56,16 +60,18 @@ def failure_findings(ev) -> list[Finding]:
                 detail="; ".join(mask_text(w) for w in unexplained[:3]),
             )
         )
-    not_explained = not_explained_finding([ev.nccl_log.failure_lines])
+    not_explained = not_explained_finding([log.failure_lines])
     return found + ([not_explained] if not_explained else [])
 
 
 NCCL_LOG = RuleSet("NCCL log", (failure_findings,), needs=("nccl_log",), fails_at="warning")
 
 
-def nccl_log_report(ev, files: list[str]) -> Report:
+def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
     """The NCCL-log and settings rule sets over the log, with its table of what NCCL read and did."""
-    log: NcclLog = ev.nccl_log
+    log = ev.nccl_log
+    if log is None:
+        raise ValueError("nccl-log judges a gathered NCCL log")
     report = judge(ev, (NCCL_LOG, LINT), kind="nccl-log", fails_at="error")
     lint = [f for f in report.findings if isinstance(f, SettingFinding)]
     explained, unexplained = explain(log)

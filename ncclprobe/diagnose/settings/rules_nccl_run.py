@@ -88,7 +88,9 @@ def _settings_read(ev: E.Evidence) -> list:
     return out
 
 
-def _unread_finding(ev, tool: str, name: str, value: str, ranks: list[tuple[str, str]]) -> Finding:
+def _unread_finding(
+    ev: E.Evidence, tool: str, name: str, value: str, ranks: list[tuple[str, str]]
+) -> Finding:
     shown = mask_env_value(name, value)
     return Finding(
         rule="nccl-settings-read",
@@ -113,7 +115,7 @@ def _unread_finding(ev, tool: str, name: str, value: str, ranks: list[tuple[str,
     )
 
 
-def _read_elsewhere(ev, tool: str, shell: dict, judged) -> list:
+def _read_elsewhere(ev: E.Evidence, tool: str, shell: dict, judged) -> list:
     """Settings NCCL read that the shell did not have: set by a launcher, a container or a
     plugin (aws-ofi-nccl sets NCCL_PROTO itself); shown, since the job ran with them."""
     extra: dict[str, dict[str, str]] = {}
@@ -254,7 +256,7 @@ def _transports(ev: E.Evidence) -> list:
     return [_no_p2p_finding(ev, counts, listing)]
 
 
-def _no_p2p_finding(ev, counts: dict, listing: str) -> Finding:
+def _no_p2p_finding(ev: E.Evidence, counts: dict, listing: str) -> Finding:
     off = {
         name: value
         for log in ev.nccl_logs

@@ -18,7 +18,7 @@ from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.run.levers import libraries, nccl_ran
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import nccl_env
+from ncclprobe.evidence.run.view import EngineRun, nccl_env
 from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.knob_row import Scope
 from ncclprobe.nccl.knobs import acts_on_one_rank, effective_scope
@@ -110,7 +110,7 @@ def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dic
     return problems
 
 
-def _propagation_finding(ev, source, run, asked, problems) -> Finding:
+def _propagation_finding(ev: E.Evidence, source, run: EngineRun, asked, problems) -> Finding:
     finding = _propagation_one(ev, source, run, asked, problems)
     runs = list(dict.fromkeys(p["run"] for p in problems))
     if len(runs) > 1:
@@ -120,7 +120,7 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
     return finding
 
 
-def _propagation_one(ev, source, run, asked, problems) -> Finding:
+def _propagation_one(ev: E.Evidence, source, run: EngineRun, asked, problems) -> Finding:
     after = [p for p in problems if p["kind"] == "set-after-init"]
     first = (after or problems)[0]
     where = f"rank {first['rank']} (pid {first['pid']})"
@@ -239,7 +239,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     return out
 
 
-def _compare_pair(ev, pa, pb):
+def _compare_pair(ev: E.Evidence, pa, pb):
     (src_a, a), (src_b, b) = pa, pb
     name_a, name_b = a.name(src_a), b.name(src_b)
     eff_a, eff_b = a.effective_settings(), b.effective_settings()
@@ -287,7 +287,7 @@ def _compare_pair(ev, pa, pb):
     )
 
 
-def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
+def _clean_env_command(ev: E.Evidence, pa, pb, in_force: dict) -> str:
     """Re-run from an environment without the settings the untuned side inherited."""
     inherited = sorted(
         k
@@ -357,7 +357,7 @@ def settings_between_modes(ev: E.Evidence) -> list:
     return out
 
 
-def _tok_s(run) -> str:
+def _tok_s(run: EngineRun) -> str:
     value = run.tokens_per_s
     return f"{value:.1f}" if isinstance(value, (int, float)) else "unknown"
 
