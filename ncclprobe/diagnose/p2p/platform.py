@@ -284,5 +284,5 @@ def check_driver_p2p(reading: DriverP2PReading) -> PlatformCheck:
     )
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None

@@ -195,7 +195,7 @@ class Expectation:
         }
 
 
-def _whole(value) -> int | None:
+def _whole(value: object) -> int | None:
     """A count from a config someone else wrote: a whole number in 64 bits, else unknown."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -204,7 +204,7 @@ def _whole(value) -> int | None:
     return value
 
 
-def _numbers_of(model) -> dict:
+def _numbers_of(model: object) -> dict:
     """A model config's counts (and its MoE block's): a value of another type (`"hidden": "x"`) is
     left out, as a count the config does not give."""
     if not isinstance(model, dict):

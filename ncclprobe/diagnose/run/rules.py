@@ -96,7 +96,7 @@ def eager_phase(ev: E.Evidence) -> list:
     return out
 
 
-def _eager_finding(ev: E.Evidence, src, run: EngineRun, rec, decode, source) -> Finding:
+def _eager_finding(ev: E.Evidence, src: str, run: EngineRun, rec, decode, source) -> Finding:
     name, n_cycles = rec.name, run.cycles
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
     ev_num = {
@@ -202,7 +202,7 @@ def _eager_finding(ev: E.Evidence, src, run: EngineRun, rec, decode, source) -> 
     )
 
 
-def _cost(kind, run: EngineRun, src, cost_token, cost_step, steps, basis, covers) -> Cost:
+def _cost(kind, run: EngineRun, src: str, cost_token, cost_step, steps, basis, covers) -> Cost:
     """A phase's cost per token where the run's tokens are known, else per step; over the run
     `cost_step` x its steps (the ledger's unit)."""
     value, unit = (cost_token, "token") if cost_token is not None else (cost_step, "step")
@@ -263,7 +263,7 @@ def verify_ratio(ev: E.Evidence) -> list:
 
 
 def _ratio_finding(
-    ev: E.Evidence, src, run: EngineRun, verify, decode, measured, expectation, nums
+    ev: E.Evidence, src: str, run: EngineRun, verify, decode, measured, expectation, nums
 ) -> Finding:
     tp = int(ev.config.get("tp") or 1)
     gbps = expectation.decode_gbps(decode.median_ms, tp)

@@ -102,7 +102,7 @@ def _unaligned(run: EngineRun):
 
 
 def _slower(
-    ev: E.Evidence, src, run: EngineRun, key, a, b, verdict, split, figures, what
+    ev: E.Evidence, src: str, run: EngineRun, key, a, b, verdict, split, figures, what
 ) -> Finding:
     op, size, library = key
     per_call_ms = (statistics.median(a) - statistics.median(b)) / 1000.0

@@ -85,7 +85,7 @@ def against_baseline(ev: E.Evidence) -> list:
     ]
 
 
-def _difference_cost(run: EngineRun, mine, parts) -> Cost | None:
+def _difference_cost(run: EngineRun, mine, parts: dict) -> Cost | None:
     """The run's difference from its baseline per token, both profiled: the pool of the run's
     time ledger (the causes' costs never add past it); None where the run is not slower."""
     difference = parts["difference_ms_per_token"]
@@ -102,7 +102,7 @@ def _difference_cost(run: EngineRun, mine, parts) -> Cost | None:
     )
 
 
-def split(ev: E.Evidence, run: EngineRun, mine, base, theirs) -> dict:
+def split(ev: E.Evidence, run: EngineRun, mine, base: EngineRun, theirs) -> dict:
     """The parts of the difference per token (module docstring); they add up to it."""
     saving = {p["phase"].name: p["cost"] for p in eager_parts(ev, run)[0]}
     eager = {name: saving[name] * run.phases[name].count / mine.count for name in saving}
@@ -128,7 +128,9 @@ def _prefill(run: EngineRun) -> float:
     return sum(C.phase_ms(p) for p in run.phases.values() if p.kind == "prefill")
 
 
-def _speculation(ev: E.Evidence, run: EngineRun, mine, base, theirs, parts) -> list:
+def _speculation(
+    ev: E.Evidence, run: EngineRun, mine, base: EngineRun, theirs, parts: dict
+) -> list:
     """Speculation's own cost: its forwards per token at their replayed price against the
     baseline's; a saving is ruled out as a cause. Unknown without the tokens each verify kept."""
     if run.mode != "speculative":

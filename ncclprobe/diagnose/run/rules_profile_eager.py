@@ -12,6 +12,8 @@ captured decode are the seed case (`eager-phase`); any other, `eager-launches`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
@@ -122,7 +124,9 @@ def _no_eager(ev: E.Evidence, run: EngineRun) -> list:
     return out
 
 
-def _eager_part(ev: E.Evidence, phase: Phase, ref, where, from_baseline) -> dict:
+def _eager_part(
+    ev: E.Evidence, phase: Phase, ref, where: Callable[[int, int], str | None], from_baseline
+) -> dict:
     """One eager phase against its reference: what capture would save per step (`cost`), and the
     words for what was measured and what is inferred."""
     expectation = _expected(ev, phase, ref)
@@ -154,7 +158,7 @@ def _eager_part(ev: E.Evidence, phase: Phase, ref, where, from_baseline) -> dict
     return part
 
 
-def _eager_finding(ev: E.Evidence, run: EngineRun, parts) -> Finding:
+def _eager_finding(ev: E.Evidence, run: EngineRun, parts: list[dict]) -> Finding:
     toks = C.tokens(run)
     total = sum(p["cost"] * p["phase"].count for p in parts)
     token_cost, share = C.per_token(total, toks), C.share(total, run)
@@ -204,7 +208,7 @@ def _eager_finding(ev: E.Evidence, run: EngineRun, parts) -> Finding:
     )
 
 
-def _eager_cost(run: EngineRun, toks, parts, total: float) -> Cost:
+def _eager_cost(run: EngineRun, toks: C.Tokens, parts: list[dict], total: float) -> Cost:
     """What capture would save: per token where the run's tokens are known, else per speculative
     cycle or per step of the one eager phase (several eager phases without tokens: per step of
     the largest, the others' parts in the evidence). Modelled where a part rests on the model
@@ -228,7 +232,7 @@ def _eager_cost(run: EngineRun, toks, parts, total: float) -> Cost:
     return Cost.profiled(total / units, unit, basis, inflation=C.PROFILER_INFLATION, **kw)
 
 
-def _eager_detail(parts) -> str:
+def _eager_detail(parts: list[dict]) -> str:
     """Measured, per phase; the references once each; then what is inferred from them."""
     refs: dict[str, dict] = {}
     for p in parts:

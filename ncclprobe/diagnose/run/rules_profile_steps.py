@@ -81,7 +81,9 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if 0.995 <= value < 1.0 or 0.0 < value < 0.01 else f"{value:.0%}"
 
 
-def _host_bound_finding(ev: E.Evidence, run: EngineRun, phase: Phase, low, high, toks) -> Finding:
+def _host_bound_finding(
+    ev: E.Evidence, run: EngineRun, phase: Phase, low: float, high: float, toks: C.Tokens
+) -> Finding:
     every = low >= HOST_BOUND_IDLE
     syncs = phase.launches.get("sync", 0)
     total = (phase.idle_ms or 0.0) * phase.count  # host_bound: measured idle time only

@@ -322,7 +322,7 @@ def compare_calls(
     return out
 
 
-def _best_at(sweep: list[ResultRecord], nranks, op: str, size: int) -> dict | None:
+def _best_at(sweep: list[ResultRecord], nranks: int | None, op: str, size: int) -> dict | None:
     rows = [
         r
         for r in sweep

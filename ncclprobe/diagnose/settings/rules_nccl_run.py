@@ -344,7 +344,7 @@ def _warnings(ev: E.Evidence) -> list:
     return out
 
 
-def _when_text(placed: list[str], spans, kind: str) -> str:
+def _when_text(placed: list[str], spans: list[tuple[str, dict]], kind: str) -> str:
     if any(placed):
         return (
             "Times are the logs' own clocks (NCCL's local time, the server's), compared as "
@@ -363,7 +363,7 @@ def _when_text(placed: list[str], spans, kind: str) -> str:
     )
 
 
-def _place(when: str | None, spans) -> str:
+def _place(when: str | None, spans: list[tuple[str, dict]]) -> str:
     """`while the server logged decode steps (8 s after the first)`, `before ...`, `after ...`;
     '' when the WARN or the run has no time."""
     if not when or not spans:

@@ -239,7 +239,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     return out
 
 
-def _compare_pair(ev: E.Evidence, pa, pb):
+def _compare_pair(ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun]):
     (src_a, a), (src_b, b) = pa, pb
     name_a, name_b = a.name(src_a), b.name(src_b)
     eff_a, eff_b = a.effective_settings(), b.effective_settings()
@@ -287,7 +287,9 @@ def _compare_pair(ev: E.Evidence, pa, pb):
     )
 
 
-def _clean_env_command(ev: E.Evidence, pa, pb, in_force: dict) -> str:
+def _clean_env_command(
+    ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun], in_force: dict
+) -> str:
     """Re-run from an environment without the settings the untuned side inherited."""
     inherited = sorted(
         k
