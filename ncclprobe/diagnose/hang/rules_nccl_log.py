@@ -153,7 +153,7 @@ def _hang_window(ev: E.Evidence) -> tuple[int, int | None] | None:
     return min(created) if created else None
 
 
-def _place(stamp: str | None, window) -> str:
+def _place(stamp: str | None, window: tuple[int, int | None] | None) -> str:
     """`12 s after the stuck collective was issued, within its 10 s timeout` and the like; '' when
     either time is unknown."""
     if not stamp or not window:

@@ -9,6 +9,7 @@ data, a hang). The report's JSON is schema `topo-check` v1, as `topo --check` al
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ncclprobe.diagnose.p2p.advice import advise
@@ -44,7 +45,7 @@ def pair_findings(ev: Evidence) -> list[P2PFinding]:
     return findings
 
 
-def _where(p2p: P2PEvidence):
+def _where(p2p: P2PEvidence) -> Callable[[int, int], str | None]:
     """What a GPU pair crosses (a PCIe switch, a root complex) where the PCIe tree is known."""
     paths = p2p.gpu_paths
 

@@ -52,7 +52,7 @@ class Account:
     granted: dict[str, float] = field(default_factory=dict)  # rule -> ms over the run
     _unknown: set = field(default_factory=set)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.sizes[()] = self.total_ms
 
     def claim(self, path: tuple, amount: float, rule: str) -> tuple[float, list[str]]:

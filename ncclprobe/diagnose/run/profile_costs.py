@@ -124,7 +124,7 @@ def unit_of(run: EngineRun, toks: Tokens, phase: Phase) -> tuple[str, float]:
     return "step", float(phase.count)
 
 
-def baseline_reference(ev: Evidence, kind: str):
+def baseline_reference(ev: Evidence, kind: str) -> tuple[EngineRun, Phase] | None:
     """(baseline run, its graphed phase) to weigh a `kind` step against: the same kind, else its
     decode, else its most frequent graphed phase of any kind but prefill (a compiled, replayed
     decode may record no shapes, so its kind may be unknown)."""
@@ -135,13 +135,14 @@ def baseline_reference(ev: Evidence, kind: str):
         graphed = [p for p in base.phases.values() if p.graphed and p.count and p.kind != "prefill"]
         if graphed:
             return base, max(graphed, key=lambda p: p.count)
-    return None, None
+    return None
 
 
-def graphed_reference(ev: Evidence, run: EngineRun, phase: Phase):
+def graphed_reference(ev: Evidence, run: EngineRun, phase: Phase) -> tuple[Phase | None, str, bool]:
     """(reference phase, where it is said to come from, from the baseline?) or (None, "", False)."""
-    base, same = baseline_reference(ev, phase.kind)
-    if same is not None:
+    reference = baseline_reference(ev, phase.kind)
+    if reference is not None:
+        base, same = reference
         where = (
             f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph"
         )

@@ -16,7 +16,7 @@ from ncclprobe.diagnose.run import rules_collectives, rules_speed
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
 from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
@@ -96,10 +96,13 @@ def eager_phase(ev: E.Evidence) -> list:
     return out
 
 
-def _eager_finding(ev: E.Evidence, src: str, run: EngineRun, rec, decode, source) -> Finding:
+def _eager_finding(
+    ev: E.Evidence, src: str, run: EngineRun, rec: Phase, decode: Phase, source: str
+) -> Finding:
     name, n_cycles = rec.name, run.cycles
+    rec_ms, decode_ms = rec.median_ms or 0.0, decode.median_ms or 0.0  # steps measured: both known
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
-    ev_num = {
+    ev_num: dict[str, object] = {
         "phase": name,
         f"{name}_median_ms": rec.median_ms,
         "decode_median_ms": decode.median_ms,
@@ -110,9 +113,9 @@ def _eager_finding(ev: E.Evidence, src: str, run: EngineRun, rec, decode, source
     expectation = expected_verify_ratio(ev.config) if rec.kind == "verify" else None
     covers: tuple[str, ...]
     if expectation:
-        expected_ms = decode.median_ms * expectation.ratio
-        cost_step = max(0.0, rec.median_ms - expected_ms)
-        applies = expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
+        expected_ms = decode_ms * expectation.ratio
+        cost_step = max(0.0, rec_ms - expected_ms)
+        applies = expectation.applies(decode_ms, int(ev.config.get("tp") or 1))
         ev_num.update(
             expected_graphed_verify_ms=round(expected_ms, 4),
             expected_ratio=round(expectation.ratio, 3),
@@ -164,7 +167,7 @@ def _eager_finding(ev: E.Evidence, src: str, run: EngineRun, rec, decode, source
         kind, covers = "profiled", (name, "idle")
         basis = f"the GPU idle time of the eager {name} steps (profiled)"
     else:
-        cost_step = rec.median_ms
+        cost_step = rec_ms
         ev_num["cost_from"] = "upper bound: the eager step's whole time"
         how = (
             f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what "
@@ -202,7 +205,16 @@ def _eager_finding(ev: E.Evidence, src: str, run: EngineRun, rec, decode, source
     )
 
 
-def _cost(kind, run: EngineRun, src: str, cost_token, cost_step, steps, basis, covers) -> Cost:
+def _cost(
+    kind: str,
+    run: EngineRun,
+    src: str,
+    cost_token: float | None,
+    cost_step: float,
+    steps: float,
+    basis: str,
+    covers: tuple[str, ...],
+) -> Cost:
     """A phase's cost per token where the run's tokens are known, else per step; over the run
     `cost_step` x its steps (the ledger's unit)."""
     value, unit = (cost_token, "token") if cost_token is not None else (cost_step, "step")
@@ -329,7 +341,7 @@ def graph_coverage(ev: E.Evidence) -> list:
         return []
     out: list[Outcome] = []
     for _, run in _runs_with(ev, "graph_coverage"):
-        coverage = run.graph_coverage
+        coverage = run.graph_coverage or 0.0  # _runs_with: every run here has one
         hyp = f"{run.label} {run.mode_text}: steps fall off the captured graphs"
         if coverage >= GRAPH_COVERAGE_OK:
             out.append(
@@ -343,7 +355,7 @@ def graph_coverage(ev: E.Evidence) -> list:
         names = (
             E.PHASES if run.source == "engine-trace" else list(run.phases)
         )  # the trace's prefill runs once
-        eager = [n for n in names if run.phase(n) and run.phase(n).graphed is False]
+        eager = [n for n in names if (phase := run.phase(n)) and phase.graphed is False]
         capturable_eager = [
             n for n in eager if n not in NEVER_CAPTURED and run.phases[n].kind != "prefill"
         ]
@@ -387,7 +399,7 @@ def graph_coverage(ev: E.Evidence) -> list:
     return out
 
 
-def _runs_with(ev: E.Evidence, key: str):
+def _runs_with(ev: E.Evidence, key: str) -> list[tuple[str, EngineRun]]:
     return [
         (src, run) for src, run in ev.all_runs() if src == "trace" and getattr(run, key) is not None
     ]

@@ -97,7 +97,7 @@ def _time(us: float) -> str:
     return f"{us:.1f} us" if us < 1000 else f"{us / 1000:.3g} ms"
 
 
-def _unaligned(run: EngineRun):
+def _unaligned(run: EngineRun) -> EngineRun:
     return dataclasses.replace(run, alignment=None)
 
 

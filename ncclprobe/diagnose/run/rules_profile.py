@@ -22,7 +22,7 @@ from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
-from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 
@@ -30,7 +30,7 @@ MEASURED_KINDS = ("decode", "verify", "draft", "other")
 NCCL_GAP_SHARE = 0.5  # collectives that grew by half the gap between two step kinds can explain it
 
 
-def _profiles(ev: E.Evidence):
+def _profiles(ev: E.Evidence) -> list[tuple[str, EngineRun]]:
     return [(src, run) for src, run in ev.all_runs() if run.source == "profile"]
 
 
@@ -143,9 +143,9 @@ def _slowest_pair(ev: E.Evidence):
     if not candidates:
         return None, None
     run_s, ph_s = max(candidates, key=lambda rp: rp[1].median_ms or 0)
-    base, ref = C.baseline_reference(ev, ph_s.kind)
-    if ref is not None:
-        return (run_s, ph_s), (base, ref)
+    reference = C.baseline_reference(ev, ph_s.kind)
+    if reference is not None:
+        return (run_s, ph_s), reference
     others = [p for p in run_s.phases.values() if p.graphed and p.count]
     if others:
         return (run_s, ph_s), (run_s, max(others, key=lambda p: p.count))
@@ -192,7 +192,7 @@ def collective_calls(ev: E.Evidence) -> list:
     step, with eager/graph and what NCCL launched. Informational: the numbers other rules weigh."""
     out = []
     for src, run in _profiles(ev):
-        rows = []
+        rows: list[dict] = []
         for c in run.collectives:
             per_call = c.time_us / c.count if c.time_us and c.count else None
             busbw = _busbw(c, per_call)
@@ -251,7 +251,7 @@ def _why_unknown(run: EngineRun) -> str:
     return "" if any(c.graph for c in unknown) else ": recorded without their arguments"
 
 
-def _busbw(c, per_call_us: float | None) -> float | None:
+def _busbw(c: Collective, per_call_us: float | None) -> float | None:
     """nccl-tests' bus bandwidth (docs/METRICS.md) of one call, where size and group are known."""
     if not c.size_bytes or not per_call_us or not c.group_size or c.group_size < 2:
         return None

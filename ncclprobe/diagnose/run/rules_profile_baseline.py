@@ -85,7 +85,7 @@ def against_baseline(ev: E.Evidence) -> list:
     ]
 
 
-def _difference_cost(run: EngineRun, mine, parts: dict) -> Cost | None:
+def _difference_cost(run: EngineRun, mine: C.Tokens, parts: dict) -> Cost | None:
     """The run's difference from its baseline per token, both profiled: the pool of the run's
     time ledger (the causes' costs never add past it); None where the run is not slower."""
     difference = parts["difference_ms_per_token"]

@@ -12,11 +12,9 @@ captured decode are the seed case (`eager-phase`); any other, `eager-launches`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
-from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.run.expectations import Expectation, expected_verify_ratio
 from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
@@ -61,7 +59,7 @@ def eager_parts(ev: E.Evidence, run: EngineRun) -> tuple[list[dict], list]:
     return parts, ruled
 
 
-def _expected(ev: E.Evidence, phase: Phase, ref):
+def _expected(ev: E.Evidence, phase: Phase, ref: Phase) -> Expectation | None:
     """The model shape's expected verify/decode ratio, where it applies (a verify against a decode)."""
     if phase.kind != "verify" or ref.kind != "decode":
         return None
@@ -124,9 +122,7 @@ def _no_eager(ev: E.Evidence, run: EngineRun) -> list:
     return out
 
 
-def _eager_part(
-    ev: E.Evidence, phase: Phase, ref, where: Callable[[int, int], str | None], from_baseline
-) -> dict:
+def _eager_part(ev: E.Evidence, phase: Phase, ref: Phase, where: str, from_baseline: bool) -> dict:
     """One eager phase against its reference: what capture would save per step (`cost`), and the
     words for what was measured and what is inferred."""
     expectation = _expected(ev, phase, ref)
@@ -144,8 +140,8 @@ def _eager_part(
         "measured": measured,
     }
     if expectation:
-        expected = ref.median_ms * expectation.ratio
-        part["cost"] = max(0.0, phase.median_ms - expected)
+        expected = (ref.median_ms or 0.0) * expectation.ratio  # measured steps: both known
+        part["cost"] = max(0.0, (phase.median_ms or 0.0) - expected)
         part["expected"] = (expected, expectation.ratio)
         part["inferred"] = (
             f"from the model's shape, not measured: a captured {phase.name} should cost about "

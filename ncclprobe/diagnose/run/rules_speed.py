@@ -200,7 +200,13 @@ def _slowdown(src: str, run: EngineRun, base: EngineRun, difference: float) -> C
     )
 
 
-def _faster_spec_command(ev: E.Evidence, run: EngineRun, base: EngineRun, tpc, breakeven) -> str:
+def _faster_spec_command(
+    ev: E.Evidence,
+    run: EngineRun,
+    base: EngineRun,
+    tpc: float | None,
+    breakeven: float | None,
+) -> str:
     """Graphs first when verify is eager against a captured decode; else a better draft when the
     cycle yields fewer tokens than break-even; else the loss is outside the cycle (prefill, host):
     capture everything on a GPU, or amortise it over a longer run on CPU."""

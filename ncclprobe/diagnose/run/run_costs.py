@@ -12,7 +12,7 @@ from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun
 
 
-def spec_runs(ev: E.Evidence):
+def spec_runs(ev: E.Evidence) -> list[tuple[str, EngineRun]]:
     """The speculative runs under diagnosis that have steps (a server log has none: rules_log)."""
     return [
         (src, run)

@@ -69,7 +69,9 @@ def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
     return time_us * min(1.0, scale), time_us * max(1.0, scale)
 
 
-def compare_run(ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float):
+def compare_run(
+    ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float
+) -> Outcome:
     share, ms_token, tokens = run.collective_share, run.ms_per_token, run.new_tokens
     sizes = [(c, c.size_bytes) for c in run.collectives if c.size_bytes]
     if share is None or not ms_token or not tokens or not sizes:

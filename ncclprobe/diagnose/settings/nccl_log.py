@@ -15,6 +15,7 @@ from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.diagnose.settings.lint import LINT, masked
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.failure_lines import not_explained_finding
+from ncclprobe.evidence.nccl.nccl_failures import Explained
 from ncclprobe.evidence.nccl.nccl_failures import explain as _explain
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.findings import Finding
@@ -25,7 +26,7 @@ from ncclprobe.sizes import format_size
 _LAST: list = []  # [(the log, what explaining it gave)]: one log per command
 
 
-def explain(log: NcclLog):
+def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     """(the explained kinds, the WARN lines no kind explains), once per log: explaining takes the
     explained lines out of the log's failure lines, so a second call would see fewer."""
     if not _LAST or _LAST[0][0] is not log:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
 from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
@@ -115,7 +116,9 @@ def _unread_finding(
     )
 
 
-def _read_elsewhere(ev: E.Evidence, tool: str, shell: dict, judged) -> list:
+def _read_elsewhere(
+    ev: E.Evidence, tool: str, shell: dict, judged: list[tuple[str, RankNcclLog]]
+) -> list[Finding]:
     """Settings NCCL read that the shell did not have: set by a launcher, a container or a
     plugin (aws-ofi-nccl sets NCCL_PROTO itself); shown, since the job ran with them."""
     extra: dict[str, dict[str, str]] = {}
@@ -148,7 +151,7 @@ def _read_elsewhere(ev: E.Evidence, tool: str, shell: dict, judged) -> list:
 # ---- versions -------------------------------------------------------------------------------
 
 
-def _version(log) -> str | None:
+def _version(log: RankNcclLog) -> str | None:
     return log.log.nccl_version
 
 

@@ -239,7 +239,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     return out
 
 
-def _compare_pair(ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun]):
+def _compare_pair(ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun]) -> Outcome:
     (src_a, a), (src_b, b) = pa, pb
     name_a, name_b = a.name(src_a), b.name(src_b)
     eff_a, eff_b = a.effective_settings(), b.effective_settings()
