@@ -52,6 +52,9 @@ TRACES = f"{DIAGNOSE} tests/test_handwritten_fixtures.py"
 NCCL_TESTS = f"tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py {PINS}"
 PCIE = f"{PINS} tests/test_pcie_readers.py"
 SECRETS = "tests/test_trust_secrets.py tests/test_masking_pins.py tests/test_trust_secrets_walk.py"
+# runs across hosts: the pure parts (the real launchers across namespace hosts are too slow per mutant)
+HOSTS_LAUNCH = "tests/test_hosts_launchers.py"
+HOSTS_MERGE = "tests/test_hosts_merge.py -k 'not contradictions'"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
@@ -120,6 +123,14 @@ MODULES = {
     "ncclprobe/nccl/recipes.py": NCCL,
     "ncclprobe/nccl/p2p.py": NCCL,
     "ncclprobe/nccl/version.py": NCCL,
+    "ncclprobe/hosts/hostlist.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/identity.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/launchers.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/run.py": HOSTS_LAUNCH,
+    "ncclprobe/sweep/host_merge.py": HOSTS_MERGE,
+    "ncclprobe/diagnose/process_env/hosts.py": HOSTS_MERGE,
+    "ncclprobe/evidence/live/job_processes.py": HOSTS_MERGE,
+    "ncclprobe/evidence/live/host_env_checks.py": HOSTS_MERGE,
 }
 
 

@@ -36,6 +36,8 @@ WHAT = {
     "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
     "the speculative-decoding log lines and how acceptance aggregates",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
+    "hosts": "runs across hosts through srun, torchrun or mpirun: each launcher's command lines, their "
+    "run and watchdog, a rank's identity from its launcher's variables, Slurm host lists",
     "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
     "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "
     "topology, P2P matrices, lspci, collect-env), this machine now (`live/`: topology, sysfs, process "
@@ -44,7 +46,8 @@ WHAT = {
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
     "gather": "live sources gathered into evidence: the P2P measurement, platform and NCCL dumps "
-    "(`p2p`), a job's processes and their NCCL logs (`processes`), the settings to lint (`settings`)",
+    "(`p2p`), a job's processes and their NCCL logs (`processes`), the settings to lint (`settings`), "
+    "every node's env-check documents through the job's launcher (`hosts`)",
     "recommend": "measurements to settings",
     "diagnose": "rule sets over the evidence, by question: an engine run's time (`run/`), hangs "
     "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`); "

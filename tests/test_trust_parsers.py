@@ -23,6 +23,7 @@ from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nv
 from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.evidence.node.topo import parse_topo
 from ncclprobe.evidence.text import clean_line
+from ncclprobe.hosts.run import problem_line
 from ncclprobe.launch import error_summary
 from ncclprobe.records import _parse_lines
 from ncclprobe.secrets import mask_argv, mask_env_value, mask_text
@@ -49,6 +50,7 @@ PARSERS = {
     "mask_argv": lambda t: mask_argv(t.split(" ") + [t]),
     "mask_env_value": lambda t: mask_env_value("NCCL_SOCKET_IFNAME", t),
     "error_summary": error_summary,
+    "launch problem_line": problem_line,
     "results lines": _quiet(lambda t: list(_parse_lines([t, t], "x.jsonl"))),
     "p2pBandwidthLatencyTest": _quiet(parse_p2p_test),
     "nvbandwidth": _quiet(parse_nvbandwidth),

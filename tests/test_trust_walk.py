@@ -100,6 +100,11 @@ DIR_OUTPUTS = {
     "run-engine --profile": ["run-engine", "--preset", "tiny", "--profile"],
     "probe env-propagation --output": ["probe", "env-propagation", "--output"],
     "sweep --torchrun-dir": ["sweep", "--nranks", "2", "--backend", "gloo", "--torchrun-dir"],
+    "sweep --shared-dir": ["sweep", "--launcher", "mpirun", "--hosts", "a,b", "--shared-dir"],
+    "env-check --shared-dir": [
+        "env-check",
+        *("--launcher", "mpirun", "--hosts", "a,b", "--match", "x", "--shared-dir"),
+    ],
     "report --output": ["report", "RESULTS", "--output"],
     "train-target --output": ["train-target", "--output"],
 }

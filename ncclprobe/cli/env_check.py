@@ -10,6 +10,8 @@ import click
 
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.hosts import HELP as HOSTS_HELP
+from ncclprobe.cli.hosts import across_hosts, env_check_across, hosts_options, job_options
 from ncclprobe.cli.output import emit_report, format_option, to_csv
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
@@ -24,6 +26,11 @@ Examples:
   ncclprobe env-check --pid 4242 --expect-from recommendation.json --format json
   ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
   ncclprobe env-check --pid 4242 --watch 2 --count 10
+  ncclprobe env-check --launcher srun --expect NCCL_PROTO=LL --shared-dir /shared/ec  # in salloc
+  ncclprobe env-check --launcher mpirun --hosts 'n[1-4]' --match train.py --shared-dir /shared/ec
+
+{HOSTS_HELP}
+
 \b
 {
     exit_codes(
@@ -43,8 +50,7 @@ Examples:
     "--pid",
     "pid",
     type=StrictInt(min=1, max=2**31 - 1),
-    required=True,
-    help="Root of the job's process tree.",
+    help="Root of the job's process tree (required unless --launcher).",
 )
 @click.option(
     "--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable)."
@@ -80,9 +86,11 @@ Examples:
     default=None,
     help="With --watch: how many checks (default 0: until interrupted).",
 )
+@job_options
+@hosts_options
 @format_option
 @click.pass_context
-def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
+def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt, **hosts):
     """Walk PID and all its descendants; show each one's role, whether it loaded libnccl, its GPUs,
     the NCCL/CUDA/torch.distributed variables of its environment and what differs from its parent.
     Check expectations and lint every process. Secrets are never printed, in any format.
@@ -92,6 +100,9 @@ def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
     from ncclprobe.evidence.bundle import Evidence
     from ncclprobe.gather.processes import gather_processes
 
+    across = across_hosts(hosts, pid=pid, logs=logs, watch_s=watch_s)  # --launcher: every node
+    if across:
+        return env_check_across(across, expect, expect_from, show_all, fmt)
     if count is not None and watch_s is None:
         raise UsageProblem(
             "--count is the number of --watch checks; add --watch SECONDS (or drop --count)"

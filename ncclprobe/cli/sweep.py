@@ -9,6 +9,9 @@ import click
 
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.hosts import HELP as HOSTS_HELP
+from ncclprobe.cli.hosts import hosts_options, sweep_across
+from ncclprobe.cli.hosts import take as take_hosts
 from ncclprobe.cli.options import (
     build_request,
     field_option,
@@ -231,6 +234,9 @@ Examples:
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   after the printed torchrun lines ran
+  ncclprobe sweep --launcher srun --nodes 2 --backend nccl --shared-dir /shared/sw   # in salloc
+
+{HOSTS_HELP}
 
 {
     exit_codes(
@@ -280,6 +286,7 @@ Examples:
     type=click.Path(file_okay=False, exists=True),
     help="Turn a --torchrun-dir whose commands have run into a results file.",
 )
+@hosts_options
 @force_option
 @format_option
 @click.pass_context
@@ -298,7 +305,22 @@ def command(
 
     quiet = (ctx.obj or {}).get("quiet", False)
     explicit = [option.flag for option in given_on_command_line(ctx, SPEC_OPTIONS)]
+    across = take_hosts(options)  # --launcher: every node of a job, from this one command
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
+    if across:
+        if resume or collect or torchrun_dir:
+            raise UsageProblem(
+                "--launcher runs a new sweep; drop --resume, --collect and --torchrun-dir"
+            )
+        return sweep_across(
+            across,
+            request(options),
+            output=output,
+            force=force,
+            criteria=(min_busbw, max_latency),
+            quiet=quiet,
+            render=lambda outcome: _render(fmt, outcome),
+        )
     if torchrun_dir:
         return _plan_torchrun(
             torchrun_dir, request(options), bool(output or force), (min_busbw, max_latency)

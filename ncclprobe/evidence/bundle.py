@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.live.host_env_checks import HostsEnvEvidence
 from ncclprobe.evidence.live.processes import ProcessEvidence
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
@@ -54,6 +55,7 @@ class Evidence:
     p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
     nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
     processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
+    hosts: HostsEnvEvidence | None = None  # every node's env-check documents (env-check --launcher)
     settings: SettingsEvidence | None = None  # NCCL settings to lint, with the node and version
     nccl_log: NcclLog | None = None  # one NCCL debug log read whole (`nccl-log`)
 
