@@ -35,7 +35,12 @@ def process_reports(ev: ProcessEvidence) -> list[ProcessReport]:
     """Each process judged: its expectations, its lint, what its evidence cannot show."""
     by_pid = ev.by_pid()
     return [
-        _process_report(info, by_pid.get(info.ppid), ev.expectations, ev.logs.get(info.pid))
+        _process_report(
+            info,
+            by_pid.get(info.ppid) if info.ppid is not None else None,
+            ev.expectations,
+            ev.logs.get(info.pid),
+        )
         for info in ev.processes
     ]
 

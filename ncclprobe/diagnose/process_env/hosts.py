@@ -65,8 +65,9 @@ def targets(check: HostCheck) -> list[CheckedProcess]:
 def host_values(check: HostCheck) -> dict[str, frozenset]:
     """variable -> the values its processes have there (UNSET where one lacks it)."""
     procs = targets(check)
-    names = {name for p in procs for name in p.env if is_relevant(name)} - PER_PROCESS
-    return {name: frozenset(p.env.get(name, UNSET) for p in procs) for name in names}
+    envs = [p.env or {} for p in procs]  # targets: processes read
+    names = {name for env in envs for name in env if is_relevant(name)} - PER_PROCESS
+    return {name: frozenset(env.get(name, UNSET) for env in envs) for name in names}
 
 
 def setting_differs(evidence) -> list[Finding]:
