@@ -200,8 +200,8 @@ def _slow_pairs(
 def _asymmetric(m: Matrix, where: Callable[[int, int], str | None]) -> list[P2PFinding]:
     out = []
     for i, j, v in m.pairs():
-        if i < j and m.values[j][i] is not None:
-            w = m.values[j][i]
+        w = m.values[j][i]
+        if i < j and w is not None:
             if max(v, w) > 0 and abs(v - w) / max(v, w) > ASYMMETRY:
                 out.append(
                     P2PFinding(
@@ -266,11 +266,11 @@ def _peer_slower_than_staged(
         if off is None:
             continue
         slow = [
-            (i, j, v, off.values[i][j])
+            (i, j, v, staged)
             for i, j, v in on.pairs()
-            if off.values[i][j]
+            if (staged := off.values[i][j])
             and (not access or access[i][j] is not False)
-            and v < STAGED_MARGIN * off.values[i][j]
+            and v < STAGED_MARGIN * staged
         ]
         if slow:
             out.append(

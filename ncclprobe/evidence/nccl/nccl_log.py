@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -337,7 +337,7 @@ class _Reader:
         )
 
     @staticmethod
-    def _count(counter: Counter, key) -> None:
+    def _count(counter: Counter, key: Hashable) -> None:
         counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
     def _bare(self, line: str, raw: str = "") -> None:
@@ -359,7 +359,9 @@ class _Reader:
     def _no_plugin(self, m: re.Match) -> None:
         self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
 
-    def _version(self, match: re.Match, library: str | None = "NCCL", source="banner") -> None:
+    def _version(
+        self, match: re.Match, library: str | None = "NCCL", source: str = "banner"
+    ) -> None:
         self.log.versions.add(match["v"])
         if library and self.log.library in (None, "NCCL"):
             self.log.library = library

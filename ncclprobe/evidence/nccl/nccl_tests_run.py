@@ -87,7 +87,7 @@ class Row:
             "in_place": self.in_place.to_json() if self.in_place else None,
         }
 
-    def measurements(self):
+    def measurements(self) -> list[tuple[bool, Measurement | None]]:
         return [(False, self.out_of_place), (True, self.in_place)]
 
 
@@ -155,7 +155,7 @@ class NcclTestsRun:
         count = 0
         for row in self.rows:
             for in_place, m in row.measurements():
-                if m is not None and (m.wrong or 0) > 0:
+                if m is not None and m.wrong is not None and m.wrong > 0:
                     placed["in place" if in_place else "out of place"].append(row.size_bytes)
                     count += m.wrong
         parts = [

@@ -268,17 +268,17 @@ def read_graphs(text: str) -> list[NcclGraph]:
     return out
 
 
-def _int(value, what) -> int:
+def _int(value: str | None, what: str) -> int:
     if value is None or not is_digits(value.strip().removeprefix("-")):
         raise UsageProblem(f"NCCL dump: {what} {value!r} is not an integer")
     return int(value)
 
 
-def _opt_int(value) -> int | None:
+def _opt_int(value: str | None) -> int | None:
     return int(value) if value is not None and is_digits(value.strip().removeprefix("-")) else None
 
 
-def _float(value, what) -> float:
+def _float(value: str | None, what: str) -> float:
     if value is None or not re.fullmatch(
         r"[0-9]{1,15}(?:\.[0-9]{1,15})?(?:e[+-]?[0-9]{1,3})?", value.strip(), re.I
     ):
