@@ -102,7 +102,16 @@ def _unaligned(run: EngineRun) -> EngineRun:
 
 
 def _slower(
-    ev: E.Evidence, src: str, run: EngineRun, key, a, b, verdict, split, figures, what
+    ev: E.Evidence,
+    src: str,
+    run: EngineRun,
+    key: tuple,
+    a: list[float],
+    b: list[float],
+    verdict: stats.Comparison,
+    split: bool,
+    figures: str,
+    what: str,
 ) -> Finding:
     op, size, library = key
     per_call_ms = (statistics.median(a) - statistics.median(b)) / 1000.0

@@ -23,7 +23,7 @@ from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.sizes import format_size
 
-_LAST: list = []  # [(the log, what explaining it gave)]: one log per command
+_LAST: list[tuple[NcclLog, tuple[list[Explained], list[str]]]] = []  # one log per command
 
 
 def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:

@@ -18,7 +18,7 @@ from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.run.levers import libraries, nccl_ran
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import EngineRun, nccl_env
+from ncclprobe.evidence.run.view import EngineRun, Worker, nccl_env
 from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.knob_row import Scope
 from ncclprobe.nccl.knobs import acts_on_one_rank, effective_scope
@@ -80,7 +80,7 @@ def _grouped(problems: list[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
-def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dict]:
+def _worker_problems(worker: Worker, asked: dict, *, one_rank: bool = False) -> list[dict]:
     had, read, later = nccl_env(worker.env_at_comm_init), worker.nccl_read, worker.later_env
     invalid = {
         f.variable for f in lint_env(had, nccl_version=worker.nccl_version) if f.severity == "error"
@@ -110,7 +110,9 @@ def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dic
     return problems
 
 
-def _propagation_finding(ev: E.Evidence, source, run: EngineRun, asked, problems) -> Finding:
+def _propagation_finding(
+    ev: E.Evidence, source: str, run: EngineRun, asked: dict, problems: list[dict]
+) -> Finding:
     finding = _propagation_one(ev, source, run, asked, problems)
     runs = list(dict.fromkeys(p["run"] for p in problems))
     if len(runs) > 1:
@@ -120,7 +122,9 @@ def _propagation_finding(ev: E.Evidence, source, run: EngineRun, asked, problems
     return finding
 
 
-def _propagation_one(ev: E.Evidence, source, run: EngineRun, asked, problems) -> Finding:
+def _propagation_one(
+    ev: E.Evidence, source: str, run: EngineRun, asked: dict, problems: list[dict]
+) -> Finding:
     after = [p for p in problems if p["kind"] == "set-after-init"]
     first = (after or problems)[0]
     where = f"rank {first['rank']} (pid {first['pid']})"
