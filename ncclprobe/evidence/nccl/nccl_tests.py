@@ -159,11 +159,11 @@ def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
     return None
 
 
-def _params(run: NcclTestsRun, m: re.Match[str]):
+def _params(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.params = {key: int(value) for key, value in m.groupdict().items() if value is not None}
 
 
-def _rank(run: NcclTestsRun, m: re.Match[str]):
+def _rank(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.devices.append(
         {
             "rank": int(m["rank"]),
@@ -176,25 +176,25 @@ def _rank(run: NcclTestsRun, m: re.Match[str]):
     )
 
 
-def _avg(run: NcclTestsRun, m: re.Match[str]):
+def _avg(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.avg_busbw_gbps = float(m["bw"])
 
 
-def _oob(run: NcclTestsRun, m: re.Match[str]):
+def _oob(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.out_of_bounds = int(m["n"])
 
 
-def _tests_version(run: NcclTestsRun, m: re.Match[str]):
+def _tests_version(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.nccl_tests_version = m["v"]
     if m["library"]:
         run.nccl_version = nccl_version_of_code(int(m["library"]))
 
 
-def _reducing(run: NcclTestsRun, m: re.Match[str]):
+def _reducing(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.notes.append(f"nccl-tests reduced maxBytes to {m['n']} for lack of GPU memory")
 
 
-def _exported(run: NcclTestsRun, m: re.Match[str]):
+def _exported(run: NcclTestsRun, m: re.Match[str]) -> None:
     try:
         doc = strict_decoder().decode(m["body"])
     except (ValueError, RecursionError) as exc:
