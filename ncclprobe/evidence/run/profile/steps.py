@@ -337,8 +337,8 @@ def _attach(tl: Timeline, steps: list[Step]) -> None:
         if step is not None:
             step.launches[launch.kind] = step.launches.get(launch.kind, 0) + 1
     for kernel in tl.kernels:
-        launch = tl.launches.get(kernel.corr) if kernel.corr is not None else None
-        step = owner(launch.ts if launch else kernel.ts)
+        made_by = tl.launches.get(kernel.corr) if kernel.corr is not None else None
+        step = owner(made_by.ts if made_by else kernel.ts)
         if step is not None:
             step.kernels.append(kernel)
 
@@ -355,8 +355,8 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
         if step.tokens_per_seq is not None:
             continue
         lo, hi = bisect.bisect_left(times, step.t0), bisect.bisect_right(times, step.t1)
-        found = [K.lookup_tokens(dims, step.batch) for _, _, dims in tl.embeddings[lo:hi] if dims]
-        found = [f for f in found if f is not None]
+        looked = [K.lookup_tokens(dims, step.batch) for _, _, dims in tl.embeddings[lo:hi] if dims]
+        found = [f for f in looked if f is not None]
         if not found:
             continue
         batch, per_seq = max(found, key=lambda f: f[1])

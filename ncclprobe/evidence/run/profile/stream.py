@@ -122,7 +122,9 @@ class _Buffer:
     def skip_ws(self) -> str:
         """The next non-blank character ('' at the end of the file), left unconsumed."""
         while True:
-            self.pos = _BLANKS.match(self.text, self.pos).end()  # a block at a time, in C
+            blanks = _BLANKS.match(self.text, self.pos)  # a block at a time, in C
+            assert blanks is not None  # it matches anywhere: the empty string at least
+            self.pos = blanks.end()
             if self.pos < len(self.text):
                 return self.text[self.pos]
             if not self.fill():
@@ -208,7 +210,7 @@ def read_events(path: str | Path, on_event: Callable[[dict], None]) -> dict:
 
 
 def _read(buf: _Buffer, on_event) -> dict:
-    scan = strict_decoder().scan_once
+    scan = strict_decoder().scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
     first = buf.skip_ws()
     if first != "{":
         if first == "[":
