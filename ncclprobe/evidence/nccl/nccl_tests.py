@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.failure_lines import looks_like_failure
 from ncclprobe.evidence.nccl.nccl_failures import explain
-from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.nccl.nccl_tests_run import (
     Measurement,
     NcclTestsRun,
@@ -341,7 +341,7 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
     )
 
 
-def _failures(run: NcclTestsRun, log) -> None:
+def _failures(run: NcclTestsRun, log: NcclLog) -> None:
     """What failed, explained where a class knows it (`nccl_failures`), the rest not explained; the
     footer's verdict lines (`Out of bounds values : N FAILED`, NCCL_TESTS_MIN_BW's `FAILED`) are
     the wrong results and the threshold, told by the run's own summary (`wrong_summary`)."""

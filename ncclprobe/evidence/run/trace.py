@@ -39,8 +39,8 @@ MAX_BYTES = 512 * 1024 * 1024  # an engine trace is kilobytes; anything this lar
 
 def load_trace(path: str | Path) -> dict:
     """Read and validate an engine trace; a UsageProblem names the file and the first bad field."""
-    doc = _read_json(path)
-    validate(doc, str(path))
+    doc: dict = _read_json(path)
+    validate(doc, str(path))  # an object: it is refused otherwise
     if isinstance(
         doc.get("provenance"), dict
     ):  # masked on read (ncclprobe.secrets): any writer's trace
