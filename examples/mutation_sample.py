@@ -57,6 +57,12 @@ HOSTS_LAUNCH = "tests/test_hosts_launchers.py"
 HOSTS_MERGE = "tests/test_hosts_merge.py -k 'not contradictions'"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
+    "ncclprobe/rank_ranges.py": "tests/test_flight_recorder_scale.py -k ranges",
+    "ncclprobe/evidence/hang/safe_pickle.py": "tests/test_flight_recorder_reader.py",
+    "ncclprobe/evidence/hang/fr_entries.py": "tests/test_flight_recorder_reader.py "
+    "tests/test_flight_recorder_scale.py",
+    "ncclprobe/diagnose/hang/hang.py": "tests/test_diagnose_hang.py tests/test_diagnose_hang_details.py "
+    "tests/test_flight_recorder_scale.py",
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
     "ncclprobe/secrets/__init__.py": SECRETS,
     "ncclprobe/secrets/words.py": SECRETS,

@@ -30,7 +30,8 @@ WHAT = {
     "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
     "environment display policy, the terminal guard (`visible`), sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
-    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
+    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`), rank sets as "
+    "ranges (`rank_ranges`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "

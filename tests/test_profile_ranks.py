@@ -498,7 +498,12 @@ def test_holistic_trace_analysis_reads_the_same_wait_and_idle(scenario, tmp_path
     logging.disable(logging.WARNING)
     for r in (0, 1):
         shutil.copy(RANKS / f"ranks_{scenario}_rank{r}.json.gz", tmp_path)
-    breakdown = hta.TraceAnalysis(trace_dir=str(tmp_path)).get_temporal_breakdown(visualize=False)
+    try:
+        breakdown = hta.TraceAnalysis(trace_dir=str(tmp_path)).get_temporal_breakdown(
+            visualize=False
+        )
+    finally:
+        logging.disable(logging.NOTSET)  # later tests read ncclprobe's own log lines
     rows = {int(row["rank"]): row for _, row in breakdown.iterrows()}
     al, _ = _scenario(scenario)
     waiting = al.totals()[0]

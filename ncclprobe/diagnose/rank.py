@@ -13,6 +13,8 @@ a run goes to at most one finding, so the ranked costs never add past the run.
 
 from __future__ import annotations
 
+import os.path
+
 from ncclprobe.diagnose import rules_failures
 from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
 from ncclprobe.diagnose.p2p.check import P2P, check_report
@@ -148,6 +150,10 @@ def _inputs(inputs: dict) -> str:
     for key, value in inputs.items():
         if value:
             names = value if isinstance(value, list) else [value]
+            if len(names) > 4:  # a many-rank job: its folder and the count, not every file
+                folder = os.path.commonpath([os.path.dirname(str(n)) for n in names]) or "."
+                first, last = os.path.basename(str(names[0])), os.path.basename(str(names[-1]))
+                names = [f"{len(names)} files in {folder} ({first} ... {last})"]
             parts.append(f"{key.replace('_', ' ')} " + ", ".join(map(str, names)))
     return "; ".join(parts) or "nothing"
 
@@ -180,20 +186,10 @@ def _ms(value: float | None) -> str:
 
 
 def _group_lines(groups: list[dict]) -> list[str]:
-    """Per process group: each rank's last enqueued and completed collective, where it stopped."""
-    lines = []
-    for g in groups:
-        ranks = "; ".join(
-            f"rank {r} enqueued {p['enqueued']}, completed {p['completed']}"
-            for r, p in g["ranks"].items()
-        )
-        stuck = {
-            "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
-            "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
-            "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
-        }.get(g["stuck_because"], "")
-        lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
-    return lines
+    """Per process group (one line per kind of group at scale): where each rank got, as ranges."""
+    from ncclprobe.diagnose.hang.hang_words import group_lines
+
+    return group_lines(groups)
 
 
 def _expectation_lines(exp: dict | None) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import textwrap
 
 from ncclprobe.diagnose.report import Lines, Report, Table
+from ncclprobe.rank_ranges import ranges_text
 
 
 def table_blocks(report: Report, width: int | None) -> list[Lines | Table]:
@@ -127,13 +128,23 @@ def fit(lines: list[str], width: int | None) -> list[str]:
 
 def evidence_text(value: object) -> str:
     """Every number a finding rests on, nested runs and per-rank problems included (the JSON
-    output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
+    output has the same values unrounded); floats to 4 significant digits so a line stays readable.
+    Per-rank values and rank sets of more than 8 ranks are said as ranges: ranks that share a
+    value together ("0-84, 86-255={...}"), a rank list as "[0-84, 86-255]"."""
+    if isinstance(value, dict) and len(value) > 8 and all(str(k).isdigit() for k in value):
+        by_value: dict[str, list[int]] = {}
+        for k, v in value.items():
+            text = "{" + evidence_text(v) + "}" if isinstance(v, dict) else evidence_text(v)
+            by_value.setdefault(text, []).append(int(k))
+        return ", ".join(f"{ranges_text(ks)}={v}" for v, ks in by_value.items())
     if isinstance(value, dict):
         return ", ".join(
             f"{k}={evidence_text(v) if not isinstance(v, dict) else '{' + evidence_text(v) + '}'}"
             for k, v in value.items()
         )
     if isinstance(value, list):
+        if len(value) > 8 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return "[" + ranges_text(value) + "]"
         return "[" + "; ".join(evidence_text(v) for v in value) + "]"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 

@@ -16,6 +16,10 @@ host read one clock (checked on the H200 fixtures: tests/test_profile_ranks.py);
 hosts carry the offset between their hosts' clocks into every wait. Without a base the rank's `ts`
 are taken as they are, and said so.
 
+Clocks: `clocks.py` (each base, then each host's offset from the collectives' end times). Arrivals:
+`arrivals.py` (each rank's collective kernels, or on a CPU-only profile its host collective ops,
+reduced to a `Track`, in this process or in a reader worker).
+
 Matching (linear in the kernels), per process group (`Process Group Name` in the eager kernel's args
 or its `record_param_comms`; graph replays carry none: one unnamed group):
 - by sequence number where every kernel of the group has one (`Seq`, newer torch); `Ev Idx` is not
@@ -36,13 +40,11 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from ncclprobe.evidence.run.profile.arrivals import (
-    Arrival,
-    clock,
-    host_arrivals,
-    kernel_arrivals,
-)
-from ncclprobe.evidence.run.profile.timeline import Timeline
+from ncclprobe.evidence.run.profile.arrivals import Arrival, Track, shifted, track_of
+from ncclprobe.evidence.run.profile.clocks import end_offset, host_offsets, hosts_of, rank_shifts
+
+# the clocks' and the arrivals' names, where the alignment's users look
+__all__ = ["Arrival", "Track", "end_offset", "hosts_of", "track_of"]
 
 # ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
 OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
@@ -146,7 +148,10 @@ class Alignment:
     # True: CPU-only profiles, matched by their host collective ops (gloo's `gloo:all_reduce`, whose
     # span on gloo's thread runs from the rank's arrival to the end of the call, as a kernel's does)
     on_host: bool = False
-    _timelines: list[Timeline] = field(default_factory=list, repr=False)
+    clock_shifts_us: dict[int, float] = field(default_factory=dict)  # rank -> offset taken off
+    sampled: str | None = None  # how the ranks were chosen when not every rank was aligned
+    _timelines: list = field(default_factory=list, repr=False)  # as given: Timeline or Track
+    _tracks: list[Track] = field(default_factory=list, repr=False)
     _shifts: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -225,7 +230,10 @@ class Alignment:
         on the host alone (`on_host`) not known: the profile keeps no GPU work to split it by."""
         if self.on_host:
             return
-        busy = _busy_intervals(self._timelines[pos], self._shifts[pos])
+        item = self._tracks[pos] if self._tracks else self._timelines[pos]
+        track = item if isinstance(item, Track) else track_of(item)
+        shift = self._shifts[pos]
+        busy = [(a + shift, b + shift) for a, b in track.busy]
         starts = [b[0] for b in busy]
         launches = []
         for call in calls:
@@ -239,18 +247,26 @@ class Alignment:
         row.launch_late_us = statistics.median(launches) if launches else None
 
 
-def align(timelines: list[Timeline]) -> Alignment | None:
+def align(timelines: list) -> Alignment | None:
     """The ranks' collective calls matched (module docstring); None with fewer than two ranks or
-    no collective kernel (nor, on CPU-only profiles, host collective op) to match."""
-    if len(timelines) < 2:
+    no collective kernel (nor, on CPU-only profiles, host collective op) to match. Each item is a
+    Timeline or the Track a reader worker made of one; either way each host's clock offset is
+    taken off before matching."""
+    tracks = [t if isinstance(t, Track) else track_of(t) for t in timelines]
+    if len(tracks) < 2:
         return None
-    on_host = not any(tl.gpu for tl in timelines)
-    if not on_host and not all(tl.gpu for tl in timelines):
+    on_host = not any(t.gpu for t in tracks)
+    if not on_host and not all(t.gpu for t in tracks):
         return None
-    ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
-    shifts, words, confidence = clock(timelines)
-    arrivals = host_arrivals if on_host else kernel_arrivals
-    per_rank = [arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
+    ranks = [t.rank if t.rank is not None else i for i, t in enumerate(tracks)]
+    shifts, words, confidence = rank_shifts(tracks)
+    moves, host_words = host_offsets(tracks, shifts)
+    shifts = [shift - moves.get(pos, 0.0) for pos, shift in enumerate(shifts)]
+    if host_words:  # the bases agree, the hosts' clocks may not: say the latter only
+        words = words.removesuffix(": one clock, no shift") + host_words
+    elif confidence == "high":  # no host named: an offset between hosts stays in the waits
+        words += " (ranks on several hosts carry their clocks' offset into every wait)"
+    per_rank = [shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
     result = Alignment(
@@ -260,6 +276,7 @@ def align(timelines: list[Timeline]) -> Alignment | None:
         confidence,
         on_host=on_host,
         _timelines=list(timelines),
+        _tracks=tracks,
         _shifts=shifts,
     )
     methods = set()
@@ -280,6 +297,7 @@ def align(timelines: list[Timeline]) -> Alignment | None:
         result.calls.extend(calls[1:])
     if not result.calls:
         return None
+    result.clock_shifts_us = {ranks[pos]: move for pos, move in moves.items()}
     result.calls.sort(key=lambda c: c.first_start)
     result.method = "; ".join(sorted(methods))
     if BY_ORDER_ONLY in methods:
@@ -352,18 +370,6 @@ def _merge(group, members, lists, overlap: bool):
     for j, arrivals in enumerate(lists):
         skipped[members[j]] += len(arrivals) - idx[j]
     return calls, skipped, mismatched
-
-
-def _busy_intervals(tl: Timeline, shift: float) -> list[tuple[float, float]]:
-    """The union of the rank's GPU activity as disjoint (start, end) intervals, in order."""
-    out: list[list[float]] = []
-    for k in tl.kernels:  # sorted by start
-        start, end = k.ts + shift, k.end + shift
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def _covered(busy: list[tuple[float, float]], starts: list[float], lo: float, hi: float) -> float:
