@@ -17,6 +17,7 @@ the engines' own ratio over the whole run, so each interval weighs by what it co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ncclprobe.engine_facts.fact_row import EngineFact
@@ -43,7 +44,9 @@ class Aggregate:
     plain_mean: float | None  # the unweighted mean of the intervals, for comparison
 
 
-def aggregate(values: list[float], weights: list[float | None], weighted_by: str) -> Aggregate:
+def aggregate(
+    values: Sequence[float], weights: Sequence[float | None], weighted_by: str
+) -> Aggregate:
     """Each interval's value weighed by what it counted. Where any weight is missing the plain mean
     is all that can be said (weighted_by None)."""
     if not values:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import engine_command, graphs_command, profile_command
 from ncclprobe.diagnose.run import rules_collectives, rules_speed
-from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.run.expectations import Expectation, expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
@@ -270,17 +270,29 @@ def verify_ratio(ev: E.Evidence) -> list:
                 )
             )
             continue
-        out.append(_ratio_finding(ev, src, run, verify, decode, measured, expectation, nums))
+        out.append(
+            _ratio_finding(
+                ev, src, run, verify, decode, decode.median_ms, measured, expectation, nums
+            )
+        )
     return out
 
 
 def _ratio_finding(
-    ev: E.Evidence, src: str, run: EngineRun, verify, decode, measured, expectation, nums
+    ev: E.Evidence,
+    src: str,
+    run: EngineRun,
+    verify: Phase,
+    decode: Phase,
+    decode_ms: float,
+    measured: float,
+    expectation: Expectation,
+    nums: dict,
 ) -> Finding:
     tp = int(ev.config.get("tp") or 1)
-    gbps = expectation.decode_gbps(decode.median_ms, tp)
+    gbps = expectation.decode_gbps(decode_ms, tp)
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)
-    if not expectation.applies(decode.median_ms, tp):
+    if not expectation.applies(decode_ms, tp):
         return Finding(
             rule="verify-ratio",
             severity="info",
@@ -295,7 +307,7 @@ def _ratio_finding(
             evidence=nums,
         )
     mismatch = decode.graphed and verify.graphed is False
-    excess_step = (measured - expectation.ratio) * decode.median_ms
+    excess_step = (measured - expectation.ratio) * decode_ms
     excess_cycle = excess_step * (verify.count / run.cycles if run.cycles else 1.0)
     cost_token = cost_per_token(run, excess_cycle)
     share = share_of_run(run, cost_token, excess_cycle)

@@ -65,7 +65,7 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
             )
         ]
     colls = [c for _, run in runs for c in run.collectives if c.library in NCCL_LIBRARIES]
-    slow, fast = _slowest_pair(ev)
+    pair = _slowest_pair(ev)
     if not colls:
         ran = f": the communication ran on {', '.join(sorted(others))} ({lever_words(others)})"
         return [
@@ -76,9 +76,9 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
                 + (ran if others else ""),
             )
         ]
-    if slow is None:
+    if pair is None:
         return []
-    (run_s, ph_s), (run_f, ph_f) = slow, fast
+    (run_s, ph_s), (run_f, ph_f) = pair
     coll_s, coll_f = _coll_ms_per_step(run_s, ph_s), _coll_ms_per_step(run_f, ph_f)
     gap = (ph_s.median_ms or 0) - (ph_f.median_ms or 0)
     kernels_s, kernels_f = _launched(run_s, ph_s), _launched(run_f, ph_f)
@@ -131,8 +131,11 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
     ]
 
 
-def _slowest_pair(ev: E.Evidence):
-    """(slow, fast): the eager step kind and the graphed one it is compared with, as (run, phase)."""
+def _slowest_pair(
+    ev: E.Evidence,
+) -> tuple[tuple[EngineRun, Phase], tuple[EngineRun, Phase]] | None:
+    """(slow, fast): the eager step kind and the graphed one it is compared with, as (run, phase);
+    None when no eager step was measured or nothing graphed to compare it with."""
     candidates = [
         (run, p)
         for src, run in _profiles(ev)
@@ -141,7 +144,7 @@ def _slowest_pair(ev: E.Evidence):
         if p.count and p.kind in MEASURED_KINDS and p.graphed is False
     ]
     if not candidates:
-        return None, None
+        return None
     run_s, ph_s = max(candidates, key=lambda rp: rp[1].median_ms or 0)
     reference = C.baseline_reference(ev, ph_s.kind)
     if reference is not None:
@@ -149,7 +152,7 @@ def _slowest_pair(ev: E.Evidence):
     others = [p for p in run_s.phases.values() if p.graphed and p.count]
     if others:
         return (run_s, ph_s), (run_s, max(others, key=lambda p: p.count))
-    return None, None
+    return None
 
 
 def _coll_ms_per_step(run: EngineRun, phase: Phase) -> float:

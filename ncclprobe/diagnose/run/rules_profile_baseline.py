@@ -23,7 +23,7 @@ from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.rules_profile_eager import eager_parts
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import EngineRun
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 
 def against_baseline(ev: E.Evidence) -> list:
@@ -46,7 +46,7 @@ def against_baseline(ev: E.Evidence) -> list:
                 ),
             )
         ]
-    parts = split(ev, run, mine, base, theirs)
+    parts = split(ev, run, mine.count, base, theirs.count)
     exact = mine.exact and theirs.exact
     bound = ""
     evidence = {
@@ -102,24 +102,28 @@ def _difference_cost(run: EngineRun, mine: C.Tokens, parts: dict) -> Cost | None
     )
 
 
-def split(ev: E.Evidence, run: EngineRun, mine, base: EngineRun, theirs) -> dict:
-    """The parts of the difference per token (module docstring); they add up to it."""
+def split(
+    ev: E.Evidence, run: EngineRun, tokens: float, base: EngineRun, base_tokens: float
+) -> dict:
+    """The parts of the difference per token (module docstring), each run's time over its known
+    `tokens`; they add up to it."""
     saving = {p["phase"].name: p["cost"] for p in eager_parts(ev, run)[0]}
-    eager = {name: saving[name] * run.phases[name].count / mine.count for name in saving}
+    eager = {name: saving[name] * (run.phases[name].count or 0) / tokens for name in saving}
     steady = sum(
         (C.phase_ms(p) - saving.get(p.name, 0.0) * p.count)
         for p in run.phases.values()
         if p.kind != "prefill"
     )
     base_steady = sum(C.phase_ms(p) for p in base.phases.values() if p.kind != "prefill")
-    t_run, t_base = C.run_ms(run) / mine.count, C.run_ms(base) / theirs.count
+    # both runs' times are known where the parts are asked for (against_baseline)
+    t_run, t_base = (C.run_ms(run) or 0.0) / tokens, (C.run_ms(base) or 0.0) / base_tokens
     return {
         "ms_per_token": t_run,
         "baseline_ms_per_token": t_base,
         "difference_ms_per_token": t_run - t_base,
         "eager_ms_per_token": float(sum(eager.values())),
-        "forwards_ms_per_token": steady / mine.count - base_steady / theirs.count,
-        "prefill_ms_per_token": _prefill(run) / mine.count - _prefill(base) / theirs.count,
+        "forwards_ms_per_token": steady / tokens - base_steady / base_tokens,
+        "prefill_ms_per_token": _prefill(run) / tokens - _prefill(base) / base_tokens,
         "by_phase": eager,
     }
 
@@ -129,8 +133,8 @@ def _prefill(run: EngineRun) -> float:
 
 
 def _speculation(
-    ev: E.Evidence, run: EngineRun, mine, base: EngineRun, theirs, parts: dict
-) -> list:
+    ev: E.Evidence, run: EngineRun, mine: C.Tokens, base: EngineRun, theirs: C.Tokens, parts: dict
+) -> list[Outcome]:
     """Speculation's own cost: its forwards per token at their replayed price against the
     baseline's; a saving is ruled out as a cause. Unknown without the tokens each verify kept."""
     if run.mode != "speculative":

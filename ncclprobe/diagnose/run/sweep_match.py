@@ -116,8 +116,15 @@ def compare_run(
 
 
 def _verdict(
-    ev: E.Evidence, run: EngineRun, name, hypothesis, excess, measured, expected, settings
-):
+    ev: E.Evidence,
+    run: EngineRun,
+    name: str,
+    hypothesis: str,
+    excess: float,
+    measured: float,
+    expected: tuple[float, float],
+    settings: dict[str, str],
+) -> Outcome:
     least, most = expected
     ratio = measured / most if most > 0 else math.inf  # the least the ratio can be
     highest = measured / least if least > 0 else math.inf
@@ -150,7 +157,7 @@ def _verdict(
             f"across the {excess:.1f}x cut",
             next_command=sweep_command(ev.config.get("tp"), sizes_arg(run.collective_sizes())),
         )
-    expected = most
+    predicted = most
     eager = any(c.eager for c in run.collectives)
     sizes = run.collective_sizes()
     if (
@@ -172,8 +179,8 @@ def _verdict(
         confidence="medium",
         title=f"{name}: collectives cost {ratio:.1f}x what the sweep measured for the same sizes and settings",
         detail=(
-            f"Measured in the engine: {measured:.3f} ms of collectives per token; the sweep predicts {expected:.3f} ms "
-            f"for the same sizes, settings and eager/graph mode"
+            f"Measured in the engine: {measured:.3f} ms of collectives per token; the sweep predicts "
+            f"{predicted:.3f} ms for the same sizes, settings and eager/graph mode"
             + (" (at most: sweep sizes within 2x stand in)" if stand_in else "")
             + ". What NCCL chose in the engine is not in this evidence: with NCCL_DEBUG_SUBSYS=TUNING in "
             "both runs the log shows whether its algorithm and protocol differ from the sweep's. Other "

@@ -138,7 +138,7 @@ class EngineRun:
     tokens_per_s_repeats: tuple[
         float, ...
     ] = ()  # every timed repeat (run-engine --repeats); () unknown
-    new_tokens: int | None = None  # tokens each sequence slot generated over the whole run
+    new_tokens: float | None = None  # tokens each sequence slot generated over the whole run
     wall_s: float | None = None
     collective_share: float | None = None  # measured share of the run's time in collectives
     graph_coverage: float | None = None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K
-from ncclprobe.evidence.run.profile.timeline import Kernel, Timeline
+from ncclprobe.evidence.run.profile.timeline import Kernel, Launch, Timeline
 
 GAP_FACTOR = 20.0  # a gap this many times the median kernel-to-kernel gap ends a step
 MIN_STEP_GAP_US = 100.0
@@ -75,7 +75,7 @@ class Step:
     def busy_ms(self) -> float | None:
         return union_us(self.kernels) / 1000.0 if self.kernels else None
 
-    def graph_share(self, launches) -> float | None:
+    def graph_share(self, launches: dict[int, Launch]) -> float | None:
         total = sum(k.dur for k in self.kernels)
         if not total:
             return None
@@ -96,7 +96,7 @@ def union_us(kernels: list[Kernel]) -> float:
     return total
 
 
-def _launch_kind(launches, kernel: Kernel) -> str | None:
+def _launch_kind(launches: dict[int, Launch], kernel: Kernel) -> str | None:
     launch = launches.get(kernel.corr) if kernel.corr is not None else None
     return launch.kind if launch else None
 

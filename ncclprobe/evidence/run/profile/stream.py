@@ -27,6 +27,7 @@ import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
@@ -40,6 +41,8 @@ MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
 # (measured: 1M kernel events, 450 MB), so 3M events of kernels stay under 1.5 GB
 MAX_EVENTS = 3_000_000
 _BLANKS = re.compile(r"[ \t\r\n]*")
+# the C scanner of json.JSONDecoder: (text, position) -> (value, end)
+Scan = Callable[[str, int], tuple[Any, int]]
 
 
 def max_events() -> int:
@@ -152,7 +155,7 @@ class _Buffer:
             )
         self.pos += 1
 
-    def value(self, scan):
+    def value(self, scan: Scan) -> Any:
         """Parse one JSON value at the current position, refilling while it is incomplete."""
         self.skip_ws()
         last_error = None
@@ -209,7 +212,7 @@ def read_events(path: str | Path, on_event: Callable[[dict], None]) -> dict:
         source.close()
 
 
-def _read(buf: _Buffer, on_event) -> dict:
+def _read(buf: _Buffer, on_event: Callable[[dict], None]) -> dict:
     scan = strict_decoder().scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
     first = buf.skip_ws()
     if first != "{":
@@ -246,7 +249,7 @@ def _read(buf: _Buffer, on_event) -> dict:
     return header
 
 
-def _read_array(buf: _Buffer, scan, on_event) -> None:
+def _read_array(buf: _Buffer, scan: Scan, on_event: Callable[[dict], None]) -> None:
     buf.expect("[", "'[' starting traceEvents")
     index, limit = 0, max_events()
     while buf.next_item("]", "traceEvents"):
