@@ -58,7 +58,7 @@ def owned(prefix: str) -> Iterator[Path]:
 def reap_stale(root: str | Path | None = None) -> list[Path]:
     """Remove ncclprobe's temporary directories whose owner process is gone; return them."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in root.iterdir() if p.name.startswith(PREFIXES)]
     except OSError:

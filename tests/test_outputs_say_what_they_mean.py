@@ -154,7 +154,7 @@ def test_the_heatmap_colours_only_differences_beyond_the_noise(tmp_path):
     ]
     ev = load_measurements([write_set(tmp_path / "nccl.jsonl", configs)])
     rows = sorted(set(ev.curves) - {"default"})
-    grid, _, real = plots._speedup_grid(ev, rows, sorted(ev.default.points))
+    grid, _, real = plots._speedup_grid(ev, ev.default, rows, sorted(ev.default.points))
     noisy, gain = rows.index("NCCL_PROTO=LL"), rows.index("NCCL_PROTO=Simple")
     assert not any((noisy, c) in real for c in range(len(grid[noisy])))
     assert all((gain, c) in real for c in range(len(grid[gain])))

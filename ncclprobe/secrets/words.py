@@ -170,7 +170,7 @@ class Words:
     def arg(self, word: str) -> str:
         """One word of a command line; spaces inside it make it a stream of its own (`sh -c`)."""
         if self.pending is not None and not self.hide:
-            return self._value(word, whole=True)
+            return self._value(self.pending, word, whole=True)
         return self.text(word)
 
     def text(self, text: str) -> str:
@@ -197,7 +197,7 @@ class Words:
                 self.hide = 1
             return MASK
         if self.pending is not None:
-            return self._value(word)
+            return self._value(self.pending, word)
         if word[0] not in _STARTS and len(word) < 15 and not _PLAIN_STOP.search(word):
             return self._plain(word)
         lead = len(word) - len(word.lstrip(_QUOTES))
@@ -229,8 +229,9 @@ class Words:
             self.pending = "login"
         return word
 
-    def _value(self, word: str, whole: bool = False) -> str:
-        flag, self.pending = self.pending, None
+    def _value(self, flag: str, word: str, whole: bool = False) -> str:
+        """The word after `flag` (the pending credential flag), masked as its value."""
+        self.pending = None
         if word == "--":  # `--api-key -- X`: the end of options, then X
             self.pending = flag
             return word
@@ -331,7 +332,8 @@ def mask_pairs(word: str) -> str:
         key = match.group(1)
         if match.start() < done or not credential_key(key.lstrip("-.")):
             continue
-        value = _PAIR_VALUE.match(word, match.end()).group(0)
+        found = _PAIR_VALUE.match(word, match.end())  # always: it matches the empty string too
+        value = found.group(0) if found else ""
         if not value or value == MASK:
             continue
         if key.upper() in ("PWD", "OLDPWD") and value[:1] in ("/", "~"):  # the shell's directory

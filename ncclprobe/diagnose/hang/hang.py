@@ -94,7 +94,7 @@ class Group:
     def call(self, rank: int, seq: int) -> Call | None:
         mine = self.calls.get(rank)
         rows = mine.rows_of(seq) if mine is not None else []
-        if not rows:
+        if mine is None or not rows:
             return None
         table = mine.table
         return Call(
@@ -154,7 +154,7 @@ class Hang:
 
     def pending_elsewhere(self, rank: int, group: Group) -> Call | None:
         """The oldest collective `rank` has enqueued and not finished in a group other than `group`."""
-        pending = []
+        pending: list[Call] = []
         for g in self.groups.values():
             mine = g.calls.get(rank)
             if g is group or mine is None:
@@ -162,8 +162,8 @@ class Hang:
             for seq in mine.distinct():
                 if seq < g.window_start or self._agreed_done(g, seq):
                     continue
-                call = g.call(rank, seq)
-                if not self.finished(call):
+                call = g.call(rank, seq)  # held: `distinct` lists the seqs it has rows of
+                if call is not None and not self.finished(call):
                     pending.append(call)
         return min(pending, key=lambda c: c.first.time_created_ns or 0, default=None)
 
@@ -180,15 +180,16 @@ class Hang:
         group = self.groups[call.group]
         if self._agreed_done(group, call.seq):
             return True
-        calls = [group.call(r, call.seq) for r in group.dumped]
-        if any(c is None for c in calls):
+        calls = [c for r in group.dumped if (c := group.call(r, call.seq)) is not None]
+        if len(calls) < len(group.dumped):
             return False
         return call.completed or (
             len({c.signature for c in calls}) == 1 and any(c.completed for c in calls)
         )
 
 
-_BUILT: list = []  # the last (dumps, Hang): the rules, the notes and the summary share one build
+# the last (dumps, Hang): the rules, the notes and the summary share one build
+_BUILT: list[tuple[list[Dump], Hang]] = []
 
 
 def build(dumps: list[Dump]) -> Hang:
@@ -203,7 +204,7 @@ def _build(dumps: list[Dump]) -> Hang:
     groups, notes = _groups(dumps), [n for d in dumps for n in d.notes]
     for dump in dumps:
         _add_dump(groups, dump)
-    inferred: dict[str, list[str]] = {}
+    inferred: dict[str, list[Group]] = {}
     for group in groups.values():
         _window(group, notes)
         dumped = group.dumped
@@ -284,22 +285,22 @@ def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
             group.p2p[dump.rank] = [table.entry(i) for i in p2p[name]]
         if dump.rank not in group.members:
             continue
-        pg = pg_ids.get(name)
-        st = dump.status.get(pg) if pg is not None else None
-        mine = RankCalls(table, rows.get(name, []))
+        pg_id = pg_ids.get(name)
+        st = dump.status.get(pg_id) if pg_id is not None else None
+        calls = RankCalls(table, rows.get(name, []))
         last_done = st.last_completed if st and st.last_completed is not None else 0
-        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(mine)])
-        last = mine.last()
+        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(calls)])
+        last = calls.last()
         group.enqueued[dump.rank] = max(
             st.last_enqueued if st and st.last_enqueued is not None else 0, last or 0
         )
-        group.calls[dump.rank] = mine
+        group.calls[dump.rank] = calls
 
 
 def _completed_seqs(mine: RankCalls) -> list[int]:
     """The highest sequence number all of whose entries read completed (the others are below)."""
     state, seqs, rows = mine.table.state, mine.seqs, mine.rows
-    done = {}
+    done: dict[int, bool] = {}
     for k in range(len(seqs) - 1, -1, -1):
         done[seqs[k]] = done.get(seqs[k], True) and state[rows[k]] == 2
         if k == 0 or seqs[k - 1] != seqs[k]:
@@ -310,7 +311,7 @@ def _completed_seqs(mine: RankCalls) -> list[int]:
 
 def _window(group: Group, notes: list[str]) -> None:
     """Only seqs every dumped member still holds can be compared (the ring buffer drops the oldest)."""
-    firsts = [c.first() for c in group.calls.values() if c.seqs]
+    firsts = [f for c in group.calls.values() if (f := c.first()) is not None]
     group.window_start = max(firsts, default=1)
     if group.window_start > 1 and any(f < group.window_start for f in firsts):
         notes.append(

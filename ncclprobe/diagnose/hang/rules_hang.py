@@ -209,9 +209,12 @@ def _cycles(hang: H.Hang) -> tuple[list[list[tuple[H.Stuck, int, int]]], dict[in
             target = by_call.get((there.group, there.seq)) if there else None
             if target is not None and s.waiting:
                 edges.setdefault(id(s), (s, s.waiting[0], m, target))
-    cycles, explained, seen = [], {}, set()
+    cycles: list[list[tuple[H.Stuck, int, int]]] = []
+    explained: dict[int, set[int]] = {}
+    seen: set[int] = set()
     for start in list(edges):
-        path, node = [], start
+        path: list[tuple[H.Stuck, int, int]] = []
+        node = start
         while node in edges and node not in {id(p[0]) for p in path}:
             s, waiter, missing, target = edges[node]
             path.append((s, waiter, missing))

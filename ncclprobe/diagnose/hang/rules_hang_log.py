@@ -18,10 +18,12 @@ The Flight Recorder turns inferences into readings, so a log-only diagnosis alwa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogTimeout
 from ncclprobe.findings import Finding, NotChecked
 from ncclprobe.rank_ranges import rank_word
 
@@ -260,7 +262,7 @@ def _mismatch(s: LogStuck, evidence: dict) -> Finding:
 def _detail_findings(ev: E.Evidence) -> list[Finding]:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers."""
     out = []
-    prints = {}
+    prints: dict[int, dict[int, Fingerprint]] = {}
     for log in ev.job_logs:
         for f in log.fingerprints:
             prints.setdefault(f.seq, {}).setdefault(f.rank, f)
@@ -328,21 +330,23 @@ def _detail_findings(ev: E.Evidence) -> list[Finding]:
 def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, int, int]]]:
     """Collectives of different groups whose silent ranks each wait in the other: each rank's
     first timeout is where it waits. [(stuck, waiting rank, missing rank)] per cycle."""
-    waits: dict[int, tuple] = {}
+    waits: dict[int | None, tuple[str | None, int | None]] = {}  # rank -> (group, seq)
     for log in ev.job_logs:
         for t in log.timeouts:
             waits.setdefault(t.rank, (t.group, t.seq))
     by_key = {(s.group, s.seq): s for s in stuck}
-    edges = {}
+    edges: dict[int, tuple[LogStuck, int, int, LogStuck]] = {}
     for s in stuck:
         for m in s.silent:
-            there = by_key.get(waits.get(m))
+            there = by_key.get(waits[m]) if m in waits else None
             waiter = next((r for r in sorted(s.calls) if waits.get(r) == (s.group, s.seq)), None)
             if there is not None and there is not s and waiter is not None and waiter != m:
                 edges.setdefault(id(s), (s, waiter, m, there))
-    cycles, seen = [], set()
+    cycles: list[list[tuple[LogStuck, int, int]]] = []
+    seen: set[int] = set()
     for start in list(edges):
-        path, node = [], start
+        path: list[tuple[LogStuck, int, int]] = []
+        node = start
         while node in edges and node not in {id(p[0]) for p in path}:
             s, waiter, missing, target = edges[node]
             path.append((s, waiter, missing))
@@ -423,15 +427,15 @@ def _known_ranks(ev: E.Evidence) -> set[int]:
     return ranks
 
 
-def _call(t) -> str:
+def _call(t: WatchdogTimeout) -> str:
     out = f"{t.op} of {_numel(t.numel_in)} elements"
     return out if t.numel_out in (None, t.numel_in) else f"{out} in, {_numel(t.numel_out)} out"
 
 
-def _numel(n) -> str:
+def _numel(n: int | None) -> str:
     return f"{n:,}" if n is not None else "?"
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int | None]) -> str:
     """`rank 3`, `ranks 0-84, 86-1023 (1023 ranks)`: ranges, so 1,024 ranks stay one line."""
     return rank_word(r for r in ranks if r is not None)
