@@ -43,6 +43,7 @@ TIMING = (
     "tests/test_trust_writers.py::test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue",
     "tests/test_trust_writers.py::test_a_sweep_interrupted_before_any_result_leaves_no_file",
     "tests/test_trust_parsers.py::test_a_long_line_costs_linear_time",  # two wall times compared
+    "tests/test_trust_parsers.py::test_the_audits_bombs_cost_linear_time",  # wall times compared
     "tests/test_engine_speculative.py::test_phase_timer_host_time_between_marks",  # 10 ms sleeps
 )
 
