@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
@@ -223,8 +224,6 @@ def test_messages_have_one_format_and_progress_shows_by_default(tmp_path):
     while every other error was `ncclprobe: error: ...`."""
     import logging
 
-    from ncclprobe.cli import _configure_logging
-
     source = FIX / "nccl_tests/allreduce_4x_rtx5090_pcie_genoa.txt"
     shown = CliRunner().invoke(cli, ["import", str(source), "--output", str(tmp_path / "a.jsonl")])
     assert (
@@ -236,7 +235,8 @@ def test_messages_have_one_format_and_progress_shows_by_default(tmp_path):
         cli, ["-q", "import", str(source), "--output", str(tmp_path / "b.jsonl")]
     )
     assert quiet.exit_code == 0 and quiet.stderr == ""
-    _configure_logging(0)
+    with pytest.raises(SystemExit):  # logging as a plain command line sets it (no -v, no -q)
+        cli.main(["import", "--help"], prog_name="ncclprobe")
     root = logging.getLogger("ncclprobe")
     formatter = root.handlers[0].formatter
     record = lambda level, msg: logging.LogRecord(
