@@ -120,9 +120,9 @@ def test_a_row_with_a_word_in_a_number_column_is_no_row():
 
 
 def test_json_cpu_time_without_bandwidth_has_no_completion_time():
-    from ncclprobe.evidence.nccl.nccl_tests_json import _measurement
+    from tests.test_nccl_tests_cputime import _read_row
 
-    m = _measurement({"cpu_time": 8.5, "alg_bw": 0.0, "bus_bw": 0.0, "nwrong": 0}, None, 8)
+    m = _read_row({"cpu_time": 8.5, "alg_bw": 0.0, "bus_bw": 0.0, "nwrong": 0}, 8)
     assert (m.time_us, m.cpu_time_us) == (None, 8.5)
 
 
