@@ -76,10 +76,32 @@ def test_the_greedy_self_check_and_its_matched_prefix():
     assert doc["checks"]["greedy_matched_prefix"] == 1.0 and TC.verdict(doc).exit_code == 0
 
 
-def test_labels_of_traces_side_by_side_stay_apart():
-    assert TC._unique(["a", "a"], ["x", "x"]) == ["a (x) #1", "a (x) #2"]
-    assert TC._unique(["a", "a"], ["x", "y"]) == ["a (x)", "a (y)"]
-    assert TC._unique(["a", "b"], ["x", "x"]) == ["a", "b"]
+def test_labels_of_traces_side_by_side_stay_apart(tmp_path):
+    """Each trace's tag names what differs between the configs; a tag several traces share gets
+    the file's name, then its position: no two traces' runs carry one label."""
+    from tests.data.resultsets import engine_trace
+
+    def tags(*files):  # (folder/name, graphs) per trace -> the tag each trace's runs carry
+        paths = []
+        for name, graphs in files:
+            trace = engine_trace({14336: 640})
+            trace["config"]["graphs"] = graphs
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(trace))
+            paths.append(path)
+        runs = TC.side_by_side(paths)["runs"]
+        per = len(runs) // len(files)
+        own = engine_trace({14336: 640})["runs"][0].get("label", "")
+        return [runs[i * per]["label"].removeprefix(own).strip() for i in range(len(files))]
+
+    assert tags(("1/x.json", "all"), ("2/x.json", "all")) == ["x #1", "x #2"]
+    assert tags(("x.json", "decode"), ("y.json", "decode"), ("z.json", "all")) == [
+        "graphs=decode (x)",
+        "graphs=decode (y)",
+        "graphs=all",
+    ]
+    assert tags(("3/x.json", "decode"), ("4/x.json", "all")) == ["graphs=decode", "graphs=all"]
 
 
 def test_a_model_configs_zero_count_is_no_count(tmp_path):
