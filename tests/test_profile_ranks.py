@@ -364,7 +364,8 @@ def test_the_late_rank_host_when_its_gpu_idles_half_the_time_before(busy_to, hos
     kernel.ts, kernel.dur = 1000.0, busy_to
     al._timelines = [al._timelines[0], copy.copy(al._timelines[0])]
     al._timelines[1].kernels = [kernel]
-    outcome = RR._straggler_outcome(al)
+    run = EngineRun(label="p", mode=None, source="profile", alignment=al, ranks=[{}, {}])
+    [outcome] = RR.ranks_skew(Evidence(runs=[run]))
     assert outcome.evidence["gpu_idle_before_ms"] == pytest.approx(
         (1000.0 - busy_to) / 1000, abs=1e-6
     )
