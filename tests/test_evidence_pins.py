@@ -203,6 +203,7 @@ def test_a_line_right_after_the_func_proto_algo_matrix_is_still_read():
 def test_cuda_visible_devices_map_to_nvidia_smi_indices(
     monkeypatch, listed, visible, total, indices
 ):
+    # kept private (issue 38 §4): its caller, live_node_facts, needs CUDA devices to reach it
     from ncclprobe.evidence.live.topo_live import _physical_indices
 
     if listed is None:

@@ -155,6 +155,7 @@ def test_the_heatmap_colours_only_differences_beyond_the_noise(tmp_path):
     ]
     ev = load_measurements([write_set(tmp_path / "nccl.jsonl", configs)])
     rows = sorted(set(ev.curves) - {"default"})
+    # kept (issue 38 §4): which cells are coloured lives in the image's pixels, not its text
     grid, _, real = plots._speedup_grid(ev, rows, sorted(ev.default.points))
     noisy, gain = rows.index("NCCL_PROTO=LL"), rows.index("NCCL_PROTO=Simple")
     assert not any((noisy, c) in real for c in range(len(grid[noisy])))
@@ -204,6 +205,7 @@ def test_train_draft_progress_has_a_clock_per_stage(monkeypatch, capsys):
 
     now = [1000.0]
     monkeypatch.setattr(time_module, "monotonic", lambda: now[0])
+    # kept (issue 38 §4): the command's own run trains a draft for minutes; the clock is the unit
     stages = train_draft._Stages(quiet=False)
     stages.data(0, 128)  # generation starts
     for done in (64, 128):

@@ -2,7 +2,11 @@
 profile step rules, each pinned on both sides. Inputs are built in memory (the reader's own
 dataclasses, the view's runs and phases: no file, no mock), so the module runs in about a second;
 the same behaviour on real traces is tests/test_profile_hf.py's. Also the fast test set of the
-mutation check (docs/LOG.md 2026-12-01, examples/mutation_profile.sh)."""
+mutation check (docs/LOG.md 2026-12-01, examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

@@ -5,7 +5,11 @@ decodes' (torch 2.11: `vectorized_gather_kernel` for 16 tokens, `indexSelectSmal
 profiler schedule whose `ProfilerStep#N` wraps several tokens, and two `generate()` calls in one
 trace (a second prompt of 16 tokens or fewer). Each is built in memory from the reader's own
 dataclasses (no file, no mock), each with its healthy twin; derived from the HF fixtures the same
-variants are checked in docs/LOG.md (2026-12-02)."""
+variants are checked in docs/LOG.md (2026-12-02).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

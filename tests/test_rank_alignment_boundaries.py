@@ -141,6 +141,7 @@ def test_calls_by_sequence_number_are_those_every_rank_recorded_in_its_group():
         return [A.Arrival(10.0 * s, 10.0 * s + 5, None, "all_reduce", 64, "g", s) for s in seqs]
 
     # rank 0 lacks seq 1 (its trace began later), rank 1 lacks seq 4 (it ended sooner)
+    # kept (issue 38 §4): the sequence-matching stage alone, as test_profile_ranks' order stage
     calls = A._by_seq("g", (0, 1), [arrivals(2, 3, 4), arrivals(1, 2, 3)])
     assert [tuple(a.seq for a in c.arrivals) for c in calls] == [(2, 2), (3, 3)]
     assert {c.group for c in calls} == {"g"} and calls[0].members == (0, 1)
