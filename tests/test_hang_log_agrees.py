@@ -23,8 +23,9 @@ def logs(folder: Path) -> list[Path]:
 
 def dump_reading(folder: Path) -> set[tuple]:
     """(because, seq, the ranks missing) of each stuck collective the dumps show."""
-    hang = H.build(read_flight_recorder([folder / "dumps"]))
-    return {(H._because(s), s.seq, tuple(s.missing)) for s in hang.stuck}
+    dumps = read_flight_recorder([folder / "dumps"])
+    because = {g["group"]: g["stuck_because"] for g in H.groups_summary(dumps)}
+    return {(because[s.group.name], s.seq, tuple(s.missing)) for s in H.build(dumps).stuck}
 
 
 def log_reading(folder: Path) -> set[tuple]:

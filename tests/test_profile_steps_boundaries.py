@@ -2,7 +2,11 @@
 sides: the run length of a tandem repeat, the gap threshold of bursts, each step's bounds, tokens
 from the launch grids of replays, the tokens a run's costs divide by, and which graphed phase an
 eager phase is weighed against. Built in memory like tests/test_profile_steps_unit.py (whose
-helpers these use); part of the mutation check's fast test set (examples/mutation_profile.sh)."""
+helpers these use); part of the mutation check's fast test set (examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

@@ -271,7 +271,7 @@ def test_a_read_only_results_file_is_not_resumed(tmp_path):
 
     # everything the command imports before it opens the file, imported here: the child cannot
     # read the interpreter's own library once it is nobody (it lives under /root)
-    session._resumable_spec(str(results), read_results(results).header)
+    session._resumable_spec(str(results), read_results(results).header)  # its imports, no more
 
     nobody = pwd.getpwnam("nobody")
     home = Path(tempfile.mkdtemp(prefix="ncclprobe-ro-"))  # under /tmp: nobody can reach it
