@@ -14,7 +14,8 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
-from ncclprobe.diagnose.hang.rules_hang_log import log_notes, log_only_findings
+from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, unrecorded_barrier
+from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import pending as p2p_pending
 from ncclprobe.evidence import bundle as E
@@ -29,7 +30,13 @@ def hang_findings(ev: E.Evidence) -> list:
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
     out: list = [_cycle_finding(c) for c in cycles]
+    checked = ev.job_logs and any(g.checks for g in hang.groups.values())
+    from_log = detail_findings(ev) if checked else []  # DETAIL's own words: what its checks saw
     for stuck in hang.stuck:
+        if stuck.check is not None:
+            if not any(f.evidence.get("seq") == stuck.seq for f in from_log):
+                out.append(check_failed(stuck))
+            continue
         if stuck.missing and not set(stuck.missing) <= explained.get(id(stuck), set()):
             out.append(_missing(hang, stuck))
         if stuck.mismatch:
@@ -37,7 +44,7 @@ def hang_findings(ev: E.Evidence) -> list:
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
         if stuck.agreed:
             out.append(_agreed(hang, stuck, hung))
-    out += p2p_findings(hang)
+    out += from_log + p2p_findings(hang)
     if hang.unreadable:
         out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
@@ -364,7 +371,8 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
             severity="info",
             confidence="high",
             title=title,
-            detail="Nothing is pending in the dumps: no collective or p2p operation is stuck.",
+            detail="Nothing is pending in the dumps: no collective or p2p operation is stuck."
+            + unrecorded_barrier(hang),
             evidence={"calls": n, "ranks": list(hang.ranks)},
         )
     return Finding(
@@ -376,6 +384,7 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
             "The log shows a timeout or a failure, yet no recorded collective is pending: the job "
             "waited outside these groups (host code, a store or barrier of another library, a group "
             "created without the Flight Recorder) or the dumps were taken before the hang."
+            + unrecorded_barrier(hang)
         ),
         evidence={"calls": n, "ranks": list(hang.ranks)},
     )

@@ -64,7 +64,7 @@ def log_only_findings(ev: E.Evidence) -> list:
     in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
     out: list = [_cycle_finding(c) for c in cycles]
     out += [_watchdog(s) for s in stuck if id(s) not in in_cycle]
-    out += _detail_findings(ev)
+    out += detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
     if gloo and not out:
         out.append(
@@ -257,8 +257,9 @@ def _mismatch(s: LogStuck, evidence: dict) -> Finding:
     )
 
 
-def _detail_findings(ev: E.Evidence) -> list[Finding]:
-    """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers."""
+def detail_findings(ev: E.Evidence) -> list[Finding]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers (read
+    beside the dumps too, which hold DETAIL's checks but not what they compared)."""
     out = []
     prints = {}
     for log in ev.job_logs:
