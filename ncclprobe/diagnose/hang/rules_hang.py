@@ -29,7 +29,7 @@ def hang_findings(ev: E.Evidence) -> list:
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
-    out: list = [_cycle_finding(c) for c in cycles]
+    out: list = [_cycle_finding(hang, c) for c in cycles]
     checked = ev.job_logs and any(g.checks for g in hang.groups.values())
     from_log = detail_findings(ev) if checked else []  # DETAIL's own words: what its checks saw
     for stuck in hang.stuck:
@@ -225,16 +225,31 @@ def _cycles(hang: H.Hang) -> tuple[list[list[tuple[H.Stuck, int, int]]], dict[in
             node = id(target)
         if node == start and start not in seen:
             cycles.append(path)
-            for s, _, m in path:
+            in_cycle = {(s.group.name, s.seq) for s, _, _ in path}
+            for s, _, _ in path:
                 seen.add(id(s))
-                explained.setdefault(id(s), set()).add(m)
+                explained.setdefault(id(s), set()).update(_held_in(hang, s, in_cycle))
     return cycles, explained
 
 
-def _cycle_finding(cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
+def _held_in(hang: H.Hang, stuck: H.Stuck, calls: set[tuple[str, int]]) -> tuple[int, ...]:
+    """The missing ranks of `stuck` that wait in one of `calls` (at 3 ranks and more, a cycle's
+    link holds several: every rank that issued the other group's call first)."""
+    out = []
+    for m in stuck.missing:
+        there = hang.pending_elsewhere(m, stuck.group)
+        if there is not None and (there.group, there.seq) in calls:
+            out.append(m)
+    return tuple(out)
+
+
+def _cycle_finding(hang: H.Hang, cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
+    calls = {(s.group.name, s.seq) for s, _, _ in cycle}
+    held = [(s, s.waiting, _held_in(hang, s, calls)) for s, _, _ in cycle]
     links = [
-        f"rank {w} waits in {s.group.label} #{s.seq} ({s.calls[w].op}) for rank {m}"
-        for s, w, m in cycle
+        f"{W.rank_word(waiting)} {W.verb(waiting, 'waits', 'wait')} in {s.group.label} #{s.seq} "
+        f"({s.calls[waiting[0]].op}) for {W.rank_word(missing)}"
+        for s, waiting, missing in held
     ]
     labels = [s.group.label for s, _, _ in cycle]
     return Finding(
@@ -251,8 +266,15 @@ def _cycle_finding(cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
         ),
         evidence={
             "cycle": [
-                {"group": s.group.name, "seq": s.seq, "waiting_rank": w, "missing_rank": m}
-                for s, w, m in cycle
+                {
+                    "group": s.group.name,
+                    "seq": s.seq,
+                    "waiting_rank": w,
+                    "missing_rank": m,
+                    "waiting_ranks": list(waiting),
+                    "missing_ranks": list(missing),
+                }
+                for (s, w, m), (_, waiting, missing) in zip(cycle, held)
             ]
         },
     )

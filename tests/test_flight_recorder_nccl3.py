@@ -1,0 +1,113 @@
+"""diagnose on the three-rank NCCL jobs recorded on the H200 (tests/fixtures/flight_recorder/nccl3:
+NCCL 2.28.9, torch 2.11, three ranks on one GPU), checked against the truth written from the
+scenario script (truth.json), not from ncclprobe's output. Three ranks are where a pair is not the
+whole job: two ranks wait together, two ranks share one side of a cycle, a third size differs."""
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from ncclprobe.diagnose import diagnose, load_evidence
+
+NCCL3 = Path(__file__).parent / "fixtures" / "flight_recorder" / "nccl3"
+TRUTH = json.loads((NCCL3 / "truth.json").read_text())["scenarios"]
+
+
+@cache
+def everything(scenario: str):
+    folder = NCCL3 / scenario
+    return diagnose(
+        load_evidence(
+            flight_recorder=[folder / "dumps"],
+            logs=[folder / "torchrun.log"],
+            nccl_logs=sorted(folder.glob("nccl-rank*.log")),
+        )
+    )
+
+
+def errors(scenario: str) -> list:
+    return [f for f in everything(scenario).findings if f.severity == "error"]
+
+
+def test_the_kept_scenarios_are_those_with_every_rank_dumped():
+    for scenario in TRUTH:
+        assert sorted(p.name for p in (NCCL3 / scenario / "dumps").iterdir()) == [
+            f"nccl_trace_rank_{r}" for r in range(3)
+        ]
+
+
+def test_skip_names_the_one_missing_rank_and_both_waiting():
+    truth = TRUTH["skip"]
+    (top,) = errors("skip")
+    assert top.rule == "hang-missing-rank"
+    assert (top.evidence["group_desc"], top.evidence["seq"], top.evidence["op"]) == (
+        truth["group"],
+        truth["seq"],
+        truth["op"],
+    )
+    assert top.evidence["missing_ranks"] == truth["missing_ranks"]
+    assert top.evidence["waiting_ranks"] == truth["waiting_ranks"]
+    assert top.evidence["last_completed"] == {"2": truth["last_completed_of_missing"]}
+    assert top.title.endswith("that ranks 0, 1 wait in")
+
+
+def test_size_mismatch_names_every_rank_size():
+    truth = TRUTH["size-mismatch"]
+    (top,) = errors("size-mismatch")
+    assert top.rule == "hang-mismatch" and top.evidence["seq"] == truth["seq"]
+    for rank, sizes in truth["input_sizes"].items():
+        assert f"rank {rank}: all_reduce of {sizes[0]} Float" in top.title
+    assert "every rank completed it" in top.detail  # NCCL ran them: no hang, wrong results
+
+
+def test_order_is_one_swap_at_the_truths_numbers():
+    truth = TRUTH["order"]
+    (top,) = errors("order")
+    assert top.rule == "hang-order"
+    assert (top.evidence["seq"], top.evidence["swapped_at"]) == (truth["seq"], truth["swapped_at"])
+    assert "all_reduce then broadcast on rank 0, broadcast then all_reduce on rank 1" in top.title
+
+
+def test_groups_is_one_cycle_with_both_ranks_of_one_side():
+    """Ranks 1 and 2 both wait in group_b: the cycle holds them both, and no second finding names
+    group_a's missing ranks apart from it (it did before: the cycle explained rank 1 only)."""
+    truth = TRUTH["groups"]
+    (top,) = errors("groups")
+    assert top.rule == "hang-groups"
+    desc = {"1": "group_a", "2": "group_b"}
+    got = [
+        {
+            "group": desc[link["group"]],
+            "seq": link["seq"],
+            "waiting_ranks": link["waiting_ranks"],
+            "missing_ranks": link["missing_ranks"],
+        }
+        for link in top.evidence["cycle"]
+    ]
+    assert got == truth["cycle"]
+    assert "ranks 1, 2 wait in group_b #2 (all_reduce) for rank 0" in top.title
+
+
+@pytest.mark.parametrize("scenario", sorted(TRUTH))
+def test_no_scenario_is_said_to_be_healthy(scenario):
+    assert errors(scenario)
+    assert not any(f.rule == "hang-none-pending" for f in everything(scenario).findings)
+
+
+def test_the_recording_script_pairs_each_send_with_a_rank_that_exists():
+    """healthy and p2p got no dumps at three ranks: rank 2 was paired with 1 - 2 = -1. Every rank's
+    partner must exist and pair back; the last rank of an odd world has none."""
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "examples" / "record_flight_recorder.py"
+    spec = importlib.util.spec_from_file_location("record_flight_recorder", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for world in range(2, 10):
+        partners = {r: script.partner(r, world) for r in range(world)}
+        paired = {r: p for r, p in partners.items() if p is not None}
+        assert all(0 <= p < world and partners[p] == r for r, p in paired.items())
+        assert len(paired) == world - world % 2
+    assert script.partner(2, 3) is None and script.partner(0, 3) == 1
