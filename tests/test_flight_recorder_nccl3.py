@@ -111,3 +111,46 @@ def test_the_recording_script_pairs_each_send_with_a_rank_that_exists():
         assert all(0 <= p < world and partners[p] == r for r, p in paired.items())
         assert len(paired) == world - world % 2
     assert script.partner(2, 3) is None and script.partner(0, 3) == 1
+
+
+def test_the_log_alone_reads_the_same_cycle_and_the_same_missing_rank():
+    """torchrun's console of groups also holds each rank's later timeout, in the other group's #2,
+    which it issued after its first timeout had fired (the job had failed; the rank went on): the
+    log-only reading takes each rank where it first waited, as the dumps show it."""
+    groups = diagnose(load_evidence(logs=[NCCL3 / "groups" / "torchrun.log"])).findings[0]
+    assert groups.rule == "hang-groups"
+    assert [(c["group"], c["seq"]) for c in groups.evidence["cycle"]] == [("1", 2), ("2", 2)]
+    skip = diagnose(load_evidence(logs=[NCCL3 / "skip" / "torchrun.log"])).findings[0]
+    assert skip.rule == "hang-watchdog" and "rank 2 never entered ALLREDUCE #4" in skip.title
+
+
+def _timeout_line(rank: int, pg: int, clock: str, ran_ms: int) -> str:
+    """A watchdog timeout line as torch 2.11 prints it (its two lines, from nccl3/groups), with
+    the rank, group, clock and run time given: HAND-WRITTEN from the recorded lines."""
+    desc = {1: "group_a", 2: "group_b"}[pg]
+    return (
+        f"[default{rank}]:[rank{rank}]:[E1206 {clock} ProcessGroupNCCL.cpp:689] [Rank {rank}] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, "
+        f"NumelIn=1048576, NumelOut=1048576, Timeout(ms)=10000) ran for {ran_ms} milliseconds "
+        f"before timing out.\n[default{rank}]:[rank{rank}]:[E1206 {clock} ProcessGroupNCCL.cpp:2303] "
+        f"[PG ID {pg} PG GUID {pg}({desc}) Rank {rank}]  failure detected by watchdog at work "
+        "sequence id: 2 PG status: last enqueued work: 2, last completed work: 1\n"
+    )
+
+
+@pytest.mark.parametrize("later_issued_before_first_fired, kept", [(False, 1), (True, 2)])
+def test_a_later_timeout_counts_only_where_it_was_issued_before_the_first_fired(
+    tmp_path, later_issued_before_first_fired, kept
+):
+    """The boundary: rank 0 first times out in group_a #2 at 23:48:26.698; its timeout in group_b
+    #2, fired at 23:49:41.183 after 10,007 ms, was issued after that (left out); fired at
+    23:48:36.704 after 10,007 ms it was issued 1 ms before (both were pending at once: kept)."""
+    later = "23:48:36.704000000" if later_issued_before_first_fired else "23:49:41.183000000"
+    log = tmp_path / "torchrun.log"
+    log.write_text(
+        _timeout_line(0, 1, "23:48:26.698000000", 10030) + _timeout_line(0, 2, later, 10007)
+    )
+    from ncclprobe.diagnose.hang.rules_hang_log import stuck_collectives
+
+    stuck = stuck_collectives(load_evidence(logs=[log]))
+    assert len(stuck) == kept and (stuck[0].group, stuck[0].seq) == ("1", 2)
