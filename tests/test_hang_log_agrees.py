@@ -21,9 +21,10 @@ def logs(folder: Path) -> list[Path]:
     return sorted(folder.glob("rank*.stderr"))
 
 
-def dump_reading(folder: Path) -> set[tuple]:
-    """(because, seq, the ranks missing) of each stuck collective the dumps show."""
-    hang = H.build(read_flight_recorder([folder / "dumps"]))
+def dump_reading(folder: Path, form: str = "dumps") -> set[tuple]:
+    """(because, seq, the ranks missing) of each stuck collective the dumps show (`form`: "json"
+    for the recorder's JSON twin of each pickle)."""
+    hang = H.build(read_flight_recorder([folder / form]))
     return {(H._because(s), s.seq, tuple(s.missing)) for s in hang.stuck}
 
 
@@ -76,7 +77,7 @@ def test_three_gloo_ranks_with_detail_agree_with_their_own_dumps(scenario, expec
     own checks under one empty name, told apart by pg_id: the check of #4 ran on every rank and no
     rank issued #4, which is the mismatch the log names."""
     folder = RECORDED / "gloo3-detail" / scenario
-    assert log_reading(folder) == expected == dump_reading(folder)
+    assert log_reading(folder) == expected == dump_reading(folder) == dump_reading(folder, "json")
     both = diagnose(load_evidence(logs=logs(folder), flight_recorder=[folder / "dumps"]))
     errors = [f for f in both.findings if f.severity == "error"]
     assert [(f.rule, f.evidence["seq"]) for f in errors] == [("hang-mismatch", 4)]
