@@ -138,14 +138,16 @@ def _timeout_line(rank: int, pg: int, clock: str, ran_ms: int) -> str:
     )
 
 
-@pytest.mark.parametrize("later_issued_before_first_fired, kept", [(False, 1), (True, 2)])
+@pytest.mark.parametrize(
+    "later, kept",
+    [("23:49:41.183000000", 1), ("23:48:36.706000000", 1), ("23:48:36.704000000", 2)],
+)
 def test_a_later_timeout_counts_only_where_it_was_issued_before_the_first_fired(
-    tmp_path, later_issued_before_first_fired, kept
+    tmp_path, later, kept
 ):
     """The boundary: rank 0 first times out in group_a #2 at 23:48:26.698; its timeout in group_b
-    #2, fired at 23:49:41.183 after 10,007 ms, was issued after that (left out); fired at
-    23:48:36.704 after 10,007 ms it was issued 1 ms before (both were pending at once: kept)."""
-    later = "23:48:36.704000000" if later_issued_before_first_fired else "23:49:41.183000000"
+    #2 after 10,007 ms, fired at 23:49:41.183 or at 23:48:36.706, was issued after that (1 ms after,
+    the latter: left out); fired at 23:48:36.704 it was issued 1 ms before (both pending: kept)."""
     log = tmp_path / "torchrun.log"
     log.write_text(
         _timeout_line(0, 1, "23:48:26.698000000", 10030) + _timeout_line(0, 2, later, 10007)
@@ -154,3 +156,23 @@ def test_a_later_timeout_counts_only_where_it_was_issued_before_the_first_fired(
 
     stuck = stuck_collectives(load_evidence(logs=[log]))
     assert len(stuck) == kept and (stuck[0].group, stuck[0].seq) == ("1", 2)
+
+
+def test_a_rank_waiting_outside_the_cycle_is_not_put_in_it(tmp_path):
+    """The twin of groups (HAND-WRITTEN dumps, tests/flight_recorder_dumps.py): three groups over
+    ranks 0-2, each rank waiting in a different one. Groups 1 and 2 wait on each other through
+    ranks 0 and 1; rank 2 waits in group 3, outside that cycle: it is named apart, not in it."""
+    from tests.flight_recorder_dumps import write_job
+
+    warm = [("all_reduce", 8, "completed", g) for g in ("1", "2", "3")]
+    calls = {r: [*warm, ("all_reduce", 8, "started", str(r + 1))] for r in range(3)}
+    write_job(tmp_path / "dumps", "2.10", calls)
+    found = diagnose(load_evidence(flight_recorder=[tmp_path / "dumps"])).findings
+    cycle = found[0].evidence["cycle"]
+    assert [(c["group"], c["waiting_ranks"], c["missing_ranks"]) for c in cycle] == [
+        ("1", [0], [1]),
+        ("2", [1], [0]),
+    ]
+    assert any(
+        f.rule == "hang-missing-rank" and f.evidence["missing_ranks"] == [1, 2] for f in found
+    )

@@ -131,6 +131,7 @@ def test_every_free_text_form_is_masked_in_place(text, shown):
         ("/a/b,--password Pw1 --lr 3", f"/a/b,--password {M} --lr 3"),
         ("file:--secret:Pw1", f"file:--secret:{M}"),
         ("x?LOGIN root:Pw1", f"x?LOGIN root:{M}"),
+        ("https://u:Pw2@h/x?--token:Pw1", f"https://{M}@h/x?--token:{M}"),  # before it: by shape
     ],
 )
 def test_a_credential_flag_or_login_inside_a_word_is_masked(text, shown):
@@ -140,6 +141,8 @@ def test_a_credential_flag_or_login_inside_a_word_is_masked(text, shown):
 
 def test_a_credential_flag_inside_an_argument_hides_the_next_one():
     from ncclprobe.secrets import mask_argv
+
+    assert mask_argv(["app", "/tmp/x?-p:2222"]) == ["app", "/tmp/x?-p:2222"]  # a short flag: no
 
     assert mask_argv(["app", "/tmp/x?--token", "Pw1", "?login", "admin:Pw2", "--lr", "3"]) == [
         "app",
