@@ -25,6 +25,7 @@ from ncclprobe.diagnose.run import ledger, rules, rules_draft, rules_log, rules_
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Finding
 from ncclprobe.rank_ranges import rank_word
 
@@ -114,7 +115,7 @@ def _groups(ev: Evidence) -> list[dict] | None:
     return groups_summary(ev.flight_recorder)
 
 
-def _row(index, finding) -> dict:
+def _row(index: int, finding: Finding) -> dict:
     return {
         "rank": index,
         "severity": finding.severity,
@@ -127,7 +128,7 @@ def _row(index, finding) -> dict:
     }
 
 
-def run_summary(source: str, run) -> dict:
+def run_summary(source: str, run: EngineRun) -> dict:
     """A run of the view, for --format json: its phases and what could not be known."""
     return {
         "input": source,

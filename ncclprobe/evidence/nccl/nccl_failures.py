@@ -32,10 +32,12 @@ Other WARN lines are shown as they are.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
+from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
 from ncclprobe.verdict import Verdict, worst
@@ -199,7 +201,7 @@ def explain_lines(found: FailureLines) -> list[Explained]:
     texts = [line.text for line in found.lines]
     unreachable = [t for t in texts if _UNREACHABLE.search(t)]
     out = [_unreachable(unreachable)] if unreachable else []
-    errors = {}
+    errors: dict[str, tuple[KnownError, list[str]]] = {}
     for t in texts:
         known = known_error(t) if t not in unreachable else None
         if known is not None:
@@ -313,7 +315,7 @@ def _reason(line: str) -> str:
     return found["what"] if found else line
 
 
-def verdict(log: NcclLog, lint_findings=()) -> Verdict:
+def verdict(log: NcclLog, lint_findings: Iterable[SettingFinding] = ()) -> Verdict:
     """FINDINGS on an error-kind failure, an unexplained WARN or failure line, or a lint error;
     harmless lines (no libibverbs on a machine without InfiniBand) alone are not a finding."""
     from ncclprobe.nccl import lint
