@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogTimeout
+from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogStatus, WatchdogTimeout
 from ncclprobe.findings import Finding, NotChecked
 from ncclprobe.rank_ranges import rank_word
 from ncclprobe.secrets import mask_env_value
@@ -305,7 +305,7 @@ def _transport(ev: E.Evidence) -> str:
 def _status_only(ev: E.Evidence) -> list[Finding]:
     """A rank's status or `Some NCCL operations have failed or timed out`, with no timed-out call:
     a collective timed out; how far each rank got is read, which collective is not."""
-    statuses = {}
+    statuses: dict[int | None, WatchdogStatus] = {}
     for log in ev.job_logs:
         for st in log.statuses:
             statuses.setdefault(st.rank, st)
@@ -349,7 +349,7 @@ def _status_only(ev: E.Evidence) -> list[Finding]:
     ]
 
 
-def _done(n) -> str:
+def _done(n: int | None) -> str:
     """A last completed work: `#12`, or none where PyTorch printed -1 or an impossible value."""
     return f"#{n}" if n is not None and n > 0 else "none"
 
@@ -460,8 +460,9 @@ def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, 
         for m in s.silent:
             there = by_key.get(waits[m]) if m in waits else None
             waiter = next((r for r in sorted(s.calls) if waits.get(r) == (s.group, s.seq)), None)
-            known = s.group is not None and there is not None and there.group is not None
-            if known and there is not s and waiter is not None and waiter != m:
+            if there is None or s.group is None or there.group is None:
+                continue  # a group that is unknown is no other group: no cycle through it
+            if there is not s and waiter is not None and waiter != m:
                 edges.setdefault(id(s), (s, waiter, m, there))
     cycles: list[list[tuple[LogStuck, int, int]]] = []
     seen: set[int] = set()
@@ -549,7 +550,7 @@ def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
     return out
 
 
-def _join_unnamed(out: dict[tuple, dict], seq) -> None:
+def _join_unnamed(out: dict[tuple, dict], seq: int | None) -> None:
     """Timeouts at `seq` whose lines named no group join the one group that timed out at `seq` in
     the same call; with two candidate groups, or another call, they stay apart (and in no cycle:
     their group is unknown, not another one)."""

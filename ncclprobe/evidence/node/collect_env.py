@@ -173,7 +173,11 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
                 "'sglang:' line"
             )
         tool = "torch collect_env"
-    versions, nccl, env, said, gpu_names = {}, {}, {}, {}, {}
+    versions: dict[str, str] = {}
+    nccl: dict[str, str] = {}
+    env: dict[str, str] = {}
+    said: dict[str, str] = {}  # every `key: value` line's first value, for the platform
+    gpu_names: dict[str, str] = {}
     for line in lines:
         s = line.strip()
         gpu = _GPU_NAME.match(s)
