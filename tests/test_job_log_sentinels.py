@@ -354,3 +354,35 @@ def test_the_ranks_own_nccl_logs_name_the_network_too(tmp_path):
     found = diagnose(load_evidence(logs=[job], nccl_logs=[nccl])).findings
     [first] = [f for f in found if f.rule == "hang-first-collective"]
     assert "network AWS Libfabric" in first.detail
+
+
+def test_status_only_words(tmp_path):
+    """A group without its description is `PG N`; ranks in order, an unnamed one last; nobody's
+    `Some NCCL operations` said where none printed it."""
+    status = (
+        "[PG 3 Rank {r}] Exception (either an error or timeout) detected by watchdog at work: 5, "
+        "last enqueued NCCL work: 5, last completed NCCL work: 4."
+    )
+    bare = "Exception (either an error or timeout) detected by watchdog at work: 5, last enqueued NCCL work: 5, last completed NCCL work: 4."
+    [found] = [
+        f
+        for f in findings_of(tmp_path, [status.format(r=2), bare, status.format(r=0)])
+        if f.title.startswith("a collective")
+    ]
+    assert (
+        found.title.index("rank 0 (PG 3)")
+        < found.title.index("rank 2 (PG 3)")
+        < found.title.index("rank ?")
+    )
+    assert "said some NCCL operations" not in found.title
+
+
+def test_the_first_collective_without_status_lines_says_none_before_it(tmp_path):
+    [first] = [
+        f
+        for f in findings_of(
+            tmp_path, [work(10, op="COALESCED", n=UINT64_MAX, pg="[PG 6 Rank 1] ")]
+        )
+        if f.rule == "hang-first-collective"
+    ]
+    assert "last completed work none before #1" in first.detail

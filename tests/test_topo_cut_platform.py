@@ -157,3 +157,30 @@ def test_rocm_in_torch_collect_env():
         ).read_text()
     )
     assert env.platform == "ROCm (AMD)"
+
+
+@pytest.mark.parametrize(("text", "platform"), [(SGLANG_MUSA, "MUSA"), (SGLANG_ROCM, "ROCm")])
+def test_the_platform_note_names_its_line_and_gpus(text, platform):
+    env = parse_collect_env(text)
+    [note] = [n for n in env.notes if n.startswith("platform ")]
+    first = env.platform_lines[0]
+    assert f"read from `{first}`" in note and first.startswith(("MUSA available", "ROCM available"))
+    assert f"({'; '.join(f'GPU {i}: {n}' for i, n in env.gpu_names.items())})" in note
+
+
+@pytest.mark.parametrize(
+    ("block", "platform"), [("MTHREADS", "MUSA (Moore Threads)"), ("AMD", "ROCm (AMD)")]
+)
+def test_a_vendors_topology_block_alone_names_the_platform(block, platform):
+    """A cut paste whose only platform line is the block's title: never read as CUDA."""
+    env = parse_collect_env(f"sglang: 0.5.0\n{block} Topology: \n   GPU0   GPU1\n")
+    assert env.platform == platform and env.platform_lines == [f"{block} Topology:"]
+
+
+@pytest.mark.parametrize("missing", [1, 2, 3])
+def test_the_missing_rows_named_one_by_one_or_as_a_range(missing):
+    lines = lines_of("dgx_a100_80g_8gpu_nv12_4nic.txt")
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"])
+    cut = parse_topo("\n".join(lines[: header + 1 + 8 - missing]))
+    named = {1: "GPU7", 2: "GPU6, GPU7", 3: "GPU5-GPU7"}[missing]
+    assert f"the rows of {named} are unknown" in cut.notes[0]
