@@ -26,6 +26,7 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
   ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
   ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
+  ncclprobe diagnose --capture capture-20261206-101500/
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -122,6 +123,13 @@ Examples:
     type=click.Path(dir_okay=False),
     help="NCCL debug log of a rank of the job (NCCL_DEBUG=INFO); repeatable, one per rank.",
 )
+@click.option(
+    "--capture",
+    "capture_dir",
+    type=click.Path(file_okay=False),
+    help="A directory `ncclprobe capture` wrote: every file in it, and what it saw of the job's "
+    "processes (the settings that never reached a worker).",
+)
 @format_option
 def command(
     trace_path,
@@ -137,6 +145,7 @@ def command(
     flight_recorder,
     job_logs,
     nccl_logs,
+    capture_dir,
     fmt,
 ):
     """Reason over an engine run the way a careful engineer would: find phases that run without
@@ -153,7 +162,7 @@ def command(
     from ncclprobe.diagnose import diagnose, load_evidence
     from ncclprobe.evidence.run.profile_dir import expand
 
-    job = flight_recorder or job_logs or nccl_logs
+    job = flight_recorder or job_logs or nccl_logs or capture_dir
     if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
             "--collect-env goes with the run it describes (--trace, --profile, --server-log, "
@@ -175,6 +184,7 @@ def command(
         flight_recorder=flight_recorder,
         logs=job_logs,
         nccl_logs=nccl_logs,
+        capture=capture_dir,
     )
     result = diagnose(ev)
     if fmt == "table":

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
-from ncclprobe.diagnose.process_env import rules_envcheck
+from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
+from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
 from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
@@ -28,8 +28,11 @@ ALL_RULES = (
     (rules_safety.unsafe_settings,)
     + rules_settings.RULES
     + rules_envcheck.RULES
+    + rules_capture.RULES
     + RUN_RULES
     + rules_hang.RULES
+    + rules_arrival.RULES
+    + rules_stacks.RULES
     + rules_nccl_log.RULES
 )
 
@@ -74,10 +77,16 @@ class Diagnosis:
 FIX_FIRST = (
     "unsafe-settings",
     "env-check-sibling",
+    "capture-settings",
     "settings-propagation",
     "env-check",
     "nccl-settings-read",
 )
+
+
+# Findings whose cause explains other findings' numbers: a rank that comes late to the collectives
+# is why the others' collectives take their time (its wait shows there as collective time).
+CAUSES_FIRST = ("late-rank",)
 
 
 def rank_key(finding: Finding) -> tuple:
@@ -85,6 +94,7 @@ def rank_key(finding: Finding) -> tuple:
         severity_rank(finding.severity),
         CONFIDENCES.index(finding.confidence),
         finding.rule not in FIX_FIRST,
+        finding.rule not in CAUSES_FIRST,
         -(finding.cost_ms_per_token or 0.0),
         -(finding.cost_ms_per_step or 0.0),
     )

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.live.capture_dir import CaptureRecord, capture_inputs, load_capture
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
@@ -47,6 +49,7 @@ class Evidence:
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    capture: CaptureRecord | None = None  # what `ncclprobe capture` saw of the job's processes
 
     @classmethod
     def from_trace(
@@ -114,15 +117,31 @@ def load_evidence(
     flight_recorder=(),
     logs=(),
     nccl_logs=(),
+    capture: str | Path | None = None,
 ) -> Evidence:
-    job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
-    main = load_runs(
-        trace=trace,
-        profiles=profiles,
-        server_logs=server_logs,
-        model_config=model_config,
-        required=not job_evidence,
-    )
+    record = load_capture(capture) if capture else None
+    notes: list[str] = []
+    if record is not None:  # the capture directory's files, where not given one by one
+        found = capture_inputs(record)
+        profiles = tuple(profiles) or found.profiles
+        server_logs = tuple(server_logs) or found.server_logs
+        flight_recorder = tuple(flight_recorder) or found.flight_recorder
+        logs = tuple(logs) or found.logs
+        nccl_logs = tuple(nccl_logs) or found.nccl_logs
+    job_evidence = bool(flight_recorder or logs or nccl_logs or record)  # a hang needs no run
+    try:
+        main = load_runs(
+            trace=trace,
+            profiles=profiles,
+            server_logs=server_logs,
+            model_config=model_config,
+            required=not job_evidence,
+        )
+    except UsageProblem as exc:
+        if record is None:
+            raise
+        notes.append(f"the capture's profiles or server log could not be read: {exc}")
+        main = load_runs(model_config=model_config, required=False)
     base = load_runs(
         trace=baseline,
         profiles=baseline_profiles,
@@ -140,9 +159,12 @@ def load_evidence(
             **main.inputs,
             **{f"baseline_{k}" if k != "trace" else "baseline": v for k, v in base.inputs.items()},
         },
-        notes=main.notes + [f"baseline: {n}" for n in base.notes],
+        notes=notes + main.notes + [f"baseline: {n}" for n in base.notes],
         node=next(filter(None, map(_node, main.traces + base.traces)), None),
+        capture=record,
     )
+    if record is not None:
+        ev.inputs["capture"] = record.directory
     ev.node_source = RUN_NODE if ev.node else None
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
@@ -177,7 +199,9 @@ def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
     )
     recorded = any(d.entries or d.status for d in ev.flight_recorder)
     said = any(log.lines for log in ev.job_logs)
-    if not (ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env):
+    if not (
+        ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env or ev.capture
+    ):
         raise Unsupported(
             "nothing to diagnose: "
             + (

@@ -11,7 +11,7 @@ import dataclasses
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
 from ncclprobe.evidence.run.profile.align import LATE_FACTOR
-from ncclprobe.findings import Finding, RuledOut, severity_for_share
+from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 
 SKEW_WARN = 0.10  # without matched collectives: ranks' median steps more than 10% apart
 STRAGGLER_RATIO = 2.0  # a rank whose excess wait is at least twice any other rank's ...
@@ -184,6 +184,22 @@ def _step_time_skew(ev, run) -> list:
         return []
     name, worst = max(skew.items(), key=lambda kv: kv[1])
     hyp = "one rank lags the others"
+    if worst < SKEW_WARN and run.collectives:
+        # the ranks' collectives hold every rank to the slowest one's pace: equal step times are
+        # what a late rank looks like too, so they rule nothing out
+        return [
+            NotChecked(
+                rule="rank-skew",
+                hypothesis=hyp,
+                missing=(
+                    "which rank comes last to the collectives: their calls could not be matched "
+                    f"across the {len(run.ranks)} ranks' profiles (no collective kernel), and the "
+                    "ranks' equal step times are what each collective's wait for the last rank "
+                    "makes of them; the Flight Recorder's issue times show it (ncclprobe capture, "
+                    "or diagnose --flight-recorder)"
+                ),
+            )
+        ]
     if worst < SKEW_WARN:
         return [
             RuledOut(
