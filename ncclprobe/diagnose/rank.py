@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
 from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
-from ncclprobe.diagnose.run import rules, rules_draft, rules_log, rules_profile
+from ncclprobe.diagnose.run import rules, rules_draft, rules_host, rules_log, rules_profile
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
 from ncclprobe.evidence.bundle import Evidence
@@ -22,7 +22,12 @@ from ncclprobe.verdict import Verdict
 SCHEMA_VERSION = 1
 # rules about an engine run: they need one (a hang's evidence comes without)
 RUN_RULES = (
-    rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES + rules_nccl_run.RULES
+    rules.RULES
+    + rules_draft.RULES
+    + rules_profile.RULES
+    + rules_host.RULES
+    + rules_log.RULES
+    + rules_nccl_run.RULES
 )
 ALL_RULES = (
     (rules_safety.unsafe_settings,)
@@ -85,8 +90,9 @@ FIX_FIRST = (
 
 
 # Findings whose cause explains other findings' numbers: a rank that comes late to the collectives
-# is why the others' collectives take their time (its wait shows there as collective time).
-CAUSES_FIRST = ("late-rank",)
+# is why the others' collectives take their time (its wait shows there as collective time); the
+# host function the GPU waits for is what a host-bound step is made of.
+CAUSES_FIRST = ("late-rank", "host-call")
 
 
 def rank_key(finding: Finding) -> tuple:

@@ -183,17 +183,19 @@ class CaptureInputs:
 
 
 def capture_inputs(record: CaptureRecord) -> CaptureInputs:
-    """Profiles (the in-job module's, else the engine's own), the job's log (and, for an SGLang or
-    vLLM server, the same log as its server log), the Flight Recorder folder, each NCCL log."""
+    """Profiles (the in-job module's, else the engine's own), the job's log as a distributed job's
+    log (where a process had a rank, or the job hung) and, for an SGLang or vLLM server, as its
+    server log, the Flight Recorder folder, each NCCL log."""
     profiles = record.files("profiles") or record.files("engine_profiles")
     engine = (record.server or {}).get("engine")
     job_log = record.files("job_log")
+    distributed = record.ended_by == "hang" or any(p.rank is not None for p in record.processes)
     return CaptureInputs(
         profiles=tuple(map(str, profiles)),
         server_logs=tuple(map(str, job_log)) if engine in ("sglang", "vllm") else (),
         flight_recorder=(str(Path(record.directory) / FLIGHT_RECORDER),)
         if record.collected.get("flight_recorder")
         else (),
-        logs=tuple(map(str, job_log)),
+        logs=tuple(map(str, job_log)) if distributed else (),
         nccl_logs=tuple(map(str, record.files("nccl_logs"))),
     )

@@ -1,0 +1,290 @@
+"""The host work the device waited for, per step: which Python function ran while the GPU idled,
+and which call drained it first (a `.item()`, a `cudaStreamSynchronize`, a device-to-host copy).
+
+What is kept while streaming (`HostCollector`, fed by `timeline.read_timeline`): Python functions
+(`python_function`, only in traces recorded with `with_stack=True`) and CPU ops of at least
+HOST_MIN_US (shorter ones cannot cover an idle gap worth naming; their time stays with the
+function that called them), every module call (`nn.Module: ...`), and the ops that make the host
+wait for the device whatever their length (`SYNC_OPS`).
+
+What is measured (`host_time`), per step on the thread that ran the step:
+- the gaps: on a GPU trace the step's time with no kernel or copy running on the GPU; on a
+  CPU-only trace there is no device to idle, and the model's own forward runs on the host, so the
+  gaps are the step's time outside the model's top-level forward (the host work a GPU would wait
+  for), said so in `basis`;
+- each gap's time is given to the innermost Python function running then (exclusive time, so a
+  caller is not counted for its callee), then to that function's nearest frame of the job's or the
+  engine's own code (not torch, the standard library or a builtin): the function named;
+- the call: the builtin or op that function was in (`<built-in method item ...>`), or, on a GPU,
+  the last synchronising call before the gap (what ran the GPU's queue dry).
+A trace without Python functions (recorded without with_stack) names ops only, and says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+HOST_MIN_US = 20.0
+# aten ops that wait for the device's result on the host (a scalar or a shape read back)
+SYNC_OPS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::nonzero",
+        "aten::equal",
+        "aten::allclose",
+        "aten::masked_select",
+        "aten::unique",
+        "aten::_unique2",
+        "aten::repeat_interleave",
+    }
+)
+_ADDRESS = re.compile(r" (?:at|object at) 0x[0-9a-fA-F]+")
+_PY_NAME = re.compile(r"^(?P<path>[^()]+)\((?P<line>\d+)\): (?P<func>.+)$")
+LIBRARIES = ("torch/", "torch\\", "<", "nn.Module:", "threading.py", "contextlib.py")
+TOP = 3  # functions named
+
+
+@dataclass(slots=True)
+class HostSpan:
+    ts: float
+    end: float
+    tid: object
+    name: str
+    kind: str  # py | module | op
+
+
+@dataclass
+class HostCollector:
+    spans: list[HostSpan] = field(default_factory=list)
+    python: bool = False  # the trace holds Python functions (with_stack=True)
+
+    def python_function(self, ev: dict, ts: float, dur: float) -> None:
+        self.python = True
+        name = str(ev.get("name", ""))
+        module = name.startswith("nn.Module:")
+        if module or dur >= HOST_MIN_US:
+            self.spans.append(
+                HostSpan(ts, ts + dur, ev.get("tid"), _ADDRESS.sub("", name), "module" if module else "py")
+            )
+
+    def cpu_op(self, ev: dict, name: str, ts: float, dur: float) -> None:
+        if dur >= HOST_MIN_US or name in SYNC_OPS:
+            self.spans.append(HostSpan(ts, ts + dur, ev.get("tid"), name, "op"))
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    function: str  # `generate.py(33): ngram_lookup`, or an op where the trace has no Python
+    call: str | None  # the builtin, op or synchronising call it was in
+    ms_per_step: float  # gap time it covered, per step (mean over the steps)
+    share: float  # of all the steps' gap time
+    steps: int  # steps it covered gap time in
+
+
+@dataclass(frozen=True)
+class HostReport:
+    basis: str  # gpu-idle | outside-forward
+    steps: int
+    gap_ms_per_step: float
+    step_ms: float  # median step
+    functions: tuple[HostFunction, ...]
+    python: bool  # the trace holds Python functions
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gap_share(self) -> float:
+        return self.gap_ms_per_step / self.step_ms if self.step_ms else 0.0
+
+
+def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport | None:
+    """The report over `steps` (steps.Step: t0, t1 on the host clock), or None when it cannot be
+    measured: no step, or a CPU-only trace without the model's forward to set the gaps by."""
+    if not steps:
+        return None
+    gpu = bool(kernels)
+    busy = _union((k.ts, k.end) for k in kernels) if gpu else None
+    by_tid: dict = {}
+    for span in spans:
+        by_tid.setdefault(span.tid, []).append(span)
+    totals: dict[tuple[str, str | None], list[float]] = {}
+    gap_total, measured = 0.0, 0
+    for step in steps:
+        tid = _step_thread(by_tid, step)
+        mine = by_tid.get(tid, [])
+        inside = [s for s in mine if s.end > step.t0 and s.ts < step.t1]
+        gaps = _gaps(step, busy, inside)
+        if gaps is None:
+            continue
+        measured += 1
+        gap_total += sum(b - a for a, b in gaps)
+        for key, us in _attribute(inside, gaps, gpu).items():
+            totals.setdefault(key, []).append(us)
+    if not measured:
+        return None
+    functions = _ranked(totals, measured, gap_total)
+    step_ms = statistics.median((s.t1 - s.t0) / 1000.0 for s in steps)
+    notes = []
+    if not python:
+        notes.append(
+            "the trace holds no Python functions (recorded without with_stack=True): the host "
+            "work is named by its ops only, not by the function that ran them"
+        )
+    return HostReport(
+        basis="gpu-idle" if gpu else "outside-forward",
+        steps=measured,
+        gap_ms_per_step=gap_total / measured / 1000.0,
+        step_ms=step_ms,
+        functions=functions,
+        python=python,
+        notes=tuple(notes),
+    )
+
+
+def _step_thread(by_tid: dict, step):
+    """The thread that ran the step: the one whose spans cover most of it."""
+    best, best_us = None, -1.0
+    for tid, spans in by_tid.items():
+        covered = sum(
+            min(s.end, step.t1) - max(s.ts, step.t0)
+            for s in spans
+            if s.kind != "op" and s.end > step.t0 and s.ts < step.t1
+        )
+        if covered > best_us:
+            best, best_us = tid, covered
+    return best
+
+
+def _gaps(step, busy, inside: list[HostSpan]) -> list[tuple[float, float]] | None:
+    if busy is not None:
+        return _complement(busy, step.t0, step.t1)
+    forwards = _outermost([s for s in inside if s.kind == "module"])
+    if not forwards:
+        return None  # a CPU-only step without the model's forward: nothing sets the gaps
+    return _complement(forwards, step.t0, step.t1)
+
+
+def _attribute(inside: list[HostSpan], gaps, gpu: bool) -> dict[tuple[str, str | None], float]:
+    """Gap time per (function named, call), each gap piece given to the innermost span over it."""
+    tree = sorted((s for s in inside if s.kind != "module"), key=lambda s: (s.ts, -s.end))
+    parents = _parents(tree)
+    syncs = sorted((s.end, s.name) for s in inside if s.name in SYNC_OPS) if gpu else []
+    out: dict[tuple[str, str | None], float] = {}
+    for (a, b), index in _pieces(tree, parents, gaps):
+        chain = _chain(tree, parents, index)
+        named = next((s for s in chain if s.kind == "py" and _own(s.name)), None)
+        leaf = chain[0] if chain else None
+        call = leaf.name if leaf is not None and leaf is not named else None
+        if syncs:
+            before = bisect.bisect_right(syncs, (a, chr(0x10FFFF))) - 1
+            if before >= 0:
+                call = syncs[before][1]  # what ran the GPU's queue dry before this gap
+        function = named.name if named else (leaf.name if leaf else "(no host span)")
+        out[(function, call)] = out.get((function, call), 0.0) + (b - a)
+    return out
+
+
+def _parents(tree: list[HostSpan]) -> list[int | None]:
+    """Per span the index of the innermost span enclosing it (spans of one thread nest)."""
+    parents: list[int | None] = []
+    stack: list[int] = []
+    for i, span in enumerate(tree):
+        while stack and tree[stack[-1]].end < span.end:
+            stack.pop()
+        parents.append(stack[-1] if stack else None)
+        stack.append(i)
+    return parents
+
+
+def _pieces(tree: list[HostSpan], parents, gaps) -> list[tuple[tuple[float, float], int | None]]:
+    """The gaps cut at every span boundary, each piece with the index of the innermost span over
+    it, or None."""
+    bounds = sorted({t for g in gaps for t in g} | {t for s in tree for t in (s.ts, s.end)})
+    starts = [s.ts for s in tree]
+    gap_starts = [g[0] for g in gaps]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        g = bisect.bisect_right(gap_starts, a) - 1
+        if b <= a or g < 0 or b > gaps[g][1]:
+            continue
+        mid = (a + b) / 2
+        i = bisect.bisect_right(starts, mid) - 1
+        while i is not None and i >= 0 and tree[i].end < mid:
+            i = parents[i]
+        out.append(((a, b), i if i is not None and i >= 0 else None))
+    return out
+
+
+def _chain(tree: list[HostSpan], parents, index: int | None) -> list[HostSpan]:
+    """tree[index] and the spans over it, innermost first."""
+    chain = []
+    while index is not None:
+        chain.append(tree[index])
+        index = parents[index]
+    return chain
+
+
+def _own(name: str) -> bool:
+    """A frame of the job's or the engine's own code: not torch, the standard library, a builtin."""
+    if name.startswith(LIBRARIES):
+        return False
+    match = _PY_NAME.match(name)
+    if not match:
+        return False
+    path = match["path"]
+    top = path.replace("\\", "/").split("/", 1)[0].removesuffix(".py")
+    return "/" in path.replace("\\", "/") or top not in sys.stdlib_module_names
+
+
+def _ranked(totals, steps: int, gap_total: float) -> tuple[HostFunction, ...]:
+    """Per function named: its gap time per step, and the call most of it was in."""
+    by_function: dict[str, dict[str | None, list[float]]] = {}
+    for (function, call), values in totals.items():
+        by_function.setdefault(function, {})[call] = values
+    rows = []
+    for function, calls in by_function.items():
+        total = sum(sum(v) for v in calls.values())
+        call = max(calls, key=lambda c: sum(calls[c]))
+        rows.append(
+            HostFunction(
+                function=function,
+                call=call,
+                ms_per_step=total / steps / 1000.0,
+                share=total / gap_total if gap_total else 0.0,
+                steps=max(len(v) for v in calls.values()),
+            )
+        )
+    rows.sort(key=lambda r: -r.ms_per_step)
+    return tuple(rows[:TOP])
+
+
+def _union(intervals) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _outermost(spans: list[HostSpan]) -> list[tuple[float, float]]:
+    return _union((s.ts, s.end) for s in spans)
+
+
+def _complement(busy: list[tuple[float, float]], t0: float, t1: float) -> list[tuple[float, float]]:
+    out, cursor = [], t0
+    for a, b in busy:
+        if b <= t0 or a >= t1:
+            continue
+        if a > cursor:
+            out.append((cursor, min(a, t1)))
+        cursor = max(cursor, b)
+    if cursor < t1:
+        out.append((cursor, t1))
+    return out
