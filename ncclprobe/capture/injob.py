@@ -50,6 +50,7 @@ class _State:
         profile = config.get("profile") or {}
         self.profile_mode = profile.get("mode", "off")  # off | steps | control
         self.window = (int(profile.get("start", 0)), int(profile.get("stop", 0)))
+        self.budget = int(profile.get("budget", 6))  # steps a `control` start profiles at most
         self.peer_grace_s = float(config.get("peer_grace_s", 3.0))
         self.steps = 0
         self.written_steps = -1
@@ -189,6 +190,8 @@ def _read_control() -> None:
             _dump(f"the capture asked ({word})")
         elif name == "profile" and _state.profile_mode == "control":
             _state.want_profile = word == "start"
+            if word == "start":  # the next `budget` steps at most: a trace stays small enough
+                _state.window = (_state.steps + 1, _state.steps + _state.budget)
 
 
 def _distributed():
@@ -352,10 +355,10 @@ def _post_forward(module, args, output):
 
 
 def _profile_wanted() -> bool:
+    start, stop = _state.window
     if _state.profile_mode == "steps":
-        start, stop = _state.window
         return start <= _state.steps <= stop
-    return _state.profile_mode == "control" and _state.want_profile
+    return _state.profile_mode == "control" and _state.want_profile and _state.steps <= stop
 
 
 def _step_boundary() -> None:
@@ -402,6 +405,7 @@ def _stop_profiler(why: str) -> None:
         _state.step_mark.__exit__(None, None, None)
         _state.step_mark = None
     profiler.stop()
+    _record(f"profiler stopped after {_state.profiled_steps} steps ({why}): writing the trace")
     rank = f".rank{_state.rank}" if _state.rank is not None else ""
     name = f"{HOST}.{os.getpid()}{rank}.trace.json.gz"
     os.makedirs(_path("profiles"), exist_ok=True)

@@ -206,12 +206,19 @@ class Job:
         self.ending.signals.append(f"{name} sent to the capture: forwarded to pid {self.process.pid}")
         _kill(self.process.pid, signum)
 
-    def end(self, why: str, alive: Callable[[], list[int]] = list, grace_s: float = 10.0) -> None:
-        """End the job as the capture decided (`why`): SIGTERM to the command (a launcher passes it
+    def end(
+        self,
+        why: str,
+        alive: Callable[[], list[int]] = list,
+        grace_s: float = 10.0,
+        signum: int = signal.SIGTERM,
+    ) -> None:
+        """End the job as the capture decided (`why`): `signum` to the command (a launcher passes it
         on to its workers), then SIGKILL to whatever of the tree is still there after `grace_s`."""
         if self.process.poll() is None:
-            self.ending.signals.append(f"SIGTERM to pid {self.process.pid} ({why})")
-            _kill(self.process.pid, signal.SIGTERM)
+            name = signal.Signals(signum).name
+            self.ending.signals.append(f"{name} to pid {self.process.pid} ({why})")
+            _kill(self.process.pid, signum)
         deadline = time.monotonic() + grace_s
         while self.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

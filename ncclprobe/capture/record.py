@@ -80,9 +80,11 @@ def missing(found: dict[str, list[str]], rows: list[dict], ending: Ending, profi
         ),
         "profiles": _why_no_profile(profile, rows),
         "engine_profiles": "no SGLang or vLLM server was profiled through its endpoints",
-        "stacks": "no dump was asked for: the job ended by itself"
+        "stacks": "the processes ended before they could dump"
+        if ending.ended_by in ("hang", "interrupt")
+        else "no dump was asked for: the job ended by itself"
         if ending.ended_by == "exit"
-        else "the processes ended before they could dump",
+        else "no dump was asked for: the capture ended the server once its load was done",
         "injob": "no Python process of the job loaded the in-job module",
     }
     return {kind: reason for kind, reason in why.items() if not found.get(kind)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from signal import SIGINT
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,7 @@ def capture(request: CaptureRequest, started: Callable[[Path], None] = lambda _p
 
 
 def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending, list[str]]:
-    profile = request.profile.to_json()
+    profile = _profile(request)
     hook_dir = hook.write_hook(directory, profile, PEER_GRACE_S)
     env = job_environment(os.environ, directory, hook_dir, tuning=request.tuning)
     job = Job(list(request.command), env.env, directory / D.JOB_LOG)
@@ -113,7 +114,7 @@ def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending,
         raise UsageProblem(f"cannot run {request.command[0]!r}: {exc.strerror or exc}") from None
     watch = TreeWatch(pid)
     control = _Control(directory)
-    server = request.server.driver(directory, control) if request.server else None
+    server = request.server.driver(directory, control, request.command) if request.server else None
     try:
         ending = job.run(
             _ticker(request, directory, job, watch, server),
@@ -125,8 +126,8 @@ def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending,
             control.dump("hang")
             _wait_for_dumps(directory, watch, control.asked_at, request.dump_wait_s)
             job.end(f"no progress for {request.hang_after_s:g} s", watch.alive, request.term_grace_s)
-        elif ending.ended_by == "server-done":
-            job.end("the server's load and profile are done", watch.alive, request.term_grace_s)
+        elif ending.ended_by == "server-done":  # as a Ctrl-C would: the server shuts down cleanly
+            job.end("the load and the profile are done", watch.alive, request.term_grace_s, SIGINT)
         elif ending.ended_by == "interrupt" and control.asked_at is not None:
             _wait_for_dumps(directory, watch, control.asked_at, 2.0)
         job.finish()
@@ -136,6 +137,13 @@ def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending,
     watch.poll()
     notes = _finish(directory, final, request, env, job, watch, server)
     return job.ending, notes
+
+
+def _profile(request: CaptureRequest) -> dict:
+    """The in-job profiler's orders: a server is profiled around the capture's load, not by steps."""
+    if request.server is not None and request.profile.mode == "steps":
+        return {"mode": "control"}
+    return request.profile.to_json()
 
 
 class _Control:
@@ -167,6 +175,7 @@ def _ticker(request: CaptureRequest, directory: Path, job: Job, watch: TreeWatch
         watch.poll()
         now = time.monotonic()
         progress = hook.progress(directory) + job.output.bytes_seen
+        progress += server.progress() if server is not None else 0
         if progress != state["progress"]:
             state["progress"], state["since"] = progress, now
         if server is not None:
@@ -227,7 +236,7 @@ def _finish(
     rows = _relocated(rows, directory, final)
     write_processes(directory, watch.root, rows)
     notes = _notes(rows, job.ending)
-    profile = request.profile.to_json()
+    profile = _profile(request)
     write_manifest(
         directory,
         list(request.command),

@@ -31,6 +31,11 @@ CAVEAT = (
 _KEY_VALUE = ascii_re(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
 _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
+# `GPU 0: NVIDIA H100 80GB HBM3` (collect-env), `GPU 0,1,2: NVIDIA H20` and `GPU 0,1 Compute
+# Capability: 9.0` (sglang check_env), `Architecture: x86_64` (lscpu in vLLM's CPU section)
+_GPU = re.compile(r"^GPU (?:\d+)(?:\s*,\s*\d+)*\s*(?::|(?= Compute))\s*(?P<what>.+)$")
+_CAPABILITY = re.compile(r"^Compute Capability:\s*(?P<major>\d{1,2})\.(?P<minor>\d)$")
+_ARCH = re.compile(r"^Architecture:\s*(?P<arch>x86_64|aarch64|ppc64le|arm64)$")
 _TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
 # variables collect-env prints that describe the image, not NCCL settings
 IMAGE_FACTS = ("NCCL_VERSION",)
@@ -44,6 +49,9 @@ class CollectEnv:
     env: dict[str, str]
     topology: Topology | None
     notes: list[str] = field(default_factory=list)
+    gpu_names: tuple[str, ...] = ()  # `GPU 0: NVIDIA GeForce RTX 5090` lines, one per name
+    compute_capabilities: tuple[int, ...] = ()  # `GPU 0,1 Compute Capability: 9.0` (check_env)
+    host_arch: str | None = None  # `Architecture: x86_64` (lscpu's, in the CPU section)
 
     @property
     def nccl_version(self) -> str | None:
@@ -107,8 +115,20 @@ def parse_collect_env(text: str) -> CollectEnv:
             )
         tool = "torch collect_env"
     versions, nccl, env = {}, {}, {}
+    gpus, caps, arch = [], [], None
     for line in lines:
         s = line.strip()
+        gpu = _GPU.match(s)
+        if gpu:
+            cap = _CAPABILITY.match(gpu["what"])
+            if cap:
+                caps.append(int(cap["major"]) * 10 + int(cap["minor"]))
+            elif gpu["what"] not in gpus:
+                gpus.append(gpu["what"])
+            continue
+        machine = _ARCH.match(s)
+        if machine and arch is None:
+            arch = machine["arch"]
         pip = _PIP.match(s)
         if pip:
             if pip["name"].startswith("nvidia-nccl"):
@@ -148,6 +168,7 @@ def parse_collect_env(text: str) -> CollectEnv:
     # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
     # then shows only what the policy shows; a value the mask changes is no valid setting anyway
     out = CollectEnv(tool, versions, nccl, mask_env(env), None)
+    out.gpu_names, out.compute_capabilities, out.host_arch = tuple(gpus), tuple(set(caps)), arch
     out.topology = _topology(lines, out.notes)
     if tool == "sglang check_env":
         out.notes.append(
