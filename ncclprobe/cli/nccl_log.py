@@ -7,14 +7,17 @@ import click
 from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import emit, format_option
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.nccl.known_bad_scan import known_bad_in_logs
 from ncclprobe.evidence.nccl.nccl_failures import explain
 from ncclprobe.evidence.nccl.nccl_failures import verdict as failures_verdict
 from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log_files
+from ncclprobe.nccl.known_bad import describe
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.sizes import format_size
+from ncclprobe.verdict import Verdict, worst
 
 _PROOF = " ".join(f"{k}={v}" for k, v in proof_env().items())
 EPILOG = f"""\b
@@ -52,11 +55,13 @@ def command(files, fmt):
         {**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)} for f in findings
     ]
     explained, unexplained = explain(log)
+    known_bad, _scan = known_bad_in_logs(files, log)
     doc = {
         **log.to_json(),
         "files": list(files),
         "lint": lint,
         "explained": [e.to_json() for e in explained],
+        "known_bad": [{"row": m.row.key, "seen": m.seen, "text": describe(m)} for m in known_bad],
     }
     emit(
         fmt,
@@ -64,9 +69,10 @@ def command(files, fmt):
         _rows(log, unexplained),
         title=_title(log),
         notes=[f"{e.severity}: {mask_text(e.message)}; fix: {e.fix}" for e in explained]
-        + [f"{f['severity']}: {f['message']}" for f in lint],
+        + [f"{f['severity']}: {f['message']}" for f in lint]
+        + [f"{m.severity}: {describe(m)}" for m in known_bad],
     )
-    return failures_verdict(log, findings)
+    return worst([failures_verdict(log, findings), Verdict.of(bool(known_bad))])
 
 
 def _node(log: NcclLog) -> NodeFacts | None:

@@ -14,7 +14,12 @@ from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, r
 from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
 from ncclprobe.diagnose.run import rules, rules_draft, rules_host, rules_log, rules_profile
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
-from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
+from ncclprobe.diagnose.settings import (
+    rules_known_bad,
+    rules_nccl_run,
+    rules_safety,
+    rules_settings,
+)
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.findings import CONFIDENCES, Finding, NotChecked, RuledOut, severity_rank
 from ncclprobe.verdict import Verdict
@@ -32,6 +37,7 @@ RUN_RULES = (
 ALL_RULES = (
     (rules_safety.unsafe_settings,)
     + rules_settings.RULES
+    + rules_known_bad.RULES
     + rules_envcheck.RULES
     + rules_capture.RULES
     + RUN_RULES

@@ -28,7 +28,8 @@ def env_check(
 ) -> EnvCheckResult:
     """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
     expectations = _expect.merge(expectations)
-    logs_read = read_logs(list(log_paths))
+    log_paths = list(log_paths)
+    logs_read = read_logs(log_paths)
     logs = _logs_by_pid([item for item in logs_read if item.on_this_host()])
     infos = walk(pid)
     by_pid = {info.pid: info for info in infos}
@@ -45,7 +46,25 @@ def env_check(
     result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all)
     result.notes += _notes(infos, logs, by_pid)
     result.notes += _other_hosts(logs_read)
+    result.notes += _known_bad(log_paths, logs_read)
     return result
+
+
+def _known_bad(paths, logs_read: list[ProcessNcclLog]) -> list[str]:
+    """The NCCL releases the processes' logs show, against the known-bad table (`nccl.known_bad`),
+    with the GPUs and the failure lines the logs themselves name."""
+    from ncclprobe.evidence.nccl.known_bad_scan import scan
+    from ncclprobe.nccl.known_bad import describe, matching
+
+    if not logs_read:
+        return []
+    found = scan(paths)
+    notes = []
+    for version in sorted({log.nccl_version for log in logs_read if log.nccl_version}):
+        read = next((log.env for log in logs_read if log.nccl_version == version), {})
+        for match in matching(version, found.capabilities, lines=found.lines, read=read):
+            notes.append(f"known-bad {match.severity}: {describe(match)}")
+    return notes
 
 
 def _process_report(

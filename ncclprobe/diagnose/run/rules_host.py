@@ -66,7 +66,13 @@ def _outcome(ev, run, report, rank):
     severity = severity_for_share(share)
     if not gpu:
         severity = "warning" if severity == "error" else severity
-    call = f", in `{top.call}`" if top.call else ""
+    call = (
+        f", {top.syncs_per_step:.0f} `{top.call}` calls per step"
+        if top.syncs_per_step
+        else f", in `{top.call}`"
+        if top.call
+        else ""
+    )
     title = (
         f"{'the GPU idles' if gpu else 'the host spends'} {top.ms_per_step:.3f} ms per step "
         + ("while the host runs" if gpu else "outside the model's forward in")
@@ -86,7 +92,14 @@ def _outcome(ev, run, report, rank):
         else f"Profiled per step over {report.steps} steps on the CPU: {CPU_WORDS} for "
         f"{report.gap_ms_per_step:.3f} ms of {report.step_ms:.3f} ms (median step), "
         f"{top.ms_per_step:.3f} ms of it in `{top.function}`"
-        + (f" (in `{top.call}`)" if top.call else "")
+        + (
+            f", which read values back to the host {top.syncs_per_step:.0f} times per step "
+            f"(`{top.call}`: on a GPU each is a wait for the GPU)"
+            if top.syncs_per_step
+            else f" (in `{top.call}`)"
+            if top.call
+            else ""
+        )
         + ". A CPU-only profile has no idle GPU to measure: the model ran on the host too. On a "
         "GPU this host work is time the GPU waits, unless the host runs ahead of it."
     )
@@ -116,6 +129,7 @@ def _outcome(ev, run, report, rank):
                     "ms_per_step": round(f.ms_per_step, 3),
                     "share_of_gap": round(f.share, 3),
                     "steps": f.steps,
+                    "syncs_per_step": round(f.syncs_per_step, 1),
                 }
                 for f in report.functions
             ],

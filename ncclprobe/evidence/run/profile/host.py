@@ -48,6 +48,7 @@ _ADDRESS = re.compile(r" (?:at|object at) 0x[0-9a-fA-F]+")
 _PY_NAME = re.compile(r"^(?P<path>[^()]+)\((?P<line>\d+)\): (?P<func>.+)$")
 LIBRARIES = ("torch/", "torch\\", "<", "nn.Module:", "threading.py", "contextlib.py")
 TOP = 3  # functions named
+MIN_NAMED_SHARE = 0.01  # a function after the first is named only from this share of the gaps
 
 
 @dataclass(slots=True)
@@ -85,6 +86,7 @@ class HostFunction:
     ms_per_step: float  # gap time it covered, per step (mean over the steps)
     share: float  # of all the steps' gap time
     steps: int  # steps it covered gap time in
+    syncs_per_step: float = 0.0  # the host syncs (SYNC_OPS) it made per step
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
     for span in spans:
         by_tid.setdefault(span.tid, []).append(span)
     totals: dict[tuple[str, str | None], list[float]] = {}
+    syncs: dict[str, dict[str, int]] = {}
     gap_total, measured = 0.0, 0
     for step in steps:
         tid = _step_thread(by_tid, step)
@@ -125,9 +128,12 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
         gap_total += sum(b - a for a, b in gaps)
         for key, us in _attribute(inside, gaps, gpu).items():
             totals.setdefault(key, []).append(us)
+        for function, op in _syncs(inside):
+            counts = syncs.setdefault(function, {})
+            counts[op] = counts.get(op, 0) + 1
     if not measured:
         return None
-    functions = _ranked(totals, measured, gap_total)
+    functions = _ranked(totals, measured, gap_total, syncs)
     step_ms = statistics.median((s.t1 - s.t0) / 1000.0 for s in steps)
     notes = []
     if not python:
@@ -241,15 +247,38 @@ def _own(name: str) -> bool:
     return "/" in path.replace("\\", "/") or top not in sys.stdlib_module_names
 
 
-def _ranked(totals, steps: int, gap_total: float) -> tuple[HostFunction, ...]:
-    """Per function named: its gap time per step, and the call most of it was in."""
+def _syncs(inside: list[HostSpan]) -> list[tuple[str, str]]:
+    """(function named, op) per host sync in the step: the syncs each function made."""
+    tree = sorted((s for s in inside if s.kind != "module"), key=lambda s: (s.ts, -s.end))
+    parents = _parents(tree)
+    out = []
+    for i, span in enumerate(tree):
+        if span.name in SYNC_OPS and (parents[i] is None or tree[parents[i]].name not in SYNC_OPS):
+            chain = _chain(tree, parents, i)
+            named = next((s for s in chain if s.kind == "py" and _own(s.name)), None)
+            if named is not None:
+                out.append((named.name, span.name))
+    return out
+
+
+def _ranked(totals, steps: int, gap_total: float, syncs=None) -> tuple[HostFunction, ...]:
+    """Per function named: its gap time per step, the call most of it was in (a named call over
+    none), and its host syncs per step."""
     by_function: dict[str, dict[str | None, list[float]]] = {}
     for (function, call), values in totals.items():
         by_function.setdefault(function, {})[call] = values
     rows = []
     for function, calls in by_function.items():
         total = sum(sum(v) for v in calls.values())
-        call = max(calls, key=lambda c: sum(calls[c]))
+        named = [c for c in calls if c is not None]
+        made = (syncs or {}).get(function, {})
+        call = (
+            max(made, key=made.get)
+            if made
+            else max(named, key=lambda c: sum(calls[c]))
+            if named
+            else None
+        )
         rows.append(
             HostFunction(
                 function=function,
@@ -257,10 +286,11 @@ def _ranked(totals, steps: int, gap_total: float) -> tuple[HostFunction, ...]:
                 ms_per_step=total / steps / 1000.0,
                 share=total / gap_total if gap_total else 0.0,
                 steps=max(len(v) for v in calls.values()),
+                syncs_per_step=sum(made.values()) / steps,
             )
         )
     rows.sort(key=lambda r: -r.ms_per_step)
-    return tuple(rows[:TOP])
+    return tuple(r for r in rows[:TOP] if r is rows[0] or r.share >= MIN_NAMED_SHARE)
 
 
 def _union(intervals) -> list[tuple[float, float]]:
