@@ -48,6 +48,10 @@ WHAT = {
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
     "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",
     "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
+    "capture": "`ncclprobe capture -- CMD`: the user's own job run with the evidence on (its "
+    "environment, the in-job module, the process tree watched, a server's load), then diagnosed",
+    "engine_facts": "what SGLang and vLLM do, each fact with its source (speculative-decoding "
+    "configuration)",
     "cli": "one thin module per command; verdicts to exit codes",
 }
 

@@ -47,7 +47,9 @@ def main() -> int:
     with torch.no_grad():
         for _ in range(args.warmup):
             postprocess(model(x).flatten(), args.items)
-        profiler = torch.profiler.profile(activities=activities, record_shapes=True, with_stack=True)
+        profiler = torch.profiler.profile(
+            activities=activities, record_shapes=True, with_stack=True
+        )
         profiler.start()
         for step in range(args.steps):
             with torch.profiler.record_function(f"ProfilerStep#{step}"):

@@ -20,7 +20,7 @@ from ncclprobe.safe_output import dumps_json
 
 INJOB = Path(__file__).with_name("injob.py")
 
-TEMPLATE = '''\
+TEMPLATE = """\
 # Written by `ncclprobe capture` for one run: loads its in-job module, then the sitecustomize this
 # file shadows. Nothing here runs once the capture is over (its directory is gone).
 def _ncclprobe_capture():
@@ -47,7 +47,7 @@ def _ncclprobe_capture():
 
 _ncclprobe_capture()
 del _ncclprobe_capture
-'''
+"""
 
 
 def write_hook(directory: Path, profile: dict, peer_grace_s: float) -> Path:

@@ -139,7 +139,7 @@ class Job:
             self.process = subprocess.Popen(
                 self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
-        except OSError as exc:
+        except OSError:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             raise
@@ -203,7 +203,9 @@ class Job:
         if code == SI_KERNEL:
             self.ending.signals.append(f"{name} from the terminal: the job got it too")
             return
-        self.ending.signals.append(f"{name} sent to the capture: forwarded to pid {self.process.pid}")
+        self.ending.signals.append(
+            f"{name} sent to the capture: forwarded to pid {self.process.pid}"
+        )
         _kill(self.process.pid, signum)
 
     def end(

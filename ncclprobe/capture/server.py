@@ -145,7 +145,9 @@ class Driver:
 
     def _wait(self) -> str | None:
         if time.monotonic() - self.started > self.request.timeout_s:
-            self.errors.append(f"no answer at {self.request.url}/v1/models in {self.request.timeout_s:g} s")
+            self.errors.append(
+                f"no answer at {self.request.url}/v1/models in {self.request.timeout_s:g} s"
+            )
             return "hang"
         try:
             models = self._call("GET", "/v1/models", timeout=2.0)

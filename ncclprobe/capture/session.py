@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import time
-from signal import SIGINT
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from signal import SIGINT
 
 from ncclprobe.capture import hook
 from ncclprobe.capture.environment import JobEnvironment, job_environment
@@ -125,7 +125,9 @@ def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending,
         if ending.ended_by == "hang":
             control.dump("hang")
             _wait_for_dumps(directory, watch, control.asked_at, request.dump_wait_s)
-            job.end(f"no progress for {request.hang_after_s:g} s", watch.alive, request.term_grace_s)
+            job.end(
+                f"no progress for {request.hang_after_s:g} s", watch.alive, request.term_grace_s
+            )
         elif ending.ended_by == "server-done":  # as a Ctrl-C would: the server shuts down cleanly
             job.end("the load and the profile are done", watch.alive, request.term_grace_s, SIGINT)
         elif ending.ended_by == "interrupt" and control.asked_at is not None:
@@ -191,7 +193,9 @@ def _ticker(request: CaptureRequest, directory: Path, job: Job, watch: TreeWatch
     return tick
 
 
-def _wait_for_dumps(directory: Path, watch: TreeWatch, asked_at: float | None, wait_s: float) -> None:
+def _wait_for_dumps(
+    directory: Path, watch: TreeWatch, asked_at: float | None, wait_s: float
+) -> None:
     """Until every live process the in-job module runs in has dumped since `asked_at`, or `wait_s`."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -278,9 +282,7 @@ def _notes(rows: list[dict], ending: Ending) -> list[str]:
             "progress, dumps or profile from it"
         )
     if ending.killed:
-        notes.append(
-            "killed after the grace period: pid " + ", ".join(map(str, ending.killed))
-        )
+        notes.append("killed after the grace period: pid " + ", ".join(map(str, ending.killed)))
     return notes
 
 

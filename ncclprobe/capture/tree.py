@@ -54,7 +54,9 @@ class TreeWatch:
                 continue
             alive.append(pid)
             if pid not in self.seen:
-                info = describe(proc, depth.get(_ppid(proc), 0) + 1 if pid != self.root else 0, None)
+                info = describe(
+                    proc, depth.get(_ppid(proc), 0) + 1 if pid != self.root else 0, None
+                )
                 if info.status in ("gone", "zombie"):
                     continue
                 self.seen[pid] = Seen(info, now - self.started, libnccl=info.libnccl)
@@ -124,7 +126,9 @@ def observed(
                     k for k in added if lacking and k != "PYTHONPATH" and k not in env
                 )
                 + (["PYTHONPATH"] if lacking and _lost_hook(env, added) else []),
-                "nccl_read": {k: display_value(k, v) for k, v in (nccl_read.get(pid) or {}).items()},
+                "nccl_read": {
+                    k: display_value(k, v) for k, v in (nccl_read.get(pid) or {}).items()
+                },
                 "env": visible_env(env),
             }
         )

@@ -124,6 +124,13 @@ Examples:
     help="NCCL debug log of a rank of the job (NCCL_DEBUG=INFO); repeatable, one per rank.",
 )
 @click.option(
+    "--draft-config",
+    "draft_config",
+    type=click.Path(),
+    help="The speculative draft checkpoint's config.json (or its directory): what the draft is, "
+    "against the algorithm the server log shows and the target's --model-config.",
+)
+@click.option(
     "--capture",
     "capture_dir",
     type=click.Path(file_okay=False),
@@ -145,6 +152,7 @@ def command(
     flight_recorder,
     job_logs,
     nccl_logs,
+    draft_config,
     capture_dir,
     fmt,
 ):
@@ -185,6 +193,7 @@ def command(
         logs=job_logs,
         nccl_logs=nccl_logs,
         capture=capture_dir,
+        draft_config=draft_config,
     )
     result = diagnose(ev)
     if fmt == "table":

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
 from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
-from ncclprobe.diagnose.run import rules, rules_draft, rules_host, rules_log, rules_profile
+from ncclprobe.diagnose.run import (
+    rules,
+    rules_draft,
+    rules_host,
+    rules_log,
+    rules_profile,
+    rules_spec_config,
+)
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.settings import (
     rules_known_bad,
@@ -32,6 +39,7 @@ RUN_RULES = (
     + rules_profile.RULES
     + rules_host.RULES
     + rules_log.RULES
+    + rules_spec_config.RULES
     + rules_nccl_run.RULES
 )
 ALL_RULES = (

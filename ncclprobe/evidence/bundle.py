@@ -23,6 +23,7 @@ from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_do
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
 from ncclprobe.evidence.run import RunSet, load_runs
+from ncclprobe.evidence.run.draft_config import DraftConfig, local_draft, read_draft_config
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
 from ncclprobe.nccl.node import NodeFacts
@@ -50,6 +51,7 @@ class Evidence:
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
     capture: CaptureRecord | None = None  # what `ncclprobe capture` saw of the job's processes
+    draft_config: DraftConfig | None = None  # the speculative draft checkpoint's config.json
 
     @classmethod
     def from_trace(
@@ -118,6 +120,7 @@ def load_evidence(
     logs=(),
     nccl_logs=(),
     capture: str | Path | None = None,
+    draft_config: str | Path | None = None,
 ) -> Evidence:
     record = load_capture(capture) if capture else None
     notes: list[str] = []
@@ -165,6 +168,7 @@ def load_evidence(
     )
     if record is not None:
         ev.inputs["capture"] = record.directory
+    _add_draft_config(ev, draft_config)
     ev.node_source = RUN_NODE if ev.node else None
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
@@ -175,6 +179,20 @@ def load_evidence(
     if job_evidence:
         _add_job_evidence(ev, flight_recorder, logs, nccl_logs)
     return ev
+
+
+def _add_draft_config(ev: Evidence, given: str | Path | None) -> None:
+    """The draft's config.json: the one given, else the draft directory a server log names when it
+    is on this machine (said in a note)."""
+    if given:
+        ev.draft_config, ev.inputs["draft_config"] = read_draft_config(given), str(given)
+        return
+    for _src, run in ev.all_runs():
+        found = local_draft((run.log or {}).get("speculative_draft_model_path"))
+        if found is not None:
+            ev.draft_config = read_draft_config(found)
+            ev.notes.append(f"the draft's config read from {found}, the path the server log names")
+            return
 
 
 def _node(trace: dict) -> NodeFacts | None:

@@ -182,11 +182,7 @@ def matching(
         gpu_ok = row.capabilities is None or bool(caps & set(row.capabilities))
         host_ok = row.host_arch is None or host_arch == row.host_arch
         if seen or (gpu_ok and host_ok):
-            why = (
-                "NCCL printed its line of this failure"
-                if seen
-                else _why(row, caps, host_arch)
-            )
+            why = "NCCL printed its line of this failure" if seen else _why(row, caps, host_arch)
             out.append(Match(row, str(version), seen, why))
     return out
 
@@ -194,7 +190,9 @@ def matching(
 def _why(row: KnownBad, caps: set[int], host_arch: str | None) -> str:
     parts = []
     if row.capabilities is not None:
-        parts.append(f"GPU compute capability {', '.join(f'{c // 10}.{c % 10}' for c in sorted(caps))}")
+        parts.append(
+            f"GPU compute capability {', '.join(f'{c // 10}.{c % 10}' for c in sorted(caps))}"
+        )
     if row.host_arch is not None:
         parts.append(f"an {host_arch} host")
     return "NCCL " + ("with " + " and ".join(parts) if parts else "version alone")

@@ -67,9 +67,10 @@ def user_log_env(directory: str | Path) -> dict[str, str]:
 
 # PyTorch's Flight Recorder, so that a hung job leaves every rank's dump: both spellings of each
 # variable. Read in PyTorch's source: torch/csrc/distributed/c10d/FlightRecorderDetail.hpp reads
-# {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} (the first one set wins; the recent source
-# defaults to 2000 entries, older releases to 0, off: so it is always set), FlightRecorder.cpp's DebugInfoWriter the dump prefix
-# {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (file = prefix + rank), and
+# {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} (the first one set wins; the recent
+# source defaults to 2000 entries, older releases to 0, off: so it is always set),
+# FlightRecorder.cpp's DebugInfoWriter the dump prefix {"TORCH_FR_DUMP_TEMP_FILE",
+# "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (file = prefix + rank), and
 # ProcessGroupNCCL dumps on its watchdog's timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the other
 # ranks on the first one's signal through the store). gloo records into the same recorder but has no
 # dump on timeout (ProcessGroupGloo.cpp: record_pg_ranks and records, no dump path). The strings are

@@ -36,9 +36,11 @@ def stack_findings(ev: E.Evidence) -> list:
             own = user_frame(thread)
             innermost = thread.frames[0]
             at = own.where if own else innermost.where
-            inside = f" (inside {innermost.name}, {innermost.file}:{innermost.line})" if (
-                own and own != innermost
-            ) else ""
+            inside = (
+                f" (inside {innermost.name}, {innermost.file}:{innermost.line})"
+                if (own and own != innermost)
+                else ""
+            )
             out.append(
                 Finding(
                     rule=RULE,
@@ -46,7 +48,7 @@ def stack_findings(ev: E.Evidence) -> list:
                     confidence="high",
                     title=f"rank {rank}, which never entered collective {stuck.seq} of "
                     f"{stuck.group.label}, was at {at}{inside} when it dumped",
-                    detail=f"Its main thread's Python stack, innermost first: "
+                    detail="Its main thread's Python stack, innermost first: "
                     + "; ".join(f.where for f in thread.frames[:6])
                     + (" ..." if len(thread.frames) > 6 else "")
                     + ". This is the line it was on while the other ranks waited.",

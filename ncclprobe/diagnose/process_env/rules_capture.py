@@ -102,7 +102,11 @@ def _lost(
     severity = "error" if nccl_here and not log_only else "warning"
     effect = (
         f"Those workers' NCCL ran with its default for {variable}, not {value}"
-        + (": the ranks of one communicator no longer agree on it" if len(lost) < len(workers) else "")
+        + (
+            ": the ranks of one communicator no longer agree on it"
+            if len(lost) < len(workers)
+            else ""
+        )
         if nccl_here
         else f"NCCL is not loaded in this run (no process of the job mapped libnccl), so {variable} "
         "had no effect here; it will not reach these workers when the job uses NCCL either"

@@ -57,7 +57,7 @@ def _outcome(ev, run, report, rank):
             hypothesis=HYPOTHESIS,
             reason=f"no host function covers {MIN_SHARE:.0%} of {where} median "
             f"{report.step_ms:.3f} ms step ("
-            + (f"{GPU_WORDS} {report.gap_ms_per_step:.3f} ms" if gpu else f"{CPU_WORDS} {report.gap_ms_per_step:.3f} ms")
+            + f"{GPU_WORDS if gpu else CPU_WORDS} {report.gap_ms_per_step:.3f} ms"
             + f" per step over {report.steps} steps)",
         )
     toks = C.tokens(run)

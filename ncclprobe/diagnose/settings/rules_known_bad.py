@@ -88,8 +88,7 @@ def _finding(match: Match, where: list[str], caps: set[int]) -> Finding:
         title=f"NCCL {match.version} "
         + ("failed as a known-bad release does" if match.seen else "is a known-bad release here")
         + f": {row.failure.split(':')[0]}; {row.remedy()}",
-        detail=describe(match)
-        + f" Seen in: {', '.join(dict.fromkeys(where))}.",
+        detail=describe(match) + f" Seen in: {', '.join(dict.fromkeys(where))}.",
         evidence={
             "row": row.key,
             "version": match.version,

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from ncclprobe.evidence.text import read_text_file
 
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[[^\]]*\])? \(most recent call first\):$")
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[[^\]]*\])? \(most recent call first\):$"
+)
 _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)$')
 _RANK = re.compile(r"^rank(\d+)\.")
 
@@ -75,8 +77,10 @@ def read_stacks(path: str | Path) -> Stacks:
 def user_frame(thread: Thread) -> Frame | None:
     """The innermost frame outside the standard library and site-packages: the job's own line."""
     for frame in thread.frames:
-        if "site-packages" not in frame.file and "/lib/python" not in frame.file and not (
-            frame.file.startswith("<")
+        if (
+            "site-packages" not in frame.file
+            and "/lib/python" not in frame.file
+            and not (frame.file.startswith("<"))
         ):
             return frame
     return thread.frames[0] if thread.frames else None

@@ -13,7 +13,10 @@ from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.text import read_text_lines
 from ncclprobe.nccl.known_bad import ROWS, Match, capability_of, matching
 
-_DEVICE = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+\S+\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<name>.+?)\s*$")
+_DEVICE = re.compile(
+    r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+\S+\s+device\s+\d+\s+\[[^\]]*\]\s+"
+    r"(?P<name>.+?)\s*$"
+)
 _SIGNATURES = [re.compile(row.signature) for row in ROWS if row.signature]
 
 

@@ -71,7 +71,13 @@ class HostCollector:
         module = name.startswith("nn.Module:")
         if module or dur >= HOST_MIN_US:
             self.spans.append(
-                HostSpan(ts, ts + dur, ev.get("tid"), _ADDRESS.sub("", name), "module" if module else "py")
+                HostSpan(
+                    ts,
+                    ts + dur,
+                    ev.get("tid"),
+                    _ADDRESS.sub("", name),
+                    "module" if module else "py",
+                )
             )
 
     def cpu_op(self, ev: dict, name: str, ts: float, dur: float) -> None:
