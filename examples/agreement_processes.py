@@ -7,12 +7,15 @@ Why several processes: on the H200 VM every new process drew a host speed (docs/
 per tool decides nothing. Each round runs, each in a new process, nccl-tests' seven `*_perf` (one
 rank, `-b 8 -e 128M -f 8 -w 20 -n 100 -c 0`, in and out of place) and one `ncclprobe sweep` of the
 same collectives, sizes and buffer span on the raw path (`--path nccl --no-iter-events
---no-cost-split`, eager, `--warmup 20 --iters 100 --trials 5`), once with its compiled issue loop and
-once with the Python ctypes loop (NCCLPROBE_ISSUE_LOOP=ctypes), tools alternated so a slow period of
-the machine hits all. Then `processes.json` (every process's figure) and `processes.md`: per
-collective, placement and size the median and range over processes of each tool, the difference of
-the medians and of the fastest processes, and whether the medians are within 15 %.
+--no-cost-split`, eager, `--warmup 20 --iters 100 --trials 5`), once with the C issue loop
+(NCCLPROBE_ISSUE_LOOP=c: where the extension is not built the sweep refuses, exit 3, rather than
+fall back unseen) and once with the Python ctypes loop (NCCLPROBE_ISSUE_LOOP=ctypes), tools
+alternated so a slow period of the machine hits all. Then `processes.json` (every process's figure,
+and what issued each sweep's rows: `issued_by`) and `processes.md`: per collective, placement and
+size the median and range over processes of each tool, the difference of the medians and of the
+fastest processes, and whether the medians are within 15 %.
 TOOLS_DIR is a copy of ../shared/tools (build-nccl-tests.sh and nccl-tests/), carried as .tools/.
+The C loop must be built first (`pip install --no-deps --no-build-isolation -e .`).
 """
 
 from __future__ import annotations
@@ -48,15 +51,31 @@ def one_round(steps, binaries: Path, out: Path, k: int, collectives) -> None:
         steps.run(name, cmd, 90, stdout=out / f"{name}.txt", env=env)
     sweep = [sys.executable, "-m", "ncclprobe", "-q", "sweep"]
     sweep += ["--collective", ",".join(collectives), *SWEEP]
-    for name, env in ((f"sweep-r{k}", {}), (f"sweep-ctypes-r{k}", {ISSUE_LOOP: "ctypes"})):
+    runs = ((f"sweep-r{k}", {ISSUE_LOOP: "c"}), (f"sweep-ctypes-r{k}", {ISSUE_LOOP: "ctypes"}))
+    for name, env in runs:
         path = out / f"{name}.jsonl"
         cmd = sweep + ["--output", str(path), "--force", "--format", "json"]
         steps.run(name, cmd, 240, stdout=out / f"{name}.json", env=env)
 
 
+def issued_by(out: Path) -> dict:
+    """{sweep tool: {issued_by: rows}}: what issued each sweep's eager rows."""
+    seen: dict[str, dict[str, int]] = {}
+    for tool, pattern in (
+        ("ncclprobe", "sweep-r*.jsonl"),
+        ("ncclprobe-ctypes", "sweep-ctypes-r*.jsonl"),
+    ):
+        counts = seen.setdefault(tool, {})
+        for path in sorted(out.glob(pattern)):
+            for r in agreement_tables.probe_records(path):
+                key = str(r.get("issued_by"))
+                counts[key] = counts.get(key, 0) + 1
+    return seen
+
+
 def gather(out: Path) -> dict:
     """{(collective, placement, size): {tool: [µs per process]}} for every tool of TOOLS (the
-    sweep with its compiled issue loop, and with the Python ctypes loop)."""
+    sweep with the C issue loop, and with the Python ctypes loop)."""
     rows: dict[tuple, dict[str, list[float]]] = {}
 
     def add(key, tool, us):
@@ -153,9 +172,11 @@ def main() -> int:
     done, text = table(gather(args.out))
     wall = round(time.monotonic() - steps.began)
     doc = {"rows": done, "failed": steps.failed, "skipped": steps.skipped, "wall_s": wall}
+    doc["issued_by"] = issued_by(args.out)
     (args.out / "processes.json").write_text(json.dumps(doc, indent=1))
     (args.out / "processes.md").write_text(text)
     print(text)
+    print(f"issued by: {json.dumps(doc['issued_by'])}")
     return 1 if steps.failed else 0
 
 

@@ -1,7 +1,7 @@
 """What one eager NCCL call costs the host through each candidate issue path, and what a graph of
 100 calls costs per call through the raw and the torch paths (issue 32; figures in docs/LOG.md).
 
-    python3 examples/bench_raw_nccl_calls.py OUT.json [--graph-layouts]
+    python3 examples/bench_raw_nccl_calls.py OUT.json [--graph-layouts | --issue-loops]
 
 One rank, one GPU, NCCL through ctypes (`ncclprobe.probes.nccl_ctypes`) and through torch.distributed.
 Every variant issues 100 calls per trial (5 trials after 20 warm-up calls) out of place over 100
@@ -29,6 +29,13 @@ Graph variants (sizes 8 B-1 MiB, 100 calls captured, timed with events around on
 as nccl-tests -G does, by the wall clock over G replays then a stream sync). `--graph-layouts`
 measures only what a graph's figure depends on: the rotating buffers' layout (separate
 allocations, one allocation per buffer as nccl-tests, one L2-hot slot) and the replay stream.
+
+`--issue-loops` (issue 38) measures only the issue loops of the raw path on the same prepared
+all-reduces (8 B and 256 KiB, out of place and in place), alternated over ROUNDS: the C loop
+(`c-loop`), the ctypes loop (`ctypes`) and, where cupy imports, cupy's compiled binding
+(`cupy`: `NcclCommunicator.allReduce` per call from a Python loop over prepared arguments, on a
+communicator of cupy's own, as it cannot take ours; `libnccl_mapped` says which libnccl files
+the process holds then).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import statistics
 import sys
 import time
@@ -118,6 +126,11 @@ def main() -> int:
     doc["layouts"] = []
     if "--graph-layouts" in sys.argv:  # the second device call: what the graph figure depends on
         graph_layouts(doc, comm, out_path)
+        comm.destroy()
+        dist.destroy_process_group()
+        return 0
+    if "--issue-loops" in sys.argv:
+        issue_loops(doc, comm, side, out_path)
         comm.destroy()
         dist.destroy_process_group()
         return 0
@@ -375,6 +388,68 @@ def main() -> int:
     dist.destroy_process_group()
     out_path.write_text(json.dumps(doc, indent=1))
     return 0
+
+
+def _cupy_all_reduce(side):
+    """(a function issuing prepared all-reduces through cupy's binding, why not), on a
+    communicator of cupy's own."""
+    try:
+        from cupy.cuda import nccl as cupy_nccl
+
+        cupy_comm = cupy_nccl.NcclCommunicator(1, cupy_nccl.get_unique_id(), 0)
+    except Exception as exc:  # cupy absent or unusable: the other loops are still measured
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+    kind, op, stream = cupy_nccl.NCCL_FLOAT32, cupy_nccl.NCCL_SUM, side.cuda_stream
+
+    def issue(prepared):  # every lookup out of the loop: cupy's binding at its cheapest
+        call = cupy_comm.allReduce
+        for send, recv, count in prepared:
+            call(send, recv, count, kind, op, stream)
+
+    return issue, None
+
+
+ROUNDS = 5
+
+
+def issue_loops(doc, comm, side, out_path) -> None:
+    """The raw path's issue loops on the same prepared calls, alternated (module docstring)."""
+    from ncclprobe import envvars
+    from ncclprobe.probes import issue_loop
+
+    os.environ[envvars.ISSUE_LOOP] = issue_loop.C  # the C loop or a refusal: never ctypes unasked
+    cupy_issue, cupy_why = _cupy_all_reduce(side)
+    doc["issue_loops"], doc["cupy_unavailable"] = [], cupy_why
+    doc["libnccl_mapped"] = sorted(
+        {line.rsplit(None, 1)[-1] for line in open("/proc/self/maps") if "libnccl" in line}
+    )
+    FLOAT = nc.DATA_TYPES["float32"]
+    for size in (8, 256 << 10):
+        n = max(1, size // 4)
+        pairs = [
+            (torch.ones(n, device="cuda"), torch.zeros(n, device="cuda")) for _ in range(CALLS)
+        ]
+        for in_place in (False, True):
+            prepared = [
+                (r.data_ptr() if in_place else s.data_ptr(), r.data_ptr(), n) for s, r in pairs
+            ]
+            calls = [
+                comm.call("ncclAllReduce", a, b, c, FLOAT, 0, stream=side.cuda_stream)
+                for a, b, c in prepared
+            ]
+            loops = {
+                "c-loop": comm.batch(calls).run,
+                "ctypes": lambda calls=calls: comm.issue(calls),
+            }
+            if cupy_issue is not None:
+                loops["cupy"] = lambda prepared=prepared: cupy_issue(prepared)
+            for k in range(ROUNDS):
+                for name, issue in loops.items():
+                    for _ in range(WARMUP // CALLS + 1):
+                        issue()
+                    row = {"loop": name, "size_bytes": n * 4, "in_place": in_place, "round": k}
+                    keep(doc, "issue_loops", {**row, **timed(issue, side)}, out_path)
 
 
 def graph_layouts(doc, comm, out_path) -> None:

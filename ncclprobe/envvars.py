@@ -33,6 +33,8 @@ WORKER_THREADS = "NCCLPROBE_WORKER_THREADS"
 MAX_INPUT_MIB = "NCCLPROBE_MAX_INPUT_MIB"
 MAX_PROFILE_EVENTS = "NCCLPROBE_MAX_PROFILE_EVENTS"
 ISSUE_LOOP = "NCCLPROBE_ISSUE_LOOP"
+# NCCLPROBE_ISSUE_LOOP's values (ncclprobe.probes.issue_loop says what each does)
+ISSUE_LOOP_CHOICES = ("auto", "c", "ctypes")
 ENTRY = "NCCLPROBE_ENTRY"
 RUN_DIR = "NCCLPROBE_RUN_DIR"
 BACKEND = "NCCLPROBE_BACKEND"
@@ -77,10 +79,10 @@ VARIABLES = (
     ),
     Variable(
         ISSUE_LOOP,
-        "ctypes",
-        "x86-64 machine code where the machine allows it, else ctypes",
-        "`ctypes` issues the raw path's calls from a Python loop (about 0.6 µs more per call) "
-        "instead of the compiled loop",
+        f"{', '.join(ISSUE_LOOP_CHOICES[:-1])} or {ISSUE_LOOP_CHOICES[-1]} (any case)",
+        "auto: the C loop where it was built at install, else ctypes",
+        "what issues the raw path's calls: `c` the C loop (refused where it is not built), "
+        "`ctypes` a Python loop (about 0.6 µs more per call); any other value is refused",
         USER,
     ),
     Variable(ENTRY, "module:function", "required", "what a worker runs", LAUNCHER),

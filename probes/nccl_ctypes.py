@@ -7,8 +7,9 @@ machine. What a call costs the host here is measured, not assumed (docs/LOG.md 2
 
 How the hot loop stays cheap: `Communicator.call` converts every argument once, through the
 header's own types (`SIGNATURES`), into ctypes objects, and returns a `Call` (an untyped function
-pointer and its ready arguments). A batch of calls is a flat list; issuing it is
-`fn(*args)` per entry and a test of the returned ncclResult_t, nothing else.
+pointer and its ready arguments). A batch of calls is a flat list, issued by `issue_loop`: one
+call into C for the whole batch where its C loop is built, else `fn(*args)` per entry and a test
+of the returned ncclResult_t.
 
 The facts below are NCCL's public header (src/nccl.h.in, v2.28.9-1); tests/test_nccl_ctypes.py
 checks them against a hand copy of that header's declarations.
@@ -18,9 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from ncclprobe.probes import issue_loop
 
@@ -254,35 +254,20 @@ class Communicator:
         return Call(name, fn, convert(name, values))
 
     def issue(self, calls) -> None:
-        """Issue ready calls in order: one C call and one result test each."""
-        for name, fn, args in calls:
-            result = fn(*args)
-            if result:
-                if name.startswith("nccl"):
-                    self.lib.check(name, result, self.handle)
-                raise NcclError(f"{name} returned {result}")
+        """Issue ready calls in order from Python (`issue_loop.python_loop`): the correctness pass
+        and a capture, where a loop's host time is not what is measured."""
+        issue_loop.python_loop(calls, self.fail)
 
-    def batch(self, calls) -> tuple[Callable[[], None], str]:
-        """(a function that issues `calls` in order, what issues them): the compiled loop
-        (`issue_loop`: one C call for the whole batch, no Python between the NCCL calls) where it
-        loads and every call can go through it, else `issue`'s ctypes loop."""
-        loop, why = issue_loop.load()
-        records = issue_loop.pack(calls) if loop is not None else None
-        if records is None:
-            why = why if loop is None else "a call the compiled loop cannot make (a Python one)"
-            return (lambda: self.issue(calls)), f"{issue_loop.PYTHON} ({why})"
-        calls, count, base = list(calls), len(calls), ctypes.addressof(records)
+    def batch(self, calls) -> issue_loop.Issuer:
+        """A timed trial's calls, ready to issue: by the C loop where it is built (one C call for
+        the whole batch, no Python between the NCCL calls), else by the ctypes loop."""
+        return issue_loop.batch(calls, self.fail)
 
-        def run() -> None:
-            done = loop.run(base, count)
-            if done != count:
-                name = calls[done].name
-                result = issue_loop.result_of(records, done)
-                if name.startswith("nccl"):
-                    self.lib.check(name, result, self.handle)
-                raise NcclError(f"{name} returned {result}")
-
-        return run, why
+    def fail(self, name: str, result: int) -> NoReturn:
+        """A call returned `result`: NCCL's own words for an NCCL call, the number for another."""
+        if name.startswith("nccl"):
+            self.lib.check(name, result, self.handle)
+        raise NcclError(f"{name} returned {result}")
 
     def destroy(self) -> None:
         if self.handle.value:

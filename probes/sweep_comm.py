@@ -38,12 +38,14 @@ _KEYS = itertools.count()
 class Batch(NamedTuple):
     """One trial, ready: `issue()` issues it; events go on `stream`; `marks` are recorded after
     each iteration (empty without per-iteration events); `issued_by` says what issues the raw
-    path's calls (the compiled loop or ctypes, `probes.issue_loop`)."""
+    path's calls (the C loop or ctypes, `probes.issue_loop`) and `issued_by_why` why not the C
+    loop (empty when it did)."""
 
     issue: Callable[[], None]
     stream: object
     marks: list
     issued_by: str | None = None
+    issued_by_why: str = ""
 
 
 def _marks(count: int, stream) -> list:
@@ -153,8 +155,8 @@ class NcclComm:
             calls += end
             if marks:
                 calls.append(self._mark(marks[k], stream, handle))
-        issue, issued_by = self.comm.batch(calls)
-        return Batch(issue, stream, marks, issued_by)
+        issuer = self.comm.batch(calls)
+        return Batch(issuer.run, stream, marks, issuer.issued_by, issuer.why)
 
     def _mark(self, mark, stream, handle: int) -> nccl_ctypes.Call:
         if self._record is None:  # no libcudart mapped: torch's own record (a Python call)

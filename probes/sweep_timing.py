@@ -39,6 +39,8 @@ def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str, events=None
     out = {"trial_us": [], "iter_us": [], "issue_us": []}
     if batch.issued_by:
         out["issued_by"] = batch.issued_by
+    if batch.issued_by_why:
+        out["issued_by_why"] = batch.issued_by_why
     for _ in range(p["trials"]):
         sync(ctx)
         trial, per_iter, issued = _gpu_trial(batch, iters)

@@ -171,10 +171,9 @@ def _measure(ctx, payload, comms, coll, case, mode, in_place, shape, largest, co
     slots = _slots(ctx, coll, shape, largest, dtype, in_place, op, payload)
     timer = sweep_timing.graph_trials if mode == "graph" else sweep_timing.eager_trials
     times = timer(ctx, comm, coll, slots, payload, in_place, op)
-    issued_by = times.pop("issued_by", None)
+    issued = {key: times.pop(key) for key in ("issued_by", "issued_by_why") if key in times}
     out = {"wrong": wrong, **{k: [round(t, DIGITS) for t in v] for k, v in times.items()}}
-    if issued_by:
-        out["issued_by"] = issued_by
+    out.update(issued)
     if mode == "eager" and len(comms) > 1:
         out.update(_cost_split(ctx, payload, comms, coll, slots, in_place, op, times))
     return out

@@ -275,30 +275,55 @@ def test_the_unique_id_reaches_every_rank_through_the_launchers_store_as_raw_byt
 
 
 @pytest.mark.gpu
-def test_a_real_nccl_failure_through_the_compiled_loop_names_the_call(monkeypatch):
-    """One rank on the GPU: a good batch runs through the compiled loop, and NCCL's refusal of a
-    bad datatype comes back as the call's name and NCCL's words, as from the Python loop."""
+@pytest.mark.parametrize("loop", ["c", "ctypes"])
+def test_real_nccl_calls_through_each_issue_loop_and_a_refusal_stops_the_batch(monkeypatch, loop):
+    """One rank on the GPU, each loop asked for by name (`c` fails here where the C loop is not
+    built): NCCL calls of 6, 7 and 8 parameters (ncclReduce's last two go on the stack on x86-64)
+    and a group land with every argument (each result is checked); NCCL's refusal of a bad
+    datatype comes back as the call's name and NCCL's words, and the call after it is not made."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     from ncclprobe.probes import issue_loop
 
-    monkeypatch.delenv("NCCLPROBE_ISSUE_LOOP", raising=False)
+    monkeypatch.setenv("NCCLPROBE_ISSUE_LOOP", loop)
     lib = _real_library()
     comm = nc.Communicator(lib, 1, lib.unique_id(), 0)
     try:
-        send, recv = torch.ones(8, device="cuda"), torch.zeros(8, device="cuda")
+        send = torch.arange(1, 9, device="cuda", dtype=torch.float32)
+        out = [torch.zeros(8, device="cuda") for _ in range(4)]
         stream = torch.cuda.current_stream().cuda_stream
-        good = comm.call("ncclAllReduce", send.data_ptr(), recv.data_ptr(), 8, 7, 0, stream=stream)
-        run, issued_by = comm.batch([good] * 10)
-        run()
+        F32, MAX = nc.DATA_TYPES["float32"], nc.RED_OPS["max"]
+
+        def all_reduce(recv, count, dtype=F32):
+            return comm.call(
+                "ncclAllReduce", send.data_ptr(), recv.data_ptr(), count, dtype, MAX, stream=stream
+            )
+
+        calls = [
+            all_reduce(out[0], 8),
+            comm.call("ncclGroupStart"),
+            comm.call("ncclAllGather", send.data_ptr(), out[1].data_ptr(), 5, F32, stream=stream),
+            comm.call("ncclGroupEnd"),
+            comm.call(
+                "ncclReduce", send.data_ptr(), out[2].data_ptr(), 3, F32, MAX, 0, stream=stream
+            ),
+        ]
+        issuer = comm.batch(calls * 10)
+        issuer.run()
         torch.cuda.synchronize()
-        assert issued_by == issue_loop.COMPILED and recv.eq(1).all()
-        bad = comm.call("ncclAllReduce", send.data_ptr(), recv.data_ptr(), 8, 99, 0, stream=stream)
-        for forced in ("", issue_loop.CTYPES):
-            monkeypatch.setenv("NCCLPROBE_ISSUE_LOOP", forced)
-            run, _ = comm.batch([good, bad, good])
-            with pytest.raises(nc.NcclError, match=r"^ncclAllReduce returned ncclInvalidArgument"):
-                run()
+        expected = {issue_loop.C: issue_loop.C_LOOP, "ctypes": issue_loop.CTYPES}[loop]
+        assert issuer.issued_by == expected
+        zeros = torch.zeros(8, device="cuda")
+        assert torch.equal(out[0], send)
+        assert torch.equal(out[1], torch.cat([send[:5], zeros[:3]]))
+        assert torch.equal(out[2], torch.cat([send[:3], zeros[:5]]))
+        stopped = comm.batch(
+            [all_reduce(out[3], 2), all_reduce(out[3], 8, dtype=99), all_reduce(out[3], 8)]
+        )
+        with pytest.raises(nc.NcclError, match=r"^ncclAllReduce returned ncclInvalidArgument"):
+            stopped.run()
+        torch.cuda.synchronize()
+        assert torch.equal(out[3], torch.cat([send[:2], zeros[:6]]))  # the third call was not made
     finally:
         comm.destroy()

@@ -171,7 +171,7 @@ def test_run_modes_statuses_and_labels_are_named_once():
     """The engine, the sweep, recommend and report compare against the enums, not against strings
     written again (diagnose's rules, which issue 17 rewrites, still read the view's mode strings)."""
     diagnose = tuple(
-        str(p.relative_to(ROOT)) for p in (ROOT / "ncclprobe" / "diagnose").glob("*.py")
+        str(p.relative_to(ROOT)) for p in (ROOT / "ncclprobe" / "diagnose").rglob("*.py")
     )
     assert not _grep(
         r"""==\s*["'](speculative|baseline|untuned|tuned)["']|["'](speculative|baseline)["']\s+in\b""",

@@ -113,19 +113,28 @@ def test_rows_without_nccl_figures_make_no_note():
     assert notes([{"collective": "all_reduce", "mode": "eager", "in_place": True}]) == []
 
 
-def test_the_issue_note_counts_eager_raw_rows_by_what_issued_them():
-    compiled, python = "a compiled loop (x86-64)", "a Python loop of ctypes calls (why)"
+def test_the_issue_note_counts_eager_raw_rows_by_what_issued_them_and_why():
+    why = "NCCLPROBE_ISSUE_LOOP=ctypes"
     results = [
-        {"mode": "eager", "issued_by": compiled},
-        {"mode": "eager", "issued_by": compiled},
-        {"mode": "eager", "issued_by": python},
-        {"mode": "graph", "issued_by": python},  # a replay issues nothing from the host
+        {"mode": "eager", "issued_by": "c-loop", "issued_by_why": None},
+        {"mode": "eager", "issued_by": "c-loop"},
+        {"mode": "eager", "issued_by": "ctypes", "issued_by_why": why},
+        {"mode": "eager", "issued_by": "ctypes", "issued_by_why": "a call the C loop cannot make"},
+        {"mode": "graph", "issued_by": "ctypes", "issued_by_why": why},  # a replay issues nothing
         {"mode": "eager", "issued_by": None},  # the torch path
         {"mode": "eager"},
+        {"mode": "eager", "issued_by": "a compiled loop (x86-64)"},  # an older file's sentence
     ]
+    ctypes_words = (
+        "ctypes, a Python loop that adds its own host time to each call (about 0.6 µs on the GPU "
+        "machines, docs/METRICS.md)"
+    )
     assert issue_notes(results) == [
-        f"raw path, 2 eager row(s): calls issued by {compiled}",
-        f"raw path, 1 eager row(s): calls issued by {python}",
+        "raw path, 2 eager row(s): calls issued by the C loop (c-loop), back to back from C as "
+        "nccl-tests issues them",
+        f"raw path, 1 eager row(s): calls issued by {ctypes_words} ({why})",
+        f"raw path, 1 eager row(s): calls issued by {ctypes_words} (a call the C loop cannot make)",
+        "raw path, 1 eager row(s): calls issued by a compiled loop (x86-64)",
     ]
     assert issue_notes([{"mode": "eager", "issued_by": None}]) == []
 

@@ -190,6 +190,9 @@ def test_every_collective_through_raw_nccl_on_one_rank(tmp_path):
     results = _every(tmp_path, "raw.jsonl", nranks=1, path="nccl")
     _check_exact_and_timed(results, set(COLLECTIVES))
     assert {r["path"] for r in results.results} == {"nccl"}
+    # the install built the C issue loop here, and every eager row says it issued its calls
+    eager = [r for r in results.results if r["mode"] == "eager"]
+    assert eager and {(r["issued_by"], r["issued_by_why"]) for r in eager} == {("c-loop", None)}
     # torch 2.11 runs a one-rank sendrecv that the planner keeps from the torch path (93 µs per
     # call on the H200, docs/LOG.md): its split is timed or refused with the reason, never guessed
     _check_split(results)

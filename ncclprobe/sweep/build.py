@@ -14,6 +14,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.recipes import DEFAULT_GRID, check_share_gpu_ranks
 from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES, OPS
+from ncclprobe.probes.issue_loop import check as check_issue_loop
 from ncclprobe.secrets import refuse_credential
 from ncclprobe.sizes import parse_sizes
 from ncclprobe.sweep import defaults, setup
@@ -100,6 +101,7 @@ def build_spec(
     explicitly they are measured and reported as ignored. `local=False` plans for torchrun on other
     hosts: this host's GPU count says nothing about theirs.
     """
+    check_issue_loop()  # the raw path's loop, asked for by variable: first, before torch loads
     effort = effort or effort_for(request)
     backend = setup.resolve_backend(request.backend)
     nranks = _ranks(request, backend, local)

@@ -6,7 +6,8 @@ and without a CUDA event per iteration (`VARIANTS`). The record's `cost_split` i
 them (docs/METRICS.md "cost_split"):
 
   nccl_us            the raw path without per-iteration events: NCCL's own cost per call, the
-                     call nccl-tests makes, issued back to back from prepared ctypes calls
+                     call nccl-tests makes, issued back to back from prepared calls (by the
+                     C loop where it is built: `issue_notes`)
   path_us            time_us - nccl_us: what this row's path and event setting add to it
   events_us          this row's path with per-iteration events minus without
   torch_dispatch_us  the torch path minus the raw path, both without events: torch's dispatch,
@@ -19,6 +20,7 @@ Differences are taken as measured: a negative one is noise, and is shown as it i
 
 from __future__ import annotations
 
+from ncclprobe.probes.issue_loop import C_LOOP, CTYPES
 from ncclprobe.records import COST_SPLIT_VARIANTS as VARIANTS
 from ncclprobe.records import cost_split_variant as variant_name
 from ncclprobe.stats import aggregate_trials
@@ -88,16 +90,26 @@ def notes(results: list[dict]) -> list[str]:
     return lines
 
 
+ISSUERS = {
+    C_LOOP: "the C loop (c-loop), back to back from C as nccl-tests issues them",
+    CTYPES: "ctypes, a Python loop that adds its own host time to each call (about 0.6 µs on the "
+    "GPU machines, docs/METRICS.md)",
+}
+
+
 def issue_notes(results: list[dict]) -> list[str]:
-    """What issued the raw path's eager calls (`issued_by`): a compiled loop issues a trial as
-    nccl-tests does; the ctypes loop adds its own host time to every call (docs/METRICS.md)."""
-    seen: dict[str, int] = {}
+    """What issued the raw path's eager calls (`issued_by`), and why not the C loop where it did
+    not (`issued_by_why`): a note per kind. A value this version does not name (an older file's
+    sentence) is shown as it is."""
+    seen: dict[tuple, int] = {}
     for r in results:
         if r.get("mode") == "eager" and r.get("issued_by"):
-            seen[r["issued_by"]] = seen.get(r["issued_by"], 0) + 1
+            key = (r["issued_by"], r.get("issued_by_why") or "")
+            seen[key] = seen.get(key, 0) + 1
     return [
-        f"raw path, {count} eager row(s): calls issued by {issued_by}"
-        for issued_by, count in seen.items()
+        f"raw path, {count} eager row(s): calls issued by {ISSUERS.get(issued_by, issued_by)}"
+        + (f" ({why})" if why else "")
+        for (issued_by, why), count in seen.items()
     ]
 
 

@@ -89,6 +89,7 @@ def result_record(spec, config, by_rank: dict[int, dict], config_status: str) ->
         "agg": spec.agg,
         "path": spec.path,
         "issued_by": first.get("issued_by"),
+        "issued_by_why": first.get("issued_by_why"),
         "buffers": spec.buffers,
         "source": "sweep",
     }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.probes.issue_loop import check as check_issue_loop
 from ncclprobe.records import FINDING_STATUSES, ResultsFile, Status, read_results
 from ncclprobe.records_writer import ResultWriter, trim_incomplete_tail
 from ncclprobe.safe_output import check_appendable, check_output
@@ -100,6 +101,7 @@ def _job(request: SessionRequest) -> Job:
     if request.collect:
         return collect_job(request.collect, request.output, request.force)
     if request.resume:
+        check_issue_loop()  # as build_spec checks it for a new sweep
         return resume_job(request.resume)
     if request.sweep is None:
         raise ValueError("SessionRequest: give a sweep, resume or collect")
