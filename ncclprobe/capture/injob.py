@@ -292,11 +292,16 @@ def _on_uncaught(previous, kind, value, traceback) -> None:
 
 
 def _at_exit() -> None:
+    """The profile's end, and the Flight Recorder's dump of a rank that used torch.distributed:
+    its rank from the process group if the watcher saw it, else from RANK (a short job can create
+    and destroy its group between two looks; the recorder keeps its entries after that)."""
     try:
         _stop_profiler("the process exited")
         dist = _distributed()
-        if _state.rank is not None or (dist is not None and dist.is_initialized()):
+        if dist is not None:
             _note_process_group()
+            if _state.rank is None and os.environ.get("RANK", "").isdigit():
+                _state.rank = int(os.environ["RANK"])
             with _state.lock:
                 if not _state.dumped and _state.rank is not None:
                     _flight_recorder()

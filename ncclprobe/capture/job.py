@@ -109,7 +109,7 @@ def _write(sink, chunk: bytes) -> None:
 class Ending:
     """How the job ended and what the capture did."""
 
-    ended_by: str = "exit"  # exit | hang | interrupt | server-done
+    ended_by: str = "exit"  # exit | hang | interrupt | terminated | server-done
     returncode: int | None = None
     signals: list[str] = field(default_factory=list)  # what reached the capture, and what it did
     killed: list[int] = field(default_factory=list)
@@ -200,6 +200,8 @@ class Job:
             self.interrupts += 1
             self.ending.ended_by = "interrupt"
             on_dump("interrupt")
+        elif signum == signal.SIGTERM:
+            self.ending.ended_by = "terminated"
         if code == SI_KERNEL:
             self.ending.signals.append(f"{name} from the terminal: the job got it too")
             return

@@ -72,7 +72,7 @@ class Captured:
     def job_failed(self) -> bool:
         """The job failed or was ended for a hang or by Ctrl-C: its own exit code is the capture's."""
         code = self.ending.exit_code
-        return self.ending.ended_by == "hang" or (
+        return self.ending.ended_by in ("hang", "terminated") or (
             code not in (None, 0) and self.ending.ended_by != "server-done"
         )
 

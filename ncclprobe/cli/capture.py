@@ -197,6 +197,7 @@ def _ended(captured) -> str:
         "exit": "it exited",
         "hang": "no progress: dumped and ended",
         "interrupt": "interrupted",
+        "terminated": "terminated (SIGTERM passed on)",
         "server-done": "load and profile done, server stopped",
     }
     return f"{words.get(ending.ended_by, ending.ended_by)}, exit code {ending.exit_code}"

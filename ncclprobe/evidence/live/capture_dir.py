@@ -67,7 +67,7 @@ class CaptureRecord:
     directory: str
     command: str  # masked
     exit_code: int | None
-    ended_by: str  # exit | hang | interrupt | server-done | error
+    ended_by: str  # exit | hang | interrupt | terminated | server-done
     settings: dict[str, str]  # the user's settings the job started with (masked values)
     added: dict[str, str]  # what the capture set (masked values)
     replaced: dict[str, str]  # the user's values the capture replaced (masked)
