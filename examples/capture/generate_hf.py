@@ -4,7 +4,7 @@ steps: a `LogitsProcessor` that searches the tokens so far for the last n-gram's
 occurrences in a Python loop, as prompt-lookup and n-gram speculation do on the host. Its result is
 not used: it only costs host time per step, which is the fault `ncclprobe capture` must name.
 
-  python generate_hf.py [--model PATH] [--tokens 24] [--search-repeats 20000]
+  python generate_hf.py [--model PATH] [--tokens 24] [--search-repeats 60000]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model")
     parser.add_argument("--tokens", type=int, default=24)
-    parser.add_argument("--search-repeats", type=int, default=20000)
+    parser.add_argument("--search-repeats", type=int, default=60000)
     args = parser.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor
