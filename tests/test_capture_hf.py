@@ -33,7 +33,9 @@ def _free_port() -> int:
 
 def _capture(out: Path, *args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "ncclprobe", "capture", "--output", str(out), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env=dict(os.environ)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -334,6 +334,14 @@ def _importing(name: str) -> bool:
     return spec is None or bool(getattr(spec, "_initializing", False))
 
 
+def _capturing() -> bool:
+    cuda = sys.modules.get("torch.cuda")
+    try:
+        return bool(cuda and cuda.is_available() and cuda.is_current_stream_capturing())
+    except Exception:
+        return False
+
+
 def _compiling() -> bool:
     compiler = sys.modules.get("torch.compiler")
     return bool(compiler and compiler.is_compiling())
@@ -370,6 +378,8 @@ def _step_boundary() -> None:
     """At the start of a top-level forward, in the model's thread: end the last step's mark, start
     or stop the profiler, open this step's mark."""
     try:
+        if _capturing():
+            return  # inside a CUDA graph's capture: no profiler or mark may start or stop there
         if _state.step_mark is not None:
             _state.step_mark.__exit__(None, None, None)
             _state.step_mark = None
