@@ -1,7 +1,7 @@
 """`ncclprobe capture` around a real torchrun job of gloo ranks on the CPU machine, the user's code
 unchanged (examples/capture/train_ranks.py): rank 1 late to every all-reduce, rank 2 restarted by a
 launcher step whose allow-list drops NCCL_* (NCCL_SOCKET_IFNAME=lo reached its parent, not it), rank 0
-staying in host code at step 8 while the others wait. One capture run, several assertions; a healthy
+staying in host code at step 12 while the others wait. One capture run, several assertions; a healthy
 run of the same job (no fault) is the twin: it exits with the diagnosis's code, nothing above info."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "examples" / "capture" / "train_ranks.py"
-HANG_AFTER_S = "8"
+HANG_AFTER_S = "15"
 
 
 def _capture(out: Path, *job_args: str, nproc: int, profile: str) -> subprocess.CompletedProcess:
@@ -49,7 +49,18 @@ def faults(tmp_path_factory):
     out = tmp_path_factory.mktemp("torchrun") / "faults"
     run = _capture(
         out,
-        *("--late-rank", "1", "--filtered-rank", "2", "--hang-rank", "0", "--hang-at", "8"),
+        *(
+            "--late-rank",
+            "1",
+            "--filtered-rank",
+            "2",
+            "--hang-rank",
+            "0",
+            "--hang-at",
+            "12",
+            "--steps",
+            "14",
+        ),
         nproc=3,
         profile="2-5",
     )
@@ -83,16 +94,19 @@ def test_the_hung_job_ends_with_torchrun_s_own_code_and_the_directory_named(faul
 def test_the_rank_in_host_code_is_named_at_its_collective_and_its_line(faults):
     _, _, doc = faults
     hang = next(f for f in doc["findings"] if f["evidence"].get("missing_ranks") == [0])
-    assert hang["severity"] == "error" and "rank 0 never entered collective 15" in hang["title"]
+    assert hang["severity"] == "error" and "rank 0 never entered collective 23" in hang["title"]
     stack = _finding(doc, "hang-stack")
     assert "train_ranks.py:51 in train" in stack["title"]  # its time.sleep at step 8
 
 
-def test_the_late_rank_is_named_from_the_flight_recorder(faults):
+def test_the_late_rank_is_named_from_the_flight_recorder_and_its_host_work(faults):
     _, _, doc = faults
     late = _finding(doc, "late-rank")
     assert late["evidence"]["rank"] == 1 and late["evidence"]["median_ms"] >= 250
     assert late["confidence"] == "high"
+    # its profile names what it did before each all-reduce: the sleep in train()
+    host = _finding(doc, "host-call")
+    assert host["evidence"]["rank"] == 1 and "sleep" in host["evidence"]["functions"][0]["call"]
 
 
 def test_the_setting_that_never_reached_rank_2_is_named_with_its_command(faults):

@@ -95,6 +95,11 @@ def injob_records(directory: Path) -> dict[int, dict]:
     return found
 
 
+def events(directory: Path) -> int:
+    """How many events the in-job module has recorded, over every process."""
+    return sum(len(r.get("events") or ()) for r in injob_records(directory).values())
+
+
 def progress(directory: Path) -> int:
     """The steps every process has counted so far, summed."""
     total = 0

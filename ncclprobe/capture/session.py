@@ -176,7 +176,10 @@ def _ticker(request: CaptureRequest, directory: Path, job: Job, watch: TreeWatch
     def tick() -> str | None:
         watch.poll()
         now = time.monotonic()
-        progress = hook.progress(directory) + job.output.bytes_seen
+        # output, steps, processes appearing and the in-job module's own events (a process group
+        # created, the step hooks in): a job starting up is not hung
+        progress = hook.progress(directory) + job.output.bytes_seen + len(watch.seen)
+        progress += hook.events(directory)
         progress += server.progress() if server is not None else 0
         if progress != state["progress"]:
             state["progress"], state["since"] = progress, now

@@ -104,9 +104,8 @@ FIX_FIRST = (
 
 
 # Findings whose cause explains other findings' numbers: a rank that comes late to the collectives
-# is why the others' collectives take their time (its wait shows there as collective time); the
-# host function the GPU waits for is what a host-bound step is made of.
-CAUSES_FIRST = ("late-rank", "host-call")
+# is why the others' collectives take their time (its wait shows there as collective time).
+CAUSES_FIRST = ("late-rank",)
 
 
 def rank_key(finding: Finding) -> tuple:

@@ -38,6 +38,7 @@ class KnownBad:
     sources: tuple[str, ...]
     condition: str = ""  # when it bites, beyond the version and the GPU
     off_when: tuple[tuple[str, str], ...] = ()  # (variable, value) NCCL read that avoids it
+    conditional: bool = False  # bites only under `condition`, which a version and a GPU do not show
 
     def covers(self, version: Version) -> bool:
         first = parse_version(self.first_bad)
@@ -108,6 +109,7 @@ ROWS = (
         ),
         condition="only with CUDA graphs that capture collectives, and cuMem on",
         off_when=(("NCCL_CUMEM_ENABLE", "0"),),
+        conditional=True,
     ),
     KnownBad(
         key="aarch64-proxy-deadlock",
@@ -155,7 +157,11 @@ class Match:
 
     @property
     def severity(self) -> str:
-        return "error" if self.seen else "warning"
+        """error: NCCL printed the failure; warning: the release and the GPUs fall in the row; info:
+        they do, but the row's condition (CUDA graphs, cuMem on) is not shown by the evidence."""
+        if self.seen:
+            return "error"
+        return "info" if self.row.conditional else "warning"
 
 
 def matching(

@@ -22,6 +22,7 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
 RULE = "host-call"
 HYPOTHESIS = "the device waits for a host function in every step"
 MIN_SHARE = 0.05  # a function covering less of the step than this is not named
+MIN_STEPS = 2  # ... nor one seen in fewer steps: "every step" needs more than one
 GPU_WORDS = "the GPU idles"
 CPU_WORDS = "the host works outside the model's forward"
 
@@ -38,8 +39,9 @@ def host_call_findings(ev: E.Evidence) -> list:
             NotChecked(
                 rule=RULE,
                 hypothesis=HYPOTHESIS,
-                missing="steps to measure against: on a GPU profile its kernels, on a CPU-only one "
-                "the model's top-level forward (an nn.Module call, recorded with with_stack=True)",
+                missing="the Python functions the host ran (a profile recorded with "
+                "with_stack=True, as ncclprobe capture records it): without them the model's "
+                "forward cannot be told from the host work around it, nor a function named",
                 next_command=profile_command(ev.config.get("engine")),
             )
         )
@@ -51,7 +53,14 @@ def _outcome(ev, run, report, rank):
     top = report.functions[0] if report.functions else None
     of_step = (top.ms_per_step / report.step_ms) if top and report.step_ms else 0.0
     where = f"rank {rank}'s" if len(run.ranks) > 1 else "the"
-    if top is None or of_step < MIN_SHARE:
+    if report.steps < MIN_STEPS:
+        return NotChecked(
+            rule=RULE,
+            hypothesis=HYPOTHESIS,
+            missing=f"more steps: the profile holds {report.steps} with the model's forward in it, "
+            f"and a host function behind every step needs {MIN_STEPS} or more",
+        )
+    if top is None or of_step < MIN_SHARE or top.steps < MIN_STEPS:
         return RuledOut(
             rule=RULE,
             hypothesis=HYPOTHESIS,

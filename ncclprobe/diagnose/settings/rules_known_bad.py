@@ -86,7 +86,13 @@ def _finding(match: Match, where: list[str], caps: set[int]) -> Finding:
         severity=match.severity,
         confidence="high" if match.seen or row.capabilities is None or caps else "medium",
         title=f"NCCL {match.version} "
-        + ("failed as a known-bad release does" if match.seen else "is a known-bad release here")
+        + (
+            "failed as a known-bad release does"
+            if match.seen
+            else f"falls in a known issue's range ({row.condition})"
+            if row.conditional
+            else "is a known-bad release on these GPUs"
+        )
         + f": {row.failure.split(':')[0]}; {row.remedy()}",
         detail=describe(match) + f" Seen in: {', '.join(dict.fromkeys(where))}.",
         evidence={

@@ -8,16 +8,21 @@ function that called them), every module call (`nn.Module: ...`), and the ops th
 wait for the device whatever their length (`SYNC_OPS`).
 
 What is measured (`host_time`), per step on the thread that ran the step:
-- the gaps: on a GPU trace the step's time with no kernel or copy running on the GPU; on a
-  CPU-only trace there is no device to idle, and the model's own forward runs on the host, so the
-  gaps are the step's time outside the model's top-level forward (the host work a GPU would wait
-  for), said so in `basis`;
+- the gaps: the step's time outside the model's top-level forward (its outermost `nn.Module` calls,
+  which a trace holds only with Python functions) and, on a GPU trace, with no kernel or copy
+  running on the GPU: host work the device waits for (idle time inside the forward is the kernel
+  launches', which the eager-step rules weigh). On a CPU-only trace there is no device to idle and
+  the model runs on the host, so the gaps are the step's time outside the forward, said so in
+  `basis`;
+- calls into torch.distributed count as the collective's time (waiting for the peers included),
+  which the collective rules weigh: they are no gap either;
 - each gap's time is given to the innermost Python function running then (exclusive time, so a
   caller is not counted for its callee), then to that function's nearest frame of the job's or the
   engine's own code (not torch, the standard library or a builtin): the function named;
 - the call: the builtin or op that function was in (`<built-in method item ...>`), or, on a GPU,
   the last synchronising call before the gap (what ran the GPU's queue dry).
-A trace without Python functions (recorded without with_stack) names ops only, and says so.
+A trace without Python functions (recorded without with_stack) has no forward to set the gaps
+by: nothing is measured (`host_time` is None), and the rule says what is missing.
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ SYNC_OPS = frozenset(
         "aten::repeat_interleave",
     }
 )
-_ADDRESS = re.compile(r" (?:at|object at) 0x[0-9a-fA-F]+")
+_ADDRESS = re.compile(r" (?:at|object at) 0x[0-9a-fA-F]+| of pybind11_builtins\.[A-Za-z0-9_]+")
 _PY_NAME = re.compile(r"^(?P<path>[^()]+)\((?P<line>\d+)\): (?P<func>.+)$")
 LIBRARIES = ("torch/", "torch\\", "<", "nn.Module:", "threading.py", "contextlib.py")
+COLLECTIVE_CODE = ("torch/distributed/", "torch\\distributed\\")
 TOP = 3  # functions named
 MIN_NAMED_SHARE = 0.01  # a function after the first is named only from this share of the gaps
 
@@ -68,21 +74,19 @@ class HostCollector:
     def python_function(self, ev: dict, ts: float, dur: float) -> None:
         self.python = True
         name = str(ev.get("name", ""))
-        module = name.startswith("nn.Module:")
-        if module or dur >= HOST_MIN_US:
-            self.spans.append(
-                HostSpan(
-                    ts,
-                    ts + dur,
-                    ev.get("tid"),
-                    _ADDRESS.sub("", name),
-                    "module" if module else "py",
-                )
-            )
+        kind = "module" if name.startswith("nn.Module:") else "comm" if _collective(name) else "py"
+        if kind != "py" or dur >= HOST_MIN_US:
+            self.spans.append(HostSpan(ts, ts + dur, ev.get("tid"), _ADDRESS.sub("", name), kind))
 
     def cpu_op(self, ev: dict, name: str, ts: float, dur: float) -> None:
         if dur >= HOST_MIN_US or name in SYNC_OPS:
             self.spans.append(HostSpan(ts, ts + dur, ev.get("tid"), name, "op"))
+
+
+def _collective(name: str) -> bool:
+    """A call into torch.distributed: its time is the collective's (waiting for the peers
+    included), which the collective rules weigh, not host work."""
+    return name.startswith(COLLECTIVE_CODE)
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,8 @@ class HostReport:
 def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport | None:
     """The report over `steps` (steps.Step: t0, t1 on the host clock), or None when it cannot be
     measured: no step, or a CPU-only trace without the model's forward to set the gaps by."""
-    if not steps:
-        return None
+    if not steps or not python:
+        return None  # without Python functions there is no forward to set the gaps by
     gpu = bool(kernels)
     busy = _union((k.ts, k.end) for k in kernels) if gpu else None
     by_tid: dict = {}
@@ -124,10 +128,11 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
     syncs: dict[str, dict[str, int]] = {}
     gap_total, measured = 0.0, 0
     for step in steps:
-        tid = _step_thread(by_tid, step)
+        window = _Window(step.t0, _step_end(step))
+        tid = _step_thread(by_tid, window)
         mine = by_tid.get(tid, [])
-        inside = [s for s in mine if s.end > step.t0 and s.ts < step.t1]
-        gaps = _gaps(step, busy, inside)
+        inside = [s for s in mine if s.end > window.t0 and s.ts < window.t1]
+        gaps = _gaps(window, busy, inside)
         if gaps is None:
             continue
         measured += 1
@@ -140,13 +145,8 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
     if not measured:
         return None
     functions = _ranked(totals, measured, gap_total, syncs)
-    step_ms = statistics.median((s.t1 - s.t0) / 1000.0 for s in steps)
-    notes = []
-    if not python:
-        notes.append(
-            "the trace holds no Python functions (recorded without with_stack=True): the host "
-            "work is named by its ops only, not by the function that ran them"
-        )
+    step_ms = statistics.median((_step_end(s) - s.t0) / 1000.0 for s in steps)
+    notes: list[str] = []
     return HostReport(
         basis="gpu-idle" if gpu else "outside-forward",
         steps=measured,
@@ -158,36 +158,58 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
     )
 
 
+@dataclass(frozen=True)
+class _Window:
+    t0: float
+    t1: float
+
+
+def _step_end(step) -> float:
+    """A step lasts until its host window ends or its own kernels end, whichever is later: a GPU
+    running behind the host is not waiting for it."""
+    return max([step.t1] + [k.end for k in getattr(step, "kernels", None) or ()])
+
+
 def _step_thread(by_tid: dict, step):
-    """The thread that ran the step: the one whose spans cover most of it."""
-    best, best_us = None, -1.0
-    for tid, spans in by_tid.items():
-        covered = sum(
+    """The thread that ran the step: the one running the model's forward in it (another thread's
+    long spans, a watcher's loop, cover the step without running it), else the one whose spans
+    cover most of it."""
+
+    def covered(spans, kinds) -> float:
+        return sum(
             min(s.end, step.t1) - max(s.ts, step.t0)
             for s in spans
-            if s.kind != "op" and s.end > step.t0 and s.ts < step.t1
+            if s.kind in kinds and s.end > step.t0 and s.ts < step.t1
         )
-        if covered > best_us:
-            best, best_us = tid, covered
-    return best
+
+    return max(
+        by_tid,
+        key=lambda tid: (covered(by_tid[tid], ("module",)), covered(by_tid[tid], ("py", "comm"))),
+        default=None,
+    )
 
 
 def _gaps(step, busy, inside: list[HostSpan]) -> list[tuple[float, float]] | None:
-    if busy is not None:
-        return _complement(busy, step.t0, step.t1)
+    """The step's time outside the model's forward (its outermost module calls) and, on a GPU
+    trace, with no kernel running: host work the device waits for. Idle time inside the forward is
+    the launches' (the eager-step rules weigh it). None without a forward in the step: nothing
+    tells the model's time from the host's there."""
     forwards = _outermost([s for s in inside if s.kind == "module"])
     if not forwards:
-        return None  # a CPU-only step without the model's forward: nothing sets the gaps
-    return _complement(forwards, step.t0, step.t1)
+        return None
+    collectives = [(s.ts, s.end) for s in inside if s.kind == "comm"]
+    return _complement(_union(list(busy or []) + forwards + collectives), step.t0, step.t1)
 
 
 def _attribute(inside: list[HostSpan], gaps, gpu: bool) -> dict[tuple[str, str | None], float]:
     """Gap time per (function named, call), each gap piece given to the innermost span over it."""
-    tree = sorted((s for s in inside if s.kind != "module"), key=lambda s: (s.ts, -s.end))
+    tree = sorted((s for s in inside if s.kind in ("py", "op")), key=lambda s: (s.ts, -s.end))
     parents = _parents(tree)
     syncs = sorted((s.end, s.name) for s in inside if s.name in SYNC_OPS) if gpu else []
     out: dict[tuple[str, str | None], float] = {}
     for (a, b), index in _pieces(tree, parents, gaps):
+        if index is None:
+            continue  # the host ran nothing either: the device waited for no host work
         chain = _chain(tree, parents, index)
         named = next((s for s in chain if s.kind == "py" and _own(s.name)), None)
         leaf = chain[0] if chain else None
@@ -196,7 +218,7 @@ def _attribute(inside: list[HostSpan], gaps, gpu: bool) -> dict[tuple[str, str |
             before = bisect.bisect_right(syncs, (a, chr(0x10FFFF))) - 1
             if before >= 0:
                 call = syncs[before][1]  # what ran the GPU's queue dry before this gap
-        function = named.name if named else (leaf.name if leaf else "(no host span)")
+        function = named.name if named else leaf.name
         out[(function, call)] = out.get((function, call), 0.0) + (b - a)
     return out
 
@@ -255,7 +277,7 @@ def _own(name: str) -> bool:
 
 def _syncs(inside: list[HostSpan]) -> list[tuple[str, str]]:
     """(function named, op) per host sync in the step: the syncs each function made."""
-    tree = sorted((s for s in inside if s.kind != "module"), key=lambda s: (s.ts, -s.end))
+    tree = sorted((s for s in inside if s.kind in ("py", "op")), key=lambda s: (s.ts, -s.end))
     parents = _parents(tree)
     out = []
     for i, span in enumerate(tree):
