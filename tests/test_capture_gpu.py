@@ -74,3 +74,26 @@ def test_nccl_logs_show_what_each_rank_read_and_the_settings_reached(captured):
     assert all(p["nccl_read"].get("NCCL_NVLS_ENABLE") == "0" for p in workers)
     ruled = {r["rule"] for r in doc["ruled_out"]}
     assert "capture-settings" in ruled  # NCCL_NVLS_ENABLE and NCCL_SOCKET_IFNAME reached both
+
+
+def test_the_host_call_behind_the_idle_gpu_is_named(tmp_path):
+    """examples/capture/host_bound.py on the GPU: 4096 `.item()` per step after the forward, each a
+    sync; the GPU idles through them and the host-call rule names `postprocess` and the sync."""
+    trace = tmp_path / "host_bound_gpu.json.gz"
+    script = ROOT / "examples" / "capture" / "host_bound.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--device", "cuda", "--output", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    from ncclprobe.diagnose import diagnose, load_evidence
+
+    result = diagnose(load_evidence(profiles=[trace]))
+    (host,) = [f for f in result.findings if f.rule == "host-call"]
+    top = host.evidence["functions"][0]
+    assert host.evidence["basis"] == "gpu-idle" and top["function"].endswith("postprocess")
+    assert (
+        top["call"] in ("aten::item", "aten::_local_scalar_dense") and top["syncs_per_step"] >= 4096
+    )
