@@ -28,7 +28,11 @@ the process group is created, since torchrun gives every rank the same environme
 ranks share GPU 0 (distinct `NCCL_HOSTID`: NCCL talks over sockets), `NCCL_NVLS_ENABLE=0`.
 
   python examples/record_flight_recorder.py OUT --backend gloo|nccl [--scenario NAME ...]
-      [--timeout-s 10]
+      [--timeout-s 10] [--nproc 2] [--detail]
+
+--nproc N runs N ranks (the last rank is the one that skips, the odd ranks issue the other order, each
+rank's size mismatch is its own); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper checks
+every collective across ranks before it runs (gloo's only log lines with sequence numbers and sizes).
 
 writes OUT/<backend>/<scenario>/{dumps/nccl_trace_rank_N, json/nccl_trace_rank_N, rankN.stderr,
 torchrun.log, nccl-rankN.log, fr_trace.txt, scenario.json}; fr_trace.txt is PyTorch's own analyzer
@@ -74,7 +78,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def job_env(backend: str, directory: Path) -> dict[str, str]:
+def job_env(backend: str, directory: Path, detail: bool = False) -> dict[str, str]:
     prefix = str(directory / "dumps" / DUMP_PREFIX)
     env = {
         **os.environ,
@@ -86,6 +90,8 @@ def job_env(backend: str, directory: Path) -> dict[str, str]:
         "TORCH_NCCL_ENABLE_TIMING": "1",
         "OMP_NUM_THREADS": "1",
     }
+    if detail:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if backend == "nccl":
         # NCCL_DEBUG=INFO (its default subsystems) and NVLink multicast off, from their one home
         env.update(
@@ -105,7 +111,7 @@ def start(scenario: str, args, out: Path) -> tuple[subprocess.Popen, Path, float
         "-m",
         "torch.distributed.run",
         "--nproc-per-node",
-        "2",
+        str(args.nproc),
         "--master-addr",
         "127.0.0.1",
         "--master-port",
@@ -129,7 +135,7 @@ def start(scenario: str, args, out: Path) -> tuple[subprocess.Popen, Path, float
         command,
         stdout=console,
         stderr=subprocess.STDOUT,
-        env=job_env(args.backend, directory),
+        env=job_env(args.backend, directory, args.detail),
         start_new_session=True,
     )
     console.close()
@@ -256,7 +262,8 @@ class Rank:
         return self.torch.ones(elements, device=self.device)
 
     def group(self, desc: str):
-        return self.dist.new_group([0, 1], timeout=self.timeout, group_desc=desc)
+        ranks = list(range(self.dist.get_world_size()))
+        return self.dist.new_group(ranks, timeout=self.timeout, group_desc=desc)
 
     def sync(self) -> None:
         """The host waits for the GPU, as `.item()` or a metric would (NCCL); gloo already waited."""
@@ -319,7 +326,7 @@ class Rank:
 
 def skip(r: Rank) -> None:
     r.warmup()
-    if r.rank == 1:
+    if r.rank == r.dist.get_world_size() - 1:  # the last rank is the late one
         r.stay_in_host_code()
         return
     r.dist.all_reduce(r.tensor())
@@ -336,7 +343,7 @@ def order(r: Rank) -> None:
     r.warmup()
     reduced, broadcast = r.tensor(ELEMENTS), r.tensor(ELEMENTS // 4)
     calls = [lambda: r.dist.all_reduce(reduced), lambda: r.dist.broadcast(broadcast, src=0)]
-    for call in calls if r.rank == 0 else calls[::-1]:
+    for call in calls if r.rank % 2 == 0 else calls[::-1]:  # odd ranks: the other order
         call()
     r.sync()
 
@@ -368,7 +375,7 @@ def healthy(r: Rank) -> None:
     x, y = r.tensor(), r.tensor(ELEMENTS // 4)
     r.warmup()
     r.dist.broadcast(y, src=0)
-    gathered = r.torch.empty(2 * ELEMENTS, device=r.device)
+    gathered = r.torch.empty(r.dist.get_world_size() * ELEMENTS, device=r.device)
     r.dist.all_gather_into_tensor(gathered, x)
     if r.backend == "nccl":  # gloo's Flight Recorder records no send/recv
         (r.dist.send if r.rank == 0 else r.dist.recv)(y, 1 - r.rank)
@@ -408,6 +415,8 @@ def main() -> int:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
     parser.add_argument("--timeout-s", type=float, default=10.0, help="collective timeout")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks per job (2 or more)")
+    parser.add_argument("--detail", action="store_true", help="TORCH_DISTRIBUTED_DEBUG=DETAIL")
     parser.add_argument("--worker", choices=SCENARIOS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     return work(args) if args.worker else record(args)

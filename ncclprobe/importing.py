@@ -26,6 +26,7 @@ from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_co
 from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
 from ncclprobe.safe_output import dumps_json, write_text
+from ncclprobe.secrets import mask_text
 from ncclprobe.sizes import format_size
 from ncclprobe.verdict import Verdict
 
@@ -129,7 +130,7 @@ def _nccl_tests(
         doc=doc,
         blocks=blocks,
         record_sets=record_sets,
-        verdict=Verdict.of(any(r.wrong for r in runs)),
+        verdict=Verdict.of(any(r.wrong or r.failed for r in runs)),
     )
 
 
@@ -169,8 +170,31 @@ def _block(
             "the output does not name its collective: records say 'unknown' (pass --collective)"
         )
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
-    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes"
-    return Block(title=title, rows=_rows(run), notes=notes + run.notes)
+    stopped = " before its first result: it failed" if not run.rows else ""
+    title = f"{where}{name}, {ranks}, {len(run.rows)} sizes{stopped}"
+    return Block(title=title, rows=_rows(run), notes=_failure_notes(run) + notes + run.notes)
+
+
+def _failure_notes(run: NcclTestsRun) -> list[str]:
+    """What failed, first: the explained classes, the wrong results, then each line not explained."""
+    notes = [f"{f['severity']}: {f['message']}; fix: {f['fix']}" for f in run.failures]
+    wrong = run.wrong_summary()
+    if wrong:
+        notes.append(f"error: wrong results: {wrong}")
+    notes += [f"not explained (NCCL WARN): {mask_text(w)}" for w in run.warn_lines]
+    return notes + not_explained_notes(run.not_explained)
+
+
+def not_explained_notes(found) -> list[str]:
+    """A reader's failure lines no class explained, one note each (`evidence.failure_lines`)."""
+    if not found:
+        return []
+    notes = [
+        f"not explained: line {line.number}: {line.text}"
+        + (f" (x{line.count})" if line.count > 1 else "")
+        for line in found.lines
+    ]
+    return notes + ([f"not explained: and {found.more} more line(s)"] if found.more else [])
 
 
 def _rows(run: NcclTestsRun) -> list[dict]:
@@ -197,12 +221,12 @@ def _rows(run: NcclTestsRun) -> list[dict]:
 
 
 def _p2p_test(text: str, options: ImportOptions) -> Imported:
-    parsed = parse_p2p_test(text)
+    parsed = parse_p2p_test(text, options.source)
     return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
 
 def _nvbandwidth(text: str, options: ImportOptions) -> Imported:
-    return _matrices("nvbandwidth", parse_nvbandwidth(text), None, options.source)
+    return _matrices("nvbandwidth", parse_nvbandwidth(text, options.source), None, options.source)
 
 
 def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
@@ -238,7 +262,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         + ")"
         for a in advice
     ]
-    notes += parsed.notes
+    notes += parsed.notes + not_explained_notes(parsed.failure_lines)
     gpus = max(
         len(
             {label for m in parsed.matrices for label in m.rows + m.cols if label.startswith("GPU")}
@@ -249,7 +273,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         tool,
         doc,
         Block(f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes),
-        Verdict.of(any(f.severity == "error" for f in findings)),
+        Verdict.of(any(f.severity == "error" for f in findings) or bool(parsed.failure_lines)),
     )
 
 
@@ -258,7 +282,7 @@ def _is_collect_env(text: str) -> bool:
 
 
 def _collect_env(text: str, options: ImportOptions) -> Imported:
-    parsed = parse_collect_env(text)
+    parsed = parse_collect_env(text, options.source)
     doc = {**parsed.to_json(), "source_file": options.source}
     rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
     versions = ", ".join(f"{k} {v}" for k, v in parsed.versions.items())
@@ -268,8 +292,12 @@ def _collect_env(text: str, options: ImportOptions) -> Imported:
             "topology: " + ", ".join(f"{k}={v}" for k, v in parsed.topology.summary.items())
         )
     notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
+    notes += not_explained_notes(parsed.failure_lines)
     return _own_format(
-        "collect-env", doc, Block(f"{parsed.tool}: {versions}", rows, notes), Verdict.FINE
+        "collect-env",
+        doc,
+        Block(f"{parsed.tool}: {versions}", rows, notes),
+        Verdict.of(bool(parsed.failure_lines)),
     )
 
 

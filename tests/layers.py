@@ -33,6 +33,9 @@ WHAT = {
     "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
+    "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
+    "the speculative-decoding log lines and how acceptance aggregates, the profilers capture drives, "
+    "speculative configurations that run without working",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
     "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
     "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "
@@ -50,8 +53,6 @@ WHAT = {
     "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
     "capture": "`ncclprobe capture -- CMD`: the user's own job run with the evidence on (its "
     "environment, the in-job module, the process tree watched, a server's load), then diagnosed",
-    "engine_facts": "what SGLang and vLLM do, each fact with its source (speculative-decoding "
-    "configuration)",
     "cli": "one thin module per command; verdicts to exit codes",
 }
 

@@ -1,7 +1,8 @@
 """What capture drives in SGLang and vLLM, read from their sources, because neither engine can run on
 the CPU machine: their profiler directories (`capture.environment.ENGINE_PROFILER_ENV`) and their
 profile endpoints (`capture.server.ENGINES`) against the excerpts quoted in
-tests/fixtures/engine_source (README there: repository, path, commit). The server path itself runs
+tests/fixtures/engine_source (each file's first line: repository, commit, path; the rows of
+`engine_facts.profiler` are read there by tests/test_engine_facts_source.py too). The server path itself runs
 for real against `transformers serve` (tests/test_capture_hf.py)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def _text(name: str) -> str:
 
 
 def test_sglang_endpoints_and_body_are_its_own():
-    text = _text("sglang_http_server.txt")
+    text = _text("sglang_http_server.py.txt")
     engine = ENGINES["sglang"]
     for path in (engine["start"], engine["stop"]):
         assert f'@app.api_route("{path}", methods=["GET", "POST"])' in text
@@ -32,7 +33,7 @@ def test_sglang_endpoints_and_body_are_its_own():
 
 
 def test_vllm_endpoints_exist_only_with_its_profiler_directory_set():
-    text = _text("vllm_profile_api_router.txt")
+    text = _text("vllm_profile_api_router.py.txt")
     engine = ENGINES["vllm"]
     for path in (engine["start"], engine["stop"]):
         assert f'@router.post("{path}")' in text
@@ -42,15 +43,26 @@ def test_vllm_endpoints_exist_only_with_its_profiler_directory_set():
 
 
 def test_the_profiler_variables_the_capture_sets_are_read_by_the_engines(tmp_path):
-    sglang, vllm = _text("sglang_environ.txt"), _text("vllm_envs.txt")
+    sglang, vllm = _text("sglang_environ.py.txt"), _text("vllm_profiler_config.py.txt")
     assert re.search(r"SGLANG_TORCH_PROFILER_DIR = EnvStr\(", sglang)
-    for name in ("VLLM_TORCH_PROFILER_DIR", "VLLM_TORCH_PROFILER_WITH_STACK"):
-        assert f'"{name}": lambda' in vllm
-    assert "VLLM_TORCH_PROFILER_RECORD_SHAPES=1" in vllm
+    for name in ("VLLM_TORCH_PROFILER_DIR", "VLLM_TORCH_PROFILER_RECORD_SHAPES"):
+        assert f'"{name}"' in vllm
+    assert '"VLLM_TORCH_PROFILER_WITH_STACK",' in vllm
+    assert 'value = value == "1"' in vllm  # so "1" is what turns shapes and stacks on
     env = job_environment({}, tmp_path, tmp_path / ".capture")
     assert env.added["VLLM_TORCH_PROFILER_DIR"] == str(tmp_path / "engine-profiles")
     assert Path(env.added["VLLM_TORCH_PROFILER_DIR"]).is_absolute()  # "must be an absolute path"
     assert env.added["VLLM_TORCH_PROFILER_RECORD_SHAPES"] == "1"
+    assert env.added["VLLM_TORCH_PROFILER_WITH_STACK"] == "1"
+
+
+def test_a_vllm_without_the_variables_is_told_its_profiler_config():
+    """vLLM deprecates the variables for --profiler-config (to go in v0.14.0 or v1.0.0): where its
+    /start_profile answers 404 the capture says what to add, being unable to add it itself."""
+    from ncclprobe.engine_facts.profiler import VLLM_NO_ROUTE
+
+    assert "v0.14.0 or v1.0.0" in _text("vllm_profiler_config.py.txt")
+    assert "--profiler-config" in VLLM_NO_ROUTE and '"profiler": "torch"' in VLLM_NO_ROUTE
 
 
 @pytest.mark.parametrize(

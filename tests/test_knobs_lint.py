@@ -235,7 +235,7 @@ CASES = [
         {"nccl_version": "2.30.7"},
         {("info", "no-cache-no-effect")},
     ),
-    ({"NCCL_BUFFSIZE": "4M"}, {}, {("error", "invalid-value")}),
+    ({"NCCL_BUFFSIZE": "4M"}, {}, {("error", "number-as-read")}),
     ({"NCCL_NTHREADS": " 256"}, {}, {("error", "quoted-value")}),
     ({"NCCL_NVLS_ENABLE": "1"}, {"node": PCIE}, {("warning", "nvls-without-nvlink")}),
     ({"NCCL_NVLS_ENABLE": "1"}, {"node": HOPPER_NVSWITCH}, set()),

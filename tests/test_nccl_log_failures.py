@@ -127,7 +127,9 @@ def test_the_last_test_failure_line_is_shown_in_the_cli():
     assert "HCA-19: Test NCCL failure common.cu:1204 'unhandled cuda error" in " ".join(
         line.lstrip("# ") for line in result.stdout.splitlines()
     )
-    assert "(the last of 6 such lines)" in result.stdout.replace("\n#   ", " ")
+    assert "(the last of 6 such lines, every one the same reason)" in result.stdout.replace(
+        "\n#   ", " "
+    )
 
 
 def test_rccl_is_named_in_the_title():

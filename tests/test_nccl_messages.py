@@ -65,9 +65,9 @@ LINT = [
             (
                 "error",
                 "NCCL_BUFFSIZE",
-                "NCCL_BUFFSIZE='4M' is not an integer",
+                "NCCL_BUFFSIZE='4M' is not an integer; NCCL reads it as 4 (strtoll, ignoring 'M')",
                 "use one of the values `ncclprobe knobs NCCL_BUFFSIZE` lists",
-                "invalid-value",
+                "number-as-read",
             ),
             (
                 "error",
@@ -579,7 +579,7 @@ LINT = [
             (
                 "error",
                 "NCCL_BUFFSIZE",
-                "NCCL_BUFFSIZE='X1' is not an integer",
+                "NCCL_BUFFSIZE='X1' is not an integer; NCCL finds no number in it and reads 0",
                 "use one of the values `ncclprobe knobs NCCL_BUFFSIZE` lists",
                 "invalid-value",
             )

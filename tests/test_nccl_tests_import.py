@@ -214,9 +214,25 @@ def test_no_table_is_a_usage_problem(text):
         parse_nccl_tests(text)
 
 
-def test_failed_run_with_header_but_no_rows_is_a_usage_problem():
+def test_a_failed_run_is_read_as_a_failed_run_not_refused():
+    """Issue 36 §3: nccl-tests output that stopped before its table is nccl-tests output that
+    failed; its failure is named (the test's reason and its meaning, NCCL's WARN lines)."""
+    run = parse_nccl_tests((LOGS / "nccl_2.25.1_2x_rtx5090_pcie_shm_genoa.log").read_text())
+    assert run.rows == [] and run.failed
+    [failure] = run.failures
+    assert failure["kind"] == "test-failure" and "ncclUnhandledCudaError" in failure["message"]
+    assert "Cuda failure 1 'invalid argument'" in run.warn_lines
+
+
+def test_a_header_without_rows_and_without_a_failure_is_still_refused():
+    """The healthy twin: a table header with no rows and nothing failed is not a run to import."""
     with pytest.raises(UsageProblem, match="no result rows"):
-        parse_nccl_tests((LOGS / "nccl_2.25.1_2x_rtx5090_pcie_shm_genoa.log").read_text())
+        parse_nccl_tests(
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 "
+            "agg iters: 1 validation: 1 graph: 0\n"
+            "#       size         count      type   redop    root     time   algbw"
+            "   busbw #wrong     time   algbw   busbw #wrong\n"
+        )
 
 
 def test_records_round_trip_through_the_results_reader(tmp_path):

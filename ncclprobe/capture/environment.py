@@ -22,22 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.engine_facts.profiler import PROFILER_ENV
 from ncclprobe.evidence.live import capture_dir as D
 from ncclprobe.nccl.recipes import USER_LOG_NAME, flight_recorder_env, proof_env
 from ncclprobe.secrets import display_value, is_relevant
 
-# Read in the engines' sources (they cannot run on the CPU machine; tests/test_capture_engines.py):
-# SGLang python/sglang/srt/environ.py and its profiler default to SGLANG_TORCH_PROFILER_DIR
-# (`os.getenv("SGLANG_TORCH_PROFILER_DIR", ...)` where no output_dir is given); vLLM vllm/envs.py:
-# VLLM_TORCH_PROFILER_DIR (an absolute path; its /start_profile and /stop_profile routes exist only
-# when it, or VLLM_TORCH_CUDA_PROFILE, is set: vllm/entrypoints/serve/profile/api_router.py),
-# VLLM_TORCH_PROFILER_RECORD_SHAPES and VLLM_TORCH_PROFILER_WITH_STACK ("1" turns each on).
-ENGINE_PROFILER_ENV = {
-    "SGLANG_TORCH_PROFILER_DIR": "{dir}",
-    "VLLM_TORCH_PROFILER_DIR": "{dir}",
-    "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1",
-    "VLLM_TORCH_PROFILER_WITH_STACK": "1",
-}
+# Read in the engines' sources (they cannot run on the CPU machine): engine_facts.profiler
+ENGINE_PROFILER_ENV = PROFILER_ENV
 
 # Set per worker by launchers (torchrun, vLLM, SGLang): a worker's own value is no lost setting
 PER_WORKER = frozenset(

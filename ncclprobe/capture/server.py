@@ -2,14 +2,9 @@
 short load the capture sends on loopback, then end it.
 
 The engines' own profilers are driven through their endpoints where they have them, read from their
-sources (they cannot run on the CPU machine; tests/test_capture_engines.py checks this table
-against the excerpts quoted there):
-- SGLang (python/sglang/srt/entrypoints/http_server.py): `POST /start_profile` with a JSON
-  `ProfileReqInput` (output_dir, num_steps, activities, with_stack, record_shapes; all optional,
-  output_dir defaulting to SGLANG_TORCH_PROFILER_DIR), `POST /stop_profile`; one trace per rank.
-- vLLM (vllm/entrypoints/serve/profile/api_router.py; vllm/entrypoints/openai/api_server.py before):
-  `POST /start_profile` and `POST /stop_profile`, without a body, routed only when
-  VLLM_TORCH_PROFILER_DIR (or VLLM_TORCH_CUDA_PROFILE) is set, which the capture sets.
+sources (they cannot run on the CPU machine): `engine_facts.profiler` holds the endpoints, the body
+SGLang's start takes and what a vLLM answering 404 there needs (`--profiler-config`, which the
+capture cannot add: it runs the command unchanged); the capture sets the variables that turn them on.
 Any other server (transformers serve, a user's own FastAPI app) is profiled by the capture's in-job
 module between the load's start and its end (`--profile control`, driven by the capture).
 
@@ -32,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.capture import hook
+from ncclprobe.engine_facts.profiler import ENDPOINTS, VLLM_NO_ROUTE
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.live import capture_dir as D
 
@@ -39,27 +35,15 @@ READY_POLL_S = 1.0
 REQUEST_TIMEOUT_S = 300.0
 FLUSH_S = 180.0  # how long the profile may take to be written after the stop (a large trace)
 
-# engine -> (what its command line holds, the profile endpoints, the body of start)
+# engine -> what its command line holds; its profile endpoints and body (engine_facts.profiler)
 ENGINES = {
     "sglang": {
         "commands": ("sglang.launch_server", "sglang serve", "sglang.srt"),
-        "start": "/start_profile",
-        "stop": "/stop_profile",
-        "start_body": {
-            "activities": ["CPU", "GPU"],
-            "with_stack": True,
-            "record_shapes": True,
-        },
-        "source": "sglang python/sglang/srt/entrypoints/http_server.py (start_profile_async, "
-        "stop_profile_async; ProfileReqInput in python/sglang/srt/managers/io_struct.py)",
+        **ENDPOINTS["sglang"],
     },
     "vllm": {
         "commands": ("vllm serve", "vllm.entrypoints", "vllm/entrypoints"),
-        "start": "/start_profile",
-        "stop": "/stop_profile",
-        "start_body": None,
-        "source": "vllm vllm/entrypoints/serve/profile/api_router.py (routes attached only with "
-        "VLLM_TORCH_PROFILER_DIR or VLLM_TORCH_CUDA_PROFILE set)",
+        **ENDPOINTS["vllm"],
     },
 }
 
@@ -189,6 +173,8 @@ class Driver:
             self.profile_calls.append(f"POST {path}: ok")
         except (OSError, ValueError) as exc:
             self.profile_calls.append(f"POST {path}: {exc}")
+            if self.engine == "vllm" and "HTTP 404" in str(exc):
+                self.profile_calls.append(VLLM_NO_ROUTE)
 
     def _load(self) -> None:
         for _ in range(self.request.requests):

@@ -27,7 +27,7 @@ Examples:
   {_PROOF} python train.py 2>&1 | tee run.log
   ncclprobe nccl-log run.log
 
-{exit_codes("read, no WARN line and no lint error", "an NCCL WARN line or a lint error")}
+{exit_codes("read, no WARN line and no lint error", "an NCCL WARN line, a failure line, or a lint error")}
 """
 
 
@@ -45,7 +45,12 @@ def command(files, fmt):
     Several files (one per process) are read as one log. Exits 1 on NCCL WARN lines or lint errors.
     """
     log = parse_nccl_log_files(files)
-    if log.nccl_lines == 0 and log.nccl_version is None and not log.failures:
+    if (
+        log.nccl_lines == 0
+        and log.nccl_version is None
+        and not log.failures
+        and not log.failure_lines
+    ):
         raise UsageProblem(
             f"no NCCL log lines in {', '.join(files)}: expected lines like "
             "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)"
@@ -91,6 +96,8 @@ def _title(log: NcclLog) -> str:
         )
     if log.version_source and log.version_source != "banner":
         version += f" (from {log.version_source})"
+    if log.nccl_lines == 0:  # a run that failed before NCCL logged: its failure lines follow
+        return f"{library} {version}: no NCCL line; the run's failure lines are below"
     return (
         f"{library} {version}, {log.nranks or '?'} ranks, "
         f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines"
@@ -108,6 +115,16 @@ def _rows(log: NcclLog, warnings: list[str]) -> list[dict]:
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
     rows += [{"what": "WARN", "detail": mask_text(text)} for text in warnings]
+    rows += [
+        {
+            "what": "not explained",
+            "detail": f"{line.source}:{line.number}: {line.text}"
+            + (f" (x{line.count})" if line.count > 1 else ""),
+        }
+        for line in log.failure_lines.lines
+    ]
+    if log.failure_lines.more:
+        rows.append({"what": "not explained", "detail": f"and {log.failure_lines.more} more"})
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose import rules_failures
 from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
 from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
 from ncclprobe.diagnose.run import (
@@ -53,6 +54,7 @@ ALL_RULES = (
     + rules_arrival.RULES
     + rules_stacks.RULES
     + rules_nccl_log.RULES
+    + rules_failures.RULES
 )
 
 

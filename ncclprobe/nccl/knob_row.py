@@ -57,6 +57,12 @@ class Knob:
     minimum: int | None = None  # INT: the range NCCL uses the value in, and its step
     maximum: int | None = None
     multiple_of: int = 1
+    # How NCCL uses the number it reads (strtoll or strtol, base 0: `2abc` is 2, `true` is 0), for a
+    # variable whose value is a number: (test, what NCCL then does), the first test that holds wins.
+    # A test is an integer ("1", "-2"), ">0", "<0", "!=0" or "else". The lint reads a value outside
+    # `values` through it instead of calling the value invalid (`nccl.values.read_number`).
+    number_use: tuple[tuple[str, str], ...] = ()
+    unset_reads_as: int | None = None  # the number NCCL uses when the variable is unset
     extra: dict = field(default_factory=dict)
 
 

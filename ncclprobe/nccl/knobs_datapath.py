@@ -159,6 +159,11 @@ ROWS: tuple[Knob, ...] = (
             "2.23+: its own `set by environment` line; before, it showed as NCCL_P2P_LEVEL=LOC",
         ),
         source="ncclGetLevel(..., NCCL_P2P_DISABLE, NCCL_P2P_LEVEL), src/graph/paths.cc",
+        number_use=(
+            ("1", "P2P off"),
+            ("else", "P2P stays on: NCCL turns it off only at exactly 1 (`disable == 1`)"),
+        ),
+        unset_reads_as=0,
         checked_at=("v2.21.5-1", "v2.22.3-1", "v2.23.4-1", "v2.28.9-1"),
     ),
     Knob(
@@ -171,6 +176,14 @@ ROWS: tuple[Knob, ...] = (
         default="0",
         log_proof="`NCCL_SHM_DISABLE set by environment to 1.`",
         source=PARAM_CACHE + ", src/transport/shm.cc",
+        number_use=(
+            ("1", "SHM off"),
+            (
+                "else",
+                "SHM stays on: NCCL turns it off only at exactly 1 (`ncclParamShmDisable() == 1`)",
+            ),
+        ),
+        unset_reads_as=0,
         checked_at=PARAM_TAGS,
     ),
     Knob(
@@ -265,6 +278,21 @@ ROWS: tuple[Knob, ...] = (
         default="2 (auto)",
         risks=("NVLink multicast on shared hosts can take GPUs down: keep 0 there",),
         source=PARAM_CACHE + ", src/transport/nvls.cc",
+        number_use=(
+            ("0", "NVLink SHARP off"),
+            ("2", "auto: on where the GPUs report multicast support"),
+            (
+                "1",
+                "forced on without checking multicast support; a failed multicast bind fails the job",
+            ),
+            (
+                "else",
+                "forced on without checking multicast support (only 2 checks it: "
+                "`ncclParamNvlsEnable() == 2`); a failed multicast bind is skipped (only 1 makes it fatal: "
+                "`ncclParamNvlsEnable() == 1`)",
+            ),
+        ),
+        unset_reads_as=2,
         checked_at=PARAM_TAGS,
     ),
     Knob(
@@ -279,6 +307,16 @@ ROWS: tuple[Knob, ...] = (
         source=PARAM_CACHE
         + ", src/misc/cudawrap.cc; read by every communicator, one rank included "
         "(fillInfo, src/init.cc); transport lines, src/transport/p2p.cc",
+        number_use=(
+            ("-2", "auto: on where the driver supports cuMem (2.19+)"),
+            ("0", "cuMem off"),
+            (">0", "cuMem on: NCCL uses any value above 0 as on (`param >= 0 ? param`)"),
+            (
+                "else",
+                "cuMem off (2.19+: a negative value other than -2; before 2.19 any non-zero is on)",
+            ),
+        ),
+        unset_reads_as=-2,
         checked_at=("v2.18.6-1", "v2.19.1-1", *PARAM_TAGS),
     ),
     Knob(
@@ -298,6 +336,14 @@ ROWS: tuple[Knob, ...] = (
         log_proof="`NCCL_LL128_C2C set by environment to N.`; 2.27.5+ with 0 on sm90+: GRAPH `Disabling "
         "LL128 over all PxN connections (PXB and C2C)...`",
         source=PARAM_CACHE + "; NCCL_PARAM(Ll128C2c) in ncclTopoTuneModel, src/graph/tuning.cc",
+        number_use=(
+            ("0", "off"),
+            (
+                "else",
+                "on: NCCL tests it as true or false (`ncclParamLl128C2c() && minCompCap >= 90`): any non-zero is on",
+            ),
+        ),
+        unset_reads_as=1,
         checked_at=("v2.27.3-1", "v2.27.5-1", "v2.28.9-1", "v2.30.7-1"),
     ),
 )

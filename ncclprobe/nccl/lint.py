@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.findings import severity_rank
+from ncclprobe.nccl.knob_row import Kind
 from ncclprobe.nccl.knobs import KNOBS
 from ncclprobe.nccl.lint_datapath import (
     channel_bounds,
+    functions_without_algorithm,
     ll128,
     nvls,
     p2p_disable_with_level,
@@ -39,18 +41,33 @@ from ncclprobe.nccl.lint_tooling import (
     tuner_config,
     tuner_plugin,
 )
+from ncclprobe.nccl.names import COLLECTIVE
 from ncclprobe.nccl.node import NodeFacts
-from ncclprobe.nccl.values import validate_value
+from ncclprobe.nccl.values import number_meaning, read_number, validate_value
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.verdict import Verdict
 
 
 def lint_env(
-    env: Mapping[str, str], *, node: NodeFacts | None = None, nccl_version: str | None = None
+    env: Mapping[str, str],
+    *,
+    node: NodeFacts | None = None,
+    nccl_version: str | None = None,
+    collectives: Iterable[str] | None = None,
 ) -> list[SettingFinding]:
-    """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored."""
+    """Findings for the NCCL_* variables in `env`, errors first. Other variables are ignored.
+    `collectives` (ncclprobe's names or NCCL's, e.g. `all_reduce`): the ones the job calls, where
+    known (a sweep); a rule about what a collective can run then speaks of those only."""
+    called = (
+        frozenset(COLLECTIVE[c].token if c in COLLECTIVE else c.lower() for c in collectives)
+        if collectives is not None
+        else None
+    )
     ctx = Context(
-        {k: v for k, v in env.items() if k.startswith("NCCL_")}, node, parse_version(nccl_version)
+        {k: v for k, v in env.items() if k.startswith("NCCL_")},
+        node,
+        parse_version(nccl_version),
+        called,
     )
     findings: list[SettingFinding] = []
     for rule in _RULES:
@@ -79,6 +96,10 @@ def _values(ctx: Context) -> Iterator[SettingFinding]:
                 "quoted-value",
             )
             continue
+        read = read_number(name, value)
+        if read is not None:
+            yield from _number(name, value, read)
+            continue
         try:
             validate_value(name, value)
         except UsageProblem as exc:
@@ -89,6 +110,71 @@ def _values(ctx: Context) -> Iterator[SettingFinding]:
                 f"use one of the values `ncclprobe knobs {name}` lists",
                 "invalid-value",
             )
+
+
+def _number(name: str, value: str, read) -> Iterator[SettingFinding]:
+    """A variable NCCL reads as a number, judged as NCCL's parser reads it (strtoll, base 0) and as
+    NCCL then uses the number (the row's `number_use`), never by its spelling alone: `2` of a 0/1
+    switch NCCL tests with `!= 0` is on, `2abc` is 2, `true` is 0."""
+    row = KNOBS[name]
+    if read.number is None:
+        yield SettingFinding(
+            "error",
+            name,
+            f"{name}={value!r} is beyond 64 bits: NCCL logs `Invalid value` and keeps its default",
+            f"use one of the values `ncclprobe knobs {name}` lists",
+            "invalid-value",
+        )
+        return
+    canonical = value in row.values or (row.kind is Kind.INT and not read.rest)
+    if not canonical:
+        yield _number_spelling(row, value, read)
+    if row.kind is Kind.INT:
+        try:
+            validate_value(name, str(read.number))
+        except UsageProblem as exc:
+            yield SettingFinding(
+                "error",
+                name,
+                str(exc),
+                f"use one of the values `ncclprobe knobs {name}` lists",
+                "invalid-value",
+            )
+
+
+def _number_spelling(row, value: str, read) -> SettingFinding:
+    """A value outside the row's spellings, judged by what NCCL does with it. An error where that is
+    not what the value says: no number in it, an integer written with a unit (`4M` is 4), or a
+    number NCCL uses as a canonical value of the other truth (`NCCL_SHM_DISABLE=2` does what 0 does);
+    a note where it does what a canonical value does (`NCCL_CUMEM_ENABLE=2` is 1) or what unset does;
+    a warning where it does something no canonical value does (`NCCL_NVLS_ENABLE=3`)."""
+    if read.rest == value:
+        how = f"NCCL finds no number in it and reads {read.number}"
+    else:
+        how = f"NCCL reads it as {read.number} (strtoll" + (
+            f", ignoring {read.rest!r})" if read.rest else ")"
+        )
+    twins = [v for v in row.values if read.meaning and number_meaning(row, int(v)) == read.meaning]
+    same_truth = [v for v in twins if (int(v) != 0) == (read.number != 0)]
+    explicit_unset = not read.rest and read.number == row.unset_reads_as
+    if read.rest == value or (row.kind is Kind.INT and read.rest) or (twins and not same_truth):
+        severity = "error"
+    elif same_truth or explicit_unset:
+        severity = "info"
+    else:
+        severity = "warning"
+    like = f", as {twins[0]} does" if twins else ", as unset does" if explicit_unset else ""
+    what = f"one of {', '.join(row.values)}" if row.values else "an integer"
+    return SettingFinding(
+        severity,
+        row.name,
+        f"{row.name}={value!r} is not {what}; {how}"
+        + (f": {read.meaning}{like}" if read.meaning else ""),
+        f"export {row.name}={same_truth[0]}"
+        if same_truth
+        else f"use one of the values `ncclprobe knobs {row.name}` lists",
+        "invalid-value" if read.rest == value else "number-as-read",
+    )
 
 
 _QUOTES = "\"'"
@@ -133,6 +219,7 @@ _RULES: tuple[Callable[[Context], Iterable[SettingFinding]], ...] = (
     p2p_level,
     p2p_disable_with_level,
     tokens,
+    functions_without_algorithm,
     ll128,
     debug_subsys,
     debug_file,

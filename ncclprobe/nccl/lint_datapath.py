@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.lint_finding import Context, SettingFinding
 from ncclprobe.nccl.ll128 import ll128_default
-from ncclprobe.nccl.names import ALGORITHM_SINCE, ALGORITHM_UNTIL
+from ncclprobe.nccl.names import ALGORITHM_SINCE, ALGORITHM_UNTIL, FUNCTION_ALGORITHMS
 from ncclprobe.nccl.node import NVLINK_ALL, ONE_GPU
 from ncclprobe.nccl.p2p import (
     P2P_LEVEL_SINCE,
@@ -23,7 +23,15 @@ from ncclprobe.nccl.p2p import (
     is_legacy_level,
     legacy_level,
 )
-from ncclprobe.nccl.values import forcing_ll128, parse_integer, validate_value
+from ncclprobe.nccl.values import (
+    ClauseWithoutFunction,
+    forcing_ll128,
+    parse_integer,
+    read_number,
+    token_list_for,
+    token_lists,
+    validate_value,
+)
 from ncclprobe.nccl.version import release
 
 
@@ -41,6 +49,16 @@ def p2p_level(ctx: Context) -> Iterator[SettingFinding]:
             f"NCCL_P2P_LEVEL={value} is a legacy integer; NCCL reads it as {legacy}",
             f"export NCCL_P2P_LEVEL={legacy}",
             "p2p-level-legacy-int",
+        )
+    elif value[:1].isascii() and value[:1].isdigit():
+        legacy = legacy_level(value)
+        yield SettingFinding(
+            "warning",
+            "NCCL_P2P_LEVEL",
+            f"NCCL_P2P_LEVEL={value!r} is no level name; as it starts with a digit NCCL reads the "
+            f"number in front (strtol) as a legacy level and ignores the rest: {legacy}",
+            f"export NCCL_P2P_LEVEL={legacy}",
+            "p2p-level-legacy-prefix",
         )
     elif value in P2P_LEVELS_UNDOCUMENTED:
         yield _undocumented_level(ctx, value)
@@ -108,10 +126,19 @@ def tokens(ctx: Context) -> Iterator[SettingFinding]:
         try:
             validate_value(name, value)
         except UsageProblem as exc:
+            clause = isinstance(exc, ClauseWithoutFunction)
+            older = (
+                "before 2.24 `;` is no separator: NCCL reads unknown tokens and ignores them silently"
+                if clause
+                else "older versions ignore it silently"
+            )
             consequence = {
                 True: "NCCL 2.24+ refuses it and communicator creation fails",
-                False: "NCCL before 2.24 ignores the unknown token silently",
-                None: "NCCL 2.24+ fails communicator creation; older versions ignore it silently",
+                False: "Before 2.24 `;` is no separator: NCCL reads unknown tokens and ignores them "
+                "silently"
+                if clause
+                else "NCCL before 2.24 ignores the unknown token silently",
+                None: f"NCCL 2.24+ fails communicator creation; {older}",
             }
             yield SettingFinding(
                 "error",
@@ -240,16 +267,57 @@ def transports_off(ctx: Context) -> Iterator[SettingFinding]:
 
 def nvls(ctx: Context) -> Iterator[SettingFinding]:
     links = ctx.node.links if ctx.node else None
-    if (
-        ctx.env.get("NCCL_NVLS_ENABLE") == "1"
-        and links is not None
-        and links not in (NVLINK_ALL, ONE_GPU)
-    ):
+    value = ctx.env.get("NCCL_NVLS_ENABLE")
+    read = read_number("NCCL_NVLS_ENABLE", value) if value is not None else None
+    forced = read is not None and read.number not in (None, 0, 2)  # NCCL: `!= 0`, and 2 is auto
+    if forced and links is not None and links not in (NVLINK_ALL, ONE_GPU):
         yield SettingFinding(
             "warning",
             "NCCL_NVLS_ENABLE",
-            "NCCL_NVLS_ENABLE=1 asks for NVLink SHARP, which needs every "
+            f"NCCL_NVLS_ENABLE={value} asks for NVLink SHARP, which needs every "
             "GPU on one NVSwitch fabric; this node's GPUs are not all linked by NVLink",
             "unset it",
             "nvls-without-nvlink",
         )
+
+
+def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
+    """An NCCL_ALGO list that leaves a collective none of the algorithms it can run at all
+    (`FUNCTION_ALGORITHMS`: NCCL_ALGO=Tree leaves broadcast and reduce nothing, as they run only
+    Ring): 2.24+ fails that collective's call, 2.23 and older fall back to Ring."""
+    value = ctx.env.get("NCCL_ALGO")
+    if value is None or ctx.at_least(2, 24) is False:
+        return  # before 2.24 NCCL falls back to Ring: nothing fails
+    try:
+        validate_value("NCCL_ALGO", value)
+    except UsageProblem:
+        return  # `tokens` reports it
+    known = frozenset().union(*FUNCTION_ALGORITHMS.values())
+    if any(not clause.names <= known for clause in token_lists(value).values()):
+        return  # a name this NCCL may not know (CollNet): `tokens` and `algo-too-old` say so
+    stranded = []
+    for function, runs in FUNCTION_ALGORITHMS.items():
+        clause = token_list_for(value, function)
+        if clause is not None and not any(clause.allows(a) for a in runs):
+            stranded.append(function)
+    if ctx.collectives is not None:  # the job's own collectives: only theirs count, and they fail
+        stranded = [f for f in stranded if f in ctx.collectives]
+    if not stranded:
+        return
+    names = ", ".join(stranded)
+    consequence = (
+        f"NCCL 2.24+ fails each {names} call (`no algorithm/protocol available`, ncclInvalidUsage)"
+        + ("" if ctx.at_least(2, 24) else "; older versions run them on Ring anyway")
+    )
+    yield SettingFinding(
+        # an error where the job is known to call them on 2.24+; else a warning: a job that calls
+        # only the collectives the list allows runs (an all-reduce-only job with NCCL_ALGO=Tree)
+        "error" if ctx.collectives is not None and ctx.at_least(2, 24) else "warning",
+        "NCCL_ALGO",
+        f"NCCL_ALGO={value} leaves {names} no algorithm they can run (broadcast and reduce run only "
+        f"Ring; all-gather and reduce-scatter Ring, PAT, NVLS or CollNetDirect): {consequence}",
+        f"name the collective: NCCL_ALGO=allreduce:{value} (2.24+), or add Ring"
+        if ":" not in value and ";" not in value
+        else "add Ring to the clause that governs them",
+        "algo-leaves-function-nothing",
+    )

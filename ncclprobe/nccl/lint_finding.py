@@ -61,6 +61,8 @@ class Context:
     env: Mapping[str, str]
     node: NodeFacts | None
     version: Version | None
+    # the NCCL functions the job calls (`allreduce`, ...); None: not known (a job's environment)
+    collectives: frozenset[str] | None = None
 
     def at_least(self, major: int, minor: int, patch: int = 0) -> bool | None:
         return None if self.version is None else self.version >= (major, minor, patch)

@@ -121,3 +121,16 @@ TUNER_COLLECTIVES = {c.name: c.token for c in COLLECTIVE_NAMES if c.tuned}
 def nccl_function(name: str) -> str:
     """NCCL's function name of one of ncclprobe's collectives: `all_reduce` -> `AllReduce`."""
     return COLLECTIVE[name].function
+
+
+# The algorithms each tuned function can run at all (ncclTopoTuneModel's `continue`s, src/graph/tuning.cc,
+# the same at v2.23.4-1, v2.24.3-1 and v2.28.9-1): broadcast and reduce only Ring; all-gather and
+# reduce-scatter Ring, PAT, NVLS and CollNetDirect; all-reduce every algorithm but PAT. A list that
+# leaves a function none of its own fails that function's call on 2.24+, falls back to Ring before.
+FUNCTION_ALGORITHMS = {
+    "broadcast": frozenset({"ring"}),
+    "reduce": frozenset({"ring"}),
+    "allgather": frozenset({"ring", "pat", "nvls", "collnetdirect"}),
+    "reducescatter": frozenset({"ring", "pat", "nvls", "collnetdirect"}),
+    "allreduce": frozenset({"ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree"}),
+}

@@ -45,16 +45,24 @@ def is_legacy_level(value: str) -> bool:
 
 
 def legacy_level(value: str) -> str:
-    """The path type NCCL reads an old-style integer level as (`2` -> PXB, `9` -> SYS).
+    """The path type NCCL reads an old-style level as: a value that starts with a digit and is no
+    level name (`2` -> PXB, `9` -> SYS, `2abc` -> PXB).
 
-    NCCL parses it with strtol(str, NULL, 0): a leading 0 makes it octal, read up to the first
-    digit that is not octal (`010` is 8, `08` is 0)."""
-    if value.startswith("0"):
-        octal = value[: len(value) - len(value.lstrip("01234567"))]
-        number = int(octal, 8)
-    else:
-        number = int(value)
+    NCCL parses it with strtol(str, NULL, 0) and ignores what follows the number: a leading 0x makes
+    it hex, a leading 0 octal, read up to the first digit that is not of that base (`010` is 8, `08`
+    is 0)."""
+    base, text = 10, value
+    if value[:2] in ("0x", "0X") and value[2:3] and value[2:3] in _HEX:
+        base, text = 16, value[2:]
+    elif value.startswith("0"):
+        base = 8
+    digits = _HEX[:base] if base != 16 else _HEX
+    count = len(text) - len(text.lstrip(digits))
+    number = int(text[:count], base) if count else 0
     return LEGACY_P2P_LEVELS[min(number, len(LEGACY_P2P_LEVELS) - 1)]
+
+
+_HEX = "0123456789abcdefABCDEF"
 
 
 def level_as_logged(value: str) -> str:

@@ -96,6 +96,13 @@ def strtoll(text: str) -> int | None:
     decimal, read up to the first character that is not a digit of that base (`4M` is 4, `09` is 0,
     `abc` is 0). None where the value overflows 64 bits: errno is set, NCCL logs `Invalid value`
     and keeps its default."""
+    return strtoll_rest(text)[0]
+
+
+def strtoll_rest(text: str) -> tuple[int | None, str]:
+    """`strtoll`, and what it left unread (C's end pointer): `("4M")` -> (4, "M"); no digits at all
+    leave the whole text unread (`("true")` -> (0, "true"))."""
+    whole = text
     text = text.lstrip(_C_SPACE)
     sign = -1 if text[:1] == "-" else 1
     text = text[1:] if text[:1] in "+-" else text
@@ -109,8 +116,50 @@ def strtoll(text: str) -> int | None:
         if char.lower() not in _C_DIGITS[:base] or not char.isascii():
             break
         digits += char
-    number = sign * int(digits, base) if digits else 0
-    return number if -INT64_MAX - 1 <= number <= INT64_MAX else None
+    if not digits:
+        return 0, whole
+    number = sign * int(digits, base)
+    rest = text[len(digits) :]
+    return (number if -INT64_MAX - 1 <= number <= INT64_MAX else None), rest
+
+
+@dataclass(frozen=True)
+class NumberRead:
+    """What NCCL makes of a value it reads as a number (`read_number`)."""
+
+    number: int | None  # None: beyond 64 bits, so NCCL keeps its default
+    rest: str  # the characters strtoll did not read (`M` of `4M`; the whole value when no digits)
+    meaning: str | None  # what NCCL then does, from the row's `number_use`; None: not known
+
+
+def read_number(name: str, value: str) -> NumberRead | None:
+    """How NCCL reads `value` for a variable that holds a number (a row with `number_use`, or an
+    integer read through NCCL_PARAM): strtoll's number, what it left unread and, where the row says,
+    what NCCL does with it. None for other variables."""
+    row = KNOBS.get(name)
+    if row is None or not (row.number_use or (row.nccl_param and row.kind is Kind.INT)):
+        return None
+    number, rest = strtoll_rest(value)
+    meaning = number_meaning(row, number) if number is not None else None
+    return NumberRead(number, rest, meaning)
+
+
+def number_meaning(row: Knob, number: int) -> str | None:
+    """The first of the row's `number_use` tests that `number` passes: what NCCL does with it."""
+    for test, meaning in row.number_use:
+        if test == "else" or _passes(test, number):
+            return meaning
+    return None
+
+
+def _passes(test: str, number: int) -> bool:
+    if test == ">0":
+        return number > 0
+    if test == "<0":
+        return number < 0
+    if test == "!=0":
+        return number != 0
+    return number == int(test)
 
 
 def as_logged(name: str, value: str) -> str:
@@ -157,6 +206,7 @@ def _validate_tokens(row: Knob, value: str) -> str:
     communicator creation, older versions silently leave Simple out)."""
     allowed = {token.lower(): token for token in row.values}
     spaced = " (NCCL compares each token whole: no spaces around names)"
+    _clauses_have_functions(row, value)
     for clause in value.split(";"):
         tokens = clause.split(":", 1)[-1] if ":" in clause else clause
         prefix = clause.split(":", 1)[0] if ":" in clause else None
@@ -172,6 +222,25 @@ def _validate_tokens(row: Knob, value: str) -> str:
                 )
                 raise UsageProblem(f"{row.name}={value!r}: unknown token {token!r}{hint}")
     return value
+
+
+class ClauseWithoutFunction(UsageProblem):
+    """A `;` clause after the first without `func:` (2.24+ grammar)."""
+
+
+def _clauses_have_functions(row: Knob, value: str) -> None:
+    """2.24+ parseList splits on `;` (strtok: empty clauses vanish) and lets only a clause that
+    starts the value go without `func:`; any other is `All entries except the first must have a
+    prefix`, ncclInvalidUsage (src/graph/tuning.cc). Before 2.24 `;` is no separator at all."""
+    clauses = [c for c in value.split(";") if c]
+    for index, clause in enumerate(clauses):
+        parts = [p for p in clause.split(":") if p]  # strtok on `:` too
+        if len(parts) < 2 and (index > 0 or value.startswith(";")):
+            raise ClauseWithoutFunction(
+                f"{row.name}={value!r}: the clause {clause!r} names no function, and only a first "
+                f"clause may (`allreduce:{clause}`; NCCL: `All entries except the first must have a "
+                "prefix`)"
+            )
 
 
 @dataclass(frozen=True)

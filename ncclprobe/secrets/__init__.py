@@ -52,6 +52,8 @@ _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # hold no credentials by design; `mask_text` still runs over their values.
 HARMLESS_PREFIXES = (
     "NCCL_",
+    "RCCL_",  # ROCm's NCCL: the same family of settings (RCCL_MSCCL_ENABLE), credential words still masked
+    "HIP_",  # HIP_VISIBLE_DEVICES, ROCm's CUDA_VISIBLE_DEVICES
     "TORCH_NCCL_",
     "TORCH_DISTRIBUTED_",
     "TORCHELASTIC_",

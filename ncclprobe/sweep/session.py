@@ -192,7 +192,9 @@ def _linted_header(
     NCCL version in use) in its notes and `lint` (said on stderr too)."""
     head = setup.header(spec, list(argv), topo, [], skipped_modes)
     version = (head.get("versions") or {}).get("nccl") if spec.backend == "nccl" else None
-    findings = setup.lint_findings(configs, spec.backend, setup.node_facts(spec, topo), version)
+    findings = setup.lint_findings(
+        configs, spec.backend, setup.node_facts(spec, topo), version, spec.collectives
+    )
     for entry in findings:
         log.warning("%s", setup.lint_note(entry))
     known_bad = setup.known_bad_notes(version, setup.node_facts(spec, topo))

@@ -175,7 +175,11 @@ REUSE_NOTE = (
 
 
 def lint_findings(
-    configs, backend: str, node: NodeFacts | None, nccl_version: str | None = None
+    configs,
+    backend: str,
+    node: NodeFacts | None,
+    nccl_version: str | None = None,
+    collectives=None,
 ) -> list[dict]:
     """The knowledge table's lint over every configuration, with the GPUs' facts and the NCCL
     version in use, before anything runs: one entry per distinct error or warning with the
@@ -186,7 +190,9 @@ def lint_findings(
 
     found: dict[tuple, dict] = {}
     for config in configs:
-        for finding in lint_env(config.settings, node=node, nccl_version=nccl_version):
+        for finding in lint_env(
+            config.settings, node=node, nccl_version=nccl_version, collectives=collectives
+        ):
             if finding.severity == "info" or (backend != "nccl" and finding.code in TOPOLOGY_CODES):
                 continue
             entry = found.setdefault(

@@ -1,27 +1,71 @@
 """What a job's log says about a hang by itself (no Flight Recorder dumps), and the notes it adds
 beside them.
 
-The watchdog of a rank logs a timeout only for a collective that rank enqueued, so a rank that
-never enqueued the collective the others timed out in logs none: the log alone points at the
-silent ranks, but only as an inference (a rank may also have died first, or its log be cut). The
-Flight Recorder turns that into a reading, so a log-only diagnosis always asks for the dumps.
+The log is read as the dumps are (`hang.py`): a group's collective N is the same call on every
+member, so the ranks' own numbers at one sequence number tell the cases apart, in the dump
+reading's words:
+- `mismatch`: the ranks timed out in (or DETAIL's check caught) different calls at the same number:
+  another operation (an order swap, or a collective only some ranks issue) or another size;
+- `missing`: some ranks timed out in it and others logged none: a rank logs a timeout only for a
+  collective it enqueued, so the silent ones likely never entered it (an inference, unless the rank
+  told to dump by a peer logged its own last enqueued work, or DETAIL's monitored barrier named it);
+- a cycle: each group misses a rank that waits in the other group (each rank's first timeout);
+- `agreed`: every rank in it with the same call; where no collective ever completed on any of them
+  (last completed work 0 everywhere, or the first collective), the communicator never worked: a hang
+  in NCCL's init or transport setup, not ranks out of step.
+The Flight Recorder turns inferences into readings, so a log-only diagnosis always asks for the dumps.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked
 
 
+@dataclass(frozen=True)
+class LogStuck:
+    """One collective (group, seq) some ranks timed out in, with every rank's own numbers."""
+
+    group: str | None
+    seq: int | None
+    label: str
+    calls: dict  # rank -> its WatchdogTimeout there
+    silent: tuple[int, ...]  # ranks seen in the log without a timeout there
+    behind: dict  # silent rank -> its last enqueued work (its dump-signal line)
+    completed: dict  # rank -> last completed work (its status line there)
+    enqueued: dict  # rank -> last enqueued work (its status line there)
+
+    @property
+    def mismatch(self) -> bool:
+        return len({(t.op, t.numel_in, t.numel_out) for t in self.calls.values()}) > 1
+
+    @property
+    def because(self) -> str:
+        """As the dump reading says it: missing, mismatch or agreed."""
+        return "mismatch" if self.mismatch else "missing" if self.silent else "agreed"
+
+    @property
+    def never_completed(self) -> bool:
+        """No rank in it ever completed a collective of the group: the first one never finished."""
+        if self.completed:
+            return all(done <= 0 for done in self.completed.values()) and len(
+                self.completed
+            ) == len(self.calls)
+        return self.seq == 1
+
+
 def log_only_findings(ev: E.Evidence) -> list:
-    out: list = []
-    timeouts = _by_collective(ev)
-    known = _known_ranks(ev)
-    for (group, seq, op), ranks in sorted(timeouts.items(), key=lambda kv: kv[0][1] or 0):
-        out.append(_watchdog(ev, group, seq, op, ranks, known))
+    stuck = stuck_collectives(ev)
+    cycles = _cycles(ev, stuck)
+    in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
+    out: list = [_cycle_finding(c) for c in cycles]
+    out += [_watchdog(s) for s in stuck if id(s) not in in_cycle]
+    out += _detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
-    if gloo and not timeouts:
+    if gloo and not out:
         out.append(
             Finding(
                 rule="hang-watchdog",
@@ -29,7 +73,8 @@ def log_only_findings(ev: E.Evidence) -> list:
                 confidence="low",
                 title=f"gloo timed out on {_ranks(gloo)} after {max(gloo.values())} ms waiting for a peer",
                 detail="gloo's timeout names neither the collective nor its sequence number: which rank "
-                "did not join cannot be read from the log.",
+                "did not join cannot be read from the log (TORCH_DISTRIBUTED_DEBUG=DETAIL makes every "
+                "rank check each collective against the others and name the mismatch or the missing rank).",
                 evidence={"gloo_timeout_ms": {str(r): ms for r, ms in sorted(gloo.items())}},
             )
         )
@@ -61,93 +106,287 @@ def log_only_findings(ev: E.Evidence) -> list:
     return out
 
 
-def _watchdog(ev, group, seq, op, ranks: dict, known: set) -> Finding:
-    silent = sorted(known - set(ranks))
-    first = next(iter(ranks.values()))
-    label = first.group_desc or (f"PG {group}" if group is not None else "its group")
-    status = {
-        s.rank: s
-        for log in ev.job_logs
-        for s in log.statuses
-        if s.seq == seq and (s.group is None or group is None or s.group == group)
-    }
-    # a rank told to dump by a peer logs how far it got: a reading, where it is there
-    behind = {
-        s.rank: s.last_enqueued
-        for log in ev.job_logs
-        for s in log.statuses
-        if s.seq is None
-        and s.rank in silent
-        and (group is None or s.group == group)
-        and s.last_enqueued < (seq or 0)
-    }
+def stuck_collectives(ev: E.Evidence) -> list[LogStuck]:
+    """Every (group, seq) a watchdog timed out in, with each rank's call, status and silence."""
+    known = _known_ranks(ev)
+    out = []
+    for (group, seq), ranks in sorted(_by_collective(ev).items(), key=lambda kv: kv[0][1] or 0):
+        first = next(iter(ranks.values()))
+        silent = tuple(sorted(known - set(ranks)))
+        statuses = [
+            s
+            for log in ev.job_logs
+            for s in log.statuses
+            if s.seq == seq and (s.group is None or group is None or s.group == group)
+        ]
+        behind = {
+            s.rank: s.last_enqueued
+            for log in ev.job_logs
+            for s in log.statuses
+            if s.seq is None
+            and s.rank in silent
+            and (group is None or s.group == group)
+            and s.last_enqueued < (seq or 0)
+        }
+        out.append(
+            LogStuck(
+                group=group,
+                seq=seq,
+                label=first.group_desc or (f"PG {group}" if group is not None else "its group"),
+                calls=ranks,
+                silent=silent,
+                behind=behind,
+                completed={s.rank: s.last_completed for s in statuses if s.rank in ranks},
+                enqueued={s.rank: s.last_enqueued for s in statuses if s.rank in ranks},
+            )
+        )
+    return out
+
+
+def _watchdog(s: LogStuck) -> Finding:
+    ranks, first = s.calls, next(iter(s.calls.values()))
     evidence = {
-        "group": group,
-        "seq": seq,
-        "op": op,
+        "group": s.group,
+        "seq": s.seq,
+        "op": first.op,
+        "because": s.because,
         "timed_out_ranks": sorted(ranks),
-        "silent_ranks": silent,
+        "silent_ranks": list(s.silent),
         "timeout_ms": first.timeout_ms,
         "ran_ms": {str(r): t.ran_ms for r, t in sorted(ranks.items())},
-        "last_enqueued": {str(r): s.last_enqueued for r, s in sorted(status.items())},
-        "last_completed": {str(r): s.last_completed for r, s in sorted(status.items())},
-        "silent_last_enqueued": {str(r): n for r, n in sorted(behind.items())},
+        "calls": {str(r): _call(t) for r, t in sorted(ranks.items())},
+        "last_enqueued": {str(r): n for r, n in sorted(s.enqueued.items())},
+        "last_completed": {str(r): n for r, n in sorted(s.completed.items())},
+        "silent_last_enqueued": {str(r): n for r, n in sorted(s.behind.items())},
     }
-    numel = f"{first.numel_in:,}" if first.numel_in is not None else "?"
-    what = f"{op} #{seq} of {label} ({numel} elements)"
-    if silent and set(behind) == set(silent):
+    ran = max(t.ran_ms or 0 for t in ranks.values())
+    if s.mismatch:
+        return _mismatch(s, evidence)
+    what = f"{first.op} #{s.seq} of {s.label} ({_numel(first.numel_in)} elements)"
+    if s.silent and set(s.behind) == set(s.silent):
         return Finding(
             rule="hang-watchdog",
             severity="error",
             confidence="high",
-            title=f"{_ranks(silent)} never entered {what} that {_ranks(ranks)} timed out in",
+            title=f"{_ranks(s.silent)} never entered {what} that {_ranks(ranks)} timed out in",
             detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after "
-                f"{max(t.ran_ms or 0 for t in ranks.values())} ms; "
+                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms; "
                 + "; ".join(
                     f"rank {r}'s log says its last enqueued work is {n}"
-                    for r, n in sorted(behind.items())
+                    for r, n in sorted(s.behind.items())
                 )
-                + f" (the line torch prints when a peer's timeout makes it dump): it never enqueued #{seq}."
+                + f" (the line torch prints when a peer's timeout makes it dump): it never enqueued #{s.seq}."
             ),
             evidence=evidence,
         )
-    if silent:
+    if s.silent:
         return Finding(
             rule="hang-watchdog",
             severity="error",
             confidence="medium",
-            title=f"{_ranks(ranks)} timed out in {what}; {_ranks(silent)} logged no timeout: "
-            f"{'it' if len(silent) == 1 else 'they'} likely never entered it",
+            title=f"{_ranks(ranks)} timed out in {what}; {_ranks(s.silent)} logged no timeout: "
+            f"{'it' if len(s.silent) == 1 else 'they'} likely never entered it",
             detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after "
-                f"{max(t.ran_ms or 0 for t in ranks.values())} ms. A rank logs a timeout only for a "
-                f"collective it enqueued, so {_ranks(silent)}, seen in the log without one, probably never "
-                "enqueued it (inferred: a rank that died first or whose log is cut looks the same; the "
-                "Flight Recorder dumps would show it)."
+                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. A rank logs a "
+                f"timeout only for a collective it enqueued, so {_ranks(s.silent)}, seen in the log "
+                "without one, probably never enqueued it (inferred: a rank that died first or whose "
+                "log is cut looks the same; the Flight Recorder dumps would show it)."
             ),
             evidence=evidence,
+        )
+    if s.never_completed:
+        return Finding(
+            rule="hang-first-collective",
+            severity="error",
+            confidence="medium",
+            title=f"no collective of {s.label} ever completed: every rank in the log timed out in "
+            f"{what}, the same call on each",
+            detail=(
+                f"{_ranks(ranks).capitalize()} entered {what} with the same call and none of them "
+                "ever completed a collective of the group (last completed work "
+                + (
+                    ", ".join(f"{n} on rank {r}" for r, n in sorted(s.completed.items()))
+                    if s.completed
+                    else f"none before #{s.seq}"
+                )
+                + "). The ranks are not out of step: the group's communicator never moved data. "
+                "NCCL creates its communicator and connects the ranks at the first collective, so "
+                "this is a hang in NCCL's init or transport setup (a network path that does not "
+                "connect, an interface the peers cannot reach, a transport that blocks); the NCCL "
+                "logs of the ranks (NCCL_DEBUG=INFO) show how far each got."
+            ),
+            evidence=evidence,
+            next_command="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV NCCL_DEBUG_FILE=nccl-%h-%p.log "
+            "<the job>, then: ncclprobe diagnose --log LOG --nccl-log nccl-*.log",
         )
     return Finding(
         rule="hang-watchdog",
         severity="warning",
         confidence="medium",
-        title=f"every rank in the log timed out in {what}",
+        title=f"every rank in the log timed out in {what}, the same call on each",
         detail=(
-            f"{_ranks(ranks).capitalize()} timed out in the same collective: the log shows no rank "
-            "missing from it. Ranks that logged nothing at all are not in this count."
+            f"{_ranks(ranks).capitalize()} timed out in the same collective with the same call: the "
+            "log shows no rank missing from it and no call that differs. Ranks that logged nothing "
+            "at all are not in this count."
         ),
         evidence=evidence,
+    )
+
+
+def _mismatch(s: LogStuck, evidence: dict) -> Finding:
+    ops = {t.op for t in s.calls.values()}
+    differs = "operation" if len(ops) > 1 else "size"
+    calls = "; ".join(f"rank {r}: {_call(t)}" for r, t in sorted(s.calls.items()))
+    why = (
+        "The ranks issue collectives in different orders, or some rank issues a collective the "
+        "others do not (the dumps tell a swap, where each call shows up later on the other rank)"
+        if differs == "operation"
+        else "The ranks pass tensors of different sizes to the same collective"
+    )
+    return Finding(
+        rule="hang-mismatch",
+        severity="error",
+        confidence="high",
+        title=f"#{s.seq} of {s.label} differs between ranks ({differs}): {calls}",
+        detail=(
+            f"A group's collective #{s.seq} must be the same call on every member; the watchdog "
+            f"lines of the ranks show different calls there: {calls}. {why}."
+        ),
+        evidence={**evidence, "differs_in": differs},
+    )
+
+
+def _detail_findings(ev: E.Evidence) -> list[Finding]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers."""
+    out = []
+    prints = {}
+    for log in ev.job_logs:
+        for f in log.fingerprints:
+            prints.setdefault(f.seq, {}).setdefault(f.rank, f)
+    for seq, by_rank in sorted(prints.items()):
+        calls = "; ".join(
+            f"rank {r}: {f.op} of {_numel(f.numel)} elements" for r, f in sorted(by_rank.items())
+        )
+        differs = "operation" if len({f.op for f in by_rank.values()}) > 1 else "size"
+        out.append(
+            Finding(
+                rule="hang-mismatch",
+                severity="error",
+                confidence="high",
+                title=f"collective #{seq} differs between ranks ({differs}): {calls}",
+                detail=(
+                    "TORCH_DISTRIBUTED_DEBUG=DETAIL checked the ranks' calls before running "
+                    f"collective #{seq} (its SequenceNumber={seq - 1} counts from 0) and they "
+                    f"differ: {calls}."
+                ),
+                evidence={
+                    "seq": seq,
+                    "because": "mismatch",
+                    "differs_in": differs,
+                    "calls": {str(r): f"{f.op} {f.numel}" for r, f in sorted(by_rank.items())},
+                },
+            )
+        )
+    missing = {r: ms for log in ev.job_logs for r, ms in log.barrier_missing.items()}
+    if missing:
+        out.append(
+            Finding(
+                rule="hang-watchdog",
+                severity="error",
+                confidence="high",
+                title=f"{_ranks(missing)} never reached the next collective: "
+                "TORCH_DISTRIBUTED_DEBUG=DETAIL's monitored barrier before it timed out "
+                f"after {max(missing.values())} ms",
+                detail="Before each collective DETAIL's check waits for every rank at a barrier; "
+                f"{_ranks(missing)} did not arrive, so {'it' if len(missing) == 1 else 'they'} never "
+                "entered the collective the others wait in.",
+                evidence={"because": "missing", "missing_ranks": sorted(missing)},
+            )
+        )
+    sizes = {r: v for log in ev.job_logs for r, v in log.gloo_size_mismatch.items()}
+    if sizes:
+        seen = "; ".join(
+            f"rank {r} received {got:,} bytes where it expected at most {expected:,}"
+            for r, (got, expected) in sorted(sizes.items())
+        )
+        out.append(
+            Finding(
+                rule="hang-mismatch",
+                severity="error",
+                confidence="high",
+                title=f"the ranks' collective sizes differ (gloo): {seen}",
+                detail=f"gloo checks each message against the size its own call expects: {seen} "
+                "(`Received data size doesn't match expected size`). The ranks called the same "
+                "collective with tensors of different sizes, or different collectives.",
+                evidence={"because": "mismatch", "differs_in": "size"},
+            )
+        )
+    return out
+
+
+def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, int, int]]]:
+    """Collectives of different groups whose silent ranks each wait in the other: each rank's
+    first timeout is where it waits. [(stuck, waiting rank, missing rank)] per cycle."""
+    waits: dict[int, tuple] = {}
+    for log in ev.job_logs:
+        for t in log.timeouts:
+            waits.setdefault(t.rank, (t.group, t.seq))
+    by_key = {(s.group, s.seq): s for s in stuck}
+    edges = {}
+    for s in stuck:
+        for m in s.silent:
+            there = by_key.get(waits.get(m))
+            waiter = next((r for r in sorted(s.calls) if waits.get(r) == (s.group, s.seq)), None)
+            if there is not None and there is not s and waiter is not None and waiter != m:
+                edges.setdefault(id(s), (s, waiter, m, there))
+    cycles, seen = [], set()
+    for start in list(edges):
+        path, node = [], start
+        while node in edges and node not in {id(p[0]) for p in path}:
+            s, waiter, missing, target = edges[node]
+            path.append((s, waiter, missing))
+            node = id(target)
+        if node == start and not ({id(p[0]) for p in path} & seen):
+            cycles.append(path)
+            seen |= {id(p[0]) for p in path}
+    return cycles
+
+
+def _cycle_finding(cycle: list[tuple[LogStuck, int, int]]) -> Finding:
+    links = [
+        f"rank {w} waits in {s.label} #{s.seq} ({s.calls[w].op}) for rank {m}" for s, w, m in cycle
+    ]
+    labels = [s.label for s, _, _ in cycle]
+    return Finding(
+        rule="hang-groups",
+        severity="error",
+        confidence="medium",
+        title=f"{' and '.join(labels)} wait on each other: " + "; ".join(links),
+        detail=(
+            "Each rank's first watchdog timeout is in a collective of one group that misses a rank "
+            "whose own first timeout is in the other: "
+            + "; ".join(links)
+            + ". The ranks issue the groups' collectives in different orders and each blocks in "
+            "its first (inferred from the log; the dumps show it). Issue collectives of different "
+            "groups in one order on every rank."
+        ),
+        evidence={
+            "cycle": [
+                {"group": s.group, "seq": s.seq, "waiting_rank": w, "missing_rank": m}
+                for s, w, m in cycle
+            ]
+        },
     )
 
 
 def log_notes(ev: E.Evidence) -> list[str]:
     """One line per fact of the logs that the dumps do not carry: timeouts and the launcher's verdict."""
     notes = []
-    for (group, seq, op), ranks in _by_collective(ev).items():
+    for (group, seq), ranks in _by_collective(ev).items():
         first = next(iter(ranks.values()))
+        ops = "/".join(sorted({t.op or "?" for t in ranks.values()}))
         notes.append(
-            f"log: the watchdog of {_ranks(ranks)} timed out in {op} #{seq} "
+            f"log: the watchdog of {_ranks(ranks)} timed out in {ops} #{seq} "
             f"(PG {group if group is not None else '?'}{', ' + first.group_desc if first.group_desc else ''}) "
             f"after {max(t.ran_ms or 0 for t in ranks.values())} ms (timeout {first.timeout_ms} ms)"
         )
@@ -165,11 +404,12 @@ def log_notes(ev: E.Evidence) -> list[str]:
 
 
 def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
-    """(group, seq, op) -> {rank: its watchdog timeout}, over every log."""
+    """(group, seq) -> {rank: its watchdog timeout}, over every log: one sequence number of a group
+    is one collective, whatever each rank issued there."""
     out: dict[tuple, dict] = {}
     for log in ev.job_logs:
         for t in log.timeouts:
-            out.setdefault((t.group, t.seq, t.op), {}).setdefault(t.rank, t)
+            out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
     return out
 
 
@@ -177,6 +417,15 @@ def _known_ranks(ev: E.Evidence) -> set[int]:
     ranks = {r for log in ev.job_logs for r in log.ranks}
     ranks |= {f.rank for log in ev.job_logs for f in log.failures if f.rank is not None}
     return ranks
+
+
+def _call(t) -> str:
+    out = f"{t.op} of {_numel(t.numel_in)} elements"
+    return out if t.numel_out in (None, t.numel_in) else f"{out} in, {_numel(t.numel_out)} out"
+
+
+def _numel(n) -> str:
+    return f"{n:,}" if n is not None else "?"
 
 
 def _ranks(ranks) -> str:

@@ -14,6 +14,7 @@ import statistics
 from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.engine_facts.spec_config import NOT_WORKING
+from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 
@@ -174,24 +175,40 @@ def _capture_sizes(ev, run, log) -> list:
 
 
 def _downgrade(ev, run, downgrade: dict) -> Finding:
+    """What the lowered mode captures, from vLLM's own table (`engine_facts.vllm_cudagraph`): a
+    mode that keeps decode steps in full graphs is no loss for them; one that runs their attention
+    outside (PIECEWISE) or runs no graph (NONE) is."""
     to = downgrade.get("to") or "?"
+    known = cudagraph_mode(to)
+    decode_lost = known is None or known.decode != "FULL"
+    severity = "error" if to == "NONE" else "warning" if decode_lost else "info"
+    what = (
+        known.captures
+        if known
+        else "a mode vLLM's table does not name: what it captures is not known"
+    )
     return Finding(
         rule="cudagraph-mode",
-        severity="error" if to == "NONE" else "warning",
-        confidence="high",
+        severity=severity,
+        confidence="high" if known else "low",
         title=f"vLLM lowered cudagraph_mode to {to}",
         detail=(
-            "The server log says vLLM changed the CUDA-graph mode at start-up: "
+            f"The server log says vLLM changed the CUDA-graph mode at start-up to {to}: {what}"
             + (
-                "no step runs from a graph"
-                if to == "NONE"
-                else "the attention of every step (the verify step's included) runs outside the graphs, between "
-                "captured pieces"
+                ""
+                if decode_lost
+                else " (decode and verify steps keep their full graphs: only prefill and mixed "
+                "batches lose theirs)"
             )
             + f". Its words: {downgrade.get('line')}"
         ),
-        evidence={"cudagraph_mode": to, "line": downgrade.get("line")},
-        next_command=graphs_command(ev, "verify"),
+        evidence={
+            "cudagraph_mode": to,
+            "decode_mode": known.decode if known else None,
+            "mixed_mode": known.mixed if known else None,
+            "line": downgrade.get("line"),
+        },
+        next_command=graphs_command(ev, "verify") if decode_lost else "",
     )
 
 

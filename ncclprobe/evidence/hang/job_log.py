@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.numbers import ascii_re
 
@@ -50,6 +51,29 @@ _STATUS = ascii_re(
 )
 _FR_OFF = ascii_re(r"FlightRecorder is disabled|TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value")
 _DUMP_SIGNAL = ascii_re(r"(?i)signal dumping|dump signal")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL (ProcessGroupWrapper, torch 2.13): every collective is checked across
+# ranks before it runs; a mismatch names both ranks' calls (`SequenceNumber` counts from 0: the 4th
+# collective is 3), a rank that never arrives fails the monitored barrier
+_MISMATCH = ascii_re(
+    r"Detected mismatch between collectives on ranks\. Rank (?P<a>\d+) is running collective: "
+)
+_FINGERPRINT = ascii_re(
+    r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
+    r"OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
+)
+_BARRIER = ascii_re(
+    r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms"
+)
+# gloo's own check of a received message (pair.cc): a collective of another size on the peer
+_GLOO_SIZE = ascii_re(
+    r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<expected>\d+)\. Received data size doesn't "
+    r"match expected size"
+)
+# a collective that failed because a peer went away (NCCL's ncclRemoteError, and the socket line
+# under its `Last error:`): the aftermath of another rank's exit, told by the hang reading's notes
+_REMOTE = ascii_re(
+    r"remote process exited or there was a network error|ncclRemoteError|Connection closed by remote peer"
+)
 _GLOO_TIMEOUT = ascii_re(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
 _PEER_CLOSED = ascii_re(r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
 _EXCEPTION = ascii_re(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (?P<msg>.*)$")
@@ -59,6 +83,16 @@ _FAILURE_FIELD = ascii_re(
 )
 _FAILURE_RANK = ascii_re(r"^(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
 _EXITCODE = ascii_re(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+# what surrounds a failure this reader reads (the watchdog's teardown, torchrun's account of the
+# ranks it stopped, a traceback's header): context, not a failure of its own
+_CONTEXT = ascii_re(
+    r"^Traceback \(most recent call last\):|Some NCCL operations have failed or timed out"
+    r"|To avoid data inconsistency, we are taking the entire process down|Stack trace of the failed collective"
+    r"|terminate called after throwing an instance of 'c10::DistBackendError'"
+    r"|torch[./]distributed[./]elastic[./]|elastic/multiprocessing/|ChildFailedError"
+    r"|^\s*(?:exitcode|error_file|traceback)\s*:|^\s*File \"|^\S+ FAILED$"
+    r"|terminate called after throwing an instance of 'gloo::EnforceNotMet'|^Last error:\s*$"
+)
 _NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d+)(?:\.\w+)?$")
 
 
@@ -89,6 +123,16 @@ class WatchdogStatus:
 
 
 @dataclass(frozen=True)
+class Fingerprint:
+    """One rank's collective as TORCH_DISTRIBUTED_DEBUG=DETAIL's check printed it."""
+
+    rank: int
+    seq: int  # as the group counts collectives from 1 (the Flight Recorder's number): printed + 1
+    op: str
+    numel: int | None  # elements of its (first) tensor
+
+
+@dataclass(frozen=True)
 class TorchrunFailure:
     rank: int | None
     local_rank: int | None
@@ -114,11 +158,26 @@ class JobLog:
     fr_disabled: set[int] = field(default_factory=set)
     dump_signals: set[int] = field(default_factory=set)
     ranks: set[int] = field(default_factory=set)  # every rank a line was attributed to, read or not
+    fingerprints: list[Fingerprint] = field(default_factory=list)  # DETAIL's mismatched calls
+    barrier_missing: dict[int, int] = field(default_factory=dict)  # rank -> ms (monitoredBarrier)
+    # rank -> (bytes received, bytes expected)
+    gloo_size_mismatch: dict[int, tuple[int, int]] = field(default_factory=dict)
+    remote_errors: set[int] = field(default_factory=set)  # ranks whose NCCL saw a peer go away
+    # lines that look like a failure and that nothing here reads (`evidence.failure_lines`)
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("job log"))
 
     @property
     def hang_seen(self) -> bool:
         """A timeout (NCCL's watchdog or gloo's) or a failed rank: the job did not finish cleanly."""
-        return bool(self.timeouts or self.statuses or self.gloo_timeouts or self.failures)
+        return bool(
+            self.timeouts
+            or self.statuses
+            or self.gloo_timeouts
+            or self.failures
+            or self.fingerprints
+            or self.barrier_missing
+            or self.gloo_size_mismatch
+        )
 
 
 def read_job_log(path: str | Path) -> JobLog:
@@ -126,7 +185,7 @@ def read_job_log(path: str | Path) -> JobLog:
 
 
 def parse_job_log(text: str, path: str = "LOG") -> JobLog:
-    reader = _Reader(JobLog(path=path), _rank_from_name(path))
+    reader = _Reader(JobLog(path=path, failure_lines=FailureLines(path)), _rank_from_name(path))
     for raw in text.splitlines():
         reader.feed(raw)
     return reader.finish()
@@ -167,6 +226,8 @@ class _Reader:
             log.ranks.add(rank)
         if self._message(message, rank, prefix, clock):
             log.read_lines += 1
+        elif not _CONTEXT.search(message):  # not read, nor context of a failure read here
+            log.failure_lines.offer(log.lines, line)
 
     def _rank(self, line: str) -> tuple[int | None, str]:
         tee = _TEE.match(line)
@@ -199,6 +260,11 @@ class _Reader:
             return _add(log.fr_disabled, rank)
         if _DUMP_SIGNAL.search(message):
             return _add(log.dump_signals, rank)
+        if self._detail(message, rank):
+            return True
+        if _REMOTE.search(message):
+            self.log.remote_errors.add(rank if rank is not None else -1)
+            return True
         gloo = _GLOO_TIMEOUT.search(message)
         if gloo and rank is not None:
             log.gloo_timeouts.setdefault(rank, int(gloo["ms"]))
@@ -207,8 +273,39 @@ class _Reader:
         exception = _EXCEPTION.match(message.strip()) if not message[:1].isspace() else None
         if exception and rank is not None:
             log.errors[rank] = message.strip()[:500]
+        return bool(gloo)  # an exception line is shown (unless it is gloo's timeout, read here)
+
+    def _detail(self, message: str, rank) -> bool:
+        """DETAIL's cross-rank check and gloo's size check: read, with every rank's numbers."""
+        log = self.log
+        if "Detected mismatch between collectives" in message and _MISMATCH.search(message):
+            for m in _FINGERPRINT.finditer(message):
+                shape = (
+                    [int(x) for x in m["shape"].split(",") if x.strip().isdigit()]
+                    if m["shape"]
+                    else []
+                )
+                numel = 1
+                for x in shape:
+                    numel *= x
+                found = Fingerprint(
+                    int(m["rank"]), int(m["seq"]) + 1, m["op"], numel if shape else None
+                )
+                if found not in log.fingerprints:
+                    log.fingerprints.append(found)
             return True
-        return bool(gloo)
+        barrier = _BARRIER.search(message) if "monitoredBarrier" in message else None
+        if barrier:
+            for r in barrier["ranks"].split(","):
+                log.barrier_missing.setdefault(int(r), int(barrier["ms"]))
+            return True
+        if "successfully reached monitoredBarrier" in message:
+            return True  # the peers of a rank that failed the barrier: that rank's line says which
+        size = _GLOO_SIZE.search(message) if "Received data size" in message else None
+        if size and rank is not None:
+            log.gloo_size_mismatch.setdefault(rank, (int(size["got"]), int(size["expected"])))
+            return True
+        return False
 
     def _timeout(self, message: str, rank, group, desc, clock) -> bool:
         work = _WORK.search(message)

@@ -1,7 +1,8 @@
-"""What an NCCL log's failure lines mean: each known kind once, with its cause, its count and the fix,
-instead of the WARN lines listed one by one.
+"""What an NCCL log's failure lines mean: each known class once, with its cause, its count and the
+fix, instead of the lines listed one by one. Lines no class explains stay "not explained"
+(`evidence.failure_lines`): NCCL's own WARN lines, and the other lines that look like a failure.
 
-Known kinds (the lines are NCCL's own, seen in the public logs of tests/fixtures/nccl_logs):
+Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
 - `shm-full`: creating a shared-memory segment (`nccl-shm-*`, `/dev/shm/nccl-*`) failed with "No
   space left on device" (`Call to posix_fallocate failed` to 2.11, `failed to extend /dev/shm/nccl-X
   to N bytes` after). That is the container's /dev/shm: Docker gives 64 MB unless `--shm-size` (or
@@ -10,8 +11,22 @@ Known kinds (the lines are NCCL's own, seen in the public logs of tests/fixtures
 - `no-ibverbs`: `Failed to open libibverbs.so` is NCCL looking for InfiniBand and not finding the
   library: harmless on a machine without IB (NCCL then uses its socket transport). A WARN line up to
   2.7 (explained here); an INFO line since, and in RCCL, which needs no explaining.
-- `test-failure`: nccl-tests' and rccl-tests' `Test NCCL failure FILE:LINE 'reason'` lines, the
-  reason the run stopped; the last one is shown (every rank prints one).
+- `peer-unreachable`: a TCP connection to a peer failed with `No route to host`, `Connection
+  refused` or `Connection timed out` (strerror of EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT): NCCL's
+  `socketStartConnect: connect to ADDR returned ..., exceeded error retry count` (2.19+,
+  src/misc/socket.cc `socketConnectCheck`), `connect to ADDR failed : ...`, `Net : Connect to ADDR
+  failed : ...` (2.12), or the same words in PyTorch's or gloo's lines; `Software caused connection
+  abort` too, which NCCL before 2.24 did not retry (a maintainer in NVIDIA/nccl#1515). A firewall between the hosts,
+  or the wrong interface: NCCL binds the first interface it finds unless NCCL_SOCKET_IFNAME names one.
+- `socket-network`: the job's ranks span hosts and NCCL's network is `Socket` (`Using network
+  Socket`, src/init.cc), typically after `NET/Plugin: Could not find: libnccl-net.so` (2.19+,
+  src/plugin/plugin_open.cc; `NET/Plugin : No plugin found (libnccl-net.so), using internal
+  implementation` before): NCCL found no network plugin (aws-ofi-nccl for EFA and Slingshot, RCCL's
+  librccl-net.so) and no InfiniBand device, so inter-node traffic goes over TCP.
+- `test-failure`: nccl-tests' and rccl-tests' `Test NCCL failure FILE:LINE 'reason'` and `Test CUDA
+  failure ...` lines (`Cuda failure` before 2.0), the reason the run stopped; the last one is shown
+  (every rank prints one), with the CUDA or NCCL error's own meaning where it is a known one
+  (`ERRORS`: CUDA runtime API documentation, cudaError enum; NCCL's ncclResult_t, src/nccl.h.in).
 Other WARN lines are shown as they are.
 """
 
@@ -19,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
@@ -28,6 +44,92 @@ _SHM_SEGMENT = ascii_re(r"creating shared memory segment (?P<name>\S+) \(size (?
 _NO_SPACE = "No space left on device"
 _SHM_MARKS = ("posix_fallocate", "shared memory segment", "/dev/shm/nccl-")
 _IBVERBS = "Failed to open libibverbs.so"
+_UNREACHABLE = ascii_re(
+    r"(?i:connect\w*\b.{0,200}?(?P<why>No route to host|Connection refused|Connection timed out"
+    r"|Software caused connection abort))"
+)
+_PEER = ascii_re(r"(?i:connect to )(?P<peer>\S+?)(?:<(?P<port>\d+)>)?[ ,:]")
+_TEST_REASON = ascii_re(r"(?P<kind>NCCL|CUDA|Cuda|HIP) failure (?P<where>\S+) '(?P<what>[^']*)'")
+
+
+@dataclass(frozen=True)
+class KnownError:
+    """A CUDA or NCCL error string and what it means, from its documentation."""
+
+    words: str  # how the error string reads (a substring of it)
+    name: str  # the enum name
+    meaning: str
+    fix: str
+
+
+# the strings cudaGetErrorString and ncclGetErrorString return, with the documented meaning
+ERRORS = (
+    KnownError(
+        "illegal memory access",
+        "cudaErrorIllegalAddress (700)",
+        "a kernel loaded or stored at an invalid address; the CUDA context is lost and every later "
+        "CUDA call of the process fails the same way (CUDA runtime API: 'This leaves the process in "
+        "an inconsistent state'). It is reported at the next synchronisation, not where the kernel "
+        "ran: with nccl-tests' device-API kernels (-D) or an NCCL built from changed source, the "
+        "fault is most likely in that kernel",
+        "run the same test without -D (the host API) and with CUDA_LAUNCH_BLOCKING=1; if only the "
+        "device-API kernel fails, report it with the NCCL and nccl-tests versions; compute-sanitizer "
+        "names the faulting kernel",
+    ),
+    KnownError(
+        "busy or unavailable",
+        "cudaErrorDevicesUnavailable (46)",
+        "the GPU refused a new context: it is in Exclusive_Process (or Prohibited) compute mode and "
+        "another process already holds it, or long-running kernels block new work (CUDA runtime "
+        "API). When every rank reports it, ranks are placed on GPUs another rank or job holds "
+        "(two ranks per GPU under Exclusive_Process, or a leftover process)",
+        "check `nvidia-smi --query-gpu=index,compute_mode --format=csv` and `nvidia-smi` for other "
+        "processes; give each rank its own GPU (srun --gpus-per-task=1 / CUDA_VISIBLE_DEVICES per "
+        "rank), or have the administrator set the default mode (nvidia-smi -c DEFAULT)",
+    ),
+    KnownError(
+        "no CUDA-capable device is detected",
+        "cudaErrorNoDevice (100)",
+        "the process sees no GPU: CUDA_VISIBLE_DEVICES is empty or wrong, the container was started "
+        "without GPUs, or the driver is not loaded",
+        "run nvidia-smi in the same environment; check CUDA_VISIBLE_DEVICES and the container's "
+        "GPU options (--gpus all)",
+    ),
+    KnownError(
+        "invalid device ordinal",
+        "cudaErrorInvalidDevice (101)",
+        "a rank asked for a GPU index the process cannot see: more GPUs per process (-g) or ranks "
+        "per node than visible GPUs",
+        "make -g times the local ranks at most the GPUs nvidia-smi lists (or CUDA_VISIBLE_DEVICES allows)",
+    ),
+    KnownError(
+        "out of memory",
+        "cudaErrorMemoryAllocation (2)",
+        "a GPU allocation failed: the sizes tested (-e) need more memory than is free, or another "
+        "process holds the GPU's memory",
+        "lower -e, or free the GPU (nvidia-smi lists the processes holding memory)",
+    ),
+    KnownError(
+        "unhandled cuda error",
+        "ncclUnhandledCudaError",
+        "a CUDA call inside NCCL failed; NCCL's WARN line before it names the call and CUDA's error",
+        "run with NCCL_DEBUG=INFO (or WARN) and read the first WARN line",
+    ),
+    KnownError(
+        "unhandled system error",
+        "ncclSystemError",
+        "a system call inside NCCL failed (a socket, shared memory, a file); NCCL's WARN line before "
+        "it names the call",
+        "run with NCCL_DEBUG=INFO and read the first WARN line",
+    ),
+    KnownError(
+        "remote process exited or there was a network error",
+        "ncclRemoteError",
+        "a peer went away or the network between the ranks failed; the failure is on another rank "
+        "or link, not on the rank that printed it",
+        "read the first failure of every rank (the earliest time), and the network's WARN lines",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +137,7 @@ class Explained:
     """One kind of failure line, explained."""
 
     kind: str
-    severity: str  # "error" (the job failed or will), "info" (harmless)
+    severity: str  # "error" (the job failed or will), "warning", "info" (harmless)
     message: str
     fix: str
     lines: int  # how many log lines it stands for
@@ -44,30 +146,27 @@ class Explained:
         return self.__dict__ | {"message": mask_text(self.message)}
 
 
+def known_error(text: str) -> KnownError | None:
+    """The documented CUDA or NCCL error a failure's reason names, if one does."""
+    lowered = text.lower()
+    return next((e for e in ERRORS if e.words.lower() in lowered), None)
+
+
 def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
-    """(the explained kinds, the WARN lines no kind explains)."""
+    """(the explained kinds, the WARN lines no kind explains). The log's other failure lines
+    (`log.failure_lines`) lose those a kind explains: what is left there is not explained."""
     shm = [w for w in log.warnings if any(mark in w for mark in _SHM_MARKS)]
     if not any(_NO_SPACE in w for w in shm):
         shm = []  # a shared-memory failure of another cause: shown as it is
     ib = [w for w in log.warnings if _IBVERBS in w]
+    unreachable = [
+        line
+        for line in log.warnings + [f.text for f in log.failure_lines.lines]
+        if _UNREACHABLE.search(line)
+    ]
     out = []
     if shm:
-        sizes = {int(m["size"]) for w in shm if (m := _SHM_SEGMENT.search(w))}
-        segment = f" of {max(sizes)} bytes ({max(sizes) / 2**20:.1f} MiB)" if sizes else ""
-        out.append(
-            Explained(
-                kind="shm-full",
-                severity="error",
-                message=f"/dev/shm is full: NCCL could not create its shared-memory segments{segment} "
-                f"({len(shm)} line(s)). In a container /dev/shm is small (Docker's default is 64 MB), "
-                "and NCCL needs one segment per SHM connection between local ranks",
-                fix="give the container a larger /dev/shm (docker run --shm-size=1g, or --ipc=host; "
-                "Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or "
-                "NCCL_SHM_DISABLE=1 (local ranks then connect by P2P or the network: slower where "
-                "P2P is off)",
-                lines=len(shm),
-            )
-        )
+        out.append(_shm(shm))
     if ib:
         out.append(
             Explained(
@@ -79,32 +178,148 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
                 lines=len(ib),
             )
         )
+    if unreachable:
+        out.append(_unreachable(unreachable))
+    socket = _socket_network(log)
+    if socket:
+        out.append(socket)
     if log.failures:
-        last = log.failures[-1]
-        out.append(
-            Explained(
-                kind="test-failure",
-                severity="error",
-                message=f"the test stopped: {last}"
-                + (
-                    f" (the last of {len(log.failures)} such lines)"
-                    if len(log.failures) > 1
-                    else ""
-                ),
-                fix="the reason is in the NCCL lines before it: run with NCCL_DEBUG=INFO and read the "
-                "first WARN line",
-                lines=len(log.failures),
-            )
-        )
-    explained = set(shm) | set(ib)
+        out.append(_test_failure(log.failures))
+    explained = set(shm) | set(ib) | set(unreachable)
+    log.failure_lines.forget(unreachable)
     return out, [w for w in log.warnings if w not in explained]
 
 
+def explain_lines(found: FailureLines) -> list[Explained]:
+    """The known classes among failure lines any reader kept (a job log, a server log): a peer
+    that could not be reached, a documented CUDA or NCCL error; the lines they explain leave
+    `found`, the rest stay not explained."""
+    texts = [line.text for line in found.lines]
+    unreachable = [t for t in texts if _UNREACHABLE.search(t)]
+    out = [_unreachable(unreachable)] if unreachable else []
+    errors = {}
+    for t in texts:
+        known = known_error(t) if t not in unreachable else None
+        if known is not None:
+            errors.setdefault(known.name, (known, []))[1].append(t)
+    for known, lines in errors.values():
+        out.append(
+            Explained(
+                kind="known-error",
+                severity="error",
+                message=f"{known.name}: {known.meaning} (`{lines[-1]}`"
+                + (f", and {len(lines) - 1} more line(s)" if len(lines) > 1 else "")
+                + ")",
+                fix=known.fix,
+                lines=len(lines),
+            )
+        )
+    found.forget(unreachable + [t for _, lines in errors.values() for t in lines])
+    return out
+
+
+def _shm(shm: list[str]) -> Explained:
+    sizes = {int(m["size"]) for w in shm if (m := _SHM_SEGMENT.search(w))}
+    segment = f" of {max(sizes)} bytes ({max(sizes) / 2**20:.1f} MiB)" if sizes else ""
+    return Explained(
+        kind="shm-full",
+        severity="error",
+        message=f"/dev/shm is full: NCCL could not create its shared-memory segments{segment} "
+        f"({len(shm)} line(s)). In a container /dev/shm is small (Docker's default is 64 MB), "
+        "and NCCL needs one segment per SHM connection between local ranks",
+        fix="give the container a larger /dev/shm (docker run --shm-size=1g, or --ipc=host; "
+        "Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), or "
+        "NCCL_SHM_DISABLE=1 (local ranks then connect by P2P or the network: slower where "
+        "P2P is off)",
+        lines=len(shm),
+    )
+
+
+def _unreachable(lines: list[str]) -> Explained:
+    whys = sorted({m["why"] for line in lines if (m := _UNREACHABLE.search(line))})
+    peers = sorted({m["peer"] for line in lines if (m := _PEER.search(line))})
+    where = f" ({', '.join(mask_text(p) for p in peers[:4])}{', ...' if len(peers) > 4 else ''})"
+    return Explained(
+        kind="peer-unreachable",
+        severity="error",
+        message=f"a rank could not open a TCP connection to a peer{where if peers else ''}: "
+        f"{' / '.join(whys)} ({len(lines)} line(s)). `No route to host` and a timeout mean the "
+        "packets do not arrive (a firewall, or an interface the peer cannot reach); `Connection "
+        "refused` means the host answered but nothing listened on that port (the peer is not up "
+        "yet or already gone, or a firewall rejects it); `Software caused connection abort` "
+        "(ECONNABORTED) is a connection the peer's side dropped, which NCCL before 2.24 did not "
+        "retry (an NCCL maintainer, NVIDIA/nccl#1515)",
+        fix="open the ports between the hosts (NCCL's bootstrap and NET/Socket use ephemeral TCP "
+        "ports), and name the interface both ends share: NCCL_SOCKET_IFNAME=<iface> (and "
+        "GLOO_SOCKET_IFNAME for torch's store and gloo); `ip -br addr` on each host shows them",
+        lines=len(lines),
+    )
+
+
+def _socket_network(log: NcclLog) -> Explained | None:
+    """Socket as the network of a job whose ranks span hosts (or a log of several hosts)."""
+    nodes = max((c.get("nnodes") or 0 for c in log.communicators), default=0)
+    spans = nodes > 1 or len(log.hosts) > 1
+    if "Socket" not in log.networks or not spans:
+        return None
+    plugin = (
+        f"NCCL found no network plugin (`{mask_text(log.net_plugin_missing)}`) and no "
+        "InfiniBand device, so"
+        if log.net_plugin_missing
+        else "NCCL uses"
+    )
+    return Explained(
+        kind="socket-network",
+        severity="warning",
+        message=f"the ranks span {nodes if nodes > 1 else len(log.hosts)} hosts and {plugin} "
+        "its TCP socket transport between them (`Using network Socket`): on an InfiniBand, EFA or "
+        "Slingshot fabric that is a fraction of its bandwidth",
+        fix="install the fabric's NCCL network plugin where the job runs (aws-ofi-nccl for EFA "
+        "and Slingshot/libfabric, RCCL's rccl-network-plugin), or make the InfiniBand devices "
+        "visible (rdma-core, the container's /dev/infiniband); NCCL_NET_PLUGIN names a plugin "
+        "that has another file name",
+        lines=1,
+    )
+
+
+def _test_failure(failures: list[str]) -> Explained:
+    last = failures[-1]
+    reason = _TEST_REASON.search(last)
+    known = known_error(reason["what"]) if reason else None
+    every = (
+        f" (the last of {len(failures)} such lines"
+        + (", every one the same reason" if len({_reason(f) for f in failures}) == 1 else "")
+        + ")"
+        if len(failures) > 1
+        else ""
+    )
+    meaning = f": {known.name}: {known.meaning}" if known else ""
+    return Explained(
+        kind="test-failure",
+        severity="error",
+        message=f"the test stopped: {last}{every}{meaning}",
+        fix=known.fix
+        if known
+        else "the reason is in the NCCL lines before it: run with NCCL_DEBUG=INFO and read the "
+        "first WARN line",
+        lines=len(failures),
+    )
+
+
+def _reason(line: str) -> str:
+    found = _TEST_REASON.search(line)
+    return found["what"] if found else line
+
+
 def verdict(log: NcclLog, lint_findings=()) -> Verdict:
-    """FINDINGS on an error-kind failure, an unexplained WARN line or a lint error; harmless lines
-    (no libibverbs on a machine without InfiniBand) alone are not a finding."""
+    """FINDINGS on an error-kind failure, an unexplained WARN or failure line, or a lint error;
+    harmless lines (no libibverbs on a machine without InfiniBand) alone are not a finding."""
     from ncclprobe.nccl import lint
 
     kinds, unexplained = explain(log)
-    failed = any(k.severity == "error" for k in kinds) or bool(unexplained)
+    failed = (
+        any(k.severity in ("error", "warning") for k in kinds)
+        or bool(unexplained)
+        or bool(log.failure_lines)
+    )
     return worst([Verdict.of(failed), lint.verdict(lint_findings)])

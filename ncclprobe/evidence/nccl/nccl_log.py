@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.text import clean_line, read_text_lines, strip_ansi
 from ncclprobe.nccl import lint
 from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, canonical
@@ -44,8 +45,16 @@ _VERSION = ascii_re(r"^NCCL version (?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})
 # starts `RCCL version : 2.21.5-HEAD:9a0e6a1` (2.21+); its number is the NCCL release it follows
 _RCCL_VERSION = ascii_re(r"^RCCL version\s*:?\s*(?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})\S*)")
 _VLLM_NCCL = ascii_re(r"vLLM is using nccl==(?P<full>(?P<v>\d{1,19}\.\d{1,19}\.\d{1,19})\S*)")
-# nccl-tests / rccl-tests: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`
-_TEST_FAILURE = ascii_re(r"NCCL failure \S+ '(?P<what>[^']*)'")
+# nccl-tests / rccl-tests: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, `Test CUDA
+# failure common.cu:892 'an illegal memory access was encountered'`, before 2.0 `Cuda failure ...`
+_TEST_FAILURE = ascii_re(r"(?:NCCL|CUDA|Cuda|HIP) failure \S+ '(?P<what>[^']*)'")
+# which network NCCL uses (src/init.cc), and a network plugin it looked for and did not find
+# (2.19+ src/plugin/plugin_open.cc `NET/Plugin: Could not find: libnccl-net.so...`; before, src/net.cc
+# `NET/Plugin : No plugin found (libnccl-net.so), using internal implementation`)
+# the frames nccl-tests prints under its failure (`.. host pid 123: Test failure common.cu:915`)
+_TEST_TRACE = ascii_re(r"\bTest failure \S+:\d+\s*$")
+_NETWORK = ascii_re(r"^Using network (?P<name>\S.*?)\s*$")
+_NO_PLUGIN = ascii_re(r"^NET/Plugin ?: (?:Could not find:|No plugin found)")
 _QUOTE = ascii_re(r"^(?:>\s?)+")  # a log pasted as a Markdown quote
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d{1,19}\.$")
@@ -121,7 +130,13 @@ class NcclLog:
     nccl_version_full: str | None = None  # "2.28.9+cuda13.0"
     library: str | None = None  # "NCCL" or "RCCL", as its banner says
     version_source: str | None = None  # "banner", or "vLLM's log line" (vLLM is using nccl==X)
-    failures: list[str] = field(default_factory=list)  # nccl-tests/rccl-tests' `NCCL failure` lines
+    failures: list[str] = field(
+        default_factory=list
+    )  # nccl-tests/rccl-tests' `NCCL/CUDA failure` lines
+    # other lines that look like a failure (not NCCL's own lines): shown unless a class explains them
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("NCCL log"))
+    networks: set[str] = field(default_factory=set)  # `Using network Socket|IB|AWS Libfabric|...`
+    net_plugin_missing: str | None = None  # NCCL's line saying it found no network plugin
     versions: set[str] = field(default_factory=set)  # every version seen (mixed installs show >1)
     env: dict[str, str] = field(default_factory=dict)  # first value NCCL reported per variable
     env_values: dict[str, list[str]] = field(default_factory=dict)  # every distinct value, in order
@@ -180,6 +195,9 @@ class NcclLog:
             "tuner_plugin": self.tuner_plugin,
             "warnings": [mask_text(w) for w in self.warnings],
             "failures": [mask_text(f) for f in self.failures],
+            "not_explained": self.failure_lines.to_json(),
+            "networks": sorted(self.networks),
+            "net_plugin_missing": self.net_plugin_missing,
             "warning_times": list(self.warning_times),
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
@@ -188,9 +206,10 @@ class NcclLog:
         }
 
 
-def parse_nccl_log(text: str) -> NcclLog:
+def parse_nccl_log(text: str, source: str = "NCCL log") -> NcclLog:
     """Parse log text; never raises on garbage, returns whatever NCCL facts it found."""
     reader = _Reader()
+    reader.log.failure_lines.source = source
     for raw in text.splitlines():
         reader.feed(clean_line(raw), raw)
     return reader.finish()
@@ -206,6 +225,7 @@ def parse_nccl_log_files(paths: Iterable[str | Path]) -> NcclLog:
     never the text (`read_text_lines`)."""
     reader = _Reader()
     for path in paths:
+        reader.source, reader.number = str(path), 0
         for raw in read_text_lines(path, "NCCL log"):
             reader.feed(clean_line(raw), raw)
     return reader.finish()
@@ -232,6 +252,8 @@ class _Reader:
 
     def __init__(self) -> None:
         self.log = NcclLog()
+        self.source: str | None = None  # the file being read (None: the text given)
+        self.number = 0  # its line number
         self.ring_counts: Counter = Counter()
         self.transports: Counter = Counter()
         self.details: Counter = Counter()
@@ -245,6 +267,7 @@ class _Reader:
 
     def feed(self, line: str, raw: str = "") -> None:
         self.log.total_lines += 1
+        self.number += 1
         if self.matrix_header is not None and self._matrix_line(line):
             return
         # most lines of a real log are not NCCL's: a substring test rules them out before any regex
@@ -256,7 +279,7 @@ class _Reader:
             if found:
                 self._version(found, None, source="vLLM's log line")
         if match is None:
-            self._bare(line)
+            self._bare(line, raw)
             return
         log, pid = self.log, int(match["pid"])
         log.nccl_lines += 1
@@ -307,6 +330,8 @@ class _Reader:
                 ),
             ),
             ("tuner plugin", _TUNER, lambda m, pid: self._tuner(m)),
+            ("Using network ", _NETWORK, lambda m, pid: self.log.networks.add(m["name"])),
+            ("NET/Plugin", _NO_PLUGIN, lambda m, pid: self._no_plugin(m)),
             ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()),
         )
 
@@ -314,7 +339,7 @@ class _Reader:
     def _count(counter: Counter, key) -> None:
         counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
-    def _bare(self, line: str) -> None:
+    def _bare(self, line: str, raw: str = "") -> None:
         """A line without NCCL's prefix: a version banner (NCCL's, RCCL's, vLLM's) or a test's
         failure line; a substring test first, as most such lines are the application's."""
         if "version" in line:
@@ -323,8 +348,15 @@ class _Reader:
                 found = pattern.match(text)
                 if found:
                     self._version(found, library)
-        if "NCCL failure" in line and _TEST_FAILURE.search(line):
+        if "failure" in line and _TEST_FAILURE.search(line):
             self.log.failures.append(_QUOTE.sub("", line.strip()))
+        elif "Test failure" in line and _TEST_TRACE.search(line):
+            return  # where the failure above it passed through nccl-tests: part of it
+        else:  # not read here: shown if it looks like a failure (`evidence.failure_lines`)
+            self.log.failure_lines.offer(self.number, raw or line, self.source)  # verbatim
+
+    def _no_plugin(self, m: re.Match) -> None:
+        self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
 
     def _version(self, match: re.Match, library: str | None = "NCCL", source="banner") -> None:
         self.log.versions.add(match["v"])

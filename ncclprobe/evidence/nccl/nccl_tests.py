@@ -23,6 +23,8 @@ import shlex
 from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import looks_like_failure
+from ncclprobe.evidence.nccl.nccl_failures import explain
 from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
 from ncclprobe.evidence.nccl.nccl_tests_run import (
     Measurement,
@@ -82,13 +84,13 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
     columns = None
     for line in lines:
         stripped = line.strip()
-        if stripped.startswith("#"):
-            columns = _header_line(run, stripped) or columns
+        if stripped.startswith("#") or (columns is None and stripped.startswith("nThread ")):
+            columns = _header_line(run, stripped) or columns  # before 2.0 `nThread` had no `#`
         elif columns is not None:
             row = data_row(stripped.split(), columns)
             if row is not None:
                 run.rows.append(row)
-    if columns is None or not run.rows:
+    if (columns is None or not run.rows) and not (_is_nccl_tests(run, lines) and _failed(lines)):
         what = (
             "no result rows"
             if columns is not None
@@ -97,6 +99,26 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
         raise UsageProblem(f"{what} found: is this the output of an nccl-tests *_perf binary?")
     _finish(run, text, lines)
     return run
+
+
+def _is_nccl_tests(run: NcclTestsRun, lines: list[str]) -> bool:
+    """nccl-tests' own header, whether or not a table followed: its parameters line, its version,
+    `# Using devices` and the ranks under it."""
+    return bool(run.params or run.nccl_tests_version or run.devices) or any(
+        line.strip().lstrip("# ") == "Using devices" for line in lines
+    )
+
+
+def _failed(lines: list[str]) -> bool:
+    """A failure the run shows (a failed run is read, never refused as another format): a class
+    explained as a failure, an NCCL WARN line no class explains, or another line that looks like a
+    failure. nccl-tests' own `#` lines (its header names an `error` column) and harmless lines
+    (no libibverbs) are not the run's failure."""
+    if not any(looks_like_failure(line) for line in lines if not line.lstrip().startswith("#")):
+        return False
+    log = parse_nccl_log("\n".join(lines))
+    kinds, warnings = explain(log)
+    return any(k.severity != "info" for k in kinds) or bool(warnings) or bool(log.failure_lines)
 
 
 @dataclass(frozen=True)
@@ -243,8 +265,9 @@ def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
 
 def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     log = parse_nccl_log(
-        "\n".join(lines)
+        "\n".join(lines), "nccl-tests output"
     )  # without task labels: NCCL's lines behind `0: ` count too
+    _failures(run, log)
     run.nccl_version = (
         log.nccl_version or run.nccl_version
     )  # NCCL's own banner first, else nccl-tests' line
@@ -314,3 +337,18 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
         if all(abs(ratio - expected) < 0.02 * expected + 0.01 for ratio in ratios)
         else None
     )
+
+
+def _failures(run: NcclTestsRun, log) -> None:
+    """What failed, explained where a class knows it (`nccl_failures`), the rest not explained; the
+    footer's verdict lines (`Out of bounds values : N FAILED`, NCCL_TESTS_MIN_BW's `FAILED`) are
+    the wrong results and the threshold, told by the run's own summary (`wrong_summary`)."""
+    kinds, warnings = explain(log)
+    run.failures = [k.to_json() for k in kinds if k.severity != "info"]
+    run.warn_lines = warnings
+    log.failure_lines.forget(
+        line.text
+        for line in log.failure_lines.lines
+        if FOOTER_OOB.match(line.text) or FOOTER_AVG.match(line.text)
+    )
+    run.not_explained = log.failure_lines

@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.nccl.recipes import only_shapes_the_log
+from ncclprobe.secrets import mask_text
+from ncclprobe.sizes import format_size
 
 # not NCCL's settings: NVIDIA's containers set NCCL_VERSION to the NCCL they ship; NCCL_TESTS_* are
 # nccl-tests' own (NCCL_TESTS_DEVICE, NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT); NCCL_DEBUG* only shape the log
@@ -108,6 +111,9 @@ class NcclTestsRun:
     env: dict[str, str] = field(default_factory=dict)  # the relevant environment, masked (-J files)
     notes: list[str] = field(default_factory=list)
     exported: dict | None = None  # what `ncclprobe export` wrote about its table
+    failures: list[dict] = field(default_factory=list)  # explained failure classes (nccl_failures)
+    warn_lines: list[str] = field(default_factory=list)  # NCCL WARN lines no class explains
+    not_explained: FailureLines | None = None  # other lines that look like a failure
 
     def to_json(self) -> dict:
         return {
@@ -125,7 +131,51 @@ class NcclTestsRun:
             "avg_busbw_gbps": self.avg_busbw_gbps,
             "out_of_bounds": self.out_of_bounds,
             "notes": list(self.notes),
+            "failures": list(self.failures),
+            "warn_lines": [mask_text(w) for w in self.warn_lines],
+            "not_explained": self.not_explained.to_json() if self.not_explained else None,
+            "wrong_results": self.wrong_summary(),
         }
+
+    @property
+    def failed(self) -> bool:
+        """The run stopped (no result row, or a failure a class explains as an error), or printed
+        lines that look like a failure: never a clean run."""
+        return (
+            not self.rows
+            or bool(self.failures)
+            or bool(self.warn_lines)
+            or bool(self.not_explained)
+        )
+
+    def wrong_summary(self) -> str | None:
+        """What the run's checks found wrong: how many values, at which sizes, out of and in place
+        (the `#wrong` columns), and the footer's out-of-bounds count. None when nothing was wrong."""
+        placed = {"out of place": [], "in place": []}
+        count = 0
+        for row in self.rows:
+            for in_place, m in row.measurements():
+                if m is not None and (m.wrong or 0) > 0:
+                    placed["in place" if in_place else "out of place"].append(row.size_bytes)
+                    count += m.wrong
+        parts = [
+            f"{where} at {len(sizes)} size(s) ({_sizes(sizes)})"
+            for where, sizes in placed.items()
+            if sizes
+        ]
+        if not parts and not self.out_of_bounds:
+            return None
+        checked = sum(
+            1 for r in self.rows for _, m in r.measurements() if m and m.wrong is not None
+        )
+        text = (
+            f"{count} wrong value(s): " + ", ".join(parts) + f", of {checked} checked results"
+            if parts
+            else "no row counted a wrong value"
+        )
+        if self.out_of_bounds:
+            text += f"; the footer: {self.out_of_bounds} out-of-bounds value(s), FAILED"
+        return text
 
     @property
     def wrong(self) -> bool:
@@ -159,3 +209,11 @@ def collective_of_binary(name: str) -> str:
     """`./build/all_gather_perf_mpi` -> `all_gather`."""
     base = name.rsplit("/", 1)[-1]
     return re.sub(r"_perf(?:_mpi)?$", "", base)
+
+
+def _sizes(sizes: list[int]) -> str:
+    """`1K, 4K, 16K` for a few sizes, `128K..1G` for many."""
+    ordered = sorted(set(sizes))
+    if len(ordered) <= 4:
+        return ", ".join(format_size(s) for s in ordered)
+    return f"{format_size(ordered[0])}..{format_size(ordered[-1])}"

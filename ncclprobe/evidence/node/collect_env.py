@@ -18,6 +18,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import FailureLines, scan
 from ncclprobe.evidence.node.topo import Topology, node_facts, parse_topo
 from ncclprobe.evidence.text import read_text_file, strip_ansi
 from ncclprobe.nccl.node import NodeFacts
@@ -52,6 +53,9 @@ class CollectEnv:
     gpu_names: tuple[str, ...] = ()  # `GPU 0: NVIDIA GeForce RTX 5090` lines, one per name
     compute_capabilities: tuple[int, ...] = ()  # `GPU 0,1 Compute Capability: 9.0` (check_env)
     host_arch: str | None = None  # `Architecture: x86_64` (lscpu's, in the CPU section)
+    # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
+    # errors), shown as they are (`evidence.failure_lines`)
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
 
     @property
     def nccl_version(self) -> str | None:
@@ -95,10 +99,10 @@ def looks_like_collect_env(text: str) -> bool:
 
 def load_collect_env(path) -> CollectEnv:
     """The one loader of a collect-env file (diagnose, knobs --lint): read, then parsed."""
-    return parse_collect_env(read_text_file(path, "collect-env output"))
+    return parse_collect_env(read_text_file(path, "collect-env output"), str(path))
 
 
-def parse_collect_env(text: str) -> CollectEnv:
+def parse_collect_env(text: str, source: str = "collect-env output") -> CollectEnv:
     lines = textwrap.dedent(strip_ansi(text).replace("\r\n", "\n")).splitlines()
     tool = (
         "sglang check_env"
@@ -175,6 +179,7 @@ def parse_collect_env(text: str) -> CollectEnv:
             "sglang check_env prints no environment variables: no NCCL setting to lint from it"
         )
     out.notes.append(CAVEAT)
+    out.failure_lines = scan(lines, source)
     return out
 
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import FailureLines, scan
 from ncclprobe.evidence.node.matrix import Matrix
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
@@ -50,6 +51,9 @@ class NvbandwidthOutput:
     skipped: dict[str, str] = field(default_factory=dict)  # test -> status (Waived, Error ...)
     corrupt: list[dict] = field(default_factory=list)  # {"test", "address", "offset"}: wrong data
     notes: list[str] = field(default_factory=list)
+    # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
+    # errors), shown as they are (`evidence.failure_lines`)
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
 
     def to_json(self) -> dict:
         return {
@@ -77,9 +81,11 @@ def looks_like_nvbandwidth(text: str) -> bool:
     )
 
 
-def parse_nvbandwidth(text: str) -> NvbandwidthOutput:
+def parse_nvbandwidth(text: str, source: str = "nvbandwidth output") -> NvbandwidthOutput:
     start = _json_start(text)
-    return _parse_json(text, start) if start is not None else _parse_text(text)
+    out = _parse_json(text, start) if start is not None else _parse_text(text)
+    out.failure_lines = scan(text.splitlines(), source)
+    return out
 
 
 def _json_start(text: str) -> int | None:

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import FailureLines, scan
 from ncclprobe.evidence.node.matrix import Matrix, gpu_labels
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
@@ -59,6 +60,9 @@ class P2PTestOutput:
     matrices: list[Matrix]
     connectivity: list[list[int]] | None = None
     notes: list[str] = field(default_factory=list)
+    # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
+    # errors), shown as they are (`evidence.failure_lines`)
+    failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
 
     def to_json(self) -> dict:
         return {
@@ -83,7 +87,7 @@ def looks_like_p2p_test(text: str) -> bool:
     )
 
 
-def parse_p2p_test(text: str) -> P2PTestOutput:
+def parse_p2p_test(text: str, source: str = "p2pBandwidthLatencyTest output") -> P2PTestOutput:
     lines = [clean_line(line) for line in text.splitlines()]
     devices, access = _devices(lines), _access_lines(lines)
     sm_copy = any(_SM_COPY_RUN.search(line) for line in lines)
@@ -140,6 +144,7 @@ def parse_p2p_test(text: str) -> P2PTestOutput:
             else ")"
         )
     )
+    out.failure_lines = scan(lines, source)
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.failure_lines import scan
 from ncclprobe.evidence.run.serverlog_lines import as_int, sglang_stats, vllm_stats
 from ncclprobe.evidence.run.view import Acceptance, EngineRun, Phase, RunSet
 from ncclprobe.validate import read_text
@@ -51,10 +52,15 @@ def read_log(path: str | Path) -> dict:
     sglang = sum(1 for line in lines if any(m in line for m in SGLANG_MARKERS))
     vllm = sum(1 for line in lines if any(m in line for m in VLLM_MARKERS))
     if sglang >= vllm and sglang:
-        return sglang_stats(lines, str(path))
+        return _with_failures(sglang_stats(lines, str(path)), lines, path)
     if vllm:
-        return vllm_stats(lines, str(path))
+        return _with_failures(vllm_stats(lines, str(path)), lines, path)
     engine = detect_engine("".join(lines[:200]))
+    if engine and scan(
+        lines, str(path)
+    ):  # the engine's log of a server that failed: read, not refused
+        stats = sglang_stats if engine == "sglang" else vllm_stats
+        return _with_failures(stats(lines, str(path)), lines, path)
     what = (
         f"a {engine} log without any batch or throughput line"
         if engine
@@ -64,6 +70,13 @@ def read_log(path: str | Path) -> dict:
         f"{path}: {what} (no 'Decode batch', 'Avg generation throughput' or engine start-up lines); "
         "give the log of the server that ran the requests"
     )
+
+
+def _with_failures(log: dict, lines: list[str], path) -> dict:
+    """The log's lines that look like a failure (an engine's ERROR lines, a traceback, CUDA out of
+    memory): none of them is read here, so every one is shown (`evidence.failure_lines`)."""
+    log["not_explained"] = scan(lines, str(path)).to_json()
+    return log
 
 
 def load_server_logs(paths) -> RunSet:
@@ -166,6 +179,20 @@ def log_notes(log: dict) -> list[str]:
         notes.append(
             f"mean acceptance length {log['tokens_per_cycle']:.2f} tokens per cycle computed from the log's "
             f"{log['tokens_per_cycle_from']} (this vLLM version does not print it)"
+        )
+    values, weighted = (
+        log.get("tokens_per_cycle_values") or 0,
+        log.get("tokens_per_cycle_weighted_by"),
+    )
+    if log["tokens_per_cycle"] is not None and values > 1 and not log.get("tokens_per_cycle_from"):
+        plain = log.get("tokens_per_cycle_plain_mean")
+        notes.append(
+            f"acceptance {log['tokens_per_cycle']:.2f} tokens per cycle over {values} log intervals, "
+            + (
+                f"each weighed by its {weighted} (the plain mean of the lines is {plain:.2f})"
+                if weighted
+                else "a plain mean of the lines: they do not say how many cycles each counted"
+            )
         )
     if log["engine"] == "vllm" and log.get("cudagraph_mode"):
         notes.append(

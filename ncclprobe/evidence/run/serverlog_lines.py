@@ -25,6 +25,14 @@ import re
 import statistics
 from collections import Counter
 
+from ncclprobe.engine_facts.spec_logs import (
+    SGLANG_ACCEPT_LEN,
+    SGLANG_RUNNING,
+    VLLM_ACCEPTED,
+    VLLM_DRAFTED,
+    VLLM_MEAN,
+    aggregate,
+)
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import is_digits, parse_float
 
@@ -32,14 +40,14 @@ _NUM = r"[0-9]{1,19}(?:\.[0-9]{1,19})?"  # bounded: int() fails past 4300 digits
 _VLLM_TPUT = re.compile(
     r"Avg generation throughput: (" + _NUM + r") tokens/s, Running: ([0-9]{1,19}) reqs"
 )
-_VLLM_MEAN = re.compile(r"Mean acceptance length: (" + _NUM + ")")
+_VLLM_MEAN = re.compile(re.escape(VLLM_MEAN) + r": (" + _NUM + ")")
 _VLLM_RATE = re.compile(r"(?:Avg )?Draft acceptance rate: (" + _NUM + ")(%?)")
 # V0 (vLLM <= 0.7) prints cumulative counts; 0.5.x doubled the word: `Number of draft tokens tokens: 42272`
 _V0_COUNT = re.compile(
     r"Number of (speculative|accepted|draft|emitted) tokens(?: tokens)?: ([0-9]{1,19})"
 )
 # V1 from 0.8 prints counts per logging interval: `Accepted: 262 tokens, Drafted: 295 tokens`
-_V1_COUNT = re.compile(r"\b(Accepted|Drafted): ([0-9]{1,19}) tokens\b")
+_V1_COUNT = re.compile(rf"\b({VLLM_ACCEPTED}|{VLLM_DRAFTED}): ([0-9]{{1,19}}) tokens\b")
 # V0's spec_decode_worker.py: `SpecDecodeWorker stage times: average_time_per_proposal_tok_ms=4.96
 # scoring_time_ms=54.92 verification_time_ms=1.20`, averages over a logging interval: the draft's time
 # per proposed token, the target's scoring (verify) forward, the rejection sampler
@@ -90,7 +98,7 @@ def sglang_stats(lines: list[str], path: str) -> dict:
             bs = _SG_BS.search(line)
             if bs:
                 capture = as_ints(bs.group(1))
-    running = [as_int(b.get("#running-req")) for b in batches]
+    running = [as_int(b.get(SGLANG_RUNNING)) for b in batches]
     graph = [b.get("cuda graph") for b in batches if "cuda graph" in b]
     by_graph = {
         flag: sorted(
@@ -98,7 +106,15 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         )
         for flag in ("True", "False")
     }
-    accept = _numbers(b.get("accept len") for b in batches)
+    accepted = [
+        (as_number(b.get(SGLANG_ACCEPT_LEN)), as_int(b.get(SGLANG_RUNNING)))
+        for b in batches
+        if as_number(b.get(SGLANG_ACCEPT_LEN)) is not None
+    ]
+    accept = [a for a, _ in accepted]
+    # each line's `accept len` covers its own interval: weighed by the requests it ran
+    # (engine_facts.spec_logs), never a plain mean of the lines
+    acceptance = aggregate(accept, [r for _, r in accepted], "running requests")
     # the first decode interval holds the server's warm-up (SGLang's first request, its graphs'
     # first replays): it counts for no throughput figure when others follow
     measured = batches[1:] if len(batches) > 1 else batches
@@ -121,8 +137,10 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         "capture_sizes": capture,
         "max_capture_size": max_bs or (max(capture) if capture else None),
         "graphs_disabled": args.get("disable_cuda_graph") == "True",
-        "tokens_per_cycle": _mean(accept),
+        "tokens_per_cycle": acceptance.value,
         "tokens_per_cycle_values": len(accept),
+        "tokens_per_cycle_weighted_by": acceptance.weighted_by,
+        "tokens_per_cycle_plain_mean": acceptance.plain_mean,
         "accept_rate": _mean(_numbers(b.get("accept rate") for b in batches)),
         "per_position": [],
         "gen_tokens_per_s": _median(tput),
@@ -143,13 +161,14 @@ def sglang_stats(lines: list[str], path: str) -> dict:
 
 def vllm_stats(lines: list[str], path: str) -> dict:
     tput, running, means, positions, rates, downgrades = [], [], [], [], [], []
+    weights: list[int | None] = []  # each interval's drafted tokens (its weight)
     stages, stamps = [], []
     mode = sizes = spec = tp = eager = None
     spec_config: dict[str, str] = {}
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
     interval = {
-        "Accepted": 0,
-        "Drafted": 0,
+        VLLM_ACCEPTED: 0,
+        VLLM_DRAFTED: 0,
         "lines": 0,
     }  # V1 lines without a mean acceptance length
     for line in lines:
@@ -163,6 +182,8 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             m = _VLLM_MEAN.search(line)
             if m:
                 means.append(float(m.group(1)))
+                drafted = dict(_V1_COUNT.findall(line)).get(VLLM_DRAFTED)
+                weights.append(int(drafted) if drafted is not None else None)
             rates_at = _per_position(line)
             if rates_at:
                 positions.append(rates_at)
@@ -203,7 +224,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             eager = _first(_VLLM_EAGER, line) or eager
     per_position = [statistics.fmean(col) for col in zip(*positions)] if positions else []
     spec = spec or (v0["speculative"] if v0 else None)
-    accept_len, accept_values, how = _mean(means), len(means), None
+    # each line's mean covers its own interval: weighed by its drafts (engine_facts.spec_logs)
+    acceptance = aggregate(means, weights, "drafted tokens")
+    accept_len, accept_values, how = acceptance.value, len(means), None
     if accept_len is None and v0 and v0["draft"]:
         # tokens per verify step: emitted / (drafted / k), the bonus token included (V0's counts are cumulative)
         accept_len, accept_values, how = (
@@ -211,9 +234,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             1,
             "V0 counts",
         )
-    elif accept_len is None and interval["Drafted"] and spec:
+    elif accept_len is None and interval[VLLM_DRAFTED] and spec:
         accept_len, accept_values, how = (
-            1.0 + interval["Accepted"] * spec / interval["Drafted"],
+            1.0 + interval[VLLM_ACCEPTED] * spec / interval[VLLM_DRAFTED],
             interval["lines"],
             "accepted and drafted counts",
         )
@@ -235,6 +258,8 @@ def vllm_stats(lines: list[str], path: str) -> dict:
         "tokens_per_cycle": accept_len,
         "tokens_per_cycle_values": accept_values,
         "tokens_per_cycle_from": how,
+        "tokens_per_cycle_weighted_by": acceptance.weighted_by,
+        "tokens_per_cycle_plain_mean": acceptance.plain_mean,
         "accept_rate": _mean(rates),
         "per_position": per_position,
         "gen_tokens_per_s": _median(tput),
