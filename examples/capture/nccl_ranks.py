@@ -32,6 +32,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
+    from ncclprobe.cudagraph import capture_graph
+
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
@@ -53,17 +55,12 @@ def main() -> int:
     decode_in = torch.randn(1, 1, args.hidden, device="cuda")
     verify_in = torch.randn(1, 4, args.hidden, device="cuda")
     with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                model(decode_in)
-                model(verify_in)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            model(decode_in)
-        torch.cuda.synchronize()
+        # the one capture idiom (ncclprobe.cudagraph): warm-up on a side stream, then the capture
+        graph, _ = capture_graph(
+            lambda: model(decode_in),
+            warmup=lambda: (model(decode_in), model(verify_in)),
+            warmups=2,
+        )
         for step in range(1, args.steps + 1):
             if rank == args.hang_rank and step == args.hang_at:
                 print(f"rank {rank} stays in host code at step {step}", flush=True)

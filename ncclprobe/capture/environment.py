@@ -2,9 +2,9 @@
 
 Nothing of the user's command changes; only these variables are added (each in the manifest, and
 any value of the user's that one replaces, masked):
-- NCCL's debug log, one file per process (`nccl/nccl.%h.%p.log`; NCCL fills in host and pid) at
-  the proof level of `nccl.recipes.proof_env`: INFO with INIT and ENV, which log what NCCL read
-  (`set by environment`), its version, the transports and channels it chose, once per
+- NCCL's debug log, one file per process under `nccl/` (`nccl.recipes.USER_LOG_NAME`: NCCL fills in
+  host and pid) at the proof level of `nccl.recipes.proof_env`: INFO with INIT and ENV, which log
+  what NCCL read (`set by environment`), its version, the transports and channels it chose, once per
   communicator; the per-call TUNING lines only with `tuning` (a long job's calls would flood it);
 - PyTorch's Flight Recorder, dumped into `fr/` on NCCL's watchdog timeout
   (`nccl.recipes.flight_recorder_env`);

@@ -10,6 +10,13 @@ wait through unless the host ran ahead, and the finding says so. Every time is p
 profiler that records Python calls (with_stack) slows call-heavy Python, so the figure is the
 trace's, an upper bound on the same code unprofiled. `host-bound` says how long the GPU idles;
 this rule says for what.
+
+The shapes it names, as published: an EAGLE-3 speedup down to 1.00x (humaneval) from a needless
+GPU-to-CPU sync in the draft's preprocessing (sgl-project/sglang#26171, fixed by #20266's kind of
+change); n-gram speculation roughly 3x slower than plain decoding (vllm-project/vllm#16258), its
+lookup a KMP search on the CPU over every n-gram length (vllm-project/vllm#16883; the Numba rewrite
+took the cumulative overhead from 54.3 s to 1.9 s, vllm-project/vllm#13365). None publishes a
+trace: the profiles recorded here (tests/fixtures/profiles/host/, examples/capture/) stand in.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 PROCESSES = "processes.json"
 JOB_LOG = "job.log"  # the job's stdout and stderr, interleaved as they came, secrets masked
-NCCL_LOGS = "nccl"  # NCCL_DEBUG_FILE=<dir>/nccl/nccl.%h.%p.log
+NCCL_LOGS = "nccl"  # NCCL_DEBUG_FILE=<dir>/nccl/ + nccl.recipes.USER_LOG_NAME, one per process
 FLIGHT_RECORDER = "fr"  # TORCH_FR_DUMP_TEMP_FILE=<dir>/fr/nccl_trace_rank_
 FR_PREFIX = "nccl_trace_rank_"
 PROFILES = "profiles"  # the in-job module's torch.profiler traces

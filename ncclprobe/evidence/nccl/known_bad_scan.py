@@ -48,8 +48,11 @@ def known_bad_in_logs(
 ) -> tuple[list[Match], Scan]:
     """The known-bad rows NCCL's logs fall in: their version, the GPUs they (or `capabilities`,
     from elsewhere) name, and the failure lines they hold; a row whose workaround NCCL read is
-    left out."""
+    left out. RCCL's logs carry the NCCL release RCCL follows, but the rows are NVIDIA NCCL's own
+    failures (sm120, cuMem, its proxy): none applies to RCCL."""
     found = scan(paths)
+    if log.library == "RCCL":
+        return [], found
     caps = set(capabilities) | found.capabilities
     return (
         matching(log.nccl_version, caps, host_arch=host_arch, lines=found.lines, read=log.env),
