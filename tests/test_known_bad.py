@@ -142,3 +142,19 @@ def test_nccl_log_command_reports_it_and_exits_1():
     doc = json.loads(run.stdout)
     assert [k["row"] for k in doc["known_bad"]] == ["sm120-shared-memory"]
     assert doc["known_bad"][0]["seen"] is True
+
+
+def test_a_row_that_needs_a_condition_is_said_without_failing_nccl_log():
+    """NCCL 2.20.5 (vLLM's own line) falls in the cuMem row, which needs CUDA graphs the log cannot
+    show: an info note, exit 0. RCCL 2.21.5 follows that NCCL release but is not NVIDIA's NCCL: no
+    row at all."""
+    vllm = FIXTURES / "nccl_logs" / "vllm_is_using_nccl_2.20.5_lines_run_together_vllm12292.log"
+    rccl = FIXTURES / "nccl_logs" / "rccl_2.21.5_4x_mi50_socket_rccltests163.log"
+    for log, rows in ((vllm, ["cumem-graph-memory"]), (rccl, [])):
+        run = subprocess.run(
+            [sys.executable, "-m", "ncclprobe", "nccl-log", str(log), "--format", "json"],
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, (log.name, run.stdout[-400:], run.stderr)
+        assert [k["row"] for k in json.loads(run.stdout)["known_bad"]] == rows, log.name

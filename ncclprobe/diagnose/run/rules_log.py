@@ -13,7 +13,6 @@ import statistics
 
 from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
-from ncclprobe.engine_facts.spec_config import NOT_WORKING
 from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
@@ -234,8 +233,6 @@ def log_acceptance(ev: E.Evidence) -> list:
         if src != "trace" or acc is None or acc.mean_length is None:
             continue
         per_pos = ", ".join(f"{p:.2f}" for p in acc.per_position)
-        if acc.mean_length <= NOT_WORKING:
-            continue  # no draft token kept at all: a broken draft, not a weak one (rules_spec_config)
         if acc.mean_length < LOW_ACCEPTANCE:
             out.append(
                 Finding(
