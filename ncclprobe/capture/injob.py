@@ -59,6 +59,7 @@ class _State:
         self.dumped = False
         self.lock = threading.Lock()
         self.control: dict[str, str] = {}
+        self.control_lock = threading.Lock()
         self.want_profile = False
         self.profiler = None
         self.profiled_steps = 0
@@ -173,25 +174,30 @@ def _write_progress() -> None:
         _write(_path("progress", str(os.getpid())), f"{_state.steps}\n")
 
 
-def _read_control() -> None:
+def _read_control(names=("dump", "profile"), first: int | None = None) -> None:
     """The capture's requests: `control/dump` and `control/profile` hold `<generation> <word>`; a
-    new generation is a new request."""
-    for name in ("dump", "profile"):
+    new generation is a new request. The watcher reads both; every top-level forward reads the
+    profile's too, so a start or stop takes effect at the first step after it, however late the
+    watcher runs on a loaded host (`first`: the step a start read there begins with, the one about
+    to run)."""
+    for name in names:
         try:
             with open(_path("control", name), encoding="utf-8") as handle:
                 text = handle.read().strip()
         except OSError:
             continue
-        if not text or _state.control.get(name) == text:
-            continue
-        _state.control[name] = text
+        with _state.control_lock:
+            if not text or _state.control.get(name) == text:
+                continue
+            _state.control[name] = text
         word = text.split()[-1]
         if name == "dump":
             _dump(f"the capture asked ({word})")
         elif name == "profile" and _state.profile_mode == "control":
             _state.want_profile = word == "start"
             if word == "start":  # the next `budget` steps at most: a trace stays small enough
-                _state.window = (_state.steps + 1, _state.steps + _state.budget)
+                begin = _state.steps + 1 if first is None else first
+                _state.window = (begin, begin + _state.budget - 1)
 
 
 def _distributed():
@@ -383,6 +389,8 @@ def _step_boundary() -> None:
         if _state.step_mark is not None:
             _state.step_mark.__exit__(None, None, None)
             _state.step_mark = None
+        if _state.profile_mode == "control":
+            _read_control(("profile",), first=_state.steps)
         wanted = _profile_wanted()
         if wanted and _state.profiler is None:
             _start_profiler()
