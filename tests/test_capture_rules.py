@@ -233,3 +233,26 @@ def test_host_call_named_from_min_share_of_the_step(monkeypatch, host_bound, fac
     monkeypatch.setattr(rules_host, "MIN_SHARE", of_step * factor)
     outcomes = rules_host.host_call_findings(host_bound)
     assert [type(o) for o in outcomes] == [kind]
+
+
+# ---- the launcher's own line at a signal -----------------------------------------------------------
+
+
+def test_torchruns_signal_exception_is_explained_and_its_twin_is_not():
+    """torchrun's two lines at SIGTERM (the traceback's source line and the exception), as a capture
+    at a hang leaves them in job.log: one info class; another SignalException-less line stays."""
+    from ncclprobe.evidence.failure_lines import FailureLines
+    from ncclprobe.evidence.nccl.nccl_failures import explain_lines
+
+    found = FailureLines("job log")
+    lines = [
+        '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)',
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2419 got signal: 15",
+        "RuntimeError: something else went wrong",
+    ]
+    for number, line in enumerate(lines, 1):
+        found.offer(number, line)
+    (kind,) = explain_lines(found)
+    assert kind.kind == "launcher-signalled" and kind.severity == "info" and kind.lines == 2
+    assert "signal 15 (SIGTERM)" in kind.message
+    assert [line.text for line in found.lines] == ["RuntimeError: something else went wrong"]

@@ -89,6 +89,9 @@ def test_the_hung_job_ends_with_torchrun_s_own_code_and_the_directory_named(faul
     assert f"capture {out}" in report.replace("\n#   ", " ")
     assert "rank 1 step 1" in run.stdout  # the job's own output passed through
     assert (out / "diagnosis.txt").read_text().startswith("# diagnosis of")
+    # torchrun's SignalException at the capture's SIGTERM is said for what it is, not "not explained"
+    assert _finding(doc, "failure-launcher-signalled")["severity"] == "info"
+    assert not [f for f in doc["findings"] if f["rule"] == "not-explained"]
 
 
 def test_the_rank_in_host_code_is_named_at_its_collective_and_its_line(faults):
