@@ -139,6 +139,34 @@ def test_a_lost_setting_without_nccl_is_a_warning_naming_the_worker_and_its_pare
     assert found.evidence["lost"][0]["parent_has"] is True
 
 
+def test_the_lost_rows_evidence_names_the_worker_and_what_its_parent_had():
+    """Each lost row: the worker (pid, rank, command, libnccl) and its parent (pid, command, and
+    whether it had the setting); a parent that lacked it too, and a worker whose parent was not
+    seen, say so."""
+    parent = _process(10, 1)
+    orphan = _process(12, None, missing=["NCCL_SOCKET_IFNAME"])
+    lost = _process(11, 10, missing=["NCCL_SOCKET_IFNAME"], libnccl="/x/libnccl.so.2", rank=2)
+    (found,) = _settings(_record([parent, lost, orphan], nccl_loaded=True))
+    rows = {row["pid"]: row for row in found.evidence["lost"]}
+    assert rows[11] == {
+        "pid": 11,
+        "rank": 2,
+        "command": "python train.py --pid 11",
+        "libnccl": "/x/libnccl.so.2",
+        "parent_pid": 10,
+        "parent_command": "python train.py --pid 10",
+        "parent_has": True,
+    }
+    assert (rows[12]["parent_pid"], rows[12]["parent_command"], rows[12]["parent_has"]) == (
+        None,
+        None,
+        None,
+    )
+    shared = _process(10, 1, missing=["NCCL_SOCKET_IFNAME"])
+    (found,) = _settings(_record([shared, lost], nccl_loaded=True))
+    assert {r["pid"]: r["parent_has"] for r in found.evidence["lost"]}[11] is False
+
+
 def test_a_lost_setting_in_a_worker_that_loaded_nccl_is_an_error():
     lost = _process(11, 10, missing=["NCCL_SOCKET_IFNAME"], libnccl="/x/libnccl.so.2")
     (found,) = _settings(_record([_process(10, 1), lost], nccl_loaded=True))
