@@ -147,3 +147,26 @@ def test_the_collector_keeps_long_spans_modules_collectives_and_every_sync():
         ("aten::item", "op"),
     ]
     assert HostCollector().python is False
+
+
+@pytest.mark.parametrize(
+    "name, own",
+    [
+        ("generate_hf.py(29): ngram_lookup", True),  # the job's script
+        ("transformers/generation/utils.py(3239): _sample", True),  # the engine's code
+        ("/work/app/train.py(8): step", True),  # an absolute path outside sys.path
+        ("torch/nn/modules/module.py(1782): _call_impl", False),
+        ("typing.py(902): __eq__", False),  # the standard library, one file
+        ("json/decoder.py(337): decode", False),  # ... and a package of it
+        ("concurrent/futures/thread.py(58): run", False),
+        ("threading.py(1012): run", False),
+        ("<built-in method item of Tensor>", False),
+        ("<frozen importlib._bootstrap>(244): _verbose_message", False),
+        ("nn.Module: Linear_0", False),
+        ("not a frame", False),
+    ],
+)
+def test_own_code_is_the_jobs_or_the_engines_never_torch_or_the_standard_library(name, own):
+    from ncclprobe.evidence.run.profile.host import _own
+
+    assert _own(name) is own

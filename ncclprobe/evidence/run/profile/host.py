@@ -270,9 +270,11 @@ def _own(name: str) -> bool:
     match = _PY_NAME.match(name)
     if not match:
         return False
-    path = match["path"]
-    top = path.replace("\\", "/").split("/", 1)[0].removesuffix(".py")
-    return "/" in path.replace("\\", "/") or top not in sys.stdlib_module_names
+    # torch's profiler names a frame by its file relative to the sys.path entry it came from:
+    # `typing.py(902)`, `json/decoder.py(337)`, `transformers/generation/utils.py(3239)`; the
+    # standard library is told by its top-level name, whatever the depth
+    top = match["path"].replace("\\", "/").split("/", 1)[0].removesuffix(".py")
+    return top not in sys.stdlib_module_names
 
 
 def _syncs(inside: list[HostSpan]) -> list[tuple[str, str]]:
