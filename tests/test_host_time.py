@@ -170,3 +170,100 @@ def test_own_code_is_the_jobs_or_the_engines_never_torch_or_the_standard_library
     from ncclprobe.evidence.run.profile.host import _own
 
     assert _own(name) is own
+
+
+def test_an_idle_host_covers_nothing_and_a_library_frame_gives_its_time_to_its_caller():
+    """Host work only from 3500 to 9000 (an idle host before and after covers no function); in it a
+    torch helper ending with its caller (its time is the caller's, the helper its call), a function
+    starting with its callee (the callee's own time is the callee's), and a gap under library code
+    alone (the library frame is named: no own frame is over it)."""
+    spans = [
+        HostSpan(0, 3000, 1, "nn.Module: Model_0", "module"),
+        HostSpan(3500, 9000, 1, POST, "py"),
+        HostSpan(3500, 3900, 1, "job.py(30): decode_tokens", "py"),
+        HostSpan(8000, 9000, 1, "torch/utils/x.py(5): helper", "py"),
+        HostSpan(9200, 9600, 1, "torch/utils/y.py(7): cleanup", "py"),
+    ]
+    report = host_time(spans, True, [_step(0, 10000)], [])
+    assert report.gap_ms_per_step == pytest.approx(7.0)  # 3000-10000: the host's idle time too
+    got = {f.function: (f.ms_per_step, f.call) for f in report.functions}
+    assert got == {
+        POST: (pytest.approx(5.1), "torch/utils/x.py(5): helper"),
+        "job.py(30): decode_tokens": (pytest.approx(0.4), None),
+        "torch/utils/y.py(7): cleanup": (pytest.approx(0.4), None),
+    }
+
+
+def test_the_call_is_the_sync_made_most_else_the_op_with_most_time():
+    spans = [
+        HostSpan(0, 3000, 1, "nn.Module: Model_0", "module"),
+        HostSpan(3000, 9000, 1, POST, "py"),
+        HostSpan(3100, 3200, 1, "aten::is_nonzero", "op"),
+        HostSpan(3300, 3400, 1, "aten::is_nonzero", "op"),
+        HostSpan(3500, 3600, 1, "aten::item", "op"),
+        HostSpan(4000, 4500, 1, "job.py(40): read", "py"),
+        HostSpan(4000, 4400, 1, "aten::item", "op"),  # starts with its caller: read made it
+    ]
+    report = host_time(spans, True, [_step(0, 10000)], [])
+    got = {f.function: f for f in report.functions}
+    # 2 x is_nonzero against 1 x item: counted, not alphabetical
+    assert got[POST].call == "aten::is_nonzero" and got[POST].syncs_per_step == 3.0
+    assert got["job.py(40): read"].call == "aten::item"
+    assert got["job.py(40): read"].syncs_per_step == 1.0
+    without = [s for s in spans if s.kind != "op"] + [
+        HostSpan(5000, 5500, 1, "aten::mm", "op"),
+        HostSpan(6000, 7000, 1, "aten::copy_", "op"),
+    ]
+    post = host_time(without, True, [_step(0, 10000)], []).functions[0]
+    assert post.call == "aten::copy_"  # 1000 us against mm's 500: time, not the name
+
+
+@pytest.mark.parametrize(
+    "other, runs_the_step",
+    [
+        # a second thread with a short forward late in the step (a side model): thread 1's is longer
+        ([HostSpan(9000, 9100, 2, "nn.Module: Side_0", "module")], 1),
+        # the same forward time on both: the one whose Python (and collectives) cover more
+        (
+            [
+                HostSpan(0, 3000, 2, "nn.Module: Model_0", "module"),
+                HostSpan(3000, 6000, 2, "torch/distributed/c10d.py(9): wait", "comm"),
+            ],
+            1,
+        ),
+    ],
+)
+def test_the_step_thread_is_told_by_its_forward_then_its_python(other, runs_the_step):
+    report = host_time(_spans() + other, True, [_step(0, 10000)], [])
+    expected = {POST, STEP} if runs_the_step == 1 else set()
+    assert {f.function for f in report.functions} == expected
+
+
+def test_collectives_break_a_tie_of_forwards_where_python_is_even():
+    """Two threads with the same forward and the same Python time: the one in torch.distributed
+    runs the step (its wait is the step's, not a watcher's); and the other way round."""
+    base = [
+        HostSpan(0, 3000, 1, "nn.Module: Model_0", "module"),
+        HostSpan(3000, 5000, 1, "job.py(20): postprocess", "py"),
+        HostSpan(0, 3000, 2, "nn.Module: Model_0", "module"),
+        HostSpan(3000, 5000, 2, "job.py(50): other", "py"),
+    ]
+    comm = HostSpan(5000, 6000, 2, "torch/distributed/c10d.py(9): wait", "comm")
+    report = host_time(base + [comm], True, [_step(0, 10000)], [])
+    assert [f.function for f in report.functions] == ["job.py(50): other"]
+    more_py = HostSpan(5000, 7000, 1, "job.py(60): more", "py")
+    report = host_time(base + [comm, more_py], True, [_step(0, 10000)], [])
+    assert {f.function for f in report.functions} == {"job.py(20): postprocess", "job.py(60): more"}
+
+
+def test_a_step_without_kernels_of_its_own_and_the_report_says_python():
+    bare = SimpleNamespace(t0=0, t1=10000)  # steps.Step of a CPU trace: no kernels attribute
+    report = host_time(_spans(), True, [bare], [])
+    assert report.step_ms == pytest.approx(10.0) and report.python is True
+    assert host_time([], True, [bare], []) is None  # no span at all: no thread ran the step
+
+
+def test_an_unnamed_python_event_is_kept_with_no_name():
+    kept = HostCollector()
+    kept.python_function({"tid": 1}, 0.0, 30.0)
+    assert [(s.name, s.kind) for s in kept.spans] == [("", "py")]

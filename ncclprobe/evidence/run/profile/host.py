@@ -146,7 +146,6 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
         return None
     functions = _ranked(totals, measured, gap_total, syncs)
     step_ms = statistics.median((_step_end(s) - s.t0) / 1000.0 for s in steps)
-    notes: list[str] = []
     return HostReport(
         basis="gpu-idle" if gpu else "outside-forward",
         steps=measured,
@@ -154,7 +153,6 @@ def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport
         step_ms=step_ms,
         functions=functions,
         python=python,
-        notes=tuple(notes),
     )
 
 
@@ -212,8 +210,8 @@ def _attribute(inside: list[HostSpan], gaps, gpu: bool) -> dict[tuple[str, str |
             continue  # the host ran nothing either: the device waited for no host work
         chain = _chain(tree, parents, index)
         named = next((s for s in chain if s.kind == "py" and _own(s.name)), None)
-        leaf = chain[0] if chain else None
-        call = leaf.name if leaf is not None and leaf is not named else None
+        leaf = chain[0]  # index is a span's: the chain holds it
+        call = leaf.name if named is not None and leaf is not named else None  # else: leaf named
         if syncs:
             before = bisect.bisect_right(syncs, (a, chr(0x10FFFF))) - 1
             if before >= 0:
