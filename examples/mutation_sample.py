@@ -52,12 +52,26 @@ TRACES = f"{DIAGNOSE} tests/test_handwritten_fixtures.py"
 NCCL_TESTS = f"tests/test_nccl_tests_runs.py tests/test_nccl_tests_import.py {PINS}"
 PCIE = f"{PINS} tests/test_pcie_readers.py"
 SECRETS = "tests/test_trust_secrets.py tests/test_masking_pins.py tests/test_trust_secrets_walk.py"
+# runs across hosts: the pure parts (the real launchers across namespace hosts are too slow per mutant)
+HOSTS_LAUNCH = "tests/test_hosts_launchers.py"
+HOSTS_MERGE = "tests/test_hosts_merge.py -k 'not contradictions'"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
+    "ncclprobe/rank_ranges.py": "tests/test_flight_recorder_scale.py -k ranges",
+    "ncclprobe/evidence/hang/safe_pickle.py": "tests/test_flight_recorder_reader.py",
+    "ncclprobe/evidence/hang/fr_entries.py": "tests/test_flight_recorder_reader.py "
+    "tests/test_flight_recorder_scale.py",
+    "ncclprobe/diagnose/hang/hang.py": "tests/test_diagnose_hang.py tests/test_diagnose_hang_details.py "
+    "tests/test_flight_recorder_scale.py",
     "ncclprobe/stats.py": "tests/test_noise_rule.py tests/test_recommend.py tests/test_sweep_records.py",
     "ncclprobe/secrets/__init__.py": SECRETS,
     "ncclprobe/secrets/words.py": SECRETS,
     "ncclprobe/secrets/shapes.py": SECRETS,
+    # issue 40: the terminal guard, writers' links, inputs that are no regular file
+    "ncclprobe/visible.py": "tests/test_trust_terminal.py",
+    "ncclprobe/safe_output.py": "tests/test_trust_writers.py -k 'link or relative or appeared or "
+    "force or device or leaves_nothing'",
+    "ncclprobe/validate.py": "tests/test_trust_readers.py tests/test_trust_walk.py",
     "ncclprobe/diagnose/run/rules.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/run/rules_speed.py": f"{TRACES} tests/test_noise_rule.py",
     "ncclprobe/diagnose/run/rules_collectives.py": TRACES,
@@ -115,6 +129,14 @@ MODULES = {
     "ncclprobe/nccl/recipes.py": NCCL,
     "ncclprobe/nccl/p2p.py": NCCL,
     "ncclprobe/nccl/version.py": NCCL,
+    "ncclprobe/hosts/hostlist.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/identity.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/launchers.py": HOSTS_LAUNCH,
+    "ncclprobe/hosts/run.py": HOSTS_LAUNCH,
+    "ncclprobe/sweep/host_merge.py": HOSTS_MERGE,
+    "ncclprobe/diagnose/process_env/hosts.py": HOSTS_MERGE,
+    "ncclprobe/evidence/live/job_processes.py": HOSTS_MERGE,
+    "ncclprobe/evidence/live/host_env_checks.py": HOSTS_MERGE,
 }
 
 

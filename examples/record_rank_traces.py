@@ -17,7 +17,12 @@ Why delays of 20 ms (host) and 10 ms (GPU, alone) by default: two processes on o
 in time slices (~2.2 ms on the H200: every NCCL kernel there lasts ~4.4 ms, healthy or not, and a
 step of 16 all-reduces ~73 ms); a 2 ms delay disappeared in that (recorded 2026-12-01: the waiting
 rank's first all-reduce per step only ~0.15 ms longer than in the healthy twin).
-Per scenario: `ranks_<scenario>_rank<R>.json.gz` and `ranks_<scenario>.truth.json` (late rank, chosen
+--world N records N ranks (gloo on the CPU: issue 36's jobs); --job ddp runs a plain data-parallel
+training step (DistributedDataParallel over a 2-layer MLP, SGD) instead of the layer loop, and
+--step-marks writes torch.profiler's ProfilerStep#N (a schedule of one window of every step), as a
+training loop with a profiler schedule does; --delay-kind sleep frees the late rank's core (more ranks
+than cores); --nccl-env NCCL_X=V exports a setting in every rank (examples/proto_baseline_gpu.py).
+Per scenario: `<prefix>_<scenario>_rank<R>.json.gz` and `<prefix>_<scenario>.truth.json` (late rank, chosen
 and measured delay, steps, layers, collective size, each step's host start per rank on the Unix
 clock and the trace's axis, each rank's clock bases).
 
@@ -52,15 +57,54 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="tokens per step")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="host_late: the spin")
     parser.add_argument("--gpu-delay-ms", type=float, default=10.0, help="gpu_late: the GEMMs")
-    parser.add_argument("--late-rank", type=int, default=1, choices=range(WORLD))
+    parser.add_argument("--world", type=int, default=WORLD, help="ranks (processes)")
+    parser.add_argument("--late-rank", type=int, default=1)
+    parser.add_argument("--prefix", default="ranks", help="file names: PREFIX_<scenario>_rank<R>")
+    parser.add_argument(
+        "--job",
+        default="tp",
+        choices=("tp", "ddp"),
+        help="tp: the tensor-parallel layer loop; ddp: a data-parallel training step "
+        "(DistributedDataParallel over a 2-layer MLP, SGD): a plain PyTorch job",
+    )
+    parser.add_argument(
+        "--delay-kind",
+        default="spin",
+        choices=("spin", "sleep"),
+        help="host_late's delay: a busy loop (exact, holds a core) or time.sleep (frees the core: "
+        "for more ranks than cores)",
+    )
+    parser.add_argument(
+        "--nccl-env",
+        action="append",
+        default=[],
+        metavar="NCCL_X=VALUE",
+        help="an NCCL setting every rank exports before its communicator exists (repeatable)",
+    )
+    parser.add_argument(
+        "--step-marks",
+        action="store_true",
+        help="call the profiler's step() after each step (ProfilerStep#N annotations, as a "
+        "training loop with a profiler schedule writes them)",
+    )
     parser.add_argument("--timeout-s", type=float, default=150.0, help="per scenario")
     opts = parser.parse_args(argv)
     names = [n.strip() for n in opts.only.split(",") if n.strip()]
     if not names or any(n not in SCENARIOS for n in names):
         parser.error(f"--only: choose from {', '.join(SCENARIOS)}")
+    if opts.job == "ddp" and ("gpu_late" in names or "graph_host_late" in names):
+        parser.error("--job ddp records healthy and host_late only")
     if opts.device == "cpu" and "graph_host_late" in names:
         parser.error("graph_host_late needs CUDA graphs: leave it out with --device cpu")
     opts.only = names
+    for item in opts.nccl_env:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.startswith("NCCL_") or not key.replace("_", "").isalnum():
+            parser.error(f"--nccl-env {item!r}: NCCL_NAME=VALUE")
+    if not 2 <= opts.world <= 64 or not 0 <= opts.late_rank < opts.world:
+        parser.error("--world must be 2..64 and --late-rank one of its ranks")
+    if not opts.prefix.replace("_", "").replace("-", "").isalnum():
+        parser.error("--prefix: letters, digits, '_' and '-' only")
     for name in ("steps", "warmup", "layers", "hidden", "batch"):
         if getattr(opts, name) < 1:
             parser.error(f"--{name} must be at least 1")
@@ -71,6 +115,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     if opts.out.exists() and (not opts.out.is_dir() or any(opts.out.iterdir())):
         parser.error(f"--out {opts.out} must be a new or empty directory")
     return opts
+
+
+class DDPStep:
+    """A plain data-parallel training step: a 2-layer MLP wrapped in DistributedDataParallel,
+    forward, backward (DDP all-reduces the gradients in buckets) and an SGD step."""
+
+    def __init__(self, opts, device, dtype):
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        h = opts.hidden
+        torch.manual_seed(1234)
+        net = torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, h)).to(
+            device=device, dtype=dtype
+        )
+        self.model = DistributedDataParallel(net)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.x = torch.randn(opts.batch, h, device=device, dtype=dtype)
+
+    def layers_forward(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.model(self.x).square().mean()
+        loss.backward()
+        self.opt.step()
+        return loss.detach().reshape(1)
 
 
 class TPStep:
@@ -109,17 +178,22 @@ class TPStep:
 def worker(rank: int, scenario: str, opts, port: int) -> None:
     os.environ["NCCL_HOSTID"] = f"trace-fixtures-rank{rank}"
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+    for item in opts.nccl_env:
+        key, _, value = item.partition("=")
+        os.environ[key] = value
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     here = Path(__file__).resolve().parent
     sys.path[:0] = [str(here), str(here.parent)]  # trace_recording; ncclprobe from the tree
     from trace_recording import export_trace, say, trace_us, write_json
 
     cuda = opts.device == "cuda"
+    if not cuda:  # ranks share the host's cores: a thread per core in each would spin on each other
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // opts.world))
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -127,11 +201,11 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
         "nccl" if cuda else "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
-        world_size=WORLD,
+        world_size=opts.world,
         timeout=timedelta(seconds=opts.timeout_s),
     )
     dtype = torch.bfloat16 if cuda else torch.float32
-    model = TPStep(opts, device, dtype)
+    model = (DDPStep if opts.job == "ddp" else TPStep)(opts, device, dtype)
     late = rank == opts.late_rank and scenario != "healthy"
     extra = GemmChain(opts.gpu_delay_ms, device, dtype) if late and scenario == "gpu_late" else None
     graph, out = None, None
@@ -142,7 +216,9 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
         nonlocal out
         rec = {"start_ns": time.time_ns()}
         if late and scenario in ("host_late", "graph_host_late"):
-            spin_ms(opts.delay_ms)
+            (spin_ms if opts.delay_kind == "spin" else lambda ms: time.sleep(ms / 1000.0))(
+                opts.delay_ms
+            )
             rec["host_delay_end_ns"] = time.time_ns()
         if extra is not None:
             rec["extra_gemm_ms"] = extra.run(timed=not profiled)
@@ -167,10 +243,26 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
     sync()
     clock = {"time_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns()}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities, record_shapes=True, with_stack=False) as prof:
-        steps = [step(True) for _ in range(opts.steps)]
+    path = opts.out / f"{opts.prefix}_{scenario}_rank{rank}.json.gz"
+    exported = {}
+    # ProfilerStep#N annotations are written only under a schedule: one window of every step,
+    # handed over (and exported) when its last step() closes it
+    marks = (
+        {
+            "schedule": schedule(wait=0, warmup=0, active=opts.steps, repeat=1),
+            "on_trace_ready": lambda p: exported.setdefault("trace", export_trace(p, path)),
+        }
+        if opts.step_marks
+        else {}
+    )
+    with profile(activities=activities, record_shapes=True, with_stack=False, **marks) as prof:
+        steps = []
+        for _ in range(opts.steps):
+            steps.append(step(True))
+            if opts.step_marks:
+                prof.step()
         sync()
-    trace = export_trace(prof, opts.out / f"ranks_{scenario}_rank{rank}.json.gz")
+    trace = exported["trace"] if opts.step_marks else export_trace(prof, path)
     base = trace["baseTimeNanoseconds"]
     for rec in steps:
         rec["start_trace_us"] = trace_us(rec["start_ns"], base)
@@ -182,7 +274,7 @@ def worker(rank: int, scenario: str, opts, port: int) -> None:
         "warmup_steps": warm,
         "extra_gemms": extra.describe() if extra else None,
         "trace": trace,
-        "env": {k: os.environ[k] for k in ("NCCL_HOSTID", "NCCL_NVLS_ENABLE")},
+        "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
     write_json(part_path(opts, rank, scenario), doc)
     say(f"  {scenario} rank {rank}: {trace['bytes'] / 1e6:.2f} MB, {trace['counts']}")
@@ -254,13 +346,13 @@ def run_scenario(scenario: str, opts) -> dict:
     from trace_recording import say
 
     port = free_port()
-    say(f"{scenario}: 2 ranks on {opts.device}, rendezvous on port {port}")
+    say(f"{scenario}: {opts.world} ranks on {opts.device}, rendezvous on port {port}")
     context = mp.start_processes(
-        worker, args=(scenario, opts, port), nprocs=WORLD, join=False, start_method="spawn"
+        worker, args=(scenario, opts, port), nprocs=opts.world, join=False, start_method="spawn"
     )
     deadline, parts = (
         time.monotonic() + opts.timeout_s,
-        [part_path(opts, r, scenario) for r in range(WORLD)],
+        [part_path(opts, r, scenario) for r in range(opts.world)],
     )
     written, teardown = None, "clean"
     while not context.join(timeout=2):
@@ -317,16 +409,25 @@ def truth_doc(scenario: str, opts, ranks: list[dict]) -> dict:
     if late is not None and "host_delay_end_ns" in ranks[late]["steps"][0]:
         ready = [s["host_delay_end_ns"] for s in ranks[late]["steps"]]
         measured["late_rank_ready_after_other_start_ms"] = spread(
-            [(r - s) / 1e6 for r, s in zip(ready, starts[1 - late], strict=True)]
+            [
+                (r - min(s)) / 1e6
+                for r, *s in zip(
+                    ready, *(starts[i] for i in range(len(ranks)) if i != late), strict=True
+                )
+            ]
         )
     return {
-        "what": f"two NCCL ranks on one GPU, scenario {scenario}",
+        "what": f"{opts.world} "
+        + ("NCCL ranks on one GPU" if opts.device == "cuda" else "gloo ranks on the CPU")
+        + f", scenario {scenario}",
+        "world": opts.world,
+        "backend": "nccl" if opts.device == "cuda" else "gloo",
         "scenario": scenario,
         "late_rank": late,
         "delay": {
             "kind": {
-                "host_late": "host busy loop",
-                "graph_host_late": "host busy loop",
+                "host_late": "host busy loop" if opts.delay_kind == "spin" else "time.sleep",
+                "graph_host_late": "host busy loop" if opts.delay_kind == "spin" else "time.sleep",
                 "gpu_late": "own extra GEMMs",
             }.get(scenario),
             "chosen_ms": {
@@ -340,7 +441,11 @@ def truth_doc(scenario: str, opts, ranks: list[dict]) -> dict:
         "warmup_steps": opts.warmup,
         "layers": opts.layers,
         "graph_replayed": scenario == "graph_host_late",
-        "collective": {
+        "job": opts.job,
+        "step_marks": opts.step_marks,
+        "collective": ddp_buckets(opts)
+        if opts.job == "ddp"
+        else {
             "op": "all_reduce (sum)",
             "elements": opts.batch * opts.hidden,
             "dtype": "bfloat16" if opts.device == "cuda" else "float32",
@@ -352,11 +457,27 @@ def truth_doc(scenario: str, opts, ranks: list[dict]) -> dict:
         "step_start_skew_ms": spread(  # rank 1 minus rank 0, before any delay
             [(b - a) / 1e6 for a, b in zip(starts[0], starts[1], strict=True)]
         ),
+        "step_start_skew_ms_by_rank": {  # each rank minus rank 0, before any delay
+            str(r): spread([(b - a) / 1e6 for a, b in zip(starts[0], starts[r], strict=True)])
+            for r in range(1, len(ranks))
+        },
         "ranks": ranks,
         "clock": "start_ns etc.: time.time_ns() on the host (one clock for both ranks); "
         "start_trace_us = (ns - that rank's baseTimeNanoseconds) / 1000",
         "versions": versions(),
         "recorded_by": "examples/record_rank_traces.py " + " ".join(sys.argv[1:]),
+    }
+
+
+def ddp_buckets(opts) -> dict:
+    """What the DDP job all-reduces: its gradients, 2 x (hidden^2 + hidden) float32 elements, in
+    DDP's buckets (25 MiB by default; how many calls per step is read from the trace, not assumed)."""
+    elements = 2 * (opts.hidden * opts.hidden + opts.hidden)
+    return {
+        "op": "all_reduce (sum) of the gradients, DDP's buckets",
+        "elements_per_step": elements,
+        "dtype": "float32",
+        "bytes_per_step": elements * 4,
     }
 
 
@@ -375,10 +496,10 @@ def main(argv=None) -> int:
             failures.append(f"{scenario}: {type(exc).__name__}: {exc}"[:600])
             say(f"FAILED {failures[-1]}")
             continue
-        write_json(opts.out / f"ranks_{scenario}.truth.json", doc)
+        write_json(opts.out / f"{opts.prefix}_{scenario}.truth.json", doc)
         skew = doc["step_start_skew_ms"]["median"]
         print(f"scenario={scenario} late_rank={doc['late_rank']} start_skew_ms={skew:.3f}")
-    write_json(opts.out / "ranks_summary.json", {"failures": failures})
+    write_json(opts.out / f"{opts.prefix}_summary.json", {"failures": failures})
     return 1 if failures else 0
 
 

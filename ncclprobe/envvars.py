@@ -42,6 +42,7 @@ STORE_PORT = "NCCLPROBE_STORE_PORT"
 GPU = "NCCLPROBE_GPU"
 PARENT_PID = "NCCLPROBE_PARENT_PID"
 NCCL_LOG_DIR = "NCCLPROBE_NCCL_LOG_DIR"
+JOB_AGENT = "NCCLPROBE_JOB_AGENT"
 TEST_HANG_CONFIG = "NCCLPROBE_TEST_HANG_CONFIG"
 TEST_CRASH_CONFIG = "NCCLPROBE_TEST_CRASH_CONFIG"
 TEST_WRONG_CONFIG = "NCCLPROBE_TEST_WRONG_CONFIG"
@@ -120,6 +121,14 @@ VARIABLES = (
         "path",
         "none: ncclprobe asked NCCL for no log",
         "where ncclprobe asked NCCL to write each rank's log (NCCL_DEBUG_FILE)",
+        LAUNCHER,
+    ),
+    Variable(
+        JOB_AGENT,
+        "1",
+        "none: a process of the user's job",
+        "marks ncclprobe's own per-node processes of a run across hosts (env-check --launcher), "
+        "which are never taken for the job's",
         LAUNCHER,
     ),
     Variable(

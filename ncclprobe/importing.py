@@ -1,13 +1,14 @@
 """`ncclprobe import`: recognise what a file holds and turn it into records, through a table.
 
 `IMPORTERS` is tried in order; the first whose `sniff` accepts the text loads it through its reader
-in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`s). Each importer
-returns the one `Imported`: what to print (one block per run: title, rows, notes), the JSON
-document, the files to write (results files: `record_sets`, header first; P2P matrices: `write`)
-and whether it found a problem (exit 1). P2P matrices (p2pBandwidthLatencyTest, nvbandwidth) get
-the same findings and advice `topo --check` prints (`ncclprobe.diagnose.p2p`). A new kind of file is one
-more entry here (sniff + load), nothing else changes; the nccl-tests text reader is the last
-entry, so its message (no result table) answers unrecognised files.
+in `ncclprobe.evidence` (typed records: `Matrix`es, `CollectEnv`, `NcclTestsRun`s) and runs the rule
+set for what it holds (P2P matrices: the P2P rules `topo --check` runs, `ncclprobe.diagnose.p2p`;
+nccl-tests runs: the wrong values they counted). Each importer returns the one `Report`
+(`ncclprobe.diagnose.report`): what to print (one table per run: title, rows, notes), the JSON
+document, the findings, and in `data` the files to write (results files: `record_sets`, header
+first; P2P matrices: `own_format`, written by `write_records`). A new kind of file is one more entry
+here (sniff + load), nothing else changes; the nccl-tests text reader is the last entry, so its
+message (no result table) answers unrecognised files.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.p2p.advice import advise
-from ncclprobe.diagnose.p2p.findings import matrix_findings, reported_corrupt
+from ncclprobe.diagnose.p2p.check import P2P
+from ncclprobe.diagnose.p2p.findings import P2PFinding
+from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.failure_lines import not_explained_finding
 from ncclprobe.evidence.nccl.nccl_tests_json import looks_like_json, parse_nccl_tests_json
 from ncclprobe.evidence.nccl.nccl_tests_records import to_records
 from ncclprobe.evidence.nccl.nccl_tests_run import NcclTestsRun
@@ -25,10 +30,11 @@ from ncclprobe.evidence.nccl.nccl_tests_split import parse_runs
 from ncclprobe.evidence.node.collect_env import looks_like_collect_env, parse_collect_env
 from ncclprobe.evidence.node.nvbandwidth import looks_like_nvbandwidth, parse_nvbandwidth
 from ncclprobe.evidence.node.p2p_test_output import looks_like_p2p_test, parse_p2p_test
+from ncclprobe.evidence.p2p import P2PEvidence
+from ncclprobe.findings import Finding
 from ncclprobe.safe_output import dumps_json, write_text
 from ncclprobe.secrets import mask_text
 from ncclprobe.sizes import format_size
-from ncclprobe.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -41,39 +47,62 @@ class ImportOptions:
     )  # --settings: one for all runs, or one per run
 
 
-@dataclass
-class Block:
-    title: str
-    rows: list[dict]
-    notes: list[str]
+def run_failures(ev: Evidence) -> list[Finding]:
+    """nccl-tests' own verdicts: a run that counted wrong values moved wrong data; a run that shows
+    a failure (an explained class, an NCCL WARN line, a line that looks like a failure) failed."""
+    found = []
+    for index, run in enumerate(ev.nccl_tests, 1):
+        which = f" (run {index} of {len(ev.nccl_tests)})" if len(ev.nccl_tests) > 1 else ""
+        if run.wrong:
+            found.append(
+                Finding(
+                    rule="nccl-tests-wrong",
+                    severity="error",
+                    confidence="high",
+                    title=f"nccl-tests counted wrong values{which}",
+                    detail=f"wrong results: {run.wrong_summary()}: the collective returned wrong "
+                    "data there.",
+                )
+            )
+        if run.failed:
+            found.append(
+                Finding(
+                    rule="nccl-tests-failed",
+                    severity="error",
+                    confidence="high",
+                    title=f"the nccl-tests run failed{which}",
+                    detail="; ".join(_failure_notes(run)) or "its output shows a failure",
+                )
+            )
+    return found
 
 
-@dataclass
-class Imported:
-    kind: str
-    doc: dict
-    blocks: list[Block]
-    record_sets: list[list[dict]] = field(
-        default_factory=list
-    )  # results files to write, header first
-    verdict: Verdict = (
-        Verdict.FINE
-    )  # FINDINGS: nccl-tests counted wrong values, or the matrices show errors
-    write: Callable[..., int] | None = None  # an importer with its own file format writes it itself
+NCCL_TESTS = RuleSet("nccl-tests", (run_failures,), needs=("nccl_tests",))
 
-    @property
-    def title(self) -> str:
-        return self.blocks[0].title
+
+def reader_failure_lines(ev: Evidence) -> list[Finding]:
+    """Lines a tool's output holds that look like a failure and no class explains: the one
+    not-explained finding (`evidence.failure_lines`)."""
+    sources = [ev.p2p.failure_lines] if ev.p2p else []
+    sources += [ev.collect_env.failure_lines] if ev.collect_env else []
+    found = not_explained_finding(sources)
+    return [found] if found else []
+
+
+# a tool's failure lines fail the verdict even as a warning: the run may have failed unnamed
+READER_FAILURES = RuleSet(
+    "failure lines", (reader_failure_lines,), needs=("p2p", "collect_env"), fails_at="warning"
+)
 
 
 @dataclass(frozen=True)
 class Importer:
     name: str
     sniff: Callable[[str], bool]
-    load: Callable[[str, ImportOptions], Imported]
+    load: Callable[[str, ImportOptions], Report]
 
 
-def import_text(text: str, options: ImportOptions) -> Imported:
+def import_text(text: str, options: ImportOptions) -> Report:
     for importer in IMPORTERS:
         if importer.sniff(text):
             return importer.load(text, options)
@@ -83,20 +112,20 @@ def import_text(text: str, options: ImportOptions) -> Imported:
     )
 
 
-def _nccl_tests_json(text: str, options: ImportOptions) -> Imported:
+def _nccl_tests_json(text: str, options: ImportOptions) -> Report:
     return _nccl_tests(
         [parse_nccl_tests_json(text, options.source)], [], options, "nccl-tests -J JSON"
     )
 
 
-def _nccl_tests_text(text: str, options: ImportOptions) -> Imported:
+def _nccl_tests_text(text: str, options: ImportOptions) -> Report:
     runs, notes = parse_runs(text)
     return _nccl_tests(runs, notes, options, "nccl-tests text")
 
 
 def _nccl_tests(
     runs: list[NcclTestsRun], notes: list[str], options: ImportOptions, kind: str
-) -> Imported:
+) -> Report:
     labels = _labels_per_run(options.labels, len(runs))
     record_sets = [
         to_records(
@@ -125,13 +154,11 @@ def _nccl_tests(
     )
     if notes:
         blocks[0].notes += notes
-    return Imported(
-        kind=kind,
-        doc=doc,
-        blocks=blocks,
-        record_sets=record_sets,
-        verdict=Verdict.of(any(r.wrong or r.failed for r in runs)),
-    )
+    report = judge(Evidence(nccl_tests=runs), (NCCL_TESTS,), kind=kind, fails_at="error")
+    report.document, report.sections = doc, list(blocks)  # each block's notes say what failed
+    report.rows = [row for block in blocks for row in block.rows]
+    report.data["record_sets"] = record_sets
+    return report
 
 
 def _labels_per_run(labels: list[dict[str, str]], nruns: int) -> list[dict[str, str]]:
@@ -149,7 +176,7 @@ def _labels_per_run(labels: list[dict[str, str]], nruns: int) -> list[dict[str, 
 
 def _block(
     run: NcclTestsRun, records: list[dict], options: ImportOptions, index: int, total: int
-) -> Block:
+) -> Table:
     name = options.collective or run.collective or "unknown collective"
     where = f"run {index} of {total}: " if total > 1 else ""
     settings = records[1]["settings"]
@@ -172,7 +199,7 @@ def _block(
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
     stopped = " before its first result: it failed" if not run.rows else ""
     title = f"{where}{name}, {ranks}, {len(run.rows)} sizes{stopped}"
-    return Block(title=title, rows=_rows(run), notes=_failure_notes(run) + notes + run.notes)
+    return Table(_rows(run), title=title, notes=_failure_notes(run) + notes + run.notes)
 
 
 def _failure_notes(run: NcclTestsRun) -> list[str]:
@@ -220,19 +247,26 @@ def _rows(run: NcclTestsRun) -> list[dict]:
     ]
 
 
-def _p2p_test(text: str, options: ImportOptions) -> Imported:
+def _p2p_test(text: str, options: ImportOptions) -> Report:
     parsed = parse_p2p_test(text, options.source)
     return _matrices("p2pBandwidthLatencyTest", parsed, parsed.peer_access, options.source)
 
 
-def _nvbandwidth(text: str, options: ImportOptions) -> Imported:
+def _nvbandwidth(text: str, options: ImportOptions) -> Report:
     return _matrices("nvbandwidth", parse_nvbandwidth(text, options.source), None, options.source)
 
 
-def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
-    """P2P matrices with the findings and advice of `topo --check`."""
-    findings = matrix_findings(parsed.matrices, access)
-    findings = reported_corrupt(tool, getattr(parsed, "corrupt", [])) + findings
+def _matrices(tool: str, parsed, access, source_file: str) -> Report:
+    """P2P matrices judged by the P2P rule set, with the advice of `topo --check`."""
+    p2p = P2PEvidence(
+        parsed.matrices,
+        access,
+        tool=tool,
+        reported_corrupt=list(getattr(parsed, "corrupt", [])),
+        failure_lines=parsed.failure_lines,
+    )
+    report = judge(Evidence(p2p=p2p), (P2P, READER_FAILURES), kind=tool, fails_at="error")
+    findings = [f for f in report.findings if isinstance(f, P2PFinding)]  # not-explained aside
     advice = advise(findings, [], None)
     doc = {
         **parsed.to_json(),
@@ -270,10 +304,7 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Imported:
         len(parsed.devices),
     )
     return _own_format(
-        tool,
-        doc,
-        Block(f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes),
-        Verdict.of(any(f.severity == "error" for f in findings) or bool(parsed.failure_lines)),
+        report, doc, f"{tool}: {len(parsed.matrices)} matrices, {gpus} GPU(s)", rows, notes
     )
 
 
@@ -281,7 +312,7 @@ def _is_collect_env(text: str) -> bool:
     return looks_like_collect_env(text) and "# nThread" not in text
 
 
-def _collect_env(text: str, options: ImportOptions) -> Imported:
+def _collect_env(text: str, options: ImportOptions) -> Report:
     parsed = parse_collect_env(text, options.source)
     doc = {**parsed.to_json(), "source_file": options.source}
     rows = [{"variable": k, "value": v} for k, v in parsed.nccl_settings.items()]
@@ -293,19 +324,21 @@ def _collect_env(text: str, options: ImportOptions) -> Imported:
         )
     notes.append("lint these settings: ncclprobe knobs --lint --collect-env " + options.source)
     notes += not_explained_notes(parsed.failure_lines)
-    return _own_format(
-        "collect-env",
-        doc,
-        Block(f"{parsed.tool}: {versions}", rows, notes),
-        Verdict.of(bool(parsed.failure_lines)),
-    )
+    report = judge(Evidence(collect_env=parsed), (READER_FAILURES,), kind="collect-env")
+    return _own_format(report, doc, f"{parsed.tool}: {versions}", rows, notes)
 
 
-def _own_format(kind: str, doc: dict, block: Block, verdict: Verdict) -> Imported:
-    """An import that writes its own records (P2P matrices and their findings), not results."""
-    imported = Imported(kind=kind, doc=doc, blocks=[block], verdict=verdict)
-    imported.write = lambda output, force=False: write_records(imported, output, force)
-    return imported
+def _own_format(report: Report, doc: dict, title: str, rows: list[dict], notes) -> Report:
+    """An import that writes its own records (P2P matrices and their findings), not results: one
+    block, a matrix's rows as a table of their own under its title."""
+    sections = matrix_sections(rows)
+    if sections[0][0] is None:
+        report.sections = [Table(rows, title=title, notes=notes)]
+    else:
+        report.sections = [Table([], title=title, notes=notes)]
+        report.sections += [Table(part, title=name) for name, part in sections]
+    report.document, report.rows, report.data["own_format"] = doc, rows, True
+    return report
 
 
 def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
@@ -326,7 +359,7 @@ def matrix_sections(rows: list[dict]) -> list[tuple[str | None, list[dict]]]:
     ]
 
 
-def write_records(imported: Imported, output: str, force: bool = False) -> int:
+def write_records(imported: Report, output: str, force: bool = False) -> int:
     """The matrix records (and the findings) as JSONL, whole or not at all; an existing file only
     with `force` (`ncclprobe.safe_output`)."""
     records = [
@@ -334,11 +367,11 @@ def write_records(imported: Imported, output: str, force: bool = False) -> int:
             "record": "header",
             "schema_version": 1,
             "kind": imported.kind,
-            "source_file": imported.doc.get("source_file"),
+            "source_file": imported.document.get("source_file"),
         }
     ]
-    records += imported.doc.get("matrices", [])
-    records += [{"record": "finding", **f} for f in imported.doc.get("findings", [])]
+    records += imported.document.get("matrices", [])
+    records += [{"record": "finding", **f} for f in imported.document.get("findings", [])]
     write_text(
         output,
         "".join(dumps_json(record) + "\n" for record in records),

@@ -225,6 +225,9 @@ _SCHEMA = {
         ("spec", "dict", _OPTIONAL),
         ("notes", "list", _OPTIONAL),
         ("gpus", "list", _OPTIONAL),
+        ("env", "dict", _OPTIONAL),  # then every value a string (validate_record)
+        ("argv", "list", _OPTIONAL),
+        ("node", "dict", _OPTIONAL),
     ),
     "config": (
         ("config_id", "str", _OPTIONAL),

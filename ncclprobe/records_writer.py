@@ -24,6 +24,7 @@ from ncclprobe.safe_output import (
     commit_file,
     describe_os_error,
     dumps_json,
+    open_nofollow,
 )
 
 
@@ -52,7 +53,7 @@ class ResultWriter:
         self.configs_written, self._temp, self._created = 0, None, False
         if resume:
             check_appendable(self.path, "results file")
-            self._fh = self._open(lambda: open(self.path, "a", encoding="utf-8"))
+            self._fh = self._open(lambda: self._file(os.O_WRONLY | os.O_APPEND))
             return
         if header is None:
             raise ValueError("a new results file needs a header")
@@ -64,17 +65,20 @@ class ResultWriter:
             )
             self._temp, self._fh = Path(temp), os.fdopen(fd, "w", encoding="utf-8")
         else:
-            if force and self.path.is_file():
+            if force and self.path.is_file() and not self.path.is_symlink():
                 self.path.unlink()  # the user asked to replace it; everything was validated before
-            self._fh = self._open(
-                lambda: open(self.path, "x", encoding="utf-8")
-            )  # never overwrite otherwise
+            self._fh = self._open(  # never overwrite otherwise, nor create through a link
+                lambda: self._file(os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            )
             self._created = True
         try:
             self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
         except BaseException:  # no `with` owns this writer yet: clean up here
             self.close(failed=True)
             raise
+
+    def _file(self, flags: int):
+        return os.fdopen(open_nofollow(self.path, flags, "results file"), "w", encoding="utf-8")
 
     def _open(self, opener):
         try:

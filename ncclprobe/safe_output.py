@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -47,8 +48,9 @@ def check_output(
     inputs: Iterable[str | Path] = (),
 ) -> Path:
     """Refuse, before any work starts, an output that exists (without --force), is a directory,
-    is one of `inputs`, or cannot be created in its directory. Returns the path."""
-    path = _target(path)
+    is one of `inputs`, is a symbolic link, or cannot be created in its directory. Returns the path."""
+    path = Path(path)
+    refuse_link(path, what)
     for item in inputs:
         if _same_file(path, Path(item)):
             raise OutputProblem(
@@ -85,6 +87,7 @@ def check_output_dir(
     it leaves), so --force can never wipe a directory of the user's own files. `has_force=False`: the
     command has no --force, so the message does not offer it."""
     path = Path(path)
+    refuse_link(path, what)
     if path.exists() and not path.is_dir():
         raise OutputProblem(f"{what} {str(path)!r} exists and is not a directory")
     entries = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
@@ -115,7 +118,8 @@ def atomic_file(
     """Yield a file handle on a temporary file beside `path`; on success it is fsynced and renamed
     to `path` (refusing an existing one unless `force`); on any failure, Ctrl-C included, it is
     removed and `path` is untouched."""
-    path = _target(path)
+    path = Path(path)
+    refuse_link(path, what)
     parent = _parent(path)
     try:
         fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -170,8 +174,12 @@ def atomic_directory(
     path = Path(path)
     owned = tuple(owned)
     check_output_dir(path, force=force, what=what, owned=owned)
-    try:
-        temp = Path(tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".tmp"))
+    try:  # absolute: processes started in it (env-propagation's drivers) get it as their cwd
+        temp = Path(
+            os.path.abspath(
+                tempfile.mkdtemp(dir=_parent(path), prefix=f".{path.name}.", suffix=".tmp")
+            )
+        )
     except OSError as exc:
         raise _problem(exc, path, what) from None
     try:
@@ -189,8 +197,10 @@ def atomic_directory(
 
 
 def check_appendable(path: str | Path, what: str) -> Path:
-    """A file a command will append to (--resume): it exists, is a regular file and is writable."""
+    """A file a command will append to (--resume): it exists, is a regular file (not a symbolic
+    link: `open_appending` refuses one too) and is writable."""
     path = Path(path)
+    refuse_link(path, what)
     if not path.is_file():
         raise OutputProblem(f"{what} {str(path)!r} does not exist or is not a regular file")
     if not os.access(path, os.W_OK):
@@ -218,10 +228,44 @@ def describe_os_error(
 # ---------------------------------------------------------------------------------------------
 
 
-def _target(path: str | Path) -> Path:
-    """The file a path names: through a symbolic link, so --force replaces the file, not the link."""
-    path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+def refuse_link(path: Path, what: str) -> None:
+    """An output that is a symbolic link is refused, --force or not, dangling or not: nothing is
+    written through a link (resolved in user space, as `realpath` does, the kernel's
+    protected_symlinks guard of a sticky directory such as /tmp never applies: the link's owner
+    would choose which file the command creates or replaces) and no link is replaced by a file.
+    The message names the link's target: naming that file itself writes there. Every writer's
+    last step never follows a link either (`commit_file` renames, `ResultWriter` opens with
+    O_NOFOLLOW), so a link planted after this check is not written through."""
+    if not path.is_symlink():
+        return
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    try:
+        mode = os.stat(path).st_mode  # through the link: /dev/stdout's is a pipe or a terminal
+    except OSError:
+        mode = None
+    hint = "name the file itself to write there"
+    if mode is None:
+        hint = f"it points nowhere (dangling); {hint}"
+    elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        hint = "leave the option out to print to stdout"
+    raise OutputProblem(
+        f"{what} {str(path)!r} is a symbolic link (to {target!r}); ncclprobe never writes "
+        f"through a link nor replaces one, --force or not: {hint}"
+    )
+
+
+def open_nofollow(path: str | Path, flags: int, what: str, mode: int = 0o666) -> int:
+    """`os.open` that refuses a symbolic link in the last component (O_NOFOLLOW: ELOOP), naming it
+    in one line: the file a journal appends to or creates is the one the user named."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(Path(path), what)
+        raise
 
 
 def _parent(path: Path) -> Path:
@@ -261,8 +305,16 @@ def _probe_directory(parent: Path, path: Path, what: str, kind: str = "file") ->
 
 def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
     """Move a finished temporary file (in `path`'s directory) to `path`: over an existing one only
-    with `force`; otherwise atomically refusing a file that appeared meanwhile."""
+    with `force` (never a symbolic link: one planted meanwhile is refused; rename itself replaces
+    a name and never writes through it); otherwise atomically refusing a file that appeared
+    meanwhile."""
     if force:
+        if path.is_symlink():
+            _remove(temp)
+            raise OutputProblem(
+                f"{what} {str(path)!r} became a symbolic link while this command ran; it was kept, "
+                "the new output was discarded"
+            )
         os.replace(temp, path)
         return
     try:  # link refuses an existing target atomically: a file that appeared meanwhile is kept
@@ -281,7 +333,7 @@ def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
             errno.EMLINK,
         ):
             raise
-        if path.exists():  # a file system without hard links: check, then rename
+        if os.path.lexists(path):  # a file system without hard links: check, then rename
             raise OutputProblem(
                 f"{what} {str(path)!r} appeared while this command ran; it was kept"
             ) from None
@@ -291,7 +343,7 @@ def commit_file(temp: Path, path: Path, force: bool, what: str) -> None:
 
 
 def _swap_directory(temp: Path, path: Path, force: bool, what: str, owned: tuple[str, ...]) -> None:
-    if path.exists():
+    if os.path.lexists(path):
         check_output_dir(
             path, force=force, what=what, owned=owned
         )  # again: it may have changed meanwhile

@@ -81,6 +81,43 @@ def gunzip(data: bytes, label: str, limit: int) -> bytes:
     return out
 
 
+def open_input(path: str | Path, what: str):
+    """A user's input file opened for reading: a regular file only. Opened without blocking (a
+    FIFO without a writer blocked `open()` forever) and checked on the open descriptor (no race
+    between a check and the open): a directory, a FIFO, a device or a socket is refused in one
+    line (`/dev/zero` was read 64 KiB before; `<(cmd)` is a pipe too: save its output first)."""
+    path = Path(path)
+    named = f"{what} {str(path)!r}".lstrip()  # `what` may be empty: the path alone
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise UsageProblem(f"{named} is a directory, not a file") from None
+    except OSError as exc:
+        raise UsageProblem(f"cannot read {named}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "special")
+        raise UsageProblem(
+            f"{named} is {kind}, not a regular file"
+            + (
+                ""
+                if stat.S_ISDIR(mode)
+                else "; ncclprobe reads files: save the output to one first"
+            )
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (a named or anonymous pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
 def read_bytes(
     path: str | Path, what: str, *, limit: int | None = None, text: bool = False
 ) -> bytes:
@@ -90,11 +127,9 @@ def read_bytes(
     path = Path(path)
     limit = limit_of(DEFAULT_LIMIT if limit is None else limit)
     try:
-        with open(path, "rb") as handle:
+        with open_input(path, what) as handle:
             info = os.fstat(handle.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file")
-            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            if info.st_size > limit:
                 raise UsageProblem(_too_large(path, what, limit))
             data = handle.read(min(limit + 1, 65536))
             if text and _binary(data):
@@ -296,11 +331,14 @@ def shown(value) -> str:
     list nested 900 deep is named by its start)."""
     if isinstance(value, int) and value.bit_length() > 10000:  # str() fails past 4300 digits
         return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
-    text = (
-        json.dumps(value, default=str)
-        if not isinstance(value, float) or math.isfinite(value)
-        else str(value)
-    )
+    try:
+        text = (
+            json.dumps(value, default=str)
+            if not isinstance(value, float) or math.isfinite(value)
+            else str(value)
+        )
+    except (ValueError, RecursionError):  # a number of 4,300 digits or a list 1,000 deep inside
+        return f"{_kind(value)} holding a number too long or a nesting too deep to quote"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -174,7 +175,9 @@ def main() -> int:
         torch.cuda.set_device(ctx.gpu)  # CUDA's start: still this rank's own work
     # from here this rank waits for its peers, and its CPU time is no longer its progress (the
     # launcher's watchdog, `ncclprobe.pool_progress`)
-    ctx.emit("rendezvous", pid=os.getpid())
+    ctx.emit(
+        "rendezvous", pid=os.getpid(), host=socket.gethostname()
+    )  # whose node: the merge names it
     init_distributed(ctx.backend, ctx.rank, ctx.world_size)
     ctx.emit("ready", pid=os.getpid(), backend=ctx.backend, torch_threads=threads)
     try:

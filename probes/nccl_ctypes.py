@@ -35,7 +35,7 @@ RESULTS = (
     "ncclRemoteError",
     "ncclInProgress",
 )
-# ncclDataType_t, by torch's dtype name; float8 needs NCCL 2.24+ (FLOAT8_SINCE)
+# ncclDataType_t, by torch's dtype name; float8 needs NCCL 2.24+
 DATA_TYPES = {
     "int8": 0,
     "uint8": 1,
@@ -50,7 +50,6 @@ DATA_TYPES = {
     "float8_e4m3fn": 10,
     "float8_e5m2": 11,
 }
-FLOAT8_SINCE = 22400
 RED_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}  # ncclRedOp_t
 ALLTOALL_SINCE = 22800  # ncclAlltoAll first shipped in NCCL 2.28.0
 

@@ -21,8 +21,6 @@ from pathlib import Path
 
 from ncclprobe.probes.p2p_bench import Bench, Runtime, load_cudart
 
-MEMCPY_DEFAULT = 4
-
 
 def emit(out, **record) -> None:
     out.write(json.dumps(record) + "\n")

@@ -15,6 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+# the suite's groups under pytest-xdist, and NCCLPROBE_TESTS_CPU's per-test costs (hooks, by name)
+from tests.suite_schedule import (  # noqa: F401
+    pytest_cmdline_main,
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_runtest_protocol,
+    pytest_xdist_make_scheduler,
+)
+from tests.suite_schedule import pytest_configure as _schedule_configure
+
 # A suite started with SIGINT ignored (`cmd &` from a non-interactive shell) hands that on to every
 # process it starts, and the Ctrl-C tests would wait for an interrupt that never lands (seen
 # 2026-12-06: three failures, all of them this). A handler, unlike SIG_IGN, is reset at exec.
@@ -24,6 +34,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 def pytest_configure(config):
     torch.set_num_threads(1)
+    _schedule_configure(config)
 
 
 TESTS = Path(__file__).resolve().parent

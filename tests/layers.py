@@ -28,15 +28,18 @@ GROUPED = {
 }  # modules shown with the unit they serve
 WHAT = {
     "core": "errors, strict numbers, the one JSON policy (`strict_json`), readers' validation, safe writing, secret masking and the "
-    "environment display policy, sizes, the result-record format, verdicts, owned temporary "
+    "environment display policy, the terminal guard (`visible`), sizes, the result-record format, verdicts, owned temporary "
     "directories, provenance, the CUDA-graph idiom, statistics (`stats`), the one Finding type "
-    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`)",
+    "(`findings`), ncclprobe's own variables (`envvars`), bytes per element (`dtypes`), rank sets as "
+    "ranges (`rank_ranges`)",
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
     "the speculative-decoding log lines and how acceptance aggregates, the profilers capture drives, "
     "speculative configurations that run without working",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
+    "hosts": "runs across hosts through srun, torchrun or mpirun: each launcher's command lines, their "
+    "run and watchdog, a rank's identity from its launcher's variables, Slurm host lists",
     "evidence": "every reader, by source: engine runs (`run/`), what NCCL wrote (`nccl/`: logs, nccl-tests, "
     "XML dumps), what a hung job left (`hang/`: Flight Recorder dumps, job logs), a node's files (`node/`: "
     "topology, P2P matrices, lspci, collect-env), this machine now (`live/`: topology, sysfs, process "
@@ -44,12 +47,16 @@ WHAT = {
     "engine": "the tensor-parallel speculative engine (`engine/`)",
     "probes": "measurements inside workers (`probes/`): collectives, sweep worker, probes",
     "sweep": "the sweep: spec builder and defaults, plan, run, proof, tables, torchrun",
+    "gather": "live sources gathered into evidence: the P2P measurement, platform and NCCL dumps "
+    "(`p2p`), a job's processes and their NCCL logs (`processes`), the settings to lint (`settings`), "
+    "every node's env-check documents through the job's launcher (`hosts`)",
     "recommend": "measurements to settings",
-    "diagnose": "ranked causes from the evidence, by question: an engine run's time (`run/`), hangs "
-    "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`)",
+    "diagnose": "rule sets over the evidence, by question: an engine run's time (`run/`), hangs "
+    "(`hang/`), settings (`settings/`), P2P health (`p2p/`), process environments (`process_env/`); "
+    "the one Report and `judge` (`report`), the one renderer (`render`)",
     "report": "figures and the Markdown/HTML report",
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
-    "importing": "`ncclprobe import`: the table of recognisers over the readers and P2P analysis",
+    "importing": "`ncclprobe import`: the table of recognisers over the readers, each file's rule set",
     "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
     "capture": "`ncclprobe capture -- CMD`: the user's own job run with the evidence on (its "
     "environment, the in-job module, the process tree watched, a server's load), then diagnosed",

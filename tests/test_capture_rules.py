@@ -18,6 +18,7 @@ from ncclprobe.diagnose.hang import rules_arrival as A
 from ncclprobe.diagnose.process_env import rules_capture as C
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.hang.flight_recorder import read_flight_recorder
+from ncclprobe.evidence.hang.fr_table import EntryTable
 from ncclprobe.evidence.live.capture_dir import CapturedProcess, CaptureRecord
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 
@@ -41,14 +42,14 @@ def _late(late: dict[int, dict[int, float]]) -> list:
     times = {d.rank: {e.collective_seq: e.time_created_ns for e in d.entries} for d in dumps}
     out = []
     for dump in dumps:
-        entries = []
+        table = EntryTable()
         for e in dump.entries:
             shift = late.get(dump.rank, {}).get(e.collective_seq)
             if shift is not None:
                 other = times[1 - dump.rank][e.collective_seq]
                 e = dataclasses.replace(e, time_created_ns=other + round(shift * MS))
-            entries.append(e)
-        out.append(dataclasses.replace(dump, entries=entries))
+            table.add(e)
+        out.append(dataclasses.replace(dump, table=table))
     return A.arrival_findings(Evidence(runs=[], flight_recorder=out))
 
 

@@ -104,9 +104,9 @@ def test_settings_set_after_communicator_creation():
 def test_text_report_shows_nested_evidence():
     """The per-rank problems and per-run speeds a finding rests on are dicts and lists: the text
     report must show them too, not only the flat numbers."""
-    from ncclprobe.cli.diagnose import render_text
+    from ncclprobe.diagnose.render import text as render_text
 
-    flat = lambda result: " ".join(render_text(result).split())  # undo the line wrapping
+    flat = lambda result: " ".join(render_text(result, 100).split())  # undo the line wrapping
     text = flat(run_diagnosis(S.recorded("set-after-init.json")))
     assert "rank=1, pid=" in text and "at_comm_init=<unset>" in text
     text = flat(run_diagnosis(S.recorded("untuned-inherits-settings.json")))
@@ -269,7 +269,10 @@ def test_cli_exit_codes_and_json(tmp_path):
     bad = runner.invoke(cli, ["diagnose", "--trace", seed, "--format", "json"])
     assert bad.exit_code == 1
     doc = json.loads(bad.output)
-    assert doc["schema_version"] == 1 and doc["findings"][0]["rule"] == "eager-phase"
+    assert doc["schema_version"] == 2 and doc["findings"][0]["rule"] == "eager-phase"
+    cost = doc["findings"][0]["cost"]  # what kind of figure it is, and what time it covers
+    assert cost["kind"] == "modelled" and cost["unit"] == "token" and cost["low"] <= cost["high"]
+    assert doc["ledger"] and doc["ledger"][0]["attributed_ms"] <= doc["ledger"][0]["total_ms"]
 
 
 def test_cli_rejects_a_file_that_is_not_a_trace(tmp_path):

@@ -3,6 +3,7 @@ measured, what a model or an inference adds is said to be that, with the confide
 nothing is ruled out from evidence that was never given."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -207,11 +208,15 @@ def _ll128_run(node) -> dict:
 
 
 def _ll128_findings(trace, collect_env=None):
-    from ncclprobe.evidence.bundle import _add_collect_env
+    """diagnose of a trace, with a collect-env text beside it, as the command loads them."""
+    import tempfile
 
-    ev = Evidence.from_trace(trace, "t.json")
-    if collect_env is not None:
-        _add_collect_env(ev, collect_env)
+    from ncclprobe.diagnose import load_evidence
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.json"
+        path.write_text(json.dumps(trace))
+        ev = load_evidence(path, collect_env=collect_env)
     return [f for f in diagnose(ev).findings if f.rule == "unsafe-settings" and "LL128" in f.title]
 
 

@@ -409,7 +409,7 @@ def test_train_draft_saves_a_loadable_draft_and_reports_json(tmp_path):
     )
     assert other.returncode == 0, other.stderr
     assert "was trained for another target: seed 0 (now 1)" in other.stderr
-    from ncclprobe.diagnose.rank import diagnose
+    from ncclprobe.diagnose import diagnose
     from ncclprobe.evidence.bundle import load_evidence
 
     [finding] = [f for f in diagnose(load_evidence(trace)).findings if f.rule == "draft-target"]

@@ -17,10 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.diagnose.process_env.check import env_check
+from ncclprobe.diagnose.process_env.check import env_check_report
 from ncclprobe.diagnose.process_env.expect import Expectation
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live.logcheck import pid_from_filename, read_logs
 from ncclprobe.evidence.live.walk import _recheck, _tree, describe, walk
+from ncclprobe.gather.processes import gather_processes
 from ncclprobe.probes.env_propagation import kill_tree
 
 HF_SECRET = "hf_PlantedTokenValue0123456789abcd"
@@ -146,6 +148,11 @@ def test_walk_finds_every_process_with_its_role(job):
     assert all(i.libnccl is None and i.maps_readable for i in infos.values() if i.readable)
 
 
+def env_check(pid, **gather):
+    """env-check's library road: the processes gathered, the process-environment rule set's Report."""
+    return env_check_report(Evidence(processes=gather_processes(pid, **gather)))
+
+
 def test_expectations_diff_and_caveats(job):
     root, pids = job
     result = env_check(
@@ -155,9 +162,10 @@ def test_expectations_diff_and_caveats(job):
             Expectation("NCCL_ALGO", "Ring", "--expect"),
         ],
     )
-    by_pid = {p.info.pid: p for p in result.processes}
+    processes = result.data["processes"]
+    by_pid = {p.info.pid: p for p in processes}
     status = {pid: {c.variable: c.status for c in p.checks} for pid, p in by_pid.items()}
-    grandchild = next(p for p in result.processes if p.info.ppid == pids["spawn"])
+    grandchild = next(p for p in processes if p.info.ppid == pids["spawn"])
     assert status[root] == {"NCCL_PROTO": "ok", "NCCL_ALGO": "missing"}
     assert status[grandchild.info.pid] == {"NCCL_PROTO": "ok", "NCCL_ALGO": "ok"}
     assert grandchild.diff(False) == {"NCCL_ALGO": {"parent": None, "child": "Ring"}}
@@ -166,7 +174,7 @@ def test_expectations_diff_and_caveats(job):
     assert any("exec-time environment" in c for c in by_pid[pids["mutating"]].caveats)
     assert any("forked without exec" in c for c in by_pid[pids["forkserver"]].caveats)
     assert result.verdict().exit_code == 1
-    assert any("NCCL_ALGO missing" in f for f in result.findings())
+    assert any("NCCL_ALGO missing" in f.title for f in result.findings)
 
 
 def test_exit_codes(job, tmp_path):
@@ -384,7 +392,7 @@ def test_a_log_from_another_host_is_not_matched_to_local_pids(job):
     root, _ = job
     log = FIXTURE_LOGS / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log"
     result = env_check(root, log_paths=[log])
-    assert result.disagreements == [] and any("not this host" in n for n in result.all_notes())
+    assert result.data["disagreements"] == [] and any("not this host" in n for n in result.notes)
 
 
 def test_watch_follows_workers_that_come_and_go(tmp_path):
@@ -454,3 +462,22 @@ def test_secret_spellings_that_slipped_past_names_and_shapes_are_masked():
         "--cache",
         f"redis://{MASKED}@h/0",
     ]  # by structure: the host stays, the password goes
+
+
+def test_diagnose_env_check_pid_runs_the_process_rules_on_the_live_job(job, tmp_path, monkeypatch):
+    """`diagnose --env-check PID` reads the tree now (no document) and ranks what env-check finds;
+    its healthy twin (every expectation met) finds nothing; --expect without a PID is bad usage."""
+    root, _ = job
+    monkeypatch.chdir(tmp_path)  # no file named like the pid here
+    code, out, _ = _run(
+        "diagnose", "--env-check", str(root), "--expect", "NCCL_ALGO=Ring", "--format", "json"
+    )
+    doc = json.loads(out)
+    assert code == 1 and doc["env_check"]["kind"] == "env-check"
+    assert any("NCCL_ALGO missing" in f["title"] for f in doc["findings"])
+    assert {f["rule"] for f in doc["findings"]} == {"env-check"}
+    code, out, _ = _run(
+        "diagnose", "--env-check", str(root), "--expect", "NCCL_PROTO=LL", "--format", "json"
+    )
+    assert code == 0 and json.loads(out)["findings"] == []
+    assert _run("diagnose", "--trace", "t.json", "--expect", "NCCL_PROTO=LL")[0] == 2

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 from ncclprobe.cli import cli
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang import flight_recorder as fr
-from ncclprobe.evidence.hang.safe_pickle import MAX_DEPTH, loads_data
+from ncclprobe.evidence.hang.safe_pickle import Budget, loads_data
 from tests.flight_recorder_dumps import dump
 
 GLOO = Path(__file__).parent / "fixtures" / "flight_recorder" / "gloo"
@@ -223,45 +224,75 @@ def test_too_many_entries_is_refused(tmp_path, monkeypatch):
         fr.read_dump(path)
 
 
-# ---- shapes: depth, size, self-reference ---------------------------------------------------
+# ---- shapes: depth, size, self-reference: refused where read, never walked where not -------
 
 
-def _nested(levels: int):
-    value = 1
-    for _ in range(levels):
-        value = [value]
-    return value
+def _with(field: str, value_bytes: bytes) -> bytes:
+    """A real-shaped dump whose first entry's `field` is the raw pickle opcodes `value_bytes`."""
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0][field] = "PLACEHOLDER"
+    data = pickle.dumps(doc, protocol=2)
+    marker = b"X\x0b\x00\x00\x00PLACEHOLDER"
+    assert data.count(marker) == 1
+    return data.replace(marker, value_bytes)
 
 
-def test_nesting_at_the_depth_limit_reads_and_one_more_is_refused():
-    assert loads_data(pickle.dumps(_nested(MAX_DEPTH)), "x") == _nested(MAX_DEPTH)
-    with pytest.raises(UsageProblem, match=f"nested deeper than {MAX_DEPTH}"):
-        loads_data(pickle.dumps(_nested(MAX_DEPTH + 1)), "x")
+def test_nesting_deeper_than_the_schema_is_refused_where_it_is_read(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")])))
+    assert fr.read_dump(path).entries[0].input_sizes == ((8,),)  # the healthy twin
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = [[[8]]]
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(
+        UsageProblem, match=r'"input_sizes" must be a list of tensor shapes, got \[\[\[8\]\]\]'
+    ):
+        fr.read_dump(path)
 
 
-def test_the_tree_size_counts_every_reuse_of_a_shared_list():
-    shared = [0] * 9  # a list of 10 items counted as a node: 1 + 9
-    doc = [shared] * 10  # 1 + 10 * 10 = 101 nodes as a tree, 2 lists in memory
-    assert loads_data(pickle.dumps(doc), "x", max_nodes=101) == doc
-    with pytest.raises(UsageProblem, match="more than 100 items"):
-        loads_data(pickle.dumps(doc), "x", max_nodes=100)
+def test_a_million_levels_in_a_field_no_reader_knows_is_never_walked(tmp_path):
+    """The C unpickler builds nesting without recursion and frees it iteratively; no reader walks
+    a field it does not know, so depth there costs only its bytes."""
+    levels = 1_000_000
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(_with("extra", b"]" * levels + b"a" * (levels - 1)))
+    assert len(fr.read_dump(path).entries) == 1
 
 
-def test_a_billion_laughs_is_refused_at_once():
-    value = [0]
-    for _ in range(30):
-        value = [value] * 10  # 10**30 leaves as a tree; under 1 kB pickled
-    data = pickle.dumps(value, protocol=2)
-    assert len(data) < 1000
-    with pytest.raises(UsageProblem, match="more than 20,000,000 items"):
-        loads_data(data, "laughs")
+def test_a_billion_laughs_is_refused_by_the_walk_budget(tmp_path):
+    """One shape list shared through the memo by every tensor of every entry: a few hundred bytes
+    that a walk would visit 10**10 times. The reader counts what it visits against the file's size."""
+    shape = [1] * 64
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = [shape] * 60_000
+    doc["entries"] = doc["entries"] * 3_000
+    data = pickle.dumps(doc, protocol=2)
+    assert len(data) < 200_000
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(data)
+    with pytest.raises(UsageProblem, match=f"refers to more than {len(data):,} items"):
+        fr.read_dump(path)
 
 
-def test_a_list_that_holds_itself_is_refused():
+def test_the_walk_budget_at_its_limit_reads_and_one_more_is_refused():
+    budget = Budget("x", 3)
+    budget.spend(2)
+    budget.spend(1)
+    with pytest.raises(UsageProblem, match="x: refers to more than 3 items"):
+        budget.spend(1)
+
+
+def test_a_list_that_holds_itself_is_refused_in_one_line(tmp_path):
     loop = []
     loop.append(loop)
-    with pytest.raises(UsageProblem, match="holds itself"):
-        loads_data(pickle.dumps(loop), "loop")
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    doc["entries"][0]["input_sizes"] = loop
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(
+        UsageProblem, match=r"must be a list of tensor shapes, got \[\[\[\[\.\.\.\]\]\]\]"
+    ):
+        fr.read_dump(path)
 
 
 # ---- hostile pickles: refused, never run ----------------------------------------------------
@@ -381,3 +412,226 @@ def test_the_refusal_names_the_opcode_and_its_offset(tmp_path):
     path.write_bytes(pickle.dumps(Reduce(os.system, "true"), protocol=2))
     with pytest.raises(UsageProblem, match=r"opcode GLOBAL at byte 2 can run code"):
         fr.read_dump(path)
+
+
+def test_the_compression_ratio_cap_at_its_boundary(monkeypatch):
+    """A gzip may expand to `ratio` times its size or the floor, whichever is larger: at the cap it
+    reads, one byte past it is refused as a bomb (while streaming), and the absolute limit stays."""
+    body = pickle.dumps(dump("2.10", 0, [("all_reduce", 8, "completed")] * 50))
+    data = gzip.compress(body)
+    monkeypatch.setattr(fr, "GZIP_FLOOR", len(body))
+    assert fr.gunzip_capped(data, "x", limit=1 << 30, ratio=1) == body
+    monkeypatch.setattr(fr, "GZIP_FLOOR", len(body) - 1)
+    with pytest.raises(UsageProblem, match="x decompresses to more than 1x its size"):
+        fr.gunzip_capped(data, "x", limit=1 << 30, ratio=1)
+    with pytest.raises(UsageProblem, match="decompresses to more than 0 MiB"):
+        fr.gunzip_capped(data, "x", limit=len(body) - 1, ratio=10**6)
+
+
+# ---- what no byte cap bounds: the reader worker's memory, CPU and wall caps ----------------------
+
+
+def _tuple_hash_bomb() -> bytes:
+    """t_k = (t_{k-1}, t_{k-1}) through the memo, 40 deep, then used as a dict key: hashing it
+    visits 2**40 tuples (a tuple's hash is not cached), from 292 bytes."""
+    data = b"\x80\x02K\x00q\x00"
+    for k in range(40):
+        data += b"h" + bytes([k]) + b"h" + bytes([k]) + b"\x86q" + bytes([k + 1])
+    return data + b"}h\x28Ns."
+
+
+@pytest.mark.parametrize(
+    "name, data, needle",
+    [
+        ("memo index 2**26", b"\x80\x02Nr\x00\x00\x00\x04.", "reading it needed more than 96 MiB"),
+        ("a million empty sets", b"\x80\x04(" + b"\x8f" * 1_000_000 + b"l.", "needed more than"),
+        ("a tuple hashed 2**40 times", _tuple_hash_bomb(), "did not finish in|took more than"),
+    ],
+)
+def test_what_no_byte_cap_bounds_is_refused_by_the_workers_caps(tmp_path, name, data, needle):
+    """The C unpickler's memo table grows to the index a LONG_BINPUT names (9 bytes: 1 GB zeroed), an
+    empty set is 216 bytes from one opcode byte, a tuple key is hashed afresh: each is stopped by the
+    reader worker's address-space, CPU or wall cap and refused in one line (time and memory are the
+    benchmark's: examples/bench_flight_recorder_scale.py --bombs). Run as a user runs it, in a
+    fresh process: a worker forks from its parent and may use the free memory the parent's heap
+    already maps, which in the test session's long-lived process (thousands of tests in) held the
+    million sets without the cap."""
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(data)
+    result = subprocess.run(
+        [sys.executable, "-m", "ncclprobe", "diagnose", "--flight-recorder", str(path)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, (name, result.stdout, result.stderr)
+    assert re.search(needle, result.stderr) and len(result.stderr.strip().splitlines()) == 1, name
+
+
+def test_a_worker_stopped_on_one_rank_file_leaves_the_others_read(tmp_path):
+    """In a folder the refused rank file is named with why, and the job is read without it."""
+    for r in (0, 1):
+        shutil.copy(GLOO / "skip" / "dumps" / f"nccl_trace_rank_{r}", tmp_path)
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"\x80\x02Nr\x00\x00\x00\x04.")
+    dumps = fr.read_flight_recorder([tmp_path])
+    assert [d.rank for d in dumps] == [0, 1]
+    assert "needed more than" in dumps.unreadable[2][1]
+
+
+# ---- the refusal's words (the mutation run's survivors) -----------------------------------------
+
+
+def test_an_unpicklers_error_is_cut_at_200_characters_and_named_when_empty():
+    from ncclprobe.evidence.hang.safe_pickle import _short
+
+    assert _short(ValueError("x" * 200)) == "x" * 200
+    assert _short(ValueError("x" * 201)) == "x" * 200 + "..."
+    assert _short(ValueError()) == "ValueError" and _short(ValueError("m")) == "m"
+
+
+def test_a_pickle_that_fails_on_a_code_opcode_is_refused_by_name_not_called_unreadable():
+    """REDUCE with nothing callable fails inside the C unpickler (TypeError); the refusal still names
+    the opcode that asked to run code, not a generic unreadable pickle."""
+    with pytest.raises(UsageProblem, match=r"^x is refused: pickle opcode REDUCE at byte 4"):
+        loads_data(b"\x80\x02N)R.", "x")
+    with pytest.raises(UsageProblem, match=r"^x is not a readable pickle"):
+        loads_data(b"\x80\x02]h\x05a.", "x")  # the healthy twin: no code opcode, just broken
+
+
+def test_the_offending_opcode_is_looked_for_up_to_its_limit(monkeypatch):
+    from ncclprobe.evidence.hang import safe_pickle
+
+    data = b"\x80\x02N0cos\nsystem\n."  # PROTO, NONE, POP, GLOBAL (the 4th opcode, index 3)
+    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 3)
+    assert "GLOBAL at byte 4" in safe_pickle._locate_code(data)
+    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 2)
+    assert safe_pickle._locate_code(data) is None
+    assert (
+        safe_pickle._locate_code(b"\x80\x02X\xff\xff") is None
+    )  # cut mid-opcode: no word, no crash
+
+
+# ---- the fast path and the checking path: one truth ------------------------------------------------
+
+
+def _raw_entries(path):
+    from ncclprobe.evidence.hang.safe_pickle import loads_data as load
+
+    data = path.read_bytes()
+    doc = load(data, "x") if data[:1] == b"\x80" else json.loads(data)
+    return doc["entries"]
+
+
+def test_the_fast_path_takes_every_real_entry():
+    """Every entry torch wrote in the recordings (NCCL with timing, gloo; pickle and JSON) is read by
+    the fast path; the checking path is only for what is unusual."""
+    from ncclprobe.evidence.hang.fr_entries import fast_entry
+    from ncclprobe.evidence.hang.fr_table import EntryTable
+
+    files = sorted((GLOO.parent).glob("*/*/dumps/nccl_trace_rank_*"))
+    files += sorted((GLOO.parent).glob("*/*/json/nccl_trace_rank_*"))
+    assert len(files) >= 20
+    durations = 0
+    for path in files:
+        for e in _raw_entries(path):
+            table = EntryTable()
+            assert fast_entry(e, 2, Budget("x", 10**9), table), (path, e)
+            durations += e.get("duration_ms") is not None
+    assert durations  # the NCCL recordings time their collectives: the duration's check ran
+
+
+def _variants() -> dict[str, tuple[dict, bool]]:
+    """name -> (an entry, whether the checking path refuses it)."""
+    base = dump("2.10", 0, [("all_reduce", 8, "completed")])["entries"][0]
+    base = {**base, "duration_ms": 1.5, "process_group": ("7", "tp"), "pg_id": 3}
+    user = {"name": "s", "filename": "/job/t.py"}
+    cases = [
+        ("record_id", -(2**63), True),  # |value| < 2**63 only
+        ("record_id", -(2**63) + 1, False),
+        ("record_id", 2**63 - 1, False),
+        ("record_id", True, True),
+        ("time_created_ns", 2**63, True),
+        ("duration_ms", float("nan"), True),
+        ("duration_ms", 2.0**63, False),  # a float: finite is all it must be
+        ("duration_ms", "1", True),
+        ("retired", 1, True),
+        ("is_p2p", 0, True),
+        ("process_group", ("7",), True),
+        ("process_group", ("7", "tp", "x"), True),
+        ("process_group", ("7", 5), True),
+        ("profiling_name", "nccl:" + "a" * 250, False),
+        ("state", ["started"], True),
+        ("input_sizes", [[1], [2, -1]], True),
+        ("input_sizes", [[2**48]], False),  # MAX_SIZE: the sizes' bound by meaning
+        ("input_sizes", [[2**48 + 1]], True),
+        ("input_dtypes", ["Float", 1], True),
+        ("frames", [{**user, "line": 2**63}], True),
+        ("frames", [{**user, "line": 2**63 - 1}], False),
+        ("frames", [["t.py"]], True),
+    ]
+    out = {"as torch writes it": (base, False), "not a dict": (["profiling_name"], True)}
+    for field, value, refused in cases:
+        out[f"{field}={value!r}"[:60]] = ({**base, field: value}, refused)
+    return out
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_the_fast_path_reads_as_the_checking_path_or_leaves_it_to_it(name):
+    """For each odd entry the fast path either declines (the checking path then reads or refuses
+    it) or gives exactly the entry the checking path gives; it never takes what the checking path
+    refuses, and the checking path refuses exactly what it should."""
+    from ncclprobe.evidence.hang.fr_entries import entry, fast_entry
+    from ncclprobe.evidence.hang.fr_table import EntryTable
+    from ncclprobe.validate import Where
+
+    raw, refused = _variants()[name]
+    table = EntryTable()
+    took = fast_entry(raw, 2, Budget("x", 10**9), table)
+    try:
+        checked = entry(raw, Where("x"), 2, Budget("x", 10**9))
+    except UsageProblem:
+        checked = None
+    assert (checked is None) == refused, name
+    if took:
+        assert checked is not None, f"{name}: the fast path took what the checking path refuses"
+        assert table.entry(0) == checked, name
+    else:
+        assert len(table) == 0
+    if name == "as torch writes it":
+        assert took and checked.group == "7"  # the group is the process group's name, not pg_id
+
+
+def test_frames_are_looked_at_up_to_the_limit(monkeypatch):
+    from ncclprobe.evidence.hang import fr_entries
+
+    torch_frame = {"name": "f", "filename": "/x/torch/a.py", "line": 1}
+    user = {"name": "step", "filename": "/job/train.py", "line": 9}
+    frames = [torch_frame] * 256 + [user]  # the 257th frame is past the limit: not looked at
+    assert fr_entries._where(frames, Budget("x", 10**6)) == ""
+    assert fr_entries._where(frames[1:], Budget("x", 10**6)) == "/job/train.py:9 step"
+
+
+@pytest.mark.parametrize(
+    "where", ["pg_status key", "pg_config key", "record_id", "frame line", "a dim"]
+)
+def test_an_integer_of_5000_digits_anywhere_is_refused_in_one_line(tmp_path, where):
+    """Issue 40 §5: no str() of an integer past Python's 4,300 digits (exit 4 before)."""
+    big = 10**5000
+    doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+    e = doc["entries"][0]
+    if where == "pg_status key":
+        doc["pg_status"][big] = doc["pg_status"].pop("0")
+    elif where == "pg_config key":
+        doc["pg_config"][big] = doc["pg_config"].pop("0")
+    elif where == "record_id":
+        e["record_id"] = big
+    elif where == "frame line":
+        e["frames"][1]["line"] = big
+    else:
+        e["input_sizes"] = [[big]]
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(doc))
+    with pytest.raises(UsageProblem) as refused:
+        fr.read_dump(path)
+    assert len(str(refused.value)) < 400 and "\n" not in str(refused.value)

@@ -75,8 +75,8 @@ def test_the_cli_grid_and_the_tuned_sweep_are_the_default_grid():
     from ncclprobe.sweep.defaults import QUICK
 
     shown = {p.name: p.show_default for p in command.params}
-    assert shown["proto"] == ",".join(recipes.DEFAULT_GRID["NCCL_PROTO"])
-    assert shown["algo"] == ",".join(recipes.DEFAULT_GRID["NCCL_ALGO"])
+    assert shown["protocols"] == ",".join(recipes.DEFAULT_GRID["NCCL_PROTO"])
+    assert shown["algorithms"] == ",".join(recipes.DEFAULT_GRID["NCCL_ALGO"])
     spec, _ = build_spec(
         SweepRequest(sizes=(4096,), backend="gloo"), effort=QUICK
     )  # what --tuned sweeps

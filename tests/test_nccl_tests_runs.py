@@ -140,7 +140,7 @@ def imported(tmp_path):
     paths = []
     for k, label in enumerate([{}] * 3 + [SIMPLE] * 3, 1):
         imported = import_text(SIX.read_text(), ImportOptions(source=str(SIX), labels=[label]))
-        records = imported.record_sets[k - 1]
+        records = imported.data["record_sets"][k - 1]
         path = tmp_path / f"run{k}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
         paths.append(str(path))

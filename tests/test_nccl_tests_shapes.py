@@ -106,7 +106,7 @@ def test_v2_13_to_v2_16_empty_redop_before_the_root():
 @pytest.mark.parametrize("name", ["alltoall_8node_v100_old_format_empty_redop_cell_issue78.txt"])
 def test_old_format_table_shows_the_max_error_not_a_count(name):
     imported = import_text((TESTS / name).read_text(), ImportOptions(source=name))
-    (block,) = imported.blocks
+    (block,) = imported.sections
     assert "ranks not shown" in block.title
     assert [r["ip_error"] for r in block.rows] == [1.0, 1.0] and "ip_wrong" not in block.rows[0]
 

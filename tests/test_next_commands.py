@@ -30,8 +30,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.cli.diagnose import render_text
-from ncclprobe.diagnose.rank import diagnose
+from ncclprobe.diagnose import diagnose
+from ncclprobe.diagnose.render import text as render_text
 from ncclprobe.evidence.bundle import load_evidence
 from ncclprobe.evidence.run.profile_dir import expand
 
@@ -188,9 +188,8 @@ def _commands(text: str) -> list[str]:
 def _printed(case: str, tmp: Path, monkeypatch) -> list[str]:
     ev, result = _diagnosed(case, tmp)
     per_width = []
-    for columns in ("80", "100"):
-        monkeypatch.setenv("COLUMNS", columns)
-        per_width.append(_commands(render_text(result, ev)))
+    for columns in (80, 100):
+        per_width.append(_commands(render_text(result, columns)))
     assert per_width[0] == per_width[1], "the same commands at 80 and 100 columns"
     return per_width[0]
 
@@ -366,20 +365,12 @@ def test_a_directory_of_run_engine_profiles_is_the_run_and_its_baseline(tmp_path
 def test_run_engine_prints_the_diagnose_command_of_the_profiles_it_wrote():
     """`run-engine --profile DIR` wrote a directory that `diagnose --profile DIR` refused; now it
     prints the command, and with --tuned (two labels there) the tuned run's files by name."""
-    from ncclprobe.cli.run_engine import _diagnose_profiles
+    from ncclprobe.evidence.run.profile_dir import next_command
 
-    one = {
-        "profiles": [
-            "p/untuned-baseline-rank0.trace.json.gz",
-            "p/untuned-speculative-rank0.trace.json.gz",
-        ]
-    }
-    assert _diagnose_profiles(one, "p") == "ncclprobe diagnose --profile p"
-    both = {
-        "profiles": one["profiles"]
-        + ["p/tuned-baseline-rank0.trace.json.gz", "p/tuned-speculative-rank0.trace.json.gz"]
-    }
-    assert _diagnose_profiles(both, "p") == (
+    one = ["p/untuned-baseline-rank0.trace.json.gz", "p/untuned-speculative-rank0.trace.json.gz"]
+    assert next_command(one, "p") == "ncclprobe diagnose --profile p"
+    both = one + ["p/tuned-baseline-rank0.trace.json.gz", "p/tuned-speculative-rank0.trace.json.gz"]
+    assert next_command(both, "p") == (
         "ncclprobe diagnose --baseline-profile p/tuned-baseline-rank0.trace.json.gz "
         "--profile p/tuned-speculative-rank0.trace.json.gz"
     )

@@ -94,7 +94,7 @@ def test_the_sweep_defaults_and_spec_builder_have_one_home():
         for p in command.params
     }
     # what the command hands the library when nothing is given: the library's own "default of where it runs"
-    assert request(**{name: unset[name] for name in SPEC_OPTIONS}) == SweepRequest()
+    assert request({o.field: unset[o.field] for o in SPEC_OPTIONS}) == SweepRequest()
     spec = SweepSpec(grid={}, sizes=(8,))
     assert (spec.warmup, spec.iters, spec.trials) == (
         defaults.CPU.warmup,
@@ -182,7 +182,8 @@ def test_run_modes_statuses_and_labels_are_named_once():
     # read or written; these modules' "status" is another record's, with its own words
     other_vocabularies = (
         "ncclprobe/records.py",  # the home (its docstring spells the format)
-        "ncclprobe/diagnose/p2p/check.py",  # the P2P measurement's process: ok, hang, error, skipped
+        "ncclprobe/gather/p2p.py",  # the P2P measurement's process: ok, hang, error, skipped
+        "ncclprobe/diagnose/p2p/check.py",  # ... as the P2P check reads it
         "ncclprobe/diagnose/p2p/advice.py",  # platform checks: severities
         "ncclprobe/evidence/live/topo_live.py",  # the P2P check's summary: ok, corrupt, hang, error
         "probes/p2p_check.py",

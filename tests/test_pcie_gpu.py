@@ -48,9 +48,11 @@ def test_bandwidth_probe_on_one_gpu_runs_every_code_path():
 
 
 def test_topo_check_on_gpu_dumps_nccl_topology():
-    from ncclprobe.diagnose.p2p.check import run_check
+    from ncclprobe.diagnose.p2p.check import check_report
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.gather.p2p import gather_p2p
 
-    doc = run_check(timeout_s=240, nbytes=16 << 20)
+    doc = check_report(Evidence(p2p=gather_p2p(timeout_s=240, nbytes=16 << 20))).to_json()
     assert (
         doc["measurement"]["status"] == "ok"
         and len(doc["measurement"]["devices"]) == torch.cuda.device_count()

@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from ncclprobe.cli import cli
-from ncclprobe.diagnose.p2p.check import measure
 from ncclprobe.diagnose.p2p.findings import matrix_findings
 from ncclprobe.diagnose.p2p.platform import (
     check_acs,
@@ -21,8 +20,10 @@ from ncclprobe.diagnose.p2p.platform import (
     check_links,
     platform_checks,
 )
+from ncclprobe.evidence.live.platform import read_acs, read_driver_p2p, read_iommu
 from ncclprobe.evidence.live.sysfs import crossing, parse_acs, read_gpu_paths
 from ncclprobe.evidence.node.matrix import Matrix
+from ncclprobe.gather.p2p import measure
 
 FIX = Path(__file__).parent / "fixtures"
 # ACSCtl of an AMD Matisse GPP bridge as `lspci -vvv` printed it in an NVIDIA/nccl issue thread
@@ -128,7 +129,7 @@ def test_tree_and_crossings(box):
 
 def test_acs_reads_config_space_and_names_what_it_cannot_read(box):
     paths, reason = read_gpu_paths(box)
-    check = check_acs(paths, reason, run=lambda argv: None)
+    check = check_acs(paths, reason, read_acs(paths, run=lambda argv: None))
     assert check.status == "warning" and "0000:02:08.0 (ReqRedir/CmpltRedir)" in check.summary
     assert set(check.evidence["redirecting"]) == {"0000:00:01.1", "0000:02:08.0", "0000:02:10.0"}
     assert check.unread == [
@@ -142,7 +143,11 @@ def test_acs_falls_back_to_lspci(box):
     paths, reason = read_gpu_paths(box)
     (box / "sys/devices/pci0000:00/0000:00:01.1/config").write_bytes(bytes(64))
     listing = LSPCI_MATISSE.replace("40:01.1", "00:01.1")
-    check = check_acs(paths, reason, run=lambda argv: (0, listing) if argv[0] == "lspci" else None)
+    check = check_acs(
+        paths,
+        reason,
+        read_acs(paths, run=lambda argv: (0, listing) if argv[0] == "lspci" else None),
+    )
     assert check.source == "sysfs config space, then lspci -vvv"
     assert check.evidence["redirecting"]["0000:00:01.1"] == ["ReqRedir", "CmpltRedir"]
 
@@ -168,14 +173,14 @@ def test_links_and_iommu(box):
         },
     )
     assert "GPU 0000:81:00.0 at Gen1 of Gen4 under load" in loaded.summary
-    iommu = check_iommu(box, paths)
+    iommu = check_iommu(paths, read_iommu(box, paths))
     assert (
         iommu.status == "warning"
         and "0000:03:00.0" in iommu.summary
         and iommu.evidence["kernel_parameters"] == {"amd_iommu": "on"}
     )
     (box / "sys/bus/pci/devices/0000:03:00.0/iommu_group/type").write_text("identity\n")
-    assert check_iommu(box, paths).evidence["mode"] == "passthrough"
+    assert check_iommu(paths, read_iommu(box, paths)).evidence["mode"] == "passthrough"
 
 
 def test_driver_p2p_from_nvidia_smi_text():
@@ -184,9 +189,9 @@ def test_driver_p2p_from_nvidia_smi_text():
         .read_text()
         .split("topo -p2p p\n")[1]
     )
-    check = check_driver_p2p(lambda argv: (0, block))
+    check = check_driver_p2p(read_driver_p2p(lambda argv: (0, block)))
     assert check.status == "warning" and check.evidence["refused_pairs"] == [[0, 1]]
-    assert check_driver_p2p(lambda argv: None).status == "not readable"
+    assert check_driver_p2p(read_driver_p2p(lambda argv: None)).status == "not readable"
 
 
 def test_every_check_names_its_source_on_an_empty_machine(tmp_path):
@@ -242,7 +247,9 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
     }
     assert all(c["source"] for c in doc["platform"])
     assert doc["measurement"]["status"] in ("unavailable", "ok")
-    saved = json.loads((tmp_path / "o/topo-check.json").read_text())
+    saved_text = (tmp_path / "o/topo-check.json").read_text()
+    assert saved_text == json.dumps(doc, indent=2) + "\n"  # the document as printed, whole
+    saved = json.loads(saved_text)
     assert saved["advice"] == doc["advice"]
     again = runner.invoke(
         cli, ["topo", "--check", "--no-nccl-job", "--output", str(tmp_path / "o")]
@@ -253,6 +260,22 @@ def test_topo_check_without_gpu_end_to_end(tmp_path):
         narrow.exit_code == result.exit_code and max(map(len, narrow.stdout.splitlines())) <= 60
     )  # the terminal's width
     assert "## advice" in narrow.stdout and "(source: " in narrow.stdout
+
+
+def test_diagnose_topo_check_judges_this_machine_beside_the_rest():
+    """`diagnose --topo-check` gathers what `topo --check` does and runs the P2P rule set: its
+    document rides under `topo_check`, and with nothing measured here it exits 3 as topo --check."""
+    result = CliRunner().invoke(cli, ["diagnose", "--topo-check", "--format", "json"])
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "diagnosis" and doc["topo_check"]["kind"] == "topo-check"
+    unmeasured = doc["topo_check"]["measurement"]["status"] == "unavailable"
+    assert result.exit_code == (3 if unmeasured else 0 if not doc["findings"] else 1)
+    assert [c["check"] for c in doc["topo_check"]["platform"]] == [
+        "acs",
+        "iommu",
+        "link",
+        "driver-p2p",
+    ]
 
 
 def test_import_p2p_and_records(tmp_path):
@@ -321,7 +344,7 @@ def test_advice_names_the_level_the_acs_fix_or_nothing(box):
     findings = matrix_findings([on, off], [[True] * 4 for _ in range(4)])
     assert [a.setting for a in advise(findings, [], topo)] == [{"NCCL_P2P_LEVEL": "PXB"}]
     paths, reason = read_gpu_paths(box)
-    acs = check_acs(paths, reason, run=lambda argv: None)
+    acs = check_acs(paths, reason, read_acs(paths, run=lambda argv: None))
     actions = [a.action for a in advise(findings, [acs], topo)]
     assert actions[0] == "set NCCL_P2P_LEVEL=PXB" and actions[1].startswith("disable ACS")
     corrupt = matrix_findings(
@@ -356,3 +379,28 @@ def test_a_gpu_behind_an_intel_vmd_domain_keeps_its_bridges(tmp_path):
     )
     assert listing["10000:e0:06.0"]["acs"].redirects == ["ReqRedir", "CmpltRedir"]
     assert listing["10000:e1:00.0"]["acs"].reason == "no ACS capability"
+
+
+def test_a_pair_beyond_the_known_pcie_paths_is_judged_without_its_place(box):
+    """The P2P rule set names what a pair crosses only where both GPUs' PCIe paths were read."""
+    from ncclprobe.diagnose.p2p.check import pair_findings
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.evidence.p2p import P2PEvidence
+
+    paths, _ = read_gpu_paths(box)
+    gpus = [f"GPU{i}" for i in range(3)]
+    m = Matrix(
+        metric="bandwidth",
+        rows=gpus,
+        cols=gpus,
+        values=[[None, 20.0, 20.0], [20.0, None, 20.0], [4.0, 20.0, None]],
+    )
+    found = pair_findings(Evidence(p2p=P2PEvidence([m], gpu_paths=paths[:2])))
+    [slow] = [f for f in found if f.code == "slow-pair"]
+    assert slow.message.startswith("GPU2->GPU0: 4.00") and "crosses" not in slow.message
+    [known] = [
+        f
+        for f in pair_findings(Evidence(p2p=P2PEvidence([m], gpu_paths=paths[:3])))
+        if f.code == "slow-pair"
+    ]
+    assert "crosses" in known.message

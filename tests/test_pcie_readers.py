@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.diagnose.p2p.findings import matrix_findings
+from ncclprobe.diagnose.p2p.nccl_model import model_disagreements
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl.nccl_xml import model_disagreements, read_graphs, read_topology
+from ncclprobe.evidence.nccl.nccl_xml import read_graphs, read_topology
 from ncclprobe.evidence.node.collect_env import parse_collect_env
 from ncclprobe.evidence.node.matrix import Matrix
 from ncclprobe.evidence.node.nvbandwidth import parse_nvbandwidth
@@ -326,8 +327,11 @@ def test_nvbandwidth_other_versions_and_pastes():
         text("nvbandwidth", "nvbandwidth_v0.2_8x_rtx4090_h2d_d2h_no_bus_ids_nvbw15.txt"),
         ImportOptions("f"),
     )
-    assert v02.doc["version"] == "v0.2" and v02.title == "nvbandwidth: 2 matrices, 8 GPU(s)"
-    h2d, d2h = (Matrix.from_record(r) for r in v02.doc["matrices"])
+    assert (
+        v02.document["version"] == "v0.2"
+        and v02.sections[0].title == "nvbandwidth: 2 matrices, 8 GPU(s)"
+    )
+    h2d, d2h = (Matrix.from_record(r) for r in v02.document["matrices"])
     assert (
         h2d.rows == ["CPU"]
         and h2d.values[0][7] == 26.31
@@ -341,9 +345,9 @@ def test_nvbandwidth_other_versions_and_pastes():
     assert (
         quoted is not None and quoted.kind == "nvbandwidth"
     )  # no banner: the description lines say it
-    assert [m["engine"] for m in quoted.doc["matrices"]] == ["sm", "sm"] and quoted.doc["matrices"][
-        1
-    ]["values"][2] == [52.77]
+    assert [m["engine"] for m in quoted.document["matrices"]] == ["sm", "sm"] and quoted.document[
+        "matrices"
+    ][1]["values"][2] == [52.77]
 
 
 def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
@@ -354,13 +358,13 @@ def test_nvbandwidth_wrong_data_is_an_error_finding_and_a_waived_run_says_why():
         text("nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"),
         ImportOptions("f"),
     )
-    assert bad.verdict is Verdict.FINDINGS and bad.doc["corrupt"][0]["offset"] == 11136
-    assert [f["code"] for f in bad.doc["findings"]] == ["copy-corrupt"]
-    assert bad.doc["advice"][0]["setting"] == {"NCCL_P2P_DISABLE": "1"}
+    assert bad.verdict() is Verdict.FINDINGS and bad.document["corrupt"][0]["offset"] == 11136
+    assert [f["code"] for f in bad.document["findings"]] == ["copy-corrupt"]
+    assert bad.document["advice"][0]["setting"] == {"NCCL_P2P_DISABLE": "1"}
     host = text(
         "nvbandwidth", "nvbandwidth_v0.7_8x_a100_d2d_read_pattern_check_assert_nvbw34.txt"
     ).replace("Running device_to_device_memcpy_read_ce", "Running host_to_device_memcpy_ce")
-    assert [a["setting"] for a in import_text(host, ImportOptions("f")).doc["advice"]] == [
+    assert [a["setting"] for a in import_text(host, ImportOptions("f")).document["advice"]] == [
         {}
     ]  # not P2P: no P2P setting
     with pytest.raises(

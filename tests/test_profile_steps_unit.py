@@ -413,9 +413,7 @@ def test_eager_steps_cost_the_idle_above_the_replays():
     run, base = profile_run(eager, tokens=10), profile_run(graphed, tokens=10, label="base")
     (found,) = [f for f in RE.eager_steps(ev(run, base)) if hasattr(f, "severity")]
     assert found.rule == "eager-launches" and found.confidence == "medium"
-    assert found.cost_ms_per_step == pytest.approx(
-        14.5
-    ) and found.cost_ms_per_token == pytest.approx(14.5)
+    assert found.cost.high == pytest.approx(14.5) and found.cost.high == pytest.approx(14.5)
     assert found.severity == "error"  # 145 of 180 ms
     alone = profile_run(
         eager, phase("other", "other", count=1, graphed=True, median=1.0, idle=0.1), tokens=10
@@ -483,7 +481,7 @@ def test_the_model_shape_prices_a_verify_against_the_decode():
         )
     )[0]
     ratio = found.evidence["expected_ratio"]
-    assert found.cost_ms_per_step == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3) and ratio > 1.0
+    assert found.cost.high == pytest.approx(20.0 - 2.0 * ratio, rel=1e-3) and ratio > 1.0
 
 
 def test_glue_between_replays_is_at_most_a_warning_and_never_for_the_prefill():
@@ -503,7 +501,7 @@ def test_glue_between_replays_is_at_most_a_warning_and_never_for_the_prefill():
         return RS.graph_glue(ev(profile_run(p, other, tokens=count)))
 
     (warn,) = glue(4, 88.0)  # 10 ms of glue in 100 ms
-    assert warn.severity == "warning" and warn.cost_ms_per_token == pytest.approx(2.5)
+    assert warn.severity == "warning" and warn.cost.high == pytest.approx(2.5)
     assert warn.title.startswith("the host runs 30 small eager kernels per token")
     assert glue(4, 89.0)[0].severity == "info"
     assert glue(100, 0.0)[0].severity == "warning"  # 83% of the run: still a warning
@@ -512,7 +510,8 @@ def test_glue_between_replays_is_at_most_a_warning_and_never_for_the_prefill():
         "verify", "verify", count=4, median=3.0, graphed=True, graph_ms=0.5, launches={"kernel": 3}
     )
     (step,) = RS.graph_glue(ev(profile_run(per_step)))
-    assert "per verify step" in step.title and step.cost_ms_per_token is None
+    # no tokens: the cost is per verify step, never per token
+    assert "per verify step" in step.title and (step.cost.unit, step.cost.high) == ("step", 2.5)
 
 
 def test_no_step_at_all_is_a_finding_and_unknown_kinds_are_said():
@@ -535,7 +534,8 @@ def test_tokens_exact_bound_or_from_the_log():
             phase("draft", "draft", count=16, tokens_kept=0.0),
         )
     )
-    assert (bound.count, bound.exact) == (5, False)
+    # a verify's kept tokens unknown: the run's tokens are unknown, not one per forward
+    assert (bound.count, bound.exact) == (None, False) and bound.why == C.UNKNOWN_VERIFY
     log = C.tokens(
         profile_run(phase("verify", "verify", count=4), acceptance=Acceptance(mean_length=2.5))
     )
@@ -543,8 +543,11 @@ def test_tokens_exact_bound_or_from_the_log():
     kept = C.tokens(profile_run(phase("decode", "decode", count=4, tokens_kept=4.0)))
     assert (kept.count, kept.exact) == (4.0, True)
     assert C.tokens(profile_run(phase("burst", "other"))).count is None
-    assert C.per_token_words(None, bound).startswith("per token unknown")
-    assert C.per_token_words(2.0, bound) == "at most 2.000 ms per token"
+    assert (
+        C.per_token_words(None, bound)
+        == "per token unknown (the tokens each verify kept are not in the trace)"
+    )
+    assert C.per_token_words(2.0, log) == "about 2.000 ms per token"
 
 
 def test_the_parts_of_the_difference_add_up_and_speculation_is_weighed_only_when_known():
@@ -579,10 +582,12 @@ def test_the_parts_of_the_difference_add_up_and_speculation_is_weighed_only_when
     )
     assert "saves" in by_rule(RB.against_baseline(ev(gain, base)), "speculation-forwards")[0].reason
     unknown = profile_run(phase("verify", "verify", count=10), mode="speculative")
-    assert (
-        "record_shapes=True"
-        in by_rule(RB.against_baseline(ev(unknown, base)), "speculation-forwards")[0].missing
-    )
+    (unknown_out,) = RB.against_baseline(ev(unknown, base))
+    assert unknown_out.rule == "against-baseline" and "1 to k+1" in unknown_out.missing
+    # the difference is the pool of the run's time ledger: a profiled cost covering the whole
+    whole = by_rule(out, "against-baseline")[0].cost
+    assert whole.covers == ("whole",) and whole.kind == "profiled"
+    assert whole.high == pytest.approx(account["difference_ms_per_token"], abs=1e-3)
     assert RB.against_baseline(ev(spec)) == []
     nothing = profile_run(phase("burst", "other"))
     assert by_rule(RB.against_baseline(ev(nothing, base)), "against-baseline")[0].missing

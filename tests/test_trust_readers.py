@@ -263,7 +263,7 @@ def test_binary_empty_truncated_files_and_directories_are_named(tmp_path, make, 
 
 
 def test_dev_zero_is_refused_without_reading_it_all():
-    _one_line_exit_2(_invoke("nccl-log", "/dev/zero"), "/dev/zero", "binary")
+    _one_line_exit_2(_invoke("nccl-log", "/dev/zero"), "/dev/zero", "not a regular file")
     _one_line_exit_2(_invoke("diagnose", "--trace", "/dev/zero"), "/dev/zero")
 
 

@@ -340,3 +340,39 @@ def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
     assert (
         f"postgres://{MASK}@db/app" in err
     )  # positive control: the planted value, masked in place
+
+
+# --- boundaries of the shapes (the sampled mutation run of issue 40 left these unpinned) ---------
+
+
+def test_a_pem_block_is_masked_whole_and_only_it():
+    from ncclprobe.secrets.shapes import mask_pem
+
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\n-----END PRIVATE KEY-----"
+    assert mask_pem(f"before {pem} after") == f"before {MASK} after"
+    assert mask_pem(f"{pem} mid {pem} end") == f"{MASK} mid {MASK} end"  # the second found too
+    assert mask_pem(f"x {pem[:40]}") == f"x {MASK}"  # cut: masked to the end
+    assert mask_pem("a -----BEGIN X-----\nQ\n-----END X----- b -----BEGIN Y-----\nR") == (
+        f"a {MASK} b {MASK}"
+    )
+    assert mask_pem("no block ----- here") == "no block ----- here"
+
+
+def test_a_random_run_after_a_dot_is_judged_by_its_segments():
+    run = "Ab3Cd4Ef5Gh6Ij7KLm8No9Pq0Rs1Tu2Vw3"  # 34 characters, random-looking
+    assert mask_text(f"Qwen2.5/{run}") == f"Qwen2.5/{MASK}"  # the `5/` before it stays
+    assert mask_text(f"/data/{run}Xy9Z") == f"/data/{MASK}"  # a 38-character segment
+
+
+def test_a_random_piece_of_16_characters_is_random_and_of_15_a_name():
+    assert mask_text("x Ab3Cd4Ef5Gh6Ij7K_abcdefghijklmnop y") == f"x {MASK} y"
+    kept = "x Ab3Cd4Ef5Gh6Ij7_abcdefghijklmnopq y"
+    assert mask_text(kept) == kept
+
+
+def test_a_url_segment_is_masked_from_16_characters_that_change_kind_as_random_text_does():
+    base = "https://h.example/some/longer/path/"
+    assert mask_text(f"{base}Ab1Cd2Ef3Gh4Ij5/y") == f"{base}Ab1Cd2Ef3Gh4Ij5/y"  # 15: kept
+    assert mask_text(f"{base}Ab1Cd2Ef3Gh4Ij5K/y") == f"{base}{MASK}/y"  # 16
+    assert mask_text(f"{base}AAAaaa11AAaa11AAaa11/y") == f"{base}{MASK}/y"  # 8 changes in 20
+    assert mask_text(f"{base}AAAAaaa111AAaa11AAaa/y") == f"{base}AAAAaaa111AAaa11AAaa/y"  # 7

@@ -43,6 +43,7 @@ from tests.data.planted import (
     marker,
     markers,
     plant_collect_env,
+    plant_flight_recorder,
     plant_job_log,
     plant_nccl_log,
     plant_nccl_tests_json,
@@ -68,6 +69,7 @@ def inputs(tmp_path_factory):
         "ntt": str(plant_nccl_tests_text(base / "nt.txt")),
         "prf": str(plant_profile(base / "profile.json")),
         "job": str(plant_job_log(base / "job.log")),
+        "frd": str(plant_flight_recorder(base / "dumps")),
     }
 
 
@@ -121,6 +123,8 @@ def test_results_traces_and_server_logs_print_no_credential(inputs, tmp_path):
     walk("export", res, "--to", "perf-csv", "--output", str(tmp_path / "perf.csv"))
     walk("report", res, "--trace", trc, "--output", str(tmp_path / "rep"), "--format", "json")
     walk.check()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert f"ProxyJump=admin:{MASK}@bastion" in report  # a harmless family's value, masked in place
     text = "".join(t for _, t in walk.seen) + walk.written()
     assert MASK in text and "NCCL_IB_HCA" in text
     assert "IB_HCA=<masked:" in text  # the typed setting was read and named by its digest
@@ -195,12 +199,12 @@ def test_a_ranks_error_line_is_masked_before_it_becomes_a_reason():
 
 def test_a_topology_jobs_stderr_is_masked_before_it_is_saved():
     """topo --check's NCCL job (GPU only): its stderr lines become the saved result's reasons."""
-    from ncclprobe.diagnose.p2p.check import _mask_messages
+    from ncclprobe.gather.p2p import mask_messages
 
     forms = planted("topo")
     markers("topo")
     result = {"reason": " ".join(forms.values()), "failed": [f"rank 1 exited 1: {forms['login']}"]}
-    _mask_messages(result)
+    mask_messages(result)
     assert leaks(json.dumps(result)) == [] and f"login admin:{MASK}" in result["failed"][0]
 
 
@@ -337,3 +341,42 @@ def test_a_real_sweep_records_no_inherited_credential(tmp_path):
     assert seen["NCCL_NET_PLUGIN"] == values["query_token"].replace(
         marker("swp", "query_token"), MASK
     )  # read by the workers, recorded masked
+
+
+def test_flight_recorder_dumps_print_no_credential(inputs, tmp_path):
+    """Group descriptions, frame file and function names and dtypes of a dump: masked as read
+    (issue 40 §7: `hf_...`, `AKIA...`, URL userinfo and `?token=` printed raw before)."""
+    walk = Walk(tmp_path)
+    for fmt in FORMATS:
+        for extra in ([], ["-v"], ["--wide"]):
+            walk(
+                *extra,
+                "diagnose",
+                "--flight-recorder",
+                inputs["frd"],
+                "--format",
+                fmt,
+                codes=(0, 1),
+            )
+    walk.check()
+    text = "".join(t for _, t in walk.seen)
+    assert MASK in text and "group_a" in text, text[-2000:]  # read, shown, masked in place
+
+
+def test_masking_keeps_what_is_no_secret():
+    """The healthy twins of the new shapes: names and references that look close, kept whole."""
+    from ncclprobe.secrets import mask_env_value, mask_text
+
+    kept = [
+        "git@github.com:NVIDIA/nccl.git",
+        "nvcr.io/nvidia/pytorch:24.05-py3@sha256:0123abcd",
+        "ssh -p 2222 admin@bastion",
+        "mlx5_0:1,mlx5_1:1",
+        "%h.%p.nccl.log",
+        "kernel.numa_balancing=0",
+        "opId=0x7f3c2c000b70",
+        "commit 3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+    ]
+    assert [mask_text(t) for t in kept] == kept
+    assert mask_env_value("RCCL_MSCCL_ENABLE", "1") == "1"  # issue 36: ROCm's NCCL family
+    assert mask_text("root:Qz1@10.0.0.1") == f"root:{MASK}@10.0.0.1"

@@ -103,6 +103,11 @@ DIR_OUTPUTS = {
     "run-engine --profile": ["run-engine", "--preset", "tiny", "--profile"],
     "probe env-propagation --output": ["probe", "env-propagation", "--output"],
     "sweep --torchrun-dir": ["sweep", "--nranks", "2", "--backend", "gloo", "--torchrun-dir"],
+    "sweep --shared-dir": ["sweep", "--launcher", "mpirun", "--hosts", "a,b", "--shared-dir"],
+    "env-check --shared-dir": [
+        "env-check",
+        *("--launcher", "mpirun", "--hosts", "a,b", "--match", "x", "--shared-dir"),
+    ],
     "report --output": ["report", "RESULTS", "--output"],
     "train-target --output": ["train-target", "--output"],
 }
@@ -125,6 +130,7 @@ def _path_parameters():
 
 def _bad_files(tmp_path, results, trace):
     """Every class of bad file, by name: absent, empty, binary, torn, not UTF-8, a directory, a device,
+    a FIFO,
     JSON that is valid but of no kind or another kind, and a newer schema of the right kind."""
 
     def put(name, data):
@@ -133,6 +139,7 @@ def _bad_files(tmp_path, results, trace):
         return str(path)
 
     (tmp_path / "a-dir").mkdir()
+    os.mkfifo(tmp_path / "fifo.json")  # no writer: open() blocked forever (issue 40 §8)
     header, *rest = open(results).read().splitlines()
     newer = json.dumps({**json.loads(header), "schema_version": 99})
     return {
@@ -143,6 +150,7 @@ def _bad_files(tmp_path, results, trace):
         "latin-1": put("latin1.json", b"caf\xe9 \x80\xff\n"),
         "directory": str(tmp_path / "a-dir"),
         "device": "/dev/zero",
+        "fifo": str(tmp_path / "fifo.json"),
         "a list": put("list.json", "[1, 2]"),
         "NaN": put("nan.json", '{"x": NaN}'),
         "nested": put("nested.json", "[" * 50000 + "]" * 50000),

@@ -382,3 +382,178 @@ def test_a_device_is_never_replaced_by_a_file(results):
     result = _invoke("recommend", results, "--emit", "json", "--output", "/dev/null", "--force")
     assert result.exit_code == 2 and "not a regular file" in result.stderr
     assert not Path("/dev/null").is_file()
+
+
+# --- symbolic links (issue 40 §2): never written through, never replaced, --force or not -----------
+
+
+def _links(tmp_path):
+    """(link, what it points at) for a dangling link and a link to the user's file, each in the
+    output's own directory and in a sticky world-writable one (/tmp's kind), and the victim file."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    elsewhere = tmp_path / "else"
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.out"
+    victim.write_text(PRECIOUS)
+    links = []
+    for where in (tmp_path, sticky):
+        for name, target in (("dangling", elsewhere / "new.out"), ("to-file", victim)):
+            link = where / f"{name}.out"
+            link.symlink_to(target)
+            links.append((link, target))
+    return links, elsewhere
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_no_writer_writes_through_or_replaces_a_symbolic_link(tmp_path, results, command):
+    links, elsewhere = _links(tmp_path)
+    for link, target in links:
+        for force in ([], ["--force"]):
+            result = _invoke(*WRITERS[command](results, str(link)), *force, cwd=tmp_path)
+            where = (command, link.name, link.parent.name, force)
+            assert result.exit_code == 2, (where, result.output[-400:])
+            assert "is a symbolic link" in result.stderr and repr(str(target)) in result.stderr
+            assert "appeared while" not in result.stderr and len(result.stderr.splitlines()) == 1
+            assert link.is_symlink() and os.readlink(link) == str(target), where
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim.out"]
+    assert (elsewhere / "victim.out").read_text() == PRECIOUS
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dangling.out",
+        "else",
+        "s.jsonl",
+        "sticky",
+        "to-file.out",
+    ]
+    assert sorted(p.name for p in (tmp_path / "sticky").iterdir()) == [
+        "dangling.out",
+        "to-file.out",
+    ]
+
+
+def test_the_links_target_named_itself_is_written(tmp_path, results):
+    """The refusal's way out works: the file the link pointed at, named, is written (with --force
+    where it exists)."""
+    links, elsewhere = _links(tmp_path)
+    for link, target in links[:2]:
+        force = ["--force"] if target.exists() else []
+        result = _invoke("recommend", results, "--emit", "json", "--output", str(target), *force)
+        assert result.exit_code == 0, result.output
+        assert '"kind": "recommendation"' in target.read_text() and link.is_symlink()
+
+
+def test_a_results_file_resumed_through_a_link_is_refused(tmp_path):
+    import shutil
+
+    real = tmp_path / "real.jsonl"
+    shutil.copyfile(
+        Path(__file__).resolve().parent.parent / "examples/traces/collective-bound.sweep.jsonl",
+        real,
+    )
+    before = real.read_bytes()
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    result = _invoke("sweep", "--resume", str(link))
+    assert result.exit_code == 2 and "is a symbolic link" in result.stderr, result.output
+    assert real.read_bytes() == before and link.is_symlink()
+
+
+def test_a_journal_never_opens_a_link_planted_after_the_check(tmp_path):
+    """The last step follows no link either: a link that appears between the check and the open
+    is refused by O_NOFOLLOW/O_EXCL, and one that appears before --force's rename is kept."""
+    from ncclprobe.records_writer import ResultWriter
+    from ncclprobe.safe_output import OutputProblem, commit_file
+
+    victim = tmp_path / "victim"
+    victim.write_text(PRECIOUS)
+    link = tmp_path / "journal.jsonl"
+    link.symlink_to(victim)
+    for force in (False, True):
+        with pytest.raises(OutputProblem):
+            ResultWriter(link, {"x": 1}, force=force)
+        with pytest.raises(OutputProblem, match="symbolic link"):
+            ResultWriter(link, None, resume=True)
+    temp = tmp_path / "temp"
+    temp.write_text("new\n")
+    with pytest.raises(OutputProblem, match="became a symbolic link"):
+        commit_file(temp, link, True, "output")
+    assert victim.read_text() == PRECIOUS and link.is_symlink() and not temp.exists()
+
+
+def test_no_directory_writer_writes_through_a_symbolic_link(tmp_path, results):
+    from tests.test_trust_walk import DIR_OUTPUTS
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for name, args in sorted(DIR_OUTPUTS.items()):
+        for target in (empty, tmp_path / "nowhere"):
+            link = tmp_path / "out"
+            link.symlink_to(target)
+            argv = [results if a == "RESULTS" else a for a in args] + [str(link)]
+            result = _invoke(*argv, cwd=tmp_path)
+            assert result.exit_code == 2 and "is a symbolic link" in result.stderr, (
+                name,
+                result.output[-400:],
+            )
+            assert link.is_symlink() and list(empty.iterdir()) == []
+            link.unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "s.jsonl"]
+
+
+def test_a_relative_output_directory_reaches_every_process_that_fills_it(tmp_path):
+    """env-propagation's drivers run in the directory being filled: given relative, it was
+    relative to them too, and every mechanism failed (exit 3, specs left) (issue 40 §8)."""
+    result = _invoke(
+        "probe",
+        "env-propagation",
+        "--mechanism",
+        "spawn",
+        "--output",
+        "rel",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
+    assert result.exit_code == 0, result.output[-600:]
+    doc = __import__("json").loads(result.stdout)
+    assert [row["mechanism"] for row in doc["rows"]] == ["spawn"] and "error" not in result.stderr
+    assert (tmp_path / "rel" / "spawn.result.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]  # nothing beside it
+
+
+def test_open_nofollow_opens_a_file_and_refuses_a_link_in_one_line(tmp_path):
+    """The journal's last step on its own (the checks before it refuse a link first, so only a
+    link planted in between reaches it): a regular file opens, a link is refused, not followed."""
+    from ncclprobe.safe_output import OutputProblem, open_nofollow
+
+    real = tmp_path / "real.jsonl"
+    real.write_text(PRECIOUS)
+    fd = open_nofollow(real, os.O_WRONLY | os.O_APPEND, "results file")
+    os.write(fd, b"more\n")
+    os.close(fd)
+    assert real.read_text() == PRECIOUS + "more\n"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    with pytest.raises(OutputProblem, match="is a symbolic link"):
+        open_nofollow(link, os.O_WRONLY | os.O_APPEND, "results file")
+    with pytest.raises(FileNotFoundError):  # any other refusal of the system is its own
+        open_nofollow(tmp_path / "absent" / "x", os.O_WRONLY, "results file")
+    assert real.read_text() == PRECIOUS + "more\n"
+
+
+def test_a_links_refusal_says_what_to_do_by_what_it_points_at(tmp_path):
+    from ncclprobe.safe_output import OutputProblem, refuse_link
+
+    hints = {
+        "/dev/null": "leave the option out to print to stdout",  # a device, as /dev/stdout's
+        str(tmp_path / "nowhere"): "it points nowhere (dangling); name the file itself",
+        str(tmp_path): "name the file itself to write there",
+    }
+    for index, (target, hint) in enumerate(hints.items()):
+        link = tmp_path / f"link{index}"
+        link.symlink_to(target)
+        with pytest.raises(OutputProblem) as refused:
+            refuse_link(link, "--output")
+        assert hint in str(refused.value) and repr(target) in str(refused.value), refused.value
+    refuse_link(tmp_path / "plain", "--output")  # not a link: nothing to say

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ncclprobe.diagnose import Diagnosis, diagnose, load_evidence
+from ncclprobe.diagnose import diagnose, load_evidence
+from ncclprobe.diagnose.report import Report
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live import capture_dir as D
 from ncclprobe.safe_output import write_json
 
 
-def diagnose_capture(directory: Path) -> tuple[Diagnosis, Evidence]:
+def diagnose_capture(directory: Path) -> tuple[Report, Evidence]:
     ev = load_evidence(capture=directory)
     result = diagnose(ev)
     write_json(directory / D.DIAGNOSIS_JSON, result.to_json())

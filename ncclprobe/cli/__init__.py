@@ -27,7 +27,7 @@ import textwrap
 
 import click
 
-from ncclprobe import __version__, interrupts
+from ncclprobe import __version__, interrupts, visible
 from ncclprobe.errors import NcclprobeError, UsageProblem
 
 # name -> "module:attribute"; one module per command keeps each command thin and separate.
@@ -139,6 +139,11 @@ class LazyGroup(click.Group):
         return load_target(SUBCOMMANDS.get(name))
 
     def main(self, args=None, prog_name=None, **extra):
+        """Every byte the command prints passes the one terminal guard (`ncclprobe.visible`)."""
+        with visible.guarded():
+            self._main(args, prog_name, **extra)
+
+    def _main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
         interrupts.install()
         interrupts.set_hint(None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import force_option, output_option
+from ncclprobe.cli.output import force_option, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, StrictInt
 from ncclprobe.errors import UsageProblem
 
@@ -118,7 +118,7 @@ def _profile(value: str):
     metavar="SECONDS",
     help="With --server: how long the server may take to answer.",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@format_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(
     output,
@@ -167,9 +167,10 @@ def _run(request, fmt: str) -> int:
     from ncclprobe import interrupts
     from ncclprobe.capture.diagnosis import diagnose_capture
     from ncclprobe.capture.session import capture
-    from ncclprobe.cli.diagnose import render_text
+    from ncclprobe.cli.output import emit_report
+    from ncclprobe.diagnose.render import text
     from ncclprobe.evidence.live import capture_dir as D
-    from ncclprobe.safe_output import dumps_json, write_text
+    from ncclprobe.safe_output import write_text
 
     def started(path):
         click.echo(f"ncclprobe: capture: {path}/ (the job's output follows)", err=True)
@@ -181,14 +182,13 @@ def _run(request, fmt: str) -> int:
     click.echo(
         f"ncclprobe: capture: the job ended ({_ended(captured)}); diagnosing {directory}/", err=True
     )
-    result, ev = diagnose_capture(directory)
-    text = render_text(result, ev)
-    write_text(directory / D.DIAGNOSIS, text + "\n", force=True)
-    click.echo(dumps_json(result.to_json(), indent=1) if fmt == "json" else text)
+    report, _ev = diagnose_capture(directory)
+    write_text(directory / D.DIAGNOSIS, text(report, None) + "\n", force=True)
+    emit_report(report, fmt)
     click.echo(f"ncclprobe: capture: {directory}/ (manifest.json, {D.DIAGNOSIS})", err=True)
     if captured.job_failed:
         return captured.ending.exit_code or 1
-    return result.verdict()
+    return report.verdict()
 
 
 def _ended(captured) -> str:

@@ -3,13 +3,10 @@ evidence around it."""
 
 from __future__ import annotations
 
-import textwrap
-
 import click
 
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import emit, format_option
-from ncclprobe.cli.table import terminal_width
+from ncclprobe.cli.output import emit_report, format_option
 from ncclprobe.errors import UsageProblem
 
 EPILOG = f"""\b
@@ -26,6 +23,7 @@ Examples:
   ncclprobe diagnose --server-log sglang.log --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
   ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
   ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
+  ncclprobe diagnose --env-check 4242 --expect NCCL_PROTO=LL --topo-check
   ncclprobe diagnose --capture capture-20261206-101500/
 
 {exit_codes("no finding above informational", "findings")}"""
@@ -91,7 +89,23 @@ Examples:
     "--env-check",
     "env_check_path",
     type=click.Path(dir_okay=False),
-    help="`ncclprobe env-check --format json` output of the live job.",
+    metavar="FILE|PID",
+    help="`ncclprobe env-check --format json` output of the live job, or the PID of its root "
+    "process: its tree is read now, as `env-check --pid PID` reads it (a file of that name wins).",
+)
+@click.option(
+    "--expect",
+    "expect",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --env-check PID: a setting every process of the job should have (repeatable).",
+)
+@click.option(
+    "--topo-check",
+    "topo_check",
+    is_flag=True,
+    help="Measure this machine's P2P health as `topo --check` does (every GPU pair, the platform, "
+    "NCCL's dumps) and judge it beside the rest.",
 )
 @click.option(
     "--collect-env",
@@ -154,6 +168,8 @@ def command(
     nccl_logs,
     draft_config,
     capture_dir,
+    expect,
+    topo_check,
     fmt,
 ):
     """Reason over an engine run the way a careful engineer would: find phases that run without
@@ -166,10 +182,14 @@ def command(
     logs of the job's ranks add what each rank's NCCL read, its version, the transports it
     connected the ranks with and its warnings, placed against the run or the hang. Each
     finding carries its numbers, a confidence and the next command; hypotheses the evidence
-    excludes are listed as ruled out, and what the evidence cannot show is said."""
+    excludes are listed as ruled out, and what the evidence cannot show is said. --topo-check and
+    --env-check PID read this machine now and add what the P2P and process-environment rules find."""
     from ncclprobe.diagnose import diagnose, load_evidence
     from ncclprobe.evidence.run.profile_dir import expand
 
+    pid = _live_pid(env_check_path)
+    if expect and pid is None:
+        raise UsageProblem("--expect goes with --env-check PID (a live job's root process)")
     job = flight_recorder or job_logs or nccl_logs or capture_dir
     if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
@@ -186,7 +206,7 @@ def command(
         baseline_profiles=baseline_profiles,
         baseline_server_logs=baseline_logs,
         sweep=sweep_path,
-        env_check=env_check_path,
+        env_check=env_check_path if pid is None else None,
         model_config=model_config,
         collect_env=collect_env_path,
         flight_recorder=flight_recorder,
@@ -194,223 +214,38 @@ def command(
         nccl_logs=nccl_logs,
         capture=capture_dir,
         draft_config=draft_config,
+        live=bool(topo_check or pid),
     )
-    result = diagnose(ev)
-    if fmt == "table":
-        click.echo(render_text(result, ev))
-    else:
-        doc = result.to_json()
-        doc["runs"] = [run_summary(src, run) for src, run in ev.all_runs()]
-        if ev.flight_recorder:
-            from ncclprobe.diagnose.hang.hang import groups_summary
-
-            doc["process_groups"] = groups_summary(ev.flight_recorder)
-        emit(fmt, doc, [_row(i, f) for i, f in enumerate(result.findings, 1)])
-    return result.verdict()
+    _gather_live(ev, pid, expect, topo_check)
+    report = diagnose(ev)
+    emit_report(report, fmt)
+    return report.verdict()
 
 
-def _row(index, finding) -> dict:
-    return {
-        "rank": index,
-        "severity": finding.severity,
-        "confidence": finding.confidence,
-        "rule": finding.rule,
-        "cost_ms_per_token": finding.cost_ms_per_token,
-        "cost_ms_per_step": finding.cost_ms_per_step,
-        "finding": finding.title,
-        "next_command": finding.next_command,
-    }
+def _live_pid(value: str | None) -> int | None:
+    """--env-check's PID: digits that name no file here (an env-check document of that name wins)."""
+    from pathlib import Path
+
+    from ncclprobe.numbers import is_digits, parse_int
+
+    if value is None or Path(value).exists() or not is_digits(value):
+        return None
+    return parse_int(value, "--env-check PID", min=1, max=2**31 - 1)
 
 
-def run_summary(source: str, run) -> dict:
-    """A run of the view, for --format json: its phases and what could not be known."""
-    return {
-        "input": source,
-        "label": run.label,
-        "mode": run.mode,
-        "source": run.source,
-        "engine": run.engine,
-        "path": run.path,
-        "phases": {name: p.to_json() for name, p in run.phases.items()},
-        "collective_share": run.collective_share,
-        "graph_coverage": run.graph_coverage,
-        "acceptance": run.acceptance.__dict__ if run.acceptance else None,
-        "ranks": run.ranks,
-        "log": run.log,
-        "notes": run.notes,
-    }
+def _gather_live(ev, pid: int | None, expect, topo_check: bool) -> None:
+    """This machine's evidence, read now: the job's processes, the P2P measurement."""
+    if pid is not None:
+        from ncclprobe.diagnose.process_env.expect import parse_expect
+        from ncclprobe.gather.processes import gather_processes
 
+        ev.processes = gather_processes(pid, expectations=parse_expect(expect))
+        ev.inputs["env_check_pid"] = pid
+    if topo_check:
+        from ncclprobe.gather.p2p import gather_p2p
 
-def render_text(result, ev=None) -> str:
-    lines = [f"# diagnosis of {_inputs(result.inputs)}"] + _expectation_lines(result.expectation)
-    if ev is not None and ev.kind != "engine-trace":
-        lines += _step_lines(ev)
-    if ev is not None and ev.flight_recorder:
-        from ncclprobe.diagnose.hang.hang import groups_summary
-
-        lines += _group_lines(groups_summary(ev.flight_recorder))
-    lines += [f"# note: {note}" for note in result.notes]
-    if not result.findings:
-        lines.append("# no findings: nothing above informational")
-    for index, f in enumerate(result.findings, 1):
-        cost = (
-            f", costs ~{f.cost_ms_per_token:.3f} ms/token"
-            if f.cost_ms_per_token
-            else f", costs ~{f.cost_ms_per_step:.3f} ms/step"
-            if f.cost_ms_per_step
-            else ""
+        click.echo(
+            "diagnose --topo-check: measuring P2P, then the platform and an NCCL job ...", err=True
         )
-        lines.append(f"{index}. [{f.severity}, {f.confidence} confidence{cost}] {f.title}")
-        lines += _wrap(f.detail, "   ")
-        if f.evidence:  # a finding of missing evidence (no step found) has none to show
-            lines += _wrap("evidence: " + _evidence_text(f.evidence), "   ")
-        lines += next_lines(f.next_command, "   ")
-    if result.ruled_out:
-        lines.append("ruled out:")
-        lines += [f"  - {r.hypothesis}: {r.reason}" for r in result.ruled_out]
-    if result.not_checked:
-        lines.append("not checked (missing evidence):")
-        for n in result.not_checked:
-            lines.append(f"  - {n.hypothesis}: {n.missing}")
-            lines += next_lines(n.next_command, "    ")
-    return "\n".join(_fit(lines, terminal_width()))
-
-
-class _Command(str):
-    """A command line of a next step: printed whole at any width (a wrapped command cannot be
-    pasted: each line would run alone)."""
-
-
-class _Remark(str):
-    """A `# ` line of a next step: wrapped into further `# ` lines under its own indent."""
-
-
-def next_lines(snippet: str, indent: str) -> list[str]:
-    """A next step (diagnose.commands: command lines and `# ` remarks) as `next:` lines: every
-    command on a line of its own, its trailing `  # ` remark on the lines after it."""
-    if not snippet:
-        return []
-    lines, lead = [], indent + "next: "
-    for part in snippet.split("\n"):
-        command, _, remark = ("", "", part[2:]) if part.startswith("# ") else part.partition("  # ")
-        if command:
-            lines.append(_Command(lead + command))
-            lead = " " * len(lead)
-        if remark:
-            lines.append(_Remark(lead + "# " + remark))
-            lead = " " * len(lead)
-    return lines
-
-
-def _fit(lines: list[str], width: int | None) -> list[str]:
-    """Every line wrapped to the terminal: `#` lines under their first words, a next step's remark
-    under its `# `, the others under their own indent; a next step's command never (--wide: every
-    line as it is)."""
-    if width is None:
-        return lines
-    fitted = []
-    for line in lines:
-        if len(line) <= width or isinstance(line, _Command):
-            fitted.append(line)
-            continue
-        lead = len(line) - len(line.lstrip())
-        if isinstance(line, _Remark):
-            indent = " " * (lead + len("next: ") if line.lstrip().startswith("next: ") else lead)
-            indent += "# "
-        else:
-            indent = "#   " if line.startswith("#") else " " * (lead + 3)
-        fitted += textwrap.wrap(
-            line,
-            width=width,
-            subsequent_indent=indent,
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
-    return fitted
-
-
-def _inputs(inputs: dict) -> str:
-    parts = []
-    for key, value in inputs.items():
-        if value:
-            names = value if isinstance(value, list) else [value]
-            parts.append(f"{key.replace('_', ' ')} " + ", ".join(map(str, names)))
-    return "; ".join(parts) or "nothing"
-
-
-def _step_lines(ev) -> list[str]:
-    """Per run and phase: steps, time per step, GPU busy and idle, graph share, launches."""
-    lines = []
-    for source, run in ev.all_runs():
-        for p in run.phases.values():
-            if not p.count:
-                continue
-            gpu = (
-                f", GPU busy {p.device_ms:.3f} ms, idle {p.idle_ms:.3f} ms"
-                if p.device_ms is not None
-                else ", no GPU events"
-            )
-            graph = f", graph {p.graph_share:.0%}" if p.graph_share is not None else ""
-            launches = ", ".join(f"{k} {v:g}" for k, v in p.launches.items())
-            tokens = f", {p.tokens_per_seq:g} tok/seq" if p.tokens_per_seq else ""
-            batch = f", batch {p.batch}" if p.batch else ""
-            lines.append(
-                f"# {run.name(source)}: {p.name} x{p.count}: {p.median_ms:.3f} ms/step{gpu}{graph}"
-                f"{tokens}{batch}" + (f"; launches per step: {launches}" if launches else "")
-            )
-    return lines
-
-
-def _group_lines(groups: list[dict]) -> list[str]:
-    """Per process group: each rank's last enqueued and completed collective, where it stopped."""
-    lines = []
-    for g in groups:
-        ranks = "; ".join(
-            f"rank {r} enqueued {p['enqueued']}, completed {p['completed']}"
-            for r, p in g["ranks"].items()
-        )
-        stuck = {
-            "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
-            "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
-            "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
-        }.get(g["stuck_because"], "")
-        lines.append(f"# {g['label']} (ranks {', '.join(map(str, g['members']))}): {ranks}{stuck}")
-    return lines
-
-
-def _evidence_text(value) -> str:
-    """Every number a finding rests on, nested runs and per-rank problems included (the JSON
-    output has the same values unrounded); floats to 4 significant digits so a line stays readable."""
-    if isinstance(value, dict):
-        return ", ".join(
-            f"{k}={_evidence_text(v) if not isinstance(v, dict) else '{' + _evidence_text(v) + '}'}"
-            for k, v in value.items()
-        )
-    if isinstance(value, list):
-        return "[" + "; ".join(_evidence_text(v) for v in value) + "]"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _expectation_lines(exp: dict | None) -> list[str]:
-    """How the expected verify/decode ratio was derived (see ncclprobe.diagnose.run.expectations)."""
-    if not exp:
-        return []
-    mb = lambda parts: ", ".join(f"{k} {v / 1e6:.3g} MB" for k, v in parts.items())
-    lines = [
-        f"# expected verify/decode {exp['expected_ratio']:.2f}x = bytes moved by a verify step / by a decode step "
-        f"(weight-bandwidth bound); flagged above {exp['limit_ratio']:.2f}x",
-        f"#   decode: {mb(exp['decode_bytes'])}",
-        f"#   verify: {mb(exp['verify_bytes'])}",
-    ]
-    return lines + [f"#   assumed: {a}" for a in exp.get("assumptions") or []]
-
-
-def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(
-        text,
-        width=terminal_width() or len(indent) + len(text),
-        initial_indent=indent,
-        subsequent_indent=indent,
-        break_on_hyphens=False,
-        break_long_words=False,
-    )
+        ev.p2p = gather_p2p()
+        ev.inputs["topo_check"] = "this machine"

@@ -10,7 +10,9 @@ import click
 
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import emit, format_option, to_csv
+from ncclprobe.cli.hosts import HELP as HOSTS_HELP
+from ncclprobe.cli.hosts import across_hosts, env_check_across, hosts_options, job_options
+from ncclprobe.cli.output import emit_report, format_option, to_csv
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
 from ncclprobe.verdict import Verdict
@@ -24,6 +26,11 @@ Examples:
   ncclprobe env-check --pid 4242 --expect-from recommendation.json --format json
   ncclprobe env-check --pid 4242 --log /tmp/nccl.host.4250.log --log /tmp/nccl.host.4251.log
   ncclprobe env-check --pid 4242 --watch 2 --count 10
+  ncclprobe env-check --launcher srun --expect NCCL_PROTO=LL --shared-dir /shared/ec  # in salloc
+  ncclprobe env-check --launcher mpirun --hosts 'n[1-4]' --match train.py --shared-dir /shared/ec
+
+{HOSTS_HELP}
+
 \b
 {
     exit_codes(
@@ -43,8 +50,7 @@ Examples:
     "--pid",
     "pid",
     type=StrictInt(min=1, max=2**31 - 1),
-    required=True,
-    help="Root of the job's process tree.",
+    help="Root of the job's process tree (required unless --launcher).",
 )
 @click.option(
     "--expect", "expect", multiple=True, metavar="NAME=VALUE", help="Expected setting (repeatable)."
@@ -80,55 +86,53 @@ Examples:
     default=None,
     help="With --watch: how many checks (default 0: until interrupted).",
 )
+@job_options
+@hosts_options
 @format_option
 @click.pass_context
-def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt):
+def command(ctx, pid, expect, expect_from, logs, show_all, watch_s, count, fmt, **hosts):
     """Walk PID and all its descendants; show each one's role, whether it loaded libnccl, its GPUs,
     the NCCL/CUDA/torch.distributed variables of its environment and what differs from its parent.
     Check expectations and lint every process. Secrets are never printed, in any format.
     """
-    from ncclprobe.diagnose.process_env.check import env_check
+    from ncclprobe.diagnose.process_env.check import env_check_report
     from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.gather.processes import gather_processes
 
+    across = across_hosts(hosts, pid=pid, logs=logs, watch_s=watch_s)  # --launcher: every node
+    if across:
+        return env_check_across(across, expect, expect_from, show_all, fmt)
     if count is not None and watch_s is None:
         raise UsageProblem(
             "--count is the number of --watch checks; add --watch SECONDS (or drop --count)"
         )
     expectations = parse_expect(expect) + (load_recommendation(expect_from) if expect_from else [])
 
-    def check():
-        return env_check(pid, expectations=expectations, log_paths=logs, show_all=show_all)
+    def check(snapshot: int | None = None):
+        processes = gather_processes(
+            pid, expectations=expectations, log_paths=logs, show_all=show_all
+        )
+        return env_check_report(Evidence(processes=processes), snapshot)
 
     if watch_s is None:
-        result = check()
-        _render(result, fmt)
-        return result.verdict()
+        report = check()
+        emit_report(report, fmt)
+        return report.verdict()
     return _watch(check, fmt, watch_s, count or 0, quiet=bool(ctx.obj and ctx.obj.get("quiet")))
 
 
-def _render(result, fmt: str, snapshot: int | None = None) -> None:
-    if snapshot is None:
-        rows = result.rows(joiner="\n" if fmt == "table" else "; ", table=fmt == "table")
-        emit(fmt, result.to_json(), rows, title=result.title(), notes=result.all_notes())
-        return
-    if fmt == "json":  # JSON lines: one document per snapshot
-        click.echo(
-            json.dumps(
-                {**result.to_json(), "snapshot": snapshot, "time": time.time()}, allow_nan=False
-            )
-        )
+def _render(report, fmt: str, snapshot: int) -> None:
+    """One --watch snapshot: JSON Lines (a document per snapshot), CSV rows under one header, or
+    the table titled with the snapshot's number."""
+    if fmt == "json":
+        doc = {**report.to_json(), "snapshot": snapshot, "time": time.time()}
+        click.echo(json.dumps(doc, allow_nan=False))
     elif fmt == "csv":
-        rows = result.rows(joiner="; ", table=False)
-        text = to_csv([{"snapshot": snapshot, **row} for row in rows])
+        text = to_csv([{"snapshot": snapshot, **row} for row in report.rows])
         click.echo(text if snapshot == 1 else text.split("\n", 1)[-1], nl=False)
     else:
-        emit(
-            fmt,
-            None,
-            result.rows(),
-            title=f"snapshot {snapshot}: {result.title()}",
-            notes=result.all_notes(),
-        )
+        emit_report(report, fmt)
 
 
 def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdict:
@@ -142,17 +146,17 @@ def _watch(check, fmt: str, interval_s: float, count: int, quiet: bool) -> Verdi
         if snapshot:
             time.sleep(interval_s)
         try:
-            result = check()
+            report = check(snapshot + 1)
         except UsageProblem:
             if not snapshot:
                 raise
             log.info("the root process is gone; stopping the watch")
             break
         snapshot += 1
-        current = {p.info.pid: p.info.role for p in result.processes if p.live}
+        current = {p.info.pid: p.info.role for p in report.data["processes"] if p.live}
         _report_changes(previous, current, snapshot, quiet)
-        previous, verdict = current, result.verdict()
-        _render(result, fmt, snapshot)
+        previous, verdict = current, report.verdict()
+        _render(report, fmt, snapshot)
     interrupts.set_hint(None)
     return verdict
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import emit, force_option, format_option
+from ncclprobe.cli.output import emit_report, force_option, format_option
 from ncclprobe.evidence.labels import parse_labels
 from ncclprobe.evidence.text import read_text_file
-from ncclprobe.importing import ImportOptions, import_text
+from ncclprobe.importing import ImportOptions, import_text, write_records
 from ncclprobe.records_writer import ResultWriter
 from ncclprobe.safe_output import check_output
 
@@ -83,28 +83,17 @@ def command(file, output, collective, labels, force, fmt):
         collective=collective,
         labels=[parse_labels(text) for text in labels],
     )
-    imported = import_text(read_text_file(file, "input"), options)
-    if output and imported.write is not None:
-        log.info("wrote %d records to %s", imported.write(output, force), output)
+    report = import_text(read_text_file(file, "input"), options)
+    if output and report.data.get("own_format"):
+        log.info("wrote %d records to %s", write_records(report, output, force), output)
         output = None
-    paths = output_paths(output, len(imported.record_sets)) if output else []
+    record_sets = report.data.get("record_sets", [])
+    paths = output_paths(output, len(record_sets)) if output else []
     for path in paths:  # every name is checked before anything is written
         check_output(path, force=force, what="--output", inputs=[file])
-    _write_all(paths, imported.record_sets, force)
-    if fmt != "table":
-        emit(fmt, imported.doc, [row for block in imported.blocks for row in block.rows])
-    else:
-        from ncclprobe.importing import matrix_sections
-
-        for block in imported.blocks:
-            sections = matrix_sections(block.rows)
-            if sections[0][0] is None:
-                emit(fmt, imported.doc, block.rows, title=block.title, notes=block.notes)
-                continue
-            emit(fmt, imported.doc, None, title=block.title, notes=block.notes)
-            for title, rows in sections:
-                emit(fmt, imported.doc, rows, title=title)
-    return imported.verdict
+    _write_all(paths, record_sets, force)
+    emit_report(report, fmt)
+    return report.verdict()
 
 
 def output_paths(output: str, count: int) -> list[Path]:

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import emit, format_option
+from ncclprobe.cli.output import emit, emit_report, format_option
 from ncclprobe.cli.types import NonEmpty, Version
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knobs import KNOBS, explain
-from ncclprobe.nccl.lint import lint_env, verdict
-from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.nccl.version import parse_version
-from ncclprobe.provenance import nccl_version_string
-from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.verdict import Verdict
 
 EPILOG = f"""\b
@@ -72,9 +66,7 @@ def command(variable, do_lint, topo_file, nccl_version, collect_env, fmt):
             raise UsageProblem("--lint checks the environment; give no VARIABLE with it")
         if nccl_version is not None and parse_version(nccl_version) is None:
             raise UsageProblem(f"--nccl-version {nccl_version!r} is not a version like 2.28.9")
-        if collect_env:
-            return _lint_collect_env(collect_env, topo_file, nccl_version, fmt)
-        return _lint(_node(topo_file), nccl_version or nccl_version_string(), fmt)
+        return _lint(topo_file, nccl_version, collect_env, fmt)
     if topo_file or nccl_version or collect_env:
         raise UsageProblem("--topo, --nccl-version and --collect-env go with --lint")
     if variable:
@@ -126,69 +118,14 @@ def _explain_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def _lint_collect_env(path, topo_file, nccl_version, fmt) -> Verdict:
-    from ncclprobe.evidence.node.collect_env import load_collect_env
+def _lint(topo_file, nccl_version, collect_env, fmt) -> Verdict:
+    from ncclprobe.diagnose.settings.lint import lint_report
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.gather.settings import gather_settings
 
-    collected = load_collect_env(path)
-    node = _node(topo_file) if topo_file else collected.node
-    return _lint(
-        node,
-        nccl_version or collected.nccl_version,
-        fmt,
-        env=collected.nccl_settings,
-        notes=collected.notes,
-        source=str(path),
+    settings = gather_settings(
+        topo_file=topo_file, nccl_version=nccl_version, collect_env=collect_env
     )
-
-
-def _node(topo_file: str | None) -> NodeFacts | None:
-    """The GPUs the lint judges: a saved topology, or this machine's (None without GPUs)."""
-    if topo_file:
-        from ncclprobe.evidence.node.topo import load_topo, node_facts
-
-        return node_facts(load_topo(topo_file))
-    from ncclprobe.evidence.live.topo_live import live_node_facts
-
-    return live_node_facts()
-
-
-def _lint(
-    node: NodeFacts | None,
-    nccl_version: str | None,
-    fmt,
-    *,
-    env=None,
-    notes=(),
-    source="this environment",
-) -> Verdict:
-    env = env if env is not None else {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-    findings = lint_env(env, node=node, nccl_version=nccl_version)
-    rows = [
-        {
-            "severity": f.severity,
-            "variable": f.variable,
-            "finding": mask_text(f.message),
-            "fix": mask_text(f.fix),
-        }
-        for f in findings
-    ]
-    doc = {
-        "schema_version": 1,
-        "env": mask_env(env),
-        "node": node.to_json() if node else None,
-        "nccl_version": nccl_version,
-        "source": source,
-        "notes": list(notes),
-        "findings": [
-            {**f.to_json(), "message": mask_text(f.message), "fix": mask_text(f.fix)}
-            for f in findings
-        ],
-    }
-    emit(
-        fmt,
-        doc,
-        rows,
-        title=f"lint of {len(env)} NCCL variable(s) from {source}: {len(findings)} finding(s)",
-        notes=notes,
-    )
-    return verdict(findings)
+    report = lint_report(Evidence(settings=settings))
+    emit_report(report, fmt)
+    return report.verdict()

@@ -25,6 +25,7 @@ from ncclprobe.cli.table import (
     render_table,
     terminal_width,
 )
+from ncclprobe.visible import write_control
 
 FORMATS = ("table", "json", "csv")
 
@@ -121,6 +122,23 @@ def emit(
     click.echo("\n".join(lines))
 
 
+def emit_report(report, fmt: str) -> None:
+    """Print a judging command's `Report` (`ncclprobe.diagnose.report`) through its one renderer
+    (`ncclprobe.diagnose.render`): JSON its document, CSV its rows, a table its sections in order,
+    text fitted to the terminal and tables fitted as `emit` fits them."""
+    from ncclprobe.diagnose.render import table_blocks
+    from ncclprobe.diagnose.report import Lines
+
+    if fmt != "table":
+        emit(fmt, report.to_json(), report.rows)
+        return
+    for block in table_blocks(report, terminal_width()):
+        if isinstance(block, Lines):
+            click.echo("\n".join(block.lines))
+        else:
+            emit(fmt, None, block.rows, title=block.title, notes=block.notes)
+
+
 def to_csv(rows: Sequence[dict]) -> str:
     if not rows:
         return ""
@@ -186,7 +204,8 @@ class Progress:
             width = 30
             filled = int(width * self.done / self.total)
             bar = "#" * filled + "-" * (width - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
+            write_control(self.stream, "\r")
+            self.stream.write(f"{self.label} [{bar}] {pct:5.1f}% eta {eta:5.0f}s {what[:40]:<40}")
         else:
             self.stream.write(
                 f"{self.label}: {self.done}/{self.total} ({pct:.0f}%) eta {eta:.0f}s {what}\n"

@@ -7,6 +7,7 @@ import logging
 import click
 
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.options import baseline_option, measurement_mode_option
 from ncclprobe.cli.output import AliasedOption, emit, force_option, format_option
 from ncclprobe.errors import UsageProblem
 from ncclprobe.recommend import Recommendation
@@ -59,14 +60,8 @@ Examples:
 @click.option(
     "--collective", help="Collectives to tune, comma separated [every collective in the results]."
 )
-@click.option(
-    "--baseline",
-    metavar="K=V,...|default",
-    help="The configuration gains are measured against [the all-default run].",
-)
-@click.option(
-    "--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured]."
-)
+@baseline_option
+@measurement_mode_option
 @click.option(
     "--min-gain-pct",
     type=click.FloatRange(0, 100),

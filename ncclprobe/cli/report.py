@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.options import baseline_option, measurement_mode_option
 from ncclprobe.cli.output import emit, force_option, format_option, output_option
 from ncclprobe.errors import UsageProblem, require_extra
 from ncclprobe.recommend.workload import from_sizes
@@ -45,14 +46,8 @@ Examples:
     "--collective",
     help="Collectives to report on, comma separated [every collective in the results].",
 )
-@click.option(
-    "--baseline",
-    metavar="K=V,...|default",
-    help="The configuration gains are measured against [the all-default run].",
-)
-@click.option(
-    "--mode", type=click.Choice(["eager", "graph"]), help="Measurements to use [eager if measured]."
-)
+@baseline_option
+@measurement_mode_option
 @click.option(
     "--allow-ll128-without-nvlink",
     "allow_ll128",

@@ -9,6 +9,15 @@ import click
 
 from ncclprobe import interrupts
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.hosts import HELP as HOSTS_HELP
+from ncclprobe.cli.hosts import hosts_options, sweep_across
+from ncclprobe.cli.hosts import take as take_hosts
+from ncclprobe.cli.options import (
+    build_request,
+    field_option,
+    given_on_command_line,
+    request_options,
+)
 from ncclprobe.cli.output import Progress, emit, force_option, format_option
 from ncclprobe.cli.types import Duration, StrictInt
 from ncclprobe.errors import UsageProblem
@@ -16,38 +25,172 @@ from ncclprobe.nccl.p2p import P2P_LEVELS
 from ncclprobe.nccl.recipes import DEFAULT_GRID, PROOF_VARIABLES
 from ncclprobe.sizes import format_size, parse_sizes
 from ncclprobe.sweep import defaults
+from ncclprobe.sweep.build import SweepRequest, parse_settings, split_list
 from ncclprobe.sweep.defaults import CHOICES
 from ncclprobe.sweep.plan import BUFFERS, PATHS, PLACEMENTS
 
-# the options that describe the measurement (the ones --resume and --collect refuse)
-SPEC_OPTIONS = (
-    "sizes",
-    "collective",
-    "dtype",
-    "op",
-    "placement",
-    "mode",
-    "warmup",
-    "iters",
-    "trials",
-    "agg",
-    "check",
-    "buffers",
-    "path",
-    "iter_events",
-    "cost_split",
-    "proto",
-    "algo",
-    "p2p_level",
-    "settings",
-    "nranks",
-    "backend",
-    "timeout",
-    "share_gpu",
-)
-
 _PROTO, _ALGO = ",".join(DEFAULT_GRID["NCCL_PROTO"]), ",".join(DEFAULT_GRID["NCCL_ALGO"])
 _CONFIGS = len(DEFAULT_GRID["NCCL_PROTO"]) * len(DEFAULT_GRID["NCCL_ALGO"])
+
+
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    return tuple(parse_sizes(text)) if text is not None else None
+
+
+def _optional_list(text: str | None) -> tuple[str, ...] | None:
+    return split_list(text) if text is not None else None
+
+
+# The options that describe the measurement, one per field of `SweepRequest` (the ones --resume and
+# --collect refuse); defaults are the request's own, or CHOICES' in their command-line form.
+SPEC_OPTIONS = (
+    field_option(
+        "sizes",
+        convert=_sizes,
+        help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]",
+    ),
+    field_option(
+        "collectives",
+        "--collective",
+        convert=split_list,
+        default=",".join(CHOICES.collectives),
+        show_default=True,
+        help="Collectives to measure, comma separated, or `all` (see below).",
+    ),
+    field_option(
+        "dtypes",
+        "--dtype",
+        convert=split_list,
+        default=",".join(CHOICES.dtypes),
+        show_default=True,
+        help="Element types, comma separated.",
+    ),
+    field_option(
+        "ops",
+        "--op",
+        convert=split_list,
+        default=",".join(CHOICES.ops),
+        show_default=True,
+        help="Reduction ops of reducing collectives: sum,prod,max,min,avg.",
+    ),
+    field_option(
+        "placement",
+        type=click.Choice(list(PLACEMENTS)),
+        show_default=True,
+        help="In-place, out-of-place or both.",
+    ),
+    field_option(
+        "modes",
+        "--mode",
+        convert=_optional_list,
+        help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).",
+    ),
+    field_option(
+        "warmup", type=StrictInt(min=0, max=1_000_000), help="Untimed iterations per size."
+    ),
+    field_option(
+        "iters",
+        type=StrictInt(min=1, max=1_000_000),
+        help="Iterations per timed trial (a graph captures them all).",
+    ),
+    field_option(
+        "trials",
+        type=StrictInt(min=1, max=10_000),
+        help="Timed trials per size (median, p10/p90 over them).",
+    ),
+    field_option(
+        "agg",
+        "-m",
+        "--agg",
+        type=click.IntRange(1),
+        show_default=True,
+        help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).",
+    ),
+    field_option(
+        "check",
+        convert=bool,
+        type=click.IntRange(0, 1),
+        default=int(CHOICES.check),
+        show_default=True,
+        help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).",
+    ),
+    field_option(
+        "buffers",
+        type=click.Choice(list(BUFFERS)),
+        show_default=True,
+        help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
+        "reuse: one L2-hot buffer.",
+    ),
+    field_option(
+        "path",
+        type=click.Choice(list(PATHS)),
+        show_default=True,
+        help="torch: torch.distributed (what engines run); nccl: NCCL's own calls through ctypes "
+        "(the libnccl torch ships), as nccl-tests makes them.",
+    ),
+    field_option(
+        "iter_events",
+        "--iter-events/--no-iter-events",
+        show_default=True,
+        help="A CUDA event per eager iteration for per-iteration statistics (adds one event "
+        "record per call).",
+    ),
+    field_option(
+        "cost_split",
+        "--cost-split/--no-cost-split",
+        show_default=True,
+        help="Also time each eager NCCL row through the other path and event setting: what part "
+        "is NCCL's own and what the path adds (cost_split in the JSON, a note per collective).",
+    ),
+    field_option(
+        "protocols",
+        "--proto",
+        convert=_optional_list,
+        show_default=_PROTO,
+        help="NCCL_PROTO values.",
+    ),
+    field_option(
+        "algorithms", "--algo", convert=_optional_list, show_default=_ALGO, help="NCCL_ALGO values."
+    ),
+    field_option(
+        "p2p_levels",
+        "--p2p-level",
+        convert=split_list,
+        default=",".join(CHOICES.p2p_levels),
+        show_default=True,
+        help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).",
+    ),
+    field_option(
+        "settings",
+        "--set",
+        convert=parse_settings,
+        multiple=True,
+        metavar="NCCL_VAR=v1,v2",
+        help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
+        f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).",
+    ),
+    field_option(
+        "nranks",
+        type=StrictInt(min=1, max=65536),
+        help="Ranks: one per GPU by default, 2 on CPU.",
+    ),
+    field_option(
+        "share_gpu",
+        type=StrictInt(min=0, max=64),
+        metavar="N",
+        help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one "
+        "GPU can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.",
+    ),
+    field_option("backend", type=click.Choice(["auto", "nccl", "gloo"]), show_default=True),
+    field_option(
+        "timeout_s",
+        "--timeout",
+        type=Duration(),
+        show_default=True,
+        help="Seconds a pool may stay silent (starting included) before it counts as hung and is "
+        "killed.",
+    ),
+)
 
 
 def _effort(effort: defaults.Effort) -> str:
@@ -91,6 +234,9 @@ Examples:
   ncclprobe sweep --resume sweep.jsonl              # continue a killed sweep
   ncclprobe sweep --backend nccl --nranks 16 --torchrun-dir /shared/sw   # two nodes x 8 GPUs:
   ncclprobe sweep --collect /shared/sw              #   after the printed torchrun lines ran
+  ncclprobe sweep --launcher srun --nodes 2 --backend nccl --shared-dir /shared/sw   # in salloc
+
+{HOSTS_HELP}
 
 {
     exit_codes(
@@ -107,92 +253,7 @@ Examples:
 @click.command(
     "sweep", epilog=EPILOG, short_help="Measure a collective over a grid of NCCL settings."
 )
-@click.option(
-    "--sizes", help="Message sizes in bytes: 8..1G (doubling) or 4K,64K,1M.  [default: see below]"
-)
-@click.option(
-    "--collective",
-    default=",".join(CHOICES.collectives),
-    show_default=True,
-    help="Collectives to measure, comma separated, or `all` (see below).",
-)
-@click.option(
-    "--dtype",
-    default=",".join(CHOICES.dtypes),
-    show_default=True,
-    help="Element types, comma separated.",
-)
-@click.option(
-    "--op",
-    default=",".join(CHOICES.ops),
-    show_default=True,
-    help="Reduction ops of reducing collectives: sum,prod,max,min,avg.",
-)
-@click.option(
-    "--placement",
-    type=click.Choice(list(PLACEMENTS)),
-    default=CHOICES.placement,
-    show_default=True,
-    help="In-place, out-of-place or both.",
-)
-@click.option("--mode", help="eager, graph or eager,graph (graph: CUDA graphs, GPU only).")
-@click.option("--warmup", type=StrictInt(min=0, max=1_000_000), help="Untimed iterations per size.")
-@click.option(
-    "--iters",
-    type=StrictInt(min=1, max=1_000_000),
-    help="Iterations per timed trial (a graph captures them all).",
-)
-@click.option(
-    "--trials",
-    type=StrictInt(min=1, max=10_000),
-    help="Timed trials per size (median, p10/p90 over them).",
-)
-@click.option(
-    "-m",
-    "--agg",
-    type=click.IntRange(1),
-    default=CHOICES.agg,
-    show_default=True,
-    help="Collectives per iteration, launched as one NCCL group (nccl-tests -m).",
-)
-@click.option(
-    "--check",
-    type=click.IntRange(0, 1),
-    default=int(CHOICES.check),
-    show_default=True,
-    help="1: exact correctness pass per measurement; 0: skip it (nccl-tests -c 0).",
-)
-@click.option(
-    "--buffers",
-    type=click.Choice(list(BUFFERS)),
-    default=CHOICES.buffers,
-    show_default=True,
-    help="rotate: each call uses the next slice of a largest-message buffer (nccl-tests); "
-    "reuse: one L2-hot buffer.",
-)
-@click.option(
-    "--path",
-    type=click.Choice(list(PATHS)),
-    default=CHOICES.path,
-    show_default=True,
-    help="torch: torch.distributed (what engines run); nccl: NCCL's own calls through ctypes "
-    "(the libnccl torch ships), as nccl-tests makes them.",
-)
-@click.option(
-    "--iter-events/--no-iter-events",
-    "iter_events",
-    default=CHOICES.iter_events,
-    show_default=True,
-    help="A CUDA event per eager iteration for per-iteration statistics (adds one event record per call).",
-)
-@click.option(
-    "--cost-split/--no-cost-split",
-    "cost_split",
-    default=CHOICES.cost_split,
-    show_default=True,
-    help="Also time each eager NCCL row through the other path and event setting: what part is "
-    "NCCL's own and what the path adds (cost_split in the JSON, a note per collective).",
-)
+@request_options(SweepRequest, SPEC_OPTIONS)
 @click.option(
     "--min-busbw",
     "min_busbw",
@@ -204,45 +265,6 @@ Examples:
     "max_latency",
     metavar="US[@SIZE]",
     help="Exit 1 when any measurement's time at SIZE is above US microseconds.",
-)
-@click.option("--proto", show_default=_PROTO, help="NCCL_PROTO values.")
-@click.option("--algo", show_default=_ALGO, help="NCCL_ALGO values.")
-@click.option(
-    "--p2p-level",
-    default=",".join(CHOICES.p2p_levels),
-    show_default=True,
-    help=f"NCCL_P2P_LEVEL values ({' '.join(P2P_LEVELS)}, exact case).",
-)
-@click.option(
-    "--set",
-    "settings",
-    multiple=True,
-    metavar="NCCL_VAR=v1,v2",
-    help="Any other NCCL variable to sweep (repeatable); `default` leaves it unset. "
-    f"{', '.join(PROOF_VARIABLES)} are the sweep's own (its proof).",
-)
-@click.option(
-    "--nranks", type=StrictInt(min=1, max=65536), help="Ranks: one per GPU by default, 2 on CPU."
-)
-@click.option(
-    "--share-gpu",
-    type=StrictInt(min=0, max=64),
-    metavar="N",
-    help="Diagnostic: N ranks share GPU 0 over NET/Socket (distinct NCCL_HOSTID each), so one GPU "
-    "can show NCCL_PROTO/NCCL_ALGO taking effect; times do not reflect NVLink/PCIe.",
-)
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nccl", "gloo"]),
-    default=CHOICES.backend,
-    show_default=True,
-)
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default=CHOICES.timeout_s,
-    show_default=True,
-    help="Seconds a pool may stay silent (starting included) before it counts as hung and is killed.",
 )
 @click.option(
     "--output",
@@ -264,6 +286,7 @@ Examples:
     type=click.Path(file_okay=False, exists=True),
     help="Turn a --torchrun-dir whose commands have run into a results file.",
 )
+@hosts_options
 @force_option
 @format_option
 @click.pass_context
@@ -281,13 +304,26 @@ def command(
     from ncclprobe.sweep import session
 
     quiet = (ctx.obj or {}).get("quiet", False)
-    explicit = [
-        name for name in SPEC_OPTIONS if ctx.get_parameter_source(name).name == "COMMANDLINE"
-    ]
+    explicit = [option.flag for option in given_on_command_line(ctx, SPEC_OPTIONS)]
+    across = take_hosts(options)  # --launcher: every node of a job, from this one command
     _refuse_contradictions(resume, collect, torchrun_dir, output, force, explicit)
+    if across:
+        if resume or collect or torchrun_dir:
+            raise UsageProblem(
+                "--launcher runs a new sweep; drop --resume, --collect and --torchrun-dir"
+            )
+        return sweep_across(
+            across,
+            request(options),
+            output=output,
+            force=force,
+            criteria=(min_busbw, max_latency),
+            quiet=quiet,
+            render=lambda outcome: _render(fmt, outcome),
+        )
     if torchrun_dir:
         return _plan_torchrun(
-            torchrun_dir, request(**options), bool(output or force), (min_busbw, max_latency)
+            torchrun_dir, request(options), bool(output or force), (min_busbw, max_latency)
         )
 
     def started(job) -> None:
@@ -298,7 +334,7 @@ def command(
 
     outcome = session.run(
         session.SessionRequest(
-            sweep=None if (resume or collect) else request(**options),
+            sweep=None if (resume or collect) else request(options),
             resume=resume,
             collect=collect,
             output=output,
@@ -317,60 +353,9 @@ def command(
     return outcome.verdict
 
 
-def request(
-    *,
-    sizes,
-    collective,
-    dtype,
-    op,
-    placement,
-    mode,
-    warmup,
-    iters,
-    trials,
-    agg,
-    check,
-    buffers,
-    path,
-    iter_events,
-    cost_split,
-    proto,
-    algo,
-    p2p_level,
-    settings,
-    nranks,
-    backend,
-    timeout,
-    share_gpu,
-):
+def request(values: dict) -> SweepRequest:
     """The command line's options as the library's typed request (`ncclprobe.sweep.build`)."""
-    from ncclprobe.sweep.build import SweepRequest, parse_settings, split_list
-
-    return SweepRequest(
-        sizes=tuple(parse_sizes(sizes)) if sizes is not None else None,
-        collectives=split_list(collective),
-        dtypes=split_list(dtype),
-        ops=split_list(op),
-        placement=placement,
-        modes=split_list(mode) if mode is not None else None,
-        warmup=warmup,
-        iters=iters,
-        trials=trials,
-        agg=agg,
-        check=bool(check),
-        buffers=buffers,
-        path=path,
-        iter_events=iter_events,
-        cost_split=cost_split,
-        protocols=split_list(proto) if proto is not None else None,
-        algorithms=split_list(algo) if algo is not None else None,
-        p2p_levels=split_list(p2p_level),
-        settings=parse_settings(settings),
-        nranks=nranks,
-        backend=backend,
-        timeout_s=timeout,
-        share_gpu=share_gpu,
-    )
+    return build_request(SweepRequest, SPEC_OPTIONS, values)
 
 
 def _refuse_contradictions(
@@ -392,19 +377,14 @@ def _refuse_contradictions(
             f"{modes[0]} and {modes[1]} cannot be combined: each is a job of its own"
         )
     if resume and (explicit or output or force):
-        given = (
-            f"--{explicit[0].replace('_', '-')}"
-            if explicit
-            else ("--output" if output else "--force")
-        )
+        given = explicit[0] if explicit else ("--output" if output else "--force")
         raise UsageProblem(
             f"--resume continues the sweep recorded in {resume!r} with its own settings and file; "
             f"drop {given}"
         )
     if collect and explicit:
         raise UsageProblem(
-            f"--collect reads the settings the plan in {collect!r} recorded; drop "
-            f"--{explicit[0].replace('_', '-')}"
+            f"--collect reads the settings the plan in {collect!r} recorded; drop {explicit[0]}"
         )
 
 

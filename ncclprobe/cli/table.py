@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import click
 from tabulate import tabulate
 
+from ncclprobe.visible import visible
+
 FALLBACK_COLUMNS = 100  # not a terminal and no COLUMNS: what a pasted block reads well at
 MIN_TEXT = 16  # a text column is wrapped no narrower than this (or its header)
 MAX_NAME = 32  # ... nor, in a column of names, below its longest name up to this
@@ -38,7 +40,7 @@ def cut_long_cells(rows: Sequence[dict]) -> tuple[list[dict], str | None]:
     """The rows with every text cell longer than MAX_CELL cut there, and the note that says so
     (None when nothing was cut)."""
     cut, out = 0, []
-    for row in rows:
+    for row in printable_rows(rows):
         long = {k for k, v in row.items() if isinstance(v, str) and len(v) > MAX_CELL}
         cut += len(long)
         out.append(
@@ -58,6 +60,7 @@ def cut_long_cells(rows: Sequence[dict]) -> tuple[list[dict], str | None]:
 
 def render_table(rows: Sequence[dict], width: int | None) -> tuple[str, list[str]]:
     """(the table, the names of the columns left out to fit `width`; None: all of them)."""
+    rows = printable_rows(rows)
     headers = _headers(rows)
     cells = {h: [_cell(row.get(h)) for row in rows] for h in headers}
     natural = {h: max([len(h)] + [_longest_line(c) for c in cells[h]]) for h in headers}
@@ -126,7 +129,7 @@ def _widest_line(text: str) -> int:
 def note_lines(notes: Sequence[str], width: int | None) -> list[str]:
     """`# note` lines, each wrapped to `width` under its first line."""
     lines = []
-    for note in notes:
+    for note in map(visible, notes):
         if width is None:
             lines.append(f"# {note}")
         else:
@@ -146,6 +149,15 @@ def left_out_note(columns: Sequence[str], width: int) -> str:
         f"columns left out to fit {width} columns: {', '.join(columns)} (all of them with --wide, "
         f"or --format csv/json)"
     )
+
+
+def printable_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows as a table prints them: every header and text cell through `visible` (an escape
+    sequence from an input shown as `\\x1b[2J`), so widths are measured on what is printed."""
+    return [
+        {visible(str(k)): visible(v) if isinstance(v, str) else v for k, v in row.items()}
+        for row in rows
+    ]
 
 
 def _headers(rows: Sequence[dict]) -> list[str]:

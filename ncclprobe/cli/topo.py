@@ -1,12 +1,13 @@
 """`ncclprobe topo`: the GPU topology (saved or live), and what each NCCL_P2P_LEVEL would connect;
-with --check, the PCIe health evidence (`ncclprobe.diagnose.p2p.check`)."""
+with --check, the PCIe health evidence: gathered (`ncclprobe.gather.p2p`), judged by the P2P rule set
+(`ncclprobe.diagnose.p2p.check`), printed by the one renderer."""
 
 from __future__ import annotations
 
 import click
 
 from ncclprobe.cli import exit_codes
-from ncclprobe.cli.output import emit, format_option, output_option
+from ncclprobe.cli.output import emit, emit_report, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, Version
 from ncclprobe.evidence.node.topo import Topology, equivalent_levels, load_topo, p2p_level_pairs
 from ncclprobe.nccl.p2p import default_p2p_level
@@ -119,10 +120,9 @@ def command(
 
 
 def _check(timeout, output_dir, nbytes, nccl_job, fmt):
-    from ncclprobe.cli.table import terminal_width
-    from ncclprobe.diagnose.p2p.check import check_output_dir, run_check, save, verdict
-    from ncclprobe.diagnose.p2p.render import check_lines, finding_lines, matrix_block, wrap_line
-    from ncclprobe.evidence.node.matrix import Matrix
+    from ncclprobe.diagnose.p2p.check import check_output_dir, check_report, save
+    from ncclprobe.evidence.bundle import Evidence
+    from ncclprobe.gather.p2p import gather_p2p
 
     if output_dir:
         check_output_dir(output_dir)
@@ -130,49 +130,14 @@ def _check(timeout, output_dir, nbytes, nccl_job, fmt):
         "topo --check: measuring (P2P pairs, host<->device), then the platform and an NCCL job ...",
         err=True,
     )
-    doc = run_check(timeout_s=timeout, nbytes=nbytes, nccl_job=nccl_job)
+    report = check_report(
+        Evidence(p2p=gather_p2p(timeout_s=timeout, nbytes=nbytes, nccl_job=nccl_job))
+    )
     if output_dir:
-        for path in save(doc, output_dir):
+        for path in save(report.to_json(), output_dir):
             click.echo(f"wrote {path}", err=True)
-    if fmt == "json":
-        emit(fmt, {k: v for k, v in doc.items()}, None)
-    elif fmt == "csv":
-        rows = [
-            {"matrix": r["source"], "row": label, **dict(zip(r["cols"], values))}
-            for r in doc["matrices"]
-            for label, values in zip(r["rows"], r["values"])
-        ]
-        emit(fmt, doc, rows)
-    else:
-        m, width = doc["measurement"], terminal_width()
-        lines = wrap_line(
-            f"topo --check: measurement {m['status']}"
-            + (f" ({m['reason']})" if m.get("reason") else "")
-            + f", {len(m['devices'])} GPU(s)",
-            "# ",
-            width,
-        )
-        for record in doc["matrices"]:
-            lines += matrix_block(Matrix.from_record(record))
-        lines += check_lines(doc["platform"], width)
-        nccl = doc["nccl"]
-        lines += wrap_line(
-            f"## NCCL's model: job {nccl.get('status')}"
-            + (f" ({nccl['reason']})" if nccl.get("reason") else "")
-            + "".join(f"; {x}" for x in nccl.get("missing", [])),
-            "",
-            width,
-        )
-        for g in nccl.get("graphs") or []:
-            lines.append(
-                f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
-                f"over {g['type_intra']}"
-            )
-        for d in doc["nccl_model_vs_measured"]:
-            lines += wrap_line(f"disagrees: {d}", "  ", width)
-        lines += finding_lines(doc["findings"], doc["advice"], width)
-        click.echo("\n".join(lines))
-    return verdict(doc)
+    emit_report(report, fmt)
+    return report.verdict()
 
 
 def _title(topo: Topology) -> str:

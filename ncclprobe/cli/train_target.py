@@ -8,8 +8,8 @@ import dataclasses
 import click
 
 from ncclprobe.cli import exit_codes
+from ncclprobe.cli.options import PRESET_NAMES, device_option, preset_option
 from ncclprobe.cli.output import Progress, emit, force_option, format_option, output_option
-from ncclprobe.cli.run_engine import PRESET_NAMES
 from ncclprobe.cli.types import StrictFloat, StrictInt
 
 EPILOG = f"""\b
@@ -35,21 +35,13 @@ OVERRIDES = ("steps", "batch", "seq_len", "lr", "warmup", "active_vocab", "top_p
 @click.command(
     epilog=EPILOG, short_help="Train a target on a synthetic language (a draft can then learn it)."
 )
-@click.option(
-    "--preset",
-    default="tiny",
-    show_default=True,
-    type=click.Choice(PRESET_NAMES),
-    help="Dense model shape to train.",
-)
+@preset_option("Dense model shape to train.", PRESET_NAMES)
 @output_option(
     "Checkpoint directory to write (config.json + model.safetensors); an earlier one only with --force.",
     directory=True,
     required=True,
 )
-@click.option(
-    "--device", default="auto", show_default=True, type=click.Choice(("auto", "cpu", "cuda"))
-)
+@device_option
 @click.option("--steps", type=StrictInt(min=1), help="Optimiser steps  [default: the preset's].")
 @click.option("--batch", type=StrictInt(min=1), help="Sequences per step.")
 @click.option(

@@ -15,11 +15,13 @@ typed, and small accessors). Modules: `expectations` (what a verify step should 
 baseline), `rules_collectives` (the collectives' share, and their cost against the sweep),
 `rules_settings`, `rules_safety`, `rules_envcheck`, `rules_draft`, `rules_profile`, `rules_ranks`,
 `rules_log` and `rules_nccl_run` (one pure function per hypothesis; they read only the bundle's
-records), `run_costs` (a speculative run's cost per token and as a share of its time), `rank`
-(ordering and the report).
+records), `run_costs` (a speculative run's cost per token and as a share of its time), `report`
+(the one `Report` every judging command returns, rule sets as data, `judge` that runs them and
+ranks), `render` (the one renderer: table, JSON, CSV), `rank` (diagnose's rule sets and report).
 """
 
-from ncclprobe.diagnose.rank import Diagnosis, diagnose
+from ncclprobe.diagnose.rank import RULE_SETS, diagnose
+from ncclprobe.diagnose.report import Report, RuleSet, judge
 from ncclprobe.evidence.bundle import Evidence, load_evidence
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 
@@ -29,6 +31,9 @@ __all__ = [
     "Finding",
     "RuledOut",
     "NotChecked",
-    "Diagnosis",
+    "Report",
+    "RuleSet",
+    "RULE_SETS",
+    "judge",
     "diagnose",
 ]

@@ -178,14 +178,15 @@ def sweep_next(ev, sizes: list[int], *extra: str) -> str:
     ]
     if sizes and not missing:
         return ""
-    if gloo(ev):
-        extra = ("--proto", "default", "--algo", "default", *extra)
+    if gloo(ev):  # the job's own backend: on a GPU machine the sweep would otherwise run NCCL
+        extra = ("--backend", "gloo", "--proto", "default", "--algo", "default", *extra)
     return sweep_command(nranks, sizes_arg(missing) if sizes else "8K..1M", *extra)
 
 
 def gloo(ev) -> bool:
-    """An engine trace recorded on gloo (the CPU machine): NCCL settings do not act on its runs."""
-    return ev.kind == "engine-trace" and ev.config.get("backend") == "gloo"
+    """A run on gloo (an engine trace on the CPU machine, a profile whose header or host ops say
+    gloo): NCCL settings do not act on its runs."""
+    return ev.config.get("backend") == "gloo"
 
 
 def graphs_command(ev, phase: str) -> str:

@@ -20,12 +20,17 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.live.capture_dir import CaptureRecord, capture_inputs, load_capture
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
+from ncclprobe.evidence.live.host_env_checks import HostsEnvEvidence
+from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
+from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.evidence.run import RunSet, load_runs
 from ncclprobe.evidence.run.draft_config import DraftConfig, local_draft, read_draft_config
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.evidence.settings import SettingsEvidence
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.records import ResultRecord, read_results
 
@@ -36,7 +41,7 @@ OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 @dataclass
 class Evidence:
-    runs: list[EngineRun]
+    runs: list[EngineRun] = field(default_factory=list)
     config: dict = field(default_factory=dict)  # what is known of the engine's configuration
     kind: str = "engine-trace"  # engine-trace | profile | server-log
     baseline: list[EngineRun] = field(default_factory=list)  # the run to compare against
@@ -52,6 +57,12 @@ class Evidence:
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
     capture: CaptureRecord | None = None  # what `ncclprobe capture` saw of the job's processes
     draft_config: DraftConfig | None = None  # the speculative draft checkpoint's config.json
+    p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
+    nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
+    processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
+    hosts: HostsEnvEvidence | None = None  # every node's env-check documents (env-check --launcher)
+    settings: SettingsEvidence | None = None  # NCCL settings to lint, with the node and version
+    nccl_log: NcclLog | None = None  # one NCCL debug log read whole (`nccl-log`)
 
     @classmethod
     def from_trace(
@@ -121,7 +132,11 @@ def load_evidence(
     nccl_logs=(),
     capture: str | Path | None = None,
     draft_config: str | Path | None = None,
+    live: bool = False,
 ) -> Evidence:
+    """The files' evidence. `live`: this machine's evidence is gathered besides (diagnose
+    --topo-check, --env-check PID), so no run is needed. `capture`: a directory `ncclprobe
+    capture` wrote, whose files stand in for those not given one by one."""
     record = load_capture(capture) if capture else None
     notes: list[str] = []
     if record is not None:  # the capture directory's files, where not given one by one
@@ -138,7 +153,7 @@ def load_evidence(
             profiles=profiles,
             server_logs=server_logs,
             model_config=model_config,
-            required=not job_evidence,
+            required=not (job_evidence or live),
         )
     except UsageProblem as exc:
         if record is None:

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import codecs
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import ascii_re
-from ncclprobe.validate import DEFAULT_LIMIT, limit_of, read_text, text_encoding, too_large
+from ncclprobe.validate import (
+    DEFAULT_LIMIT,
+    limit_of,
+    open_input,
+    read_text,
+    text_encoding,
+    too_large,
+)
 
 CHUNK = 1 << 20
 MAX_LINE = 64 << 20  # characters without a line break: handed on in pieces of this size
@@ -66,17 +72,9 @@ def read_text_lines(path: str | Path, what: str) -> Iterator[str]:
     whole in memory (as text it took 2.6 times its size). The checks of `read_text_file` hold: the
     size limit, a binary start refused, UTF-16/32 recognised, undecodable bytes replaced."""
     limit = limit_of(DEFAULT_LIMIT)
-    try:
-        handle = open(path, "rb")
-    except IsADirectoryError:
-        raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file") from None
-    except OSError as exc:
-        raise UsageProblem(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
-    with handle:
+    with open_input(path, what) as handle:
         info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise UsageProblem(f"{what} {str(path)!r} is a directory, not a file")
-        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+        if info.st_size > limit:
             raise UsageProblem(too_large(f"{what} {str(path)!r}", limit))
         data = handle.read(65536)
         encoding, skip = text_encoding(data, path, what)

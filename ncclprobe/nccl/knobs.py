@@ -57,10 +57,6 @@ def acts_on_one_rank(name: str) -> bool:
     return name not in NEEDS_PEERS
 
 
-def knob(name: str) -> Knob | None:
-    return KNOBS.get(name)
-
-
 def scope_of(name: str) -> Scope:
     """Unknown NCCL variables are treated as once per process: the safe assumption for planning."""
     row = KNOBS.get(name)

@@ -56,8 +56,12 @@ class NodeFacts:
     @classmethod
     def from_json(cls, doc: dict | None, *, over_network: bool = False) -> NodeFacts:
         """From `to_json`, or from an older header that only said whether any NVLink was seen."""
-        doc = doc or {}
-        links = doc.get("links") if doc.get("links") in LINKS else None
+        doc = doc if isinstance(doc, dict) else {}  # another writer's node of another type: unknown
+        links = (
+            doc.get("links")
+            if isinstance(doc.get("links"), str) and doc["links"] in LINKS
+            else None
+        )
         if links is None and doc.get("nvlink") is False:
             links = NO_NVLINK
         caps = doc.get("compute_capabilities")

@@ -228,7 +228,14 @@ def mask_record(record: dict) -> dict:
 # shape too (`mask_env_value`).
 
 # Families whose values decide what NCCL, CUDA and torch.distributed do in a worker.
-RELEVANT_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_", "TORCHELASTIC_")
+RELEVANT_PREFIXES = (
+    "NCCL_",
+    "RCCL_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "NVSHMEM_",
+    "TORCHELASTIC_",
+)
 RELEVANT_NAMES = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",

@@ -1,4 +1,5 @@
-"""Secrets known by their shape alone, whatever introduces them: URL userinfo, token formats,
+"""Secrets known by their shape alone, whatever introduces them: URL userinfo (with or without a
+scheme: `https://u:pw@host`, `admin:pw@bastion`), token formats,
 JWTs, PEM blocks and long random-looking runs (`ncclprobe.secrets.words` adds the context).
 
 A run is random-looking when mixed case and digits fill a piece of 16 or more characters; words
@@ -24,6 +25,13 @@ _TOKEN_SHAPES = re.compile(
     r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?:\.[A-Za-z0-9_\-]*)?)",
     re.ASCII,
 )
+# `user:password@host` without a scheme (ssh's `-o ProxyJump=admin:pw@bastion`, `ssh admin:pw@host`
+# in a log): the password, between a user that starts a run and a host; a docker image's
+# `name:tag@sha256` follows a `/` and is left alone
+_LOGIN_AT = re.compile(
+    r"(?<![A-Za-z0-9_.\-:/@%])([A-Za-z_][A-Za-z0-9_.\-]{0,63}):([^\s:@/]+)@(?=[A-Za-z0-9\[])",
+    re.ASCII,
+)
 _RANDOM_RUN = re.compile(_B + r"[A-Za-z0-9+/_\-]{32,}={0,2}", re.ASCII)  # `=` only as padding
 _JOINERS = re.compile(r"[-_]")
 
@@ -31,6 +39,8 @@ _JOINERS = re.compile(r"[-_]")
 def mask_shapes(word: str) -> str:
     """One whitespace-free word with every secret-shaped part masked."""
     word = mask_userinfo(word)
+    if "@" in word:
+        word = _LOGIN_AT.sub(lambda m: f"{m[1]}:{MASK}@" if m[2] != MASK else m[0], word)
     word = _TOKEN_SHAPES.sub(MASK, word)
     return _RANDOM_RUN.sub(_masked_url_run if "://" in word else _masked_run, word)
 

@@ -122,7 +122,7 @@ _QUOTED_PAIR = re.compile(
     r"([\"'])([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*:\s*)(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^']*'|[^\s,;}\]]+)",
     re.ASCII,
 )
-ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
+ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.ASCII | re.S)
 _SPACES = re.compile(r"(\s+)")
 _SPECIAL = re.compile(r"[:=@]")
 _HEADER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9\-]{0,63}", re.ASCII)  # an HTTP header's name

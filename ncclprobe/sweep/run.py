@@ -283,18 +283,18 @@ class PoolRun:
         self._write_failed(left[0], Status(outcome.status), outcome.reason)
         return left[1:]
 
-    def replay(self, messages: list[dict]) -> None:
-        """Records from messages that workers wrote elsewhere (torchrun); unfinished configs are errors.
+    def replay(self, messages: list[dict], why: str | None = None) -> None:
+        """Records from messages that workers wrote elsewhere (torchrun); unfinished configs are
+        errors (`why`: what the launch that ran them said, if it failed).
 
         Pool start is not measured here: nobody here saw the pool start."""
         for message in messages:
             if message.get("kind") != "ready":
                 self._on_message(message)
+        reason = "not every rank reported the end of this configuration"
         for config in self.pool.configs:
             if config.config_id not in self.finished:
-                self._write_failed(
-                    config, Status.ERROR, "not every rank reported the end of this configuration"
-                )
+                self._write_failed(config, Status.ERROR, reason + (f" ({why})" if why else ""))
 
     def _on_message(self, message: dict) -> None:
         kind, rank = message.get("kind"), message["rank"]

@@ -255,14 +255,22 @@ def _resumable_spec(path_text: str, header: dict) -> SweepSpec:
 
 
 def plan_torchrun(
-    spec: SweepSpec, skipped_modes: dict[str, str], directory: str, argv: list[str]
+    spec: SweepSpec,
+    skipped_modes: dict[str, str],
+    directory: str,
+    argv: list[str],
+    hosts: dict | None = None,
 ) -> list[str]:
+    """Write the plan of a sweep on other hosts; `hosts`: how `sweep.hosts` reaches them (the header
+    keeps it), None for a plan run by hand."""
     from ncclprobe.sweep import torchrun
 
     head = _linted_header(
         spec, skipped_modes, argv, None, configs_to_run(spec, None)[0]
     )  # other hosts: links unknown
-    return torchrun.write_plan(spec, head, Path(directory))
+    if hosts is None:
+        return torchrun.write_plan(spec, head, Path(directory))
+    return torchrun.write_plan(spec, {**head, "hosts": hosts}, Path(directory), "--shared-dir")
 
 
 def collect_job(directory: str, output: str | None, force: bool = False) -> Job:

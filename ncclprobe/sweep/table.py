@@ -15,6 +15,7 @@ from ncclprobe.records import ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
 from ncclprobe.sweep.cost_split import issue_notes
 from ncclprobe.sweep.cost_split import notes as cost_split_notes
+from ncclprobe.sweep.host_merge import notes as host_notes
 
 SCHEMA_VERSION = 1
 
@@ -306,6 +307,7 @@ def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
         + failed_measurements(results_file.results)
         + issue_notes(results_file.results)
         + cost_split_notes(results_file.results)
+        + host_notes((doc["summary"] or {}).get("hosts"))
         + shortfalls
     )
     summary = summary_note(doc["summary"])

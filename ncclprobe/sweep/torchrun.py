@@ -23,10 +23,13 @@ from pathlib import Path
 
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
+from ncclprobe.hosts.run import LaunchStatus
 from ncclprobe.nccl.recipes import proof_env
 from ncclprobe.numbers import is_digits
 from ncclprobe.records_writer import ResultWriter
 from ncclprobe.safe_output import atomic_directory, dumps_json
+from ncclprobe.secrets import mask_text
+from ncclprobe.sweep.host_merge import HostMerge
 from ncclprobe.sweep.plan import Config, Pool, SweepSpec, build_grid, plan_pools
 from ncclprobe.sweep.run import ENTRY, PoolRun, Recorder, pool_dir, pool_payload
 from ncclprobe.validate import Where, load_json, read_text
@@ -38,14 +41,17 @@ TORCHRUN = (
 )
 
 
-def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
+def write_plan(
+    spec: SweepSpec, header: dict, directory: Path, what: str = "--torchrun-dir"
+) -> list[str]:
     """Write DIR/plan.json and DIR/pool<k>/payload.json; return the command line of each pool.
-    DIR must be new or empty; it appears whole or not at all (`ncclprobe.safe_output`)."""
+    DIR (`what`: the option that named it) must be new or empty; it appears whole or not at all
+    (`ncclprobe.safe_output`)."""
     if directory.exists() and directory.is_dir() and any(directory.iterdir()):
-        raise UsageProblem(f"--torchrun-dir {str(directory)!r} is not empty; give a new directory")
+        raise UsageProblem(f"{what} {str(directory)!r} is not empty; give a new directory")
     pools = plan_pools(build_grid(spec.grid))
     commands = []
-    with atomic_directory(directory, what="--torchrun-dir") as work:
+    with atomic_directory(directory, what=what) as work:
         for index, pool in enumerate(pools):
             here = pool_dir(work, index)
             here.mkdir()
@@ -56,9 +62,9 @@ def write_plan(spec: SweepSpec, header: dict, directory: Path) -> list[str]:
     return commands
 
 
-def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
-    """`env -u <swept> VAR=value ... torchrun ...`: swept variables start unset, as in a local pool."""
-    unset = " ".join(f"-u {name}" for name in sorted(spec.grid))
+def pool_env(spec: SweepSpec, pool: Pool, pool_dir: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What every rank of a pool gets, on whichever node: (set, unset). The swept variables start
+    unset, as in a local pool; NCCL's proof log and the pool's once-per-process settings are set."""
     env = {
         **(proof_env() if spec.backend == "nccl" else {}),
         **pool.process_settings,
@@ -66,8 +72,15 @@ def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
         envvars.RUN_DIR: str(pool_dir),
         envvars.BACKEND: spec.backend,
     }
+    return env, tuple(sorted(spec.grid))
+
+
+def pool_command(spec: SweepSpec, pool: Pool, pool_dir: Path) -> str:
+    """`env -u <swept> VAR=value ... torchrun ...`, to run by hand on every node."""
+    env, unset = pool_env(spec, pool, pool_dir)
+    removed = " ".join(f"-u {name}" for name in unset)
     assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-    return " ".join(part for part in ("env", unset, assignments, TORCHRUN) if part)
+    return " ".join(part for part in ("env", removed, assignments, TORCHRUN) if part)
 
 
 def read_plan(directory: Path) -> tuple[dict, list[Pool]]:
@@ -98,15 +111,42 @@ def collect(directory: Path, writer: ResultWriter) -> dict:
     header, pools = read_plan(directory)
     spec = SweepSpec.from_json(header["spec"])
     recorder, stamps = Recorder(writer), []
+    merge = HostMerge(spec.grid)
     for index, pool in enumerate(pools):
         here = pool_dir(directory, index)
         messages = _rank_messages(here)
-        stamps += [m["t"] for m in messages if "t" in m]
-        PoolRun(spec, pool, index=index, log_dir=here, recorder=recorder).replay(messages)
+        launch = read_launch(here)
+        merge.add(index, messages, launch)
+        stamps += [m["t"] for m in messages if isinstance(m.get("t"), (int, float))]
+        why = launch.get("reason") if launch and launch.get("status") != LaunchStatus.OK else None
+        PoolRun(spec, pool, index=index, log_dir=here, recorder=recorder).replay(messages, why=why)
         recorder.stats.pools_run += 1
     summary = recorder.stats.summary(max(stamps) - min(stamps) if stamps else 0.0)
+    hosts = merge.summary(header.get("hosts"))
+    if hosts is not None:
+        summary["hosts"] = hosts
     writer.write(summary)
     return summary
+
+
+LAUNCH = "launch.json"  # a pool's launch across the hosts, as `ncclprobe.sweep.hosts` ran it
+
+
+def read_launch(pool_dir: Path) -> dict | None:
+    """What the launch of a pool did (status, reason, each command's exit code), or None where the
+    pool was run by hand (--torchrun-dir) or its record cannot be read (said as its reason)."""
+    path = pool_dir / LAUNCH
+    if not path.exists():
+        return None
+    try:
+        doc = Where(str(path)).object(load_json(path, "launch record"))
+    except UsageProblem as exc:
+        return {"status": "unknown", "reason": f"unreadable launch record: {exc}"}
+    return {
+        "status": str(doc.get("status")),
+        "reason": mask_text(str(doc["reason"])) if doc.get("reason") else None,
+        "returncodes": doc.get("returncodes") if isinstance(doc.get("returncodes"), dict) else {},
+    }
 
 
 def _rank_messages(pool_dir: Path) -> list[dict]:

@@ -34,6 +34,11 @@ FORMS = {
     "bearer": "Authorization: Bearer {m}",
     "pair": "api_key={m}",
     "json": '{{"secret": "{m}", "model": "m7"}}',
+    # issue 40 §7: token shapes with no context, and `user:password@host` without a scheme
+    "hf": "hf_{m}abcd",
+    "akia": "AKIA{M}X",
+    "proxyjump": "-o ProxyJump=admin:{m}@bastion",
+    "ssh": "ssh admin:{m}@bastion.example failed",
 }
 ARGV_FORMS = {"redis": "redis-cli -a {m} ping", "mysql": "mysql -uroot -p{m} db"}
 # in the NCCL settings themselves: a value with no spaces
@@ -47,7 +52,11 @@ def marker(kind: str, form: str) -> str:
 
 
 def planted(kind: str, forms=FORMS) -> dict[str, str]:
-    return {form: text.format(m=marker(kind, form)) for form, text in forms.items()}
+    """Each form with its marker (`{M}`: the marker in capitals, for an all-capitals shape)."""
+    return {
+        form: text.format(m=marker(kind, form), M=marker(kind, form).upper())
+        for form, text in forms.items()
+    }
 
 
 ALL_MARKERS: set[str] = set()
@@ -56,6 +65,7 @@ ALL_MARKERS: set[str] = set()
 def markers(kind: str, forms=FORMS) -> list[str]:
     found = [marker(kind, form) for form in forms]
     ALL_MARKERS.update(found)
+    ALL_MARKERS.update(m.upper() for m in found)
     return found
 
 
@@ -131,6 +141,7 @@ def plant_nccl_tests_json(path: Path) -> Path:
         f"NCCL_TOPO_FILE={values['query_password']}",
         f"NCCL_NET_PLUGIN_AUTH={marker('ntj', 'flag')}",
         f"SLURM_JOB_COMMENT={forms['flag']} {forms['login']}",
+        f"OMPI_MCA_plm_rsh_args={forms['proxyjump']}",  # a harmless family: shown, masked in place
     ]
     doc["args"] += ["--", *forms["flag"].split(), forms["json"]]
     path.write_text(json.dumps(doc))
@@ -253,7 +264,11 @@ def plant_results(path: Path) -> Path:
             record.get("settings") == typed
         ):  # its id raw too, as a writer without the digest made it
             record["config_id"] = f"NCCL_IB_HCA={typed['NCCL_IB_HCA']}"
-    lines[0]["env"] = {**seen, "SLURM_JOB_COMMENT": " ".join(forms.values())}
+    lines[0]["env"] = {
+        **seen,
+        "SLURM_JOB_COMMENT": " ".join(forms.values()),
+        "OMPI_MCA_plm_rsh_args": forms["proxyjump"],
+    }
     lines[0]["argv"] = ["python", "-c", " ".join(forms.values())]
     for record in lines[1:]:
         if record.get("record") == "config":
@@ -300,3 +315,31 @@ def plant_server_log(path: Path) -> Path:
     )
     path.write_text(text)
     return path
+
+
+def plant_flight_recorder(folder: Path) -> Path:
+    """The recorded NCCL dumps (pickles) with every form in the group descriptions (pg_config and
+    each entry's process_group), the frames' file and function names and a dtype."""
+    import pickle
+
+    from ncclprobe.evidence.hang.safe_pickle import loads_data
+
+    forms = planted("frd")
+    markers("frd")
+    texts = list(forms.values())
+    folder.mkdir(parents=True, exist_ok=True)
+    source = FIXTURES / "flight_recorder" / "nccl" / "groups" / "dumps"
+    for dump in sorted(source.iterdir()):
+        doc = loads_data(dump.read_bytes(), str(dump))
+        for index, pg in enumerate(doc["pg_config"].values()):
+            pg["desc"] = f"{pg['desc']} {texts[index % len(texts)]}"
+        for index, entry in enumerate(doc["entries"]):
+            name, desc = entry["process_group"]
+            entry["process_group"] = (name, f"{desc} {texts[index % len(texts)]}")
+            entry["input_dtypes"] = [f"Float {texts[(index + 1) % len(texts)]}"]
+            for k, frame in enumerate(entry["frames"]):
+                text = texts[(index + k) % len(texts)]
+                frame["filename"] = f"{frame['filename']}?{text}"
+                frame["name"] = f"{frame['name']} {text}"
+        (folder / dump.name).write_bytes(pickle.dumps(doc, protocol=2))
+    return folder

@@ -17,13 +17,23 @@ Which ranks belong to a group: the dumps' `pg_config`; where it does not name th
 records its ranks under an empty name), the default group is every rank dumped and another group
 the ranks whose dumps mention it (said in a note). The ring buffer may have overwritten a rank's
 oldest entries: only sequence numbers every member still holds are compared.
+
+At 1,024 ranks. Each dump arrives as a table (`evidence.hang.fr_table`); a call is built from it only
+where a finding needs one. Per group, each member's calls become one array of call codes by
+sequence number (equal codes: the same operation, sizes and dtypes), compared member by member at C
+speed, so the first sequence number where members differ, or that no member completed, is found
+without building the calls before it; only there is the exact comparison made.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose.hang.hang_codes import RankCalls, candidates, compare
 from ncclprobe.evidence.hang.flight_recorder import Dump, Entry
+from ncclprobe.evidence.hang.fr_table import NONE
+from ncclprobe.rank_ranges import ranges_text
 
 DEFAULT_GROUP_DESC = "default_pg"
 ORDER_WINDOW = 8  # later collectives searched for a swapped pair
@@ -47,10 +57,7 @@ class Call:
 
     @property
     def signature(self) -> tuple:
-        return tuple(
-            (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
-            for e in self.entries
-        )
+        return tuple(e.signature for e in self.entries)
 
     @property
     def first(self) -> Entry:
@@ -65,11 +72,16 @@ class Group:
     desc: str | None
     members: tuple[int, ...]
     members_recorded: bool  # pg_config named them; else inferred (see the module docstring)
-    calls: dict[int, dict[int, Call]] = field(default_factory=dict)  # rank -> seq -> call
+    calls: dict[int, RankCalls] = field(default_factory=dict)  # rank -> its collectives
     p2p: dict[int, list[Entry]] = field(default_factory=dict)  # rank -> its send/recv entries
     enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq enqueued
     completed: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq completed
     window_start: int = 1  # the first seq every dumped member still holds
+    # filled by `_build` (hang_codes.compare): per member its codes over [window_start, top]; agreed[i]: every
+    # dumped member holds the same call there
+    codes: dict[int, array] = field(default_factory=dict, repr=False)
+    agreed: bytearray = field(default_factory=bytearray, repr=False)
+    top: int = 0
 
     @property
     def label(self) -> str:
@@ -80,7 +92,25 @@ class Group:
         return tuple(r for r in self.members if r in self.enqueued)
 
     def call(self, rank: int, seq: int) -> Call | None:
-        return self.calls.get(rank, {}).get(seq)
+        mine = self.calls.get(rank)
+        rows = mine.rows_of(seq) if mine is not None else []
+        if not rows:
+            return None
+        table = mine.table
+        return Call(
+            group=self.name,
+            rank=rank,
+            seq=seq,
+            entries=tuple(table.entry(i) for i in rows),
+            completed=seq <= self.completed[rank],
+        )
+
+    def last_seq(self, rank: int) -> int | None:
+        mine = self.calls.get(rank)
+        return mine.last() if mine is not None else None
+
+    def call_count(self) -> int:
+        return sum(len(c) for c in self.calls.values())
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,7 @@ class Hang:
     groups: dict[str, Group]
     stuck: list[Stuck]
     notes: list[str] = field(default_factory=list)
+    unreadable: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (path, why)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -123,19 +154,32 @@ class Hang:
 
     def pending_elsewhere(self, rank: int, group: Group) -> Call | None:
         """The oldest collective `rank` has enqueued and not finished in a group other than `group`."""
-        pending = [
-            c
-            for g in self.groups.values()
-            if g is not group
-            for c in g.calls.get(rank, {}).values()
-            if c.seq >= g.window_start and not self.finished(c)
-        ]
+        pending = []
+        for g in self.groups.values():
+            mine = g.calls.get(rank)
+            if g is group or mine is None:
+                continue
+            for seq in mine.distinct():
+                if seq < g.window_start or self._agreed_done(g, seq):
+                    continue
+                call = g.call(rank, seq)
+                if not self.finished(call):
+                    pending.append(call)
         return min(pending, key=lambda c: c.first.time_created_ns or 0, default=None)
+
+    @staticmethod
+    def _agreed_done(group: Group, seq: int) -> bool:
+        """Every dumped member holds the same call at `seq` and some member completed it."""
+        i = seq - group.window_start
+        done = max(group.completed.values(), default=0)
+        return 0 <= i < len(group.agreed) and group.agreed[i] == 1 and seq <= done
 
     def finished(self, call: Call) -> bool:
         """Done for the group: completed here or by a peer with every member in it, and never with
         a member that did not enqueue it (a collective marked completed there ended in an error)."""
         group = self.groups[call.group]
+        if self._agreed_done(group, call.seq):
+            return True
         calls = [group.call(r, call.seq) for r in group.dumped]
         if any(c is None for c in calls):
             return False
@@ -144,20 +188,50 @@ class Hang:
         )
 
 
+_BUILT: list = []  # the last (dumps, Hang): the rules, the notes and the summary share one build
+
+
 def build(dumps: list[Dump]) -> Hang:
+    if _BUILT and _BUILT[0][0] is dumps:
+        return _BUILT[0][1]
+    hang = _build(dumps)
+    _BUILT[:] = [(dumps, hang)]
+    return hang
+
+
+def _build(dumps: list[Dump]) -> Hang:
     groups, notes = _groups(dumps), [n for d in dumps for n in d.notes]
     for dump in dumps:
         _add_dump(groups, dump)
+    inferred: dict[str, list[str]] = {}
     for group in groups.values():
         _window(group, notes)
+        dumped = group.dumped
+        group.top = max((group.enqueued[r] for r in dumped), default=0)
+        members = {r: group.calls[r] for r in dumped}
+        group.codes, group.agreed = compare(members, group.window_start, group.top + 1)
         if not group.members_recorded:
             how = "every rank dumped" if _is_default(group) else "the dumps that mention it"
+            inferred.setdefault(how, []).append(group)
+    for how, gs in inferred.items():
+        if len(gs) == 1:
             notes.append(
-                f"{group.label}: the dumps do not record its ranks; taken as ranks "
-                f"{_ranks(group.members)} ({how})"
+                f"{gs[0].label}: the dumps do not record its ranks; taken as ranks "
+                f"{ranges_text(gs[0].members)} ({how})"
+            )
+        else:
+            notes.append(
+                f"{len(gs)} groups ({', '.join(g.label for g in gs[:4])}{', ...' if len(gs) > 4 else ''}): "
+                f"the dumps do not record their ranks; each taken as {how}"
             )
     stuck = [s for g in groups.values() if (s := _first_stuck(g)) is not None]
-    return Hang(dumps=dumps, groups=groups, stuck=stuck, notes=notes)
+    return Hang(
+        dumps=dumps,
+        groups=groups,
+        stuck=stuck,
+        notes=notes,
+        unreadable=dict(getattr(dumps, "unreadable", {}) or {}),
+    )
 
 
 def _is_default(group: Group) -> bool:
@@ -169,9 +243,8 @@ def _groups(dumps: list[Dump]) -> dict[str, Group]:
     config = {name: g for d in dumps for name, g in d.groups.items() if g.ranks and name}
     named: dict[str, tuple[str | None, set[int]]] = {}
     for d in dumps:
-        for e in d.entries:
-            desc, ranks = named.setdefault(e.group, (e.group_desc, set()))
-            ranks.add(d.rank)
+        for name, desc in d.table.groups:
+            named.setdefault(name, (desc, set()))[1].add(d.rank)
     world = {d.rank for d in dumps} | {r for g in config.values() for r in g.ranks}
     out = {}
     for name, (desc, seen) in named.items():
@@ -187,44 +260,59 @@ def _groups(dumps: list[Dump]) -> dict[str, Group]:
 
 
 def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
-    by_group: dict[str, dict[int, list[Entry]]] = {}
-    for e in dump.entries:
-        if e.is_p2p:
-            groups[e.group].p2p.setdefault(dump.rank, []).append(e)
-        elif e.collective_seq is not None:
-            by_group.setdefault(e.group, {}).setdefault(e.collective_seq, []).append(e)
-    status = {pg_id: s for pg_id, s in dump.status.items()}
-    pg_ids = {e.group: e.pg_id for e in dump.entries}
+    table = dump.table
+    by_group: dict[int, list[int]] = {}
+    if len(table.groups) == 1:
+        by_group[0] = list(range(len(table)))
+    else:
+        for i, g in enumerate(table.group):
+            by_group.setdefault(g, []).append(i)
+    rows: dict[str, list[int]] = {}
+    p2p: dict[str, list[int]] = {}
+    pg_ids: dict[str, int | None] = {}
+    seq_col, any_p2p = table.collective_seq, 1 in table.is_p2p
+    for g, mine in by_group.items():
+        name = table.groups[g][0]
+        pg = table.pg_id[mine[-1]]
+        pg_ids[name] = None if pg == NONE else pg
+        if any_p2p:
+            p2p[name] = [i for i in mine if table.is_p2p[i]]
+            mine = [i for i in mine if not table.is_p2p[i]]
+        rows[name] = [i for i in mine if seq_col[i] != NONE]
     for name, group in groups.items():
+        if p2p.get(name):
+            group.p2p[dump.rank] = [table.entry(i) for i in p2p[name]]
         if dump.rank not in group.members:
             continue
-        st = status.get(pg_ids.get(name)) if pg_ids.get(name) is not None else None
-        seqs = by_group.get(name, {})
-        last_done = st.last_completed if st and st.last_completed is not None else -1
-        done_states = [s for s, es in seqs.items() if all(e.state == "completed" for e in es)]
-        group.completed[dump.rank] = max([last_done, 0, *done_states])
+        pg = pg_ids.get(name)
+        st = dump.status.get(pg) if pg is not None else None
+        mine = RankCalls(table, rows.get(name, []))
+        last_done = st.last_completed if st and st.last_completed is not None else 0
+        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(mine)])
+        last = mine.last()
         group.enqueued[dump.rank] = max(
-            [st.last_enqueued if st and st.last_enqueued is not None else 0, *seqs]
+            st.last_enqueued if st and st.last_enqueued is not None else 0, last or 0
         )
-        group.calls[dump.rank] = {
-            seq: Call(
-                group=name,
-                rank=dump.rank,
-                seq=seq,
-                entries=tuple(es),
-                completed=seq <= group.completed[dump.rank],
-            )
-            for seq, es in sorted(seqs.items())
-        }
+        group.calls[dump.rank] = mine
+
+
+def _completed_seqs(mine: RankCalls) -> list[int]:
+    """The highest sequence number all of whose entries read completed (the others are below)."""
+    state, seqs, rows = mine.table.state, mine.seqs, mine.rows
+    done = {}
+    for k in range(len(seqs) - 1, -1, -1):
+        done[seqs[k]] = done.get(seqs[k], True) and state[rows[k]] == 2
+        if k == 0 or seqs[k - 1] != seqs[k]:
+            if done[seqs[k]]:
+                return [seqs[k]]
+    return []
 
 
 def _window(group: Group, notes: list[str]) -> None:
     """Only seqs every dumped member still holds can be compared (the ring buffer drops the oldest)."""
-    firsts = [min(calls) for r, calls in group.calls.items() if calls]
+    firsts = [c.first() for c in group.calls.values() if c.seqs]
     group.window_start = max(firsts, default=1)
-    if group.window_start > 1 and any(
-        min(c) < group.window_start for c in group.calls.values() if c
-    ):
+    if group.window_start > 1 and any(f < group.window_start for f in firsts):
         notes.append(
             f"{group.label}: collectives before {group.window_start} are no longer in every rank's "
             "buffer (it is a ring): they are not compared"
@@ -233,8 +321,10 @@ def _window(group: Group, notes: list[str]) -> None:
 
 def _first_stuck(group: Group) -> Stuck | None:
     dumped = group.dumped
-    top = max((group.enqueued[r] for r in dumped), default=0)
-    for seq in range(group.window_start, top + 1):
+    done = max((group.completed[r] for r in dumped), default=0)
+    start = group.window_start
+    for i in candidates(group.agreed, group.window_start, done):
+        seq = start + i
         calls = {r: c for r in dumped if (c := group.call(r, seq)) is not None}
         missing = tuple(r for r in dumped if r not in calls and group.enqueued[r] < seq)
         if not calls:
@@ -248,7 +338,7 @@ def _first_stuck(group: Group) -> Stuck | None:
         )
         if stuck.missing or stuck.mismatch:
             return stuck
-        if all(c.completed for c in calls.values()) or any(c.completed for c in calls.values()):
+        if any(c.completed for c in calls.values()):
             continue  # done, or done by some member with every member in it: done
         return stuck
     return None
@@ -256,12 +346,16 @@ def _first_stuck(group: Group) -> Stuck | None:
 
 def order_swap(stuck: Stuck) -> tuple[int, int, int] | None:
     """Two ranks that issued the same calls in a different order: (rank a, rank b, the seq at which
-    b issued a's call at `stuck.seq`), when a's call there appears later on b and b's later on a."""
+    b issued a's call at `stuck.seq`), when a's call there appears later on b and b's later on a.
+    One rank stands for each distinct call (the lowest), so many ranks cost little."""
     group, seq = stuck.group, stuck.seq
-    ranks = sorted(stuck.calls)
+    by_sig: dict[tuple, int] = {}
+    for r in sorted(stuck.calls):
+        by_sig.setdefault(stuck.calls[r].signature, r)
+    ranks = sorted(by_sig.values())
     for a in ranks:
         for b in ranks:
-            if a >= b or stuck.calls[a].signature == stuck.calls[b].signature:
+            if a >= b:
                 continue
             later_b = _find(group, b, stuck.calls[a].signature, seq)
             later_a = _find(group, a, stuck.calls[b].signature, seq)
@@ -276,10 +370,6 @@ def _find(group: Group, rank: int, signature: tuple, after: int) -> int | None:
         if call is not None and call.signature == signature:
             return seq
     return None
-
-
-def _ranks(ranks) -> str:
-    return ", ".join(str(r) for r in ranks)
 
 
 def groups_summary(dumps: list[Dump]) -> list[dict]:

@@ -3,11 +3,18 @@ mismatched call's completion means. One home, so every hang finding words them a
 
 from __future__ import annotations
 
+import re
+
 from ncclprobe.diagnose.hang import hang as H
+from ncclprobe.rank_ranges import ranges_text
+from ncclprobe.rank_ranges import rank_word as _rank_word
+
+MAX_STATES = 3  # rank states shown per group; the rest counted
+MAX_STOPPED = 3  # stopped groups named per kind of group; the rest counted
 
 
 def ranks_text(ranks) -> str:
-    return ", ".join(str(r) for r in ranks)
+    return ranges_text(ranks)
 
 
 def differences(stuck: H.Stuck) -> list[str]:
@@ -81,9 +88,95 @@ def entry_at(entry) -> str:
 
 
 def rank_word(ranks) -> str:
-    ranks = list(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ranks_text(ranks)
+    return _rank_word(ranks)
 
 
 def verb(ranks, one: str, many: str) -> str:
     return one if len(list(ranks)) == 1 else many
+
+
+# ---- the header: one line per kind of group, rank sets as ranges ------------------------------
+
+_KINDS = (
+    ("TP", r"\btp\b|tp_|tensor"),
+    ("DP", r"\bdp\b|dp_|data|fsdp|ddp"),
+    ("PP", r"\bpp\b|pp_|pipe"),
+    ("EP", r"\bep\b|ep_|expert|moe"),
+    ("CP", r"\bcp\b|cp_|context"),
+)
+
+
+def group_kind(desc: str | None, name: str) -> str:
+    """What a group is for, from its description: TP/DP/PP/EP/CP where it says so, else the
+    description without its trailing number (`my_group_3` -> `my_group`)."""
+    text = (desc or "").strip()
+    if not text or text == "undefined":
+        return f"group {name}"
+    if text == "default_pg":
+        return text
+    for kind, pattern in _KINDS:
+        if re.search(pattern, text, re.IGNORECASE):
+            return kind
+    return re.sub(r"[_\-\s.]*\d+$", "", text) or text
+
+
+def group_lines(groups: list[dict]) -> list[str]:
+    """`# ` header lines: one per group, or one per kind of group where several share a kind (128
+    TP groups in one line, the stopped ones named); every rank set as ranges."""
+    kinds: dict[str, list[dict]] = {}
+    for g in groups:
+        kinds.setdefault(group_kind(g["desc"], g["group"]), []).append(g)
+    lines = []
+    for kind, members in kinds.items():
+        if len(members) == 1:
+            lines.append(f"# {_one_group(members[0])}")
+            continue
+        everyone = sorted({r for g in members for r in g["members"]})
+        stopped = [g for g in members if g["stuck_at"] is not None]
+        first, last = members[0]["label"], members[-1]["label"]
+        if first == last:  # one description for all (Megatron's): their names tell them apart
+            first, last = f"group {members[0]['group']}", f"group {members[-1]['group']}"
+        head = f"# {len(members)} {kind} groups ({first} ... {last}, {_members(everyone)}): "
+        if not stopped:
+            lines.append(head + "every group finished every collective its dumps record")
+            continue
+        named = "; ".join(
+            f"{g['label']} ({_members(g['members'])}){_stuck_text(g)}"
+            for g in stopped[:MAX_STOPPED]
+        )
+        more = (
+            f"; and {len(stopped) - MAX_STOPPED} more stopped" if len(stopped) > MAX_STOPPED else ""
+        )
+        lines.append(
+            head + f"{len(members) - len(stopped)} finished every collective; "
+            f"{len(stopped)} stopped: {named}{more}"
+        )
+    return lines
+
+
+def _one_group(g: dict) -> str:
+    states: dict[tuple[int, int], list[int]] = {}
+    for r, p in g["ranks"].items():
+        states.setdefault((p["enqueued"], p["completed"]), []).append(int(r))
+    ordered = sorted(states.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    parts = [f"{_rank_word(rs)} enqueued {e}, completed {c}" for (e, c), rs in ordered[:MAX_STATES]]
+    if len(ordered) > MAX_STATES:
+        rest = sum(len(rs) for _, rs in ordered[MAX_STATES:])
+        parts.append(f"{rest} more ranks in {len(ordered) - MAX_STATES} other states")
+    return f"{g['label']} ({_members(g['members'])}): " + "; ".join(parts) + _stuck_text(g)
+
+
+def _members(ranks) -> str:
+    """`ranks 0-7` or `256 ranks: 0-255`."""
+    ranks = sorted(set(ranks))
+    if len(ranks) <= 8:
+        return _rank_word(ranks)
+    return f"{len(ranks)} ranks: {ranges_text(ranks)}"
+
+
+def _stuck_text(g: dict) -> str:
+    return {
+        "missing": f"; stopped at #{g['stuck_at']}, which a member never entered",
+        "mismatch": f"; the ranks disagree at #{g['stuck_at']}",
+        "agreed": f"; every member is in #{g['stuck_at']}, unfinished",
+    }.get(g["stuck_because"], "")

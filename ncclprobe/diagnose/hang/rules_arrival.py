@@ -36,9 +36,9 @@ def arrival_findings(ev: E.Evidence) -> list:
     out: list = []
     compared = 0
     for group in hang.groups.values():
-        calls = _complete_calls(group)
+        calls, backends = _complete_calls(group)
         compared += len(calls)
-        finding = _late_rank(group, calls, ev)
+        finding = _late_rank(group, calls, backends == {"gloo"}, ev)
         if finding:
             out.append(finding)
     if not out and compared:
@@ -54,26 +54,32 @@ def arrival_findings(ev: E.Evidence) -> list:
     return out
 
 
-def _complete_calls(group: H.Group) -> list[dict[int, int]]:
-    """Per sequence number every dumped member holds: each member's issue time (ns)."""
+def _complete_calls(group: H.Group) -> tuple[list[dict[int, int]], set[str]]:
+    """Per sequence number every dumped member holds: each member's issue time (ns); and the
+    backends those calls ran on."""
     members = group.dumped
     if len(members) < 2:
-        return []
+        return [], set()
     last = min(group.enqueued.get(r, 0) for r in members)
-    calls = []
+    calls, backends = [], set()
     for seq in range(group.window_start, last + 1):
-        times = {}
+        times, used = {}, set()
         for rank in members:
             call = group.call(rank, seq)
             if call is None or not call.first.time_created_ns:
                 break
             times[rank] = call.first.time_created_ns
+            used.add(call.first.backend)
         else:
             calls.append(times)
-    return calls
+            backends |= used
+    return calls, backends
 
 
-def _late_rank(group: H.Group, calls: list[dict[int, int]], ev: E.Evidence) -> Finding | None:
+def _late_rank(
+    group: H.Group, calls: list[dict[int, int]], host_blocks: bool, ev: E.Evidence
+) -> Finding | None:
+    """`host_blocks`: every call compared ran on gloo, whose host blocks in the call."""
     late: dict[int, list[float]] = {}
     for times in calls:
         first, last_rank = min(times.values()), max(times, key=times.get)
@@ -88,9 +94,6 @@ def _late_rank(group: H.Group, calls: list[dict[int, int]], ev: E.Evidence) -> F
         return None
     median = statistics.median(spreads)
     others = [r for r in group.dumped if r != rank]
-    host_blocks = all(
-        c.first.backend == "gloo" for calls_of in group.calls.values() for c in calls_of.values()
-    )
     return Finding(
         rule=RULE,
         severity="warning",

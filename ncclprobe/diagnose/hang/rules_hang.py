@@ -38,6 +38,8 @@ def hang_findings(ev: E.Evidence) -> list:
         if stuck.agreed:
             out.append(_agreed(hang, stuck, hung))
     out += p2p_findings(hang)
+    if hang.unreadable:
+        out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
         out.append(_all_done(hang, hung))
     return out + _coverage(ev, hang)
@@ -46,17 +48,32 @@ def hang_findings(ev: E.Evidence) -> list:
 def notes(ev: E.Evidence) -> list[str]:
     """What the dumps and logs show that no finding says: how memberships were taken, the ring
     buffer's reach, the logs' timeouts and the launcher's verdict."""
-    dumps = H.build(ev.flight_recorder).notes if ev.flight_recorder else []
+    dumps = _read_note(H.build(ev.flight_recorder)) if ev.flight_recorder else []
+    dumps += H.build(ev.flight_recorder).notes if ev.flight_recorder else []
     return dumps + (log_notes(ev) if ev.job_logs else [])
+
+
+def _read_note(hang: H.Hang) -> list[str]:
+    """Which ranks' dumps were read, which members have none, which could not be read, and how many
+    other files of the folders were skipped: one line, ranges."""
+    members = {r for g in hang.groups.values() for r in g.members}
+    absent = sorted(members - set(hang.ranks) - set(hang.unreadable))
+    skipped = getattr(hang.dumps, "skipped", 0)
+    if not (absent or hang.unreadable or skipped or len(hang.ranks) > 8):
+        return []
+    parts = [f"dumps read: {W.rank_word(hang.ranks)}"]
+    if absent:
+        parts.append(f"no dump of {W.rank_word(absent)} (members of the recorded groups)")
+    if hang.unreadable:
+        parts.append(f"unreadable: {W.rank_word(hang.unreadable)}")
+    if skipped:
+        parts.append(f"{skipped} other file(s) in the folder skipped (not named as rank dumps)")
+    return ["; ".join(parts)]
 
 
 def _hang_evidenced(ev: E.Evidence, hang: H.Hang) -> bool:
     """A job log saw a timeout or a failure, or an entry outlived the watchdog (retired, not done)."""
-    retired = any(
-        e.retired and e.state != "completed" and e.backend != "gloo"
-        for d in hang.dumps
-        for e in d.entries
-    )
+    retired = any(d.table.timed_out() for d in hang.dumps)
     return retired or any(log.hang_seen for log in ev.job_logs)
 
 
@@ -96,7 +113,8 @@ def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
 def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
     """Where a member that never enqueued a group's collective is, as far as the dumps show."""
     last_seq = group.completed.get(rank, 0)
-    last = group.call(rank, max(group.calls.get(rank, {}), default=-1))
+    last_seq_issued = group.last_seq(rank)
+    last = group.call(rank, last_seq_issued) if last_seq_issued is not None else None
     said = f"rank {rank} never enqueued it: its last collective in {group.label} is " + (
         f"#{last.seq} ({last.op}, {'completed' if last.completed else 'not completed'}{W.at(last)})"
         if last
@@ -298,10 +316,48 @@ def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
     )
 
 
+def _unreadable(hang: H.Hang) -> Finding:
+    """Rank files that are there but could not be read: named with why; the rest concludes."""
+    by_why: dict[str, list[int]] = {}
+    for rank, (_, why) in sorted(hang.unreadable.items()):
+        by_why.setdefault(why, []).append(rank)
+    ranks = sorted(hang.unreadable)
+    first_rank, (first_path, _) = ranks[0], hang.unreadable[ranks[0]]
+    whose = (
+        f"{W.rank_word(ranks)}'s dump ({first_path}) is"
+        if len(ranks) == 1
+        else f"the dumps of {W.rank_word(ranks)} are"
+    )
+    reasons = "; ".join(f"{W.rank_word(rs)}: {why}" for why, rs in list(by_why.items())[:5])
+    if len(by_why) > 5:
+        reasons += f"; and {len(by_why) - 5} other reasons"
+    return Finding(
+        rule="hang-dumps-unreadable",
+        severity="warning",
+        confidence="high",
+        title=f"{whose} there but could not be read: the diagnosis concludes without "
+        + ("it" if len(ranks) == 1 else "them"),
+        detail=(
+            f"{reasons}. What these ranks were doing is unknown; every conclusion here rests on the "
+            f"other {len(hang.ranks)} dumps. Dump again (torch rewrites them on the next timeout) "
+            "or check the files (an empty or cut file: the rank died while writing it)."
+        ),
+        evidence={
+            "unreadable": {
+                str(r): {"path": p, "why": why} for r, (p, why) in hang.unreadable.items()
+            },
+            "first": first_rank,
+        },
+    )
+
+
 def _all_done(hang: H.Hang, hung: bool) -> Finding:
     n = sum(len(c) for g in hang.groups.values() for c in g.calls.values())
     groups = ", ".join(g.label for g in hang.groups.values())
-    title = f"every rank completed every collective its dump records ({n} calls over {groups})"
+    members = {r for g in hang.groups.values() for r in g.members}
+    partial = members - set(hang.ranks) or hang.unreadable
+    who = "every rank whose dump was read" if partial else "every rank"
+    title = f"{who} completed every collective its dump records ({n} calls over {groups})"
     if not hung:
         return Finding(
             rule="hang-none-pending",

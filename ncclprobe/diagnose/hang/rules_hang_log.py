@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked
+from ncclprobe.rank_ranges import rank_word
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,9 @@ def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
     for log in ev.job_logs:
         for t in log.timeouts:
             out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
+    for by_rank in out.values():  # a line that named no rank, beside ranks that did: not a rank
+        if None in by_rank and len(by_rank) > 1:
+            del by_rank[None]
     return out
 
 
@@ -429,5 +433,5 @@ def _numel(n) -> str:
 
 
 def _ranks(ranks) -> str:
-    ranks = sorted(r for r in ranks if r is not None)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    """`rank 3`, `ranks 0-84, 86-1023 (1023 ranks)`: ranges, so 1,024 ranks stay one line."""
+    return rank_word(r for r in ranks if r is not None)

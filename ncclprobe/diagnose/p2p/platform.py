@@ -1,38 +1,35 @@
-"""Platform checks behind P2P health: ACS on the bridges above the GPUs, the IOMMU mode, each GPU's
-link generation and width, and what the driver says about P2P (`nvidia-smi topo -p2p r/w/n`).
+"""Platform checks behind P2P health, judged from what `ncclprobe.evidence.live.platform` read: ACS
+on the bridges above the GPUs, the IOMMU mode, each GPU's link generation and width, and what the
+driver says about P2P (`nvidia-smi topo -p2p r/w/n`).
 
-Every check names the source it read and what it could not read, because containers and VMs hide
-much of this (config space beyond 64 bytes needs root; a VM shows virtual bridges). NCCL's
-troubleshooting guide (docs/troubleshooting.rst, "PCI Access Control Services") names ACS as the first
-cause of P2P hangs and slowness: with ReqRedir/CmpltRedir on a switch port, peer traffic is sent up to
-the root complex. Sources are passed in (root directory, command runner) so tests read real layouts
-built in a temporary directory.
+Every check names the source it read and what it could not read. NCCL's troubleshooting guide
+(docs/troubleshooting.rst, "PCI Access Control Services") names ACS as the first cause of P2P hangs
+and slowness: with ReqRedir/CmpltRedir on a switch port, peer traffic is sent up to the root complex.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncclprobe.evidence.live.sysfs import GpuPath, link_generation, read_gpu_paths
-from ncclprobe.evidence.node.lspci import parse_lspci
-from ncclprobe.evidence.node.topo import parse_p2p_status
-from ncclprobe.findings import SEVERITIES
-
-# a check passed, found a problem of one of the findings' severities, or could not read its source
-STATUSES = ("ok", *(s for s in SEVERITIES if s != "info"), "not readable")
-Runner = Callable[
-    [list[str]], "tuple[int, str] | None"
-]  # argv -> (exit code, stdout), None if absent
+from ncclprobe.evidence.live.platform import (
+    IOMMU_SOURCE,
+    SMI_P2P,
+    AcsReading,
+    DriverP2PReading,
+    IommuReading,
+    PlatformReading,
+    Runner,
+    read_platform,
+    run_command,
+)
+from ncclprobe.evidence.live.sysfs import GpuPath, link_generation
 
 
 @dataclass
 class PlatformCheck:
     """One platform check's result (not a finding: `advice` turns warnings into advice); `status` is
-    one of STATUSES."""
+    "ok", "not readable", or the severity of what it found ("warning")."""
 
     name: str
     status: str
@@ -54,30 +51,26 @@ class PlatformCheck:
         }
 
 
-def run_command(argv: list[str], timeout: float = 30.0) -> tuple[int, str] | None:
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 1, f"{argv[0]} failed: {exc}"
-    return proc.returncode, proc.stdout if proc.returncode == 0 else (proc.stderr or proc.stdout)
-
-
 def platform_checks(
     root: str | Path = "/", run: Runner = run_command, under_load: dict[str, dict] | None = None
 ) -> list[PlatformCheck]:
-    """All four checks; `under_load` maps GPU BDF -> link state sampled during a transfer."""
-    paths, reason = read_gpu_paths(root)
+    """All four checks of this machine (read, then judged); `under_load` maps GPU BDF -> link
+    state sampled during a transfer."""
+    return judge_platform(read_platform(root, run, under_load))
+
+
+def judge_platform(reading: PlatformReading) -> list[PlatformCheck]:
+    """All four checks over what was read."""
+    paths, reason = reading.paths, reading.paths_reason
     return [
-        check_acs(paths, reason, run),
-        check_iommu(Path(root), paths),
-        check_links(paths, reason, under_load or {}),
-        check_driver_p2p(run),
+        check_acs(paths, reason, reading.acs),
+        check_iommu(paths, reading.iommu),
+        check_links(paths, reason, reading.under_load),
+        check_driver_p2p(reading.driver_p2p),
     ]
 
 
-def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> PlatformCheck:
+def check_acs(paths: list[GpuPath], reason: str | None, reading: AcsReading) -> PlatformCheck:
     if not paths:
         return PlatformCheck(
             "acs",
@@ -86,8 +79,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Platform
             "no GPU found in sysfs, so no bridges to check",
             unread=[reason or "no GPU"],
         )
-    bridges = {n.bdf: n for p in paths for n in p.bridges}
-    if not bridges:
+    if not reading.bridges:
         return PlatformCheck(
             "acs",
             "ok",
@@ -95,17 +87,7 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Platform
             "no PCIe bridge above the GPUs (each on a root bus, as in many VMs)",
             evidence={"gpus": [p.bdf for p in paths]},
         )
-    acs = {bdf: n.acs for bdf, n in bridges.items()}
-    source = "sysfs config space"
-    unreadable = [b for b, a in acs.items() if not a.readable]
-    if unreadable:
-        listed = run(["lspci", "-vvv"])
-        if listed and listed[0] == 0:
-            from_lspci = parse_lspci(listed[1])
-            for bdf in unreadable:
-                if bdf in from_lspci:
-                    acs[bdf] = from_lspci[bdf]["acs"]
-            source = "sysfs config space, then lspci -vvv"
+    acs, source = reading.bridges, reading.source
     unread = [f"{b}: {a.reason}" for b, a in acs.items() if not a.readable]
     redirecting = {b: a.redirects for b, a in acs.items() if a.readable and a.redirects}
     details = [
@@ -146,26 +128,22 @@ def check_acs(paths: list[GpuPath], reason: str | None, run: Runner) -> Platform
     )
 
 
-def check_iommu(root: Path, paths: list[GpuPath]) -> PlatformCheck:
-    unread, details = [], []
-    units = _listdir(root / "sys/class/iommu", unread)
-    cmdline = _text(root / "proc/cmdline", unread) or ""
-    params = {
-        k: v
-        for k, _, v in (w.partition("=") for w in cmdline.split())
-        if k in ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict")
-    }
-    groups = {}
-    for p in paths:
-        group_type = _text(root / "sys/bus/pci/devices" / p.bdf / "iommu_group/type", None)
-        groups[p.bdf] = group_type
+def check_iommu(paths: list[GpuPath], reading: IommuReading) -> PlatformCheck:
+    """`paths`: the GPUs whose IOMMU groups were read (their types are in `reading`)."""
+    units, cmdline, params, groups = (
+        reading.units,
+        reading.cmdline,
+        reading.parameters,
+        reading.group_types,
+    )
+    unread, details = list(reading.unread), []
     evidence = {"iommu_units": units, "kernel_parameters": params, "gpu_group_types": groups}
     details.append(
         f"/sys/class/iommu: {', '.join(units) if units else 'empty'}; kernel parameters: "
         + (" ".join(f"{k}={v}" for k, v in params.items()) or "none about the IOMMU")
     )
     translated = [b for b, t in groups.items() if t in ("DMA", "DMA-FQ")]
-    source = "/sys/class/iommu, /proc/cmdline, /sys/bus/pci/devices/*/iommu_group/type"
+    source = IOMMU_SOURCE
     if translated:
         return PlatformCheck(
             "iommu",
@@ -252,32 +230,19 @@ def check_links(
     return PlatformCheck("link", "ok", source, summary, details, unread, {"idle_low_speed": idle})
 
 
-def check_driver_p2p(run: Runner) -> PlatformCheck:
-    matrices, unread = {}, []
-    for mode, name in (("r", "read"), ("w", "write"), ("n", "nvlink")):
-        result = run(["nvidia-smi", "topo", "-p2p", mode])
-        if result is None:
-            return PlatformCheck(
-                "driver-p2p",
-                "not readable",
-                "nvidia-smi topo -p2p",
-                "nvidia-smi is not on PATH",
-                unread=["nvidia-smi not on PATH"],
-            )
-        status = parse_p2p_status(result[1]) if result[0] == 0 else None
-        if status is None:
-            unread.append(
-                f"nvidia-smi topo -p2p {mode}: " + (result[1].strip()[:200] or f"exit {result[0]}")
-            )
-        else:
-            matrices[name] = status
-    if not matrices:
+def check_driver_p2p(reading: DriverP2PReading) -> PlatformCheck:
+    matrices, unread = reading.matrices, reading.unread
+    if not reading.smi:
         return PlatformCheck(
             "driver-p2p",
             "not readable",
-            "nvidia-smi topo -p2p r/w/n",
-            "no P2P status readable",
+            "nvidia-smi topo -p2p",
+            "nvidia-smi is not on PATH",
             unread=unread,
+        )
+    if not matrices:
+        return PlatformCheck(
+            "driver-p2p", "not readable", SMI_P2P, "no P2P status readable", unread=unread
         )
     refused = sorted(
         {
@@ -296,7 +261,7 @@ def check_driver_p2p(run: Runner) -> PlatformCheck:
         return PlatformCheck(
             "driver-p2p",
             "warning",
-            "nvidia-smi topo -p2p r/w/n",
+            SMI_P2P,
             f"the driver reports no P2P read/write for {len(refused)} GPU pair(s): "
             + " ".join(f"{i}-{j}" for i, j in refused[:12]),
             details,
@@ -306,7 +271,7 @@ def check_driver_p2p(run: Runner) -> PlatformCheck:
     return PlatformCheck(
         "driver-p2p",
         "ok",
-        "nvidia-smi topo -p2p r/w/n",
+        SMI_P2P,
         "the driver reports P2P read and write OK for every GPU pair"
         if len(matrices.get("read", [])) > 1
         else "one GPU: no pair to report",
@@ -314,23 +279,6 @@ def check_driver_p2p(run: Runner) -> PlatformCheck:
         unread,
         {"status": matrices},
     )
-
-
-def _listdir(path: Path, unread: list[str]) -> list[str] | None:
-    try:
-        return sorted(p.name for p in path.iterdir())
-    except OSError as exc:
-        unread.append(f"{path}: {exc.strerror or exc}")
-        return None
-
-
-def _text(path: Path, unread: list[str] | None) -> str | None:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError as exc:
-        if unread is not None:
-            unread.append(f"{path}: {exc.strerror or exc}")
-        return None
 
 
 def _int(value) -> int | None:

@@ -1,59 +1,57 @@
-"""Text rendering of P2P evidence for the table format: matrices, checks, findings, advice.
-
-Lines wrap to `width` (the terminal's, from the CLI) under their first line; None (`--wide`) leaves
-them whole."""
+"""What `topo --check` prints as text beside its matrices: the measurement's status, the platform
+checks, NCCL's model, the findings and the advice, each line wrapped by the one renderer
+(`ncclprobe.diagnose.render`)."""
 
 from __future__ import annotations
 
-import textwrap
-
-from tabulate import tabulate
-
-from ncclprobe.evidence.node.matrix import Matrix, rows_for_table
+from ncclprobe.diagnose.report import Lines
 
 
-def matrix_block(m: Matrix) -> list[str]:
-    lines = [f"## {m.label} ({m.unit}) - {m.source}"]
-    lines.append(
-        tabulate(
-            rows_for_table(m), headers="keys", tablefmt="simple", floatfmt=".2f", missingval="-"
-        )
-    )
-    return lines
+def topo_check_lines(doc: dict) -> tuple[Lines, Lines, Lines]:
+    """(the headline, printed above the matrices; the platform and NCCL's model after them; the
+    findings and advice) of a topo-check document."""
+    m = doc["measurement"]
+    head = [
+        f"# topo --check: measurement {m['status']}"
+        + (f" ({m['reason']})" if m.get("reason") else "")
+        + f", {len(m['devices'])} GPU(s)"
+    ]
+    tail = check_lines(doc["platform"]) + nccl_lines(doc["nccl"], doc["nccl_model_vs_measured"])
+    return Lines(head), Lines(tail), Lines(finding_lines(doc["findings"], doc["advice"]))
 
 
-def check_lines(checks: list[dict], width: int | None = 100) -> list[str]:
+def check_lines(checks: list[dict]) -> list[str]:
     out = ["## platform"]
     for c in checks:
-        out += wrap_line(
-            f"[{c['status']}] {c['check']}: {c['summary']} (source: {c['source']})", "  ", width
-        )
-        for unread in c.get("not_readable", [])[:8]:
-            out += wrap_line(f"not readable: {unread}", "      ", width)
+        out.append(f"  [{c['status']}] {c['check']}: {c['summary']} (source: {c['source']})")
+        out += [f"      not readable: {unread}" for unread in c.get("not_readable", [])[:8]]
     return out
 
 
-def finding_lines(findings: list[dict], advice: list[dict], width: int | None = 100) -> list[str]:
+def nccl_lines(nccl: dict, disagree: list[str]) -> list[str]:
+    out = [
+        f"## NCCL's model: job {nccl.get('status')}"
+        + (f" ({nccl['reason']})" if nccl.get("reason") else "")
+        + "".join(f"; {x}" for x in nccl.get("missing", []))
+    ]
+    for g in nccl.get("graphs") or []:
+        out.append(
+            f"  {g['algorithm']}: {g['nchannels']} channel(s) x {g['speed_intra_gbps_per_channel']:g} GB/s "
+            f"over {g['type_intra']}"
+        )
+    return out + [f"  disagrees: {d}" for d in disagree]
+
+
+def finding_lines(findings: list[dict], advice: list[dict]) -> list[str]:
     out = ["## findings"] + ([] if findings else ["  none"])
-    for f in findings:
-        out += wrap_line(f"[{f['severity']}] {f['code']}: {f['message']}", "  ", width)
-    out.append("## advice")
-    for a in advice:
-        out += wrap_line(
-            f"- {a['action']}: {a['reason']} (evidence: {', '.join(a['evidence']) or 'none'})",
-            "  ",
-            width,
-        )
+    out += [f"  [{f['severity']}] {f['code']}: {f['message']}" for f in findings]
+    return out + advice_lines(advice)
+
+
+def advice_lines(advice: list[dict]) -> list[str]:
+    out = ["## advice"]
+    out += [
+        f"  - {a['action']}: {a['reason']} (evidence: {', '.join(a['evidence']) or 'none'})"
+        for a in advice
+    ]
     return out
-
-
-def wrap_line(text: str, indent: str, width: int | None = 100) -> list[str]:
-    if width is None:
-        return [indent + text]
-    return textwrap.wrap(
-        text,
-        width=max(40, width),
-        initial_indent=indent,
-        subsequent_indent=indent + "    ",
-        break_on_hyphens=False,
-    ) or [indent]

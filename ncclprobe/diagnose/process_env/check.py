@@ -1,75 +1,124 @@
-"""env-check: which NCCL settings each process of a running job really has.
+"""env-check judged: which NCCL settings each process of a running job really has, against what was
+expected and the knowledge table's lint.
 
-`env_check(pid, ...)` walks the process tree (`walk`), reads each environment from /proc
-(`environ`, secrets masked), checks expectations and lint (`expect`), cross-checks NCCL's own
-logs (`logcheck`) and returns an `EnvCheckResult` (`report`) that the CLI renders.
+The evidence is `ncclprobe.evidence.live.processes.ProcessEvidence` (gathered live by
+`ncclprobe.gather.processes`: the /proc walk, each environment masked on output, the NCCL logs).
+The rule set `PROCESS_ENV` judges each process (`process_reports`: its expectations, judged from
+NCCL's log where one is given, else from /proc; its lint; its caveats) and finds, in the processes
+that matter (those with libnccl mapped, or every readable one when none has it), every expectation
+missed and every lint error; `env-check` runs it alone (`env_check_report`), `diagnose --env-check
+PID` beside its own. Disagreements between /proc and NCCL's log are shown, and decide nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
-
 from ncclprobe.diagnose.process_env import expect as _expect
-from ncclprobe.diagnose.process_env.report import EnvCheckResult, ProcessReport
+from ncclprobe.diagnose.process_env.logcheck import Disagreement, cross_check
+from ncclprobe.diagnose.process_env.report import (
+    ProcessReport,
+    all_notes,
+    document,
+    rows,
+    targets,
+    title,
+)
+from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.evidence.live.env_check_document import ExpectationStatus
-from ncclprobe.evidence.live.logcheck import ProcessNcclLog, cross_check, read_logs
-from ncclprobe.evidence.live.walk import ProcessInfo, walk
+from ncclprobe.evidence.live.logcheck import ProcessNcclLog
+from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.live.walk import ProcessInfo
+from ncclprobe.findings import Finding
+from ncclprobe.secrets import display_value
 
-__all__ = ["env_check", "EnvCheckResult"]
 
-
-def env_check(
-    pid: int,
-    *,
-    expectations: Iterable[_expect.Expectation] = (),
-    log_paths: Iterable[str | Path] = (),
-    show_all: bool = False,
-) -> EnvCheckResult:
-    """Walk `pid` and its descendants and judge their settings. UsageProblem for a missing pid."""
-    expectations = _expect.merge(expectations)
-    log_paths = list(log_paths)
-    logs_read = read_logs(log_paths)
-    logs = _logs_by_pid([item for item in logs_read if item.on_this_host()])
-    infos = walk(pid)
-    by_pid = {info.pid: info for info in infos}
-    reports = [
-        _process_report(info, by_pid.get(info.ppid), expectations, logs.get(info.pid))
-        for info in infos
+def process_reports(ev: ProcessEvidence) -> list[ProcessReport]:
+    """Each process judged: its expectations, its lint, what its evidence cannot show."""
+    by_pid = ev.by_pid()
+    return [
+        _process_report(info, by_pid.get(info.ppid), ev.expectations, ev.logs.get(info.pid))
+        for info in ev.processes
     ]
-    disagreements = [
+
+
+def disagreements(ev: ProcessEvidence) -> list[Disagreement]:
+    by_pid = ev.by_pid()
+    return [
         d
-        for pid_, log in logs.items()
-        if pid_ in by_pid and by_pid[pid_].readable
-        for d in cross_check(pid_, by_pid[pid_].environ, log.env)
+        for pid, log in ev.logs.items()
+        if pid in by_pid and by_pid[pid].readable
+        for d in cross_check(pid, by_pid[pid].environ, log.env)
     ]
-    result = EnvCheckResult(pid, reports, expectations, disagreements, show_all=show_all)
-    result.notes += _notes(infos, logs, by_pid)
-    result.notes += _other_hosts(logs_read)
-    result.notes += _known_bad(log_paths, logs_read)
-    return result
 
 
-def _known_bad(paths, logs_read: list[ProcessNcclLog]) -> list[str]:
-    """The NCCL releases the processes' logs show, against the known-bad table (`nccl.known_bad`),
-    with the GPUs and the failure lines the logs themselves name."""
-    from ncclprobe.evidence.nccl.known_bad_scan import scan
-    from ncclprobe.nccl.known_bad import describe, matching
+def process_findings(ev) -> list[Finding]:
+    """Every expectation a process that matters misses, and every lint error in one, as it has it."""
+    found = []
+    for proc in targets(process_reports(ev.processes)):
+        pid = proc.info.pid
+        found += [_missed(pid, c) for c in proc.checks if c.status != ExpectationStatus.OK]
+        found += [_lint_error(pid, f) for f in proc.lint or () if f["severity"] == "error"]
+    return found
 
-    if not logs_read:
-        return []
-    found = scan(paths)
-    notes = []
-    for version in sorted({log.nccl_version for log in logs_read if log.nccl_version}):
-        read = next((log.env for log in logs_read if log.nccl_version == version), {})
-        for match in matching(version, found.capabilities, lines=found.lines, read=read):
-            notes.append(f"known-bad {match.severity}: {describe(match)}")
-    return notes
+
+PROCESS_ENV = RuleSet("process environments", (process_findings,), needs=("processes",))
+
+
+def env_check_report(ev, snapshot: int | None = None) -> Report:
+    """`env-check`: the process-environment rule set over the gathered processes, as a Report; exit 3
+    when no process could be read. `snapshot`: the number of a --watch's check, in the title."""
+    processes: ProcessEvidence = ev.processes
+    reports, found = process_reports(processes), disagreements(processes)
+    report = judge(
+        ev,
+        (PROCESS_ENV,),
+        kind="env-check",
+        fails_at="error",
+        answered=any(p.live for p in reports),
+    )
+    report.notes = all_notes(processes.notes, reports, found)
+    report.document = document(processes, reports, found, report)
+    report.rows = rows(reports, processes.show_all, table=False)
+    headline = title(processes.root_pid, reports, report)
+    report.sections = [
+        Table(
+            rows(reports, processes.show_all, table=True),
+            title=f"snapshot {snapshot}: {headline}" if snapshot else headline,
+            notes=report.notes,
+            wide_rows=rows(reports, processes.show_all, table=True, wide=True),
+        )
+    ]
+    report.data["processes"] = reports
+    report.data["disagreements"] = found
+    return report
+
+
+def _missed(pid: int, c) -> Finding:
+    expected, actual = display_value(c.variable, c.expected), display_value(c.variable, c.actual)
+    return Finding(
+        rule="env-check",
+        severity="error",
+        confidence="high",
+        title=f"pid {pid}: {c.variable} {c.status} (expected {expected!r}, has {actual!r})",
+        detail=f"Process {pid} creates NCCL communicators (or is the job's readable process) and "
+        f"has {c.variable} {c.status} against what was expected, as read from {c.source}.",
+        evidence={"pid": pid, "variable": c.variable, "status": str(c.status), "source": c.source},
+    )
+
+
+def _lint_error(pid: int, lint: dict) -> Finding:
+    return Finding(
+        rule="env-check-lint",
+        severity="error",
+        confidence="high",
+        title=f"pid {pid}: lint error: {lint['message']}",
+        detail=f"Fix: {lint['fix']}" if lint.get("fix") else "",
+        evidence={"pid": pid, "variable": lint["variable"], "code": lint["code"]},
+    )
 
 
 def _process_report(
     info: ProcessInfo, parent: ProcessInfo | None, expectations, log: ProcessNcclLog | None
-):
+) -> ProcessReport:
     parent_env = parent.environ if parent is not None and parent.readable else None
     report = ProcessReport(info, parent_env, log=log)
     if not (info.readable and info.status not in ("zombie", "gone")):
@@ -103,43 +152,3 @@ def _caveats(info: ProcessInfo, checks, log) -> list[str]:
             "itself before creating its communicator NCCL still reads it (check with --log)"
         )
     return caveats
-
-
-def _logs_by_pid(logs_read: list[ProcessNcclLog]) -> dict[int, ProcessNcclLog]:
-    merged: dict[int, ProcessNcclLog] = {}
-    for item in logs_read:
-        if item.pid in merged:  # several files for one pid: the first value NCCL reported wins
-            earlier = merged[item.pid]
-            env = {**item.env, **earlier.env}
-            item = ProcessNcclLog(
-                item.pid,
-                f"{earlier.path}, {item.path}",
-                env,
-                earlier.nccl_version or item.nccl_version,
-                earlier.host,
-            )
-        merged[item.pid] = item
-    return merged
-
-
-def _notes(infos, logs, by_pid) -> list[str]:
-    notes = []
-    if infos and all(info.gpus is None for info in infos):
-        notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")
-    notes += [
-        f"--log {log.path}: pid {pid} is not in this process tree; not cross-checked"
-        for pid, log in logs.items()
-        if pid not in by_pid
-    ]
-    return notes
-
-
-def _other_hosts(logs_read: list[ProcessNcclLog]) -> list[str]:
-    hosts: dict[str, set[str]] = {}
-    for item in logs_read:
-        if not item.on_this_host():
-            hosts.setdefault(item.path, set()).add(item.host)
-    return [
-        f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
-        for path, names in hosts.items()
-    ]

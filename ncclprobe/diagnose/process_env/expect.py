@@ -1,5 +1,6 @@
 """What a job's processes should have: `--expect NAME=VALUE`, `--expect-from` a recommendation
-file, and the knowledge table's lint over what each process really has.
+file (read into `Expectation`s, `ncclprobe.evidence.live.processes`), each judged against what a
+process really has, and the knowledge table's lint over it.
 
 A recommendation file is what `ncclprobe recommend --emit json` writes:
 `{"schema_version": 1, "kind": "recommendation", "env": {"NCCL_PROTO": "LL", ...}, ...}`.
@@ -15,17 +16,11 @@ from pathlib import Path
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.live.env_check_document import ExpectationStatus
 from ncclprobe.evidence.live.logcheck import normalise
+from ncclprobe.evidence.live.processes import Expectation
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.secrets import display_value, is_relevant, mask_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class Expectation:
-    variable: str
-    value: str
-    source: str  # "--expect" or the recommendation file's path
 
 
 @dataclass(frozen=True)
@@ -73,21 +68,6 @@ def load_recommendation(path: str | Path) -> list[Expectation]:
         Expectation(name, value, str(path))
         for name, value in recommended_env(path, "--expect-from").items()
     ]
-
-
-def merge(expectations: Iterable[Expectation]) -> list[Expectation]:
-    """One expectation per variable; two different values for one variable is a usage error."""
-    chosen: dict[str, Expectation] = {}
-    for item in expectations:
-        earlier = chosen.get(item.variable)
-        if earlier is not None and earlier.value != item.value:
-            raise UsageProblem(
-                f"{item.variable} is expected with two values: "
-                f"{display_value(item.variable, earlier.value)!r} ({earlier.source}) and "
-                f"{display_value(item.variable, item.value)!r} ({item.source})"
-            )
-        chosen[item.variable] = item
-    return list(chosen.values())
 
 
 def check(

@@ -1,4 +1,5 @@
-"""The env-check result: one document for JSON, rows for a table or CSV, notes, and the exit code.
+"""What env-check shows of its Report: each process's judgement (`ProcessReport`), the JSON
+document, rows for a table or CSV, notes, the title.
 
 Everything here is built from masked views (`visible_env`, `display_value`); the raw
 environments the walk read never reach an output.
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ncclprobe.diagnose.process_env.expect import Expectation, ExpectationCheck
+from ncclprobe.diagnose.process_env.expect import ExpectationCheck
+from ncclprobe.diagnose.process_env.logcheck import Disagreement
+from ncclprobe.diagnose.report import Report
 from ncclprobe.evidence.live.env_check_document import SCHEMA_VERSION, ExpectationStatus
 from ncclprobe.evidence.live.environ import env_diff
-from ncclprobe.evidence.live.logcheck import Disagreement, ProcessNcclLog
+from ncclprobe.evidence.live.logcheck import ProcessNcclLog
+from ncclprobe.evidence.live.processes import ProcessEvidence
 from ncclprobe.evidence.live.walk import ProcessInfo
 from ncclprobe.secrets import display_value, visible_env
-from ncclprobe.verdict import Verdict
 
 PROC_CAVEAT = (
     "/proc/PID/environ is each process's environment at exec: values a process sets later "
@@ -78,94 +81,79 @@ class ProcessReport:
         }
 
 
-@dataclass
-class EnvCheckResult:
-    root_pid: int
-    processes: list[ProcessReport]
-    expectations: list[Expectation]
-    disagreements: list[Disagreement]
-    show_all: bool = False
-    notes: list[str] = field(default_factory=list)
+def document(
+    ev: ProcessEvidence,
+    reports: list[ProcessReport],
+    disagreements: list[Disagreement],
+    report: Report,
+) -> dict:
+    """The env-check JSON document (schema v1, as env-check always wrote it)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "env-check",
+        "root_pid": ev.root_pid,
+        "show_all": ev.show_all,
+        "expectations": [
+            {
+                "variable": e.variable,
+                "value": display_value(e.variable, e.value),
+                "source": e.source,
+            }
+            for e in ev.expectations
+        ],
+        "processes": [p.to_json(ev.show_all) for p in reports],
+        "log_checks": [d.to_json() for d in disagreements],
+        "verdict": {
+            "exit_code": report.verdict().exit_code,
+            "checked_pids": sorted(p.info.pid for p in targets(reports)),
+            "findings": [f.title for f in report.findings],
+        },
+        "notes": report.notes,
+    }
 
-    def targets(self) -> list[ProcessReport]:
-        """The processes the verdict is about: those with libnccl mapped, else every live one."""
-        live = [p for p in self.processes if p.live]
-        with_nccl = [p for p in live if p.info.libnccl]
-        return with_nccl or live
 
-    def findings(self) -> list[str]:
-        found = []
-        for proc in self.targets():
-            found += [
-                f"pid {proc.info.pid}: {c.variable} {c.status} (expected "
-                f"{display_value(c.variable, c.expected)!r}, has {display_value(c.variable, c.actual)!r})"
-                for c in proc.checks
-                if c.status != ExpectationStatus.OK
-            ]
-            found += [
-                f"pid {proc.info.pid}: lint error: {f['message']}"
-                for f in proc.lint or ()
-                if f["severity"] == "error"
-            ]
-        return found
+def targets(reports: list[ProcessReport]) -> list[ProcessReport]:
+    """The processes the verdict is about: those with libnccl mapped, else every live one."""
+    live = [p for p in reports if p.live]
+    with_nccl = [p for p in live if p.info.libnccl]
+    return with_nccl or live
 
-    def verdict(self) -> Verdict:
-        if not any(p.live for p in self.processes):
-            return Verdict.NOTHING_HERE
-        return Verdict.of(bool(self.findings()))
 
-    def to_json(self) -> dict:
-        targets = {p.info.pid for p in self.targets()}
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "env-check",
-            "root_pid": self.root_pid,
-            "show_all": self.show_all,
-            "expectations": [
-                {
-                    "variable": e.variable,
-                    "value": display_value(e.variable, e.value),
-                    "source": e.source,
-                }
-                for e in self.expectations
-            ],
-            "processes": [p.to_json(self.show_all) for p in self.processes],
-            "log_checks": [d.to_json() for d in self.disagreements],
-            "verdict": {
-                "exit_code": self.verdict().exit_code,
-                "checked_pids": sorted(targets),
-                "findings": self.findings(),
-            },
-            "notes": self.all_notes(),
-        }
+def all_notes(
+    notes: list[str], reports: list[ProcessReport], disagreements: list[Disagreement]
+) -> list[str]:
+    """The gathering's notes, the /proc caveat, each process's caveats, the log cross-check, the lint
+    of every process (one note per text, naming every pid it applies to)."""
+    notes = list(notes) + [PROC_CAVEAT]
+    notes += _grouped((p.info.pid, text) for p in reports for text in p.caveats)
+    notes += [
+        f"pid {d.pid}: {d.variable}: {d.kind} (/proc {display_value(d.variable, d.proc_value)!r}, "
+        f"NCCL {display_value(d.variable, d.nccl_value)!r})"
+        for d in disagreements
+    ]
+    notes += _grouped(
+        (p.info.pid, f"lint {f['severity']}: {f['message']}") for p in reports for f in p.lint or ()
+    )
+    return notes
 
-    def all_notes(self) -> list[str]:
-        notes = list(self.notes) + [PROC_CAVEAT]
-        notes += _grouped((p.info.pid, text) for p in self.processes for text in p.caveats)
-        notes += [
-            f"pid {d.pid}: {d.variable}: {d.kind} (/proc {display_value(d.variable, d.proc_value)!r}, "
-            f"NCCL {display_value(d.variable, d.nccl_value)!r})"
-            for d in self.disagreements
-        ]
-        notes += _grouped(
-            (p.info.pid, f"lint {f['severity']}: {f['message']}")
-            for p in self.processes
-            for f in p.lint or ()
-        )
-        return notes
 
-    def rows(self, joiner: str = "\n", *, table: bool = True) -> list[dict]:
-        """One row per process; `table`: as a table shows it (the role indented by depth, the
-        command shortened), else complete, for CSV."""
-        expecting = any(p.checks for p in self.processes)
-        return [_row(p, self.show_all, joiner, expecting, table) for p in self.processes]
+def rows(
+    reports: list[ProcessReport], show_all: bool, *, table: bool, wide: bool = False
+) -> list[dict]:
+    """One row per process; `table`: as a table shows it (the role indented by depth, the command
+    shortened unless `wide`: --wide cuts nothing, lists on lines of their own), else complete, for
+    CSV."""
+    joiner = "\n" if table else "; "
+    expecting = any(p.checks for p in reports)
+    return [_row(p, show_all, joiner, expecting, table, wide) for p in reports]
 
-    def title(self) -> str:
-        live = sum(p.live for p in self.processes)
-        return (
-            f"env-check of pid {self.root_pid}: {len(self.processes)} processes, {live} readable; "
-            f"exit {self.verdict().exit_code}"
-        )
+
+def title(root_pid: int, reports: list[ProcessReport], report: Report) -> str:
+    live = sum(p.live for p in reports)
+    return (
+        f"env-check of pid {root_pid}: {len(reports)} processes, {live} readable; "
+        f"exit {report.verdict().exit_code}"
+    )
 
 
 def _grouped(pairs) -> list[str]:
@@ -179,7 +167,9 @@ def _grouped(pairs) -> list[str]:
     ]
 
 
-def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, table: bool) -> dict:
+def _row(
+    proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, table: bool, wide: bool
+) -> dict:
     from ncclprobe.evidence.live.walk import short_command
 
     info = proc.info
@@ -200,7 +190,7 @@ def _row(proc: ProcessReport, show_all: bool, joiner: str, expecting: bool, tabl
         "settings": joiner.join(f"{k}={v}" for k, v in env.items())
         if info.readable
         else (info.problem or ""),
-        "command": short_command(info.command) if table else info.command,
+        "command": short_command(info.command) if table and not wide else info.command,
         "vs_parent": joiner.join(_diff_text(k, d) for k, d in proc.diff(show_all).items()),
     }
     if not expecting:  # no --expect: no empty column

@@ -4,9 +4,13 @@ one run add up (docs/METRICS.md "Profiles", "costs").
 
 - **Tokens**: what each sequence kept over the profiled steps (`EngineRun.new_tokens`: the
   target's KV cache growth with recorded shapes, one per decode and prefill step; steps of another
-  kind, a draft's or the host's, keep none); a verify whose
-  acceptance the trace does not hold counts as one token (its bonus token), so a cost per token
-  made of it is an upper bound and says so; a server log's acceptance fills it in.
+  kind, a draft's or the host's, keep none); a server log's acceptance fills in a verify's. A
+  verify whose kept tokens the trace does not hold makes the run's tokens unknown: a forward is
+  never counted as a token (a verify keeps 1 to k+1), so no cost is given per token then, only per
+  step or per cycle.
+- **Profiler inflation**: recording every host op slows the host's part of a step, 0.77-2.30x on
+  the H200 HF fixtures (docs/LOG.md 2026-12-01), so a cost made of host time (GPU idle, glue)
+  is a `profiled` Cost whose unprofiled value lies between it / PROFILER_INFLATION and it.
 - **Run time**: the steps' profiled time, per phase its median step times its steps (`phase_ms`:
   one stalled step does not decide a cost; `EngineRun.wall_s` keeps the sum). Profiled, not the
   user's: recording
@@ -23,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TARGET_KINDS = ("prefill", "decode", "verify")
+PROFILER_INFLATION = 2.3  # the largest host-time inflation measured on the H200 fixtures (above)
 
 
 def profile_runs(ev) -> list:
@@ -33,16 +38,23 @@ def profile_runs(ev) -> list:
 
 @dataclass(frozen=True)
 class Tokens:
-    count: float | None  # None: a phase of unknown kind, nothing to count
-    exact: bool  # False: a lower bound (every verify kept only its bonus token)
+    count: float | None  # None: not known (why says why)
+    exact: bool  # True whenever count is known: a forward is never counted as a token
     source: str
+    why: str = ""  # why the count is unknown
+
+
+UNKNOWN_VERIFY = (
+    "the tokens each verify kept are not in the trace: no recorded shapes show the KV cache's "
+    "growth and no server log its acceptance, and a verify keeps 1 to k+1 tokens"
+)
 
 
 def tokens(run) -> Tokens:
     """The tokens per sequence the run's profiled steps produced (see the module docstring)."""
     if run.new_tokens:
         return Tokens(float(run.new_tokens), True, "kept: the KV cache's growth, one per decode")
-    known, bound = 0.0, False
+    known = 0.0
     tpc = run.tokens_per_cycle()
     for phase in run.phases.values():
         if not phase.count:
@@ -51,13 +63,12 @@ def tokens(run) -> Tokens:
             known += phase.tokens_kept
         elif phase.kind == "verify" and tpc:
             known += phase.count * tpc
+        elif phase.kind == "verify":
+            return Tokens(None, False, "", UNKNOWN_VERIFY)
         elif phase.kind in TARGET_KINDS:
-            known += phase.count  # at least the bonus token per verify
-            bound = bound or phase.kind == "verify"
+            known += phase.count  # a decode or a prefill keeps one token per sequence
     if not known:
-        return Tokens(None, False, "")
-    if bound:
-        return Tokens(known, False, "at least one token per verify (the trace holds no acceptance)")
+        return Tokens(None, False, "", "the steps' kinds are unknown")
     return Tokens(known, True, "the server log's acceptance" if tpc else "one token per step")
 
 
@@ -91,8 +102,23 @@ def share(total_ms: float, run) -> float | None:
 
 def per_token_words(value: float | None, toks: Tokens) -> str:
     if value is None:
-        return "per token unknown (the steps' kinds are unknown)"
-    return f"{'at most' if not toks.exact else 'about'} {value:.3f} ms per token"
+        return f"per token unknown ({(toks.why or 'the tokens are unknown').split(':')[0]})"
+    return f"about {value:.3f} ms per token"
+
+
+def cycles(run) -> int:
+    """Speculative cycles: one verify per cycle (0: not a speculative run)."""
+    return sum(p.count for p in run.phases.values() if p.kind == "verify" and p.count)
+
+
+def unit_of(run, toks: Tokens, phase) -> tuple[str, float]:
+    """(unit, how many of them the run holds) for a cost of `phase`'s steps: a token where the
+    run's tokens are known, else a speculative cycle for a speculative phase, else its step."""
+    if toks.count:
+        return "token", toks.count
+    if phase.kind in ("verify", "draft") and cycles(run):
+        return "cycle", float(cycles(run))
+    return "step", float(phase.count)
 
 
 def baseline_reference(ev, kind: str):

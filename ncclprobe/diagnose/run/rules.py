@@ -17,7 +17,7 @@ from ncclprobe.diagnose.run.expectations import expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
 NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
@@ -27,7 +27,7 @@ def eager_phase(ev: E.Evidence) -> list:
     """A speculative phase runs eagerly while the baseline's decode step is a CUDA graph replay:
     the seed case (verify in extend mode without graphs, 2.4x the decode step)."""
     out = []
-    for _, run in spec_runs(ev):
+    for src, run in spec_runs(ev):
         if run.source == "profile":
             continue  # rules_profile_eager.eager_steps weighs a profile's steps (GPU idle time)
         decode, source = E.baseline_decode(ev, run.label)
@@ -92,11 +92,11 @@ def eager_phase(ev: E.Evidence) -> list:
                     reason=f"every phase of the {run.label} speculative run is a graph replay, as the decode step is",
                 )
             )
-        out += [_eager_finding(ev, run, phase, decode, source) for phase in eager]
+        out += [_eager_finding(ev, src, run, phase, decode, source) for phase in eager]
     return out
 
 
-def _eager_finding(ev, run, rec, decode, source) -> Finding:
+def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
     name, n_cycles = rec.name, run.cycles
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
     ev_num = {
@@ -134,6 +134,8 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
         )
         # a model's residual: medium at best; low where the bytes model does not apply (expectations)
         confidence = "medium" if applies else "low"
+        kind, covers = "modelled", (name, "excess")
+        basis = f"the eager {name} step's time above the bytes model's captured {name}"
         cause = (
             "The gap is the verify step's own path (eager launches, and whatever the model leaves out), "
             "not the collectives: NCCL settings cannot close it."
@@ -158,6 +160,8 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
         )
         confidence = "medium"
         cause = "NCCL settings cannot close this gap: the GPU was idle, not in the collectives."
+        kind, covers = "profiled", (name, "idle")
+        basis = f"the GPU idle time of the eager {name} steps (profiled)"
     else:
         cost_step = rec.median_ms
         ev_num["cost_from"] = "upper bound: the eager step's whole time"
@@ -169,6 +173,8 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
         cause = (
             "NCCL settings cannot close this gap: it is the step's own path, not the collectives."
         )
+        kind, covers = "bound", (name,)
+        basis = f"the eager {name} steps' whole time: what capturing them could win at most"
     cost_cycle = cost_step * steps_per_cycle
     cost_token = cost_per_token(run, cost_cycle)
     share = share_of_run(run, cost_token, cost_cycle)
@@ -190,17 +196,28 @@ def _eager_finding(ev, run, rec, decode, source) -> Finding:
             f"graph replay ({decode.median_ms:.3f} ms). {how[0].upper() + how[1:]}. {cause}"
         ),
         evidence=ev_num,
-        cost_ms_per_token=cost_token,
-        cost_ms_per_step=cost_step,
+        cost=_cost(kind, run, src, cost_token, cost_step, rec.count, basis, covers),
         next_command=graphs_command(ev, name),
     )
+
+
+def _cost(kind, run, src, cost_token, cost_step, steps, basis, covers) -> Cost:
+    """A phase's cost per token where the run's tokens are known, else per step; over the run
+    `cost_step` x its steps (the ledger's unit)."""
+    value, unit = (cost_token, "token") if cost_token is not None else (cost_step, "step")
+    kw = {"run": run.name(src), "covers": covers, "total_ms": cost_step * steps}
+    if kind == "bound":
+        return Cost.bound(value, unit, basis, **kw)
+    if kind == "profiled":
+        return Cost.profiled(value, unit, basis, **kw)
+    return Cost.modelled(value, unit, basis, **kw)
 
 
 def verify_ratio(ev: E.Evidence) -> list:
     """The verify/decode ratio against what k+1 tokens through the same weights should cost."""
     expectation = expected_verify_ratio(ev.config)
     out = []
-    for _, run in spec_runs(ev):
+    for src, run in spec_runs(ev):
         verify = run.first_of_kind("verify")
         decode, source = E.baseline_decode(ev, run.label)
         if (
@@ -240,11 +257,11 @@ def verify_ratio(ev: E.Evidence) -> list:
                 )
             )
             continue
-        out.append(_ratio_finding(ev, run, verify, decode, measured, expectation, nums))
+        out.append(_ratio_finding(ev, src, run, verify, decode, measured, expectation, nums))
     return out
 
 
-def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Finding:
+def _ratio_finding(ev, src, run, verify, decode, measured, expectation, nums) -> Finding:
     tp = int(ev.config.get("tp") or 1)
     gbps = expectation.decode_gbps(decode.median_ms, tp)
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)
@@ -288,8 +305,16 @@ def _ratio_finding(ev, run, verify, decode, measured, expectation, nums) -> Find
             "excess_ms_per_cycle": round(excess_cycle, 4),
             "cost_ms_per_token": rounded(cost_token),
         },
-        cost_ms_per_token=cost_token,
-        cost_ms_per_step=excess_step,
+        cost=_cost(
+            "modelled",
+            run,
+            src,
+            cost_token,
+            max(0.0, excess_step),
+            verify.count,
+            f"the {verify.name} step's time above the bytes model's ratio to the decode step",
+            (verify.name, "excess"),
+        ),
         next_command=graphs_command(ev, verify.name),
     )
 

@@ -1,5 +1,5 @@
 """How much of the step the collectives take, and whether they cost more in the engine than the
-sweep measured for the same sizes: the ceiling on what any NCCL setting can win, and the check that
+sweep measured for the same sizes: the ceiling on what any lever on them can win, and the check that
 the engine's collectives run as fast as they can.
 
 Apart from `rules` because these rules read the runs' collectives (share, counts, sizes) and the
@@ -9,17 +9,20 @@ sweep's results, not the steps' graphs or the model's expected costs.
 from __future__ import annotations
 
 from ncclprobe.diagnose.commands import profile_command, sweep_next
+from ncclprobe.diagnose.run.ledger import COLLECTIVE
+from ncclprobe.diagnose.run.levers import lever_words, libraries
+from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.diagnose.run.rules_ranks import with_wait_split
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 
-COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: NCCL settings can matter
-COLLECTIVE_MINOR_SHARE = 0.15  # below this, no NCCL setting can win much
+COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: where the time goes
+COLLECTIVE_MINOR_SHARE = 0.15  # below this, no lever on the collectives can win much
 SWEEP_EXCESS = 2.0  # engine collectives this many times the sweep's time: suspicious
 
 
 def collective_share(ev: E.Evidence) -> list:
-    """How much of the step the collectives take: the ceiling on what any NCCL setting can win.
+    """How much of the step the collectives take: the ceiling on what any lever on them can win.
     One verdict for the whole input, with every run's share as evidence."""
     shares = {
         run.name(src): (run.collective_share, run)
@@ -49,9 +52,9 @@ def collective_share(ev: E.Evidence) -> list:
         return [
             RuledOut(
                 rule="collective-share",
-                hypothesis="NCCL settings as the main lever",
-                reason=f"collectives take at most {share:.0%} of the step time ({worst}): no NCCL setting can "
-                f"win more than {share * total:.3f} ms of {of}",
+                hypothesis="the collectives as the main lever",
+                reason=f"collectives take at most {share:.0%} of the step time ({worst}): no lever on "
+                f"them can win more than {share * total:.3f} ms of {of}",
             )
         ]
     return []
@@ -82,22 +85,21 @@ def _bound_finding(ev, bound: dict) -> Finding:
         if run.per_token_count is not None
         else ""
     )
+    unit = "token" if run.ms_per_token else "step"
     finding = Finding(
         rule="collective-bound",
-        severity="warning",
+        # where the time goes, not what is wrong: what a lever could win there is a bound, and a
+        # bound on a healthy run is no warning (a comparison with a sweep or a baseline is)
+        severity="info",
         confidence="high",
         title=f"collectives take {share:.0%} of the step time ({worst}"
         + (f", and {len(bound) - 1} more run(s) at 50% or more)" if len(bound) > 1 else ")"),
         detail=(
-            f"{count}The collectives take {share:.0%} of the step: here the collective path is what to work on: "
-            + (
-                "fewer or larger collectives, a replicated draft. This run used gloo, which NCCL settings do not "
-                "affect: a sweep of its sizes shows gloo's cost, and NCCL settings need a GPU run to compare."
-                if _gloo(ev)
-                else "NCCL settings, fewer or larger collectives, a replicated draft. Measure the engine's "
-                "own sizes and "
-                "compare settings."
-            )
+            f"{count}The collectives take {share:.0%} of the step: where the time goes, not what "
+            "is wrong with it; what a lever could win there is at most that share. Fewer or larger "
+            f"collectives act on any of them; by what moved the data: {lever_words(libraries(ev))}. "
+            "Whether the collectives run slower than they should is a comparison: a sweep of the "
+            "same sizes (--sweep) or a baseline run (--baseline, --baseline-profile)."
         ),
         evidence={
             "collective_share_by_run": {name: round(pair[0], 3) for name, pair in bound.items()},
@@ -106,13 +108,30 @@ def _bound_finding(ev, bound: dict) -> Finding:
             "ms_per_token": run.ms_per_token,
             "sizes_bytes": sizes,
         },
-        cost_ms_per_token=share * (run.ms_per_token or 0.0) or None,
-        cost_ms_per_step=share * per_step,
+        cost=collective_cost(worst, run, share, per_step, unit, (COLLECTIVE,)),
         next_command=sweep_next(ev, sizes),
     )
     # profiles of several ranks: the share is part waiting for a rank, part moving data
-    unit = "token" if run.ms_per_token else "step"
     return with_wait_split(finding, run, share, per_step, COLLECTIVE_BOUND_SHARE, unit)
+
+
+def collective_cost(
+    name: str, run, share: float, per_unit: float, unit: str, covers: tuple
+) -> Cost:
+    """At most what a lever on the collectives could win: their share of the run's time (a bound,
+    `share` of `per_unit` ms per `unit`) in the ledger of the run called `name`."""
+    whole = run.ms_per_token * run.new_tokens if run.ms_per_token and run.new_tokens else None
+    if whole is None and run.source == "profile":
+        whole = run_ms(run)
+    return Cost.bound(
+        share * per_unit,
+        unit,
+        f"the collectives' share of the run's time ({share:.0%}): what fewer, larger or faster "
+        "collectives could win at most",
+        run=name,
+        covers=covers,
+        total_ms=share * whole if whole else None,
+    )
 
 
 def collectives_vs_sweep(ev: E.Evidence) -> list:
@@ -173,10 +192,6 @@ def _records_collectives(ev: E.Evidence) -> str:
         for p in run.phases.values()
     )
     return "no collective kernel ran in the profiled steps (GPU activity recorded)" if gpu else ""
-
-
-def _gloo(ev: E.Evidence) -> bool:
-    return ev.kind == "engine-trace" and ev.config.get("backend") == "gloo"
 
 
 def _all_sizes(ev: E.Evidence) -> list[int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 RULE = "host-call"
 HYPOTHESIS = "the device waits for a host function in every step"
@@ -151,8 +151,31 @@ def _outcome(ev, run, report, rank):
             ],
             "python_stacks": report.python,
         },
-        cost_ms_per_step=top.ms_per_step,
-        cost_ms_per_token=C.per_token(total, toks),
+        cost=_cost(run, gpu, top.ms_per_step, total, toks),
+    )
+
+
+def _cost(run, gpu: bool, per_step: float, total: float, toks) -> Cost:
+    """At most the trace's time in the function (a profiler recording Python calls slows it), per
+    token where the run's tokens are known. On a GPU it is part of the idle time `host-bound`
+    (or the graph rules) already count: said, not counted again in the run's time ledger; on the
+    CPU it is the run's own time outside the forward, counted there."""
+    per_token = C.per_token(total, toks)
+    unit, value = ("token", per_token) if per_token is not None else ("step", per_step)
+    if gpu:
+        return Cost.bound(
+            value,
+            unit,
+            "the GPU idle time while the host ran this function, as profiled (part of the idle "
+            "time host-bound counts; not counted again)",
+        )
+    return Cost.bound(
+        value,
+        unit,
+        "the host's time in this function outside the model's forward, as profiled",
+        run=run.name("trace"),
+        covers=(),
+        total_ms=total,
     )
 
 

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.run import profile_costs as C
-from ncclprobe.diagnose.run import rules_profile_baseline, rules_profile_eager, rules_profile_steps
+from ncclprobe.diagnose.run import (
+    rules_collective_baseline,
+    rules_profile_baseline,
+    rules_profile_eager,
+    rules_profile_steps,
+)
+from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 
@@ -36,7 +43,18 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
     hyp = "NCCL settings explain the slow steps"
     if not any(run.phases for _, run in runs):
         return []
+    libs = libraries(ev)
+    others = libs - NCCL_LIBRARIES
     if not any(p.device_ms is not None for _, run in runs for p in run.phases.values()):
+        if others and not libs & NCCL_LIBRARIES:  # the host ops name what ran: gloo, ...
+            return [
+                RuledOut(
+                    rule="nccl-settings",
+                    hypothesis=hyp,
+                    reason=f"the collectives ran on {', '.join(sorted(others))} (the profile's host "
+                    f"ops), not NCCL: no NCCL setting acts on them ({lever_words(others)})",
+                )
+            ]
         return [
             NotChecked(
                 rule="nccl-settings",
@@ -45,14 +63,16 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
                 next_command=profile_command(ev.config.get("engine")),
             )
         ]
-    colls = [c for _, run in runs for c in run.collectives]
+    colls = [c for _, run in runs for c in run.collectives if c.library in NCCL_LIBRARIES]
     slow, fast = _slowest_pair(ev)
     if not colls:
+        ran = f": the communication ran on {', '.join(sorted(others))} ({lever_words(others)})"
         return [
             RuledOut(
                 rule="nccl-settings",
                 hypothesis=hyp,
-                reason="no NCCL/RCCL kernel ran in the profiled steps: no NCCL setting acts on them",
+                reason="no NCCL/RCCL kernel ran in the profiled steps: no NCCL setting acts on them"
+                + (ran if others else ""),
             )
         ]
     if slow is None:
@@ -135,10 +155,15 @@ def _coll_ms_per_step(run, phase) -> float:
     """Per step, the wall time with a collective kernel running (the union of its collective
     kernels: summed kernel time counts overlapping calls twice), less the share spent waiting for
     another rank where the ranks are aligned: what NCCL's transfer could account for."""
-    if phase.collective_ms is not None:
+    only_nccl = all(c.library in NCCL_LIBRARIES for c in run.collectives)
+    if phase.collective_ms is not None and only_nccl:
         wall = phase.collective_ms
-    else:
-        calls = [c for c in run.collectives if c.phase == phase.name and c.time_us]
+    else:  # NCCL's kernels alone, where other communication ran beside them
+        calls = [
+            c
+            for c in run.collectives
+            if c.phase == phase.name and c.time_us and c.library in NCCL_LIBRARIES
+        ]
         wall = sum(c.time_us for c in calls) / 1000.0 / phase.count if phase.count else 0.0
     split = collective_split(run)
     return wall * split["transfer"] if split else wall
@@ -155,7 +180,9 @@ def _wall_words(run, phase) -> str:
 
 def _launched(run, phase) -> set[str]:
     return {
-        f"{c.op} {c.algo}/{c.proto}" for c in run.collectives if c.phase == phase.name and c.algo
+        f"{c.op} {c.algo}/{c.proto}"
+        for c in run.collectives
+        if c.phase == phase.name and c.algo and c.library in NCCL_LIBRARIES
     }
 
 
@@ -187,6 +214,7 @@ def collective_calls(ev: E.Evidence) -> list:
                     "phase": c.phase,
                     "launched": f"{c.algo}/{c.proto}" if c.algo else None,
                     "size_from": c.size_source,
+                    "library": c.library,
                 }
             )
         if rows:
@@ -198,7 +226,7 @@ def collective_calls(ev: E.Evidence) -> list:
                     confidence="high",
                     title=f"{run.name(src)}: {sum(r['calls'] for r in rows)} collective calls in "
                     + (f"{len(rows)} groups" if len(rows) != 1 else "1 group")
-                    + (f" ({unknown} of unknown size: replayed from graphs)" if unknown else ""),
+                    + (f" ({unknown} of unknown size{_why_unknown(run)})" if unknown else ""),
                     detail=(
                         "Per operation and size: calls, time per call (kernel time on the GPU, or the host op's "
                         "time on a CPU-only profile), bus bandwidth, the share of its phase, and the "
@@ -211,6 +239,15 @@ def collective_calls(ev: E.Evidence) -> list:
                 )
             )
     return out
+
+
+def _why_unknown(run) -> str:
+    """Why some sizes are unknown: graph replays whose capture is not in the profile, or calls
+    recorded without their arguments; never a graph on a profile without one."""
+    unknown = [c for c in run.collectives if c.size_bytes is None]
+    if all(c.graph for c in unknown):
+        return ": replayed from graphs"
+    return "" if any(c.graph for c in unknown) else ": recorded without their arguments"
 
 
 def _busbw(c, per_call_us: float | None) -> float | None:
@@ -234,6 +271,7 @@ RULES = (
     rules_profile_eager.RULES
     + rules_profile_steps.RULES
     + rules_profile_baseline.RULES
+    + rules_collective_baseline.RULES
     + (
         nccl_from_kernels,
         collective_calls,

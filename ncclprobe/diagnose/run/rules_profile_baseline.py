@@ -11,16 +11,18 @@ The split (docs/METRICS.md "Profiles", "against a baseline"), per token of each 
   forward per token cost it, verifies that kept several tokens save it;
 - **the prefill**: once per run, over each run's tokens.
 The three add up to the difference by construction; what they cannot tell is said: a verify's
-kept tokens unknown (no shapes, no server log) make every per-token figure an upper bound.
+kept tokens unknown (no shapes, no server log) leave the per-token figures unknown (not checked).
+The difference is the run's time ledger's pool (`ledger.WHOLE`): the causes' costs never add past it.
 """
 
 from __future__ import annotations
 
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.run import profile_costs as C
+from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.rules_profile_eager import eager_parts
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 
 def against_baseline(ev: E.Evidence) -> list:
@@ -32,16 +34,20 @@ def against_baseline(ev: E.Evidence) -> list:
     run, base = runs[0], bases[0]
     mine, theirs = C.tokens(run), C.tokens(base)
     if not (mine.count and theirs.count and C.run_ms(run) and C.run_ms(base)):
+        why = "; ".join(sorted({t.why for t in (mine, theirs) if not t.count and t.why}))
         return [
             NotChecked(
                 rule="against-baseline",
                 hypothesis="the causes explain the difference from the baseline",
-                missing="the tokens of both runs (their steps are of unknown kind)",
+                missing=f"the tokens of both runs ({why or 'their steps are of unknown kind'})",
+                next_command=profile_command(
+                    run.engine if run.engine not in ("unknown", "torch") else None
+                ),
             )
         ]
     parts = split(ev, run, mine, base, theirs)
     exact = mine.exact and theirs.exact
-    bound = "" if exact else "at most "
+    bound = ""
     evidence = {
         **{k: round(v, 4) for k, v in parts.items() if isinstance(v, float)},
         "eager_ms_per_token_by_phase": {k: round(v, 4) for k, v in parts["by_phase"].items()},
@@ -73,8 +79,26 @@ def against_baseline(ev: E.Evidence) -> list:
                 "part's share of its run carries over."
             ),
             evidence=evidence,
+            cost=_difference_cost(run, mine, parts),
         )
     ]
+
+
+def _difference_cost(run, mine, parts) -> Cost | None:
+    """The run's difference from its baseline per token, both profiled: the pool of the run's
+    time ledger (the causes' costs never add past it); None where the run is not slower."""
+    difference = parts["difference_ms_per_token"]
+    if difference <= 0:
+        return None
+    return Cost.profiled(
+        difference,
+        "token",
+        "this run's profiled time per token minus the baseline's",
+        inflation=C.PROFILER_INFLATION,
+        run=run.name("trace"),
+        covers=WHOLE,
+        total_ms=difference * mine.count,
+    )
 
 
 def split(ev, run, mine, base, theirs) -> dict:
@@ -161,7 +185,15 @@ def _speculation(ev, run, mine, base, theirs, parts) -> list:
                 "tokens": mine.count,
                 "share_of_run_time": None if share is None else round(share, 4),
             },
-            cost_ms_per_token=cost,
+            cost=Cost.profiled(
+                cost,
+                "token",
+                "the forwards beyond the baseline's per token, at their replayed price (profiled)",
+                inflation=C.PROFILER_INFLATION,
+                run=run.name("trace"),
+                covers=("forwards",),
+                total_ms=cost * mine.count,
+            ),
         )
     ]
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 
 def eager_steps(ev: E.Evidence) -> list:
@@ -178,7 +179,8 @@ def _eager_finding(ev, run, parts) -> Finding:
             for p in parts
         },
         "cost_ms_per_token": None if token_cost is None else round(token_cost, 4),
-        "cost_per_token_is": "exact" if toks.exact else "an upper bound",
+        "tokens": toks.count,
+        "tokens_from": toks.source or toks.why,
         "share_of_run_time": None if share is None else round(share, 4),
     }
     if "expected" in top:
@@ -197,10 +199,33 @@ def _eager_finding(ev, run, parts) -> Finding:
         ),
         detail=_eager_detail(parts),
         evidence=evidence,
-        cost_ms_per_token=token_cost,
-        cost_ms_per_step=top["cost"],
+        cost=_eager_cost(run, toks, parts, total),
         next_command=graphs_command(ev, phase.name),
     )
+
+
+def _eager_cost(run, toks, parts, total: float) -> Cost:
+    """What capture would save: per token where the run's tokens are known, else per speculative
+    cycle or per step of the one eager phase (several eager phases without tokens: per step of
+    the largest, the others' parts in the evidence). Modelled where a part rests on the model
+    shape's expected ratio, else profiled GPU idle time (host time, inflated by the profiler)."""
+    top = max(parts, key=lambda p: p["cost"] * p["phase"].count)
+    unit, units = C.unit_of(run, toks, top["phase"])
+    covers: tuple = ()
+    if unit == "step" and len(parts) > 1:
+        total = top["cost"] * top["phase"].count
+    if len(parts) == 1 or unit == "step":
+        modelled = "expected" in top
+        covers = (top["phase"].name, "excess" if modelled else IDLE)
+    basis = (
+        "the eager steps' GPU idle time above their graph-replayed reference's (profiled)"
+        if not any("expected" in p for p in parts)
+        else "the eager steps' time above what the model shape puts a captured step at"
+    )
+    kw = {"run": run.name("trace"), "covers": covers, "total_ms": total}
+    if any("expected" in p for p in parts):
+        return Cost.modelled(total / units, unit, basis, **kw)
+    return Cost.profiled(total / units, unit, basis, inflation=C.PROFILER_INFLATION, **kw)
 
 
 def _eager_detail(parts) -> str:

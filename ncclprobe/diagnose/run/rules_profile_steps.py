@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
+from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
 HOST_BOUND_MIN_MS = 0.05  # ... and for at least this long (a short step's idle is launch latency)
@@ -83,6 +84,7 @@ def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
     syncs = phase.launches.get("sync", 0)
     total = phase.idle_ms * phase.count
     share, token_cost = C.share(total, run), C.per_token(total, toks)
+    unit, units = C.unit_of(run, toks, phase)
     severity = severity_for_share(share) if every else "info"
     return Finding(
         rule="host-bound",
@@ -113,8 +115,16 @@ def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
             "launches_per_step": phase.launches,
             "share_of_run_time": None if share is None else round(share, 4),
         },
-        cost_ms_per_token=token_cost,
-        cost_ms_per_step=phase.idle_ms,
+        cost=Cost.profiled(
+            total / units,
+            unit,
+            f"the GPU idle time of the {phase.name} steps, waiting for the host (profiled: the "
+            "profiler slows the host)",
+            inflation=C.PROFILER_INFLATION,
+            run=run.name("trace"),
+            covers=(phase.name, IDLE),
+            total_ms=total,
+        ),
         next_command=graphs_command(ev, phase.name) if phase.graphed is False else "",
     )
 
@@ -175,8 +185,16 @@ def graph_glue(ev: E.Evidence) -> list:
                         "eager_kernels_per_step": kernels,
                         "share_of_run_time": None if share is None else round(share, 4),
                     },
-                    cost_ms_per_token=per if tokens else None,
-                    cost_ms_per_step=glue,
+                    cost=Cost.profiled(
+                        per,
+                        "token" if tokens else "step",
+                        f"the {phase.name} steps' time outside the graph replay's kernels: the "
+                        "host's work and eager kernels between replays (profiled)",
+                        inflation=C.PROFILER_INFLATION,
+                        run=run.name("trace"),
+                        covers=(phase.name, "glue"),
+                        total_ms=glue * phase.count,
+                    ),
                 )
             )
     return out

@@ -15,16 +15,17 @@ from ncclprobe.diagnose.commands import (
     fresh,
     graphs_command,
 )
+from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.run_costs import rounded, spec_runs
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 
 
 def speculative_slower(ev: E.Evidence) -> list:
     """Speculative slower than its baseline: decompose its time per token into draft, verify and
     overhead, and say what acceptance would break even."""
     out = []
-    for _, run in spec_runs(ev):
+    for src, run in spec_runs(ev):
         if run.source != "engine-trace":
             continue  # profiles and logs: rules_log weighs their throughputs
         base = E.find_run(ev.runs, mode="baseline", label=run.label) or E.find_run(
@@ -39,11 +40,11 @@ def speculative_slower(ev: E.Evidence) -> list:
                 )
             )
             continue
-        out.append(_compare_speeds(ev, run, base))
+        out.append(_compare_speeds(ev, src, run, base))
     return out
 
 
-def _compare_speeds(ev, run, base):
+def _compare_speeds(ev, src, run, base):
     """The noise rule of `ncclprobe.stats` on the two runs' tokens/s: with repeats on both sides
     (run-engine --repeats) their spreads and the 5 % floor decide, else the noise floor of one run
     on this device (a shared CPU's tokens/s vary 2x, a GPU's a few percent). Faster beyond the noise
@@ -63,7 +64,7 @@ def _compare_speeds(ev, run, base):
             reason=f"{run.label}: speculative is faster beyond the noise: {figures}; {verdict.describe()}",
         )
     if verdict.verdict == stats.SLOWER:
-        return _slower_finding(ev, run, base, verdict)
+        return _slower_finding(ev, src, run, base, verdict)
     repeats = 2 * max(len(run.tokens_per_s_repeats), 1) + 1
     if verdict.basis == stats.NOISE_FLOOR:
         return NotChecked(
@@ -108,7 +109,7 @@ def _rate(run) -> str:
     )
 
 
-def _slower_finding(ev, run, base, verdict: stats.Comparison) -> Finding:
+def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
     parts = {
         name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
         for name in ("draft", "verify", *E.OVERHEAD_PHASES)
@@ -167,8 +168,31 @@ def _slower_finding(ev, run, base, verdict: stats.Comparison) -> Finding:
             + (" More repeats give it a spread (run-engine --repeats)." if single else "")
         ),
         evidence=nums,
-        cost_ms_per_token=ms_token - decode_ms,
+        cost=_slowdown(src, run, base, ms_token - decode_ms),
         next_command=fix,
+    )
+
+
+def _slowdown(src, run, base, difference: float) -> Cost | None:
+    """The measured difference per token, its range from the repeats' spreads where both runs
+    have them: the pool of the run's time ledger (its causes never add past it)."""
+    mine, theirs = _speed_sample(run), _speed_sample(base)
+    if difference <= 0:  # the step timers disagree with the tokens/s the noise rule judged
+        difference = 1000.0 * (mine.median - theirs.median)
+    if difference <= 0:
+        return None
+    both = mine.repeats > 1 and theirs.repeats > 1
+    low = max(0.0, 1000.0 * (mine.low - theirs.high)) if both else difference
+    high = max(low, 1000.0 * (mine.high - theirs.low)) if both else difference
+    return Cost.measured(
+        min(low, difference),
+        "token",
+        "the speculative run's time per token minus the baseline's"
+        + (" (the range: the repeats' p10-p90 spreads)" if both else ""),
+        high=max(high, difference),
+        run=run.name(src),
+        covers=WHOLE,
+        total_ms=difference * run.new_tokens if run.new_tokens else None,
     )
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 
 from ncclprobe.diagnose.commands import NEAREST_FACTOR, sizes_arg, sweep_command, sweep_next
+from ncclprobe.diagnose.run.ledger import COLLECTIVE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.records import ResultRecord
 
@@ -180,7 +181,16 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
             "arrives late, contention with compute."
         ),
         evidence=nums,
-        cost_ms_per_token=measured - expected,
+        cost=Cost.measured(
+            max(0.0, measured - most),
+            "token",
+            "the engine's collective time per token above what the sweep measured for the same "
+            "sizes and settings" + (" (sizes within 2x standing in: a range)" if stand_in else ""),
+            high=max(0.0, measured - least),
+            run=name,
+            covers=(COLLECTIVE, "excess"),
+            total_ms=max(0.0, measured - least) * run.new_tokens if run.new_tokens else None,
+        ),
         next_command=nxt,
     )
 
@@ -196,6 +206,8 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
     for c in run.collectives:
         if not c.size_bytes or not c.time_us or not c.count:
             continue
+        if c.library is not None and c.library not in ("NCCL", "RCCL", "gloo"):
+            continue  # the sweep measures NCCL (or gloo through torch): not this library's kernels
         per_call = c.time_us / c.count
         hit = sweep_time_us(
             ev.sweep, settings={}, nranks=nranks, op=c.op, mode="graph", size=c.size_bytes
@@ -277,7 +289,16 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
                     "arrives late (the kernel waits for its peers)."
                 ),
                 evidence=nums,
-                cost_ms_per_step=(per_call - most) * c.count / 1000.0,
+                cost=Cost.measured(
+                    max(0.0, per_call - most) / 1000.0,
+                    "call",
+                    f"each {c.op} call's kernel time above the sweep's at its size (profiled "
+                    "kernel time against the sweep's)",
+                    high=max(0.0, per_call - least) / 1000.0,
+                    run=name,
+                    covers=(COLLECTIVE, "excess"),
+                    total_ms=max(0.0, per_call - least) * c.count / 1000.0,
+                ),
             )
         )
     if missing:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ncclprobe.diagnose.commands import engine_command
+from ncclprobe.diagnose.run.levers import libraries, nccl_ran
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import nccl_env
@@ -266,6 +267,13 @@ def _compare_pair(ev, pa, pb):
             f"They asked for {_fmt(tuning_settings(a.settings))} and {_fmt(tuning_settings(b.settings))}, "
             f"but both {how} under {_fmt(tuning_settings(eff_a))}: tuning could not change their collectives, so any "
             f"difference between them ({_tok_s(a)} vs {_tok_s(b)} tok/s) is noise or another cause."
+            + (
+                ""
+                if nccl_ran(ev)
+                else " Here NCCL did not run at all (the collectives ran on "
+                + (", ".join(sorted(libraries(ev))) or "a backend the evidence does not name")
+                + "): no NCCL setting acts on them either way."
+            )
         ),
         evidence={
             "asked": {name_a: a.settings, name_b: b.settings},

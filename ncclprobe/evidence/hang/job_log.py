@@ -33,21 +33,21 @@ from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.numbers import ascii_re
 
-_TEE = ascii_re(r"^\[[A-Za-z_][\w-]*(?P<local>\d+)\]:")
-_RANK = ascii_re(r"^\[rank(?P<rank>\d+)\]:")
+_TEE = ascii_re(r"^\[[A-Za-z_][\w-]*?(?P<local>\d{1,19})\]:")
+_RANK = ascii_re(r"^\[rank(?P<rank>\d{1,19})\]:")
 _GLOG = ascii_re(
     r"^\[(?P<level>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?))? ?(?:\d+ )?\S+:\d+\] ?"
 )
 _PG_PREFIX = ascii_re(
-    r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? |PG (?P<pg>\d+) "
-    r"(?:\((?P<desc2>[^)]*)\) )?)?Rank (?P<rank>\d+)\]"
+    r"\[(?:PG ID (?P<pgid>\d{1,19}) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]{0,256})\))? |PG (?P<pg>\d{1,19}) "
+    r"(?:\((?P<desc2>[^)]{0,256})\) )?)?Rank (?P<rank>\d{1,19})\]"
 )
 _WORK = ascii_re(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<fields>.{0,400})")
 _WORK_FIELD = ascii_re(r"(?P<key>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<value>[\w.]+)")
-_RAN_FOR = ascii_re(r"ran for (?P<ms>\d+) milliseconds before timing out")
+_RAN_FOR = ascii_re(r"ran for (?P<ms>\d{1,19}) milliseconds before timing out")
 _STATUS = ascii_re(
-    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d+)\D.*?)?"
-    r"last enqueued (?:NCCL )?work: (?P<enq>\d+), last completed (?:NCCL )?work: (?P<done>-?\d+)"
+    r"(?i)(?:(?:work sequence id|watchdog at work|Timeout at NCCL work): (?P<seq>\d{1,19})\D.{0,200}?)?"
+    r"last enqueued (?:NCCL )?work: (?P<enq>\d{1,19}), last completed (?:NCCL )?work: (?P<done>-?\d{1,19})(?!\d)"
 )
 _FR_OFF = ascii_re(r"FlightRecorder is disabled|TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value")
 _DUMP_SIGNAL = ascii_re(r"(?i)signal dumping|dump signal")
@@ -55,18 +55,18 @@ _DUMP_SIGNAL = ascii_re(r"(?i)signal dumping|dump signal")
 # ranks before it runs; a mismatch names both ranks' calls (`SequenceNumber` counts from 0: the 4th
 # collective is 3), a rank that never arrives fails the monitored barrier
 _MISMATCH = ascii_re(
-    r"Detected mismatch between collectives on ranks\. Rank (?P<a>\d+) is running collective: "
+    r"Detected mismatch between collectives on ranks\. Rank (?P<a>\d{1,19}) is running collective: "
 )
 _FINGERPRINT = ascii_re(
-    r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d+), "
-    r"OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]*)\])?"
+    r"Rank (?P<rank>\d{1,19}) is running collective: CollectiveFingerPrint\(SequenceNumber=(?P<seq>\d{1,19}), "
+    r"OpType=(?P<op>\w+)(?:, TensorShape=\[(?P<shape>[^\]]{0,256})\])?"
 )
 _BARRIER = ascii_re(
-    r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms"
+    r"Ranks? (?P<ranks>\d{1,19}(?:, ?\d{1,19})*) failed to pass monitoredBarrier in (?P<ms>\d{1,19}) ms"
 )
 # gloo's own check of a received message (pair.cc): a collective of another size on the peer
 _GLOO_SIZE = ascii_re(
-    r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<expected>\d+)\. Received data size doesn't "
+    r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d{1,19}) vs (?P<expected>\d{1,19})\. Received data size doesn't "
     r"match expected size"
 )
 # a collective that failed because a peer went away (NCCL's ncclRemoteError, and the socket line
@@ -74,15 +74,17 @@ _GLOO_SIZE = ascii_re(
 _REMOTE = ascii_re(
     r"remote process exited or there was a network error|ncclRemoteError|Connection closed by remote peer"
 )
-_GLOO_TIMEOUT = ascii_re(r"Timed out waiting (?P<ms>\d+)ms for (?P<dir>recv|send) operation")
-_PEER_CLOSED = ascii_re(r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
+_GLOO_TIMEOUT = ascii_re(r"Timed out waiting (?P<ms>\d{1,19})ms for (?P<dir>recv|send) operation")
+_PEER_CLOSED = ascii_re(
+    r"Connection closed by peer \[(?P<peer>[^\]\s]+)\]:(?P<port>\d{1,19})(?!\d)"
+)
 _EXCEPTION = ascii_re(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (?P<msg>.*)$")
 _FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
 _FAILURE_FIELD = ascii_re(
     r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: (?P<v>.*)$"
 )
-_FAILURE_RANK = ascii_re(r"^(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)")
-_EXITCODE = ascii_re(r"^(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_FAILURE_RANK = ascii_re(r"^(?P<rank>\d{1,19}) \(local_rank: (?P<local>\d{1,19})\)")
+_EXITCODE = ascii_re(r"^(?P<code>-?\d{1,19})(?!\d)(?: \(pid: (?P<pid>\d{1,19})\))?")
 # what surrounds a failure this reader reads (the watchdog's teardown, torchrun's account of the
 # ranks it stopped, a traceback's header): context, not a failure of its own
 _CONTEXT = ascii_re(
@@ -93,7 +95,7 @@ _CONTEXT = ascii_re(
     r"|^\s*(?:exitcode|error_file|traceback)\s*:|^\s*File \"|^\S+ FAILED$"
     r"|terminate called after throwing an instance of 'gloo::EnforceNotMet'|^Last error:\s*$"
 )
-_NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d+)(?:\.\w+)?$")
+_NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d{1,19})(?:\.\w+)?$")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,6 @@
-"""Cross-check /proc against what NCCL itself says it read (`--log`, NCCL_DEBUG=INFO logs).
-
-/proc/PID/environ is the environment at exec; NCCL's `VAR set by environment to VALUE` lines are
-what it found when it looked. The three disagreements worth a user's time:
-  set, never read     in /proc, but NCCL never reported reading it (unused on this path, a name
-                      NCCL doesn't know, or the ENV debug subsystem was off);
-  read, other value   NCCL read a value different from /proc (the process changed it at runtime);
-  read, not in /proc  NCCL read it but exec didn't carry it (set in os.environ/setenv inside the
-                      process, or from ~/.nccl.conf or /etc/nccl.conf).
+"""What each process's NCCL log says it read (`env-check --log`, NCCL_DEBUG=INFO logs): NCCL's
+`VAR set by environment to VALUE` lines are what it found when it looked, which /proc (the
+environment at exec) may not show. `ncclprobe.diagnose.process_env.logcheck` compares the two.
 Logs map to processes by the pid in each line's `host:pid:tid` prefix, or by the `%p` part of an
 NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
 """
@@ -14,28 +8,14 @@ NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.nccl.recipes import PROOF_VARIABLES
 from ncclprobe.nccl.values import as_logged
 from ncclprobe.numbers import ascii_re, is_digits
-from ncclprobe.secrets import display_value
 
-# NCCL reads these without a `set by environment` line, so their absence proves nothing;
-# NCCL_VERSION is not NCCL's at all: NVIDIA's containers set it to the NCCL they ship.
-NOT_ECHOED = frozenset(
-    {
-        *PROOF_VARIABLES,
-        "NCCL_DEBUG_TIMESTAMP_FORMAT",
-        "NCCL_DEBUG_TIMESTAMP_LEVELS",
-        "NCCL_CONF_FILE",
-        "NCCL_NO_CACHE",
-        "NCCL_VERSION",
-    }
-)
 _LINE_PID = ascii_re(r"^([^\s:\[\]]+):(\d+):\d+ \[\d+\]")
 _FILE_PID = ascii_re(r"(?<![0-9])(\d{2,9})(?![0-9])")
 
@@ -53,30 +33,6 @@ class ProcessNcclLog:
         return self.host is None or _short_host(self.host) == _short_host(socket.gethostname())
 
 
-@dataclass(frozen=True)
-class Disagreement:
-    pid: int
-    variable: str
-    kind: str  # "set, never read" | "read, other value" | "read, not in /proc"
-    proc_value: str | None
-    nccl_value: str | None
-
-    @property
-    def severity(self) -> str:
-        """Only expectations and lint decide the exit code; these explain what /proc hides."""
-        return "info" if self.kind == "read, not in /proc" else "warning"
-
-    def to_json(self) -> dict:
-        return {
-            "pid": self.pid,
-            "variable": self.variable,
-            "kind": self.kind,
-            "severity": self.severity,
-            "proc_value": display_value(self.variable, self.proc_value),
-            "nccl_value": display_value(self.variable, self.nccl_value),
-        }
-
-
 def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     """What each log says of each process; UsageProblem for an unreadable or pid-less log."""
     try:
@@ -89,7 +45,7 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     found = []
     for path in paths:
         text = read_text_file(path, "NCCL log")
-        groups = _lines_by_process(text, clean_line)
+        groups = lines_by_process(text, clean_line)
         if not groups:
             pid = pid_from_filename(path)
             if pid is None:
@@ -105,7 +61,7 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     return found
 
 
-def _lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+def lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
     """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
     groups: dict[tuple[str, int], list[str]] = {}
     for line in text.splitlines():
@@ -128,23 +84,6 @@ def pid_from_filename(path: str | Path) -> int | None:
         return int(parts[-1])
     found = _FILE_PID.findall(name)
     return int(found[-1]) if found else None
-
-
-def cross_check(
-    pid: int, proc_env: Mapping[str, str], nccl_env: Mapping[str, str]
-) -> list[Disagreement]:
-    out = []
-    for name in sorted(set(proc_env) | set(nccl_env)):
-        if not name.startswith("NCCL_") or name in NOT_ECHOED:
-            continue
-        in_proc, in_log = proc_env.get(name), nccl_env.get(name)
-        if in_log is None and in_proc is not None:
-            out.append(Disagreement(pid, name, "set, never read", in_proc, None))
-        elif in_log is not None and in_proc is None:
-            out.append(Disagreement(pid, name, "read, not in /proc", None, in_log))
-        elif in_log is not None and normalise(name, in_proc) != normalise(name, in_log):
-            out.append(Disagreement(pid, name, "read, other value", in_proc, in_log))
-    return out
 
 
 def normalise(name: str, value: str | None) -> str | None:

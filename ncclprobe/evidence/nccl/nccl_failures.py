@@ -40,7 +40,9 @@ from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
 from ncclprobe.verdict import Verdict, worst
 
-_SHM_SEGMENT = ascii_re(r"creating shared memory segment (?P<name>\S+) \(size (?P<size>[0-9]+)\)")
+_SHM_SEGMENT = ascii_re(
+    r"creating shared memory segment (?P<name>\S+) \(size (?P<size>[0-9]{1,19})\)"
+)
 _NO_SPACE = "No space left on device"
 _SHM_MARKS = ("posix_fallocate", "shared memory segment", "/dev/shm/nccl-")
 _IBVERBS = "Failed to open libibverbs.so"

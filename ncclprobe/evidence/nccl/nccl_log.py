@@ -60,7 +60,7 @@ _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<va
 _INT_WITH_PERIOD = ascii_re(r"^-?\d{1,19}\.$")
 _COMM_INIT = ascii_re(
     r"^(?:(?P<api>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+|\(nil\)) rank (?P<rank>\d{1,19}) "
-    r"nranks (?P<nranks>\d{1,19}) cudaDev (?P<dev>\d{1,19})(?: nvmlDev \d{1,19})? busId (?P<bus>[0-9a-f]+)"
+    r"nranks (?P<nranks>\d{1,19}) cudaDev (?P<dev>\d{1,19})(?: nvmlDev \d{1,19})? busId (?P<bus>[0-9a-f]+)(?![0-9a-f])"
     r".* - Init (?P<phase>START|COMPLETE)"
 )
 _COMM_SHAPE = ascii_re(

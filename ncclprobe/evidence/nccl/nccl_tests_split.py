@@ -64,6 +64,9 @@ def split_runs(text: str) -> list[str]:
     """The text of each run, in order; UsageProblem for interleaved processes."""
     segments, current, tail = [], Segment(), []
     for raw in text.splitlines():
+        if not raw.strip():  # kept where it falls, nothing to recognise (a million took 11 s)
+            (tail if current.ended else current.lines).append(raw)
+            continue
         line = clean_task_line(raw).strip()
         kind = next((name for name, pattern in HEADERS if pattern.match(line)), None)
         if kind and current.kinds and (kind in current.kinds or current.rows or current.ended):

@@ -29,7 +29,11 @@ CAVEAT = (
     "collect-env shows the environment of the shell that ran it, not of the serving workers; "
     "`ncclprobe env-check --pid PID` reads what a worker really has"
 )
-_KEY_VALUE = ascii_re(r"^(?P<key>[A-Za-z][A-Za-z0-9 ._/()-]*?)\s*:\s*(?P<value>.*)$")
+# a key's spaces only between its words (a lazy key before `\s*` tried every split of a line of
+# spaces: quadratic); at most 80 pieces (keys over 40 characters are not read anyway)
+_KEY_VALUE = ascii_re(
+    r"^(?P<key>[A-Za-z](?:[A-Za-z0-9._/()-]| +(?=[A-Za-z0-9._/()-])){0,80})\s*:\s*(?P<value>.*)$"
+)
 _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
 # `GPU 0: NVIDIA H100 80GB HBM3` (collect-env), `GPU 0,1,2: NVIDIA H20` and `GPU 0,1 Compute
@@ -90,7 +94,7 @@ def looks_like_collect_env(text: str) -> bool:
     head = text[:300_000]
     return bool(
         re.search(
-            r"^\s*(PyTorch version\s*:|vLLM Version\s*:|sglang\s*:|Versions of relevant libraries)",
+            r"^[ \t]*(PyTorch version\s*:|vLLM Version\s*:|sglang\s*:|Versions of relevant libraries)",
             head,
             re.M,
         )
@@ -102,8 +106,16 @@ def load_collect_env(path) -> CollectEnv:
     return parse_collect_env(read_text_file(path, "collect-env output"), str(path))
 
 
+# characters of a line kept: collect-env's longest real lines (an environment value, a library
+# list) are a few hundred; one line of 50 MB cost 1.1 GB once split into words (the topology's)
+MAX_LINE = 8192
+
+
 def parse_collect_env(text: str, source: str = "collect-env output") -> CollectEnv:
-    lines = textwrap.dedent(strip_ansi(text).replace("\r\n", "\n")).splitlines()
+    raw = text.splitlines()  # \r\n is one break
+    long = sum(len(line) > MAX_LINE for line in raw)
+    lines = textwrap.dedent("\n".join(strip_ansi(line[:MAX_LINE]) for line in raw)).splitlines()
+    del raw
     tool = (
         "sglang check_env"
         if any(re.match(r"^sglang\s*:", l.strip()) for l in lines)
@@ -173,6 +185,10 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
     # then shows only what the policy shows; a value the mask changes is no valid setting anyway
     out = CollectEnv(tool, versions, nccl, mask_env(env), None)
     out.gpu_names, out.compute_capabilities, out.host_arch = tuple(gpus), tuple(set(caps)), arch
+    if long:
+        out.notes.append(
+            f"{long} line(s) longer than {MAX_LINE} characters read only to that length"
+        )
     out.topology = _topology(lines, out.notes)
     if tool == "sglang check_env":
         out.notes.append(

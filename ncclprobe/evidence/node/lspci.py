@@ -16,8 +16,8 @@ from ncclprobe.numbers import ascii_re
 _HEADER = ascii_re(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4,5}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<what>.+)$"
 )
-_FLAGS = ascii_re(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
-_LINK = ascii_re(r"Speed (?P<speed>\d{1,3}(?:\.\d{1,3})?)GT/s.*?Width x(?P<width>\d{1,3})")
+_FLAGS = ascii_re(r"(?<![A-Za-z])(?P<name>[A-Za-z]+)(?P<on>[+-])")  # a run's start only: linear
+_LINK = ascii_re(r"Speed (?P<speed>\d{1,3}(?:\.\d{1,3})?)GT/s.{0,200}?Width x(?P<width>\d{1,3})")
 
 
 def parse_lspci(text: str) -> dict[str, dict]:

@@ -89,7 +89,8 @@ def parse_nvbandwidth(text: str, source: str = "nvbandwidth output") -> Nvbandwi
 
 
 def _json_start(text: str) -> int | None:
-    m = re.search(r'^\s*\{\s*\n?\s*"nvbandwidth"\s*:', text, re.M)
+    # `[ \t]`, not `\s`: under re.M, `^\s*` from every line start ran over every blank line after it
+    m = re.search(r'^[ \t]*\{[ \t\r]*\n?[ \t]*"nvbandwidth"\s*:', text, re.M)
     return m.start() if m else None
 
 

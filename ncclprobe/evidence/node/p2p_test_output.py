@@ -42,7 +42,11 @@ _TITLE = ascii_re(
 )
 _HEADER = ascii_re(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d{1,19})+)\s*$")
 _NUMBER = ascii_re(r"^\d{1,19}(?:\.\d{1,19})?$")
-_SM_COPY_RUN = ascii_re(r"p2pBandwidthLatencyTest(?:\.exe)?\s(?:.*\s)?--sm_copy(?:\s|$)")
+# the first run of the test on the line, held (a look-ahead is atomic): searched from every occurrence, `.*` made a
+# line of repeated names quadratic (1 MB: 7 s; 4 MB: over 75 s); the first has every later flag
+_SM_COPY_RUN = ascii_re(
+    r"^(?=(?P<run>.*?p2pBandwidthLatencyTest(?:\.exe)?\s))(?P=run)(?:.*\s)?--sm_copy(?:\s|$)"
+)
 EXPECTED = (
     "Unidirectional P2P=Disabled Bandwidth",
     "Unidirectional P2P=Enabled Bandwidth",
@@ -79,7 +83,7 @@ class P2PTestOutput:
 def looks_like_p2p_test(text: str) -> bool:
     return BANNER in text[:200_000] or bool(
         re.search(
-            r"^\s*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
+            r"^[ \t]*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
             r"Bandwidth",
             text[:200_000],
             re.M,

@@ -17,18 +17,15 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.view import RunSet
+from ncclprobe.validate import open_input
 
-KINDS = ("engine-trace", "profile", "server-log")
-__all__ = ["KINDS", "RunSet", "load_any", "load_runs", "sniff"]
+__all__ = ["RunSet", "load_any", "load_runs", "sniff"]
 
 
 def sniff(path: str | Path) -> str:
     """engine-trace, profile or server-log, from the file's first bytes (gzip: a profile)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError as exc:
-        raise UsageProblem(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    with open_input(path, "") as f:
+        head = f.read(4096)
     if head[:2] == b"\x1f\x8b":
         return "profile"
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.modes import Mode
+from ncclprobe.evidence.run.modes import Label, Mode
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 ENGINE_NAME = re.compile(
-    r"^(?P<label>.+)-(?P<mode>baseline|speculative)-rank(?P<rank>[0-9]+)\.trace\.json(\.gz)?$"
+    r"^(?P<label>.+)-(?P<mode>baseline|speculative)-rank(?P<rank>[0-9]{1,19})\.trace\.json(\.gz)?$"
 )
 
 
@@ -84,3 +84,115 @@ def diagnose_command(traces: list[Path], label: str | None = None) -> str:
             flag = "--profile" if m["mode"] == Mode.SPECULATIVE else "--baseline-profile"
             words += [flag, str(p)]
     return shlex.join(words)
+
+
+def next_command(profiles: list[str], directory: str) -> str:
+    """The diagnose command of the profiles run-engine just wrote: the directory, or with --tuned
+    (two labels in it) the tuned run's files."""
+    import shlex
+
+    names = [ENGINE_NAME.match(Path(p).name) for p in profiles]
+    if len({m["label"] for m in names if m}) > 1:
+        return diagnose_command(profiles, Label.TUNED.value)
+    return shlex.join(["ncclprobe", "diagnose", "--profile", directory])
+
+
+# ---- many ranks: each trace read in a worker and reduced there ---------------------------------
+
+POOL_FROM = 8  # ranks from which traces are read in reader workers (fewer: here, whole)
+ALIGN_ALL_UP_TO = 256  # ranks aligned call by call; above, a sample (see `sample`)
+OUTLIERS = 4  # the slowest and fastest ranks by step time kept in a sample, each
+TRACE_MEMORY = 1536 << 20  # a reader worker's budget over the trace's own size (streamed)
+
+
+def read_ranks(paths: list[str]) -> list[dict]:
+    """Each rank's trace read in a reader worker (`evidence.read_pool`) and reduced there to what a
+    run of many ranks needs: its rank view (steps, phases, collectives; `profile._rank_view`), its
+    `arrivals.Track` (its collective kernels, or a CPU-only profile's host collective ops, which
+    the slim Timeline no longer holds), and a Timeline that keeps only its header, counts and first
+    and last kernel (what the checks of one job and the notes read). The parent then holds per rank
+    a few hundred kB, never the traces."""
+    from ncclprobe.evidence.read_pool import Limits, map_files
+
+    def limits(path: str) -> Limits:
+        size = Path(path).stat().st_size
+        return Limits(memory_bytes=TRACE_MEMORY + 8 * size, cpu_s=120 + size // (1 << 20))
+
+    outcomes = map_files(_read_rank, list(paths), limits)
+    bad = [(p, o.problem) for p, o in zip(paths, outcomes) if not o.ok]
+    if bad:
+        path, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UsageProblem(f"profile {path}: {why}{more}")
+    return [o.value for o in outcomes]
+
+
+def _read_rank(path: str) -> dict:
+    from ncclprobe.evidence.run.profile import _rank_view
+    from ncclprobe.evidence.run.profile.arrivals import track_of
+    from ncclprobe.evidence.run.profile.timeline import read_timeline
+
+    tl = read_timeline(path)
+    view = _rank_view(tl)
+    view["track"] = track_of(tl)
+    view["timeline"] = _slim(tl)
+    for step in view["steps"]:  # the span is all a run's tokens and time read of a step now
+        if step.kernels:
+            first = min(step.kernels, key=lambda k: k.ts)
+            last = max(step.kernels, key=lambda k: k.end)
+            step.kernels = [first, last]
+        step.launches = {}
+    return view
+
+
+def _slim(tl):
+    """The Timeline with its event lists cut to what its properties read after the rank view: the
+    first and last kernel (gpu, time_range), the first launches (rocm), the earliest and latest
+    annotations (time_range)."""
+    import dataclasses
+
+    annotations = tl.annotations
+    ends = (
+        [min(annotations, key=lambda a: a.ts), max(annotations, key=lambda a: a.ts + a.dur)]
+        if annotations
+        else []
+    )
+    return dataclasses.replace(
+        tl,
+        kernels=tl.kernels[:1] + tl.kernels[-1:],
+        launches=dict(list(tl.launches.items())[:50]),
+        annotations=ends,
+        comm_ops=[],
+        backend_ops=[],
+        embeddings=[],
+        attention=[],
+        compiled_calls=[],
+    )
+
+
+def sample(per_rank: list[dict]) -> tuple[list[int], str | None]:
+    """Which ranks to align call by call: all up to ALIGN_ALL_UP_TO; above, one rank per host
+    (from the trace names, where they name one) and the OUTLIERS slowest and fastest ranks by
+    their summed median step times, the cheap first pass every rank gets. Positions, and the
+    words saying it sampled (None: every rank)."""
+    count = len(per_rank)
+    if count <= ALIGN_ALL_UP_TO:
+        return list(range(count)), None
+    from ncclprobe.evidence.run.profile.clocks import hosts_of
+
+    pace = [sum(p.median_ms or 0.0 for p in rv["phases"].values()) for rv in per_rank]
+    order = sorted(range(count), key=lambda i: pace[i])
+    chosen = set(order[:OUTLIERS]) | set(order[-OUTLIERS:])
+    hosts = hosts_of([rv["track"] for rv in per_rank])
+    if hosts:
+        first: dict[str, int] = {}
+        for pos, host in enumerate(hosts):
+            first.setdefault(host, pos)
+        chosen |= set(first.values())
+    picked = sorted(chosen)
+    how = (
+        f"sampled: {len(picked)} of {count} ranks aligned call by call ("
+        + (f"one per host of {len(set(hosts))}, " if hosts else "hosts not named in the traces, ")
+        + f"the {OUTLIERS} slowest and {OUTLIERS} fastest by step time); every rank's steps were read"
+    )
+    return picked, how

@@ -103,7 +103,13 @@ _CONFIG_FIELDS = (
     *((name, "int", 1) for name in ("tp", "batch", "k", "new_tokens", "prompt_len", "repeats")),
     *((name, "int", 0) for name in ("seed", "prompts_given")),
     *((name, "str", None) for name in ("engine", "device", "backend", "preset", "dtype", "graphs")),
+    *(
+        (name, "str", None) for name in ("checkpoint", "draft", "compile")
+    ),  # next commands quote them
     ("prompts", "list", None),
+    ("prompt_options", "list", None),
+    ("capture_batches", "list", None),
+    ("chat", "bool", None),
     ("model", "dict", None),
 )
 
@@ -141,6 +147,9 @@ def _validate_run(run, at: str) -> None:
             raise UsageProblem(f"{at}.phases.{name} is not an object")
         for key in ("count", "total_ms", "median_ms", "p90_ms"):
             _number(rec.get(key), f"{at}.phases.{name}.{key}", optional=key != "count")
+        if name != "host" and rec.get("count") and rec.get("median_ms") is None:
+            # the engine times every step it counts; only the baseline's host time is a total alone
+            raise UsageProblem(f"{at}.phases.{name}.median_ms is missing for {rec['count']} steps")
     sizes = (
         (run.get("collectives") or {}).get("sizes")
         if isinstance(run.get("collectives"), dict)
@@ -148,6 +157,9 @@ def _validate_run(run, at: str) -> None:
     )
     if run.get("collectives") is not None and not isinstance(run.get("collectives"), dict):
         raise UsageProblem(f"{at}.collectives must be an object")
+    for key, value in (("collectives.sizes", sizes), ("workers", run.get("workers"))):
+        if value is not None and not isinstance(value, list):
+            raise UsageProblem(f"{at}.{key} must be a list")
     for j, entry in enumerate(sizes or []):
         if not isinstance(entry, dict):
             raise UsageProblem(f"{at}.collectives.sizes[{j}] is not an object")

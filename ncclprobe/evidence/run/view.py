@@ -9,11 +9,12 @@ field reports it as not checked instead of guessing.
 - `EngineRun`: one run of one mode (baseline decode, or speculative), with its phases, its
   collectives, its acceptance and its speed.
 - `Phase`: the steps of one kind. `name` is the source's own (`verify`, `draft_extend`,
-  `step[DECODE]`), `kind` one of PHASE_KINDS. Per step: its time (`median_ms`, what the host saw
-  from the step's start to its end), the GPU's busy time inside it (`device_ms`), the GPU idle
-  time inside it (`idle_ms`: the host did not keep the GPU fed), and whether it ran as a CUDA/HIP
-  graph replay (`graphed`, with `graph_share`, the share of its kernel time that came from graph
-  launches) or as individual kernel launches (`launches`, by kind).
+  `step[DECODE]`), `kind` one of decode, verify, draft, prefill, other. Per step: its time
+  (`median_ms`, what the host saw from the step's start to its end), the GPU's busy time inside
+  it (`device_ms`), the GPU idle time inside it (`idle_ms`: the host did not keep the GPU fed),
+  and whether it ran as a CUDA/HIP graph replay (`graphed`, with `graph_share`, the share of its
+  kernel time that came from graph launches) or as individual kernel launches (`launches`, by
+  kind).
 - `Collective`: calls of one operation and size (None: not known, e.g. replayed from a graph
   whose capture the profile does not hold), with dtype, group size, algorithm and protocol where
   known, and whether it ran inside a graph.
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 
 from ncclprobe.evidence.run.modes import Mode
 
-PHASE_KINDS = ("decode", "verify", "draft", "prefill", "other")
 SPECULATIVE_KINDS = ("verify", "draft")
 # ncclprobe's engine phases (docs/DESIGN.md "Engine trace") by kind
 ENGINE_PHASE_KIND = {
@@ -82,6 +82,10 @@ class Collective:
     proto: str | None = None
     time_us: float | None = None  # summed kernel (or host op) time of these calls
     size_source: str = "engine"  # engine | kernel args | capture | host op | unknown
+    # what moved the data (profiles): NCCL, RCCL, gloo, DeepEP, custom all-reduce, symmetric
+    # memory, copy engine... (profile.comm_names.communication_kernel); None: not recorded
+    library: str | None = None
+    calls_us: tuple[float, ...] = ()  # each call's time (profiles), for the noise rule
 
     @property
     def eager(self) -> bool:

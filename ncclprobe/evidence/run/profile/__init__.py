@@ -18,14 +18,14 @@ from ncclprobe.evidence.run.profile import align, host, summary
 from ncclprobe.evidence.run.profile import steps as S
 from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
+from ncclprobe.rank_ranges import rank_word
 
 SAME_JOB_WINDOW_S = 600.0  # ranks of one job are profiled within minutes of each other
 
 
 def load_profiles(paths) -> RunSet:
-    timelines = [read_timeline(str(p)) for p in paths]
+    per_rank, timelines = _read(paths)
     check_same_job(timelines)
-    per_rank = [_rank_view(tl) for tl in timelines]
     check_same_engine(per_rank)
     run = combine(per_rank, timelines)
     run.new_tokens, run.wall_s = _tokens_and_time(per_rank)
@@ -41,6 +41,18 @@ def load_profiles(paths) -> RunSet:
         inputs={"profile": [str(p) for p in paths]},
         notes=notes,
     )
+
+
+def _read(paths) -> tuple[list[dict], list[Timeline]]:
+    """Each rank's view and timeline: read here for a few ranks, in reader workers for many, each
+    reduced there (`profile_dir.read_ranks`)."""
+    from ncclprobe.evidence.run.profile_dir import POOL_FROM, read_ranks
+
+    if len(paths) >= POOL_FROM:
+        per_rank = read_ranks([str(p) for p in paths])
+        return per_rank, [rv["timeline"] for rv in per_rank]
+    timelines = [read_timeline(str(p)) for p in paths]
+    return [_rank_view(tl) for tl in timelines], timelines
 
 
 def check_same_job(timelines: list[Timeline]) -> None:
@@ -117,8 +129,13 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     its kernel time is the closest to the transfer (every other rank's includes waiting for it)."""
     slowest: dict[str, Phase] = {}
     ranks = []
-    alignment = align.align(timelines)
-    totals = alignment.totals() if alignment else []
+    from ncclprobe.evidence.run.profile_dir import sample
+
+    chosen, sampled = sample(per_rank)
+    alignment = align.align([per_rank[i].get("track") or timelines[i] for i in chosen])
+    if alignment is not None:
+        alignment.sampled = sampled
+    totals = _totals_by_position(alignment, chosen, len(per_rank))
     for index, rv in enumerate(per_rank):
         tl = rv["timeline"]
         rank = tl.rank if tl.rank is not None else index
@@ -129,7 +146,9 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
             "phases": {name: p.median_ms for name, p in rv["phases"].items()},
             "collective_share": rv["share"],
         }
-        if totals:
+        if alignment is not None and rank in alignment.clock_shifts_us:
+            entry["clock_shift_ms"] = round(alignment.clock_shifts_us[rank] / 1000.0, 3)
+        if totals and totals[index] is not None:
             row = totals[index]
             entry.update(
                 arrived_last=row.last,
@@ -148,7 +167,8 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     first = per_rank[0]
     # every rank issues the same collectives; their kernel times differ by the waiting
     if totals:
-        reported = per_rank[min(range(len(totals)), key=lambda i: totals[i].wait_us)]
+        aligned = [i for i in range(len(totals)) if totals[i] is not None]
+        reported = per_rank[min(aligned, key=lambda i: totals[i].wait_us)]
     else:  # nothing aligned: the slowest rank's, as before
         reported = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
     kinds = {p.kind for p in slowest.values() if p.count}
@@ -184,6 +204,16 @@ def _host(per_rank: list[dict]):
         if rv["host"] is not None
     ]
     return max(reports, key=lambda item: item[0].gap_ms_per_step, default=None)
+
+
+def _totals_by_position(alignment, chosen: list[int], count: int) -> list:
+    """The alignment's per-rank totals at every rank's position (None: a rank not aligned)."""
+    if alignment is None:
+        return []
+    out = [None] * count
+    for pos, row in zip(chosen, alignment.totals()):
+        out[pos] = row
+    return out
 
 
 def _tokens_and_time(per_rank: list[dict]) -> tuple[float | None, float | None]:
@@ -258,10 +288,21 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
                 else ""
             )
         )
-    if any(c.size_bytes is None for c in run.collectives):
+    if any(c.size_bytes is None and not c.graph for c in run.collectives):
+        notes.append(
+            "some collectives' sizes are unknown: neither their kernels' arguments nor a host "
+            "record with recorded shapes (record_shapes=True) gives them"
+        )
+    if any(c.size_bytes is None and c.graph for c in run.collectives):
         notes.append(
             "some collectives were replayed from CUDA graphs whose capture the profile does not hold: their "
             "sizes are unknown (profile the capture too, or read them from the engine's own records)"
+        )
+    others = sorted({c.library for c in run.collectives if c.library} - {"NCCL", "RCCL"})
+    if others:
+        notes.append(
+            f"communication that is not NCCL's ran: {', '.join(others)} (counted as communication; "
+            "NCCL settings do not act on it)"
         )
     if any(c.algo for c in run.collectives):
         notes.append(
@@ -296,9 +337,17 @@ def _alignment_notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
         f"{len(al.calls) + len(al.opening)} collective calls matched across ranks by {al.method}; "
         f"clocks: {al.clock}"
     ]
+    if al.sampled:
+        notes.append(al.sampled)
     unmatched = {r: n for r, n in al.unmatched.items() if n}
     if unmatched or al.mismatched:
-        listing = ", ".join(f"rank {r}: {n}" for r, n in sorted(unmatched.items()))
+        by_count: dict[int, list[int]] = {}
+        for r, n in sorted(unmatched.items()):
+            by_count.setdefault(n, []).append(r)
+        listing = ", ".join(
+            f"{rank_word(rs)}: {n}" + (" each" if len(rs) > 1 else "")
+            for n, rs in sorted(by_count.items(), key=lambda kv: kv[1][0])
+        )
         notes.append(
             "collective kernels left unpaired"
             + (f" ({listing})" if listing else "")

@@ -16,6 +16,10 @@ host read one clock (checked on the H200 fixtures: tests/test_profile_ranks.py);
 hosts carry the offset between their hosts' clocks into every wait. Without a base the rank's `ts`
 are taken as they are, and said so.
 
+Clocks: `clocks.py` (each base, then each host's offset from the collectives' end times). Arrivals:
+`arrivals.py` (each rank's collective kernels, or on a CPU-only profile its host collective ops,
+reduced to a `Track`, in this process or in a reader worker).
+
 Matching (linear in the kernels), per process group (`Process Group Name` in the eager kernel's args
 or its `record_param_comms`; graph replays carry none: one unnamed group):
 - by sequence number where every kernel of the group has one (`Seq`, newer torch); `Ev Idx` is not
@@ -32,15 +36,18 @@ meet, and waits for the rank whose profiler started last.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from dataclasses import dataclass, field
 
-from ncclprobe.dtypes import ELEMENT_BYTES
-from ncclprobe.evidence.run.profile.timeline import Timeline
+from ncclprobe.evidence.run.profile.arrivals import Arrival, Track, shifted, track_of
+from ncclprobe.evidence.run.profile.clocks import end_offset, host_offsets, hosts_of, rank_shifts
+
+# the clocks' and the arrivals' names, where the alignment's users look
+__all__ = ["Arrival", "Track", "end_offset", "hosts_of", "track_of"]
 
 # ncclprobe's names of the collectives (`ncclprobe.nccl.names`), as the kernel names map to them
 OVERLAPPING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall"})
-POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
 LATE_FACTOR = 2.0  # a call is late when its spread is over twice the median call's ...
 LATE_FLOOR_US = 10.0  # ... and over 10 µs (launch jitter on a healthy node)
 MIN_MATCHED = 0.5  # order matching that pairs fewer of the calls than this gave up on the clocks
@@ -52,17 +59,6 @@ BY_ORDER_ONLY = (
     "order within each process group alone: the ranks' kernels do not overlap in time, so their "
     "clocks disagree or their windows differ"
 )
-
-
-@dataclass(slots=True)
-class Arrival:
-    start: float  # µs, on the first rank's clock
-    end: float
-    launch: float | None  # the host's launch call of the kernel (µs, same clock), if recorded
-    op: str
-    size: int | None
-    group: str | None
-    seq: int | None
 
 
 @dataclass(slots=True)
@@ -94,13 +90,14 @@ class Call:
     def wait(self, i: int) -> float:
         return self.last_start - self.arrivals[i].start
 
-    def transfer(self, i: int) -> float:
-        return max(0.0, self.arrivals[i].end - self.last_start)
-
     @property
     def moved(self) -> float:
-        """From the last arrival to the last end: the time the data moved once every rank was in."""
+        """From the last arrival to the last end: the time the data moved once every rank was in
+        (the per-call time a baseline comparison reads, diagnose.run.rules_collective_baseline)."""
         return max(0.0, max(a.end for a in self.arrivals) - self.last_start)
+
+    def transfer(self, i: int) -> float:
+        return max(0.0, self.arrivals[i].end - self.last_start)
 
 
 @dataclass
@@ -132,6 +129,9 @@ class Lateness:
     own_kernels_us: float = 0.0  # its GPU ran its own kernels between the first arrival and its own
     idle_us: float = 0.0  # its GPU ran nothing of its own then: the host was late (a host gap)
     launch_late_us: float | None = None  # median: its host's launch call after the first arrival
+    # set by `always_last`: the chance of arriving last this often were every rank equally likely;
+    # its calls are then every call it arrived last at, its excess the margins over the next-latest
+    chance: float | None = None
 
 
 @dataclass
@@ -145,7 +145,13 @@ class Alignment:
     unmatched: dict[int, int] = field(default_factory=dict)  # rank -> collective kernels not paired
     mismatched: int = 0  # heads that overlapped but disagreed in operation or size (dropped)
     typical_spread_us: float | None = None
-    _timelines: list[Timeline] = field(default_factory=list, repr=False)
+    # True: CPU-only profiles, matched by their host collective ops (gloo's `gloo:all_reduce`, whose
+    # span on gloo's thread runs from the rank's arrival to the end of the call, as a kernel's does)
+    on_host: bool = False
+    clock_shifts_us: dict[int, float] = field(default_factory=dict)  # rank -> offset taken off
+    sampled: str | None = None  # how the ranks were chosen when not every rank was aligned
+    _timelines: list = field(default_factory=list, repr=False)  # as given: Timeline or Track
+    _tracks: list[Track] = field(default_factory=list, repr=False)
     _shifts: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -193,9 +199,41 @@ class Alignment:
             out.append(row)
         return sorted(out, key=lambda r: -r.excess_us)
 
+    def always_last(self) -> tuple[Lateness, float] | None:
+        """The rank that arrives last most often, as a Lateness over the calls it arrived last at
+        (its excess: how long after the next-latest rank it came, which is what the others would
+        not have waited had it come with that rank), and the chance of arriving last that often
+        were every rank equally likely to (binomial, 1 in the call's ranks); None without calls.
+        A rank late before every call makes every call's spread its delay, so the late calls of
+        `lateness` (over LATE_FACTOR x the median spread) miss it: this finds it by who comes last."""
+        if not self.calls:
+            return None
+        counts: dict[int, list[Call]] = {}
+        for call in self.calls:
+            counts.setdefault(call.last, []).append(call)
+        pos, calls = max(counts.items(), key=lambda kv: len(kv[1]))
+        margins = [_margin(c) for c in calls]
+        row = Lateness(
+            rank=self.ranks[pos],
+            calls=len(calls),
+            excess_us=sum(margins),
+            median_spread_us=statistics.median(margins),
+            largest_us=max(margins),
+        )
+        self._where_time_went(pos, calls, row)
+        members = statistics.median(len(c.members) for c in self.calls)
+        row.chance = _binomial_tail(len(self.calls), len(calls), 1.0 / members)
+        return row, row.chance
+
     def _where_time_went(self, pos: int, calls: list[Call], row: Lateness) -> None:
-        """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle)."""
-        busy = _busy_intervals(self._timelines[pos], self._shifts[pos])
+        """Between the first rank's arrival and its own: its GPU's own kernels, or nothing (idle);
+        on the host alone (`on_host`) not known: the profile keeps no GPU work to split it by."""
+        if self.on_host:
+            return
+        item = self._tracks[pos] if self._tracks else self._timelines[pos]
+        track = item if isinstance(item, Track) else track_of(item)
+        shift = self._shifts[pos]
+        busy = [(a + shift, b + shift) for a, b in track.busy]
         starts = [b[0] for b in busy]
         launches = []
         for call in calls:
@@ -209,18 +247,37 @@ class Alignment:
         row.launch_late_us = statistics.median(launches) if launches else None
 
 
-def align(timelines: list[Timeline]) -> Alignment | None:
+def align(timelines: list) -> Alignment | None:
     """The ranks' collective calls matched (module docstring); None with fewer than two ranks or
-    no collective kernel."""
-    if len(timelines) < 2 or not all(tl.gpu for tl in timelines):
+    no collective kernel (nor, on CPU-only profiles, host collective op) to match. Each item is a
+    Timeline or the Track a reader worker made of one; either way each host's clock offset is
+    taken off before matching."""
+    tracks = [t if isinstance(t, Track) else track_of(t) for t in timelines]
+    if len(tracks) < 2:
         return None
-    ranks = [tl.rank if tl.rank is not None else i for i, tl in enumerate(timelines)]
-    shifts, clock, confidence = _clock(timelines)
-    per_rank = [_arrivals(tl, shift) for tl, shift in zip(timelines, shifts)]
+    on_host = not any(t.gpu for t in tracks)
+    if not on_host and not all(t.gpu for t in tracks):
+        return None
+    ranks = [t.rank if t.rank is not None else i for i, t in enumerate(tracks)]
+    shifts, words, confidence = rank_shifts(tracks)
+    moves, host_words = host_offsets(tracks, shifts)
+    shifts = [shift - moves.get(pos, 0.0) for pos, shift in enumerate(shifts)]
+    if host_words:  # the bases agree, the hosts' clocks may not: say the latter only
+        words = words.removesuffix(": one clock, no shift") + host_words
+    elif confidence == "high":  # no host named: an offset between hosts stays in the waits
+        words += " (ranks on several hosts carry their clocks' offset into every wait)"
+    per_rank = [shifted(t.arrivals, shift) for t, shift in zip(tracks, shifts)]
     if sum(1 for groups in per_rank if groups) < 2:
         return None
     result = Alignment(
-        ranks, BY_ORDER, clock, confidence, _timelines=list(timelines), _shifts=shifts
+        ranks,
+        BY_ORDER,
+        words,
+        confidence,
+        on_host=on_host,
+        _timelines=list(timelines),
+        _tracks=tracks,
+        _shifts=shifts,
     )
     methods = set()
     for group in sorted({g for groups in per_rank for g in groups}, key=str):
@@ -240,6 +297,7 @@ def align(timelines: list[Timeline]) -> Alignment | None:
         result.calls.extend(calls[1:])
     if not result.calls:
         return None
+    result.clock_shifts_us = {ranks[pos]: move for pos, move in moves.items()}
     result.calls.sort(key=lambda c: c.first_start)
     result.method = "; ".join(sorted(methods))
     if BY_ORDER_ONLY in methods:
@@ -248,73 +306,15 @@ def align(timelines: list[Timeline]) -> Alignment | None:
     return result
 
 
-def _clock(timelines: list[Timeline]) -> tuple[list[float], str, str]:
-    """Per rank the shift (µs) onto the first rank's clock, the words, and how far to trust it."""
-    bases = [tl.header.get("baseTimeNanoseconds") for tl in timelines]
-    known = [b if isinstance(b, int) and not isinstance(b, bool) else None for b in bases]
-    missing = [
-        tl.rank if tl.rank is not None else i
-        for i, (tl, b) in enumerate(zip(timelines, known))
-        if b is None
-    ]
-    ref = next((b for b in known if b is not None), None)
-    shifts = [(b - ref) / 1000.0 if b is not None and ref is not None else 0.0 for b in known]
-    if ref is None:
-        return (
-            shifts,
-            "no profile records baseTimeNanoseconds: the ranks' timestamps are compared as they "
-            "are, which holds for ranks of one host and fails across hosts",
-            "medium",
-        )
-    if missing:
-        return (
-            shifts,
-            f"rank(s) {', '.join(map(str, missing))} record no baseTimeNanoseconds: their "
-            "timestamps are taken as on the others' clock, unverified",
-            "low",
-        )
-    if len(set(known)) == 1:
-        words = "every profile records the same baseTimeNanoseconds: one clock, no shift"
-    else:
-        words = "shifted by the difference of each profile's baseTimeNanoseconds"
-    return (
-        shifts,
-        words + " (ranks on several hosts carry their clocks' offset into every wait)",
-        "high",
-    )
+def _margin(call: Call) -> float:
+    """How long after the next-latest rank the last one arrived."""
+    starts = sorted(a.start for a in call.arrivals)
+    return starts[-1] - starts[-2] if len(starts) > 1 else 0.0
 
 
-def _arrivals(tl: Timeline, shift: float) -> dict[str | None, list[Arrival]]:
-    """The rank's collective kernels by process group, in start order, on the common clock."""
-    hosts = {op.ext: op for op in tl.comm_ops if op.ext is not None}
-    out: dict[str | None, list[Arrival]] = {}
-    for k in tl.kernels:
-        if not k.coll or k.coll["op"] in POINT_TO_POINT:
-            continue
-        args = k.args or {}
-        host = hosts.get(k.ext) if k.ext is not None else None
-        group = args.get("group") or (host.group if host else None)
-        seq = args.get("seq")
-        if seq is None and host is not None:
-            seq = host.seq
-        dtype = args.get("dtype") or k.coll["dtype"]
-        nelems = args.get("nelems")
-        size = (
-            nelems * ELEMENT_BYTES[dtype] if nelems is not None and dtype in ELEMENT_BYTES else None
-        )
-        launch = tl.launches.get(k.corr) if k.corr is not None else None
-        out.setdefault(group, []).append(
-            Arrival(
-                start=k.ts + shift,
-                end=k.end + shift,
-                launch=launch.ts + shift if launch else None,
-                op=k.coll["op"],
-                size=size,
-                group=group,
-                seq=seq,
-            )
-        )
-    return out
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): how likely k or more last arrivals of n are by chance."""
+    return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
 def _call(group, members, heads: list[Arrival]) -> Call:
@@ -370,18 +370,6 @@ def _merge(group, members, lists, overlap: bool):
     for j, arrivals in enumerate(lists):
         skipped[members[j]] += len(arrivals) - idx[j]
     return calls, skipped, mismatched
-
-
-def _busy_intervals(tl: Timeline, shift: float) -> list[tuple[float, float]]:
-    """The union of the rank's GPU activity as disjoint (start, end) intervals, in order."""
-    out: list[list[float]] = []
-    for k in tl.kernels:  # sorted by start
-        start, end = k.ts + shift, k.end + shift
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
 
 
 def _covered(busy: list[tuple[float, float]], starts: list[float], lo: float, hi: float) -> float:

@@ -156,10 +156,10 @@ _NEW = re.compile(r"^ncclDevKernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
 _OLD = re.compile(r"^(?:void )?(?:nccl|rccl)Kernel_(?P<coll>[A-Za-z]+)(?:_(?P<rest>[^(]*))?")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z_]+)(?P<args>[^\]]*)\]$")
 _VLLM = re.compile(
-    r"^execute_(?P<reqs>\d+)_context_(?P<ctx>\d+)\((?P<cargs>[^)]*)\)_generation_(?P<gen>\d+)\((?P<gargs>[^)]*)\)"
+    r"^execute_(?P<reqs>\d{1,19})_context_(?P<ctx>\d{1,19})\((?P<cargs>[^)]*)\)_generation_(?P<gen>\d{1,19})\((?P<gargs>[^)]*)\)"
 )
 _OURS = re.compile(r"^ncclprobe::(?P<phase>[a-z_]+)(?:\[(?P<args>[^\]]*)\])?$")
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d+)$")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d{1,19})$")
 _BACKEND_OP = re.compile(r"^(?P<backend>nccl|gloo|ucc|mpi|xccl|hccl):(?P<op>[a-z_]+)$")
 # `Input type` of a collective's `<backend>:<op>` annotation (C++ type names as torch prints them)
 CPP_DTYPES = {
@@ -174,7 +174,7 @@ CPP_DTYPES = {
     "c10::Float8_e4m3fn": "float8_e4m3fn",
     "c10::Float8_e5m2": "float8_e5m2",
 }
-_SQ = re.compile(r"^sq(?P<sq>\d+)")
+_SQ = re.compile(r"^sq(?P<sq>\d{1,19})(?!\d)")
 
 # SGLang forward modes (python/sglang/srt/model_executor/forward_batch_info.py) by phase kind
 SGLANG_KINDS = {
@@ -221,7 +221,7 @@ def launch_kind(name: str) -> str | None:
 
 
 def collective_kernel(name: str) -> dict | None:
-    """{op, algo, proto, dtype} from an NCCL/RCCL kernel name, None for any other kernel."""
+    """{library, op, algo, proto, dtype} from an NCCL/RCCL kernel name, None for any other."""
     if "ccl" not in name[:12]:
         return None
     match = _NEW.match(name) or _OLD.match(name)
@@ -234,6 +234,7 @@ def collective_kernel(name: str) -> dict | None:
     proto = next((p for p in PROTOCOLS_TO_MATCH if re.search(rf"(^|_){p}(_|$)", upper)), None)
     dtype = next((NCCL_DTYPES[p] for p in reversed(parts) if p in NCCL_DTYPES), None)
     return {
+        "library": "RCCL" if "rccl" in name[:12] else "NCCL",
         "op": COLLECTIVES.get(coll, coll.lower() if coll != "Generic" else "unknown"),
         "algo": algo,
         "proto": proto,
@@ -297,7 +298,7 @@ def step_annotation(name: str) -> dict | None:
     return None
 
 
-def backend_collective(name: str) -> tuple[str, str] | None:
+def backend_collective(name: str) -> tuple[str, str] | None:  # ("gloo", "all_reduce")
     """(backend, op) of torch's per-collective annotation, `gloo:all_reduce`, `nccl:all_gather`."""
     m = _BACKEND_OP.match(name)
     if not m:

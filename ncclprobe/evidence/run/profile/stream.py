@@ -32,7 +32,7 @@ from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import parse_int
 from ncclprobe.strict_json import json_problem, strict_decoder
-from ncclprobe.validate import DEFAULT_LIMIT, limit_of, too_large
+from ncclprobe.validate import DEFAULT_LIMIT, limit_of, open_input, too_large
 
 CHUNK = 1 << 20
 MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
@@ -52,12 +52,7 @@ class _Source:
 
     def __init__(self, path: Path):
         self.path = path
-        try:
-            raw = open(path, "rb")
-        except OSError as exc:
-            raise UsageProblem(
-                f"cannot read profile {str(path)!r}: {exc.strerror or exc}"
-            ) from None
+        raw = open_input(path, "profile")
         magic = raw.read(2)
         raw.seek(0)
         self.gzipped = magic == b"\x1f\x8b"

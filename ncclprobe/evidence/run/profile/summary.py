@@ -150,6 +150,7 @@ def _kernel_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             phase.get(id(k)),
             args.get("group_size"),
             source,
+            k.coll["library"],
         )
         groups[key].append(k)
     return [
@@ -165,8 +166,10 @@ def _kernel_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             proto=proto,
             time_us=sum(k.dur for k in ks),
             size_source=source,
+            library=library,
+            calls_us=tuple(k.dur for k in ks),
         )
-        for (op, size, dtype, graph, algo, proto, ph, group, source), ks in sorted(
+        for (op, size, dtype, graph, algo, proto, ph, group, source, library), ks in sorted(
             groups.items(), key=str
         )
     ]
@@ -202,7 +205,8 @@ def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             if op.nelems is not None and op.dtype in ELEMENT_BYTES
             else None
         )
-        groups[(op.op, size, op.dtype, label, op.group_size or group_size)].append(op)
+        library = op.backend or tl.distributed.get("backend")
+        groups[(op.op, size, op.dtype, label, op.group_size or group_size, library)].append(op)
     return [
         Collective(
             op=op,
@@ -214,8 +218,10 @@ def _host_collectives(tl: Timeline, steps: list[Step]) -> list[Collective]:
             group_size=group,
             time_us=sum(o.dur for o in ops),
             size_source="host op" if size is not None else "unknown",
+            library=library,
+            calls_us=tuple(o.dur for o in ops),
         )
-        for (op, size, dtype, label, group), ops in sorted(groups.items(), key=str)
+        for (op, size, dtype, label, group, library), ops in sorted(groups.items(), key=str)
     ]
 
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from sys import intern
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.profile import names
+from ncclprobe.evidence.run.profile import comm_names, names
 from ncclprobe.evidence.run.profile.host import HostCollector
 from ncclprobe.evidence.run.profile.stream import read_events
 from ncclprobe.numbers import is_digits
+from ncclprobe.sizes import MAX_SIZE
 
 
 @dataclass(slots=True)
@@ -34,7 +35,7 @@ class Kernel:
     name: str
     ext: int | None
     category: str  # kernel | gpu_memcpy | gpu_memset
-    coll: dict | None = None  # names.collective_kernel(name), for NCCL/RCCL kernels
+    coll: dict | None = None  # comm_names.communication_kernel(name): NCCL's, DeepEP's, a peer copy
     args: dict | None = None  # the eager collective's fields (Collective name, In msg nelems, ...)
     blocks: int = 0  # thread blocks of the launch grid (x*y*z); 0 when the trace has no grid
 
@@ -76,6 +77,7 @@ class CommOp:
     seq: int | None = (
         None  # the call's sequence number in its group (`Seq`, newer torch), if recorded
     )
+    backend: str | None = None  # `gloo`, `nccl`, ... of a `<backend>:<op>` annotation
 
 
 @dataclass
@@ -158,7 +160,7 @@ def read_timeline(path: str) -> Timeline:
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     attention, compiled_calls = [], []
     counts = {"events": 0, "cpu_ops": 0, "malformed": 0}
-    launch_kind, collective_kernel = names.launch_kind, names.collective_kernel
+    launch_kind, communication_kernel = names.launch_kind, comm_names.communication_kernel
     step_annotation, profiler_step, backend_collective = (
         names.step_annotation,
         names.profiler_step,
@@ -193,7 +195,7 @@ def read_timeline(path: str) -> Timeline:
         if cat in gpu_cats:
             args = ev.get("args") or {}
             name = intern(ev.get("name") or "")  # a kernel's name repeats: kept once
-            coll = collective_kernel(name) if cat == "kernel" else None
+            coll = communication_kernel(name, cat)
             kernels.append(
                 Kernel(
                     ts=_num(ev, "ts"),
@@ -222,7 +224,7 @@ def read_timeline(path: str) -> Timeline:
             elif ":" in name:
                 coll = backend_collective(name)
                 if coll:
-                    backend_ops.append(_backend_op(ev, coll[1]))
+                    backend_ops.append(_backend_op(ev, coll[1], coll[0]))
         elif cat == "python_function":
             host.python_function(ev, _num(ev, "ts"), _num(ev, "dur"))
         elif cat == "cpu_op":
@@ -375,7 +377,7 @@ def _comm_op(ev: dict) -> CommOp | None:
     )
 
 
-def _backend_op(ev: dict, op: str) -> CommOp:
+def _backend_op(ev: dict, op: str, backend: str) -> CommOp:
     """torch's `<backend>:<op>` annotation: the collective's tensor shape and C++ dtype, and, on gloo,
     the time its work took (on gloo's own thread)."""
     args = ev.get("args") or {}
@@ -389,7 +391,7 @@ def _backend_op(ev: dict, op: str) -> CommOp:
     ):
         nelems = 1
         for d in dims[0]:
-            nelems *= d
+            nelems = _as_int(nelems * d) if nelems is not None and 0 <= d <= MAX_SIZE else None
     dtype = (
         names.CPP_DTYPES.get(types[0])
         if isinstance(types, list) and types and isinstance(types[0], str)
@@ -404,15 +406,18 @@ def _backend_op(ev: dict, op: str) -> CommOp:
         dtype=dtype,
         group_size=None,
         tid=ev.get("tid"),
+        backend=backend,
     )
 
 
 def _as_int(value) -> int | None:
+    """A count of elements as recorded: whole, from 0 to `MAX_SIZE` (2**48; a 400-digit count is
+    no tensor, and a float of it overflows downstream), else None (unknown)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    return int(value) if is_digits(value) else None  # ASCII, at most 19 digits
+    if isinstance(value, str) and is_digits(value):  # ASCII, at most 19 digits
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value <= MAX_SIZE else None
 
 
 def _as_name(value) -> str | None:
