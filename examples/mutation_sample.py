@@ -55,6 +55,8 @@ SECRETS = "tests/test_trust_secrets.py tests/test_masking_pins.py tests/test_tru
 # runs across hosts: the pure parts (the real launchers across namespace hosts are too slow per mutant)
 HOSTS_LAUNCH = "tests/test_hosts_launchers.py"
 HOSTS_MERGE = "tests/test_hosts_merge.py -k 'not contradictions'"
+KNOWN_BAD = "tests/test_known_bad.py"
+CAPTURE_RULES = "tests/test_host_time.py tests/test_capture_rules.py"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
     "ncclprobe/rank_ranges.py": "tests/test_flight_recorder_scale.py -k ranges",
@@ -137,6 +139,16 @@ MODULES = {
     "ncclprobe/diagnose/process_env/hosts.py": HOSTS_MERGE,
     "ncclprobe/evidence/live/job_processes.py": HOSTS_MERGE,
     "ncclprobe/evidence/live/host_env_checks.py": HOSTS_MERGE,
+    # issue 39: capture's rules and readers (its real runs are too slow per mutant)
+    "ncclprobe/nccl/known_bad.py": KNOWN_BAD,
+    "ncclprobe/diagnose/settings/rules_known_bad.py": KNOWN_BAD,
+    "ncclprobe/evidence/nccl/known_bad_scan.py": KNOWN_BAD,
+    "ncclprobe/diagnose/run/rules_host.py": CAPTURE_RULES,
+    "ncclprobe/evidence/run/profile/host.py": CAPTURE_RULES,
+    "ncclprobe/diagnose/hang/rules_arrival.py": "tests/test_capture_rules.py",
+    "ncclprobe/diagnose/process_env/rules_capture.py": "tests/test_capture_rules.py",
+    "ncclprobe/diagnose/run/rules_spec_config.py": "tests/test_capture_rules.py",
+    "ncclprobe/engine_facts/spec_config.py": "tests/test_capture_rules.py tests/test_capture_engines.py",
 }
 
 

@@ -74,7 +74,6 @@ KNOWN_BAD = RuleSet(
 def nccl_log_report(ev, files: list[str]) -> Report:
     """The NCCL-log and settings rule sets over the log, with its table of what NCCL read and did."""
     log: NcclLog = ev.nccl_log
-    ev.inputs.setdefault("nccl_log", list(files))
     report = judge(ev, (NCCL_LOG, KNOWN_BAD, LINT), kind="nccl-log", fails_at="error")
     known_bad = [f for f in report.findings if f.rule == rules_known_bad.RULE]
     lint = [f for f in report.findings if isinstance(f, SettingFinding)]

@@ -110,8 +110,8 @@ def _finding(match: Match, where: list[str], caps: set[int]) -> Finding:
 
 
 def nccl_log_findings(ev: E.Evidence) -> list[Finding]:
-    """`nccl-log`: the rows the one log (its files in `ev.inputs["nccl_log"]`) falls in, from its
-    version, the GPUs it names and NCCL's own lines of a failure."""
+    """`nccl-log`: the rows the one log falls in, from its version, and from the GPUs and NCCL's own
+    lines of a failure its files (`ev.inputs["nccl_log"]`, where given) hold."""
     matches, scanned = known_bad_in_logs(ev.inputs.get("nccl_log", ()), ev.nccl_log)
     return [_finding(m, ["the NCCL log"], scanned.capabilities) for m in matches]
 
