@@ -14,7 +14,7 @@ and is forwarded once more: SIGTERM twice, which torchrun and Python handle as o
 SIGUSR1 to the capture asks every process for its dumps now; SIGUSR2 starts or stops the in-job
 profiler (`--profile control`).
 
-The job's stdout and stderr go to the capture's own as they come (bytes untouched) and, line by line
+The job's stdout and stderr go to the capture's own files as they come (bytes untouched) and, line by line
 with secrets masked, into `job.log` in the order they arrived.
 """
 
@@ -98,9 +98,15 @@ class Output:
 
 
 def _write(sink, chunk: bytes) -> None:
+    """The job's bytes to the capture's own stream's file, untouched: the job's output reaches the
+    terminal as it would without the capture (ncclprobe's terminal guard, `visible`, keeps what
+    ncclprobe itself prints from driving the terminal; this is the job talking to its own)."""
     try:
-        sink.write(chunk)
         sink.flush()
+        fd = sink.fileno()
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
     except (OSError, ValueError):
         pass  # the capture's own terminal went away: the log still gets it
 
@@ -146,8 +152,8 @@ class Job:
         signal.pthread_sigmask(signal.SIG_BLOCK, TAKEN)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        self.output.follow(self.process.stdout, sys.stdout.buffer)
-        self.output.follow(self.process.stderr, sys.stderr.buffer)
+        self.output.follow(self.process.stdout, sys.stdout)
+        self.output.follow(self.process.stderr, sys.stderr)
         return self.process.pid
 
     def _early_signal(self, signum, _frame) -> None:
