@@ -82,7 +82,7 @@ FIXTURE_GROUPS = {
 # the costliest groups, CPU seconds (own + children) on the 2-core CPU machine, 2026-12-07 (3288 tests)
 HEAVY = {
     "shipped-timelines": 58,
-    "smollm2": 54,  # test_engine_gguf's; test_capture_hf's real runs add to it (not yet measured)
+    "smollm2": 94,  # test_engine_gguf 54, test_capture_hf 40 (its generate and serve captures)
     "tests/test_engine_cli.py": 49,
     "timing": 44,
     "trained-drafts": 21,

@@ -285,3 +285,35 @@ def test_torchruns_signal_exception_is_explained_and_its_twin_is_not():
     assert kind.kind == "launcher-signalled" and kind.severity == "info" and kind.lines == 2
     assert "signal 15 (SIGTERM)" in kind.message
     assert [line.text for line in found.lines] == ["RuntimeError: something else went wrong"]
+
+
+def _host_outcome(host_bound, *, ranks: int = 1, **top):
+    """host-call's outcome on the real host-bound run, its top function changed by `top`, the run
+    given `ranks` ranks."""
+    from ncclprobe.diagnose.run import rules_host
+
+    run = host_bound.runs[0]
+    report, rank = run.host
+    first = dataclasses.replace(report.functions[0], **top)
+    report = dataclasses.replace(report, functions=(first, *report.functions[1:]))
+    run = dataclasses.replace(run, ranks=[dict(run.ranks[0], rank=r) for r in range(ranks)])
+    return rules_host._outcome(host_bound, run, report, rank)
+
+
+def test_host_call_needs_its_function_in_min_steps(host_bound):
+    from ncclprobe.diagnose.run.rules_host import MIN_STEPS
+
+    assert isinstance(_host_outcome(host_bound, steps=MIN_STEPS), Finding)
+    assert isinstance(_host_outcome(host_bound, steps=MIN_STEPS - 1), RuledOut)
+
+
+def test_host_call_title_names_the_call_a_function_was_in_when_it_made_no_sync(host_bound):
+    named = _host_outcome(host_bound, syncs_per_step=0.0, call="aten::mm")
+    assert ", in `aten::mm` (" in named.title and "calls per step" not in named.title
+    bare = _host_outcome(host_bound, syncs_per_step=0.0, call=None)
+    assert ", in `" not in bare.title and "`postprocess (host_bound.py:16)` (" in bare.title
+
+
+def test_host_call_says_whose_step_on_several_ranks(host_bound):
+    assert "of the 106.695 ms step" in _host_outcome(host_bound, ranks=1).title
+    assert "of rank 0's 106.695 ms step" in _host_outcome(host_bound, ranks=2).title

@@ -158,3 +158,23 @@ def test_a_row_that_needs_a_condition_is_said_without_failing_nccl_log():
         )
         assert run.returncode == 0, (log.name, run.stdout[-400:], run.stderr)
         assert [k["row"] for k in json.loads(run.stdout)["known_bad"]] == rows, log.name
+
+
+def test_the_sentence_names_the_gpu_and_where_the_range_ends():
+    """describe(): the GPUs as compute capabilities (12.0, not 120), the range up to the fixed
+    release, or up to the release that works where no fix is named (mutation survivors)."""
+    (shared,) = [m for m in K.matching("2.25.1", {120}) if m.row.key == "sm120-shared-memory"]
+    text = K.describe(shared)
+    assert "GPU compute capability 12.0)" in text and "Affected: 2.25.1 up to 2.26.2;" in text
+    (illegal,) = [m for m in K.matching("2.26.2", {120}) if m.row.key.startswith("sm120-illegal")]
+    assert "Affected: 2.26.2 up to at least 2.31.2;" in K.describe(illegal)
+
+
+def test_a_row_for_any_gpu_is_high_confidence_without_the_gpus():
+    """The cuMem row holds on every GPU: matched from the version alone, with no GPU known, it is
+    still sure of the GPU (mutation survivor: the confidence's `capabilities is None`)."""
+    from ncclprobe.diagnose.settings.rules_known_bad import _finding
+
+    (match,) = K.matching("2.20.5")
+    assert match.row.capabilities is None
+    assert _finding(match, ["a log"], set()).confidence == "high"
