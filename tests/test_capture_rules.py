@@ -317,3 +317,19 @@ def test_host_call_title_names_the_call_a_function_was_in_when_it_made_no_sync(h
 def test_host_call_says_whose_step_on_several_ranks(host_bound):
     assert "of the 106.695 ms step" in _host_outcome(host_bound, ranks=1).title
     assert "of rank 0's 106.695 ms step" in _host_outcome(host_bound, ranks=2).title
+
+
+def test_late_rank_reads_three_ranks_and_needs_two():
+    """The real 3-rank gloo dumps are compared (not only two ranks'); one rank's dumps alone
+    compare nothing (mutation survivor: the count of dumps)."""
+    dumps = read_flight_recorder([FIXTURES / "flight_recorder" / "gloo3" / "healthy" / "dumps"])
+    assert len(dumps) == 3
+    (outcome,) = A.arrival_findings(Evidence(runs=[], flight_recorder=dumps))
+    assert isinstance(outcome, RuledOut)
+    assert A.arrival_findings(Evidence(runs=[], flight_recorder=dumps[:1])) == []
+
+
+def test_late_rank_totals_its_lateness_in_seconds():
+    (named,) = _late({1: dict.fromkeys((1, 2, 3, 4), 500.0)})
+    assert named.evidence["total_s"] == pytest.approx(2.0, abs=5e-4)
+    assert named.evidence["median_ms"] == pytest.approx(500.0, abs=0.5)

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ncclprobe.evidence.run.profile import host as H
 from ncclprobe.evidence.run.profile.host import HostCollector, HostSpan, host_time
 
 STEP = "job.py(10): step"
@@ -267,3 +268,13 @@ def test_an_unnamed_python_event_is_kept_with_no_name():
     kept = HostCollector()
     kept.python_function({"tid": 1}, 0.0, 30.0)
     assert [(s.name, s.kind) for s in kept.spans] == [("", "py")]
+
+
+def test_the_top_three_functions_are_named_and_overlapping_spans_are_one():
+    """At most H.TOP functions are named, the longest first; overlapping intervals merge into one,
+    touching ones too, apart ones stay apart (mutation survivors)."""
+    totals = {(f"job.py({n}): f{n}", None): [1000.0 * (10 - n)] * 2 for n in range(5)}
+    named = H._ranked(totals, 2, sum(sum(v) for v in totals.values()))
+    assert [f.function for f in named] == ["job.py(0): f0", "job.py(1): f1", "job.py(2): f2"]
+    assert len(named) == H.TOP == 3
+    assert H._union([(3, 8), (0, 5), (8, 9), (10, 12)]) == [(0, 9), (10, 12)]
