@@ -333,3 +333,24 @@ def test_late_rank_totals_its_lateness_in_seconds():
     (named,) = _late({1: dict.fromkeys((1, 2, 3, 4), 500.0)})
     assert named.evidence["total_s"] == pytest.approx(2.0, abs=5e-4)
     assert named.evidence["median_ms"] == pytest.approx(500.0, abs=0.5)
+
+
+def test_a_lost_setting_splits_the_communicator_only_where_some_workers_have_it():
+    """Lost in some workers that loaded NCCL: the ranks disagree; lost in every worker: all run the
+    default alike (mutation survivor: the comparison of the two counts)."""
+    lost = _process(11, 10, missing=["NCCL_SOCKET_IFNAME"], libnccl="/x/libnccl.so.2")
+    (some,) = _settings(_record([_process(10, 1), lost], nccl_loaded=True))
+    assert "no longer agree" in some.detail
+    alone = _process(11, 1, missing=["NCCL_SOCKET_IFNAME"], libnccl="/x/libnccl.so.2")
+    every = [f for f in _settings(_record([alone], nccl_loaded=True)) if isinstance(f, Finding)]
+    assert every and "no longer agree" not in every[0].detail
+
+
+def test_a_setting_a_launcher_changed_is_said_with_both_values():
+    changed = dataclasses.replace(
+        _process(11, 10), changed={"NCCL_SOCKET_IFNAME": {"job": "lo", "here": "eth0"}}
+    )
+    found = [f for f in _settings(_record([_process(10, 1), changed])) if isinstance(f, Finding)]
+    assert [f.title for f in found] == [
+        "NCCL_SOCKET_IFNAME was changed for 1 worker(s): the job set lo, they had pid 11: eth0"
+    ]
