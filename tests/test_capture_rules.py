@@ -354,3 +354,79 @@ def test_a_setting_a_launcher_changed_is_said_with_both_values():
     assert [f.title for f in found] == [
         "NCCL_SOCKET_IFNAME was changed for 1 worker(s): the job set lo, they had pid 11: eth0"
     ]
+
+
+# ---- speculative configurations at their boundaries (mutation survivors) ---------------------------
+
+
+def _eagle_as_eagle(accept, lines=5, path="/models/kimi-k2.5-eagle3"):
+    from ncclprobe.diagnose.run import rules_spec_config as S
+
+    log = {
+        "engine": "sglang",
+        "speculative_algorithm": "EAGLE",
+        "speculative_draft_model_path": path,
+        "tokens_per_cycle": accept,
+        "tokens_per_cycle_values": lines,
+    }
+    return S._algorithm(Evidence(runs=[]), None, log)
+
+
+def test_a_draft_named_eagle3_run_as_eagle_is_sure_only_where_the_log_shows_no_draft_kept():
+    from ncclprobe.engine_facts.spec_config import NOT_WORKING
+
+    (at,) = _eagle_as_eagle(NOT_WORKING)
+    assert at.confidence == "high" and "The log agrees: 1.00 tokens per cycle over 5" in at.detail
+    (one,) = _eagle_as_eagle(1.0)
+    assert one.confidence == "high" and "The log agrees" in one.detail
+    (kept,) = _eagle_as_eagle(2.5)
+    assert kept.confidence == "medium" and "The log shows 2.50 tokens per cycle." in kept.detail
+    (unknown,) = _eagle_as_eagle(None)
+    assert unknown.confidence == "medium" and "tokens per cycle" not in unknown.detail
+
+
+def test_a_draft_nothing_names_asks_for_its_config():
+    (nameless,) = _eagle_as_eagle(1.0, path=None)
+    assert isinstance(nameless, NotChecked) and nameless.missing.endswith("(--draft-config DIR)")
+    (plain,) = _eagle_as_eagle(1.0, path="/models/draft")
+    assert plain.missing.endswith("(--draft-config /models/draft/config.json)")
+
+
+def test_an_eagle3_name_needs_a_path_that_says_so():
+    from ncclprobe.engine_facts.spec_config import named_eagle3
+
+    assert named_eagle3("lightseekorg/kimi-k2.5-EAGLE-3") and named_eagle3("x/eagle_3")
+    assert not named_eagle3(None) and not named_eagle3("") and not named_eagle3("/models/draft")
+
+
+def test_no_draft_token_kept_at_the_cut_and_drafts_kept_just_above_it():
+    from ncclprobe.diagnose.run import rules_spec_config as S
+    from ncclprobe.engine_facts.spec_config import NOT_WORKING
+
+    assert NOT_WORKING == 1.005
+    (broken,) = S._not_working(None, {"tokens_per_cycle": 1.005})
+    assert isinstance(broken, Finding) and broken.evidence["lines"] == 0
+    assert broken.confidence == "medium" and "in 0 decode line(s)" in broken.title
+    (sure,) = S._not_working(None, {"tokens_per_cycle": 1.0, "tokens_per_cycle_values": 3})
+    assert sure.confidence == "high"
+    assert isinstance(S._not_working(None, {"tokens_per_cycle": 1.006})[0], RuledOut)
+
+
+def test_a_draft_vocab_size_not_the_targets_is_named():
+    from ncclprobe.diagnose.run import rules_spec_config as S
+    from ncclprobe.evidence.run.draft_config import DraftConfig
+
+    def judged(vocab_size):
+        draft = DraftConfig(
+            "d/config.json", ("LlamaForCausalLMEagle3",), vocab_size, None, 64, None, None
+        )
+        ev = Evidence(runs=[], config={"model": {"vocab": 32000, "layers": 8}})
+        ev.draft_config = draft
+        return S._draft_against_target(ev)
+
+    (other,) = judged(32001)
+    assert (
+        isinstance(other, Finding)
+        and "vocab_size (32001) is not the target's (32000)" in other.title
+    )
+    assert isinstance(judged(32000)[0], RuledOut)
