@@ -30,13 +30,15 @@ class DistillData:
     tokens: torch.Tensor  # [N, L] prompt + continuation, right-padded
     valid: torch.Tensor  # [N, L] bool: a real token (prompt or continuation)
     generated: torch.Tensor  # [N, L] bool: a token the target generated
-    features: torch.Tensor | None = None  # [N, L, 3H] float32
-    probs: torch.Tensor | None = (
-        None  # [N, L, draft vocab] float32: the target's distribution there
-    )
-    greedy: torch.Tensor | None = (
-        None  # [N, L] the target's greedy token as a draft index, -1 outside
-    )
+
+
+@dataclass(frozen=True)
+class Labels:
+    """What the draft learns from at each position of `DistillData.tokens` (`label`)."""
+
+    features: torch.Tensor  # [N, L, 3H] float32: the target's features
+    probs: torch.Tensor  # [N, L, draft vocab] float32: the target's distribution there
+    greedy: torch.Tensor  # [N, L] the target's greedy token as a draft index, -1 outside
 
 
 def padded(prompts, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,9 +99,9 @@ def generate(target, spec, device, chunk: int = 64, progress=None) -> DistillDat
 
 
 @torch.no_grad()
-def label(target, draft, data: DistillData, chunk: int = 16) -> DistillData:
-    """Fill in the target's features and its distribution at the draft's tokens (call after the
-    draft's vocabulary was chosen)."""
+def label(target, draft, data: DistillData, chunk: int = 16) -> Labels:
+    """The target's features and its distribution at the draft's tokens (call after the draft's
+    vocabulary was chosen)."""
     N, L = data.tokens.shape
     target.setup_caches(min(chunk, N), L + 1)
     features, probs, greedy = [], [], []
@@ -111,12 +113,7 @@ def label(target, draft, data: DistillData, chunk: int = 16) -> DistillData:
         features.append(feats.float())
         probs.append(in_head)
         greedy.append(hard)
-    data.features, data.probs, data.greedy = (
-        torch.cat(features),
-        torch.cat(probs),
-        torch.cat(greedy),
-    )
-    return data
+    return Labels(torch.cat(features), torch.cat(probs), torch.cat(greedy))
 
 
 def draft_labels(draft: DraftHead, target_probs: torch.Tensor):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -54,6 +55,8 @@ class DraftLayer(nn.Module):
 
 
 class DraftHead(nn.Module):
+    d2t: torch.Tensor  # buffer: draft index -> offset to the target's id
+
     def __init__(self, cfg: DraftConfig, embedding: nn.Embedding):
         super().__init__()
         self.cfg = cfg
@@ -64,6 +67,15 @@ class DraftHead(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.vocab, dtype=torch.long))
         self.rope: Rope | None = None
+
+    @property
+    def layer(self) -> DraftLayer:
+        """The one decoder layer, as what it is (nn.ModuleList yields plain modules)."""
+        return cast(DraftLayer, self.layers[0])
+
+    @property
+    def blocks(self) -> list[DraftLayer]:
+        return [self.layer]
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._embedding[0](tokens)
@@ -81,7 +93,7 @@ class DraftHead(nn.Module):
             weight.dtype,
             weight.device,
         )
-        attn = self.layers[0].self_attn
+        attn = self.layer.self_attn
         attn.kv_cache = KVCache(
             batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device
         )
@@ -93,8 +105,9 @@ class DraftHead(nn.Module):
 
         `fuse`: `hidden` holds the target's 3H features (draft extend) rather than the draft's own
         H-wide output (chained draft steps)."""
+        assert self.rope is not None, "setup_caches() first: it sizes the RoPE tables"
         h = self.fc(hidden) if fuse else hidden
-        layer = self.layers[0]
+        layer = self.layer
         x = layer.attention_input(self.embed(tokens), h)
         group = attention_group(tokens.shape[1], self.cfg.heads, self.cfg.kv_heads)
         mask = causal_mask(positions, self.rope.cos.shape[0], group)

@@ -22,19 +22,48 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from ncclprobe.engine.speculative import greedy_accept, probabilities, rejection_accept, sample
 from ncclprobe.evidence.run.modes import Mode
 
 
+class ModelSteps(Protocol):
+    """The model calls the loops make: `Steps` (the models, eager), or the runtime's
+    `graphs.GraphedSteps` (CUDA-graph replays where a shape was captured)."""
+
+    def target(self, tokens: torch.Tensor, positions: torch.Tensor, capture: bool) -> Any:
+        """(logits [B, T, vocab], the draft's features or None) at `positions` [B, T]."""
+
+    def draft(
+        self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, fuse: bool
+    ) -> Any:
+        """(draft logits, draft hidden) at `positions`."""
+
+    def chain(self, d1, hidden, pos, draft_ids, k: int) -> torch.Tensor:
+        """The greedy cycle's chained draft steps (`greedy_chain`)."""
+
+    def extend(self, drafts, accepted, nxt, features, pos, draft_ids) -> Any:
+        """The greedy cycle's draft extend (`greedy_extend`)."""
+
+
 @dataclass
 class Steps:
-    """The model calls of the loops; the runtime replaces them with CUDA-graph replays."""
+    """The model calls of the loops, eager; the runtime replaces them with CUDA-graph replays."""
 
-    target: object  # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
-    draft: object = None  # (tokens, hidden, positions, fuse) -> (logits, hidden)
+    target_model: nn.Module  # (tokens [B,T], positions [B,T], capture) -> (logits, features|None)
+    draft_model: nn.Module | None = None  # (tokens, hidden, positions, fuse) -> (logits, hidden)
+
+    def target(self, tokens, positions, capture):
+        return self.target_model(tokens, positions, capture)
+
+    def draft(self, tokens, hidden, positions, fuse):
+        if self.draft_model is None:
+            raise RuntimeError("this engine has no draft model: only the baseline loop runs")
+        return self.draft_model(tokens, hidden, positions, fuse)
 
     def chain(self, d1, hidden, pos, draft_ids, k):
         return greedy_chain(self.draft, draft_ids, k, d1, hidden, pos)
@@ -114,13 +143,13 @@ class Engine:
         k: int = 3,
         temperature: float = 0.0,
         seed: int = 0,
-        steps: Steps | None = None,
+        steps: ModelSteps | None = None,
         timer=None,
     ):
         self.target, self.draft, self.k, self.temperature = target, draft, k, temperature
         self.device = next(target.parameters()).device
         self.seed = seed
-        self.steps = steps or Steps(target=target, draft=draft)
+        self.steps: ModelSteps = steps or Steps(target, draft)
         self.timer = timer
         if draft is not None:
             self.draft_ids = draft.to_target(torch.arange(draft.cfg.vocab, device=self.device))
@@ -226,7 +255,7 @@ class Engine:
             tokens = torch.cat([cur[:, None], drafts], dim=1)
             logits, features = self.steps.target(tokens, pos[:, None] + self._span(k + 1), True)
         with self._phase("accept", joined=True):
-            if greedy:
+            if qs is None:  # greedy: the drafts are the draft's argmax, no distribution kept
                 accepted, nxt = greedy_accept(drafts, logits)
             else:
                 accepted, nxt = rejection_accept(

@@ -173,7 +173,7 @@ def read_weights(reader, config: dict, path) -> tuple[dict[str, torch.Tensor], d
                 else ""
             )
         )
-    counts = defaultdict(int)
+    counts: defaultdict[str, int] = defaultdict(int)
     for tensor in reader.tensors:
         counts[tensor.tensor_type.name] += 1
     record = {

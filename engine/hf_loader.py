@@ -84,7 +84,8 @@ def _positive_int(value) -> int | None:
 
 
 def _rope_scaling(doc: dict | None, name: str) -> RopeScaling | None:
-    kind = (doc or {}).get("rope_type") or (doc or {}).get("type")
+    doc = doc or {}
+    kind = doc.get("rope_type") or doc.get("type")
     if kind in (None, "default"):
         return None
     if kind != "llama3":
@@ -132,8 +133,8 @@ def load_checkpoint(directory: str | Path, *, device, dtype) -> Transformer:
                 if not name.endswith("rotary_emb.inv_freq")
             }
         )
-    if cfg.tie_embeddings:
-        state.setdefault("lm_head.weight", state.get("embed_tokens.weight"))
+    if cfg.tie_embeddings and "embed_tokens.weight" in state:  # else it is reported missing below
+        state.setdefault("lm_head.weight", state["embed_tokens.weight"])
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_embeddings:  # assigning made two parameters of one tensor: one parameter again
         model.lm_head.weight = model.embed_tokens.weight

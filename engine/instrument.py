@@ -150,10 +150,10 @@ def distribution(values_ms: list[float]) -> dict:
 class CollectiveTrace:
     """Counts collectives by (op, size, dtype, phase, graph); attach with `attach(comm, timer)`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: Counter = Counter()
         self.capturing: str | None = None  # name of the graph being captured, set by the runner
-        self._timer = None
+        self._timer: PhaseTimer | None = None
 
     def attach(self, comm, timer: PhaseTimer | None) -> None:
         self._timer = timer

@@ -14,6 +14,10 @@ from torch import nn
 
 
 class KVCache(nn.Module):
+    k: torch.Tensor  # buffers (register_buffer): [batch, max_seq, kv_heads, head_dim]
+    v: torch.Tensor
+    rows: torch.Tensor  # [batch, 1]: each sequence's row, for index_put_
+
     def __init__(self, batch: int, max_seq: int, kv_heads: int, head_dim: int, dtype, device):
         super().__init__()
         shape = (batch, max_seq, kv_heads, head_dim)

@@ -18,6 +18,7 @@ is a rename, not a reshuffle; RoPE uses the same rotate-half convention for the 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,9 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -
 
 class Rope(nn.Module):
     """cos/sin tables for every cache position, looked up by position (graph-safe indexing)."""
+
+    cos: torch.Tensor  # buffers: [max_seq, head_dim]
+    sin: torch.Tensor
 
     def __init__(
         self, head_dim: int, theta: float, scaling: RopeScaling | None, max_seq: int, dtype, device
@@ -193,7 +197,7 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.self_attn = Attention(cfg.hidden, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim)
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.mlp = (
+        self.mlp: MLP | MoE = (
             MoE(cfg.hidden, cfg.moe)
             if cfg.is_moe_layer(index)
             else MLP(cfg.hidden, cfg.intermediate)
@@ -216,6 +220,11 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rope: Rope | None = None
 
+    @property
+    def blocks(self) -> list[Block]:
+        """The layers as what they are (nn.ModuleList yields plain modules)."""
+        return cast("list[Block]", list(self.layers))
+
     def setup_caches(self, batch: int, max_seq: int) -> None:
         """Allocate the static KV caches and RoPE tables once, after any sharding."""
         weight = self.embed_tokens.weight
@@ -227,7 +236,7 @@ class Transformer(nn.Module):
             weight.dtype,
             weight.device,
         )
-        for layer in self.layers:
+        for layer in self.blocks:
             attn = layer.self_attn
             attn.kv_cache = KVCache(
                 batch, max_seq, attn.local_kv_heads, attn.head_dim, weight.dtype, weight.device
@@ -236,6 +245,7 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, capture: bool = False):
         """Logits [B, T, vocab] and, with `capture`, the draft's features [B, T, 3*hidden]:
         the inputs of the layers in `cfg.capture_layers` (EAGLE-3's low, middle and high)."""
+        assert self.rope is not None, "setup_caches() first: it sizes the RoPE tables"
         x = self.embed_tokens(tokens)
         rope = self.rope(positions)
         group = attention_group(tokens.shape[1], self.cfg.heads, self.cfg.kv_heads)

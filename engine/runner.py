@@ -62,8 +62,8 @@ def run_engine(
 def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
     device = spec.resolved_device()
     backend = "nccl" if device == "cuda" else "gloo"
-    with tempdirs.owned("ncclprobe-engine-nccl-") as log_dir:
-        log_dir = str(log_dir)
+    with tempdirs.owned("ncclprobe-engine-nccl-") as owned:
+        log_dir = str(owned)
         env, rank_env = dict(spec.settings), {}
         if backend == "nccl" and _ncclprobe_logs({**spec.settings, **spec.env_after_init}):
             env.update(proof_env(tuning=False))
@@ -101,7 +101,7 @@ def _run_pool(spec: RunSpec, on_message, timeout_s) -> list[dict]:
         }
         for m in sorted(outcome.of_kind("engine-worker"), key=lambda m: m["rank"])
     ]
-    digests = {}
+    digests: dict[str, set[str]] = {}
     for m in outcome.of_kind("engine-digest"):
         digests.setdefault(m["mode"], set()).add(m["digest"])
     return [
@@ -263,7 +263,7 @@ def _weights(spec: RunSpec) -> dict | None:
     if not spec.checkpoint or not is_gguf(spec.checkpoint):
         return None
     directory = resolve_checkpoint(spec.checkpoint)
-    return {**conversion_record(directory), "converted_directory": str(directory)}
+    return {**(conversion_record(directory) or {}), "converted_directory": str(directory)}
 
 
 def _draft_target(draft_path: str | None) -> dict | None:

@@ -51,7 +51,7 @@ def applies(q: torch.Tensor, kv_heads: int) -> bool:
     return ENABLED and triton is not None and serves(tuple(q.shape), q.device.type, kv_heads)
 
 
-def serves(shape: tuple[int, int, int, int], device_type: str, kv_heads: int) -> bool:
+def serves(shape: tuple[int, ...], device_type: str, kv_heads: int) -> bool:
     """The shape and device rule of `applies`, apart from whether Triton is installed."""
     B, T, H, D = shape
     return (

@@ -171,7 +171,9 @@ def greedy_walk(chain: MarkovChain) -> dict:
     step = (chain.index[b] * A + chain.index[chain.top(a, b)]).tolist()
     cycle_of, tail, lengths = [-1] * (A * A), [0] * (A * A), []
     for state in range(A * A):
-        path, seen, x = [], {}, state
+        path: list[int] = []
+        seen: dict[int, int] = {}
+        x = state
         while cycle_of[x] < 0 and x not in seen:
             seen[x] = len(path)
             path.append(x)

@@ -95,6 +95,7 @@ def check_saved(directory: Path, spec: TargetTrainSpec, check: GreedyCheck, devi
     prompts = random_prompts(
         target.cfg.vocab, check.prompts, check.prompt_len, spec.seed + 3, device
     )
+    assert check.tokens is not None, "resolve the check first (GreedyCheck.resolved)"
     return greedy_agreement(target, chain, prompts, check.tokens)
 
 

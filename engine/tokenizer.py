@@ -15,22 +15,36 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncclprobe.errors import UsageProblem
+
+if TYPE_CHECKING:  # the `gguf` extra's package, imported where a tokenizer is loaded
+    from tokenizers import Tokenizer
 
 
 @dataclass(frozen=True)
 class TextCodec:
-    tokenizer: object  # tokenizers.Tokenizer
+    tokenizer: Tokenizer
     config: dict  # tokenizer_config.json
     source: str
 
     def encode(self, text: str) -> list[int]:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         bos = self.config.get("bos_token")
-        if self.config.get("add_bos_token") and bos is not None:
-            ids = [self.tokenizer.token_to_id(bos)] + ids
-        return ids
+        if isinstance(
+            bos, dict
+        ):  # older configs write an AddedToken object: {"content": "<s>", ...}
+            bos = bos.get("content")
+        if not self.config.get("add_bos_token") or bos is None:
+            return ids
+        bos_id = self.tokenizer.token_to_id(str(bos))
+        if bos_id is None:
+            raise UsageProblem(
+                f"{self.source}: its tokenizer config adds the BOS token {bos!r}, which its "
+                "vocabulary does not hold"
+            )
+        return [bos_id, *ids]
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)

@@ -16,18 +16,27 @@ Every rank must start from the same full weights (same seed or the same checkpoi
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import torch
 from torch import nn
 
 from ncclprobe.engine.comm import Communicator
+from ncclprobe.engine.draft import DraftHead
+from ncclprobe.engine.layers import MLP
+from ncclprobe.engine.model import Attention, Transformer
+from ncclprobe.engine.moe import MoE
 from ncclprobe.errors import UsageProblem
 
+Model = TypeVar("Model", Transformer, DraftHead)
 
-def apply_tp(model: nn.Module, comm: Communicator) -> nn.Module:
-    """Shard `model` (a Transformer or a DraftHead: anything with `.layers` of blocks having
-    `self_attn` and `mlp`) for `comm`'s rank; a no-op for one rank unless it issues collectives."""
+
+def apply_tp(model: Model, comm: Communicator) -> Model:
+    """Shard `model` (its blocks' `self_attn` and `mlp`) for `comm`'s rank; a no-op for one rank
+    unless it issues collectives."""
     if not comm.active:
         return model
-    for layer in model.layers:
+    for layer in model.blocks:
         _shard_attention(layer.self_attn, comm)
         _shard_ffn(layer.mlp, comm)
         for module in (layer.self_attn, layer.mlp):
@@ -35,7 +44,7 @@ def apply_tp(model: nn.Module, comm: Communicator) -> nn.Module:
     return model
 
 
-def _shard_attention(attn: nn.Module, comm: Communicator) -> None:
+def _shard_attention(attn: Attention, comm: Communicator) -> None:
     kv_heads = attn.k_proj.out_features // attn.head_dim
     heads = attn.q_proj.out_features // attn.head_dim
     for count, what in ((heads, "query heads"), (kv_heads, "key/value heads")):
@@ -49,8 +58,8 @@ def _shard_attention(attn: nn.Module, comm: Communicator) -> None:
     _shard_linear(attn.o_proj, 1, comm)
 
 
-def _shard_ffn(ffn: nn.Module, comm: Communicator) -> None:
-    if hasattr(ffn, "experts_gate"):
+def _shard_ffn(ffn: MLP | MoE, comm: Communicator) -> None:
+    if isinstance(ffn, MoE):
         _check_divisible(ffn.experts_gate.shape[1], comm, "expert width")
         ffn.experts_gate = _slice_param(ffn.experts_gate, 1, comm)
         ffn.experts_up = _slice_param(ffn.experts_up, 1, comm)
@@ -72,7 +81,7 @@ def _check_divisible(size: int, comm: Communicator, what: str) -> None:
         )
 
 
-def _slice_param(param: nn.Parameter, dim: int, comm: Communicator) -> nn.Parameter:
+def _slice_param(param: torch.Tensor, dim: int, comm: Communicator) -> nn.Parameter:
     shard = param.detach().chunk(comm.world_size, dim=dim)[comm.rank].clone()
     return nn.Parameter(shard, requires_grad=param.requires_grad)
 

@@ -26,7 +26,9 @@ learnable: of a random target's greedy token, almost nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from contextlib import contextmanager
 
 import torch
@@ -90,8 +92,9 @@ def unrolled_losses(
     B, L = tokens.shape
     T = L - 1  # slots 1..L-1
     positions = torch.arange(1, L, device=tokens.device).expand(B, T)
+    assert draft.rope is not None, "setup_caches() first: it sizes the RoPE tables"
     rope = draft.rope(positions)
-    layer = draft.layers[0]
+    layer = draft.layer
     attn = layer.self_attn
     embedded = draft.embed(tokens[:, 1:]).float()
     hidden = draft.fc(features[:, :-1])
@@ -130,14 +133,13 @@ def unrolled_losses(
 def _cross_entropy(
     logp: torch.Tensor, probs: torch.Tensor, greedy: torch.Tensor, labels: str
 ) -> torch.Tensor:
-    soft = -(probs * logp).sum(-1) if labels != "hard" else 0.0
+    if labels == "soft":
+        return -(probs * logp).sum(-1)
     known = greedy >= 0
-    hard = (
-        -logp.gather(-1, greedy.clamp(min=0)[..., None]).squeeze(-1) * known
-        if labels != "soft"
-        else 0.0
-    )
-    return 0.5 * (soft + hard) if labels == "mixed" else soft + hard
+    hard = -logp.gather(-1, greedy.clamp(min=0)[..., None]).squeeze(-1) * known
+    if labels == "hard":
+        return hard
+    return 0.5 * (-(probs * logp).sum(-1) + hard)
 
 
 @torch.no_grad()
@@ -155,7 +157,9 @@ def measure_acceptance(target: Transformer, draft: DraftHead, spec: TrainSpec, d
     target.setup_caches(prompts.shape[0], max_seq)
     draft.setup_caches(prompts.shape[0], max_seq)
     engine = Engine(target, draft, k=spec.eval_k)
-    return engine.speculative(prompts, spec.gen_len, lengths).mean_acceptance_length
+    accepted = engine.speculative(prompts, spec.gen_len, lengths).mean_acceptance_length
+    assert accepted is not None  # gen_len >= 2 (TrainSpec): at least one cycle ran
+    return accepted
 
 
 def start_from_target_head(draft: DraftHead, target: Transformer) -> None:
@@ -205,7 +209,7 @@ def train(
         if draft.cfg.vocab < target.cfg.vocab
         else 1.0
     )
-    label(target, draft, data)
+    labelled = label(target, draft, data)
     start_from_target_head(draft, target)
     draft.float().requires_grad_(True)
     draft.setup_caches(1, data.tokens.shape[1] + 1)
@@ -218,14 +222,14 @@ def train(
             losses = unrolled_losses(
                 draft,
                 data.tokens[rows],
-                data.features[rows],
-                data.probs[rows],
-                data.greedy[rows],
+                labelled.features[rows],
+                labelled.probs[rows],
+                labelled.greedy[rows],
                 spec.unroll,
                 spec.labels,
                 data.valid[rows],
             )
-            loss = sum(0.8**j * value for j, value in enumerate(losses))
+            loss = functools.reduce(operator.add, (0.8**j * v for j, v in enumerate(losses)))
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             optimiser.step()

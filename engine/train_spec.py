@@ -48,6 +48,11 @@ class TrainSpec:
                 raise UsageProblem(
                     f"train-draft: {name} must be at least 1, got {getattr(self, name)}"
                 )
+        if self.gen_len < 2:  # the acceptance measurement needs a cycle after the first token
+            raise UsageProblem(
+                f"train-draft: gen_len must be at least 2 (a speculative cycle follows the first "
+                f"token), got {self.gen_len}"
+            )
         if self.labels not in LABELS:
             raise UsageProblem(
                 f"train-draft: labels must be one of {', '.join(LABELS)}, got {self.labels!r}"

@@ -114,7 +114,7 @@ def training_logits(model: Transformer, tokens: torch.Tensor, rope=None) -> torc
     """Logits [B, T, vocab] of `tokens` at positions 0..T-1, without the KV cache (see docstring)."""
     cos, sin = rope if rope is not None else rope_tables(model, tokens.shape[1], tokens.device)
     x = model.embed_tokens(tokens)
-    for layer in model.layers:
+    for layer in model.blocks:
         x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     return model.lm_head(model.norm(x))

@@ -274,7 +274,8 @@ def _timed(spec, mode, target, draft, graphs, comm, prompts, device, *, profile:
             generation = _decode_groups(engine.loop(mode), prompts, spec.new_tokens, spec.batch)
     finally:
         comm.listener = None
-    return TimedRun(generation, timer, trace, engine.steps if graphs is not None else None)
+    steps = engine.steps if isinstance(engine.steps, GraphedSteps) else None
+    return TimedRun(generation, timer, trace, steps)
 
 
 def _engine(

@@ -38,7 +38,9 @@ def tests_times(path: Path) -> dict[tuple, float]:
 def probe_records(path: Path) -> list[dict]:
     from ncclprobe.records import Status, read_results
 
-    return [r for r in read_results(path).results if r["status"] == Status.OK and r.get("time_us")]
+    return [
+        r.to_record() for r in read_results(path).results if r.status == Status.OK and r.time_us
+    ]
 
 
 def load(tests_dirs: list[Path], out: Path, probe_names) -> tuple[dict, dict, dict]:

@@ -43,7 +43,7 @@ def main() -> None:
         results = session.run_job(
             session.new_job(spec, {}, str(Path(tmp) / "bench.jsonl"), ["bench"])
         )
-    by = {(r["mode"], r["size_bytes"]): r for r in results.results}
+    by = {(r.mode, r.size_bytes): r for r in results.results}
     print(
         f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, NCCL "
         f"{'.'.join(map(str, torch.cuda.nccl.version()))}, one rank, in-place float32, "
@@ -53,8 +53,8 @@ def main() -> None:
     for size in spec.sizes:
         eager, graph = by[("eager", size)], by[("graph", size)]
         print(
-            f"{format_size(size):>6} {eager['time_us']:9.2f} {graph['time_us']:9.2f} "
-            f"{eager['time_us'] - graph['time_us']:9.2f} {eager['wrong'] + graph['wrong']:6d}"
+            f"{format_size(size):>6} {eager.time_us:9.2f} {graph.time_us:9.2f} "
+            f"{eager.time_us - graph.time_us:9.2f} {eager.wrong + graph.wrong:6d}"
         )
 
 

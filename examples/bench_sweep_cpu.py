@@ -77,9 +77,9 @@ def main() -> None:
         )
         inplace, outplace = (
             statistics.median(
-                r["time_us"]
+                r.time_us
                 for r in results.results
-                if r["size_bytes"] == 256 * 1024 and r["in_place"] is place
+                if r.size_bytes == 256 * 1024 and r.in_place is place
             )
             for place in (True, False)
         )

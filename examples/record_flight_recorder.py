@@ -2,15 +2,16 @@
 --flight-recorder` (issue 27): the dumps, each rank's stderr, torchrun's console and, with NCCL, each
 rank's NCCL debug log.
 
-Each scenario is a real job started by torchrun (2 processes, one host):
+Each scenario is a real job started by torchrun (2 processes by default, --nproc N; one host):
 - `skip`: rank 1 never enters the 4th all_reduce (it stays in host code); rank 0 waits in it;
 - `size-mismatch`: the 4th all_reduce has 1M elements on rank 0 and 2M on rank 1;
 - `order`: after the warm-up, rank 0 issues all_reduce then broadcast, rank 1 broadcast then all_reduce;
-- `p2p`: rank 0 sends 64 MiB to rank 1, which never posts the receive (NCCL only: gloo's Flight
-  Recorder records no send/recv in torch 2.13);
+- `p2p`: after a matched pair (ranks 0-1, 2-3, ...), rank 0 sends 64 MiB to rank 1, which never
+  posts the receive (NCCL only: gloo's Flight Recorder records no send/recv in torch 2.13);
 - `groups`: two groups over both ranks; after a warm-up on both, rank 0 waits (host sync) in an
   all_reduce of group A while rank 1 waits in one of group B: each group waits on the other;
-- `healthy`: the same collectives on both ranks (and a send/recv pair); it finishes.
+- `healthy`: the same collectives on every rank (and a send/recv between ranks 0-1, 2-3, ...; the
+  last rank of an odd count has no partner); it finishes.
 
 How each rank's dump is written:
 - NCCL: on the watchdog's timeout (`TORCH_NCCL_DUMP_ON_TIMEOUT=1`; the timed-out rank signals the
@@ -242,6 +243,7 @@ class Rank:
         self.rank = int(os.environ["RANK"])
         self.backend, self.directory = backend, directory
         self.dumping = threading.Lock()  # the watching thread and the main thread may both dump
+        self.finished, self.watcher = threading.Event(), None
         self.timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "nccl":
             # per rank, before NCCL starts: two ranks on one GPU must look like two hosts
@@ -288,11 +290,20 @@ class Rank:
         store = self.dist.distributed_c10d._get_default_store()
 
         def watch():
-            while not store.check([DUMP_SIGNAL]):
-                time.sleep(0.2)
-            self.dump()
+            while not self.finished.wait(0.2):
+                if store.check([DUMP_SIGNAL]):
+                    self.dump()
+                    return
 
-        threading.Thread(target=watch, daemon=True).start()
+        self.watcher = threading.Thread(target=watch, daemon=True)
+        self.watcher.start()
+
+    def stop_watching(self) -> None:
+        """Before the group goes: a watcher still asking the store as the process exits aborted a
+        rank of a finished gloo job (`terminate called without an active exception`)."""
+        self.finished.set()
+        if self.watcher is not None:
+            self.watcher.join()
 
     def fail(self) -> None:
         """gloo: the collective failed here: dump, tell the peers, give them time to dump."""
@@ -348,15 +359,29 @@ def order(r: Rank) -> None:
     r.sync()
 
 
+def partner(rank: int, world: int) -> int | None:
+    """The rank a send/recv pairs this one with: 0-1, 2-3, ...; the last rank of an odd world has
+    none (pairing r with 1 - r sent rank 2 of three to peer -1, whose communicator never formed)."""
+    other = rank ^ 1
+    return other if other < world else None
+
+
+def exchange(r: Rank, x) -> None:
+    """A matched send/recv between partners: the even rank sends, the odd one receives."""
+    peer = partner(r.rank, r.dist.get_world_size())
+    if peer is not None:
+        (r.dist.send if r.rank % 2 == 0 else r.dist.recv)(x, peer)
+
+
 def p2p(r: Rank) -> None:
-    x = r.tensor()
     r.warmup()
-    (r.dist.send if r.rank == 0 else r.dist.recv)(x, 1 - r.rank)  # a matched pair first
+    exchange(r, r.tensor())  # a matched pair first
     r.sync()
     if r.rank == 1:
         r.stay_in_host_code()
         return
-    r.dist.send(r.tensor(16 * ELEMENTS), 1)
+    if r.rank == 0:
+        r.dist.send(r.tensor(16 * ELEMENTS), 1)
     r.sync()
 
 
@@ -377,8 +402,7 @@ def healthy(r: Rank) -> None:
     r.dist.broadcast(y, src=0)
     gathered = r.torch.empty(r.dist.get_world_size() * ELEMENTS, device=r.device)
     r.dist.all_gather_into_tensor(gathered, x)
-    if r.backend == "nccl":  # gloo's Flight Recorder records no send/recv
-        (r.dist.send if r.rank == 0 else r.dist.recv)(y, 1 - r.rank)
+    exchange(r, y)  # gloo runs it too, though its Flight Recorder records no send/recv
     r.dist.all_reduce(x)
     r.sync()
 
@@ -403,6 +427,7 @@ def work(args) -> int:
         raise
     r.sync()
     r.dump()
+    r.stop_watching()
     r.dist.destroy_process_group()
     return 0
 

@@ -115,7 +115,8 @@ def run(
     )
     if tuning is not None and tuning.source is not None:
         warnings += guard.check(
-            {**spec.settings, **tuning.settings}, f"--tuned {tuning.source} (on top of --env)"
+            {**spec.settings, **(tuning.settings or {})},
+            f"--tuned {tuning.source} (on top of --env)",
         )
     for warning in warnings:
         log.warning("%s", warning)
@@ -192,7 +193,7 @@ def _with_tuned_runs(
     quick sweep's recommendation is checked like --env before it runs; its warnings come back."""
     from ncclprobe.evidence.run.trace_checks import merge_tuned
 
-    recommended, recommendation, warnings = tuning.settings, None, []
+    recommended, recommendation, warnings = tuning.settings or {}, None, []
     if tuning.source is None:
         recommended, recommendation = quick_sweep(doc, spec, progress)
         warnings = guard.check(
@@ -209,9 +210,12 @@ def _engine(spec: RunSpec, progress: ProgressFactory) -> dict:
     from ncclprobe.engine.runner import run_engine
 
     with progress(len(spec.modes) * spec.tp, "run-engine") as bar:
-        return run_engine(
-            [spec], on_message=lambda m: m.get("kind") == "engine-digest" and bar.advance(m["mode"])
-        )
+
+        def on_message(message: dict) -> None:
+            if message.get("kind") == "engine-digest":
+                bar.advance(message["mode"])
+
+        return run_engine([spec], on_message=on_message)
 
 
 class _Silent:

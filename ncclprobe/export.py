@@ -31,7 +31,7 @@ from ncclprobe.probes.collectives import COLLECTIVES
 from ncclprobe.probes.collectives.base import DTYPES
 from ncclprobe.recommend.load import node_of
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
-from ncclprobe.records import ResultsFile, Status
+from ncclprobe.records import ResultRecord, ResultsFile, Status
 from ncclprobe.verdict import Verdict
 
 PERF_COLUMNS = (
@@ -66,30 +66,23 @@ class Exported:
 def nccl_tests_text(files: list[ResultsFile]) -> Exported:
     blocks = []
     for f in files:
-        groups: dict[tuple, list[dict]] = {}
+        groups: dict[tuple, list[ResultRecord]] = {}
         for r in f.results:
-            key = (
-                r.get("collective"),
-                r.get("config_id"),
-                r.get("mode"),
-                r.get("op"),
-                r.get("dtype"),
-            )
-            groups.setdefault(key, []).append(r)
+            groups.setdefault((r.collective, r.config_id, r.mode, r.op, r.dtype), []).append(r)
         configs = {c["config_id"]: c for c in f.configs}
         for key, records in groups.items():
             blocks.append(_table(f, key, records, configs.get(key[1], {})))
     return Exported("\n".join(blocks), rows=sum(len(f.results) for f in files))
 
 
-def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str:
+def _table(f: ResultsFile, key: tuple, records: list[ResultRecord], config: dict) -> str:
     collective, cid, mode, op, dtype = key
     spec = f.header.get("spec") or {}
     params = f.header.get("params") or {}
     meta = {
         "collective": collective,
         "config_id": cid,
-        "settings": records[0].get("settings") or {},
+        "settings": records[0].settings,
         "mode": mode,
         "op": op,
         "dtype": dtype,
@@ -98,14 +91,14 @@ def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str
         "kind": f.header.get("kind"),
         "status": config.get("status"),
     }
-    sizes = sorted({r["size_bytes"] for r in records})
+    sizes = sorted({r.size_bytes for r in records})
     iters = spec.get("iters", params.get("iters", 0))
     lines = [
         f"# ncclprobe export: {json.dumps(meta, sort_keys=True)}",
         f"# Collective test starting: {collective}_perf",
         f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: as measured warmup iters: "
         f"{spec.get('warmup', params.get('warmup', 0))} iters: {iters} agg iters: {spec.get('agg', 1)} "
-        f"validation: {int(all(r.get('checked', r.get('wrong') is not None) for r in records))} "
+        f"validation: {int(all(_checked(r) for r in records))} "
         f"graph: {1 if mode == 'graph' else 0}",
         "#",
         "#" + " " * 62 + "out-of-place                       in-place",
@@ -114,21 +107,23 @@ def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str
         f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
         f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}",
     ]
-    busbw, wrong = [], 0
+    busbw: list[float] = []
+    wrong = 0
     for size in sizes:
-        at = {bool(r["in_place"]): r for r in records if r["size_bytes"] == size}
-        first = at.get(False) or at.get(True)
+        at = {bool(r.in_place): r for r in records if r.size_bytes == size}
+        first = at.get(False) or at[True]
         redop = op if op and op != "none" else "none"
+        root = first.root if first.root is not None else -1
         line = (
-            f"{size:>12}  {first.get('count') or 0:>12}  {TESTS_TYPES.get(dtype, dtype):>8}  {redop:>6}  "
-            f"{first.get('root', -1) if first.get('root') is not None else -1:>6}"
+            f"{size:>12}  {first.count or 0:>12}  {TESTS_TYPES.get(dtype, dtype):>8}  {redop:>6}  "
+            f"{root:>6}"
         )
         for in_place in (False, True):
             r = at.get(in_place)
             line += _cells(r)
-            if r and r.get("busbw_gbps") is not None:
-                busbw.append(r["busbw_gbps"])
-                wrong += r.get("wrong") or 0
+            if r and r.busbw_gbps is not None:
+                busbw.append(r.busbw_gbps)
+                wrong += r.wrong or 0
         lines.append(line)
     average = sum(busbw) / len(busbw) if busbw else 0.0
     lines += [
@@ -141,12 +136,17 @@ def _table(f: ResultsFile, key: tuple, records: list[dict], config: dict) -> str
     return "\n".join(lines)
 
 
-def _cells(r: dict | None) -> str:
-    if r is None or r.get("time_us") is None:
+def _checked(r: ResultRecord) -> bool:
+    """Whether its elements were checked (older records say so only by a `wrong` count)."""
+    return r.checked if r.checked is not None else r.wrong is not None
+
+
+def _cells(r: ResultRecord | None) -> str:
+    if r is None or r.time_us is None:
         return f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
-    check = "N/A" if r.get("wrong") is None else f"{r['wrong']:g}"
+    check = "N/A" if r.wrong is None else f"{r.wrong:g}"
     return (
-        f"  {fit(r['time_us'], 7)}  {fit(r.get('algbw_gbps') or 0.0, 6)}  {fit(r.get('busbw_gbps') or 0.0, 6)}"
+        f"  {fit(r.time_us, 7)}  {fit(r.algbw_gbps or 0.0, 6)}  {fit(r.busbw_gbps or 0.0, 6)}"
         f"  {check:>6}"
     )
 
@@ -181,7 +181,7 @@ def perf_csv(
             tuning.setdefault(c["config_id"], []).extend((c.get("proof") or {}).get("tuning") or [])
         nodes = "-1" if "collected_at" in f.header else "1"
         for r in f.results:
-            row = _perf_row(r, tuning.get(r.get("config_id"), []), nodes, policy, mode, left_out)
+            row = _perf_row(r, tuning.get(r.config_id, []), nodes, policy, mode, left_out)
             if row:
                 writer.writerow(row)
                 written += 1
@@ -189,26 +189,32 @@ def perf_csv(
 
 
 def _perf_row(
-    r: dict, tuning: list, nodes: str, policy: SafetyPolicy, mode: str, left_out: dict
+    r: ResultRecord,
+    tuning: list,
+    nodes: str,
+    policy: SafetyPolicy,
+    mode: str,
+    left_out: dict[str, None],
 ) -> list | None:
-    coll = TUNER_COLLECTIVES.get(r.get("collective"))
-    if r.get("mode") != mode or r.get("in_place"):
+    coll = TUNER_COLLECTIVES.get(r.collective or "")
+    if r.mode != mode or r.in_place:
         return None
     why = None
     if coll is None:
-        why = f"{r.get('collective')}: NCCL's tuner does not choose for it (point-to-point)"
-    elif r.get("status") != Status.OK or not r.get("time_us") or r.get("wrong") is None:
-        why = f"{r.get('config_id')}: results that are not ok and checked"
+        why = f"{r.collective}: NCCL's tuner does not choose for it (point-to-point)"
+    elif r.status != Status.OK or not r.time_us or r.wrong is None:
+        why = f"{r.config_id}: results that are not ok and checked"
     else:
-        reasons = refusals(
-            r.get("settings") or {}, correctness_checked=(r.get("wrong") == 0), policy=policy
-        )
-        why = f"{r.get('config_id')}: {reasons[0]}" if reasons else None
-    choice = None if why else _choice(r, tuning)
-    if why or isinstance(choice, str):
-        left_out.setdefault(why or choice, None)
+        reasons = refusals(r.settings, correctness_checked=(r.wrong == 0), policy=policy)
+        why = f"{r.config_id}: {reasons[0]}" if reasons else None
+    if why:
+        left_out.setdefault(why, None)
         return None
-    settings = r.get("settings") or {}
+    choice = _choice(r, tuning)
+    if isinstance(choice, str):
+        left_out.setdefault(choice, None)
+        return None
+    settings = r.settings
     channels = (
         settings.get("NCCL_MAX_NCHANNELS")
         if settings.get("NCCL_MAX_NCHANNELS") == settings.get("NCCL_MIN_NCHANNELS")
@@ -216,32 +222,32 @@ def _perf_row(
     )
     return [
         coll,
-        r["size_bytes"],
+        r.size_bytes,
         choice[0],
         choice[1],
         channels or "-1",
         nodes,
-        r.get("nranks") or -1,
+        r.nranks or -1,
         "-1",
         "-1",
-        f"{r['time_us']:.6g}",
-        f"{r.get('busbw_gbps') or 0.0:.6g}",
-        f"{r['time_us']:.6g}",
+        f"{r.time_us:.6g}",
+        f"{r.busbw_gbps or 0.0:.6g}",
+        f"{r.time_us:.6g}",
     ]
 
 
-def _choice(r: dict, tuning: list) -> tuple[str, str] | str:
+def _choice(r: ResultRecord, tuning: list) -> tuple[str, str] | str:
     """(algorithm, protocol): the settings' single values, else NCCL's TUNING choice at this size."""
-    settings = r.get("settings") or {}
+    settings = r.settings
     algo = TUNER_ALGORITHMS.get(str(settings.get("NCCL_ALGO", "")).strip().lower())
     proto = TUNER_PROTOCOLS.get(str(settings.get("NCCL_PROTO", "")).strip().lower())
-    coll, n = COLLECTIVES.get(r.get("collective")), r.get("nranks") or 1
+    coll, n = COLLECTIVES.get(r.collective or ""), r.nranks or 1
     seen = [
         t
         for t in tuning
         if coll
         and _same(t, coll.nccl_name)
-        and coll.tuning_size(int(t.get("size_bytes") or t.get("bytes") or -1), n) == r["size_bytes"]
+        and coll.tuning_size(int(t.get("size_bytes") or t.get("bytes") or -1), n) == r.size_bytes
     ]
     algo = algo or _one({TUNER_ALGORITHMS.get(str(t.get("algo", "")).lower()) for t in seen})
     proto = proto or _one({TUNER_PROTOCOLS.get(str(t.get("proto", "")).lower()) for t in seen})
@@ -251,7 +257,7 @@ def _choice(r: dict, tuning: list) -> tuple[str, str] | str:
         name for name, value in (("algorithm", algo), ("protocol", proto)) if not value
     )
     return (
-        f"{r.get('config_id')} ({r.get('collective')}): no single {missing} known (its settings fix none, and "
+        f"{r.config_id} ({r.collective}): no single {missing} known (its settings fix none, and "
         "NCCL logged no TUNING choice at its sizes: one rank, or a log without TUNING)"
     )
 

@@ -225,6 +225,10 @@ class NotChecked:
         return asdict(self)
 
 
+# what a rule returns, each of them: a cause found, one ruled out, one the evidence cannot check
+Outcome = Finding | RuledOut | NotChecked
+
+
 def severity_for_share(
     share: float | None, *, error_at: float = 0.10, warn_at: float = 0.02
 ) -> str:

@@ -83,7 +83,7 @@ NCCL_TESTS = RuleSet("nccl-tests", (run_failures,), needs=("nccl_tests",))
 def reader_failure_lines(ev: Evidence) -> list[Finding]:
     """Lines a tool's output holds that look like a failure and no class explains: the one
     not-explained finding (`evidence.failure_lines`)."""
-    sources = [ev.p2p.failure_lines] if ev.p2p else []
+    sources = [ev.p2p.failure_lines] if ev.p2p and ev.p2p.failure_lines else []
     sources += [ev.collect_env.failure_lines] if ev.collect_env else []
     found = not_explained_finding(sources)
     return [found] if found else []

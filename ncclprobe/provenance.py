@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from ncclprobe import __version__
 from ncclprobe.secrets import mask_argv, mask_env
@@ -20,9 +21,9 @@ from ncclprobe.secrets import mask_argv, mask_env
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "NVSHMEM_")
 
 
-def relevant_env(environ: dict | None = None) -> dict[str, str]:
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
 
 
 # What a GPU driver puts in /dev: NVIDIA's device files, WSL2's GPU paravirtualisation, ROCm's

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets import mask_provenance, mask_record, mask_setting
 from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.stats import IterationStats
 from ncclprobe.textenum import TextEnum
 from ncclprobe.validate import Where, decode_text, loads_json, read_bytes
 
@@ -85,74 +87,142 @@ class ResultsFile:
     path: str
     header: dict
     configs: list[dict] = field(default_factory=list)
-    results: list[dict] = field(default_factory=list)
+    results: list[ResultRecord] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
 
-    def result_records(self) -> list[ResultRecord]:
-        """The result records, typed (the dicts stay for the writers, --resume and the tables)."""
-        return [ResultRecord.from_record(r) for r in self.results]
+
+@dataclass(frozen=True, kw_only=True)
+class CostSplit:
+    """The record's `cost_split` (docs/METRICS.md, `ncclprobe.sweep.cost_split`): what part of an
+    eager call is NCCL's own and what the path adds, each variant's timing kept in `variants`."""
+
+    nccl_us: float | None = None
+    path_us: float | None = None
+    events_us: float | None = None
+    torch_dispatch_us: float | None = None
+    variants: dict[str, dict[str, float]] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> CostSplit:
+        return cls(
+            nccl_us=doc.get("nccl_us"),
+            path_us=doc.get("path_us"),
+            events_us=doc.get("events_us"),
+            torch_dispatch_us=doc.get("torch_dispatch_us"),
+            variants=doc.get("variants") or {},
+            refused=doc.get("refused") or {},
+        )
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ResultRecord:
-    """One result record, typed: what an analysis compares with (diagnose's bundle holds these).
+    """One result record, typed: what the sweep writes (`to_record`) and every reader reads
+    (`read_results`).
 
-    Built from a record `read_results` validated, so every field has the kind the schema says;
-    a field the record leaves out is None (`mode`: eager, as every writer before modes measured)."""
+    Built by the sweep, or from a record `read_results` validated, so every field has the kind the
+    schema says; a field the record leaves out is None (`mode`: eager, as every writer before modes
+    measured). The fields are in the order the sweep writes them, and `to_record` keeps that order,
+    so a file stays byte for byte what it was when results were dicts: do not reorder them."""
 
     config_id: str
-    size_bytes: int
     settings: dict[str, str] = field(default_factory=dict)
     collective: str | None = None
+    op: str | None = None
     mode: str = "eager"
     in_place: bool | None = None
     dtype: str | None = None
-    op: str | None = None
+    size_bytes: int
     count: int | None = None
+    root: int | None = None
     nranks: int | None = None
     status: Status | None = None
     reason: str | None = None
     time_us: float | None = None
+    # what a measurement that ran reports (`_MEASURED`: left out of a record without a time)
     time_us_p10: float | None = None
     time_us_p90: float | None = None
+    rank_spread_us: float | None = None
+    trials: int | None = None
+    iter: IterationStats | None = None
+    cpu_issue_us: float | None = None
+    cost_split: CostSplit | None = None
     algbw_gbps: float | None = None
     busbw_gbps: float | None = None
     wrong: int | None = None
-    trials: int | None = None
-    source: str | None = None
-    redop: str | None = None  # older writers' name of `op`
+    checked: bool | None = None
+    agg: int | None = None
+    path: str | None = None  # torch | nccl (the sweep's --path), nccl-tests
+    issued_by: str | None = None  # what issued the raw path's eager calls (sweep.cost_split)
+    issued_by_why: str | None = None
+    buffers: str | None = None  # rotate | reuse
+    source: str | None = None  # sweep | nccl-tests
+    # other writers' fields (`_WHEN_SET`: written only when set): nccl-tests' names of op and iters
+    redop: str | None = None
+    iters: int | None = None
+    extra: dict = field(default_factory=dict)  # fields this version does not know, kept as read
 
     @classmethod
     def from_record(cls, record: dict) -> ResultRecord:
-        status = record.get("status")
-        return cls(
-            config_id=record["config_id"],
-            size_bytes=int(record["size_bytes"]),
-            settings={k: str(v) for k, v in (record.get("settings") or {}).items()},
-            collective=record.get("collective"),
-            mode=record.get("mode", "eager"),
-            in_place=record.get("in_place"),
-            dtype=record.get("dtype"),
-            op=record.get("op"),
-            count=record.get("count"),
-            nranks=record.get("nranks"),
+        values = {name: record[name] for name in _FIELDS if name in record}
+        status, it, split = record.get("status"), record.get("iter"), record.get("cost_split")
+        values.update(
+            settings=dict(record.get("settings") or {}),  # validated: a str-map
+            mode=record.get("mode") or "eager",
             status=Status(status) if status is not None else None,
-            reason=record.get("reason"),
-            time_us=record.get("time_us"),
-            time_us_p10=record.get("time_us_p10"),
-            time_us_p90=record.get("time_us_p90"),
-            algbw_gbps=record.get("algbw_gbps"),
-            busbw_gbps=record.get("busbw_gbps"),
-            wrong=record.get("wrong"),
-            trials=record.get("trials"),
-            source=record.get("source"),
-            redop=record.get("redop"),
+            iter=IterationStats.from_json(it) if isinstance(it, dict) else None,
+            cost_split=CostSplit.from_json(split) if isinstance(split, dict) else None,
         )
+        extra = {k: v for k, v in record.items() if k not in _FIELDS and k != "record"}
+        return cls(**values, extra=extra)
+
+    def to_record(self) -> dict:
+        """The record as the sweep writes it: every field in order, those of a measurement only
+        where one ran (an error's record has no p10 or bandwidth), other writers' only where set."""
+        out: dict = {"record": "result"}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is None and (
+                name in _WHEN_SET or (name in _MEASURED and self.time_us is None)
+            ):
+                continue
+            out[name] = value.to_json() if isinstance(value, IterationStats | CostSplit) else value
+        out.update(self.extra)
+        return out
 
     @property
     def measured(self) -> bool:
         """Measured fine: status ok and a time (what a comparison may use)."""
         return self.status is Status.OK and self.time_us is not None
+
+    @property
+    def timed_us(self) -> float:
+        """`time_us` of a record that has one (the `measured` ones comparisons use); asking it of
+        a record without a time is the caller's mistake."""
+        if self.time_us is None:
+            raise ValueError(f"result {self.config_id} at {self.size_bytes} bytes has no time")
+        return self.time_us
+
+
+_FIELDS = tuple(f.name for f in fields(ResultRecord) if f.name != "extra")
+_MEASURED = frozenset(
+    (
+        "time_us_p10",
+        "time_us_p90",
+        "rank_spread_us",
+        "trials",
+        "iter",
+        "cpu_issue_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "issued_by",
+        "issued_by_why",
+    )
+)
+_WHEN_SET = frozenset(("redop", "iters"))
 
 
 RESULTS_LIMIT = 2048 << 20  # a results file of a huge sweep is tens of MB; 2 GiB is not one
@@ -181,10 +251,13 @@ def read_results(path: str | Path) -> ResultsFile:
     out = ResultsFile(
         path=str(path), header=mask_provenance(header)
     )  # masked on read: ncclprobe.secrets
-    buckets = {"header": [], "config": out.configs, "result": out.results, "summary": out.summaries}
+    buckets = {"config": out.configs, "summary": out.summaries}
     for _number, record in records[1:]:
         record = _masked(record)
-        buckets.get(record.get("record"), []).append(record)  # other kinds: newer writers' records
+        if record.get("record") == "result":
+            out.results.append(ResultRecord.from_record(record))
+        elif record.get("record") in buckets:  # other kinds: newer writers' records
+            buckets[record["record"]].append(record)
     return out
 
 
@@ -212,10 +285,16 @@ def validate_record(record: dict, where: Where) -> None:
         where.field(record, name, field_kind, **extra)
     if kind == "header" and isinstance(record.get("env"), dict):
         where.field(record, "env", "str-map")
+    if kind == "result":
+        for part, nested in _NESTED.items():
+            if isinstance(record.get(part), dict):
+                for name, field_kind, limits in nested:
+                    where.at(part).field(record[part], name, field_kind, **limits)
 
 
-_OPTIONAL = {"required": False, "nullable": True}
-_SCHEMA = {
+_OPTIONAL: dict[str, Any] = {"required": False, "nullable": True}
+_Check = tuple[str, str, dict[str, Any]]  # field, kind, Where.field's limits
+_SCHEMA: dict[str, tuple[_Check, ...]] = {
     "header": (
         ("kind", "str", {}),
         ("nranks", "int", {**_OPTIONAL, "min": 1}),
@@ -257,8 +336,38 @@ _SCHEMA = {
         ("busbw_gbps", "number", _OPTIONAL),
         ("wrong", "int", {**_OPTIONAL, "min": 0}),
         ("trials", "int", {**_OPTIONAL, "min": 1}),
+        ("op", "str", _OPTIONAL),
+        ("root", "int", _OPTIONAL),
+        ("rank_spread_us", "number", {**_OPTIONAL, "min": 0}),
+        ("iter", "dict", _OPTIONAL),
+        ("cpu_issue_us", "number", _OPTIONAL),
+        ("cost_split", "dict", _OPTIONAL),
+        ("checked", "bool", _OPTIONAL),
+        ("agg", "int", {**_OPTIONAL, "min": 1}),
+        ("path", "str", _OPTIONAL),
+        ("issued_by", "str", _OPTIONAL),
+        ("issued_by_why", "str", _OPTIONAL),
+        ("buffers", "str", _OPTIONAL),
+        ("source", "str", _OPTIONAL),
+        ("redop", "str", _OPTIONAL),
+        ("iters", "int", {**_OPTIONAL, "min": 0}),
     ),
     "summary": (),
+}
+# The parts of a result's `iter` and `cost_split` that readers use (the typed record's fields).
+_NESTED: dict[str, tuple[_Check, ...]] = {
+    "iter": (
+        *((name, "number", _OPTIONAL) for name in ("min_us", "p50_us", "p95_us", "p99_us")),
+        *((name, "number", _OPTIONAL) for name in ("max_us", "mean_us", "cv_pct")),
+        ("samples", "int", {**_OPTIONAL, "min": 0}),
+        ("clock", "str", _OPTIONAL),
+    ),
+    "cost_split": (
+        *((name, "number", _OPTIONAL) for name in ("nccl_us", "path_us", "events_us")),
+        ("torch_dispatch_us", "number", _OPTIONAL),
+        ("variants", "dict", _OPTIONAL),
+        ("refused", "str-map", _OPTIONAL),
+    ),
 }
 
 

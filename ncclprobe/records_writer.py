@@ -14,7 +14,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
+from ncclprobe import interrupts
 from ncclprobe.errors import UsageProblem
 from ncclprobe.records import SCHEMA_VERSION, ResultsFile, read_results
 from ncclprobe.safe_output import (
@@ -50,32 +52,43 @@ class ResultWriter:
         atomic: bool = False,
     ):
         self.path, self.force, self.atomic = Path(path), force, atomic
-        self.configs_written, self._temp, self._created = 0, None, False
+        self.configs_written, self._created = 0, False
+        self._temp: Path | None = None
+        self._fh: TextIO | None = None
         if resume:
             check_appendable(self.path, "results file")
             self._fh = self._open(lambda: self._file(os.O_WRONLY | os.O_APPEND))
             return
         if header is None:
             raise ValueError("a new results file needs a header")
-        if atomic:
+        try:
+            # A Ctrl-C is held from the file's creation until this writer notes it: it returns
+            # through Python calls after the open, where a pending SIGINT raised and left the file
+            # (empty, and the CLI said "no output file was left behind": tests/test_trust_writers.py)
+            with interrupts.held():
+                self._create()
+            self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
+        except BaseException:  # no `with` owns this writer yet: clean up here
+            if self._fh is not None:
+                self.close(failed=True)
+            raise
+
+    def _create(self) -> None:
+        """The new file (or, atomic, its temporary twin), noted as this writer's."""
+        if self.atomic:
             fd, temp = self._open(
                 lambda: tempfile.mkstemp(
                     dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
                 )
             )
             self._temp, self._fh = Path(temp), os.fdopen(fd, "w", encoding="utf-8")
-        else:
-            if force and self.path.is_file() and not self.path.is_symlink():
-                self.path.unlink()  # the user asked to replace it; everything was validated before
-            self._fh = self._open(  # never overwrite otherwise, nor create through a link
-                lambda: self._file(os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-            )
-            self._created = True
-        try:
-            self.write({"record": "header", "schema_version": SCHEMA_VERSION, **header})
-        except BaseException:  # no `with` owns this writer yet: clean up here
-            self.close(failed=True)
-            raise
+            return
+        if self.force and self.path.is_file() and not self.path.is_symlink():
+            self.path.unlink()  # the user asked to replace it; everything was validated before
+        self._fh = self._open(  # never overwrite otherwise, nor create through a link
+            lambda: self._file(os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        )
+        self._created = True
 
     def _file(self, flags: int):
         return os.fdopen(open_nofollow(self.path, flags, "results file"), "w", encoding="utf-8")
@@ -92,6 +105,8 @@ class ResultWriter:
 
     def write(self, record: dict) -> None:
         line = dumps_json(record, sort_keys=False, default=str) + "\n"
+        if self._fh is None:
+            raise RuntimeError("write() on a results file that was never opened")
         try:
             self._fh.write(line)
             self._fh.flush()
@@ -108,7 +123,8 @@ class ResultWriter:
 
     def close(self, failed: bool = False) -> None:
         try:
-            self._fh.close()
+            if self._fh is not None:
+                self._fh.close()
         except OSError:
             failed = True
         if self._temp is not None:

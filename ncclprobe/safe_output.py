@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 from ncclprobe.errors import UsageProblem
 
@@ -125,7 +126,7 @@ def atomic_file(
         fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise _problem(exc, path, what) from None
-    handle = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+    handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
     try:
         try:
             yield handle
@@ -222,7 +223,7 @@ def describe_os_error(
         errno.EPERM: "permission denied",
         errno.EFBIG: "the file is too large for this file system",
     }
-    return f"cannot write {what} {str(path)!r}: {reason.get(exc.errno, exc.strerror or str(exc))}; {kept}"
+    return f"cannot write {what} {str(path)!r}: {reason.get(exc.errno or 0, exc.strerror or str(exc))}; {kept}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 DEFAULT_MIN_GAIN = 0.05
 METHODS = ("linear", "nearest-rank")
@@ -47,7 +47,7 @@ def quantile(values, q: float, *, of: float = 1, method: str = "linear") -> floa
     ordered = sorted(values)
     n = len(ordered)
     if method == "nearest-rank":
-        return ordered[min(n - 1, max(0, -(-n * q // of) - 1))]
+        return ordered[min(n - 1, max(0, int(-(-n * q // of)) - 1))]
     if method != "linear":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     position = (n - 1) * q / of
@@ -64,22 +64,61 @@ def median_and_range(values) -> tuple[float, float]:
 # ---- trials: per-rank times -> one result ------------------------------------------------------
 
 
-def aggregate_trials(per_rank: dict[int, list[float]]) -> dict:
+@dataclass(frozen=True)
+class TrialStats:
+    """A measurement's trials as one result (the record's timing fields, docs/METRICS.md)."""
+
+    time_us: float  # the median over trials of each trial's slowest rank
+    time_us_p10: float
+    time_us_p90: float
+    rank_spread_us: float  # how far the ranks' own medians were apart
+    trials: int
+
+
+def aggregate_trials(per_rank: dict[int, list[float]]) -> TrialStats:
     """{rank: [trial times, µs]} -> time_us (median of per-trial max), p10, p90, rank spread."""
     ranks = sorted(per_rank)
     trials = min(len(per_rank[r]) for r in ranks)
     slowest = [max(per_rank[r][t] for r in ranks) for t in range(trials)]
     medians = [statistics.median(per_rank[r]) for r in ranks]
-    return {
-        "time_us": statistics.median(slowest),
-        "time_us_p10": quantile(slowest, 10, of=100),
-        "time_us_p90": quantile(slowest, 90, of=100),
-        "rank_spread_us": max(medians) - min(medians),
-        "trials": trials,
-    }
+    return TrialStats(
+        time_us=statistics.median(slowest),
+        time_us_p10=quantile(slowest, 10, of=100),
+        time_us_p90=quantile(slowest, 90, of=100),
+        rank_spread_us=max(medians) - min(medians),
+        trials=trials,
+    )
 
 
-def iteration_stats(per_rank: dict[int, list[float]], clock: str) -> dict | None:
+@dataclass(frozen=True, kw_only=True)
+class IterationStats:
+    """The record's `iter`: per-iteration statistics of the slowest rank per iteration, as nccl-tests
+    `-I` prints them. The sweep fills every field; nccl-tests' own output gives min, p99, max and the
+    coefficient of variation only, so the rest may be None (and are then left out of the record)."""
+
+    min_us: float | None = None
+    p50_us: float | None = None
+    p95_us: float | None = None
+    p99_us: float | None = None
+    max_us: float | None = None
+    mean_us: float | None = None
+    cv_pct: float | None = None
+    samples: int | None = None
+    clock: str | None = None
+
+    @classmethod
+    def from_json(cls, doc: dict) -> IterationStats:
+        """From a record's `iter` (validated by its reader); keys this version does not know are
+        left out."""
+        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+
+    def to_json(self) -> dict:
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+
+def iteration_stats(per_rank: dict[int, list[float]], clock: str) -> IterationStats | None:
     """{rank: [per-iteration µs]} -> the `iter` record: statistics of the slowest rank per iteration."""
     ranks = sorted(per_rank)
     n = min(len(per_rank[r]) for r in ranks) if ranks else 0
@@ -88,17 +127,17 @@ def iteration_stats(per_rank: dict[int, list[float]], clock: str) -> dict | None
     ordered = sorted(max(per_rank[r][i] for r in ranks) for i in range(n))
     mean = sum(ordered) / n
     stdev = math.sqrt(sum((t - mean) ** 2 for t in ordered) / n)
-    return {
-        "min_us": ordered[0],
-        "p50_us": ordered[n // 2],
-        "p95_us": quantile(ordered, 95, of=100, method="nearest-rank"),
-        "p99_us": quantile(ordered, 99, of=100, method="nearest-rank"),
-        "max_us": ordered[-1],
-        "mean_us": mean,
-        "cv_pct": 100.0 * stdev / mean if mean > 0 else 0.0,
-        "samples": n,
-        "clock": clock,
-    }
+    return IterationStats(
+        min_us=ordered[0],
+        p50_us=ordered[n // 2],
+        p95_us=quantile(ordered, 95, of=100, method="nearest-rank"),
+        p99_us=quantile(ordered, 99, of=100, method="nearest-rank"),
+        max_us=ordered[-1],
+        mean_us=mean,
+        cv_pct=100.0 * stdev / mean if mean > 0 else 0.0,
+        samples=n,
+        clock=clock,
+    )
 
 
 def issue_time(per_rank: dict[int, list[float]]) -> float | None:
@@ -284,13 +323,10 @@ def interpolate(points: dict[int, Point], size: int) -> tuple[float, float, floa
         return p.time_us, p.p10_us, p.p90_us
     t = (math.log(size) - math.log(lower)) / (math.log(upper) - math.log(lower))
     lo_p, hi_p = points[lower], points[upper]
-    return tuple(
-        _loglerp(a, b, t)
-        for a, b in (
-            (lo_p.time_us, hi_p.time_us),
-            (lo_p.p10_us, hi_p.p10_us),
-            (lo_p.p90_us, hi_p.p90_us),
-        )
+    return (
+        _loglerp(lo_p.time_us, hi_p.time_us, t),
+        _loglerp(lo_p.p10_us, hi_p.p10_us, t),
+        _loglerp(lo_p.p90_us, hi_p.p90_us, t),
     )
 
 

@@ -76,9 +76,11 @@ def _finite_float(text: str) -> float:
 def _unique_keys(pairs: list) -> dict:
     doc = dict(pairs)
     if len(doc) != len(pairs):
-        seen = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise _Refused(f"the key {_cut(twice)!r} is given twice in one object")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"the key {_cut(key)!r} is given twice in one object")
+            seen.add(key)
     return doc
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ncclprobe import interrupts
+
 log = logging.getLogger("ncclprobe.tempdirs")
 
 OWNER = ".owner"
@@ -34,13 +36,20 @@ PREFIXES = (
 
 def make(prefix: str) -> Path:
     """A new directory `prefix*` in the temporary directory, stamped with this process as owner,
-    after removing those whose owner died. The caller removes it (or use `owned`)."""
+    after removing those whose owner died. The caller removes it (or use `owned`).
+
+    A Ctrl-C is held from the directory's creation to its stamp: `mkdtemp` returns through Python
+    calls after its mkdir, where a pending SIGINT raised and left an unstamped directory, which no
+    run reaps (tests/test_tempdirs_interrupt.py); held, it raises here, where the directory goes."""
     reap_stale()
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path = None
     try:
-        (path / OWNER).write_text(_stamp(os.getpid()) or str(os.getpid()), encoding="utf-8")
-    except BaseException:  # an interrupt between the two: no unstamped directory stays behind
-        shutil.rmtree(path, ignore_errors=True)
+        with interrupts.held():
+            path = Path(tempfile.mkdtemp(prefix=prefix))
+            (path / OWNER).write_text(_stamp(os.getpid()) or str(os.getpid()), encoding="utf-8")
+    except BaseException:  # an interrupt or an error: no unstamped directory stays behind
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
         raise
     return path
 
@@ -58,7 +67,7 @@ def owned(prefix: str) -> Iterator[Path]:
 def reap_stale(root: str | Path | None = None) -> list[Path]:
     """Remove ncclprobe's temporary directories whose owner process is gone; return them."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in root.iterdir() if p.name.startswith(PREFIXES)]
     except OSError:

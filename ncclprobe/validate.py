@@ -158,9 +158,9 @@ def text_encoding(start: bytes, path: str | Path, what: str) -> tuple[str, int]:
     for bom, encoding in _BOMS:
         if start.startswith(bom):
             return encoding, len(bom)
-    encoding = _bomless_utf16(start)
-    if encoding:
-        return encoding, 0
+    utf16 = _bomless_utf16(start)
+    if utf16:
+        return utf16, 0
     if b"\x00" in start[:65536]:
         raise UsageProblem(f"{what} {str(path)!r} is a binary file, not text")
     return "utf-8", 0

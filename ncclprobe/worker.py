@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from ncclprobe import envvars
 
@@ -32,8 +33,8 @@ class WorkerContext:
     run_dir: Path | None
     gpu: int = 0  # the CUDA device this rank uses (NCCL backend)
     started_at: float = field(default_factory=time.time)
-    _sink: object = None
-    _control: object = None
+    _sink: TextIO | None = None  # the rank's message file (None: no launcher listens)
+    _control: object = None  # the gloo group for control messages, made on first use
 
     @property
     def device(self):

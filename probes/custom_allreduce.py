@@ -110,7 +110,7 @@ def _attempt(stage) -> str | None:
 def _agree(ctx, reason: str | None) -> dict[str, str]:
     """Every rank's failure of the stage just run: {rank: reason}, or {"all ranks": reason} when
     every rank failed alike; empty when all went fine."""
-    reasons = [None] * ctx.world_size
+    reasons: list[str | None] = [None] * ctx.world_size
     dist.all_gather_object(reasons, reason, group=ctx.control_group())
     if reasons[0] and len(set(reasons)) == 1:
         return {"all ranks": reasons[0]}

@@ -19,6 +19,7 @@ GPU may map each other's memory the same way (no peer access is needed there).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 HANDLE_BYTES = 64
@@ -35,7 +36,20 @@ class _Handle(ctypes.Structure):
 class Driver:
     """The few CUDA driver calls the workspace needs, each checked."""
 
-    def __init__(self):
+    # bound in __init__ (`_bind`, the _v2 entry points under their plain names): each returns a
+    # CUresult, 0 on success
+    cuMemAlloc: Callable[..., int]
+    cuMemFree: Callable[..., int]
+    cuMemsetD8: Callable[..., int]
+    cuMemcpyDtoH: Callable[..., int]
+    cuCtxSynchronize: Callable[..., int]
+    cuCtxGetCurrent: Callable[..., int]
+    cuIpcGetMemHandle: Callable[..., int]
+    cuIpcOpenMemHandle: Callable[..., int]
+    cuIpcCloseMemHandle: Callable[..., int]
+    cuGetErrorString: Callable[..., int]
+
+    def __init__(self) -> None:
         try:
             self.lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:

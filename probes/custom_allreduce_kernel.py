@@ -269,6 +269,7 @@ def launch(
         raise ValueError(f"world size {world} is outside 2..{MAX_RANKS}")
     blocks = (grid(algorithm, n, world, max_blocks, block),)
     common = dict(WORLD=world, BLOCK=block, INTERPRET=interpreted())
+    args: tuple
     if algorithm == ONE_SHOT:
         kernel, args = one_shot_kernel, (inp, out, bases, rank, n, layout.data, max_spins)
     elif algorithm == TWO_SHOT:

@@ -25,17 +25,39 @@ each stage that can fail, so a failure on one rank never leaves another waiting 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from ncclprobe.probes.custom_allreduce_plan import METHODS
 
+if TYPE_CHECKING:  # imported where prepared: they need Triton and the CUDA driver
+    from ncclprobe.probes.custom_allreduce_ipc import Workspace
+
 NCCL, IPC_ONESHOT, IPC_TWOSHOT, SYMM_ONESHOT, SYMM_TWOSHOT = METHODS
 
 
 class Unavailable(RuntimeError):
     """This method cannot run here; the message says why, in full."""
+
+
+class Method(Protocol):
+    """One all-reduce path and its life (the module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def group(self) -> str | None:
+        """Methods that fail together (one shared workspace)."""
+
+    def prepare(self) -> None: ...
+    def connect(self) -> None: ...
+    def bind(self, n: int, dtype: Any) -> None: ...
+    def call(self) -> torch.Tensor: ...
+    def failure(self) -> str | None: ...
+    def describe(self) -> str: ...
+    def close(self) -> None: ...
 
 
 class Nccl:
@@ -79,7 +101,9 @@ class IpcShared:
         from ncclprobe.probes.custom_allreduce_kernel import Layout
 
         self.ctx, self.max_spins, self.layout = ctx, max_spins, Layout(max_bytes=max_bytes)
-        self.workspace = self.bases = self.error = None
+        self.workspace: Workspace | None = None
+        self.bases: torch.Tensor | None = None  # every rank's workspace address, once connected
+        self.error: str | None = None
         self.prepared = self.connected = False
 
     def prepare(self) -> None:
@@ -89,8 +113,8 @@ class IpcShared:
                 from ncclprobe.probes import custom_allreduce_kernel  # noqa: F401  (Triton must import)
                 from ncclprobe.probes.custom_allreduce_ipc import Driver, Workspace
 
-                self.workspace = Workspace(Driver(), self.layout.total)
-                self.handle = self.workspace.handle()
+                self.workspace = workspace = Workspace(Driver(), self.layout.total)
+                self.handle = workspace.handle()
             except Exception as exc:  # noqa: BLE001  (Triton missing, no driver, allocation refused)
                 self.error = f"CUDA IPC workspace: {type(exc).__name__}: {exc}"
         if self.error:
@@ -99,9 +123,10 @@ class IpcShared:
     def connect(self) -> None:
         if not self.connected:
             self.connected = True
-            handles = [None] * self.ctx.world_size
+            handles: list[Any] = [None] * self.ctx.world_size  # every rank's, as bytes
             dist.all_gather_object(handles, self.handle, group=self.ctx.control_group())
             try:
+                assert self.workspace is not None  # prepare() made it, or raised
                 self.bases = torch.tensor(
                     self.workspace.open(handles, self.ctx.rank),
                     dtype=torch.int64,
@@ -113,6 +138,7 @@ class IpcShared:
             raise Unavailable(self.error)
 
     def status(self) -> int:
+        assert self.workspace is not None, "prepare() first"
         return self.workspace.read_int32(self.layout.status)
 
     def close(self) -> None:
@@ -196,7 +222,8 @@ class SymmMem:
 
     def __init__(self, name: str, ctx, max_bytes: int):
         self.name, self.ctx, self.max_bytes = name, ctx, max_bytes
-        self.buffer = self.handle = None
+        self.buffer: torch.Tensor | None = None  # the symmetric buffer, once prepared
+        self.handle: Any = None  # its rendezvous handle, once connected
 
     def prepare(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
@@ -205,7 +232,9 @@ class SymmMem:
             "one_shot_all_reduce" if self.name == SYMM_ONESHOT else "two_shot_all_reduce_"
         )
         self.op = getattr(torch.ops.symm_mem, self.op_name)  # absent from builds without CUDA 12.3+
-        self.group_name = dist.group.WORLD.group_name
+        world = dist.group.WORLD
+        assert world is not None, "the worker initialised torch.distributed"
+        self.group_name = world.group_name
         enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
         if enable is not None:  # required up to torch 2.7, a deprecated no-op after
             with warnings.catch_warnings():
@@ -213,15 +242,19 @@ class SymmMem:
                 enable(self.group_name)
         self.buffer = symm_mem.empty(self.max_bytes, dtype=torch.uint8, device=self.ctx.device)
 
+    def _buffer(self) -> torch.Tensor:
+        assert self.buffer is not None, "prepare() first"
+        return self.buffer
+
     def connect(self) -> None:
         import torch.distributed._symmetric_memory as symm_mem
 
-        self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
+        self.handle = symm_mem.rendezvous(self._buffer(), self.group_name)
         torch.cuda.synchronize()
 
     def bind(self, n: int, dtype) -> None:
         self.inp = torch.empty(n, dtype=dtype, device=self.ctx.device)
-        self.view = self.buffer.view(dtype)[:n]
+        self.view = self._buffer().view(dtype)[:n]
 
     def call(self):
         self.view.copy_(self.inp)
@@ -248,10 +281,10 @@ class SymmMem:
         self.buffer = self.handle = None
 
 
-def build(ctx, names: list[str], max_bytes: int, options: dict) -> tuple[list, IpcShared]:
+def build(ctx, names: list[str], max_bytes: int, options: dict) -> tuple[list[Method], IpcShared]:
     """The methods asked for, in the order given; the IPC pair share one workspace."""
     shared = IpcShared(ctx, max_bytes, options["max_spins"])
-    made = []
+    made: list[Method] = []
     for name in names:
         if name == NCCL:
             made.append(Nccl(ctx))

@@ -226,6 +226,7 @@ def all_nvlink(links: list[list[str | None]] | None, gpus: list[int] | None) -> 
     if links is None or gpus is None or max(gpus, default=0) >= len(links):
         return None
     codes = [links[a][b] for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
-    if any(code is None for code in codes):
+    known = [code for code in codes if code is not None]
+    if len(known) < len(codes):
         return None
-    return all(code.startswith("NV") for code in codes)
+    return all(code.startswith("NV") for code in known)

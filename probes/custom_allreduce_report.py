@@ -9,6 +9,7 @@ because ranks that time-slice one GPU measure the scheduler, not a link.
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 
 from ncclprobe.probes.custom_allreduce_plan import engine_notes
 from ncclprobe.sizes import format_size
@@ -74,7 +75,7 @@ def result_rows(results: list[dict], world: int) -> list[dict]:
     rows = []
     for key, per_rank in steps.items():
         row = dict(zip(_KEY, key))
-        row.update(aggregate_trials({rank: m["trial_us"] for rank, m in per_rank.items()}))
+        row.update(asdict(aggregate_trials({rank: m["trial_us"] for rank, m in per_rank.items()})))
         hosts = [statistics.median(m["host_us"]) for m in per_rank.values() if m.get("host_us")]
         row["host_us"] = max(hosts) if hosts else None
         row["host_bound"] = bool(hosts) and max(hosts) >= HOST_BOUND * row["time_us"]
@@ -219,8 +220,8 @@ def table_rows(doc: dict) -> list[dict]:
         )
     for dropped in doc["dropped"]:
         line(dropped)[dropped["method"]] = "FAILED"
-    for key, line in lines.items():
-        line["verdict"] = (
+    for key, cells in lines.items():
+        cells["verdict"] = (
             "not link times (--share-gpu)"
             if doc["share_gpu"]
             else verdict.get(key, "no nccl baseline")

@@ -120,10 +120,8 @@ def pool_spec(spec: CustomAllReduceSpec, machine: Machine, skip: dict[str, str])
         "max_bytes": max(spec.sizes),
     }
     env = dict(NO_MULTICAST_ENV)
-    shared = {}
     if spec.share_gpu:
         env.update(SHARED_DEVICE_ENV)
-        shared = {"rank_env": dict(SHARE_GPU_RANK_ENV), "gpu": 0}
     return PoolSpec(
         nranks=machine.world,
         backend="nccl",
@@ -131,7 +129,8 @@ def pool_spec(spec: CustomAllReduceSpec, machine: Machine, skip: dict[str, str])
         payload=payload,
         env=env,
         timeout_s=spec.timeout_s,
-        **shared,
+        rank_env=dict(SHARE_GPU_RANK_ENV) if spec.share_gpu else {},
+        gpu=0 if spec.share_gpu else None,
     )
 
 

@@ -242,6 +242,7 @@ def _run_driver(
             )
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        assert proc is not None  # only communicate() times out, after Popen made it
         kill_tree(proc.pid)
         proc.communicate()
         return None

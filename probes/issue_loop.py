@@ -20,6 +20,7 @@ not built; `ctypes` the Python loop. Any other value is refused (`check`, before
 from __future__ import annotations
 
 import ctypes
+from _ctypes import CFuncPtr
 from collections.abc import Callable
 from types import ModuleType
 from typing import NamedTuple, NoReturn
@@ -85,7 +86,7 @@ def batch(calls, fail: Callable[[str, int], NoReturn]) -> Issuer:
     every call, else through `python_loop`."""
     loop, why = load()
     records = pack(calls) if loop is not None else None
-    if records is None:
+    if loop is None or records is None:
         why = why or "a call the C loop cannot make (a Python callable, or over 8 arguments)"
         return Issuer(lambda: python_loop(calls, fail), CTYPES, why)
     names, count = [call[0] for call in calls], len(calls)
@@ -120,7 +121,7 @@ def word(arg) -> int:
 
 def address_of(fn) -> int | None:
     """A ctypes foreign function's entry point, or None for anything else (a Python callable)."""
-    if isinstance(fn, ctypes._CFuncPtr):
+    if isinstance(fn, CFuncPtr):
         return ctypes.cast(fn, ctypes.c_void_p).value
     return None
 

@@ -209,7 +209,7 @@ def convert(name: str, values: tuple) -> tuple:
     params = SIGNATURES[name]
     if len(values) != len(params):
         raise TypeError(f"{name} takes {len(params)} arguments, got {len(values)}")
-    out = []
+    out: list[ctypes.c_void_p | ctypes.c_size_t | ctypes.c_int] = []
     for kind, value in zip(params, values):
         if kind is _P:
             if not isinstance(value, int) or value < 0:

@@ -29,7 +29,10 @@ def emit(out, **record) -> None:
 
 def host_device(b: Bench, n: int, out, link_reader) -> None:
     t = b.torch
-    h2d, d2h, lat_h2d, spread = [], [], [], [[], []]
+    h2d: list[float] = []
+    d2h: list[float] = []
+    lat_h2d: list[float] = []
+    spread: list[list[float]] = [[], []]
     for d in range(n):
         src, dst = b.buffers(d)
         host = t.empty(b.count, dtype=t.int32, pin_memory=True)
@@ -111,7 +114,7 @@ def pairs(b: Bench, n: int, out, self_pair: bool = False) -> None:
     emit(out, peer_access=can)
     bufs = {d: b.buffers(d) for d in range(n)}
     streams = {d: t.cuda.Stream(device=d) for d in range(n)}
-    grids = {
+    grids: dict[str, list[list[float | None]]] = {
         k: [[None] * size for _ in range(size)]
         for k in (
             "off",

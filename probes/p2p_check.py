@@ -33,7 +33,7 @@ def check_pair(src: int, dst: int, nbytes: int) -> dict:
     count = max(nbytes // 4 // 2 * 2, 2)
     expected = pattern(count)
     source = expected.to(f"cuda:{src}")
-    result = {
+    result: dict[str, object] = {
         "src": src,
         "dst": dst,
         "bytes": count * 4,

@@ -177,7 +177,7 @@ def exchange_unique_id(ctx, lib: nccl_ctypes.Library) -> bytes:
     key = f"ncclprobe/raw-nccl-id/{next(_KEYS)}"  # every rank opens its communicators in order
     if ctx.rank == 0:
         unique_id = lib.unique_id()
-        store.set(key, unique_id)
+        store.set(key, unique_id)  # type: ignore[arg-type]  # bytes are stored as is (torch's stub says str)
         return unique_id
     return bytes(store.get(key))
 

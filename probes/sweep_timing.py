@@ -36,7 +36,7 @@ def eager_trials(ctx, comm, coll, slots, p, in_place: bool, op: str, events=None
     if p["warmup"]:
         comm.prepare(coll, slots, p["warmup"], agg, in_place, op).issue()
     batch = comm.prepare(coll, slots, iters, agg, in_place, op, events=events)
-    out = {"trial_us": [], "iter_us": [], "issue_us": []}
+    out: dict[str, list[float]] = {"trial_us": [], "iter_us": [], "issue_us": []}
     if batch.issued_by:
         out["issued_by"] = batch.issued_by
     if batch.issued_by_why:
@@ -71,7 +71,7 @@ def _cpu_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
     agg, iters = p["agg"], p["iters"]
     for k in range(p["warmup"]):
         comm.iteration(coll, slots, k, agg, in_place, op)
-    out = {"trial_us": [], "iter_us": [], "issue_us": []}
+    out: dict[str, list[float]] = {"trial_us": [], "iter_us": [], "issue_us": []}
     for _ in range(p["trials"]):
         sync(ctx)
         stamps = [time.perf_counter()]
@@ -91,7 +91,7 @@ def graph_trials(ctx, comm, coll, slots, p, in_place: bool, op: str) -> dict:
     agg, iters = p["agg"], p["iters"]
     graph = capture(lambda: _capture_work(comm, coll, slots, iters, agg, in_place, op))
     stream = torch.cuda.Stream()  # nccl-tests launches its graphs on a non-blocking stream
-    out = {"trial_us": [], "iter_us": [], "issue_us": []}
+    out: dict[str, list[float]] = {"trial_us": [], "iter_us": [], "issue_us": []}
     calls = iters * agg
     # entered once, outside the timed window: switching streams is host work (torch's stream
     # lookups, several µs each) that the GPU would wait for between the start event and the replay

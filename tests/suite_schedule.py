@@ -34,6 +34,7 @@ import pytest
 # of it; a stale entry is an error when its module is collected under -n)
 TIMING = (
     "tests/test_stopped_worker.py",  # a 6 s timeout, and when it is declared
+    "tests/test_read_pool.py",  # a reader's wall clock: 5 s of no CPU against slow CPU
     "tests/test_interrupted_startup.py",  # Ctrl-C at chosen moments of the start-up
     "tests/test_env_propagation_faults.py",  # Ctrl-C and SIGTERM while the drivers run
     "tests/test_sweep_resume.py",  # SIGKILL while the first pool runs
@@ -42,6 +43,7 @@ TIMING = (
     "tests/test_trust_writers.py::test_a_terminated_sweep_keeps_what_it_finished_and_says_how_to_continue",
     "tests/test_trust_writers.py::test_a_sweep_interrupted_before_any_result_leaves_no_file",
     "tests/test_trust_parsers.py::test_a_long_line_costs_linear_time",  # two wall times compared
+    "tests/test_trust_parsers.py::test_the_audits_bombs_cost_linear_time",  # wall times compared
     "tests/test_engine_speculative.py::test_phase_timer_host_time_between_marks",  # 10 ms sleeps
     # a signal sent to the capture while its job starts, and whom it reaches
     "tests/test_capture_signals.py::test_kill_of_the_capture_reaches_the_job_once_and_its_code_is_the_capture_s",

@@ -251,20 +251,19 @@ def test_numbers_the_caller_formatted_are_printed_as_given():
     """The sweep gives busbw three significant digits (gloo's 0.00123 GB/s); tabulate used to reparse
     the string and print 0.00 in every CPU row."""
     from ncclprobe.cli.table import render_table
-    from ncclprobe.sweep.table import table_row
+    from ncclprobe.records import ResultRecord, Status
+    from ncclprobe.sweep.table import Ranked, table_row
 
-    row = table_row(
-        {
-            "size_bytes": 64,
-            "settings": {},
-            "mode": "eager",
-            "in_place": True,
-            "time_us": 444.28,
-            "busbw_gbps": 0.00123456,
-            "status": "ok",
-        },
-        ranked=False,
+    record = ResultRecord(
+        config_id="default",
+        size_bytes=64,
+        mode="eager",
+        in_place=True,
+        time_us=444.28,
+        busbw_gbps=0.00123456,
+        status=Status.OK,
     )
+    row = table_row(Ranked(record), ranked=False)
     table, _ = render_table([row], None)
     assert "0.00123" in table and "444.28" in table
 

@@ -156,9 +156,7 @@ def test_import_json_and_output_file(tmp_path):
     assert doc["rows"][0]["in_place"]["busbw_gbps"] == 135.41
     back = read_results(out)
     assert back.header["kind"] == "nccl-tests" and len(back.results) == 2
-    assert {r["in_place"] for r in back.results} == {False, True} and back.results[0][
-        "settings"
-    ] == {}
+    assert {r.in_place for r in back.results} == {False, True} and back.results[0].settings == {}
     again = _invoke("import", source, "--output", out)
     assert again.exit_code == 2 and "never overwritten" in again.stderr
 
@@ -168,7 +166,7 @@ def test_import_collective_option_names_an_unnamed_run(tmp_path):
     out = tmp_path / "sr.jsonl"
     result = _invoke("import", log, "--collective", "sendrecv", "--output", out)
     assert result.exit_code == 0
-    assert {r["collective"] for r in read_results(out).results} == {"sendrecv"}
+    assert {r.collective for r in read_results(out).results} == {"sendrecv"}
 
 
 @pytest.mark.parametrize("command", [["nccl-log"], ["import"], ["topo", "--from"]])

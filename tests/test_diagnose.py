@@ -381,18 +381,27 @@ def test_slower_speculative_above_break_even_does_not_blame_the_draft():
     """Regression: on CPU the rule used to suggest train-draft whenever speculative was slower, even
     when each cycle already yielded more tokens than break-even (3.08 against 2.94 on a tiny trace).
     Then the loss is outside the cycle, and the next command must say so."""
-    from ncclprobe.diagnose.run.rules_speed import _faster_spec_command
 
-    trace = S.healthy_trace()
-    ev = Evidence.from_trace(trace, "t.json")
-    run = next(r for r in ev.runs if r.mode == "speculative")
-    base = next(r for r in ev.runs if r.mode == "baseline")
-    assert "a trained draft" in _faster_spec_command(ev, run, base, tpc=1.5, breakeven=2.94)
-    above = _faster_spec_command(ev, run, base, tpc=3.08, breakeven=2.94)
+    def slower_with(histogram):  # the healthy CPU trace, its speculative run made slower
+        trace = S.healthy_trace()
+        for run in trace["runs"]:
+            run.pop("repeats", None)
+            if run["mode"] == "speculative":
+                run["tokens_per_s"], run["acceptance"]["histogram"] = 30.0, histogram
+        result = diagnose(Evidence.from_trace(trace, "t.json"))
+        [slower] = [f for f in result.findings if f.rule == "speculative-slower"]
+        return slower
+
+    below = slower_with([47, 0, 0, 0])  # nothing accepted: 1 token a cycle, break-even 2.20
+    assert below.evidence["tokens_per_cycle"] < below.evidence["breakeven_tokens_per_cycle"]
+    assert "a trained draft" in below.next_command
+    above = slower_with([0, 0, 0, 47])  # all 3 accepted: 4 tokens a cycle
+    assert above.evidence["tokens_per_cycle"] > above.evidence["breakeven_tokens_per_cycle"]
     # the draft the trace used is trained first only because it is not here; the advice is a longer run
-    assert "a trained draft" not in above and "longer run" in above
+    assert "a trained draft" not in above.next_command and "longer run" in above.next_command
     assert (
-        above.split(" && ")[-1].startswith("ncclprobe run-engine") and "--new-tokens 512" in above
+        above.next_command.split(" && ")[-1].startswith("ncclprobe run-engine")
+        and "--new-tokens 512" in above.next_command
     )
 
 

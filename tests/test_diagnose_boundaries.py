@@ -183,12 +183,29 @@ def test_a_workers_own_environment_is_linted_with_its_own_nccl_version():
 
 
 def test_places_beyond_four_are_counted():
-    from ncclprobe.diagnose.settings.rules_safety import _short
+    """The unsafe-settings finding names up to four places, grouped by run, and counts the rest."""
+    import copy
 
-    assert _short(["a", "b"]) == "a, b"
-    assert _short(["a", "b", "c", "d"]) == "a, b, c, d"
-    assert _short(["a", "b", "c", "d", "e"]) == "a, b, c, d and 1 more"
-    assert _short(["run rank 0", "run rank 1"]) == "run (ranks 0, 1)"
+    def found_in(runs: int, versions=("2.24.3", "2.23.4")) -> str:
+        trace = S.as_gpu_run(S.recorded("tuned.json"))
+        one = S.runs(trace, label="untuned", mode="baseline")[0]
+        trace["runs"] = [copy.deepcopy(one) for _ in range(runs)]
+        for i, run in enumerate(trace["runs"]):
+            run["label"] = f"run{i}"
+            for worker, version in zip(run["workers"], versions):
+                worker["env_at_comm_init"] = {
+                    **worker["env_at_comm_init"],
+                    "NCCL_PROTO": "allreduce:LL",  # unsafe before 2.24
+                }
+                worker["nccl_version"] = version
+        result = diagnose(Evidence.from_trace(trace, "t.json"))
+        [unsafe] = [f for f in result.findings if f.rule == "unsafe-settings"]
+        return unsafe.detail.split("Found in ")[1].split(". ")[0]
+
+    four = ", ".join(f"run{i} baseline (rank 1)" for i in range(4))
+    assert found_in(4) == four
+    assert found_in(5) == four + " and 1 more"
+    assert found_in(1, ("2.23.4", "2.23.4")) == "run0 baseline (ranks 0, 1)"
 
 
 def test_a_profiles_per_call_time_against_the_sweep():

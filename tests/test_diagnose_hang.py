@@ -155,12 +155,12 @@ def test_a_missing_rank_in_every_schema_version(tmp_path):
         assert "/job/train.py:43 step" in top.detail, version  # rank 1's last call
 
 
-def test_version_1_1_without_pg_config_takes_every_dumped_rank():
+def test_version_1_1_without_pg_config_takes_every_dumped_rank(tmp_path):
     job = {
         0: [("all_reduce", 8, "completed"), ("all_reduce", 8, "scheduled")],
         1: [("all_reduce", 8, "completed")],
     }
-    dumps = [_read(dump("1.1", r, c), r) for r, c in job.items()]
+    dumps = [_read(dump("1.1", r, c), r, tmp_path) for r, c in job.items()]
     hang = H.build(dumps)
     assert hang.groups["0"].members == (0, 1) and not hang.groups["0"].members_recorded
     assert hang.stuck[0].missing == (1,)
@@ -589,11 +589,13 @@ def _write(tmp_path, docs: dict) -> list:
     return [folder]
 
 
-def _read(doc, rank):
-    from ncclprobe.evidence.hang.flight_recorder import _parse
-    from ncclprobe.validate import Where
+def _read(doc, rank, folder: Path):
+    """One rank's hand-written dump, written as torch names it and read by the public reader."""
+    from ncclprobe.evidence.hang.flight_recorder import read_dump
 
-    return _parse(doc, Where("hand-written"), rank, "pickle")
+    path = folder / f"nccl_trace_rank_{rank}"
+    path.write_bytes(pickle.dumps(doc, protocol=2))
+    return read_dump(path)
 
 
 # ---- more twins and boundaries ----------------------------------------------------------------

@@ -475,6 +475,10 @@ def test_a_run_beyond_the_drafts_trained_positions_is_warned_about(tmp_path):
             ["--output", "/nonexistent-dir/d.safetensors", "--steps", "0"],
             "steps must be at least 1",
         ),
+        (  # one token is the prefill's: no speculative cycle, no acceptance to compare
+            ["--output", "/nonexistent-dir/d.safetensors", "--gen-len", "1"],
+            "gen_len must be at least 2",
+        ),
     ],
 )
 def test_train_draft_refuses_bad_options_before_training(args, message):

@@ -75,3 +75,17 @@ def test_refuses_other_architectures(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(UsageProblem, match="not a Llama-family"):
         read_config(tmp_path)
+
+
+def test_a_tied_checkpoint_without_its_embedding_is_named_not_a_traceback(tmp_path):
+    """The tied head is the embedding: without one, both are missing (it used to assign None to the
+    head, and load_state_dict raised a RuntimeError)."""
+    from ncclprobe.engine import safetensors_io
+
+    _save_tiny_llama(tmp_path, tie_word_embeddings=True, num_hidden_layers=1)
+    (path,) = tmp_path.glob("*.safetensors")
+    tensors, metadata = safetensors_io.load(path)
+    kept = {name: t for name, t in tensors.items() if "embed_tokens" not in name}
+    safetensors_io.save(path, kept, metadata, replace=True)
+    with pytest.raises(UsageProblem, match="missing .*embed_tokens.weight"):
+        load_checkpoint(tmp_path, device="cpu", dtype=torch.float32)

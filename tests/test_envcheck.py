@@ -1,6 +1,9 @@
 """env-check against real process trees: a parent with known NCCL variables that starts spawn and
 forkserver children, a child that changes its own environment after start, a grandchild started
-with an extra variable, a zombie, and a process that exits while the walk runs."""
+with an extra variable, a zombie, and a process that exits while the walk runs.
+
+`_tree` and `_recheck` stay private and tested directly (issue 38 §4): a process that exits
+between the walk's listing and its reading is a race walk() cannot be made to lose on demand."""
 
 import json
 import os

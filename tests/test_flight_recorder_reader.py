@@ -483,11 +483,27 @@ def test_a_worker_stopped_on_one_rank_file_leaves_the_others_read(tmp_path):
 
 
 def test_an_unpicklers_error_is_cut_at_200_characters_and_named_when_empty():
+    """A protocol-0 FLOAT of n letters: the unpickler's error quotes them (the plain C unpickler's
+    own error is the oracle); 200 characters are shown whole, 201 cut with "..."."""
+    import pickle
+
+    def error(letters: int) -> str:
+        with pytest.raises(ValueError) as caught:
+            pickle.loads(b"F" + b"x" * letters + b"\n.")
+        return str(caught.value)
+
+    def refusal(letters: int) -> str:
+        with pytest.raises(UsageProblem) as caught:
+            loads_data(b"F" + b"x" * letters + b"\n.", "x")
+        return str(caught.value).removeprefix("x is not a readable pickle: ")
+
+    at = next(n for n in range(100, 300) if len(error(n)) == 200)
+    assert refusal(at) == error(at)
+    assert refusal(at + 1) == error(at + 1)[:200] + "..."
+    # an exception without a message is named by its type; no pickle raises one (kept as a unit)
     from ncclprobe.evidence.hang.safe_pickle import _short
 
-    assert _short(ValueError("x" * 200)) == "x" * 200
-    assert _short(ValueError("x" * 201)) == "x" * 200 + "..."
-    assert _short(ValueError()) == "ValueError" and _short(ValueError("m")) == "m"
+    assert _short(ValueError()) == "ValueError"
 
 
 def test_a_pickle_that_fails_on_a_code_opcode_is_refused_by_name_not_called_unreadable():
@@ -504,12 +520,13 @@ def test_the_offending_opcode_is_looked_for_up_to_its_limit(monkeypatch):
 
     data = b"\x80\x02N0cos\nsystem\n."  # PROTO, NONE, POP, GLOBAL (the 4th opcode, index 3)
     monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 3)
-    assert "GLOBAL at byte 4" in safe_pickle._locate_code(data)
-    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 2)
-    assert safe_pickle._locate_code(data) is None
-    assert (
-        safe_pickle._locate_code(b"\x80\x02X\xff\xff") is None
-    )  # cut mid-opcode: no word, no crash
+    with pytest.raises(UsageProblem, match=r"^x is refused: pickle opcode GLOBAL at byte 4"):
+        loads_data(data, "x")
+    monkeypatch.setattr(safe_pickle, "LOCATE_OPCODES", 2)  # past the limit: the unpickler's words
+    with pytest.raises(UsageProblem, match=r"^x is refused: pickle refers to os\.system"):
+        loads_data(data, "x")
+    with pytest.raises(UsageProblem, match=r"^x is not a readable pickle"):
+        loads_data(b"\x80\x02X\xff\xff", "x")  # cut mid-opcode: no opcode named, no crash
 
 
 # ---- the fast path and the checking path: one truth ------------------------------------------------
@@ -602,14 +619,19 @@ def test_the_fast_path_reads_as_the_checking_path_or_leaves_it_to_it(name):
         assert took and checked.group == "7"  # the group is the process group's name, not pg_id
 
 
-def test_frames_are_looked_at_up_to_the_limit(monkeypatch):
-    from ncclprobe.evidence.hang import fr_entries
-
+def test_frames_are_looked_at_up_to_the_limit(tmp_path):
     torch_frame = {"name": "f", "filename": "/x/torch/a.py", "line": 1}
     user = {"name": "step", "filename": "/job/train.py", "line": 9}
-    frames = [torch_frame] * 256 + [user]  # the 257th frame is past the limit: not looked at
-    assert fr_entries._where(frames, Budget("x", 10**6)) == ""
-    assert fr_entries._where(frames[1:], Budget("x", 10**6)) == "/job/train.py:9 step"
+
+    def call_site(torch_frames: int) -> str:
+        doc = dump("2.10", 0, [("all_reduce", 8, "completed")])
+        doc["entries"][0]["frames"] = [torch_frame] * torch_frames + [user]
+        path = tmp_path / "nccl_trace_rank_0"
+        path.write_bytes(pickle.dumps(doc, protocol=2))
+        return fr.read_dump(path).entries[0].where
+
+    assert call_site(256) == ""  # the 257th frame is past the limit: not looked at
+    assert call_site(255) == "/job/train.py:9 step"
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,11 @@ def logs(folder: Path) -> list[Path]:
     return sorted(folder.glob("rank*.stderr"))
 
 
-def dump_reading(folder: Path) -> set[tuple]:
-    """(because, seq, the ranks missing) of each stuck collective the dumps show."""
-    hang = H.build(read_flight_recorder([folder / "dumps"]))
-    return {(H._because(s), s.seq, tuple(s.missing)) for s in hang.stuck}
+def dump_reading(folder: Path, form: str = "dumps") -> set[tuple]:
+    """(because, seq, the ranks missing) of each stuck collective the dumps show (`form`: "json"
+    for the recorder's JSON twin of each pickle)."""
+    hang = H.build(read_flight_recorder([folder / form]))
+    return {(s.because, s.seq, tuple(s.missing)) for s in hang.stuck}
 
 
 def log_reading(folder: Path) -> set[tuple]:
@@ -67,17 +68,34 @@ def test_nccl_groups_cycle_agrees():
     assert pairs(from_log) == pairs(from_dumps) == [(0, 1, 2), (1, 0, 2)]
 
 
-def test_three_gloo_ranks_with_detail_agree_with_the_dumps_of_the_same_scenario():
-    """DETAIL's checks give the log every rank's numbers; its own collectives crowd the dumps (a
-    second group under the same empty name, see docs/LOG.md), so the dumps compared are those of
-    the same scenario run without DETAIL."""
-    detail, plain = RECORDED / "gloo3-detail", RECORDED / "gloo3"
-    skip = diagnose(load_evidence(logs=logs(detail / "skip"))).findings[0]
+@pytest.mark.parametrize(
+    "scenario, expected",
+    [("order", {("mismatch", 4, ())}), ("size-mismatch", {("mismatch", 4, ())})],
+)
+def test_three_gloo_ranks_with_detail_agree_with_their_own_dumps(scenario, expected):
+    """DETAIL's checks give the log every rank's numbers; its dumps hold the job's group and DETAIL's
+    own checks under one empty name, told apart by pg_id: the check of #4 ran on every rank and no
+    rank issued #4, which is the mismatch the log names."""
+    folder = RECORDED / "gloo3-detail" / scenario
+    assert log_reading(folder) == expected == dump_reading(folder) == dump_reading(folder, "json")
+    both = diagnose(load_evidence(logs=logs(folder), flight_recorder=[folder / "dumps"]))
+    errors = [f for f in both.findings if f.severity == "error"]
+    assert [(f.rule, f.evidence["seq"]) for f in errors] == [("hang-mismatch", 4)]
+    assert "Rank" not in errors[0].title and "rank 1: " in errors[0].title  # the log's own words
+
+
+def test_a_rank_detail_never_let_reach_a_check_is_in_the_log_only():
+    """skip with DETAIL: rank 2 never reached the check's barrier, which the recorder does not keep.
+    The dumps show nothing pending and say why they cannot show it; the log names rank 2."""
+    folder = RECORDED / "gloo3-detail" / "skip"
+    skip = diagnose(load_evidence(logs=logs(folder))).findings[0]
     assert skip.evidence == {"because": "missing", "missing_ranks": [2]}
-    assert dump_reading(plain / "skip") == {("missing", 4, (2,))}
-    assert log_reading(detail / "order") == {("mismatch", 4, ())}
-    assert {(b, seq) for b, seq, _ in dump_reading(plain / "order")} == {("mismatch", 4)}
-    assert log_reading(detail / "size-mismatch") == {("mismatch", 4, ())}
+    assert dump_reading(folder) == set()
+    dumps = diagnose(load_evidence(flight_recorder=[folder / "dumps"])).findings[0]
+    assert dumps.rule == "hang-none-pending" and "failed to pass monitoredBarrier" in dumps.detail
+    both = diagnose(load_evidence(logs=logs(folder), flight_recorder=[folder / "dumps"]))
+    assert both.findings[0].evidence == {"because": "missing", "missing_ranks": [2]}
+    assert dump_reading(RECORDED / "gloo3" / "skip") == {("missing", 4, (2,))}  # without DETAIL
 
 
 def test_the_late_rank_is_never_said_to_wait_for_itself():

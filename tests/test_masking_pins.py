@@ -122,6 +122,54 @@ def test_every_free_text_form_is_masked_in_place(text, shown):
 
 
 @pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("open /tmp/x?--password:Pw1 failed", f"open /tmp/x?--password:{M} failed"),
+        ("open /tmp/x?login admin:Pw1 failed", f"open /tmp/x?login admin:{M} failed"),
+        ("/tmp/x&--api-key=Pw1", f"/tmp/x&--api-key={M}"),
+        ("cfg=--token:Pw1", f"cfg=--token:{M}"),
+        ("/a/b,--password Pw1 --lr 3", f"/a/b,--password {M} --lr 3"),
+        ("file:--secret:Pw1", f"file:--secret:{M}"),
+        ("x?LOGIN root:Pw1", f"x?LOGIN root:{M}"),
+        ("https://u:Pw2@h/x?--token:Pw1", f"https://{M}@h/x?--token:{M}"),  # before it: by shape
+    ],
+)
+def test_a_credential_flag_or_login_inside_a_word_is_masked(text, shown):
+    """After punctuation inside a word (a path's query, a list, a pair) a flag is still a flag."""
+    assert mask_text(text) == shown
+
+
+def test_a_credential_flag_inside_an_argument_hides_the_next_one():
+    from ncclprobe.secrets import mask_argv
+
+    assert mask_argv(["app", "/tmp/x?-p:2222"]) == ["app", "/tmp/x?-p:2222"]  # a short flag: no
+
+    assert mask_argv(["app", "/tmp/x?--token", "Pw1", "?login", "admin:Pw2", "--lr", "3"]) == [
+        "app",
+        "/tmp/x?--token",
+        M,
+        "?login",
+        f"admin:{M}",
+        "--lr",
+        "3",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/tmp/x?--lr:3 https://h/x?--page:2 a,--max-num-batched-tokens:8192",
+        "x?--tokenizer:meta-llama/Llama-3 (--port:80) /tmp/my-file--password:notes",
+        "/usr/bin/login alice relogin admin:x x?-p:2222 blogin admin:y",
+    ],
+)
+def test_a_flag_or_login_inside_a_word_that_takes_no_credential_stays_visible(text):
+    """The twins: other flags after punctuation, a flag glued to a name (no punctuation before it),
+    a short flag inside a word, `login` ending a longer word, and login's next word without `:`."""
+    assert mask_text(text) == text
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "kernel.numa_balancing=0 opId=0x7f3c2c000b70 busId=0x1b000",

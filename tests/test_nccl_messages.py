@@ -19,7 +19,6 @@ from ncclprobe.nccl.node import (
     NVLINK_RING,
     ONE_GPU,
     NodeFacts,
-    _ring_exists,
     classify_links,
 )
 from ncclprobe.nccl.p2p import level_as_logged, path_types
@@ -956,15 +955,24 @@ def test_merged_node_facts_keep_what_every_file_agrees_on():
 
 
 def test_rings_of_nvlink_hops():
-    assert _ring_exists([3, 5], {(3, 5), (5, 3)}) is True
-    assert _ring_exists([3, 5], {(5, 3)}) is False
-    triangle = {(0, 1), (1, 0), (1, 2), (2, 1), (2, 0), (0, 2)}
-    assert _ring_exists([0, 1, 2], triangle) is True
-    path = {(0, 1), (1, 0), (1, 2), (2, 1)}  # 0-1-2 but no hop back from 2 to 0
-    assert _ring_exists([0, 1, 2], path) is False
-    assert _ring_exists([1, 0, 2], path) is False
-    one_way = {(0, 1), (1, 2), (2, 0)}
-    assert _ring_exists([0, 1, 2], one_way) is True and _ring_exists([0, 2, 1], one_way) is True
+    """Four GPUs with NVLink on some pairs only: a ring through all of them, in any order the GPUs
+    are listed, is NVLINK_RING; a path without the hop back is NVLINK_PARTIAL."""
+
+    def linked(n, nvlinks):  # PCIe everywhere but the NVLink pairs
+        types = [["X" if i == j else "PHB" for j in range(n)] for i in range(n)]
+        for i, j in nvlinks:
+            types[i][j] = types[j][i] = "NVL"
+        return types
+
+    square = linked(4, [(0, 1), (1, 2), (2, 3), (3, 0)])  # the ring 0-1-2-3-0, no diagonals
+    assert classify_links(square, [0, 1, 2, 3]) == NVLINK_RING
+    assert classify_links(square, [1, 0, 2, 3]) == NVLINK_RING  # listed out of ring order
+    path = linked(4, [(0, 1), (1, 2), (2, 3)])  # 0-1-2-3 but no hop back from 3 to 0
+    assert classify_links(path, [0, 1, 2, 3]) == NVLINK_PARTIAL
+    assert classify_links(path, [1, 0, 2, 3]) == NVLINK_PARTIAL
+    bridged = linked(4, [(0, 1), (1, 2), (2, 3)])
+    bridged[3][0] = bridged[0][3] = "NVB"  # an NVLink hop through a bridge GPU closes the ring
+    assert classify_links(bridged, [0, 1, 2, 3]) == NVLINK_RING
 
 
 def test_the_ring_search_is_attempted_up_to_sixteen_gpus():

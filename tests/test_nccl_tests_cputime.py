@@ -35,13 +35,18 @@ def test_a_time_column_is_the_completion_time_without_C():
 
 def test_json_cpu_time_is_the_same_reading():
     """-J with -C 1 writes `cpu_time` instead of `time` (writeBenchmarkLineBody)."""
-    from ncclprobe.evidence.nccl.nccl_tests_json import _measurement
-
-    m = _measurement(
-        {"cpu_time": 8.5, "alg_bw": 20.97, "bus_bw": 20.97, "nwrong": 0}, None, 1048576
-    )
+    m = _read_row({"cpu_time": 8.5, "alg_bw": 20.97, "bus_bw": 20.97, "nwrong": 0}, 1048576)
     assert m.cpu_time_us == 8.5 and m.time_us == pytest.approx(1048576 / (20.97 * 1e3))
-    timed = _measurement(
-        {"time": 50.0, "alg_bw": 20.97, "bus_bw": 20.97, "nwrong": 0}, None, 1048576
-    )
+    timed = _read_row({"time": 50.0, "alg_bw": 20.97, "bus_bw": 20.97, "nwrong": 0}, 1048576)
     assert (timed.time_us, timed.cpu_time_us) == (50.0, None)
+
+
+def _read_row(measured: dict, size: int):
+    """One result row of an nccl-tests -J document, read by the public reader."""
+    import json
+
+    from ncclprobe.evidence.nccl.nccl_tests_json import parse_nccl_tests_json
+
+    row = {"size": size, "count": 1, "type": "float", "redop": "sum", "out_of_place": measured}
+    doc = {"version": 3, "config": {}, "results": [row]}
+    return parse_nccl_tests_json(json.dumps(doc)).rows[0].out_of_place

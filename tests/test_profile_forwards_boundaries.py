@@ -2,7 +2,11 @@
 merged or not, embedding-named kernels, a graph launch's start from its compiled call, the host's
 sync or its input copies, never before the previous forward, and layer stacks cut after a sync.
 Built in memory like tests/test_profile_steps_unit.py; part of the mutation check's fast test set
-(examples/mutation_profile.sh)."""
+(examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

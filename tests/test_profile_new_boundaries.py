@@ -2,7 +2,11 @@
 (docs/LOG.md, 2026-12-02 "mutation check of the unseen-trace code"): which of several kernels named
 for an embedding are the lookups (a host sync before most of their launches), when other gathers
 join them (two named lookups agreeing on the launches after them), where a host lookup and a named
-kernel are one forward, and when ProfilerStep#N windows hold several forwards. Built in memory."""
+kernel are one forward, and when ProfilerStep#N windows hold several forwards. Built in memory.
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 sides: the run length of a tandem repeat, the gap threshold of bursts, each step's bounds, tokens
 from the launch grids of replays, the tokens a run's costs divide by, and which graphed phase an
 eager phase is weighed against. Built in memory like tests/test_profile_steps_unit.py (whose
-helpers these use); part of the mutation check's fast test set (examples/mutation_profile.sh)."""
+helpers these use); part of the mutation check's fast test set (examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 
@@ -277,18 +281,16 @@ def test_else_the_baselines_most_frequent_graphed_phase_but_its_prefill():
     none = phase("replay-c", "other", count=0, graphed=True)
     base = profile_run(eager_decode, few, many, prefill, none)
     assert C.baseline_reference(_two(base), "decode") == (base, many)
-    assert C.baseline_reference(_two(profile_run(eager_decode, prefill, none)), "decode") == (
-        None,
-        None,
-    )
+    assert C.baseline_reference(_two(profile_run(eager_decode, prefill, none)), "decode") is None
 
 
 def test_the_first_baseline_with_a_graphed_phase_wins():
     eager = profile_run(phase("decode", "decode", count=40, graphed=False))
     first = profile_run(phase("decode", "decode", count=5, graphed=True), label="first")
     second = profile_run(phase("decode", "decode", count=50, graphed=True), label="second")
-    assert C.baseline_reference(_two(eager, first, second), "decode")[0] is first
-    assert C.baseline_reference(_two(), "decode") == (None, None)
+    found = C.baseline_reference(_two(eager, first, second), "decode")
+    assert found is not None and found[0] is first
+    assert C.baseline_reference(_two(), "decode") is None
 
 
 def test_graphed_reference_says_where_the_reference_comes_from():

@@ -1,7 +1,11 @@
 """find_steps end to end on small timelines built in memory: which source of steps wins, what each
 step holds (its kernels, launches, tokens, kind) and what it measures (span, busy, graph share).
 The same on real traces is tests/test_profile.py's and tests/test_profile_hf.py's; these run in a
-second and are part of the mutation check's fast test set (examples/mutation_profile.sh)."""
+second and are part of the mutation check's fast test set (examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 

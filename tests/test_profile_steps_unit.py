@@ -2,7 +2,11 @@
 profile step rules, each pinned on both sides. Inputs are built in memory (the reader's own
 dataclasses, the view's runs and phases: no file, no mock), so the module runs in about a second;
 the same behaviour on real traces is tests/test_profile_hf.py's. Also the fast test set of the
-mutation check (docs/LOG.md 2026-12-01, examples/mutation_profile.sh)."""
+mutation check (docs/LOG.md 2026-12-01, examples/mutation_profile.sh).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 
@@ -22,13 +26,7 @@ from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K
 from ncclprobe.evidence.run.profile import names
 from ncclprobe.evidence.run.profile import steps as S
-from ncclprobe.evidence.run.profile.timeline import (
-    Kernel,
-    Launch,
-    Timeline,
-    _attention_lengths,
-    _blocks,
-)
+from ncclprobe.evidence.run.profile.timeline import Kernel, Launch, Timeline
 from ncclprobe.evidence.run.view import Acceptance, EngineRun, Phase
 
 # ---- a timeline from a host-ordered list of launches ---------------------------------------------
@@ -294,12 +292,32 @@ def test_kept_tokens_from_the_kv_cache_else_one_per_decode():
     assert steps[1].kept == 1.0
 
 
-def test_grids_and_attention_shapes_are_read_strictly():
-    assert _blocks([2, 3, 1]) == 6 and _blocks([2, 0, 1]) == 0 and _blocks([True, 1, 1]) == 0
-    assert _blocks("x") == 0 and _blocks([1, 1, 1, 1]) == 0 and _blocks([]) == 0
-    assert _attention_lengths([[1, 16, 5, 64], [1, 4, 30, 64]]) == (5, 30)
-    assert _attention_lengths([[1, 16, 5], [1, 4, 30, 64]]) is None
-    assert _attention_lengths([[1, 16, 5, 64]]) is None
+def test_grids_and_attention_shapes_are_read_strictly(tmp_path):
+    """A kernel's thread blocks and an attention call's lengths, as read_timeline reads a trace:
+    only a grid of 1-3 whole positive numbers counts, only two [batch, heads, tokens, dim] inputs."""
+    from ncclprobe.evidence.run.profile.timeline import read_timeline
+
+    grids = [[2, 3, 1], [2, 0, 1], [True, 1, 1], "x", [1, 1, 1, 1], []]
+    dims = [[[1, 16, 5, 64], [1, 4, 30, 64]], [[1, 16, 5], [1, 4, 30, 64]], [[1, 16, 5, 64]]]
+    events = [
+        {"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": i, "dur": 1, "args": {"grid": grid}}
+        for i, grid in enumerate(grids)
+    ] + [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::scaled_dot_product_attention",
+            "ts": 10 + i,
+            "dur": 1,
+            "args": {"Input Dims": d},
+        }
+        for i, d in enumerate(dims)
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    read = read_timeline(str(path))
+    assert [k.blocks for k in read.kernels] == [6, 0, 0, 0, 0, 0]
+    assert [(q, k) for _, q, k in read.attention] == [(5, 30)]  # the two malformed: no reading
 
 
 # ---- steps: the last forward cut off ------------------------------------------------------------
@@ -845,17 +863,30 @@ def test_overlapping_repeats_are_one_stack_and_the_first_stack_needs_no_sync():
 )
 def test_host_bounds_ruled_out_says_which_steps_its_percentile_speaks_for(count, words):
     """'9 of 10 steps' was printed for a profile of one step (vLLM's, SGLang's traces)."""
-    from ncclprobe.diagnose.run.rules_profile_steps import _most_steps
-    from ncclprobe.evidence.run.view import Phase
+    busy = phase("decode", "decode", count=count, idle=0.5, busy=9.5, spread=(0.05, 0.05))
+    [ruled] = RS.host_bound(ev(profile_run(busy, tokens=count)))
+    assert ruled.reason.startswith(f"{words} the GPU is busy at least 95% of the step")
 
-    assert _most_steps(Phase("decode", "decode", count, 1.0, 1.0)) == words
+
+def glue_share_shown(share: float) -> str:
+    """The share of a replayed step outside its graph, as graph_glue's finding writes it."""
+    glued = phase("decode", "decode", median=1000.0, graphed=True, launches={"kernel": 2})
+    glued = replace(glued, graph_ms=1000.0 - 1000.0 * share)
+    [found] = RS.graph_glue(ev(profile_run(glued)))
+    return found.title.split("ms/decode step, ")[1].split(" of the")[0]
+
+
+def busy_share_shown(busy: float) -> str:
+    """The busy share of a step ruled out as host-bound, as the reason writes it."""
+    idle = 1.0 - busy
+    step = phase("decode", "decode", median=10.0, busy=10.0 * busy, spread=(idle, idle))
+    [ruled] = RS.host_bound(ev(profile_run(step, tokens=10)))
+    return ruled.reason.split("busy at least ")[1].split(" of the")[0]
 
 
 @pytest.mark.parametrize(
     "value,shown",
-    [(0.9977, "99.8%"), (0.995, "99.5%"), (0.9949, "99%"), (1.0, "100%"), (0.5, "50%")],
+    [(0.9977, "99.8%"), (0.995, "99.5%"), (0.9949, "99%"), (1.0, "100%"), (0.8, "80%")],
 )
 def test_a_busy_share_short_of_the_whole_is_never_shown_as_100_percent(value, shown):
-    from ncclprobe.diagnose.run.rules_profile_steps import _share
-
-    assert _share(value) == shown
+    assert busy_share_shown(value) == shown

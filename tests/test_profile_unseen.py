@@ -5,7 +5,11 @@ decodes' (torch 2.11: `vectorized_gather_kernel` for 16 tokens, `indexSelectSmal
 profiler schedule whose `ProfilerStep#N` wraps several tokens, and two `generate()` calls in one
 trace (a second prompt of 16 tokens or fewer). Each is built in memory from the reader's own
 dataclasses (no file, no mock), each with its healthy twin; derived from the HF fixtures the same
-variants are checked in docs/LOG.md (2026-12-02)."""
+variants are checked in docs/LOG.md (2026-12-02).
+
+Private stages (`F._x`, `K._x`, `S._x`) are called directly, kept so (issue 38 §4): each
+boundary sits inside one stage of the step finder, and a whole timeline that places it there
+exactly is many launches long; find_steps on real traces covers the road end to end."""
 
 from __future__ import annotations
 
@@ -312,10 +316,10 @@ def test_per_thread_stream_and_versioned_api_names_are_the_same_launches():
 def test_a_share_never_rounds_a_small_part_to_nothing_nor_a_short_fall_to_all():
     """'1 small eager kernels ... 0% of the token' was printed for a 0.4 % glue on the two-rank
     replayed traces."""
-    from ncclprobe.diagnose.run.rules_profile_steps import _share
+    from tests.test_profile_steps_unit import glue_share_shown
 
-    assert [_share(v) for v in (0.0, 0.004, 0.0099, 0.01, 0.5, 0.994, 0.995, 0.9999, 1.0)] == [
-        "0%",
+    shares = (0.004, 0.0099, 0.01, 0.5, 0.994, 0.995, 0.9999, 1.0)
+    assert [glue_share_shown(v) for v in shares] == [
         "0.4%",
         "1.0%",
         "1%",

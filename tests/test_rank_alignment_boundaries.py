@@ -1,7 +1,8 @@
-"""The rank-skew rule without collectives to match (`rules_ranks._step_time_skew`), at its
-boundary on both sides and with the arithmetic its title shows, on runs built in memory: the
-mutation check found it reached only through the vLLM trace (tests/test_profile.py, about a
-second a case), outside the fast set that examples/mutation_profile.sh runs against each mutant."""
+"""The rank-skew rule without collectives to match (`rules_ranks.ranks_skew` on runs without an
+alignment: its step-time branch), at its boundary on both sides and with the arithmetic its title
+shows, on runs built in memory: the mutation check found it reached only through the vLLM trace
+(tests/test_profile.py, about a second a case), outside the fast set that
+examples/mutation_profile.sh runs against each mutant."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def outcome(by_rank: dict, device: str = "cuda", phase: str = "decode"):
         phases={phase: Phase(phase, "decode", 10, 100.0, 10.0)},
         ranks=[{"rank": r, "phases": {phase: ms}} for r, ms in by_rank.items()],
     )
-    [out] = R._step_time_skew(Evidence(runs=[run], config={"device": device}), run)
+    [out] = R.ranks_skew(Evidence(runs=[run], config={"device": device}))
     return out
 
 
@@ -79,7 +80,7 @@ def test_no_skew_without_two_ranks_timing_the_phase():
         phases={"decode": Phase("decode", "decode", 1, 1.0, 1.0)},
         ranks=[{"rank": 0, "phases": {"decode": 10.0}}, {"rank": 1, "phases": {}}],
     )
-    assert R._step_time_skew(Evidence(runs=[run]), run) == []
+    assert R.ranks_skew(Evidence(runs=[run])) == []
 
 
 def test_the_phase_named_is_the_one_whose_ranks_are_furthest_apart():
@@ -93,7 +94,7 @@ def test_the_phase_named_is_the_one_whose_ranks_are_furthest_apart():
             {"rank": 1, "phases": {"decode": 13.0, "verify": 20.5}},
         ],
     )
-    [found] = R._step_time_skew(Evidence(runs=[run], config={"device": "cuda"}), run)
+    [found] = R.ranks_skew(Evidence(runs=[run], config={"device": "cuda"}))
     assert found.title.startswith("rank 1's decode steps take 30% longer")
 
 
@@ -140,6 +141,7 @@ def test_calls_by_sequence_number_are_those_every_rank_recorded_in_its_group():
         return [A.Arrival(10.0 * s, 10.0 * s + 5, None, "all_reduce", 64, "g", s) for s in seqs]
 
     # rank 0 lacks seq 1 (its trace began later), rank 1 lacks seq 4 (it ended sooner)
+    # kept (issue 38 §4): the sequence-matching stage alone, as test_profile_ranks' order stage
     calls = A._by_seq("g", (0, 1), [arrivals(2, 3, 4), arrivals(1, 2, 3)])
     assert [tuple(a.seq for a in c.arrivals) for c in calls] == [(2, 2), (3, 3)]
     assert {c.group for c in calls} == {"g"} and calls[0].members == (0, 1)

@@ -39,7 +39,7 @@ def _times(path: Path) -> dict[int, list[float]]:
     """Every out-of-place and in-place time per size in one imported run."""
     out: dict[int, list[float]] = {}
     for r in read_results(path).results:
-        out.setdefault(r["size_bytes"], []).append(r["time_us"])
+        out.setdefault(r.size_bytes, []).append(r.time_us)
     return out
 
 

@@ -126,7 +126,10 @@ def test_env_snippet_sourced_by_bash(tmp_path):
         for k, _, v in (line.partition("=") for line in out.splitlines())
         if k.startswith("NCCL_")
     }
-    assert seen == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+    assert seen == {
+        "NCCL_ALGO": "allreduce:Ring",
+        "NCCL_PROTO": "LL",
+    }  # for the collective measured
 
 
 def test_env_snippet_with_no_change_exports_nothing(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ncclprobe.report import build_report
-from tests.data.resultsets import config, curve, engine_trace, scaled, write_set
+from tests.data.resultsets import SIZES, config, curve, engine_trace, scaled, write_set
 
 DEFAULT = curve(20.0, 0.05)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -176,29 +176,49 @@ def test_two_traces_are_drawn_side_by_side_with_what_differs_in_their_labels():
     ]
 
 
-def test_speedup_colour_ticks_are_symmetric_powers_of_two():
+def _tick_labels(figure, axes: int) -> list[str]:
+    """The y tick labels drawn in one axes of a figure's SVG (written with text as text)."""
+    svg = figure.svg.read_text()
+    part = svg.split(f'<g id="axes_{axes}">')[1].split('<g id="axes_')[0]
+    ticks = re.findall(r'<g id="ytick_\d+">.*?</text>', part, re.S)
+    return [re.sub(r"<[^>]+>", "", tick).strip() for tick in ticks]
+
+
+def _drawn(plot, configs, tmp_path, name):
+    import matplotlib
+
+    from ncclprobe.recommend.load import load_measurements
+
+    ev = load_measurements([write_set(tmp_path / f"{name}.jsonl", configs)])
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        [figure] = plot(ev, tmp_path / name)
+    return figure
+
+
+def test_speedup_colour_ticks_are_symmetric_powers_of_two(tmp_path):
     """The heatmap's colour scale is log and centred on 1, so 2x faster and 2x slower sit equally
     far from neutral; its ticks must name those ratios, not crowd on one side."""
-    from ncclprobe.report.plots import _ratio_ticks
+    from ncclprobe.report.plots import speedup_heatmap
 
-    assert _ratio_ticks(4.2) == [0.25, 0.5, 1.0, 2.0, 4.0]
-    assert _ratio_ticks(1.3) == [0.77, 1.0, 1.3]
+    base = curve(20.0, 0.05)
+    for factor, ticks in ((0.24, ["0.25", "0.5", "1", "2", "4"]), (0.77, ["0.77", "1", "1.3"])):
+        configs = [config({}, base), config({"NCCL_PROTO": "LL"}, scaled(base, factor, factor))]
+        figure = _drawn(speedup_heatmap, configs, tmp_path, f"speedup{factor}")
+        assert _tick_labels(figure, 2) == ticks  # axes 2: the colour bar
 
 
 def test_latency_axis_has_several_labelled_ticks_inside_one_decade(tmp_path):
     """A sweep whose times span less than a decade (one rank, or a flat curve) still gets a
-    readable time axis: at least three labelled ticks inside the plotted range."""
-    import matplotlib.pyplot as plt
+    readable time axis: several labelled ticks inside the plotted range; a wide span gets 1-2-5."""
+    from ncclprobe.report.plots import latency
 
-    from ncclprobe.report.plots import _time_axis
+    def flat(low, high):  # one configuration whose times rise evenly from low to high
+        return {s: (low + (high - low) * i / (len(SIZES) - 1),) * 3 for i, s in enumerate(SIZES)}
 
-    fig, ax = plt.subplots()
-    ax.plot([1, 2], [26.0, 120.0])
-    _time_axis(ax)
-    low, high = ax.get_ylim()
-    ticks = [t for t in ax.yaxis.get_major_locator().tick_values(low, high) if low <= t <= high]
-    plt.close(fig)
-    assert len(ticks) >= 3, ticks
+    narrow = _drawn(latency, [config({}, flat(26.0, 120.0))], tmp_path, "narrow")
+    assert _tick_labels(narrow, 1) == ["30", "40", "50", "60", "80", "100"]
+    wide = _drawn(latency, [config({}, flat(10.0, 1000.0))], tmp_path, "wide")
+    assert _tick_labels(wide, 1) == ["10", "20", "50", "100", "200", "500", "1000"]
 
 
 def test_environment_section_masks_secret_values(tmp_path):

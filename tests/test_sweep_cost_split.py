@@ -4,10 +4,13 @@ is checked on tests/test_sweep_e2e.py's sweep."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from ncclprobe.records import CostSplit, ResultRecord, Status
 from ncclprobe.sweep.cost_split import cost_split, issue_notes, notes, variant_name
-from ncclprobe.sweep.table import SPLIT_COLUMNS, csv_row
+from ncclprobe.sweep.table import SPLIT_COLUMNS, Ranked, csv_row
 
 
 def _rank(nccl, nccl_ev, torch, torch_ev, refused=None):
@@ -25,43 +28,43 @@ def test_the_slowest_rank_per_trial_then_the_median_decides_each_variant():
     }
     split = cost_split(by_rank, "nccl", time_us=8.0)
     # per trial max: nccl 8, 9, 8 -> 8; nccl+events 9.5, 8.5, 9 -> 9; torch 20, 23, 22 -> 22
-    assert split["variants"]["nccl"]["time_us"] == 8.0
-    assert split["variants"]["nccl+events"]["time_us"] == 9.0
-    assert split["variants"]["torch"]["time_us"] == 22.0
-    assert split["variants"]["torch+events"]["time_us"] == 42.0
-    assert split["nccl_us"] == 8.0
-    assert split["path_us"] == 0.0
-    assert split["events_us"] == 1.0  # the row's own path: nccl
-    assert split["torch_dispatch_us"] == 14.0
-    assert split["variants"]["nccl"]["time_us_p10"] == 8.0
-    assert split["variants"]["nccl"]["time_us_p90"] == pytest.approx(8.8)
+    assert split.variants["nccl"]["time_us"] == 8.0
+    assert split.variants["nccl+events"]["time_us"] == 9.0
+    assert split.variants["torch"]["time_us"] == 22.0
+    assert split.variants["torch+events"]["time_us"] == 42.0
+    assert split.nccl_us == 8.0
+    assert split.path_us == 0.0
+    assert split.events_us == 1.0  # the row's own path: nccl
+    assert split.torch_dispatch_us == 14.0
+    assert split.variants["nccl"]["time_us_p10"] == 8.0
+    assert split.variants["nccl"]["time_us_p90"] == pytest.approx(8.8)
 
 
 def test_the_events_share_is_the_rows_own_paths_and_the_path_share_its_excess_over_nccl():
     by_rank = {0: _rank([7.0], [8.0], [20.0], [44.0])}
     split = cost_split(by_rank, "torch", time_us=44.0)
-    assert split["events_us"] == 24.0 and split["path_us"] == 37.0
-    assert split["torch_dispatch_us"] == 13.0
+    assert split.events_us == 24.0 and split.path_us == 37.0
+    assert split.torch_dispatch_us == 13.0
 
 
 def test_a_negative_difference_is_kept_as_measured():
     split = cost_split({0: _rank([8.0], [7.5], [8.0], [8.0])}, "nccl", time_us=8.0)
-    assert split["events_us"] == -0.5
+    assert split.events_us == -0.5
 
 
 def test_a_variant_a_rank_could_not_time_leaves_its_figures_empty_with_the_reason():
     refusal = {"torch": "RuntimeError: torch.distributed refuses a send to the sending rank"}
     by_rank = {0: _rank([7.0], [8.0], None, None, refusal)}
     split = cost_split(by_rank, "nccl", time_us=7.0)
-    assert split["nccl_us"] == 7.0 and split["events_us"] == 1.0
-    assert split["torch_dispatch_us"] is None and "torch" not in split["variants"]
-    assert split["refused"] == {"torch": "rank 0: " + refusal["torch"]}
+    assert split.nccl_us == 7.0 and split.events_us == 1.0
+    assert split.torch_dispatch_us is None and "torch" not in split.variants
+    assert split.refused == {"torch": "rank 0: " + refusal["torch"]}
 
 
 def test_a_variant_missing_on_one_rank_is_not_aggregated_from_the_other():
     by_rank = {0: _rank([7.0], [8.0], [20.0], [40.0]), 1: _rank([7.0], [8.0], None, [40.0])}
     split = cost_split(by_rank, "nccl", time_us=7.0)
-    assert "torch" not in split["variants"] and split["torch_dispatch_us"] is None
+    assert "torch" not in split.variants and split.torch_dispatch_us is None
 
 
 def test_no_split_where_a_rank_measured_none():
@@ -74,19 +77,21 @@ def test_variant_names():
 
 
 def _record(size, nccl_us, path_us, dispatch, events, mode="eager"):
-    return {
-        "collective": "all_reduce",
-        "path": "nccl",
-        "in_place": False,
-        "mode": mode,
-        "size_bytes": size,
-        "cost_split": {
-            "nccl_us": nccl_us,
-            "path_us": path_us,
-            "torch_dispatch_us": dispatch,
-            "events_us": events,
-        },
-    }
+    return ResultRecord(
+        config_id="default",
+        collective="all_reduce",
+        path="nccl",
+        in_place=False,
+        mode=mode,
+        size_bytes=size,
+        cost_split=CostSplit(
+            nccl_us=nccl_us, path_us=path_us, torch_dispatch_us=dispatch, events_us=events
+        ),
+    )
+
+
+def _eager(**fields):
+    return ResultRecord(config_id="default", size_bytes=8, **fields)
 
 
 def test_the_note_gives_the_range_over_sizes_of_each_part():
@@ -109,21 +114,21 @@ def test_a_part_never_measured_says_so():
 
 
 def test_rows_without_nccl_figures_make_no_note():
-    assert notes([{**_record(8, None, None, None, None)}]) == []
-    assert notes([{"collective": "all_reduce", "mode": "eager", "in_place": True}]) == []
+    assert notes([_record(8, None, None, None, None)]) == []
+    assert notes([_eager(collective="all_reduce", mode="eager", in_place=True)]) == []
 
 
 def test_the_issue_note_counts_eager_raw_rows_by_what_issued_them_and_why():
     why = "NCCLPROBE_ISSUE_LOOP=ctypes"
     results = [
-        {"mode": "eager", "issued_by": "c-loop", "issued_by_why": None},
-        {"mode": "eager", "issued_by": "c-loop"},
-        {"mode": "eager", "issued_by": "ctypes", "issued_by_why": why},
-        {"mode": "eager", "issued_by": "ctypes", "issued_by_why": "a call the C loop cannot make"},
-        {"mode": "graph", "issued_by": "ctypes", "issued_by_why": why},  # a replay issues nothing
-        {"mode": "eager", "issued_by": None},  # the torch path
-        {"mode": "eager"},
-        {"mode": "eager", "issued_by": "a compiled loop (x86-64)"},  # an older file's sentence
+        _eager(mode="eager", issued_by="c-loop", issued_by_why=None),
+        _eager(mode="eager", issued_by="c-loop"),
+        _eager(mode="eager", issued_by="ctypes", issued_by_why=why),
+        _eager(mode="eager", issued_by="ctypes", issued_by_why="a call the C loop cannot make"),
+        _eager(mode="graph", issued_by="ctypes", issued_by_why=why),  # a replay issues nothing
+        _eager(mode="eager", issued_by=None),  # the torch path
+        _eager(mode="eager"),
+        _eager(mode="eager", issued_by="a compiled loop (x86-64)"),  # an older file's sentence
     ]
     ctypes_words = (
         "ctypes, a Python loop that adds its own host time to each call (about 0.6 µs on the GPU "
@@ -136,15 +141,13 @@ def test_the_issue_note_counts_eager_raw_rows_by_what_issued_them_and_why():
         f"raw path, 1 eager row(s): calls issued by {ctypes_words} (a call the C loop cannot make)",
         "raw path, 1 eager row(s): calls issued by a compiled loop (x86-64)",
     ]
-    assert issue_notes([{"mode": "eager", "issued_by": None}]) == []
+    assert issue_notes([_eager(mode="eager", issued_by=None)]) == []
 
 
 def test_csv_rows_carry_the_four_figures():
-    row = csv_row(
-        {**_record(8, 7.3, 0.4, 12.0, 0.3), "settings": {}, "status": "ok", "config_id": "default"}
-    )
+    row = csv_row(Ranked(replace(_record(8, 7.3, 0.4, 12.0, 0.3), status=Status.OK)))
     assert [row[k] for k in SPLIT_COLUMNS] == [7.3, 0.4, 12.0, 0.3]
-    assert all(csv_row({"status": "ok"})[k] is None for k in SPLIT_COLUMNS)
+    assert all(csv_row(Ranked(_eager(status=Status.OK)))[k] is None for k in SPLIT_COLUMNS)
 
 
 # A real gloo sweep records no split (gloo has no NCCL path, so nothing is measured though the split

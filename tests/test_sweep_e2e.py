@@ -51,8 +51,19 @@ def test_header_and_every_line_follow_the_schema(sweep):
         assert key in head
     assert any("do not affect gloo" in note for note in head["notes"])
     assert [r["record"] for r in lines[1:]].count("summary") == 1
-    assert {r["status"] for r in results.results} <= set(RESULT_STATUSES)
+    assert {r.status for r in results.results} <= set(RESULT_STATUSES)
     assert len(results.results) == 4 * len(SIZES) * 2  # configs x sizes x (in, out of place)
+
+
+def test_every_result_line_is_its_typed_record_written_back(sweep):
+    """The sweep writes `ResultRecord`s: each line read back and written again is the same bytes."""
+    from ncclprobe.safe_output import dumps_json
+
+    results, path = sweep
+    lines = [line for line in path.read_text().splitlines() if '"record": "result"' in line]
+    assert len(lines) == len(results.results)
+    for line, record in zip(lines, results.results, strict=True):
+        assert dumps_json(record.to_record(), sort_keys=False, default=str) == line
 
 
 def test_a_gloo_sweep_records_no_cost_split(sweep):
@@ -61,32 +72,32 @@ def test_a_gloo_sweep_records_no_cost_split(sweep):
     results, path = sweep
     header = json.loads(path.read_text().splitlines()[0])
     assert header["spec"]["cost_split"] is True and SweepSpec(grid={}, sizes=(8,)).cost_split
-    assert results.results and all(r["cost_split"] is None for r in results.results)
+    assert results.results and all(r.cost_split is None for r in results.results)
 
 
 def test_sums_are_exact_except_where_the_input_was_perturbed(sweep):
     results, _ = sweep
     for r in results.results:
-        if r["config_id"] == "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL":
-            assert r["wrong"] >= 1 and r["status"] == "wrong"
+        if r.config_id == "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL":
+            assert r.wrong >= 1 and r.status == "wrong"
         else:
-            assert r["wrong"] == 0 and r["status"] == "ok", r
+            assert r.wrong == 0 and r.status == "ok", r
 
 
 def test_wrong_results_are_flagged_never_best_and_exit_1(sweep):
     results, _ = sweep
     config = {c["config_id"]: c for c in results.configs}["NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"]
     assert config["status"] == "wrong" and "wrong elements" in config["reason"]
-    assert not any(r["best"] for r in annotate(results.results) if r["status"] == "wrong")
+    assert not any(r.best for r in annotate(results.results) if r.record.status == "wrong")
     assert session.verdict(results).exit_code == 1
 
 
 def test_busbw_and_algbw_follow_nccl_tests_formulas(sweep):
     results, _ = sweep
     for r in results.results:
-        assert r["algbw_gbps"] == pytest.approx(r["count"] * 4 / (r["time_us"] * 1e3))
-        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
-        assert r["time_us_p10"] <= r["time_us"] <= r["time_us_p90"]
+        assert r.algbw_gbps == pytest.approx(r.count * 4 / (r.time_us * 1e3))
+        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (2 - 1) / 2)
+        assert r.time_us_p10 <= r.time_us <= r.time_us_p90
 
 
 def test_pools_split_on_the_process_scoped_variable_and_workers_saw_exactly_their_config(sweep):
@@ -115,14 +126,14 @@ def test_gloo_tables_rank_nothing_and_say_why(sweep):
     assert len(doc["results"]) == len(results.results)
     assert not any(r["best"] or r["speedup_vs_default"] is not None for r in doc["results"])
     rows = table.rows_by_size(
-        doc["results"], ranked=table.can_rank(doc["backend"], doc["share_gpu"])
+        table.ranked_rows(results), ranked=table.can_rank(doc["backend"], doc["share_gpu"])
     )
     assert all(
         "best" not in row and "speedup" not in row for block in rows.values() for row in block
     )
     assert any("differences between configurations are noise" in note for note in doc["notes"])
     ranked = table.annotate(results.results)  # what NCCL would get: the same rows, ranked
-    assert any(r["best"] for r in ranked)
+    assert any(r.best for r in ranked)
 
 
 def test_summary_reports_pool_reuse(sweep):
@@ -157,7 +168,7 @@ def test_a_hang_and_a_crash_are_recorded_and_the_sweep_goes_on(tmp_path, monkeyp
         and "planted crash" in crash["reason"]
     )
     assert by_id["default"]["status"] == by_id["NCCL_PROTO=Simple"]["status"] == "ok"
-    assert {r["config_id"] for r in results.results} == {"default", "NCCL_PROTO=Simple"}
+    assert {r.config_id for r in results.results} == {"default", "NCCL_PROTO=Simple"}
     assert (
         results.summaries[-1]["pools_run"] == 3
     )  # a fresh pool after the hang and after the crash

@@ -36,13 +36,13 @@ def test_one_rank_eager_and_graph_with_proof_of_p2p_level(tmp_path):
     results = _run(tmp_path, {"NCCL_P2P_LEVEL": ("default", "SYS")}, "p2p.jsonl")
     assert results.header["topology"]["gpu_count"] >= 1
     assert any("one rank" in note for note in results.header["notes"])
-    assert {(r["mode"], r["in_place"]) for r in results.results} == {
+    assert {(r.mode, r.in_place) for r in results.results} == {
         ("eager", True),
         ("eager", False),
         ("graph", True),
         ("graph", False),
     }
-    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in results.results)
+    assert all(r.wrong == 0 and r.time_us > 0 for r in results.results)
     by_id = {c["config_id"]: c for c in results.configs}
     sys_level = by_id["NCCL_P2P_LEVEL=SYS"]
     assert sys_level["status"] == "ok", sys_level["reason"]
@@ -57,7 +57,7 @@ def test_protocol_on_one_rank_is_reported_ignored_not_measured_as_applied(tmp_pa
     results = _run(tmp_path, {"NCCL_PROTO": ("LL",)}, "proto.jsonl")
     config = results.configs[0]
     assert config["status"] == "ignored", config["proof"]
-    assert all(r["status"] == "ignored" for r in results.results)
+    assert all(r.status == "ignored" for r in results.results)
     assert session.verdict(results).exit_code == 1
 
 
@@ -97,7 +97,7 @@ def test_shared_gpu_runs_every_configuration_exactly(shared):
         (c["config_id"], c["reason"]) for c in shared.configs
     ]
     assert len(shared.results) == 6 * 2 * 2 * 2  # configs x modes x placements x sizes
-    assert all(r["status"] == "ok" and r["wrong"] == 0 and r["time_us"] > 0 for r in shared.results)
+    assert all(r.status == "ok" and r.wrong == 0 and r.time_us > 0 for r in shared.results)
     assert session.verdict(shared).exit_code == 0
     assert not any(
         r["best"] or r["speedup_vs_default"] for r in document(shared)["results"]
@@ -145,22 +145,19 @@ def _every(tmp_path, name, **kw):
 
 
 def _check_exact_and_timed(results, expect):
-    assert {r["collective"] for r in results.results} == expect
+    assert {r.collective for r in results.results} == expect
     bad = [
-        (r["collective"], r["mode"], r["in_place"], r["size_bytes"], r["status"], r.get("reason"))
+        (r.collective, r.mode, r.in_place, r.size_bytes, r.status, r.reason)
         for r in results.results
-        if r["status"] != "ok" or r["wrong"] != 0 or not r["time_us"]
+        if r.status != "ok" or r.wrong != 0 or not r.time_us
     ]
     assert not bad, bad
     for r in results.results:
-        clock = r["iter"]["clock"]
+        clock = r.iter.clock
         assert clock == (
-            "CUDA events per graph replay" if r["mode"] == "graph" else "CUDA events per iteration"
+            "CUDA events per graph replay" if r.mode == "graph" else "CUDA events per iteration"
         )
-        assert (
-            r["iter"]["min_us"] <= r["iter"]["p50_us"] <= r["iter"]["p99_us"]
-            and r["cpu_issue_us"] > 0
-        )
+        assert r.iter.min_us <= r.iter.p50_us <= r.iter.p99_us and r.cpu_issue_us > 0
 
 
 def test_every_collective_on_one_rank_eager_and_graph(tmp_path):
@@ -174,25 +171,25 @@ def test_every_collective_on_one_rank_eager_and_graph(tmp_path):
 def _check_split(results):
     """Every eager row says what is NCCL's own and what the path adds, each part measured."""
     for r in results.results:
-        split = r["cost_split"]
-        if r["mode"] == "graph":
+        split = r.cost_split
+        if r.mode == "graph":
             assert split is None
             continue
-        assert split["nccl_us"] > 0 and split["path_us"] is not None, (r["collective"], split)
-        assert {"nccl", "nccl+events"} <= set(split["variants"]) and split["events_us"] is not None
+        assert split.nccl_us > 0 and split.path_us is not None, (r.collective, split)
+        assert {"nccl", "nccl+events"} <= set(split.variants) and split.events_us is not None
         # each variant is timed or refused with the reason, never silently missing
         names = {"nccl", "nccl+events", "torch", "torch+events"}
-        assert set(split["variants"]) | set(split["refused"]) == names, split
-        assert (split["torch_dispatch_us"] is None) == ("torch" not in split["variants"])
+        assert set(split.variants) | set(split.refused) == names, split
+        assert (split.torch_dispatch_us is None) == ("torch" not in split.variants)
 
 
 def test_every_collective_through_raw_nccl_on_one_rank(tmp_path):
     results = _every(tmp_path, "raw.jsonl", nranks=1, path="nccl")
     _check_exact_and_timed(results, set(COLLECTIVES))
-    assert {r["path"] for r in results.results} == {"nccl"}
+    assert {r.path for r in results.results} == {"nccl"}
     # the install built the C issue loop here, and every eager row says it issued its calls
-    eager = [r for r in results.results if r["mode"] == "eager"]
-    assert eager and {(r["issued_by"], r["issued_by_why"]) for r in eager} == {("c-loop", None)}
+    eager = [r for r in results.results if r.mode == "eager"]
+    assert eager and {(r.issued_by, r.issued_by_why) for r in eager} == {("c-loop", None)}
     # torch 2.11 runs a one-rank sendrecv that the planner keeps from the torch path (93 µs per
     # call on the H200, docs/LOG.md): its split is timed or refused with the reason, never guessed
     _check_split(results)

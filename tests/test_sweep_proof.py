@@ -147,9 +147,7 @@ def test_an_nccl_pool_turns_worker_reports_and_its_real_log_into_records(tmp_pat
     assert config["status"] == "ignored" and config["results_expected"] == 1
     assert config["proof"]["verdicts"]["NCCL_P2P_LEVEL"] == "applied"
     assert config["proof"]["nccl_version"] == "2.28.9"
-    assert (
-        result["status"] == "ignored" and result["time_us"] == 19.0 and result["busbw_gbps"] == 0.0
-    )
+    assert result.status == "ignored" and result.time_us == 19.0 and result.busbw_gbps == 0.0
 
 
 EXCL_LL = (

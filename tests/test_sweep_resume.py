@@ -98,11 +98,11 @@ def test_resume_after_sigkill_completes_the_file_without_duplicates(tmp_path):
         ["default", "NCCL_PROTO=LL", "NCCL_P2P_LEVEL=SYS", "NCCL_P2P_LEVEL=SYS,NCCL_PROTO=LL"]
     )
     keys = [
-        (r["config_id"], r["collective"], r["mode"], r["in_place"], r["dtype"], r["size_bytes"])
+        (r.config_id, r.collective, r.mode, r.in_place, r.dtype, r.size_bytes)
         for r in final.results
     ]
     assert len(keys) == len(set(keys)) == 4 * 2 * 2  # configs x sizes x placements
-    assert all(r["wrong"] == 0 for r in final.results)
+    assert all(r.wrong == 0 for r in final.results)
     lines = out.read_text().splitlines()
     assert sum(json.loads(line)["record"] == "header" for line in lines) == 1
     doc = json.loads(resumed.stdout)

@@ -60,7 +60,7 @@ def test_torchrun_pools_collect_into_a_proven_results_file(tmp_path):
     )
     assert all(c["status"] == "ok" and c["proof"]["env_matches"] for c in by_id.values())
     assert by_id["NCCL_P2P_LEVEL=SYS"]["proof"]["seen_env"]["1"]["NCCL_P2P_LEVEL"] == "SYS"
-    assert len(results.results) == 4 * 2 * 2 and all(r["wrong"] == 0 for r in results.results)
+    assert len(results.results) == 4 * 2 * 2 and all(r.wrong == 0 for r in results.results)
     assert results.summaries[-1]["pools_run"] == 2
 
 

@@ -336,6 +336,8 @@ def test_nvml_and_nvidia_smi_agree_on_gpu():
     import subprocess
 
     pytest.importorskip("pynvml")
+    # kept private (issue 38 §4): read_live_topology prefers nvidia-smi, so NVML's reading is
+    # reached only when nvidia-smi fails; this compares the two sources on one GPU machine
     from ncclprobe.evidence.live.topo_live import _from_nvml
 
     if shutil.which("nvidia-smi") is None:

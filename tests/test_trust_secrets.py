@@ -325,16 +325,18 @@ def test_log_lines_and_tracebacks_are_masked_by_shape(capsys):
     """-v/-vv print log lines and an internal error's traceback: both go through the one formatter."""
     import logging
 
-    from ncclprobe.cli import _configure_logging
+    def logging_as_set_by(*flags):  # the group's options configure logging before any command
+        with pytest.raises(SystemExit):
+            cli.main([*flags, "import", "--help"], prog_name="ncclprobe")
 
-    _configure_logging(2)
+    logging_as_set_by("-vv")
     try:
         raise ValueError(f"connect postgres://eve:{S['dburl']}@db/app {S['hf']}")
     except ValueError as exc:
         logging.getLogger("ncclprobe").error(
             "internal error at %s", f"https://u:{S['nccl']}@proxy", exc_info=exc
         )
-    _configure_logging(0)
+    logging_as_set_by()
     err = capsys.readouterr().err
     assert "Traceback" in err and "postgres://" in err and _leaks(err) == []
     assert (

@@ -36,6 +36,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 POLL_S = 0.25  # how often the watcher looks at the control files and the peers' signal
 STORE_POLL_S = 1.0  # how often it asks the job's store whether a peer failed
@@ -61,15 +62,16 @@ class _State:
         self.control: dict[str, str] = {}
         self.control_lock = threading.Lock()
         self.want_profile = False
-        self.profiler = None
+        self.profiler: Any = None  # torch.profiler.profile while a window runs
         self.profiled_steps = 0
-        self.step_mark = None
+        self.step_mark: Any = None  # the open record_function of the profiled step
         self.hooks_installed = False
         self.local = threading.local()
         self.events: list[str] = []
 
 
-_state: _State | None = None
+# set once by install() before any hook or handler of this module can run; None only before
+_state: _State = None  # type: ignore[assignment]
 
 
 def install(config_path: str) -> None:

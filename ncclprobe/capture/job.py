@@ -139,6 +139,13 @@ class Job:
         self.interrupts = 0
         self._early: list[int] = []
 
+    @property
+    def started(self) -> subprocess.Popen:
+        """The job's process, once `start` ran (every later call needs it)."""
+        if self.process is None:
+            raise RuntimeError("the job has not started")
+        return self.process
+
     def start(self) -> int:
         previous = {sig: signal.signal(sig, self._early_signal) for sig in TAKEN}
         try:
@@ -152,9 +159,9 @@ class Job:
         signal.pthread_sigmask(signal.SIG_BLOCK, TAKEN)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        self.output.follow(self.process.stdout, sys.stdout)
-        self.output.follow(self.process.stderr, sys.stderr)
-        return self.process.pid
+        self.output.follow(self.started.stdout, sys.stdout)
+        self.output.follow(self.started.stderr, sys.stderr)
+        return self.started.pid
 
     def _early_signal(self, signum, _frame) -> None:
         self._early.append(signum)  # before the mask is up: handled by the loop like the others
@@ -171,7 +178,7 @@ class Job:
         until `release`: the capture's own ending is not cut by one."""
         for signum in self._early:
             self._signal(signum, SI_KERNEL if signum in TERMINAL else 0, on_dump, on_profile)
-        while self.process.poll() is None:
+        while self.started.poll() is None:
             info = signal.sigtimedwait(TAKEN, TICK_S)
             if info is not None:
                 self._signal(info.si_signo, info.si_code, on_dump, on_profile)
@@ -183,7 +190,7 @@ class Job:
             if reason:
                 self.ending.ended_by = reason
                 return self.ending
-        self.ending.returncode = self.process.returncode
+        self.ending.returncode = self.started.returncode
         return self.ending
 
     def release(self) -> None:
@@ -212,9 +219,9 @@ class Job:
             self.ending.signals.append(f"{name} from the terminal: the job got it too")
             return
         self.ending.signals.append(
-            f"{name} sent to the capture: forwarded to pid {self.process.pid}"
+            f"{name} sent to the capture: forwarded to pid {self.started.pid}"
         )
-        _kill(self.process.pid, signum)
+        _kill(self.started.pid, signum)
 
     def end(
         self,
@@ -225,21 +232,21 @@ class Job:
     ) -> None:
         """End the job as the capture decided (`why`): `signum` to the command (a launcher passes it
         on to its workers), then SIGKILL to whatever of the tree is still there after `grace_s`."""
-        if self.process.poll() is None:
+        if self.started.poll() is None:
             name = signal.Signals(signum).name
-            self.ending.signals.append(f"{name} to pid {self.process.pid} ({why})")
-            _kill(self.process.pid, signum)
+            self.ending.signals.append(f"{name} to pid {self.started.pid} ({why})")
+            _kill(self.started.pid, signum)
         deadline = time.monotonic() + grace_s
-        while self.process.poll() is None and time.monotonic() < deadline:
+        while self.started.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         left = [pid for pid in alive() if pid != os.getpid()]
-        if self.process.poll() is None:
-            left.append(self.process.pid)
+        if self.started.poll() is None:
+            left.append(self.started.pid)
         for pid in left:
             if _kill(pid, signal.SIGKILL):
                 self.ending.killed.append(pid)
-        self.process.wait()
-        self.ending.returncode = self.process.returncode
+        self.started.wait()
+        self.ending.returncode = self.started.returncode
 
     def finish(self) -> None:
         if self.process is not None and self.process.poll() is None:

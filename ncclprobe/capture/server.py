@@ -25,6 +25,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ncclprobe.capture import hook
 from ncclprobe.engine_facts.profiler import ENDPOINTS, VLLM_NO_ROUTE
@@ -36,7 +37,7 @@ REQUEST_TIMEOUT_S = 300.0
 FLUSH_S = 180.0  # how long the profile may take to be written after the stop (a large trace)
 
 # engine -> what its command line holds; its profile endpoints and body (engine_facts.profiler)
-ENGINES = {
+ENGINES: dict[str, dict[str, Any]] = {
     "sglang": {
         "commands": ("sglang.launch_server", "sglang serve", "sglang.srt"),
         **ENDPOINTS["sglang"],
@@ -95,7 +96,7 @@ class Driver:
 
     request: ServerRequest
     directory: Path
-    control: object  # session._Control: the in-job profiler's start and stop
+    control: Any  # session._Control: the in-job profiler's start and stop
     engine: str | None
     state: str = "waiting"  # waiting | loading | flushing | done
     started: float = field(default_factory=time.monotonic)
@@ -105,7 +106,7 @@ class Driver:
     profile_calls: list = field(default_factory=list)
     flush_from: float = 0.0
     _thread: threading.Thread | None = None
-    _opener: object = field(
+    _opener: Any = field(
         default_factory=lambda: urllib.request.build_opener(urllib.request.ProxyHandler({}))
     )
 

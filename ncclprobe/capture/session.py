@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGINT
+from typing import Any
 
 from ncclprobe.capture import hook
 from ncclprobe.capture.environment import JobEnvironment, job_environment
@@ -55,7 +56,7 @@ class CaptureRequest:
     hang_after_s: float | None = 300.0  # None: never ended for a hang
     profile: Profile = Profile()
     tuning: bool = False  # NCCL's per-call TUNING lines too
-    server: object | None = None  # capture.server.ServerRequest
+    server: Any = None  # capture.server.ServerRequest, or None
     dump_wait_s: float = DUMP_WAIT_S
     term_grace_s: float = TERM_GRACE_S
 

@@ -55,7 +55,7 @@ class TreeWatch:
             alive.append(pid)
             if pid not in self.seen:
                 info = describe(
-                    proc, depth.get(_ppid(proc), 0) + 1 if pid != self.root else 0, None
+                    proc, depth.get(_ppid(proc) or 0, 0) + 1 if pid != self.root else 0, None
                 )
                 if info.status in ("gone", "zombie"):
                     continue

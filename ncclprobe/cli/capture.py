@@ -8,6 +8,7 @@ from ncclprobe.cli import exit_codes
 from ncclprobe.cli.output import force_option, format_option, output_option
 from ncclprobe.cli.types import StrictFloat, StrictInt
 from ncclprobe.errors import UsageProblem
+from ncclprobe.verdict import Verdict
 
 EPILOG = f"""\b
 Examples:
@@ -163,7 +164,7 @@ def command(
     return _run(request, fmt)
 
 
-def _run(request, fmt: str) -> int:
+def _run(request, fmt: str) -> int | Verdict:
     from ncclprobe import interrupts
     from ncclprobe.capture.diagnosis import diagnose_capture
     from ncclprobe.capture.session import capture

@@ -51,7 +51,7 @@ def checkpoint_option(help: str = ""):
     return click.option("--checkpoint", **checkpoint_kwargs(help))
 
 
-DEVICE = dict(default="auto", show_default=True, type=click.Choice(DEVICES))
+DEVICE: dict[str, Any] = dict(default="auto", show_default=True, type=click.Choice(DEVICES))
 device_option = click.option("--device", **DEVICE)
 
 baseline_option = click.option(
@@ -118,7 +118,8 @@ def build_request(request_type: type, table: Iterable[FieldOption], values: dict
 
 def given_on_command_line(ctx: click.Context, table: Iterable[FieldOption]) -> list[FieldOption]:
     """The options of `table` the user typed (not left at their defaults)."""
-    return [o for o in table if ctx.get_parameter_source(o.field).name == "COMMANDLINE"]
+    typed = click.core.ParameterSource.COMMANDLINE
+    return [o for o in table if ctx.get_parameter_source(o.field) is typed]
 
 
 def prepare_checkpoint(checkpoint: str | None, quiet: bool) -> None:

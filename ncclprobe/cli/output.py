@@ -117,7 +117,8 @@ def emit(
     lines = note_lines(([title] if title else []) + list(notes) + ([cut] if cut else []), width)
     if rows:
         table, left_out = render_table(rows, width)
-        lines += note_lines([left_out_note(left_out, width)], width) if left_out else []
+        if left_out and width is not None:  # columns are left out only to fit a width
+            lines += note_lines([left_out_note(left_out, width)], width)
         lines.append(table)
     click.echo("\n".join(lines))
 

@@ -194,7 +194,7 @@ SPEC_OPTIONS = (
 
 
 def _effort(effort: defaults.Effort) -> str:
-    sizes = parse_sizes(effort.sizes)
+    sizes = parse_sizes(effort.sizes) if effort.sizes else []
     listed = f" ({', '.join(format_size(s) for s in sizes)})" if len(sizes) <= 6 else ""
     return (
         f"sizes {effort.sizes}{listed}, warm-up {effort.warmup}, {effort.iters} iterations x "

@@ -154,7 +154,7 @@ def _title(topo: Topology) -> str:
 def matrix_rows(topo: Topology) -> list[dict]:
     rows = []
     for gpu, links in zip(topo.gpus, topo.gpu_links):
-        row = {"": f"GPU{gpu.index}"}
+        row: dict[str, str | int | None] = {"": f"GPU{gpu.index}"}
         row.update({f"GPU{j}": code or "?" for j, code in enumerate(links)})
         row.update({"CPU affinity": gpu.cpu_affinity, "NUMA": gpu.numa_affinity})
         rows.append(row)

@@ -12,9 +12,13 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncclprobe.nccl.recipes import USER_LOG_NAME, flight_recorder_env, user_log_env
 from ncclprobe.sizes import exact_size
+
+if TYPE_CHECKING:
+    from ncclprobe.evidence.bundle import Evidence
 
 # A collective of the engine is compared with the sweep's nearest measured size within this factor
 # either way (sweep_match); a size without one is what the next sweep should measure.
@@ -89,7 +93,11 @@ def fresh(name: str) -> str:
 
 
 def engine_command(
-    config: dict, trace_out: str = "trace.json", *, train_missing_draft: bool = True, **changes
+    config: dict,
+    trace_out: str = "trace.json",
+    *,
+    train_missing_draft: bool = True,
+    **changes: object,
 ) -> str:
     """`ncclprobe run-engine` with the trace's configuration, `changes` applied (None drops a flag).
     A draft the trace used that is not here is trained first (`train-draft ... &&`), so the
@@ -142,7 +150,7 @@ def draft_command(config: dict, out: str, *extra: str) -> str:
     return shlex.join(["ncclprobe", "train-draft", *target, *seed, *chat, *sized, "--output", out])
 
 
-def sweep_command(nranks, sizes: str, *extra: str) -> str:
+def sweep_command(nranks: int | None, sizes: str, *extra: str) -> str:
     """`ncclprobe sweep` of the engine's collective sizes at its rank count, into a new results file."""
     return shlex.join(
         [
@@ -159,7 +167,7 @@ def sweep_command(nranks, sizes: str, *extra: str) -> str:
     )
 
 
-def sweep_next(ev, sizes: list[int], *extra: str) -> str:
+def sweep_next(ev: Evidence, sizes: list[int], *extra: str) -> str:
     """The sweep that measures the engine's collective sizes at its rank count, or "" when the
     given --sweep already holds every one (within the factor diagnose matches sizes by): a step the
     evidence already took is not suggested again. On gloo one configuration (the defaults): NCCL
@@ -183,13 +191,13 @@ def sweep_next(ev, sizes: list[int], *extra: str) -> str:
     return sweep_command(nranks, sizes_arg(missing) if sizes else "8K..1M", *extra)
 
 
-def gloo(ev) -> bool:
+def gloo(ev: Evidence) -> bool:
     """A run on gloo (an engine trace on the CPU machine, a profile whose header or host ops say
     gloo): NCCL settings do not act on its runs."""
-    return ev.config.get("backend") == "gloo"
+    return bool(ev.config.get("backend") == "gloo")
 
 
-def graphs_command(ev, phase: str) -> str:
+def graphs_command(ev: Evidence, phase: str) -> str:
     """What captures `phase` in a CUDA graph, for the engine the evidence came from."""
     engine = ev.config.get("engine") or "ncclprobe"
     if ev.kind == "engine-trace" or engine == "ncclprobe":

@@ -38,6 +38,7 @@ from ncclprobe.diagnose.settings import (
     rules_settings,
 )
 from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Finding
 
 SCHEMA_VERSION = 2  # 2: each finding's `cost` (findings.Cost) replaced cost_ms_per_token/step
@@ -150,7 +151,7 @@ def _groups(ev: Evidence) -> list[dict] | None:
     return groups_summary(ev.flight_recorder)
 
 
-def _row(index, finding) -> dict:
+def _row(index: int, finding: Finding) -> dict:
     return {
         "rank": index,
         "severity": finding.severity,
@@ -163,7 +164,7 @@ def _row(index, finding) -> dict:
     }
 
 
-def run_summary(source: str, run) -> dict:
+def run_summary(source: str, run: EngineRun) -> dict:
     """A run of the view, for --format json: its phases and what could not be known."""
     return {
         "input": source,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ncclprobe.diagnose.report import FINDINGS, Lines, Report, Table
+from ncclprobe.diagnose.report import Lines, Report, Table
 from ncclprobe.rank_ranges import ranges_text
 
 
@@ -25,14 +25,15 @@ def table_blocks(report: Report, width: int | None) -> list[Lines | Table]:
     None, --wide: a table's rows as it gives them whole, where it shortens some cells)."""
     blocks: list[Lines | Table] = []
     for section in report.sections:
-        if section is FINDINGS:
-            blocks.append(Lines(fit(finding_lines(report, width), width)))
-        elif isinstance(section, Lines):
+        if isinstance(section, Lines):
             blocks.append(Lines(fit(section.lines, width)))
-        elif width is None and section.wide_rows is not None:
-            blocks.append(Table(section.wide_rows, section.title, section.notes))
-        else:
-            blocks.append(section)
+        elif isinstance(section, Table):
+            whole = width is None and section.wide_rows is not None
+            blocks.append(
+                Table(section.wide_rows or [], section.title, section.notes) if whole else section
+            )
+        else:  # FINDINGS: where the ranked findings go
+            blocks.append(Lines(fit(finding_lines(report, width), width)))
     return [b for b in blocks if not isinstance(b, Lines) or b.lines]
 
 
@@ -125,7 +126,7 @@ def fit(lines: list[str], width: int | None) -> list[str]:
     return fitted
 
 
-def evidence_text(value) -> str:
+def evidence_text(value: object) -> str:
     """Every number a finding rests on, nested runs and per-rank problems included (the JSON
     output has the same values unrounded); floats to 4 significant digits so a line stays readable.
     Per-rank values and rank sets of more than 8 ranks are said as ranges: ranks that share a

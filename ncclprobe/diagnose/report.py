@@ -46,7 +46,7 @@ class RuleSet:
     needs: tuple[str, ...] = ()
     fails_at: str | None = None  # the least severity of its findings that fails; None: the report's
 
-    def applies(self, evidence) -> bool:
+    def applies(self, evidence: object) -> bool:
         return not self.needs or any(getattr(evidence, name, None) for name in self.needs)
 
 
@@ -158,13 +158,13 @@ def rank_key(finding: Finding) -> tuple:
 
 
 def judge(
-    evidence,
+    evidence: object,
     rule_sets: Iterable[RuleSet],
     *,
     kind: str,
     fails_at: str = "warning",
     price: Callable[[list[Finding]], list[Finding]] | None = None,
-    **fields,
+    **fields: Any,
 ) -> Report:
     """Run every rule set whose evidence is present, in order, and rank what they found: the one
     function every judging command's verdict comes from. A finding fails the verdict at its rule

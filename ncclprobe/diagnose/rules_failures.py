@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.failure_lines import from_json, not_explained_finding
-from ncclprobe.evidence.nccl.nccl_failures import explain_lines
+from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines
 from ncclprobe.findings import Finding
 
 
@@ -22,7 +22,7 @@ def not_explained(ev: E.Evidence) -> list:
     ]
     if ev.collect_env is not None and getattr(ev.collect_env, "failure_lines", None):
         sources.append(ev.collect_env.failure_lines)
-    known = {}
+    known: dict[tuple[str, str], Explained] = {}
     for source in sources:
         for kind in explain_lines(source):
             known.setdefault((kind.kind, kind.message), kind)

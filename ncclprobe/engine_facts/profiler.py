@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ncclprobe.engine_facts.fact_row import EngineFact
 
 SGLANG_SERVER = "sgl-project/sglang python/sglang/srt/entrypoints/http_server.py"
@@ -37,7 +39,7 @@ PROFILER_ENV = {
 }
 
 # engine -> its profile endpoints and the body its start takes (None: no body)
-ENDPOINTS = {
+ENDPOINTS: dict[str, dict[str, Any]] = {
     "sglang": {
         "start": "/start_profile",
         "stop": "/stop_profile",

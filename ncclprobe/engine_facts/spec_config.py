@@ -76,4 +76,4 @@ def is_eagle3(architectures) -> bool:
 def named_eagle3(path: str | None) -> bool:
     """A draft whose path or name says EAGLE-3 (`lightseekorg/kimi-k2.5-eagle3`): weaker than its
     config's architectures, which a name cannot prove."""
-    return bool(path) and "eagle3" in path.lower().replace("-", "").replace("_", "")
+    return bool(path) and "eagle3" in (path or "").lower().replace("-", "").replace("_", "")

@@ -17,6 +17,7 @@ the engines' own ratio over the whole run, so each interval weighs by what it co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ncclprobe.engine_facts.fact_row import EngineFact
@@ -43,18 +44,21 @@ class Aggregate:
     plain_mean: float | None  # the unweighted mean of the intervals, for comparison
 
 
-def aggregate(values: list[float], weights: list[float | None], weighted_by: str) -> Aggregate:
+def aggregate(
+    values: Sequence[float], weights: Sequence[float | None], weighted_by: str
+) -> Aggregate:
     """Each interval's value weighed by what it counted. Where any weight is missing the plain mean
     is all that can be said (weighted_by None)."""
     if not values:
         return Aggregate(None, 0, None, None)
     plain = sum(values) / len(values)
-    if len(weights) != len(values) or any(w is None or w < 0 for w in weights):
+    known = [w for w in weights if w is not None and w >= 0]
+    if len(known) != len(values):
         return Aggregate(plain, len(values), None, plain)
-    total = sum(weights)
+    total = sum(known)
     if total <= 0:
         return Aggregate(plain, len(values), None, plain)
-    value = sum(v * w for v, w in zip(values, weights)) / total
+    value = sum(v * w for v, w in zip(values, known)) / total
     return Aggregate(value, len(values), weighted_by, plain)
 
 

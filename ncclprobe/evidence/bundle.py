@@ -14,6 +14,7 @@ instead of guessing. The rules read only these objects, never a file's own keys.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,18 +119,18 @@ class Evidence:
 def load_evidence(
     trace: str | Path | None = None,
     *,
-    profiles=(),
-    server_logs=(),
+    profiles: Sequence[str | Path] = (),
+    server_logs: Sequence[str | Path] = (),
     baseline: str | Path | None = None,
-    baseline_profiles=(),
-    baseline_server_logs=(),
+    baseline_profiles: Sequence[str | Path] = (),
+    baseline_server_logs: Sequence[str | Path] = (),
     sweep: str | Path | None = None,
     env_check: str | Path | None = None,
     model_config: str | Path | None = None,
     collect_env: str | Path | None = None,
-    flight_recorder=(),
-    logs=(),
-    nccl_logs=(),
+    flight_recorder: Sequence[str | Path] = (),
+    logs: Sequence[str | Path] = (),
+    nccl_logs: Sequence[str | Path] = (),
     capture: str | Path | None = None,
     draft_config: str | Path | None = None,
     live: bool = False,
@@ -215,7 +216,12 @@ def _node(trace: dict) -> NodeFacts | None:
     return NodeFacts.from_json(trace["node"]) if trace.get("node") else None
 
 
-def _add_job_evidence(ev: Evidence, flight_recorder, logs, nccl_logs) -> None:
+def _add_job_evidence(
+    ev: Evidence,
+    flight_recorder: Sequence[str | Path],
+    logs: Sequence[str | Path],
+    nccl_logs: Sequence[str | Path],
+) -> None:
     """Flight Recorder dumps, the job's logs and NCCL's logs of its ranks; exit 3 (Unsupported)
     when none of them holds anything to diagnose and no run was given either."""
     from ncclprobe.errors import Unsupported
@@ -272,7 +278,7 @@ def _merged_config(main: RunSet, base: RunSet) -> dict:
 
 def load_sweep(path: str | Path) -> list[ResultRecord]:
     """The results a comparison may use: measured fine (status ok, with a time)."""
-    return [r for r in read_results(path).result_records() if r.measured]
+    return [r for r in read_results(path).results if r.measured]
 
 
 # ---- accessors ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.live.platform import PlatformReading
 from ncclprobe.evidence.live.sysfs import GpuPath
 from ncclprobe.evidence.node.matrix import Matrix
@@ -20,7 +21,7 @@ class P2PEvidence:
     peer_access: list[list[bool | None]] | None = None  # the driver's answer per GPU pair
     tool: str | None = None  # the tool whose output it is (imports); None: measured here
     reported_corrupt: list[dict] = field(default_factory=list)  # a tool's own failed checks
-    failure_lines: object = None  # evidence.failure_lines.FailureLines of a tool's output
+    failure_lines: FailureLines | None = None  # a tool's output's (`evidence.failure_lines`)
     # measured here only
     measurement: dict | None = (
         None  # the probe's status, reason, devices, notes, copy checks, hung pair

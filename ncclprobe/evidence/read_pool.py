@@ -9,9 +9,10 @@ before each file, so an allocation past the budget fails with MemoryError, and a
 is stopped by the kernel (SIGXCPU). The parent names each such file with why, starts a fresh
 worker, and goes on with the others. No core file is written, and Ctrl-C is the parent's alone.
 
-`map_files(fn, items, limits)` returns one `Outcome` per item, in order: the value `fn(item)`
-returned, or the one-line reason it gave none. `fn` must be a module-level function; what it
-returns travels back pickled, so it must be ncclprobe's own records, built from checked values.
+`map_files(fn, items, limits)` returns one `Outcome` per item, in order: `Read(value)`, what
+`fn(item)` returned, or `Failed(problem)`, the one-line reason it gave none. `fn` must be a
+module-level function; what it returns travels back pickled, so it must be ncclprobe's own
+records, built from checked values.
 Workers fork from the parent: cheap, and they run only this module's loop and the reader (a fork
 server or spawn would import the user's `__main__` again in every worker). A forked worker may also
 fill the free memory its parent's heap already maps, which no address-space cap sees: small in the
@@ -27,14 +28,17 @@ import resource
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkContext
+from typing import Generic, TypeVar
 
 from ncclprobe.errors import UsageProblem
 
 MIB = 1 << 20
 MAX_WORKERS = 8
-WALL_FACTOR = 3  # a worker silent for this many times its CPU cap (plus 2 s) is stopped: its CPU
-# cap is many times what a real file needs, and a worker blocked (a FIFO) spends no CPU at all
+WALL_FACTOR = 3  # a worker that spent no CPU for this many times its CPU cap (plus 2 s) is stopped:
+# a worker blocked (a FIFO) spends no CPU at all, while one that spins meets its CPU cap. A worker
+# that is merely waiting its turn on a loaded host keeps spending CPU, so it is never stopped for it
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,25 @@ class Limits:
     cpu_s: int  # CPU seconds for the file
 
 
-@dataclass(frozen=True)
-class Outcome:
-    value: object = None
-    problem: str | None = None  # why no value: a refusal, a cap reached, a crash
+Item = TypeVar("Item")
+Value = TypeVar("Value")
 
-    @property
-    def ok(self) -> bool:
-        return self.problem is None
+
+@dataclass(frozen=True)
+class Read(Generic[Value]):
+    """What `fn` returned for an item."""
+
+    value: Value
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Why an item gave no value: a refusal, a cap reached, a crash."""
+
+    problem: str
+
+
+Outcome = Read[Value] | Failed
 
 
 def workers_for(count: int) -> int:
@@ -62,14 +77,17 @@ def workers_for(count: int) -> int:
 
 
 def map_files(
-    fn: Callable, items: Sequence, limits: Callable[[object], Limits], workers: int | None = None
-) -> list[Outcome]:
+    fn: Callable[[Item], Value],
+    items: Sequence[Item],
+    limits: Callable[[Item], Limits],
+    workers: int | None = None,
+) -> list[Outcome[Value]]:
     """`fn(item)` for every item in capped workers; see the module docstring."""
     if not items:
         return []
     ctx = multiprocessing.get_context("fork")
     todo = list(enumerate(items))[::-1]
-    results: dict[int, Outcome] = {}
+    results: dict[int, Outcome[Value]] = {}
     pool = [_Worker(ctx, fn) for _ in range(workers or workers_for(len(items)))]
     try:
         for w in pool:
@@ -80,7 +98,8 @@ def map_files(
                 timeout=1,
             )
             for w in list(pool):
-                if w.busy is None:
+                busy = w.busy
+                if busy is None:
                     continue
                 if w.conn in ready or w.process.sentinel in ready:
                     index, outcome, keep = w.collect()
@@ -90,12 +109,11 @@ def map_files(
                         pool[pool.index(w)] = w = _Worker(ctx, fn)
                     _give(w, todo, limits)
                 elif w.overdue():
-                    index = w.busy[0]
+                    index = busy[0]
                     w.stop()
-                    results[index] = Outcome(
-                        problem=f"reading it did not finish in {w.wall_s:.0f} s (far more than its "
-                        "size explains: a pickle built to be slow, or a file that blocks): stopped "
-                        "and refused"
+                    results[index] = Failed(
+                        f"its reader spent no CPU for {w.wall_s:.0f} s (blocked: a file "
+                        "that never delivers its bytes, such as a FIFO): stopped and refused"
                     )
                     pool[pool.index(w)] = w = _Worker(ctx, fn)
                     _give(w, todo, limits)
@@ -105,48 +123,60 @@ def map_files(
     return [results[i] for i in range(len(items))]
 
 
-def _give(worker: _Worker, todo: list, limits: Callable) -> None:
+def _give(
+    worker: _Worker[Item, Value], todo: list[tuple[int, Item]], limits: Callable[[Item], Limits]
+) -> None:
     if todo:
         index, item = todo.pop()
         worker.send(index, item, limits(item))
 
 
-class _Worker:
-    def __init__(self, ctx, fn):
+class _Worker(Generic[Item, Value]):
+    def __init__(self, ctx: ForkContext, fn: Callable[[Item], Value]) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_serve, args=(child, fn), daemon=True)
         self.process.start()
         child.close()
         self.busy: tuple[int, Limits] | None = None
         self.started = 0.0
+        self.cpu_seen: float | None = None
         self.wall_s = 0.0
 
-    def send(self, index: int, item, limits: Limits) -> None:
+    def send(self, index: int, item: Item, limits: Limits) -> None:
         import time
 
         self.busy, self.started = (index, limits), time.monotonic()
+        self.cpu_seen = _cpu_s(self.process.pid)
         self.wall_s = limits.cpu_s * WALL_FACTOR + 2
         self.conn.send((index, item, limits))
 
     def overdue(self) -> bool:
+        """Silent for wall_s with no CPU spent since the last look: blocked, not slow. A worker
+        that spent CPU starts its wall clock again (its CPU cap bounds it)."""
         import time
 
+        cpu = _cpu_s(self.process.pid)
+        if cpu is not None and cpu != self.cpu_seen:
+            self.cpu_seen, self.started = cpu, time.monotonic()
         return time.monotonic() - self.started > self.wall_s
 
-    def collect(self) -> tuple[int, Outcome, bool]:
-        """(item index, its outcome, whether this worker may take another item)."""
+    def collect(self) -> tuple[int, Outcome[Value], bool]:
+        """(item index, its outcome, whether this worker may take another item); called on a busy
+        worker only."""
+        if self.busy is None:
+            raise RuntimeError("collect() on an idle reader worker")
         index, limits = self.busy
         self.busy = None
         try:
             got_index, kind, payload = self.conn.recv()
         except (EOFError, OSError):
             self.process.join(5)
-            return index, Outcome(problem=_death(self.process.exitcode, limits)), False
+            return index, Failed(_death(self.process.exitcode, limits)), False
         if kind == "ok":
-            return got_index, Outcome(value=payload), True
+            return got_index, Read(payload), True
         if kind == "memory":
-            return got_index, Outcome(problem=_memory(limits)), False
-        return got_index, Outcome(problem=payload), kind == "refused"
+            return got_index, Failed(_memory(limits)), False
+        return got_index, Failed(payload), kind == "refused"
 
     def stop(self) -> None:
         try:
@@ -159,6 +189,18 @@ class _Worker:
         except (OSError, ValueError, BrokenPipeError):
             pass
         self.conn.close()
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """The process's user plus system CPU seconds (None where it cannot be read: then the wall
+    clock alone decides)."""
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+    except Exception:  # noqa: BLE001 - gone, not permitted, no psutil: the wall clock decides
+        return None
+    return times.user + times.system
 
 
 def _memory(limits: Limits) -> str:
@@ -181,7 +223,7 @@ def _death(code: int | None, limits: Limits) -> str:
     return f"its reader exited with code {code}: refused"
 
 
-def _serve(conn, fn) -> None:
+def _serve(conn: Connection, fn: Callable[[object], object]) -> None:
     """A worker: caps itself per file, runs `fn`, sends back what it returned or why not."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

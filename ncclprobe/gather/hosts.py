@@ -68,7 +68,7 @@ def gather_env_checks(
 
 def _beside_the_job(hosts: Hosts, selector: JobSelector) -> Hosts:
     """srun: a step beside the job's running ones, in the job's allocation."""
-    extra = ("--overlap",)
+    extra: tuple[str, ...] = ("--overlap",)
     job = dict(selector.env).get("SLURM_JOB_ID")
     if job and os.environ.get("SLURM_JOB_ID") != job:
         extra += (f"--jobid={job}",)

@@ -9,7 +9,9 @@ GPU. Every part that cannot run here says why; only bad input is an error.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ncclprobe import tempdirs
 from ncclprobe.errors import UsageProblem
@@ -17,6 +19,7 @@ from ncclprobe.evidence.live.platform import read_platform, run_command
 from ncclprobe.evidence.live.topo_live import json_lines, run_json_probe
 from ncclprobe.evidence.nccl.nccl_xml import read_graphs, read_topology
 from ncclprobe.evidence.node.matrix import Matrix
+from ncclprobe.evidence.node.topo import Topology
 from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.secrets import mask_text
 
@@ -27,7 +30,7 @@ def gather_p2p(
     nbytes: int = 32 << 20,
     nccl_job: bool = True,
     root: str = "/",
-    run=run_command,
+    run: Callable[[list[str]], tuple[int, str] | None] = run_command,
     probe_command: list[str] | None = None,
     work_dir: str | None = None,
 ) -> P2PEvidence:
@@ -49,7 +52,7 @@ def gather_p2p(
     )
 
 
-def _smi_topology(run):
+def _smi_topology(run: Callable[[list[str]], tuple[int, str] | None]) -> Topology | None:
     """`nvidia-smi topo -m`, for the path types the P2P-level advice needs; None when not readable."""
     from ncclprobe.evidence.node.topo import parse_topo
 
@@ -73,30 +76,33 @@ def measure(timeout_s: float, nbytes: int, command: list[str] | None = None) -> 
     ]
     out, err, code = run_json_probe(command, timeout_s)
     records = json_lines(out)
-    result = {
+    matrices: list[Matrix] = []
+    under_load: list[dict] = []
+    notes: list[str] = []
+    result: dict[str, Any] = {
         "status": "error",
         "reason": None,
         "devices": [],
         "peer_access": None,
-        "matrices": [],
+        "matrices": matrices,
         "copy_checks": [],
-        "link_under_load": [],
-        "notes": [],
+        "link_under_load": under_load,
+        "notes": notes,
         "hung": None,
     }
     for r in records:
         if "matrix" in r:
-            result["matrices"].append(Matrix(**r["matrix"]))
+            matrices.append(Matrix(**r["matrix"]))
         elif "peer_access" in r:
             result["peer_access"] = r["peer_access"]
         elif "devices" in r and isinstance(r["devices"], list):
             result["devices"] = r["devices"]
         elif "link_under_load" in r:
-            result["link_under_load"].append(r["link_under_load"]["state"])
+            under_load.append(r["link_under_load"]["state"])
         elif "copy_checks" in r:
             result["copy_checks"] = r["copy_checks"]
         elif "note" in r:
-            result["notes"].append(r["note"])
+            notes.append(r["note"])
         elif "status" in r:
             result["status"], result["reason"] = r["status"], r.get("reason")
     if code is None:
@@ -170,7 +176,7 @@ def nccl_dumps(work_dir: str | None, timeout_s: float = 120.0) -> dict:
     return result
 
 
-def _read_dump(path: Path, name: str, key: str, reader, result: dict) -> None:
+def _read_dump(path: Path, name: str, key: str, reader: Callable[[str], Any], result: dict) -> None:
     if not path.exists():
         result.setdefault("missing", []).append(f"{name}: NCCL wrote no such dump")
         return

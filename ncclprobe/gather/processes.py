@@ -47,7 +47,9 @@ def _logs_by_pid(logs_read: list[ProcessNcclLog]) -> dict[int, ProcessNcclLog]:
     return merged
 
 
-def _notes(infos: list[ProcessInfo], logs, by_pid) -> list[str]:
+def _notes(
+    infos: list[ProcessInfo], logs: dict[int, ProcessNcclLog], by_pid: dict[int, ProcessInfo]
+) -> list[str]:
     notes = []
     if infos and all(info.gpus is None for info in infos):
         notes.append("GPU column needs NVML (pip install nvidia-ml-py, and an NVIDIA driver)")
@@ -63,14 +65,14 @@ def _other_hosts(logs_read: list[ProcessNcclLog]) -> list[str]:
     hosts: dict[str, set[str]] = {}
     for item in logs_read:
         if not item.on_this_host():
-            hosts.setdefault(item.path, set()).add(item.host)
+            hosts.setdefault(item.path, set()).add(str(item.host))  # not this host: one is named
     return [
         f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
         for path, names in hosts.items()
     ]
 
 
-def _known_bad(paths, logs_read: list[ProcessNcclLog]) -> list[str]:
+def _known_bad(paths: list[str | Path], logs_read: list[ProcessNcclLog]) -> list[str]:
     """The NCCL releases the processes' logs show, against the known-bad table (`nccl.known_bad`),
     with the GPUs and the failure lines the logs themselves name."""
     from ncclprobe.evidence.nccl.known_bad_scan import scan

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.settings import SettingsEvidence
 from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.provenance import nccl_version_string
@@ -44,7 +45,7 @@ def node_facts(topo_file: str | None) -> NodeFacts | None:
     return live_node_facts()
 
 
-def log_settings(log) -> SettingsEvidence:
+def log_settings(log: NcclLog) -> SettingsEvidence:
     """What an NCCL log says NCCL read, with what the log itself shows of the links (ranks
     connected only through NET met over the network) and its version."""
     over_network = bool(log.transports) and set(log.transports) == {"NET"}

@@ -83,13 +83,18 @@ def _read(scheme: Scheme, environ: Mapping[str, str]) -> Identity:
     rank = _int(environ, scheme.rank, min=0, max=world - 1)
     local_world = _int(environ, scheme.local_world_size, min=1, default=1)
     local_rank = _int(environ, scheme.local_rank, min=0, max=local_world - 1, default=0)
-    node = _int(environ, scheme.node_rank, min=0, default=None) if scheme.node_rank else None
+    named = scheme.node_rank
+    node = _int(environ, named, min=0) if named and named in environ else None
     return Identity(scheme.launcher, rank, world, local_rank, local_world, node)
 
 
-def _int(environ: Mapping[str, str], name: str, *, default=UsageProblem, **bounds) -> int | None:
+def _int(
+    environ: Mapping[str, str], name: str, *, default: int | None = None, **bounds: int
+) -> int:
+    """The variable as a whole number within `bounds`; `default` where it is not set (None: it
+    must be)."""
     if name not in environ:
-        if default is UsageProblem:
+        if default is None:
             raise UsageProblem(f"{name} is not set")
         return default
     text = environ[name].strip()

@@ -193,7 +193,7 @@ RANK_ENTRY = "ncclprobe.hosts.rank"
 
 
 def _srun(hosts: Hosts, per_node: int, nodes: int, log_dir: Path) -> tuple[str, ...]:
-    words = (
+    words: tuple[str, ...] = (
         "srun",
         f"--nodes={nodes}",
         f"--ntasks={nodes * per_node}",
@@ -207,7 +207,7 @@ def _srun(hosts: Hosts, per_node: int, nodes: int, log_dir: Path) -> tuple[str, 
 
 
 def _mpirun(hosts: Hosts, per_node: int, log_dir: Path) -> tuple[str, ...]:
-    words = (
+    words: tuple[str, ...] = (
         "mpirun",
         "-np",
         str(len(hosts.hosts) * per_node),

@@ -184,7 +184,8 @@ def matching(
     for row in ROWS:
         if not row.covers(parsed) or any((read or {}).get(k) == v for k, v in row.off_when):
             continue
-        seen = bool(row.signature) and any(re.search(row.signature, line) for line in text)
+        signature = row.signature
+        seen = bool(signature and any(re.search(signature, line) for line in text))
         gpu_ok = row.capabilities is None or bool(caps & set(row.capabilities))
         host_ok = row.host_arch is None or host_arch == row.host_arch
         if seen or (gpu_ok and host_ok):

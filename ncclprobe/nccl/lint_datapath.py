@@ -24,11 +24,12 @@ from ncclprobe.nccl.p2p import (
     legacy_level,
 )
 from ncclprobe.nccl.values import (
+    PER_COLLECTIVE_SINCE,
     ClauseWithoutFunction,
     forcing_ll128,
     parse_integer,
     read_number,
-    token_list_for,
+    stranded_functions,
     token_lists,
     validate_value,
 )
@@ -148,7 +149,7 @@ def tokens(ctx: Context) -> Iterator[SettingFinding]:
                 "unknown-token",
             )
             continue
-        if ":" in value and ctx.at_least(2, 24) is False:
+        if ":" in value and ctx.at_least(*PER_COLLECTIVE_SINCE) is False:
             yield SettingFinding(
                 "error",
                 name,
@@ -286,7 +287,7 @@ def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
     (`FUNCTION_ALGORITHMS`: NCCL_ALGO=Tree leaves broadcast and reduce nothing, as they run only
     Ring): 2.24+ fails that collective's call, 2.23 and older fall back to Ring."""
     value = ctx.env.get("NCCL_ALGO")
-    if value is None or ctx.at_least(2, 24) is False:
+    if value is None or ctx.at_least(*PER_COLLECTIVE_SINCE) is False:
         return  # before 2.24 NCCL falls back to Ring: nothing fails
     try:
         validate_value("NCCL_ALGO", value)
@@ -295,11 +296,7 @@ def functions_without_algorithm(ctx: Context) -> Iterator[SettingFinding]:
     known = frozenset().union(*FUNCTION_ALGORITHMS.values())
     if any(not clause.names <= known for clause in token_lists(value).values()):
         return  # a name this NCCL may not know (CollNet): `tokens` and `algo-too-old` say so
-    stranded = []
-    for function, runs in FUNCTION_ALGORITHMS.items():
-        clause = token_list_for(value, function)
-        if clause is not None and not any(clause.allows(a) for a in runs):
-            stranded.append(function)
+    stranded = stranded_functions(value)
     if ctx.collectives is not None:  # the job's own collectives: only theirs count, and they fail
         stranded = [f for f in stranded if f in ctx.collectives]
     if not stranded:

@@ -117,7 +117,7 @@ def tuner_config(ctx: Context) -> Iterator[SettingFinding]:
             "warning",
             "NCCL_TUNER_CONFIG_FILE",
             "NCCL's example tuner plugin reads NCCL_TUNER_CONFIG_FILE "
-            f"only from 2.27.5; this is {'.'.join(map(str, ctx.version))}",
+            f"only from 2.27.5; this is {'.'.join(map(str, ctx.version or ()))}",
             "upgrade NCCL or unset it",
             "tuner-config-too-old",
         )

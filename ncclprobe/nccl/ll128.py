@@ -34,7 +34,7 @@ from ncclprobe.nccl.node import (
 )
 from ncclprobe.nccl.p2p import path_types
 from ncclprobe.nccl.values import parse_integer
-from ncclprobe.nccl.version import Version, parse_version
+from ncclprobe.nccl.version import Version, tagged
 
 # the NCCL tags whose tuning.cc rule (and topo.h path order) this module was read against
 READ_AT = (
@@ -61,7 +61,7 @@ READ_AT = (
     "v2.30.7-1",
 )
 # every release the rule was read at: an unknown version is judged at each of them
-_RELEASES = tuple(parse_version(tag.removeprefix("v")) for tag in READ_AT)
+_RELEASES = tuple(tagged(tag) for tag in READ_AT)
 OLDEST = _RELEASES[0]
 _ARCHS_BEFORE_2_15 = (70, 80)
 _ARCHS_BEFORE_2_25 = (70, 80, 90)
@@ -153,7 +153,7 @@ def _intra(node: NodeFacts, version: Version) -> Ll128Default:
             False, "NVLink does not join every GPU into one ring, so some hop is PCIe"
         ),
         NO_NVLINK: Ll128Default(False, "no NVLink between the GPUs: every hop is PCIe"),
-    }.get(node.links, Ll128Default(None, "the GPUs' links are not known"))
+    }.get(node.links or "", Ll128Default(None, "the GPUs' links are not known"))
 
 
 def _network(

@@ -67,7 +67,7 @@ PROTOCOLS = (
 ALGORITHM_TOKENS = tuple(a.token for a in ALGORITHMS)  # every token some release accepts
 PROTOCOL_TOKENS = tuple(p.token for p in PROTOCOLS)
 # by enum index: a 2.20-2.23 TUNING line's number is the index into these
-ALGORITHM_NAMES = tuple(a.name for a in sorted(CURRENT, key=lambda a: a.code))
+ALGORITHM_NAMES = tuple(a.name for a in sorted(CURRENT, key=lambda a: a.code or 0))  # all set
 PROTOCOL_NAMES = tuple(p.name for p in sorted(PROTOCOLS, key=lambda p: p.code))
 # a kernel name holds one of them between underscores; NVLS_TREE holds NVLS and TREE too, so the
 # longer names are tried first

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 # How NVLink joins the GPUs, in the terms of NCCL's ring search (paths of type NVL or NVB,
 # NVLink directly or through one GPU, count as NVLink hops; src/graph/paths.cc, search.cc)
@@ -149,7 +150,7 @@ def _ring_exists(gpus: list[int], hop: set[tuple[int, int]]) -> bool:
     return extend([start], set(gpus[1:]))
 
 
-def _whole_numbers(values) -> bool:
+def _whole_numbers(values: object) -> TypeGuard[list[int] | tuple[int, ...]]:
     """A non-empty list of whole numbers (compute capabilities as a results header records them)."""
     return (
         isinstance(values, (list, tuple))

@@ -13,7 +13,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knob_row import Kind, Knob
 from ncclprobe.nccl.knobs import KNOBS
 from ncclprobe.nccl.knobs_tooling import DEBUG_SUBSYSTEMS
-from ncclprobe.nccl.names import PROTOCOL_TOKENS, TUNED_FUNCTIONS
+from ncclprobe.nccl.names import FUNCTION_ALGORITHMS, PROTOCOL_TOKENS, TUNED_FUNCTIONS
 from ncclprobe.nccl.p2p import LEGACY_P2P_LEVELS, is_legacy_level
 
 
@@ -177,7 +177,7 @@ def as_logged(name: str, value: str) -> str:
             if number is not None and number >= 0:
                 return LEGACY_P2P_LEVELS[min(number, len(LEGACY_P2P_LEVELS) - 1)]
         return value
-    if kind is Kind.TOKENS or (kind is Kind.CHOICE and not row.case_sensitive):
+    if kind is Kind.TOKENS or (row is not None and kind is Kind.CHOICE and not row.case_sensitive):
         return value.strip().upper()
     integer = kind in (Kind.INT, Kind.BOOL) or (kind is None and _integer_text(value))
     if integer:
@@ -274,6 +274,22 @@ def token_list_for(value: str, collective: str) -> TokenList | None:
     """The clause that governs `collective` ("allreduce"): its own, else the one without a function."""
     lists = token_lists(value)
     return lists.get(collective, lists.get("all"))
+
+
+# NCCL reads `func:list` clauses (NCCL_PROTO, NCCL_ALGO) from 2.24 (parseList's prefixes, src/graph/
+# tuning.cc at v2.24.3-1; at v2.23.4-1 `;` and `:` are no separators): before, every list is job-wide.
+PER_COLLECTIVE_SINCE = (2, 24, 0)
+
+
+def stranded_functions(value: str) -> list[str]:
+    """The tuned functions (`broadcast`, ...) an NCCL_ALGO value leaves none of the algorithms they
+    can run at all (`FUNCTION_ALGORITHMS`): NCCL 2.24+ fails their calls, older versions run Ring."""
+    stranded = []
+    for function, runs in FUNCTION_ALGORITHMS.items():
+        clause = token_list_for(value, function)
+        if clause is not None and not any(clause.allows(a) for a in runs):
+            stranded.append(function)
+    return stranded
 
 
 def protocol_states(value: str) -> dict[str, dict[str, str]]:

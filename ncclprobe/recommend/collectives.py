@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
+from ncclprobe.nccl.values import PER_COLLECTIVE_SINCE
+from ncclprobe.nccl.version import parse_version
 from ncclprobe.recommend.load import load_measurements
 from ncclprobe.recommend.recommendation import SCHEMA_VERSION, Recommendation, build_recommendation
+from ncclprobe.recommend.scope import ALGO, scope_algorithm
 from ncclprobe.recommend.workload import Workload
 from ncclprobe.records import Status, read_results, short_label
 from ncclprobe.stats import DEFAULT_MIN_GAIN, gain, significant_totals
@@ -81,7 +84,7 @@ def collectives_in(paths: list[str | Path]) -> list[str]:
     """Every collective the results measured, in the order first seen."""
     seen: dict[str, None] = {}
     for path in paths:
-        for record in read_results(path).result_records():
+        for record in read_results(path).results:
             if record.collective:
                 seen.setdefault(record.collective, None)
     return list(seen)
@@ -140,7 +143,7 @@ def combine(
             rec.overall.config_id if rec.change else None,
             rec.overall.gain,
             [],
-            notes,
+            notes + list(rec.scoped.notes),
             problems,
         )
     bases = {r.baseline_id for r in recs}
@@ -150,13 +153,7 @@ def combine(
         )
         return RecommendationSet(recs, {}, None, 0.0, _conflicts(recs), notes, problems)
     base = bases.pop()
-    shared = set.intersection(*(set(r.overall.totals_us) for r in recs)) - set().union(
-        *(r.refused for r in recs)
-    )
-    totals = {
-        cid: tuple(sum(r.overall.totals_us[cid][i] for r in recs) for i in range(3))
-        for cid in shared
-    }
+    totals = _combined_totals(recs, base)
     if base not in totals:
         return RecommendationSet(recs, {}, None, 0.0, _conflicts(recs), notes, problems)
     best = min(totals, key=lambda cid: totals[cid][0])
@@ -181,22 +178,68 @@ def combine(
         chosen = base
     elif conflicts:
         notes.append(TUNER_ADVICE)
-    env = (
-        dict(sorted(recs[0].measurements.curves[chosen].settings.items()))
-        if chosen in recs[0].measurements.curves
-        else {}
-    )
-    if chosen == "default":
-        env = {}
+    settings = dict(sorted(_settings(recs, chosen).items())) if chosen != "default" else {}
+    if chosen != base:
+        faster = [
+            r.measurements.collective
+            for r in recs
+            if chosen in r.overall.totals_us
+            and significant_totals(
+                r.overall.totals_us[chosen], r.overall.totals_us[base], min_gain=min_gain
+            )
+        ]
+        scoped = scope_algorithm(settings, faster, recs[0].measurements.nccl_version)
+        notes += scoped.notes
+        if scoped.dropped and ALGO in settings:
+            notes.append(
+                f"{short_label(settings)} saves {100 * combined_gain:.1f}% summed over the collectives "
+                f"but made no collective its {ALGO} governs faster on its own beyond the noise: it "
+                f"would govern collectives it did not help, so no global change; {TUNER_ADVICE}"
+            )
+            chosen, settings = base, _settings(recs, base) if base != "default" else {}
+        else:
+            settings = scoped.env
     return RecommendationSet(
         recs,
-        env,
+        settings,
         chosen if chosen != base else None,
         combined_gain if chosen != base else 0.0,
         conflicts,
         notes,
         problems,
     )
+
+
+def _combined_totals(
+    recs: list[Recommendation], base: str
+) -> dict[str, tuple[float, float, float]]:
+    """Each configuration's workload total summed over the collectives, where it can serve them all:
+    measured and safe for each, or differing from the baseline only in NCCL_ALGO, which NCCL 2.24+
+    can leave off a collective (`scope`: that collective then runs as under the baseline, its own
+    total counts)."""
+    version = parse_version(recs[0].measurements.nccl_version)
+    scopable = version is None or version >= PER_COLLECTIVE_SINCE
+    base_settings = _settings(recs, base)
+    totals: dict[str, tuple[float, float, float]] = {}
+    for cid in dict.fromkeys(cid for r in recs for cid in r.overall.totals_us):
+        settings = _settings(recs, cid)
+        algo_only = scopable and {k: v for k, v in settings.items() if k != ALGO} == base_settings
+        parts = [
+            r.overall.totals_us.get(cid) or (r.overall.totals_us.get(base) if algo_only else None)
+            for r in recs
+        ]
+        known = [p for p in parts if p is not None]
+        if len(known) == len(parts):
+            totals[cid] = (
+                sum(p[0] for p in known),
+                sum(p[1] for p in known),
+                sum(p[2] for p in known),
+            )
+    return totals
+
+
+def _settings(recs: list[Recommendation], cid: str) -> dict[str, str]:
+    return next((r.settings_of(cid) for r in recs if cid in r.measurements.curves), {})
 
 
 def _conflicts(recs: list[Recommendation]) -> list[str]:

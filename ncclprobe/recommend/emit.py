@@ -190,7 +190,7 @@ def _multi_node(rec: Recommendation) -> bool:
 def _range_bounds(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Measured ranges -> contiguous byte bounds: split between neighbours at the geometric mean,
     open the first range down to 0 and the last up to the plugin's maximum."""
-    bounds = []
+    bounds: list[tuple[int, int]] = []
     for i, (_lo, hi) in enumerate(spans):
         start = 0 if i == 0 else bounds[-1][1] + 1
         end = TUNER_MAX_BYTES if i == len(spans) - 1 else int(math.sqrt(hi * spans[i + 1][0]))

@@ -87,7 +87,7 @@ def load_measurements(
     files = files or [read_results(p) for p in paths]
     _same_rank_count(files, paths)
     configs = _config_records(files)
-    results = [r for f in files for r in f.result_records()]
+    results = [r for f in files for r in f.results]
     mode = mode or _pick_mode(results, collective)
     mine = [r for r in results if r.collective == collective and r.mode == mode]
     dtype, op, notes = _pick(mine, "dtype", dtype, "float32"), _pick(mine, "op", op, "sum"), []
@@ -170,14 +170,10 @@ def _config_records(files: list[ResultsFile]) -> dict[str, dict]:
                 previous is None or previous.get("status") == Status.OK
             ):  # a bad status anywhere wins
                 configs[cid] = record
-        for record in f.results:
+        for result in f.results:
             configs.setdefault(
-                record["config_id"],
-                {
-                    "config_id": record["config_id"],
-                    "status": Status.OK,
-                    "settings": record.get("settings") or {},
-                },
+                result.config_id,
+                {"config_id": result.config_id, "status": Status.OK, "settings": result.settings},
             )
     return configs
 
@@ -196,7 +192,10 @@ def _exclusions(configs: dict[str, dict], results: list[ResultRecord]) -> list[E
         if status in BAD_CONFIG_STATUSES:
             out.append(
                 Exclusion(
-                    cid, settings, Status(status), _config_reason(status, record.get("reason"))
+                    cid,
+                    settings,
+                    Status(status),
+                    _config_reason(Status(status), record.get("reason")),
                 )
             )
             continue
@@ -211,10 +210,13 @@ def _result_is_bad(record: ResultRecord) -> bool:
 
 
 def _result_status(record: ResultRecord) -> Status:
-    return Status.WRONG if (record.wrong or 0) > 0 else record.status
+    """The status a bad result (`_result_is_bad`) stands for: wrong where it counted wrong ones."""
+    if (record.wrong or 0) > 0 or record.status is None:
+        return Status.WRONG
+    return record.status
 
 
-def _config_reason(status: str, reason: str | None) -> str:
+def _config_reason(status: Status, reason: str | None) -> str:
     lead = {
         Status.IGNORED: "the settings did not take effect",
         Status.SKIPPED: "not measured",
@@ -261,7 +263,7 @@ def _curves(
         checked[cid] = checked.get(cid, True) and r.wrong == 0
         if r.collective != collective or r.mode != mode or not r.time_us:
             continue
-        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r))
+        grouped.setdefault(cid, {}).setdefault(r.size_bytes, []).append(_point(r, r.time_us))
     return {
         cid: Curve(
             config_id=cid,
@@ -283,8 +285,9 @@ def _marks(results: list[ResultRecord], collective: str, mode: str) -> dict[str,
     return marks
 
 
-def _point(record: ResultRecord) -> Point:
-    time_us = float(record.time_us)
+def _point(record: ResultRecord, time_us: float) -> Point:
+    """A measured record (`time_us`, its median) as a point of its curve."""
+    time_us = float(time_us)
     p10, p90 = record.time_us_p10, record.time_us_p90
     return Point(
         size_bytes=record.size_bytes,

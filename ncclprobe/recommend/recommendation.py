@@ -20,6 +20,7 @@ from ncclprobe.evidence.recommendation_file import SCHEMA_VERSION
 from ncclprobe.recommend import select
 from ncclprobe.recommend.load import Measurements, load_measurements
 from ncclprobe.recommend.safety import SafetyPolicy, refusals, timing_caveat
+from ncclprobe.recommend.scope import Scoped, scope_algorithm
 from ncclprobe.recommend.workload import Workload, uniform
 from ncclprobe.records import config_id, short_label
 from ncclprobe.stats import DEFAULT_MIN_GAIN
@@ -46,11 +47,20 @@ class Recommendation:
 
     @property
     def env(self) -> dict[str, str]:
-        """The variables to export: the global choice's settings ({} = leave NCCL's defaults). Against a
-        named baseline with no change, the baseline's own settings (what the job keeps running with)."""
+        """The variables to export: the global choice's settings, NCCL_ALGO for this collective only
+        (`scope`; {} = leave NCCL's defaults). Against a named baseline with no change, the
+        baseline's own settings (what the job keeps running with)."""
+        return self.scoped.env
+
+    @property
+    def scoped(self) -> Scoped:
         cid = self.overall.config_id if self.change or self.comparison == AGAINST_BASELINE else None
         curve = self.measurements.curves.get(cid) if cid else None
-        return dict(sorted((curve.settings if curve else {}).items()))
+        settings = dict(sorted((curve.settings if curve else {}).items()))
+        if not self.change:
+            return Scoped(settings)
+        ev = self.measurements
+        return scope_algorithm(settings, [ev.collective], ev.nccl_version)
 
     @property
     def against(self) -> str:
@@ -142,6 +152,7 @@ def build_recommendation(
         allow_ll128=allow_ll128,
         nccl_version=measurements.nccl_version,
         timing_caveat=timing_caveat(measurements.headers),
+        collective=measurements.collective,
     )
     refused = {
         c.config_id: reasons
@@ -181,7 +192,7 @@ def build_recommendation(
         baseline_id=select.NO_WINNER if base is None else base_id,
         comparison=comparison,
     )
-    rec.notes = _notes(rec) + _baseline_notes(rec, base, policy)
+    rec.notes = _notes(rec) + _baseline_notes(rec, base, policy) + list(rec.scoped.notes)
     return rec
 
 

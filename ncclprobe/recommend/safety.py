@@ -6,7 +6,9 @@
    reordered on the way corrupts data silently (NVIDIA/nccl#786, #831). It is allowed only when the
    user passes the explicit flag *and* the sweep's correctness checks ran and passed for that
    configuration. A `^` exclusion list that does not name LL128 (`NCCL_PROTO=^LL`) forces it too.
-2. Any setting `ncclprobe.nccl.lint.lint_env` flags as an error (the knowledge table's rules).
+2. Any setting `ncclprobe.nccl.lint.lint_env` flags as an error (the knowledge table's rules), for
+   the collective it is judged for: a list that leaves it no algorithm it can run is refused on
+   NCCL 2.24+, which fails that call (a result under it is no measurement of the setting).
 3. Any setting at all when the numbers cannot reflect NCCL's settings: measured with gloo (NCCL
    variables do not touch gloo), or with `sweep --share-gpu` (ranks time-slicing one GPU over
    sockets: the settings and proofs are real, the timings are not), so a "gain" is noise.
@@ -32,6 +34,9 @@ class SafetyPolicy:
     timing_caveat: str | None = (
         None  # why these timings cannot rank NCCL settings (gloo, --share-gpu)
     )
+    # the collective the settings are judged for (ncclprobe's name): the lint's rules about what a
+    # collective can run speak of it alone (NCCL_ALGO=Tree is an error for all_gather on 2.24+)
+    collective: str | None = None
 
 
 def timing_caveat(headers: list[dict]) -> str | None:
@@ -74,7 +79,12 @@ def lint_errors(settings: dict, policy: SafetyPolicy) -> list[str]:
     """Messages of the lint's error findings for `settings` (the knowledge table's verdict)."""
     if not settings:
         return []
-    findings = lint_env(settings, node=policy.node, nccl_version=policy.nccl_version)
+    findings = lint_env(
+        settings,
+        node=policy.node,
+        nccl_version=policy.nccl_version,
+        collectives=[policy.collective] if policy.collective else None,
+    )
     # forced LL128 is rule 1's call (flag + verified results), not an unconditional no
     return [
         f.message

@@ -133,20 +133,20 @@ def among_candidates(
         else {}
     )
     notes = [] if sizes else ["the candidates share no measured size: no global comparison"]
-    ranked = sorted(totals, key=lambda cid: totals[cid][0])
-    if len(ranked) < 2:
+    order = sorted(totals, key=lambda cid: totals[cid][0])
+    if len(order) < 2:
         return choices, GlobalChoice(
-            NO_WINNER, 0.0, False, ranked[0] if ranked else NO_WINNER, totals, notes
+            NO_WINNER, 0.0, False, order[0] if order else NO_WINNER, totals, notes
         )
-    best, runner = ranked[0], ranked[1]
-    ok = significant_totals(totals[best], totals[runner], min_gain=min_gain)
+    top, second = order[0], order[1]
+    ok = significant_totals(totals[top], totals[second], min_gain=min_gain)
     return choices, GlobalChoice(
-        config_id=best if ok else NO_WINNER,
-        gain=gain(totals[best][0], totals[runner][0]),
+        config_id=top if ok else NO_WINNER,
+        gain=gain(totals[top][0], totals[second][0]),
         significant=ok,
-        best_config_id=best,
+        best_config_id=top,
         totals_us=totals,
-        notes=notes + [f"compared among candidates: {best} against the next best, {runner}"],
+        notes=notes + [f"compared among candidates: {top} against the next best, {second}"],
     )
 
 
@@ -206,6 +206,8 @@ def _total(points: dict[int, Point], workload: Workload) -> tuple[float, float, 
     sums = [0.0, 0.0, 0.0]
     for size, count in workload.counts.items():
         values = interpolate(points, size)
+        if values is None:
+            raise ValueError("a curve without points has no total")
         for i in range(3):
             sums[i] += count * values[i]
     return sums[0], sums[1], sums[2]

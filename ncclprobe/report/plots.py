@@ -70,10 +70,12 @@ def busbw(ev: Measurements, out: Path) -> list[Figure]:
     colours = _colours(ev)
     for curve in _ordered(ev):
         if curve in curves:
-            sizes = [s for s, p in curve.points.items() if p.busbw_gbps is not None]
+            measured = {
+                s: p.busbw_gbps for s, p in curve.points.items() if p.busbw_gbps is not None
+            }
             ax.plot(
-                sizes,
-                [curve.points[s].busbw_gbps for s in sizes],
+                list(measured),
+                list(measured.values()),
                 marker="o",
                 ms=3,
                 color=colours[curve.config_id],
@@ -111,7 +113,7 @@ def speedup_heatmap(
     if not rows:
         return []
     caveat = timing_caveat(ev.headers)
-    grid, marks, real = _speedup_grid(ev, rows, sizes)
+    grid, marks, real = _speedup_grid(ev, default, rows, sizes)
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(sizes) + 3), max(2.5, 0.5 * len(rows) + 1.5)))
     values = [v for row in grid for v in row if v is not None]
     top = max([max(v, 1 / v) for v in values if v > 0] + [1.05])
@@ -262,13 +264,13 @@ def acceptance(runs: list, out: Path) -> list[Figure]:
     return [_save(fig, ax, out, "acceptance", "speculative acceptance")]
 
 
-def _speedup_grid(ev: Measurements, rows: list[str], sizes: list[int]):
+def _speedup_grid(ev: Measurements, default: Curve, rows: list[str], sizes: list[int]):
     """(speedups by row and size, marks of failed cells, the cells whose difference from the default
     is beyond the noise, faster or slower)."""
     from ncclprobe.stats import significant
 
     grid, marks, real = [], {}, set()
-    symbols = {
+    symbols: dict[str, str] = {
         Status.WRONG: "x",
         Status.HANG: "H",
         Status.ERROR: "E",
@@ -286,7 +288,7 @@ def _speedup_grid(ev: Measurements, rows: list[str], sizes: list[int]):
             )
             if status:
                 marks[(r, c)] = symbols.get(status, "?")
-            base = ev.default.points[size]
+            base = default.points[size]
             row.append(base.time_us / point.time_us if point and not status else None)
             if point and not status and (significant(point, base) or significant(base, point)):
                 real.add((r, c))

@@ -36,6 +36,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from typing import overload
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets.words import (  # noqa: F401 (MASK: every caller's one spelling of it)
@@ -134,6 +135,10 @@ def is_secret_name(name: str) -> bool:
     return bool(words & SECRET_WORDS) or any(fragment in squashed for fragment in SECRET_FRAGMENTS)
 
 
+@overload
+def mask_env_value(name: str, value: str) -> str: ...
+@overload
+def mask_env_value(name: str, value: None) -> None: ...
 def mask_env_value(name: str, value: str | None) -> str | None:
     """The value of variable `name` as it may be printed."""
     if value is None:
@@ -264,6 +269,10 @@ def is_relevant(name: str) -> bool:
     return name.startswith(RELEVANT_PREFIXES) or name in RELEVANT_NAMES
 
 
+@overload
+def display_value(name: str, value: str) -> str: ...
+@overload
+def display_value(name: str, value: None) -> None: ...
 def display_value(name: str, value: str | None) -> str | None:
     """The value as it may be printed (`mask_env_value`): shown only for harmless families, and
     even then masked by shape (URL passwords, key=value pairs, tokens)."""

@@ -3,7 +3,9 @@ by what introduces it (the flag, key or header before it); `shapes` finds what h
 
 Context, not a list of names: a value is hidden when what introduces it is a credential word
 (`--password X`, `-passin pass:X`, `-Dpassword=X`, `--password:X`, `--api-key -- X`, `login user:X`,
-`?token=X`, `"secret": "X"`, `Authorization: Bearer X`, `redis-cli -a X`, mysql's `-pX`); a
+`?token=X`, `"secret": "X"`, `Authorization: Bearer X`, `redis-cli -a X`, mysql's `-pX`), also
+inside a word after punctuation (`/tmp/x?--password:X`, `x?login user:X`; a short flag only where
+it starts a word); a
 key=value pair whose key names nothing secret (`kernel.numa_balancing=0`, `opId=0x7f..`,
 `bos_token_id`) is kept as it is.
 
@@ -130,7 +132,12 @@ _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _NOT_WORD = re.compile(r"[^A-Z0-9]+")
 _QUOTES = "\"'"
 _STARTS = "-\"'"  # a flag or a quote: the word needs the full look
-_PLAIN_STOP = re.compile(r"[:=@/]")  # a pair, a header, a URL or a program's path
+_PLAIN_STOP = re.compile(r"[:=@/?&(,;|]")  # a pair, a header, a URL, a path, a query, a list
+# A credential flag or `login` inside a word, after punctuation (`/tmp/x?--password:X`,
+# `(--token X`, `a=--password:X`, `x?login admin:X`); a name run starts only after a character
+# outside it, so the scan stays linear.
+_EMBEDDED_FLAG = re.compile(r"(?<=[^A-Za-z0-9_.\-'\"\s])(-{1,2}[A-Za-z][A-Za-z0-9_.\-]*)", re.ASCII)
+_EMBEDDED_LOGIN = re.compile(r"(?<=[^A-Za-z0-9_.\-'\"\s])login$", re.ASCII | re.I)
 
 
 @lru_cache(maxsize=4096)
@@ -170,7 +177,7 @@ class Words:
     def arg(self, word: str) -> str:
         """One word of a command line; spaces inside it make it a stream of its own (`sh -c`)."""
         if self.pending is not None and not self.hide:
-            return self._value(word, whole=True)
+            return self._value(self.pending, word, whole=True)
         return self.text(word)
 
     def text(self, text: str) -> str:
@@ -197,7 +204,7 @@ class Words:
                 self.hide = 1
             return MASK
         if self.pending is not None:
-            return self._value(word)
+            return self._value(self.pending, word)
         if word[0] not in _STARTS and len(word) < 15 and not _PLAIN_STOP.search(word):
             return self._plain(word)
         lead = len(word) - len(word.lstrip(_QUOTES))
@@ -215,8 +222,26 @@ class Words:
         if env and env.group(1).upper() == env.group(1):  # `env HF_TOKEN=x cmd`, `NCCL_PROTO=LL`
             shown = f"{env.group(1)}={self.env_value(env.group(1), env.group(2))}"
             return word[:lead] + shown + word[len(word) - trail :]
+        embedded = self._embedded(core)
+        if embedded is not None:
+            return word[:lead] + embedded + word[len(word) - trail :]
         masked, self.hide = mask_word(word)
         return masked
+
+    def _embedded(self, core: str) -> str | None:
+        """A word whose credential flag or `login` follows punctuation inside it: what comes
+        before is masked by shape, the flag as a flag; None where there is none."""
+        if _EMBEDDED_LOGIN.search(core):
+            self.pending = "login"
+            return mask_word(core)[0]
+        for match in _EMBEDDED_FLAG.finditer(core):
+            flag = _split_flag(match.group(1))[0]
+            if len(flag.lstrip("-")) < 2 or not self._takes(flag):  # short flags: only at a start
+                continue
+            flagged = self._flag(core[match.start() :])
+            if flagged is not None:
+                return mask_word(core[: match.start()])[0] + flagged
+        return None
 
     def _plain(self, word: str) -> str:
         """A short word without structure (most of any text): only a program's name, `login` or an
@@ -229,8 +254,9 @@ class Words:
             self.pending = "login"
         return word
 
-    def _value(self, word: str, whole: bool = False) -> str:
-        flag, self.pending = self.pending, None
+    def _value(self, flag: str, word: str, whole: bool = False) -> str:
+        """The word after `flag` (the pending credential flag), masked as its value."""
+        self.pending = None
         if word == "--":  # `--api-key -- X`: the end of options, then X
             self.pending = flag
             return word
@@ -331,7 +357,8 @@ def mask_pairs(word: str) -> str:
         key = match.group(1)
         if match.start() < done or not credential_key(key.lstrip("-.")):
             continue
-        value = _PAIR_VALUE.match(word, match.end()).group(0)
+        found = _PAIR_VALUE.match(word, match.end())  # always: it matches the empty string too
+        value = found.group(0) if found else ""
         if not value or value == MASK:
             continue
         if key.upper() in ("PWD", "OLDPWD") and value[:1] in ("/", "~"):  # the shell's directory

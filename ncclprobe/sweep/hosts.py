@@ -96,16 +96,17 @@ def launch_pool(
     env, unset = torchrun.pool_env(spec, pool, here)
     program = Program(module=WORKER, per_node=per_node, env=env, unset=unset)
     nodes_dir = here / "nodes"
-    store, store_host = None, None
+    store, store_at = None, None
     if hosts.launcher is not Launcher.TORCHRUN:
         store_host = store_address(hosts)
         store = _host_store(spec.nranks)
+        store_at = (store_host, store.port)
     argv = commands(
         hosts,
         program,
         run_id=f"ncclprobe-{uuid.uuid4().hex[:12]}-pool{index}",
         log_dir=nodes_dir,
-        store=(store_host, store.port) if store is not None else None,
+        store=store_at,
     )
     try:
         outcome = run_launch(

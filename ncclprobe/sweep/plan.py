@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.nccl.knob_row import Scope
@@ -156,7 +157,9 @@ class SweepSpec:
         if "dtype" in doc:
             doc["dtypes"] = [doc.pop("dtype")]
         tuples = {"sizes", "in_place", "modes", "collectives", "dtypes", "ops"}
-        fields = {k: (tuple(v) if k in tuples else v) for k, v in doc.items() if k != "grid"}
+        fields: dict[str, Any] = {
+            k: (tuple(v) if k in tuples else v) for k, v in doc.items() if k != "grid"
+        }
         return cls(grid={k: tuple(v) for k, v in doc["grid"].items()}, **fields)
 
 
@@ -267,7 +270,9 @@ def skip_equivalent_levels(
     connect exactly the same pairs peer-to-peer, so measuring more than one of them measures the
     same thing twice. `default` is never skipped (it is the baseline).
     """
-    keep, skips, seen = [], [], {}
+    keep: list[Config] = []
+    skips: list[Skip] = []
+    seen: dict[tuple, Config] = {}
     group_of = {level: tuple(group) for group in groups if len(group) > 1 for level in group}
     for config in configs:
         level = config.settings.get("NCCL_P2P_LEVEL")

@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ncclprobe import tempdirs
 from ncclprobe.launch import PoolSpec, PoolStatus, run_pool
@@ -25,7 +28,7 @@ from ncclprobe.nccl.recipes import (
     rank_log_env,
     share_gpu_env,
 )
-from ncclprobe.records import Status
+from ncclprobe.records import ResultRecord, Status
 from ncclprobe.records_writer import ResultWriter
 from ncclprobe.sweep.plan import (
     Config,
@@ -107,7 +110,7 @@ def run_sweep(
     spec: SweepSpec,
     writer: ResultWriter,
     *,
-    done: set[str] = frozenset(),
+    done: AbstractSet[str] = frozenset(),
     equivalent_levels: list[list[str]] | None = None,
     progress=None,
 ) -> dict:
@@ -139,6 +142,12 @@ def pool_dir(root: Path, index: int) -> Path:
     return root / f"pool{index}"
 
 
+class ProgressBar(Protocol):
+    """What shows the configurations as they end (`cli.output`'s progress bar)."""
+
+    def advance(self, what: str = "", steps: int = 1) -> None: ...
+
+
 @dataclass
 class Recorder:
     """Where a sweep's records go as configurations end: the results file, the counts of the
@@ -146,7 +155,7 @@ class Recorder:
 
     writer: ResultWriter
     stats: SweepStats = field(default_factory=SweepStats)
-    progress: object | None = None
+    progress: ProgressBar | None = None
 
     def config(
         self,
@@ -156,7 +165,7 @@ class Recorder:
         proof: dict | None,
         *,
         pool: int,
-        results: list[dict] = (),
+        results: Sequence[ResultRecord] = (),
     ) -> None:
         """A configuration's record, then its result records: the group --resume keeps or cuts whole."""
         self.writer.write(
@@ -172,7 +181,7 @@ class Recorder:
             }
         )
         for record in results:
-            self.writer.write(record)
+            self.writer.write(record.to_record())
         self.stats.count(status)
         self.stats.configs_run += 1
         self._advance(f"{config.config_id}: {status}")
@@ -303,7 +312,7 @@ class PoolRun:
             if len(self.ready) == self.spec.nranks:
                 self.stats.pool_start_s.append(time.monotonic() - self.began)
             return
-        state = self.by_config.get(message.get("config_id"))
+        state = self.by_config.get(str(message.get("config_id")))
         if state is None:
             return
         if kind == "config-start":
@@ -332,7 +341,7 @@ class PoolRun:
         )
         ordered = sorted(state["results"].items(), key=lambda item: self._order(item[0]))
         results = [result_record(self.spec, config, by_rank, status) for _, by_rank in ordered]
-        wrong = [r for r in results if r["status"] == Status.WRONG]
+        wrong = [r for r in results if r.status is Status.WRONG]
         if wrong and status in (Status.OK, Status.IGNORED):
             status, reason = Status.WRONG, f"{len(wrong)} measurement(s) returned wrong elements"
             log.error("WRONG RESULTS with %s: %s", config_id, reason)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,10 +321,10 @@ def _finished(job: Job) -> bool:
     return job.header is None and job.total == 0 and bool(read_results(job.path).summaries)
 
 
-def verdict(results_file: ResultsFile, shortfalls: list[str] = ()) -> Verdict:
+def verdict(results_file: ResultsFile, shortfalls: Sequence[str] = ()) -> Verdict:
     """FINDINGS when any configuration is wrong, hung, crashed or not confirmed by NCCL, a
     measurement failed, or a threshold was missed (`shortfalls`, from `sweep.thresholds.check`)."""
-    failed = any(r.get("status") == Status.ERROR for r in results_file.results)
+    failed = any(r.status == Status.ERROR for r in results_file.results)
     return Verdict.of(
         failed
         or bool(shortfalls)

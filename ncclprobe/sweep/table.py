@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncclprobe.records import ResultsFile, Status, short_label
+from ncclprobe.records import ResultRecord, ResultsFile, Status, short_label
 from ncclprobe.sizes import format_size
 from ncclprobe.sweep.cost_split import issue_notes
 from ncclprobe.sweep.cost_split import notes as cost_split_notes
@@ -20,48 +20,59 @@ from ncclprobe.sweep.host_merge import notes as host_notes
 SCHEMA_VERSION = 1
 
 
-def _same_measurement(record: dict) -> tuple:
+@dataclass(frozen=True)
+class Ranked:
+    """A result as the tables show it: the record, its speedup against the all-default
+    configuration measured the same way (default time / this time), and whether it is the best."""
+
+    record: ResultRecord
+    speedup_vs_default: float | None = None
+    best: bool = False
+
+    def to_json(self) -> dict:
+        """The record as written, plus the two: one result of `sweep --format json`."""
+        return {
+            **self.record.to_record(),
+            "speedup_vs_default": self.speedup_vs_default,
+            "best": self.best,
+        }
+
+
+def _same_measurement(record: ResultRecord) -> tuple:
     return (
-        record["collective"],
-        record.get("op"),
-        record["mode"],
-        record["in_place"],
-        record["dtype"],
-        record["size_bytes"],
+        record.collective,
+        record.op,
+        record.mode,
+        record.in_place,
+        record.dtype,
+        record.size_bytes,
     )
 
 
-def annotate(results: list[dict], *, ranked: bool = True) -> list[dict]:
-    """Each result plus `speedup_vs_default` (default time / this time) and `best` per measurement.
+def annotate(results: list[ResultRecord], *, ranked: bool = True) -> list[Ranked]:
+    """Each result with its speedup against the default and whether it is the best per measurement.
 
     `ranked=False` (gloo: NCCL settings cannot change its numbers) leaves both empty, so noise
     is never presented as the effect of a setting."""
     if not ranked:
-        return [{**r, "speedup_vs_default": None, "best": False} for r in results]
-    defaults = {
-        _same_measurement(r): r["time_us"]
-        for r in results
-        if r["config_id"] == "default" and r["status"] == Status.OK
-    }
-    best: dict[tuple, dict] = {}
-    for r in results:
+        return [Ranked(r) for r in results]
+    timed = [r for r in results if r.status == Status.OK and r.time_us]
+    defaults = {_same_measurement(r): r.time_us for r in timed if r.config_id == "default"}
+    best: dict[tuple, ResultRecord] = {}
+    for r in timed:
         key = _same_measurement(r)
-        if (
-            r["status"] == Status.OK
-            and r.get("time_us")
-            and (key not in best or r["time_us"] < best[key]["time_us"])
-        ):
+        if key not in best or _time(r) < _time(best[key]):
             best[key] = r
     out = []
     for r in results:
         base = defaults.get(_same_measurement(r))
-        speedup = (
-            base / r["time_us"] if base and r["status"] == Status.OK and r.get("time_us") else None
-        )
-        out.append(
-            {**r, "speedup_vs_default": speedup, "best": best.get(_same_measurement(r)) is r}
-        )
+        speedup = base / r.time_us if base and r.status == Status.OK and r.time_us else None
+        out.append(Ranked(r, speedup, best.get(_same_measurement(r)) is r))
     return out
+
+
+def _time(record: ResultRecord) -> float:
+    return record.time_us if record.time_us is not None else float("inf")
 
 
 def can_rank(backend: str | None, share_gpu: bool = False) -> bool:
@@ -70,55 +81,58 @@ def can_rank(backend: str | None, share_gpu: bool = False) -> bool:
     return backend != "gloo" and not share_gpu
 
 
-def rows_by_size(results: list[dict], *, ranked: bool = True) -> dict[tuple[str, int], list[dict]]:
+def rows_by_size(rows: list[Ranked], *, ranked: bool = True) -> dict[tuple[str, int], list[dict]]:
     """Table rows grouped by (collective, size), fastest first within an (op, dtype, mode,
     placement) block; without `ranked` the speedup and best columns are left out."""
     grouped: dict[tuple[str, int], list[dict]] = {}
-    order = {name: i for i, name in enumerate(dict.fromkeys(r["collective"] for r in results))}
-    several = {key: len({r.get(key) for r in results}) > 1 for key in ("op", "dtype")}
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.record.collective for r in rows))}
+    several = {
+        "op": len({r.record.op for r in rows}) > 1,
+        "dtype": len({r.record.dtype for r in rows}) > 1,
+    }
     ordered = sorted(
-        results,
-        key=lambda r: (
-            order[r["collective"]],
-            r["size_bytes"],
-            str(r.get("op")),
-            r["dtype"],
-            r["mode"],
-            not r["in_place"],
-            r["status"] != Status.OK,
-            r.get("time_us") or float("inf"),
+        rows,
+        key=lambda row: (
+            order[row.record.collective],
+            row.record.size_bytes,
+            str(row.record.op),
+            str(row.record.dtype),
+            row.record.mode,
+            not row.record.in_place,
+            row.record.status != Status.OK,
+            row.record.time_us or float("inf"),
         ),
     )
-    for r in ordered:
-        grouped.setdefault((r["collective"], r["size_bytes"]), []).append(
-            table_row(r, ranked=ranked, show=several)
+    for row in ordered:
+        grouped.setdefault((str(row.record.collective), row.record.size_bytes), []).append(
+            table_row(row, ranked=ranked, show=several)
         )
     return grouped
 
 
-def table_row(r: dict, *, ranked: bool = True, show: dict | None = None) -> dict:
+def table_row(row: Ranked, *, ranked: bool = True, show: dict[str, bool] | None = None) -> dict:
     """The terminal row: median, the per-iteration p50 and p99, the host issue time per call."""
-    it = r.get("iter") or {}
-    row = {"size": format_size(r["size_bytes"]), "config": short_label(r["settings"])}
-    row.update({key: r.get(key) for key in ("op", "dtype") if (show or {}).get(key)})
+    r, it = row.record, row.record.iter
+    out: dict = {"size": format_size(r.size_bytes), "config": short_label(r.settings)}
+    out.update({key: getattr(r, key) for key in ("op", "dtype") if (show or {}).get(key)})
     # in order of importance: a narrow terminal leaves out the last columns, never the status
-    row.update(
+    out.update(
         {
-            "mode": r["mode"],
-            "place": "in" if r["in_place"] else "out",
-            "status": r["status"] + (" WRONG" if r.get("wrong") else ""),
-            "time_us": r.get("time_us"),
-            "busbw_gbps": _sig(r.get("busbw_gbps")),
-            "speedup": r.get("speedup_vs_default"),
-            "best": "*" if r.get("best") else "",
-            "p50_us": it.get("p50_us"),
-            "p99_us": it.get("p99_us"),
-            "cpu_us": r.get("cpu_issue_us"),
+            "mode": r.mode,
+            "place": "in" if r.in_place else "out",
+            "status": f"{r.status}" + (" WRONG" if r.wrong else ""),
+            "time_us": r.time_us,
+            "busbw_gbps": _sig(r.busbw_gbps),
+            "speedup": row.speedup_vs_default,
+            "best": "*" if row.best else "",
+            "p50_us": it.p50_us if it else None,
+            "p99_us": it.p99_us if it else None,
+            "cpu_us": r.cpu_issue_us,
         }
     )
     if not ranked:
-        del row["speedup"], row["best"]
-    return row
+        del out["speedup"], out["best"]
+    return out
 
 
 def _sig(value: float | None) -> str | None:
@@ -126,37 +140,33 @@ def _sig(value: float | None) -> str | None:
     return None if value is None else f"{value:.3g}"
 
 
-def csv_row(r: dict) -> dict:
+def csv_row(row: Ranked) -> dict:
     """The machine-readable row: raw units, no formatting."""
-    keys = (
-        "size_bytes",
-        "config_id",
-        "collective",
-        "op",
-        "mode",
-        "in_place",
-        "dtype",
-        "nranks",
-        "time_us",
-        "time_us_p10",
-        "time_us_p90",
-        "rank_spread_us",
-        "cpu_issue_us",
-        "algbw_gbps",
-        "busbw_gbps",
-        "speedup_vs_default",
-        "wrong",
-        "status",
-        "best",
-    )
-    it = r.get("iter") or {}
-    split = r.get("cost_split") or {}
+    r, it, split = row.record, row.record.iter, row.record.cost_split
     return {
-        **{key: r.get(key) for key in keys},
-        **{key: split.get(key) for key in SPLIT_COLUMNS},
+        "size_bytes": r.size_bytes,
+        "config_id": r.config_id,
+        "collective": r.collective,
+        "op": r.op,
+        "mode": r.mode,
+        "in_place": r.in_place,
+        "dtype": r.dtype,
+        "nranks": r.nranks,
+        "time_us": r.time_us,
+        "time_us_p10": r.time_us_p10,
+        "time_us_p90": r.time_us_p90,
+        "rank_spread_us": r.rank_spread_us,
+        "cpu_issue_us": r.cpu_issue_us,
+        "algbw_gbps": r.algbw_gbps,
+        "busbw_gbps": r.busbw_gbps,
+        "speedup_vs_default": row.speedup_vs_default,
+        "wrong": r.wrong,
+        "status": r.status,
+        "best": row.best,
+        **{key: getattr(split, key) if split else None for key in SPLIT_COLUMNS},
         **{
-            f"iter_{k}": it.get(k)
-            for k in ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "cv_pct")
+            f"iter_{key}": getattr(it, key) if it else None
+            for key in ("min_us", "p50_us", "p95_us", "p99_us", "max_us", "cv_pct")
         },
     }
 
@@ -222,16 +232,14 @@ def _level(wording: str) -> str:
     return level
 
 
-def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
+def failed_measurements(results: list[ResultRecord], limit: int = 5) -> list[str]:
     """One line per measurement a worker could not make (the rest of its configuration ran)."""
     failed = [
-        r
-        for r in results
-        if r.get("status") == Status.ERROR and r.get("reason", "").startswith("rank ")
+        r for r in results if r.status == Status.ERROR and (r.reason or "").startswith("rank ")
     ]
     lines = [
-        f"measurement failed: {r['collective']} {r.get('op')} {r['dtype']} {r['config_id']} {r['mode']} "
-        f"{'in' if r['in_place'] else 'out of'} place {format_size(r['size_bytes'])}: {_first_line(r['reason'])}"
+        f"measurement failed: {r.collective} {r.op} {r.dtype} {r.config_id} {r.mode} "
+        f"{'in' if r.in_place else 'out of'} place {format_size(r.size_bytes)}: {_first_line(r.reason)}"
         for r in failed[:limit]
     ]
     return lines + (
@@ -239,12 +247,13 @@ def failed_measurements(results: list[dict], limit: int = 5) -> list[str]:
     )
 
 
-def _first_line(text: str) -> str:
+def _first_line(text: str | None) -> str:
     return text.strip().splitlines()[0][:200] if text and text.strip() else ""
 
 
-def document(results_file: ResultsFile) -> dict:
-    """The JSON document of `ncclprobe sweep --format json`."""
+def document(results_file: ResultsFile, rows: list[Ranked] | None = None) -> dict:
+    """The JSON document of `ncclprobe sweep --format json` (`rows`: its results, ranked where
+    they can be, as `ranked_rows` gives them)."""
     header = results_file.header
     summary = results_file.summaries[-1] if results_file.summaries else None
     return {
@@ -259,12 +268,19 @@ def document(results_file: ResultsFile) -> dict:
         "lint": header.get("lint", []),
         "share_gpu": header.get("share_gpu", False),
         "configs": results_file.configs,
-        "results": annotate(
-            results_file.results,
-            ranked=can_rank(header.get("backend"), header.get("share_gpu", False)),
-        ),
+        "results": [row.to_json() for row in (ranked_rows(results_file) if rows is None else rows)],
         "summary": summary,
     }
+
+
+def rankable(results_file: ResultsFile) -> bool:
+    """Whether the file's configurations can be ranked (`can_rank` of its header)."""
+    header = results_file.header
+    return can_rank(header.get("backend"), header.get("share_gpu", False))
+
+
+def ranked_rows(results_file: ResultsFile) -> list[Ranked]:
+    return annotate(results_file.results, ranked=rankable(results_file))
 
 
 def summary_note(summary: dict | None) -> str | None:
@@ -288,17 +304,19 @@ class Report:
 
     document: dict
     notes: list[str]
+    rows: list[Ranked]
+    ranked: bool
 
     def csv_rows(self) -> list[dict]:
-        return [csv_row(r) for r in self.document["results"]]
+        return [csv_row(row) for row in self.rows]
 
     def tables(self) -> dict[tuple[str, int], list[dict]]:
-        doc = self.document
-        return rows_by_size(doc["results"], ranked=can_rank(doc["backend"], doc["share_gpu"]))
+        return rows_by_size(self.rows, ranked=self.ranked)
 
 
 def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
-    doc = document(results_file)
+    rows = ranked_rows(results_file)
+    doc = document(results_file, rows)
     doc["shortfalls"] = shortfalls
     notes = (
         list(doc["notes"])
@@ -311,4 +329,5 @@ def report(results_file: ResultsFile, shortfalls: list[str]) -> Report:
         + shortfalls
     )
     summary = summary_note(doc["summary"])
-    return Report(document=doc, notes=notes + ([summary] if summary else []))
+    notes += [summary] if summary else []
+    return Report(document=doc, notes=notes, rows=rows, ranked=rankable(results_file))

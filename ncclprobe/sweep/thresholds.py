@@ -13,13 +13,19 @@ from dataclasses import dataclass
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.numbers import parse_float
-from ncclprobe.records import Status
+from ncclprobe.records import ResultRecord, Status
 from ncclprobe.sizes import format_size, parse_size
+from ncclprobe.textenum import TextEnum
+
+
+class Metric(TextEnum):
+    BUSBW = "busbw_gbps"  # at least the limit
+    TIME = "time_us"  # at most the limit
 
 
 @dataclass(frozen=True)
 class Criterion:
-    metric: str  # "busbw_gbps" (at least) or "time_us" (at most)
+    metric: Metric
     limit: float
     size_bytes: int | None  # None: the largest (busbw) or smallest (latency) size measured
 
@@ -27,29 +33,39 @@ class Criterion:
         where = (
             format_size(self.size_bytes)
             if self.size_bytes
-            else ("the largest size" if self.metric == "busbw_gbps" else "the smallest size")
+            else ("the largest size" if self.metric is Metric.BUSBW else "the smallest size")
         )
         return (
             f"busbw >= {self.limit:g} GB/s"
-            if self.metric == "busbw_gbps"
+            if self.metric is Metric.BUSBW
             else f"time <= {self.limit:g} us"
         ) + f" at {where}"
+
+    def value(self, record: ResultRecord) -> float | None:
+        return record.busbw_gbps if self.metric is Metric.BUSBW else record.time_us
+
+    def missed(self, value: float | None) -> bool:
+        if value is None:
+            return True
+        return value < self.limit if self.metric is Metric.BUSBW else value > self.limit
 
 
 def parse(min_busbw: str | None, max_latency: str | None) -> list[Criterion]:
     out = []
     for flag, text, metric in (
-        ("--min-busbw", min_busbw, "busbw_gbps"),
-        ("--max-latency", max_latency, "time_us"),
+        ("--min-busbw", min_busbw, Metric.BUSBW),
+        ("--max-latency", max_latency, Metric.TIME),
     ):
         if text is not None:
             out.append(_parse_one(flag, text, metric))
     return out
 
 
-def _parse_one(flag: str, text: str, metric: str) -> Criterion:
-    value, _, size = text.partition("@")
+def _parse_one(flag: str, text: str, metric: Metric) -> Criterion:
+    value, at, size = text.partition("@")
     try:
+        if at and not size:  # `5@`: a size was meant and is missing
+            raise UsageProblem(flag)
         limit = parse_float(value, flag, min=0, min_open=True)  # ASCII, finite: ncclprobe.numbers
     except UsageProblem:
         raise UsageProblem(
@@ -58,47 +74,42 @@ def _parse_one(flag: str, text: str, metric: str) -> Criterion:
     return Criterion(metric, limit, parse_size(size) if size else None)
 
 
-def check(results: list[dict], criteria: list[Criterion]) -> list[str]:
+def check(results: list[ResultRecord], criteria: list[Criterion]) -> list[str]:
     """One line per measurement that misses a criterion."""
     lines = []
-    ok = [r for r in results if r.get("status") == Status.OK and r.get("time_us")]
+    ok = [r for r in results if r.status == Status.OK and r.time_us]
     for criterion in criteria:
         lines += _check_one(ok, criterion)
     return lines
 
 
-def _check_one(ok: list[dict], criterion: Criterion) -> list[str]:
-    by_collective: dict[str, list[dict]] = {}
+def _check_one(ok: list[ResultRecord], criterion: Criterion) -> list[str]:
+    by_collective: dict[str, list[ResultRecord]] = {}
     for r in ok:
-        by_collective.setdefault(r["collective"], []).append(r)
+        by_collective.setdefault(str(r.collective), []).append(r)
     lines = []
     for collective, records in sorted(by_collective.items()):
-        sizes = sorted({r["size_bytes"] for r in records})
-        size = criterion.size_bytes or (sizes[-1] if criterion.metric == "busbw_gbps" else sizes[0])
-        at = [r for r in records if r["size_bytes"] == size]
+        sizes = sorted({r.size_bytes for r in records})
+        size = criterion.size_bytes or (sizes[-1] if criterion.metric is Metric.BUSBW else sizes[0])
+        at = [r for r in records if r.size_bytes == size]
         if not at:
             lines.append(
                 f"threshold {criterion.describe()}: {collective} was not measured at {format_size(size)}"
             )
             continue
         for r in at:
-            value = r.get(criterion.metric)
-            bad = value is None or (
-                value < criterion.limit
-                if criterion.metric == "busbw_gbps"
-                else value > criterion.limit
-            )
-            if bad:
-                unit = "GB/s" if criterion.metric == "busbw_gbps" else "us"
+            value = criterion.value(r)
+            if criterion.missed(value):
+                unit = "GB/s" if criterion.metric is Metric.BUSBW else "us"
                 what = " ".join(
                     str(x)
                     for x in (
                         collective,
-                        r.get("op"),
-                        r.get("dtype"),
-                        r["config_id"],
-                        r["mode"],
-                        "in place" if r["in_place"] else "out of place",
+                        r.op,
+                        r.dtype,
+                        r.config_id,
+                        r.mode,
+                        "in place" if r.in_place else "out of place",
                     )
                     if x
                 )

@@ -39,6 +39,9 @@ FORMS = {
     "akia": "AKIA{M}X",
     "proxyjump": "-o ProxyJump=admin:{m}@bastion",
     "ssh": "ssh admin:{m}@bastion.example failed",
+    # a flag or `login` inside a word, after punctuation (a URL-ish path, a query)
+    "path_flag": "/tmp/x?--password:{m}",
+    "path_login": "/tmp/x?login admin:{m}",
 }
 ARGV_FORMS = {"redis": "redis-cli -a {m} ping", "mysql": "mysql -uroot -p{m} db"}
 # in the NCCL settings themselves: a value with no spaces

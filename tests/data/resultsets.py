@@ -48,6 +48,7 @@ def write_set(
     backend: str = "nccl",
     env: dict | None = None,
     node: dict | None = None,
+    nccl: str | None = "2.28.9",
 ) -> str:
     header = {
         "kind": kind,
@@ -58,7 +59,7 @@ def write_set(
             "ncclprobe": "0",
             "python": "3.11",
             "torch": "2",
-            "nccl": "2.28.9",
+            "nccl": nccl,
             "cuda": None,
         },
         "gpus": ["Test GPU"] * nranks,

@@ -13,10 +13,11 @@ rest still in it). A member that never enqueued it cannot have finished it howev
 reads (gloo marks a collective that failed on a timeout "completed"). Completion is read from the
 entry's state and from `pg_status.last_completed_collective` (gloo leaves every state "scheduled").
 
-Which ranks belong to a group: the dumps' `pg_config`; where it does not name the group (gloo
-records its ranks under an empty name), the default group is every rank dumped and another group
-the ranks whose dumps mention it (said in a note). The ring buffer may have overwritten a rank's
-oldest entries: only sequence numbers every member still holds are compared.
+Which group an entry belongs to and which ranks belong to a group: `hang_groups` (the name, and
+where a name is not enough the members or the backend's pg_id: TORCH_DISTRIBUTED_DEBUG=DETAIL
+records every backend under one empty name, its own checks included, which `hang_detail` reads).
+The ring buffer may have overwritten a rank's oldest entries: only sequence numbers every member
+still holds are compared.
 
 At 1,024 ranks. Each dump arrives as a table (`evidence.hang.fr_table`); a call is built from it only
 where a finding needs one. Per group, each member's calls become one array of call codes by
@@ -27,90 +28,17 @@ without building the calls before it; only there is the exact comparison made.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
+from ncclprobe.diagnose.hang import hang_detail
 from ncclprobe.diagnose.hang.hang_codes import RankCalls, candidates, compare
-from ncclprobe.evidence.hang.flight_recorder import Dump, Entry
-from ncclprobe.evidence.hang.fr_table import NONE
+from ncclprobe.diagnose.hang.hang_groups import Call, Group, identify
+from ncclprobe.evidence.hang.flight_recorder import Dump
+from ncclprobe.evidence.hang.fr_table import NONE, EntryTable
 from ncclprobe.rank_ranges import ranges_text
 
-DEFAULT_GROUP_DESC = "default_pg"
+__all__ = ["Call", "Group", "Hang", "Stuck", "build", "groups_summary", "order_swap"]
 ORDER_WINDOW = 8  # later collectives searched for a swapped pair
-
-
-@dataclass(frozen=True)
-class Call:
-    """What one rank issued as one collective of a group: one entry, or the entries of a
-    coalesced call (they share the sequence number)."""
-
-    group: str
-    rank: int
-    seq: int
-    entries: tuple[Entry, ...]
-    completed: bool
-
-    @property
-    def op(self) -> str:
-        ops = [e.op for e in self.entries if e.op != "coalesced"]
-        return "+".join(ops) if ops else self.entries[0].op
-
-    @property
-    def signature(self) -> tuple:
-        return tuple(e.signature for e in self.entries)
-
-    @property
-    def first(self) -> Entry:
-        return self.entries[0]
-
-
-@dataclass
-class Group:
-    """One process group across the dumps."""
-
-    name: str
-    desc: str | None
-    members: tuple[int, ...]
-    members_recorded: bool  # pg_config named them; else inferred (see the module docstring)
-    calls: dict[int, RankCalls] = field(default_factory=dict)  # rank -> its collectives
-    p2p: dict[int, list[Entry]] = field(default_factory=dict)  # rank -> its send/recv entries
-    enqueued: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq enqueued
-    completed: dict[int, int] = field(default_factory=dict)  # rank -> last collective seq completed
-    window_start: int = 1  # the first seq every dumped member still holds
-    # filled by `_build` (hang_codes.compare): per member its codes over [window_start, top]; agreed[i]: every
-    # dumped member holds the same call there
-    codes: dict[int, array] = field(default_factory=dict, repr=False)
-    agreed: bytearray = field(default_factory=bytearray, repr=False)
-    top: int = 0
-
-    @property
-    def label(self) -> str:
-        return self.desc if self.desc and self.desc != "undefined" else f"group {self.name}"
-
-    @property
-    def dumped(self) -> tuple[int, ...]:
-        return tuple(r for r in self.members if r in self.enqueued)
-
-    def call(self, rank: int, seq: int) -> Call | None:
-        mine = self.calls.get(rank)
-        rows = mine.rows_of(seq) if mine is not None else []
-        if not rows:
-            return None
-        table = mine.table
-        return Call(
-            group=self.name,
-            rank=rank,
-            seq=seq,
-            entries=tuple(table.entry(i) for i in rows),
-            completed=seq <= self.completed[rank],
-        )
-
-    def last_seq(self, rank: int) -> int | None:
-        mine = self.calls.get(rank)
-        return mine.last() if mine is not None else None
-
-    def call_count(self) -> int:
-        return sum(len(c) for c in self.calls.values())
 
 
 @dataclass(frozen=True)
@@ -122,14 +50,22 @@ class Stuck:
     calls: dict[int, Call]  # members that enqueued it
     missing: tuple[int, ...]  # dumped members that never enqueued it
     undumped: tuple[int, ...]  # members without a dump: unknown
+    check: Group | None = None  # DETAIL's check of it ran and failed: no member issued it
+    check_seq: int | None = None  # the check's last call, in `check`'s own numbering
 
     @property
     def mismatch(self) -> bool:
-        return len({c.signature for c in self.calls.values()}) > 1
+        return self.check is not None or len({c.signature for c in self.calls.values()}) > 1
 
     @property
     def agreed(self) -> bool:
         return not self.missing and not self.mismatch
+
+    @property
+    def because(self) -> str:
+        """missing (a member never enqueued it), mismatch (members issued different calls) or
+        agreed."""
+        return "missing" if self.missing else "mismatch" if self.mismatch else "agreed"
 
     @property
     def waiting(self) -> tuple[int, ...]:
@@ -154,7 +90,7 @@ class Hang:
 
     def pending_elsewhere(self, rank: int, group: Group) -> Call | None:
         """The oldest collective `rank` has enqueued and not finished in a group other than `group`."""
-        pending = []
+        pending: list[Call] = []
         for g in self.groups.values():
             mine = g.calls.get(rank)
             if g is group or mine is None:
@@ -162,8 +98,8 @@ class Hang:
             for seq in mine.distinct():
                 if seq < g.window_start or self._agreed_done(g, seq):
                     continue
-                call = g.call(rank, seq)
-                if not self.finished(call):
+                call = g.call(rank, seq)  # held: `distinct` lists the seqs it has rows of
+                if call is not None and not self.finished(call):
                     pending.append(call)
         return min(pending, key=lambda c: c.first.time_created_ns or 0, default=None)
 
@@ -180,15 +116,16 @@ class Hang:
         group = self.groups[call.group]
         if self._agreed_done(group, call.seq):
             return True
-        calls = [group.call(r, call.seq) for r in group.dumped]
-        if any(c is None for c in calls):
+        calls = [c for r in group.dumped if (c := group.call(r, call.seq)) is not None]
+        if len(calls) < len(group.dumped):
             return False
         return call.completed or (
             len({c.signature for c in calls}) == 1 and any(c.completed for c in calls)
         )
 
 
-_BUILT: list = []  # the last (dumps, Hang): the rules, the notes and the summary share one build
+# the last (dumps, Hang): the rules, the notes and the summary share one build
+_BUILT: list[tuple[list[Dump], Hang]] = []
 
 
 def build(dumps: list[Dump]) -> Hang:
@@ -200,19 +137,23 @@ def build(dumps: list[Dump]) -> Hang:
 
 
 def _build(dumps: list[Dump]) -> Hang:
-    groups, notes = _groups(dumps), [n for d in dumps for n in d.notes]
+    found = identify(dumps)
+    groups, notes = found.groups, [n for d in dumps for n in d.notes]
     for dump in dumps:
-        _add_dump(groups, dump)
-    inferred: dict[str, list[str]] = {}
+        _add_dump(groups, dump, found.rows[dump.rank])
+    inferred: dict[str, list[Group]] = {}
     for group in groups.values():
         _window(group, notes)
         dumped = group.dumped
         group.top = max((group.enqueued[r] for r in dumped), default=0)
         members = {r: group.calls[r] for r in dumped}
         group.codes, group.agreed = compare(members, group.window_start, group.top + 1)
+    checks = hang_detail.link(groups, dumps, found.rows)
+    for group in groups.values():
         if not group.members_recorded:
-            how = "every rank dumped" if _is_default(group) else "the dumps that mention it"
+            how = "every rank dumped" if group.is_default else "the dumps that mention it"
             inferred.setdefault(how, []).append(group)
+    notes += hang_detail.notes(groups, found.shared, checks)
     for how, gs in inferred.items():
         if len(gs) == 1:
             notes.append(
@@ -225,6 +166,11 @@ def _build(dumps: list[Dump]) -> Hang:
                 f"the dumps do not record their ranks; each taken as {how}"
             )
     stuck = [s for g in groups.values() if (s := _first_stuck(g)) is not None]
+    for group, seq, check, check_seq in hang_detail.failed_checks(
+        groups, checks, found.rows, dumps, stuck
+    ):
+        undumped = tuple(r for r in group.members if r not in group.dumped)
+        stuck.append(Stuck(group, seq, {}, (), undumped, check=check, check_seq=check_seq))
     return Hang(
         dumps=dumps,
         groups=groups,
@@ -234,72 +180,44 @@ def _build(dumps: list[Dump]) -> Hang:
     )
 
 
-def _is_default(group: Group) -> bool:
-    return group.desc == DEFAULT_GROUP_DESC or group.name == "0"
-
-
-def _groups(dumps: list[Dump]) -> dict[str, Group]:
-    """Every group an entry names, with its members (recorded, or inferred)."""
-    config = {name: g for d in dumps for name, g in d.groups.items() if g.ranks and name}
-    named: dict[str, tuple[str | None, set[int]]] = {}
-    for d in dumps:
-        for name, desc in d.table.groups:
-            named.setdefault(name, (desc, set()))[1].add(d.rank)
-    world = {d.rank for d in dumps} | {r for g in config.values() for r in g.ranks}
-    out = {}
-    for name, (desc, seen) in named.items():
-        if name in config:
-            members, recorded = set(config[name].ranks), True
-        else:
-            default = desc == DEFAULT_GROUP_DESC or name == "0"
-            members, recorded = (world if default else seen), False
-        out[name] = Group(
-            name=name, desc=desc, members=tuple(sorted(members)), members_recorded=recorded
-        )
-    return out
-
-
-def _add_dump(groups: dict[str, Group], dump: Dump) -> None:
+def _add_dump(groups: dict[str, Group], dump: Dump, rows: dict[str, list[int]]) -> None:
+    """A dump's rows into its groups: collectives by sequence number, p2p apart, how far it got."""
     table = dump.table
-    by_group: dict[int, list[int]] = {}
-    if len(table.groups) == 1:
-        by_group[0] = list(range(len(table)))
-    else:
-        for i, g in enumerate(table.group):
-            by_group.setdefault(g, []).append(i)
-    rows: dict[str, list[int]] = {}
-    p2p: dict[str, list[int]] = {}
-    pg_ids: dict[str, int | None] = {}
-    seq_col, any_p2p = table.collective_seq, 1 in table.is_p2p
-    for g, mine in by_group.items():
-        name = table.groups[g][0]
-        pg = table.pg_id[mine[-1]]
-        pg_ids[name] = None if pg == NONE else pg
-        if any_p2p:
-            p2p[name] = [i for i in mine if table.is_p2p[i]]
-            mine = [i for i in mine if not table.is_p2p[i]]
-        rows[name] = [i for i in mine if seq_col[i] != NONE]
+    seq_col, is_p2p = table.collective_seq, table.is_p2p
+    any_p2p = 1 in is_p2p
     for name, group in groups.items():
-        if p2p.get(name):
-            group.p2p[dump.rank] = [table.entry(i) for i in p2p[name]]
+        mine = rows.get(name, [])
+        if any_p2p:
+            p2p = [i for i in mine if is_p2p[i]]
+            if p2p:
+                group.p2p[dump.rank] = [table.entry(i) for i in p2p]
+            mine = [i for i in mine if not is_p2p[i]]
         if dump.rank not in group.members:
             continue
-        pg = pg_ids.get(name)
+        pg = group.pg_id if group.pg_id is not None else _pg_of(table, rows.get(name))
         st = dump.status.get(pg) if pg is not None else None
-        mine = RankCalls(table, rows.get(name, []))
+        calls = RankCalls(table, [i for i in mine if seq_col[i] != NONE])
         last_done = st.last_completed if st and st.last_completed is not None else 0
-        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(mine)])
-        last = mine.last()
+        group.completed[dump.rank] = max([last_done, 0, *_completed_seqs(calls)])
+        last = calls.last()
         group.enqueued[dump.rank] = max(
             st.last_enqueued if st and st.last_enqueued is not None else 0, last or 0
         )
-        group.calls[dump.rank] = mine
+        group.calls[dump.rank] = calls
+
+
+def _pg_of(table: EntryTable, rows: list[int] | None) -> int | None:
+    """The pg_id of a group's rows in one dump (its last row's), None where absent."""
+    if not rows:
+        return None
+    pg = table.pg_id[rows[-1]]
+    return None if pg == NONE else pg
 
 
 def _completed_seqs(mine: RankCalls) -> list[int]:
     """The highest sequence number all of whose entries read completed (the others are below)."""
     state, seqs, rows = mine.table.state, mine.seqs, mine.rows
-    done = {}
+    done: dict[int, bool] = {}
     for k in range(len(seqs) - 1, -1, -1):
         done[seqs[k]] = done.get(seqs[k], True) and state[rows[k]] == 2
         if k == 0 or seqs[k - 1] != seqs[k]:
@@ -310,7 +228,7 @@ def _completed_seqs(mine: RankCalls) -> list[int]:
 
 def _window(group: Group, notes: list[str]) -> None:
     """Only seqs every dumped member still holds can be compared (the ring buffer drops the oldest)."""
-    firsts = [c.first() for c in group.calls.values() if c.seqs]
+    firsts = [f for c in group.calls.values() if (f := c.first()) is not None]
     group.window_start = max(firsts, default=1)
     if group.window_start > 1 and any(f < group.window_start for f in firsts):
         notes.append(
@@ -388,12 +306,7 @@ def groups_summary(dumps: list[Dump]) -> list[dict]:
                 str(r): {"enqueued": g.enqueued[r], "completed": g.completed[r]} for r in g.dumped
             },
             "stuck_at": stuck[g.name].seq if g.name in stuck else None,
-            "stuck_because": _because(stuck[g.name]) if g.name in stuck else None,
+            "stuck_because": stuck[g.name].because if g.name in stuck else None,
         }
         for g in hang.groups.values()
     ]
-
-
-def _because(stuck: Stuck) -> str:
-    """missing (a member never enqueued it), mismatch (members issued different calls) or agreed."""
-    return "missing" if stuck.missing else "mismatch" if stuck.mismatch else "agreed"

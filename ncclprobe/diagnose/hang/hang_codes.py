@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
 
 from ncclprobe.evidence.hang.fr_table import EntryTable
 
@@ -49,7 +50,7 @@ class RankCalls:
         lo, hi = bisect_left(self.seqs, seq), bisect_right(self.seqs, seq)
         return list(self.rows[lo:hi])
 
-    def codes(self, start: int, stop: int, code_of) -> array:
+    def codes(self, start: int, stop: int, code_of: CallCodes) -> array[int]:
         """One code per sequence number in [start, stop): the call's code, or ABSENT."""
         out = array("l", [ABSENT]) * max(0, stop - start)
         seqs, rows, table = self.seqs, self.rows, self.table
@@ -74,7 +75,7 @@ class RankCalls:
 class CallCodes:
     """Call codes: one integer per distinct call (its entries' operations, sizes and dtypes)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ids: dict[tuple, int] = {}
         self.by_table: dict[int, list[int]] = {}
 
@@ -88,7 +89,7 @@ class CallCodes:
             ]
         return found
 
-    def __call__(self, table: EntryTable, rows) -> int:
+    def __call__(self, table: EntryTable, rows: Sequence[int]) -> int:
         local = self.local(table)
         if len(rows) == 1:
             return local[table.call[rows[0]]]
@@ -96,7 +97,9 @@ class CallCodes:
         return self.ids.setdefault(key, len(self.ids))
 
 
-def compare(members: dict[int, RankCalls], start: int, stop: int) -> tuple[dict, bytearray]:
+def compare(
+    members: dict[int, RankCalls], start: int, stop: int
+) -> tuple[dict[int, array[int]], bytearray]:
     """Each member's codes over [start, stop), and `agreed`: 1 where every member holds the same
     call (the first member is the reference; a member equal to it costs one C compare)."""
     code_of = CallCodes()
@@ -117,7 +120,7 @@ def compare(members: dict[int, RankCalls], start: int, stop: int) -> tuple[dict,
     return codes, agreed
 
 
-def differences(a: array, b: array, lo: int = 0):
+def differences(a: array[int], b: array[int], lo: int = 0) -> Iterator[int]:
     """Indices where two equal-length arrays differ, found by halving slices (C-speed compares)."""
     hi = len(a)
     if a[lo:hi] == b[lo:hi]:
@@ -135,7 +138,7 @@ def differences(a: array, b: array, lo: int = 0):
         stack.append((lo, mid))
 
 
-def candidates(agreed: bytearray, start: int, done: int):
+def candidates(agreed: bytearray, start: int, done: int) -> Iterator[int]:
     """Indices (seq - start) that could be where a group stopped, in order: every index where the
     dumped members do not all hold one call, then every index past `done`, the last sequence number
     a member completed (an index where all hold one call that a member completed is done)."""

@@ -4,8 +4,10 @@ mismatched call's completion means. One home, so every hang finding words them a
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ncclprobe.diagnose.hang import hang as H
+from ncclprobe.evidence.hang.flight_recorder import Entry
 from ncclprobe.rank_ranges import ranges_text
 from ncclprobe.rank_ranges import rank_word as _rank_word
 
@@ -13,7 +15,7 @@ MAX_STATES = 3  # rank states shown per group; the rest counted
 MAX_STOPPED = 3  # stopped groups named per kind of group; the rest counted
 
 
-def ranks_text(ranks) -> str:
+def ranks_text(ranks: Iterable[int]) -> str:
     return ranges_text(ranks)
 
 
@@ -61,7 +63,7 @@ def call_text(call: H.Call) -> str:
     return f"{call.op} of {sizes}{dtype_text(e)}"
 
 
-def dtype_text(e) -> str:
+def dtype_text(e: Entry) -> str:
     dtypes = sorted(set(e.input_dtypes or ()))
     return f" {'/'.join(dtypes)}" if dtypes else ""
 
@@ -83,15 +85,15 @@ def at(call: H.Call) -> str:
     return entry_at(call.first)
 
 
-def entry_at(entry) -> str:
+def entry_at(entry: Entry) -> str:
     return f", issued at {entry.where}" if entry.where else ""
 
 
-def rank_word(ranks) -> str:
+def rank_word(ranks: Iterable[int]) -> str:
     return _rank_word(ranks)
 
 
-def verb(ranks, one: str, many: str) -> str:
+def verb(ranks: Iterable[int], one: str, many: str) -> str:
     return one if len(list(ranks)) == 1 else many
 
 
@@ -166,12 +168,12 @@ def _one_group(g: dict) -> str:
     return f"{g['label']} ({_members(g['members'])}): " + "; ".join(parts) + _stuck_text(g)
 
 
-def _members(ranks) -> str:
+def _members(ranks: Iterable[int]) -> str:
     """`ranks 0-7` or `256 ranks: 0-255`."""
-    ranks = sorted(set(ranks))
-    if len(ranks) <= 8:
-        return _rank_word(ranks)
-    return f"{len(ranks)} ranks: {ranges_text(ranks)}"
+    ordered = sorted(set(ranks))
+    if len(ordered) <= 8:
+        return _rank_word(ordered)
+    return f"{len(ordered)} ranks: {ranges_text(ordered)}"
 
 
 def _stuck_text(g: dict) -> str:

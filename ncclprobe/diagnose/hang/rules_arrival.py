@@ -82,7 +82,7 @@ def _late_rank(
     """`host_blocks`: every call compared ran on gloo, whose host blocks in the call."""
     late: dict[int, list[float]] = {}
     for times in calls:
-        first, last_rank = min(times.values()), max(times, key=times.get)
+        first, last_rank = min(times.values()), max(times, key=lambda r: times[r])
         spread_ms = (times[last_rank] - first) / 1e6
         if spread_ms >= LATE_FLOOR_MS:
             late.setdefault(last_rank, []).append(spread_ms)

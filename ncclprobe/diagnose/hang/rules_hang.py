@@ -14,7 +14,8 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
-from ncclprobe.diagnose.hang.rules_hang_log import log_notes, log_only_findings
+from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, unrecorded_barrier
+from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import pending as p2p_pending
 from ncclprobe.evidence import bundle as E
@@ -28,8 +29,14 @@ def hang_findings(ev: E.Evidence) -> list:
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
-    out: list = [_cycle_finding(c) for c in cycles]
+    out: list = [_cycle_finding(hang, c) for c in cycles]
+    checked = ev.job_logs and any(g.checks for g in hang.groups.values())
+    from_log = detail_findings(ev) if checked else []  # DETAIL's own words: what its checks saw
     for stuck in hang.stuck:
+        if stuck.check is not None:
+            if not any(f.evidence.get("seq") == stuck.seq for f in from_log):
+                out.append(check_failed(stuck))
+            continue
         if stuck.missing and not set(stuck.missing) <= explained.get(id(stuck), set()):
             out.append(_missing(hang, stuck))
         if stuck.mismatch:
@@ -37,7 +44,7 @@ def hang_findings(ev: E.Evidence) -> list:
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
         if stuck.agreed:
             out.append(_agreed(hang, stuck, hung))
-    out += p2p_findings(hang)
+    out += from_log + p2p_findings(hang)
     if hang.unreadable:
         out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
@@ -209,25 +216,43 @@ def _cycles(hang: H.Hang) -> tuple[list[list[tuple[H.Stuck, int, int]]], dict[in
             target = by_call.get((there.group, there.seq)) if there else None
             if target is not None and s.waiting:
                 edges.setdefault(id(s), (s, s.waiting[0], m, target))
-    cycles, explained, seen = [], {}, set()
+    cycles: list[list[tuple[H.Stuck, int, int]]] = []
+    explained: dict[int, set[int]] = {}
+    seen: set[int] = set()
     for start in list(edges):
-        path, node = [], start
+        path: list[tuple[H.Stuck, int, int]] = []
+        node = start
         while node in edges and node not in {id(p[0]) for p in path}:
             s, waiter, missing, target = edges[node]
             path.append((s, waiter, missing))
             node = id(target)
         if node == start and start not in seen:
             cycles.append(path)
-            for s, _, m in path:
+            in_cycle = {(s.group.name, s.seq) for s, _, _ in path}
+            for s, _, _ in path:
                 seen.add(id(s))
-                explained.setdefault(id(s), set()).add(m)
+                explained.setdefault(id(s), set()).update(_held_in(hang, s, in_cycle))
     return cycles, explained
 
 
-def _cycle_finding(cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
+def _held_in(hang: H.Hang, stuck: H.Stuck, calls: set[tuple[str, int]]) -> tuple[int, ...]:
+    """The missing ranks of `stuck` that wait in one of `calls` (at 3 ranks and more, a cycle's
+    link holds several: every rank that issued the other group's call first)."""
+    out = []
+    for m in stuck.missing:
+        there = hang.pending_elsewhere(m, stuck.group)
+        if there is not None and (there.group, there.seq) in calls:
+            out.append(m)
+    return tuple(out)
+
+
+def _cycle_finding(hang: H.Hang, cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
+    calls = {(s.group.name, s.seq) for s, _, _ in cycle}
+    held = [(s, s.waiting, _held_in(hang, s, calls)) for s, _, _ in cycle]
     links = [
-        f"rank {w} waits in {s.group.label} #{s.seq} ({s.calls[w].op}) for rank {m}"
-        for s, w, m in cycle
+        f"{W.rank_word(waiting)} {W.verb(waiting, 'waits', 'wait')} in {s.group.label} #{s.seq} "
+        f"({s.calls[waiting[0]].op}) for {W.rank_word(missing)}"
+        for s, waiting, missing in held
     ]
     labels = [s.group.label for s, _, _ in cycle]
     return Finding(
@@ -244,8 +269,15 @@ def _cycle_finding(cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
         ),
         evidence={
             "cycle": [
-                {"group": s.group.name, "seq": s.seq, "waiting_rank": w, "missing_rank": m}
-                for s, w, m in cycle
+                {
+                    "group": s.group.name,
+                    "seq": s.seq,
+                    "waiting_rank": w,
+                    "missing_rank": m,
+                    "waiting_ranks": list(waiting),
+                    "missing_ranks": list(missing),
+                }
+                for (s, w, m), (_, waiting, missing) in zip(cycle, held)
             ]
         },
     )
@@ -364,7 +396,8 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
             severity="info",
             confidence="high",
             title=title,
-            detail="Nothing is pending in the dumps: no collective or p2p operation is stuck.",
+            detail="Nothing is pending in the dumps: no collective or p2p operation is stuck."
+            + unrecorded_barrier(hang),
             evidence={"calls": n, "ranks": list(hang.ranks)},
         )
     return Finding(
@@ -376,6 +409,7 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
             "The log shows a timeout or a failure, yet no recorded collective is pending: the job "
             "waited outside these groups (host code, a store or barrier of another library, a group "
             "created without the Flight Recorder) or the dumps were taken before the hang."
+            + unrecorded_barrier(hang)
         ),
         evidence={"calls": n, "ranks": list(hang.ranks)},
     )

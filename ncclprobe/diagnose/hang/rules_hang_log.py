@@ -18,10 +18,12 @@ The Flight Recorder turns inferences into readings, so a log-only diagnosis alwa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogTimeout
 from ncclprobe.findings import Finding, NotChecked
 from ncclprobe.rank_ranges import rank_word
 
@@ -64,7 +66,7 @@ def log_only_findings(ev: E.Evidence) -> list:
     in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
     out: list = [_cycle_finding(c) for c in cycles]
     out += [_watchdog(s) for s in stuck if id(s) not in in_cycle]
-    out += _detail_findings(ev)
+    out += detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
     if gloo and not out:
         out.append(
@@ -257,10 +259,11 @@ def _mismatch(s: LogStuck, evidence: dict) -> Finding:
     )
 
 
-def _detail_findings(ev: E.Evidence) -> list[Finding]:
-    """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers."""
+def detail_findings(ev: E.Evidence) -> list[Finding]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers (read
+    beside the dumps too, which hold DETAIL's checks but not what they compared)."""
     out = []
-    prints = {}
+    prints: dict[int, dict[int, Fingerprint]] = {}
     for log in ev.job_logs:
         for f in log.fingerprints:
             prints.setdefault(f.seq, {}).setdefault(f.rank, f)
@@ -328,21 +331,23 @@ def _detail_findings(ev: E.Evidence) -> list[Finding]:
 def _cycles(ev: E.Evidence, stuck: list[LogStuck]) -> list[list[tuple[LogStuck, int, int]]]:
     """Collectives of different groups whose silent ranks each wait in the other: each rank's
     first timeout is where it waits. [(stuck, waiting rank, missing rank)] per cycle."""
-    waits: dict[int, tuple] = {}
+    waits: dict[int | None, tuple[str | None, int | None]] = {}  # rank -> (group, seq)
     for log in ev.job_logs:
         for t in log.timeouts:
             waits.setdefault(t.rank, (t.group, t.seq))
     by_key = {(s.group, s.seq): s for s in stuck}
-    edges = {}
+    edges: dict[int, tuple[LogStuck, int, int, LogStuck]] = {}
     for s in stuck:
         for m in s.silent:
-            there = by_key.get(waits.get(m))
+            there = by_key.get(waits[m]) if m in waits else None
             waiter = next((r for r in sorted(s.calls) if waits.get(r) == (s.group, s.seq)), None)
             if there is not None and there is not s and waiter is not None and waiter != m:
                 edges.setdefault(id(s), (s, waiter, m, there))
-    cycles, seen = [], set()
+    cycles: list[list[tuple[LogStuck, int, int]]] = []
+    seen: set[int] = set()
     for start in list(edges):
-        path, node = [], start
+        path: list[tuple[LogStuck, int, int]] = []
+        node = start
         while node in edges and node not in {id(p[0]) for p in path}:
             s, waiter, missing, target = edges[node]
             path.append((s, waiter, missing))
@@ -406,15 +411,44 @@ def log_notes(ev: E.Evidence) -> list[str]:
 
 def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
     """(group, seq) -> {rank: its watchdog timeout}, over every log: one sequence number of a group
-    is one collective, whatever each rank issued there."""
+    is one collective, whatever each rank issued there. A rank's timeout in a collective it issued
+    after its first timeout had fired is left out: the job had already failed there (a rank that
+    outlives its first timeout goes on to its next call, which times out too), so it says nothing
+    of where the rank waited (`_after_first`)."""
     out: dict[tuple, dict] = {}
     for log in ev.job_logs:
+        firsts: dict = {}
         for t in log.timeouts:
-            out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
+            if not _after_first(t, firsts.setdefault(t.rank, t)):
+                out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
     for by_rank in out.values():  # a line that named no rank, beside ranks that did: not a rank
         if None in by_rank and len(by_rank) > 1:
             del by_rank[None]
     return out
+
+
+def _after_first(t: WatchdogTimeout, first: WatchdogTimeout) -> bool:
+    """Whether `t` is a collective its rank issued (line clock less its run time) after the rank's
+    first timeout (`first`), in another collective, had fired; False where a clock is not printed."""
+    if first is t or (first.group, first.seq) == (t.group, t.seq):
+        return False
+    fired, now = _clock_s(first.time), _clock_s(t.time)
+    if fired is None or now is None or t.ran_ms is None:
+        return False
+    return now - t.ran_ms / 1000 > fired
+
+
+def _clock_s(clock: str | None) -> float | None:
+    """A glog clock ("1206 23:48:26.698078929": month, day, time) as seconds, for ordering within
+    one job (month lengths do not matter there); None where absent or not of that form."""
+    if not clock:
+        return None
+    md, _, hms = clock.partition(" ")
+    h, m, sec = (hms.split(":") + ["", ""])[:3]
+    try:
+        return (int(md[:2]) * 31 + int(md[2:])) * 86400 + int(h) * 3600 + int(m) * 60 + float(sec)
+    except ValueError:
+        return None
 
 
 def _known_ranks(ev: E.Evidence) -> set[int]:
@@ -423,15 +457,15 @@ def _known_ranks(ev: E.Evidence) -> set[int]:
     return ranks
 
 
-def _call(t) -> str:
+def _call(t: WatchdogTimeout) -> str:
     out = f"{t.op} of {_numel(t.numel_in)} elements"
     return out if t.numel_out in (None, t.numel_in) else f"{out} in, {_numel(t.numel_out)} out"
 
 
-def _numel(n) -> str:
+def _numel(n: int | None) -> str:
     return f"{n:,}" if n is not None else "?"
 
 
-def _ranks(ranks) -> str:
+def _ranks(ranks: Iterable[int | None]) -> str:
     """`rank 3`, `ranks 0-84, 86-1023 (1023 ranks)`: ranges, so 1,024 ranks stay one line."""
     return rank_word(r for r in ranks if r is not None)

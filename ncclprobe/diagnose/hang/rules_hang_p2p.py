@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
+from ncclprobe.evidence.hang.flight_recorder import Entry
 from ncclprobe.findings import Finding
 
 
@@ -78,11 +79,13 @@ def _pending_unmatched(sends: list, recvs: list) -> list[tuple]:
     return []
 
 
-def _numel(e) -> int:
+def _numel(e: Entry) -> int:
     return e.numel_in or e.numel_out
 
 
-def _finding(hang, group, entry, rank, peer, other) -> Finding:
+def _finding(
+    hang: H.Hang, group: H.Group, entry: Entry, rank: int, peer: int, other: Entry | None
+) -> Finding:
     want = "receive" if entry.op == "send" else "send"
     direction = f"to rank {peer}" if entry.op == "send" else f"from rank {peer}"
     size = f"{_numel(entry):,} elements" + W.dtype_text(entry)

@@ -15,7 +15,7 @@ import datetime
 
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, RuledOut
+from ncclprobe.findings import Finding, Outcome, RuledOut
 from ncclprobe.nccl.knobs import DIFFERS_PER_RANK
 from ncclprobe.secrets import mask_env_value, mask_text
 
@@ -45,7 +45,7 @@ def nccl_log_findings(ev: E.Evidence) -> list:
 
 
 def _init(ev: E.Evidence) -> list:
-    out = []
+    out: list[Outcome] = []
     for log in ev.nccl_logs:
         for comm in log.unfinished_inits:
             out.append(
@@ -153,7 +153,7 @@ def _hang_window(ev: E.Evidence) -> tuple[int, int | None] | None:
     return min(created) if created else None
 
 
-def _place(stamp: str | None, window) -> str:
+def _place(stamp: str | None, window: tuple[int, int | None] | None) -> str:
     """`12 s after the stuck collective was issued, within its 10 s timeout` and the like; '' when
     either time is unknown."""
     if not stamp or not window:

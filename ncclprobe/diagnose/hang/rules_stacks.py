@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.hang.py_stacks import read_stacks, user_frame
+from ncclprobe.evidence.hang.py_stacks import Stacks, read_stacks, user_frame
 from ncclprobe.findings import Finding
 
 RULE = "hang-stack"
@@ -19,7 +19,7 @@ RULE = "hang-stack"
 def stack_findings(ev: E.Evidence) -> list:
     if ev.capture is None or not ev.flight_recorder:
         return []
-    stacks = {}
+    stacks: dict[int, Stacks] = {}
     for path in ev.capture.files("stacks"):
         dump = read_stacks(path)
         if dump.rank is not None:
@@ -29,8 +29,8 @@ def stack_findings(ev: E.Evidence) -> list:
     out = []
     for stuck in H.build(ev.flight_recorder).stuck:
         for rank in stuck.missing:
-            dump = stacks.get(rank)
-            thread = dump.main_thread() if dump else None
+            held = stacks.get(rank)
+            thread = held.main_thread() if held else None
             if thread is None or not thread.frames:
                 continue
             own = user_frame(thread)

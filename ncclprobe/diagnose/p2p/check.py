@@ -9,6 +9,7 @@ data, a hang). The report's JSON is schema `topo-check` v1, as `topo --check` al
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ncclprobe.diagnose.p2p.advice import advise
@@ -30,6 +31,8 @@ SCHEMA_VERSION = 1
 def pair_findings(ev: Evidence) -> list[P2PFinding]:
     """Findings over the P2P matrices, the wrong data a tool or our copy checks reported, a hang."""
     p2p = ev.p2p
+    if p2p is None:  # the rule set needs it (`P2P`): nothing to judge
+        return []
     findings = matrix_findings(
         p2p.matrices, p2p.peer_access, where=_where(p2p), corrupt=p2p.copy_checks()
     )
@@ -42,14 +45,13 @@ def pair_findings(ev: Evidence) -> list[P2PFinding]:
     return findings
 
 
-def _where(p2p: P2PEvidence):
+def _where(p2p: P2PEvidence) -> Callable[[int, int], str | None]:
     """What a GPU pair crosses (a PCIe switch, a root complex) where the PCIe tree is known."""
     paths = p2p.gpu_paths
 
     def where(i: int, j: int) -> str | None:
-        if i < len(paths) and j < len(paths) and paths[i] and paths[j]:
-            return crossing(paths[i], paths[j])
-        return None
+        one, other = (paths[i] if i < len(paths) else None), (paths[j] if j < len(paths) else None)
+        return crossing(one, other) if one and other else None
 
     return where
 
@@ -62,6 +64,8 @@ def check_report(ev: Evidence) -> Report:
     error, NOTHING_HERE (exit 3, as plain `topo`) when no GPU pair or host copy could be measured
     here, whatever the platform checks read: the question was not answered."""
     p2p = ev.p2p
+    if p2p is None:
+        raise ValueError("topo --check judges gathered P2P evidence (gather.p2p)")
     measurement = p2p.measurement or {}
     report = judge(
         ev,
@@ -71,7 +75,8 @@ def check_report(ev: Evidence) -> Report:
         answered=measurement.get("status") != "unavailable",
     )
     checks = judge_platform(p2p.platform) if p2p.platform else []
-    advice = advise(report.findings, checks, p2p.topology, measured=p2p.measured)
+    pairs = [f for f in report.findings if isinstance(f, P2PFinding)]  # the P2P set's, all of them
+    advice = advise(pairs, checks, p2p.topology, measured=p2p.measured)
     nccl = p2p.nccl or {}
     disagree = model_disagreements(
         nccl.get("topology_obj"), nccl.get("graphs_obj") or [], p2p.matrices

@@ -92,7 +92,7 @@ def matrix_findings(
     return sorted(out, key=lambda f: severity_rank(f.severity))
 
 
-def _pair_text(i: int, j: int, where, arrow: str = "->") -> str:
+def _pair_text(i: int, j: int, where: Callable[[int, int], str | None], arrow: str = "->") -> str:
     place = where(i, j)
     return f"GPU{i}{arrow}GPU{j}" + (f" (crosses {place})" if place else "")
 
@@ -135,7 +135,7 @@ def reported_corrupt(tool: str, entries: list[dict]) -> list[P2PFinding]:
     return out
 
 
-def _refused(access) -> list[P2PFinding]:
+def _refused(access: list[list[bool | None]] | None) -> list[P2PFinding]:
     if not access:
         return []
     pairs = [
@@ -158,14 +158,18 @@ def _refused(access) -> list[P2PFinding]:
     ]
 
 
-def _classes(m: Matrix, link_class) -> dict:
+def _classes(m: Matrix, link_class: Callable[[int, int], str | None] | None) -> dict:
     groups: dict = {}
     for i, j, v in m.pairs():
         groups.setdefault(link_class(i, j) if link_class else None, []).append((i, j, v))
     return groups
 
 
-def _slow_pairs(m: Matrix, where, link_class) -> list[P2PFinding]:
+def _slow_pairs(
+    m: Matrix,
+    where: Callable[[int, int], str | None],
+    link_class: Callable[[int, int], str | None] | None,
+) -> list[P2PFinding]:
     out = []
     for group, cells in _classes(m, link_class).items():
         if len({(min(i, j), max(i, j)) for i, j, _ in cells}) < 3:
@@ -193,11 +197,11 @@ def _slow_pairs(m: Matrix, where, link_class) -> list[P2PFinding]:
     return out
 
 
-def _asymmetric(m: Matrix, where) -> list[P2PFinding]:
+def _asymmetric(m: Matrix, where: Callable[[int, int], str | None]) -> list[P2PFinding]:
     out = []
     for i, j, v in m.pairs():
-        if i < j and m.values[j][i] is not None:
-            w = m.values[j][i]
+        w = m.values[j][i]
+        if i < j and w is not None:
             if max(v, w) > 0 and abs(v - w) / max(v, w) > ASYMMETRY:
                 out.append(
                     P2PFinding(
@@ -212,7 +216,11 @@ def _asymmetric(m: Matrix, where) -> list[P2PFinding]:
     return out
 
 
-def _latency_outliers(m: Matrix, where, link_class) -> list[P2PFinding]:
+def _latency_outliers(
+    m: Matrix,
+    where: Callable[[int, int], str | None],
+    link_class: Callable[[int, int], str | None] | None,
+) -> list[P2PFinding]:
     out = []
     for cells in _classes(m, link_class).values():
         if len(cells) < 3:
@@ -233,7 +241,11 @@ def _latency_outliers(m: Matrix, where, link_class) -> list[P2PFinding]:
     return out
 
 
-def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[P2PFinding]:
+def _peer_slower_than_staged(
+    gpu: list[Matrix],
+    access: list[list[bool | None]] | None,
+    where: Callable[[int, int], str | None],
+) -> list[P2PFinding]:
     out = []
     for on in (
         m
@@ -254,11 +266,11 @@ def _peer_slower_than_staged(gpu: list[Matrix], access, where) -> list[P2PFindin
         if off is None:
             continue
         slow = [
-            (i, j, v, off.values[i][j])
+            (i, j, v, staged)
             for i, j, v in on.pairs()
-            if off.values[i][j]
+            if (staged := off.values[i][j])
             and (not access or access[i][j] is not False)
-            and v < STAGED_MARGIN * off.values[i][j]
+            and v < STAGED_MARGIN * staged
         ]
         if slow:
             out.append(

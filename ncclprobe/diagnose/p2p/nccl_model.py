@@ -5,12 +5,13 @@ factor 1.5. A judgement over two readings (`ncclprobe.evidence.nccl.nccl_xml`, t
 from __future__ import annotations
 
 from ncclprobe.evidence.nccl.nccl_xml import NcclGraph, NcclTopology
+from ncclprobe.evidence.node.matrix import Matrix
 
 DISAGREE_FACTOR = 1.5  # assumed and measured differ by more than this, either way
 
 
 def model_disagreements(
-    topology: NcclTopology | None, graphs: list[NcclGraph], matrices
+    topology: NcclTopology | None, graphs: list[NcclGraph], matrices: list[Matrix]
 ) -> list[str]:
     """Where NCCL's assumed bandwidths differ from the measured ones by more than a factor 1.5."""
     out = []
@@ -49,9 +50,9 @@ def model_disagreements(
             for k in range(len(ch))
         ]
         seen = [
-            pair.values[i][j]
+            value
             for i, j in hops
-            if i < len(pair.rows) and j < len(pair.rows) and pair.values[i][j]
+            if i < len(pair.rows) and j < len(pair.rows) and (value := pair.values[i][j])
         ]
         if seen:
             slowest = min(seen)

@@ -187,7 +187,10 @@ def check_links(
         return PlatformCheck(
             "link", "not readable", "sysfs", "no GPU found in sysfs", unread=[reason or "no GPU"]
         )
-    details, unread, down, idle = [], [], [], []
+    details: list[str] = []
+    unread: list[str] = []
+    down: list[str] = []
+    idle: list[str] = []
     for p in paths:
         link = under_load.get(p.bdf) or p.gpu.link
         when = "under load" if p.bdf in under_load else "at idle"
@@ -196,7 +199,7 @@ def check_links(
             link_generation(link.get("max_link_speed")),
         )
         width, max_width = _int(link.get("current_link_width")), _int(link.get("max_link_width"))
-        if None in (cur, top, width, max_width):
+        if cur is None or top is None or width is None or max_width is None:
             unread.append(f"GPU {p.bdf}: link speed/width not in sysfs ({link})")
             continue
         details.append(f"GPU {p.bdf}: Gen{cur} x{width} of Gen{top} x{max_width} ({when})")
@@ -281,5 +284,5 @@ def check_driver_p2p(reading: DriverP2PReading) -> PlatformCheck:
     )
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None

@@ -12,6 +12,8 @@ PID` beside its own. Disagreements between /proc and NCCL's log are shown, and d
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ncclprobe.diagnose.process_env import expect as _expect
 from ncclprobe.diagnose.process_env.logcheck import Disagreement, cross_check
 from ncclprobe.diagnose.process_env.report import (
@@ -23,9 +25,10 @@ from ncclprobe.diagnose.process_env.report import (
     title,
 )
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live.env_check_document import ExpectationStatus
 from ncclprobe.evidence.live.logcheck import ProcessNcclLog
-from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.live.processes import Expectation, ProcessEvidence
 from ncclprobe.evidence.live.walk import ProcessInfo
 from ncclprobe.findings import Finding
 from ncclprobe.secrets import display_value
@@ -35,7 +38,12 @@ def process_reports(ev: ProcessEvidence) -> list[ProcessReport]:
     """Each process judged: its expectations, its lint, what its evidence cannot show."""
     by_pid = ev.by_pid()
     return [
-        _process_report(info, by_pid.get(info.ppid), ev.expectations, ev.logs.get(info.pid))
+        _process_report(
+            info,
+            by_pid.get(info.ppid) if info.ppid is not None else None,
+            ev.expectations,
+            ev.logs.get(info.pid),
+        )
         for info in ev.processes
     ]
 
@@ -50,9 +58,11 @@ def disagreements(ev: ProcessEvidence) -> list[Disagreement]:
     ]
 
 
-def process_findings(ev) -> list[Finding]:
+def process_findings(ev: Evidence) -> list[Finding]:
     """Every expectation a process that matters misses, and every lint error in one, as it has it."""
-    found = []
+    found: list[Finding] = []
+    if ev.processes is None:  # the rule set needs them: judge runs it only where they are
+        return found
     for proc in targets(process_reports(ev.processes)):
         pid = proc.info.pid
         found += [_missed(pid, c) for c in proc.checks if c.status != ExpectationStatus.OK]
@@ -63,10 +73,12 @@ def process_findings(ev) -> list[Finding]:
 PROCESS_ENV = RuleSet("process environments", (process_findings,), needs=("processes",))
 
 
-def env_check_report(ev, snapshot: int | None = None) -> Report:
+def env_check_report(ev: Evidence, snapshot: int | None = None) -> Report:
     """`env-check`: the process-environment rule set over the gathered processes, as a Report; exit 3
     when no process could be read. `snapshot`: the number of a --watch's check, in the title."""
-    processes: ProcessEvidence = ev.processes
+    processes = ev.processes
+    if processes is None:
+        raise ValueError("env-check judges gathered processes: the evidence holds none")
     reports, found = process_reports(processes), disagreements(processes)
     report = judge(
         ev,
@@ -92,7 +104,7 @@ def env_check_report(ev, snapshot: int | None = None) -> Report:
     return report
 
 
-def _missed(pid: int, c) -> Finding:
+def _missed(pid: int, c: _expect.ExpectationCheck) -> Finding:
     expected, actual = display_value(c.variable, c.expected), display_value(c.variable, c.actual)
     return Finding(
         rule="env-check",
@@ -117,7 +129,10 @@ def _lint_error(pid: int, lint: dict) -> Finding:
 
 
 def _process_report(
-    info: ProcessInfo, parent: ProcessInfo | None, expectations, log: ProcessNcclLog | None
+    info: ProcessInfo,
+    parent: ProcessInfo | None,
+    expectations: Iterable[Expectation],
+    log: ProcessNcclLog | None,
 ) -> ProcessReport:
     parent_env = parent.environ if parent is not None and parent.readable else None
     report = ProcessReport(info, parent_env, log=log)
@@ -130,7 +145,9 @@ def _process_report(
     return report
 
 
-def _caveats(info: ProcessInfo, checks, log) -> list[str]:
+def _caveats(
+    info: ProcessInfo, checks: list[_expect.ExpectationCheck], log: ProcessNcclLog | None
+) -> list[str]:
     caveats = []
     if not info.environ:
         caveats.append(

@@ -79,6 +79,7 @@ def check(
     /proc can't show values the process set itself after exec."""
     checks = []
     for item in expectations:
+        actual: str | None
         if nccl_read and item.variable in nccl_read:
             actual, source = nccl_read[item.variable], "NCCL log"
             same = normalise(item.variable, actual) == normalise(item.variable, item.value)

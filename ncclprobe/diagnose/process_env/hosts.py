@@ -26,6 +26,7 @@ one `judge` into the one Report its renderer prints.
 from __future__ import annotations
 
 from ncclprobe.diagnose.report import FINDINGS, Lines, Report, RuleSet, Table, judge
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.live.env_check_document import CheckedProcess, ExpectationStatus
 from ncclprobe.evidence.live.host_env_checks import HostCheck, HostsEnvEvidence
 from ncclprobe.findings import Finding
@@ -65,12 +66,20 @@ def targets(check: HostCheck) -> list[CheckedProcess]:
 def host_values(check: HostCheck) -> dict[str, frozenset]:
     """variable -> the values its processes have there (UNSET where one lacks it)."""
     procs = targets(check)
-    names = {name for p in procs for name in p.env if is_relevant(name)} - PER_PROCESS
-    return {name: frozenset(p.env.get(name, UNSET) for p in procs) for name in names}
+    envs = [p.env or {} for p in procs]  # targets: processes read
+    names = {name for env in envs for name in env if is_relevant(name)} - PER_PROCESS
+    return {name: frozenset(env.get(name, UNSET) for env in envs) for name in names}
 
 
-def setting_differs(evidence) -> list[Finding]:
-    checked = [c for c in evidence.hosts.checks if targets(c)]
+def _of(evidence: Evidence) -> HostsEnvEvidence:
+    """The rule set's evidence (`HOSTS_ENV` needs it: it runs only where it was gathered)."""
+    if evidence.hosts is None:
+        raise ValueError("the rules across hosts judge gathered node documents (gather.hosts)")
+    return evidence.hosts
+
+
+def setting_differs(evidence: Evidence) -> list[Finding]:
+    checked = [c for c in _of(evidence).checks if targets(c)]
     values = {c.host: host_values(c) for c in checked}
     names = sorted({name for v in values.values() for name in v})
     found = []
@@ -127,10 +136,10 @@ def _value_text(name: str, value: frozenset) -> str:
     return " or ".join(texts)
 
 
-def expectations_missed(evidence) -> list[Finding]:
+def expectations_missed(evidence: Evidence) -> list[Finding]:
     """An --expect that processes on some hosts miss, grouped by (variable, status)."""
     by_miss: dict[tuple[str, str], dict[str, int]] = {}
-    for check in evidence.hosts.checks:
+    for check in _of(evidence).checks:
         for proc in targets(check):
             for c in proc.checks:
                 if c.status != ExpectationStatus.OK:
@@ -150,10 +159,10 @@ def expectations_missed(evidence) -> list[Finding]:
     ]
 
 
-def lint_errors(evidence) -> list[Finding]:
+def lint_errors(evidence: Evidence) -> list[Finding]:
     """Each lint error env-check found, with the hosts it was found on."""
     by_text: dict[str, set[str]] = {}
-    for check in evidence.hosts.checks:
+    for check in _of(evidence).checks:
         for doc in check.documents:
             for line in doc.findings:
                 pid, sep, text = line.partition(": lint error: ")
@@ -172,8 +181,8 @@ def lint_errors(evidence) -> list[Finding]:
     ]
 
 
-def no_job(evidence) -> list[Finding]:
-    ev = evidence.hosts
+def no_job(evidence: Evidence) -> list[Finding]:
+    ev = _of(evidence)
     empty = sorted(c.host for c in ev.checks if not c.documents)
     if not empty:
         return []
@@ -190,8 +199,8 @@ def no_job(evidence) -> list[Finding]:
     ]
 
 
-def not_checked(evidence) -> list[Finding]:
-    ev = evidence.hosts
+def not_checked(evidence: Evidence) -> list[Finding]:
+    ev = _of(evidence)
     missing = ev.missing()
     if not missing:
         return []
@@ -225,11 +234,11 @@ HOSTS_ENV = RuleSet(
 )
 
 
-def hosts_report(evidence) -> Report:
+def hosts_report(evidence: Evidence) -> Report:
     """`env-check --launcher`: the rule set across hosts over every node's documents, as a Report:
     the headline, the findings, then one table row per set of hosts alike (CSV and JSON: every
     host). Exit 1 on an error; 3 when no host had a readable process of the job."""
-    ev: HostsEnvEvidence = evidence.hosts
+    ev = _of(evidence)
     report = judge(
         evidence,
         (HOSTS_ENV,),

@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def write_node_document(args) -> str:
+def write_node_document(args: argparse.Namespace) -> str:
     from ncclprobe.diagnose.process_env.check import env_check_report
     from ncclprobe.diagnose.process_env.expect import load_recommendation, parse_expect
     from ncclprobe.evidence.bundle import Evidence

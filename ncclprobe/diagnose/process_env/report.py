@@ -12,6 +12,7 @@ log where one is given, else from /proc) or has a lint error; else 0. Disagreeme
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.process_env.expect import ExpectationCheck
@@ -156,7 +157,7 @@ def title(root_pid: int, reports: list[ProcessReport], report: Report) -> str:
     )
 
 
-def _grouped(pairs) -> list[str]:
+def _grouped(pairs: Iterable[tuple[int, str]]) -> list[str]:
     """One note per distinct text, naming every pid it applies to (a job has many alike workers)."""
     pids_by_text: dict[str, list[int]] = {}
     for pid, text in pairs:

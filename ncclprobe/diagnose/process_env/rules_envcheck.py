@@ -17,7 +17,7 @@ from ncclprobe.evidence.live.env_check_document import (
     EnvCheckDocument,
     ExpectationStatus,
 )
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 
 RULE = "env-check"
@@ -59,7 +59,10 @@ def env_check_findings(ev: E.Evidence) -> list:
                 next_command=_again(doc),
             )
         ]
-    out = _lacking_siblings(doc, targets) + _launcher_caveats(processes, targets)
+    out: list[Outcome] = [
+        *_lacking_siblings(doc, targets),
+        *_launcher_caveats(processes, targets),
+    ]
     rest = [f for f in doc.findings if not _explained(f, out)]
     if rest:
         out.append(
@@ -112,13 +115,14 @@ def _lacking_siblings(doc: EnvCheckDocument, targets: list[CheckedProcess]) -> l
 
 def _lacking_in_family(doc: EnvCheckDocument, targets: list[CheckedProcess]) -> list[Finding]:
     out = []
-    for variable in sorted({k for p in targets for k in p.env if k.startswith("NCCL_")}):
-        have = [p for p in targets if variable in p.env]
-        lack = [p for p in targets if variable not in p.env and not p.empty_block]
+    env = {p.pid: p.env or {} for p in targets}  # targets were read (env_check_findings)
+    for variable in sorted({k for p in targets for k in env[p.pid] if k.startswith("NCCL_")}):
+        have = [p for p in targets if variable in env[p.pid]]
+        lack = [p for p in targets if variable not in env[p.pid] and not p.empty_block]
         if not have or not lack:
             continue
-        value = have[0].env[variable]
-        mechanism = MECHANISMS.get(lack[0].role, DEFAULT_MECHANISM)
+        value = env[have[0].pid][variable]
+        mechanism = MECHANISMS.get(lack[0].role or "", DEFAULT_MECHANISM)
         pids = ", ".join(f"{p.pid} ({p.role or 'process'})" for p in lack)
         log_only = only_shapes_the_log(variable)
         effect = (
@@ -174,7 +178,7 @@ def _launcher_caveats(
             for c in proc.checks
             if c.status == ExpectationStatus.MISSING
             and children
-            and any(c.variable in p.env for p in children)
+            and any(c.variable in (p.env or {}) for p in children)
         ]
         if missing:
             out.append(
@@ -195,13 +199,14 @@ def _launcher_caveats(
     return out
 
 
-def _explained(text: str, found: list) -> bool:
+def _explained(text: str, found: list[Outcome]) -> bool:
     """env-check's own finding lines that the findings above already explain (same pid)."""
-    pids = set()
+    pids: set[int] = set()
     for f in found:
-        pids.update(f.evidence.get("lacking_pids") or [])
-        if f.rule == "env-check-launcher":
-            pids.add(f.evidence["pid"])
+        if isinstance(f, Finding):
+            pids.update(f.evidence.get("lacking_pids") or [])
+            if f.rule == "env-check-launcher":
+                pids.add(f.evidence["pid"])
     return any(text.startswith(f"pid {pid}:") for pid in pids)
 
 

@@ -82,19 +82,19 @@ class ModelShape:
             int(model["layers"]),
             int(model.get("vocab") or 0),
         )
-        got, assumed = {}, []
+        got: dict[str, int | None] = {}
+        assumed = []
         for name, keys in _ALIASES.items():
             got[name] = next((int(model[k]) for k in keys if model.get(k) is not None), None)
-        if got["intermediate"] is None:
-            got["intermediate"] = _llama_intermediate(hidden)
-            assumed.append(
-                f"MLP width {got['intermediate']} (Llama rule 8/3·hidden; not in the trace)"
-            )
-        if got["heads"] is None:
-            got["heads"] = max(1, hidden // 128)
-            assumed.append(f"{got['heads']} attention heads of 128 (not in the trace)")
-        if got["kv_heads"] is None:
-            got["kv_heads"] = got["heads"]
+        intermediate, heads, kv_heads = got["intermediate"], got["heads"], got["kv_heads"]
+        if intermediate is None:
+            intermediate = _llama_intermediate(hidden)
+            assumed.append(f"MLP width {intermediate} (Llama rule 8/3·hidden; not in the trace)")
+        if heads is None:
+            heads = max(1, hidden // 128)
+            assumed.append(f"{heads} attention heads of 128 (not in the trace)")
+        if kv_heads is None:
+            kv_heads = heads
             assumed.append("as many KV heads as query heads (not in the trace)")
         moe = bool(model.get("moe"))
         if moe and not got["experts"]:
@@ -104,13 +104,13 @@ class ModelShape:
             hidden=hidden,
             layers=layers,
             vocab=vocab,
-            intermediate=got["intermediate"],
-            heads=got["heads"],
-            kv_heads=got["kv_heads"],
+            intermediate=intermediate,
+            heads=heads,
+            kv_heads=kv_heads,
             moe=moe,
             experts=got["experts"] or 0,
             top_k=got["top_k"] or (1 if moe else 0),
-            expert_intermediate=got["expert_intermediate"] or got["intermediate"],
+            expert_intermediate=got["expert_intermediate"] or intermediate,
             shared_experts=got["shared_experts"] or 0,
             dense_layers=got["dense_layers"] or 0,
             head_dim=got["head_dim"] or 0,
@@ -195,7 +195,7 @@ class Expectation:
         }
 
 
-def _whole(value) -> int | None:
+def _whole(value: object) -> int | None:
     """A count from a config someone else wrote: a whole number in 64 bits, else unknown."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -204,12 +204,12 @@ def _whole(value) -> int | None:
     return value
 
 
-def _numbers_of(model) -> dict:
+def _numbers_of(model: object) -> dict:
     """A model config's counts (and its MoE block's): a value of another type (`"hidden": "x"`) is
     left out, as a count the config does not give."""
     if not isinstance(model, dict):
         return {}
-    out = {k: _whole(v) for k, v in model.items() if _whole(v) is not None}
+    out: dict[str, object] = {k: _whole(v) for k, v in model.items() if _whole(v) is not None}
     if model.get("moe"):
         out["moe"] = _numbers_of(model["moe"]) if isinstance(model["moe"], dict) else True
     return out

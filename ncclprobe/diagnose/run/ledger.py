@@ -30,7 +30,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ncclprobe.diagnose.run import profile_costs as C
-from ncclprobe.findings import BOUND, MEASURED, MODELLED, PROFILED, Finding, severity_rank
+from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.findings import BOUND, MEASURED, MODELLED, PROFILED, Cost, Finding, severity_rank
 
 WHOLE = ("whole",)  # a cost that is the run's measured difference from its baseline: the pool
 SUREST_FIRST = (MEASURED, PROFILED, MODELLED, BOUND)
@@ -50,7 +52,7 @@ class Account:
     granted: dict[str, float] = field(default_factory=dict)  # rule -> ms over the run
     _unknown: set = field(default_factory=set)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.sizes[()] = self.total_ms
 
     def claim(self, path: tuple, amount: float, rule: str) -> tuple[float, list[str]]:
@@ -100,7 +102,7 @@ def _prefixes(path: tuple) -> list[tuple]:
     return [tuple(path[:i]) for i in range(len(path) + 1)]
 
 
-def account_for(source: str, run) -> Account | None:
+def account_for(source: str, run: EngineRun) -> Account | None:
     """The run's ledger with the sizes its evidence gives (module docstring); None without a
     known time."""
     if run.source == "profile":
@@ -127,60 +129,73 @@ def account_for(source: str, run) -> Account | None:
     return account
 
 
-def _order(finding: Finding) -> tuple:
+@dataclass(frozen=True)
+class _Claim:
+    """A finding whose cost the ledger can settle: its run has an account, its high end a figure."""
+
+    finding: Finding
+    cost: Cost
+    run: str
+    total_ms: float
+
+
+def _claim(finding: Finding, accounts: dict[str, Account]) -> _Claim | None:
+    cost = finding.cost
+    if cost is None or cost.run not in accounts or cost.total_ms is None or cost.high <= 0:
+        return None
+    return _Claim(finding, cost, str(cost.run), cost.total_ms)
+
+
+def _order(claim: _Claim) -> tuple:
     """Surest kind first; among claims of one kind the more serious finding keeps the time (a
     cause before the symptom it explains: eager-phase before verify-ratio), then the larger."""
-    cost = finding.cost
-    sure = cost.total_ms * cost.low / cost.high if cost.high else 0.0
+    cost = claim.cost
+    sure = claim.total_ms * cost.low / cost.high if cost.high else 0.0
     return (
         SUREST_FIRST.index(cost.kind),
-        severity_rank(finding.severity),
+        severity_rank(claim.finding.severity),
         -sure,
-        finding.rule,
+        claim.finding.rule,
     )
 
 
-def settle(ev, findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
+def settle(ev: Evidence, findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
     """The findings with their costs as the ledger grants them (shares of their run set), and
     each run's account (`Account.summary`, with its `note`), for the runs any cost names."""
-    accounts = {}
+    accounts: dict[str, Account] = {}
     for source, run in ev.all_runs():
         account = account_for(source, run)
         if account is not None:
             accounts.setdefault(account.run, account)
-    priced = [
-        f
-        for f in findings
-        if f.cost and f.cost.run in accounts and f.cost.total_ms is not None and f.cost.high > 0
-    ]
-    for f in priced:
-        if f.cost.covers == WHOLE and f.cost.total_ms < accounts[f.cost.run].total_ms:
-            account = accounts[f.cost.run]
-            account.total_ms = account.sizes[()] = f.cost.total_ms
-            account.basis = f"its measured difference from the baseline ({f.rule})"
+    priced = [c for c in (_claim(f, accounts) for f in findings) if c is not None]
+    for c in priced:
+        if c.cost.covers == WHOLE and c.total_ms < accounts[c.run].total_ms:
+            account = accounts[c.run]
+            account.total_ms = account.sizes[()] = c.total_ms
+            account.basis = f"its measured difference from the baseline ({c.finding.rule})"
     settled: dict[int, Finding] = {}
-    for f in sorted((f for f in priced if f.cost.covers != WHOLE), key=_order):
-        account = accounts[f.cost.run]
-        granted, holders = account.claim(f.cost.covers, f.cost.total_ms, f.rule)
-        cost = f.cost
-        if granted < cost.total_ms:
+    for c in sorted((c for c in priced if c.cost.covers != WHOLE), key=_order):
+        f, account = c.finding, accounts[c.run]
+        granted, holders = account.claim(c.cost.covers, c.total_ms, f.rule)
+        cost = c.cost
+        if granted < c.total_ms:
             others = [h for h in holders if h != f.rule] or [f.rule]
             cost = cost.capped(
-                cost.high * granted / cost.total_ms,
+                cost.high * granted / c.total_ms,
                 f"the rest of it is time already counted under {', '.join(others)} "
                 "(the time ledger counts each millisecond once)",
             )
         cost = dataclasses.replace(cost, share=granted / account.total_ms)
         settled[id(f)] = dataclasses.replace(f, cost=cost)
-    for f in priced:
-        if f.cost.covers == WHOLE:
-            whole = accounts[f.cost.run]
-            settled[id(f)] = dataclasses.replace(
-                f,
-                cost=dataclasses.replace(f.cost, share=None),
-                detail=f"{f.detail} {whole.note()}.",
+    for c in priced:
+        if c.cost.covers == WHOLE:
+            whole = accounts[c.run]
+            settled[id(c.finding)] = dataclasses.replace(
+                c.finding,
+                cost=dataclasses.replace(c.cost, share=None),
+                detail=f"{c.finding.detail} {whole.note()}.",
             )
-    named = {f.cost.run for f in priced}
+    named = {c.run for c in priced}
     summaries = [
         {**accounts[name].summary(), "note": accounts[name].note()}
         for name in accounts

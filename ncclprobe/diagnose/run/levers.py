@@ -9,6 +9,7 @@ ran; for anything else the lever that acts on it is named, or none is known and 
 
 from __future__ import annotations
 
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 
 # the lever that acts on each kind of communication, in words (where known)
@@ -28,7 +29,7 @@ LEVERS = {
 }
 
 
-def libraries(ev) -> set[str]:
+def libraries(ev: Evidence) -> set[str]:
     """What moved the data in the runs under diagnosis: the profiles' communication, an engine
     trace's backend, NCCL itself where the ranks' NCCL logs are given."""
     found = {c.library for _, run in ev.all_runs() for c in run.collectives if c.library}
@@ -40,7 +41,7 @@ def libraries(ev) -> set[str]:
     return found
 
 
-def nccl_ran(ev) -> bool:
+def nccl_ran(ev: Evidence) -> bool:
     return bool(libraries(ev) & NCCL_LIBRARIES)
 
 

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ncclprobe.evidence.bundle import Evidence
+from ncclprobe.evidence.run.view import EngineRun, Phase
+
 TARGET_KINDS = ("prefill", "decode", "verify")
 PROFILER_INFLATION = 2.3  # the largest host-time inflation measured on the H200 fixtures (above)
 
 
-def profile_runs(ev) -> list:
+def profile_runs(ev: Evidence) -> list:
     """The runs the step rules weigh: the profiles of the run under diagnosis (not its baseline's,
     which are the references)."""
     return [run for src, run in ev.all_runs() if run.source == "profile" and src == "trace"]
@@ -50,7 +53,7 @@ UNKNOWN_VERIFY = (
 )
 
 
-def tokens(run) -> Tokens:
+def tokens(run: EngineRun) -> Tokens:
     """The tokens per sequence the run's profiled steps produced (see the module docstring)."""
     if run.new_tokens:
         return Tokens(float(run.new_tokens), True, "kept: the KV cache's growth, one per decode")
@@ -72,19 +75,19 @@ def tokens(run) -> Tokens:
     return Tokens(known, True, "the server log's acceptance" if tpc else "one token per step")
 
 
-def phase_ms(phase) -> float:
+def phase_ms(phase: Phase) -> float:
     """A phase's typical time: its median step times its steps (one stalled step, a recompilation
     or a page fault, does not decide a cost)."""
     return (phase.median_ms or 0.0) * phase.count if phase.count else 0.0
 
 
-def forwards_per_token(run, toks: Tokens) -> float | None:
+def forwards_per_token(run: EngineRun, toks: Tokens) -> float | None:
     """Steps (forward passes) the run took per token it kept, its prefill aside."""
     steps = sum(p.count for p in run.phases.values() if p.count and p.kind != "prefill")
     return steps / toks.count if toks.count and steps else None
 
 
-def run_ms(run) -> float | None:
+def run_ms(run: EngineRun) -> float | None:
     """The run's typical profiled time: its phases' (phase_ms); the shares of costs made of medians
     add up to no more than it."""
     total = sum(phase_ms(p) for p in run.phases.values())
@@ -95,7 +98,7 @@ def per_token(total_ms: float, toks: Tokens) -> float | None:
     return total_ms / toks.count if toks.count else None
 
 
-def share(total_ms: float, run) -> float | None:
+def share(total_ms: float, run: EngineRun) -> float | None:
     whole = run_ms(run)
     return min(1.0, total_ms / whole) if whole else None
 
@@ -106,12 +109,12 @@ def per_token_words(value: float | None, toks: Tokens) -> str:
     return f"about {value:.3f} ms per token"
 
 
-def cycles(run) -> int:
+def cycles(run: EngineRun) -> int:
     """Speculative cycles: one verify per cycle (0: not a speculative run)."""
     return sum(p.count for p in run.phases.values() if p.kind == "verify" and p.count)
 
 
-def unit_of(run, toks: Tokens, phase) -> tuple[str, float]:
+def unit_of(run: EngineRun, toks: Tokens, phase: Phase) -> tuple[str, float]:
     """(unit, how many of them the run holds) for a cost of `phase`'s steps: a token where the
     run's tokens are known, else a speculative cycle for a speculative phase, else its step."""
     if toks.count:
@@ -121,7 +124,7 @@ def unit_of(run, toks: Tokens, phase) -> tuple[str, float]:
     return "step", float(phase.count)
 
 
-def baseline_reference(ev, kind: str):
+def baseline_reference(ev: Evidence, kind: str) -> tuple[EngineRun, Phase] | None:
     """(baseline run, its graphed phase) to weigh a `kind` step against: the same kind, else its
     decode, else its most frequent graphed phase of any kind but prefill (a compiled, replayed
     decode may record no shapes, so its kind may be unknown)."""
@@ -132,13 +135,14 @@ def baseline_reference(ev, kind: str):
         graphed = [p for p in base.phases.values() if p.graphed and p.count and p.kind != "prefill"]
         if graphed:
             return base, max(graphed, key=lambda p: p.count)
-    return None, None
+    return None
 
 
-def graphed_reference(ev, run, phase):
+def graphed_reference(ev: Evidence, run: EngineRun, phase: Phase) -> tuple[Phase | None, str, bool]:
     """(reference phase, where it is said to come from, from the baseline?) or (None, "", False)."""
-    base, same = baseline_reference(ev, phase.kind)
-    if same is not None:
+    reference = baseline_reference(ev, phase.kind)
+    if reference is not None:
+        base, same = reference
         where = (
             f"the baseline ({base.path or 'baseline'}) replays its {same.name} steps from a graph"
         )

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import engine_command, graphs_command, profile_command
 from ncclprobe.diagnose.run import rules_collectives, rules_speed
-from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.run.expectations import Expectation, expected_verify_ratio
 from ncclprobe.diagnose.run.run_costs import cost_per_token, rounded, share_of_run, spec_runs
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 GRAPH_COVERAGE_OK = 0.8  # with graphs on, at least this share of step time in replays
 NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --graphs mode captures it
@@ -26,7 +26,7 @@ NEVER_CAPTURED = ("accept", "host")  # host-side work between replays: no --grap
 def eager_phase(ev: E.Evidence) -> list:
     """A speculative phase runs eagerly while the baseline's decode step is a CUDA graph replay:
     the seed case (verify in extend mode without graphs, 2.4x the decode step)."""
-    out = []
+    out: list[Outcome] = []
     for src, run in spec_runs(ev):
         if run.source == "profile":
             continue  # rules_profile_eager.eager_steps weighs a profile's steps (GPU idle time)
@@ -96,10 +96,13 @@ def eager_phase(ev: E.Evidence) -> list:
     return out
 
 
-def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
+def _eager_finding(
+    ev: E.Evidence, src: str, run: EngineRun, rec: Phase, decode: Phase, source: str
+) -> Finding:
     name, n_cycles = rec.name, run.cycles
+    rec_ms, decode_ms = rec.median_ms or 0.0, decode.median_ms or 0.0  # steps measured: both known
     steps_per_cycle = rec.count / n_cycles if n_cycles else 1.0
-    ev_num = {
+    ev_num: dict[str, object] = {
         "phase": name,
         f"{name}_median_ms": rec.median_ms,
         "decode_median_ms": decode.median_ms,
@@ -108,10 +111,11 @@ def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
         "steps_per_cycle": round(steps_per_cycle, 3),
     }
     expectation = expected_verify_ratio(ev.config) if rec.kind == "verify" else None
+    covers: tuple[str, ...]
     if expectation:
-        expected_ms = decode.median_ms * expectation.ratio
-        cost_step = max(0.0, rec.median_ms - expected_ms)
-        applies = expectation.applies(decode.median_ms, int(ev.config.get("tp") or 1))
+        expected_ms = decode_ms * expectation.ratio
+        cost_step = max(0.0, rec_ms - expected_ms)
+        applies = expectation.applies(decode_ms, int(ev.config.get("tp") or 1))
         ev_num.update(
             expected_graphed_verify_ms=round(expected_ms, 4),
             expected_ratio=round(expectation.ratio, 3),
@@ -163,7 +167,7 @@ def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
         kind, covers = "profiled", (name, "idle")
         basis = f"the GPU idle time of the eager {name} steps (profiled)"
     else:
-        cost_step = rec.median_ms
+        cost_step = rec_ms
         ev_num["cost_from"] = "upper bound: the eager step's whole time"
         how = (
             f"its eager time, {cost_step * steps_per_cycle:.3f} ms per cycle, is the upper bound of what "
@@ -201,7 +205,16 @@ def _eager_finding(ev, src, run, rec, decode, source) -> Finding:
     )
 
 
-def _cost(kind, run, src, cost_token, cost_step, steps, basis, covers) -> Cost:
+def _cost(
+    kind: str,
+    run: EngineRun,
+    src: str,
+    cost_token: float | None,
+    cost_step: float,
+    steps: float,
+    basis: str,
+    covers: tuple[str, ...],
+) -> Cost:
     """A phase's cost per token where the run's tokens are known, else per step; over the run
     `cost_step` x its steps (the ledger's unit)."""
     value, unit = (cost_token, "token") if cost_token is not None else (cost_step, "step")
@@ -216,7 +229,7 @@ def _cost(kind, run, src, cost_token, cost_step, steps, basis, covers) -> Cost:
 def verify_ratio(ev: E.Evidence) -> list:
     """The verify/decode ratio against what k+1 tokens through the same weights should cost."""
     expectation = expected_verify_ratio(ev.config)
-    out = []
+    out: list[Outcome] = []
     for src, run in spec_runs(ev):
         verify = run.first_of_kind("verify")
         decode, source = E.baseline_decode(ev, run.label)
@@ -257,15 +270,29 @@ def verify_ratio(ev: E.Evidence) -> list:
                 )
             )
             continue
-        out.append(_ratio_finding(ev, src, run, verify, decode, measured, expectation, nums))
+        out.append(
+            _ratio_finding(
+                ev, src, run, verify, decode, decode.median_ms, measured, expectation, nums
+            )
+        )
     return out
 
 
-def _ratio_finding(ev, src, run, verify, decode, measured, expectation, nums) -> Finding:
+def _ratio_finding(
+    ev: E.Evidence,
+    src: str,
+    run: EngineRun,
+    verify: Phase,
+    decode: Phase,
+    decode_ms: float,
+    measured: float,
+    expectation: Expectation,
+    nums: dict,
+) -> Finding:
     tp = int(ev.config.get("tp") or 1)
-    gbps = expectation.decode_gbps(decode.median_ms, tp)
+    gbps = expectation.decode_gbps(decode_ms, tp)
     nums["decode_weight_gbps_per_rank"] = round(gbps, 3)
-    if not expectation.applies(decode.median_ms, tp):
+    if not expectation.applies(decode_ms, tp):
         return Finding(
             rule="verify-ratio",
             severity="info",
@@ -280,7 +307,7 @@ def _ratio_finding(ev, src, run, verify, decode, measured, expectation, nums) ->
             evidence=nums,
         )
     mismatch = decode.graphed and verify.graphed is False
-    excess_step = (measured - expectation.ratio) * decode.median_ms
+    excess_step = (measured - expectation.ratio) * decode_ms
     excess_cycle = excess_step * (verify.count / run.cycles if run.cycles else 1.0)
     cost_token = cost_per_token(run, excess_cycle)
     share = share_of_run(run, cost_token, excess_cycle)
@@ -324,9 +351,9 @@ def graph_coverage(ev: E.Evidence) -> list:
     pays the host launch path (about 18 us per torch.distributed call on the H200, before kernels)."""
     if ev.kind == "engine-trace" and ev.config.get("graphs") in (None, "none"):
         return []
-    out = []
+    out: list[Outcome] = []
     for _, run in _runs_with(ev, "graph_coverage"):
-        coverage = run.graph_coverage
+        coverage = run.graph_coverage or 0.0  # _runs_with: every run here has one
         hyp = f"{run.label} {run.mode_text}: steps fall off the captured graphs"
         if coverage >= GRAPH_COVERAGE_OK:
             out.append(
@@ -340,7 +367,7 @@ def graph_coverage(ev: E.Evidence) -> list:
         names = (
             E.PHASES if run.source == "engine-trace" else list(run.phases)
         )  # the trace's prefill runs once
-        eager = [n for n in names if run.phase(n) and run.phase(n).graphed is False]
+        eager = [n for n in names if (phase := run.phase(n)) and phase.graphed is False]
         capturable_eager = [
             n for n in eager if n not in NEVER_CAPTURED and run.phases[n].kind != "prefill"
         ]
@@ -384,7 +411,7 @@ def graph_coverage(ev: E.Evidence) -> list:
     return out
 
 
-def _runs_with(ev: E.Evidence, key: str):
+def _runs_with(ev: E.Evidence, key: str) -> list[tuple[str, EngineRun]]:
     return [
         (src, run) for src, run in ev.all_runs() if src == "trace" and getattr(run, key) is not None
     ]

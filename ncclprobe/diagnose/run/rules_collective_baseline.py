@@ -21,6 +21,7 @@ from ncclprobe.diagnose.run.levers import LEVERS
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Cost, Finding, RuledOut, severity_for_share
 from ncclprobe.nccl.recipes import proof_env, user_log_env
 from ncclprobe.sizes import format_size
@@ -28,7 +29,7 @@ from ncclprobe.sizes import format_size
 MIN_CALLS = 3  # per side: fewer calls give the noise rule no spread to judge by
 
 
-def per_call_times(run) -> tuple[dict[tuple, list[float]], bool]:
+def per_call_times(run: EngineRun) -> tuple[dict[tuple, list[float]], bool]:
     """({(op, size, library): [µs per call]}, whether the wait for other ranks is split out)."""
     al = run.alignment
     library = _library(run)
@@ -44,7 +45,7 @@ def per_call_times(run) -> tuple[dict[tuple, list[float]], bool]:
     return out, False
 
 
-def _library(run) -> str | None:
+def _library(run: EngineRun) -> str | None:
     libs = {c.library for c in run.collectives if c.library}
     return next(iter(libs)) if len(libs) == 1 else None
 
@@ -63,7 +64,7 @@ def against_baseline_calls(ev: E.Evidence) -> list:
     if split_here != split_there:  # compare like with like: kernel times on both sides
         mine, _ = per_call_times(_unaligned(run))
         theirs, _ = per_call_times(_unaligned(base))
-    out = []
+    out: list[Finding | RuledOut] = []
     for key in sorted(set(mine) & set(theirs), key=str):
         op, size, library = key
         a, b = mine[key], theirs[key]
@@ -96,11 +97,22 @@ def _time(us: float) -> str:
     return f"{us:.1f} us" if us < 1000 else f"{us / 1000:.3g} ms"
 
 
-def _unaligned(run):
+def _unaligned(run: EngineRun) -> EngineRun:
     return dataclasses.replace(run, alignment=None)
 
 
-def _slower(ev, src, run, key, a, b, verdict, split, figures, what) -> Finding:
+def _slower(
+    ev: E.Evidence,
+    src: str,
+    run: EngineRun,
+    key: tuple,
+    a: list[float],
+    b: list[float],
+    verdict: stats.Comparison,
+    split: bool,
+    figures: str,
+    what: str,
+) -> Finding:
     op, size, library = key
     per_call_ms = (statistics.median(a) - statistics.median(b)) / 1000.0
     calls = len(a)

@@ -14,6 +14,7 @@ from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.diagnose.run.rules_ranks import with_wait_split
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 
 COLLECTIVE_BOUND_SHARE = 0.5  # at least half the step in collectives: where the time goes
@@ -60,13 +61,15 @@ def collective_share(ev: E.Evidence) -> list:
     return []
 
 
-def _step_ms(run) -> float:
+def _step_ms(run: EngineRun) -> float:
     """The median time of the step kind that takes most of a profile's time (prefill aside)."""
     steps = [p for p in run.phases.values() if p.count and p.median_ms and p.kind != "prefill"]
-    return max(steps, key=lambda p: p.median_ms * p.count).median_ms if steps else 0.0
+    if not steps:
+        return 0.0
+    return max(steps, key=lambda p: (p.median_ms or 0.0) * p.count).median_ms or 0.0
 
 
-def _steps_ms(run) -> float:
+def _steps_ms(run: EngineRun) -> float:
     """All the time of a profile's steps but the prefill (a profile counts steps, not tokens)."""
     return sum(
         p.median_ms * p.count
@@ -75,7 +78,7 @@ def _steps_ms(run) -> float:
     )
 
 
-def _bound_finding(ev, bound: dict) -> Finding:
+def _bound_finding(ev: E.Evidence, bound: dict) -> Finding:
     worst = max(bound, key=lambda name: bound[name][0])
     share, run = bound[worst]
     sizes = _all_sizes(ev)
@@ -116,7 +119,7 @@ def _bound_finding(ev, bound: dict) -> Finding:
 
 
 def collective_cost(
-    name: str, run, share: float, per_unit: float, unit: str, covers: tuple
+    name: str, run: EngineRun, share: float, per_unit: float, unit: str, covers: tuple
 ) -> Cost:
     """At most what a lever on the collectives could win: their share of the run's time (a bound,
     `share` of `per_unit` ms per `unit`) in the ledger of the run called `name`."""

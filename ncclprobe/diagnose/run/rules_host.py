@@ -21,9 +21,12 @@ trace: the profiles recorded here (tests/fixtures/profiles/host/, examples/captu
 
 from __future__ import annotations
 
+from typing import Any
+
 from ncclprobe.diagnose.commands import profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.run.profile.host import HostReport
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 RULE = "host-call"
@@ -55,7 +58,9 @@ def host_call_findings(ev: E.Evidence) -> list:
     return out
 
 
-def _outcome(ev, run, report, rank):
+def _outcome(
+    ev: E.Evidence, run: Any, report: HostReport, rank: int
+) -> Finding | NotChecked | RuledOut:
     gpu = report.basis == "gpu-idle"
     top = report.functions[0] if report.functions else None
     of_step = (top.ms_per_step / report.step_ms) if top and report.step_ms else 0.0
@@ -155,7 +160,7 @@ def _outcome(ev, run, report, rank):
     )
 
 
-def _cost(run, gpu: bool, per_step: float, total: float, toks) -> Cost:
+def _cost(run: Any, gpu: bool, per_step: float, total: float, toks: C.Tokens) -> Cost:
     """At most the trace's time in the function (a profiler recording Python calls slows it), per
     token where the run's tokens are known. On a GPU it is part of the idle time `host-bound`
     (or the graph rules) already count: said, not counted again in the run's time ledger; on the

@@ -15,21 +15,22 @@ from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 
 LOW_ACCEPTANCE = 1.5  # tokens per cycle, bonus included: the drafts are rarely kept
 
 
-def _logs(ev: E.Evidence):
-    return [(src, run) for src, run in ev.all_runs() if run.log]
+def _logs(ev: E.Evidence) -> list[tuple[str, EngineRun, dict]]:
+    """(source, run, its server log's reading) for every run read from a server log."""
+    return [(src, run, run.log) for src, run in ev.all_runs() if run.log]
 
 
 def log_graphs(ev: E.Evidence) -> list:
-    out = []
-    for src, run in _logs(ev):
+    out: list[Outcome] = []
+    for src, run, log in _logs(ev):
         if src != "trace":
             continue
-        log = run.log
         if log["engine"] == "sglang" and log["graph_lines"]:
             out.append(_sglang_graphs(ev, run, log))
         out += _capture_sizes(ev, run, log)
@@ -50,7 +51,7 @@ def log_graphs(ev: E.Evidence) -> list:
     return out
 
 
-def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
+def _sglang_graphs(ev: E.Evidence, run: EngineRun, log: dict) -> Finding | RuledOut:
     share = log["graph_true"] / log["graph_lines"]
     hyp = "decode batches run without CUDA graphs"
     if share >= 0.99:
@@ -93,7 +94,7 @@ def _sglang_graphs(ev, run, log) -> Finding | RuledOut:
     )
 
 
-def _split_by_size(log) -> str:
+def _split_by_size(log: dict) -> str:
     """Without the server arguments, the log's own lines can still show the capture limit: when
     every batch without a graph is larger than every batch with one, the largest captured size
     lies between them."""
@@ -106,7 +107,7 @@ def _split_by_size(log) -> str:
     return ""
 
 
-def _capture_sizes(ev, run, log) -> list:
+def _capture_sizes(ev: E.Evidence, run: EngineRun, log: dict) -> list[Outcome]:
     """Logged batch sizes against the largest captured graph, in the unit the engine captures in:
     SGLang's cuda_graph_bs are batch sizes (requests); vLLM's cudagraph_capture_sizes count tokens,
     and with speculative decoding a decode step runs each request's 1 + k tokens
@@ -132,7 +133,7 @@ def _capture_sizes(ev, run, log) -> list:
     steps = {int(b): int(b) * per_request for b in log["batch_sizes"]}
     above = {b: n for b, n in log["batch_sizes"].items() if steps[int(b)] > top}
     if not above:
-        largest = max(steps, key=steps.get)
+        largest = max(steps, key=lambda batch: steps[batch])
         return [
             RuledOut(
                 rule="capture-sizes",
@@ -173,7 +174,7 @@ def _capture_sizes(ev, run, log) -> list:
     ]
 
 
-def _downgrade(ev, run, downgrade: dict) -> Finding:
+def _downgrade(ev: E.Evidence, run: EngineRun, downgrade: dict) -> Finding:
     """What the lowered mode captures, from vLLM's own table (`engine_facts.vllm_cudagraph`): a
     mode that keeps decode steps in full graphs is no loss for them; one that runs their attention
     outside (PIECEWISE) or runs no graph (NONE) is."""
@@ -212,14 +213,10 @@ def _downgrade(ev, run, downgrade: dict) -> Finding:
 
 
 def log_acceptance(ev: E.Evidence) -> list:
-    out = []
-    for src, run in _logs(ev):
+    out: list[Outcome] = []
+    for src, run, log in _logs(ev):
         acc = run.acceptance
-        if (
-            src == "trace"
-            and (acc is None or acc.mean_length is None)
-            and run.log.get("speculative")
-        ):
+        if src == "trace" and (acc is None or acc.mean_length is None) and log.get("speculative"):
             out.append(
                 NotChecked(
                     rule="acceptance",
@@ -269,8 +266,12 @@ def log_acceptance(ev: E.Evidence) -> list:
 def log_breakeven(ev: E.Evidence) -> list:
     """Speculative against baseline throughput from their logs, at the batch sizes both ran, and
     the acceptance that would break even: tokens per cycle × baseline / speculative throughput."""
-    spec = [run for src, run in _logs(ev) if src == "trace" and run.mode == "speculative"]
-    base = [run for src, run in _logs(ev) if src == "baseline" and run.mode == "baseline"]
+    spec = [
+        (run, log) for src, run, log in _logs(ev) if src == "trace" and run.mode == "speculative"
+    ]
+    base = [
+        (run, log) for src, run, log in _logs(ev) if src == "baseline" and run.mode == "baseline"
+    ]
     if not spec:
         return []
     hyp = "speculative slower than the baseline"
@@ -282,19 +283,19 @@ def log_breakeven(ev: E.Evidence) -> list:
                 missing="a baseline: the same server's log without speculative decoding (--baseline-server-log)",
             )
         ]
-    s, b = spec[0], base[0]
-    common = sorted(set(s.log["tokens_per_s_by_batch"]) & set(b.log["tokens_per_s_by_batch"]))
+    (s, s_log), (_, b_log) = spec[0], base[0]
+    common = sorted(set(s_log["tokens_per_s_by_batch"]) & set(b_log["tokens_per_s_by_batch"]))
     if common:
-        batch = max(common, key=lambda n: s.log["batch_sizes"].get(n, 0))
+        batch = max(common, key=lambda n: s_log["batch_sizes"].get(n, 0))
         s_values, b_values, where = (
-            s.log["tokens_per_s_values_by_batch"][batch],
-            b.log["tokens_per_s_values_by_batch"][batch],
+            s_log["tokens_per_s_values_by_batch"][batch],
+            b_log["tokens_per_s_values_by_batch"][batch],
             f"at batch {batch}",
         )
     else:
         s_values, b_values, where = (
-            s.log["tokens_per_s_values"],
-            b.log["tokens_per_s_values"],
+            s_log["tokens_per_s_values"],
+            b_log["tokens_per_s_values"],
             "over the whole logs (no batch size in common)",
         )
     s_values, b_values = [v for v in s_values if v > 0], [v for v in b_values if v > 0]

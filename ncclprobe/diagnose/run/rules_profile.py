@@ -22,6 +22,7 @@ from ncclprobe.diagnose.run.levers import lever_words, libraries
 from ncclprobe.diagnose.run.rules_ranks import collective_split, ranks_skew
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
+from ncclprobe.evidence.run.view import Collective, EngineRun, Phase
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.sizes import format_size
 
@@ -29,7 +30,7 @@ MEASURED_KINDS = ("decode", "verify", "draft", "other")
 NCCL_GAP_SHARE = 0.5  # collectives that grew by half the gap between two step kinds can explain it
 
 
-def _profiles(ev: E.Evidence):
+def _profiles(ev: E.Evidence) -> list[tuple[str, EngineRun]]:
     return [(src, run) for src, run in ev.all_runs() if run.source == "profile"]
 
 
@@ -64,7 +65,7 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
             )
         ]
     colls = [c for _, run in runs for c in run.collectives if c.library in NCCL_LIBRARIES]
-    slow, fast = _slowest_pair(ev)
+    pair = _slowest_pair(ev)
     if not colls:
         ran = f": the communication ran on {', '.join(sorted(others))} ({lever_words(others)})"
         return [
@@ -75,9 +76,9 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
                 + (ran if others else ""),
             )
         ]
-    if slow is None:
+    if pair is None:
         return []
-    (run_s, ph_s), (run_f, ph_f) = slow, fast
+    (run_s, ph_s), (run_f, ph_f) = pair
     coll_s, coll_f = _coll_ms_per_step(run_s, ph_s), _coll_ms_per_step(run_f, ph_f)
     gap = (ph_s.median_ms or 0) - (ph_f.median_ms or 0)
     kernels_s, kernels_f = _launched(run_s, ph_s), _launched(run_f, ph_f)
@@ -130,8 +131,11 @@ def nccl_from_kernels(ev: E.Evidence) -> list:
     ]
 
 
-def _slowest_pair(ev):
-    """(slow, fast): the eager step kind and the graphed one it is compared with, as (run, phase)."""
+def _slowest_pair(
+    ev: E.Evidence,
+) -> tuple[tuple[EngineRun, Phase], tuple[EngineRun, Phase]] | None:
+    """(slow, fast): the eager step kind and the graphed one it is compared with, as (run, phase);
+    None when no eager step was measured or nothing graphed to compare it with."""
     candidates = [
         (run, p)
         for src, run in _profiles(ev)
@@ -140,18 +144,18 @@ def _slowest_pair(ev):
         if p.count and p.kind in MEASURED_KINDS and p.graphed is False
     ]
     if not candidates:
-        return None, None
+        return None
     run_s, ph_s = max(candidates, key=lambda rp: rp[1].median_ms or 0)
-    base, ref = C.baseline_reference(ev, ph_s.kind)
-    if ref is not None:
-        return (run_s, ph_s), (base, ref)
+    reference = C.baseline_reference(ev, ph_s.kind)
+    if reference is not None:
+        return (run_s, ph_s), reference
     others = [p for p in run_s.phases.values() if p.graphed and p.count]
     if others:
         return (run_s, ph_s), (run_s, max(others, key=lambda p: p.count))
-    return None, None
+    return None
 
 
-def _coll_ms_per_step(run, phase) -> float:
+def _coll_ms_per_step(run: EngineRun, phase: Phase) -> float:
     """Per step, the wall time with a collective kernel running (the union of its collective
     kernels: summed kernel time counts overlapping calls twice), less the share spent waiting for
     another rank where the ranks are aligned: what NCCL's transfer could account for."""
@@ -164,12 +168,12 @@ def _coll_ms_per_step(run, phase) -> float:
             for c in run.collectives
             if c.phase == phase.name and c.time_us and c.library in NCCL_LIBRARIES
         ]
-        wall = sum(c.time_us for c in calls) / 1000.0 / phase.count if phase.count else 0.0
+        wall = sum(c.time_us or 0.0 for c in calls) / 1000.0 / phase.count if phase.count else 0.0
     split = collective_split(run)
     return wall * split["transfer"] if split else wall
 
 
-def _wall_words(run, phase) -> str:
+def _wall_words(run: EngineRun, phase: Phase) -> str:
     what = (
         "wall time with a collective kernel running"
         if phase.collective_ms is not None
@@ -178,7 +182,7 @@ def _wall_words(run, phase) -> str:
     return what + (", less the wait for other ranks" if collective_split(run) else "")
 
 
-def _launched(run, phase) -> set[str]:
+def _launched(run: EngineRun, phase: Phase) -> set[str]:
     return {
         f"{c.op} {c.algo}/{c.proto}"
         for c in run.collectives
@@ -191,7 +195,7 @@ def collective_calls(ev: E.Evidence) -> list:
     step, with eager/graph and what NCCL launched. Informational: the numbers other rules weigh."""
     out = []
     for src, run in _profiles(ev):
-        rows = []
+        rows: list[dict] = []
         for c in run.collectives:
             per_call = c.time_us / c.count if c.time_us and c.count else None
             busbw = _busbw(c, per_call)
@@ -241,7 +245,7 @@ def collective_calls(ev: E.Evidence) -> list:
     return out
 
 
-def _why_unknown(run) -> str:
+def _why_unknown(run: EngineRun) -> str:
     """Why some sizes are unknown: graph replays whose capture is not in the profile, or calls
     recorded without their arguments; never a graph on a profile without one."""
     unknown = [c for c in run.collectives if c.size_bytes is None]
@@ -250,7 +254,7 @@ def _why_unknown(run) -> str:
     return "" if any(c.graph for c in unknown) else ": recorded without their arguments"
 
 
-def _busbw(c, per_call_us: float | None) -> float | None:
+def _busbw(c: Collective, per_call_us: float | None) -> float | None:
     """nccl-tests' bus bandwidth (docs/METRICS.md) of one call, where size and group are known."""
     if not c.size_bytes or not per_call_us or not c.group_size or c.group_size < 2:
         return None

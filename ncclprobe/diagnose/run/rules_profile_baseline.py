@@ -22,7 +22,8 @@ from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.rules_profile_eager import eager_parts
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 
 def against_baseline(ev: E.Evidence) -> list:
@@ -45,7 +46,7 @@ def against_baseline(ev: E.Evidence) -> list:
                 ),
             )
         ]
-    parts = split(ev, run, mine, base, theirs)
+    parts = split(ev, run, mine.count, base, theirs.count)
     exact = mine.exact and theirs.exact
     bound = ""
     evidence = {
@@ -84,7 +85,7 @@ def against_baseline(ev: E.Evidence) -> list:
     ]
 
 
-def _difference_cost(run, mine, parts) -> Cost | None:
+def _difference_cost(run: EngineRun, mine: C.Tokens, parts: dict) -> Cost | None:
     """The run's difference from its baseline per token, both profiled: the pool of the run's
     time ledger (the causes' costs never add past it); None where the run is not slower."""
     difference = parts["difference_ms_per_token"]
@@ -101,33 +102,39 @@ def _difference_cost(run, mine, parts) -> Cost | None:
     )
 
 
-def split(ev, run, mine, base, theirs) -> dict:
-    """The parts of the difference per token (module docstring); they add up to it."""
+def split(
+    ev: E.Evidence, run: EngineRun, tokens: float, base: EngineRun, base_tokens: float
+) -> dict:
+    """The parts of the difference per token (module docstring), each run's time over its known
+    `tokens`; they add up to it."""
     saving = {p["phase"].name: p["cost"] for p in eager_parts(ev, run)[0]}
-    eager = {name: saving[name] * run.phases[name].count / mine.count for name in saving}
+    eager = {name: saving[name] * (run.phases[name].count or 0) / tokens for name in saving}
     steady = sum(
         (C.phase_ms(p) - saving.get(p.name, 0.0) * p.count)
         for p in run.phases.values()
         if p.kind != "prefill"
     )
     base_steady = sum(C.phase_ms(p) for p in base.phases.values() if p.kind != "prefill")
-    t_run, t_base = C.run_ms(run) / mine.count, C.run_ms(base) / theirs.count
+    # both runs' times are known where the parts are asked for (against_baseline)
+    t_run, t_base = (C.run_ms(run) or 0.0) / tokens, (C.run_ms(base) or 0.0) / base_tokens
     return {
         "ms_per_token": t_run,
         "baseline_ms_per_token": t_base,
         "difference_ms_per_token": t_run - t_base,
         "eager_ms_per_token": float(sum(eager.values())),
-        "forwards_ms_per_token": steady / mine.count - base_steady / theirs.count,
-        "prefill_ms_per_token": _prefill(run) / mine.count - _prefill(base) / theirs.count,
+        "forwards_ms_per_token": steady / tokens - base_steady / base_tokens,
+        "prefill_ms_per_token": _prefill(run) / tokens - _prefill(base) / base_tokens,
         "by_phase": eager,
     }
 
 
-def _prefill(run) -> float:
+def _prefill(run: EngineRun) -> float:
     return sum(C.phase_ms(p) for p in run.phases.values() if p.kind == "prefill")
 
 
-def _speculation(ev, run, mine, base, theirs, parts) -> list:
+def _speculation(
+    ev: E.Evidence, run: EngineRun, mine: C.Tokens, base: EngineRun, theirs: C.Tokens, parts: dict
+) -> list[Outcome]:
     """Speculation's own cost: its forwards per token at their replayed price against the
     baseline's; a saving is ruled out as a cause. Unknown without the tokens each verify kept."""
     if run.mode != "speculative":

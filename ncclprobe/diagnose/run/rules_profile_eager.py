@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
-from ncclprobe.diagnose.run.expectations import expected_verify_ratio
+from ncclprobe.diagnose.run.expectations import Expectation, expected_verify_ratio
 from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 
@@ -33,7 +33,7 @@ def eager_steps(ev: E.Evidence) -> list:
     return out
 
 
-def eager_parts(ev, run) -> tuple[list[dict], list]:
+def eager_parts(ev: E.Evidence, run: EngineRun) -> tuple[list[dict], list]:
     """Per eager phase with a graphed reference: what capture would save per step (`cost`) and
     the words for it; and the phases where it would save nothing, ruled out."""
     parts, ruled = [], []
@@ -59,14 +59,14 @@ def eager_parts(ev, run) -> tuple[list[dict], list]:
     return parts, ruled
 
 
-def _expected(ev, phase, ref):
+def _expected(ev: E.Evidence, phase: Phase, ref: Phase) -> Expectation | None:
     """The model shape's expected verify/decode ratio, where it applies (a verify against a decode)."""
     if phase.kind != "verify" or ref.kind != "decode":
         return None
     return expected_verify_ratio(ev.config)
 
 
-def _no_eager(ev, run) -> list:
+def _no_eager(ev: E.Evidence, run: EngineRun) -> list:
     """Why no eager step was weighed: every step replayed, nothing graphed to compare with, or
     graphs that cannot be seen (a CPU-only profile)."""
     steps = [p for p in run.phases.values() if p.count and p.kind != "prefill"]
@@ -122,7 +122,7 @@ def _no_eager(ev, run) -> list:
     return out
 
 
-def _eager_part(ev, phase, ref, where, from_baseline) -> dict:
+def _eager_part(ev: E.Evidence, phase: Phase, ref: Phase, where: str, from_baseline: bool) -> dict:
     """One eager phase against its reference: what capture would save per step (`cost`), and the
     words for what was measured and what is inferred."""
     expectation = _expected(ev, phase, ref)
@@ -140,8 +140,8 @@ def _eager_part(ev, phase, ref, where, from_baseline) -> dict:
         "measured": measured,
     }
     if expectation:
-        expected = ref.median_ms * expectation.ratio
-        part["cost"] = max(0.0, phase.median_ms - expected)
+        expected = (ref.median_ms or 0.0) * expectation.ratio  # measured steps: both known
+        part["cost"] = max(0.0, (phase.median_ms or 0.0) - expected)
         part["expected"] = (expected, expectation.ratio)
         part["inferred"] = (
             f"from the model's shape, not measured: a captured {phase.name} should cost about "
@@ -154,7 +154,7 @@ def _eager_part(ev, phase, ref, where, from_baseline) -> dict:
     return part
 
 
-def _eager_finding(ev, run, parts) -> Finding:
+def _eager_finding(ev: E.Evidence, run: EngineRun, parts: list[dict]) -> Finding:
     toks = C.tokens(run)
     total = sum(p["cost"] * p["phase"].count for p in parts)
     token_cost, share = C.per_token(total, toks), C.share(total, run)
@@ -204,7 +204,7 @@ def _eager_finding(ev, run, parts) -> Finding:
     )
 
 
-def _eager_cost(run, toks, parts, total: float) -> Cost:
+def _eager_cost(run: EngineRun, toks: C.Tokens, parts: list[dict], total: float) -> Cost:
     """What capture would save: per token where the run's tokens are known, else per speculative
     cycle or per step of the one eager phase (several eager phases without tokens: per step of
     the largest, the others' parts in the evidence). Modelled where a part rests on the model
@@ -228,9 +228,9 @@ def _eager_cost(run, toks, parts, total: float) -> Cost:
     return Cost.profiled(total / units, unit, basis, inflation=C.PROFILER_INFLATION, **kw)
 
 
-def _eager_detail(parts) -> str:
+def _eager_detail(parts: list[dict]) -> str:
     """Measured, per phase; the references once each; then what is inferred from them."""
-    refs = {}
+    refs: dict[str, dict] = {}
     for p in parts:
         refs.setdefault(p["ref"].name, p)
     measured = "; ".join(p["measured"] for p in parts)

@@ -15,7 +15,8 @@ from ncclprobe.diagnose.commands import graphs_command, profile_command
 from ncclprobe.diagnose.run import profile_costs as C
 from ncclprobe.diagnose.run.ledger import IDLE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
+from ncclprobe.evidence.run.view import EngineRun, Phase
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut, severity_for_share
 
 HOST_BOUND_IDLE = 0.30  # GPU idle for at least this share of a step: the host sets the pace
 HOST_BOUND_MIN_MS = 0.05  # ... and for at least this long (a short step's idle is launch latency)
@@ -27,7 +28,8 @@ def host_bound(ev: E.Evidence) -> list:
     percentile of the steps' idle share, not their median), where no graphed reference tells how
     much of it capture would remove: the host sets the pace. Eager steps with a reference and
     graph replays are weighed by eager_steps and graph_glue."""
-    out, checked = [], False
+    out: list[Outcome] = []
+    checked = False
     for run in C.profile_runs(ev):
         toks = C.tokens(run)
         for phase in run.phases.values():
@@ -63,7 +65,7 @@ def host_bound(ev: E.Evidence) -> list:
     return out
 
 
-def _most_steps(phase) -> str:
+def _most_steps(phase: Phase) -> str:
     """Which steps the 90th percentile of the idle share speaks for: 9 of 10 only where there are
     ten; one step is itself."""
     if phase.count == 1:
@@ -79,10 +81,12 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if 0.995 <= value < 1.0 or 0.0 < value < 0.01 else f"{value:.0%}"
 
 
-def _host_bound_finding(ev, run, phase, low, high, toks) -> Finding:
+def _host_bound_finding(
+    ev: E.Evidence, run: EngineRun, phase: Phase, low: float, high: float, toks: C.Tokens
+) -> Finding:
     every = low >= HOST_BOUND_IDLE
     syncs = phase.launches.get("sync", 0)
-    total = phase.idle_ms * phase.count
+    total = (phase.idle_ms or 0.0) * phase.count  # host_bound: measured idle time only
     share, token_cost = C.share(total, run), C.per_token(total, toks)
     unit, units = C.unit_of(run, toks, phase)
     severity = severity_for_share(share) if every else "info"
@@ -133,7 +137,7 @@ def graph_glue(ev: E.Evidence) -> list:
     """Graph-replayed steps that also launch eager kernels: the host's work between replays
     (sampling, stopping checks, the next inputs) around a few small kernels. What it costs is the
     step's time outside the replay's kernels; at most a warning, the graph itself is replayed."""
-    out = []
+    out: list[Outcome] = []
     for run in C.profile_runs(ev):
         for phase in run.phases.values():
             kernels = phase.launches.get("kernel", 0)
@@ -203,7 +207,7 @@ def graph_glue(ev: E.Evidence) -> list:
 def profile_limits(ev: E.Evidence) -> list:
     """What the profile could not show. No step at all is a finding, not a silence: a run with no
     findings must be a healthy run, not an unread one."""
-    out = []
+    out: list[Outcome] = []
     for run in C.profile_runs(ev):
         if not run.phases:
             out.append(

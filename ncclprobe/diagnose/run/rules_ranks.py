@@ -13,7 +13,7 @@ from ncclprobe.diagnose.run.levers import lever_words
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
-from ncclprobe.evidence.run.profile.align import LATE_FACTOR, LATE_FLOOR_US
+from ncclprobe.evidence.run.profile.align import LATE_FACTOR, LATE_FLOOR_US, Alignment, Lateness
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut, severity_for_share
 
 SKEW_WARN = 0.10  # without matched collectives: ranks' median steps more than 10% apart
@@ -46,7 +46,7 @@ def ranks_skew(ev: E.Evidence) -> list:
     return out
 
 
-def straggler(al) -> tuple[object | None, float]:
+def straggler(al: Alignment) -> tuple[Lateness | None, float]:
     """(the rank's Lateness, its share of the aligned window) when one rank holds the others up:
     its excess wait is at least STRAGGLER_RATIO × any other rank's and STRAGGLER_MIN_SHARE of the
     window; or, where no call stands out (a rank late before every call makes every call's spread

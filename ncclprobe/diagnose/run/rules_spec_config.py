@@ -11,6 +11,8 @@ target's (`engine_facts.spec_config` holds the engines' facts and their sources)
 
 from __future__ import annotations
 
+from typing import Any
+
 from ncclprobe.engine_facts import spec_config as F
 from ncclprobe.evidence import bundle as E
 from ncclprobe.findings import Finding, NotChecked, RuledOut
@@ -18,7 +20,7 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut
 RULE = "spec-config"
 
 
-def _spec_logs(ev: E.Evidence):
+def _spec_logs(ev: E.Evidence) -> list[Any]:
     return [
         run
         for src, run in ev.all_runs()
@@ -39,7 +41,7 @@ def spec_config_findings(ev: E.Evidence) -> list:
     return out
 
 
-def _algorithm(ev: E.Evidence, run, log: dict) -> list:
+def _algorithm(ev: E.Evidence, run: Any, log: dict) -> list:
     fact = F.ALGORITHMS.get(log.get("engine", ""))
     algorithm = log.get("speculative_algorithm")
     if fact is None or not algorithm:
@@ -129,7 +131,7 @@ def _topk_draft_tokens(log: dict) -> list:
     ]
 
 
-def _not_working(run, log: dict) -> list:
+def _not_working(run: Any, log: dict) -> list:
     accept, lines = log.get("tokens_per_cycle"), log.get("tokens_per_cycle_values") or 0
     if accept is None:
         return []
@@ -161,6 +163,8 @@ def _not_working(run, log: dict) -> list:
 
 def _draft_against_target(ev: E.Evidence) -> list:
     draft = ev.draft_config
+    if draft is None:
+        return []
     target = (ev.config or {}).get("model") or {}
     vocab, layers = target.get("vocab"), target.get("layers")
     out: list = []

@@ -18,13 +18,14 @@ from ncclprobe.diagnose.commands import (
 from ncclprobe.diagnose.run.ledger import WHOLE
 from ncclprobe.diagnose.run.run_costs import rounded, spec_runs
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
+from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut
 
 
 def speculative_slower(ev: E.Evidence) -> list:
     """Speculative slower than its baseline: decompose its time per token into draft, verify and
     overhead, and say what acceptance would break even."""
-    out = []
+    out: list[Outcome] = []
     for src, run in spec_runs(ev):
         if run.source != "engine-trace":
             continue  # profiles and logs: rules_log weighs their throughputs
@@ -40,11 +41,13 @@ def speculative_slower(ev: E.Evidence) -> list:
                 )
             )
             continue
-        out.append(_compare_speeds(ev, src, run, base))
+        out.append(_compare_speeds(ev, src, run, base, run.tokens_per_s / base.tokens_per_s))
     return out
 
 
-def _compare_speeds(ev, src, run, base):
+def _compare_speeds(
+    ev: E.Evidence, src: str, run: EngineRun, base: EngineRun, speedup: float
+) -> Outcome:
     """The noise rule of `ncclprobe.stats` on the two runs' tokens/s: with repeats on both sides
     (run-engine --repeats) their spreads and the 5 % floor decide, else the noise floor of one run
     on this device (a shared CPU's tokens/s vary 2x, a GPU's a few percent). Faster beyond the noise
@@ -55,7 +58,6 @@ def _compare_speeds(ev, src, run, base):
         _speed_sample(base),
         single="gpu" if ev.config.get("device") == "cuda" else "cpu",
     )
-    speedup = run.tokens_per_s / base.tokens_per_s
     figures = f"speculative {_rate(run)} against baseline {_rate(base)} tok/s ({speedup:.2f}x)"
     if verdict.verdict == stats.FASTER:
         return RuledOut(
@@ -95,12 +97,12 @@ def _compare_speeds(ev, src, run, base):
     )
 
 
-def _speed_sample(run) -> stats.Sample:
+def _speed_sample(run: EngineRun) -> stats.Sample:
     """A run's tokens/s as the noise rule's sample: its repeats, else its one measurement."""
     return stats.Sample.of_rates(run.tokens_per_s_repeats or [run.tokens_per_s])
 
 
-def _rate(run) -> str:
+def _rate(run: EngineRun) -> str:
     spread = run.speed_range()
     return f"{run.tokens_per_s:.1f}" + (
         f" ({spread[0]:.1f}-{spread[1]:.1f} over {len(run.tokens_per_s_repeats)} repeats)"
@@ -109,18 +111,20 @@ def _rate(run) -> str:
     )
 
 
-def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
+def _slower_finding(
+    ev: E.Evidence, src: str, run: EngineRun, base: EngineRun, verdict: stats.Comparison
+) -> Finding:
     parts = {
-        name: run.per_token_ms(run.phase(name).total_ms if run.phase(name) else 0.0) or 0.0
+        name: run.per_token_ms(phase.total_ms if (phase := run.phase(name)) else 0.0) or 0.0
         for name in ("draft", "verify", *E.OVERHEAD_PHASES)
     }
     overhead = sum(parts[name] for name in E.OVERHEAD_PHASES)
-    ms_token = run.ms_per_token or 1000.0 / run.tokens_per_s
+    ms_token = run.ms_per_token or (1000.0 / run.tokens_per_s if run.tokens_per_s else 0.0)
     unaccounted = max(0.0, ms_token - parts["draft"] - parts["verify"] - overhead)
     cycle_ms = sum(
         run.per_cycle_ms(name) or 0.0 for name in ("draft", "verify", *E.OVERHEAD_PHASES)
     )
-    decode_ms = base.ms_per_token or 1000.0 / base.tokens_per_s
+    decode_ms = base.ms_per_token or (1000.0 / base.tokens_per_s if base.tokens_per_s else 0.0)
     tpc = run.tokens_per_cycle()
     breakeven = (
         cycle_ms / decode_ms if decode_ms and cycle_ms else None
@@ -173,7 +177,7 @@ def _slower_finding(ev, src, run, base, verdict: stats.Comparison) -> Finding:
     )
 
 
-def _slowdown(src, run, base, difference: float) -> Cost | None:
+def _slowdown(src: str, run: EngineRun, base: EngineRun, difference: float) -> Cost | None:
     """The measured difference per token, its range from the repeats' spreads where both runs
     have them: the pool of the run's time ledger (its causes never add past it)."""
     mine, theirs = _speed_sample(run), _speed_sample(base)
@@ -196,7 +200,13 @@ def _slowdown(src, run, base, difference: float) -> Cost | None:
     )
 
 
-def _faster_spec_command(ev, run, base, tpc, breakeven) -> str:
+def _faster_spec_command(
+    ev: E.Evidence,
+    run: EngineRun,
+    base: EngineRun,
+    tpc: float | None,
+    breakeven: float | None,
+) -> str:
     """Graphs first when verify is eager against a captured decode; else a better draft when the
     cycle yields fewer tokens than break-even; else the loss is outside the cycle (prefill, host):
     capture everything on a GPU, or amortise it over a longer run on CPU."""

@@ -9,10 +9,10 @@ win and the costs of one run add up; this is the one place those conversions are
 from __future__ import annotations
 
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import SPECULATIVE_KINDS
+from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun
 
 
-def spec_runs(ev: E.Evidence):
+def spec_runs(ev: E.Evidence) -> list[tuple[str, EngineRun]]:
     """The speculative runs under diagnosis that have steps (a server log has none: rules_log)."""
     return [
         (src, run)
@@ -21,7 +21,7 @@ def spec_runs(ev: E.Evidence):
     ]
 
 
-def cost_per_token(run, cost_cycle: float) -> float | None:
+def cost_per_token(run: EngineRun, cost_cycle: float) -> float | None:
     """A per-cycle cost spread over the tokens a cycle yields (per sequence): from the run's own
     token count where it has one (our trace), else from the acceptance length (profile + log)."""
     if run.new_tokens and run.cycles:
@@ -30,7 +30,7 @@ def cost_per_token(run, cost_cycle: float) -> float | None:
     return cost_cycle / tpc if tpc else None
 
 
-def share_of_run(run, cost_token: float | None, cost_cycle: float) -> float | None:
+def share_of_run(run: EngineRun, cost_token: float | None, cost_cycle: float) -> float | None:
     """What share of the run's time a cost is: per token when both are known, else per cycle."""
     if cost_token is not None and run.ms_per_token:
         return cost_token / run.ms_per_token

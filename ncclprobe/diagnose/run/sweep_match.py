@@ -17,7 +17,8 @@ import math
 from ncclprobe.diagnose.commands import NEAREST_FACTOR, sizes_arg, sweep_command, sweep_next
 from ncclprobe.diagnose.run.ledger import COLLECTIVE
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
+from ncclprobe.evidence.run.view import EngineRun
+from ncclprobe.findings import Cost, Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.recipes import only_shapes_the_log
 from ncclprobe.records import ResultRecord
 
@@ -27,7 +28,7 @@ def tuning_settings(settings: dict | None) -> dict[str, str]:
     return {k: str(v) for k, v in (settings or {}).items() if not only_shapes_the_log(k)}
 
 
-def run_settings(run) -> dict[str, str]:
+def run_settings(run: EngineRun) -> dict[str, str]:
     """What was in force: the workers' environment at communicator creation when they agree,
     else what the run asked for (a profile or log records none: NCCL's defaults, as far as known)."""
     eff = run.effective_settings()
@@ -57,7 +58,7 @@ def sweep_time_us(
     best = min(candidates, key=lambda r: abs(math.log(r.size_bytes / size)))
     if abs(math.log(best.size_bytes / size)) > math.log(NEAREST_FACTOR):
         return None
-    return float(best.time_us), int(best.size_bytes)
+    return best.timed_us, best.size_bytes
 
 
 def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
@@ -68,9 +69,11 @@ def time_bounds(hit: tuple[float, int], size: int) -> tuple[float, float]:
     return time_us * min(1.0, scale), time_us * max(1.0, scale)
 
 
-def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
+def compare_run(
+    ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float
+) -> Outcome:
     share, ms_token, tokens = run.collective_share, run.ms_per_token, run.new_tokens
-    sizes = [c for c in run.collectives if c.size_bytes]
+    sizes = [(c, c.size_bytes) for c in run.collectives if c.size_bytes]
     if share is None or not ms_token or not tokens or not sizes:
         return NotChecked(
             rule="collectives-vs-sweep",
@@ -79,20 +82,15 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
         )
     settings, nranks = run_settings(run), ev.config.get("tp")
     expected_ms, missing = [0.0, 0.0], []
-    for entry in sizes:
+    for entry, size in sizes:
         mode = "eager" if entry.eager else "graph"
         hit = sweep_time_us(
-            ev.sweep,
-            settings=settings,
-            nranks=nranks,
-            op=entry.op,
-            mode=mode,
-            size=int(entry.size_bytes),
+            ev.sweep, settings=settings, nranks=nranks, op=entry.op, mode=mode, size=size
         )
         if hit is None:
-            missing.append(int(entry.size_bytes))
+            missing.append(size)
             continue
-        least, most = time_bounds(hit, int(entry.size_bytes))
+        least, most = time_bounds(hit, size)
         expected_ms = [
             expected_ms[0] + entry.count * least / 1000.0,
             expected_ms[1] + entry.count * most / 1000.0,
@@ -117,7 +115,16 @@ def compare_run(ev: E.Evidence, run, name: str, hypothesis: str, excess: float):
     )
 
 
-def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
+def _verdict(
+    ev: E.Evidence,
+    run: EngineRun,
+    name: str,
+    hypothesis: str,
+    excess: float,
+    measured: float,
+    expected: tuple[float, float],
+    settings: dict[str, str],
+) -> Outcome:
     least, most = expected
     ratio = measured / most if most > 0 else math.inf  # the least the ratio can be
     highest = measured / least if least > 0 else math.inf
@@ -150,7 +157,7 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
             f"across the {excess:.1f}x cut",
             next_command=sweep_command(ev.config.get("tp"), sizes_arg(run.collective_sizes())),
         )
-    expected = most
+    predicted = most
     eager = any(c.eager for c in run.collectives)
     sizes = run.collective_sizes()
     if (
@@ -172,8 +179,8 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
         confidence="medium",
         title=f"{name}: collectives cost {ratio:.1f}x what the sweep measured for the same sizes and settings",
         detail=(
-            f"Measured in the engine: {measured:.3f} ms of collectives per token; the sweep predicts {expected:.3f} ms "
-            f"for the same sizes, settings and eager/graph mode"
+            f"Measured in the engine: {measured:.3f} ms of collectives per token; the sweep predicts "
+            f"{predicted:.3f} ms for the same sizes, settings and eager/graph mode"
             + (" (at most: sweep sizes within 2x stand in)" if stand_in else "")
             + ". What NCCL chose in the engine is not in this evidence: with NCCL_DEBUG_SUBSYS=TUNING in "
             "both runs the log shows whether its algorithm and protocol differ from the sweep's. Other "
@@ -195,13 +202,16 @@ def _verdict(ev, run, name, hypothesis, excess, measured, expected, settings):
     )
 
 
-def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float) -> list:
+def compare_calls(
+    ev: E.Evidence, run: EngineRun, name: str, hypothesis: str, excess: float
+) -> list:
     """A profile's collectives, per size, against the sweep: the kernel time per call (GPU time,
     without the host's launch path) against the sweep's graph-mode time at that size when it has
     one (also GPU time between CUDA events), else its eager time (which includes the launch path,
     so it flatters the profile). The profile records no NCCL settings: the sweep's default
     configuration is the match, and its best configuration at that size is named beside it."""
-    out, missing = [], []
+    out: list[Outcome] = []
+    missing = []
     nranks = ev.config.get("tp")
     for c in run.collectives:
         if not c.size_bytes or not c.time_us or not c.count:
@@ -321,7 +331,7 @@ def compare_calls(ev: E.Evidence, run, name: str, hypothesis: str, excess: float
     return out
 
 
-def _best_at(sweep: list[ResultRecord], nranks, op: str, size: int) -> dict | None:
+def _best_at(sweep: list[ResultRecord], nranks: int | None, op: str, size: int) -> dict | None:
     rows = [
         r
         for r in sweep
@@ -331,5 +341,5 @@ def _best_at(sweep: list[ResultRecord], nranks, op: str, size: int) -> dict | No
     ]
     if not rows:
         return None
-    best = min(rows, key=lambda r: r.time_us)
+    best = min(rows, key=lambda r: r.timed_us)
     return {"config": best.config_id, "time_us": best.time_us, "mode": best.mode}

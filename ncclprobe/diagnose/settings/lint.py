@@ -7,13 +7,16 @@ data) fails the verdict; warnings and notes do not.
 from __future__ import annotations
 
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.secrets import mask_env, mask_text
 
 
-def lint_findings(ev) -> list[SettingFinding]:
+def lint_findings(ev: Evidence) -> list[SettingFinding]:
     settings = ev.settings
+    if settings is None:  # the rule set needs them (`LINT`)
+        return []
     return lint_env(settings.env, node=settings.node, nccl_version=settings.nccl_version)
 
 
@@ -29,10 +32,13 @@ def masked(finding: SettingFinding) -> dict:
     }
 
 
-def lint_report(ev) -> Report:
+def lint_report(ev: Evidence) -> Report:
     """`knobs --lint`: the settings rule set over the gathered settings, one table of findings."""
     settings = ev.settings
+    if settings is None:
+        raise ValueError("knobs --lint judges gathered settings (gather.settings)")
     report = judge(ev, (LINT,), kind="lint", fails_at="error", notes=list(settings.notes))
+    found = [f for f in report.findings if isinstance(f, SettingFinding)]  # the LINT set's: all
     report.rows = [
         {
             "severity": f.severity,
@@ -40,7 +46,7 @@ def lint_report(ev) -> Report:
             "finding": mask_text(f.message),
             "fix": mask_text(f.fix),
         }
-        for f in report.findings
+        for f in found
     ]
     report.document = {
         "schema_version": 1,
@@ -49,7 +55,7 @@ def lint_report(ev) -> Report:
         "nccl_version": settings.nccl_version,
         "source": settings.source,
         "notes": report.notes,
-        "findings": [masked(f) for f in report.findings],
+        "findings": [masked(f) for f in found],
     }
     title = (
         f"lint of {len(settings.env)} NCCL variable(s) from {settings.source}: "

@@ -14,7 +14,9 @@ from __future__ import annotations
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
 from ncclprobe.diagnose.settings import rules_known_bad
 from ncclprobe.diagnose.settings.lint import LINT, masked
+from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.failure_lines import not_explained_finding
+from ncclprobe.evidence.nccl.nccl_failures import Explained
 from ncclprobe.evidence.nccl.nccl_failures import explain as _explain
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.findings import Finding
@@ -22,10 +24,10 @@ from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.secrets import mask_env, mask_text
 from ncclprobe.sizes import format_size
 
-_LAST: list = []  # [(the log, what explaining it gave)]: one log per command
+_LAST: list[tuple[NcclLog, tuple[list[Explained], list[str]]]] = []  # one log per command
 
 
-def explain(log: NcclLog):
+def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     """(the explained kinds, the WARN lines no kind explains), once per log: explaining takes the
     explained lines out of the log's failure lines, so a second call would see fewer."""
     if not _LAST or _LAST[0][0] is not log:
@@ -33,8 +35,11 @@ def explain(log: NcclLog):
     return _LAST[0][1]
 
 
-def failure_findings(ev) -> list[Finding]:
-    explained, unexplained = explain(ev.nccl_log)
+def failure_findings(ev: Evidence) -> list[Finding]:
+    log = ev.nccl_log
+    if log is None:  # the rule set needs it (`NCCL_LOG`)
+        return []
+    explained, unexplained = explain(log)
     found = [
         Finding(
             rule=e.kind,
@@ -57,7 +62,7 @@ def failure_findings(ev) -> list[Finding]:
                 detail="; ".join(mask_text(w) for w in unexplained[:3]),
             )
         )
-    not_explained = not_explained_finding([ev.nccl_log.failure_lines])
+    not_explained = not_explained_finding([log.failure_lines])
     return found + ([not_explained] if not_explained else [])
 
 
@@ -71,9 +76,11 @@ KNOWN_BAD = RuleSet(
 )
 
 
-def nccl_log_report(ev, files: list[str]) -> Report:
+def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
     """The NCCL-log and settings rule sets over the log, with its table of what NCCL read and did."""
-    log: NcclLog = ev.nccl_log
+    log = ev.nccl_log
+    if log is None:
+        raise ValueError("nccl-log judges a gathered NCCL log")
     report = judge(ev, (NCCL_LOG, KNOWN_BAD, LINT), kind="nccl-log", fails_at="error")
     known_bad = [f for f in report.findings if f.rule == rules_known_bad.RULE]
     lint = [f for f in report.findings if isinstance(f, SettingFinding)]

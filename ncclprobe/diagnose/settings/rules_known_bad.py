@@ -30,7 +30,7 @@ def known_bad_findings(ev: E.Evidence) -> list:
     if collected:
         versions.add(collected)
         for match in matching(collected, caps, host_arch=host_arch):
-            _add(found, match, f"{ev.collect_env.tool} text")
+            _add(found, match, f"{ev.collect_env.tool} text" if ev.collect_env else "collect-env")
     out: list = [_finding(match, where, caps) for match, where in found.values()]
     if out or not versions:
         return out
@@ -112,6 +112,8 @@ def _finding(match: Match, where: list[str], caps: set[int]) -> Finding:
 def nccl_log_findings(ev: E.Evidence) -> list[Finding]:
     """`nccl-log`: the rows the one log falls in, from its version, and from the GPUs and NCCL's own
     lines of a failure its files (`ev.inputs["nccl_log"]`, where given) hold."""
+    if ev.nccl_log is None:
+        return []
     matches, scanned = known_bad_in_logs(ev.inputs.get("nccl_log", ()), ev.nccl_log)
     return [_finding(m, ["the NCCL log"], scanned.capabilities) for m in matches]
 

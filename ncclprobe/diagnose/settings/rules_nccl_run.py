@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.logged_reads import verdict_for
 from ncclprobe.nccl.version import parse_version
 from ncclprobe.secrets import mask_env_value, mask_text
@@ -45,10 +46,11 @@ def _ranks(labels: list[str]) -> str:
 
 def _settings_read(ev: E.Evidence) -> list:
     """The collecting shell's NCCL settings against what each rank's NCCL read."""
-    shell = tuning_settings(ev.collect_env.nccl_settings) if ev.collect_env else {}
-    if not shell:
+    collect_env = ev.collect_env
+    shell = tuning_settings(collect_env.nccl_settings) if collect_env else {}
+    if collect_env is None or not shell:
         return []
-    tool = ev.collect_env.tool
+    tool = collect_env.tool
     judged = [
         (label, log)
         for label, log in zip(_labels(ev), ev.nccl_logs)
@@ -71,7 +73,9 @@ def _settings_read(ev: E.Evidence) -> list:
             )
             if verdict.startswith("ignored"):
                 unread.setdefault(name, []).append((label, verdict.removeprefix("ignored: ")))
-    out = [_unread_finding(ev, tool, name, shell[name], ranks) for name, ranks in unread.items()]
+    out: list[Outcome] = [
+        _unread_finding(ev, tool, name, shell[name], ranks) for name, ranks in unread.items()
+    ]
     out += _read_elsewhere(ev, tool, shell, judged)
     if not unread:
         out.append(
@@ -85,7 +89,9 @@ def _settings_read(ev: E.Evidence) -> list:
     return out
 
 
-def _unread_finding(ev, tool: str, name: str, value: str, ranks: list[tuple[str, str]]) -> Finding:
+def _unread_finding(
+    ev: E.Evidence, tool: str, name: str, value: str, ranks: list[tuple[str, str]]
+) -> Finding:
     shown = mask_env_value(name, value)
     return Finding(
         rule="nccl-settings-read",
@@ -110,7 +116,9 @@ def _unread_finding(ev, tool: str, name: str, value: str, ranks: list[tuple[str,
     )
 
 
-def _read_elsewhere(ev, tool: str, shell: dict, judged) -> list:
+def _read_elsewhere(
+    ev: E.Evidence, tool: str, shell: dict, judged: list[tuple[str, RankNcclLog]]
+) -> list[Finding]:
     """Settings NCCL read that the shell did not have: set by a launcher, a container or a
     plugin (aws-ofi-nccl sets NCCL_PROTO itself); shown, since the job ran with them."""
     extra: dict[str, dict[str, str]] = {}
@@ -143,7 +151,7 @@ def _read_elsewhere(ev, tool: str, shell: dict, judged) -> list:
 # ---- versions -------------------------------------------------------------------------------
 
 
-def _version(log) -> str | None:
+def _version(log: RankNcclLog) -> str | None:
     return log.log.nccl_version
 
 
@@ -176,9 +184,11 @@ def _versions(ev: E.Evidence) -> list:
             )
         ]
     out = []
-    collected = ev.collect_env.nccl_version if ev.collect_env else None
+    collect_env = ev.collect_env
+    collected = collect_env.nccl_version if collect_env else None
     if (
-        collected
+        collect_env is not None
+        and collected
         and parse_version(collected)
         and parse_version(collected) != parse_version(seen[0])
     ):
@@ -187,9 +197,9 @@ def _versions(ev: E.Evidence) -> list:
                 rule="nccl-version",
                 severity="warning",
                 confidence="medium",
-                title=f"the job's NCCL is {seen[0]}, not the {collected} {ev.collect_env.tool} reports",
+                title=f"the job's NCCL is {seen[0]}, not the {collected} {collect_env.tool} reports",
                 detail=(
-                    f"Every rank's log says NCCL {seen[0]}; the shell {ev.collect_env.tool} ran in "
+                    f"Every rank's log says NCCL {seen[0]}; the shell {collect_env.tool} ran in "
                     f"has {collected}. The workers load another library (a system libnccl, "
                     "LD_LIBRARY_PATH or LD_PRELOAD, another image): facts and fixes for "
                     f"{collected} do not apply to this job; judge its settings for {seen[0]}."
@@ -249,7 +259,7 @@ def _transports(ev: E.Evidence) -> list:
     return [_no_p2p_finding(ev, counts, listing)]
 
 
-def _no_p2p_finding(ev, counts: dict, listing: str) -> Finding:
+def _no_p2p_finding(ev: E.Evidence, counts: dict, listing: str) -> Finding:
     off = {
         name: value
         for log in ev.nccl_logs
@@ -292,9 +302,11 @@ def _warnings(ev: E.Evidence) -> list:
     `rules_nccl_log` places them against the stuck collective instead."""
     if ev.flight_recorder or ev.job_logs:
         return []
-    out = []
+    out: list[Outcome] = []
     spans = [
-        (run.path, run.log["logged_span"]) for run in ev.runs if (run.log or {}).get("logged_span")
+        (run.path, (run.log or {})["logged_span"])
+        for run in ev.runs
+        if (run.log or {}).get("logged_span")
     ]
     for label, log in zip(_labels(ev), ev.nccl_logs):
         warns = list(zip(log.log.warnings, log.log.warning_times))
@@ -335,7 +347,7 @@ def _warnings(ev: E.Evidence) -> list:
     return out
 
 
-def _when_text(placed: list[str], spans, kind: str) -> str:
+def _when_text(placed: list[str], spans: list[tuple[str, dict]], kind: str) -> str:
     if any(placed):
         return (
             "Times are the logs' own clocks (NCCL's local time, the server's), compared as "
@@ -354,7 +366,7 @@ def _when_text(placed: list[str], spans, kind: str) -> str:
     )
 
 
-def _place(when: str | None, spans) -> str:
+def _place(when: str | None, spans: list[tuple[str, dict]]) -> str:
     """`while the server logged decode steps (8 s after the first)`, `before ...`, `after ...`;
     '' when the WARN or the run has no time."""
     if not when or not spans:

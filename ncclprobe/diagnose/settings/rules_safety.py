@@ -8,6 +8,7 @@ per distinct problem, however many runs, modes and ranks carry it, naming the ca
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
@@ -55,7 +56,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     ]
 
 
-def _environments(ev: E.Evidence):
+def _environments(ev: E.Evidence) -> Iterator[tuple[str, dict[str, str], str | None]]:
     """(where, NCCL settings, NCCL version) for every environment the evidence holds."""
     for source, run in ev.all_runs():
         version = next((w.nccl_version for w in run.workers if w.nccl_version), None)
@@ -132,7 +133,7 @@ def _problems(
     nccl: bool,
     run: str,
     node_source: str | None = None,
-):
+) -> Iterator[tuple[tuple[str | None, str], Finding]]:
     for f in lint_env(settings, node=node, nccl_version=version):
         if (
             f.severity == "error"

@@ -18,8 +18,8 @@ from ncclprobe.diagnose.commands import engine_command
 from ncclprobe.diagnose.run.levers import libraries, nccl_ran
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.run.view import nccl_env
-from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.evidence.run.view import EngineRun, Worker, nccl_env
+from ncclprobe.findings import Finding, NotChecked, Outcome, RuledOut
 from ncclprobe.nccl.knob_row import Scope
 from ncclprobe.nccl.knobs import acts_on_one_rank, effective_scope
 from ncclprobe.nccl.lint import lint_env
@@ -34,7 +34,9 @@ def settings_reached_workers(ev: E.Evidence) -> list:
     and, where NCCL logged what it read, NCCL read that value. The same problem in several runs
     (modes, labels) is one finding naming them all; a value NCCL ignores because it is invalid is
     the lint's finding (`rules_safety`, the cause), not a second one here about the symptom."""
-    out, problems, runs_with = [], [], {}
+    out: list[Outcome] = []
+    problems = []
+    runs_with: dict[tuple[str, str], tuple] = {}
     for source, run in ev.all_runs():
         asked = tuning_settings(run.settings)
         workers = [w for w in run.workers if w.env_at_comm_init is not None]
@@ -78,7 +80,7 @@ def _grouped(problems: list[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
-def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dict]:
+def _worker_problems(worker: Worker, asked: dict, *, one_rank: bool = False) -> list[dict]:
     had, read, later = nccl_env(worker.env_at_comm_init), worker.nccl_read, worker.later_env
     invalid = {
         f.variable for f in lint_env(had, nccl_version=worker.nccl_version) if f.severity == "error"
@@ -108,7 +110,9 @@ def _worker_problems(worker, asked: dict, *, one_rank: bool = False) -> list[dic
     return problems
 
 
-def _propagation_finding(ev, source, run, asked, problems) -> Finding:
+def _propagation_finding(
+    ev: E.Evidence, source: str, run: EngineRun, asked: dict, problems: list[dict]
+) -> Finding:
     finding = _propagation_one(ev, source, run, asked, problems)
     runs = list(dict.fromkeys(p["run"] for p in problems))
     if len(runs) > 1:
@@ -118,7 +122,9 @@ def _propagation_finding(ev, source, run, asked, problems) -> Finding:
     return finding
 
 
-def _propagation_one(ev, source, run, asked, problems) -> Finding:
+def _propagation_one(
+    ev: E.Evidence, source: str, run: EngineRun, asked: dict, problems: list[dict]
+) -> Finding:
     after = [p for p in problems if p["kind"] == "set-after-init"]
     first = (after or problems)[0]
     where = f"rank {first['rank']} (pid {first['pid']})"
@@ -224,7 +230,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     """Runs labelled differently (tuned/untuned, or this trace against --baseline) whose
     collectives were created - and captured - under the same NCCL settings: tuning could not
     change them, so their difference is noise or something else."""
-    out = []
+    out: list[Outcome] = []
     runs = ev.all_runs()
     for i, (src_a, a) in enumerate(runs):
         for src_b, b in runs[i + 1 :]:
@@ -237,7 +243,7 @@ def tuned_vs_untuned(ev: E.Evidence) -> list:
     return out
 
 
-def _compare_pair(ev, pa, pb):
+def _compare_pair(ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun]) -> Outcome:
     (src_a, a), (src_b, b) = pa, pb
     name_a, name_b = a.name(src_a), b.name(src_b)
     eff_a, eff_b = a.effective_settings(), b.effective_settings()
@@ -285,7 +291,9 @@ def _compare_pair(ev, pa, pb):
     )
 
 
-def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
+def _clean_env_command(
+    ev: E.Evidence, pa: tuple[str, EngineRun], pb: tuple[str, EngineRun], in_force: dict
+) -> str:
     """Re-run from an environment without the settings the untuned side inherited."""
     inherited = sorted(
         k
@@ -310,7 +318,7 @@ def _clean_env_command(ev, pa, pb, in_force: dict) -> str:
 def settings_between_modes(ev: E.Evidence) -> list:
     """Baseline and speculative of one label: were their collectives under the same settings?
     If so, NCCL settings cannot explain the gap between them."""
-    out = []
+    out: list[Outcome] = []
     for run in ev.runs:
         if run.mode != "speculative" or run.source != "engine-trace":
             continue  # profiles and logs carry no worker environments: rules_profile weighs their collectives
@@ -355,7 +363,7 @@ def settings_between_modes(ev: E.Evidence) -> list:
     return out
 
 
-def _tok_s(run) -> str:
+def _tok_s(run: EngineRun) -> str:
     value = run.tokens_per_s
     return f"{value:.1f}" if isinstance(value, (int, float)) else "unknown"
 

@@ -53,7 +53,7 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.hang.fr_entries import entry, fast_entry, masked, masked_id
 from ncclprobe.evidence.hang.fr_table import STATES, Entries, Entry, EntryTable
 from ncclprobe.evidence.hang.safe_pickle import Budget, loads_data
-from ncclprobe.evidence.read_pool import MIB, Limits, map_files
+from ncclprobe.evidence.read_pool import MIB, Failed, Limits, map_files
 from ncclprobe.numbers import ascii_re, parse_int
 from ncclprobe.validate import (
     Where,
@@ -162,7 +162,7 @@ def read_flight_recorder(paths) -> DumpList:
     dumps: dict[int, Dump] = {}
     unreadable: dict[int, tuple[str, str]] = {}
     for file, outcome in zip(files, outcomes):
-        if not outcome.ok:
+        if isinstance(outcome, Failed):
             if file not in from_folder:
                 problem = outcome.problem
                 if str(file) not in problem:
@@ -178,9 +178,9 @@ def read_flight_recorder(paths) -> DumpList:
             )
         dumps[dump.rank] = dump
     if not dumps and unreadable:
-        rank, (path, why) = next(iter(sorted(unreadable.items())))
+        _, (name, why) = next(iter(sorted(unreadable.items())))
         more = f" (and {len(unreadable) - 1} more rank files)" if len(unreadable) > 1 else ""
-        raise UsageProblem(f"no readable Flight Recorder dump: {path!r}: {why}{more}")
+        raise UsageProblem(f"no readable Flight Recorder dump: {name!r}: {why}{more}")
     for rank in set(unreadable) & set(dumps):
         del unreadable[rank]  # another file of that rank was read
     return DumpList([dumps[r] for r in sorted(dumps)], unreadable, skipped)
@@ -195,7 +195,11 @@ def _why(problem: str, file: Path) -> str:
 
 
 def _rank_of(path: Path) -> int:
-    return int(_RANK_IN_NAME.match(path.name)["rank"])
+    """The rank in a folder's rank file's name (`_dump_files` keeps only names that have one)."""
+    named = _RANK_IN_NAME.match(path.name)
+    if named is None:
+        raise ValueError(f"{path.name!r} is no rank file's name")
+    return int(named["rank"])
 
 
 def _limits(item) -> Limits:
@@ -224,18 +228,22 @@ def _dump_files(path: Path) -> tuple[list[Path], int]:
     """A folder's rank files (named <prefix><rank>, the prefix the dumps share) and how many other
     files it holds. A file with the dumps' prefix is a rank file whatever it holds: if it cannot be
     read, it is named, not skipped."""
-    named = [p for p in sorted(path.iterdir()) if _RANK_IN_NAME.match(p.name) and _regular(p)]
+    named = {
+        p: m["prefix"]
+        for p in sorted(path.iterdir())
+        if (m := _RANK_IN_NAME.match(p.name)) and _regular(p)
+    }
     dumps = [p for p in named if _looks_like_dump(p)]
-    prefixes = {_RANK_IN_NAME.match(p.name)["prefix"] for p in dumps or named}
+    prefixes = {named[p] for p in dumps or named}
     if not dumps and named:  # none reads as a dump: the rank files are those of the common prefix
-        common = [_RANK_IN_NAME.match(p.name)["prefix"] for p in named]
+        common = list(named.values())
         prefixes = {max(set(common), key=common.count)}
     if not prefixes:
         raise UsageProblem(
             f"no Flight Recorder dump in {str(path)!r}: torch writes one per rank as "
             "<TORCH_FR_DUMP_TEMP_FILE><rank> (default /tmp/nccl_trace_rank_<rank>)"
         )
-    found = [p for p in named if p in dumps or _RANK_IN_NAME.match(p.name)["prefix"] in prefixes]
+    found = [p for p in named if p in dumps or named[p] in prefixes]
     others = sum(1 for p in path.iterdir()) - len(found)
     return found, others
 

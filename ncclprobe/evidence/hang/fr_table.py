@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, overload
 
 NONE = -(2**63)  # an absent integer field (the reader admits |value| < 2**63 only)
 STATES = ("scheduled", "started", "completed")
@@ -27,6 +29,12 @@ _INTS = (
     "time_completed_ns",
     "timeout_ms",
 )
+Shapes = tuple[tuple[int, ...], ...]
+Dtypes = tuple[str, ...] | None
+# a distinct call: ((backend, op, src, dst, input sizes, output sizes), input dtypes, output dtypes)
+CallKey = tuple[tuple[str, str, int | None, int | None, Shapes, Shapes], Dtypes, Dtypes]
+GroupKey = tuple[str, str | None]  # (name, desc)
+Key = TypeVar("Key")
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,18 @@ class Entry:
 class EntryTable:
     """Columns of one rank's entries, in record order (see the module docstring)."""
 
-    def __init__(self):
+    # the integer columns, one per name in _INTS (set there by name; NONE where absent)
+    record_id: array[int]
+    pg_id: array[int]
+    collective_seq: array[int]
+    p2p_seq: array[int]
+    op_id: array[int]
+    time_created_ns: array[int]
+    time_started_ns: array[int]
+    time_completed_ns: array[int]
+    timeout_ms: array[int]
+
+    def __init__(self) -> None:
         for name in _INTS:
             setattr(self, name, array("q"))
         self.duration_ms = array("d")
@@ -85,10 +104,10 @@ class EntryTable:
         self.call = array("l")  # index into calls: (backend, op, src, dst, sizes, dtypes)
         self.group = array("l")  # index into groups: (name, desc)
         self.site = array("l")  # index into sites: the `where` text
-        self.calls: list[tuple] = []
-        self.groups: list[tuple[str, str | None]] = []
+        self.calls: list[CallKey] = []
+        self.groups: list[GroupKey] = []
         self.sites: list[str] = []
-        self._index: dict = {}
+        self._index: dict[tuple[int, object], int] = {}
         self._int_columns = [getattr(self, name) for name in _INTS]
 
     def __len__(self) -> int:
@@ -110,7 +129,17 @@ class EntryTable:
             e.where,
         )
 
-    def add_row(self, ints, duration, state, retired, is_p2p, call, group, site) -> None:
+    def add_row(
+        self,
+        ints: Sequence[int | None],
+        duration: float | None,
+        state: int,
+        retired: int,
+        is_p2p: int,
+        call: CallKey,
+        group: GroupKey,
+        site: str,
+    ) -> None:
         """One entry: its integer fields in `_INTS` order (None where absent), its codes, and its
         call (((backend, op, src, dst, input sizes, output sizes), input dtypes, output dtypes)),
         group ((name, desc)) and call site, each stored once in its list."""
@@ -120,25 +149,25 @@ class EntryTable:
         self.state.append(state)
         self.retired.append(retired)
         self.is_p2p.append(is_p2p)
-        index = self._index
-        for column, values, key in (
-            (self.call, self.calls, call),
-            (self.group, self.groups, group),
-            (self.site, self.sites, site),
-        ):
-            found = index.get((id(values), key))
-            if found is None:
-                found = index[(id(values), key)] = len(values)
-                values.append(key)
-            column.append(found)
+        self.call.append(self._stored(self.calls, call))
+        self.group.append(self._stored(self.groups, group))
+        self.site.append(self._stored(self.sites, site))
 
-    def show_strings(self, group_name, text) -> None:
+    def _stored(self, values: list[Key], key: Key) -> int:
+        """Where `key` is in `values`, appended the first time it is seen."""
+        found = self._index.get((id(values), key))
+        if found is None:
+            found = self._index[(id(values), key)] = len(values)
+            values.append(key)
+        return found
+
+    def show_strings(self, group_name: Callable[[str], str], text: Callable[[str], str]) -> None:
         """Every string the table holds as it is shown: each distinct group's name through
         `group_name`, its description, each call's backend, operation and dtypes through `text`
         (the reader's masking, `fr_entries.masked`); once the table is complete, each distinct
         string once."""
 
-        def each(values):
+        def each(values: Dtypes) -> Dtypes:
             return values if values is None else tuple(text(v) for v in values)
 
         self.groups = [(group_name(n), text(d) if d else d) for n, d in self.groups]
@@ -148,13 +177,13 @@ class EntryTable:
         ]
         self._index = {}  # keyed by the strings as read: nothing is added after this
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_index"] = {}
         del state["_int_columns"]
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._int_columns = [getattr(self, name) for name in _INTS]
 
@@ -201,16 +230,22 @@ class EntryTable:
         )
 
 
-class Entries:
+class Entries(Sequence[Entry]):
     """A table's entries as a read-only sequence of `Entry`, each built when asked for."""
 
-    def __init__(self, table: EntryTable):
+    def __init__(self, table: EntryTable) -> None:
         self._table = table
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Entry]: ...
+
+    def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
         if isinstance(i, slice):
             return [self._table.entry(j) for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -219,7 +254,7 @@ class Entries:
             raise IndexError(i)
         return self._table.entry(i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Entry]:
         return (self._table.entry(i) for i in range(len(self)))
 
 

@@ -241,7 +241,9 @@ class _Reader:
         rest = line[match.end() :]
         return int(match["rank"]), rest[1:] if rest.startswith(" ") else rest  # `[rank0]: ` + text
 
-    def _message(self, message: str, rank, prefix, clock) -> bool:
+    def _message(
+        self, message: str, rank: int | None, prefix: re.Match[str] | None, clock: str | None
+    ) -> bool:
         log = self.log
         group = (prefix["pgid"] or prefix["pg"]) if prefix else None
         desc = (prefix["desc"] or prefix["desc2"]) if prefix else None
@@ -277,7 +279,7 @@ class _Reader:
             log.errors[rank] = message.strip()[:500]
         return bool(gloo)  # an exception line is shown (unless it is gloo's timeout, read here)
 
-    def _detail(self, message: str, rank) -> bool:
+    def _detail(self, message: str, rank: int | None) -> bool:
         """DETAIL's cross-rank check and gloo's size check: read, with every rank's numbers."""
         log = self.log
         if "Detected mismatch between collectives" in message and _MISMATCH.search(message):
@@ -309,7 +311,14 @@ class _Reader:
             return True
         return False
 
-    def _timeout(self, message: str, rank, group, desc, clock) -> bool:
+    def _timeout(
+        self,
+        message: str,
+        rank: int | None,
+        group: str | None,
+        desc: str | None,
+        clock: str | None,
+    ) -> bool:
         work = _WORK.search(message)
         fields = (
             {m["key"]: m["value"] for m in _WORK_FIELD.finditer(work["fields"])} if work else {}
@@ -403,7 +412,7 @@ class _Reader:
         self.log.read_lines += 1
 
 
-def _add(target: set, rank) -> bool:
+def _add(target: set, rank: int | None) -> bool:
     if rank is not None:
         target.add(rank)
     return True

@@ -57,7 +57,9 @@ class Stacks:
 
 def read_stacks(path: str | Path) -> Stacks:
     text = read_text_file(path, "Python stack dump")
-    threads, ident, current, frames = [], None, False, []
+    threads: list = []
+    ident, current = None, False
+    frames: list = []
     for line in text.splitlines():
         head = _THREAD.match(line)
         if head:

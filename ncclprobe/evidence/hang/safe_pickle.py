@@ -39,6 +39,7 @@ import gc
 import io
 import pickle
 import pickletools
+from typing import NoReturn
 
 from ncclprobe.errors import UsageProblem
 
@@ -64,7 +65,8 @@ class Refused(UsageProblem):
 def loads_data(data: bytes, label: str) -> object:
     """The plain data a pickle holds, or a UsageProblem naming `label` (a file) and why. Run it
     where memory and CPU time are capped (`read_pool`): see the module docstring."""
-    copyreg._extension_cache.clear()  # EXT codes then reach find_class, which refuses
+    # EXT codes then reach find_class, which refuses (typeshed leaves the private cache out)
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]
     # A buffered reader lets the C unpickler read ahead (plain BytesIO costs a Python call per
     # opcode: 3x slower); the collector is held while the load builds its containers, none cyclic
     # in a dump, and the worker's memory cap bounds the rest.
@@ -95,12 +97,12 @@ def _short(exc: Exception) -> str:
 class _DataOnly(pickle.Unpickler):
     """No class is ever looked up and no persistent id resolved, whatever the opcodes say."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise Refused(
             f"pickle refers to {str(module)[:80]}.{str(name)[:80]}: refused (plain data only)"
         )
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise Refused("pickle refers to a persistent object: refused (plain data only)")
 
 

@@ -155,7 +155,7 @@ def _process(doc: dict) -> CapturedProcess:
     )
 
 
-def _int_or_none(value) -> int | None:
+def _int_or_none(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -163,7 +163,7 @@ def _int_or_none(value) -> int | None:
     return value
 
 
-def _str_dict(value) -> dict[str, str]:
+def _str_dict(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
@@ -67,7 +68,7 @@ class CheckedProcess:
             if isinstance(c, dict)
         )
         return cls(
-            pid=proc.get("pid"),
+            pid=int(proc["pid"]),  # check_document: a whole number
             ppid=proc.get("ppid"),
             role=proc.get("role"),
             readable=bool(proc.get("readable")),
@@ -104,19 +105,19 @@ class EnvCheckDocument:
             ),
             checked_pids=frozenset(verdict.get("checked_pids") or []),
             findings=tuple(mask_text(str(f)) for f in verdict.get("findings") or []),
-            kind=doc.get("kind"),
+            kind=KIND,  # check_document: it is one
             expectations=tuple(_masked_expectation(e) for e in doc.get("expectations") or ()),
         )
 
 
-def _masked_expectation(entry):
+def _masked_expectation(entry: Any) -> Any:
     """An expectation as another writer may have recorded it: its value under the env policy."""
     if not isinstance(entry, dict) or not isinstance(entry.get("value"), str):
         return entry
     return {**entry, "value": mask_env_value(str(entry.get("variable")), entry["value"])}
 
 
-def _status(value) -> ExpectationStatus | str:
+def _status(value: Any) -> ExpectationStatus | str:
     return ExpectationStatus(value) if value in ExpectationStatus.values() else value
 
 
@@ -139,8 +140,8 @@ def load_document(path: str | Path) -> EnvCheckDocument:
     return EnvCheckDocument.from_json(doc)
 
 
-def check_document(doc, where: Where) -> dict:
-    where.object(doc, "an env-check document (a JSON object)")
+def check_document(doc: object, where: Where) -> dict:
+    doc = where.object(doc, "an env-check document (a JSON object)")
     if doc.get("kind") != KIND:
         raise where.fail(
             f'not an env-check document (its "kind" is {doc.get("kind")!r}; write one with '

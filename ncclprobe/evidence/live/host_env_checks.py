@@ -17,6 +17,7 @@ every one with `read_host_checks`, each inner document through env-check's own l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def node_document(
     roots: list[int],
     documents: list[dict],
     problem: str | None,
-    aliases: list[str] = (),
+    aliases: Sequence[str] = (),
 ) -> dict:
     return {
         "kind": KIND,
@@ -115,7 +116,7 @@ def _read(path: Path) -> HostCheck:
     return HostCheck(
         host=mask_text(host),
         path=str(path),
-        roots=tuple(roots),
+        roots=tuple(roots or ()),
         documents=tuple(documents),
         problem=mask_text(problem) if problem else None,
         aliases=tuple(mask_text(alias) for alias in aliases),

@@ -33,7 +33,7 @@ class JobSelector:
     env: tuple[tuple[str, str], ...] = ()
     command: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.env and not self.command:
             raise UsageProblem(
                 "say which job: --job NAME=VALUE (e.g. SLURM_JOB_ID=1234) or --match TEXT"

@@ -8,7 +8,7 @@ NCCL_DEBUG_FILE name such as `nccl.host.1234.log`.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +61,11 @@ def read_logs(paths: Iterable[str | Path]) -> list[ProcessNcclLog]:
     return found
 
 
-def lines_by_process(text: str, clean_line) -> dict[tuple[str, int], list[str]]:
+def lines_by_process(
+    text: str, clean_line: Callable[[str], str]
+) -> dict[tuple[str | None, int], list[str]]:
     """Lines grouped by the (host, pid) of their `host:pid:tid [dev]` prefix."""
-    groups: dict[tuple[str, int], list[str]] = {}
+    groups: dict[tuple[str | None, int], list[str]] = {}
     for line in text.splitlines():
         match = _LINE_PID.match(clean_line(line))
         if match:

@@ -16,9 +16,11 @@ import shutil
 import signal
 import subprocess
 import sys
+from typing import Any
 
 from ncclprobe.errors import Unsupported, UsageProblem
 from ncclprobe.evidence.node.topo import GpuInfo, Topology, parse_topo
+from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.secrets import mask_text
 
 log = logging.getLogger("ncclprobe.topo")
@@ -66,7 +68,7 @@ def read_live_topology(
 
 def live_node_facts(
     *, gpus: int | None = None, over_network: bool = False, topology: Topology | None = None
-):
+) -> NodeFacts | None:
     """What NCCL's topology rules need about the first `gpus` CUDA devices of this machine (default
     all), from its topology (read here unless given) and torch's compute capabilities; None
     without a readable topology."""
@@ -175,7 +177,7 @@ def _from_nvml(sources: dict, *, needed: bool) -> Topology | None:
     return topo
 
 
-def _nvml_topology(pynvml) -> Topology:
+def _nvml_topology(pynvml: Any) -> Topology:
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     buses = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in handles]
     buses = [b.decode() if isinstance(b, bytes) else b for b in buses]
@@ -186,7 +188,7 @@ def _nvml_topology(pynvml) -> Topology:
     return Topology(gpus=[GpuInfo(i) for i in range(len(handles))], gpu_links=links, source="nvml")
 
 
-def _nvml_link(pynvml, handles, buses, i: int, j: int) -> str | None:
+def _nvml_link(pynvml: Any, handles: list, buses: list[str], i: int, j: int) -> str | None:
     if i == j:
         return "X"
     nvlinks = _nvlink_count(pynvml, handles[i], buses[j])
@@ -198,7 +200,7 @@ def _nvml_link(pynvml, handles, buses, i: int, j: int) -> str | None:
         return None
 
 
-def _nvlink_count(pynvml, handle, peer_bus: str) -> int:
+def _nvlink_count(pynvml: Any, handle: object, peer_bus: str) -> int:
     count = 0
     for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -61,11 +63,11 @@ def walk(root_pid: int) -> list[ProcessInfo]:
         info = describe(proc, depth, gpu_map)
         infos[info.pid] = info
     for info in infos.values():
-        _refine_role(info, infos.get(info.ppid))
+        _refine_role(info, infos.get(info.ppid) if info.ppid is not None else None)
     return list(infos.values())
 
 
-def _tree(root: psutil.Process, skip: int):
+def _tree(root: psutil.Process, skip: int) -> Iterator[tuple[psutil.Process, int]]:
     """Depth-first pairs (process, depth), parents first; `skip` (this checker) and its children left out."""
     stack = [(root, 0)]
     while stack:
@@ -239,7 +241,7 @@ def gpu_processes() -> dict[int, list[int]] | None:
         pynvml.nvmlShutdown()
 
 
-def _nvml_map(pynvml) -> dict[int, list[int]]:
+def _nvml_map(pynvml: Any) -> dict[int, list[int]]:
     mapping: dict[int, list[int]] = {}
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)

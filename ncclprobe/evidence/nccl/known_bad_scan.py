@@ -6,6 +6,7 @@ read in one more streamed pass over the files."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class Scan:
         return {c for c in map(capability_of, self.gpu_names) if c is not None}
 
 
-def scan(paths) -> Scan:
+def scan(paths: Iterable[str | Path]) -> Scan:
     found = Scan()
     for path in paths:
         for line in read_text_lines(Path(path), "NCCL log"):
@@ -44,7 +45,10 @@ def scan(paths) -> Scan:
 
 
 def known_bad_in_logs(
-    paths, log: NcclLog, capabilities=(), host_arch: str | None = None
+    paths: Iterable[str | Path],
+    log: NcclLog,
+    capabilities: Iterable[int] = (),
+    host_arch: str | None = None,
 ) -> tuple[list[Match], Scan]:
     """The known-bad rows NCCL's logs fall in: their version, the GPUs they (or `capabilities`,
     from elsewhere) name, and the failure lines they hold; a row whose workaround NCCL read is

@@ -32,10 +32,12 @@ Other WARN lines are shown as they are.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
+from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
 from ncclprobe.verdict import Verdict, worst
@@ -208,7 +210,7 @@ def explain_lines(found: FailureLines) -> list[Explained]:
         out.append(_launcher_signalled(signalled))
         found.forget(signalled)
         texts = [t for t in texts if t not in signalled]
-    errors = {}
+    errors: dict[str, tuple[KnownError, list[str]]] = {}
     for t in texts:
         known = known_error(t) if t not in unreachable else None
         if known is not None:
@@ -340,7 +342,7 @@ def _reason(line: str) -> str:
     return found["what"] if found else line
 
 
-def verdict(log: NcclLog, lint_findings=()) -> Verdict:
+def verdict(log: NcclLog, lint_findings: Iterable[SettingFinding] = ()) -> Verdict:
     """FINDINGS on an error-kind failure, an unexplained WARN or failure line, or a lint error;
     harmless lines (no libibverbs on a machine without InfiniBand) alone are not a finding."""
     from ncclprobe.nccl import lint

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.text import clean_line, read_text_lines, strip_ansi
 from ncclprobe.nccl import lint
+from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.nccl.names import ALGORITHM_NAMES, PROTOCOL_NAMES, canonical
 from ncclprobe.numbers import ascii_re, is_digits
 from ncclprobe.secrets import mask_env, mask_env_value, mask_text
@@ -162,7 +163,7 @@ class NcclLog:
     nccl_lines: int = 0
     total_lines: int = 0
 
-    def verdict(self, findings: Iterable[lint.Finding] = ()) -> Verdict:
+    def verdict(self, findings: Iterable[SettingFinding] = ()) -> Verdict:
         """FINDINGS on an NCCL WARN line, or on a lint error over the variables NCCL read (`findings`)."""
         return worst([Verdict.of(bool(self.warnings)), lint.verdict(findings)])
 
@@ -336,7 +337,7 @@ class _Reader:
         )
 
     @staticmethod
-    def _count(counter: Counter, key) -> None:
+    def _count(counter: Counter, key: Hashable) -> None:
         counter[key] += 1  # Counter.update([key]) costs several isinstance calls per line
 
     def _bare(self, line: str, raw: str = "") -> None:
@@ -358,7 +359,9 @@ class _Reader:
     def _no_plugin(self, m: re.Match) -> None:
         self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
 
-    def _version(self, match: re.Match, library: str | None = "NCCL", source="banner") -> None:
+    def _version(
+        self, match: re.Match, library: str | None = "NCCL", source: str = "banner"
+    ) -> None:
         self.log.versions.add(match["v"])
         if library and self.log.library in (None, "NCCL"):
             self.log.library = library
@@ -435,11 +438,12 @@ class _Reader:
         if row["func"] == "Function":
             self.matrix_header = [protos, algos]
             return True
-        if len(self.matrix_header) != 2:
+        header, matrix = self.matrix_header, self.log.enabled_matrix
+        if header is None or len(header) != 2 or matrix is None:  # a row before the header
             self.matrix_header = None
             return False
-        names_p, names_a = self.matrix_header
-        self.log.enabled_matrix[row["func"]] = {
+        names_p, names_a = header
+        matrix[row["func"]] = {
             "protocols": [proto_name(n) for n, v in zip(names_p, protos) if v != "0"],
             "algorithms": [algo_name(n) for n, v in zip(names_a, algos) if v != "0"],
         }

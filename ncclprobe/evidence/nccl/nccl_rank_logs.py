@@ -8,6 +8,7 @@ world group; a file without one gets None. A file with no NCCL line is not an NC
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ class RankNcclLog:
         return [c for c in self.log.communicators if c.get("init_complete") is False]
 
 
-def load_nccl_logs(paths) -> list[RankNcclLog]:
+def load_nccl_logs(paths: Iterable[str | Path]) -> list[RankNcclLog]:
     """Every file an NCCL debug log of a rank of the job; in the order given."""
     logs = []
     for path in paths:

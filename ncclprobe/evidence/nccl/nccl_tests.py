@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.failure_lines import looks_like_failure
 from ncclprobe.evidence.nccl.nccl_failures import explain
-from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.nccl.nccl_tests_run import (
     Measurement,
     NcclTestsRun,
@@ -159,11 +159,11 @@ def _header_line(run: NcclTestsRun, line: str) -> Columns | None:
     return None
 
 
-def _params(run, m):
+def _params(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.params = {key: int(value) for key, value in m.groupdict().items() if value is not None}
 
 
-def _rank(run, m):
+def _rank(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.devices.append(
         {
             "rank": int(m["rank"]),
@@ -176,25 +176,25 @@ def _rank(run, m):
     )
 
 
-def _avg(run, m):
+def _avg(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.avg_busbw_gbps = float(m["bw"])
 
 
-def _oob(run, m):
+def _oob(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.out_of_bounds = int(m["n"])
 
 
-def _tests_version(run, m):
+def _tests_version(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.nccl_tests_version = m["v"]
     if m["library"]:
         run.nccl_version = nccl_version_of_code(int(m["library"]))
 
 
-def _reducing(run, m):
+def _reducing(run: NcclTestsRun, m: re.Match[str]) -> None:
     run.notes.append(f"nccl-tests reduced maxBytes to {m['n']} for lack of GPU memory")
 
 
-def _exported(run, m):
+def _exported(run: NcclTestsRun, m: re.Match[str]) -> None:
     try:
         doc = strict_decoder().decode(m["body"])
     except (ValueError, RecursionError) as exc:
@@ -243,7 +243,8 @@ def data_row(tokens: list[str], columns: Columns) -> Row | None:
 
 def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
     time_us, algbw, busbw, verdict = cells[:4]
-    time_value, cpu = float(time_us), None
+    time_value: float | None = float(time_us)
+    cpu = None
     if columns.cputime:  # the time column is the issue time; the completion time is size / algbw
         cpu, time_value = time_value, (size / (float(algbw) * 1e3) if float(algbw) > 0 else None)
     if columns.check == "error":
@@ -273,7 +274,8 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
     )  # NCCL's own banner first, else nccl-tests' line
     run.nranks = len(run.devices) or log.nranks or _exported_int(run, "nranks")
     exported = run.exported or {}
-    shown = exported.get("settings") if isinstance(exported.get("settings"), dict) else {}
+    settings = exported.get("settings")
+    shown = settings if isinstance(settings, dict) else {}
     run.settings = mask_env(
         nccl_settings(
             {
@@ -339,7 +341,7 @@ def _infer_collective(run: NcclTestsRun) -> str | None:
     )
 
 
-def _failures(run: NcclTestsRun, log) -> None:
+def _failures(run: NcclTestsRun, log: NcclLog) -> None:
     """What failed, explained where a class knows it (`nccl_failures`), the rest not explained; the
     footer's verdict lines (`Out of bounds values : N FAILED`, NCCL_TESTS_MIN_BW's `FAILED`) are
     the wrong results and the threshold, told by the run's own summary (`wrong_summary`)."""

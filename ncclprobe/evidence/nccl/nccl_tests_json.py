@@ -30,6 +30,7 @@ decide what NCCL and torch do (envcheck's families), every value through envchec
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.nccl.nccl_tests_run import (
@@ -97,15 +98,17 @@ def parse_nccl_tests_json(text: str, source: str = "the file") -> NcclTestsRun:
         if isinstance(average, dict)
         else None
     )
-    errors = doc.get("errors") if isinstance(doc.get("errors"), list) else []
-    errors = [e for e in errors if isinstance(e, str) and e.strip()]
+    listed = doc.get("errors")
+    errors = (
+        [e for e in listed if isinstance(e, str) and e.strip()] if isinstance(listed, list) else []
+    )
     run.notes += [f"nccl-tests reported: {e}" for e in errors]
     if not run.rows:
         raise UsageProblem(f"{source}: nccl-tests JSON without result rows")
     return run
 
 
-def _environment(entries, source: str) -> dict[str, str]:
+def _environment(entries: object, source: str) -> dict[str, str]:
     if entries is None:
         return {}
     if not isinstance(entries, list):
@@ -151,16 +154,19 @@ def _device(d: dict) -> dict:
     }
 
 
-def _version(code) -> str | None:
+def _version(code: object) -> str | None:
     """NCCL_VERSION_CODE -> "2.28.9" (X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before)."""
     code = _int(code)
     return None if code is None else nccl_version_of_code(code)
 
 
-def _row(r, index: int, source: str) -> Row:
-    if not isinstance(r, dict) or _int(r.get("size")) is None or _int(r.get("count")) is None:
+def _row(r: Any, index: int, source: str) -> Row:
+    size, count = (
+        (_int(r.get("size")), _int(r.get("count"))) if isinstance(r, dict) else (None, None)
+    )
+    if size is None or count is None:
         raise UsageProblem(f"{source}: results[{index}] has no integer size and count")
-    root, size, count = _int(str(r.get("root", "")).strip()), _int(r["size"]), _int(r["count"])
+    root = _int(str(r.get("root", "")).strip())
     if not 0 <= size <= MAX_SIZE or not 0 <= count <= MAX_SIZE:
         raise UsageProblem(
             f"{source}: results[{index}] has size {_shown(size)} and count {_shown(count)}: "
@@ -178,7 +184,9 @@ def _row(r, index: int, source: str) -> Row:
     )
 
 
-def _measurement(m, per_iter, size: int, where: str = "the file") -> Measurement | None:
+def _measurement(
+    m: object, per_iter: object, size: int, where: str = "the file"
+) -> Measurement | None:
     if not isinstance(m, dict):
         return None
     algbw, busbw = _float(m.get("alg_bw")), _float(m.get("bus_bw"))
@@ -210,11 +218,11 @@ def _measurement(m, per_iter, size: int, where: str = "the file") -> Measurement
     )
 
 
-def _iteration(p) -> dict | None:
+def _iteration(p: object) -> dict | None:
     if not isinstance(p, dict):
         return None
     keys = ("min_us", "p50_us", "p95_us", "p99_us", "max_us")
-    out = {k: _float(p.get(k)) for k in keys}
+    out: dict[str, float | int | str | None] = {k: _float(p.get(k)) for k in keys}
     out.update(
         {
             "mean_us": _float(p.get("avg_us")),
@@ -228,7 +236,7 @@ def _iteration(p) -> dict | None:
     return out
 
 
-def _float(value) -> float | None:
+def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None  # "nan" (nccl-tests writes NaN as a string), null, or junk
     if isinstance(value, int) and abs(value) >= 2**63:
@@ -240,7 +248,7 @@ def _shown(value: int) -> str:
     return str(value) if abs(value) < 10**30 else f"of {len(str(abs(value)))} digits"
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.nccl.nccl_tests_run import DTYPES, NcclTestsRun
+from ncclprobe.evidence.nccl.nccl_tests_run import DTYPES, Measurement, NcclTestsRun, Row
 from ncclprobe.records import SCHEMA_VERSION, Status, config_id
 from ncclprobe.secrets import mask_argv
 
@@ -92,7 +92,13 @@ def to_records(
 
 
 def _result(
-    row, m, in_place: bool, cid: str, settings: dict, run: NcclTestsRun, collective: str
+    row: Row,
+    m: Measurement,
+    in_place: bool,
+    cid: str,
+    settings: dict,
+    run: NcclTestsRun,
+    collective: str,
 ) -> dict:
     wrong = m.wrong
     checked = run.params.get("validation", 1) != 0 and wrong is not None

@@ -50,7 +50,7 @@ class Measurement:
     iteration: dict | None = None  # -I 1: per-iteration statistics (our `iter` record)
 
     def to_json(self) -> dict:
-        out = {
+        out: dict[str, object] = {
             "time_us": self.time_us,
             "algbw_gbps": self.algbw_gbps,
             "busbw_gbps": self.busbw_gbps,
@@ -87,7 +87,7 @@ class Row:
             "in_place": self.in_place.to_json() if self.in_place else None,
         }
 
-    def measurements(self):
+    def measurements(self) -> list[tuple[bool, Measurement | None]]:
         return [(False, self.out_of_place), (True, self.in_place)]
 
 
@@ -151,11 +151,11 @@ class NcclTestsRun:
     def wrong_summary(self) -> str | None:
         """What the run's checks found wrong: how many values, at which sizes, out of and in place
         (the `#wrong` columns), and the footer's out-of-bounds count. None when nothing was wrong."""
-        placed = {"out of place": [], "in place": []}
+        placed: dict[str, list[int]] = {"out of place": [], "in place": []}
         count = 0
         for row in self.rows:
             for in_place, m in row.measurements():
-                if m is not None and (m.wrong or 0) > 0:
+                if m is not None and m.wrong is not None and m.wrong > 0:
                     placed["in place" if in_place else "out of place"].append(row.size_bytes)
                     count += m.wrong
         parts = [

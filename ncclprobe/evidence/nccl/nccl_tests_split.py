@@ -62,7 +62,9 @@ class Segment:
 
 def split_runs(text: str) -> list[str]:
     """The text of each run, in order; UsageProblem for interleaved processes."""
-    segments, current, tail = [], Segment(), []
+    segments: list[Segment] = []
+    current = Segment()
+    tail: list[str] = []
     for raw in text.splitlines():
         if not raw.strip():  # kept where it falls, nothing to recognise (a million took 11 s)
             (tail if current.ended else current.lines).append(raw)

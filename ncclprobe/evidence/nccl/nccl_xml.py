@@ -131,7 +131,9 @@ def read_topology(text: str) -> NcclTopology:
     root = parse_xml(text, "NCCL topology dump")
     if root.tag != "system":
         raise UsageProblem(f"NCCL topology dump has root <{root.tag}>, expected <system>")
-    gpus, cpus, nics = [], [], []
+    gpus: list[NcclGpu] = []
+    cpus: list[dict] = []
+    nics: list[dict] = []
     for cpu in root.iter("cpu"):
         cpus.append({k: cpu.get(k) for k in ("numaid", "arch", "vendor", "familyid", "modelid")})
         _walk(cpu, [], gpus)
@@ -266,17 +268,17 @@ def read_graphs(text: str) -> list[NcclGraph]:
     return out
 
 
-def _int(value, what) -> int:
+def _int(value: str | None, what: str) -> int:
     if value is None or not is_digits(value.strip().removeprefix("-")):
         raise UsageProblem(f"NCCL dump: {what} {value!r} is not an integer")
     return int(value)
 
 
-def _opt_int(value) -> int | None:
+def _opt_int(value: str | None) -> int | None:
     return int(value) if value is not None and is_digits(value.strip().removeprefix("-")) else None
 
 
-def _float(value, what) -> float:
+def _float(value: str | None, what: str) -> float:
     if value is None or not re.fullmatch(
         r"[0-9]{1,15}(?:\.[0-9]{1,15})?(?:e[+-]?[0-9]{1,3})?", value.strip(), re.I
     ):

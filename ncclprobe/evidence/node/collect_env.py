@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.failure_lines import FailureLines, scan
@@ -101,7 +102,7 @@ def looks_like_collect_env(text: str) -> bool:
     )
 
 
-def load_collect_env(path) -> CollectEnv:
+def load_collect_env(path: str | Path) -> CollectEnv:
     """The one loader of a collect-env file (diagnose, knobs --lint): read, then parsed."""
     return parse_collect_env(read_text_file(path, "collect-env output"), str(path))
 

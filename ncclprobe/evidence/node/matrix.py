@@ -10,6 +10,7 @@ not pairs: findings skip them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
@@ -39,7 +40,7 @@ class Matrix:
     )
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         validate(self)
 
     @property
@@ -59,7 +60,7 @@ class Matrix:
         parts += [p for p in (self.engine, self.access, self.timer and f"{self.timer} timer") if p]
         return " ".join(parts)
 
-    def pairs(self):
+    def pairs(self) -> Iterator[tuple[int, int, float]]:
         """(row, col, value) for every off-diagonal cell with a value."""
         for i, row in enumerate(self.values):
             for j, value in enumerate(row):
@@ -162,7 +163,7 @@ def rows_for_table(m: Matrix, digits: int = 2) -> list[dict]:
     """The matrix as table rows (row label, then one column per column label)."""
     out = []
     for label, row in zip(m.rows, m.values):
-        entry = {m.unit: label}
+        entry: dict[str, str | float | None] = {m.unit: label}
         entry.update({c: (None if v is None else round(v, digits)) for c, v in zip(m.cols, row)})
         out.append(entry)
     return out

@@ -136,7 +136,7 @@ def _parse_json(text: str, start: int) -> NvbandwidthOutput:
     return _finish(out)
 
 
-def _cell(value, test: str) -> float | None:
+def _cell(value: object, test: str) -> float | None:
     text = str(value).strip()
     if text == "N/A":
         return None
@@ -201,13 +201,13 @@ def _parse_text(text: str) -> NvbandwidthOutput:
     return _finish(out)
 
 
-def _text_rows(lines, number, what) -> tuple[list[list[float | None]], int]:
+def _text_rows(lines: list[str], number: int, what: str) -> tuple[list[list[float | None]], int]:
     header = lines[number].split() if number < len(lines) else []
     if not header or header != [str(i) for i in range(len(header))]:
         raise UsageProblem(
             f"nvbandwidth '{what}': no column header at line {number + 1} (output cut short?)"
         )
-    rows = []
+    rows: list[list[float | None]] = []
     number += 1
     while number < len(lines) and lines[number].split()[:1] == [str(len(rows))]:
         tokens = lines[number].split()
@@ -266,7 +266,9 @@ def _matrix(name: str, description: str, cells: list[list[float | None]]) -> Mat
     )
 
 
-def _host_orientation(name, m, cells):
+def _host_orientation(
+    name: str, m: re.Match[str], cells: list[list[float | None]]
+) -> tuple[list[str], list[str], list[list[float | None]]]:
     """CPU x GPU matrices as rows = sender. One host row or column is the CPU whatever the description
     says (v0.10 labels device_to_host `GPU(row) -> CPU(column)` but prints one row of GPUs); the test
     name says which way data moved."""

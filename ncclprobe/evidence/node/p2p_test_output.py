@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.failure_lines import FailureLines, scan
@@ -158,7 +159,7 @@ def _short(title: re.Match) -> str:
 
 
 def _devices(lines: list[str]) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for line in lines:
         m = _DEVICE.match(line.strip())
         if m and int(m["i"]) == len(out):
@@ -185,17 +186,20 @@ def _access_matrix(access: dict, count: int) -> list[list[bool | None]]:
     return [[True if i == j else access.get((i, j)) for j in range(count)] for i in range(count)]
 
 
-def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
+def _titled(
+    lines: list[str], number: int, title: re.Match[str], count: int | None, sm_copy: bool
+) -> tuple[list[Matrix], int]:
     what = lines[number].strip()
     metric = title["metric"].lower()
-    attrs = dict(
+    attrs: dict[str, Any] = dict(
         metric=metric,
         direction="bidirectional" if title["dir"] == "Bi" else "unidirectional",
         peer_access=title["peer"].lower(),
         engine="sm" if sm_copy and title["peer"] == "Enabled" else "ce",
         access={"Writes": "write", "Reads": "read", None: None}[title["access"]],
     )
-    (kind, values), number = _block(lines, number + 1, count, what)
+    (kind, cells), number = _block(lines, number + 1, count, what)
+    values: list[list[float | None]] = [list(row) for row in cells]
     timer = {"GPU": "gpu", "CPU": "cpu"}.get(kind) if metric == "latency" else None
     labels = gpu_labels(len(values))
     found = [
@@ -214,7 +218,8 @@ def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
             probe += 1
         header = _HEADER.match(lines[probe]) if probe < len(lines) else None
         if header and header["kind"] == "CPU":
-            (_, cpu), number = _block(lines, probe, len(values), what + " (CPU block)")
+            (_, cpu_cells), number = _block(lines, probe, len(values), what + " (CPU block)")
+            cpu: list[list[float | None]] = [list(row) for row in cpu_cells]
             found.append(
                 Matrix(
                     rows=labels,
@@ -228,7 +233,9 @@ def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
     return found, number
 
 
-def _block(lines, number, count, what, *, integers=False):
+def _block(
+    lines: list[str], number: int, count: int | None, what: str, *, integers: bool = False
+) -> tuple[tuple[str, list[list[float]]], int]:
     """The header line and the rows of one matrix starting at `number`; UsageProblem when cut short."""
     while number < len(lines) and not lines[number].strip():
         number += 1
@@ -247,7 +254,7 @@ def _block(lines, number, count, what, *, integers=False):
             f"'{what}' at line {number + 1} has {len(cols)} columns but the output lists "
             f"{count} devices: matrices of inconsistent sizes"
         )
-    rows = []
+    rows: list[list[float]] = []
     for index in range(len(cols)):
         at = number + 1 + index
         tokens = lines[at].split() if at < len(lines) else []

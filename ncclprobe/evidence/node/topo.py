@@ -15,7 +15,9 @@ give the same pairs are equivalent: the sweep measures one and says why it skipp
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.text import clean_line, read_text_file
@@ -98,9 +100,8 @@ class Topology:
 
     def verdict(self) -> Verdict:
         """FINDINGS when the live P2P data check saw wrong data, hung or failed."""
-        return Verdict.of(
-            bool(self.p2p_check) and self.p2p_check["status"] in ("corrupt", "hang", "error")
-        )
+        status = (self.p2p_check or {}).get("status")
+        return Verdict.of(status in ("corrupt", "hang", "error"))
 
     def to_json(self) -> dict:
         levels = p2p_level_pairs(self)
@@ -129,7 +130,7 @@ def _smi_rank(code: str) -> int:
     return _SMI_ORDER.index("NV" if code.startswith("NV") else ("SYS" if code == "SOC" else code))
 
 
-def load_topo(path) -> Topology:
+def load_topo(path: str | Path) -> Topology:
     """The one loader of a saved `nvidia-smi topo -m` (topo --from, knobs --lint --topo)."""
     return parse_topo(read_text_file(path, "topology file"))
 
@@ -201,7 +202,9 @@ def _parse_block(lines: list[str], start: int) -> tuple[Topology, int]:
     return _assemble(devices, gpu_names, rows, gpus), number
 
 
-def _assemble(devices, gpu_names, rows, gpus) -> Topology:
+def _assemble(
+    devices: list[str], gpu_names: list[str], rows: dict[str, list[str]], gpus: dict[str, GpuInfo]
+) -> Topology:
     gpu_columns = [devices.index(g) for g in gpu_names]
     nics = [d for d in devices if not d.startswith("GPU")]
     topo = Topology(
@@ -217,7 +220,7 @@ def _assemble(devices, gpu_names, rows, gpus) -> Topology:
     return topo
 
 
-def _symmetry_notes(links: list[list[str]]) -> list[str]:
+def _symmetry_notes(links: list[list[str | None]]) -> list[str]:
     return [
         f"matrix is not symmetric at GPU{i}/GPU{j}: {links[i][j]} vs {links[j][i]}"
         for i in range(len(links))
@@ -278,7 +281,11 @@ def _nccl_type(code: str | None) -> str | None:
 
 
 def node_facts(
-    topology: Topology, *, gpus=None, compute_capabilities=None, over_network: bool = False
+    topology: Topology,
+    *,
+    gpus: Iterable[int] | None = None,
+    compute_capabilities: Sequence[int] | None = None,
+    over_network: bool = False,
 ) -> NodeFacts:
     """What NCCL's topology rules (LL128, NVLS) need to know about `gpus` (default all) of this topology."""
     return NodeFacts.from_path_types(

@@ -13,6 +13,7 @@ diagnose, recommend and report read the view, never a file's own keys.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
@@ -40,10 +41,10 @@ def sniff(path: str | Path) -> str:
 
 def load_runs(
     *,
-    trace=None,
-    profiles=(),
-    server_logs=(),
-    model_config=None,
+    trace: str | Path | None = None,
+    profiles: Sequence[str | Path] = (),
+    server_logs: Sequence[str | Path] = (),
+    model_config: str | Path | None = None,
     required: bool = True,
     role: str = "input",
 ) -> RunSet:

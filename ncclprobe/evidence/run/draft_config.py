@@ -29,7 +29,8 @@ def read_draft_config(path: str | Path) -> DraftConfig:
     doc = load_json(p, "draft config", limit=16 * MIB)
     if not isinstance(doc, dict) or not isinstance(doc.get("architectures"), list):
         raise UsageProblem(f"{str(p)!r} is not a draft config (a JSON object with architectures)")
-    eagle = doc.get("eagle_config") if isinstance(doc.get("eagle_config"), dict) else {}
+    raw = doc.get("eagle_config")
+    eagle = raw if isinstance(raw, dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     use = eagle.get("use_aux_hidden_state")
     return DraftConfig(
@@ -51,9 +52,9 @@ def local_draft(path: str | None) -> Path | None:
     return candidate if (candidate / "config.json").is_file() else None
 
 
-def _count(value) -> int | None:
-    return value if _whole(value) and value > 0 else None
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and _whole(value) and value > 0 else None
 
 
-def _whole(value) -> bool:
+def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63

@@ -50,6 +50,6 @@ def read_model_config(path: str | Path) -> dict:
     return model
 
 
-def _count(value) -> bool:
+def _count(value: object) -> bool:
     """A width or a count: a positive whole number (`true` is not one, nor a 5000-digit number)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63

@@ -12,10 +12,15 @@ to give, since its ranks would otherwise mix two runs.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.modes import Label, Mode
+
+if TYPE_CHECKING:
+    from ncclprobe.evidence.run.profile.timeline import Timeline
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 ENGINE_NAME = re.compile(
@@ -33,9 +38,12 @@ def traces_in(directory: Path) -> list[Path]:
     return found
 
 
-def expand(profiles, baseline_profiles) -> tuple[list[str], list[str]]:
+def expand(
+    profiles: Sequence[str], baseline_profiles: Sequence[str]
+) -> tuple[list[str], list[str]]:
     """(profiles, baseline profiles) with every directory replaced by the traces in it."""
-    runs, baselines = [], []
+    runs: list[str] = []
+    baselines: list[str] = []
     for given in profiles:
         path = Path(given)
         if not path.is_dir():
@@ -54,8 +62,8 @@ def expand(profiles, baseline_profiles) -> tuple[list[str], list[str]]:
 def _split(directory: Path, traces: list[Path]) -> tuple[list[str], list[str]]:
     """run-engine's names: (speculative, baseline) traces of its one label; other names: all ranks
     of one run."""
-    named = {p: ENGINE_NAME.match(p.name) for p in traces}
-    if not all(named.values()):
+    named = {p: m for p in traces if (m := ENGINE_NAME.match(p.name))}
+    if len(named) < len(traces):
         return [str(p) for p in traces], []
     labels = sorted({m["label"] for m in named.values()})
     if len(labels) > 1:
@@ -72,7 +80,7 @@ def _split(directory: Path, traces: list[Path]) -> tuple[list[str], list[str]]:
     return by_mode[Mode.SPECULATIVE], by_mode[Mode.BASELINE]
 
 
-def diagnose_command(traces: list[Path], label: str | None = None) -> str:
+def diagnose_command(traces: Sequence[str | Path], label: str | None = None) -> str:
     """`ncclprobe diagnose` of run-engine's traces of one label, each file named (speculative as
     --profile, baseline as --baseline-profile)."""
     import shlex
@@ -112,19 +120,19 @@ def read_ranks(paths: list[str]) -> list[dict]:
     the slim Timeline no longer holds), and a Timeline that keeps only its header, counts and first
     and last kernel (what the checks of one job and the notes read). The parent then holds per rank
     a few hundred kB, never the traces."""
-    from ncclprobe.evidence.read_pool import Limits, map_files
+    from ncclprobe.evidence.read_pool import Failed, Limits, Read, map_files
 
     def limits(path: str) -> Limits:
         size = Path(path).stat().st_size
         return Limits(memory_bytes=TRACE_MEMORY + 8 * size, cpu_s=120 + size // (1 << 20))
 
     outcomes = map_files(_read_rank, list(paths), limits)
-    bad = [(p, o.problem) for p, o in zip(paths, outcomes) if not o.ok]
+    bad = [(p, o.problem) for p, o in zip(paths, outcomes) if isinstance(o, Failed)]
     if bad:
         path, why = bad[0]
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise UsageProblem(f"profile {path}: {why}{more}")
-    return [o.value for o in outcomes]
+    return [o.value for o in outcomes if isinstance(o, Read)]  # all of them: none failed
 
 
 def _read_rank(path: str) -> dict:
@@ -145,7 +153,7 @@ def _read_rank(path: str) -> dict:
     return view
 
 
-def _slim(tl):
+def _slim(tl: Timeline) -> Timeline:
     """The Timeline with its event lists cut to what its properties read after the rank view: the
     first and last kernel (gpu, time_range), the first launches (rocm), the earliest and latest
     annotations (time_range)."""

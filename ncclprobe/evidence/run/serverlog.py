@@ -9,6 +9,7 @@ speculative verify inside it was captured.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
@@ -72,14 +73,14 @@ def read_log(path: str | Path) -> dict:
     )
 
 
-def _with_failures(log: dict, lines: list[str], path) -> dict:
+def _with_failures(log: dict, lines: list[str], path: str | Path) -> dict:
     """The log's lines that look like a failure (an engine's ERROR lines, a traceback, CUDA out of
     memory): none of them is read here, so every one is shown (`evidence.failure_lines`)."""
     log["not_explained"] = scan(lines, str(path)).to_json()
     return log
 
 
-def load_server_logs(paths) -> RunSet:
+def load_server_logs(paths: Iterable[str | Path]) -> RunSet:
     logs = [read_log(p) for p in paths]
     engines = {log["engine"] for log in logs}
     if len(engines) > 1:
@@ -202,7 +203,7 @@ def log_notes(log: dict) -> list[str]:
     return notes
 
 
-def add_log_to_profile(runset: RunSet, paths) -> None:
+def add_log_to_profile(runset: RunSet, paths: Iterable[str | Path]) -> None:
     """Acceptance and throughput from the server log of the profiled run, into the profile's run."""
     logs = [read_log(p) for p in paths]
     run = runset.runs[0]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from ncclprobe.engine_facts.spec_logs import (
     SGLANG_ACCEPT_LEN,
@@ -107,9 +108,9 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         for flag in ("True", "False")
     }
     accepted = [
-        (as_number(b.get(SGLANG_ACCEPT_LEN)), as_int(b.get(SGLANG_RUNNING)))
+        (length, as_int(b.get(SGLANG_RUNNING)))
         for b in batches
-        if as_number(b.get(SGLANG_ACCEPT_LEN)) is not None
+        if (length := as_number(b.get(SGLANG_ACCEPT_LEN))) is not None
     ]
     accept = [a for a, _ in accepted]
     # each line's `accept len` covers its own interval: weighed by the requests it ran
@@ -324,7 +325,7 @@ def _per_position(line: str) -> list[float]:
     return values
 
 
-def _throughputs(running, values) -> dict:
+def _throughputs(running: Sequence[int | None], values: Sequence[float | None]) -> dict:
     """Generation throughput per logging interval, by batch size: the median (what the log ran at)
     and every interval's value (its repeats, which the noise rule weighs), plus all of them."""
     groups: dict[int, list[float]] = {}
@@ -342,7 +343,7 @@ def as_ints(text: str) -> list[int]:
     return [int(x) for x in text.replace(" ", "").split(",") if is_digits(x)]
 
 
-def as_int(text) -> int | None:
+def as_int(text: object) -> int | None:
     if isinstance(text, int):
         return text
     text = str(text or "").strip("'")
@@ -357,20 +358,20 @@ def as_number(text: str | None) -> float | None:
         return None
 
 
-def _numbers(texts) -> list[float]:
+def _numbers(texts: Iterable[str | None]) -> list[float]:
     return [v for v in map(as_number, texts) if v is not None]
 
 
-def _first(pattern, line):
+def _first(pattern: re.Pattern[str], line: str) -> str | None:
     m = pattern.search(line)
     return m.group(1) if m else None
 
 
-def _mean(values):
+def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _median(values):
+def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 

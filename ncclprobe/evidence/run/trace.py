@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.modes import Mode
@@ -38,8 +39,8 @@ MAX_BYTES = 512 * 1024 * 1024  # an engine trace is kilobytes; anything this lar
 
 def load_trace(path: str | Path) -> dict:
     """Read and validate an engine trace; a UsageProblem names the file and the first bad field."""
-    doc = _read_json(path)
-    validate(doc, str(path))
+    doc: dict = _read_json(path)
+    validate(doc, str(path))  # an object: it is refused otherwise
     if isinstance(
         doc.get("provenance"), dict
     ):  # masked on read (ncclprobe.secrets): any writer's trace
@@ -68,16 +69,16 @@ def _mask_workers(doc: dict) -> None:
                 ]
 
 
-def is_engine_trace(doc) -> bool:
+def is_engine_trace(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == KIND
 
 
-def _read_json(path: str | Path):
+def _read_json(path: str | Path) -> Any:
     """Size limit, UTF-16 recognised, no NaN, /dev/zero refused: `ncclprobe.validate`."""
     return load_json(path, "engine trace", limit=MAX_BYTES)
 
 
-def validate(doc, where: str) -> None:
+def validate(doc: Any, where: str) -> None:
     if not is_engine_trace(doc):
         raise UsageProblem(
             f'{where!r} is not an engine trace (expected "kind": "engine-trace"; '
@@ -119,7 +120,7 @@ def _validate_config(config: dict, where: Where) -> None:
         where.field(config, name, kind, required=False, nullable=True, min=low)
 
 
-def _validate_run(run, at: str) -> None:
+def _validate_run(run: Any, at: str) -> None:
     if not isinstance(run, dict):
         raise UsageProblem(f"{at} is not an object")
     if run.get("mode") not in MODES:
@@ -193,7 +194,7 @@ def _validate_run(run, at: str) -> None:
             _number(value, f"{at}.repeats.tokens_per_s[{j}]")
 
 
-def _number(value, at: str, optional: bool = False) -> None:
+def _number(value: object, at: str, optional: bool = False) -> None:
     if value is None and optional:
         return
     if (

@@ -113,7 +113,7 @@ def _rates(run: dict) -> stats.Sample:
     )
 
 
-def _change(before, after) -> float | None:
+def _change(before: float | None, after: float | None) -> float | None:
     return 100.0 * (after - before) / before if before and after is not None else None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 
-def _median(run: dict, phase: str):
+def _median(run: dict, phase: str) -> float | None:
     return (run["phases"].get(phase) or {}).get("median_ms")
 
 

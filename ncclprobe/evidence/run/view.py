@@ -23,8 +23,12 @@ field reports it as not checked instead of guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ncclprobe.evidence.run.modes import Mode
+
+if TYPE_CHECKING:  # the profile reader fills it; this view is below it
+    from ncclprobe.evidence.run.profile.align import Alignment
 
 SPECULATIVE_KINDS = ("verify", "draft")
 # ncclprobe's engine phases (docs/DESIGN.md "Engine trace") by kind
@@ -134,7 +138,7 @@ class EngineRun:
     tokens_per_s_repeats: tuple[
         float, ...
     ] = ()  # every timed repeat (run-engine --repeats); () unknown
-    new_tokens: int | None = None  # tokens each sequence slot generated over the whole run
+    new_tokens: float | None = None  # tokens each sequence slot generated over the whole run
     wall_s: float | None = None
     collective_share: float | None = None  # measured share of the run's time in collectives
     graph_coverage: float | None = None
@@ -145,7 +149,7 @@ class EngineRun:
     per_token_count: float | None = None
     per_token_bytes: float | None = None
     ranks: list[dict] = field(default_factory=list)  # per-rank step summaries (profiles)
-    alignment: object | None = None  # several ranks' profiles: evidence.run.profile.align.Alignment
+    alignment: Alignment | None = None  # several ranks' profiles (evidence.run.profile.align)
     log: dict | None = None  # server-log statistics (batches with graphs, sizes, ...)
     # profiles: (profile.host.HostReport, its rank): the host work behind the GPU's idle time
     host: tuple | None = None

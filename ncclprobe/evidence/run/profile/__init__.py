@@ -11,6 +11,7 @@ long the others waited, how long the data moved), and the spread of their step t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
@@ -23,7 +24,7 @@ from ncclprobe.rank_ranges import rank_word
 SAME_JOB_WINDOW_S = 600.0  # ranks of one job are profiled within minutes of each other
 
 
-def load_profiles(paths) -> RunSet:
+def load_profiles(paths: Sequence[str | Path]) -> RunSet:
     per_rank, timelines = _read(paths)
     check_same_job(timelines)
     check_same_engine(per_rank)
@@ -43,7 +44,7 @@ def load_profiles(paths) -> RunSet:
     )
 
 
-def _read(paths) -> tuple[list[dict], list[Timeline]]:
+def _read(paths: Sequence[str | Path]) -> tuple[list[dict], list[Timeline]]:
     """Each rank's view and timeline: read here for a few ranks, in reader workers for many, each
     reduced there (`profile_dir.read_ranks`)."""
     from ncclprobe.evidence.run.profile_dir import POOL_FROM, read_ranks
@@ -71,11 +72,10 @@ def check_same_job(timelines: list[Timeline]) -> None:
         raise UsageProblem(
             f"rank {dup[0]} appears in more than one profile: give one profile per rank of one job"
         )
-    windows = [(tl, _wall_window(tl)) for tl in timelines]
-    windows = [(tl, w) for tl, w in windows if w is not None]
+    windows = [w for w in map(_wall_window, timelines) if w is not None]
     if len(windows) > 1:
-        earliest = min(w[0] for _, w in windows)
-        latest = max(w[0] for _, w in windows)
+        earliest = min(w[0] for w in windows)
+        latest = max(w[0] for w in windows)
         if (latest - earliest) / 1e6 > SAME_JOB_WINDOW_S:
             raise UsageProblem(
                 f"these profiles come from different jobs: they were recorded "
@@ -148,8 +148,8 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
         }
         if alignment is not None and rank in alignment.clock_shifts_us:
             entry["clock_shift_ms"] = round(alignment.clock_shifts_us[rank] / 1000.0, 3)
-        if totals and totals[index] is not None:
-            row = totals[index]
+        row = totals[index] if totals else None
+        if row is not None:
             entry.update(
                 arrived_last=row.last,
                 calls=row.calls,
@@ -167,8 +167,8 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     first = per_rank[0]
     # every rank issues the same collectives; their kernel times differ by the waiting
     if totals:
-        aligned = [i for i in range(len(totals)) if totals[i] is not None]
-        reported = per_rank[min(aligned, key=lambda i: totals[i].wait_us)]
+        aligned = {i: row for i, row in enumerate(totals) if row is not None}
+        reported = per_rank[min(aligned, key=lambda i: aligned[i].wait_us)]
     else:  # nothing aligned: the slowest rank's, as before
         reported = max(per_rank, key=lambda rv: sum(p.total_ms for p in rv["phases"].values()))
     kinds = {p.kind for p in slowest.values() if p.count}
@@ -195,7 +195,7 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
     )
 
 
-def _host(per_rank: list[dict]):
+def _host(per_rank: list[dict]) -> tuple[host.HostReport, int] | None:
     """The host work behind the gaps of the rank with the most of it per step (the ranks of one
     job run the same host code; the one that waits longest shows it best), with its rank."""
     reports = [
@@ -206,11 +206,13 @@ def _host(per_rank: list[dict]):
     return max(reports, key=lambda item: item[0].gap_ms_per_step, default=None)
 
 
-def _totals_by_position(alignment, chosen: list[int], count: int) -> list:
+def _totals_by_position(
+    alignment: align.Alignment | None, chosen: list[int], count: int
+) -> list[align.RankTotals | None]:
     """The alignment's per-rank totals at every rank's position (None: a rank not aligned)."""
     if alignment is None:
         return []
-    out = [None] * count
+    out: list[align.RankTotals | None] = [None] * count
     for pos, row in zip(chosen, alignment.totals()):
         out[pos] = row
     return out

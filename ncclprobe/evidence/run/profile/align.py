@@ -317,13 +317,13 @@ def _binomial_tail(n: int, k: int, p: float) -> float:
     return min(1.0, sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
-def _call(group, members, heads: list[Arrival]) -> Call:
+def _call(group: str | None, members: tuple[int, ...], heads: list[Arrival]) -> Call:
     size = next((a.size for a in heads if a.size is not None), None)
     return Call(heads[0].op, group, size, tuple(members), tuple(heads))
 
 
-def _by_seq(group, members, lists: list[list[Arrival]]) -> list[Call]:
-    maps = [{a.seq: a for a in arrivals} for arrivals in lists]
+def _by_seq(group: str | None, members: tuple[int, ...], lists: list[list[Arrival]]) -> list[Call]:
+    maps = [{a.seq: a for a in arrivals if a.seq is not None} for arrivals in lists]
     common = set(maps[0]).intersection(*maps[1:])
     return [_call(group, members, [m[s] for m in maps]) for s in sorted(common)]
 
@@ -333,7 +333,9 @@ def _agree(heads: list[Arrival]) -> bool:
     return len({a.op for a in heads}) == 1 and len(sizes) <= 1
 
 
-def _by_order(group, members, lists, result: Alignment) -> tuple[list[Call], str]:
+def _by_order(
+    group: str | None, members: tuple[int, ...], lists: list[list[Arrival]], result: Alignment
+) -> tuple[list[Call], str]:
     calls, skipped, mismatched = _merge(group, members, lists, overlap=True)
     if len(calls) < MIN_MATCHED * min(len(arrivals) for arrivals in lists):
         calls, skipped, mismatched = _merge(group, members, lists, overlap=False)
@@ -347,11 +349,14 @@ def _by_order(group, members, lists, result: Alignment) -> tuple[list[Call], str
     return calls, how
 
 
-def _merge(group, members, lists, overlap: bool):
+def _merge(
+    group: str | None, members: tuple[int, ...], lists: list[list[Arrival]], overlap: bool
+) -> tuple[list[Call], dict[int, int], int]:
     """One pass over the ranks' kernels in order (see the module docstring); with `overlap`, a head
     that ended before another head started has no partner and is skipped."""
     idx = [0] * len(lists)
-    calls, mismatched = [], 0
+    calls: list[Call] = []
+    mismatched = 0
     skipped = {pos: 0 for pos in members}
     while all(i < len(arrivals) for i, arrivals in zip(idx, lists)):
         heads = [arrivals[i] for i, arrivals in zip(idx, lists)]

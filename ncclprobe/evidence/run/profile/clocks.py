@@ -30,7 +30,8 @@ def hosts_of(tracks: list[Track]) -> list[str] | None:
     """The host in each trace's file name (`HOST_PID.<ts>.pt.trace.json`, torch's handler), or
     None unless every name has one."""
     found = [re.match(r"^(.+)_[0-9]+\.[0-9]+\.pt\.trace\.json", Path(t.path).name) for t in tracks]
-    return [m[1] for m in found] if all(found) else None
+    names = [m[1] for m in found if m is not None]
+    return names if len(names) == len(found) else None
 
 
 def end_offset(ends: list[float], ref: list[float]) -> tuple[float, int] | None:
@@ -98,7 +99,7 @@ def host_offsets(tracks: list[Track], shifts: list[float]) -> tuple[dict[int, fl
 def _offsets_text(moves: dict[str, float], shown: int = 3) -> str:
     """`host1 +3.000 ms, host2 +6.000 ms` or, for many hosts, the first few and the range."""
 
-    def natural(host: str):
+    def natural(host: str) -> list[int | str]:
         return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", host)]
 
     order = sorted(moves, key=natural)

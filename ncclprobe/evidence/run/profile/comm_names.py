@@ -74,7 +74,7 @@ def communication_kernel(name: str, category: str = "kernel") -> dict | None:
     for library, pattern, op in OTHER_COMMUNICATION:
         match = pattern.search(name)
         if match:
-            named = match.groupdict().get("op")
-            op = {"reduce": "all_reduce", "gather": "all_gather"}.get(named, named or op)
-            return {"library": library, "op": op, "algo": None, "proto": None, "dtype": None}
+            named = match.groupdict().get("op") or ""
+            found_op = {"reduce": "all_reduce", "gather": "all_gather"}.get(named, named or op)
+            return {"library": library, "op": found_op, "algo": None, "proto": None, "dtype": None}
     return None

@@ -188,7 +188,9 @@ def _lookups_among(units: Units, named: list[int]) -> list[int]:
     kinds = {units.tokens[i] for i in named}
     if len(kinds) < 2:
         return named
-    seen, after_sync, prev, synced = {}, {}, -1, 0
+    seen: dict[int, int] = {}
+    after_sync: dict[int, int] = {}
+    prev, synced = -1, 0
     syncs_before = []  # host synchronisations before each named launch, read in one pass
     for kind in units.kind:
         if kind == "sync":
@@ -284,7 +286,8 @@ def _repeat_starts(units: Units) -> tuple[list[int], str]:
 def _runs(repeats, sync: list[bool]) -> tuple[list, list]:
     """The tandem repeats as (cover, period), split into layer stacks (no sync in the period) and
     repeated steps."""
-    stacks, steps = [], []
+    stacks: list[tuple[tuple[int, int], int]] = []
+    steps: list[tuple[tuple[int, int], int]] = []
     for start, length, period in repeats:
         cover = ((start, start + length + period + KGRAM - 1), period)
         (steps if any(sync[start : start + period]) else stacks).append(cover)
@@ -297,7 +300,8 @@ def _repeat_starts_of(stacks, steps, sync: list[bool], layer: int, pick) -> tupl
         return _step_starts(steps, sync, pick), (
             "the period of the launch sequence (a repeated step, cut after its host sync)"
         )
-    starts, previous_end = [], 0
+    starts: list[int] = []
+    previous_end = 0
     for begin, end in _merged(stacks):
         cut = next((i + 1 for i in range(begin - 1, previous_end - 1, -1) if sync[i]), None)
         starts.append(cut if cut is not None else (previous_end if starts else begin))
@@ -312,7 +316,7 @@ def _step_starts(steps, sync: list[bool], pick=max) -> list[int]:
     """A run of repeated steps cut every period, after the last host sync of its first period.
     Runs read by direct comparison repeat at every multiple of the step's period too: the
     smallest is the step's (`pick=min`)."""
-    starts = []
+    starts: list[int] = []
     for begin, end in _merged(steps):
         period = pick((p for (b, _), p in steps if begin <= b < end), default=0)
         window = [i for i in range(begin, begin + period) if sync[i]]
@@ -374,7 +378,9 @@ def _equal_distance_runs(distance: list[int]) -> list[tuple[int, int, int]]:
 
 def _direct_runs(tokens: list[int], distance: list[int]) -> list[tuple[int, int, int]]:
     n = len(tokens)
-    out, reach, budget = [], {}, RUN_BUDGET * n
+    out: list[tuple[int, int, int]] = []
+    reach: dict[int, int] = {}
+    budget = RUN_BUDGET * n
     for i, d in enumerate(distance):
         if d < MIN_PERIOD or reach.get(d, -1) > i or budget <= 0:
             continue

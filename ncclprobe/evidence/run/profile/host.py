@@ -31,7 +31,9 @@ import bisect
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 HOST_MIN_US = 20.0
 # aten ops that wait for the device's result on the host (a scalar or a shape read back)
@@ -114,7 +116,9 @@ class HostReport:
         return self.gap_ms_per_step / self.step_ms if self.step_ms else 0.0
 
 
-def host_time(spans: list[HostSpan], python: bool, steps, kernels) -> HostReport | None:
+def host_time(
+    spans: list[HostSpan], python: bool, steps: list[Any], kernels: list[Any]
+) -> HostReport | None:
     """The report over `steps` (steps.Step: t0, t1 on the host clock), or None when it cannot be
     measured: no step, or a CPU-only trace without the model's forward to set the gaps by."""
     if not steps or not python:
@@ -162,20 +166,20 @@ class _Window:
     t1: float
 
 
-def _step_end(step) -> float:
+def _step_end(step: Any) -> float:
     """A step lasts until its host window ends or its own kernels end, whichever is later: a GPU
     running behind the host is not waiting for it."""
-    return max([step.t1] + [k.end for k in getattr(step, "kernels", None) or ()])
+    return float(max([step.t1] + [k.end for k in getattr(step, "kernels", None) or ()]))
 
 
-def _step_thread(by_tid: dict, step):
+def _step_thread(by_tid: dict[Any, list[HostSpan]], step: Any) -> Any:
     """The thread that ran the step: the one running the model's forward in it (another thread's
     long spans, a watcher's loop, cover the step without running it), else the one whose spans
     cover most of it."""
 
-    def covered(spans, kinds) -> float:
+    def covered(spans: list[HostSpan], kinds: tuple[str, ...]) -> float:
         return sum(
-            min(s.end, step.t1) - max(s.ts, step.t0)
+            float(min(s.end, step.t1) - max(s.ts, step.t0))
             for s in spans
             if s.kind in kinds and s.end > step.t0 and s.ts < step.t1
         )
@@ -187,7 +191,9 @@ def _step_thread(by_tid: dict, step):
     )
 
 
-def _gaps(step, busy, inside: list[HostSpan]) -> list[tuple[float, float]] | None:
+def _gaps(
+    step: Any, busy: list[tuple[float, float]] | None, inside: list[HostSpan]
+) -> list[tuple[float, float]] | None:
     """The step's time outside the model's forward (its outermost module calls) and, on a GPU
     trace, with no kernel running: host work the device waits for. Idle time inside the forward is
     the launches' (the eager-step rules weigh it). None without a forward in the step: nothing
@@ -199,7 +205,9 @@ def _gaps(step, busy, inside: list[HostSpan]) -> list[tuple[float, float]] | Non
     return _complement(_union(list(busy or []) + forwards + collectives), step.t0, step.t1)
 
 
-def _attribute(inside: list[HostSpan], gaps, gpu: bool) -> dict[tuple[str, str | None], float]:
+def _attribute(
+    inside: list[HostSpan], gaps: list[tuple[float, float]], gpu: bool
+) -> dict[tuple[str, str | None], float]:
     """Gap time per (function named, call), each gap piece given to the innermost span over it."""
     tree = sorted((s for s in inside if s.kind in ("py", "op")), key=lambda s: (s.ts, -s.end))
     parents = _parents(tree)
@@ -233,7 +241,9 @@ def _parents(tree: list[HostSpan]) -> list[int | None]:
     return parents
 
 
-def _pieces(tree: list[HostSpan], parents, gaps) -> list[tuple[tuple[float, float], int | None]]:
+def _pieces(
+    tree: list[HostSpan], parents: list[int | None], gaps: list[tuple[float, float]]
+) -> list[tuple[tuple[float, float], int | None]]:
     """The gaps cut at every span boundary, each piece with the index of the innermost span over
     it, or None."""
     bounds = sorted({t for g in gaps for t in g} | {t for s in tree for t in (s.ts, s.end)})
@@ -245,14 +255,14 @@ def _pieces(tree: list[HostSpan], parents, gaps) -> list[tuple[tuple[float, floa
         if b <= a or g < 0 or b > gaps[g][1]:
             continue
         mid = (a + b) / 2
-        i = bisect.bisect_right(starts, mid) - 1
+        i: int | None = bisect.bisect_right(starts, mid) - 1
         while i is not None and i >= 0 and tree[i].end < mid:
             i = parents[i]
         out.append(((a, b), i if i is not None and i >= 0 else None))
     return out
 
 
-def _chain(tree: list[HostSpan], parents, index: int | None) -> list[HostSpan]:
+def _chain(tree: list[HostSpan], parents: list[int | None], index: int | None) -> list[HostSpan]:
     """tree[index] and the spans over it, innermost first."""
     chain = []
     while index is not None:
@@ -281,7 +291,8 @@ def _syncs(inside: list[HostSpan]) -> list[tuple[str, str]]:
     parents = _parents(tree)
     out = []
     for i, span in enumerate(tree):
-        if span.name in SYNC_OPS and (parents[i] is None or tree[parents[i]].name not in SYNC_OPS):
+        parent = parents[i]
+        if span.name in SYNC_OPS and (parent is None or tree[parent].name not in SYNC_OPS):
             chain = _chain(tree, parents, i)
             named = next((s for s in chain if s.kind == "py" and _own(s.name)), None)
             if named is not None:
@@ -289,7 +300,12 @@ def _syncs(inside: list[HostSpan]) -> list[tuple[str, str]]:
     return out
 
 
-def _ranked(totals, steps: int, gap_total: float, syncs=None) -> tuple[HostFunction, ...]:
+def _ranked(
+    totals: dict[tuple[str, str | None], list[float]],
+    steps: int,
+    gap_total: float,
+    syncs: dict[str, dict[str, int]] | None = None,
+) -> tuple[HostFunction, ...]:
     """Per function named: its gap time per step, the call most of it was in (a named call over
     none), and its host syncs per step."""
     by_function: dict[str, dict[str | None, list[float]]] = {}
@@ -301,7 +317,7 @@ def _ranked(totals, steps: int, gap_total: float, syncs=None) -> tuple[HostFunct
         named = [c for c in calls if c is not None]
         made = (syncs or {}).get(function, {})
         call = (
-            max(made, key=made.get)
+            max(made, key=lambda op: made[op])
             if made
             else max(named, key=lambda c: sum(calls[c]))
             if named
@@ -321,7 +337,7 @@ def _ranked(totals, steps: int, gap_total: float, syncs=None) -> tuple[HostFunct
     return tuple(r for r in rows[:TOP] if r is rows[0] or r.share >= MIN_NAMED_SHARE)
 
 
-def _union(intervals) -> list[tuple[float, float]]:
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[list[float]] = []
     for a, b in sorted(intervals):
         if out and a <= out[-1][1]:

@@ -29,6 +29,7 @@ import bisect
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Set as AbstractSet
 
 from ncclprobe.evidence.run.profile.timeline import Timeline
 
@@ -156,7 +157,7 @@ def relative_tokens(blocks: dict, ref: dict) -> float | None:
     return statistics.median(b / r for b, r in changed)
 
 
-def _kinds(group, model: str, fresh: set = frozenset()) -> None:
+def _kinds(group, model: str, fresh: AbstractSet[int] = frozenset()) -> None:
     """`fresh`: the ids of the forwards whose KV cache was empty (recorded shapes): prompts."""
     known = [s.tokens_per_seq for s in group[1:] if s.tokens_per_seq is not None]
     draft = model == "draft"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ncclprobe.evidence.run.profile import forwards as F
 from ncclprobe.evidence.run.profile import kinds as K
-from ncclprobe.evidence.run.profile.timeline import Kernel, Timeline
+from ncclprobe.evidence.run.profile.timeline import Kernel, Launch, Timeline
 
 GAP_FACTOR = 20.0  # a gap this many times the median kernel-to-kernel gap ends a step
 MIN_STEP_GAP_US = 100.0
@@ -75,7 +75,7 @@ class Step:
     def busy_ms(self) -> float | None:
         return union_us(self.kernels) / 1000.0 if self.kernels else None
 
-    def graph_share(self, launches) -> float | None:
+    def graph_share(self, launches: dict[int, Launch]) -> float | None:
         total = sum(k.dur for k in self.kernels)
         if not total:
             return None
@@ -96,7 +96,7 @@ def union_us(kernels: list[Kernel]) -> float:
     return total
 
 
-def _launch_kind(launches, kernel: Kernel) -> str | None:
+def _launch_kind(launches: dict[int, Launch], kernel: Kernel) -> str | None:
     launch = launches.get(kernel.corr) if kernel.corr is not None else None
     return launch.kind if launch else None
 
@@ -337,8 +337,8 @@ def _attach(tl: Timeline, steps: list[Step]) -> None:
         if step is not None:
             step.launches[launch.kind] = step.launches.get(launch.kind, 0) + 1
     for kernel in tl.kernels:
-        launch = tl.launches.get(kernel.corr) if kernel.corr is not None else None
-        step = owner(launch.ts if launch else kernel.ts)
+        made_by = tl.launches.get(kernel.corr) if kernel.corr is not None else None
+        step = owner(made_by.ts if made_by else kernel.ts)
         if step is not None:
             step.kernels.append(kernel)
 
@@ -355,8 +355,8 @@ def _shape_tokens(tl: Timeline, steps: list[Step]) -> None:
         if step.tokens_per_seq is not None:
             continue
         lo, hi = bisect.bisect_left(times, step.t0), bisect.bisect_right(times, step.t1)
-        found = [K.lookup_tokens(dims, step.batch) for _, _, dims in tl.embeddings[lo:hi] if dims]
-        found = [f for f in found if f is not None]
+        looked = [K.lookup_tokens(dims, step.batch) for _, _, dims in tl.embeddings[lo:hi] if dims]
+        found = [f for f in looked if f is not None]
         if not found:
             continue
         batch, per_seq = max(found, key=lambda f: f[1])

@@ -27,6 +27,7 @@ import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ncclprobe import envvars
 from ncclprobe.errors import UsageProblem
@@ -40,6 +41,8 @@ MAX_EVENT_CHARS = 64 << 20  # a single event this large is not a profiler event
 # (measured: 1M kernel events, 450 MB), so 3M events of kernels stay under 1.5 GB
 MAX_EVENTS = 3_000_000
 _BLANKS = re.compile(r"[ \t\r\n]*")
+# the C scanner of json.JSONDecoder: (text, position) -> (value, end)
+Scan = Callable[[str, int], tuple[Any, int]]
 
 
 def max_events() -> int:
@@ -122,7 +125,9 @@ class _Buffer:
     def skip_ws(self) -> str:
         """The next non-blank character ('' at the end of the file), left unconsumed."""
         while True:
-            self.pos = _BLANKS.match(self.text, self.pos).end()  # a block at a time, in C
+            blanks = _BLANKS.match(self.text, self.pos)  # a block at a time, in C
+            assert blanks is not None  # it matches anywhere: the empty string at least
+            self.pos = blanks.end()
             if self.pos < len(self.text):
                 return self.text[self.pos]
             if not self.fill():
@@ -150,7 +155,7 @@ class _Buffer:
             )
         self.pos += 1
 
-    def value(self, scan):
+    def value(self, scan: Scan) -> Any:
         """Parse one JSON value at the current position, refilling while it is incomplete."""
         self.skip_ws()
         last_error = None
@@ -207,8 +212,8 @@ def read_events(path: str | Path, on_event: Callable[[dict], None]) -> dict:
         source.close()
 
 
-def _read(buf: _Buffer, on_event) -> dict:
-    scan = strict_decoder().scan_once
+def _read(buf: _Buffer, on_event: Callable[[dict], None]) -> dict:
+    scan = strict_decoder().scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
     first = buf.skip_ws()
     if first != "{":
         if first == "[":
@@ -244,7 +249,7 @@ def _read(buf: _Buffer, on_event) -> dict:
     return header
 
 
-def _read_array(buf: _Buffer, scan, on_event) -> None:
+def _read_array(buf: _Buffer, scan: Scan, on_event: Callable[[dict], None]) -> None:
     buf.expect("[", "'[' starting traceEvents")
     index, limit = 0, max_events()
     while buf.next_item("]", "traceEvents"):

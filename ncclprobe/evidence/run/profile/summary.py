@@ -52,14 +52,14 @@ def _graphed(tl: Timeline, step: Step) -> bool | None:
 
 def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
     spans = [s.span_ms() for s in steps]
-    idle_shares = [
-        (s.span_ms() - s.busy_ms()) / s.span_ms() for s in steps if s.kernels and s.span_ms() > 0
-    ]
+    busy_of = [(s, b) for s in steps if (b := s.busy_ms()) is not None]  # the steps with kernels
+    idle_shares = [(s.span_ms() - b) / s.span_ms() for s, b in busy_of if s.span_ms() > 0]
     graph_spans = [g for g in (_graph_span_ms(tl, s) for s in steps) if g is not None]
     kept = [s.kept for s in steps]
-    busy = [s.busy_ms() for s in steps if s.kernels]
-    shares = [s.graph_share(tl.launches) for s in steps if s.kernels]
-    shares = [x for x in shares if x is not None]
+    known_kept = [k for k in kept if k is not None]
+    busy = [b for _, b in busy_of]
+    measured = [s.graph_share(tl.launches) for s in steps if s.kernels]
+    shares = [x for x in measured if x is not None]
     share = statistics.fmean(shares) if shares else None
     kinds = {kind for s in steps for kind in s.launches}
     launches = {
@@ -76,9 +76,7 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         p90_ms=quantile(spans, 0.9),
         graphed=None if share is None else share >= GRAPHED_SHARE,
         device_ms=statistics.median(busy) if busy else None,
-        idle_ms=statistics.median([s.span_ms() - s.busy_ms() for s in steps if s.kernels])
-        if busy
-        else None,
+        idle_ms=statistics.median([s.span_ms() - b for s, b in busy_of]) if busy else None,
         graph_share=share,
         launches=launches,
         tokens_per_seq=statistics.median(tokens) if tokens else None,
@@ -89,7 +87,7 @@ def _phase(tl: Timeline, label: str, steps: list[Step]) -> Phase:
         if idle_shares
         else None,
         graph_ms=statistics.median(graph_spans) if graph_spans else None,
-        tokens_kept=sum(kept) if kept and all(k is not None for k in kept) else None,
+        tokens_kept=sum(known_kept) if kept and len(known_kept) == len(kept) else None,
         collective_ms=statistics.median(
             union_us([k for k in s.kernels if k.coll]) / 1000.0 for s in steps if s.kernels
         )

@@ -174,7 +174,7 @@ def read_timeline(path: str) -> Timeline:
     seen_steps = set()
     host = HostCollector()
 
-    def on_annotation(ev: dict, name: str, step, pstep) -> None:
+    def on_annotation(ev: dict, name: str, step: dict | None, pstep: int | None) -> None:
         # torch 1.x wrote `ProfilerStep#N` as a cpu_op, 2.x as a user_annotation: one of each is kept
         key = (name, _num(ev, "ts"))
         if key not in seen_steps:
@@ -184,6 +184,7 @@ def read_timeline(path: str) -> Timeline:
             )
 
     def on_event(ev: dict) -> None:
+        name: str | None  # a cpu_op's may be missing (well_formed lets None through)
         counts["events"] += 1
         if ev.get("ph") != "X":
             return
@@ -191,7 +192,7 @@ def read_timeline(path: str) -> Timeline:
             counts["malformed"] += 1
             return
         cat = ev.get("cat")
-        cat = old_cats.get(cat, cat)
+        cat = old_cats.get(cat, cat) if isinstance(cat, str) else cat
         if cat in gpu_cats:
             args = ev.get("args") or {}
             name = intern(ev.get("name") or "")  # a kernel's name repeats: kept once
@@ -222,9 +223,9 @@ def read_timeline(path: str) -> Timeline:
             if step or pstep is not None:
                 on_annotation(ev, name, step, pstep)
             elif ":" in name:
-                coll = backend_collective(name)
-                if coll:
-                    backend_ops.append(_backend_op(ev, coll[1], coll[0]))
+                backend_op = backend_collective(name)
+                if backend_op:
+                    backend_ops.append(_backend_op(ev, backend_op[1], backend_op[0]))
         elif cat == "python_function":
             host.python_function(ev, _num(ev, "ts"), _num(ev, "dur"))
         elif cat == "cpu_op":
@@ -289,8 +290,8 @@ def well_formed(ev: dict) -> bool:
         return False
     if not isinstance(tid, (int, str, type(None))) or not isinstance(args, (dict, type(None))):
         return False
-    for key in _ID_ARGS if args else ():
-        value = args.get(key)
+    for key in _ID_ARGS:
+        value = args.get(key) if args else None
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64
         ):
@@ -314,7 +315,7 @@ def _num(ev: dict, key: str) -> float:
     )
 
 
-def _blocks(grid) -> int:
+def _blocks(grid: object) -> int:
     """Thread blocks of a launch grid `[x, y, z]`; 0 for anything else (an old trace without grids)."""
     if not isinstance(grid, list) or not grid or len(grid) > 3:
         return 0
@@ -326,7 +327,7 @@ def _blocks(grid) -> int:
     return total
 
 
-def _attention_lengths(dims) -> tuple[int, int] | None:
+def _attention_lengths(dims: object) -> tuple[int, int] | None:
     """(query tokens, key tokens) of an attention call: its query and key are [batch, heads,
     tokens, head_dim], so the key's tokens are the cache the step attended to, its own included."""
     if not isinstance(dims, list) or len(dims) < 2:
@@ -410,7 +411,7 @@ def _backend_op(ev: dict, op: str, backend: str) -> CommOp:
     )
 
 
-def _as_int(value) -> int | None:
+def _as_int(value: object) -> int | None:
     """A count of elements as recorded: whole, from 0 to `MAX_SIZE` (2**48; a 400-digit count is
     no tensor, and a float of it overflows downstream), else None (unknown)."""
     if isinstance(value, bool):
@@ -420,7 +421,7 @@ def _as_int(value) -> int | None:
     return value if isinstance(value, int) and 0 <= value <= MAX_SIZE else None
 
 
-def _as_name(value) -> str | None:
+def _as_name(value: object) -> str | None:
     """A process group's name as recorded (a string, or an int in some exports); None otherwise."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
