@@ -115,7 +115,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             "no nccl-tests result table (the `#  size  count ...` header), no nccl-tests line and "
             "no launcher failure found: is this the output of an nccl-tests *_perf binary?"
         )
-    _finish(run, text, lines)
+    _finish(run, text, lines, table=columns is not None)
     return run
 
 
@@ -307,7 +307,7 @@ def _measurement(cells: list[str], columns: Columns, size: int) -> Measurement:
     return Measurement(time_value, float(algbw), float(busbw), wrong, max_error, cpu, iteration)
 
 
-def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
+def _finish(run: NcclTestsRun, text: str, lines: list[str], table: bool = True) -> None:
     log = parse_nccl_log(
         "\n".join(lines), "nccl-tests output"
     )  # without task labels: NCCL's lines behind `0: ` count too
@@ -339,14 +339,14 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str]) -> None:
             + ("" if run.nccl_version else " (the NCCL that ran printed no version line)")
         )
     if not run.rows:
-        run.notes.insert(0, nothing_measured(run, lines))
+        run.notes.insert(0, nothing_measured(run, lines, table))
     elif run.avg_busbw_gbps is None:
         run.notes.append("no footer: the output ends before `# Avg bus bandwidth`")
 
 
-def nothing_measured(run: NcclTestsRun, lines: list[str]) -> str:
+def nothing_measured(run: NcclTestsRun, lines: list[str], table: bool) -> str:
     """What a run without a result row proves: it measured nothing; why only where a line says."""
-    if not _is_nccl_tests(run, lines):
+    if not (table or _is_nccl_tests(run, lines)):
         return (
             "measured nothing: no nccl-tests line in the file, only the launcher's failure: the "
             "test failed or stopped before its first result row (if it started at all)"
