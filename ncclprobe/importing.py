@@ -282,7 +282,8 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Report:
     )
     report = judge(Evidence(p2p=p2p), (P2P, READER_FAILURES), kind=tool, fails_at="error")
     findings = [f for f in report.findings if isinstance(f, P2PFinding)]  # not-explained aside
-    advice = advise(findings, [], None)
+    # nothing measured and nothing found (a paste of the peer access lines): no advice to give
+    advice = advise(findings, [], None) if parsed.matrices or findings else []
     doc = {
         **parsed.to_json(),
         "source_file": source_file,

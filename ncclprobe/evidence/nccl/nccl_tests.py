@@ -419,7 +419,9 @@ def _failures(run: NcclTestsRun, log, lines: list[str]) -> None:
     log.failure_lines.forget(
         line.text
         for line in log.failure_lines.lines
-        if FOOTER_OOB.match(line.text) or FOOTER_AVG.match(line.text) or line.text.strip() in launched
+        if FOOTER_OOB.match(line.text)
+        or FOOTER_AVG.match(line.text)
+        or line.text.strip() in launched
     )
     run.not_explained = log.failure_lines
 

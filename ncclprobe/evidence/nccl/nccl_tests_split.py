@@ -85,7 +85,9 @@ def split_runs(text: str) -> list[str]:
     current.lines += tail
     segments.append(current)
     runs = ["\n".join(s.lines) + "\n" for s in segments if s.kinds or s.rows]
-    return runs or [text]  # no header and no row: the reader says what the text is (a launch failure?)
+    return runs or [
+        text
+    ]  # no header and no row: the reader says what the text is (a launch failure?)
 
 
 def _add(segment: Segment, raw: str, line: str, kind: str | None) -> None:

@@ -13,8 +13,13 @@ test with `--sm_copy` and is otherwise the tool's default (copy engine), with a 
 line that only mentions the flag (NVIDIA/nccl#814 pastes `# Without --sm_copy` above its matrices)
 is no command line.
 
-A matrix cut short, or one whose size disagrees with the device list, is a UsageProblem naming the
-line; an output that simply stops after complete matrices is read and the missing ones are noted.
+A paste is often cut: after the device list, after the driver's `CAN/CANNOT Access Peer` lines
+(the test prints them all before it measures), after the connectivity matrix, or inside a matrix.
+It is read as far as it goes: every pair's peer access the driver's lines give (the pairs whose
+lines are missing named), the complete rows of a matrix cut at the end of the file (its missing rows
+left empty), and a note that says where the output ends and that no bandwidth was measured in the
+file when no matrix came. A matrix broken in the middle of the file, or one whose size disagrees
+with the device list, is a UsageProblem naming the line.
 """
 
 from __future__ import annotations
@@ -57,6 +62,23 @@ EXPECTED = (
 )
 
 
+class CutShort(Exception):
+    """The file ends inside a matrix (or right after its title): what was read of it."""
+
+    def __init__(self, what: str, line: int, rows: list, expected: int | None):
+        super().__init__(what)
+        self.what, self.line, self.rows, self.expected = what, line, rows, expected
+        self.matrices: list[Matrix] = []  # the matrices read of the cut block, rows padded
+
+    def note(self) -> str:
+        where = (
+            f"inside '{self.what}' ({len(self.rows)} of {self.expected} rows read; the rest left empty)"
+            if self.expected
+            else f"right after the title '{self.what}'"
+        )
+        return f"the output is cut: it ends at line {self.line}, {where}"
+
+
 @dataclass
 class P2PTestOutput:
     devices: list[dict]  # index, name, pci_bus_id
@@ -93,42 +115,58 @@ def looks_like_p2p_test(text: str) -> bool:
 
 def parse_p2p_test(text: str, source: str = "p2pBandwidthLatencyTest output") -> P2PTestOutput:
     lines = [clean_line(line) for line in text.splitlines()]
+    while lines and not lines[-1].strip():
+        lines.pop()  # where the output ends: its last line that holds anything
     devices, access = _devices(lines), _access_lines(lines)
     sm_copy = any(_SM_COPY_RUN.search(line) for line in lines)
     count = len(devices) or None
-    matrices, connectivity, seen = [], None, []
+    matrices, connectivity, seen, cut = [], None, [], None
     number = 0
-    while number < len(lines):
-        line = lines[number].strip()
-        if line == "P2P Connectivity Matrix":
-            block, number = _block(
-                lines, number + 1, count, "P2P Connectivity Matrix", integers=True
-            )
-            connectivity = [[int(v) for v in row] for row in block[1]]
-            count = count or len(connectivity)
-            continue
-        title = _TITLE.match(line)
-        if title:
-            found, number = _titled(lines, number, title, count, sm_copy)
-            count = count or len(found[0].rows)
-            matrices += found
-            seen.append(_short(title))
-            continue
-        number += 1
-    if not matrices:
+    try:
+        while number < len(lines):
+            line = lines[number].strip()
+            if line == "P2P Connectivity Matrix":
+                block, number = _block(
+                    lines, number + 1, count, "P2P Connectivity Matrix", integers=True
+                )
+                connectivity = [[int(v) for v in row] for row in block[1]]
+                count = count or len(connectivity)
+                continue
+            title = _TITLE.match(line)
+            if title:
+                found, number = _titled(lines, number, title, count, sm_copy)
+                count = count or len(found[0].rows)
+                matrices += found
+                seen.append(_short(title))
+                continue
+            number += 1
+    except CutShort as end:
+        cut = end
+        if end.what == "P2P Connectivity Matrix":
+            connectivity = [[int(v) for v in row] for row in end.rows] or None
+        matrices += end.matrices
+    if not (matrices or access or connectivity or devices):
         raise UsageProblem(
-            "no p2pBandwidthLatencyTest matrix found: expected a title such as "
+            "no p2pBandwidthLatencyTest matrix, device list or peer access line found: expected "
+            "'Device=i CAN Access Peer Device=j' lines or a title such as "
             "'Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)' followed by its rows"
         )
-    count = count or len(matrices[0].rows)
+    count = count or (len(matrices[0].rows) if matrices else 1 + max(max(p) for p in access))
     out = P2PTestOutput(
         devices=devices,
         peer_access=_access_matrix(access, count),
         matrices=matrices,
         connectivity=connectivity,
     )
+    if cut is not None:
+        out.notes.append(cut.note())
+    if not matrices:
+        out.notes.append(
+            "no bandwidth or latency matrix in the file: no bandwidth measured"
+            + ("" if cut else " (the output ends before the first matrix)")
+        )
     missing = [t for t in EXPECTED if t not in seen]
-    if missing:
+    if missing and matrices:
         out.notes.append("output ends or skips sections: no " + "; no ".join(missing) + " matrix")
     if not access:
         out.notes.append(
@@ -136,20 +174,31 @@ def parse_p2p_test(text: str, source: str = "p2pBandwidthLatencyTest output") ->
             "reports it is unknown (the connectivity matrix says it when present)"
         )
         if connectivity:
-            out.peer_access = [[bool(v) for v in row] for row in connectivity]
-    mentioned = not sm_copy and any("--sm_copy" in line for line in lines)
-    out.notes.append(
-        "engine: SM copies (--sm_copy on the command line)"
-        if sm_copy
-        else "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
+            access = {
+                (i, j): bool(v)
+                for i, row in enumerate(connectivity)
+                for j, v in enumerate(row)
+                if i != j
+            }
+            out.peer_access = _access_matrix(access, count)
+    out.notes += access_notes(access, count)
+    if matrices:  # which engine copied: said only where something was measured
+        out.notes.append(_engine_note(sm_copy, any("--sm_copy" in line for line in lines)))
+    out.failure_lines = scan(lines, source)
+    return out
+
+
+def _engine_note(sm_copy: bool, mentioned: bool) -> str:
+    if sm_copy:
+        return "engine: SM copies (--sm_copy on the command line)"
+    return (
+        "engine: copy engine, the tool's default (the output does not say; --sm_copy changes it"
         + (
             "; a line mentions --sm_copy but is not a command line running the test)"
             if mentioned
             else ")"
         )
     )
-    out.failure_lines = scan(lines, source)
-    return out
 
 
 def _short(title: re.Match) -> str:
@@ -195,7 +244,15 @@ def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
         engine="sm" if sm_copy and title["peer"] == "Enabled" else "ce",
         access={"Writes": "write", "Reads": "read", None: None}[title["access"]],
     )
-    (kind, values), number = _block(lines, number + 1, count, what)
+    try:
+        (kind, values), number = _block(lines, number + 1, count, what)
+    except CutShort as cut:
+        if cut.rows:
+            values = _padded(cut.rows, cut.expected)
+            labels = gpu_labels(len(values))
+            source = f"p2pBandwidthLatencyTest: {what} (cut after row {len(cut.rows) - 1})"
+            cut.matrices = [Matrix(rows=labels, cols=labels, values=values, source=source, **attrs)]
+        raise
     timer = {"GPU": "gpu", "CPU": "cpu"}.get(kind) if metric == "latency" else None
     labels = gpu_labels(len(values))
     found = [
@@ -214,7 +271,20 @@ def _titled(lines, number, title, count, sm_copy) -> tuple[list[Matrix], int]:
             probe += 1
         header = _HEADER.match(lines[probe]) if probe < len(lines) else None
         if header and header["kind"] == "CPU":
-            (_, cpu), number = _block(lines, probe, len(values), what + " (CPU block)")
+            try:
+                (_, cpu), number = _block(lines, probe, len(values), what + " (CPU block)")
+            except CutShort as cut:
+                cut.matrices = found + [
+                    Matrix(
+                        rows=labels,
+                        cols=labels,
+                        values=_padded(cut.rows, len(values)),
+                        timer="cpu",
+                        source=f"p2pBandwidthLatencyTest: {what} (CPU timer, cut)",
+                        **attrs,
+                    )
+                ] * bool(cut.rows)
+                raise
             found.append(
                 Matrix(
                     rows=labels,
@@ -232,7 +302,9 @@ def _block(lines, number, count, what, *, integers=False):
     """The header line and the rows of one matrix starting at `number`; UsageProblem when cut short."""
     while number < len(lines) and not lines[number].strip():
         number += 1
-    header = _HEADER.match(lines[number]) if number < len(lines) else None
+    if number >= len(lines):
+        raise CutShort(what, len(lines), [], None)
+    header = _HEADER.match(lines[number])
     if not header:
         raise UsageProblem(
             f"'{what}' has no matrix header after it (line {number + 1}): output cut short?"
@@ -258,6 +330,8 @@ def _block(lines, number, count, what, *, integers=False):
             and len(cells) == len(cols)
             and all(_NUMBER.match(c) for c in cells)
         )
+        if not good and at >= len(lines) - 1:  # the last line, cut, or past it: the file ends here
+            raise CutShort(what, len(lines), rows, len(cols))
         if not good:
             raise UsageProblem(
                 f"'{what}' is cut short or malformed at line {at + 1}: expected row {index} "
@@ -265,3 +339,62 @@ def _block(lines, number, count, what, *, integers=False):
             )
         rows.append([int(c) if integers else float(c) for c in cells])
     return (header["kind"], rows), number + 1 + len(cols)
+
+
+def _padded(rows: list[list[float]], count: int) -> list[list[float | None]]:
+    """A cut matrix's rows read, then empty rows (not measured in the file) up to its size."""
+    return [*rows, *([None] * count for _ in range(count - len(rows)))]
+
+
+def access_notes(access: dict[tuple[int, int], bool], count: int) -> list[str]:
+    """Every GPU pair's peer access as the driver answered (or the connectivity matrix shows it):
+    the pairs that can, those refused, those allowed one way only, those not in the file."""
+    if not access:
+        return []
+    total = count * (count - 1)
+    if len(access) == total and all(access.values()):
+        return [
+            f"peer access: every GPU pair can access its peer ({total} of {total} ordered pairs)"
+        ]
+    can, refused, one_way, unknown = [], [], [], []
+    for i in range(count):
+        for j in range(i + 1, count):
+            said = {access[p] for p in ((i, j), (j, i)) if p in access}
+            (
+                unknown
+                if not said
+                else can
+                if said == {True}
+                else refused
+                if said == {False}
+                else one_way
+            ).append(
+                f"{i}<->{j}"
+                if said != {True, False}
+                else (f"{i}->{j}" if access.get((i, j)) else f"{j}->{i}")
+            )
+    parts = [
+        f"{label}: {_listed(pairs)}"
+        for label, pairs in (("can", can), ("refused", refused), ("one way only", one_way))
+        if pairs
+    ]
+    notes = ["peer access (the driver's answer per GPU pair): " + "; ".join(parts)]
+    if unknown:
+        notes.append(
+            f"peer access not in the file for {len(unknown)} GPU pair(s): {_listed(unknown)}"
+            + _where_lines_end(access, count)
+        )
+    return notes
+
+
+def _listed(pairs: list[str], limit: int = 16) -> str:
+    more = f" and {len(pairs) - limit} more" if len(pairs) > limit else ""
+    return ", ".join(pairs[:limit]) + more
+
+
+def _where_lines_end(access: dict[tuple[int, int], bool], count: int) -> str:
+    sources = {i for i, _ in access}
+    last = max(sources)
+    if sources == set(range(last + 1)) and last < count - 1:
+        return f" (the CAN/CANNOT lines end after Device={last}'s)"
+    return ""
