@@ -22,6 +22,7 @@ not why the program did.
 from __future__ import annotations
 
 from ncclprobe.numbers import ascii_re
+from ncclprobe.secrets import mask_text
 
 _LAUNCHER_FAILURE = ascii_re(
     r"^(?:"
@@ -57,3 +58,18 @@ def launcher_failures(lines: list[str]) -> list[str]:
         if _LAUNCHER_FAILURE.match(stripped) and stripped not in found:
             found.append(stripped)
     return found
+
+
+def launch_failure(launched: list[str]) -> dict:
+    """The launcher's (or the shell's) failure lines as one failure, verbatim (`evidence.launcher`)."""
+    shown = [mask_text(line) for line in launched[:5]]
+    more = f" (and {len(launched) - 5} more launcher line(s))" if len(launched) > 5 else ""
+    return {
+        "kind": "launch-failure",
+        "severity": "error",
+        "message": "the launcher reports a failure: " + " | ".join(shown) + more,
+        "fix": "the lines before it (each rank's own output) say why the program failed; with "
+        "none, it failed before printing: check that the binary and its libraries exist where "
+        "each rank runs",
+        "lines": len(launched),
+    }

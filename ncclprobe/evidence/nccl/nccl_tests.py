@@ -22,10 +22,10 @@ import re
 import shlex
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.launcher import launcher_failures
+from ncclprobe.evidence.launcher import launch_failure, launcher_failures
 from ncclprobe.evidence.nccl.nccl_failures import explain
 from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
-from ncclprobe.evidence.nccl.nccl_tests_layout import Columns, infer_layout
+from ncclprobe.evidence.nccl.nccl_tests_layout import Columns, headerless_rows
 from ncclprobe.evidence.nccl.nccl_tests_run import (
     Measurement,
     NcclTestsRun,
@@ -35,7 +35,7 @@ from ncclprobe.evidence.nccl.nccl_tests_run import (
 )
 from ncclprobe.evidence.text import clean_task_line
 from ncclprobe.numbers import ascii_re, is_digits
-from ncclprobe.secrets import mask_env, mask_text
+from ncclprobe.secrets import mask_env
 from ncclprobe.sizes import MAX_SIZE
 from ncclprobe.strict_json import json_problem, strict_decoder
 
@@ -109,7 +109,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             if row is not None:
                 run.rows.append(row)
     if columns is None:
-        _headerless_rows(run, lines)
+        headerless_rows(run, lines, data_row)
     if not (run.rows or columns or _is_nccl_tests(run, lines) or launcher_failures(lines)):
         raise UsageProblem(
             "no nccl-tests result table (the `#  size  count ...` header), no nccl-tests line and "
@@ -124,29 +124,6 @@ def _bare_header(line: str, columns: Columns | None) -> bool:
     table) and footer, rccl-tests' version banner."""
     return (columns is None and line.startswith("nThread ")) or bool(
         FOOTER_OOB.match(line) or FOOTER_AVG.match(line) or RCCL_TESTS.match(line)
-    )
-
-
-def _headerless_rows(run: NcclTestsRun, lines: list[str]) -> None:
-    """Rows pasted without the table header (the tail of a run): read in the layout they fit."""
-    columns = infer_layout(lines)
-    if columns is None:
-        return
-    run.rows = [
-        row
-        for line in lines
-        if not line.lstrip().startswith("#")
-        for row in [data_row(line.split(), columns)]
-        if row is not None
-    ]
-    run.format = "current" if columns.check == "#wrong" else "old"
-    run.header = tuple(name for name in ("redop", "root") if getattr(columns, name))
-    time = "time(ms, nccl-tests 1.x)" if columns.time_ms else "time"
-    layout = " ".join(("size count type", *run.header, time, "algbw busbw", columns.check))
-    run.notes.append(
-        f"no table header in the file: its rows read as `{layout}` per placement, the layout "
-        "they fit; the time column read as each call's completion time (with -C 1 it would be "
-        "the host's issue time)"
     )
 
 
@@ -424,18 +401,3 @@ def _failures(run: NcclTestsRun, log, lines: list[str]) -> None:
         or line.text.strip() in launched
     )
     run.not_explained = log.failure_lines
-
-
-def launch_failure(launched: list[str]) -> dict:
-    """The launcher's (or the shell's) failure lines as one failure, verbatim (`evidence.launcher`)."""
-    shown = [mask_text(line) for line in launched[:5]]
-    more = f" (and {len(launched) - 5} more launcher line(s))" if len(launched) > 5 else ""
-    return {
-        "kind": "launch-failure",
-        "severity": "error",
-        "message": "the launcher reports a failure: " + " | ".join(shown) + more,
-        "fix": "the lines before it (each rank's own output) say why the program failed; with "
-        "none, it failed before printing: check that the binary and its libraries exist where "
-        "each rank runs",
-        "lines": len(launched),
-    }

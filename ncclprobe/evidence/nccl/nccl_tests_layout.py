@@ -16,9 +16,10 @@ by the caller: `-C 1` (the time column then holds the host's issue time) and the
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ncclprobe.evidence.nccl.nccl_tests_run import DTYPES
+from ncclprobe.evidence.nccl.nccl_tests_run import DTYPES, NcclTestsRun
 from ncclprobe.numbers import ascii_re, is_digits
 
 # every nccl-tests reduction operator name (`test_opnames`; `none` in the tables of tests that
@@ -86,3 +87,26 @@ def infer_layout(lines: list[str]) -> Columns | None:
         if layout is not None and (layout.root or layout.check == "error")
     )
     return found.most_common(1)[0][0] if found else None
+
+
+def headerless_rows(run: NcclTestsRun, lines: list[str], data_row: Callable) -> None:
+    """Rows pasted without the table header (the tail of a run): read in the layout they fit."""
+    columns = infer_layout(lines)
+    if columns is None:
+        return
+    run.rows = [
+        row
+        for line in lines
+        if not line.lstrip().startswith("#")
+        for row in [data_row(line.split(), columns)]
+        if row is not None
+    ]
+    run.format = "current" if columns.check == "#wrong" else "old"
+    run.header = tuple(name for name in ("redop", "root") if getattr(columns, name))
+    time = "time(ms, nccl-tests 1.x)" if columns.time_ms else "time"
+    layout = " ".join(("size count type", *run.header, time, "algbw busbw", columns.check))
+    run.notes.append(
+        f"no table header in the file: its rows read as `{layout}` per placement, the layout "
+        "they fit; the time column read as each call's completion time (with -C 1 it would be "
+        "the host's issue time)"
+    )

@@ -28,8 +28,9 @@ import re
 from dataclasses import dataclass, field
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.failure_lines import FailureLines, scan
+from ncclprobe.evidence.failure_lines import FailureLines, looks_like_failure, scan, shown
 from ncclprobe.evidence.node.matrix import Matrix, gpu_labels
+from ncclprobe.evidence.node.p2p_access import access_notes
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
 
@@ -65,9 +66,10 @@ EXPECTED = (
 class CutShort(Exception):
     """The file ends inside a matrix (or right after its title): what was read of it."""
 
-    def __init__(self, what: str, line: int, rows: list, expected: int | None):
+    def __init__(self, what: str, line: int, rows: list, expected: int | None, stopped=None):
         super().__init__(what)
         self.what, self.line, self.rows, self.expected = what, line, rows, expected
+        self.stopped = stopped  # the failure line the output ends with, when one is there
         self.matrices: list[Matrix] = []  # the matrices read of the cut block, rows padded
 
     def note(self) -> str:
@@ -76,6 +78,8 @@ class CutShort(Exception):
             if self.expected
             else f"right after the title '{self.what}'"
         )
+        if self.stopped:
+            return f"the test stopped {where}: it ends with `{self.stopped}`"
         return f"the output is cut: it ends at line {self.line}, {where}"
 
 
@@ -103,10 +107,13 @@ class P2PTestOutput:
 
 
 def looks_like_p2p_test(text: str) -> bool:
+    """The banner, a bandwidth title, or (a paste of its first lines) the driver's peer access
+    lines or the connectivity matrix's title."""
     return BANNER in text[:200_000] or bool(
         re.search(
-            r"^[ \t]*(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) "
-            r"Bandwidth",
+            r"^[ \t]*(?:(?:Uni|Bi)directional P2P=(?:Enabled|Disabled) Bandwidth"
+            r"|Device=\d{1,19} (?:CAN|CANNOT) Access Peer Device=\d{1,19}\s*$"
+            r"|P2P Connectivity Matrix\s*$)",
             text[:200_000],
             re.M,
         )
@@ -330,8 +337,8 @@ def _block(lines, number, count, what, *, integers=False):
             and len(cells) == len(cols)
             and all(_NUMBER.match(c) for c in cells)
         )
-        if not good and at >= len(lines) - 1:  # the last line, cut, or past it: the file ends here
-            raise CutShort(what, len(lines), rows, len(cols))
+        if not good and not _matrix_after(lines, at):  # the file ends here (cut, or stopped)
+            raise CutShort(what, len(lines), rows, len(cols), stopped=_stopped(lines, at))
         if not good:
             raise UsageProblem(
                 f"'{what}' is cut short or malformed at line {at + 1}: expected row {index} "
@@ -341,60 +348,17 @@ def _block(lines, number, count, what, *, integers=False):
     return (header["kind"], rows), number + 1 + len(cols)
 
 
+def _matrix_after(lines: list[str], at: int) -> bool:
+    """Whether a matrix title or header follows line `at`: then a short matrix is broken, not cut."""
+    return any(_TITLE.match(line.strip()) or _HEADER.match(line) for line in lines[at:])
+
+
+def _stopped(lines: list[str], at: int) -> str | None:
+    """The first line from `at` on that looks like a failure (the sample's `Cuda failure FILE:LINE:
+    'reason'`), shown as printed (masked, escaped)."""
+    return next((shown(line.strip()) for line in lines[at:] if looks_like_failure(line)), None)
+
+
 def _padded(rows: list[list[float]], count: int) -> list[list[float | None]]:
     """A cut matrix's rows read, then empty rows (not measured in the file) up to its size."""
     return [*rows, *([None] * count for _ in range(count - len(rows)))]
-
-
-def access_notes(access: dict[tuple[int, int], bool], count: int) -> list[str]:
-    """Every GPU pair's peer access as the driver answered (or the connectivity matrix shows it):
-    the pairs that can, those refused, those allowed one way only, those not in the file."""
-    if not access:
-        return []
-    total = count * (count - 1)
-    if len(access) == total and all(access.values()):
-        return [
-            f"peer access: every GPU pair can access its peer ({total} of {total} ordered pairs)"
-        ]
-    can, refused, one_way, unknown = [], [], [], []
-    for i in range(count):
-        for j in range(i + 1, count):
-            said = {access[p] for p in ((i, j), (j, i)) if p in access}
-            (
-                unknown
-                if not said
-                else can
-                if said == {True}
-                else refused
-                if said == {False}
-                else one_way
-            ).append(
-                f"{i}<->{j}"
-                if said != {True, False}
-                else (f"{i}->{j}" if access.get((i, j)) else f"{j}->{i}")
-            )
-    parts = [
-        f"{label}: {_listed(pairs)}"
-        for label, pairs in (("can", can), ("refused", refused), ("one way only", one_way))
-        if pairs
-    ]
-    notes = ["peer access (the driver's answer per GPU pair): " + "; ".join(parts)]
-    if unknown:
-        notes.append(
-            f"peer access not in the file for {len(unknown)} GPU pair(s): {_listed(unknown)}"
-            + _where_lines_end(access, count)
-        )
-    return notes
-
-
-def _listed(pairs: list[str], limit: int = 16) -> str:
-    more = f" and {len(pairs) - limit} more" if len(pairs) > limit else ""
-    return ", ".join(pairs[:limit]) + more
-
-
-def _where_lines_end(access: dict[tuple[int, int], bool], count: int) -> str:
-    sources = {i for i, _ in access}
-    last = max(sources)
-    if sources == set(range(last + 1)) and last < count - 1:
-        return f" (the CAN/CANNOT lines end after Device={last}'s)"
-    return ""
