@@ -154,3 +154,16 @@ def test_a_launcher_failure_alone_is_read_as_a_launch_that_measured_nothing(text
             "srun: job 8812 queued and waiting for resources\n"
             "srun: job 8812 has been allocated resources\n"
         )
+
+
+def test_a_table_cut_inside_a_row_says_where_it_ends():
+    head = NCCL_1X.split(" Out of bounds")[0]
+    cut = head + "     2097152        524288   float     sum    0.17"
+    run = parse_nccl_tests(cut)
+    assert len(run.rows) == 2  # the cut row is not read
+    assert (
+        "no footer: the output ends after the 1M row, before `# Avg bus bandwidth` (the run "
+        "stopped there, or the paste is cut)"
+    ) in run.notes
+    assert "the last line is a result row cut short, not read: `2097152" in run.notes[-1]
+    assert not any("cut short" in n for n in parse_nccl_tests(head).notes)  # whole rows: no note

@@ -117,10 +117,14 @@ def test_p2p_matrix_of_another_size_is_refused():
     listed = parse_p2p_test(
         "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\nDevice: 0, X, pciBusID: 1, pciDeviceID: 0, pciDomainID:0\n"
     )  # the device list alone: read, nothing measured
-    assert listed.matrices == [] and (
-        "no bandwidth or latency matrix in the file: no bandwidth measured (the output ends "
-        "before the first matrix)"
-    ) in listed.notes
+    assert (
+        listed.matrices == []
+        and (
+            "no bandwidth or latency matrix in the file: no bandwidth measured (the output ends "
+            "before the first matrix)"
+        )
+        in listed.notes
+    )
 
 
 def _titan():

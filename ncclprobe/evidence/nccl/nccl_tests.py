@@ -25,7 +25,12 @@ from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.launcher import launch_failure, launcher_failures
 from ncclprobe.evidence.nccl.nccl_failures import explain
 from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
-from ncclprobe.evidence.nccl.nccl_tests_layout import Columns, headerless_rows
+from ncclprobe.evidence.nccl.nccl_tests_layout import (
+    TYPE_NAMES,
+    Columns,
+    headerless_rows,
+    layout_of_row,
+)
 from ncclprobe.evidence.nccl.nccl_tests_run import (
     Measurement,
     NcclTestsRun,
@@ -35,8 +40,8 @@ from ncclprobe.evidence.nccl.nccl_tests_run import (
 )
 from ncclprobe.evidence.text import clean_task_line
 from ncclprobe.numbers import ascii_re, is_digits
-from ncclprobe.secrets import mask_env
-from ncclprobe.sizes import MAX_SIZE
+from ncclprobe.secrets import mask_env, mask_text
+from ncclprobe.sizes import MAX_SIZE, format_size
 from ncclprobe.strict_json import json_problem, strict_decoder
 
 PARAMS = ascii_re(
@@ -318,7 +323,23 @@ def _finish(run: NcclTestsRun, text: str, lines: list[str], table: bool = True) 
     if not run.rows:
         run.notes.insert(0, nothing_measured(run, lines, table))
     elif run.avg_busbw_gbps is None:
-        run.notes.append("no footer: the output ends before `# Avg bus bandwidth`")
+        run.notes.append(
+            f"no footer: the output ends after the {format_size(run.rows[-1].size_bytes)} row, "
+            "before `# Avg bus bandwidth` (the run stopped there, or the paste is cut)"
+        )
+    cut = _cut_row(lines)
+    if cut:
+        run.notes.append(f"the last line is a result row cut short, not read: `{mask_text(cut)}`")
+
+
+def _cut_row(lines: list[str]) -> str | None:
+    """The file's last line when it starts like a result row (size, count, type) and is none."""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    tokens = last.split()
+    if len(tokens) >= 3 and is_digits(tokens[0]) and is_digits(tokens[1]):
+        if tokens[2] in TYPE_NAMES and layout_of_row(tokens) is None:
+            return last
+    return None
 
 
 def nothing_measured(run: NcclTestsRun, lines: list[str], table: bool) -> str:
