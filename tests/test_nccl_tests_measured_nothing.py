@@ -167,3 +167,29 @@ def test_a_table_cut_inside_a_row_says_where_it_ends():
     ) in run.notes
     assert "the last line is a result row cut short, not read: `2097152" in run.notes[-1]
     assert not any("cut short" in n for n in parse_nccl_tests(head).notes)  # whole rows: no note
+
+
+@pytest.mark.parametrize(
+    "line, failure",
+    [
+        ("  Exit code:    127", True),
+        ("  Exit code:    0", False),
+        ("=   EXIT CODE: 139", True),
+        ("=   EXIT CODE: 0", False),
+        ("Application 1234 exit codes: 139", True),
+        ("Application 1234 exit codes: 0", False),
+        ("bash: ./build/all_reduce_perf: No such file or directory", True),
+        ("bash: ./train.sh: No such file or directory", False),  # not an nccl-tests binary
+        ("./build/sendrecv_perf_mpi: command not found", True),
+        ("srun: error: node1: task 0: Exited with exit code 1", True),
+        ("srun: job 8812 queued and waiting for resources", False),
+        (
+            "mpirun noticed that process rank 3 with PID 0 on node gpu7 exited on signal 9 (Killed).",
+            True,
+        ),
+    ],
+)
+def test_launcher_lines_are_failures_only_where_they_say_one(line, failure):
+    from ncclprobe.evidence.launcher import launcher_failures
+
+    assert bool(launcher_failures([line])) is failure

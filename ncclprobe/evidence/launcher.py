@@ -13,8 +13,9 @@ pattern is a line the launcher itself prints, taken from its source or its docum
   `EXIT CODE: N` line, `[mpiexec@host] ...` lines that name an error;
 - Slurm: `srun: error: ...`, `slurmstepd: error: ...`, `srun: Job step aborted ...`;
 - Cray ALPS: `Application N exit codes: ...`, `aprun: ...` lines that name an error or a signal;
-- the shell and the dynamic loader: `...: error while loading shared libraries: ...`,
-  `...: No such file or directory`, `...: command not found`, `...: Permission denied`.
+- the dynamic loader: `...: error while loading shared libraries: ...`; the shell, for an nccl-tests
+  binary (`..._perf: No such file or directory`, `command not found`, `Permission denied`).
+Exit codes count only when not 0.
 The lines are shown verbatim (masked); what they prove is that the launch or the program failed,
 not why the program did.
 """
@@ -32,19 +33,20 @@ _LAUNCHER_FAILURE = ascii_re(
     r"|has exited due to process rank)"
     r"|Primary job\s+terminated normally, but \d{1,19} process(?:es)? returned"
     r"|a non-zero exit code\. Per user-direction, the job has been aborted\."
-    r"|Exit code:\s+\d{1,19}\s*$"  # Open MPI's block under `mpirun detected that ...`
+    r"|Exit code:\s+[1-9]\d{0,18}\s*$"  # Open MPI's block under `mpirun detected that ...`
     r"|There are not enough slots available in the system"
     r"|(?:ORTE|PRTE) was unable to reliably start"
     r"|=+\s+BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
-    r"|=+\s+EXIT CODE: \d{1,19}"
+    r"|=+\s+EXIT CODE: [1-9]\d{0,18}"
     r"|\[mpiexec@\S+\] .*(?i:error|fail)"
     r"|srun: error: "
     r"|slurmstepd: error: "
     r"|srun: Job step aborted"
-    r"|Application \d{1,19} exit (?:codes|signals): "
+    r"|Application \d{1,19} exit (?:codes: [1-9]|signals: )"
     r"|aprun: .*(?i:error|fail|caught signal|exiting)"
     r"|\S+: error while loading shared libraries: "
-    r"|(?:bash|sh|zsh|dash)?:?\s*\S+: (?:No such file or directory|command not found|Permission denied)\s*$"
+    r"|(?:(?:bash|sh|zsh|dash): (?:line \d{1,19}: )?)?\S*_perf(?:_mpi)?: "
+    r"(?:No such file or directory|command not found|Permission denied)\s*$"
     r")"
 )
 
