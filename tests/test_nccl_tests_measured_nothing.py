@@ -193,3 +193,19 @@ def test_launcher_lines_are_failures_only_where_they_say_one(line, failure):
     from ncclprobe.evidence.launcher import launcher_failures
 
     assert bool(launcher_failures([line])) is failure
+
+
+def test_a_header_that_lost_its_hash_is_still_the_header():
+    """A paste whose `#` fell off the header and footer (NVIDIA/nccl-tests#37's shape, 2.4/2.5): the
+    header's `error` column is no failure line, the binary at the line's start names the test."""
+    text = (
+        "all_gather_perf -g 8 -b 4294967296 -e 4294967296 -n 100\n"
+        "       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "  4294967296     134217728   float    29122  129.05  129.05  1e+00    29169  128.84  128.84  1e+00\n"
+        " Out of bounds values : 2 FAILED\n"
+        " Avg bus bandwidth    : 128.942\n"
+    )
+    run = parse_nccl_tests(text)
+    assert run.collective == "all_gather" and run.format == "old" and run.out_of_bounds == 2
+    assert run.rows[0].out_of_place.max_error == 1.0 and not run.not_explained
+    assert not any(n.startswith("no table header") for n in run.notes)

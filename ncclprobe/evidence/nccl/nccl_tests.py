@@ -59,13 +59,13 @@ RANK = ascii_re(
 # `type redop root` (reduce), `type root` (broadcast), `type` alone (all_gather, sendrecv); since v2.13 one
 # header, `type redop root`, for every test
 COLUMNS = ascii_re(
-    r"^#\s+size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
+    r"^#?\s*size\s+count\s+type\s+(?P<redop>redop\s+)?(?P<root>root\s+)?(?P<time>cputime|time)\s+algbw"
     r"\s+busbw\s+(?P<check>#wrong|error)(?P<periter>\s+i_min)?"
 )
 # before 2019 (nccl-tests 1.x, common.cu): `bytes N type op ... time algbw busbw res`, the time in ms,
 # `res` the max error; broadcast printed `root` for `op`, all_gather neither
 COLUMNS_1X = ascii_re(
-    r"^#\s+bytes\s+N\s+type\s+(?P<redop>op\s+)?(?P<root>root\s+)?time\s+algbw\s+busbw\s+res\b"
+    r"^#?\s*bytes\s+N\s+type\s+(?P<redop>op\s+)?(?P<root>root\s+)?time\s+algbw\s+busbw\s+res\b"
 )
 # nccl-tests 1.x printed its footer without `#`
 FOOTER_OOB = ascii_re(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d{1,19})\s+(?P<verdict>OK|FAILED)")
@@ -86,7 +86,7 @@ CONCLUDED = ascii_re(r"^#\s*Collective test concluded")
 # ncclprobe export's own line: what its table measured (nccl-tests prints nothing like it)
 EXPORTED = ascii_re(r"^#\s*ncclprobe export: (?P<body>.*)$")
 _COLLECTIVE = ascii_re(
-    r"(?:^#\s*Collective test starting: |^[^#].*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b"
+    r"(?:^#\s*Collective test starting: |^(?!#).*?\b)(?P<name>[a-z_]+?)_perf(?:_mpi)?\b"
 )
 _REDUCING = ascii_re(r"^#\s*Reducing maxBytes to (?P<n>\d{1,19})")
 _NUMBER = ascii_re(r"^-?\d{1,19}(?:\.\d*)?(?:[eE][+-]?\d{1,19})?$")
@@ -128,7 +128,11 @@ def _bare_header(line: str, columns: Columns | None) -> bool:
     """Lines without `#` that are nccl-tests' own: nccl-tests 1.x's parameters line (before the
     table) and footer, rccl-tests' version banner."""
     return (columns is None and line.startswith("nThread ")) or bool(
-        FOOTER_OOB.match(line) or FOOTER_AVG.match(line) or RCCL_TESTS.match(line)
+        FOOTER_OOB.match(line)
+        or FOOTER_AVG.match(line)
+        or RCCL_TESTS.match(line)
+        or COLUMNS.match(line)  # a paste that lost the `#` of the table header (nccl-tests#37)
+        or COLUMNS_1X.match(line)
     )
 
 
@@ -419,6 +423,7 @@ def _failures(run: NcclTestsRun, log, lines: list[str]) -> None:
         for line in log.failure_lines.lines
         if FOOTER_OOB.match(line.text)
         or FOOTER_AVG.match(line.text)
+        or COLUMNS.match(line.text.strip())  # its `error` column, in a header without `#`
         or line.text.strip() in launched
     )
     run.not_explained = log.failure_lines
