@@ -284,6 +284,8 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Report:
     findings = [f for f in report.findings if isinstance(f, P2PFinding)]  # not-explained aside
     # nothing measured and nothing found (a paste of the peer access lines): no advice to give
     advice = advise(findings, [], None) if parsed.matrices or findings else []
+    if parsed.failure_lines:  # the tool failed: "nothing to change" is not what its output says
+        advice = [a for a in advice if a.action != "nothing to change"]
     doc = {
         **parsed.to_json(),
         "source_file": source_file,

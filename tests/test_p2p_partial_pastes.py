@@ -105,3 +105,18 @@ def test_access_lines_alone_are_recognised_and_a_text_without_any_is_not():
     assert not looks_like_p2p_test("Device=0 can access peer device 1\n")
     with pytest.raises(UsageProblem, match="no p2pBandwidthLatencyTest matrix, device list"):
         parse_p2p_test("P2P (Peer-to-Peer) test output\n")
+
+
+def test_a_test_that_failed_right_after_a_title_says_so_and_advises_nothing():
+    """tinygrad/open-gpu-kernel-modules#33's shape: the sample's failure line where the enabled
+    matrix's header should be; the matrices before it read, no "nothing to change"."""
+    lines = A100.splitlines()
+    at = lines.index("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
+    failure = "Cuda failure p2pBandwidthLatencyTest.cu:189: 'mapping of buffer object failed'"
+    report = import_text("\n".join([*lines[: at + 1], failure]), ImportOptions("f"))
+    assert (
+        "the test stopped right after the title 'Unidirectional P2P=Enabled Bandwidth (P2P Writes) "
+        f"Matrix (GB/s)': it ends with `{failure}`"
+    ) in report.document["notes"]
+    assert len(report.document["matrices"]) == 1 and report.verdict() is Verdict.FINDINGS
+    assert all(a["action"] != "nothing to change" for a in report.document["advice"])

@@ -78,6 +78,8 @@ class CutShort(Exception):
             if self.expected
             else f"right after the title '{self.what}'"
         )
+        if self.stopped and not self.expected:
+            return f"the test stopped right after the title '{self.what}': it ends with `{self.stopped}`"
         if self.stopped:
             return f"the test stopped {where}: it ends with `{self.stopped}`"
         return f"the output is cut: it ends at line {self.line}, {where}"
@@ -312,6 +314,8 @@ def _block(lines, number, count, what, *, integers=False):
     if number >= len(lines):
         raise CutShort(what, len(lines), [], None)
     header = _HEADER.match(lines[number])
+    if not header and not _matrix_after(lines, number):  # stopped after the title (a failure?)
+        raise CutShort(what, len(lines), [], None, stopped=_stopped(lines, number))
     if not header:
         raise UsageProblem(
             f"'{what}' has no matrix header after it (line {number + 1}): output cut short?"
