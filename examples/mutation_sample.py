@@ -99,16 +99,20 @@ MODULES = {
     "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",
     "ncclprobe/evidence/nccl/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
     "ncclprobe/evidence/nccl/nccl_tests.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
-    "tests/test_nccl_tests_cputime.py",
+    "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_measured_nothing.py",
     "ncclprobe/evidence/nccl/nccl_tests_run.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
     "tests/test_nccl_version_sources.py",
     "ncclprobe/evidence/nccl/nccl_tests_json.py": f"{NCCL_TESTS} tests/test_nccl_tests_cputime.py",
     "ncclprobe/evidence/nccl/nccl_tests_split.py": NCCL_TESTS,
+    "ncclprobe/evidence/nccl/nccl_tests_layout.py": "tests/test_nccl_tests_measured_nothing.py "
+    f"{NCCL_TESTS}",
+    "ncclprobe/evidence/launcher.py": "tests/test_nccl_tests_measured_nothing.py",
+    "ncclprobe/evidence/node/p2p_access.py": f"tests/test_p2p_partial_pastes.py {PCIE}",
     "ncclprobe/evidence/nccl/nccl_tests_records.py": NCCL_TESTS,
     "ncclprobe/evidence/node/topo.py": f"{PINS} tests/test_topo.py",
     "ncclprobe/evidence/live/topo_live.py": f"{PINS} tests/test_topo.py",
     "ncclprobe/evidence/node/matrix.py": PCIE,
-    "ncclprobe/evidence/node/p2p_test_output.py": PCIE,
+    "ncclprobe/evidence/node/p2p_test_output.py": f"tests/test_p2p_partial_pastes.py {PCIE}",
     "ncclprobe/evidence/node/nvbandwidth.py": PCIE,
     "ncclprobe/evidence/node/collect_env.py": f"{PCIE} tests/test_diagnose_collect_env.py",
     "ncclprobe/evidence/live/env_check_document.py": f"{PINS} tests/test_trust_readers.py tests/test_envcheck.py",
