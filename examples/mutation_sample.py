@@ -55,6 +55,8 @@ SECRETS = "tests/test_trust_secrets.py tests/test_masking_pins.py tests/test_tru
 # runs across hosts: the pure parts (the real launchers across namespace hosts are too slow per mutant)
 HOSTS_LAUNCH = "tests/test_hosts_launchers.py"
 HOSTS_MERGE = "tests/test_hosts_merge.py -k 'not contradictions'"
+KNOWN_BAD = "tests/test_known_bad.py"
+CAPTURE_RULES = "tests/test_host_time.py tests/test_capture_rules.py"
 # module -> the tests that exercise it (rules_profile.py and evidence/run/profile/ are issue 26's)
 MODULES = {
     "ncclprobe/rank_ranges.py": "tests/test_flight_recorder_scale.py -k ranges",
@@ -97,11 +99,15 @@ MODULES = {
     "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",
     "ncclprobe/evidence/nccl/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
     "ncclprobe/evidence/nccl/nccl_tests.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
-    "tests/test_nccl_tests_cputime.py",
+    "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_measured_nothing.py",
     "ncclprobe/evidence/nccl/nccl_tests_run.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
     "tests/test_nccl_version_sources.py",
     "ncclprobe/evidence/nccl/nccl_tests_json.py": f"{NCCL_TESTS} tests/test_nccl_tests_cputime.py",
     "ncclprobe/evidence/nccl/nccl_tests_split.py": NCCL_TESTS,
+    "ncclprobe/evidence/nccl/nccl_tests_layout.py": "tests/test_nccl_tests_measured_nothing.py "
+    f"{NCCL_TESTS}",
+    "ncclprobe/evidence/launcher.py": "tests/test_nccl_tests_measured_nothing.py",
+    "ncclprobe/evidence/node/p2p_access.py": f"tests/test_p2p_partial_pastes.py {PCIE}",
     "ncclprobe/evidence/nccl/nccl_tests_records.py": NCCL_TESTS,
     "ncclprobe/evidence/node/topo.py": f"{PINS} tests/test_topo.py tests/test_topo_cut_platform.py",
     "ncclprobe/evidence/wrapped.py": "tests/test_job_log_sentinels.py tests/test_job_log.py",
@@ -111,7 +117,7 @@ MODULES = {
     "tests/test_hang_log_agrees.py tests/test_diagnose_hang.py",
     "ncclprobe/evidence/live/topo_live.py": f"{PINS} tests/test_topo.py",
     "ncclprobe/evidence/node/matrix.py": PCIE,
-    "ncclprobe/evidence/node/p2p_test_output.py": PCIE,
+    "ncclprobe/evidence/node/p2p_test_output.py": f"tests/test_p2p_partial_pastes.py {PCIE}",
     "ncclprobe/evidence/node/nvbandwidth.py": PCIE,
     "ncclprobe/evidence/node/collect_env.py": f"{PCIE} tests/test_diagnose_collect_env.py "
     "tests/test_topo_cut_platform.py",
@@ -143,6 +149,16 @@ MODULES = {
     "ncclprobe/diagnose/process_env/hosts.py": HOSTS_MERGE,
     "ncclprobe/evidence/live/job_processes.py": HOSTS_MERGE,
     "ncclprobe/evidence/live/host_env_checks.py": HOSTS_MERGE,
+    # issue 39: capture's rules and readers (its real runs are too slow per mutant)
+    "ncclprobe/nccl/known_bad.py": KNOWN_BAD,
+    "ncclprobe/diagnose/settings/rules_known_bad.py": KNOWN_BAD,
+    "ncclprobe/evidence/nccl/known_bad_scan.py": KNOWN_BAD,
+    "ncclprobe/diagnose/run/rules_host.py": CAPTURE_RULES,
+    "ncclprobe/evidence/run/profile/host.py": CAPTURE_RULES,
+    "ncclprobe/diagnose/hang/rules_arrival.py": "tests/test_capture_rules.py",
+    "ncclprobe/diagnose/process_env/rules_capture.py": "tests/test_capture_rules.py",
+    "ncclprobe/diagnose/run/rules_spec_config.py": "tests/test_capture_rules.py",
+    "ncclprobe/engine_facts/spec_config.py": "tests/test_capture_rules.py tests/test_capture_engines.py",
 }
 
 

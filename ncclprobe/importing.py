@@ -64,14 +64,25 @@ def run_failures(ev: Evidence) -> list[Finding]:
                     "data there.",
                 )
             )
-        if run.failed:
+        failed = _failure_notes(run)
+        if failed:
             found.append(
                 Finding(
                     rule="nccl-tests-failed",
                     severity="error",
                     confidence="high",
                     title=f"the nccl-tests run failed{which}",
-                    detail="; ".join(_failure_notes(run)) or "its output shows a failure",
+                    detail="; ".join(failed),
+                )
+            )
+        if not run.rows:  # a run that measured nothing is no result, whether or not a line says why
+            found.append(
+                Finding(
+                    rule="nccl-tests-nothing-measured",
+                    severity="error",
+                    confidence="high",
+                    title=f"the nccl-tests run measured nothing{which}: no result row",
+                    detail=run.notes[0],
                 )
             )
     return found
@@ -180,8 +191,12 @@ def _block(
     name = options.collective or run.collective or "unknown collective"
     where = f"run {index} of {total}: " if total > 1 else ""
     settings = records[1]["settings"]
+    tests = run.nccl_tests_version or ""
+    if tests and not tests.startswith("rccl-tests"):
+        tests = f"nccl-tests {tests}"
     notes = [
-        f"NCCL {run.nccl_version or 'version not printed'}; settings: "
+        (f"{tests}; " if tests else "")
+        + f"NCCL {run.nccl_version or 'version not printed'}; settings: "
         + (" ".join(f"{k}={v}" for k, v in settings.items()) or "none shown")
     ]
     labelled = records[1]["proof"]["labelled"]
@@ -197,7 +212,7 @@ def _block(
             "the output does not name its collective: records say 'unknown' (pass --collective)"
         )
     ranks = f"{run.nranks} ranks" if run.nranks else "ranks not shown"
-    stopped = " before its first result: it failed" if not run.rows else ""
+    stopped = ": measured nothing (no result row)" if not run.rows else ""
     title = f"{where}{name}, {ranks}, {len(run.rows)} sizes{stopped}"
     return Table(_rows(run), title=title, notes=_failure_notes(run) + notes + run.notes)
 
@@ -267,7 +282,10 @@ def _matrices(tool: str, parsed, access, source_file: str) -> Report:
     )
     report = judge(Evidence(p2p=p2p), (P2P, READER_FAILURES), kind=tool, fails_at="error")
     findings = [f for f in report.findings if isinstance(f, P2PFinding)]  # not-explained aside
-    advice = advise(findings, [], None)
+    # nothing measured and nothing found (a paste of the peer access lines): no advice to give
+    advice = advise(findings, [], None) if parsed.matrices or findings else []
+    if parsed.failure_lines:  # the tool failed: "nothing to change" is not what its output says
+        advice = [a for a in advice if a.action != "nothing to change"]
     doc = {
         **parsed.to_json(),
         "source_file": source_file,

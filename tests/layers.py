@@ -35,7 +35,8 @@ WHAT = {
     "nccl": "the NCCL knowledge table, its lint, the recipes, the names of algorithms, protocols "
     "and collectives (`names`)",
     "engine_facts": "what the engines do, read in their source (`engine_facts/`): vLLM's CUDA-graph modes, "
-    "the speculative-decoding log lines and how acceptance aggregates",
+    "the speculative-decoding log lines and how acceptance aggregates, the profilers capture drives, "
+    "speculative configurations that run without working",
     "launch": "worker pools (`launch.py`, `worker.py`, `pool_progress.py`: their watchdog)",
     "hosts": "runs across hosts through srun, torchrun or mpirun: each launcher's command lines, their "
     "run and watchdog, a rank's identity from its launcher's variables, Slurm host lists",
@@ -57,6 +58,8 @@ WHAT = {
     "export": "results out: nccl-tests tables, optimize_config.py CSV",
     "importing": "`ncclprobe import`: the table of recognisers over the readers, each file's rule set",
     "engine_session": "run-engine as one library call: guard, runs, --tuned's quick sweep",
+    "capture": "`ncclprobe capture -- CMD`: the user's own job run with the evidence on (its "
+    "environment, the in-job module, the process tree watched, a server's load), then diagnosed",
     "cli": "one thin module per command; verdicts to exit codes",
 }
 

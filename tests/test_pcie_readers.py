@@ -81,11 +81,22 @@ def test_p2p_read_and_cpu_timer_blocks_are_their_own_matrices():
     assert cpu.values[0][1] == 25.82 and out.devices[7]["pci_bus_id"] == "0000:b2:00.0"
 
 
-def test_p2p_cut_inside_a_matrix_names_the_line():
+def test_p2p_cut_inside_a_matrix_is_read_as_far_as_it_goes():
+    """A paste cut at the end of the file inside a matrix: its complete rows read, the rest left
+    empty, and a note naming where it ends; a matrix broken in the middle of the file is refused."""
     lines = text("p2p", "p2p_4x_a100_pcie_nvlink_pairs_can_cannot_sushruta.txt").splitlines()
-    cut = lines[: lines.index("Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)") + 3]
+    title = "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)"
+    cut = lines[: lines.index(title) + 3]
+    out = parse_p2p_test("\n".join(cut))
+    assert f"the output is cut: it ends at line {len(cut)}, inside '{title}' (1 of 4 rows read" in (
+        " ".join(out.notes)
+    )
+    [partial] = [m for m in out.matrices if m.source.endswith("(cut after row 0)")]
+    assert partial.values[0] == [float(v) for v in cut[-1].split()[1:]]
+    assert partial.values[1:] == [[None] * 4] * 3 and partial.square
+    broken = lines[: lines.index(title) + 3] + lines[lines.index(title) + 4 :]
     with pytest.raises(UsageProblem, match=r"cut short or malformed at line \d+: expected row 1"):
-        parse_p2p_test("\n".join(cut))
+        parse_p2p_test("\n".join(broken))
     complete = parse_p2p_test("\n".join(cut[:-3]))
     assert "no Bidirectional P2P=Disabled Bandwidth;" in complete.notes[0]
 
@@ -101,10 +112,19 @@ def test_p2p_matrix_of_another_size_is_refused():
     )
     with pytest.raises(UsageProblem, match="inconsistent sizes"):
         parse_p2p_test(t)
-    with pytest.raises(UsageProblem, match="no p2pBandwidthLatencyTest matrix"):
-        parse_p2p_test(
-            "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\nDevice: 0, X, pciBusID: 1, pciDeviceID: 0, pciDomainID:0\n"
+    with pytest.raises(UsageProblem, match="no p2pBandwidthLatencyTest matrix, device list"):
+        parse_p2p_test("[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\n")
+    listed = parse_p2p_test(
+        "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]\nDevice: 0, X, pciBusID: 1, pciDeviceID: 0, pciDomainID:0\n"
+    )  # the device list alone: read, nothing measured
+    assert (
+        listed.matrices == []
+        and (
+            "no bandwidth or latency matrix in the file: no bandwidth measured (the output ends "
+            "before the first matrix)"
         )
+        in listed.notes
+    )
 
 
 def _titan():

@@ -126,8 +126,8 @@ GPU1   XGMI         0
 @pytest.mark.parametrize(
     ("text", "platform", "gpus"),
     [
-        (SGLANG_MUSA, "MUSA (Moore Threads)", {"0,1,2,3,4,5,6,7": "MTT S5000"}),
-        (SGLANG_ROCM, "ROCm (AMD)", {"0,1": "AMD Instinct MI300X"}),
+        (SGLANG_MUSA, "MUSA (Moore Threads)", ("MTT S5000",)),
+        (SGLANG_ROCM, "ROCm (AMD)", ("AMD Instinct MI300X",)),
     ],
 )
 def test_a_platform_other_than_nvidia_is_named_and_its_topology_not_read(text, platform, gpus):
@@ -165,7 +165,7 @@ def test_the_platform_note_names_its_line_and_gpus(text, platform):
     [note] = [n for n in env.notes if n.startswith("platform ")]
     first = env.platform_lines[0]
     assert f"read from `{first}`" in note and first.startswith(("MUSA available", "ROCM available"))
-    assert f"({'; '.join(f'GPU {i}: {n}' for i, n in env.gpu_names.items())})" in note
+    assert f"({env.gpu_names[0]})" in note
 
 
 @pytest.mark.parametrize(

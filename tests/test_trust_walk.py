@@ -74,11 +74,14 @@ INPUTS = {
     "diagnose --collect-env": lambda f, t, r: ["diagnose", "--trace", t, "--collect-env", f],
     "diagnose --flight-recorder": lambda f, t, r: ["diagnose", "--flight-recorder", f],
     "diagnose --nccl-log": lambda f, t, r: ["diagnose", "--nccl-log", f],
+    "diagnose --capture": lambda f, t, r: ["diagnose", "--capture", f],
+    "diagnose --draft-config": lambda f, t, r: ["diagnose", "--trace", t, "--draft-config", f],
     "probe graph-capture --trace": lambda f, t, r: ["probe", "graph-capture", "--trace", f],
 }
 # walked elsewhere: a log that may be any text (tests/test_envcheck.py, tests/test_diagnose_hang.py),
 # a checkpoint or draft (torch loads: tests/test_engine_gguf.py, test_engine_draft.py)
 ELSEWHERE = {
+    "capture --output",  # needs a command after `--`: tests/test_capture_signals.py refuses a used one
     "env-check --log",
     "diagnose --log",
     "run-engine --checkpoint",

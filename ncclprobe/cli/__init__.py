@@ -46,6 +46,7 @@ SUBCOMMANDS = {
     "recommend": "ncclprobe.cli.recommend:command",
     "report": "ncclprobe.cli.report:command",
     "diagnose": "ncclprobe.cli.diagnose:command",
+    "capture": "ncclprobe.cli.capture:command",
 }
 
 log = logging.getLogger("ncclprobe")

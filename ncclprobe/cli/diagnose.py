@@ -24,6 +24,7 @@ Examples:
   ncclprobe diagnose --flight-recorder /tmp/fr --log job.log
   ncclprobe diagnose --flight-recorder /tmp/fr --nccl-log nccl.rank0.log --nccl-log nccl.rank1.log
   ncclprobe diagnose --env-check 4242 --expect NCCL_PROTO=LL --topo-check
+  ncclprobe diagnose --capture capture-20261206-101500/
 
 {exit_codes("no finding above informational", "findings")}"""
 
@@ -136,6 +137,20 @@ Examples:
     type=click.Path(dir_okay=False),
     help="NCCL debug log of a rank of the job (NCCL_DEBUG=INFO); repeatable, one per rank.",
 )
+@click.option(
+    "--draft-config",
+    "draft_config",
+    type=click.Path(),
+    help="The speculative draft checkpoint's config.json (or its directory): what the draft is, "
+    "against the algorithm the server log shows and the target's --model-config.",
+)
+@click.option(
+    "--capture",
+    "capture_dir",
+    type=click.Path(file_okay=False),
+    help="A directory `ncclprobe capture` wrote: every file in it, and what it saw of the job's "
+    "processes (the settings that never reached a worker).",
+)
 @format_option
 def command(
     trace_path,
@@ -151,6 +166,8 @@ def command(
     flight_recorder,
     job_logs,
     nccl_logs,
+    draft_config,
+    capture_dir,
     expect,
     topo_check,
     fmt,
@@ -173,7 +190,7 @@ def command(
     pid = _live_pid(env_check_path)
     if expect and pid is None:
         raise UsageProblem("--expect goes with --env-check PID (a live job's root process)")
-    job = flight_recorder or job_logs or nccl_logs
+    job = flight_recorder or job_logs or nccl_logs or capture_dir
     if collect_env_path and not (trace_path or profiles or server_logs or job):
         raise UsageProblem(
             "--collect-env goes with the run it describes (--trace, --profile, --server-log, "
@@ -195,6 +212,8 @@ def command(
         flight_recorder=flight_recorder,
         logs=job_logs,
         nccl_logs=nccl_logs,
+        capture=capture_dir,
+        draft_config=draft_config,
         live=bool(topo_check or pid),
     )
     _gather_live(ev, pid, expect, topo_check)

@@ -18,12 +18,16 @@ from ncclprobe.safe_output import check_output
 
 log = logging.getLogger("ncclprobe.import")
 
-EPILOG = f"""Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix records
-with findings and advice; `vllm collect-env` / `python -m sglang.check_env` text; nccl-tests text
-output (any generation; mpirun tags, prompts and NCCL INFO lines are skipped; a file of several runs
-is split into runs, each with its own header; the interleaved output of a non-MPI binary launched N
-times is refused with the reason) and nccl-tests -J JSON of 2.17.3 to 2.19.6 (its `env` gives the
-run's NCCL settings; only NCCL/CUDA/torch variables are kept, masked).
+EPILOG = f"""Reads: p2pBandwidthLatencyTest and nvbandwidth output (text or -j JSON) into P2P matrix records with
+findings and advice (a p2pBandwidthLatencyTest paste of its peer access lines only, or cut inside a
+matrix, is read as far as it goes and says so); `vllm collect-env` / `python -m sglang.check_env`
+text; nccl-tests text output (any generation; mpirun tags, prompts and NCCL INFO lines are skipped;
+a file of several runs is split into runs, each with its own header; the interleaved output of a
+non-MPI binary launched N times is refused with the reason; a run that stopped before its first
+result row is read as one that measured nothing, with its failure named; rows without their header
+are read in the layout they fit; a launcher's failure lines alone are a launch that measured
+nothing) and nccl-tests -J JSON of 2.17.3 to 2.19.6 (its `env` gives the run's NCCL settings; only
+NCCL/CUDA/torch variables are kept, masked).
 
 --settings K=V,... labels runs whose text does not record its environment: given once it labels
 every run, given once per run it labels them in order (`default` for a run with no setting). A

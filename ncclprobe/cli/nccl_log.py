@@ -50,6 +50,7 @@ def command(files, fmt):
             f"no NCCL log lines in {', '.join(files)}: expected lines like "
             "`host:pid:tid [0] NCCL INFO ...` (run with NCCL_DEBUG=INFO)"
         )
-    report = nccl_log_report(Evidence(nccl_log=log, settings=log_settings(log)), list(files))
+    ev = Evidence(nccl_log=log, settings=log_settings(log), inputs={"nccl_log": list(files)})
+    report = nccl_log_report(ev, list(files))
     emit_report(report, fmt)
     return report.verdict()

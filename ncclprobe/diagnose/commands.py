@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncclprobe.nccl.recipes import USER_LOG_NAME, user_log_env
+from ncclprobe.nccl.recipes import USER_LOG_NAME, flight_recorder_env, user_log_env
 from ncclprobe.sizes import exact_size
 
 if TYPE_CHECKING:
@@ -234,12 +234,9 @@ def sizes_arg(sizes: list[int]) -> str:
 
 
 # What makes a hung job leave the evidence `diagnose --flight-recorder/--log` reads: every rank's
-# Flight Recorder dumped on the watchdog's timeout into one folder. Both spellings of each variable:
-# torch 2.13 reads TORCH_FR_*, older releases TORCH_NCCL_TRACE_BUFFER_SIZE and
-# TORCH_NCCL_DEBUG_INFO_TEMP_FILE (2.13 still reads those, with a deprecation warning).
-FLIGHT_RECORDER_ENV = (
-    "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/nccl_trace_rank_ TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr/nccl_trace_rank_"
+# Flight Recorder dumped on the watchdog's timeout into one folder (`nccl.recipes.flight_recorder_env`).
+FLIGHT_RECORDER_ENV = " ".join(
+    f"{k}={v}" for k, v in flight_recorder_env("/tmp/fr/nccl_trace_rank_").items()
 )
 
 

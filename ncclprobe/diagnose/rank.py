@@ -16,14 +16,27 @@ from __future__ import annotations
 import os.path
 
 from ncclprobe.diagnose import rules_failures
-from ncclprobe.diagnose.hang import rules_hang, rules_nccl_log
+from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
 from ncclprobe.diagnose.p2p.check import P2P, check_report
-from ncclprobe.diagnose.process_env import rules_envcheck
+from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
 from ncclprobe.diagnose.process_env.check import PROCESS_ENV, env_check_report
 from ncclprobe.diagnose.report import FINDINGS, Lines, Report, RuleSet, judge
-from ncclprobe.diagnose.run import ledger, rules, rules_draft, rules_log, rules_profile
+from ncclprobe.diagnose.run import (
+    ledger,
+    rules,
+    rules_draft,
+    rules_host,
+    rules_log,
+    rules_profile,
+    rules_spec_config,
+)
 from ncclprobe.diagnose.run.expectations import expected_verify_ratio
-from ncclprobe.diagnose.settings import rules_nccl_run, rules_safety, rules_settings
+from ncclprobe.diagnose.settings import (
+    rules_known_bad,
+    rules_nccl_run,
+    rules_safety,
+    rules_settings,
+)
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.run.view import EngineRun
 from ncclprobe.findings import Finding
@@ -31,18 +44,42 @@ from ncclprobe.rank_ranges import rank_word
 
 SCHEMA_VERSION = 2  # 2: each finding's `cost` (findings.Cost) replaced cost_ms_per_token/step
 SETTINGS = RuleSet("settings", (rules_safety.unsafe_settings,) + rules_settings.RULES)
+# the job's NCCL release against the known-bad table, wherever a version is read
+KNOWN_BAD = RuleSet(
+    "known-bad NCCL releases", rules_known_bad.RULES, needs=("nccl_logs", "collect_env")
+)
 ENV_CHECK_DOCUMENT = RuleSet("env-check document", rules_envcheck.RULES)
+# what `ncclprobe capture` saw of the job's processes: settings that never reached a worker
+CAPTURE = RuleSet("capture", rules_capture.RULES, needs=("capture",))
 # rules about an engine run: they need one (a hang's evidence comes without)
 ENGINE_RUN = RuleSet(
     "engine run",
-    rules.RULES + rules_draft.RULES + rules_profile.RULES + rules_log.RULES + rules_nccl_run.RULES,
+    rules.RULES
+    + rules_draft.RULES
+    + rules_profile.RULES
+    + rules_host.RULES
+    + rules_log.RULES
+    + rules_spec_config.RULES
+    + rules_nccl_run.RULES,
     needs=("runs", "baseline"),
 )
-HANG = RuleSet("hang", rules_hang.RULES + rules_nccl_log.RULES)
+HANG = RuleSet(
+    "hang", rules_hang.RULES + rules_arrival.RULES + rules_stacks.RULES + rules_nccl_log.RULES
+)
 # every reader's failure lines: the known classes named, the rest shown as not explained
 FAILURE_LINES = RuleSet("failure lines", rules_failures.RULES)
 # the live ones run where this machine's evidence was gathered (diagnose --topo-check, --env-check PID)
-RULE_SETS = (SETTINGS, ENV_CHECK_DOCUMENT, PROCESS_ENV, ENGINE_RUN, HANG, FAILURE_LINES, P2P)
+RULE_SETS = (
+    SETTINGS,
+    KNOWN_BAD,
+    ENV_CHECK_DOCUMENT,
+    CAPTURE,
+    PROCESS_ENV,
+    ENGINE_RUN,
+    HANG,
+    FAILURE_LINES,
+    P2P,
+)
 
 
 def diagnose(ev: Evidence, rule_sets: tuple[RuleSet, ...] = RULE_SETS) -> Report:

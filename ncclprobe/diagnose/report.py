@@ -16,8 +16,9 @@ and, where it differs from the report's, the least severity of its findings that
 `diagnose` runs every rule set whose evidence is present; a narrower command runs its own.
 
 Ranking: severity first (error, warning, info), then confidence, then what the user must fix first
-(`FIX_FIRST`: the run did not run what was asked), then what fixing the cause surely wins (the low
-end of its `Cost`, as a share of the run where known, largest first): a bound surely wins nothing
+(`FIX_FIRST`: the run did not run what was asked), then a cause that explains other findings'
+numbers (`CAUSES_FIRST`: a late rank), then what fixing the cause surely wins (the low end of its
+`Cost`, as a share of the run where known, largest first): a bound surely wins nothing
 and ranks after every measured cost. A cause the evidence shows directly (a phase that is eager, a
 setting a worker never had) thus outranks a symptom with a bigger number (speculative slower).
 """
@@ -131,11 +132,17 @@ class Report:
 FIX_FIRST = (
     "unsafe-settings",
     "env-check-sibling",
+    "capture-settings",
     "settings-propagation",
     "env-check",
     "env-check-lint",
     "nccl-settings-read",
 )
+
+
+# Findings whose cause explains other findings' numbers: a rank that comes late to the collectives
+# is why the others' collectives take their time (its wait shows there as collective time).
+CAUSES_FIRST = ("late-rank",)
 
 
 def rank_key(finding: Finding) -> tuple:
@@ -144,6 +151,7 @@ def rank_key(finding: Finding) -> tuple:
         severity_rank(finding.severity),
         CONFIDENCES.index(finding.confidence),
         finding.rule not in FIX_FIRST,
+        finding.rule not in CAUSES_FIRST,
         -((cost.sure_share or 0.0) if cost else 0.0),
         -(cost.sure if cost else 0.0),
     )

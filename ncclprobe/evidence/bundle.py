@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ncclprobe.errors import UsageProblem
+from ncclprobe.evidence.live.capture_dir import CaptureRecord, capture_inputs, load_capture
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.live.host_env_checks import HostsEnvEvidence
 from ncclprobe.evidence.live.processes import ProcessEvidence
@@ -26,6 +28,7 @@ from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
 from ncclprobe.evidence.p2p import P2PEvidence
 from ncclprobe.evidence.run import RunSet, load_runs
+from ncclprobe.evidence.run.draft_config import DraftConfig, local_draft, read_draft_config
 from ncclprobe.evidence.run.trace import to_runs
 from ncclprobe.evidence.run.view import EngineRun, Phase
 from ncclprobe.evidence.settings import SettingsEvidence
@@ -53,6 +56,8 @@ class Evidence:
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
     job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    capture: CaptureRecord | None = None  # what `ncclprobe capture` saw of the job's processes
+    draft_config: DraftConfig | None = None  # the speculative draft checkpoint's config.json
     p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported
     nccl_tests: list = field(default_factory=list)  # evidence.nccl.nccl_tests_run.NcclTestsRun
     processes: ProcessEvidence | None = None  # a live job's processes, read from /proc now
@@ -126,18 +131,36 @@ def load_evidence(
     flight_recorder: Sequence[str | Path] = (),
     logs: Sequence[str | Path] = (),
     nccl_logs: Sequence[str | Path] = (),
+    capture: str | Path | None = None,
+    draft_config: str | Path | None = None,
     live: bool = False,
 ) -> Evidence:
     """The files' evidence. `live`: this machine's evidence is gathered besides (diagnose
-    --topo-check, --env-check PID), so no run is needed."""
-    job_evidence = bool(flight_recorder or logs or nccl_logs)  # a hang needs no engine run
-    main = load_runs(
-        trace=trace,
-        profiles=profiles,
-        server_logs=server_logs,
-        model_config=model_config,
-        required=not (job_evidence or live),
-    )
+    --topo-check, --env-check PID), so no run is needed. `capture`: a directory `ncclprobe
+    capture` wrote, whose files stand in for those not given one by one."""
+    record = load_capture(capture) if capture else None
+    notes: list[str] = []
+    if record is not None:  # the capture directory's files, where not given one by one
+        found = capture_inputs(record)
+        profiles = tuple(profiles) or found.profiles
+        server_logs = tuple(server_logs) or found.server_logs
+        flight_recorder = tuple(flight_recorder) or found.flight_recorder
+        logs = tuple(logs) or found.logs
+        nccl_logs = tuple(nccl_logs) or found.nccl_logs
+    job_evidence = bool(flight_recorder or logs or nccl_logs or record)  # a hang needs no run
+    try:
+        main = load_runs(
+            trace=trace,
+            profiles=profiles,
+            server_logs=server_logs,
+            model_config=model_config,
+            required=not (job_evidence or live),
+        )
+    except UsageProblem as exc:
+        if record is None:
+            raise
+        notes.append(f"the capture's profiles or server log could not be read: {exc}")
+        main = load_runs(model_config=model_config, required=False)
     base = load_runs(
         trace=baseline,
         profiles=baseline_profiles,
@@ -155,9 +178,13 @@ def load_evidence(
             **main.inputs,
             **{f"baseline_{k}" if k != "trace" else "baseline": v for k, v in base.inputs.items()},
         },
-        notes=main.notes + [f"baseline: {n}" for n in base.notes],
+        notes=notes + main.notes + [f"baseline: {n}" for n in base.notes],
         node=next(filter(None, map(_node, main.traces + base.traces)), None),
+        capture=record,
     )
+    if record is not None:
+        ev.inputs["capture"] = record.directory
+    _add_draft_config(ev, draft_config)
     ev.node_source = RUN_NODE if ev.node else None
     if sweep:
         ev.sweep, ev.inputs["sweep"] = load_sweep(sweep), str(sweep)
@@ -168,6 +195,20 @@ def load_evidence(
     if job_evidence:
         _add_job_evidence(ev, flight_recorder, logs, nccl_logs)
     return ev
+
+
+def _add_draft_config(ev: Evidence, given: str | Path | None) -> None:
+    """The draft's config.json: the one given, else the draft directory a server log names when it
+    is on this machine (said in a note)."""
+    if given:
+        ev.draft_config, ev.inputs["draft_config"] = read_draft_config(given), str(given)
+        return
+    for _src, run in ev.all_runs():
+        found = local_draft((run.log or {}).get("speculative_draft_model_path"))
+        if found is not None:
+            ev.draft_config = read_draft_config(found)
+            ev.notes.append(f"the draft's config read from {found}, the path the server log names")
+            return
 
 
 def _node(trace: dict) -> NodeFacts | None:
@@ -197,7 +238,9 @@ def _add_job_evidence(
     )
     recorded = any(d.entries or d.status for d in ev.flight_recorder)
     said = any(log.lines for log in ev.job_logs)
-    if not (ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env):
+    if not (
+        ev.runs or recorded or said or ev.nccl_logs or ev.env_check or ev.collect_env or ev.capture
+    ):
         raise Unsupported(
             "nothing to diagnose: "
             + (

@@ -20,11 +20,13 @@ def gather_processes(
 ) -> ProcessEvidence:
     """Walk `pid` and its descendants, read their NCCL logs. UsageProblem for a missing pid."""
     expected = merge(expectations)
-    logs_read = read_logs(list(log_paths))
+    log_paths = list(log_paths)
+    logs_read = read_logs(log_paths)
     logs = _logs_by_pid([item for item in logs_read if item.on_this_host()])
     infos = walk(pid)
     ev = ProcessEvidence(pid, infos, logs, expected, show_all)
     ev.notes = _notes(infos, logs, ev.by_pid()) + _other_hosts(logs_read)
+    ev.notes += _known_bad(list(log_paths), logs_read)
     return ev
 
 
@@ -68,3 +70,20 @@ def _other_hosts(logs_read: list[ProcessNcclLog]) -> list[str]:
         f"--log {path}: lines from host {', '.join(sorted(names))}, not this host; not cross-checked"
         for path, names in hosts.items()
     ]
+
+
+def _known_bad(paths: list[str | Path], logs_read: list[ProcessNcclLog]) -> list[str]:
+    """The NCCL releases the processes' logs show, against the known-bad table (`nccl.known_bad`),
+    with the GPUs and the failure lines the logs themselves name."""
+    from ncclprobe.evidence.nccl.known_bad_scan import scan
+    from ncclprobe.nccl.known_bad import describe, matching
+
+    if not logs_read:
+        return []
+    found = scan(paths)
+    notes = []
+    for version in sorted({log.nccl_version for log in logs_read if log.nccl_version}):
+        read = next((log.env for log in logs_read if log.nccl_version == version), {})
+        for match in matching(version, found.capabilities, lines=found.lines, read=read):
+            notes.append(f"known-bad {match.severity}: {describe(match)}")
+    return notes

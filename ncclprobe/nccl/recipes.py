@@ -65,6 +65,30 @@ def user_log_env(directory: str | Path) -> dict[str, str]:
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{directory}/{USER_LOG_NAME}"}
 
 
+# PyTorch's Flight Recorder, so that a hung job leaves every rank's dump: both spellings of each
+# variable. Read in PyTorch's source: torch/csrc/distributed/c10d/FlightRecorderDetail.hpp reads
+# {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} (the first one set wins; the recent
+# source defaults to 2000 entries, older releases to 0, off: so it is always set),
+# FlightRecorder.cpp's DebugInfoWriter the dump prefix {"TORCH_FR_DUMP_TEMP_FILE",
+# "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (file = prefix + rank), and
+# ProcessGroupNCCL dumps on its watchdog's timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the other
+# ranks on the first one's signal through the store). gloo records into the same recorder but has no
+# dump on timeout (ProcessGroupGloo.cpp: record_pg_ranks and records, no dump path). The strings are
+# in torch 2.13's libtorch_cpu.so; torch 2.13 still reads the older spellings (with a warning).
+FR_BUFFER_ENTRIES = 2000
+
+
+def flight_recorder_env(prefix: str | Path) -> dict[str, str]:
+    """Flight Recorder on, dumped on NCCL's watchdog timeout to `prefix` + rank."""
+    return {
+        "TORCH_FR_BUFFER_SIZE": str(FR_BUFFER_ENTRIES),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FR_BUFFER_ENTRIES),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": str(prefix),
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(prefix),
+    }
+
+
 def rank_log_env(directory: str | Path, rank: int | None = None) -> dict[str, str]:
     """NCCL_DEBUG_FILE for a rank's own log in `directory`, and where the worker finds it. Without
     `rank` the file name keeps `{rank}`, which the launcher fills in (PoolSpec.rank_env)."""

@@ -197,9 +197,14 @@ def _linted_header(
     )
     for entry in findings:
         log.warning("%s", setup.lint_note(entry))
-    head["notes"] = setup.notes(spec, skipped_modes) + [
-        setup.lint_note(entry) for entry in findings
-    ]
+    known_bad = setup.known_bad_notes(version, setup.node_facts(spec, topo))
+    for note in known_bad:
+        log.warning("%s", note)
+    head["notes"] = (
+        setup.notes(spec, skipped_modes)
+        + [setup.lint_note(entry) for entry in findings]
+        + known_bad
+    )
     return {**head, "lint": findings}
 
 

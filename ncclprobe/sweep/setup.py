@@ -202,6 +202,20 @@ def lint_findings(
     return list(found.values())
 
 
+def known_bad_notes(nccl_version: str | None, node: NodeFacts | None) -> list[str]:
+    """The NCCL release the sweep runs, against the known-bad table with this machine's GPUs and
+    host (`nccl.known_bad`): said before anything runs, as the lint is."""
+    import platform
+
+    from ncclprobe.nccl.known_bad import describe, matching
+
+    caps = node.compute_capabilities if node is not None else None
+    return [
+        f"known-bad {m.severity}: {describe(m)}"
+        for m in matching(nccl_version, caps, host_arch=platform.machine())
+    ]
+
+
 def lint_note(entry: dict) -> str:
     ids = entry["config_ids"]
     where = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")

@@ -296,7 +296,8 @@ def _step_time_skew(ev, run) -> list:
                     f"within {worst:.0%} of each other ({len(run.ranks)} ranks), as in any job that "
                     "synchronises every step whether or not a rank is late, and no collective could "
                     "be matched across the ranks to see who arrives last (record the collectives: "
-                    "CUDA activity for NCCL kernels, or a backend whose ops torch annotates, as gloo's)"
+                    "CUDA activity for NCCL kernels, or a backend whose ops torch annotates, as gloo's; "
+                    "or the Flight Recorder's issue times: ncclprobe capture, diagnose --flight-recorder)"
                 ),
             )
         ]

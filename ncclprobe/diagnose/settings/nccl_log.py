@@ -12,6 +12,7 @@ libibverbs on a machine without InfiniBand) does not.
 from __future__ import annotations
 
 from ncclprobe.diagnose.report import Report, RuleSet, Table, judge
+from ncclprobe.diagnose.settings import rules_known_bad
 from ncclprobe.diagnose.settings.lint import LINT, masked
 from ncclprobe.evidence.bundle import Evidence
 from ncclprobe.evidence.failure_lines import not_explained_finding
@@ -66,6 +67,13 @@ def failure_findings(ev: Evidence) -> list[Finding]:
 
 
 NCCL_LOG = RuleSet("NCCL log", (failure_findings,), needs=("nccl_log",), fails_at="warning")
+# a row that needs a condition the log cannot show is said (info) without failing the run
+KNOWN_BAD = RuleSet(
+    "known-bad NCCL releases",
+    (rules_known_bad.nccl_log_findings,),
+    needs=("nccl_log",),
+    fails_at="warning",
+)
 
 
 def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
@@ -73,7 +81,8 @@ def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
     log = ev.nccl_log
     if log is None:
         raise ValueError("nccl-log judges a gathered NCCL log")
-    report = judge(ev, (NCCL_LOG, LINT), kind="nccl-log", fails_at="error")
+    report = judge(ev, (NCCL_LOG, KNOWN_BAD, LINT), kind="nccl-log", fails_at="error")
+    known_bad = [f for f in report.findings if f.rule == rules_known_bad.RULE]
     lint = [f for f in report.findings if isinstance(f, SettingFinding)]
     explained, unexplained = explain(log)
     report.document = {
@@ -81,9 +90,14 @@ def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
         "files": list(files),
         "lint": [masked(f) for f in lint],
         "explained": [e.to_json() for e in explained],
+        "known_bad": [
+            {"row": f.evidence["row"], "seen": f.evidence["failure_seen"], "text": f.detail}
+            for f in known_bad
+        ],
     }
     report.notes = [f"{e.severity}: {mask_text(e.message)}; fix: {e.fix}" for e in explained]
     report.notes += [f"{f.severity}: {mask_text(f.message)}" for f in lint]
+    report.notes += [f"{f.severity}: {f.detail}" for f in known_bad]
     report.rows = _rows(log, unexplained)
     report.sections = [Table(report.rows, title=_title(log), notes=report.notes)]
     return report

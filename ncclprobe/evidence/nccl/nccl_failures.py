@@ -53,6 +53,10 @@ _UNREACHABLE = ascii_re(
     r"|Software caused connection abort))"
 )
 _PEER = ascii_re(r"(?i:connect to )(?P<peer>\S+?)(?:<(?P<port>\d+)>)?[ ,:]")
+# torchrun's agent on a signal (torch/distributed/elastic/multiprocessing/api.py,
+# `_terminate_process_handler`): `raise SignalException(f"Process {os.getpid()} got signal: {sigval}",
+# ...)`, printed as the traceback's last source line and the exception line
+_LAUNCHER_SIGNAL = ascii_re(r"SignalException\b.*got signal: (?P<signal>\d+|\{sigval\})")
 _TEST_REASON = ascii_re(r"(?P<kind>NCCL|CUDA|Cuda|HIP) failure (?P<where>\S+) '(?P<what>[^']*)'")
 
 
@@ -201,6 +205,11 @@ def explain_lines(found: FailureLines) -> list[Explained]:
     texts = [line.text for line in found.lines]
     unreachable = [t for t in texts if _UNREACHABLE.search(t)]
     out = [_unreachable(unreachable)] if unreachable else []
+    signalled = [t for t in texts if _LAUNCHER_SIGNAL.search(t)]
+    if signalled:
+        out.append(_launcher_signalled(signalled))
+        found.forget(signalled)
+        texts = [t for t in texts if t not in signalled]
     errors: dict[str, tuple[KnownError, list[str]]] = {}
     for t in texts:
         known = known_error(t) if t not in unreachable else None
@@ -220,6 +229,24 @@ def explain_lines(found: FailureLines) -> list[Explained]:
         )
     found.forget(unreachable + [t for _, lines in errors.values() for t in lines])
     return out
+
+
+def _launcher_signalled(lines: list[str]) -> Explained:
+    numbers = sorted(
+        {m["signal"] for t in lines if (m := _LAUNCHER_SIGNAL.search(t))} - {"{sigval}"}
+    )
+    names = {"2": "SIGINT", "15": "SIGTERM", "1": "SIGHUP", "3": "SIGQUIT"}
+    said = ", ".join(f"{n} ({names[n]})" if n in names else n for n in numbers)
+    said = f"signal {said}" if said else "a signal"
+    return Explained(
+        kind="launcher-signalled",
+        severity="info",
+        message=f"torchrun was sent {said} and ended its workers (`SignalException`, "
+        f"{len(lines)} line(s)): the job was ended from outside (Ctrl-C, a scheduler's time "
+        "limit, `ncclprobe capture` at a hang), not failed by itself",
+        fix="nothing for this line; read what made it end: the hang or the limit before it",
+        lines=len(lines),
+    )
 
 
 def _shm(shm: list[str]) -> Explained:

@@ -103,6 +103,7 @@ class NcclTestsRun:
     devices: list[dict] = field(default_factory=list)
     nccl_version: str | None = None
     nccl_tests_version: str | None = None
+    nccl_compiled_with: str | None = None  # nccl-tests 1.x: `# NCCL Tests compiled with NCCL 1.0`
     format: str = "current"  # "current" (#wrong column, v2.13+), "old" (error column) or "json"
     header: tuple[
         str, ...
@@ -123,6 +124,7 @@ class NcclTestsRun:
             "nranks": self.nranks,
             "nccl_version": self.nccl_version,
             "nccl_tests_version": self.nccl_tests_version,
+            "nccl_compiled_with": self.nccl_compiled_with,
             "format": self.format,
             "params": dict(self.params),
             "devices": list(self.devices),

@@ -86,7 +86,10 @@ def split_runs(text: str) -> list[str]:
         _add(current, raw, line, kind)
     current.lines += tail
     segments.append(current)
-    return ["\n".join(s.lines) + "\n" for s in segments if s.kinds or s.rows]
+    runs = ["\n".join(s.lines) + "\n" for s in segments if s.kinds or s.rows]
+    return runs or [
+        text
+    ]  # no header and no row: the reader says what the text is (a launch failure?)
 
 
 def _add(segment: Segment, raw: str, line: str, kind: str | None) -> None:

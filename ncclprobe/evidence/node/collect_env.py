@@ -45,10 +45,13 @@ _KEY_VALUE = ascii_re(
 )
 _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
+# `GPU 0: NVIDIA H100 80GB HBM3` (collect-env), `GPU 0,1,2: NVIDIA H20` and `GPU 0,1 Compute
+# Capability: 9.0` (sglang check_env), `Architecture: x86_64` (lscpu in vLLM's CPU section)
+_GPU = re.compile(r"^GPU (?:\d+)(?:\s*,\s*\d+)*\s*(?::|(?= Compute))\s*(?P<what>.+)$")
+_CAPABILITY = re.compile(r"^Compute Capability:\s*(?P<major>\d{1,2})\.(?P<minor>\d)$")
+_ARCH = re.compile(r"^Architecture:\s*(?P<arch>x86_64|aarch64|ppc64le|arm64)$")
 _TOPO_HEADERS = ("GPU Topology", "NVIDIA Topology", "GPU topology")
 _OTHER_TOPO = ascii_re(r"^(?P<name>AMD|MTHREADS|MUSA|ROCM|ROCm) Topology\s*:")
-# sglang's `GPU 0,1,2,3: NVIDIA H100 80GB HBM3` (one line per device name) and vLLM's `GPU 0: ...`
-_GPU_NAME = ascii_re(r"^GPU (?P<ids>\d{1,4}(?:,\d{1,4}){0,1023}):\s*(?P<name>\S.{0,200})$")
 # (platform, its vendor, the keys whose value says it is in use); the first platform with a key
 # whose value is set (not N/A, None, False or empty) is the platform
 PLATFORMS = (
@@ -96,7 +99,9 @@ class CollectEnv:
     # "MUSA (Moore Threads)", "ROCm (AMD)", "CUDA (NVIDIA)": the lines that say which; None unsaid
     platform: str | None = None
     platform_lines: list[str] = field(default_factory=list)
-    gpu_names: dict[str, str] = field(default_factory=dict)  # "0,1,2,3" -> "MTT S5000"
+    gpu_names: tuple[str, ...] = ()  # `GPU 0: NVIDIA GeForce RTX 5090` lines, one per name
+    compute_capabilities: tuple[int, ...] = ()  # `GPU 0,1 Compute Capability: 9.0` (check_env)
+    host_arch: str | None = None  # `Architecture: x86_64` (lscpu's, in the CPU section)
     # lines that look like a failure (a tool that could not run: `Failed to initialize NVML`, CUDA
     # errors), shown as they are (`evidence.failure_lines`)
     failure_lines: FailureLines = field(default_factory=lambda: FailureLines("output"))
@@ -126,7 +131,7 @@ class CollectEnv:
             "nccl_settings": mask_env(self.nccl_settings),
             "platform": self.platform,
             "platform_lines": self.platform_lines,
-            "gpu_names": self.gpu_names,
+            "gpu_names": list(self.gpu_names),
             "topology": self.topology.to_json() if self.topology else None,
             "caveat": CAVEAT,
             "notes": self.notes,
@@ -177,13 +182,22 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
     nccl: dict[str, str] = {}
     env: dict[str, str] = {}
     said: dict[str, str] = {}  # every `key: value` line's first value, for the platform
-    gpu_names: dict[str, str] = {}
+    gpus: list[str] = []
+    caps: list[int] = []
+    arch: str | None = None
     for line in lines:
         s = line.strip()
-        gpu = _GPU_NAME.match(s)
-        if gpu and "Compute Capability" not in s:
-            gpu_names[gpu["ids"]] = gpu["name"].strip()
+        gpu = _GPU.match(s)
+        if gpu:
+            cap = _CAPABILITY.match(gpu["what"])
+            if cap:
+                caps.append(int(cap["major"]) * 10 + int(cap["minor"]))
+            elif gpu["what"] not in gpus:
+                gpus.append(gpu["what"])
             continue
+        machine = _ARCH.match(s)
+        if machine and arch is None:
+            arch = machine["arch"]
         pip = _PIP.match(s)
         if pip:
             if pip["name"].startswith("nvidia-nccl"):
@@ -223,7 +237,8 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
         ]
     # masked as read (ncclprobe.secrets): every user of it (import's table, knobs --lint, diagnose)
     # then shows only what the policy shows; a value the mask changes is no valid setting anyway
-    out = CollectEnv(tool, versions, nccl, mask_env(env), None, gpu_names=gpu_names)
+    out = CollectEnv(tool, versions, nccl, mask_env(env), None)
+    out.gpu_names, out.compute_capabilities, out.host_arch = tuple(gpus), tuple(set(caps)), arch
     out.platform, out.platform_lines = _platform(said, lines)
     if long:
         out.notes.append(
@@ -254,7 +269,7 @@ def _platform(said: dict[str, str], lines: list[str]) -> tuple[str | None, list[
 
 
 def _platform_note(env: CollectEnv) -> str:
-    gpus = "; ".join(f"GPU {ids}: {name}" for ids, name in list(env.gpu_names.items())[:4])
+    gpus = ", ".join(env.gpu_names[:4])
     said = f"platform {env.platform}, read from `{env.platform_lines[0]}`" + (
         f" ({gpus})" if gpus else ""
     )

@@ -71,6 +71,10 @@ _SG_ARG = re.compile(
     r"speculative_num_draft_tokens|speculative_eagle_topk|tp_size)=('?[A-Za-z0-9_.]*'?)"
 )
 _SG_BS = re.compile(r"\bcuda_graph_bs=\[([0-9, ]*)\]")
+_SG_DRAFT = re.compile(r"\bspeculative_draft_model_path='([^']{1,512})'")
+# vLLM's `non-default args: {... 'speculative_config': {'method': 'eagle', 'model': '...', ...}}`
+_VLLM_SPEC_CONFIG = re.compile(r"'speculative_config': \{([^{}]{0,2048})\}")
+_VLLM_SPEC_FIELD = re.compile(r"'(method|model|num_speculative_tokens)': '?([^',}]{1,512})'?")
 # when a line was logged: SGLang `[2025-10-22 10:27:56 TP0]` / `2025-12-04 20:35:53 INFO`, vLLM
 # `INFO 09-09 11:51:35 [metrics.py:96]` (month and day only: the year is not in vLLM's lines)
 _FULL_STAMP = re.compile(r"(?<![0-9])([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2})\b")
@@ -89,6 +93,9 @@ def sglang_stats(lines: list[str], path: str) -> dict:
             continue
         if "cuda_graph" in line or "speculative_" in line:
             args.update(dict(_SG_ARG.findall(line)))
+            draft = _SG_DRAFT.search(line)
+            if draft:
+                args["speculative_draft_model_path"] = draft.group(1)
             bs = _SG_BS.search(line)
             if bs:
                 capture = as_ints(bs.group(1))
@@ -144,6 +151,9 @@ def sglang_stats(lines: list[str], path: str) -> dict:
         ),
         "speculative_algorithm": args.get("speculative_algorithm", "").strip("'") or None,
         "speculative_num_steps": as_int(args.get("speculative_num_steps")),
+        "speculative_eagle_topk": as_int(args.get("speculative_eagle_topk")),
+        "speculative_num_draft_tokens": as_int(args.get("speculative_num_draft_tokens")),
+        "speculative_draft_model_path": args.get("speculative_draft_model_path"),
         "tp": as_int(args.get("tp_size")),
         "downgrades": [],
         "logged_span": _span(stamps),
@@ -155,6 +165,7 @@ def vllm_stats(lines: list[str], path: str) -> dict:
     weights: list[int | None] = []  # each interval's drafted tokens (its weight)
     stages, stamps = [], []
     mode = sizes = spec = tp = eager = None
+    spec_config: dict[str, str] = {}
     v0 = None  # the last V0 line's cumulative counts (the whole run so far)
     interval = {
         VLLM_ACCEPTED: 0,
@@ -198,6 +209,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             downgrades.append(
                 {"to": (m.group(1) or m.group(2)) if m else None, "line": _clip(line)}
             )
+        if "'speculative_config'" in line:
+            found = _VLLM_SPEC_CONFIG.search(line)
+            spec_config = dict(_VLLM_SPEC_FIELD.findall(found.group(1))) if found else spec_config
         if (
             "cudagraph_mode" in line
             or "num_spec_tokens" in line
@@ -251,7 +265,9 @@ def vllm_stats(lines: list[str], path: str) -> dict:
         "per_position": per_position,
         "gen_tokens_per_s": _median(tput),
         **_throughputs(running, tput),
-        "num_spec_tokens": spec,
+        "num_spec_tokens": spec or as_int(spec_config.get("num_speculative_tokens")),
+        "speculative_algorithm": spec_config.get("method"),
+        "speculative_draft_model_path": spec_config.get("model"),
         "tp": tp,
         "downgrades": downgrades,
         "stage_times": (

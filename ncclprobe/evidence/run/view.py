@@ -151,6 +151,8 @@ class EngineRun:
     ranks: list[dict] = field(default_factory=list)  # per-rank step summaries (profiles)
     alignment: Alignment | None = None  # several ranks' profiles (evidence.run.profile.align)
     log: dict | None = None  # server-log statistics (batches with graphs, sizes, ...)
+    # profiles: (profile.host.HostReport, its rank): the host work behind the GPU's idle time
+    host: tuple | None = None
     notes: list[str] = field(default_factory=list)  # what this evidence cannot tell, in words
 
     def speed_range(self) -> tuple[float, float] | None:

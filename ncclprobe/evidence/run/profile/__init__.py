@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.profile import align, summary
+from ncclprobe.evidence.run.profile import align, host, summary
 from ncclprobe.evidence.run.profile import steps as S
 from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
@@ -119,6 +119,7 @@ def _rank_view(tl: Timeline) -> dict:
         "coverage": summary.graph_coverage(tl, steps),
         "engine": engine,
         "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile",
+        "host": host.host_time(tl.host_spans, tl.python, steps, tl.kernels),
     }
 
 
@@ -190,7 +191,19 @@ def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
         graph_coverage=min(coverages) if coverages else None,
         ranks=ranks,
         alignment=alignment,
+        host=_host(per_rank),
     )
+
+
+def _host(per_rank: list[dict]) -> tuple[host.HostReport, int] | None:
+    """The host work behind the gaps of the rank with the most of it per step (the ranks of one
+    job run the same host code; the one that waits longest shows it best), with its rank."""
+    reports = [
+        (rv["host"], rv["timeline"].rank if rv["timeline"].rank is not None else i)
+        for i, rv in enumerate(per_rank)
+        if rv["host"] is not None
+    ]
+    return max(reports, key=lambda item: item[0].gap_ms_per_step, default=None)
 
 
 def _totals_by_position(

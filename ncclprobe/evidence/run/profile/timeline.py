@@ -20,6 +20,7 @@ from sys import intern
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.evidence.run.profile import comm_names, names
+from ncclprobe.evidence.run.profile.host import HostCollector
 from ncclprobe.evidence.run.profile.stream import read_events
 from ncclprobe.numbers import is_digits
 from ncclprobe.sizes import MAX_SIZE
@@ -94,6 +95,9 @@ class Timeline:
     attention: list[tuple[float, int, int]] = field(default_factory=list)
     # (ts, dur) per torch.compile'd call (`Torch-Compiled Region: i/j`), in order of start
     compiled_calls: list[tuple[float, float]] = field(default_factory=list)
+    # Python functions and longer CPU ops, for the host work behind an idle GPU (`host.host_time`)
+    host_spans: list = field(default_factory=list)
+    python: bool = False  # the trace holds Python functions (recorded with with_stack=True)
     events: int = 0
     cpu_ops: int = 0
     malformed: int = 0  # events whose fields had the wrong types: skipped (`well_formed`)
@@ -168,6 +172,7 @@ def read_timeline(path: str) -> Timeline:
         names.OLD_CATEGORIES,
     )
     seen_steps = set()
+    host = HostCollector()
 
     def on_annotation(ev: dict, name: str, step: dict | None, pstep: int | None) -> None:
         # torch 1.x wrote `ProfilerStep#N` as a cpu_op, 2.x as a user_annotation: one of each is kept
@@ -221,9 +226,13 @@ def read_timeline(path: str) -> Timeline:
                 backend_op = backend_collective(name)
                 if backend_op:
                     backend_ops.append(_backend_op(ev, backend_op[1], backend_op[0]))
+        elif cat == "python_function":
+            host.python_function(ev, _num(ev, "ts"), _num(ev, "dur"))
         elif cat == "cpu_op":
             counts["cpu_ops"] += 1
             name = ev.get("name")
+            if isinstance(name, str):
+                host.cpu_op(ev, name, _num(ev, "ts"), _num(ev, "dur"))
             if isinstance(name, str) and name.startswith("ProfilerStep#"):
                 on_annotation(ev, name, None, names.profiler_step(name))
             elif name == "record_param_comms":
@@ -260,6 +269,8 @@ def read_timeline(path: str) -> Timeline:
         embeddings=embeddings,
         attention=attention,
         compiled_calls=compiled_calls,
+        host_spans=host.spans,
+        python=host.python,
         events=counts["events"],
         cpu_ops=counts["cpu_ops"],
         malformed=counts["malformed"],

@@ -1,0 +1,94 @@
+"""The environment a captured job runs with: the user's own, plus what switches the evidence on.
+
+Nothing of the user's command changes; only these variables are added (each in the manifest, and
+any value of the user's that one replaces, masked):
+- NCCL's debug log, one file per process under `nccl/` (`nccl.recipes.USER_LOG_NAME`: NCCL fills in
+  host and pid) at the proof level of `nccl.recipes.proof_env`: INFO with INIT and ENV, which log
+  what NCCL read (`set by environment`), its version, the transports and channels it chose, once per
+  communicator; the per-call TUNING lines only with `tuning` (a long job's calls would flood it);
+- PyTorch's Flight Recorder, dumped into `fr/` on NCCL's watchdog timeout
+  (`nccl.recipes.flight_recorder_env`);
+- each engine's own profiler directory (`engine-profiles/`): SGLang's SGLANG_TORCH_PROFILER_DIR,
+  vLLM's VLLM_TORCH_PROFILER_DIR with shapes and stacks (`ENGINE_PROFILER_ENV`, read from source);
+- the in-job module: the generated `sitecustomize.py` first on PYTHONPATH (`capture.hook`);
+- PYTHONUNBUFFERED=1: the job's output reaches the capture as it is printed (its pipes are not a
+  terminal, where Python would buffer), so the log's order and the progress watch are right.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclprobe.engine_facts.profiler import PROFILER_ENV
+from ncclprobe.evidence.live import capture_dir as D
+from ncclprobe.nccl.recipes import USER_LOG_NAME, flight_recorder_env, proof_env
+from ncclprobe.secrets import display_value, is_relevant
+
+# Read in the engines' sources (they cannot run on the CPU machine): engine_facts.profiler
+ENGINE_PROFILER_ENV = PROFILER_ENV
+
+# Set per worker by launchers (torchrun, vLLM, SGLang): a worker's own value is no lost setting
+PER_WORKER = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+@dataclass
+class JobEnvironment:
+    env: dict[str, str]  # what the job is started with
+    added: dict[str, str]  # what the capture set
+    replaced: dict[str, str]  # the user's values it replaced
+    settings: dict[str, str] = field(default_factory=dict)  # the user's own settings, to follow
+
+    def masked(self, values: Mapping[str, str]) -> dict[str, str]:
+        return {k: display_value(k, v) or "" for k, v in sorted(values.items())}
+
+
+def user_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings of the user's shell that every worker should receive: NCCL, torch.distributed,
+    NVSHMEM and the CUDA variables the display policy knows, not the per-worker ones."""
+    return {
+        k: v
+        for k, v in env.items()
+        if is_relevant(k) and k not in PER_WORKER and not k.startswith("TORCHELASTIC_")
+    }
+
+
+def job_environment(
+    base: Mapping[str, str], directory: Path, hook_dir: Path, *, tuning: bool = False
+) -> JobEnvironment:
+    added = {
+        **proof_env(tuning=tuning),
+        "NCCL_DEBUG_FILE": str(directory / D.NCCL_LOGS / USER_LOG_NAME),
+        **flight_recorder_env(directory / D.FLIGHT_RECORDER / D.FR_PREFIX),
+        **{k: v.format(dir=directory / D.ENGINE_PROFILES) for k, v in ENGINE_PROFILER_ENV.items()},
+        "PYTHONPATH": os.pathsep.join(
+            [str(hook_dir)] + ([base["PYTHONPATH"]] if base.get("PYTHONPATH") else [])
+        ),
+        "PYTHONUNBUFFERED": "1",
+    }
+    replaced = {
+        k: base[k]
+        for k in added
+        if k in base and base[k] != added[k] and k != "PYTHONPATH"  # PYTHONPATH is extended
+    }
+    return JobEnvironment(
+        env={**base, **added},
+        added=added,
+        replaced=replaced,
+        settings=user_settings({k: v for k, v in base.items() if k not in added}),
+    )

@@ -1,0 +1,121 @@
+"""The job's NCCL is a release with a known failure on its GPUs (`nccl.known_bad`), from wherever
+the evidence names a version and a GPU: the ranks' NCCL logs (their banner, nccl-tests' device
+lines, NCCL's own line of the failure), a collect-env text (its NCCL and its GPUs), the run's own
+record of its GPUs. An error where NCCL printed its line of the failure (it happened); a warning
+where the release and the GPUs match a row (it can happen here)."""
+
+from __future__ import annotations
+
+from ncclprobe.evidence import bundle as E
+from ncclprobe.evidence.nccl.known_bad_scan import known_bad_in_logs
+from ncclprobe.findings import Finding, NotChecked, RuledOut
+from ncclprobe.nccl.known_bad import ROWS, Match, capability_of, describe, matching
+
+RULE = "known-bad-nccl"
+HYPOTHESIS = "the job runs an NCCL release with a known failure on its GPUs"
+
+
+def known_bad_findings(ev: E.Evidence) -> list:
+    caps, host_arch = _gpus(ev)
+    found: dict[tuple[str, str], tuple[Match, list[str]]] = {}
+    versions: set[str] = set()
+    for rank_log in ev.nccl_logs:
+        if rank_log.log.nccl_version:
+            versions.add(rank_log.log.nccl_version)
+        matches, scanned = known_bad_in_logs([rank_log.path], rank_log.log, caps, host_arch)
+        caps |= scanned.capabilities
+        for match in matches:
+            _add(found, match, rank_log.label)
+    collected = ev.collect_env.nccl_version if ev.collect_env else None
+    if collected:
+        versions.add(collected)
+        for match in matching(collected, caps, host_arch=host_arch):
+            _add(found, match, f"{ev.collect_env.tool} text" if ev.collect_env else "collect-env")
+    out: list = [_finding(match, where, caps) for match, where in found.values()]
+    if out or not versions:
+        return out
+    release = f"NCCL {', '.join(sorted(versions))}"
+    if not caps:
+        specific = sum(1 for row in ROWS if row.capabilities is not None or row.host_arch)
+        return [
+            NotChecked(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                missing=f"which GPUs the job ran on: {specific} of the {len(ROWS)} known-bad rows "
+                f"apply to some GPUs or hosts only ({release} matches none of the others); a collect-env "
+                "text (--collect-env) or nccl-tests' device lines name them",
+            )
+        ]
+    gpus = ", ".join(f"{c // 10}.{c % 10}" for c in sorted(caps))
+    return [
+        RuledOut(
+            rule=RULE,
+            hypothesis=HYPOTHESIS,
+            reason=f"{release} with GPU compute capability {gpus}"
+            + (f" on {host_arch}" if host_arch else "")
+            + f" falls in none of the {len(ROWS)} known-bad rows",
+        )
+    ]
+
+
+def _gpus(ev: E.Evidence) -> tuple[set[int], str | None]:
+    caps = set(ev.node.compute_capabilities or ()) if ev.node else set()
+    host_arch = None
+    if ev.collect_env is not None:
+        caps |= set(ev.collect_env.compute_capabilities)
+        caps |= {c for c in map(capability_of, ev.collect_env.gpu_names) if c is not None}
+        host_arch = ev.collect_env.host_arch
+    return caps, host_arch
+
+
+def _add(found: dict, match: Match, where: str) -> None:
+    key = (match.row.key, match.version)
+    if key in found:
+        earlier, places = found[key]
+        if match.seen and not earlier.seen:
+            found[key] = (match, places)
+        places.append(where)
+    else:
+        found[key] = (match, [where])
+
+
+def _finding(match: Match, where: list[str], caps: set[int]) -> Finding:
+    row = match.row
+    return Finding(
+        rule=RULE,
+        severity=match.severity,
+        confidence="high" if match.seen or row.capabilities is None or caps else "medium",
+        title=f"NCCL {match.version} "
+        + (
+            "failed as a known-bad release does"
+            if match.seen
+            else f"falls in a known issue's range ({row.condition})"
+            if row.conditional
+            else "is a known-bad release on these GPUs"
+        )
+        + f": {row.failure.split(':')[0]}; {row.remedy()}",
+        detail=describe(match) + f" Seen in: {', '.join(dict.fromkeys(where))}.",
+        evidence={
+            "row": row.key,
+            "version": match.version,
+            "first_bad": row.first_bad,
+            "fixed_in": row.fixed_in,
+            "works_in": row.works_in,
+            "capabilities": sorted(caps),
+            "failure_seen": match.seen,
+            "sources": list(row.sources),
+        },
+        next_command=f"# {row.workaround}",
+    )
+
+
+def nccl_log_findings(ev: E.Evidence) -> list[Finding]:
+    """`nccl-log`: the rows the one log falls in, from its version, and from the GPUs and NCCL's own
+    lines of a failure its files (`ev.inputs["nccl_log"]`, where given) hold."""
+    if ev.nccl_log is None:
+        return []
+    matches, scanned = known_bad_in_logs(ev.inputs.get("nccl_log", ()), ev.nccl_log)
+    return [_finding(m, ["the NCCL log"], scanned.capabilities) for m in matches]
+
+
+RULES = (known_bad_findings,)
