@@ -363,7 +363,7 @@ def test_readme_real_model_block_runs_as_printed(smollm, monkeypatch, tmp_path):
     from ncclprobe.engine import runner
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("**A real language model.**", 1)[1].split("```bash", 1)[0]
+    block = readme.split("### A real language model", 1)[1].split("```bash", 1)[0]
     block = block.split("```\n", 1)[1]
     commands = [
         line[2:].split("  # ")[0].strip() for line in block.splitlines() if line.startswith("$ ")

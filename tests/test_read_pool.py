@@ -4,7 +4,7 @@ refused a healthy 128-rank job's dump as "a pickle built to be slow")."""
 
 import time
 
-from ncclprobe.evidence.read_pool import WALL_FACTOR, Limits, map_files
+from ncclprobe.evidence.read_pool import WALL_FACTOR, Failed, Limits, Read, map_files
 
 ONE_CPU_S = Limits(memory_bytes=64 << 20, cpu_s=1)
 WALL_S = ONE_CPU_S.cpu_s * WALL_FACTOR + 2  # what a worker may stay silent and idle
@@ -30,11 +30,12 @@ def _blocked(seconds: float) -> str:
 
 def test_a_reader_that_keeps_spending_cpu_is_read_past_the_wall_clock():
     (outcome,) = map_files(_starved, [WALL_S + 1.5], lambda _: ONE_CPU_S)
-    assert outcome.ok and outcome.value == "read", outcome.problem
+    assert isinstance(outcome, Read) and outcome.value == "read", outcome
 
 
 def test_a_reader_that_spends_no_cpu_is_stopped_and_named_blocked():
     started = time.monotonic()
     (outcome,) = map_files(_blocked, [WALL_S + 30], lambda _: ONE_CPU_S)
-    assert not outcome.ok and f"spent no CPU for {WALL_S} s (blocked" in outcome.problem
+    assert isinstance(outcome, Failed), outcome
+    assert f"spent no CPU for {WALL_S} s (blocked" in outcome.problem
     assert time.monotonic() - started < WALL_S + 10  # stopped at its bound, not at the sleep's end
