@@ -136,3 +136,63 @@ def test_sglang_gives_k_from_its_server_args_and_only_from_a_number(tmp_path):
         ev = load_evidence(server_logs=[log])
         assert ev.config.get("k") == k
         assert read_log(log)["speculative_algorithm"] == "EAGLE3"
+
+
+_SPEC_LINE = (
+    "(APIServer pid=1) INFO 01-01 10:00:{s:02d} [metrics.py:101] SpecDecoding metrics: Mean "
+    "acceptance length: {mean:.2f}, Accepted throughput: 1.00 tokens/s, Drafted throughput: 1.00 "
+    "tokens/s, Accepted: {acc} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: "
+    "{rates}, Avg Draft acceptance rate: 50.0%\n"
+)
+
+
+def _k3_log(tmp_path, intervals, counts=True):
+    """A vLLM V1 log (k=3) of SpecDecoding lines: each interval (drafts, its accepted per position)."""
+    text = ""
+    for s, (drafts, accepted) in enumerate(intervals):
+        line = _SPEC_LINE.format(
+            s=s,
+            mean=1 + sum(accepted) / drafts,
+            acc=sum(accepted),
+            drafted=3 * drafts,
+            rates=", ".join(f"{a / drafts:.3f}" for a in accepted),
+        )
+        text += line if counts else line.replace(f"Drafted: {3 * drafts} tokens, ", "")
+    path = tmp_path / "k3.log"
+    path.write_text(text)
+    return path
+
+
+def test_per_position_rates_weigh_each_interval_by_its_drafts_as_the_length_does(tmp_path):
+    """A short interval (1 draft, both first positions kept) beside a long one (200 drafts): the
+    run's per-position rates are the engine's own ratios, accepted at each position over all drafts,
+    so 1 + their sum is the run's acceptance length, also as both are printed."""
+    log = read_log(_k3_log(tmp_path, [(200, (60, 30, 10)), (1, (1, 1, 0))]))
+    assert log["per_position"] == pytest.approx([61 / 201, 31 / 201, 10 / 201], abs=1e-6)
+    assert 1 + sum(log["per_position"]) == pytest.approx(log["tokens_per_cycle"], abs=1e-6)
+    [ruled] = [
+        r
+        for r in diagnose(
+            load_evidence(server_logs=[_k3_log(tmp_path, [(200, (60, 30, 10)), (1, (1, 1, 0))])])
+        ).ruled_out
+        if r.rule == "acceptance"
+    ]
+    assert ruled.reason == "1.51 tokens per cycle (per position 0.30, 0.15, 0.05)"
+
+
+def test_per_position_rates_of_equal_intervals_or_without_counts_are_their_mean(tmp_path):
+    """The healthy twin: intervals of equal drafts weigh the same (the plain mean); without the
+    counts no weight is known, and the acceptance length falls back to the plain mean with them."""
+    even = read_log(_k3_log(tmp_path, [(100, (50, 20, 10)), (100, (30, 20, 0))]))
+    assert even["per_position"] == pytest.approx([0.4, 0.2, 0.05])
+    bare = read_log(_k3_log(tmp_path, [(200, (60, 30, 10)), (1, (1, 1, 0))], counts=False))
+    assert bare["tokens_per_cycle_weighted_by"] is None
+    assert bare["per_position"] == pytest.approx([0.65, 0.575, 0.025])
+    assert 1 + sum(bare["per_position"]) == pytest.approx(bare["tokens_per_cycle"], abs=0.01)
+
+
+def test_per_position_rates_of_a_real_log_add_up_to_its_acceptance_length():
+    """vLLM's DGX Spark log (five intervals of 26 to 246 drafted tokens): 1 + the weighted rates is
+    the weighted length, within the rounding of the printed values (2 and 3 decimals)."""
+    log = read_log(LOGS / "vllm_0.22_mtp_spec_decoding_dgx_spark.log")
+    assert 1 + sum(log["per_position"]) == pytest.approx(log["tokens_per_cycle"], abs=0.01)

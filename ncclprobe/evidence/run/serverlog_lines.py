@@ -181,13 +181,14 @@ def vllm_stats(lines: list[str], path: str) -> dict:
                 stamps.append(stamp(line))
         elif "SpecDecoding metrics" in line or "Speculative metrics" in line:
             m = _VLLM_MEAN.search(line)
+            drafted = dict(_V1_COUNT.findall(line)).get(VLLM_DRAFTED)
+            weight = int(drafted) if drafted is not None else None
             if m:
                 means.append(float(m.group(1)))
-                drafted = dict(_V1_COUNT.findall(line)).get(VLLM_DRAFTED)
-                weights.append(int(drafted) if drafted is not None else None)
+                weights.append(weight)
             rates_at = _per_position(line)
             if rates_at:
-                positions.append(rates_at)
+                positions.append((rates_at, weight))
             r = _VLLM_RATE.search(line)
             if r:
                 rates.append(float(r.group(1)) / (100.0 if r.group(2) else 1.0))
@@ -223,7 +224,7 @@ def vllm_stats(lines: list[str], path: str) -> dict:
             spec = as_int(_first(_VLLM_SPEC, line)) or spec
             tp = as_int(_first(_VLLM_TP, line)) or tp
             eager = _first(_VLLM_EAGER, line) or eager
-    per_position = [statistics.fmean(col) for col in zip(*positions)] if positions else []
+    per_position = _per_position_rates(positions)
     spec = spec or (v0["speculative"] if v0 else None)
     # each line's mean covers its own interval: weighed by its drafts (engine_facts.spec_logs)
     acceptance = aggregate(means, weights, "drafted tokens")
@@ -323,6 +324,23 @@ def _per_position(line: str) -> list[float]:
             break
         values.append(value)
     return values
+
+
+def _per_position_rates(positions: list[tuple[list[float], int | None]]) -> list[float]:
+    """Each draft position's acceptance rate over the run: every interval's rate weighed by its
+    drafts, as the acceptance length is (`engine_facts.spec_logs`), so that 1 + the rates' sum is
+    that length; the plain mean only where an interval's count is missing, as there. Positions
+    only some intervals print (k changed mid-log) are left out: no rate of the whole run exists."""
+    if not positions:
+        return []
+    depth = min(len(rates) for rates, _ in positions)
+    weights = [weight for _, weight in positions]
+    return [
+        value
+        for i in range(depth)
+        if (value := aggregate([rates[i] for rates, _ in positions], weights, "drafts").value)
+        is not None
+    ]
 
 
 def _throughputs(running: Sequence[int | None], values: Sequence[float | None]) -> dict:
