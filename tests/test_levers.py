@@ -364,3 +364,27 @@ def test_a_matched_comparison_is_said_split_and_surer():
         1002.123,
         502.068,
     )
+
+
+def test_the_moving_part_sentence_of_each_branch_exactly():
+    """rank-skew's split of a collective-bound step (rules_ranks.with_wait_split): plain sentences
+    whatever moved the data, NCCL settings offered only where NCCL ran."""
+    head = "The moving part is at most 1.500 ms of the 10.000 ms per step. "
+    assert levers.moving_part_words(set(), 1.5, 10.0, "step") == head + (
+        "Fewer or larger collectives act on it; what moved the data is not in this evidence, so "
+        "no lever of its own is named."
+    )
+    assert levers.moving_part_words({"gloo"}, 1.5, 10.0, "step") == head + (
+        "Fewer or larger collectives act on it, and so do the levers of what moved the data: for "
+        "gloo, the host network interface its TCP connections use (GLOO_SOCKET_IFNAME), or a GPU "
+        "backend (NCCL) for GPU tensors. NCCL settings act on none of it: NCCL did not run."
+    )
+    assert levers.moving_part_words({"MSCCL++"}, 1.5, 10.0, "token") == (
+        "The moving part is at most 1.500 ms of the 10.000 ms per token. Fewer or larger "
+        "collectives act on it, and so do the levers of what moved the data: for MSCCL++, none "
+        "that ncclprobe knows. NCCL settings act on none of it: NCCL did not run."
+    )
+    assert levers.moving_part_words({"NCCL", "DeepEP"}, 1.5, 10.0, "step") == head + (
+        "Fewer or larger collectives act on it, and so do the levers of what moved the data: for "
+        f"DeepEP, {levers.LEVERS['DeepEP']}; for NCCL, {levers.LEVERS['NCCL']}."
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -185,3 +186,20 @@ def test_the_number_of_ranks_read_is_said(diagnosed, job):
     assert [r["rank_count"] for r in result.document["runs"]] == [n]
     single = diagnose(load_evidence(profiles=_files(job, "healthy")[:1]))
     assert "ranks read" not in "\n".join(single.sections[0].lines)
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_the_split_of_the_collective_time_reads_as_plain_sentences(diagnosed, job):
+    """The late rank's job: the collective-bound finding splits waiting from moving data and names
+    gloo's own levers for the moving part, in whole sentences (no lever list spliced into one)."""
+    _, result = diagnosed(job, "host_late")
+    [bound] = [f for f in result.findings if f.rule == "collective-bound"]
+    tail = bound.detail.split("Work on the waiting first: ", 1)[1]
+    assert re.fullmatch(
+        r"no setting of the collectives shortens it\. The moving part is at most [0-9.]+ ms of "
+        r"the [0-9.]+ ms per (step|token)\. Fewer or larger collectives act on it, and so do the "
+        r"levers of what moved the data: for gloo, the host network interface its TCP connections "
+        r"use \(GLOO_SOCKET_IFNAME\), or a GPU backend \(NCCL\) for GPU tensors\. NCCL settings "
+        r"act on none of it: NCCL did not run\.",
+        tail,
+    ), tail

@@ -16,8 +16,8 @@ from ncclprobe.evidence.run.profile.comm_names import NCCL_LIBRARIES
 LEVERS = {
     "NCCL": "NCCL settings (protocol, algorithm, channels; a sweep of the job's sizes measures them)",
     "RCCL": "RCCL's settings (NCCL_* variables; a sweep of the job's sizes measures them)",
-    "gloo": "gloo runs on the host's TCP stack: its network interface (GLOO_SOCKET_IFNAME), "
-    "fewer or larger collectives, or a GPU backend (NCCL) for GPU tensors",
+    "gloo": "the host network interface its TCP connections use (GLOO_SOCKET_IFNAME), or a GPU "
+    "backend (NCCL) for GPU tensors",
     "DeepEP": "DeepEP's own settings (the SMs its kernels take, Buffer.set_num_sms; its NVLink and "
     "RDMA buffer sizes; its low-latency mode for decoding)",
     "custom all-reduce": "the engine's custom all-reduce (vLLM: --disable-custom-all-reduce "
@@ -56,3 +56,22 @@ def lever_words(libs: set[str]) -> str:
         parts.append(f"{lib}: {lever}" if lever else f"{lib}: no lever on it is known to ncclprobe")
     tail = "" if libs & NCCL_LIBRARIES else "; NCCL settings act on none of it (NCCL did not run)"
     return "; ".join(parts) + tail
+
+
+def moving_part_words(libs: set[str], at_most_ms: float, per_unit_ms: float, unit: str) -> str:
+    """What acts on the collectives' time moving data, in sentences: fewer or larger collectives
+    always, the levers of what moved the data where it is known (each named with its library,
+    none invented where ncclprobe knows none), and NCCL settings only where NCCL or RCCL ran."""
+    head = (
+        f"The moving part is at most {at_most_ms:.3f} ms of the {per_unit_ms:.3f} ms per {unit}. "
+        "Fewer or larger collectives act on it"
+    )
+    if not libs:
+        return head + (
+            "; what moved the data is not in this evidence, so no lever of its own is named."
+        )
+    own = "; ".join(
+        f"for {lib}, {LEVERS.get(lib) or 'none that ncclprobe knows'}" for lib in sorted(libs)
+    )
+    tail = "" if libs & NCCL_LIBRARIES else " NCCL settings act on none of it: NCCL did not run."
+    return f"{head}, and so do the levers of what moved the data: {own}.{tail}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from ncclprobe.diagnose.run.ledger import COLLECTIVE, TRANSFER, WAIT
-from ncclprobe.diagnose.run.levers import lever_words
+from ncclprobe.diagnose.run.levers import moving_part_words
 from ncclprobe.diagnose.run.profile_costs import run_ms
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.profile import rank_skew as _rank_skew
@@ -250,9 +250,8 @@ def with_wait_split(
             f"On rank {split['rank']}, the rank with the largest collective share, {split['wait']:.0%} of the "
             f"collective kernel time is waiting for {who} to arrive and {split['transfer']:.0%} is moving data "
             "once every rank is in (calls matched across ranks; the step's share split in that proportion). "
-            "Work on the waiting first: no setting of the collectives shortens it. Fewer or larger "
-            f"collectives, and by what moved the data {lever_words(libs)}, act on the moving part "
-            f"only: at most {moving * per_step:.3f} ms of the {per_step:.3f} ms per {unit}."
+            "Work on the waiting first: no setting of the collectives shortens it. "
+            + moving_part_words(libs, moving * per_step, per_step, unit)
         ),
         evidence={
             **finding.evidence,
