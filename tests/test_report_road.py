@@ -150,3 +150,31 @@ def test_a_findings_detail_wraps_to_the_width_and_stays_whole_under_wide():
     narrow = text(report, 60).splitlines()
     assert narrow[1].startswith("   word") and all(line.startswith("   ") for line in narrow[1:])
     assert "   /a/" + "p" * 90 in narrow  # the long word whole, on a line of its own
+
+
+def test_a_failure_line_prints_once_in_the_table_and_whole_in_json(tmp_path):
+    """The not-explained finding quotes each line in its detail; its evidence holds the same lines
+    (for JSON), so the table leaves that entry out: every line once. The healthy twin: evidence of
+    text the detail does not quote, and numbers, still print."""
+    from ncclprobe.diagnose import diagnose, load_evidence
+
+    log = tmp_path / "job.log"
+    log.write_text("step 1 ok\nRuntimeError: a step failed oddly\nstep 2 ok\n")
+    report = diagnose(load_evidence(logs=[log]))
+    out = text(report, None)
+    assert out.count("RuntimeError: a step failed oddly") == 1, out
+    [found] = [f for f in report.findings if f.rule == "not-explained"]
+    assert "   evidence: lines=1" in out.splitlines()
+    assert found.to_json()["evidence"]["not_explained"][0]["lines"][0]["text"] == (
+        "RuntimeError: a step failed oddly"
+    )
+    twin = Finding(
+        rule="x",
+        severity="info",
+        confidence="high",
+        title="t",
+        detail="rank 3 on host-a",
+        evidence={"hosts": ["host-a", "host-b"], "ranks": [3], "where": {"host": "host-a"}},
+    )
+    lines = text(Report(kind="k", findings=[twin], sections=[FINDINGS]), None).splitlines()
+    assert "   evidence: hosts=[host-a; host-b], ranks=[3]" in lines

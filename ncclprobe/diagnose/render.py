@@ -57,8 +57,9 @@ def finding_lines(report: Report, width: int | None) -> list[str]:
             f"{index}. [{f.severity}, {f.confidence} confidence{f.cost_header()}] {f.title}"
         )
         lines += _wrap(f.detail, "   ", width)
-        if f.evidence:  # a finding of missing evidence (no step found) has none to show
-            lines += _wrap("evidence: " + evidence_text(f.evidence), "   ", width)
+        shown = unsaid_evidence(f.evidence, f.detail)
+        if shown:  # a finding of missing evidence (no step found) has none to show
+            lines += _wrap("evidence: " + evidence_text(shown), "   ", width)
         lines += next_lines(f.next_command, "   ")
     if report.ruled_out:
         lines.append("ruled out:")
@@ -124,6 +125,27 @@ def fit(lines: list[str], width: int | None) -> list[str]:
             break_long_words=False,
         ) or [line]
     return fitted
+
+
+def unsaid_evidence(evidence: dict, detail: str) -> dict:
+    """The evidence a finding's detail has not already printed, for the table: an entry that holds
+    text (the failure lines of `not-explained`, each with its source) all of which the detail
+    quotes is left out there, so no line prints twice; the JSON keeps every entry. Entries of
+    numbers alone are always shown: a number found in the detail may be another one."""
+    return {k: v for k, v in evidence.items() if not _quoted(v, detail)}
+
+
+def _quoted(value: object, detail: str) -> bool:
+    texts = _texts(value)
+    return isinstance(value, (list, dict)) and bool(texts) and all(t in detail for t in texts)
+
+
+def _texts(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return [value] if isinstance(value, str) and value else []
 
 
 def evidence_text(value: object) -> str:
