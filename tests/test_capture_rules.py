@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -430,3 +431,33 @@ def test_a_draft_vocab_size_not_the_targets_is_named():
         and "vocab_size (32001) is not the target's (32000)" in other.title
     )
     assert isinstance(judged(32000)[0], RuledOut)
+
+
+def test_low_acceptance_defers_to_the_configuration_error_that_explains_it():
+    """An EAGLE-3 draft run as EAGLE: the acceptance finding names spec-config's cause as the first
+    fix and no weak-draft lever (another draft, fewer speculative tokens) beside it."""
+    _, _, result = _spec(AS_EAGLE)
+    [cause] = [f for f in result.findings if f.rule == "spec-config"]
+    [low] = [f for f in result.findings if f.rule == "acceptance"]
+    assert low.title.endswith("(bonus included); spec-config names the cause")
+    assert low.detail == (
+        "Each cycle keeps few of its drafted tokens, so speculation pays a draft and a verify for "
+        "little more than the one token a plain decode step gives. The configuration is the first "
+        f"thing to fix (spec-config: {cause.title}): until the draft runs as it was made to, this "
+        "acceptance says nothing about how good the draft is: fix that, then read the acceptance "
+        "again."
+    )
+
+
+def test_low_acceptance_without_a_configuration_error_names_the_weak_drafts_levers(tmp_path):
+    """The twin: the same low acceptance where the draft runs as EAGLE3 and keeps some tokens (no
+    configuration error named): the weak draft's levers, as before."""
+    log = tmp_path / "weak.log"
+    log.write_text(re.sub(r"accept len: [0-9.]+", "accept len: 1.30", AS_EAGLE3.read_text()))
+    _, _, result = _spec(log)
+    assert not [f for f in result.findings if f.rule == "spec-config"]
+    [low] = [f for f in result.findings if f.rule == "acceptance"]
+    assert "names the cause" not in low.title
+    assert low.detail.endswith(
+        "A draft trained on this model's own outputs, or fewer speculative tokens, are the levers."
+    )

@@ -13,6 +13,7 @@ import statistics
 
 from ncclprobe import stats
 from ncclprobe.diagnose.commands import graphs_command, profile_command
+from ncclprobe.diagnose.run.rules_spec_config import configuration_cause
 from ncclprobe.engine_facts.vllm_cudagraph import mode as cudagraph_mode
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.run.view import EngineRun
@@ -231,18 +232,18 @@ def log_acceptance(ev: E.Evidence) -> list:
             continue
         per_pos = ", ".join(f"{p:.2f}" for p in acc.per_position)
         if acc.mean_length < LOW_ACCEPTANCE:
+            cause = configuration_cause(ev, log)
             out.append(
                 Finding(
                     rule="acceptance",
                     severity="warning",
                     confidence="high",
-                    title=f"the drafts are rarely accepted: {acc.mean_length:.2f} tokens per cycle (bonus included)",
+                    title=f"the drafts are rarely accepted: {acc.mean_length:.2f} tokens per cycle (bonus included)"
+                    + (f"; {cause.rule} names the cause" if cause else ""),
                     detail=(
                         "Each cycle keeps few of its drafted tokens, so speculation pays a draft and a "
-                        "verify for little "
-                        "more than the one token a plain decode step gives. A draft trained on this model's "
-                        "own outputs, "
-                        "or fewer speculative tokens, are the levers."
+                        "verify for little more than the one token a plain decode step gives. "
+                        + _acceptance_levers(cause)
                     )
                     + (f" Per position: {per_pos}." if per_pos else ""),
                     evidence={
@@ -261,6 +262,18 @@ def log_acceptance(ev: E.Evidence) -> list:
                 )
             )
     return out
+
+
+def _acceptance_levers(cause: Finding | None) -> str:
+    """A weak draft's levers, only where no configuration error explains the low acceptance: a
+    draft run wrongly says nothing yet about how good it is."""
+    if cause is None:
+        return "A draft trained on this model's own outputs, or fewer speculative tokens, are the levers."
+    return (
+        f"The configuration is the first thing to fix ({cause.rule}: {cause.title}): until the "
+        "draft runs as it was made to, this acceptance says nothing about how good the draft is: "
+        "fix that, then read the acceptance again."
+    )
 
 
 def log_breakeven(ev: E.Evidence) -> list:

@@ -41,6 +41,18 @@ def spec_config_findings(ev: E.Evidence) -> list:
     return out
 
 
+def configuration_cause(ev: E.Evidence, log: dict) -> Finding | None:
+    """The error this rule set names for a speculative run's log, if any: the draft run with the
+    wrong algorithm, a draft that does not fit its target, or one that keeps no token at all (a
+    broken or mismatched draft, not a weak one). Where one is named, low acceptance is its symptom:
+    rules that judge acceptance defer to it instead of naming levers for a weak draft."""
+    cause = _algorithm(ev, None, log)
+    found = cause + _draft_against_target(ev)
+    if not any(isinstance(c, Finding) for c in cause):
+        found += _not_working(None, log)
+    return next((f for f in found if isinstance(f, Finding) and f.severity == "error"), None)
+
+
 def _algorithm(ev: E.Evidence, run: Any, log: dict) -> list:
     fact = F.ALGORITHMS.get(log.get("engine", ""))
     algorithm = log.get("speculative_algorithm")
