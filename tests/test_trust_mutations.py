@@ -375,9 +375,10 @@ def test_the_listed_breakages_are_refused_in_one_line_naming_what(tmp_path):
     path = tmp_path / "wrong.json"
     path.write_text(json.dumps(doc))
     result = CliRunner().invoke(cli, ["diagnose", "--profile", str(path)], prog_name="ncclprobe")
-    assert result.exit_code in (0, 1) and "1 events skipped whose fields had the wrong types" in (
-        " ".join(result.output.split()).replace("# ", "")
-    ), result.output[:800]
+    said = " ".join(result.output.split()).replace("# ", "")
+    assert result.exit_code in (0, 1), result.output[:800]
+    assert "1 event(s) skipped whose fields are not what Kineto writes; the first, event '" in said
+    assert '(kernel): "args": [1] is not what Kineto writes there' in said, said[:1200]
 
 
 # --- bombs: small files that expand; each in a subprocess whose peak RSS it reports ----------------

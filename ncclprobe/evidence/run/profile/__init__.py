@@ -314,8 +314,8 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
     notes.extend(_alignment_notes(timelines, run))
     for skipped in (t for t in timelines if t.malformed):
         notes.append(
-            f"{Path(skipped.path).name}: {skipped.malformed} events skipped whose fields had the wrong "
-            "types (a category, name or id that is not what Kineto writes)"
+            f"{Path(skipped.path).name}: {skipped.malformed} event(s) skipped whose fields are not "
+            f"what Kineto writes; the first, {skipped.malformed_first}" + _skipped_steps(skipped)
         )
     if len(timelines) == 1 and (tl.world_size or 1) > 1:
         notes.append(
@@ -323,6 +323,21 @@ def _notes(timelines: list[Timeline], run: EngineRun) -> list[str]:
             "(give every rank's profile)"
         )
     return notes
+
+
+def _skipped_steps(skipped: Timeline) -> str:
+    """What the skipped events took from the step times: the steps malformed annotations marked."""
+    if not skipped.malformed_steps:
+        return ""
+    first = (
+        ""
+        if skipped.malformed_step_first == skipped.malformed_first
+        else f" (the first, {skipped.malformed_step_first})"
+    )
+    return (
+        f"; {skipped.malformed_steps} of them step annotation(s){first}: the steps they marked "
+        "are missing from the step times"
+    )
 
 
 def _alignment_notes(timelines: list[Timeline], run: EngineRun) -> list[str]:

@@ -100,7 +100,11 @@ class Timeline:
     python: bool = False  # the trace holds Python functions (recorded with with_stack=True)
     events: int = 0
     cpu_ops: int = 0
-    malformed: int = 0  # events whose fields had the wrong types: skipped (`well_formed`)
+    malformed: int = 0  # events whose fields had the wrong types: skipped (`bad_field`)
+    malformed_first: str = ""  # the first of them: which event, which field, what it held
+    # step annotations among them: (skipped, the first), against those kept (`annotations`)
+    malformed_steps: int = 0
+    malformed_step_first: str = ""
 
     @property
     def gpu(self) -> bool:
@@ -159,7 +163,8 @@ def read_timeline(path: str) -> Timeline:
     """Stream `path` once and keep its Timeline (see the module docstring for what is kept)."""
     kernels, launches, annotations, comm_ops, backend_ops, embeddings = [], {}, [], [], [], []
     attention, compiled_calls = [], []
-    counts = {"events": 0, "cpu_ops": 0, "malformed": 0}
+    counts = {"events": 0, "cpu_ops": 0, "malformed": 0, "malformed_steps": 0}
+    first_bad = {"any": "", "step": ""}
     launch_kind, communication_kernel = names.launch_kind, comm_names.communication_kernel
     step_annotation, profiler_step, backend_collective = (
         names.step_annotation,
@@ -188,8 +193,15 @@ def read_timeline(path: str) -> Timeline:
         counts["events"] += 1
         if ev.get("ph") != "X":
             return
-        if not well_formed(ev):
+        bad = bad_field(ev)
+        if bad:
+            said = f"{_event_words(ev)}: {bad}"
             counts["malformed"] += 1
+            first_bad["any"] = first_bad["any"] or said
+            name = ev.get("name")
+            if isinstance(name, str) and (step_annotation(name) or profiler_step(name) is not None):
+                counts["malformed_steps"] += 1
+                first_bad["step"] = first_bad["step"] or said
             return
         cat = ev.get("cat")
         cat = old_cats.get(cat, cat) if isinstance(cat, str) else cat
@@ -255,6 +267,11 @@ def read_timeline(path: str) -> Timeline:
     header = read_events(path, on_event)
     if counts["events"] == 0:
         raise UsageProblem(f"{path}: a Chrome trace with no events; nothing was profiled")
+    if counts["malformed_steps"] and not annotations:
+        raise UsageProblem(
+            f"{path}: every step annotation is malformed ({counts['malformed_steps']}; the first, "
+            f"{first_bad['step']}): the steps cannot be read from it"
+        )
     kernels.sort(key=lambda k: k.ts)
     annotations.sort(key=lambda a: a.ts)
     compiled_calls.sort()
@@ -274,6 +291,9 @@ def read_timeline(path: str) -> Timeline:
         events=counts["events"],
         cpu_ops=counts["cpu_ops"],
         malformed=counts["malformed"],
+        malformed_first=first_bad["any"],
+        malformed_steps=counts["malformed_steps"],
+        malformed_step_first=first_bad["step"],
     )
 
 
@@ -282,37 +302,82 @@ _TEXT_ARGS = ("dtype", "Collective name")
 
 
 def well_formed(ev: dict) -> bool:
-    """The fields this reader keeps have the types Kineto writes: `cat` and `name` text, `args` an
-    object, ids whole numbers, `tid` a number or text. An event that breaks this is skipped (and
-    counted in a note), not trusted: a list where an id belongs is no id."""
+    return bad_field(ev) is None
+
+
+def bad_field(ev: dict) -> str | None:
+    """What is wrong with a complete event's fields, in words, or None: the fields this reader
+    keeps have the types Kineto writes: `ts` a finite time, `dur` a finite time not below 0 (or
+    absent), `cat` and `name` text, `args` an object, ids whole numbers, `tid` a number or text. An
+    event that breaks this is skipped and named in a note, not trusted: a list where an id belongs
+    is no id, and `"ts": "a"` no time (read as 0 it would move the event to the trace's start)."""
+    for key in ("ts", "dur"):
+        if key in ev or key == "ts":
+            value = _time(ev.get(key))
+            if value is None:
+                return f"{_shown(key, ev.get(key))} is no time"
+            if key == "dur" and value < 0:
+                return f"{_shown(key, ev.get(key))} is a negative duration"
     cat, name, args, tid = ev.get("cat"), ev.get("name"), ev.get("args"), ev.get("tid")
-    if not isinstance(cat, (str, type(None))) or not isinstance(name, (str, type(None))):
-        return False
-    if not isinstance(tid, (int, str, type(None))) or not isinstance(args, (dict, type(None))):
-        return False
+    for key, value, kinds in (
+        ("cat", cat, (str, type(None))),
+        ("name", name, (str, type(None))),
+        ("tid", tid, (int, str, type(None))),
+        ("args", args, (dict, type(None))),
+    ):
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"{_shown(key, value)} is not what Kineto writes there"
     for key in _ID_ARGS:
         value = args.get(key) if args else None
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64
         ):
-            return False
-    return not args or all(isinstance(args.get(k), (str, type(None))) for k in _TEXT_ARGS)
+            return f"{_shown('args.' + key, value)} is no id"
+    for key in _TEXT_ARGS:
+        if args and not isinstance(args.get(key), (str, type(None))):
+            return f"{_shown('args.' + key, args.get(key))} is no text"
+    return None
+
+
+def _time(value: object) -> float | None:
+    """A trace time in µs: a finite JSON number, or a decimal number written as text (some
+    exporters write "ts": "123.4"); None for anything else."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > 40 or any(c not in "0123456789.-+eE" for c in text):
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and not -(2**63) < value < 2**63:
+        return None  # a 400-digit number would overflow a float
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _shown(key: str, value: object) -> str:
+    text = repr(value)
+    return f'"{key}": {text if len(text) <= 40 else text[:37] + "..."}'
+
+
+def _event_words(ev: dict) -> str:
+    """`event 'ProfilerStep#1' (user_annotation)`: which event, as the note names it."""
+    name, cat = ev.get("name"), ev.get("cat")
+    named = (
+        repr(name if len(name) <= 60 else name[:57] + "...")
+        if isinstance(name, str)
+        else "(unnamed)"
+    )
+    return f"event {named}" + (f" ({cat})" if isinstance(cat, str) and len(cat) <= 40 else "")
 
 
 def _num(ev: dict, key: str) -> float:
-    value = ev.get(key, 0.0)
-    if isinstance(value, str):  # some exporters write "ts": "123.4"
-        try:
-            value = float(value)
-        except ValueError:
-            value = 0.0
-    if isinstance(value, int) and not -(2**63) < value < 2**63:
-        return 0.0  # no time: a 400-digit number would overflow a float
-    return (
-        float(value)
-        if isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
-        else 0.0
-    )
+    """An event's time field as `bad_field` checked it (0 where absent)."""
+    value = _time(ev.get(key, 0.0))
+    return 0.0 if value is None else value
 
 
 def _blocks(grid: object) -> int:
