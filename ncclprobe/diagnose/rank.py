@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os.path
 
-from ncclprobe.diagnose import rules_failures
+from ncclprobe.diagnose import rules_failures, rules_machines
 from ncclprobe.diagnose.hang import rules_arrival, rules_hang, rules_nccl_log, rules_stacks
 from ncclprobe.diagnose.p2p.check import P2P, check_report
 from ncclprobe.diagnose.process_env import rules_capture, rules_envcheck
@@ -43,6 +43,8 @@ from ncclprobe.findings import Finding
 from ncclprobe.rank_ranges import rank_word
 
 SCHEMA_VERSION = 2  # 2: each finding's `cost` (findings.Cost) replaced cost_ms_per_token/step
+# whether the inputs describe one machine: said first, before any rule joins their facts
+MACHINES = RuleSet("machines", rules_machines.RULES)
 SETTINGS = RuleSet("settings", (rules_safety.unsafe_settings,) + rules_settings.RULES)
 # the job's NCCL release against the known-bad table, wherever a version is read
 KNOWN_BAD = RuleSet(
@@ -70,6 +72,7 @@ HANG = RuleSet(
 FAILURE_LINES = RuleSet("failure lines", rules_failures.RULES)
 # the live ones run where this machine's evidence was gathered (diagnose --topo-check, --env-check PID)
 RULE_SETS = (
+    MACHINES,
     SETTINGS,
     KNOWN_BAD,
     ENV_CHECK_DOCUMENT,

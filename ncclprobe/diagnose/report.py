@@ -128,8 +128,10 @@ class Report:
 
 # Findings that say the run did not run what the user asked (a setting NCCL ignores or rejects, one
 # that never reached a worker): fixed first, since every other figure of the run was measured under
-# them. Ahead of findings of the same severity and confidence.
+# them; and inputs of different machines (`rules_machines`), since no finding joins them then.
+# Ahead of findings of the same severity and confidence.
 FIX_FIRST = (
+    "machines",
     "unsafe-settings",
     "env-check-sibling",
     "capture-settings",

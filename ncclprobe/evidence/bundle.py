@@ -23,6 +23,7 @@ from ncclprobe.evidence.live.capture_dir import CaptureRecord, capture_inputs, l
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.live.host_env_checks import HostsEnvEvidence
 from ncclprobe.evidence.live.processes import ProcessEvidence
+from ncclprobe.evidence.machines import MachineView, machine_views
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
@@ -64,6 +65,8 @@ class Evidence:
     hosts: HostsEnvEvidence | None = None  # every node's env-check documents (env-check --launcher)
     settings: SettingsEvidence | None = None  # NCCL settings to lint, with the node and version
     nccl_log: NcclLog | None = None  # one NCCL debug log read whole (`nccl-log`)
+    # what each source says of the machine it describes, where two or more can be compared
+    machines: list[MachineView] = field(default_factory=list)
 
     @classmethod
     def from_trace(
@@ -194,6 +197,7 @@ def load_evidence(
         _add_collect_env(ev, collect_env)
     if job_evidence:
         _add_job_evidence(ev, flight_recorder, logs, nccl_logs)
+    ev.machines = machine_views(ev)
     return ev
 
 

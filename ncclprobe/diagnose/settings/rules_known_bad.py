@@ -6,6 +6,7 @@ where the release and the GPUs match a row (it can happen here)."""
 
 from __future__ import annotations
 
+from ncclprobe.diagnose.rules_machines import one_machine
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.nccl.known_bad_scan import known_bad_in_logs
 from ncclprobe.findings import Finding, NotChecked, RuledOut
@@ -16,7 +17,10 @@ HYPOTHESIS = "the job runs an NCCL release with a known failure on its GPUs"
 
 
 def known_bad_findings(ev: E.Evidence) -> list:
-    caps, host_arch = _gpus(ev)
+    """The job's NCCL is what its ranks' logs say they loaded; a collect-env text's NCCL (its
+    shell's, maybe another install) stands for it only where no log names one. The GPUs of other
+    sources join the logs' only where the inputs describe one machine (`rules_machines`)."""
+    caps, host_arch = _gpus(ev) if one_machine(ev) else (set(), None)
     found: dict[tuple[str, str], tuple[Match, list[str]]] = {}
     versions: set[str] = set()
     for rank_log in ev.nccl_logs:
@@ -26,11 +30,13 @@ def known_bad_findings(ev: E.Evidence) -> list:
         caps |= scanned.capabilities
         for match in matches:
             _add(found, match, rank_log.label)
-    collected = ev.collect_env.nccl_version if ev.collect_env else None
-    if collected:
+    collected = ev.collect_env.nccl_version if ev.collect_env and not versions else None
+    if collected and ev.collect_env is not None:
+        if not one_machine(ev):  # the collect-env's release, with its own GPUs only
+            caps, host_arch = _collected_gpus(ev)
         versions.add(collected)
         for match in matching(collected, caps, host_arch=host_arch):
-            _add(found, match, f"{ev.collect_env.tool} text" if ev.collect_env else "collect-env")
+            _add(found, match, f"{ev.collect_env.tool} text")
     out: list = [_finding(match, where, caps) for match, where in found.values()]
     if out or not versions:
         return out
@@ -59,13 +65,16 @@ def known_bad_findings(ev: E.Evidence) -> list:
 
 
 def _gpus(ev: E.Evidence) -> tuple[set[int], str | None]:
-    caps = set(ev.node.compute_capabilities or ()) if ev.node else set()
-    host_arch = None
-    if ev.collect_env is not None:
-        caps |= set(ev.collect_env.compute_capabilities)
-        caps |= {c for c in map(capability_of, ev.collect_env.gpu_names) if c is not None}
-        host_arch = ev.collect_env.host_arch
-    return caps, host_arch
+    caps, host_arch = _collected_gpus(ev)
+    return caps | (set(ev.node.compute_capabilities or ()) if ev.node else set()), host_arch
+
+
+def _collected_gpus(ev: E.Evidence) -> tuple[set[int], str | None]:
+    if ev.collect_env is None:
+        return set(), None
+    caps = set(ev.collect_env.compute_capabilities)
+    caps |= {c for c in map(capability_of, ev.collect_env.gpu_names) if c is not None}
+    return caps, ev.collect_env.host_arch
 
 
 def _add(found: dict, match: Match, where: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ncclprobe.diagnose.rules_machines import one_machine
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
@@ -51,6 +52,15 @@ def _settings_read(ev: E.Evidence) -> list:
     if collect_env is None or not shell:
         return []
     tool = collect_env.tool
+    if not one_machine(ev):
+        return [
+            NotChecked(
+                rule="nccl-settings-read",
+                hypothesis=f"the NCCL settings {tool} shows reached every rank's NCCL",
+                missing=f"a {tool} text of the job's own machine: this one describes another "
+                "(see the finding `machines`)",
+            )
+        ]
     judged = [
         (label, log)
         for label, log in zip(_labels(ev), ev.nccl_logs)
@@ -188,6 +198,7 @@ def _versions(ev: E.Evidence) -> list:
     collected = collect_env.nccl_version if collect_env else None
     if (
         collect_env is not None
+        and one_machine(ev)  # another machine's NCCL says nothing of this job's workers
         and collected
         and parse_version(collected)
         and parse_version(collected) != parse_version(seen[0])
@@ -266,7 +277,8 @@ def _no_p2p_finding(ev: E.Evidence, counts: dict, listing: str) -> Finding:
         for name, value in log.log.env.items()
         if value in P2P_OFF.get(name, ())
     }
-    nvlink = bool(ev.node and ev.node.any_nvlink)
+    node = ev.node if one_machine(ev) else None  # another machine's links are not these ranks'
+    nvlink = bool(node and node.any_nvlink)
     via = "the network transport" if "NET" in counts else "host memory (SHM)"
     cause = (
         f"NCCL read {', '.join(f'{k}={v}' for k, v in off.items())}, which turns P2P off"
@@ -288,7 +300,7 @@ def _no_p2p_finding(ev: E.Evidence, counts: dict, listing: str) -> Finding:
         evidence={
             "transports": counts,
             "p2p_off_read": off,
-            "node": ev.node.to_json() if ev.node else None,
+            "node": node.to_json() if node else None,
         },
         next_command="ncclprobe topo --check",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from ncclprobe.diagnose.rules_machines import one_machine
 from ncclprobe.diagnose.run.sweep_match import tuning_settings
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.bundle import RUN_NODE
@@ -31,7 +32,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     environment at communicator creation, each process env-check read. One finding per problem,
     naming every place it was found, and what NCCL's own log says about it where one was read."""
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
-    node = ev.node
+    node = ev.node if one_machine(ev) else None  # whose machine it is, unsure: judged without
     found: dict[tuple, Finding] = {}
     places: dict[tuple, list[str]] = {}
     checked = []

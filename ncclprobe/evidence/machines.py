@@ -1,0 +1,111 @@
+"""Which machine each piece of evidence describes, as far as it says: its GPU models and compute
+capabilities, how many GPUs that machine has (or at least has), its host names, its NCCL. The
+inputs of one diagnosis may come from different machines (a collect-env text of one box beside
+the NCCL logs of a job on another); `diagnose.rules_machines` compares these views before any
+rule joins a fact of one source with a fact of another.
+
+Read from: the ranks' NCCL logs (nccl-tests' device lines name the GPUs, `cudaDev N` of each
+communicator says that a host has at least N + 1 GPUs, the log prefix names the hosts, the banner
+the release), a collect-env text (its GPU lines, compute capabilities, topology matrix and NCCL),
+the run's own record of its GPUs (an engine trace's `node`) and the profiles' device properties.
+A source that says nothing of a fact leaves it empty: nothing is compared that was not read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ncclprobe.evidence.nccl.known_bad_scan import scan
+from ncclprobe.nccl.known_bad import capability_of
+
+
+@dataclass(frozen=True)
+class MachineView:
+    """What one source says of the machine it describes."""
+
+    source: str  # in words: "the NCCL logs", "the vllm collect-env text"
+    gpu_models: tuple[str, ...] = ()  # as printed, without the vendor's prefix
+    capabilities: tuple[int, ...] = ()  # major*10+minor
+    gpus: int | None = None  # the GPUs the machine has (a topology matrix's count)
+    gpus_at_least: int | None = None  # the GPUs it has at least (the highest device used + 1)
+    hosts: tuple[str, ...] = ()
+    nccl: str | None = None  # the NCCL release this source saw loaded
+
+
+def machine_views(ev) -> list[MachineView]:
+    """Each source's view, only where two or more sources could be compared (no file is read
+    again for a single source)."""
+    collected = ev.collect_env
+    record = ev.node if ev.node is not None and ev.node_source == _run_node() else None
+    profiled = ev.config.get("gpus") if ev.kind == "profile" else None
+    if sum(bool(x) for x in (ev.nccl_logs, collected, record, profiled)) < 2:
+        return []
+    views = []
+    if ev.nccl_logs:
+        views.append(_from_nccl_logs(ev.nccl_logs))
+    if collected is not None:
+        models = tuple(_model(n) for n in collected.gpu_names)
+        caps = set(collected.compute_capabilities) | _capabilities(collected.gpu_names)
+        topology = collected.topology
+        views.append(
+            MachineView(
+                source=f"the {collected.tool} text",
+                gpu_models=models,
+                capabilities=tuple(sorted(caps)),
+                gpus=len(topology.gpus) if topology is not None and topology.gpus else None,
+                nccl=collected.nccl_version,
+            )
+        )
+    if record is not None:
+        views.append(
+            MachineView(
+                source="the run's own record",
+                capabilities=tuple(sorted(set(record.compute_capabilities or ()))),
+            )
+        )
+    if profiled:
+        names = [str(n) for n in profiled]
+        views.append(
+            MachineView(
+                source="the profiles",
+                gpu_models=tuple(dict.fromkeys(_model(n) for n in names)),
+                capabilities=tuple(sorted(_capabilities(names))),
+            )
+        )
+    return [v for v in views if v.gpu_models or v.capabilities or v.gpus or v.gpus_at_least]
+
+
+def _from_nccl_logs(logs) -> MachineView:
+    names = scan([log.path for log in logs]).gpu_names
+    devices = [
+        c["cuda_dev"]
+        for log in logs
+        if len(log.log.hosts) <= 1  # a log of one host: its devices are that host's
+        for c in log.log.communicators
+        if isinstance(c.get("cuda_dev"), int)
+    ]
+    versions = {log.log.nccl_version for log in logs if log.log.nccl_version}
+    return MachineView(
+        source="the NCCL logs",
+        gpu_models=tuple(dict.fromkeys(_model(n) for n in names)),
+        capabilities=tuple(sorted(_capabilities(names))),
+        gpus_at_least=max(devices) + 1 if devices else None,
+        hosts=tuple(sorted({h for log in logs for h in log.log.hosts})),
+        nccl=versions.pop() if len(versions) == 1 else None,
+    )
+
+
+def _capabilities(names) -> set[int]:
+    return {c for c in map(capability_of, names) if c is not None}
+
+
+def _model(name: str) -> str:
+    """`NVIDIA GeForce RTX 5090` -> `GeForce RTX 5090`: the same GPU as two tools name it."""
+    name = " ".join(name.split())
+    return name[len("NVIDIA ") :] if name.startswith("NVIDIA ") else name
+
+
+def _run_node() -> str:
+    from ncclprobe.evidence.bundle import RUN_NODE
+
+    return RUN_NODE
