@@ -63,10 +63,23 @@ def test_shm_between_the_ranks_of_one_node_is_a_finding_and_p2p_its_healthy_twin
     assert cleared and "through P2P" in cleared[0]["reason"]
 
 
-def test_shm_where_the_gpus_have_nvlink_is_an_error():
-    """collect-env's topology (8x H100, NV18) is what the GPUs have; NCCL's log how it connected."""
+def _collect_env_of_the_5090s(tmp_path) -> Path:
+    """COLLECT with its GPU lines the 5090 box's, so that it and SHM describe one machine (the
+    real pair describes two, and is never joined: tests/test_machines.py)."""
+    path = tmp_path / "collect_env_5090.txt"
+    path.write_text(COLLECT.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 5090"))
+    return path
+
+
+def test_shm_where_the_gpus_have_nvlink_is_an_error(tmp_path):
+    """collect-env's topology (8 GPUs, NV18) is what the GPUs have; NCCL's log how it connected."""
     doc = _diagnose(
-        "--server-log", str(VLLM), "--collect-env", str(COLLECT), "--nccl-log", str(SHM)
+        "--server-log",
+        str(VLLM),
+        "--collect-env",
+        str(_collect_env_of_the_5090s(tmp_path)),
+        "--nccl-log",
+        str(SHM),
     )
     [shm], _, _ = _of(doc, "nccl-transport")
     assert (shm["severity"], shm["confidence"]) == ("error", "high")
@@ -115,10 +128,16 @@ def test_different_nccl_versions_on_the_ranks_are_an_error_and_one_version_is_ru
     assert not found and "reports NCCL 2.28.9" in cleared[0]["reason"]
 
 
-def test_a_job_nccl_other_than_collect_envs_is_a_warning():
-    """collect-env's shell has nvidia-nccl 2.21.5 (pip); the job's log says 2.25.1."""
+def test_a_job_nccl_other_than_collect_envs_is_a_warning(tmp_path):
+    """collect-env's shell has nvidia-nccl 2.21.5 (pip); the job's log, on the same machine, says
+    2.25.1."""
     doc = _diagnose(
-        "--server-log", str(VLLM), "--collect-env", str(COLLECT), "--nccl-log", str(SHM)
+        "--server-log",
+        str(VLLM),
+        "--collect-env",
+        str(_collect_env_of_the_5090s(tmp_path)),
+        "--nccl-log",
+        str(SHM),
     )
     [other], _, _ = _of(doc, "nccl-version")
     assert (other["severity"], other["confidence"]) == ("warning", "medium")

@@ -101,7 +101,8 @@ def _said(view: MachineView) -> str:
 
 
 def _json(view: MachineView) -> dict:
-    return {
+    """The facts this source said (those it did not say are left out, not shown as None)."""
+    facts = {
         "gpu_models": list(view.gpu_models),
         "capabilities": list(view.capabilities),
         "gpus": view.gpus,
@@ -109,6 +110,7 @@ def _json(view: MachineView) -> dict:
         "hosts": list(view.hosts),
         "nccl": view.nccl,
     }
+    return {k: v for k, v in facts.items() if v not in (None, [])}
 
 
 RULES = (machines,)
