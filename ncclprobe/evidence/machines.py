@@ -13,10 +13,16 @@ A source that says nothing of a fact leaves it empty: nothing is compared that w
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ncclprobe.evidence.nccl.known_bad_scan import scan
+from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
 from ncclprobe.nccl.known_bad import capability_of
+
+if TYPE_CHECKING:  # the bundle holds these views: imported for its type only
+    from ncclprobe.evidence.bundle import Evidence
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class MachineView:
     nccl: str | None = None  # the NCCL release this source saw loaded
 
 
-def machine_views(ev) -> list[MachineView]:
+def machine_views(ev: Evidence) -> list[MachineView]:
     """Each source's view, only where two or more sources could be compared (no file is read
     again for a single source)."""
     collected = ev.collect_env
@@ -75,7 +81,7 @@ def machine_views(ev) -> list[MachineView]:
     return [v for v in views if v.gpu_models or v.capabilities or v.gpus or v.gpus_at_least]
 
 
-def _from_nccl_logs(logs) -> MachineView:
+def _from_nccl_logs(logs: Sequence[RankNcclLog]) -> MachineView:
     names = scan([log.path for log in logs]).gpu_names
     devices = [
         c["cuda_dev"]
@@ -95,7 +101,7 @@ def _from_nccl_logs(logs) -> MachineView:
     )
 
 
-def _capabilities(names) -> set[int]:
+def _capabilities(names: Iterable[str]) -> set[int]:
     return {c for c in map(capability_of, names) if c is not None}
 
 
