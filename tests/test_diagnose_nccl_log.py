@@ -63,24 +63,17 @@ def test_shm_between_the_ranks_of_one_node_is_a_finding_and_p2p_its_healthy_twin
     assert cleared and "through P2P" in cleared[0]["reason"]
 
 
-def _collect_env_of_the_5090s(tmp_path) -> Path:
-    """COLLECT with its GPU lines the 5090 box's, so that it and SHM describe one machine (the
-    real pair describes two, and is never joined: tests/test_machines.py)."""
+def _diagnose_the_5090_box(tmp_path) -> dict:
+    """VLLM, SHM and COLLECT with its GPU lines the 5090 box's, so that it and SHM describe one
+    machine (the real pair describes two, and is never joined: tests/test_machines.py)."""
     path = tmp_path / "collect_env_5090.txt"
     path.write_text(COLLECT.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 5090"))
-    return path
+    return _diagnose("--server-log", str(VLLM), "--collect-env", str(path), "--nccl-log", str(SHM))
 
 
 def test_shm_where_the_gpus_have_nvlink_is_an_error(tmp_path):
     """collect-env's topology (8 GPUs, NV18) is what the GPUs have; NCCL's log how it connected."""
-    doc = _diagnose(
-        "--server-log",
-        str(VLLM),
-        "--collect-env",
-        str(_collect_env_of_the_5090s(tmp_path)),
-        "--nccl-log",
-        str(SHM),
-    )
+    doc = _diagnose_the_5090_box(tmp_path)
     [shm], _, _ = _of(doc, "nccl-transport")
     assert (shm["severity"], shm["confidence"]) == ("error", "high")
     assert shm["title"].endswith("although the GPUs have NVLink")
@@ -131,14 +124,7 @@ def test_different_nccl_versions_on_the_ranks_are_an_error_and_one_version_is_ru
 def test_a_job_nccl_other_than_collect_envs_is_a_warning(tmp_path):
     """collect-env's shell has nvidia-nccl 2.21.5 (pip); the job's log, on the same machine, says
     2.25.1."""
-    doc = _diagnose(
-        "--server-log",
-        str(VLLM),
-        "--collect-env",
-        str(_collect_env_of_the_5090s(tmp_path)),
-        "--nccl-log",
-        str(SHM),
-    )
+    doc = _diagnose_the_5090_box(tmp_path)
     [other], _, _ = _of(doc, "nccl-version")
     assert (other["severity"], other["confidence"]) == ("warning", "medium")
     assert other["evidence"] == {
