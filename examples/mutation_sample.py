@@ -94,6 +94,13 @@ MODULES = {
     "ncclprobe/evidence/run/trace_checks.py": f"{TRACES} tests/test_noise_rule.py "
     f"tests/test_nccl_value_reads.py {PINS}",
     "ncclprobe/evidence/run/serverlog.py": f"{PINS} {SERVER_LOGS}",
+    # review fixes (2026-12-07): machines never joined, strict profile times, plain-English levers
+    "ncclprobe/diagnose/rules_machines.py": "tests/test_machines.py tests/test_known_bad.py "
+    "tests/test_diagnose_nccl_log.py",
+    "ncclprobe/evidence/machines.py": "tests/test_machines.py tests/test_diagnose_nccl_log.py",
+    "ncclprobe/diagnose/run/levers.py": "tests/test_levers.py",
+    "ncclprobe/evidence/run/profile/timeline.py": "tests/test_profile_malformed.py "
+    "tests/test_profile_steps_unit.py",
     "ncclprobe/evidence/run/serverlog_lines.py": f"{PINS} {SERVER_LOGS} tests/test_trust_numbers.py",
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
     "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",

@@ -112,3 +112,95 @@ def test_each_disagreement_at_its_boundary():
     assert disagreements([_view(a, nccl="2.21.5", gpus=8), _view(b, nccl="2.25.1", gpus=8)]) == []
     # a fact one side does not say is never compared
     assert disagreements([_view(a, capabilities=(90,)), _view(b, gpus=2)]) == []
+
+
+# ---- what each source says (evidence.machines) ---------------------------------------------------
+
+L40S_4 = FIXTURES / "nccl_logs" / "nccl_2.27.3_4x_l40s_g6e48xlarge_1pod_shm.log"
+TWO_NODES = FIXTURES / "nccl_logs" / "nccl_2.22.3_2node_16x_h100_p5_efa_ofi_tuner_mpirun_tagged.log"
+TWO_GPU_ENV = (
+    FIXTURES / "collect_env" / "vllm_0.8.5_collect_env_2x_nv12_8nic_sectioned_issue19607.txt"
+)
+H200_PROFILE = (
+    FIXTURES / "profiles" / "nccl_2.28.9_h200_2ranks_1gpu_hostid_allreduce_eager_then_graph.json.gz"
+)
+
+
+def test_the_views_of_the_readme_bundle_are_each_sources_own():
+    ev = load_evidence(server_logs=[VLLM_LOG], collect_env=H100_ENV, nccl_logs=[RTX5090_LOG])
+    assert ev.machines == [
+        MachineView(
+            source="the NCCL logs",
+            gpu_models=("GeForce RTX 5090",),
+            capabilities=(120,),
+            gpus_at_least=2,  # cudaDev 0 and 1
+            hosts=("GENOA-06",),
+            nccl="2.25.1",
+        ),
+        MachineView(
+            source="the vllm collect-env text",
+            gpu_models=("H100 80GB HBM3",),
+            capabilities=(90,),
+            gpus=8,
+            nccl="2.21.5",
+        ),
+    ]
+    assert load_evidence(nccl_logs=[RTX5090_LOG]).machines == []  # one source: nothing to compare
+
+
+def test_a_gpu_beyond_the_other_machines_count_disagrees():
+    """4 ranks on cudaDev 0-3 of one host against a collect-env of 2 GPUs (its GPUs unnamed)."""
+    result = diagnose(load_evidence(collect_env=TWO_GPU_ENV, nccl_logs=[L40S_4]))
+    assert result.findings[0].title == (
+        "the inputs describe different machines: GPU 3 used (the NCCL logs) on a machine of 2 "
+        "GPU(s) (the vllm collect-env text)"
+    )
+    assert "Their NCCL differs too" not in result.findings[0].detail  # collect-env names none
+
+
+def test_a_log_of_several_hosts_says_no_count_of_one_machine():
+    """mpirun's tagged output of two nodes: which host a cudaDev is on is not read, so no count."""
+    ev = load_evidence(collect_env=TWO_GPU_ENV, nccl_logs=[TWO_NODES])
+    [logs] = [v for v in ev.machines if v.source == "the NCCL logs"] or [None]
+    assert logs is None or logs.gpus_at_least is None
+    assert "machines" not in [f.rule for f in diagnose(ev).findings]
+
+
+def test_the_profiles_gpus_and_the_runs_own_record_are_views_too():
+    from ncclprobe.evidence.bundle import RUN_NODE, Evidence
+    from ncclprobe.evidence.machines import machine_views
+    from ncclprobe.nccl.node import NodeFacts
+
+    ev = load_evidence(profiles=[H200_PROFILE], collect_env=TWO_GPU_ENV)
+    assert ev.machines[-1] == MachineView(
+        source="the profiles", gpu_models=("H200",), capabilities=(90,)
+    )
+    assert load_evidence(profiles=[H200_PROFILE]).machines == []
+    record = NodeFacts(compute_capabilities=(86, 86))
+    both = Evidence(node=record, node_source=RUN_NODE, collect_env=ev.collect_env)
+    assert machine_views(both) == [
+        MachineView(source="the vllm collect-env text", gpus=2),
+        MachineView(source="the run's own record", capabilities=(86,)),
+    ]
+    # a node that is the collect-env's own topology is no second source
+    assert (
+        machine_views(Evidence(node=record, node_source="collect-env", collect_env=ev.collect_env))
+        == []
+    )
+
+
+def test_capabilities_are_said_major_dot_minor_and_equal_releases_are_not_named():
+    found = disagreements([_view("A", capabilities=(86,)), _view("B", capabilities=(90,))])
+    assert found == ["GPU compute capability 8.6 (A) against 9.0 (B)"]
+    from ncclprobe.diagnose.rules_machines import machines
+    from ncclprobe.evidence.bundle import Evidence
+
+    views = [_view("A", capabilities=(86,), nccl="2.27.3"), _view("B", capabilities=(90,))]
+    [alone] = machines(Evidence(machines=views))
+    assert "Their NCCL differs too" not in alone.detail  # one release named: nothing differs
+    views.append(_view("C", capabilities=(90,), nccl="2.27.3"))
+    assert "Their NCCL differs too" not in machines(Evidence(machines=views))[0].detail
+    views.append(_view("D", capabilities=(90,), nccl="2.28.9"))
+    assert "Their NCCL differs too: 2.27.3 (A), 2.27.3 (C), 2.28.9 (D)." in (
+        machines(Evidence(machines=views))[0].detail
+    )
