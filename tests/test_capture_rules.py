@@ -461,3 +461,15 @@ def test_low_acceptance_without_a_configuration_error_names_the_weak_drafts_leve
     assert low.detail.endswith(
         "A draft trained on this model's own outputs, or fewer speculative tokens, are the levers."
     )
+
+
+def test_low_acceptance_defers_to_a_draft_that_keeps_no_token(tmp_path):
+    """The algorithm right (EAGLE3 for an EAGLE-3 draft) but not one draft token kept: spec-config's
+    "does not work" (a broken or mismatched draft, not a weak one) is the cause named."""
+    log = tmp_path / "none_kept.log"
+    log.write_text(re.sub(r"accept len: [0-9.]+", "accept len: 1.00", AS_EAGLE3.read_text()))
+    _, _, result = _spec(log)
+    [cause] = [f for f in result.findings if f.rule == "spec-config"]
+    [low] = [f for f in result.findings if f.rule == "acceptance"]
+    assert cause.title.startswith("the draft does not work")
+    assert f"(spec-config: {cause.title})" in low.detail and "are the levers" not in low.detail
