@@ -3,6 +3,8 @@ formats (tests/fixtures/server_logs/handwritten_*, INDEX.md says what each plant
 cut (`>`: a batch equal to the largest captured size fits), in vLLM's unit (tokens: requests x
 (1 + k) with speculative decoding), SGLang's warm-up interval, vLLM V1's 1 + accepted x k / drafted."""
 
+import re
+
 import pytest
 
 from ncclprobe.diagnose import diagnose, load_evidence
@@ -178,6 +180,8 @@ def test_per_position_rates_weigh_each_interval_by_its_drafts_as_the_length_does
         if r.rule == "acceptance"
     ]
     assert ruled.reason == "1.51 tokens per cycle (per position 0.30, 0.15, 0.05)"
+    length, *rates = (float(x) for x in re.findall(r"[0-9]+\.[0-9]+", ruled.reason))
+    assert abs(1 + sum(rates) - length) <= 0.005 * (1 + len(rates))  # as printed, within rounding
 
 
 def test_per_position_rates_of_equal_intervals_or_without_counts_are_their_mean(tmp_path):
