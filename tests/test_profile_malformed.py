@@ -98,3 +98,81 @@ def test_a_malformed_kernel_is_named_and_the_steps_stand(tmp_path):
     assert "no step could be found" not in " ".join(
         f.title for f in diagnose(load_evidence(profiles=[path])).findings
     )
+
+
+# ---- bad_field's words and boundaries (timeline.bad_field) ---------------------------------------
+
+
+def _event(**fields):
+    return {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 1.0, **fields}
+
+
+@pytest.mark.parametrize(
+    "fields,said",
+    [
+        ({"ts": "1.5"}, None),
+        ({"ts": "1e3"}, None),
+        ({"ts": "1" * 40}, None),  # 40 characters: still read
+        ({"ts": "1" * 41}, '"ts": \'' + "1" * 36 + "... is no time"),  # its repr cut at 37
+        ({"ts": "nan"}, "\"ts\": 'nan' is no time"),
+        ({"ts": "1.2.3"}, "\"ts\": '1.2.3' is no time"),
+        ({"ts": ""}, "\"ts\": '' is no time"),
+        ({"ts": 2**63 - 1}, None),
+        ({"ts": 2**63}, '"ts": 9223372036854775808 is no time'),
+        ({"ts": -(2**63)}, '"ts": -9223372036854775808 is no time'),
+        ({"dur": "-5"}, "\"dur\": '-5' is a negative duration"),
+        ({"dur": 0}, None),
+        ({"cat": 3}, '"cat": 3 is not what Kineto writes there'),
+        ({"name": ["k"]}, "\"name\": ['k'] is not what Kineto writes there"),
+        ({"tid": True}, '"tid": True is not what Kineto writes there'),
+        ({"args": [1]}, '"args": [1] is not what Kineto writes there'),
+        ({"args": {"correlation": -1}}, '"args.correlation": -1 is no id'),
+        ({"args": {"correlation": 0}}, None),
+        ({"args": {"External id": 2**64 - 1}}, None),
+        ({"args": {"External id": 2**64}}, '"args.External id": 18446744073709551616 is no id'),
+        ({"args": {"Seq": True}}, '"args.Seq": True is no id'),
+        ({"args": {"Collective name": 5}}, '"args.Collective name": 5 is no text'),
+        ({"args": {"dtype": None, "Collective name": "allreduce"}}, None),
+    ],
+)
+def test_bad_field_names_the_field_and_what_it_held(fields, said):
+    from ncclprobe.evidence.run.profile.timeline import bad_field, well_formed
+
+    event = _event(**fields)
+    assert bad_field(event) == said
+    assert well_formed(event) is (said is None)
+
+
+def test_a_missing_ts_is_no_time_and_a_missing_dur_is_none():
+    from ncclprobe.evidence.run.profile.timeline import _num, bad_field
+
+    event = _event()
+    del event["dur"]
+    assert bad_field(event) is None and _num(event, "dur") == 0.0
+    del event["ts"]
+    assert bad_field(event) == '"ts": None is no time'
+
+
+def test_the_event_is_named_short_with_its_category():
+    from ncclprobe.evidence.run.profile.timeline import _event_words
+
+    assert _event_words({"name": "n" * 60, "cat": "c" * 40}) == f"event '{'n' * 60}' ({'c' * 40})"
+    assert _event_words({"name": "n" * 61, "cat": "c" * 41}) == f"event '{'n' * 57}...'"
+    assert _event_words({"name": 5}) == "event (unnamed)"
+
+
+def test_the_counts_of_a_file_of_malformed_events(tmp_path):
+    """Every event malformed but no step annotation among them: the file is read (nothing kept),
+    each count said; an empty trace is refused."""
+    from ncclprobe.errors import UsageProblem
+    from ncclprobe.evidence.run.profile.timeline import read_timeline
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [_event(ts="a"), _event(dur=-1), _event()]}))
+    read = read_timeline(str(path))
+    assert (read.events, read.malformed, read.malformed_steps) == (3, 2, 0)
+    assert read.malformed_first == "event 'k' (kernel): \"ts\": 'a' is no time"
+    assert read.malformed_step_first == "" and len(read.kernels) == 1
+    path.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(UsageProblem, match="no events"):
+        read_timeline(str(path))
