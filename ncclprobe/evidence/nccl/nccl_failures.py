@@ -27,7 +27,8 @@ Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
   failure ...` lines (`Cuda failure` before 2.0), the reason the run stopped; the last one is shown
   (every rank prints one), with the CUDA or NCCL error's own meaning where it is a known one
   (`ERRORS`: CUDA runtime API documentation, cudaError enum; NCCL's ncclResult_t, src/nccl.h.in).
-Other WARN lines are shown as they are.
+More classes (topology detection, /dev/shm access, InfiniBand completion errors, network plugins
+and their own WARN lines) are in `nccl_failure_kinds`. Other WARN lines are shown as they are.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.evidence.failure_lines import FailureLines
+from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.numbers import ascii_re
@@ -131,6 +133,31 @@ ERRORS = (
         "run with NCCL_DEBUG=INFO and read the first WARN line",
     ),
     KnownError(
+        "invalid usage",
+        "ncclInvalidUsage",
+        "NCCL refused the call: it is not valid in the communicator's state or with the other "
+        "ranks' calls (ncclGetErrorString: 'invalid usage'; NCCL's documentation: 'usually "
+        "reflecting a programming error'); the error string itself does not say which rule",
+        "set NCCL_DEBUG=WARN in the failing process's environment (for a server: where it is "
+        "started) and read the WARN line NCCL prints just before the error: it names the refused "
+        "argument or state",
+    ),
+    KnownError(
+        "invalid argument (run with NCCL_DEBUG=WARN",
+        "ncclInvalidArgument",
+        "an argument of the NCCL call has an invalid value (a pointer, a count, a datatype, a "
+        "rank; ncclGetErrorString 2.19+: 'invalid argument (run with NCCL_DEBUG=WARN for "
+        "details)'); the error string does not say which",
+        "set NCCL_DEBUG=WARN in the failing process's environment and read the WARN line NCCL "
+        "prints just before the error: it names the argument",
+    ),
+    KnownError(
+        "internal error - please report this issue to the NCCL developers",
+        "ncclInternalError",
+        "NCCL reached a state its own code treats as a bug (ncclGetErrorString 2.19+)",
+        "run with NCCL_DEBUG=INFO, read the first WARN line, and report it with the NCCL version",
+    ),
+    KnownError(
         "remote process exited or there was a network error",
         "ncclRemoteError",
         "a peer went away or the network between the ranks failed; the failure is on another rank "
@@ -194,6 +221,11 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     if log.failures:
         out.append(_test_failure(log.failures))
     explained = set(shm) | set(ib) | set(unreachable)
+    found = [k for k in (kinds.topology(log), kinds.shm_access(log), kinds.ib_completion(log)) if k]
+    found += kinds.net_plugins(log, explained | {w for k in found for w in k.warnings})
+    for k in found:
+        out.append(Explained(k.kind, k.severity, k.message, k.fix, k.lines))
+        explained |= set(k.warnings)
     log.failure_lines.forget(unreachable)
     return out, [w for w in log.warnings if w not in explained]
 
