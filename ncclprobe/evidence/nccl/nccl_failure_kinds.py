@@ -14,7 +14,10 @@ source:
   2.11): only there is NCCL_SHM_DISABLE named as the lever.
 - `ib-completion-error`: `NET/IB : Got completion [from peer X] with error N` (2.7-2.29) or `with
   status=N` (2.30, nccl-rdma-sharp-plugins' ib_plugin.c): the InfiniBand/RoCE work completion
-  failed; N is rdma-core's `enum ibv_wc_status` (libibverbs/verbs.h).
+  failed; N is rdma-core's `enum ibv_wc_status` (libibverbs/verbs.h; NCCL's copy in
+  src/include/ibvcore.h). 12 (retries exhausted) is the fabric not delivering within the ack
+  timeout; NCCL 2.30 hints (src/transport/net_ib/common.h) at NCCL_IB_TIMEOUT set too short, named
+  here only where the log shows the job set it.
 - `net-plugin`: a network plugin NCCL loaded (`NET/Plugin: Loaded net plugin NAME`, `Using network
   NAME`, or lines tagged `NET/<Tag>` that are not NCCL's own IB/Socket/Plugin/MLX5), with the
   WARN lines its own files printed: they are the plugin's words, not NCCL's.
@@ -202,11 +205,18 @@ def ib_completion(log: NcclLog) -> Found | None:
     where = (
         f" with peer(s) {', '.join(peers[:4])}{', ...' if len(peers) > 4 else ''}" if peers else ""
     )
+    timeout = log.env.get("NCCL_IB_TIMEOUT") if 12 in statuses else None
+    setting = (
+        f" This job set NCCL_IB_TIMEOUT={timeout}: each retry waits 4.096 us x 2^{timeout} (the "
+        "InfiniBand ack timeout); a value below NCCL's default shortens the wait before this error "
+        "(NCCL 2.30's own hint for status 12)"
+        if timeout
+        else " The fabric did not deliver them in time; no NCCL setting in this log causes it"
+    )
     return Found(
         kind="ib-completion-error",
         severity="error",
-        message=f"InfiniBand/RoCE transfers failed{where} ({len(hits)} line(s)): {said}. The "
-        "fabric did not deliver them; this is not an NCCL setting",
+        message=f"InfiniBand/RoCE transfers failed{where} ({len(hits)} line(s)): {said}.{setting}",
         fix="check the path between the hosts named: port state and error counters (`ibstat`, "
         "`perfquery`, the switch's port counters), cables, and `ib_write_bw` between the two "
         "hosts; on RoCE the PFC/ECN configuration",

@@ -37,9 +37,12 @@ from ncclprobe.verdict import Verdict, worst
 # without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
 _PREFIX = ascii_re(
     r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]{1,19}):(?P<tid>[0-9]{1,19}) \[(?P<dev>[0-9]{1,19})\] "
-    r"(?:[0-9.]+ )?(?:(?P<where>\S+):[0-9]{1,19}(?: \(\S{1,200}\))? )?"
+    r"(?:[0-9.]+ )?(?:(?P<where>(?:[\w:*&<>~]+ ){0,6}[^\s()]+(?:\([^()]{0,400}\))?):[0-9]{1,19}"
+    r"(?: \(\S{1,200}\))? )?"
     r"NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
 )
+# A plugin's WARN may carry its function for a file: aws-ofi-nccl's `configure_nvls_option:287 NCCL
+# WARN` or, with the C++ signature, `int cm_req_handle_error_entry(nccl_net_ofi_context_t*, ...):46`.
 # 2.30.7+ puts the function after a WARN's `file:line` (`graph/xml.cc:419 (ncclTopoGetPciNode) NCCL
 # WARN`, src/debug.cc); an error's return path is INFO lines `file:line -> code` (src/include/checks.h;
 # `file:line (func) -> code` in 2.30.7+, `-> code (strerror)` after a system call since 2.19)

@@ -1,0 +1,410 @@
+"""NCCL log lines written from NCCL's own format strings (the pinned excerpts of
+tests/fixtures/nccl_source, read at each release tag) and from plugins' real lines: each is read
+(behind the prefixes Ray, torchrun, mpirun and timestamps put in front), each known failure class
+is named with its mechanism, and each class's healthy twin stays silent."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ncclprobe.evidence.failure_lines import FailureLines, looks_like_failure
+from ncclprobe.evidence.nccl.nccl_failure_kinds import WC_STATUS
+from ncclprobe.evidence.nccl.nccl_failures import explain, explain_lines
+from ncclprobe.evidence.nccl.nccl_log import parse_nccl_log
+from tests.nccl_source import load
+
+
+def c_format(line: str, *args) -> str:
+    """The first C string literal of `line`, printf'd with `args`."""
+    fmt = re.findall(r'"((?:[^"\\]|\\.)*)"', line)[0].replace("\\n", "")
+    fmt = re.sub(r"%(?:l|z|ll)?[diu]", "%d", fmt)
+    return fmt % args
+
+
+def warn_prefix(tag: str, file: str, func: str = "f") -> str:
+    """NCCL's WARN prefix at `tag`, from its src/debug.cc."""
+    debug = load(tag, "src/debug.cc")
+    if tag == "v2.30.7-1":
+        host = c_format(debug.line(r'"%s:%d:%d "'), "gpu-node", 4242, 4300)
+        return host + c_format(debug.line(r"\(%s\) NCCL WARN"), 3, file, 77, func, "")
+    return c_format(debug.line("NCCL WARN"), "gpu-node", 4242, 4300, 3, file, 77)
+
+
+def info_prefix(tag: str) -> str:
+    if tag == "v2.30.7-1":
+        debug = load(tag, "src/debug.cc")
+        host = c_format(debug.line(r'"%s:%d:%d "'), "gpu-node", 4242, 4300)
+        return host + c_format(debug.line("NCCL INFO"), 3, "")
+    return c_format(load(tag, "src/debug.cc").line("NCCL INFO"), "gpu-node", 4242, 4300, 3)
+
+
+def kinds(text: str) -> dict[str, str]:
+    explained, _ = explain(parse_nccl_log(text))
+    return {k.kind: f"{k.message} | {k.fix}" for k in explained}
+
+
+def unexplained(text: str) -> list[str]:
+    return explain(parse_nccl_log(text))[1]
+
+
+# -- the prefixes and formats of each release
+
+
+@pytest.mark.parametrize("tag", ["v2.12.12-1", "v2.30.7-1"])
+def test_a_warn_line_of_each_release_is_read_with_its_file(tag):
+    line = warn_prefix(tag, "graph/xml.cc", "ncclTopoGetPciNode") + "Something broke"
+    log = parse_nccl_log(line)
+    assert log.warnings == ["Something broke"] and log.warning_files == ["graph/xml.cc"]
+
+
+@pytest.mark.parametrize(
+    "tag, path, values, expected",
+    [
+        ("v2.8.3-1", "src/graph/paths.cc", (24, 32, 2), {"coll": 24, "p2p": 32}),
+        ("v2.17.1-1", "src/init.cc", (24, 0, 32, 2), {"coll": 24, "nvls": 0, "p2p": 32}),
+        (
+            "v2.21.5-1",
+            "src/init.cc",
+            (16, 16, 0, 32, 2),
+            {"coll": 16, "collnet": 16, "nvls": 0, "p2p": 32},
+        ),
+        (
+            "v2.30.7-1",
+            "src/init.cc",
+            (16, 16, 0, 32, 2),
+            {"coll": 16, "collnet": 16, "nvls": 0, "p2p": 32},
+        ),
+    ],
+)
+def test_the_channel_counts_of_every_format_are_read(tag, path, values, expected):
+    excerpt = load(tag, path)
+    number = next(n for n, line in excerpt.lines.items() if "coll channels" in line)
+    fmt = excerpt.lines[number] + (excerpt.lines.get(number + 1, "") if tag == "v2.30.7-1" else "")
+    log = parse_nccl_log("h:1:2 [0] NCCL INFO " + c_format(fmt, *values))
+    assert log.channel_counts == expected
+
+
+RAY = "(RayWorkerWrapper pid=2657296, ip=10.0.0.5) "
+PREFIXES = [
+    "(train_rft pid=2657296) 2024-05-11 14:10:52.224 ",
+    RAY,
+    "[rank0]:",
+    "[1,0]<stdout>:",
+    "[2025-01-01 10:00:00] ",
+    "2024-05-11T14:10:52.224Z ",
+]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_nccl_lines_behind_a_launchers_prefix_are_nccl_lines(prefix):
+    text = "\n".join(
+        prefix + line
+        for line in (
+            "n176:2657296:2658229 [0] NCCL INFO Connected all rings",
+            "n176:2657296:2658229 [0] NCCL INFO 24 coll channels, 0 nvls channels, 32 p2p channels, "
+            "32 p2p channels per peer",
+            "n176:2657296:2658232 [0] include/alloc.h:102 NCCL WARN Cuda failure 1 'invalid argument'",
+        )
+    )
+    log = parse_nccl_log(text)
+    assert (log.nccl_lines, log.channel_counts["coll"]) == (3, 24)
+    assert log.warnings == ["Cuda failure 1 'invalid argument'"]
+
+
+def test_the_headline_carries_the_channel_count(tmp_path):
+    from click.testing import CliRunner
+
+    from ncclprobe.cli import cli
+
+    path = tmp_path / "ray.log"
+    path.write_text(
+        RAY
+        + "n1:7:8 [1] NCCL INFO 24 coll channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer\n"
+    )
+    result = CliRunner().invoke(cli, ["nccl-log", str(path), "--format", "json"])
+    assert (
+        '"headline": "NCCL (version not logged), ? ranks, 1 process(es), 1 NCCL lines, 24 coll channels"'
+        in result.output
+    )
+    assert result.exit_code == 0, result.output
+
+
+# -- topology detection
+
+
+def _topology_2_12() -> str:
+    path = "/sys/class/pci_bus/0000:01/../../0000:01:00.0"
+    warn = warn_prefix("v2.12.12-1", "graph/xml.cc") + c_format(
+        load("v2.12.12-1", "src/graph/xml.cc").line("real path"), path
+    )
+    ret = load("v2.12.12-1", "src/include/checks.h").line("-> %d")
+    returns = [
+        info_prefix("v2.12.12-1") + c_format(ret, f, n, 2)
+        for f, n in (("graph/xml.cc", 469), ("graph/topo.cc", 523), ("init.cc", 581))
+    ]
+    return "\n".join([warn, *returns])
+
+
+def _topology_2_30() -> str:
+    path = "/sys/class/pci_bus/fffffff/../../fffffff:ffff"
+    warn = warn_prefix("v2.30.7-1", "os/linux.cc", "ncclOsGetPciPath") + c_format(
+        load("v2.30.7-1", "src/os/linux.cc").line("real path"), path
+    )
+    # INFO_LOC(FLAGS, "-> %d", RES) is INFO("%s:%d (%s) " "-> %d", file, line, func, RES)
+    loc = load("v2.30.7-1", "src/include/debug.h").line(r"INFO\(\(FLAGS\), \"").split('"')[1]
+    assert '"-> %d"' in load("v2.30.7-1", "src/include/checks.h").line("INFO_LOC")
+    ret = info_prefix("v2.30.7-1") + (loc + "-> %d") % (
+        "graph/topo.cc",
+        900,
+        "ncclTopoGetSystem",
+        2,
+    )
+    return warn + "\n" + ret
+
+
+@pytest.mark.parametrize("text", [_topology_2_12(), _topology_2_30()], ids=["2.12", "2.30.7"])
+def test_a_pci_path_nccl_cannot_resolve_is_topology_detection_failing(text):
+    found = kinds(text)
+    assert "topology-detection" in found, found
+    said = found["topology-detection"]
+    assert "reading the PCI tree" in said and "/sys/class/pci_bus/" in said
+    assert "nvidia-smi --query-gpu=pci.bus_id" in said
+    assert unexplained(text) == []
+
+
+def test_error_returns_through_topo_alone_are_topology_detection():
+    text = "h:1:2 [0] NCCL INFO graph/topo.cc:523 -> 2\nh:1:2 [0] NCCL INFO init.cc:586 -> 2"
+    found = kinds(text)
+    assert (
+        "topology-detection" in found and "reading the PCI tree" not in found["topology-detection"]
+    )
+
+
+def test_healthy_twins_of_topology_detection_stay_silent():
+    harmless = (
+        warn_prefix("v2.12.12-1", "graph/xml.cc")
+        + "No NVML device handle. Skipping nvlink detection."
+    )
+    elsewhere = (
+        "h:1:2 [0] NCCL INFO transport/net.cc:1302 -> 6\nh:1:2 [0] NCCL INFO proxy.cc:698 -> 6"
+    )
+    ib_path = (
+        warn_prefix("v2.12.12-1", "transport/net_ib.cc")
+        + "Could not find real path of mlx5_0 (/sys/x)"
+    )
+    for text in (harmless, elsewhere, ib_path):
+        assert "topology-detection" not in kinds(text), text
+
+
+# -- /dev/shm access
+
+
+def _shm_2_8(call: str, errno: str) -> str:
+    """include/shm.h's two WARN lines at 2.8.3 (SYSCHECKVAL's `"Call to " name " failed : %s"`)."""
+    checks = load("v2.8.3-1", "src/include/checks.h").line("Call to")
+    first = call.join(re.findall(r'"([^"]*)"', checks)) % errno
+    first = warn_prefix("v2.12.12-1", "include/shm.h") + first
+    segment = c_format(
+        load("v2.8.3-1", "src/include/shm.h").line("Error while"),
+        "creating",
+        "nccl-shm-recv-b7948f403864987a-0-3-0",
+        4460544,
+    )
+    return first + "\n" + warn_prefix("v2.12.12-1", "include/shm.h") + segment
+
+
+def test_shm_open_refused_points_at_dev_shm_and_the_shm_transport():
+    text = _shm_2_8("shm_open", "Permission denied")
+    assert "Call to shm_open failed : Permission denied" in text
+    found = kinds(text)
+    assert set(found) == {"shm-access"}, found
+    said = found["shm-access"]
+    assert "/dev/shm" in said and "Permission denied" in said and "NCCL_SHM_DISABLE=1" in said
+    assert "--shm-size" not in said and "full" not in said
+    assert unexplained(text) == []
+
+
+def test_a_dev_shm_file_never_created_is_access_without_the_transports_lever():
+    extend = c_format(
+        load("v2.19.4-1", "src/misc/shmutils.cc").line("failed to extend"),
+        "/dev/shm/nccl-XXXXXX",
+        9637892,
+    )
+    found = kinds(warn_prefix("v2.12.12-1", "misc/shmutils.cc") + extend)
+    assert "shm-access" in found and "mkstemp" in found["shm-access"]
+    assert "NCCL_SHM_DISABLE" not in found["shm-access"]
+
+
+def test_healthy_twins_of_shm_access():
+    full = _shm_2_8("posix_fallocate", "No space left on device")
+    assert set(kinds(full)) == {"shm-full"}
+    filled = c_format(
+        load("v2.19.4-1", "src/misc/shmutils.cc").line("failed to extend"),
+        "/dev/shm/nccl-Ab12Cd",
+        9637892,
+    )
+    text = warn_prefix("v2.12.12-1", "misc/shmutils.cc") + filled
+    assert kinds(text) == {} and unexplained(text) == [filled]  # no cause in the line: shown as is
+
+
+# -- InfiniBand completion errors
+
+
+def test_the_status_names_are_rdma_cores_enum_in_order():
+    enum = load("v2.19.4-1", "src/include/ibvcore.h").text
+    names = re.findall(r"\b(IBV_WC_\w+)", enum)
+    for status, (name, _) in WC_STATUS.items():
+        assert names[status] == name
+
+
+def _completion(tag: str, status: int) -> str:
+    if tag == "v2.12.12-1":
+        fmt = load(tag, "src/transport/net_ib.cc").line("Got completion")
+        return warn_prefix(tag, "transport/net_ib.cc") + c_format(
+            fmt, "10.1.2.3<54862>", status, 0, 0, 129
+        )
+    if tag == "v2.19.4-1":
+        fmt = load(tag, "src/transport/net_ib.cc").line("Got completion")
+        return warn_prefix("v2.12.12-1", "transport/net_ib.cc") + c_format(
+            fmt, "10.1.2.3<54862>", status, 0, 0, 129, "Recv", "", "", "", ""
+        )
+    fmt = load(tag, "src/transport/net_ib/p2p.cc").line("Got completion")
+    names = {12: "IBV_WC_RETRY_EXC_ERR", 13: "IBV_WC_RNR_RETRY_EXC_ERR", 5: "IBV_WC_WR_FLUSH_ERR"}
+    return warn_prefix(tag, "transport/net_ib/p2p.cc") + c_format(
+        fmt,
+        "10.1.2.3<54862>",
+        names[status],
+        status,
+        "IBV_WC_RECV",
+        128,
+        129,
+        "",
+        "",
+        "",
+        "",
+        "mlx5_0",
+    )
+
+
+@pytest.mark.parametrize("tag", ["v2.12.12-1", "v2.19.4-1", "v2.30.7-1"])
+@pytest.mark.parametrize("status", [12, 13, 5])
+def test_a_completion_error_of_each_release_is_the_fabric_failing(tag, status):
+    text = _completion(tag, status)
+    found = kinds(text)
+    assert set(found) == {"ib-completion-error"}, found
+    said = found["ib-completion-error"]
+    assert f"status {status} = {WC_STATUS[status][0]}" in said and "10.1.2.3<54862>" in said
+    assert "no NCCL setting in this log causes it" in said and "ib_write_bw" in said
+    assert unexplained(text) == []
+
+
+def test_a_short_ib_timeout_the_job_set_is_named_for_retries_exhausted():
+    env = "h:1:2 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 8."
+    said = kinds(env + "\n" + _completion("v2.19.4-1", 12))["ib-completion-error"]
+    assert "This job set NCCL_IB_TIMEOUT=8" in said and "no NCCL setting" not in said
+    said = kinds(env + "\n" + _completion("v2.19.4-1", 13))["ib-completion-error"]
+    assert "NCCL_IB_TIMEOUT" not in said  # receiver not ready: the ack timeout is not its mechanism
+
+
+def test_the_sharp_plugins_completion_line_is_read_and_its_plugin_named():
+    line = (
+        "w0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.2.3.4<54862> "
+        "with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid fd00::1 remoteGidsfd00::2"
+    )
+    found = kinds(line)
+    assert "IBV_WC_RETRY_EXC_ERR" in found["ib-completion-error"]
+    assert "nccl-rdma-sharp-plugins" in found["net-plugin"]
+
+
+def test_healthy_twin_of_completion_errors():
+    assert kinds("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>") == {}
+
+
+# -- network plugins
+
+
+FASTSOCKET = """\
+full-debug2-test-1:4024:4048 [0] net_fastsocket.cc:765 NCCL WARN Cannot get incoming CPU.
+full-debug2-test-0:4300:4325 [0] net_fastsocket.cc:785 NCCL WARN Maximum retry reached for accept 3.
+full-debug2-test-0:4300:4325 [0] NCCL INFO NET/FastSocket : Connected after 1000 retries."""
+
+
+def test_a_plugins_own_warn_lines_are_attributed_to_it():
+    found = kinds(FASTSOCKET)
+    assert set(found) == {"net-plugin"}
+    said = found["net-plugin"]
+    assert "FastSocket" in said and "google/nccl-fastsocket" in said and "not NCCL" in said
+    assert "Cannot get incoming CPU." in said and "Maximum retry reached for accept 3." in said
+    assert unexplained(FASTSOCKET) == []
+
+
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        (
+            "algo-1:46:58 [0] configure_nvls_option:287 NCCL WARN NET/OFI Could not find ncclGetVersion symbol",
+            "aws-ofi-nccl",
+        ),
+        (
+            "[2026-01-01 12:08:32] n0:194:710 [0] int cm_req_handle_error_entry(nccl_net_ofi_context_t*, "
+            "fid_cq*, fi_cq_err_entry*, uint16_t):46 NCCL WARN NET/OFI Request 0x7f45 completed with error. RC: 103.",
+            "aws-ofi-nccl",
+        ),
+        (
+            "h:1:2 [0] NCCL INFO NET/Plugin: Loaded net plugin GPUDirectTCPX (v7)",
+            "names itself GPUDirectTCPX",
+        ),
+        ("h:1:2 [0] NCCL INFO NET/Foo : using 4 streams", "names itself Foo"),
+    ],
+)
+def test_other_plugins_are_recognised_by_their_lines(text, name):
+    found = kinds(text)
+    assert name in found["net-plugin"]
+    assert unexplained(text) == []
+
+
+def test_healthy_twins_nccls_own_network_lines_name_no_plugin():
+    text = "\n".join(
+        "h:1:2 [0] NCCL INFO " + line
+        for line in (
+            "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+            "NET/Plugin: Could not find: libnccl-net.so",
+            "NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+            "NET/Socket : Using [0]eth0:10.0.0.1<0>",
+            "Using network IB",
+            "Using network Socket",
+        )
+    )
+    assert "net-plugin" not in kinds(text)
+
+
+# -- NCCL's result strings in a server's or a job's log
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(VllmWorker rank=0 pid=12191) ERROR 03-25 21:13:53 multiproc_executor.py:374] RuntimeError: "
+        "NCCL error: {s}",
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, {s}, NCCL version 2.19.3",
+    ],
+)
+@pytest.mark.parametrize("tag", ["v2.8.3-1", "v2.19.4-1"])
+def test_invalid_usage_in_a_log_is_named_with_ncclDebug_as_the_way_to_its_reason(line, tag):
+    words = re.findall(r'"([^"]*)"', load(tag, "src/init.cc").line("ncclInvalidUsage"))[0]
+    found = FailureLines("server log")
+    assert found.offer(1, line.format(s=words))
+    explained = explain_lines(found)
+    assert [e.message.split(":")[0] for e in explained] == ["ncclInvalidUsage"]
+    assert "NCCL_DEBUG=WARN" in explained[0].fix and not found
+
+
+def test_a_mention_of_the_warn_level_alone_is_no_failure():
+    assert not looks_like_failure("export NCCL_DEBUG=WARN")
+    assert not looks_like_failure("h:1:2 [0] NCCL INFO NCCL_DEBUG set by environment to WARN")
+    assert looks_like_failure(
+        "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"
+    )
