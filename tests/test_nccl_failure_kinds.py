@@ -68,18 +68,21 @@ def test_a_warn_line_of_each_release_is_read_with_its_file(tag):
             "v2.21.5-1",
             "src/init.cc",
             (16, 16, 0, 32, 2),
-            {"coll": 16, "collnet": 16, "nvls": 0, "p2p": 32},
+            {"coll": 16, "nvls": 0, "p2p": 32},
         ),
         (
             "v2.30.7-1",
             "src/init.cc",
             (16, 16, 0, 32, 2),
-            {"coll": 16, "collnet": 16, "nvls": 0, "p2p": 32},
+            {"coll": 16, "nvls": 0, "p2p": 32},
         ),
     ],
 )
 def test_the_channel_counts_of_every_format_are_read(tag, path, values, expected):
+    """The collnet number is not read: 2.21+ prints nChannels (the coll count) in its place."""
     excerpt = load(tag, path)
+    if "collnet" in excerpt.text:
+        assert "comm->nChannels, comm->nChannels, comm->nvlsChannels" in excerpt.text
     number = next(n for n, line in excerpt.lines.items() if "coll channels" in line)
     fmt = excerpt.lines[number] + (excerpt.lines.get(number + 1, "") if tag == "v2.30.7-1" else "")
     log = parse_nccl_log("h:1:2 [0] NCCL INFO " + c_format(fmt, *values))
@@ -194,7 +197,11 @@ def test_healthy_twins_of_topology_detection_stay_silent():
         warn_prefix("v2.12.12-1", "transport/net_ib.cc")
         + "Could not find real path of mlx5_0 (/sys/x)"
     )
-    for text in (harmless, elsewhere, ib_path):
+    search = (
+        warn_prefix("v2.12.12-1", "graph/search.cc")
+        + "Could not find a path for pattern 4, falling back to simple order"
+    )
+    for text in (harmless, elsewhere, ib_path, search):
         assert "topology-detection" not in kinds(text), text
 
 
@@ -408,3 +415,30 @@ def test_a_mention_of_the_warn_level_alone_is_no_failure():
     assert looks_like_failure(
         "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"
     )
+
+
+def test_nccl_warn_lines_in_a_job_log_get_the_same_classes():
+    """torchrun's `[rank0]:` lines kept by the job log's reader: the NCCL classes name them."""
+    found = FailureLines("job log")
+    lines = [
+        f"[rank{r}]:" + line
+        for r in (0, 1)
+        for line in _shm_2_8("shm_open", "Permission denied").split("\n")
+    ]
+    lines += [
+        "[rank0]: " + _completion("v2.19.4-1", 12),
+        "[rank1]: UserWarning: something else failed",
+    ]
+    for number, line in enumerate(lines, 1):
+        assert found.offer(number, line)
+    explained = {e.kind: e for e in explain_lines(found)}
+    assert set(explained) == {"shm-access", "ib-completion-error"}
+    assert [line.text for line in found.lines] == ["[rank1]: UserWarning: something else failed"]
+
+
+def test_healthy_twin_a_job_logs_own_failures_are_no_nccl_class():
+    """The same words outside NCCL's WARN lines are the application's: not NCCL's classes."""
+    found = FailureLines("job log")
+    assert found.offer(1, "[rank0]: RuntimeError: shm_open failed: Permission denied (my cache)")
+    assert found.offer(2, "[rank0]: ValueError: Got completion from peer with status=12 (a test)")
+    assert explain_lines(found) == [] and len(found.lines) == 2

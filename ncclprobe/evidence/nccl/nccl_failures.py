@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ncclprobe.evidence.failure_lines import FailureLines
 from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
-from ncclprobe.evidence.nccl.nccl_log import NcclLog
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
@@ -260,7 +260,27 @@ def explain_lines(found: FailureLines) -> list[Explained]:
             )
         )
     found.forget(unreachable + [t for _, lines in errors.values() for t in lines])
-    return out
+    return out + _nccl_kinds(found)
+
+
+def _nccl_kinds(found: FailureLines) -> list[Explained]:
+    """The NCCL log's classes (`nccl_failure_kinds`) over NCCL WARN lines another reader kept (a
+    job's or a server's log holds them among its own lines): each WARN is read as NCCL's."""
+    by_message: dict[str, list[str]] = {}
+    texts = [line.text for line in found.lines]
+    for text in texts:
+        for message in parse_nccl_log(text).warnings:
+            by_message.setdefault(message, []).append(text)
+    if not by_message:
+        return []
+    log = parse_nccl_log("\n".join(texts))
+    kinds_found = [
+        k for k in (kinds.topology(log), kinds.shm_access(log), kinds.ib_completion(log)) if k
+    ]
+    taken = {w for k in kinds_found for w in k.warnings}
+    kinds_found += [k for k in kinds.net_plugins(log, taken) if k.warnings]
+    found.forget(t for k in kinds_found for w in k.warnings for t in by_message.get(w, []))
+    return [Explained(k.kind, k.severity, k.message, k.fix, k.lines) for k in kinds_found]
 
 
 def _launcher_signalled(lines: list[str]) -> Explained:

@@ -102,10 +102,11 @@ _CALL = ascii_re(
     r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d{1,19}) datatype (?P<dtype>\d{1,19})"
 )
 _CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
-# src/init.cc: `%d coll channels, %d p2p channels, %d p2p channels per peer` (2.7-2.16), with `%d
-# nvls channels` (2.17-2.19), with `%d collnet channels` too (2.20+)
+# `%d coll channels, %d p2p channels, %d p2p channels per peer` (2.7-2.16, src/graph/paths.cc then
+# src/init.cc), with `%d nvls channels` (2.17-2.19), with `%d collnet channels` too (2.20+). The
+# collnet number is not kept: 2.21+ fills it with nChannels, the coll count (src/init.cc).
 _CHANNEL_COUNTS = ascii_re(
-    r"^(?P<coll>\d{1,19}) coll channels, (?:(?P<collnet>\d{1,19}) collnet channels, )?"
+    r"^(?P<coll>\d{1,19}) coll channels, (?:\d{1,19} collnet channels, )?"
     r"(?:(?P<nvls>\d{1,19}) nvls channels, )?(?P<p2p>\d{1,19}) p2p channels"
 )
 _TUNER = ascii_re(
