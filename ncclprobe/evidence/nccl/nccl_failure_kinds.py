@@ -2,12 +2,14 @@
 source:
 
 - `topology-detection`: NCCL's topology detection (src/graph/xml.cc, topo.cc; os/linux.cc in
-  2.30) failed: a WARN printed from those files (`Could not find real path of /sys/class/pci_bus/...`,
-  the same words in every release 2.7-2.30, `XML Parse ...`, `Add NVLink error ...`), or an error
-  whose return lines (`graph/topo.cc:523 -> 2`, src/include/checks.h) pass through those files.
-  (graph/search.cc's `Could not find a path for pattern N, falling back to simple order` is the
-  channel search falling back, not detection failing.) The PCI path is built from the GPU's bus id; an NCCL maintainer on that WARN (NVIDIA/nccl#573):
-  NCCL cannot find the GPU's PCI topology in /sys, make sure NCCL can access that path.
+  2.30) failed: a WARN printed from those files (`Could not find real path of
+  /sys/class/pci_bus/...`, the same words in every release 2.7-2.30, `XML Parse ...`, `Add
+  NVLink error ...`), or an error whose return lines (`graph/topo.cc:523 -> 2`,
+  src/include/checks.h) pass through those files. (graph/search.cc's `Could not find a path for
+  pattern N, falling back to simple order` is the channel search falling back, not detection
+  failing.) The PCI path is built from the GPU's bus id; an NCCL maintainer on that WARN
+  (NVIDIA/nccl#573): NCCL cannot find the GPU's PCI topology in /sys, make sure NCCL can access
+  that path.
 - `shm-access`: creating a shared-memory segment failed for a reason other than space
   (`Call to shm_open failed : Permission denied`, include/shm.h to 2.11; `Call to open failed`
   from misc/shmutils.cc, 2.12+; `failed to extend /dev/shm/nccl-XXXXXX`, a template mkstemp never
