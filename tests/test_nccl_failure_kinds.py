@@ -442,3 +442,30 @@ def test_healthy_twin_a_job_logs_own_failures_are_no_nccl_class():
     assert found.offer(1, "[rank0]: RuntimeError: shm_open failed: Permission denied (my cache)")
     assert found.offer(2, "[rank0]: ValueError: Got completion from peer with status=12 (a test)")
     assert explain_lines(found) == [] and len(found.lines) == 2
+
+
+def test_a_plugin_whose_lines_are_there_is_not_said_to_be_the_network_nccl_used():
+    text = (
+        "h:1:2 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.7.4\n"
+        "h:1:2 [0] nccl_ofi_net.c:99 NCCL WARN NET/OFI aws-ofi-nccl initialization failed\n"
+        "h:1:2 [0] NCCL INFO Using network Socket"
+    )
+    said = kinds(text)["net-plugin"]
+    assert "NCCL's network is Socket" in said and "aws-ofi-nccl initialization failed" in said
+
+
+@pytest.mark.parametrize(
+    "errno, means",
+    [
+        ("Read-only file system", "mounted read-only"),
+        ("No such file or directory", "does not exist"),
+        ("Operation not permitted", "may not create files"),
+    ],
+)
+def test_each_refusal_of_dev_shm_says_what_it_means(errno, means):
+    said = kinds(_shm_2_8("shm_open", errno))["shm-access"]
+    assert f"{errno}: " in said and means in said
+
+
+def test_a_process_out_of_file_descriptors_is_not_dev_shm_refusing():
+    assert "shm-access" not in kinds(_shm_2_8("shm_open", "Too many open files"))

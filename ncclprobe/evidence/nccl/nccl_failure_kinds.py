@@ -39,10 +39,16 @@ _PCI_PATH = ascii_re(r"Could not find real path of (?P<path>/sys/\S+)")
 _TOPO_HARMLESS = ("not dumping topology", "Skipping nvlink detection", "trying to use CUDA instead")
 
 _SHM_WORDS = ("shm_open", "shared memory segment", "/dev/shm/nccl-")
+# strerror of the errors that say /dev/shm itself refused the file, with what each means there
 _SHM_ERRNO = ascii_re(
-    r"(?P<why>Permission denied|Read-only file system|No such file or directory"
-    r"|Operation not permitted|Too many open files)"
+    r"(?P<why>Permission denied|Operation not permitted|Read-only file system|No such file or directory)"
 )
+_SHM_MEANS = {
+    "Permission denied": "the process may not create files there",
+    "Operation not permitted": "the process may not create files there",
+    "Read-only file system": "/dev/shm is mounted read-only",
+    "No such file or directory": "/dev/shm does not exist where the process runs",
+}
 _MKSTEMP = "/dev/shm/nccl-XXXXXX"
 _SHM_TRANSPORT = ascii_re(r"\bnccl-shm-(?:send|recv)-\S+")
 
@@ -159,11 +165,7 @@ def topology(log: NcclLog) -> Found | None:
 
 
 def shm_access(log: NcclLog) -> Found | None:
-    warns = [
-        w
-        for w, f in _warns(log)
-        if "shm" in f or any(word in w for word in _SHM_WORDS) or "shm_open" in w
-    ]
+    warns = [w for w, f in _warns(log) if "shm" in f or any(word in w for word in _SHM_WORDS)]
     if not warns or any("No space left" in w for w in warns):
         return None  # space: `shm-full`
     whys = sorted({m["why"] for w in warns if (m := _SHM_ERRNO.search(w))})
@@ -171,7 +173,11 @@ def shm_access(log: NcclLog) -> Found | None:
     if not whys and not unfilled:
         return None
     transport = next((m[0] for w in warns if (m := _SHM_TRANSPORT.search(w))), None)
-    why = " / ".join(whys) if whys else "the file was never created (mkstemp failed)"
+    why = (
+        "; ".join(f"{w}: {_SHM_MEANS[w]}" for w in whys)
+        if whys
+        else "the file was never created (mkstemp failed; the line does not say why)"
+    )
     lever = (
         f"; `{transport}` is a segment of NCCL's SHM transport (ranks on one host without P2P): "
         "NCCL_SHM_DISABLE=1 makes them connect another way (P2P or the network), slower where "
@@ -183,7 +189,7 @@ def shm_access(log: NcclLog) -> Found | None:
         kind="shm-access",
         severity="error",
         message=f"NCCL could not create its shared-memory segment in /dev/shm: {why} "
-        f"({len(warns)} line(s)): the process may not create files there{lever}",
+        f"({len(warns)} line(s)){lever}",
         fix="check `ls -ld /dev/shm` (normally drwxrwxrwt, mode 1777) and `ls -l /dev/shm/nccl-*` "
         "(a segment of the same name another user left) where the job runs, and the container's "
         "or security policy's view of /dev/shm",
@@ -242,11 +248,18 @@ def net_plugins(log: NcclLog, taken: set[str]) -> list[Found]:
             )
         ]
         shown = "; ".join(f"`{w}`" for w in dict.fromkeys(warns))
+        used = sorted(log.networks)
+        network = (
+            f", and NCCL's network is {', '.join(used)} (`Using network`)"
+            if used
+            else "; which network NCCL used is not in the log"
+        )
         out.append(
             Found(
                 kind="net-plugin",
                 severity="warning" if warns else "info",
-                message=f"NCCL's network is the {plugin.name} plugin ({plugin.what})"
+                message=f"the log holds lines of the {plugin.name} network plugin ({plugin.what})"
+                + network
                 + (
                     f"; its own code printed {len(warns)} WARN line(s), not NCCL: {shown}"
                     if warns
