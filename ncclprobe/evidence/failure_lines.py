@@ -52,7 +52,7 @@ _HEALTHY = ascii_re(
     r"|^\s*Vulnerability [\w ]+:"  # lscpu's list of CPU vulnerabilities (`Tsx async abort`)
 )
 # a mention of NCCL's WARN level is not a failure word, but the rest of its line may hold one:
-# NCCL's own error strings end `(run with NCCL_DEBUG=WARN for details)` (ncclGetErrorString, 2.19+)
+# NCCL's own error strings end `(run with NCCL_DEBUG=WARN for details)` (ncclGetErrorString, 2.18+)
 _MENTIONS = ascii_re(r"NCCL_DEBUG\s*[=:]?\s*WARN|set by environment to WARN")
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0, 9), *range(11, 32), 127]}
 
