@@ -97,6 +97,8 @@ PREFIXES = [
     "[1,0]<stdout>:",
     "[2025-01-01 10:00:00] ",
     "2024-05-11T14:10:52.224Z ",
+    "\x1b[36m(RayWorkerWrapper pid=2657296, ip=10.0.0.5)\x1b[0m ",  # Ray's colours kept in a paste
+    "0: ",  # srun -l
 ]
 
 
