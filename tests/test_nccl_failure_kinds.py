@@ -471,3 +471,92 @@ def test_each_refusal_of_dev_shm_says_what_it_means(errno, means):
 
 def test_a_process_out_of_file_descriptors_is_not_dev_shm_refusing():
     assert "shm-access" not in kinds(_shm_2_8("shm_open", "Too many open files"))
+
+
+# -- /dev/shm refused in 2.12-2.29 (the reason on the return line) and 2.30 (in the WARN)
+
+
+def test_a_refused_open_of_2_21_is_read_from_its_return_line():
+    """SYSCHECKGOTO prints `file:line -> 2 (strerror)` at INFO, then the WARN without a reason."""
+    checks = load("v2.21.5-1", "src/include/checks.h").line("-> %d")
+    ret = info_prefix("v2.12.12-1") + c_format(
+        checks, "misc/shmutils.cc", 68, 2, "Permission denied"
+    )
+    warn = warn_prefix("v2.12.12-1", "misc/shmutils.cc") + c_format(
+        load("v2.21.5-1", "src/misc/shmutils.cc").line("Error while"),
+        "creating",
+        "/dev/shm/nccl-Ab12Cd",
+        9637892,
+    )
+    found = kinds(ret + "\n" + warn)
+    assert set(found) == {"shm-access"}, found
+    said = found["shm-access"]
+    assert "Permission denied: the process may not create files there (1 line(s))" in said
+    assert "NCCL_SHM_DISABLE" not in said  # a /dev/shm/nccl-* file: not only the SHM transport's
+    twin = info_prefix("v2.12.12-1") + c_format(
+        checks, "transport/net.cc", 68, 2, "Permission denied"
+    )
+    assert kinds(twin + "\n" + warn) == {}  # another file's refusal: not /dev/shm's
+
+
+def test_a_refused_file_of_2_30_is_read_from_its_warn():
+    fmt = load("v2.30.7-1", "src/os/linux.cc").line("failed to create shared memory file")
+    line = warn_prefix("v2.30.7-1", "os/linux.cc", "ncclOsShmOpen") + c_format(
+        fmt, "/dev/shm/nccl-XXXXXX", "Read-only file system", 30
+    )
+    assert "Read-only file system: /dev/shm is mounted read-only" in kinds(line)["shm-access"]
+
+
+# -- what each class's message carries (pinned against mutants)
+
+
+def test_the_topology_message_counts_the_warn_and_its_return_lines():
+    explained, _ = explain(parse_nccl_log(_topology_2_12()))
+    topology = next(k for k in explained if k.kind == "topology-detection")
+    assert topology.lines == 3 and "(2 return line(s))" in topology.message  # init.cc is not graph/
+    alone = kinds(_topology_2_12().split("\n")[0])["topology-detection"]
+    assert "returned through" not in alone
+
+
+def test_a_topology_warn_that_is_no_pci_path_is_quoted():
+    line = warn_prefix("v2.12.12-1", "graph/xml.cc") + "XML Parse : Unexpected EOF"
+    said = kinds(line)["topology-detection"]
+    assert "(`XML Parse : Unexpected EOF`)" in said and "read the WARN line" in said
+
+
+def test_a_log_without_warn_files_is_still_read():
+    """A log built without the files of its WARN lines (another reader's) still gets its classes."""
+    from ncclprobe.evidence.nccl.nccl_log import NcclLog
+
+    log = NcclLog(
+        warnings=["Could not find real path of /sys/class/pci_bus/0000:01/../../0000:01:00.0"]
+    )
+    assert [k.kind for k in explain(log)[0]] == ["topology-detection"]
+
+
+@pytest.mark.parametrize("count, shown, more", [(4, 4, False), (5, 4, True)])
+def test_peers_are_listed_up_to_four(count, shown, more):
+    lines = [
+        warn_prefix("v2.12.12-1", "transport/net_ib.cc")
+        + c_format(
+            load("v2.12.12-1", "src/transport/net_ib.cc").line("Got completion"),
+            f"10.0.0.{p}<1>",
+            12,
+            0,
+            0,
+            129,
+        )
+        for p in range(count)
+    ]
+    said = kinds("\n".join(lines))["ib-completion-error"]
+    assert said.count("10.0.0.") == shown and (", ..." in said) == more
+    assert "transport retries exhausted" in said  # the status's meaning, not only its name
+
+
+def test_a_plugin_named_by_its_tag_and_its_network_line_is_one_plugin():
+    text = FASTSOCKET + "\nfull-debug2-test-0:4300:4325 [0] NCCL INFO Using network FastSocket"
+    found = kinds(text)
+    assert "NCCL's network is FastSocket" in found["net-plugin"]
+    assert "| read the plugin's WARN lines" in found["net-plugin"]
+    quiet = kinds("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa")["net-plugin"]
+    assert quiet.endswith("| nothing")

@@ -11,10 +11,12 @@ source:
   (NVIDIA/nccl#573): NCCL cannot find the GPU's PCI topology in /sys, make sure NCCL can access
   that path.
 - `shm-access`: creating a shared-memory segment failed for a reason other than space
-  (`Call to shm_open failed : Permission denied`, include/shm.h to 2.11; `Call to open failed`
-  from misc/shmutils.cc, 2.12+; `failed to extend /dev/shm/nccl-XXXXXX`, a template mkstemp never
-  filled in, 2.12-2.29). The `nccl-shm-*` segments are the SHM transport's (transport/shm.cc to
-  2.11): only there is NCCL_SHM_DISABLE named as the lever.
+  (`Call to shm_open failed : Permission denied`, include/shm.h to 2.11; `misc/shmutils.cc:68 -> 2
+  (Permission denied)` before `Error while creating shared memory segment`, 2.12-2.29; `failed to
+  extend /dev/shm/nccl-XXXXXX`, a template mkstemp never filled in, 2.12-2.29; `failed to create
+  shared memory file /dev/shm/nccl-XXXXXX, error Permission denied (13)`, 2.30). The
+  `nccl-shm-*` segments are the SHM transport's (transport/shm.cc to 2.11): only there is
+  NCCL_SHM_DISABLE named as the lever.
 - `ib-completion-error`: `NET/IB : Got completion [from peer X] with error N` (2.7-2.29) or `with
   status=N` (2.30, nccl-rdma-sharp-plugins' ib_plugin.c): the InfiniBand/RoCE work completion
   failed; N is rdma-core's `enum ibv_wc_status` (libibverbs/verbs.h; NCCL's copy in
@@ -168,7 +170,10 @@ def shm_access(log: NcclLog) -> Found | None:
     warns = [w for w, f in _warns(log) if "shm" in f or any(word in w for word in _SHM_WORDS)]
     if not warns or any("No space left" in w for w in warns):
         return None  # space: `shm-full`
-    whys = sorted({m["why"] for w in warns if (m := _SHM_ERRNO.search(w))})
+    # 2.12-2.29 print the failed open's reason on its return line only (`misc/shmutils.cc:68 -> 2
+    # (Permission denied)`, SYSCHECKGOTO), the WARN after it without one
+    reasons = [why for file, why in log.return_errors.items() if "shm" in file]
+    whys = sorted({m["why"] for w in warns + reasons if (m := _SHM_ERRNO.search(w))})
     unfilled = any(_MKSTEMP in w for w in warns)
     if not whys and not unfilled:
         return None

@@ -48,6 +48,7 @@ _PREFIX = ascii_re(
 # `file:line (func) -> code` in 2.30.7+, `-> code (strerror)` after a system call since 2.19)
 _RETURN = ascii_re(
     r"^(?P<file>[\w./-]+\.(?:cc|h|c|cpp)):[0-9]{1,19}(?: \(\S{1,200}\))? -> (?P<code>\d{1,9})\b"
+    r"(?: \((?P<why>[^()]{1,120})\))?"
 )
 # NCCL 2.26+ starts WARN lines with `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT); `clean_line` drops it
 _WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,19})?)\]")
@@ -179,9 +180,9 @@ class NcclLog:
     warning_files: list[str | None] = field(
         default_factory=list
     )  # per WARN: the file that printed it
-    returns: dict[str, int] = field(
-        default_factory=dict
-    )  # error return lines (`file:line -> 2`) per file
+    # error return lines (`file:line -> 2`) per file, and the first `(strerror)` one gives per file
+    returns: dict[str, int] = field(default_factory=dict)
+    return_errors: dict[str, str] = field(default_factory=dict)
     net_tags: set[str] = field(default_factory=set)  # network plugins' names its lines show
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
@@ -227,6 +228,7 @@ class NcclLog:
             "warning_times": list(self.warning_times),
             "warning_files": list(self.warning_files),
             "returns": dict(self.returns),
+            "return_errors": dict(self.return_errors),
             "net_tags": sorted(self.net_tags),
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
@@ -374,7 +376,7 @@ class _Reader:
             ("Using network ", _NETWORK, lambda m, pid: self.log.networks.add(m["name"])),
             ("NET/Plugin", _NO_PLUGIN, lambda m, pid: self._no_plugin(m)),
             ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()),
-            (" -> ", _RETURN, lambda m, pid: self._count(self.returns, m["file"])),
+            (" -> ", _RETURN, lambda m, pid: self._return(m)),
         )
 
     @staticmethod
@@ -396,6 +398,11 @@ class _Reader:
             return  # where the failure above it passed through nccl-tests: part of it
         else:  # not read here: shown if it looks like a failure (`evidence.failure_lines`)
             self.log.failure_lines.offer(self.number, raw or line, self.source)  # verbatim
+
+    def _return(self, m: re.Match) -> None:
+        self._count(self.returns, m["file"])
+        if m["why"]:
+            self.log.return_errors.setdefault(m["file"], m["why"])
 
     def _no_plugin(self, m: re.Match) -> None:
         self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
