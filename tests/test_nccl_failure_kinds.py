@@ -505,6 +505,12 @@ def test_a_refused_file_of_2_30_is_read_from_its_warn():
         fmt, "/dev/shm/nccl-XXXXXX", "Read-only file system", 30
     )
     assert "Read-only file system: /dev/shm is mounted read-only" in kinds(line)["shm-access"]
+    segment = load("v2.30.7-1", "src/os/linux.cc").line("Error while %s shared memory segment")
+    line = warn_prefix("v2.30.7-1", "os/linux.cc", "ncclOsShmOpen") + c_format(
+        segment, "attaching to", "/dev/shm/nccl-Ab12Cd", 9637892, "Permission denied", 13
+    )
+    said = kinds(line)["shm-access"]
+    assert "could not open (attach to) its" in said and "Permission denied: " in said
 
 
 # -- what each class's message carries (pinned against mutants)

@@ -177,6 +177,7 @@ def shm_access(log: NcclLog) -> Found | None:
     unfilled = any(_MKSTEMP in w for w in warns)
     if not whys and not unfilled:
         return None
+    verb = "open (attach to)" if any("attaching to" in w for w in warns) else "create"
     transport = next((m[0] for w in warns if (m := _SHM_TRANSPORT.search(w))), None)
     why = (
         "; ".join(f"{w}: {_SHM_MEANS[w]}" for w in whys)
@@ -193,7 +194,7 @@ def shm_access(log: NcclLog) -> Found | None:
     return Found(
         kind="shm-access",
         severity="error",
-        message=f"NCCL could not create its shared-memory segment in /dev/shm: {why} "
+        message=f"NCCL could not {verb} its shared-memory segment in /dev/shm: {why} "
         f"({len(warns)} line(s)){lever}",
         fix="check `ls -ld /dev/shm` (normally drwxrwxrwt, mode 1777) and `ls -l /dev/shm/nccl-*` "
         "(a segment of the same name another user left) where the job runs, and the container's "
