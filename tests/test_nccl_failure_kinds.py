@@ -520,6 +520,8 @@ def test_the_topology_message_counts_the_warn_and_its_return_lines():
     explained, _ = explain(parse_nccl_log(_topology_2_12()))
     topology = next(k for k in explained if k.kind == "topology-detection")
     assert topology.lines == 3 and "(2 return line(s))" in topology.message  # init.cc is not graph/
+    one_each = explain(parse_nccl_log(_topology_2_30()))[0]
+    assert [k.lines for k in one_each] == [2]  # a WARN and a return line
     alone = kinds(_topology_2_12().split("\n")[0])["topology-detection"]
     assert "returned through" not in alone
 
@@ -540,7 +542,7 @@ def test_a_log_without_warn_files_is_still_read():
     assert [k.kind for k in explain(log)[0]] == ["topology-detection"]
 
 
-@pytest.mark.parametrize("count, shown, more", [(4, 4, False), (5, 4, True)])
+@pytest.mark.parametrize("count, shown, more", [(3, 3, False), (4, 4, False), (5, 4, True)])
 def test_peers_are_listed_up_to_four(count, shown, more):
     lines = [
         warn_prefix("v2.12.12-1", "transport/net_ib.cc")
@@ -564,5 +566,7 @@ def test_a_plugin_named_by_its_tag_and_its_network_line_is_one_plugin():
     found = kinds(text)
     assert "NCCL's network is FastSocket" in found["net-plugin"]
     assert "| read the plugin's WARN lines" in found["net-plugin"]
+    both = "h:1:2 [0] NCCL INFO NET/FastSocket : Using 8 streams\nh:1:2 [0] NCCL INFO Using network FastSocket"
+    assert "FastSocket network plugin" in kinds(both)["net-plugin"]
     quiet = kinds("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa")["net-plugin"]
     assert quiet.endswith("| nothing")
