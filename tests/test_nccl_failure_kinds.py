@@ -366,6 +366,7 @@ def test_a_plugins_own_warn_lines_are_attributed_to_it():
             "names itself GPUDirectTCPX",
         ),
         ("h:1:2 [0] NCCL INFO NET/Foo : using 4 streams", "names itself Foo"),
+        ("gpu40:2899:2929 [0] NCCL INFO Using network IBext_v8", "nccl-rdma-sharp-plugins"),
     ],
 )
 def test_other_plugins_are_recognised_by_their_lines(text, name):

@@ -84,6 +84,9 @@ WC_STATUS = {
 }
 
 
+_VERSIONED = ascii_re(r"_v\d{1,3}$")
+
+
 @dataclass(frozen=True)
 class Plugin:
     name: str
@@ -109,7 +112,7 @@ PLUGINS = (
         "RDMA-SHARP",
         "nccl-rdma-sharp-plugins, Mellanox's IB/UCX/SHARP plugin shipped in HPC-X "
         "(github.com/Mellanox/nccl-rdma-sharp-plugins)",
-        ("UCX", "UCX-RMA", "SHARP"),
+        ("IBext", "UCX", "UCX-RMA", "SHARP"),
         ("ib_plugin", "ucx_plugin", "ucx_rma_plugin", "sharp_plugin", "p2p_plugin"),
     ),
 )
@@ -283,6 +286,7 @@ def net_plugins(log: NcclLog, taken: set[str]) -> list[Found]:
 
 
 def _plugins(names: set[str], log: NcclLog) -> list[Plugin]:
+    names = {_VERSIONED.sub("", n) for n in names}  # `Using network IBext_v8`: the plugin IBext
     found = [p for p in PLUGINS if names & set(p.tags) or names & {p.name}]
     files = {(f or "").rsplit("/", 1)[-1] for f in log.warning_files}
     found += [
