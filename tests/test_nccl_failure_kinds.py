@@ -571,3 +571,35 @@ def test_a_plugin_named_by_its_tag_and_its_network_line_is_one_plugin():
     assert "FastSocket network plugin" in kinds(both)["net-plugin"]
     quiet = kinds("h:1:2 [0] NCCL INFO NET/OFI Selected Provider is efa")["net-plugin"]
     assert quiet.endswith("| nothing")
+
+
+def test_diagnose_names_a_class_once_across_the_ranks_logs(tmp_path):
+    """`diagnose --nccl-log` over two ranks' logs with the same refusal: one finding, both logs."""
+    from click.testing import CliRunner
+
+    from ncclprobe.cli import cli
+
+    paths = []
+    for rank in (0, 1):
+        path = tmp_path / f"nccl.host.{rank}.log"
+        path.write_text(
+            _shm_2_8("shm_open", "Permission denied").replace("4242", str(4242 + rank)) + "\n"
+        )
+        paths.append(str(path))
+    healthy = tmp_path / "nccl.host.9.log"
+    healthy.write_text("h:9:9 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>\n")
+    args = ["diagnose", "--format", "json"]
+    result = CliRunner().invoke(cli, [*args, "--nccl-log", paths[0], "--nccl-log", paths[1]])
+    findings = [f for f in _findings(result.output) if f["rule"] == "failure-shm-access"]
+    assert len(findings) == 1 and findings[0]["evidence"]["logs"] == [
+        "nccl.host.0.log",
+        "nccl.host.1.log",
+    ]
+    quiet = CliRunner().invoke(cli, [*args, "--nccl-log", str(healthy)])
+    assert not [f for f in _findings(quiet.output) if f["rule"].startswith("failure-")]
+
+
+def _findings(output: str) -> list[dict]:
+    import json
+
+    return json.loads(output)["findings"]
