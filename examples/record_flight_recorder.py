@@ -10,6 +10,9 @@ Each scenario is a real job started by torchrun (2 processes by default, --nproc
   posts the receive (NCCL only: gloo's Flight Recorder records no send/recv in torch 2.13);
 - `groups`: two groups over both ranks; after a warm-up on both, rank 0 waits (host sync) in an
   all_reduce of group A while rank 1 waits in one of group B: each group waits on the other;
+- `crash`: the last rank raises ValueError in host code before the 4th all_reduce (a bad batch)
+  and exits with it; the others wait in it until torchrun stops them (SIGTERM): a rank that died,
+  not one that stays away (gloo: the failing rank dumps and signals the others first, as below);
 - `healthy`: the same collectives on every rank (and a send/recv between ranks 0-1, 2-3, ...; the
   last rank of an odd count has no partner); it finishes.
 
@@ -62,7 +65,7 @@ sys.path.insert(
 )  # the repository's NCCL recipes, also where ncclprobe is not installed
 from ncclprobe.nccl.recipes import NO_NVLS, proof_env  # noqa: E402
 
-SCENARIOS = ("skip", "size-mismatch", "order", "p2p", "groups", "healthy")
+SCENARIOS = ("skip", "size-mismatch", "order", "p2p", "groups", "crash", "healthy")
 NOT_ON_GLOO = {"p2p": "gloo's Flight Recorder records no send/recv (torch 2.13)"}
 DUMP_PREFIX = "nccl_trace_rank_"
 DUMP_SIGNAL = "record_flight_recorder/dump"
@@ -396,6 +399,14 @@ def groups(r: Rank) -> None:
     r.sync()
 
 
+def crash(r: Rank) -> None:
+    r.warmup()
+    if r.rank == r.dist.get_world_size() - 1:  # the last rank fails in its own code
+        raise ValueError(f"step {WARMUP + 1}: batch of 0 samples on rank {r.rank}")
+    r.dist.all_reduce(r.tensor())
+    r.sync()
+
+
 def healthy(r: Rank) -> None:
     x, y = r.tensor(), r.tensor(ELEMENTS // 4)
     r.warmup()
@@ -413,6 +424,7 @@ BODIES = {
     "order": order,
     "p2p": p2p,
     "groups": groups,
+    "crash": crash,
     "healthy": healthy,
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
+from ncclprobe.diagnose.hang.rank_exits import RankExit, exit_findings, own_exits
 from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, unrecorded_barrier
 from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
@@ -23,9 +24,15 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 
 def hang_findings(ev: E.Evidence) -> list:
+    exited = exit_findings(ev) if ev.job_logs else []  # a rank that failed by itself: the cause
     if not any(d.entries for d in ev.flight_recorder):
         off = [_recorder_off(ev)] if ev.flight_recorder else []
-        return off + (log_only_findings(ev) if ev.job_logs else [])
+        return exited + off + (log_only_findings(ev) if ev.job_logs else [])
+    return exited + _dump_findings(ev)
+
+
+def _dump_findings(ev: E.Evidence) -> list:
+    exits = own_exits(ev) if ev.job_logs else {}
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
@@ -38,7 +45,7 @@ def hang_findings(ev: E.Evidence) -> list:
                 out.append(check_failed(stuck))
             continue
         if stuck.missing and not set(stuck.missing) <= explained.get(id(stuck), set()):
-            out.append(_missing(hang, stuck))
+            out.append(_missing(hang, stuck, exits))
         if stuck.mismatch:
             swap = H.order_swap(stuck)
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
@@ -87,10 +94,10 @@ def _hang_evidenced(ev: E.Evidence, hang: H.Hang) -> bool:
 # ---- causes ------------------------------------------------------------------------------
 
 
-def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
+def _missing(hang: H.Hang, stuck: H.Stuck, exits: dict[int, RankExit]) -> Finding:
     group, seq, waiting = stuck.group, stuck.seq, stuck.waiting
     call = stuck.calls[waiting[0]]
-    absent = [_whereabouts(hang, group, r) for r in stuck.missing]
+    absent = [_whereabouts(hang, group, r, exits.get(r)) for r in stuck.missing]
     return Finding(
         rule="hang-missing-rank",
         severity="error",
@@ -117,8 +124,11 @@ def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
     )
 
 
-def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
-    """Where a member that never enqueued a group's collective is, as far as the dumps show."""
+def _whereabouts(
+    hang: H.Hang, group: H.Group, rank: int, exited: RankExit | None = None
+) -> tuple[str, dict]:
+    """Where a member that never enqueued a group's collective is, as far as the dumps show (and
+    the log, where it says the rank failed by itself)."""
     last_seq = group.completed.get(rank, 0)
     last_seq_issued = group.last_seq(rank)
     last = group.call(rank, last_seq_issued) if last_seq_issued is not None else None
@@ -134,6 +144,14 @@ def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
             f"{said}, and it waits in {other.label}'s collective #{elsewhere.seq} "
             f"({W.call_text(elsewhere)}{W.at(elsewhere)})",
             {"last_completed": last_seq, "waits_in": {"group": other.name, "seq": elsewhere.seq}},
+        )
+    if exited is not None:
+        return (
+            f"{said}, and nothing of rank {rank} is pending in any group: it never will, the log "
+            f"says {exited.said}"
+            + (f" (raised at {exited.raised_at})" if exited.raised_at else "")
+            + ": it died before this call, in its own code",
+            {"last_completed": last_seq, "waits_in": None, "exitcode": exited.exitcode},
         )
     return (
         f"{said}, and nothing of rank {rank} is pending in any group: it completed every "
