@@ -159,7 +159,10 @@ def test_the_file_name_gives_the_rank_of_lines_that_carry_none(name, rank):
 
 
 MEGATRON = (
-    Path(__file__).parent / "fixtures" / "unseen" / "job_logs"
+    Path(__file__).parent
+    / "fixtures"
+    / "unseen"
+    / "job_logs"
     / "megatron_moe_4rank_allreduce_seq305_service_thread_closed_megatron735.log"
 )
 
@@ -180,7 +183,11 @@ def test_a_console_of_several_ranks_gives_its_name_no_rank(tmp_path, name):
 @pytest.mark.parametrize(
     "text, errors, ranks",
     [  # in `logs/rank3.log`: its own prefixes agree, so the unprefixed line is rank 3's too
-        ("[rank3]: RuntimeError: boom\nValueError: unprefixed\n", {3: "ValueError: unprefixed"}, {3}),
+        (
+            "[rank3]: RuntimeError: boom\nValueError: unprefixed\n",
+            {3: "ValueError: unprefixed"},
+            {3},
+        ),
         ("[Rank 3] Watchdog went away\nRuntimeError: boom\n", {3: "RuntimeError: boom"}, {3}),
         # another rank's prefix, or a launcher's --tee console: the name gives no rank
         ("[rank2]: RuntimeError: boom\nValueError: unprefixed\n", {2: "RuntimeError: boom"}, {2}),

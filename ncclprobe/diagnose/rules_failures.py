@@ -6,8 +6,8 @@ CUDA or NCCL error: `evidence.nccl.nccl_failures`) are named, and the rest becom
 
 from __future__ import annotations
 
-from ncclprobe.evidence import bundle as E
 from ncclprobe.diagnose.hang.rank_exits import own_exits
+from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.failure_lines import FailureLines, from_json, not_explained_finding
 from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines
 from ncclprobe.findings import Finding

@@ -132,8 +132,7 @@ def exit_findings(ev: E.Evidence) -> list[Finding]:
                 detail=(
                     (
                         f"torchrun's summary gives rank {x.rank} exit code {x.exitcode}, its own, not "
-                        "a signal"
-                        + (" (its first observed failure)" if x.root_cause else "")
+                        "a signal" + (" (its first observed failure)" if x.root_cause else "")
                         if summary
                         else f"Rank {x.rank}'s log ends in an uncaught traceback (torchrun's summary, "
                         "with its exit code, is not in the log)"

@@ -55,7 +55,7 @@ def _dump_findings(ev: E.Evidence) -> list:
     if hang.unreadable:
         out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
-        out.append(_all_done(hang, hung))
+        out.append(_all_done(hang, hung, logs=bool(ev.job_logs)))
     return out + _coverage(ev, hang)
 
 
@@ -401,13 +401,57 @@ def _unreadable(hang: H.Hang) -> Finding:
     )
 
 
-def _all_done(hang: H.Hang, hung: bool) -> Finding:
+def _all_done(hang: H.Hang, hung: bool, logs: bool = False) -> Finding:
+    """Nothing pending. A clean verdict only where the dumps could show a hang: members that
+    enqueued different counts of a group's collectives are behind (the rank with fewer stopped
+    first), and with DETAIL's checks a rank that never reached the next check leaves no trace, so
+    dumps alone (no log that says the job ended cleanly) cannot clear the job."""
     n = sum(len(c) for g in hang.groups.values() for c in g.calls.values())
     groups = ", ".join(g.label for g in hang.groups.values())
     members = {r for g in hang.groups.values() for r in g.members}
     partial = members - set(hang.ranks) or hang.unreadable
     who = "every rank whose dump was read" if partial else "every rank"
     title = f"{who} completed every collective its dump records ({n} calls over {groups})"
+    behind = _behind(hang)
+    if behind and not hung:
+        said = "; ".join(
+            f"{g.label}: {W.rank_word(late)} enqueued {g.enqueued[late[0]]}, the others up to "
+            f"{max(g.enqueued.values())}"
+            for g, late in behind
+        )
+        late_ranks = sorted({r for _, late in behind for r in late})
+        return Finding(
+            rule="hang-none-pending",
+            severity="warning",
+            confidence="medium",
+            title=f"{title}, but {W.rank_word(late_ranks)} issued fewer: {said}",
+            detail=(
+                f"Nothing is pending in the dumps, yet the members of a group enqueued different "
+                f"counts of its collectives ({said}): a collective completes only when every member "
+                f"enters it, so {W.rank_word(late_ranks)} stopped issuing while the others went on, "
+                "or its dump was taken earlier than theirs. The job's log says which (--log)."
+                + unrecorded_barrier(hang)
+            ),
+            evidence={"calls": n, "ranks": list(hang.ranks), "behind": late_ranks},
+        )
+    if not hung and not logs and any(g.checks for g in hang.groups.values()):
+        return Finding(
+            rule="hang-none-pending",
+            severity="warning",
+            confidence="medium",
+            title=f"{title}: not a clean verdict, TORCH_DISTRIBUTED_DEBUG=DETAIL hides a rank that "
+            "never reached the next collective",
+            detail=(
+                "Nothing is pending in the dumps, and with DETAIL that does not clear the job: before "
+                "each collective DETAIL's check waits for every rank at a monitored barrier that the "
+                "recorder does not keep, so the others wait there, unrecorded, for a rank that never "
+                "arrives, and no dump shows it. The dumps of such a job and of one that ended cleanly "
+                "read the same; the ranks' logs tell them apart (`failed to pass monitoredBarrier` "
+                "names the rank that never arrived): give them with --log."
+            ),
+            evidence={"calls": n, "ranks": list(hang.ranks), "checked": True},
+            next_command="ncclprobe diagnose --flight-recorder DUMPS --log LOG",
+        )
     if not hung:
         return Finding(
             rule="hang-none-pending",
@@ -431,6 +475,19 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
         ),
         evidence={"calls": n, "ranks": list(hang.ranks)},
     )
+
+
+def _behind(hang: H.Hang) -> list[tuple[H.Group, list[int]]]:
+    """(group, its members that enqueued fewer of its collectives than another), for the job's
+    groups; DETAIL's check groups are left out: their rank 0 also counts the monitored barrier's
+    sends and receives it coordinates, so its count runs ahead on a healthy job too."""
+    out = []
+    for g in hang.groups.values():
+        counts = {r: g.enqueued[r] for r in g.dumped if r in g.enqueued}
+        if g.checks is None and len(set(counts.values())) > 1:
+            low = min(counts.values())
+            out.append((g, sorted(r for r, c in counts.items() if c == low)))
+    return out
 
 
 # ---- what cannot be known ---------------------------------------------------------------
