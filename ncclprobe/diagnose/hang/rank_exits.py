@@ -98,7 +98,7 @@ def others(ev: E.Evidence, exclude: Iterable[int]) -> str:
     ]
     by_how: dict[str, list[int]] = {}
     for f in rest:
-        by_how.setdefault(_how(f), []).append(f.rank)  # type: ignore[arg-type]
+        by_how.setdefault(_how(f), []).append(f.rank)
     return "; ".join(
         f"{rank_word(ranks)} {'was' if len(set(ranks)) == 1 else 'were'} {how}"
         for how, ranks in by_how.items()
