@@ -71,6 +71,34 @@ def test_a_ranks_own_stderr_alone_says_it_failed_without_an_exit_code():
         None,
     )
     assert top.title.startswith("rank 1 failed after ValueError: step 4")
+    assert top.evidence["root_cause"] is False  # no summary: not torchrun's first observed failure
+
+
+SUMMARY = (
+    "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-07_02:47:51\n"
+    "  host      : localhost\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 7)\n"
+    "  error_file: <N/A>\n============================================================\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # its watchdog timed out first: a rank that gave up waiting, whatever it raised after
+        "[rank0]:[E1201 19:42:17.779706496 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+        "Timeout(ms)=10000) ran for 10099 milliseconds before timing out.\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "train.py", line 9, in step\n'
+        "[rank0]: RuntimeError: step failed\n" + SUMMARY,
+        # an exception line with no traceback and no summary: no exit is read from it
+        "[rank0]: RuntimeError: step failed\n",
+    ],
+)
+def test_no_exit_of_its_own_where_the_rank_waited_or_no_exit_is_shown(tmp_path, text):
+    path = tmp_path / "job.log"
+    path.write_text(text)
+    assert own_exits(load_evidence(logs=[path])) == {}
 
 
 def test_a_watchdog_timeout_on_the_others_names_the_dead_rank_not_a_silent_one(tmp_path):

@@ -200,9 +200,10 @@ def test_a_rank_file_whose_lines_name_another_rank_is_no_rank_file(text, errors,
 
 
 def test_a_file_rank_at_or_above_the_jobs_size_is_no_rank():
-    """NCCL's communicator lines say the job has 2 ranks: `rank5.log` is no rank's file of it."""
+    """NCCL's communicator lines say the job has 2 ranks: `rank2.log` is no rank's file of it (the
+    boundary: ranks count from 0), `rank1.log` is."""
     comm = "host:1:1 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
-    assert parse_job_log(comm + "RuntimeError: boom\n", "rank5.log").errors == {}
+    assert parse_job_log(comm + "RuntimeError: boom\n", "rank2.log").errors == {}
     assert parse_job_log(comm + "RuntimeError: boom\n", "rank1.log").errors == {
         1: "RuntimeError: boom"
     }

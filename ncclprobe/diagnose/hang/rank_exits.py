@@ -61,14 +61,12 @@ def own_exits(ev: E.Evidence) -> dict[int, RankExit]:
     errors = {r: e for log in logs for r, e in log.errors.items()}
     where = {r: w for log in logs for r, w in log.raised_at.items()}
     out = {}
-    for rank in sorted(set(summary) | set(where)):
+    for rank in sorted(set(summary) | set(where)):  # an exit code, or a traceback of its own
         failure, error = summary.get(rank), errors.get(rank)
         if rank in waited or (error is not None and _COLLECTIVE.search(error)):
             continue
         if failure is not None and (failure.signal or (failure.exitcode or 0) <= 0):
             continue  # stopped by a signal, or no failure of its own
-        if failure is None and rank not in where:
-            continue
         out[rank] = RankExit(
             rank,
             failure.exitcode if failure else None,
