@@ -15,7 +15,7 @@ from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
 from ncclprobe.diagnose.hang.rank_exits import RankExit, exit_findings, own_exits
-from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, unrecorded_barrier
+from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, not_cleared, unrecorded_barrier
 from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import pending as p2p_pending
@@ -435,23 +435,7 @@ def _all_done(hang: H.Hang, hung: bool, logs: bool = False) -> Finding:
             evidence={"calls": n, "ranks": list(hang.ranks), "behind": late_ranks},
         )
     if not hung and not logs and any(g.checks for g in hang.groups.values()):
-        return Finding(
-            rule="hang-none-pending",
-            severity="warning",
-            confidence="medium",
-            title=f"{title}: not a clean verdict, TORCH_DISTRIBUTED_DEBUG=DETAIL hides a rank that "
-            "never reached the next collective",
-            detail=(
-                "Nothing is pending in the dumps, and with DETAIL that does not clear the job: before "
-                "each collective DETAIL's check waits for every rank at a monitored barrier that the "
-                "recorder does not keep, so the others wait there, unrecorded, for a rank that never "
-                "arrives, and no dump shows it. The dumps of such a job and of one that ended cleanly "
-                "read the same; the ranks' logs tell them apart (`failed to pass monitoredBarrier` "
-                "names the rank that never arrived): give them with --log."
-            ),
-            evidence={"calls": n, "ranks": list(hang.ranks), "checked": True},
-            next_command="ncclprobe diagnose --flight-recorder DUMPS --log LOG",
-        )
+        return not_cleared(title, n, list(hang.ranks))
     if not hung:
         return Finding(
             rule="hang-none-pending",

@@ -206,10 +206,13 @@ def _watchdog(
             confidence="high" if all(x.exitcode is not None for x in dead) else "medium",
             title=f"{_ranks(ranks)} timed out in {what}, which {_ranks(s.silent)} never entered: {said}",
             detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. {said}"
+                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. "
+                + said[:1].upper()
+                + said[1:]
                 + "".join(f" (raised at {x.raised_at})" for x in dead if x.raised_at)
-                + ", logging no collective failure of its own: it died in its own code before "
-                "this call, and the others waited for it."
+                + f", logging no collective failure of {'its' if len(dead) == 1 else 'their'} own: "
+                f"{'it' if len(dead) == 1 else 'they'} died in {'its' if len(dead) == 1 else 'their'} "
+                "own code before this call, and the others waited."
             ),
             evidence={**evidence, "exited_ranks": [x.rank for x in dead]},
         )
