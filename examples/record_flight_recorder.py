@@ -32,10 +32,11 @@ the process group is created, since torchrun gives every rank the same environme
 ranks share GPU 0 (distinct `NCCL_HOSTID`: NCCL talks over sockets), `NCCL_NVLS_ENABLE=0`.
 
   python examples/record_flight_recorder.py OUT --backend gloo|nccl [--scenario NAME ...]
-      [--timeout-s 10] [--nproc 2] [--detail]
+      [--timeout-s 10] [--nproc 2] [--detail] [--record-errors]
 
 --nproc N runs N ranks (the last rank is the one that skips, the odd ranks issue the other order, each
-rank's size mismatch is its own); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper checks
+rank's size mismatch is its own); --record-errors wraps each rank in torch's `@record` (torchrun's
+failure summary then carries the failed rank's traceback); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper checks
 every collective across ranks before it runs (gloo's only log lines with sequence numbers and sizes).
 
 writes OUT/<backend>/<scenario>/{dumps/nccl_trace_rank_N, json/nccl_trace_rank_N, rankN.stderr,
@@ -131,6 +132,7 @@ def start(scenario: str, args, out: Path) -> tuple[subprocess.Popen, Path, float
         args.backend,
         "--timeout-s",
         str(args.timeout_s),
+        *(["--record-errors"] if args.record_errors else []),
         str(directory),
     ]
     print(f"{args.backend}/{scenario}: $ {' '.join(command)}", file=sys.stderr, flush=True)
@@ -455,7 +457,16 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=2, help="ranks per job (2 or more)")
     parser.add_argument("--detail", action="store_true", help="TORCH_DISTRIBUTED_DEBUG=DETAIL")
     parser.add_argument("--worker", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--record-errors",
+        action="store_true",
+        help="wrap each rank in torch's @record: torchrun's summary then holds the failed rank's traceback",
+    )
     args = parser.parse_args()
+    if args.worker and args.record_errors:
+        from torch.distributed.elastic.multiprocessing.errors import record as record_errors
+
+        return record_errors(work)(args)
     return work(args) if args.worker else record(args)
 
 

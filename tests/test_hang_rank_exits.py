@@ -1,9 +1,9 @@
 """A rank that failed by itself is read as a dead rank, not as one in host code (review 2026-12-07).
 
 Real jobs recorded on this CPU machine (`examples/record_flight_recorder.py OUT --backend gloo
---scenario crash [--nproc 3]`, tests/fixtures/flight_recorder/gloo{,3}/crash): the last rank raises
-ValueError before the 4th all_reduce and exits with code 1; the others wait in it and torchrun stops
-them (SIGTERM). Their twins are the recorded `skip` jobs, whose last rank stays in host code: there
+--scenario crash`, 2 ranks with `--record-errors` and 3 without: tests/fixtures/flight_recorder/
+gloo{,3}/crash): the last rank raises ValueError before the 4th all_reduce and exits with code 1; the
+others wait in it and torchrun stops them (SIGTERM). Their twins are the recorded `skip` jobs, whose last rank stays in host code: there
 the first failure torchrun sees is a rank that gave up waiting, and nothing changes."""
 
 from __future__ import annotations
@@ -160,3 +160,27 @@ def test_any_exception_name_ends_a_ranks_traceback_and_its_source_lines_are_cont
     # the frame's source line (`raise BadBatch('error in batch')`) is no failure of its own; the
     # exception is the rank's error, named with its exit by the hang reading (`rank_exits`)
     assert [line.text for line in log.failure_lines.lines] == ["RuntimeError: boom"]
+
+
+def test_torchruns_summary_alone_names_the_exception_where_the_rank_ran_under_record(tmp_path):
+    """Only torchrun's summary pasted (the 2-rank job ran under torch's @record): the root cause's
+    traceback in it gives the exception and where it was raised; the healthy twin is the 3-rank
+    job's summary, whose root cause has no traceback: its exit code alone."""
+    for n, exception in ((2, "ValueError: step 4: batch of 0 samples on rank 1"), (3, None)):
+        console = (CRASH[n] / "torchrun.log").read_text()
+        path = tmp_path / f"summary{n}.log"
+        path.write_text(console[console.index("=" * 60) :])
+        result = diagnose(load_evidence(logs=[path]))
+        top = result.findings[0]
+        assert (top.rule, top.evidence["exitcode"], top.evidence["exception"]) == (
+            "hang-rank-exited",
+            1,
+            exception,
+        )
+        if exception:
+            assert top.evidence["raised_at"].endswith("record_flight_recorder.py:407 in crash")
+            assert not any(f.rule == "not-explained" for f in result.findings)
+        else:
+            assert top.title == (
+                "rank 2 exited with code 1; ranks 0, 1 were stopped by torchrun (SIGTERM)"
+            )

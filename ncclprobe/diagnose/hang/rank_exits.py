@@ -5,8 +5,9 @@ A hang's missing rank is often no rank in host code but a dead one. The job's lo
 - torchrun's failure summary gives each failed rank's exit code: a code of its own (1) is the
   process ending on an exception; a signal (`-15 (SIGTERM)`) is torchrun stopping the rest once one
   rank failed (`SIGABRT` is the watchdog's own abort on a timeout: a rank that gave up waiting);
-- the rank's own traceback (`[rank1]: Traceback ...` then `ValueError: ...`) names the exception and
-  where it was raised;
+- the rank's own traceback (`[rank1]: Traceback ...` then `ValueError: ...`), or the one torchrun's
+  summary holds where the rank ran under torch's `@record`, names the exception and where it was
+  raised;
 - a rank that failed in a collective says so first (a watchdog timeout, gloo's timeout, a peer's
   closed socket, DETAIL's checks, NCCL's remote error): such a rank gave up waiting, and is not one
   that failed by itself.
@@ -62,7 +63,8 @@ def own_exits(ev: E.Evidence) -> dict[int, RankExit]:
     where = {r: w for log in logs for r, w in log.raised_at.items()}
     out = {}
     for rank in sorted(set(summary) | set(where)):  # an exit code, or a traceback of its own
-        failure, error = summary.get(rank), errors.get(rank)
+        failure = summary.get(rank)
+        error = errors.get(rank) or (failure.exception if failure else None)
         if rank in waited or (error is not None and _COLLECTIVE.search(error)):
             continue
         if failure is not None and (failure.signal or (failure.exitcode or 0) <= 0):
@@ -71,7 +73,7 @@ def own_exits(ev: E.Evidence) -> dict[int, RankExit]:
             rank,
             failure.exitcode if failure else None,
             error,
-            where.get(rank),
+            where.get(rank) or (failure.raised_at if failure else None),
             bool(failure and failure.root_cause),
         )
     return out

@@ -24,7 +24,8 @@ What is read (any other line is skipped, never an error), in the formats torch 2
   `Traceback (most recent call last):` of that rank) and its innermost frame (`file:line in fn`);
   the frames' source lines are context, not failures of their own;
 - torchrun's failure summary: every `[N]:` block under `Failures:` and `Root Cause (first observed
-  failure):` (rank, local rank, exit code, signal, host, time);
+  failure):` (rank, local rank, exit code, signal, host, time; where the rank ran under torch's
+  `@record`, its traceback's exception and innermost frame);
 - a rank's `Some NCCL operations have failed or timed out` (its watchdog took the process down);
 - the network NCCL chose and the transport settings it read from the environment, where the log
   holds NCCL's INFO lines (read by `evidence.nccl.nccl_log`, the one reader of NCCL's lines).
@@ -174,6 +175,10 @@ class TorchrunFailure:
     host: str | None
     time: str | None
     root_cause: bool
+    # where the rank ran under torch's @record, the summary holds its traceback: its last line and
+    # innermost frame ("train.py:406 in step"); else None
+    exception: str | None = None
+    raised_at: str | None = None
 
 
 @dataclass
@@ -500,6 +505,9 @@ class _Reader:
         if found and self.failure is not None:
             self.failure[found["key"]] = found["v"].strip()
             return True
+        if self.failure is not None and "traceback" in self.failure and line.startswith("  "):
+            self.failure.setdefault("lines", []).append(line[2:])  # @record's traceback, indented
+            return True
         if line.strip().startswith(("=====", "-----", "<NO_OTHER_FAILURES>")):
             self._close_failure()
             if line.strip().startswith("====="):
@@ -516,6 +524,13 @@ class _Reader:
         ranks = _FAILURE_RANK.match(f.get("rank", ""))
         code = _EXITCODE.match(f.get("exitcode", ""))
         signal = re.search(r"\((SIG[A-Z]+)\)", f.get("traceback", "") + f.get("exitcode", ""))
+        lines = f.get("lines", [])
+        frames = [m for m in map(_FRAME.match, lines) if m]
+        raised = [
+            x.strip() for x in lines if x.strip() and not x[:1].isspace() and _RAISED.match(x)
+        ]
+        if raised:  # shown as any exception is, unless a reading names it (`rank_exits`)
+            self.log.failure_lines.offer(self.log.lines, raised[-1])
         self.log.failures.append(
             TorchrunFailure(
                 rank=int(ranks["rank"]) if ranks else None,
@@ -526,6 +541,10 @@ class _Reader:
                 host=f.get("host"),
                 time=f.get("time"),
                 root_cause=bool(self.in_failures),
+                exception=raised[-1][:500] if raised else None,
+                raised_at=f"{frames[-1]['file']}:{frames[-1]['line']} in {frames[-1]['fn']}"
+                if frames
+                else None,
             )
         )
         self.log.read_lines += 1
