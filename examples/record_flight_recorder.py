@@ -36,8 +36,9 @@ ranks share GPU 0 (distinct `NCCL_HOSTID`: NCCL talks over sockets), `NCCL_NVLS_
 
 --nproc N runs N ranks (the last rank is the one that skips, the odd ranks issue the other order, each
 rank's size mismatch is its own); --record-errors wraps each rank in torch's `@record` (torchrun's
-failure summary then carries the failed rank's traceback); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper checks
-every collective across ranks before it runs (gloo's only log lines with sequence numbers and sizes).
+failure summary then carries the failed rank's traceback); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL,
+whose wrapper checks every collective across ranks before it runs (gloo's only log lines with
+sequence numbers and sizes).
 
 writes OUT/<backend>/<scenario>/{dumps/nccl_trace_rank_N, json/nccl_trace_rank_N, rankN.stderr,
 torchrun.log, nccl-rankN.log, fr_trace.txt, scenario.json}; fr_trace.txt is PyTorch's own analyzer
