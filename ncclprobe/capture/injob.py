@@ -68,6 +68,9 @@ class _State:
         self.hooks_installed = False
         self.local = threading.local()
         self.events: list[str] = []
+        # when this process's profiler began starting, and when its trace was written (the capture's
+        # own pause of the job: a late rank's lateness inside it is the capture's, not the job's)
+        self.profiler_spans: list[dict[str, float]] = []
 
 
 # set once by install() before any hook or handler of this module can run; None only before
@@ -121,6 +124,7 @@ def _record(event: str) -> None:
         "backend": _state.backend,
         "steps": _state.steps,
         "events": _state.events[-50:],
+        "profiler": _state.profiler_spans[-20:],
     }
     _write(_path("injob", f"{os.getpid()}.json"), json.dumps(doc))
 
@@ -144,6 +148,7 @@ def _after_fork() -> None:
     try:
         _state.steps, _state.written_steps, _state.dumped = 0, -1, False
         _state.profiler, _state.step_mark, _state.events = None, None, []
+        _state.profiler_spans = []
         _state.local = threading.local()
         _record("forked")
         _start_watcher()
@@ -412,11 +417,14 @@ def _step_boundary() -> None:
 def _start_profiler() -> None:
     import torch
 
+    span = {"start": round(time.time(), 3)}
+    _state.profiler_spans.append(span)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     profiler = torch.profiler.profile(activities=activities, record_shapes=True, with_stack=True)
     profiler.start()
+    span["started"] = round(time.time(), 3)
     _state.profiler, _state.profiled_steps = profiler, 0
     _record(f"profiler started at step {_state.steps}")
 
@@ -429,6 +437,8 @@ def _stop_profiler(why: str) -> None:
     if _state.step_mark is not None:
         _state.step_mark.__exit__(None, None, None)
         _state.step_mark = None
+    span = _state.profiler_spans[-1] if _state.profiler_spans else {}
+    span["stop"] = round(time.time(), 3)
     profiler.stop()
     _record(f"profiler stopped after {_state.profiled_steps} steps ({why}): writing the trace")
     rank = f".rank{_state.rank}" if _state.rank is not None else ""
@@ -437,4 +447,5 @@ def _stop_profiler(why: str) -> None:
     temporary = _path("profiles", f".{name}.tmp.json.gz")
     profiler.export_chrome_trace(temporary)
     os.replace(temporary, _path("profiles", name))
+    span["written"] = round(time.time(), 3)
     _record(f"profile written: {name} ({_state.profiled_steps} steps; {why})")
