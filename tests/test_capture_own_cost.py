@@ -70,6 +70,8 @@ def test_the_capture_s_own_profiler_pause_is_not_blamed_on_the_rank(spun):
     assert "the capture's own profiler on rank(s)" in late["detail"]
     # the profile is in the capture: no step asks to profile again
     assert not late.get("next_command")
+    # a CPU job profiled with shapes: no GPU idle time or verify step to ask evidence for
+    assert not {"host-bound", "decode-or-verify"} & {n["rule"] for n in doc["not_checked"]}
 
 
 def test_only_the_flight_recorder_names_the_job_s_torch_reads_are_set(spun):
