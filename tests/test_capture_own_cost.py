@@ -48,8 +48,8 @@ def test_stdout_is_the_report_alone_and_the_job_s_output_goes_to_stderr(spun):
     run, out = spun
     doc = json.loads(run.stdout)  # nothing of the job's in it
     assert doc["findings"]
-    assert "rank 1 step 1 loss" in run.stderr
-    assert "rank 1 step 1 loss" in (out / "job.log").read_text()
+    assert "rank 1 step 1\n" in run.stderr
+    assert "rank 1 step 1\n" in (out / "job.log").read_text()
 
 
 def test_the_capture_s_own_profiler_pause_is_not_blamed_on_the_rank(spun):

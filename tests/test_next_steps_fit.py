@@ -75,3 +75,27 @@ def test_a_many_rank_job_s_sweep_runs_on_one_host_and_says_so():
     assert f"--nranks {K.ONE_HOST_RANKS} " in at_edge and "\n" not in at_edge
     past = K.sweep_next(Evidence(kind="profile", config={"tp": K.ONE_HOST_RANKS + 1}), [16384])
     assert f"--nranks {K.ONE_HOST_RANKS} " in past and "\n" in past
+
+
+def test_a_capture_s_own_ranks_on_this_host_bound_the_sweep():
+    from ncclprobe.evidence.live.capture_dir import CapturedProcess, CaptureRecord
+
+    def rank(r):
+        return CapturedProcess(
+            pid=100 + r, ppid=1, command="python train.py", role="worker", python=True,
+            libnccl=None, injob=True, rank=r, readable=True, empty_block=False, missing=(),
+            changed={}, capture_missing=(),
+        )  # fmt: skip
+
+    record = CaptureRecord(
+        directory="cap", command="torchrun train.py", exit_code=0, ended_by="exit", settings={},
+        added={}, replaced={}, collected={}, missing={}, notes=(),
+        processes=(rank(0), rank(1)), nccl_loaded=False,
+    )  # fmt: skip
+    two = Evidence(kind="profile", config={"tp": 300, "backend": "gloo"}, capture=record)
+    *_, command = K.sweep_next(two, [16384]).splitlines()
+    assert "--nranks 2 " in command
+    whole = Evidence(kind="profile", config={"tp": 2, "backend": "gloo"}, capture=record)
+    assert "--nranks 2 " in K.sweep_next(whole, [16384]) and "\n" not in K.sweep_next(
+        whole, [16384]
+    )

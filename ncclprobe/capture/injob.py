@@ -9,7 +9,8 @@ raise into the job.
 
 What it adds to each process, all into the capture directory:
 - `injob/<pid>.json`: that it ran here (pid, parent, command line, rank once known): the manifest's
-  proof of where the hooks were, and where they were not;
+  proof of where the hooks were, and where they were not; and the profiler's spans (when it began
+  starting, started, began stopping, wrote its trace), the time the capture itself held the process;
 - `progress/<pid>`: the count of top-level forward passes (one per step of a training loop or of
   `generate()`), which the capture reads as progress when it watches for a hang;
 - on the capture's dump request (a hang), when a collective of this process fails (an uncaught

@@ -191,18 +191,24 @@ def sweep_next(ev: Evidence, sizes: list[int], *extra: str) -> str:
         return ""
     if gloo(ev):  # the job's own backend: on a GPU machine the sweep would otherwise run NCCL
         extra = ("--backend", "gloo", "--proto", "default", "--algo", "default", *extra)
+    local = _local_ranks(ev)
     command = sweep_command(
-        min(nranks, ONE_HOST_RANKS) if nranks else nranks,
-        sizes_arg(missing) if sizes else "8K..1M",
-        *extra,
+        min(nranks, local) if nranks else nranks, sizes_arg(missing) if sizes else "8K..1M", *extra
     )
-    if nranks and nranks > ONE_HOST_RANKS:
+    if nranks and nranks > local:
         return (
-            f"# the job ran {nranks} ranks; this sweep runs {ONE_HOST_RANKS} on this one host "
+            f"# the job ran {nranks} ranks; this sweep runs {local} on this one host "
             "(ncclprobe sweep --launcher srun|torchrun|mpirun --hosts ... runs it across the job's "
             f"nodes):\n{command}"
         )
     return command
+
+
+def _local_ranks(ev: Evidence) -> int:
+    """The ranks a sweep printed here starts on one host: the job's own ranks on it where a capture
+    saw them, else at most ONE_HOST_RANKS (a node's GPUs)."""
+    seen = {p.rank for p in ev.capture.processes if p.rank is not None} if ev.capture else set()
+    return len(seen) or ONE_HOST_RANKS
 
 
 def gloo(ev: Evidence) -> bool:

@@ -9,6 +9,12 @@ work before the call (a data loader, a metric, a `.item()`) is where the time go
 collective. Calls are counted, not their lateness summed: one pause of seconds on another rank (a
 profiler starting, a checkpoint) must not outweigh a pattern of every step.
 
+The capture's own cost is not the job's: `ncclprobe capture` profiles a few steps of every rank
+with Python stacks, and stopping that profiler and writing its trace holds the rank for seconds on
+a call-heavy host loop (8.7 s for a 3.2 MB trace on the 2-core machine). Calls whose issue times
+overlap a rank's profiler span (its start to its trace written, `injob/<pid>.json` records it) are
+left out of the comparison and of its totals, and the finding or the ruled-out line says how many.
+
 What the times cannot show: on NCCL a rank can issue a call on time on the host while its GPU is
 still busy with earlier work (then its GPU is late, not its host: a profile shows it); ranks on
 several hosts carry their clocks' offset into every difference (said in the finding).

@@ -8,7 +8,8 @@ are the capture's own record:
   kind of evidence what was collected and what could not be, with the reason;
 - `processes.json`: every process of the job as the capture saw it appear: command line, parent,
   role, whether it mapped libnccl, whether capture's in-job module ran there, its rank, and which
-  of the settings the job was started with it lacked or had with another value (masked values).
+  of the settings the job was started with it lacked or had with another value (masked values),
+  and when the in-job profiler ran there (its start to its trace written: the capture's own pause).
 """
 
 from __future__ import annotations
