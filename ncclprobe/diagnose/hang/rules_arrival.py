@@ -183,13 +183,13 @@ def _late_rank(
     )
 
 
-def _next(rank: int, ev: E.Evidence) -> str | None:
+def _next(rank: int, ev: E.Evidence) -> str:
     """Profile the job's steps to see the late rank's host work (with the capture's own command);
     nothing where that rank's profile is already here (its host-call finding reads it)."""
     if any(
         run.source == "profile" and any(r.get("rank") == rank for r in run.ranks) for run in ev.runs
     ):
-        return None
+        return ""
     remark = f"# profile a few steps of every rank to see rank {rank}'s host work before the call"
     if ev.capture is not None and not ev.runs:
         return f"{remark}:\nncclprobe capture --profile 3-6 -- {ev.capture.command}"
