@@ -113,3 +113,21 @@ def test_the_flight_recorder_spelling_follows_the_torch_version_at_its_boundary(
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     assert job_torch([str(script)], os.environ) == (major, minor)
     assert job_torch(["/bin/true"], os.environ) is None
+
+
+def test_a_job_whose_torch_was_not_known_gets_the_older_names_where_its_torch_is_older():
+    from ncclprobe.capture import injob
+    from ncclprobe.capture.environment import fr_respell
+
+    newer = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": "/cap/fr/nccl_trace_rank_"}
+    below = ".".join(map(str, (FR_NAMES_FROM[0], FR_NAMES_FROM[1] - 1))) + ".0+cu128"
+    older = dict(newer)
+    injob._respell({"fr_respell": fr_respell()}, older, below)
+    assert older["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert older["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/cap/fr/nccl_trace_rank_"
+    at = dict(newer)
+    injob._respell({"fr_respell": fr_respell()}, at, ".".join(map(str, FR_NAMES_FROM)) + ".0")
+    assert at == newer  # the boundary reads the newer names: nothing added, no warning
+    known = dict(newer)
+    injob._respell({"fr_respell": None}, known, below)  # the capture knew the job's torch
+    assert known == newer

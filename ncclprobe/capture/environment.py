@@ -9,7 +9,8 @@ any value of the user's that one replaces, masked):
 - PyTorch's Flight Recorder, dumped into `fr/` on NCCL's watchdog timeout
   (`nccl.recipes.flight_recorder_env`), in the one spelling the job's torch reads (`job_torch`: the
   torch version the job's own interpreter finds; the other spelling would make every rank print a
-  deprecation warning);
+  deprecation warning; where the interpreter cannot be told, the newer names, and the in-job module
+  adds the older ones in a process whose torch is older: `fr_respell`);
 - each engine's own profiler directory (`engine-profiles/`): SGLang's SGLANG_TORCH_PROFILER_DIR,
   vLLM's VLLM_TORCH_PROFILER_DIR with shapes and stacks (`ENGINE_PROFILER_ENV`, read from source);
 - the in-job module: the generated `sitecustomize.py` first on PYTHONPATH (`capture.hook`);
@@ -30,7 +31,13 @@ from pathlib import Path
 
 from ncclprobe.engine_facts.profiler import PROFILER_ENV
 from ncclprobe.evidence.live import capture_dir as D
-from ncclprobe.nccl.recipes import FR_NAMES_FROM, USER_LOG_NAME, flight_recorder_env, proof_env
+from ncclprobe.nccl.recipes import (
+    FR_NAMES,
+    FR_NAMES_FROM,
+    USER_LOG_NAME,
+    flight_recorder_env,
+    proof_env,
+)
 from ncclprobe.secrets import display_value, is_relevant
 
 # Read in the engines' sources (they cannot run on the CPU machine): engine_facts.profiler
@@ -128,6 +135,13 @@ def job_torch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, int] | 
     except (OSError, subprocess.TimeoutExpired):
         return None
     return _major_minor(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def fr_respell() -> dict:
+    """The in-job module's orders where `job_torch` was not known: the newer Flight Recorder names
+    are set; a process whose torch is older than FR_NAMES_FROM adds the older ones itself."""
+    new, old = FR_NAMES["new"], FR_NAMES["old"]
+    return {"below": list(FR_NAMES_FROM), "names": dict(zip(new, old, strict=True))}
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

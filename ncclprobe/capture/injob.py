@@ -86,6 +86,7 @@ def install(config_path: str) -> None:
             config = json.load(handle)
         if not os.path.isdir(config["dir"]):
             return  # the capture is over (its directory moved): a late process does nothing
+        _respell(config)
         _state = _State(config)
         _record("started")
         previous = sys.excepthook
@@ -95,6 +96,30 @@ def install(config_path: str) -> None:
         _start_watcher()
     except Exception as exc:  # never into the job
         _say(f"in-job module not started: {type(exc).__name__}: {exc}")
+
+
+def _respell(config: dict, environ=os.environ, version: str | None = None) -> None:
+    """Where the capture could not tell the job's torch before it ran, it set the newer Flight
+    Recorder names; a process whose torch (its installed metadata, torch not imported) is older
+    than `below` reads only the older ones: they are added here, before torch reads them."""
+    respell = config.get("fr_respell") or {}
+    if not respell:
+        return
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return
+    parts = version.split("+", 1)[0].split(".")[:2]
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        return
+    if (int(parts[0]), int(parts[1])) >= tuple(respell["below"]):
+        return
+    for new, old in respell["names"].items():
+        if new in environ and old not in environ:
+            environ[old] = environ[new]
 
 
 # ---- files -------------------------------------------------------------------------------------

@@ -20,7 +20,12 @@ from signal import SIGINT
 from typing import Any
 
 from ncclprobe.capture import hook
-from ncclprobe.capture.environment import JobEnvironment, job_environment, job_torch
+from ncclprobe.capture.environment import (
+    JobEnvironment,
+    fr_respell,
+    job_environment,
+    job_torch,
+)
 from ncclprobe.capture.job import Ending, Job
 from ncclprobe.capture.record import write_manifest, write_processes
 from ncclprobe.capture.tree import TreeWatch, observed
@@ -107,8 +112,10 @@ def capture(request: CaptureRequest, started: Callable[[Path], None] = lambda _p
 
 def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending, list[str]]:
     profile = _profile(request)
-    hook_dir = hook.write_hook(directory, profile, PEER_GRACE_S)
     torch_version = job_torch(request.command, os.environ)
+    hook_dir = hook.write_hook(
+        directory, profile, PEER_GRACE_S, None if torch_version else fr_respell()
+    )
     env = job_environment(
         os.environ, directory, hook_dir, tuning=request.tuning, torch_version=torch_version
     )
