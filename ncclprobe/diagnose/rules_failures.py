@@ -6,14 +6,15 @@ CUDA or NCCL error: `evidence.nccl.nccl_failures`) are named, and the rest becom
 
 from __future__ import annotations
 
+from ncclprobe.diagnose.hang.rank_exits import own_exits
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.failure_lines import from_json, not_explained_finding
+from ncclprobe.evidence.failure_lines import FailureLines, from_json, not_explained_finding
 from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines
 from ncclprobe.findings import Finding
 
 
 def not_explained(ev: E.Evidence) -> list:
-    sources = [log.failure_lines for log in ev.job_logs]
+    sources = _job_log_lines(ev)
     sources += [rank.log.failure_lines for rank in ev.nccl_logs]
     sources += [
         from_json(run.log["not_explained"])
@@ -41,6 +42,21 @@ def not_explained(ev: E.Evidence) -> list:
     ]
     finding = not_explained_finding(sources)
     return out + ([finding] if finding else [])
+
+
+def _job_log_lines(ev: E.Evidence) -> list[FailureLines]:
+    """The job logs' failure lines, less the exception of a rank that failed by itself: the hang
+    reading names it with its exit (`diagnose.hang.rank_exits`)."""
+    exits = own_exits(ev) if ev.job_logs else {}
+    said = [x.exception for x in exits.values() if x.exception]
+    if not said:
+        return [log.failure_lines for log in ev.job_logs]
+    out = []
+    for log in ev.job_logs:
+        lines = from_json(log.failure_lines.to_json())
+        lines.forget(said)
+        out.append(lines)
+    return out
 
 
 RULES = (not_explained,)
