@@ -131,3 +131,22 @@ def test_a_job_whose_torch_was_not_known_gets_the_older_names_where_its_torch_is
     known = dict(newer)
     injob._respell({"fr_respell": None}, known, below)  # the capture knew the job's torch
     assert known == newer
+
+
+def test_a_call_is_left_out_exactly_where_a_member_s_profiler_span_meets_it():
+    from ncclprobe.diagnose.hang.rules_arrival import _outside_profiler
+
+    call = {0: 10_000_000_000, 1: 12_000_000_000}  # issued at 10 s and 12 s
+    for spans, left_out in (
+        ({1: [(12.0, 20.0)]}, True),  # begins as the last member issues it
+        ({0: [(1.0, 10.0)]}, True),  # ends as the first member issues it
+        ({1: [(12.001, 20.0)]}, False),
+        ({0: [(1.0, 9.999)]}, False),
+        ({2: [(0.0, 99.0)]}, False),  # a rank not in the call
+        ({}, False),
+    ):
+        kept, paused = _outside_profiler([call], spans)
+        assert (paused.calls == 1) is left_out and (kept == []) is left_out, spans
+        assert paused.words().startswith("; 1 call(s) are not counted") is left_out
+    _, paused = _outside_profiler([call, call], {0: [(11.0, 11.5)], 1: [(11.0, 11.5)]})
+    assert paused.calls == 2 and "rank(s) 0, 1" in paused.words()
