@@ -105,6 +105,11 @@ MODULES = {
     "ncclprobe/evidence/run/__init__.py": "tests/test_profile.py tests/test_diagnose.py",
     "ncclprobe/evidence/run/model_config.py": f"{PINS} tests/test_profile.py",
     "ncclprobe/evidence/nccl/nccl_log.py": f"tests/test_nccl_log.py {PINS}",
+    "ncclprobe/evidence/nccl/nccl_failure_kinds.py": "tests/test_nccl_failure_kinds.py",
+    "ncclprobe/evidence/nccl/nccl_failures.py": "tests/test_nccl_failure_kinds.py "
+    "tests/test_nccl_log_failures.py tests/test_failure_lines.py",
+    "ncclprobe/evidence/nccl/nccl_errors.py": "tests/test_nccl_failure_kinds.py "
+    "tests/test_nccl_log_failures.py tests/test_nccl_tests_measured_nothing.py",
     "ncclprobe/evidence/nccl/nccl_tests.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "
     "tests/test_nccl_tests_cputime.py tests/test_nccl_tests_measured_nothing.py",
     "ncclprobe/evidence/nccl/nccl_tests_run.py": f"{NCCL_TESTS} tests/test_nccl_tests_shapes.py "

@@ -10,6 +10,9 @@ Each scenario is a real job started by torchrun (2 processes by default, --nproc
   posts the receive (NCCL only: gloo's Flight Recorder records no send/recv in torch 2.13);
 - `groups`: two groups over both ranks; after a warm-up on both, rank 0 waits (host sync) in an
   all_reduce of group A while rank 1 waits in one of group B: each group waits on the other;
+- `crash`: the last rank raises ValueError in host code before the 4th all_reduce (a bad batch)
+  and exits with it; the others wait in it until torchrun stops them (SIGTERM): a rank that died,
+  not one that stays away (gloo: the failing rank dumps and signals the others first, as below);
 - `healthy`: the same collectives on every rank (and a send/recv between ranks 0-1, 2-3, ...; the
   last rank of an odd count has no partner); it finishes.
 
@@ -29,11 +32,13 @@ the process group is created, since torchrun gives every rank the same environme
 ranks share GPU 0 (distinct `NCCL_HOSTID`: NCCL talks over sockets), `NCCL_NVLS_ENABLE=0`.
 
   python examples/record_flight_recorder.py OUT --backend gloo|nccl [--scenario NAME ...]
-      [--timeout-s 10] [--nproc 2] [--detail]
+      [--timeout-s 10] [--nproc 2] [--detail] [--record-errors]
 
 --nproc N runs N ranks (the last rank is the one that skips, the odd ranks issue the other order, each
-rank's size mismatch is its own); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL, whose wrapper checks
-every collective across ranks before it runs (gloo's only log lines with sequence numbers and sizes).
+rank's size mismatch is its own); --record-errors wraps each rank in torch's `@record` (torchrun's
+failure summary then carries the failed rank's traceback); --detail sets TORCH_DISTRIBUTED_DEBUG=DETAIL,
+whose wrapper checks every collective across ranks before it runs (gloo's only log lines with
+sequence numbers and sizes).
 
 writes OUT/<backend>/<scenario>/{dumps/nccl_trace_rank_N, json/nccl_trace_rank_N, rankN.stderr,
 torchrun.log, nccl-rankN.log, fr_trace.txt, scenario.json}; fr_trace.txt is PyTorch's own analyzer
@@ -62,7 +67,7 @@ sys.path.insert(
 )  # the repository's NCCL recipes, also where ncclprobe is not installed
 from ncclprobe.nccl.recipes import NO_NVLS, proof_env  # noqa: E402
 
-SCENARIOS = ("skip", "size-mismatch", "order", "p2p", "groups", "healthy")
+SCENARIOS = ("skip", "size-mismatch", "order", "p2p", "groups", "crash", "healthy")
 NOT_ON_GLOO = {"p2p": "gloo's Flight Recorder records no send/recv (torch 2.13)"}
 DUMP_PREFIX = "nccl_trace_rank_"
 DUMP_SIGNAL = "record_flight_recorder/dump"
@@ -128,6 +133,7 @@ def start(scenario: str, args, out: Path) -> tuple[subprocess.Popen, Path, float
         args.backend,
         "--timeout-s",
         str(args.timeout_s),
+        *(["--record-errors"] if args.record_errors else []),
         str(directory),
     ]
     print(f"{args.backend}/{scenario}: $ {' '.join(command)}", file=sys.stderr, flush=True)
@@ -396,6 +402,14 @@ def groups(r: Rank) -> None:
     r.sync()
 
 
+def crash(r: Rank) -> None:
+    r.warmup()
+    if r.rank == r.dist.get_world_size() - 1:  # the last rank fails in its own code
+        raise ValueError(f"step {WARMUP + 1}: batch of 0 samples on rank {r.rank}")
+    r.dist.all_reduce(r.tensor())
+    r.sync()
+
+
 def healthy(r: Rank) -> None:
     x, y = r.tensor(), r.tensor(ELEMENTS // 4)
     r.warmup()
@@ -413,6 +427,7 @@ BODIES = {
     "order": order,
     "p2p": p2p,
     "groups": groups,
+    "crash": crash,
     "healthy": healthy,
 }
 
@@ -443,7 +458,16 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=2, help="ranks per job (2 or more)")
     parser.add_argument("--detail", action="store_true", help="TORCH_DISTRIBUTED_DEBUG=DETAIL")
     parser.add_argument("--worker", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--record-errors",
+        action="store_true",
+        help="wrap each rank in torch's @record: torchrun's summary then holds the failed rank's traceback",
+    )
     args = parser.parse_args()
+    if args.worker and args.record_errors:
+        from torch.distributed.elastic.multiprocessing.errors import record as record_errors
+
+        return record_errors(work)(args)
     return work(args) if args.worker else record(args)
 
 

@@ -86,6 +86,7 @@ HEAVY = {
     "shipped-timelines": 58,
     "smollm2": 94,  # test_engine_gguf 54, test_capture_hf 40 (its generate and serve captures)
     "tests/test_engine_cli.py": 49,
+    "tests/test_capture_own_cost.py": 35,  # one capture of 2 gloo ranks, stacks profiled (2026-12-07)
     "timing": 44,
     "trained-drafts": 21,
     "tests/test_hosts_netns.py": 20,

@@ -99,7 +99,8 @@ def test_the_rank_in_host_code_is_named_at_its_collective_and_its_line(faults):
     hang = next(f for f in doc["findings"] if f["evidence"].get("missing_ranks") == [0])
     assert hang["severity"] == "error" and "rank 0 never entered collective 23" in hang["title"]
     stack = _finding(doc, "hang-stack")
-    assert "train_ranks.py:51 in train" in stack["title"]  # its time.sleep at step 8
+    sleep = JOB.read_text().splitlines().index("            time.sleep(3600)") + 1
+    assert f"train_ranks.py:{sleep} in train" in stack["title"]  # its time.sleep at step 12
 
 
 def test_the_late_rank_is_named_from_the_flight_recorder_and_its_host_work(faults):

@@ -251,3 +251,73 @@ def test_the_watchdog_findings_evidence_and_its_times(tmp_path):
     assert groups.detail.endswith(
         "Issue collectives of different groups in one order on every rank."
     )
+
+
+def test_dumps_alone_never_clear_a_detail_job_the_log_says_hung():
+    """gloo3-detail/skip (review 2026-12-07): the dumps alone once said `[info] every rank completed
+    every collective`, exit 0, while the log names rank 2. With DETAIL the dumps of that job and of
+    its healthy twin read the same (the check's monitored barrier is not recorded; rank 0's larger
+    check count, 18 against 12 here and 36 against 24 in the healthy twin, is the barrier it
+    coordinates): so dumps alone never clear a DETAIL job, and never contradict the log."""
+    folder = RECORDED / "gloo3-detail" / "skip"
+    dumps_only = diagnose(load_evidence(flight_recorder=[folder / "dumps"]))
+    top = dumps_only.findings[0]
+    assert (top.rule, top.severity) == ("hang-none-pending", "warning")
+    assert "not a clean verdict" in top.title and dumps_only.verdict().exit_code == 1
+    assert not any(
+        f.severity == "info" and "completed every" in f.title for f in dumps_only.findings
+    )
+    assert any(
+        "rank 0's count (18) also holds the monitored barrier" in n for n in dumps_only.notes
+    )
+    # the log-only reading and the reading of both name rank 2, and the dumps say nothing against it
+    for ev in (
+        load_evidence(logs=logs(folder)),
+        load_evidence(logs=logs(folder), flight_recorder=[folder / "dumps"]),
+    ):
+        first = diagnose(ev).findings[0]
+        assert first.evidence == {"because": "missing", "missing_ranks": [2]}
+    # the healthy twin: dumps alone are not a clean verdict either (they cannot be), its log clears it
+    healthy = RECORDED / "gloo3-detail" / "healthy"
+    assert (
+        diagnose(load_evidence(flight_recorder=[healthy / "dumps"])).findings[0].severity
+        == "warning"
+    )
+    cleared = diagnose(load_evidence(logs=logs(healthy), flight_recorder=[healthy / "dumps"]))
+    assert (cleared.findings[0].severity, cleared.verdict().exit_code) == ("info", 0)
+
+
+def test_a_member_that_enqueued_fewer_is_named_though_nothing_is_pending(tmp_path):
+    """Any group whose members' enqueued counts differ is no clean verdict: the recorded healthy
+    3-rank gloo job's dumps, each less its last entry (#6), with rank 2's status saying it enqueued
+    5 (the others 6): nothing is pending, and rank 2 is named behind. The twin: the same dumps with
+    rank 2's status left at 6 are clean (no group, no DETAIL: info)."""
+    import pickle
+    import shutil
+
+    source = RECORDED / "gloo3" / "healthy" / "dumps"
+    for behind in (True, False):
+        folder = tmp_path / f"behind-{behind}"
+        shutil.copytree(source, folder)
+        for rank in range(3):
+            path = folder / f"nccl_trace_rank_{rank}"
+            dump = pickle.loads(path.read_bytes())  # noqa: S301 (our own recording)
+            dump["entries"] = dump["entries"][:-1]
+            if behind and rank == 2:
+                dump["pg_status"]["0"].update(
+                    last_enqueued_collective=5, last_completed_collective=5
+                )
+            path.write_bytes(pickle.dumps(dump))
+        top = diagnose(load_evidence(flight_recorder=[folder])).findings[0]
+        if behind:
+            assert (top.rule, top.severity, top.evidence["behind"]) == (
+                "hang-none-pending",
+                "warning",
+                [2],
+            )
+            assert (
+                "rank 2 issued fewer: default_pg: rank 2 enqueued 5, the others up to 6"
+                in top.title
+            )
+        else:
+            assert (top.rule, top.severity) == ("hang-none-pending", "info")

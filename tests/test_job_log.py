@@ -136,14 +136,77 @@ Root Cause (first observed failure):
     "name, rank",
     [
         ("rank3.stderr", 3),
+        ("logs/rank_12.log", 12),
         ("job/attempt_0/5/stderr.log", 5),
+        ("run/attempt_2/7/stdout.log", 7),
         ("stderr_rank_1.txt", 1),
+        ("train.rank-2.out", 2),
+        ("RANK4.LOG", 4),
         ("job.log", None),
+        ("megatron_moe_4rank_allreduce_seq305_service_thread_closed_megatron735.log", None),
+        ("issue735.log", None),
+        ("rank7_run.log", None),  # digits not at the end: a run's name, not a rank's file
+        ("4rank_job.log", None),
+        ("crank3.log", None),  # no separator before `rank`
+        ("rank3.json", None),  # not a log's extension
+        ("logs/3/trace.log", None),  # a numbered folder gives a rank only to torchrun's streams
     ],
 )
 def test_the_file_name_gives_the_rank_of_lines_that_carry_none(name, rank):
     log = parse_job_log("RuntimeError: boom\n", name)
     assert log.errors == ({} if rank is None else {rank: "RuntimeError: boom"})
+    assert log.ranks == (set() if rank is None else {rank})
+
+
+MEGATRON = (
+    Path(__file__).parent
+    / "fixtures"
+    / "unseen"
+    / "job_logs"
+    / "megatron_moe_4rank_allreduce_seq305_service_thread_closed_megatron735.log"
+)
+
+
+@pytest.mark.parametrize("name", ["rank7.log", "job_rank7.log", "7/stderr.log", "job.log"])
+def test_a_console_of_several_ranks_gives_its_name_no_rank(tmp_path, name):
+    """Watchdog lines of ranks 0-2 with NCCL INFO lines that carry no rank prefix: whatever the
+    file is called, no rank beyond those the lines name is made up (review 2026-12-07: the real
+    log read under its issue's name said `rank 735 logged no timeout`)."""
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(MEGATRON.read_text())
+    log = read_job_log(path)
+    assert log.ranks == {0, 1, 2}
+    assert read_job_log(MEGATRON).ranks == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
+    "text, errors, ranks",
+    [  # in `logs/rank3.log`: its own prefixes agree, so the unprefixed line is rank 3's too
+        (
+            "[rank3]: RuntimeError: boom\nValueError: unprefixed\n",
+            {3: "ValueError: unprefixed"},
+            {3},
+        ),
+        ("[Rank 3] Watchdog went away\nRuntimeError: boom\n", {3: "RuntimeError: boom"}, {3}),
+        # another rank's prefix, or a launcher's --tee console: the name gives no rank
+        ("[rank2]: RuntimeError: boom\nValueError: unprefixed\n", {2: "RuntimeError: boom"}, {2}),
+        ("[default3]:[rank3]: x\nRuntimeError: boom\n", {}, {3}),
+    ],
+)
+def test_a_rank_file_whose_lines_name_another_rank_is_no_rank_file(text, errors, ranks):
+    log = parse_job_log(text, "logs/rank3.log")
+    assert (log.errors, log.ranks) == (errors, ranks)
+
+
+def test_a_file_rank_at_or_above_the_jobs_size_is_no_rank():
+    """NCCL's communicator lines say the job has 2 ranks: `rank2.log` is no rank's file of it (the
+    boundary: ranks count from 0), `rank1.log` is."""
+    comm = "host:1:1 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+    assert parse_job_log(comm + "RuntimeError: boom\n", "rank2.log").errors == {}
+    assert parse_job_log(comm + "RuntimeError: boom\n", "rank1.log").errors == {
+        1: "RuntimeError: boom"
+    }
 
 
 def test_garbage_is_skipped_never_an_error():

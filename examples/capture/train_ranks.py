@@ -5,6 +5,8 @@ rank trains a linear layer and all-reduces its gradients every step:
   --late-rank R     waits on the host for --late-s before every all-reduce (a data loader, a
                     metric; a sleep, not a spin: a Python-tracing profiler would record a spin's
                     every call)
+  --late-spin       ... busy-waiting on the host instead (a loop of Python calls: what a profiler
+                    recording stacks makes large, and slow to write)
   --filtered-rank R restarts itself through a launcher step that builds the worker's environment
                     from an allow-list without NCCL_* (the setting only its parent had)
   --hang-rank R     stays in host code at step --hang-at (never enters that step's all-reduce)
@@ -25,6 +27,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--late-rank", type=int, default=-1)
     parser.add_argument("--late-s", type=float, default=0.3)
+    parser.add_argument("--late-spin", action="store_true")
     parser.add_argument("--filtered-rank", type=int, default=-1)
     parser.add_argument("--hang-rank", type=int, default=-1)
     parser.add_argument("--hang-at", type=int, default=0)
@@ -51,7 +54,11 @@ def train(args, rank: int) -> int:
             time.sleep(3600)
         loss = model(x).square().mean()
         loss.backward()
-        if rank == args.late_rank:
+        if rank == args.late_rank and args.late_spin:
+            end = time.perf_counter() + args.late_s
+            while time.perf_counter() < end:
+                pass
+        elif rank == args.late_rank:
             time.sleep(args.late_s)
         for parameter in model.parameters():
             dist.all_reduce(parameter.grad)

@@ -50,9 +50,13 @@ del _ncclprobe_capture
 """
 
 
-def write_hook(directory: Path, profile: dict, peer_grace_s: float) -> Path:
+def write_hook(
+    directory: Path, profile: dict, peer_grace_s: float, fr_respell: dict | None = None
+) -> Path:
     """Write the hook directory (`.capture/`) and its configuration; returns the directory that
-    goes first on the job's PYTHONPATH."""
+    goes first on the job's PYTHONPATH. `fr_respell` (where the job's torch was not known before
+    it ran): the in-job module adds the older Flight Recorder names in a process whose torch is
+    older than `below` (`injob._respell`)."""
     hook = directory / D.PRIVATE
     hook.mkdir(parents=True, exist_ok=True)
     config = hook / "injob.json"
@@ -63,6 +67,7 @@ def write_hook(directory: Path, profile: dict, peer_grace_s: float) -> Path:
                 "fr_prefix": str(directory / D.FLIGHT_RECORDER / D.FR_PREFIX),
                 "profile": profile,
                 "peer_grace_s": peer_grace_s,
+                "fr_respell": fr_respell,
             }
         ),
         encoding="utf-8",

@@ -9,7 +9,8 @@ raise into the job.
 
 What it adds to each process, all into the capture directory:
 - `injob/<pid>.json`: that it ran here (pid, parent, command line, rank once known): the manifest's
-  proof of where the hooks were, and where they were not;
+  proof of where the hooks were, and where they were not; and the profiler's spans (when it began
+  starting, started, began stopping, wrote its trace), the time the capture itself held the process;
 - `progress/<pid>`: the count of top-level forward passes (one per step of a training loop or of
   `generate()`), which the capture reads as progress when it watches for a hang;
 - on the capture's dump request (a hang), when a collective of this process fails (an uncaught
@@ -68,6 +69,9 @@ class _State:
         self.hooks_installed = False
         self.local = threading.local()
         self.events: list[str] = []
+        # when this process's profiler began starting, and when its trace was written (the capture's
+        # own pause of the job: a late rank's lateness inside it is the capture's, not the job's)
+        self.profiler_spans: list[dict[str, float]] = []
 
 
 # set once by install() before any hook or handler of this module can run; None only before
@@ -82,6 +86,7 @@ def install(config_path: str) -> None:
             config = json.load(handle)
         if not os.path.isdir(config["dir"]):
             return  # the capture is over (its directory moved): a late process does nothing
+        _respell(config)
         _state = _State(config)
         _record("started")
         previous = sys.excepthook
@@ -91,6 +96,30 @@ def install(config_path: str) -> None:
         _start_watcher()
     except Exception as exc:  # never into the job
         _say(f"in-job module not started: {type(exc).__name__}: {exc}")
+
+
+def _respell(config: dict, environ=os.environ, version: str | None = None) -> None:
+    """Where the capture could not tell the job's torch before it ran, it set the newer Flight
+    Recorder names; a process whose torch (its installed metadata, torch not imported) is older
+    than `below` reads only the older ones: they are added here, before torch reads them."""
+    respell = config.get("fr_respell") or {}
+    if not respell:
+        return
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return
+    parts = version.split("+", 1)[0].split(".")[:2]
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        return
+    if (int(parts[0]), int(parts[1])) >= tuple(respell["below"]):
+        return
+    for new, old in respell["names"].items():
+        if new in environ and old not in environ:
+            environ[old] = environ[new]
 
 
 # ---- files -------------------------------------------------------------------------------------
@@ -121,6 +150,7 @@ def _record(event: str) -> None:
         "backend": _state.backend,
         "steps": _state.steps,
         "events": _state.events[-50:],
+        "profiler": _state.profiler_spans[-20:],
     }
     _write(_path("injob", f"{os.getpid()}.json"), json.dumps(doc))
 
@@ -144,6 +174,7 @@ def _after_fork() -> None:
     try:
         _state.steps, _state.written_steps, _state.dumped = 0, -1, False
         _state.profiler, _state.step_mark, _state.events = None, None, []
+        _state.profiler_spans = []
         _state.local = threading.local()
         _record("forked")
         _start_watcher()
@@ -412,11 +443,14 @@ def _step_boundary() -> None:
 def _start_profiler() -> None:
     import torch
 
+    span = {"start": round(time.time(), 3)}
+    _state.profiler_spans.append(span)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     profiler = torch.profiler.profile(activities=activities, record_shapes=True, with_stack=True)
     profiler.start()
+    span["started"] = round(time.time(), 3)
     _state.profiler, _state.profiled_steps = profiler, 0
     _record(f"profiler started at step {_state.steps}")
 
@@ -429,6 +463,8 @@ def _stop_profiler(why: str) -> None:
     if _state.step_mark is not None:
         _state.step_mark.__exit__(None, None, None)
         _state.step_mark = None
+    span = _state.profiler_spans[-1] if _state.profiler_spans else {}
+    span["stop"] = round(time.time(), 3)
     profiler.stop()
     _record(f"profiler stopped after {_state.profiled_steps} steps ({why}): writing the trace")
     rank = f".rank{_state.rank}" if _state.rank is not None else ""
@@ -437,4 +473,5 @@ def _stop_profiler(why: str) -> None:
     temporary = _path("profiles", f".{name}.tmp.json.gz")
     profiler.export_chrome_trace(temporary)
     os.replace(temporary, _path("profiles", name))
+    span["written"] = round(time.time(), 3)
     _record(f"profile written: {name} ({_state.profiled_steps} steps; {why})")

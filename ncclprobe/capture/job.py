@@ -132,8 +132,11 @@ class Job:
     """The user's command, started with `env`; `tick()` is called every TICK_S while it runs and
     may return a reason to end it ("hang", "server-done")."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, stdout_to_stderr=False):
+        """`stdout_to_stderr`: the job's stdout goes to the capture's stderr (and the log), so that
+        the capture's own stdout carries only its report (JSON or CSV that a pipe reads)."""
         self.argv, self.env, self.output = argv, env, Output(log)
+        self.stdout_sink = sys.stderr if stdout_to_stderr else sys.stdout
         self.process: subprocess.Popen | None = None
         self.ending = Ending()
         self.interrupts = 0
@@ -159,7 +162,7 @@ class Job:
         signal.pthread_sigmask(signal.SIG_BLOCK, TAKEN)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        self.output.follow(self.started.stdout, sys.stdout)
+        self.output.follow(self.started.stdout, self.stdout_sink)
         self.output.follow(self.started.stderr, sys.stderr)
         return self.started.pid
 

@@ -20,7 +20,12 @@ from signal import SIGINT
 from typing import Any
 
 from ncclprobe.capture import hook
-from ncclprobe.capture.environment import JobEnvironment, job_environment
+from ncclprobe.capture.environment import (
+    JobEnvironment,
+    fr_respell,
+    job_environment,
+    job_torch,
+)
 from ncclprobe.capture.job import Ending, Job
 from ncclprobe.capture.record import write_manifest, write_processes
 from ncclprobe.capture.tree import TreeWatch, observed
@@ -58,6 +63,7 @@ class CaptureRequest:
     tuning: bool = False  # NCCL's per-call TUNING lines too
     server: Any = None  # capture.server.ServerRequest, or None
     dump_wait_s: float = DUMP_WAIT_S
+    job_stdout_to_stderr: bool = False  # the report is JSON or CSV: stdout is the report's alone
     term_grace_s: float = TERM_GRACE_S
 
 
@@ -106,9 +112,14 @@ def capture(request: CaptureRequest, started: Callable[[Path], None] = lambda _p
 
 def _run(request: CaptureRequest, directory: Path, final: Path) -> tuple[Ending, list[str]]:
     profile = _profile(request)
-    hook_dir = hook.write_hook(directory, profile, PEER_GRACE_S)
-    env = job_environment(os.environ, directory, hook_dir, tuning=request.tuning)
-    job = Job(list(request.command), env.env, directory / D.JOB_LOG)
+    torch_version = job_torch(request.command, os.environ)
+    hook_dir = hook.write_hook(
+        directory, profile, PEER_GRACE_S, None if torch_version else fr_respell()
+    )
+    env = job_environment(
+        os.environ, directory, hook_dir, tuning=request.tuning, torch_version=torch_version
+    )
+    job = Job(list(request.command), env.env, directory / D.JOB_LOG, request.job_stdout_to_stderr)
     try:
         pid = job.start()
     except OSError as exc:

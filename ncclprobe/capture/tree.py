@@ -130,9 +130,22 @@ def observed(
                     k: display_value(k, v) for k, v in (nccl_read.get(pid) or {}).items()
                 },
                 "env": visible_env(env),
+                "profiler": _spans(record.get("profiler")),
             }
         )
     return rows
+
+
+def _spans(spans: object) -> list[dict[str, float]]:
+    """The in-job profiler's spans of this process, as it recorded them (wall-clock seconds)."""
+    if not isinstance(spans, list):
+        return []
+    keys = ("start", "started", "stop", "written")
+    return [
+        {k: float(s[k]) for k in keys if isinstance(s.get(k), (int, float))}
+        for s in spans
+        if isinstance(s, dict) and isinstance(s.get("start"), (int, float))
+    ]
 
 
 def _lost_hook(env: Mapping[str, str], added: Mapping[str, str]) -> bool:

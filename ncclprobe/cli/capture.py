@@ -17,11 +17,12 @@ Examples:
   ncclprobe capture --server http://127.0.0.1:30000 -- python -m sglang.launch_server ...
   ncclprobe capture --profile 10-14 -- python generate.py
   ncclprobe diagnose --capture cap/      # the diagnosis again, from the directory alone
+
 \b
 While it runs: Ctrl-C reaches the job as it would without the capture (a third Ctrl-C ends what is
 left of it); SIGUSR1 to the capture asks every process for its dumps; SIGUSR2 starts or stops the
 profiler with --profile control.
-\b
+
 {
     exit_codes(
         "the job succeeded and the diagnosis found nothing above informational",
@@ -159,6 +160,7 @@ def command(
         profile=_profile(profile),
         tuning=nccl_tuning,
         server=server,
+        job_stdout_to_stderr=fmt != "table",
     )
     check(request)
     return _run(request, fmt)
@@ -174,7 +176,8 @@ def _run(request, fmt: str) -> int | Verdict:
     from ncclprobe.safe_output import write_text
 
     def started(path):
-        click.echo(f"ncclprobe: capture: {path}/ (the job's output follows)", err=True)
+        where = "" if fmt == "table" else "; its stdout goes to stderr, stdout is the report's"
+        click.echo(f"ncclprobe: capture: {path}/ (the job's output follows{where})", err=True)
         interrupts.set_hint(f"the capture directory {path}/ was not finished")
 
     captured = capture(request, started)

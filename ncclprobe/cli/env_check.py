@@ -31,7 +31,6 @@ Examples:
 
 {HOSTS_HELP}
 
-\b
 {
     exit_codes(
         "expectations met and no lint errors",

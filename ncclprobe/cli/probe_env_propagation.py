@@ -14,6 +14,7 @@ Examples:
   ncclprobe probe env-propagation
   ncclprobe probe env-propagation --mechanism fork --mechanism forkserver-after-start
   ncclprobe probe env-propagation --nccl --output /tmp/envprop --format json
+
 \b
 Columns: /proc (what env-check sees from outside), getenv (C getenv in the worker: what NCCL
 calls), os.environ (Python's view), read by NCCL (NCCL's own `set by environment` line; on a GPU).

@@ -167,6 +167,9 @@ def sweep_command(nranks: int | None, sizes: str, *extra: str) -> str:
     )
 
 
+ONE_HOST_RANKS = 8  # the most ranks a printed sweep starts on one host: a node's GPUs at most
+
+
 def sweep_next(ev: Evidence, sizes: list[int], *extra: str) -> str:
     """The sweep that measures the engine's collective sizes at its rank count, or "" when the
     given --sweep already holds every one (within the factor diagnose matches sizes by): a step the
@@ -188,7 +191,24 @@ def sweep_next(ev: Evidence, sizes: list[int], *extra: str) -> str:
         return ""
     if gloo(ev):  # the job's own backend: on a GPU machine the sweep would otherwise run NCCL
         extra = ("--backend", "gloo", "--proto", "default", "--algo", "default", *extra)
-    return sweep_command(nranks, sizes_arg(missing) if sizes else "8K..1M", *extra)
+    local = _local_ranks(ev)
+    command = sweep_command(
+        min(nranks, local) if nranks else nranks, sizes_arg(missing) if sizes else "8K..1M", *extra
+    )
+    if nranks and nranks > local:
+        return (
+            f"# the job ran {nranks} ranks; this sweep runs {local} on this one host "
+            "(ncclprobe sweep --launcher srun|torchrun|mpirun --hosts ... runs it across the job's "
+            f"nodes):\n{command}"
+        )
+    return command
+
+
+def _local_ranks(ev: Evidence) -> int:
+    """The ranks a sweep printed here starts on one host: the job's own ranks on it where a capture
+    saw them, else at most ONE_HOST_RANKS (a node's GPUs)."""
+    seen = {p.rank for p in ev.capture.processes if p.rank is not None} if ev.capture else set()
+    return len(seen) or ONE_HOST_RANKS
 
 
 def gloo(ev: Evidence) -> bool:
@@ -220,11 +240,25 @@ def graphs_command(ev: Evidence, phase: str) -> str:
     )
 
 
-def profile_command(engine: str | None) -> str:
-    return PROFILE_COMMANDS.get(
-        engine or "",
-        "# record torch.profiler traces (one per rank, with record_shapes=True) into /tmp/profile, "
-        "then:\nncclprobe diagnose --profile /tmp/profile",
+def profile_command(engine: str | None, *, with_stack: bool = False) -> str:
+    """How to record the profile a rule needs; `with_stack`: the Python stacks (the host call
+    behind an idle GPU), not only the shapes."""
+    if engine in PROFILE_COMMANDS:
+        text = PROFILE_COMMANDS[engine]
+        if with_stack and engine == "sglang":
+            return text.replace(
+                '"record_shapes": true}', '"record_shapes": true, "with_stack": true}'
+            )
+        if with_stack and engine == "vllm":
+            return text.replace(
+                '"torch_profiler_record_shapes": true}',
+                '"torch_profiler_record_shapes": true, "torch_profiler_with_stack": true}',
+            )
+        return text
+    what = "with_stack=True" if with_stack else "record_shapes=True"
+    return (
+        f"# record torch.profiler traces (one per rank, with {what}) into /tmp/profile, "
+        "then:\nncclprobe diagnose --profile /tmp/profile"
     )
 
 

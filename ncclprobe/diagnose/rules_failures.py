@@ -6,14 +6,17 @@ CUDA or NCCL error: `evidence.nccl.nccl_failures`) are named, and the rest becom
 
 from __future__ import annotations
 
+from ncclprobe.diagnose.hang.rank_exits import own_exits
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.failure_lines import from_json, not_explained_finding
+from ncclprobe.evidence.failure_lines import FailureLines, from_json, not_explained_finding
+from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
 from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines
 from ncclprobe.findings import Finding
+from ncclprobe.secrets import mask_text
 
 
 def not_explained(ev: E.Evidence) -> list:
-    sources = [log.failure_lines for log in ev.job_logs]
+    sources = _job_log_lines(ev)
     sources += [rank.log.failure_lines for rank in ev.nccl_logs]
     sources += [
         from_json(run.log["not_explained"])
@@ -43,4 +46,45 @@ def not_explained(ev: E.Evidence) -> list:
     return out + ([finding] if finding else [])
 
 
-RULES = (not_explained,)
+def nccl_log_kinds(ev: E.Evidence) -> list:
+    """The ranks' NCCL logs' known failure classes (`evidence.nccl.nccl_failure_kinds`: topology
+    detection, /dev/shm refused, InfiniBand completion errors, a network plugin's own WARN lines),
+    once each across ranks, naming the ranks that showed it; the WARN lines themselves stay in
+    `nccl-warn`, placed against the run."""
+    seen: dict[tuple[str, str], tuple[kinds.Found, list[str]]] = {}
+    for rank in ev.nccl_logs:
+        found = [k for k in (kinds.topology(rank.log), kinds.shm_access(rank.log)) if k]
+        found += [k for k in [kinds.ib_completion(rank.log)] if k]
+        taken = {w for k in found for w in k.warnings}
+        found += [k for k in kinds.net_plugins(rank.log, taken) if k.warnings]
+        for k in found:
+            seen.setdefault((k.kind, k.message), (k, []))[1].append(rank.label)
+    return [
+        Finding(
+            rule=f"failure-{k.kind}",
+            severity=k.severity,
+            confidence="high",
+            title=mask_text(k.message).split(" (", 1)[0],
+            detail=f"{mask_text(k.message)} ({', '.join(labels)}). What to do: {k.fix}.",
+            evidence={"kind": k.kind, "lines": k.lines, "logs": labels},
+        )
+        for k, labels in seen.values()
+    ]
+
+
+def _job_log_lines(ev: E.Evidence) -> list[FailureLines]:
+    """The job logs' failure lines, less the exception of a rank that failed by itself: the hang
+    reading names it with its exit (`diagnose.hang.rank_exits`)."""
+    exits = own_exits(ev) if ev.job_logs else {}
+    said = [x.exception for x in exits.values() if x.exception]
+    if not said:
+        return [log.failure_lines for log in ev.job_logs]
+    out = []
+    for log in ev.job_logs:
+        lines = from_json(log.failure_lines.to_json())
+        lines.forget(said)
+        out.append(lines)
+    return out
+
+
+RULES = (not_explained, nccl_log_kinds)

@@ -13,8 +13,10 @@ PyTorch's watchdog, vLLM/SGLang servers, collect-env and P2P tools): the words `
 level, `abort`, `illegal`, `unavailable`, `Traceback`, `fatal`, `timed out`, `refused`, `No route to
 host`, `out of memory`, `Segmentation fault`, `core dumped`, `Connection closed`/`reset`, `terminate
 called`. Healthy lines that carry those words are
-not failures: NCCL's INFO lines (the level says so), `NCCL_DEBUG=WARN` and `... set by environment
-to WARN`, counts of zero (`0 errors`, `errors: 0`, `Out of bounds values : 0 OK`, `#wrong`),
+not failures: NCCL's INFO lines (the level says so), the words `NCCL_DEBUG=WARN` and `... set by
+environment to WARN` (the rest of such a line is still read: `NCCL error: invalid usage (run with
+NCCL_DEBUG=WARN for details)` is a failure), counts of zero (`0 errors`, `errors: 0`, `Out of
+bounds values : 0 OK`, `#wrong`),
 torchrun's `error_file: <N/A>`, C++ stack frames (`frame #0: c10::Error::Error...`: the failure is
 the line above them), lscpu's `Vulnerability Tsx async abort:` lines, deprecation notices
 (`FutureWarning: ...`, `... is deprecated; use ...`).
@@ -40,7 +42,6 @@ _FAILURE = ascii_re(
 )
 _HEALTHY = ascii_re(
     r"\bNCCL (?:INFO|TRACE)\b"  # NCCL's own level: an INFO line is not a failure
-    r"|NCCL_DEBUG\s*[=:]?\s*WARN|set by environment to WARN"
     r"|(?i:\b0 (?:errors?|failures?|failed)\b|\b(?:errors?|failures?|failed)\s*[:=]\s*0\b)"
     r"|Out of bounds values\s*:\s*0 OK"
     r"|\berror_file\s*:\s*<N/A>"
@@ -50,12 +51,16 @@ _HEALTHY = ascii_re(
     r"|^\s*frame #\d+: "  # a C++ stack's frames: the failure is the line above them
     r"|^\s*Vulnerability [\w ]+:"  # lscpu's list of CPU vulnerabilities (`Tsx async abort`)
 )
+# a mention of NCCL's WARN level is not a failure word, but the rest of its line may hold one:
+# NCCL's own error strings end `(run with NCCL_DEBUG=WARN for details)` (ncclGetErrorString, 2.18+)
+_MENTIONS = ascii_re(r"NCCL_DEBUG\s*[=:]?\s*WARN|set by environment to WARN")
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0, 9), *range(11, 32), 127]}
 
 
 def looks_like_failure(line: str) -> bool:
     """A line with a failure word that is not one of the healthy lines that carry one."""
-    return bool(_FAILURE.search(line)) and not _HEALTHY.search(line)
+    text = _MENTIONS.sub(" ", line) if "WARN" in line else line
+    return bool(_FAILURE.search(text)) and not _HEALTHY.search(text)
 
 
 def shown(line: str) -> str:

@@ -65,28 +65,52 @@ def user_log_env(directory: str | Path) -> dict[str, str]:
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{directory}/{USER_LOG_NAME}"}
 
 
-# PyTorch's Flight Recorder, so that a hung job leaves every rank's dump: both spellings of each
-# variable. Read in PyTorch's source: torch/csrc/distributed/c10d/FlightRecorderDetail.hpp reads
-# {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} (the first one set wins; the recent
-# source defaults to 2000 entries, older releases to 0, off: so it is always set),
-# FlightRecorder.cpp's DebugInfoWriter the dump prefix {"TORCH_FR_DUMP_TEMP_FILE",
-# "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (file = prefix + rank), and
+# PyTorch's Flight Recorder, so that a hung job leaves every rank's dump. Read in PyTorch's source:
+# torch/csrc/distributed/c10d/FlightRecorderDetail.hpp reads {"TORCH_FR_BUFFER_SIZE",
+# "TORCH_NCCL_TRACE_BUFFER_SIZE"} (the recent source defaults to 2000 entries, older releases to 0,
+# off: so it is always set), FlightRecorder.cpp's DebugInfoWriter the dump prefix
+# {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (file = prefix + rank), and
 # ProcessGroupNCCL dumps on its watchdog's timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1 (the other
 # ranks on the first one's signal through the store). gloo records into the same recorder but has no
-# dump on timeout (ProcessGroupGloo.cpp: record_pg_ranks and records, no dump path). The strings are
-# in torch 2.13's libtorch_cpu.so; torch 2.13 still reads the older spellings (with a warning).
+# dump on timeout (ProcessGroupGloo.cpp: record_pg_ranks and records, no dump path).
+# The names: torch read only TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE until
+# pytorch/pytorch#152563 (merged 2025-05-07, after torch 2.7's branch cut) made the recorder vendor
+# neutral and its follow-ups named the variables TORCH_FR_*; c10d's getCvar* reads a list of names
+# and warns once per process for every later (deprecated) name that is set: "... is deprecated; use
+# TORCH_FR_BUFFER_SIZE instead" (in torch 2.13's libtorch_cpu.so). So only one spelling is set, the
+# one the job's torch reads: the TORCH_FR_* names from FR_NAMES_FROM on; below it the older ones
+# (torch 2.8 may read both: a wrong "new only" would switch the recorder off in silence, a wrong
+# "old only" costs one warning, so 2.8 keeps the older spelling).
 FR_BUFFER_ENTRIES = 2000
+FR_NAMES_FROM = (2, 9)
+FR_NAMES = {
+    "new": ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"),
+    "old": ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+}
 
 
-def flight_recorder_env(prefix: str | Path) -> dict[str, str]:
-    """Flight Recorder on, dumped on NCCL's watchdog timeout to `prefix` + rank."""
-    return {
-        "TORCH_FR_BUFFER_SIZE": str(FR_BUFFER_ENTRIES),
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FR_BUFFER_ENTRIES),
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_FR_DUMP_TEMP_FILE": str(prefix),
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(prefix),
-    }
+def fr_spelling(torch_version: tuple[int, int] | None) -> str:
+    """ "new" or "old": the Flight Recorder variables' names that torch `torch_version` reads without
+    a deprecation warning; None (not known): "both" (a command printed for any torch)."""
+    if torch_version is None:
+        return "both"
+    return "new" if torch_version >= FR_NAMES_FROM else "old"
+
+
+def flight_recorder_env(
+    prefix: str | Path, torch_version: tuple[int, int] | None = None
+) -> dict[str, str]:
+    """Flight Recorder on, dumped on NCCL's watchdog timeout to `prefix` + rank, in the names
+    `torch_version` reads (both spellings where it is not known)."""
+    spelling = fr_spelling(torch_version)
+    spellings = ("new", "old") if spelling == "both" else (spelling,)
+    env = {}
+    for name in spellings:
+        size, dump = FR_NAMES[name]
+        env[size] = str(FR_BUFFER_ENTRIES)
+        env[dump] = str(prefix)
+    env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    return env
 
 
 def rank_log_env(directory: str | Path, rank: int | None = None) -> dict[str, str]:

@@ -290,6 +290,24 @@ def _find(group: Group, rank: int, signature: tuple, after: int) -> int | None:
     return None
 
 
+def _done_by(group: Group, rank: int, stuck: Stuck | None) -> int:
+    """The last collective `rank` finished, as the module docstring counts done: its own record's,
+    or a later one it enqueued that a peer completed before the group's first unfinished call (a
+    dump taken as the call finished: gloo's status at exit lags its last call)."""
+    done = max((group.completed[r] for r in group.dumped), default=0)
+    if stuck is not None:
+        done = min(done, stuck.seq - 1)
+    return max(group.completed[rank], min(group.enqueued[rank], done))
+
+
+def _rank_state(group: Group, rank: int, stuck: Stuck | None) -> dict:
+    """Enqueued and completed; `status_completed` too where the rank's own record said less."""
+    state = {"enqueued": group.enqueued[rank], "completed": _done_by(group, rank, stuck)}
+    if state["completed"] != group.completed[rank]:
+        state["status_completed"] = group.completed[rank]
+    return state
+
+
 def groups_summary(dumps: list[Dump]) -> list[dict]:
     """Per group, for output: members, each dumped rank's last enqueued and completed collective,
     and the first collective not every member finished (None: none)."""
@@ -302,9 +320,7 @@ def groups_summary(dumps: list[Dump]) -> list[dict]:
             "label": g.label,
             "members": list(g.members),
             "members_recorded": g.members_recorded,
-            "ranks": {
-                str(r): {"enqueued": g.enqueued[r], "completed": g.completed[r]} for r in g.dumped
-            },
+            "ranks": {str(r): _rank_state(g, r, stuck.get(g.name)) for r in g.dumped},
             "stuck_at": stuck[g.name].seq if g.name in stuck else None,
             "stuck_because": stuck[g.name].because if g.name in stuck else None,
         }

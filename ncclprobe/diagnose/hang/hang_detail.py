@@ -146,4 +146,11 @@ def notes(groups: dict[str, Group], shared: set[str], checks: dict[str, str]) ->
             "the recorder does not record: a rank that never reached a check leaves no trace in the "
             "dumps; the log names it, `failed to pass monitoredBarrier`)"
         )
+        counts = groups[h_name].enqueued
+        if 0 in counts and len(set(counts.values())) > 1:
+            out.append(
+                f"{groups[h_name].label}: rank 0's count ({counts[0]}) also holds the monitored "
+                "barrier it coordinates (a receive from and a send to every other rank per check), "
+                "so it runs ahead of the others' on a healthy job too: no rank is behind by it"
+            )
     return out

@@ -165,7 +165,26 @@ def _one_group(g: dict) -> str:
     if len(ordered) > MAX_STATES:
         rest = sum(len(rs) for _, rs in ordered[MAX_STATES:])
         parts.append(f"{rest} more ranks in {len(ordered) - MAX_STATES} other states")
-    return f"{g['label']} ({_members(g['members'])}): " + "; ".join(parts) + _stuck_text(g)
+    return (
+        f"{g['label']} ({_members(g['members'])}): " + "; ".join(parts) + _lag(g) + _stuck_text(g)
+    )
+
+
+def _lag(g: dict) -> str:
+    """Ranks whose own status said fewer collectives completed than they finished: a peer completed
+    the later ones, which no member finishes alone (a dump taken as the last call finished)."""
+    behind = {
+        int(r): p["status_completed"]
+        for r, p in g["ranks"].items()
+        if p.get("status_completed", p["completed"]) < p["completed"]
+    }
+    if not behind:
+        return ""
+    return (
+        f" ({_rank_word(sorted(behind))}: its own status said {min(behind.values())} completed; "
+        "the later calls completed on a peer and every member enqueued them: finished, the dump "
+        "was taken as they ended)"
+    )
 
 
 def _members(ranks: Iterable[int]) -> str:

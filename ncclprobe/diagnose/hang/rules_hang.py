@@ -14,7 +14,8 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
-from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, unrecorded_barrier
+from ncclprobe.diagnose.hang.rank_exits import RankExit, exit_findings, own_exits
+from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, not_cleared, unrecorded_barrier
 from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import pending as p2p_pending
@@ -23,9 +24,15 @@ from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 
 def hang_findings(ev: E.Evidence) -> list:
+    exited = exit_findings(ev) if ev.job_logs else []  # a rank that failed by itself: the cause
     if not any(d.entries for d in ev.flight_recorder):
         off = [_recorder_off(ev)] if ev.flight_recorder else []
-        return off + (log_only_findings(ev) if ev.job_logs else [])
+        return exited + off + (log_only_findings(ev) if ev.job_logs else [])
+    return exited + _dump_findings(ev)
+
+
+def _dump_findings(ev: E.Evidence) -> list:
+    exits = own_exits(ev) if ev.job_logs else {}
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
     cycles, explained = _cycles(hang)
@@ -38,7 +45,7 @@ def hang_findings(ev: E.Evidence) -> list:
                 out.append(check_failed(stuck))
             continue
         if stuck.missing and not set(stuck.missing) <= explained.get(id(stuck), set()):
-            out.append(_missing(hang, stuck))
+            out.append(_missing(hang, stuck, exits))
         if stuck.mismatch:
             swap = H.order_swap(stuck)
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
@@ -48,7 +55,7 @@ def hang_findings(ev: E.Evidence) -> list:
     if hang.unreadable:
         out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
-        out.append(_all_done(hang, hung))
+        out.append(_all_done(hang, hung, logs=bool(ev.job_logs)))
     return out + _coverage(ev, hang)
 
 
@@ -87,10 +94,10 @@ def _hang_evidenced(ev: E.Evidence, hang: H.Hang) -> bool:
 # ---- causes ------------------------------------------------------------------------------
 
 
-def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
+def _missing(hang: H.Hang, stuck: H.Stuck, exits: dict[int, RankExit]) -> Finding:
     group, seq, waiting = stuck.group, stuck.seq, stuck.waiting
     call = stuck.calls[waiting[0]]
-    absent = [_whereabouts(hang, group, r) for r in stuck.missing]
+    absent = [_whereabouts(hang, group, r, exits.get(r)) for r in stuck.missing]
     return Finding(
         rule="hang-missing-rank",
         severity="error",
@@ -117,8 +124,11 @@ def _missing(hang: H.Hang, stuck: H.Stuck) -> Finding:
     )
 
 
-def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
-    """Where a member that never enqueued a group's collective is, as far as the dumps show."""
+def _whereabouts(
+    hang: H.Hang, group: H.Group, rank: int, exited: RankExit | None = None
+) -> tuple[str, dict]:
+    """Where a member that never enqueued a group's collective is, as far as the dumps show (and
+    the log, where it says the rank failed by itself)."""
     last_seq = group.completed.get(rank, 0)
     last_seq_issued = group.last_seq(rank)
     last = group.call(rank, last_seq_issued) if last_seq_issued is not None else None
@@ -134,6 +144,14 @@ def _whereabouts(hang: H.Hang, group: H.Group, rank: int) -> tuple[str, dict]:
             f"{said}, and it waits in {other.label}'s collective #{elsewhere.seq} "
             f"({W.call_text(elsewhere)}{W.at(elsewhere)})",
             {"last_completed": last_seq, "waits_in": {"group": other.name, "seq": elsewhere.seq}},
+        )
+    if exited is not None:
+        return (
+            f"{said}, and nothing of rank {rank} is pending in any group: it never will, the log "
+            f"says {exited.said}"
+            + (f" (raised at {exited.raised_at})" if exited.raised_at else "")
+            + ": it died before this call, in its own code",
+            {"last_completed": last_seq, "waits_in": None, "exitcode": exited.exitcode},
         )
     return (
         f"{said}, and nothing of rank {rank} is pending in any group: it completed every "
@@ -383,13 +401,41 @@ def _unreadable(hang: H.Hang) -> Finding:
     )
 
 
-def _all_done(hang: H.Hang, hung: bool) -> Finding:
+def _all_done(hang: H.Hang, hung: bool, logs: bool = False) -> Finding:
+    """Nothing pending. A clean verdict only where the dumps could show a hang: members that
+    enqueued different counts of a group's collectives are behind (the rank with fewer stopped
+    first), and with DETAIL's checks a rank that never reached the next check leaves no trace, so
+    dumps alone (no log that says the job ended cleanly) cannot clear the job."""
     n = sum(len(c) for g in hang.groups.values() for c in g.calls.values())
     groups = ", ".join(g.label for g in hang.groups.values())
     members = {r for g in hang.groups.values() for r in g.members}
     partial = members - set(hang.ranks) or hang.unreadable
     who = "every rank whose dump was read" if partial else "every rank"
     title = f"{who} completed every collective its dump records ({n} calls over {groups})"
+    behind = _behind(hang)
+    if behind and not hung:
+        said = "; ".join(
+            f"{g.label}: {W.rank_word(late)} enqueued {g.enqueued[late[0]]}, the others up to "
+            f"{max(g.enqueued.values())}"
+            for g, late in behind
+        )
+        late_ranks = sorted({r for _, late in behind for r in late})
+        return Finding(
+            rule="hang-none-pending",
+            severity="warning",
+            confidence="medium",
+            title=f"{title}, but {W.rank_word(late_ranks)} issued fewer: {said}",
+            detail=(
+                f"Nothing is pending in the dumps, yet the members of a group enqueued different "
+                f"counts of its collectives ({said}): a collective completes only when every member "
+                f"enters it, so {W.rank_word(late_ranks)} stopped issuing while the others went on, "
+                "or its dump was taken earlier than theirs. The job's log says which (--log)."
+                + unrecorded_barrier(hang)
+            ),
+            evidence={"calls": n, "ranks": list(hang.ranks), "behind": late_ranks},
+        )
+    if not hung and not logs and any(g.checks for g in hang.groups.values()):
+        return not_cleared(title, n, list(hang.ranks))
     if not hung:
         return Finding(
             rule="hang-none-pending",
@@ -413,6 +459,19 @@ def _all_done(hang: H.Hang, hung: bool) -> Finding:
         ),
         evidence={"calls": n, "ranks": list(hang.ranks)},
     )
+
+
+def _behind(hang: H.Hang) -> list[tuple[H.Group, list[int]]]:
+    """(group, its members that enqueued fewer of its collectives than another), for the job's
+    groups; DETAIL's check groups are left out: their rank 0 also counts the monitored barrier's
+    sends and receives it coordinates, so its count runs ahead on a healthy job too."""
+    out = []
+    for g in hang.groups.values():
+        counts = {r: g.enqueued[r] for r in g.dumped if r in g.enqueued}
+        if g.checks is None and len(set(counts.values())) > 1:
+            low = min(counts.values())
+            out.append((g, sorted(r for r, c in counts.items() if c == low)))
+    return out
 
 
 # ---- what cannot be known ---------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What the dumps of a TORCH_DISTRIBUTED_DEBUG=DETAIL job say that no other dump does: a check that
-ran and raised, and a barrier they cannot show (`hang_detail` reads them)."""
+ran and raised, and a barrier they cannot show, so that dumps alone never clear such a job
+(`hang_detail` reads them)."""
 
 from __future__ import annotations
 
@@ -50,4 +51,26 @@ def unrecorded_barrier(hang: H.Hang) -> str:
         " With TORCH_DISTRIBUTED_DEBUG=DETAIL a rank that never reached the next collective's check "
         "leaves no trace here (the check's monitored barrier is not recorded): the ranks' logs name "
         "it (`failed to pass monitoredBarrier`)."
+    )
+
+
+def not_cleared(title: str, calls: int, ranks: list[int]) -> Finding:
+    """Nothing pending in a DETAIL job's dumps, and no log: no clean verdict. A rank that never
+    reached the next check leaves no trace, so the dumps of that hang and of a job that ended
+    cleanly read the same (the recorded gloo3-detail skip and healthy jobs)."""
+    return Finding(
+        rule="hang-none-pending",
+        severity="warning",
+        confidence="medium",
+        title=f"{title}: not a clean verdict, TORCH_DISTRIBUTED_DEBUG=DETAIL hides a rank that "
+        "never reached the next collective",
+        detail=(
+            "Nothing is pending in the dumps, and with DETAIL that does not clear the job: before "
+            "each collective DETAIL's check waits for every rank at a monitored barrier that the "
+            "recorder does not keep, so the others wait there, unrecorded, for a rank that never "
+            "arrives, and no dump shows it. The dumps of such a job and of one that ended cleanly "
+            "read the same; the ranks' logs tell them apart (`failed to pass monitoredBarrier` "
+            "names the rank that never arrived): give them with --log beside the dumps."
+        ),
+        evidence={"calls": calls, "ranks": ranks, "checked": True},
     )

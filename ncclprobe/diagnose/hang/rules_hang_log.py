@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
+from ncclprobe.diagnose.hang.rank_exits import RankExit, others, own_exits
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogStatus, WatchdogTimeout
 from ncclprobe.findings import Finding, NotChecked
@@ -75,7 +76,8 @@ def log_only_findings(ev: E.Evidence) -> list:
     in_cycle = {id(s) for cycle in cycles for s, _, _ in cycle}
     out: list = [_cycle_finding(c) for c in cycles]
     comms = tuple(c for log in ev.job_logs for c in log.nccl_comms)
-    out += [_watchdog(s, _transport(ev), comms) for s in stuck if id(s) not in in_cycle]
+    exits = own_exits(ev)
+    out += [_watchdog(s, _transport(ev), comms, exits) for s in stuck if id(s) not in in_cycle]
     out += [] if stuck else _status_only(ev)
     out += detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
@@ -157,7 +159,9 @@ def stuck_collectives(ev: E.Evidence) -> list[LogStuck]:
     return out
 
 
-def _watchdog(s: LogStuck, transport: str = "", comms: tuple = ()) -> Finding:
+def _watchdog(
+    s: LogStuck, transport: str = "", comms: tuple = (), exits: dict[int, RankExit] | None = None
+) -> Finding:
     ranks, first = s.calls, next(iter(s.calls.values()))
     evidence = {
         "group": s.group,
@@ -192,6 +196,25 @@ def _watchdog(s: LogStuck, transport: str = "", comms: tuple = ()) -> Finding:
                 + f" (the line torch prints when a peer's timeout makes it dump): it never enqueued #{s.seq}."
             ),
             evidence=evidence,
+        )
+    dead = [exits[r] for r in s.silent if exits and r in exits]
+    if s.silent and len(dead) == len(s.silent):
+        said = "; ".join(x.said for x in dead)
+        return Finding(
+            rule="hang-watchdog",
+            severity="error",
+            confidence="high" if all(x.exitcode is not None for x in dead) else "medium",
+            title=f"{_ranks(ranks)} timed out in {what}, which {_ranks(s.silent)} never entered: {said}",
+            detail=(
+                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. "
+                + said[:1].upper()
+                + said[1:]
+                + "".join(f" (raised at {x.raised_at})" for x in dead if x.raised_at)
+                + f", logging no collective failure of {'its' if len(dead) == 1 else 'their'} own: "
+                f"{'it' if len(dead) == 1 else 'they'} died in {'its' if len(dead) == 1 else 'their'} "
+                "own code before this call, and the others waited."
+            ),
+            evidence={**evidence, "exited_ranks": [x.rank for x in dead]},
         )
     if s.silent:
         return Finding(
@@ -521,9 +544,14 @@ def log_notes(ev: E.Evidence) -> list[str]:
         root = [f for f in log.failures if f.root_cause]
         for f in root[:1]:
             how = f"signal {f.signal}" if f.signal else f"exit code {f.exitcode}"
+            rest = others(ev, [f.rank] if f.rank is not None else [])
             notes.append(
-                f"log: torchrun's first observed failure is rank {f.rank} ({how}): the first rank to "
-                "fail is often the one that gave up waiting, not the cause"
+                f"log: torchrun's first observed failure is rank {f.rank} ({how})"
+                + (
+                    (f"; {rest}" if rest else "")
+                    if f.rank in own_exits(ev)  # it failed by itself: no rank that gave up
+                    else ": the first rank to fail is often the one that gave up waiting, not the cause"
+                )
             )
         for r, ms in sorted(log.gloo_timeouts.items()):
             notes.append(f"log: rank {r}'s gloo collective timed out after {ms} ms")

@@ -52,7 +52,7 @@ def host_call_findings(ev: E.Evidence) -> list:
                 missing="the Python functions the host ran (a profile recorded with "
                 "with_stack=True, as ncclprobe capture records it): without them the model's "
                 "forward cannot be told from the host work around it, nor a function named",
-                next_command=profile_command(ev.config.get("engine")),
+                next_command=profile_command(ev.config.get("engine"), with_stack=True),
             )
         )
     return out

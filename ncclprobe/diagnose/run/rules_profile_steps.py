@@ -53,7 +53,7 @@ def host_bound(ev: E.Evidence) -> list:
                 )
                 continue
             out.append(_host_bound_finding(ev, run, phase, low, high, toks))
-    if not checked and C.profile_runs(ev):
+    if not checked and C.profile_runs(ev) and not _no_gpu(ev):
         out.append(
             NotChecked(
                 rule="host-bound",
@@ -63,6 +63,12 @@ def host_bound(ev: E.Evidence) -> list:
             )
         )
     return out
+
+
+def _no_gpu(ev: E.Evidence) -> bool:
+    """The profiled processes had no GPU: no GPU event and no device the trace names (torch.profiler
+    writes deviceProperties wherever CUDA was available). GPU idle time is then no question."""
+    return ev.config.get("device") == "cpu" and not ev.config.get("gpus")
 
 
 def _most_steps(phase: Phase) -> str:
@@ -226,6 +232,8 @@ def profile_limits(ev: E.Evidence) -> list:
                 )
             )
         elif not any(p.kind in ("decode", "verify", "draft") for p in run.phases.values()):
+            if ev.config.get("record_shapes") and _no_gpu(ev):
+                continue  # shapes recorded, no token-embedding lookup, no GPU: not a decoding job
             out.append(
                 NotChecked(
                     rule="decode-or-verify",

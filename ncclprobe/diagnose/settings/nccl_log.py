@@ -86,6 +86,7 @@ def nccl_log_report(ev: Evidence, files: list[str]) -> Report:
     lint = [f for f in report.findings if isinstance(f, SettingFinding)]
     explained, unexplained = explain(log)
     report.document = {
+        "headline": _title(log),  # the table's title: the one-line summary in JSON too
         **log.to_json(),
         "files": list(files),
         "lint": [masked(f) for f in lint],
@@ -114,9 +115,11 @@ def _title(log: NcclLog) -> str:
         version += f" (from {log.version_source})"
     if log.nccl_lines == 0:  # a run that failed before NCCL logged: its failure lines follow
         return f"{library} {version}: no NCCL line; the run's failure lines are below"
+    coll = log.channel_counts.get("coll")
     return (
         f"{library} {version}, {log.nranks or '?'} ranks, "
         f"{len(log.pids)} process(es), {log.nccl_lines} NCCL lines"
+        + (f", {coll} coll channels" if coll is not None else "")
     )
 
 
@@ -128,6 +131,9 @@ def _rows(log: NcclLog, warnings: list[str]) -> list[dict]:
         {"what": "transport", "detail": f"{kind}: {count} connection lines"}
         for kind, count in log.transports.items()
     ]
+    if log.channel_counts:  # the last communicator's `N coll channels, ...` line
+        counts = ", ".join(f"{n} {kind}" for kind, n in log.channel_counts.items())
+        rows.append({"what": "channels", "detail": f"{counts} channels (the last logged)"})
     rows += [{"what": "tuning", "detail": line} for line in tuning_summary(log)]
     rows += [{"what": "calls", "detail": f"{name}: {count}"} for name, count in log.calls.items()]
     rows += [{"what": "WARN", "detail": mask_text(text)} for text in warnings]

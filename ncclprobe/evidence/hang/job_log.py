@@ -4,7 +4,10 @@ What is read (any other line is skipped, never an error), in the formats torch 2
 - the rank of a line: torch's `[rankN]:` prefix (its log and excepthook prefix once the process
   group exists), after torchrun's `--tee` prefix `[default0]:`; else the `Rank N` of a watchdog
   line's own prefix (`[Rank 7]`, `[PG 0 Rank 7]`, `[PG ID 0 PG GUID 0(default_pg) Rank 1]`); else
-  the rank the file's name gives (`rank3.stderr`, torchrun's `.../attempt_0/3/stderr.log`);
+  the rank of a rank's own file: a name that is exactly one (`rank3.stderr`, `rank_3.log`,
+  `train_rank3.txt`, torchrun's `.../attempt_0/3/stderr.log`), in a file whose own prefixes name no
+  other rank and no launcher's `--tee` stream, and under the job's size where NCCL's lines give it
+  (any other name's digits, `..._megatron735.log`, are no rank);
 - the watchdog's timeout: `Watchdog caught collective operation timeout: WorkNCCL(SeqNum=78,
   OpType=BROADCAST, NumelIn=80, NumelOut=80, Timeout(ms)=600000) ran for 600096 milliseconds before
   timing out.` (repeated in the exception it raises: counted once per rank, group and seq);
@@ -17,9 +20,12 @@ What is read (any other line is skipped, never an error), in the formats torch 2
 - the Flight Recorder's own lines: disabled (`... FlightRecorder is disabled ...`), a rank that
   signalled the dump or saw a peer's signal;
 - gloo's `Timed out waiting 5000ms for recv operation to complete` and `Connection closed by peer`;
-- the last exception line of each rank's Python traceback;
+- the last exception line of each rank's Python traceback (any exception name, where it ends a
+  `Traceback (most recent call last):` of that rank) and its innermost frame (`file:line in fn`);
+  the frames' source lines are context, not failures of their own;
 - torchrun's failure summary: every `[N]:` block under `Failures:` and `Root Cause (first observed
-  failure):` (rank, local rank, exit code, signal, host, time);
+  failure):` (rank, local rank, exit code, signal, host, time; where the rank ran under torch's
+  `@record`, its traceback's exception and innermost frame);
 - a rank's `Some NCCL operations have failed or timed out` (its watchdog took the process down);
 - the network NCCL chose and the transport settings it read from the environment, where the log
   holds NCCL's INFO lines (read by `evidence.nccl.nccl_log`, the one reader of NCCL's lines).
@@ -91,6 +97,8 @@ _PEER_CLOSED = ascii_re(
     r"Connection closed by peer \[(?P<peer>[^\]\s]+)\]:(?P<port>\d{1,19})(?!\d)"
 )
 _EXCEPTION = ascii_re(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (?P<msg>.*)$")
+_FRAME = ascii_re(r'^\s+File "(?P<file>[^"]{1,400})", line (?P<line>\d{1,9}), in (?P<fn>\S{1,200})')
+_RAISED = ascii_re(r"^(?P<type>[A-Za-z_][\w.]{0,200})(?::(?: (?P<msg>.*))?)?$")
 _FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
 _FAILURE_FIELD = ascii_re(
     r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: (?P<v>.*)$"
@@ -113,7 +121,12 @@ _OPS_FAILED = "Some NCCL operations have failed or timed out"
 _TRANSPORT_VARS = ascii_re(r"^NCCL_(?:NET|IB_|SOCKET_|P2P_|SHM_|CROSS_NIC|COLLNET|NVLS_ENABLE)")
 MAX_COMMS = 1024
 _NO_VALUE = 1 << 63  # a printed count at or above this is an unsigned -1 (or garbage), not a count
-_NAME_RANK = ascii_re(r"(?:^|[^0-9])(?:rank[_-]?)?(?P<rank>\d{1,19})(?:\.\w+)?$")
+# a rank's own file: `rank3.stderr`, `rank_3.log`, `train_rank3.txt`, `job.rank-3.out` (the word
+# rank, alone or after a separator, then the number, then nothing but a log's extension)
+_NAME_RANK = ascii_re(
+    r"(?i)^(?:.*[_.-])?rank[_-]?(?P<rank>\d{1,9})(?:\.(?:log|stderr|stdout|err|out|txt))?$"
+)
+_OWN_STREAM = ("stderr.log", "stdout.log", "error.log", "stderr", "stdout")
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,10 @@ class TorchrunFailure:
     host: str | None
     time: str | None
     root_cause: bool
+    # where the rank ran under torch's @record, the summary holds its traceback: its last line and
+    # innermost frame ("train.py:406 in step"); else None
+    exception: str | None = None
+    raised_at: str | None = None
 
 
 @dataclass
@@ -173,6 +190,8 @@ class JobLog:
     statuses: list[WatchdogStatus] = field(default_factory=list)
     failures: list[TorchrunFailure] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)  # rank -> last exception line
+    # rank -> the innermost frame of its last traceback: "train.py:406 in step"
+    raised_at: dict[int, str] = field(default_factory=dict)
     gloo_timeouts: dict[int, int] = field(default_factory=dict)  # rank -> ms
     peer_closed: set[int] = field(default_factory=set)  # ranks that saw a peer's socket close
     fr_disabled: set[int] = field(default_factory=set)
@@ -215,14 +234,18 @@ def read_job_log(path: str | Path) -> JobLog:
 
 
 def parse_job_log(text: str, path: str = "LOG") -> JobLog:
-    reader = _Reader(JobLog(path=path, failure_lines=FailureLines(path)), _rank_from_name(path))
-    for raw in unwrap(text.splitlines()):
+    lines = unwrap(text.splitlines())
+    nccl = parse_nccl_log(text) if "NCCL " in text else None
+    comms = nccl.communicators[:MAX_COMMS] if nccl else []
+    reader = _Reader(
+        JobLog(path=path, failure_lines=FailureLines(path)), _file_rank(path, lines, comms)
+    )
+    for raw in lines:
         reader.feed(raw)
     log = reader.finish()
-    if "NCCL " in text:
-        nccl = parse_nccl_log(text)
+    if nccl is not None:
         log.transport = _transport(nccl)
-        log.nccl_comms = nccl.communicators[:MAX_COMMS]
+        log.nccl_comms = comms
     return log
 
 
@@ -236,12 +259,34 @@ def _transport(nccl: NcclLog) -> dict[str, str]:
 
 
 def _rank_from_name(path: str) -> int | None:
-    """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3; else None."""
+    """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3; else None: only a name
+    that is exactly a rank's file gives a rank (`megatron735.log`, `4rank_job.log` give none)."""
     p = Path(path)
-    if p.name in ("stderr.log", "stdout.log") and p.parent.name.isdigit():
+    if p.name in _OWN_STREAM and p.parent.name.isdigit() and len(p.parent.name) <= 9:
         return int(p.parent.name)
-    match = _NAME_RANK.search(p.stem if p.suffix else p.name)
-    return int(match["rank"]) if match and "rank" in p.name.lower() else None
+    match = _NAME_RANK.match(p.name)
+    return int(match["rank"]) if match else None
+
+
+def _file_rank(path: str, lines: list[str], comms: list[dict]) -> int | None:
+    """The rank of lines that carry none: the name's, where the file is that rank's alone. A line
+    that names another rank (`[rank2]:`, `[Rank 2]`) or a launcher's tee stream (`[default2]:`, a
+    console of several ranks) makes it no rank's file; so does a rank at or above every size of the
+    communicators NCCL's lines show. A rank the log does not hold is never made up from its name."""
+    rank = _rank_from_name(path)
+    if rank is None:
+        return None
+    for raw in lines:
+        line = clean_line(raw)
+        if _TEE.match(line) and not line.startswith("[rank"):
+            return None
+        own = _RANK.match(line)
+        prefix = _PG_PREFIX.search(line) if own is None and "Rank " in line else None
+        named = own or prefix
+        if named is not None and int(named["rank"]) != rank:
+            return None
+    sizes = [c["nranks"] for c in comms if isinstance(c.get("nranks"), int)]
+    return None if sizes and rank >= max(sizes) else rank
 
 
 class _Reader:
@@ -250,6 +295,7 @@ class _Reader:
         self.unnamed: dict = {}  # rank -> index of its last timeout whose line named no group
         self.in_failures: bool | None = None  # None outside a summary; else root-cause section?
         self.failure: dict | None = None
+        self.tracebacks: dict[int, str | None] = {}  # rank -> its open traceback's last frame
 
     def feed(self, raw: str) -> None:
         log = self.log
@@ -268,10 +314,40 @@ class _Reader:
             rank = self.file_rank
         if rank is not None:
             log.ranks.add(rank)
+        if rank is not None and self._traceback(message, rank):
+            return
         if self._message(message, rank, prefix, clock):
             log.read_lines += 1
         elif not _CONTEXT.search(message):  # not read, nor context of a failure read here
             log.failure_lines.offer(log.lines, line)
+
+    def _traceback(self, message: str, rank: int) -> bool:
+        """A rank's Python traceback: its frames (the innermost kept) and their source lines are
+        context; the first unindented line after them is its exception, whatever its name (a
+        `BadBatch: ...` too), kept as the rank's error and offered as a failure line."""
+        if message.startswith("Traceback (most recent call last):"):
+            self.tracebacks[rank] = None
+            return True
+        if rank not in self.tracebacks:
+            return False
+        frame = _FRAME.match(message)
+        if frame:
+            self.tracebacks[rank] = f"{frame['file']}:{frame['line']} in {frame['fn']}"
+            return True
+        if message[:1].isspace() or not message.strip():
+            return True  # a frame's source line or its `^^^^` marks
+        where = self.tracebacks.pop(rank)
+        if not _RAISED.match(message.strip()):
+            return False  # not an exception line: read as any other line
+        self.log.errors[rank] = message.strip()[:500]
+        if where is not None:
+            self.log.raised_at[rank] = where
+        prefix = _PG_PREFIX.search(message)
+        if not self._message(message, rank, prefix, None):  # a failure it reads (gloo's timeout)
+            self.log.failure_lines.offer(self.log.lines, message)
+        else:
+            self.log.read_lines += 1
+        return True
 
     def _rank(self, line: str) -> tuple[int | None, str]:
         tee = _TEE.match(line)
@@ -429,6 +505,9 @@ class _Reader:
         if found and self.failure is not None:
             self.failure[found["key"]] = found["v"].strip()
             return True
+        if self.failure is not None and "traceback" in self.failure and line.startswith("  "):
+            self.failure.setdefault("lines", []).append(line[2:])  # @record's traceback, indented
+            return True
         if line.strip().startswith(("=====", "-----", "<NO_OTHER_FAILURES>")):
             self._close_failure()
             if line.strip().startswith("====="):
@@ -445,6 +524,13 @@ class _Reader:
         ranks = _FAILURE_RANK.match(f.get("rank", ""))
         code = _EXITCODE.match(f.get("exitcode", ""))
         signal = re.search(r"\((SIG[A-Z]+)\)", f.get("traceback", "") + f.get("exitcode", ""))
+        lines = f.get("lines", [])
+        frames = [m for m in map(_FRAME.match, lines) if m]
+        raised = [
+            x.strip() for x in lines if x.strip() and not x[:1].isspace() and _RAISED.match(x)
+        ]
+        if raised:  # shown as any exception is, unless a reading names it (`rank_exits`)
+            self.log.failure_lines.offer(self.log.lines, raised[-1])
         self.log.failures.append(
             TorchrunFailure(
                 rank=int(ranks["rank"]) if ranks else None,
@@ -455,6 +541,10 @@ class _Reader:
                 host=f.get("host"),
                 time=f.get("time"),
                 root_cause=bool(self.in_failures),
+                exception=raised[-1][:500] if raised else None,
+                raised_at=f"{frames[-1]['file']}:{frames[-1]['line']} in {frames[-1]['fn']}"
+                if frames
+                else None,
             )
         )
         self.log.read_lines += 1

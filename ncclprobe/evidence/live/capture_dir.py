@@ -8,7 +8,8 @@ are the capture's own record:
   kind of evidence what was collected and what could not be, with the reason;
 - `processes.json`: every process of the job as the capture saw it appear: command line, parent,
   role, whether it mapped libnccl, whether capture's in-job module ran there, its rank, and which
-  of the settings the job was started with it lacked or had with another value (masked values).
+  of the settings the job was started with it lacked or had with another value (masked values),
+  and when the in-job profiler ran there (its start to its trace written: the capture's own pause).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class CapturedProcess:
     changed: dict[str, dict]  # {variable: {"job": value, "here": value}}, masked
     capture_missing: tuple[str, ...]  # variables the capture set that never reached it
     nccl_read: dict[str, str] = field(default_factory=dict)  # what its NCCL log says it read
+    # the capture's in-job profiler in this process: (began starting, trace written), wall clock s
+    profiler_spans: tuple[tuple[float, float], ...] = ()
 
     @property
     def worker(self) -> bool:
@@ -83,6 +86,16 @@ class CaptureRecord:
 
     def by_pid(self) -> dict[int, CapturedProcess]:
         return {p.pid: p for p in self.processes}
+
+    def profiler_spans(self) -> dict[int, list[tuple[float, float]]]:
+        """Per rank, when the capture's own profiler ran there, from its start to its trace
+        written: the job's host is slowed (stacks recorded) or stopped (the trace built and
+        written) by the capture then, not by the job."""
+        spans: dict[int, list[tuple[float, float]]] = {}
+        for process in self.processes:
+            if process.rank is not None and process.profiler_spans:
+                spans.setdefault(process.rank, []).extend(process.profiler_spans)
+        return spans
 
 
 def is_capture(path: str | Path) -> bool:
@@ -152,7 +165,16 @@ def _process(doc: dict) -> CapturedProcess:
         changed={str(k): dict(v) for k, v in (doc.get("changed") or {}).items()},
         capture_missing=tuple(str(v) for v in doc.get("capture_missing") or ()),
         nccl_read=_str_dict(doc.get("nccl_read")),
+        profiler_spans=tuple(_span(s) for s in doc.get("profiler") or ()),
     )
+
+
+def _span(doc: dict) -> tuple[float, float]:
+    """(began starting, trace written); a span cut short ends at its last time recorded."""
+    times = [float(doc[k]) for k in ("start", "started", "stop", "written") if k in doc]
+    if not times or any(t != t or t < 0 for t in times):
+        raise ValueError(f"not a profiler span: {doc!r}")
+    return times[0], max(times)
 
 
 def _int_or_none(value: object) -> int | None:

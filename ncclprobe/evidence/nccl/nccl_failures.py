@@ -26,8 +26,9 @@ Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
 - `test-failure`: nccl-tests' and rccl-tests' `Test NCCL failure FILE:LINE 'reason'` and `Test CUDA
   failure ...` lines (`Cuda failure` before 2.0), the reason the run stopped; the last one is shown
   (every rank prints one), with the CUDA or NCCL error's own meaning where it is a known one
-  (`ERRORS`: CUDA runtime API documentation, cudaError enum; NCCL's ncclResult_t, src/nccl.h.in).
-Other WARN lines are shown as they are.
+  (`nccl_errors.ERRORS`).
+More classes (topology detection, /dev/shm access, InfiniBand completion errors, network plugins
+and their own WARN lines) are in `nccl_failure_kinds`. Other WARN lines are shown as they are.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.evidence.failure_lines import FailureLines
-from ncclprobe.evidence.nccl.nccl_log import NcclLog
+from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
+from ncclprobe.evidence.nccl.nccl_errors import KnownError, known_error
+from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.nccl.lint_finding import SettingFinding
 from ncclprobe.numbers import ascii_re
 from ncclprobe.secrets import mask_text
@@ -61,86 +64,6 @@ _TEST_REASON = ascii_re(r"(?P<kind>NCCL|CUDA|Cuda|HIP) failure (?P<where>\S+) '(
 
 
 @dataclass(frozen=True)
-class KnownError:
-    """A CUDA or NCCL error string and what it means, from its documentation."""
-
-    words: str  # how the error string reads (a substring of it)
-    name: str  # the enum name
-    meaning: str
-    fix: str
-
-
-# the strings cudaGetErrorString and ncclGetErrorString return, with the documented meaning
-ERRORS = (
-    KnownError(
-        "illegal memory access",
-        "cudaErrorIllegalAddress (700)",
-        "a kernel loaded or stored at an invalid address; the CUDA context is lost and every later "
-        "CUDA call of the process fails the same way (CUDA runtime API: 'This leaves the process in "
-        "an inconsistent state'). It is reported at the next synchronisation, not where the kernel "
-        "ran: with nccl-tests' device-API kernels (-D) or an NCCL built from changed source, the "
-        "fault is most likely in that kernel",
-        "run the same test without -D (the host API) and with CUDA_LAUNCH_BLOCKING=1; if only the "
-        "device-API kernel fails, report it with the NCCL and nccl-tests versions; compute-sanitizer "
-        "names the faulting kernel",
-    ),
-    KnownError(
-        "busy or unavailable",
-        "cudaErrorDevicesUnavailable (46)",
-        "the GPU refused a new context: it is in Exclusive_Process (or Prohibited) compute mode and "
-        "another process already holds it, or long-running kernels block new work (CUDA runtime "
-        "API). When every rank reports it, ranks are placed on GPUs another rank or job holds "
-        "(two ranks per GPU under Exclusive_Process, or a leftover process)",
-        "check `nvidia-smi --query-gpu=index,compute_mode --format=csv` and `nvidia-smi` for other "
-        "processes; give each rank its own GPU (srun --gpus-per-task=1 / CUDA_VISIBLE_DEVICES per "
-        "rank), or have the administrator set the default mode (nvidia-smi -c DEFAULT)",
-    ),
-    KnownError(
-        "no CUDA-capable device is detected",
-        "cudaErrorNoDevice (100)",
-        "the process sees no GPU: CUDA_VISIBLE_DEVICES is empty or wrong, the container was started "
-        "without GPUs, or the driver is not loaded",
-        "run nvidia-smi in the same environment; check CUDA_VISIBLE_DEVICES and the container's "
-        "GPU options (--gpus all)",
-    ),
-    KnownError(
-        "invalid device ordinal",
-        "cudaErrorInvalidDevice (101)",
-        "a rank asked for a GPU index the process cannot see: more GPUs per process (-g) or ranks "
-        "per node than visible GPUs",
-        "make -g times the local ranks at most the GPUs nvidia-smi lists (or CUDA_VISIBLE_DEVICES allows)",
-    ),
-    KnownError(
-        "out of memory",
-        "cudaErrorMemoryAllocation (2)",
-        "a GPU allocation failed: the sizes tested (-e) need more memory than is free, or another "
-        "process holds the GPU's memory",
-        "lower -e, or free the GPU (nvidia-smi lists the processes holding memory)",
-    ),
-    KnownError(
-        "unhandled cuda error",
-        "ncclUnhandledCudaError",
-        "a CUDA call inside NCCL failed; NCCL's WARN line before it names the call and CUDA's error",
-        "run with NCCL_DEBUG=INFO (or WARN) and read the first WARN line",
-    ),
-    KnownError(
-        "unhandled system error",
-        "ncclSystemError",
-        "a system call inside NCCL failed (a socket, shared memory, a file); NCCL's WARN line before "
-        "it names the call",
-        "run with NCCL_DEBUG=INFO and read the first WARN line",
-    ),
-    KnownError(
-        "remote process exited or there was a network error",
-        "ncclRemoteError",
-        "a peer went away or the network between the ranks failed; the failure is on another rank "
-        "or link, not on the rank that printed it",
-        "read the first failure of every rank (the earliest time), and the network's WARN lines",
-    ),
-)
-
-
-@dataclass(frozen=True)
 class Explained:
     """One kind of failure line, explained."""
 
@@ -152,12 +75,6 @@ class Explained:
 
     def to_json(self) -> dict:
         return self.__dict__ | {"message": mask_text(self.message)}
-
-
-def known_error(text: str) -> KnownError | None:
-    """The documented CUDA or NCCL error a failure's reason names, if one does."""
-    lowered = text.lower()
-    return next((e for e in ERRORS if e.words.lower() in lowered), None)
 
 
 def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
@@ -194,6 +111,11 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     if log.failures:
         out.append(_test_failure(log.failures))
     explained = set(shm) | set(ib) | set(unreachable)
+    found = [k for k in (kinds.topology(log), kinds.shm_access(log), kinds.ib_completion(log)) if k]
+    found += kinds.net_plugins(log, explained | {w for k in found for w in k.warnings})
+    for k in found:
+        out.append(Explained(k.kind, k.severity, k.message, k.fix, k.lines))
+        explained |= set(k.warnings)
     log.failure_lines.forget(unreachable)
     return out, [w for w in log.warnings if w not in explained]
 
@@ -228,7 +150,27 @@ def explain_lines(found: FailureLines) -> list[Explained]:
             )
         )
     found.forget(unreachable + [t for _, lines in errors.values() for t in lines])
-    return out
+    return out + _nccl_kinds(found)
+
+
+def _nccl_kinds(found: FailureLines) -> list[Explained]:
+    """The NCCL log's classes (`nccl_failure_kinds`) over NCCL WARN lines another reader kept (a
+    job's or a server's log holds them among its own lines): each WARN is read as NCCL's."""
+    by_message: dict[str, list[str]] = {}
+    texts = [line.text for line in found.lines]
+    for text in texts:
+        for message in parse_nccl_log(text).warnings:
+            by_message.setdefault(message, []).append(text)
+    if not by_message:
+        return []
+    log = parse_nccl_log("\n".join(texts))
+    kinds_found = [
+        k for k in (kinds.topology(log), kinds.shm_access(log), kinds.ib_completion(log)) if k
+    ]
+    taken = {w for k in kinds_found for w in k.warnings}
+    kinds_found += [k for k in kinds.net_plugins(log, taken) if k.warnings]
+    found.forget(t for k in kinds_found for w in k.warnings for t in by_message.get(w, []))
+    return [Explained(k.kind, k.severity, k.message, k.fix, k.lines) for k in kinds_found]
 
 
 def _launcher_signalled(lines: list[str]) -> Explained:

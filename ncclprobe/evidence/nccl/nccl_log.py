@@ -37,7 +37,18 @@ from ncclprobe.verdict import Verdict, worst
 # without spaces, and an 800,000-character line took tens of minutes (quadratic; now linear).
 _PREFIX = ascii_re(
     r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>[0-9]{1,19}):(?P<tid>[0-9]{1,19}) \[(?P<dev>[0-9]{1,19})\] "
-    r"(?:[0-9.]+ )?(?:\S+:[0-9]{1,19} )?NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
+    r"(?:[0-9.]+ )?(?:(?P<where>(?:[\w:*&<>~]+ ){0,6}[^\s()]+(?:\([^()]{0,400}\))?):[0-9]{1,19}"
+    r"(?: \(\S{1,200}\))? )?"
+    r"NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?(?P<msg>.*)$"
+)
+# A plugin's WARN may carry its function for a file: aws-ofi-nccl's `configure_nvls_option:287 NCCL
+# WARN` or, with the C++ signature, `int cm_req_handle_error_entry(nccl_net_ofi_context_t*, ...):46`.
+# 2.30.7+ puts the function after a WARN's `file:line` (`graph/xml.cc:419 (ncclTopoGetPciNode) NCCL
+# WARN`, src/debug.cc); an error's return path is INFO lines `file:line -> code` (src/include/checks.h;
+# `file:line (func) -> code` in 2.30.7+, `-> code (strerror)` after a system call since 2.19)
+_RETURN = ascii_re(
+    r"^(?P<file>[\w./-]+\.(?:cc|h|c|cpp)):[0-9]{1,19}(?: \(\S{1,200}\))? -> (?P<code>\d{1,9})\b"
+    r"(?: \((?P<why>[^()]{1,120})\))?"
 )
 # NCCL 2.26+ starts WARN lines with `[%F %T] ` (NCCL_DEBUG_TIMESTAMP_FORMAT); `clean_line` drops it
 _WARN_TIME = ascii_re(r"^\[(?P<time>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,19})?)\]")
@@ -56,6 +67,11 @@ _TEST_FAILURE = ascii_re(r"(?:NCCL|CUDA|Cuda|HIP) failure \S+ '(?P<what>[^']*)'"
 _TEST_TRACE = ascii_re(r"\bTest failure \S+:\d+\s*$")
 _NETWORK = ascii_re(r"^Using network (?P<name>\S.*?)\s*$")
 _NO_PLUGIN = ascii_re(r"^NET/Plugin ?: (?:Could not find:|No plugin found)")
+# a network plugin's lines: `NET/<Tag> ...` of a tag NCCL itself does not use (its own: src/ at
+# 2.7-2.30), or NCCL's `NET/Plugin: Loaded net plugin NAME (vN)` (2.19+, src/plugin/net/net_v*.cc)
+NET_OWN_TAGS = ("IB", "Socket", "Plugin", "MLX5")
+_NET_TAG = ascii_re(r"^NET/(?P<tag>[A-Za-z][\w-]{0,40})\b")
+_NET_LOADED = ascii_re(r"^NET/Plugin ?: Loaded (?:net|collnet) plugin (?P<name>\S+)")
 _QUOTE = ascii_re(r"^(?:>\s?)+")  # a log pasted as a Markdown quote
 _SET_BY_ENV = ascii_re(r"^(?P<var>[A-Z][A-Z0-9_]*) set by environment to ?(?P<value>.*)$")
 _INT_WITH_PERIOD = ascii_re(r"^-?\d{1,19}\.$")
@@ -87,9 +103,12 @@ _CALL = ascii_re(
     r"^(?P<coll>[A-Za-z]+): opCount [0-9a-f]+ .*count (?P<count>\d{1,19}) datatype (?P<dtype>\d{1,19})"
 )
 _CONNECTED = ascii_re(r"^Connected all (?P<what>rings|trees)")
+# `%d coll channels, %d p2p channels, %d p2p channels per peer` (2.7-2.16, src/graph/paths.cc then
+# src/init.cc), with `%d nvls channels` (2.17-2.19), with `%d collnet channels` too (2.20+). The
+# collnet number is not kept: 2.21+ fills it with nChannels, the coll count (src/init.cc).
 _CHANNEL_COUNTS = ascii_re(
-    r"^(?P<coll>\d{1,19}) coll channels, (?P<collnet>\d{1,19}) collnet channels, "
-    r"(?P<nvls>\d{1,19}) nvls channels, (?P<p2p>\d{1,19}) p2p channels"
+    r"^(?P<coll>\d{1,19}) coll channels, (?:\d{1,19} collnet channels, )?"
+    r"(?:(?P<nvls>\d{1,19}) nvls channels, )?(?P<p2p>\d{1,19}) p2p channels"
 )
 _TUNER = ascii_re(
     r"^(?:TUNER/Plugin: )?(?:Using tuner plugin:? '?(?P<name>[^'\s]+)'?|.*Using internal tuner plugin)"
@@ -158,6 +177,13 @@ class NcclLog:
     tuner_plugin: str | None = None
     warnings: list[str] = field(default_factory=list)
     warning_times: list[str | None] = field(default_factory=list)  # per WARN: `[%F %T]` (2.26+)
+    warning_files: list[str | None] = field(
+        default_factory=list
+    )  # per WARN: the file that printed it
+    # error return lines (`file:line -> 2`) per file, and the first `(strerror)` one gives per file
+    returns: dict[str, int] = field(default_factory=dict)
+    return_errors: dict[str, str] = field(default_factory=dict)
+    net_tags: set[str] = field(default_factory=set)  # network plugins' names its lines show
     pids: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     nccl_lines: int = 0
@@ -200,6 +226,10 @@ class NcclLog:
             "networks": sorted(self.networks),
             "net_plugin_missing": self.net_plugin_missing,
             "warning_times": list(self.warning_times),
+            "warning_files": list(self.warning_files),
+            "returns": dict(self.returns),
+            "return_errors": dict(self.return_errors),
+            "net_tags": sorted(self.net_tags),
             "pids": sorted(self.pids),
             "hosts": sorted(self.hosts),
             "nccl_lines": self.nccl_lines,
@@ -260,6 +290,7 @@ class _Reader:
         self.details: Counter = Counter()
         self.calls: Counter = Counter()
         self.connected: Counter = Counter()
+        self.returns: Counter = Counter()
         self.matrix_header: list[list[str]] | None = (
             None  # [protocols, algorithms] while inside one
         )
@@ -291,7 +322,18 @@ class _Reader:
             log.warnings.append(msg)
             stamp = _WARN_TIME.match(strip_ansi(raw)) if raw[:1] in "[\x1b" else None
             log.warning_times.append(stamp["time"] if stamp else None)
+            log.warning_files.append(match["where"])
+        if msg.startswith("NET/"):
+            self._net_tag(msg)
         self._message(msg, pid)
+
+    def _net_tag(self, msg: str) -> None:
+        loaded = _NET_LOADED.match(msg)
+        found = _NET_TAG.match(msg)
+        if loaded:
+            self.log.net_tags.add(loaded["name"])
+        elif found and found["tag"] not in NET_OWN_TAGS:
+            self.log.net_tags.add(found["tag"])
 
     def _message(self, msg: str, pid: int) -> None:
         for guard, pattern, handler in self.handlers:
@@ -327,13 +369,14 @@ class _Reader:
                 " coll channels, ",
                 _CHANNEL_COUNTS,
                 lambda m, pid: self.log.channel_counts.update(
-                    {k: int(v) for k, v in m.groupdict().items()}
+                    {k: int(v) for k, v in m.groupdict().items() if v is not None}
                 ),
             ),
             ("tuner plugin", _TUNER, lambda m, pid: self._tuner(m)),
             ("Using network ", _NETWORK, lambda m, pid: self.log.networks.add(m["name"])),
             ("NET/Plugin", _NO_PLUGIN, lambda m, pid: self._no_plugin(m)),
             ("Enabled NCCL Func", _MATRIX_START, lambda m, pid: self._matrix_start()),
+            (" -> ", _RETURN, lambda m, pid: self._return(m)),
         )
 
     @staticmethod
@@ -355,6 +398,11 @@ class _Reader:
             return  # where the failure above it passed through nccl-tests: part of it
         else:  # not read here: shown if it looks like a failure (`evidence.failure_lines`)
             self.log.failure_lines.offer(self.number, raw or line, self.source)  # verbatim
+
+    def _return(self, m: re.Match) -> None:
+        self._count(self.returns, m["file"])
+        if m["why"]:
+            self.log.return_errors.setdefault(m["file"], m["why"])
 
     def _no_plugin(self, m: re.Match) -> None:
         self.log.net_plugin_missing = self.log.net_plugin_missing or m.string
@@ -455,6 +503,7 @@ class _Reader:
         log.transport_details = dict(self.details)
         log.calls = dict(self.calls)
         log.connected = dict(self.connected)
+        log.returns = dict(self.returns)
         log.communicators = list(self.comms.values())
         if self.ring_counts:
             log.ring_channels = max(self.ring_counts)

@@ -115,7 +115,7 @@ TRACE_MEMORY = 1536 << 20  # a reader worker's budget over the trace's own size 
 
 def read_ranks(paths: list[str]) -> list[dict]:
     """Each rank's trace read in a reader worker (`evidence.read_pool`) and reduced there to what a
-    run of many ranks needs: its rank view (steps, phases, collectives; `profile._rank_view`), its
+    run of many ranks needs: its rank view (steps, phases, collectives; `profile.rank_view`), its
     `arrivals.Track` (its collective kernels, or a CPU-only profile's host collective ops, which
     the slim Timeline no longer holds), and a Timeline that keeps only its header, counts and first
     and last kernel (what the checks of one job and the notes read). The parent then holds per rank
@@ -136,12 +136,12 @@ def read_ranks(paths: list[str]) -> list[dict]:
 
 
 def _read_rank(path: str) -> dict:
-    from ncclprobe.evidence.run.profile import _rank_view
     from ncclprobe.evidence.run.profile.arrivals import track_of
+    from ncclprobe.evidence.run.profile.rank_view import rank_view
     from ncclprobe.evidence.run.profile.timeline import read_timeline
 
     tl = read_timeline(path)
-    view = _rank_view(tl)
+    view = rank_view(tl)
     view["track"] = track_of(tl)
     view["timeline"] = _slim(tl)
     for step in view["steps"]:  # the span is all a run's tokens and time read of a step now

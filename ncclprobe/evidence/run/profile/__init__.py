@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
-from ncclprobe.evidence.run.profile import align, host, summary
-from ncclprobe.evidence.run.profile import steps as S
+from ncclprobe.evidence.run.profile import align, host
+from ncclprobe.evidence.run.profile.rank_view import rank_view
 from ncclprobe.evidence.run.profile.timeline import Timeline, read_timeline
 from ncclprobe.evidence.run.view import SPECULATIVE_KINDS, EngineRun, Phase, RunSet
 from ncclprobe.rank_ranges import rank_word
@@ -53,7 +53,7 @@ def _read(paths: Sequence[str | Path]) -> tuple[list[dict], list[Timeline]]:
         per_rank = read_ranks([str(p) for p in paths])
         return per_rank, [rv["timeline"] for rv in per_rank]
     timelines = [read_timeline(str(p)) for p in paths]
-    return [_rank_view(tl) for tl in timelines], timelines
+    return [rank_view(tl) for tl in timelines], timelines
 
 
 def check_same_job(timelines: list[Timeline]) -> None:
@@ -103,24 +103,6 @@ def _wall_window(tl: Timeline) -> tuple[float, float] | None:
         return None
     # Kineto's ts are µs on a monotonic clock; baseTimeNanoseconds is that clock's zero on the epoch
     return base / 1000.0 + window[0], base / 1000.0 + window[1]
-
-
-def _rank_view(tl: Timeline) -> dict:
-    steps, how = S.find_steps(tl)
-    phases = summary.phases_of(tl, steps)
-    engine = steps[0].engine if steps else "unknown"
-    return {
-        "timeline": tl,
-        "steps": steps,
-        "how": how,
-        "phases": phases,
-        "collectives": summary.collectives_of(tl, steps),
-        "share": summary.collective_share(tl, steps),
-        "coverage": summary.graph_coverage(tl, steps),
-        "engine": engine,
-        "label": f"{engine} profile" if engine not in ("unknown", "torch") else "profile",
-        "host": host.host_time(tl.host_spans, tl.python, steps, tl.kernels),
-    }
 
 
 def combine(per_rank: list[dict], timelines: list[Timeline]) -> EngineRun:
