@@ -122,6 +122,8 @@ def _event(**fields):
         ({"ts": -(2**63)}, '"ts": -9223372036854775808 is no time'),
         ({"dur": "-5"}, "\"dur\": '-5' is a negative duration"),
         ({"dur": 0}, None),
+        ({"ts": -5}, None),  # a time before the trace's base is a time; only a duration is >= 0
+        ({"ts": -5, "dur": -0.5}, '"dur": -0.5 is a negative duration'),
         ({"cat": 3}, '"cat": 3 is not what Kineto writes there'),
         ({"name": ["k"]}, "\"name\": ['k'] is not what Kineto writes there"),
         ({"tid": True}, '"tid": True is not what Kineto writes there'),
@@ -130,6 +132,7 @@ def _event(**fields):
         ({"args": {"correlation": 0}}, None),
         ({"args": {"External id": 2**64 - 1}}, None),
         ({"args": {"External id": 2**64}}, '"args.External id": 18446744073709551616 is no id'),
+        ({"args": {"Seq": 2**64 + 1}}, '"args.Seq": 18446744073709551617 is no id'),
         ({"args": {"Seq": True}}, '"args.Seq": True is no id'),
         ({"args": {"Collective name": 5}}, '"args.Collective name": 5 is no text'),
         ({"args": {"dtype": None, "Collective name": "allreduce"}}, None),
