@@ -50,6 +50,7 @@ from ncclprobe.evidence.nccl.nccl_log import NcclLog, parse_nccl_log
 from ncclprobe.evidence.text import clean_line, read_text_file
 from ncclprobe.evidence.wrapped import unwrap
 from ncclprobe.numbers import ascii_re
+from ncclprobe.secrets import mask_text
 
 _TEE = ascii_re(r"^\[[A-Za-z_][\w-]*?(?P<local>\d{1,19})\]:")
 _RANK = ascii_re(r"^\[rank(?P<rank>\d{1,19})\]:")
@@ -339,7 +340,7 @@ class _Reader:
         where = self.tracebacks.pop(rank)
         if not _RAISED.match(message.strip()):
             return False  # not an exception line: read as any other line
-        self.log.errors[rank] = message.strip()[:500]
+        self.log.errors[rank] = mask_text(message.strip())[:500]
         if where is not None:
             self.log.raised_at[rank] = where
         prefix = _PG_PREFIX.search(message)
@@ -396,7 +397,7 @@ class _Reader:
             _add(log.peer_closed, rank)
         exception = _EXCEPTION.match(message.strip()) if not message[:1].isspace() else None
         if exception and rank is not None:
-            log.errors[rank] = message.strip()[:500]
+            log.errors[rank] = mask_text(message.strip())[:500]
         return bool(gloo)  # an exception line is shown (unless it is gloo's timeout, read here)
 
     def _detail(self, message: str, rank: int | None) -> bool:
@@ -541,7 +542,7 @@ class _Reader:
                 host=f.get("host"),
                 time=f.get("time"),
                 root_cause=bool(self.in_failures),
-                exception=raised[-1][:500] if raised else None,
+                exception=mask_text(raised[-1])[:500] if raised else None,
                 raised_at=f"{frames[-1]['file']}:{frames[-1]['line']} in {frames[-1]['fn']}"
                 if frames
                 else None,
