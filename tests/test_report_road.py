@@ -2,12 +2,13 @@
 the sets found, a Report's verdict turns at its `fails_at` severity and on `answered`, and the one
 renderer prints every format (each threshold pinned at its boundary, each rule beside its healthy twin)."""
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
 from click.testing import CliRunner
 
-from ncclprobe.diagnose.render import fit, next_lines, table_blocks, text
+from ncclprobe.diagnose.render import fit, next_lines, table_blocks, text, unsaid_evidence
 from ncclprobe.diagnose.report import FINDINGS, Lines, Report, RuleSet, Table, judge
 from ncclprobe.findings import Cost, Finding, NotChecked, RuledOut
 from ncclprobe.verdict import Verdict
@@ -173,8 +174,11 @@ def test_a_failure_line_prints_once_in_the_table_and_whole_in_json(tmp_path):
         severity="info",
         confidence="high",
         title="t",
-        detail="rank 3 on host-a",
-        evidence={"hosts": ["host-a", "host-b"], "ranks": [3], "where": {"host": "host-a"}},
+        detail="rank 3 on host-a reads NCCL_PROTO=LL",
+        evidence={"hosts": ["host-a"], "in_force": {"NCCL_PROTO": "LL"}, "ranks": [3]},
     )
     lines = text(Report(kind="k", findings=[twin], sections=[FINDINGS]), None).splitlines()
-    assert "   evidence: hosts=[host-a; host-b], ranks=[3]" in lines
+    assert "   evidence: hosts=[host-a], in_force={NCCL_PROTO=LL}, ranks=[3]" in lines
+    shown = found.evidence["not_explained"]
+    cut = dataclasses.replace(found, detail=found.detail.replace("failed oddly", "failed"))
+    assert unsaid_evidence(cut.evidence, cut.detail)["not_explained"] == shown  # not quoted: shown

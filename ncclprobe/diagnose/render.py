@@ -128,24 +128,33 @@ def fit(lines: list[str], width: int | None) -> list[str]:
 
 
 def unsaid_evidence(evidence: dict, detail: str) -> dict:
-    """The evidence a finding's detail has not already printed, for the table: an entry that holds
-    text (the failure lines of `not-explained`, each with its source) all of which the detail
-    quotes is left out there, so no line prints twice; the JSON keeps every entry. Entries of
-    numbers alone are always shown: a number found in the detail may be another one."""
-    return {k: v for k, v in evidence.items() if not _quoted(v, detail)}
+    """The evidence the table shows under a finding: the entries its detail has not already
+    printed. An entry in QUOTED_IN_DETAIL (the failure lines of `not-explained`, each with its
+    source, which the detail quotes verbatim) is left out there when every line's text is in the
+    detail, so no line prints twice; the JSON keeps every entry."""
+    return {
+        k: v
+        for k, v in evidence.items()
+        if k not in QUOTED_IN_DETAIL or not all(t in detail for t in _line_texts(v))
+    }
 
 
-def _quoted(value: object, detail: str) -> bool:
-    texts = _texts(value)
-    return isinstance(value, (list, dict)) and bool(texts) and all(t in detail for t in texts)
+# evidence entries a finding's detail quotes in full by construction (`failure_lines.not_explained_
+# finding`: the lines verbatim, with their source and number), shown once, in the detail
+QUOTED_IN_DETAIL = frozenset({"not_explained"})
 
 
-def _texts(value: object) -> list[str]:
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _texts(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _texts(v)]
-    return [value] if isinstance(value, str) and value else []
+def _line_texts(value: object) -> list[str]:
+    """The `text` of every line in a FailureLines.to_json list (and a marker when there is none,
+    so an entry without lines is shown)."""
+    texts = [
+        line.get("text", "\0")
+        for collection in (value if isinstance(value, list) else [])
+        if isinstance(collection, dict)
+        for line in collection.get("lines", [])
+        if isinstance(line, dict)
+    ]
+    return [t if isinstance(t, str) else "\0" for t in texts] or ["\0"]
 
 
 def evidence_text(value: object) -> str:
