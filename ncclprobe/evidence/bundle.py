@@ -23,7 +23,7 @@ from ncclprobe.evidence.live.capture_dir import CaptureRecord, capture_inputs, l
 from ncclprobe.evidence.live.env_check_document import EnvCheckDocument, load_document
 from ncclprobe.evidence.live.host_env_checks import HostsEnvEvidence
 from ncclprobe.evidence.live.processes import ProcessEvidence
-from ncclprobe.evidence.machines import MachineView, machine_views
+from ncclprobe.evidence.machines import RUN_NODE, MachineView, machine_views
 from ncclprobe.evidence.nccl.nccl_log import NcclLog
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog, load_nccl_logs
 from ncclprobe.evidence.node.collect_env import CAVEAT, CollectEnv, load_collect_env
@@ -37,7 +37,6 @@ from ncclprobe.nccl.node import NodeFacts
 from ncclprobe.records import ResultRecord, read_results
 
 PHASES = ("decode", "draft", "verify", "accept", "draft_extend", "host")
-RUN_NODE = "the run's own record (the engine trace's `node`: the GPUs it used)"
 OVERHEAD_PHASES = ("accept", "draft_extend", "host")
 
 

@@ -15,14 +15,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ncclprobe.evidence.nccl.known_bad_scan import scan
 from ncclprobe.evidence.nccl.nccl_rank_logs import RankNcclLog
 from ncclprobe.nccl.known_bad import capability_of
 
-if TYPE_CHECKING:  # the bundle holds these views: imported for its type only
-    from ncclprobe.evidence.bundle import Evidence
+# where a node record came from when the run recorded it itself (the bundle names its sources)
+RUN_NODE = "the run's own record (the engine trace's `node`: the GPUs it used)"
+
+if TYPE_CHECKING:
+    from ncclprobe.evidence.node.collect_env import CollectEnv
+    from ncclprobe.nccl.node import NodeFacts
+
+
+class Sources(Protocol):
+    """What the views are read from: the evidence bundle's sources (a protocol, so that the bundle,
+    which holds the views, and this module do not import each other)."""
+
+    @property
+    def collect_env(self) -> CollectEnv | None: ...
+    @property
+    def node(self) -> NodeFacts | None: ...
+    @property
+    def node_source(self) -> str | None: ...
+    @property
+    def config(self) -> dict: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def nccl_logs(self) -> list[RankNcclLog]: ...
 
 
 @dataclass(frozen=True)
@@ -38,11 +60,11 @@ class MachineView:
     nccl: str | None = None  # the NCCL release this source saw loaded
 
 
-def machine_views(ev: Evidence) -> list[MachineView]:
+def machine_views(ev: Sources) -> list[MachineView]:
     """Each source's view, only where two or more sources could be compared (no file is read
     again for a single source)."""
     collected = ev.collect_env
-    record = ev.node if ev.node is not None and ev.node_source == _run_node() else None
+    record = ev.node if ev.node is not None and ev.node_source == RUN_NODE else None
     profiled = ev.config.get("gpus") if ev.kind == "profile" else None
     if sum(bool(x) for x in (ev.nccl_logs, collected, record, profiled)) < 2:
         return []
@@ -109,9 +131,3 @@ def _model(name: str) -> str:
     """`NVIDIA GeForce RTX 5090` -> `GeForce RTX 5090`: the same GPU as two tools name it."""
     name = " ".join(name.split())
     return name[len("NVIDIA ") :] if name.startswith("NVIDIA ") else name
-
-
-def _run_node() -> str:
-    from ncclprobe.evidence.bundle import RUN_NODE
-
-    return RUN_NODE
