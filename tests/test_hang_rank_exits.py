@@ -339,3 +339,11 @@ def test_torchruns_numbered_folder_is_the_local_rank(tmp_path):
     ev = load_evidence(logs=[named])
     assert ev.job_logs[0].local_file_rank is None and list(own_exits(ev)) == [1]
     assert diagnose(ev).findings[0].title.startswith("rank 1 failed after ValueError: step 4")
+
+
+def test_an_exit_code_backs_a_traceback_the_rank_wrote_on_after():
+    """The caught traceback's rank beside a summary that gives it exit code 1: the exit code backs
+    the traceback, which is then named with it (and the summary alone says no traceback)."""
+    exits = own_exits(load_evidence(logs=[EXITS / "rank1.log", EXITS / "exit1_no_traceback.log"]))
+    assert exits[1].exitcode == 1
+    assert exits[1].exception == "ModuleNotFoundError: No module named 'flash_attn'"

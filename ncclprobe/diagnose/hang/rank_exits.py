@@ -103,7 +103,8 @@ def all_exits(ev: E.Evidence) -> list[RankExit]:
         failure = summary.get(rank)
         if failure is None and rank in went_on:
             continue  # its traceback was caught and logged: the rank went on
-        own = errors.get(rank) if rank not in went_on else None
+        backed = failure is not None and failure.signal is None  # an exit code backs it
+        own = errors.get(rank) if rank not in went_on or backed else None
         error = own or (failure.exception if failure else None)
         if rank in waited or (error is not None and _COLLECTIVE.search(error)):
             continue
@@ -280,8 +281,8 @@ def _signal_detail(x: RankExit, first: str) -> str:
 def _failed_unexplained(ev: E.Evidence) -> list[Finding]:
     """torchrun's summary says the job failed, and no line says why: never `no findings`."""
     failures = [f for log in ev.job_logs for f in log.failures]
-    if not failures or timed_out(ev):
-        return []  # no failure, or a timeout line the hang readings explain
+    if not failures or timed_out(ev) or any(d.entries for d in ev.flight_recorder):
+        return []  # no failure, a timeout line or dumps: the hang readings explain it
     first = next((f for f in failures if f.root_cause), failures[0])
     how = f"ended by {first.signal}" if first.signal else f"exit code {first.exitcode}"
     outside = first.signal in _LAUNCHER_STOPS
