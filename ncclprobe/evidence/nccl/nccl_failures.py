@@ -173,7 +173,9 @@ def _nccl_kinds(found: FailureLines) -> list[Explained]:
     taken = {w for k in kinds_found for w in k.warnings}
     kinds_found += [k for k in kinds.net_plugins(log, taken) if k.warnings]
     found.forget(t for k in kinds_found for w in k.warnings for t in by_message.get(w, []))
-    return [Explained(k.kind, k.severity, k.message, k.fix, k.lines, k.confidence) for k in kinds_found]
+    return [
+        Explained(k.kind, k.severity, k.message, k.fix, k.lines, k.confidence) for k in kinds_found
+    ]
 
 
 def _launcher_signalled(lines: list[str]) -> Explained:
@@ -207,7 +209,7 @@ def shm_full(log: NcclLog) -> kinds.Found | None:
 
 
 def _shm_full(log: NcclLog, shm: list[str]) -> str | None:
-    """"full" where a WARN or a return line of the shared-memory code says "No space left on
+    """ "full" where a WARN or a return line of the shared-memory code says "No space left on
     device" (2.12-2.29 print the reason on the return line only: `misc/shmutils.cc:144 -> 2 (No
     space left on device)`); "likely" where NCCL's `failed to extend /dev/shm/nccl-X to N bytes`
     (2.12-2.29's fallocate failing) gives no reason at all; None otherwise (another reason, or the
