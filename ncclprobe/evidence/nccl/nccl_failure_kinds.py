@@ -22,8 +22,9 @@ source:
   failed; N is rdma-core's `enum ibv_wc_status` (libibverbs/verbs.h; NCCL's copy in
   src/include/ibvcore.h). 12 (retries exhausted) and 20 (response timeout) are the fabric not
   delivering within the ack timeout: only there are the fabric's checks named. 5 (flushed) follows
-  an earlier error on the queue pair (a warning at medium confidence that points to it); NCCL 2.30 hints (src/transport/net_ib/common.h) at NCCL_IB_TIMEOUT set too short, named
-  here only where the log shows the job set it.
+  an earlier error on the queue pair (a warning at medium confidence that points to it). For 12,
+  NCCL 2.30 hints (src/transport/net_ib/common.h) at NCCL_IB_TIMEOUT set too short, named here
+  only where the log shows the job set it.
 - `net-plugin`: a network plugin NCCL loaded (`NET/Plugin: Loaded net plugin NAME`, `Using network
   NAME`, or lines tagged `NET/<Tag>` that are not NCCL's own IB/Socket/Plugin/MLX5), with the
   WARN lines its own files printed: they are the plugin's words, not NCCL's.

@@ -6,7 +6,8 @@ Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
 - `shm-full`: creating a shared-memory segment (`nccl-shm-*`, `/dev/shm/nccl-*`) failed with "No
   space left on device" (`Call to posix_fallocate failed` to 2.11, `failed to extend /dev/shm/nccl-X
   to N bytes` after, its reason on the return line `misc/shmutils.cc:N -> 2 (No space left on
-  device)` where printed; without any reason it is said "likely" full). That is the container's /dev/shm: Docker gives 64 MB unless `--shm-size` (or
+  device)` where printed; without any reason it is said "likely" full, at medium confidence).
+  That is the container's /dev/shm: Docker gives 64 MB unless `--shm-size` (or
   `--ipc=host`), a Kubernetes pod the node's default unless an `emptyDir` of `medium: Memory` is
   mounted there. NCCL needs one segment of the logged size per SHM connection.
 - `no-ibverbs`: `Failed to open libibverbs.so` is NCCL looking for InfiniBand and not finding the
