@@ -12,6 +12,7 @@ import pytest
 from ncclprobe.diagnose import diagnose, load_evidence
 from ncclprobe.diagnose.rules_machines import disagreements
 from ncclprobe.evidence.machines import MachineView
+from ncclprobe.evidence.node.collect_env import load_collect_env
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VLLM_LOG = FIXTURES / "server_logs" / "vllm_0.22_mtp_spec_decoding_dgx_spark.log"
@@ -288,3 +289,27 @@ def test_the_ll128_rule_takes_the_capability_another_source_of_one_machine_read(
     assert not [t for t in said if "compute capability is not known" in t], said
     [known_bad] = [r for r in result.ruled_out if r.rule == "known-bad-nccl"]
     assert "compute capability 9.0" in known_bad.reason
+
+
+# ---- a ROCm collect-env's GPU on its key's own line ---------------------------------------------
+
+MI300X_ENV = (
+    FIXTURES / "collect_env" / "vllm_0.6.4_collect_env_8x_mi300x_rocm_smi_topology_dstack.txt"
+)
+MI300X_RCCL_LOG = FIXTURES / "nccl_logs" / "rccl_2.20.5_hip6.2_4x_mi300x_vf_quoted_rccl1728.log"
+
+
+def test_a_rocm_collect_envs_gpu_line_is_read_and_an_rccl_job_is_not_asked_for_it():
+    """ROCm's torch prints `GPU models and configuration: AMD Instinct MI300X (gfx942:...)` on one
+    line; the RCCL job is then not asked for the collect-env it was given: the known-bad rows are
+    NVIDIA NCCL's own failures."""
+    assert load_collect_env(MI300X_ENV).gpu_names == ("AMD Instinct MI300X",)
+    result = diagnose(load_evidence(nccl_logs=[MI300X_RCCL_LOG], collect_env=MI300X_ENV))
+    assert "--collect-env" not in " ".join(n.missing for n in result.not_checked)
+    [ruled] = [r for r in result.ruled_out if r.rule == "known-bad-nccl"]
+    assert "RCCL" in ruled.reason and "NVIDIA NCCL's own failures" in ruled.reason
+
+
+def test_healthy_twin_a_cuda_collect_envs_gpu_lines_are_read_as_before():
+    names = load_collect_env(H100_ENV).gpu_names
+    assert names == ("NVIDIA H100 80GB HBM3",)

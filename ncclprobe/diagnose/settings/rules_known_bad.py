@@ -45,6 +45,26 @@ def known_bad_findings(ev: E.Evidence) -> list:
     if out or not versions:
         return out
     release = f"NCCL {', '.join(sorted(versions))}"
+    if ev.nccl_logs and all(rank_log.log.library == "RCCL" for rank_log in ev.nccl_logs):
+        return [
+            RuledOut(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                reason=f"the job's library is RCCL ({release} is the NCCL release it follows): "
+                f"the {len(ROWS)} known-bad rows are NVIDIA NCCL's own failures",
+            )
+        ]
+    named = ev.collect_env.gpu_names if ev.collect_env is not None and one_machine(ev) else ()
+    if not caps and named:
+        return [
+            NotChecked(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                missing=f"the compute capability of {', '.join(named[:4])} (named by the "
+                f"{ev.collect_env.tool if ev.collect_env else ''} text): no NVIDIA capability is "
+                "known for that name here, and some known-bad rows apply to some GPUs only",
+            )
+        ]
     if not caps:
         specific = sum(1 for row in ROWS if row.capabilities is not None or row.host_arch)
         return [
