@@ -646,3 +646,11 @@ def _findings(output: str) -> list[dict]:
     import json
 
     return json.loads(output)["findings"]
+
+
+def test_a_response_timeout_is_a_delivery_status_and_a_local_protection_error_is_not():
+    said = kinds(_completion("v2.19.4-1", 20))["ib-completion-error"]
+    assert "Status 20: the fabric did not deliver" in said and "ib_write_bw" in said
+    said = kinds(_completion("v2.19.4-1", 4))["ib-completion-error"]
+    assert "did not deliver" not in said and "ib_write_bw" not in said
+    assert "find the first error" not in said  # not a flush either
