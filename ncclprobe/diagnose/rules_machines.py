@@ -81,7 +81,7 @@ def machines(ev: E.Evidence) -> list:
         " Their NCCL differs too: "
         + ", ".join(f"{nccl} ({source})" for source, nccl in releases.items())
         + "."
-        if len(set(releases.values())) > 1
+        if len(set(releases.values())) > 1 and not any(f.startswith("NCCL ") for f in found)
         else ""
     )
     return [
