@@ -6,7 +6,7 @@ CUDA or NCCL error: `evidence.nccl.nccl_failures`) are named, and the rest becom
 
 from __future__ import annotations
 
-from ncclprobe.diagnose.hang.rank_exits import own_exits
+from ncclprobe.diagnose.hang.rank_exits import all_exits
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.failure_lines import FailureLines, from_json, not_explained_finding
 from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
@@ -76,8 +76,8 @@ def nccl_log_kinds(ev: E.Evidence) -> list:
 def _job_log_lines(ev: E.Evidence) -> list[FailureLines]:
     """The job logs' failure lines, less the exception of a rank that failed by itself: the hang
     reading names it with its exit (`diagnose.hang.rank_exits`)."""
-    exits = own_exits(ev) if ev.job_logs else {}
-    said = [x.exception for x in exits.values() if x.exception]
+    exits = all_exits(ev) if ev.job_logs else []
+    said = [x.exception for x in exits if x.exception]
     if not said:
         return [log.failure_lines for log in ev.job_logs]
     out = []

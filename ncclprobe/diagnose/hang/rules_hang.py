@@ -150,7 +150,8 @@ def _whereabouts(
             f"{said}, and nothing of rank {rank} is pending in any group: it never will, the log "
             f"says {exited.said}"
             + (f" (raised at {exited.raised_at})" if exited.raised_at else "")
-            + ": it died before this call, in its own code",
+            + ": it died before this call"
+            + (", in its own code" if exited.exception and not exited.signal else ""),
             {"last_completed": last_seq, "waits_in": None, "exitcode": exited.exitcode},
         )
     return (

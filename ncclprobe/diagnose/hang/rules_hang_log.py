@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.diagnose.commands import flight_recorder_command
-from ncclprobe.diagnose.hang.rank_exits import RankExit, others, own_exits
+from ncclprobe.diagnose.hang.rank_exits import RankExit, others, own_exits, timed_out
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogStatus, WatchdogTimeout
 from ncclprobe.findings import Finding, NotChecked
@@ -211,8 +211,13 @@ def _watchdog(
                 + said[1:]
                 + "".join(f" (raised at {x.raised_at})" for x in dead if x.raised_at)
                 + f", logging no collective failure of {'its' if len(dead) == 1 else 'their'} own: "
-                f"{'it' if len(dead) == 1 else 'they'} died in {'its' if len(dead) == 1 else 'their'} "
-                "own code before this call, and the others waited."
+                f"{'it' if len(dead) == 1 else 'they'} died "
+                + (
+                    f"in {'its' if len(dead) == 1 else 'their'} own code "
+                    if all(x.exception and not x.signal for x in dead)
+                    else ""
+                )
+                + "before this call, and the others waited."
             ),
             evidence={**evidence, "exited_ranks": [x.rank for x in dead]},
         )
@@ -545,12 +550,13 @@ def log_notes(ev: E.Evidence) -> list[str]:
         for f in root[:1]:
             how = f"signal {f.signal}" if f.signal else f"exit code {f.exitcode}"
             rest = others(ev, [f.rank] if f.rank is not None else [])
+            gave_up = f.rank not in own_exits(ev) and timed_out(ev)  # nor failed by itself
             notes.append(
                 f"log: torchrun's first observed failure is rank {f.rank} ({how})"
                 + (
-                    (f"; {rest}" if rest else "")
-                    if f.rank in own_exits(ev)  # it failed by itself: no rank that gave up
-                    else ": the first rank to fail is often the one that gave up waiting, not the cause"
+                    ": the first rank to fail is often the one that gave up waiting, not the cause"
+                    if gave_up
+                    else (f"; {rest}" if rest else "")
                 )
             )
         for r, ms in sorted(log.gloo_timeouts.items()):

@@ -117,6 +117,12 @@ _CONTEXT = ascii_re(
     r"|terminate called after throwing an instance of 'gloo::EnforceNotMet'|^Last error:\s*$"
 )
 _OPS_FAILED = "Some NCCL operations have failed or timed out"
+# what a process prints on its way out after an uncaught exception (torch's teardown warning,
+# Python's resource tracker): no sign that the rank went on after its traceback
+_EXITING = ascii_re(
+    r"destroy_process_group\(\) was not called|process group has NOT been destroyed|resource_tracker"
+    r"|leaked (?:semaphore|shared_memory)"
+)
 # NCCL's settings that shape how a communicator connects its ranks (`NCCL_NET`, `NCCL_NET_GDR_LEVEL`,
 # `NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, `NCCL_P2P_LEVEL`, ...): named where a first collective hangs
 _TRANSPORT_VARS = ascii_re(r"^NCCL_(?:NET|IB_|SOCKET_|P2P_|SHM_|CROSS_NIC|COLLNET|NVLS_ENABLE)")
@@ -193,6 +199,13 @@ class JobLog:
     errors: dict[int, str] = field(default_factory=dict)  # rank -> last exception line
     # rank -> the innermost frame of its last traceback: "train.py:406 in step"
     raised_at: dict[int, str] = field(default_factory=dict)
+    # ranks that wrote more after their last traceback (`step 2 ...`): it was caught and logged, the
+    # rank went on; a traceback is a rank's end only where nothing but blank or launcher lines follow
+    went_on: set[int] = field(default_factory=set)
+    # torchrun's `<attempt>/N/stderr.log`: N is the LOCAL rank (torch's elastic/multiprocessing
+    # names the folder by local_rank); set to N where the file's own lines (`[rankN]:`) do not show
+    # it to be the global rank too, else None
+    local_file_rank: int | None = None
     gloo_timeouts: dict[int, int] = field(default_factory=dict)  # rank -> ms
     peer_closed: set[int] = field(default_factory=set)  # ranks that saw a peer's socket close
     fr_disabled: set[int] = field(default_factory=set)
@@ -238,9 +251,10 @@ def parse_job_log(text: str, path: str = "LOG") -> JobLog:
     lines = unwrap(text.splitlines())
     nccl = parse_nccl_log(text) if "NCCL " in text else None
     comms = nccl.communicators[:MAX_COMMS] if nccl else []
-    reader = _Reader(
-        JobLog(path=path, failure_lines=FailureLines(path)), _file_rank(path, lines, comms)
-    )
+    file_rank = _file_rank(path, lines, comms)
+    reader = _Reader(JobLog(path=path, failure_lines=FailureLines(path)), file_rank)
+    if file_rank is not None and _torchrun_stream(path) and not _says_rank(lines, file_rank):
+        reader.log.local_file_rank = file_rank
     for raw in lines:
         reader.feed(raw)
     log = reader.finish()
@@ -259,11 +273,27 @@ def _transport(nccl: NcclLog) -> dict[str, str]:
     return out
 
 
-def _rank_from_name(path: str) -> int | None:
-    """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3; else None: only a name
-    that is exactly a rank's file gives a rank (`megatron735.log`, `4rank_job.log` give none)."""
+def _torchrun_stream(path: str) -> bool:
+    """torchrun's own file of one process: `<run>/attempt_0/3/stderr.log` (3: its local rank)."""
     p = Path(path)
-    if p.name in _OWN_STREAM and p.parent.name.isdigit() and len(p.parent.name) <= 9:
+    return p.name in _OWN_STREAM and p.parent.name.isdigit() and len(p.parent.name) <= 9
+
+
+def _says_rank(lines: list[str], rank: int) -> bool:
+    """A line of the file carries torch's own `[rankN]:` prefix for this rank (the global rank)."""
+    for raw in lines:
+        own = _RANK.match(clean_line(raw))
+        if own is not None and int(own["rank"]) == rank:
+            return True
+    return False
+
+
+def _rank_from_name(path: str) -> int | None:
+    """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3 (its local rank: see
+    `JobLog.local_file_rank`); else None: only a name that is exactly a rank's file gives a rank
+    (`megatron735.log`, `4rank_job.log` give none)."""
+    p = Path(path)
+    if _torchrun_stream(path):
         return int(p.parent.name)
     match = _NAME_RANK.match(p.name)
     return int(match["rank"]) if match else None
@@ -297,6 +327,7 @@ class _Reader:
         self.in_failures: bool | None = None  # None outside a summary; else root-cause section?
         self.failure: dict | None = None
         self.tracebacks: dict[int, str | None] = {}  # rank -> its open traceback's last frame
+        self.ended: set[int] = set()  # ranks whose last traceback ended in its exception line
 
     def feed(self, raw: str) -> None:
         log = self.log
@@ -315,6 +346,13 @@ class _Reader:
             rank = self.file_rank
         if rank is not None:
             log.ranks.add(rank)
+            if (
+                rank in self.ended
+                and message.strip()
+                and not _CONTEXT.search(message)
+                and not (_EXITING.search(message))
+            ):
+                log.went_on.add(rank)  # it wrote more after its traceback: that was caught
         if rank is not None and self._traceback(message, rank):
             return
         if self._message(message, rank, prefix, clock):
@@ -341,6 +379,8 @@ class _Reader:
         if not _RAISED.match(message.strip()):
             return False  # not an exception line: read as any other line
         self.log.errors[rank] = mask_text(message.strip())[:500]
+        self.ended.add(rank)
+        self.log.went_on.discard(rank)
         if where is not None:
             self.log.raised_at[rank] = where
         prefix = _PG_PREFIX.search(message)
