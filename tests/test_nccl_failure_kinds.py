@@ -255,7 +255,32 @@ def test_healthy_twins_of_shm_access():
         9637892,
     )
     text = warn_prefix("v2.12.12-1", "misc/shmutils.cc") + filled
-    assert kinds(text) == {} and unexplained(text) == [filled]  # no cause in the line: shown as is
+    assert set(kinds(text)) == {"shm-full"}  # fallocate failing, no reason given: likely full
+
+
+def _extend_2_19(why: str | None) -> str:
+    """2.19's `failed to extend` WARN (misc/shmutils.cc:72), its segment WARN, and the return line
+    NCCL prints with the reason where it has one (`misc/shmutils.cc:144 -> 2 (REASON)`)."""
+    source = load("v2.19.4-1", "src/misc/shmutils.cc")
+    extend = c_format(source.line("failed to extend"), "/dev/shm/nccl-Ab12Cd", 9637892)
+    text = warn_prefix("v2.12.12-1", "misc/shmutils.cc") + extend
+    if why:
+        text += f"\nh:1:2 [0] NCCL INFO misc/shmutils.cc:144 -> 2 ({why})"
+    return text
+
+
+def test_a_dev_shm_that_fallocate_could_not_extend_is_full_by_its_return_line_or_likely():
+    explained, _ = explain(parse_nccl_log(_extend_2_19(None)))
+    assert [(k.kind, k.confidence) for k in explained] == [("shm-full", "medium")]
+    assert "likely full" in explained[0].message and "gives no reason" in explained[0].message
+    explained, _ = explain(parse_nccl_log(_extend_2_19("No space left on device")))
+    assert [(k.kind, k.confidence) for k in explained] == [("shm-full", "high")]
+    assert "/dev/shm is full" in explained[0].message and "likely" not in explained[0].message
+
+
+def test_healthy_twin_an_extend_refused_for_another_reason_is_not_full():
+    found = kinds(_extend_2_19("Permission denied"))
+    assert set(found) == {"shm-access"} and "Permission denied" in found["shm-access"]
 
 
 # -- InfiniBand completion errors
@@ -299,14 +324,32 @@ def _completion(tag: str, status: int) -> str:
 
 @pytest.mark.parametrize("tag", ["v2.12.12-1", "v2.19.4-1", "v2.30.7-1"])
 @pytest.mark.parametrize("status", [12, 13, 5])
-def test_a_completion_error_of_each_release_is_the_fabric_failing(tag, status):
+def test_a_completion_error_of_each_release_is_read_and_only_retries_blame_the_fabric(tag, status):
     text = _completion(tag, status)
-    found = kinds(text)
-    assert set(found) == {"ib-completion-error"}, found
-    said = found["ib-completion-error"]
+    explained, rest = explain(parse_nccl_log(text))
+    assert [k.kind for k in explained] == ["ib-completion-error"] and rest == []
+    said = f"{explained[0].message} | {explained[0].fix}"
     assert f"status {status} = {WC_STATUS[status][0]}" in said and "10.1.2.3<54862>" in said
-    assert "no NCCL setting in this log causes it" in said and "ib_write_bw" in said
-    assert unexplained(text) == []
+    fabric = "did not deliver them in time" in said and "ib_write_bw" in said
+    assert fabric == (status == 12), said  # 5 is a flush, 13 a peer not ready: not the fabric
+    flushed = "find the first error" in said and "the other ranks' NCCL logs" in said
+    assert flushed == (status == 5), said
+    assert (explained[0].severity, explained[0].confidence) == (
+        ("warning", "medium") if status == 5 else ("error", "high")
+    )
+
+
+def test_a_flush_beside_a_retry_error_is_the_fabric_and_the_flush_is_not_on_its_own():
+    text = _completion("v2.19.4-1", 5) + "\n" + _completion("v2.19.4-1", 12)
+    said = kinds(text)["ib-completion-error"]
+    assert "status 5 = IBV_WC_WR_FLUSH_ERR" in said and "Status 12: the fabric" in said
+
+
+def test_the_status_meanings_follow_rdma_cores_words():
+    """rdma-core's ibv_wc_status_str: 5 "Work Request Flushed Error", 12 "transport retry counter
+    exceeded", 13 "RNR retry counter exceeded", 20 "response timeout error"."""
+    assert "flushed" in WC_STATUS[5][1] and "retries exhausted" in WC_STATUS[12][1]
+    assert "receiver-not-ready retries" in WC_STATUS[13][1] and "timed out" in WC_STATUS[20][1]
 
 
 def test_a_short_ib_timeout_the_job_set_is_named_for_retries_exhausted():
@@ -603,3 +646,11 @@ def _findings(output: str) -> list[dict]:
     import json
 
     return json.loads(output)["findings"]
+
+
+def test_a_response_timeout_is_a_delivery_status_and_a_local_protection_error_is_not():
+    said = kinds(_completion("v2.19.4-1", 20))["ib-completion-error"]
+    assert "Status 20: the fabric did not deliver" in said and "ib_write_bw" in said
+    said = kinds(_completion("v2.19.4-1", 4))["ib-completion-error"]
+    assert "did not deliver" not in said and "ib_write_bw" not in said
+    assert "find the first error" not in said  # not a flush either

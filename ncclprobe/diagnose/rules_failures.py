@@ -10,7 +10,7 @@ from ncclprobe.diagnose.hang.rank_exits import all_exits
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.failure_lines import FailureLines, from_json, not_explained_finding
 from ncclprobe.evidence.nccl import nccl_failure_kinds as kinds
-from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines
+from ncclprobe.evidence.nccl.nccl_failures import Explained, explain_lines, shm_full
 from ncclprobe.findings import Finding
 from ncclprobe.secrets import mask_text
 
@@ -33,7 +33,7 @@ def not_explained(ev: E.Evidence) -> list:
         Finding(
             rule=f"failure-{kind.kind}",
             severity=kind.severity,
-            confidence="high",
+            confidence=kind.confidence,
             title=kind.message.split(": ", 1)[0]
             if kind.kind == "known-error"
             else kind.message.split(" (", 1)[0],
@@ -54,6 +54,7 @@ def nccl_log_kinds(ev: E.Evidence) -> list:
     seen: dict[tuple[str, str], tuple[kinds.Found, list[str]]] = {}
     for rank in ev.nccl_logs:
         found = [k for k in (kinds.topology(rank.log), kinds.shm_access(rank.log)) if k]
+        found += [k for k in [shm_full(rank.log)] if k]
         found += [k for k in [kinds.ib_completion(rank.log)] if k]
         taken = {w for k in found for w in k.warnings}
         found += [k for k in kinds.net_plugins(rank.log, taken) if k.warnings]
@@ -63,7 +64,7 @@ def nccl_log_kinds(ev: E.Evidence) -> list:
         Finding(
             rule=f"failure-{k.kind}",
             severity=k.severity,
-            confidence="high",
+            confidence=k.confidence,
             title=mask_text(k.message).split(" (", 1)[0],
             detail=f"{mask_text(k.message)} ({', '.join(labels)}). What to do: {k.fix}.",
             evidence={"kind": k.kind, "lines": k.lines, "logs": labels},

@@ -4,7 +4,11 @@ finding says so first, and the rules that join a fact of one source with a fact 
 topology with a transport, a collecting shell's NCCL with the job's, its GPUs with the job's
 release) ask `one_machine` and keep each source to itself. NCCL releases alone may differ on one
 machine (the workers load another library: `nccl-version`), so they are named beside the
-disagreement, never taken for one."""
+disagreement, never taken for one. The ranks' NCCL logs are one view per host (`machines`): two
+hosts' logs may be one job over hosts, so between them only the GPUs and the NCCL release (one
+job's ranks load one) are compared, never the host names. Where nothing disagrees, the cause is
+ruled out only where host names were compared and match; a GPU model alone (two boxes of the same
+GPU) leaves it not checked."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from itertools import combinations
 
 from ncclprobe.evidence import bundle as E
 from ncclprobe.evidence.machines import MachineView
-from ncclprobe.findings import Finding, RuledOut
+from ncclprobe.findings import Finding, NotChecked, RuledOut
 
 RULE = "machines"
 HYPOTHESIS = "the inputs describe different machines"
@@ -31,6 +35,10 @@ def disagreements(views: list[MachineView]) -> list[str]:
                 f"GPUs {', '.join(a.gpu_models)} ({a.source}) against "
                 f"{', '.join(b.gpu_models)} ({b.source})"
             )
+        if a.job_part and b.job_part:
+            if a.nccl and b.nccl and a.nccl != b.nccl:  # one job's ranks load one release
+                out.append(f"NCCL {a.nccl} ({a.source}) against {b.nccl} ({b.source})")
+            continue  # two hosts' NCCL logs: a job may span hosts; only GPUs and NCCL compared
         for used, shown in ((a, b), (b, a)):
             if used.gpus_at_least and shown.gpus and used.gpus_at_least > shown.gpus:
                 out.append(
@@ -53,11 +61,19 @@ def machines(ev: E.Evidence) -> list:
         return []
     found = disagreements(views)
     if not found:
+        if all(v.job_part for v in views):
+            return []  # hosts' NCCL logs that agree: one job over hosts, or not; nothing to judge
+        said = "; ".join(_said(v) for v in views)
+        named = [v for v in views if v.hosts]
+        if len(named) >= 2 and set.intersection(*(set(v.hosts) for v in named)):
+            return [RuledOut(rule=RULE, hypothesis=HYPOTHESIS, reason=f"{said}: nothing disagrees")]
+        # the same GPU model in two boxes is no proof of one box: not ruled out without hosts
         return [
-            RuledOut(
+            NotChecked(
                 rule=RULE,
                 hypothesis=HYPOTHESIS,
-                reason="; ".join(_said(v) for v in views) + ": nothing disagrees",
+                missing=f"{said}: no disagreement found between the inputs (nothing here "
+                "identifies the host; a host name in each input would)",
             )
         ]
     releases = {v.source: v.nccl for v in views if v.nccl}
@@ -65,7 +81,7 @@ def machines(ev: E.Evidence) -> list:
         " Their NCCL differs too: "
         + ", ".join(f"{nccl} ({source})" for source, nccl in releases.items())
         + "."
-        if len(set(releases.values())) > 1
+        if len(set(releases.values())) > 1 and not any(f.startswith("NCCL ") for f in found)
         else ""
     )
     return [
@@ -97,6 +113,7 @@ def _said(view: MachineView) -> str:
     parts = [", ".join(view.gpu_models)] if view.gpu_models else []
     parts += [f"compute capability {_caps(view)}"] if view.capabilities else []
     parts += [f"{view.gpus} GPU(s)"] if view.gpus else []
+    parts += [f"host {', '.join(view.hosts)}"] if view.hosts else []
     return f"{view.source}: {', '.join(parts) or 'no GPU named'}"
 
 

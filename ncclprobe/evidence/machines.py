@@ -9,12 +9,15 @@ communicator says that a host has at least N + 1 GPUs, the log prefix names the 
 the release), a collect-env text (its GPU lines, compute capabilities, topology matrix and NCCL),
 the run's own record of its GPUs (an engine trace's `node`) and the profiles' device properties.
 A source that says nothing of a fact leaves it empty: nothing is compared that was not read.
+The NCCL logs are one view per machine (`nccl_log_groups`: logs that share a host name are one
+host's, a log that names none is its own), so logs of two machines are compared, not merged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ncclprobe.evidence.nccl.known_bad_scan import scan
@@ -58,6 +61,7 @@ class MachineView:
     gpus_at_least: int | None = None  # the GPUs it has at least (the highest device used + 1)
     hosts: tuple[str, ...] = ()
     nccl: str | None = None  # the NCCL release this source saw loaded
+    job_part: bool = False  # one host's NCCL logs among several (a job may span hosts)
 
 
 def machine_views(ev: Sources) -> list[MachineView]:
@@ -66,11 +70,10 @@ def machine_views(ev: Sources) -> list[MachineView]:
     collected = ev.collect_env
     record = ev.node if ev.node is not None and ev.node_source == RUN_NODE else None
     profiled = ev.config.get("gpus") if ev.kind == "profile" else None
-    if sum(bool(x) for x in (ev.nccl_logs, collected, record, profiled)) < 2:
+    groups = nccl_log_groups(ev.nccl_logs)
+    if len(groups) < 2 and sum(bool(x) for x in (ev.nccl_logs, collected, record, profiled)) < 2:
         return []
-    views = []
-    if ev.nccl_logs:
-        views.append(_from_nccl_logs(ev.nccl_logs))
+    views = [_from_nccl_logs(group, len(groups) > 1) for group in groups]
     if collected is not None:
         models = tuple(_model(n) for n in collected.gpu_names)
         caps = set(collected.compute_capabilities) | _capabilities(collected.gpu_names)
@@ -103,7 +106,26 @@ def machine_views(ev: Sources) -> list[MachineView]:
     return [v for v in views if v.gpu_models or v.capabilities or v.gpus or v.gpus_at_least]
 
 
-def _from_nccl_logs(logs: Sequence[RankNcclLog]) -> MachineView:
+def nccl_log_groups(logs: Sequence[RankNcclLog]) -> list[list[RankNcclLog]]:
+    """The ranks' logs by machine: logs that name a host in common are one machine's (the ranks of
+    one job on one host); a log that names no host is a machine of its own, as nothing ties it to
+    the others. The logs of one job on several hosts are several groups: each host's GPUs are its
+    own."""
+    groups: list[list[RankNcclLog]] = []
+    hosts: list[set[str]] = []
+    for log in logs:
+        mine = set(log.log.hosts)
+        joined = [i for i, h in enumerate(hosts) if mine and h & mine]
+        group, names = [log], set(mine)
+        for i in reversed(joined):
+            group = groups.pop(i) + group
+            names |= hosts.pop(i)
+        groups.append(group)
+        hosts.append(names)
+    return groups
+
+
+def _from_nccl_logs(logs: Sequence[RankNcclLog], several: bool = False) -> MachineView:
     names = scan([log.path for log in logs]).gpu_names
     devices = [
         c["cuda_dev"]
@@ -113,12 +135,17 @@ def _from_nccl_logs(logs: Sequence[RankNcclLog]) -> MachineView:
         if isinstance(c.get("cuda_dev"), int)
     ]
     versions = {log.log.nccl_version for log in logs if log.log.nccl_version}
+    hosts = sorted({h for log in logs for h in log.log.hosts})
+    source = "the NCCL logs"
+    if several:
+        source += f" of {', '.join(hosts)}" if hosts else f" {Path(logs[0].path).name}"
     return MachineView(
-        source="the NCCL logs",
+        source=source,
+        job_part=several,
         gpu_models=tuple(dict.fromkeys(_model(n) for n in names)),
         capabilities=tuple(sorted(_capabilities(names))),
         gpus_at_least=max(devices) + 1 if devices else None,
-        hosts=tuple(sorted({h for log in logs for h in log.log.hosts})),
+        hosts=tuple(hosts),
         nccl=versions.pop() if len(versions) == 1 else None,
     )
 

@@ -44,7 +44,7 @@ def failure_findings(ev: Evidence) -> list[Finding]:
         Finding(
             rule=e.kind,
             severity=e.severity,
-            confidence="high",
+            confidence=e.confidence,
             title=mask_text(e.message),
             detail=f"{e.lines} log line(s).",
             next_command="",

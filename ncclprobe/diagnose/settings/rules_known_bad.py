@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ncclprobe.diagnose.rules_machines import one_machine
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.nccl.known_bad_scan import known_bad_in_logs
+from ncclprobe.evidence.machines import nccl_log_groups
+from ncclprobe.evidence.nccl.known_bad_scan import known_bad_in_logs, scan
 from ncclprobe.findings import Finding, NotChecked, RuledOut
 from ncclprobe.nccl.known_bad import ROWS, Match, capability_of, describe, matching
 
@@ -20,16 +21,19 @@ def known_bad_findings(ev: E.Evidence) -> list:
     """The job's NCCL is what its ranks' logs say they loaded; a collect-env text's NCCL (its
     shell's, maybe another install) stands for it only where no log names one. The GPUs of other
     sources join the logs' only where the inputs describe one machine (`rules_machines`)."""
-    caps, host_arch = _gpus(ev) if one_machine(ev) else (set(), None)
+    base, host_arch = _gpus(ev) if one_machine(ev) else (set(), None)
+    caps = set(base)
     found: dict[tuple[str, str], tuple[Match, list[str]]] = {}
     versions: set[str] = set()
-    for rank_log in ev.nccl_logs:
-        if rank_log.log.nccl_version:
-            versions.add(rank_log.log.nccl_version)
-        matches, scanned = known_bad_in_logs([rank_log.path], rank_log.log, caps, host_arch)
-        caps |= scanned.capabilities
-        for match in matches:
-            _add(found, match, rank_log.label)
+    for group in nccl_log_groups(ev.nccl_logs):  # each machine's logs with its own GPUs only
+        mine = base | scan([rank_log.path for rank_log in group]).capabilities
+        caps |= mine
+        for rank_log in group:
+            if rank_log.log.nccl_version:
+                versions.add(rank_log.log.nccl_version)
+            matches, _ = known_bad_in_logs([rank_log.path], rank_log.log, mine, host_arch)
+            for match in matches:
+                _add(found, match, rank_log.label)
     collected = ev.collect_env.nccl_version if ev.collect_env and not versions else None
     if collected and ev.collect_env is not None:
         if not one_machine(ev):  # the collect-env's release, with its own GPUs only
@@ -41,6 +45,26 @@ def known_bad_findings(ev: E.Evidence) -> list:
     if out or not versions:
         return out
     release = f"NCCL {', '.join(sorted(versions))}"
+    if ev.nccl_logs and all(rank_log.log.library == "RCCL" for rank_log in ev.nccl_logs):
+        return [
+            RuledOut(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                reason=f"the job's library is RCCL ({release} is the NCCL release it follows): "
+                f"the {len(ROWS)} known-bad rows are NVIDIA NCCL's own failures",
+            )
+        ]
+    named = ev.collect_env.gpu_names if ev.collect_env is not None and one_machine(ev) else ()
+    if not caps and named:
+        return [
+            NotChecked(
+                rule=RULE,
+                hypothesis=HYPOTHESIS,
+                missing=f"the compute capability of {', '.join(named[:4])} (named by the "
+                f"{ev.collect_env.tool if ev.collect_env else ''} text): no NVIDIA capability is "
+                "known for that name here, and some known-bad rows apply to some GPUs only",
+            )
+        ]
     if not caps:
         specific = sum(1 for row in ROWS if row.capabilities is not None or row.host_arch)
         return [

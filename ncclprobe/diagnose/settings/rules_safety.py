@@ -18,6 +18,7 @@ from ncclprobe.evidence.bundle import RUN_NODE
 from ncclprobe.evidence.live.env_check_document import KIND
 from ncclprobe.evidence.run.view import nccl_env
 from ncclprobe.findings import Finding, RuledOut
+from ncclprobe.nccl.known_bad import capability_of
 from ncclprobe.nccl.lint import lint_env
 from ncclprobe.nccl.lint_datapath import LL128_RULE
 from ncclprobe.nccl.node import NodeFacts
@@ -32,7 +33,7 @@ def unsafe_settings(ev: E.Evidence) -> list:
     environment at communicator creation, each process env-check read. One finding per problem,
     naming every place it was found, and what NCCL's own log says about it where one was read."""
     nccl = (ev.config.get("backend") or "nccl") == "nccl"
-    node = ev.node if one_machine(ev) else None  # whose machine it is, unsure: judged without
+    node = _with_capabilities(ev) if one_machine(ev) else None  # unsure whose: judged without
     found: dict[tuple, Finding] = {}
     places: dict[tuple, list[str]] = {}
     checked = []
@@ -55,6 +56,20 @@ def unsafe_settings(ev: E.Evidence) -> list:
             reason=f"the knowledge table's lint finds no error in the settings of {_short(checked)}",
         )
     ]
+
+
+def _with_capabilities(ev: E.Evidence) -> NodeFacts | None:
+    """The node, with the GPUs' compute capability the other sources read where its own record
+    has none (a collect-env's topology names no capability; its GPU names, the profiles' device
+    properties do): only called where the inputs describe one machine."""
+    node = ev.node
+    if node is None or node.compute_capabilities:
+        return node
+    caps = {c for view in ev.machines for c in view.capabilities}
+    if not caps and ev.collect_env is not None:
+        caps = set(ev.collect_env.compute_capabilities)
+        caps |= {c for c in map(capability_of, ev.collect_env.gpu_names) if c is not None}
+    return replace(node, compute_capabilities=tuple(sorted(caps))) if caps else node
 
 
 def _environments(ev: E.Evidence) -> Iterator[tuple[str, dict[str, str], str | None]]:

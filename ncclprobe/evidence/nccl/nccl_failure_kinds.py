@@ -20,9 +20,11 @@ source:
 - `ib-completion-error`: `NET/IB : Got completion [from peer X] with error N` (2.7-2.29) or `with
   status=N` (2.30, nccl-rdma-sharp-plugins' ib_plugin.c): the InfiniBand/RoCE work completion
   failed; N is rdma-core's `enum ibv_wc_status` (libibverbs/verbs.h; NCCL's copy in
-  src/include/ibvcore.h). 12 (retries exhausted) is the fabric not delivering within the ack
-  timeout; NCCL 2.30 hints (src/transport/net_ib/common.h) at NCCL_IB_TIMEOUT set too short, named
-  here only where the log shows the job set it.
+  src/include/ibvcore.h). 12 (retries exhausted) and 20 (response timeout) are the fabric not
+  delivering within the ack timeout: only there are the fabric's checks named. 5 (flushed) follows
+  an earlier error on the queue pair (a warning at medium confidence that points to it). For 12,
+  NCCL 2.30 hints (src/transport/net_ib/common.h) at NCCL_IB_TIMEOUT set too short, named here
+  only where the log shows the job set it.
 - `net-plugin`: a network plugin NCCL loaded (`NET/Plugin: Loaded net plugin NAME`, `Using network
   NAME`, or lines tagged `NET/<Tag>` that are not NCCL's own IB/Socket/Plugin/MLX5), with the
   WARN lines its own files printed: they are the plugin's words, not NCCL's.
@@ -82,6 +84,9 @@ WC_STATUS = {
     ),
     20: ("IBV_WC_RESP_TIMEOUT_ERR", "the peer's response timed out"),
 }
+# the statuses that mean the fabric did not deliver in time (ibv_wc_status_str: "transport retry
+# counter exceeded", "response timeout error"); the others name a flush or a side that refused
+_DELIVERY = {12, 20}
 
 
 _VERSIONED = ascii_re(r"_v\d{1,3}$")
@@ -128,6 +133,7 @@ class Found:
     fix: str
     warnings: tuple[str, ...]
     lines: int
+    confidence: str = "high"  # "medium" where the lines point elsewhere (a flush)
 
 
 def _warns(log: NcclLog) -> list[tuple[str, str]]:
@@ -171,11 +177,11 @@ def topology(log: NcclLog) -> Found | None:
 
 def shm_access(log: NcclLog) -> Found | None:
     warns = [w for w, f in _warns(log) if "shm" in f or any(word in w for word in _SHM_WORDS)]
-    if not warns or any("No space left" in w for w in warns):
-        return None  # space: `shm-full`
     # 2.12-2.29 print the failed open's reason on its return line only (`misc/shmutils.cc:68 -> 2
     # (Permission denied)`, SYSCHECKGOTO), the WARN after it without one
     reasons = [why for file, why in log.return_errors.items() if "shm" in file]
+    if not warns or any("No space left" in w for w in warns + reasons):
+        return None  # space: `shm-full`
     whys = sorted({m["why"] for w in warns + reasons if (m := _SHM_ERRNO.search(w))})
     unfilled = any(_MKSTEMP in w for w in warns)
     if not whys and not unfilled:
@@ -222,13 +228,37 @@ def ib_completion(log: NcclLog) -> Found | None:
     where = (
         f" with peer(s) {', '.join(peers[:4])}{', ...' if len(peers) > 4 else ''}" if peers else ""
     )
+    delivery = sorted(set(statuses) & _DELIVERY)
+    if not delivery:  # a flush or a local/peer error: the fabric is not what these lines show
+        flushed = set(statuses) <= {5}
+        return Found(
+            kind="ib-completion-error",
+            severity="warning" if flushed else "error",
+            message=f"InfiniBand/RoCE work requests failed{where} ({len(hits)} line(s)): {said}"
+            + (
+                ". A flush follows an earlier error on the same queue pair (this rank's or its "
+                "peer's: a peer process that exited or failed first); these lines do not show "
+                "which"
+                if flushed
+                else ""
+            ),
+            fix="find the first error: the other ranks' NCCL logs and job logs (a rank that "
+            "failed or exited before this one), and an earlier completion error of another status"
+            if flushed
+            else "read the status's meaning above: it names the side (this HCA, the peer's) "
+            "that refused the request",
+            warnings=tuple(w for w, _ in hits),
+            lines=len(hits),
+            confidence="medium" if flushed else "high",
+        )
     timeout = log.env.get("NCCL_IB_TIMEOUT") if 12 in statuses else None
     setting = (
         f" This job set NCCL_IB_TIMEOUT={timeout}: each retry waits 4.096 us x 2^{timeout} (the "
         "InfiniBand ack timeout); a value below NCCL's default shortens the wait before this error "
         "(NCCL 2.30's own hint for status 12)"
         if timeout
-        else " The fabric did not deliver them in time; no NCCL setting in this log causes it"
+        else f" Status {', '.join(map(str, delivery))}: the fabric did not deliver them in time; "
+        "no NCCL setting in this log causes it"
     )
     return Found(
         kind="ib-completion-error",

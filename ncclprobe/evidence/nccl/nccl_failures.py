@@ -5,7 +5,9 @@ fix, instead of the lines listed one by one. Lines no class explains stay "not e
 Known classes, each read in its source (NCCL's, CUDA's, a maintainer's words):
 - `shm-full`: creating a shared-memory segment (`nccl-shm-*`, `/dev/shm/nccl-*`) failed with "No
   space left on device" (`Call to posix_fallocate failed` to 2.11, `failed to extend /dev/shm/nccl-X
-  to N bytes` after). That is the container's /dev/shm: Docker gives 64 MB unless `--shm-size` (or
+  to N bytes` after, its reason on the return line `misc/shmutils.cc:N -> 2 (No space left on
+  device)` where printed; without any reason it is said "likely" full, at medium confidence).
+  That is the container's /dev/shm: Docker gives 64 MB unless `--shm-size` (or
   `--ipc=host`), a Kubernetes pod the node's default unless an `emptyDir` of `medium: Memory` is
   mounted there. NCCL needs one segment of the logged size per SHM connection.
 - `no-ibverbs`: `Failed to open libibverbs.so` is NCCL looking for InfiniBand and not finding the
@@ -72,6 +74,7 @@ class Explained:
     message: str
     fix: str
     lines: int  # how many log lines it stands for
+    confidence: str = "high"
 
     def to_json(self) -> dict:
         return self.__dict__ | {"message": mask_text(self.message)}
@@ -80,9 +83,8 @@ class Explained:
 def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     """(the explained kinds, the WARN lines no kind explains). The log's other failure lines
     (`log.failure_lines`) lose those a kind explains: what is left there is not explained."""
-    shm = [w for w in log.warnings if any(mark in w for mark in _SHM_MARKS)]
-    if not any(_NO_SPACE in w for w in shm):
-        shm = []  # a shared-memory failure of another cause: shown as it is
+    full = shm_full(log)
+    shm = list(full.warnings) if full else []  # another cause: `shm_access`, or shown as it is
     ib = [w for w in log.warnings if _IBVERBS in w]
     unreachable = [
         line
@@ -90,8 +92,10 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
         if _UNREACHABLE.search(line)
     ]
     out = []
-    if shm:
-        out.append(_shm(shm))
+    if full:
+        out.append(
+            Explained(full.kind, full.severity, full.message, full.fix, full.lines, full.confidence)
+        )
     if ib:
         out.append(
             Explained(
@@ -114,7 +118,7 @@ def explain(log: NcclLog) -> tuple[list[Explained], list[str]]:
     found = [k for k in (kinds.topology(log), kinds.shm_access(log), kinds.ib_completion(log)) if k]
     found += kinds.net_plugins(log, explained | {w for k in found for w in k.warnings})
     for k in found:
-        out.append(Explained(k.kind, k.severity, k.message, k.fix, k.lines))
+        out.append(Explained(k.kind, k.severity, k.message, k.fix, k.lines, k.confidence))
         explained |= set(k.warnings)
     log.failure_lines.forget(unreachable)
     return out, [w for w in log.warnings if w not in explained]
@@ -170,7 +174,9 @@ def _nccl_kinds(found: FailureLines) -> list[Explained]:
     taken = {w for k in kinds_found for w in k.warnings}
     kinds_found += [k for k in kinds.net_plugins(log, taken) if k.warnings]
     found.forget(t for k in kinds_found for w in k.warnings for t in by_message.get(w, []))
-    return [Explained(k.kind, k.severity, k.message, k.fix, k.lines) for k in kinds_found]
+    return [
+        Explained(k.kind, k.severity, k.message, k.fix, k.lines, k.confidence) for k in kinds_found
+    ]
 
 
 def _launcher_signalled(lines: list[str]) -> Explained:
@@ -191,13 +197,44 @@ def _launcher_signalled(lines: list[str]) -> Explained:
     )
 
 
-def _shm(shm: list[str]) -> Explained:
+def shm_full(log: NcclLog) -> kinds.Found | None:
+    """/dev/shm full (or likely full) in this log's WARN and return lines, as `nccl_failure_kinds`
+    reads its classes (`diagnose` reads the ranks' logs through these)."""
+    shm = [w for w in log.warnings if any(mark in w for mark in _SHM_MARKS)]
+    full = _shm_full(log, shm)
+    if full is None:
+        return None
+    e = _shm(shm, likely=full == "likely")
+    confidence = "medium" if full == "likely" else "high"
+    return kinds.Found(e.kind, e.severity, e.message, e.fix, tuple(shm), e.lines, confidence)
+
+
+def _shm_full(log: NcclLog, shm: list[str]) -> str | None:
+    """ "full" where a WARN or a return line of the shared-memory code says "No space left on
+    device" (2.12-2.29 print the reason on the return line only: `misc/shmutils.cc:144 -> 2 (No
+    space left on device)`); "likely" where NCCL's `failed to extend /dev/shm/nccl-X to N bytes`
+    (2.12-2.29's fallocate failing) gives no reason at all; None otherwise (another reason, or the
+    unfilled `nccl-XXXXXX` of a failed mkstemp: `nccl_failure_kinds.shm_access`)."""
+    reasons = [why for file, why in log.return_errors.items() if "shm" in file]
+    if any(_NO_SPACE in w for w in shm + reasons):
+        return "full"
+    extend = [w for w in shm if "failed to extend" in w and "nccl-XXXXXX" not in w]
+    return "likely" if extend and not reasons else None
+
+
+def _shm(shm: list[str], likely: bool = False) -> Explained:
     sizes = {int(m["size"]) for w in shm if (m := _SHM_SEGMENT.search(w))}
     segment = f" of {max(sizes)} bytes ({max(sizes) / 2**20:.1f} MiB)" if sizes else ""
+    state = (
+        "is likely full: NCCL could not extend its shared-memory file (the log gives no reason; "
+        "a full /dev/shm is the usual one)"
+        if likely
+        else "is full"
+    )
     return Explained(
         kind="shm-full",
         severity="error",
-        message=f"/dev/shm is full: NCCL could not create its shared-memory segments{segment} "
+        message=f"/dev/shm {state}: NCCL could not create its shared-memory segments{segment} "
         f"({len(shm)} line(s)). In a container /dev/shm is small (Docker's default is 64 MB), "
         "and NCCL needs one segment per SHM connection between local ranks",
         fix="give the container a larger /dev/shm (docker run --shm-size=1g, or --ipc=host; "

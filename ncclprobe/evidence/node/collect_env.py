@@ -47,6 +47,9 @@ _ENV = ascii_re(r"^(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PIP = ascii_re(r"^\[(?:pip3?|conda)\]\s+(?P<name>[A-Za-z0-9_.-]+)(?:==|\s+)(?P<version>\S+)")
 # `GPU 0: NVIDIA H100 80GB HBM3` (collect-env), `GPU 0,1,2: NVIDIA H20` and `GPU 0,1 Compute
 # Capability: 9.0` (sglang check_env), `Architecture: x86_64` (lscpu in vLLM's CPU section)
+# `GPU models and configuration: AMD Instinct MI300X (gfx942:sramecc+:xnack-)`: the name, less
+# its gfx target (ROCm's torch collect_env)
+_GPU_ON_KEY_LINE = re.compile(r"^(?P<name>[^()]+?)\s*(?:\((?P<arch>gfx[^)]*)\))?$")
 _GPU = re.compile(r"^GPU (?:\d+)(?:\s*,\s*\d+)*\s*(?::|(?= Compute))\s*(?P<what>.+)$")
 _CAPABILITY = re.compile(r"^Compute Capability:\s*(?P<major>\d{1,2})\.(?P<minor>\d)$")
 _ARCH = re.compile(r"^Architecture:\s*(?P<arch>x86_64|aarch64|ppc64le|arm64)$")
@@ -229,6 +232,8 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
             ):
                 if kv["value"].strip() not in ("Could not collect", "N/A"):  # said, not a version
                     versions[key] = kv["value"].strip()
+    if not gpus:  # ROCm's torch prints its GPU on the key's own line, no `GPU 0:` lines below
+        gpus += _gpu_on_its_line(said.get("GPU models and configuration", ""))
     if "NCCL version" in versions:
         nccl["NCCL version line"] = versions["NCCL version"]
     if "NCCL_VERSION" in env:
@@ -254,6 +259,14 @@ def parse_collect_env(text: str, source: str = "collect-env output") -> CollectE
     out.notes.append(CAVEAT)
     out.failure_lines = scan(lines, source)
     return out
+
+
+def _gpu_on_its_line(value: str) -> list[str]:
+    value = value.strip()
+    if value in ("", "Could not collect", "N/A", "None") or value.startswith("GPU "):
+        return []
+    m = _GPU_ON_KEY_LINE.match(value)
+    return [m["name"]] if m else [value]
 
 
 def _platform(said: dict[str, str], lines: list[str]) -> tuple[str | None, list[str]]:
