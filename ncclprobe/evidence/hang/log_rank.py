@@ -12,43 +12,43 @@ from pathlib import Path
 from ncclprobe.evidence.text import clean_line
 from ncclprobe.numbers import ascii_re
 
-TEE = ascii_re(r"^\[[A-Za-z_][\w-]*?(?P<local>\d{1,19})\]:")
-RANK = ascii_re(r"^\[rank(?P<rank>\d{1,19})\]:")
+_TEE = ascii_re(r"^\[[A-Za-z_][\w-]*?(?P<local>\d{1,19})\]:")
+_RANK = ascii_re(r"^\[rank(?P<rank>\d{1,19})\]:")
 PG_PREFIX = ascii_re(
     r"\[(?:PG ID (?P<pgid>\d{1,19}) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]{0,256})\))? |PG (?P<pg>\d{1,19}) "
     r"(?:\((?P<desc2>[^)]{0,256})\) )?)?Rank (?P<rank>\d{1,19})\]"
 )
 # a rank's own file: `rank3.stderr`, `rank_3.log`, `train_rank3.txt`, `job.rank-3.out` (the word
 # rank, alone or after a separator, then the number, then nothing but a log's extension)
-NAME_RANK = ascii_re(
+_NAME_RANK = ascii_re(
     r"(?i)^(?:.*[_.-])?rank[_-]?(?P<rank>\d{1,9})(?:\.(?:log|stderr|stdout|err|out|txt))?$"
 )
-OWN_STREAM = ("stderr.log", "stdout.log", "error.log", "stderr", "stdout")
+_OWN_STREAM = ("stderr.log", "stdout.log", "error.log", "stderr", "stdout")
 
 
 def torchrun_stream(path: str) -> bool:
     """torchrun's own file of one process: `<run>/attempt_0/3/stderr.log` (3: its local rank)."""
     p = Path(path)
-    return p.name in OWN_STREAM and p.parent.name.isdigit() and len(p.parent.name) <= 9
+    return p.name in _OWN_STREAM and p.parent.name.isdigit() and len(p.parent.name) <= 9
 
 
 def says_rank(lines: list[str], rank: int) -> bool:
     """A line of the file carries torch's own `[rankN]:` prefix for this rank (the global rank)."""
     for raw in lines:
-        own = RANK.match(clean_line(raw))
+        own = _RANK.match(clean_line(raw))
         if own is not None and int(own["rank"]) == rank:
             return True
     return False
 
 
-def rank_from_name(path: str) -> int | None:
+def _rank_from_name(path: str) -> int | None:
     """`rank3.stderr` -> 3; torchrun's `<run>/attempt_0/3/stderr.log` -> 3 (its local rank: see
     `JobLog.local_file_rank`); else None: only a name that is exactly a rank's file gives a rank
     (`megatron735.log`, `4rank_job.log` give none)."""
     p = Path(path)
     if torchrun_stream(path):
         return int(p.parent.name)
-    match = NAME_RANK.match(p.name)
+    match = _NAME_RANK.match(p.name)
     return int(match["rank"]) if match else None
 
 
@@ -57,14 +57,14 @@ def file_rank(path: str, lines: list[str], comms: list[dict]) -> int | None:
     that names another rank (`[rank2]:`, `[Rank 2]`) or a launcher's tee stream (`[default2]:`, a
     console of several ranks) makes it no rank's file; so does a rank at or above every size of the
     communicators NCCL's lines show. A rank the log does not hold is never made up from its name."""
-    rank = rank_from_name(path)
+    rank = _rank_from_name(path)
     if rank is None:
         return None
     for raw in lines:
         line = clean_line(raw)
-        if TEE.match(line) and not line.startswith("[rank"):
+        if _TEE.match(line) and not line.startswith("[rank"):
             return None
-        own = RANK.match(line)
+        own = _RANK.match(line)
         prefix = PG_PREFIX.search(line) if own is None and "Rank " in line else None
         named = own or prefix
         if named is not None and int(named["rank"]) != rank:
@@ -76,10 +76,10 @@ def file_rank(path: str, lines: list[str], comms: list[dict]) -> int | None:
 def line_rank(line: str) -> tuple[int | None, str]:
     """A line's rank from its `[rankN]:` prefix (after a launcher's `--tee` prefix, dropped), and the
     line without them; (None, line) where it carries none."""
-    tee = TEE.match(line)
+    tee = _TEE.match(line)
     if tee and not line.startswith("[rank"):
         line = line[tee.end() :]
-    match = RANK.match(line)
+    match = _RANK.match(line)
     if match is None:
         return None, line
     rest = line[match.end() :]

@@ -16,12 +16,12 @@ from ncclprobe.secrets import mask_text
 
 FRAME = ascii_re(r'^\s+File "(?P<file>[^"]{1,400})", line (?P<line>\d{1,9}), in (?P<fn>\S{1,200})')
 RAISED = ascii_re(r"^(?P<type>[A-Za-z_][\w.]{0,200})(?::(?: (?P<msg>.*))?)?$")
-FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
-FAILURE_FIELD = ascii_re(
+_FAILURES = ascii_re(r"^\s*(?P<what>Failures|Root Cause \(first observed failure\)):\s*$")
+_FAILURE_FIELD = ascii_re(
     r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: (?P<v>.*)$"
 )
-FAILURE_RANK = ascii_re(r"^(?P<rank>\d{1,19}) \(local_rank: (?P<local>\d{1,19})\)")
-EXITCODE = ascii_re(r"^(?P<code>-?\d{1,19})(?!\d)(?: \(pid: (?P<pid>\d{1,19})\))?")
+_FAILURE_RANK = ascii_re(r"^(?P<rank>\d{1,19}) \(local_rank: (?P<local>\d{1,19})\)")
+_EXITCODE = ascii_re(r"^(?P<code>-?\d{1,19})(?!\d)(?: \(pid: (?P<pid>\d{1,19})\))?")
 
 
 class TorchrunSummary:
@@ -34,7 +34,7 @@ class TorchrunSummary:
 
     def feed(self, line: str) -> bool:
         """torchrun's `Failures:` / `Root Cause` blocks: `[N]:` then indented `key : value` lines."""
-        heading = FAILURES.match(line)
+        heading = _FAILURES.match(line)
         if heading:
             self.close()
             self.in_failures = heading["what"].startswith("Root")
@@ -45,7 +45,7 @@ class TorchrunSummary:
             self.close()
             self.failure = {}
             return True
-        found = FAILURE_FIELD.match(line)
+        found = _FAILURE_FIELD.match(line)
         if found and self.failure is not None:
             self.failure[found["key"]] = found["v"].strip()
             return True
@@ -65,8 +65,8 @@ class TorchrunSummary:
         f, self.failure = self.failure, None
         if not f:
             return
-        ranks = FAILURE_RANK.match(f.get("rank", ""))
-        code = EXITCODE.match(f.get("exitcode", ""))
+        ranks = _FAILURE_RANK.match(f.get("rank", ""))
+        code = _EXITCODE.match(f.get("exitcode", ""))
         signal = re.search(r"\((SIG[A-Z]+)\)", f.get("traceback", "") + f.get("exitcode", ""))
         lines = f.get("lines", [])
         frames = [m for m in map(FRAME.match, lines) if m]
