@@ -127,6 +127,14 @@ MODULES = {
     "tests/test_hang_log_agrees.py",
     "ncclprobe/diagnose/hang/rules_hang_log.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
     "tests/test_hang_log_agrees.py tests/test_diagnose_hang.py",
+    "ncclprobe/evidence/hang/log_rank.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py",
+    "ncclprobe/evidence/hang/torchrun_summary.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py",
+    "ncclprobe/diagnose/hang/log_collectives.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py tests/test_diagnose_hang.py",
+    "ncclprobe/diagnose/hang/rules_log_watchdog.py": "tests/test_job_log_sentinels.py tests/test_job_log.py "
+    "tests/test_hang_log_agrees.py tests/test_diagnose_hang.py",
     "ncclprobe/evidence/live/topo_live.py": f"{PINS} tests/test_topo.py",
     "ncclprobe/evidence/node/matrix.py": PCIE,
     "ncclprobe/evidence/node/p2p_test_output.py": f"tests/test_p2p_partial_pastes.py {PCIE}",

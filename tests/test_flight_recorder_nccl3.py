@@ -152,7 +152,7 @@ def test_a_later_timeout_counts_only_where_it_was_issued_before_the_first_fired(
     log.write_text(
         _timeout_line(0, 1, "23:48:26.698000000", 10030) + _timeout_line(0, 2, later, 10007)
     )
-    from ncclprobe.diagnose.hang.rules_hang_log import stuck_collectives
+    from ncclprobe.diagnose.hang.log_collectives import stuck_collectives
 
     stuck = stuck_collectives(load_evidence(logs=[log]))
     assert len(stuck) == kept and (stuck[0].group, stuck[0].seq) == ("1", 2)

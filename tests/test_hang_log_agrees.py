@@ -11,7 +11,7 @@ import pytest
 
 from ncclprobe.diagnose import diagnose, load_evidence
 from ncclprobe.diagnose.hang import hang as H
-from ncclprobe.diagnose.hang.rules_hang_log import stuck_collectives
+from ncclprobe.diagnose.hang.log_collectives import stuck_collectives
 from ncclprobe.evidence.hang.flight_recorder import read_flight_recorder
 
 RECORDED = Path(__file__).parent / "fixtures" / "flight_recorder"

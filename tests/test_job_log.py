@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ncclprobe.evidence.hang.job_log import WatchdogStatus, parse_job_log, read_job_log
+from ncclprobe.evidence.hang.job_log import parse_job_log, read_job_log
+from ncclprobe.evidence.hang.job_log_records import WatchdogStatus
 
 RECORDED = Path(__file__).parent / "fixtures" / "flight_recorder"
 

@@ -55,7 +55,7 @@ class Evidence:
     collect_env: CollectEnv | None = None  # the collecting shell's view
     nccl_logs: list[RankNcclLog] = field(default_factory=list)  # the job's ranks' NCCL logs
     flight_recorder: list = field(default_factory=list)  # evidence.flight_recorder.Dump, by rank
-    job_logs: list = field(default_factory=list)  # evidence.job_log.JobLog
+    job_logs: list = field(default_factory=list)  # evidence.hang.job_log_records.JobLog
     capture: CaptureRecord | None = None  # what `ncclprobe capture` saw of the job's processes
     draft_config: DraftConfig | None = None  # the speculative draft checkpoint's config.json
     p2p: P2PEvidence | None = None  # P2P matrices, measured here (with the platform) or imported

@@ -21,7 +21,7 @@ most often the kernel's OOM killer, SIGSEGV and its kin a native crash; SIGABRT 
 abort only where the log holds a watchdog or timeout line. torchrun's `<attempt>/N/stderr.log` is
 named by the LOCAL rank: a rank read from that name alone is said as `local rank N`.
 The readers are `evidence.hang.job_log`;
-the hang readings (`rules_hang`, `rules_hang_log`) name the exit where they would otherwise call the
+the hang readings (`rules_hang`, `rules_log_watchdog`) name the exit where they would otherwise call the
 rank silent or outside the collectives, and the not-explained rule leaves its exception line to them.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.hang.job_log import JobLog, TorchrunFailure
+from ncclprobe.evidence.hang.job_log_records import JobLog, TorchrunFailure
 from ncclprobe.findings import Finding
 from ncclprobe.numbers import ascii_re
 from ncclprobe.rank_ranges import rank_word

@@ -14,8 +14,10 @@ from __future__ import annotations
 from ncclprobe.diagnose.commands import flight_recorder_command
 from ncclprobe.diagnose.hang import hang as H
 from ncclprobe.diagnose.hang import hang_words as W
+from ncclprobe.diagnose.hang import rules_hang_cycles as CY
 from ncclprobe.diagnose.hang.rank_exits import RankExit, exit_findings, own_exits
-from ncclprobe.diagnose.hang.rules_hang_detail import check_failed, not_cleared, unrecorded_barrier
+from ncclprobe.diagnose.hang.rules_hang_agreed import agreed, all_done
+from ncclprobe.diagnose.hang.rules_hang_detail import check_failed
 from ncclprobe.diagnose.hang.rules_hang_log import detail_findings, log_notes, log_only_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import p2p_findings
 from ncclprobe.diagnose.hang.rules_hang_p2p import pending as p2p_pending
@@ -35,8 +37,8 @@ def _dump_findings(ev: E.Evidence) -> list:
     exits = own_exits(ev) if ev.job_logs else {}
     hang = H.build(ev.flight_recorder)
     hung = _hang_evidenced(ev, hang)
-    cycles, explained = _cycles(hang)
-    out: list = [_cycle_finding(hang, c) for c in cycles]
+    cycles, explained = CY.cycles(hang)
+    out: list = [CY.cycle_finding(hang, c) for c in cycles]
     checked = ev.job_logs and any(g.checks for g in hang.groups.values())
     from_log = detail_findings(ev) if checked else []  # DETAIL's own words: what its checks saw
     for stuck in hang.stuck:
@@ -50,12 +52,12 @@ def _dump_findings(ev: E.Evidence) -> list:
             swap = H.order_swap(stuck)
             out.append(_order(stuck, swap) if swap else _mismatch(stuck))
         if stuck.agreed:
-            out.append(_agreed(hang, stuck, hung))
+            out.append(agreed(hang, stuck, hung))
     out += from_log + p2p_findings(hang)
     if hang.unreadable:
         out.append(_unreadable(hang))
     if not hang.stuck and not p2p_pending(hang):
-        out.append(_all_done(hang, hung, logs=bool(ev.job_logs)))
+        out.append(all_done(hang, hung, logs=bool(ev.job_logs)))
     return out + _coverage(ev, hang)
 
 
@@ -224,149 +226,6 @@ def _order(stuck: H.Stuck, swap: tuple[int, int, int]) -> Finding:
     )
 
 
-def _cycles(hang: H.Hang) -> tuple[list[list[tuple[H.Stuck, int, int]]], dict[int, set[int]]]:
-    """Stuck collectives whose missing ranks wait, in turn, in each other's: [(stuck, waiting
-    rank, missing rank)] per cycle, and per stuck collective the missing ranks a cycle explains."""
-    by_call = {(s.group.name, s.seq): s for s in hang.stuck}
-    edges: dict[int, tuple[H.Stuck, int, int, H.Stuck]] = {}
-    for s in hang.stuck:
-        for m in s.missing:
-            there = hang.pending_elsewhere(m, s.group)
-            target = by_call.get((there.group, there.seq)) if there else None
-            if target is not None and s.waiting:
-                edges.setdefault(id(s), (s, s.waiting[0], m, target))
-    cycles: list[list[tuple[H.Stuck, int, int]]] = []
-    explained: dict[int, set[int]] = {}
-    seen: set[int] = set()
-    for start in list(edges):
-        path: list[tuple[H.Stuck, int, int]] = []
-        node = start
-        while node in edges and node not in {id(p[0]) for p in path}:
-            s, waiter, missing, target = edges[node]
-            path.append((s, waiter, missing))
-            node = id(target)
-        if node == start and start not in seen:
-            cycles.append(path)
-            in_cycle = {(s.group.name, s.seq) for s, _, _ in path}
-            for s, _, _ in path:
-                seen.add(id(s))
-                explained.setdefault(id(s), set()).update(_held_in(hang, s, in_cycle))
-    return cycles, explained
-
-
-def _held_in(hang: H.Hang, stuck: H.Stuck, calls: set[tuple[str, int]]) -> tuple[int, ...]:
-    """The missing ranks of `stuck` that wait in one of `calls` (at 3 ranks and more, a cycle's
-    link holds several: every rank that issued the other group's call first)."""
-    out = []
-    for m in stuck.missing:
-        there = hang.pending_elsewhere(m, stuck.group)
-        if there is not None and (there.group, there.seq) in calls:
-            out.append(m)
-    return tuple(out)
-
-
-def _cycle_finding(hang: H.Hang, cycle: list[tuple[H.Stuck, int, int]]) -> Finding:
-    calls = {(s.group.name, s.seq) for s, _, _ in cycle}
-    held = [(s, s.waiting, _held_in(hang, s, calls)) for s, _, _ in cycle]
-    links = [
-        f"{W.rank_word(waiting)} {W.verb(waiting, 'waits', 'wait')} in {s.group.label} #{s.seq} "
-        f"({s.calls[waiting[0]].op}) for {W.rank_word(missing)}"
-        for s, waiting, missing in held
-    ]
-    labels = [s.group.label for s, _, _ in cycle]
-    return Finding(
-        rule="hang-groups",
-        severity="error",
-        confidence="high",
-        title=f"{' and '.join(labels)} wait on each other: " + "; ".join(links),
-        detail=(
-            "Each of these collectives misses a rank that is itself waiting in the next one: "
-            + "; ".join(links)
-            + ". The ranks issue the groups' collectives in different orders, and each blocks in "
-            "its first before issuing the second. Issue collectives of different groups in one "
-            "order on every rank (or do not block between them)."
-        ),
-        evidence={
-            "cycle": [
-                {
-                    "group": s.group.name,
-                    "seq": s.seq,
-                    "waiting_rank": w,
-                    "missing_rank": m,
-                    "waiting_ranks": list(waiting),
-                    "missing_ranks": list(missing),
-                }
-                for (s, w, m), (_, waiting, missing) in zip(cycle, held)
-            ]
-        },
-    )
-
-
-def _agreed(hang: H.Hang, stuck: H.Stuck, hung: bool) -> Finding:
-    group, seq = stuck.group, stuck.seq
-    call = next(iter(stuck.calls.values()))
-    behind = {r: hang.pending_elsewhere(r, group) for r in stuck.calls}
-    older = {
-        r: c
-        for r, c in behind.items()
-        if c is not None
-        and (c.first.time_created_ns or 0) < (stuck.calls[r].first.time_created_ns or 0)
-    }
-    evidence = {"group": group.name, "group_desc": group.desc, "seq": seq, "op": call.op}
-    if len(older) == len(stuck.calls):
-        first = next(iter(older.values()))
-        other = hang.groups[first.group]
-        return Finding(
-            rule="hang-behind-group",
-            severity="warning",
-            confidence="high",
-            title=f"{group.label}'s collective #{seq} waits behind {other.label}'s #{first.seq}: "
-            f"{'every' if not stuck.undumped else 'every dumped'} member is in it, each with an older "
-            f"call of {other.label} unfinished",
-            detail=(
-                f"Every member of {group.label} issued {W.call_text(call)} as #{seq} with the same "
-                f"arguments, after a collective of another group that is not finished on it ("
-                + "; ".join(
-                    f"rank {r}: {hang.groups[c.group].label} #{c.seq}" for r, c in older.items()
-                )
-                + f"). {group.label} is not the cause: look at {other.label} first."
-            ),
-            evidence={**evidence, "behind": {str(r): [c.group, c.seq] for r, c in older.items()}},
-        )
-    who = (
-        f"every member of {group.label}"
-        if not stuck.undumped
-        else f"every dumped member of {group.label} ({W.rank_word(stuck.calls)}; no dump of "
-        f"{W.rank_word(stuck.undumped)})"
-    )
-    title = (
-        f"{who} is in collective #{seq} ({W.call_text(call)}) with the same call, "
-        "and none finished it"
-    )
-    if not hung:
-        return Finding(
-            rule="hang-in-flight",
-            severity="info",
-            confidence="medium",
-            title=title + ": it was in flight when the dumps were taken",
-            detail="The ranks agree on it and no log shows a timeout or a failure: a dump taken "
-            "while the collective ran shows this.",
-            evidence=evidence,
-        )
-    return Finding(
-        rule="hang-agreed",
-        severity="warning",
-        confidence="medium",
-        title=title,
-        detail=(
-            f"The dumps show no disagreement at #{seq}: every member entered {W.call_text(call)} with the same "
-            "sizes and dtypes. The cause is below the collectives (NCCL's transport, the network, a GPU "
-            "or its peer link) or in a group these dumps do not record: read the ranks' NCCL logs."
-        ),
-        evidence=evidence,
-    )
-
-
 def _unreadable(hang: H.Hang) -> Finding:
     """Rank files that are there but could not be read: named with why; the rest concludes."""
     by_why: dict[str, list[int]] = {}
@@ -400,79 +259,6 @@ def _unreadable(hang: H.Hang) -> Finding:
             "first": first_rank,
         },
     )
-
-
-def _all_done(hang: H.Hang, hung: bool, logs: bool = False) -> Finding:
-    """Nothing pending. A clean verdict only where the dumps could show a hang: members that
-    enqueued different counts of a group's collectives are behind (the rank with fewer stopped
-    first), and with DETAIL's checks a rank that never reached the next check leaves no trace, so
-    dumps alone (no log that says the job ended cleanly) cannot clear the job."""
-    n = sum(len(c) for g in hang.groups.values() for c in g.calls.values())
-    groups = ", ".join(g.label for g in hang.groups.values())
-    members = {r for g in hang.groups.values() for r in g.members}
-    partial = members - set(hang.ranks) or hang.unreadable
-    who = "every rank whose dump was read" if partial else "every rank"
-    title = f"{who} completed every collective its dump records ({n} calls over {groups})"
-    behind = _behind(hang)
-    if behind and not hung:
-        said = "; ".join(
-            f"{g.label}: {W.rank_word(late)} enqueued {g.enqueued[late[0]]}, the others up to "
-            f"{max(g.enqueued.values())}"
-            for g, late in behind
-        )
-        late_ranks = sorted({r for _, late in behind for r in late})
-        return Finding(
-            rule="hang-none-pending",
-            severity="warning",
-            confidence="medium",
-            title=f"{title}, but {W.rank_word(late_ranks)} issued fewer: {said}",
-            detail=(
-                f"Nothing is pending in the dumps, yet the members of a group enqueued different "
-                f"counts of its collectives ({said}): a collective completes only when every member "
-                f"enters it, so {W.rank_word(late_ranks)} stopped issuing while the others went on, "
-                "or its dump was taken earlier than theirs. The job's log says which (--log)."
-                + unrecorded_barrier(hang)
-            ),
-            evidence={"calls": n, "ranks": list(hang.ranks), "behind": late_ranks},
-        )
-    if not hung and not logs and any(g.checks for g in hang.groups.values()):
-        return not_cleared(title, n, list(hang.ranks))
-    if not hung:
-        return Finding(
-            rule="hang-none-pending",
-            severity="info",
-            confidence="high",
-            title=title,
-            detail="Nothing is pending in the dumps: no collective or p2p operation is stuck."
-            + unrecorded_barrier(hang),
-            evidence={"calls": n, "ranks": list(hang.ranks)},
-        )
-    return Finding(
-        rule="hang-none-pending",
-        severity="warning",
-        confidence="medium",
-        title=title + ": the hang is elsewhere",
-        detail=(
-            "The log shows a timeout or a failure, yet no recorded collective is pending: the job "
-            "waited outside these groups (host code, a store or barrier of another library, a group "
-            "created without the Flight Recorder) or the dumps were taken before the hang."
-            + unrecorded_barrier(hang)
-        ),
-        evidence={"calls": n, "ranks": list(hang.ranks)},
-    )
-
-
-def _behind(hang: H.Hang) -> list[tuple[H.Group, list[int]]]:
-    """(group, its members that enqueued fewer of its collectives than another), for the job's
-    groups; DETAIL's check groups are left out: their rank 0 also counts the monitored barrier's
-    sends and receives it coordinates, so its count runs ahead on a healthy job too."""
-    out = []
-    for g in hang.groups.values():
-        counts = {r: g.enqueued[r] for r in g.dumped if r in g.enqueued}
-        if g.checks is None and len(set(counts.values())) > 1:
-            low = min(counts.values())
-            out.append((g, sorted(r for r, c in counts.items() if c == low)))
-    return out
 
 
 # ---- what cannot be known ---------------------------------------------------------------

@@ -24,50 +24,14 @@ The Flight Recorder turns inferences into readings, so a log-only diagnosis alwa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 from ncclprobe.diagnose.commands import flight_recorder_command
-from ncclprobe.diagnose.hang.rank_exits import RankExit, others, own_exits, timed_out
+from ncclprobe.diagnose.hang import log_collectives as C
+from ncclprobe.diagnose.hang.log_collectives import LogStuck, stuck_collectives
+from ncclprobe.diagnose.hang.rank_exits import others, own_exits, timed_out
+from ncclprobe.diagnose.hang.rules_log_watchdog import transport, watchdog
 from ncclprobe.evidence import bundle as E
-from ncclprobe.evidence.hang.job_log import Fingerprint, WatchdogStatus, WatchdogTimeout
+from ncclprobe.evidence.hang.job_log_records import Fingerprint, WatchdogStatus
 from ncclprobe.findings import Finding, NotChecked
-from ncclprobe.rank_ranges import rank_word
-from ncclprobe.secrets import mask_env_value
-
-
-@dataclass(frozen=True)
-class LogStuck:
-    """One collective (group, seq) some ranks timed out in, with every rank's own numbers."""
-
-    group: str | None
-    seq: int | None
-    label: str
-    calls: dict  # rank -> its WatchdogTimeout there
-    silent: tuple[int, ...]  # ranks seen in the log without a timeout there
-    behind: dict  # silent rank -> its last enqueued work (its dump-signal line)
-    completed: dict  # rank -> last completed work (its status line there)
-    enqueued: dict  # rank -> last enqueued work (its status line there)
-
-    @property
-    def mismatch(self) -> bool:
-        return len({(t.op, t.numel_in, t.numel_out) for t in self.calls.values()}) > 1
-
-    @property
-    def because(self) -> str:
-        """As the dump reading says it: missing, mismatch or agreed."""
-        return "mismatch" if self.mismatch else "missing" if self.silent else "agreed"
-
-    @property
-    def never_completed(self) -> bool:
-        """No rank in it ever completed a collective of the group: the first one never finished."""
-        if self.seq == 1:
-            return True
-        return (
-            bool(self.completed)
-            and len(self.completed) == len(self.calls)
-            and all(done is None or done <= 0 for done in self.completed.values())
-        )
 
 
 def log_only_findings(ev: E.Evidence) -> list:
@@ -77,7 +41,7 @@ def log_only_findings(ev: E.Evidence) -> list:
     out: list = [_cycle_finding(c) for c in cycles]
     comms = tuple(c for log in ev.job_logs for c in log.nccl_comms)
     exits = own_exits(ev)
-    out += [_watchdog(s, _transport(ev), comms, exits) for s in stuck if id(s) not in in_cycle]
+    out += [watchdog(s, transport(ev), comms, exits) for s in stuck if id(s) not in in_cycle]
     out += [] if stuck else _status_only(ev)
     out += detail_findings(ev)
     gloo = {r: ms for log in ev.job_logs for r, ms in log.gloo_timeouts.items()}
@@ -87,7 +51,7 @@ def log_only_findings(ev: E.Evidence) -> list:
                 rule="hang-watchdog",
                 severity="warning",
                 confidence="low",
-                title=f"gloo timed out on {_ranks(gloo)} after {max(gloo.values())} ms waiting for a peer",
+                title=f"gloo timed out on {C.ranks(gloo)} after {max(gloo.values())} ms waiting for a peer",
                 detail="gloo's timeout names neither the collective nor its sequence number: which rank "
                 "did not join cannot be read from the log (TORCH_DISTRIBUTED_DEBUG=DETAIL makes every "
                 "rank check each collective against the others and name the mismatch or the missing rank).",
@@ -112,7 +76,7 @@ def log_only_findings(ev: E.Evidence) -> list:
             hypothesis="which rank did not enter the collective, and what each rank last did",
             missing="the ranks' Flight Recorder dumps (--flight-recorder)"
             + (
-                f"; the log says the Flight Recorder was disabled on {_ranks(disabled)}"
+                f"; the log says the Flight Recorder was disabled on {C.ranks(disabled)}"
                 if disabled
                 else ""
             ),
@@ -120,214 +84,6 @@ def log_only_findings(ev: E.Evidence) -> list:
         )
     )
     return out
-
-
-def stuck_collectives(ev: E.Evidence) -> list[LogStuck]:
-    """Every (group, seq) a watchdog timed out in, with each rank's call, status and silence."""
-    known = _known_ranks(ev)
-    out = []
-    for (group, seq), ranks in sorted(_by_collective(ev).items(), key=lambda kv: kv[0][1] or 0):
-        first = next(iter(ranks.values()))
-        silent = tuple(sorted(known - set(ranks)))
-        statuses = [
-            s
-            for log in ev.job_logs
-            for s in log.statuses
-            if s.seq == seq and (s.group is None or group is None or s.group == group)
-        ]
-        behind = {
-            s.rank: s.last_enqueued
-            for log in ev.job_logs
-            for s in log.statuses
-            if s.seq is None
-            and s.rank in silent
-            and (group is None or s.group == group)
-            and s.last_enqueued < (seq or 0)
-        }
-        out.append(
-            LogStuck(
-                group=group,
-                seq=seq,
-                label=first.group_desc or (f"PG {group}" if group is not None else "its group"),
-                calls=ranks,
-                silent=silent,
-                behind=behind,
-                completed={s.rank: s.last_completed for s in statuses if s.rank in ranks},
-                enqueued={s.rank: s.last_enqueued for s in statuses if s.rank in ranks},
-            )
-        )
-    return out
-
-
-def _watchdog(
-    s: LogStuck, transport: str = "", comms: tuple = (), exits: dict[int, RankExit] | None = None
-) -> Finding:
-    ranks, first = s.calls, next(iter(s.calls.values()))
-    evidence = {
-        "group": s.group,
-        "seq": s.seq,
-        "op": first.op,
-        "because": s.because,
-        "timed_out_ranks": sorted(ranks),
-        "silent_ranks": list(s.silent),
-        "timeout_ms": first.timeout_ms,
-        "ran_ms": {str(r): t.ran_ms for r, t in sorted(ranks.items())},
-        "calls": {str(r): _call(t) for r, t in sorted(ranks.items())},
-        "last_enqueued": {str(r): n for r, n in sorted(s.enqueued.items())},
-        "last_completed": {str(r): n for r, n in sorted(s.completed.items())},
-        "silent_last_enqueued": {str(r): n for r, n in sorted(s.behind.items())},
-    }
-    ran = max(t.ran_ms or 0 for t in ranks.values())
-    if s.mismatch:
-        return _mismatch(s, evidence)
-    what = f"{first.op} #{s.seq} of {s.label} ({_numel(first.numel_in)} elements)"
-    if s.silent and set(s.behind) == set(s.silent):
-        return Finding(
-            rule="hang-watchdog",
-            severity="error",
-            confidence="high",
-            title=f"{_ranks(s.silent)} never entered {what} that {_ranks(ranks)} timed out in",
-            detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms; "
-                + "; ".join(
-                    f"rank {r}'s log says its last enqueued work is {n}"
-                    for r, n in sorted(s.behind.items())
-                )
-                + f" (the line torch prints when a peer's timeout makes it dump): it never enqueued #{s.seq}."
-            ),
-            evidence=evidence,
-        )
-    dead = [exits[r] for r in s.silent if exits and r in exits]
-    if s.silent and len(dead) == len(s.silent):
-        said = "; ".join(x.said for x in dead)
-        return Finding(
-            rule="hang-watchdog",
-            severity="error",
-            confidence="high" if all(x.exitcode is not None for x in dead) else "medium",
-            title=f"{_ranks(ranks)} timed out in {what}, which {_ranks(s.silent)} never entered: {said}",
-            detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. "
-                + said[:1].upper()
-                + said[1:]
-                + "".join(f" (raised at {x.raised_at})" for x in dead if x.raised_at)
-                + f", logging no collective failure of {'its' if len(dead) == 1 else 'their'} own: "
-                f"{'it' if len(dead) == 1 else 'they'} died "
-                + (
-                    f"in {'its' if len(dead) == 1 else 'their'} own code "
-                    if all(x.exception and not x.signal for x in dead)
-                    else ""
-                )
-                + "before this call, and the others waited."
-            ),
-            evidence={**evidence, "exited_ranks": [x.rank for x in dead]},
-        )
-    if s.silent:
-        return Finding(
-            rule="hang-watchdog",
-            severity="error",
-            confidence="medium",
-            title=f"{_ranks(ranks)} timed out in {what}; {_ranks(s.silent)} logged no timeout: "
-            f"{'it' if len(s.silent) == 1 else 'they'} likely never entered it",
-            detail=(
-                f"The watchdog of {_ranks(ranks)} gave up on {what} after {ran} ms. A rank logs a "
-                f"timeout only for a collective it enqueued, so {_ranks(s.silent)}, seen in the log "
-                "without one, probably never enqueued it (inferred: a rank that died first or whose "
-                "log is cut looks the same; the Flight Recorder dumps would show it)."
-            ),
-            evidence=evidence,
-        )
-    if s.never_completed:
-        return Finding(
-            rule="hang-first-collective",
-            severity="error",
-            confidence="medium",
-            title=f"the first collective of {s.label} never completed: every rank in the log "
-            f"timed out in {what}, the same call on each",
-            detail=(
-                f"{_ranks(ranks).capitalize()} entered {what} with the same call and none of them "
-                "ever completed a collective of the group (last completed work "
-                + (
-                    ", ".join(f"{_done(n)} on rank {r}" for r, n in sorted(s.completed.items()))
-                    if s.completed
-                    else f"none before #{s.seq}"
-                )
-                + "). The ranks are not out of step: the group's communicator never moved data. "
-                "NCCL creates its communicator and connects the ranks at the first collective, so "
-                "this reads as a hang in NCCL's init or transport setup (a network path that does "
-                "not connect, an interface the peers cannot reach, a transport that blocks); the "
-                "NCCL logs of the ranks (NCCL_DEBUG=INFO) show how far each got. "
-                + _first_caveats(s, first.op, comms)
-                + (
-                    f"The log's NCCL lines show the transport in play: {transport}."
-                    if transport
-                    else "The log holds no NCCL line naming the network or a transport setting."
-                )
-            ),
-            evidence=evidence,
-            next_command="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV NCCL_DEBUG_FILE=nccl-%h-%p.log "
-            "<the job>, then: ncclprobe diagnose --log LOG --nccl-log nccl-*.log",
-        )
-    return Finding(
-        rule="hang-watchdog",
-        severity="warning",
-        confidence="medium",
-        title=f"every rank in the log timed out in {what}, the same call on each",
-        detail=(
-            f"{_ranks(ranks).capitalize()} timed out in the same collective with the same call: the "
-            "log shows no rank missing from it and no call that differs. Ranks that logged nothing "
-            "at all are not in this count."
-        ),
-        evidence=evidence,
-    )
-
-
-def _first_caveats(s: LogStuck, op: str | None, comms: tuple) -> str:
-    """What else the same lines allow: a point-to-point first operation whose peer never posted
-    its match; a member absent from the log; NCCL's own word that init completed."""
-    out = []
-    if op and "COALESCED" in op.upper():
-        out.append(
-            f"{op} is a batch of coalesced operations (batch_isend_irecv's sends and receives, or "
-            "coalesced collectives): where it holds sends and receives, it also never completes "
-            "where a peer never posts the matching receive or send."
-        )
-    elif op and any(word in op.upper() for word in ("SEND", "RECV")):
-        out.append(
-            f"{op} is point-to-point: it also never completes where the peer never posts the "
-            "matching receive or send."
-        )
-    done = [c for c in comms if c.get("init_complete")]
-    if done:
-        sizes = sorted({c["nranks"] for c in done})
-        out.append(
-            "NCCL's lines in the log show a communicator's init completed ("
-            + "; ".join(f"rank {c['rank']} of {c['nranks']}" for c in done[:4])
-            + "): where that is this group's communicator, the hang is after init, in the first "
-            "collective's connection setup or transfer."
-        )
-        missing = [n for n in sizes if n > len(s.calls)]
-        if missing:
-            out.append(
-                f"The log shows {len(s.calls)} of its {missing[-1]} ranks: a member absent from the "
-                "log may not have entered the collective (not observable here)."
-            )
-    return " ".join(out) + (" " if out else "")
-
-
-def _transport(ev: E.Evidence) -> str:
-    """`network AWS Libfabric; NCCL_NET_GDR_LEVEL=PHB`: what NCCL's lines in the logs say."""
-    seen: dict[str, str] = {}
-    for log in ev.job_logs:
-        for key, value in log.transport.items():
-            seen.setdefault(key, value)
-    networks = sorted({n for rank_log in ev.nccl_logs for n in rank_log.log.networks})
-    if networks:  # the ranks' own NCCL logs (--nccl-log), beside the job's
-        seen.setdefault("network", ", ".join(networks))
-    parts = [f"network {seen.pop('network')}"] if "network" in seen else []
-    missing = seen.pop("net_plugin_missing", None)
-    parts += [f"{k}={mask_env_value(k, v)} (set by environment)" for k, v in sorted(seen.items())]
-    parts += [f"no network plugin found (`{missing}`)"] if missing else []
-    return "; ".join(parts)
 
 
 def _status_only(ev: E.Evidence) -> list[Finding]:
@@ -343,7 +99,7 @@ def _status_only(ev: E.Evidence) -> list[Finding]:
     said = [
         f"rank {r if r is not None else '?'}"
         + (f" ({st.group_desc or 'PG ' + st.group})" if st.group is not None else "")
-        + f": last enqueued work #{st.last_enqueued}, last completed {_done(st.last_completed)}"
+        + f": last enqueued work #{st.last_enqueued}, last completed {C.done(st.last_completed)}"
         + (
             f" (#{st.last_completed + 1}-#{st.last_enqueued} enqueued, not completed)"
             if st.last_completed is not None and st.last_enqueued > st.last_completed
@@ -352,7 +108,7 @@ def _status_only(ev: E.Evidence) -> list[Finding]:
         for r, st in sorted(statuses.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
     ]
     if failed:
-        said.append(f"{_ranks(failed)} said some NCCL operations failed or timed out")
+        said.append(f"{C.ranks(failed)} said some NCCL operations failed or timed out")
     # a rank told to dump names a collective timeout; the watchdog's status alone may be an error
     what = "timed out" if any(log.dump_signals for log in ev.job_logs) else "failed or timed out"
     return [
@@ -377,34 +133,6 @@ def _status_only(ev: E.Evidence) -> list[Finding]:
     ]
 
 
-def _done(n: int | None) -> str:
-    """A last completed work: `#12`, or none where PyTorch printed -1 or an impossible value."""
-    return f"#{n}" if n is not None and n > 0 else "none"
-
-
-def _mismatch(s: LogStuck, evidence: dict) -> Finding:
-    ops = {t.op for t in s.calls.values()}
-    differs = "operation" if len(ops) > 1 else "size"
-    calls = "; ".join(f"rank {r}: {_call(t)}" for r, t in sorted(s.calls.items()))
-    why = (
-        "The ranks issue collectives in different orders, or some rank issues a collective the "
-        "others do not (the dumps tell a swap, where each call shows up later on the other rank)"
-        if differs == "operation"
-        else "The ranks pass tensors of different sizes to the same collective"
-    )
-    return Finding(
-        rule="hang-mismatch",
-        severity="error",
-        confidence="high",
-        title=f"#{s.seq} of {s.label} differs between ranks ({differs}): {calls}",
-        detail=(
-            f"A group's collective #{s.seq} must be the same call on every member; the watchdog "
-            f"lines of the ranks show different calls there: {calls}. {why}."
-        ),
-        evidence={**evidence, "differs_in": differs},
-    )
-
-
 def detail_findings(ev: E.Evidence) -> list[Finding]:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL's checks and gloo's size check: the ranks' own numbers (read
     beside the dumps too, which hold DETAIL's checks but not what they compared)."""
@@ -415,7 +143,7 @@ def detail_findings(ev: E.Evidence) -> list[Finding]:
             prints.setdefault(f.seq, {}).setdefault(f.rank, f)
     for seq, by_rank in sorted(prints.items()):
         calls = "; ".join(
-            f"rank {r}: {f.op} of {_numel(f.numel)} elements" for r, f in sorted(by_rank.items())
+            f"rank {r}: {f.op} of {C.numel(f.numel)} elements" for r, f in sorted(by_rank.items())
         )
         differs = "operation" if len({f.op for f in by_rank.values()}) > 1 else "size"
         out.append(
@@ -444,11 +172,11 @@ def detail_findings(ev: E.Evidence) -> list[Finding]:
                 rule="hang-watchdog",
                 severity="error",
                 confidence="high",
-                title=f"{_ranks(missing)} never reached the next collective: "
+                title=f"{C.ranks(missing)} never reached the next collective: "
                 "TORCH_DISTRIBUTED_DEBUG=DETAIL's monitored barrier before it timed out "
                 f"after {max(missing.values())} ms",
                 detail="Before each collective DETAIL's check waits for every rank at a barrier; "
-                f"{_ranks(missing)} did not arrive, so {'it' if len(missing) == 1 else 'they'} never "
+                f"{C.ranks(missing)} did not arrive, so {'it' if len(missing) == 1 else 'they'} never "
                 "entered the collective the others wait in.",
                 evidence={"because": "missing", "missing_ranks": sorted(missing)},
             )
@@ -537,11 +265,11 @@ def _cycle_finding(cycle: list[tuple[LogStuck, int, int]]) -> Finding:
 def log_notes(ev: E.Evidence) -> list[str]:
     """One line per fact of the logs that the dumps do not carry: timeouts and the launcher's verdict."""
     notes = []
-    for (group, seq), ranks in _by_collective(ev).items():
+    for (group, seq), ranks in C.by_collective(ev).items():
         first = next(iter(ranks.values()))
         ops = "/".join(sorted({t.op or "?" for t in ranks.values()}))
         notes.append(
-            f"log: the watchdog of {_ranks(ranks)} timed out in {ops} #{seq} "
+            f"log: the watchdog of {C.ranks(ranks)} timed out in {ops} #{seq} "
             f"(PG {group if group is not None else '?'}{', ' + first.group_desc if first.group_desc else ''}) "
             f"after {max(t.ran_ms or 0 for t in ranks.values())} ms (timeout {first.timeout_ms} ms)"
         )
@@ -562,80 +290,3 @@ def log_notes(ev: E.Evidence) -> list[str]:
         for r, ms in sorted(log.gloo_timeouts.items()):
             notes.append(f"log: rank {r}'s gloo collective timed out after {ms} ms")
     return list(dict.fromkeys(notes))
-
-
-def _by_collective(ev: E.Evidence) -> dict[tuple, dict]:
-    """(group, seq) -> {rank: its watchdog timeout}, over every log: one sequence number of a group
-    is one collective, whatever each rank issued there. A rank's timeout in a collective it issued
-    after its first timeout had fired is left out: the job had already failed there (a rank that
-    outlives its first timeout goes on to its next call, which times out too), so it says nothing
-    of where the rank waited (`_after_first`)."""
-    out: dict[tuple, dict] = {}
-    for log in ev.job_logs:
-        firsts: dict = {}
-        for t in log.timeouts:
-            if not _after_first(t, firsts.setdefault(t.rank, t)):
-                out.setdefault((t.group, t.seq), {}).setdefault(t.rank, t)
-    for by_rank in out.values():  # a line that named no rank, beside ranks that did: not a rank
-        if None in by_rank and len(by_rank) > 1:
-            del by_rank[None]
-    for seq in [n for g, n in out if g is None]:
-        _join_unnamed(out, seq)
-    return out
-
-
-def _join_unnamed(out: dict[tuple, dict], seq: int | None) -> None:
-    """Timeouts at `seq` whose lines named no group join the one group that timed out at `seq` in
-    the same call; with two candidate groups, or another call, they stay apart (and in no cycle:
-    their group is unknown, not another one)."""
-    named = [g for g, n in out if g is not None and n == seq]
-    if len(named) != 1:
-        return
-    unnamed, there = out[(None, seq)], out[(named[0], seq)]
-    if len({_call(t) for t in (*unnamed.values(), *there.values())}) == 1:
-        for rank, t in out.pop((None, seq)).items():
-            there.setdefault(rank, t)
-
-
-def _after_first(t: WatchdogTimeout, first: WatchdogTimeout) -> bool:
-    """Whether `t` is a collective its rank issued (line clock less its run time) after the rank's
-    first timeout (`first`), in another collective, had fired; False where a clock is not printed."""
-    if first is t or (first.group, first.seq) == (t.group, t.seq):
-        return False
-    fired, now = _clock_s(first.time), _clock_s(t.time)
-    if fired is None or now is None or t.ran_ms is None:
-        return False
-    return now - t.ran_ms / 1000 > fired
-
-
-def _clock_s(clock: str | None) -> float | None:
-    """A glog clock ("1206 23:48:26.698078929": month, day, time) as seconds, for ordering within
-    one job (month lengths do not matter there); None where absent or not of that form."""
-    if not clock:
-        return None
-    md, _, hms = clock.partition(" ")
-    h, m, sec = (hms.split(":") + ["", ""])[:3]
-    try:
-        return (int(md[:2]) * 31 + int(md[2:])) * 86400 + int(h) * 3600 + int(m) * 60 + float(sec)
-    except ValueError:
-        return None
-
-
-def _known_ranks(ev: E.Evidence) -> set[int]:
-    ranks = {r for log in ev.job_logs for r in log.ranks}
-    ranks |= {f.rank for log in ev.job_logs for f in log.failures if f.rank is not None}
-    return ranks
-
-
-def _call(t: WatchdogTimeout) -> str:
-    out = f"{t.op} of {_numel(t.numel_in)} elements"
-    return out if t.numel_out in (None, t.numel_in) else f"{out} in, {_numel(t.numel_out)} out"
-
-
-def _numel(n: int | None) -> str:
-    return f"{n:,}" if n is not None else "?"
-
-
-def _ranks(ranks: Iterable[int | None]) -> str:
-    """`rank 3`, `ranks 0-84, 86-1023 (1023 ranks)`: ranges, so 1,024 ranks stay one line."""
-    return rank_word(r for r in ranks if r is not None)
