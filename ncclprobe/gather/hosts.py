@@ -22,7 +22,7 @@ from ncclprobe.evidence.live.host_env_checks import (
 )
 from ncclprobe.evidence.live.job_processes import JobSelector
 from ncclprobe.hosts.launchers import Hosts, Launcher, Program, commands
-from ncclprobe.hosts.run import run_launch
+from ncclprobe.hosts.run import newest_change, run_launch
 from ncclprobe.safe_output import check_output_dir
 
 AGENT_MODULE = "ncclprobe.diagnose.process_env.node_agent"
@@ -55,7 +55,7 @@ def gather_env_checks(
         ),
         log_dir=nodes_dir,
         timeout_s=timeout_s,
-        activity=lambda: _newest(directory / FOLDER),
+        activity=lambda: newest_change(directory / FOLDER),
     )
     return HostsEnvEvidence(
         checks=read_host_checks(directory),
@@ -75,13 +75,3 @@ def _beside_the_job(hosts: Hosts, selector: JobSelector) -> Hosts:
     from dataclasses import replace
 
     return replace(hosts, launcher_args=extra + hosts.launcher_args)
-
-
-def _newest(folder: Path) -> float:
-    newest = 0.0
-    for path in folder.glob("*"):
-        try:
-            newest = max(newest, os.stat(path).st_mtime)
-        except OSError:
-            continue
-    return newest

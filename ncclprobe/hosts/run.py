@@ -127,6 +127,18 @@ def _watch(procs, logs, timeout_s: float, activity) -> tuple[LaunchStatus, str |
         time.sleep(POLL_S)
 
 
+def newest_change(directory: Path) -> float:
+    """The newest change among the files in `directory` (what the ranks write: messages, NCCL logs,
+    env-check documents), as an `activity` for `run_launch`; 0.0 where nothing is there yet."""
+    newest = 0.0
+    for path in directory.glob("*"):
+        try:
+            newest = max(newest, os.stat(path).st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
 def _newest(logs: dict[str, str], activity) -> float:
     times = [activity()]
     for path in logs.values():

@@ -16,7 +16,6 @@ says which host ran which ranks and which NCCL settings differed between hosts
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from ncclprobe.errors import UsageProblem
 from ncclprobe.hosts.launchers import Hosts, Launcher, Program, commands, store_address
-from ncclprobe.hosts.run import LaunchOutcome, LaunchStatus, run_launch
+from ncclprobe.hosts.run import LaunchOutcome, LaunchStatus, newest_change, run_launch
 from ncclprobe.safe_output import check_output, check_output_dir, write_json
 from ncclprobe.sweep import session, thresholds, torchrun
 from ncclprobe.sweep.build import build_spec
@@ -110,7 +109,7 @@ def launch_pool(
     )
     try:
         outcome = run_launch(
-            argv, log_dir=nodes_dir, timeout_s=spec.timeout_s, activity=lambda: _newest(here)
+            argv, log_dir=nodes_dir, timeout_s=spec.timeout_s, activity=lambda: newest_change(here)
         )
     finally:
         del store
@@ -126,17 +125,6 @@ def _host_store(world_size: int):
     from torch.distributed import TCPStore
 
     return TCPStore("0.0.0.0", 0, world_size, is_master=True, wait_for_workers=False)
-
-
-def _newest(directory: Path) -> float:
-    """The newest change among what the ranks write (messages, NCCL logs): progress."""
-    newest = 0.0
-    for path in directory.glob("*"):
-        try:
-            newest = max(newest, os.stat(path).st_mtime)
-        except OSError:
-            continue
-    return newest
 
 
 def _silent(total: int, label: str):
